@@ -1,0 +1,21 @@
+"""Benchmarks: ``nonstop bench NAME [--json] [--quick]``.
+
+Each benchmark is a module in this package exposing
+
+* ``DESCRIPTION: str`` — one line for ``nonstop bench --help``;
+* ``add_arguments(parser)`` — its own options (``--json``/``--quick`` are added for it);
+* ``run(args) -> dict`` — measures and returns the figures (JSON-serialisable);
+* ``render(result) -> None`` (optional) — a human table; the default prints key/value rows.
+
+The CLI adds ``"bench"`` and ``"machine"`` to the result and, with ``--json``,
+prints it as one JSON object on the last line of stdout.
+"""
+
+BENCHMARKS = {
+    "clock": "nonstop.bench.clock",
+    "host": "nonstop.bench.host",
+    "channels": "nonstop.bench.channels",
+    "nstar": "nonstop.bench.nstar",
+    "models": "nonstop.bench.models",
+    "regret": "nonstop.bench.regret",
+}

@@ -1,0 +1,330 @@
+"""One place that turns an environment id into a fresh env and its realtime facts.
+
+An id resolves, in this order:
+
+1. a name registered with :func:`register` (``"Boxing"``, ``"theory/inaction"``, ``"CartPole"``);
+2. ``"ALE/<Game>-v5"`` or ``"Atari/<Game>"``: any ALE game, with the paper's realtime defaults
+   (60 Hz, one frame per tick, no sticky actions, minimal action set);
+3. any id in ``gymnasium.registry``: the tick rate comes from ``tick_hz=`` or, failing that, from the
+   env class's ``metadata["render_fps"]``.
+
+Factories are module-level callables, so a freshly spawned process rebuilds the same env from the id
+string and the keyword arguments alone.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+import math
+import numbers
+import re
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable, Literal, Union
+
+import gymnasium
+
+__all__ = ["EnvInfo", "register", "make_env", "env_info", "list_envs"]
+
+FAMILIES = ("atari", "theory", "classic", "gymnasium")
+DEFAULT_BETAS = ("noop", "repeat")
+
+# Matches the two spellings of "any ALE game with the paper's defaults".
+_ALE_ID = re.compile(r"^(?:ALE/(?P<v5>[A-Za-z0-9]+)-v5|Atari/(?P<bare>[A-Za-z0-9]+))$")
+# Legacy ale-py ids (BoxingNoFrameskip-v4, Pong-v0) only exist in gymnasium.registry after
+# ale_py registers them; this pattern tells us when that import is worth paying for.
+_LEGACY_ALE_ID = re.compile(r"^[A-Z][A-Za-z0-9]*(?:NoFrameskip|Deterministic)?-v[04]$")
+_HOW_TO_LIST = "run `nonstop envs` (or call nonstop.envs.list_envs()) to see the registered ids"
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    """The realtime facts about one environment id.
+
+    ``tick_hz`` is the world's natural tick rate (``τ_M = 1 / tick_hz``); ``noop_action`` is what the
+    ``"noop"`` default behaviour β applies; ``default_beta`` is the β that makes sense for this world.
+    The reward rates are per tick, where the theory knows them.
+
+    >>> info = EnvInfo("theory/inaction", "theory", 60.0, 0, "noop", "Equation 3 MDP", 1.0, 0.0)
+    >>> round(1 / info.tick_hz, 4), info.optimal_reward_rate - info.default_reward_rate
+    (0.0167, 1.0)
+    """
+
+    env_id: str
+    family: str
+    tick_hz: float
+    noop_action: Any
+    default_beta: str
+    description: str
+    optimal_reward_rate: float | None = None
+    default_reward_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.env_id, str) or not self.env_id:
+            raise TypeError(f"env_id must be a non-empty str, got {self.env_id!r}")
+        if self.family not in FAMILIES:
+            raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
+        _check_positive_real("tick_hz", self.tick_hz)
+        if self.default_beta not in DEFAULT_BETAS:
+            raise ValueError(f"default_beta must be one of {DEFAULT_BETAS}, got {self.default_beta!r}")
+        if not isinstance(self.description, str):
+            raise TypeError(f"description must be a str, got {type(self.description).__name__}")
+        for name in ("optimal_reward_rate", "default_reward_rate"):
+            value = getattr(self, name)
+            if value is not None and not _is_real(value):
+                raise TypeError(f"{name} must be a real number or None, got {value!r}")
+
+
+@dataclass(frozen=True)
+class _Entry:
+    factory: Callable[..., gymnasium.Env]
+    info: EnvInfo
+    check: Callable[..., None] | None
+
+
+_REGISTRY: dict[str, _Entry] = {}
+
+
+def register(
+    env_id: str,
+    factory: Callable[..., gymnasium.Env],
+    *,
+    family: str,
+    tick_hz: float,
+    noop_action: Any = 0,
+    default_beta: str = "noop",
+    description: str = "",
+    optimal_reward_rate: float | None = None,
+    default_reward_rate: float | None = None,
+    check: Callable[..., None] | None = None,
+) -> None:
+    """Register ``factory`` under ``env_id`` so :func:`make_env` can build it.
+
+    ``factory(**kwargs)`` must return a fresh env. Keep it a module-level callable: worker processes
+    rebuild envs from the id alone. ``check(**kwargs)``, if given, validates argument *values* for
+    both :func:`make_env` and :func:`env_info`, so a bad value fails before anything is built.
+    Registering the same id twice is an error unless it is the very same factory and facts (a module
+    imported twice).
+    """
+    if not callable(factory):
+        raise TypeError(f"factory must be callable, got {factory!r}")
+    if check is not None and not callable(check):
+        raise TypeError(f"check must be callable or None, got {check!r}")
+    if isinstance(env_id, str) and _ALE_ID.match(env_id):
+        raise ValueError(f"{env_id!r} is reserved for ALE games; pick another name")
+    info = EnvInfo(
+        env_id=env_id,
+        family=family,
+        tick_hz=float(tick_hz),
+        noop_action=noop_action,
+        default_beta=default_beta,
+        description=description,
+        optimal_reward_rate=optimal_reward_rate,
+        default_reward_rate=default_reward_rate,
+    )
+    entry = _Entry(factory, info, check)
+    existing = _REGISTRY.get(env_id)
+    if existing is not None and existing != entry:
+        raise ValueError(f"environment id {env_id!r} is already registered (by {existing.factory!r})")
+    _REGISTRY[env_id] = entry
+
+
+def make_env(env_id: str, **kwargs: Any) -> gymnasium.Env:
+    """Build a fresh env for ``env_id`` (see the module docstring for how ids resolve).
+
+    >>> env = make_env("theory/delay-cycle", n=4, p_minimax=0.5)
+    >>> env.reset(seed=0)[0].shape
+    (4,)
+    """
+    _check_env_id(env_id)
+    entry = _REGISTRY.get(env_id)
+    if entry is not None:
+        _check_kwargs(env_id, entry.factory, kwargs)
+        if entry.check is not None:
+            entry.check(**kwargs)
+        return entry.factory(**kwargs)
+    match = _ALE_ID.match(env_id)
+    if match is not None:
+        from . import atari  # deferred: importing nonstop.envs must not import ale_py
+
+        game = match["v5"] or match["bare"]
+        _check_kwargs(env_id, atari.make_atari, kwargs, skip=("game",))
+        return atari.make_atari(game, **kwargs)
+    spec = _gymnasium_spec(env_id)
+    gym_kwargs = dict(kwargs)
+    for realtime_only in ("tick_hz", "noop_action", "default_beta"):
+        gym_kwargs.pop(realtime_only, None)
+    _gymnasium_info(env_id, spec, kwargs)  # fails early on a missing or bad tick_hz
+    return gymnasium.make(env_id, **gym_kwargs)
+
+
+def env_info(env_id: str, **kwargs: Any) -> EnvInfo:
+    """The realtime facts for ``env_id`` built with ``kwargs``, without building the env.
+
+    >>> env_info("Boxing").tick_hz
+    60.0
+    """
+    _check_env_id(env_id)
+    entry = _REGISTRY.get(env_id)
+    if entry is not None:
+        _check_kwargs(env_id, entry.factory, kwargs)
+        if entry.check is not None:
+            entry.check(**kwargs)
+        return entry.info
+    match = _ALE_ID.match(env_id)
+    if match is not None:
+        from . import atari
+
+        game = match["v5"] or match["bare"]
+        _check_kwargs(env_id, atari.make_atari, kwargs, skip=("game",))
+        atari.check_atari_kwargs(game, **kwargs)
+        return atari.atari_info(env_id, game)
+    return _gymnasium_info(env_id, _gymnasium_spec(env_id), kwargs)
+
+
+def list_envs() -> list[EnvInfo]:
+    """Every registered id's facts, sorted by family then id.
+
+    >>> "theory/inaction" in [info.env_id for info in list_envs()]
+    True
+    """
+    return sorted((entry.info for entry in _REGISTRY.values()), key=lambda i: (i.family, i.env_id))
+
+
+# --- resolution helpers ---------------------------------------------------------------------------
+
+
+def _check_env_id(env_id: object) -> None:
+    if not isinstance(env_id, str):
+        raise TypeError(f"env_id must be a str, got {type(env_id).__name__} {env_id!r}")
+    if not env_id:
+        raise ValueError(f"env_id must be a non-empty str; {_HOW_TO_LIST}")
+
+
+def _gymnasium_spec(env_id: str) -> gymnasium.envs.registration.EnvSpec:
+    if env_id not in gymnasium.registry and _LEGACY_ALE_ID.match(env_id):
+        from . import atari
+
+        atari.register_ale_with_gymnasium()
+    if env_id in gymnasium.registry:
+        return gymnasium.registry[env_id]
+    raise ValueError(_unknown_id_message(env_id))
+
+
+def _unknown_id_message(env_id: str) -> str:
+    # Compare case-insensitively ("boxing" should find "Boxing") but suggest the real spelling.
+    names = {name.lower(): name for name in _REGISTRY}
+    close = difflib.get_close_matches(env_id.lower(), list(names), n=5, cutoff=0.6)
+    hint = f" Did you mean {', '.join(repr(names[c]) for c in close)}?" if close else ""
+    return (
+        f"unknown environment id {env_id!r}.{hint} {_HOW_TO_LIST.capitalize()}; any ALE game is "
+        f"available as 'ALE/<Game>-v5', and any Gymnasium id as long as you pass tick_hz=."
+    )
+
+
+def _gymnasium_info(env_id: str, spec: Any, kwargs: dict[str, Any]) -> EnvInfo:
+    tick_hz = kwargs.get("tick_hz")
+    if tick_hz is not None:
+        _check_positive_real("tick_hz", tick_hz)
+    elif spec.entry_point == "ale_py.env:AtariEnv":
+        # ALE's render_fps (30) is not its tick rate: the console runs at 60 Hz and each step
+        # covers `frameskip` frames.
+        frameskip = kwargs.get("frameskip", spec.kwargs.get("frameskip", 1))
+        if not isinstance(frameskip, int) or isinstance(frameskip, bool):
+            raise ValueError(
+                f"{env_id!r} skips a random number of frames per step ({frameskip!r}), so it has no "
+                f"fixed tick rate; use 'ALE/<Game>-v5' for the paper's one-frame ticks"
+            )
+        tick_hz = 60.0 / frameskip
+    else:
+        tick_hz = _render_fps(spec)
+        if tick_hz is None:
+            raise ValueError(
+                f"{env_id!r} does not declare metadata['render_fps'], so nonstop cannot tell how fast "
+                f"its world ticks: pass tick_hz=<ticks per second>, e.g. make_env({env_id!r}, tick_hz=30)"
+            )
+    default_beta = kwargs.get("default_beta", "noop")
+    return EnvInfo(
+        env_id=env_id,
+        family="gymnasium",
+        tick_hz=float(tick_hz),
+        noop_action=kwargs.get("noop_action", 0),
+        default_beta=default_beta,
+        description=f"Gymnasium env {env_id!r}",
+    )
+
+
+def _render_fps(spec: Any) -> float | None:
+    creator = spec.entry_point
+    if isinstance(creator, str):
+        try:
+            creator = gymnasium.envs.registration.load_env_creator(creator)
+        except (ImportError, AttributeError):
+            return None
+    fps = getattr(creator, "metadata", {}).get("render_fps")
+    return float(fps) if _is_real(fps) and fps > 0 else None
+
+
+# --- keyword validation at the door ---------------------------------------------------------------
+
+
+def _check_kwargs(
+    env_id: str, factory: Callable[..., Any], kwargs: dict[str, Any], skip: tuple[str, ...] = ()
+) -> None:
+    """Reject unknown names and values of the wrong simple type, naming the culprit."""
+    target = factory.func if isinstance(factory, functools.partial) else factory
+    signature = inspect.signature(factory)
+    params = {
+        name: p
+        for name, p in signature.parameters.items()
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and name not in skip
+    }
+    if not any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+        unknown = sorted(set(kwargs) - set(params))
+        if unknown:
+            accepted = ", ".join(params) or "no keyword arguments"
+            raise TypeError(
+                f"{env_id!r} got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
+                f"it accepts: {accepted}"
+            )
+    try:
+        hints = typing.get_type_hints(target.__init__ if isinstance(target, type) else target)
+    except Exception:  # unresolvable annotations: leave type checks to the factory itself
+        hints = {}
+    for name, value in kwargs.items():
+        if name in hints:
+            _check_against_hint(env_id, name, value, hints[name])
+
+
+def _check_against_hint(env_id: str, name: str, value: Any, hint: Any) -> None:
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        if value not in typing.get_args(hint):
+            raise ValueError(f"{env_id!r}: {name} must be one of {typing.get_args(hint)}, got {value!r}")
+        return
+    options = typing.get_args(hint) if origin in (Union, types.UnionType) else (hint,)
+    checks = {int: _is_int, float: _is_real, bool: lambda v: isinstance(v, bool), str: lambda v: isinstance(v, str), type(None): lambda v: v is None}
+    if not all(option in checks for option in options):
+        return  # not a simple annotation; the factory validates it
+    if not any(checks[option](value) for option in options):
+        wanted = " or ".join("None" if o is type(None) else o.__name__ for o in options)
+        raise TypeError(f"{env_id!r}: {name} must be {wanted}, got {type(value).__name__} {value!r}")
+
+
+def _is_int(value: Any) -> bool:
+    # bool is an int subclass, but `max_steps=True` is a bug, not a count.
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_positive_real(name: str, value: Any) -> None:
+    if not _is_real(value):
+        raise TypeError(f"{name} must be a positive real number, got {type(value).__name__} {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be positive and finite, got {value!r}")

@@ -1,0 +1,368 @@
+"""Torch models: the paper's 15-layer IMPALA ResNet scaled by width ``k``, and a small MLP.
+
+The ResNet (Espeholt et al. 2018, scaled as in Cobbe et al. 2019 and Riemer et
+al. 2025 §5) is three conv sequences with ``16k, 32k, 32k`` channels, each
+
+    conv3x3 → maxpool(3, stride 2) → 2 × residual block (relu → conv3x3 → relu → conv3x3, + skip)
+
+(15 conv layers in all), then ``relu → flatten → FC(fc_hidden) → relu → FC(n_actions)``.
+
+Parameter counts (84×84×1 input, 18 actions; `PARAM_TABLE`), default construction
+(``same_padding=True, fc_hidden=256``: the standard IMPALA network; 84 → 42 → 21 → 11)::
+
+    k    params          paper's label   ratio
+    1    1,064,002       1M              1.06
+    7    10,022,626      10M             1.00
+    29   81,245,906      100M            0.81
+    98   693,907,282     1B              0.69
+
+The FC hidden width stays fixed: the conv stack grows as ``k²`` (≈ 62,208 k²) and
+the FC input as ``k`` (11·11·32k), so a fixed 256-wide head is what lands k = 1
+and 7 on 1M and 10M; no width that scales with ``k`` keeps those two while lifting
+k = 98 to 1B (a ``k``-scaled head already gives 49M at k = 7). The paper's labels
+are orders of magnitude, not exact counts: the authors' released code
+(CERC-AAI/realtime_rl ``ImpalaCNN``: unpadded base convs and pools, 84 → 40 → 18 → 7,
+and a 512-wide head) gives 0.88M, 8.7M, 75.6M and 676M for the same four ``k``,
+and ``impala_resnet(k, n, same_padding=False, fc_hidden=512)`` rebuilds it exactly.
+Both constructions stay within 0.65–1.35 × the labels (the tolerance the tests use).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+import torch
+from torch import nn
+
+__all__ = [
+    "ImpalaResNet",
+    "ResidualBlock",
+    "ConvSequence",
+    "MLP",
+    "impala_resnet",
+    "impala_channels",
+    "count_parameters",
+    "module_parameters",
+    "PAPER_K",
+    "PAPER_PARAM_LABELS",
+    "PARAM_TABLE",
+    "estimate_memory_bytes",
+    "available_memory_bytes",
+    "ensure_fits",
+    "ModelTooLargeError",
+]
+
+#: Width multipliers the paper uses for its 1M, 10M, 100M and 1B models.
+PAPER_K: Final = (1, 7, 29, 98)
+#: The paper's nominal parameter counts for `PAPER_K`.
+PAPER_PARAM_LABELS: Final = {1: 1_000_000, 7: 10_000_000, 29: 100_000_000, 98: 1_000_000_000}
+
+
+def impala_channels(k: float) -> tuple[int, int, int]:
+    """Channels of the three conv sequences: ``(16k, 32k, 32k)``, truncated to ints
+    as in the authors' code (so fractional ``k`` such as 0.75 works).
+
+    >>> impala_channels(7)
+    (112, 224, 224)
+    """
+    if not isinstance(k, (int, float)) or isinstance(k, bool) or not math.isfinite(k) or int(16 * k) < 1:
+        raise ValueError(f"width multiplier k must be a number >= 1/16, got {k!r}")
+    return int(16 * k), int(32 * k), int(32 * k)
+
+
+def _pooled(size: int, same_padding: bool) -> int:
+    """Spatial size after one conv sequence's conv3x3 and maxpool(3, 2)."""
+    pad = 1 if same_padding else 0
+    size = size + 2 * pad - 2  # conv3x3, stride 1
+    return (size + 2 * pad - 3) // 2 + 1  # maxpool 3, stride 2
+
+
+def _feature_size(input_hw: int, same_padding: bool) -> int:
+    size = input_hw
+    for _ in range(3):
+        size = _pooled(size, same_padding)
+        if size < 1:
+            raise ValueError(f"input of {input_hw}x{input_hw} is too small for three conv sequences")
+    return size
+
+
+class ResidualBlock(nn.Module):
+    """``x + conv(relu(conv(relu(x))))`` with 3×3 convs that keep the shape."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
+
+
+class ConvSequence(nn.Module):
+    """conv3x3 → maxpool(3, stride 2) → two `ResidualBlock` s."""
+
+    def __init__(self, in_channels: int, out_channels: int, *, same_padding: bool = True) -> None:
+        super().__init__()
+        pad = 1 if same_padding else 0
+        self.conv = nn.Conv2d(in_channels, out_channels, 3, padding=pad)
+        self.pool = nn.MaxPool2d(3, stride=2, padding=pad)
+        self.res0 = ResidualBlock(out_channels)
+        self.res1 = ResidualBlock(out_channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.res1(self.res0(self.pool(self.conv(x))))
+
+
+class ImpalaResNet(nn.Module):
+    """The 15-layer IMPALA ResNet with widths ``16k, 32k, 32k`` (see the module docstring).
+
+    Takes ``(B, in_channels, input_hw, input_hw)`` floats in ``[0, 1]``, returns ``(B, n_actions)``.
+
+    >>> net = ImpalaResNet(1, 18)
+    >>> net(torch.zeros(2, 1, 84, 84)).shape
+    torch.Size([2, 18])
+    >>> module_parameters(net) == count_parameters(1, 18)
+    True
+    """
+
+    def __init__(
+        self,
+        k: float,
+        n_actions: int,
+        in_channels: int = 1,
+        *,
+        input_hw: int = 84,
+        fc_hidden: int = 256,
+        same_padding: bool = True,
+    ) -> None:
+        super().__init__()
+        _check_arch(n_actions, in_channels, input_hw, fc_hidden)
+        c1, c2, c3 = impala_channels(k)
+        self.k: Final = k
+        self.n_actions: Final = n_actions
+        self.sequences = nn.Sequential(
+            ConvSequence(in_channels, c1, same_padding=same_padding),
+            ConvSequence(c1, c2, same_padding=same_padding),
+            ConvSequence(c2, c3, same_padding=same_padding),
+        )
+        side = _feature_size(input_hw, same_padding)
+        self.fc = nn.Linear(c3 * side * side, fc_hidden)
+        self.head = nn.Linear(fc_hidden, n_actions)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.sequences(x)).flatten(1)
+        return self.head(torch.relu(self.fc(x)))
+
+
+def _check_arch(n_actions: int, in_channels: int, input_hw: int, fc_hidden: int) -> None:
+    for name, value in (("n_actions", n_actions), ("in_channels", in_channels), ("input_hw", input_hw), ("fc_hidden", fc_hidden)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def impala_resnet(
+    k: float,
+    n_actions: int,
+    in_channels: int = 1,
+    *,
+    input_hw: int = 84,
+    fc_hidden: int = 256,
+    same_padding: bool = True,
+    device: str | torch.device = "cpu",
+    check_memory: bool = True,
+) -> ImpalaResNet:
+    """Build the paper's ResNet at width ``k`` directly on ``device``, in eval mode.
+
+    With ``check_memory`` (default) `ensure_fits` runs first, so a model that
+    cannot fit raises `ModelTooLargeError` before anything is allocated.
+
+    >>> impala_resnet(1, 6).training
+    False
+    """
+    arch = dict(in_channels=in_channels, input_hw=input_hw, fc_hidden=fc_hidden, same_padding=same_padding)
+    if check_memory:
+        ensure_fits(k, device, n_actions=n_actions, **arch)
+    with torch.device(device):
+        model = ImpalaResNet(k, n_actions, **arch)
+    return model.eval()
+
+
+def count_parameters(
+    k: float,
+    n_actions: int = 18,
+    in_channels: int = 1,
+    *,
+    input_hw: int = 84,
+    fc_hidden: int = 256,
+    same_padding: bool = True,
+) -> int:
+    """Parameters of `ImpalaResNet` at width ``k``, computed without building it.
+
+    >>> count_parameters(98)
+    693907282
+    """
+    _check_arch(n_actions, in_channels, input_hw, fc_hidden)
+    c1, c2, c3 = impala_channels(k)
+
+    def conv(cin: int, cout: int) -> int:
+        return 9 * cin * cout + cout
+
+    def sequence(cin: int, cout: int) -> int:
+        return conv(cin, cout) + 4 * conv(cout, cout)  # base conv + 2 blocks × 2 convs
+
+    side = _feature_size(input_hw, same_padding)
+    convs = sequence(in_channels, c1) + sequence(c1, c2) + sequence(c2, c3)
+    fc = c3 * side * side * fc_hidden + fc_hidden
+    head = fc_hidden * n_actions + n_actions
+    return convs + fc + head
+
+
+def module_parameters(module: nn.Module) -> int:
+    """Number of parameters a built module holds."""
+    return sum(p.numel() for p in module.parameters())
+
+
+#: ``k → parameters`` for the paper's four sizes (84×84×1 input, 18 actions, default construction).
+PARAM_TABLE: Final[dict[int, int]] = {k: count_parameters(k) for k in PAPER_K}
+
+
+def estimate_memory_bytes(
+    k: float,
+    n_actions: int = 18,
+    in_channels: int = 1,
+    *,
+    batch: int = 1,
+    bytes_per_value: int = 4,
+    input_hw: int = 84,
+    fc_hidden: int = 256,
+    same_padding: bool = True,
+) -> int:
+    """Bytes to hold the fp32 weights plus an activation margin for a forward pass.
+
+    The margin is four copies of the largest feature map (the first conv's
+    ``16k × H × W`` output) per batch element: inference keeps at most a few maps alive.
+
+    >>> round(estimate_memory_bytes(98) / 1e9, 2)
+    2.95
+    """
+    params = count_parameters(
+        k, n_actions, in_channels, input_hw=input_hw, fc_hidden=fc_hidden, same_padding=same_padding
+    )
+    c1 = impala_channels(k)[0]
+    first_map = c1 * (input_hw if same_padding else input_hw - 2) ** 2
+    return (params + 4 * first_map * batch) * bytes_per_value
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        text = Path(path).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def available_memory_bytes(device: str | torch.device = "cpu") -> int:
+    """Memory a new model could use on ``device``.
+
+    CPU: ``MemAvailable`` from ``/proc/meminfo``, capped by the cgroup limit
+    (``memory.max − memory.current``) when one is set. CUDA: free bytes from
+    ``torch.cuda.mem_get_info``.
+    """
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {str(dev)!r} requested but CUDA is not available: use --device cpu")
+        free, _total = torch.cuda.mem_get_info(dev)
+        return int(free)
+    if dev.type != "cpu":
+        raise ValueError(f"cannot tell free memory on device {str(dev)!r}: use 'cpu' or 'cuda'")
+    available: int | None = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+                break
+    except OSError:
+        pass
+    if available is None:  # not Linux: free physical pages
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    limit, used = _read_int("/sys/fs/cgroup/memory.max"), _read_int("/sys/fs/cgroup/memory.current")
+    if limit is not None and used is not None:
+        available = min(available, max(limit - used, 0))
+    return int(available)
+
+
+class ModelTooLargeError(ValueError, MemoryError):
+    """A model would not fit in the memory available; raised before allocating it.
+
+    Both a `ValueError` (a bad argument) and a `MemoryError` (what it prevents).
+    """
+
+
+def ensure_fits(
+    k: float,
+    device: str | torch.device = "cpu",
+    *,
+    n_actions: int = 18,
+    available_bytes: int | None = None,
+    headroom: float = 1.25,
+    **arch: object,
+) -> int:
+    """Raise `ModelTooLargeError` if the width-``k`` ResNet would not fit; return its estimate.
+
+    ``available_bytes`` overrides the measured budget (`available_memory_bytes`),
+    for tests and for sharing a machine between workers. ``headroom`` multiplies
+    the estimate to leave room for the allocator and the rest of the process.
+
+    >>> ensure_fits(1, available_bytes=10**9) > 0
+    True
+    >>> ensure_fits(98, available_bytes=2**30)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    nonstop.policies.models.ModelTooLargeError: IMPALA ResNet k=98 (693.9M parameters) needs ~3.69 GB ...
+    """
+    if not (isinstance(headroom, (int, float)) and headroom >= 1.0):
+        raise ValueError(f"headroom must be a factor >= 1, got {headroom!r}")
+    estimate = estimate_memory_bytes(k, n_actions, **arch)  # type: ignore[arg-type]
+    source = "given budget"
+    if available_bytes is None:
+        available_bytes = available_memory_bytes(device)
+        source = f"free on {torch.device(device)}"
+    needed = int(estimate * headroom)
+    if needed > available_bytes:
+        params = count_parameters(k, n_actions, **arch)  # type: ignore[arg-type]
+        raise ModelTooLargeError(
+            f"IMPALA ResNet k={k} ({params / 1e6:.1f}M parameters) needs ~{needed / 1e9:.2f} GB "
+            f"(fp32 weights + activations, x{headroom} headroom) but only {available_bytes / 1e9:.2f} GB "
+            f"is {source}: use a smaller k, a device with more memory, or a LatencyPolicy "
+            f"replaying this size's measured inference times"
+        )
+    return estimate
+
+
+class MLP(nn.Module):
+    """A small fully connected Q-network for vector observations (CartPole-like).
+
+    >>> net = MLP(4, 2)
+    >>> net(torch.zeros(1, 4)).shape
+    torch.Size([1, 2])
+    """
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: Sequence[int] = (64, 64)) -> None:
+        super().__init__()
+        widths = [obs_dim, *hidden]
+        for name, value in (("obs_dim", obs_dim), ("n_actions", n_actions), *(("hidden", h) for h in hidden)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        layers: list[nn.Module] = [nn.Flatten()]
+        for cin, cout in zip(widths, widths[1:]):
+            layers += [nn.Linear(cin, cout), nn.ReLU()]
+        layers.append(nn.Linear(widths[-1], n_actions))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)

@@ -1,0 +1,256 @@
+"""Clocks: the only place in nonstop that reads or waits on time.
+
+Everything that runs against time (the host's tick loop, inference workers) is
+written once as a *timed process*: a generator that yields the absolute time it
+wants to wake at and receives the time it actually woke::
+
+    def ticker(clock):
+        woke = yield 1.0          # sleep until t = 1.0 on this clock
+        ...
+
+`WallClock` drives such a process on a thread and really waits; `VirtualClock`
+is a discrete-event simulator that jumps straight to the next wake-up, so the
+same code runs reproducibly and far faster than realtime.
+
+>>> clock = VirtualClock()
+>>> seen = []
+>>> def proc(name, period):
+...     t = 0.0
+...     for _ in range(3):
+...         t += period
+...         woke = yield t
+...         seen.append((name, round(woke, 3)))
+>>> _ = clock.spawn(proc("a", 0.5)); _ = clock.spawn(proc("b", 0.75))
+>>> clock.run()
+>>> seen
+[('a', 0.5), ('b', 0.75), ('a', 1.0), ('a', 1.5), ('b', 1.5), ('b', 2.25)]
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator
+from typing import Final
+
+#: A timed process: yields absolute wake times, receives the actual wake time.
+TimedProcess = Generator[float, float, None]
+
+__all__ = ["Clock", "WallClock", "VirtualClock", "TimedProcess", "make_clock", "stopwatch"]
+
+#: Measures how long a piece of work took (an env step, a forward pass). It is
+#: not the world's time: under a VirtualClock the world's time is `clock.now()`.
+stopwatch = time.perf_counter
+
+
+class Clock(ABC):
+    """One interface for wall and virtual time.
+
+    ``now()`` is seconds since the clock's origin. ``spawn(process)`` runs a
+    timed process on this clock. ``tick_grace`` is how long after a deadline the
+    host processes a tick: zero on the wall clock (real lateness is measured),
+    one microsecond on the virtual clock so that float rounding in a sum of
+    waits never decides whether an action made its tick.
+    """
+
+    is_virtual: bool = False
+    tick_grace: float = 0.0
+
+    @abstractmethod
+    def now(self) -> float:
+        """Seconds since the clock's origin."""
+
+    @abstractmethod
+    def sleep_until(self, t: float) -> float:
+        """Block the caller until time ``t``; return the time actually woken."""
+
+    @abstractmethod
+    def spawn(self, process: TimedProcess, *, name: str = "process") -> object:
+        """Run a timed process on this clock; return a handle."""
+
+    def sleep(self, seconds: float) -> float:
+        return self.sleep_until(self.now() + seconds)
+
+
+class WallClock(Clock):
+    """Real time from ``time.perf_counter`` (CLOCK_MONOTONIC, shared by every
+    process on the machine, so clocks built with the same ``origin`` agree
+    across processes).
+
+    ``sleep_until`` sleeps until ``spin`` seconds before the deadline, then
+    spins: on this machine kind p99 lateness drops from ~260 µs (plain sleep)
+    to ~35 µs. A spinning thread holds the GIL, so worker threads that share a
+    process use ``spin=0``.
+
+    >>> clock = WallClock(spin=0.0)
+    >>> woke = clock.sleep_until(clock.now() + 0.01)
+    >>> woke >= 0.0
+    True
+    """
+
+    is_virtual = False
+    tick_grace = 0.0
+
+    def __init__(self, *, origin: float | None = None, spin: float = 0.001) -> None:
+        if spin < 0 or spin != spin:
+            raise ValueError(f"spin must be a non-negative number of seconds, got {spin!r}")
+        self.origin: Final[float] = time.perf_counter() if origin is None else float(origin)
+        self.spin: Final[float] = float(spin)
+        self._threads: list[threading.Thread] = []
+
+    def now(self) -> float:
+        return time.perf_counter() - self.origin
+
+    def sleep_until(self, t: float) -> float:
+        target = self.origin + t
+        remaining = target - time.perf_counter()
+        if remaining > self.spin:
+            time.sleep(remaining - self.spin)
+        if self.spin > 0:
+            while time.perf_counter() < target:
+                pass
+        else:
+            # without spinning, sleep may return a hair early; never report before t
+            while (left := target - time.perf_counter()) > 0:
+                time.sleep(left)
+        return time.perf_counter() - self.origin
+
+    def spawn(self, process: TimedProcess, *, name: str = "process") -> threading.Thread:
+        """Drive ``process`` on a daemon thread. Exceptions are kept on the
+        thread object as ``thread.error`` for the supervisor to read."""
+
+        def drive() -> None:
+            try:
+                wake = next(process)
+                while True:
+                    woke = self.sleep_until(wake)
+                    wake = process.send(woke)
+            except StopIteration:
+                pass
+            except BaseException as exc:  # noqa: BLE001 - handed to the supervisor
+                thread.error = exc  # type: ignore[attr-defined]
+
+        thread = threading.Thread(target=drive, name=name, daemon=True)
+        thread.error = None  # type: ignore[attr-defined]
+        self._threads.append(thread)
+        thread.start()
+        return thread
+
+
+class VirtualProcess:
+    """Handle of a process running on a `VirtualClock`."""
+
+    __slots__ = ("name", "process", "alive", "error", "cancelled")
+
+    def __init__(self, name: str, process: TimedProcess) -> None:
+        self.name = name
+        self.process = process
+        self.alive = True
+        self.error: BaseException | None = None
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        """Stop the process at its next wake-up (used to kill a worker)."""
+        self.cancelled = True
+
+
+class VirtualClock(Clock):
+    """Deterministic discrete-event clock: nothing sleeps, time jumps to the
+    next wake-up. Ties are broken by ``priority`` (lower first) then by the
+    order events were scheduled, so a run is exactly reproducible.
+
+    Errors raised inside a process propagate out of `run`/`run_until` unless
+    the process was spawned with ``isolate=True`` (a worker that may die: its
+    error is kept on the handle and the simulation goes on).
+    """
+
+    is_virtual = True
+    tick_grace = 1e-6
+
+    def __init__(self) -> None:
+        self._now = 0.0
+        self._queue: list[tuple[float, int, int, VirtualProcess, bool]] = []
+        self._order = itertools.count()
+
+    def now(self) -> float:
+        return self._now
+
+    def spawn(
+        self,
+        process: TimedProcess,
+        *,
+        name: str = "process",
+        priority: int = 0,
+        isolate: bool = False,
+    ) -> VirtualProcess:
+        handle = VirtualProcess(name, process)
+        self._step(handle, None, priority, isolate)
+        return handle
+
+    def _step(self, handle: VirtualProcess, woke: float | None, priority: int, isolate: bool) -> None:
+        try:
+            if handle.cancelled:
+                handle.process.close()
+                raise StopIteration
+            wake = next(handle.process) if woke is None else handle.process.send(woke)
+        except StopIteration:
+            handle.alive = False
+            return
+        except BaseException as exc:
+            handle.alive = False
+            handle.error = exc
+            if not isolate:
+                raise
+            return
+        if wake != wake:
+            raise ValueError(f"process {handle.name!r} asked to wake at NaN")
+        heapq.heappush(self._queue, (max(float(wake), self._now), priority, next(self._order), handle, isolate))
+
+    def call_at(self, t: float, fn: Callable[[], None], *, priority: int = 0) -> VirtualProcess:
+        """Run ``fn`` once at virtual time ``t``."""
+
+        def once() -> TimedProcess:
+            yield t
+            fn()
+
+        return self.spawn(once(), name=getattr(fn, "__name__", "call"), priority=priority)
+
+    def next_event_time(self) -> float | None:
+        return self._queue[0][0] if self._queue else None
+
+    def run_until(self, t: float) -> None:
+        """Process every event due at or before ``t``, then set now to ``t``."""
+        while self._queue and self._queue[0][0] <= t:
+            wake, priority, _, handle, isolate = heapq.heappop(self._queue)
+            self._now = wake
+            self._step(handle, wake, priority, isolate)
+        self._now = max(self._now, t)
+
+    def run(self, until: Callable[[], bool] | None = None, *, max_time: float = float("inf")) -> None:
+        """Process events until none remain, ``until()`` is true, or ``max_time``."""
+        while self._queue and self._queue[0][0] <= max_time:
+            if until is not None and until():
+                return
+            wake, priority, _, handle, isolate = heapq.heappop(self._queue)
+            self._now = wake
+            self._step(handle, wake, priority, isolate)
+
+    def sleep_until(self, t: float) -> float:
+        """For code outside any process (a Gymnasium agent's loop): advance the
+        simulation to ``t``, running every event on the way."""
+        self.run_until(t)
+        return self._now
+
+
+def make_clock(clock: str | Clock) -> Clock:
+    """Accept ``"wall"``, ``"virtual"`` or a `Clock` instance."""
+    if isinstance(clock, Clock):
+        return clock
+    if clock == "wall":
+        return WallClock()
+    if clock == "virtual":
+        return VirtualClock()
+    raise ValueError(f"clock must be 'wall', 'virtual' or a Clock instance, got {clock!r}")

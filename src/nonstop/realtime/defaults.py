@@ -1,0 +1,63 @@
+"""Default behaviour β: what the world does at a tick when no agent action is ready
+(DESIGN §1.2). Every tick on which β acts is inaction.
+
+>>> beta = make_default("repeat", noop_action=0)
+>>> beta(None), beta.observe_agent_action(3), beta(None)
+(0, None, 3)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["DefaultBehaviour", "make_default", "DEFAULT_NAMES"]
+
+DEFAULT_NAMES = ("noop", "repeat")
+
+
+class DefaultBehaviour:
+    """β as a callable ``beta(obs) -> action``.
+
+    ``noop`` applies the env's no-op action; ``repeat`` applies the last agent
+    action of the current episode (the no-op before the first one); a user
+    callable receives the latest observation. ``reset`` is called at every
+    episode boundary.
+    """
+
+    def __init__(self, kind: str, noop_action: Any, fn: Callable[[Any], Any] | None = None) -> None:
+        self.kind = kind
+        self.noop_action = noop_action
+        self._fn = fn
+        self._last: Any = noop_action
+
+    def __call__(self, obs: Any) -> Any:
+        if self.kind == "noop":
+            return self.noop_action
+        if self.kind == "repeat":
+            return self._last
+        return self._fn(obs)  # type: ignore[misc]
+
+    def observe_agent_action(self, action: Any) -> None:
+        self._last = action
+
+    def reset(self) -> None:
+        self._last = self.noop_action
+
+    def __repr__(self) -> str:
+        return f"DefaultBehaviour({self.kind!r})"
+
+
+def make_default(spec: str | Callable[[Any], Any] | DefaultBehaviour, *, noop_action: Any = 0) -> DefaultBehaviour:
+    """Build β from ``"noop"``, ``"repeat"`` or a callable ``obs -> action``."""
+    if isinstance(spec, DefaultBehaviour):
+        return spec
+    if isinstance(spec, str):
+        if spec not in DEFAULT_NAMES:
+            raise ValueError(f"default behaviour must be one of {DEFAULT_NAMES} or a callable, got {spec!r}")
+        if noop_action is None:
+            raise ValueError(f"default {spec!r} needs the env's noop action, and this env declares none")
+        return DefaultBehaviour(spec, noop_action)
+    if callable(spec):
+        return DefaultBehaviour("callable", noop_action, spec)
+    raise TypeError(f"default behaviour must be 'noop', 'repeat' or a callable, got {type(spec).__name__}")

@@ -1,0 +1,492 @@
+"""The host: a world that never waits (DESIGN §1).
+
+`Host` is the tick loop, written once as a timed process (see `clock`): at
+every deadline ``origin + t·τ_M`` it takes at most one agent action from the
+`ActionQueue` (or applies β and counts inaction), steps the env, writes the
+tick log and publishes the observation into the `LatestSlot`.
+
+`Session` is what users hold: it owns the channels, runs the host in-process
+on a `VirtualClock` or in its own process on the `WallClock`, and always ends
+with every process reaped and every shared-memory segment unlinked, whether
+the run finished, the env raised, or the user pressed Ctrl-C.
+
+>>> with Session("theory/inaction", clock="virtual", seed=0) as world:
+...     world.run_for(10 / 60)             # nobody acts: β every tick
+...     _ = world.queue.submit(1, obs_tick=world.slot.read().tick, episode=0)
+...     world.run_for(1 / 60)
+>>> s = world.tick_log.summary()
+>>> (s["ticks"], s["agent_ticks"], s["inaction_ticks"])
+(11, 1, 10)
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from nonstop.realtime.channels import ActionQueue, LatestSlot
+from nonstop.realtime.clock import Clock, TimedProcess, VirtualClock, WallClock, make_clock, stopwatch
+from nonstop.realtime.defaults import DefaultBehaviour, make_default
+from nonstop.realtime.ticklog import SOURCE_AGENT, SOURCE_DEFAULT, TickLog
+
+__all__ = ["Host", "Session", "HostError", "EnvSource"]
+
+#: An env id known to `nonstop.envs` or a zero-argument factory returning a gymnasium.Env.
+EnvSource = str | Callable[[], gym.Env]
+
+# host states published in the slot header
+STATE_STARTING, STATE_RUNNING, STATE_STOPPED, STATE_FAILED = 0, 1, 2, 3
+END_NONE, END_TERMINATED, END_TRUNCATED = 0, 1, 2
+
+
+class HostError(RuntimeError):
+    """The env raised inside the host. ``tick_log`` holds every tick up to the
+    failure and ``env_traceback`` the env's own traceback."""
+
+    def __init__(self, message: str, *, tick_log: TickLog | None, env_traceback: str) -> None:
+        super().__init__(f"{message}\n--- env traceback ---\n{env_traceback}")
+        self.tick_log = tick_log
+        self.env_traceback = env_traceback
+
+
+def _scalar_action(action: Any) -> float:
+    return float(action) if np.ndim(action) == 0 else float("nan")
+
+
+class Host:
+    """The tick loop. Owns the env; reads the queue, writes the slot and the log.
+
+    ``unthrottled=True`` ignores deadlines and ticks as fast as the env allows
+    (benchmarks; the log still records the grid it would have kept).
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        slot: LatestSlot,
+        queue: ActionQueue,
+        *,
+        tau_m: float,
+        default: DefaultBehaviour,
+        seed: int | None = None,
+        max_ticks: int | None = None,
+        unthrottled: bool = False,
+        meta: dict[str, Any] | None = None,
+    ) -> None:
+        if not tau_m > 0:
+            raise ValueError(f"tau_m must be positive, got {tau_m!r}")
+        self.env = env
+        self.slot = slot
+        self.queue = queue
+        self.tau_m = float(tau_m)
+        self.default = default
+        self.seed = seed
+        self.max_ticks = max_ticks
+        self.unthrottled = unthrottled
+        self.log = TickLog(self.tau_m, meta=meta)
+        self.episode = 0
+        self.tick = 0
+        self.origin = 0.0
+        self._validate_default = queue.codec.validate
+
+    def run(self, clock: Clock) -> TimedProcess:
+        """The host as a timed process on ``clock``."""
+        slot, queue, log, env = self.slot, self.queue, self.log, self.env
+        tau_m, grace, beta = self.tau_m, clock.tick_grace, self.default
+        obs, _ = env.reset(seed=self.seed)
+        self.origin = origin = clock.now()
+        inaction = agent = 0
+        last_delay, last_seq, last_end = -1, -1, END_NONE
+        resets_seen = slot.reset_requests
+        slot.publish(obs, tick=0, time=origin, episode=0, last_delay=-1)
+        slot.host_state = STATE_RUNNING
+        tick = 0
+        while not slot.stop_requested and (self.max_ticks is None or tick < self.max_ticks):
+            tick += 1
+            deadline = origin + tick * tau_m
+            woke = (yield deadline + grace) if not self.unthrottled else clock.now()
+            now = woke - grace if not self.unthrottled else woke
+            episode = self.episode
+            taken = queue.take(episode=episode)
+            record = taken.record
+            if record is not None:
+                action = record.action
+                delay = tick - record.obs_tick
+                beta.observe_agent_action(action)
+                agent += 1
+                last_delay, last_seq = delay, record.seq
+                source, worker, obs_tick, tau_theta = SOURCE_AGENT, record.worker, record.obs_tick, record.tau_theta
+            else:
+                action = beta(obs)
+                if beta.kind == "callable":
+                    action = self._validate_default(action)
+                inaction += 1
+                source, worker, delay, obs_tick, tau_theta = SOURCE_DEFAULT, -1, -1, -1, float("nan")
+            t0 = stopwatch()
+            obs, reward, terminated, truncated, _ = env.step(action)
+            step_s = stopwatch() - t0
+            reward = float(reward)
+            log.append(
+                tick=tick, deadline=deadline, time=now, source=source, worker=worker, delay=delay,
+                obs_tick=obs_tick, action=_scalar_action(action), tau_theta=tau_theta, reward=reward,
+                episode=episode, terminated=terminated, truncated=truncated,
+                superseded=taken.superseded, stale=taken.stale, step_s=step_s,
+            )  # fmt: skip
+            if slot.reset_requests != resets_seen:  # a Gymnasium reset() asked to end the episode
+                resets_seen = slot.reset_requests
+                truncated = True
+                log.set_last("truncated", 1)
+            if terminated or truncated:
+                last_end = END_TERMINATED if terminated else END_TRUNCATED
+                # the terminal observation first, so a reader polling now sees how it ended
+                slot.publish(
+                    obs, tick=tick, time=now, reward=reward, terminated=terminated, truncated=truncated,
+                    episode=episode, inaction_ticks=inaction, agent_ticks=agent, last_delay=last_delay,
+                    last_action_seq=last_seq, last_end=last_end,
+                )  # fmt: skip
+                t0 = stopwatch()
+                obs, _ = env.reset()  # the world does not wait: reset at once, log its cost
+                log.set_last("reset_s", stopwatch() - t0)
+                self.episode = episode = episode + 1
+                beta.reset()
+                reward = 0.0
+            slot.publish(
+                obs, tick=tick, time=now, reward=reward, episode=episode, inaction_ticks=inaction,
+                agent_ticks=agent, last_delay=last_delay, last_action_seq=last_seq, last_end=last_end,
+            )  # fmt: skip
+            self.tick = tick
+        slot.host_state = STATE_STOPPED
+
+    def finish_log(self) -> TickLog:
+        self.log.meta["queue"] = self.queue.counters()
+        self.log.meta["origin"] = self.origin
+        return self.log
+
+
+# ----------------------------------------------------------------------------- session
+
+
+def _build_env(env: EnvSource, env_kwargs: dict[str, Any]) -> gym.Env:
+    if isinstance(env, str):
+        from nonstop.envs import make_env
+
+        return make_env(env, **env_kwargs)
+    built = env(**env_kwargs)
+    if not isinstance(built, gym.Env):
+        raise TypeError(f"env factory must return a gymnasium.Env, got {type(built).__name__}")
+    return built
+
+
+def _host_main(conn: Any, env: EnvSource, env_kwargs: dict, slot: LatestSlot, queue: ActionQueue, cfg: dict) -> None:
+    """Entry point of the host process on the wall clock."""
+    # The session owns shutdown: Ctrl-C reaches it, and it asks us to stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    host = None
+    status, tb = "ok", ""
+    try:
+        world = _build_env(env, env_kwargs)
+        default = make_default(cfg["default"], noop_action=cfg["noop_action"])
+        host = Host(
+            world, slot, queue, tau_m=cfg["tau_m"], default=default, seed=cfg["seed"],
+            max_ticks=cfg["max_ticks"], unthrottled=cfg["unthrottled"], meta=cfg["meta"],
+        )  # fmt: skip
+        clock = WallClock(origin=cfg["origin"], spin=cfg["spin"])
+        parent = mp.parent_process()
+        process = host.run(clock)
+        wake = next(process)
+        conn.send(("ready", None))
+        n = 0
+        while True:
+            woke = clock.sleep_until(wake)
+            wake = process.send(woke)
+            n += 1
+            if n & 63 == 0 and parent is not None and not parent.is_alive():
+                break  # orphaned: stop rather than tick forever
+    except StopIteration:
+        pass
+    except BaseException:
+        status, tb = "error", traceback.format_exc()
+        slot.host_state = STATE_FAILED
+    finally:
+        payload = host.finish_log().to_arrays() if host is not None else None
+        try:
+            conn.send((status, (payload, tb)))
+        except (BrokenPipeError, OSError):
+            pass
+        slot.close()
+        queue.close()
+
+
+class Session:
+    """A realtime world for agents: channels + host on a clock.
+
+    Parameters
+    ----------
+    env: an env id (see ``nonstop envs``) or a factory returning a gymnasium.Env
+        (on the wall clock the factory must be picklable: a module-level function).
+    clock: ``"virtual"`` (in-process discrete-event simulation), ``"wall"``
+        (the host gets its own process) or a `Clock`.
+    default: β — ``"noop"``, ``"repeat"`` or a callable ``obs -> action``;
+        defaults to the env's own choice.
+    queue_mode / queue_capacity: the action queue (``"latest"`` or ``"fifo"``, 16).
+    tick_hz: overrides the env's natural rate.
+    """
+
+    def __init__(
+        self,
+        env: EnvSource,
+        *,
+        clock: str | Clock = "virtual",
+        default: str | Callable[[Any], Any] | None = None,
+        queue_mode: str = "latest",
+        queue_capacity: int = 16,
+        tick_hz: float | None = None,
+        seed: int | None = None,
+        max_ticks: int | None = None,
+        unthrottled: bool = False,
+        env_kwargs: dict[str, Any] | None = None,
+        spin: float = 0.001,
+        start_timeout: float = 120.0,
+    ) -> None:
+        if not isinstance(env, str) and not callable(env):
+            raise TypeError(f"env must be an env id or a factory, got {type(env).__name__}")
+        if tick_hz is not None and not (isinstance(tick_hz, (int, float)) and tick_hz > 0 and tick_hz == tick_hz):
+            raise ValueError(f"tick_hz must be a positive number, got {tick_hz!r}")
+        if max_ticks is not None and (not isinstance(max_ticks, int) or max_ticks < 0):
+            raise ValueError(f"max_ticks must be a non-negative integer, got {max_ticks!r}")
+        if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool)):
+            raise TypeError(f"seed must be an integer, got {seed!r}")
+        self.env_source = env
+        self.env_kwargs = dict(env_kwargs or {})
+        self.clock = make_clock(clock)
+        self.seed = seed
+        self.max_ticks = max_ticks
+        self.unthrottled = unthrottled
+        self.spin = spin
+        self.start_timeout = start_timeout
+        self.env_id = env if isinstance(env, str) else getattr(env, "__name__", "custom")
+        noop_action, default_name, natural_hz = 0, "noop", None
+        if isinstance(env, str):
+            from nonstop.envs import env_info
+
+            info = env_info(env, **self.env_kwargs)
+            noop_action, default_name, natural_hz = info.noop_action, info.default_beta, info.tick_hz
+        if tick_hz is None and natural_hz is None:
+            raise ValueError(f"env {self.env_id!r} has no natural tick rate: pass tick_hz=")
+        self.tick_hz = float(tick_hz if tick_hz is not None else natural_hz)
+        self.tau_m = 1.0 / self.tick_hz
+        self.noop_action = noop_action
+        self.default_spec = default if default is not None else default_name
+        make_default(self.default_spec, noop_action=noop_action)  # validate at the door
+        self.queue_mode, self.queue_capacity = queue_mode, queue_capacity
+        self.slot: LatestSlot | None = None
+        self.queue: ActionQueue | None = None
+        self.host: Host | None = None
+        self._process: Any = None
+        self._conn: Any = None
+        self._vproc: Any = None
+        self._log: TickLog | None = None
+        self._started = self._stopped = False
+        self.observation_space: gym.Space | None = None
+        self.action_space: gym.Space | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> "Session":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    @property
+    def is_virtual(self) -> bool:
+        return self.clock.is_virtual
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "env": self.env_id,
+            "env_kwargs": self.env_kwargs,
+            "tick_hz": self.tick_hz,
+            "clock": "virtual" if self.is_virtual else "wall",
+            "default": self.default_spec if isinstance(self.default_spec, str) else "callable",
+            "queue_mode": self.queue_mode,
+            "queue_capacity": self.queue_capacity,
+            "seed": self.seed,
+        }
+
+    def start(self) -> "Session":
+        if self._started:
+            raise RuntimeError("session already started")
+        self._started = True
+        try:
+            probe = _build_env(self.env_source, self.env_kwargs)
+            self.observation_space, self.action_space = probe.observation_space, probe.action_space
+            if not isinstance(self.observation_space, (gym.spaces.Box, gym.spaces.Discrete)):
+                raise TypeError(f"nonstop needs a Box or Discrete observation space, got {self.observation_space}")
+            self.slot = LatestSlot.create(self.observation_space)
+            self.queue = ActionQueue.create(self.action_space, capacity=self.queue_capacity, mode=self.queue_mode)
+            if self.is_virtual:
+                default = make_default(self.default_spec, noop_action=self.noop_action)
+                self.host = Host(
+                    probe, self.slot, self.queue, tau_m=self.tau_m, default=default, seed=self.seed,
+                    max_ticks=self.max_ticks, unthrottled=self.unthrottled, meta=self.meta(),
+                )  # fmt: skip
+                # priority 1: at equal times, agents' events come before the tick
+                self._vproc = self.clock.spawn(self.host.run(self.clock), name="host", priority=1)  # type: ignore[call-arg]
+            else:
+                probe.close()
+                self._start_process()
+        except BaseException:
+            self._cleanup()
+            raise
+        return self
+
+    def _start_process(self) -> None:
+        if callable(self.default_spec) and not isinstance(self.default_spec, str):
+            pass  # must be picklable; the spawn below says so clearly if not
+        ctx = mp.get_context("spawn")
+        parent_conn, child_conn = ctx.Pipe(duplex=False)
+        cfg = {
+            "tau_m": self.tau_m,
+            "default": self.default_spec,
+            "noop_action": self.noop_action,
+            "seed": self.seed,
+            "max_ticks": self.max_ticks,
+            "unthrottled": self.unthrottled,
+            "meta": self.meta(),
+            "origin": self.clock.origin,  # type: ignore[attr-defined]
+            "spin": self.spin,
+        }
+        self._conn = parent_conn
+        self._process = ctx.Process(
+            target=_host_main,
+            args=(child_conn, self.env_source, self.env_kwargs, self.slot, self.queue, cfg),
+            name=f"nonstop-host-{self.env_id}",
+            daemon=True,
+        )
+        self._process.start()
+        child_conn.close()
+        if not parent_conn.poll(self.start_timeout):
+            raise TimeoutError(f"host process for {self.env_id!r} did not start within {self.start_timeout}s")
+        kind, payload = parent_conn.recv()
+        if kind != "ready":
+            self._collect(kind, payload)
+
+    # ------------------------------------------------------------------ running
+    def now(self) -> float:
+        return self.clock.now()
+
+    @property
+    def origin(self) -> float:
+        """Clock time of tick 0."""
+        return self.slot.read().time if self.slot is not None else 0.0
+
+    def run_for(self, seconds: float) -> None:
+        """Let the world run for ``seconds`` of its clock (virtual: simulate; wall: wait and watch)."""
+        if seconds < 0 or seconds != seconds:
+            raise ValueError(f"seconds must be a non-negative number, got {seconds!r}")
+        self.run_until(self.clock.now() + seconds)
+
+    def run_until(self, t: float) -> None:
+        if not self._started or self._stopped:
+            raise RuntimeError("session is not running")
+        if self.is_virtual:
+            try:
+                self.clock.run_until(t)  # type: ignore[attr-defined]
+            except BaseException as exc:
+                self._fail_virtual(exc)
+            return
+        while self.clock.now() < t:
+            if self._conn.poll(0):
+                kind, payload = self._conn.recv()
+                self._collect(kind, payload)
+                return
+            if not self._process.is_alive():
+                raise HostError("host process died", tick_log=None, env_traceback="(no traceback: killed)")
+            self.clock.sleep_until(min(t, self.clock.now() + 0.05))
+
+    def _fail_virtual(self, exc: BaseException) -> None:
+        if isinstance(exc, KeyboardInterrupt):
+            raise exc
+        self._log = self.host.finish_log() if self.host is not None else None
+        self._stopped = True
+        self._cleanup()
+        raise HostError(
+            f"env {self.env_id!r} raised {type(exc).__name__} inside the host",
+            tick_log=self._log,
+            env_traceback="".join(traceback.format_exception(exc)),
+        ) from exc
+
+    def _collect(self, kind: str, payload: Any) -> None:
+        arrays, tb = payload if payload is not None else (None, "")
+        if arrays is not None:
+            self._log = TickLog.from_arrays(*arrays)
+        if kind == "error":
+            self._stopped = True
+            self._cleanup()
+            raise HostError(f"env {self.env_id!r} raised inside the host process", tick_log=self._log, env_traceback=tb)
+
+    @property
+    def tick_log(self) -> TickLog:
+        """The log so far (virtual: live; wall: available once stopped)."""
+        if self._log is not None:
+            return self._log
+        if self.host is not None:
+            return self.host.finish_log()
+        raise RuntimeError("the wall-clock tick log is available after stop()")
+
+    def stop(self, timeout: float = 10.0) -> TickLog | None:
+        """Stop the host, collect the log, reap the process, unlink shared memory. Idempotent."""
+        if not self._started or self._stopped:
+            self._cleanup()
+            return self._log
+        self._stopped = True
+        try:
+            if self.slot is not None:
+                self.slot.request_stop()
+            if self.is_virtual:
+                if self._vproc is not None:
+                    self._vproc.cancel()
+                self._log = self.host.finish_log() if self.host is not None else None
+            elif self._process is not None:
+                if self._conn.poll(timeout):
+                    kind, payload = self._conn.recv()
+                    self._collect(kind, payload)
+        finally:
+            self._cleanup()
+        return self._log
+
+    def _cleanup(self) -> None:
+        if self._process is not None:
+            self._process.join(timeout=5)
+            if self._process.is_alive():
+                self._process.terminate()
+                self._process.join(timeout=2)
+            if self._process.is_alive():
+                self._process.kill()
+                self._process.join()
+            self._process = None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self.host is not None:
+            try:
+                self.host.env.close()
+            except Exception:
+                pass
+        for channel in (self.slot, self.queue):
+            if channel is not None:
+                channel.unlink()
+
+    def __del__(self) -> None:
+        try:
+            if self._started and not self._stopped:
+                self.stop(timeout=1.0)
+        except Exception:
+            pass

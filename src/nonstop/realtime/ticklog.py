@@ -1,0 +1,165 @@
+"""The tick log: one row per tick, the single source of truth (DESIGN §1.8).
+
+Every metric nonstop reports (τ_I, inaction, delay, lateness, regret) is computed
+from these columns, so any figure can be traced back to ticks. Rows are written
+into a preallocated float64 block (one tuple assignment per tick, no allocation
+on the per-tick path) and saved as a columnar ``.npz`` file with a JSON header.
+
+>>> log = TickLog(tau_m=1 / 60)
+>>> log.append(tick=1, deadline=1 / 60, time=1 / 60, source=SOURCE_AGENT, worker=0, delay=2,
+...            obs_tick=-1, action=3, reward=1.0, episode=0)
+>>> log.append(tick=2, deadline=2 / 60, time=2 / 60, source=SOURCE_DEFAULT, action=0, episode=0)
+>>> (len(log), log["source"].tolist(), log["delay"].tolist())
+(2, [1, 0], [2, -1])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+__all__ = ["TickLog", "COLUMNS", "SOURCE_AGENT", "SOURCE_DEFAULT"]
+
+SOURCE_DEFAULT: Final = 0  # β acted: inaction
+SOURCE_AGENT: Final = 1
+
+#: column name -> (dtype on disk, meaning)
+COLUMNS: Final[dict[str, tuple[str, str]]] = {
+    "tick": ("i8", "tick index t; tick t is due at origin + t·τ_M"),
+    "deadline": ("f8", "when the tick was due (s, clock time)"),
+    "time": ("f8", "when the host processed it (s, clock time)"),
+    "lateness": ("f8", "time - deadline (s)"),
+    "source": ("i1", "1 agent action, 0 default behaviour β (inaction)"),
+    "worker": ("i4", "worker that computed the applied action, -1 for β"),
+    "delay": ("i4", "ticks from the observation the action was computed on to this tick, -1 for β"),
+    "obs_tick": ("i8", "tick of the observation the action was computed on, -1 for β"),
+    "action": ("f8", "applied action (Discrete index; NaN for vector actions)"),
+    "tau_theta": ("f4", "inference time of the applied action (s), NaN for β"),
+    "reward": ("f8", "reward of this tick's env step"),
+    "episode": ("i4", "episode the tick belongs to"),
+    "terminated": ("i1", "episode terminated at this tick"),
+    "truncated": ("i1", "episode truncated at this tick"),
+    "superseded": ("i2", "pending actions discarded in favour of a newer one"),
+    "stale": ("i2", "actions dropped because they came from an earlier episode"),
+    "step_s": ("f4", "wall time the env step took (s)"),
+    "reset_s": ("f4", "wall time the automatic reset after this tick took (s), 0 if none"),
+}
+_NAMES: Final = tuple(COLUMNS)
+_INDEX: Final = {name: i for i, name in enumerate(_NAMES)}
+
+
+class TickLog:
+    """Columnar tick log. ``meta`` holds run-level facts (env, τ_M, clock, queue
+    counters) that travel with the columns."""
+
+    def __init__(self, tau_m: float, *, capacity: int = 4096, meta: dict[str, Any] | None = None) -> None:
+        if not tau_m > 0:
+            raise ValueError(f"tau_m must be a positive number of seconds, got {tau_m!r}")
+        self.tau_m = float(tau_m)
+        self.meta: dict[str, Any] = dict(meta or {})
+        self._rows = np.zeros((max(int(capacity), 16), len(_NAMES)), np.float64)
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def append(
+        self,
+        *,
+        tick: int,
+        deadline: float,
+        time: float,
+        source: int,
+        worker: int = -1,
+        delay: int = -1,
+        obs_tick: int = -1,
+        action: float = float("nan"),
+        tau_theta: float = float("nan"),
+        reward: float = 0.0,
+        episode: int = 0,
+        terminated: bool = False,
+        truncated: bool = False,
+        superseded: int = 0,
+        stale: int = 0,
+        step_s: float = 0.0,
+        reset_s: float = 0.0,
+    ) -> None:
+        if self._n == len(self._rows):
+            self._rows = np.concatenate([self._rows, np.zeros_like(self._rows)])
+        self._rows[self._n] = (
+            tick, deadline, time, time - deadline, source, worker, delay, obs_tick, action, tau_theta,
+            reward, episode, terminated, truncated, superseded, stale, step_s, reset_s,
+        )  # fmt: skip
+        self._n += 1
+
+    def set_last(self, column: str, value: float) -> None:
+        """Amend the newest row (the host adds the reset time after the step)."""
+        self._rows[self._n - 1, _INDEX[column]] = value
+
+    def __getitem__(self, column: str) -> np.ndarray:
+        if column not in _INDEX:
+            raise KeyError(f"no column {column!r}; columns are {', '.join(_NAMES)}")
+        return self._rows[: self._n, _INDEX[column]].astype(COLUMNS[column][0])
+
+    def columns(self) -> dict[str, np.ndarray]:
+        return {name: self[name] for name in _NAMES}
+
+    # ---- moving between processes and disk
+    def to_arrays(self) -> tuple[np.ndarray, dict[str, Any], float]:
+        return self._rows[: self._n].copy(), dict(self.meta), self.tau_m
+
+    @classmethod
+    def from_arrays(cls, rows: np.ndarray, meta: dict[str, Any], tau_m: float) -> "TickLog":
+        log = cls(tau_m, capacity=max(len(rows), 16), meta=meta)
+        log._rows[: len(rows)] = rows
+        log._n = len(rows)
+        return log
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write ``path`` (``.npz``) atomically: a crash never leaves half a log."""
+        path = Path(path)
+        if path.suffix != ".npz":
+            path = path.with_suffix(".npz")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        header = json.dumps({"format": "nonstop.ticklog/1", "tau_m": self.tau_m, "meta": self.meta}, default=str)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez_compressed(f, __header__=np.frombuffer(header.encode(), np.uint8), **self.columns())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "TickLog":
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"no tick log at {path}")
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                header = json.loads(bytes(data["__header__"]).decode())
+                if header.get("format") != "nonstop.ticklog/1":
+                    raise ValueError(f"{path} is not a nonstop tick log (format {header.get('format')!r})")
+                missing = [c for c in _NAMES if c not in data]
+                if missing:
+                    raise ValueError(f"{path} lacks columns {missing}")
+                rows = np.stack([data[c].astype(np.float64) for c in _NAMES], axis=1)
+        except (OSError, KeyError, json.JSONDecodeError, ValueError) as exc:
+            if isinstance(exc, ValueError) and "nonstop" in str(exc):
+                raise
+            raise ValueError(f"cannot read tick log {path}: {exc}") from exc
+        return cls.from_arrays(rows, header.get("meta", {}), header["tau_m"])
+
+    def summary(self, **kwargs: Any) -> dict[str, Any]:
+        """Metrics computed from the columns; see `nonstop.metrics.timing.summarize`."""
+        from nonstop.metrics.timing import summarize
+
+        return summarize(self, **kwargs)
