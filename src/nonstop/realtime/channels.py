@@ -74,7 +74,8 @@ _M = {name: i for i, name in enumerate(_META_FIELDS)}
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """One published observation. ``total_reward`` is cumulative over the whole
+    """One published observation. ``time`` is its tick's deadline on the session
+    clock (tick 0: the origin), so readers know the tick grid. ``total_reward`` is cumulative over the whole
     run, so a reader gets "reward since my last read" as a difference and no
     reward is ever lost to a skipped tick."""
 

@@ -146,7 +146,7 @@ class Host:
                 last_end = END_TERMINATED if terminated else END_TRUNCATED
                 # the terminal observation first, so a reader polling now sees how it ended
                 slot.publish(
-                    obs, tick=tick, time=now, reward=reward, terminated=terminated, truncated=truncated,
+                    obs, tick=tick, time=deadline, reward=reward, terminated=terminated, truncated=truncated,
                     episode=episode, inaction_ticks=inaction, agent_ticks=agent, last_delay=last_delay,
                     last_action_seq=last_seq, last_end=last_end,
                 )  # fmt: skip
@@ -157,7 +157,7 @@ class Host:
                 beta.reset()
                 reward = 0.0
             slot.publish(
-                obs, tick=tick, time=now, reward=reward, episode=episode, inaction_ticks=inaction,
+                obs, tick=tick, time=deadline, reward=reward, episode=episode, inaction_ticks=inaction,
                 agent_ticks=agent, last_delay=last_delay, last_action_seq=last_seq, last_end=last_end,
             )  # fmt: skip
             self.tick = tick
@@ -293,6 +293,7 @@ class Session:
         self._vproc: Any = None
         self._log: TickLog | None = None
         self._started = self._stopped = False
+        self._notes: dict[str, Any] = {}
         self.observation_space: gym.Space | None = None
         self.action_space: gym.Space | None = None
 
@@ -427,19 +428,29 @@ class Session:
         arrays, tb = payload if payload is not None else (None, "")
         if arrays is not None:
             self._log = TickLog.from_arrays(*arrays)
+            self._log.meta.update(self._notes)
         if kind == "error":
             self._stopped = True
             self._cleanup()
             raise HostError(f"env {self.env_id!r} raised inside the host process", tick_log=self._log, env_traceback=tb)
 
+    def annotate(self, key: str, value: Any) -> None:
+        """Attach a run-level fact (a worker report, a config) to the tick log's meta."""
+        self._notes[key] = value
+        if self._log is not None:
+            self._log.meta[key] = value
+
     @property
     def tick_log(self) -> TickLog:
         """The log so far (virtual: live; wall: available once stopped)."""
-        if self._log is not None:
-            return self._log
-        if self.host is not None:
-            return self.host.finish_log()
-        raise RuntimeError("the wall-clock tick log is available after stop()")
+        if self._log is None and self.host is not None:
+            log = self.host.finish_log()
+        elif self._log is not None:
+            log = self._log
+        else:
+            raise RuntimeError("the wall-clock tick log is available after stop()")
+        log.meta.update(self._notes)
+        return log
 
     def stop(self, timeout: float = 10.0) -> TickLog | None:
         """Stop the host, collect the log, reap the process, unlink shared memory. Idempotent."""
@@ -454,6 +465,8 @@ class Session:
                 if self._vproc is not None:
                     self._vproc.cancel()
                 self._log = self.host.finish_log() if self.host is not None else None
+                if self._log is not None:
+                    self._log.meta.update(self._notes)
             elif self._process is not None:
                 if self._conn.poll(timeout):
                     kind, payload = self._conn.recv()

@@ -1,0 +1,336 @@
+"""Inference workers: N_I loops that read the latest observation, infer, and
+submit, paced by a pure `Scheduler` (DESIGN §2).
+
+One worker loop, written as a timed process, runs on both clocks::
+
+    wait start_delay (the initial stagger)
+    loop:  wait take_delay()          # delays other workers pushed onto this one
+           obs <- slot.read()         # the newest observation
+           a, τ_θ <- policy(obs)      # measured (wall) or declared (latency policy)
+           wait after_inference(τ_θ)  # Algorithm 1 pads to τ̂_θmax; others return 0
+           queue.submit(a)
+
+On the wall clock a worker is a thread (enough for latency policies, which
+sleep) or a thread fronting a process (``backend="process"``, for real torch
+models); on the virtual clock it is a simulated process and a declared latency
+"takes" its time without sleeping. A worker whose policy raises dies; the
+`InferencePool` restarts it and counts the restart, while the host covers the
+gap with β.
+
+Inference restarts at once after a submit (the loop does not wait for a fresh
+observation), except when the newest observation is the very one this worker
+just used, where it waits for the next tick instead of recomputing it. So a
+sequential agent with τ_θ = k·τ_M acts every k ticks (inaction 1 − 1/k) and,
+for non-integer ratios, realises inaction 1 − τ_M/τ_θ.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nonstop.realtime.clock import Clock, TimedProcess, WallClock, stopwatch
+from nonstop.realtime.host import Session
+
+__all__ = ["InferencePool", "WorkerEvent", "ProcessPolicy"]
+
+
+@dataclass
+class WorkerEvent:
+    """Something that happened to a worker (death, restart), for the run's record."""
+
+    time: float
+    worker: int
+    kind: str
+    detail: str = ""
+
+
+@dataclass
+class _WorkerState:
+    index: int
+    handle: Any = None
+    actions: int = 0
+    deaths: int = 0
+    killed: bool = False
+    tau_thetas: list[float] = field(default_factory=list)
+
+
+class InferencePool:
+    """Runs ``n_workers`` inference workers against a started `Session`.
+
+    ``policy_factory(worker_index)`` builds each worker's policy (one object per
+    worker, so stateful or process-backed policies never share). ``scheduler``
+    is a `nonstop.inference.schedulers.Scheduler` whose ``n_workers`` matches.
+
+    >>> from nonstop.inference.schedulers import make_scheduler
+    >>> from nonstop.policies import ConstantPolicy, LatencyPolicy, Constant
+    >>> with Session("theory/inaction", clock="virtual", seed=0) as world:
+    ...     policy = lambda i: LatencyPolicy(ConstantPolicy(world.action_space, 1), Constant(3 / 60))
+    ...     pool = InferencePool(world, policy, make_scheduler("max_time", 3)).start()
+    ...     world.run_for(2.0)
+    >>> s = world.tick_log.summary(warmup_ticks=10)
+    >>> (s["inaction_ticks"], s["delay_max_ticks"])
+    (0, 3)
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        policy_factory: Callable[[int], Any],
+        scheduler: Any,
+        *,
+        restart: bool = True,
+        max_restarts: int = 100,
+    ) -> None:
+        if session.slot is None:
+            raise RuntimeError("start the session before the inference pool")
+        if not callable(policy_factory):
+            raise TypeError("policy_factory must be a callable: worker index -> Policy")
+        self.session = session
+        self.clock: Clock = session.clock
+        self.policy_factory = policy_factory
+        self.scheduler = scheduler
+        self.restart = restart
+        self.max_restarts = max_restarts
+        self.events: list[WorkerEvent] = []
+        self.workers = [_WorkerState(i) for i in range(scheduler.n_workers)]
+        self._stop = threading.Event()
+        self._monitor: Any = None
+        self._policies: dict[int, Any] = {}
+
+    # ------------------------------------------------------------------ the loop
+    def _loop(self, state: _WorkerState, first: bool) -> TimedProcess:
+        clock, slot, queue, sched = self.clock, self.session.slot, self.session.queue, self.scheduler
+        i = state.index
+        policy = self._policies.get(i)
+        if policy is None:
+            policy = self._policies[i] = self.policy_factory(i)
+        tau_m, grace = self.session.tau_m, clock.tick_grace
+        guard = min(0.001, tau_m / 8)
+        virtual = clock.is_virtual
+        if first:
+            start = sched.start_delay(i)
+            if start > 0:
+                yield clock.now() + start
+        last_seq = -1
+        while not self._stop.is_set():
+            wait = sched.take_delay(i)
+            if wait > 0:
+                yield clock.now() + wait
+            latest = slot.read()
+            if latest.seq == last_seq:
+                # this worker already acted on the newest observation: wait for the next tick
+                yield latest.time + tau_m + 2 * grace
+                continue
+            last_seq = latest.seq
+            if state.killed:
+                state.killed = False
+                raise RuntimeError(f"worker {i} killed")
+            started = clock.now()
+            t0 = stopwatch()
+            decision = policy.act(latest.obs)
+            compute = stopwatch() - t0
+            if virtual:
+                tau_theta = decision.latency
+                if tau_theta > 0:
+                    yield started + tau_theta
+            else:  # measured: compute, declared latency and any oversleep all count
+                if decision.latency > 0:
+                    yield started + compute + decision.latency
+                tau_theta = clock.now() - started
+            pad = sched.after_inference(i, tau_theta)
+            if pad > 0:
+                yield clock.now() + pad
+            if self._stop.is_set():
+                return
+            if not virtual:
+                # Phase guard: an action landing a hair before a deadline makes that tick or
+                # misses it at the whim of jitter; hold it just past the deadline instead, so
+                # which tick it lands on is decided, not random (at most `guard` extra delay).
+                now = clock.now()
+                to_next = tau_m - (now - latest.time) % tau_m
+                if to_next < guard:
+                    yield now + to_next + guard / 4
+            queue.submit(
+                decision.action, obs_tick=latest.tick, episode=latest.episode, worker=i,
+                tau_theta=tau_theta, submit_time=clock.now(),
+            )  # fmt: skip
+            state.actions += 1
+            state.tau_thetas.append(tau_theta)
+
+    # ------------------------------------------------------------------ supervision
+    def _spawn(self, state: _WorkerState, first: bool) -> None:
+        process = self._loop(state, first)
+        name = f"worker-{state.index}"
+        if self.clock.is_virtual:
+            state.handle = self.clock.spawn(process, name=name, isolate=True)  # type: ignore[call-arg]
+        else:
+            # worker threads share the GIL: they must sleep, never spin
+            state.handle = WallClock(origin=self.clock.origin, spin=0.0).spawn(process, name=name)  # type: ignore[attr-defined]
+
+    def start(self) -> "InferencePool":
+        for state in self.workers:
+            self._spawn(state, first=True)
+        if self.clock.is_virtual:
+            self.clock.spawn(self._supervise_virtual(), name="supervisor", priority=2)  # type: ignore[call-arg]
+        else:
+            self._monitor = threading.Thread(target=self._supervise_wall, name="nonstop-supervisor", daemon=True)
+            self._monitor.start()
+        return self
+
+    def _check(self) -> None:
+        for state in self.workers:
+            handle = state.handle
+            error = getattr(handle, "error", None)
+            dead = error is not None or (not self.clock.is_virtual and not handle.is_alive())
+            if self.clock.is_virtual:
+                dead = not handle.alive
+            if not dead or self._stop.is_set():
+                continue
+            state.deaths += 1
+            detail = "".join(traceback.format_exception_only(error)).strip() if error else "exited"
+            self.events.append(WorkerEvent(self.clock.now(), state.index, "died", detail))
+            self._policies.pop(state.index, None)
+            if self.restart and state.deaths <= self.max_restarts:
+                self._spawn(state, first=False)
+                self.events.append(WorkerEvent(self.clock.now(), state.index, "restarted"))
+            else:
+                state.handle = _Dead()
+
+    def _supervise_virtual(self) -> TimedProcess:
+        tau_m = self.session.tau_m
+        while not self._stop.is_set():
+            yield self.clock.now() + tau_m
+            self._check()
+
+    def _supervise_wall(self) -> None:
+        while not self._stop.wait(self.session.tau_m):
+            self._check()
+
+    def kill(self, worker: int) -> None:
+        """Kill one worker as a fault would (tests and chaos drills)."""
+        if not 0 <= worker < len(self.workers):
+            raise ValueError(f"no worker {worker}; workers are 0..{len(self.workers) - 1}")
+        policy = self._policies.get(worker)
+        if isinstance(policy, ProcessPolicy):
+            policy.kill()  # the next act() fails: the worker dies like a crashed model process
+        else:
+            self.workers[worker].killed = True  # dies at its next observation
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._monitor is not None:
+            self._monitor.join(timeout=2)
+        for state in self.workers:
+            h = state.handle
+            if isinstance(h, threading.Thread):
+                h.join(timeout=5)
+        for policy in self._policies.values():
+            close = getattr(policy, "close", None)
+            if close is not None:
+                close()
+        self._policies.clear()
+        self.session.annotate("workers", self.report())
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "n_workers": len(self.workers),
+            "scheduler": getattr(self.scheduler, "name", type(self.scheduler).__name__),
+            "actions": [w.actions for w in self.workers],
+            "deaths": [w.deaths for w in self.workers],
+            "events": [(e.time, e.worker, e.kind, e.detail) for e in self.events],
+            "tau_theta_mean_s": float(np.mean([t for w in self.workers for t in w.tau_thetas]))
+            if any(w.tau_thetas for w in self.workers)
+            else None,
+        }
+
+    def __enter__(self) -> "InferencePool":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+class _Dead:
+    alive = False
+    error = None
+
+    def is_alive(self) -> bool:
+        return False
+
+
+# ----------------------------------------------------------------------------- process backend
+
+
+def _policy_process(conn: Any, factory: Callable[[], Any], torch_threads: int) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
+    try:
+        import torch
+
+        torch.set_num_threads(torch_threads)
+    except ImportError:
+        pass
+    policy = factory()
+    conn.send(("ready", None))
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            break
+        try:
+            conn.send(("ok", policy.act(msg)))
+        except Exception:
+            conn.send(("error", traceback.format_exc()))
+
+
+class ProcessPolicy:
+    """A policy running in its own process (real models: one torch thread per
+    process by default, so N_I processes use N_I cores, not N_I × all cores).
+
+    ``factory`` must be picklable (a module-level function or a
+    ``functools.partial`` of one). ``act`` ships the observation over a pipe
+    (~100 µs, small next to a model's inference) and returns its `Decision`.
+    """
+
+    def __init__(self, factory: Callable[[], Any], *, torch_threads: int = 1, start_timeout: float = 120.0) -> None:
+        ctx = mp.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(target=_policy_process, args=(child, factory, torch_threads), daemon=True)
+        self._process.start()
+        child.close()
+        if not self._conn.poll(start_timeout):
+            self.close()
+            raise TimeoutError(f"policy process did not start within {start_timeout}s")
+        self._conn.recv()
+
+    def act(self, obs: np.ndarray) -> Any:
+        try:
+            self._conn.send(obs)
+            kind, payload = self._conn.recv()
+        except (EOFError, BrokenPipeError, ConnectionResetError, OSError) as exc:
+            raise RuntimeError(f"policy process {self._process.pid} died") from exc
+        if kind == "error":
+            raise RuntimeError(f"policy raised in its process:\n{payload}")
+        return payload
+
+    def kill(self) -> None:
+        self._process.kill()
+
+    def close(self) -> None:
+        try:
+            if self._process.is_alive():
+                self._conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+        self._process.join(timeout=2)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
+        self._conn.close()
