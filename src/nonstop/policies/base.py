@@ -13,6 +13,7 @@ generator: no global numpy/torch RNG state is read or written.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from abc import ABC, abstractmethod
@@ -112,8 +113,6 @@ class RandomPolicy(Policy):
     def seed(self, seed: int | None) -> None:
         self._rng = np.random.default_rng(_check_seed(seed))
         if not isinstance(self.action_space, spaces.Discrete):
-            import copy
-
             self._space = copy.deepcopy(self.action_space)
             self._space.seed(int(self._rng.integers(2**32)))
 

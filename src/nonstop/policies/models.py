@@ -7,24 +7,24 @@ al. 2025 §5) is three conv sequences with ``16k, 32k, 32k`` channels, each
 
 (15 conv layers in all), then ``relu → flatten → FC(fc_hidden) → relu → FC(n_actions)``.
 
-Parameter counts (84×84×1 input, 18 actions; `PARAM_TABLE`), default construction
-(``same_padding=True, fc_hidden=256``: the standard IMPALA network; 84 → 42 → 21 → 11)::
+Parameter counts (84×84×1 input, 18 actions; `PARAM_TABLE`). Default construction
+(``same_padding=True, fc_hidden=256``: the standard IMPALA network, 84 → 42 → 21 → 11),
+next to the authors' released code (CERC-AAI/realtime_rl ``ImpalaCNN``: unpadded base
+convs and pools, 84 → 40 → 18 → 7, and a 512-wide head), which
+``impala_resnet(k, n, same_padding=False, fc_hidden=512)`` rebuilds exactly::
 
-    k    params          paper's label   ratio
-    1    1,064,002       1M              1.06
-    7    10,022,626      10M             1.00
-    29   81,245,906      100M            0.81
-    98   693,907,282     1B              0.69
+    k    default          / label    authors' code    / label   paper's label
+    1    1,093,426        1.09       909,874          0.91      1M
+    7    11,688,946       1.17       10,374,898       1.04      10M
+    29   110,148,274      1.10       104,689,074      1.05      100M
+    98   1,026,558,802    1.03       1,008,098,898    1.01      1B
 
-The FC hidden width stays fixed: the conv stack grows as ``k²`` (≈ 62,208 k²) and
-the FC input as ``k`` (11·11·32k), so a fixed 256-wide head is what lands k = 1
-and 7 on 1M and 10M; no width that scales with ``k`` keeps those two while lifting
-k = 98 to 1B (a ``k``-scaled head already gives 49M at k = 7). The paper's labels
-are orders of magnitude, not exact counts: the authors' released code
-(CERC-AAI/realtime_rl ``ImpalaCNN``: unpadded base convs and pools, 84 → 40 → 18 → 7,
-and a 512-wide head) gives 0.88M, 8.7M, 75.6M and 676M for the same four ``k``,
-and ``impala_resnet(k, n, same_padding=False, fc_hidden=512)`` rebuilds it exactly.
-Both constructions stay within 0.65–1.35 × the labels (the tolerance the tests use).
+The FC hidden width stays fixed. The convs grow as ``k²`` (≈ 96,768 k²: 9,216 k² in
+the first sequence, 41,472 k² and 46,080 k² in the other two) and the FC input only
+as ``k`` (11·11·32k), so the convs carry the large models (90% of k = 98) and the
+fixed head the small ones (91% of k = 1); a head that scaled with ``k`` would
+overshoot k = 7 (a 256k-wide head alone is 49M there). Both constructions land within
+±20% of the paper's labels, the tolerance the tests use.
 """
 
 from __future__ import annotations
@@ -159,7 +159,8 @@ class ImpalaResNet(nn.Module):
 
 
 def _check_arch(n_actions: int, in_channels: int, input_hw: int, fc_hidden: int) -> None:
-    for name, value in (("n_actions", n_actions), ("in_channels", in_channels), ("input_hw", input_hw), ("fc_hidden", fc_hidden)):
+    named = {"n_actions": n_actions, "in_channels": in_channels, "input_hw": input_hw, "fc_hidden": fc_hidden}
+    for name, value in named.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
 
@@ -203,7 +204,7 @@ def count_parameters(
     """Parameters of `ImpalaResNet` at width ``k``, computed without building it.
 
     >>> count_parameters(98)
-    693907282
+    1026558802
     """
     _check_arch(n_actions, in_channels, input_hw, fc_hidden)
     c1, c2, c3 = impala_channels(k)
@@ -247,7 +248,7 @@ def estimate_memory_bytes(
     ``16k × H × W`` output) per batch element: inference keeps at most a few maps alive.
 
     >>> round(estimate_memory_bytes(98) / 1e9, 2)
-    2.95
+    4.28
     """
     params = count_parameters(
         k, n_actions, in_channels, input_hw=input_hw, fc_hidden=fc_hidden, same_padding=same_padding
@@ -296,6 +297,10 @@ def available_memory_bytes(device: str | torch.device = "cpu") -> int:
     return int(available)
 
 
+def _human(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 10**9 else f"{n / 1e6:.1f}M"
+
+
 class ModelTooLargeError(ValueError, MemoryError):
     """A model would not fit in the memory available; raised before allocating it.
 
@@ -323,22 +328,22 @@ def ensure_fits(
     >>> ensure_fits(98, available_bytes=2**30)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    nonstop.policies.models.ModelTooLargeError: IMPALA ResNet k=98 (693.9M parameters) needs ~3.69 GB ...
+    nonstop.policies.models.ModelTooLargeError: IMPALA ResNet k=98 (1.03B parameters) needs ~5.35 GB ...
     """
     if not (isinstance(headroom, (int, float)) and headroom >= 1.0):
         raise ValueError(f"headroom must be a factor >= 1, got {headroom!r}")
     estimate = estimate_memory_bytes(k, n_actions, **arch)  # type: ignore[arg-type]
-    source = "given budget"
+    source = "the given budget"
     if available_bytes is None:
         available_bytes = available_memory_bytes(device)
-        source = f"free on {torch.device(device)}"
+        source = f"free memory on {torch.device(device)}"
     needed = int(estimate * headroom)
     if needed > available_bytes:
         params = count_parameters(k, n_actions, **arch)  # type: ignore[arg-type]
         raise ModelTooLargeError(
-            f"IMPALA ResNet k={k} ({params / 1e6:.1f}M parameters) needs ~{needed / 1e9:.2f} GB "
-            f"(fp32 weights + activations, x{headroom} headroom) but only {available_bytes / 1e9:.2f} GB "
-            f"is {source}: use a smaller k, a device with more memory, or a LatencyPolicy "
+            f"IMPALA ResNet k={k} ({_human(params)} parameters) needs ~{needed / 1e9:.2f} GB "
+            f"(fp32 weights + activations, x{headroom} headroom) but {source} is only "
+            f"{available_bytes / 1e9:.2f} GB: use a smaller k, a device with more memory, or a LatencyPolicy "
             f"replaying this size's measured inference times"
         )
     return estimate
