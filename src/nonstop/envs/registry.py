@@ -106,8 +106,8 @@ def register(
     ``factory(**kwargs)`` must return a fresh env. Keep it a module-level callable: worker processes
     rebuild envs from the id alone. ``check(**kwargs)``, if given, validates argument *values* for
     both :func:`make_env` and :func:`env_info`, so a bad value fails before anything is built.
-    Registering the same id twice is an error unless it is the very same factory and facts (a module
-    imported twice).
+    Registering an id again with different facts is an error; with the same facts (a module
+    imported twice) the new factory replaces the old.
     """
     if not callable(factory):
         raise TypeError(f"factory must be callable, got {factory!r}")
@@ -115,6 +115,7 @@ def register(
         raise TypeError(f"check must be callable or None, got {check!r}")
     if isinstance(env_id, str) and _ALE_ID.match(env_id):
         raise ValueError(f"{env_id!r} is reserved for ALE games; pick another name")
+    _check_positive_real("tick_hz", tick_hz)  # before float(): float(True) would pass as 1 Hz
     info = EnvInfo(
         env_id=env_id,
         family=family,
@@ -125,11 +126,11 @@ def register(
         optimal_reward_rate=optimal_reward_rate,
         default_reward_rate=default_reward_rate,
     )
-    entry = _Entry(factory, info, check)
     existing = _REGISTRY.get(env_id)
-    if existing is not None and existing != entry:
-        raise ValueError(f"environment id {env_id!r} is already registered (by {existing.factory!r})")
-    _REGISTRY[env_id] = entry
+    # Same facts again means the module was imported twice (reload, doctest collection): harmless.
+    if existing is not None and existing.info != info:
+        raise ValueError(f"environment id {env_id!r} is already registered as {existing.info}")
+    _REGISTRY[env_id] = _Entry(factory, info, check)
 
 
 def make_env(env_id: str, **kwargs: Any) -> gymnasium.Env:
@@ -180,7 +181,8 @@ def env_info(env_id: str, **kwargs: Any) -> EnvInfo:
 
         game = match["v5"] or match["bare"]
         _check_kwargs(env_id, atari.make_atari, kwargs, skip=("game",))
-        atari.check_atari_kwargs(game, **kwargs)
+        atari.check_game(game)
+        atari.check_atari_kwargs(**kwargs)
         return atari.atari_info(env_id, game)
     return _gymnasium_info(env_id, _gymnasium_spec(env_id), kwargs)
 
@@ -221,7 +223,8 @@ def _unknown_id_message(env_id: str) -> str:
     hint = f" Did you mean {', '.join(repr(names[c]) for c in close)}?" if close else ""
     return (
         f"unknown environment id {env_id!r}.{hint} {_HOW_TO_LIST.capitalize()}; any ALE game is "
-        f"available as 'ALE/<Game>-v5', and any Gymnasium id as long as you pass tick_hz=."
+        f"available as 'ALE/<Game>-v5', and any id in gymnasium.registry (with tick_hz= if it "
+        f"declares no metadata['render_fps'])."
     )
 
 
@@ -300,18 +303,27 @@ def _check_kwargs(
 
 
 def _check_against_hint(env_id: str, name: str, value: Any, hint: Any) -> None:
-    origin = typing.get_origin(hint)
-    if origin is Literal:
-        if value not in typing.get_args(hint):
-            raise ValueError(f"{env_id!r}: {name} must be one of {typing.get_args(hint)}, got {value!r}")
+    options = typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
+    literals: list[Any] = []
+    kinds: list[Any] = []
+    for option in options:
+        if typing.get_origin(option) is Literal:
+            literals.extend(typing.get_args(option))
+        elif option in _SIMPLE_CHECKS:
+            kinds.append(option)
+        else:
+            return  # not a simple annotation; the factory validates it
+    # Compare literals by type and value: `1 == True` must not let a bool through.
+    if any(type(value) is type(v) and value == v for v in literals):
         return
-    options = typing.get_args(hint) if origin in (Union, types.UnionType) else (hint,)
-    checks = {int: _is_int, float: _is_real, bool: lambda v: isinstance(v, bool), str: lambda v: isinstance(v, str), type(None): lambda v: v is None}
-    if not all(option in checks for option in options):
-        return  # not a simple annotation; the factory validates it
-    if not any(checks[option](value) for option in options):
-        wanted = " or ".join("None" if o is type(None) else o.__name__ for o in options)
-        raise TypeError(f"{env_id!r}: {name} must be {wanted}, got {type(value).__name__} {value!r}")
+    if any(_SIMPLE_CHECKS[kind](value) for kind in kinds):
+        return
+    if literals and kinds in ([], [type(None)]):
+        allowed = tuple(literals) + ((None,) if kinds else ())
+        raise ValueError(f"{env_id!r}: {name} must be one of {allowed}, got {value!r}")
+    wanted = " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
+    wanted += "".join(f" or {v!r}" for v in literals)
+    raise TypeError(f"{env_id!r}: {name} must be {wanted}, got {type(value).__name__} {value!r}")
 
 
 def _is_int(value: Any) -> bool:
@@ -321,6 +333,15 @@ def _is_int(value: Any) -> bool:
 
 def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+_SIMPLE_CHECKS: dict[Any, Callable[[Any], bool]] = {
+    int: _is_int,
+    float: _is_real,
+    bool: lambda v: isinstance(v, bool),
+    str: lambda v: isinstance(v, str),
+    type(None): lambda v: v is None,
+}
 
 
 def _check_positive_real(name: str, value: Any) -> None:

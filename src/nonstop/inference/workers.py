@@ -40,6 +40,14 @@ from nonstop.realtime.host import Session
 
 __all__ = ["InferencePool", "WorkerEvent", "ProcessPolicy"]
 
+#: Virtual-clock priority that wakes a worker after the host's tick at the same instant
+#: (the host runs at priority 1, workers at 0).
+_AFTER_TICK = 2
+
+
+def virtual_clock(clock: Clock) -> bool:
+    return clock.is_virtual
+
 
 @dataclass
 class WorkerEvent:
@@ -112,57 +120,92 @@ class InferencePool:
         if policy is None:
             policy = self._policies[i] = self.policy_factory(i)
         tau_m, grace = self.session.tau_m, clock.tick_grace
-        guard = min(0.001, tau_m / 8)
         virtual = clock.is_virtual
+        origin = self.session.host.origin if virtual else 0.0
+        guard = min(0.001, tau_m / 8)
+        # `t` is the worker's own notion of now. On the wall clock it is re-read after
+        # every wait. On the virtual clock it may trail the clock by at most `grace`
+        # (after letting the host finish a tick due at the same instant), so the
+        # loop's timings stay exact sums of latencies and waits and never drift.
+        t = clock.now()
         if first:
             start = sched.start_delay(i)
             if start > 0:
-                yield clock.now() + start
+                t += start
+                yield t
+                t = t if virtual else clock.now()
         last_seq = -1
         while not self._stop.is_set():
             wait = sched.take_delay(i)
             if wait > 0:
-                yield clock.now() + wait
+                t += wait
+                yield t
+                t = t if virtual else clock.now()
             latest = slot.read()
             if latest.seq == last_seq:
                 # this worker already acted on the newest observation: wait for the next tick
-                yield latest.time + tau_m + 2 * grace
+                deadline = latest.time + tau_m
+                if virtual:
+                    yield (self._tick_event(deadline), _AFTER_TICK)
+                    t = deadline
+                else:
+                    yield deadline + 2e-4
+                    t = clock.now()
                 continue
             last_seq = latest.seq
             if state.killed:
                 state.killed = False
                 raise RuntimeError(f"worker {i} killed")
-            started = clock.now()
+            started = t
             t0 = stopwatch()
             decision = policy.act(latest.obs)
             compute = stopwatch() - t0
             if virtual:
                 tau_theta = decision.latency
                 if tau_theta > 0:
-                    yield started + tau_theta
+                    t = started + tau_theta
+                    yield t
             else:  # measured: compute, declared latency and any oversleep all count
                 if decision.latency > 0:
                     yield started + compute + decision.latency
-                tau_theta = clock.now() - started
+                t = clock.now()
+                tau_theta = t - started
             pad = sched.after_inference(i, tau_theta)
             if pad > 0:
-                yield clock.now() + pad
+                t += pad
+                yield t
+                t = t if virtual else clock.now()
             if self._stop.is_set():
                 return
             if not virtual:
                 # Phase guard: an action landing a hair before a deadline makes that tick or
                 # misses it at the whim of jitter; hold it just past the deadline instead, so
                 # which tick it lands on is decided, not random (at most `guard` extra delay).
-                now = clock.now()
-                to_next = tau_m - (now - latest.time) % tau_m
+                to_next = tau_m - (t - latest.time) % tau_m
                 if to_next < guard:
-                    yield now + to_next + guard / 4
+                    yield t + to_next + guard / 4
+                    t = clock.now()
             queue.submit(
                 decision.action, obs_tick=latest.tick, episode=latest.episode, worker=i,
-                tau_theta=tau_theta, submit_time=clock.now(),
+                tau_theta=tau_theta, submit_time=t,
             )  # fmt: skip
             state.actions += 1
             state.tau_thetas.append(tau_theta)
+            if virtual:
+                # Submitted on a deadline: the host processes that tick `grace` later. Let it,
+                # then read the observation it publishes, as a real agent restarting at once
+                # would; `t` stays put, so the next inference still counts from the submit.
+                deadline = origin + round((t - origin) / tau_m) * tau_m
+                if abs(t - deadline) <= grace:
+                    yield (self._tick_event(deadline), _AFTER_TICK)
+            else:
+                t = clock.now()
+
+    def _tick_event(self, deadline: float) -> float:
+        """Virtual time at which the host processes the tick due at ``deadline``
+        (the same float expression the host uses, so the two compare equal)."""
+        origin, tau_m = self.session.host.origin, self.session.tau_m
+        return origin + round((deadline - origin) / tau_m) * tau_m + self.clock.tick_grace
 
     # ------------------------------------------------------------------ supervision
     def _spawn(self, state: _WorkerState, first: bool) -> None:

@@ -2,7 +2,8 @@
 
 Everything that runs against time (the host's tick loop, inference workers) is
 written once as a *timed process*: a generator that yields the absolute time it
-wants to wake at and receives the time it actually woke::
+wants to wake at (or ``(time, priority)`` to order itself among wake-ups due at
+the same virtual instant) and receives the time it actually woke::
 
     def ticker(clock):
         woke = yield 1.0          # sleep until t = 1.0 on this clock
@@ -126,7 +127,7 @@ class WallClock(Clock):
             try:
                 wake = next(process)
                 while True:
-                    woke = self.sleep_until(wake)
+                    woke = self.sleep_until(wake[0] if isinstance(wake, tuple) else wake)
                     wake = process.send(woke)
             except StopIteration:
                 pass
@@ -173,6 +174,7 @@ class VirtualClock(Clock):
     def __init__(self) -> None:
         self._now = 0.0
         self._queue: list[tuple[float, int, int, VirtualProcess, bool]] = []
+        self._priority: dict[int, int] = {}
         self._order = itertools.count()
 
     def now(self) -> float:
@@ -187,6 +189,7 @@ class VirtualClock(Clock):
         isolate: bool = False,
     ) -> VirtualProcess:
         handle = VirtualProcess(name, process)
+        self._priority[id(handle)] = priority
         self._step(handle, None, priority, isolate)
         return handle
 
@@ -198,16 +201,21 @@ class VirtualClock(Clock):
             wake = next(handle.process) if woke is None else handle.process.send(woke)
         except StopIteration:
             handle.alive = False
+            self._priority.pop(id(handle), None)
             return
         except BaseException as exc:
             handle.alive = False
+            self._priority.pop(id(handle), None)
             handle.error = exc
             if not isolate:
                 raise
             return
+        wake_priority = priority
+        if isinstance(wake, tuple):  # (time, priority): order this one wake-up among equal times
+            wake, wake_priority = wake
         if wake != wake:
             raise ValueError(f"process {handle.name!r} asked to wake at NaN")
-        heapq.heappush(self._queue, (max(float(wake), self._now), priority, next(self._order), handle, isolate))
+        heapq.heappush(self._queue, (max(float(wake), self._now), wake_priority, next(self._order), handle, isolate))
 
     def call_at(self, t: float, fn: Callable[[], None], *, priority: int = 0) -> VirtualProcess:
         """Run ``fn`` once at virtual time ``t``."""
@@ -224,9 +232,9 @@ class VirtualClock(Clock):
     def run_until(self, t: float) -> None:
         """Process every event due at or before ``t``, then set now to ``t``."""
         while self._queue and self._queue[0][0] <= t:
-            wake, priority, _, handle, isolate = heapq.heappop(self._queue)
+            wake, _, _, handle, isolate = heapq.heappop(self._queue)
             self._now = wake
-            self._step(handle, wake, priority, isolate)
+            self._step(handle, wake, self._priority.get(id(handle), 0), isolate)
         self._now = max(self._now, t)
 
     def run(self, until: Callable[[], bool] | None = None, *, max_time: float = float("inf")) -> None:
@@ -234,9 +242,9 @@ class VirtualClock(Clock):
         while self._queue and self._queue[0][0] <= max_time:
             if until is not None and until():
                 return
-            wake, priority, _, handle, isolate = heapq.heappop(self._queue)
+            wake, _, _, handle, isolate = heapq.heappop(self._queue)
             self._now = wake
-            self._step(handle, wake, priority, isolate)
+            self._step(handle, wake, self._priority.get(id(handle), 0), isolate)
 
     def sleep_until(self, t: float) -> float:
         """For code outside any process (a Gymnasium agent's loop): advance the

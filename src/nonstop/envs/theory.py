@@ -1,0 +1,243 @@
+"""The two worst-case MDPs from the proof of Theorem 1 (Riemer et al., ICLR 2025, Appendix B.2).
+
+* :class:`InactionMDP` (Equation 3): every tick on which β acts instead of the agent costs one unit
+  of reward, so the regret rate is exactly the inaction rate.
+* :class:`DelayCycleMDP` (Equation 4): the right action depends on a state that drifts around a
+  cycle, so an action computed ``k`` ticks ago is right only with probability ``p_minimax**k``.
+
+Both tick at 60 Hz like Atari, observe a one-hot ``float32`` vector of the state, never terminate
+on their own and truncate after ``max_steps`` ticks so that auto-reset paths get exercised. Action 0
+is always β's own action (the noop). The closed forms of the bounds are here too, so tests and
+plots can put measurement next to theory.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Final
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from .registry import register
+
+__all__ = [
+    "InactionMDP",
+    "DelayCycleMDP",
+    "THEORY_TICK_HZ",
+    "delay_regret_per_step",
+    "inaction_regret_rate",
+    "check_delay_cycle_args",
+]
+
+THEORY_TICK_HZ: Final = 60.0
+DEFAULT_MAX_STEPS: Final = 10_000
+
+
+def inaction_regret_rate(tau_theta: float, tau_m: float) -> float:
+    """Worst-case regret per second from inaction of a sequential agent (Equation 3, Remark 1).
+
+    An agent whose inference takes ``tau_theta`` seconds acts on one tick in ``tau_theta / tau_m``;
+    in :class:`InactionMDP` every other tick loses one unit of reward, so the regret per second is
+    ``(tau_theta - tau_m) / (tau_m * tau_theta)``, and 0 when inference fits in a tick.
+
+    >>> inaction_regret_rate(tau_theta=0.1, tau_m=0.02)   # acts 1 tick in 5: loses 40 of 50 per s
+    40.0
+    >>> inaction_regret_rate(0.01, 0.02)
+    0.0
+    """
+    _check_positive("tau_theta", tau_theta)
+    _check_positive("tau_m", tau_m)
+    if tau_theta <= tau_m:
+        return 0.0
+    return (tau_theta - tau_m) / (tau_m * tau_theta)
+
+
+def delay_regret_per_step(p_minimax: float, k: int) -> float:
+    """Worst-case regret per tick of acting ``k`` ticks late (Equation 4): ``1 - p_minimax**k``.
+
+    With ``k = ceil(tau_theta / tau_m)``, this is the share of ticks on which :class:`DelayCycleMDP`'s
+    state has moved on since the observation the action was computed from.
+
+    >>> delay_regret_per_step(0.5, 0), delay_regret_per_step(0.5, 2)
+    (0.0, 0.75)
+    """
+    if isinstance(p_minimax, bool) or not isinstance(p_minimax, numbers.Real):
+        raise TypeError(f"p_minimax must be a real number, got {type(p_minimax).__name__} {p_minimax!r}")
+    if not 0.0 <= p_minimax <= 1.0:
+        raise ValueError(f"p_minimax must be in [0, 1], got {p_minimax!r}")
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise TypeError(f"k must be an int (ticks of delay), got {type(k).__name__} {k!r}")
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    return 1.0 - float(p_minimax) ** int(k)
+
+
+class InactionMDP(gymnasium.Env[np.ndarray, np.int64]):
+    """Equation 3's worst case: acting earns 1 per tick, β's noop earns 0.
+
+    States ``s1`` (index 0) and ``s2`` (index 1); actions ``0 = a3`` (β's noop), ``1 = a1``,
+    ``2 = a2``. Either agent action leads to ``s1`` and β's leads to ``s2``; the reward is 1 for a
+    transition into ``s1``. The optimal reward rate is 1 per tick and β's is 0, so the regret is the
+    number of β ticks. Episodes start in ``s2`` (nobody has acted yet).
+
+    >>> env = InactionMDP(max_steps=3)
+    >>> obs, info = env.reset(seed=0)
+    >>> obs, info["state"]
+    (array([0., 1.], dtype=float32), 1)
+    >>> [env.step(a)[1] for a in (1, 0)]   # act, then let β idle
+    [1.0, 0.0]
+    >>> env.step(2)[1:4]   # third tick of max_steps=3: reward, terminated, truncated
+    (1.0, False, True)
+    """
+
+    metadata = {"render_modes": [], "render_fps": THEORY_TICK_HZ}
+    NOOP: Final = 0
+    N_STATES: Final = 2
+
+    def __init__(self, max_steps: int = DEFAULT_MAX_STEPS) -> None:
+        _check_max_steps(max_steps)
+        self.max_steps: Final = int(max_steps)
+        self.observation_space = spaces.Box(0.0, 1.0, (self.N_STATES,), np.float32)
+        self.action_space = spaces.Discrete(3)
+        self._one_hot: Final = np.eye(self.N_STATES, dtype=np.float32)
+        self._state: int | None = None
+        self._steps = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._state = 1
+        self._steps = 0
+        return self._one_hot[self._state].copy(), {"state": self._state}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self._state is None:
+            raise RuntimeError("call reset() before step()")
+        a = _checked_action(action, 3)
+        acted = a != self.NOOP
+        self._state = 0 if acted else 1
+        self._steps += 1
+        truncated = self._steps >= self.max_steps
+        return self._one_hot[self._state].copy(), float(acted), False, truncated, {"state": self._state}
+
+
+def check_delay_cycle_args(n: int = 8, p_minimax: float = 0.5, max_steps: int = DEFAULT_MAX_STEPS) -> None:
+    """Validate :class:`DelayCycleMDP`'s arguments; shared with the registry's ``env_info``."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"n must be an int (number of states), got {type(n).__name__} {n!r}")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if isinstance(p_minimax, bool) or not isinstance(p_minimax, numbers.Real):
+        raise TypeError(f"p_minimax must be a real number, got {type(p_minimax).__name__} {p_minimax!r}")
+    # The stay probability is the largest next-state probability, and n next states share 1,
+    # so it cannot be below 1/n (Appendix B.2). Tolerance lets p_minimax=1/3 through for n=3.
+    if not (p_minimax * n >= 1.0 - 1e-9 and p_minimax <= 1.0):
+        raise ValueError(f"p_minimax must be in [1/n, 1] = [{1 / n:.6g}, 1] for n={n}, got {p_minimax!r}")
+    _check_max_steps(max_steps)
+
+
+class DelayCycleMDP(gymnasium.Env[np.ndarray, np.int64]):
+    """Equation 4's worst case: the right action follows a state that drifts around a cycle.
+
+    States ``s_1..s_n`` (indices ``0..n-1``); actions ``0 = a0`` (β's own) and ``i = a_i``. Action
+    ``a_i`` in state ``s_i`` earns 1, anything else 0. Then, whatever the action, the state stays with
+    probability ``p_minimax`` and otherwise moves to the next state (``s_n`` wraps to ``s_1``). An
+    up-to-date agent earns 1 per tick, β earns 0; an agent ``k`` ticks late earns ``p_minimax**k``.
+    ``info["optimal_action"]`` is the rewarded action in the current state.
+
+    >>> env = DelayCycleMDP(n=3, p_minimax=1.0)   # p = 1: the state never moves
+    >>> obs, info = env.reset(seed=0)
+    >>> right = info["optimal_action"]
+    >>> env.step(right)[1], env.step(0)[1], env.step(right)[1]
+    (1.0, 0.0, 1.0)
+    """
+
+    metadata = {"render_modes": [], "render_fps": THEORY_TICK_HZ}
+    NOOP: Final = 0
+
+    def __init__(self, n: int = 8, p_minimax: float = 0.5, max_steps: int = DEFAULT_MAX_STEPS) -> None:
+        check_delay_cycle_args(n, p_minimax, max_steps)
+        self.n: Final = int(n)
+        self.p_minimax: Final = float(p_minimax)
+        self.max_steps: Final = int(max_steps)
+        self.observation_space = spaces.Box(0.0, 1.0, (self.n,), np.float32)
+        self.action_space = spaces.Discrete(self.n + 1)
+        self._one_hot: Final = np.eye(self.n, dtype=np.float32)
+        self._state: int | None = None
+        self._steps = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        # No state is special on a cycle, so start anywhere; the seed decides where.
+        self._state = int(self.np_random.integers(self.n))
+        self._steps = 0
+        return self._one_hot[self._state].copy(), self._info()
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self._state is None:
+            raise RuntimeError("call reset() before step()")
+        a = _checked_action(action, self.n + 1)
+        reward = 1.0 if a == self._state + 1 else 0.0
+        # Draw every tick, even when p_minimax is 1, so one seed gives one random stream.
+        if self.np_random.random() >= self.p_minimax:
+            self._state = (self._state + 1) % self.n
+        self._steps += 1
+        truncated = self._steps >= self.max_steps
+        return self._one_hot[self._state].copy(), reward, False, truncated, self._info()
+
+    def _info(self) -> dict[str, Any]:
+        return {"state": self._state, "optimal_action": self._state + 1}
+
+
+def _checked_action(action: Any, n_actions: int) -> int:
+    if isinstance(action, bool) or not isinstance(action, (numbers.Integral, np.ndarray)):
+        raise TypeError(f"action must be an int in [0, {n_actions}), got {type(action).__name__} {action!r}")
+    a = int(action)
+    if not 0 <= a < n_actions:
+        raise ValueError(f"action must be in [0, {n_actions}), got {a}")
+    return a
+
+
+def _check_max_steps(max_steps: Any) -> None:
+    if isinstance(max_steps, bool) or not isinstance(max_steps, numbers.Integral):
+        raise TypeError(f"max_steps must be an int, got {type(max_steps).__name__} {max_steps!r}")
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+
+
+def _check_positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number of seconds, got {type(value).__name__} {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be positive and finite, got {value!r}")
+
+
+register(
+    "theory/inaction",
+    InactionMDP,
+    family="theory",
+    tick_hz=THEORY_TICK_HZ,
+    noop_action=InactionMDP.NOOP,
+    default_beta="noop",
+    description="Theorem 1 worst case for inaction (Eq. 3): acting earns 1 per tick, β's noop 0",
+    optimal_reward_rate=1.0,
+    default_reward_rate=0.0,
+)
+register(
+    "theory/delay-cycle",
+    DelayCycleMDP,
+    family="theory",
+    tick_hz=THEORY_TICK_HZ,
+    noop_action=DelayCycleMDP.NOOP,
+    default_beta="noop",
+    description="Theorem 1 worst case for delay (Eq. 4): n-state cycle, stay w.p. p_minimax",
+    optimal_reward_rate=1.0,
+    default_reward_rate=0.0,
+    check=check_delay_cycle_args,
+)
