@@ -66,6 +66,8 @@ class _WorkerState:
     actions: int = 0
     deaths: int = 0
     killed: bool = False
+    last_start: float | None = None  # when its latest inference started (the worker's phase)
+    cycle: float | None = None  # time between its last two inference starts
     tau_thetas: list[float] = field(default_factory=list)
 
 
@@ -113,7 +115,7 @@ class InferencePool:
         self._policies: dict[int, Any] = {}
 
     # ------------------------------------------------------------------ the loop
-    def _loop(self, state: _WorkerState, first: bool) -> TimedProcess:
+    def _loop(self, state: _WorkerState, first: bool, resume_at: float | None = None) -> TimedProcess:
         clock, slot, queue, sched = self.clock, self.session.slot, self.session.queue, self.scheduler
         i = state.index
         policy = self._policies.get(i)
@@ -134,6 +136,11 @@ class InferencePool:
                 t += start
                 yield t
                 t = t if virtual else clock.now()
+        elif resume_at is not None:
+            sched.take_delay(i)  # delays owed to the dead worker are void: it resumes its old phase
+            t = resume_at
+            yield t
+            t = t if virtual else clock.now()
         last_seq = -1
         while not self._stop.is_set():
             wait = sched.take_delay(i)
@@ -157,6 +164,9 @@ class InferencePool:
                 state.killed = False
                 raise RuntimeError(f"worker {i} killed")
             started = t
+            if state.last_start is not None:
+                state.cycle = started - state.last_start
+            state.last_start = started
             t0 = stopwatch()
             decision = policy.act(latest.obs)
             compute = stopwatch() - t0
@@ -209,7 +219,15 @@ class InferencePool:
 
     # ------------------------------------------------------------------ supervision
     def _spawn(self, state: _WorkerState, first: bool) -> None:
-        process = self._loop(state, first)
+        resume_at = None
+        if not first and state.last_start is not None and state.cycle:
+            # Re-take the dead worker's place in the stagger: start where its next
+            # inference would have started, so the spacing re-converges at once.
+            now = self.clock.now()
+            missed = max(0, -(-(now - state.last_start) // state.cycle))
+            resume_at = state.last_start + missed * state.cycle
+            state.last_start = None
+        process = self._loop(state, first, resume_at)
         name = f"worker-{state.index}"
         if self.clock.is_virtual:
             state.handle = self.clock.spawn(process, name=name, isolate=True)  # type: ignore[call-arg]
@@ -218,6 +236,11 @@ class InferencePool:
             state.handle = WallClock(origin=self.clock.origin, spin=0.0).spawn(process, name=name)  # type: ignore[attr-defined]
 
     def start(self) -> "InferencePool":
+        # build every policy first: a model process takes seconds to start, and a
+        # worker should begin acting when the pool starts, not minutes of β later
+        for state in self.workers:
+            if state.index not in self._policies:
+                self._policies[state.index] = self.policy_factory(state.index)
         for state in self.workers:
             self._spawn(state, first=True)
         if self.clock.is_virtual:

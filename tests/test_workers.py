@@ -1,0 +1,117 @@
+"""Inference workers against the real host: staggering, sequential inaction,
+worker death and restart, and the process backend."""
+
+from __future__ import annotations
+
+import functools
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from nonstop.inference.schedulers import make_scheduler
+from nonstop.inference.workers import InferencePool, ProcessPolicy
+from nonstop.policies import Constant, ConstantPolicy, LatencyPolicy, MLP, TorchPolicy
+from nonstop.realtime.host import Session
+
+TAU = 1 / 60
+
+
+def _run(tau_ticks: float, n: int, scheduler: str, seconds: float, *, kill: tuple[float, int] | None = None):
+    with Session("theory/inaction", clock="virtual", seed=0) as world:
+        def policy(i: int) -> LatencyPolicy:
+            return LatencyPolicy(ConstantPolicy(world.action_space, 1), Constant(tau_ticks * TAU), seed=i)
+
+        pool = InferencePool(world, policy, make_scheduler(scheduler, n)).start()
+        if kill is not None:
+            at, worker = kill
+            world.run_for(at)
+            pool.kill(worker)
+            world.run_for(seconds - at)
+        else:
+            world.run_for(seconds)
+        pool.stop()
+    return world.tick_log, pool
+
+
+@pytest.mark.parametrize("scheduler", ["max_time", "exp_time"])
+@pytest.mark.parametrize("k", [3, 7])
+def test_k_staggered_workers_act_every_tick_and_one_fewer_does_not(scheduler, k):
+    log, _ = _run(k, k, scheduler, 200 * TAU)
+    s = log.summary(warmup_ticks=3 * k + 5)
+    assert s["inaction_ticks"] == 0
+    assert s["tau_i_mean_ticks"] == pytest.approx(1.0)
+    assert s["tau_i_cv"] == pytest.approx(0.0, abs=1e-9)
+    assert s["delay_max_ticks"] == k
+    short = _run(k, k - 1, scheduler, 200 * TAU)[0].summary(warmup_ticks=3 * k + 5)
+    assert short["inaction_fraction"] > 0.5 / k
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_sequential_integer_latency_leaves_one_minus_one_over_k(k):
+    s = _run(k, 1, "sequential", 300 * TAU)[0].summary(warmup_ticks=k)
+    assert s["inaction_fraction"] == pytest.approx(1 - 1 / k, abs=1.5 / s["ticks"])
+
+
+def test_sequential_fractional_latency_restarts_at_once():
+    # τ_θ = 2.5 ticks: inference restarts right after each submit, so the agent
+    # acts 2 times per 5 ticks: inaction 1 − τ_M/τ_θ = 0.6, not 1 − 1/⌈2.5⌉ = 0.667
+    s = _run(2.5, 1, "sequential", 400 * TAU)[0].summary(warmup_ticks=5)
+    assert s["inaction_fraction"] == pytest.approx(1 - 1 / 2.5, abs=0.01)
+    assert s["inaction_fraction"] < 1 - 1 / 3 - 0.03
+
+
+def test_killed_worker_is_covered_by_beta_restarted_and_staggering_reconverges():
+    k = 4
+    log, pool = _run(k, k, "max_time", 300 * TAU, kill=(100 * TAU, 2))
+    kinds = [(e.worker, e.kind) for e in pool.events]
+    assert (2, "died") in kinds and (2, "restarted") in kinds
+    assert pool.workers[2].deaths == 1
+    tick = log["tick"]
+    beta = (log["source"] == 0) & (tick > 100) & (tick < 130)
+    assert beta.sum() >= 1, "the dead worker's ticks fall to β"
+    tail = log.summary(warmup_ticks=200)
+    assert tail["inaction_ticks"] == 0, "after the restart the workers are staggered again"
+
+
+def test_bad_worker_counts_and_names_fail_before_anything_starts():
+    with pytest.raises(ValueError):
+        make_scheduler("max_time", 0)
+    with pytest.raises(ValueError, match="valid names"):
+        make_scheduler("fastest", 2)
+    with pytest.raises(ValueError):
+        make_scheduler("sequential", 2)
+
+
+def _mlp_policy(obs_dim: int, n_actions: int):
+    import torch
+
+    torch.manual_seed(0)
+    return TorchPolicy(MLP(obs_dim, n_actions), gym.spaces.Discrete(n_actions))
+
+
+def test_process_backend_runs_a_real_model_and_survives_a_killed_process():
+    factory = functools.partial(_mlp_policy, 4, 2)
+    with Session("CartPole", clock="wall", seed=0) as world:
+        pool = InferencePool(world, lambda i: ProcessPolicy(factory), make_scheduler("sequential", 1)).start()
+        try:
+            world.run_for(1.5)
+            acted = pool.workers[0].actions
+            kill_tick = world.slot.read().tick
+            pool.kill(0)
+            # a new model process takes seconds to start (torch import); β covers meanwhile
+            for _ in range(240):
+                world.run_for(0.25)
+                if pool.workers[0].actions > acted + 25:
+                    break
+        finally:
+            pool.stop()
+    log = world.tick_log
+    first = log["tick"][log["source"] == 1].min()  # the session ticked while the model process started
+    before_kill = log["source"][(log["tick"] > first) & (log["tick"] < first + 40)]
+    assert before_kill.mean() > 0.5, "a 1-thread MLP in its own process acts on most 50 Hz ticks"
+    assert pool.workers[0].deaths == 1
+    assert ("restarted" in [e.kind for e in pool.events])
+    after = log["source"][log["tick"] > kill_tick + 1]
+    assert after.sum() > 10, "the restarted process acts again"
+    assert np.isfinite(log["tau_theta"][log["source"] == 1]).all()
