@@ -237,6 +237,13 @@ class MaxTimeScheduler(_StaggeredScheduler):
     stops changing every worker acts every τ̂max, the workers τ̂max/N apart, so
     τ_I <= τ_θmax/N (Appendix B, "Interaction Time of Algorithm 1").
 
+    Caveat, found in simulation: the rule re-spaces exactly only the workers that are
+    still inferring when the new max arrives. A worker already padding to the old
+    max keeps its shorter cycle, gets only dist·δ/N, and ends up off its ideal phase.
+    Nothing pulls it back, so with random latencies the gaps after τ̂max settles can
+    be unequal. The pattern is still rigid (N actions every τ̂max, so the average
+    τ_I is exactly τ̂max/N), and with constant latency the spacing is exact.
+
     ``initial_estimate`` seeds τ̂max (paper: 0) and staggers the first inferences
     by i·initial_estimate/N.
 
