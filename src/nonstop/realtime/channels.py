@@ -306,7 +306,15 @@ class ActionCodec:
             if not self._lo <= action < self._hi:
                 raise ValueError(f"action {action!r} is outside the action space {space}")
             return int(action)
-        arr = np.asarray(action, dtype=space.dtype)
+        try:
+            arr = np.asarray(action)
+            if not isinstance(space, gym.spaces.Box) and not (
+                np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.bool_)
+            ):
+                raise ValueError("not integers")
+            arr = arr.astype(space.dtype)
+        except (TypeError, ValueError):
+            raise ValueError(f"action {action!r} is outside the action space {space}") from None
         if arr.shape != space.shape or not space.contains(arr):
             raise ValueError(f"action {action!r} is outside the action space {space}")
         return arr

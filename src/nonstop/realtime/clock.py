@@ -24,7 +24,7 @@ same code runs reproducibly and far faster than realtime.
 >>> _ = clock.spawn(proc("a", 0.5)); _ = clock.spawn(proc("b", 0.75))
 >>> clock.run()
 >>> seen
-[('a', 0.5), ('b', 0.75), ('a', 1.0), ('a', 1.5), ('b', 1.5), ('b', 2.25)]
+[('a', 0.5), ('b', 0.75), ('a', 1.0), ('b', 1.5), ('a', 1.5), ('b', 2.25)]
 """
 
 from __future__ import annotations

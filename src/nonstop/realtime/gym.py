@@ -82,8 +82,7 @@ class RealtimeEnv(gym.Env):
         session = self.session
         slot = session.slot
         if self._clock.is_virtual:
-            target = session.host.origin + (after_tick + 1) * self.tau_m + self._clock.tick_grace
-            session.run_until(target)
+            session.run_until(session.host.origin + (after_tick + 1) * self.tau_m)
             return slot.read()
         while True:
             seq = slot.seq
@@ -123,7 +122,7 @@ class RealtimeEnv(gym.Env):
                     latest = self._next_tick_boundary(latest.tick)
             self._last, self._episode = latest, latest.episode
         self._between_episodes = False
-        self._last_step_time = self._clock.now()
+        self._last_step_time = self._last.time if self._clock.is_virtual else self._clock.now()
         return self._last.obs, self._info(self._last, self._last, None)
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
@@ -132,14 +131,16 @@ class RealtimeEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         prev = self._last
         if self._clock.is_virtual and self.think_time:
-            session.run_until(self._last_step_time + self.think_time)
+            # up to the instant the decision is ready, not past it: a tick due then still takes it
+            self._clock.run_until(self._last_step_time + self.think_time)  # type: ignore[attr-defined]
         now = self._clock.now()
         seq = session.queue.submit(
             action, obs_tick=prev.tick, episode=prev.episode, worker=0, tau_theta=now - self._last_step_time, submit_time=now
         )
         current_tick = session.slot.read().tick
         latest = self._next_tick_boundary(current_tick)
-        self._last_step_time = self._clock.now()
+        # virtual: the agent sees the observation at its tick's deadline, not `grace` later
+        self._last_step_time = latest.time if self._clock.is_virtual else self._clock.now()
         reward = latest.total_reward - prev.total_reward
         terminated = truncated = False
         if latest.episode != self._episode:

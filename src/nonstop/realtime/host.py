@@ -200,7 +200,7 @@ def _host_main(conn: Any, env: EnvSource, env_kwargs: dict, slot: LatestSlot, qu
         parent = mp.parent_process()
         process = host.run(clock)
         wake = next(process)
-        conn.send(("ready", None))
+        conn.send(("ready", host.origin))
         n = 0
         while True:
             woke = clock.sleep_until(wake)
@@ -294,6 +294,8 @@ class Session:
         self._log: TickLog | None = None
         self._started = self._stopped = False
         self._notes: dict[str, Any] = {}
+        self._origin = 0.0
+        self._nominal: float | None = None  # virtual: run_for's own time, free of tick grace
         self.observation_space: gym.Space | None = None
         self.action_space: gym.Space | None = None
 
@@ -378,34 +380,44 @@ class Session:
         kind, payload = parent_conn.recv()
         if kind != "ready":
             self._collect(kind, payload)
+        self._origin = payload
 
     # ------------------------------------------------------------------ running
     def now(self) -> float:
+        if self.is_virtual and self._nominal is not None:
+            return max(self._nominal, self.clock.now() - self.clock.tick_grace)
         return self.clock.now()
 
     @property
     def origin(self) -> float:
-        """Clock time of tick 0."""
-        return self.slot.read().time if self.slot is not None else 0.0
+        """Clock time of tick 0 (the tick grid is ``origin + t·τ_M``)."""
+        return self.host.origin if self.host is not None else self._origin
 
     def run_for(self, seconds: float) -> None:
         """Let the world run for ``seconds`` of its clock (virtual: simulate; wall: wait and watch)."""
         if seconds < 0 or seconds != seconds:
             raise ValueError(f"seconds must be a non-negative number, got {seconds!r}")
-        self.run_until(self.clock.now() + seconds)
+        self.run_until(self.now() + seconds)
 
     def run_until(self, t: float) -> None:
         if not self._started or self._stopped:
             raise RuntimeError("session is not running")
         if self.is_virtual:
             try:
-                self.clock.run_until(t)  # type: ignore[attr-defined]
+                # a tick due at t is processed `tick_grace` after it: include it
+                self.clock.run_until(t + self.clock.tick_grace)  # type: ignore[attr-defined]
             except BaseException as exc:
                 self._fail_virtual(exc)
+            self._nominal = t
             return
         while self.clock.now() < t:
             if self._conn.poll(0):
-                kind, payload = self._conn.recv()
+                try:
+                    kind, payload = self._conn.recv()
+                except EOFError:
+                    self._stopped = True
+                    self._cleanup()
+                    raise HostError("host process died", tick_log=None, env_traceback="(no traceback: killed)") from None
                 self._collect(kind, payload)
                 return
             if not self._process.is_alive():
@@ -469,7 +481,10 @@ class Session:
                     self._log.meta.update(self._notes)
             elif self._process is not None:
                 if self._conn.poll(timeout):
-                    kind, payload = self._conn.recv()
+                    try:
+                        kind, payload = self._conn.recv()
+                    except EOFError:  # the host process died: nothing left to collect
+                        return self._log
                     self._collect(kind, payload)
         finally:
             self._cleanup()

@@ -1,0 +1,156 @@
+"""Shared test helpers for the realtime core.
+
+Everything here is module-level so that it pickles into a spawned host process
+(the wall clock runs the host in its own process and rebuilds the env from the
+factory it is given).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import gymnasium
+import numpy as np
+import pytest
+
+from nonstop.realtime.channels import SEGMENT_PREFIX
+
+SHM_DIR = Path("/dev/shm")
+
+
+class ScriptedEnv(gymnasium.Env):
+    """A deterministic world whose observation tells which tick produced it.
+
+    obs = [total steps so far (== host tick), step within the episode, last
+    applied action, episode index]. Reward of a step is ``reward_scale *
+    (action + 1)``, so rewards identify the action applied. An episode ends
+    (terminated) after ``episode_len`` steps, or truncates after it when
+    ``truncate=True``. ``fail_at_step`` makes the n-th ``step`` (1-based,
+    counted over the env's life) raise ``RuntimeError``.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        *,
+        n_actions: int = 3,
+        episode_len: int | None = None,
+        truncate: bool = False,
+        fail_at_step: int | None = None,
+        reward_scale: float = 1.0,
+    ) -> None:
+        self.action_space = gymnasium.spaces.Discrete(n_actions)
+        self.observation_space = gymnasium.spaces.Box(0.0, 1e9, shape=(4,), dtype=np.float64)
+        self.episode_len = episode_len
+        self.truncate = truncate
+        self.fail_at_step = fail_at_step
+        self.reward_scale = reward_scale
+        self.total_steps = 0
+        self.episode_steps = 0
+        self.episode = -1
+        self.last_action = 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array(
+            [self.total_steps, self.episode_steps, self.last_action, max(self.episode, 0)], dtype=np.float64
+        )
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.episode += 1
+        self.episode_steps = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.total_steps += 1
+        if self.fail_at_step is not None and self.total_steps == self.fail_at_step:
+            raise RuntimeError(f"scripted failure at step {self.total_steps}")
+        if not self.action_space.contains(action):
+            raise AssertionError(f"host applied an invalid action {action!r}")
+        self.episode_steps += 1
+        self.last_action = int(action)
+        reward = self.reward_scale * (int(action) + 1)
+        done = self.episode_len is not None and self.episode_steps >= self.episode_len
+        terminated = done and not self.truncate
+        truncated = done and self.truncate
+        return self._obs(), reward, terminated, truncated, {}
+
+
+def scripted_env(**kwargs) -> ScriptedEnv:
+    return ScriptedEnv(**kwargs)
+
+
+def cartpole() -> gymnasium.Env:
+    return gymnasium.make("CartPole-v1")
+
+
+def failing_env() -> ScriptedEnv:
+    """Raises on its 7th step: six good ticks, then a failure at tick 7."""
+    return ScriptedEnv(fail_at_step=7)
+
+
+def always_two(obs) -> int:
+    """A callable β (module-level so it pickles)."""
+    return 2
+
+
+def out_of_space(obs) -> int:
+    """A broken callable β that returns an action outside Discrete(3)."""
+    return 99
+
+
+# ----------------------------------------------------------------------------- shm hygiene
+
+
+def our_segments() -> set[str]:
+    """nonstop segments in /dev/shm created by this test process (segment names
+    embed the creator's pid; other sessions may run concurrently on the machine)."""
+    if not SHM_DIR.exists():
+        return set()
+    tag = f"_{os.getpid()}_"
+    return {p.name for p in SHM_DIR.iterdir() if p.name.startswith(SEGMENT_PREFIX) and tag in p.name}
+
+
+@pytest.fixture
+def no_shm_leak():
+    """Fails the test if it leaves a ``nonstop_*`` segment of ours in /dev/shm."""
+    before = our_segments()
+    yield
+    leaked = our_segments() - before
+    assert not leaked, f"shared-memory segments left behind: {sorted(leaked)}"
+
+
+# ----------------------------------------------------------------------------- driving a virtual session
+
+
+def run_ticks(world, n: int) -> None:
+    """Advance a virtual `Session` by exactly ``n`` ticks (to just past tick
+    ``host.tick + n``'s processing time, computed exactly as the host does)."""
+    host = world.host
+    target = host.tick + n
+    world.run_until(host.origin + target * world.tau_m + world.clock.tick_grace)
+    assert host.tick == target, (host.tick, target)
+
+
+def tick_mod3(obs) -> int:
+    """A callable β that depends on the observation it is given."""
+    return int(obs[0]) % 3
+
+
+def publish_uniform_frames(slot, seconds: float, ready, done_count) -> None:
+    """Writer for the torn-read test (runs in a spawned process): publish frames
+    whose every element equals the sequence number, as fast as possible."""
+    import time
+
+    frame = np.empty(slot.shape, slot.dtype)
+    ready.set()
+    n = 0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        n += 1
+        frame.fill(n)
+        slot.publish(frame, tick=n, time=float(n), reward=1.0, episode=n % 7)
+    done_count.value = n
+    slot.close()
