@@ -121,6 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save", metavar="DIR", help="save both tick logs (.npz) into DIR")
     p.set_defaults(func=cmd_demo)
 
+    from nonstop import compare
+
+    p = sub.add_parser("compare", help="sequential vs unstaggered vs max_time vs exp_time on one env and latency")
+    compare.add_arguments(p)
+    p.set_defaults(func=compare.run_compare)
+
     p = sub.add_parser("bench", help="run a benchmark (JSON on the last line with --json)")
     bench_sub = p.add_subparsers(dest="bench", metavar="NAME")
     for name, module_name in BENCHMARKS.items():

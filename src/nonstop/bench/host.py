@@ -1,0 +1,325 @@
+"""``nonstop bench host``: does the host keep up with the env it hosts?
+
+Target (DESIGN §1, from the issue): the host ticking **unthrottled** on the virtual clock keeps
+at least 90 % of the steps per second of a plain Gymnasium loop (``env.step(0)``, reset when an
+episode ends) on the same env, measured in the same run.
+
+Both sides do the same work: build the env, ``reset(seed=0)`` (not timed; a seeded ALE reset
+reloads the ROM and costs ~0.1 s), then ``steps`` steps with the automatic resets timed. The host
+side is a real ``Session(factory, clock="virtual", unthrottled=True, max_ticks=steps)``: on a
+virtual clock an unthrottled host never yields, so the whole run happens inside ``start()``.
+Timing starts when the first (seeded) reset returns, read from a tiny wrapper that stamps it and
+binds ``step`` straight to the inner env (no extra Python frame on the per-step path), so both
+loops pay exactly the same env cost. Repeats are interleaved (raw, host, raw, host, ...) after one
+untimed warm-up pair; the figures are medians. Each run is timed on the wall clock (the target)
+and on the thread's CPU time, which leaves out the time other processes of a shared machine took
+the core away (``ratio_cpu``: the cost of the two loops, less noisy than the wall ratio).
+
+The module also holds the env factory the realtime benchmarks share (`make_bench_env`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import functools
+import io
+import pstats
+import time
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+from nonstop.bench.common import machine_info, percentiles
+from nonstop.realtime.clock import stopwatch
+
+#: CPU time of the calling thread: on a shared, noisy machine it leaves out the time other
+#: processes took the core away, so it ranks the two loops even when wall time is disturbed.
+cpu_stopwatch = time.thread_time
+
+__all__ = [
+    "DESCRIPTION",
+    "RESULT_KEYS",
+    "TARGET_RATIO",
+    "add_arguments",
+    "run",
+    "render",
+    "make_bench_env",
+    "env_source",
+    "bench_env_factory",
+]
+
+DESCRIPTION = "host steps/s unthrottled (virtual clock) vs a plain gymnasium loop on the same env (target ≥ 90 %)"
+
+#: The host keeps at least this fraction of the raw loop's steps per second.
+TARGET_RATIO = 0.90
+
+#: Figures every result carries (all finite numbers or booleans).
+RESULT_KEYS = (
+    "raw_steps_per_s",
+    "host_steps_per_s",
+    "ratio",
+    "meets_target",
+    "raw_cpu_steps_per_s",
+    "host_cpu_steps_per_s",
+    "ratio_cpu",
+    "host_overhead_cpu_us_per_tick",
+    "host_overhead_us_per_tick",
+    "env_step_p50_us",
+    "host_loop_us_per_tick",
+)
+
+_QUICK = {"steps": 2000, "repeats": 3}
+_FULL = {"steps": 10000, "repeats": 9}
+
+
+# ----------------------------------------------------------------------------- envs
+
+
+def _registry_make_env() -> Any:
+    """``nonstop.envs.make_env`` once the registry exports it, else None."""
+    try:
+        from nonstop.envs import make_env
+    except ImportError:
+        return None
+    return make_env
+
+
+def make_bench_env(env_id: str = "Boxing") -> gymnasium.Env:
+    """A fresh env for ``env_id``, through ``nonstop.envs.make_env`` when it is available.
+
+    Without the registry, Atari names (``"Boxing"`` or ``"ALE/Boxing-v5"``) are built with the
+    paper's realtime settings (one frame per step, no sticky actions) and anything else is passed
+    to ``gymnasium.make``. Module-level, so a spawned host process can rebuild it.
+    """
+    make_env = _registry_make_env()
+    if make_env is not None:
+        return make_env(env_id)
+    if "/" not in env_id and "-v" not in env_id:
+        env_id = f"ALE/{env_id}-v5"
+    if env_id.startswith("ALE/"):
+        import ale_py
+
+        gymnasium.register_envs(ale_py)
+        return gymnasium.make(env_id, frameskip=1, repeat_action_probability=0.0)
+    return gymnasium.make(env_id)
+
+
+def bench_env_factory(env_id: str = "Boxing") -> functools.partial:
+    """A picklable zero-argument factory for `Session` (wall clock: rebuilt in the host process)."""
+    return functools.partial(make_bench_env, env_id)
+
+
+def env_source(env_id: str = "Boxing") -> str:
+    """How `make_bench_env` builds ``env_id`` right now (reported with every result)."""
+    return "nonstop.envs.make_env" if _registry_make_env() is not None else "gymnasium.make (registry not available)"
+
+
+class _ResetStamp(gymnasium.Wrapper):
+    """Records when the first ``reset`` returned: the start of a timed run.
+
+    ``step`` is bound to the inner env's ``step`` on the instance, so the per-step path is exactly
+    the inner env's; only ``reset`` goes through this wrapper.
+    """
+
+    def __init__(self, env: gymnasium.Env, profile: cProfile.Profile | None = None) -> None:
+        super().__init__(env)
+        self.step = env.step  # type: ignore[method-assign]
+        self.first_reset_at: float | None = None
+        self.first_reset_cpu: float | None = None
+        self._profile = profile
+
+    def reset(self, **kwargs: Any) -> Any:
+        out = self.env.reset(**kwargs)
+        if self.first_reset_at is None:
+            self.first_reset_at = stopwatch()
+            self.first_reset_cpu = cpu_stopwatch()
+            if self._profile is not None:  # profile the timed region only, not the env's construction
+                self._profile.enable()
+        return out
+
+
+def _stamped_env(env_id: str, profile: cProfile.Profile | None = None) -> _ResetStamp:
+    return _ResetStamp(make_bench_env(env_id), profile)
+
+
+# ----------------------------------------------------------------------------- the two loops
+
+
+def raw_loop(env_id: str, steps: int, action: int = 0) -> dict[str, float]:
+    """Steps per second (wall and CPU) of a plain Gymnasium loop: ``step(action)``, reset when an
+    episode ends."""
+    env = _stamped_env(env_id)
+    try:
+        env.reset(seed=0)
+        step, reset = env.step, env.reset
+        for _ in range(steps):
+            _, _, terminated, truncated, _ = step(action)
+            if terminated or truncated:
+                reset()
+        end, end_cpu = stopwatch(), cpu_stopwatch()
+        wall, cpu = end - env.first_reset_at, end_cpu - env.first_reset_cpu  # type: ignore[operator]
+    finally:
+        env.close()
+    return {"steps_per_s": steps / wall, "cpu_steps_per_s": steps / cpu}
+
+
+def host_loop(env_id: str, steps: int, *, profile: cProfile.Profile | None = None) -> dict[str, float]:
+    """Steps per second of the host, unthrottled on the virtual clock, plus where the time went."""
+    from nonstop.realtime.host import Session
+
+    session = Session(
+        functools.partial(_stamped_env, env_id, profile), clock="virtual", tick_hz=60.0, seed=0,
+        max_ticks=steps, unthrottled=True,
+    )  # fmt: skip
+    with session:  # start(): unthrottled on a VirtualClock, the host runs to max_ticks right here
+        if profile is not None:
+            profile.disable()
+        session.clock.run()  # nothing left to do unless the host someday yields when unthrottled
+        end, end_cpu = stopwatch(), cpu_stopwatch()
+        env = session.host.env  # type: ignore[union-attr]
+        elapsed, cpu = end - env.first_reset_at, end_cpu - env.first_reset_cpu
+        log = session.tick_log
+    if len(log) != steps:
+        raise RuntimeError(f"host ran {len(log)} ticks, expected {steps}")
+    env_s = float(log["step_s"].astype(np.float64).sum() + log["reset_s"].astype(np.float64).sum())
+    return {
+        "steps_per_s": steps / elapsed,
+        "cpu_steps_per_s": steps / cpu,
+        "env_step_p50_us": float(np.percentile(log["step_s"], 50) * 1e6),
+        # per tick, whatever the host does besides env.step/reset (queue, β, log, publish)
+        "host_loop_us_per_tick": (elapsed - env_s) / steps * 1e6,
+        "episodes": int(log["episode"][-1]) if steps else 0,
+    }
+
+
+def _profile_host(env_id: str, steps: int, top: int = 15) -> list[dict[str, Any]]:
+    """cProfile one host run; the functions that cost the most own time, in µs per tick."""
+    profile = cProfile.Profile()
+    try:
+        host_loop(env_id, steps, profile=profile)  # enabled when the first reset returns
+    finally:
+        profile.disable()
+    stats = pstats.Stats(profile, stream=io.StringIO())
+    rows = []
+    for (filename, line, name), (_, calls, tottime, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]
+        rows.append({
+            "function": f"{filename.rsplit('/', 2)[-1]}:{line}({name})",
+            "calls_per_tick": calls / steps,
+            "own_us_per_tick": tottime / steps * 1e6,
+            "cum_us_per_tick": cumtime / steps * 1e6,
+        })  # fmt: skip
+    rows.sort(key=lambda r: r["own_us_per_tick"], reverse=True)
+    return rows[:top]
+
+
+# ----------------------------------------------------------------------------- the benchmark
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", default="Boxing", help="env id (default Boxing)")
+    parser.add_argument(
+        "--steps", type=int, default=None,
+        help=f"steps per timed run (default {_FULL['steps']}, quick {_QUICK['steps']})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--repeats", type=int, default=None,
+        help=f"interleaved raw/host pairs (default {_FULL['repeats']}, quick {_QUICK['repeats']})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--profile", action="store_true",
+        help="also cProfile one host run and report the top functions (µs per tick; slows that run)",
+    )  # fmt: skip
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    sizes = _QUICK if getattr(args, "quick", False) else _FULL
+    env_id = getattr(args, "env", "Boxing") or "Boxing"
+    steps = getattr(args, "steps", None) or sizes["steps"]
+    repeats = getattr(args, "repeats", None) or sizes["repeats"]
+    if steps < 1 or repeats < 1:
+        raise ValueError(f"--steps and --repeats must be positive, got {steps} and {repeats}")
+
+    warm = min(steps, 200)
+    raw_loop(env_id, warm)  # imports, ROM load, first-call costs: not timed
+    host_loop(env_id, warm)
+    raw_runs: list[dict[str, float]] = []
+    host_runs: list[dict[str, float]] = []
+    for _ in range(repeats):  # interleaved, so slow phases of a shared machine hit both loops
+        raw_runs.append(raw_loop(env_id, steps))
+        host_runs.append(host_loop(env_id, steps))
+
+    def median(runs: list[dict[str, float]], key: str) -> float:
+        return float(np.median([r[key] for r in runs]))
+
+    raw_sps, host_sps = median(raw_runs, "steps_per_s"), median(host_runs, "steps_per_s")
+    raw_cpu, host_cpu = median(raw_runs, "cpu_steps_per_s"), median(host_runs, "cpu_steps_per_s")
+    ratio = host_sps / raw_sps
+    pair_ratios = [h["steps_per_s"] / r["steps_per_s"] for h, r in zip(host_runs, raw_runs)]
+    result: dict[str, Any] = {
+        "bench": "host",
+        "env": env_id,
+        "env_source": env_source(env_id),
+        "steps": steps,
+        "repeats": repeats,
+        "raw_steps_per_s": raw_sps,
+        "host_steps_per_s": host_sps,
+        "ratio": ratio,
+        "target_ratio": TARGET_RATIO,
+        "meets_target": bool(ratio >= TARGET_RATIO),
+        # the same on CPU time: what the two loops cost, without other processes' interference
+        "raw_cpu_steps_per_s": raw_cpu,
+        "host_cpu_steps_per_s": host_cpu,
+        "ratio_cpu": host_cpu / raw_cpu,
+        "ratio_pairs": percentiles(pair_ratios),
+        # what the host adds per tick, as seen from outside (1/host - 1/raw), wall and CPU
+        "host_overhead_us_per_tick": (1.0 / host_sps - 1.0 / raw_sps) * 1e6,
+        "host_overhead_cpu_us_per_tick": (1.0 / host_cpu - 1.0 / raw_cpu) * 1e6,
+        "env_step_p50_us": median(host_runs, "env_step_p50_us"),
+        "host_loop_us_per_tick": median(host_runs, "host_loop_us_per_tick"),
+        "raw_runs": percentiles([r["steps_per_s"] for r in raw_runs]),
+        "host_runs": percentiles([r["steps_per_s"] for r in host_runs]),
+        "machine": machine_info(),
+    }
+    if getattr(args, "profile", False):
+        result["profile_top"] = _profile_host(env_id, steps)
+    return result
+
+
+def render(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"host vs raw gymnasium loop — {result['env']} ({result['env_source']})")
+    table.add_column("loop")
+    table.add_column("steps/s (median)", justify="right")
+    table.add_column("min", justify="right")
+    table.add_column("max", justify="right")
+    raw, host = result["raw_runs"], result["host_runs"]
+    table.add_row("raw env.step(0)", f"{result['raw_steps_per_s']:,.0f}", f"{raw['min']:,.0f}", f"{raw['max']:,.0f}")
+    table.add_row("host unthrottled", f"{result['host_steps_per_s']:,.0f}", f"{host['min']:,.0f}", f"{host['max']:,.0f}")
+    verdict = "[green]meets[/]" if result["meets_target"] else "[red]misses[/]"
+    table.add_row(
+        "raw, CPU time", f"{result['raw_cpu_steps_per_s']:,.0f}", "", "",
+    )  # fmt: skip
+    table.add_row("host, CPU time", f"{result['host_cpu_steps_per_s']:,.0f}", "", "")
+    pairs = result["ratio_pairs"]
+    table.caption = (
+        f"ratio {result['ratio']:.3f} ({verdict} ≥ {result['target_ratio']:.2f}); on CPU time {result['ratio_cpu']:.3f}; "
+        f"per pair {pairs['min']:.3f}–{pairs['max']:.3f}; "
+        f"host adds {result['host_overhead_us_per_tick']:.1f} µs/tick; env step p50 {result['env_step_p50_us']:.1f} µs; "
+        f"{result['steps']} steps × {result['repeats']} interleaved repeats"
+    )
+    console = Console()
+    console.print(table)
+    if "profile_top" in result:
+        prof = Table(title="host run, cProfile (own time per tick)")
+        for col in ("function", "calls/tick", "own µs/tick", "cum µs/tick"):
+            prof.add_column(col, justify="left" if col == "function" else "right")
+        for row in result["profile_top"]:
+            prof.add_row(
+                row["function"], f"{row['calls_per_tick']:.2f}", f"{row['own_us_per_tick']:.2f}", f"{row['cum_us_per_tick']:.2f}"
+            )
+        console.print(prof)
+

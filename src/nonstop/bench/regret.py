@@ -1,0 +1,344 @@
+"""``nonstop bench regret``: Theorem 1 measured on its own worst-case MDPs (virtual clock).
+
+For each inference time τ_θ (in ticks, constant latency):
+
+(a) `InactionMDP`, one sequential worker: the measured inaction regret rate (reward lost per
+    second, from the tick log) against Equation 3, ``(τ_θ − τ_M)/(τ_M·τ_θ)``;
+(b) the same MDP, ``N_I = ⌈τ_θ/τ_M⌉`` workers staggered by Algorithm 1 (``max_time``): the regret
+    rate goes to 0 (Equation 3 at the measured τ̄_I, which is τ_M);
+(c) `DelayCycleMDP` (``--n-states`` states, stay probability ``--p-minimax``), the best delayed
+    policy (`ObservedStatePolicy`), staggered and sequential: the measured regret per agent step
+    against Equation 4, ``1 − p^⌈τ_θ/τ_M⌉``. Staggering removes inaction, not delay: this term
+    stays. The host's own expectation, ``1 − p^(d−1)`` for an action applied ``d`` ticks after its
+    observation, is reported too (see `nonstop.metrics.regret` for why ``d − 1``).
+
+Episodes never truncate here (``max_steps`` is huge): the theorem is about a continuing world, and
+a reset would add β ticks (stale in-flight actions) that belong to neither term. Standard errors
+are batch means over the measured window (after a warm-up of ``3·τ_θ + 30`` ticks). Each τ_θ gets
+its own seed (``--seed`` + its index), so the rows' sampling errors are independent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nonstop.metrics.regret import (
+    ObservedStatePolicy,
+    delay_regret_estimate,
+    eq3_inaction_regret_rate,
+    eq4_delay_regret_per_step,
+    inaction_regret_estimate,
+    predicted_delay_regret_per_step,
+)
+
+__all__ = ["DESCRIPTION", "ROW_KEYS", "add_arguments", "run", "render", "measure"]
+
+DESCRIPTION = "Theorem 1 on its worst-case MDPs: inaction regret vs Eq. 3 (sequential, staggered), delay regret vs Eq. 4"
+
+#: Keys of every row of the result (all finite numbers, or None for an undefined ratio).
+ROW_KEYS = (
+    "tau_theta_ticks",
+    "n_workers_staggered",
+    "sequential_inaction_regret_rate",
+    "sequential_inaction_regret_rate_se",
+    "sequential_inaction_fraction",
+    "eq3_inaction_regret_rate",
+    "sequential_ratio_to_eq3",
+    "staggered_inaction_regret_rate",
+    "staggered_inaction_regret_rate_se",
+    "staggered_inaction_fraction",
+    "staggered_tau_i_mean_ticks",
+    "eq3_at_staggered_tau_i",
+    "staggered_delay_regret_per_step",
+    "staggered_delay_regret_per_step_se",
+    "staggered_delay_mean_ticks",
+    "staggered_agent_steps",
+    "eq4_delay_regret_per_step",
+    "staggered_ratio_to_eq4",
+    "predicted_delay_regret_per_step",
+    "staggered_ratio_to_predicted",
+    "sequential_delay_regret_per_step",
+    "sequential_delay_regret_per_step_se",
+)
+
+_DEFAULT_TICKS = (1.0, 2.0, 4.0, 8.0, 16.0)
+_QUICK_TICKS = (1.0, 4.0, 8.0)
+#: measured world seconds per run: (inaction MDP, delay-cycle MDP). The inaction runs are
+#: deterministic (constant latency); the delay-cycle runs carry the sampling noise.
+_FULL_SECONDS = (300.0, 2000.0)
+_QUICK_SECONDS = (60.0, 400.0)
+_NEVER_TRUNCATE = 10**12
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ticks", default=None,
+                        help="inference times τ_θ in ticks, comma-separated (default 1,2,4,8,16; quick 1,4,8)")  # fmt: skip
+    parser.add_argument("--p-minimax", type=float, default=0.9,
+                        help="delay-cycle MDP: probability that the state stays put per tick (default 0.9)")  # fmt: skip
+    parser.add_argument("--n-states", type=int, default=64, help="delay-cycle MDP: states on the cycle (default 64)")
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="measured world seconds per inaction run (default 300; quick 60)")  # fmt: skip
+    parser.add_argument("--delay-seconds", type=float, default=None,
+                        help="measured world seconds per delay-cycle run (default 2000; quick 400)")  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0,
+                        help="base seed (default 0); the runs for the i-th τ_θ use seed + i")  # fmt: skip
+    parser.add_argument("--plot", default=None, metavar="PATH", help="also write a figure to PATH (.png)")
+
+
+def _parse_ticks(text: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise ValueError(f"--ticks takes comma-separated numbers of ticks, got {text!r}") from exc
+    if not values or any(not (v > 0) or math.isinf(v) for v in values):
+        raise ValueError(f"--ticks values must be positive finite tick counts, got {text!r}")
+    return values
+
+
+def _ratio(measured: float, theory: float) -> float | None:
+    if not (math.isfinite(measured) and math.isfinite(theory)) or theory == 0:
+        return None
+    return measured / theory
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None
+
+
+def warmup_ticks(tau_ticks: float) -> int:
+    """Ticks left out before measuring: the first round (all workers start together) and a
+    cycle for the stagger to settle."""
+    return int(math.ceil(3 * tau_ticks)) + 30
+
+
+def measure(
+    env: str,
+    *,
+    tau_ticks: float,
+    scheduler: str,
+    n_workers: int,
+    seconds: float,
+    seed: int,
+    env_kwargs: dict[str, Any] | None = None,
+) -> Any:
+    """One virtual-clock run of ``env`` with a constant τ_θ of ``tau_ticks``; returns the tick log.
+
+    The policy is the best one for the env: always act (``InactionMDP``) or act on the observed
+    state (``DelayCycleMDP``). The run lasts the warm-up plus ``seconds`` of world time.
+    """
+    from nonstop.inference.schedulers import make_scheduler
+    from nonstop.inference.workers import InferencePool
+    from nonstop.policies import Constant, ConstantPolicy, LatencyPolicy
+    from nonstop.realtime.host import Session
+
+    kwargs = {"max_steps": _NEVER_TRUNCATE, **(env_kwargs or {})}
+    with Session(env, clock="virtual", seed=seed, env_kwargs=kwargs) as world:
+        latency = Constant(tau_ticks * world.tau_m)
+        if env == "theory/inaction":
+
+            def base() -> Any:
+                return ConstantPolicy(world.action_space, 1)
+        else:
+
+            def base() -> Any:
+                return ObservedStatePolicy(world.action_space)
+
+        pool = InferencePool(
+            world, lambda i: LatencyPolicy(base(), latency, seed=seed * 100_003 + i), make_scheduler(scheduler, n_workers)
+        ).start()
+        try:
+            world.run_for(warmup_ticks(tau_ticks) * world.tau_m + seconds)
+        finally:
+            pool.stop()
+    return world.tick_log
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from nonstop.envs.theory import THEORY_TICK_HZ, check_delay_cycle_args
+    from nonstop.metrics.nstar import theoretical_nstar
+
+    quick = bool(getattr(args, "quick", False))
+    taus = _parse_ticks(args.ticks) if args.ticks else list(_QUICK_TICKS if quick else _DEFAULT_TICKS)
+    inaction_s = args.seconds if args.seconds is not None else (_QUICK_SECONDS if quick else _FULL_SECONDS)[0]
+    delay_s = args.delay_seconds if args.delay_seconds is not None else (_QUICK_SECONDS if quick else _FULL_SECONDS)[1]
+    for name, value in (("--seconds", inaction_s), ("--delay-seconds", delay_s)):
+        if not (value > 0 and math.isfinite(value)):
+            raise ValueError(f"{name} must be a positive number of world seconds, got {value!r}")
+    if isinstance(args.seed, bool) or not isinstance(args.seed, int) or args.seed < 0:
+        raise ValueError(f"--seed must be an int >= 0, got {args.seed!r}")
+    p, n_states = args.p_minimax, args.n_states
+    check_delay_cycle_args(n_states, p)  # p in [1/n, 1], n >= 1: fails before any run
+    if max(taus) >= n_states:
+        raise ValueError(
+            f"--n-states ({n_states}) must exceed the largest τ_θ in ticks ({max(taus):g}): Equation 4's worst "
+            f"case needs a cycle longer than the delay"
+        )
+    tau_m = 1.0 / THEORY_TICK_HZ
+    cycle = {"n": n_states, "p_minimax": p}
+    rows = []
+    for row_index, tau in enumerate(taus):
+        # One env seed per τ_θ: rows sharing one random trajectory would share its luck (a cycle
+        # that happens to move less makes every row's delay regret low together). Sequential and
+        # staggered runs of one τ_θ do share it: that comparison is paired.
+        seed = args.seed + row_index
+        n_stag = theoretical_nstar(tau * tau_m, tau_m)
+        warm = warmup_ticks(tau)
+        seq_i = measure("theory/inaction", tau_ticks=tau, scheduler="sequential", n_workers=1, seconds=inaction_s, seed=seed)
+        stag_i = measure("theory/inaction", tau_ticks=tau, scheduler="max_time", n_workers=n_stag, seconds=inaction_s, seed=seed)
+        stag_d = measure("theory/delay-cycle", tau_ticks=tau, scheduler="max_time", n_workers=n_stag,
+                         seconds=delay_s, seed=seed, env_kwargs=cycle)  # fmt: skip
+        seq_d = measure("theory/delay-cycle", tau_ticks=tau, scheduler="sequential", n_workers=1,
+                        seconds=delay_s, seed=seed, env_kwargs=cycle)  # fmt: skip
+        seq_est = inaction_regret_estimate(seq_i, 1.0, warmup_ticks=warm)
+        stag_est = inaction_regret_estimate(stag_i, 1.0, warmup_ticks=warm)
+        stag_sum = stag_i.summary(warmup_ticks=warm)
+        eq3 = eq3_inaction_regret_rate(tau * tau_m, tau_m)
+        tau_i = stag_sum["tau_i_mean_s"]
+        delay_est = delay_regret_estimate(stag_d, 1.0, warmup_ticks=warm)
+        seq_delay_est = delay_regret_estimate(seq_d, 1.0, warmup_ticks=warm)
+        eq4 = eq4_delay_regret_per_step(p, theoretical_nstar(tau * tau_m, tau_m))
+        predicted = predicted_delay_regret_per_step(stag_d, p, warmup_ticks=warm)
+        rows.append({
+            "tau_theta_ticks": tau,
+            "n_workers_staggered": n_stag,
+            "sequential_inaction_regret_rate": seq_est.value,
+            "sequential_inaction_regret_rate_se": _finite(seq_est.stderr),
+            "sequential_inaction_fraction": seq_i.summary(warmup_ticks=warm)["inaction_fraction"],
+            "eq3_inaction_regret_rate": eq3,
+            "sequential_ratio_to_eq3": _ratio(seq_est.value, eq3),
+            "staggered_inaction_regret_rate": stag_est.value,
+            "staggered_inaction_regret_rate_se": _finite(stag_est.stderr),
+            "staggered_inaction_fraction": stag_sum["inaction_fraction"],
+            "staggered_tau_i_mean_ticks": _finite(stag_sum["tau_i_mean_ticks"]),
+            "eq3_at_staggered_tau_i": eq3_inaction_regret_rate(tau_i, tau_m) if math.isfinite(tau_i) else None,
+            "staggered_delay_regret_per_step": delay_est.value,
+            "staggered_delay_regret_per_step_se": _finite(delay_est.stderr),
+            "staggered_delay_mean_ticks": _finite(stag_d.summary(warmup_ticks=warm)["delay_mean_ticks"]),
+            "staggered_agent_steps": delay_est.n,
+            "eq4_delay_regret_per_step": eq4,
+            "staggered_ratio_to_eq4": _ratio(delay_est.value, eq4),
+            "predicted_delay_regret_per_step": predicted,
+            "staggered_ratio_to_predicted": _ratio(delay_est.value, predicted),
+            "sequential_delay_regret_per_step": seq_delay_est.value,
+            "sequential_delay_regret_per_step_se": _finite(seq_delay_est.stderr),
+        })  # fmt: skip
+    result: dict[str, Any] = {
+        "rows": rows,
+        "p_minimax": p,
+        "n_states": n_states,
+        "tick_hz": THEORY_TICK_HZ,
+        "clock": "virtual",
+        "latency": "constant",
+        "inaction_seconds": inaction_s,
+        "delay_seconds": delay_s,
+        "seed": args.seed,
+        "units": {"inaction_regret_rate": "reward per second", "delay_regret_per_step": "reward per agent step"},
+        **_verdicts(rows),
+        "note": (
+            "an action applied d ticks after its observation meets the state d-1 transitions later, so on the "
+            "virtual clock (d = tau_theta in ticks) the delay regret is 1 - p^(d-1): one factor of p below "
+            "Equation 4 at ceil(tau_theta/tau_M); predicted_delay_regret_per_step is that expectation"
+        ),
+    }
+    if args.plot:
+        result["plot"] = str(_plot(result, Path(args.plot)))
+    return result
+
+
+def _verdicts(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One-line checks a CI job or a reader can hold the run to."""
+    eq3_errors = [abs(r["sequential_ratio_to_eq3"] - 1) for r in rows if r["sequential_ratio_to_eq3"] is not None]
+    z = [
+        abs(r["staggered_delay_regret_per_step"] - r["predicted_delay_regret_per_step"])
+        / r["staggered_delay_regret_per_step_se"]
+        for r in rows
+        if r["staggered_delay_regret_per_step_se"]  # 0 or None: nothing random to compare
+    ]
+    return {
+        "eq3_max_relative_error": max(eq3_errors) if eq3_errors else None,
+        "staggered_inaction_regret_rate_max": max(r["staggered_inaction_regret_rate"] for r in rows),
+        "delay_vs_predicted_max_z": max(z) if z else None,
+    }
+
+
+def _plot(result: dict[str, Any], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    tau = np.array([r["tau_theta_ticks"] for r in rows])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    grid = np.geomspace(tau.min(), tau.max(), 200) if tau.min() != tau.max() else tau
+    tau_m = 1.0 / result["tick_hz"]
+    a.plot(grid, [eq3_inaction_regret_rate(t * tau_m, tau_m) for t in grid], "k--", label="Equation 3")
+    a.plot(tau, [r["sequential_inaction_regret_rate"] for r in rows], "o", label="sequential (measured)")
+    a.plot(tau, [r["staggered_inaction_regret_rate"] for r in rows], "s", label="max_time, N_I=⌈τ_θ/τ_M⌉ (measured)")
+    a.set_xscale("log", base=2)
+    a.set_xlabel("τ_θ (ticks)")
+    a.set_ylabel("inaction regret (reward / s)")
+    a.set_title("Inaction: InactionMDP")
+    a.legend(loc="center right")
+    a.grid(True, which="both", alpha=0.3)
+    p = result["p_minimax"]
+    fine = np.geomspace(tau.min(), tau.max(), 400) if tau.min() != tau.max() else tau
+    k = np.ceil(fine - 1e-9)  # τ_θ in ticks -> ⌈τ_θ/τ_M⌉, the delay d on the virtual clock
+    b.plot(fine, 1 - p**k, "k--", label="Equation 4: 1 − p^⌈τ_θ/τ_M⌉")
+    b.plot(fine, 1 - p ** (k - 1.0), ":", color="grey", label="host expectation: 1 − p^(d−1)")
+    se = [r["staggered_delay_regret_per_step_se"] or 0.0 for r in rows]
+    b.errorbar(tau, [r["staggered_delay_regret_per_step"] for r in rows], yerr=[2 * s for s in se], fmt="s",
+               capsize=3, label="max_time (measured, ±2 SE)")  # fmt: skip
+    b.plot(tau, [r["sequential_delay_regret_per_step"] for r in rows], "o", mfc="none", label="sequential (measured)")
+    b.set_xscale("log", base=2)
+    b.set_xlabel("τ_θ (ticks)")
+    b.set_ylabel("delay regret (per agent step)")
+    b.set_title(f"Delay: DelayCycleMDP, n={result['n_states']}, p_minimax={p:g}")
+    b.legend(loc="upper left")
+    b.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def render(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    def num(v: Any, fmt: str) -> str:
+        return "—" if v is None else format(v, fmt)
+
+    console = Console()
+    inaction = Table(title=f"Inaction regret (reward/s) on InactionMDP — virtual clock, {result['tick_hz']:g} Hz")
+    for col in ("τ_θ (ticks)", "sequential", "Eq 3", "ratio", "max_time", "N_I"):
+        inaction.add_column(col, justify="right")
+    for r in result["rows"]:
+        inaction.add_row(
+            f"{r['tau_theta_ticks']:g}", f"{r['sequential_inaction_regret_rate']:.3f}",
+            f"{r['eq3_inaction_regret_rate']:.3f}", num(r["sequential_ratio_to_eq3"], ".4f"),
+            f"{r['staggered_inaction_regret_rate']:.3f}", str(r["n_workers_staggered"]),
+        )  # fmt: skip
+    console.print(inaction)
+    delay = Table(title=f"Delay regret (per agent step) on DelayCycleMDP, n={result['n_states']}, "
+                        f"p_minimax={result['p_minimax']:g}")  # fmt: skip
+    for col in ("τ_θ (ticks)", "max_time ± SE", "Eq 4", "ratio", "1−p^(d−1)", "ratio", "sequential ± SE"):
+        delay.add_column(col, justify="right")
+    for r in result["rows"]:
+        delay.add_row(
+            f"{r['tau_theta_ticks']:g}",
+            f"{r['staggered_delay_regret_per_step']:.4f} ± {num(r['staggered_delay_regret_per_step_se'], '.4f')}",
+            f"{r['eq4_delay_regret_per_step']:.4f}", num(r["staggered_ratio_to_eq4"], ".3f"),
+            f"{r['predicted_delay_regret_per_step']:.4f}", num(r["staggered_ratio_to_predicted"], ".3f"),
+            f"{r['sequential_delay_regret_per_step']:.4f} ± {num(r['sequential_delay_regret_per_step_se'], '.4f')}",
+        )  # fmt: skip
+    console.print(delay)
+    print(result["note"])
+    if result.get("plot"):
+        print(f"plot: {result['plot']}")

@@ -1,0 +1,380 @@
+"""``nonstop compare``: the four ways to run a slow model in a realtime world, side by side.
+
+The same env, the same model latency (a `LatencyPolicy` over a `RandomPolicy`), the same seed, run
+once per scheduler:
+
+* ``sequential``  — one worker: acts once per τ_θ, β fills the ticks in between;
+* ``unstaggered`` — N workers that all fire together: N actions per τ_θ, but the env takes one per
+  tick, so the newest wins and the rest are superseded (about as much inaction as sequential);
+* ``max_time``    — Algorithm 1: N workers staggered by the running maximum τ̂_θmax;
+* ``exp_time``    — Algorithm 2: N workers staggered by the running mean τ̄_θ.
+
+N defaults to ``⌈τ̄_θ/τ_M⌉`` (the N_I* of Algorithm 2; Algorithm 1 needs ``⌈τ_θmax/τ_M⌉``, so
+with a spread-out latency ``max_time`` keeps some inaction at this N). Every figure comes from
+the tick log after a warm-up (the first round, when all workers start together).
+
+>>> import argparse
+>>> p = argparse.ArgumentParser(); add_arguments(p)
+>>> args = p.parse_args(["--env", "theory/inaction", "--latency", "4t", "--seconds", "5"])
+>>> result = compare(args.env, args.latency, seconds=args.seconds)
+>>> {name: round(s["inaction_fraction"], 2) for name, s in result["schedulers"].items()}
+{'sequential': 0.75, 'unstaggered': 0.75, 'max_time': 0.0, 'exp_time': 0.0}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import numbers
+import re
+from pathlib import Path
+from typing import Any
+
+from nonstop.metrics.timing import episode_returns
+
+__all__ = [
+    "SCHEDULERS",
+    "add_arguments",
+    "run_compare",
+    "compare",
+    "run_scheduler",
+    "resolve_n_workers",
+    "default_plot_path",
+    "render_table",
+    "plot_compare",
+    "to_json",
+]
+
+#: The schedulers compared, in table order.
+SCHEDULERS = ("sequential", "unstaggered", "max_time", "exp_time")
+CLOCKS = ("virtual", "wall")
+#: Ticks shown in each timeline of the plot.
+TIMELINE_TICKS = 240
+
+
+# ----------------------------------------------------------------------------- arguments
+
+
+def _n_workers_arg(text: str) -> int | str:
+    """argparse type for ``--n-workers``: a positive int or ``auto``."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or 'auto', got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (or 'auto'), got {n}")
+    return n
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``nonstop compare``."""
+    parser.add_argument("--env", default="Boxing", help="env id (default Boxing; see `nonstop envs`)")
+    parser.add_argument("--latency", default="6t", metavar="SPEC",
+                        help="model inference time: constant:V | V | normal:MEAN,STD | lognormal:MEDIAN,SIGMA | "
+                             "empirical:PATH; units s, ms or t (ticks of the env). Default 6t")  # fmt: skip
+    parser.add_argument("--n-workers", type=_n_workers_arg, default="auto", metavar="N|auto",
+                        help="workers for unstaggered, max_time and exp_time (default auto = ⌈τ̄_θ/τ_M⌉)")  # fmt: skip
+    parser.add_argument("--seconds", type=float, default=10.0, help="world seconds per scheduler (default 10)")
+    parser.add_argument("--clock", choices=CLOCKS, default="virtual",
+                        help="virtual (default: fast, reproducible) or wall (real time: seconds × 4 in all)")  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0, help="env and policy seed, the same for every scheduler")
+    parser.add_argument("--plot", default=None, metavar="PATH",
+                        help="figure path (default runs/compare-<env>.png; '' for none)")  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="also print the summaries as one JSON object (last line)")
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def resolve_n_workers(n_workers: Any, latency_mean_s: float, tau_m: float) -> int:
+    """``n_workers`` checked, or for ``"auto"``/``None`` the N_I* of Algorithm 2, ``⌈τ̄_θ/τ_M⌉``.
+
+    >>> resolve_n_workers("auto", 0.1, 1 / 60), resolve_n_workers(None, 0.001, 1 / 60), resolve_n_workers(3, 0.1, 1 / 60)
+    (6, 1, 3)
+    >>> resolve_n_workers(0, 0.1, 1 / 60)
+    Traceback (most recent call last):
+    ...
+    ValueError: n_workers must be >= 1 (or 'auto'), got 0
+    """
+    from nonstop.metrics.nstar import theoretical_nstar
+
+    if n_workers is None or (isinstance(n_workers, str) and n_workers.strip().lower() == "auto"):
+        return theoretical_nstar(latency_mean_s, tau_m)
+    if isinstance(n_workers, bool) or not isinstance(n_workers, numbers.Integral):
+        raise TypeError(f"n_workers must be a positive int or 'auto', got {type(n_workers).__name__} {n_workers!r}")
+    if n_workers < 1:
+        raise ValueError(f"n_workers must be >= 1 (or 'auto'), got {n_workers}")
+    return int(n_workers)
+
+
+def _check_seconds(seconds: Any) -> float:
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"seconds must be a positive number of world seconds, got {seconds!r}")
+    return float(seconds)
+
+
+def _check_seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    return int(seed)
+
+
+def _latency(spec: Any, tick_hz: float) -> Any:
+    from nonstop.policies import Latency, parse_latency
+
+    if isinstance(spec, Latency):
+        return spec
+    if not isinstance(spec, str):
+        raise TypeError(f"latency must be a spec string (e.g. '6t', 'lognormal:100ms,0.5') or a Latency, got {spec!r}")
+    return parse_latency(spec, tick_hz=tick_hz)
+
+
+def default_plot_path(env: str) -> Path:
+    """``runs/compare-<env>.png``, the env id made file-safe.
+
+    >>> str(default_plot_path("ALE/Boxing-v5"))
+    'runs/compare-ALE_Boxing-v5.png'
+    """
+    return Path("runs") / f"compare-{re.sub(r'[^A-Za-z0-9._-]+', '_', env)}.png"
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def run_scheduler(
+    env: str,
+    scheduler: str,
+    *,
+    latency: Any,
+    n_workers: int,
+    seconds: float,
+    clock: str = "virtual",
+    seed: int = 0,
+) -> Any:
+    """Run ``env`` for ``seconds`` with ``n_workers`` workers under ``scheduler``; return the tick log.
+
+    Each worker runs ``LatencyPolicy(RandomPolicy(action_space), latency)`` seeded from ``seed`` and
+    its index, so every scheduler sees the same latency draws per worker.
+    """
+    from nonstop.inference.schedulers import make_scheduler
+    from nonstop.inference.workers import InferencePool
+    from nonstop.policies import LatencyPolicy, RandomPolicy
+    from nonstop.realtime.host import Session
+
+    sched = make_scheduler(scheduler, n_workers)
+    with Session(env, clock=clock, seed=seed) as world:
+
+        def policy(i: int) -> LatencyPolicy:
+            return LatencyPolicy(RandomPolicy(world.action_space), latency, seed=seed * 100_003 + i)
+
+        pool = InferencePool(world, policy, sched).start()
+        try:
+            world.run_for(seconds)
+        finally:
+            pool.stop()
+    return world.tick_log
+
+
+def _episode_return(log: Any) -> tuple[float, str, int]:
+    """(value, kind, completed): the mean return of completed episodes, or, if none completed,
+    the reward total of the whole run."""
+    returns = episode_returns(log)
+    if returns:
+        return float(sum(returns) / len(returns)), "mean_completed", len(returns)
+    return float(log["reward"].sum()) if len(log) else 0.0, "total", 0
+
+
+def compare(
+    env: str = "Boxing",
+    latency: Any = "6t",
+    *,
+    n_workers: int | str | None = "auto",
+    seconds: float = 10.0,
+    clock: str = "virtual",
+    seed: int = 0,
+    schedulers: tuple[str, ...] = SCHEDULERS,
+    progress: Any = None,
+) -> dict[str, Any]:
+    """Run every scheduler in ``schedulers`` on ``env`` with the same latency and seed.
+
+    Returns ``{"env", "tick_hz", "latency", "latency_mean_ticks", "n_workers", "seconds", "clock",
+    "seed", "warmup_ticks", "schedulers": {name: summary}, "logs": {name: TickLog}}``. A summary is
+    `nonstop.metrics.timing.summarize` after the warm-up plus ``n_workers``, ``episode_return``,
+    ``episode_return_kind`` (``"mean_completed"`` or ``"total"``) and ``episodes_ended``.
+    Bad inputs raise ``ValueError``/``TypeError`` before anything runs.
+    """
+    from nonstop.envs import env_info
+    from nonstop.inference.schedulers import make_scheduler
+
+    if not isinstance(env, str):
+        raise TypeError(f"env must be an env id string, got {type(env).__name__} {env!r}")
+    info = env_info(env)  # an unknown id fails here with the registry's message
+    dist = _latency(latency, info.tick_hz)
+    seconds = _check_seconds(seconds)
+    seed = _check_seed(seed)
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
+    tau_m = 1.0 / info.tick_hz
+    n = resolve_n_workers(n_workers, dist.mean, tau_m)
+    for name in schedulers:
+        make_scheduler(name, 1 if name == "sequential" else n)  # unknown names fail before any run
+    total_ticks = int(seconds * info.tick_hz)
+    # The first round (all workers start together) plus two cycles to settle, at most a quarter of the run.
+    warmup = min(3 * math.ceil(dist.max_hint / tau_m - 1e-9) + 30, total_ticks // 4)
+    logs, summaries = {}, {}
+    for name in schedulers:
+        if progress is not None:
+            progress(name)
+        workers = 1 if name == "sequential" else n
+        log = run_scheduler(env, name, latency=dist, n_workers=workers, seconds=seconds, clock=clock, seed=seed)
+        summary = log.summary(warmup_ticks=warmup)
+        value, kind, ended = _episode_return(log)
+        summary.update(n_workers=workers, episode_return=value, episode_return_kind=kind, episodes_ended=ended)
+        logs[name], summaries[name] = log, summary
+    return {
+        "env": env,
+        "tick_hz": info.tick_hz,
+        "latency": repr(dist),
+        "latency_mean_ticks": dist.mean / tau_m,
+        "n_workers": n,
+        "seconds": seconds,
+        "clock": clock,
+        "seed": seed,
+        "warmup_ticks": warmup,
+        "schedulers": summaries,
+        "logs": logs,
+    }
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def _cell(value: Any, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    return format(value, fmt)
+
+
+def render_table(result: dict[str, Any], console: Any = None) -> None:
+    """One rich table: a row per scheduler."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    table = Table(
+        title=f"{result['env']} at {result['tick_hz']:g} Hz, latency {result['latency']} "
+        f"(τ̄_θ = {result['latency_mean_ticks']:.2f} ticks), {result['clock']} clock, {result['seconds']:g} s each",
+        caption=f"figures after {result['warmup_ticks']} warm-up ticks; return: mean over completed episodes, "
+        f"or the whole run's reward total if none completed",
+    )
+    table.add_column("scheduler", no_wrap=True)
+    for col in ("N_I", "mean τ_I (ticks)", "τ_I CV", "inaction", "mean delay (ticks)", "actions/s", "return"):
+        table.add_column(col, justify="right")
+    for name, s in result["schedulers"].items():
+        if s["episode_return_kind"] == "mean_completed":
+            ret = f"{s['episode_return']:.1f} (mean, {s['episodes_ended']} ep.)"
+        else:
+            ret = f"{s['episode_return']:.1f} (total)"
+        table.add_row(
+            name, str(s["n_workers"]), _cell(s["tau_i_mean_ticks"], ".2f"), _cell(s["tau_i_cv"], ".3f"),
+            _cell(s["inaction_fraction"], ".1%"), _cell(s["delay_mean_ticks"], ".2f"),
+            _cell(s["actions_per_s"], ".1f"), ret,
+        )  # fmt: skip
+    console.print(table)
+    for name, s in result["schedulers"].items():
+        if s["stale"]:
+            console.print(
+                f"{name}: {s['stale']} actions dropped as stale (computed in an earlier episode: the delay "
+                f"outlasted the episode), {s['superseded']} superseded by a newer one"
+            )
+
+
+def plot_compare(result: dict[str, Any], path: str | Path) -> Path:
+    """Bars of inaction and mean delay per scheduler, and a timeline of agent vs β ticks for each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    names = list(result["schedulers"])
+    summaries = result["schedulers"]
+    fig = plt.figure(figsize=(11, 4 + 0.8 * len(names)))
+    grid = fig.add_gridspec(1 + len(names), 2, height_ratios=[4] + [1] * len(names), hspace=0.6)
+    colors = [f"C{i}" for i in range(len(names))]
+    ax = fig.add_subplot(grid[0, 0])
+    inaction = [100 * np.nan_to_num(summaries[n]["inaction_fraction"]) for n in names]
+    ax.bar_label(ax.bar(names, inaction, color=colors), fmt="%.1f%%")
+    ax.set_ylabel("inaction (% of ticks)")
+    ax.set_title("Inaction (β ticks)")
+    ax = fig.add_subplot(grid[0, 1])
+    delays = [np.nan_to_num(summaries[n]["delay_mean_ticks"]) for n in names]
+    ax.bar_label(ax.bar(names, delays, color=colors), fmt="%.2f")
+    ax.set_ylabel("mean delay (ticks)")
+    ax.set_title("Delay of applied actions")
+    cmap = ListedColormap(["#d62728", "#2ca02c"])  # β red, agent green
+    start = result["warmup_ticks"]
+    for row, name in enumerate(names):
+        log = result["logs"][name]
+        tick, source = log["tick"], log["source"]
+        window = (tick > start) & (tick <= start + TIMELINE_TICKS)
+        ax = fig.add_subplot(grid[1 + row, :])
+        shown = tick[window]
+        if shown.size:
+            ax.imshow(source[window][None, :], aspect="auto", cmap=cmap, vmin=0, vmax=1, interpolation="nearest",
+                      extent=(shown[0] - 0.5, shown[-1] + 0.5, 0, 1))  # fmt: skip
+        ax.set_yticks([])
+        ax.set_ylabel(name, rotation=0, ha="right", va="center")
+        if row < len(names) - 1:
+            ax.set_xticklabels([])
+    ax.set_xlabel(f"tick (the first {TIMELINE_TICKS} after the warm-up)")
+    fig.legend(handles=[Patch(color="#2ca02c", label="agent action"), Patch(color="#d62728", label="β (inaction)")],
+               loc="upper right", ncol=2)  # fmt: skip
+    fig.suptitle(f"{result['env']}: latency {result['latency']}, N_I = {result['n_workers']}, {result['clock']} clock")
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item") and callable(value.item):  # numpy scalars
+        return _jsonable(value.item())
+    return value
+
+
+def to_json(result: dict[str, Any]) -> str:
+    """The result without the tick logs, as strict JSON (NaN becomes null)."""
+    return json.dumps(_jsonable({k: v for k, v in result.items() if k != "logs"}), allow_nan=False)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Entry point of ``nonstop compare`` (see `add_arguments`). Bad inputs raise ValueError/TypeError."""
+    from rich.console import Console
+
+    console = Console()
+    with console.status("running…") as status:
+        result = compare(
+            args.env, args.latency, n_workers=args.n_workers, seconds=args.seconds, clock=args.clock,
+            seed=args.seed, progress=lambda name: status.update(f"running {name} on the {args.clock} clock…"),
+        )  # fmt: skip
+    render_table(result, console)
+    plot = default_plot_path(args.env) if args.plot is None else (Path(args.plot) if args.plot else None)
+    if plot is not None:
+        result["plot"] = str(plot_compare(result, plot))
+        console.print(f"plot: {result['plot']}")
+    if args.json:
+        print(to_json(result))
+    return 0

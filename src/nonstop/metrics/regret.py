@@ -1,0 +1,265 @@
+"""Realtime regret measured from the tick log, next to Theorem 1's closed forms.
+
+Riemer et al. (ICLR 2025), Theorem 1, proved in Appendix B.2 with two worst-case MDPs
+(`nonstop.envs.theory`):
+
+* **Equation 3, inaction.** On `InactionMDP` an agent tick earns 1 and a β tick earns 0, so the
+  regret rate is ``(optimal reward − achieved reward) / duration``; a sequential agent with
+  inference time τ_θ loses ``(τ̄_θ − τ̄_M)/(τ̄_M·τ̄_θ)`` per second (`eq3_inaction_regret_rate`).
+* **Equation 4, delay.** On `DelayCycleMDP` the right action follows a drifting state, so an action
+  computed ``k`` transitions ago is right with probability ``p_minimax**k``: regret per agent step
+  ``1 − p_minimax**k`` with ``k = ⌈τ_θ/τ_M⌉`` (`eq4_delay_regret_per_step`).
+
+Everything here is numbers in, numbers out: measurements are computed from the tick-log columns
+(DESIGN §1.8), never from counters. Standard errors use batch means, because consecutive ticks are
+correlated (a state that stays put makes several delayed actions right in a row).
+
+A note on ``k`` in the host. The observation published at tick ``t`` is the state *after* step
+``t``, and the action applied at tick ``t + d`` meets the state after step ``t + d − 1``: an action
+with delay ``d`` (the tick log's ``delay`` column) is ``d − 1`` transitions late. On the virtual
+clock τ_θ = k ticks gives ``d = k``, so the measured delay regret is ``1 − p**(k−1)``, one factor
+of ``p`` below Equation 4 at ``⌈τ_θ/τ_M⌉``. The paper's model lets the world move once more while
+the agent thinks. `predicted_delay_regret_per_step` gives the host's exact expectation.
+
+>>> from nonstop.realtime.ticklog import TickLog, SOURCE_AGENT, SOURCE_DEFAULT
+>>> log = TickLog(tau_m=0.5)
+>>> for t, agent in enumerate([1, 0, 1, 0], start=1):  # every other tick is β's
+...     log.append(tick=t, deadline=t / 2, time=t / 2, source=agent, delay=2 if agent else -1,
+...                reward=float(agent))
+>>> inaction_regret_rate(log, 1.0)        # 2 of 4 reward units lost in 2 s
+1.0
+>>> eq3_inaction_regret_rate(tau_theta=1.0, tau_m=0.5)   # acting every 2nd tick: the same
+1.0
+>>> delay_regret_per_step(log)            # both agent ticks earned their 1
+0.0
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, NamedTuple
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from nonstop.envs.theory import delay_regret_per_step as eq4_delay_regret_per_step
+from nonstop.envs.theory import inaction_regret_rate as eq3_inaction_regret_rate
+from nonstop.policies.base import Decision, Policy
+from nonstop.realtime.ticklog import SOURCE_AGENT, TickLog
+
+__all__ = [
+    "RegretEstimate",
+    "inaction_regret_rate",
+    "inaction_regret_estimate",
+    "delay_regret_per_step",
+    "delay_regret_estimate",
+    "predicted_delay_regret_per_step",
+    "batch_means_stderr",
+    "eq3_inaction_regret_rate",
+    "eq4_delay_regret_per_step",
+    "ObservedStatePolicy",
+    "DEFAULT_BATCHES",
+]
+
+#: Batches for batch-means standard errors: enough for a stable spread, each still long
+#: next to the correlation time of the theory MDPs.
+DEFAULT_BATCHES = 20
+
+
+class RegretEstimate(NamedTuple):
+    """A measured regret with its batch-means standard error over ``n`` samples (ticks or steps)."""
+
+    value: float
+    stderr: float
+    n: int
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _check_log(log: Any) -> TickLog:
+    if not isinstance(log, TickLog):
+        raise TypeError(f"log must be a nonstop TickLog, got {type(log).__name__}")
+    return log
+
+
+def _check_warmup(warmup_ticks: Any) -> int:
+    if isinstance(warmup_ticks, bool) or not isinstance(warmup_ticks, numbers.Integral) or warmup_ticks < 0:
+        raise ValueError(f"warmup_ticks must be an int >= 0, got {warmup_ticks!r}")
+    return int(warmup_ticks)
+
+
+def _check_reward(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite reward per tick, got {value!r}")
+    return float(value)
+
+
+def _check_probability(p: Any) -> float:
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"p_minimax must be a probability in [0, 1], got {p!r}")
+    return float(p)
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def batch_means_stderr(values: Any, n_batches: int = DEFAULT_BATCHES) -> float:
+    """Standard error of ``mean(values)`` for a correlated series, by batch means.
+
+    The series is cut into ``n_batches`` consecutive batches (the remainder at the end is left out
+    of the spread); the spread of the batch means over ``sqrt(n_batches)`` is the standard error.
+    NaN when fewer than two batches of at least one value exist.
+
+    >>> batch_means_stderr([1.0, 1.0, 1.0, 1.0])
+    0.0
+    >>> round(batch_means_stderr([0, 1, 0, 1, 1, 1, 0, 0], n_batches=4), 4)
+    0.2041
+    """
+    if isinstance(n_batches, bool) or not isinstance(n_batches, numbers.Integral) or n_batches < 2:
+        raise ValueError(f"n_batches must be an int >= 2, got {n_batches!r}")
+    x = np.asarray(values, dtype=np.float64).ravel()
+    b = min(int(n_batches), x.size)
+    if b < 2:
+        return float("nan")
+    m = x.size // b
+    means = x[: b * m].reshape(b, m).mean(axis=1)
+    return float(means.std(ddof=1) / math.sqrt(b))
+
+
+# ----------------------------------------------------------------------------- Equation 3
+
+
+def _inaction_series(log: TickLog, optimal_rate_per_tick: float, warmup_ticks: int) -> np.ndarray:
+    """Regret per second contributed by each kept tick: (optimal − achieved reward) / τ_M."""
+    keep = log["tick"] > warmup_ticks
+    return (optimal_rate_per_tick - log["reward"][keep]) / log.tau_m
+
+
+def inaction_regret_rate(log: TickLog, optimal_rate_per_tick: float = 1.0, *, warmup_ticks: int = 0) -> float:
+    """Measured regret per second: ``(optimal − achieved reward) / duration`` over the ticks after
+    ``warmup_ticks`` (duration = ticks · τ_M). Compare with `eq3_inaction_regret_rate`.
+
+    ``optimal_rate_per_tick`` is the reward per tick of the oracle that acts every tick (1 on
+    `InactionMDP`). On that MDP the result is the number of β ticks per second. NaN if no tick is
+    left after warm-up.
+    """
+    log = _check_log(log)
+    series = _inaction_series(
+        log, _check_reward("optimal_rate_per_tick", optimal_rate_per_tick), _check_warmup(warmup_ticks)
+    )
+    return float(series.mean()) if series.size else float("nan")
+
+
+def inaction_regret_estimate(
+    log: TickLog,
+    optimal_rate_per_tick: float = 1.0,
+    *,
+    warmup_ticks: int = 0,
+    n_batches: int = DEFAULT_BATCHES,
+) -> RegretEstimate:
+    """`inaction_regret_rate` with its batch-means standard error (``n`` = ticks used)."""
+    log = _check_log(log)
+    series = _inaction_series(
+        log, _check_reward("optimal_rate_per_tick", optimal_rate_per_tick), _check_warmup(warmup_ticks)
+    )
+    value = float(series.mean()) if series.size else float("nan")
+    return RegretEstimate(value, batch_means_stderr(series, n_batches), int(series.size))
+
+
+# ----------------------------------------------------------------------------- Equation 4
+
+
+def _agent_mask(log: TickLog, warmup_ticks: int) -> np.ndarray:
+    return (log["tick"] > warmup_ticks) & (log["source"] == SOURCE_AGENT)
+
+
+def delay_regret_per_step(log: TickLog, optimal_reward_per_step: float = 1.0, *, warmup_ticks: int = 0) -> float:
+    """Measured regret per agent-applied step: ``optimal − mean reward over agent ticks``.
+
+    On `DelayCycleMDP` (optimal 1 per step) this is the share of agent actions that met a state the
+    agent did not see. β ticks are left out: their cost is inaction, not delay (Theorem 1 keeps the
+    terms apart). NaN if no agent tick is left after warm-up. Compare with
+    `eq4_delay_regret_per_step` and `predicted_delay_regret_per_step`.
+    """
+    return delay_regret_estimate(log, optimal_reward_per_step, warmup_ticks=warmup_ticks).value
+
+
+def delay_regret_estimate(
+    log: TickLog,
+    optimal_reward_per_step: float = 1.0,
+    *,
+    warmup_ticks: int = 0,
+    n_batches: int = DEFAULT_BATCHES,
+) -> RegretEstimate:
+    """`delay_regret_per_step` with its batch-means standard error (``n`` = agent steps used)."""
+    log = _check_log(log)
+    optimal = _check_reward("optimal_reward_per_step", optimal_reward_per_step)
+    rewards = log["reward"][_agent_mask(log, _check_warmup(warmup_ticks))]
+    if not rewards.size:
+        return RegretEstimate(float("nan"), float("nan"), 0)
+    series = optimal - rewards
+    return RegretEstimate(float(series.mean()), batch_means_stderr(series, n_batches), int(series.size))
+
+
+def predicted_delay_regret_per_step(log: TickLog, p_minimax: float, *, warmup_ticks: int = 0) -> float:
+    """What `DelayCycleMDP` should cost the best delayed policy, given the delays in ``log``.
+
+    An action applied with delay ``d`` ticks meets the state ``d − 1`` transitions after the one it
+    was computed from (module docstring), so the expectation is the mean over agent ticks of
+    Equation 4 at that lag, ``1 − p_minimax**(d − 1)`` (exact while the lag is below the cycle
+    length ``n``). NaN if no agent tick is left after warm-up.
+
+    >>> from nonstop.realtime.ticklog import TickLog
+    >>> log = TickLog(tau_m=1 / 60)
+    >>> for t in (1, 2):
+    ...     log.append(tick=t, deadline=t / 60, time=t / 60, source=1, delay=3)
+    >>> predicted_delay_regret_per_step(log, 0.5)    # 2 transitions late: 1 − 0.5²
+    0.75
+    """
+    log = _check_log(log)
+    p = _check_probability(p_minimax)
+    delay = log["delay"][_agent_mask(log, _check_warmup(warmup_ticks))]
+    if not delay.size:
+        return float("nan")
+    lag = np.maximum(delay.astype(np.float64) - 1.0, 0.0)
+    return float(np.mean(1.0 - p**lag))
+
+
+# ----------------------------------------------------------------------------- the best delayed policy
+
+
+class ObservedStatePolicy(Policy):
+    """The best policy on `DelayCycleMDP` that sees only its (delayed) observation.
+
+    The observation is the one-hot state ``s_i`` (index ``i − 1``); the policy answers ``a_i``,
+    i.e. ``argmax(obs) + 1`` (action 0 is β's). On a long cycle no later state is likelier than the
+    observed one, so no delayed policy does better (Appendix B.2).
+
+    >>> p = ObservedStatePolicy(spaces.Discrete(5))
+    >>> p.act(np.array([0, 0, 1, 0], np.float32))
+    Decision(action=3, latency=0.0)
+    >>> ObservedStatePolicy(spaces.Box(0, 1, (2,)))
+    Traceback (most recent call last):
+    ...
+    TypeError: ObservedStatePolicy needs a Discrete action space (a_0 = β's, a_i for s_i), got Box(0.0, 1.0, (2,), float32)
+    """
+
+    def __init__(self, action_space: gymnasium.Space) -> None:
+        if not isinstance(action_space, spaces.Discrete):
+            raise TypeError(
+                f"ObservedStatePolicy needs a Discrete action space (a_0 = β's, a_i for s_i), got {action_space}"
+            )
+        if action_space.n < 2 or action_space.start != 0:
+            raise ValueError(f"ObservedStatePolicy needs Discrete(n + 1) with n >= 1 states, got {action_space}")
+        self.action_space = action_space
+
+    def act(self, obs: np.ndarray) -> Decision:
+        x = np.asarray(obs)
+        if x.ndim != 1 or x.size + 1 != self.action_space.n:
+            raise ValueError(
+                f"expected a one-hot observation of {self.action_space.n - 1} states, got shape {x.shape}"
+            )
+        return Decision(int(np.argmax(x)) + 1)

@@ -1,0 +1,68 @@
+"""The realtime benchmarks run end to end in quick mode (smaller still, so this file stays under a
+minute) and return what they document. Speed targets are *not* asserted here: they live in the
+benchmarks' own output (BENCHMARKS.md), never in timed unit tests."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import pytest
+
+from nonstop.bench import channels, clock, host
+from nonstop.bench.channels import our_segments
+
+pytestmark = pytest.mark.slow
+
+
+def _run(module, argv: list[str]) -> dict:
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    args = parser.parse_args(argv)
+    args.quick = True
+    args.json = True
+    return module.run(args)
+
+
+def _check(result: dict, keys: tuple[str, ...], bench: str) -> None:
+    assert result["bench"] == bench
+    missing = [k for k in keys if k not in result]
+    assert not missing, f"{bench}: result lacks {missing}"
+    for key in keys:
+        value = result[key]
+        assert isinstance(value, (bool, int, float)), f"{bench}: {key} is {type(value).__name__}"
+        assert isinstance(value, bool) or math.isfinite(value), f"{bench}: {key} = {value}"
+    assert isinstance(result["meets_target"], bool)
+    assert isinstance(result["machine"], dict) and result["machine"]["cpu_count"]
+    json.loads(json.dumps(result, allow_nan=False))  # one JSON object, no NaN/inf anywhere
+
+
+@pytest.fixture
+def no_leftover_segments():
+    before = our_segments()
+    yield
+    leaked = set(our_segments()) - set(before)
+    assert not leaked, f"a benchmark left nonstop_* segments in /dev/shm: {sorted(leaked)}"
+
+
+def test_clock_quick(no_leftover_segments) -> None:
+    result = _run(clock, ["--seconds", "1.5"])
+    _check(result, clock.RESULT_KEYS, "clock")
+    assert result["wall_ticks"] > 0 and result["plain_sleep_ticks"] > 0
+    assert result["shm_leftovers"] == 0
+    assert result["per_round"]["wall"][0]["reader_ticks_seen"] > 0  # the reader really polled
+
+
+def test_host_quick(no_leftover_segments) -> None:
+    result = _run(host, ["--steps", "300", "--repeats", "2"])
+    _check(result, host.RESULT_KEYS, "host")
+    assert result["steps"] == 300 and result["ratio_pairs"]["n"] == 2
+
+
+def test_channels_quick(no_leftover_segments) -> None:
+    result = _run(channels, ["--round-trips", "300", "--warmup", "50"])
+    _check(result, channels.RESULT_KEYS, "channels")
+    assert result["errors"] == 0  # every reply carried what was sent
+    assert result["shm_leftovers"] == 0
+    assert result["stats_us"]["slot"]["n"] == 300

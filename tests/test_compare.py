@@ -1,0 +1,118 @@
+"""``nonstop compare``: four schedulers, one env, one latency (virtual clock)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from nonstop.compare import (
+    SCHEDULERS,
+    add_arguments,
+    compare,
+    default_plot_path,
+    plot_compare,
+    resolve_n_workers,
+    run_compare,
+    to_json,
+)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="nonstop compare")
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.fixture(scope="module")
+def inaction_result():
+    return compare("theory/inaction", "4t", seconds=5.0)
+
+
+def test_staggering_beats_sequential_on_the_inaction_mdp(inaction_result):
+    s = inaction_result["schedulers"]
+    assert list(s) == list(SCHEDULERS)
+    assert inaction_result["n_workers"] == 4  # ⌈4 ticks / 1 tick⌉
+    assert s["sequential"]["inaction_fraction"] == pytest.approx(0.75, abs=0.005)  # 1 − 1/4, to a tick
+    assert s["sequential"]["inaction_fraction"] > s["max_time"]["inaction_fraction"]
+    assert s["unstaggered"]["inaction_fraction"] == pytest.approx(0.75, abs=0.005)  # 4 workers firing together buy nothing
+    for name in ("max_time", "exp_time"):
+        assert s[name]["inaction_fraction"] == 0.0
+        assert s[name]["tau_i_mean_ticks"] == pytest.approx(1.0)
+        assert s[name]["actions_per_s"] == pytest.approx(60.0)
+    for summary in s.values():
+        assert summary["delay_mean_ticks"] == pytest.approx(4.0)
+        # theory/inaction truncates only after 10,000 ticks: nothing completes in 5 s
+        assert summary["episode_return_kind"] == "total"
+
+
+def test_virtual_clock_runs_are_reproducible(inaction_result):
+    again = compare("theory/inaction", "4t", seconds=5.0)
+    assert to_json(again) == to_json(inaction_result)
+
+
+def test_plot_is_written(inaction_result, tmp_path):
+    path = plot_compare(inaction_result, tmp_path / "deep" / "compare.png")
+    assert path.exists() and path.stat().st_size > 10_000
+
+
+def test_cli_prints_the_table_and_json_last(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    rc = run_compare(parse(["--env", "CartPole", "--latency", "3t", "--seconds", "8", "--json"]))
+    assert rc == 0
+    out = capsys.readouterr().out
+    for name in SCHEDULERS:
+        assert name in out
+    data = json.loads(out.strip().splitlines()[-1])
+    assert set(data["schedulers"]) == set(SCHEDULERS)
+    assert data["env"] == "CartPole" and data["tick_hz"] == 50.0 and data["n_workers"] == 3
+    seq, stag = data["schedulers"]["sequential"], data["schedulers"]["max_time"]
+    assert seq["inaction_fraction"] > stag["inaction_fraction"]
+    # a random CartPole agent drops the pole within seconds: returns are episode means
+    assert seq["episode_return_kind"] == "mean_completed" and seq["episodes_ended"] > 0
+    assert "logs" not in data
+    # default plot path: runs/compare-<env>.png, folder created
+    assert (tmp_path / "runs" / "compare-CartPole.png").exists()
+    assert data["plot"] == str(default_plot_path("CartPole"))
+
+
+def test_n_workers_resolution():
+    assert resolve_n_workers("auto", 6 / 60, 1 / 60) == 6  # exact ratio: no rounding up to 7
+    assert resolve_n_workers("auto", 6.2 / 60, 1 / 60) == 7
+    assert resolve_n_workers("auto", 0.001, 1 / 60) == 1
+    assert resolve_n_workers(2, 0.5, 1 / 60) == 2
+    assert parse(["--n-workers", "auto"]).n_workers == "auto"
+    assert parse(["--n-workers", "5"]).n_workers == 5
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"env": "NoSuchGame"}, ValueError, "unknown environment id 'NoSuchGame'"),
+        ({"env": "theory/inaction", "latency": "gamma:1,2"}, ValueError, "bad latency spec 'gamma:1,2'"),
+        ({"env": "theory/inaction", "latency": "fast"}, ValueError, "bad latency spec 'fast'"),
+        ({"env": "theory/inaction", "n_workers": 0}, ValueError, "n_workers must be >= 1"),
+        ({"env": "theory/inaction", "n_workers": 2.5}, TypeError, "n_workers must be a positive int"),
+        ({"env": "theory/inaction", "seconds": 0}, ValueError, "seconds must be a positive"),
+        ({"env": "theory/inaction", "clock": "sundial"}, ValueError, "clock must be one of"),
+        ({"env": "theory/inaction", "seed": -1}, ValueError, "seed must be an int >= 0"),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        compare(**{"seconds": 1.0, **kwargs})
+
+
+@pytest.mark.parametrize("value, match", [("0", "must be >= 1"), ("many", "positive integer or 'auto'")])
+def test_bad_n_workers_on_the_command_line(value, match, capsys):
+    with pytest.raises(SystemExit):
+        parse(["--n-workers", value])
+    assert match in capsys.readouterr().err
+
+
+def test_run_compare_raises_before_running_anything(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="unknown environment id"):
+        run_compare(parse(["--env", "Boxin"]))
+    assert not (tmp_path / "runs").exists()

@@ -1,0 +1,198 @@
+"""Regret from the tick log against Theorem 1 (Equations 3 and 4), and ``nonstop bench regret``."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from nonstop.bench import regret as bench
+from nonstop.metrics.regret import (
+    ObservedStatePolicy,
+    RegretEstimate,
+    batch_means_stderr,
+    delay_regret_estimate,
+    delay_regret_per_step,
+    eq3_inaction_regret_rate,
+    eq4_delay_regret_per_step,
+    inaction_regret_estimate,
+    inaction_regret_rate,
+    predicted_delay_regret_per_step,
+)
+from nonstop.realtime.ticklog import SOURCE_AGENT, SOURCE_DEFAULT, TickLog
+from nonstop.envs import theory
+
+TAU_M = 1 / 60
+
+
+def hand_log(rows: list[tuple[int, float, int]], tau_m: float = TAU_M) -> TickLog:
+    """A tick log from (source, reward, delay) rows, ticks numbered from 1."""
+    log = TickLog(tau_m)
+    for t, (source, reward, delay) in enumerate(rows, start=1):
+        log.append(tick=t, deadline=t * tau_m, time=t * tau_m, source=source, reward=reward,
+                   delay=delay if source == SOURCE_AGENT else -1,
+                   obs_tick=t - delay if source == SOURCE_AGENT else -1)  # fmt: skip
+    return log
+
+
+# ----------------------------------------------------------------------------- pure metrics
+
+
+def test_inaction_regret_rate_on_a_hand_built_log():
+    # 6 ticks at 60 Hz (0.1 s): 4 agent ticks earn 1, 2 β ticks earn 0 -> 2 lost in 0.1 s
+    log = hand_log([(1, 1.0, 1), (0, 0.0, -1), (1, 1.0, 2), (1, 1.0, 2), (0, 0.0, -1), (1, 1.0, 1)])
+    assert inaction_regret_rate(log, 1.0) == pytest.approx(20.0)
+    assert inaction_regret_rate(log) == pytest.approx(20.0)  # InactionMDP's optimum is the default
+    # the warm-up drops the first two ticks: 1 lost in 4 ticks
+    assert inaction_regret_rate(log, 1.0, warmup_ticks=2) == pytest.approx(1 / (4 * TAU_M))
+    # another optimum: (2·6 − 4) lost over 0.1 s
+    assert inaction_regret_rate(log, 2.0) == pytest.approx(80.0)
+    est = inaction_regret_estimate(log, 1.0, n_batches=3)
+    assert isinstance(est, RegretEstimate) and est.n == 6 and est.value == pytest.approx(20.0)
+    # batches of two ticks lose 1, 0 and 1 units (30, 0, 30 per s): spread 17.3/√3
+    assert est.stderr == pytest.approx(10.0)
+
+
+def test_delay_regret_counts_agent_ticks_only():
+    # β ticks earn 0 but are inaction, not delay: left out. Agent ticks: 1, 0, 1, 1 -> regret 1/4.
+    log = hand_log([(1, 1.0, 3), (0, 0.0, -1), (1, 0.0, 3), (0, 0.0, -1), (1, 1.0, 3), (1, 1.0, 3)])
+    assert delay_regret_per_step(log) == pytest.approx(0.25)
+    assert delay_regret_per_step(log, warmup_ticks=3) == pytest.approx(0.0)
+    est = delay_regret_estimate(log, n_batches=2)
+    assert est.n == 4 and est.value == pytest.approx(0.25) and est.stderr == pytest.approx(0.25)
+    # an action d ticks late is d − 1 transitions late: 1 − p²
+    assert predicted_delay_regret_per_step(log, 0.5) == pytest.approx(0.75)
+
+
+def test_empty_selections_are_nan_not_errors():
+    log = hand_log([(0, 0.0, -1)] * 4)
+    assert math.isnan(delay_regret_per_step(log))
+    assert delay_regret_estimate(log).n == 0
+    assert math.isnan(predicted_delay_regret_per_step(log, 0.9))
+    assert math.isnan(inaction_regret_rate(log, warmup_ticks=10))
+    assert math.isnan(batch_means_stderr([1.0]))
+
+
+def test_batch_means_stderr_matches_iid_formula_for_independent_draws():
+    x = np.random.default_rng(0).normal(size=40_000)
+    assert batch_means_stderr(x) == pytest.approx(1 / math.sqrt(x.size), rel=0.4)
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda log: inaction_regret_rate(object()), TypeError, "TickLog"),
+        (lambda log: inaction_regret_rate(log, float("nan")), ValueError, "optimal_rate_per_tick"),
+        (lambda log: inaction_regret_rate(log, warmup_ticks=-1), ValueError, "warmup_ticks"),
+        (lambda log: delay_regret_per_step(log, True), ValueError, "optimal_reward_per_step"),
+        (lambda log: predicted_delay_regret_per_step(log, 1.5), ValueError, "p_minimax"),
+        (lambda log: batch_means_stderr([1.0, 2.0], n_batches=1), ValueError, "n_batches"),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(call, error, match):
+    with pytest.raises(error, match=match):
+        call(hand_log([(1, 1.0, 1)]))
+
+
+def test_theory_functions_are_re_exported():
+    assert eq3_inaction_regret_rate is theory.inaction_regret_rate
+    assert eq4_delay_regret_per_step is theory.delay_regret_per_step
+    assert eq3_inaction_regret_rate(4 * TAU_M, TAU_M) == pytest.approx(45.0)  # (4 − 1)/4 of 60 ticks/s
+    assert eq4_delay_regret_per_step(0.9, 4) == pytest.approx(1 - 0.9**4)
+
+
+def test_observed_state_policy_answers_the_observed_state():
+    policy = ObservedStatePolicy(spaces.Discrete(9))
+    for i in range(8):
+        assert policy.act(np.eye(8, dtype=np.float32)[i]).action == i + 1
+    with pytest.raises(ValueError, match="one-hot observation of 8 states"):
+        policy.act(np.zeros(3, np.float32))
+    with pytest.raises(TypeError, match="Discrete"):
+        ObservedStatePolicy(spaces.Box(0, 1, (3,)))
+    # on a world that never moves (p = 1) the delayed agent is always right
+    env = theory.DelayCycleMDP(n=5, p_minimax=1.0)
+    obs, _ = env.reset(seed=0)
+    assert env.step(policy_for(env).act(obs).action)[1] == 1.0
+
+
+def policy_for(env) -> ObservedStatePolicy:
+    return ObservedStatePolicy(env.action_space)
+
+
+# ----------------------------------------------------------------------------- Theorem 1, measured
+
+
+@pytest.mark.parametrize("tau_ticks", [2.0, 2.5, 4.0])
+def test_sequential_inaction_regret_matches_equation_3(tau_ticks):
+    log = bench.measure("theory/inaction", tau_ticks=tau_ticks, scheduler="sequential", n_workers=1, seconds=30.0, seed=0)
+    measured = inaction_regret_rate(log, 1.0, warmup_ticks=bench.warmup_ticks(tau_ticks))
+    assert measured == pytest.approx(eq3_inaction_regret_rate(tau_ticks * TAU_M, TAU_M), rel=0.02)
+
+
+@pytest.mark.parametrize("tau_ticks", [2.0, 4.0, 7.5])
+def test_staggering_drives_inaction_regret_to_zero(tau_ticks):
+    n = math.ceil(tau_ticks)
+    log = bench.measure("theory/inaction", tau_ticks=tau_ticks, scheduler="max_time", n_workers=n, seconds=30.0, seed=0)
+    warm = bench.warmup_ticks(tau_ticks)
+    assert inaction_regret_rate(log, 1.0, warmup_ticks=warm) == pytest.approx(0.0, abs=1e-9)
+    # Equation 3 holds with τ_I in place of τ_θ: staggered, τ_I = τ_M and the bound is 0 too
+    tau_i = log.summary(warmup_ticks=warm)["tau_i_mean_s"]
+    assert eq3_inaction_regret_rate(tau_i, TAU_M) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_delay_regret_stays_with_staggering_and_follows_equation_4():
+    p, tau_ticks = 0.9, 4.0
+    cycle = {"n": 64, "p_minimax": p}
+    warm = bench.warmup_ticks(tau_ticks)
+    staggered = bench.measure("theory/delay-cycle", tau_ticks=tau_ticks, scheduler="max_time", n_workers=4,
+                              seconds=300.0, seed=1, env_kwargs=cycle)  # fmt: skip
+    est = delay_regret_estimate(staggered, warmup_ticks=warm)
+    assert staggered.summary(warmup_ticks=warm)["inaction_ticks"] == 0  # inaction is gone ...
+    assert set(staggered["delay"][(staggered["tick"] > warm)].tolist()) == {4}
+    assert est.n > 15_000 and 0 < est.stderr < 0.01
+    # ... delay regret is not: Equation 4 at the lag the host imposes (d − 1 = 3 transitions)
+    assert abs(est.value - eq4_delay_regret_per_step(p, 3)) < 4 * est.stderr
+    assert est.value == pytest.approx(predicted_delay_regret_per_step(staggered, p, warmup_ticks=warm), abs=4 * est.stderr)
+    # and stays below the paper's ⌈τ_θ/τ_M⌉ = 4 by one factor of p (a worst-case lower bound for its model)
+    assert est.value < eq4_delay_regret_per_step(p, 4) - 4 * est.stderr
+
+
+# ----------------------------------------------------------------------------- the benchmark
+
+
+def _bench_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    bench.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_bench_quick_returns_the_documented_keys(tmp_path):
+    import json
+
+    plot = tmp_path / "regret.png"
+    result = bench.run(_bench_args(["--quick", "--plot", str(plot)]))
+    json.dumps(result, allow_nan=False)  # strict JSON: no NaN anywhere
+    assert result["p_minimax"] == 0.9 and result["n_states"] == 64
+    assert [r["tau_theta_ticks"] for r in result["rows"]] == [1.0, 4.0, 8.0]
+    for row in result["rows"]:
+        assert set(bench.ROW_KEYS) <= set(row)
+        assert row["staggered_inaction_regret_rate"] == pytest.approx(0.0, abs=1e-9)
+        if row["tau_theta_ticks"] > 1:
+            assert row["sequential_ratio_to_eq3"] == pytest.approx(1.0, abs=0.02)
+            assert row["staggered_delay_regret_per_step"] > 0.2  # the delay term stays
+    assert result["delay_vs_predicted_max_z"] < 4
+    assert plot.stat().st_size > 10_000
+
+
+def test_bench_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="--ticks"):
+        bench.run(_bench_args(["--ticks", "1,x"]))
+    with pytest.raises(ValueError, match="p_minimax"):
+        bench.run(_bench_args(["--p-minimax", "0.001"]))
+    with pytest.raises(ValueError, match="--n-states"):
+        bench.run(_bench_args(["--ticks", "80"]))
