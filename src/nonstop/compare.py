@@ -311,12 +311,14 @@ def plot_compare(result: dict[str, Any], path: str | Path) -> Path:
     colors = [f"C{i}" for i in range(len(names))]
     ax = fig.add_subplot(grid[0, 0])
     inaction = [100 * np.nan_to_num(summaries[n]["inaction_fraction"]) for n in names]
-    ax.bar_label(ax.bar(names, inaction, color=colors), fmt="%.1f%%")
+    ax.bar_label(ax.bar(names, inaction, color=colors), labels=[_cell(summaries[n]["inaction_fraction"], ".1%") for n in names])
+    ax.margins(y=0.15)
     ax.set_ylabel("inaction (% of ticks)")
     ax.set_title("Inaction (β ticks)")
     ax = fig.add_subplot(grid[0, 1])
-    delays = [np.nan_to_num(summaries[n]["delay_mean_ticks"]) for n in names]
-    ax.bar_label(ax.bar(names, delays, color=colors), fmt="%.2f")
+    delays = [np.nan_to_num(summaries[n]["delay_mean_ticks"]) for n in names]  # no agent tick: no bar, "—"
+    ax.bar_label(ax.bar(names, delays, color=colors), labels=[_cell(summaries[n]["delay_mean_ticks"], ".2f") for n in names])
+    ax.margins(y=0.15)
     ax.set_ylabel("mean delay (ticks)")
     ax.set_title("Delay of applied actions")
     cmap = ListedColormap(["#d62728", "#2ca02c"])  # β red, agent green
@@ -336,7 +338,7 @@ def plot_compare(result: dict[str, Any], path: str | Path) -> Path:
             ax.set_xticklabels([])
     ax.set_xlabel(f"tick (the first {TIMELINE_TICKS} after the warm-up)")
     fig.legend(handles=[Patch(color="#2ca02c", label="agent action"), Patch(color="#d62728", label="β (inaction)")],
-               loc="upper right", ncol=2)  # fmt: skip
+               loc="lower center", bbox_to_anchor=(0.5, -0.04), ncol=2)  # fmt: skip
     fig.suptitle(f"{result['env']}: latency {result['latency']}, N_I = {result['n_workers']}, {result['clock']} clock")
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)

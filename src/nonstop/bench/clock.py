@@ -14,15 +14,20 @@ later of tick 30 and the tick the reader was confirmed polling, so start-up is n
 
 The modes alternate for ``--rounds`` rounds (a noisy phase of a shared machine then hits both) and
 the lateness samples of each mode are pooled. The session's own waits in this process use a
-non-spinning clock so that only the host spins. Besides the figures, the result says where the
-late ticks come from: how many ticks were over the target, the worst ticks, whether an episode
-reset happened near them, and how long env steps and resets took.
+non-spinning clock so that only the host spins.
+
+Besides the figures, the result says where late ticks come from: how many ticks were over the
+target, the worst ticks with the env step before each and whether an episode reset preceded it,
+env step times, and, per round, how long the host process was runnable but waiting for a CPU
+(``/proc/PID/schedstat``) with the machine's load. On 2 cores a reader spinning on one core leaves
+one core for everything else; any third runnable process then makes the waking host wait for a
+time slice, milliseconds. ``--host-sched fifo`` (or ``nice``) raises the host's scheduling
+priority from outside, to check that explanation on the same machine.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import multiprocessing as mp
 import os
 import signal
@@ -49,6 +54,8 @@ TARGET_P99_US = 100.0
 #: ticks always left out at the start of a session (process start-up, first env steps)
 WARMUP_TICKS = 30
 MODES = ("wall", "plain_sleep")
+#: scheduling the host process may be given for an investigation run (``--host-sched``)
+HOST_SCHED = ("normal", "nice", "fifo")
 
 #: Figures every result carries (all finite numbers or booleans).
 RESULT_KEYS = (
@@ -118,9 +125,6 @@ def _sched(pid: int | None) -> tuple[float, int]:
     return wait_ns / 1e9, switches
 
 
-HOST_SCHED = ("normal", "nice", "fifo")
-
-
 def _apply_host_sched(pid: int | None, policy: str) -> bool:
     """Investigation knob: give the host process a higher scheduling priority from outside.
     ``nice``: nice -10 (CFS/EEVDF weight); ``fifo``: SCHED_FIFO priority 10 (preempts every normal
@@ -186,8 +190,8 @@ def _one_session(
         session.run_for(seconds)
         wait1, switches1 = _sched(host_pid)
         reader_wait1 = [_sched(p.pid)[0] for p in procs]
-        log = session.stop()
         measured_s = session.now() - measured_from
+        log = session.stop()
         sched = {
             "host_cpu_wait_ms_per_s": (wait1 - wait0) * 1e3 / measured_s,
             "host_involuntary_switches_per_s": (switches1 - switches0) / measured_s,
@@ -326,7 +330,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result.update(
         {
             # how many times smaller our p99 is than plain sleep's
-            "p99_ratio": stats["plain_sleep"]["p99"] / wall_p99 if wall_p99 > 0 else math.inf,
+            "p99_ratio": stats["plain_sleep"]["p99"] / max(wall_p99, 1e-3),
             "target_p99_us": TARGET_P99_US,
             "meets_target": bool(wall_p99 <= TARGET_P99_US),
             "tick_hz": hz,
