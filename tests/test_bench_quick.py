@@ -46,6 +46,16 @@ def no_leftover_segments():
     assert not leaked, f"a benchmark left nonstop_* segments in /dev/shm: {sorted(leaked)}"
 
 
+@pytest.mark.parametrize("module", [clock, host, channels], ids=["clock", "host", "channels"])
+def test_help_renders(module) -> None:
+    """``nonstop bench --help`` %-formats every DESCRIPTION and option help."""
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    module.add_arguments(sub.add_parser("bench", help=module.DESCRIPTION))
+    assert module.DESCRIPTION.split()[0] in parser.format_help()
+    assert sub.choices["bench"].format_help()
+
+
 def test_clock_quick(no_leftover_segments) -> None:
     result = _run(clock, ["--seconds", "1.5"])
     _check(result, clock.RESULT_KEYS, "clock")

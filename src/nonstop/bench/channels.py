@@ -39,7 +39,9 @@ from nonstop.realtime.clock import stopwatch
 
 __all__ = ["DESCRIPTION", "RESULT_KEYS", "TARGET_P50_US", "add_arguments", "run", "render", "our_segments"]
 
-DESCRIPTION = "process round trip: LatestSlot and ActionQueue ping-pong vs multiprocessing.Queue (target p50 ≤ 10 µs)"
+DESCRIPTION = (
+    "process round trip: LatestSlot and ActionQueue ping-pong vs multiprocessing.Queue (target p50 ≤ 10 µs)"
+)
 
 #: p50 round trip our channels should keep, in microseconds.
 TARGET_P50_US = 10.0
@@ -156,7 +158,9 @@ def _check_alive() -> None:
 # ----------------------------------------------------------------------------- the parent side
 
 
-def _ping_slot(ping: LatestSlot, pong: LatestSlot, count: int, sent_before: int, obs: np.ndarray) -> tuple[np.ndarray, int]:
+def _ping_slot(
+    ping: LatestSlot, pong: LatestSlot, count: int, sent_before: int, obs: np.ndarray
+) -> tuple[np.ndarray, int]:
     buf = np.empty_like(obs)
     times = np.empty(count)
     errors = 0
@@ -233,6 +237,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     errors = 0
     sent = dict.fromkeys(KINDS, 0)
     owned: list[Any] = []
+    mp_queues: list[Any] = []
     child = None
     parent_conn = child_conn = None
     try:
@@ -240,14 +245,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         owned += slots
         queues = (ActionQueue.create(_ACTIONS, ctx=ctx), ActionQueue.create(_ACTIONS, ctx=ctx))
         owned += queues
+        mp_queues = [ctx.Queue() for _ in range(4)]
         channels = {
             "slot": slots,
             "queue": queues,
-            "mp_queue": (ctx.Queue(), ctx.Queue()),
-            "mp_queue_small": (ctx.Queue(), ctx.Queue()),
+            "mp_queue": (mp_queues[0], mp_queues[1]),
+            "mp_queue_small": (mp_queues[2], mp_queues[3]),
         }
         parent_conn, child_conn = ctx.Pipe()
-        child = ctx.Process(target=_echo_main, args=(child_conn, channels, schedule), name="nonstop-bench-echo", daemon=True)
+        child = ctx.Process(
+            target=_echo_main, args=(child_conn, channels, schedule), name="nonstop-bench-echo", daemon=True
+        )
         child.start()
         _peer = child
         if not parent_conn.poll(120) or parent_conn.recv() != "ready":
@@ -280,6 +288,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 conn.close()
         for channel in owned:
             channel.unlink()
+        for mq in mp_queues:
+            mq.cancel_join_thread()  # never hang at exit on a message the dead peer will not read
+            mq.close()
 
     stats = {kind: percentiles(np.concatenate(samples[kind]), 1e6) for kind in KINDS}
     result: dict[str, Any] = {"bench": "channels"}

@@ -247,7 +247,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", default="Boxing", help="env the host ticks (default Boxing)")
     parser.add_argument(
         "--seconds", type=float, default=None,
-        help=f"measured seconds per clock mode, over all rounds (default {_FULL['seconds']:.0f}, quick {_QUICK['seconds']:.0f})",
+        help=(
+            f"measured seconds per clock mode, over all rounds "
+            f"(default {_FULL['seconds']:.0f}, quick {_QUICK['seconds']:.0f})"
+        ),
     )  # fmt: skip
     parser.add_argument(
         "--rounds", type=int, default=None,
@@ -362,7 +365,9 @@ def render(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"tick lateness at {result['tick_hz']:.0f} Hz — {result['env']}, {result['readers']} reader process(es)")
+    table = Table(
+        title=f"tick lateness at {result['tick_hz']:.0f} Hz — {result['env']}, {result['readers']} reader process(es)"
+    )
     for col in ("clock", "ticks", "p50 µs", "p90 µs", "p99 µs", "max µs", f"> {result['target_p99_us']:.0f} µs"):
         table.add_column(col, justify="left" if col == "clock" else "right")
     names = {"wall": f"WallClock (spin {result['spin_s'] * 1e3:.1f} ms)", "plain_sleep": "plain sleep (spin 0)"}
