@@ -141,7 +141,9 @@ def tick_mod3(obs) -> int:
 
 def publish_uniform_frames(slot, seconds: float, ready, done_count) -> None:
     """Writer for the torn-read test (runs in a spawned process): publish frames
-    whose every element equals the sequence number, as fast as possible."""
+    whose every element equals the sequence number, back to back, with a short
+    pause every 8 frames so that a reader on a loaded machine also gets whole
+    windows between writes (the liveness half of the test)."""
     import time
 
     frame = np.empty(slot.shape, slot.dtype)
@@ -152,5 +154,7 @@ def publish_uniform_frames(slot, seconds: float, ready, done_count) -> None:
         n += 1
         frame.fill(n)
         slot.publish(frame, tick=n, time=float(n), reward=1.0, episode=n % 7)
+        if n % 8 == 0:
+            time.sleep(0.0005)
     done_count.value = n
     slot.close()

@@ -391,7 +391,7 @@ def test_slot_reads_are_never_torn_across_processes():
             reads += 1
         writer.join(10)
         assert writer.exitcode == 0
-        assert reads > 50 and distinct > 10, (reads, distinct, count.value)
+        assert reads > 50 and distinct >= 5, (reads, distinct, count.value)
         assert slot.read().tick == count.value  # the final frame is there
     finally:
         if writer.is_alive():
