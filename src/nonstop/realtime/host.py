@@ -78,6 +78,7 @@ class Host:
         max_ticks: int | None = None,
         unthrottled: bool = False,
         meta: dict[str, Any] | None = None,
+        recorder: Any = None,
     ) -> None:
         if not tau_m > 0:
             raise ValueError(f"tau_m must be positive, got {tau_m!r}")
@@ -94,12 +95,17 @@ class Host:
         self.tick = 0
         self.origin = 0.0
         self._validate_default = queue.codec.validate
+        #: optional per-tick observer (``nonstop.learning.replay.ReplayRecorder``): it sees every
+        #: applied action, reward and observation, in the host's own process
+        self.recorder = recorder
 
     def run(self, clock: Clock) -> TimedProcess:
         """The host as a timed process on ``clock``."""
-        slot, queue, log, env = self.slot, self.queue, self.log, self.env
+        slot, queue, log, env, recorder = self.slot, self.queue, self.log, self.env, self.recorder
         tau_m, grace, beta = self.tau_m, clock.tick_grace, self.default
         obs, _ = env.reset(seed=self.seed)
+        if recorder is not None:
+            recorder.on_observation(0, obs)
         self.origin = origin = clock.now()
         inaction = agent = 0
         last_delay, last_seq, last_end = -1, -1, END_NONE
@@ -142,6 +148,11 @@ class Host:
                 resets_seen = slot.reset_requests
                 truncated = True
                 log.set_last("truncated", 1)
+            if recorder is not None:
+                recorder.on_tick(
+                    tick, agent=record is not None, action=action, obs_tick=obs_tick, reward=reward,
+                    terminated=terminated, truncated=truncated, terminal_obs=obs,
+                )  # fmt: skip
             if terminated or truncated:
                 last_end = END_TERMINATED if terminated else END_TRUNCATED
                 # the terminal observation first, so a reader polling now sees how it ended
@@ -160,6 +171,8 @@ class Host:
                 obs, tick=tick, time=deadline, reward=reward, episode=episode, inaction_ticks=inaction,
                 agent_ticks=agent, last_delay=last_delay, last_action_seq=last_seq, last_end=last_end,
             )  # fmt: skip
+            if recorder is not None:
+                recorder.on_observation(tick, obs)
             self.tick = tick
         slot.host_state = STATE_STOPPED
 
@@ -195,6 +208,7 @@ def _host_main(conn: Any, env: EnvSource, env_kwargs: dict, slot: LatestSlot, qu
         host = Host(
             world, slot, queue, tau_m=cfg["tau_m"], default=default, seed=cfg["seed"],
             max_ticks=cfg["max_ticks"], unthrottled=cfg["unthrottled"], meta=cfg["meta"],
+            recorder=cfg.get("recorder"),
         )  # fmt: skip
         clock = WallClock(origin=cfg["origin"], spin=cfg["spin"])
         parent = mp.parent_process()
@@ -236,6 +250,8 @@ class Session:
         defaults to the env's own choice.
     queue_mode / queue_capacity: the action queue (``"latest"`` or ``"fifo"``, 16).
     tick_hz: overrides the env's natural rate.
+    recorder: a per-tick observer run inside the host (``ReplayRecorder``: the
+        learning replay); on the wall clock it must be picklable.
     """
 
     def __init__(
@@ -253,6 +269,7 @@ class Session:
         env_kwargs: dict[str, Any] | None = None,
         spin: float = 0.001,
         start_timeout: float = 120.0,
+        recorder: Any = None,
     ) -> None:
         if not isinstance(env, str) and not callable(env):
             raise TypeError(f"env must be an env id or a factory, got {type(env).__name__}")
@@ -270,6 +287,7 @@ class Session:
         self.unthrottled = unthrottled
         self.spin = spin
         self.start_timeout = start_timeout
+        self.recorder = recorder
         self.env_id = env if isinstance(env, str) else getattr(env, "__name__", "custom")
         noop_action, default_name, natural_hz = 0, "noop", None
         if isinstance(env, str):
@@ -339,6 +357,7 @@ class Session:
                 self.host = Host(
                     probe, self.slot, self.queue, tau_m=self.tau_m, default=default, seed=self.seed,
                     max_ticks=self.max_ticks, unthrottled=self.unthrottled, meta=self.meta(),
+                    recorder=self.recorder,
                 )  # fmt: skip
                 # priority 1: at equal times, agents' events come before the tick
                 self._vproc = self.clock.spawn(self.host.run(self.clock), name="host", priority=1)  # type: ignore[call-arg]
@@ -365,6 +384,7 @@ class Session:
             "meta": self.meta(),
             "origin": self.clock.origin,  # type: ignore[attr-defined]
             "spin": self.spin,
+            "recorder": self.recorder,
         }
         self._conn = parent_conn
         self._process = ctx.Process(
