@@ -117,7 +117,8 @@ def test_resume_appends_and_repairs_a_cut_row(tmp_path):
 
 def test_resume_with_an_incompatible_config_lists_the_keys(tmp_path):
     RunLog(tmp_path, CONFIG, tensorboard=False).close()
-    with pytest.raises(IncompatibleConfigError, match=r"(?s)2 keys.*lr: saved 0.001, now 0.0001.*n_inference: saved 4, now 8"):
+    expected = r"(?s)2 keys.*lr: saved 0.001, now 0.0001.*n_inference: saved 4, now 8"
+    with pytest.raises(IncompatibleConfigError, match=expected):
         RunLog(tmp_path, {**CONFIG, "lr": 1e-4, "n_inference": 8}, resume=True, tensorboard=False)
     assert read_config(tmp_path) == CONFIG  # the refused resume did not touch the saved config
 

@@ -438,7 +438,9 @@ class Progress:
     ) -> None:
         from rich.console import Console
 
-        if total_ticks is not None and (isinstance(total_ticks, bool) or not isinstance(total_ticks, int) or total_ticks < 1):
+        if total_ticks is not None and (
+            isinstance(total_ticks, bool) or not isinstance(total_ticks, int) or total_ticks < 1
+        ):
             raise ValueError(f"total_ticks must be a positive int or None, got {total_ticks!r}")
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive int (print one line per that many updates), got {every!r}")
@@ -462,7 +464,9 @@ class Progress:
             return table
         done = min(_number(row, "env_ticks") or 0.0, float(self.total_ticks))
         bar = Table.grid(padding=(0, 1))
-        bar.add_row(ProgressBar(total=self.total_ticks, completed=done, width=50), f"{int(done):,} / {self.total_ticks:,} ticks")
+        bar.add_row(
+            ProgressBar(total=self.total_ticks, completed=done, width=50), f"{int(done):,} / {self.total_ticks:,} ticks"
+        )
         return Group(table, bar)
 
     def update(self, row: Mapping[str, Any]) -> None:
