@@ -227,3 +227,20 @@ def test_fsync_failure_is_not_swallowed(tmp_path, monkeypatch):
         save_checkpoint(tmp_path / "c.pt", {"a": 1})
     monkeypatch.undo()
     assert os.listdir(tmp_path) == []
+
+
+def test_extra_bytes_are_corruption(tmp_path):
+    path = save_checkpoint(tmp_path / "c.pt", {"a": 1})
+    with open(path, "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(CheckpointError, match=r"c\.pt: corrupt: \d+ payload bytes, the header declares \d+"):
+        load_checkpoint(path)
+
+
+def test_a_state_torch_cannot_save_leaves_the_old_file(tmp_path):
+    path = save_checkpoint(checkpoint_path(tmp_path, 1), make_state(1))
+    before = path.read_bytes()
+    with pytest.raises(Exception, match="(?i)pickle|lambda"):
+        save_checkpoint(path, {"model": make_state(2)["model"], "callback": lambda: 0})
+    assert path.read_bytes() == before
+    assert os.listdir(path.parent) == [path.name]

@@ -36,15 +36,17 @@ import re
 import struct
 import tempfile
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 __all__ = [
     "CHECKPOINT_DIR",
     "DEFAULT_MAY_DIFFER",
     "Checkpoint",
+    "atomic_file",
     "CheckpointError",
     "CheckpointWarning",
     "IncompatibleConfigError",
@@ -135,20 +137,22 @@ class Checkpoint:
 # ----------------------------------------------------------------------------- atomic files
 
 
-def write_atomic(path: str | os.PathLike, data: bytes | Iterable[bytes]) -> Path:
-    """Write ``data`` to ``path`` so that ``path`` is always either the old file or the whole new one.
+@contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """Open ``path`` for writing so that it is always either the old file or the whole new one.
 
-    The bytes go to a temp file beside ``path`` (same filesystem, so the rename is atomic), which is
-    fsynced before ``os.replace`` and removed if anything (even Ctrl-C) interrupts the write. The
-    directory is fsynced afterwards so the rename itself survives a power cut.
+    Yields a binary file that is really a temp file beside ``path`` (same filesystem, so the rename
+    is atomic). When the block ends normally it is flushed, fsynced and ``os.replace``-d onto
+    ``path``, and the directory is fsynced so the rename survives a power cut; if anything (even
+    Ctrl-C) interrupts the block, the temp file is removed and ``path`` is untouched. Only a SIGKILL
+    can leave the temp file (``.NAME.*.tmp``) behind, never a partial file under ``path``.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as f:
-            for chunk in [data] if isinstance(data, (bytes, bytearray, memoryview)) else data:
-                f.write(chunk)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -157,7 +161,13 @@ def write_atomic(path: str | os.PathLike, data: bytes | Iterable[bytes]) -> Path
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
-    return path
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through `atomic_file`."""
+    with atomic_file(path) as f:
+        f.write(data)
+    return Path(path)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -183,11 +193,55 @@ def checkpoint_path(run_dir: str | os.PathLike, updates: int) -> Path:
     return Path(run_dir) / CHECKPOINT_DIR / f"ckpt-{updates:09d}.pt"
 
 
+class _HashingWriter:
+    """Passes writes through to a file while hashing and counting them, so the payload is never
+    held twice in memory (a 1B-parameter model is 4 GB)."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self.file, self.sha256, self.length = file, hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> int:
+        self.sha256.update(data)
+        self.length += len(data)
+        return self.file.write(data)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
+class _PayloadView(io.RawIOBase):
+    """The payload of an open checkpoint file as a file of its own (positions relative to its start),
+    so ``torch.load`` reads it in place."""
+
+    def __init__(self, file: BinaryIO, offset: int) -> None:
+        super().__init__()
+        self.file, self.offset = file, offset
+        file.seek(offset)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        return self.file.readinto(buffer)
+
+    def seek(self, position: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            position += self.offset
+        return self.file.seek(position, whence) - self.offset
+
+    def tell(self) -> int:
+        return self.file.tell() - self.offset
+
+
 def save_checkpoint(path: str | os.PathLike, state: Mapping[str, Any]) -> Path:
     """Save ``state`` (model and optimizer state dicts, counters, RNG states, config…) atomically.
 
-    ``state`` must be a mapping with string keys; it is serialised with ``torch.save`` first, so a
-    state that cannot be saved raises before any file is touched.
+    ``state`` must be a mapping with string keys. The payload streams to disk through a hash (no
+    in-memory copy); the header, written last, records its length and SHA-256. If ``torch.save``
+    fails half way the temp file is removed and ``path`` keeps whatever it held before.
     """
     import torch
 
@@ -196,41 +250,37 @@ def save_checkpoint(path: str | os.PathLike, state: Mapping[str, Any]) -> Path:
     bad = [k for k in state if not isinstance(k, str)]
     if bad:
         raise TypeError(f"state keys must be strings, got {bad!r}")
-    buffer = io.BytesIO()
-    torch.save(dict(state), buffer)
-    payload = buffer.getbuffer()
-    header = _HEADER.pack(MAGIC, FORMAT_VERSION, len(payload), hashlib.sha256(payload).digest())
-    return write_atomic(path, [header, payload])
+    with atomic_file(path) as f:
+        f.write(bytes(HEADER_SIZE))  # placeholder until the payload's length and hash are known
+        writer = _HashingWriter(f)
+        torch.save(dict(state), writer)
+        f.seek(0)
+        f.write(_HEADER.pack(MAGIC, FORMAT_VERSION, writer.length, writer.sha256.digest()))
+    return Path(path)
 
 
-def _verified_payload(path: Path) -> bytes:
-    """The payload of ``path`` after checking header, length and SHA-256; CheckpointError if not."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(HEADER_SIZE)
-            if head[: len(MAGIC)] != MAGIC[: len(head)]:
-                raise CheckpointError(
-                    path, "wrong format: not a nonstop checkpoint (no NSCKPT header; a bare torch.save file?)"
-                )
-            if len(head) < HEADER_SIZE:
-                raise CheckpointError(path, f"truncated: {len(head)} bytes, shorter than the {HEADER_SIZE}-byte header")
-            _, version, length, digest = _HEADER.unpack(head)
-            if version != FORMAT_VERSION:
-                raise CheckpointError(
-                    path, f"wrong format: version {version}, this nonstop reads version {FORMAT_VERSION}"
-                )
-            payload = f.read(length + 1)
-    except FileNotFoundError:
-        raise CheckpointError(path, "no such file") from None
-    except IsADirectoryError:
-        raise CheckpointError(path, "is a directory, not a checkpoint file") from None
-    if len(payload) < length:
-        raise CheckpointError(path, f"truncated: {len(payload)} of {length} payload bytes (the write was cut short)")
-    if len(payload) > length:
-        raise CheckpointError(path, f"corrupt: more bytes than the {length} the header declares")
-    if hashlib.sha256(payload).digest() != digest:
+def _check_header(path: Path, f: BinaryIO) -> int:
+    """Check the header and the payload's length and SHA-256 (read in chunks); return the payload
+    length. Raises CheckpointError saying what is wrong."""
+    head = f.read(HEADER_SIZE)
+    if head[: len(MAGIC)] != MAGIC[: len(head)]:
+        raise CheckpointError(path, "wrong format: not a nonstop checkpoint (no NSCKPT header; a bare torch.save file?)")
+    if len(head) < HEADER_SIZE:
+        raise CheckpointError(path, f"truncated: {len(head)} bytes, shorter than the {HEADER_SIZE}-byte header")
+    _, version, length, digest = _HEADER.unpack(head)
+    if version != FORMAT_VERSION:
+        raise CheckpointError(path, f"wrong format: version {version}, this nonstop reads version {FORMAT_VERSION}")
+    size = os.fstat(f.fileno()).st_size - HEADER_SIZE
+    if size < length:
+        raise CheckpointError(path, f"truncated: {size} of {length} payload bytes (the write was cut short)")
+    if size > length:
+        raise CheckpointError(path, f"corrupt: {size} payload bytes, the header declares {length}")
+    sha256 = hashlib.sha256()
+    while chunk := f.read(1 << 20):
+        sha256.update(chunk)
+    if sha256.digest() != digest:
         raise CheckpointError(path, "corrupt: the SHA-256 of the payload does not match the header")
-    return payload
+    return length
 
 
 def load_checkpoint(
@@ -246,11 +296,17 @@ def load_checkpoint(
     import torch
 
     path = Path(path)
-    payload = _verified_payload(path)
     try:
-        state = torch.load(io.BytesIO(payload), map_location=map_location, weights_only=weights_only)
-    except Exception as exc:  # noqa: BLE001 - the hash matched, so this is about content, not bytes
-        raise CheckpointError(path, f"wrong format: verified bytes but torch.load failed: {exc}") from exc
+        with open(path, "rb") as f:
+            _check_header(path, f)
+            try:
+                state = torch.load(_PayloadView(f, HEADER_SIZE), map_location=map_location, weights_only=weights_only)
+            except Exception as exc:  # noqa: BLE001 - the hash matched, so this is about content, not bytes
+                raise CheckpointError(path, f"wrong format: verified bytes but torch.load failed: {exc}") from exc
+    except FileNotFoundError:
+        raise CheckpointError(path, "no such file") from None
+    except IsADirectoryError:
+        raise CheckpointError(path, "is a directory, not a checkpoint file") from None
     if not isinstance(state, dict):
         raise CheckpointError(path, f"wrong format: holds a {type(state).__name__}, not a state dict")
     return state
