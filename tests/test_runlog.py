@@ -88,6 +88,11 @@ def test_new_run_refuses_an_existing_run_and_bad_rows(tmp_path):
             log.log_episode([1, 2])
     with pytest.raises(FileExistsError, match="already holds a run .*pass --resume"):
         RunLog(tmp_path, CONFIG, tensorboard=False)
+    leftover = tmp_path / "old" / "checkpoints"
+    leftover.mkdir(parents=True)
+    (leftover / "ckpt-000000001.pt").write_bytes(b"x")
+    with pytest.raises(FileExistsError, match=r"already holds a run \(checkpoints/\)"):
+        RunLog(tmp_path / "old", CONFIG, tensorboard=False)
     with pytest.raises(TypeError, match="config must be a dict"):
         RunLog(tmp_path / "b", "env=Pong")
     with pytest.raises(FileNotFoundError, match="cannot resume: .* holds no config.json"):
@@ -106,6 +111,8 @@ def test_resume_appends_and_repairs_a_cut_row(tmp_path):
     longer = {**CONFIG, "ticks": 6000}  # the budget may change on resume
     with RunLog(tmp_path, longer, resume=True, tensorboard=False, note=notes.append) as log:
         assert log.previous_rows == (2, 0)
+        assert log.last_progress["env_ticks"] == 60 and log.last_progress["tau_i_mean_ticks"] == 1.25
+        assert log.last_episode is None
         log.log_progress(progress_row(3))
         log.log_episode({"episode": 0, "end_tick": 80, "wall_s": 1.4, "return": 1.0, "length_ticks": 80})
     assert len(notes) == 1 and "dropped a partial last row" in notes[0] and "progress.csv" in notes[0]

@@ -180,6 +180,7 @@ class _CsvAppender:
 
     def __init__(self, path: Path, columns: tuple[str, ...], *, resume: bool, note: Callable[[str], None]) -> None:
         self.path, self.columns = path, columns
+        self.last_row: dict[str, float] | None = None
         self.rows_before = self._repair_and_check(note) if resume and path.exists() and path.stat().st_size else 0
         self.rows = self.rows_before
         self._file = open(path, "a" if resume else "w", newline="")
@@ -202,6 +203,14 @@ class _CsvAppender:
             raise ValueError(
                 f"cannot resume: {self.path} has columns {list(header)}, this nonstop writes {list(self.columns)}"
             )
+        if len(lines) > 1:
+            last = next(csv.reader(lines[-1:]))
+            try:
+                self.last_row = {c: float(v) if v != "" else math.nan for c, v in zip(self.columns, last, strict=True)}
+            except ValueError as exc:
+                raise ValueError(
+                    f"cannot resume: the last row of {self.path} is not {len(self.columns)} numbers: {last}"
+                ) from exc
         return len(lines) - 1
 
     def write(self, row: Mapping[str, Any], what: str) -> None:
@@ -270,7 +279,10 @@ class RunLog:
                 raise FileNotFoundError(f"cannot resume: {root} holds no config.json (no run was started there)")
             check_compatible(read_config(root), self.config, may_differ, where=str(root))
         else:
-            taken = [p.name for p in (self.paths.config, self.paths.progress, self.paths.episodes) if p.exists()]
+            files = (self.paths.config, self.paths.progress, self.paths.episodes, self.paths.ticklog, self.paths.summary)
+            taken = [p.name for p in files if p.exists()]
+            if self.paths.checkpoints.is_dir() and any(self.paths.checkpoints.iterdir()):
+                taken.append(f"{CHECKPOINT_DIR}/")
             if taken:
                 raise FileExistsError(
                     f"{root} already holds a run ({', '.join(taken)}): pass --resume to continue it, "
@@ -300,6 +312,16 @@ class RunLog:
     def tensorboard(self) -> bool:
         """Whether scalars are mirrored to TensorBoard."""
         return self._tb is not None
+
+    @property
+    def last_progress(self) -> dict[str, float] | None:
+        """On resume, the last progress row already on disk (to continue wall_s, env_ticks…); else None."""
+        return self._progress.last_row
+
+    @property
+    def last_episode(self) -> dict[str, float] | None:
+        """On resume, the last episode row already on disk (to continue the episode count); else None."""
+        return self._episodes.last_row
 
     @property
     def previous_rows(self) -> tuple[int, int]:
