@@ -208,3 +208,15 @@ def test_render_summary_lists_skips(tmp_path):
     text = buffer.getvalue()
     assert "skipped plot delay_histogram: ticklog.npz is missing" in text
     assert "not in the run dir: progress.csv, ticklog.npz" in text
+
+
+def test_nested_run_summary_is_shortened_in_the_table_but_whole_in_json(tmp_path):
+    make_run(tmp_path, summary=False)
+    histogram = {str(d): 1000 + d for d in range(40)}
+    (tmp_path / "summary.json").write_text(json.dumps({"delay_histogram": histogram}))
+    report = build_report(tmp_path)
+    write_markdown(report)
+    row = next(line for line in (tmp_path / "report" / "report.md").read_text().splitlines() if "delay_histogram" in line)
+    assert row.endswith("… |") and len(row) < 120
+    saved = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert saved["summary"]["run_summary"]["delay_histogram"] == histogram

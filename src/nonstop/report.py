@@ -224,7 +224,8 @@ def _format(key: str, value: Any) -> str:
         if key.endswith(("_fraction", "_frac", "_frac_mean")):
             return f"{value:.2%}"
         return f"{value:,.0f}" if value.is_integer() and abs(value) < 1e15 else f"{value:.4g}"
-    return json.dumps(value, default=str)
+    text = json.dumps(value, default=str)  # nested figures of summary.json: whole in report.json
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 def _rows(report: Report) -> list[tuple[str, str, str]]:
