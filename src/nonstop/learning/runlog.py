@@ -14,6 +14,18 @@ Layout (`RunPaths` names each file; ``nonstop report RUN`` reads them back)::
 kill loses nothing already logged; ``--resume`` reopens the files for appending (a row cut in half by
 a kill is dropped first). `Progress` is the console view the training loop feeds the same rows.
 
+How a training loop wires it (with `nonstop.learning.checkpoint`)::
+
+    log = RunLog(out, config, resume=resume)            # refuses an incompatible config on resume
+    start = latest_checkpoint(out) if resume else None  # newest whole checkpoint, or None
+    with log, Progress(total_ticks=config["ticks"]) as view:
+        ...                                             # each progress interval:
+        log.log_progress(row); view.update(row)         #   row: dict over PROGRESS_COLUMNS
+        log.log_episode({"episode": e, "end_tick": t, "wall_s": s, "return": r, "length_ticks": n})
+        save_checkpoint(checkpoint_path(out, updates), state); keep_last(out, 3)
+        ...                                             # at the end:
+        log.save_ticklog(tick_log); log.write_summary(tick_log.summary())
+
 >>> import tempfile
 >>> run = Path(tempfile.mkdtemp()) / "run"
 >>> with RunLog(run, {"env": "theory/inaction", "lr": 1e-3}, tensorboard=False) as log:
