@@ -127,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_arguments(p)
     p.set_defaults(func=compare.run_compare)
 
+    from nonstop import report
+
+    p = sub.add_parser("report", help="plots and a summary of a training run directory (nonstop train --out RUN)")
+    report.add_arguments(p)
+    p.set_defaults(func=report.run_report)
+
     p = sub.add_parser("bench", help="run a benchmark (JSON on the last line with --json)")
     bench_sub = p.add_subparsers(dest="bench", metavar="NAME")
     for name, module_name in BENCHMARKS.items():
