@@ -50,14 +50,23 @@ def flat_parameters(model: "torch.nn.Module") -> np.ndarray:
 
 
 def load_flat(model: "torch.nn.Module", flat: np.ndarray) -> None:
-    """Copy a flat vector from `flat_parameters` back into ``model``'s parameters."""
+    """Copy a flat vector from `flat_parameters` into ``model``'s parameters.
+
+    A copy, never a view: the caller's buffer is reused for the next version (and
+    a learner loads its online and target networks through the same buffer).
+    """
     import torch
 
-    n = sum(p.numel() for p in model.parameters())
+    params = list(model.parameters())
+    n = sum(p.numel() for p in params)
     if flat.shape != (n,):
         raise ValueError(f"weights hold {flat.shape[0]} numbers but the model has {n} parameters")
+    source = torch.from_numpy(flat)
     with torch.no_grad():
-        torch.nn.utils.vector_to_parameters(torch.from_numpy(flat), model.parameters())
+        offset = 0
+        for p in params:
+            p.copy_(source[offset : offset + p.numel()].view_as(p))
+            offset += p.numel()
 
 
 class _Segment:
