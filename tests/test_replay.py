@@ -131,3 +131,16 @@ def test_bad_replay_arguments_fail_clearly():
         ReplayBuffer.create(capacity=10**9, obs_shape=(84, 84))
     with pytest.raises(ValueError, match="gamma"):
         SemiMDPBuilder(gamma=1.5)
+
+
+def test_recorder_reports_every_finished_episode(no_shm_leak):
+    replay = ReplayBuffer.create(capacity=64, obs_shape=(4,), dtype=np.float64)
+    try:
+        with Session(scripted_env, env_kwargs={"episode_len": 5}, clock="virtual", tick_hz=60,
+                     recorder=ReplayRecorder(replay, gamma=G)) as world:  # fmt: skip
+            run_ticks(world, 23)
+        # β (noop, action 0) earns 1 per tick: four whole episodes of 5 ticks
+        assert replay.episodes_finished == 4
+        assert replay.episodes_since(2) == [(2, 15, 5.0, 5), (3, 20, 5.0, 5)]
+    finally:
+        replay.unlink()

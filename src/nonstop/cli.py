@@ -127,7 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_arguments(p)
     p.set_defaults(func=compare.run_compare)
 
-    from nonstop import report
+    from nonstop import report, trainer
+
+    p = sub.add_parser("train", help="train DQN in a realtime world: staggered inference, asynchronous learners")
+    trainer.add_arguments(p)
+    p.set_defaults(func=trainer.run_train)
+
 
     p = sub.add_parser("report", help="plots and a summary of a training run directory (nonstop train --out RUN)")
     report.add_arguments(p)

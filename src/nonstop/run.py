@@ -119,6 +119,8 @@ class TrainingRun:
         # Algorithm 2's N_I* = ⌈τ̄_θ/τ_M⌉ by default, so the staggered agent acts at every tick
         self.n_inference = cfg.n_inference or max(1, math.ceil(self.latency.mean / self.tau_m - 1e-9))
         self.final_updates = 0
+        self.tick_offset = 0  # env ticks of earlier segments of this run (after --resume)
+        self.episode_offset = 0
         self._parts: list[Callable[[], None]] = []  # teardown, newest first
 
     # ------------------------------------------------------------------ building
@@ -206,12 +208,73 @@ class TrainingRun:
         end = self.world.now() + seconds
         step = min(seconds, 50 * self.tau_m)
         while self.world.now() < end - 1e-12:
-            self.weights.epsilon = epsilon_at(self.world.slot.read().tick, self.dqn)
+            self.weights.epsilon = epsilon_at(self.tick_offset + self.world.slot.read().tick, self.dqn)
             self.world.run_until(min(end, self.world.now() + step))
 
     @property
     def updates(self) -> int:
         return self.state.updates
+
+    @property
+    def env_ticks(self) -> int:
+        return self.tick_offset + int(self.world.slot.read().tick)
+
+    def quiesce(self) -> None:
+        """Stop inference and learning (the world keeps its state) so a snapshot is exact."""
+        for name in ("learners", "pool", "agent"):
+            part = getattr(self, name, None)
+            if part is not None:
+                part.stop()
+
+    def snapshot(self, *, include_replay: bool = True) -> dict[str, Any]:
+        """Everything `restore` needs to continue: parameters, Adam moments, target network,
+        counters, and (``include_replay``) the replay's contents. Tensors and plain values only."""
+        import torch
+
+        def t(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.array(a, copy=True))
+
+        params = np.empty(self.weights.n_params, np.float32)
+        self.weights.read_into(params)  # a complete version, even while learners run
+        snap: dict[str, Any] = {
+            "format": "nonstop.train/1",
+            "config": self.cfg.to_dict(),
+            "updates": self.state.updates,
+            "env_ticks": self.env_ticks,
+            "episodes": self.episode_offset + self.replay.episodes_finished,
+            "target_version": self.state.counter(TrainingState.TARGET_VERSION) // 2 * 2,
+            "params": t(params), "adam_m": t(self.state.adam_m), "adam_v": t(self.state.adam_v),
+            "target": t(self.state.target),
+        }  # fmt: skip
+        if include_replay:
+            rb = self.replay
+            snap["replay"] = {"header": t(rb._hdr[:2]), "frames": t(rb.frames), "frame_id": t(rb.frame_id),
+                              **{name: t(col) for name, col in rb.cols.items()}}  # fmt: skip
+        return snap
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        """Load a `snapshot` into a built (not yet started) run."""
+        if snap.get("format") != "nonstop.train/1":
+            raise ValueError(f"not a nonstop training checkpoint (format {snap.get('format')!r})")
+        state = self.state
+        for name in ("params", "adam_m", "adam_v", "target"):
+            src = snap[name].numpy()
+            if src.shape != state.params.shape:
+                raise ValueError(f"checkpoint {name} has {src.shape[0]} numbers, this model {state.params.shape[0]}")
+            getattr(state, name)[:] = src
+        state.set_counter(TrainingState.UPDATES, int(snap["updates"]))
+        state.set_counter(TrainingState.TARGET_VERSION, int(snap["target_version"]))
+        self.weights.publish(state.params)
+        self.tick_offset = int(snap["env_ticks"])
+        self.episode_offset = int(snap["episodes"])
+        replay = snap.get("replay")
+        if replay is not None and replay["frames"].shape == self.replay.frames.shape:
+            rb = self.replay
+            rb.frames[:] = replay["frames"].numpy()
+            rb.frame_id[:] = replay["frame_id"].numpy()
+            for name, col in rb.cols.items():
+                col[:] = replay[name].numpy()
+            rb._hdr[:2] = replay["header"].numpy()
 
     def teardown(self) -> None:
         if getattr(self, "state", None) is not None and self.state._hdr is not None:

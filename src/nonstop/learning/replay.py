@@ -119,8 +119,10 @@ class ReplayTooLargeError(MemoryError, ValueError):
 
 _T_COLS: Final = (("s_frame", np.int64), ("next_frame", np.int64), ("action", np.int64),
                   ("reward", np.float32), ("discount", np.float32), ("n_ticks", np.int32))  # fmt: skip
-_HDR: Final = 8  # int64 words: transitions written, frames written, then spare
-_COUNT, _FRAMES = 0, 1
+_HDR: Final = 8  # int64 words: transitions, frames, episodes; ticks, agent ticks, delay sum; spare
+_COUNT, _FRAMES, _EPISODES, _TICKS, _AGENT, _DELAY_SUM = 0, 1, 2, 3, 4, 5
+#: finished episodes kept for the trainer to read (end tick, return, length in ticks)
+EPISODE_RING: Final = 1024
 
 
 def _layout(capacity: int, frame_capacity: int, obs_shape: tuple[int, ...], dtype: np.dtype) -> tuple[dict, int]:
@@ -132,6 +134,7 @@ def _layout(capacity: int, frame_capacity: int, obs_shape: tuple[int, ...], dtyp
         offsets[name] = off
         off += -(-nbytes // 64) * 64  # 64-byte aligned columns
 
+    put("episodes", EPISODE_RING * 3 * 8)
     put("frames", frame_capacity * frame_bytes)
     put("frame_id", frame_capacity * 8)
     for name, dt in _T_COLS:
@@ -208,6 +211,7 @@ class ReplayBuffer:
         self.frames = np.ndarray((self.frame_capacity, *self.obs_shape), self.dtype, buf, offsets["frames"])
         self.frame_id = np.ndarray((self.frame_capacity,), np.int64, buf, offsets["frame_id"])
         self.cols = {n: np.ndarray((self.capacity,), dt, buf, offsets[n]) for n, dt in _T_COLS}
+        self._episodes = np.ndarray((EPISODE_RING, 3), np.float64, buf, offsets["episodes"])
         self.dropped_recycled = 0
 
     @classmethod
@@ -254,6 +258,34 @@ class ReplayBuffer:
         self._hdr[_FRAMES] = fid + 1
         return fid
 
+    @property
+    def episodes_finished(self) -> int:
+        return int(self._hdr[_EPISODES])
+
+    def add_episode(self, end_tick: int, episode_return: float, length: int) -> None:
+        """Record a finished episode (the host's recorder sees every reward of it)."""
+        n = int(self._hdr[_EPISODES])
+        self._episodes[n % EPISODE_RING] = (end_tick, episode_return, length)
+        self._hdr[_EPISODES] = n + 1
+
+    def count_tick(self, agent: bool, delay: int) -> None:
+        h = self._hdr
+        h[_TICKS] += 1
+        if agent:
+            h[_AGENT] += 1
+            h[_DELAY_SUM] += delay
+
+    def tick_counters(self) -> tuple[int, int, int]:
+        """``(ticks, agent ticks, sum of agent delays)`` the host has recorded so far."""
+        h = self._hdr
+        return int(h[_TICKS]), int(h[_AGENT]), int(h[_DELAY_SUM])
+
+    def episodes_since(self, first: int) -> list[tuple[int, int, float, int]]:
+        """``(index, end_tick, return, length)`` of finished episodes ``first…`` still in the ring."""
+        n = int(self._hdr[_EPISODES])
+        rows = self._episodes[[i % EPISODE_RING for i in range(max(first, n - EPISODE_RING), n)]]
+        return [(i, int(e), float(r), int(length)) for i, (e, r, length) in zip(range(max(first, n - EPISODE_RING), n), rows)]
+
     def add_transition(self, s_frame: int, action: int, reward: float, discount: float, n_ticks: int, next_frame: int) -> None:
         count = int(self._hdr[_COUNT])
         i = count % self.capacity
@@ -291,7 +323,7 @@ class ReplayBuffer:
         shm, self._shm = self._shm, None
         if shm is None:
             return
-        self._hdr = self.frames = self.frame_id = None  # type: ignore[assignment]
+        self._hdr = self.frames = self.frame_id = self._episodes = None  # type: ignore[assignment]
         self.cols = {}
         try:
             shm.close()
@@ -338,6 +370,7 @@ class ReplayRecorder:
         self._terminal_obs: np.ndarray | None = None
         self.skipped_old = 0
         self.transitions = 0
+        self._return, self._length = 0.0, 0
 
     def __getstate__(self) -> dict:
         return {"replay": self.replay, "gamma": self.gamma, "history": self.history}
@@ -357,8 +390,13 @@ class ReplayRecorder:
     def on_tick(self, tick: int, *, agent: bool, action: Any, obs_tick: int, reward: float,
                 terminated: bool, truncated: bool, terminal_obs: np.ndarray | None = None) -> None:  # fmt: skip
         """One host tick, before ``on_observation`` of the same tick."""
+        self._return += reward
+        self._length += 1
+        self.replay.count_tick(agent, tick - obs_tick)
         if terminated or truncated:
             self._terminal_obs = terminal_obs
+            self.replay.add_episode(tick, self._return, self._length)
+            self._return, self._length = 0.0, 0
         done = self.builder.on_tick(
             tick, agent=agent, action=int(action) if agent else 0, obs_tick=obs_tick, reward=reward,
             terminated=terminated, truncated=truncated,
