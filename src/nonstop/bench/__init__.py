@@ -18,4 +18,6 @@ BENCHMARKS = {
     "nstar": "nonstop.bench.nstar",
     "models": "nonstop.bench.models",
     "regret": "nonstop.bench.regret",
+    "learn": "nonstop.bench.learn",
+    "nlstar": "nonstop.bench.nlstar",
 }
