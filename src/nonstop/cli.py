@@ -113,12 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_envs)
 
-    p = sub.add_parser("demo", help="the default job: a fast and a slow agent on realtime Boxing, side by side")
-    p.add_argument("--env", default="Boxing", help="env id (default Boxing)")
-    p.add_argument("--seconds", type=float, default=10.0, help="how long each agent plays, in world seconds")
-    p.add_argument("--slow-ticks", type=float, default=6.0, help="the slow agent's inference time, in ticks")
-    p.add_argument("--clock", choices=("wall", "virtual"), default="wall")
-    p.add_argument("--save", metavar="DIR", help="save both tick logs (.npz) into DIR")
+    from nonstop import demo
+
+    p = sub.add_parser("demo", help="the default job: the paper's headline on realtime Boxing (about 5 minutes)")
+    demo.add_arguments(p)
     p.set_defaults(func=cmd_demo)
 
     from nonstop import compare

@@ -69,9 +69,12 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
     overrides = {name: getattr(args, name) for name in ("k", "lr", "batch_size", "replay_capacity", "learning_starts", "double")
                  if getattr(args, name, None) is not None}  # fmt: skip
-    dqn = DQNConfig.for_family(env_info(args.env).family, **overrides)
+    family = env_info(args.env).family
+    dqn = DQNConfig.for_family(family, **overrides)
+    # the paper's preprocessing for pixels: 84×84 grayscale, one frame
+    env_kwargs = {"preprocess": True} if family in ("atari", "gameboy") else {}
     return TrainConfig(
-        env=args.env, clock=args.clock, seconds=args.seconds, interaction=args.interaction, scheduler=args.scheduler,
+        env=args.env, env_kwargs=env_kwargs, clock=args.clock, seconds=args.seconds, interaction=args.interaction, scheduler=args.scheduler,
         n_inference=args.n_inference, latency=args.latency, n_learners=args.n_learners,
         learner_mode=args.learner_mode, tau_l=args.tau_l, backend=args.backend, seed=args.seed, dqn=dqn,
     )  # fmt: skip
