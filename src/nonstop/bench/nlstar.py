@@ -10,7 +10,10 @@ For each model width ``k`` and batch size ``B``:
   up to the machine's cores, each run for ``--window`` seconds; the first N_L whose aggregate
   throughput (updates/s × B) reaches 60 transitions/s. Past the core count a measurement would
   only show the cores running out, so larger N_L* are reported as theory only;
-* the throughput scaling from N_L = 1 to 2 (target: near-linear on 2 cores).
+* the throughput scaling from N_L = 1 to 2 (target: near-linear on 2 cores);
+* the replay's own rates on 84×84 frames: transitions inserted per second (a frame copy and a
+  transition row, as the host's recorder does each tick) and transitions sampled per second in
+  batches of 32, against the 60 per second one realtime session produces.
 """
 
 from __future__ import annotations
@@ -114,6 +117,31 @@ def _throughput(k: float, batch: int, n_learners: int, window: float) -> float:
             seg.unlink()
 
 
+def replay_rates(n: int = 20_000, batch: int = 32) -> dict[str, float]:
+    """Insert and sample rates of a `ReplayBuffer` of 84×84 uint8 frames, in transitions per second."""
+    from nonstop.learning.replay import ReplayBuffer
+
+    rb = ReplayBuffer.create(capacity=n, obs_shape=(84, 84), dtype=np.uint8)
+    try:
+        frame = np.random.default_rng(0).integers(0, 256, (84, 84), np.uint8)
+        prev = rb.add_frame(frame)
+        t0 = time.perf_counter()
+        for i in range(n):
+            f = rb.add_frame(frame)
+            rb.add_transition(prev, i % 18, 1.0, 0.99, 1, f)
+            prev = f
+        insert = n / (time.perf_counter() - t0)
+        rng = np.random.default_rng(1)
+        rounds = max(1, n // batch // 4)
+        t0 = time.perf_counter()
+        for _ in range(rounds):
+            rb.sample(batch, rng)
+        sample = rounds * batch / (time.perf_counter() - t0)
+    finally:
+        rb.unlink()
+    return {"replay_insert_per_s": insert, "replay_sample_per_s": sample}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     ks = _numbers(args.k, float, "--k")
     batches = _numbers(args.batch, int, "--batch")
@@ -146,7 +174,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "throughput_transitions_per_s": {str(n): round(v, 1) for n, v in throughputs.items()},
                 "scaling_1_to_2": throughputs[2] / throughputs[1] if 2 in throughputs and throughputs[1] > 0 else None,
             })  # fmt: skip
-    result = {"tick_hz": TICK_HZ, "cores": cores, "window_s": window, "load_average": os.getloadavg()[0], "rows": rows}
+    rates = replay_rates(5_000 if args.quick else 50_000)
+    result = {"tick_hz": TICK_HZ, "cores": cores, "window_s": window, "load_average": os.getloadavg()[0], "rows": rows,
+              **rates, "replay_rates_over_one_session": {k: v / TICK_HZ for k, v in rates.items()}}  # fmt: skip
     if args.plot:
         result["plot"] = str(_plot(rows, Path(args.plot)))
     return result
@@ -190,5 +220,7 @@ def render(result: dict[str, Any]) -> None:
         table.add_row(f"{r['k']:g}", str(r["batch"]), f"{r['params']:,}", f"{r['tau_l_update_s'] * 1e3:.1f} ms",
                       f"{r['tau_l_over_tau_m']:.3f}", str(r["nlstar_theory"]), measured, scaling)  # fmt: skip
     Console().print(table)
+    print(f"replay: {result['replay_insert_per_s']:,.0f} inserts/s, {result['replay_sample_per_s']:,.0f} samples/s "
+          f"(one realtime session produces {result['tick_hz']:g}/s)")  # fmt: skip
     if result.get("plot"):
         print(f"plot: {result['plot']}")
