@@ -233,3 +233,27 @@ def test_staggered_learning_never_costs_an_action(no_shm_leak):
     assert beta.sum() <= 2 * log["terminated"].sum()  # at most τ_θ/τ_M − 1 per episode end
     assert r["n_inference"] == 3 and r["updates"] > 100
     assert r["transitions"] > 250  # one decision per tick
+
+
+@pytest.mark.wall
+@pytest.mark.parametrize("mode", ["hogwild", "parallel"])
+def test_learner_processes_make_progress_in_every_mode(mode, no_shm_leak):
+    cfg = DQNConfig.for_family("classic", learning_starts=10, batch_size=8, hidden=(8,))
+    model = MLP(4, 2, (8,))
+    n = sum(p.numel() for p in model.parameters())
+    state, weights, replay = TrainingState.create(n), SharedWeights.create(n), _filled_replay()
+    group = None
+    try:
+        init_training(model, state, weights)
+        group = LearnerProcesses(n_learners=2, mode=mode, obs_shape=(4,), n_actions=2, cfg=cfg,
+                                 state=state, weights=weights, replay=replay, seed=0).start()  # fmt: skip
+        deadline = time.monotonic() + 120
+        while state.updates < 30 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert state.updates >= 30 and np.isfinite(state.params).all()
+        assert weights.version >= state.updates  # every update was published to the workers
+    finally:
+        if group is not None:
+            group.stop()
+        for seg in (state, weights, replay):
+            seg.unlink()
