@@ -45,7 +45,7 @@ from nonstop.learning.learners import LEARNER_MODES, Learner, LearnerProcesses, 
 from nonstop.learning.replay import ReplayBuffer, ReplayRecorder
 from nonstop.learning.weights import SharedWeights, TrainingState
 
-__all__ = ["INTERACTIONS", "TrainConfig", "train", "TrainingRun"]
+__all__ = ["INTERACTIONS", "TrainConfig", "train", "TrainingRun", "ProgressRows"]
 
 INTERACTIONS: Final = ("staggered", "infer_then_learn", "learn_then_infer")
 _AFTER_TICK: Final = 2  # virtual priority: wake after the host's tick at the same instant
@@ -390,13 +390,15 @@ def train(
     started = time.monotonic()
     try:
         run.build().start()
+        rows = ProgressRows(run, started)
         done = 0.0
         while done < cfg.seconds - 1e-12:
             chunk = min(progress_every, cfg.seconds - done)
             run.advance(chunk)
             done += chunk
             if on_progress is not None:
-                on_progress(progress_row(run, time.monotonic() - started))
+                rows.episodes()
+                on_progress(rows.progress())
     finally:
         run.teardown()
     log = run.world.tick_log
@@ -415,23 +417,48 @@ def train(
     }
 
 
-def progress_row(run: TrainingRun, wall_s: float) -> dict[str, Any]:
-    """What the live display and progress.csv show, read from the slot's header
-    (cheap, and available on both clocks while the run goes on)."""
-    latest = run.world.slot.read()
-    ticks = max(int(latest.tick), 1)
-    return {
-        "wall_s": round(wall_s, 3),
-        "env_ticks": int(latest.tick),
-        "episodes": int(latest.episode),
-        "inaction_frac": float(latest.inaction_ticks) / ticks,
-        "updates": run.state.updates,
-        "transitions": run.recorder.transitions if run.world.is_virtual else run.replay.transitions_written,
-        "epsilon": run.weights.epsilon,
-        "last_delay": int(latest.last_delay),
-        "total_reward": float(latest.total_reward),
-    }
+class ProgressRows:
+    """Turns a run's shared counters into progress rows (differences over each interval) and
+    finished-episode rows; the same on both clocks, since the host's recorder keeps the counts
+    in the replay's shared header."""
 
+    def __init__(self, run: TrainingRun, wall0: float) -> None:
+        self.run, self.wall0 = run, wall0
+        self.prev = (0, 0, 0, run.state.updates, wall0)
+        self.returns: list[float] = []
+        self.seen_episodes = 0
 
-def returns_summary(returns: list[float], last: int = 20) -> float:
-    return float(np.mean(returns[-last:])) if returns else float("nan")
+    def episodes(self) -> list[dict[str, Any]]:
+        out = []
+        run = self.run
+        for i, end_tick, ret, length in run.replay.episodes_since(self.seen_episodes):
+            out.append({"episode": run.episode_offset + i, "end_tick": run.tick_offset + end_tick,
+                        "wall_s": round(time.monotonic() - self.wall0, 3), "return": ret, "length_ticks": length})  # fmt: skip
+            self.returns.append(ret)
+        self.seen_episodes = run.replay.episodes_finished
+        return out
+
+    def progress(self) -> dict[str, Any]:
+        from nonstop.learning.learners import _LOSS
+
+        run = self.run
+        ticks, agent, delay_sum = run.replay.tick_counters()
+        updates, now = run.state.updates, time.monotonic()
+        p_ticks, p_agent, p_delay, p_updates, p_wall = self.prev
+        d_ticks, d_agent = ticks - p_ticks, agent - p_agent
+        self.prev = (ticks, agent, delay_sum, updates, now)
+        nan = float("nan")
+        return {
+            "wall_s": round(now - self.wall0, 3),
+            "env_ticks": run.tick_offset + ticks,
+            "episodes": run.episode_offset + run.replay.episodes_finished,
+            "tau_i_mean_ticks": d_ticks / d_agent if d_agent else nan,
+            "inaction_frac": (d_ticks - d_agent) / d_ticks if d_ticks else nan,
+            "delay_mean_ticks": (delay_sum - p_delay) / d_agent if d_agent else nan,
+            "updates": updates,
+            "updates_per_s": (updates - p_updates) / (now - p_wall) if now > p_wall else nan,
+            "transitions": run.replay.transitions_written,
+            "recent_return": float(np.mean(self.returns[-20:])) if self.returns else nan,
+            "epsilon": run.weights.epsilon,
+            "loss": float(run.state._hdr_f[_LOSS]) if updates else nan,
+        }

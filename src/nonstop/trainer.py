@@ -84,51 +84,6 @@ def _default_out(env: str) -> Path:
     return Path("runs") / f"{env.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-class _Rows:
-    """Turns the run's shared counters into progress rows (differences over each interval)."""
-
-    def __init__(self, run: Any, wall0: float) -> None:
-        self.run, self.wall0 = run, wall0
-        self.prev = (0, 0, 0, run.state.updates, wall0)
-        self.returns: list[float] = []
-        self.seen_episodes = 0
-
-    def episodes(self) -> list[dict[str, Any]]:
-        out = []
-        run = self.run
-        for i, end_tick, ret, length in run.replay.episodes_since(self.seen_episodes):
-            out.append({"episode": run.episode_offset + i, "end_tick": run.tick_offset + end_tick,
-                        "wall_s": round(time.monotonic() - self.wall0, 3), "return": ret, "length_ticks": length})  # fmt: skip
-            self.returns.append(ret)
-        self.seen_episodes = run.replay.episodes_finished
-        return out
-
-    def progress(self) -> dict[str, Any]:
-        from nonstop.learning.learners import _LOSS
-
-        run = self.run
-        ticks, agent, delay_sum = run.replay.tick_counters()
-        updates, now = run.state.updates, time.monotonic()
-        p_ticks, p_agent, p_delay, p_updates, p_wall = self.prev
-        d_ticks, d_agent = ticks - p_ticks, agent - p_agent
-        self.prev = (ticks, agent, delay_sum, updates, now)
-        nan = float("nan")
-        return {
-            "wall_s": round(now - self.wall0, 3),
-            "env_ticks": run.tick_offset + ticks,
-            "episodes": run.episode_offset + run.replay.episodes_finished,
-            "tau_i_mean_ticks": d_ticks / d_agent if d_agent else nan,
-            "inaction_frac": (d_ticks - d_agent) / d_ticks if d_ticks else nan,
-            "delay_mean_ticks": (delay_sum - p_delay) / d_agent if d_agent else nan,
-            "updates": updates,
-            "updates_per_s": (updates - p_updates) / (now - p_wall) if now > p_wall else nan,
-            "transitions": run.replay.transitions_written,
-            "recent_return": float(np.mean(self.returns[-20:])) if self.returns else nan,
-            "epsilon": run.weights.epsilon,
-            "loss": float(run.state._hdr_f[_LOSS]) if updates else nan,
-        }
-
-
 def _replay_in_checkpoint(choice: str, run: Any, out: Path) -> bool:
     if choice != "auto":
         return choice == "yes"
@@ -142,7 +97,7 @@ def run_train(args: argparse.Namespace) -> int:
     from nonstop.learning.checkpoint import checkpoint_path, keep_last, latest_checkpoint, save_checkpoint
     from nonstop.learning.replay import replay_bytes
     from nonstop.learning.runlog import Progress, RunLog, read_config
-    from nonstop.run import TrainingRun
+    from nonstop.run import ProgressRows, TrainingRun
 
     for name in ("seconds", "progress_every", "checkpoint_every"):
         value = getattr(args, name)
@@ -169,6 +124,7 @@ def run_train(args: argparse.Namespace) -> int:
     wall0 = time.monotonic()
     interrupted = False
     summary: dict[str, Any] = {}
+    rows: ProgressRows | None = None
     with log:
         try:
             run.build()
@@ -176,7 +132,7 @@ def run_train(args: argparse.Namespace) -> int:
                 run.restore(ckpt.state)
                 console.print(f"resumed from {ckpt.path.name}: {run.state.updates:,} updates, {run.tick_offset:,} env ticks")
             run.start()
-            rows = _Rows(run, wall0)
+            rows = ProgressRows(run, wall0)
             total = math.ceil(cfg.seconds / run.tau_m)
             done, next_ckpt = 0.0, args.checkpoint_every
             with Progress(total_ticks=run.tick_offset + total) as view:
@@ -200,7 +156,7 @@ def run_train(args: argparse.Namespace) -> int:
         finally:
             if getattr(run, "world", None) is not None and run.world.slot is not None and getattr(run, "state", None) is not None:
                 run.quiesce()
-                for ep in rows.episodes() if "rows" in locals() else []:
+                for ep in rows.episodes() if rows is not None else []:
                     log.log_episode(ep)
                 snap = run.snapshot(include_replay=_replay_in_checkpoint(args.checkpoint_replay, run, out))
                 save_checkpoint(checkpoint_path(out, run.state.updates), snap)
