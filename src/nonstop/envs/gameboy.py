@@ -564,7 +564,8 @@ class GameBoyEnv(gymnasium.Env[np.ndarray, int]):
                 self._wrapper_start = True
                 self._start_state = b""
             else:
-                self._emulator.tick(spec.boot_frames, False, False)
+                # render=True draws the last frame only; the state then holds a screen, not a blank
+                self._emulator.tick(spec.boot_frames, True, False)
                 buffer = io.BytesIO()
                 self._emulator.save_state(buffer)
                 self._start_state = buffer.getvalue()
@@ -585,7 +586,8 @@ class GameBoyEnv(gymnasium.Env[np.ndarray, int]):
         super().reset(seed=seed)
         timer_div = int(self.np_random.integers(0, 256))
         self._restart(timer_div)
-        self._held = 0  # the start state was saved with no button held
+        _release_all(self._emulator)  # a state saved with a button down would keep it down
+        self._held = 0
         self._frames = 0
         self._reward.reset(self._emulator.memory)
         return self._observe(), {"timer_div": timer_div}
@@ -629,6 +631,8 @@ class GameBoyEnv(gymnasium.Env[np.ndarray, int]):
     def _restart(self, timer_div: int) -> None:
         if self._wrapper_start:
             self._emulator.game_wrapper.reset_game(timer_div=timer_div)
+            # reset_game plays 7 frames without drawing them; one more, drawn, gives a true first frame
+            self._emulator.tick(1, True, False)
         else:
             self._emulator.load_state(io.BytesIO(self._start_state))
             _set_timer_div(self._emulator, timer_div)
@@ -639,6 +643,12 @@ class GameBoyEnv(gymnasium.Env[np.ndarray, int]):
         if self.obs_type == "rgb":
             return self._screen[:, :, :3].copy()
         return np.asarray(self._emulator.memory[_WRAM[0] : _WRAM[1]], dtype=np.uint8)
+
+
+def _release_all(emulator: Any) -> None:
+    """Queue a release of every button for the next frame (before any press queued after it)."""
+    for button in ("a", "b", "left", "up", "right", "down", "start", "select"):
+        emulator.button_release(button)
 
 
 def _event_name(button: str) -> str:
@@ -758,13 +768,14 @@ def record_state(
                 emulator.load_state(io.BytesIO(payload))
             except Exception as error:
                 raise RomError(f"{from_state} is not a PyBoy save state PyBoy {_pyboy_version()} can load: {error}") from None
+            _release_all(emulator)
         else:
-            emulator.tick(spec.boot_frames if boot_frames is None else boot_frames, False, False)
+            emulator.tick(spec.boot_frames if boot_frames is None else boot_frames, True, False)
         frames = 0
         for name, count in steps:
             if name != "wait":
                 emulator.button(name, count)
-            emulator.tick(count, False, False)
+            emulator.tick(count, True, False)  # draws the last frame, so the state holds a screen
             frames += count
         buffer = io.BytesIO()
         emulator.save_state(buffer)

@@ -17,7 +17,9 @@ address    meaning (:data:`TEST_ROM_RAM` names them)
            held, +10 per frame B is held
 =========  ===========================================================================
 
-The screen shows a checkerboard that scrolls with x and y, so observations change with actions.
+The screen shows a checkerboard of 8-pixel tiles that scrolls with x and y, so observations change
+with actions. The program runs in VBlank, like real games: RAM reflects a button on the frame it is
+held, the screen one frame later (the scroll registers are drawn on the next frame).
 The boot-logo area is left blank: PyBoy's boot ROM does not check it (a real console would).
 
 This module also parses and validates any cartridge header (:class:`CartridgeHeader`), which is
