@@ -7,6 +7,7 @@ retitled to stand in for a game whose ROM nonstop must recognise or refuse.
 
 from __future__ import annotations
 
+import doctest
 import hashlib
 import json
 from pathlib import Path
@@ -20,7 +21,7 @@ from conftest import run_ticks  # noqa: E402
 
 from nonstop.cli import main  # noqa: E402
 from nonstop.envs import env_info, list_envs, make_env  # noqa: E402
-from nonstop.envs import gameboy  # noqa: E402
+from nonstop.envs import gameboy, gbrom  # noqa: E402
 from nonstop.envs.gameboy import (  # noqa: E402
     ACTIONS,
     GAMEBOY_TICK_HZ,
@@ -536,3 +537,9 @@ def test_plain_pyboy_baseline_runs():
 
     figures = plain_pyboy_loop("TestROM", 50, timers=(time.perf_counter, time.thread_time))
     assert all(figures[k] > 0 for k in ("steps_per_s", "cpu_steps_per_s", "tick_only_steps_per_s"))
+
+
+@pytest.mark.parametrize("module", [gameboy, gbrom], ids=["gameboy", "gbrom"])
+def test_module_doctests(module):
+    failures, tried = doctest.testmod(module, verbose=False, report=False)
+    assert tried > 0 and failures == 0
