@@ -332,6 +332,13 @@ def test_wrong_game_and_corrupt_roms_are_refused(tmp_path):
         find_rom("Tetris", tmp_path / "short.gb")
 
 
+def test_a_rom_titled_tetris_that_is_not_tetris_fails_instead_of_hanging(tmp_path, emulators):
+    impostor = write_rom(tmp_path / "tetris.gb", "TETRIS")  # our program behind Tetris's title
+    with pytest.raises(RomError, match="never showed Tetris's title screen"):
+        make_env("GameBoy/Tetris", rom=str(impostor))
+    assert len(emulators) == 1 and emulators[0].stopped
+
+
 def test_unknown_game_names():
     with pytest.raises(ValueError, match="unknown environment id 'GameBoy/Zelda'"):
         make_env("GameBoy/Zelda")

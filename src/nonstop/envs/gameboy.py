@@ -560,6 +560,7 @@ class GameBoyEnv(gymnasium.Env[np.ndarray, int]):
             if start_state is not None:
                 self._start_state = start_state
             elif spec.start == "pyboy-wrapper":
+                _await_tetris_title(self._emulator, rom_found)
                 self._emulator.game_wrapper.start_game(timer_div=0)  # PyBoy's own menu navigation
                 self._wrapper_start = True
                 self._start_state = b""
@@ -643,6 +644,23 @@ class GameBoyEnv(gymnasium.Env[np.ndarray, int]):
         if self.obs_type == "rgb":
             return self._screen[:, :, :3].copy()
         return np.asarray(self._emulator.memory[_WRAM[0] : _WRAM[1]], dtype=np.uint8)
+
+
+#: Background tiles of "1PLAYER" on Tetris's title screen, which PyBoy's Tetris wrapper waits for
+#: (unboundedly) before pressing START; nonstop waits for them first, with a bound.
+_TETRIS_TITLE_TILES: Final = [89, 25, 21, 10, 34, 14, 27]
+_TETRIS_TITLE_WITHIN: Final = 1200  # frames: 20 s of game time; the real title screen comes in ~5 s
+
+
+def _await_tetris_title(emulator: Any, rom: FoundRom) -> None:
+    for _ in range(_TETRIS_TITLE_WITHIN):
+        if emulator.tilemap_background[2:9, 14] == _TETRIS_TITLE_TILES:
+            return
+        emulator.tick(1, False, False)
+    raise RomError(
+        f"{rom.source} is titled {rom.header.title!r} but never showed Tetris's title screen within "
+        f"{_TETRIS_TITLE_WITHIN} frames: it is not the Game Boy Tetris PyBoy can start (or pass state=PATH)"
+    )
 
 
 def _release_all(emulator: Any) -> None:
