@@ -45,7 +45,16 @@ import gymnasium
 import numpy as np
 
 from .atari import PREPROCESSED_SHAPE, AreaResize
-from .gbrom import TEST_ROM_GAME_OVER_X, TEST_ROM_RAM, TEST_ROM_TITLE, CartridgeHeader, RomError, build_test_rom
+from .gbrom import (
+    TEST_ROM_GAME_OVER_X,
+    TEST_ROM_RAM,
+    TEST_ROM_TITLE,
+    CartridgeHeader,
+    RomError,
+    build_test_rom,
+    global_checksum,
+    header_checksum,
+)
 from .registry import register
 
 __all__ = [
@@ -330,7 +339,7 @@ def _game(name: str) -> GameSpec:
 
 @dataclass(frozen=True)
 class FoundRom:
-    """A validated ROM: its bytes, header, and where it came from (``"built-in"`` for the test ROM)."""
+    """A validated ROM: its bytes, its header, and where it came from (a path, or the built-in test ROM)."""
 
     data: bytes
     header: CartridgeHeader
@@ -354,12 +363,12 @@ def _check_rom(spec: GameSpec, data: bytes, header: CartridgeHeader, source: str
     if not header.header_checksum_ok:
         raise RomError(
             f"{source} is corrupt: its cartridge header checksum is {header.header_checksum:#04x} but the "
-            f"header bytes sum to a different value; use a good dump of {spec.name}"
+            f"header bytes give {header_checksum(data):#04x}; use a good dump of {spec.name}"
         )
     if not header.global_checksum_ok:
         raise RomError(
             f"{source} is corrupt or modified: its global checksum says {header.global_checksum:#06x} but its "
-            f"bytes sum to another value; use an unmodified dump of {spec.name}"
+            f"bytes sum to {global_checksum(data):#06x}; use an unmodified dump of {spec.name}"
         )
     return FoundRom(data, header, source)
 
@@ -506,7 +515,7 @@ class GameBoyEnv(gymnasium.Env[np.ndarray, int]):
 
     ``obs_type``: ``"gray"`` the 144×160 grayscale screen, ``"rgb"`` the 144×160×3 screen,
     ``"ram"`` the 8 KiB of work RAM (``0xC000``–``0xDFFF``); :func:`make_gameboy` adds the paper's
-    84×84 ``"gray84"``. The emulator is private to the env; :meth:`read_ram` reads one byte.
+    84×84 ``"gray84"``. The emulator is private to the env; :meth:`read_ram` reads its memory.
 
     >>> env = GameBoyEnv("TestROM", obs_type="ram")
     >>> ram, _ = env.reset(seed=1)
@@ -531,15 +540,11 @@ class GameBoyEnv(gymnasium.Env[np.ndarray, int]):
             raise ValueError(f"obs_type must be 'gray', 'rgb' or 'ram', got {obs_type!r}")
         if render_mode not in (None, "rgb_array"):
             raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-        self.spec_game = spec = _game(game)
+        self.game = spec = _game(game)
         self.rom = rom_found = find_rom(game, rom)
         start_state = read_state(state, rom_found) if state is not None else None
         if spec.start == "state" and start_state is None:
-            raise RomError(
-                f"{spec.name} episodes start from a save state: pass state=PATH (--state). Record one with "
-                f"`nonstop gameboy record-state --game {spec.name} --rom ROM --from PYBOY_STATE --out FILE` "
-                f"(play to the encounter in PyBoy's window and press Z to save a PyBoy state first)"
-            )
+            raise RomError(_needs_state(spec))
         self.obs_type = obs_type
         self.max_episode_steps = _check_max_steps(max_episode_steps)
         self.render_mode = render_mode
@@ -703,7 +708,15 @@ def check_gameboy_kwargs(
     if state is not None:
         read_state(state, found)
     elif spec.start == "state":
-        raise RomError(f"{spec.name} episodes start from a save state: pass state=PATH (--state)")
+        raise RomError(_needs_state(spec))
+
+
+def _needs_state(spec: GameSpec) -> str:
+    return (
+        f"{spec.name} episodes start from a save state: pass state=PATH (--state). Record one with "
+        f"`nonstop gameboy record-state --game {spec.name} --rom ROM --from PYBOY_STATE --out FILE` "
+        f"(play to the encounter in PyBoy's window, `pyboy ROM`, and press Z to save a PyBoy state first)"
+    )
 
 
 def make_gameboy(
