@@ -550,3 +550,19 @@ def test_plain_pyboy_baseline_runs():
 def test_module_doctests(module):
     failures, tried = doctest.testmod(module, verbose=False, report=False)
     assert tried > 0 and failures == 0
+
+
+def test_host_bench_compares_with_plain_pyboy():
+    import argparse
+
+    from nonstop.bench import host
+
+    parser = argparse.ArgumentParser()
+    host.add_arguments(parser)
+    args = parser.parse_args(["--env", "GameBoy/TestROM", "--steps", "200", "--repeats", "1"])
+    args.quick = True
+    result = host.run(args)
+    for key in ("pyboy_steps_per_s", "pyboy_tick_only_steps_per_s", "ratio_vs_pyboy", "ratio_cpu_vs_pyboy"):
+        assert np.isfinite(result[key]) and result[key] > 0, key
+    assert isinstance(result["meets_target_vs_pyboy"], bool)
+    json.dumps(result, allow_nan=False)
