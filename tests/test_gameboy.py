@@ -566,3 +566,13 @@ def test_host_bench_compares_with_plain_pyboy():
         assert np.isfinite(result[key]) and result[key] > 0, key
     assert isinstance(result["meets_target_vs_pyboy"], bool)
     json.dumps(result, allow_nan=False)
+
+
+def test_importing_the_envs_does_not_import_pyboy():
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(gameboy.__file__).parents[2])}
+    code = "import sys, nonstop.envs as e, nonstop.cli; e.list_envs(); print('pyboy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "False"
