@@ -388,6 +388,21 @@ def test_raw_or_damaged_states_are_refused(tmp_path):
         make_env("GameBoy/TestROM", state=str(raw))
     with pytest.raises(RomError, match="cannot read save state"):
         make_env("GameBoy/TestROM", state=str(tmp_path / "absent.state"))
+    damaged = tmp_path / "damaged.state"
+    gameboy.write_state(damaged, b"\x1d" + bytes(50), find_rom("TestROM"), "TestROM")
+    with pytest.raises(RomError, match="could not be loaded by PyBoy"):
+        make_env("GameBoy/TestROM", state=str(damaged))
+
+
+def test_episodes_truncate_after_max_steps():
+    env = make_gameboy("TestROM", max_episode_steps=3)
+    try:
+        env.reset(seed=0)
+        assert [env.step(0)[3] for _ in range(3)] == [False, False, True]
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="max_episode_steps"):
+        make_env("GameBoy/TestROM", max_episode_steps=0)
 
 
 def test_pokemon_needs_a_state_inside_a_battle(tmp_path, emulators):

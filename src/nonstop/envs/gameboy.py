@@ -576,7 +576,10 @@ class GameBoyEnv(gymnasium.Env[np.ndarray, int]):
                 self._emulator.save_state(buffer)
                 self._start_state = buffer.getvalue()
             self._reward = spec.reward()
-            self._restart(0)
+            try:
+                self._restart(0)
+            except Exception as error:  # a damaged payload behind a good header
+                raise RomError(f"save state {state} could not be loaded by PyBoy {_pyboy_version()}: {error}") from None
             self._reward.reset(self._emulator.memory)  # a start state outside the game fails here
         except BaseException:
             self.close()
