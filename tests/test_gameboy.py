@@ -21,10 +21,19 @@ from conftest import run_ticks  # noqa: E402
 
 from nonstop.cli import main  # noqa: E402
 from nonstop.envs import env_info, list_envs, make_env  # noqa: E402
-from nonstop.envs import gameboy, gbrom  # noqa: E402
+from nonstop.envs import gameboy, gbrewards, gbrom  # noqa: E402
 from nonstop.envs.gameboy import (  # noqa: E402
     ACTIONS,
     GAMEBOY_TICK_HZ,
+    GameBoyEnv,
+    RomError,
+    find_rom,
+    make_gameboy,
+    parse_presses,
+    plain_pyboy_loop,
+    record_state,
+)
+from nonstop.envs.gbrewards import (  # noqa: E402
     POKEMON_BATTLE_MON_HP,
     POKEMON_BOX_COUNT,
     POKEMON_ENEMY_MON_HP,
@@ -32,17 +41,10 @@ from nonstop.envs.gameboy import (  # noqa: E402
     POKEMON_PARTY_COUNT,
     TETRIS_GAME_STATE,
     TETRIS_SCORE,
-    GameBoyEnv,
     PokemonBattleReward,
     PokemonCatchReward,
-    RomError,
     ScoreDelta,
     bcd_le,
-    find_rom,
-    make_gameboy,
-    parse_presses,
-    plain_pyboy_loop,
-    record_state,
 )
 from nonstop.envs.gbrom import (  # noqa: E402
     TEST_ROM_GAME_OVER_X,
@@ -561,7 +563,7 @@ def test_plain_pyboy_baseline_runs():
     assert all(figures[k] > 0 for k in ("steps_per_s", "cpu_steps_per_s", "tick_only_steps_per_s"))
 
 
-@pytest.mark.parametrize("module", [gameboy, gbrom], ids=["gameboy", "gbrom"])
+@pytest.mark.parametrize("module", [gameboy, gbrewards, gbrom], ids=["gameboy", "gbrewards", "gbrom"])
 def test_module_doctests(module):
     failures, tried = doctest.testmod(module, verbose=False, report=False)
     assert tried > 0 and failures == 0
