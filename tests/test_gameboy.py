@@ -473,6 +473,13 @@ def test_tetris_reward_is_the_change_in_bcd_score():
         assert reward.step(ram) == (0.0, True)
 
 
+def test_game_specs_validate():
+    with pytest.raises(ValueError, match="start"):
+        gameboy.GameSpec("X", ("X",), ScoreDelta, "cartridge", "")
+    with pytest.raises(ValueError, match="titles"):
+        gameboy.GameSpec("X", (), ScoreDelta, "boot", "")
+
+
 def test_score_delta_validates():
     with pytest.raises(ValueError, match="n_bytes"):
         ScoreDelta(0xC0A0, 5, game_over_address=0, game_over_values=())

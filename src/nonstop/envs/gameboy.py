@@ -40,7 +40,7 @@ import json
 import os
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -125,7 +125,16 @@ class GameSpec:
     description: str
     boot_frames: int = 0
     builtin_rom: Callable[[], bytes] | None = None
-    notes: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not self.titles or not all(isinstance(t, str) and 0 < len(t) <= 16 for t in self.titles):
+            raise ValueError(f"titles must be cartridge titles of 1 to 16 characters, got {self.titles!r}")
+        if self.start not in ("boot", "pyboy-wrapper", "state"):
+            raise ValueError(f"start must be 'boot', 'pyboy-wrapper' or 'state', got {self.start!r}")
+        if not callable(self.reward):
+            raise TypeError(f"reward must be a callable returning a reward function, got {self.reward!r}")
+        if isinstance(self.boot_frames, bool) or not isinstance(self.boot_frames, int) or self.boot_frames < 0:
+            raise ValueError(f"boot_frames must be a non-negative int, got {self.boot_frames!r}")
 
 
 GAMES: Final[Mapping[str, GameSpec]] = {
