@@ -600,3 +600,18 @@ def test_importing_the_envs_does_not_import_pyboy():
     code = "import sys, nonstop.envs as e, nonstop.cli; e.list_envs(); print('pyboy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("obs_type", ["gray84", "ram"])
+def test_passes_gymnasiums_env_checker(obs_type):
+    import warnings
+
+    from gymnasium.utils.env_checker import check_env
+
+    env = make_gameboy("TestROM", obs_type=obs_type)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # check_env warns when handed a wrapper; the checks still run
+            check_env(env, skip_render_check=True)
+    finally:
+        env.close()
