@@ -72,7 +72,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
     family = env_info(args.env).family
     dqn = DQNConfig.for_family(family, **overrides)
     # the paper's preprocessing for pixels: 84×84 grayscale, one frame
-    env_kwargs = {"preprocess": True} if family in ("atari", "gameboy") else {}
+    env_kwargs = {"preprocess": True} if family == "atari" else {}  # Game Boy envs default to 84×84 already
     return TrainConfig(
         env=args.env, env_kwargs=env_kwargs, clock=args.clock, seconds=args.seconds, interaction=args.interaction, scheduler=args.scheduler,
         n_inference=args.n_inference, latency=args.latency, n_learners=args.n_learners,
