@@ -45,7 +45,7 @@ from nonstop.learning.learners import LEARNER_MODES, Learner, LearnerProcesses, 
 from nonstop.learning.replay import ReplayBuffer, ReplayRecorder
 from nonstop.learning.weights import SharedWeights, TrainingState
 
-__all__ = ["INTERACTIONS", "TrainConfig", "train", "TrainingRun", "ProgressRows"]
+__all__ = ["INTERACTIONS", "TrainConfig", "train", "TrainingRun", "ProgressRows", "default_env_kwargs"]
 
 INTERACTIONS: Final = ("staggered", "infer_then_learn", "learn_then_infer")
 _AFTER_TICK: Final = 2  # virtual priority: wake after the host's tick at the same instant
@@ -94,6 +94,12 @@ class TrainConfig:
         d = asdict(self)
         d["dqn"] = self.dqn.to_dict() if self.dqn is not None else None
         return d
+
+
+def default_env_kwargs(family: str) -> dict[str, Any]:
+    """What learning needs from a world family by default: the paper's 84×84 grayscale frames
+    for Atari (Game Boy envs observe 84×84 already)."""
+    return {"preprocess": True} if family == "atari" else {}
 
 
 class TrainingRun:

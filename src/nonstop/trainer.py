@@ -65,14 +65,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> Any:
     from nonstop.envs import env_info
     from nonstop.learning.dqn import DQNConfig
-    from nonstop.run import TrainConfig
+    from nonstop.run import TrainConfig, default_env_kwargs
 
     overrides = {name: getattr(args, name) for name in ("k", "lr", "batch_size", "replay_capacity", "learning_starts", "double")
                  if getattr(args, name, None) is not None}  # fmt: skip
     family = env_info(args.env).family
     dqn = DQNConfig.for_family(family, **overrides)
-    # the paper's preprocessing for pixels: 84×84 grayscale, one frame
-    env_kwargs = {"preprocess": True} if family == "atari" else {}  # Game Boy envs default to 84×84 already
+    env_kwargs = default_env_kwargs(family)
     return TrainConfig(
         env=args.env, env_kwargs=env_kwargs, clock=args.clock, seconds=args.seconds, interaction=args.interaction, scheduler=args.scheduler,
         n_inference=args.n_inference, latency=args.latency, n_learners=args.n_learners,

@@ -29,6 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", type=float, default=400.0, help="mean return over the last 20 episodes to reach")
     p.add_argument("--latency", default="5t", help="model latency of the ordering comparison (default 5 ticks)")
     p.add_argument("--compare-ticks", type=int, default=30_000, help="env ticks of each ordering run")
+    p.add_argument("--tau-l", type=float, default=None, help="virtual seconds per update (default τ_M; ~0.25 for k=1 on 2 CPU cores)")
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -54,10 +55,11 @@ def _episodes(log: Any) -> tuple[list[float], list[int]]:
 def _train(env: str, ticks: int, seed: int, **kw: Any) -> dict[str, Any]:
     from nonstop.envs import env_info
     from nonstop.learning.dqn import DQNConfig
-    from nonstop.run import TrainConfig, train
+    from nonstop.run import TrainConfig, default_env_kwargs, train
 
     info = env_info(env)
-    cfg = TrainConfig(env=env, seconds=ticks / info.tick_hz, seed=seed, dqn=DQNConfig.for_family(info.family), **kw)
+    cfg = TrainConfig(env=env, env_kwargs=default_env_kwargs(info.family), seconds=ticks / info.tick_hz, seed=seed,
+                      dqn=DQNConfig.for_family(info.family), **kw)  # fmt: skip
     result = train(cfg, progress_every=max(1.0, ticks / info.tick_hz / 20))
     returns, ends = _episodes(result["tick_log"])
     s = result["summary"]
@@ -83,11 +85,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for name, value in (("--ticks", ticks), ("--compare-ticks", compare_ticks)):
         if value < 100:
             raise ValueError(f"{name} must be at least 100 ticks, got {value}")
-    zero = _train(args.env, ticks, args.seed)
+    zero = _train(args.env, ticks, args.seed, tau_l=args.tau_l)
     reached = first_reaching(zero.pop("_returns"), zero.pop("_ends"), args.target)
     ordering = {}
     for interaction in ("staggered", "infer_then_learn", "learn_then_infer"):
-        row = _train(args.env, compare_ticks, args.seed, interaction=interaction, latency=args.latency)
+        row = _train(args.env, compare_ticks, args.seed, interaction=interaction, latency=args.latency, tau_l=args.tau_l)
         row.pop("_returns"), row.pop("_ends")
         ordering[interaction] = row
     stag = ordering["staggered"]["return_last20"]
