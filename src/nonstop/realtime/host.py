@@ -55,8 +55,10 @@ class HostError(RuntimeError):
         self.env_traceback = env_traceback
 
 
-def _scalar_action(action: Any) -> float:
-    return float(action) if np.ndim(action) == 0 else float("nan")
+def scalar_actions(space: gym.Space) -> bool:
+    """Whether every action of ``space`` is one number (the tick log's ``action`` column holds it;
+    vector actions are logged as NaN). Decided once per space, not per tick."""
+    return isinstance(space, gym.spaces.Discrete) or getattr(space, "shape", None) == ()
 
 
 class Host:
@@ -96,9 +98,19 @@ class Host:
         self._validate_default = queue.codec.validate
 
     def run(self, clock: Clock) -> TimedProcess:
-        """The host as a timed process on ``clock``."""
-        slot, queue, log, env = self.slot, self.queue, self.log, self.env
-        tau_m, grace, beta = self.tau_m, clock.tick_grace, self.default
+        """The host as a timed process on ``clock``.
+
+        The per-tick path is kept lean (the host must keep ≥ 90 % of a plain env loop, ``nonstop
+        bench host``): positional `LatestSlot.write` and `TickLog.append_row`, locals for every
+        attribute, and the action column's kind decided once for the action space.
+        """
+        slot, queue, env = self.slot, self.queue, self.env
+        log_row, publish, take, beta = self.log.append_row, slot.write, queue.take, self.default
+        tau_m, grace, unthrottled = self.tau_m, clock.tick_grace, self.unthrottled
+        max_ticks = self.max_ticks if self.max_ticks is not None else float("inf")
+        scalar = scalar_actions(queue.codec.space)
+        validate_beta = beta.kind == "callable"
+        nan = float("nan")
         obs, _ = env.reset(seed=self.seed)
         self.origin = origin = clock.now()
         inaction = agent = 0
@@ -107,58 +119,58 @@ class Host:
         slot.publish(obs, tick=0, time=origin, episode=0, last_delay=-1)
         slot.host_state = STATE_RUNNING
         tick = 0
-        while not slot.stop_requested and (self.max_ticks is None or tick < self.max_ticks):
+        while not slot.stop_requested and tick < max_ticks:
             tick += 1
             deadline = origin + tick * tau_m
-            woke = (yield deadline + grace) if not self.unthrottled else clock.now()
-            now = woke - grace if not self.unthrottled else woke
+            if unthrottled:
+                now = clock.now()
+            else:
+                now = (yield deadline + grace) - grace
             episode = self.episode
-            taken = queue.take(episode=episode)
+            taken = take(episode=episode)
             record = taken.record
             if record is not None:
                 action = record.action
-                delay = tick - record.obs_tick
                 beta.observe_agent_action(action)
                 agent += 1
-                last_delay, last_seq = delay, record.seq
-                source, worker, obs_tick, tau_theta = SOURCE_AGENT, record.worker, record.obs_tick, record.tau_theta
+                obs_tick = record.obs_tick
+                last_delay = delay = tick - obs_tick
+                last_seq = record.seq
+                source, worker, tau_theta = SOURCE_AGENT, record.worker, record.tau_theta
             else:
                 action = beta(obs)
-                if beta.kind == "callable":
+                if validate_beta:
                     action = self._validate_default(action)
                 inaction += 1
-                source, worker, delay, obs_tick, tau_theta = SOURCE_DEFAULT, -1, -1, -1, float("nan")
+                source, worker, delay, obs_tick, tau_theta = SOURCE_DEFAULT, -1, -1, -1, nan
             t0 = stopwatch()
             obs, reward, terminated, truncated, _ = env.step(action)
             step_s = stopwatch() - t0
             reward = float(reward)
-            log.append(
-                tick=tick, deadline=deadline, time=now, source=source, worker=worker, delay=delay,
-                obs_tick=obs_tick, action=_scalar_action(action), tau_theta=tau_theta, reward=reward,
-                episode=episode, terminated=terminated, truncated=truncated,
-                superseded=taken.superseded, stale=taken.stale, step_s=step_s,
+            log_row(
+                tick, deadline, now, source, worker, delay, obs_tick, float(action) if scalar else nan, tau_theta,
+                reward, episode, terminated, truncated, taken.superseded, taken.stale, step_s,
             )  # fmt: skip
             if slot.reset_requests != resets_seen:  # a Gymnasium reset() asked to end the episode
                 resets_seen = slot.reset_requests
                 truncated = True
-                log.set_last("truncated", 1)
+                self.log.set_last("truncated", 1)
             if terminated or truncated:
                 last_end = END_TERMINATED if terminated else END_TRUNCATED
-                # the terminal observation first, so a reader polling now sees how it ended
-                slot.publish(
-                    obs, tick=tick, time=deadline, reward=reward, terminated=terminated, truncated=truncated,
-                    episode=episode, inaction_ticks=inaction, agent_ticks=agent, last_delay=last_delay,
-                    last_action_seq=last_seq, last_end=last_end,
+                # the terminal observation first, so a reader polling now sees how it ended; marked
+                # final, so it stays readable (`LatestSlot.read_final`) after the reset below
+                publish(
+                    obs, tick, deadline, reward, terminated, truncated, episode, inaction, agent, last_delay,
+                    last_seq, last_end, True,
                 )  # fmt: skip
                 t0 = stopwatch()
                 obs, _ = env.reset()  # the world does not wait: reset at once, log its cost
-                log.set_last("reset_s", stopwatch() - t0)
+                self.log.set_last("reset_s", stopwatch() - t0)
                 self.episode = episode = episode + 1
                 beta.reset()
                 reward = 0.0
-            slot.publish(
-                obs, tick=tick, time=deadline, reward=reward, episode=episode, inaction_ticks=inaction,
-                agent_ticks=agent, last_delay=last_delay, last_action_seq=last_seq, last_end=last_end,
+            publish(
+                obs, tick, deadline, reward, False, False, episode, inaction, agent, last_delay, last_seq, last_end
             )  # fmt: skip
             self.tick = tick
         slot.host_state = STATE_STOPPED
