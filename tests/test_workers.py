@@ -115,3 +115,46 @@ def test_process_backend_runs_a_real_model_and_survives_a_killed_process():
     after = log["source"][log["tick"] > kill_tick + 1]
     assert after.sum() > 10, "the restarted process acts again"
     assert np.isfinite(log["tau_theta"][log["source"] == 1]).all()
+
+
+def test_wall_pool_stop_wakes_workers_sleeping_a_long_latency():
+    """Regression: worker threads sleeping a 5 s latency used to outlive pool.stop() and pile up
+    across bench nstar trials until 'can't start new thread'. The stop event interrupts waits."""
+    import threading
+    import time
+
+    before = threading.active_count()
+    with Session("theory/inaction", clock="wall", seed=0) as world:
+        def policy(i: int) -> LatencyPolicy:
+            return LatencyPolicy(ConstantPolicy(world.action_space, 1), Constant(5.0), seed=i)
+
+        pool = InferencePool(world, policy, make_scheduler("max_time", 4)).start()
+        world.run_for(0.1)
+        t0 = time.perf_counter()
+        pool.stop()
+        stopped_in = time.perf_counter() - t0
+    assert stopped_in < 1.0, f"pool.stop() took {stopped_in:.2f} s"
+    assert all(not w.handle.is_alive() for w in pool.workers)
+    assert threading.active_count() <= before
+    assert not [e for e in pool.events if e.kind == "stuck"]
+
+
+def test_wall_clock_interrupt_ends_a_sleeping_process():
+    import threading
+
+    from nonstop.realtime.clock import WallClock
+
+    stop = threading.Event()
+    clock = WallClock(spin=0.0, interrupt=stop)
+    reached = []
+
+    def sleeper():
+        yield clock.now() + 30.0
+        reached.append("woke")  # never: the interrupt ends the process at its wait
+
+    thread = clock.spawn(sleeper())
+    stop.set()
+    thread.join(2.0)
+    assert not thread.is_alive() and reached == [] and thread.error is None
+    with pytest.raises(TypeError, match="threading.Event"):
+        WallClock(interrupt=True)

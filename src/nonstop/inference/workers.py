@@ -232,8 +232,10 @@ class InferencePool:
         if self.clock.is_virtual:
             state.handle = self.clock.spawn(process, name=name, isolate=True)  # type: ignore[call-arg]
         else:
-            # worker threads share the GIL: they must sleep, never spin
-            state.handle = WallClock(origin=self.clock.origin, spin=0.0).spawn(process, name=name)  # type: ignore[attr-defined]
+            # worker threads share the GIL: they must sleep, never spin; and a worker sleeping
+            # through a long latency must wake when the pool stops, not seconds later
+            clock = WallClock(origin=self.clock.origin, spin=0.0, interrupt=self._stop)  # type: ignore[attr-defined]
+            state.handle = clock.spawn(process, name=name)
 
     def start(self) -> "InferencePool":
         # build every policy first: a model process takes seconds to start, and a
@@ -296,7 +298,9 @@ class InferencePool:
         for state in self.workers:
             h = state.handle
             if isinstance(h, threading.Thread):
-                h.join(timeout=5)
+                h.join(timeout=5)  # prompt: `_stop` interrupts their waits
+                if h.is_alive():  # stuck inside a policy's act(): say so rather than pile up threads
+                    self.events.append(WorkerEvent(self.clock.now(), state.index, "stuck", "did not stop within 5 s"))
         for policy in self._policies.values():
             close = getattr(policy, "close", None)
             if close is not None:
