@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from nonstop.bench.common import machine_info
 from nonstop.metrics.nstar import find_nstar, max_inaction_threshold, theoretical_nstar
 
 DESCRIPTION = "measured N_I* (fewest workers with no inaction) vs theory, per inference time (paper Fig. 7a)"
@@ -81,9 +83,11 @@ def trial(
         window_ticks = int(max(window_cycles * tau_ticks, 240))
         try:
             world.run_for((warmup_ticks + window_ticks + 1) * tau_m)
+            # the window ends here: the ticks the host goes on making while the pool stops are β's
+            end_tick = world.slot.read().tick
         finally:
             pool.stop()
-    summary = world.tick_log.summary(warmup_ticks=warmup_ticks)
+    summary = world.tick_log.summary(warmup_ticks=warmup_ticks, end_tick=end_tick)
     taus = np.array([t for w in pool.workers for t in w.tau_thetas])
     summary["tau_theta_max_ticks"] = float(taus.max() / tau_m) if taus.size else float("nan")
     summary["tau_theta_mean_ticks"] = float(taus.mean() / tau_m) if taus.size else float("nan")
@@ -107,6 +111,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     window = args.window if args.window is not None else (2.0 if args.quick else 4.0)
     exact = args.clock == "virtual" and args.latency == "constant"
     rows = []
+    load_before = os.getloadavg()
     for name in schedulers:
         for tau in taus:
             theory_guess = theoretical_nstar(tau, 1.0)
@@ -155,6 +160,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rows": rows,
         "all_match_theory": all(r["matches_theory"] for r in rows),
         "all_within_theory_plus_1": all(r["within_theory_plus_1"] for r in rows),
+        # the machine is shared: wall-clock figures are only as quiet as it was
+        "loadavg_before": list(load_before),
+        "loadavg_after": list(os.getloadavg()),
+        "machine": machine_info(),
     }
     if args.plot:
         result["plot"] = str(_plot(rows, Path(args.plot), args))

@@ -125,29 +125,34 @@ class InferencePool:
         virtual = clock.is_virtual
         origin = self.session.host.origin if virtual else 0.0
         guard = min(0.001, tau_m / 8)
-        # `t` is the worker's own notion of now. On the wall clock it is re-read after
-        # every wait. On the virtual clock it may trail the clock by at most `grace`
-        # (after letting the host finish a tick due at the same instant), so the
-        # loop's timings stay exact sums of latencies and waits and never drift.
+        # `t` is the worker's own notion of now: the time its schedule says it is. On the
+        # virtual clock it may trail the clock by at most `grace` (after letting the host finish
+        # a tick due at the same instant), so the loop's timings stay exact sums of latencies
+        # and waits and never drift. On the wall clock it stays on the same intended timeline:
+        # a thread that wakes late (a loaded machine wakes sleepers milliseconds late) does not
+        # carry the lateness into its next cycle, so oversleep jitters one action but never
+        # accumulates into a drift of the worker's phase. Only a wake more than a tick late
+        # resynchronises `t` to the clock (rather than bursting to catch up).
+
+        def on_time(target: float, woke: float) -> float:
+            return target if virtual or woke - target < tau_m else woke
+
         t = clock.now()
         if first:
             start = sched.start_delay(i)
             if start > 0:
                 t += start
-                yield t
-                t = t if virtual else clock.now()
+                t = on_time(t, (yield t))
         elif resume_at is not None:
             sched.take_delay(i)  # delays owed to the dead worker are void: it resumes its old phase
             t = resume_at
-            yield t
-            t = t if virtual else clock.now()
+            t = on_time(t, (yield t))
         last_seq = -1
         while not self._stop.is_set():
             wait = sched.take_delay(i)
             if wait > 0:
                 t += wait
-                yield t
-                t = t if virtual else clock.now()
+                t = on_time(t, (yield t))
             latest = slot.read()
             if latest.seq == last_seq:
                 # this worker already acted on the newest observation: wait for the next tick
@@ -156,8 +161,7 @@ class InferencePool:
                     yield (self._tick_event(deadline), _AFTER_TICK)
                     t = deadline
                 else:
-                    yield deadline + 2e-4
-                    t = clock.now()
+                    t = on_time(deadline + 2e-4, (yield deadline + 2e-4))
                 continue
             last_seq = latest.seq
             if state.killed:
@@ -175,16 +179,18 @@ class InferencePool:
                 if tau_theta > 0:
                     t = started + tau_theta
                     yield t
-            else:  # measured: compute, declared latency and any oversleep all count
+            else:
+                # τ_θ is what the inference cost: its measured compute plus its declared latency.
+                # The thread's own wake-up lateness is not inference time: kept out of τ_θ (so it
+                # never inflates Algorithm 1's running maximum) and out of the phase (on_time).
+                tau_theta = compute + decision.latency
+                t = started + tau_theta
                 if decision.latency > 0:
-                    yield started + compute + decision.latency
-                t = clock.now()
-                tau_theta = t - started
+                    t = on_time(t, (yield t))
             pad = sched.after_inference(i, tau_theta)
             if pad > 0:
                 t += pad
-                yield t
-                t = t if virtual else clock.now()
+                t = on_time(t, (yield t))
             if self._stop.is_set():
                 return
             if not virtual:
@@ -193,8 +199,8 @@ class InferencePool:
                 # which tick it lands on is decided, not random (at most `guard` extra delay).
                 to_next = tau_m - (t - latest.time) % tau_m
                 if to_next < guard:
-                    yield t + to_next + guard / 4
-                    t = clock.now()
+                    target = t + to_next + guard / 4
+                    t = on_time(target, (yield target))
             queue.submit(
                 decision.action, obs_tick=latest.tick, episode=latest.episode, worker=i,
                 tau_theta=tau_theta, submit_time=t,
@@ -208,8 +214,6 @@ class InferencePool:
                 deadline = origin + round((t - origin) / tau_m) * tau_m
                 if abs(t - deadline) <= grace:
                     yield (self._tick_event(deadline), _AFTER_TICK)
-            else:
-                t = clock.now()
 
     def _tick_event(self, deadline: float) -> float:
         """Virtual time at which the host processes the tick due at ``deadline``
