@@ -69,6 +69,38 @@ class _WorkerState:
     last_start: float | None = None  # when its latest inference started (the worker's phase)
     cycle: float | None = None  # time between its last two inference starts
     tau_thetas: list[float] = field(default_factory=list)
+    generation: int = 0  # bumped when the index is (re)started by a resize: older loops of it exit
+
+
+#: Most workers ``n_inference="auto"`` may grow to (threads or processes are not free).
+AUTO_MAX_WORKERS = 512
+
+
+def _resolve_scheduler(scheduler: Any, n_inference: int | str | None) -> Any:
+    """A scheduler instance from an instance, or from a name and ``n_inference`` (an int or
+    ``"auto"``: the `AutoScheduler`, starting from one worker and growing online)."""
+    from nonstop.inference.schedulers import Scheduler, make_scheduler
+
+    if isinstance(scheduler, Scheduler):
+        if n_inference is not None and n_inference != scheduler.n_workers:
+            raise ValueError(f"n_inference={n_inference!r} contradicts the scheduler's n_workers={scheduler.n_workers}")
+        return scheduler
+    if not isinstance(scheduler, str):
+        raise TypeError(f"scheduler must be a Scheduler or a scheduler name, got {type(scheduler).__name__}")
+    if isinstance(n_inference, str):
+        if n_inference != "auto":
+            raise ValueError(f"n_inference must be a positive int or 'auto', got {n_inference!r}")
+        if scheduler != "auto":
+            raise ValueError(
+                f"n_inference='auto' sizes the pool online, which only the 'auto' scheduler does; "
+                f"got scheduler {scheduler!r} (pass an int, or scheduler='auto')"
+            )
+        return make_scheduler("auto", 1, max_workers=AUTO_MAX_WORKERS)
+    if n_inference is None:
+        n_inference = 1 if scheduler in ("sequential", "auto") else None
+        if n_inference is None:
+            raise ValueError(f"scheduler {scheduler!r} needs n_inference (an int, or 'auto' with scheduler='auto')")
+    return make_scheduler(scheduler, n_inference)
 
 
 class InferencePool:
@@ -76,7 +108,15 @@ class InferencePool:
 
     ``policy_factory(worker_index)`` builds each worker's policy (one object per
     worker, so stateful or process-backed policies never share). ``scheduler``
-    is a `nonstop.inference.schedulers.Scheduler` whose ``n_workers`` matches.
+    is a `nonstop.inference.schedulers.Scheduler`, or its name with
+    ``n_inference`` (N_I: an int, or ``"auto"`` with the ``auto`` scheduler).
+
+    With an `AutoScheduler` the pool sizes itself online: after every submit it
+    asks ``target_workers(τ_M)`` (⌈τ̄_θ/τ_M⌉ with hysteresis) and, when that
+    differs from N_I, resizes the cycle anchored on the worker that just
+    submitted, starting new workers or retiring the highest-numbered ones
+    (each finishes the inference it is running). Every change is an event
+    (``"grew"``/``"shrank"``).
 
     >>> from nonstop.inference.schedulers import make_scheduler
     >>> from nonstop.policies import ConstantPolicy, LatencyPolicy, Constant
@@ -95,6 +135,7 @@ class InferencePool:
         policy_factory: Callable[[int], Any],
         scheduler: Any,
         *,
+        n_inference: int | str | None = None,
         restart: bool = True,
         max_restarts: int = 100,
     ) -> None:
@@ -105,7 +146,11 @@ class InferencePool:
         self.session = session
         self.clock: Clock = session.clock
         self.policy_factory = policy_factory
-        self.scheduler = scheduler
+        self.scheduler = scheduler = _resolve_scheduler(scheduler, n_inference)
+        self.resizable = callable(getattr(scheduler, "resize", None)) and callable(
+            getattr(scheduler, "target_workers", None)
+        )
+        self._resize_lock = threading.Lock()
         self.restart = restart
         self.max_restarts = max_restarts
         self.events: list[WorkerEvent] = []
@@ -118,6 +163,7 @@ class InferencePool:
     def _loop(self, state: _WorkerState, first: bool, resume_at: float | None = None) -> TimedProcess:
         clock, slot, queue, sched = self.clock, self.session.slot, self.session.queue, self.scheduler
         i = state.index
+        generation = state.generation
         policy = self._policies.get(i)
         if policy is None:
             policy = self._policies[i] = self.policy_factory(i)
@@ -149,6 +195,8 @@ class InferencePool:
             t = on_time(t, (yield t))
         last_seq = -1
         while not self._stop.is_set():
+            if i >= sched.n_workers or state.generation != generation:
+                return  # retired by a resize (or superseded by a newer loop of this index)
             wait = sched.take_delay(i)
             if wait > 0:
                 t += wait
@@ -207,6 +255,8 @@ class InferencePool:
             )  # fmt: skip
             state.actions += 1
             state.tau_thetas.append(tau_theta)
+            if self.resizable:
+                self._maybe_resize(anchor=i)
             if virtual:
                 # Submitted on a deadline: the host processes that tick `grace` later. Let it,
                 # then read the observation it publishes, as a real agent restarting at once
@@ -214,6 +264,33 @@ class InferencePool:
                 deadline = origin + round((t - origin) / tau_m) * tau_m
                 if abs(t - deadline) <= grace:
                     yield (self._tick_event(deadline), _AFTER_TICK)
+
+    def _maybe_resize(self, anchor: int) -> None:
+        """Grow or shrink N_I to the auto scheduler's recommendation, right after ``anchor``
+        submitted (the scheduler places new workers relative to it)."""
+        sched = self.scheduler
+        with self._resize_lock:
+            if self._stop.is_set():
+                return
+            old, new = sched.n_workers, sched.target_workers(self.session.tau_m)
+            if new == old or anchor >= old:
+                return
+            sched.resize(new, anchor=anchor)
+            self.events.append(WorkerEvent(self.clock.now(), anchor, "grew" if new > old else "shrank", f"{old}->{new}"))
+            for m in range(old, new):
+                if m < len(self.workers):
+                    state = self.workers[m]
+                    state.generation += 1  # a retired loop still finishing its inference exits
+                    state.last_start = state.cycle = None
+                else:
+                    state = _WorkerState(m)
+                    self.workers.append(state)
+                self._spawn(state, first=True)
+
+    @property
+    def n_inference(self) -> int:
+        """N_I now (it changes under the auto scheduler)."""
+        return self.scheduler.n_workers
 
     def _tick_event(self, deadline: float) -> float:
         """Virtual time at which the host processes the tick due at ``deadline``
@@ -257,7 +334,7 @@ class InferencePool:
         return self
 
     def _check(self) -> None:
-        for state in self.workers:
+        for state in self.workers[: self.scheduler.n_workers]:  # retired workers ended on purpose
             handle = state.handle
             error = getattr(handle, "error", None)
             dead = error is not None or (not self.clock.is_virtual and not handle.is_alive())
@@ -314,7 +391,8 @@ class InferencePool:
 
     def report(self) -> dict[str, Any]:
         return {
-            "n_workers": len(self.workers),
+            "n_workers": self.scheduler.n_workers,
+            "workers_started": len(self.workers),
             "scheduler": getattr(self.scheduler, "name", type(self.scheduler).__name__),
             "actions": [w.actions for w in self.workers],
             "deaths": [w.deaths for w in self.workers],
