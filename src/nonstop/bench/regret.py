@@ -239,10 +239,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed,
         "units": {"inaction_regret_rate": "reward per second", "delay_regret_per_step": "reward per agent step"},
         **_verdicts(rows),
-        "note": (
-            "an action applied d ticks after its observation meets the state d-1 transitions later, so on the "
-            "virtual clock (d = tau_theta in ticks) the delay regret is 1 - p^(d-1): one factor of p below "
-            "Equation 4 at ceil(tau_theta/tau_M); predicted_delay_regret_per_step is that expectation"
+        "convention": (
+            "Equation 4's k is the lag in transitions (the paper's 'k step lag'). nonstop's host applies an action "
+            "logged with delay d ticks to the state d-1 transitions after the one it was computed from, so "
+            "predicted_delay_regret_per_step = mean of 1 - p^(d-1); eq4_delay_regret_per_step is the paper's "
+            "1 - p^ceil(tau_theta/tau_M), whose timing lets the world move once more (see "
+            "nonstop.envs.theory.delay_regret_per_step)"
         ),
     }
     if args.plot:
@@ -339,6 +341,6 @@ def render(result: dict[str, Any]) -> None:
             f"{r['sequential_delay_regret_per_step']:.4f} ± {num(r['sequential_delay_regret_per_step_se'], '.4f')}",
         )  # fmt: skip
     console.print(delay)
-    print(result["note"])
+    print(result["convention"])
     if result.get("plot"):
         print(f"plot: {result['plot']}")

@@ -3,7 +3,8 @@
 * :class:`InactionMDP` (Equation 3): every tick on which β acts instead of the agent costs one unit
   of reward, so the regret rate is exactly the inaction rate.
 * :class:`DelayCycleMDP` (Equation 4): the right action depends on a state that drifts around a
-  cycle, so an action computed ``k`` ticks ago is right only with probability ``p_minimax**k``.
+  cycle, so an action computed from a state ``k`` transitions old is right only with probability
+  ``p_minimax**k`` (k counts transitions: an action logged with delay ``d`` ticks has ``k = d − 1``).
 
 Both tick at 60 Hz like Atari, observe a one-hot ``float32`` vector of the state, never terminate
 on their own and truncate after ``max_steps`` ticks so that auto-reset paths get exercised. Action 0
@@ -28,6 +29,7 @@ __all__ = [
     "DelayCycleMDP",
     "THEORY_TICK_HZ",
     "delay_regret_per_step",
+    "lag_transitions",
     "inaction_regret_rate",
     "check_delay_cycle_args",
 ]
@@ -56,13 +58,25 @@ def inaction_regret_rate(tau_theta: float, tau_m: float) -> float:
 
 
 def delay_regret_per_step(p_minimax: float, k: int) -> float:
-    """Worst-case regret per tick of acting ``k`` ticks late (Equation 4): ``1 - p_minimax**k``.
+    """Worst-case regret per agent step of an action ``k`` transitions stale (Equation 4): ``1 - p**k``.
 
-    With ``k = ceil(tau_theta / tau_m)``, this is the share of ticks on which :class:`DelayCycleMDP`'s
-    state has moved on since the observation the action was computed from.
+    **Convention.** ``k`` is the lag in *transitions*: how many times the world moved between the
+    state the action was computed from and the state it is applied in, the paper's "k step lag"
+    (Appendix B.2: the state stays put k consecutive steps with probability ``p_minimax**k``).
+
+    * nonstop's host publishes at tick ``t`` the state *after* step ``t`` and applies an action that
+      arrives by deadline ``t + d`` at step ``t + d``, i.e. to the state after step ``t + d - 1``: an
+      action logged with delay ``d`` ticks has ``k = d - 1`` (`lag_transitions`). A staggered agent
+      with constant τ_θ has ``d = ⌈τ_θ/τ_M⌉`` on the virtual clock, so it pays ``1 - p**(⌈τ_θ/τ_M⌉ - 1)``;
+      an agent that answers within one tick pays nothing.
+    * Equation 4 writes ``k = ⌈τ_θ/τ_M⌉``: the paper's timing lets the world move at every tick of
+      the inference *including the one at which the observation was taken*, one transition more
+      than nonstop's host imposes. ``nonstop bench regret`` reports both.
 
     >>> delay_regret_per_step(0.5, 0), delay_regret_per_step(0.5, 2)
     (0.0, 0.75)
+    >>> delay_regret_per_step(0.5, lag_transitions(delay_ticks=3))   # logged delay 3: 2 transitions
+    0.75
     """
     if isinstance(p_minimax, bool) or not isinstance(p_minimax, numbers.Real):
         raise TypeError(f"p_minimax must be a real number, got {type(p_minimax).__name__} {p_minimax!r}")
@@ -73,6 +87,16 @@ def delay_regret_per_step(p_minimax: float, k: int) -> float:
     if k < 0:
         raise ValueError(f"k must be >= 0, got {k}")
     return 1.0 - float(p_minimax) ** int(k)
+
+
+def lag_transitions(delay_ticks: int) -> int:
+    """Transitions an action with tick-log delay ``delay_ticks`` (≥ 1) is stale by: ``delay_ticks - 1``
+    (see `delay_regret_per_step` for why)."""
+    if isinstance(delay_ticks, bool) or not isinstance(delay_ticks, numbers.Integral):
+        raise TypeError(f"delay_ticks must be an int, got {type(delay_ticks).__name__} {delay_ticks!r}")
+    if delay_ticks < 1:
+        raise ValueError(f"an applied action has a delay of at least 1 tick, got {delay_ticks}")
+    return int(delay_ticks) - 1
 
 
 class InactionMDP(gymnasium.Env[np.ndarray, np.int64]):
@@ -146,7 +170,11 @@ class DelayCycleMDP(gymnasium.Env[np.ndarray, np.int64]):
     States ``s_1..s_n`` (indices ``0..n-1``); actions ``0 = a0`` (β's own) and ``i = a_i``. Action
     ``a_i`` in state ``s_i`` earns 1, anything else 0. Then, whatever the action, the state stays with
     probability ``p_minimax`` and otherwise moves to the next state (``s_n`` wraps to ``s_1``). An
-    up-to-date agent earns 1 per tick, β earns 0; an agent ``k`` ticks late earns ``p_minimax**k``.
+    up-to-date agent earns 1 per tick, β earns 0; an action computed from a state ``k`` transitions
+    older than the one it is applied in earns ``p_minimax**k`` in expectation (for ``k < n``). The
+    observation returned by ``step`` is the state the *next* action is applied in, so an agent acting
+    on step ``t``'s observation at step ``t + d`` (a nonstop tick-log delay of ``d``) is ``k = d − 1``
+    transitions stale; see `delay_regret_per_step` for how that relates to Equation 4's ``⌈τ_θ/τ_M⌉``.
     ``info["optimal_action"]`` is the rewarded action in the current state.
 
     >>> env = DelayCycleMDP(n=3, p_minimax=1.0)   # p = 1: the state never moves
