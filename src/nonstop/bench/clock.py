@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from nonstop.bench.channels import our_segments
-from nonstop.bench.common import machine_info, percentiles
+from nonstop.bench.common import machine_info, percentiles, reap, run_sizes, size_help
 from nonstop.bench.host import _registry_make_env, bench_env_factory, env_source
 from nonstop.metrics.timing import summarize
 from nonstop.realtime.channels import LatestSlot
@@ -191,13 +191,7 @@ def _one_session(
         if started:
             session.stop()  # idempotent: reaps the host, unlinks slot and queue
         for proc in procs:
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(timeout=5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+            reap(proc)
         for conn in conns:
             conn.close()
     if log is None or len(log) == 0:
@@ -229,17 +223,10 @@ def _worst_ticks(log: TickLog, skip: int, k: int = 5) -> list[dict[str, Any]]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", default="Boxing", help="env the host ticks (default Boxing)")
-    parser.add_argument(
-        "--seconds", type=float, default=None,
-        help=(
-            f"measured seconds per clock mode, over all rounds "
-            f"(default {_FULL['seconds']:.0f}, quick {_QUICK['seconds']:.0f})"
-        ),
-    )  # fmt: skip
-    parser.add_argument(
-        "--rounds", type=int, default=None,
-        help=f"alternate the two modes this many times (default {_FULL['rounds']}, quick {_QUICK['rounds']})",
-    )  # fmt: skip
+    parser.add_argument("--seconds", type=float, default=None,
+                        help=size_help("measured seconds per clock mode, over all rounds", "seconds", _QUICK, _FULL))  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=None,
+                        help=size_help("alternate the two modes this many times", "rounds", _QUICK, _FULL))  # fmt: skip
     parser.add_argument("--hz", type=float, default=60.0, help="tick rate (default 60)")
     parser.add_argument("--spin", type=float, default=0.001, help="spin window of our wall clock in s (default 0.001)")
     parser.add_argument("--readers", type=int, default=1, help="reader processes polling the slot (default 1)")
@@ -251,10 +238,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    sizes = _QUICK if getattr(args, "quick", False) else _FULL
+    sizes = run_sizes(args, _QUICK, _FULL)
     env_id = getattr(args, "env", "Boxing") or "Boxing"
-    seconds = float(getattr(args, "seconds", None) or sizes["seconds"])
-    rounds = int(getattr(args, "rounds", None) or sizes["rounds"])
+    seconds, rounds = float(sizes["seconds"]), int(sizes["rounds"])
     hz = float(getattr(args, "hz", 60.0))
     spin = float(getattr(args, "spin", 0.001))
     readers = int(getattr(args, "readers", 1))

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from nonstop.bench.common import machine_info
+from nonstop.bench.common import machine_info, parse_positive_list
 from nonstop.metrics.nstar import find_nstar, max_inaction_threshold, theoretical_nstar
 
 DESCRIPTION = "measured N_I* (fewest workers with no inaction) vs theory, per inference time (paper Fig. 7a)"
@@ -39,16 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=float, default=None, help="measurement window in cycles of τ_θ (default 4)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", default="runs/nstar.png", help="where to write the figure ('' for none)")
-
-
-def _parse_ticks(text: str) -> list[float]:
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError as exc:
-        raise ValueError(f"--tau-theta takes comma-separated numbers of ticks, got {text!r}") from exc
-    if not values or any(not (v > 0) or math.isinf(v) for v in values):
-        raise ValueError(f"--tau-theta values must be positive finite tick counts, got {text!r}")
-    return values
 
 
 def trial(
@@ -101,7 +91,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for name in schedulers:
         make_scheduler(name, 1 if name == "sequential" else 2)  # unknown names fail here, before any run
     if args.tau_theta is not None:
-        taus = _parse_ticks(args.tau_theta)
+        taus = parse_positive_list(args.tau_theta, "--tau-theta")
     elif args.quick:
         taus = [1, 2, 5, 8] if args.clock == "virtual" else [1, 5]
     else:

@@ -99,7 +99,52 @@ def lag_transitions(delay_ticks: int) -> int:
     return int(delay_ticks) - 1
 
 
-class InactionMDP(gymnasium.Env[np.ndarray, np.int64]):
+class _OneHotMDP(gymnasium.Env[np.ndarray, np.int64]):
+    """What both worst-case MDPs share: ``n_states`` states seen as a one-hot ``float32`` vector,
+    ``n_actions`` actions with 0 as β's, a step counter that truncates after ``max_steps``, and
+    ``info["state"]``. Subclasses choose the first state and the transition."""
+
+    metadata = {"render_modes": [], "render_fps": THEORY_TICK_HZ}
+    NOOP: Final = 0
+
+    def __init__(self, n_states: int, n_actions: int, max_steps: int) -> None:
+        _check_max_steps(max_steps)
+        self.max_steps: Final = int(max_steps)
+        self.observation_space = spaces.Box(0.0, 1.0, (n_states,), np.float32)
+        self.action_space = spaces.Discrete(n_actions)
+        self._n_actions: Final = n_actions
+        self._one_hot: Final = np.eye(n_states, dtype=np.float32)
+        self._state: int | None = None
+        self._steps = 0
+
+    def _initial_state(self) -> int:
+        raise NotImplementedError
+
+    def _info(self) -> dict[str, Any]:
+        return {"state": self._state}
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._state = self._initial_state()
+        self._steps = 0
+        return self._one_hot[self._state].copy(), self._info()
+
+    def _checked(self, action: Any) -> int:
+        """The action as an int, once the env has been reset."""
+        if self._state is None:
+            raise RuntimeError("call reset() before step()")
+        return _checked_action(action, self._n_actions)
+
+    def _transition(self, reward: float) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Count the step (the subclass has moved ``_state``) and build ``step``'s answer."""
+        self._steps += 1
+        truncated = self._steps >= self.max_steps
+        return self._one_hot[self._state].copy(), reward, False, truncated, self._info()
+
+
+class InactionMDP(_OneHotMDP):
     """Equation 3's worst case: acting earns 1 per tick, β's noop earns 0.
 
     States ``s1`` (index 0) and ``s2`` (index 1); actions ``0 = a3`` (β's noop), ``1 = a1``,
@@ -117,36 +162,18 @@ class InactionMDP(gymnasium.Env[np.ndarray, np.int64]):
     (1.0, False, True)
     """
 
-    metadata = {"render_modes": [], "render_fps": THEORY_TICK_HZ}
-    NOOP: Final = 0
     N_STATES: Final = 2
 
     def __init__(self, max_steps: int = DEFAULT_MAX_STEPS) -> None:
-        _check_max_steps(max_steps)
-        self.max_steps: Final = int(max_steps)
-        self.observation_space = spaces.Box(0.0, 1.0, (self.N_STATES,), np.float32)
-        self.action_space = spaces.Discrete(3)
-        self._one_hot: Final = np.eye(self.N_STATES, dtype=np.float32)
-        self._state: int | None = None
-        self._steps = 0
+        super().__init__(self.N_STATES, 3, max_steps)
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        self._state = 1
-        self._steps = 0
-        return self._one_hot[self._state].copy(), {"state": self._state}
+    def _initial_state(self) -> int:
+        return 1  # s2: nobody has acted yet
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if self._state is None:
-            raise RuntimeError("call reset() before step()")
-        a = _checked_action(action, 3)
-        acted = a != self.NOOP
+        acted = self._checked(action) != self.NOOP
         self._state = 0 if acted else 1
-        self._steps += 1
-        truncated = self._steps >= self.max_steps
-        return self._one_hot[self._state].copy(), float(acted), False, truncated, {"state": self._state}
+        return self._transition(float(acted))
 
 
 def check_delay_cycle_args(n: int = 8, p_minimax: float = 0.5, max_steps: int = DEFAULT_MAX_STEPS) -> None:
@@ -164,7 +191,7 @@ def check_delay_cycle_args(n: int = 8, p_minimax: float = 0.5, max_steps: int = 
     _check_max_steps(max_steps)
 
 
-class DelayCycleMDP(gymnasium.Env[np.ndarray, np.int64]):
+class DelayCycleMDP(_OneHotMDP):
     """Equation 4's worst case: the right action follows a state that drifts around a cycle.
 
     States ``s_1..s_n`` (indices ``0..n-1``); actions ``0 = a0`` (β's own) and ``i = a_i``. Action
@@ -184,40 +211,22 @@ class DelayCycleMDP(gymnasium.Env[np.ndarray, np.int64]):
     (1.0, 0.0, 1.0)
     """
 
-    metadata = {"render_modes": [], "render_fps": THEORY_TICK_HZ}
-    NOOP: Final = 0
-
     def __init__(self, n: int = 8, p_minimax: float = 0.5, max_steps: int = DEFAULT_MAX_STEPS) -> None:
         check_delay_cycle_args(n, p_minimax, max_steps)
+        super().__init__(int(n), int(n) + 1, max_steps)
         self.n: Final = int(n)
         self.p_minimax: Final = float(p_minimax)
-        self.max_steps: Final = int(max_steps)
-        self.observation_space = spaces.Box(0.0, 1.0, (self.n,), np.float32)
-        self.action_space = spaces.Discrete(self.n + 1)
-        self._one_hot: Final = np.eye(self.n, dtype=np.float32)
-        self._state: int | None = None
-        self._steps = 0
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
+    def _initial_state(self) -> int:
         # No state is special on a cycle, so start anywhere; the seed decides where.
-        self._state = int(self.np_random.integers(self.n))
-        self._steps = 0
-        return self._one_hot[self._state].copy(), self._info()
+        return int(self.np_random.integers(self.n))
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if self._state is None:
-            raise RuntimeError("call reset() before step()")
-        a = _checked_action(action, self.n + 1)
-        reward = 1.0 if a == self._state + 1 else 0.0
+        reward = 1.0 if self._checked(action) == self._state + 1 else 0.0
         # Draw every tick, even when p_minimax is 1, so one seed gives one random stream.
         if self.np_random.random() >= self.p_minimax:
             self._state = (self._state + 1) % self.n
-        self._steps += 1
-        truncated = self._steps >= self.max_steps
-        return self._one_hot[self._state].copy(), reward, False, truncated, self._info()
+        return self._transition(reward)
 
     def _info(self) -> dict[str, Any]:
         return {"state": self._state, "optimal_action": self._state + 1}
