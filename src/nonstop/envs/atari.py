@@ -138,11 +138,18 @@ def _area_weights(size_in: int, size_out: int) -> np.ndarray:
 
 
 def register_ale_with_gymnasium() -> None:
-    """Import ale_py and register its ``ALE/*`` ids with gymnasium (idempotent)."""
+    """Import ale_py and register its ``ALE/*`` ids with gymnasium (idempotent).
+
+    Also sets ALE's (process-wide, static) log level to errors only: every ``ALEInterface``
+    otherwise prints its "A.L.E ... [Powered by Stella]" banner on stderr as it is constructed,
+    once per env and per spawned host process. ale_py's own env lowers the level the same way,
+    but only after its interface, and so the banner, exists.
+    """
     try:
         import ale_py
     except ImportError as error:  # pragma: no cover - ale-py is a hard dependency
         raise ImportError("Atari envs need ale-py: pip install 'ale-py>=0.9'") from error
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
     if "ALE/Pong-v5" not in gymnasium.registry:
         gymnasium.register_envs(ale_py)
 
