@@ -111,6 +111,16 @@ class InferencePool:
     is a `nonstop.inference.schedulers.Scheduler`, or its name with
     ``n_inference`` (N_I: an int, or ``"auto"`` with the ``auto`` scheduler).
 
+    ``align_to_ticks`` (default: on for staggered schedulers on the wall clock, off otherwise)
+    starts each inference at a tick's publish: one the scheduler would start up to a quarter tick
+    into a tick counts as started at that tick's publish (the next waits are aimed from there),
+    one due later waits for the next observation (it would compute on the same, older one
+    anyway). Every cycle is then a whole number of ticks and every worker's action arrives at the
+    same phase of a tick, just after a deadline for an integer τ_θ, where a late wake-up cannot
+    push it across the next deadline: jitter up to most of a tick costs no inaction. Without it
+    the spacing τ_θ/N_I spreads arrivals across the tick, and those landing just before a deadline
+    turn wake-up jitter into inaction.
+
     With an `AutoScheduler` the pool sizes itself online: after every submit it
     asks ``target_workers(τ_M)`` (⌈τ̄_θ/τ_M⌉ with hysteresis) and, when that
     differs from N_I, resizes the cycle anchored on the worker that just
@@ -138,6 +148,7 @@ class InferencePool:
         n_inference: int | str | None = None,
         restart: bool = True,
         max_restarts: int = 100,
+        align_to_ticks: bool | None = None,
     ) -> None:
         if session.slot is None:
             raise RuntimeError("start the session before the inference pool")
@@ -152,6 +163,11 @@ class InferencePool:
         )
         self._resize_lock = threading.Lock()
         self.restart = restart
+        if align_to_ticks is not None and not isinstance(align_to_ticks, bool):
+            raise TypeError(f"align_to_ticks must be a bool or None, got {align_to_ticks!r}")
+        # default: on for staggered workers on the wall clock (see the class docstring)
+        staggered = scheduler.name not in ("sequential", "unstaggered")
+        self.align_to_ticks = (not self.clock.is_virtual and staggered) if align_to_ticks is None else align_to_ticks
         self.max_restarts = max_restarts
         self.events: list[WorkerEvent] = []
         self.workers = [_WorkerState(i) for i in range(scheduler.n_workers)]
@@ -160,7 +176,9 @@ class InferencePool:
         self._policies: dict[int, Any] = {}
 
     # ------------------------------------------------------------------ the loop
-    def _loop(self, state: _WorkerState, first: bool, resume_at: float | None = None) -> TimedProcess:
+    def _loop(
+        self, state: _WorkerState, first: bool, resume_at: float | None = None, start_at: float | None = None
+    ) -> TimedProcess:
         clock, slot, queue, sched = self.clock, self.session.slot, self.session.queue, self.scheduler
         i = state.index
         generation = state.generation
@@ -171,6 +189,10 @@ class InferencePool:
         virtual = clock.is_virtual
         origin = self.session.host.origin if virtual else 0.0
         guard = min(0.001, tau_m / 8)
+        align = self.align_to_ticks and not virtual
+        # tick alignment: an inference starts `publish_margin` after a deadline (the observation is
+        # out by then); one due later than `align_window` into a tick waits for the next one
+        align_window, publish_margin = 0.25 * tau_m, min(0.0005, tau_m / 16)
         # `t` is the worker's own notion of now: the time its schedule says it is. On the
         # virtual clock it may trail the clock by at most `grace` (after letting the host finish
         # a tick due at the same instant), so the loop's timings stay exact sums of latencies
@@ -183,7 +205,9 @@ class InferencePool:
         def on_time(target: float, woke: float) -> float:
             return target if virtual or woke - target < tau_m else woke
 
-        t = clock.now()
+        # every worker of a pool counts its initial stagger from the same instant, however long
+        # its thread took to start (70 threads take ~5 ticks to spawn on a busy 2-core machine)
+        t = clock.now() if start_at is None else start_at
         if first:
             start = sched.start_delay(i)
             if start > 0:
@@ -202,6 +226,18 @@ class InferencePool:
                 t += wait
                 t = on_time(t, (yield t))
             latest = slot.read()
+            if align:
+                into_tick = (t - latest.time) % tau_m
+                at_publish = t - into_tick + publish_margin
+                if publish_margin <= into_tick <= align_window:
+                    # Count this start as made at the publish it follows, so the cycle stays a
+                    # whole number of ticks instead of creeping by the submit overhead each round
+                    # (the waits below are aimed from `t`, so the real start absorbs the gap).
+                    t = at_publish
+                else:
+                    target = at_publish if into_tick < publish_margin else at_publish + tau_m
+                    t = on_time(target, (yield target))
+                    latest = slot.read()
             if latest.seq == last_seq:
                 # this worker already acted on the newest observation: wait for the next tick
                 deadline = latest.time + tau_m
@@ -299,7 +335,7 @@ class InferencePool:
         return origin + round((deadline - origin) / tau_m) * tau_m + self.clock.tick_grace
 
     # ------------------------------------------------------------------ supervision
-    def _spawn(self, state: _WorkerState, first: bool) -> None:
+    def _spawn(self, state: _WorkerState, first: bool, start_at: float | None = None) -> None:
         resume_at = None
         if not first and state.last_start is not None and state.cycle:
             # Re-take the dead worker's place in the stagger: start where its next
@@ -308,7 +344,7 @@ class InferencePool:
             missed = max(0, -(-(now - state.last_start) // state.cycle))
             resume_at = state.last_start + missed * state.cycle
             state.last_start = None
-        process = self._loop(state, first, resume_at)
+        process = self._loop(state, first, resume_at, start_at)
         name = f"worker-{state.index}"
         if self.clock.is_virtual:
             state.handle = self.clock.spawn(process, name=name, isolate=True)  # type: ignore[call-arg]
@@ -324,8 +360,9 @@ class InferencePool:
         for state in self.workers:
             if state.index not in self._policies:
                 self._policies[state.index] = self.policy_factory(state.index)
+        start_at = self.clock.now()
         for state in self.workers:
-            self._spawn(state, first=True)
+            self._spawn(state, first=True, start_at=start_at)
         if self.clock.is_virtual:
             self.clock.spawn(self._supervise_virtual(), name="supervisor", priority=2)  # type: ignore[call-arg]
         else:
