@@ -21,7 +21,9 @@ Inference restarts at once after a submit (the loop does not wait for a fresh
 observation), except when the newest observation is the very one this worker
 just used, where it waits for the next tick instead of recomputing it. So a
 sequential agent with τ_θ = k·τ_M acts every k ticks (inaction 1 − 1/k) and,
-for non-integer ratios, realises inaction 1 − τ_M/τ_θ.
+for non-integer ratios, realises inaction 1 − τ_M/τ_θ. On the wall clock,
+staggered pools additionally align each start to a tick's publish
+(``align_to_ticks``, see `InferencePool`), which rounds cycles up to whole ticks.
 """
 
 from __future__ import annotations
