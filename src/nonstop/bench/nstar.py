@@ -5,6 +5,12 @@ measurement window after warm-up is at most ``--max-inaction``, runs the
 staggered workers for real on the chosen clock, and compares with ⌈τ_θmax/τ_M⌉
 (Algorithm 1) or ⌈τ̄_θ/τ_M⌉ (Algorithm 2). Writes a plot like the paper's
 Figure 7a (N_I* against τ_θ).
+
+On the wall clock the workers are threads of this process (latency policies sleep, they use no
+CPU), the host runs in its own process at SCHED_FIFO where permitted, and the pool aligns each
+inference to a tick's publish (`InferencePool` ``align_to_ticks``). Each trial's window ends when
+the agents are stopped, and the result records the machine's load average before and after: on
+a shared machine the wall-clock figures are only as good as the quiet they were measured in.
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
-import numpy as np
 
 from nonstop.realtime.clock import Clock
 from nonstop.realtime.host import END_TERMINATED, END_TRUNCATED, EnvSource, Session

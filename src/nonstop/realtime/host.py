@@ -32,7 +32,7 @@ import gymnasium as gym
 import numpy as np
 
 from nonstop.realtime.channels import ActionQueue, LatestSlot
-from nonstop.realtime.clock import Clock, TimedProcess, VirtualClock, WallClock, make_clock, stopwatch
+from nonstop.realtime.clock import Clock, TimedProcess, WallClock, make_clock, stopwatch
 from nonstop.realtime.defaults import DefaultBehaviour, make_default
 from nonstop.realtime.ticklog import SOURCE_AGENT, SOURCE_DEFAULT, TickLog
 
