@@ -36,7 +36,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from nonstop.bench.common import machine_info, percentiles
+from nonstop.bench.common import machine_info, percentiles, run_sizes
 from nonstop.realtime.clock import stopwatch
 from nonstop.realtime.host import Session
 
@@ -238,12 +238,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    sizes = _QUICK if getattr(args, "quick", False) else _FULL
+    sizes = run_sizes(args, _QUICK, _FULL)
     env_id = getattr(args, "env", "Boxing") or "Boxing"
-    steps = getattr(args, "steps", None) or sizes["steps"]
-    repeats = getattr(args, "repeats", None) or sizes["repeats"]
-    if steps < 1 or repeats < 1:
-        raise ValueError(f"--steps and --repeats must be positive, got {steps} and {repeats}")
+    steps, repeats = int(sizes["steps"]), int(sizes["repeats"])
 
     warm = min(steps, 200)
     raw_loop(env_id, warm)  # imports, ROM load, first-call costs: not timed
