@@ -257,3 +257,15 @@ def test_learner_processes_make_progress_in_every_mode(mode, no_shm_leak):
             group.stop()
         for seg in (state, weights, replay):
             seg.unlink()
+
+
+def test_auto_inference_grows_to_act_at_every_tick(no_shm_leak):
+    cfg = TrainConfig(env="CartPole", seconds=8.0, latency="4t", n_inference="auto", tau_l=0.1,
+                      dqn=DQNConfig.for_family("classic", learning_starts=20, batch_size=8))  # fmt: skip
+    assert cfg.scheduler == "auto"
+    r = train(cfg)
+    log = r["tick_log"]
+    late = log["tick"] > 200
+    beta = late & (log["source"] == 0)
+    assert beta.sum() <= (log["stale"][late] > 0).sum()  # past the growth, only stale drops at episode ends
+    assert r["summary"]["agent_ticks"] > 300

@@ -61,7 +61,7 @@ class TrainConfig:
     seconds: float = field(default=60.0, metadata={"help": "world seconds to run"})
     interaction: str = field(default="staggered", metadata={"help": "staggered | infer_then_learn | learn_then_infer"})
     scheduler: str = field(default="exp_time", metadata={"help": "inference scheduler when staggered"})
-    n_inference: int | None = field(default=None, metadata={"help": "N_I (default ⌈τ_θ/τ_M⌉, at least 1)"})
+    n_inference: int | str | None = field(default=None, metadata={"help": "N_I (default ⌈τ̄_θ/τ_M⌉), or 'auto': grown online"})
     latency: str = field(default="0", metadata={"help": "declared model latency, e.g. 5t, 80ms, lognormal:6t,0.5"})
     n_learners: int = field(default=1, metadata={"help": "N_L learners"})
     learner_mode: str = field(default="round_robin", metadata={"help": "round_robin | hogwild | parallel"})
@@ -81,8 +81,12 @@ class TrainConfig:
             raise ValueError(f"backend must be 'thread' or 'process', got {self.backend!r}")
         if not (isinstance(self.seconds, (int, float)) and self.seconds > 0 and math.isfinite(self.seconds)):
             raise ValueError(f"seconds must be a positive number, got {self.seconds!r}")
+        if self.n_inference == "auto":
+            self.scheduler = "auto"  # only the auto scheduler sizes the pool online
         for name in ("n_inference", "n_learners"):
             v = getattr(self, name)
+            if name == "n_inference" and v == "auto":
+                continue
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
         if self.tau_l is not None and not (self.tau_l >= 0 and math.isfinite(self.tau_l)):
@@ -185,13 +189,12 @@ class TrainingRun:
                        seed=self.cfg.seed * 7 + i)  # fmt: skip
 
     def start(self) -> "TrainingRun":
-        from nonstop.inference.schedulers import make_scheduler
         from nonstop.inference.workers import InferencePool
 
         cfg, clock = self.cfg, self.world.clock
         tau_l = cfg.tau_l if cfg.tau_l is not None else self.tau_m
         if cfg.interaction == "staggered":
-            self.pool = InferencePool(self.world, self._policy, make_scheduler(cfg.scheduler, self.n_inference)).start()
+            self.pool = InferencePool(self.world, self._policy, cfg.scheduler, n_inference=self.n_inference).start()
             self._parts.append(self.pool.stop)
             if clock.is_virtual:
                 learners = [self._learner(i) for i in range(cfg.n_learners)]
