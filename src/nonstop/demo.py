@@ -7,8 +7,8 @@
    and a plot (timelines of agent vs β ticks) come from the tick logs.
 2. **A short staggered training run**: DQN on 84×84 Boxing with the paper's IMPALA ResNet (k=1),
    the same slow inference served by staggered workers, one asynchronous learner, on the virtual
-   clock (updates take their measured-on-this-machine ~0.25 s of world time), written to a run
-   directory with its report (`nonstop report`).
+   clock (updates take their measured-on-this-machine ~0.25 s of world time), in 10-second
+   episodes so that returns appear, written to a run directory with its report (`nonstop report`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=float, default=10.0, help="world seconds of each comparison run")
     p.add_argument("--slow-ticks", type=float, default=6.0, help="the slow model's inference time, in ticks")
     p.add_argument("--clock", choices=("wall", "virtual"), default="wall", help="clock of the comparison")
-    p.add_argument("--train-seconds", type=float, default=40.0, help="world seconds of the training run (0: skip)")
+    p.add_argument("--train-seconds", type=float, default=60.0, help="world seconds of the training run (0: skip)")
     p.add_argument("--out", default="nonstop-demo", help="where the plot, tick logs and the run directory go")
 
 
@@ -66,7 +66,7 @@ def run_demo(args: argparse.Namespace) -> int:
     parser = argparse.ArgumentParser()
     trainer.add_arguments(parser)
     targs = parser.parse_args([
-        "--env", args.env, "--seconds", f"{args.train_seconds:g}", "--latency", f"{args.slow_ticks:g}t",
+        "--env", args.env, "--env-arg", "max_episode_steps=600", "--seconds", f"{args.train_seconds:g}", "--latency", f"{args.slow_ticks:g}t",
         "--tau-l", "0.25", "--replay-capacity", "20000", "--learning-starts", "300", "--lr", "1e-4",
         "--progress-every", f"{max(args.train_seconds / 8, 1):g}", "--checkpoint-every", f"{args.train_seconds:g}",
         "--out", str(run_dir), *(["--resume"] if (run_dir / "config.json").exists() else []),

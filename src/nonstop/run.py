@@ -45,7 +45,7 @@ from nonstop.learning.learners import LEARNER_MODES, Learner, LearnerProcesses, 
 from nonstop.learning.replay import ReplayBuffer, ReplayRecorder
 from nonstop.learning.weights import SharedWeights, TrainingState
 
-__all__ = ["INTERACTIONS", "TrainConfig", "train", "TrainingRun", "ProgressRows", "default_env_kwargs"]
+__all__ = ["INTERACTIONS", "TrainConfig", "train", "TrainingRun", "ProgressRows", "default_env_kwargs", "parse_env_args"]
 
 INTERACTIONS: Final = ("staggered", "infer_then_learn", "learn_then_infer")
 _AFTER_TICK: Final = 2  # virtual priority: wake after the host's tick at the same instant
@@ -98,6 +98,27 @@ class TrainConfig:
         d = asdict(self)
         d["dqn"] = self.dqn.to_dict() if self.dqn is not None else None
         return d
+
+
+def parse_env_args(items: list[str] | None) -> dict[str, Any]:
+    """``["max_episode_steps=900", "preprocess=true"]`` → keyword arguments for the env
+    (values read as JSON when they parse, else kept as strings).
+
+    >>> parse_env_args(["max_episode_steps=900", "mode=hard"])
+    {'max_episode_steps': 900, 'mode': 'hard'}
+    """
+    import json
+
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--env-arg takes KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
 
 
 def default_env_kwargs(family: str) -> dict[str, Any]:

@@ -36,6 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from nonstop.run import INTERACTIONS
 
     p.add_argument("--env", default="CartPole", help="env id (see `nonstop envs`; default CartPole)")
+    p.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="env keyword argument, repeatable (max_episode_steps=900)")
     p.add_argument("--clock", choices=("virtual", "wall"), default="virtual", help="virtual: simulated time (fast, exact); wall: real time")
     p.add_argument("--seconds", type=float, default=600.0, help="world seconds to run (default 600)")
     p.add_argument("--interaction", choices=INTERACTIONS, default="staggered", help="staggered, or a sequential baseline")
@@ -77,13 +78,13 @@ def _n_inference(text: str) -> int | str:
 def config_from_args(args: argparse.Namespace) -> Any:
     from nonstop.envs import env_info
     from nonstop.learning.dqn import DQNConfig
-    from nonstop.run import TrainConfig, default_env_kwargs
+    from nonstop.run import TrainConfig, default_env_kwargs, parse_env_args
 
     overrides = {name: getattr(args, name) for name in ("k", "lr", "batch_size", "replay_capacity", "learning_starts", "double")
                  if getattr(args, name, None) is not None}  # fmt: skip
     family = env_info(args.env).family
     dqn = DQNConfig.for_family(family, **overrides)
-    env_kwargs = default_env_kwargs(family)
+    env_kwargs = {**default_env_kwargs(family), **parse_env_args(args.env_arg)}
     return TrainConfig(
         env=args.env, env_kwargs=env_kwargs, clock=args.clock, seconds=args.seconds, interaction=args.interaction, scheduler=args.scheduler,
         n_inference=args.n_inference, latency=args.latency, n_learners=args.n_learners,

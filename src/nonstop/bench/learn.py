@@ -29,6 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", type=float, default=400.0, help="mean return over the last 20 episodes to reach")
     p.add_argument("--latency", default="5t", help="model latency of the ordering comparison (default 5 ticks)")
     p.add_argument("--compare-ticks", type=int, default=30_000, help="env ticks of each ordering run")
+    p.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="env keyword argument, repeatable")
+    p.add_argument("--learning-starts", type=int, default=None, help="transitions before learning (default: the family's)")
     p.add_argument("--tau-l", type=float, default=None, help="virtual seconds per update (default τ_M; ~0.25 for k=1 on 2 CPU cores)")
     p.add_argument("--seed", type=int, default=0)
 
@@ -52,14 +54,16 @@ def _episodes(log: Any) -> tuple[list[float], list[int]]:
     return episode_returns(log), log["tick"][ended].astype(int).tolist()
 
 
-def _train(env: str, ticks: int, seed: int, **kw: Any) -> dict[str, Any]:
+def _train(env: str, ticks: int, seed: int, env_args: list[str] | None = None, learning_starts: int | None = None,
+           **kw: Any) -> dict[str, Any]:  # fmt: skip
     from nonstop.envs import env_info
     from nonstop.learning.dqn import DQNConfig
-    from nonstop.run import TrainConfig, default_env_kwargs, train
+    from nonstop.run import TrainConfig, default_env_kwargs, parse_env_args, train
 
     info = env_info(env)
-    cfg = TrainConfig(env=env, env_kwargs=default_env_kwargs(info.family), seconds=ticks / info.tick_hz, seed=seed,
-                      dqn=DQNConfig.for_family(info.family), **kw)  # fmt: skip
+    overrides = {} if learning_starts is None else {"learning_starts": learning_starts}
+    cfg = TrainConfig(env=env, env_kwargs={**default_env_kwargs(info.family), **parse_env_args(env_args)},
+                      seconds=ticks / info.tick_hz, seed=seed, dqn=DQNConfig.for_family(info.family, **overrides), **kw)  # fmt: skip
     result = train(cfg, progress_every=max(1.0, ticks / info.tick_hz / 20))
     returns, ends = _episodes(result["tick_log"])
     s = result["summary"]
@@ -85,11 +89,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for name, value in (("--ticks", ticks), ("--compare-ticks", compare_ticks)):
         if value < 100:
             raise ValueError(f"{name} must be at least 100 ticks, got {value}")
-    zero = _train(args.env, ticks, args.seed, tau_l=args.tau_l)
+    common = {"env_args": args.env_arg, "learning_starts": args.learning_starts, "tau_l": args.tau_l}
+    zero = _train(args.env, ticks, args.seed, **common)
     reached = first_reaching(zero.pop("_returns"), zero.pop("_ends"), args.target)
     ordering = {}
     for interaction in ("staggered", "infer_then_learn", "learn_then_infer"):
-        row = _train(args.env, compare_ticks, args.seed, interaction=interaction, latency=args.latency, tau_l=args.tau_l)
+        row = _train(args.env, compare_ticks, args.seed, interaction=interaction, latency=args.latency, **common)
         row.pop("_returns"), row.pop("_ends")
         ordering[interaction] = row
     stag = ordering["staggered"]["return_last20"]
