@@ -199,7 +199,7 @@ class TrainingRun:
                 raise ValueError("a declared latency with backend='process' is not supported yet; use backend='thread'")
             return base
         base = DQNPolicy(build_q_network(self.obs_shape, int(self.action_space.n), self.dqn), self.weights,
-                         self.action_space, seed=seed, num_threads=None)  # fmt: skip
+                         self.action_space, seed=seed, num_threads=1)  # fmt: skip
         return LatencyPolicy(base, self.latency, seed=seed) if self._has_latency() else base
 
     def _has_latency(self) -> bool:
