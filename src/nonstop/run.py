@@ -35,7 +35,6 @@ import numpy as np
 
 from nonstop.learning.dqn import (
     DQNConfig,
-    DQNPolicy,
     build_q_network,
     epsilon_at,
     init_training,
@@ -190,17 +189,13 @@ class TrainingRun:
         from functools import partial
 
         from nonstop.inference.workers import ProcessPolicy
-        from nonstop.policies.latency import LatencyPolicy
 
         seed = self.cfg.seed * 1000 + i
+        latency = self.latency if self._has_latency() else None
+        factory = partial(make_dqn_policy, self.obs_shape, self.action_space, self.dqn.to_dict(), self.weights, seed, latency)
         if self.cfg.clock == "wall" and self.cfg.backend == "process":
-            base: Any = ProcessPolicy(partial(make_dqn_policy, self.obs_shape, self.action_space, self.dqn.to_dict(), self.weights, seed))
-            if self._has_latency():
-                raise ValueError("a declared latency with backend='process' is not supported yet; use backend='thread'")
-            return base
-        base = DQNPolicy(build_q_network(self.obs_shape, int(self.action_space.n), self.dqn), self.weights,
-                         self.action_space, seed=seed, num_threads=1)  # fmt: skip
-        return LatencyPolicy(base, self.latency, seed=seed) if self._has_latency() else base
+            return ProcessPolicy(factory)  # the model in its own process, one torch thread
+        return factory()
 
     def _has_latency(self) -> bool:
         return self._max_latency() > 0

@@ -50,6 +50,7 @@ class DQNConfig:
     max_grad_norm: float = field(default=10.0, metadata={"help": "global gradient-norm clip"})
     double: bool = field(default=False, metadata={"help": "double DQN target"})
     learning_starts: int = field(default=1000, metadata={"help": "transitions in replay before learning"})
+    updates_per_transition: float = field(default=1.0, metadata={"help": "wall clock: learners pause when ahead of this ratio (0: no cap)"})
     replay_capacity: int = field(default=1_000_000, metadata={"help": "most recent transitions kept (paper: 1M)"})
     hidden: tuple[int, ...] = field(default=(128, 128), metadata={"help": "MLP widths (vector observations)"})
     k: float = field(default=1, metadata={"help": "IMPALA ResNet width factor (image observations)"})
@@ -65,6 +66,7 @@ class DQNConfig:
         need(isinstance(self.learning_starts, int) and self.learning_starts >= 0, "learning_starts", "an integer >= 0")
         need(self.lr > 0 and math.isfinite(self.lr), "lr", "a positive number")
         need(self.max_grad_norm > 0, "max_grad_norm", "positive")
+        need(self.updates_per_transition >= 0, "updates_per_transition", ">= 0")
         need(0.0 <= self.epsilon_end <= self.epsilon_start <= 1.0, "epsilon_end", "<= epsilon_start, both in [0, 1]")
         self.hidden = tuple(int(h) for h in self.hidden)
 
@@ -236,7 +238,13 @@ class DQNPolicy(Policy):
 
 
 def make_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_dict: dict[str, Any],
-                    weights: SharedWeights, seed: int | None = None) -> DQNPolicy:  # fmt: skip
-    """Module-level factory (picklable with functools.partial) for worker processes."""
+                    weights: SharedWeights, seed: int | None = None, latency: Any = None) -> Policy:  # fmt: skip
+    """Module-level factory (picklable with functools.partial) for worker threads and processes;
+    with a ``latency`` (a `nonstop.policies.latency.Latency`) the policy declares it per decision."""
     cfg = DQNConfig.from_dict(cfg_dict)
-    return DQNPolicy(build_q_network(obs_shape, int(action_space.n), cfg), weights, action_space, seed=seed)
+    policy: Policy = DQNPolicy(build_q_network(obs_shape, int(action_space.n), cfg), weights, action_space, seed=seed)
+    if latency is not None:
+        from nonstop.policies.latency import LatencyPolicy
+
+        policy = LatencyPolicy(policy, latency, seed=seed)
+    return policy

@@ -82,6 +82,14 @@ class Learner:
     def ready(self) -> bool:
         return self.replay.transitions_written >= max(self.cfg.learning_starts, 2)
 
+    @property
+    def ahead(self) -> bool:
+        """More updates than ``updates_per_transition`` allows for the transitions so far: on the
+        wall clock a learner then pauses, leaving the cores to the world and to inference."""
+        ratio = self.cfg.updates_per_transition
+        fresh = self.replay.transitions_written - self.cfg.learning_starts
+        return ratio > 0 and self.state.updates >= ratio * max(fresh, 0) + 1
+
     def gradient(self) -> tuple[np.ndarray, float] | None:
         """The gradient of one fresh batch at the newest complete weights (``None``: no batch yet)."""
         batch = self.replay.sample(self.cfg.batch_size, self.rng)
@@ -192,8 +200,8 @@ def _learner_main(index: int, n: int, mode: str, obs_shape: tuple[int, ...], n_a
     turn = TrainingState.TURN
     try:
         while not state.stop_requested:
-            if not learner.ready:
-                time.sleep(0.01)
+            if not learner.ready or learner.ahead:
+                time.sleep(0.002)
                 continue
             if mode == "parallel":
                 _parallel_step(learner, index, n, state, weights, grads, cfg)
