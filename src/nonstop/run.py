@@ -146,6 +146,10 @@ class TrainingRun:
         if not hasattr(self.action_space, "n"):
             raise TypeError(f"DQN needs a Discrete action space; {cfg.env} has {self.action_space}")
         self.obs_shape = tuple(self.obs_space.shape)
+        if len(self.obs_shape) > 1:  # a ResNet that cannot fit fails here, before anything starts
+            from nonstop.policies.models import ensure_fits
+
+            ensure_fits(self.dqn.k, "cpu", n_actions=int(self.action_space.n))
         # Algorithm 2's N_I* = ⌈τ̄_θ/τ_M⌉ by default, so the staggered agent acts at every tick
         self.n_inference = cfg.n_inference or max(1, math.ceil(self.latency.mean / self.tau_m - 1e-9))
         self.final_updates = 0
