@@ -19,6 +19,7 @@ import json
 import logging
 import signal
 import sys
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +50,7 @@ from nonstop.server.protocol import (
 )
 from nonstop.server.sessions import Lifecycle, ServerSession, SessionManager
 
-__all__ = ["create_app", "serve", "DEFAULT_PORT"]
+__all__ = ["create_app", "serve", "ServerThread", "free_port", "DEFAULT_PORT"]
 
 log = logging.getLogger("nonstop.server")
 DEFAULT_PORT = 8000
@@ -99,6 +100,7 @@ class Connection:
         self.session: ServerSession | None = None
         self.view = _View()
         self.config: SessionConfig | None = None
+        self.episode = 0  # the episode the client's last reset returned
         self._send_lock = asyncio.Lock()
         self._subscription: asyncio.Task | None = None
 
@@ -167,13 +169,14 @@ class Connection:
             obs = session.read()
         else:
             obs = session.read()
-            if obs.episode == self.view.episode:  # the client has not seen this episode end: end it now
+            if obs.episode == self.episode:  # the episode the client reset into is still on: end it
                 session.request_reset()
                 loop = asyncio.get_running_loop()
-                while obs.episode == self.view.episode:
+                while obs.episode == self.episode:
                     await session.wait_tick(session.tick + 1, loop)
                     obs = self.running().read()
             session.settings.episode_id = data.episode_id
+        self.episode = obs.episode
         reply = self.observation(obs, None)
         reply["data"]["reward"] = None
         reply["data"]["done"] = False
@@ -400,3 +403,50 @@ def serve(
         if app.state.manager is not None:
             app.state.manager.shutdown()  # idempotent; covers a failed startup
     return 0 if server.started else 1
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (for tests and examples)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+class ServerThread:
+    """A real uvicorn server on a background thread of this process (tests, examples, notebooks).
+
+    >>> # with ServerThread(envs=["theory/inaction"]) as server:   # doctest: +SKIP
+    >>> #     Client(server.url).reset()
+    """
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int | None = None, token: str | None = None,
+                 start_timeout: float = 30.0, **manager_kwargs: Any) -> None:  # fmt: skip
+        import uvicorn
+
+        self.manager = SessionManager(**manager_kwargs)
+        self.app = create_app(self.manager, token=token)
+        self.port = port or free_port(host)
+        self.url = f"ws://{host}:{self.port}"
+        config = uvicorn.Config(self.app, host=host, port=self.port, log_level="warning", ws_max_size=WS_FRAME_LIMIT,
+                                lifespan="on")  # fmt: skip
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self.server.run, name="nonstop-uvicorn", daemon=True)
+        self.start_timeout = start_timeout
+
+    def __enter__(self) -> "ServerThread":
+        self._thread.start()
+        waited = 0.0
+        while not self.server.started:
+            if not self._thread.is_alive() or waited > self.start_timeout:
+                self.manager.shutdown()
+                raise RuntimeError(f"the server did not start on port {self.port}")
+            self._thread.join(0.02)
+            waited += 0.02
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout=30)
+        self.manager.shutdown()

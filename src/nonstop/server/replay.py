@@ -323,7 +323,12 @@ def write_video(replay: Replay, out: str | os.PathLike, *, every: int = 2, max_f
     ax = fig.add_axes((0, 0, 1, 1))
     ax.axis("off")
     image = ax.imshow(frames[0], cmap="gray" if frames[0].ndim == 2 else None)
-    anim = FuncAnimation(fig, lambda i: (image.set_data(frames[i]),), frames=len(frames), blit=True)
+
+    def show(i: int) -> tuple[Any, ...]:
+        image.set_data(frames[i])
+        return (image,)
+
+    anim = FuncAnimation(fig, show, frames=len(frames), blit=True)
     anim.save(out, writer=PillowWriter(fps=fps))
     plt.close(fig)
     return out

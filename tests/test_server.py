@@ -1,0 +1,321 @@
+"""The server end to end: a real uvicorn server on 127.0.0.1 (random free port), played by
+OpenEnv's own published client, by nonstop's clients and by the Gymnasium adapter.
+
+These tests run on the wall clock (a server is realtime by nature) with a tiny 60 Hz world, and
+assert only what holds however loaded the machine is: ordering of ticks, counts, codes, states.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+from nonstop.server.app import ServerThread, free_port  # noqa: E402
+from nonstop.server.client import AsyncClient, Client, RemoteEnv, ServerError, http_get  # noqa: E402
+from nonstop.server.replay import Replay, verify  # noqa: E402
+from nonstop.server.sessions import TRANSITIONS, Lifecycle  # noqa: E402
+
+pytestmark = pytest.mark.wall
+WORLD = "theory/inaction"  # 60 Hz, Discrete(3), acting earns 1 per tick, β's noop 0
+
+
+def _wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _session(url: str, sid: str, token: str | None = None) -> dict:
+    return next(s for s in http_get(url, "/sessions", token=token) if s["session_id"] == sid)
+
+
+@pytest.fixture
+def server(tmp_path, no_shm_leak):
+    with ServerThread(envs=[WORLD, "CartPole"], replay_dir=tmp_path / "replays", idle_timeout=30.0) as srv:
+        yield srv
+
+
+def test_openenv_published_client_plays_unmodified(server) -> None:
+    """OpenEnv's GenericEnvClient (openenv-core, as published) connects, resets, steps, reads state."""
+    generic = pytest.importorskip("openenv.core.generic_client")
+    with generic.GenericEnvClient(base_url=server.url.replace("ws://", "http://")).sync() as env:
+        first = env.reset(seed=7)
+        assert first.done is False and first.observation["tick"] == 0
+        ticks = []
+        for _ in range(5):
+            result = env.step({"action": 1})
+            ticks.append(result.observation["tick"])
+            assert result.reward >= 1.0  # our action was applied on that tick: it earned 1
+        assert ticks == sorted(ticks) and len(set(ticks)) == 5
+        state = env.state()
+        assert state["step_count"] == 5 and state["lifecycle"] == "running" and state["agent_ticks"] == 5
+        with pytest.raises(RuntimeError, match="ACTION_OUT_OF_RANGE"):
+            env.step({"action": 7})
+        assert env.step({"action": 0}).observation["tick"] > ticks[-1]  # the connection survived
+
+
+def test_realtime_verbs(server) -> None:
+    with Client(server.url) as client:
+        first = client.reset(seed=0)
+        assert isinstance(first.obs, np.ndarray) and first.tick == 0 and first.info["lifecycle"] == "running"
+        ack = client.act(1)
+        assert ack["seq"] == 0 and ack["tick"] >= 0
+        later = client.wait(6)
+        assert later.tick >= ack["tick"] + 6
+        assert later.info["agent_ticks"] == 1 and later.info["inaction_ticks"] == later.tick - 1
+        assert later.reward == pytest.approx(1.0)  # one agent tick earned 1; β's ticks earned 0
+        now = client.observe()
+        assert now.tick >= later.tick and now.reward == 0.0
+        until = client.wait(until=now.tick + 3)
+        assert until.tick >= now.tick + 3
+        client.subscribe(4)
+        pushes = [client.next_push(timeout=5) for _ in range(3)]
+        ticks = [p.tick for p in pushes]
+        assert all(b - a >= 4 for a, b in zip(ticks, ticks[1:])), ticks
+        client.subscribe(0)
+        sid = now.info["session_id"]
+        assert _session(server.url, sid)["lifecycle"] == "running"
+    info = _wait_for(lambda: (s := _session(server.url, sid))["lifecycle"] == "closed" and s, what="closed")
+    assert info["end_reason"] == "closed by client"
+    assert Path(info["replay"]).exists()
+
+
+def test_async_client_and_reset_semantics(server) -> None:
+    async def play() -> None:
+        async with AsyncClient(server.url) as client:
+            await client.reset(env="CartPole", seed=3, encoding="list")
+            episodes = set()
+            for _ in range(200):  # push left until the pole falls; the world resets on its own
+                result = await client.step(0)
+                episodes.add(result.info["episode"])
+                if result.done:
+                    break
+            assert result.done and result.info["episode"] == 1
+            again = await client.reset()  # the episode already ended: no second reset is requested
+            assert again.info["episode"] == 1
+            mid = await client.reset()  # mid-episode: the world ends it at its next tick
+            assert mid.info["episode"] == 2
+            with pytest.raises(ServerError) as err:
+                await client.request({"type": "wait", "data": {"ticks": 0}})
+            assert err.value.code == "VALIDATION_ERROR"
+
+    asyncio.run(play())
+
+
+def test_gymnasium_adapter_suffers_inaction_when_slow(server) -> None:
+    env = RemoteEnv(server.url.replace("ws://", "http://"), env=WORLD)
+    try:
+        obs, info = env.reset(seed=1)
+        assert env.observation_space.contains(obs.astype(env.observation_space.dtype))
+        obs, reward, terminated, truncated, info = env.step(1)
+        assert reward == 1.0 and info["ticks_elapsed"] >= 1
+        time.sleep(0.2)  # a slow agent: ~12 ticks pass while it "thinks"
+        obs, reward, terminated, truncated, info = env.step(1)
+        assert info["ticks_elapsed"] >= 6 and info["inaction_ticks"] >= 5
+    finally:
+        env.close()
+
+
+def test_capacity_full_is_an_error_and_frees_up(tmp_path, no_shm_leak) -> None:
+    with ServerThread(envs=[WORLD], max_sessions=2) as srv:
+        a, b, c = Client(srv.url), Client(srv.url), Client(srv.url)
+        try:
+            a.reset(), b.reset()
+            with pytest.raises(ServerError) as err:
+                c.reset()
+            assert err.value.code == "CAPACITY_REACHED"
+            with pytest.raises(ServerError) as err:
+                c.observe()
+            assert err.value.code == "NO_SESSION"
+            a.close()
+            _wait_for(lambda: srv.manager.live_count() == 1, what="a's session to close")
+            assert c.reset().tick == 0
+        finally:
+            for cl in (b, c):
+                cl.close()
+
+
+def test_vanished_client_ends_by_timeout_with_replay(tmp_path, no_shm_leak) -> None:
+    """A client that stops talking but never closes its socket: the idle reaper ends its session
+    and the replay is finalized and verifies."""
+    from websockets.sync.client import connect
+
+    with ServerThread(envs=[WORLD], replay_dir=tmp_path, idle_timeout=0.5) as srv:
+        with connect(srv.url + "/ws") as ws:
+            ws.send(json.dumps({"type": "reset", "data": {"seed": 5}}))
+            sid = json.loads(ws.recv())["data"]["observation"]["session_id"]
+            ws.send(json.dumps({"type": "act", "data": {"action": 2}}))
+            ws.recv()
+            info = _wait_for(lambda: (s := _session(srv.url, sid))["lifecycle"] == "closed" and s, what="reaped")
+            assert info["end_reason"].startswith("idle timeout")
+            replay = Replay.load(info["replay"])
+            assert replay.ticks >= 20 and replay.summary()["agent_ticks"] == 1
+            assert verify(replay).ok
+            ws.send(json.dumps({"type": "observe"}))  # the socket is open; the session is not
+            assert json.loads(ws.recv())["data"]["code"] == "SESSION_ENDED"
+
+
+def test_connection_lost_ends_session(server) -> None:
+    from websockets.sync.client import connect
+
+    with connect(server.url + "/ws") as ws:
+        ws.send(json.dumps({"type": "reset"}))
+        sid = json.loads(ws.recv())["data"]["observation"]["session_id"]
+        ws.socket.close()  # no close frame: the connection is simply lost
+    info = _wait_for(lambda: (s := _session(server.url, sid))["lifecycle"] == "closed" and s, what="closed")
+    assert info["end_reason"] == "connection lost"
+
+
+def test_token_auth(no_shm_leak) -> None:
+    import httpx
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    token = "s3cret-token"
+    with ServerThread(envs=[WORLD], token=token) as srv:
+        http = srv.url.replace("ws://", "http://")
+        for path in ("/health", "/metadata", "/schema", "/sessions", "/replays"):
+            assert httpx.get(http + path).status_code == 401
+            assert httpx.get(http + path, headers={"Authorization": "Bearer wrong-token"}).status_code == 401
+            assert httpx.get(http + path, headers={"Authorization": f"Bearer {token}"}).status_code == 200
+        with pytest.raises(InvalidStatus):
+            connect(srv.url + "/ws")
+        with pytest.raises(InvalidStatus):
+            connect(srv.url + "/ws?token=wrong-token")
+        with Client(srv.url, token=token) as client:
+            assert client.reset().tick == 0
+        with connect(srv.url + f"/ws?token={token}") as ws:
+            ws.send(json.dumps({"type": "reset"}))
+            assert json.loads(ws.recv())["type"] == "observation"
+
+
+def test_http_endpoints(server) -> None:
+    health = http_get(server.url, "/health")
+    assert health["status"] == "healthy" and health["ticks_advancing"]
+    meta = http_get(server.url, "/metadata")
+    assert meta["default_env"] == WORLD and meta["envs"]["CartPole"]["action"] == {"type": "Discrete", "n": 2,
+                                                                                    "start": 0}
+    schema = http_get(server.url, "/schema")
+    assert set(schema["client_messages"]) == {"reset", "step", "state", "close", "observe", "act", "wait", "subscribe"}
+    assert schema["client_messages"]["act"]["additionalProperties"] is False
+    assert set(schema["server_messages"]) == {"observation", "push", "state", "ack", "error"}
+    assert http_get(server.url, "/replays") == []
+
+
+def test_health_reports_stalled_ticks(tmp_path, no_shm_leak) -> None:
+    import httpx
+
+    with ServerThread(envs=[WORLD]) as srv:
+        http = srv.url.replace("ws://", "http://")
+        assert httpx.get(http + "/health").status_code == 200
+        srv.manager.pool.close()  # the tick threads stop: nothing ticks any more
+        _wait_for(lambda: httpx.get(http + "/health").status_code == 503, timeout=5, what="unhealthy")
+        assert httpx.get(http + "/health").json()["ticks_advancing"] is False
+
+
+def test_lifecycle_state_machine() -> None:
+    assert TRANSITIONS[Lifecycle.CREATED] == {Lifecycle.STARTING, Lifecycle.ENDED}
+    assert TRANSITIONS[Lifecycle.CLOSED] == set()
+    reachable = {Lifecycle.CREATED}
+    frontier = [Lifecycle.CREATED]
+    while frontier:
+        for nxt in TRANSITIONS[frontier.pop()]:
+            if nxt not in reachable:
+                reachable.add(nxt)
+                frontier.append(nxt)
+    assert reachable == set(Lifecycle)
+    for state in Lifecycle:  # every state can still reach closed: no path leaks resources
+        seen, todo = set(), [state]
+        while todo:
+            s = todo.pop()
+            seen.add(s)
+            todo.extend(TRANSITIONS[s] - seen)
+        assert Lifecycle.CLOSED in seen
+
+
+def test_replay_detects_tampering(server, tmp_path) -> None:
+    with Client(server.url) as client:
+        client.reset(env="CartPole", seed=11, encoding="none")
+        for a in (0, 1, 1, 0, 1):
+            client.step(a)
+        sid = client.last.info["session_id"]
+    info = _wait_for(lambda: (s := _session(server.url, sid))["lifecycle"] == "closed" and s, what="closed")
+    replay = Replay.load(info["replay"])
+    assert verify(replay).ok and replay.summary()["agent_ticks"] == 5
+    agent_rows = np.flatnonzero(replay.columns["source"] == 1)
+    replay.actions[agent_rows[0], 0] = 1 - replay.actions[agent_rows[0], 0]  # flip one applied action
+    bad = verify(replay)
+    assert not bad.ok and bad.mismatches[0]["tick"] == int(replay.columns["tick"][agent_rows[0]])
+    out = tmp_path / "timeline.png"
+    from nonstop.cli import main
+
+    assert main(["replay", "verify", info["replay"]]) == 0
+    assert main(["replay", "plot", info["replay"], "--out", str(out)]) == 0 and out.stat().st_size > 1000
+    with pytest.raises(ValueError, match="image observations"):
+        from nonstop.server.replay import write_video
+
+        write_video(replay, tmp_path / "v.gif")
+
+
+def test_replay_video_of_atari(tmp_path, no_shm_leak) -> None:
+    with ServerThread(envs=["Boxing"], replay_dir=tmp_path) as srv:
+        with Client(srv.url) as client:
+            client.reset(seed=2, encoding="none")
+            client.wait(12)
+            sid = client.last.info["session_id"]
+        info = _wait_for(lambda: (s := _session(srv.url, sid))["lifecycle"] == "closed" and s, what="closed")
+    from nonstop.cli import main
+
+    gif = tmp_path / "boxing.gif"
+    assert main(["replay", "verify", info["replay"]]) == 0
+    assert main(["replay", "video", info["replay"], "--out", str(gif), "--every", "4"]) == 0
+    assert gif.read_bytes()[:3] == b"GIF"
+
+
+def test_sigterm_closes_sessions_and_flushes_replays(tmp_path) -> None:
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nonstop.cli", "serve", "--env", WORLD, "--port", str(port), "--replay-dir",
+         str(tmp_path), "--log-level", "warning"], env=env,
+    )  # fmt: skip
+    try:
+        url = f"ws://127.0.0.1:{port}"
+
+        def up():
+            try:
+                return http_get(url, "/health", timeout=1)["status"] == "healthy"
+            except Exception:
+                return False
+
+        _wait_for(up, timeout=60, what="server up")
+        client = Client(url)
+        client.reset(seed=4)
+        client.step(1)
+        sid = client.last.info["session_id"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        replay = Replay.load(tmp_path / f"{sid}.npz")
+        assert replay.header["end_reason"] in ("server shutdown", "connection lost")
+        assert verify(replay).ok
+        client.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
