@@ -227,6 +227,7 @@ class EnvSpec:
     description: str
     observation_space: gym.Space
     action_space: gym.Space
+    action_meanings: list[str] | None = None
 
     @classmethod
     def probe(cls, env_id: str) -> "EnvSpec":
@@ -236,11 +237,14 @@ class EnvSpec:
         env = make_env(env_id)
         try:
             obs_space, act_space = env.observation_space, env.action_space
+            meanings = getattr(env.unwrapped, "get_action_meanings", None)
+            meanings = list(meanings()) if callable(meanings) else None
         finally:
             env.close()
         if not isinstance(obs_space, (gym.spaces.Box, gym.spaces.Discrete)):
             raise TypeError(f"env {env_id!r}: the server needs a Box or Discrete observation space, got {obs_space}")
-        return cls(env_id, info.tick_hz, info.noop_action, info.default_beta, info.description, obs_space, act_space)
+        return cls(env_id, info.tick_hz, info.noop_action, info.default_beta, info.description, obs_space, act_space,
+                   meanings)  # fmt: skip
 
     def spaces(self) -> dict[str, Any]:
         return {"observation": describe_space(self.observation_space), "action": describe_space(self.action_space)}
