@@ -18,4 +18,5 @@ BENCHMARKS = {
     "nstar": "nonstop.bench.nstar",
     "models": "nonstop.bench.models",
     "regret": "nonstop.bench.regret",
+    "server": "nonstop.bench.server",
 }

@@ -188,6 +188,8 @@ def resimulate(replay: Replay):
         resets = list(replay.reset_steps)
         r = 0
         obs, _ = env.reset(seed=replay.header.get("seed"))
+        if replay.header.get("warm_reset"):  # a warm env: reset with its seed ahead of the session
+            obs, _ = env.reset()
         yield 0, obs, "reset"
         r = 1
         for i in range(replay.ticks):

@@ -28,6 +28,7 @@ import heapq
 import itertools
 import logging
 import os
+import secrets
 import threading
 import traceback
 import uuid
@@ -70,6 +71,8 @@ TRANSITIONS: Final = {
     Lifecycle.CLOSED: set(),
 }
 LIVE: Final = frozenset({Lifecycle.CREATED, Lifecycle.STARTING, Lifecycle.RUNNING})
+#: ``/sessions`` reports each running session's lateness over this many most recent ticks
+RECENT_TICKS: Final = 600
 
 
 # ----------------------------------------------------------------------------- tick pool
@@ -213,6 +216,90 @@ class WorkQueue:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+# ----------------------------------------------------------------------------- warm envs
+
+
+class WarmEnvs:
+    """Envs built and seeded ahead of time, so a session start costs one unseeded reset.
+
+    Building an ALE env and its seeded reset (which reloads the ROM) take ~0.4 s here and hold the
+    GIL: done on demand they stall every other session's ticks and make a start slow. So spares
+    are built at startup and topped up only while no session is running. A client
+    that leaves the seed to the server gets one of these instead: built by a background thread with
+    a random seed that the replay records (``warm_reset``: the env was reset with the seed once
+    before the host's own reset), so replays still re-simulate exactly.
+    """
+
+    def __init__(self, per_env: int, env_ids: list[str], idle: Callable[[], bool] = lambda: True) -> None:
+        if not isinstance(per_env, int) or per_env < 0:
+            raise ValueError(f"warm envs per env id must be a non-negative integer, got {per_env!r}")
+        self.per_env = per_env
+        self._idle = idle
+        self._spares: dict[str, deque[tuple[gym.Env, int]]] = {e: deque() for e in env_ids}
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        if per_env:
+            self._thread = threading.Thread(target=self._fill, name="nonstop-warm", daemon=True)
+            self._thread.start()
+
+    def take(self, env_id: str) -> tuple[gym.Env | None, int]:
+        """A warm env and its seed, or ``(None, fresh seed)`` when none is ready."""
+        with self._cond:
+            spares = self._spares.get(env_id)
+            if spares:
+                env, seed = spares.popleft()
+                self._cond.notify()
+                return env, seed
+        return None, secrets.randbelow(2**31)
+
+    def ready(self) -> dict[str, int]:
+        with self._cond:
+            return {e: len(q) for e, q in self._spares.items()}
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Block until every env id has its spares (startup, benchmarks)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: all(len(q) >= self.per_env for q in self._spares.values()), timeout)
+
+    def _fill(self) -> None:
+        from nonstop.envs import make_env
+
+        def needed() -> bool:
+            # only while no session runs: a build holds the GIL ~0.4 s and would stall their ticks
+            return any(len(q) < self.per_env for q in self._spares.values()) and self._idle()
+
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._stopping or needed(), timeout=1.0)
+                if not self._stopping and not needed():
+                    continue
+                if self._stopping:
+                    return
+                env_id = next(e for e, q in self._spares.items() if len(q) < self.per_env)
+            seed = secrets.randbelow(2**31)
+            try:
+                env = make_env(env_id)
+                env.reset(seed=seed)
+            except Exception:  # noqa: BLE001 - sessions fall back to building their own
+                log.error("warm env %s failed to build\n%s", env_id, traceback.format_exc())
+                return
+            with self._cond:
+                self._spares[env_id].append((env, seed))
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        with self._cond:
+            for spares in self._spares.values():
+                while spares:
+                    spares.popleft()[0].close()
+
+
 # ----------------------------------------------------------------------------- env catalog
 
 
@@ -318,6 +405,7 @@ class ServerSession:
         self.summary: dict[str, Any] = {}
         self.cancelled = False  # the pool skips a cancelled job
         self.step_count = 0
+        self.warm = False  # started on a pre-built env (reset with its seed before the host's reset)
         self._state_lock = threading.Lock()
         self._drive = threading.Lock()
         self._chan = threading.Lock()
@@ -356,7 +444,13 @@ class ServerSession:
             return
         with self._drive:  # finalization (if the session ends meanwhile) waits for the build
             spec, s = self.spec, self.settings
-            env = make_env(spec.env_id)
+            env, host_seed = None, s.seed
+            if s.seed is None:  # the client left the seed to us: a warm env, already reset with its seed
+                env, s.seed = self.manager.warm.take(spec.env_id)
+                self.warm = env is not None
+                host_seed = None if self.warm else s.seed
+            if env is None:
+                env = make_env(spec.env_id)
             if s.record:
                 env = self.recorder = ReplayRecorder(env)
             with self._chan:
@@ -364,7 +458,7 @@ class ServerSession:
                 self.queue = ActionQueue.create(spec.action_space, capacity=16, mode=s.queue_mode)
             self.host = Host(
                 env, self.slot, self.queue, tau_m=1.0 / spec.tick_hz,
-                default=make_default(s.default, noop_action=spec.noop_action), seed=s.seed, max_ticks=s.max_ticks,
+                default=make_default(s.default, noop_action=spec.noop_action), seed=host_seed, max_ticks=s.max_ticks,
                 meta={"env": spec.env_id, "session": self.sid, "clock": "wall", "default": s.default},
             )  # fmt: skip
             self.clock = WallClock(spin=0.0)
@@ -488,7 +582,8 @@ class ServerSession:
 
     def replay_header(self) -> dict[str, Any]:
         s = self.settings
-        return {"env": self.spec.env_id, "env_kwargs": {}, "seed": s.seed, "tick_hz": self.spec.tick_hz,
+        return {"env": self.spec.env_id, "env_kwargs": {}, "seed": s.seed, "warm_reset": self.warm,
+                "tick_hz": self.spec.tick_hz,
                 "default": s.default, "queue_mode": s.queue_mode, "session_id": self.sid,
                 "end_reason": self.end_reason}  # fmt: skip
 
@@ -506,6 +601,12 @@ class ServerSession:
             "record": self.settings.record,
             "replay": str(self.replay_path) if self.replay_path else None,
         }
+        host = self.host
+        if self.state is Lifecycle.RUNNING and host is not None and len(host.log):
+            recent = host.log["lateness"][-RECENT_TICKS:]  # the pool may append meanwhile: a snapshot
+            info["recent_lateness_ms"] = {"ticks": int(recent.size), "p50": float(np.percentile(recent, 50) * 1e3),
+                                          "p99": float(np.percentile(recent, 99) * 1e3),
+                                          "max": float(recent.max() * 1e3)}  # fmt: skip
         if self.summary:
             info["summary"] = self.summary
         return info
@@ -523,7 +624,9 @@ def _tick_summary(tick_log: Any) -> dict[str, Any]:
     return {
         "agent_ticks": int(source.sum()),
         "inaction_ticks": int(len(source) - source.sum()),
+        "lateness_p50_ms": float(np.percentile(lateness, 50) * 1e3),
         "lateness_p99_ms": float(np.percentile(lateness, 99) * 1e3),
+        "lateness_max_ms": float(lateness.max() * 1e3),
     }
 
 
@@ -537,6 +640,7 @@ class SessionManager:
     ----------
     envs: env ids clients may choose (the first is the default); each is probed once here.
     max_sessions: live sessions allowed at once; one more gets ``CAPACITY_REACHED``.
+    warm_envs: envs per env id kept built and seeded ahead of time (see `WarmEnvs`).
     idle_timeout: a running session whose client sent nothing for this long is ended (this is how
         a vanished client's session ends when no disconnect ever arrives).
     replay_dir: where replays go; ``None`` disables recording.
@@ -557,6 +661,7 @@ class SessionManager:
         max_waiters: int = 64,
         reap_interval: float = 0.25,
         keep_closed: int = 256,
+        warm_envs: int = 0,
     ) -> None:
         if not envs or not all(isinstance(e, str) and e for e in envs):
             raise ValueError(f"envs must be a non-empty list of env ids, got {envs!r}")
@@ -585,12 +690,13 @@ class SessionManager:
         self._closed: deque[ServerSession] = deque(maxlen=keep_closed)
         self._shutdown = threading.Event()
         self.refused_capacity = 0
+        self.warm = WarmEnvs(warm_envs, list(self.specs), idle=lambda: self.live_count() == 0)
         self._reaper = threading.Thread(target=self._reap, args=(reap_interval,), name="nonstop-reaper", daemon=True)
         self._reaper.start()
 
     # ---- sessions
     def live_count(self) -> int:
-        return sum(1 for s in self.sessions.values() if s.live)
+        return sum(1 for s in list(self.sessions.values()) if s.live)
 
     def create(self, config: Any, *, seed: int | None = None, episode_id: str | None = None) -> ServerSession:
         """Admit a session (state *created*) or raise CAPACITY_REACHED / VALIDATION_ERROR."""
@@ -704,6 +810,7 @@ class SessionManager:
             "live_sessions": self.live_count(),
             "max_sessions": self.max_sessions,
             "work_pending": self.work.pending,
+            "warm_envs_ready": self.warm.ready(),
             "uptime_s": round(now, 3),
         }
 
@@ -727,3 +834,4 @@ class SessionManager:
         self._closer.shutdown(wait=True)
         self.work.close()
         self.pool.close()
+        self.warm.close()
