@@ -106,7 +106,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(
         args.env or ["Boxing"], host=args.host, port=args.port, token=args.token, max_sessions=args.max_sessions,
         idle_timeout=args.idle_timeout, replay_dir=args.replay_dir, tick_threads=args.tick_threads,
-        warm_envs=args.warm_envs, log_level=args.log_level,
+        warm_envs=args.warm_envs, switch_interval=args.switch_interval, log_level=args.log_level,
     )  # fmt: skip
 
 
@@ -173,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tick-threads", type=int, default=2, help="threads of the tick pool")
     p.add_argument("--warm-envs", type=int, default=2,
                    help="envs per env id built and seeded ahead, for fast starts of unseeded sessions")  # fmt: skip
+    p.add_argument("--switch-interval", type=float, default=0.0005,
+                   help="Python's GIL switch interval (s): how long the request loop can hold a due tick back")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=cmd_serve)
 

@@ -68,6 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--encoding", choices=("none", "b64"), default="none", help="what observations carry")
     parser.add_argument("--ramp", type=float, default=2.0, help="clients arrive spread over this many seconds")
     parser.add_argument("--tick-threads", type=int, default=2, help="server tick pool threads")
+    parser.add_argument("--switch-interval", type=float, default=0.0005, help="server's GIL switch interval (s)")
 
 
 def _rss_mb(pid: int) -> tuple[float, float]:
@@ -144,6 +145,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     cmd = [sys.executable, "-m", "nonstop.cli", "serve", "--env", args.env, "--port", str(port), "--max-sessions",
            str(args.sessions), "--tick-threads", str(args.tick_threads), "--warm-envs", str(args.sessions),
+           "--switch-interval", str(args.switch_interval),
            "--log-level", "warning"]  # fmt: skip
     server = subprocess.Popen(cmd, env=dict(os.environ))
     try:
@@ -201,6 +203,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "client_every_ticks": args.every,
         "encoding": args.encoding,
         "tick_threads": args.tick_threads,
+        "switch_interval_s": args.switch_interval,
         "lateness_p99_ms_median": float(np.median(steady)) if steady.size else float("nan"),
         "lateness_p99_ms_worst": float(steady.max()) if steady.size else float("nan"),
         "lateness_window_ticks": int(min(s["recent_lateness_ms"]["ticks"] for s in live if "recent_lateness_ms" in s)),
