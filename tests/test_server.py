@@ -319,3 +319,49 @@ def test_sigterm_closes_sessions_and_flushes_replays(tmp_path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_work_queue_refuses_with_backpressure() -> None:
+    import threading
+
+    from nonstop.server.protocol import ProtocolError
+    from nonstop.server.sessions import WorkQueue
+
+    release = threading.Event()
+    queue = WorkQueue(workers=1, max_pending=2)
+    try:
+        first, second = queue.submit(release.wait), queue.submit(release.wait)
+        with pytest.raises(ProtocolError) as err:
+            queue.submit(release.wait)
+        assert err.value.code == "BACKPRESSURE" and queue.refused == 1
+        release.set()
+        first.result(5), second.result(5)
+        _wait_for(lambda: queue.pending == 0, what="queue drained")
+        assert queue.submit(lambda: 3).result(5) == 3  # room again once the backlog is gone
+    finally:
+        release.set()
+        queue.close()
+
+
+def test_waits_are_bounded_per_session(tmp_path, no_shm_leak) -> None:
+    with ServerThread(envs=[WORLD], max_waiters=2) as srv:
+        import asyncio as aio
+
+        async def run() -> None:
+            async with AsyncClient(srv.url) as client:
+                first = await client.reset()
+                session = srv.manager.get(first.info["session_id"])
+                loop = aio.get_running_loop()
+                futs = [session.wait_tick(10**6, loop) for _ in range(2)]
+                with pytest.raises(ProtocolError) as err:
+                    session.wait_tick(10**6, loop)
+                assert err.value.code == "BACKPRESSURE"
+                with pytest.raises(ServerError) as bad:
+                    await client.wait(until=first.tick + 10**6)
+                assert bad.value.code == "VALIDATION_ERROR"
+                srv.manager.end(session, "test over")
+                await aio.wait_for(aio.gather(*futs), 5)  # ending a session releases its waiters
+
+        from nonstop.server.protocol import ProtocolError
+
+        aio.run(run())

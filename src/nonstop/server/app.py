@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse
 
 from nonstop.realtime.channels import Observation
 from nonstop.server.protocol import (
+    MAX_WAIT_TICKS,
     MESSAGE_TYPES,
     AckReply,
     ActMessage,
@@ -137,6 +138,9 @@ class Connection:
             return self.observation(session.read(), msg.data.encoding)
         if isinstance(msg, WaitMessage):
             target = msg.data.until if msg.data.until is not None else session.tick + msg.data.ticks
+            if target - session.tick > MAX_WAIT_TICKS:
+                raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"until={target} is more than {MAX_WAIT_TICKS} ticks "
+                                    f"ahead of tick {session.tick}")  # fmt: skip
             return await self.observe_at(target, msg.data.encoding)
         if isinstance(msg, SubscribeMessage):
             return self.subscribe(msg.data.every, msg.data.encoding)
