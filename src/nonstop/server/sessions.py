@@ -27,6 +27,7 @@ import concurrent.futures
 import heapq
 import itertools
 import logging
+import math
 import os
 import secrets
 import threading
@@ -150,6 +151,7 @@ class TickPool:
         if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
             raise ValueError(f"threads must be a positive integer, got {threads!r}")
         self.clock = WallClock(spin=0.0)
+        self.phases = PhaseSlots()
         self._lanes = [_Lane(i, self.clock) for i in range(threads)]
         self._beats = [_Heartbeat(self.clock, 1.0 / heartbeat_hz) for _ in self._lanes]
         for lane, beat in zip(self._lanes, self._beats):
@@ -170,6 +172,62 @@ class TickPool:
             lane.stop()
         for lane in self._lanes:
             lane.join(timeout=5)
+
+
+# ----------------------------------------------------------------------------- phases
+
+
+def _bit_reversed(n: int) -> list[int]:
+    """0..n-1 (n a power of two) in bit-reversed order: each prefix is spread evenly over the range."""
+    bits = n.bit_length() - 1
+    return [int(format(i, f"0{bits}b")[::-1], 2) if bits else 0 for i in range(n)]
+
+
+class PhaseSlots:
+    """Spreads the sessions' tick grids over one tick period, so their deadlines do not bunch.
+
+    Sessions started at random moments would sometimes tick within microseconds of each other and
+    queue behind one another on the pool; a session here takes the least used of ``slots`` evenly
+    spaced phases (in bit-reversed order, so every prefix of starts is spread evenly), and its
+    ticks fall at ``phase + t·τ_M`` on the pool's clock. Pure bookkeeping; thread-safe.
+
+    >>> slots = PhaseSlots(4)
+    >>> [slots.acquire(1.0) for _ in range(5)]
+    [(0, 0.0), (2, 0.5), (1, 0.25), (3, 0.75), (0, 0.0)]
+    """
+
+    def __init__(self, slots: int = 64) -> None:
+        if slots < 1 or slots & (slots - 1):
+            raise ValueError(f"slots must be a power of two, got {slots!r}")
+        self.slots = slots
+        self._order = _bit_reversed(slots)
+        self._used: dict[float, list[int]] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, tau_m: float) -> tuple[int, float]:
+        with self._lock:
+            used = self._used.setdefault(tau_m, [0] * self.slots)
+            index = min(self._order, key=lambda i: used[i])  # min keeps the first of equals
+            used[index] += 1
+        return index, index * tau_m / self.slots
+
+    def release(self, tau_m: float, index: int) -> None:
+        with self._lock:
+            self._used[tau_m][index] -= 1
+
+
+class PhasedClock(WallClock):
+    """The clock a session's host reads its origin from: the wall clock rounded up to the session's
+    phase on the pool's grid, so the host's tick grid lands in its slot. The host reads ``now()``
+    only for its origin; the pool hands it real wake times, so lateness is measured unrounded."""
+
+    def __init__(self, origin: float, tau_m: float, phase: float) -> None:
+        super().__init__(origin=origin, spin=0.0)
+        self.tau_m, self.phase = tau_m, phase
+
+    def now(self) -> float:
+        t = super().now()
+        return self.phase + math.ceil((t - self.phase) / self.tau_m) * self.tau_m
 
 
 # ----------------------------------------------------------------------------- work queue
@@ -405,6 +463,7 @@ class ServerSession:
         self.summary: dict[str, Any] = {}
         self.cancelled = False  # the pool skips a cancelled job
         self.step_count = 0
+        self._phase_slot: int | None = None
         self.warm = False  # started on a pre-built env (reset with its seed before the host's reset)
         self._state_lock = threading.Lock()
         self._drive = threading.Lock()
@@ -461,8 +520,10 @@ class ServerSession:
                 default=make_default(s.default, noop_action=spec.noop_action), seed=host_seed, max_ticks=s.max_ticks,
                 meta={"env": spec.env_id, "session": self.sid, "clock": "wall", "default": s.default},
             )  # fmt: skip
-            self.clock = WallClock(spin=0.0)
-            self._process = self.host.run(self.clock)
+            pool = self.manager.pool
+            self.clock = WallClock(origin=pool.clock.origin, spin=0.0)
+            self._phase_slot, phase = pool.phases.acquire(self.host.tau_m)
+            self._process = self.host.run(PhasedClock(pool.clock.origin, self.host.tau_m, phase))
             first = next(self._process)  # env.reset(seed) happens here, off the pool
             if not self.transition(Lifecycle.RUNNING):  # ended while starting: finalize cleans up
                 return
@@ -568,6 +629,9 @@ class ServerSession:
             log.error("session %s: finalize failed\n%s", self.sid, traceback.format_exc())
         finally:
             with self._chan:
+                if self._phase_slot is not None:
+                    self.manager.pool.phases.release(self.host.tau_m, self._phase_slot)
+                    self._phase_slot = None
                 if self.host is not None:
                     try:
                         self.host.env.close()
