@@ -57,7 +57,7 @@ async def play(url: str, name: str, policy: Policy, env: str, seconds: float, se
         return seen.info["session_id"]
 
 
-async def both(url: str, env: str, seconds: float) -> list[str]:
+async def both(url: str, env: str, seconds: float) -> tuple[list[str], dict[str, Policy]]:
     meta = http_get(url, "/metadata")
     space = space_from_json(meta["envs"][env]["action"])
     agents = {

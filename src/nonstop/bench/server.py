@@ -18,7 +18,8 @@ envs (``--warm-envs N``, built before the clients arrive): an ALE env build plus
 takes ~0.4 s here and holds the GIL, so building on demand would stall every running session; *aggregate ticks/s* from the ticks each session advanced over the common window
 (between the first and the last observation every client made while all were playing); *RSS*
 of the server process (``VmRSS`` and its peak ``VmHWM``); the 1-minute load average before and
-after, since this machine is shared.
+after, since this machine is shared; and the CPU the server and the clients used (in cores: one
+Python process is held to about one core by its GIL, and ALE steps hold the GIL).
 """
 
 from __future__ import annotations
@@ -69,6 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ramp", type=float, default=2.0, help="clients arrive spread over this many seconds")
     parser.add_argument("--tick-threads", type=int, default=2, help="server tick pool threads")
     parser.add_argument("--switch-interval", type=float, default=0.0005, help="server's GIL switch interval (s)")
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mb(pid: int) -> tuple[float, float]:
@@ -164,7 +171,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 raise RuntimeError("the server's warm envs did not get ready")
             time.sleep(0.2)
         idle_rss, _ = _rss_mb(server.pid)
+        cpu0, client_cpu0, wall0 = _cpu_s(server.pid), time.process_time(), time.perf_counter()
         outs, live = asyncio.run(_play(url, args))
+        wall = time.perf_counter() - wall0
+        server_cpu = (_cpu_s(server.pid) - cpu0) / wall
+        client_cpu = (time.process_time() - client_cpu0) / wall
         rss, peak = _rss_mb(server.pid)
         health = http_get(url, "/health")
         sids = {o["sid"] for o in outs}
@@ -219,6 +230,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "reset_p50_ms": float(np.median(reset_ms)),
         "reset_ms": percentiles(reset_ms),
         "client_inaction_fraction_median": float(np.median(inaction)),
+        "server_cpu_cores": server_cpu,
+        "clients_cpu_cores": client_cpu,
         "health_after": health["status"],
         "loadavg_1min": [load_before, os.getloadavg()[0]],
     }

@@ -92,7 +92,11 @@ class _View:
 
 
 class Connection:
-    """One WebSocket client and its session (at most one at a time)."""
+    """One client and its session (at most one at a time): the protocol's verbs, transport-free.
+
+    The WebSocket endpoint feeds it parsed messages and sends what `handle` returns; the MCP tools
+    (`nonstop.server.mcp`) drive it the same way with ``ws=None`` (then there are no pushes).
+    """
 
     def __init__(self, ws: WebSocket, manager: SessionManager, start_timeout: float) -> None:
         self.ws = ws

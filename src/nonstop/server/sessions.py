@@ -468,7 +468,7 @@ class ServerSession:
         self._state_lock = threading.Lock()
         self._drive = threading.Lock()
         self._chan = threading.Lock()
-        self._waiters: list[tuple[int, int, asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._waiters: list[tuple[int, int, LoopWaker, asyncio.Future]] = []
         self._wait_order = itertools.count()
         self._next_wake = float("inf")
         self.slot: LatestSlot | None = None
@@ -557,7 +557,7 @@ class ServerSession:
             if not done:
                 if len(self._waiters) >= self.manager.max_waiters:
                     raise ProtocolError(ErrorCode.BACKPRESSURE, f"more than {self.manager.max_waiters} waits pending")
-                heapq.heappush(self._waiters, (target, next(self._wait_order), loop, fut))
+                heapq.heappush(self._waiters, (target, next(self._wait_order), self.manager.waker(loop), fut))
                 self._next_wake = self._waiters[0][0]
         if done:
             fut.set_result(None)
@@ -566,11 +566,8 @@ class ServerSession:
     def _release_waiters(self, tick: float) -> None:
         with self._state_lock:
             while self._waiters and self._waiters[0][0] <= tick:
-                _, _, loop, fut = heapq.heappop(self._waiters)
-                try:
-                    loop.call_soon_threadsafe(_resolve, fut)
-                except RuntimeError:  # that loop is closed: nobody is waiting any more
-                    pass
+                _, _, waker, fut = heapq.heappop(self._waiters)
+                waker.resolve(fut)
             self._next_wake = self._waiters[0][0] if self._waiters else float("inf")
 
     # ---- channels
@@ -681,6 +678,39 @@ def _resolve(fut: asyncio.Future) -> None:
         fut.set_result(None)
 
 
+class LoopWaker:
+    """Resolves futures of one event loop from tick threads, one loop wake-up per batch.
+
+    ``call_soon_threadsafe`` per future costs a self-pipe write each (a syscall that also hands the
+    GIL around); with many sessions due close together, the futures released while the loop has not
+    yet run share one wake-up instead.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._ready: list[asyncio.Future] = []
+        self._lock = threading.Lock()
+        self._armed = False
+
+    def resolve(self, fut: asyncio.Future) -> None:
+        """Any thread: resolve ``fut`` on its loop soon."""
+        with self._lock:
+            self._ready.append(fut)
+            if self._armed:
+                return
+            self._armed = True
+        try:
+            self.loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    def _drain(self) -> None:
+        with self._lock:
+            ready, self._ready, self._armed = self._ready, [], False
+        for fut in ready:
+            _resolve(fut)
+
+
 def _tick_summary(tick_log: Any) -> dict[str, Any]:
     if not len(tick_log):
         return {}
@@ -751,12 +781,21 @@ class SessionManager:
         self._closer = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="nonstop-close")
         self._lock = threading.Lock()
         self.sessions: dict[str, ServerSession] = {}
+        self._wakers: dict[int, LoopWaker] = {}
         self._closed: deque[ServerSession] = deque(maxlen=keep_closed)
         self._shutdown = threading.Event()
         self.refused_capacity = 0
         self.warm = WarmEnvs(warm_envs, list(self.specs), idle=lambda: self.live_count() == 0)
         self._reaper = threading.Thread(target=self._reap, args=(reap_interval,), name="nonstop-reaper", daemon=True)
         self._reaper.start()
+
+    def waker(self, loop: asyncio.AbstractEventLoop) -> LoopWaker:
+        """The `LoopWaker` of ``loop`` (one per event loop; a server has one, tests may have several)."""
+        waker = self._wakers.get(id(loop))
+        if waker is None or waker.loop is not loop:
+            with self._lock:
+                waker = self._wakers[id(loop)] = LoopWaker(loop)
+        return waker
 
     # ---- sessions
     def live_count(self) -> int:
@@ -825,11 +864,8 @@ class SessionManager:
         with session._state_lock:
             waiters, session._waiters = session._waiters, []
             session._next_wake = float("inf")
-        for _, _, loop, fut in waiters:
-            try:
-                loop.call_soon_threadsafe(_resolve, fut)
-            except RuntimeError:
-                pass
+        for _, _, waker, fut in waiters:
+            waker.resolve(fut)
         try:
             self._closer.submit(self._finalize, session)
         except RuntimeError:  # closer already shut down: finalize here
