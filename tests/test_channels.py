@@ -398,3 +398,33 @@ def test_slot_reads_are_never_torn_across_processes():
             writer.kill()
             writer.join()
         slot.unlink()
+
+
+def test_submit_with_a_non_integer_tick_is_refused_and_leaves_the_ring_intact():
+    q = ActionQueue.create(gym.spaces.Discrete(4), capacity=2, mode="fifo")
+    try:
+        q.submit(1, obs_tick=0, episode=0)
+        q.submit(2, obs_tick=1, episode=0)
+        with pytest.raises(TypeError, match="integer obs_tick"):
+            q.submit(3, obs_tick=2.5, episode=0)  # the ring is full: a half-written entry would clobber action 1
+        assert q.counters() == {"submitted": 2, "dropped_full": 0, "rejected": 0, "pending": 2}
+        assert [q.take(episode=0).record.action for _ in range(2)] == [1, 2]
+    finally:
+        q.unlink()
+
+
+def test_final_observation_survives_the_next_publish():
+    """The observation published with final=True stays readable after newer ones (terminal states)."""
+    slot = LatestSlot.create(np.zeros(3, np.int32))
+    try:
+        assert slot.read_final().tick == -1  # no episode has ended yet
+        slot.publish(np.full(3, 1, np.int32), tick=1, time=0.1, reward=2.0, truncated=True, episode=0, final=True)
+        slot.publish(np.full(3, 9, np.int32), tick=1, time=0.1, episode=1)
+        slot.publish(np.full(3, 8, np.int32), tick=2, time=0.2, reward=1.0, episode=1)
+        final, latest = slot.read_final(), slot.read()
+        assert (final.tick, final.episode, final.truncated, final.total_reward, final.obs.tolist()) == (
+            1, 0, True, 2.0, [1, 1, 1],
+        )  # fmt: skip
+        assert (latest.tick, latest.episode, latest.total_reward, latest.obs.tolist()) == (2, 1, 3.0, [8, 8, 8])
+    finally:
+        slot.unlink()

@@ -276,6 +276,16 @@ def test_importing_envs_does_not_import_ale_py():
     assert result.stdout.strip() == "False"
 
 
+def test_atari_envs_do_not_print_the_ale_banner():
+    """ALE prints "A.L.E ... [Powered by Stella]" on stderr for every interface it builds; nonstop
+    lowers ALE's log level first, so building and stepping a game says nothing."""
+    code = "from nonstop.envs import make_env; e = make_env('Boxing'); e.reset(seed=0); e.step(0); print('ok')"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+    assert "Stella" not in result.stderr and "A.L.E" not in result.stderr, result.stderr
+
+
 def test_gymnasium_ids_take_tick_hz_from_render_fps_or_the_caller():
     assert env_info("Acrobot-v1").tick_hz == 15.0  # Acrobot's metadata["render_fps"]
     assert env_info("Acrobot-v1").family == "gymnasium"

@@ -109,20 +109,27 @@ def test_episode_end_surfaces_and_reset_returns_new_first_obs(truncate, close_af
     assert log["terminated" if not truncate else "truncated"].tolist() == [0, 0, 0, 0, 1, 0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: at an episode end RealtimeEnv.step returns the next episode's first observation, not the "
-    "terminal one (the host overwrites the terminal publish at the same tick), so a value bootstrap on "
-    "truncation uses the wrong state",
-)
-def test_terminal_step_returns_terminal_observation(close_after):
-    env = make(ScriptedEnv, tick_hz=HZ, env_kwargs={"episode_len": 3, "truncate": True})
+@pytest.mark.parametrize("think_ticks", [0.0, 1.5])
+def test_terminal_step_returns_terminal_observation(think_ticks, close_after):
+    """At an episode end step() returns the terminal state (what a value bootstrap on truncation
+    needs), even though the host reset the world in the same tick; reset() then gives the new
+    episode's current observation. A slow agent (1.5 ticks per decision) lets the world run on
+    into the next episode before it looks, and still gets the terminal state."""
+    env = make(
+        ScriptedEnv, tick_hz=HZ, think_time=think_ticks / HZ, env_kwargs={"episode_len": 3, "truncate": True}
+    )
     close_after(env)
     env.reset(seed=0)
-    for _ in range(3):
-        obs, _, _, truncated, _ = env.step(1)
-    assert truncated
-    assert (obs[1], obs[3]) == (3, 0)  # step 3 of episode 0
+    truncated, seen = False, 0.0
+    while not truncated:
+        obs, reward, _, truncated, info = env.step(1)
+        seen += reward
+    assert (obs[1], obs[3]) == (3, 0)  # step 3 of episode 0, not step 0 of episode 1
+    log = env.tick_log
+    assert seen == log["reward"][log["episode"] == 0].sum()  # every reward of episode 0, none of episode 1
+    assert (info["tick"] > 3) == (think_ticks > 0)  # the slow agent looked after the world moved on
+    obs, info = env.reset()
+    assert obs[3] == 1 and info["episode"] == 1
 
 
 def test_reset_mid_episode_ends_it_as_truncated(close_after):

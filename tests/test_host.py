@@ -414,6 +414,26 @@ def test_rule8_summarize_hand_built_log():
     assert (w["ticks"], w["agent_ticks"]) == (6, 2) and w["tau_i_mean_s"] == pytest.approx(0.3)
 
 
+def test_episode_returns_use_the_same_window_as_every_other_figure():
+    """Warm-up and window end apply to episode returns too: an episode that began during the
+    warm-up (or runs past the window's end) would report a partial return."""
+    tau = 0.05
+    log = TickLog(tau)
+    for t in range(1, 13):  # episodes of 4 ticks; rewards 1, 10, 100 per tick in episodes 0, 1, 2
+        episode = (t - 1) // 4
+        log.append(
+            tick=t, deadline=t * tau, time=t * tau, source=SOURCE_AGENT, delay=1, reward=10.0**episode,
+            episode=episode, terminated=t % 4 == 0,
+        )  # fmt: skip
+    assert summarize(log)["episode_return_mean"] == pytest.approx((4 + 40 + 400) / 3)
+    w = summarize(log, warmup_ticks=2)  # episode 0 began in the warm-up
+    assert (w["episodes_completed"], w["episode_return_mean"]) == (2, 220.0)
+    assert w["reward_total"] == 2 + 40 + 400
+    e = summarize(log, warmup_ticks=2, end_tick=10)  # and episode 2 ends after the window
+    assert (e["ticks"], e["episodes_completed"], e["episode_return_mean"]) == (8, 1, 40.0)
+    assert episode_returns(log, warmup_ticks=4) == [40.0, 400.0]
+
+
 def test_rule8_metrics_come_from_the_log():
     """The session's own counters agree with what the log says."""
     with Session(ScriptedEnv, tick_hz=HZ, env_kwargs={"episode_len": 9}) as world:

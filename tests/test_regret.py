@@ -196,3 +196,22 @@ def test_bench_rejects_bad_arguments():
         bench.run(_bench_args(["--p-minimax", "0.001"]))
     with pytest.raises(ValueError, match="--n-states"):
         bench.run(_bench_args(["--ticks", "80"]))
+
+
+def test_delay_convention_an_agent_within_one_tick_pays_no_delay_regret():
+    """The convention of `theory.delay_regret_per_step`: k counts transitions, and an action logged
+    with delay d is d − 1 transitions stale. A sequential agent answering in exactly one tick
+    (d = 1) is never wrong on DelayCycleMDP, whatever p, while Equation 4 read with
+    k = ⌈τ_θ/τ_M⌉ = 1 would charge it 1 − p = 0.5 per step."""
+    p = 0.5
+    log = bench.measure("theory/delay-cycle", tau_ticks=1.0, scheduler="sequential", n_workers=1,
+                        seconds=20.0, seed=3, env_kwargs={"n": 16, "p_minimax": p})  # fmt: skip
+    warm = bench.warmup_ticks(1.0)
+    est = delay_regret_estimate(log, warmup_ticks=warm)
+    assert set(log["delay"][(log["source"] == SOURCE_AGENT) & (log["tick"] > warm)].tolist()) == {1}
+    assert est.n > 1000 and est.value == 0.0
+    assert predicted_delay_regret_per_step(log, p, warmup_ticks=warm) == 0.0
+    assert theory.delay_regret_per_step(p, theory.lag_transitions(1)) == 0.0
+    assert eq4_delay_regret_per_step(p, 1) == 0.5  # the paper's timing: one transition more
+    with pytest.raises(ValueError, match="at least 1 tick"):
+        theory.lag_transitions(0)

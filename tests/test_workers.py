@@ -115,3 +115,107 @@ def test_process_backend_runs_a_real_model_and_survives_a_killed_process():
     after = log["source"][log["tick"] > kill_tick + 1]
     assert after.sum() > 10, "the restarted process acts again"
     assert np.isfinite(log["tau_theta"][log["source"] == 1]).all()
+
+
+def test_wall_pool_stop_wakes_workers_sleeping_a_long_latency():
+    """Regression: worker threads sleeping a 5 s latency used to outlive pool.stop() and pile up
+    across bench nstar trials until 'can't start new thread'. The stop event interrupts waits."""
+    import threading
+    import time
+
+    before = threading.active_count()
+    with Session("theory/inaction", clock="wall", seed=0) as world:
+        def policy(i: int) -> LatencyPolicy:
+            return LatencyPolicy(ConstantPolicy(world.action_space, 1), Constant(5.0), seed=i)
+
+        pool = InferencePool(world, policy, make_scheduler("max_time", 4)).start()
+        world.run_for(0.1)
+        t0 = time.perf_counter()
+        pool.stop()
+        stopped_in = time.perf_counter() - t0
+    assert stopped_in < 1.0, f"pool.stop() took {stopped_in:.2f} s"
+    assert all(not w.handle.is_alive() for w in pool.workers)
+    assert threading.active_count() <= before
+    assert not [e for e in pool.events if e.kind == "stuck"]
+
+
+def test_wall_clock_interrupt_ends_a_sleeping_process():
+    import threading
+
+    from nonstop.realtime.clock import WallClock
+
+    stop = threading.Event()
+    clock = WallClock(spin=0.0, interrupt=stop)
+    reached = []
+
+    def sleeper():
+        yield clock.now() + 30.0
+        reached.append("woke")  # never: the interrupt ends the process at its wait
+
+    thread = clock.spawn(sleeper())
+    stop.set()
+    thread.join(2.0)
+    assert not thread.is_alive() and reached == [] and thread.error is None
+    with pytest.raises(TypeError, match="threading.Event"):
+        WallClock(interrupt=True)
+
+
+class _PhasedLatency:
+    """Declares ``first`` seconds per decision until ``switch_at`` virtual seconds, then ``then``
+    (a model whose inference gets faster, e.g. after a hardware change)."""
+
+    def __init__(self, clock, first: float, then: float, switch_at: float) -> None:
+        self.clock, self.first, self.then, self.switch_at = clock, first, then, switch_at
+
+    def act(self, obs):
+        from nonstop.policies.base import Decision
+
+        return Decision(1, self.first if self.clock.now() < self.switch_at else self.then)
+
+
+def test_auto_pool_grows_from_one_worker_until_inaction_is_gone():
+    """n_inference='auto': one worker with a 5-tick latency leaves 4 ticks in 5 to β; after its
+    first action the pool grows to ceil(τ̄_θ/τ_M) = 5 workers and inaction falls to zero."""
+    with Session("theory/inaction", clock="virtual", seed=0) as world:
+        def policy(i: int) -> LatencyPolicy:
+            return LatencyPolicy(ConstantPolicy(world.action_space, 1), Constant(5 * TAU), seed=i)
+
+        pool = InferencePool(world, policy, "auto", n_inference="auto").start()
+        assert pool.n_inference == 1
+        world.run_for(300 * TAU)
+        pool.stop()
+    log = world.tick_log
+    assert pool.n_inference == 5 and [e.kind for e in pool.events] == ["grew"]
+    source, tick = log["source"], log["tick"]
+    assert source[tick < 5].sum() == 0 and source[tick == 5].sum() == 1  # the lone first inference: β meanwhile
+    assert log.summary(warmup_ticks=20)["inaction_ticks"] == 0
+    assert all(w.actions > 0 for w in pool.workers)
+
+
+def test_auto_pool_shrinks_when_inference_gets_faster():
+    with Session("theory/inaction", clock="virtual", seed=0) as world:
+        clock = world.clock
+        pool = InferencePool(
+            world, lambda i: _PhasedLatency(clock, 8 * TAU, 2 * TAU, switch_at=100 * TAU), "auto", n_inference="auto"
+        ).start()
+        world.run_for(100 * TAU)
+        assert pool.n_inference == 8
+        world.run_for(500 * TAU)
+        pool.stop()
+    # τ̄_θ is the running mean over every inference, so it falls slowly and the pool shrinks in steps
+    assert pool.n_inference < 8 and "shrank" in [e.kind for e in pool.events]
+    s = world.tick_log.summary(warmup_ticks=30)
+    assert s["inaction_ticks"] == 0, s["inaction_ticks"]
+    assert sum(w.actions for w in pool.workers[pool.n_inference :]) > 0  # retired ones did act before
+
+
+def test_n_inference_auto_needs_the_auto_scheduler():
+    with Session("theory/inaction", clock="virtual", seed=0) as world:
+        policy = lambda i: ConstantPolicy(world.action_space, 1)  # noqa: E731
+        with pytest.raises(ValueError, match="only the 'auto' scheduler"):
+            InferencePool(world, policy, "max_time", n_inference="auto")
+        with pytest.raises(ValueError, match="needs n_inference"):
+            InferencePool(world, policy, "exp_time")
+        with pytest.raises(ValueError, match="contradicts"):
+            InferencePool(world, policy, make_scheduler("max_time", 3), n_inference=4)
+        assert InferencePool(world, policy, "max_time", n_inference=3).n_inference == 3

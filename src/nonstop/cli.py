@@ -26,10 +26,15 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
     from nonstop.envs import list_envs
 
+    from nonstop.envs.gameboy import ROMS_ENV_VAR, rom_status
+
     envs = list_envs()
+    roms = {e.env_id: rom_status(e.env_id.removeprefix("GameBoy/")) for e in envs if e.family == "gameboy"}
     if args.json:
         print(json.dumps([{"id": e.env_id, "family": e.family, "tick_hz": e.tick_hz, "default": e.default_beta,
-                           "description": e.description} for e in envs]))  # fmt: skip
+                           "description": e.description,
+                           **({"rom": roms[e.env_id][0], "rom_problem": roms[e.env_id][1] or None}
+                              if e.env_id in roms else {})} for e in envs]))  # fmt: skip
         return 0
     table = Table(title="Registered realtime environments")
     for col in ("id", "family", "tick Hz", "β default", "description"):
@@ -38,6 +43,30 @@ def cmd_envs(args: argparse.Namespace) -> int:
         table.add_row(e.env_id, e.family, f"{e.tick_hz:g}", e.default_beta, e.description)
     Console().print(table)
     print("Any ALE game also works as ALE/<Game>-v5 (paper defaults: 60 Hz, no frame skip, no sticky actions).")
+    print(f"Game Boy ROMs (found with rom=PATH or in ${ROMS_ENV_VAR}; nonstop ships none):")
+    for env_id, (source, problem) in roms.items():
+        print(f"  {env_id}: {'found: ' + source if source else 'missing: ' + problem}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- gameboy
+
+
+def cmd_gameboy(args: argparse.Namespace) -> int:
+    from nonstop.envs import gameboy
+
+    if args.gameboy_command == "check":
+        found = gameboy.find_rom(args.game, args.rom)
+        gameboy.check_gameboy_kwargs(args.game, rom=args.rom, state=args.state)
+        header = found.header
+        print(f"{args.game}: {found.source}, title {header.title!r}, {header.rom_banks} banks, header and "
+              f"global checksums OK, sha1 {header.sha1}" + (f"; state {args.state} matches" if args.state else ""))  # fmt: skip
+        return 0
+    report = gameboy.record_state(
+        args.game, args.out, rom=args.rom, from_state=args.from_state, presses=args.press, boot_frames=args.boot_frames
+    )
+    print(f"recorded {report['out']}: {report['game']} on {report['rom']} ({report['title']!r}), "
+          f"{report['frames_played']} frames of presses played")  # fmt: skip
     return 0
 
 
@@ -148,19 +177,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_envs)
 
-    p = sub.add_parser("demo", help="the default job: a fast and a slow agent on realtime Boxing, side by side")
-    p.add_argument("--env", default="Boxing", help="env id (default Boxing)")
-    p.add_argument("--seconds", type=float, default=10.0, help="how long each agent plays, in world seconds")
-    p.add_argument("--slow-ticks", type=float, default=6.0, help="the slow agent's inference time, in ticks")
-    p.add_argument("--clock", choices=("wall", "virtual"), default="wall")
-    p.add_argument("--save", metavar="DIR", help="save both tick logs (.npz) into DIR")
+    from nonstop import demo
+
+    p = sub.add_parser("demo", help="the default job: the paper's headline on realtime Boxing (about 5 minutes)")
+    demo.add_arguments(p)
     p.set_defaults(func=cmd_demo)
+
+    from nonstop.envs.gameboy import GAMES
+
+    p = sub.add_parser("gameboy", help="Game Boy ROMs and save states (nonstop ships no ROM)")
+    gb = p.add_subparsers(dest="gameboy_command", metavar="ACTION", required=True)
+    q = gb.add_parser("check", help="find and validate a game's ROM (and a save state) without running it")
+    q.add_argument("--game", required=True, choices=list(GAMES))
+    q.add_argument("--rom", help="ROM file or directory (default: $NONSTOP_ROMS)")
+    q.add_argument("--state", help="a nonstop save state to check against the ROM")
+    q.set_defaults(func=cmd_gameboy)
+    q = gb.add_parser("record-state", help="record a start state (e.g. a Pokémon encounter) tied to your ROM")
+    q.add_argument("--game", required=True, choices=list(GAMES))
+    q.add_argument("--rom", help="ROM file or directory (default: $NONSTOP_ROMS)")
+    q.add_argument("--from", dest="from_state", help="start from this PyBoy state (in PyBoy's window, Z saves one)")
+    q.add_argument("--press", default="", help="buttons to play first, e.g. 'a*2,wait*60,down' (frames held)")
+    q.add_argument("--boot-frames", type=int, default=None, help="frames to run from power-on when not --from")
+    q.add_argument("--out", required=True, help="where to write the nonstop save state")
+    q.set_defaults(func=cmd_gameboy)
 
     from nonstop import compare
 
     p = sub.add_parser("compare", help="sequential vs unstaggered vs max_time vs exp_time on one env and latency")
     compare.add_arguments(p)
     p.set_defaults(func=compare.run_compare)
+
+    from nonstop import report, trainer
+
+    p = sub.add_parser("train", help="train DQN in a realtime world: staggered inference, asynchronous learners")
+    trainer.add_arguments(p)
+    p.set_defaults(func=trainer.run_train)
+
+
+    p = sub.add_parser("report", help="plots and a summary of a training run directory (nonstop train --out RUN)")
+    report.add_arguments(p)
+    p.set_defaults(func=report.run_report)
 
     p = sub.add_parser("serve", help="serve realtime worlds over WebSocket (OpenEnv protocol + realtime verbs)")
     p.add_argument("--env", action="append", help="env id to serve (repeat for several; first is the default; Boxing)")

@@ -18,5 +18,7 @@ BENCHMARKS = {
     "nstar": "nonstop.bench.nstar",
     "models": "nonstop.bench.models",
     "regret": "nonstop.bench.regret",
+    "learn": "nonstop.bench.learn",
+    "nlstar": "nonstop.bench.nlstar",
     "server": "nonstop.bench.server",
 }

@@ -33,7 +33,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from nonstop.bench.common import machine_info, percentiles
+from nonstop.bench.common import machine_info, percentiles, reap, run_sizes, size_help
 from nonstop.realtime.channels import SEGMENT_PREFIX, ActionQueue, LatestSlot
 from nonstop.realtime.clock import stopwatch
 
@@ -208,25 +208,18 @@ def _ping_mp(ping: Any, pong: Any, count: int, sent_before: int, payload: Any) -
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--round-trips", type=int, default=None,
-        help=f"measured round trips per kind and round (default {_FULL['round_trips']}, quick {_QUICK['round_trips']})",
-    )  # fmt: skip
-    parser.add_argument(
-        "--rounds", type=int, default=None,
-        help=f"rounds, each running every kind once (default {_FULL['rounds']}, quick {_QUICK['rounds']})",
-    )  # fmt: skip
+    parser.add_argument("--round-trips", type=int, default=None,
+                        help=size_help("measured round trips per kind and round", "round_trips", _QUICK, _FULL))  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=None,
+                        help=size_help("rounds, each running every kind once", "rounds", _QUICK, _FULL))  # fmt: skip
     parser.add_argument("--warmup", type=int, default=200, help="round trips dropped at the start of each phase")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     global _peer, _stall_deadline
-    sizes = _QUICK if getattr(args, "quick", False) else _FULL
-    count = getattr(args, "round_trips", None) or sizes["round_trips"]
-    rounds = getattr(args, "rounds", None) or sizes["rounds"]
+    sizes = run_sizes(args, _QUICK, _FULL)
+    count, rounds = int(sizes["round_trips"]), int(sizes["rounds"])
     warmup = max(int(getattr(args, "warmup", 200)), 0)
-    if count < 1 or rounds < 1:
-        raise ValueError(f"--round-trips and --rounds must be positive, got {count} and {rounds}")
     phase = warmup + count
     schedule = [(kind, phase) for _ in range(rounds) for kind in KINDS]
 
@@ -277,12 +270,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         _peer, _stall_deadline = None, float("inf")
         if child is not None:
-            if child.is_alive():
-                child.terminate()
-            child.join(timeout=5)
-            if child.is_alive():
-                child.kill()
-                child.join()
+            reap(child)
         for conn in (parent_conn, child_conn):
             if conn is not None:
                 conn.close()

@@ -1,11 +1,14 @@
-"""Shared helpers for benchmarks: machine description and robust statistics."""
+"""Shared helpers for benchmarks: machine description, robust statistics, run sizes, option
+parsing and child-process reaping."""
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -43,3 +46,61 @@ def percentiles(values: Sequence[float] | np.ndarray, scale: float = 1.0) -> dic
         "min": float(arr.min()),
         "max": float(arr.max()),
     }
+
+
+def run_sizes(args: Any, quick: Mapping[str, float], full: Mapping[str, float]) -> dict[str, Any]:
+    """How big a benchmark run is: each size from its option (``args.<key>``, ``--<key>``) when
+    given, else the ``--quick`` or full default. Every size must be positive.
+
+    >>> import argparse
+    >>> run_sizes(argparse.Namespace(quick=True, steps=None, repeats=5), {"steps": 2, "repeats": 1}, {"steps": 9, "repeats": 3})
+    {'steps': 2, 'repeats': 5}
+    >>> run_sizes(argparse.Namespace(quick=False, steps=0), {"steps": 2}, {"steps": 9})
+    Traceback (most recent call last):
+    ...
+    ValueError: --steps must be positive, got 0
+    """
+    sizes = dict(quick if getattr(args, "quick", False) else full)
+    for key in sizes:
+        value = getattr(args, key, None)
+        if value is not None:
+            sizes[key] = value
+    bad = {f"--{key.replace('_', '-')}": value for key, value in sizes.items() if not value > 0}  # NaN too
+    if bad:
+        raise ValueError(f"{', '.join(bad)} must be positive, got {', '.join(map(str, bad.values()))}")
+    return sizes
+
+
+def size_help(what: str, key: str, quick: Mapping[str, float], full: Mapping[str, float]) -> str:
+    """An option's help naming its full and quick defaults."""
+    return f"{what} (default {full[key]:g}, quick {quick[key]:g})"
+
+
+def parse_positive_list(text: str, option: str) -> list[float]:
+    """``"1,5,8"`` -> ``[1.0, 5.0, 8.0]``: comma-separated positive finite numbers, for ``option``.
+
+    >>> parse_positive_list("1, 2.5,", "--ticks")
+    [1.0, 2.5]
+    >>> parse_positive_list("1,-2", "--ticks")
+    Traceback (most recent call last):
+    ...
+    ValueError: --ticks values must be positive finite numbers, got '1,-2'
+    """
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise ValueError(f"{option} takes comma-separated numbers, got {text!r}") from exc
+    if not values or any(not (v > 0) or math.isinf(v) for v in values):
+        raise ValueError(f"{option} values must be positive finite numbers, got {text!r}")
+    return values
+
+
+def reap(process: Any, timeout: float = 5.0) -> None:
+    """Make sure a child process is gone: wait ``timeout`` s, then terminate, then kill."""
+    process.join(timeout=timeout)
+    if process.is_alive():
+        process.terminate()
+        process.join(timeout=timeout)
+    if process.is_alive():
+        process.kill()
+        process.join()

@@ -15,6 +15,11 @@ untimed warm-up pair; the figures are medians. Each run is timed on the wall clo
 and on the thread's CPU time, which leaves out the time other processes of a shared machine took
 the core away (``ratio_cpu``: the cost of the two loops, less noisy than the wall ratio).
 
+For a Game Boy env (``--env GameBoy/TestROM``) the same run also times plain PyBoy, interleaved:
+``tick(1)`` and the same observation, from the env's own start state, no Gymnasium and no host
+(`nonstop.envs.gameboy.plain_pyboy_loop`). ``ratio_vs_pyboy`` = host / plain PyBoy (target ≥ 0.9);
+``pyboy_tick_only_steps_per_s`` is the bare emulator's ceiling, for scale.
+
 The module also holds the env factory the realtime benchmarks share (`make_bench_env`).
 """
 
@@ -31,7 +36,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from nonstop.bench.common import machine_info, percentiles
+from nonstop.bench.common import machine_info, percentiles, run_sizes
 from nonstop.realtime.clock import stopwatch
 from nonstop.realtime.host import Session
 
@@ -233,21 +238,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    sizes = _QUICK if getattr(args, "quick", False) else _FULL
+    sizes = run_sizes(args, _QUICK, _FULL)
     env_id = getattr(args, "env", "Boxing") or "Boxing"
-    steps = getattr(args, "steps", None) or sizes["steps"]
-    repeats = getattr(args, "repeats", None) or sizes["repeats"]
-    if steps < 1 or repeats < 1:
-        raise ValueError(f"--steps and --repeats must be positive, got {steps} and {repeats}")
+    steps, repeats = int(sizes["steps"]), int(sizes["repeats"])
 
     warm = min(steps, 200)
     raw_loop(env_id, warm)  # imports, ROM load, first-call costs: not timed
     host_loop(env_id, warm)
     raw_runs: list[dict[str, float]] = []
     host_runs: list[dict[str, float]] = []
+    pyboy_runs: list[dict[str, float]] = []
+    gameboy = env_id.startswith("GameBoy/")
     for _ in range(repeats):  # interleaved, so slow phases of a shared machine hit both loops
         raw_runs.append(raw_loop(env_id, steps))
         host_runs.append(host_loop(env_id, steps))
+        if gameboy:
+            pyboy_runs.append(_plain_pyboy(env_id, steps))
 
     def median(runs: list[dict[str, float]], key: str) -> float:
         return float(np.median([r[key] for r in runs]))
@@ -281,9 +287,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "host_runs": percentiles([r["steps_per_s"] for r in host_runs]),
         "machine": machine_info(),
     }
+    if pyboy_runs:
+        pyboy_sps = median(pyboy_runs, "steps_per_s")
+        result.update({
+            "pyboy_steps_per_s": pyboy_sps,
+            "pyboy_cpu_steps_per_s": median(pyboy_runs, "cpu_steps_per_s"),
+            "pyboy_tick_only_steps_per_s": median(pyboy_runs, "tick_only_steps_per_s"),
+            "ratio_vs_pyboy": host_sps / pyboy_sps,
+            "ratio_cpu_vs_pyboy": host_cpu / median(pyboy_runs, "cpu_steps_per_s"),
+            "meets_target_vs_pyboy": bool(host_sps / pyboy_sps >= TARGET_RATIO),
+            "pyboy_runs": percentiles([r["steps_per_s"] for r in pyboy_runs]),
+        })  # fmt: skip
     if getattr(args, "profile", False):
         result["profile_top"] = _profile_host(env_id, steps)
     return result
+
+
+def _plain_pyboy(env_id: str, steps: int) -> dict[str, float]:
+    from nonstop.envs.gameboy import plain_pyboy_loop
+
+    return plain_pyboy_loop(env_id.removeprefix("GameBoy/"), steps, timers=(stopwatch, cpu_stopwatch))
 
 
 def render(result: dict[str, Any]) -> None:
@@ -300,6 +323,11 @@ def render(result: dict[str, Any]) -> None:
     table.add_row(
         "host unthrottled", f"{result['host_steps_per_s']:,.0f}", f"{host['min']:,.0f}", f"{host['max']:,.0f}"
     )
+    if "pyboy_steps_per_s" in result:
+        pyboy = result["pyboy_runs"]
+        table.add_row("plain PyBoy, same obs", f"{result['pyboy_steps_per_s']:,.0f}", f"{pyboy['min']:,.0f}",
+                      f"{pyboy['max']:,.0f}")  # fmt: skip
+        table.add_row("plain PyBoy, tick only", f"{result['pyboy_tick_only_steps_per_s']:,.0f}", "", "")
     verdict = "[green]meets[/]" if result["meets_target"] else "[red]misses[/]"
     table.add_row("raw, CPU time", f"{result['raw_cpu_steps_per_s']:,.0f}", "", "")
     table.add_row("host, CPU time", f"{result['host_cpu_steps_per_s']:,.0f}", "", "")
@@ -312,6 +340,8 @@ def render(result: dict[str, Any]) -> None:
         f"env step p50 {result['env_step_p50_us']:.1f} µs; "
         f"{result['steps']} steps × {result['repeats']} interleaved repeats"
     )
+    if "ratio_vs_pyboy" in result:
+        table.caption += f"; host vs plain PyBoy {result['ratio_vs_pyboy']:.3f} (CPU {result['ratio_cpu_vs_pyboy']:.3f})"
     console = Console()
     console.print(table)
     if "profile_top" in result:

@@ -5,17 +5,25 @@ measurement window after warm-up is at most ``--max-inaction``, runs the
 staggered workers for real on the chosen clock, and compares with ⌈τ_θmax/τ_M⌉
 (Algorithm 1) or ⌈τ̄_θ/τ_M⌉ (Algorithm 2). Writes a plot like the paper's
 Figure 7a (N_I* against τ_θ).
+
+On the wall clock the workers are threads of this process (latency policies sleep, they use no
+CPU), the host runs in its own process at SCHED_FIFO where permitted, and the pool aligns each
+inference to a tick's publish (`InferencePool` ``align_to_ticks``). Each trial's window ends when
+the agents are stopped, and the result records the machine's load average before and after: on
+a shared machine the wall-clock figures are only as good as the quiet they were measured in.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from nonstop.bench.common import machine_info, parse_positive_list
 from nonstop.metrics.nstar import find_nstar, max_inaction_threshold, theoretical_nstar
 
 DESCRIPTION = "measured N_I* (fewest workers with no inaction) vs theory, per inference time (paper Fig. 7a)"
@@ -37,16 +45,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=float, default=None, help="measurement window in cycles of τ_θ (default 4)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", default="runs/nstar.png", help="where to write the figure ('' for none)")
-
-
-def _parse_ticks(text: str) -> list[float]:
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError as exc:
-        raise ValueError(f"--tau-theta takes comma-separated numbers of ticks, got {text!r}") from exc
-    if not values or any(not (v > 0) or math.isinf(v) for v in values):
-        raise ValueError(f"--tau-theta values must be positive finite tick counts, got {text!r}")
-    return values
 
 
 def trial(
@@ -81,9 +79,11 @@ def trial(
         window_ticks = int(max(window_cycles * tau_ticks, 240))
         try:
             world.run_for((warmup_ticks + window_ticks + 1) * tau_m)
+            # the window ends here: the ticks the host goes on making while the pool stops are β's
+            end_tick = world.slot.read().tick
         finally:
             pool.stop()
-    summary = world.tick_log.summary(warmup_ticks=warmup_ticks)
+    summary = world.tick_log.summary(warmup_ticks=warmup_ticks, end_tick=end_tick)
     taus = np.array([t for w in pool.workers for t in w.tau_thetas])
     summary["tau_theta_max_ticks"] = float(taus.max() / tau_m) if taus.size else float("nan")
     summary["tau_theta_mean_ticks"] = float(taus.mean() / tau_m) if taus.size else float("nan")
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for name in schedulers:
         make_scheduler(name, 1 if name == "sequential" else 2)  # unknown names fail here, before any run
     if args.tau_theta is not None:
-        taus = _parse_ticks(args.tau_theta)
+        taus = parse_positive_list(args.tau_theta, "--tau-theta")
     elif args.quick:
         taus = [1, 2, 5, 8] if args.clock == "virtual" else [1, 5]
     else:
@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     window = args.window if args.window is not None else (2.0 if args.quick else 4.0)
     exact = args.clock == "virtual" and args.latency == "constant"
     rows = []
+    load_before = os.getloadavg()
     for name in schedulers:
         for tau in taus:
             theory_guess = theoretical_nstar(tau, 1.0)
@@ -155,6 +156,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rows": rows,
         "all_match_theory": all(r["matches_theory"] for r in rows),
         "all_within_theory_plus_1": all(r["within_theory_plus_1"] for r in rows),
+        # the machine is shared: wall-clock figures are only as quiet as it was
+        "loadavg_before": list(load_before),
+        "loadavg_after": list(os.getloadavg()),
+        "machine": machine_info(),
     }
     if args.plot:
         result["plot"] = str(_plot(rows, Path(args.plot), args))

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from nonstop.bench.common import parse_positive_list
 from nonstop.metrics.regret import (
     ObservedStatePolicy,
     delay_regret_estimate,
@@ -88,16 +89,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0,
                         help="base seed (default 0); the runs for the i-th τ_θ use seed + i")  # fmt: skip
     parser.add_argument("--plot", default=None, metavar="PATH", help="also write a figure to PATH (.png)")
-
-
-def _parse_ticks(text: str) -> list[float]:
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError as exc:
-        raise ValueError(f"--ticks takes comma-separated numbers of ticks, got {text!r}") from exc
-    if not values or any(not (v > 0) or math.isinf(v) for v in values):
-        raise ValueError(f"--ticks values must be positive finite tick counts, got {text!r}")
-    return values
 
 
 def _ratio(measured: float, theory: float) -> float | None:
@@ -163,7 +154,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from nonstop.metrics.nstar import theoretical_nstar
 
     quick = bool(getattr(args, "quick", False))
-    taus = _parse_ticks(args.ticks) if args.ticks else list(_QUICK_TICKS if quick else _DEFAULT_TICKS)
+    taus = parse_positive_list(args.ticks, "--ticks") if args.ticks else list(_QUICK_TICKS if quick else _DEFAULT_TICKS)
     inaction_s = args.seconds if args.seconds is not None else (_QUICK_SECONDS if quick else _FULL_SECONDS)[0]
     delay_s = args.delay_seconds if args.delay_seconds is not None else (_QUICK_SECONDS if quick else _FULL_SECONDS)[1]
     for name, value in (("--seconds", inaction_s), ("--delay-seconds", delay_s)):
@@ -239,10 +230,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed,
         "units": {"inaction_regret_rate": "reward per second", "delay_regret_per_step": "reward per agent step"},
         **_verdicts(rows),
-        "note": (
-            "an action applied d ticks after its observation meets the state d-1 transitions later, so on the "
-            "virtual clock (d = tau_theta in ticks) the delay regret is 1 - p^(d-1): one factor of p below "
-            "Equation 4 at ceil(tau_theta/tau_M); predicted_delay_regret_per_step is that expectation"
+        "convention": (
+            "Equation 4's k is the lag in transitions (the paper's 'k step lag'). nonstop's host applies an action "
+            "logged with delay d ticks to the state d-1 transitions after the one it was computed from, so "
+            "predicted_delay_regret_per_step = mean of 1 - p^(d-1); eq4_delay_regret_per_step is the paper's "
+            "1 - p^ceil(tau_theta/tau_M), whose timing lets the world move once more (see "
+            "nonstop.envs.theory.delay_regret_per_step)"
         ),
     }
     if args.plot:
@@ -339,6 +332,6 @@ def render(result: dict[str, Any]) -> None:
             f"{r['sequential_delay_regret_per_step']:.4f} ± {num(r['sequential_delay_regret_per_step_se'], '.4f')}",
         )  # fmt: skip
     console.print(delay)
-    print(result["note"])
+    print(result["convention"])
     if result.get("plot"):
         print(f"plot: {result['plot']}")

@@ -4,13 +4,13 @@
 >>> env_info("CartPole").tick_hz, env_info("theory/inaction").default_beta
 (50.0, 'noop')
 
-Importing this package registers every built-in id; ale_py is imported only when an Atari env is
-built, so the import stays light.
+Importing this package registers every built-in id; ale_py and pyboy are imported only when an Atari
+or Game Boy env is built, so the import stays light.
 """
 
 from __future__ import annotations
 
-from . import atari, classic, theory  # noqa: F401  (importing registers their ids)
+from . import atari, classic, gameboy, theory  # noqa: F401  (importing registers their ids)
 from .registry import EnvInfo, env_info, list_envs, make_env, register
 
 __all__ = ["EnvInfo", "env_info", "list_envs", "make_env", "register"]

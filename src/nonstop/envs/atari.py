@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import difflib
 import functools
+import inspect
+from collections.abc import Mapping
 from typing import Any, Final, Literal
 
 import gymnasium
@@ -136,11 +138,18 @@ def _area_weights(size_in: int, size_out: int) -> np.ndarray:
 
 
 def register_ale_with_gymnasium() -> None:
-    """Import ale_py and register its ``ALE/*`` ids with gymnasium (idempotent)."""
+    """Import ale_py and register its ``ALE/*`` ids with gymnasium (idempotent).
+
+    Also sets ALE's (process-wide, static) log level to errors only: every ``ALEInterface``
+    otherwise prints its "A.L.E ... [Powered by Stella]" banner on stderr as it is constructed,
+    once per env and per spawned host process. ale_py's own env lowers the level the same way,
+    but only after its interface, and so the banner, exists.
+    """
     try:
         import ale_py
     except ImportError as error:  # pragma: no cover - ale-py is a hard dependency
         raise ImportError("Atari envs need ale-py: pip install 'ale-py>=0.9'") from error
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
     if "ALE/Pong-v5" not in gymnasium.registry:
         gymnasium.register_envs(ale_py)
 
@@ -168,38 +177,41 @@ def check_game(game: str) -> None:
         )
 
 
-def check_atari_kwargs(
-    *,
-    preprocess: bool = False,
-    max_episode_steps: int | None = None,
-    repeat_action_probability: float = 0.0,
-    full_action_space: bool = False,
-    mode: int | None = None,
-    difficulty: int | None = None,
-    frameskip: int = 1,
-    render_mode: _AtariRenderMode | None = None,
-) -> None:
-    """Validate :func:`make_atari`'s options (not the game); raise a precise error for the first bad one."""
-    for name, value in (("preprocess", preprocess), ("full_action_space", full_action_space)):
+def check_atari_kwargs(**options: Any) -> None:
+    """Validate :func:`make_atari`'s options (not the game); raise a precise error for the first bad
+    one. Names and defaults come from `make_atari`'s own signature, so the two never disagree."""
+    bound = inspect.signature(make_atari).bind("Boxing", **options)  # an unknown name: TypeError
+    bound.apply_defaults()
+    _check_options(bound.arguments)
+
+
+def _check_options(options: Mapping[str, Any]) -> None:
+    for name in ("preprocess", "full_action_space"):
+        value = options[name]
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
-    for name, value in (("mode", mode), ("difficulty", difficulty)):
+    for name in ("mode", "difficulty"):
+        value = options[name]
         if value is not None and not _is_int(value):
             raise TypeError(f"{name} must be an int or None, got {type(value).__name__} {value!r}")
+    max_episode_steps = options["max_episode_steps"]
     if max_episode_steps is not None:
         if not _is_int(max_episode_steps):
             raise TypeError(f"max_episode_steps must be an int or None, got {max_episode_steps!r}")
         if max_episode_steps < 1:
             raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
-    if isinstance(repeat_action_probability, bool) or not isinstance(repeat_action_probability, (int, float)):
-        raise TypeError(f"repeat_action_probability must be a float, got {repeat_action_probability!r}")
-    if not 0.0 <= repeat_action_probability <= 1.0:
-        raise ValueError(f"repeat_action_probability must be in [0, 1], got {repeat_action_probability}")
+    sticky = options["repeat_action_probability"]
+    if isinstance(sticky, bool) or not isinstance(sticky, (int, float)):
+        raise TypeError(f"repeat_action_probability must be a float, got {sticky!r}")
+    if not 0.0 <= sticky <= 1.0:
+        raise ValueError(f"repeat_action_probability must be in [0, 1], got {sticky}")
+    frameskip = options["frameskip"]
     if frameskip != 1:
         raise ValueError(
             f"frameskip must be 1 (got {frameskip!r}): in nonstop one tick is one 60 Hz frame; to act "
             f"every k frames, act every k ticks and let β='repeat' fill the gap"
         )
+    render_mode = options["render_mode"]
     if render_mode not in (None, "rgb_array", "human"):
         raise ValueError(f"render_mode must be None, 'rgb_array' or 'human', got {render_mode!r}")
 
@@ -233,17 +245,8 @@ def make_atari(
     >>> env.step(0)[4]["episode_frame_number"]   # one step, one frame
     1
     """
+    _check_options(locals())  # first statement: locals() is exactly the arguments
     check_game(game)
-    check_atari_kwargs(
-        preprocess=preprocess,
-        max_episode_steps=max_episode_steps,
-        repeat_action_probability=repeat_action_probability,
-        full_action_space=full_action_space,
-        mode=mode,
-        difficulty=difficulty,
-        frameskip=frameskip,
-        render_mode=render_mode,
-    )
     env = gymnasium.make(
         f"ALE/{game}-v5",
         obs_type="grayscale" if preprocess else "rgb",

@@ -3,7 +3,8 @@
 * :class:`InactionMDP` (Equation 3): every tick on which β acts instead of the agent costs one unit
   of reward, so the regret rate is exactly the inaction rate.
 * :class:`DelayCycleMDP` (Equation 4): the right action depends on a state that drifts around a
-  cycle, so an action computed ``k`` ticks ago is right only with probability ``p_minimax**k``.
+  cycle, so an action computed from a state ``k`` transitions old is right only with probability
+  ``p_minimax**k`` (k counts transitions: an action logged with delay ``d`` ticks has ``k = d − 1``).
 
 Both tick at 60 Hz like Atari, observe a one-hot ``float32`` vector of the state, never terminate
 on their own and truncate after ``max_steps`` ticks so that auto-reset paths get exercised. Action 0
@@ -28,6 +29,7 @@ __all__ = [
     "DelayCycleMDP",
     "THEORY_TICK_HZ",
     "delay_regret_per_step",
+    "lag_transitions",
     "inaction_regret_rate",
     "check_delay_cycle_args",
 ]
@@ -56,13 +58,25 @@ def inaction_regret_rate(tau_theta: float, tau_m: float) -> float:
 
 
 def delay_regret_per_step(p_minimax: float, k: int) -> float:
-    """Worst-case regret per tick of acting ``k`` ticks late (Equation 4): ``1 - p_minimax**k``.
+    """Worst-case regret per agent step of an action ``k`` transitions stale (Equation 4): ``1 - p**k``.
 
-    With ``k = ceil(tau_theta / tau_m)``, this is the share of ticks on which :class:`DelayCycleMDP`'s
-    state has moved on since the observation the action was computed from.
+    **Convention.** ``k`` is the lag in *transitions*: how many times the world moved between the
+    state the action was computed from and the state it is applied in, the paper's "k step lag"
+    (Appendix B.2: the state stays put k consecutive steps with probability ``p_minimax**k``).
+
+    * nonstop's host publishes at tick ``t`` the state *after* step ``t`` and applies an action that
+      arrives by deadline ``t + d`` at step ``t + d``, i.e. to the state after step ``t + d - 1``: an
+      action logged with delay ``d`` ticks has ``k = d - 1`` (`lag_transitions`). A staggered agent
+      with constant τ_θ has ``d = ⌈τ_θ/τ_M⌉`` on the virtual clock, so it pays ``1 - p**(⌈τ_θ/τ_M⌉ - 1)``;
+      an agent that answers within one tick pays nothing.
+    * Equation 4 writes ``k = ⌈τ_θ/τ_M⌉``: the paper's timing lets the world move at every tick of
+      the inference *including the one at which the observation was taken*, one transition more
+      than nonstop's host imposes. ``nonstop bench regret`` reports both.
 
     >>> delay_regret_per_step(0.5, 0), delay_regret_per_step(0.5, 2)
     (0.0, 0.75)
+    >>> delay_regret_per_step(0.5, lag_transitions(delay_ticks=3))   # logged delay 3: 2 transitions
+    0.75
     """
     if isinstance(p_minimax, bool) or not isinstance(p_minimax, numbers.Real):
         raise TypeError(f"p_minimax must be a real number, got {type(p_minimax).__name__} {p_minimax!r}")
@@ -75,7 +89,62 @@ def delay_regret_per_step(p_minimax: float, k: int) -> float:
     return 1.0 - float(p_minimax) ** int(k)
 
 
-class InactionMDP(gymnasium.Env[np.ndarray, np.int64]):
+def lag_transitions(delay_ticks: int) -> int:
+    """Transitions an action with tick-log delay ``delay_ticks`` (≥ 1) is stale by: ``delay_ticks - 1``
+    (see `delay_regret_per_step` for why)."""
+    if isinstance(delay_ticks, bool) or not isinstance(delay_ticks, numbers.Integral):
+        raise TypeError(f"delay_ticks must be an int, got {type(delay_ticks).__name__} {delay_ticks!r}")
+    if delay_ticks < 1:
+        raise ValueError(f"an applied action has a delay of at least 1 tick, got {delay_ticks}")
+    return int(delay_ticks) - 1
+
+
+class _OneHotMDP(gymnasium.Env[np.ndarray, np.int64]):
+    """What both worst-case MDPs share: ``n_states`` states seen as a one-hot ``float32`` vector,
+    ``n_actions`` actions with 0 as β's, a step counter that truncates after ``max_steps``, and
+    ``info["state"]``. Subclasses choose the first state and the transition."""
+
+    metadata = {"render_modes": [], "render_fps": THEORY_TICK_HZ}
+    NOOP: Final = 0
+
+    def __init__(self, n_states: int, n_actions: int, max_steps: int) -> None:
+        _check_max_steps(max_steps)
+        self.max_steps: Final = int(max_steps)
+        self.observation_space = spaces.Box(0.0, 1.0, (n_states,), np.float32)
+        self.action_space = spaces.Discrete(n_actions)
+        self._n_actions: Final = n_actions
+        self._one_hot: Final = np.eye(n_states, dtype=np.float32)
+        self._state: int | None = None
+        self._steps = 0
+
+    def _initial_state(self) -> int:
+        raise NotImplementedError
+
+    def _info(self) -> dict[str, Any]:
+        return {"state": self._state}
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._state = self._initial_state()
+        self._steps = 0
+        return self._one_hot[self._state].copy(), self._info()
+
+    def _checked(self, action: Any) -> int:
+        """The action as an int, once the env has been reset."""
+        if self._state is None:
+            raise RuntimeError("call reset() before step()")
+        return _checked_action(action, self._n_actions)
+
+    def _transition(self, reward: float) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Count the step (the subclass has moved ``_state``) and build ``step``'s answer."""
+        self._steps += 1
+        truncated = self._steps >= self.max_steps
+        return self._one_hot[self._state].copy(), reward, False, truncated, self._info()
+
+
+class InactionMDP(_OneHotMDP):
     """Equation 3's worst case: acting earns 1 per tick, β's noop earns 0.
 
     States ``s1`` (index 0) and ``s2`` (index 1); actions ``0 = a3`` (β's noop), ``1 = a1``,
@@ -93,36 +162,18 @@ class InactionMDP(gymnasium.Env[np.ndarray, np.int64]):
     (1.0, False, True)
     """
 
-    metadata = {"render_modes": [], "render_fps": THEORY_TICK_HZ}
-    NOOP: Final = 0
     N_STATES: Final = 2
 
     def __init__(self, max_steps: int = DEFAULT_MAX_STEPS) -> None:
-        _check_max_steps(max_steps)
-        self.max_steps: Final = int(max_steps)
-        self.observation_space = spaces.Box(0.0, 1.0, (self.N_STATES,), np.float32)
-        self.action_space = spaces.Discrete(3)
-        self._one_hot: Final = np.eye(self.N_STATES, dtype=np.float32)
-        self._state: int | None = None
-        self._steps = 0
+        super().__init__(self.N_STATES, 3, max_steps)
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        self._state = 1
-        self._steps = 0
-        return self._one_hot[self._state].copy(), {"state": self._state}
+    def _initial_state(self) -> int:
+        return 1  # s2: nobody has acted yet
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if self._state is None:
-            raise RuntimeError("call reset() before step()")
-        a = _checked_action(action, 3)
-        acted = a != self.NOOP
+        acted = self._checked(action) != self.NOOP
         self._state = 0 if acted else 1
-        self._steps += 1
-        truncated = self._steps >= self.max_steps
-        return self._one_hot[self._state].copy(), float(acted), False, truncated, {"state": self._state}
+        return self._transition(float(acted))
 
 
 def check_delay_cycle_args(n: int = 8, p_minimax: float = 0.5, max_steps: int = DEFAULT_MAX_STEPS) -> None:
@@ -140,13 +191,17 @@ def check_delay_cycle_args(n: int = 8, p_minimax: float = 0.5, max_steps: int = 
     _check_max_steps(max_steps)
 
 
-class DelayCycleMDP(gymnasium.Env[np.ndarray, np.int64]):
+class DelayCycleMDP(_OneHotMDP):
     """Equation 4's worst case: the right action follows a state that drifts around a cycle.
 
     States ``s_1..s_n`` (indices ``0..n-1``); actions ``0 = a0`` (β's own) and ``i = a_i``. Action
     ``a_i`` in state ``s_i`` earns 1, anything else 0. Then, whatever the action, the state stays with
     probability ``p_minimax`` and otherwise moves to the next state (``s_n`` wraps to ``s_1``). An
-    up-to-date agent earns 1 per tick, β earns 0; an agent ``k`` ticks late earns ``p_minimax**k``.
+    up-to-date agent earns 1 per tick, β earns 0; an action computed from a state ``k`` transitions
+    older than the one it is applied in earns ``p_minimax**k`` in expectation (for ``k < n``). The
+    observation returned by ``step`` is the state the *next* action is applied in, so an agent acting
+    on step ``t``'s observation at step ``t + d`` (a nonstop tick-log delay of ``d``) is ``k = d − 1``
+    transitions stale; see `delay_regret_per_step` for how that relates to Equation 4's ``⌈τ_θ/τ_M⌉``.
     ``info["optimal_action"]`` is the rewarded action in the current state.
 
     >>> env = DelayCycleMDP(n=3, p_minimax=1.0)   # p = 1: the state never moves
@@ -156,40 +211,22 @@ class DelayCycleMDP(gymnasium.Env[np.ndarray, np.int64]):
     (1.0, 0.0, 1.0)
     """
 
-    metadata = {"render_modes": [], "render_fps": THEORY_TICK_HZ}
-    NOOP: Final = 0
-
     def __init__(self, n: int = 8, p_minimax: float = 0.5, max_steps: int = DEFAULT_MAX_STEPS) -> None:
         check_delay_cycle_args(n, p_minimax, max_steps)
+        super().__init__(int(n), int(n) + 1, max_steps)
         self.n: Final = int(n)
         self.p_minimax: Final = float(p_minimax)
-        self.max_steps: Final = int(max_steps)
-        self.observation_space = spaces.Box(0.0, 1.0, (self.n,), np.float32)
-        self.action_space = spaces.Discrete(self.n + 1)
-        self._one_hot: Final = np.eye(self.n, dtype=np.float32)
-        self._state: int | None = None
-        self._steps = 0
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
+    def _initial_state(self) -> int:
         # No state is special on a cycle, so start anywhere; the seed decides where.
-        self._state = int(self.np_random.integers(self.n))
-        self._steps = 0
-        return self._one_hot[self._state].copy(), self._info()
+        return int(self.np_random.integers(self.n))
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if self._state is None:
-            raise RuntimeError("call reset() before step()")
-        a = _checked_action(action, self.n + 1)
-        reward = 1.0 if a == self._state + 1 else 0.0
+        reward = 1.0 if self._checked(action) == self._state + 1 else 0.0
         # Draw every tick, even when p_minimax is 1, so one seed gives one random stream.
         if self.np_random.random() >= self.p_minimax:
             self._state = (self._state + 1) % self.n
-        self._steps += 1
-        truncated = self._steps >= self.max_steps
-        return self._one_hot[self._state].copy(), reward, False, truncated, self._info()
+        return self._transition(reward)
 
     def _info(self) -> dict[str, Any]:
         return {"state": self._state, "optimal_action": self._state + 1}

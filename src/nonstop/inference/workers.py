@@ -21,7 +21,9 @@ Inference restarts at once after a submit (the loop does not wait for a fresh
 observation), except when the newest observation is the very one this worker
 just used, where it waits for the next tick instead of recomputing it. So a
 sequential agent with τ_θ = k·τ_M acts every k ticks (inaction 1 − 1/k) and,
-for non-integer ratios, realises inaction 1 − τ_M/τ_θ.
+for non-integer ratios, realises inaction 1 − τ_M/τ_θ. On the wall clock,
+staggered pools additionally align each start to a tick's publish
+(``align_to_ticks``, see `InferencePool`), which rounds cycles up to whole ticks.
 """
 
 from __future__ import annotations
@@ -69,6 +71,38 @@ class _WorkerState:
     last_start: float | None = None  # when its latest inference started (the worker's phase)
     cycle: float | None = None  # time between its last two inference starts
     tau_thetas: list[float] = field(default_factory=list)
+    generation: int = 0  # bumped when the index is (re)started by a resize: older loops of it exit
+
+
+#: Most workers ``n_inference="auto"`` may grow to (threads or processes are not free).
+AUTO_MAX_WORKERS = 512
+
+
+def _resolve_scheduler(scheduler: Any, n_inference: int | str | None) -> Any:
+    """A scheduler instance from an instance, or from a name and ``n_inference`` (an int or
+    ``"auto"``: the `AutoScheduler`, starting from one worker and growing online)."""
+    from nonstop.inference.schedulers import Scheduler, make_scheduler
+
+    if isinstance(scheduler, Scheduler):
+        if n_inference is not None and n_inference != scheduler.n_workers:
+            raise ValueError(f"n_inference={n_inference!r} contradicts the scheduler's n_workers={scheduler.n_workers}")
+        return scheduler
+    if not isinstance(scheduler, str):
+        raise TypeError(f"scheduler must be a Scheduler or a scheduler name, got {type(scheduler).__name__}")
+    if isinstance(n_inference, str):
+        if n_inference != "auto":
+            raise ValueError(f"n_inference must be a positive int or 'auto', got {n_inference!r}")
+        if scheduler != "auto":
+            raise ValueError(
+                f"n_inference='auto' sizes the pool online, which only the 'auto' scheduler does; "
+                f"got scheduler {scheduler!r} (pass an int, or scheduler='auto')"
+            )
+        return make_scheduler("auto", 1, max_workers=AUTO_MAX_WORKERS)
+    if n_inference is None:
+        n_inference = 1 if scheduler in ("sequential", "auto") else None
+        if n_inference is None:
+            raise ValueError(f"scheduler {scheduler!r} needs n_inference (an int, or 'auto' with scheduler='auto')")
+    return make_scheduler(scheduler, n_inference)
 
 
 class InferencePool:
@@ -76,7 +110,25 @@ class InferencePool:
 
     ``policy_factory(worker_index)`` builds each worker's policy (one object per
     worker, so stateful or process-backed policies never share). ``scheduler``
-    is a `nonstop.inference.schedulers.Scheduler` whose ``n_workers`` matches.
+    is a `nonstop.inference.schedulers.Scheduler`, or its name with
+    ``n_inference`` (N_I: an int, or ``"auto"`` with the ``auto`` scheduler).
+
+    ``align_to_ticks`` (default: on for staggered schedulers on the wall clock, off otherwise)
+    starts each inference at a tick's publish: one the scheduler would start up to a quarter tick
+    into a tick counts as started at that tick's publish (the next waits are aimed from there),
+    one due later waits for the next observation (it would compute on the same, older one
+    anyway). Every cycle is then a whole number of ticks and every worker's action arrives at the
+    same phase of a tick, just after a deadline for an integer τ_θ, where a late wake-up cannot
+    push it across the next deadline: jitter up to most of a tick costs no inaction. Without it
+    the spacing τ_θ/N_I spreads arrivals across the tick, and those landing just before a deadline
+    turn wake-up jitter into inaction.
+
+    With an `AutoScheduler` the pool sizes itself online: after every submit it
+    asks ``target_workers(τ_M)`` (⌈τ̄_θ/τ_M⌉ with hysteresis) and, when that
+    differs from N_I, resizes the cycle anchored on the worker that just
+    submitted, starting new workers or retiring the highest-numbered ones
+    (each finishes the inference it is running). Every change is an event
+    (``"grew"``/``"shrank"``).
 
     >>> from nonstop.inference.schedulers import make_scheduler
     >>> from nonstop.policies import ConstantPolicy, LatencyPolicy, Constant
@@ -95,8 +147,10 @@ class InferencePool:
         policy_factory: Callable[[int], Any],
         scheduler: Any,
         *,
+        n_inference: int | str | None = None,
         restart: bool = True,
         max_restarts: int = 100,
+        align_to_ticks: bool | None = None,
     ) -> None:
         if session.slot is None:
             raise RuntimeError("start the session before the inference pool")
@@ -105,8 +159,17 @@ class InferencePool:
         self.session = session
         self.clock: Clock = session.clock
         self.policy_factory = policy_factory
-        self.scheduler = scheduler
+        self.scheduler = scheduler = _resolve_scheduler(scheduler, n_inference)
+        self.resizable = callable(getattr(scheduler, "resize", None)) and callable(
+            getattr(scheduler, "target_workers", None)
+        )
+        self._resize_lock = threading.Lock()
         self.restart = restart
+        if align_to_ticks is not None and not isinstance(align_to_ticks, bool):
+            raise TypeError(f"align_to_ticks must be a bool or None, got {align_to_ticks!r}")
+        # default: on for staggered workers on the wall clock (see the class docstring)
+        staggered = scheduler.name not in ("sequential", "unstaggered")
+        self.align_to_ticks = (not self.clock.is_virtual and staggered) if align_to_ticks is None else align_to_ticks
         self.max_restarts = max_restarts
         self.events: list[WorkerEvent] = []
         self.workers = [_WorkerState(i) for i in range(scheduler.n_workers)]
@@ -115,9 +178,12 @@ class InferencePool:
         self._policies: dict[int, Any] = {}
 
     # ------------------------------------------------------------------ the loop
-    def _loop(self, state: _WorkerState, first: bool, resume_at: float | None = None) -> TimedProcess:
+    def _loop(
+        self, state: _WorkerState, first: bool, resume_at: float | None = None, start_at: float | None = None
+    ) -> TimedProcess:
         clock, slot, queue, sched = self.clock, self.session.slot, self.session.queue, self.scheduler
         i = state.index
+        generation = state.generation
         policy = self._policies.get(i)
         if policy is None:
             policy = self._policies[i] = self.policy_factory(i)
@@ -125,30 +191,55 @@ class InferencePool:
         virtual = clock.is_virtual
         origin = self.session.host.origin if virtual else 0.0
         guard = min(0.001, tau_m / 8)
-        # `t` is the worker's own notion of now. On the wall clock it is re-read after
-        # every wait. On the virtual clock it may trail the clock by at most `grace`
-        # (after letting the host finish a tick due at the same instant), so the
-        # loop's timings stay exact sums of latencies and waits and never drift.
-        t = clock.now()
+        align = self.align_to_ticks and not virtual
+        # tick alignment: an inference starts `publish_margin` after a deadline (the observation is
+        # out by then); one due later than `align_window` into a tick waits for the next one
+        align_window, publish_margin = 0.25 * tau_m, min(0.0005, tau_m / 16)
+        # `t` is the worker's own notion of now: the time its schedule says it is. On the
+        # virtual clock it may trail the clock by at most `grace` (after letting the host finish
+        # a tick due at the same instant), so the loop's timings stay exact sums of latencies
+        # and waits and never drift. On the wall clock it stays on the same intended timeline:
+        # a thread that wakes late (a loaded machine wakes sleepers milliseconds late) does not
+        # carry the lateness into its next cycle, so oversleep jitters one action but never
+        # accumulates into a drift of the worker's phase. Only a wake more than a tick late
+        # resynchronises `t` to the clock (rather than bursting to catch up).
+
+        def on_time(target: float, woke: float) -> float:
+            return target if virtual or woke - target < tau_m else woke
+
+        # every worker of a pool counts its initial stagger from the same instant, however long
+        # its thread took to start (70 threads take ~5 ticks to spawn on a busy 2-core machine)
+        t = clock.now() if start_at is None else start_at
         if first:
             start = sched.start_delay(i)
             if start > 0:
                 t += start
-                yield t
-                t = t if virtual else clock.now()
+                t = on_time(t, (yield t))
         elif resume_at is not None:
             sched.take_delay(i)  # delays owed to the dead worker are void: it resumes its old phase
             t = resume_at
-            yield t
-            t = t if virtual else clock.now()
+            t = on_time(t, (yield t))
         last_seq = -1
         while not self._stop.is_set():
+            if i >= sched.n_workers or state.generation != generation:
+                return  # retired by a resize (or superseded by a newer loop of this index)
             wait = sched.take_delay(i)
             if wait > 0:
                 t += wait
-                yield t
-                t = t if virtual else clock.now()
+                t = on_time(t, (yield t))
             latest = slot.read()
+            if align:
+                into_tick = (t - latest.time) % tau_m
+                at_publish = t - into_tick + publish_margin
+                if publish_margin <= into_tick <= align_window:
+                    # Count this start as made at the publish it follows, so the cycle stays a
+                    # whole number of ticks instead of creeping by the submit overhead each round
+                    # (the waits below are aimed from `t`, so the real start absorbs the gap).
+                    t = at_publish
+                else:
+                    target = at_publish if into_tick < publish_margin else at_publish + tau_m
+                    t = on_time(target, (yield target))
+                    latest = slot.read()
             if latest.seq == last_seq:
                 # this worker already acted on the newest observation: wait for the next tick
                 deadline = latest.time + tau_m
@@ -156,8 +247,7 @@ class InferencePool:
                     yield (self._tick_event(deadline), _AFTER_TICK)
                     t = deadline
                 else:
-                    yield deadline + 2e-4
-                    t = clock.now()
+                    t = on_time(deadline + 2e-4, (yield deadline + 2e-4))
                 continue
             last_seq = latest.seq
             if state.killed:
@@ -175,16 +265,18 @@ class InferencePool:
                 if tau_theta > 0:
                     t = started + tau_theta
                     yield t
-            else:  # measured: compute, declared latency and any oversleep all count
+            else:
+                # τ_θ is what the inference cost: its measured compute plus its declared latency.
+                # The thread's own wake-up lateness is not inference time: kept out of τ_θ (so it
+                # never inflates Algorithm 1's running maximum) and out of the phase (on_time).
+                tau_theta = compute + decision.latency
+                t = started + tau_theta
                 if decision.latency > 0:
-                    yield started + compute + decision.latency
-                t = clock.now()
-                tau_theta = t - started
+                    t = on_time(t, (yield t))
             pad = sched.after_inference(i, tau_theta)
             if pad > 0:
                 t += pad
-                yield t
-                t = t if virtual else clock.now()
+                t = on_time(t, (yield t))
             if self._stop.is_set():
                 return
             if not virtual:
@@ -193,14 +285,16 @@ class InferencePool:
                 # which tick it lands on is decided, not random (at most `guard` extra delay).
                 to_next = tau_m - (t - latest.time) % tau_m
                 if to_next < guard:
-                    yield t + to_next + guard / 4
-                    t = clock.now()
+                    target = t + to_next + guard / 4
+                    t = on_time(target, (yield target))
             queue.submit(
                 decision.action, obs_tick=latest.tick, episode=latest.episode, worker=i,
                 tau_theta=tau_theta, submit_time=t,
             )  # fmt: skip
             state.actions += 1
             state.tau_thetas.append(tau_theta)
+            if self.resizable:
+                self._maybe_resize(anchor=i)
             if virtual:
                 # Submitted on a deadline: the host processes that tick `grace` later. Let it,
                 # then read the observation it publishes, as a real agent restarting at once
@@ -208,8 +302,33 @@ class InferencePool:
                 deadline = origin + round((t - origin) / tau_m) * tau_m
                 if abs(t - deadline) <= grace:
                     yield (self._tick_event(deadline), _AFTER_TICK)
-            else:
-                t = clock.now()
+
+    def _maybe_resize(self, anchor: int) -> None:
+        """Grow or shrink N_I to the auto scheduler's recommendation, right after ``anchor``
+        submitted (the scheduler places new workers relative to it)."""
+        sched = self.scheduler
+        with self._resize_lock:
+            if self._stop.is_set():
+                return
+            old, new = sched.n_workers, sched.target_workers(self.session.tau_m)
+            if new == old or anchor >= old:
+                return
+            sched.resize(new, anchor=anchor)
+            self.events.append(WorkerEvent(self.clock.now(), anchor, "grew" if new > old else "shrank", f"{old}->{new}"))
+            for m in range(old, new):
+                if m < len(self.workers):
+                    state = self.workers[m]
+                    state.generation += 1  # a retired loop still finishing its inference exits
+                    state.last_start = state.cycle = None
+                else:
+                    state = _WorkerState(m)
+                    self.workers.append(state)
+                self._spawn(state, first=True)
+
+    @property
+    def n_inference(self) -> int:
+        """N_I now (it changes under the auto scheduler)."""
+        return self.scheduler.n_workers
 
     def _tick_event(self, deadline: float) -> float:
         """Virtual time at which the host processes the tick due at ``deadline``
@@ -218,7 +337,7 @@ class InferencePool:
         return origin + round((deadline - origin) / tau_m) * tau_m + self.clock.tick_grace
 
     # ------------------------------------------------------------------ supervision
-    def _spawn(self, state: _WorkerState, first: bool) -> None:
+    def _spawn(self, state: _WorkerState, first: bool, start_at: float | None = None) -> None:
         resume_at = None
         if not first and state.last_start is not None and state.cycle:
             # Re-take the dead worker's place in the stagger: start where its next
@@ -227,13 +346,15 @@ class InferencePool:
             missed = max(0, -(-(now - state.last_start) // state.cycle))
             resume_at = state.last_start + missed * state.cycle
             state.last_start = None
-        process = self._loop(state, first, resume_at)
+        process = self._loop(state, first, resume_at, start_at)
         name = f"worker-{state.index}"
         if self.clock.is_virtual:
             state.handle = self.clock.spawn(process, name=name, isolate=True)  # type: ignore[call-arg]
         else:
-            # worker threads share the GIL: they must sleep, never spin
-            state.handle = WallClock(origin=self.clock.origin, spin=0.0).spawn(process, name=name)  # type: ignore[attr-defined]
+            # worker threads share the GIL: they must sleep, never spin; and a worker sleeping
+            # through a long latency must wake when the pool stops, not seconds later
+            clock = WallClock(origin=self.clock.origin, spin=0.0, interrupt=self._stop)  # type: ignore[attr-defined]
+            state.handle = clock.spawn(process, name=name)
 
     def start(self) -> "InferencePool":
         # build every policy first: a model process takes seconds to start, and a
@@ -241,8 +362,9 @@ class InferencePool:
         for state in self.workers:
             if state.index not in self._policies:
                 self._policies[state.index] = self.policy_factory(state.index)
+        start_at = self.clock.now()
         for state in self.workers:
-            self._spawn(state, first=True)
+            self._spawn(state, first=True, start_at=start_at)
         if self.clock.is_virtual:
             self.clock.spawn(self._supervise_virtual(), name="supervisor", priority=2)  # type: ignore[call-arg]
         else:
@@ -251,7 +373,7 @@ class InferencePool:
         return self
 
     def _check(self) -> None:
-        for state in self.workers:
+        for state in self.workers[: self.scheduler.n_workers]:  # retired workers ended on purpose
             handle = state.handle
             error = getattr(handle, "error", None)
             dead = error is not None or (not self.clock.is_virtual and not handle.is_alive())
@@ -296,7 +418,9 @@ class InferencePool:
         for state in self.workers:
             h = state.handle
             if isinstance(h, threading.Thread):
-                h.join(timeout=5)
+                h.join(timeout=5)  # prompt: `_stop` interrupts their waits
+                if h.is_alive():  # stuck inside a policy's act(): say so rather than pile up threads
+                    self.events.append(WorkerEvent(self.clock.now(), state.index, "stuck", "did not stop within 5 s"))
         for policy in self._policies.values():
             close = getattr(policy, "close", None)
             if close is not None:
@@ -306,7 +430,8 @@ class InferencePool:
 
     def report(self) -> dict[str, Any]:
         return {
-            "n_workers": len(self.workers),
+            "n_workers": self.scheduler.n_workers,
+            "workers_started": len(self.workers),
             "scheduler": getattr(self.scheduler, "name", type(self.scheduler).__name__),
             "actions": [w.actions for w in self.workers],
             "deaths": [w.deaths for w in self.workers],

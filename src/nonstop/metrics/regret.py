@@ -224,7 +224,7 @@ def predicted_delay_regret_per_step(log: TickLog, p_minimax: float, *, warmup_ti
     delay = log["delay"][_agent_mask(log, _check_warmup(warmup_ticks))]
     if not delay.size:
         return float("nan")
-    lag = np.maximum(delay.astype(np.float64) - 1.0, 0.0)
+    lag = delay.astype(np.float64) - 1.0  # `lag_transitions`, vectorised: agent ticks have d >= 1
     return float(np.mean(1.0 - p**lag))
 
 

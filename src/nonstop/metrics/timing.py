@@ -25,44 +25,62 @@ from nonstop.realtime.ticklog import SOURCE_AGENT, TickLog
 __all__ = ["summarize", "interaction_intervals", "episode_returns"]
 
 
-def interaction_intervals(log: TickLog, *, warmup_ticks: int = 0) -> np.ndarray:
+def _window(tick: np.ndarray, warmup_ticks: int, end_tick: int | None) -> np.ndarray:
+    """Rows measured: after the warm-up, up to and including ``end_tick``."""
+    keep = tick > warmup_ticks
+    return keep if end_tick is None else keep & (tick <= end_tick)
+
+
+def interaction_intervals(log: TickLog, *, warmup_ticks: int = 0, end_tick: int | None = None) -> np.ndarray:
     """τ_I samples in seconds: gaps between consecutive agent-applied ticks."""
     tick = log["tick"]
-    agent_ticks = tick[(log["source"] == SOURCE_AGENT) & (tick > warmup_ticks)]
+    agent_ticks = tick[(log["source"] == SOURCE_AGENT) & _window(tick, warmup_ticks, end_tick)]
     return np.diff(agent_ticks) * log.tau_m
 
 
-def episode_returns(log: TickLog, *, complete_only: bool = True) -> list[float]:
-    """Sum of rewards per episode; the last (unfinished) one is left out by default."""
+def episode_returns(
+    log: TickLog, *, complete_only: bool = True, warmup_ticks: int = 0, end_tick: int | None = None
+) -> list[float]:
+    """Sum of rewards per episode; the last (unfinished) one is left out by default.
+
+    Only episodes lying wholly in the measured window count (first tick after ``warmup_ticks``,
+    and, with ``end_tick``, ended by then): an episode cut by the window's edge would report a
+    partial return.
+    """
     if len(log) == 0:
         return []
-    episode, reward = log["episode"], log["reward"]
+    tick, episode, reward = log["tick"], log["episode"], log["reward"]
     ended = (log["terminated"] | log["truncated"]).astype(bool)
+    inside = _window(tick, warmup_ticks, end_tick)
     out = []
     for ep in np.unique(episode):
         mask = episode == ep
+        if not inside[mask].all():
+            continue
         if complete_only and not ended[mask].any():
             continue
         out.append(float(reward[mask].sum()))
     return out
 
 
-def summarize(log: TickLog, *, warmup_ticks: int = 0) -> dict[str, Any]:
-    """Everything the tick log says about a run, after an optional warm-up."""
+def summarize(log: TickLog, *, warmup_ticks: int = 0, end_tick: int | None = None) -> dict[str, Any]:
+    """Everything the tick log says about a run, over the ticks after ``warmup_ticks`` (and up to
+    ``end_tick``, when given: e.g. the last tick before the agents were stopped). Every figure,
+    episode returns included, uses that same window."""
     tau_m = log.tau_m
     tick = log["tick"]
-    keep = tick > warmup_ticks
+    keep = _window(tick, warmup_ticks, end_tick)
     n = int(keep.sum())
     source = log["source"][keep]
     delay = log["delay"][keep]
     lateness = log["lateness"][keep]
     agent = source == SOURCE_AGENT
     n_agent = int(agent.sum())
-    intervals = interaction_intervals(log, warmup_ticks=warmup_ticks)
+    intervals = interaction_intervals(log, warmup_ticks=warmup_ticks, end_tick=end_tick)
     delays = delay[agent]
     hist_keys, hist_counts = np.unique(delays, return_counts=True) if n_agent else (np.array([]), np.array([]))
     tau_i_mean = float(intervals.mean()) if intervals.size else float("nan")
-    returns = episode_returns(log)
+    returns = episode_returns(log, warmup_ticks=warmup_ticks, end_tick=end_tick)
     out: dict[str, Any] = {
         "ticks": n,
         "tau_m_s": tau_m,

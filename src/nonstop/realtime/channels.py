@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import struct
 import time
 import uuid
-from dataclasses import dataclass
 from multiprocessing import shared_memory
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -54,7 +54,11 @@ def _attach(name: str) -> shared_memory.SharedMemory:
 
 # header words (int64): sequence, then control words shared by host and session
 _SEQ, _STOP, _STATE, _RESETS, _HDR_WORDS = 0, 1, 2, 3, 8
-# meta words (float64), written under the seqlock together with the observation
+#: The meta record written under the seqlock with each observation: one `struct` pack and one
+#: unpack per publish/read (~0.1 µs each, against ~1 µs for a dozen numpy element writes). Fields
+#: in the order of `Observation`; ints as int64, floats as float64, the two flags as bytes, padded
+#: so the record stays a whole number of 8-byte words.
+_META: Final = struct.Struct("<qddd??6xqqqqqq")
 _META_FIELDS: Final = (
     "tick",
     "time",
@@ -69,15 +73,20 @@ _META_FIELDS: Final = (
     "last_action_seq",
     "last_end",
 )
-_M = {name: i for i, name in enumerate(_META_FIELDS)}
+_META_EMPTY: Final = (-1, 0.0, 0.0, 0.0, False, False, 0, 0, 0, -1, -1, 0)
+_META_OFF: Final = _HDR_WORDS * 8
+_FINAL_META_OFF: Final = _META_OFF + _META.size
+_OBS_OFF: Final = _FINAL_META_OFF + _META.size  # 240: aligned for every numpy dtype
 
 
-@dataclass(frozen=True, slots=True)
-class Observation:
+class Observation(NamedTuple):
     """One published observation. ``time`` is its tick's deadline on the session
     clock (tick 0: the origin), so readers know the tick grid. ``total_reward`` is cumulative over the whole
     run, so a reader gets "reward since my last read" as a difference and no
-    reward is ever lost to a skipped tick."""
+    reward is ever lost to a skipped tick. ``seq`` is the slot sequence it was read at.
+
+    A named tuple rather than a dataclass: a reader builds one per read, and a tuple is the
+    cheapest immutable record Python has (a few hundred ns against ~2 µs)."""
 
     obs: np.ndarray
     tick: int
@@ -95,12 +104,22 @@ class Observation:
     seq: int
 
 
+#: builds a named tuple from a ready tuple, skipping the keyword-parsing ``__new__`` (per-call paths)
+_new_tuple = tuple.__new__
+
+
 class LatestSlot:
     """Capacity-one, newest-wins observation slot in shared memory.
 
     The single writer (the host) bumps the sequence to odd, writes, bumps to
     even; a reader retries while the sequence is odd or changed under it
     (a seqlock), so a read is never torn.
+
+    Besides the newest observation the slot keeps the **final** one: the last observation
+    published with ``final=True`` (the host marks the observation that ends an episode). The
+    world resets at once and overwrites the newest observation within the same tick, so a reader
+    that wants the terminal state of an episode (a value bootstrap on truncation) fetches it with
+    `read_final`.
 
     >>> import numpy as np
     >>> slot = LatestSlot.create(np.zeros((2, 2), np.uint8))
@@ -119,13 +138,18 @@ class LatestSlot:
         self._shm = _shm if _shm is not None else _attach(name)
         self._map()
 
+    @staticmethod
+    def _final_obs_offset(nbytes: int) -> int:
+        return _OBS_OFF + -(-nbytes // 64) * 64
+
     def _map(self) -> None:
         buf = self._shm.buf
-        self._hdr = np.ndarray((_HDR_WORDS,), np.int64, buf, 0)
-        self._meta = np.ndarray((len(_META_FIELDS),), np.float64, buf, _HDR_WORDS * 8)
-        off = (_HDR_WORDS + len(_META_FIELDS)) * 8
-        self._obs = np.ndarray(self.shape, self.dtype, buf, off)
-        self._staging = np.empty(len(_META_FIELDS), np.float64)
+        self._buf = buf
+        # the header as a memoryview of int64: one word read or written in ~40 ns (numpy: ~150 ns)
+        self._hdr = buf[:_META_OFF].cast("q")
+        nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self._obs = np.ndarray(self.shape, self.dtype, buf, _OBS_OFF)
+        self._final_obs = np.ndarray(self.shape, self.dtype, buf, self._final_obs_offset(nbytes))
         self._total_reward = 0.0
 
     @classmethod
@@ -136,14 +160,13 @@ class LatestSlot:
         arr = np.asarray(example)
         if arr.dtype == object:
             raise TypeError(f"LatestSlot needs a fixed-size numeric observation, got dtype {arr.dtype}")
-        nbytes = (_HDR_WORDS + len(_META_FIELDS)) * 8 + arr.nbytes
+        nbytes = cls._final_obs_offset(arr.nbytes) + arr.nbytes
         shm = _new_segment(nbytes, "slot")
         slot = cls(shm.name, arr.shape, arr.dtype.str, _shm=shm)
-        slot._hdr[:] = 0
-        slot._meta[:] = 0
-        slot._meta[_M["tick"]] = -1
-        slot._meta[_M["last_delay"]] = -1
-        slot._meta[_M["last_action_seq"]] = -1
+        for i in range(_HDR_WORDS):
+            slot._hdr[i] = 0
+        _META.pack_into(shm.buf, _META_OFF, *_META_EMPTY)
+        _META.pack_into(shm.buf, _FINAL_META_OFF, *_META_EMPTY)
         return slot
 
     def __reduce__(self) -> tuple:
@@ -165,67 +188,77 @@ class LatestSlot:
         last_delay: int = -1,
         last_action_seq: int = -1,
         last_end: int = 0,
+        final: bool = False,
     ) -> None:
-        self._total_reward += reward
-        m = self._staging
-        m[0] = tick
-        m[1] = time
-        m[2] = reward
-        m[3] = self._total_reward
-        m[4] = terminated
-        m[5] = truncated
-        m[6] = episode
-        m[7] = inaction_ticks
-        m[8] = agent_ticks
-        m[9] = last_delay
-        m[10] = last_action_seq
-        m[11] = last_end
-        hdr = self._hdr
+        """Publish ``obs`` as the newest observation (and, with ``final=True``, also as the
+        final one: see `read_final`). Integers must be ints (Python or numpy)."""
+        self.write(
+            obs, tick, time, reward, terminated, truncated, episode, inaction_ticks, agent_ticks, last_delay,
+            last_action_seq, last_end, final,
+        )  # fmt: skip
+
+    def write(
+        self,
+        obs: np.ndarray,
+        tick: int,
+        time: float,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        episode: int,
+        inaction_ticks: int,
+        agent_ticks: int,
+        last_delay: int,
+        last_action_seq: int,
+        last_end: int,
+        final: bool = False,
+    ) -> None:
+        """`publish` with positional arguments, for the host's per-tick path (no keyword parsing)."""
+        self._total_reward = total = self._total_reward + reward
+        buf, hdr = self._buf, self._hdr
         hdr[_SEQ] += 1  # odd: write in progress
-        self._meta[:] = m
+        _META.pack_into(
+            buf, _META_OFF, tick, time, reward, total, terminated, truncated, episode, inaction_ticks,
+            agent_ticks, last_delay, last_action_seq, last_end,
+        )  # fmt: skip
         self._obs[...] = obs
+        if final:
+            buf[_FINAL_META_OFF : _FINAL_META_OFF + _META.size] = buf[_META_OFF:_FINAL_META_OFF]
+            self._final_obs[...] = obs
         hdr[_SEQ] += 1  # even: consistent
 
     # ---- readers
     @property
     def seq(self) -> int:
         """Sequence number of the newest complete publish (even), cheap to poll."""
-        return int(self._hdr[_SEQ]) & ~1
+        return self._hdr[_SEQ] & ~1
 
     def read(self, out: np.ndarray | None = None) -> Observation:
         """Copy the newest observation. Never torn; never blocks the writer."""
-        hdr, meta, src = self._hdr, self._meta, self._obs
+        return self._read(self._obs, _META_OFF, out)
+
+    def read_final(self, out: np.ndarray | None = None) -> Observation:
+        """Copy the final observation: the last one published with ``final=True`` (the host
+        publishes the observation that ends an episode so), tick -1 if none yet. Never torn."""
+        return self._read(self._final_obs, _FINAL_META_OFF, out)
+
+    def _read(self, src: np.ndarray, meta_off: int, out: np.ndarray | None) -> Observation:
+        hdr, buf, unpack = self._hdr, self._buf, _META.unpack_from
         spins = 0
         while True:
-            s1 = int(hdr[_SEQ])
-            if s1 & 1 == 0:
-                m = meta.copy()
+            s1 = hdr[_SEQ]
+            if not s1 & 1:
+                meta = unpack(buf, meta_off)
                 if out is None:
                     obs = src.copy()
                 else:
                     np.copyto(out, src)
                     obs = out
-                if int(hdr[_SEQ]) == s1:
-                    break
+                if hdr[_SEQ] == s1:
+                    return _new_tuple(Observation, (obs, *meta, s1))
             spins += 1
             if spins > 64:
                 time.sleep(0)
-        return Observation(
-            obs=obs,
-            tick=int(m[0]),
-            time=float(m[1]),
-            reward=float(m[2]),
-            total_reward=float(m[3]),
-            terminated=bool(m[4]),
-            truncated=bool(m[5]),
-            episode=int(m[6]),
-            inaction_ticks=int(m[7]),
-            agent_ticks=int(m[8]),
-            last_delay=int(m[9]),
-            last_action_seq=int(m[10]),
-            last_end=int(m[11]),
-            seq=s1,
-        )
 
     # ---- control words (session <-> host)
     def request_stop(self) -> None:
@@ -237,7 +270,7 @@ class LatestSlot:
 
     @property
     def reset_requests(self) -> int:
-        return int(self._hdr[_RESETS])
+        return self._hdr[_RESETS]
 
     @property
     def stop_requested(self) -> bool:
@@ -245,7 +278,7 @@ class LatestSlot:
 
     @property
     def host_state(self) -> int:
-        return int(self._hdr[_STATE])
+        return self._hdr[_STATE]
 
     @host_state.setter
     def host_state(self, value: int) -> None:
@@ -253,7 +286,9 @@ class LatestSlot:
 
     def close(self) -> None:
         if self._shm is not None:
-            self._hdr = self._meta = self._obs = None  # type: ignore[assignment]
+            if self._hdr is not None:
+                self._hdr.release()
+            self._hdr = self._buf = self._obs = self._final_obs = None  # type: ignore[assignment]
             try:
                 self._shm.close()
             except BufferError:  # a caller still holds a view; the unlink below still frees the name
@@ -278,8 +313,9 @@ class LatestSlot:
 
 class ActionCodec:
     """Validates actions against a Gymnasium space and packs them into a fixed
-    number of float64 words for the queue. Discrete, MultiDiscrete,
-    MultiBinary and Box spaces are supported."""
+    number of 8-byte words for the queue (``fmt``, a `struct` format: one int64
+    for Discrete, float64s for the others). Discrete, MultiDiscrete, MultiBinary
+    and Box spaces are supported."""
 
     def __init__(self, space: gym.Space) -> None:
         if isinstance(space, gym.spaces.Discrete):
@@ -291,13 +327,15 @@ class ActionCodec:
                 f"nonstop supports Discrete, MultiDiscrete, MultiBinary and Box action spaces, got {space}"
             )
         self.space = space
-        if isinstance(space, gym.spaces.Discrete):
+        self.discrete = isinstance(space, gym.spaces.Discrete)
+        self.fmt = "q" if self.discrete else f"{self.width}d"
+        if self.discrete:
             self._lo, self._hi = int(space.start), int(space.start) + int(space.n)
 
     def validate(self, action: Any) -> Any:
         """Return the action in canonical form or raise ValueError naming the space."""
         space = self.space
-        if isinstance(space, gym.spaces.Discrete):
+        if self.discrete:
             if isinstance(action, (bool, np.bool_)) or not isinstance(action, (int, np.integer)):
                 if isinstance(action, np.ndarray) and action.shape == () and np.issubdtype(action.dtype, np.integer):
                     action = int(action)
@@ -319,21 +357,21 @@ class ActionCodec:
             raise ValueError(f"action {action!r} is outside the action space {space}")
         return arr
 
-    def encode(self, action: Any, out: np.ndarray) -> None:
-        if self.width == 1 and isinstance(self.space, gym.spaces.Discrete):
-            out[0] = action
-        else:
-            out[: self.width] = np.asarray(action, dtype=np.float64).ravel()
+    def words(self, action: Any) -> tuple:
+        """A validated action as the values of ``fmt``."""
+        if self.discrete:
+            return (action,)
+        return tuple(np.asarray(action, dtype=np.float64).ravel().tolist())
 
-    def decode(self, words: np.ndarray) -> Any:
-        if isinstance(self.space, gym.spaces.Discrete):
+    def decode(self, words: tuple | np.ndarray) -> Any:
+        """The action back from the values of ``fmt``: an int for Discrete, else an array of the space."""
+        if self.discrete:
             return int(words[0])
-        return words[: self.width].astype(self.space.dtype).reshape(self.space.shape)
+        return np.asarray(words[: self.width], dtype=np.float64).astype(self.space.dtype).reshape(self.space.shape)
 
 
-@dataclass(frozen=True, slots=True)
-class ActionRecord:
-    """An agent action as the host receives it."""
+class ActionRecord(NamedTuple):
+    """An agent action as the host receives it (a named tuple: the host builds one per action)."""
 
     action: Any
     obs_tick: int
@@ -344,8 +382,7 @@ class ActionRecord:
     seq: int
 
 
-@dataclass(frozen=True, slots=True)
-class TakeResult:
+class TakeResult(NamedTuple):
     """What the host got from the queue at one tick, with what it discarded."""
 
     record: ActionRecord | None
@@ -355,8 +392,11 @@ class TakeResult:
 
 # header words (int64)
 _W_SEQ, _R_SEQ, _SUBMITTED, _DROPPED_FULL, _REJECTED, _QHDR = 0, 1, 2, 3, 4, 8
-# fixed entry words (float64) before the action words
-_E_OBS_TICK, _E_EPISODE, _E_WORKER, _E_TAU, _E_TIME, _E_SEQ, _E_FIXED = 0, 1, 2, 3, 4, 5, 6
+#: an entry: obs_tick, episode, worker (int64), tau_theta, submit_time (float64), seq (int64), then
+#: the codec's action words; packed and unpacked with one `struct` call each
+_ENTRY_FIXED: Final = "<qqqddq"
+_EPISODE_WORD: Final = struct.Struct("<q")  # the entry's episode, at byte 8: scanned for staleness
+_SEQ_WORD: Final = struct.Struct("<q")  # the entry's sequence number, at byte 40: set under the lock
 
 QUEUE_MODES: Final = ("latest", "fifo")
 
@@ -399,10 +439,10 @@ class ActionQueue:
         self._lock = lock
         self._owner = _shm is not None
         self._shm = _shm if _shm is not None else _attach(name)
-        self._row = _E_FIXED + self.codec.width
-        buf = self._shm.buf
-        self._hdr = np.ndarray((_QHDR,), np.int64, buf, 0)
-        self._entries = np.ndarray((capacity, self._row), np.float64, buf, _QHDR * 8)
+        self._entry = struct.Struct(_ENTRY_FIXED + self.codec.fmt)
+        self._buf = self._shm.buf
+        # the header as a memoryview of int64: one word in ~40 ns (numpy: ~150 ns)
+        self._hdr = self._buf[: _QHDR * 8].cast("q")
 
     @classmethod
     def create(cls, space: gym.Space, *, capacity: int = 16, mode: str = "latest", ctx: Any = None) -> "ActionQueue":
@@ -411,15 +451,19 @@ class ActionQueue:
         if mode not in QUEUE_MODES:
             raise ValueError(f"queue mode must be one of {QUEUE_MODES}, got {mode!r}")
         codec = ActionCodec(space)
-        nbytes = _QHDR * 8 + int(capacity) * (_E_FIXED + codec.width) * 8
+        nbytes = _QHDR * 8 + int(capacity) * struct.calcsize(_ENTRY_FIXED + codec.fmt)
         shm = _new_segment(nbytes, "queue")
         lock = (ctx or mp.get_context("spawn")).Lock()
         q = cls(shm.name, space, int(capacity), mode, lock, _shm=shm)
-        q._hdr[:] = 0
+        for i in range(_QHDR):
+            q._hdr[i] = 0
         return q
 
     def __reduce__(self) -> tuple:
         return (ActionQueue, (self.name, self.space, self.capacity, self.mode, self._lock))
+
+    def _offset(self, s: int) -> int:
+        return _QHDR * 8 + (s % self.capacity) * self._entry.size
 
     # ---- submitters
     def submit(
@@ -434,33 +478,36 @@ class ActionQueue:
     ) -> int:
         """Enqueue an action; returns its sequence number. Never blocks (beyond a
         microsecond lock). Raises ValueError for an action outside the space."""
+        codec = self.codec
         try:
-            action = self.codec.validate(action)
+            action = codec.validate(action)
         except ValueError:
             with self._lock:
                 self._hdr[_REJECTED] += 1
             raise
+        try:  # packed before the lock: a bad argument must not leave half an entry in the ring
+            entry = self._entry.pack(obs_tick, episode, worker, tau_theta, submit_time, 0, *codec.words(action))
+        except struct.error as exc:
+            raise TypeError(
+                f"submit needs integer obs_tick, episode and worker and real tau_theta and submit_time, got "
+                f"{obs_tick!r}, {episode!r}, {worker!r}, {tau_theta!r}, {submit_time!r} ({exc})"
+            ) from None
         with self._lock:
             hdr = self._hdr
-            w = int(hdr[_W_SEQ])
-            if w - int(hdr[_R_SEQ]) >= self.capacity:
+            w = hdr[_W_SEQ]
+            if w - hdr[_R_SEQ] >= self.capacity:
                 hdr[_R_SEQ] += 1
                 hdr[_DROPPED_FULL] += 1
-            row = self._entries[w % self.capacity]
-            row[_E_OBS_TICK] = obs_tick
-            row[_E_EPISODE] = episode
-            row[_E_WORKER] = worker
-            row[_E_TAU] = tau_theta
-            row[_E_TIME] = submit_time
-            row[_E_SEQ] = w
-            self.codec.encode(action, row[_E_FIXED:])
+            off = self._offset(w)
+            self._buf[off : off + len(entry)] = entry
+            _SEQ_WORD.pack_into(self._buf, off + 40, w)
             hdr[_W_SEQ] = w + 1
             hdr[_SUBMITTED] += 1
         return w
 
     # ---- the host
     def pending(self) -> int:
-        return int(self._hdr[_W_SEQ]) - int(self._hdr[_R_SEQ])
+        return self._hdr[_W_SEQ] - self._hdr[_R_SEQ]
 
     def take(self, *, episode: int) -> TakeResult:
         """Called by the host once per tick."""
@@ -468,56 +515,49 @@ class ActionQueue:
         if hdr[_W_SEQ] == hdr[_R_SEQ]:  # fast path without the lock: nothing pending
             return _NOTHING
         superseded = stale = 0
-        chosen: np.ndarray | None = None
+        chosen: tuple | None = None
+        buf, offset, entry_episode = self._buf, self._offset, _EPISODE_WORD.unpack_from
         with self._lock:
-            w, r = int(hdr[_W_SEQ]), int(hdr[_R_SEQ])
+            w, r = hdr[_W_SEQ], hdr[_R_SEQ]
             if self.mode == "latest":
                 # newest non-stale wins; everything older is superseded or stale
                 for s in range(w - 1, r - 1, -1):
-                    row = self._entries[s % self.capacity]
-                    if int(row[_E_EPISODE]) != episode:
+                    if entry_episode(buf, offset(s) + 8)[0] != episode:
                         stale += 1
                     elif chosen is None:
-                        chosen = row.copy()
+                        chosen = self._entry.unpack_from(buf, offset(s))
                     else:
                         superseded += 1
                 hdr[_R_SEQ] = w
             else:
                 while r < w:
-                    row = self._entries[r % self.capacity]
-                    r += 1
-                    if int(row[_E_EPISODE]) != episode:
+                    s, r = r, r + 1
+                    if entry_episode(buf, offset(s) + 8)[0] != episode:
                         stale += 1
                         continue
-                    chosen = row.copy()
+                    chosen = self._entry.unpack_from(buf, offset(s))
                     break
                 hdr[_R_SEQ] = r
-        record = None
-        if chosen is not None:
-            record = ActionRecord(
-                action=self.codec.decode(chosen[_E_FIXED:]),
-                obs_tick=int(chosen[_E_OBS_TICK]),
-                episode=int(chosen[_E_EPISODE]),
-                worker=int(chosen[_E_WORKER]),
-                tau_theta=float(chosen[_E_TAU]),
-                submit_time=float(chosen[_E_TIME]),
-                seq=int(chosen[_E_SEQ]),
-            )
+        if chosen is None:
+            return TakeResult(None, superseded, stale)
+        record = _new_tuple(ActionRecord, (self.codec.decode(chosen[6:]), *chosen[:6]))
         return TakeResult(record, superseded, stale)
 
     def counters(self) -> dict[str, int]:
         """Submit-side counters (the host's counts live in the tick log)."""
         hdr = self._hdr
         return {
-            "submitted": int(hdr[_SUBMITTED]),
-            "dropped_full": int(hdr[_DROPPED_FULL]),
-            "rejected": int(hdr[_REJECTED]),
-            "pending": int(hdr[_W_SEQ] - hdr[_R_SEQ]),
+            "submitted": hdr[_SUBMITTED],
+            "dropped_full": hdr[_DROPPED_FULL],
+            "rejected": hdr[_REJECTED],
+            "pending": hdr[_W_SEQ] - hdr[_R_SEQ],
         }
 
     def close(self) -> None:
         if self._shm is not None:
-            self._hdr = self._entries = None  # type: ignore[assignment]
+            if self._hdr is not None:
+                self._hdr.release()
+            self._hdr = self._buf = None  # type: ignore[assignment]
             try:
                 self._shm.close()
             except BufferError:

@@ -95,39 +95,61 @@ class WallClock(Clock):
     is_virtual = False
     tick_grace = 0.0
 
-    def __init__(self, *, origin: float | None = None, spin: float = 0.001) -> None:
+    def __init__(
+        self, *, origin: float | None = None, spin: float = 0.001, interrupt: threading.Event | None = None
+    ) -> None:
         if spin < 0 or spin != spin:
             raise ValueError(f"spin must be a non-negative number of seconds, got {spin!r}")
+        if interrupt is not None and not isinstance(interrupt, threading.Event):
+            raise TypeError(f"interrupt must be a threading.Event, got {type(interrupt).__name__}")
         self.origin: Final[float] = time.perf_counter() if origin is None else float(origin)
         self.spin: Final[float] = float(spin)
+        self.interrupt: Final[threading.Event | None] = interrupt
         self._threads: list[threading.Thread] = []
 
     def now(self) -> float:
         return time.perf_counter() - self.origin
 
     def sleep_until(self, t: float) -> float:
+        """Wait until ``t``; with an ``interrupt`` event, return early (before ``t``) once it is
+        set, so a thread sleeping through a long inference latency can be stopped at once."""
         target = self.origin + t
         remaining = target - time.perf_counter()
+        wait = self.interrupt.wait if self.interrupt is not None else None
         if remaining > self.spin:
-            time.sleep(remaining - self.spin)
+            if wait is not None:
+                if wait(remaining - self.spin):
+                    return time.perf_counter() - self.origin
+            else:
+                time.sleep(remaining - self.spin)
         if self.spin > 0:
             while time.perf_counter() < target:
                 pass
         else:
             # without spinning, sleep may return a hair early; never report before t
             while (left := target - time.perf_counter()) > 0:
-                time.sleep(left)
+                if wait is not None:
+                    if wait(left):
+                        break
+                else:
+                    time.sleep(left)
         return time.perf_counter() - self.origin
 
     def spawn(self, process: TimedProcess, *, name: str = "process") -> threading.Thread:
         """Drive ``process`` on a daemon thread. Exceptions are kept on the
-        thread object as ``thread.error`` for the supervisor to read."""
+        thread object as ``thread.error`` for the supervisor to read. Setting the
+        clock's ``interrupt`` event ends the process at its current wait."""
+
+        interrupt = self.interrupt
 
         def drive() -> None:
             try:
                 wake = next(process)
                 while True:
                     woke = self.sleep_until(wake[0] if isinstance(wake, tuple) else wake)
+                    if interrupt is not None and interrupt.is_set():
+                        process.close()  # stopped mid-wait: end the process where it sleeps
+                        return
                     wake = process.send(woke)
             except StopIteration:
                 pass

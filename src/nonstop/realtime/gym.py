@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
-import numpy as np
 
 from nonstop.realtime.clock import Clock
 from nonstop.realtime.host import END_TERMINATED, END_TRUNCATED, EnvSource, Session
@@ -34,6 +33,9 @@ class RealtimeEnv(gym.Env):
     episode ended returns the first observation of the episode the world has
     already started (the world does not wait for the agent); ``reset()`` in
     the middle of an episode asks the host to end it at its next tick.
+
+    At an episode's end ``step`` returns the **terminal** observation (and the reward up to it);
+    the world has already started the next episode, whose current observation ``reset()`` returns.
 
     ``think_time`` (virtual clock only) declares how many seconds each decision
     of the agent takes, so a slow agent can be studied without being slow.
@@ -141,17 +143,24 @@ class RealtimeEnv(gym.Env):
         latest = self._next_tick_boundary(current_tick)
         # virtual: the agent sees the observation at its tick's deadline, not `grace` later
         self._last_step_time = latest.time if self._clock.is_virtual else self._clock.now()
-        reward = latest.total_reward - prev.total_reward
+        obs, reward = latest.obs, latest.total_reward - prev.total_reward
         terminated = truncated = False
         if latest.episode != self._episode:
-            terminated = latest.last_end == END_TERMINATED
-            truncated = latest.last_end == END_TRUNCATED
+            # the world reset at once: the newest observation is the next episode's; the terminal
+            # one is kept in the slot as the final observation (what a value bootstrap needs)
+            final = session.slot.read_final()
+            if final.episode == self._episode:
+                obs, reward = final.obs, final.total_reward - prev.total_reward
+                terminated, truncated = final.terminated, final.truncated
+            else:  # more than one episode ended since the agent last looked: its terminal state is gone
+                terminated = latest.last_end == END_TERMINATED
+                truncated = latest.last_end == END_TRUNCATED
         info = self._info(latest, prev, seq)
         self._last = latest
         if terminated or truncated:
             self._episode = latest.episode
             self._between_episodes = True
-        return latest.obs, reward, terminated, truncated, info
+        return obs, reward, terminated, truncated, info
 
     def close(self) -> None:
         if self.session is not None:

@@ -2,7 +2,7 @@
 
 Every metric nonstop reports (τ_I, inaction, delay, lateness, regret) is computed
 from these columns, so any figure can be traced back to ticks. Rows are written
-into a preallocated float64 block (one tuple assignment per tick, no allocation
+into a preallocated float64 block (one `struct` pack per tick, no allocation
 on the per-tick path) and saved as a columnar ``.npz`` file with a JSON header.
 
 >>> log = TickLog(tau_m=1 / 60)
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import tempfile
 from pathlib import Path
 from typing import Any, Final
@@ -51,6 +52,7 @@ COLUMNS: Final[dict[str, tuple[str, str]]] = {
 }
 _NAMES: Final = tuple(COLUMNS)
 _INDEX: Final = {name: i for i, name in enumerate(_NAMES)}
+_ROW: Final = struct.Struct(f"={len(_NAMES)}d")  # one row of the float64 block, native byte order
 
 
 class TickLog:
@@ -89,13 +91,43 @@ class TickLog:
         step_s: float = 0.0,
         reset_s: float = 0.0,
     ) -> None:
-        if self._n == len(self._rows):
-            self._rows = np.concatenate([self._rows, np.zeros_like(self._rows)])
-        self._rows[self._n] = (
-            tick, deadline, time, time - deadline, source, worker, delay, obs_tick, action, tau_theta,
-            reward, episode, terminated, truncated, superseded, stale, step_s, reset_s,
+        """Add one tick by column name (see `COLUMNS`); ``lateness`` is computed."""
+        self.append_row(
+            tick, deadline, time, source, worker, delay, obs_tick, action, tau_theta, reward, episode,
+            terminated, truncated, superseded, stale, step_s, reset_s,
         )  # fmt: skip
-        self._n += 1
+
+    def append_row(
+        self,
+        tick: int,
+        deadline: float,
+        time: float,
+        source: int,
+        worker: int,
+        delay: int,
+        obs_tick: int,
+        action: float,
+        tau_theta: float,
+        reward: float,
+        episode: int,
+        terminated: bool,
+        truncated: bool,
+        superseded: int,
+        stale: int,
+        step_s: float,
+        reset_s: float = 0.0,
+    ) -> None:
+        """`append` with positional arguments in column order (less ``lateness``): the host's
+        per-tick path. One `struct` pack straight into the preallocated block (~0.3 µs; a keyword
+        call plus a numpy row assignment costs ~1 µs)."""
+        n = self._n
+        if n == len(self._rows):
+            self._rows = np.concatenate([self._rows, np.zeros_like(self._rows)])
+        _ROW.pack_into(
+            self._rows, n * _ROW.size, tick, deadline, time, time - deadline, source, worker, delay, obs_tick,
+            action, tau_theta, reward, episode, terminated, truncated, superseded, stale, step_s, reset_s,
+        )  # fmt: skip
+        self._n = n + 1
 
     def set_last(self, column: str, value: float) -> None:
         """Amend the newest row (the host adds the reset time after the step)."""

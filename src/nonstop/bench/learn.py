@@ -1,0 +1,127 @@
+"""``nonstop bench learn``: DQN through the whole realtime machinery (virtual clock).
+
+Two measurements, each a `nonstop.run.train` run on realtime CartPole (50 Hz):
+
+1. **Zero latency** (``--ticks``, default 100k): the mean return over the last 20 episodes, and
+   the first tick at which that mean reached ``--target`` (default 400). Target: reached within
+   100k env ticks.
+2. **The paper's ordering** (Figure 4) at one model latency (``--latency``, default 5 ticks):
+   staggered inference with asynchronous learning against the two sequential baselines
+   (infer-then-learn, learn-then-infer), same env, seed, budget and τ_L. The numbers are
+   reported, not asserted: a short run is noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import numpy as np
+
+__all__ = ["DESCRIPTION", "add_arguments", "run", "render", "first_reaching"]
+
+DESCRIPTION = "DQN on realtime CartPole: return within 100k ticks, staggered vs sequential baselines"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--env", default="CartPole", help="env id (default CartPole)")
+    p.add_argument("--ticks", type=int, default=100_000, help="env ticks of the zero-latency run")
+    p.add_argument("--target", type=float, default=400.0, help="mean return over the last 20 episodes to reach")
+    p.add_argument("--latency", default="5t", help="model latency of the ordering comparison (default 5 ticks)")
+    p.add_argument("--compare-ticks", type=int, default=30_000, help="env ticks of each ordering run")
+    p.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="env keyword argument, repeatable")
+    p.add_argument("--learning-starts", type=int, default=None, help="transitions before learning (default: the family's)")
+    p.add_argument("--tau-l", type=float, default=None, help="virtual seconds per update (default τ_M; ~0.25 for k=1 on 2 CPU cores)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def first_reaching(returns: list[float], end_ticks: list[int], target: float, window: int = 20) -> int | None:
+    """The env tick at which the mean of the last ``window`` returns first reached ``target``.
+
+    >>> first_reaching([1, 5, 9, 9], [10, 20, 30, 40], 7, window=2)
+    30
+    """
+    for i in range(window - 1, len(returns)):
+        if np.mean(returns[i - window + 1 : i + 1]) >= target:
+            return int(end_ticks[i])
+    return None
+
+
+def _episodes(log: Any) -> tuple[list[float], list[int]]:
+    from nonstop.metrics.timing import episode_returns
+
+    ended = (log["terminated"] | log["truncated"]).astype(bool)
+    return episode_returns(log), log["tick"][ended].astype(int).tolist()
+
+
+def _train(env: str, ticks: int, seed: int, env_args: list[str] | None = None, learning_starts: int | None = None,
+           **kw: Any) -> dict[str, Any]:  # fmt: skip
+    from nonstop.envs import env_info
+    from nonstop.learning.dqn import DQNConfig
+    from nonstop.run import TrainConfig, default_env_kwargs, parse_env_args, train
+
+    info = env_info(env)
+    overrides = {} if learning_starts is None else {"learning_starts": learning_starts}
+    cfg = TrainConfig(env=env, env_kwargs={**default_env_kwargs(info.family), **parse_env_args(env_args)},
+                      seconds=ticks / info.tick_hz, seed=seed, dqn=DQNConfig.for_family(info.family, **overrides), **kw)  # fmt: skip
+    result = train(cfg, progress_every=max(1.0, ticks / info.tick_hz / 20))
+    returns, ends = _episodes(result["tick_log"])
+    s = result["summary"]
+    return {
+        "ticks": result["ticks"],
+        "updates": result["updates"],
+        "episodes": len(returns),
+        "return_last20": float(np.mean(returns[-20:])) if returns else None,
+        "return_max": float(max(returns)) if returns else None,
+        "inaction_fraction": s["inaction_fraction"],
+        "delay_mean_ticks": s["delay_mean_ticks"],
+        "tau_i_mean_ticks": s["tau_i_mean_ticks"],
+        "wall_s": round(result["wall_s"], 1),
+        "_returns": returns,
+        "_ends": ends,
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    ticks, compare_ticks = args.ticks, args.compare_ticks
+    if args.quick:
+        ticks, compare_ticks = min(ticks, 3000), min(compare_ticks, 1500)
+    for name, value in (("--ticks", ticks), ("--compare-ticks", compare_ticks)):
+        if value < 100:
+            raise ValueError(f"{name} must be at least 100 ticks, got {value}")
+    common = {"env_args": args.env_arg, "learning_starts": args.learning_starts, "tau_l": args.tau_l}
+    zero = _train(args.env, ticks, args.seed, **common)
+    reached = first_reaching(zero.pop("_returns"), zero.pop("_ends"), args.target)
+    ordering = {}
+    for interaction in ("staggered", "infer_then_learn", "learn_then_infer"):
+        row = _train(args.env, compare_ticks, args.seed, interaction=interaction, latency=args.latency, **common)
+        row.pop("_returns"), row.pop("_ends")
+        ordering[interaction] = row
+    stag = ordering["staggered"]["return_last20"]
+    seq_best = max((ordering[k]["return_last20"] or float("-inf")) for k in ("infer_then_learn", "learn_then_infer"))
+    return {
+        "env": args.env,
+        "zero_latency": zero,
+        "target_return": args.target,
+        "ticks_to_target": reached,
+        "target_met": reached is not None and reached <= 100_000,
+        "latency": args.latency,
+        "ordering": ordering,
+        "staggered_beats_sequential": None if stag is None else bool(stag > seq_best),
+    }
+
+
+def render(result: dict[str, Any]) -> None:
+    z = result["zero_latency"]
+    print(f"zero latency, {z['ticks']:,} ticks: last-20 return {z['return_last20']}, "
+          f"target {result['target_return']} reached at tick {result['ticks_to_target']} ({z['wall_s']} s)")  # fmt: skip
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"latency {result['latency']}: the paper's ordering (Figure 4)")
+    for col in ("interaction", "return (last 20)", "inaction", "delay (ticks)", "updates", "episodes"):
+        table.add_column(col)
+    for name, r in result["ordering"].items():
+        table.add_row(name, f"{r['return_last20']:.1f}" if r["return_last20"] is not None else "—",
+                      f"{r['inaction_fraction']:.1%}", f"{r['delay_mean_ticks']:.2f}", f"{r['updates']:,}", str(r["episodes"]))  # fmt: skip
+    Console().print(table)

@@ -1,0 +1,226 @@
+"""``nonstop bench nlstar``: how many learners keep up with a 60 Hz world (the paper's Figure 8).
+
+For each model width ``k`` and batch size ``B``:
+
+* ``tau_l_update_s``: the median time of one DQN update (gradient of ``B`` transitions of 84×84×1
+  frames, then the Adam step), measured in one learner process with one torch thread;
+* ``tau_l_per_transition_s = tau_l_update_s / B`` and the theory ``N_L* = ⌈(τ_L/B)/τ_M⌉``:
+  learners needed to learn from every transition as the world produces them (60 per second);
+* the **measured** ``N_L*``: real `LearnerProcesses` (round-robin) on a full replay, N_L = 1, 2, …
+  up to the machine's cores, each run for ``--window`` seconds; the first N_L whose aggregate
+  throughput (updates/s × B) reaches 60 transitions/s. Past the core count a measurement would
+  only show the cores running out, so larger N_L* are reported as theory only;
+* the throughput scaling from N_L = 1 to 2 (target: near-linear on 2 cores);
+* the replay's own rates on 84×84 frames: transitions inserted per second (a frame copy and a
+  transition row, as the host's recorder does each tick) and transitions sampled per second in
+  batches of 32, against the 60 per second one realtime session produces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["DESCRIPTION", "add_arguments", "run", "render"]
+
+DESCRIPTION = "N_L*: learners needed to learn from every transition at 60 Hz, by model size and batch (Figure 8)"
+TICK_HZ = 60.0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--k", default="1,2", help="IMPALA widths, comma-separated (default 1,2)")
+    p.add_argument("--batch", default="16,32", help="batch sizes, comma-separated (default 16,32)")
+    p.add_argument("--window", type=float, default=8.0, help="seconds each N_L is measured for")
+    p.add_argument("--plot", default="nlstar.png", help="where to write the Figure 8 plot ('' for none)")
+
+
+def _numbers(text: str, kind: type, name: str) -> list[Any]:
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"{name} must be comma-separated numbers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise ValueError(f"{name} must be positive numbers, got {text!r}")
+    return values
+
+
+def _parts(k: float, batch: int, capacity: int = 2048) -> tuple[Any, ...]:
+    import torch
+
+    from nonstop.learning.dqn import DQNConfig, build_q_network, init_training
+    from nonstop.learning.replay import ReplayBuffer
+    from nonstop.learning.weights import SharedWeights, TrainingState
+
+    cfg = DQNConfig.for_family("atari", k=k, batch_size=batch, learning_starts=0, replay_capacity=capacity)
+    torch.manual_seed(0)
+    model = build_q_network((84, 84), 18, cfg)
+    n = sum(p.numel() for p in model.parameters())
+    state, weights = TrainingState.create(n), SharedWeights.create(n)
+    init_training(model, state, weights)
+    replay = ReplayBuffer.create(capacity=capacity, obs_shape=(84, 84), dtype=np.uint8)
+    rng = np.random.default_rng(0)
+    prev = replay.add_frame(rng.integers(0, 256, (84, 84), np.uint8))
+    for _ in range(capacity):
+        f = replay.add_frame(rng.integers(0, 256, (84, 84), np.uint8))
+        replay.add_transition(prev, int(rng.integers(18)), float(rng.normal()), 0.99, 1, f)
+        prev = f
+    return cfg, model, n, state, weights, replay
+
+
+def _update_time(k: float, batch: int, repeats: int) -> tuple[float, int]:
+    """Median seconds of one update in this process (one torch thread), and the parameter count."""
+    import torch
+
+    from nonstop.learning.learners import Learner, apply
+
+    torch.set_num_threads(1)
+    cfg, _, n, state, weights, replay = _parts(k, batch)
+    try:
+        learner = Learner(0, (84, 84), 18, cfg, state, weights, replay, seed=0)
+        times = []
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            grad, loss = learner.gradient()
+            apply(state, weights, grad, loss, cfg)
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times[1:])), n
+    finally:
+        for seg in (state, weights, replay):
+            seg.unlink()
+
+
+def _throughput(k: float, batch: int, n_learners: int, window: float) -> float:
+    """Transitions learned per second by ``n_learners`` round-robin learner processes."""
+    from nonstop.learning.learners import LearnerProcesses
+
+    cfg, _, _, state, weights, replay = _parts(k, batch)
+    group = None
+    try:
+        group = LearnerProcesses(n_learners=n_learners, mode="round_robin", obs_shape=(84, 84), n_actions=18,
+                                 cfg=cfg, state=state, weights=weights, replay=replay, seed=0).start()  # fmt: skip
+        deadline = time.monotonic() + 120
+        while state.updates < 2 * n_learners and time.monotonic() < deadline:  # every process up and learning
+            time.sleep(0.05)
+        u0, t0 = state.updates, time.monotonic()
+        time.sleep(window)
+        return (state.updates - u0) * batch / (time.monotonic() - t0)
+    finally:
+        if group is not None:
+            group.stop()
+        for seg in (state, weights, replay):
+            seg.unlink()
+
+
+def replay_rates(n: int = 20_000, batch: int = 32) -> dict[str, float]:
+    """Insert and sample rates of a `ReplayBuffer` of 84×84 uint8 frames, in transitions per second."""
+    from nonstop.learning.replay import ReplayBuffer
+
+    rb = ReplayBuffer.create(capacity=n, obs_shape=(84, 84), dtype=np.uint8)
+    try:
+        frame = np.random.default_rng(0).integers(0, 256, (84, 84), np.uint8)
+        prev = rb.add_frame(frame)
+        t0 = time.perf_counter()
+        for i in range(n):
+            f = rb.add_frame(frame)
+            rb.add_transition(prev, i % 18, 1.0, 0.99, 1, f)
+            prev = f
+        insert = n / (time.perf_counter() - t0)
+        rng = np.random.default_rng(1)
+        rounds = max(1, n // batch // 4)
+        t0 = time.perf_counter()
+        for _ in range(rounds):
+            rb.sample(batch, rng)
+        sample = rounds * batch / (time.perf_counter() - t0)
+    finally:
+        rb.unlink()
+    return {"replay_insert_per_s": insert, "replay_sample_per_s": sample}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    ks = _numbers(args.k, float, "--k")
+    batches = _numbers(args.batch, int, "--batch")
+    if not args.window > 0:
+        raise ValueError(f"--window must be positive seconds, got {args.window}")
+    window = min(args.window, 3.0) if args.quick else args.window
+    if args.quick:
+        ks, batches = ks[:1], batches[:1]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    tau_m = 1 / TICK_HZ
+    rows = []
+    for k in ks:
+        for batch in batches:
+            tau_update, n_params = _update_time(k, batch, repeats=3 if args.quick else 10)
+            per_transition = tau_update / batch
+            theory = max(1, math.ceil(per_transition / tau_m))
+            throughputs: dict[int, float] = {}
+            measured = None
+            for n_l in range(1, cores + 1):
+                throughputs[n_l] = _throughput(k, batch, n_l, window)
+                if throughputs[n_l] >= TICK_HZ and measured is None:
+                    measured = n_l
+                if measured is not None and n_l >= 2:
+                    break
+            rows.append({
+                "k": k, "batch": batch, "params": n_params, "tau_l_update_s": tau_update,
+                "tau_l_per_transition_s": per_transition, "tau_l_over_tau_m": per_transition / tau_m,
+                "nlstar_theory": theory, "nlstar_measured": measured,
+                "measured_beyond_cores": measured is None,
+                "throughput_transitions_per_s": {str(n): round(v, 1) for n, v in throughputs.items()},
+                "scaling_1_to_2": throughputs[2] / throughputs[1] if 2 in throughputs and throughputs[1] > 0 else None,
+            })  # fmt: skip
+    rates = replay_rates(5_000 if args.quick else 50_000)
+    result = {"tick_hz": TICK_HZ, "cores": cores, "window_s": window, "load_average": os.getloadavg()[0], "rows": rows,
+              **rates, "replay_rates_over_one_session": {k: v / TICK_HZ for k, v in rates.items()}}  # fmt: skip
+    if args.plot:
+        result["plot"] = str(_plot(rows, Path(args.plot)))
+    return result
+
+
+def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for batch in sorted({r["batch"] for r in rows}):
+        sel = [r for r in rows if r["batch"] == batch]
+        x = [r["tau_l_over_tau_m"] for r in sel]
+        ax.plot(x, [r["nlstar_theory"] for r in sel], "o--", label=f"theory, B={batch}")
+        meas = [(xi, r["nlstar_measured"]) for xi, r in zip(x, sel) if r["nlstar_measured"] is not None]
+        if meas:
+            ax.plot(*zip(*meas), "s", markersize=9, fillstyle="none", label=f"measured, B={batch}")
+    ax.set_xlabel("τ_L per transition / τ_M")
+    ax.set_ylabel("N_L*")
+    ax.set_title("Learners to learn from every transition at 60 Hz")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def render(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"N_L* at {result['tick_hz']:g} Hz ({result['cores']} cores, load {result['load_average']:.1f})")
+    for col in ("k", "B", "params", "τ_L/update", "τ_L/transition ÷ τ_M", "N_L* theory", "N_L* measured", "scaling 1→2"):
+        table.add_column(col)
+    for r in result["rows"]:
+        measured = str(r["nlstar_measured"]) if r["nlstar_measured"] is not None else f"> {result['cores']} cores"
+        scaling = f"{r['scaling_1_to_2']:.2f}x" if r["scaling_1_to_2"] else "—"
+        table.add_row(f"{r['k']:g}", str(r["batch"]), f"{r['params']:,}", f"{r['tau_l_update_s'] * 1e3:.1f} ms",
+                      f"{r['tau_l_over_tau_m']:.3f}", str(r["nlstar_theory"]), measured, scaling)  # fmt: skip
+    Console().print(table)
+    print(f"replay: {result['replay_insert_per_s']:,.0f} inserts/s, {result['replay_sample_per_s']:,.0f} samples/s "
+          f"(one realtime session produces {result['tick_hz']:g}/s)")  # fmt: skip
+    if result.get("plot"):
+        print(f"plot: {result['plot']}")

@@ -1,0 +1,242 @@
+"""DQN on the induced delayed semi-MDP, with the paper's defaults (DESIGN §3).
+
+One update, as the learners run it (Mnih et al. 2015; van Hasselt et al. 2016 for
+the double-DQN target)::
+
+    (s, a, R, γ_n, s') ~ replay                      # R, γ_n: see learning/replay.py
+    y      = R + γ_n · Q_target(s', argmax_a' Q(s', a'))   if double
+             R + γ_n · max_a' Q_target(s', a')              otherwise
+    loss   = Huber(Q(s, a) − y)                      # γ_n = 0 at a terminal: done masking
+    g      = ∇loss, clipped to global norm `max_grad_norm`
+    θ      ← Adam(θ, g)                              # applied by learners.py, in turn order
+    θ_target ← θ  every `target_update` updates
+
+`DQNPolicy` is the ε-greedy actor that inference workers run: it reloads the
+newest published weights (`SharedWeights`) before acting, and reads ε from the
+same header, which the trainer anneals 1.0 → 0.05 over the first 100k env ticks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from nonstop.learning.weights import SharedWeights, TrainingState, flat_parameters, load_flat
+from nonstop.policies.base import Decision, Policy
+
+if TYPE_CHECKING:
+    import torch
+
+    from nonstop.learning.replay import Batch
+
+__all__ = ["DQNConfig", "build_q_network", "DQNPolicy", "compute_gradient", "apply_gradient", "epsilon_at"]
+
+
+@dataclass
+class DQNConfig:
+    """DQN hyper-parameters. Defaults are the paper's (Implementation Details, §5)."""
+
+    gamma: float = field(default=0.99, metadata={"help": "discount per env tick (semi-MDP: γ^n over n ticks)"})
+    batch_size: int = field(default=16, metadata={"help": "transitions per gradient"})
+    lr: float = field(default=1e-5, metadata={"help": "Adam step size: 1e-5 Atari, 1e-3 Game Boy (paper)"})
+    adam_eps: float = field(default=1.5e-4, metadata={"help": "Adam epsilon"})
+    epsilon_start: float = field(default=1.0, metadata={"help": "exploration rate at tick 0"})
+    epsilon_end: float = field(default=0.05, metadata={"help": "exploration rate after the anneal"})
+    epsilon_ticks: int = field(default=100_000, metadata={"help": "env ticks of linear ε anneal"})
+    target_update: int = field(default=1000, metadata={"help": "updates between target-network syncs"})
+    max_grad_norm: float = field(default=10.0, metadata={"help": "global gradient-norm clip"})
+    double: bool = field(default=False, metadata={"help": "double DQN target"})
+    learning_starts: int = field(default=1000, metadata={"help": "transitions in replay before learning"})
+    replay_capacity: int = field(default=1_000_000, metadata={"help": "most recent transitions kept (paper: 1M)"})
+    hidden: tuple[int, ...] = field(default=(128, 128), metadata={"help": "MLP widths (vector observations)"})
+    k: float = field(default=1, metadata={"help": "IMPALA ResNet width factor (image observations)"})
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, name: str, what: str) -> None:
+            if not ok:
+                raise ValueError(f"DQNConfig.{name} must be {what}, got {getattr(self, name)!r}")
+
+        need(0.0 <= self.gamma <= 1.0, "gamma", "in [0, 1]")
+        for name in ("batch_size", "target_update", "replay_capacity", "epsilon_ticks"):
+            need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "a positive integer")
+        need(isinstance(self.learning_starts, int) and self.learning_starts >= 0, "learning_starts", "an integer >= 0")
+        need(self.lr > 0 and math.isfinite(self.lr), "lr", "a positive number")
+        need(self.max_grad_norm > 0, "max_grad_norm", "positive")
+        need(0.0 <= self.epsilon_end <= self.epsilon_start <= 1.0, "epsilon_end", "<= epsilon_start, both in [0, 1]")
+        self.hidden = tuple(int(h) for h in self.hidden)
+
+    @classmethod
+    def for_family(cls, family: str, **overrides: Any) -> "DQNConfig":
+        """The paper's settings for a world family, plus what a small classic-control
+        world needs to learn within 100k ticks."""
+        base: dict[str, Any] = {
+            "atari": {"lr": 1e-5},
+            "gameboy": {"lr": 1e-3},
+            "classic": {"lr": 5e-4, "batch_size": 64, "target_update": 500, "epsilon_ticks": 10_000,
+                        "learning_starts": 1000, "replay_capacity": 100_000, "double": True},
+        }.get(family, {})  # fmt: skip
+        return cls(**{**base, **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["hidden"] = list(self.hidden)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "DQNConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown DQN settings: {sorted(unknown)}")
+        return cls(**d)
+
+
+def epsilon_at(tick: int, cfg: DQNConfig) -> float:
+    """Linear anneal ``epsilon_start → epsilon_end`` over ``epsilon_ticks`` env ticks.
+
+    >>> cfg = DQNConfig()
+    >>> epsilon_at(0, cfg), epsilon_at(50_000, cfg), epsilon_at(10**6, cfg)
+    (1.0, 0.525, 0.05)
+    """
+    frac = min(1.0, max(0, tick) / cfg.epsilon_ticks)
+    return cfg.epsilon_start + frac * (cfg.epsilon_end - cfg.epsilon_start)
+
+
+def build_q_network(obs_shape: tuple[int, ...], n_actions: int, cfg: DQNConfig) -> "torch.nn.Module":
+    """An MLP for vector observations, the paper's IMPALA ResNet (width ``k``) for frames."""
+    from nonstop.policies.models import MLP, impala_resnet
+
+    if len(obs_shape) == 1:
+        return MLP(int(obs_shape[0]), n_actions, cfg.hidden)
+    if len(obs_shape) in (2, 3):
+        side = obs_shape[0] if len(obs_shape) == 2 or obs_shape[-1] <= 4 else obs_shape[1]
+        channels = 1 if len(obs_shape) == 2 else min(obs_shape[0], obs_shape[-1])
+        return impala_resnet(cfg.k, n_actions, channels, input_hw=int(side)).train()
+    raise ValueError(f"no Q-network for observations of shape {obs_shape}")
+
+
+def _to_tensor(x: np.ndarray) -> "torch.Tensor":
+    import torch
+
+    t = torch.from_numpy(np.ascontiguousarray(x))
+    if t.dtype == torch.uint8:
+        t = t.float().div_(255.0)
+        return t.unsqueeze(1) if t.ndim == 3 else t.permute(0, 3, 1, 2) if t.shape[-1] <= 4 else t
+    return t.float()
+
+
+def compute_gradient(
+    online: "torch.nn.Module", target: "torch.nn.Module", batch: "Batch", cfg: DQNConfig
+) -> tuple[np.ndarray, float]:
+    """The clipped DQN gradient of one batch at ``online``'s current parameters.
+
+    Returns the flat gradient (in ``parameters()`` order) and the loss.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    obs, next_obs = _to_tensor(batch.obs), _to_tensor(batch.next_obs)
+    action = torch.from_numpy(batch.action).long()
+    reward = torch.from_numpy(batch.reward).float()
+    discount = torch.from_numpy(batch.discount).float()
+    with torch.no_grad():
+        next_q = target(next_obs)
+        if cfg.double:
+            best = online(next_obs).argmax(1, keepdim=True)
+            bootstrap = next_q.gather(1, best).squeeze(1)
+        else:
+            bootstrap = next_q.max(1).values
+        y = reward + discount * bootstrap  # discount is 0 at terminals: done masking
+    q = online(obs).gather(1, action.unsqueeze(1)).squeeze(1)
+    loss = F.smooth_l1_loss(q, y)
+    online.zero_grad(set_to_none=False)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(online.parameters(), cfg.max_grad_norm)
+    grad = torch.cat([p.grad.reshape(-1) for p in online.parameters()]).numpy().copy()
+    return grad, float(loss.detach())
+
+
+def apply_gradient(state: TrainingState, weights: SharedWeights, grad: np.ndarray, cfg: DQNConfig) -> int:
+    """One Adam step on the master parameters, target sync, publish to workers.
+
+    The caller guarantees exclusive access (round-robin turn, or the Hogwild
+    choice not to). Returns the number of updates applied so far.
+    """
+    import torch
+
+    step = state.updates + 1
+    b1, b2 = 0.9, 0.999
+    p, m, v = (torch.from_numpy(a) for a in (state.params, state.adam_m, state.adam_v))
+    g = torch.from_numpy(grad)
+    m.mul_(b1).add_(g, alpha=1 - b1)
+    v.mul_(b2).addcmul_(g, g, value=1 - b2)
+    denom = v.sqrt().div_(math.sqrt(1 - b2**step)).add_(cfg.adam_eps)
+    p.addcdiv_(m, denom, value=-cfg.lr / (1 - b1**step))
+    if step % cfg.target_update == 0:  # a seqlock: odd while the copy is being written
+        word = TrainingState.TARGET_VERSION
+        state.set_counter(word, state.counter(word) + 1)
+        state.target[:] = state.params
+        state.set_counter(word, state.counter(word) + 1)
+    state.set_counter(TrainingState.UPDATES, step)
+    weights.publish(state.params)
+    return step
+
+
+def init_training(model: "torch.nn.Module", state: TrainingState, weights: SharedWeights) -> None:
+    """Start a run from ``model``'s initial parameters."""
+    flat = flat_parameters(model)
+    state.params[:] = flat
+    state.target[:] = flat
+    state.adam_m[:] = 0
+    state.adam_v[:] = 0
+    weights.publish(flat)
+
+
+class DQNPolicy(Policy):
+    """ε-greedy over a Q-network whose weights come from `SharedWeights`.
+
+    Before each action it reloads the weights if a newer version was published
+    (a copy of one complete version: never a half-written one) and reads ε from
+    the weights' header. Build it with `make_dqn_policy` in the worker's own
+    process (it is a module-level factory, so `ProcessPolicy` can spawn it).
+    """
+
+    def __init__(self, model: "torch.nn.Module", weights: SharedWeights, action_space: Any, *,
+                 seed: int | None = None, num_threads: int | None = 1) -> None:  # fmt: skip
+        self.model = model.eval()
+        self.weights = weights
+        self.action_space = action_space
+        self.n = int(action_space.n)
+        self.version = 0
+        self._flat = np.empty(weights.n_params, np.float32)
+        self._rng = np.random.default_rng(seed)
+        self._threads = num_threads
+        self._threads_set = False
+
+    def seed(self, seed: int | None) -> None:
+        self._rng = np.random.default_rng(seed)
+
+    def act(self, obs: np.ndarray) -> Decision:
+        import torch
+
+        if not self._threads_set and self._threads is not None:
+            torch.set_num_threads(self._threads)
+            self._threads_set = True
+        if self.weights.version != self.version:
+            self.version = self.weights.read_into(self._flat)
+            load_flat(self.model, self._flat)
+        if self._rng.random() < self.weights.epsilon:
+            return Decision(int(self._rng.integers(self.n)))
+        with torch.inference_mode():
+            q = self.model(_to_tensor(np.asarray(obs)[None]))
+        return Decision(int(q.argmax(1)))
+
+
+def make_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_dict: dict[str, Any],
+                    weights: SharedWeights, seed: int | None = None) -> DQNPolicy:  # fmt: skip
+    """Module-level factory (picklable with functools.partial) for worker processes."""
+    cfg = DQNConfig.from_dict(cfg_dict)
+    return DQNPolicy(build_q_network(obs_shape, int(action_space.n), cfg), weights, action_space, seed=seed)

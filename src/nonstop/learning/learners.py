@@ -1,0 +1,332 @@
+"""N_L asynchronous learners (DESIGN §3).
+
+Every learner loops::
+
+    θ_v   <- newest published weights (a complete version v)      # SharedWeights
+    batch <- replay.sample(B)
+    g     <- ∇ DQN loss at θ_v                                     # takes τ_L
+    apply g to the master parameters, then publish θ_{v'}          # how: the mode
+
+Modes:
+
+* ``round_robin`` — Langford, Smola & Zinkevich, *Slow learners are fast*:
+  learners apply their gradients in a fixed cyclic order 0, 1, …, N_L−1, 0, …
+  (a shared ``turn`` counter). Gradient computation overlaps; updates never
+  overwrite each other and each gradient is at most N_L − 1 versions stale.
+* ``hogwild`` — Recht et al.: each learner applies as soon as it is done, with
+  no ordering and no lock on the master parameters.
+* ``parallel`` — a synchronous large batch: all N_L learners compute on the
+  same version, learner 0 averages the N_L gradients and applies one update.
+
+`VirtualLearners` runs them as timed processes on the virtual clock (an update
+*takes* its declared ``tau_l``); `LearnerProcesses` runs them as processes on
+the wall clock (real τ_L), with a supervisor that restarts a dead learner from
+the shared weights and keeps the turn moving past it.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing as mp
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, Final
+
+import numpy as np
+
+from nonstop.learning.dqn import DQNConfig, apply_gradient, build_q_network, compute_gradient
+from nonstop.learning.replay import ReplayBuffer
+from nonstop.learning.weights import SharedWeights, TrainingState, _Segment, load_flat
+
+__all__ = ["LEARNER_MODES", "Learner", "VirtualLearners", "LearnerProcesses"]
+
+LEARNER_MODES: Final = ("round_robin", "hogwild", "parallel")
+_LOSS: Final = 7  # float64 header word of TrainingState: the latest loss
+
+
+def check_mode(mode: str, n_learners: int) -> None:
+    if mode not in LEARNER_MODES:
+        raise ValueError(f"unknown learner mode {mode!r}; choose one of {', '.join(LEARNER_MODES)}")
+    if not isinstance(n_learners, int) or isinstance(n_learners, bool) or n_learners < 1:
+        raise ValueError(f"n_learners must be an integer >= 1, got {n_learners!r}")
+
+
+class GradientSlots(_Segment):
+    """Per-learner gradient vectors for the ``parallel`` mode (N_L × n_params)."""
+
+    _kind = "grads"
+    _vectors = ("flat",)
+
+    def slot(self, i: int, n_params: int) -> np.ndarray:
+        return self.flat[i * n_params : (i + 1) * n_params]
+
+
+class Learner:
+    """One learner's own networks and random stream (lives in the learner's process)."""
+
+    def __init__(self, index: int, obs_shape: tuple[int, ...], n_actions: int, cfg: DQNConfig,
+                 state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, seed: int | None) -> None:  # fmt: skip
+        self.index, self.cfg = index, cfg
+        self.state, self.weights, self.replay = state, weights, replay
+        self.online = build_q_network(obs_shape, n_actions, cfg).train()
+        self.target = build_q_network(obs_shape, n_actions, cfg).eval()
+        self._flat = np.empty(weights.n_params, np.float32)
+        self._target_version = -1
+        self.rng = np.random.default_rng(seed)
+        self.version = 0
+        self.gradients = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.replay.transitions_written >= max(self.cfg.learning_starts, 2)
+
+    def gradient(self) -> tuple[np.ndarray, float] | None:
+        """The gradient of one fresh batch at the newest complete weights (``None``: no batch yet)."""
+        batch = self.replay.sample(self.cfg.batch_size, self.rng)
+        if batch is None:
+            return None
+        self.version = self.weights.read_into(self._flat)
+        load_flat(self.online, self._flat)
+        self._sync_target()
+        self.gradients += 1
+        return compute_gradient(self.online, self.target, batch, self.cfg)
+
+    def _sync_target(self) -> None:
+        word = TrainingState.TARGET_VERSION
+        for _ in range(100):
+            v = self.state.counter(word)
+            if v == self._target_version:
+                return
+            if v % 2:  # a sync is being written: wait for it
+                time.sleep(0.0001)
+                continue
+            self._flat[:] = self.state.target
+            if self.state.counter(word) == v:  # seqlock: no sync overlapped the copy
+                load_flat(self.target, self._flat)
+                self._target_version = v
+                return
+
+
+def apply(state: TrainingState, weights: SharedWeights, grad: np.ndarray, loss: float, cfg: DQNConfig) -> int:
+    state._hdr_f[_LOSS] = loss
+    return apply_gradient(state, weights, grad, cfg)
+
+
+# ----------------------------------------------------------------------------- virtual clock
+
+
+class VirtualLearners:
+    """N_L learners as timed processes on a `VirtualClock`: each update takes
+    ``tau_l`` seconds of virtual time (0: as fast as the env ticks, one update per
+    learner per tick). Learner i starts ``i·tau_l/N_L`` late, so updates interleave."""
+
+    def __init__(self, clock: Any, tau_m: float, *, n_learners: int, mode: str, tau_l: float, learners: list[Learner],
+                 state: TrainingState, weights: SharedWeights, cfg: DQNConfig) -> None:  # fmt: skip
+        check_mode(mode, n_learners)
+        if not (tau_l >= 0 and np.isfinite(tau_l)):
+            raise ValueError(f"tau_l must be a finite number of seconds >= 0, got {tau_l!r}")
+        self.clock, self.tau_m, self.n, self.mode = clock, tau_m, n_learners, mode
+        self.period = tau_l if tau_l > 0 else tau_m
+        self.learners, self.state, self.weights, self.cfg = learners, state, weights, cfg
+        self.losses: list[float] = []
+        self.applied_by: list[int] = []  # which learner applied each update, in order
+        self._stop = False
+
+    def start(self) -> "VirtualLearners":
+        if self.mode == "parallel":
+            self.clock.spawn(self._parallel(), name="learners", priority=3)
+        else:
+            for learner in self.learners:
+                self.clock.spawn(self._loop(learner), name=f"learner-{learner.index}", priority=3)
+        return self
+
+    def stop(self) -> None:
+        self._stop = True
+
+    def _loop(self, learner: Learner) -> Iterator[float]:
+        t = self.clock.now() + learner.index * self.period / self.n
+        yield t
+        while not self._stop:
+            out = learner.gradient() if learner.ready else None
+            t += self.period
+            yield t
+            if out is None:
+                continue
+            if self.mode == "round_robin":
+                while self.state.counter(TrainingState.TURN) % self.n != learner.index:
+                    t += self.tau_m / 8  # not our turn yet: the update waits, the gradient ages
+                    yield t
+            self.losses.append(out[1])
+            self.applied_by.append(learner.index)
+            apply(self.state, self.weights, out[0], out[1], self.cfg)
+            self.state.set_counter(TrainingState.TURN, self.state.counter(TrainingState.TURN) + 1)
+
+    def _parallel(self) -> Iterator[float]:
+        t = self.clock.now()
+        while not self._stop:
+            outs = [learner.gradient() for learner in self.learners if learner.ready]
+            outs = [o for o in outs if o is not None]
+            t += self.period
+            yield t
+            if outs:
+                grad = np.mean([g for g, _ in outs], axis=0).astype(np.float32)
+                loss = float(np.mean([l for _, l in outs]))
+                self.losses.append(loss)
+                apply(self.state, self.weights, grad, loss, self.cfg)
+
+
+# ----------------------------------------------------------------------------- wall clock
+
+
+def _learner_main(index: int, n: int, mode: str, obs_shape: tuple[int, ...], n_actions: int, cfg_dict: dict,
+                  state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, grads: GradientSlots | None,
+                  publish_lock: Any, seed: int | None, torch_threads: int) -> None:  # fmt: skip
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer decides when learners stop
+    import torch
+
+    torch.set_num_threads(torch_threads)
+    cfg = DQNConfig.from_dict(cfg_dict)
+    learner = Learner(index, obs_shape, n_actions, cfg, state, weights, replay, seed)
+    turn = TrainingState.TURN
+    try:
+        while not state.stop_requested:
+            if not learner.ready:
+                time.sleep(0.01)
+                continue
+            if mode == "parallel":
+                _parallel_step(learner, index, n, state, weights, grads, cfg)
+                continue
+            out = learner.gradient()
+            if out is None:
+                time.sleep(0.001)
+                continue
+            if mode == "round_robin":
+                while state.counter(turn) % n != index and not state.stop_requested:
+                    time.sleep(0.0001)
+                if state.stop_requested:
+                    break
+                apply(state, weights, out[0], out[1], cfg)
+                state.set_counter(turn, state.counter(turn) + 1)
+            else:  # hogwild: no order, no lock on the master; publishes are serialised
+                with publish_lock:
+                    apply(state, weights, out[0], out[1], cfg)
+    finally:
+        for seg in (state, weights, replay, grads):
+            if seg is not None:
+                seg.close()
+
+
+def _parallel_step(learner: Learner, index: int, n: int, state: TrainingState, weights: SharedWeights,
+                   grads: GradientSlots, cfg: DQNConfig) -> None:  # fmt: skip
+    """All learners compute at the same version; learner 0 averages and applies."""
+    turn = TrainingState.TURN
+    round_ = state.counter(turn)  # counts finished rounds
+    out = learner.gradient()
+    size = weights.n_params
+    if out is None:
+        time.sleep(0.001)
+        return
+    grads.slot(index, size)[:] = out[0]
+    grads._hdr[index] = round_ + 1  # header word i: learner i's gradient for this round is in place
+    if index == 0:
+        while not state.stop_requested and any(int(grads._hdr[i]) != round_ + 1 for i in range(n)):
+            time.sleep(0.0001)
+        grad = grads.flat[: n * size].reshape(n, size).mean(0)
+        apply(state, weights, grad, out[1], cfg)
+        state.set_counter(turn, round_ + 1)
+    else:
+        while not state.stop_requested and state.counter(turn) == round_:
+            time.sleep(0.0001)
+
+
+class LearnerProcesses:
+    """N_L learner processes on the wall clock, supervised.
+
+    A learner that dies is restarted (it reloads the shared weights; nothing it
+    held is needed); in ``round_robin`` mode a dead learner's turn is skipped so
+    the others never wait on it.
+    """
+
+    def __init__(self, *, n_learners: int, mode: str, obs_shape: tuple[int, ...], n_actions: int, cfg: DQNConfig,
+                 state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, seed: int | None = None,
+                 torch_threads: int = 1, restart: bool = True) -> None:  # fmt: skip
+        check_mode(mode, n_learners)
+        if mode == "parallel" and n_learners > 8:
+            raise ValueError("parallel mode supports at most 8 learners")
+        self.n, self.mode = n_learners, mode
+        self.obs_shape, self.n_actions, self.cfg = tuple(obs_shape), n_actions, cfg
+        self.state, self.weights, self.replay = state, weights, replay
+        self.seed, self.torch_threads, self.restart = seed, torch_threads, restart
+        self.grads = GradientSlots.create(n_learners * weights.n_params) if mode == "parallel" else None
+        self._ctx = mp.get_context("spawn")
+        self._lock = self._ctx.Lock()
+        self.processes: list[Any] = [None] * n_learners
+        self.restarts = [0] * n_learners
+        self.events: list[tuple[float, int, str]] = []
+        self._stop = threading.Event()
+        self._monitor: threading.Thread | None = None
+
+    def _spawn(self, i: int) -> None:
+        seed = None if self.seed is None else self.seed * 1000 + i + 7919 * self.restarts[i]
+        target = functools.partial(
+            _learner_main, i, self.n, self.mode, self.obs_shape, self.n_actions, self.cfg.to_dict(),
+            self.state, self.weights, self.replay, self.grads, self._lock, seed, self.torch_threads,
+        )  # fmt: skip
+        p = self._ctx.Process(target=target, name=f"nonstop-learner-{i}", daemon=True)
+        p.start()
+        self.processes[i] = p
+
+    def start(self) -> "LearnerProcesses":
+        for i in range(self.n):
+            self._spawn(i)
+        self._monitor = threading.Thread(target=self._supervise, name="nonstop-learner-supervisor", daemon=True)
+        self._monitor.start()
+        return self
+
+    def _supervise(self) -> None:
+        turn = TrainingState.TURN
+        while not self._stop.wait(0.05):
+            for i, p in enumerate(self.processes):
+                if p is None or p.is_alive() or self._stop.is_set():
+                    continue
+                self.events.append((time.monotonic(), i, f"died (exit code {p.exitcode})"))
+                p.join()
+                if self.mode == "round_robin" and self.state.counter(turn) % self.n == i:
+                    self.state.set_counter(turn, self.state.counter(turn) + 1)  # skip its turn
+                if self.restart:
+                    self.restarts[i] += 1
+                    self._spawn(i)
+                    self.events.append((time.monotonic(), i, "restarted"))
+                else:
+                    self.processes[i] = None
+
+    def kill(self, i: int) -> None:
+        """Kill learner ``i`` as a crash would (tests and drills)."""
+        if not 0 <= i < self.n:
+            raise ValueError(f"no learner {i}; learners are 0..{self.n - 1}")
+        self.processes[i].kill()
+
+    @property
+    def loss(self) -> float:
+        return float(self.state._hdr_f[_LOSS])
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._monitor is not None:
+            self._monitor.join(timeout=2)
+        self.state.request_stop()
+        for p in self.processes:
+            if p is None:
+                continue
+            p.join(timeout=timeout)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        if self.grads is not None:
+            self.grads.unlink()
+
+    def report(self) -> dict[str, Any]:
+        return {"n_learners": self.n, "mode": self.mode, "restarts": list(self.restarts),
+                "events": [(round(t, 3), i, what) for t, i, what in self.events]}  # fmt: skip

@@ -1,0 +1,428 @@
+"""Shared replay of the induced delayed semi-MDP (paper, Definition 1; DESIGN §3).
+
+How a transition is formed
+--------------------------
+The host applies one action per tick. Only the ticks where an *agent* action is
+applied are decisions of the semi-MDP; β fills the ticks in between. For the
+agent actions applied at ticks ``t_1 < t_2 < …`` of one episode, computed on the
+observations of ticks ``o_1, o_2, …`` (``o_i = t_i − delay_i``)::
+
+    s_i   = obs(o_i)                        the observation a_i was computed on
+    a_i   = the action applied at t_i
+    R_i   = Σ_{k=0}^{n_i−1} γ^k · r(t_i + k)  every reward from t_i until the next
+                                            agent action, β ticks included
+    n_i   = t_{i+1} − t_i                   ticks the decision lasted
+    s'_i  = obs(o_{i+1})                    the next *decision* observation
+    γ_i   = γ^{n_i}                         discount for bootstrapping from s'_i
+
+Rewards are discounted per tick, so a sequential agent acting every k ticks and a
+staggered agent acting every tick value the same stream of rewards equally. At
+an episode end at tick ``T`` the open decision closes there: ``s'`` is the
+terminal observation, ``γ_i = 0`` when the env terminated (done masking) and
+``γ^{n_i}`` when it was truncated (a time limit is not a terminal state). The β
+ticks of an episode before its first agent action belong to no decision.
+
+Frames are stored once: the host keeps a short ring of its recent observations
+(``history`` ticks, enough for the longest delay), and copies a frame into the
+replay only when a decision refers to it; transitions hold frame indices.
+
+Ownership: `ReplayBuffer.create` owns the shared memory and must ``unlink``; the
+host process holds the only writer (`ReplayRecorder`); learners attach by
+pickling the buffer and only ``sample``.
+
+>>> b = SemiMDPBuilder(gamma=0.5)
+>>> b.on_tick(1, agent=True, action=2, obs_tick=0, reward=1.0)
+[]
+>>> b.on_tick(2, agent=False, action=0, obs_tick=-1, reward=4.0)
+[]
+>>> [(t.s_tick, t.action, t.reward, t.n_ticks, t.next_tick) for t in b.on_tick(3, agent=True, action=1, obs_tick=2, reward=0.0)]
+[(0, 2, 3.0, 2, 2)]
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Final, NamedTuple
+
+import numpy as np
+
+from nonstop.realtime.channels import _attach, _new_segment
+
+__all__ = ["SemiMDPBuilder", "Transition", "ReplayBuffer", "ReplayRecorder", "Batch", "replay_bytes", "ReplayTooLargeError"]
+
+TERMINAL: Final = -2  # `next_tick` of a transition that ends at an episode end: its next frame is the terminal one
+
+
+class Transition(NamedTuple):
+    """One decision of the semi-MDP, frames named by tick (``TERMINAL``: the episode's terminal observation)."""
+
+    s_tick: int
+    action: int
+    reward: float
+    discount: float
+    n_ticks: int
+    next_tick: int
+    episode: int
+
+
+class SemiMDPBuilder:
+    """Pure logic: host ticks in, semi-MDP transitions out (see the module docstring).
+
+    Call ``on_tick`` once per tick in order, with ``terminated``/``truncated`` set on
+    the tick an episode ends at; the next tick belongs to the next episode.
+    """
+
+    def __init__(self, gamma: float) -> None:
+        if not (isinstance(gamma, (int, float)) and 0.0 <= gamma <= 1.0):
+            raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+        self.gamma = float(gamma)
+        self.episode = 0
+        self._open: list[Any] | None = None  # [s_tick, action, reward_sum, n_ticks]
+
+    def on_tick(
+        self,
+        tick: int,
+        *,
+        agent: bool,
+        action: int,
+        obs_tick: int,
+        reward: float,
+        terminated: bool = False,
+        truncated: bool = False,
+    ) -> list[Transition]:
+        out: list[Transition] = []
+        pending = self._open
+        if agent:
+            if pending is not None:  # the decision before this one ends here; this action's obs is its s'
+                s, a, ret, n = pending
+                out.append(Transition(s, a, ret, self.gamma**n, n, obs_tick, self.episode))
+            self._open = pending = [obs_tick, action, float(reward), 1]
+        elif pending is not None:  # β tick inside a decision: its reward belongs to that decision
+            pending[2] += self.gamma ** pending[3] * float(reward)
+            pending[3] += 1
+        if terminated or truncated:
+            if pending is not None:
+                s, a, ret, n = pending
+                discount = 0.0 if terminated else self.gamma**n
+                out.append(Transition(s, a, ret, discount, n, TERMINAL, self.episode))
+            self._open = None
+            self.episode += 1
+        return out
+
+
+# ----------------------------------------------------------------------------- memory
+
+
+class ReplayTooLargeError(MemoryError, ValueError):
+    """The replay would not fit in shared memory or RAM on this machine."""
+
+
+_T_COLS: Final = (("s_frame", np.int64), ("next_frame", np.int64), ("action", np.int64),
+                  ("reward", np.float32), ("discount", np.float32), ("n_ticks", np.int32))  # fmt: skip
+_HDR: Final = 8  # int64 words: transitions, frames, episodes; ticks, agent ticks, delay sum; spare
+_COUNT, _FRAMES, _EPISODES, _TICKS, _AGENT, _DELAY_SUM = 0, 1, 2, 3, 4, 5
+#: finished episodes kept for the trainer to read (end tick, return, length in ticks)
+EPISODE_RING: Final = 1024
+
+
+def _layout(capacity: int, frame_capacity: int, obs_shape: tuple[int, ...], dtype: np.dtype) -> tuple[dict, int]:
+    offsets, off = {}, _HDR * 8
+    frame_bytes = int(np.prod(obs_shape, dtype=np.int64)) * dtype.itemsize
+
+    def put(name: str, nbytes: int) -> None:
+        nonlocal off
+        offsets[name] = off
+        off += -(-nbytes // 64) * 64  # 64-byte aligned columns
+
+    put("episodes", EPISODE_RING * 3 * 8)
+    put("frames", frame_capacity * frame_bytes)
+    put("frame_id", frame_capacity * 8)
+    for name, dt in _T_COLS:
+        put(name, capacity * np.dtype(dt).itemsize)
+    return offsets, off
+
+
+def replay_bytes(capacity: int, obs_shape: tuple[int, ...], dtype: Any = np.uint8) -> int:
+    """Shared memory a replay of ``capacity`` transitions needs (frames stored once).
+
+    >>> round(replay_bytes(1_000_000, (84, 84)) / 2**30, 2)  # the paper's 1M transitions of 84x84x1 frames
+    7.43
+    """
+    return _layout(capacity, _frame_capacity(capacity), tuple(obs_shape), np.dtype(dtype))[1]
+
+
+def _frame_capacity(capacity: int) -> int:
+    # each decision stores about one new frame, plus one terminal frame per episode
+    return capacity + max(64, capacity // 8)
+
+
+def _available_bytes() -> tuple[int, str]:
+    """The tighter of free /dev/shm and MemAvailable, with where the limit comes from."""
+    limits: list[tuple[int, str]] = []
+    try:
+        st = os.statvfs("/dev/shm")
+        limits.append((st.f_bavail * st.f_frsize, "free space in /dev/shm"))
+    except OSError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    limits.append((int(line.split()[1]) * 1024, "MemAvailable"))
+    except OSError:
+        pass
+    return min(limits) if limits else (1 << 62, "unknown")
+
+
+class Batch(NamedTuple):
+    obs: np.ndarray
+    action: np.ndarray
+    reward: np.ndarray
+    discount: np.ndarray
+    next_obs: np.ndarray
+    n_ticks: np.ndarray
+
+
+class ReplayBuffer:
+    """The most recent ``capacity`` semi-MDP transitions in shared memory.
+
+    Single writer (the host's `ReplayRecorder`), many samplers in any process.
+    A sampler never returns a frame that was being overwritten while it copied it:
+    each frame slot carries the id of the frame in it, checked before and after
+    the copy, and a sample whose frames were recycled is dropped and counted.
+
+    >>> rb = ReplayBuffer.create(capacity=4, obs_shape=(2,), dtype=np.float32)
+    >>> f0 = rb.add_frame(np.array([0, 1], np.float32)); f1 = rb.add_frame(np.array([2, 3], np.float32))
+    >>> rb.add_transition(f0, 1, 0.5, 0.99, 1, f1)
+    >>> b = rb.sample(2, np.random.default_rng(0))
+    >>> b.obs.tolist(), b.next_obs.tolist(), b.action.tolist()
+    ([[0.0, 1.0], [0.0, 1.0]], [[2.0, 3.0], [2.0, 3.0]], [1, 1])
+    >>> rb.unlink()
+    """
+
+    def __init__(self, name: str, capacity: int, obs_shape: tuple[int, ...], dtype: str, *, _shm: Any = None) -> None:
+        self.name, self.capacity, self.obs_shape, self.dtype = name, int(capacity), tuple(obs_shape), np.dtype(dtype)
+        self.frame_capacity = _frame_capacity(self.capacity)
+        self._shm = _shm if _shm is not None else _attach(name)
+        self._owner = _shm is not None
+        offsets, self.nbytes = _layout(self.capacity, self.frame_capacity, self.obs_shape, self.dtype)
+        buf = self._shm.buf
+        self._hdr = np.ndarray((_HDR,), np.int64, buf, 0)
+        self.frames = np.ndarray((self.frame_capacity, *self.obs_shape), self.dtype, buf, offsets["frames"])
+        self.frame_id = np.ndarray((self.frame_capacity,), np.int64, buf, offsets["frame_id"])
+        self.cols = {n: np.ndarray((self.capacity,), dt, buf, offsets[n]) for n, dt in _T_COLS}
+        self._episodes = np.ndarray((EPISODE_RING, 3), np.float64, buf, offsets["episodes"])
+        self.dropped_recycled = 0
+
+    @classmethod
+    def create(cls, *, capacity: int, obs_shape: tuple[int, ...], dtype: Any = np.uint8, check_memory: bool = True) -> "ReplayBuffer":
+        if not isinstance(capacity, (int, np.integer)) or isinstance(capacity, bool) or capacity < 1:
+            raise ValueError(f"replay capacity must be a positive integer, got {capacity!r}")
+        dtype = np.dtype(dtype)
+        if dtype.kind not in "biuf":
+            raise TypeError(f"replay frames must be numeric, got dtype {dtype}")
+        need = replay_bytes(int(capacity), tuple(obs_shape), dtype)
+        if check_memory:
+            have, where = _available_bytes()
+            if need > have * 0.9:
+                raise ReplayTooLargeError(
+                    f"a replay of {capacity:,} transitions of {tuple(obs_shape)} {dtype} frames needs "
+                    f"{need / 2**30:.2f} GiB of shared memory, but {where} is {have / 2**30:.2f} GiB: "
+                    f"lower --replay-capacity to about {int(capacity * have * 0.8 / need):,}"
+                )
+        shm = _new_segment(need, "replay")
+        rb = cls(shm.name, int(capacity), tuple(obs_shape), dtype.str, _shm=shm)
+        rb._hdr[:] = 0
+        rb.frame_id[:] = -1
+        return rb
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.name, self.capacity, self.obs_shape, self.dtype.str))
+
+    # ---------------------------------------------------------------- writer side
+    @property
+    def size(self) -> int:
+        return int(min(self._hdr[_COUNT], self.capacity))
+
+    @property
+    def transitions_written(self) -> int:
+        return int(self._hdr[_COUNT])
+
+    def add_frame(self, frame: np.ndarray) -> int:
+        """Store one frame; returns its id (ids grow forever, slots are recycled)."""
+        fid = int(self._hdr[_FRAMES])
+        slot = fid % self.frame_capacity
+        self.frame_id[slot] = -1  # invalid while being written
+        self.frames[slot] = frame
+        self.frame_id[slot] = fid
+        self._hdr[_FRAMES] = fid + 1
+        return fid
+
+    @property
+    def episodes_finished(self) -> int:
+        return int(self._hdr[_EPISODES])
+
+    def add_episode(self, end_tick: int, episode_return: float, length: int) -> None:
+        """Record a finished episode (the host's recorder sees every reward of it)."""
+        n = int(self._hdr[_EPISODES])
+        self._episodes[n % EPISODE_RING] = (end_tick, episode_return, length)
+        self._hdr[_EPISODES] = n + 1
+
+    def count_tick(self, agent: bool, delay: int) -> None:
+        h = self._hdr
+        h[_TICKS] += 1
+        if agent:
+            h[_AGENT] += 1
+            h[_DELAY_SUM] += delay
+
+    def tick_counters(self) -> tuple[int, int, int]:
+        """``(ticks, agent ticks, sum of agent delays)`` the host has recorded so far."""
+        h = self._hdr
+        return int(h[_TICKS]), int(h[_AGENT]), int(h[_DELAY_SUM])
+
+    def episodes_since(self, first: int) -> list[tuple[int, int, float, int]]:
+        """``(index, end_tick, return, length)`` of finished episodes ``first…`` still in the ring."""
+        n = int(self._hdr[_EPISODES])
+        rows = self._episodes[[i % EPISODE_RING for i in range(max(first, n - EPISODE_RING), n)]]
+        return [(i, int(e), float(r), int(length)) for i, (e, r, length) in zip(range(max(first, n - EPISODE_RING), n), rows)]
+
+    def add_transition(self, s_frame: int, action: int, reward: float, discount: float, n_ticks: int, next_frame: int) -> None:
+        count = int(self._hdr[_COUNT])
+        i = count % self.capacity
+        c = self.cols
+        c["s_frame"][i], c["next_frame"][i], c["action"][i] = s_frame, next_frame, action
+        c["reward"][i], c["discount"][i], c["n_ticks"][i] = reward, discount, n_ticks
+        self._hdr[_COUNT] = count + 1
+
+    # ---------------------------------------------------------------- sampler side
+    def sample(self, batch_size: int, rng: np.random.Generator) -> Batch | None:
+        """``batch_size`` transitions drawn uniformly from the newest ``capacity``
+        (``None`` while the replay is empty). Samples whose frames were recycled
+        mid-copy are redrawn a few times, then dropped (counted)."""
+        count = int(self._hdr[_COUNT])
+        size = min(count, self.capacity - 1)  # once full, leave out the slot the writer fills next
+        if size < 1:
+            return None
+        first = count - size  # oldest usable transition number
+        idx = (first + rng.integers(0, size, batch_size)) % self.capacity
+        c = self.cols
+        s_f, n_f = c["s_frame"][idx], c["next_frame"][idx]
+        obs = self.frames[s_f % self.frame_capacity]
+        next_obs = self.frames[n_f % self.frame_capacity]
+        ok = (self.frame_id[s_f % self.frame_capacity] == s_f) & (self.frame_id[n_f % self.frame_capacity] == n_f)
+        if not ok.all():
+            self.dropped_recycled += int((~ok).sum())
+            keep = np.flatnonzero(ok)
+            if keep.size == 0:
+                return None
+            idx, obs, next_obs = idx[keep], obs[keep], next_obs[keep]
+        return Batch(obs, c["action"][idx].copy(), c["reward"][idx].copy(), c["discount"][idx].copy(),
+                     next_obs, c["n_ticks"][idx].copy())  # fmt: skip
+
+    def close(self) -> None:
+        shm, self._shm = self._shm, None
+        if shm is None:
+            return
+        self._hdr = self.frames = self.frame_id = self._episodes = None  # type: ignore[assignment]
+        self.cols = {}
+        try:
+            shm.close()
+        except BufferError:
+            pass
+
+    def unlink(self) -> None:
+        """Remove the segment (owner only); idempotent."""
+        owner, name = self._owner, self.name
+        self.close()
+        if owner:
+            self._owner = False
+            try:
+                shm = _attach(name)
+                shm.close()
+                shm.unlink()
+            except FileNotFoundError:
+                pass
+
+
+# ----------------------------------------------------------------------------- host side
+
+
+class ReplayRecorder:
+    """The host's hook that writes the semi-MDP into a `ReplayBuffer`.
+
+    Keeps the last ``history`` observations by tick (an action with a longer delay
+    has lost its observation: the decision is skipped and counted) and copies a
+    frame into the replay the first time a transition refers to it.
+    Picklable: a wall-clock host process receives it with the buffer's name.
+    """
+
+    def __init__(self, replay: ReplayBuffer, *, gamma: float, history: int = 4096) -> None:
+        if not isinstance(history, int) or history < 2:
+            raise ValueError(f"history must be an integer >= 2 ticks, got {history!r}")
+        self.replay, self.gamma, self.history = replay, float(gamma), history
+        self._init()
+
+    def _init(self) -> None:
+        self.builder = SemiMDPBuilder(self.gamma)
+        self._ring: np.ndarray | None = None
+        self._ring_tick = np.full(self.history, -1, np.int64)
+        self._stored: dict[int, int] = {}  # obs tick -> frame id, for ticks already copied this episode
+        self._terminal_obs: np.ndarray | None = None
+        self.skipped_old = 0
+        self.transitions = 0
+        self._return, self._length = 0.0, 0
+
+    def __getstate__(self) -> dict:
+        return {"replay": self.replay, "gamma": self.gamma, "history": self.history}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._init()
+
+    def on_observation(self, tick: int, obs: np.ndarray) -> None:
+        """The observation published for ``tick`` (after any reset at that tick)."""
+        if self._ring is None:
+            self._ring = np.empty((self.history, *np.shape(obs)), self.replay.dtype)
+        slot = tick % self.history
+        self._ring[slot] = obs
+        self._ring_tick[slot] = tick
+
+    def on_tick(self, tick: int, *, agent: bool, action: Any, obs_tick: int, reward: float,
+                terminated: bool, truncated: bool, terminal_obs: np.ndarray | None = None) -> None:  # fmt: skip
+        """One host tick, before ``on_observation`` of the same tick."""
+        self._return += reward
+        self._length += 1
+        self.replay.count_tick(agent, tick - obs_tick)
+        if terminated or truncated:
+            self._terminal_obs = terminal_obs
+            self.replay.add_episode(tick, self._return, self._length)
+            self._return, self._length = 0.0, 0
+        done = self.builder.on_tick(
+            tick, agent=agent, action=int(action) if agent else 0, obs_tick=obs_tick, reward=reward,
+            terminated=terminated, truncated=truncated,
+        )  # fmt: skip
+        for tr in done:
+            s = self._frame(tr.s_tick)
+            nxt = self._frame(tr.next_tick)
+            if s is None or nxt is None:
+                self.skipped_old += 1
+                continue
+            self.replay.add_transition(s, tr.action, tr.reward, tr.discount, tr.n_ticks, nxt)
+            self.transitions += 1
+        if terminated or truncated:
+            self._stored.clear()
+            self._terminal_obs = None
+        elif len(self._stored) > 2 * self.history:
+            lo = tick - self.history
+            self._stored = {k: v for k, v in self._stored.items() if k >= lo}
+
+    def _frame(self, tick: int) -> int | None:
+        if tick == TERMINAL:
+            return None if self._terminal_obs is None else self.replay.add_frame(self._terminal_obs)
+        fid = self._stored.get(tick)
+        if fid is None:
+            slot = tick % self.history
+            if self._ring is None or self._ring_tick[slot] != tick:
+                return None
+            fid = self._stored[tick] = self.replay.add_frame(self._ring[slot])
+        return fid

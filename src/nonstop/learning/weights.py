@@ -1,0 +1,197 @@
+"""Model weights in shared memory (DESIGN §3).
+
+Two stores, both flat ``float32`` vectors of a model's parameters:
+
+* `SharedWeights` — what inference workers read. Learners *publish* a whole
+  parameter vector; a reader copies the newest complete one. It is a double
+  buffer with two counters: ``begun`` (a publish has started writing buffer
+  ``begun % 2``) and ``done`` (version ``done`` is complete in buffer
+  ``done % 2``). A reader copies buffer ``done % 2`` and keeps the copy only if
+  no later publish began writing into that same buffer meanwhile
+  (``begun <= done + 1``), so no worker ever loads a half-written model. The
+  header also carries the exploration rate ε the trainer sets.
+* `TrainingState` — what learners update: the master parameters, Adam's two
+  moment vectors, the target network's parameters and the counters that order
+  updates (``updates``, ``turn``). One segment; learners attach by pickling it.
+
+Ownership: the trainer creates both and must ``unlink`` them; everyone else
+only ``close``s.
+
+>>> w = SharedWeights.create(3)
+>>> w.publish(np.array([1.0, 2.0, 3.0], np.float32))
+1
+>>> out = np.zeros(3, np.float32); w.read_into(out), out.tolist()
+(1, [1.0, 2.0, 3.0])
+>>> w.unlink()
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+
+from nonstop.realtime.channels import _attach, _new_segment
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["SharedWeights", "TrainingState", "flat_parameters", "load_flat"]
+
+_BEGUN, _DONE, _EPS, _HDR = 0, 1, 2, 8  # header words (int64; word 2 holds a float64)
+
+
+def flat_parameters(model: "torch.nn.Module") -> np.ndarray:
+    """All parameters of ``model`` as one new float32 vector (in ``model.parameters()`` order)."""
+    import torch
+
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach().cpu().numpy().astype(np.float32)
+
+
+def load_flat(model: "torch.nn.Module", flat: np.ndarray) -> None:
+    """Copy a flat vector from `flat_parameters` into ``model``'s parameters.
+
+    A copy, never a view: the caller's buffer is reused for the next version (and
+    a learner loads its online and target networks through the same buffer).
+    """
+    import torch
+
+    params = list(model.parameters())
+    n = sum(p.numel() for p in params)
+    if flat.shape != (n,):
+        raise ValueError(f"weights hold {flat.shape[0]} numbers but the model has {n} parameters")
+    source = torch.from_numpy(flat)
+    with torch.no_grad():
+        offset = 0
+        for p in params:
+            p.copy_(source[offset : offset + p.numel()].view_as(p))
+            offset += p.numel()
+
+
+class _Segment:
+    """A named shared-memory segment holding an int64 header and float32 vectors."""
+
+    _kind = "segment"
+    _vectors: tuple[str, ...] = ()
+
+    def __init__(self, name: str, n_params: int, *, _shm: Any = None) -> None:
+        self.name, self.n_params = name, int(n_params)
+        self._shm = _shm if _shm is not None else _attach(name)
+        self._owner = _shm is not None
+        buf = self._shm.buf
+        self._hdr = np.ndarray((_HDR,), np.int64, buf, 0)
+        self._hdr_f = np.ndarray((_HDR,), np.float64, buf, 0)
+        off = _HDR * 8
+        for vec in self._vectors:
+            setattr(self, vec, np.ndarray((self.n_params,), np.float32, buf, off))
+            off += self.n_params * 4
+
+    @classmethod
+    def create(cls, n_params: int) -> Any:
+        if not isinstance(n_params, (int, np.integer)) or n_params < 1:
+            raise ValueError(f"n_params must be a positive integer, got {n_params!r}")
+        shm = _new_segment(_HDR * 8 + len(cls._vectors) * int(n_params) * 4, cls._kind)
+        seg = cls(shm.name, int(n_params), _shm=shm)
+        seg._hdr[:] = 0
+        return seg
+
+    def __reduce__(self) -> tuple:
+        return (type(self), (self.name, self.n_params))
+
+    def close(self) -> None:
+        shm, self._shm = self._shm, None
+        if shm is None:
+            return
+        self._hdr = self._hdr_f = None  # type: ignore[assignment]
+        for vec in self._vectors:
+            setattr(self, vec, None)
+        try:
+            shm.close()
+        except BufferError:  # a numpy view still alive elsewhere; the OS frees it with the process
+            pass
+
+    def unlink(self) -> None:
+        owner, name = self._owner, self.name
+        self.close()
+        if owner:
+            self._owner = False
+            try:
+                shm = _attach(name)
+                shm.close()
+                shm.unlink()
+            except FileNotFoundError:
+                pass
+
+
+class SharedWeights(_Segment):
+    """The published model for inference workers (see the module docstring)."""
+
+    _kind = "weights"
+    _vectors = ("_buf0", "_buf1")
+
+    @property
+    def version(self) -> int:
+        """Number of complete publishes so far (0: nothing published yet)."""
+        return int(self._hdr[_DONE])
+
+    @property
+    def epsilon(self) -> float:
+        return float(self._hdr_f[_EPS])
+
+    @epsilon.setter
+    def epsilon(self, value: float) -> None:
+        self._hdr_f[_EPS] = value
+
+    def publish(self, flat: np.ndarray) -> int:
+        """Write a full parameter vector; returns its version. One publisher at a time."""
+        version = int(self._hdr[_DONE]) + 1
+        self._hdr[_BEGUN] = version
+        (self._buf0 if version % 2 == 0 else self._buf1)[:] = flat
+        self._hdr[_DONE] = version
+        return version
+
+    def read_into(self, out: np.ndarray, *, timeout: float = 5.0) -> int:
+        """Copy the newest complete version into ``out``; returns its version (0: none yet)."""
+        deadline = None
+        while True:
+            version = int(self._hdr[_DONE])
+            if version == 0:
+                return 0
+            out[:] = self._buf0 if version % 2 == 0 else self._buf1
+            if int(self._hdr[_BEGUN]) <= version + 1:
+                return version
+            # two publishes overtook this copy: try again (rare: a publish is one memcpy)
+            now = time.monotonic()
+            deadline = deadline or now + timeout
+            if now > deadline:
+                raise TimeoutError("weights are republished faster than they can be copied")
+
+
+class TrainingState(_Segment):
+    """Master parameters, Adam moments and target parameters of one training run,
+    with the counters that order learners' updates."""
+
+    _kind = "train"
+    _vectors = ("params", "adam_m", "adam_v", "target")
+    UPDATES: Final = 3  # header words after SharedWeights' layout
+    TURN: Final = 4
+    TARGET_VERSION: Final = 5
+    STOP: Final = 6
+
+    def counter(self, word: int) -> int:
+        return int(self._hdr[word])
+
+    def set_counter(self, word: int, value: int) -> None:
+        self._hdr[word] = value
+
+    @property
+    def updates(self) -> int:
+        return int(self._hdr[self.UPDATES])
+
+    @property
+    def stop_requested(self) -> bool:
+        return bool(self._hdr[self.STOP])
+
+    def request_stop(self) -> None:
+        self._hdr[self.STOP] = 1

@@ -1,0 +1,494 @@
+"""One training run: a realtime world, inference, learning (DESIGN §2-3).
+
+Three ways to interact and learn, on the same clock and env so comparisons are
+fair (the paper's Figure 4):
+
+* ``staggered`` — N_I inference workers under a scheduler (Algorithm 1 or 2)
+  act while N_L learners update asynchronously; nothing learning does ever
+  delays an action.
+* ``infer_then_learn`` — one loop: read the newest observation, infer (τ_θ),
+  act, then learn from one batch (τ_L), repeat: acts every τ_θ + τ_L.
+* ``learn_then_infer`` — one loop: read, learn (τ_L), infer on the observation
+  read before learning, act: the action is τ_L + τ_θ stale (Travnik et al.).
+
+Model latency is declared with a `LatencyPolicy` (``latency="5t"``: five ticks),
+so a small network can stand in for a large one honestly: its actions arrive as
+late as the large model's would. On the virtual clock an update *takes*
+``tau_l`` seconds (default τ_M); on the wall clock it takes what it takes.
+
+>>> from nonstop.learning.dqn import DQNConfig
+>>> cfg = TrainConfig(env="CartPole", seconds=4.0, dqn=DQNConfig.for_family("classic", learning_starts=50))
+>>> result = train(cfg)
+>>> result["ticks"], result["updates"] > 100, result["summary"]["inaction_ticks"] < 5
+(200, True, True)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final
+
+import numpy as np
+
+from nonstop.learning.dqn import (
+    DQNConfig,
+    DQNPolicy,
+    build_q_network,
+    epsilon_at,
+    init_training,
+    make_dqn_policy,
+)
+from nonstop.learning.learners import LEARNER_MODES, Learner, LearnerProcesses, VirtualLearners, apply
+from nonstop.learning.replay import ReplayBuffer, ReplayRecorder
+from nonstop.learning.weights import SharedWeights, TrainingState
+
+__all__ = ["INTERACTIONS", "TrainConfig", "train", "TrainingRun", "ProgressRows", "default_env_kwargs", "parse_env_args"]
+
+INTERACTIONS: Final = ("staggered", "infer_then_learn", "learn_then_infer")
+_AFTER_TICK: Final = 2  # virtual priority: wake after the host's tick at the same instant
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a run (saved as the run's config.json)."""
+
+    env: str = field(default="CartPole", metadata={"help": "env id (see `nonstop envs`)"})
+    env_kwargs: dict[str, Any] = field(default_factory=dict, metadata={"help": "keyword arguments for the env"})
+    clock: str = field(default="virtual", metadata={"help": "virtual (simulated time) or wall (real time)"})
+    seconds: float = field(default=60.0, metadata={"help": "world seconds to run"})
+    interaction: str = field(default="staggered", metadata={"help": "staggered | infer_then_learn | learn_then_infer"})
+    scheduler: str = field(default="exp_time", metadata={"help": "inference scheduler when staggered"})
+    n_inference: int | str | None = field(default=None, metadata={"help": "N_I (default ⌈τ̄_θ/τ_M⌉), or 'auto': grown online"})
+    latency: str = field(default="0", metadata={"help": "declared model latency, e.g. 5t, 80ms, lognormal:6t,0.5"})
+    n_learners: int = field(default=1, metadata={"help": "N_L learners"})
+    learner_mode: str = field(default="round_robin", metadata={"help": "round_robin | hogwild | parallel"})
+    tau_l: float | None = field(default=None, metadata={"help": "virtual seconds per update (default τ_M)"})
+    backend: str = field(default="thread", metadata={"help": "inference workers on the wall clock: thread | process"})
+    seed: int = field(default=0, metadata={"help": "seed for env, model, exploration and replay sampling"})
+    dqn: DQNConfig | None = field(default=None, metadata={"help": "DQN settings (default: the env family's)"})
+
+    def __post_init__(self) -> None:
+        if self.clock not in ("virtual", "wall"):
+            raise ValueError(f"clock must be 'virtual' or 'wall', got {self.clock!r}")
+        if self.interaction not in INTERACTIONS:
+            raise ValueError(f"interaction must be one of {', '.join(INTERACTIONS)}, got {self.interaction!r}")
+        if self.learner_mode not in LEARNER_MODES:
+            raise ValueError(f"learner_mode must be one of {', '.join(LEARNER_MODES)}, got {self.learner_mode!r}")
+        if self.backend not in ("thread", "process"):
+            raise ValueError(f"backend must be 'thread' or 'process', got {self.backend!r}")
+        if not (isinstance(self.seconds, (int, float)) and self.seconds > 0 and math.isfinite(self.seconds)):
+            raise ValueError(f"seconds must be a positive number, got {self.seconds!r}")
+        if self.n_inference == "auto":
+            self.scheduler = "auto"  # only the auto scheduler sizes the pool online
+        for name in ("n_inference", "n_learners"):
+            v = getattr(self, name)
+            if name == "n_inference" and v == "auto":
+                continue
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.tau_l is not None and not (self.tau_l >= 0 and math.isfinite(self.tau_l)):
+            raise ValueError(f"tau_l must be a finite number of seconds >= 0, got {self.tau_l!r}")
+        if isinstance(self.dqn, dict):
+            self.dqn = DQNConfig.from_dict(self.dqn)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["dqn"] = self.dqn.to_dict() if self.dqn is not None else None
+        return d
+
+
+def parse_env_args(items: list[str] | None) -> dict[str, Any]:
+    """``["max_episode_steps=900", "preprocess=true"]`` → keyword arguments for the env
+    (values read as JSON when they parse, else kept as strings).
+
+    >>> parse_env_args(["max_episode_steps=900", "mode=hard"])
+    {'max_episode_steps': 900, 'mode': 'hard'}
+    """
+    import json
+
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--env-arg takes KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+def default_env_kwargs(family: str) -> dict[str, Any]:
+    """What learning needs from a world family by default: the paper's 84×84 grayscale frames
+    for Atari (Game Boy envs observe 84×84 already)."""
+    return {"preprocess": True} if family == "atari" else {}
+
+
+class TrainingRun:
+    """The parts of one run, built and torn down together (see `train`)."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        from nonstop.envs import env_info, make_env
+        from nonstop.policies.latency import parse_latency
+
+        self.cfg = cfg
+        info = env_info(cfg.env, **cfg.env_kwargs)
+        self.tick_hz = info.tick_hz
+        self.tau_m = 1.0 / info.tick_hz
+        self.dqn = cfg.dqn if cfg.dqn is not None else DQNConfig.for_family(info.family)
+        cfg.dqn = self.dqn
+        self.latency = parse_latency(cfg.latency, tick_hz=info.tick_hz)
+        probe = make_env(cfg.env, **cfg.env_kwargs)
+        self.obs_space, self.action_space = probe.observation_space, probe.action_space
+        probe.close()
+        if not hasattr(self.action_space, "n"):
+            raise TypeError(f"DQN needs a Discrete action space; {cfg.env} has {self.action_space}")
+        self.obs_shape = tuple(self.obs_space.shape)
+        # Algorithm 2's N_I* = ⌈τ̄_θ/τ_M⌉ by default, so the staggered agent acts at every tick
+        self.n_inference = cfg.n_inference or max(1, math.ceil(self.latency.mean / self.tau_m - 1e-9))
+        self.final_updates = 0
+        self.tick_offset = 0  # env ticks of earlier segments of this run (after --resume)
+        self.episode_offset = 0
+        self._parts: list[Callable[[], None]] = []  # teardown, newest first
+
+    # ------------------------------------------------------------------ building
+    def build(self) -> "TrainingRun":
+        import torch
+
+        from nonstop.realtime.host import Session
+
+        cfg, dqn = self.cfg, self.dqn
+        torch.manual_seed(cfg.seed)
+        if cfg.clock == "virtual":
+            # everything shares this process: one torch thread each avoids oversubscribing
+            # the cores that small networks cannot use anyway
+            torch.set_num_threads(1)
+        model = build_q_network(self.obs_shape, int(self.action_space.n), dqn)
+        n_params = sum(p.numel() for p in model.parameters())
+        self.replay = ReplayBuffer.create(capacity=dqn.replay_capacity, obs_shape=self.obs_shape, dtype=self.obs_space.dtype)
+        self._parts.append(self.replay.unlink)
+        self.state = TrainingState.create(n_params)
+        self._parts.append(self.state.unlink)
+        self.weights = SharedWeights.create(n_params)
+        self._parts.append(self.weights.unlink)
+        init_training(model, self.state, self.weights)
+        self.weights.epsilon = dqn.epsilon_start
+        history = max(256, 4 * math.ceil(self._max_latency() / self.tau_m) + 64)
+        self.recorder = ReplayRecorder(self.replay, gamma=dqn.gamma, history=history)
+        self.world = Session(cfg.env, clock=cfg.clock, seed=cfg.seed, env_kwargs=cfg.env_kwargs, recorder=self.recorder)
+        self.world.start()
+        self._parts.append(self.world.stop)
+        return self
+
+    def _max_latency(self) -> float:
+        return float(self.latency.max_hint)
+
+    def _policy(self, i: int) -> Any:
+        from functools import partial
+
+        from nonstop.inference.workers import ProcessPolicy
+        from nonstop.policies.latency import LatencyPolicy
+
+        seed = self.cfg.seed * 1000 + i
+        if self.cfg.clock == "wall" and self.cfg.backend == "process":
+            base: Any = ProcessPolicy(partial(make_dqn_policy, self.obs_shape, self.action_space, self.dqn.to_dict(), self.weights, seed))
+            if self._has_latency():
+                raise ValueError("a declared latency with backend='process' is not supported yet; use backend='thread'")
+            return base
+        base = DQNPolicy(build_q_network(self.obs_shape, int(self.action_space.n), self.dqn), self.weights,
+                         self.action_space, seed=seed, num_threads=None)  # fmt: skip
+        return LatencyPolicy(base, self.latency, seed=seed) if self._has_latency() else base
+
+    def _has_latency(self) -> bool:
+        return self._max_latency() > 0
+
+    def _learner(self, i: int) -> Learner:
+        return Learner(i, self.obs_shape, int(self.action_space.n), self.dqn, self.state, self.weights, self.replay,
+                       seed=self.cfg.seed * 7 + i)  # fmt: skip
+
+    def start(self) -> "TrainingRun":
+        from nonstop.inference.workers import InferencePool
+
+        cfg, clock = self.cfg, self.world.clock
+        tau_l = cfg.tau_l if cfg.tau_l is not None else self.tau_m
+        if cfg.interaction == "staggered":
+            self.pool = InferencePool(self.world, self._policy, cfg.scheduler, n_inference=self.n_inference).start()
+            self._parts.append(self.pool.stop)
+            if clock.is_virtual:
+                learners = [self._learner(i) for i in range(cfg.n_learners)]
+                self.learners: Any = VirtualLearners(clock, self.tau_m, n_learners=cfg.n_learners, mode=cfg.learner_mode,
+                                                     tau_l=tau_l, learners=learners, state=self.state,
+                                                     weights=self.weights, cfg=self.dqn).start()  # fmt: skip
+            else:
+                self.learners = LearnerProcesses(n_learners=cfg.n_learners, mode=cfg.learner_mode, obs_shape=self.obs_shape,
+                                                 n_actions=int(self.action_space.n), cfg=self.dqn, state=self.state,
+                                                 weights=self.weights, replay=self.replay, seed=cfg.seed).start()  # fmt: skip
+            self._parts.append(self.learners.stop)
+        else:
+            self.agent = SequentialLearningAgent(self, order=cfg.interaction, tau_l=cfg.tau_l or 0.0).start()
+            self._parts.append(self.agent.stop)
+        return self
+
+    # ------------------------------------------------------------------ running
+    def advance(self, seconds: float) -> None:
+        """Let the world run ``seconds`` more, annealing ε as the ticks pass."""
+        end = self.world.now() + seconds
+        step = min(seconds, 50 * self.tau_m)
+        while self.world.now() < end - 1e-12:
+            self.weights.epsilon = epsilon_at(self.tick_offset + self.world.slot.read().tick, self.dqn)
+            self.world.run_until(min(end, self.world.now() + step))
+
+    @property
+    def updates(self) -> int:
+        return self.state.updates
+
+    @property
+    def env_ticks(self) -> int:
+        return self.tick_offset + int(self.world.slot.read().tick)
+
+    def quiesce(self) -> None:
+        """Stop inference and learning (the world keeps its state) so a snapshot is exact."""
+        for name in ("learners", "pool", "agent"):
+            part = getattr(self, name, None)
+            if part is not None:
+                part.stop()
+
+    def snapshot(self, *, include_replay: bool = True) -> dict[str, Any]:
+        """Everything `restore` needs to continue: parameters, Adam moments, target network,
+        counters, and (``include_replay``) the replay's contents. Tensors and plain values only."""
+        import torch
+
+        def t(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.array(a, copy=True))
+
+        params = np.empty(self.weights.n_params, np.float32)
+        self.weights.read_into(params)  # a complete version, even while learners run
+        snap: dict[str, Any] = {
+            "format": "nonstop.train/1",
+            "config": self.cfg.to_dict(),
+            "updates": self.state.updates,
+            "env_ticks": self.env_ticks,
+            "episodes": self.episode_offset + self.replay.episodes_finished,
+            "target_version": self.state.counter(TrainingState.TARGET_VERSION) // 2 * 2,
+            "params": t(params), "adam_m": t(self.state.adam_m), "adam_v": t(self.state.adam_v),
+            "target": t(self.state.target),
+        }  # fmt: skip
+        if include_replay:
+            rb = self.replay
+            snap["replay"] = {"header": t(rb._hdr[:2]), "frames": t(rb.frames), "frame_id": t(rb.frame_id),
+                              **{name: t(col) for name, col in rb.cols.items()}}  # fmt: skip
+        return snap
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        """Load a `snapshot` into a built (not yet started) run."""
+        if snap.get("format") != "nonstop.train/1":
+            raise ValueError(f"not a nonstop training checkpoint (format {snap.get('format')!r})")
+        state = self.state
+        for name in ("params", "adam_m", "adam_v", "target"):
+            src = snap[name].numpy()
+            if src.shape != state.params.shape:
+                raise ValueError(f"checkpoint {name} has {src.shape[0]} numbers, this model {state.params.shape[0]}")
+            getattr(state, name)[:] = src
+        state.set_counter(TrainingState.UPDATES, int(snap["updates"]))
+        state.set_counter(TrainingState.TARGET_VERSION, int(snap["target_version"]))
+        self.weights.publish(state.params)
+        self.tick_offset = int(snap["env_ticks"])
+        self.episode_offset = int(snap["episodes"])
+        replay = snap.get("replay")
+        if replay is not None and replay["frames"].shape == self.replay.frames.shape:
+            rb = self.replay
+            rb.frames[:] = replay["frames"].numpy()
+            rb.frame_id[:] = replay["frame_id"].numpy()
+            for name, col in rb.cols.items():
+                col[:] = replay[name].numpy()
+            rb._hdr[:2] = replay["header"].numpy()
+
+    def teardown(self) -> None:
+        if getattr(self, "state", None) is not None and self.state._hdr is not None:
+            self.final_updates = self.state.updates
+        errors = []
+        while self._parts:
+            part = self._parts.pop()
+            try:
+                part()
+            except Exception as exc:  # keep tearing down: nothing may be left behind
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+class SequentialLearningAgent:
+    """The paper's two sequential baselines: one loop that infers and learns in turn."""
+
+    def __init__(self, run: TrainingRun, *, order: str, tau_l: float) -> None:
+        self.run, self.order, self.tau_l = run, order, tau_l
+        self.policy = run._policy(0)
+        self.learner = run._learner(0)
+        self._stop = False
+        self.handle: Any = None
+
+    def start(self) -> "SequentialLearningAgent":
+        from nonstop.realtime.clock import WallClock
+
+        clock = self.run.world.clock
+        if clock.is_virtual:
+            self.handle = clock.spawn(self._loop(), name="sequential-agent")
+        else:
+            self.handle = WallClock(origin=clock.origin, spin=0.0).spawn(self._loop(), name="sequential-agent")
+        return self
+
+    def stop(self) -> None:
+        self._stop = True
+        join = getattr(self.handle, "join", None)
+        if join is not None:
+            join(timeout=10)
+
+    def _learn(self, t: float) -> Iterator[Any]:
+        learner, run = self.learner, self.run
+        out = learner.gradient() if learner.ready else None
+        if out is not None:
+            apply(run.state, run.weights, out[0], out[1], run.dqn)
+        clock = run.world.clock
+        if clock.is_virtual:
+            t += self.tau_l if self.tau_l > 0 else (run.tau_m if out is not None else 0.0)
+            if t > clock.now():
+                yield t
+            return t
+        if self.tau_l > 0:
+            yield clock.now() + self.tau_l
+        return clock.now()
+
+    def _loop(self) -> Iterator[Any]:
+        from nonstop.realtime.clock import stopwatch
+
+        world = self.run.world
+        clock, slot, queue, tau_m = world.clock, world.slot, world.queue, world.tau_m
+        virtual = clock.is_virtual
+        t, last_seq = clock.now(), -1
+        origin, grace = world.origin, clock.tick_grace
+        while not self._stop:
+            if virtual:
+                # on a tick's deadline: let the host process that tick first, then read what it
+                # publishes, as a real loop finishing just then would (`t` itself stays put)
+                k = round((t - origin) / tau_m)
+                due = origin + k * tau_m + grace  # the host's own expression for this tick's time
+                if abs(t - (due - grace)) <= grace and clock.now() < due:
+                    yield (due, _AFTER_TICK)
+            latest = slot.read()
+            if latest.seq == last_seq:  # already acted on this one: wait for the next tick
+                t = latest.time + tau_m
+                yield (t + clock.tick_grace, _AFTER_TICK) if virtual else t + 2e-4
+                t = t if virtual else clock.now()
+                continue
+            last_seq = latest.seq
+            if self.order == "learn_then_infer":
+                t = yield from self._learn(t)
+            started = t
+            t0 = stopwatch()
+            decision = self.policy.act(latest.obs)
+            if virtual:
+                t = started + decision.latency
+            else:
+                t = started + (stopwatch() - t0) + decision.latency
+            if t > clock.now():
+                yield t
+            if not virtual:
+                t = clock.now()
+            queue.submit(decision.action, obs_tick=latest.tick, episode=latest.episode, worker=0,
+                         tau_theta=t - started, submit_time=t)  # fmt: skip
+            if self.order == "infer_then_learn":
+                t = yield from self._learn(t)
+
+
+def train(
+    cfg: TrainConfig,
+    *,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+    progress_every: float = 5.0,
+) -> dict[str, Any]:
+    """Run ``cfg`` to the end and return what happened (summary, returns, updates).
+
+    ``on_progress(row)`` is called every ``progress_every`` world seconds.
+    Everything started is stopped and every segment unlinked, even on Ctrl-C.
+    """
+    from nonstop.metrics.timing import episode_returns, summarize
+
+    run = TrainingRun(cfg)
+    started = time.monotonic()
+    try:
+        run.build().start()
+        rows = ProgressRows(run, started)
+        done = 0.0
+        while done < cfg.seconds - 1e-12:
+            chunk = min(progress_every, cfg.seconds - done)
+            run.advance(chunk)
+            done += chunk
+            if on_progress is not None:
+                rows.episodes()
+                on_progress(rows.progress())
+    finally:
+        run.teardown()
+    log = run.world.tick_log
+    returns = episode_returns(log)
+    summary = summarize(log)
+    return {
+        "config": cfg.to_dict(),
+        "ticks": len(log),
+        "updates": run.final_updates,
+        "transitions": run.recorder.transitions if run.world.is_virtual else None,
+        "episode_returns": returns,
+        "summary": summary,
+        "tick_log": log,
+        "wall_s": time.monotonic() - started,
+        "n_inference": run.n_inference,
+    }
+
+
+class ProgressRows:
+    """Turns a run's shared counters into progress rows (differences over each interval) and
+    finished-episode rows; the same on both clocks, since the host's recorder keeps the counts
+    in the replay's shared header."""
+
+    def __init__(self, run: TrainingRun, wall0: float) -> None:
+        self.run, self.wall0 = run, wall0
+        self.prev = (0, 0, 0, run.state.updates, wall0)
+        self.returns: list[float] = []
+        self.seen_episodes = 0
+
+    def episodes(self) -> list[dict[str, Any]]:
+        out = []
+        run = self.run
+        for i, end_tick, ret, length in run.replay.episodes_since(self.seen_episodes):
+            out.append({"episode": run.episode_offset + i, "end_tick": run.tick_offset + end_tick,
+                        "wall_s": round(time.monotonic() - self.wall0, 3), "return": ret, "length_ticks": length})  # fmt: skip
+            self.returns.append(ret)
+        self.seen_episodes = run.replay.episodes_finished
+        return out
+
+    def progress(self) -> dict[str, Any]:
+        from nonstop.learning.learners import _LOSS
+
+        run = self.run
+        ticks, agent, delay_sum = run.replay.tick_counters()
+        updates, now = run.state.updates, time.monotonic()
+        p_ticks, p_agent, p_delay, p_updates, p_wall = self.prev
+        d_ticks, d_agent = ticks - p_ticks, agent - p_agent
+        self.prev = (ticks, agent, delay_sum, updates, now)
+        nan = float("nan")
+        return {
+            "wall_s": round(now - self.wall0, 3),
+            "env_ticks": run.tick_offset + ticks,
+            "episodes": run.episode_offset + run.replay.episodes_finished,
+            "tau_i_mean_ticks": d_ticks / d_agent if d_agent else nan,
+            "inaction_frac": (d_ticks - d_agent) / d_ticks if d_ticks else nan,
+            "delay_mean_ticks": (delay_sum - p_delay) / d_agent if d_agent else nan,
+            "updates": updates,
+            "updates_per_s": (updates - p_updates) / (now - p_wall) if now > p_wall else nan,
+            "transitions": run.replay.transitions_written,
+            "recent_return": float(np.mean(self.returns[-20:])) if self.returns else nan,
+            "epsilon": run.weights.epsilon,
+            "loss": float(run.state._hdr_f[_LOSS]) if updates else nan,
+        }

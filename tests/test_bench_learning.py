@@ -1,0 +1,54 @@
+"""The learning benchmarks and the default job run end to end (small sizes; figures are not asserted)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import pytest
+
+from nonstop.bench import learn, nlstar
+from nonstop.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+def _run(module, argv: list[str]) -> dict:
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    args = parser.parse_args(argv)
+    args.quick, args.json = True, True
+    result = module.run(args)
+    json.loads(json.dumps(result, allow_nan=False, default=str))
+    return result
+
+
+def test_learn_quick_reports_both_measurements(no_shm_leak):
+    r = _run(learn, ["--ticks", "600", "--compare-ticks", "300", "--latency", "3t"])
+    assert r["zero_latency"]["ticks"] == 600 and r["zero_latency"]["episodes"] > 0
+    assert set(r["ordering"]) == {"staggered", "infer_then_learn", "learn_then_infer"}
+    stag, seq = r["ordering"]["staggered"], r["ordering"]["infer_then_learn"]
+    assert stag["inaction_fraction"] < seq["inaction_fraction"]  # staggering acts more often at the same latency
+    assert isinstance(r["target_met"], bool)
+    with pytest.raises(ValueError, match="at least 100 ticks"):
+        _run(learn, ["--ticks", "10"])
+
+
+def test_nlstar_quick_measures_theory_and_throughput(tmp_path, no_shm_leak):
+    r = _run(nlstar, ["--window", "1", "--plot", str(tmp_path / "nl.png")])
+    (row,) = r["rows"]
+    assert row["tau_l_update_s"] > 0 and row["nlstar_theory"] == max(1, math.ceil(row["tau_l_over_tau_m"]))
+    assert float(row["throughput_transitions_per_s"]["1"]) > 0
+    assert (tmp_path / "nl.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="--batch"):
+        _run(nlstar, ["--batch", "0"])
+
+
+def test_demo_runs_both_parts(tmp_path, capsys, no_shm_leak):
+    out = tmp_path / "demo"
+    code = main(["demo", "--clock", "virtual", "--seconds", "2", "--train-seconds", "2", "--out", str(out)])
+    assert code == 0
+    assert (out / "sequential_vs_staggered.png").exists() and (out / "sequential.npz").exists()
+    assert (out / "train" / "summary.json").exists() and (out / "train" / "report" / "report.md").exists()
+    assert "staggering" in capsys.readouterr().out

@@ -1,0 +1,271 @@
+"""Asynchronous learning: shared weights, the DQN update, learners, the sequential baselines."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from nonstop.learning.dqn import DQNConfig, apply_gradient, compute_gradient, epsilon_at, init_training
+from nonstop.learning.learners import Learner, LearnerProcesses, VirtualLearners
+from nonstop.learning.replay import Batch, ReplayBuffer
+from nonstop.learning.weights import SharedWeights, TrainingState, flat_parameters, load_flat
+from nonstop.policies.models import MLP
+from nonstop.realtime.clock import VirtualClock
+from nonstop.run import TrainConfig, train
+
+CLASSIC = DQNConfig.for_family("classic", learning_starts=50, batch_size=8)
+
+
+# ----------------------------------------------------------------------------- weights
+
+
+def _publish_uniform(weights: SharedWeights, seconds: float, ready) -> None:
+    ready.set()
+    end = time.monotonic() + seconds
+    v = 0
+    while time.monotonic() < end:
+        v += 1
+        weights.publish(np.full(weights.n_params, v, np.float32))
+    weights.close()
+
+
+def test_weights_are_never_read_half_written_across_processes(no_shm_leak):
+    weights = SharedWeights.create(200_000)  # 800 kB: a copy takes long enough to be overtaken
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    writer = ctx.Process(target=_publish_uniform, args=(weights, 1.0, ready), daemon=True)
+    writer.start()
+    try:
+        assert ready.wait(60)
+        out = np.empty(weights.n_params, np.float32)
+        versions = []
+        while writer.is_alive():
+            v = weights.read_into(out)
+            if v == 0:
+                continue
+            assert out.min() == out.max() == v, "a reader saw a half-written model"
+            versions.append(v)
+        writer.join(10)
+        assert len(versions) > 10 and versions == sorted(versions)
+    finally:
+        if writer.is_alive():
+            writer.kill()
+        weights.unlink()
+
+
+def test_flat_parameters_round_trip():
+    a, b = MLP(4, 2), MLP(4, 2)
+    flat = flat_parameters(a)
+    load_flat(b, flat)
+    x = torch.randn(3, 4)
+    assert torch.equal(a(x), b(x))
+    flat[:] = 0  # the model holds a copy: reusing the buffer for the next version cannot change it
+    assert torch.equal(a(x), b(x))
+    with pytest.raises(ValueError, match="parameters"):
+        load_flat(b, np.zeros(3, np.float32))
+
+
+# ----------------------------------------------------------------------------- DQN
+
+
+def _batch(n: int = 8, discount: float = 0.0, seed: int = 0) -> Batch:
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(n, 4)).astype(np.float32)
+    return Batch(obs, rng.integers(0, 2, n), rng.normal(size=n).astype(np.float32),
+                 np.full(n, discount, np.float32), rng.normal(size=(n, 4)).astype(np.float32), np.ones(n, np.int32))  # fmt: skip
+
+
+def test_done_masking_makes_the_target_the_reward():
+    torch.manual_seed(0)
+    online, target = MLP(4, 2, (8,)), MLP(4, 2, (8,))
+    batch = _batch(discount=0.0)
+    _, loss = compute_gradient(online, target, batch, CLASSIC)
+    q = online(torch.from_numpy(batch.obs)).gather(1, torch.from_numpy(batch.action).long()[:, None]).squeeze(1)
+    expected = torch.nn.functional.smooth_l1_loss(q, torch.from_numpy(batch.reward))
+    assert loss == pytest.approx(float(expected.detach()), rel=1e-5)
+
+
+def test_updates_reduce_the_loss_and_sync_the_target(no_shm_leak):
+    torch.manual_seed(0)
+    cfg = DQNConfig.for_family("classic", lr=1e-2, target_update=5)
+    model = MLP(4, 2, (16,))
+    n = sum(p.numel() for p in model.parameters())
+    state, weights = TrainingState.create(n), SharedWeights.create(n)
+    try:
+        init_training(model, state, weights)
+        batch = _batch(discount=0.0)
+        first = None
+        for i in range(40):
+            load_flat(model, state.params)
+            grad, loss = compute_gradient(model, MLP(4, 2, (16,)), batch, cfg)
+            first = first if first is not None else loss
+            apply_gradient(state, weights, grad, cfg)
+        assert loss < first / 2
+        assert state.updates == 40 and weights.version == 41  # the initial publish + one per update
+        assert state.counter(TrainingState.TARGET_VERSION) == 40 // 5 * 2  # a seqlock: two steps per sync
+        assert np.array_equal(state.target, state.params)  # synced at update 40
+    finally:
+        state.unlink()
+        weights.unlink()
+
+
+def test_epsilon_anneal_and_config_validation():
+    cfg = DQNConfig(epsilon_ticks=100)
+    assert [round(epsilon_at(t, cfg), 3) for t in (0, 50, 100, 1000)] == [1.0, 0.525, 0.05, 0.05]
+    with pytest.raises(ValueError, match="batch_size"):
+        DQNConfig(batch_size=0)
+    with pytest.raises(ValueError, match="unknown DQN settings"):
+        DQNConfig.from_dict({"lr": 1e-3, "learning_rate": 1})
+    with pytest.raises(ValueError, match="interaction"):
+        TrainConfig(interaction="sideways")
+    with pytest.raises(ValueError, match="learner_mode"):
+        TrainConfig(learner_mode="lockstep")
+    with pytest.raises(ValueError, match="n_learners"):
+        TrainConfig(n_learners=0)
+
+
+# ----------------------------------------------------------------------------- learners
+
+
+def _filled_replay(n: int = 200) -> ReplayBuffer:
+    rb = ReplayBuffer.create(capacity=256, obs_shape=(4,), dtype=np.float32)
+    rng = np.random.default_rng(0)
+    prev = rb.add_frame(rng.normal(size=4).astype(np.float32))
+    for _ in range(n):
+        f = rb.add_frame(rng.normal(size=4).astype(np.float32))
+        rb.add_transition(prev, int(rng.integers(2)), 1.0, 0.9, 1, f)
+        prev = f
+    return rb
+
+
+@pytest.mark.parametrize("mode", ["round_robin", "hogwild", "parallel"])
+def test_virtual_learners_apply_in_the_mode_order(mode, no_shm_leak):
+    torch.manual_seed(0)
+    cfg = DQNConfig.for_family("classic", learning_starts=10, batch_size=8, hidden=(8,))
+    model = MLP(4, 2, (8,))
+    n = sum(p.numel() for p in model.parameters())
+    state, weights, replay = TrainingState.create(n), SharedWeights.create(n), _filled_replay()
+    try:
+        init_training(model, state, weights)
+        clock = VirtualClock()
+        learners = [Learner(i, (4,), 2, cfg, state, weights, replay, seed=i) for i in range(3)]
+        group = VirtualLearners(clock, 1 / 60, n_learners=3, mode=mode, tau_l=0.05, learners=learners,
+                                state=state, weights=weights, cfg=cfg).start()  # fmt: skip
+        clock.run_until(1.04)  # learner i applies at i·τ_L/3 + τ_L·j: 20 updates each by now
+        if mode == "parallel":  # one averaged update per τ_L, all learners contributing
+            assert state.updates == 20 and all(lr.gradients == 21 for lr in learners)
+        else:  # each learner: one update per τ_L = 0.05 s, staggered by τ_L/3
+            assert state.updates == 60
+            assert group.applied_by[:9] == [0, 1, 2] * 3
+        assert weights.version == state.updates + 1
+    finally:
+        for seg in (state, weights, replay):
+            seg.unlink()
+
+
+@pytest.mark.wall
+def test_learner_processes_survive_a_kill_and_keep_the_turn(no_shm_leak):
+    torch.manual_seed(0)
+    cfg = DQNConfig.for_family("classic", learning_starts=10, batch_size=8, hidden=(8,))
+    model = MLP(4, 2, (8,))
+    n = sum(p.numel() for p in model.parameters())
+    state, weights, replay = TrainingState.create(n), SharedWeights.create(n), _filled_replay()
+    group = None
+    try:
+        init_training(model, state, weights)
+        group = LearnerProcesses(n_learners=2, mode="round_robin", obs_shape=(4,), n_actions=2, cfg=cfg,
+                                 state=state, weights=weights, replay=replay, seed=0).start()  # fmt: skip
+        deadline = time.monotonic() + 120
+        while state.updates < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert state.updates >= 20, "learners made no progress"
+        group.kill(1)
+        before = state.updates
+        while (group.restarts[1] == 0 or state.updates < before + 40) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert group.restarts[1] == 1 and state.updates >= before + 40, (group.report(), state.updates)
+        assert np.isfinite(state.params).all()
+    finally:
+        if group is not None:
+            group.stop()
+        for seg in (state, weights, replay):
+            seg.unlink()
+
+
+# ----------------------------------------------------------------------------- whole runs
+
+
+def _run(interaction: str, **kw):
+    dqn = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)
+    cfg = TrainConfig(env="CartPole", seconds=6.0, interaction=interaction, latency="3t", tau_l=2 / 50, dqn=dqn, **kw)
+    return train(cfg)
+
+
+def test_sequential_baselines_act_every_tau_theta_plus_tau_l(no_shm_leak):
+    """τ_θ = 3 ticks, τ_L = 2 ticks: both loops act every 5 ticks, except that an action
+    computed in an episode that ended meanwhile is dropped as stale (CartPole's early
+    episodes are short); infer-then-learn acts 3 ticks after its observation, learn-then-infer 5."""
+    for interaction, delay in (("infer_then_learn", 3), ("learn_then_infer", 5)):
+        r = _run(interaction)
+        log = r["tick_log"]
+        agent_ticks = log["tick"][log["source"] == 1]
+        gaps = np.diff(agent_ticks)
+        assert (gaps % 5 == 0).all() and np.median(gaps) == 5, (interaction, gaps)
+        inside = (log["tick"] > agent_ticks[0]) & (log["tick"] < agent_ticks[-1])
+        assert int((gaps // 5 - 1).sum()) == int(log["stale"][inside].sum()), interaction  # each lost slot: a stale drop
+        assert (log["delay"][log["source"] == 1] == delay).all(), interaction
+        assert r["updates"] > 20
+
+
+def test_staggered_learning_never_costs_an_action(no_shm_leak):
+    """Same model latency, N_I = 3 staggered workers, learners updating every 2 ticks:
+    after the first round the agent acts at every tick, except where an action in flight
+    was computed in an episode that has just ended (dropped as stale, never applied)."""
+    r = _run("staggered")
+    log = r["tick_log"]
+    late = log["tick"] > 10
+    beta = late & (log["source"] == 0)
+    assert (log["stale"][beta] > 0).all()
+    assert beta.sum() <= 2 * log["terminated"].sum()  # at most τ_θ/τ_M − 1 per episode end
+    assert r["n_inference"] == 3 and r["updates"] > 100
+    assert r["transitions"] > 250  # one decision per tick
+
+
+@pytest.mark.wall
+@pytest.mark.parametrize("mode", ["hogwild", "parallel"])
+def test_learner_processes_make_progress_in_every_mode(mode, no_shm_leak):
+    cfg = DQNConfig.for_family("classic", learning_starts=10, batch_size=8, hidden=(8,))
+    model = MLP(4, 2, (8,))
+    n = sum(p.numel() for p in model.parameters())
+    state, weights, replay = TrainingState.create(n), SharedWeights.create(n), _filled_replay()
+    group = None
+    try:
+        init_training(model, state, weights)
+        group = LearnerProcesses(n_learners=2, mode=mode, obs_shape=(4,), n_actions=2, cfg=cfg,
+                                 state=state, weights=weights, replay=replay, seed=0).start()  # fmt: skip
+        deadline = time.monotonic() + 120
+        while state.updates < 30 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert state.updates >= 30 and np.isfinite(state.params).all()
+        assert weights.version >= state.updates  # every update was published to the workers
+    finally:
+        if group is not None:
+            group.stop()
+        for seg in (state, weights, replay):
+            seg.unlink()
+
+
+def test_auto_inference_grows_to_act_at_every_tick(no_shm_leak):
+    cfg = TrainConfig(env="CartPole", seconds=8.0, latency="4t", n_inference="auto", tau_l=0.1,
+                      dqn=DQNConfig.for_family("classic", learning_starts=20, batch_size=8))  # fmt: skip
+    assert cfg.scheduler == "auto"
+    r = train(cfg)
+    log = r["tick_log"]
+    late = log["tick"] > 200
+    beta = late & (log["source"] == 0)
+    assert beta.sum() <= (log["stale"][late] > 0).sum()  # past the growth, only stale drops at episode ends
+    assert r["summary"]["agent_ticks"] > 300

@@ -1,0 +1,86 @@
+"""`nonstop train`: a run directory, resume that continues exactly, clean stops."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import SHM_DIR
+
+from nonstop.cli import main
+from nonstop.learning.checkpoint import latest_checkpoint, load_checkpoint
+from nonstop.learning.runlog import read_columns
+
+ARGS = ["train", "--env", "CartPole", "--learning-starts", "50", "--batch-size", "8", "--progress-every", "2",
+        "--checkpoint-every", "4"]  # fmt: skip
+
+
+def test_train_writes_a_run_and_resume_continues_the_counters(tmp_path, capsys, no_shm_leak):
+    run = tmp_path / "run"
+    assert main([*ARGS, "--seconds", "6", "--out", str(run)]) == 0
+    first = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    ckpt = latest_checkpoint(run)
+    assert ckpt.updates == first["updates"] > 100 and ckpt.state["env_ticks"] == 300
+    progress = read_columns(run / "progress.csv")
+    assert progress["env_ticks"].tolist() == [100, 200, 300]
+    assert (run / "ticklog.npz").exists() and (run / "summary.json").exists()
+
+    assert main([*ARGS, "--seconds", "4", "--out", str(run), "--resume"]) == 0
+    progress = read_columns(run / "progress.csv")
+    assert progress["env_ticks"].tolist() == [100, 200, 300, 400, 500]  # appended, counting on
+    resumed = load_checkpoint(latest_checkpoint(run).path)
+    assert resumed["env_ticks"] == 500 and resumed["updates"] > first["updates"]
+    assert progress["epsilon"][-1] < progress["epsilon"][2]  # ε kept annealing from where it was
+
+
+def test_resume_with_an_incompatible_config_lists_the_keys(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main([*ARGS, "--seconds", "2", "--out", str(run)]) == 0
+    capsys.readouterr()
+    assert main([*ARGS, "--seconds", "2", "--out", str(run), "--resume", "--lr", "0.1", "--seed", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "dqn.lr" in err and "seed" in err
+
+
+def test_bad_train_arguments_fail_before_anything_starts(tmp_path, capsys):
+    assert main([*ARGS, "--seconds", "-1", "--out", str(tmp_path / "a")]) == 2
+    assert "--seconds must be a positive" in capsys.readouterr().err
+    assert main([*ARGS, "--resume"]) == 2
+    assert "--resume needs --out" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists()
+
+
+@pytest.mark.wall
+def test_sigterm_on_the_wall_clock_checkpoints_and_leaves_nothing_behind(tmp_path):
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nonstop.cli", *ARGS, "--clock", "wall", "--seconds", "120", "--progress-every", "0.5",
+         "--checkpoint-every", "1000", "--out", str(run)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if (run / "progress.csv").exists() and len((run / "progress.csv").read_text().splitlines()) > 3:
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    ckpt = latest_checkpoint(run)
+    assert ckpt is not None and ckpt.state["env_ticks"] > 0
+    assert (run / "summary.json").exists() and json.loads((run / "summary.json").read_text())["interrupted"]
+    leaked = [p.name for p in SHM_DIR.iterdir() if p.name.startswith("nonstop_") and f"_{proc.pid}_" in p.name]
+    assert not leaked, leaked
