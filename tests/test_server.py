@@ -365,3 +365,84 @@ def test_waits_are_bounded_per_session(tmp_path, no_shm_leak) -> None:
         from nonstop.server.protocol import ProtocolError
 
         aio.run(run())
+
+
+def test_warm_env_sessions_replay_exactly(tmp_path, no_shm_leak) -> None:
+    """A session the server seeds itself starts on a warm env (built and reset with its seed ahead
+    of time); its replay records that and still re-simulates hash for hash."""
+    with ServerThread(envs=["CartPole"], replay_dir=tmp_path, warm_envs=1) as srv:
+        assert srv.manager.warm.wait_ready(60)
+        with Client(srv.url) as client:
+            client.reset(encoding="none")  # no seed: the warm env
+            for a in (1, 0, 1, 1, 0, 0, 1):
+                client.step(a)
+            sid = client.last.info["session_id"]
+        info = _wait_for(lambda: (s := _session(srv.url, sid))["lifecycle"] == "closed" and s, what="closed")
+    replay = Replay.load(info["replay"])
+    assert replay.header["warm_reset"] is True and isinstance(replay.header["seed"], int)
+    assert verify(replay).ok
+    replay.header["warm_reset"] = False  # without the warm reset the first observation differs
+    assert not verify(replay).ok
+
+
+class _RawSocket:
+    """A minimal WebSocket client on a plain socket with a small receive buffer, so that *not
+    reading* really backs the connection up (library clients read eagerly on a thread)."""
+
+    def __init__(self, port: int) -> None:
+        import base64
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+        self.sock.connect(("127.0.0.1", port))
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall(f"GET /ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                          f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())  # fmt: skip
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += self.sock.recv(1)
+        assert b" 101 " in head
+
+    def send(self, obj: dict) -> None:
+        import struct
+
+        data, mask = json.dumps(obj).encode(), os.urandom(4)
+        size = bytes([0x80 | len(data)]) if len(data) < 126 else bytes([0x80 | 126]) + struct.pack(">H", len(data))
+        self.sock.sendall(b"\x81" + size + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
+
+    def _exact(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            out += self.sock.recv(n - len(out))
+        return out
+
+    def recv(self) -> dict:
+        import struct
+
+        _, size = self._exact(2)
+        if size == 126:
+            (size,) = struct.unpack(">H", self._exact(2))
+        elif size == 127:
+            (size,) = struct.unpack(">Q", self._exact(8))
+        return json.loads(self._exact(size))
+
+
+def test_slow_subscriber_never_slows_its_world(no_shm_leak) -> None:
+    """A subscriber that stops reading big frames: its socket backs up, the server buffers nothing
+    more, its pushes skip ticks (newest wins), and its world keeps ticking at full rate."""
+    with ServerThread(envs=["Boxing"]) as srv:
+        ws = _RawSocket(srv.port)
+        try:
+            ws.send({"type": "reset", "data": {"seed": 0, "encoding": "b64"}})
+            sid = ws.recv()["data"]["observation"]["session_id"]
+            ws.send({"type": "subscribe", "data": {"every": 1}})
+            start = _session(srv.url, sid)["tick"]
+            time.sleep(2.0)  # not reading: 120 frames of 134 KB (16 MB) fall due
+            ticked = _session(srv.url, sid)["tick"] - start
+            assert ticked >= 0.7 * 120, ticked
+            ticks = [m["data"]["observation"]["tick"] for m in (ws.recv() for _ in range(40)) if m["type"] == "push"]
+            assert ticks == sorted(ticks)
+            assert ticks[-1] - ticks[0] > len(ticks) + 30, ticks  # it skipped ahead instead of queueing
+        finally:
+            ws.sock.close()

@@ -615,7 +615,7 @@ class ServerSession:
             if self.host is not None:
                 tick_log = self.host.finish_log()
                 with self._chan:
-                    last = self.slot.read() if self.slot is not None and self.slot._shm is not None else None
+                    last = self.slot.read() if self.slot is not None else None
                 self.summary = {"ticks": len(tick_log), **_tick_summary(tick_log)}
                 if last is not None:
                     self.summary["total_reward"] = last.total_reward
