@@ -76,6 +76,7 @@ def test_nonstop_mcp_over_stdio() -> None:
             await client.call_tool("act", {"session_id": sid, "action": 2})
             seen = (await client.call_tool("wait", {"session_id": sid, "ticks": 3})).structured_content
             assert seen["agent_ticks"] == 1 and seen["tick"] >= 3
-            assert (await client.call_tool("stop_session", {"session_id": sid})).structured_content["lifecycle"] == "closed"
+            stopped = (await client.call_tool("stop_session", {"session_id": sid})).structured_content
+            assert stopped["lifecycle"] == "closed"
 
     asyncio.run(play())

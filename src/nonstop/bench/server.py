@@ -15,7 +15,8 @@ session p99 over its most recent 600 ticks read while every client still plays (
 the target), and over the whole session with every other session's start included
 (``whole_session_*``); both as the median and the worst over sessions. Sessions start on warm
 envs (``--warm-envs N``, built before the clients arrive): an ALE env build plus seeded reset
-takes ~0.4 s here and holds the GIL, so building on demand would stall every running session; *aggregate ticks/s* from the ticks each session advanced over the common window
+takes ~0.4 s here and holds the GIL, so building on demand would stall every running session;
+*aggregate ticks/s* from the ticks each session advanced over the common window
 (between the first and the last observation every client made while all were playing); *RSS*
 of the server process (``VmRSS`` and its peak ``VmHWM``); the 1-minute load average before and
 after, since this machine is shared; and the CPU the server and the clients used (in cores: one
@@ -267,7 +268,8 @@ def render(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"nonstop bench server · {result['sessions']} × {result['env']} · load {result['loadavg_1min']}")
+    load = ", ".join(f"{x:.2f}" for x in result["loadavg_1min"])
+    table = Table(title=f"nonstop bench server · {result['sessions']} × {result['env']} · load {load}")
     table.add_column("figure")
     table.add_column("measured")
     table.add_column("target")

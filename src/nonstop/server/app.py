@@ -57,6 +57,9 @@ log = logging.getLogger("nonstop.server")
 DEFAULT_PORT = 8000
 #: uvicorn closes the socket above this; below it and above MAX_MESSAGE_BYTES we answer with an error
 WS_FRAME_LIMIT = 1 << 20
+#: uvicorn settings of every server: no per-message deflate (compressing a 100 KB frame costs
+#: milliseconds of GIL-held CPU that the tick pool needs; frames travel on a LAN or loopback)
+UVICORN_WS: dict[str, Any] = {"ws_max_size": WS_FRAME_LIMIT, "ws_per_message_deflate": False, "lifespan": "on"}
 
 
 @dataclass
@@ -399,7 +402,7 @@ def serve(
     sys.setswitchinterval(switch_interval)
     manager = SessionManager(list(envs or ["Boxing"]), **manager_kwargs)
     app = create_app(manager, token=token)
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, ws_max_size=WS_FRAME_LIMIT, lifespan="on")
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, **UVICORN_WS)
     server = uvicorn.Server(config)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it; by then the sessions are closed and
     # replays written, so the re-raised signal is ignored and the command exits 0.
@@ -437,8 +440,7 @@ class ServerThread:
         self.app = create_app(self.manager, token=token)
         self.port = port or free_port(host)
         self.url = f"ws://{host}:{self.port}"
-        config = uvicorn.Config(self.app, host=host, port=self.port, log_level="warning", ws_max_size=WS_FRAME_LIMIT,
-                                lifespan="on")  # fmt: skip
+        config = uvicorn.Config(self.app, host=host, port=self.port, log_level="warning", **UVICORN_WS)
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, name="nonstop-uvicorn", daemon=True)
         self.start_timeout = start_timeout

@@ -311,7 +311,8 @@ def write_video(replay: Replay, out: str | os.PathLike, *, every: int = 2, max_f
     except ImportError:
         imageio = None
     if imageio is not None:
-        imageio.mimsave(out, frames, duration=1.0 / fps) if out.suffix == ".gif" else imageio.mimsave(out, frames, fps=fps)
+        timing = {"duration": 1.0 / fps} if out.suffix == ".gif" else {"fps": fps}
+        imageio.mimsave(out, frames, **timing)
         return out
     if out.suffix != ".gif":
         raise ValueError(f"writing {out.suffix} needs imageio (pip install imageio[ffmpeg]); .gif works without it")

@@ -810,7 +810,9 @@ class SessionManager:
                 ErrorCode.VALIDATION_ERROR, f"env {env_id!r} is not served here; served: {', '.join(self.specs)}"
             )
         if config.record and self.replay_dir is None:
-            raise ProtocolError(ErrorCode.VALIDATION_ERROR, "this server records no replays (start it with --replay-dir)")
+            raise ProtocolError(
+                ErrorCode.VALIDATION_ERROR, "this server records no replays (start it with --replay-dir)"
+            )
         settings = Settings(
             env=env_id,
             default=config.default or spec.default_beta,
@@ -847,7 +849,8 @@ class SessionManager:
             raise ProtocolError(ErrorCode.FACTORY_ERROR, f"session did not start within {timeout}s") from None
         except Exception as exc:  # noqa: BLE001 - the env factory failed
             self.end(session, f"start failed: {exc}")
-            raise ProtocolError(ErrorCode.FACTORY_ERROR, f"could not start env {session.spec.env_id!r}: {exc}") from None
+            message = f"could not start env {session.spec.env_id!r}: {exc}"
+            raise ProtocolError(ErrorCode.FACTORY_ERROR, message) from None
         if session.state is not Lifecycle.RUNNING:
             raise ProtocolError(ErrorCode.SESSION_ENDED, f"session ended while starting ({session.end_reason})")
 
