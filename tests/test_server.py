@@ -286,6 +286,10 @@ def test_replay_video_of_atari(tmp_path, no_shm_leak) -> None:
     assert main(["replay", "verify", info["replay"]]) == 0
     assert main(["replay", "video", info["replay"], "--out", str(gif), "--every", "4"]) == 0
     assert gif.read_bytes()[:3] == b"GIF"
+    from PIL import Image
+
+    with Image.open(gif) as image:
+        assert image.n_frames == Replay.load(info["replay"]).ticks // 4 and image.size == (160, 210)
 
 
 def test_sigterm_closes_sessions_and_flushes_replays(tmp_path) -> None:

@@ -291,8 +291,8 @@ def _frame(obs: np.ndarray) -> np.ndarray:
 
 
 def write_video(replay: Replay, out: str | os.PathLike, *, every: int = 2, max_frames: int = 3000) -> Path:
-    """Re-simulate and write every ``every``-th frame to ``out`` (``.gif``; ``.mp4`` needs imageio
-    with ffmpeg). Uses imageio when installed, else matplotlib's Pillow writer."""
+    """Re-simulate and write every ``every``-th frame to ``out``: a ``.gif`` (Pillow), or an
+    ``.mp4`` through imageio with ffmpeg when that optional package is installed."""
     if every < 1:
         raise ValueError(f"every must be a positive number of ticks, got {every!r}")
     out = Path(out)
@@ -306,32 +306,15 @@ def write_video(replay: Replay, out: str | os.PathLike, *, every: int = 2, max_f
         raise ValueError("the replay has no ticks to draw")
     fps = float(replay.header.get("tick_hz", 60.0)) / every
     out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix.lower() == ".gif":  # Pillow comes with matplotlib: GIFs need nothing optional
+        from PIL import Image
+
+        images = [Image.fromarray(frame) for frame in frames]
+        images[0].save(out, save_all=True, append_images=images[1:], duration=round(1000 / fps), loop=0)
+        return out
     try:
         import imageio.v2 as imageio
     except ImportError:
-        imageio = None
-    if imageio is not None:
-        timing = {"duration": 1.0 / fps} if out.suffix == ".gif" else {"fps": fps}
-        imageio.mimsave(out, frames, **timing)
-        return out
-    if out.suffix != ".gif":
-        raise ValueError(f"writing {out.suffix} needs imageio (pip install imageio[ffmpeg]); .gif works without it")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.animation import FuncAnimation, PillowWriter
-
-    fig = plt.figure(figsize=(frames[0].shape[1] / 50, frames[0].shape[0] / 50), dpi=50)
-    ax = fig.add_axes((0, 0, 1, 1))
-    ax.axis("off")
-    image = ax.imshow(frames[0], cmap="gray" if frames[0].ndim == 2 else None)
-
-    def show(i: int) -> tuple[Any, ...]:
-        image.set_data(frames[i])
-        return (image,)
-
-    anim = FuncAnimation(fig, show, frames=len(frames), blit=True)
-    anim.save(out, writer=PillowWriter(fps=fps))
-    plt.close(fig)
+        raise ValueError(f"writing {out.suffix} needs imageio (pip install imageio[ffmpeg]); .gif works without it") from None
+    imageio.mimsave(out, frames, fps=fps)
     return out
