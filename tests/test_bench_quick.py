@@ -76,3 +76,14 @@ def test_channels_quick(no_leftover_segments) -> None:
     assert result["errors"] == 0  # every reply carried what was sent
     assert result["shm_leftovers"] == 0
     assert result["stats_us"]["slot"]["n"] == 300
+
+
+def test_server_quick(no_leftover_segments) -> None:
+    """Quick `nonstop bench server`: a real server process, 4 sessions, one client each."""
+    pytest.importorskip("fastapi")
+    from nonstop.bench import server
+
+    result = _run(server, ["--seconds", "2", "--ramp", "0.2"])
+    _check(result, server.RESULT_KEYS, "server")
+    assert result["sessions"] == 4 and result["health_after"] == "healthy"
+    assert result["ticks_per_s"] > 0 and result["reset_ms"]["n"] == 4

@@ -126,6 +126,41 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+# ----------------------------------------------------------------------------- server
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from nonstop.server.app import serve
+
+    return serve(
+        args.env or ["Boxing"], host=args.host, port=args.port, token=args.token, max_sessions=args.max_sessions,
+        idle_timeout=args.idle_timeout, replay_dir=args.replay_dir, tick_threads=args.tick_threads,
+        warm_envs=args.warm_envs, switch_interval=args.switch_interval, log_level=args.log_level,
+    )  # fmt: skip
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from nonstop.server.mcp import run_stdio
+
+    return run_stdio(args.env or ["Boxing"], replay_dir=args.replay_dir)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from nonstop.server import replay
+
+    rec = replay.Replay.load(args.file)
+    if args.replay_command == "verify":
+        result = replay.verify(rec)
+        print(json.dumps({**result.as_dict(), **rec.summary()}))
+        return 0 if result.ok else 1
+    if args.replay_command == "plot":
+        out = replay.plot_replay(rec, args.out or str(args.file).removesuffix(".npz") + ".png")
+    else:
+        out = replay.write_video(rec, args.out or str(args.file).removesuffix(".npz") + ".gif", every=args.every)
+    print(out)
+    return 0
+
+
 # ----------------------------------------------------------------------------- parser
 
 
@@ -182,6 +217,40 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="plots and a summary of a training run directory (nonstop train --out RUN)")
     report.add_arguments(p)
     p.set_defaults(func=report.run_report)
+
+    p = sub.add_parser("serve", help="serve realtime worlds over WebSocket (OpenEnv protocol + realtime verbs)")
+    p.add_argument("--env", action="append", help="env id to serve (repeat for several; first is the default; Boxing)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--token", help="require 'Authorization: Bearer TOKEN' on every request and socket")
+    p.add_argument("--max-sessions", type=int, default=64)
+    p.add_argument("--idle-timeout", type=float, default=60.0, help="end a session after this many silent seconds")
+    p.add_argument("--replay-dir", help="record a replay of every session into this directory")
+    p.add_argument("--tick-threads", type=int, default=2, help="threads of the tick pool")
+    p.add_argument("--warm-envs", type=int, default=2,
+                   help="envs per env id built and seeded ahead, for fast starts of unseeded sessions")  # fmt: skip
+    p.add_argument("--switch-interval", type=float, default=0.0005,
+                   help="Python's GIL switch interval (s): how long the request loop can hold a due tick back")
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("mcp", help="MCP server on stdio: realtime sessions as tools for LLM agents")
+    p.add_argument("--env", action="append", help="env id to offer (repeat; first is the default; Boxing)")
+    p.add_argument("--replay-dir", help="record a replay of every session into this directory")
+    p.set_defaults(func=cmd_mcp)
+
+    p = sub.add_parser("replay", help="verify, plot or render a session replay")
+    rsub = p.add_subparsers(dest="replay_command", metavar="ACTION", required=True)
+    for name, help_text in (("verify", "re-simulate and check every observation hash (exit 1 on mismatch)"),
+                            ("plot", "timeline PNG: agent vs β ticks, delay, return"),
+                            ("video", "GIF (or MP4 with imageio[ffmpeg]) of the re-simulated frames")):  # fmt: skip
+        rp = rsub.add_parser(name, help=help_text)
+        rp.add_argument("file", help="replay .npz written by the server")
+        if name != "verify":
+            rp.add_argument("--out", help="output file (default: next to FILE)")
+        if name == "video":
+            rp.add_argument("--every", type=int, default=2, help="keep one frame in EVERY ticks")
+    p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("bench", help="run a benchmark (JSON on the last line with --json)")
     bench_sub = p.add_subparsers(dest="bench", metavar="NAME")

@@ -20,4 +20,5 @@ BENCHMARKS = {
     "regret": "nonstop.bench.regret",
     "learn": "nonstop.bench.learn",
     "nlstar": "nonstop.bench.nlstar",
+    "server": "nonstop.bench.server",
 }

@@ -1,0 +1,359 @@
+"""Clients for a nonstop server: async, sync, and a Gymnasium adapter.
+
+`AsyncClient` owns one WebSocket (one session). Replies arrive in request order, so each request
+awaits the next reply; ``push`` messages from a subscription are kept apart, newest wins, so a slow
+consumer of pushes never backs up the socket. `Client` is the same API, blocking, for scripts and
+training loops (it runs the async client on a private event-loop thread). `RemoteEnv` is a
+``gymnasium.Env`` over a remote session with the semantics of the local Gymnasium view
+(`nonstop.realtime.gym`): ``step`` submits and returns the observation of the tick that applied
+the action, and a slow agent suffers inaction because the remote world never waits.
+
+>>> # with `nonstop serve` running on 127.0.0.1:8000
+>>> # with Client("ws://127.0.0.1:8000") as client:         # doctest: +SKIP
+>>> #     first = client.reset(seed=0)
+>>> #     result = client.step(1)
+>>> #     result.tick, result.info["inaction_ticks"]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections import deque
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any, SupportsFloat, TypeVar
+
+import gymnasium as gym
+import numpy as np
+
+from nonstop.server.protocol import decode_array
+
+__all__ = ["ServerError", "RemoteObservation", "AsyncClient", "Client", "RemoteEnv", "space_from_json"]
+
+T = TypeVar("T")
+
+
+class ServerError(RuntimeError):
+    """The server answered with an ``error`` message; ``code`` is its error code."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{message} (code: {code})")
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class RemoteObservation:
+    """An observation reply. ``reward`` is the reward since this reader's previous observation;
+    ``done`` says an episode ended since then (the remote world has already reset)."""
+
+    obs: np.ndarray | None
+    tick: int
+    reward: float | None
+    done: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_message(cls, data: dict[str, Any]) -> "RemoteObservation":
+        fields = dict(data["observation"])
+        obs = decode_array(fields.pop("obs"))
+        return cls(obs=obs, tick=int(fields["tick"]), reward=data.get("reward"), done=bool(data.get("done")),
+                   info=fields)  # fmt: skip
+
+
+def _ws_url(url: str) -> str:
+    url = url.rstrip("/")
+    for http, ws in (("http://", "ws://"), ("https://", "wss://")):
+        if url.startswith(http):
+            url = ws + url[len(http) :]
+    if not url.startswith(("ws://", "wss://")):
+        url = "ws://" + url
+    return url if url.endswith("/ws") else url + "/ws"
+
+
+def _http_url(url: str) -> str:
+    url = _ws_url(url)[: -len("/ws")]
+    return "http" + url[2:]
+
+
+class AsyncClient:
+    """One session on a nonstop server, async.
+
+    Parameters
+    ----------
+    url: ``ws://host:port`` or ``http://host:port`` (``/ws`` is added).
+    token: bearer token when the server was started with ``--token``.
+    timeout: seconds to wait for any one reply (a ``wait`` for n ticks adds n ticks to it).
+    """
+
+    def __init__(self, url: str = "ws://127.0.0.1:8000", *, token: str | None = None, timeout: float = 60.0) -> None:
+        if not isinstance(url, str) or not url:
+            raise ValueError(f"url must be a non-empty string, got {url!r}")
+        if not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.url = _ws_url(url)
+        self.token = token
+        self.timeout = float(timeout)
+        self._ws: Any = None
+        self._reader: asyncio.Task | None = None
+        self._replies: deque[asyncio.Future] = deque()
+        self._push: RemoteObservation | None = None
+        self._push_event = asyncio.Event()
+        self.pushes_received = 0
+        self.last: RemoteObservation | None = None
+
+    async def connect(self) -> "AsyncClient":
+        from websockets.asyncio.client import connect
+
+        if self._ws is None:
+            headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
+            self._ws = await connect(self.url, additional_headers=headers, max_size=1 << 24, open_timeout=self.timeout)
+            self._reader = asyncio.create_task(self._read())
+        return self
+
+    async def __aenter__(self) -> "AsyncClient":
+        return await self.connect()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def _read(self) -> None:
+        try:
+            async for raw in self._ws:
+                msg = json.loads(raw)
+                if msg.get("type") == "push":
+                    self._push = RemoteObservation.from_message(msg["data"])  # newest wins
+                    self.pushes_received += 1
+                    self._push_event.set()
+                elif self._replies:
+                    fut = self._replies.popleft()
+                    if not fut.done():
+                        fut.set_result(msg)
+        except Exception as exc:  # noqa: BLE001 - hand the failure to whoever waits
+            error = exc
+        else:
+            error = ConnectionError("the server closed the connection")
+        while self._replies:
+            fut = self._replies.popleft()
+            if not fut.done():
+                fut.set_exception(error)
+
+    async def request(self, message: dict[str, Any], *, extra_timeout: float = 0.0) -> dict[str, Any]:
+        """Send one message and return its reply's ``data``; raise `ServerError` on an error reply."""
+        await self.connect()
+        fut = asyncio.get_running_loop().create_future()
+        self._replies.append(fut)
+        await self._ws.send(json.dumps(message))
+        reply = await asyncio.wait_for(fut, self.timeout + extra_timeout)
+        if reply.get("type") == "error":
+            raise ServerError(reply["data"].get("code", "UNKNOWN"), reply["data"].get("message", ""))
+        return reply
+
+    async def _observation(self, message: dict[str, Any], extra_timeout: float = 0.0) -> RemoteObservation:
+        reply = await self.request(message, extra_timeout=extra_timeout)
+        self.last = RemoteObservation.from_message(reply["data"])
+        return self.last
+
+    # ---- OpenEnv verbs
+    async def reset(self, **config: Any) -> RemoteObservation:
+        """Start (or restart with ``seed=``) the session; see `nonstop.server.protocol.ResetData`."""
+        return await self._observation({"type": "reset", "data": config})
+
+    async def step(self, action: Any, *, obs_tick: int | None = None) -> RemoteObservation:
+        return await self._observation({"type": "step", "data": _action(action, obs_tick)})
+
+    async def state(self) -> dict[str, Any]:
+        return (await self.request({"type": "state"}))["data"]
+
+    # ---- realtime verbs
+    async def observe(self, *, encoding: str | None = None) -> RemoteObservation:
+        return await self._observation({"type": "observe", "data": _drop_none(encoding=encoding)})
+
+    async def act(self, action: Any, *, obs_tick: int | None = None) -> dict[str, Any]:
+        """Enqueue ``action`` and return the ack at once (``seq``, ``tick``)."""
+        return (await self.request({"type": "act", "data": _action(action, obs_tick)}))["data"]
+
+    async def wait(self, ticks: int | None = None, *, until: int | None = None, encoding: str | None = None):
+        """Wait ``ticks`` ticks from now, or until absolute tick ``until``; returns that observation."""
+        n = ticks if ticks is not None else max(0, (until or 0) - (self.last.tick if self.last else 0))
+        data = _drop_none(ticks=ticks, until=until, encoding=encoding)
+        return await self._observation({"type": "wait", "data": data}, extra_timeout=n / 10.0)  # any world >= 10 Hz
+
+    async def subscribe(self, every: int, *, encoding: str | None = None) -> None:
+        """Have the server push the newest observation every ``every`` ticks (0 stops)."""
+        await self.request({"type": "subscribe", "data": _drop_none(every=every, encoding=encoding)})
+
+    async def next_push(self, timeout: float | None = None) -> RemoteObservation:
+        """The newest pushed observation not yet returned (waits for one)."""
+        await asyncio.wait_for(self._push_event.wait(), timeout or self.timeout)
+        self._push_event.clear()
+        return self._push
+
+    async def close(self) -> None:
+        if self._ws is not None:
+            try:
+                await self._ws.send(json.dumps({"type": "close"}))
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+            await self._ws.close()
+            self._ws = None
+        if self._reader is not None:
+            try:
+                await asyncio.wait_for(self._reader, 5)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                self._reader.cancel()
+            self._reader = None
+
+
+def _drop_none(**kwargs: Any) -> dict[str, Any]:
+    return {k: v for k, v in kwargs.items() if v is not None}
+
+
+def _action(action: Any, obs_tick: int | None) -> dict[str, Any]:
+    value = np.asarray(action).tolist() if isinstance(action, (np.ndarray, np.generic)) else action
+    return _drop_none(action=value, obs_tick=obs_tick)
+
+
+class Client:
+    """`AsyncClient` with blocking methods (its event loop runs on a private daemon thread)."""
+
+    def __init__(self, url: str = "ws://127.0.0.1:8000", *, token: str | None = None, timeout: float = 60.0) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="nonstop-client", daemon=True)
+        self._thread.start()
+        self._async = self._run(self._make(url, token, timeout))
+        self.url = self._async.url
+
+    async def _make(self, url: str, token: str | None, timeout: float) -> AsyncClient:
+        return AsyncClient(url, token=token, timeout=timeout)
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def __enter__(self) -> "Client":
+        self._run(self._async.connect())
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def last(self) -> RemoteObservation | None:
+        return self._async.last
+
+    def reset(self, **config: Any) -> RemoteObservation:
+        return self._run(self._async.reset(**config))
+
+    def step(self, action: Any, *, obs_tick: int | None = None) -> RemoteObservation:
+        return self._run(self._async.step(action, obs_tick=obs_tick))
+
+    def state(self) -> dict[str, Any]:
+        return self._run(self._async.state())
+
+    def observe(self, *, encoding: str | None = None) -> RemoteObservation:
+        return self._run(self._async.observe(encoding=encoding))
+
+    def act(self, action: Any, *, obs_tick: int | None = None) -> dict[str, Any]:
+        return self._run(self._async.act(action, obs_tick=obs_tick))
+
+    def wait(self, ticks: int | None = None, *, until: int | None = None, encoding: str | None = None):
+        return self._run(self._async.wait(ticks, until=until, encoding=encoding))
+
+    def subscribe(self, every: int, *, encoding: str | None = None) -> None:
+        self._run(self._async.subscribe(every, encoding=encoding))
+
+    def next_push(self, timeout: float | None = None) -> RemoteObservation:
+        return self._run(self._async.next_push(timeout))
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            try:
+                self._run(self._async.close())
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(timeout=5)
+                self._loop.close()
+
+
+def http_get(url: str, path: str, *, token: str | None = None, timeout: float = 10.0) -> Any:
+    """GET ``path`` from the server's HTTP side (``/metadata``, ``/sessions`` ...) as JSON."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    response = httpx.get(_http_url(url) + path, headers=headers, timeout=timeout)
+    response.raise_for_status()
+    return response.json()
+
+
+def space_from_json(desc: dict[str, Any]) -> gym.Space:
+    """Inverse of `nonstop.server.sessions.describe_space`."""
+    kind = desc.get("type")
+    if kind == "Discrete":
+        return gym.spaces.Discrete(desc["n"], start=desc.get("start", 0))
+    if kind == "Box":
+        dtype = np.dtype(desc["dtype"])
+        shape = tuple(desc["shape"])
+        low = np.asarray(desc["low"], dtype=np.float64)
+        high = np.asarray(desc["high"], dtype=np.float64)
+        return gym.spaces.Box(low.astype(dtype) if low.ndim else low.item(), high.astype(dtype) if high.ndim else
+                              high.item(), shape=shape, dtype=dtype)  # fmt: skip
+    if kind == "MultiDiscrete":
+        return gym.spaces.MultiDiscrete(desc["nvec"])
+    if kind == "MultiBinary":
+        return gym.spaces.MultiBinary(desc["n"])
+    raise ValueError(f"cannot rebuild a {kind!r} space from the server's metadata")
+
+
+class RemoteEnv(gym.Env):
+    """A remote realtime session as a ``gymnasium.Env``.
+
+    ``reset(seed=s)`` (re)starts the remote world with that seed; ``reset()`` after an episode ended
+    returns the first observation of the episode the world has already started; ``step(a)``
+    submits ``a`` and returns the observation of the tick that applied it, with ``info`` holding
+    ``tick``, ``ticks_elapsed``, ``inaction_ticks``, ``agent_ticks`` and ``delay``.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, url: str = "ws://127.0.0.1:8000", *, env: str | None = None, token: str | None = None,
+                 **config: Any) -> None:  # fmt: skip
+        meta = http_get(url, "/metadata", token=token)
+        env_id = env or meta["default_env"]
+        if env_id not in meta["envs"]:
+            raise ValueError(f"the server does not serve {env_id!r}; it serves {sorted(meta['envs'])}")
+        desc = meta["envs"][env_id]
+        self.env_id = env_id
+        self.tick_hz = float(desc["tick_hz"])
+        self.observation_space = space_from_json(desc["observation"])
+        self.action_space = space_from_json(desc["action"])
+        self.client = Client(url, token=token)
+        self._config = {"env": env_id, "encoding": "b64", **config}
+        self._started = False
+        self._tick = 0
+
+    def _out(self, result: RemoteObservation) -> tuple[np.ndarray, dict[str, Any]]:
+        obs = np.asarray(result.obs, dtype=self.observation_space.dtype)
+        info = dict(result.info, ticks_elapsed=result.tick - self._tick, delay=result.info.get("last_delay", -1))
+        self._tick = result.tick
+        return obs, info
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        config = dict(self._config)
+        if seed is not None:
+            config["seed"] = seed
+        result = self.client.reset(**config) if (seed is not None or not self._started) else self.client.reset()
+        self._started = True
+        return self._out(result)
+
+    def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
+        result = self.client.step(action)
+        obs, info = self._out(result)
+        # the remote world resets at once, so an ended episode reads as terminated
+        return obs, float(result.reward or 0.0), result.done, False, info
+
+    def close(self) -> None:
+        self.client.close()
+        super().close()

@@ -1,0 +1,170 @@
+"""MCP tools for LLM agents: drive realtime worlds that keep ticking between tool calls.
+
+``nonstop mcp`` serves, over stdio with the official ``mcp`` SDK, the same verbs as the WebSocket
+protocol, as tools: ``start_session``, ``observe`` (structured text, and a PNG frame on request),
+``act``, ``wait``, ``stats`` and ``stop_session``. The sessions live in this process, on the same
+`SessionManager` and tick pool as ``nonstop serve``: while the model thinks, the world goes on and
+β acts, and ``stats`` tells the model how much of the world it actually controlled (its inaction)
+and how stale its actions were when applied (its delay).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+
+from nonstop.server.app import Connection
+from nonstop.server.protocol import (
+    ActionData,
+    ActMessage,
+    ObserveData,
+    ObserveMessage,
+    ProtocolError,
+    ResetData,
+    ResetMessage,
+    StateMessage,
+    WaitData,
+    WaitMessage,
+    decode_array,
+)
+from nonstop.server.sessions import SessionManager
+
+__all__ = ["build_mcp_server", "run_stdio"]
+
+INSTRUCTIONS = (
+    "These tools drive realtime worlds: a world ticks on its own clock (e.g. 60 ticks per second) and never "
+    "waits for you. When you have no action queued, a default behaviour (beta) acts and the tick counts as "
+    "inaction. Start a session, observe, act (returns at once), wait a number of ticks if useful, and read "
+    "stats to see your inaction and delay. Stop the session when done."
+)
+
+
+def _png(frame: np.ndarray) -> bytes:
+    from PIL import Image
+
+    arr = np.asarray(frame)
+    if arr.ndim == 3 and arr.shape[-1] == 1:
+        arr = arr[..., 0]
+    if arr.dtype != np.uint8:
+        lo, hi = float(arr.min()), float(arr.max())
+        arr = ((arr - lo) / (hi - lo or 1.0) * 255).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _describe(fields: dict[str, Any], reward: float | None, obs: np.ndarray | None, tick_hz: float) -> str:
+    tick = fields["tick"]
+    lines = [
+        f"tick {tick} ({tick / tick_hz:.2f} s of world time), episode {fields['episode']}",
+        f"reward since your last look: {reward if reward is not None else 0.0:+g}; "
+        f"total reward: {fields['total_reward']:g}",
+        f"ticks you acted on: {fields['agent_ticks']}; ticks beta acted on (your inaction): {fields['inaction_ticks']}",
+    ]
+    if fields["last_delay"] >= 0:
+        lines.append(f"your last applied action was computed from an observation {fields['last_delay']} ticks old")
+    if obs is not None:
+        if obs.size <= 64:
+            lines.append(f"observation: {np.round(obs, 4).tolist()}")
+        else:
+            lines.append(f"observation: a {'x'.join(map(str, obs.shape))} {obs.dtype} frame (observe with image=true)")
+    return "\n".join(lines)
+
+
+def build_mcp_server(manager: SessionManager, *, start_timeout: float = 60.0) -> Any:
+    """An `mcp.server.mcpserver.MCPServer` whose tools drive sessions on ``manager``."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp_types import CallToolResult, ImageContent, TextContent
+
+    server = MCPServer(name="nonstop", instructions=INSTRUCTIONS)
+    players: dict[str, Connection] = {}
+
+    def player(session_id: str) -> Connection:
+        conn = players.get(session_id)
+        if conn is None:
+            raise ToolError(f"no session {session_id!r}; start one with start_session (open: {sorted(players)})")
+        return conn
+
+    async def run(conn: Connection, msg: Any) -> Any:
+        try:
+            return await conn.handle(msg)
+        except ProtocolError as exc:
+            raise ToolError(f"{exc.code}: {exc.message}") from None  # reaches the model as an error result
+
+    def result(conn: Connection, reply: dict[str, Any], image: bool = False) -> Any:
+        data = reply["data"]
+        fields = {k: v for k, v in data["observation"].items() if k != "obs"}
+        obs = decode_array(data["observation"]["obs"])
+        text = _describe(fields, data["reward"], obs, conn.session.spec.tick_hz)
+        content: list[Any] = [TextContent(type="text", text=text)]
+        if image and obs is not None:
+            import base64
+
+            content.append(ImageContent(type="image", data=base64.b64encode(_png(obs)).decode(), mime_type="image/png"))
+        return CallToolResult(content=content, structured_content={**fields, "reward": data["reward"],
+                                                                   "done": data["done"]})  # fmt: skip
+
+    @server.tool(description="Start a realtime session. env: one of the served env ids (default first); seed: int.")
+    async def start_session(env: str | None = None, seed: int | None = None) -> dict[str, Any]:
+        conn = Connection(None, manager, start_timeout)  # type: ignore[arg-type]  # no socket: no pushes
+        reply = await run(conn, ResetMessage(data=ResetData(env=env, seed=seed, encoding="b64")))
+        sid = conn.session.sid
+        players[sid] = conn
+        spec = conn.session.spec
+        return {
+            "session_id": sid,
+            "env": spec.env_id,
+            "tick_hz": spec.tick_hz,
+            "action_space": spec.spaces()["action"],
+            "action_meanings": spec.action_meanings,
+            "default_behaviour": conn.session.settings.default,
+            "tick": reply["data"]["observation"]["tick"],
+        }
+
+    @server.tool(description="The newest observation (text; image=true adds a PNG frame). The world keeps ticking.")
+    async def observe(session_id: str, image: bool = False) -> Any:
+        conn = player(session_id)
+        return result(conn, await run(conn, ObserveMessage(data=ObserveData(encoding="b64"))), image)
+
+    @server.tool(description="Queue an action; returns at once. It is applied at the next tick (its delay counted).")
+    async def act(session_id: str, action: int | list[float]) -> dict[str, Any]:
+        conn = player(session_id)
+        return (await run(conn, ActMessage(data=ActionData(action=action)))).data.model_dump()
+
+    @server.tool(description="Wait until `ticks` more ticks have passed (the world does not stop), then observe.")
+    async def wait(session_id: str, ticks: int = 1, image: bool = False) -> Any:
+        conn = player(session_id)
+        return result(conn, await run(conn, WaitMessage(data=WaitData(ticks=ticks, encoding="b64"))), image)
+
+    @server.tool(description="Session stats: tick, your agent ticks vs inaction ticks, total reward, queue counters.")
+    async def stats(session_id: str) -> dict[str, Any]:
+        conn = player(session_id)
+        return (await run(conn, StateMessage())).data.model_dump()
+
+    @server.tool(description="Stop a session; returns its summary (and replay path when recording).")
+    async def stop_session(session_id: str) -> dict[str, Any]:
+        conn = players.pop(session_id, None)
+        if conn is None:
+            raise ToolError(f"no session {session_id!r}")
+        session = conn.session
+        conn.close("stopped by stop_session")
+        import asyncio
+
+        await asyncio.get_running_loop().run_in_executor(None, session.finalized.wait, 30.0)
+        return session.info()
+
+    server.players = players  # type: ignore[attr-defined]  # for tests and shutdown
+    return server
+
+
+def run_stdio(envs: list[str], *, replay_dir: str | None = None) -> int:
+    """``nonstop mcp``: serve the tools on stdin/stdout until the client disconnects."""
+    manager = SessionManager(envs, replay_dir=replay_dir, idle_timeout=3600.0)
+    try:
+        build_mcp_server(manager).run("stdio")
+    finally:
+        manager.shutdown()
+    return 0

@@ -1,0 +1,940 @@
+"""Many realtime sessions in one process: lifecycle, tick pool, work queue, reaper (DESIGN §4).
+
+A session is one realtime world (`Host` + `LatestSlot` + `ActionQueue`) owned by one client. Its
+host is a timed process (a generator yielding its next deadline, see `nonstop.realtime.clock`), so
+a server need not spend a process or even a thread per session: a `TickPool` of a few threads, each
+with a heap of ``(deadline, session)``, drives every host on the wall clock. The request-handling
+event loop never ticks a world; it only reads slots, submits actions and parks futures that the
+pool resolves when a tick arrives (`ServerSession.wait_tick`).
+
+Lifecycle, an explicit state machine (`Lifecycle`, `TRANSITIONS`)::
+
+    created ──► starting ──► running ──► ended ──► closed
+       └───────────┴────────────┴──────────┘ (start failure, timeout, connection lost, close, error)
+
+*ended* means the world stopped ticking and its replay is being finalized; *closed* means every
+resource (env, shared memory) is released. Every path into *ended* goes through
+`SessionManager.end`, which always finishes in *closed*.
+
+Slow work (building an env, resetting it, writing a replay) runs on a bounded `WorkQueue` that
+refuses with a ``BACKPRESSURE`` error instead of growing, and never on the tick pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import heapq
+import itertools
+import logging
+import math
+import os
+import secrets
+import threading
+import traceback
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any, Final
+
+import gymnasium as gym
+import numpy as np
+
+from nonstop.realtime.channels import ActionQueue, LatestSlot, Observation
+from nonstop.realtime.clock import WallClock
+from nonstop.realtime.defaults import make_default
+from nonstop.realtime.host import Host
+from nonstop.server.protocol import ErrorCode, ProtocolError
+from nonstop.server.replay import Replay, ReplayRecorder
+
+__all__ = ["Lifecycle", "TRANSITIONS", "TickPool", "WorkQueue", "EnvSpec", "ServerSession", "SessionManager"]
+
+log = logging.getLogger("nonstop.server")
+
+
+class Lifecycle(str, Enum):
+    CREATED = "created"
+    STARTING = "starting"
+    RUNNING = "running"
+    ENDED = "ended"
+    CLOSED = "closed"
+
+
+#: Allowed transitions; anything else is a bug and raises.
+TRANSITIONS: Final = {
+    Lifecycle.CREATED: {Lifecycle.STARTING, Lifecycle.ENDED},
+    Lifecycle.STARTING: {Lifecycle.RUNNING, Lifecycle.ENDED},
+    Lifecycle.RUNNING: {Lifecycle.ENDED},
+    Lifecycle.ENDED: {Lifecycle.CLOSED},
+    Lifecycle.CLOSED: set(),
+}
+LIVE: Final = frozenset({Lifecycle.CREATED, Lifecycle.STARTING, Lifecycle.RUNNING})
+#: ``/sessions`` reports each running session's lateness over this many most recent ticks
+RECENT_TICKS: Final = 600
+
+
+# ----------------------------------------------------------------------------- tick pool
+
+
+class _Heartbeat:
+    """A no-op job each pool lane runs at a few Hz, so `/health` can tell a lane is alive even
+    with no session on it."""
+
+    def __init__(self, clock: WallClock, period: float) -> None:
+        self.clock, self.period = clock, period
+        self.last_beat = clock.now()
+        self.cancelled = False
+
+    def advance(self) -> float | None:
+        self.last_beat = now = self.clock.now()
+        return self.clock.origin + now + self.period
+
+
+class _Lane(threading.Thread):
+    """One pool thread: a heap of ``(absolute deadline, order, job)``; runs each job when due.
+    A job has ``advance() -> next absolute deadline | None`` and a ``cancelled`` flag."""
+
+    def __init__(self, index: int, clock: WallClock) -> None:
+        super().__init__(name=f"nonstop-tick-{index}", daemon=True)
+        self.clock = clock
+        self._heap: list[tuple[float, int, Any]] = []
+        self._order = itertools.count()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self.jobs = 0
+
+    def add(self, job: Any, at: float) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (at, next(self._order), job))
+            self.jobs += 1
+            self._cond.notify()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+
+    def run(self) -> None:
+        origin = self.clock.origin
+        while True:
+            with self._cond:
+                while True:
+                    if self._stopping:
+                        return
+                    if self._heap:
+                        left = self._heap[0][0] - (origin + self.clock.now())
+                        if left <= 0:
+                            break
+                        self._cond.wait(left)
+                    else:
+                        self._cond.wait()
+                _, _, job = heapq.heappop(self._heap)
+            nxt = None if job.cancelled else job.advance()
+            with self._cond:
+                if nxt is None:
+                    self.jobs -= 1
+                else:
+                    heapq.heappush(self._heap, (nxt, next(self._order), job))
+
+
+class TickPool:
+    """A few threads that drive many hosts on the wall clock (never the event loop).
+
+    Sessions go to the lane with the fewest jobs. Threads share the GIL, so more lanes do not add
+    CPU; they bound how long one slow env step can delay the ticks of the others.
+    """
+
+    def __init__(self, threads: int = 2, *, heartbeat_hz: float = 10.0) -> None:
+        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+            raise ValueError(f"threads must be a positive integer, got {threads!r}")
+        self.clock = WallClock(spin=0.0)
+        self.phases = PhaseSlots()
+        self._lanes = [_Lane(i, self.clock) for i in range(threads)]
+        self._beats = [_Heartbeat(self.clock, 1.0 / heartbeat_hz) for _ in self._lanes]
+        for lane, beat in zip(self._lanes, self._beats):
+            lane.start()
+            lane.add(beat, self.clock.origin + self.clock.now())
+
+    def add(self, job: Any, at: float) -> None:
+        """Schedule ``job`` (first ``advance`` at absolute perf-counter time ``at``)."""
+        min(self._lanes, key=lambda lane: lane.jobs).add(job, at)
+
+    def heartbeat_age(self) -> float:
+        """Seconds since the least recently beating lane last ran (small means all alive)."""
+        now = self.clock.now()
+        return max(now - beat.last_beat for beat in self._beats)
+
+    def close(self) -> None:
+        for lane in self._lanes:
+            lane.stop()
+        for lane in self._lanes:
+            lane.join(timeout=5)
+
+
+# ----------------------------------------------------------------------------- phases
+
+
+def _bit_reversed(n: int) -> list[int]:
+    """0..n-1 (n a power of two) in bit-reversed order: each prefix is spread evenly over the range."""
+    bits = n.bit_length() - 1
+    return [int(format(i, f"0{bits}b")[::-1], 2) if bits else 0 for i in range(n)]
+
+
+class PhaseSlots:
+    """Spreads the sessions' tick grids over one tick period, so their deadlines do not bunch.
+
+    Sessions started at random moments would sometimes tick within microseconds of each other and
+    queue behind one another on the pool; a session here takes the least used of ``slots`` evenly
+    spaced phases (in bit-reversed order, so every prefix of starts is spread evenly), and its
+    ticks fall at ``phase + t·τ_M`` on the pool's clock. Pure bookkeeping; thread-safe.
+
+    >>> slots = PhaseSlots(4)
+    >>> [slots.acquire(1.0) for _ in range(5)]
+    [(0, 0.0), (2, 0.5), (1, 0.25), (3, 0.75), (0, 0.0)]
+    """
+
+    def __init__(self, slots: int = 64) -> None:
+        if slots < 1 or slots & (slots - 1):
+            raise ValueError(f"slots must be a power of two, got {slots!r}")
+        self.slots = slots
+        self._order = _bit_reversed(slots)
+        self._used: dict[float, list[int]] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, tau_m: float) -> tuple[int, float]:
+        with self._lock:
+            used = self._used.setdefault(tau_m, [0] * self.slots)
+            index = min(self._order, key=lambda i: used[i])  # min keeps the first of equals
+            used[index] += 1
+        return index, index * tau_m / self.slots
+
+    def release(self, tau_m: float, index: int) -> None:
+        with self._lock:
+            self._used[tau_m][index] -= 1
+
+
+class PhasedClock(WallClock):
+    """The clock a session's host reads its origin from: the wall clock rounded up to the session's
+    phase on the pool's grid, so the host's tick grid lands in its slot. The host reads ``now()``
+    only for its origin; the pool hands it real wake times, so lateness is measured unrounded."""
+
+    def __init__(self, origin: float, tau_m: float, phase: float) -> None:
+        super().__init__(origin=origin, spin=0.0)
+        self.tau_m, self.phase = tau_m, phase
+
+    def now(self) -> float:
+        t = super().now()
+        return self.phase + math.ceil((t - self.phase) / self.tau_m) * self.tau_m
+
+
+# ----------------------------------------------------------------------------- work queue
+
+
+class WorkQueue:
+    """A bounded thread pool for slow work (env builds, resets, replay writes).
+
+    ``submit`` raises ``ProtocolError(BACKPRESSURE)`` once ``max_pending`` jobs are queued or
+    running, instead of letting the backlog (and every client's latency) grow.
+    """
+
+    def __init__(self, workers: int = 2, max_pending: int = 16) -> None:
+        if workers < 1 or max_pending < workers:
+            raise ValueError(f"need workers >= 1 and max_pending >= workers, got {workers}, {max_pending}")
+        self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="nonstop-work")
+        self.max_pending = max_pending
+        self._pending = 0
+        self._lock = threading.Lock()
+        self.refused = 0
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
+        with self._lock:
+            if self._pending >= self.max_pending:
+                self.refused += 1
+                raise ProtocolError(
+                    ErrorCode.BACKPRESSURE,
+                    f"the server's work queue is full ({self.max_pending} jobs pending): retry shortly",
+                )
+            self._pending += 1
+        fut = self._pool.submit(fn, *args)
+        fut.add_done_callback(self._done)
+        return fut
+
+    def _done(self, _: Any) -> None:
+        with self._lock:
+            self._pending -= 1
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+# ----------------------------------------------------------------------------- warm envs
+
+
+class WarmEnvs:
+    """Envs built and seeded ahead of time, so a session start costs one unseeded reset.
+
+    Building an ALE env and its seeded reset (which reloads the ROM) take ~0.4 s here and hold the
+    GIL: done on demand they stall every other session's ticks and make a start slow. So spares
+    are built at startup and topped up only while no session is running. A client
+    that leaves the seed to the server gets one of these instead: built by a background thread with
+    a random seed that the replay records (``warm_reset``: the env was reset with the seed once
+    before the host's own reset), so replays still re-simulate exactly.
+    """
+
+    def __init__(self, per_env: int, env_ids: list[str], idle: Callable[[], bool] = lambda: True) -> None:
+        if not isinstance(per_env, int) or per_env < 0:
+            raise ValueError(f"warm envs per env id must be a non-negative integer, got {per_env!r}")
+        self.per_env = per_env
+        self._idle = idle
+        self._spares: dict[str, deque[tuple[gym.Env, int]]] = {e: deque() for e in env_ids}
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        if per_env:
+            self._thread = threading.Thread(target=self._fill, name="nonstop-warm", daemon=True)
+            self._thread.start()
+
+    def take(self, env_id: str) -> tuple[gym.Env | None, int]:
+        """A warm env and its seed, or ``(None, fresh seed)`` when none is ready."""
+        with self._cond:
+            spares = self._spares.get(env_id)
+            if spares:
+                env, seed = spares.popleft()
+                self._cond.notify()
+                return env, seed
+        return None, secrets.randbelow(2**31)
+
+    def ready(self) -> dict[str, int]:
+        with self._cond:
+            return {e: len(q) for e, q in self._spares.items()}
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Block until every env id has its spares (startup, benchmarks)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: all(len(q) >= self.per_env for q in self._spares.values()), timeout)
+
+    def _fill(self) -> None:
+        from nonstop.envs import make_env
+
+        def needed() -> bool:
+            # only while no session runs: a build holds the GIL ~0.4 s and would stall their ticks
+            return any(len(q) < self.per_env for q in self._spares.values()) and self._idle()
+
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._stopping or needed(), timeout=1.0)
+                if not self._stopping and not needed():
+                    continue
+                if self._stopping:
+                    return
+                env_id = next(e for e, q in self._spares.items() if len(q) < self.per_env)
+            seed = secrets.randbelow(2**31)
+            try:
+                env = make_env(env_id)
+                env.reset(seed=seed)
+            except Exception:  # noqa: BLE001 - sessions fall back to building their own
+                log.error("warm env %s failed to build\n%s", env_id, traceback.format_exc())
+                return
+            with self._cond:
+                self._spares[env_id].append((env, seed))
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        with self._cond:
+            for spares in self._spares.values():
+                while spares:
+                    spares.popleft()[0].close()
+
+
+# ----------------------------------------------------------------------------- env catalog
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What the server knows about one env id, computed once and shared by its sessions."""
+
+    env_id: str
+    tick_hz: float
+    noop_action: Any
+    default_beta: str
+    description: str
+    observation_space: gym.Space
+    action_space: gym.Space
+    action_meanings: list[str] | None = None
+
+    @classmethod
+    def probe(cls, env_id: str) -> "EnvSpec":
+        from nonstop.envs import env_info, make_env
+
+        info = env_info(env_id)
+        env = make_env(env_id)
+        try:
+            obs_space, act_space = env.observation_space, env.action_space
+            meanings = getattr(env.unwrapped, "get_action_meanings", None)
+            meanings = list(meanings()) if callable(meanings) else None
+        finally:
+            env.close()
+        if not isinstance(obs_space, (gym.spaces.Box, gym.spaces.Discrete)):
+            raise TypeError(f"env {env_id!r}: the server needs a Box or Discrete observation space, got {obs_space}")
+        return cls(env_id, info.tick_hz, info.noop_action, info.default_beta, info.description, obs_space, act_space,
+                   meanings)  # fmt: skip
+
+    def spaces(self) -> dict[str, Any]:
+        return {"observation": describe_space(self.observation_space), "action": describe_space(self.action_space)}
+
+
+def describe_space(space: gym.Space) -> dict[str, Any]:
+    """A JSON description of a Gymnasium space that `nonstop.server.client` turns back into one."""
+    if isinstance(space, gym.spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, gym.spaces.Box):
+        low, high = np.asarray(space.low), np.asarray(space.high)
+
+        def bound(arr: np.ndarray) -> Any:
+            if arr.size and np.all(arr == arr.flat[0]):
+                return _finite(arr.flat[0])
+            return [_finite(v) for v in arr.ravel().tolist()]
+
+        return {"type": "Box", "shape": list(space.shape), "dtype": space.dtype.str, "low": bound(low),
+                "high": bound(high)}  # fmt: skip
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return {"type": "MultiDiscrete", "nvec": space.nvec.tolist()}
+    if isinstance(space, gym.spaces.MultiBinary):
+        return {"type": "MultiBinary", "n": space.n if isinstance(space.n, int) else list(space.n)}
+    return {"type": type(space).__name__}
+
+
+def _finite(v: Any) -> Any:
+    v = float(v)
+    if v != v or v in (float("inf"), float("-inf")):
+        return str(v)  # JSON has no infinities; "inf"/"-inf" are parsed back by the client
+    return v
+
+
+# ----------------------------------------------------------------------------- session
+
+
+@dataclass
+class Settings:
+    """Resolved per-session settings (the wire's `SessionConfig` after the server's defaults)."""
+
+    env: str
+    default: str
+    queue_mode: str
+    record: bool
+    encoding: str
+    max_ticks: int | None
+    seed: int | None
+    episode_id: str | None
+
+
+class ServerSession:
+    """One realtime world on the server.
+
+    Threads: the tick pool calls `advance`; the event loop calls `read`, `submit`, `wait_tick`;
+    a work-queue thread calls `_start` and `_finalize`. ``_drive`` serialises the host between the
+    pool and finalization; ``_chan`` guards the channels against being read after they are unlinked.
+    """
+
+    def __init__(self, sid: str, settings: Settings, spec: EnvSpec, manager: "SessionManager") -> None:
+        self.sid = sid
+        self.settings = settings
+        self.spec = spec
+        self.manager = manager
+        self.state = Lifecycle.CREATED
+        self.end_reason: str | None = None
+        self.error: str | None = None
+        self.created = manager.clock.now()
+        self.last_activity = self.created
+        self.ended_at: float | None = None
+        self.replay_path: Path | None = None
+        self.summary: dict[str, Any] = {}
+        self.cancelled = False  # the pool skips a cancelled job
+        self.step_count = 0
+        self._phase_slot: int | None = None
+        self.warm = False  # started on a pre-built env (reset with its seed before the host's reset)
+        self._state_lock = threading.Lock()
+        self._drive = threading.Lock()
+        self._chan = threading.Lock()
+        self._waiters: list[tuple[int, int, LoopWaker, asyncio.Future]] = []
+        self._wait_order = itertools.count()
+        self._next_wake = float("inf")
+        self.slot: LatestSlot | None = None
+        self.queue: ActionQueue | None = None
+        self.host: Host | None = None
+        self.recorder: ReplayRecorder | None = None
+        self.clock: WallClock | None = None
+        self._process: Any = None
+        self.finalized = threading.Event()
+
+    # ---- lifecycle
+    def transition(self, new: Lifecycle) -> bool:
+        """Move to ``new`` if allowed from the current state; False if already past it."""
+        with self._state_lock:
+            if new not in TRANSITIONS[self.state]:
+                return False
+            self.state = new
+            return True
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE
+
+    def touch(self) -> None:
+        self.last_activity = self.manager.clock.now()
+
+    def _start(self) -> None:
+        """Build the env and channels, reset (tick 0), hand the host to the pool. Work-queue thread."""
+        from nonstop.envs import make_env
+
+        if not self.transition(Lifecycle.STARTING):
+            return
+        with self._drive:  # finalization (if the session ends meanwhile) waits for the build
+            spec, s = self.spec, self.settings
+            env, host_seed = None, s.seed
+            if s.seed is None:  # the client left the seed to us: a warm env, already reset with its seed
+                env, s.seed = self.manager.warm.take(spec.env_id)
+                self.warm = env is not None
+                host_seed = None if self.warm else s.seed
+            if env is None:
+                env = make_env(spec.env_id)
+            if s.record:
+                env = self.recorder = ReplayRecorder(env)
+            with self._chan:
+                self.slot = LatestSlot.create(spec.observation_space)
+                self.queue = ActionQueue.create(spec.action_space, capacity=16, mode=s.queue_mode)
+            self.host = Host(
+                env, self.slot, self.queue, tau_m=1.0 / spec.tick_hz,
+                default=make_default(s.default, noop_action=spec.noop_action), seed=host_seed, max_ticks=s.max_ticks,
+                meta={"env": spec.env_id, "session": self.sid, "clock": "wall", "default": s.default},
+            )  # fmt: skip
+            pool = self.manager.pool
+            self.clock = WallClock(origin=pool.clock.origin, spin=0.0)
+            self._phase_slot, phase = pool.phases.acquire(self.host.tau_m)
+            self._process = self.host.run(PhasedClock(pool.clock.origin, self.host.tau_m, phase))
+            first = next(self._process)  # env.reset(seed) happens here, off the pool
+            if not self.transition(Lifecycle.RUNNING):  # ended while starting: finalize cleans up
+                return
+        self.manager.pool.add(self, self.clock.origin + first)
+
+    def advance(self) -> float | None:
+        """Tick the host once (tick-pool thread); returns the next absolute deadline or None."""
+        with self._drive:
+            if self.cancelled:
+                return None
+            try:
+                wake = self._process.send(self.clock.now())
+            except StopIteration:
+                self.manager.end(self, "max_ticks reached")
+                return None
+            except BaseException as exc:  # noqa: BLE001 - the env raised: end this session only
+                self.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                log.error("session %s: env raised\n%s", self.sid, traceback.format_exc())
+                self.manager.end(self, f"env error: {self.error}")
+                return None
+            if self.host.tick >= self._next_wake:
+                self._release_waiters(self.host.tick)
+            return self.clock.origin + wake
+
+    # ---- waiting for ticks (event loop side parks a future, the pool resolves it)
+    def wait_tick(self, target: int, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
+        """A future resolved once tick ``target`` has been processed (or the session ended)."""
+        fut = loop.create_future()
+        with self._state_lock:
+            done = self.state is not Lifecycle.RUNNING or self.host is None or self.host.tick >= target
+            if not done:
+                if len(self._waiters) >= self.manager.max_waiters:
+                    raise ProtocolError(ErrorCode.BACKPRESSURE, f"more than {self.manager.max_waiters} waits pending")
+                heapq.heappush(self._waiters, (target, next(self._wait_order), self.manager.waker(loop), fut))
+                self._next_wake = self._waiters[0][0]
+        if done:
+            fut.set_result(None)
+        return fut
+
+    def _release_waiters(self, tick: float) -> None:
+        with self._state_lock:
+            while self._waiters and self._waiters[0][0] <= tick:
+                _, _, waker, fut = heapq.heappop(self._waiters)
+                waker.resolve(fut)
+            self._next_wake = self._waiters[0][0] if self._waiters else float("inf")
+
+    # ---- channels
+    def _require_running(self) -> None:
+        if self.state is Lifecycle.RUNNING:
+            return
+        if self.state in (Lifecycle.ENDED, Lifecycle.CLOSED):
+            raise ProtocolError(ErrorCode.SESSION_ENDED, f"session {self.sid} has ended ({self.end_reason})")
+        raise ProtocolError(ErrorCode.NO_SESSION, f"session {self.sid} is {self.state.value}, not running yet")
+
+    def read(self) -> Observation:
+        with self._chan:
+            self._require_running()
+            return self.slot.read()
+
+    @property
+    def tick(self) -> int:
+        return self.host.tick if self.host is not None else -1
+
+    def submit(self, action: Any, obs_tick: int, episode: int) -> tuple[int, int]:
+        with self._chan:
+            self._require_running()
+            tick = self.host.tick
+            if obs_tick > tick:
+                raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"obs_tick {obs_tick} is in the future (tick {tick})")
+            try:
+                seq = self.queue.submit(action, obs_tick=obs_tick, episode=episode, submit_time=self.clock.now())
+            except ValueError as exc:
+                raise ProtocolError(ErrorCode.ACTION_OUT_OF_RANGE, str(exc)) from None
+        self.step_count += 1
+        return seq, tick
+
+    def request_reset(self) -> None:
+        with self._chan:
+            self._require_running()
+            self.slot.request_reset()
+
+    # ---- end
+    def _finalize(self) -> None:
+        """Stop ticking, write the replay, release everything, enter *closed*. Work thread."""
+        try:
+            with self._drive:  # waits for a tick in progress
+                if self._process is not None:
+                    self._process.close()
+            if self.host is not None:
+                tick_log = self.host.finish_log()
+                with self._chan:
+                    last = self.slot.read() if self.slot is not None else None
+                self.summary = {"ticks": len(tick_log), **_tick_summary(tick_log)}
+                if last is not None:
+                    self.summary["total_reward"] = last.total_reward
+                if self.recorder is not None and self.manager.replay_dir is not None:
+                    replay = Replay.from_session(self.recorder, tick_log, self.replay_header())
+                    self.replay_path = replay.save(self.manager.replay_dir / f"{self.sid}.npz")
+        except Exception:  # noqa: BLE001 - cleanup below must still run
+            log.error("session %s: finalize failed\n%s", self.sid, traceback.format_exc())
+        finally:
+            with self._chan:
+                if self._phase_slot is not None:
+                    self.manager.pool.phases.release(self.host.tau_m, self._phase_slot)
+                    self._phase_slot = None
+                if self.host is not None:
+                    try:
+                        self.host.env.close()
+                    except Exception:  # noqa: BLE001
+                        pass
+                for channel in (self.slot, self.queue):
+                    if channel is not None:
+                        channel.unlink()
+                self.host = self.recorder = self._process = None
+            self.transition(Lifecycle.CLOSED)
+            self.finalized.set()
+
+    def replay_header(self) -> dict[str, Any]:
+        s = self.settings
+        return {"env": self.spec.env_id, "env_kwargs": {}, "seed": s.seed, "warm_reset": self.warm,
+                "tick_hz": self.spec.tick_hz,
+                "default": s.default, "queue_mode": s.queue_mode, "session_id": self.sid,
+                "end_reason": self.end_reason}  # fmt: skip
+
+    def info(self) -> dict[str, Any]:
+        now = self.manager.clock.now()
+        info = {
+            "session_id": self.sid,
+            "lifecycle": self.state.value,
+            "env": self.spec.env_id,
+            "tick": self.tick if self.state is Lifecycle.RUNNING else self.summary.get("ticks", -1),
+            "age_s": round(now - self.created, 3),
+            "idle_s": round(now - self.last_activity, 3),
+            "step_count": self.step_count,
+            "end_reason": self.end_reason,
+            "record": self.settings.record,
+            "replay": str(self.replay_path) if self.replay_path else None,
+        }
+        host = self.host
+        if self.state is Lifecycle.RUNNING and host is not None and len(host.log):
+            recent = host.log["lateness"][-RECENT_TICKS:]  # the pool may append meanwhile: a snapshot
+            info["recent_lateness_ms"] = {"ticks": int(recent.size), "p50": float(np.percentile(recent, 50) * 1e3),
+                                          "p99": float(np.percentile(recent, 99) * 1e3),
+                                          "max": float(recent.max() * 1e3)}  # fmt: skip
+        if self.summary:
+            info["summary"] = self.summary
+        return info
+
+
+def _resolve(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class LoopWaker:
+    """Resolves futures of one event loop from tick threads, one loop wake-up per batch.
+
+    ``call_soon_threadsafe`` per future costs a self-pipe write each (a syscall that also hands the
+    GIL around); with many sessions due close together, the futures released while the loop has not
+    yet run share one wake-up instead.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._ready: list[asyncio.Future] = []
+        self._lock = threading.Lock()
+        self._armed = False
+
+    def resolve(self, fut: asyncio.Future) -> None:
+        """Any thread: resolve ``fut`` on its loop soon."""
+        with self._lock:
+            self._ready.append(fut)
+            if self._armed:
+                return
+            self._armed = True
+        try:
+            self.loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    def _drain(self) -> None:
+        with self._lock:
+            ready, self._ready, self._armed = self._ready, [], False
+        for fut in ready:
+            _resolve(fut)
+
+
+def _tick_summary(tick_log: Any) -> dict[str, Any]:
+    if not len(tick_log):
+        return {}
+    source, lateness = tick_log["source"], tick_log["lateness"]
+    return {
+        "agent_ticks": int(source.sum()),
+        "inaction_ticks": int(len(source) - source.sum()),
+        "lateness_p50_ms": float(np.percentile(lateness, 50) * 1e3),
+        "lateness_p99_ms": float(np.percentile(lateness, 99) * 1e3),
+        "lateness_max_ms": float(lateness.max() * 1e3),
+    }
+
+
+# ----------------------------------------------------------------------------- manager
+
+
+class SessionManager:
+    """Owns every session, the tick pool, the work queue and the idle reaper.
+
+    Parameters
+    ----------
+    envs: env ids clients may choose (the first is the default); each is probed once here.
+    max_sessions: live sessions allowed at once; one more gets ``CAPACITY_REACHED``.
+    warm_envs: envs per env id kept built and seeded ahead of time (see `WarmEnvs`).
+    idle_timeout: a running session whose client sent nothing for this long is ended (this is how
+        a vanished client's session ends when no disconnect ever arrives).
+    replay_dir: where replays go; ``None`` disables recording.
+    """
+
+    def __init__(
+        self,
+        envs: list[str] | tuple[str, ...] = ("Boxing",),
+        *,
+        max_sessions: int = 64,
+        idle_timeout: float = 60.0,
+        replay_dir: str | os.PathLike | None = None,
+        record: bool = True,
+        encoding: str = "b64",
+        tick_threads: int = 2,
+        work_workers: int = 2,
+        max_pending_work: int = 16,
+        max_waiters: int = 64,
+        reap_interval: float = 0.25,
+        keep_closed: int = 256,
+        warm_envs: int = 0,
+    ) -> None:
+        if not envs or not all(isinstance(e, str) and e for e in envs):
+            raise ValueError(f"envs must be a non-empty list of env ids, got {envs!r}")
+        if not isinstance(max_sessions, int) or isinstance(max_sessions, bool) or max_sessions < 1:
+            raise ValueError(f"max_sessions must be a positive integer, got {max_sessions!r}")
+        if not idle_timeout > 0:
+            raise ValueError(f"idle_timeout must be a positive number of seconds, got {idle_timeout!r}")
+        if encoding not in ("b64", "list", "none"):
+            raise ValueError(f"encoding must be 'b64', 'list' or 'none', got {encoding!r}")
+        self.specs = {env_id: EnvSpec.probe(env_id) for env_id in dict.fromkeys(envs)}  # loaded once, shared
+        self.default_env = envs[0]
+        self.max_sessions = max_sessions
+        self.idle_timeout = float(idle_timeout)
+        self.replay_dir = Path(replay_dir) if replay_dir is not None else None
+        if self.replay_dir is not None:
+            self.replay_dir.mkdir(parents=True, exist_ok=True)
+        self.record = bool(record) and self.replay_dir is not None
+        self.encoding = encoding
+        self.max_waiters = max_waiters
+        self.clock = WallClock(spin=0.0)
+        self.pool = TickPool(tick_threads)
+        self.work = WorkQueue(work_workers, max_pending_work)
+        self._closer = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="nonstop-close")
+        self._lock = threading.Lock()
+        self.sessions: dict[str, ServerSession] = {}
+        self._wakers: dict[int, LoopWaker] = {}
+        self._closed: deque[ServerSession] = deque(maxlen=keep_closed)
+        self._shutdown = threading.Event()
+        self.refused_capacity = 0
+        self.warm = WarmEnvs(warm_envs, list(self.specs), idle=lambda: self.live_count() == 0)
+        self._reaper = threading.Thread(target=self._reap, args=(reap_interval,), name="nonstop-reaper", daemon=True)
+        self._reaper.start()
+
+    def waker(self, loop: asyncio.AbstractEventLoop) -> LoopWaker:
+        """The `LoopWaker` of ``loop`` (one per event loop; a server has one, tests may have several)."""
+        waker = self._wakers.get(id(loop))
+        if waker is None or waker.loop is not loop:
+            with self._lock:
+                waker = self._wakers[id(loop)] = LoopWaker(loop)
+        return waker
+
+    # ---- sessions
+    def live_count(self) -> int:
+        return sum(1 for s in list(self.sessions.values()) if s.live)
+
+    def create(self, config: Any, *, seed: int | None = None, episode_id: str | None = None) -> ServerSession:
+        """Admit a session (state *created*) or raise CAPACITY_REACHED / VALIDATION_ERROR."""
+        env_id = config.env or self.default_env
+        spec = self.specs.get(env_id)
+        if spec is None:
+            raise ProtocolError(
+                ErrorCode.VALIDATION_ERROR, f"env {env_id!r} is not served here; served: {', '.join(self.specs)}"
+            )
+        if config.record and self.replay_dir is None:
+            raise ProtocolError(
+                ErrorCode.VALIDATION_ERROR, "this server records no replays (start it with --replay-dir)"
+            )
+        settings = Settings(
+            env=env_id,
+            default=config.default or spec.default_beta,
+            queue_mode=config.queue_mode,
+            record=self.record if config.record is None else bool(config.record),
+            encoding=config.encoding or self.encoding,
+            max_ticks=config.max_ticks,
+            seed=seed,
+            episode_id=episode_id,
+        )
+        with self._lock:
+            if self._shutdown.is_set():
+                raise ProtocolError(ErrorCode.SESSION_ERROR, "the server is shutting down")
+            if self.live_count() >= self.max_sessions:
+                self.refused_capacity += 1
+                raise ProtocolError(
+                    ErrorCode.CAPACITY_REACHED, f"server at capacity ({self.max_sessions} sessions): retry later"
+                )
+            session = ServerSession(uuid.uuid4().hex[:12], settings, spec, self)
+            self.sessions[session.sid] = session
+        return session
+
+    async def start(self, session: ServerSession, *, timeout: float = 30.0) -> None:
+        """Start ``session`` on the work queue (backpressure if full); end it on failure."""
+        try:
+            fut = self.work.submit(session._start)
+        except ProtocolError:
+            self.end(session, "refused: work queue full")
+            raise
+        try:
+            await asyncio.wait_for(asyncio.wrap_future(fut), timeout)
+        except asyncio.TimeoutError:
+            self.end(session, "start timeout")
+            raise ProtocolError(ErrorCode.FACTORY_ERROR, f"session did not start within {timeout}s") from None
+        except Exception as exc:  # noqa: BLE001 - the env factory failed
+            self.end(session, f"start failed: {exc}")
+            message = f"could not start env {session.spec.env_id!r}: {exc}"
+            raise ProtocolError(ErrorCode.FACTORY_ERROR, message) from None
+        if session.state is not Lifecycle.RUNNING:
+            raise ProtocolError(ErrorCode.SESSION_ENDED, f"session ended while starting ({session.end_reason})")
+
+    def get(self, sid: str) -> ServerSession | None:
+        return self.sessions.get(sid)
+
+    def end(self, session: ServerSession, reason: str) -> None:
+        """End ``session`` (idempotent, any thread): stop its ticks now, finalize it off-thread."""
+        if not session.transition(Lifecycle.ENDED):
+            return
+        session.end_reason = reason
+        session.ended_at = self.clock.now()
+        session.cancelled = True
+        with session._state_lock:
+            waiters, session._waiters = session._waiters, []
+            session._next_wake = float("inf")
+        for _, _, waker, fut in waiters:
+            waker.resolve(fut)
+        try:
+            self._closer.submit(self._finalize, session)
+        except RuntimeError:  # closer already shut down: finalize here
+            self._finalize(session)
+
+    def _finalize(self, session: ServerSession) -> None:
+        session._finalize()
+        with self._lock:
+            self.sessions.pop(session.sid, None)
+            self._closed.append(session)
+
+    def _reap(self, interval: float) -> None:
+        while not self._shutdown.wait(interval):
+            now = self.clock.now()
+            for session in list(self.sessions.values()):
+                if session.live and now - session.last_activity > self.idle_timeout:
+                    self.end(session, f"idle timeout ({self.idle_timeout:g}s without a message)")
+
+    # ---- views
+    def list_sessions(self) -> list[dict[str, Any]]:
+        with self._lock:
+            everyone = list(self.sessions.values()) + list(self._closed)
+        return [s.info() for s in everyone]
+
+    def health(self) -> dict[str, Any]:
+        """Healthy when every pool lane beat recently and every running session ticked recently."""
+        beat_age = self.pool.heartbeat_age()
+        stalled = []
+        now = self.clock.now()
+        for s in list(self.sessions.values()):
+            host, clock = s.host, s.clock
+            if s.state is Lifecycle.RUNNING and host is not None and clock is not None:
+                behind = clock.now() - (host.origin + host.tick / s.spec.tick_hz)
+                if behind > 0.5 + 5.0 / s.spec.tick_hz:
+                    stalled.append({"session_id": s.sid, "behind_s": round(behind, 3)})
+        healthy = beat_age < 1.0 and not stalled
+        return {
+            "status": "healthy" if healthy else "unhealthy",
+            "ticks_advancing": healthy,
+            "pool_heartbeat_age_s": round(beat_age, 4),
+            "stalled_sessions": stalled,
+            "live_sessions": self.live_count(),
+            "max_sessions": self.max_sessions,
+            "work_pending": self.work.pending,
+            "warm_envs_ready": self.warm.ready(),
+            "uptime_s": round(now, 3),
+        }
+
+    def list_replays(self) -> list[dict[str, Any]]:
+        if self.replay_dir is None:
+            return []
+        out = []
+        for path in sorted(self.replay_dir.glob("*.npz")):
+            out.append({"name": path.name, "path": str(path), "bytes": path.stat().st_size})
+        return out
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """End every session (replays flushed), then stop the reaper, pool and queues."""
+        self._shutdown.set()
+        sessions = list(self.sessions.values())
+        for session in sessions:
+            self.end(session, "server shutdown")
+        for session in sessions:
+            session.finalized.wait(timeout)
+        self._reaper.join(timeout=5)
+        self._closer.shutdown(wait=True)
+        self.work.close()
+        self.pool.close()
+        self.warm.close()
