@@ -173,6 +173,9 @@ def run_scheduler(
         pool = InferencePool(world, policy, sched).start()
         try:
             world.run_for(seconds)
+            # the measured window ends here: on the wall clock the host ticks on (β) while the
+            # pool and the session stop, and those ticks belong to no scheduler
+            world.annotate("agents_stopped_at_tick", int(world.slot.read().tick))
         finally:
             pool.stop()
     return world.tick_log
@@ -230,7 +233,7 @@ def compare(
             progress(name)
         workers = 1 if name == "sequential" else n
         log = run_scheduler(env, name, latency=dist, n_workers=workers, seconds=seconds, clock=clock, seed=seed)
-        summary = log.summary(warmup_ticks=warmup)
+        summary = log.summary(warmup_ticks=warmup, end_tick=log.meta.get("agents_stopped_at_tick"))
         value, kind, ended = _episode_return(log)
         summary.update(n_workers=workers, episode_return=value, episode_return_kind=kind, episodes_ended=ended)
         logs[name], summaries[name] = log, summary
