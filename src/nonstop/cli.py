@@ -179,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from nonstop import demo
 
-    p = sub.add_parser("demo", help="the default job: the paper's headline on realtime Boxing (about 5 minutes)")
+    p = sub.add_parser("demo", help="the default job: the paper's headline on realtime Boxing (a few minutes)")
     demo.add_arguments(p)
     p.set_defaults(func=cmd_demo)
 
