@@ -55,6 +55,8 @@ def test_bad_train_arguments_fail_before_anything_starts(tmp_path, capsys):
     assert "--resume needs --out" in capsys.readouterr().err
     assert main(["train", "--env", "Boxing", "--k", "4000", "--out", str(tmp_path / "a")]) == 2
     assert "needs" in capsys.readouterr().err  # the model would not fit: said before anything starts
+    assert main(["train", "--env", "Boxing", "--replay-capacity", str(10**9), "--out", str(tmp_path / "a")]) == 2
+    assert "lower --replay-capacity" in capsys.readouterr().err
     assert not (tmp_path / "a").exists()
 
 

@@ -107,7 +107,7 @@ def run_train(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from nonstop.learning.checkpoint import checkpoint_path, keep_last, latest_checkpoint, save_checkpoint
-    from nonstop.learning.replay import replay_bytes
+    from nonstop.learning.replay import check_replay_fits
     from nonstop.learning.runlog import Progress, RunLog, read_config
     from nonstop.run import ProgressRows, TrainingRun
 
@@ -127,7 +127,7 @@ def run_train(args: argparse.Namespace) -> int:
         if ckpt is None:
             raise FileNotFoundError(f"{out} has no checkpoint to resume from")
     run = TrainingRun(cfg)
-    need = replay_bytes(cfg.dqn.replay_capacity, run.obs_shape, run.obs_space.dtype)
+    need = check_replay_fits(cfg.dqn.replay_capacity, run.obs_shape, run.obs_space.dtype)  # before RUN exists
     console.print(f"replay: {cfg.dqn.replay_capacity:,} transitions of {run.obs_shape} {run.obs_space.dtype} "
                   f"→ {need / 2**20:,.1f} MiB of shared memory; N_I={run.n_inference}, N_L={cfg.n_learners}, "
                   f"{cfg.interaction}, clock={cfg.clock}; run dir {out}")  # fmt: skip

@@ -48,7 +48,7 @@ import numpy as np
 
 from nonstop.realtime.channels import _attach, _new_segment
 
-__all__ = ["SemiMDPBuilder", "Transition", "ReplayBuffer", "ReplayRecorder", "Batch", "replay_bytes", "ReplayTooLargeError"]
+__all__ = ["SemiMDPBuilder", "Transition", "ReplayBuffer", "ReplayRecorder", "Batch", "replay_bytes", "check_replay_fits", "ReplayTooLargeError"]
 
 TERMINAL: Final = -2  # `next_tick` of a transition that ends at an episode end: its next frame is the terminal one
 
@@ -174,6 +174,21 @@ def _available_bytes() -> tuple[int, str]:
     return min(limits) if limits else (1 << 62, "unknown")
 
 
+def check_replay_fits(capacity: int, obs_shape: tuple[int, ...], dtype: Any) -> int:
+    """The replay's size in bytes, or `ReplayTooLargeError` (with the capacity that would fit)
+    when it cannot fit in shared memory or RAM on this machine."""
+    dtype = np.dtype(dtype)
+    need = replay_bytes(capacity, tuple(obs_shape), dtype)
+    have, where = _available_bytes()
+    if need > have * 0.9:
+        raise ReplayTooLargeError(
+            f"a replay of {capacity:,} transitions of {tuple(obs_shape)} {dtype} frames needs "
+            f"{need / 2**30:.2f} GiB of shared memory, but {where} is {have / 2**30:.2f} GiB: "
+            f"lower --replay-capacity to about {int(capacity * have * 0.8 / need):,}"
+        )
+    return need
+
+
 class Batch(NamedTuple):
     obs: np.ndarray
     action: np.ndarray
@@ -221,15 +236,9 @@ class ReplayBuffer:
         dtype = np.dtype(dtype)
         if dtype.kind not in "biuf":
             raise TypeError(f"replay frames must be numeric, got dtype {dtype}")
-        need = replay_bytes(int(capacity), tuple(obs_shape), dtype)
-        if check_memory:
-            have, where = _available_bytes()
-            if need > have * 0.9:
-                raise ReplayTooLargeError(
-                    f"a replay of {capacity:,} transitions of {tuple(obs_shape)} {dtype} frames needs "
-                    f"{need / 2**30:.2f} GiB of shared memory, but {where} is {have / 2**30:.2f} GiB: "
-                    f"lower --replay-capacity to about {int(capacity * have * 0.8 / need):,}"
-                )
+        need = check_replay_fits(int(capacity), tuple(obs_shape), dtype) if check_memory else replay_bytes(
+            int(capacity), tuple(obs_shape), dtype
+        )
         shm = _new_segment(need, "replay")
         rb = cls(shm.name, int(capacity), tuple(obs_shape), dtype.str, _shm=shm)
         rb._hdr[:] = 0
