@@ -36,6 +36,7 @@ def test_train_writes_a_run_and_resume_continues_the_counters(tmp_path, capsys, 
     assert progress["env_ticks"].tolist() == [100, 200, 300, 400, 500]  # appended, counting on
     resumed = load_checkpoint(latest_checkpoint(run).path)
     assert resumed["env_ticks"] == 500 and resumed["updates"] > first["updates"]
+    assert (run / "ticklog-before-000000300.npz").exists() and (run / "ticklog.npz").exists()  # both segments kept
     assert progress["epsilon"][-1] < progress["epsilon"][2]  # ε kept annealing from where it was
 
 

@@ -175,6 +175,10 @@ def run_train(args: argparse.Namespace) -> int:
                 keep_last(out, args.keep_checkpoints)
             run.teardown()
         tick_log = run.world.tick_log
+        tick_log.meta["tick_offset"] = run.tick_offset  # this segment's tick 0 is the run's tick `tick_offset`
+        previous = out / "ticklog.npz"
+        if run.tick_offset and previous.exists():  # keep the earlier segment's log beside the newest
+            previous.rename(out / f"ticklog-before-{run.tick_offset:09d}.npz")
         log.save_ticklog(tick_log)
         from nonstop.metrics.timing import episode_returns, summarize
 
