@@ -269,3 +269,43 @@ def test_auto_inference_grows_to_act_at_every_tick(no_shm_leak):
     beta = late & (log["source"] == 0)
     assert beta.sum() <= (log["stale"][late] > 0).sum()  # past the growth, only stale drops at episode ends
     assert r["summary"]["agent_ticks"] > 300
+
+
+def test_after_a_resume_without_replay_learners_pace_from_the_new_transitions(no_shm_leak):
+    state, weights, replay = TrainingState.create(10), SharedWeights.create(10), _filled_replay(100)
+    try:
+        learner = Learner(0, (4,), 2, DQNConfig.for_family("classic", learning_starts=10, hidden=(8,)), state, weights, replay, seed=0)
+        state.set_counter(TrainingState.UPDATES, 5000)  # restored from a checkpoint...
+        assert learner.ahead  # ...without its replay: 5000 updates for 90 fresh transitions
+        state.set_counter(TrainingState.UPDATE_BASE, 5000)  # what TrainingRun.restore records then
+        assert not learner.ahead
+    finally:
+        for seg in (state, weights, replay):
+            seg.unlink()
+
+
+@pytest.mark.wall
+def test_a_learner_dead_for_good_does_not_stall_the_round_robin(no_shm_leak):
+    cfg = DQNConfig.for_family("classic", learning_starts=10, batch_size=8, hidden=(8,), updates_per_transition=0)
+    model = MLP(4, 2, (8,))
+    n = sum(p.numel() for p in model.parameters())
+    state, weights, replay = TrainingState.create(n), SharedWeights.create(n), _filled_replay()
+    group = None
+    try:
+        init_training(model, state, weights)
+        group = LearnerProcesses(n_learners=3, mode="round_robin", obs_shape=(4,), n_actions=2, cfg=cfg, state=state,
+                                 weights=weights, replay=replay, seed=0, restart=False).start()  # fmt: skip
+        deadline = time.monotonic() + 120
+        while state.updates < 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        group.kill(1)
+        before = state.updates
+        while state.updates < before + 30 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert state.updates >= before + 30, group.report()  # the other two keep taking turns
+        assert group.processes[1] is None and group.restarts[1] == 0
+    finally:
+        if group is not None:
+            group.stop()
+        for seg in (state, weights, replay):
+            seg.unlink()

@@ -144,3 +144,26 @@ def test_recorder_reports_every_finished_episode(no_shm_leak):
         assert replay.episodes_since(2) == [(2, 15, 5.0, 5), (3, 20, 5.0, 5)]
     finally:
         replay.unlink()
+
+
+def test_a_sample_overtaken_by_the_writer_is_dropped():
+    """The writer laps the ring while a sampler copies frames: every sampled row is now stale."""
+    rb = ReplayBuffer.create(capacity=8, obs_shape=(1,), dtype=np.int64)
+    try:
+        prev = rb.add_frame(np.array([0]))
+        for i in range(8):
+            f = rb.add_frame(np.array([i + 1]))
+            rb.add_transition(prev, i, 0.0, 1.0, 1, f)
+            prev = f
+        frames = rb.frames
+
+        class LappingWriter:  # stands in for the frame array: the writer moves on during the copy
+            def __getitem__(self, index):
+                rb._hdr[0] += rb.capacity
+                return frames[index]
+
+        rb.frames = LappingWriter()
+        assert rb.sample(4, np.random.default_rng(0)) is None and rb.dropped_recycled == 4
+        rb.frames = frames
+    finally:
+        rb.unlink()

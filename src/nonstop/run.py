@@ -213,22 +213,26 @@ class TrainingRun:
 
         cfg, clock = self.cfg, self.world.clock
         tau_l = cfg.tau_l if cfg.tau_l is not None else self.tau_m
+        # each part is registered for teardown before it starts, so a failed start leaves nothing behind
         if cfg.interaction == "staggered":
-            self.pool = InferencePool(self.world, self._policy, cfg.scheduler, n_inference=self.n_inference).start()
+            self.pool = InferencePool(self.world, self._policy, cfg.scheduler, n_inference=self.n_inference)
             self._parts.append(self.pool.stop)
+            self.pool.start()
             if clock.is_virtual:
                 learners = [self._learner(i) for i in range(cfg.n_learners)]
                 self.learners: Any = VirtualLearners(clock, self.tau_m, n_learners=cfg.n_learners, mode=cfg.learner_mode,
                                                      tau_l=tau_l, learners=learners, state=self.state,
-                                                     weights=self.weights, cfg=self.dqn).start()  # fmt: skip
+                                                     weights=self.weights, cfg=self.dqn)  # fmt: skip
             else:
                 self.learners = LearnerProcesses(n_learners=cfg.n_learners, mode=cfg.learner_mode, obs_shape=self.obs_shape,
                                                  n_actions=int(self.action_space.n), cfg=self.dqn, state=self.state,
-                                                 weights=self.weights, replay=self.replay, seed=cfg.seed).start()  # fmt: skip
+                                                 weights=self.weights, replay=self.replay, seed=cfg.seed)  # fmt: skip
             self._parts.append(self.learners.stop)
+            self.learners.start()
         else:
-            self.agent = SequentialLearningAgent(self, order=cfg.interaction, tau_l=cfg.tau_l or 0.0).start()
+            self.agent = SequentialLearningAgent(self, order=cfg.interaction, tau_l=cfg.tau_l or 0.0)
             self._parts.append(self.agent.stop)
+            self.agent.start()
         return self
 
     # ------------------------------------------------------------------ running
@@ -277,8 +281,11 @@ class TrainingRun:
         }  # fmt: skip
         if include_replay:
             rb = self.replay
-            snap["replay"] = {"header": t(rb._hdr[:2]), "frames": t(rb.frames), "frame_id": t(rb.frame_id),
-                              **{name: t(col) for name, col in rb.cols.items()}}  # fmt: skip
+            count = int(rb._hdr[0])  # before the copy: rows the host writes meanwhile are left out
+            replay = {"frames": t(rb.frames), "frame_id": t(rb.frame_id), **{n: t(col) for n, col in rb.cols.items()}}
+            # after the copy, and past every id in it: a resumed run never issues a frame id twice
+            frames = max(int(rb._hdr[1]), int(replay["frame_id"].max()) + 1)
+            snap["replay"] = {"header": torch.tensor([count, frames], dtype=torch.int64), **replay}
         return snap
 
     def restore(self, snap: dict[str, Any]) -> None:
@@ -304,6 +311,12 @@ class TrainingRun:
             for name, col in rb.cols.items():
                 col[:] = replay[name].numpy()
             rb._hdr[:2] = replay["header"].numpy()
+            self.replay_restored = True
+        else:
+            # learners pace themselves by updates per transition: count only the updates made
+            # on this (empty) replay, or they would wait for as many transitions as all earlier updates
+            state.set_counter(TrainingState.UPDATE_BASE, int(snap["updates"]))
+            self.replay_restored = False
 
     def teardown(self) -> None:
         if getattr(self, "state", None) is not None and self.state._hdr is not None:
@@ -344,6 +357,9 @@ class SequentialLearningAgent:
         join = getattr(self.handle, "join", None)
         if join is not None:
             join(timeout=10)
+        close = getattr(self.policy, "close", None)  # a process-backed policy: reap its process
+        if close is not None:
+            close()
 
     def _learn(self, t: float) -> Iterator[Any]:
         learner, run = self.learner, self.run

@@ -142,7 +142,8 @@ def run_train(args: argparse.Namespace) -> int:
             run.build()
             if ckpt is not None:
                 run.restore(ckpt.state)
-                console.print(f"resumed from {ckpt.path.name}: {run.state.updates:,} updates, {run.tick_offset:,} env ticks")
+                console.print(f"resumed from {ckpt.path.name}: {run.state.updates:,} updates, {run.tick_offset:,} env ticks"
+                              + ("" if run.replay_restored else "; the replay was not in it, so it refills from empty"))  # fmt: skip
             run.start()
             rows = ProgressRows(run, wall0)
             total = math.ceil(cfg.seconds / run.tau_m)
@@ -166,14 +167,16 @@ def run_train(args: argparse.Namespace) -> int:
             interrupted = True
             console.print("interrupted: writing a final checkpoint and stopping cleanly")
         finally:
-            if getattr(run, "world", None) is not None and run.world.slot is not None and getattr(run, "state", None) is not None:
-                run.quiesce()
-                for ep in rows.episodes() if rows is not None else []:
-                    log.log_episode(ep)
-                snap = run.snapshot(include_replay=_replay_in_checkpoint(args.checkpoint_replay, run, out))
-                save_checkpoint(checkpoint_path(out, run.state.updates), snap)
-                keep_last(out, args.keep_checkpoints)
-            run.teardown()
+            try:
+                if getattr(run, "world", None) is not None and run.world.slot is not None and getattr(run, "state", None) is not None:
+                    run.quiesce()
+                    for ep in rows.episodes() if rows is not None else []:
+                        log.log_episode(ep)
+                    snap = run.snapshot(include_replay=_replay_in_checkpoint(args.checkpoint_replay, run, out))
+                    save_checkpoint(checkpoint_path(out, run.state.updates), snap)
+                    keep_last(out, args.keep_checkpoints)
+            finally:  # even if the final checkpoint fails (a full disk): reap and unlink everything
+                run.teardown()
         tick_log = run.world.tick_log
         tick_log.meta["tick_offset"] = run.tick_offset  # this segment's tick 0 is the run's tick `tick_offset`
         previous = out / "ticklog.npz"

@@ -100,11 +100,12 @@ def epsilon_at(tick: int, cfg: DQNConfig) -> float:
     """Linear anneal ``epsilon_start → epsilon_end`` over ``epsilon_ticks`` env ticks.
 
     >>> cfg = DQNConfig()
-    >>> epsilon_at(0, cfg), epsilon_at(50_000, cfg), epsilon_at(10**6, cfg)
-    (1.0, 0.525, 0.05)
+    >>> [round(epsilon_at(t, cfg), 3) for t in (0, 50_000, 10**6)]
+    [1.0, 0.525, 0.05]
     """
-    frac = min(1.0, max(0, tick) / cfg.epsilon_ticks)
-    return cfg.epsilon_start + frac * (cfg.epsilon_end - cfg.epsilon_start)
+    if tick >= cfg.epsilon_ticks:
+        return cfg.epsilon_end
+    return cfg.epsilon_start + max(0, tick) / cfg.epsilon_ticks * (cfg.epsilon_end - cfg.epsilon_start)
 
 
 def build_q_network(obs_shape: tuple[int, ...], n_actions: int, cfg: DQNConfig) -> "torch.nn.Module":
@@ -161,11 +162,13 @@ def compute_gradient(
     return grad, float(loss.detach())
 
 
-def apply_gradient(state: TrainingState, weights: SharedWeights, grad: np.ndarray, cfg: DQNConfig) -> int:
+def apply_gradient(state: TrainingState, weights: SharedWeights, grad: np.ndarray, cfg: DQNConfig,
+                   publish_lock: Any = None) -> int:  # fmt: skip
     """One Adam step on the master parameters, target sync, publish to workers.
 
-    The caller guarantees exclusive access (round-robin turn, or the Hogwild
-    choice not to). Returns the number of updates applied so far.
+    The caller either guarantees exclusive access (round-robin turn) or, for Hogwild,
+    deliberately does not: then only the publish, which must have one writer at a
+    time, is serialised by ``publish_lock``. Returns the number of updates applied so far.
     """
     import torch
 
@@ -179,11 +182,16 @@ def apply_gradient(state: TrainingState, weights: SharedWeights, grad: np.ndarra
     p.addcdiv_(m, denom, value=-cfg.lr / (1 - b1**step))
     if step % cfg.target_update == 0:  # a seqlock: odd while the copy is being written
         word = TrainingState.TARGET_VERSION
-        state.set_counter(word, state.counter(word) + 1)
+        odd = state.counter(word) // 2 * 2 + 1  # explicit, so a writer killed mid-copy cannot invert it
+        state.set_counter(word, odd)
         state.target[:] = state.params
-        state.set_counter(word, state.counter(word) + 1)
+        state.set_counter(word, odd + 1)
     state.set_counter(TrainingState.UPDATES, step)
-    weights.publish(state.params)
+    if publish_lock is None:
+        weights.publish(state.params)
+    else:
+        with publish_lock:
+            weights.publish(state.params)
     return step
 
 

@@ -43,6 +43,7 @@ from nonstop.learning.weights import SharedWeights, TrainingState, _Segment, loa
 __all__ = ["LEARNER_MODES", "Learner", "VirtualLearners", "LearnerProcesses"]
 
 LEARNER_MODES: Final = ("round_robin", "hogwild", "parallel")
+DEAD: Final = -1  # a parallel-mode gradient slot whose learner died and will not come back
 _LOSS: Final = 7  # float64 header word of TrainingState: the latest loss
 
 
@@ -88,7 +89,8 @@ class Learner:
         wall clock a learner then pauses, leaving the cores to the world and to inference."""
         ratio = self.cfg.updates_per_transition
         fresh = self.replay.transitions_written - self.cfg.learning_starts
-        return ratio > 0 and self.state.updates >= ratio * max(fresh, 0) + 1
+        done = self.state.updates - self.state.counter(TrainingState.UPDATE_BASE)
+        return ratio > 0 and done >= ratio * max(fresh, 0) + 1
 
     def gradient(self) -> tuple[np.ndarray, float] | None:
         """The gradient of one fresh batch at the newest complete weights (``None``: no batch yet)."""
@@ -117,9 +119,10 @@ class Learner:
                 return
 
 
-def apply(state: TrainingState, weights: SharedWeights, grad: np.ndarray, loss: float, cfg: DQNConfig) -> int:
+def apply(state: TrainingState, weights: SharedWeights, grad: np.ndarray, loss: float, cfg: DQNConfig,
+          publish_lock: Any = None) -> int:  # fmt: skip
     state._hdr_f[_LOSS] = loss
-    return apply_gradient(state, weights, grad, cfg)
+    return apply_gradient(state, weights, grad, cfg, publish_lock)
 
 
 # ----------------------------------------------------------------------------- virtual clock
@@ -217,9 +220,8 @@ def _learner_main(index: int, n: int, mode: str, obs_shape: tuple[int, ...], n_a
                     break
                 apply(state, weights, out[0], out[1], cfg)
                 state.set_counter(turn, state.counter(turn) + 1)
-            else:  # hogwild: no order, no lock on the master; publishes are serialised
-                with publish_lock:
-                    apply(state, weights, out[0], out[1], cfg)
+            else:  # hogwild: no order, no lock on the master; only publishes are serialised
+                apply(state, weights, out[0], out[1], cfg, publish_lock)
     finally:
         for seg in (state, weights, replay, grads):
             if seg is not None:
@@ -239,9 +241,13 @@ def _parallel_step(learner: Learner, index: int, n: int, state: TrainingState, w
     grads.slot(index, size)[:] = out[0]
     grads._hdr[index] = round_ + 1  # header word i: learner i's gradient for this round is in place
     if index == 0:
-        while not state.stop_requested and any(int(grads._hdr[i]) != round_ + 1 for i in range(n)):
+        # wait for every learner still alive (the supervisor marks a dead one DEAD)
+        while not state.stop_requested and any(int(grads._hdr[i]) not in (round_ + 1, DEAD) for i in range(n)):
             time.sleep(0.0001)
-        grad = grads.flat[: n * size].reshape(n, size).mean(0)
+        if state.stop_requested:
+            return  # never apply an average that mixes rounds
+        live = [i for i in range(n) if int(grads._hdr[i]) == round_ + 1]
+        grad = grads.flat[: n * size].reshape(n, size)[live].mean(0)
         apply(state, weights, grad, out[1], cfg)
         state.set_counter(turn, round_ + 1)
     else:
@@ -297,7 +303,13 @@ class LearnerProcesses:
         turn = TrainingState.TURN
         while not self._stop.wait(0.05):
             for i, p in enumerate(self.processes):
-                if p is None or p.is_alive() or self._stop.is_set():
+                if self._stop.is_set():
+                    return
+                if p is None:  # dead for good: its round-robin turns are skipped from now on
+                    if self.mode == "round_robin" and self.state.counter(turn) % self.n == i:
+                        self.state.set_counter(turn, self.state.counter(turn) + 1)
+                    continue
+                if p.is_alive():
                     continue
                 self.events.append((time.monotonic(), i, f"died (exit code {p.exitcode})"))
                 p.join()
@@ -309,6 +321,8 @@ class LearnerProcesses:
                     self.events.append((time.monotonic(), i, "restarted"))
                 else:
                     self.processes[i] = None
+                    if self.grads is not None:
+                        self.grads._hdr[i] = DEAD
 
     def kill(self, i: int) -> None:
         """Kill learner ``i`` as a crash would (tests and drills)."""

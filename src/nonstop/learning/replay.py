@@ -202,9 +202,11 @@ class ReplayBuffer:
     """The most recent ``capacity`` semi-MDP transitions in shared memory.
 
     Single writer (the host's `ReplayRecorder`), many samplers in any process.
-    A sampler never returns a frame that was being overwritten while it copied it:
-    each frame slot carries the id of the frame in it, checked before and after
-    the copy, and a sample whose frames were recycled is dropped and counted.
+    A sampler never returns a transition the writer touched while it copied it:
+    it copies the columns, then the frames, then checks each frame slot's id (a
+    slot carries the id of the frame in it, -1 while being written) and that no
+    newer transition reached the sampled slot; a sample that fails is dropped and
+    counted.
 
     >>> rb = ReplayBuffer.create(capacity=4, obs_shape=(2,), dtype=np.float32)
     >>> f0 = rb.add_frame(np.array([0, 1], np.float32)); f1 = rb.add_frame(np.array([2, 3], np.float32))
@@ -313,20 +315,26 @@ class ReplayBuffer:
         if size < 1:
             return None
         first = count - size  # oldest usable transition number
-        idx = (first + rng.integers(0, size, batch_size)) % self.capacity
+        nums = first + rng.integers(0, size, batch_size)  # transition numbers; their slots are nums % capacity
+        idx = nums % self.capacity
         c = self.cols
+        # columns first, then frames, then check that the writer reached none of these slots meanwhile
         s_f, n_f = c["s_frame"][idx], c["next_frame"][idx]
+        action, reward = c["action"][idx], c["reward"][idx]
+        discount, n_ticks = c["discount"][idx], c["n_ticks"][idx]
         obs = self.frames[s_f % self.frame_capacity]
         next_obs = self.frames[n_f % self.frame_capacity]
         ok = (self.frame_id[s_f % self.frame_capacity] == s_f) & (self.frame_id[n_f % self.frame_capacity] == n_f)
+        ok &= nums >= int(self._hdr[_COUNT]) - self.capacity + 1  # slot not rewritten by a newer transition
         if not ok.all():
             self.dropped_recycled += int((~ok).sum())
             keep = np.flatnonzero(ok)
             if keep.size == 0:
                 return None
-            idx, obs, next_obs = idx[keep], obs[keep], next_obs[keep]
-        return Batch(obs, c["action"][idx].copy(), c["reward"][idx].copy(), c["discount"][idx].copy(),
-                     next_obs, c["n_ticks"][idx].copy())  # fmt: skip
+            obs, next_obs, action, reward, discount, n_ticks = (
+                a[keep] for a in (obs, next_obs, action, reward, discount, n_ticks)
+            )
+        return Batch(obs, action, reward, discount, next_obs, n_ticks)
 
     def close(self) -> None:
         shm, self._shm = self._shm, None

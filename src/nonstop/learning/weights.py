@@ -174,6 +174,7 @@ class TrainingState(_Segment):
 
     _kind = "train"
     _vectors = ("params", "adam_m", "adam_v", "target")
+    UPDATE_BASE: Final = 0  # updates made before this replay's transitions (after a resume without replay)
     UPDATES: Final = 3  # header words after SharedWeights' layout
     TURN: Final = 4
     TARGET_VERSION: Final = 5
