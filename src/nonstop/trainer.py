@@ -123,7 +123,7 @@ def run_train(args: argparse.Namespace) -> int:
         if not args.out:
             raise ValueError("--resume needs --out RUN: the run directory to continue")
         read_config(out)  # a clear error if RUN is not a run directory
-        ckpt = latest_checkpoint(out, warn=lambda msg: console.print(f"[yellow]{msg}"))
+        ckpt = latest_checkpoint(out, warn=lambda msg: console.print(msg, style="yellow", markup=False))
         if ckpt is None:
             raise FileNotFoundError(f"{out} has no checkpoint to resume from")
     run = TrainingRun(cfg)
@@ -132,7 +132,7 @@ def run_train(args: argparse.Namespace) -> int:
                   f"→ {need / 2**20:,.1f} MiB of shared memory; N_I={run.n_inference}, N_L={cfg.n_learners}, "
                   f"{cfg.interaction}, clock={cfg.clock}; run dir {out}")  # fmt: skip
     config = cfg.to_dict()
-    log = RunLog(out, config, resume=args.resume, note=lambda msg: console.print(f"[dim]{msg}"))
+    log = RunLog(out, config, resume=args.resume, note=lambda msg: console.print(msg, style="dim", markup=False))
     wall0 = time.monotonic()
     interrupted = False
     summary: dict[str, Any] = {}
@@ -190,8 +190,9 @@ def run_train(args: argparse.Namespace) -> int:
                    "recent_return": float(np.mean(returns[-20:])) if returns else None, "interrupted": interrupted,
                    "wall_s": round(time.monotonic() - wall0, 2)}  # fmt: skip
         log.write_summary(summary)
+    recent = "—" if summary["recent_return"] is None else f"{summary['recent_return']:.2f}"
     console.print(f"done: {summary['env_ticks_total']:,} env ticks, {summary['updates']:,} updates, "
-                  f"inaction {summary['inaction_fraction']:.1%}, recent return {summary['recent_return']}; "
+                  f"inaction {summary['inaction_fraction']:.1%}, recent return {recent}; "
                   f"`nonstop report {out}` draws the plots")  # fmt: skip
     print(json.dumps({"run_dir": str(out), "updates": summary["updates"], "recent_return": summary["recent_return"]}))
     return 130 if interrupted else 0
