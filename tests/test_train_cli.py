@@ -89,3 +89,15 @@ def test_sigterm_on_the_wall_clock_checkpoints_and_leaves_nothing_behind(tmp_pat
     assert (run / "summary.json").exists() and json.loads((run / "summary.json").read_text())["interrupted"]
     leaked = [p.name for p in SHM_DIR.iterdir() if p.name.startswith("nonstop_") and f"_{proc.pid}_" in p.name]
     assert not leaked, leaked
+
+
+def test_resume_skips_a_corrupt_newest_checkpoint_and_names_it(tmp_path, capsys, no_shm_leak):
+    run = tmp_path / "run"
+    assert main([*ARGS, "--seconds", "8", "--out", str(run)]) == 0  # checkpoints at 4 s and at the end
+    ckpts = sorted((run / "checkpoints").glob("ckpt-*.pt"))
+    assert len(ckpts) == 2
+    ckpts[-1].write_bytes(ckpts[-1].read_bytes()[:1000])  # truncate the newest
+    capsys.readouterr()
+    assert main([*ARGS, "--seconds", "2", "--out", str(run), "--resume"]) == 0
+    err = "".join(capsys.readouterr().err.split())  # the console wraps long lines anywhere
+    assert ckpts[-1].name in err and f"resumedfrom{ckpts[0].name}" in err
