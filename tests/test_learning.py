@@ -309,3 +309,25 @@ def test_a_learner_dead_for_good_does_not_stall_the_round_robin(no_shm_leak):
             group.stop()
         for seg in (state, weights, replay):
             seg.unlink()
+
+
+def test_an_inference_worker_killed_mid_training_is_covered_and_restarted(no_shm_leak):
+    from nonstop.run import TrainingRun
+
+    cfg = TrainConfig(env="CartPole", seconds=1.0, latency="3t", tau_l=0.04,
+                      dqn=DQNConfig.for_family("classic", learning_starts=20, batch_size=8))  # fmt: skip
+    run = TrainingRun(cfg)
+    try:
+        run.build().start()
+        run.advance(2.0)
+        run.pool.kill(1)
+        run.advance(4.0)
+        updates = run.updates
+    finally:
+        run.teardown()
+    log = run.world.tick_log
+    events = [e[2] for e in log.meta["workers"]["events"]]
+    assert events == ["died", "restarted"]
+    after = log["tick"] > 200  # well after the restart: the stagger re-converged, only stale drops remain
+    assert ((log["source"][after] == 1) | (log["stale"][after] > 0)).all()
+    assert updates > 50  # learning went on throughout
