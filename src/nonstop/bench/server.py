@@ -88,7 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--every", type=int, default=6, help="each client waits this many ticks between actions")
     parser.add_argument("--encoding", choices=("none", "b64"), default="none", help="what observations carry")
     parser.add_argument("--ramp", type=float, default=2.0, help="clients arrive spread over this many seconds")
-    parser.add_argument("--tick-threads", type=int, default=2, help="server tick pool threads")
+    parser.add_argument("--tick-threads", type=int, default=2, help="server tick pool threads (with --tick-procs 0)")
+    parser.add_argument("--tick-procs", type=int, default=2, help="server tick worker processes (0: tick on threads)")
     parser.add_argument("--switch-interval", type=float, default=0.0005, help="server's GIL switch interval (s)")
 
 
@@ -171,7 +172,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     url = f"ws://127.0.0.1:{port}"
     load_before = os.getloadavg()[0]
     cmd = [sys.executable, "-m", "nonstop.cli", "serve", "--env", args.env, "--port", str(port), "--max-sessions",
-           str(args.sessions), "--tick-threads", str(args.tick_threads), "--warm-envs", str(args.sessions),
+           str(args.sessions), "--tick-threads", str(args.tick_threads), "--tick-procs", str(args.tick_procs),
+           "--warm-envs", str(args.sessions),
            "--switch-interval", str(args.switch_interval),
            "--log-level", "warning"]  # fmt: skip
     server = subprocess.Popen(cmd, env=dict(os.environ))
@@ -234,6 +236,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "client_every_ticks": args.every,
         "encoding": args.encoding,
         "tick_threads": args.tick_threads,
+        "tick_procs": args.tick_procs,
         "switch_interval_s": args.switch_interval,
         "lateness_p99_ms_median": float(np.median(steady)) if steady.size else float("nan"),
         "lateness_p99_ms_worst": float(steady.max()) if steady.size else float("nan"),
