@@ -93,19 +93,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--switch-interval", type=float, default=0.0005, help="server's GIL switch interval (s)")
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every live descendant (the server's tick workers and its resource tracker)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):  # exited meanwhile
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
 def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of process ``pid`` and its live descendants so far (all threads)."""
+    total = 0.0
+    for p in _tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def _rss_mb(pid: int) -> tuple[float, float]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = float(value.split()[0]) / 1024.0
-    return fields.get("VmRSS", float("nan")), fields.get("VmHWM", float("nan"))
+    """RSS and peak RSS (MB) of process ``pid`` plus its live descendants (the peak: the sum of each
+    process's own peak, an upper bound)."""
+    rss = peak = 0.0
+    for p in _tree(pid):
+        try:
+            lines = Path(f"/proc/{p}/status").read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            key, _, value = line.partition(":")
+            if key == "VmRSS":
+                rss += float(value.split()[0]) / 1024.0
+            elif key == "VmHWM":
+                peak += float(value.split()[0]) / 1024.0
+    return rss, peak
 
 
 async def _client(url: str, delay: float, args: argparse.Namespace, start_gate: asyncio.Event,
