@@ -90,6 +90,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ramp", type=float, default=2.0, help="clients arrive spread over this many seconds")
     parser.add_argument("--tick-threads", type=int, default=2, help="server tick pool threads (with --tick-procs 0)")
     parser.add_argument("--tick-procs", type=int, default=2, help="server tick worker processes (0: tick on threads)")
+    parser.add_argument("--tick-sched", choices=("auto", "fifo", "nice", "normal"), default="auto",
+                        help="scheduling of the tick workers' tick threads (as `nonstop serve --tick-sched`)")
     parser.add_argument("--switch-interval", type=float, default=0.0005, help="server's GIL switch interval (s)")
 
 
@@ -205,7 +207,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     url = f"ws://127.0.0.1:{port}"
     load_before = os.getloadavg()[0]
     cmd = [sys.executable, "-m", "nonstop.cli", "serve", "--env", args.env, "--port", str(port), "--max-sessions",
-           str(args.sessions), "--tick-threads", str(args.tick_threads), "--tick-procs", str(args.tick_procs),
+           str(args.sessions), "--tick-threads", str(args.tick_threads), "--tick-procs", str(args.tick_procs), "--tick-sched", args.tick_sched,
            "--warm-envs", str(args.sessions),
            "--switch-interval", str(args.switch_interval),
            "--log-level", "warning"]  # fmt: skip
@@ -270,6 +272,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "encoding": args.encoding,
         "tick_threads": args.tick_threads,
         "tick_procs": args.tick_procs,
+        "tick_sched": args.tick_sched,
         "switch_interval_s": args.switch_interval,
         "lateness_p99_ms_median": float(np.median(steady)) if steady.size else float("nan"),
         "lateness_p99_ms_worst": float(steady.max()) if steady.size else float("nan"),
@@ -289,6 +292,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "server_cpu_cores": server_cpu,
         "clients_cpu_cores": client_cpu,
         "health_after": health["status"],
+        "tick_sched_in_force": health.get("tick_sched", []),
         "loadavg_1min": [load_before, os.getloadavg()[0]],
     }
     result["meets_target"] = bool(

@@ -18,6 +18,13 @@ resource (env, shared memory) is released. Every path into *ended* goes through
 
 Slow work (building an env, resetting it, writing a replay) runs on a bounded `WorkQueue` that
 refuses with a ``BACKPRESSURE`` error instead of growing, and never on the tick pool.
+
+Past one core (``tick_procs=n``): the pool's threads share this process's GIL, and an ALE step
+holds it, so 64 Atari sessions at 60 Hz plus the request loop saturate one core and ticks queue.
+With ``tick_procs`` the hosts tick on ``n`` worker processes instead (`nonstop.server.tickprocs`):
+each session is still admitted, tracked through its lifecycle, ended and finalized here, its
+channels and `TickBoard` are created and unlinked here and its replay written here; a worker only
+builds envs, runs hosts on their tick grids and hands back each host's log and replay record.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ import numpy as np
 from nonstop.realtime.channels import ActionQueue, LatestSlot, Observation
 from nonstop.realtime.clock import WallClock
 from nonstop.realtime.defaults import make_default
-from nonstop.realtime.host import Host
+from nonstop.realtime.host import HOST_SCHED, Host
 from nonstop.realtime.ticklog import TickLog
 from nonstop.server.protocol import ErrorCode, ProtocolError
 from nonstop.server.replay import Replay, ReplayRecorder
@@ -833,6 +840,8 @@ class SessionManager:
             raise ValueError(f"encoding must be 'b64', 'list' or 'none', got {encoding!r}")
         if not isinstance(tick_procs, int) or isinstance(tick_procs, bool) or tick_procs < 0:
             raise ValueError(f"tick_procs must be a non-negative integer, got {tick_procs!r}")
+        if tick_sched not in HOST_SCHED:
+            raise ValueError(f"tick_sched must be one of {HOST_SCHED}, got {tick_sched!r}")
         self.specs = {env_id: EnvSpec.probe(env_id) for env_id in dict.fromkeys(envs)}  # loaded once, shared
         self.default_env = envs[0]
         self.max_sessions = max_sessions
@@ -1008,6 +1017,7 @@ class SessionManager:
             "work_pending": self.work.pending,
             "tick_procs": 0 if self.procs is None else len(self.procs.procs),
             "tick_procs_alive": procs_alive,
+            "tick_sched": [] if self.procs is None else [p.sched for p in self.procs.procs],
             "warm_envs_ready": self.warm.ready() if self.procs is None else self.procs.warm_ready(),
             "uptime_s": round(now, 3),
         }

@@ -230,7 +230,8 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
 
     class RealtimeLane(_Lane):
         def run(self) -> None:
-            raise_priority(sched)  # this thread only: env builds and commands stay at normal priority
+            # this thread only (Linux schedules threads): env builds and commands stay at normal priority
+            note(("sched", raise_priority(sched)))
             super().run()
 
     clock = WallClock(spin=0.0)
@@ -241,23 +242,24 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
 
     def start(sid: str, cfg: dict, slot: LatestSlot, queue: ActionQueue, board: TickBoard) -> dict:
         env, seed, warmed = None, cfg["seed"], False
-        if seed is None:  # the client left the seed to us: a warm env, already reset with its seed
-            env, seed = spares.take(cfg["env"])
-            warmed = env is not None
-        if env is None:
-            env = make_env(cfg["env"])
-        recorder = env = ReplayRecorder(env) if cfg["record"] else env
-        host = Host(
-            env, slot, queue, tau_m=cfg["tau_m"], default=make_default(cfg["default"], noop_action=cfg["noop_action"]),
-            seed=None if warmed else seed, max_ticks=cfg["max_ticks"], meta=cfg["meta"],
-        )  # fmt: skip
-        process = host.run(PhasedClock(cfg["origin"], cfg["tau_m"], cfg["phase"]))
-        job = _WorkerJob(sid, host, process, board, WallClock(origin=cfg["origin"], spin=0.0), note)
-        job.env, job.recorder = env, recorder if cfg["record"] else None
         try:
+            if seed is None:  # the client left the seed to us: a warm env, already reset with its seed
+                env, seed = spares.take(cfg["env"])
+                warmed = env is not None
+            if env is None:
+                env = make_env(cfg["env"])
+            if cfg["record"]:
+                env = ReplayRecorder(env)
+            default = make_default(cfg["default"], noop_action=cfg["noop_action"])
+            host = Host(env, slot, queue, tau_m=cfg["tau_m"], default=default, seed=None if warmed else seed,
+                        max_ticks=cfg["max_ticks"], meta=cfg["meta"])  # fmt: skip
+            process = host.run(PhasedClock(cfg["origin"], cfg["tau_m"], cfg["phase"]))
+            job = _WorkerJob(sid, host, process, board, WallClock(origin=cfg["origin"], spin=0.0), note)
+            job.env, job.recorder = env, env if cfg["record"] else None
             job.due = first = next(process)  # env.reset happens here
         except BaseException:
-            env.close()
+            if env is not None:
+                env.close()
             slot.close(), queue.close(), board.close()
             raise
         board._d[_ORIGIN] = host.origin
@@ -335,6 +337,7 @@ class TickProc:
         self.phases = PhaseSlots()  # each worker spreads its own sessions over the tick period
         self.sessions = 0
         self.warm_ready: dict[str, int] = {e: 0 for e in env_ids}
+        self.sched = "starting"  # the tick thread's scheduling policy in force, once it reports it
         self._on_note, self._on_exit = on_note, on_exit
         self._lock = threading.Lock()
         self._ids = itertools.count()
@@ -366,6 +369,8 @@ class TickProc:
                         fut.set_result(payload) if ok else fut.set_exception(RuntimeError(payload))
                 elif kind == "warm":
                     self.warm_ready = message[1]
+                elif kind == "sched":
+                    self.sched = message[1]
                 else:
                     self._on_note(message)
         except (EOFError, OSError):
