@@ -510,3 +510,21 @@ def test_tick_workers_end_their_sessions_and_clean_up(tmp_path, no_shm_leak) -> 
             assert info["end_reason"] == "tick worker exited"
             assert srv.manager.health()["status"] == "unhealthy"
     assert all(p.process.exitcode is not None for p in procs)
+
+
+def test_manager_rejects_bad_tick_pool_settings() -> None:
+    from nonstop.server.sessions import SessionManager
+
+    for kwargs, match in (({"tick_procs": -1}, "tick_procs"), ({"tick_procs": True}, "tick_procs"),
+                          ({"tick_sched": "rt"}, "tick_sched")):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            SessionManager([WORLD], **kwargs)
+
+
+def test_tickprocs_doctests(no_shm_leak) -> None:
+    import doctest
+
+    from nonstop.server import tickprocs
+
+    failures, tried = doctest.testmod(tickprocs, verbose=False, report=False)
+    assert tried > 0 and failures == 0

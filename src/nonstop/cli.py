@@ -135,7 +135,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(
         args.env or ["Boxing"], host=args.host, port=args.port, token=args.token, max_sessions=args.max_sessions,
         idle_timeout=args.idle_timeout, replay_dir=args.replay_dir, tick_threads=args.tick_threads,
-        tick_procs=args.tick_procs, tick_sched=args.tick_sched, warm_envs=args.warm_envs, switch_interval=args.switch_interval, log_level=args.log_level,
+        tick_procs=args.tick_procs, tick_sched=args.tick_sched, warm_envs=args.warm_envs,
+        switch_interval=args.switch_interval, log_level=args.log_level,
     )  # fmt: skip
 
 
