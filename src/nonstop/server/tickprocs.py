@@ -88,10 +88,15 @@ class TickBoard:
     def __reduce__(self) -> tuple:
         return (TickBoard, (self.name,))
 
+    # The server's threads may read a board while finalization closes it: a closed board answers
+    # with its last tick and ignores writes instead of raising.
     @property
     def tick(self) -> int:
         q = self._q
-        return q[_TICK] if q is not None else self._last_tick
+        try:
+            return q[_TICK] if q is not None else self._last_tick
+        except ValueError:  # released meanwhile
+            return self._last_tick
 
     @property
     def next_wake(self) -> int:
@@ -99,7 +104,12 @@ class TickBoard:
 
     @next_wake.setter
     def next_wake(self, tick: float) -> None:
-        self._q[_WAKE] = NO_WAKE if tick == float("inf") else int(tick)
+        q = self._q
+        try:
+            if q is not None:
+                q[_WAKE] = NO_WAKE if tick == float("inf") else int(tick)
+        except ValueError:  # released meanwhile
+            pass
 
     @property
     def origin(self) -> float:
@@ -107,8 +117,10 @@ class TickBoard:
 
     def recent_lateness(self) -> np.ndarray:
         """Lateness (s) of the last ``min(tick, RECENT_TICKS)`` ticks, in no particular order."""
-        tick = self.tick
-        ring = self._d[_RING:]
+        tick, d = self.tick, self._d
+        if d is None:
+            return np.zeros(0)
+        ring = d[_RING:]
         return ring.copy() if tick >= RECENT_TICKS else ring[1 : tick + 1].copy()
 
     def close(self) -> None:
@@ -372,7 +384,10 @@ class TickProc:
                 elif kind == "sched":
                     self.sched = message[1]
                 else:
-                    self._on_note(message)
+                    try:
+                        self._on_note(message)
+                    except Exception:  # noqa: BLE001 - one bad note must not cut the worker off
+                        log.error("tick worker %d: note %r failed\n%s", self.index, message, traceback.format_exc())
         except (EOFError, OSError):
             pass
         finally:
