@@ -877,8 +877,8 @@ class SessionManager:
         session = self.sessions.get(sid)
         if session is None:
             return
-        if kind == "tick":
-            session._release_waiters(value)
+        if kind == "tick":  # the worker may be further on by now: release up to where it is
+            session._release_waiters(max(value, session.tick))
         elif kind == "ended":
             self.end(session, value)
 
