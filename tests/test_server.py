@@ -45,10 +45,43 @@ def _session(url: str, sid: str, token: str | None = None) -> dict:
     return next(s for s in http_get(url, "/sessions", token=token) if s["session_id"] == sid)
 
 
+def _descendants(pid: int) -> set[int]:
+    """Live descendants of process ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = set(), list(children.get(pid, []))
+    while todo:
+        p = todo.pop()
+        out.add(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return "(zombie)" in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+
+
+#: the tick pool on threads of the server process, and on one worker process
+TICK_PROCS = pytest.mark.parametrize("tick_procs", [0, 1], ids=["threads", "procs"])
+
+
 @pytest.fixture
-def server(tmp_path, no_shm_leak):
-    with ServerThread(envs=[WORLD, "CartPole"], replay_dir=tmp_path / "replays", idle_timeout=30.0) as srv:
+def server(request, tmp_path, no_shm_leak):
+    tick_procs = getattr(request, "param", 0)
+    with ServerThread(envs=[WORLD, "CartPole"], replay_dir=tmp_path / "replays", idle_timeout=30.0,
+                      tick_procs=tick_procs) as srv:  # fmt: skip
         yield srv
+    if tick_procs:
+        assert all(p.process.exitcode is not None for p in srv.manager.procs.procs)  # every worker reaped
 
 
 def test_openenv_published_client_plays_unmodified(server) -> None:
@@ -70,6 +103,7 @@ def test_openenv_published_client_plays_unmodified(server) -> None:
         assert env.step({"action": 0}).observation["tick"] > ticks[-1]  # the connection survived
 
 
+@pytest.mark.parametrize("server", [0, 1], indirect=True, ids=["threads", "procs"])
 def test_realtime_verbs(server) -> None:
     with Client(server.url) as client:
         first = client.reset(seed=0)
@@ -292,12 +326,13 @@ def test_replay_video_of_atari(tmp_path, no_shm_leak) -> None:
         assert image.n_frames == Replay.load(info["replay"]).ticks // 4 and image.size == (160, 210)
 
 
-def test_sigterm_closes_sessions_and_flushes_replays(tmp_path) -> None:
+@TICK_PROCS
+def test_sigterm_closes_sessions_and_flushes_replays(tmp_path, tick_procs) -> None:
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "nonstop.cli", "serve", "--env", WORLD, "--port", str(port), "--replay-dir",
-         str(tmp_path), "--log-level", "warning"], env=env,
+         str(tmp_path), "--log-level", "warning", "--tick-procs", str(tick_procs)], env=env,
     )  # fmt: skip
     try:
         url = f"ws://127.0.0.1:{port}"
@@ -313,8 +348,11 @@ def test_sigterm_closes_sessions_and_flushes_replays(tmp_path) -> None:
         client.reset(seed=4)
         client.step(1)
         sid = client.last.info["session_id"]
+        workers = _descendants(proc.pid)
+        assert len(workers) >= tick_procs
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+        _wait_for(lambda: all(_gone(w) for w in workers), 10, "the server's children to exit")
         replay = Replay.load(tmp_path / f"{sid}.npz")
         assert replay.header["end_reason"] in ("server shutdown", "connection lost")
         assert verify(replay).ok
@@ -371,11 +409,13 @@ def test_waits_are_bounded_per_session(tmp_path, no_shm_leak) -> None:
         aio.run(run())
 
 
-def test_warm_env_sessions_replay_exactly(tmp_path, no_shm_leak) -> None:
+@TICK_PROCS
+def test_warm_env_sessions_replay_exactly(tmp_path, no_shm_leak, tick_procs) -> None:
     """A session the server seeds itself starts on a warm env (built and reset with its seed ahead
-    of time); its replay records that and still re-simulates hash for hash."""
-    with ServerThread(envs=["CartPole"], replay_dir=tmp_path, warm_envs=1) as srv:
-        assert srv.manager.warm.wait_ready(60)
+    of time, on the tick worker when there is one); its replay records that and still re-simulates
+    hash for hash."""
+    with ServerThread(envs=["CartPole"], replay_dir=tmp_path, warm_envs=1, tick_procs=tick_procs) as srv:
+        _wait_for(lambda: http_get(srv.url, "/health")["warm_envs_ready"]["CartPole"] >= 1, 60, "a warm env")
         with Client(srv.url) as client:
             client.reset(encoding="none")  # no seed: the warm env
             for a in (1, 0, 1, 1, 0, 0, 1):
@@ -450,3 +490,41 @@ def test_slow_subscriber_never_slows_its_world(no_shm_leak) -> None:
             assert ticks[-1] - ticks[0] > len(ticks) + 30, ticks  # it skipped ahead instead of queueing
         finally:
             ws.sock.close()
+
+
+def test_tick_workers_end_their_sessions_and_clean_up(tmp_path, no_shm_leak) -> None:
+    """Sessions ticked on worker processes: max_ticks ends one there with a replay that verifies; a
+    worker that dies ends its sessions (replay-less, channels unlinked) and turns /health unhealthy."""
+    with ServerThread(envs=[WORLD], replay_dir=tmp_path, tick_procs=2, idle_timeout=30.0) as srv:
+        procs = srv.manager.procs.procs
+        with Client(srv.url) as short, Client(srv.url) as other:
+            short.reset(seed=3, max_ticks=12)
+            other.reset(seed=4)
+            short_sid, other_sid = short.last.info["session_id"], other.last.info["session_id"]
+            info = _wait_for(lambda: (s := _session(srv.url, short_sid))["lifecycle"] == "closed" and s, what="end")
+            assert info["end_reason"] == "max_ticks reached" and info["summary"]["ticks"] == 12
+            assert verify(Replay.load(info["replay"])).ok
+            victim = next(p for p in procs if p is srv.manager.get(other_sid).proc)
+            os.kill(victim.process.pid, signal.SIGKILL)
+            info = _wait_for(lambda: (s := _session(srv.url, other_sid))["lifecycle"] == "closed" and s, what="end")
+            assert info["end_reason"] == "tick worker exited"
+            assert srv.manager.health()["status"] == "unhealthy"
+    assert all(p.process.exitcode is not None for p in procs)
+
+
+def test_manager_rejects_bad_tick_pool_settings() -> None:
+    from nonstop.server.sessions import SessionManager
+
+    for kwargs, match in (({"tick_procs": -1}, "tick_procs"), ({"tick_procs": True}, "tick_procs"),
+                          ({"tick_sched": "rt"}, "tick_sched")):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            SessionManager([WORLD], **kwargs)
+
+
+def test_tickprocs_doctests(no_shm_leak) -> None:
+    import doctest
+
+    from nonstop.server import tickprocs
+
+    failures, tried = doctest.testmod(tickprocs, verbose=False, report=False)
+    assert tried > 0 and failures == 0

@@ -135,7 +135,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(
         args.env or ["Boxing"], host=args.host, port=args.port, token=args.token, max_sessions=args.max_sessions,
         idle_timeout=args.idle_timeout, replay_dir=args.replay_dir, tick_threads=args.tick_threads,
-        warm_envs=args.warm_envs, switch_interval=args.switch_interval, log_level=args.log_level,
+        tick_procs=args.tick_procs, tick_sched=args.tick_sched, warm_envs=args.warm_envs,
+        switch_interval=args.switch_interval, log_level=args.log_level,
     )  # fmt: skip
 
 
@@ -227,6 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-timeout", type=float, default=60.0, help="end a session after this many silent seconds")
     p.add_argument("--replay-dir", help="record a replay of every session into this directory")
     p.add_argument("--tick-threads", type=int, default=2, help="threads of the tick pool")
+    p.add_argument("--tick-procs", type=int, default=2,
+                   help="tick sessions on this many worker processes, past the one core of one GIL (default 2; "
+                        "0: on threads of the server process); the server process still owns every session")
+    p.add_argument("--tick-sched", choices=("auto", "fifo", "nice", "normal"), default="auto",
+                   help="scheduling of the tick workers' tick threads (auto: SCHED_FIFO, else nice -10, where "
+                        "permitted, like every wall-clock host)")
     p.add_argument("--warm-envs", type=int, default=2,
                    help="envs per env id built and seeded ahead, for fast starts of unseeded sessions")  # fmt: skip
     p.add_argument("--switch-interval", type=float, default=0.0005,

@@ -3,43 +3,60 @@
 Targets (issue 5): with 64 ALE sessions at 60 Hz and one client each, per-session tick lateness
 p99 ≤ 2 ms, aggregate ticks/s ≥ 95 % of 64 × 60, server RSS ≤ 2 GB, reset latency p50 ≤ 50 ms.
 
-What runs: ``nonstop serve`` in its own process (so the clients do not share its GIL), and in
-this process one asyncio client per session. Each client opens a WebSocket, sends ``reset`` (its
-round trip is the *reset latency*: a new session built, the env reset, tick 0 observed), then
-plays for ``--seconds``: ``wait`` ``--every`` ticks (the observation comes back in
-``--encoding``: ``none`` sends only the tick's metadata, ``b64`` the whole frame), then ``act``
-a random action. Clients start staggered over ``--ramp`` seconds, like agents arriving.
+What runs: ``nonstop serve`` in its own process (so the clients do not share its GIL), its worlds
+ticking on ``--tick-procs`` worker processes (default 2, as ``nonstop serve``; ``0`` ticks them on
+threads of the server process), and in this process one asyncio client per session. Each client
+opens a WebSocket, sends ``reset`` (its round trip is the *reset latency*: a new session built, the
+env reset, tick 0 observed), then plays for ``--seconds``: ``wait`` ``--every`` ticks (the
+observation comes back in ``--encoding``: ``none`` sends only the tick's metadata, ``b64`` the
+whole frame), then ``act`` a random action. Clients start staggered over ``--ramp`` seconds, like
+agents arriving.
 
 Measured: *lateness* from each session's own tick log (``time - deadline`` of every tick): per
 session p99 over its most recent 600 ticks read while every client still plays (steady state,
 the target), and over the whole session with every other session's start included
 (``whole_session_*``); both as the median and the worst over sessions. Sessions start on warm
 envs (``--warm-envs N``, built before the clients arrive): an ALE env build plus seeded reset
-takes ~0.4 s here and holds the GIL, so building on demand would stall every running session;
-*aggregate ticks/s* from the ticks each session advanced over the common window
+takes ~0.4 s here and holds the GIL, so building on demand would stall every session ticking in
+that process; *aggregate ticks/s* from the ticks each session advanced over the common window
 (between the first and the last observation every client made while all were playing); *RSS*
-of the server process (``VmRSS`` and its peak ``VmHWM``); the 1-minute load average before and
-after, since this machine is shared; and the CPU the server and the clients used (in cores: one
-Python process is held to about one core by its GIL, and ALE steps hold the GIL).
+of the server's whole process tree (the server, its tick workers, its resource tracker: ``VmRSS``,
+and the sum of each one's peak ``VmHWM``); the 1-minute load average before and after, since this
+machine is shared; and the CPU the server's process tree and the clients used (in cores).
 
-Measured on the 2-vCPU machine the project was built on, shared with other jobs (load average
-~1–2.8 during the runs), ``--seconds 20``, clients waiting 6 ticks between actions, Boxing:
+Measured on the 2-vCPU machine the project was built on (other jobs kept off; 1-minute load
+average 0.6–1.7 during the runs), ``--seconds 20``, clients waiting 6 ticks between actions, Boxing.
+Tick workers (``--tick-procs 2``, the default; their tick threads at SCHED_FIFO, ``--tick-sched
+auto``):
 
 =========  ==================  ============  ==========  ===========  ===========
 sessions   lateness p99 (ms)   ticks/s       peak RSS    reset p50    server CPU
-           median / worst      (of N × 60)   (MB)        (ms)         (cores)
+           median / worst      (of N × 60)   (MB, tree)  (ms)         (cores, tree)
 =========  ==================  ============  ==========  ===========  ===========
-8          0.50 / 0.94         100.0 %       98          16.6         0.17
-32         2.8 / 5.7           100.0 %       146         23.4         0.54
-64         689 / 768           97.4 %        212         24.9         0.88
+8          0.20 / 0.22         100.0 %       230         16.2         0.21
+32         0.11 / 0.18         100.0 %       276         19.7         0.66
+64         0.08 / 0.17         100.0 %       330         24.8         1.16
 =========  ==================  ============  ==========  ===========  ===========
 
-At 64 sessions the one server process is saturated: each tick costs ~230 µs of GIL-held CPU
-(the ALE step ~107 µs, publishing the 100 KB frame, the host's bookkeeping, the clients'
-messages), 3,840 ticks/s need ~0.9 core, so ticks queue and lateness grows to hundreds of ms
-while the tick rate is still ~95–100 % (runs varied from 93 % to 100 %); RSS and reset latency
-meet their targets. Spreading sessions over a few tick processes (the channels already work
-across processes) is the way past one core.
+The same on threads of the server process (``--tick-procs 0``, the design before tick workers):
+
+=========  ==================  ============  ==========  ===========  ===========
+8          0.37 / 0.72         100.0 %       97          15.8         0.19
+32         2.1 / 2.9           100.0 %       144         20.2         0.56
+64         15.4 / 18.0         100.2 %       210         20.8         1.02
+=========  ==================  ============  ==========  ===========  ===========
+
+Why: an ALE ``act`` holds the GIL (two threads stepping two envs run 0.95× as fast as one), so
+one process ticking 64 sessions (3,840 ALE steps/s at ~110 µs each, plus publishing, the host's
+bookkeeping and the request loop's JSON) saturates one core and ticks queue; more tick threads do
+not help (``--tick-threads 4``: 15.4 / 25.7 ms). On workers the request loop no longer shares a GIL
+with the ticks, and the tick thread preempts everything else when a deadline comes. That priority
+matters as much as the second core: one worker at SCHED_FIFO meets the target (0.09 / 0.21 ms),
+one at normal priority does not (16.9 / 17.8 ms); two at normal priority or nice −10 are at the
+edge (1.4 / 2.0 ms). Where realtime priority is not permitted, ``/health`` and the result's
+``tick_sched_in_force`` say so. The whole-session p99 (with starts) is larger, ~0.6 ms median and
+up to ~10 ms worst: a session's first reset (~6 ms for Boxing) holds its worker's GIL while that
+worker's other sessions are due.
 """
 
 from __future__ import annotations
@@ -60,7 +77,10 @@ from nonstop.bench.common import machine_info, percentiles
 
 __all__ = ["DESCRIPTION", "RESULT_KEYS", "add_arguments", "run", "render"]
 
-DESCRIPTION = "N sessions at 60 Hz in one server process, one client each: lateness p99, ticks/s, RSS, reset latency"
+DESCRIPTION = (
+    "N sessions at 60 Hz on one server (worlds on its tick workers), one client each: lateness p99, ticks/s, RSS, "
+    "reset latency"
+)
 
 TARGET_LATENESS_P99_MS = 2.0
 TARGET_TICKS_FRACTION = 0.95
@@ -88,23 +108,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--every", type=int, default=6, help="each client waits this many ticks between actions")
     parser.add_argument("--encoding", choices=("none", "b64"), default="none", help="what observations carry")
     parser.add_argument("--ramp", type=float, default=2.0, help="clients arrive spread over this many seconds")
-    parser.add_argument("--tick-threads", type=int, default=2, help="server tick pool threads")
+    parser.add_argument("--tick-threads", type=int, default=2, help="server tick pool threads (with --tick-procs 0)")
+    parser.add_argument("--tick-procs", type=int, default=2, help="server tick worker processes (0: tick on threads)")
+    parser.add_argument("--tick-sched", choices=("auto", "fifo", "nice", "normal"), default="auto",
+                        help="scheduling of the tick workers' tick threads (as `nonstop serve --tick-sched`)")
     parser.add_argument("--switch-interval", type=float, default=0.0005, help="server's GIL switch interval (s)")
 
 
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every live descendant (the server's tick workers and its resource tracker)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):  # exited meanwhile
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
 def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of process ``pid`` and its live descendants so far (all threads)."""
+    total = 0.0
+    for p in _tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def _rss_mb(pid: int) -> tuple[float, float]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = float(value.split()[0]) / 1024.0
-    return fields.get("VmRSS", float("nan")), fields.get("VmHWM", float("nan"))
+    """RSS and peak RSS (MB) of process ``pid`` plus its live descendants (the peak: the sum of each
+    process's own peak, an upper bound)."""
+    rss = peak = 0.0
+    for p in _tree(pid):
+        try:
+            lines = Path(f"/proc/{p}/status").read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            key, _, value = line.partition(":")
+            if key == "VmRSS":
+                rss += float(value.split()[0]) / 1024.0
+            elif key == "VmHWM":
+                peak += float(value.split()[0]) / 1024.0
+    return rss, peak
 
 
 async def _client(url: str, delay: float, args: argparse.Namespace, start_gate: asyncio.Event,
@@ -171,9 +227,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     url = f"ws://127.0.0.1:{port}"
     load_before = os.getloadavg()[0]
     cmd = [sys.executable, "-m", "nonstop.cli", "serve", "--env", args.env, "--port", str(port), "--max-sessions",
-           str(args.sessions), "--tick-threads", str(args.tick_threads), "--warm-envs", str(args.sessions),
-           "--switch-interval", str(args.switch_interval),
-           "--log-level", "warning"]  # fmt: skip
+           str(args.sessions), "--tick-threads", str(args.tick_threads), "--tick-procs", str(args.tick_procs),
+           "--tick-sched", args.tick_sched, "--warm-envs", str(args.sessions), "--switch-interval",
+           str(args.switch_interval), "--log-level", "warning"]  # fmt: skip
     server = subprocess.Popen(cmd, env=dict(os.environ))
     try:
         deadline = time.monotonic() + 120
@@ -234,6 +290,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "client_every_ticks": args.every,
         "encoding": args.encoding,
         "tick_threads": args.tick_threads,
+        "tick_procs": args.tick_procs,
+        "tick_sched": args.tick_sched,
         "switch_interval_s": args.switch_interval,
         "lateness_p99_ms_median": float(np.median(steady)) if steady.size else float("nan"),
         "lateness_p99_ms_worst": float(steady.max()) if steady.size else float("nan"),
@@ -253,6 +311,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "server_cpu_cores": server_cpu,
         "clients_cpu_cores": client_cpu,
         "health_after": health["status"],
+        "tick_sched_in_force": health.get("tick_sched", []),
         "loadavg_1min": [load_before, os.getloadavg()[0]],
     }
     result["meets_target"] = bool(

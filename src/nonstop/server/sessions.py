@@ -18,6 +18,13 @@ resource (env, shared memory) is released. Every path into *ended* goes through
 
 Slow work (building an env, resetting it, writing a replay) runs on a bounded `WorkQueue` that
 refuses with a ``BACKPRESSURE`` error instead of growing, and never on the tick pool.
+
+Past one core (``tick_procs=n``): the pool's threads share this process's GIL, and an ALE step
+holds it, so 64 Atari sessions at 60 Hz plus the request loop saturate one core and ticks queue.
+With ``tick_procs`` the hosts tick on ``n`` worker processes instead (`nonstop.server.tickprocs`):
+each session is still admitted, tracked through its lifecycle, ended and finalized here, its
+channels and `TickBoard` are created and unlinked here and its replay written here; a worker only
+builds envs, runs hosts on their tick grids and hands back each host's log and replay record.
 """
 
 from __future__ import annotations
@@ -46,9 +53,11 @@ import numpy as np
 from nonstop.realtime.channels import ActionQueue, LatestSlot, Observation
 from nonstop.realtime.clock import WallClock
 from nonstop.realtime.defaults import make_default
-from nonstop.realtime.host import Host
+from nonstop.realtime.host import HOST_SCHED, Host
+from nonstop.realtime.ticklog import TickLog
 from nonstop.server.protocol import ErrorCode, ProtocolError
 from nonstop.server.replay import Replay, ReplayRecorder
+from nonstop.server.tickprocs import RECENT_TICKS, TickProcs
 
 __all__ = ["Lifecycle", "TRANSITIONS", "TickPool", "WorkQueue", "EnvSpec", "ServerSession", "SessionManager"]
 
@@ -72,8 +81,6 @@ TRANSITIONS: Final = {
     Lifecycle.CLOSED: set(),
 }
 LIVE: Final = frozenset({Lifecycle.CREATED, Lifecycle.STARTING, Lifecycle.RUNNING})
-#: ``/sessions`` reports each running session's lateness over this many most recent ticks
-RECENT_TICKS: Final = 600
 
 
 # ----------------------------------------------------------------------------- tick pool
@@ -477,6 +484,11 @@ class ServerSession:
         self.recorder: ReplayRecorder | None = None
         self.clock: WallClock | None = None
         self._process: Any = None
+        self._phases: PhaseSlots | None = None
+        self.proc: Any = None  # the `TickProc` ticking this session, when the pool is processes
+        self.board: Any = None  # its `TickBoard` (tick, next wake, recent lateness) with that worker
+        self.origin = 0.0  # pool-clock time of tick 0
+        self.tau_m = 1.0 / spec.tick_hz
         self.finalized = threading.Event()
 
     # ---- lifecycle
@@ -501,6 +513,9 @@ class ServerSession:
 
         if not self.transition(Lifecycle.STARTING):
             return
+        if self.manager.procs is not None:
+            self._start_remote()
+            return
         with self._drive:  # finalization (if the session ends meanwhile) waits for the build
             spec, s = self.spec, self.settings
             env, host_seed = None, s.seed
@@ -522,12 +537,38 @@ class ServerSession:
             )  # fmt: skip
             pool = self.manager.pool
             self.clock = WallClock(origin=pool.clock.origin, spin=0.0)
-            self._phase_slot, phase = pool.phases.acquire(self.host.tau_m)
-            self._process = self.host.run(PhasedClock(pool.clock.origin, self.host.tau_m, phase))
+            self._phases = pool.phases
+            self._phase_slot, phase = pool.phases.acquire(self.tau_m)
+            self._process = self.host.run(PhasedClock(pool.clock.origin, self.tau_m, phase))
             first = next(self._process)  # env.reset(seed) happens here, off the pool
+            self.origin = self.host.origin
             if not self.transition(Lifecycle.RUNNING):  # ended while starting: finalize cleans up
                 return
         self.manager.pool.add(self, self.clock.origin + first)
+
+    def _start_remote(self) -> None:
+        """`_start` on a tick worker process: channels and board made here, env and host there."""
+        from nonstop.server.tickprocs import SHARED_LOCKS, TickBoard
+
+        with self._drive:  # finalization (if the session ends meanwhile) waits for the start
+            spec, s = self.spec, self.settings
+            self.proc = proc = self.manager.procs.pick()
+            with self._chan:
+                self.slot = LatestSlot.create(spec.observation_space)
+                self.queue = ActionQueue.create(spec.action_space, capacity=16, mode=s.queue_mode, ctx=SHARED_LOCKS)
+                self.board = TickBoard.create()
+            origin = self.manager.pool.clock.origin
+            self.clock = WallClock(origin=origin, spin=0.0)
+            self._phases = proc.phases
+            self._phase_slot, phase = proc.phases.acquire(self.tau_m)
+            cfg = {"env": spec.env_id, "seed": s.seed, "record": s.record, "tau_m": self.tau_m, "default": s.default,
+                   "noop_action": spec.noop_action, "max_ticks": s.max_ticks, "origin": origin, "phase": phase,
+                   "meta": {"env": spec.env_id, "session": self.sid, "clock": "wall", "default": s.default,
+                            "tick_proc": proc.index}}  # fmt: skip
+            started = proc.call("start", self.sid, cfg, self.slot, self.queue, self.board)
+            s.seed, self.warm, self.origin = started["seed"], started["warm"], started["origin"]
+            self._process = proc  # a host runs there now: finalization must stop it
+            self.transition(Lifecycle.RUNNING)  # if it ended while starting, finalization stops it
 
     def advance(self) -> float | None:
         """Tick the host once (tick-pool thread); returns the next absolute deadline or None."""
@@ -552,15 +593,20 @@ class ServerSession:
     def wait_tick(self, target: int, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
         """A future resolved once tick ``target`` has been processed (or the session ended)."""
         fut = loop.create_future()
+        board = self.board
         with self._state_lock:
-            done = self.state is not Lifecycle.RUNNING or self.host is None or self.host.tick >= target
+            done = self.state is not Lifecycle.RUNNING or self._process is None or self.tick >= target
             if not done:
                 if len(self._waiters) >= self.manager.max_waiters:
                     raise ProtocolError(ErrorCode.BACKPRESSURE, f"more than {self.manager.max_waiters} waits pending")
                 heapq.heappush(self._waiters, (target, next(self._wait_order), self.manager.waker(loop), fut))
                 self._next_wake = self._waiters[0][0]
+                if board is not None:
+                    board.next_wake = self._next_wake
         if done:
             fut.set_result(None)
+        elif board is not None and board.tick >= target:  # the worker passed it before it saw the wake
+            self._release_waiters(board.tick)
         return fut
 
     def _release_waiters(self, tick: float) -> None:
@@ -569,6 +615,8 @@ class ServerSession:
                 _, _, waker, fut = heapq.heappop(self._waiters)
                 waker.resolve(fut)
             self._next_wake = self._waiters[0][0] if self._waiters else float("inf")
+            if self.board is not None and self.state is Lifecycle.RUNNING:
+                self.board.next_wake = self._next_wake
 
     # ---- channels
     def _require_running(self) -> None:
@@ -585,12 +633,22 @@ class ServerSession:
 
     @property
     def tick(self) -> int:
+        board = self.board
+        if board is not None:
+            return board.tick
         return self.host.tick if self.host is not None else -1
+
+    def recent_lateness(self) -> np.ndarray:
+        """Lateness (s) of the most recent ticks (up to `RECENT_TICKS`), a snapshot."""
+        if self.board is not None:
+            return self.board.recent_lateness()
+        host = self.host
+        return host.log["lateness"][-RECENT_TICKS:] if host is not None else np.zeros(0)
 
     def submit(self, action: Any, obs_tick: int, episode: int) -> tuple[int, int]:
         with self._chan:
             self._require_running()
-            tick = self.host.tick
+            tick = self.tick
             if obs_tick > tick:
                 raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"obs_tick {obs_tick} is in the future (tick {tick})")
             try:
@@ -609,35 +667,43 @@ class ServerSession:
     def _finalize(self) -> None:
         """Stop ticking, write the replay, release everything, enter *closed*. Work thread."""
         try:
-            with self._drive:  # waits for a tick in progress
-                if self._process is not None:
+            tick_log, recorder = None, self.recorder
+            with self._drive:  # waits for a tick (or a start) in progress
+                if self.proc is not None:
+                    if self._process is not None:  # the worker runs its host: stop it, take its log
+                        stopped = self.proc.call("stop", self.sid)
+                        if stopped is not None:
+                            tick_log, recorder = TickLog.from_arrays(*stopped["log"]), stopped["recorder"]
+                elif self._process is not None:
                     self._process.close()
-            if self.host is not None:
-                tick_log = self.host.finish_log()
+                    tick_log = self.host.finish_log()
+            if tick_log is not None:
                 with self._chan:
                     last = self.slot.read() if self.slot is not None else None
                 self.summary = {"ticks": len(tick_log), **_tick_summary(tick_log)}
                 if last is not None:
                     self.summary["total_reward"] = last.total_reward
-                if self.recorder is not None and self.manager.replay_dir is not None:
-                    replay = Replay.from_session(self.recorder, tick_log, self.replay_header())
+                if recorder is not None and self.manager.replay_dir is not None:
+                    replay = Replay.from_session(recorder, tick_log, self.replay_header())
                     self.replay_path = replay.save(self.manager.replay_dir / f"{self.sid}.npz")
         except Exception:  # noqa: BLE001 - cleanup below must still run
             log.error("session %s: finalize failed\n%s", self.sid, traceback.format_exc())
         finally:
             with self._chan:
                 if self._phase_slot is not None:
-                    self.manager.pool.phases.release(self.host.tau_m, self._phase_slot)
+                    self._phases.release(self.tau_m, self._phase_slot)
                     self._phase_slot = None
+                if self.proc is not None:
+                    self.manager.procs.release(self.proc)
                 if self.host is not None:
                     try:
                         self.host.env.close()
                     except Exception:  # noqa: BLE001
                         pass
-                for channel in (self.slot, self.queue):
+                for channel in (self.slot, self.queue, self.board):
                     if channel is not None:
                         channel.unlink()
-                self.host = self.recorder = self._process = None
+                self.host = self.recorder = self._process = self.proc = None
             self.transition(Lifecycle.CLOSED)
             self.finalized.set()
 
@@ -662,9 +728,8 @@ class ServerSession:
             "record": self.settings.record,
             "replay": str(self.replay_path) if self.replay_path else None,
         }
-        host = self.host
-        if self.state is Lifecycle.RUNNING and host is not None and len(host.log):
-            recent = host.log["lateness"][-RECENT_TICKS:]  # the pool may append meanwhile: a snapshot
+        recent = self.recent_lateness() if self.state is Lifecycle.RUNNING and self._process is not None else None
+        if recent is not None and recent.size:
             info["recent_lateness_ms"] = {"ticks": int(recent.size), "p50": float(np.percentile(recent, 50) * 1e3),
                                           "p99": float(np.percentile(recent, 99) * 1e3),
                                           "max": float(recent.max() * 1e3)}  # fmt: skip
@@ -734,7 +799,13 @@ class SessionManager:
     ----------
     envs: env ids clients may choose (the first is the default); each is probed once here.
     max_sessions: live sessions allowed at once; one more gets ``CAPACITY_REACHED``.
-    warm_envs: envs per env id kept built and seeded ahead of time (see `WarmEnvs`).
+    warm_envs: envs per env id kept built and seeded ahead of time (see `WarmEnvs`); with tick
+        processes, split over them (each builds its share: an env cannot move between processes).
+    tick_threads: threads of the in-process tick pool (``tick_procs=0``).
+    tick_procs: 0 ticks every session on threads of this process; ``n > 0`` ticks them on ``n``
+        worker processes (`nonstop.server.tickprocs`): past one core, since one GIL holds ALE steps,
+        while this process still owns every session, its channels and its replay.
+    tick_sched: the workers' tick lanes' scheduling (`nonstop.realtime.host.raise_priority`).
     idle_timeout: a running session whose client sent nothing for this long is ended (this is how
         a vanished client's session ends when no disconnect ever arrives).
     replay_dir: where replays go; ``None`` disables recording.
@@ -750,6 +821,8 @@ class SessionManager:
         record: bool = True,
         encoding: str = "b64",
         tick_threads: int = 2,
+        tick_procs: int = 0,
+        tick_sched: str = "auto",
         work_workers: int = 2,
         max_pending_work: int = 16,
         max_waiters: int = 64,
@@ -765,6 +838,10 @@ class SessionManager:
             raise ValueError(f"idle_timeout must be a positive number of seconds, got {idle_timeout!r}")
         if encoding not in ("b64", "list", "none"):
             raise ValueError(f"encoding must be 'b64', 'list' or 'none', got {encoding!r}")
+        if not isinstance(tick_procs, int) or isinstance(tick_procs, bool) or tick_procs < 0:
+            raise ValueError(f"tick_procs must be a non-negative integer, got {tick_procs!r}")
+        if tick_sched not in HOST_SCHED:
+            raise ValueError(f"tick_sched must be one of {HOST_SCHED}, got {tick_sched!r}")
         self.specs = {env_id: EnvSpec.probe(env_id) for env_id in dict.fromkeys(envs)}  # loaded once, shared
         self.default_env = envs[0]
         self.max_sessions = max_sessions
@@ -785,9 +862,33 @@ class SessionManager:
         self._closed: deque[ServerSession] = deque(maxlen=keep_closed)
         self._shutdown = threading.Event()
         self.refused_capacity = 0
+        self.procs: TickProcs | None = None
+        if tick_procs:
+            self.procs = TickProcs(tick_procs, list(self.specs), warm=warm_envs, sched=tick_sched,
+                                   on_note=self._on_note, on_exit=self._on_proc_exit)  # fmt: skip
+            warm_envs = 0  # the workers keep the spares
         self.warm = WarmEnvs(warm_envs, list(self.specs), idle=lambda: self.live_count() == 0)
         self._reaper = threading.Thread(target=self._reap, args=(reap_interval,), name="nonstop-reaper", daemon=True)
         self._reaper.start()
+
+    def _on_note(self, note: tuple) -> None:
+        """A tick worker's note (its reader thread): an awaited tick came, or a host stopped."""
+        kind, sid, value = note
+        session = self.sessions.get(sid)
+        if session is None:
+            return
+        if kind == "tick":  # the worker may be further on by now: release up to where it is
+            session._release_waiters(max(value, session.tick))
+        elif kind == "ended":
+            self.end(session, value)
+
+    def _on_proc_exit(self, proc: Any) -> None:
+        if self._shutdown.is_set():
+            return
+        log.error("tick worker %d exited; ending its sessions", proc.index)
+        for session in list(self.sessions.values()):
+            if session.proc is proc:
+                self.end(session, "tick worker exited")
 
     def waker(self, loop: asyncio.AbstractEventLoop) -> LoopWaker:
         """The `LoopWaker` of ``loop`` (one per event loop; a server has one, tests may have several)."""
@@ -899,12 +1000,13 @@ class SessionManager:
         stalled = []
         now = self.clock.now()
         for s in list(self.sessions.values()):
-            host, clock = s.host, s.clock
-            if s.state is Lifecycle.RUNNING and host is not None and clock is not None:
-                behind = clock.now() - (host.origin + host.tick / s.spec.tick_hz)
+            clock = s.clock
+            if s.state is Lifecycle.RUNNING and s._process is not None and clock is not None:
+                behind = clock.now() - (s.origin + s.tick / s.spec.tick_hz)
                 if behind > 0.5 + 5.0 / s.spec.tick_hz:
                     stalled.append({"session_id": s.sid, "behind_s": round(behind, 3)})
-        healthy = beat_age < 1.0 and not stalled
+        procs_alive = self.procs is None or self.procs.all_alive()
+        healthy = beat_age < 1.0 and not stalled and procs_alive
         return {
             "status": "healthy" if healthy else "unhealthy",
             "ticks_advancing": healthy,
@@ -913,7 +1015,10 @@ class SessionManager:
             "live_sessions": self.live_count(),
             "max_sessions": self.max_sessions,
             "work_pending": self.work.pending,
-            "warm_envs_ready": self.warm.ready(),
+            "tick_procs": 0 if self.procs is None else len(self.procs.procs),
+            "tick_procs_alive": procs_alive,
+            "tick_sched": [] if self.procs is None else [p.sched for p in self.procs.procs],
+            "warm_envs_ready": self.warm.ready() if self.procs is None else self.procs.warm_ready(),
             "uptime_s": round(now, 3),
         }
 
@@ -938,3 +1043,5 @@ class SessionManager:
         self.work.close()
         self.pool.close()
         self.warm.close()
+        if self.procs is not None:
+            self.procs.close()
