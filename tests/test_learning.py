@@ -170,7 +170,9 @@ def test_virtual_learners_apply_in_the_mode_order(mode, no_shm_leak):
 @pytest.mark.wall
 def test_learner_processes_survive_a_kill_and_keep_the_turn(no_shm_leak):
     torch.manual_seed(0)
-    cfg = DQNConfig.for_family("classic", learning_starts=10, batch_size=8, hidden=(8,))
+    # no updates-per-transition cap: tiny updates are fast, and the capped total (191 for this
+    # replay) could be reached before the kill, leaving no room for the 40 updates after it
+    cfg = DQNConfig.for_family("classic", learning_starts=10, batch_size=8, hidden=(8,), updates_per_transition=0)
     model = MLP(4, 2, (8,))
     n = sum(p.numel() for p in model.parameters())
     state, weights, replay = TrainingState.create(n), SharedWeights.create(n), _filled_replay()
