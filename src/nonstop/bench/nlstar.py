@@ -57,7 +57,8 @@ def _parts(k: float, batch: int, capacity: int = 2048) -> tuple[Any, ...]:
     from nonstop.learning.replay import ReplayBuffer
     from nonstop.learning.weights import SharedWeights, TrainingState
 
-    cfg = DQNConfig.for_family("atari", k=k, batch_size=batch, learning_starts=0, replay_capacity=capacity)
+    cfg = DQNConfig.for_family("atari", k=k, batch_size=batch, learning_starts=0, replay_capacity=capacity,
+                               updates_per_transition=0)  # throughput: learners never pause
     torch.manual_seed(0)
     model = build_q_network((84, 84), 18, cfg)
     n = sum(p.numel() for p in model.parameters())
