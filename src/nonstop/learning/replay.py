@@ -46,7 +46,7 @@ from typing import Any, Final, NamedTuple
 
 import numpy as np
 
-from nonstop.realtime.channels import _attach, _new_segment
+from nonstop.realtime.channels import _attach, _new_segment, close_segment, remove_segment
 
 __all__ = ["SemiMDPBuilder", "Transition", "ReplayBuffer", "ReplayRecorder", "Batch", "replay_bytes", "check_replay_fits", "ReplayTooLargeError"]
 
@@ -337,28 +337,22 @@ class ReplayBuffer:
         return Batch(obs, action, reward, discount, next_obs, n_ticks)
 
     def close(self) -> None:
-        shm, self._shm = self._shm, None
+        shm = self._shm
         if shm is None:
             return
         self._hdr = self.frames = self.frame_id = self._episodes = None  # type: ignore[assignment]
         self.cols = {}
-        try:
-            shm.close()
-        except BufferError:
-            pass
+        close_segment(shm)
+        if not self._owner:
+            self._shm = None
 
     def unlink(self) -> None:
-        """Remove the segment (owner only); idempotent."""
-        owner, name = self._owner, self.name
+        """Owner only: close and remove the segment (idempotent)."""
+        shm = self._shm
         self.close()
-        if owner:
-            self._owner = False
-            try:
-                shm = _attach(name)
-                shm.close()
-                shm.unlink()
-            except FileNotFoundError:
-                pass
+        if self._owner and shm is not None:
+            remove_segment(shm)
+            self._shm = None
 
 
 # ----------------------------------------------------------------------------- host side

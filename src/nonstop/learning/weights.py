@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from nonstop.realtime.channels import _attach, _new_segment
+from nonstop.realtime.channels import _attach, _new_segment, close_segment, remove_segment
 
 if TYPE_CHECKING:
     import torch
@@ -100,28 +100,23 @@ class _Segment:
         return (type(self), (self.name, self.n_params))
 
     def close(self) -> None:
-        shm, self._shm = self._shm, None
+        shm = self._shm
         if shm is None:
             return
         self._hdr = self._hdr_f = None  # type: ignore[assignment]
         for vec in self._vectors:
             setattr(self, vec, None)
-        try:
-            shm.close()
-        except BufferError:  # a numpy view still alive elsewhere; the OS frees it with the process
-            pass
+        close_segment(shm)
+        if not self._owner:
+            self._shm = None
 
     def unlink(self) -> None:
-        owner, name = self._owner, self.name
+        """Owner only: close and remove the segment (idempotent)."""
+        shm = self._shm
         self.close()
-        if owner:
-            self._owner = False
-            try:
-                shm = _attach(name)
-                shm.close()
-                shm.unlink()
-            except FileNotFoundError:
-                pass
+        if self._owner and shm is not None:
+            remove_segment(shm)
+            self._shm = None
 
 
 class SharedWeights(_Segment):

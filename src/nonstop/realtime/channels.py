@@ -43,6 +43,23 @@ def _new_segment(nbytes: int, kind: str) -> shared_memory.SharedMemory:
     return shared_memory.SharedMemory(name=name, create=True, size=max(int(nbytes), 8))
 
 
+def close_segment(shm: shared_memory.SharedMemory) -> None:
+    """Unmap ``shm`` in this process. A view a caller still holds keeps the mapping alive until it
+    is dropped; the name can be unlinked all the same."""
+    try:
+        shm.close()
+    except BufferError:
+        pass
+
+
+def remove_segment(shm: shared_memory.SharedMemory) -> None:
+    """Remove ``shm``'s name from /dev/shm (the owner's last step); one already gone is fine."""
+    try:
+        shm.unlink()
+    except FileNotFoundError:
+        pass
+
+
 def _attach(name: str) -> shared_memory.SharedMemory:
     # Children are started with the spawn context and share their parent's
     # resource tracker, so attaching re-registers a name it already holds (a
@@ -289,10 +306,7 @@ class LatestSlot:
             if self._hdr is not None:
                 self._hdr.release()
             self._hdr = self._buf = self._obs = self._final_obs = None  # type: ignore[assignment]
-            try:
-                self._shm.close()
-            except BufferError:  # a caller still holds a view; the unlink below still frees the name
-                pass
+            close_segment(self._shm)
             if not self._owner:
                 self._shm = None
 
@@ -301,10 +315,7 @@ class LatestSlot:
         shm = self._shm
         self.close()
         if self._owner and shm is not None:
-            try:
-                shm.unlink()
-            except FileNotFoundError:
-                pass
+            remove_segment(shm)
             self._shm = None
 
 
@@ -558,10 +569,7 @@ class ActionQueue:
             if self._hdr is not None:
                 self._hdr.release()
             self._hdr = self._buf = None  # type: ignore[assignment]
-            try:
-                self._shm.close()
-            except BufferError:
-                pass
+            close_segment(self._shm)
             if not self._owner:
                 self._shm = None
 
@@ -569,10 +577,7 @@ class ActionQueue:
         shm = self._shm
         self.close()
         if self._owner and shm is not None:
-            try:
-                shm.unlink()
-            except FileNotFoundError:
-                pass
+            remove_segment(shm)
             self._shm = None
 
 

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import numpy as np
 
-__all__ = ["TickLog", "COLUMNS", "SOURCE_AGENT", "SOURCE_DEFAULT"]
+__all__ = ["TickLog", "COLUMNS", "SOURCE_AGENT", "SOURCE_DEFAULT", "save_npz_atomic"]
 
 SOURCE_DEFAULT: Final = 0  # β acted: inaction
 SOURCE_AGENT: Final = 1
@@ -53,6 +53,23 @@ COLUMNS: Final[dict[str, tuple[str, str]]] = {
 _NAMES: Final = tuple(COLUMNS)
 _INDEX: Final = {name: i for i, name in enumerate(_NAMES)}
 _ROW: Final = struct.Struct(f"={len(_NAMES)}d")  # one row of the float64 block, native byte order
+
+
+def save_npz_atomic(path: Path, header: dict[str, Any], arrays: dict[str, np.ndarray]) -> Path:
+    """Write a compressed ``.npz`` of ``arrays`` plus a JSON ``__header__`` atomically (a temp
+    file in the same directory, then a rename): a crash never leaves half a file under ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    blob = np.frombuffer(json.dumps(header, default=str).encode(), np.uint8)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez_compressed(f, __header__=blob, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
 
 
 class TickLog:
@@ -157,18 +174,8 @@ class TickLog:
         path = Path(path)
         if path.suffix != ".npz":
             path = path.with_suffix(".npz")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        header = json.dumps({"format": "nonstop.ticklog/1", "tau_m": self.tau_m, "meta": self.meta}, default=str)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez_compressed(f, __header__=np.frombuffer(header.encode(), np.uint8), **self.columns())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        return path
+        header = {"format": "nonstop.ticklog/1", "tau_m": self.tau_m, "meta": self.meta}
+        return save_npz_atomic(path, header, self.columns())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "TickLog":

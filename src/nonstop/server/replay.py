@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import zlib
 from array import array
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from typing import Any, Final
 import gymnasium as gym
 import numpy as np
 
-from nonstop.realtime.ticklog import SOURCE_AGENT, TickLog
+from nonstop.realtime.ticklog import SOURCE_AGENT, TickLog, save_npz_atomic
 
 __all__ = ["obs_hash", "ReplayRecorder", "Replay", "VerifyResult", "verify", "plot_replay", "write_video"]
 
@@ -125,23 +124,9 @@ class Replay:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write atomically (a crash never leaves half a replay)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        blob = np.frombuffer(json.dumps(self.header, default=str).encode(), np.uint8)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez_compressed(
-                    f, __header__=blob, actions=self.actions, step_hashes=self.step_hashes,
-                    reset_steps=self.reset_steps, reset_hashes=self.reset_hashes,
-                    **{f"col_{k}": v for k, v in self.columns.items()},
-                )  # fmt: skip
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        return path
+        arrays = {"actions": self.actions, "step_hashes": self.step_hashes, "reset_steps": self.reset_steps,
+                  "reset_hashes": self.reset_hashes, **{f"col_{k}": v for k, v in self.columns.items()}}  # fmt: skip
+        return save_npz_atomic(Path(path), self.header, arrays)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Replay":

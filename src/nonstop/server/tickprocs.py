@@ -36,7 +36,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from nonstop.realtime.channels import SEGMENT_PREFIX, ActionQueue, LatestSlot
+from nonstop.realtime.channels import SEGMENT_PREFIX, ActionQueue, LatestSlot, close_segment, remove_segment
 from nonstop.realtime.clock import WallClock
 
 __all__ = ["TickBoard", "TickProcs", "RECENT_TICKS"]
@@ -128,19 +128,13 @@ class TickBoard:
             self._last_tick = self._q[_TICK]
             self._q.release()
             self._q = self._d = None  # type: ignore[assignment]
-            try:
-                self._shm.close()
-            except BufferError:
-                pass
+            close_segment(self._shm)
 
     def unlink(self) -> None:
         shm = self._shm
         self.close()
         if self._owner and shm is not None:
-            try:
-                shm.unlink()
-            except FileNotFoundError:
-                pass
+            remove_segment(shm)
         self._shm = None
 
 
