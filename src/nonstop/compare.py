@@ -56,8 +56,8 @@ TIMELINE_TICKS = 240
 # ----------------------------------------------------------------------------- arguments
 
 
-def _n_workers_arg(text: str) -> int | str:
-    """argparse type for ``--n-workers``: a positive int or ``auto``."""
+def n_workers_arg(text: str) -> int | str:
+    """argparse type for a worker count: a positive int or ``auto`` (``--n-workers``, ``--n-inference``)."""
     if text.strip().lower() == "auto":
         return "auto"
     try:
@@ -75,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency", default="6t", metavar="SPEC",
                         help="model inference time: constant:V | V | normal:MEAN,STD | lognormal:MEDIAN,SIGMA | "
                              "empirical:PATH; units s, ms or t (ticks of the env). Default 6t")  # fmt: skip
-    parser.add_argument("--n-workers", type=_n_workers_arg, default="auto", metavar="N|auto",
+    parser.add_argument("--n-workers", type=n_workers_arg, default="auto", metavar="N|auto",
                         help="workers for unstaggered, max_time and exp_time (default auto = ⌈τ̄_θ/τ_M⌉)")  # fmt: skip
     parser.add_argument("--seconds", type=float, default=10.0, help="world seconds per scheduler (default 10)")
     parser.add_argument("--clock", choices=CLOCKS, default="virtual",

@@ -31,6 +31,7 @@ REPLAY_CHECKPOINT_LIMIT = 512 * 2**20
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from nonstop.compare import n_workers_arg
     from nonstop.inference.schedulers import SCHEDULER_NAMES
     from nonstop.learning.learners import LEARNER_MODES
     from nonstop.run import INTERACTIONS
@@ -41,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=float, default=600.0, help="world seconds to run (default 600)")
     p.add_argument("--interaction", choices=INTERACTIONS, default="staggered", help="staggered, or a sequential baseline")
     p.add_argument("--scheduler", choices=SCHEDULER_NAMES, default="exp_time", help="inference scheduler (staggered)")
-    p.add_argument("--n-inference", type=_n_inference, default=None, help="N_I (default ⌈τ̄_θ/τ_M⌉), or 'auto': grown and shrunk online")
+    p.add_argument("--n-inference", type=n_workers_arg, default=None, help="N_I (default ⌈τ̄_θ/τ_M⌉), or 'auto': grown and shrunk online")
     p.add_argument("--latency", default="0", help="declared model latency: 5t, 80ms, lognormal:6t,0.5 (default 0)")
     p.add_argument("--n-learners", type=int, default=1, help="N_L learners (default 1)")
     p.add_argument("--learner-mode", choices=LEARNER_MODES, default="round_robin")
@@ -61,18 +62,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-checkpoints", type=int, default=3)
     p.add_argument("--checkpoint-replay", choices=("auto", "yes", "no"), default="auto",
                    help=f"write the replay into checkpoints (auto: when under {REPLAY_CHECKPOINT_LIMIT >> 20} MiB and the disk has room)")  # fmt: skip
-
-
-def _n_inference(text: str) -> int | str:
-    if text == "auto":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer or 'auto', got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer or 'auto', got {text!r}")
-    return value
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
