@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import time
 
@@ -142,60 +143,102 @@ def _filled_replay(n: int = 200) -> ReplayBuffer:
     return rb
 
 
-@pytest.mark.parametrize("mode", ["round_robin", "hogwild", "parallel"])
-def test_virtual_learners_apply_in_the_mode_order(mode, no_shm_leak):
+@pytest.fixture
+def parts(no_shm_leak):
+    """Master state, published weights and a filled replay for a tiny MLP (4 → 8 → 2), initialised."""
     torch.manual_seed(0)
-    cfg = DQNConfig.for_family("classic", learning_starts=10, batch_size=8, hidden=(8,))
     model = MLP(4, 2, (8,))
     n = sum(p.numel() for p in model.parameters())
     state, weights, replay = TrainingState.create(n), SharedWeights.create(n), _filled_replay()
     try:
         init_training(model, state, weights)
-        clock = VirtualClock()
-        learners = [Learner(i, (4,), 2, cfg, state, weights, replay, seed=i) for i in range(3)]
-        group = VirtualLearners(clock, 1 / 60, n_learners=3, mode=mode, tau_l=0.05, learners=learners,
-                                state=state, weights=weights, cfg=cfg).start()  # fmt: skip
-        clock.run_until(1.04)  # learner i applies at i·τ_L/3 + τ_L·j: 20 updates each by now
-        if mode == "parallel":  # one averaged update per τ_L, all learners contributing
-            assert state.updates == 20 and all(lr.gradients == 21 for lr in learners)
-        else:  # each learner: one update per τ_L = 0.05 s, staggered by τ_L/3
-            assert state.updates == 60
-            assert group.applied_by[:9] == [0, 1, 2] * 3
-        assert weights.version == state.updates + 1
+        yield state, weights, replay
     finally:
         for seg in (state, weights, replay):
             seg.unlink()
+
+
+@contextlib.contextmanager
+def _learner_processes(parts, cfg: DQNConfig, **kw):
+    state, weights, replay = parts
+    group = LearnerProcesses(obs_shape=(4,), n_actions=2, cfg=cfg, state=state, weights=weights, replay=replay,
+                             seed=0, **kw)  # fmt: skip
+    try:
+        yield group.start()
+    finally:
+        group.stop()
+
+
+def _wait(condition, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+#: tiny updates are fast; no updates-per-transition cap, or the capped total (191 for this replay)
+#: could be reached before a test's kill, leaving no room for the updates it waits for after it
+TINY = DQNConfig.for_family("classic", learning_starts=10, batch_size=8, hidden=(8,), updates_per_transition=0)
+
+
+@pytest.mark.parametrize("mode", ["round_robin", "hogwild", "parallel"])
+def test_virtual_learners_apply_in_the_mode_order(mode, parts):
+    state, weights, replay = parts
+    clock = VirtualClock()
+    learners = [Learner(i, (4,), 2, TINY, state, weights, replay, seed=i) for i in range(3)]
+    group = VirtualLearners(clock, 1 / 60, n_learners=3, mode=mode, tau_l=0.05, learners=learners,
+                            state=state, weights=weights, cfg=TINY).start()  # fmt: skip
+    clock.run_until(1.04)  # learner i applies at i·τ_L/3 + τ_L·j: 20 updates each by now
+    if mode == "parallel":  # one averaged update per τ_L, all learners contributing
+        assert state.updates == 20 and all(lr.gradients == 21 for lr in learners)
+    else:  # each learner: one update per τ_L = 0.05 s, staggered by τ_L/3
+        assert state.updates == 60
+        assert group.applied_by[:9] == [0, 1, 2] * 3
+    assert weights.version == state.updates + 1
 
 
 @pytest.mark.wall
-def test_learner_processes_survive_a_kill_and_keep_the_turn(no_shm_leak):
-    torch.manual_seed(0)
-    # no updates-per-transition cap: tiny updates are fast, and the capped total (191 for this
-    # replay) could be reached before the kill, leaving no room for the 40 updates after it
-    cfg = DQNConfig.for_family("classic", learning_starts=10, batch_size=8, hidden=(8,), updates_per_transition=0)
-    model = MLP(4, 2, (8,))
-    n = sum(p.numel() for p in model.parameters())
-    state, weights, replay = TrainingState.create(n), SharedWeights.create(n), _filled_replay()
-    group = None
-    try:
-        init_training(model, state, weights)
-        group = LearnerProcesses(n_learners=2, mode="round_robin", obs_shape=(4,), n_actions=2, cfg=cfg,
-                                 state=state, weights=weights, replay=replay, seed=0).start()  # fmt: skip
-        deadline = time.monotonic() + 120
-        while state.updates < 20 and time.monotonic() < deadline:
-            time.sleep(0.05)
+def test_learner_processes_survive_a_kill_and_keep_the_turn(parts):
+    state = parts[0]
+    with _learner_processes(parts, TINY, n_learners=2, mode="round_robin") as group:
+        _wait(lambda: state.updates >= 20)
         assert state.updates >= 20, "learners made no progress"
         group.kill(1)
         before = state.updates
-        while (group.restarts[1] == 0 or state.updates < before + 40) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _wait(lambda: group.restarts[1] > 0 and state.updates >= before + 40)
         assert group.restarts[1] == 1 and state.updates >= before + 40, (group.report(), state.updates)
         assert np.isfinite(state.params).all()
-    finally:
-        if group is not None:
-            group.stop()
-        for seg in (state, weights, replay):
-            seg.unlink()
+
+
+@pytest.mark.wall
+@pytest.mark.parametrize("mode", ["hogwild", "parallel"])
+def test_learner_processes_make_progress_in_every_mode(mode, parts):
+    state, weights, _ = parts
+    with _learner_processes(parts, TINY, n_learners=2, mode=mode):
+        _wait(lambda: state.updates >= 30)
+        assert state.updates >= 30 and np.isfinite(state.params).all()
+        assert weights.version >= state.updates  # every update was published to the workers
+
+
+def test_after_a_resume_without_replay_learners_pace_from_the_new_transitions(parts):
+    state, weights, replay = parts
+    cfg = DQNConfig.for_family("classic", learning_starts=10, hidden=(8,))  # one update per transition
+    learner = Learner(0, (4,), 2, cfg, state, weights, replay, seed=0)
+    state.set_counter(TrainingState.UPDATES, 5000)  # restored from a checkpoint...
+    assert learner.ahead  # ...without its replay: 5000 updates for 190 fresh transitions
+    state.set_counter(TrainingState.UPDATE_BASE, 5000)  # what TrainingRun.restore records then
+    assert not learner.ahead
+
+
+@pytest.mark.wall
+def test_a_learner_dead_for_good_does_not_stall_the_round_robin(parts):
+    state = parts[0]
+    with _learner_processes(parts, TINY, n_learners=3, mode="round_robin", restart=False) as group:
+        _wait(lambda: state.updates >= 10)
+        group.kill(1)
+        before = state.updates
+        _wait(lambda: state.updates >= before + 30)
+        assert state.updates >= before + 30, group.report()  # the other two keep taking turns
+        assert group.processes[1] is None and group.restarts[1] == 0
 
 
 # ----------------------------------------------------------------------------- whole runs
@@ -237,30 +280,6 @@ def test_staggered_learning_never_costs_an_action(no_shm_leak):
     assert r["transitions"] > 250  # one decision per tick
 
 
-@pytest.mark.wall
-@pytest.mark.parametrize("mode", ["hogwild", "parallel"])
-def test_learner_processes_make_progress_in_every_mode(mode, no_shm_leak):
-    cfg = DQNConfig.for_family("classic", learning_starts=10, batch_size=8, hidden=(8,))
-    model = MLP(4, 2, (8,))
-    n = sum(p.numel() for p in model.parameters())
-    state, weights, replay = TrainingState.create(n), SharedWeights.create(n), _filled_replay()
-    group = None
-    try:
-        init_training(model, state, weights)
-        group = LearnerProcesses(n_learners=2, mode=mode, obs_shape=(4,), n_actions=2, cfg=cfg,
-                                 state=state, weights=weights, replay=replay, seed=0).start()  # fmt: skip
-        deadline = time.monotonic() + 120
-        while state.updates < 30 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert state.updates >= 30 and np.isfinite(state.params).all()
-        assert weights.version >= state.updates  # every update was published to the workers
-    finally:
-        if group is not None:
-            group.stop()
-        for seg in (state, weights, replay):
-            seg.unlink()
-
-
 def test_auto_inference_grows_to_act_at_every_tick(no_shm_leak):
     cfg = TrainConfig(env="CartPole", seconds=8.0, latency="4t", n_inference="auto", tau_l=0.1,
                       dqn=DQNConfig.for_family("classic", learning_starts=20, batch_size=8))  # fmt: skip
@@ -271,46 +290,6 @@ def test_auto_inference_grows_to_act_at_every_tick(no_shm_leak):
     beta = late & (log["source"] == 0)
     assert beta.sum() <= (log["stale"][late] > 0).sum()  # past the growth, only stale drops at episode ends
     assert r["summary"]["agent_ticks"] > 300
-
-
-def test_after_a_resume_without_replay_learners_pace_from_the_new_transitions(no_shm_leak):
-    state, weights, replay = TrainingState.create(10), SharedWeights.create(10), _filled_replay(100)
-    try:
-        learner = Learner(0, (4,), 2, DQNConfig.for_family("classic", learning_starts=10, hidden=(8,)), state, weights, replay, seed=0)
-        state.set_counter(TrainingState.UPDATES, 5000)  # restored from a checkpoint...
-        assert learner.ahead  # ...without its replay: 5000 updates for 90 fresh transitions
-        state.set_counter(TrainingState.UPDATE_BASE, 5000)  # what TrainingRun.restore records then
-        assert not learner.ahead
-    finally:
-        for seg in (state, weights, replay):
-            seg.unlink()
-
-
-@pytest.mark.wall
-def test_a_learner_dead_for_good_does_not_stall_the_round_robin(no_shm_leak):
-    cfg = DQNConfig.for_family("classic", learning_starts=10, batch_size=8, hidden=(8,), updates_per_transition=0)
-    model = MLP(4, 2, (8,))
-    n = sum(p.numel() for p in model.parameters())
-    state, weights, replay = TrainingState.create(n), SharedWeights.create(n), _filled_replay()
-    group = None
-    try:
-        init_training(model, state, weights)
-        group = LearnerProcesses(n_learners=3, mode="round_robin", obs_shape=(4,), n_actions=2, cfg=cfg, state=state,
-                                 weights=weights, replay=replay, seed=0, restart=False).start()  # fmt: skip
-        deadline = time.monotonic() + 120
-        while state.updates < 10 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        group.kill(1)
-        before = state.updates
-        while state.updates < before + 30 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert state.updates >= before + 30, group.report()  # the other two keep taking turns
-        assert group.processes[1] is None and group.restarts[1] == 0
-    finally:
-        if group is not None:
-            group.stop()
-        for seg in (state, weights, replay):
-            seg.unlink()
 
 
 def test_an_inference_worker_killed_mid_training_is_covered_and_restarted(no_shm_leak):
