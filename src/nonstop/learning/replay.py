@@ -46,7 +46,7 @@ from typing import Any, Final, NamedTuple
 
 import numpy as np
 
-from nonstop.realtime.channels import _attach, _new_segment, close_segment, remove_segment
+from nonstop.realtime.channels import SharedSegment, _attach, _new_segment
 
 __all__ = ["SemiMDPBuilder", "Transition", "ReplayBuffer", "ReplayRecorder", "Batch", "replay_bytes", "check_replay_fits", "ReplayTooLargeError"]
 
@@ -198,7 +198,7 @@ class Batch(NamedTuple):
     n_ticks: np.ndarray
 
 
-class ReplayBuffer:
+class ReplayBuffer(SharedSegment):
     """The most recent ``capacity`` semi-MDP transitions in shared memory.
 
     Single writer (the host's `ReplayRecorder`), many samplers in any process.
@@ -336,23 +336,9 @@ class ReplayBuffer:
             )
         return Batch(obs, action, reward, discount, next_obs, n_ticks)
 
-    def close(self) -> None:
-        shm = self._shm
-        if shm is None:
-            return
+    def _drop_views(self) -> None:
         self._hdr = self.frames = self.frame_id = self._episodes = None  # type: ignore[assignment]
         self.cols = {}
-        close_segment(shm)
-        if not self._owner:
-            self._shm = None
-
-    def unlink(self) -> None:
-        """Owner only: close and remove the segment (idempotent)."""
-        shm = self._shm
-        self.close()
-        if self._owner and shm is not None:
-            remove_segment(shm)
-            self._shm = None
 
 
 # ----------------------------------------------------------------------------- host side

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from nonstop.realtime.channels import _attach, _new_segment, close_segment, remove_segment
+from nonstop.realtime.channels import SharedSegment, _attach, _new_segment
 
 if TYPE_CHECKING:
     import torch
@@ -69,7 +69,7 @@ def load_flat(model: "torch.nn.Module", flat: np.ndarray) -> None:
             offset += p.numel()
 
 
-class _Segment:
+class _Segment(SharedSegment):
     """A named shared-memory segment holding an int64 header and float32 vectors."""
 
     _kind = "segment"
@@ -99,24 +99,10 @@ class _Segment:
     def __reduce__(self) -> tuple:
         return (type(self), (self.name, self.n_params))
 
-    def close(self) -> None:
-        shm = self._shm
-        if shm is None:
-            return
+    def _drop_views(self) -> None:
         self._hdr = self._hdr_f = None  # type: ignore[assignment]
         for vec in self._vectors:
             setattr(self, vec, None)
-        close_segment(shm)
-        if not self._owner:
-            self._shm = None
-
-    def unlink(self) -> None:
-        """Owner only: close and remove the segment (idempotent)."""
-        shm = self._shm
-        self.close()
-        if self._owner and shm is not None:
-            remove_segment(shm)
-            self._shm = None
 
 
 class SharedWeights(_Segment):

@@ -26,6 +26,7 @@ import numpy as np
 
 __all__ = [
     "LatestSlot",
+    "SharedSegment",
     "Observation",
     "ActionQueue",
     "ActionRecord",
@@ -58,6 +59,35 @@ def remove_segment(shm: shared_memory.SharedMemory) -> None:
         shm.unlink()
     except FileNotFoundError:
         pass
+
+
+class SharedSegment:
+    """One named shared-memory segment and who owns it: the creator (``_owner``) unlinks it,
+    every other holder only closes its mapping. Subclasses set ``_shm`` and ``_owner`` and drop
+    their numpy views in ``_drop_views`` (called once per `close`; it must be idempotent)."""
+
+    _shm: Any
+    _owner: bool
+
+    def _drop_views(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Unmap this process's views (idempotent). The owner keeps the name for `unlink`."""
+        if self._shm is None:
+            return
+        self._drop_views()
+        close_segment(self._shm)
+        if not self._owner:
+            self._shm = None
+
+    def unlink(self) -> None:
+        """Owner only: close and remove the segment (idempotent)."""
+        shm = self._shm
+        self.close()
+        if self._owner and shm is not None:
+            remove_segment(shm)
+            self._shm = None
 
 
 def _attach(name: str) -> shared_memory.SharedMemory:
@@ -125,7 +155,7 @@ class Observation(NamedTuple):
 _new_tuple = tuple.__new__
 
 
-class LatestSlot:
+class LatestSlot(SharedSegment):
     """Capacity-one, newest-wins observation slot in shared memory.
 
     The single writer (the host) bumps the sequence to odd, writes, bumps to
@@ -301,22 +331,10 @@ class LatestSlot:
     def host_state(self, value: int) -> None:
         self._hdr[_STATE] = value
 
-    def close(self) -> None:
-        if self._shm is not None:
-            if self._hdr is not None:
-                self._hdr.release()
-            self._hdr = self._buf = self._obs = self._final_obs = None  # type: ignore[assignment]
-            close_segment(self._shm)
-            if not self._owner:
-                self._shm = None
-
-    def unlink(self) -> None:
-        """Owner only: close and remove the segment (idempotent)."""
-        shm = self._shm
-        self.close()
-        if self._owner and shm is not None:
-            remove_segment(shm)
-            self._shm = None
+    def _drop_views(self) -> None:
+        if self._hdr is not None:
+            self._hdr.release()
+        self._hdr = self._buf = self._obs = self._final_obs = None  # type: ignore[assignment]
 
 
 # --------------------------------------------------------------------------- actions
@@ -412,7 +430,7 @@ _SEQ_WORD: Final = struct.Struct("<q")  # the entry's sequence number, at byte 4
 QUEUE_MODES: Final = ("latest", "fifo")
 
 
-class ActionQueue:
+class ActionQueue(SharedSegment):
     """Bounded action queue in shared memory; many submitters, one taker (the host).
 
     ``submit`` never blocks: when the queue is full the oldest pending action is
@@ -564,21 +582,10 @@ class ActionQueue:
             "pending": hdr[_W_SEQ] - hdr[_R_SEQ],
         }
 
-    def close(self) -> None:
-        if self._shm is not None:
-            if self._hdr is not None:
-                self._hdr.release()
-            self._hdr = self._buf = None  # type: ignore[assignment]
-            close_segment(self._shm)
-            if not self._owner:
-                self._shm = None
-
-    def unlink(self) -> None:
-        shm = self._shm
-        self.close()
-        if self._owner and shm is not None:
-            remove_segment(shm)
-            self._shm = None
+    def _drop_views(self) -> None:
+        if self._hdr is not None:
+            self._hdr.release()
+        self._hdr = self._buf = None  # type: ignore[assignment]
 
 
 _NOTHING: Final = TakeResult(None, 0, 0)

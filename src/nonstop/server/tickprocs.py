@@ -36,7 +36,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from nonstop.realtime.channels import SEGMENT_PREFIX, ActionQueue, LatestSlot, close_segment, remove_segment
+from nonstop.realtime.channels import SEGMENT_PREFIX, ActionQueue, LatestSlot, SharedSegment
 from nonstop.realtime.clock import WallClock
 
 __all__ = ["TickBoard", "TickProcs", "RECENT_TICKS"]
@@ -50,7 +50,7 @@ NO_WAKE: Final = 1 << 62
 _TICK, _WAKE, _ORIGIN, _RING = 0, 1, 2, 3
 
 
-class TickBoard:
+class TickBoard(SharedSegment):
     """Per-session words shared by the server and the worker that ticks it.
 
     ``tick`` (the newest tick processed) and a ring of the last `RECENT_TICKS` ticks' lateness are
@@ -123,19 +123,11 @@ class TickBoard:
         ring = d[_RING:]
         return ring.copy() if tick >= RECENT_TICKS else ring[1 : tick + 1].copy()
 
-    def close(self) -> None:
-        if self._shm is not None:
+    def _drop_views(self) -> None:
+        if self._q is not None:
             self._last_tick = self._q[_TICK]
             self._q.release()
-            self._q = self._d = None  # type: ignore[assignment]
-            close_segment(self._shm)
-
-    def unlink(self) -> None:
-        shm = self._shm
-        self.close()
-        if self._owner and shm is not None:
-            remove_segment(shm)
-        self._shm = None
+        self._q = self._d = None  # type: ignore[assignment]
 
 
 class SharedLock(mp.synchronize.Lock):
