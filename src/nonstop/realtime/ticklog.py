@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import numpy as np
 
-__all__ = ["TickLog", "COLUMNS", "SOURCE_AGENT", "SOURCE_DEFAULT", "save_npz_atomic"]
+__all__ = ["TickLog", "COLUMNS", "SOURCE_AGENT", "SOURCE_DEFAULT", "save_npz_atomic", "load_npz"]
 
 SOURCE_DEFAULT: Final = 0  # β acted: inaction
 SOURCE_AGENT: Final = 1
@@ -70,6 +70,24 @@ def save_npz_atomic(path: Path, header: dict[str, Any], arrays: dict[str, np.nda
             os.unlink(tmp)
         raise
     return path
+
+
+def load_npz(path: str | os.PathLike, fmt: str, what: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Read back a `save_npz_atomic` file whose header says ``format: fmt``: ``(header, arrays)``.
+    Every failure is a ``ValueError`` (``FileNotFoundError`` if absent) naming the file and ``what``."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no {what} at {path}")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            header = json.loads(bytes(data["__header__"]).decode())
+            arrays = {name: data[name] for name in data.files if name != "__header__"}
+    except (OSError, KeyError, json.JSONDecodeError, ValueError) as exc:
+        raise ValueError(f"cannot read {what} {path}: {exc}") from exc
+    if not isinstance(header, dict) or header.get("format") != fmt:
+        found = header.get("format") if isinstance(header, dict) else header
+        raise ValueError(f"{path} is not a nonstop {what} (format {found!r})")
+    return header, arrays
 
 
 class TickLog:
@@ -179,22 +197,11 @@ class TickLog:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "TickLog":
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"no tick log at {path}")
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                header = json.loads(bytes(data["__header__"]).decode())
-                if header.get("format") != "nonstop.ticklog/1":
-                    raise ValueError(f"{path} is not a nonstop tick log (format {header.get('format')!r})")
-                missing = [c for c in _NAMES if c not in data]
-                if missing:
-                    raise ValueError(f"{path} lacks columns {missing}")
-                rows = np.stack([data[c].astype(np.float64) for c in _NAMES], axis=1)
-        except (OSError, KeyError, json.JSONDecodeError, ValueError) as exc:
-            if isinstance(exc, ValueError) and "nonstop" in str(exc):
-                raise
-            raise ValueError(f"cannot read tick log {path}: {exc}") from exc
+        header, data = load_npz(path, "nonstop.ticklog/1", "tick log")
+        missing = [c for c in _NAMES if c not in data]
+        if missing:
+            raise ValueError(f"cannot read tick log {path}: it lacks columns {missing}")
+        rows = np.stack([data[c].astype(np.float64) for c in _NAMES], axis=1)
         return cls.from_arrays(rows, header.get("meta", {}), header["tau_m"])
 
     def summary(self, **kwargs: Any) -> dict[str, Any]:

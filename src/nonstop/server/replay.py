@@ -24,7 +24,6 @@ The file is a compressed ``.npz`` (no pickle) with a JSON header.
 
 from __future__ import annotations
 
-import json
 import os
 import zlib
 from array import array
@@ -35,7 +34,7 @@ from typing import Any, Final
 import gymnasium as gym
 import numpy as np
 
-from nonstop.realtime.ticklog import SOURCE_AGENT, TickLog, save_npz_atomic
+from nonstop.realtime.ticklog import SOURCE_AGENT, TickLog, load_npz, save_npz_atomic
 
 __all__ = ["obs_hash", "ReplayRecorder", "Replay", "VerifyResult", "verify", "plot_replay", "write_video"]
 
@@ -130,26 +129,18 @@ class Replay:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Replay":
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"no replay at {path}")
+        header, data = load_npz(path, FORMAT, "replay")
         try:
-            with np.load(path, allow_pickle=False) as data:
-                header = json.loads(bytes(data["__header__"]).decode())
-                if header.get("format") != FORMAT:
-                    raise ValueError(f"{path} is not a nonstop replay (format {header.get('format')!r})")
-                return cls(
-                    header=header,
-                    columns={k: data[f"col_{k}"] for k in LOG_COLUMNS},
-                    actions=data["actions"],
-                    step_hashes=data["step_hashes"],
-                    reset_steps=data["reset_steps"],
-                    reset_hashes=data["reset_hashes"],
-                )
-        except (OSError, KeyError, json.JSONDecodeError, ValueError) as exc:
-            if isinstance(exc, ValueError) and "nonstop replay" in str(exc):
-                raise
-            raise ValueError(f"cannot read replay {path}: {exc}") from exc
+            return cls(
+                header=header,
+                columns={k: data[f"col_{k}"] for k in LOG_COLUMNS},
+                actions=data["actions"],
+                step_hashes=data["step_hashes"],
+                reset_steps=data["reset_steps"],
+                reset_hashes=data["reset_hashes"],
+            )
+        except KeyError as exc:
+            raise ValueError(f"cannot read replay {path}: it lacks {exc}") from exc
 
 
 # ----------------------------------------------------------------------------- re-simulation
