@@ -13,7 +13,6 @@ receive the channel by pickling it (only its name and layout travel) and only
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import struct
 import time
@@ -23,6 +22,8 @@ from typing import Any, Final, NamedTuple
 
 import gymnasium as gym
 import numpy as np
+
+from nonstop.realtime.atomics import ACQUIRE, RELAXED, RELEASE, RobustLock, SharedWords, fence
 
 __all__ = [
     "LatestSlot",
@@ -160,7 +161,8 @@ class LatestSlot(SharedSegment):
 
     The single writer (the host) bumps the sequence to odd, writes, bumps to
     even; a reader retries while the sequence is odd or changed under it
-    (a seqlock), so a read is never torn.
+    (a seqlock with acquire/release atomics and fences, `nonstop.realtime.atomics`),
+    so a read is never torn, on any CPU.
 
     Besides the newest observation the slot keeps the **final** one: the last observation
     published with ``final=True`` (the host marks the observation that ends an episode). The
@@ -192,8 +194,10 @@ class LatestSlot(SharedSegment):
     def _map(self) -> None:
         buf = self._shm.buf
         self._buf = buf
-        # the header as a memoryview of int64: one word read or written in ~40 ns (numpy: ~150 ns)
-        self._hdr = buf[:_META_OFF].cast("q")
+        # the header words, atomic (see nonstop.realtime.atomics); the sequence's raw cell is the
+        # per-tick path (~20 ns a call; its values are never negative)
+        self._hdr = SharedWords(buf, 0, _HDR_WORDS)
+        self._seq = self._hdr.cell(_SEQ)
         nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         self._obs = np.ndarray(self.shape, self.dtype, buf, _OBS_OFF)
         self._final_obs = np.ndarray(self.shape, self.dtype, buf, self._final_obs_offset(nbytes))
@@ -211,7 +215,7 @@ class LatestSlot(SharedSegment):
         shm = _new_segment(nbytes, "slot")
         slot = cls(shm.name, arr.shape, arr.dtype.str, _shm=shm)
         for i in range(_HDR_WORDS):
-            slot._hdr[i] = 0
+            slot._hdr.store(i, 0)
         _META.pack_into(shm.buf, _META_OFF, *_META_EMPTY)
         _META.pack_into(shm.buf, _FINAL_META_OFF, *_META_EMPTY)
         return slot
@@ -262,8 +266,11 @@ class LatestSlot(SharedSegment):
     ) -> None:
         """`publish` with positional arguments, for the host's per-tick path (no keyword parsing)."""
         self._total_reward = total = self._total_reward + reward
-        buf, hdr = self._buf, self._hdr
-        hdr[_SEQ] += 1  # odd: write in progress
+        buf, seq = self._buf, self._seq
+        # odd: write in progress. From the word, not +1: a writer killed mid-write left it odd
+        odd = seq.load(RELAXED) // 2 * 2 + 1
+        seq.store(odd, RELAXED)
+        fence(RELEASE)  # the odd sequence is visible before any byte of the data
         _META.pack_into(
             buf, _META_OFF, tick, time, reward, total, terminated, truncated, episode, inaction_ticks,
             agent_ticks, last_delay, last_action_seq, last_end,
@@ -272,13 +279,13 @@ class LatestSlot(SharedSegment):
         if final:
             buf[_FINAL_META_OFF : _FINAL_META_OFF + _META.size] = buf[_META_OFF:_FINAL_META_OFF]
             self._final_obs[...] = obs
-        hdr[_SEQ] += 1  # even: consistent
+        seq.store(odd + 1, RELEASE)  # even: consistent, and the data is visible before it
 
     # ---- readers
     @property
     def seq(self) -> int:
         """Sequence number of the newest complete publish (even), cheap to poll."""
-        return self._hdr[_SEQ] & ~1
+        return self._seq.load(ACQUIRE) & ~1
 
     def read(self, out: np.ndarray | None = None) -> Observation:
         """Copy the newest observation. Never torn; never blocks the writer."""
@@ -290,10 +297,10 @@ class LatestSlot(SharedSegment):
         return self._read(self._final_obs, _FINAL_META_OFF, out)
 
     def _read(self, src: np.ndarray, meta_off: int, out: np.ndarray | None) -> Observation:
-        hdr, buf, unpack = self._hdr, self._buf, _META.unpack_from
+        load, buf, unpack = self._seq.load, self._buf, _META.unpack_from
         spins = 0
         while True:
-            s1 = hdr[_SEQ]
+            s1 = load(ACQUIRE)
             if not s1 & 1:
                 meta = unpack(buf, meta_off)
                 if out is None:
@@ -301,7 +308,8 @@ class LatestSlot(SharedSegment):
                 else:
                     np.copyto(out, src)
                     obs = out
-                if hdr[_SEQ] == s1:
+                fence(ACQUIRE)  # the copy is complete before the sequence is checked again
+                if load(RELAXED) == s1:
                     return _new_tuple(Observation, (obs, *meta, s1))
             spins += 1
             if spins > 64:
@@ -309,32 +317,32 @@ class LatestSlot(SharedSegment):
 
     # ---- control words (session <-> host)
     def request_stop(self) -> None:
-        self._hdr[_STOP] = 1
+        self._hdr.store(_STOP, 1)
 
     def request_reset(self) -> None:
         """Ask the host to end the current episode at its next tick (Gymnasium ``reset``)."""
-        self._hdr[_RESETS] += 1
+        self._hdr.fetch_add(_RESETS, 1)  # any number of requesters: none is lost
 
     @property
     def reset_requests(self) -> int:
-        return self._hdr[_RESETS]
+        return self._hdr.load(_RESETS)
 
     @property
     def stop_requested(self) -> bool:
-        return bool(self._hdr[_STOP])
+        return bool(self._hdr.load(_STOP))
 
     @property
     def host_state(self) -> int:
-        return self._hdr[_STATE]
+        return self._hdr.load(_STATE)
 
     @host_state.setter
     def host_state(self, value: int) -> None:
-        self._hdr[_STATE] = value
+        self._hdr.store(_STATE, value)
 
     def _drop_views(self) -> None:
         if self._hdr is not None:
-            self._hdr.release()
-        self._hdr = self._buf = self._obs = self._final_obs = None  # type: ignore[assignment]
+            self._hdr.close()
+        self._hdr = self._seq = self._buf = self._obs = self._final_obs = None  # type: ignore[assignment]
 
 
 # --------------------------------------------------------------------------- actions
@@ -419,8 +427,8 @@ class TakeResult(NamedTuple):
     stale: int
 
 
-# header words (int64)
-_W_SEQ, _R_SEQ, _SUBMITTED, _DROPPED_FULL, _REJECTED, _QHDR = 0, 1, 2, 3, 4, 8
+# header words (int64, atomic): write and read sequences, submit-side counters, the lock word
+_W_SEQ, _R_SEQ, _SUBMITTED, _DROPPED_FULL, _REJECTED, _LOCK, _QHDR = 0, 1, 2, 3, 4, 5, 8
 #: an entry: obs_tick, episode, worker (int64), tau_theta, submit_time (float64), seq (int64), then
 #: the codec's action words; packed and unpacked with one `struct` call each
 _ENTRY_FIXED: Final = "<qqqddq"
@@ -440,6 +448,10 @@ class ActionQueue(SharedSegment):
     in an earlier episode are discarded as stale. Invalid actions are rejected
     at ``submit`` with a ValueError and counted; the host never sees them.
 
+    The ring is guarded by a `RobustLock` in the segment's header: a submitter killed while it
+    holds the lock (a few microseconds) cannot freeze the host, whose next ``take`` steals it. A
+    dead submitter's half-written entry is never seen: the write sequence is stored last.
+
     >>> import gymnasium as gym
     >>> q = ActionQueue.create(gym.spaces.Discrete(4), mode="latest")
     >>> for a in (1, 2, 3):
@@ -456,7 +468,6 @@ class ActionQueue(SharedSegment):
         space: gym.Space,
         capacity: int,
         mode: str,
-        lock: Any,
         *,
         _shm: Any = None,
     ) -> None:
@@ -465,16 +476,18 @@ class ActionQueue(SharedSegment):
         self.codec = ActionCodec(space)
         self.capacity = capacity
         self.mode = mode
-        self._lock = lock
         self._owner = _shm is not None
         self._shm = _shm if _shm is not None else _attach(name)
         self._entry = struct.Struct(_ENTRY_FIXED + self.codec.fmt)
         self._buf = self._shm.buf
-        # the header as a memoryview of int64: one word in ~40 ns (numpy: ~150 ns)
-        self._hdr = self._buf[: _QHDR * 8].cast("q")
+        # the header words, atomic (nonstop.realtime.atomics); the sequences never go negative, so
+        # their raw cells serve the per-tick path
+        self._hdr = SharedWords(self._buf, 0, _QHDR)
+        self._w_seq, self._r_seq = self._hdr.cell(_W_SEQ), self._hdr.cell(_R_SEQ)
+        self._lock = RobustLock(self._hdr, _LOCK)
 
     @classmethod
-    def create(cls, space: gym.Space, *, capacity: int = 16, mode: str = "latest", ctx: Any = None) -> "ActionQueue":
+    def create(cls, space: gym.Space, *, capacity: int = 16, mode: str = "latest") -> "ActionQueue":
         if not isinstance(capacity, (int, np.integer)) or isinstance(capacity, bool) or capacity < 1:
             raise ValueError(f"queue capacity must be a positive integer, got {capacity!r}")
         if mode not in QUEUE_MODES:
@@ -482,14 +495,13 @@ class ActionQueue(SharedSegment):
         codec = ActionCodec(space)
         nbytes = _QHDR * 8 + int(capacity) * struct.calcsize(_ENTRY_FIXED + codec.fmt)
         shm = _new_segment(nbytes, "queue")
-        lock = (ctx or mp.get_context("spawn")).Lock()
-        q = cls(shm.name, space, int(capacity), mode, lock, _shm=shm)
+        q = cls(shm.name, space, int(capacity), mode, _shm=shm)
         for i in range(_QHDR):
-            q._hdr[i] = 0
+            q._hdr.store(i, 0)
         return q
 
     def __reduce__(self) -> tuple:
-        return (ActionQueue, (self.name, self.space, self.capacity, self.mode, self._lock))
+        return (ActionQueue, (self.name, self.space, self.capacity, self.mode))
 
     def _offset(self, s: int) -> int:
         return _QHDR * 8 + (s % self.capacity) * self._entry.size
@@ -511,8 +523,7 @@ class ActionQueue(SharedSegment):
         try:
             action = codec.validate(action)
         except ValueError:
-            with self._lock:
-                self._hdr[_REJECTED] += 1
+            self._hdr.fetch_add(_REJECTED, 1)
             raise
         try:  # packed before the lock: a bad argument must not leave half an entry in the ring
             entry = self._entry.pack(obs_tick, episode, worker, tau_theta, submit_time, 0, *codec.words(action))
@@ -521,33 +532,34 @@ class ActionQueue(SharedSegment):
                 f"submit needs integer obs_tick, episode and worker and real tau_theta and submit_time, got "
                 f"{obs_tick!r}, {episode!r}, {worker!r}, {tau_theta!r}, {submit_time!r} ({exc})"
             ) from None
-        with self._lock:
-            hdr = self._hdr
-            w = hdr[_W_SEQ]
-            if w - hdr[_R_SEQ] >= self.capacity:
-                hdr[_R_SEQ] += 1
-                hdr[_DROPPED_FULL] += 1
+        with self._lock:  # the lock orders everything inside; the atomics keep lock-free readers exact
+            w_seq, r_seq = self._w_seq, self._r_seq
+            w = w_seq.load(RELAXED)
+            r = r_seq.load(RELAXED)
+            if w - r >= self.capacity:
+                r_seq.store(r + 1, RELAXED)
+                self._hdr.fetch_add(_DROPPED_FULL, 1, RELAXED)
             off = self._offset(w)
             self._buf[off : off + len(entry)] = entry
             _SEQ_WORD.pack_into(self._buf, off + 40, w)
-            hdr[_W_SEQ] = w + 1
-            hdr[_SUBMITTED] += 1
+            w_seq.store(w + 1, RELEASE)  # last: a submitter killed before it leaves no half entry
+            self._hdr.fetch_add(_SUBMITTED, 1, RELAXED)
         return w
 
     # ---- the host
     def pending(self) -> int:
-        return self._hdr[_W_SEQ] - self._hdr[_R_SEQ]
+        return self._w_seq.load(ACQUIRE) - self._r_seq.load(ACQUIRE)
 
     def take(self, *, episode: int) -> TakeResult:
         """Called by the host once per tick."""
-        hdr = self._hdr
-        if hdr[_W_SEQ] == hdr[_R_SEQ]:  # fast path without the lock: nothing pending
+        w_seq, r_seq = self._w_seq, self._r_seq
+        if w_seq.load(ACQUIRE) == r_seq.load(RELAXED):  # fast path without the lock: nothing pending
             return _NOTHING
         superseded = stale = 0
         chosen: tuple | None = None
         buf, offset, entry_episode = self._buf, self._offset, _EPISODE_WORD.unpack_from
         with self._lock:
-            w, r = hdr[_W_SEQ], hdr[_R_SEQ]
+            w, r = w_seq.load(RELAXED), r_seq.load(RELAXED)
             if self.mode == "latest":
                 # newest non-stale wins; everything older is superseded or stale
                 for s in range(w - 1, r - 1, -1):
@@ -557,7 +569,7 @@ class ActionQueue(SharedSegment):
                         chosen = self._entry.unpack_from(buf, offset(s))
                     else:
                         superseded += 1
-                hdr[_R_SEQ] = w
+                r_seq.store(w, RELEASE)
             else:
                 while r < w:
                     s, r = r, r + 1
@@ -566,7 +578,7 @@ class ActionQueue(SharedSegment):
                         continue
                     chosen = self._entry.unpack_from(buf, offset(s))
                     break
-                hdr[_R_SEQ] = r
+                r_seq.store(r, RELEASE)
         if chosen is None:
             return TakeResult(None, superseded, stale)
         record = _new_tuple(ActionRecord, (self.codec.decode(chosen[6:]), *chosen[:6]))
@@ -576,16 +588,21 @@ class ActionQueue(SharedSegment):
         """Submit-side counters (the host's counts live in the tick log)."""
         hdr = self._hdr
         return {
-            "submitted": hdr[_SUBMITTED],
-            "dropped_full": hdr[_DROPPED_FULL],
-            "rejected": hdr[_REJECTED],
-            "pending": hdr[_W_SEQ] - hdr[_R_SEQ],
+            "submitted": hdr.load(_SUBMITTED),
+            "dropped_full": hdr.load(_DROPPED_FULL),
+            "rejected": hdr.load(_REJECTED),
+            "pending": self.pending(),
         }
+
+    @property
+    def lock_steals(self) -> int:
+        """How often this process took the queue's lock from a holder that had died."""
+        return self._lock.steals
 
     def _drop_views(self) -> None:
         if self._hdr is not None:
-            self._hdr.release()
-        self._hdr = self._buf = None  # type: ignore[assignment]
+            self._hdr.close()
+        self._hdr = self._w_seq = self._r_seq = self._buf = None  # type: ignore[assignment]
 
 
 _NOTHING: Final = TakeResult(None, 0, 0)

@@ -548,14 +548,14 @@ class ServerSession:
 
     def _start_remote(self) -> None:
         """`_start` on a tick worker process: channels and board made here, env and host there."""
-        from nonstop.server.tickprocs import SHARED_LOCKS, TickBoard
+        from nonstop.server.tickprocs import TickBoard
 
         with self._drive:  # finalization (if the session ends meanwhile) waits for the start
             spec, s = self.spec, self.settings
             self.proc = proc = self.manager.procs.pick()
             with self._chan:
                 self.slot = LatestSlot.create(spec.observation_space)
-                self.queue = ActionQueue.create(spec.action_space, capacity=16, mode=s.queue_mode, ctx=SHARED_LOCKS)
+                self.queue = ActionQueue.create(spec.action_space, capacity=16, mode=s.queue_mode)
                 self.board = TickBoard.create()
             origin = self.manager.pool.clock.origin
             self.clock = WallClock(origin=origin, spin=0.0)

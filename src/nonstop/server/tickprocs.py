@@ -26,7 +26,6 @@ import concurrent.futures
 import itertools
 import logging
 import multiprocessing as mp
-import multiprocessing.synchronize
 import signal
 import threading
 import traceback
@@ -36,6 +35,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from nonstop.realtime.atomics import SEQ_CST, SharedWords
 from nonstop.realtime.channels import SEGMENT_PREFIX, ActionQueue, LatestSlot, SharedSegment
 from nonstop.realtime.clock import WallClock
 
@@ -58,6 +58,11 @@ class TickBoard(SharedSegment):
     worker sends a note when ``tick`` reaches ``next_wake``, so the server's waiters are released
     without polling. The server creates and unlinks it; the worker attaches by name.
 
+    ``tick`` and ``next_wake`` are sequentially consistent atomics: the worker stores the tick then
+    loads the wake word, the server stores the wake word then loads the tick, and store→load order
+    needs SEQ_CST (acquire/release, and x86 itself, let a load pass an earlier store), so at least
+    one side always sees the other and no waiter is left behind.
+
     >>> board = TickBoard.create()
     >>> board.tick, board.next_wake
     (0, 4611686018427387904)
@@ -69,7 +74,7 @@ class TickBoard(SharedSegment):
         self._owner = _shm is not None
         self._last_tick = 0
         self._shm = _shm if _shm is not None else shared_memory.SharedMemory(name=name, create=False)
-        self._q = self._shm.buf.cast("q")
+        self._q = SharedWords(self._shm.buf, 0, 2)  # tick, next_wake
         self._d = np.ndarray((_RING + RECENT_TICKS,), np.float64, self._shm.buf)
 
     @classmethod
@@ -81,8 +86,8 @@ class TickBoard(SharedSegment):
         shm = shared_memory.SharedMemory(name=name, create=True, size=8 * (_RING + RECENT_TICKS))
         board = cls(name, _shm=shm)
         board._d[:] = 0.0
-        board._q[_TICK] = 0
-        board._q[_WAKE] = NO_WAKE
+        board._q.store(_TICK, 0, SEQ_CST)
+        board._q.store(_WAKE, NO_WAKE, SEQ_CST)
         return board
 
     def __reduce__(self) -> tuple:
@@ -94,20 +99,20 @@ class TickBoard(SharedSegment):
     def tick(self) -> int:
         q = self._q
         try:
-            return q[_TICK] if q is not None else self._last_tick
+            return q.load(_TICK, SEQ_CST) if q is not None else self._last_tick
         except ValueError:  # released meanwhile
             return self._last_tick
 
     @property
     def next_wake(self) -> int:
-        return self._q[_WAKE]
+        return self._q.load(_WAKE, SEQ_CST)
 
     @next_wake.setter
     def next_wake(self, tick: float) -> None:
         q = self._q
         try:
             if q is not None:
-                q[_WAKE] = NO_WAKE if tick == float("inf") else int(tick)
+                q.store(_WAKE, NO_WAKE if tick == float("inf") else int(tick), SEQ_CST)
         except ValueError:  # released meanwhile
             pass
 
@@ -125,39 +130,9 @@ class TickBoard(SharedSegment):
 
     def _drop_views(self) -> None:
         if self._q is not None:
-            self._last_tick = self._q[_TICK]
-            self._q.release()
+            self._last_tick = self._q.load(_TICK, SEQ_CST)
+            self._q.close()
         self._q = self._d = None  # type: ignore[assignment]
-
-
-class SharedLock(mp.synchronize.Lock):
-    """A spawn-context lock that may travel to a process that is already running.
-
-    A `multiprocessing` lock refuses to be pickled except while a child is being spawned; on POSIX
-    its semaphore is named, so the receiver can open it by name at any time while the creator still
-    holds it. The server keeps each session's `ActionQueue` (and so its lock) until the worker has
-    stopped the session's host.
-    """
-
-    def __init__(self) -> None:
-        super().__init__(ctx=mp.get_context("spawn"))
-
-    def __getstate__(self) -> tuple:
-        lock = self._semlock
-        if lock.name is None:  # pragma: no cover - Windows: no named semaphores
-            raise TypeError("this platform cannot pass a lock to a running process")
-        return (lock.handle, lock.kind, lock.maxvalue, lock.name)
-
-
-class _SharedLocks:
-    """The ``ctx`` for `ActionQueue.create` whose queues a running tick worker can attach."""
-
-    @staticmethod
-    def Lock() -> SharedLock:  # noqa: N802 - the multiprocessing context's method name
-        return SharedLock()
-
-
-SHARED_LOCKS: Final = _SharedLocks()
 
 
 # ----------------------------------------------------------------------------- worker side
@@ -196,8 +171,8 @@ class _WorkerJob:
             tick = self.host.tick
             board._d[_RING + tick % RECENT_TICKS] = now - self.due
             q = board._q
-            q[_TICK] = tick
-            wake_at = q[_WAKE]
+            q.store(_TICK, tick, SEQ_CST)  # then load the wake word: see TickBoard
+            wake_at = q.load(_WAKE, SEQ_CST)
             if tick >= wake_at and wake_at != self.noted:
                 self.noted = wake_at
                 self.note(("tick", self.sid, tick))
