@@ -236,7 +236,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         slots = (LatestSlot.create(obs), LatestSlot.create(obs))
         owned += slots
-        queues = (ActionQueue.create(_ACTIONS, ctx=ctx), ActionQueue.create(_ACTIONS, ctx=ctx))
+        queues = (ActionQueue.create(_ACTIONS), ActionQueue.create(_ACTIONS))
         owned += queues
         mp_queues = [ctx.Queue() for _ in range(4)]
         channels = {

@@ -162,17 +162,17 @@ def compute_gradient(
     return grad, float(loss.detach())
 
 
-def apply_gradient(state: TrainingState, weights: SharedWeights, grad: np.ndarray, cfg: DQNConfig,
-                   publish_lock: Any = None) -> int:  # fmt: skip
+def apply_gradient(state: TrainingState, weights: SharedWeights, grad: np.ndarray, cfg: DQNConfig) -> int:
     """One Adam step on the master parameters, target sync, publish to workers.
 
     The caller either guarantees exclusive access (round-robin turn) or, for Hogwild,
-    deliberately does not: then only the publish, which must have one writer at a
-    time, is serialised by ``publish_lock``. Returns the number of updates applied so far.
+    deliberately does not: the update number is then still claimed by an atomic fetch-add
+    (no update is lost from the count, and each target sync happens once), and the target
+    copy and the publish take their own locks. Returns this update's number.
     """
     import torch
 
-    step = state.updates + 1
+    step = state.claim_update()
     b1, b2 = 0.9, 0.999
     p, m, v = (torch.from_numpy(a) for a in (state.params, state.adam_m, state.adam_v))
     g = torch.from_numpy(grad)
@@ -180,18 +180,9 @@ def apply_gradient(state: TrainingState, weights: SharedWeights, grad: np.ndarra
     v.mul_(b2).addcmul_(g, g, value=1 - b2)
     denom = v.sqrt().div_(math.sqrt(1 - b2**step)).add_(cfg.adam_eps)
     p.addcdiv_(m, denom, value=-cfg.lr / (1 - b1**step))
-    if step % cfg.target_update == 0:  # a seqlock: odd while the copy is being written
-        word = TrainingState.TARGET_VERSION
-        odd = state.counter(word) // 2 * 2 + 1  # explicit, so a writer killed mid-copy cannot invert it
-        state.set_counter(word, odd)
-        state.target[:] = state.params
-        state.set_counter(word, odd + 1)
-    state.set_counter(TrainingState.UPDATES, step)
-    if publish_lock is None:
-        weights.publish(state.params)
-    else:
-        with publish_lock:
-            weights.publish(state.params)
+    if step % cfg.target_update == 0:
+        state.write_target()
+    weights.publish(state.params)
     return step
 
 

@@ -14,7 +14,8 @@ Modes:
   (a shared ``turn`` counter). Gradient computation overlaps; updates never
   overwrite each other and each gradient is at most N_L − 1 versions stale.
 * ``hogwild`` — Recht et al.: each learner applies as soon as it is done, with
-  no ordering and no lock on the master parameters.
+  no ordering and no lock on the master parameters (the update count is an
+  atomic fetch-add, so it loses nothing).
 * ``parallel`` — a synchronous large batch: all N_L learners compute on the
   same version, learner 0 averages the N_L gradients and applies one update.
 
@@ -104,25 +105,21 @@ class Learner:
         return compute_gradient(self.online, self.target, batch, self.cfg)
 
     def _sync_target(self) -> None:
-        word = TrainingState.TARGET_VERSION
         for _ in range(100):
-            v = self.state.counter(word)
-            if v == self._target_version:
+            if self.state.target_version == self._target_version:
                 return
-            if v % 2:  # a sync is being written: wait for it
+            v = self.state.read_target_into(self._flat)  # a seqlock read: None if a sync overlapped it
+            if v is None:
                 time.sleep(0.0001)
                 continue
-            self._flat[:] = self.state.target
-            if self.state.counter(word) == v:  # seqlock: no sync overlapped the copy
-                load_flat(self.target, self._flat)
-                self._target_version = v
-                return
+            load_flat(self.target, self._flat)
+            self._target_version = v
+            return
 
 
-def apply(state: TrainingState, weights: SharedWeights, grad: np.ndarray, loss: float, cfg: DQNConfig,
-          publish_lock: Any = None) -> int:  # fmt: skip
+def apply(state: TrainingState, weights: SharedWeights, grad: np.ndarray, loss: float, cfg: DQNConfig) -> int:
     state._hdr_f[_LOSS] = loss
-    return apply_gradient(state, weights, grad, cfg, publish_lock)
+    return apply_gradient(state, weights, grad, cfg)
 
 
 # ----------------------------------------------------------------------------- virtual clock
@@ -172,7 +169,7 @@ class VirtualLearners:
             self.losses.append(out[1])
             self.applied_by.append(learner.index)
             apply(self.state, self.weights, out[0], out[1], self.cfg)
-            self.state.set_counter(TrainingState.TURN, self.state.counter(TrainingState.TURN) + 1)
+            self.state.add_counter(TrainingState.TURN)
 
     def _parallel(self) -> Iterator[float]:
         t = self.clock.now()
@@ -193,7 +190,7 @@ class VirtualLearners:
 
 def _learner_main(index: int, n: int, mode: str, obs_shape: tuple[int, ...], n_actions: int, cfg_dict: dict,
                   state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, grads: GradientSlots | None,
-                  publish_lock: Any, seed: int | None, torch_threads: int) -> None:  # fmt: skip
+                  seed: int | None, torch_threads: int) -> None:  # fmt: skip
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer decides when learners stop
     import torch
 
@@ -214,14 +211,14 @@ def _learner_main(index: int, n: int, mode: str, obs_shape: tuple[int, ...], n_a
                 time.sleep(0.001)
                 continue
             if mode == "round_robin":
-                while state.counter(turn) % n != index and not state.stop_requested:
+                while (t := state.counter(turn)) % n != index and not state.stop_requested:
                     time.sleep(0.0001)
                 if state.stop_requested:
                     break
                 apply(state, weights, out[0], out[1], cfg)
-                state.set_counter(turn, state.counter(turn) + 1)
-            else:  # hogwild: no order, no lock on the master; only publishes are serialised
-                apply(state, weights, out[0], out[1], cfg, publish_lock)
+                state.pass_turn(t)  # a release: the next learner sees this update
+            else:  # hogwild: no order, no lock on the master; the publish takes the weights' own lock
+                apply(state, weights, out[0], out[1], cfg)
     finally:
         for seg in (state, weights, replay, grads):
             if seg is not None:
@@ -239,14 +236,14 @@ def _parallel_step(learner: Learner, index: int, n: int, state: TrainingState, w
         time.sleep(0.001)
         return
     grads.slot(index, size)[:] = out[0]
-    grads._hdr[index] = round_ + 1  # header word i: learner i's gradient for this round is in place
+    grads._hdr.store(index, round_ + 1)  # header word i (release): learner i's gradient for this round is in place
     if index == 0:
         # wait for every learner still alive (the supervisor marks a dead one DEAD)
-        while not state.stop_requested and any(int(grads._hdr[i]) not in (round_ + 1, DEAD) for i in range(n)):
+        while not state.stop_requested and any(grads._hdr.load(i) not in (round_ + 1, DEAD) for i in range(n)):
             time.sleep(0.0001)
         if state.stop_requested:
             return  # never apply an average that mixes rounds
-        live = [i for i in range(n) if int(grads._hdr[i]) == round_ + 1]
+        live = [i for i in range(n) if grads._hdr.load(i) == round_ + 1]
         grad = grads.flat[: n * size].reshape(n, size)[live].mean(0)
         apply(state, weights, grad, out[1], cfg)
         state.set_counter(turn, round_ + 1)
@@ -275,7 +272,6 @@ class LearnerProcesses:
         self.seed, self.torch_threads, self.restart = seed, torch_threads, restart
         self.grads = GradientSlots.create(n_learners * weights.n_params) if mode == "parallel" else None
         self._ctx = mp.get_context("spawn")
-        self._lock = self._ctx.Lock()
         self.processes: list[Any] = [None] * n_learners
         self.restarts = [0] * n_learners
         self.events: list[tuple[float, int, str]] = []
@@ -286,7 +282,7 @@ class LearnerProcesses:
         seed = None if self.seed is None else self.seed * 1000 + i + 7919 * self.restarts[i]
         target = functools.partial(
             _learner_main, i, self.n, self.mode, self.obs_shape, self.n_actions, self.cfg.to_dict(),
-            self.state, self.weights, self.replay, self.grads, self._lock, seed, self.torch_threads,
+            self.state, self.weights, self.replay, self.grads, seed, self.torch_threads,
         )  # fmt: skip
         p = self._ctx.Process(target=target, name=f"nonstop-learner-{i}", daemon=True)
         p.start()
@@ -306,15 +302,15 @@ class LearnerProcesses:
                 if self._stop.is_set():
                     return
                 if p is None:  # dead for good: its round-robin turns are skipped from now on
-                    if self.mode == "round_robin" and self.state.counter(turn) % self.n == i:
-                        self.state.set_counter(turn, self.state.counter(turn) + 1)
+                    if self.mode == "round_robin" and (t := self.state.counter(turn)) % self.n == i:
+                        self.state.pass_turn(t)
                     continue
                 if p.is_alive():
                     continue
                 self.events.append((time.monotonic(), i, f"died (exit code {p.exitcode})"))
                 p.join()
-                if self.mode == "round_robin" and self.state.counter(turn) % self.n == i:
-                    self.state.set_counter(turn, self.state.counter(turn) + 1)  # skip its turn
+                if self.mode == "round_robin" and (t := self.state.counter(turn)) % self.n == i:
+                    self.state.pass_turn(t)  # skip its turn
                 if self.restart:
                     self.restarts[i] += 1
                     self._spawn(i)
@@ -322,7 +318,7 @@ class LearnerProcesses:
                 else:
                     self.processes[i] = None
                     if self.grads is not None:
-                        self.grads._hdr[i] = DEAD
+                        self.grads._hdr.store(i, DEAD)
 
     def kill(self, i: int) -> None:
         """Kill learner ``i`` as a crash would (tests and drills)."""

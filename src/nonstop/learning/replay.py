@@ -46,6 +46,7 @@ from typing import Any, Final, NamedTuple
 
 import numpy as np
 
+from nonstop.realtime.atomics import ACQUIRE, RELAXED, RELEASE, SharedWords, fence
 from nonstop.realtime.channels import SharedSegment, _attach, _new_segment
 
 __all__ = ["SemiMDPBuilder", "Transition", "ReplayBuffer", "ReplayRecorder", "Batch", "replay_bytes", "check_replay_fits", "ReplayTooLargeError"]
@@ -206,7 +207,9 @@ class ReplayBuffer(SharedSegment):
     it copies the columns, then the frames, then checks each frame slot's id (a
     slot carries the id of the frame in it, -1 while being written) and that no
     newer transition reached the sampled slot; a sample that fails is dropped and
-    counted.
+    counted. The counts and frame ids that make this work are acquire/release
+    atomics with fences around the copies (`nonstop.realtime.atomics`), so it holds
+    on weakly ordered CPUs too.
 
     >>> rb = ReplayBuffer.create(capacity=4, obs_shape=(2,), dtype=np.float32)
     >>> f0 = rb.add_frame(np.array([0, 1], np.float32)); f1 = rb.add_frame(np.array([2, 3], np.float32))
@@ -224,9 +227,11 @@ class ReplayBuffer(SharedSegment):
         self._owner = _shm is not None
         offsets, self.nbytes = _layout(self.capacity, self.frame_capacity, self.obs_shape, self.dtype)
         buf = self._shm.buf
-        self._hdr = np.ndarray((_HDR,), np.int64, buf, 0)
+        self._hdr = np.ndarray((_HDR,), np.int64, buf, 0)  # bulk access (checkpoints); ordering goes through _words
+        self._words = SharedWords(buf, 0, _HDR)
         self.frames = np.ndarray((self.frame_capacity, *self.obs_shape), self.dtype, buf, offsets["frames"])
         self.frame_id = np.ndarray((self.frame_capacity,), np.int64, buf, offsets["frame_id"])
+        self._ids = SharedWords(buf, offsets["frame_id"], self.frame_capacity)
         self.cols = {n: np.ndarray((self.capacity,), dt, buf, offsets[n]) for n, dt in _T_COLS}
         self._episodes = np.ndarray((EPISODE_RING, 3), np.float64, buf, offsets["episodes"])
         self.dropped_recycled = 0
@@ -253,33 +258,36 @@ class ReplayBuffer(SharedSegment):
     # ---------------------------------------------------------------- writer side
     @property
     def size(self) -> int:
-        return int(min(self._hdr[_COUNT], self.capacity))
+        return min(self._words.load(_COUNT), self.capacity)
 
     @property
     def transitions_written(self) -> int:
-        return int(self._hdr[_COUNT])
+        return self._words.load(_COUNT)
 
     def add_frame(self, frame: np.ndarray) -> int:
         """Store one frame; returns its id (ids grow forever, slots are recycled)."""
-        fid = int(self._hdr[_FRAMES])
+        words, ids = self._words, self._ids
+        fid = words.load(_FRAMES, RELAXED)  # the one writer's own word
         slot = fid % self.frame_capacity
-        self.frame_id[slot] = -1  # invalid while being written
+        ids.store(slot, -1, RELAXED)  # invalid while being written...
+        fence(RELEASE)  # ...and seen so before any byte of the new frame
         self.frames[slot] = frame
-        self.frame_id[slot] = fid
-        self._hdr[_FRAMES] = fid + 1
+        ids.store(slot, fid, RELEASE)
+        words.store(_FRAMES, fid + 1, RELEASE)
         return fid
 
     @property
     def episodes_finished(self) -> int:
-        return int(self._hdr[_EPISODES])
+        return self._words.load(_EPISODES)
 
     def add_episode(self, end_tick: int, episode_return: float, length: int) -> None:
         """Record a finished episode (the host's recorder sees every reward of it)."""
-        n = int(self._hdr[_EPISODES])
+        n = self._words.load(_EPISODES, RELAXED)
         self._episodes[n % EPISODE_RING] = (end_tick, episode_return, length)
-        self._hdr[_EPISODES] = n + 1
+        self._words.store(_EPISODES, n + 1, RELEASE)
 
     def count_tick(self, agent: bool, delay: int) -> None:
+        # statistics for reports, one writer: plain words (they order nothing, and this runs every tick)
         h = self._hdr
         h[_TICKS] += 1
         if agent:
@@ -293,24 +301,25 @@ class ReplayBuffer(SharedSegment):
 
     def episodes_since(self, first: int) -> list[tuple[int, int, float, int]]:
         """``(index, end_tick, return, length)`` of finished episodes ``first…`` still in the ring."""
-        n = int(self._hdr[_EPISODES])
+        n = self._words.load(_EPISODES)
         rows = self._episodes[[i % EPISODE_RING for i in range(max(first, n - EPISODE_RING), n)]]
         return [(i, int(e), float(r), int(length)) for i, (e, r, length) in zip(range(max(first, n - EPISODE_RING), n), rows)]
 
     def add_transition(self, s_frame: int, action: int, reward: float, discount: float, n_ticks: int, next_frame: int) -> None:
-        count = int(self._hdr[_COUNT])
+        count = self._words.load(_COUNT, RELAXED)  # the one writer's own word
         i = count % self.capacity
         c = self.cols
+        fence(RELEASE)  # the count that retires this slot's old transition is seen before the new one lands
         c["s_frame"][i], c["next_frame"][i], c["action"][i] = s_frame, next_frame, action
         c["reward"][i], c["discount"][i], c["n_ticks"][i] = reward, discount, n_ticks
-        self._hdr[_COUNT] = count + 1
+        self._words.store(_COUNT, count + 1, RELEASE)
 
     # ---------------------------------------------------------------- sampler side
     def sample(self, batch_size: int, rng: np.random.Generator) -> Batch | None:
         """``batch_size`` transitions drawn uniformly from the newest ``capacity``
         (``None`` while the replay is empty). Samples whose frames were recycled
         mid-copy are redrawn a few times, then dropped (counted)."""
-        count = int(self._hdr[_COUNT])
+        count = self._words.load(_COUNT, ACQUIRE)
         size = min(count, self.capacity - 1)  # once full, leave out the slot the writer fills next
         if size < 1:
             return None
@@ -324,8 +333,9 @@ class ReplayBuffer(SharedSegment):
         discount, n_ticks = c["discount"][idx], c["n_ticks"][idx]
         obs = self.frames[s_f % self.frame_capacity]
         next_obs = self.frames[n_f % self.frame_capacity]
+        fence(ACQUIRE)  # the copies are complete before the ids and the count are checked
         ok = (self.frame_id[s_f % self.frame_capacity] == s_f) & (self.frame_id[n_f % self.frame_capacity] == n_f)
-        ok &= nums >= int(self._hdr[_COUNT]) - self.capacity + 1  # slot not rewritten by a newer transition
+        ok &= nums >= self._words.load(_COUNT, RELAXED) - self.capacity + 1  # slot not rewritten by a newer transition
         if not ok.all():
             self.dropped_recycled += int((~ok).sum())
             keep = np.flatnonzero(ok)
@@ -337,7 +347,10 @@ class ReplayBuffer(SharedSegment):
         return Batch(obs, action, reward, discount, next_obs, n_ticks)
 
     def _drop_views(self) -> None:
-        self._hdr = self.frames = self.frame_id = self._episodes = None  # type: ignore[assignment]
+        for words in (self._words, self._ids):
+            if words is not None:
+                words.close()
+        self._hdr = self._words = self._ids = self.frames = self.frame_id = self._episodes = None  # type: ignore[assignment]
         self.cols = {}
 
 

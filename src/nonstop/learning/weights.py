@@ -9,10 +9,16 @@ Two stores, both flat ``float32`` vectors of a model's parameters:
   ``done % 2``). A reader copies buffer ``done % 2`` and keeps the copy only if
   no later publish began writing into that same buffer meanwhile
   (``begun <= done + 1``), so no worker ever loads a half-written model. The
-  header also carries the exploration rate ε the trainer sets.
+  counters are acquire/release atomics with fences between them and the copy
+  (the protocol is in `nonstop.realtime.atomics`), and publishers take a
+  `RobustLock` in the header, so any number of learners may publish and one
+  killed mid-publish cannot stop the others. The header also carries the
+  exploration rate ε the trainer sets.
 * `TrainingState` — what learners update: the master parameters, Adam's two
-  moment vectors, the target network's parameters and the counters that order
-  updates (``updates``, ``turn``). One segment; learners attach by pickling it.
+  moment vectors, the target network's parameters (a seqlock: `write_target`,
+  `read_target_into`) and the atomic counters that order updates (``updates``,
+  claimed by fetch-add so no Hogwild update is lost; ``turn``). One segment;
+  learners attach by pickling it.
 
 Ownership: the trainer creates both and must ``unlink`` them; everyone else
 only ``close``s.
@@ -32,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from nonstop.realtime.atomics import ACQUIRE, RELAXED, RELEASE, RobustLock, SharedWords, fence
 from nonstop.realtime.channels import SharedSegment, _attach, _new_segment
 
 if TYPE_CHECKING:
@@ -39,7 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SharedWeights", "TrainingState", "flat_parameters", "load_flat"]
 
-_BEGUN, _DONE, _EPS, _HDR = 0, 1, 2, 8  # header words (int64; word 2 holds a float64)
+_BEGUN, _DONE, _EPS, _PUBLISH_LOCK, _HDR = 0, 1, 2, 3, 8  # header words (int64; word 2 holds a float64)
 
 
 def flat_parameters(model: "torch.nn.Module") -> np.ndarray:
@@ -70,7 +77,8 @@ def load_flat(model: "torch.nn.Module", flat: np.ndarray) -> None:
 
 
 class _Segment(SharedSegment):
-    """A named shared-memory segment holding an int64 header and float32 vectors."""
+    """A named shared-memory segment holding an int64 header (atomic words, `SharedWords`; the
+    float64 view ``_hdr_f`` of the same words holds plain numbers) and float32 vectors."""
 
     _kind = "segment"
     _vectors: tuple[str, ...] = ()
@@ -80,7 +88,7 @@ class _Segment(SharedSegment):
         self._shm = _shm if _shm is not None else _attach(name)
         self._owner = _shm is not None
         buf = self._shm.buf
-        self._hdr = np.ndarray((_HDR,), np.int64, buf, 0)
+        self._hdr = SharedWords(buf, 0, _HDR)
         self._hdr_f = np.ndarray((_HDR,), np.float64, buf, 0)
         off = _HDR * 8
         for vec in self._vectors:
@@ -93,13 +101,16 @@ class _Segment(SharedSegment):
             raise ValueError(f"n_params must be a positive integer, got {n_params!r}")
         shm = _new_segment(_HDR * 8 + len(cls._vectors) * int(n_params) * 4, cls._kind)
         seg = cls(shm.name, int(n_params), _shm=shm)
-        seg._hdr[:] = 0
+        for i in range(_HDR):
+            seg._hdr.store(i, 0)
         return seg
 
     def __reduce__(self) -> tuple:
         return (type(self), (self.name, self.n_params))
 
     def _drop_views(self) -> None:
+        if self._hdr is not None:
+            self._hdr.close()
         self._hdr = self._hdr_f = None  # type: ignore[assignment]
         for vec in self._vectors:
             setattr(self, vec, None)
@@ -111,10 +122,14 @@ class SharedWeights(_Segment):
     _kind = "weights"
     _vectors = ("_buf0", "_buf1")
 
+    def __init__(self, name: str, n_params: int, *, _shm: Any = None) -> None:
+        super().__init__(name, n_params, _shm=_shm)
+        self._lock = RobustLock(self._hdr, _PUBLISH_LOCK)
+
     @property
     def version(self) -> int:
         """Number of complete publishes so far (0: nothing published yet)."""
-        return int(self._hdr[_DONE])
+        return self._hdr.load(_DONE)
 
     @property
     def epsilon(self) -> float:
@@ -125,22 +140,27 @@ class SharedWeights(_Segment):
         self._hdr_f[_EPS] = value
 
     def publish(self, flat: np.ndarray) -> int:
-        """Write a full parameter vector; returns its version. One publisher at a time."""
-        version = int(self._hdr[_DONE]) + 1
-        self._hdr[_BEGUN] = version
-        (self._buf0 if version % 2 == 0 else self._buf1)[:] = flat
-        self._hdr[_DONE] = version
+        """Write a full parameter vector; returns its version. Any number of publishers: they take
+        turns through the header's lock (stolen from one that died mid-publish)."""
+        hdr = self._hdr
+        with self._lock:
+            version = hdr.load(_DONE, RELAXED) + 1
+            hdr.store(_BEGUN, version, RELAXED)
+            fence(RELEASE)  # readers see ``begun`` move before any byte of the buffer changes
+            (self._buf0 if version % 2 == 0 else self._buf1)[:] = flat
+            hdr.store(_DONE, version, RELEASE)
         return version
 
     def read_into(self, out: np.ndarray, *, timeout: float = 5.0) -> int:
         """Copy the newest complete version into ``out``; returns its version (0: none yet)."""
-        deadline = None
+        deadline, hdr = None, self._hdr
         while True:
-            version = int(self._hdr[_DONE])
+            version = hdr.load(_DONE, ACQUIRE)
             if version == 0:
                 return 0
             out[:] = self._buf0 if version % 2 == 0 else self._buf1
-            if int(self._hdr[_BEGUN]) <= version + 1:
+            fence(ACQUIRE)  # the copy is complete before ``begun`` is checked
+            if hdr.load(_BEGUN, RELAXED) <= version + 1:
                 return version
             # two publishes overtook this copy: try again (rare: a publish is one memcpy)
             now = time.monotonic()
@@ -156,24 +176,72 @@ class TrainingState(_Segment):
     _kind = "train"
     _vectors = ("params", "adam_m", "adam_v", "target")
     UPDATE_BASE: Final = 0  # updates made before this replay's transitions (after a resume without replay)
+    TARGET_LOCK: Final = 1  # one target-network writer at a time (a RobustLock)
     UPDATES: Final = 3  # header words after SharedWeights' layout
     TURN: Final = 4
     TARGET_VERSION: Final = 5
     STOP: Final = 6
 
+    def __init__(self, name: str, n_params: int, *, _shm: Any = None) -> None:
+        super().__init__(name, n_params, _shm=_shm)
+        self._target_lock = RobustLock(self._hdr, self.TARGET_LOCK)
+
     def counter(self, word: int) -> int:
-        return int(self._hdr[word])
+        """Header word ``word`` (an acquire load: what its writer wrote before it is visible)."""
+        return self._hdr.load(word, ACQUIRE)
 
     def set_counter(self, word: int, value: int) -> None:
-        self._hdr[word] = value
+        """Set header word ``word`` (a release store: what this process wrote before is visible first)."""
+        self._hdr.store(word, value, RELEASE)
+
+    def add_counter(self, word: int, delta: int = 1) -> int:
+        """Add ``delta`` to header word ``word`` in one indivisible step; returns the new value."""
+        return self._hdr.fetch_add(word, delta) + delta
+
+    def pass_turn(self, turn: int) -> bool:
+        """Move the round-robin turn from ``turn`` to ``turn + 1``, only if it still is ``turn``
+        (a supervisor skipping a dead learner can never skip a live one's turn)."""
+        return self._hdr.compare_exchange(self.TURN, turn, turn + 1)
+
+    def claim_update(self) -> int:
+        """The number of the update about to be applied (1, 2, …): a fetch-add, so concurrent
+        Hogwild learners get distinct numbers and the count loses nothing."""
+        return self.add_counter(self.UPDATES)
+
+    def write_target(self) -> int:
+        """Copy the master parameters into the target network (a seqlock write; one writer at a
+        time). Returns the new even target version."""
+        hdr, word = self._hdr, self.TARGET_VERSION
+        with self._target_lock:
+            odd = hdr.load(word, RELAXED) // 2 * 2 + 1  # from the word: a writer killed mid-copy left it odd
+            hdr.store(word, odd, RELAXED)
+            fence(RELEASE)
+            self.target[:] = self.params
+            hdr.store(word, odd + 1, RELEASE)
+        return odd + 1
+
+    def read_target_into(self, out: np.ndarray) -> int | None:
+        """Copy the target network into ``out``; returns its version, or None if a write overlapped
+        the copy (try again)."""
+        hdr, word = self._hdr, self.TARGET_VERSION
+        version = hdr.load(word, ACQUIRE)
+        if version % 2:
+            return None
+        out[:] = self.target
+        fence(ACQUIRE)
+        return version if hdr.load(word, RELAXED) == version else None
+
+    @property
+    def target_version(self) -> int:
+        return self._hdr.load(self.TARGET_VERSION, ACQUIRE)
 
     @property
     def updates(self) -> int:
-        return int(self._hdr[self.UPDATES])
+        return self._hdr.load(self.UPDATES, ACQUIRE)
 
     @property
     def stop_requested(self) -> bool:
-        return bool(self._hdr[self.STOP])
+        return bool(self._hdr.load(self.STOP, ACQUIRE))
 
     def request_stop(self) -> None:
-        self._hdr[self.STOP] = 1
+        self._hdr.store(self.STOP, 1, RELEASE)

@@ -144,26 +144,30 @@ class SharedWords:
             self._view.close()
             raise ValueError(f"{count} words at byte {offset} do not fit in a buffer of {nbytes} bytes")
         self.offset, self.count = offset, count
-        self._cells = [self._view.cell_u64(offset + 8 * i) for i in range(count)]
+
+    def _at(self, i: int) -> int:
+        if not 0 <= i < self.count:
+            raise IndexError(f"word {i!r} out of range: {self.count} words")
+        return self.offset + 8 * i
 
     def cell(self, i: int) -> Any:
         """The raw atomic cell of word ``i`` (unsigned results; see the class docstring)."""
-        return self._cells[i]
+        return self._view.cell_u64(self._at(i))
 
     def load(self, i: int, order: int = ACQUIRE) -> int:
-        return _signed(self._cells[i].load(order))
+        return _signed(self._view.load_u64(self._at(i), order))
 
     def store(self, i: int, value: int, order: int = RELEASE) -> None:
-        self._cells[i].store(value, order)
+        self._view.store_u64(self._at(i), value, order)
 
     def fetch_add(self, i: int, delta: int = 1, order: int = ACQ_REL) -> int:
         """Add ``delta`` to word ``i`` in one indivisible step; returns the value before."""
-        return _signed(self._cells[i].fetch_add(delta, order))
+        return _signed(self._view.fetch_add_u64(self._at(i), delta, order))
 
     def compare_exchange(self, i: int, expected: int, desired: int, order: int = ACQ_REL) -> bool:
         """Set word ``i`` to ``desired`` iff it holds ``expected``; returns whether it did."""
         fail = ACQUIRE if order in (ACQUIRE, ACQ_REL) else (SEQ_CST if order == SEQ_CST else RELAXED)
-        return _signed(self._cells[i].cas(expected, desired, order, fail)) == expected
+        return _signed(self._view.cas_u64(self._at(i), expected, desired, order, fail)) == expected
 
     @property
     def closed(self) -> bool:
@@ -175,6 +179,16 @@ class SharedWords:
 
 
 _PROC: Final = os.path.isdir("/proc/self")
+_pid = os.getpid()  # what a lock word holds; os.getpid() is a system call, so kept here (and renewed in a forked child)
+
+
+def _renew_pid() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_pid)
 
 
 def pid_alive(pid: int) -> bool:
@@ -233,6 +247,7 @@ class RobustLock:
             raise ValueError(f"no word {index!r}: the SharedWords hold {words.count}")
         self._words, self._index = words, index
         self._cell = words.cell(index)
+        self._cas = self._cell.cas
         self.steals = 0
 
     @property
@@ -243,10 +258,13 @@ class RobustLock:
     def acquire(self, timeout: float | None = None) -> bool:
         """Take the lock; ``timeout`` seconds at most (None: until it is free). Returns whether it
         was taken."""
-        me = os.getpid()
-        cas = self._cell.cas
+        me, cas = _pid, self._cas
         if cas(0, me, ACQUIRE, RELAXED) == 0:
             return True
+        return self._wait(me, timeout)
+
+    def _wait(self, me: int, timeout: float | None) -> bool:
+        cas = self._cas
         start = time.monotonic()
         deadline = None if timeout is None else start + max(0.0, timeout)
         check_at = start + self.CHECK_EVERY
@@ -271,14 +289,17 @@ class RobustLock:
 
     def release(self) -> None:
         """Free the lock; RuntimeError if this process does not hold it."""
-        me = os.getpid()
-        held = self._cell.cas(me, 0, RELEASE, RELAXED)
-        if held != me:
-            raise RuntimeError(f"release of a lock held by pid {held}, not by this process ({me})")
+        held = self._cas(_pid, 0, RELEASE, RELAXED)
+        if held != _pid:
+            raise RuntimeError(f"release of a lock held by pid {held}, not by this process ({_pid})")
 
     def __enter__(self) -> "RobustLock":
-        self.acquire()
+        me = _pid
+        if self._cas(0, me, ACQUIRE, RELAXED) != 0:  # the fast path inline: one call when free
+            self._wait(me, None)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.release()
+        held = self._cas(_pid, 0, RELEASE, RELAXED)
+        if held != _pid:
+            raise RuntimeError(f"release of a lock held by pid {held}, not by this process ({_pid})")

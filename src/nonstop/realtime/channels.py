@@ -82,6 +82,14 @@ class SharedSegment:
         if not self._owner:
             self._shm = None
 
+    def __del__(self) -> None:
+        # A holder dropped without `close`: its atomic views pin the mapping, so release them
+        # before SharedMemory's own __del__ tries to unmap (the name stays for the owner's unlink).
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown or a half-built instance
+            pass
+
     def unlink(self) -> None:
         """Owner only: close and remove the segment (idempotent)."""
         shm = self._shm
@@ -484,6 +492,7 @@ class ActionQueue(SharedSegment):
         # their raw cells serve the per-tick path
         self._hdr = SharedWords(self._buf, 0, _QHDR)
         self._w_seq, self._r_seq = self._hdr.cell(_W_SEQ), self._hdr.cell(_R_SEQ)
+        self._submitted, self._dropped_full = self._hdr.cell(_SUBMITTED), self._hdr.cell(_DROPPED_FULL)
         self._lock = RobustLock(self._hdr, _LOCK)
 
     @classmethod
@@ -538,12 +547,12 @@ class ActionQueue(SharedSegment):
             r = r_seq.load(RELAXED)
             if w - r >= self.capacity:
                 r_seq.store(r + 1, RELAXED)
-                self._hdr.fetch_add(_DROPPED_FULL, 1, RELAXED)
+                self._dropped_full.fetch_add(1, RELAXED)
             off = self._offset(w)
             self._buf[off : off + len(entry)] = entry
             _SEQ_WORD.pack_into(self._buf, off + 40, w)
             w_seq.store(w + 1, RELEASE)  # last: a submitter killed before it leaves no half entry
-            self._hdr.fetch_add(_SUBMITTED, 1, RELAXED)
+            self._submitted.fetch_add(1, RELAXED)
         return w
 
     # ---- the host
@@ -602,7 +611,7 @@ class ActionQueue(SharedSegment):
     def _drop_views(self) -> None:
         if self._hdr is not None:
             self._hdr.close()
-        self._hdr = self._w_seq = self._r_seq = self._buf = None  # type: ignore[assignment]
+        self._hdr = self._w_seq = self._r_seq = self._submitted = self._dropped_full = self._buf = None  # type: ignore[assignment]
 
 
 _NOTHING: Final = TakeResult(None, 0, 0)
