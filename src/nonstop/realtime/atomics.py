@@ -82,6 +82,7 @@ __all__ = [
     "RobustLock",
     "fence",
     "pid_alive",
+    "require_atomics",
 ]
 
 RELAXED: Final[int] = _backend.RELAXED if _backend else 0
@@ -98,7 +99,9 @@ class AtomicsUnavailableError(RuntimeError):
     """This platform has no atomics backend, so shared memory between processes is refused."""
 
 
-def _require() -> Any:
+def require_atomics() -> Any:
+    """The atomics backend, or `AtomicsUnavailableError` saying how to get one. Every segment that
+    processes share asks before it is created, so nothing is left in /dev/shm by a refusal."""
     if _backend is None:
         raise AtomicsUnavailableError(
             "nonstop's shared-memory channels need real atomics and the atomicshm package is not "
@@ -109,10 +112,14 @@ def _require() -> Any:
     return _backend
 
 
-def fence(order: int) -> None:
-    """An ``atomic_thread_fence(order)``: ``RELEASE`` orders earlier accesses before later stores,
-    ``ACQUIRE`` orders earlier loads before later accesses (see the module docstring)."""
-    _require().fence(order)
+def _fence_unavailable(order: int) -> None:
+    require_atomics()
+
+
+#: ``fence(order)`` is C11's ``atomic_thread_fence(order)``: ``RELEASE`` orders earlier accesses
+#: before later stores, ``ACQUIRE`` orders earlier loads before later accesses (see the module
+#: docstring). The backend's own function, so a per-tick fence costs one C call.
+fence: Final = _backend.fence if _backend is not None else _fence_unavailable
 
 
 def _signed(value: int) -> int:
@@ -130,7 +137,7 @@ class SharedWords:
     """
 
     def __init__(self, buffer: Any, offset: int = 0, count: int = 1) -> None:
-        backend = _require()
+        backend = require_atomics()
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0 or offset % 8:
             raise ValueError(f"offset must be a non-negative multiple of 8 bytes, got {offset!r}")
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:

@@ -23,7 +23,7 @@ from typing import Any, Final, NamedTuple
 import gymnasium as gym
 import numpy as np
 
-from nonstop.realtime.atomics import ACQUIRE, RELAXED, RELEASE, RobustLock, SharedWords, fence
+from nonstop.realtime.atomics import ACQUIRE, RELAXED, RELEASE, RobustLock, SharedWords, fence, require_atomics
 
 __all__ = [
     "LatestSlot",
@@ -41,6 +41,7 @@ SEGMENT_PREFIX: Final = "nonstop_"
 
 
 def _new_segment(nbytes: int, kind: str) -> shared_memory.SharedMemory:
+    require_atomics()  # refuse before anything lands in /dev/shm
     name = f"{SEGMENT_PREFIX}{kind}_{os.getpid()}_{uuid.uuid4().hex[:10]}"
     return shared_memory.SharedMemory(name=name, create=True, size=max(int(nbytes), 8))
 

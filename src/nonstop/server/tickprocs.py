@@ -35,7 +35,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from nonstop.realtime.atomics import SEQ_CST, SharedWords
+from nonstop.realtime.atomics import SEQ_CST, SharedWords, require_atomics
 from nonstop.realtime.channels import SEGMENT_PREFIX, ActionQueue, LatestSlot, SharedSegment
 from nonstop.realtime.clock import WallClock
 
@@ -82,6 +82,7 @@ class TickBoard(SharedSegment):
         import os
         import uuid
 
+        require_atomics()
         name = f"{SEGMENT_PREFIX}board_{os.getpid()}_{uuid.uuid4().hex[:10]}"
         shm = shared_memory.SharedMemory(name=name, create=True, size=8 * (_RING + RECENT_TICKS))
         board = cls(name, _shm=shm)
