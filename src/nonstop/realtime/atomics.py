@@ -7,7 +7,10 @@ ordering. The instructions come from `atomicshm` (C11/GCC ``__atomic`` builtins,
 one wheel per platform, ~20 ns per call); without it `SharedWords` refuses with
 `AtomicsUnavailableError` instead of letting two processes tear each other's data.
 
-Memory model (C11 orders; a *fence* is ``atomic_thread_fence``):
+Memory model (C11 orders; a *fence* is ``atomic_thread_fence``). The data a word guards
+(observations, parameters, frames) is plain memory copied by numpy; the fences order those copies
+in hardware, and every protocol re-checks a word after copying and throws away a copy that raced
+a writer, so a racing copy is never used.
 
 * **Seqlock, one writer** (`LatestSlot`, the target network): the writer stores an odd sequence
   (relaxed: only it writes the word), then a **release fence** (the odd sequence becomes visible
@@ -17,7 +20,8 @@ Memory model (C11 orders; a *fence* is ``atomic_thread_fence``):
   (relaxed); it keeps the copy only if the two loads agree. If the copy saw any byte of a newer
   write, the fence pair makes the reload see that write's odd sequence, so a torn copy is never
   kept. A writer killed mid-write leaves the sequence odd: the next writer starts from the next
-  odd number, so no reader ever accepts the half-written data.
+  odd number, so no reader ever accepts the half-written data. (The target network has several
+  possible writers, Hogwild learners: they take turns through a `RobustLock`.)
 * **Double buffer** (`SharedWeights`): the publisher stores ``begun = v`` (relaxed), release
   fence, copies into buffer ``v % 2``, release-stores ``done = v``. A reader acquire-loads
   ``done``, copies buffer ``done % 2``, acquire fence, loads ``begun``: the copy is whole iff no
@@ -231,6 +235,8 @@ class RobustLock:
     steals the word (counted in `steals`). Threads of one process exclude each other too, but a
     lock is not re-entrant. A holder's pid could in principle be reused by a new process before a
     waiter looks; the lock is then held until that process exits, never given to two holders.
+    Every process sharing the lock must see the others' pids (one pid namespace), as nonstop's
+    processes do: they are all children of the one that made the segment.
 
     Picklable state lives in the segment: build one in each process over the same word.
 
