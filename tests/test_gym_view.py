@@ -44,12 +44,12 @@ def test_fast_agent_suffers_no_inaction(close_after):
     env = make(ScriptedEnv, tick_hz=HZ)
     close_after(env)
     obs, info = env.reset(seed=0)
-    assert obs[0] == 0 and info["tick"] == 0
+    assert obs[0] == 0 and info["nonstop_tick"] == 0
     for t in range(1, 41):
         action = t % 3
         obs, reward, terminated, truncated, info = env.step(action)
-        assert (info["ticks_elapsed"], info["inaction_ticks"], info["agent_ticks"], info["delay"]) == (1, 0, 1, 1)
-        assert obs[0] == t == info["tick"] and obs[2] == action  # the tick applied *this* action
+        assert (info["nonstop_ticks_elapsed"], info["nonstop_inaction_ticks"], info["nonstop_agent_ticks"], info["nonstop_delay"]) == (1, 0, 1, 1)
+        assert obs[0] == t == info["nonstop_tick"] and obs[2] == action  # the tick applied *this* action
         assert reward == action + 1 and not terminated and not truncated
     s = env.tick_log.summary()
     assert (s["ticks"], s["inaction_ticks"]) == (40, 0)
@@ -61,7 +61,7 @@ def test_think_time_k_ticks_first_decision(k, close_after):
     close_after(env)
     env.reset(seed=0)
     obs, reward, _, _, info = env.step(2)
-    assert (info["ticks_elapsed"], info["inaction_ticks"], info["delay"]) == (k, k - 1, k)
+    assert (info["nonstop_ticks_elapsed"], info["nonstop_inaction_ticks"], info["nonstop_delay"]) == (k, k - 1, k)
     assert reward == (k - 1) * 1 + 3  # β's noop pays 1 per tick, the agent's action 2 pays 3
     assert obs[0] == k and obs[2] == 2
 
@@ -73,7 +73,7 @@ def test_think_time_k_ticks_every_decision(k, close_after):
     env.reset(seed=0)
     for _ in range(20):
         _, _, _, _, info = env.step(1)
-        assert (info["ticks_elapsed"], info["inaction_ticks"], info["delay"]) == (k, k - 1, k)
+        assert (info["nonstop_ticks_elapsed"], info["nonstop_inaction_ticks"], info["nonstop_delay"]) == (k, k - 1, k)
 
 
 def test_fractional_think_time_matches_the_docstring(close_after):
@@ -84,7 +84,7 @@ def test_fractional_think_time_matches_the_docstring(close_after):
     env.reset(seed=0)
     for _ in range(20):
         _, _, _, _, info = env.step(1)
-        assert (info["ticks_elapsed"], info["inaction_ticks"], info["delay"]) == (3, 2, 3)
+        assert (info["nonstop_ticks_elapsed"], info["nonstop_inaction_ticks"], info["nonstop_delay"]) == (3, 2, 3)
     s = env.tick_log.summary()
     assert (s["ticks"], s["agent_ticks"], s["delay_histogram"]) == (60, 20, {3: 20})
     assert s["tau_i_mean_ticks"] == pytest.approx(3.0)
@@ -98,10 +98,10 @@ def test_episode_end_surfaces_and_reset_returns_new_first_obs(truncate, close_af
     for t in range(1, 6):
         obs, reward, terminated, truncated, info = env.step(1)
         assert (terminated, truncated) == ((t == 5 and not truncate), (t == 5 and truncate))
-    assert info["episode"] == 1
+    assert info["nonstop_episode"] == 1
     obs, info = env.reset()
     assert obs[1] == 0 and obs[3] == 1  # step 0 of episode 1
-    assert info["episode"] == 1 and info["ticks_elapsed"] == 0
+    assert info["nonstop_episode"] == 1 and info["nonstop_ticks_elapsed"] == 0
     obs, reward, terminated, truncated, info = env.step(2)
     assert obs[1] == 1 and obs[3] == 1 and not (terminated or truncated)
     log = env.tick_log
@@ -127,9 +127,9 @@ def test_terminal_step_returns_terminal_observation(think_ticks, close_after):
     assert (obs[1], obs[3]) == (3, 0)  # step 3 of episode 0, not step 0 of episode 1
     log = env.tick_log
     assert seen == log["reward"][log["episode"] == 0].sum()  # every reward of episode 0, none of episode 1
-    assert (info["tick"] > 3) == (think_ticks > 0)  # the slow agent looked after the world moved on
+    assert (info["nonstop_tick"] > 3) == (think_ticks > 0)  # the slow agent looked after the world moved on
     obs, info = env.reset()
-    assert obs[3] == 1 and info["episode"] == 1
+    assert obs[3] == 1 and info["nonstop_episode"] == 1
 
 
 def test_reset_mid_episode_ends_it_as_truncated(close_after):
@@ -139,12 +139,12 @@ def test_reset_mid_episode_ends_it_as_truncated(close_after):
     for _ in range(4):
         env.step(1)
     obs, info = env.reset()
-    assert info["episode"] == 1 and obs[1] == 0 and obs[3] == 1
+    assert info["nonstop_episode"] == 1 and obs[1] == 0 and obs[3] == 1
     log = env.tick_log
     assert log["truncated"].tolist() == [0, 0, 0, 0, 1]
     assert log["episode"].tolist() == [0] * 5
     obs, _, terminated, truncated, info = env.step(0)
-    assert not (terminated or truncated) and info["episode"] == 1 and obs[1] == 1
+    assert not (terminated or truncated) and info["nonstop_episode"] == 1 and obs[1] == 1
 
 
 def test_reset_with_seed_restarts_the_world_reproducibly(close_after):
@@ -173,7 +173,7 @@ def test_rejects_invalid_arguments_and_actions(close_after):
     with pytest.raises(ValueError, match=r"Discrete\(3\)"):
         env.step(7)
     _, _, _, _, info = env.step(1)  # unharmed
-    assert info["delay"] == 1
+    assert info["nonstop_delay"] == 1
 
 
 @pytest.mark.wall
@@ -188,20 +188,20 @@ def test_wall_clock_smoke():
     env = make(ScriptedEnv, clock="wall", tick_hz=hz)
     try:
         obs, info = env.reset()
-        first_tick = info["tick"]
+        first_tick = info["nonstop_tick"]
         started = time.perf_counter()
         infos = []
         for t in range(25):
             obs, reward, terminated, truncated, info = env.step(t % 3)
             assert env.observation_space.contains(obs)
-            assert obs[0] == info["tick"]  # the observation of the tick reported
-            assert info["ticks_elapsed"] >= 1 and reward >= info["ticks_elapsed"]
+            assert obs[0] == info["nonstop_tick"]  # the observation of the tick reported
+            assert info["nonstop_ticks_elapsed"] >= 1 and reward >= info["nonstop_ticks_elapsed"]
             infos.append(info)
         elapsed = time.perf_counter() - started
-        ticks = sum(i["ticks_elapsed"] for i in infos)
-        assert ticks == infos[-1]["tick"] - first_tick
+        ticks = sum(i["nonstop_ticks_elapsed"] for i in infos)
+        assert ticks == infos[-1]["nonstop_tick"] - first_tick
         assert 0.7 * elapsed * hz - 2 <= ticks <= 1.3 * elapsed * hz + 2, (ticks, elapsed)
-        on_time = sum(i["delay"] == 1 and i["inaction_ticks"] == 0 for i in infos)
+        on_time = sum(i["nonstop_delay"] == 1 and i["nonstop_inaction_ticks"] == 0 for i in infos)
         assert on_time >= len(infos) // 2, infos  # a fast agent mostly makes the next tick
     finally:
         env.close()
