@@ -208,3 +208,205 @@ def test_wall_clock_smoke():
     log = env.session.tick_log if env.session is not None else None
     assert log is None  # closed
     assert not [p for p in mp.active_children() if p.name.startswith("nonstop-host")]
+
+
+# ---------------------------------------------------------------------------- issue 9: drop-in
+
+
+def _episode_end_trace(clock: str) -> list[tuple]:
+    """Three seeded CartPole episodes pushed right until the pole falls, reset() after each."""
+    env = make("CartPole", clock=clock, tick_hz=20, default="repeat")
+    trace = []
+    try:
+        obs, info = env.reset(seed=3)
+        trace.append(("reset", obs.tolist(), int(info["nonstop_episode"])))
+        for _ in range(3):
+            terminated = truncated = False
+            while not (terminated or truncated):
+                obs, reward, terminated, truncated, info = env.step(1)
+                trace.append((obs.tolist(), reward, terminated, truncated, int(info["nonstop_episode"]),
+                              int(info["nonstop_ticks_elapsed"]), int(info["nonstop_delay"])))  # fmt: skip
+            obs, info = env.reset()
+            trace.append(("reset", obs.tolist(), int(info["nonstop_episode"])))
+    finally:
+        env.close()
+    return trace
+
+
+@pytest.mark.wall
+def test_wall_clock_episode_ends_match_the_virtual_clock_step_by_step():
+    """At an episode end the host publishes twice in one tick (terminal, then the reset
+    observation); the wall-clock view must return the terminal observation with its flag, as
+    the virtual clock does, not the first publish a step early and the flag a step late."""
+    virtual, wall = _episode_end_trace("virtual"), _episode_end_trace("wall")
+    ends = [row for row in virtual if row[0] != "reset" and row[2]]
+    assert len(ends) == 3  # three terminal steps, each terminated=True
+    assert wall == virtual
+
+
+def test_info_keys_are_namespaced_numpy_ints_after_reset_and_step(close_after):
+    from nonstop.realtime.gym import INFO_KEYS
+
+    env = make(ScriptedEnv, tick_hz=HZ)
+    close_after(env)
+    _, info = env.reset(seed=0)
+    assert sorted(info) == sorted(INFO_KEYS)
+    assert all(type(v) is np.int64 for v in info.values())
+    assert info["nonstop_delay"] == -1  # no action yet: -1, never None
+    _, _, _, _, info = env.step(1)
+    assert sorted(info) == sorted(INFO_KEYS) and all(type(v) is np.int64 for v in info.values())
+    assert "episode" not in info  # owned by RecordEpisodeStatistics / SB3's Monitor
+
+
+def test_lifecycle_reset_before_step_nothing_after_close():
+    env = make(ScriptedEnv, tick_hz=HZ)
+    with pytest.raises(gymnasium.error.ResetNeeded, match="reset"):
+        env.step(0)
+    env.reset(seed=0)
+    env.step(0)
+    env.close()
+    env.close()  # idempotent
+    for call in (lambda: env.reset(), lambda: env.reset(seed=0), lambda: env.step(0)):
+        with pytest.raises(gymnasium.error.ClosedEnvironmentError, match="close"):
+            call()
+
+
+def test_action_space_seeding_survives_reset_with_seed(close_after):
+    env = make(ScriptedEnv, tick_hz=HZ)
+    close_after(env)
+    space = env.action_space
+    space.seed(42)
+    first = [space.sample() for _ in range(8)]
+    space.seed(42)
+    env.reset(seed=5)  # restarts the world with a new seed
+    assert env.action_space is space
+    assert [env.action_space.sample() for _ in range(8)] == first
+
+
+@pytest.mark.parametrize("env_id", ["Pendulum-v1", "MountainCarContinuous-v0"])
+@pytest.mark.parametrize("default", ["noop", "repeat"])
+def test_continuous_actions_get_a_vector_beta(env_id, default, close_after):
+    """β for a Box space is zeros of its shape; agent vectors travel through the action queue."""
+    env = make(env_id, default=default, think_time=0.09)  # 2.7 ticks at 30 Hz
+    close_after(env)
+    assert isinstance(env.session.noop_action, np.ndarray)
+    assert env.session.noop_action.shape == env.action_space.shape and not env.session.noop_action.any()
+    env.reset(seed=0)
+    for _ in range(10):
+        obs, reward, terminated, truncated, info = env.step(np.full(env.action_space.shape, 0.5, np.float32))
+        assert env.observation_space.contains(obs) and np.isfinite(reward)
+    s = env.tick_log.summary()
+    assert s["inaction_ticks"] > 0 and s["agent_ticks"] == 10
+
+
+def test_declared_noop_outside_the_space_is_refused():
+    from nonstop.realtime.host import Session
+
+    with pytest.raises(ValueError, match="noop_action"):
+        Session("Pendulum-v1", env_kwargs={"noop_action": 7}).start()
+
+
+def test_render_fps_spec_and_boxing_extras(close_after):
+    env = make("Boxing", render_mode="rgb_array", env_kwargs={"max_episode_steps": 30})
+    close_after(env)
+    assert env.metadata["render_fps"] == 60.0 and "rgb_array" in env.metadata["render_modes"]
+    assert env.spec is not None and env.spec.id == "nonstop/Boxing"
+    assert env.get_action_meanings()[0] == "NOOP"
+    assert env.unwrapped.ale.lives() >= 0
+    obs, _ = env.reset(seed=0)
+    np.testing.assert_array_equal(env.render(), obs)  # Boxing's observation is its screen
+    obs, *_ = env.step(1)
+    np.testing.assert_array_equal(env.render(), obs)
+
+
+@pytest.mark.wall
+def test_wall_clock_host_process_answers_static_queries_and_renders():
+    env = make("Boxing", clock="wall", render_mode="rgb_array")
+    try:
+        assert env.session.mechanism == "process"
+        assert env.get_action_meanings()[0] == "NOOP"
+        with pytest.raises(AttributeError, match="in this process"):
+            env.unwrapped.ale
+        env.reset()
+        env.step(0)
+        assert env.render().shape == (210, 160, 3)
+    finally:
+        env.close()
+
+
+def test_gymnasium_make_finds_every_nonstop_world():
+    import nonstop  # noqa: F401  (registers nonstop/<id>)
+    from nonstop.envs import list_envs
+
+    ids = [s for s in gymnasium.registry if s.startswith("nonstop/")]
+    assert len(ids) == len(list_envs())
+    env = gymnasium.make("nonstop/theory-inaction", think_time=2.5 / 60)
+    try:
+        env.reset(seed=0)
+        *_, info = env.step(1)
+        assert env.spec.id == "nonstop/theory-inaction" and int(info["nonstop_ticks_elapsed"]) == 3
+    finally:
+        env.close()
+
+
+def test_gymnasium_make_imports_nonstop_by_module_prefix():
+    import subprocess
+    import sys
+
+    code = (
+        "import gymnasium, sys; env = gymnasium.make('nonstop:nonstop/CartPole'); env.reset(seed=0); "
+        "print(env.spec.id, env.metadata['render_fps']); env.close()"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["nonstop/CartPole", "50.0"]
+
+
+def _daemon_child(queue):
+    env = make("CartPole", clock="wall")
+    try:
+        env.reset(seed=0)
+        obs, *_ = env.step(0)
+        queue.put((env.session.mechanism, obs.shape))
+    finally:
+        env.close()
+
+
+@pytest.mark.wall
+def test_wall_clock_inside_a_daemonic_process_runs_its_host_in_a_thread():
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    p = ctx.Process(target=_daemon_child, args=(queue,), daemon=True)
+    p.start()
+    try:
+        assert queue.get(timeout=120) == ("thread", (4,))
+    finally:
+        p.join(timeout=30)
+    assert p.exitcode == 0
+
+
+@pytest.mark.wall
+@pytest.mark.parametrize("guarded", [False, True])
+def test_wall_clock_from_a_script_with_or_without_main_guard(guarded, tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+
+    body = textwrap.dedent(
+        """
+        import nonstop
+        env = nonstop.make("CartPole", clock="wall")
+        env.reset(seed=0)
+        for _ in range(5):
+            env.step(1)
+        print(env.session.mechanism)
+        env.close()
+        """
+    )
+    if guarded:
+        body = 'if __name__ == "__main__":\n' + textwrap.indent(body, "    ")
+    script = tmp_path / "agent.py"
+    script.write_text(body)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["process" if guarded else "thread"]
