@@ -14,7 +14,7 @@ from gymnasium.utils.env_checker import check_env
 
 from nonstop.realtime.gym import RealtimeEnv, make
 
-from conftest import ScriptedEnv, cartpole
+from conftest import ScriptedEnv, cartpole, slow_reset_cartpole
 
 pytestmark = pytest.mark.usefixtures("no_shm_leak")
 
@@ -214,8 +214,9 @@ def test_wall_clock_smoke():
 
 
 def _episode_end_trace(clock: str) -> list[tuple]:
-    """Three seeded CartPole episodes pushed right until the pole falls, reset() after each."""
-    env = make("CartPole", clock=clock, tick_hz=20, default="repeat")
+    """Three seeded CartPole episodes pushed right until the pole falls, reset() after each (each
+    reset takes 5 ms, so the host's two publishes at an episode end are far apart on the wall)."""
+    env = make(slow_reset_cartpole, clock=clock, tick_hz=20, default="repeat")
     trace = []
     try:
         obs, info = env.reset(seed=3)
