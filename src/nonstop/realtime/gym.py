@@ -248,7 +248,7 @@ class RealtimeEnv(gym.Env):
 
     def __getattr__(self, name: str) -> Any:
         # only reached for attributes RealtimeEnv lacks: the world env's own extras
-        if name.startswith("_"):
+        if name.startswith("__") or name in ("_static", "session"):
             raise AttributeError(name)
         world = self._world_env()
         if world is not None:
