@@ -387,7 +387,7 @@ def test_wall_clock_inside_a_daemonic_process_runs_its_host_in_a_thread():
 
 
 @pytest.mark.wall
-@pytest.mark.parametrize("guarded", [False, True])
+@pytest.mark.parametrize("guarded", [False, True, "stdin"])
 def test_wall_clock_from_a_script_with_or_without_main_guard(guarded, tmp_path):
     import subprocess
     import sys
@@ -408,6 +408,9 @@ def test_wall_clock_from_a_script_with_or_without_main_guard(guarded, tmp_path):
         body = 'if __name__ == "__main__":\n' + textwrap.indent(body, "    ")
     script = tmp_path / "agent.py"
     script.write_text(body)
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    if guarded == "stdin":  # `python - < agent.py`: a spawned child cannot re-import "<stdin>"
+        out = subprocess.run([sys.executable, "-"], input=body, capture_output=True, text=True, timeout=180)
+    else:
+        out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["process" if guarded else "thread"]
+    assert out.stdout.split() == ["process" if guarded is True else "thread"]

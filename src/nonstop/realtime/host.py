@@ -293,6 +293,8 @@ def main_reimport_safe() -> bool:
     path = getattr(main, "__file__", None)
     if main is None or path is None:
         return True  # interactive, ``python -c``, notebooks: nothing is re-imported
+    if not os.path.isfile(path):
+        return False  # ``python - < script``: a child cannot re-import "<stdin>" at all
     frame = sys._getframe(1)
     while frame is not None:
         if frame.f_globals is main.__dict__ and frame.f_code.co_name == "<module>":
@@ -609,7 +611,13 @@ class Session:
     def _await_ready(self, parent_conn: Any) -> None:
         if not parent_conn.poll(self.start_timeout):
             raise TimeoutError(f"host process for {self.env_id!r} did not start within {self.start_timeout}s")
-        kind, payload = parent_conn.recv()
+        try:
+            kind, payload = parent_conn.recv()
+        except EOFError:
+            raise HostError(
+                f"host process for {self.env_id!r} died while starting (its stderr says why)",
+                tick_log=None, env_traceback="(no traceback: the process ended before the host began)",
+            ) from None
         if kind != "ready":
             self._collect(kind, payload)
         self._origin = payload
