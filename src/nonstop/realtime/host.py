@@ -6,7 +6,8 @@ every deadline ``origin + t·τ_M`` it takes at most one agent action from the
 tick log and publishes the observation into the `LatestSlot`.
 
 `Session` is what users hold: it owns the channels, runs the host in-process
-on a `VirtualClock` or in its own process on the `WallClock`, and always ends
+on a `VirtualClock` or in its own process on the `WallClock` (a thread where no
+process can start: `host_mechanism`), and always ends
 with every process reaped and every shared-memory segment unlinked, whether
 the run finished, the env raised, or the user pressed Ctrl-C.
 
@@ -384,7 +385,7 @@ class Session:
     env: an env id (see ``nonstop envs``) or a factory returning a gymnasium.Env
         (on the wall clock the factory must be picklable: a module-level function).
     clock: ``"virtual"`` (in-process discrete-event simulation), ``"wall"``
-        (the host gets its own process) or a `Clock`.
+        (the host gets its own process, or a thread: ``host_mode``) or a `Clock`.
     default: β — ``"noop"``, ``"repeat"`` or a callable ``obs -> action``;
         defaults to the env's own choice.
     queue_mode / queue_capacity: the action queue (``"latest"`` or ``"fifo"``, 16).
