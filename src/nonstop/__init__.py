@@ -17,6 +17,10 @@ from nonstop.realtime import (
     make,
 )
 
+from nonstop.realtime.gym import register_envs
+
+register_envs()  # every world as gymnasium.make("nonstop/<id>")
+
 __version__ = "0.1.0"
 __all__ = [
     "ActionQueue", "HostError", "LatestSlot", "RealtimeEnv", "Session", "TickLog", "VirtualClock",

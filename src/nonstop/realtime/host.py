@@ -6,7 +6,8 @@ every deadline ``origin + t·τ_M`` it takes at most one agent action from the
 tick log and publishes the observation into the `LatestSlot`.
 
 `Session` is what users hold: it owns the channels, runs the host in-process
-on a `VirtualClock` or in its own process on the `WallClock`, and always ends
+on a `VirtualClock` or in its own process on the `WallClock` (a thread where no
+process can start: `host_mechanism`), and always ends
 with every process reaped and every shared-memory segment unlinked, whether
 the run finished, the env raised, or the user pressed Ctrl-C.
 
@@ -23,7 +24,10 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import ast
 import signal
+import sys
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any, Final
@@ -33,7 +37,7 @@ import numpy as np
 
 from nonstop.realtime.channels import ActionQueue, LatestSlot
 from nonstop.realtime.clock import Clock, TimedProcess, WallClock, make_clock, stopwatch
-from nonstop.realtime.defaults import DefaultBehaviour, make_default
+from nonstop.realtime.defaults import DefaultBehaviour, make_default, space_noop
 from nonstop.realtime.ticklog import SOURCE_AGENT, SOURCE_DEFAULT, TickLog
 
 __all__ = ["Host", "Session", "HostError", "EnvSource"]
@@ -82,6 +86,7 @@ class Host:
         unthrottled: bool = False,
         meta: dict[str, Any] | None = None,
         recorder: Any = None,
+        render_slot: LatestSlot | None = None,
     ) -> None:
         if not tau_m > 0:
             raise ValueError(f"tau_m must be positive, got {tau_m!r}")
@@ -101,6 +106,13 @@ class Host:
         #: optional per-tick observer (``nonstop.learning.replay.ReplayRecorder``): it sees every
         #: applied action, reward and observation, in the host's own process
         self.recorder = recorder
+        #: where ``env.render()``'s frame of every tick goes (``render_mode="rgb_array"``), or None
+        self.render_slot = render_slot
+
+    def _publish_frame(self, tick: int, time: float, episode: int, final: bool = False) -> None:
+        frame = self.env.render()
+        if frame is not None:
+            self.render_slot.publish(np.asarray(frame), tick=tick, time=time, episode=episode, final=final)
 
     def run(self, clock: Clock) -> TimedProcess:
         """The host as a timed process on ``clock``.
@@ -124,6 +136,9 @@ class Host:
         last_delay, last_seq, last_end = -1, -1, END_NONE
         resets_seen = slot.reset_requests
         slot.publish(obs, tick=0, time=origin, episode=0, last_delay=-1)
+        frames = self.render_slot is not None
+        if frames:
+            self._publish_frame(0, origin, 0)
         slot.host_state = STATE_RUNNING
         tick = 0
         while not slot.stop_requested and tick < max_ticks:
@@ -175,6 +190,8 @@ class Host:
                     obs, tick, deadline, reward, terminated, truncated, episode, inaction, agent, last_delay,
                     last_seq, last_end, True,
                 )  # fmt: skip
+                if frames:
+                    self._publish_frame(tick, deadline, episode, final=True)
                 t0 = stopwatch()
                 obs, _ = env.reset()  # the world does not wait: reset at once, log its cost
                 self.log.set_last("reset_s", stopwatch() - t0)
@@ -184,6 +201,8 @@ class Host:
             publish(
                 obs, tick, deadline, reward, False, False, episode, inaction, agent, last_delay, last_seq, last_end
             )  # fmt: skip
+            if frames:
+                self._publish_frame(tick, deadline, episode)
             if recorder is not None:
                 recorder.on_observation(tick, obs)
             self.tick = tick
@@ -243,10 +262,78 @@ def raise_priority(policy: str, pid: int = 0) -> str:
     return "normal"
 
 
+#: Where the wall-clock host runs (``Session(host_mode=...)``).
+HOST_MODES: Final = ("auto", "process", "thread")
+RENDER_MODES: Final = (None, "rgb_array", "human")
+
+
+def _guarded_by_main_check(path: str, line: int) -> bool:
+    """Whether ``line`` of the script at ``path`` lies inside ``if __name__ == "__main__":``."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return True  # cannot tell: assume the usual guarded script
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) and "__name__" in ast.unparse(node.test):
+            if node.body[0].lineno <= line <= (node.body[-1].end_lineno or line):
+                return True
+    return False
+
+
+def main_reimport_safe() -> bool:
+    """Whether a spawned child can re-import ``__main__`` without re-running this very call.
+
+    Python's ``spawn`` start method imports the parent's main script again in the child. A script
+    that starts a wall-clock session at top level, without an ``if __name__ == "__main__":``
+    guard, would then start it again in the child, which multiprocessing forbids. We look at
+    the call stack: if it passes through ``__main__``'s top-level code outside such a guard,
+    spawning is not safe.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None:
+        return True  # interactive, ``python -c``, notebooks: nothing is re-imported
+    if not os.path.isfile(path):
+        return False  # ``python - < script``: a child cannot re-import "<stdin>" at all
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals is main.__dict__ and frame.f_code.co_name == "<module>":
+            return _guarded_by_main_check(path, frame.f_lineno)
+        frame = frame.f_back
+    return True
+
+
+def host_mechanism(requested: str) -> str:
+    """``"process"`` or ``"thread"``: where a wall-clock host runs for ``host_mode=requested``.
+
+    ``"auto"`` gives the host its own process (its own interpreter and GIL, realtime priority:
+    ``nonstop bench clock``), except where no child process can be started: inside a daemonic
+    process (Gymnasium's ``AsyncVectorEnv`` and SB3's ``SubprocVecEnv`` workers) or from the
+    top level of a script without a ``__main__`` guard (see `main_reimport_safe`). There the host
+    runs as a thread of this process, on the same clock and channels.
+    """
+    if requested not in HOST_MODES:
+        raise ValueError(f"host_mode must be one of {HOST_MODES}, got {requested!r}")
+    if requested == "process" and mp.current_process().daemon:
+        raise RuntimeError(
+            "host_mode='process' cannot start a host process inside a daemonic process "
+            "(multiprocessing forbids it); use host_mode='auto' or 'thread'"
+        )
+    if requested != "auto":
+        return requested
+    if mp.current_process().daemon or not main_reimport_safe():
+        return "thread"
+    return "process"
+
+
 def _host_main(conn: Any, env: EnvSource, env_kwargs: dict, slot: LatestSlot, queue: ActionQueue, cfg: dict) -> None:
-    """Entry point of the host process on the wall clock."""
-    # The session owns shutdown: Ctrl-C reaches it, and it asks us to stop.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """Entry point of the host on the wall clock: its own process, or a thread of the session's
+    (``cfg["thread"]``: then the channels are the session's own objects and stay open)."""
+    in_thread = cfg.get("thread", False)
+    if not in_thread:
+        # The session owns shutdown: Ctrl-C reaches it, and it asks us to stop.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     host = None
     status, tb = "ok", ""
     try:
@@ -255,12 +342,12 @@ def _host_main(conn: Any, env: EnvSource, env_kwargs: dict, slot: LatestSlot, qu
         host = Host(
             world, slot, queue, tau_m=cfg["tau_m"], default=default, seed=cfg["seed"],
             max_ticks=cfg["max_ticks"], unthrottled=cfg["unthrottled"], meta=cfg["meta"],
-            recorder=cfg.get("recorder"),
+            recorder=cfg.get("recorder"), render_slot=cfg.get("render_slot"),
         )  # fmt: skip
         clock = WallClock(origin=cfg["origin"], spin=cfg["spin"])
         # an unthrottled host never sleeps: at realtime priority it would take a core outright
         host.log.meta["host_sched"] = raise_priority(cfg["host_sched"]) if not cfg["unthrottled"] else "normal"
-        parent = mp.parent_process()
+        parent = None if in_thread else mp.parent_process()
         process = host.run(clock)
         wake = next(process)
         conn.send(("ready", host.origin))
@@ -282,8 +369,12 @@ def _host_main(conn: Any, env: EnvSource, env_kwargs: dict, slot: LatestSlot, qu
             conn.send((status, (payload, tb)))
         except (BrokenPipeError, OSError):
             pass
-        slot.close()
-        queue.close()
+        if host is not None and in_thread:
+            host.env.close()
+        if not in_thread:
+            for channel in (slot, queue, cfg.get("render_slot")):
+                if channel is not None:
+                    channel.close()
 
 
 class Session:
@@ -294,13 +385,17 @@ class Session:
     env: an env id (see ``nonstop envs``) or a factory returning a gymnasium.Env
         (on the wall clock the factory must be picklable: a module-level function).
     clock: ``"virtual"`` (in-process discrete-event simulation), ``"wall"``
-        (the host gets its own process) or a `Clock`.
+        (the host gets its own process, or a thread: ``host_mode``) or a `Clock`.
     default: β — ``"noop"``, ``"repeat"`` or a callable ``obs -> action``;
         defaults to the env's own choice.
     queue_mode / queue_capacity: the action queue (``"latest"`` or ``"fifo"``, 16).
     tick_hz: overrides the env's natural rate.
     recorder: a per-tick observer run inside the host (``ReplayRecorder``: the
         learning replay); on the wall clock it must be picklable.
+    host_mode: wall clock only: ``"auto"`` (default), ``"process"`` or ``"thread"``; see
+        `host_mechanism` (``"auto"`` runs the host in a thread only where no process can start).
+    render_mode: ``"rgb_array"`` publishes ``env.render()``'s frame of every tick into
+        `render_slot` (``"human"``: the env draws its own window); passed to the env factory.
     host_sched: wall clock only: ``"auto"`` (default) runs the host process at SCHED_FIFO or,
         failing that, nice −10 where permitted (see `raise_priority`; what applied is in the tick
         log's meta as ``host_sched``); ``"fifo"``, ``"nice"`` or ``"normal"`` choose.
@@ -323,6 +418,8 @@ class Session:
         start_timeout: float = 120.0,
         recorder: Any = None,
         host_sched: str = "auto",
+        host_mode: str = "auto",
+        render_mode: str | None = None,
     ) -> None:
         if not isinstance(env, str) and not callable(env):
             raise TypeError(f"env must be an env id or a factory, got {type(env).__name__}")
@@ -332,8 +429,15 @@ class Session:
             raise ValueError(f"max_ticks must be a non-negative integer, got {max_ticks!r}")
         if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool)):
             raise TypeError(f"seed must be an integer, got {seed!r}")
+        if host_mode not in HOST_MODES:
+            raise ValueError(f"host_mode must be one of {HOST_MODES}, got {host_mode!r}")
+        if render_mode not in RENDER_MODES:
+            raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
         self.env_source = env
         self.env_kwargs = dict(env_kwargs or {})
+        self.host_mode, self.render_mode = host_mode, render_mode
+        if render_mode is not None:
+            self.env_kwargs["render_mode"] = render_mode
         self.clock = make_clock(clock)
         self.seed = seed
         self.max_ticks = max_ticks
@@ -345,25 +449,33 @@ class Session:
         self.start_timeout = start_timeout
         self.recorder = recorder
         self.env_id = env if isinstance(env, str) else getattr(env, "__name__", "custom")
-        noop_action, default_name, natural_hz = 0, "noop", None
+        # None: the action space's own no-op (`space_noop`), known once the env is built
+        noop_action, default_name, natural_hz = None, "noop", None
+        self._noop_declared = False
         if isinstance(env, str):
             from nonstop.envs import env_info
 
             info = env_info(env, **self.env_kwargs)
-            noop_action, default_name, natural_hz = info.noop_action, info.default_beta, info.tick_hz
+            default_name, natural_hz = info.default_beta, info.tick_hz
+            if info.family != "gymnasium" or "noop_action" in self.env_kwargs:
+                noop_action, self._noop_declared = info.noop_action, True
         if tick_hz is None and natural_hz is None:
             raise ValueError(f"env {self.env_id!r} has no natural tick rate: pass tick_hz=")
         self.tick_hz = float(tick_hz if tick_hz is not None else natural_hz)
         self.tau_m = 1.0 / self.tick_hz
         self.noop_action = noop_action
         self.default_spec = default if default is not None else default_name
-        make_default(self.default_spec, noop_action=noop_action)  # validate at the door
+        make_default(self.default_spec, noop_action=0 if noop_action is None else noop_action)  # validate at the door
         self.queue_mode, self.queue_capacity = queue_mode, queue_capacity
         self.slot: LatestSlot | None = None
         self.queue: ActionQueue | None = None
+        #: ``render_mode="rgb_array"``: the frame of the newest tick (and, as final, of the last episode end)
+        self.render_slot: LatestSlot | None = None
+        self.mechanism = "virtual" if self.clock.is_virtual else None
         self.host: Host | None = None
         self._process: Any = None
         self._conn: Any = None
+        self._child_conn: Any = None
         self._vproc: Any = None
         self._log: TickLog | None = None
         self._started = self._stopped = False
@@ -408,12 +520,19 @@ class Session:
                 raise TypeError(f"nonstop needs a Box or Discrete observation space, got {self.observation_space}")
             self.slot = LatestSlot.create(self.observation_space)
             self.queue = ActionQueue.create(self.action_space, capacity=self.queue_capacity, mode=self.queue_mode)
+            self.noop_action = self._resolve_noop()
+            if self.render_mode == "rgb_array":
+                probe.reset(seed=self.seed)
+                frame = probe.render()
+                if frame is None:
+                    raise TypeError(f"env {self.env_id!r} rendered nothing with render_mode='rgb_array'")
+                self.render_slot = LatestSlot.create(np.asarray(frame))
             if self.is_virtual:
                 default = make_default(self.default_spec, noop_action=self.noop_action)
                 self.host = Host(
                     probe, self.slot, self.queue, tau_m=self.tau_m, default=default, seed=self.seed,
                     max_ticks=self.max_ticks, unthrottled=self.unthrottled, meta=self.meta(),
-                    recorder=self.recorder,
+                    recorder=self.recorder, render_slot=self.render_slot,
                 )  # fmt: skip
                 # priority 1: at equal times, agents' events come before the tick
                 self._vproc = self.clock.spawn(self.host.run(self.clock), name="host", priority=1)  # type: ignore[call-arg]
@@ -425,9 +544,26 @@ class Session:
             raise
         return self
 
+    def _resolve_noop(self) -> Any:
+        """β's no-op for this action space: the declared one (checked), else the space's own."""
+        if self.noop_action is not None:
+            try:
+                return self.queue.codec.validate(self.noop_action)
+            except ValueError:
+                if self._noop_declared:
+                    raise ValueError(
+                        f"env {self.env_id!r} declares noop_action={self.noop_action!r}, which is not in its "
+                        f"action space {self.action_space}"
+                    ) from None
+        try:
+            return space_noop(self.action_space)
+        except TypeError:
+            if callable(self.default_spec):
+                return None
+            raise
+
     def _start_process(self) -> None:
-        if callable(self.default_spec) and not isinstance(self.default_spec, str):
-            pass  # must be picklable; the spawn below says so clearly if not
+        self.mechanism = host_mechanism(self.host_mode)
         ctx = mp.get_context("spawn")
         parent_conn, child_conn = ctx.Pipe(duplex=False)
         cfg = {
@@ -442,8 +578,24 @@ class Session:
             "spin": self.spin,
             "recorder": self.recorder,
             "host_sched": self.host_sched,
+            "render_slot": self.render_slot,
+            "thread": self.mechanism == "thread",
         }
+        cfg["meta"]["host_mechanism"] = self.mechanism
         self._conn = parent_conn
+        if self.mechanism == "thread":
+            # no pickling, no re-import: the host shares this interpreter (and its GIL)
+            self._child_conn = child_conn
+            thread = threading.Thread(
+                target=_host_main,
+                args=(child_conn, self.env_source, self.env_kwargs, self.slot, self.queue, cfg),
+                name=f"nonstop-host-{self.env_id}",
+                daemon=True,
+            )
+            thread.start()
+            self._process = thread
+            self._await_ready(parent_conn)
+            return
         process = ctx.Process(
             target=_host_main,
             args=(child_conn, self.env_source, self.env_kwargs, self.slot, self.queue, cfg),
@@ -455,9 +607,18 @@ class Session:
         finally:
             child_conn.close()
         self._process = process  # only a started process is ever joined by _cleanup
+        self._await_ready(parent_conn)
+
+    def _await_ready(self, parent_conn: Any) -> None:
         if not parent_conn.poll(self.start_timeout):
             raise TimeoutError(f"host process for {self.env_id!r} did not start within {self.start_timeout}s")
-        kind, payload = parent_conn.recv()
+        try:
+            kind, payload = parent_conn.recv()
+        except EOFError:
+            raise HostError(
+                f"host process for {self.env_id!r} died while starting (its stderr says why)",
+                tick_log=None, env_traceback="(no traceback: the process ended before the host began)",
+            ) from None
         if kind != "ready":
             self._collect(kind, payload)
         self._origin = payload
@@ -571,6 +732,13 @@ class Session:
         return self._log
 
     def _cleanup(self) -> None:
+        if isinstance(self._process, threading.Thread):
+            if self.slot is not None:
+                self.slot.request_stop()
+            self._process.join(timeout=5)  # stop was requested; a thread ends its own tick loop
+            self._process = None
+            self._child_conn.close()
+            self._child_conn = None
         if self._process is not None:
             self._process.join(timeout=5)
             if self._process.is_alive():
@@ -588,7 +756,7 @@ class Session:
                 self.host.env.close()
             except Exception:
                 pass
-        for channel in (self.slot, self.queue):
+        for channel in (self.slot, self.queue, self.render_slot):
             if channel is not None:
                 channel.unlink()
 
