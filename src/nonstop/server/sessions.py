@@ -686,6 +686,7 @@ class ServerSession:
                 if recorder is not None and self.manager.replay_dir is not None:
                     replay = Replay.from_session(recorder, tick_log, self.replay_header())
                     self.replay_path = replay.save(self.manager.replay_dir / f"{self.sid}.npz")
+                    self.manager.prune_replays()
         except Exception:  # noqa: BLE001 - cleanup below must still run
             log.error("session %s: finalize failed\n%s", self.sid, traceback.format_exc())
         finally:
@@ -809,6 +810,9 @@ class SessionManager:
     idle_timeout: a running session whose client sent nothing for this long is ended (this is how
         a vanished client's session ends when no disconnect ever arrives).
     replay_dir: where replays go; ``None`` disables recording.
+    replay_keep, replay_max_mb: the replay directory's retention: after each replay is written (and
+        once at start), the oldest ``*.npz`` files are deleted until at most ``replay_keep`` files and
+        ``replay_max_mb`` MB remain (0: no limit). The newest replay is always kept.
     """
 
     def __init__(
@@ -829,6 +833,8 @@ class SessionManager:
         reap_interval: float = 0.25,
         keep_closed: int = 256,
         warm_envs: int = 0,
+        replay_keep: int = 1000,
+        replay_max_mb: float = 0.0,
     ) -> None:
         if not envs or not all(isinstance(e, str) and e for e in envs):
             raise ValueError(f"envs must be a non-empty list of env ids, got {envs!r}")
@@ -842,6 +848,14 @@ class SessionManager:
             raise ValueError(f"tick_procs must be a non-negative integer, got {tick_procs!r}")
         if tick_sched not in HOST_SCHED:
             raise ValueError(f"tick_sched must be one of {HOST_SCHED}, got {tick_sched!r}")
+        if not isinstance(replay_keep, int) or isinstance(replay_keep, bool) or replay_keep < 0:
+            raise ValueError(f"replay_keep must be a non-negative integer (0: no limit), got {replay_keep!r}")
+        if isinstance(replay_max_mb, bool) or not isinstance(replay_max_mb, (int, float)) or not replay_max_mb >= 0:
+            raise ValueError(f"replay_max_mb must be a non-negative number (0: no limit), got {replay_max_mb!r}")
+        self.replay_keep = replay_keep
+        self.replay_max_bytes = int(replay_max_mb * 1e6)
+        self._prune_lock = threading.Lock()
+        self.replays_pruned = 0
         self.specs = {env_id: EnvSpec.probe(env_id) for env_id in dict.fromkeys(envs)}  # loaded once, shared
         self.default_env = envs[0]
         self.max_sessions = max_sessions
@@ -850,6 +864,7 @@ class SessionManager:
         if self.replay_dir is not None:
             self.replay_dir.mkdir(parents=True, exist_ok=True)
         self.record = bool(record) and self.replay_dir is not None
+        self.prune_replays()
         self.encoding = encoding
         self.max_waiters = max_waiters
         self.clock = WallClock(spin=0.0)
@@ -1029,6 +1044,36 @@ class SessionManager:
         for path in sorted(self.replay_dir.glob("*.npz")):
             out.append({"name": path.name, "path": str(path), "bytes": path.stat().st_size})
         return out
+
+    def prune_replays(self) -> int:
+        """Apply the retention policy to the replay directory, oldest first; returns files deleted."""
+        if self.replay_dir is None or not (self.replay_keep or self.replay_max_bytes):
+            return 0
+        with self._prune_lock:
+            found = []
+            for path in self.replay_dir.glob("*.npz"):
+                try:
+                    st = path.stat()
+                except OSError:  # deleted meanwhile
+                    continue
+                found.append((st.st_mtime_ns, path.name, st.st_size, path))
+            found.sort()
+            total = sum(f[2] for f in found)
+            deleted = 0
+            for _, _, size, path in found[:-1]:  # the newest always stays
+                if not ((self.replay_keep and len(found) - deleted > self.replay_keep)
+                        or (self.replay_max_bytes and total > self.replay_max_bytes)):  # fmt: skip
+                    break
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    pass
+                deleted += 1
+                total -= size
+            self.replays_pruned += deleted
+        if deleted:
+            log.info("replay retention: deleted the %d oldest replays in %s", deleted, self.replay_dir)
+        return deleted
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """End every session (replays flushed), then stop the reaper, pool and queues."""

@@ -1,0 +1,221 @@
+"""A self-healing server (issue 14): what survives a killed or stopped tick worker, idle and excess
+connections, a reset storm, a crowd of clients starting at once, and where the token may leak.
+
+Wall-clock tests with a tiny 60 Hz world; bounds are generous (the machine is shared) and every
+assertion is about what happened (codes, counts, files, processes), not about speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+from nonstop.server.app import RedactToken, ServerThread, resolve_token  # noqa: E402
+from nonstop.server.client import AsyncClient, Client, ServerError, http_get  # noqa: E402
+
+pytestmark = pytest.mark.wall
+WORLD = "theory/inaction"  # 60 Hz, Discrete(3)
+
+
+def _wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# ----------------------------------------------------------------------------- secrets
+
+
+def test_token_from_file_env_or_command_line(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "token"
+    path.write_text("file-token-123\n")
+    assert resolve_token(None, path, environ={}) == "file-token-123"
+    assert resolve_token(None, None, environ={"NONSTOP_TOKEN": "env-token-123"}) == "env-token-123"
+    assert resolve_token("cli-token-123", None, environ={"NONSTOP_TOKEN": "env-token-123"}) == "cli-token-123"
+    assert resolve_token(None, None, environ={}) is None
+    with pytest.raises(ValueError, match="not both"):
+        resolve_token("cli-token-123", path)
+    with pytest.raises(ValueError, match="cannot read the token file"):
+        resolve_token(None, tmp_path / "missing")
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(ValueError, match="is empty"):
+        resolve_token(None, tmp_path / "empty")
+    # the command line: a missing token file is one clear line, exit code 2
+    from nonstop.cli import main
+
+    assert main(["serve", "--env", WORLD, "--token-file", str(tmp_path / "missing")]) == 2
+
+
+def test_access_log_never_holds_the_token(no_shm_leak) -> None:
+    """A WebSocket client passing ``?token=`` (and one passing a wrong one): uvicorn's access log
+    names the path, with the token redacted."""
+    from websockets.sync.client import connect
+
+    secret = "very-secret-token-4711"
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    handler = Collect()
+    access = logging.getLogger("uvicorn.access")
+    with ServerThread(envs=[WORLD], token=secret, log_level="info") as srv:
+        for name in RedactToken.LOGGERS:
+            logging.getLogger(name).addHandler(handler)
+        try:
+            with connect(f"{srv.url}/ws?token={secret}") as ws:
+                ws.send('{"type": "state"}')
+                assert "NO_SESSION" in ws.recv(timeout=10)
+            with pytest.raises(Exception):  # a wrong token: refused, and its attempt logged too
+                with connect(f"{srv.url}/ws?token=wrong-{secret}") as ws:
+                    ws.recv(timeout=10)
+            http_get(srv.url, "/health?token=" + secret, token=secret)
+            _wait_for(lambda: sum("token=***" in line for line in lines) >= 2, what="the access log lines")
+        finally:
+            for name in RedactToken.LOGGERS:
+                logging.getLogger(name).removeHandler(handler)
+    assert access.level <= logging.INFO
+    assert not [line for line in lines if secret in line], lines
+    assert any("/ws?token=***" in line for line in lines), lines
+
+
+# ----------------------------------------------------------------------------- replay retention
+
+
+def test_replay_retention_survives_a_reset_storm(tmp_path, no_shm_leak) -> None:
+    """Every seeded reset ends a session and writes its replay; the directory keeps the newest
+    ``replay_keep`` of them (and at start prunes what an earlier run left)."""
+    old = tmp_path / "000-old.npz"
+    for i in range(5):
+        (tmp_path / f"older-{i}.npz").write_bytes(b"x" * 10)
+    old.write_bytes(b"x" * 10)
+    os.utime(old, ns=(1, 1))  # the oldest of all
+    with ServerThread(envs=[WORLD], replay_dir=tmp_path, replay_keep=4) as srv:
+        assert not old.exists() and len(list(tmp_path.glob("*.npz"))) == 4  # pruned at start
+        with Client(srv.url) as client:
+            for seed in range(12):
+                client.reset(seed=seed)
+                client.step(1)
+            last_sid = client.last.info["session_id"]
+        _wait_for(lambda: srv.manager.get(last_sid) is None, what="the last session to finalize")
+        replays = sorted(p.name for p in tmp_path.glob("*.npz"))
+        assert len(replays) == 4, replays
+        assert f"{last_sid}.npz" in replays  # the newest is kept
+        assert srv.manager.replays_pruned >= 12 + 2 - 4
+        assert not any(name.startswith("older-") for name in replays)
+
+
+def test_replay_retention_by_size(tmp_path, no_shm_leak) -> None:
+    for i in range(6):
+        path = tmp_path / f"r{i}.npz"
+        path.write_bytes(b"x" * 400_000)
+        os.utime(path, ns=(i * 10**9, i * 10**9))
+    with ServerThread(envs=[WORLD], replay_dir=tmp_path, replay_keep=0, replay_max_mb=1.0):
+        assert sorted(p.name for p in tmp_path.glob("*.npz")) == ["r4.npz", "r5.npz"]  # 0.8 MB <= 1 MB
+    with pytest.raises(ValueError, match="replay_keep"):
+        ServerThread(envs=[WORLD], replay_dir=tmp_path, replay_keep=-1)
+    with pytest.raises(ValueError, match="replay_max_mb"):
+        ServerThread(envs=[WORLD], replay_dir=tmp_path, replay_max_mb=-2)
+
+
+# ----------------------------------------------------------------------------- connections
+
+
+def test_idle_connections_close_and_connections_are_capped(no_shm_leak) -> None:
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    with ServerThread(envs=[WORLD], connect_timeout=1.0, max_connections=3) as srv, contextlib.ExitStack() as stack:
+        idle = [stack.enter_context(connect(f"{srv.url}/ws")) for _ in range(3)]
+        refused = Client(srv.url, retry_deadline=0)
+        stack.callback(refused.close)
+        with pytest.raises(ServerError) as err:  # one more than the cap: refused before the handshake
+            refused.reset()
+        assert err.value.code == "CAPACITY_REACHED"
+        t0 = time.monotonic()
+        for ws in idle:  # none starts a session: each is closed by the server
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=30)
+            assert closed.value.rcvd.code == 1008 and "no session started" in closed.value.rcvd.reason
+        assert time.monotonic() - t0 < 25
+        _wait_for(lambda: srv.app.state.connections == 0, what="the connection count to drop")
+        with Client(srv.url) as client:  # room again; a connection with a session outlives the timeout
+            client.reset(seed=1)
+            time.sleep(1.5)
+            assert client.step(1).tick >= 1
+    with pytest.raises(ValueError, match="max_connections"):
+        ServerThread(envs=[WORLD], max_connections=0)
+    with pytest.raises(ValueError, match="connect_timeout"):
+        ServerThread(envs=[WORLD], connect_timeout=0)
+
+
+# ----------------------------------------------------------------------------- client retries
+
+
+def test_crowd_of_clients_all_get_sessions_through_backpressure(no_shm_leak) -> None:
+    """16 clients start at once against an admission queue of 2: the server refuses many with
+    BACKPRESSURE, the clients back off with jitter and every one gets its session. Without retries
+    the same crowd sees refusals."""
+    n = 16
+
+    async def crowd(url: str, retry_deadline: float) -> list:
+        clients = [AsyncClient(url, retry_deadline=retry_deadline, timeout=30) for _ in range(n)]
+
+        async def one(client: AsyncClient):
+            try:
+                return await client.reset(seed=7)
+            except ServerError as exc:
+                return exc
+            finally:
+                await client.close()
+
+        results = await asyncio.gather(*(one(c) for c in clients))
+        return [(r, c.retries) for r, c in zip(results, clients)]
+
+    with ServerThread(envs=[WORLD], max_pending_work=2, work_workers=1, max_sessions=64) as srv:
+        results = asyncio.run(crowd(srv.url, retry_deadline=20.0))
+        errors = [r for r, _ in results if isinstance(r, Exception)]
+        assert not errors, errors
+        assert all(r.tick == 0 for r, _ in results)
+        assert srv.manager.work.refused > 0 and sum(k for _, k in results) >= srv.manager.work.refused
+        refused_before = srv.manager.work.refused
+        results = asyncio.run(crowd(srv.url, retry_deadline=0))
+        codes = {r.code for r, _ in results if isinstance(r, ServerError)}
+        assert codes == {"BACKPRESSURE"} and srv.manager.work.refused > refused_before
+
+
+def test_client_retries_capacity_until_a_session_frees(no_shm_leak) -> None:
+    with ServerThread(envs=[WORLD], max_sessions=1) as srv:
+        first = Client(srv.url)
+        first.reset()
+        hasty = Client(srv.url, retry_deadline=0.3)
+        with pytest.raises(ServerError) as err:
+            hasty.reset()
+        hasty.close()
+        assert err.value.code == "CAPACITY_REACHED" and hasty.retries >= 1
+        later = Client(srv.url, retry_deadline=30.0)
+        try:
+            import threading
+
+            threading.Timer(1.0, first.close).start()
+            assert later.reset().tick == 0
+            assert later.retries >= 1
+        finally:
+            later.close()
