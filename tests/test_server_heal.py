@@ -24,6 +24,7 @@ pytest.importorskip("uvicorn")
 
 from nonstop.server.app import RedactToken, ServerThread, resolve_token  # noqa: E402
 from nonstop.server.client import AsyncClient, Client, ServerError, http_get  # noqa: E402
+from nonstop.server.replay import Replay, verify  # noqa: E402
 
 pytestmark = pytest.mark.wall
 WORLD = "theory/inaction"  # 60 Hz, Discrete(3)
@@ -193,7 +194,7 @@ def test_crowd_of_clients_all_get_sessions_through_backpressure(no_shm_leak) -> 
         results = asyncio.run(crowd(srv.url, retry_deadline=20.0))
         errors = [r for r, _ in results if isinstance(r, Exception)]
         assert not errors, errors
-        assert all(r.tick == 0 for r, _ in results)
+        assert len({r.info["session_id"] for r, _ in results}) == n  # n sessions, one each
         assert srv.manager.work.refused > 0 and sum(k for _, k in results) >= srv.manager.work.refused
         refused_before = srv.manager.work.refused
         results = asyncio.run(crowd(srv.url, retry_deadline=0))
@@ -219,3 +220,119 @@ def test_client_retries_capacity_until_a_session_frees(no_shm_leak) -> None:
             assert later.retries >= 1
         finally:
             later.close()
+
+
+# ----------------------------------------------------------------------------- a stopped tick worker
+
+
+def http_get_any(url: str, path: str) -> dict:
+    """GET as JSON whatever the status (``/health`` answers 503 with its report)."""
+    import httpx
+
+    return httpx.get(url.replace("ws://", "http://") + path, timeout=10).json()
+
+
+def _timed(fn, *args, **kwargs) -> tuple[float, object]:
+    t0 = time.monotonic()
+    try:
+        out = fn(*args, **kwargs)
+    except ServerError as exc:
+        out = exc
+    return time.monotonic() - t0, out
+
+
+def test_request_loop_never_waits_on_a_lock_a_worker_holds(no_shm_leak) -> None:
+    """A worker stopped inside ``take()`` holds its session's action-queue lock. Here the test holds
+    that lock itself (the same state, exactly timed): the other session answers promptly, the
+    affected one gets a clear BACKPRESSURE within about a second, and recovers once it is free."""
+    with ServerThread(envs=[WORLD], tick_procs=2, idle_timeout=60.0) as srv:
+        with Client(srv.url, retry_deadline=0) as held, Client(srv.url, retry_deadline=0) as other:
+            held.reset(seed=1)
+            other.reset(seed=2)
+            session = srv.manager.get(held.last.info["session_id"])
+            assert session.proc is not srv.manager.get(other.last.info["session_id"]).proc
+            lock = session.queue._lock
+            assert lock.acquire(timeout=5)
+            try:
+                elapsed, out = _timed(held.act, 1)
+                assert isinstance(out, ServerError) and out.code == "BACKPRESSURE", out
+                assert "action queue" in out.message and elapsed < 10
+                for _ in range(10):  # the other session is not slowed by the held lock
+                    elapsed, out = _timed(other.step, 1)
+                    assert not isinstance(out, Exception) and elapsed < 2.0, (elapsed, out)
+                assert held.observe().tick >= 0  # reads take no lock
+            finally:
+                lock.release()
+            assert held.act(2)["seq"] >= 0
+
+
+def test_a_stopped_tick_worker_freezes_only_its_own_sessions(no_shm_leak) -> None:
+    """SIGSTOP one tick worker: the sessions on the other worker keep answering promptly; the
+    stopped one's requests answer too (an observation or a clear error), never hang; a new session
+    goes to the worker that answers; /health says unhealthy, then healthy again after SIGCONT."""
+    with ServerThread(envs=[WORLD], tick_procs=2, idle_timeout=60.0) as srv:
+        with Client(srv.url, retry_deadline=0) as frozen, Client(srv.url, retry_deadline=0) as other:
+            frozen.reset(seed=1)
+            other.reset(seed=2)
+            session = srv.manager.get(frozen.last.info["session_id"])
+            pid = session.proc.process.pid
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                worst = 0.0
+                for i in range(20):
+                    elapsed, out = _timed(other.step, 1)
+                    assert not isinstance(out, Exception), out
+                    worst = max(worst, elapsed)
+                    elapsed, out = _timed(frozen.act, 1)
+                    assert elapsed < 5.0 and (isinstance(out, dict) or out.code == "BACKPRESSURE"), (elapsed, out)
+                    elapsed, out = _timed(frozen.observe)
+                    assert elapsed < 5.0 and (not isinstance(out, Exception) or out.code == "BACKPRESSURE")
+                assert worst < 2.0, worst
+                _wait_for(lambda: not http_get_any(srv.url, "/health")["tick_procs_alive"], what="/health to see it")
+                with Client(srv.url, retry_deadline=0) as fresh:  # admitted on the worker that answers
+                    assert fresh.reset(seed=3).tick == 0
+                    assert srv.manager.get(fresh.last.info["session_id"]).proc.process.pid != pid
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            _wait_for(lambda: srv.manager.health()["status"] == "healthy", what="/health to recover")
+            assert frozen.step(1).tick > 0
+
+
+# ----------------------------------------------------------------------------- a killed tick worker
+
+
+def test_a_killed_tick_worker_is_replaced_and_its_replays_kept(tmp_path, no_shm_leak) -> None:
+    """SIGKILL the tick worker under a session: a new worker takes its place, /health is 200 again,
+    the affected client gets a clear SESSION_ENDED naming the cause, a new session works, and the
+    dead session's replay is written from what the worker streamed: its ticks re-simulate exactly."""
+    with ServerThread(envs=[WORLD], replay_dir=tmp_path, tick_procs=2, idle_timeout=60.0) as srv:
+        with Client(srv.url, retry_deadline=0) as victim, Client(srv.url, retry_deadline=0) as bystander:
+            victim.reset(seed=5)
+            bystander.reset(seed=6)
+            for i in range(30):
+                victim.step(i % 3)
+            sid = victim.last.info["session_id"]
+            dead = srv.manager.get(sid).proc
+            time.sleep(0.6)  # a few record notes reach the server
+            ticks_before = victim.observe().tick
+            os.kill(dead.process.pid, signal.SIGKILL)
+            _wait_for(lambda: dead not in srv.manager.procs.procs, what="a replacement worker")
+            with pytest.raises(ServerError) as err:
+                victim.step(1)
+            assert err.value.code == "SESSION_ENDED" and "tick worker died (killed by signal 9)" in err.value.message
+            assert dead.process.exitcode == -signal.SIGKILL  # reaped
+            _wait_for(lambda: http_get(srv.url, "/health")["status"] == "healthy", 60, "/health to be 200 again")
+            info = _wait_for(lambda: (s := next(x for x in http_get(srv.url, "/sessions") if x["session_id"] == sid))
+                             ["lifecycle"] == "closed" and s, what="the dead session to close")  # fmt: skip
+            assert info["summary"]["complete"] is False and info["summary"]["ticks"] >= ticks_before - 15
+            replay = Replay.load(info["replay"])
+            assert replay.header["complete"] is False and replay.ticks >= 30
+            result = verify(replay)
+            assert result.ok and result.checked == replay.ticks + len(replay.reset_steps)
+            assert bystander.step(1).tick > 0  # the other worker's session never noticed
+            victim.reset(seed=7)  # the same client starts again, on a live worker
+            assert victim.step(1).tick >= 1
+            assert srv.manager.get(victim.last.info["session_id"]).proc.process.is_alive()
+            with Client(srv.url) as newcomer:
+                assert newcomer.reset(seed=8).tick == 0
+    assert all(p.process.exitcode is not None for p in srv.manager.procs.procs)

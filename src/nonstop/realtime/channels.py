@@ -280,18 +280,21 @@ class LatestSlot(SharedSegment):
         """Sequence number of the newest complete publish (even), cheap to poll."""
         return self._hdr[_SEQ] & ~1
 
-    def read(self, out: np.ndarray | None = None) -> Observation:
-        """Copy the newest observation. Never torn; never blocks the writer."""
-        return self._read(self._obs, _META_OFF, out)
+    def read(self, out: np.ndarray | None = None, *, timeout: float | None = None) -> Observation:
+        """Copy the newest observation. Never torn; never blocks the writer. A reader that must not
+        wait on a writer stopped mid-write (a server's request loop) passes ``timeout`` (seconds):
+        past it, `TimeoutError` instead of more retries."""
+        return self._read(self._obs, _META_OFF, out, timeout)
 
     def read_final(self, out: np.ndarray | None = None) -> Observation:
         """Copy the final observation: the last one published with ``final=True`` (the host
         publishes the observation that ends an episode so), tick -1 if none yet. Never torn."""
         return self._read(self._final_obs, _FINAL_META_OFF, out)
 
-    def _read(self, src: np.ndarray, meta_off: int, out: np.ndarray | None) -> Observation:
+    def _read(self, src: np.ndarray, meta_off: int, out: np.ndarray | None, timeout: float | None = None) -> Observation:
         hdr, buf, unpack = self._hdr, self._buf, _META.unpack_from
         spins = 0
+        give_up = None if timeout is None else time.perf_counter() + timeout
         while True:
             s1 = hdr[_SEQ]
             if not s1 & 1:
@@ -305,6 +308,8 @@ class LatestSlot(SharedSegment):
                     return _new_tuple(Observation, (obs, *meta, s1))
             spins += 1
             if spins > 64:
+                if give_up is not None and time.perf_counter() > give_up:
+                    raise TimeoutError(f"no consistent observation within {timeout:g}s: its writer stopped mid-write")
                 time.sleep(0)
 
     # ---- control words (session <-> host)
@@ -504,15 +509,23 @@ class ActionQueue(SharedSegment):
         worker: int = 0,
         tau_theta: float = 0.0,
         submit_time: float = 0.0,
+        lock_timeout: float | None = None,
     ) -> int:
         """Enqueue an action; returns its sequence number. Never blocks (beyond a
-        microsecond lock). Raises ValueError for an action outside the space."""
+        microsecond lock). Raises ValueError for an action outside the space.
+
+        ``lock_timeout`` (seconds; 0: one non-blocking try) bounds the wait for the lock, for a
+        submitter that must not wait on a taker stopped while holding it (a server's request
+        loop): past it, `TimeoutError` and nothing is enqueued."""
         codec = self.codec
         try:
             action = codec.validate(action)
         except ValueError:
-            with self._lock:
-                self._hdr[_REJECTED] += 1
+            if self._acquire(lock_timeout):
+                try:
+                    self._hdr[_REJECTED] += 1
+                finally:
+                    self._lock.release()
             raise
         try:  # packed before the lock: a bad argument must not leave half an entry in the ring
             entry = self._entry.pack(obs_tick, episode, worker, tau_theta, submit_time, 0, *codec.words(action))
@@ -521,7 +534,9 @@ class ActionQueue(SharedSegment):
                 f"submit needs integer obs_tick, episode and worker and real tau_theta and submit_time, got "
                 f"{obs_tick!r}, {episode!r}, {worker!r}, {tau_theta!r}, {submit_time!r} ({exc})"
             ) from None
-        with self._lock:
+        if not self._acquire(lock_timeout):
+            raise TimeoutError(f"the action queue's lock was held for more than {lock_timeout:g}s (its taker stopped?)")
+        try:
             hdr = self._hdr
             w = hdr[_W_SEQ]
             if w - hdr[_R_SEQ] >= self.capacity:
@@ -532,7 +547,14 @@ class ActionQueue(SharedSegment):
             _SEQ_WORD.pack_into(self._buf, off + 40, w)
             hdr[_W_SEQ] = w + 1
             hdr[_SUBMITTED] += 1
+        finally:
+            self._lock.release()
         return w
+
+    def _acquire(self, timeout: float | None) -> bool:
+        if timeout is None:
+            return self._lock.acquire()
+        return self._lock.acquire(False) if timeout <= 0 else self._lock.acquire(True, timeout)
 
     # ---- the host
     def pending(self) -> int:

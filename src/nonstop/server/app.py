@@ -142,7 +142,7 @@ class Connection:
         session = self.running()
         if isinstance(msg, (StepMessage, ActMessage)):
             obs_tick = msg.data.obs_tick if msg.data.obs_tick is not None else max(self.view.tick, 0)
-            seq, tick = session.submit(msg.data.action, obs_tick, self.view.episode)
+            seq, tick = await session.submit_async(msg.data.action, obs_tick, self.view.episode)
             if isinstance(msg, ActMessage):
                 return AckReply(data={"seq": seq, "tick": tick, "obs_tick": obs_tick})
             return await self.observe_at(tick + 1, None)  # the tick that applies it
