@@ -170,34 +170,45 @@ def test_idle_connections_close_and_connections_are_capped(no_shm_leak) -> None:
 # ----------------------------------------------------------------------------- client retries
 
 
+async def _crowd(url: str, n: int, retry_deadline: float) -> list:
+    """``n`` clients reset at once; each one's reply (or refusal) and its retry count."""
+    clients = [AsyncClient(url, retry_deadline=retry_deadline, timeout=60) for _ in range(n)]
+
+    async def one(client: AsyncClient):
+        try:
+            return await client.reset(seed=7)
+        except ServerError as exc:
+            return exc
+        finally:
+            await client.close()
+
+    results = await asyncio.gather(*(one(c) for c in clients))
+    return [(r, c.retries) for r, c in zip(results, clients)]
+
+
+def test_32_clients_at_once_all_get_sessions(no_shm_leak) -> None:
+    """The issue's case, with `nonstop serve`'s defaults (2 tick workers, an admission queue of 16)
+    and the client's default retry deadline."""
+    with ServerThread(envs=[WORLD], tick_procs=2) as srv:
+        results = asyncio.run(_crowd(srv.url, 32, retry_deadline=5.0))
+        assert not [r for r, _ in results if isinstance(r, Exception)]
+        assert len({r.info["session_id"] for r, _ in results}) == 32
+        assert sum(k for _, k in results) >= srv.manager.work.refused  # every refusal was retried
+
+
 def test_crowd_of_clients_all_get_sessions_through_backpressure(no_shm_leak) -> None:
     """16 clients start at once against an admission queue of 2: the server refuses many with
     BACKPRESSURE, the clients back off with jitter and every one gets its session. Without retries
     the same crowd sees refusals."""
     n = 16
-
-    async def crowd(url: str, retry_deadline: float) -> list:
-        clients = [AsyncClient(url, retry_deadline=retry_deadline, timeout=30) for _ in range(n)]
-
-        async def one(client: AsyncClient):
-            try:
-                return await client.reset(seed=7)
-            except ServerError as exc:
-                return exc
-            finally:
-                await client.close()
-
-        results = await asyncio.gather(*(one(c) for c in clients))
-        return [(r, c.retries) for r, c in zip(results, clients)]
-
     with ServerThread(envs=[WORLD], max_pending_work=2, work_workers=1, max_sessions=64) as srv:
-        results = asyncio.run(crowd(srv.url, retry_deadline=20.0))
+        results = asyncio.run(_crowd(srv.url, n, retry_deadline=20.0))
         errors = [r for r, _ in results if isinstance(r, Exception)]
         assert not errors, errors
         assert len({r.info["session_id"] for r, _ in results}) == n  # n sessions, one each
         assert srv.manager.work.refused > 0 and sum(k for _, k in results) >= srv.manager.work.refused
         refused_before = srv.manager.work.refused
-        results = asyncio.run(crowd(srv.url, retry_deadline=0))
+        results = asyncio.run(_crowd(srv.url, n, retry_deadline=0))
         codes = {r.code for r, _ in results if isinstance(r, ServerError)}
         assert codes == {"BACKPRESSURE"} and srv.manager.work.refused > refused_before
 

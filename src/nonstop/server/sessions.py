@@ -938,6 +938,8 @@ class SessionManager:
             self.procs = TickProcs(tick_procs, list(self.specs), warm=warm_envs, sched=tick_sched,
                                    on_note=self._on_note, on_exit=self._on_proc_exit,
                                    on_records=self._on_records)  # fmt: skip
+            if not self.procs.wait_ready():  # a crowd arriving at once must not wait on imports
+                log.warning("tick workers still silent after startup; sessions may start slowly")
             warm_envs = 0  # the workers keep the spares
         self.warm = WarmEnvs(warm_envs, list(self.specs), idle=lambda: self.live_count() == 0)
         self._reaper = threading.Thread(target=self._reap, args=(reap_interval,), name="nonstop-reaper", daemon=True)

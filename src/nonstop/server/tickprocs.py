@@ -525,6 +525,15 @@ class TickProcs:
             self.close()
             raise
 
+    def wait_ready(self, timeout: float = STARTUP_GRACE) -> bool:
+        """Block until every worker has spoken (spawned, imported, its command loop running)."""
+        end = time.monotonic() + timeout
+        while not all(p.heard or not p.alive for p in self.procs):
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.01)
+        return True
+
     def pick(self) -> TickProc:
         """The worker for a new session: the answering one with the fewest sessions."""
         with self._lock:
