@@ -156,7 +156,7 @@ def test_idle_connections_close_and_connections_are_capped(no_shm_leak) -> None:
                 ws.recv(timeout=30)
             assert closed.value.rcvd.code == 1008 and "no session started" in closed.value.rcvd.reason
         assert time.monotonic() - t0 < 25
-        _wait_for(lambda: srv.app.state.connections == 0, what="the connection count to drop")
+        _wait_for(lambda: http_get(srv.url, "/health")["connections"] == 0, what="the connection count to drop")
         with Client(srv.url) as client:  # room again; a connection with a session outlives the timeout
             client.reset(seed=1)
             time.sleep(1.5)
@@ -299,7 +299,7 @@ def test_a_stopped_tick_worker_freezes_only_its_own_sessions(no_shm_leak) -> Non
                     elapsed, out = _timed(frozen.observe)
                     assert elapsed < 5.0 and (not isinstance(out, Exception) or out.code == "BACKPRESSURE")
                 assert worst < 2.0, worst
-                _wait_for(lambda: not http_get_any(srv.url, "/health")["tick_procs_alive"], what="/health to see it")
+                _wait_for(lambda: http_get_any(srv.url, "/health")["tick_procs_silent"], what="/health to see it")
                 with Client(srv.url, retry_deadline=0) as fresh:  # admitted on the worker that answers
                     assert fresh.reset(seed=3).tick == 0
                     assert srv.manager.get(fresh.last.info["session_id"]).proc.process.pid != pid
@@ -332,7 +332,10 @@ def test_a_killed_tick_worker_is_replaced_and_its_replays_kept(tmp_path, no_shm_
                 victim.step(1)
             assert err.value.code == "SESSION_ENDED" and "tick worker died (killed by signal 9)" in err.value.message
             assert dead.process.exitcode == -signal.SIGKILL  # reaped
-            _wait_for(lambda: http_get(srv.url, "/health")["status"] == "healthy", 60, "/health to be 200 again")
+            health = _wait_for(lambda: (h := http_get_any(srv.url, "/health"))["status"] == "healthy" and h, 60,
+                               "/health to be 200 again")  # fmt: skip
+            assert health["tick_procs_replaced"] == 1 and health["tick_procs_silent"] == []
+            assert http_get(srv.url, "/health")["ticks_advancing"]  # raises unless 200
             info = _wait_for(lambda: (s := next(x for x in http_get(srv.url, "/sessions") if x["session_id"] == sid))
                              ["lifecycle"] == "closed" and s, what="the dead session to close")  # fmt: skip
             assert info["summary"]["complete"] is False and info["summary"]["ticks"] >= ticks_before - 15

@@ -404,6 +404,8 @@ def create_app(
     @app.get("/health")
     def health() -> JSONResponse:
         report = mgr().health()
+        report["connections"] = app.state.connections
+        report["max_connections"] = max_connections
         return JSONResponse(report, status_code=200 if report["ticks_advancing"] else 503)
 
     @app.get("/metadata")
