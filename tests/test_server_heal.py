@@ -97,6 +97,54 @@ def test_access_log_never_holds_the_token(no_shm_leak) -> None:
     assert any("/ws?token=***" in line for line in lines), lines
 
 
+@pytest.mark.parametrize("source", ["file", "env"])
+def test_nonstop_serve_takes_the_token_from_a_file_or_env_and_never_logs_it(tmp_path, source) -> None:
+    """The real command, with uvicorn's own logging set-up and access log on: a client that passes
+    the token in the query string is let in, and no line of the server's output holds the token."""
+    from websockets.sync.client import connect
+
+    from nonstop.server.app import free_port
+
+    secret = f"token-from-{source}-0815"
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
+    env.pop("NONSTOP_TOKEN", None)
+    args = [sys.executable, "-m", "nonstop.cli", "serve", "--env", WORLD, "--port", str(port), "--log-level", "info",
+            "--tick-procs", "0"]  # fmt: skip
+    if source == "file":
+        (tmp_path / "token").write_text(secret + "\n")
+        args += ["--token-file", str(tmp_path / "token")]
+    else:
+        env["NONSTOP_TOKEN"] = secret
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"ws://127.0.0.1:{port}"
+
+        def up():
+            try:
+                return http_get(url, "/health", token=secret, timeout=1)["status"] == "healthy"
+            except Exception:
+                return False
+
+        _wait_for(up, timeout=60, what="server up")
+        assert secret not in " ".join(open(f"/proc/{proc.pid}/cmdline").read().split("\0"))  # not in ps
+        with connect(f"{url}/ws?token={secret}") as ws:
+            ws.send('{"type": "reset", "data": {"seed": 1}}')
+            assert '"observation"' in ws.recv(timeout=30)
+        with pytest.raises(Exception):
+            with connect(f"{url}/ws") as ws:  # no token: refused
+                ws.recv(timeout=10)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0
+    assert "/ws?token=***" in out, out  # the access log names the socket...
+    assert secret not in out  # ...and never the token
+
+
 # ----------------------------------------------------------------------------- replay retention
 
 
