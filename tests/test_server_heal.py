@@ -398,3 +398,16 @@ def test_a_killed_tick_worker_is_replaced_and_its_replays_kept(tmp_path, no_shm_
             with Client(srv.url) as newcomer:
                 assert newcomer.reset(seed=8).tick == 0
     assert all(p.process.exitcode is not None for p in srv.manager.procs.procs)
+
+
+def test_doctests_of_the_new_parts() -> None:
+    import doctest
+
+    from nonstop.server import app, client, tickprocs
+
+    runner = doctest.DocTestRunner()
+    for module, obj in ((app, app.resolve_token), (app, app.RedactToken), (client, client.Backoff),
+                        (tickprocs, tickprocs.SessionRecord)):  # fmt: skip
+        for test in doctest.DocTestFinder(recurse=False).find(obj, globs=dict(vars(module))):
+            runner.run(test)
+    assert runner.failures == 0 and runner.tries >= 6

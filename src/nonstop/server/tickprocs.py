@@ -33,7 +33,6 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import logging
-import time
 import multiprocessing as mp
 import multiprocessing.synchronize
 import signal
@@ -55,6 +54,8 @@ log = logging.getLogger("nonstop.server")
 
 #: `/sessions` reports each running session's lateness over this many most recent ticks
 RECENT_TICKS: Final = 600
+#: the clock of the pool's bookkeeping (record notes, heartbeats): time is injected, never read directly
+_CLOCK: Final = WallClock(spin=0.0)
 #: "no tick awaited" in a board's next-wake word
 NO_WAKE: Final = 1 << 62
 #: seconds between a worker's record notes (and heartbeats): what a worker's death can lose
@@ -364,12 +365,12 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
 
     handlers = {"start": start, "stop": stop}
     sent_ready: dict[str, int] = {}
-    last_records = time.monotonic()
+    last_records = _CLOCK.now()
     try:
         while True:
-            if time.monotonic() - last_records >= RECORD_EVERY:
+            if _CLOCK.now() - last_records >= RECORD_EVERY:
                 send_records()
-                last_records = time.monotonic()
+                last_records = _CLOCK.now()
             if not conn.poll(RECORD_EVERY):
                 ready = spares.ready()
                 if ready != sent_ready:
@@ -420,8 +421,9 @@ class TickProc:
         self.warm_ready: dict[str, int] = {e: 0 for e in env_ids}
         self.sched = "starting"  # the tick thread's scheduling policy in force, once it reports it
         self._on_note, self._on_exit, self._on_records = on_note, on_exit, on_records
-        self.last_heard = self.started = time.monotonic()
+        self.last_heard = self.started = _CLOCK.now()
         self.heard = False
+        self.first_word = threading.Event()  # set by the first message: spawned, imported, listening
         self._lock = threading.Lock()
         self._ids = itertools.count()
         self._pending: dict[int, concurrent.futures.Future] = {}
@@ -443,7 +445,8 @@ class TickProc:
         try:
             while True:
                 message = self._conn.recv()
-                self.last_heard, self.heard = time.monotonic(), True
+                self.last_heard, self.heard = _CLOCK.now(), True
+                self.first_word.set()
                 kind = message[0]
                 if kind == "records":
                     self._on_records(message[1])
@@ -468,6 +471,7 @@ class TickProc:
             with self._lock:
                 self.alive = False
                 pending, self._pending = list(self._pending.values()), {}
+            self.first_word.set()  # nobody waits for a dead worker's first word
             for fut in pending:
                 fut.set_exception(RuntimeError(f"tick worker {self.index} exited"))
             self._on_exit(self)
@@ -476,7 +480,7 @@ class TickProc:
     def responsive(self) -> bool:
         """Alive and heard from within `SILENT_AFTER` (a stopped or hung worker is not), or still
         within its `STARTUP_GRACE` and not heard from yet."""
-        now = time.monotonic()
+        now = _CLOCK.now()
         if not self.heard:
             return self.alive and now - self.started < STARTUP_GRACE
         return self.alive and now - self.last_heard < SILENT_AFTER
@@ -527,11 +531,10 @@ class TickProcs:
 
     def wait_ready(self, timeout: float = STARTUP_GRACE) -> bool:
         """Block until every worker has spoken (spawned, imported, its command loop running)."""
-        end = time.monotonic() + timeout
-        while not all(p.heard or not p.alive for p in self.procs):
-            if time.monotonic() > end:
+        end = _CLOCK.now() + timeout
+        for proc in list(self.procs):
+            if not proc.first_word.wait(max(0.0, end - _CLOCK.now())):
                 return False
-            time.sleep(0.01)
         return True
 
     def pick(self) -> TickProc:
