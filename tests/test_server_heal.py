@@ -411,3 +411,22 @@ def test_doctests_of_the_new_parts() -> None:
         for test in doctest.DocTestFinder(recurse=False).find(obj, globs=dict(vars(module))):
             runner.run(test)
     assert runner.failures == 0 and runner.tries >= 6
+
+
+def test_a_crash_loop_is_not_respawned_forever(no_shm_leak) -> None:
+    """Past `MAX_REPLACEMENTS` replacements within a minute, a dead worker stays dead and /health
+    stays unhealthy, instead of the server spawning workers in a loop."""
+    from nonstop.server import tickprocs
+
+    with ServerThread(envs=[WORLD], tick_procs=1) as srv:
+        pool = srv.manager.procs
+        pool._replaced_at = [tickprocs._CLOCK.now()] * tickprocs.MAX_REPLACEMENTS  # a crash loop so far
+        dead = pool.procs[0]
+        os.kill(dead.process.pid, signal.SIGKILL)
+        _wait_for(lambda: not dead.alive, what="the worker's death to be seen")
+        time.sleep(1.0)
+        assert pool.procs == [dead] and pool.replaced == 0
+        assert http_get_any(srv.url, "/health")["status"] == "unhealthy"
+        with Client(srv.url, retry_deadline=0) as client, pytest.raises(ServerError) as err:
+            client.reset()
+        assert "every tick worker has exited" in err.value.message

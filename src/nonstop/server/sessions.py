@@ -83,6 +83,8 @@ TRANSITIONS: Final = {
 LIVE: Final = frozenset({Lifecycle.CREATED, Lifecycle.STARTING, Lifecycle.RUNNING})
 #: how long the event loop may retry reading an observation its tick worker is writing (s)
 READ_PATIENCE: Final = 0.02
+#: how long finalization waits for a tick worker to stop a host and send the rest of its record (s)
+STOP_PATIENCE: Final = 30.0
 #: how long a submit retries, yielding to the event loop, while a tick worker holds the action queue (s)
 SUBMIT_PATIENCE: Final = 1.0
 
@@ -750,8 +752,10 @@ class ServerSession:
         tail = None
         if self.proc.alive:
             try:
-                tail = self.proc.call("stop", self.sid)
-            except RuntimeError:  # the worker died meanwhile: what it streamed is what there is
+                tail = self.proc.call("stop", self.sid, timeout=STOP_PATIENCE)
+            except (RuntimeError, TimeoutError) as exc:  # died meanwhile, or stopped: keep what it streamed
+                log.warning("session %s: its tick worker did not stop it (%s); keeping what it recorded", self.sid,
+                            str(exc) or f"no reply within {STOP_PATIENCE:g}s")  # fmt: skip
                 tail = None
         record = self.record
         if tail is not None:

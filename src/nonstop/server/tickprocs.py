@@ -63,6 +63,8 @@ RECORD_EVERY: Final = 0.2
 #: a worker not heard from for this long gets no new session, and /health reports it (an env build
 #: can hold a worker's GIL ~0.4 s, so well above that)
 SILENT_AFTER: Final = 3.0
+#: tick workers replaced within one minute at most (more is a crash loop, not bad luck)
+MAX_REPLACEMENTS: Final = 5
 #: a worker starting up (spawn, imports, its first envs) has this long before its silence counts
 STARTUP_GRACE: Final = 60.0
 _TICK, _WAKE, _ORIGIN, _RING = 0, 1, 2, 3
@@ -522,6 +524,7 @@ class TickProcs:
         self._lock = threading.Lock()
         self._closing = False
         self.replaced = 0
+        self._replaced_at: list[float] = []  # recent replacements: a worker that dies at start is not respawned forever
         try:
             for i in range(n):
                 self.procs.append(TickProc(i, env_ids, share[i], sched, on_note, on_exit, on_records))
@@ -549,10 +552,18 @@ class TickProcs:
 
     def replace(self, dead: TickProc) -> TickProc | None:
         """Start a worker in place of ``dead`` (same index and share of warm envs) and reap the dead
-        one; None when the pool is closing or ``dead`` was already replaced."""
+        one; None when the pool is closing, ``dead`` was already replaced, or `MAX_REPLACEMENTS`
+        workers were replaced within the last minute (a crash loop: /health stays unhealthy)."""
         with self._lock:
             if self._closing or dead not in self.procs:
                 return None
+            now = _CLOCK.now()
+            self._replaced_at = [t for t in self._replaced_at if now - t < 60.0]
+            if len(self._replaced_at) >= MAX_REPLACEMENTS:
+                log.error("tick worker %d not replaced: %d workers died within a minute", dead.index,
+                          len(self._replaced_at))  # fmt: skip
+                return None
+            self._replaced_at.append(now)
             fresh = TickProc(*dead.args)
             self.procs[self.procs.index(dead)] = fresh
             self.replaced += 1
