@@ -291,7 +291,9 @@ class LatestSlot(SharedSegment):
         publishes the observation that ends an episode so), tick -1 if none yet. Never torn."""
         return self._read(self._final_obs, _FINAL_META_OFF, out)
 
-    def _read(self, src: np.ndarray, meta_off: int, out: np.ndarray | None, timeout: float | None = None) -> Observation:
+    def _read(
+        self, src: np.ndarray, meta_off: int, out: np.ndarray | None, timeout: float | None = None
+    ) -> Observation:
         hdr, buf, unpack = self._hdr, self._buf, _META.unpack_from
         spins = 0
         give_up = None if timeout is None else time.perf_counter() + timeout

@@ -363,7 +363,7 @@ def create_app(
     """
     if token is not None and (not isinstance(token, str) or len(token) < 8):
         raise ValueError("token must be a string of at least 8 characters")
-    if not (isinstance(connect_timeout, (int, float)) and not isinstance(connect_timeout, bool) and connect_timeout > 0):
+    if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float)) or not connect_timeout > 0:
         raise ValueError(f"connect_timeout must be a positive number of seconds, got {connect_timeout!r}")
     if not isinstance(max_connections, int) or isinstance(max_connections, bool) or max_connections < 1:
         raise ValueError(f"max_connections must be a positive integer, got {max_connections!r}")
@@ -525,7 +525,8 @@ def serve(
     # a JSON encode on the loop can hold a due tick back (the default 5 ms would blow a 2 ms budget).
     sys.setswitchinterval(switch_interval)
     app = create_app(None, token=token, connect_timeout=connect_timeout, max_connections=max_connections)
-    app.state.manager = SessionManager(list(envs or ["Boxing"]), **manager_kwargs)  # the app's own settings are checked before a process starts
+    # the app's own settings are checked (above) before the manager starts a process
+    app.state.manager = SessionManager(list(envs or ["Boxing"]), **manager_kwargs)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, **UVICORN_WS)
     server = uvicorn.Server(config)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it; by then the sessions are closed and

@@ -16,7 +16,8 @@ go through the shared-memory channels, never through the worker's pipe; the pipe
 
 A worker ignores SIGINT and SIGTERM (the server owns shutdown: it ends every session, collects
 every log, then tells each worker to exit) and exits on its own when its pipe to the server closes,
-so a killed server leaves no worker behind.
+so a killed server leaves no worker behind. Its tick lane runs at realtime priority where permitted
+(`nonstop.realtime.host.raise_priority`), the policy of every wall-clock host in nonstop.
 
 Healing: every `RECORD_EVERY` seconds a worker sends the server what its hosts recorded since the
 last time (tick-log rows, replay actions and observation hashes; one note for all its sessions) and
@@ -24,8 +25,7 @@ a heartbeat. So when a worker dies, the server still holds each of its sessions'
 most `RECORD_EVERY` before the death: it ends those sessions (their worlds died with the worker; a
 world rebuilt elsewhere would not be the same world) and writes their replays from that record,
 marked incomplete, then starts a replacement worker (`TickProcs.replace`). A worker that stops
-answering (SIGSTOP, a hung env) is not given new sessions while it is silent. Its tick lane runs at realtime priority where permitted
-(`nonstop.realtime.host.raise_priority`), the policy of every wall-clock host in nonstop.
+answering (SIGSTOP, a hung env) is not given new sessions while it is silent.
 """
 
 from __future__ import annotations
@@ -188,8 +188,9 @@ class SessionRecord:
     appends one delta (a dict from the worker); the attributes read like a `ReplayRecorder`.
 
     >>> rec = SessionRecord()
-    >>> rec.add({"rows": np.zeros((3, 18)), "actions": array("d", [1.0, 0.0, 2.0]), "step_hashes": array("I", [7, 8, 9]),
-    ...          "reset_steps": array("q", [0]), "reset_hashes": array("I", [5]), "action_width": 1})
+    >>> rec.add({"rows": np.zeros((3, 18)), "actions": array("d", [1.0, 0.0, 2.0]),
+    ...          "step_hashes": array("I", [7, 8, 9]), "reset_steps": array("q", [0]),
+    ...          "reset_hashes": array("I", [5]), "action_width": 1})
     >>> rec.ticks, list(rec.actions), rec.rows().shape
     (3, [1.0, 0.0, 2.0], (3, 18))
     """
