@@ -430,3 +430,38 @@ def test_a_crash_loop_is_not_respawned_forever(no_shm_leak) -> None:
         with Client(srv.url, retry_deadline=0) as client, pytest.raises(ServerError) as err:
             client.reset()
         assert "every tick worker has exited" in err.value.message
+
+
+def test_channels_bounded_waits_for_a_stopped_peer(no_shm_leak) -> None:
+    """The two waits a request loop could get stuck in, bounded: a queue lock held by a stopped
+    taker, and an observation whose writer stopped mid-write."""
+    import gymnasium as gym
+    import numpy as np
+
+    from nonstop.realtime import channels
+
+    queue = channels.ActionQueue.create(gym.spaces.Discrete(3))
+    slot = channels.LatestSlot.create(gym.spaces.Box(0, 1, (4,), np.float32))
+    try:
+        assert queue._lock.acquire(timeout=5)
+        try:
+            with pytest.raises(TimeoutError, match="action queue"):
+                queue.submit(1, obs_tick=0, episode=0, lock_timeout=0)
+            t0 = time.monotonic()
+            with pytest.raises(TimeoutError):
+                queue.submit(1, obs_tick=0, episode=0, lock_timeout=0.05)
+            assert 0.04 <= time.monotonic() - t0 < 5
+            assert queue.pending() == 0 and queue.counters()["submitted"] == 0  # nothing half-enqueued
+        finally:
+            queue._lock.release()
+        assert queue.submit(2, obs_tick=0, episode=0, lock_timeout=0) == 0
+        slot.publish(np.ones(4, np.float32), tick=3, time=0.05)
+        assert slot.read(timeout=0.01).tick == 3
+        slot._hdr[channels._SEQ] += 1  # a writer stopped between its two sequence stores
+        with pytest.raises(TimeoutError, match="mid-write"):
+            slot.read(timeout=0.01)
+        slot._hdr[channels._SEQ] += 1
+        assert slot.read(timeout=0.01).tick == 3
+    finally:
+        queue.unlink()
+        slot.unlink()
