@@ -177,6 +177,12 @@ class TickLog:
         return {name: self[name] for name in _NAMES}
 
     # ---- moving between processes and disk
+    def rows(self, start: int, stop: int | None = None) -> np.ndarray:
+        """A copy of rows ``start:stop`` in column order (`COLUMNS`): what a process that streams its
+        log to another sends as it goes."""
+        stop = self._n if stop is None else min(stop, self._n)
+        return self._rows[start:stop].copy()
+
     def to_arrays(self) -> tuple[np.ndarray, dict[str, Any], float]:
         return self._rows[: self._n].copy(), dict(self.meta), self.tau_m
 

@@ -7,7 +7,9 @@ an ``error`` reply with a code; the connection and every other session carry on.
 
 HTTP: ``/health`` (503 when ticks stop advancing), ``/metadata``, ``/schema``, ``/sessions``,
 ``/sessions/{id}``, ``/replays``. With a token, every request needs ``Authorization: Bearer TOKEN``
-(WebSockets may pass ``?token=TOKEN`` instead, for clients that cannot set headers).
+(WebSockets may pass ``?token=TOKEN`` instead, for clients that cannot set headers). The token is
+read from a file or the environment (`resolve_token`) and never logged: `RedactToken` rewrites
+``token=`` in every uvicorn log line.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import contextlib
 import hmac
 import json
 import logging
+import os
+import re
 import signal
 import sys
 import threading
@@ -51,7 +55,8 @@ from nonstop.server.protocol import (
 )
 from nonstop.server.sessions import Lifecycle, ServerSession, SessionManager
 
-__all__ = ["create_app", "serve", "ServerThread", "free_port", "DEFAULT_PORT"]
+__all__ = ["create_app", "serve", "ServerThread", "free_port", "resolve_token", "RedactToken", "DEFAULT_PORT",
+           "TOKEN_ENV"]
 
 log = logging.getLogger("nonstop.server")
 DEFAULT_PORT = 8000
@@ -137,7 +142,7 @@ class Connection:
         session = self.running()
         if isinstance(msg, (StepMessage, ActMessage)):
             obs_tick = msg.data.obs_tick if msg.data.obs_tick is not None else max(self.view.tick, 0)
-            seq, tick = session.submit(msg.data.action, obs_tick, self.view.episode)
+            seq, tick = await session.submit_async(msg.data.action, obs_tick, self.view.episode)
             if isinstance(msg, ActMessage):
                 return AckReply(data={"seq": seq, "tick": tick, "obs_tick": obs_tick})
             return await self.observe_at(tick + 1, None)  # the tick that applies it
@@ -251,6 +256,86 @@ class Connection:
             self.manager.end(self.session, reason)
 
 
+#: the environment variable `nonstop serve` reads its token from (unlike ``--token``, not visible in ``ps``)
+TOKEN_ENV = "NONSTOP_TOKEN"
+
+
+def resolve_token(token: str | None = None, token_file: str | os.PathLike | None = None,
+                  environ: dict[str, str] | None = None) -> str | None:  # fmt: skip
+    """The server's bearer token: ``token`` (the command line: visible to every user in ``ps``), else
+    the first line of ``token_file``, else ``$NONSTOP_TOKEN``; ``None`` when none is given.
+
+    >>> resolve_token(environ={"NONSTOP_TOKEN": "s3cret-token"})
+    's3cret-token'
+    >>> resolve_token("a-token-1", "/some/file")
+    Traceback (most recent call last):
+    ...
+    ValueError: give the token once: --token or --token-file, not both
+    """
+    if token is not None and token_file is not None:
+        raise ValueError("give the token once: --token or --token-file, not both")
+    if token_file is not None:
+        try:
+            text = open(token_file, encoding="utf-8").read()  # noqa: SIM115 - read whole, closed by refcount
+        except OSError as exc:
+            raise ValueError(f"cannot read the token file {token_file}: {exc.strerror or exc}") from None
+        token = text.strip()
+        if not token:
+            raise ValueError(f"the token file {token_file} is empty")
+    if token is None:
+        token = (os.environ if environ is None else environ).get(TOKEN_ENV) or None
+    return token
+
+
+_TOKEN_IN_QUERY = re.compile(r"((?:^|[?&])token=)[^&\s\"']*", re.IGNORECASE)
+
+
+class RedactToken(logging.Filter):
+    """Rewrites ``token=VALUE`` in a log record's message and arguments as ``token=***``.
+
+    uvicorn's access log writes each request's path with its query string, and a WebSocket client
+    that cannot set headers passes ``?token=``; this filter sits on uvicorn's loggers so the token
+    never reaches a handler.
+
+    >>> record = logging.LogRecord("uvicorn.access", 20, "", 0, '%s "%s"', ("1.2.3.4", "/ws?a=1&token=s3cret"), None)
+    >>> RedactToken().filter(record), record.getMessage()
+    (True, '1.2.3.4 "/ws?a=1&token=***"')
+    """
+
+    LOGGERS = ("uvicorn.access", "uvicorn.error", "uvicorn")
+
+    @staticmethod
+    def redact(text: str) -> str:
+        return _TOKEN_IN_QUERY.sub(r"\1***", text)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = self.redact(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(self.redact(a) if isinstance(a, str) else a for a in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {k: self.redact(v) if isinstance(v, str) else v for k, v in record.args.items()}
+        return True
+
+    @classmethod
+    def install(cls) -> None:
+        """Put one filter on each of uvicorn's loggers (idempotent)."""
+        for name in cls.LOGGERS:
+            logger = logging.getLogger(name)
+            if not any(isinstance(f, cls) for f in logger.filters):
+                logger.addFilter(cls())
+
+
+async def _refuse(ws: WebSocket, message: str) -> None:
+    """Refuse a WebSocket before its handshake: HTTP 503 with a ``CAPACITY_REACHED`` body (close code
+    1013, "try again later", where the server cannot send an HTTP response to a socket)."""
+    body = {"type": "error", "data": {"message": message, "code": ErrorCode.CAPACITY_REACHED.value}}
+    try:
+        await ws.send_denial_response(JSONResponse(body, status_code=503, headers={"Retry-After": "1"}))
+    except RuntimeError:  # no "websocket.http.response" extension on this server
+        await ws.close(code=1013, reason=message)
+
+
 def _authorized(header: str | None, query: str | None, token: str) -> bool:
     candidates = []
     if header and header.lower().startswith("bearer "):
@@ -265,15 +350,29 @@ def create_app(
     *,
     token: str | None = None,
     start_timeout: float = 30.0,
+    connect_timeout: float = 30.0,
+    max_connections: int = 256,
     **manager_kwargs: Any,
 ) -> FastAPI:
     """The FastAPI app. It owns ``manager`` (built from ``manager_kwargs`` if not given) and shuts
-    it down, flushing every replay, when the app stops."""
+    it down, flushing every replay, when the app stops.
+
+    A WebSocket connection that has started no session ``connect_timeout`` seconds after it opened
+    is closed (code 1008); past ``max_connections`` open WebSocket connections, one more is refused
+    with HTTP 503 and a ``CAPACITY_REACHED`` error body before the handshake completes.
+    """
     if token is not None and (not isinstance(token, str) or len(token) < 8):
         raise ValueError("token must be a string of at least 8 characters")
+    if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float)) or not connect_timeout > 0:
+        raise ValueError(f"connect_timeout must be a positive number of seconds, got {connect_timeout!r}")
+    if not isinstance(max_connections, int) or isinstance(max_connections, bool) or max_connections < 1:
+        raise ValueError(f"max_connections must be a positive integer, got {max_connections!r}")
+
+    RedactToken.install()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        RedactToken.install()  # again: uvicorn configures its loggers when it starts
         if app.state.manager is None:
             app.state.manager = SessionManager(**manager_kwargs)
         try:
@@ -283,6 +382,7 @@ def create_app(
 
     app = FastAPI(title="nonstop", description="Realtime worlds for agents of any latency", lifespan=lifespan)
     app.state.manager = manager
+    app.state.connections = 0  # open WebSocket connections (the event loop's own count: no lock)
 
     def mgr() -> SessionManager:
         if app.state.manager is None:
@@ -304,6 +404,8 @@ def create_app(
     @app.get("/health")
     def health() -> JSONResponse:
         report = mgr().health()
+        report["connections"] = app.state.connections
+        report["max_connections"] = max_connections
         return JSONResponse(report, status_code=200 if report["ticks_advancing"] else 503)
 
     @app.get("/metadata")
@@ -349,12 +451,32 @@ def create_app(
         if token is not None and not _authorized(ws.headers.get("authorization"), ws.query_params.get("token"), token):
             await ws.close(code=1008, reason="missing or wrong bearer token")
             return
+        if app.state.connections >= max_connections:
+            await _refuse(ws, f"too many open connections ({max_connections}): retry later")
+            return
+        app.state.connections += 1
+        try:
+            await _serve_socket(ws)
+        finally:
+            app.state.connections -= 1
+
+    async def _serve_socket(ws: WebSocket) -> None:
         await ws.accept()
         conn = Connection(ws, mgr(), start_timeout)
         reason = "connection lost"
+        loop = asyncio.get_running_loop()
+        connect_deadline = loop.time() + connect_timeout
         try:
             while True:
-                frame = await ws.receive()
+                if conn.session is None:  # a connection must start a session in time, or make room
+                    try:
+                        frame = await asyncio.wait_for(ws.receive(), max(0.0, connect_deadline - loop.time()))
+                    except asyncio.TimeoutError:
+                        reason = f"no session started within {connect_timeout:g}s"
+                        await ws.close(code=1008, reason=reason)
+                        break
+                else:
+                    frame = await ws.receive()
                 if frame["type"] == "websocket.disconnect":
                     break
                 raw = frame.get("text")
@@ -392,6 +514,8 @@ def serve(
     token: str | None = None,
     log_level: str = "info",
     switch_interval: float = 0.0005,
+    connect_timeout: float = 30.0,
+    max_connections: int = 256,
     **manager_kwargs: Any,
 ) -> int:
     """Run the server until SIGINT/SIGTERM; sessions are ended and replays flushed before exit."""
@@ -400,8 +524,9 @@ def serve(
     # The tick pool shares the GIL with the event loop; a short switch interval bounds how long
     # a JSON encode on the loop can hold a due tick back (the default 5 ms would blow a 2 ms budget).
     sys.setswitchinterval(switch_interval)
-    manager = SessionManager(list(envs or ["Boxing"]), **manager_kwargs)
-    app = create_app(manager, token=token)
+    app = create_app(None, token=token, connect_timeout=connect_timeout, max_connections=max_connections)
+    # the app's own settings are checked (above) before the manager starts a process
+    app.state.manager = SessionManager(list(envs or ["Boxing"]), **manager_kwargs)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, **UVICORN_WS)
     server = uvicorn.Server(config)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it; by then the sessions are closed and
@@ -433,14 +558,20 @@ class ServerThread:
     """
 
     def __init__(self, *, host: str = "127.0.0.1", port: int | None = None, token: str | None = None,
-                 start_timeout: float = 30.0, **manager_kwargs: Any) -> None:  # fmt: skip
+                 start_timeout: float = 30.0, connect_timeout: float = 30.0, max_connections: int = 256,
+                 log_level: str = "warning", **manager_kwargs: Any) -> None:  # fmt: skip
         import uvicorn
 
         self.manager = SessionManager(**manager_kwargs)
-        self.app = create_app(self.manager, token=token)
+        try:
+            self.app = create_app(self.manager, token=token, connect_timeout=connect_timeout,
+                                  max_connections=max_connections)  # fmt: skip
+        except BaseException:
+            self.manager.shutdown()
+            raise
         self.port = port or free_port(host)
         self.url = f"ws://{host}:{self.port}"
-        config = uvicorn.Config(self.app, host=host, port=self.port, log_level="warning", **UVICORN_WS)
+        config = uvicorn.Config(self.app, host=host, port=self.port, log_level=log_level, **UVICORN_WS)
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, name="nonstop-uvicorn", daemon=True)
         self.start_timeout = start_timeout
