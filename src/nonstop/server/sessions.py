@@ -631,6 +631,12 @@ class ServerSession:
             self._require_running()
             return self.slot.read()
 
+    def read_final(self) -> Observation:
+        """The terminal observation of the last episode that ended (tick -1 if none yet)."""
+        with self._chan:
+            self._require_running()
+            return self.slot.read_final()
+
     @property
     def tick(self) -> int:
         board = self.board

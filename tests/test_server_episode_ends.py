@@ -1,0 +1,129 @@
+"""Episode ends reach a remote client exactly as the local Gymnasium view reports them.
+
+The same seeded episode-end sequence (terminations and truncations) runs through the
+virtual-clock Gymnasium view (`nonstop.make`) and through a server (`RemoteEnv`), and the two are
+compared step by step: observations, rewards, ``terminated``, ``truncated``, and the observation
+``reset()`` returns after each end. The server ticks on the wall clock, so its worlds here tick at
+10 Hz: an agent on loopback acts well within each 100 ms tick, which the test checks (every tick
+was the agent's) before comparing, so a slow machine shows up as a clear failure, not a mismatch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import gymnasium
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi")
+
+import nonstop  # noqa: E402
+from nonstop.envs.classic import make_cartpole  # noqa: E402
+from nonstop.envs.registry import register  # noqa: E402
+from nonstop.server.app import ServerThread  # noqa: E402
+from nonstop.server.client import AsyncClient, RemoteEnv  # noqa: E402
+
+pytestmark = pytest.mark.wall
+SLOW_HZ = 10.0
+
+
+class AlternatingEnds(gymnasium.Env):
+    """Episode k lasts 3 + k % 2 steps and is terminated when k is even, truncated when odd.
+    obs = [step in episode, last action, episode, a seeded random number]; reward = action + 1."""
+
+    def __init__(self) -> None:
+        self.action_space = gymnasium.spaces.Discrete(3)
+        self.observation_space = gymnasium.spaces.Box(-1e9, 1e9, shape=(4,), dtype=np.float64)
+        self.episode, self.steps, self.last = -1, 0, 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.steps, self.last, self.episode, self.np_random.random()])
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.episode, self.steps, self.last = self.episode + 1, 0, 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.steps += 1
+        self.last = int(action)
+        end = self.steps >= 3 + self.episode % 2
+        return self._obs(), float(action) + 1.0, end and self.episode % 2 == 0, end and self.episode % 2 == 1, {}
+
+
+register("test/alternating-ends", AlternatingEnds, family="classic", tick_hz=SLOW_HZ, description="test world")
+register("test/cartpole-10hz", make_cartpole, family="classic", tick_hz=SLOW_HZ, default_beta="repeat",
+         description="CartPole at 10 Hz")  # fmt: skip
+
+
+def _play(env: gymnasium.Env, seed: int, actions: list[int]) -> list[tuple]:
+    """(kind, obs, reward, terminated, truncated, agent-only?) for the reset, every step and every
+    reset after an episode's end."""
+    obs, _ = env.reset(seed=seed)
+    out = [("reset", np.asarray(obs).copy(), None, False, False, True)]
+    for action in actions:
+        obs, reward, terminated, truncated, info = env.step(action)
+        on_time = info.get("inaction_ticks", 0) == 0 and info.get("ticks_elapsed", 1) == 1
+        out.append(("step", np.asarray(obs).copy(), float(reward), bool(terminated), bool(truncated), on_time))
+        if terminated or truncated:
+            obs, _ = env.reset()
+            out.append(("reset", np.asarray(obs).copy(), None, False, False, True))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("env_id", "actions"),
+    [("test/alternating-ends", [1, 2, 0, 1, 1, 2, 0, 2, 1, 0, 1, 2, 2, 0]),
+     ("test/cartpole-10hz", [1] * 32)],
+    ids=["terminated-and-truncated", "cartpole"],
+)  # fmt: skip
+def test_remote_env_matches_the_local_view_at_episode_ends(env_id, actions, no_shm_leak) -> None:
+    local = nonstop.make(env_id, clock="virtual")
+    try:
+        expected = _play(local, 5, actions)
+    finally:
+        local.close()
+    ends = [e for e in expected if e[3] or e[4]]
+    assert len(ends) >= 3, "the sequence must cross several episode ends"
+    with ServerThread(envs=[env_id], idle_timeout=30.0) as server:
+        remote = RemoteEnv(server.url, env=env_id)
+        try:
+            got = _play(remote, 5, actions)
+        finally:
+            remote.close()
+    late = [i for i, g in enumerate(got) if not g[5]]
+    assert not late, f"the client missed a 100 ms tick at steps {late}: the machine is too loaded to compare"
+    assert [g[0] for g in got] == [e[0] for e in expected]
+    for i, (g, e) in enumerate(zip(got, expected)):
+        assert g[2:5] == e[2:5], f"entry {i} ({g[0]}): reward/terminated/truncated {g[2:5]} != {e[2:5]}"
+        np.testing.assert_allclose(g[1], e[1], err_msg=f"entry {i} ({g[0]}): observation differs")
+
+
+def test_every_path_sees_the_terminal_observation_and_session_time(no_shm_leak) -> None:
+    """`wait`, `observe` and pushes say ``done`` once per end with the terminal observation and
+    its flag, and ``time`` is the session's clock (tick · τ_M), whatever the server's uptime."""
+    env_id = "test/alternating-ends"
+
+    async def play(url: str) -> None:
+        async with AsyncClient(url) as client:
+            first = await client.reset(env=env_id, seed=1)
+            assert first.tick == 0 and first.info["time"] == 0.0 and not first.done
+            seen = await client.wait(5)  # episode 0 ends at tick 3 (terminated): β's noop earns 1 per tick
+            assert seen.done and seen.info["terminated"] and not seen.info["truncated"]
+            assert seen.tick == 3 and seen.obs[0] == 3 and seen.obs[2] == 0 and seen.info["episode"] == 0
+            assert seen.reward == 3.0 and seen.info["time"] == pytest.approx(3 / SLOW_HZ)
+            after = await client.observe()  # the next episode's; no second "done" for the same end
+            assert not after.done and after.info["episode"] == 1 and after.tick >= 5
+            assert after.info["time"] == pytest.approx(after.tick / SLOW_HZ)
+            await client.subscribe(1)
+            pushed = []
+            while len([p for p in pushed if p.done]) < 2:
+                pushed.append(await client.next_push(timeout=10))
+            ends = [p for p in pushed if p.done]
+            assert ends[0].info["truncated"] and ends[0].obs[2] == 1 and ends[0].obs[0] == 4  # episode 1: 4 steps
+            assert ends[1].info["terminated"] and ends[1].obs[2] == 2 and ends[1].obs[0] == 3
+            assert all(not (p.info["terminated"] or p.info["truncated"]) for p in pushed if not p.done)
+
+    with ServerThread(envs=[env_id], idle_timeout=30.0) as server:
+        asyncio.run(play(server.url))
