@@ -11,12 +11,14 @@ and how stale its actions were when applied (its delay).
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import Field, ValidationError
 
 from nonstop.server.app import Connection
 from nonstop.server.protocol import (
+    MAX_WAIT_TICKS,
     ActionData,
     ActMessage,
     ObserveData,
@@ -31,7 +33,23 @@ from nonstop.server.protocol import (
 )
 from nonstop.server.sessions import SessionManager
 
-__all__ = ["build_mcp_server", "run_stdio"]
+__all__ = ["build_mcp_server", "run_stdio", "tool_error_text"]
+
+#: The tools' argument types: their bounds travel in each tool's JSON Schema, and the SDK checks
+#: them before a tool runs, answering a bad value with the bound it broke.
+SessionId = Annotated[str, Field(min_length=1, max_length=64, description="a session_id from start_session")]
+Seed = Annotated[int | None, Field(ge=0, le=2**31 - 1, description="seed of the world's RNG (0 .. 2**31-1)")]
+Ticks = Annotated[int, Field(ge=1, le=MAX_WAIT_TICKS, description=f"ticks to wait (1 .. {MAX_WAIT_TICKS})")]
+Action = Annotated[int | list[float], Field(description="a Discrete action index, or a list of floats for a Box")]
+
+
+def tool_error_text(exc: ValidationError) -> str:
+    """One line per rejected field: ``field: reason (got value)``."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "arguments"
+        parts.append(f"{where}: {err['msg']} (got {err.get('input')!r})")
+    return "invalid arguments: " + "; ".join(parts)
 
 INSTRUCTIONS = (
     "These tools drive realtime worlds: a world ticks on its own clock (e.g. 60 ticks per second) and never "
@@ -85,7 +103,7 @@ def build_mcp_server(manager: SessionManager, *, start_timeout: float = 60.0) ->
     def player(session_id: str) -> Connection:
         conn = players.get(session_id)
         if conn is None:
-            raise ToolError(f"no session {session_id!r}; start one with start_session (open: {sorted(players)})")
+            raise ToolError(f"NO_SESSION: no session {session_id!r}; start one with start_session (open: {sorted(players)})")
         return conn
 
     async def run(conn: Connection, msg: Any) -> Any:
@@ -93,6 +111,13 @@ def build_mcp_server(manager: SessionManager, *, start_timeout: float = 60.0) ->
             return await conn.handle(msg)
         except ProtocolError as exc:
             raise ToolError(f"{exc.code}: {exc.message}") from None  # reaches the model as an error result
+
+    def message(cls: Any, **data: Any) -> Any:
+        """Build a protocol message; a value the protocol refuses becomes a ToolError with its reason."""
+        try:
+            return cls(**data)
+        except ValidationError as exc:
+            raise ToolError(f"VALIDATION_ERROR: {tool_error_text(exc)}") from None
 
     def result(conn: Connection, reply: dict[str, Any], image: bool = False) -> Any:
         data = reply["data"]
@@ -107,10 +132,11 @@ def build_mcp_server(manager: SessionManager, *, start_timeout: float = 60.0) ->
         return CallToolResult(content=content, structured_content={**fields, "reward": data["reward"],
                                                                    "done": data["done"]})  # fmt: skip
 
-    @server.tool(description="Start a realtime session. env: one of the served env ids (default first); seed: int.")
-    async def start_session(env: str | None = None, seed: int | None = None) -> dict[str, Any]:
+    @server.tool(description="Start a realtime session. env: one of the served env ids (default: the first); "
+                 "seed: 0 .. 2**31-1 (default: a random one, recorded in the replay).")
+    async def start_session(env: Annotated[str | None, Field(max_length=200)] = None, seed: Seed = None) -> dict[str, Any]:
         conn = Connection(None, manager, start_timeout)  # type: ignore[arg-type]  # no socket: no pushes
-        reply = await run(conn, ResetMessage(data=ResetData(env=env, seed=seed, encoding="b64")))
+        reply = await run(conn, message(ResetMessage, data=message(ResetData, env=env, seed=seed, encoding="b64")))
         sid = conn.session.sid
         players[sid] = conn
         spec = conn.session.spec
@@ -125,30 +151,32 @@ def build_mcp_server(manager: SessionManager, *, start_timeout: float = 60.0) ->
         }
 
     @server.tool(description="The newest observation (text; image=true adds a PNG frame). The world keeps ticking.")
-    async def observe(session_id: str, image: bool = False) -> Any:
+    async def observe(session_id: SessionId, image: bool = False) -> Any:
         conn = player(session_id)
         return result(conn, await run(conn, ObserveMessage(data=ObserveData(encoding="b64"))), image)
 
     @server.tool(description="Queue an action; returns at once. It is applied at the next tick (its delay counted).")
-    async def act(session_id: str, action: int | list[float]) -> dict[str, Any]:
+    async def act(session_id: SessionId, action: Action) -> dict[str, Any]:
         conn = player(session_id)
-        return (await run(conn, ActMessage(data=ActionData(action=action)))).data.model_dump()
+        return (await run(conn, message(ActMessage, data=message(ActionData, action=action)))).data.model_dump()
 
-    @server.tool(description="Wait until `ticks` more ticks have passed (the world does not stop), then observe.")
-    async def wait(session_id: str, ticks: int = 1, image: bool = False) -> Any:
+    @server.tool(description=f"Wait until `ticks` more ticks have passed (1 .. {MAX_WAIT_TICKS}; the world does "
+                 "not stop), then observe.")
+    async def wait(session_id: SessionId, ticks: Ticks = 1, image: bool = False) -> Any:
         conn = player(session_id)
-        return result(conn, await run(conn, WaitMessage(data=WaitData(ticks=ticks, encoding="b64"))), image)
+        msg = message(WaitMessage, data=message(WaitData, ticks=ticks, encoding="b64"))
+        return result(conn, await run(conn, msg), image)
 
     @server.tool(description="Session stats: tick, your agent ticks vs inaction ticks, total reward, queue counters.")
-    async def stats(session_id: str) -> dict[str, Any]:
+    async def stats(session_id: SessionId) -> dict[str, Any]:
         conn = player(session_id)
         return (await run(conn, StateMessage())).data.model_dump()
 
     @server.tool(description="Stop a session; returns its summary (and replay path when recording).")
-    async def stop_session(session_id: str) -> dict[str, Any]:
+    async def stop_session(session_id: SessionId) -> dict[str, Any]:
         conn = players.pop(session_id, None)
         if conn is None:
-            raise ToolError(f"no session {session_id!r}")
+            raise ToolError(f"NO_SESSION: no session {session_id!r} (open: {sorted(players)})")
         session = conn.session
         conn.close("stopped by stop_session")
         import asyncio
