@@ -6,8 +6,9 @@ tick pool resolves; worlds tick on the pool (`nonstop.server.sessions`). Every r
 an ``error`` reply with a code; the connection and every other session carry on.
 
 HTTP: ``/health`` (503 when ticks stop advancing), ``/metadata``, ``/schema``, ``/sessions``,
-``/sessions/{id}``, ``/replays``. With a token, every request needs ``Authorization: Bearer TOKEN``
-(WebSockets may pass ``?token=TOKEN`` instead, for clients that cannot set headers).
+``/sessions/{id}``, ``/replays``; OpenEnv's ``POST /reset``, ``POST /step``, ``GET /state`` and
+the MCP endpoint ``/mcp`` (`nonstop.server.openenv_http`). With a token, every request needs
+``Authorization: Bearer TOKEN`` (WebSockets may pass ``?token=TOKEN`` instead, for clients that cannot set headers).
 """
 
 from __future__ import annotations
@@ -79,7 +80,9 @@ class _View:
     episode: int = 0  # the episode this reader is in (after a ``done`` reply: the next one)
     ended: bool = False  # the last reply said ``done``: the reader is between episodes
 
-    def payload(self, obs: Observation, session: ServerSession, encoding: str, *, fresh: bool = False) -> dict[str, Any]:
+    def payload(
+        self, obs: Observation, session: ServerSession, encoding: str, *, fresh: bool = False
+    ) -> dict[str, Any]:
         """The reply's ``data`` for the newest observation ``obs``; ``fresh`` (a reset) starts
         the view at ``obs`` and never reports an ended episode."""
         terminated = truncated = False
@@ -297,10 +300,12 @@ def create_app(
     *,
     token: str | None = None,
     start_timeout: float = 30.0,
+    host: str = "127.0.0.1",
     **manager_kwargs: Any,
 ) -> FastAPI:
     """The FastAPI app. It owns ``manager`` (built from ``manager_kwargs`` if not given) and shuts
-    it down, flushing every replay, when the app stops."""
+    it down, flushing every replay, when the app stops. ``host``: the address it will be served
+    on (``/mcp`` checks that requests to a loopback server come from a local page)."""
     if token is not None and (not isinstance(token, str) or len(token) < 8):
         raise ValueError("token must be a string of at least 8 characters")
 
@@ -376,6 +381,10 @@ def create_app(
     def replays() -> list[dict[str, Any]]:
         return mgr().list_replays()
 
+    from nonstop.server.openenv_http import add_openenv_routes
+
+    add_openenv_routes(app, mgr, start_timeout=start_timeout, host=host)  # POST /reset, /step, GET /state, /mcp
+
     @app.websocket("/ws")
     async def websocket(ws: WebSocket) -> None:
         if token is not None and not _authorized(ws.headers.get("authorization"), ws.query_params.get("token"), token):
@@ -433,7 +442,7 @@ def serve(
     # a JSON encode on the loop can hold a due tick back (the default 5 ms would blow a 2 ms budget).
     sys.setswitchinterval(switch_interval)
     manager = SessionManager(list(envs or ["Boxing"]), **manager_kwargs)
-    app = create_app(manager, token=token)
+    app = create_app(manager, token=token, host=host)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, **UVICORN_WS)
     server = uvicorn.Server(config)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it; by then the sessions are closed and
@@ -469,7 +478,7 @@ class ServerThread:
         import uvicorn
 
         self.manager = SessionManager(**manager_kwargs)
-        self.app = create_app(self.manager, token=token)
+        self.app = create_app(self.manager, token=token, host=host)
         self.port = port or free_port(host)
         self.url = f"ws://{host}:{self.port}"
         config = uvicorn.Config(self.app, host=host, port=self.port, log_level="warning", **UVICORN_WS)

@@ -11,6 +11,7 @@ and how stale its actions were when applied (its delay).
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import numpy as np
@@ -91,8 +92,10 @@ def _describe(fields: dict[str, Any], reward: float | None, obs: np.ndarray | No
     return "\n".join(lines)
 
 
-def build_mcp_server(manager: SessionManager, *, start_timeout: float = 60.0) -> Any:
-    """An `mcp.server.mcpserver.MCPServer` whose tools drive sessions on ``manager``."""
+def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, start_timeout: float = 60.0) -> Any:
+    """An `mcp.server.mcpserver.MCPServer` whose tools drive sessions on ``manager`` (or on the
+    manager a callable returns when a session starts: an app whose manager is built at startup)."""
+    sessions = manager if callable(manager) else lambda: manager
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import CallToolResult, ImageContent, TextContent
@@ -103,7 +106,8 @@ def build_mcp_server(manager: SessionManager, *, start_timeout: float = 60.0) ->
     def player(session_id: str) -> Connection:
         conn = players.get(session_id)
         if conn is None:
-            raise ToolError(f"NO_SESSION: no session {session_id!r}; start one with start_session (open: {sorted(players)})")
+            open_ = sorted(players)
+            raise ToolError(f"NO_SESSION: no session {session_id!r}; start one with start_session (open: {open_})")
         return conn
 
     async def run(conn: Connection, msg: Any) -> Any:
@@ -134,8 +138,10 @@ def build_mcp_server(manager: SessionManager, *, start_timeout: float = 60.0) ->
 
     @server.tool(description="Start a realtime session. env: one of the served env ids (default: the first); "
                  "seed: 0 .. 2**31-1 (default: a random one, recorded in the replay).")
-    async def start_session(env: Annotated[str | None, Field(max_length=200)] = None, seed: Seed = None) -> dict[str, Any]:
-        conn = Connection(None, manager, start_timeout)  # type: ignore[arg-type]  # no socket: no pushes
+    async def start_session(
+        env: Annotated[str | None, Field(max_length=200)] = None, seed: Seed = None
+    ) -> dict[str, Any]:
+        conn = Connection(None, sessions(), start_timeout)  # type: ignore[arg-type]  # no socket: no pushes
         reply = await run(conn, message(ResetMessage, data=message(ResetData, env=env, seed=seed, encoding="b64")))
         sid = conn.session.sid
         players[sid] = conn
