@@ -127,3 +127,27 @@ def test_every_path_sees_the_terminal_observation_and_session_time(no_shm_leak) 
 
     with ServerThread(envs=[env_id], idle_timeout=30.0) as server:
         asyncio.run(play(server.url))
+
+
+@pytest.mark.parametrize("tick_procs", [0, 1], ids=["threads", "procs"])
+def test_terminal_observation_on_both_tick_pools(tick_procs, no_shm_leak) -> None:
+    """CartPole at its natural 50 Hz, pushed left until the pole falls: the done reply holds the
+    fallen pole (past CartPole's limits) flagged terminated, on the in-process tick pool and on a
+    tick worker process (which publishes into this process's slot); ``reset`` then returns the
+    next episode's upright pole."""
+
+    async def play(url: str) -> None:
+        async with AsyncClient(url) as client:
+            await client.reset(env="CartPole", seed=4, encoding="list")
+            for _ in range(300):
+                result = await client.step(0)
+                if result.done:
+                    break
+            x, angle = result.obs[0], result.obs[2]
+            assert result.done and result.info["terminated"] and not result.info["truncated"]
+            assert result.info["episode"] == 0 and (abs(angle) > 0.2095 or abs(x) > 2.4), result.obs
+            fresh = await client.reset()
+            assert not fresh.done and fresh.info["episode"] >= 1 and abs(fresh.obs[2]) < 0.2
+
+    with ServerThread(envs=["CartPole"], idle_timeout=30.0, tick_procs=tick_procs) as server:
+        asyncio.run(play(server.url))

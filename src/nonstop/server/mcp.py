@@ -74,7 +74,8 @@ def _png(frame: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _describe(fields: dict[str, Any], reward: float | None, obs: np.ndarray | None, tick_hz: float) -> str:
+def _describe(fields: dict[str, Any], reward: float | None, obs: np.ndarray | None, tick_hz: float,
+              done: bool = False) -> str:  # fmt: skip
     tick = fields["tick"]
     lines = [
         f"tick {tick} ({tick / tick_hz:.2f} s of world time), episode {fields['episode']}",
@@ -82,6 +83,10 @@ def _describe(fields: dict[str, Any], reward: float | None, obs: np.ndarray | No
         f"total reward: {fields['total_reward']:g}",
         f"ticks you acted on: {fields['agent_ticks']}; ticks beta acted on (your inaction): {fields['inaction_ticks']}",
     ]
+    if done:
+        how = "terminated" if fields["terminated"] else "truncated" if fields["truncated"] else "ended"
+        lines.append(f"the episode {how} since your last look (this is its final observation); "
+                     "the world has already started the next one")  # fmt: skip
     if fields["last_delay"] >= 0:
         lines.append(f"your last applied action was computed from an observation {fields['last_delay']} ticks old")
     if obs is not None:
@@ -127,7 +132,7 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
         data = reply["data"]
         fields = {k: v for k, v in data["observation"].items() if k != "obs"}
         obs = decode_array(data["observation"]["obs"])
-        text = _describe(fields, data["reward"], obs, conn.session.spec.tick_hz)
+        text = _describe(fields, data["reward"], obs, conn.session.spec.tick_hz, bool(data["done"]))
         content: list[Any] = [TextContent(type="text", text=text)]
         if image and obs is not None:
             import base64
