@@ -198,3 +198,18 @@ def test_official_mcp_client_over_streamable_http(server) -> None:
             assert stopped["lifecycle"] == "closed"
 
     asyncio.run(play())
+
+
+def test_http_routes_and_mcp_need_the_token(no_shm_leak) -> None:
+    token = "s3cret-token"
+    with ServerThread(envs=[WORLD], token=token) as srv:
+        base = srv.url.replace("ws://", "http://")
+        with httpx.Client(base_url=base, timeout=30) as http:
+            assert http.post("/reset", json={"seed": 1}).status_code == 401
+            assert http.post("/step", json={"action": {"action": 1}}).status_code == 401
+            assert http.get("/state").status_code == 401
+            rpc = {"jsonrpc": "2.0", "method": "openenv/session/create", "params": {}, "id": 1}
+            assert http.post("/mcp", json=rpc).status_code == 401
+            auth = {"Authorization": f"Bearer {token}"}
+            assert http.post("/reset", json={"seed": 1}, headers=auth).status_code == 200
+            assert "session_id" in http.post("/mcp", json=rpc, headers=auth).json()["result"]

@@ -44,6 +44,10 @@ Ticks = Annotated[int, Field(ge=1, le=MAX_WAIT_TICKS, description=f"ticks to wai
 Action = Annotated[int | list[float], Field(description="a Discrete action index, or a list of floats for a Box")]
 
 
+#: players kept before ended sessions are forgotten (an ended one still answers SESSION_ENDED until then)
+MAX_ENDED_PLAYERS = 256
+
+
 def tool_error_text(exc: ValidationError) -> str:
     """One line per rejected field: ``field: reason (got value)``."""
     parts = []
@@ -149,6 +153,10 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
         conn = Connection(None, sessions(), start_timeout)  # type: ignore[arg-type]  # no socket: no pushes
         reply = await run(conn, message(ResetMessage, data=message(ResetData, env=env, seed=seed, encoding="b64")))
         sid = conn.session.sid
+        if len(players) >= MAX_ENDED_PLAYERS:  # forget closed sessions (HTTP servers run for long)
+            ended = [k for k, c in players.items() if c.session is not None and not c.session.live]
+            for old in ended[: len(players) // 2]:
+                players.pop(old, None)
         players[sid] = conn
         spec = conn.session.spec
         return {
