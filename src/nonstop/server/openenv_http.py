@@ -23,6 +23,7 @@ An idle HTTP session ends like any other (the manager's idle timeout).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import uuid
@@ -156,13 +157,47 @@ def _is_openenv(request: Any) -> bool:
 
 
 class McpEndpoint:
-    """The ASGI app at ``/mcp``: OpenEnv's dialect here, everything else to the MCP SDK."""
+    """The ASGI app at ``/mcp``: OpenEnv's dialect here, everything else to the MCP SDK.
 
-    def __init__(self, mcp_server: Any) -> None:
-        self.mcp = mcp_server
+    The MCP server (and the SDK, ~30 MB once imported) is built at the first request, and its
+    session manager runs on a task of its own until `aclose` (the app's shutdown)."""
+
+    def __init__(self, build: Callable[[], Any]) -> None:
+        self._build = build
+        self.mcp: Any = None
         self.openenv = OpenEnvMcpSessions()
+        self._lock: asyncio.Lock | None = None
+        self._stop: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+
+    async def ready(self) -> Any:
+        if self.mcp is not None:
+            return self.mcp
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self.mcp is None:
+                mcp, started, self._stop = self._build(), asyncio.Event(), asyncio.Event()
+
+                async def run() -> None:  # a task group is entered and left on one task
+                    async with mcp.session_manager.run():
+                        started.set()
+                        await self._stop.wait()
+
+                self._task = asyncio.create_task(run())
+                await started.wait()
+                self.mcp = mcp
+        return self.mcp
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._stop.set()
+            with contextlib.suppress(Exception):
+                await self._task
+            self._task = None
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        await self.ready()
         if scope["method"] != "POST":
             await self.mcp.session_manager.asgi_app(scope, receive, send)
             return
@@ -250,10 +285,6 @@ def add_openenv_routes(
     whose ``Host``/``Origin`` is not local (the MCP SDK's DNS-rebinding protection); elsewhere
     protect the server with a token.
     """
-    from mcp.server.transport_security import TransportSecuritySettings
-
-    from nonstop.server.mcp import build_mcp_server
-
     players = HttpPlayers(manager, start_timeout)
     app.state.http_players = players
 
@@ -318,10 +349,17 @@ def add_openenv_routes(
         except ProtocolError as exc:
             return _refusal(exc)
 
-    mcp_server = build_mcp_server(manager, start_timeout=start_timeout)
-    security = None if host in LOOPBACK else TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    mcp_server.streamable_http_app(streamable_http_path="/mcp", host=host, transport_security=security)
-    endpoint = McpEndpoint(mcp_server)
+    def build() -> Any:
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        from nonstop.server.mcp import build_mcp_server
+
+        mcp_server = build_mcp_server(manager, start_timeout=start_timeout)
+        security = None if host in LOOPBACK else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        mcp_server.streamable_http_app(streamable_http_path="/mcp", host=host, transport_security=security)
+        return mcp_server
+
+    endpoint = McpEndpoint(build)
     app.state.mcp = endpoint
     app.add_route("/mcp", endpoint, methods=["GET", "POST", "DELETE"])
 
@@ -329,7 +367,10 @@ def add_openenv_routes(
 
     @contextlib.asynccontextmanager
     async def lifespan(a: FastAPI) -> AsyncIterator[Any]:
-        async with inner(a) as state, mcp_server.session_manager.run():
-            yield state
+        async with inner(a) as state:
+            try:
+                yield state
+            finally:
+                await endpoint.aclose()  # before the manager's shutdown (inner's exit)
 
     app.router.lifespan_context = lifespan
