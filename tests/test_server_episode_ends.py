@@ -151,3 +151,42 @@ def test_terminal_observation_on_both_tick_pools(tick_procs, no_shm_leak) -> Non
 
     with ServerThread(envs=["CartPole"], idle_timeout=30.0, tick_procs=tick_procs) as server:
         asyncio.run(play(server.url))
+
+
+def test_view_reports_each_episode_end_once_with_its_terminal_observation() -> None:
+    """`_View`, the per-reader bookkeeping behind every reply, on hand-made slot reads: the plain
+    case, a read between the two publishes of an end, several ends between reads, and a reset."""
+    from types import SimpleNamespace
+
+    from nonstop.realtime.channels import Observation
+    from nonstop.realtime.host import END_TERMINATED, END_TRUNCATED
+    from nonstop.server.app import _View
+
+    def ob(tick, episode, total, *, terminated=False, truncated=False, last_end=0):
+        return Observation(np.array([float(tick)]), tick, 0.0, 0.0, total, terminated, truncated, episode, 0, tick,
+                           1, tick, last_end, 0)  # fmt: skip
+
+    final = {}
+    session = SimpleNamespace(tau_m=0.5, sid="s", state=SimpleNamespace(value="running"),
+                              read_final=lambda: final["obs"])  # fmt: skip
+
+    def reply(view, obs, fresh=False):
+        data = view.payload(obs, session, "list", fresh=fresh)
+        o = data["observation"]
+        return o["tick"], o["episode"], o["terminated"], o["truncated"], data["reward"], data["done"], o["time"]
+
+    view = _View()
+    assert reply(view, ob(0, 0, 0.0), fresh=True) == (0, 0, False, False, 0.0, False, 0.0)
+    final["obs"] = ob(3, 0, 3.0, terminated=True, last_end=END_TERMINATED)
+    # the world reset at tick 3: the newest read is episode 1's first, the reply is episode 0's end
+    assert reply(view, ob(3, 1, 3.0, last_end=END_TERMINATED)) == (3, 0, True, False, 3.0, True, 1.5)
+    assert reply(view, ob(4, 1, 4.0, last_end=END_TERMINATED)) == (4, 1, False, False, 1.0, False, 2.0)
+    # read between the terminal publish and the reset's: reported once, then the next episode plainly
+    window = ob(6, 1, 6.0, truncated=True, last_end=END_TRUNCATED)
+    assert reply(view, window) == (6, 1, False, True, 2.0, True, 3.0)
+    assert reply(view, window)[2:6] == (False, False, 0.0, False)
+    assert reply(view, ob(6, 2, 6.0, last_end=END_TRUNCATED))[1:6] == (2, False, False, 0.0, False)
+    # two episodes ended between reads: the terminal state is gone, how the last one ended is not
+    final["obs"] = ob(9, 3, 9.0, terminated=True, last_end=END_TERMINATED)
+    assert reply(view, ob(10, 4, 10.0, last_end=END_TERMINATED))[:6] == (10, 4, True, False, 4.0, True)
+    assert view.ended and reply(view, ob(11, 4, 11.0), fresh=True)[5] is False and not view.ended

@@ -90,7 +90,9 @@ class _View:
         if fresh:
             pass
         elif obs.terminated or obs.truncated:  # read between the two publishes of an episode's end
-            terminated, truncated, episode = obs.terminated, obs.truncated, obs.episode + 1
+            episode = obs.episode + 1
+            if episode != self.episode:  # not yet reported to this reader
+                terminated, truncated = obs.terminated, obs.truncated
         elif obs.episode != self.episode:
             final = session.read_final()
             if final.episode == self.episode:  # the terminal observation of the episode this reader was in
@@ -134,7 +136,6 @@ class Connection:
         self.session: ServerSession | None = None
         self.view = _View()
         self.config: SessionConfig | None = None
-        self.episode = 0  # the episode the client's last reset returned
         self._send_lock = asyncio.Lock()
         self._subscription: asyncio.Task | None = None
 
@@ -213,7 +214,6 @@ class Connection:
                 session.request_reset()
                 obs = await self._next_episode(obs.episode)
             session.settings.episode_id = data.episode_id
-        self.episode = obs.episode
         reply = self.observation(obs, None, fresh=True)
         reply["data"]["reward"] = None
         reply["data"]["done"] = False
