@@ -52,9 +52,11 @@ def no_shm_leak_module():
 
 
 @pytest.fixture(scope="session")
-def openenv_010(request) -> Path:
-    """A directory holding ``openenv`` 0.10.0 as published (installed once per cache)."""
-    target = Path(request.config.cache.mkdir(f"openenv-{OPENENV_VERSION}"))
+def openenv_010(request, tmp_path_factory) -> Path:
+    """A directory holding ``openenv`` 0.10.0 as published (installed once per pytest cache)."""
+    cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
+    name = f"openenv-{OPENENV_VERSION}"
+    target = Path(cache.mkdir(name)) if cache is not None else tmp_path_factory.mktemp(name)
     if not (target / "openenv" / "core" / "mcp_client.py").exists():
         cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
                f"openenv=={OPENENV_VERSION}"]  # fmt: skip
