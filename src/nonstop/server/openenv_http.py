@@ -185,7 +185,12 @@ class McpEndpoint:
                         await self._stop.wait()
 
                 self._task = asyncio.create_task(run())
-                await started.wait()
+                waiter = asyncio.create_task(started.wait())
+                await asyncio.wait({self._task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                if not started.is_set():  # the session manager failed to start: say why, every time
+                    waiter.cancel()
+                    task, self._task = self._task, None
+                    task.result()
                 self.mcp = mcp
         return self.mcp
 
