@@ -140,7 +140,9 @@ def test_async_client_and_reset_semantics(server) -> None:
                 episodes.add(result.info["episode"])
                 if result.done:
                     break
-            assert result.done and result.info["episode"] == 1
+            # the reply that says done carries the terminal observation of episode 0 and how it ended
+            assert result.done and result.info["episode"] == 0 and result.info["terminated"]
+            assert abs(result.obs[2]) > 0.2  # the pole angle past CartPole's ±0.2095 rad limit
             again = await client.reset()  # the episode already ended: no second reset is requested
             assert again.info["episode"] == 1
             mid = await client.reset()  # mid-episode: the world ends it at its next tick

@@ -6,16 +6,18 @@ tick pool resolves; worlds tick on the pool (`nonstop.server.sessions`). Every r
 an ``error`` reply with a code; the connection and every other session carry on.
 
 HTTP: ``/health`` (503 when ticks stop advancing), ``/metadata``, ``/schema``, ``/sessions``,
-``/sessions/{id}``, ``/replays``. With a token, every request needs ``Authorization: Bearer TOKEN``
-(WebSockets may pass ``?token=TOKEN`` instead, for clients that cannot set headers). The token is
-read from a file or the environment (`resolve_token`) and never logged: `RedactToken` rewrites
-``token=`` in every uvicorn log line.
+``/sessions/{id}``, ``/replays``; OpenEnv's ``POST /reset``, ``POST /step``, ``GET /state`` and
+the MCP endpoint ``/mcp`` (`nonstop.server.openenv_http`). With a token, every request needs
+``Authorization: Bearer TOKEN`` (WebSockets may pass ``?token=TOKEN`` instead, for clients that
+cannot set headers). The token is read from a file or the environment (`resolve_token`) and never
+logged: `RedactToken` rewrites ``token=`` in every uvicorn log line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import json
 import logging
@@ -32,6 +34,7 @@ from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 
 from nonstop.realtime.channels import Observation
+from nonstop.realtime.host import END_TERMINATED, END_TRUNCATED
 from nonstop.server.protocol import (
     MAX_WAIT_TICKS,
     MESSAGE_TYPES,
@@ -69,28 +72,53 @@ UVICORN_WS: dict[str, Any] = {"ws_max_size": WS_FRAME_LIMIT, "ws_per_message_def
 
 @dataclass
 class _View:
-    """What one reader was last sent, so that ``reward`` and ``done`` are "since then"."""
+    """What one reader was last sent, so that ``reward`` and ``done`` are "since then".
+
+    At an episode's end the host publishes twice in one tick: the terminal observation (kept as
+    the slot's final one) and then the next episode's first. The reply that says ``done`` carries
+    the **terminal** observation with its ``terminated``/``truncated`` flags, as a Gymnasium
+    ``step`` would; the next episode's observations follow (``reset`` returns its current one).
+    """
 
     tick: int = -1
     total_reward: float = 0.0
-    episode: int = 0
+    episode: int = 0  # the episode this reader is in (after a ``done`` reply: the next one)
+    ended: bool = False  # the last reply said ``done``: the reader is between episodes
 
-    def payload(self, obs: Observation, session: ServerSession, encoding: str) -> dict[str, Any]:
-        reward = obs.total_reward - self.total_reward
-        done = obs.episode != self.episode or obs.terminated or obs.truncated
-        self.tick, self.total_reward, self.episode = obs.tick, obs.total_reward, obs.episode
+    def payload(
+        self, obs: Observation, session: ServerSession, encoding: str, *, fresh: bool = False
+    ) -> dict[str, Any]:
+        """The reply's ``data`` for the newest observation ``obs``; ``fresh`` (a reset) starts
+        the view at ``obs`` and never reports an ended episode."""
+        terminated = truncated = False
+        shown, episode = obs, obs.episode
+        if fresh:
+            pass
+        elif obs.terminated or obs.truncated:  # read between the two publishes of an episode's end
+            episode = obs.episode + 1
+            if episode != self.episode:  # not yet reported to this reader
+                terminated, truncated = obs.terminated, obs.truncated
+        elif obs.episode != self.episode:
+            final = session.read_final()
+            if final.episode == self.episode:  # the terminal observation of the episode this reader was in
+                shown, terminated, truncated = final, final.terminated, final.truncated
+            else:  # several episodes ended since this reader looked: only how the last one ended is known
+                terminated, truncated = obs.last_end == END_TERMINATED, obs.last_end == END_TRUNCATED
+        done = not fresh and episode != self.episode
+        reward = shown.total_reward - self.total_reward
+        self.tick, self.total_reward, self.episode, self.ended = shown.tick, shown.total_reward, episode, done
         return {
             "observation": {
-                "obs": encode_array(obs.obs, encoding),
-                "tick": obs.tick,
-                "time": obs.time,
-                "episode": obs.episode,
-                "terminated": obs.terminated,
-                "truncated": obs.truncated,
-                "total_reward": obs.total_reward,
-                "inaction_ticks": obs.inaction_ticks,
-                "agent_ticks": obs.agent_ticks,
-                "last_delay": obs.last_delay,
+                "obs": encode_array(shown.obs, encoding),
+                "tick": shown.tick,
+                "time": shown.tick * session.tau_m,  # the session's clock: seconds since its tick 0
+                "episode": shown.episode,
+                "terminated": terminated,
+                "truncated": truncated,
+                "total_reward": shown.total_reward,
+                "inaction_ticks": shown.inaction_ticks,
+                "agent_ticks": shown.agent_ticks,
+                "last_delay": shown.last_delay,
                 "session_id": session.sid,
                 "lifecycle": session.state.value,
             },
@@ -113,7 +141,6 @@ class Connection:
         self.session: ServerSession | None = None
         self.view = _View()
         self.config: SessionConfig | None = None
-        self.episode = 0  # the episode the client's last reset returned
         self._send_lock = asyncio.Lock()
         self._subscription: asyncio.Task | None = None
 
@@ -158,9 +185,10 @@ class Connection:
             return self.subscribe(msg.data.every, msg.data.encoding)
         raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {msg.type}")
 
-    def observation(self, obs: Observation, encoding: str | None) -> dict[str, Any]:
-        """An `ObservationReply`, as a dict."""
-        return {"type": "observation", "data": self.view.payload(obs, self.session, self._encoding(encoding))}
+    def observation(self, obs: Observation, encoding: str | None, *, fresh: bool = False) -> dict[str, Any]:
+        """An `ObservationReply`, as a dict (``fresh``: a reset's, which starts the reader's view)."""
+        data = self.view.payload(obs, self.session, self._encoding(encoding), fresh=fresh)
+        return {"type": "observation", "data": data}
 
     async def observe_at(self, target: int, encoding: str | None) -> dict[str, Any]:
         session = self.running()
@@ -185,18 +213,25 @@ class Connection:
             obs = session.read()
         else:
             obs = session.read()
-            if obs.episode == self.episode:  # the episode the client reset into is still on: end it
+            if obs.terminated or obs.truncated:  # between the two publishes of an episode's end
+                obs = await self._next_episode(obs.episode)
+            elif not self.view.ended:  # the client is inside an episode: end it (at the next tick)
                 session.request_reset()
-                loop = asyncio.get_running_loop()
-                while obs.episode == self.episode:
-                    await session.wait_tick(session.tick + 1, loop)
-                    obs = self.running().read()
+                obs = await self._next_episode(obs.episode)
             session.settings.episode_id = data.episode_id
-        self.episode = obs.episode
-        reply = self.observation(obs, None)
+        reply = self.observation(obs, None, fresh=True)
         reply["data"]["reward"] = None
         reply["data"]["done"] = False
         return reply
+
+    async def _next_episode(self, episode: int) -> Observation:
+        """The first observation of an episode after ``episode`` (waits tick by tick)."""
+        loop = asyncio.get_running_loop()
+        obs = self.running().read()
+        while obs.episode <= episode or obs.terminated or obs.truncated:
+            await self.session.wait_tick(self.session.tick + 1, loop)
+            obs = self.running().read()
+        return obs
 
     def state(self) -> StateReply:
         session = self.session
@@ -231,7 +266,7 @@ class Connection:
         return AckReply(data={"seq": -1, "tick": session.tick, "obs_tick": session.tick})
 
     async def _push(self, session: ServerSession, every: int, encoding: str) -> None:
-        view = _View()
+        view = dataclasses.replace(self.view)  # pushes report "since" what the client last saw
         loop = asyncio.get_running_loop()
         target = session.tick + every
         try:
@@ -352,10 +387,12 @@ def create_app(
     start_timeout: float = 30.0,
     connect_timeout: float = 30.0,
     max_connections: int = 256,
+    host: str = "127.0.0.1",
     **manager_kwargs: Any,
 ) -> FastAPI:
     """The FastAPI app. It owns ``manager`` (built from ``manager_kwargs`` if not given) and shuts
-    it down, flushing every replay, when the app stops.
+    it down, flushing every replay, when the app stops. ``host``: the address it will be served
+    on (``/mcp`` checks that requests to a loopback server come from a local page).
 
     A WebSocket connection that has started no session ``connect_timeout`` seconds after it opened
     is closed (code 1008); past ``max_connections`` open WebSocket connections, one more is refused
@@ -446,6 +483,10 @@ def create_app(
     def replays() -> list[dict[str, Any]]:
         return mgr().list_replays()
 
+    from nonstop.server.openenv_http import add_openenv_routes
+
+    add_openenv_routes(app, mgr, start_timeout=start_timeout, host=host)  # POST /reset, /step, GET /state, /mcp
+
     @app.websocket("/ws")
     async def websocket(ws: WebSocket) -> None:
         if token is not None and not _authorized(ws.headers.get("authorization"), ws.query_params.get("token"), token):
@@ -524,7 +565,7 @@ def serve(
     # The tick pool shares the GIL with the event loop; a short switch interval bounds how long
     # a JSON encode on the loop can hold a due tick back (the default 5 ms would blow a 2 ms budget).
     sys.setswitchinterval(switch_interval)
-    app = create_app(None, token=token, connect_timeout=connect_timeout, max_connections=max_connections)
+    app = create_app(None, token=token, connect_timeout=connect_timeout, max_connections=max_connections, host=host)
     # the app's own settings are checked (above) before the manager starts a process
     app.state.manager = SessionManager(list(envs or ["Boxing"]), **manager_kwargs)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, **UVICORN_WS)
@@ -565,7 +606,7 @@ class ServerThread:
         self.manager = SessionManager(**manager_kwargs)
         try:
             self.app = create_app(self.manager, token=token, connect_timeout=connect_timeout,
-                                  max_connections=max_connections)  # fmt: skip
+                                  max_connections=max_connections, host=host)  # fmt: skip
         except BaseException:
             self.manager.shutdown()
             raise

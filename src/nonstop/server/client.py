@@ -51,7 +51,9 @@ class ServerError(RuntimeError):
 @dataclass
 class RemoteObservation:
     """An observation reply. ``reward`` is the reward since this reader's previous observation;
-    ``done`` says an episode ended since then (the remote world has already reset)."""
+    ``done`` says an episode ended since then: ``obs`` is then that episode's terminal observation
+    and ``info["terminated"]``/``info["truncated"]`` say how it ended (the remote world has
+    already started the next episode, whose current observation ``reset`` returns)."""
 
     obs: np.ndarray | None
     tick: int
@@ -402,9 +404,11 @@ class RemoteEnv(gym.Env):
     """A remote realtime session as a ``gymnasium.Env``.
 
     ``reset(seed=s)`` (re)starts the remote world with that seed; ``reset()`` after an episode ended
-    returns the first observation of the episode the world has already started; ``step(a)``
-    submits ``a`` and returns the observation of the tick that applied it, with ``info`` holding
-    ``tick``, ``ticks_elapsed``, ``inaction_ticks``, ``agent_ticks`` and ``delay``.
+    returns the current observation of the episode the world has already started (mid-episode,
+    it ends the episode first); ``step(a)`` submits ``a`` and returns the observation of the tick
+    that applied it, with ``info`` holding ``tick``, ``ticks_elapsed``, ``inaction_ticks``,
+    ``agent_ticks`` and ``delay``. At an episode's end ``step`` returns its terminal observation
+    with ``terminated`` or ``truncated`` set, exactly as the local view (`nonstop.realtime.gym`).
     """
 
     metadata = {"render_modes": []}
@@ -443,8 +447,10 @@ class RemoteEnv(gym.Env):
     def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         result = self.client.step(action)
         obs, info = self._out(result)
-        # the remote world resets at once, so an ended episode reads as terminated
-        return obs, float(result.reward or 0.0), result.done, False, info
+        terminated, truncated = bool(result.info.get("terminated")), bool(result.info.get("truncated"))
+        if result.done and not (terminated or truncated):  # a server that does not say how it ended
+            terminated = True
+        return obs, float(result.reward or 0.0), terminated, truncated, info
 
     def close(self) -> None:
         self.client.close()

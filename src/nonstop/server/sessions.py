@@ -648,6 +648,12 @@ class ServerSession:
                 raise ProtocolError(ErrorCode.BACKPRESSURE, f"session {self.sid}: its tick worker is not finishing "
                                     "an observation (stopped or overloaded?): retry shortly") from None  # fmt: skip
 
+    def read_final(self) -> Observation:
+        """The terminal observation of the last episode that ended (tick -1 if none yet)."""
+        with self._chan:
+            self._require_running()
+            return self.slot.read_final()
+
     @property
     def tick(self) -> int:
         board = self.board
