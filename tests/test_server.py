@@ -160,10 +160,11 @@ def test_gymnasium_adapter_suffers_inaction_when_slow(server) -> None:
         obs, info = env.reset(seed=1)
         assert env.observation_space.contains(obs.astype(env.observation_space.dtype))
         obs, reward, terminated, truncated, info = env.step(1)
-        assert reward == 1.0 and info["ticks_elapsed"] >= 1
+        assert reward == 1.0 and info["nonstop_ticks_elapsed"] >= 1
+        assert isinstance(info["nonstop_delay"], np.int64)  # the local view's keys and types
         time.sleep(0.2)  # a slow agent: ~12 ticks pass while it "thinks"
         obs, reward, terminated, truncated, info = env.step(1)
-        assert info["ticks_elapsed"] >= 6 and info["inaction_ticks"] >= 5
+        assert info["nonstop_ticks_elapsed"] >= 6 and info["nonstop_inaction_ticks"] >= 5
     finally:
         env.close()
 

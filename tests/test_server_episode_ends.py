@@ -64,7 +64,7 @@ def _play(env: gymnasium.Env, seed: int, actions: list[int]) -> list[tuple]:
     out = [("reset", np.asarray(obs).copy(), None, False, False, True)]
     for action in actions:
         obs, reward, terminated, truncated, info = env.step(action)
-        on_time = info.get("inaction_ticks", 0) == 0 and info.get("ticks_elapsed", 1) == 1
+        on_time = info["nonstop_inaction_ticks"] == 0 and info["nonstop_ticks_elapsed"] == 1
         out.append(("step", np.asarray(obs).copy(), float(reward), bool(terminated), bool(truncated), on_time))
         if terminated or truncated:
             obs, _ = env.reset()

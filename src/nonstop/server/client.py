@@ -406,8 +406,10 @@ class RemoteEnv(gym.Env):
     ``reset(seed=s)`` (re)starts the remote world with that seed; ``reset()`` after an episode ended
     returns the current observation of the episode the world has already started (mid-episode,
     it ends the episode first); ``step(a)`` submits ``a`` and returns the observation of the tick
-    that applied it, with ``info`` holding ``tick``, ``ticks_elapsed``, ``inaction_ticks``,
-    ``agent_ticks`` and ``delay``. At an episode's end ``step`` returns its terminal observation
+    that applied it. ``info`` carries the local view's keys (``nonstop_tick``, ``nonstop_episode``,
+    ``nonstop_ticks_elapsed``, ``nonstop_inaction_ticks``, ``nonstop_agent_ticks``,
+    ``nonstop_delay``: numpy integers, the counts since the previous call) beside the server's own
+    fields (``session_id``, ``time``, …). At an episode's end ``step`` returns its terminal observation
     with ``terminated`` or ``truncated`` set, exactly as the local view (`nonstop.realtime.gym`).
     """
 
@@ -427,12 +429,23 @@ class RemoteEnv(gym.Env):
         self.client = Client(url, token=token)
         self._config = {"env": env_id, "encoding": "b64", **config}
         self._started = False
-        self._tick = 0
+        self._prev: tuple[int, int, int] | None = None  # tick, inaction and agent ticks last returned
 
     def _out(self, result: RemoteObservation) -> tuple[np.ndarray, dict[str, Any]]:
         obs = np.asarray(result.obs, dtype=self.observation_space.dtype)
-        info = dict(result.info, ticks_elapsed=result.tick - self._tick, delay=result.info.get("last_delay", -1))
-        self._tick = result.tick
+        info = dict(result.info)
+        now = (result.tick, int(info.get("inaction_ticks", 0)), int(info.get("agent_ticks", 0)))
+        prev = self._prev if self._prev is not None else now
+        # the same keys and types as the local Gymnasium view (nonstop.realtime.gym), counted since the last call
+        info.update(
+            nonstop_tick=np.int64(result.tick),
+            nonstop_episode=np.int64(info.get("episode", 0)),
+            nonstop_ticks_elapsed=np.int64(now[0] - prev[0]),
+            nonstop_inaction_ticks=np.int64(now[1] - prev[1]),
+            nonstop_agent_ticks=np.int64(now[2] - prev[2]),
+            nonstop_delay=np.int64(info.get("last_delay", -1)),
+        )
+        self._prev = now
         return obs, info
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict[str, Any]]:
