@@ -53,7 +53,7 @@ Streaming to a directory, then reading it back:
 >>> sorted(p.name for p in d.iterdir())
 ['chunk-000000.npz', 'chunk-000001.npz', 'chunk-000002.npz', 'meta.json']
 >>> back = TickLog.open(d)
->>> (len(back), back["tick"].tolist()[-3:], back.meta["complete"])
+>>> (len(back), back["tick"].tolist()[-3:], back.complete)
 (10, [8, 9, 10], True)
 """
 
@@ -313,6 +313,8 @@ class TickLog:
         self._n_done = 0  # rows in completed chunks
         self._readonly = False
         self.directory: Path | None = None
+        #: whether the log was closed normally (False for a log read back from a run that was killed)
+        self.complete = True
         self._writer: _ChunkWriter | None = None
         if directory is not None:
             self.directory = Path(directory)
@@ -408,6 +410,13 @@ class TickLog:
         self._n_block = 0
         if self._writer is not None:
             self._writer.submit(chunk)
+
+    def write_meta(self) -> None:
+        """Rewrite the directory's ``meta.json`` with the current ``meta`` (e.g. facts noted after
+        the host closed the log); the chunks are untouched."""
+        if self.directory is None:
+            raise ValueError("this tick log has no directory")
+        self._write_meta(complete=self.complete and self._writer is None)
 
     def _write_meta(self, *, complete: bool) -> None:
         assert self.directory is not None
@@ -531,7 +540,7 @@ class TickLog:
             raise ValueError(f"{meta_path} is not a nonstop tick log directory")
         files = sorted((int(m.group(1)), p) for p in directory.iterdir() if (m := _CHUNK_RE.fullmatch(p.name)))
         log = cls(record["tau_m"], meta=dict(record.get("meta") or {}), chunk_rows=1)
-        log.meta["complete"] = bool(record.get("complete"))
+        log.complete = bool(record.get("complete"))
         log.directory = directory
         skipped = []
         for i, (index, path) in enumerate(files):
