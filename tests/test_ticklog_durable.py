@@ -244,3 +244,13 @@ def test_sigkill_of_the_wall_host_keeps_every_completed_chunk(tmp_path):
     assert log["tick"].tolist() == list(range(1, len(log) + 1))  # every completed chunk, in order
     assert world.tick_log is log or len(world.tick_log) == len(log)
     assert is_ticklog_dir(tmp_path / "log") and summarize(log)["ticks"] == len(log)
+
+
+@pytest.mark.wall
+def test_wall_session_without_a_directory_sends_its_log_back_chunk_by_chunk():
+    with Session(ScriptedEnv, tick_hz=200, clock="wall", log_chunk_rows=20) as world:
+        world.run_for(0.5)
+    log = world.tick_log
+    assert log.directory is None and len(log) > 40
+    assert [c.n for c in log._chunks[:-1]] == [20] * (len(log._chunks) - 1)  # the host's chunks, as they were
+    assert log["tick"].tolist() == list(range(1, len(log) + 1))

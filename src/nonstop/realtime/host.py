@@ -293,7 +293,10 @@ def _host_main(conn: Any, env: EnvSource, env_kwargs: dict, slot: LatestSlot, qu
                 # streaming to a directory: the parent reads the chunks there, nothing big crosses the pipe
                 payload = {"directory": str(host.log.directory)} if host.log.directory is not None else None
                 log = host.close_log()
-                payload = payload or log.to_arrays()
+                if payload is None:  # in memory: chunk by chunk, never the whole log as one copy
+                    for rows in log.row_blocks():
+                        conn.send(("chunk", rows))
+                    payload = {"meta": log.meta, "tau_m": log.tau_m}
             except BaseException:
                 if status == "ok":
                     status, tb = "error", traceback.format_exc()
@@ -400,6 +403,7 @@ class Session:
         self._conn: Any = None
         self._vproc: Any = None
         self._log: TickLog | None = None
+        self._received: list[np.ndarray] = []  # the wall host's in-memory log, chunk by chunk
         self._started = self._stopped = False
         self._notes: dict[str, Any] = {}
         self._origin = 0.0
@@ -529,7 +533,7 @@ class Session:
         while self.clock.now() < t:
             if self._conn.poll(0):
                 try:
-                    kind, payload = self._conn.recv()
+                    kind, payload = self._receive()
                 except EOFError:
                     self._stopped = True
                     self._cleanup()
@@ -552,6 +556,14 @@ class Session:
             env_traceback="".join(traceback.format_exception(exc)),
         ) from exc
 
+    def _receive(self) -> tuple[str, Any]:
+        """The host process's next message; the log's chunks that precede its last one are gathered."""
+        while True:
+            kind, payload = self._conn.recv()
+            if kind != "chunk":
+                return kind, payload
+            self._received.append(payload)
+
     def _log_on_disk(self) -> TickLog | None:
         """The wall-clock host's streamed log as far as it reached disk (the host died or still runs)."""
         if self.log_dir is None or not is_ticklog_dir(self.log_dir):
@@ -562,13 +574,14 @@ class Session:
 
     def _collect(self, kind: str, payload: Any) -> None:
         arrays, tb = payload if payload is not None else (None, "")
-        if isinstance(arrays, dict):  # the host streamed its log: read the chunks it wrote
+        if isinstance(arrays, dict) and "directory" in arrays:  # the host streamed its log: read its chunks
             self._log = TickLog.open(arrays["directory"])
             self._log.meta.update(self._notes)
             if self._notes:
                 self._log.write_meta()
         elif arrays is not None:
-            self._log = TickLog.from_arrays(*arrays)
+            self._log = TickLog.from_row_blocks(self._received, arrays["meta"], arrays["tau_m"])
+            self._received = []
             self._log.meta.update(self._notes)
         if kind == "error":
             self._stopped = True
@@ -614,7 +627,7 @@ class Session:
             elif self._process is not None:
                 if self._conn.poll(timeout):
                     try:
-                        kind, payload = self._conn.recv()
+                        kind, payload = self._receive()
                     except EOFError:  # the host process died: what it streamed to disk is all there is
                         return self._log_on_disk()
                     self._collect(kind, payload)

@@ -480,25 +480,36 @@ class TickLog:
     # ---- moving between processes and disk
     def to_arrays(self) -> tuple[np.ndarray, dict[str, Any], float]:
         """``(rows, meta, tau_m)``: every row as one float64 block (a copy), for a pipe."""
-        blocks = []
-        for chunk in self._all_chunks():
-            cols = chunk.columns(_NAMES)
-            blocks.append(np.stack([cols[name].astype(np.float64) for name in _NAMES], axis=1))
+        blocks = list(self.row_blocks())
         rows = np.concatenate(blocks) if blocks else np.zeros((0, len(_NAMES)), np.float64)
         return rows, dict(self.meta), self.tau_m
+
+    def row_blocks(self) -> Iterator[np.ndarray]:
+        """Each chunk as a float64 row block (a view of the in-memory rows, or read from its file)."""
+        for chunk in self._all_chunks():
+            if chunk.rows is not None and not chunk.tick_shift and not chunk.episode_shift:
+                yield chunk.rows[: chunk.n]
+            elif chunk.n:
+                cols = chunk.columns(_NAMES)
+                yield np.stack([cols[name].astype(np.float64) for name in _NAMES], axis=1)
+
+    @classmethod
+    def from_row_blocks(cls, blocks: Iterable[np.ndarray], meta: dict[str, Any], tau_m: float) -> "TickLog":
+        """A log whose completed chunks are ``blocks`` (float64 rows in column order), not copied."""
+        log = cls(tau_m, meta=meta)
+        for block in blocks:
+            block = np.asarray(block, np.float64)
+            if block.ndim != 2 or block.shape[1] != len(_NAMES):
+                raise ValueError(f"row blocks must have shape (n, {len(_NAMES)}), got {block.shape}")
+            log._chunks.append(_Chunk(block, None, len(block), len(log._chunks)))
+            log._n_done += len(block)
+        return log
 
     @classmethod
     def from_arrays(cls, rows: np.ndarray, meta: dict[str, Any], tau_m: float) -> "TickLog":
         """The inverse of `to_arrays`: ``rows`` become the log's completed chunks (views, no copy)."""
         rows = np.asarray(rows, np.float64)
-        if rows.ndim != 2 or rows.shape[1] != len(_NAMES):
-            raise ValueError(f"rows must have shape (n, {len(_NAMES)}), got {rows.shape}")
-        log = cls(tau_m, meta=meta)
-        for start in range(0, len(rows), CHUNK_ROWS):
-            block = rows[start : start + CHUNK_ROWS]
-            log._chunks.append(_Chunk(block, None, len(block), len(log._chunks)))
-            log._n_done += len(block)
-        return log
+        return cls.from_row_blocks((rows[i : i + CHUNK_ROWS] for i in range(0, len(rows), CHUNK_ROWS)), meta, tau_m)
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the whole log to one ``.npz`` file atomically: a crash never leaves half a log.
