@@ -126,17 +126,26 @@ _CHUNK_RE: Final = re.compile(r"chunk-(\d{6,})\.npz")
 
 
 def save_npz_atomic(
-    path: Path, header: dict[str, Any], arrays: dict[str, np.ndarray], *, fsync: bool = False
+    path: Path, header: dict[str, Any], arrays: dict[str, np.ndarray], *, fsync: bool = False,
+    compresslevel: int | None = None,
 ) -> Path:
     """Write a compressed ``.npz`` of ``arrays`` plus a JSON ``__header__`` atomically (a temp
     file in the same directory, then a rename): a crash never leaves half a file under ``path``.
-    ``fsync`` also forces the bytes to the device before the rename (a power cut keeps it whole)."""
+    ``fsync`` also forces the bytes to the device before the rename (a power cut keeps it whole).
+    ``compresslevel``: zlib's level (default: numpy's, 6; the tick log's chunks use 1, five times
+    faster for the same size on tick-log columns)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     blob = np.frombuffer(json.dumps(header, default=str).encode(), np.uint8)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, __header__=blob, **arrays)
+            if compresslevel is None:
+                np.savez_compressed(f, __header__=blob, **arrays)
+            else:  # what savez_compressed does, at a chosen level
+                with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED, compresslevel=compresslevel) as z:
+                    for name, array in {"__header__": blob, **arrays}.items():
+                        with z.open(f"{name}.npy", "w", force_zip64=True) as member:
+                            np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
             if fsync:
                 f.flush()
                 os.fsync(f.fileno())
@@ -264,7 +273,7 @@ class _ChunkWriter:
             assert rows is not None
             try:
                 header = {"format": _CHUNK_FORMAT, "index": chunk.index, "rows": chunk.n}
-                save_npz_atomic(path, header, _chunk_arrays(rows[: chunk.n]), fsync=True)
+                save_npz_atomic(path, header, _chunk_arrays(rows[: chunk.n]), fsync=True, compresslevel=1)
             except Exception as exc:  # keep the rows in memory: nothing is lost while the process lives
                 if self.error is None:
                     warnings.warn(f"tick log: cannot write {path} ({exc}); keeping its rows in memory",
