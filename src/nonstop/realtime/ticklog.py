@@ -68,6 +68,7 @@ import tempfile
 import threading
 import warnings
 import zipfile
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -246,6 +247,9 @@ class _ChunkWriter:
     def __init__(self, directory: Path, max_pending: int) -> None:
         self.directory = directory
         self.queue: queue.Queue[_Chunk | None] = queue.Queue(maxsize=max_pending)
+        #: blocks whose rows are safely on disk, for the appender to fill again: a block already
+        #: paged in costs no page faults on the tick path (deque: thread-safe append/pop)
+        self.free: deque[np.ndarray] = deque()
         self.error: BaseException | None = None
         self.waits = 0  # appends that found the queue full and waited for the writer
         self.thread = threading.Thread(target=self._loop, name="nonstop-ticklog-writer", daemon=True)
@@ -282,6 +286,8 @@ class _ChunkWriter:
                 continue
             chunk.path = path
             chunk.rows = None  # from now on read back from the file: memory stays bounded
+            if len(self.free) < 2:
+                self.free.append(rows)
 
 
 # ----------------------------------------------------------------------------- the log
@@ -415,10 +421,14 @@ class TickLog:
         chunk = _Chunk(self._block, None, n, len(self._chunks))
         self._chunks.append(chunk)
         self._n_done += n
-        self._block = np.zeros((self._chunk_rows, len(_NAMES)), np.float64)
+        writer = self._writer
+        if writer is not None and writer.free:
+            self._block = writer.free.pop()  # rows past the open count are never read: no need to clear
+        else:
+            self._block = np.zeros((self._chunk_rows, len(_NAMES)), np.float64)
         self._n_block = 0
-        if self._writer is not None:
-            self._writer.submit(chunk)
+        if writer is not None:
+            writer.submit(chunk)
 
     def write_meta(self) -> None:
         """Rewrite the directory's ``meta.json`` with the current ``meta`` (e.g. facts noted after
