@@ -84,7 +84,7 @@ def test_bad_arguments_are_refused_at_the_door(tmp_path):
 
 def test_streamed_log_equals_the_in_memory_log_and_keeps_memory_bounded(tmp_path):
     memory = TickLog(1 / 60, chunk_rows=32)
-    streamed = TickLog(1 / 60, chunk_rows=32, directory=tmp_path / "log", max_pending=2, meta={"env": "x"})
+    streamed = TickLog(1 / 60, chunk_rows=32, directory=tmp_path / "log", max_pending=100, meta={"env": "x"})
     fill(memory, 1000)
     fill(streamed, 1000)
     assert_same_rows(streamed, memory)  # live: chunks on disk, pending ones and the open block
@@ -103,6 +103,17 @@ def test_streamed_log_equals_the_in_memory_log_and_keeps_memory_bounded(tmp_path
         fill(back, 1)
 
 
+def test_a_writer_behind_is_warned_about_and_never_blocks_the_appender(tmp_path):
+    log = TickLog(0.1, chunk_rows=1, directory=tmp_path / "log", max_pending=2)
+    with pytest.warns(RuntimeWarning, match="chunks behind; they wait in memory"):
+        for t in range(1, 2001):  # a chunk a row: far faster than any writer
+            log.append(tick=t, deadline=t / 10, time=t / 10, source=SOURCE_DEFAULT)
+    assert log.writer_backlog > 2
+    log.close()
+    assert log.meta["ticklog_writer_max_backlog"] > 2
+    assert TickLog.open(tmp_path / "log")["tick"].tolist() == list(range(1, 2001))
+
+
 def _same_summary(a: dict, b: dict) -> bool:
     assert a.keys() == b.keys()
     for key in a:
@@ -115,7 +126,7 @@ def _same_summary(a: dict, b: dict) -> bool:
 
 def test_summary_streams_chunk_by_chunk_and_matches_one_block(tmp_path):
     one = TickLog(0.02)
-    many = TickLog(0.02, chunk_rows=7, directory=tmp_path / "log")
+    many = TickLog(0.02, chunk_rows=7, directory=tmp_path / "log", max_pending=100)
     fill(one, 500, seed=3)
     fill(many, 500, seed=3)
     many.close()
@@ -159,7 +170,7 @@ def test_stitching_chunks_and_resume_segments_equals_the_log_written(tmp_path):
     cuts = [0, 100, 220, 300]
     segments = []
     for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
-        seg = TickLog(tau, chunk_rows=16, directory=tmp_path / f"seg{i}" if i == 1 else None)
+        seg = TickLog(tau, chunk_rows=16, directory=tmp_path / f"seg{i}" if i == 1 else None, max_pending=100)
         episode0 = int(cols["episode"][a])
         for r in range(a, b):  # each segment restarts its ticks and episodes from its own start
             seg.append(**{n: cols[n][r].item() for n in COLUMNS if n != "lateness"}
@@ -188,6 +199,7 @@ def test_stitching_chunks_and_resume_segments_equals_the_log_written(tmp_path):
 # ----------------------------------------------------------------------------- sessions
 
 
+@pytest.mark.filterwarnings("ignore:tick log. the writer")  # 25-row chunks, simulated time: the writer lags
 def test_virtual_session_streams_its_log_and_matches_one_without(tmp_path):
     def run(log_dir):
         with Session(ScriptedEnv, tick_hz=50, env_kwargs={"episode_len": 9}, seed=1, log_dir=log_dir,

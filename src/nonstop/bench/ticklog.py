@@ -22,9 +22,9 @@ by the kernel, which would be measured instead). Variants:
 Targets (issue 14): ``streamed`` max append ≤ 1 ms, and its resident memory at the end within 10 %
 of that at ``--rss-at`` rows. ``seal_max_ms`` is the worst of the appends that grow the log (a
 doubling, or a chunk sealed and handed to the writer): the cost the design itself adds, apart from
-the machine's noise. An append that found the writer's queue full and waited for the disk is
-counted in ``writer_waits`` (``--rate 0``: back to back, as fast as the appends go, shows where the
-writer stops keeping up on this machine).
+the machine's noise. ``writer_backlog`` is the most chunks that waited for the writer at
+once (the appender never waits for it; a backlog costs memory instead). ``--rate 0`` appends back
+to back, as fast as they go, and shows where the writer stops keeping up on this machine.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ RSS_FLAT_TARGET = 0.10
 #: flat figures of the result (tests/test_bench_quick.py checks them)
 RESULT_KEYS = (
     "rows", "streamed_p99_us", "streamed_max_ms", "streamed_seal_max_ms", "chunked_max_ms", "doubling_max_ms",
-    "doubling_seal_max_ms", "floor_max_ms", "streamed_rss_growth", "streamed_writer_waits", "meets_target",
+    "doubling_seal_max_ms", "floor_max_ms", "streamed_rss_growth", "streamed_writer_backlog", "meets_target",
 )  # fmt: skip
 
 
@@ -146,7 +146,7 @@ def _measure(variant: str, rows: int, rss_at: int, rate: float, sched: str, dire
                 sleep(pause)
     wall = time.perf_counter() - t_start
     rss_end = _rss_bytes()
-    waits = log.writer_waits if variant == "streamed" else 0
+    backlog = log.writer_backlog if variant == "streamed" else 0
     if variant == "streamed":
         log.close()
     worst = np.argsort(costs)[-5:][::-1]
@@ -165,7 +165,7 @@ def _measure(variant: str, rows: int, rss_at: int, rate: float, sched: str, dire
         "rss_growth": (rss_end - rss_first) / rss_first if rss_first else None,
         "appends_per_s": rows / wall,
         "wall_s": wall,
-        "writer_waits": waits,
+        "writer_backlog": backlog,
     })  # fmt: skip
     conn.close()
 
@@ -219,7 +219,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "floor_max_ms": per["floor"]["max_ms"] if "floor" in per else -1.0,
         "sched": s["sched"],
         "streamed_rss_growth": s["rss_growth"],
-        "streamed_writer_waits": s["writer_waits"],
+        "streamed_writer_backlog": s["writer_backlog"],
         "targets": {"max_append_ms": MAX_APPEND_TARGET_MS, "rss_growth": RSS_FLAT_TARGET},
         "meets_target": bool(s["max_ms"] <= MAX_APPEND_TARGET_MS and abs(s["rss_growth"]) <= RSS_FLAT_TARGET),
         "variants": per,
@@ -233,12 +233,12 @@ def render(result: dict[str, Any]) -> None:
 
     table = Table(title=f"nonstop bench ticklog: {result['rows']:,} appends per variant")
     for col in ("variant", "p50 µs", "p99 µs", "max ms", "growth appends max ms", "appends > 1 ms", f"RSS MB at {result['rss_at_rows']:,}",
-                "RSS MB at end", "growth", "writer waits"):  # fmt: skip
+                "RSS MB at end", "growth", "writer backlog"):  # fmt: skip
         table.add_column(col, justify="right")
     for name, v in result["variants"].items():
         table.add_row(name, f"{v['append_us']['p50']:.2f}", f"{v['append_us']['p99']:.2f}", f"{v['max_ms']:.3f}",
                       f"{v['seal_max_ms']:.3f}", f"{v['over_1ms']:,}", f"{v['rss_mb_at_first']:.0f}", f"{v['rss_mb_at_end']:.0f}",
-                      f"{v['rss_growth']:+.1%}", str(v["writer_waits"]))  # fmt: skip
+                      f"{v['rss_growth']:+.1%}", str(v["writer_backlog"]))  # fmt: skip
     Console().print(table)
     verdict = "meets" if result["meets_target"] else "misses"
     print(f"streamed {verdict} the targets (max append ≤ {MAX_APPEND_TARGET_MS} ms, memory flat within "
