@@ -278,13 +278,20 @@ class _ChunkWriter:
         self.queue.put(None)
         self.thread.join()
 
-    def _loop(self) -> None:
-        try:  # under a realtime host: the lowest realtime priority, below the tick loop, above other work
-            if os.sched_getscheduler(0) == os.SCHED_FIFO:
+    @staticmethod
+    def _follow_host_priority() -> None:
+        """Under a realtime host (its main thread at SCHED_FIFO, set after this thread started):
+        take the lowest realtime priority, below the tick loop and above ordinary work, so that no
+        ordinary process preempts the writer while it holds the GIL the tick loop needs."""
+        try:
+            if os.sched_getscheduler(os.getpid()) == os.SCHED_FIFO and os.sched_getscheduler(0) != os.SCHED_FIFO:
                 os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(os.sched_get_priority_min(os.SCHED_FIFO)))
         except (AttributeError, OSError):
             pass
+
+    def _loop(self) -> None:
         while (chunk := self.queue.get()) is not None:
+            self._follow_host_priority()
             path = self.directory / f"chunk-{chunk.index:06d}.npz"
             rows = chunk.rows
             assert rows is not None
