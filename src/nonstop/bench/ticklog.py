@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from nonstop.bench.common import percentiles, reap, run_sizes, size_help
+from nonstop.bench.common import machine_info, percentiles, reap, run_sizes, size_help
 
 __all__ = ["DESCRIPTION", "add_arguments", "run", "render", "RESULT_KEYS"]
 
@@ -211,6 +211,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     per = {v: _run_variant(v, rows, rss_at, args.rate, args.sched) for v in variants}
     s = per["streamed"]
     out: dict[str, Any] = {
+        "bench": "ticklog",
+        "machine": machine_info(),
         "rows": rows,
         "rss_at_rows": rss_at,
         "rate_per_s": args.rate,
