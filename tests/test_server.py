@@ -528,3 +528,28 @@ def test_tickprocs_doctests(no_shm_leak) -> None:
 
     failures, tried = doctest.testmod(tickprocs, verbose=False, report=False)
     assert tried > 0 and failures == 0
+
+
+@TICK_PROCS
+def test_session_tick_log_streams_to_disk_while_it_runs(tmp_path, no_shm_leak, tick_procs, monkeypatch) -> None:
+    """A session's tick log streams in chunks to REPLAYS/ticklogs/<sid>/ while it runs (bounded
+    memory however long it runs, chunks that outlive its tick worker), and goes once the replay,
+    which re-simulates from it, is written."""
+    import nonstop.server.sessions as sessions_module
+    from nonstop.realtime.ticklog import TickLog
+
+    monkeypatch.setattr(sessions_module, "SESSION_LOG_CHUNK_ROWS", 16)  # read when a session starts
+    with ServerThread(envs=[WORLD], replay_dir=tmp_path, tick_procs=tick_procs) as srv:
+        with Client(srv.url) as client:
+            client.reset(seed=3, encoding="none")
+            sid = client.last.info["session_id"]
+            log_dir = tmp_path / "ticklogs" / sid
+            _wait_for(lambda: len(list(log_dir.glob("chunk-*.npz"))) >= 3, 30, "three chunks on disk")
+            live = TickLog.open(log_dir)  # read by another process than the one writing it
+            assert len(live) >= 48 and live["tick"].tolist() == list(range(1, len(live) + 1))
+            client.step(1)
+        info = _wait_for(lambda: (s := _session(srv.url, sid))["lifecycle"] == "closed" and s, what="closed")
+    assert not log_dir.exists()  # the replay keeps the session; its streamed log is gone
+    replay = Replay.load(info["replay"])
+    assert replay.ticks == info["summary"]["ticks"] >= len(live)
+    assert verify(replay).ok

@@ -37,6 +37,7 @@ import logging
 import math
 import os
 import secrets
+import shutil
 import threading
 import traceback
 import uuid
@@ -81,6 +82,9 @@ TRANSITIONS: Final = {
     Lifecycle.CLOSED: set(),
 }
 LIVE: Final = frozenset({Lifecycle.CREATED, Lifecycle.STARTING, Lifecycle.RUNNING})
+#: Rows per chunk of a session's streamed tick log: 8192 ticks (2.3 min at 60 Hz, 1.2 MB in memory), so
+#: many sessions together hold little
+SESSION_LOG_CHUNK_ROWS: Final = 8192
 
 
 # ----------------------------------------------------------------------------- tick pool
@@ -490,6 +494,9 @@ class ServerSession:
         self.origin = 0.0  # pool-clock time of tick 0
         self.tau_m = 1.0 / spec.tick_hz
         self.finalized = threading.Event()
+        #: while it runs, the session's tick log streams here (bounded memory however long it runs; every
+        #: completed chunk survives a dead tick worker); removed once the replay is written
+        self.log_dir: Path | None = manager.replay_dir / "ticklogs" / self.sid if manager.replay_dir is not None else None
 
     # ---- lifecycle
     def transition(self, new: Lifecycle) -> bool:
@@ -534,6 +541,7 @@ class ServerSession:
                 env, self.slot, self.queue, tau_m=1.0 / spec.tick_hz,
                 default=make_default(s.default, noop_action=spec.noop_action), seed=host_seed, max_ticks=s.max_ticks,
                 meta={"env": spec.env_id, "session": self.sid, "clock": "wall", "default": s.default},
+                log_dir=self.log_dir, log_chunk_rows=SESSION_LOG_CHUNK_ROWS,
             )  # fmt: skip
             pool = self.manager.pool
             self.clock = WallClock(origin=pool.clock.origin, spin=0.0)
@@ -564,7 +572,8 @@ class ServerSession:
             cfg = {"env": spec.env_id, "seed": s.seed, "record": s.record, "tau_m": self.tau_m, "default": s.default,
                    "noop_action": spec.noop_action, "max_ticks": s.max_ticks, "origin": origin, "phase": phase,
                    "meta": {"env": spec.env_id, "session": self.sid, "clock": "wall", "default": s.default,
-                            "tick_proc": proc.index}}  # fmt: skip
+                            "tick_proc": proc.index},
+                   "log_dir": None if self.log_dir is None else str(self.log_dir), "log_chunk_rows": SESSION_LOG_CHUNK_ROWS}  # fmt: skip
             started = proc.call("start", self.sid, cfg, self.slot, self.queue, self.board)
             s.seed, self.warm, self.origin = started["seed"], started["warm"], started["origin"]
             self._process = proc  # a host runs there now: finalization must stop it
@@ -673,10 +682,12 @@ class ServerSession:
                     if self._process is not None:  # the worker runs its host: stop it, take its log
                         stopped = self.proc.call("stop", self.sid)
                         if stopped is not None:
-                            tick_log, recorder = TickLog.from_arrays(*stopped["log"]), stopped["recorder"]
+                            logged = stopped["log"]  # the worker's streamed directory, or its rows
+                            tick_log = TickLog.open(logged["directory"]) if isinstance(logged, dict) else TickLog.from_arrays(*logged)
+                            recorder = stopped["recorder"]
                 elif self._process is not None:
                     self._process.close()
-                    tick_log = self.host.finish_log()
+                    tick_log = self.host.close_log()
             if tick_log is not None:
                 with self._chan:
                     last = self.slot.read() if self.slot is not None else None
@@ -686,6 +697,8 @@ class ServerSession:
                 if recorder is not None and self.manager.replay_dir is not None:
                     replay = Replay.from_session(recorder, tick_log, self.replay_header())
                     self.replay_path = replay.save(self.manager.replay_dir / f"{self.sid}.npz")
+                if self.log_dir is not None:  # the replay and the summary keep what the session was
+                    shutil.rmtree(self.log_dir, ignore_errors=True)
         except Exception:  # noqa: BLE001 - cleanup below must still run
             log.error("session %s: finalize failed\n%s", self.sid, traceback.format_exc())
         finally:

@@ -212,6 +212,7 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
     from nonstop.envs import make_env
     from nonstop.realtime.defaults import make_default
     from nonstop.realtime.host import Host, raise_priority
+    from nonstop.realtime.ticklog import CHUNK_ROWS
     from nonstop.server.replay import ReplayRecorder
     from nonstop.server.sessions import PhasedClock, WarmEnvs, _Lane
 
@@ -250,7 +251,8 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
                 env = ReplayRecorder(env)
             default = make_default(cfg["default"], noop_action=cfg["noop_action"])
             host = Host(env, slot, queue, tau_m=cfg["tau_m"], default=default, seed=None if warmed else seed,
-                        max_ticks=cfg["max_ticks"], meta=cfg["meta"])  # fmt: skip
+                        max_ticks=cfg["max_ticks"], meta=cfg["meta"], log_dir=cfg.get("log_dir"),
+                        log_chunk_rows=cfg.get("log_chunk_rows", CHUNK_ROWS))  # fmt: skip
             process = host.run(PhasedClock(cfg["origin"], cfg["tau_m"], cfg["phase"]))
             job = _WorkerJob(sid, host, process, board, WallClock(origin=cfg["origin"], spin=0.0), note)
             job.env, job.recorder = env, env if cfg["record"] else None
@@ -272,7 +274,9 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
         with job.drive:  # waits for a tick in progress
             job.cancelled = True
             job.process.close()
-        out: dict[str, Any] = {"log": job.host.finish_log().to_arrays(), "recorder": None}
+        log = job.host.close_log()  # a streamed log: the last chunk written, the server reads the directory
+        out: dict[str, Any] = {"log": {"directory": str(log.directory)} if log.directory is not None else log.to_arrays(),
+                               "recorder": None}  # fmt: skip
         rec = job.recorder
         if rec is not None:
             out["recorder"] = SimpleNamespace(action_width=rec.action_width, actions=rec.actions,
