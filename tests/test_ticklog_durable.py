@@ -266,3 +266,14 @@ def test_wall_session_without_a_directory_sends_its_log_back_chunk_by_chunk():
     assert log.directory is None and len(log) > 40
     assert [c.n for c in log._chunks[:-1]] == [20] * (len(log._chunks) - 1)  # the host's chunks, as they were
     assert log["tick"].tolist() == list(range(1, len(log) + 1))
+
+
+def test_module_doctests():
+    import doctest
+
+    import nonstop.metrics.timing as timing_module
+    import nonstop.realtime.ticklog as ticklog_module
+
+    for module in (ticklog_module, timing_module):
+        failures, tried = doctest.testmod(module, verbose=False, report=False)
+        assert tried > 0 and failures == 0, module.__name__
