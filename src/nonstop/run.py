@@ -158,7 +158,9 @@ class TrainingRun:
         self._parts: list[Callable[[], None]] = []  # teardown, newest first
 
     # ------------------------------------------------------------------ building
-    def build(self) -> "TrainingRun":
+    def build(self, log_dir: Any = None) -> "TrainingRun":
+        """Create the shared memory, the model and the world; ``log_dir``: stream the tick log there
+        (`Session`'s ``log_dir``)."""
         import torch
 
         from nonstop.realtime.host import Session
@@ -181,7 +183,8 @@ class TrainingRun:
         self.weights.epsilon = dqn.epsilon_start
         history = max(256, 4 * math.ceil(self._max_latency() / self.tau_m) + 64)
         self.recorder = ReplayRecorder(self.replay, gamma=dqn.gamma, history=history)
-        self.world = Session(cfg.env, clock=cfg.clock, seed=cfg.seed, env_kwargs=cfg.env_kwargs, recorder=self.recorder)
+        self.world = Session(cfg.env, clock=cfg.clock, seed=cfg.seed, env_kwargs=cfg.env_kwargs, recorder=self.recorder,
+                             log_dir=log_dir)  # fmt: skip
         self.world.start()
         self._parts.append(self.world.stop)
         return self

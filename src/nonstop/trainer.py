@@ -97,7 +97,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     from nonstop.learning.checkpoint import checkpoint_path, keep_last, latest_checkpoint, save_checkpoint
     from nonstop.learning.replay import check_replay_fits
-    from nonstop.learning.runlog import Progress, RunLog, read_config
+    from nonstop.learning.runlog import Progress, RunLog, RunPaths, begin_ticklog_segment, read_config
     from nonstop.run import ProgressRows, TrainingRun
 
     for name in ("seconds", "progress_every", "checkpoint_every"):
@@ -128,7 +128,8 @@ def run_train(args: argparse.Namespace) -> int:
     rows: ProgressRows | None = None
     with log:
         try:
-            run.build()
+            # the tick log streams to RUN/ticklog/ as the world runs; a resumed run keeps the earlier segment beside it
+            run.build(log_dir=begin_ticklog_segment(out, ckpt.state["env_ticks"]) if ckpt is not None else RunPaths(out).ticklog_dir)
             if ckpt is not None:
                 run.restore(ckpt.state)
                 console.print(f"resumed from {ckpt.path.name}: {run.state.updates:,} updates, {run.tick_offset:,} env ticks"
@@ -168,10 +169,7 @@ def run_train(args: argparse.Namespace) -> int:
                 run.teardown()
         tick_log = run.world.tick_log
         tick_log.meta["tick_offset"] = run.tick_offset  # this segment's tick 0 is the run's tick `tick_offset`
-        previous = out / "ticklog.npz"
-        if run.tick_offset and previous.exists():  # keep the earlier segment's log beside the newest
-            previous.rename(out / f"ticklog-before-{run.tick_offset:09d}.npz")
-        log.save_ticklog(tick_log)
+        log.save_ticklog(tick_log)  # streamed already: this records the final meta
         from nonstop.metrics.timing import episode_returns, summarize
 
         returns = episode_returns(tick_log)

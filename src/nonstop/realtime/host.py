@@ -38,7 +38,7 @@ import numpy as np
 from nonstop.realtime.channels import ActionQueue, LatestSlot
 from nonstop.realtime.clock import Clock, TimedProcess, WallClock, make_clock, stopwatch
 from nonstop.realtime.defaults import DefaultBehaviour, make_default, space_noop
-from nonstop.realtime.ticklog import SOURCE_AGENT, SOURCE_DEFAULT, TickLog
+from nonstop.realtime.ticklog import SOURCE_AGENT, SOURCE_DEFAULT, CHUNK_ROWS, TickLog, is_ticklog_dir
 
 __all__ = ["Host", "Session", "HostError", "EnvSource"]
 
@@ -70,7 +70,8 @@ class Host:
     """The tick loop. Owns the env; reads the queue, writes the slot and the log.
 
     ``unthrottled=True`` ignores deadlines and ticks as fast as the env allows
-    (benchmarks; the log still records the grid it would have kept).
+    (benchmarks; the log still records the grid it would have kept). ``log_dir``: the tick log
+    streams its completed chunks there as the world runs (see `TickLog`); `close_log` ends it.
     """
 
     def __init__(
@@ -87,6 +88,8 @@ class Host:
         meta: dict[str, Any] | None = None,
         recorder: Any = None,
         render_slot: LatestSlot | None = None,
+        log_dir: str | os.PathLike | None = None,
+        log_chunk_rows: int = CHUNK_ROWS,
     ) -> None:
         if not tau_m > 0:
             raise ValueError(f"tau_m must be positive, got {tau_m!r}")
@@ -98,7 +101,8 @@ class Host:
         self.seed = seed
         self.max_ticks = max_ticks
         self.unthrottled = unthrottled
-        self.log = TickLog(self.tau_m, meta=meta)
+        #: with ``log_dir``, completed chunks of the log stream there from this process as it runs
+        self.log = TickLog(self.tau_m, meta=meta, directory=log_dir, chunk_rows=log_chunk_rows)
         self.episode = 0
         self.tick = 0
         self.origin = 0.0
@@ -212,6 +216,12 @@ class Host:
         self.log.meta["queue"] = self.queue.counters()
         self.log.meta["origin"] = self.origin
         return self.log
+
+    def close_log(self) -> TickLog:
+        """`finish_log`, then (streaming logs) write the last partial chunk and the final meta."""
+        log = self.finish_log()
+        log.close()
+        return log
 
 
 # ----------------------------------------------------------------------------- session
@@ -343,6 +353,7 @@ def _host_main(conn: Any, env: EnvSource, env_kwargs: dict, slot: LatestSlot, qu
             world, slot, queue, tau_m=cfg["tau_m"], default=default, seed=cfg["seed"],
             max_ticks=cfg["max_ticks"], unthrottled=cfg["unthrottled"], meta=cfg["meta"],
             recorder=cfg.get("recorder"), render_slot=cfg.get("render_slot"),
+            log_dir=cfg["log_dir"], log_chunk_rows=cfg["log_chunk_rows"],
         )  # fmt: skip
         clock = WallClock(origin=cfg["origin"], spin=cfg["spin"])
         # an unthrottled host never sleeps: at realtime priority it would take a core outright
@@ -364,7 +375,19 @@ def _host_main(conn: Any, env: EnvSource, env_kwargs: dict, slot: LatestSlot, qu
         status, tb = "error", traceback.format_exc()
         slot.host_state = STATE_FAILED
     finally:
-        payload = host.finish_log().to_arrays() if host is not None else None
+        payload: Any = None
+        if host is not None:
+            try:
+                # streaming to a directory: the parent reads the chunks there, nothing big crosses the pipe
+                payload = {"directory": str(host.log.directory)} if host.log.directory is not None else None
+                log = host.close_log()
+                if payload is None:  # in memory: chunk by chunk, never the whole log as one copy
+                    for rows in log.row_blocks():
+                        conn.send(("chunk", rows))
+                    payload = {"meta": log.meta, "tau_m": log.tau_m}
+            except BaseException:
+                if status == "ok":
+                    status, tb = "error", traceback.format_exc()
         try:
             conn.send((status, (payload, tb)))
         except (BrokenPipeError, OSError):
@@ -399,6 +422,11 @@ class Session:
     host_sched: wall clock only: ``"auto"`` (default) runs the host process at SCHED_FIFO or,
         failing that, nice −10 where permitted (see `raise_priority`; what applied is in the tick
         log's meta as ``host_sched``); ``"fifo"``, ``"nice"`` or ``"normal"`` choose.
+    log_dir: a directory the tick log streams to as the world runs, in bounded chunks written by
+        the host's own process (see `TickLog`): every completed chunk survives whatever ends the
+        process, SIGKILL included, and memory stays bounded however long the world runs. Without
+        it the log stays in memory (in chunks, never doubled and copied) and, on the wall clock,
+        comes back through a pipe when the session stops. ``log_chunk_rows``: rows per chunk.
     """
 
     def __init__(
@@ -420,6 +448,8 @@ class Session:
         host_sched: str = "auto",
         host_mode: str = "auto",
         render_mode: str | None = None,
+        log_dir: str | os.PathLike | None = None,
+        log_chunk_rows: int = CHUNK_ROWS,
     ) -> None:
         if not isinstance(env, str) and not callable(env):
             raise TypeError(f"env must be an env id or a factory, got {type(env).__name__}")
@@ -446,6 +476,14 @@ class Session:
         if host_sched not in HOST_SCHED:
             raise ValueError(f"host_sched must be one of {HOST_SCHED}, got {host_sched!r}")
         self.host_sched = host_sched
+        if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
+            raise TypeError(f"log_dir must be a path, got {type(log_dir).__name__}")
+        self.log_dir = None if log_dir is None else os.fspath(log_dir)
+        if not isinstance(log_chunk_rows, int) or isinstance(log_chunk_rows, bool) or log_chunk_rows < 1:
+            raise ValueError(f"log_chunk_rows must be a positive integer, got {log_chunk_rows!r}")
+        self.log_chunk_rows = log_chunk_rows
+        if self.log_dir is not None and is_ticklog_dir(self.log_dir):
+            raise FileExistsError(f"{self.log_dir} already holds a tick log: move it away or choose another log_dir")
         self.start_timeout = start_timeout
         self.recorder = recorder
         self.env_id = env if isinstance(env, str) else getattr(env, "__name__", "custom")
@@ -478,6 +516,7 @@ class Session:
         self._child_conn: Any = None
         self._vproc: Any = None
         self._log: TickLog | None = None
+        self._received: list[np.ndarray] = []  # the wall host's in-memory log, chunk by chunk
         self._started = self._stopped = False
         self._notes: dict[str, Any] = {}
         self._origin = 0.0
@@ -533,6 +572,7 @@ class Session:
                     probe, self.slot, self.queue, tau_m=self.tau_m, default=default, seed=self.seed,
                     max_ticks=self.max_ticks, unthrottled=self.unthrottled, meta=self.meta(),
                     recorder=self.recorder, render_slot=self.render_slot,
+                    log_dir=self.log_dir, log_chunk_rows=self.log_chunk_rows,
                 )  # fmt: skip
                 # priority 1: at equal times, agents' events come before the tick
                 self._vproc = self.clock.spawn(self.host.run(self.clock), name="host", priority=1)  # type: ignore[call-arg]
@@ -580,6 +620,8 @@ class Session:
             "host_sched": self.host_sched,
             "render_slot": self.render_slot,
             "thread": self.mechanism == "thread",
+            "log_dir": self.log_dir,
+            "log_chunk_rows": self.log_chunk_rows,
         }
         cfg["meta"]["host_mechanism"] = self.mechanism
         self._conn = parent_conn
@@ -654,21 +696,21 @@ class Session:
         while self.clock.now() < t:
             if self._conn.poll(0):
                 try:
-                    kind, payload = self._conn.recv()
+                    kind, payload = self._receive()
                 except EOFError:
                     self._stopped = True
                     self._cleanup()
-                    raise HostError("host process died", tick_log=None, env_traceback="(no traceback: killed)") from None
+                    raise HostError("host process died", tick_log=self._log_on_disk(), env_traceback="(no traceback: killed)") from None
                 self._collect(kind, payload)
                 return
             if not self._process.is_alive():
-                raise HostError("host process died", tick_log=None, env_traceback="(no traceback: killed)")
+                raise HostError("host process died", tick_log=self._log_on_disk(), env_traceback="(no traceback: killed)")
             self.clock.sleep_until(min(t, self.clock.now() + 0.05))
 
     def _fail_virtual(self, exc: BaseException) -> None:
         if isinstance(exc, KeyboardInterrupt):
             raise exc
-        self._log = self.host.finish_log() if self.host is not None else None
+        self._log = self.host.close_log() if self.host is not None else None
         self._stopped = True
         self._cleanup()
         raise HostError(
@@ -677,10 +719,32 @@ class Session:
             env_traceback="".join(traceback.format_exception(exc)),
         ) from exc
 
+    def _receive(self) -> tuple[str, Any]:
+        """The host process's next message; the log's chunks that precede its last one are gathered."""
+        while True:
+            kind, payload = self._conn.recv()
+            if kind != "chunk":
+                return kind, payload
+            self._received.append(payload)
+
+    def _log_on_disk(self) -> TickLog | None:
+        """The wall-clock host's streamed log as far as it reached disk (the host died or still runs)."""
+        if self.log_dir is None or not is_ticklog_dir(self.log_dir):
+            return None
+        self._log = TickLog.open(self.log_dir)
+        self._log.meta.update(self._notes)
+        return self._log
+
     def _collect(self, kind: str, payload: Any) -> None:
         arrays, tb = payload if payload is not None else (None, "")
-        if arrays is not None:
-            self._log = TickLog.from_arrays(*arrays)
+        if isinstance(arrays, dict) and "directory" in arrays:  # the host streamed its log: read its chunks
+            self._log = TickLog.open(arrays["directory"])
+            self._log.meta.update(self._notes)
+            if self._notes:
+                self._log.write_meta()
+        elif arrays is not None:
+            self._log = TickLog.from_row_blocks(self._received, arrays["meta"], arrays["tau_m"])
+            self._received = []
             self._log.meta.update(self._notes)
         if kind == "error":
             self._stopped = True
@@ -695,13 +759,16 @@ class Session:
 
     @property
     def tick_log(self) -> TickLog:
-        """The log so far (virtual: live; wall: available once stopped)."""
+        """The log so far (virtual: live; wall: its chunks on disk so far with ``log_dir``, else
+        available once stopped)."""
         if self._log is None and self.host is not None:
             log = self.host.finish_log()
         elif self._log is not None:
             log = self._log
+        elif self.log_dir is not None and is_ticklog_dir(self.log_dir):
+            log = TickLog.open(self.log_dir)  # the wall host is still running: what reached disk
         else:
-            raise RuntimeError("the wall-clock tick log is available after stop()")
+            raise RuntimeError("the wall-clock tick log is available after stop() (or pass log_dir=)")
         log.meta.update(self._notes)
         return log
 
@@ -717,15 +784,15 @@ class Session:
             if self.is_virtual:
                 if self._vproc is not None:
                     self._vproc.cancel()
-                self._log = self.host.finish_log() if self.host is not None else None
-                if self._log is not None:
-                    self._log.meta.update(self._notes)
+                if self.host is not None:
+                    self.host.finish_log().meta.update(self._notes)
+                    self._log = self.host.close_log()
             elif self._process is not None:
                 if self._conn.poll(timeout):
                     try:
-                        kind, payload = self._conn.recv()
-                    except EOFError:  # the host process died: nothing left to collect
-                        return self._log
+                        kind, payload = self._receive()
+                    except EOFError:  # the host process died: what it streamed to disk is all there is
+                        return self._log_on_disk()
                     self._collect(kind, payload)
         finally:
             self._cleanup()
@@ -752,6 +819,7 @@ class Session:
             self._conn.close()
             self._conn = None
         if self.host is not None:
+            self.host.log.close()  # idempotent: a streaming log's writer is never left behind
             try:
                 self.host.env.close()
             except Exception:

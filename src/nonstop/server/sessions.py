@@ -715,7 +715,7 @@ class ServerSession:
                         tick_log, recorder = self._stop_remote()
                 elif self._process is not None:
                     self._process.close()
-                    tick_log = self.host.finish_log()
+                    tick_log = self.host.close_log()
             if tick_log is not None:
                 with self._chan:
                     try:
