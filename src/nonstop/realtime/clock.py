@@ -187,7 +187,8 @@ class VirtualClock(Clock):
 
     Errors raised inside a process propagate out of `run`/`run_until` unless
     the process was spawned with ``isolate=True`` (a worker that may die: its
-    error is kept on the handle and the simulation goes on).
+    error is kept on the handle and the simulation goes on). ``KeyboardInterrupt``
+    and ``SystemExit`` always propagate: a signal is never a process's death.
     """
 
     is_virtual = True
@@ -225,13 +226,19 @@ class VirtualClock(Clock):
             handle.alive = False
             self._priority.pop(id(handle), None)
             return
-        except BaseException as exc:
+        except Exception as exc:
             handle.alive = False
             self._priority.pop(id(handle), None)
             handle.error = exc
             if not isolate:
                 raise
             return
+        except BaseException:
+            # Ctrl-C or SIGTERM (SystemExit) raised while this process ran: the user's stop, never
+            # this process's death, so it ends the whole simulation even for an isolated process
+            handle.alive = False
+            self._priority.pop(id(handle), None)
+            raise
         wake_priority = priority
         if isinstance(wake, tuple):  # (time, priority): order this one wake-up among equal times
             wake, wake_priority = wake

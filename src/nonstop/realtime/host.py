@@ -505,7 +505,7 @@ class Session:
             self.clock.sleep_until(min(t, self.clock.now() + 0.05))
 
     def _fail_virtual(self, exc: BaseException) -> None:
-        if isinstance(exc, KeyboardInterrupt):
+        if not isinstance(exc, Exception):  # Ctrl-C or SIGTERM's SystemExit: the user's stop, not the env's failure
             raise exc
         self._log = self.host.finish_log() if self.host is not None else None
         self._stopped = True
