@@ -39,6 +39,7 @@ import numpy as np
 
 from nonstop.realtime.clock import Clock, TimedProcess, WallClock, stopwatch
 from nonstop.realtime.host import Session
+from nonstop.realtime.lifeline import hold_lifeline, reap
 
 __all__ = ["InferencePool", "WorkerEvent", "ProcessPolicy"]
 
@@ -462,6 +463,7 @@ class _Dead:
 def _policy_process(conn: Any, factory: Callable[[], Any], torch_threads: int) -> None:
     import signal
 
+    hold_lifeline()  # a model process never outlives the pool that asked for it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
     try:
         import torch
@@ -520,8 +522,5 @@ class ProcessPolicy:
                 self._conn.send(None)
         except (BrokenPipeError, OSError):
             pass
-        self._process.join(timeout=2)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join()
+        reap(self._process, timeout=2)
         self._conn.close()

@@ -39,6 +39,7 @@ import numpy as np
 from nonstop.learning.dqn import DQNConfig, apply_gradient, build_q_network, compute_gradient
 from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import SharedWeights, TrainingState, _Segment, load_flat
+from nonstop.realtime.lifeline import hold_lifeline, reap
 
 __all__ = ["LEARNER_MODES", "Learner", "VirtualLearners", "LearnerProcesses"]
 
@@ -194,6 +195,7 @@ class VirtualLearners:
 def _learner_main(index: int, n: int, mode: str, obs_shape: tuple[int, ...], n_actions: int, cfg_dict: dict,
                   state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, grads: GradientSlots | None,
                   publish_lock: Any, seed: int | None, torch_threads: int) -> None:  # fmt: skip
+    hold_lifeline()  # a learner never outlives its trainer (it would pin every shared segment)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer decides when learners stop
     import torch
 
@@ -342,10 +344,7 @@ class LearnerProcesses:
         for p in self.processes:
             if p is None:
                 continue
-            p.join(timeout=timeout)
-            if p.is_alive():
-                p.kill()
-                p.join()
+            reap(p, timeout=timeout)
         if self.grads is not None:
             self.grads.unlink()
 

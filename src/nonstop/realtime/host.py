@@ -34,6 +34,7 @@ import numpy as np
 from nonstop.realtime.channels import ActionQueue, LatestSlot
 from nonstop.realtime.clock import Clock, TimedProcess, WallClock, make_clock, stopwatch
 from nonstop.realtime.defaults import DefaultBehaviour, make_default
+from nonstop.realtime.lifeline import hold_lifeline, reap
 from nonstop.realtime.ticklog import SOURCE_AGENT, SOURCE_DEFAULT, TickLog
 
 __all__ = ["Host", "Session", "HostError", "EnvSource"]
@@ -245,6 +246,7 @@ def raise_priority(policy: str, pid: int = 0) -> str:
 
 def _host_main(conn: Any, env: EnvSource, env_kwargs: dict, slot: LatestSlot, queue: ActionQueue, cfg: dict) -> None:
     """Entry point of the host process on the wall clock."""
+    hold_lifeline()  # a host never ticks on for a dead session
     # The session owns shutdown: Ctrl-C reaches it, and it asks us to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     host = None
@@ -572,13 +574,7 @@ class Session:
 
     def _cleanup(self) -> None:
         if self._process is not None:
-            self._process.join(timeout=5)
-            if self._process.is_alive():
-                self._process.terminate()
-                self._process.join(timeout=2)
-            if self._process.is_alive():
-                self._process.kill()
-                self._process.join()
+            reap(self._process, timeout=5)
             self._process = None
         if self._conn is not None:
             self._conn.close()
