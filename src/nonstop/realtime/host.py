@@ -387,6 +387,11 @@ class Session:
     def is_virtual(self) -> bool:
         return self.clock.is_virtual
 
+    @property
+    def running(self) -> bool:
+        """Started and neither stopped nor failed (its channels can still be read)."""
+        return self._started and not self._stopped
+
     def meta(self) -> dict[str, Any]:
         return {
             "env": self.env_id,
@@ -497,14 +502,30 @@ class Session:
                 try:
                     kind, payload = self._conn.recv()
                 except EOFError:
-                    self._stopped = True
-                    self._cleanup()
-                    raise HostError("host process died", tick_log=None, env_traceback="(no traceback: killed)") from None
+                    self._host_died()
                 self._collect(kind, payload)
                 return
             if not self._process.is_alive():
-                raise HostError("host process died", tick_log=None, env_traceback="(no traceback: killed)")
+                self._host_died()
             self.clock.sleep_until(min(t, self.clock.now() + 0.05))
+
+    def _host_died(self) -> None:
+        """The host process is gone without a word (SIGKILL, the OOM killer): say so, with how it died."""
+        if self._process is not None:
+            self._process.join(timeout=1)  # its pipe closes a moment before its exit status is known
+        code = self._process.exitcode if self._process is not None else None
+        if code is not None and code < 0:
+            try:
+                how = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"killed by signal {-code}"
+        else:
+            how = f"exit code {code}"
+        pid = self._process.pid if self._process is not None else "?"
+        self._stopped = True
+        self._cleanup()
+        raise HostError(f"host process {pid} of {self.env_id!r} died ({how})", tick_log=None,
+                        env_traceback="(none: the process was killed)")  # fmt: skip
 
     def _fail_virtual(self, exc: BaseException) -> None:
         if not isinstance(exc, Exception):  # Ctrl-C or SIGTERM's SystemExit: the user's stop, not the env's failure
