@@ -205,3 +205,111 @@ def test_reap_climbs_the_ladder_for_a_child_that_ignores_sigterm():
     assert reap(child, timeout=0.2, kill_after=0.2) == -signal.SIGKILL
     assert time.monotonic() - started < 10
     assert ORPHAN_EXIT == 129
+
+
+# ----------------------------------------------------------------------------- failures named in one line
+
+
+def _one_line_error(err: str) -> str:
+    assert "Traceback" not in err, err[-3000:]
+    lines = [line for line in err.splitlines() if line.startswith("nonstop: error:")]
+    assert len(lines) == 1, err[-3000:]
+    return lines[0]
+
+
+@pytest.mark.wall
+def test_a_killed_host_is_named_in_one_line_and_the_run_keeps_its_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    proc = _start([*TRAIN, "--clock", "wall", "--seconds", "600", "--checkpoint-every", "1", "--out", str(run)])
+    children: set[int] = set()
+    try:
+        _wait_until(lambda: latest_checkpoint(run) is not None and len(_children(proc.pid)) >= 3, 180, proc,
+                    "a first checkpoint")  # fmt: skip
+        children = _children(proc.pid)
+        spawned = sorted(p for p in children if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes())
+        host = spawned[0]  # the world starts before the learners
+        os.kill(host, signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        _kill_all(proc, children)
+    assert proc.returncode == 1, err[-3000:]
+    line = _one_line_error(err)
+    assert f"host process {host}" in line and "died (killed by SIGKILL)" in line, line
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["complete"] is False and "host" in summary["reason"], summary
+    assert latest_checkpoint(run) is not None  # the newest good checkpoint is kept
+    _wait_until(lambda: not any(_alive(pid) for pid in children), 10, what="the other children to exit")
+
+
+def test_a_full_disk_stops_checkpointing_with_a_warning_and_the_world_keeps_ticking(tmp_path, capsys, monkeypatch,
+                                                                                     no_shm_leak):  # fmt: skip
+    import errno
+
+    from nonstop.cli import main
+    from nonstop.learning import checkpoint
+
+    real_save, calls = checkpoint.save_checkpoint, []
+
+    def save_until_the_disk_fills(path, state):
+        calls.append(path)
+        if len(calls) >= 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_save(path, state)
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", save_until_the_disk_fills)
+    run = tmp_path / "run"
+    args = ["train", "--env", "CartPole", "--learning-starts", "50", "--batch-size", "8", "--progress-every", "1",
+            "--checkpoint-every", "2", "--seconds", "8", "--out", str(run)]  # fmt: skip
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert len(calls) == 2  # the first one written, the second hit the full disk, then no more tries
+    assert "the disk is full" in captured.err and captured.err.count("cannot write checkpoint") == 1
+    assert "Traceback" not in captured.err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["complete"] is True and summary["env_ticks_total"] == 400  # all 8 s of the world ticked
+    assert latest_checkpoint(run).path == calls[0]
+
+
+def test_retention_never_counts_a_corrupt_checkpoint_as_kept(tmp_path):
+    from nonstop.learning.checkpoint import checkpoint_path, keep_last, save_checkpoint
+
+    paths = [save_checkpoint(checkpoint_path(tmp_path, u), {"u": u}) for u in (10, 20, 30)]
+    paths[2].write_bytes(paths[2].read_bytes()[:-7])  # the newest is truncated
+    removed = keep_last(tmp_path, 2)
+    assert removed == []  # two whole ones are 10 and 20: nothing older to drop
+    assert all(p.exists() for p in paths)
+    later = save_checkpoint(checkpoint_path(tmp_path, 40), {"u": 40})
+    assert keep_last(tmp_path, 2) == [paths[0]]  # kept: 40 and 20 (whole); 30 (corrupt) never counted
+    assert later.exists() and paths[1].exists()
+
+
+def test_bad_run_directories_end_in_one_clear_line(tmp_path):
+    base = [*TRAIN, "--seconds", "1"]
+    run = tmp_path / "run"
+    done = subprocess.run([*base, "--out", str(run)], capture_output=True, text=True, env=ENV, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    again = subprocess.run([*base, "--out", str(run)], capture_output=True, text=True, env=ENV, timeout=300)
+    assert again.returncode == 2 and "--resume" in _one_line_error(again.stderr)
+
+    for ckpt in (run / "checkpoints").glob("ckpt-*.pt"):
+        ckpt.write_bytes(b"NSCKPT garbage")
+    corrupt = subprocess.run([*base, "--out", str(run), "--resume"], capture_output=True, text=True, env=ENV, timeout=300)
+    assert corrupt.returncode == 1 and "none of the 1 checkpoints loads" in _one_line_error(corrupt.stderr)
+
+
+def test_a_read_only_run_directory_ends_in_one_clear_line(tmp_path, capsys, monkeypatch, no_shm_leak):
+    from nonstop.cli import main
+
+    locked = tmp_path / "locked"
+    real_mkdir = Path.mkdir
+
+    def read_only_mkdir(self, *args, **kwargs):  # root writes through permission bits: simulate them
+        if self == locked or locked in self.parents:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only_mkdir)
+    assert main(["train", "--env", "CartPole", "--seconds", "1", "--out", str(locked / "run")]) == 1
+    line = _one_line_error(capsys.readouterr().err)
+    assert "Permission denied" in line and str(locked / "run") in line, line
