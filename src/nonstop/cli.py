@@ -14,9 +14,19 @@ from typing import Any
 __all__ = ["main"]
 
 
-def _sigterm_to_exit(*_: Any) -> None:
+def _sigterm_to_exit(signum: int, _: Any) -> None:
     # SIGTERM unwinds like Ctrl-C does, so every `finally` reaps and unlinks.
-    raise SystemExit(143)
+    from nonstop.realtime.lifeline import stop_requested
+
+    stop_requested(signum)  # the run loops raise it again if a finalizer swallows this one
+    raise SystemExit(128 + signum)
+
+
+def _sigint_to_interrupt(signum: int, _: Any) -> None:
+    from nonstop.realtime.lifeline import stop_requested
+
+    stop_requested(signum)
+    raise KeyboardInterrupt
 
 
 # ----------------------------------------------------------------------------- envs
@@ -278,7 +288,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, _sigterm_to_exit)
+    from nonstop.realtime import lifeline
+
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _sigterm_to_exit)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the shell ignores it (nohup, &)
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _sigint_to_interrupt)
+    try:
+        return _run(argv)
+    finally:  # called in-process (tests, notebooks): leave the caller's signal handling as it was
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        lifeline.pending_stop = 0
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -37,6 +37,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator
 from typing import Final
 
+from nonstop.realtime import lifeline
+
 #: A timed process: yields absolute wake times, receives the actual wake time.
 TimedProcess = Generator[float, float, None]
 
@@ -261,6 +263,8 @@ class VirtualClock(Clock):
     def run_until(self, t: float) -> None:
         """Process every event due at or before ``t``, then set now to ``t``."""
         while self._queue and self._queue[0][0] <= t:
+            if lifeline.pending_stop:
+                lifeline.raise_if_stop_requested()
             wake, _, _, handle, isolate = heapq.heappop(self._queue)
             self._now = wake
             self._step(handle, wake, self._priority.get(id(handle), 0), isolate)
@@ -271,6 +275,8 @@ class VirtualClock(Clock):
         while self._queue and self._queue[0][0] <= max_time:
             if until is not None and until():
                 return
+            if lifeline.pending_stop:
+                lifeline.raise_if_stop_requested()
             wake, _, _, handle, isolate = heapq.heappop(self._queue)
             self._now = wake
             self._step(handle, wake, self._priority.get(id(handle), 0), isolate)

@@ -34,7 +34,7 @@ import numpy as np
 from nonstop.realtime.channels import ActionQueue, LatestSlot
 from nonstop.realtime.clock import Clock, TimedProcess, WallClock, make_clock, stopwatch
 from nonstop.realtime.defaults import DefaultBehaviour, make_default
-from nonstop.realtime.lifeline import hold_lifeline, reap
+from nonstop.realtime.lifeline import hold_lifeline, raise_if_stop_requested, reap
 from nonstop.realtime.ticklog import SOURCE_AGENT, SOURCE_DEFAULT, TickLog
 
 __all__ = ["Host", "Session", "HostError", "EnvSource"]
@@ -498,6 +498,7 @@ class Session:
             self._nominal = t
             return
         while self.clock.now() < t:
+            raise_if_stop_requested()
             if self._conn.poll(0):
                 try:
                     kind, payload = self._conn.recv()

@@ -22,6 +22,11 @@ last one out unlinks what it owned.
 
 Parent side: `reap(process, timeout)` is the one join → terminate → kill ladder.
 
+A stop the user asked for is never lost: the ``nonstop`` command's Ctrl-C and SIGTERM handlers
+call `stop_requested` before raising, and the run loops (`VirtualClock.run`, a wall-clock session's
+wait) call `raise_if_stop_requested` at every event, because Python swallows an exception raised
+while a finalizer or ``__del__`` runs, and a signal may land just there.
+
 >>> import multiprocessing as mp
 >>> p = mp.get_context("spawn").Process(target=int)
 >>> p.start(); reap(p, timeout=30); p.exitcode
@@ -39,7 +44,7 @@ import threading
 import time
 from typing import Any, Final
 
-__all__ = ["hold_lifeline", "reap", "ORPHAN_EXIT"]
+__all__ = ["hold_lifeline", "reap", "ORPHAN_EXIT", "stop_requested", "raise_if_stop_requested", "pending_stop"]
 
 #: Exit status of a child that left because its parent died: 128 + SIGHUP, as if the signal had killed it.
 ORPHAN_EXIT: Final = 128 + int(signal.SIGHUP)
@@ -104,6 +109,25 @@ def hold_lifeline(parent_pid: int | None = None, *, poll: float = 0.2, grace: fl
 
     threading.Thread(target=watch, name="nonstop-lifeline", daemon=True).start()
     return armed
+
+
+#: The signal of a stop the user asked for (0: none). Set only by the ``nonstop`` command's handlers.
+pending_stop: int = 0
+
+
+def stop_requested(signum: int) -> None:
+    """Record that the user asked this process to stop (called by a signal handler)."""
+    global pending_stop
+    pending_stop = int(signum)
+
+
+def raise_if_stop_requested() -> None:
+    """Raise the exception of a requested stop again (KeyboardInterrupt for SIGINT, else
+    ``SystemExit(128 + signal)``), in case the first one was swallowed."""
+    if pending_stop:
+        if pending_stop == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + pending_stop)
 
 
 def _exit_after(seconds: float) -> None:
