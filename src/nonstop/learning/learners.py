@@ -336,7 +336,9 @@ class LearnerProcesses:
     def loss(self) -> float:
         return float(self.state._hdr_f[_LOSS])
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 2.0) -> None:
+        """Ask every learner to stop and reap it: a running learner sees the request within
+        milliseconds; one still starting (importing torch) is terminated after ``timeout``."""
         self._stop.set()
         if self._monitor is not None:
             self._monitor.join(timeout=2)
