@@ -29,7 +29,8 @@ while a finalizer or ``__del__`` runs, and a signal may land just there.
 
 >>> import multiprocessing as mp
 >>> p = mp.get_context("spawn").Process(target=int)
->>> p.start(); reap(p, timeout=30); p.exitcode
+>>> p.start()
+>>> reap(p, timeout=30)  # it exits by itself: nothing is terminated
 0
 """
 
