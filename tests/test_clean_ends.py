@@ -313,3 +313,35 @@ def test_a_read_only_run_directory_ends_in_one_clear_line(tmp_path, capsys, monk
     assert main(["train", "--env", "CartPole", "--seconds", "1", "--out", str(locked / "run")]) == 1
     line = _one_line_error(capsys.readouterr().err)
     assert "Permission denied" in line and str(locked / "run") in line, line
+
+
+def test_ctrl_c_again_skips_the_final_checkpoint_and_still_ends_cleanly(tmp_path, capsys, monkeypatch, no_shm_leak):
+    from nonstop import trainer
+    from nonstop.cli import main
+    from nonstop.run import TrainingRun
+
+    real_advance, real_save, saves, pressed = TrainingRun.advance, trainer.Checkpointer.save, [], []
+
+    def advance_then_ctrl_c(self, seconds):
+        if self.world.slot.read().tick >= 100:
+            pressed.append(True)
+            raise KeyboardInterrupt  # the first Ctrl-C, in the middle of the run
+        return real_advance(self, seconds)
+
+    def save_then_ctrl_c_again(self, snapshot, updates):
+        saves.append(bool(pressed))
+        if pressed:
+            raise KeyboardInterrupt  # pressed again while the final checkpoint is written
+        return real_save(self, snapshot, updates)
+
+    monkeypatch.setattr(TrainingRun, "advance", advance_then_ctrl_c)
+    monkeypatch.setattr(trainer.Checkpointer, "save", save_then_ctrl_c_again)
+    run = tmp_path / "run"
+    code = main(["train", "--env", "CartPole", "--learning-starts", "50", "--progress-every", "1", "--checkpoint-every", "1",
+                 "--seconds", "60", "--out", str(run)])  # fmt: skip
+    assert code == 130
+    assert saves == [False, False, True]  # two periodic checkpoints, then the final one that Ctrl-C skipped
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["complete"] is False and summary["reason"] == "interrupted (Ctrl-C)"
+    assert any("final checkpoint skipped" in note for note in summary["notes"]), summary
+    assert latest_checkpoint(run) is not None and (run / "ticklog.npz").exists()
