@@ -149,12 +149,32 @@ def test_sigkill_of_the_server_leaves_no_tick_worker(tmp_path):
     try:
         names = lambda: [Path(f"/proc/{p}/cmdline").read_bytes() for p in _children(proc.pid) if _alive(p)]  # noqa: E731
         _wait_until(lambda: sum(b"spawn_main" in n for n in names()) >= 2, 120, proc, "two tick workers")
+        from nonstop.server.client import Client
+
+        client = Client(f"ws://127.0.0.1:{port}")
+        _wait_until(lambda: _connects(client), 120, proc, "the server to accept a client")
+        client.reset(seed=0)  # a session ticking on a worker, its channels in shared memory
+        assert _segments_of(proc.pid)
         children = _children(proc.pid)
         proc.kill()
         proc.wait(timeout=10)
         _wait_until(lambda: not any(_alive(pid) for pid in children), 10, what=f"the tick workers {sorted(children)} to exit")
+        _wait_until(lambda: not _segments_of(proc.pid), 10, what="the session's shared memory to be unlinked")
     finally:
         _kill_all(proc, children)
+        if "client" in locals():
+            try:
+                client.close()
+            except Exception:  # noqa: BLE001 - its server is gone on purpose
+                pass
+
+
+def _connects(client) -> bool:
+    try:
+        client.__enter__()
+    except OSError:
+        return False
+    return True
 
 
 def _orphan_child(ready, parent_pid) -> None:
