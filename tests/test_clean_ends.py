@@ -365,3 +365,24 @@ def test_ctrl_c_again_skips_the_final_checkpoint_and_still_ends_cleanly(tmp_path
     assert summary["complete"] is False and summary["reason"] == "interrupted (Ctrl-C)"
     assert any("final checkpoint skipped" in note for note in summary["notes"]), summary
     assert latest_checkpoint(run) is not None and (run / "ticklog.npz").exists()
+
+
+def test_a_worker_that_is_not_restarted_is_reported_once_and_the_world_ticks_on():
+    from nonstop.inference.schedulers import make_scheduler
+    from nonstop.inference.workers import InferencePool
+    from nonstop.policies import Constant, ConstantPolicy, LatencyPolicy
+    from nonstop.realtime.host import Session
+
+    with Session("theory/inaction", clock="virtual", seed=0) as world:
+        def policy(i: int) -> LatencyPolicy:
+            return LatencyPolicy(ConstantPolicy(world.action_space, 1), Constant(2 / 60), seed=i)
+
+        pool = InferencePool(world, policy, make_scheduler("max_time", 2), restart=False).start()
+        world.run_for(1.0)
+        pool.kill(0)
+        world.run_for(2.0)
+        pool.stop()
+    kinds = [(e.worker, e.kind) for e in pool.events]
+    assert kinds == [(0, "died"), (0, "gave up")], pool.events  # once, not at every check after
+    assert pool.workers[0].deaths == 1
+    assert len(world.tick_log) == 180  # the world never waited

@@ -376,6 +376,8 @@ class InferencePool:
     def _check(self) -> None:
         for state in self.workers[: self.scheduler.n_workers]:  # retired workers ended on purpose
             handle = state.handle
+            if isinstance(handle, _Dead):
+                continue  # given up on: counted once, not again at every check
             error = getattr(handle, "error", None)
             dead = error is not None or (not self.clock.is_virtual and not handle.is_alive())
             if self.clock.is_virtual:
@@ -391,6 +393,8 @@ class InferencePool:
                 self.events.append(WorkerEvent(self.clock.now(), state.index, "restarted"))
             else:
                 state.handle = _Dead()
+                why = "restarts are off" if not self.restart else f"it died {state.deaths} times"
+                self.events.append(WorkerEvent(self.clock.now(), state.index, "gave up", f"not restarted: {why}"))
 
     def _supervise_virtual(self) -> TimedProcess:
         tau_m = self.session.tau_m
