@@ -386,3 +386,23 @@ def test_a_worker_that_is_not_restarted_is_reported_once_and_the_world_ticks_on(
     assert kinds == [(0, "died"), (0, "gave up")], pool.events  # once, not at every check after
     assert pool.workers[0].deaths == 1
     assert len(world.tick_log) == 180  # the world never waited
+
+
+def test_a_command_started_with_popen_lifeline_ends_with_its_parent():
+    middle = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time\n"
+         "from nonstop.realtime.lifeline import popen_lifeline\n"
+         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], preexec_fn=popen_lifeline())\n"
+         "print(child.pid, flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True, env=ENV,
+    )  # fmt: skip
+    try:
+        child = int(middle.stdout.readline())
+        assert _alive(child)
+        middle.kill()
+        middle.wait(timeout=10)
+        _wait_until(lambda: not _alive(child), 5, what=f"the command {child} to end with its parent")
+    finally:
+        if middle.poll() is None:
+            middle.kill()
+        middle.communicate()

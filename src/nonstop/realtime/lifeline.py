@@ -45,7 +45,7 @@ import threading
 import time
 from typing import Any, Final
 
-__all__ = ["hold_lifeline", "reap", "ORPHAN_EXIT", "stop_requested", "raise_if_stop_requested", "pending_stop"]
+__all__ = ["hold_lifeline", "popen_lifeline", "reap", "ORPHAN_EXIT", "stop_requested", "raise_if_stop_requested", "pending_stop"]
 
 #: Exit status of a child that left because its parent died: 128 + SIGHUP, as if the signal had killed it.
 ORPHAN_EXIT: Final = 128 + int(signal.SIGHUP)
@@ -129,6 +129,19 @@ def raise_if_stop_requested() -> None:
         if pending_stop == signal.SIGINT:
             raise KeyboardInterrupt
         raise SystemExit(128 + pending_stop)
+
+
+def popen_lifeline(signum: int = signal.SIGTERM) -> Any:
+    """A ``preexec_fn`` for `subprocess.Popen` (from the main thread): the command gets ``signum``
+    (SIGTERM: it shuts down as it would on ``kill``) when this process dies. Linux only; elsewhere
+    it does nothing. The parent pid is checked after arming, which closes the start-up race."""
+    parent_pid = os.getpid()
+
+    def arm() -> None:  # runs in the child between fork and exec: no Python threads, no imports
+        if _set_parent_death_signal(signum) and os.getppid() != parent_pid:
+            os.kill(os.getpid(), signum)
+
+    return arm
 
 
 def _exit_after(seconds: float) -> None:
