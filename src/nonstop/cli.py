@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
+import os
 import signal
 import sys
 from typing import Any
@@ -12,9 +14,19 @@ from typing import Any
 __all__ = ["main"]
 
 
-def _sigterm_to_exit(*_: Any) -> None:
+def _sigterm_to_exit(signum: int, _: Any) -> None:
     # SIGTERM unwinds like Ctrl-C does, so every `finally` reaps and unlinks.
-    raise SystemExit(143)
+    from nonstop.realtime.lifeline import stop_requested
+
+    stop_requested(signum)  # the run loops raise it again if a finalizer swallows this one
+    raise SystemExit(128 + signum)
+
+
+def _sigint_to_interrupt(signum: int, _: Any) -> None:
+    from nonstop.realtime.lifeline import stop_requested
+
+    stop_requested(signum)
+    raise KeyboardInterrupt
 
 
 # ----------------------------------------------------------------------------- envs
@@ -288,7 +300,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, _sigterm_to_exit)
+    from nonstop.realtime import lifeline
+
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _sigterm_to_exit)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the shell ignores it (nohup, &)
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _sigint_to_interrupt)
+    try:
+        return _run(argv)
+    finally:  # called in-process (tests, notebooks): leave the caller's signal handling as it was
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        lifeline.pending_stop = 0
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -299,9 +324,31 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: stopped cleanly", file=sys.stderr)
         return 130
-    except (ValueError, TypeError, FileNotFoundError) as exc:
-        print(f"nonstop: error: {exc}", file=sys.stderr)
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError) as exc:
+        print(f"nonstop: error: {_one_line(exc)}", file=sys.stderr)  # bad input: usage errors
         return 2
+    except (OSError, RuntimeError) as exc:  # a dead host, a full or read-only disk, corrupt checkpoints
+        if os.environ.get("NONSTOP_TRACEBACK"):
+            raise
+        print(f"nonstop: error: {_one_line(exc)} (NONSTOP_TRACEBACK=1 shows the traceback)", file=sys.stderr)
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first line of an error, with what it is when the message alone would not say it."""
+    from nonstop.realtime.host import HostError
+
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if isinstance(exc, HostError):
+        lines = lines[:1]  # the env's traceback is in the host's own report, not in this line
+    text = "; ".join(lines) if lines else type(exc).__name__
+    if isinstance(exc, OSError) and exc.filename is not None and str(exc.filename) not in text:
+        text = f"{text}: {exc.filename}"
+    if isinstance(exc, PermissionError):
+        text = f"permission denied: {text}" if "ermission" not in text else text
+    elif isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        text = f"the disk is full: {text}" if "space" not in text else text
+    return text
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ import numpy as np
 
 from nonstop.realtime.clock import Clock, TimedProcess, WallClock, stopwatch
 from nonstop.realtime.host import Session
+from nonstop.realtime.lifeline import hold_lifeline, reap
 
 __all__ = ["InferencePool", "WorkerEvent", "ProcessPolicy"]
 
@@ -375,6 +376,8 @@ class InferencePool:
     def _check(self) -> None:
         for state in self.workers[: self.scheduler.n_workers]:  # retired workers ended on purpose
             handle = state.handle
+            if isinstance(handle, _Dead):
+                continue  # given up on: counted once, not again at every check
             error = getattr(handle, "error", None)
             dead = error is not None or (not self.clock.is_virtual and not handle.is_alive())
             if self.clock.is_virtual:
@@ -390,6 +393,8 @@ class InferencePool:
                 self.events.append(WorkerEvent(self.clock.now(), state.index, "restarted"))
             else:
                 state.handle = _Dead()
+                why = "restarts are off" if not self.restart else f"it died {state.deaths} times"
+                self.events.append(WorkerEvent(self.clock.now(), state.index, "gave up", f"not restarted: {why}"))
 
     def _supervise_virtual(self) -> TimedProcess:
         tau_m = self.session.tau_m
@@ -462,6 +467,7 @@ class _Dead:
 def _policy_process(conn: Any, factory: Callable[[], Any], torch_threads: int) -> None:
     import signal
 
+    hold_lifeline()  # a model process never outlives the pool that asked for it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
     try:
         import torch
@@ -520,8 +526,5 @@ class ProcessPolicy:
                 self._conn.send(None)
         except (BrokenPipeError, OSError):
             pass
-        self._process.join(timeout=2)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join()
+        reap(self._process, timeout=2)
         self._conn.close()

@@ -38,6 +38,7 @@ import numpy as np
 from nonstop.realtime.channels import ActionQueue, LatestSlot
 from nonstop.realtime.clock import Clock, TimedProcess, WallClock, make_clock, stopwatch
 from nonstop.realtime.defaults import DefaultBehaviour, make_default, space_noop
+from nonstop.realtime.lifeline import hold_lifeline, raise_if_stop_requested, reap
 from nonstop.realtime.ticklog import SOURCE_AGENT, SOURCE_DEFAULT, CHUNK_ROWS, TickLog, is_ticklog_dir
 
 __all__ = ["Host", "Session", "HostError", "EnvSource"]
@@ -342,6 +343,7 @@ def _host_main(conn: Any, env: EnvSource, env_kwargs: dict, slot: LatestSlot, qu
     (``cfg["thread"]``: then the channels are the session's own objects and stay open)."""
     in_thread = cfg.get("thread", False)
     if not in_thread:
+        hold_lifeline()  # a host process never ticks on for a dead session
         # The session owns shutdown: Ctrl-C reaches it, and it asks us to stop.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     host = None
@@ -536,6 +538,11 @@ class Session:
     def is_virtual(self) -> bool:
         return self.clock.is_virtual
 
+    @property
+    def running(self) -> bool:
+        """Started and neither stopped nor failed (its channels can still be read)."""
+        return self._started and not self._stopped
+
     def meta(self) -> dict[str, Any]:
         return {
             "env": self.env_id,
@@ -694,21 +701,43 @@ class Session:
             self._nominal = t
             return
         while self.clock.now() < t:
+            raise_if_stop_requested()
             if self._conn.poll(0):
                 try:
                     kind, payload = self._receive()
                 except EOFError:
-                    self._stopped = True
-                    self._cleanup()
-                    raise HostError("host process died", tick_log=self._log_on_disk(), env_traceback="(no traceback: killed)") from None
+                    self._host_died()
                 self._collect(kind, payload)
                 return
             if not self._process.is_alive():
-                raise HostError("host process died", tick_log=self._log_on_disk(), env_traceback="(no traceback: killed)")
+                self._host_died()
             self.clock.sleep_until(min(t, self.clock.now() + 0.05))
 
+    def _host_died(self) -> None:
+        """The host is gone without a word (SIGKILL, the OOM killer): say so, with how it died; the
+        error carries the log as far as it reached disk (with ``log_dir``)."""
+        process = self._process
+        if isinstance(process, threading.Thread):
+            pid, how = os.getpid(), "its thread ended"
+        else:
+            if process is not None:
+                process.join(timeout=1)  # its pipe closes a moment before its exit status is known
+            code = process.exitcode if process is not None else None
+            if code is not None and code < 0:
+                try:
+                    how = f"killed by {signal.Signals(-code).name}"
+                except ValueError:
+                    how = f"killed by signal {-code}"
+            else:
+                how = f"exit code {code}"
+            pid = process.pid if process is not None else "?"
+        self._stopped = True
+        self._cleanup()
+        raise HostError(f"host process {pid} of {self.env_id!r} died ({how})", tick_log=self._log_on_disk(),
+                        env_traceback="(none: the process was killed)")  # fmt: skip
+
     def _fail_virtual(self, exc: BaseException) -> None:
-        if isinstance(exc, KeyboardInterrupt):
+        if not isinstance(exc, Exception):  # Ctrl-C or SIGTERM's SystemExit: the user's stop, not the env's failure
             raise exc
         self._log = self.host.close_log() if self.host is not None else None
         self._stopped = True
@@ -807,13 +836,7 @@ class Session:
             self._child_conn.close()
             self._child_conn = None
         if self._process is not None:
-            self._process.join(timeout=5)
-            if self._process.is_alive():
-                self._process.terminate()
-                self._process.join(timeout=2)
-            if self._process.is_alive():
-                self._process.kill()
-                self._process.join()
+            reap(self._process, timeout=5)
             self._process = None
         if self._conn is not None:
             self._conn.close()

@@ -47,6 +47,7 @@ import numpy as np
 from nonstop.realtime.atomics import SEQ_CST, SharedWords, require_atomics
 from nonstop.realtime.channels import SEGMENT_PREFIX, ActionQueue, LatestSlot, SharedSegment
 from nonstop.realtime.clock import WallClock
+from nonstop.realtime.lifeline import hold_lifeline, reap
 
 __all__ = ["TickBoard", "TickProcs", "RECENT_TICKS", "RECORD_EVERY", "SessionRecord"]
 
@@ -267,6 +268,7 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
     from nonstop.server.replay import ReplayRecorder
     from nonstop.server.sessions import PhasedClock, WarmEnvs, _Lane
 
+    hold_lifeline()  # a killed server leaves no worker behind, even one busy ticking
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server owns shutdown
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     send_lock = threading.Lock()
@@ -471,13 +473,7 @@ class TickProc:
                     self._conn.send(("exit",))
             except (OSError, ValueError):
                 pass
-        self.process.join(timeout)
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(2)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
+        reap(self.process, timeout)
         self._reader.join(timeout=5)
         self._conn.close()
 
