@@ -205,9 +205,14 @@ class TrainingRun:
             # the model is built in the actor; weights reach it through Ray's object store
             factory = partial(make_dqn_policy, self.obs_shape, self.action_space, self.dqn.to_dict(), seed=seed, latency=latency)
             return RayPolicy(factory, broadcast=self._broadcast, num_cpus=0 if self._has_latency() else 1)
-        factory = partial(make_dqn_policy, self.obs_shape, self.action_space, self.dqn.to_dict(), self.weights, seed, latency)
         if self.cfg.clock == "wall" and self.cfg.backend == "process":
-            return ProcessPolicy(factory)  # the model in its own process, one torch thread
+            from nonstop.distributed.shared_params import make_shared_dqn_policy
+
+            # the model in its own process, one torch thread, computing from the host's one shared copy of θ
+            factory = partial(make_shared_dqn_policy, self.obs_shape, self.action_space, self.dqn.to_dict(), self.weights,
+                              seed, latency)  # fmt: skip
+            return ProcessPolicy(factory)
+        factory = partial(make_dqn_policy, self.obs_shape, self.action_space, self.dqn.to_dict(), self.weights, seed, latency)
         return factory()
 
     def _has_latency(self) -> bool:

@@ -21,4 +21,5 @@ BENCHMARKS = {
     "learn": "nonstop.bench.learn",
     "nlstar": "nonstop.bench.nlstar",
     "server": "nonstop.bench.server",
+    "weights": "nonstop.bench.weights",
 }
