@@ -76,3 +76,12 @@ def test_cli_measures_a_small_model_here(capsys):
     assert p["tau_theta_s"] > 0 and p["tau_l_update_s"] > 0
     assert p["n_inference_star"] == max(1, -(-p["tau_theta_s"] * 60 // 1))
     assert PROCESS_BASE_BYTES > 0
+
+
+def test_plan_doctest():
+    import doctest
+
+    import nonstop.plan as plan_module
+
+    failures, tried = doctest.testmod(plan_module, verbose=False, report=False)
+    assert tried > 0 and failures == 0

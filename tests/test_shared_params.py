@@ -70,3 +70,15 @@ def test_shared_policy_acts_like_the_copying_policy():
         del shared, copying
     finally:
         w.unlink()
+
+
+def test_doctests_of_the_distributed_modules():
+    import doctest
+
+    import nonstop.distributed.backends as backends
+    import nonstop.distributed.ray_backend as ray_backend
+    import nonstop.distributed.shared_params as shared_params
+
+    for module in (backends, shared_params, ray_backend):
+        failures, tried = doctest.testmod(module, verbose=False, report=False)
+        assert tried > 0 and failures == 0, module.__name__
