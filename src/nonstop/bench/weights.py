@@ -4,8 +4,10 @@ worker (`DQNPolicy`, today's process backend) and with one shared copy per host 
 Each worker is a real `ProcessPolicy` holding the paper's ResNet at width ``--k`` that has made
 one forward pass. Memory is the **PSS** (proportional set size, /proc/PID/smaps_rollup) summed over
 the workers: pages shared between processes count once in total, which RSS would count N times.
-A bare worker (Python, torch, numpy, no model) is measured in the same run as the baseline, so
-``model_pss`` (total − N × bare) is what the models themselves cost. Target: 8 workers of k=7 at
+N bare workers (Python, torch, numpy, no model) are measured in the same run as the baseline
+(their libraries' pages are shared N ways too), so ``model_pss`` (total − bare total at N) is what the models themselves cost. The driver that owns the
+weights segment maps it too; its PSS share of those pages is added to the total, so θ counts
+whole in both modes. Target: 8 workers of k=7 at
 ≤ 1.5× the model memory of one worker with shared weights (about 8× with copies).
 """
 
@@ -36,6 +38,19 @@ def _pss_bytes(pid: int) -> tuple[int, int]:
     return values["Pss"], values["Rss"]
 
 
+def _mapping_pss_bytes(name: str) -> int:
+    """PSS of this process's mappings of the shared-memory segment ``name`` (the driver's share)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            first = line.split(maxsplit=1)[0]
+            if "-" in first and not first.endswith(":"):  # a mapping's header line
+                inside = line.rstrip().endswith(name)
+            elif inside and first == "Pss:":
+                total += int(line.split()[1]) * 1024
+    return total
+
+
 class _Bare:
     """A worker with the same imports as a model worker and no model (the baseline)."""
 
@@ -50,7 +65,7 @@ class _Bare:
         return Decision(0)
 
 
-def _measure(factory: Any, n: int) -> dict[str, Any]:
+def _measure(factory: Any, n: int, segment: str | None = None) -> dict[str, Any]:
     from nonstop.inference.workers import ProcessPolicy
 
     workers: list[ProcessPolicy] = []
@@ -61,10 +76,12 @@ def _measure(factory: Any, n: int) -> dict[str, Any]:
         for w in workers:
             w.act(obs)  # the forward pass's activations are part of a worker's memory
         pss, rss = zip(*(_pss_bytes(w._process.pid) for w in workers))
+        # the driver maps the weights too: its share of those pages is the rest of θ's cost
+        driver = _mapping_pss_bytes(segment) if segment else 0
     finally:
         for w in workers:
             w.close()
-    return {"n": n, "pss_total": int(sum(pss)), "rss_total": int(sum(rss))}
+    return {"n": n, "pss_total": int(sum(pss)) + driver, "rss_total": int(sum(rss)), "driver_weights_pss": driver}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -86,7 +103,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         weights.publish(flat)
         weights.epsilon = 0.0  # greedy: every act() is a forward pass
-        bare = _measure(_Bare, 1)["pss_total"]
+        # N bare workers share the libraries' pages N ways too: the baseline is measured per N
+        bare = {n: _measure(_Bare, n)["pss_total"] for n in counts}
         modes = {
             "copies": partial(make_dqn_policy, obs_shape, space, cfg.to_dict(), weights, 0),
             "shared": partial(make_shared_dqn_policy, obs_shape, space, cfg.to_dict(), weights, 0),
@@ -94,8 +112,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         rows = []
         for mode, factory in modes.items():
             for n in counts:
-                m = _measure(factory, n)
-                m.update(mode=mode, model_pss=m["pss_total"] - n * bare)
+                m = _measure(factory, n, weights.name)
+                m.update(mode=mode, model_pss=m["pss_total"] - bare[n])
                 rows.append(m)
     finally:
         weights.unlink()
@@ -104,7 +122,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "k": args.k,
         "n_params": int(flat.size),
         "theta_mib": flat.nbytes / mib,
-        "bare_worker_pss_mib": bare / mib,
+        "bare_workers_pss_mib": {str(n): b / mib for n, b in bare.items()},
         "rows": [{**r, "pss_total_mib": r["pss_total"] / mib, "rss_total_mib": r["rss_total"] / mib,
                   "model_pss_mib": r["model_pss"] / mib} for r in rows],  # fmt: skip
     }
@@ -123,7 +141,7 @@ def render(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     t = Table(title=f"memory of N_I workers, k={result['k']:g} (|θ| = {result['theta_mib']:.1f} MiB; "
-                    f"bare worker {result['bare_worker_pss_mib']:.0f} MiB PSS)")  # fmt: skip
+                    f"bare workers {', '.join(f'{n}: {b:.0f}' for n, b in result['bare_workers_pss_mib'].items())} MiB PSS)")  # fmt: skip
     for col in ("θ", "N_I", "PSS total (MiB)", "models' PSS (MiB)", "RSS total (MiB)"):
         t.add_column(col, justify="right")
     for r in result["rows"]:

@@ -147,6 +147,24 @@ class _PolicyActor:
 
 
 _ACTOR_CLASS: Any = None
+_placed = 0  # actors placed so far by this process: the next goes to the next live node
+_place_lock = threading.Lock()
+
+
+def _next_node() -> Any:
+    """A scheduling strategy for the next actor: the live nodes in turn (Ray's SPREAD does not
+    spread actors that reserve no CPU), soft, so a node that just died falls back to another."""
+    global _placed
+    ray = _ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+    if not nodes:
+        return "SPREAD"
+    with _place_lock:
+        node = nodes[_placed % len(nodes)]
+        _placed += 1
+    return NodeAffinitySchedulingStrategy(node_id=node, soft=True)
 
 
 def _actor_class() -> Any:
@@ -162,7 +180,7 @@ class RayPolicy:
     ``factory()`` builds the policy inside the actor (with ``broadcast``, ``factory(weights=...)``
     gets an `ObjectStoreWeights` kept current from the driver's `SharedWeights`). ``num_cpus`` is
     what the actor reserves (1 for a real model; 0 for a latency policy, which only sleeps).
-    Actors are spread over the cluster's nodes. After each call ``overhead_s`` holds, per action,
+    Actors are placed on the cluster's live nodes in turn. After each call ``overhead_s`` holds, per action,
     the round-trip time outside the forward pass.
 
     Needs a connected Ray (`ray_session`).
@@ -179,7 +197,7 @@ class RayPolicy:
             raise ValueError(f"num_cpus must be >= 0, got {num_cpus!r}")
         self.broadcast = broadcast
         n_params = broadcast.weights.n_params if broadcast is not None else None
-        self._actor = _actor_class().options(num_cpus=num_cpus, scheduling_strategy="SPREAD", max_restarts=0).remote(
+        self._actor = _actor_class().options(num_cpus=num_cpus, scheduling_strategy=_next_node(), max_restarts=0).remote(
             factory, torch_threads, n_params
         )
         try:
