@@ -229,6 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=trainer.run_train)
 
 
+    from nonstop import plan
+
+    p = sub.add_parser("plan", help="capacity planner: N_I*, N_L*, cores, memory and traffic a model needs at a tick rate")
+    plan.add_arguments(p)
+    p.set_defaults(func=plan.run_plan)
+
     p = sub.add_parser("report", help="plots and a summary of a training run directory (nonstop train --out RUN)")
     report.add_arguments(p)
     p.set_defaults(func=report.run_report)

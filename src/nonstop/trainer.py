@@ -50,7 +50,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-learners", type=int, default=1, help="N_L learners (default 1)")
     p.add_argument("--learner-mode", choices=LEARNER_MODES, default="round_robin")
     p.add_argument("--tau-l", type=float, default=None, help="virtual seconds per update (default τ_M)")
-    p.add_argument("--backend", choices=("thread", "process"), default="thread", help="wall-clock inference workers")
+    p.add_argument("--backend", default="thread", metavar="thread|process|ray",
+                   help="wall-clock inference workers: threads, processes, or Ray actors on any node (pip install -e '.[ray]')")
+    p.add_argument("--ray-address", default=None, metavar="HOST:PORT",
+                   help="Ray cluster for --backend ray (default: start a local Ray)")
     p.add_argument("--k", type=float, default=None, help="IMPALA ResNet width for image observations")
     p.add_argument("--lr", type=float, default=None, help="Adam step size (default: the env family's)")
     p.add_argument("--batch-size", type=int, default=None)
@@ -80,7 +83,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
     return TrainConfig(
         env=args.env, env_kwargs=env_kwargs, clock=args.clock, seconds=args.seconds, interaction=args.interaction, scheduler=args.scheduler,
         n_inference=args.n_inference, latency=args.latency, n_learners=args.n_learners,
-        learner_mode=args.learner_mode, tau_l=args.tau_l, backend=args.backend, seed=args.seed, dqn=dqn,
+        learner_mode=args.learner_mode, tau_l=args.tau_l, backend=args.backend, ray_address=args.ray_address,
+        seed=args.seed, dqn=dqn,
     )  # fmt: skip
 
 

@@ -44,6 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "latency, else 0.5%% capped at 1/(4·theory))")  # fmt: skip
     parser.add_argument("--window", type=float, default=None, help="measurement window in cycles of τ_θ (default 4)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backend", default="thread", metavar="thread|ray",
+                        help="where each worker's policy runs on the wall clock: thread (default) or ray (a Ray actor, "
+                        "spread over the cluster's nodes; theory then counts the measured τ_θ, remote overhead included)")
+    parser.add_argument("--ray-address", default=None, metavar="HOST:PORT", help="Ray cluster (default: a local Ray)")
     parser.add_argument("--plot", default="runs/nstar.png", help="where to write the figure ('' for none)")
 
 
@@ -57,8 +61,12 @@ def trial(
     sigma: float,
     seed: int,
     window_cycles: float,
+    backend: str = "thread",
 ) -> dict[str, Any]:
-    """One run with ``n_workers``; returns the tick-log summary after warm-up."""
+    """One run with ``n_workers``; returns the tick-log summary after warm-up (counted from when
+    the workers started: Ray actors take seconds to start)."""
+    from functools import partial
+
     from nonstop.inference.schedulers import make_scheduler
     from nonstop.inference.workers import InferencePool
     from nonstop.policies import Constant, ConstantPolicy, LatencyPolicy, LogNormal
@@ -69,16 +77,24 @@ def trial(
         mean = tau_ticks * tau_m
         dist = Constant(mean) if latency == "constant" else LogNormal(mean / math.exp(sigma**2 / 2), sigma)
 
-        def policy(i: int) -> LatencyPolicy:
-            return LatencyPolicy(ConstantPolicy(world.action_space, 1), dist, seed=seed * 100_003 + i)
+        space = world.action_space
+
+        def policy(i: int) -> Any:
+            factory = partial(_latency_policy, space, dist, seed * 100_003 + i)
+            if backend == "ray":
+                from nonstop.distributed.ray_backend import RayPolicy
+
+                return RayPolicy(factory, num_cpus=0)  # it sleeps: no core reserved
+            return factory()
 
         sched = make_scheduler(scheduler, n_workers)
         pool = InferencePool(world, policy, sched).start()
+        started = int(world.slot.read().tick) if backend == "ray" else 0
         # warm-up: the first round (all workers start together) plus a cycle to settle
-        warmup_ticks = int(math.ceil(3 * tau_ticks)) + 30
+        warmup_ticks = started + int(math.ceil(3 * tau_ticks)) + 30
         window_ticks = int(max(window_cycles * tau_ticks, 240))
         try:
-            world.run_for((warmup_ticks + window_ticks + 1) * tau_m)
+            world.run_for((warmup_ticks - started + window_ticks + 1) * tau_m)
             # the window ends here: the ticks the host goes on making while the pool stops are β's
             end_tick = world.slot.read().tick
         finally:
@@ -87,10 +103,38 @@ def trial(
     taus = np.array([t for w in pool.workers for t in w.tau_thetas])
     summary["tau_theta_max_ticks"] = float(taus.max() / tau_m) if taus.size else float("nan")
     summary["tau_theta_mean_ticks"] = float(taus.mean() / tau_m) if taus.size else float("nan")
+    overhead = world.tick_log.meta.get("workers", {}).get("remote_overhead_s")
+    if overhead is not None:
+        summary["remote_overhead_s"] = overhead
     return summary
 
 
+def _latency_policy(space: Any, dist: Any, seed: int) -> Any:
+    from nonstop.policies import ConstantPolicy, LatencyPolicy
+
+    return LatencyPolicy(ConstantPolicy(space, 1), dist, seed=seed)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from nonstop.distributed.backends import check_backend
+
+    backend = getattr(args, "backend", "thread")
+    ray_address = getattr(args, "ray_address", None)
+    if backend not in ("thread", "ray"):
+        raise ValueError(f"bench nstar runs latency policies on backend 'thread' or 'ray', got {backend!r}")
+    check_backend(backend, ray_address=ray_address, clock=args.clock)
+    if backend == "ray":
+        from nonstop.distributed.ray_backend import ray_session
+
+        with ray_session(ray_address):
+            result = _run(args, backend)
+    else:
+        result = _run(args, backend)
+    result["backend"] = backend
+    return result
+
+
+def _run(args: argparse.Namespace, backend: str) -> dict[str, Any]:
     schedulers = [s.strip() for s in args.scheduler.split(",") if s.strip()]
     from nonstop.inference.schedulers import make_scheduler
 
@@ -121,12 +165,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             def run_n(n: int, tau: float = tau, name: str = name) -> dict[str, Any]:
                 return trial(
                     tau_ticks=tau, n_workers=n, scheduler=name, clock=args.clock, latency=args.latency,
-                    sigma=args.sigma, seed=args.seed, window_cycles=window,
+                    sigma=args.sigma, seed=args.seed, window_cycles=window, backend=backend,
                 )  # fmt: skip
 
             nstar, results = find_nstar(run_n, guess=theory_guess, passes=lambda s, th=threshold: s["inaction_fraction"] <= th)
             at = results[nstar]
-            if args.latency == "constant":
+            if args.latency == "constant" and backend != "ray":
                 theory = theory_guess
             else:  # Algorithm 1 pads to the largest τ_θ seen; Algorithm 2 tracks the mean
                 key = "tau_theta_max_ticks" if name == "max_time" else "tau_theta_mean_ticks"
@@ -147,6 +191,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "tau_theta_max_ticks": at["tau_theta_max_ticks"],
                 "tau_theta_mean_ticks": at["tau_theta_mean_ticks"],
                 "trials": {str(n): r["inaction_fraction"] for n, r in sorted(results.items())},
+                "remote_overhead_s": at.get("remote_overhead_s"),
             })  # fmt: skip
     result: dict[str, Any] = {
         "clock": args.clock,

@@ -177,6 +177,7 @@ class InferencePool:
         self._stop = threading.Event()
         self._monitor: Any = None
         self._policies: dict[int, Any] = {}
+        self._overhead_s: list[float] = []  # remote policies (Ray): per-action time outside the forward pass
 
     # ------------------------------------------------------------------ the loop
     def _loop(
@@ -387,7 +388,7 @@ class InferencePool:
             state.deaths += 1
             detail = "".join(traceback.format_exception_only(error)).strip() if error else "exited"
             self.events.append(WorkerEvent(self.clock.now(), state.index, "died", detail))
-            self._policies.pop(state.index, None)
+            self._release(self._policies.pop(state.index, None))
             if self.restart and state.deaths <= self.max_restarts:
                 self._spawn(state, first=False)
                 self.events.append(WorkerEvent(self.clock.now(), state.index, "restarted"))
@@ -411,8 +412,8 @@ class InferencePool:
         if not 0 <= worker < len(self.workers):
             raise ValueError(f"no worker {worker}; workers are 0..{len(self.workers) - 1}")
         policy = self._policies.get(worker)
-        if isinstance(policy, ProcessPolicy):
-            policy.kill()  # the next act() fails: the worker dies like a crashed model process
+        if callable(getattr(policy, "kill", None)):  # ProcessPolicy, RayPolicy
+            policy.kill()  # the next act() fails: the worker dies like a crashed model process or actor
         else:
             self.workers[worker].killed = True  # dies at its next observation
 
@@ -427,11 +428,18 @@ class InferencePool:
                 if h.is_alive():  # stuck inside a policy's act(): say so rather than pile up threads
                     self.events.append(WorkerEvent(self.clock.now(), state.index, "stuck", "did not stop within 5 s"))
         for policy in self._policies.values():
-            close = getattr(policy, "close", None)
-            if close is not None:
-                close()
+            self._release(policy)
         self._policies.clear()
         self.session.annotate("workers", self.report())
+
+    def _release(self, policy: Any) -> None:
+        """Close a policy the pool is done with, keeping its remote-overhead samples."""
+        if policy is None:
+            return
+        self._overhead_s.extend(getattr(policy, "overhead_s", ()))
+        close = getattr(policy, "close", None)
+        if close is not None:
+            close()
 
     def report(self) -> dict[str, Any]:
         return {
@@ -444,7 +452,16 @@ class InferencePool:
             "tau_theta_mean_s": float(np.mean([t for w in self.workers for t in w.tau_thetas]))
             if any(w.tau_thetas for w in self.workers)
             else None,
+            **self._remote_overhead(),
         }
+
+    def _remote_overhead(self) -> dict[str, Any]:
+        samples = self._overhead_s + [t for p in self._policies.values() for t in getattr(p, "overhead_s", ())]
+        if not samples and not any(hasattr(p, "overhead_s") for p in self._policies.values()):
+            return {}
+        from nonstop.distributed.ray_backend import overhead_summary
+
+        return {"remote_overhead_s": overhead_summary(samples, self.session.tau_m)}
 
     def __enter__(self) -> "InferencePool":
         return self.start()
