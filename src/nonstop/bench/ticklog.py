@@ -45,7 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from nonstop.bench.common import machine_info, percentiles, reap, run_sizes, size_help
+from nonstop.bench.common import machine_info, percentiles, run_sizes, size_help
+from nonstop.realtime.lifeline import reap
 
 __all__ = ["DESCRIPTION", "add_arguments", "run", "render", "RESULT_KEYS"]
 
