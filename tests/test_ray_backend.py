@@ -26,8 +26,13 @@ pytestmark = pytest.mark.wall
 def cluster():
     from ray.cluster_utils import Cluster
 
+    import socket
+
+    with socket.socket() as probe:  # a free GCS port: never meet another Ray on this machine at 6379
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False,
-                                                      "node_ip_address": "127.0.0.1"})  # fmt: skip
+                                                      "node_ip_address": "127.0.0.1", "redis_port": port})  # fmt: skip
     worker = c.add_node(num_cpus=2, node_ip_address="127.0.0.1")
     ray.init(address=c.address, log_to_driver=False)
     try:
