@@ -407,14 +407,19 @@ class QuantileHoldScheduler(Scheduler):
     inferences still in flight, ``Σ_j 1[τ_j > j·period]``: on average E⌈τ_θ/period⌉ ≈ τ̄_θ/τ_M +
     ½ (Little's law), the lower bound ⌈τ̄_θ/τ_M⌉ of any scheduler up to a few standard deviations of
     that count. Delay becomes the constant Q·period (a high quantile of τ_θ) instead of τ_θ
-    itself: the trade is delay for workers. With constant τ_θ it is exactly Algorithm 2 (Q·period
-    = τ_θ rounded up to the grid, ⌈τ_θ/τ_M⌉ workers, no hold).
+    itself: the trade is delay for workers. With constant τ_θ it needs ⌈τ_θ/τ_M⌉ workers and its
+    delay is τ_θ rounded up to the grid, as for Algorithm 2.
 
     Rules that keep it honest. Q grows at once when q̂ does (one tick then goes without an action:
     a pipeline cannot lengthen without a gap) and shrinks only when q̂·(1 + ``hold_hysteresis``) fits
     a smaller Q (two actions then share a tick; none is lost). A slot no worker was free for is
     skipped and counted (`skipped_slots`): that tick goes to β. Before any sample the hold is
-    ``initial_estimate`` (default 0: release at once).
+    ``initial_estimate`` (default 0: release at once). Each action's release slot is fixed when its
+    start slot is taken, so releases follow start order.
+
+    q̂ is not the raw 99.9 % order statistic (from a few thousand samples it rests on four of them
+    and jumps, and every jump up costs empty ticks) but an exponential tail fitted to the top 5 %
+    (peaks over threshold), which moves smoothly and is cautious while samples are few.
 
     The scheduler reads no clock: the grid starts at ``origin`` (or the first time it is told),
     and ``take_delay(worker, now)`` is given the worker's time (without it, the worker's own
@@ -422,15 +427,15 @@ class QuantileHoldScheduler(Scheduler):
     to τ_M and ``origin`` to the tick grid when they are not given. ``after_inference`` returns
     the hold, which the pool spends holding the action while the worker goes on (``frees_workers``).
 
-    >>> s = make_scheduler("quantile_hold", 3, period=1.0)
-    >>> [s.take_delay(w, now=0.0) for w in range(3)]        # the initial stagger: one start per period
+    >>> s = make_scheduler("quantile_hold", 3, period=1.0, initial_estimate=2.0)
+    >>> [s.take_delay(w, now=0.0) for w in range(3)]   # one start per period, each released at start + Q = 2
     [0.0, 1.0, 2.0]
-    >>> s.after_inference(0, 2.5), s.hold_periods            # first sample: hold to slot 0 + 3
-    (0.5, 3)
-    >>> s.take_delay(0, now=2.5)                              # worker 0 is free: next free slot is 3
+    >>> s.after_inference(0, 2.5), s.hold_periods       # late: released at once, and Q grows to 3
+    (0.0, 3)
+    >>> s.take_delay(0, now=2.5)                         # worker 0 is free: the next free slot is 3
     0.5
-    >>> round(s.after_inference(1, 1.2), 9)                   # slot 1 done at 2.2, released at 1 + 3
-    1.8
+    >>> round(s.after_inference(2, 1.2), 9)              # slot 2 done at 3.2, held to its release at 2 + 2
+    0.8
     """
 
     name = "quantile_hold"
@@ -552,7 +557,7 @@ class QuantileHoldScheduler(Scheduler):
         n = len(self._sorted)
         late = n - bisect.bisect_right(self._sorted, hold * self._require_period() * (1.0 + 1e-9))
         allowed = (1.0 - self._quantile) * n
-        if late >= 1.0 + allowed + 3.0 * math.sqrt(allowed) or self._periods(self._headroom(1.0)) < hold:
+        if late >= max(1.0, allowed + 3.0 * math.sqrt(allowed)) or self._periods(self._headroom(1.0)) < hold:
             self._hold = self._periods(self._headroom(0.5))
 
     def _headroom(self, fraction: float) -> float:
