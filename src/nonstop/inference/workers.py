@@ -28,6 +28,8 @@ staggered pools additionally align each start to a tick's publish
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import multiprocessing as mp
 import threading
 import traceback
@@ -161,6 +163,14 @@ class InferencePool:
         self.clock: Clock = session.clock
         self.policy_factory = policy_factory
         self.scheduler = scheduler = _resolve_scheduler(scheduler, n_inference)
+        bind = getattr(scheduler, "bind", None)
+        if callable(bind):
+            # grid schedulers start one inference per tick: on the virtual clock at the deadline
+            # (the loop then waits for that tick's observation), on the wall clock just after it
+            margin = 0.0 if self.clock.is_virtual else min(0.0005, session.tau_m / 16)
+            bind(period=session.tau_m, origin=session.origin + margin)
+        self.frees_workers = bool(getattr(scheduler, "frees_workers", False))
+        self._releaser: _WallReleaser | None = None
         self.resizable = callable(getattr(scheduler, "resize", None)) and callable(
             getattr(scheduler, "target_workers", None)
         )
@@ -169,7 +179,8 @@ class InferencePool:
         if align_to_ticks is not None and not isinstance(align_to_ticks, bool):
             raise TypeError(f"align_to_ticks must be a bool or None, got {align_to_ticks!r}")
         # default: on for staggered workers on the wall clock (see the class docstring)
-        staggered = scheduler.name not in ("sequential", "unstaggered")
+        # (a scheduler that frees its workers places starts on the tick grid itself)
+        staggered = scheduler.name not in ("sequential", "unstaggered") and not self.frees_workers
         self.align_to_ticks = (not self.clock.is_virtual and staggered) if align_to_ticks is None else align_to_ticks
         self.max_restarts = max_restarts
         self.events: list[WorkerEvent] = []
@@ -225,10 +236,15 @@ class InferencePool:
         while not self._stop.is_set():
             if i >= sched.n_workers or state.generation != generation:
                 return  # retired by a resize (or superseded by a newer loop of this index)
-            wait = sched.take_delay(i)
+            wait = sched.take_delay(i, now=t)
             if wait > 0:
                 t += wait
                 t = on_time(t, (yield t))
+            if virtual and self.frees_workers:
+                # a start on a deadline reads the observation of that tick: let the host make it
+                deadline = origin + round((t - origin) / tau_m) * tau_m
+                if abs(t - deadline) <= grace:
+                    yield (self._tick_event(deadline), _AFTER_TICK)
             latest = slot.read()
             if align:
                 into_tick = (t - latest.time) % tau_m
@@ -276,6 +292,14 @@ class InferencePool:
                 if decision.latency > 0:
                     t = on_time(t, (yield t))
             pad = sched.after_inference(i, tau_theta)
+            if self.frees_workers:
+                # the scheduler holds the action, not the worker: a timer submits it at its
+                # release slot while this worker starts its next inference at once
+                state.tau_thetas.append(tau_theta)
+                self._release_at(t + pad, decision.action, latest, state, tau_theta)
+                if self.resizable:
+                    self._maybe_resize(anchor=i)
+                continue
             if pad > 0:
                 t += pad
                 t = on_time(t, (yield t))
@@ -304,6 +328,29 @@ class InferencePool:
                 deadline = origin + round((t - origin) / tau_m) * tau_m
                 if abs(t - deadline) <= grace:
                     yield (self._tick_event(deadline), _AFTER_TICK)
+
+    def _release_at(self, when: float, action: Any, latest: Any, state: _WorkerState, tau_theta: float) -> None:
+        """Submit ``action`` (computed on ``latest``) at ``when``, without holding its worker."""
+        if self.clock.is_virtual:
+
+            def release() -> TimedProcess:
+                if when > self.clock.now():
+                    yield when
+                if not self._stop.is_set():
+                    self._submit(action, latest, state, tau_theta, when)
+
+            self.clock.spawn(release(), name=f"release-{state.index}", isolate=True)  # type: ignore[call-arg]
+        else:
+            if self._releaser is None:
+                self._releaser = _WallReleaser(self)
+            self._releaser.add(when, lambda: self._submit(action, latest, state, tau_theta, when))
+
+    def _submit(self, action: Any, latest: Any, state: _WorkerState, tau_theta: float, when: float) -> None:
+        self.session.queue.submit(
+            action, obs_tick=latest.tick, episode=latest.episode, worker=state.index,
+            tau_theta=tau_theta, submit_time=when,
+        )  # fmt: skip
+        state.actions += 1
 
     def _maybe_resize(self, anchor: int) -> None:
         """Grow or shrink N_I to the auto scheduler's recommendation, right after ``anchor``
@@ -341,7 +388,7 @@ class InferencePool:
     # ------------------------------------------------------------------ supervision
     def _spawn(self, state: _WorkerState, first: bool, start_at: float | None = None) -> None:
         resume_at = None
-        if not first and state.last_start is not None and state.cycle:
+        if not first and state.last_start is not None and state.cycle and not self.frees_workers:
             # Re-take the dead worker's place in the stagger: start where its next
             # inference would have started, so the spacing re-converges at once.
             now = self.clock.now()
@@ -421,6 +468,8 @@ class InferencePool:
         self._stop.set()
         if self._monitor is not None:
             self._monitor.join(timeout=2)
+        if self._releaser is not None:
+            self._releaser.stop()
         for state in self.workers:
             h = state.handle
             if isinstance(h, threading.Thread):
@@ -468,6 +517,55 @@ class InferencePool:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+class _WallReleaser:
+    """One thread that submits held actions at their release times (wall clock), so a
+    scheduler that ``frees_workers`` never keeps a worker waiting on its own action."""
+
+    def __init__(self, pool: InferencePool) -> None:
+        self._pool = pool
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._order = itertools.count()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="nonstop-releaser", daemon=True)
+        self._thread.start()
+
+    def add(self, when: float, submit: Callable[[], None]) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (when, next(self._order), submit))
+            self._cond.notify()
+
+    def _run(self) -> None:
+        clock = self._pool.clock
+        tau_m = self._pool.session.tau_m
+        guard = min(0.001, tau_m / 8)
+        while True:
+            with self._cond:
+                while not self._heap and not self._stopped:
+                    self._cond.wait(0.1)
+                if self._stopped:
+                    return
+                when = self._heap[0][0]
+                left = when - clock.now()
+                if left > 0.002:  # sleep on the condition (a sooner release may arrive)
+                    self._cond.wait(left - 0.001)
+                    continue
+                _, _, submit = heapq.heappop(self._heap)
+            clock.sleep_until(when)
+            # the workers' phase guard: a release a hair before a deadline goes just past it
+            to_next = tau_m - (clock.now() - self._pool.session.origin) % tau_m
+            if to_next < guard:
+                clock.sleep_until(clock.now() + to_next + guard / 4)
+            if not self._pool._stop.is_set():
+                submit()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        self._thread.join(timeout=2)
 
 
 class _Dead:
