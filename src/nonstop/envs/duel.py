@@ -3,8 +3,10 @@
 Each round the signal is off for a random number of ticks (``min_wait`` to ``max_wait``, drawn
 from the env's seeded generator), then turns on. Whoever *draws* (action 1) first after the signal
 wins the round: +1 to the winner, −1 to the loser; both on the same tick: 0 each. Drawing while the
-signal is still off is a false start: −1 to that seat, +1 to the other (both: 0 each). A round
-nobody wins within ``timeout`` ticks of the signal scores 0. An episode is ``rounds`` rounds.
+signal is still off is a false start: −1 to that seat, +1 to the other (both: 0 each), except in
+the first ``holster`` ticks of a round, where draws are ignored (a draw computed on the previous
+round's signal and applied late must not decide the next round). A round nobody wins within
+``timeout`` ticks of the signal scores 0. An episode is ``rounds`` rounds.
 
 Observation (each seat the same): ``[signal, ticks since the signal / timeout]``, float32.
 Action: ``Discrete(2)``, 0 = hold (β's no-op), 1 = draw.
@@ -12,9 +14,10 @@ Action: ``Discrete(2)``, 0 = hold (β's no-op), 1 = draw.
 The best reply is to draw on the first observation that shows the signal, so with that policy on
 both seats the round goes to the seat whose action reaches the world first: the one with the
 smaller delay (ticks from the observation to the tick its action is applied) wins every round,
-equal delays tie. The value of lower latency is exact: ``rounds`` points per episode.
+equal delays tie (delays below ``holster`` ticks). The value of lower latency is exact:
+``rounds`` points per episode. `DrawOnSignal` is that policy.
 
->>> env = QuickDrawDuel(rounds=1, min_wait=2, max_wait=2)
+>>> env = QuickDrawDuel(rounds=1, min_wait=2, max_wait=2, holster=0)
 >>> obs, _ = env.reset(seed=0)
 >>> for _ in range(2):
 ...     obs, rewards, term, trunc, _ = env.step({"first_0": 0, "second_0": 0})
@@ -34,7 +37,7 @@ from gymnasium import spaces
 
 from .registry import register
 
-__all__ = ["QuickDrawDuel", "DUEL_TICK_HZ", "SEATS"]
+__all__ = ["QuickDrawDuel", "DrawOnSignal", "DUEL_TICK_HZ", "SEATS"]
 
 DUEL_TICK_HZ: Final = 60.0
 SEATS: Final = ("first_0", "second_0")
@@ -51,12 +54,18 @@ class QuickDrawDuel(_Base):  # type: ignore[misc,valid-type]
 
     metadata = {"name": "quick_draw_duel_v0", "render_modes": [], "is_parallelizable": True}
 
-    def __init__(self, rounds: int = 10, min_wait: int = 30, max_wait: int = 90, timeout: int = 60) -> None:
-        for name, value in (("rounds", rounds), ("min_wait", min_wait), ("max_wait", max_wait), ("timeout", timeout)):
+    def __init__(
+        self, rounds: int = 10, min_wait: int = 30, max_wait: int = 90, timeout: int = 60, holster: int = 15
+    ) -> None:
+        for name, value in (("rounds", rounds), ("min_wait", min_wait), ("max_wait", max_wait), ("timeout", timeout),
+                            ("holster", holster + 1)):  # fmt: skip
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if max_wait < min_wait:
             raise ValueError(f"max_wait ({max_wait}) must be at least min_wait ({min_wait})")
+        if holster >= min_wait:
+            raise ValueError(f"holster ({holster}) must be below min_wait ({min_wait}): the signal comes after it")
+        self.holster = int(holster)
         self.rounds, self.min_wait, self.max_wait, self.timeout = int(rounds), int(min_wait), int(max_wait), int(timeout)
         self.possible_agents = list(SEATS)
         self.agents: list[str] = []
@@ -65,7 +74,7 @@ class QuickDrawDuel(_Base):  # type: ignore[misc,valid-type]
         self.observation_spaces = {a: self._obs_space for a in SEATS}
         self.action_spaces = {a: self._act_space for a in SEATS}
         self._rng = np.random.default_rng()
-        self.round = self.countdown = self.since = 0
+        self.round = self.countdown = self.since = self.elapsed = 0
 
     def observation_space(self, agent: str) -> spaces.Space:
         return self.observation_spaces[agent]
@@ -76,6 +85,7 @@ class QuickDrawDuel(_Base):  # type: ignore[misc,valid-type]
     def _new_round(self) -> None:
         self.countdown = int(self._rng.integers(self.min_wait, self.max_wait + 1))
         self.since = -1  # ticks since the signal; -1 while it is off
+        self.elapsed = 0  # ticks since the round began
 
     def _observe(self) -> dict[str, np.ndarray]:
         on = self.since >= 0
@@ -97,6 +107,9 @@ class QuickDrawDuel(_Base):  # type: ignore[misc,valid-type]
         if unknown:
             raise KeyError(f"no seat {sorted(unknown)}; the seats are {self.agents}")
         a, b = (int(actions.get(seat, HOLD)) == DRAW for seat in SEATS)
+        if self.elapsed < self.holster:
+            a = b = False
+        self.elapsed += 1
         r = 0.0
         ended = False
         if self.since < 0:  # signal off: a draw is a false start
@@ -135,3 +148,24 @@ register(
     default_beta="noop",
     description="two seats, quick-draw duel: first to draw after a random signal wins the round (+1/−1)",
 )
+
+
+class DrawOnSignal:
+    """The duel's best reply: draw on the first observation that shows the signal, else hold.
+    A `nonstop.policies.Policy` (``act(obs) -> Decision``).
+
+    >>> DrawOnSignal().act(np.array([1.0, 0.0], np.float32)).action
+    1
+    """
+
+    def __init__(self) -> None:
+        from nonstop.policies.base import Decision
+
+        self._decision = Decision
+        self.action_space = spaces.Discrete(2)
+
+    def act(self, obs: np.ndarray) -> Any:
+        return self._decision(DRAW if obs[0] >= 0.5 else HOLD)
+
+    def seed(self, seed: int | None) -> None:
+        """Stateless: nothing to seed."""

@@ -493,7 +493,7 @@ def _host_main(conn: Any, env: EnvSource, env_kwargs: dict, slot: LatestSlot, qu
                 if payload is None:  # in memory: chunk by chunk, never the whole log as one copy
                     for rows in log.row_blocks():
                         conn.send(("chunk", rows))
-                    payload = {"meta": log.meta, "tau_m": log.tau_m}
+                    payload = {"meta": log.meta, "tau_m": log.tau_m, "seats": log.seats}
             except BaseException:
                 if status == "ok":
                     status, tb = "error", traceback.format_exc()
@@ -995,7 +995,7 @@ class Session:
             if self._notes:
                 self._log.write_meta()
         elif arrays is not None:
-            self._log = TickLog.from_row_blocks(self._received, arrays["meta"], arrays["tau_m"])
+            self._log = TickLog.from_row_blocks(self._received, arrays["meta"], arrays["tau_m"], arrays.get("seats", 1))
             self._received = []
             self._log.meta.update(self._notes)
         if kind == "error":
