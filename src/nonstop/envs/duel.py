@@ -35,6 +35,8 @@ from typing import Any, Final
 import numpy as np
 from gymnasium import spaces
 
+from nonstop.policies.base import Decision, Policy
+
 from .registry import register
 
 __all__ = ["QuickDrawDuel", "DrawOnSignal", "DUEL_TICK_HZ", "SEATS"]
@@ -150,22 +152,15 @@ register(
 )
 
 
-class DrawOnSignal:
+class DrawOnSignal(Policy):
     """The duel's best reply: draw on the first observation that shows the signal, else hold.
-    A `nonstop.policies.Policy` (``act(obs) -> Decision``).
 
     >>> DrawOnSignal().act(np.array([1.0, 0.0], np.float32)).action
     1
     """
 
     def __init__(self) -> None:
-        from nonstop.policies.base import Decision
-
-        self._decision = Decision
         self.action_space = spaces.Discrete(2)
 
-    def act(self, obs: np.ndarray) -> Any:
-        return self._decision(DRAW if obs[0] >= 0.5 else HOLD)
-
-    def seed(self, seed: int | None) -> None:
-        """Stateless: nothing to seed."""
+    def act(self, obs: np.ndarray) -> Decision:
+        return Decision(DRAW if obs[0] >= 0.5 else HOLD)
