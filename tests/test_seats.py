@@ -162,3 +162,84 @@ def test_duel_validates_its_arguments():
     env.reset(seed=0)
     with pytest.raises(KeyError, match="no seat"):
         env.step({"third_0": 1})
+
+
+# ----------------------------------------------------------------------------- the PettingZoo view
+
+
+def test_parallel_view_passes_pettingzoos_api_test():
+    from pettingzoo.test import parallel_api_test
+
+    import nonstop
+
+    env = nonstop.make_parallel("multi/duel", clock="virtual", env_kwargs={"rounds": 2, "min_wait": 20, "max_wait": 25})
+    try:
+        parallel_api_test(env, num_cycles=1000)
+    finally:
+        env.close()
+
+
+def test_parallel_view_plays_in_realtime_per_seat():
+    """A missing seat has nothing pending (β acts, counted per seat); a slow joint decision costs
+    both seats inaction; rewards reach each seat and add up to the tick log's."""
+    import nonstop
+
+    env = nonstop.make_parallel("multi/duel", clock="virtual", seed=2, think_time=2.5 * TICK,
+                                defaults={"second_0": "noop"}, env_kwargs={"rounds": 2})  # fmt: skip
+    obs, infos = env.reset()
+    assert env.agents == SEATS and set(infos["first_0"]) >= {"nonstop_delay", "nonstop_inaction_ticks"}
+    totals = {seat: 0.0 for seat in SEATS}
+    steps = 0
+    while env.agents:
+        actions = {"first_0": int(obs["first_0"][0] >= 0.5)}  # second_0 never acts
+        obs, rewards, terms, truncs, infos = env.step(actions)
+        steps += 1
+        for seat in SEATS:
+            totals[seat] += rewards[seat]
+        first, second = infos["first_0"], infos["second_0"]
+        assert first["nonstop_ticks_elapsed"] == 3 and first["nonstop_inaction_ticks"] == 2
+        assert first["nonstop_delay"] == 3 and second["nonstop_delay"] == -1
+        assert second["nonstop_inaction_ticks"] == second["nonstop_ticks_elapsed"] == 3
+    assert terms == {"first_0": True, "second_0": True}
+    assert totals == {"first_0": 2.0, "second_0": -2.0}
+    log = env.tick_log
+    assert log["reward"].sum() == 2.0 and log["seat1_reward"].sum() == -2.0
+    assert log.seat("second_0").summary()["agent_ticks"] == 0
+    assert log.seat("first_0").summary()["agent_ticks"] == steps
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step({"first_0": 0})
+    env.reset()
+    with pytest.raises(KeyError, match="no seat \\['third_0'\\]"):
+        env.step({"third_0": 1})
+    with pytest.raises(ValueError):
+        env.step({"first_0": 7})  # outside that seat's space: refused, the world unharmed
+    env.step({"first_0": 0})
+    env.close()
+
+
+def test_parallel_view_refuses_one_seat_worlds_and_bad_defaults():
+    import nonstop
+
+    with pytest.raises(TypeError, match="one seat"):
+        nonstop.make_parallel("theory/inaction")
+    with pytest.raises(TypeError, match="defaults must be a dict"):
+        nonstop.make_parallel("multi/duel", defaults="noop")
+
+
+@pytest.mark.wall
+def test_parallel_view_on_the_wall_clock():
+    import nonstop
+
+    env = nonstop.make_parallel("multi/duel", clock="wall", seed=0, host_mode="thread")
+    try:
+        obs, _ = env.reset()
+        ticks = 0
+        for _ in range(10):
+            obs, rewards, terms, truncs, infos = env.step({"first_0": 0, "second_0": 0})
+            assert infos["first_0"]["nonstop_ticks_elapsed"] >= 1
+            ticks += int(infos["first_0"]["nonstop_ticks_elapsed"])
+        assert ticks >= 10
+        session = env.session
+    finally:
+        env.close()
+    assert session.tick_log.seats == 2 and len(session.tick_log) >= ticks
