@@ -243,3 +243,28 @@ def test_parallel_view_on_the_wall_clock():
     finally:
         env.close()
     assert session.tick_log.seats == 2 and len(session.tick_log) >= ticks
+
+
+# ----------------------------------------------------------------------------- two-player Atari
+
+
+def test_two_player_boxing_gives_each_seat_its_own_actions_and_score():
+    pytest.importorskip("multi_agent_ale_py", reason="two-player Atari needs the multi-atari extra")
+    from nonstop.envs import make_env
+
+    env = make_env("multi/Boxing")
+    assert env.possible_agents == SEATS and env.action_space("first_0").n == 18
+    with Session("multi/Boxing", clock="virtual", seed=0, max_ticks=600) as world:
+        fire = 1  # the minimal action set's FIRE: a punch
+        for t in range(0, 600, 4):
+            world.run_until(world.origin + t * TICK)
+            world.queues[0].submit(fire, obs_tick=world.slot.read().tick, episode=world.slot.read().episode)
+        world.run_for(10 * TICK)
+    log = world.tick_log
+    first, second = log.seat("first_0").summary(), log.seat("second_0").summary()
+    assert log.seats == 2 and len(log) == 600
+    assert first["agent_ticks"] == 150 and second["agent_ticks"] == 0 and second["inaction_ticks"] == 600
+    assert np.array_equal(log["action"][log["source"] == 1], np.full(150, 1.0))
+    assert set(log["seat1_action"].tolist()) == {0.0}
+    with pytest.raises(ValueError, match="no two-player Atari game"):
+        make_env("multi/Boxing").__class__("Pacman")
