@@ -22,4 +22,5 @@ BENCHMARKS = {
     "nlstar": "nonstop.bench.nlstar",
     "server": "nonstop.bench.server",
     "ticklog": "nonstop.bench.ticklog",
+    "duel": "nonstop.bench.duel",
 }
