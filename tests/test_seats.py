@@ -285,3 +285,10 @@ def test_bench_duel_pairings_show_inaction_removed_and_delay_kept():
     assert stag["n_inference"] == 5
     with pytest.raises(ValueError, match="matches"):
         play(1, True, matches=0)
+
+
+def test_bench_host_steps_a_seat_world():
+    from nonstop.bench.host import host_loop, raw_loop
+
+    assert raw_loop("multi/duel", 200)["steps_per_s"] > 0
+    assert host_loop("multi/duel", 200)["steps_per_s"] > 0  # raises unless the host ran all 200 ticks
