@@ -576,7 +576,8 @@ class Session:
         it the log stays in memory (in chunks, never doubled and copied) and, on the wall clock,
         comes back through a pipe when the session stops. ``log_chunk_rows``: rows per chunk.
 
-    >>> with Session("multi/duel", clock="virtual", seed=0, default={"second_0": "noop"}) as duel:
+    >>> with Session("multi/duel", clock="virtual", seed=0, default={"second_0": "noop"},
+    ...              env_kwargs={"holster": 0}) as duel:
     ...     _ = duel.queues[1].submit(1, obs_tick=0, episode=0)   # second_0 draws early: a false start
     ...     duel.run_for(2 / 60)
     >>> duel.seats, duel.tick_log.seat("second_0").summary()["reward_total"]
