@@ -123,6 +123,7 @@ def test_duel_the_faster_seat_wins_every_round():
     assert [log["reward"][episodes == e].sum() for e in done] == [rounds] * len(done)
     assert [log["seat1_reward"][episodes == e].sum() for e in done] == [-rounds] * len(done)
     assert fast["episode_return_mean"] == rounds and slow["episode_return_mean"] == -rounds
+    assert log.summary(warmup_ticks=10)["seats"]["second_0"] == slow
     assert fast["inaction_fraction"] == 0 and fast["delay_max_ticks"] == 1
     assert slow["delay_p50_ticks"] == 5
     assert slow["inaction_fraction"] == pytest.approx(4 / 5, abs=0.02)

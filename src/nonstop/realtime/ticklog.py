@@ -719,10 +719,15 @@ class TickLog:
         return out
 
     def summary(self, **kwargs: Any) -> dict[str, Any]:
-        """Metrics computed from the columns, chunk by chunk; see `nonstop.metrics.timing.summarize`."""
+        """Metrics computed from the columns, chunk by chunk; see `nonstop.metrics.timing.summarize`.
+        The top-level figures are the first seat's; a several-seat log adds ``seats``: every seat's
+        own summary by name (`seat`)."""
         from nonstop.metrics.timing import summarize
 
-        return summarize(self, **kwargs)
+        out = summarize(self, **kwargs)
+        if self.seats > 1:
+            out["seats"] = {name: self.seat(i).summary(**kwargs) for i, name in enumerate(self.seat_names)}
+        return out
 
     @property
     def seat_names(self) -> list[str]:
