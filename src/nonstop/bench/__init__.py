@@ -23,4 +23,5 @@ BENCHMARKS = {
     "server": "nonstop.bench.server",
     "ticklog": "nonstop.bench.ticklog",
     "weights": "nonstop.bench.weights",
+    "duel": "nonstop.bench.duel",
 }

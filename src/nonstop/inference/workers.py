@@ -133,6 +133,10 @@ class InferencePool:
     (each finishes the inference it is running). Every change is an event
     (``"grew"``/``"shrank"``).
 
+    ``seat`` (a seat world, DESIGN §4b): the seat (name or index) this pool plays; it reads that
+    seat's slot and submits to its queue, so each seat has its own pool (scheduler, N_I, latency
+    policy). Its report is noted in the tick log's meta as ``workers:<seat>``.
+
     >>> from nonstop.inference.schedulers import make_scheduler
     >>> from nonstop.policies import ConstantPolicy, LatencyPolicy, Constant
     >>> with Session("theory/inaction", clock="virtual", seed=0) as world:
@@ -154,9 +158,13 @@ class InferencePool:
         restart: bool = True,
         max_restarts: int = 100,
         align_to_ticks: bool | None = None,
+        seat: int | str | None = None,
     ) -> None:
         if session.slot is None:
             raise RuntimeError("start the session before the inference pool")
+        #: the seat index this pool plays (0: the first seat, or the only one)
+        self.seat = 0 if seat is None else session.seat_index(seat)
+        self._seat_name = None if seat is None else (session.seats or ["agent_0"])[self.seat]
         if not callable(policy_factory):
             raise TypeError("policy_factory must be a callable: worker index -> Policy")
         self.session = session
@@ -194,7 +202,8 @@ class InferencePool:
     def _loop(
         self, state: _WorkerState, first: bool, resume_at: float | None = None, start_at: float | None = None
     ) -> TimedProcess:
-        clock, slot, queue, sched = self.clock, self.session.slot, self.session.queue, self.scheduler
+        clock, sched = self.clock, self.scheduler
+        slot, queue = self.session.slots[self.seat], self.session.queues[self.seat]
         i = state.index
         generation = state.generation
         policy = self._policies.get(i)
@@ -479,7 +488,7 @@ class InferencePool:
         for policy in self._policies.values():
             self._release(policy)
         self._policies.clear()
-        self.session.annotate("workers", self.report())
+        self.session.annotate("workers" if self._seat_name is None else f"workers:{self._seat_name}", self.report())
 
     def _release(self, policy: Any) -> None:
         """Close a policy the pool is done with, keeping its remote-overhead samples."""

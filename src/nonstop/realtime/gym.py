@@ -302,7 +302,8 @@ def _spec_for(env_id: str, kwargs: dict[str, Any]) -> gym.envs.registration.EnvS
 
 
 def register_envs() -> list[str]:
-    """Register every nonstop world with Gymnasium as ``nonstop/<id>`` (done on ``import nonstop``).
+    """Register every one-seat nonstop world with Gymnasium as ``nonstop/<id>`` (done on ``import
+    nonstop``; seat worlds, family ``multi``, have the PettingZoo view, `nonstop.make_parallel`).
 
     Gymnasium ≥ 1.0 loads no plugins by itself; ``gymnasium.make("nonstop:nonstop/CartPole")``
     imports nonstop first, and after ``import nonstop`` plain ``gymnasium.make("nonstop/CartPole")``
@@ -318,6 +319,8 @@ def register_envs() -> list[str]:
 
     ids = []
     for info in list_envs():
+        if info.family == "multi":  # seat worlds are PettingZoo's, not Gymnasium's: nonstop.make_parallel
+            continue
         gym_id = gymnasium_id(info.env_id)
         if gym_id not in gym.registry:
             gym.register(gym_id, entry_point="nonstop.realtime.gym:RealtimeEnv", kwargs={"env": info.env_id})

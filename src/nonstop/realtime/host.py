@@ -70,6 +70,14 @@ def scalar_actions(space: gym.Space) -> bool:
 class Host:
     """The tick loop. Owns the env; reads the queue, writes the slot and the log.
 
+    Seats (DESIGN §4b): with ``seats`` (the agent names of a PettingZoo-style parallel env, whose
+    ``step`` takes and returns dicts keyed by seat), ``slot``, ``queue`` and ``default`` are
+    sequences, one per seat: each seat reads its own observations, reward and counters from its
+    slot, has its own queue (mode, capacity) and β, and its own tick-log columns (`SEAT_COLUMNS`).
+    A plain ``gymnasium.Env`` is the one-seat case of the same loop: seat 0 is handled inline,
+    the other seats (none here) in a loop after it. A seat world's episode ends for every seat at
+    once, when any seat is terminated or truncated.
+
     ``unthrottled=True`` ignores deadlines and ticks as fast as the env allows
     (benchmarks; the log still records the grid it would have kept). ``log_dir``: the tick log
     streams its completed chunks there as the world runs (see `TickLog`); `close_log` ends it.
@@ -78,11 +86,11 @@ class Host:
     def __init__(
         self,
         env: gym.Env,
-        slot: LatestSlot,
-        queue: ActionQueue,
+        slot: LatestSlot | list[LatestSlot],
+        queue: ActionQueue | list[ActionQueue],
         *,
         tau_m: float,
-        default: DefaultBehaviour,
+        default: DefaultBehaviour | list[DefaultBehaviour],
         seed: int | None = None,
         max_ticks: int | None = None,
         unthrottled: bool = False,
@@ -91,23 +99,34 @@ class Host:
         render_slot: LatestSlot | None = None,
         log_dir: str | os.PathLike | None = None,
         log_chunk_rows: int = CHUNK_ROWS,
+        seats: list[str] | None = None,
     ) -> None:
         if not tau_m > 0:
             raise ValueError(f"tau_m must be positive, got {tau_m!r}")
         self.env = env
-        self.slot = slot
-        self.queue = queue
+        #: the seats' names (a parallel env), or None (a gymnasium env: one seat)
+        self.seats = None if seats is None else [str(s) for s in seats]
+        self.slots = list(slot) if isinstance(slot, (list, tuple)) else [slot]
+        self.queues = list(queue) if isinstance(queue, (list, tuple)) else [queue]
+        self.defaults = list(default) if isinstance(default, (list, tuple)) else [default]
+        n = 1 if self.seats is None else len(self.seats)
+        if not n or not len(self.slots) == len(self.queues) == len(self.defaults) == n:
+            raise ValueError(f"need one slot, queue and default per seat ({n}), got {len(self.slots)}, "
+                             f"{len(self.queues)} and {len(self.defaults)}")  # fmt: skip
+        self.slot, self.queue, self.default = self.slots[0], self.queues[0], self.defaults[0]
         self.tau_m = float(tau_m)
-        self.default = default
         self.seed = seed
         self.max_ticks = max_ticks
         self.unthrottled = unthrottled
         #: with ``log_dir``, completed chunks of the log stream there from this process as it runs
-        self.log = TickLog(self.tau_m, meta=meta, directory=log_dir, chunk_rows=log_chunk_rows)
+        meta = dict(meta or {})
+        if self.seats is not None:
+            meta["seats"] = self.seats
+        self.log = TickLog(self.tau_m, meta=meta, directory=log_dir, chunk_rows=log_chunk_rows, seats=n)
         self.episode = 0
         self.tick = 0
         self.origin = 0.0
-        self._validate_default = queue.codec.validate
+        self._validate_default = self.queue.codec.validate
         #: optional per-tick observer (``nonstop.learning.replay.ReplayRecorder``): it sees every
         #: applied action, reward and observation, in the host's own process
         self.recorder = recorder
@@ -124,7 +143,9 @@ class Host:
 
         The per-tick path is kept lean (the host must keep ≥ 90 % of a plain env loop, ``nonstop
         bench host``): positional `LatestSlot.write` and `TickLog.append_row`, locals for every
-        attribute, and the action column's kind decided once for the action space.
+        attribute, and the action column's kind decided once for the action space. Seat 0 is
+        handled inline; seats 1, 2, … (a seat world) in a loop after it, each with its own queue,
+        β, slot and log columns.
         """
         slot, queue, env, recorder = self.slot, self.queue, self.env, self.recorder
         log_row, publish, take, beta = self.log.append_row, slot.write, queue.take, self.default
@@ -133,7 +154,28 @@ class Host:
         scalar = scalar_actions(queue.codec.space)
         validate_beta = beta.kind == "callable"
         nan = float("nan")
-        obs, _ = env.reset(seed=self.seed)
+        names = self.seats
+        multi = names is not None
+        first = names[0] if multi else None
+        others = range(1, len(self.queues))  # empty for one seat: the loops below cost nothing
+        o_take = [q.take for q in self.queues]
+        o_beta = self.defaults
+        o_publish = [s.write for s in self.slots]
+        o_scalar = [scalar_actions(q.codec.space) for q in self.queues]
+        o_validate = [q.codec.validate if b.kind == "callable" else None for q, b in zip(self.queues, o_beta)]
+        o_obs: list[Any] = [None] * len(self.queues)
+        o_action: list[Any] = [None] * len(self.queues)
+        o_reward = [0.0] * len(self.queues)
+        o_inaction, o_agent = [0] * len(self.queues), [0] * len(self.queues)
+        o_delay, o_seq = [-1] * len(self.queues), [-1] * len(self.queues)
+        seat_values: list[float] = []
+        if multi:
+            obs_all, _ = env.reset(seed=self.seed)
+            obs = obs_all[first]
+            for i in others:
+                o_obs[i] = obs_all[names[i]]
+        else:
+            obs, _ = env.reset(seed=self.seed)
         if recorder is not None:
             recorder.on_observation(0, obs)
         self.origin = origin = clock.now()
@@ -141,10 +183,13 @@ class Host:
         last_delay, last_seq, last_end = -1, -1, END_NONE
         resets_seen = slot.reset_requests
         slot.publish(obs, tick=0, time=origin, episode=0, last_delay=-1)
+        for i in others:
+            self.slots[i].publish(o_obs[i], tick=0, time=origin, episode=0, last_delay=-1)
         frames = self.render_slot is not None
         if frames:
             self._publish_frame(0, origin, 0)
-        slot.host_state = STATE_RUNNING
+        for s in self.slots:
+            s.host_state = STATE_RUNNING
         tick = 0
         while not slot.stop_requested and tick < max_ticks:
             tick += 1
@@ -170,13 +215,47 @@ class Host:
                     action = self._validate_default(action)
                 inaction += 1
                 source, worker, delay, obs_tick, tau_theta = SOURCE_DEFAULT, -1, -1, -1, nan
-            t0 = stopwatch()
-            obs, reward, terminated, truncated, _ = env.step(action)
-            step_s = stopwatch() - t0
-            reward = float(reward)
+            if multi:
+                seat_values.clear()
+                for i in others:  # the other seats: the same steps, their own queue, β and counters
+                    got = o_take[i](episode=episode)
+                    rec = got.record
+                    if rec is not None:
+                        a = rec.action
+                        o_beta[i].observe_agent_action(a)
+                        o_agent[i] += 1
+                        o_delay[i] = d = tick - rec.obs_tick
+                        o_seq[i] = rec.seq
+                        seat_values += (SOURCE_AGENT, rec.worker, d, rec.obs_tick)
+                        tt = rec.tau_theta
+                    else:
+                        a = o_beta[i](o_obs[i])
+                        if o_validate[i] is not None:
+                            a = o_validate[i](a)
+                        o_inaction[i] += 1
+                        seat_values += (SOURCE_DEFAULT, -1, -1, -1)
+                        tt = nan
+                    o_action[i] = a
+                    seat_values += (float(a) if o_scalar[i] else nan, tt, 0.0, got.superseded, got.stale)
+                o_action[0] = action
+                t0 = stopwatch()
+                obs_all, rewards, terms, truncs, _ = env.step(dict(zip(names, o_action)))
+                step_s = stopwatch() - t0
+                terminated, truncated = any(terms.values()), any(truncs.values())
+                obs = obs_all.get(first, obs)
+                reward = float(rewards.get(first, 0.0))
+                for k, i in enumerate(others):
+                    o_obs[i] = obs_all.get(names[i], o_obs[i])
+                    o_reward[i] = r = float(rewards.get(names[i], 0.0))
+                    seat_values[9 * k + 6] = r
+            else:
+                t0 = stopwatch()
+                obs, reward, terminated, truncated, _ = env.step(action)
+                step_s = stopwatch() - t0
+                reward = float(reward)
             log_row(
                 tick, deadline, now, source, worker, delay, obs_tick, float(action) if scalar else nan, tau_theta,
-                reward, episode, terminated, truncated, taken.superseded, taken.stale, step_s,
+                reward, episode, terminated, truncated, taken.superseded, taken.stale, step_s, 0.0, *seat_values,
             )  # fmt: skip
             if slot.reset_requests != resets_seen:  # a Gymnasium reset() asked to end the episode
                 resets_seen = slot.reset_requests
@@ -195,26 +274,45 @@ class Host:
                     obs, tick, deadline, reward, terminated, truncated, episode, inaction, agent, last_delay,
                     last_seq, last_end, True,
                 )  # fmt: skip
+                for i in others:
+                    o_publish[i](
+                        o_obs[i], tick, deadline, o_reward[i], terminated, truncated, episode, o_inaction[i],
+                        o_agent[i], o_delay[i], o_seq[i], last_end, True,
+                    )  # fmt: skip
                 if frames:
                     self._publish_frame(tick, deadline, episode, final=True)
                 t0 = stopwatch()
                 obs, _ = env.reset()  # the world does not wait: reset at once, log its cost
                 self.log.set_last("reset_s", stopwatch() - t0)
+                if multi:
+                    obs_all, obs = obs, obs[first]
+                    for i in others:
+                        o_obs[i] = obs_all[names[i]]
+                        o_reward[i] = 0.0
                 self.episode = episode = episode + 1
-                beta.reset()
+                for b in o_beta:
+                    b.reset()
                 reward = 0.0
             publish(
                 obs, tick, deadline, reward, False, False, episode, inaction, agent, last_delay, last_seq, last_end
             )  # fmt: skip
+            for i in others:
+                o_publish[i](
+                    o_obs[i], tick, deadline, o_reward[i], False, False, episode, o_inaction[i], o_agent[i],
+                    o_delay[i], o_seq[i], last_end,
+                )  # fmt: skip
             if frames:
                 self._publish_frame(tick, deadline, episode)
             if recorder is not None:
                 recorder.on_observation(tick, obs)
             self.tick = tick
-        slot.host_state = STATE_STOPPED
+        for s in self.slots:
+            s.host_state = STATE_STOPPED
 
     def finish_log(self) -> TickLog:
         self.log.meta["queue"] = self.queue.counters()
+        if self.seats is not None:
+            self.log.meta["queues"] = [q.counters() for q in self.queues]
         self.log.meta["origin"] = self.origin
         return self.log
 
@@ -228,14 +326,20 @@ class Host:
 # ----------------------------------------------------------------------------- session
 
 
+def is_seat_world(env: Any) -> bool:
+    """Whether ``env`` is a several-seat world: PettingZoo's parallel API (``possible_agents``,
+    per-seat ``observation_space(seat)``/``action_space(seat)``, dict ``step``), not a gymnasium.Env."""
+    return not isinstance(env, gym.Env) and hasattr(env, "possible_agents") and callable(getattr(env, "step", None))
+
+
 def _build_env(env: EnvSource, env_kwargs: dict[str, Any]) -> gym.Env:
     if isinstance(env, str):
         from nonstop.envs import make_env
 
         return make_env(env, **env_kwargs)
     built = env(**env_kwargs)
-    if not isinstance(built, gym.Env):
-        raise TypeError(f"env factory must return a gymnasium.Env, got {type(built).__name__}")
+    if not isinstance(built, gym.Env) and not is_seat_world(built):
+        raise TypeError(f"env factory must return a gymnasium.Env or a PettingZoo ParallelEnv, got {type(built).__name__}")
     return built
 
 
@@ -350,12 +454,15 @@ def _host_main(conn: Any, env: EnvSource, env_kwargs: dict, slot: LatestSlot, qu
     status, tb = "ok", ""
     try:
         world = _build_env(env, env_kwargs)
-        default = make_default(cfg["default"], noop_action=cfg["noop_action"])
+        if cfg.get("seats") is not None:  # one β per seat
+            default: Any = [make_default(d, noop_action=n) for d, n in zip(cfg["default"], cfg["noop_action"])]
+        else:
+            default = make_default(cfg["default"], noop_action=cfg["noop_action"])
         host = Host(
             world, slot, queue, tau_m=cfg["tau_m"], default=default, seed=cfg["seed"],
             max_ticks=cfg["max_ticks"], unthrottled=cfg["unthrottled"], meta=cfg["meta"],
             recorder=cfg.get("recorder"), render_slot=cfg.get("render_slot"),
-            log_dir=cfg["log_dir"], log_chunk_rows=cfg["log_chunk_rows"],
+            log_dir=cfg["log_dir"], log_chunk_rows=cfg["log_chunk_rows"], seats=cfg.get("seats"),
         )  # fmt: skip
         clock = WallClock(origin=cfg["origin"], spin=cfg["spin"])
         # an unthrottled host never sleeps: at realtime priority it would take a core outright
@@ -386,7 +493,7 @@ def _host_main(conn: Any, env: EnvSource, env_kwargs: dict, slot: LatestSlot, qu
                 if payload is None:  # in memory: chunk by chunk, never the whole log as one copy
                     for rows in log.row_blocks():
                         conn.send(("chunk", rows))
-                    payload = {"meta": log.meta, "tau_m": log.tau_m}
+                    payload = {"meta": log.meta, "tau_m": log.tau_m, "seats": log.seats}
             except BaseException:
                 if status == "ok":
                     status, tb = "error", traceback.format_exc()
@@ -397,9 +504,39 @@ def _host_main(conn: Any, env: EnvSource, env_kwargs: dict, slot: LatestSlot, qu
         if host is not None and in_thread:
             host.env.close()
         if not in_thread:
-            for channel in (slot, queue, cfg.get("render_slot")):
-                if channel is not None:
-                    channel.close()
+            for channel in _channels(slot, queue, cfg.get("render_slot")):
+                channel.close()
+
+
+def _channels(*items: Any) -> list[Any]:
+    """Channels (or lists of them, one per seat) flattened, Nones left out."""
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, (list, tuple)):
+            out.extend(c for c in item if c is not None)
+        elif item is not None:
+            out.append(item)
+    return out
+
+
+def _per_seat(name: str, value: Any, seats: list[str]) -> list[Any]:
+    """``value`` for every seat: a dict ``{seat: value}`` (every key a seat; missing seats get
+    ``fallback``) or one value for all. A key that is no seat is a clear error."""
+    if isinstance(value, dict):
+        unknown = [k for k in value if k not in seats]
+        if unknown:
+            raise ValueError(f"{name} names seats {unknown} the env does not have; its seats are {seats}")
+        return [value.get(seat, _MISSING) for seat in seats]
+    return [value] * len(seats)
+
+
+_MISSING: Final = object()
+
+
+def _describe_default(spec: Any) -> Any:
+    if isinstance(spec, dict):
+        return {seat: _describe_default(v) for seat, v in spec.items()}
+    return spec if isinstance(spec, str) else "callable"
 
 
 class Session:
@@ -412,8 +549,17 @@ class Session:
     clock: ``"virtual"`` (in-process discrete-event simulation), ``"wall"``
         (the host gets its own process, or a thread: ``host_mode``) or a `Clock`.
     default: β — ``"noop"``, ``"repeat"`` or a callable ``obs -> action``;
-        defaults to the env's own choice.
-    queue_mode / queue_capacity: the action queue (``"latest"`` or ``"fifo"``, 16).
+        defaults to the env's own choice. In a seat world, also ``{seat: β}`` (seats left out get
+        the env's choice).
+    queue_mode / queue_capacity: the action queue (``"latest"`` or ``"fifo"``, 16); in a seat
+        world also ``{seat: value}``.
+
+    Seats (DESIGN §4b): an env that speaks PettingZoo's parallel API (``multi/duel``, a factory
+    returning a ``pettingzoo.ParallelEnv``) gets one `LatestSlot` and one `ActionQueue` per seat
+    (``slots``/``queues``, in the order of ``seats``; ``slot``/``queue`` are the first seat's),
+    each with its own β, and the tick log gets each seat's columns (``tick_log.seat(name)``).
+    A gymnasium env is the one-seat case: ``seats`` is None and ``slots == [slot]``.
+
     tick_hz: overrides the env's natural rate.
     recorder: a per-tick observer run inside the host (``ReplayRecorder``: the
         learning replay); on the wall clock it must be picklable.
@@ -429,6 +575,13 @@ class Session:
         process, SIGKILL included, and memory stays bounded however long the world runs. Without
         it the log stays in memory (in chunks, never doubled and copied) and, on the wall clock,
         comes back through a pipe when the session stops. ``log_chunk_rows``: rows per chunk.
+
+    >>> with Session("multi/duel", clock="virtual", seed=0, default={"second_0": "noop"},
+    ...              env_kwargs={"holster": 0}) as duel:
+    ...     _ = duel.queues[1].submit(1, obs_tick=0, episode=0)   # second_0 draws early: a false start
+    ...     duel.run_for(2 / 60)
+    >>> duel.seats, duel.tick_log.seat("second_0").summary()["reward_total"]
+    (['first_0', 'second_0'], -1.0)
     """
 
     def __init__(
@@ -436,9 +589,9 @@ class Session:
         env: EnvSource,
         *,
         clock: str | Clock = "virtual",
-        default: str | Callable[[Any], Any] | None = None,
-        queue_mode: str = "latest",
-        queue_capacity: int = 16,
+        default: str | Callable[[Any], Any] | dict[str, Any] | None = None,
+        queue_mode: str | dict[str, str] = "latest",
+        queue_capacity: int | dict[str, int] = 16,
         tick_hz: float | None = None,
         seed: int | None = None,
         max_ticks: int | None = None,
@@ -505,8 +658,15 @@ class Session:
         self.tau_m = 1.0 / self.tick_hz
         self.noop_action = noop_action
         self.default_spec = default if default is not None else default_name
-        make_default(self.default_spec, noop_action=0 if noop_action is None else noop_action)  # validate at the door
+        for spec in default.values() if isinstance(default, dict) else [self.default_spec]:  # validate at the door
+            make_default(spec, noop_action=0 if noop_action is None else noop_action)
         self.queue_mode, self.queue_capacity = queue_mode, queue_capacity
+        #: the seats' names in a seat world (PettingZoo's agent names), None for a gymnasium env
+        self.seats: list[str] | None = None
+        self.slots: list[LatestSlot] = []
+        self.queues: list[ActionQueue] = []
+        self.observation_spaces: dict[str, gym.Space] = {}
+        self.action_spaces: dict[str, gym.Space] = {}
         self.slot: LatestSlot | None = None
         self.queue: ActionQueue | None = None
         #: ``render_mode="rgb_array"``: the frame of the newest tick (and, as final, of the last episode end)
@@ -549,7 +709,7 @@ class Session:
             "env_kwargs": self.env_kwargs,
             "tick_hz": self.tick_hz,
             "clock": "virtual" if self.is_virtual else "wall",
-            "default": self.default_spec if isinstance(self.default_spec, str) else "callable",
+            "default": _describe_default(self.default_spec),
             "queue_mode": self.queue_mode,
             "queue_capacity": self.queue_capacity,
             "seed": self.seed,
@@ -561,12 +721,20 @@ class Session:
         self._started = True
         try:
             probe = _build_env(self.env_source, self.env_kwargs)
-            self.observation_space, self.action_space = probe.observation_space, probe.action_space
-            if not isinstance(self.observation_space, (gym.spaces.Box, gym.spaces.Discrete)):
-                raise TypeError(f"nonstop needs a Box or Discrete observation space, got {self.observation_space}")
-            self.slot = LatestSlot.create(self.observation_space)
-            self.queue = ActionQueue.create(self.action_space, capacity=self.queue_capacity, mode=self.queue_mode)
-            self.noop_action = self._resolve_noop()
+            if is_seat_world(probe):
+                self._open_seats(probe)
+            else:
+                if isinstance(self.default_spec, dict) or isinstance(self.queue_mode, dict) or isinstance(self.queue_capacity, dict):
+                    raise TypeError(f"env {self.env_id!r} has one seat: per-seat default/queue_mode/queue_capacity "
+                                    "(a dict) need a seat world (a PettingZoo ParallelEnv)")  # fmt: skip
+                self.observation_space, self.action_space = probe.observation_space, probe.action_space
+                if not isinstance(self.observation_space, (gym.spaces.Box, gym.spaces.Discrete)):
+                    raise TypeError(f"nonstop needs a Box or Discrete observation space, got {self.observation_space}")
+                self.slot = LatestSlot.create(self.observation_space)
+                self.slots = [self.slot]
+                self.queue = ActionQueue.create(self.action_space, capacity=self.queue_capacity, mode=self.queue_mode)
+                self.queues = [self.queue]
+                self.noop_action = self._resolve_noop()
             if self.render_mode == "rgb_array":
                 probe.reset(seed=self.seed)
                 frame = probe.render()
@@ -574,12 +742,15 @@ class Session:
                     raise TypeError(f"env {self.env_id!r} rendered nothing with render_mode='rgb_array'")
                 self.render_slot = LatestSlot.create(np.asarray(frame))
             if self.is_virtual:
-                default = make_default(self.default_spec, noop_action=self.noop_action)
+                if self.seats is not None:
+                    default: Any = [make_default(d, noop_action=n) for d, n in zip(self._seat_defaults, self._seat_noops)]
+                else:
+                    default = make_default(self.default_spec, noop_action=self.noop_action)
                 self.host = Host(
-                    probe, self.slot, self.queue, tau_m=self.tau_m, default=default, seed=self.seed,
+                    probe, self._host_slots(), self._host_queues(), tau_m=self.tau_m, default=default, seed=self.seed,
                     max_ticks=self.max_ticks, unthrottled=self.unthrottled, meta=self.meta(),
                     recorder=self.recorder, render_slot=self.render_slot,
-                    log_dir=self.log_dir, log_chunk_rows=self.log_chunk_rows,
+                    log_dir=self.log_dir, log_chunk_rows=self.log_chunk_rows, seats=self.seats,
                 )  # fmt: skip
                 # priority 1: at equal times, agents' events come before the tick
                 self._vproc = self.clock.spawn(self.host.run(self.clock), name="host", priority=1)  # type: ignore[call-arg]
@@ -591,19 +762,71 @@ class Session:
             raise
         return self
 
-    def _resolve_noop(self) -> Any:
+    def _host_slots(self) -> Any:
+        return self.slots if self.seats is not None else self.slot
+
+    def _host_queues(self) -> Any:
+        return self.queues if self.seats is not None else self.queue
+
+    def _open_seats(self, probe: Any) -> None:
+        """A seat world: one slot, one queue (its own mode and capacity) and one β per seat."""
+        seats = [str(a) for a in probe.possible_agents]
+        if not seats:
+            raise ValueError(f"env {self.env_id!r} has no seats (possible_agents is empty)")
+        self.seats = seats
+        defaults = _per_seat("default", self.default_spec, seats)
+        modes = _per_seat("queue_mode", self.queue_mode, seats)
+        capacities = _per_seat("queue_capacity", self.queue_capacity, seats)
+        fallback = self._env_default_name()
+        self._seat_defaults = [fallback if d is _MISSING else d for d in defaults]
+        self._seat_noops = []
+        for i, seat in enumerate(seats):
+            obs_space, act_space = probe.observation_space(seat), probe.action_space(seat)
+            if not isinstance(obs_space, (gym.spaces.Box, gym.spaces.Discrete)):
+                raise TypeError(f"nonstop needs a Box or Discrete observation space, got {obs_space} for seat {seat!r}")
+            self.observation_spaces[seat], self.action_spaces[seat] = obs_space, act_space
+            self.slots.append(LatestSlot.create(obs_space))
+            mode = "latest" if modes[i] is _MISSING else modes[i]
+            capacity = 16 if capacities[i] is _MISSING else capacities[i]
+            self.queues.append(ActionQueue.create(act_space, capacity=capacity, mode=mode))
+            self._seat_noops.append(self._resolve_noop(self.queues[-1], act_space))
+        self.slot, self.queue = self.slots[0], self.queues[0]
+        self.observation_space, self.action_space = self.observation_spaces[seats[0]], self.action_spaces[seats[0]]
+        self.noop_action = self._seat_noops[0]
+
+    def _env_default_name(self) -> Any:
+        if isinstance(self.env_source, str):
+            from nonstop.envs import env_info
+
+            return env_info(self.env_source, **self.env_kwargs).default_beta
+        return "noop"
+
+    def seat_index(self, seat: int | str) -> int:
+        """The index of ``seat`` (a name or an index); a clear error for a seat the world lacks."""
+        names = self.seats if self.seats is not None else ["agent_0"]
+        if isinstance(seat, str):
+            if seat not in names:
+                raise KeyError(f"no seat {seat!r} in {self.env_id!r}; its seats are {names}")
+            return names.index(seat)
+        if isinstance(seat, (int, np.integer)) and not isinstance(seat, bool) and 0 <= seat < len(names):
+            return int(seat)
+        raise KeyError(f"no seat {seat!r} in {self.env_id!r}; its seats are {names}")
+
+    def _resolve_noop(self, queue: ActionQueue | None = None, space: gym.Space | None = None) -> Any:
         """β's no-op for this action space: the declared one (checked), else the space's own."""
+        queue = self.queue if queue is None else queue
+        space = self.action_space if space is None else space
         if self.noop_action is not None:
             try:
-                return self.queue.codec.validate(self.noop_action)
+                return queue.codec.validate(self.noop_action)
             except ValueError:
                 if self._noop_declared:
                     raise ValueError(
                         f"env {self.env_id!r} declares noop_action={self.noop_action!r}, which is not in its "
-                        f"action space {self.action_space}"
+                        f"action space {space}"
                     ) from None
         try:
-            return space_noop(self.action_space)
+            return space_noop(space)
         except TypeError:
             if callable(self.default_spec):
                 return None
@@ -615,8 +838,9 @@ class Session:
         parent_conn, child_conn = ctx.Pipe(duplex=False)
         cfg = {
             "tau_m": self.tau_m,
-            "default": self.default_spec,
-            "noop_action": self.noop_action,
+            "default": self._seat_defaults if self.seats is not None else self.default_spec,
+            "noop_action": self._seat_noops if self.seats is not None else self.noop_action,
+            "seats": self.seats,
             "seed": self.seed,
             "max_ticks": self.max_ticks,
             "unthrottled": self.unthrottled,
@@ -637,7 +861,7 @@ class Session:
             self._child_conn = child_conn
             thread = threading.Thread(
                 target=_host_main,
-                args=(child_conn, self.env_source, self.env_kwargs, self.slot, self.queue, cfg),
+                args=(child_conn, self.env_source, self.env_kwargs, self._host_slots(), self._host_queues(), cfg),
                 name=f"nonstop-host-{self.env_id}",
                 daemon=True,
             )
@@ -647,7 +871,7 @@ class Session:
             return
         process = ctx.Process(
             target=_host_main,
-            args=(child_conn, self.env_source, self.env_kwargs, self.slot, self.queue, cfg),
+            args=(child_conn, self.env_source, self.env_kwargs, self._host_slots(), self._host_queues(), cfg),
             name=f"nonstop-host-{self.env_id}",
             daemon=True,
         )
@@ -772,7 +996,7 @@ class Session:
             if self._notes:
                 self._log.write_meta()
         elif arrays is not None:
-            self._log = TickLog.from_row_blocks(self._received, arrays["meta"], arrays["tau_m"])
+            self._log = TickLog.from_row_blocks(self._received, arrays["meta"], arrays["tau_m"], arrays.get("seats", 1))
             self._received = []
             self._log.meta.update(self._notes)
         if kind == "error":
@@ -847,9 +1071,8 @@ class Session:
                 self.host.env.close()
             except Exception:
                 pass
-        for channel in (self.slot, self.queue, self.render_slot):
-            if channel is not None:
-                channel.unlink()
+        for channel in _channels(self.slots or self.slot, self.queues or self.queue, self.render_slot):
+            channel.unlink()
 
     def __del__(self) -> None:
         try:

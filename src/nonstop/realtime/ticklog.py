@@ -86,6 +86,9 @@ __all__ = [
     "CHUNK_ROWS",
     "SOURCE_AGENT",
     "SOURCE_DEFAULT",
+    "SEAT_COLUMNS",
+    "SeatLog",
+    "column_names",
     "save_npz_atomic",
     "load_npz",
     "is_ticklog_dir",
@@ -118,6 +121,33 @@ COLUMNS: Final[dict[str, tuple[str, str]]] = {
 _NAMES: Final = tuple(COLUMNS)
 _INDEX: Final = {name: i for i, name in enumerate(_NAMES)}
 _ROW: Final = struct.Struct(f"={len(_NAMES)}d")  # one row of the float64 block, native byte order
+
+#: The columns each seat of a several-seat world has (DESIGN §4b). The unprefixed columns belong to
+#: the first seat; seat ``i ≥ 1`` has ``seat{i}_source``, ``seat{i}_worker``, ... after the shared
+#: ones, so a one-seat log (and every log written before seats existed) has exactly `COLUMNS`.
+SEAT_COLUMNS: Final = ("source", "worker", "delay", "obs_tick", "action", "tau_theta", "reward", "superseded", "stale")
+
+
+def column_names(seats: int = 1) -> tuple[str, ...]:
+    """Every column of a log of a world with ``seats`` seats, in row order.
+
+    >>> column_names(2)[-2:]
+    ('seat1_superseded', 'seat1_stale')
+    """
+    if not isinstance(seats, (int, np.integer)) or isinstance(seats, bool) or seats < 1:
+        raise ValueError(f"seats must be a positive integer, got {seats!r}")
+    return _NAMES + tuple(f"seat{i}_{c}" for i in range(1, int(seats)) for c in SEAT_COLUMNS)
+
+
+def column_dtype(name: str) -> str:
+    """The on-disk dtype of column ``name`` (a seat's column has its unprefixed twin's)."""
+    if name.startswith("seat") and "_" in name:
+        return COLUMNS[name.split("_", 1)[1]][0]
+    return COLUMNS[name][0]
+
+
+def _seat_column(name: str, seat: int) -> str:
+    return name if seat == 0 or name not in SEAT_COLUMNS else f"seat{seat}_{name}"
 
 #: Rows per chunk: 64k ticks are 18 minutes at 60 Hz, 9.4 MB in memory, ~1 MB compressed on disk.
 CHUNK_ROWS: Final = 65536
@@ -214,21 +244,23 @@ class _Chunk:
 
     ``tick_shift``/``episode_shift`` renumber a stitched segment onto the joined timeline."""
 
-    __slots__ = ("rows", "path", "n", "index", "tick_shift", "episode_shift")
+    __slots__ = ("rows", "path", "n", "index", "tick_shift", "episode_shift", "at")
 
-    def __init__(self, rows: np.ndarray | None, path: Path | None, n: int, index: int) -> None:
+    def __init__(self, rows: np.ndarray | None, path: Path | None, n: int, index: int,
+                 at: dict[str, int] = _INDEX) -> None:  # fmt: skip
         self.rows, self.path, self.n, self.index = rows, path, n, index
+        self.at = at  # column name -> its place in a row
         self.tick_shift = self.episode_shift = 0
 
     def shifted(self, tick_shift: int, episode_shift: int) -> "_Chunk":
-        c = _Chunk(self.rows, self.path, self.n, self.index)
+        c = _Chunk(self.rows, self.path, self.n, self.index, self.at)
         c.tick_shift, c.episode_shift = self.tick_shift + tick_shift, self.episode_shift + episode_shift
         return c
 
     def columns(self, names: Sequence[str]) -> dict[str, np.ndarray]:
         rows = self.rows  # read once: the writer may drop it once the file is in place
         if rows is not None:
-            out = {name: rows[: self.n, _INDEX[name]].astype(COLUMNS[name][0]) for name in names}
+            out = {name: rows[: self.n, self.at[name]].astype(column_dtype(name)) for name in names}
         else:
             try:
                 with np.load(self.path, allow_pickle=False) as data:
@@ -242,8 +274,8 @@ class _Chunk:
         return out
 
 
-def _chunk_arrays(rows: np.ndarray) -> dict[str, np.ndarray]:
-    return {name: rows[:, i].astype(COLUMNS[name][0]) for i, name in enumerate(_NAMES)}
+def _chunk_arrays(rows: np.ndarray, names: Sequence[str]) -> dict[str, np.ndarray]:
+    return {name: rows[:, i].astype(column_dtype(name)) for i, name in enumerate(names)}
 
 
 class _ChunkWriter:
@@ -253,8 +285,9 @@ class _ChunkWriter:
     ``max_pending`` chunks behind (a disk or a CPU far slower than the ticks) is warned about once
     and its backlog waits in memory until it catches up; ``max_backlog`` records the worst."""
 
-    def __init__(self, directory: Path, max_pending: int) -> None:
+    def __init__(self, directory: Path, max_pending: int, names: Sequence[str] = _NAMES) -> None:
         self.directory = directory
+        self.names = names
         self.max_pending = max_pending
         self.max_backlog = 0
         self.queue: queue.Queue[_Chunk | None] = queue.Queue()
@@ -297,7 +330,7 @@ class _ChunkWriter:
             assert rows is not None
             try:
                 header = {"format": _CHUNK_FORMAT, "index": chunk.index, "rows": chunk.n}
-                save_npz_atomic(path, header, _chunk_arrays(rows[: chunk.n]), fsync=True, compresslevel=1)
+                save_npz_atomic(path, header, _chunk_arrays(rows[: chunk.n], self.names), fsync=True, compresslevel=1)
             except Exception as exc:  # keep the rows in memory: nothing is lost while the process lives
                 if self.error is None:
                     warnings.warn(f"tick log: cannot write {path} ({exc}); keeping its rows in memory",
@@ -331,6 +364,7 @@ class TickLog:
         directory: str | os.PathLike | None = None,
         chunk_rows: int = CHUNK_ROWS,
         max_pending: int = MAX_PENDING,
+        seats: int = 1,
     ) -> None:
         if not tau_m > 0:
             raise ValueError(f"tau_m must be a positive number of seconds, got {tau_m!r}")
@@ -339,11 +373,16 @@ class TickLog:
         if not isinstance(max_pending, int) or max_pending < 1:
             raise ValueError(f"max_pending must be a positive integer, got {max_pending!r}")
         self.tau_m = float(tau_m)
+        #: seats of the world (DESIGN §4b): seat i ≥ 1 adds the `SEAT_COLUMNS` as ``seat{i}_…``
+        self.seats = int(seats)
+        self._names = column_names(seats)
+        self._index = {name: i for i, name in enumerate(self._names)}
+        self._row = struct.Struct(f"={len(self._names)}d")
         self.meta: dict[str, Any] = dict(meta or {})
         self.chunk_rows = int(chunk_rows)
         self._chunk_rows = self.chunk_rows  # the open block's size: 0 once read-only, so an append is refused
         self._chunks: list[_Chunk] = []
-        self._block = np.zeros((self._chunk_rows, len(_NAMES)), np.float64)
+        self._block = np.zeros((self._chunk_rows, len(self._names)), np.float64)
         self._n_block = 0  # rows in the open block
         self._n_done = 0  # rows in completed chunks
         self._readonly = False
@@ -357,7 +396,7 @@ class TickLog:
                 raise FileExistsError(f"{self.directory} already holds a tick log: move it away or choose another directory")
             self.directory.mkdir(parents=True, exist_ok=True)
             self._write_meta(complete=False)
-            self._writer = _ChunkWriter(self.directory, max_pending)
+            self._writer = _ChunkWriter(self.directory, max_pending, self._names)
 
     def __len__(self) -> int:
         return self._n_done + self._n_block
@@ -413,17 +452,21 @@ class TickLog:
         stale: int,
         step_s: float,
         reset_s: float = 0.0,
+        *seat_values: float,
     ) -> None:
         """`append` with positional arguments in column order (less ``lateness``): the host's
         per-tick path. One `struct` pack straight into the open block (~0.3 µs); a full block is
-        sealed first (a list append and a lazily zeroed allocation, no copy)."""
+        sealed first (a list append and a lazily zeroed allocation, no copy). ``seat_values``: the
+        `SEAT_COLUMNS` of seats 1, 2, … in order (several-seat logs only)."""
         n = self._n_block
         if n == self._chunk_rows:
             self._seal()
             n = 0
-        _ROW.pack_into(
-            self._block, n * _ROW.size, tick, deadline, time, time - deadline, source, worker, delay, obs_tick,
+        row = self._row
+        row.pack_into(
+            self._block, n * row.size, tick, deadline, time, time - deadline, source, worker, delay, obs_tick,
             action, tau_theta, reward, episode, terminated, truncated, superseded, stale, step_s, reset_s,
+            *seat_values,
         )  # fmt: skip
         self._n_block = n + 1
 
@@ -431,21 +474,21 @@ class TickLog:
         """Amend the newest row (the host adds the reset time after the step)."""
         if not self._n_block:
             raise IndexError("set_last: the log has no open row to amend")
-        self._block[self._n_block - 1, _INDEX[column]] = value
+        self._block[self._n_block - 1, self._index[column]] = value
 
     def _seal(self) -> None:
         """The open block becomes a completed chunk (to the writer, if streaming); a fresh one opens."""
         if self._readonly:
             raise RuntimeError("this tick log was read back from disk (or stitched): it is read-only")
         n = self._n_block
-        chunk = _Chunk(self._block, None, n, len(self._chunks))
+        chunk = _Chunk(self._block, None, n, len(self._chunks), self._index)
         self._chunks.append(chunk)
         self._n_done += n
         writer = self._writer
         if writer is not None and writer.free:
             self._block = writer.free.pop()  # rows past the open count are never read: no need to clear
         else:
-            self._block = np.zeros((self._chunk_rows, len(_NAMES)), np.float64)
+            self._block = np.zeros((self._chunk_rows, len(self._names)), np.float64)
         self._n_block = 0
         if writer is not None:
             writer.submit(chunk)
@@ -461,6 +504,8 @@ class TickLog:
         assert self.directory is not None
         record = {"format": _DIR_FORMAT, "tau_m": self.tau_m, "chunk_rows": self.chunk_rows, "complete": complete,
                   "meta": self.meta}  # fmt: skip
+        if self.seats > 1:  # one-seat directories stay exactly as before
+            record["seats"] = self.seats
         if complete:
             record["rows"] = len(self)
             unwritten = [c.index for c in self._chunks if c.path is None]
@@ -491,30 +536,30 @@ class TickLog:
     def _all_chunks(self) -> list[_Chunk]:
         chunks = list(self._chunks)
         if self._n_block:
-            chunks.append(_Chunk(self._block, None, self._n_block, len(chunks)))
+            chunks.append(_Chunk(self._block, None, self._n_block, len(chunks), self._index))
         return chunks
 
     def iter_chunks(self, columns: Iterable[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
         """The log a chunk at a time: ``{column: array}`` per chunk, in tick order (each chunk
         read from its file when it is on disk, so memory holds one chunk at a time)."""
-        names = list(_NAMES if columns is None else columns)
+        names = list(self._names if columns is None else columns)
         for name in names:
-            if name not in _INDEX:
-                raise KeyError(f"no column {name!r}; columns are {', '.join(_NAMES)}")
+            if name not in self._index:
+                raise KeyError(f"no column {name!r}; columns are {', '.join(self._names)}")
         for chunk in self._all_chunks():
             if chunk.n:
                 yield chunk.columns(names)
 
     def __getitem__(self, column: str) -> np.ndarray:
-        if column not in _INDEX:
-            raise KeyError(f"no column {column!r}; columns are {', '.join(_NAMES)}")
+        if column not in self._index:
+            raise KeyError(f"no column {column!r}; columns are {', '.join(self._names)}")
         parts = [c[column] for c in self.iter_chunks([column])]
         if not parts:
-            return np.zeros(0, COLUMNS[column][0])
+            return np.zeros(0, column_dtype(column))
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def columns(self) -> dict[str, np.ndarray]:
-        return {name: self[name] for name in _NAMES}
+        return {name: self[name] for name in self._names}
 
     # ---- moving between processes and disk
     def rows(self, start: int, stop: int | None = None) -> np.ndarray:
@@ -531,13 +576,13 @@ class TickLog:
             if offset >= stop:
                 break
         if not parts:
-            return np.zeros((0, len(_NAMES)), np.float64)
+            return np.zeros((0, len(self._names)), np.float64)
         return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
 
     def to_arrays(self) -> tuple[np.ndarray, dict[str, Any], float]:
         """``(rows, meta, tau_m)``: every row as one float64 block (a copy), for a pipe."""
         blocks = list(self.row_blocks())
-        rows = np.concatenate(blocks) if blocks else np.zeros((0, len(_NAMES)), np.float64)
+        rows = np.concatenate(blocks) if blocks else np.zeros((0, len(self._names)), np.float64)
         return rows, dict(self.meta), self.tau_m
 
     def row_blocks(self) -> Iterator[np.ndarray]:
@@ -546,26 +591,30 @@ class TickLog:
             if chunk.rows is not None and not chunk.tick_shift and not chunk.episode_shift:
                 yield chunk.rows[: chunk.n]
             elif chunk.n:
-                cols = chunk.columns(_NAMES)
-                yield np.stack([cols[name].astype(np.float64) for name in _NAMES], axis=1)
+                cols = chunk.columns(self._names)
+                yield np.stack([cols[name].astype(np.float64) for name in self._names], axis=1)
 
     @classmethod
-    def from_row_blocks(cls, blocks: Iterable[np.ndarray], meta: dict[str, Any], tau_m: float) -> "TickLog":
+    def from_row_blocks(
+        cls, blocks: Iterable[np.ndarray], meta: dict[str, Any], tau_m: float, seats: int = 1
+    ) -> "TickLog":
         """A log whose completed chunks are ``blocks`` (float64 rows in column order), not copied."""
-        log = cls(tau_m, meta=meta)
+        log = cls(tau_m, meta=meta, seats=seats)
+        width = len(log._names)
         for block in blocks:
             block = np.asarray(block, np.float64)
-            if block.ndim != 2 or block.shape[1] != len(_NAMES):
-                raise ValueError(f"row blocks must have shape (n, {len(_NAMES)}), got {block.shape}")
-            log._chunks.append(_Chunk(block, None, len(block), len(log._chunks)))
+            if block.ndim != 2 or block.shape[1] != width:
+                raise ValueError(f"row blocks must have shape (n, {width}), got {block.shape}")
+            log._chunks.append(_Chunk(block, None, len(block), len(log._chunks), log._index))
             log._n_done += len(block)
         return log
 
     @classmethod
-    def from_arrays(cls, rows: np.ndarray, meta: dict[str, Any], tau_m: float) -> "TickLog":
+    def from_arrays(cls, rows: np.ndarray, meta: dict[str, Any], tau_m: float, seats: int = 1) -> "TickLog":
         """The inverse of `to_arrays`: ``rows`` become the log's completed chunks (views, no copy)."""
         rows = np.asarray(rows, np.float64)
-        return cls.from_row_blocks((rows[i : i + CHUNK_ROWS] for i in range(0, len(rows), CHUNK_ROWS)), meta, tau_m)
+        blocks = (rows[i : i + CHUNK_ROWS] for i in range(0, len(rows), CHUNK_ROWS))
+        return cls.from_row_blocks(blocks, meta, tau_m, seats)
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the whole log to one ``.npz`` file atomically: a crash never leaves half a log.
@@ -574,6 +623,8 @@ class TickLog:
         if path.suffix != ".npz":
             path = path.with_suffix(".npz")
         header = {"format": _FORMAT, "tau_m": self.tau_m, "meta": self.meta}
+        if self.seats > 1:
+            header["seats"] = self.seats
         return save_npz_atomic(path, header, self.columns())
 
     @classmethod
@@ -582,11 +633,12 @@ class TickLog:
         if Path(path).is_dir():
             return cls.open(path)
         header, data = load_npz(path, _FORMAT, "tick log")
-        missing = [c for c in _NAMES if c not in data]
+        names = column_names(int(header.get("seats", 1)))
+        missing = [c for c in names if c not in data]
         if missing:
             raise ValueError(f"cannot read tick log {path}: it lacks columns {missing}")
-        rows = np.stack([data[c].astype(np.float64) for c in _NAMES], axis=1)
-        return cls.from_arrays(rows, header.get("meta", {}), header["tau_m"])
+        rows = np.stack([data[c].astype(np.float64) for c in names], axis=1)
+        return cls.from_arrays(rows, header.get("meta", {}), header["tau_m"], int(header.get("seats", 1)))
 
     @classmethod
     def open(cls, directory: str | os.PathLike) -> "TickLog":
@@ -606,19 +658,19 @@ class TickLog:
         if not isinstance(record, dict) or record.get("format") != _DIR_FORMAT:
             raise ValueError(f"{meta_path} is not a nonstop tick log directory")
         files = sorted((int(m.group(1)), p) for p in directory.iterdir() if (m := _CHUNK_RE.fullmatch(p.name)))
-        log = cls(record["tau_m"], meta=dict(record.get("meta") or {}), chunk_rows=1)
+        log = cls(record["tau_m"], meta=dict(record.get("meta") or {}), chunk_rows=1, seats=int(record.get("seats", 1)))
         log.complete = bool(record.get("complete"))
         log.directory = directory
         skipped = []
         for i, (index, path) in enumerate(files):
             try:
-                n = _check_chunk(path, full=i == len(files) - 1)
+                n = _check_chunk(path, full=i == len(files) - 1, names=log._names)
             except ValueError as exc:
                 skipped.append(path.name)
                 warnings.warn(f"tick log: skipping {exc} (the log keeps {log._n_done:,} rows before it)",
                               RuntimeWarning, stacklevel=2)  # fmt: skip
                 continue
-            log._chunks.append(_Chunk(None, path, n, index))
+            log._chunks.append(_Chunk(None, path, n, index, log._index))
             log._n_done += n
         if skipped:
             log.meta["skipped_chunks"] = skipped
@@ -627,7 +679,7 @@ class TickLog:
 
     def _freeze(self) -> None:
         self._readonly = True
-        self._block = np.zeros((0, len(_NAMES)), np.float64)
+        self._block = np.zeros((0, len(self._names)), np.float64)
         self._n_block = self._chunk_rows = 0
 
     @classmethod
@@ -643,7 +695,10 @@ class TickLog:
         for log in logs:
             if not np.isclose(log.tau_m, tau_m):
                 raise ValueError(f"cannot stitch tick logs of different tick periods ({tau_m} and {log.tau_m})")
-        out = cls(tau_m, meta=dict(logs[-1].meta), chunk_rows=1)
+        seats = logs[0].seats
+        if any(log.seats != seats for log in logs):
+            raise ValueError(f"cannot stitch tick logs of different seat counts ({[log.seats for log in logs]})")
+        out = cls(tau_m, meta=dict(logs[-1].meta), chunk_rows=1, seats=seats)
         tick_shift = episode_shift = 0
         segments = []
         for i, log in enumerate(logs):
@@ -664,13 +719,79 @@ class TickLog:
         return out
 
     def summary(self, **kwargs: Any) -> dict[str, Any]:
-        """Metrics computed from the columns, chunk by chunk; see `nonstop.metrics.timing.summarize`."""
+        """Metrics computed from the columns, chunk by chunk; see `nonstop.metrics.timing.summarize`.
+        The top-level figures are the first seat's; a several-seat log adds ``seats``: every seat's
+        own summary by name (`seat`)."""
         from nonstop.metrics.timing import summarize
 
-        return summarize(self, **kwargs)
+        out = summarize(self, **kwargs)
+        if self.seats > 1:
+            out["seats"] = {name: self.seat(i).summary(**kwargs) for i, name in enumerate(self.seat_names)}
+        return out
+
+    @property
+    def seat_names(self) -> list[str]:
+        """The seats' names (``meta["seats"]``; ``seat0``, ``seat1``, … where the world named none)."""
+        names = self.meta.get("seats")
+        if isinstance(names, list) and len(names) == self.seats:
+            return [str(n) for n in names]
+        return [f"seat{i}" for i in range(self.seats)]
+
+    def seat(self, seat: int | str) -> "SeatLog":
+        """The log as seat ``seat`` (index or name) sees it: its own source, delay, reward, … under
+        the unprefixed names, so every metric (``.summary()``: τ_I, inaction, delay) works per seat."""
+        names = self.seat_names
+        if isinstance(seat, str):
+            if seat not in names:
+                raise KeyError(f"no seat {seat!r}; the seats are {names}")
+            seat = names.index(seat)
+        if not isinstance(seat, (int, np.integer)) or isinstance(seat, bool) or not 0 <= seat < self.seats:
+            raise IndexError(f"seat must be a name or an index in [0, {self.seats}), got {seat!r}")
+        return SeatLog(self, int(seat))
 
 
-def _check_chunk(path: Path, *, full: bool) -> int:
+class SeatLog:
+    """One seat's view of a several-seat `TickLog`: the same read interface (``log[column]``,
+    `iter_chunks`, `summary`, ``meta`` with that seat's queue counters), the seat's own columns
+    under the unprefixed names. Read-only, loads nothing itself.
+
+    >>> log = TickLog(1 / 60, seats=2)
+    >>> log.append_row(1, 1 / 60, 1 / 60, SOURCE_DEFAULT, -1, -1, -1, 0, float("nan"), 0.0, 0, 0, 0, 0, 0, 0.0, 0.0,
+    ...                SOURCE_AGENT, 3, 2, -1, 1, 0.01, 1.0, 0, 0)
+    >>> log.seat(1)["delay"].tolist(), log.seat(0)["delay"].tolist()
+    ([2], [-1])
+    """
+
+    def __init__(self, log: TickLog, seat: int) -> None:
+        self.log, self.index = log, seat
+        self.tau_m = log.tau_m
+        self.meta = dict(log.meta)
+        queues = log.meta.get("queues")
+        if isinstance(queues, list) and len(queues) == log.seats:
+            self.meta["queue"] = queues[seat]
+        self.name = log.seat_names[seat]
+
+    def __len__(self) -> int:
+        return len(self.log)
+
+    def iter_chunks(self, columns: Iterable[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
+        names = list(_NAMES if columns is None else columns)
+        real = [_seat_column(name, self.index) for name in names]
+        for chunk in self.log.iter_chunks(real):
+            yield {name: chunk[r] for name, r in zip(names, real)}
+
+    def __getitem__(self, column: str) -> np.ndarray:
+        return self.log[_seat_column(column, self.index)]
+
+    def summary(self, **kwargs: Any) -> dict[str, Any]:
+        from nonstop.metrics.timing import summarize
+
+        out = summarize(self, **kwargs)  # type: ignore[arg-type]
+        out["seat"] = self.name
+        return out
+
+
+def _check_chunk(path: Path, *, full: bool, names: Sequence[str] = _NAMES) -> int:
     """Rows in chunk file ``path`` after checking its zip directory and header (``full``: every
     column too, through the zip CRC-32). ValueError naming the file if it is torn or foreign."""
     try:
@@ -679,11 +800,11 @@ def _check_chunk(path: Path, *, full: bool) -> int:
             if not isinstance(header, dict) or header.get("format") != _CHUNK_FORMAT:
                 raise ValueError("not a tick-log chunk")
             n = int(header["rows"])
-            missing = [c for c in _NAMES if c not in data.files]
+            missing = [c for c in names if c not in data.files]
             if missing:
                 raise ValueError(f"it lacks columns {missing}")
             if full:
-                for name in _NAMES:
+                for name in names:
                     if len(data[name]) != n:
                         raise ValueError(f"column {name} has {len(data[name])} rows, the header says {n}")
     except (OSError, KeyError, json.JSONDecodeError, ValueError, zipfile.BadZipFile, EOFError) as exc:
