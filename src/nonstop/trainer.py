@@ -140,7 +140,7 @@ def run_train(args: argparse.Namespace) -> int:
                 console.print(f"resumed from {ckpt.path.name}: {run.state.updates:,} updates, {run.tick_offset:,} env ticks"
                               + ("" if run.replay_restored else "; the replay was not in it, so it refills from empty"))  # fmt: skip
             run.start()
-            rows = ProgressRows(run, wall0)
+            rows = ProgressRows(run, wall0, wall_offset=_wall_before(log))
             total = math.ceil(cfg.seconds / run.tau_m)
             done, next_ckpt = 0.0, args.checkpoint_every
             with Progress(total_ticks=run.tick_offset + total) as view:
@@ -185,6 +185,14 @@ def run_train(args: argparse.Namespace) -> int:
     if end.error is not None:
         raise end.error  # the CLI names it in one line and exits non-zero
     return end.exit_code
+
+
+def _wall_before(log: Any) -> float:
+    """The wall time a resumed run had already spent: the newest ``wall_s`` in its progress or episode
+    rows (0 for a new run), so both files keep one time axis across segments."""
+    seen = [row.get("wall_s", math.nan) for row in (log.last_progress, log.last_episode) if row]
+    seen = [w for w in seen if math.isfinite(w) and w >= 0]
+    return max(seen, default=0.0)
 
 
 def _finish_log(run: Any, log: Any, out: Path, end: "RunEnd", last_row: dict[str, Any], wall0: float) -> dict[str, Any]:
