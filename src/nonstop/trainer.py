@@ -124,7 +124,8 @@ def run_train(args: argparse.Namespace) -> int:
                   f"→ {need / 2**20:,.1f} MiB of shared memory; N_I={run.n_inference}, N_L={cfg.n_learners}, "
                   f"{cfg.interaction}, clock={cfg.clock}; run dir {out}")  # fmt: skip
     config = cfg.to_dict()
-    log = RunLog(out, config, resume=args.resume, note=lambda msg: console.print(msg, style="dim", markup=False))
+    log = RunLog(out, config, resume=args.resume, note=lambda msg: console.print(msg, style="dim", markup=False),
+                 tensorboard=getattr(args, "tensorboard", True))  # the demo turns it off: its CSVs and report say it all
     wall0 = time.monotonic()
     end = RunEnd()
     summary: dict[str, Any] = {}
