@@ -202,7 +202,7 @@ def _finish_log(run: Any, log: Any, out: Path, end: "RunEnd", last_row: dict[str
     from nonstop.metrics.timing import episode_returns, summarize
 
     summary: dict[str, Any] = {"updates": run.final_updates, "env_ticks_total": int(last_row.get("env_ticks", run.tick_offset)),
-                               "recent_return": None}  # fmt: skip
+                               "recent_return": None, "n_inference": getattr(run, "n_inference", None)}  # fmt: skip
     try:
         tick_log = run.world.tick_log
         tick_log.meta["tick_offset"] = run.tick_offset  # this segment's tick 0 is the run's tick `tick_offset`
