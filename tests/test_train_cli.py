@@ -32,6 +32,7 @@ def test_train_writes_a_run_and_resume_continues_the_counters(tmp_path, capsys, 
     assert progress["env_ticks"].tolist() == [100, 200, 300]
     assert (run / "ticklog" / "meta.json").exists() and (run / "summary.json").exists()
     assert len(TickLog.open(run / "ticklog")) == 300
+    assert json.loads((run / "summary.json").read_text())["machine_limits"] == []  # the virtual clock never runs late
 
     assert main([*ARGS, "--seconds", "4", "--out", str(run), "--resume"]) == 0
     progress = read_columns(run / "progress.csv")
