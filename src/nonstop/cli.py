@@ -237,6 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_arguments(p)
     p.set_defaults(func=report.run_report)
 
+    from nonstop import export
+
+    p = sub.add_parser("export", help="a run's policy as a plain state_dict (and safetensors) that torch.load reads")
+    export.add_arguments(p)
+    p.set_defaults(func=export.run_export)
+
     p = sub.add_parser("serve", help="serve realtime worlds over WebSocket (OpenEnv protocol + realtime verbs)")
     p.add_argument("--env", action="append", help="env id to serve (repeat for several; first is the default; Boxing)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
