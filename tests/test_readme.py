@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from test_compat_openenv import no_shm_leak_module, openenv_010  # noqa: F401  (fixtures)
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -24,7 +23,7 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
 def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
 
 
 def block(marker: str) -> str:
@@ -58,7 +57,7 @@ def run_saved(code: str, tmp_path: Path, *args: str, pythonpath: str = SRC) -> s
     script = tmp_path / "example.py"
     script.write_text(code)
     env = {**os.environ, "PYTHONPATH": pythonpath}
-    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=240,
+    done = subprocess.run([sys.executable, str(script), *args], check=False, capture_output=True, text=True, timeout=240,
                           cwd=tmp_path, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     return done

@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["LATE_FRACTION", "STARVED_RATIO", "STARVED_INACTION", "machine_limits"]
+__all__ = ["LATE_FRACTION", "STARVED_INACTION", "STARVED_RATIO", "machine_limits"]
 
 #: Above this fraction of ticks started a whole tick late, the host is said to run late.
 LATE_FRACTION: Final = 0.01
