@@ -51,4 +51,16 @@ def test_demo_runs_both_parts(tmp_path, capsys, no_shm_leak):
     assert code == 0
     assert (out / "sequential_vs_staggered.png").exists() and (out / "sequential.npz").exists()
     assert (out / "train" / "summary.json").exists() and (out / "train" / "report" / "report.md").exists()
-    assert "staggering" in capsys.readouterr().out
+    first = capsys.readouterr().out
+    assert "staggering" in first and "tensorboard" not in first  # the demo writes no TensorBoard events
+    from nonstop.learning.checkpoint import latest_checkpoint, load_checkpoint
+
+    assert load_checkpoint(latest_checkpoint(out / "train").path).get("replay") is None  # the replay stays out
+
+    # a second demo starts fresh beside the first: no resume, nothing of the first overwritten
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    assert main(["demo", "--clock", "virtual", "--seconds", "2", "--train-seconds", "2", "--out", str(out)]) == 0
+    second = capsys.readouterr().out
+    assert "demo-2" in second and "resumed" not in second
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
+    assert (tmp_path / "demo-2" / "train" / "summary.json").exists()

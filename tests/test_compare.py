@@ -57,6 +57,20 @@ def test_plot_is_written(inaction_result, tmp_path):
     assert path.exists() and path.stat().st_size > 10_000
 
 
+def test_table_headers_stay_whole_at_80_columns(inaction_result):
+    from rich.cells import cell_len
+    from rich.console import Console
+
+    from nonstop.compare import render_table
+
+    console = Console(width=80, record=True, color_system=None)
+    render_table(inaction_result, console)
+    text = console.export_text()
+    assert "…" not in text and all(cell_len(line) <= 80 for line in text.splitlines())
+    for word in ("scheduler", "inaction", "delay", "acts/s", "return", "sequential"):
+        assert word in text
+
+
 def test_cli_prints_the_table_and_json_last(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     rc = run_compare(parse(["--env", "CartPole", "--latency", "3t", "--seconds", "8", "--json"]))

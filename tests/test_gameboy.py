@@ -615,3 +615,20 @@ def test_passes_gymnasiums_env_checker(obs_type):
             check_env(env, skip_render_check=True)
     finally:
         env.close()
+
+
+def test_without_pyboy_envs_says_not_playable_and_check_fails_in_one_line(monkeypatch, capsys):
+    monkeypatch.setitem(__import__("sys").modules, "pyboy", None)  # as if PyBoy were not installed
+    monkeypatch.setitem(__import__("sys").modules, "pyboy.utils", None)
+    assert gameboy.pyboy_problem().startswith("Game Boy envs need PyBoy: pip install")
+    assert main(["envs"]) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if "GameBoy/TestROM:" in line)
+    assert "not playable" in line and "pip install" in line and "found:" not in line
+    assert main(["gameboy", "check", "--game", "TestROM"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ["nonstop: error: Game Boy envs need PyBoy: pip install 'nonstop[gameboy]' (or pyboy>=2.4)"]
+
+
+def test_with_pyboy_there_is_no_problem_to_report():
+    assert gameboy.pyboy_problem() == ""

@@ -114,6 +114,35 @@ def test_updates_reduce_the_loss_and_sync_the_target(no_shm_leak):
         weights.unlink()
 
 
+def test_shared_memory_adam_matches_torch_optim_adam(no_shm_leak):
+    """The hand-written Adam on the shared master parameters is torch.optim.Adam, step for step
+    (bias correction included), so a user's optimiser intuitions carry over."""
+    torch.manual_seed(3)
+    cfg = DQNConfig.for_family("classic", lr=3e-3, adam_eps=1e-6, target_update=1000)
+    model, reference = MLP(4, 3, (8,)), MLP(4, 3, (8,))
+    reference.load_state_dict(model.state_dict())
+    optimiser = torch.optim.Adam(reference.parameters(), lr=cfg.lr, betas=(0.9, 0.999), eps=cfg.adam_eps)
+    n = sum(p.numel() for p in model.parameters())
+    state, weights = TrainingState.create(n), SharedWeights.create(n)
+    try:
+        init_training(model, state, weights)
+        rng = np.random.default_rng(0)
+        for _ in range(25):
+            grad = (rng.normal(0, 1, n) * rng.choice([1e-3, 1.0, 30.0])).astype(np.float32)  # scales Adam must absorb
+            apply_gradient(state, weights, grad, cfg)
+            offset = 0
+            for p in reference.parameters():
+                p.grad = torch.from_numpy(grad[offset:offset + p.numel()].copy()).reshape(p.shape)
+                offset += p.numel()
+            optimiser.step()
+            expected = torch.cat([p.detach().reshape(-1) for p in reference.parameters()]).numpy()
+            np.testing.assert_allclose(state.params, expected, rtol=1e-5, atol=1e-6)
+        assert not np.allclose(state.params, flat_parameters(model))  # it moved: the comparison is not vacuous
+    finally:
+        state.unlink()
+        weights.unlink()
+
+
 def test_epsilon_anneal_and_config_validation():
     cfg = DQNConfig(epsilon_ticks=100)
     assert [round(epsilon_at(t, cfg), 3) for t in (0, 50, 100, 1000)] == [1.0, 0.525, 0.05, 0.05]

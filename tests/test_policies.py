@@ -250,14 +250,16 @@ def test_empirical_bad_line_names_file_and_line(tmp_path):
 @pytest.mark.parametrize(
     "spec,tick_hz,expected",
     [
-        ("0.25", None, Constant(0.25)),
+        ("0.25s", None, Constant(0.25)),
+        ("0", None, Constant(0.0)),
+        ("0.0", None, Constant(0.0)),
         ("250ms", None, Constant(0.25)),
         ("2s", None, Constant(2.0)),
-        ("constant:1e-3", None, Constant(0.001)),
+        ("constant:1e-3s", None, Constant(0.001)),
         ("constant: 30t", 60, Constant(0.5)),
         ("normal:100ms,10ms", None, Normal(0.1, 0.01)),
-        ("normal:6t,0.01", 60, Normal(0.1, 0.01)),
-        ("lognormal:0.1,0.5", None, LogNormal(0.1, 0.5)),
+        ("normal:6t,10ms", 60, Normal(0.1, 0.01)),
+        ("lognormal:0.1s,0.5", None, LogNormal(0.1, 0.5)),
         ("LogNormal:600t,0.25", 60, LogNormal(10.0, 0.25)),
     ],
 )
@@ -277,10 +279,15 @@ def test_parse_latency_grammar(spec, tick_hz, expected):
         ("gamma:1,2", "unknown kind"),
         ("normal:0.1", "MEAN,STD"),
         ("normal:0.1,", "MEAN,STD"),
-        ("constant:-1", ">= 0"),
+        ("constant:-1s", ">= 0"),
+        ("6", "no unit; say 6t"),
+        ("0.2", "no unit"),
+        ("constant:6", "no unit"),
+        ("normal:6ms,1", "STD '1' has no unit"),
+        ("lognormal:6,0.5", "MEDIAN '6' has no unit"),
         ("constant:nan", ">= 0"),
-        ("lognormal:0.1,5ms", "unitless"),
-        ("lognormal:0.1,-1", ">= 0"),
+        ("lognormal:0.1s,5ms", "unitless"),
+        ("lognormal:0.1s,-1", ">= 0"),
         ("empirical:", "PATH"),
         ("5t", "tick_hz"),
     ],
@@ -297,6 +304,10 @@ def test_parse_latency_errors(spec, fragment):
 )
 def test_parse_latency_units_property(value, unit, tick_hz):
     scale = {"": 1.0, "s": 1.0, "ms": 1e-3, "t": 1.0 / tick_hz}[unit]
+    if unit == "" and value != 0:  # a bare number is a unit mistake waiting to happen (6 → six seconds)
+        with pytest.raises(ValueError, match="no unit"):
+            parse_latency(f"{value!r}", tick_hz=tick_hz)
+        return
     got = parse_latency(f"{value!r}{unit}", tick_hz=tick_hz)
     assert got == parse_latency(f"constant:{value!r}{unit}", tick_hz=tick_hz)
     assert got.seconds == pytest.approx(value * scale, rel=1e-12, abs=0)

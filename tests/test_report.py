@@ -233,6 +233,18 @@ def test_render_summary_lists_skips(tmp_path):
     assert "not in the run dir: progress.csv, ticklog" in text
 
 
+def test_run_summary_adds_no_repeated_figure_and_fills_the_resolved_n_inference(tmp_path):
+    run = tmp_path / "run"
+    with RunLog(run, {**CONFIG, "n_inference": None}, tensorboard=False) as log:
+        log.save_ticklog(make_ticklog())
+        # what `nonstop train` writes: the newest segment's tick figures again, and the N_I it resolved
+        log.write_summary({"n_inference": 6, "inaction_fraction": 0.9, "ticks": 17, "updates": 3, "complete": True})
+    report = build_report(run)
+    assert report.summary["config"]["n_inference"] == 6
+    assert report.summary["ticks"]["inaction_fraction"] == pytest.approx(200 / 600)  # from the whole tick log
+    assert report.summary["run_summary"] == {"updates": 3, "complete": True}  # each figure shown once
+
+
 def test_nested_run_summary_is_shortened_in_the_table_but_whole_in_json(tmp_path):
     make_run(tmp_path, summary=False)
     histogram = {str(d): 1000 + d for d in range(40)}

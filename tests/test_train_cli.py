@@ -32,10 +32,17 @@ def test_train_writes_a_run_and_resume_continues_the_counters(tmp_path, capsys, 
     assert progress["env_ticks"].tolist() == [100, 200, 300]
     assert (run / "ticklog" / "meta.json").exists() and (run / "summary.json").exists()
     assert len(TickLog.open(run / "ticklog")) == 300
+    assert json.loads((run / "summary.json").read_text())["machine_limits"] == []  # the virtual clock never runs late
 
     assert main([*ARGS, "--seconds", "4", "--out", str(run), "--resume"]) == 0
     progress = read_columns(run / "progress.csv")
     assert progress["env_ticks"].tolist() == [100, 200, 300, 400, 500]  # appended, counting on
+    # wall time counts on too: the resumed segment starts where the first one ended, not at 0
+    wall = progress["wall_s"].tolist()
+    assert all(b > a for a, b in zip(wall, wall[1:], strict=False)), wall
+    episodes = read_columns(run / "episodes.csv")
+    assert len(episodes["wall_s"]) > 1 and (episodes["wall_s"][1:] >= episodes["wall_s"][:-1]).all()
+    assert (episodes["end_tick"][1:] > episodes["end_tick"][:-1]).all()
     resumed = load_checkpoint(latest_checkpoint(run).path)
     assert resumed["env_ticks"] == 500 and resumed["updates"] > first["updates"]
     assert (run / "ticklog-before-000000300").is_dir() and (run / "ticklog").is_dir()  # both segments kept

@@ -38,7 +38,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
     from nonstop.envs import list_envs
 
-    from nonstop.envs.gameboy import ROMS_ENV_VAR, rom_status
+    from nonstop.envs.gameboy import ROMS_ENV_VAR, pyboy_problem, rom_status
 
     envs = list_envs()
     roms = {e.env_id: rom_status(e.env_id.removeprefix("GameBoy/")) for e in envs if e.family == "gameboy"}
@@ -56,8 +56,12 @@ def cmd_envs(args: argparse.Namespace) -> int:
     Console().print(table)
     print("Any ALE game also works as ALE/<Game>-v5 (paper defaults: 60 Hz, no frame skip, no sticky actions).")
     print(f"Game Boy ROMs (found with rom=PATH or in ${ROMS_ENV_VAR}; nonstop ships none):")
+    no_pyboy = pyboy_problem() if roms else ""
     for env_id, (source, problem) in roms.items():
-        print(f"  {env_id}: {'found: ' + source if source else 'missing: ' + problem}")
+        if source and no_pyboy:
+            print(f"  {env_id}: ROM found ({source}) but not playable: {no_pyboy}")
+        else:
+            print(f"  {env_id}: {'found: ' + source if source else 'missing: ' + problem}")
     return 0
 
 
@@ -239,6 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_arguments(p)
     p.set_defaults(func=report.run_report)
 
+    from nonstop import export
+
+    p = sub.add_parser("export", help="a run's policy as a plain state_dict (and safetensors) that torch.load reads")
+    export.add_arguments(p)
+    p.set_defaults(func=export.run_export)
+
     p = sub.add_parser("serve", help="serve realtime worlds over WebSocket (OpenEnv protocol + realtime verbs)")
     p.add_argument("--env", action="append", help="env id to serve (repeat for several; first is the default; Boxing)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -332,6 +342,11 @@ def _run(argv: list[str] | None) -> int:
         return 130
     except (ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError) as exc:
         print(f"nonstop: error: {_one_line(exc)}", file=sys.stderr)  # bad input: usage errors
+        return 2
+    except ImportError as exc:
+        if "pip install" not in str(exc):  # not one of our "install the extra" messages: a real bug, shown whole
+            raise
+        print(f"nonstop: error: {_one_line(exc)}", file=sys.stderr)  # an optional dependency is missing
         return 2
     except (OSError, RuntimeError) as exc:  # a dead host, a full or read-only disk, corrupt checkpoints
         if os.environ.get("NONSTOP_TRACEBACK"):

@@ -314,10 +314,11 @@ def render_table(result: dict[str, Any], console: Any = None) -> None:
         f"(τ̄_θ = {result['latency_mean_ticks']:.2f} ticks), {result['clock']} clock, {result['seconds']:g} s each",
         caption=f"figures after {result['warmup_ticks']} warm-up ticks; return: mean over completed episodes, "
         f"or the whole run's reward total if none completed",
+        pad_edge=False,
     )
     table.add_column("scheduler", no_wrap=True)
-    for col in ("N_I", "mean τ_I (ticks)", "τ_I CV", "inaction", "mean delay (ticks)", "actions/s", "return"):
-        table.add_column(col, justify="right")
+    for col in ("N_I", "mean τ_I (ticks)", "τ_I CV", "inaction", "mean delay (ticks)", "acts/s", "return"):
+        table.add_column(col, justify="right", min_width=max(len(word) for word in col.split()))  # whole words at 80 columns
     for name, s in result["schedulers"].items():
         if s["episode_return_kind"] == "mean_completed":
             ret = f"{s['episode_return']:.1f} (mean, {s['episodes_ended']} ep.)"
@@ -378,13 +379,13 @@ def plot_compare(result: dict[str, Any], path: str | Path) -> Path:
             ax.imshow(source[window][None, :], aspect="auto", cmap=cmap, vmin=0, vmax=1, interpolation="nearest",
                       extent=(shown[0] - 0.5, shown[-1] + 0.5, 0, 1))  # fmt: skip
         ax.set_yticks([])
-        ax.set_ylabel(name, rotation=0, ha="right", va="center")
+        ax.set_ylabel(f"{name}\nN_I = {result['schedulers'][name]['n_workers']}", rotation=0, ha="right", va="center")
         if row < len(names) - 1:
             ax.set_xticklabels([])
     ax.set_xlabel(f"tick (the first {TIMELINE_TICKS} after the warm-up)")
     fig.legend(handles=[Patch(color="#2ca02c", label="agent action"), Patch(color="#d62728", label="β (inaction)")],
                loc="lower center", bbox_to_anchor=(0.5, -0.04), ncol=2)  # fmt: skip
-    fig.suptitle(f"{result['env']}: latency {result['latency']}, N_I = {result['n_workers']}, {result['clock']} clock")
+    fig.suptitle(f"{result['env']}: latency {result['latency']}, {result['clock']} clock (N_I per scheduler, left)")
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path

@@ -174,9 +174,16 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
         report.summary["ticks"] = {k: figures[k] for k in TICK_KEYS}
     if "summary.json" not in missing:
         try:
-            report.summary["run_summary"] = json.loads(paths.summary.read_text())
+            run_summary = json.loads(paths.summary.read_text())
         except json.JSONDecodeError as exc:
             raise ValueError(f"{paths.summary} is not valid JSON: {exc}") from exc
+        config_shown = report.summary.get("config", {})
+        if config_shown.get("n_inference") is None and run_summary.get("n_inference") is not None:
+            config_shown["n_inference"] = run_summary["n_inference"]  # the N_I the run resolved (⌈τ̄_θ/τ_M⌉)
+        # summary.json repeats the tick figures of the newest segment; the "ticks" section above has them for
+        # the whole (stitched) run, so only what no other section shows is listed here
+        shown = {key for figures in report.summary.values() for key in figures}
+        report.summary["run_summary"] = {k: v for k, v in run_summary.items() if k not in shown and k != "n_inference"}
 
     # return over wall time
     if episodes is None:

@@ -493,10 +493,16 @@ def train(
 class ProgressRows:
     """Turns a run's shared counters into progress rows (differences over each interval) and
     finished-episode rows; the same on both clocks, since the host's recorder keeps the counts
-    in the replay's shared header."""
+    in the replay's shared header.
 
-    def __init__(self, run: TrainingRun, wall0: float) -> None:
-        self.run, self.wall0 = run, wall0
+    ``wall_offset`` is the wall time the run had already spent before this segment (a resumed
+    run's last ``wall_s`` on disk), so ``wall_s`` keeps counting across ``--resume`` the way
+    ``env_ticks`` does and "return over wall time" draws one run, not two overlaid."""
+
+    def __init__(self, run: TrainingRun, wall0: float, wall_offset: float = 0.0) -> None:
+        if not (isinstance(wall_offset, (int, float)) and math.isfinite(wall_offset) and wall_offset >= 0):
+            raise ValueError(f"wall_offset must be a finite number of seconds >= 0, got {wall_offset!r}")
+        self.run, self.wall0 = run, wall0 - float(wall_offset)  # wall_s = now - wall0 = offset + segment time
         self.prev = (0, 0, 0, run.state.updates, wall0)
         self.returns: list[float] = []
         self.seen_episodes = 0

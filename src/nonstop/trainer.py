@@ -19,6 +19,7 @@ import contextlib
 import errno
 import json
 import math
+import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -128,7 +129,8 @@ def run_train(args: argparse.Namespace) -> int:
                   f"→ {need / 2**20:,.1f} MiB of shared memory; N_I={run.n_inference}, N_L={cfg.n_learners}, "
                   f"{cfg.interaction}, clock={cfg.clock}; run dir {out}")  # fmt: skip
     config = cfg.to_dict()
-    log = RunLog(out, config, resume=args.resume, note=lambda msg: console.print(msg, style="dim", markup=False))
+    log = RunLog(out, config, resume=args.resume, note=lambda msg: console.print(msg, style="dim", markup=False),
+                 tensorboard=getattr(args, "tensorboard", True))  # the demo turns it off: its CSVs and report say it all
     wall0 = time.monotonic()
     end = RunEnd()
     summary: dict[str, Any] = {}
@@ -144,7 +146,7 @@ def run_train(args: argparse.Namespace) -> int:
                 console.print(f"resumed from {ckpt.path.name}: {run.state.updates:,} updates, {run.tick_offset:,} env ticks"
                               + ("" if run.replay_restored else "; the replay was not in it, so it refills from empty"))  # fmt: skip
             run.start()
-            rows = ProgressRows(run, wall0)
+            rows = ProgressRows(run, wall0, wall_offset=_wall_before(log))
             total = math.ceil(cfg.seconds / run.tau_m)
             done, next_ckpt = 0.0, args.checkpoint_every
             with Progress(total_ticks=run.tick_offset + total) as view:
@@ -184,11 +186,33 @@ def run_train(args: argparse.Namespace) -> int:
         console.print(f"{'done' if end.complete else 'stopped'}: {summary['env_ticks_total']:,} env ticks, {summary['updates']:,} updates, "
                       f"inaction {summary['inaction_fraction']:.1%}, recent return {recent}; "
                       f"`nonstop report {out}` draws the plots")  # fmt: skip
+    for line in summary.get("machine_limits") or []:
+        console.print(line, style="yellow", markup=False)
     print(json.dumps({"run_dir": str(out), "updates": summary.get("updates"), "recent_return": summary.get("recent_return"),
                       "complete": end.complete}))  # fmt: skip
     if end.error is not None:
         raise end.error  # the CLI names it in one line and exits non-zero
     return end.exit_code
+
+
+def _wall_before(log: Any) -> float:
+    """The wall time a resumed run had already spent: the newest ``wall_s`` in its progress or episode
+    rows (0 for a new run), so both files keep one time axis across segments."""
+    seen = [row.get("wall_s", math.nan) for row in (log.last_progress, log.last_episode) if row]
+    seen = [w for w in seen if math.isfinite(w) and w >= 0]
+    return max(seen, default=0.0)
+
+
+def _machine_limits(run: Any, figures: dict[str, Any]) -> list[str]:
+    """What `nonstop.metrics.limits.machine_limits` says of this run's tick figures on this machine."""
+    from nonstop.metrics.limits import machine_limits
+
+    cfg = run.cfg
+    n_inference = int(run.n_inference) if isinstance(run.n_inference, int) else 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return machine_limits(figures, clock=cfg.clock, scheduler=cfg.scheduler if cfg.interaction == "staggered" else "sequential",
+                          n_inference=max(1, n_inference), latency_mean_ticks=float(run.latency.mean / run.tau_m),
+                          processes=max(1, n_inference) + cfg.n_learners + 1, cores=max(1, cores))  # fmt: skip
 
 
 def _finish_log(run: Any, log: Any, out: Path, end: "RunEnd", last_row: dict[str, Any], wall0: float) -> dict[str, Any]:
@@ -197,7 +221,7 @@ def _finish_log(run: Any, log: Any, out: Path, end: "RunEnd", last_row: dict[str
     from nonstop.metrics.timing import episode_returns, summarize
 
     summary: dict[str, Any] = {"updates": run.final_updates, "env_ticks_total": int(last_row.get("env_ticks", run.tick_offset)),
-                               "recent_return": None}  # fmt: skip
+                               "recent_return": None, "n_inference": getattr(run, "n_inference", None)}  # fmt: skip
     try:
         tick_log = run.world.tick_log
         tick_log.meta["tick_offset"] = run.tick_offset  # this segment's tick 0 is the run's tick `tick_offset`
@@ -205,6 +229,7 @@ def _finish_log(run: Any, log: Any, out: Path, end: "RunEnd", last_row: dict[str
         returns = episode_returns(tick_log)
         summary.update(summarize(tick_log), env_ticks_total=run.tick_offset + len(tick_log),
                        recent_return=float(np.mean(returns[-20:])) if returns else None)  # fmt: skip
+        summary["machine_limits"] = _machine_limits(run, summary)
     except BaseException as exc:  # noqa: BLE001 - a dead host's log, a full disk: said in the summary
         end.note(f"tick log not saved: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     summary.update(end.as_dict(), wall_s=round(time.monotonic() - wall0, 2))

@@ -78,6 +78,7 @@ __all__ = [
     "GameBoyEnv",
     "GameSpec",
     "RomError",
+    "pyboy_problem",
     "ScoreDelta",
     "PokemonBattleReward",
     "PokemonCatchReward",
@@ -332,6 +333,16 @@ def read_state(path: str | os.PathLike[str], rom: FoundRom) -> bytes:
 
 
 # --- the emulator ---------------------------------------------------------------------------------
+
+
+def pyboy_problem() -> str:
+    """``""`` when PyBoy imports, else the one line saying how to install it (for listings such as
+    ``nonstop envs``, which must not call a ROM usable when the emulator is missing)."""
+    try:
+        _import_pyboy()
+    except ImportError as error:
+        return str(error)
+    return ""
 
 
 def _import_pyboy() -> Any:

@@ -53,7 +53,8 @@ MAX_HINT_QUANTILE: Final = 0.999
 
 LATENCY_GRAMMAR: Final = (
     "constant:V | V | normal:MEAN,STD | lognormal:MEDIAN,SIGMA | empirical:PATH, where V, MEAN, STD and "
-    "MEDIAN are numbers with an optional unit s, ms or t (ticks, needs tick_hz; a bare number is seconds), "
+    "MEDIAN are durations with a unit s, ms or t (ticks, needs tick_hz), e.g. 6t, 100ms or 0.1s (a bare number "
+    "is an error, except 0), "
     "SIGMA is the unitless log-space spread, and PATH holds one seconds value per line"
 )
 
@@ -301,7 +302,11 @@ _QUANTITY = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:
 
 
 def _quantity(text: str, what: str, spec: str, tick_hz: float | None) -> float:
-    """``"50ms"`` → 0.05, ``"3t"`` → ``3 / tick_hz``, ``"0.2"`` → 0.2 (seconds)."""
+    """``"50ms"`` → 0.05, ``"3t"`` → ``3 / tick_hz``, ``"0.2s"`` → 0.2, ``"0"`` → 0 (seconds).
+
+    A bare number other than 0 is refused: ``--latency 6`` read as six seconds
+    (360 ticks at 60 Hz) silently turns a study of a 6-tick model into 100 % inaction.
+    """
     m = _QUANTITY.match(text)
     if m is None:
         raise ValueError(f"bad latency spec {spec!r}: {what} {text.strip()!r} is not a number with unit s, ms or t. "
@@ -309,6 +314,9 @@ def _quantity(text: str, what: str, spec: str, tick_hz: float | None) -> float:
     value, unit = float(m.group(1)), (m.group(2) or "s").lower()
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"bad latency spec {spec!r}: {what} must be a finite duration >= 0, got {text.strip()!r}")
+    if m.group(2) is None and value != 0:
+        raise ValueError(f"bad latency spec {spec!r}: {what} {text.strip()!r} has no unit; say {m.group(1)}t (ticks), "
+                         f"{m.group(1)}ms or {m.group(1)}s. Expected {LATENCY_GRAMMAR}")
     if unit == "ms":
         return value / 1000.0
     if unit == "t":
@@ -322,8 +330,14 @@ def _quantity(text: str, what: str, spec: str, tick_hz: float | None) -> float:
 def parse_latency(spec: str, tick_hz: float | None = None) -> Latency:
     """Parse a latency from its command-line form (see `LATENCY_GRAMMAR`).
 
-    >>> parse_latency("0.2")
+    >>> parse_latency("0.2s")
     Constant(seconds=0.2)
+    >>> parse_latency("0")
+    Constant(seconds=0.0)
+    >>> parse_latency("6")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: bad latency spec '6': V '6' has no unit; say 6t (ticks), 6ms or 6s. Expected ...
     >>> parse_latency("constant:250ms")
     Constant(seconds=0.25)
     >>> parse_latency("lognormal:6t,0.5", tick_hz=60)
