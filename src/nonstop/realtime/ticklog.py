@@ -385,6 +385,7 @@ class TickLog:
         self._block = np.zeros((self._chunk_rows, len(self._names)), np.float64)
         self._n_block = 0  # rows in the open block
         self._n_done = 0  # rows in completed chunks
+        self._n_released = self._released_chunks = 0  # completed chunks dropped by `release` (rows, chunks)
         self._readonly = False
         self.directory: Path | None = None
         #: whether the log was closed normally (False for a log read back from a run that was killed)
@@ -470,6 +471,34 @@ class TickLog:
         )  # fmt: skip
         self._n_block = n + 1
 
+    def append_rows(self, rows: np.ndarray) -> None:
+        """Append a block of rows in column order (what `rows` gives): how a process that receives
+        another's log as it goes keeps it in bounded chunks (streamed to its directory, if any)."""
+        rows = np.asarray(rows, np.float64)
+        if rows.ndim != 2 or rows.shape[1] != len(_NAMES):
+            raise ValueError(f"rows must have shape (n, {len(_NAMES)}), got {rows.shape}")
+        i = 0
+        while i < len(rows):
+            if self._n_block == self._chunk_rows:
+                self._seal()
+            take = min(self._chunk_rows - self._n_block, len(rows) - i)
+            self._block[self._n_block : self._n_block + take] = rows[i : i + take]
+            self._n_block += take
+            i += take
+
+    def release(self, upto: int) -> None:
+        """Forget the completed in-memory chunks that lie wholly before row ``upto`` (rows another
+        process already has): memory then holds the open chunk and at most one completed one.
+        ``len`` still counts them; reading (`rows`, columns) starts after them."""
+        while self._chunks and self._chunks[0].rows is not None and self._n_released + self._chunks[0].n <= upto:
+            self._n_released += self._chunks.pop(0).n
+            self._released_chunks += 1
+
+    @property
+    def held_rows(self) -> int:
+        """Rows this log holds in memory or on disk (all of them, less what `release` dropped)."""
+        return len(self) - self._n_released
+
     def set_last(self, column: str, value: float) -> None:
         """Amend the newest row (the host adds the reset time after the step)."""
         if not self._n_block:
@@ -481,7 +510,7 @@ class TickLog:
         if self._readonly:
             raise RuntimeError("this tick log was read back from disk (or stitched): it is read-only")
         n = self._n_block
-        chunk = _Chunk(self._block, None, n, len(self._chunks), self._index)
+        chunk = _Chunk(self._block, None, n, len(self._chunks) + self._released_chunks, self._index)
         self._chunks.append(chunk)
         self._n_done += n
         writer = self._writer
@@ -558,6 +587,21 @@ class TickLog:
             return np.zeros(0, column_dtype(column))
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
+    def tail(self, column: str, n: int) -> np.ndarray:
+        """The last ``n`` values of ``column``, reading only the chunks they lie in."""
+        if column not in _INDEX:
+            raise KeyError(f"no column {column!r}; columns are {', '.join(_NAMES)}")
+        parts, have = [], 0
+        for chunk in reversed(self._all_chunks()):
+            if have >= n:
+                break
+            if chunk.n:
+                parts.append(chunk.columns([column])[column])
+                have += chunk.n
+        if not parts:
+            return np.zeros(0, COLUMNS[column][0])
+        return np.concatenate(parts[::-1])[-n:] if n else np.zeros(0, COLUMNS[column][0])
+
     def columns(self) -> dict[str, np.ndarray]:
         return {name: self[name] for name in self._names}
 
@@ -567,7 +611,9 @@ class TickLog:
         log to another sends as it goes."""
         n = len(self)
         stop = n if stop is None else min(stop, n)
-        parts, offset = [], 0
+        if start < self._n_released:
+            raise ValueError(f"rows before {self._n_released} were released from this tick log")
+        parts, offset = [], self._n_released
         for block in self.row_blocks():  # skips whole chunks before ``start`` without copying them
             end = offset + len(block)
             if end > start and offset < stop:

@@ -37,6 +37,7 @@ import logging
 import math
 import os
 import secrets
+import shutil
 import threading
 import traceback
 import uuid
@@ -82,6 +83,8 @@ TRANSITIONS: Final = {
 }
 LIVE: Final = frozenset({Lifecycle.CREATED, Lifecycle.STARTING, Lifecycle.RUNNING})
 #: how long the event loop may retry reading an observation its tick worker is writing (s)
+#: Rows per chunk of a session's tick log (server record and worker host): 2.3 minutes at 60 Hz, 1.2 MB.
+SESSION_CHUNK_ROWS: Final = 8192
 READ_PATIENCE: Final = 0.02
 #: how long finalization waits for a tick worker to stop a host and send the rest of its record (s)
 STOP_PATIENCE: Final = 30.0
@@ -543,6 +546,7 @@ class ServerSession:
                 env, self.slot, self.queue, tau_m=1.0 / spec.tick_hz,
                 default=make_default(s.default, noop_action=spec.noop_action), seed=host_seed, max_ticks=s.max_ticks,
                 meta={"env": spec.env_id, "session": self.sid, "clock": "wall", "default": s.default},
+                log_dir=self.manager.ticklog_dir(self.sid), log_chunk_rows=SESSION_CHUNK_ROWS,
             )  # fmt: skip
             pool = self.manager.pool
             self.clock = WallClock(origin=pool.clock.origin, spin=0.0)
@@ -568,14 +572,15 @@ class ServerSession:
                 self.board = TickBoard.create()
             origin = self.manager.pool.clock.origin
             self.clock = WallClock(origin=origin, spin=0.0)
-            self.record = SessionRecord()
+            self.record = SessionRecord(self.tau_m, directory=self.manager.ticklog_dir(self.sid),
+                                        chunk_rows=SESSION_CHUNK_ROWS)
             self._phases = proc.phases
             self._phase_slot, phase = proc.phases.acquire(self.tau_m)
             self._meta = {"env": spec.env_id, "session": self.sid, "clock": "wall", "default": s.default,
                           "tick_proc": proc.index}  # fmt: skip
             cfg = {"env": spec.env_id, "seed": s.seed, "record": s.record, "tau_m": self.tau_m, "default": s.default,
                    "noop_action": spec.noop_action, "max_ticks": s.max_ticks, "origin": origin, "phase": phase,
-                   "meta": self._meta}  # fmt: skip
+                   "meta": self._meta, "log_chunk_rows": SESSION_CHUNK_ROWS}  # fmt: skip
             started = proc.call("start", self.sid, cfg, self.slot, self.queue, self.board)
             s.seed, self.warm, self.origin = started["seed"], started["warm"], started["origin"]
             self._process = proc  # a host runs there now: finalization must stop it
@@ -666,7 +671,7 @@ class ServerSession:
         if self.board is not None:
             return self.board.recent_lateness()
         host = self.host
-        return host.log["lateness"][-RECENT_TICKS:] if host is not None else np.zeros(0)
+        return host.log.tail("lateness", RECENT_TICKS) if host is not None else np.zeros(0)
 
     def submit(self, action: Any, obs_tick: int, episode: int, *, lock_timeout: float | None = None) -> tuple[int, int]:
         """Enqueue ``action``; `TimeoutError` when the queue's lock is not free within ``lock_timeout``."""
@@ -731,6 +736,9 @@ class ServerSession:
                     replay = Replay.from_session(recorder, tick_log, self.replay_header())
                     self.replay_path = replay.save(self.manager.replay_dir / f"{self.sid}.npz")
                     self.manager.prune_replays()
+            ticklog_dir = self.manager.ticklog_dir(self.sid)
+            if ticklog_dir is not None:  # the replay (if recorded) keeps the session now
+                shutil.rmtree(ticklog_dir, ignore_errors=True)
         except Exception:  # noqa: BLE001 - cleanup below must still run
             log.error("session %s: finalize failed\n%s", self.sid, traceback.format_exc())
         finally:
@@ -766,13 +774,14 @@ class ServerSession:
         record = self.record
         if tail is not None:
             record.add(tail["tail"])
-            meta, tau_m = tail["meta"], tail["tau_m"]
+            meta = tail["meta"]
         else:
-            meta, tau_m = {**self._meta, "incomplete": True}, self.tau_m
+            meta = {**self._meta, "incomplete": True}
             self.incomplete = True
+        tick_log = record.finish(meta)
         if not record.ticks:
             return None, None
-        return TickLog.from_arrays(record.rows(), meta, tau_m), record if record.has_replay else None
+        return tick_log, record if record.has_replay else None
 
     def replay_header(self) -> dict[str, Any]:
         s = self.settings
@@ -795,6 +804,8 @@ class ServerSession:
             "record": self.settings.record,
             "replay": str(self.replay_path) if self.replay_path else None,
         }
+        if self.record is not None:  # rows the tick worker still holds in memory (bounded: about a chunk)
+            info["worker_held_rows"] = self.record.worker_held
         recent = self.recent_lateness() if self.state is Lifecycle.RUNNING and self._process is not None else None
         if recent is not None and recent.size:
             info["recent_lateness_ms"] = {"ticks": int(recent.size), "p50": float(np.percentile(recent, 50) * 1e3),
@@ -972,6 +983,10 @@ class SessionManager:
             session = self.sessions.get(sid)
             if session is not None and session.record is not None:
                 session.record.add(delta)
+
+    def ticklog_dir(self, sid: str) -> Path | None:
+        """Where a session's tick log streams while it runs (removed once its replay is written)."""
+        return self.replay_dir / "ticklogs" / sid if self.replay_dir is not None else None
 
     def _on_proc_exit(self, proc: Any) -> None:
         """A tick worker's pipe closed (its reader thread). Its worlds died with it: end their sessions

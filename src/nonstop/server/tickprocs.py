@@ -48,6 +48,7 @@ from nonstop.realtime.atomics import SEQ_CST, SharedWords, require_atomics
 from nonstop.realtime.channels import SEGMENT_PREFIX, ActionQueue, LatestSlot, SharedSegment
 from nonstop.realtime.clock import WallClock
 from nonstop.realtime.lifeline import hold_lifeline, reap
+from nonstop.realtime.ticklog import CHUNK_ROWS, TickLog
 
 __all__ = ["TickBoard", "TickProcs", "RECENT_TICKS", "RECORD_EVERY", "SessionRecord"]
 
@@ -160,41 +161,56 @@ class TickBoard(SharedSegment):
 class SessionRecord:
     """What a session's host has recorded, kept by the server as the worker streams it.
 
-    Tick-log rows (in `nonstop.realtime.ticklog.COLUMNS` order) and, when the session records a
-    replay, the `ReplayRecorder`'s columns: actions, step and reset hashes, reset steps. ``add``
-    appends one delta (a dict from the worker); the attributes read like a `ReplayRecorder`.
+    Tick-log rows go into a chunked `TickLog` (``self.log``) that streams to ``directory`` when
+    given (the server's ``REPLAYS/ticklogs/<sid>/``), so memory stays bounded however long the
+    session runs; when the session records a replay, the `ReplayRecorder`'s columns (actions, step
+    and reset hashes, reset steps) are kept in memory arrays (8-12 bytes a tick). ``add`` appends
+    one delta (a dict from the worker, from its reader thread or at stop: serialized by a lock);
+    `finish` closes the log. The attributes read like a `ReplayRecorder`.
 
-    >>> rec = SessionRecord()
+    >>> rec = SessionRecord(1 / 60)
     >>> rec.add({"rows": np.zeros((3, 18)), "actions": array("d", [1.0, 0.0, 2.0]),
     ...          "step_hashes": array("I", [7, 8, 9]), "reset_steps": array("q", [0]),
-    ...          "reset_hashes": array("I", [5]), "action_width": 1})
-    >>> rec.ticks, list(rec.actions), rec.rows().shape
-    (3, [1.0, 0.0, 2.0], (3, 18))
+    ...          "reset_hashes": array("I", [5]), "action_width": 1, "held": 3})
+    >>> rec.ticks, list(rec.actions), len(rec.finish({"env": "x"})), rec.worker_held
+    (3, [1.0, 0.0, 2.0], 3, 3)
     """
 
-    def __init__(self) -> None:
-        self._rows: list[np.ndarray] = []
-        self.ticks = 0
+    def __init__(self, tau_m: float, *, directory: Any = None, chunk_rows: int = CHUNK_ROWS) -> None:
+        self.log = TickLog(tau_m, directory=directory, chunk_rows=chunk_rows)
+        self._lock = threading.Lock()
+        self._finished = False
         self.action_width = 1
         self.has_replay = False
+        self.worker_held = 0  # rows the worker last said it still holds in memory
         self.actions, self.step_hashes = array("d"), array("I")
         self.reset_steps, self.reset_hashes = array("q"), array("I")
 
-    def add(self, delta: dict[str, Any]) -> None:
-        rows = delta["rows"]
-        if len(rows):
-            self._rows.append(rows)
-            self.ticks += len(rows)
-        if "actions" in delta:
-            self.has_replay = True
-            self.action_width = delta["action_width"]
-            for name in ("actions", "step_hashes", "reset_steps", "reset_hashes"):
-                getattr(self, name).extend(delta[name])
+    @property
+    def ticks(self) -> int:
+        return len(self.log)
 
-    def rows(self) -> np.ndarray:
-        if len(self._rows) > 1:
-            self._rows = [np.concatenate(self._rows)]
-        return self._rows[0] if self._rows else np.zeros((0, 0))
+    def add(self, delta: dict[str, Any]) -> None:
+        with self._lock:
+            if self._finished:  # a late delta after the tail: the log is closed
+                return
+            rows = delta["rows"]
+            if len(rows):
+                self.log.append_rows(rows)
+            self.worker_held = int(delta.get("held", self.worker_held))
+            if "actions" in delta:
+                self.has_replay = True
+                self.action_width = delta["action_width"]
+                for name in ("actions", "step_hashes", "reset_steps", "reset_hashes"):
+                    getattr(self, name).extend(delta[name])
+
+    def finish(self, meta: dict[str, Any]) -> TickLog:
+        """Close the log (the last partial chunk written, ``meta`` recorded) and return it."""
+        with self._lock:
+            self._finished = True
+            self.log.meta.update(meta)
+            self.log.close()
+            return self.log
 
 
 # ----------------------------------------------------------------------------- worker side
@@ -220,6 +236,8 @@ class _WorkerJob:
             n = len(log)
             delta: dict[str, Any] = {"rows": log.rows(self.sent_rows, n)}
             self.sent_rows = n
+            log.release(n)  # the server has them now: the worker keeps no rows it has sent
+            delta["held"] = log.held_rows
             rec = self.recorder
             if rec is not None:  # array slices are copies: the recorder's arrays stay resizable
                 steps, resets, width = len(rec.step_hashes), len(rec.reset_steps), rec.action_width
@@ -304,7 +322,7 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
                 env = ReplayRecorder(env)
             default = make_default(cfg["default"], noop_action=cfg["noop_action"])
             host = Host(env, slot, queue, tau_m=cfg["tau_m"], default=default, seed=None if warmed else seed,
-                        max_ticks=cfg["max_ticks"], meta=cfg["meta"])  # fmt: skip
+                        max_ticks=cfg["max_ticks"], meta=cfg["meta"], log_chunk_rows=cfg.get("log_chunk_rows", CHUNK_ROWS))  # fmt: skip
             process = host.run(PhasedClock(cfg["origin"], cfg["tau_m"], cfg["phase"]))
             job = _WorkerJob(sid, host, process, board, WallClock(origin=cfg["origin"], spin=0.0), note)
             job.env, job.recorder = env, env if cfg["record"] else None
