@@ -475,8 +475,8 @@ class TickLog:
         """Append a block of rows in column order (what `rows` gives): how a process that receives
         another's log as it goes keeps it in bounded chunks (streamed to its directory, if any)."""
         rows = np.asarray(rows, np.float64)
-        if rows.ndim != 2 or rows.shape[1] != len(_NAMES):
-            raise ValueError(f"rows must have shape (n, {len(_NAMES)}), got {rows.shape}")
+        if rows.ndim != 2 or rows.shape[1] != len(self._names):
+            raise ValueError(f"rows must have shape (n, {len(self._names)}), got {rows.shape}")
         i = 0
         while i < len(rows):
             if self._n_block == self._chunk_rows:
