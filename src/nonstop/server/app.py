@@ -7,7 +7,9 @@ an ``error`` reply with a code; the connection and every other session carry on.
 
 HTTP: ``/health`` (503 when ticks stop advancing), ``/metadata``, ``/schema``, ``/sessions``,
 ``/sessions/{id}``, ``/replays``. With a token, every request needs ``Authorization: Bearer TOKEN``
-(WebSockets may pass ``?token=TOKEN`` instead, for clients that cannot set headers).
+(WebSockets may pass ``?token=TOKEN`` instead, for clients that cannot set headers). The live page
+(``/``, its static files, ``/live/sessions`` and read-only spectator sockets ``/ws/watch/{id}``) is
+`nonstop.server.live`; only the page's files are served without the token.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 
 from nonstop.realtime.channels import Observation
+from nonstop.server.live import is_public, mount_live
 from nonstop.server.protocol import (
     MAX_WAIT_TICKS,
     MESSAGE_TYPES,
@@ -293,7 +296,7 @@ def create_app(
 
         @app.middleware("http")
         async def require_token(request: Request, call_next: Any) -> Any:
-            if not _authorized(request.headers.get("authorization"), None, token):
+            if not is_public(request.url.path) and not _authorized(request.headers.get("authorization"), None, token):
                 return JSONResponse(
                     {"type": "error", "data": {"message": "missing or wrong bearer token", "code": "UNAUTHORIZED"}},
                     status_code=401,
@@ -343,6 +346,8 @@ def create_app(
     @app.get("/replays")
     def replays() -> list[dict[str, Any]]:
         return mgr().list_replays()
+
+    mount_live(app, mgr, token)  # the page at /, /live/sessions, spectator sockets /ws/watch/{id}
 
     @app.websocket("/ws")
     async def websocket(ws: WebSocket) -> None:
