@@ -370,7 +370,7 @@
       };
       ctx.textAlign = "left";
       label(`max ${maxDelay} t`, lane + 12);
-      label(`${fmtNum(lo, 1)} … ${fmtNum(hi, 1)}`, 2 * lane + 12);
+      label(hi > lo ? `${fmtNum(lo, 1)} … ${fmtNum(hi, 1)}` : fmtNum(hi, 1), 2 * lane + 12);
       canvas.dataset.columns = String(this.pushes - 1);
     }
 
