@@ -20,7 +20,8 @@ def _fake_bench(result: dict) -> types.ModuleType:
 
 
 def _bench_args(quick: bool, as_json: bool) -> argparse.Namespace:
-    return argparse.Namespace(bench="fake", quick=quick, json=as_json, bench_module=_fake_bench({"meets_target": False}))
+    module = _fake_bench({"meets_target": False})
+    return argparse.Namespace(bench="fake", quick=quick, json=as_json, bench_module=module)
 
 
 def test_a_quick_run_says_it_is_not_the_measurement(capsys) -> None:

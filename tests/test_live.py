@@ -262,7 +262,8 @@ def test_live_page_in_a_headless_browser(tmp_path) -> None:
                 first = page.evaluate(state_js, view)
                 page.wait_for_function(
                     f"""first => {{ const s = ({state_js})('{view}');
-                        return s.tick >= first.tick + 60 && s.columns > first.columns + 5 && s.hash !== first.hash; }}""",
+                        return s.tick >= first.tick + 60 && s.columns > first.columns + 5
+                            && s.hash !== first.hash; }}""",
                     arg=first, timeout=60_000,
                 )  # fmt: skip
                 later = page.evaluate(state_js, view)

@@ -234,7 +234,7 @@ class SpectatorConnection:
         self.reader.stop_subscription()
 
 
-def mount_live(app: "FastAPI", manager: Callable[[], SessionManager], token: str | None) -> None:
+def mount_live(app: FastAPI, manager: Callable[[], SessionManager], token: str | None) -> None:
     """Add the page (``/``, ``/live/static/*``), ``GET /live/sessions`` and ``/ws/watch/{sid}`` to ``app``."""
     from nonstop.server.app import _authorized
 
