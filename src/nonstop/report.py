@@ -7,7 +7,9 @@ Reads what ``nonstop train --out RUN`` wrote (layout in `nonstop.learning.runlog
 * ``inaction_delay.png``   — inaction and mean delay over time, computed in windows from the tick
   log (the truth, DESIGN §1.8), or from progress.csv when the run has no tick log;
 * ``delay_histogram.png``  — delay of the agent-applied ticks (from the tick log);
-* ``report.md`` and ``report.json`` — the summary below, the plots, and what was skipped and why.
+* ``report.md`` and ``report.json`` — the summary below, the plots, and what was skipped and why;
+* ``report.html`` (with ``--html``) — the same summary and plots as one self-contained page (the
+  PNGs inlined as base64, no file or address outside it), to mail or attach as it is.
 
 Every figure of the summary is grouped by the file it comes from, so it can be traced back. A run
 dir with only some files (a run still going, or one cut short) gives the plots it can and says
@@ -33,7 +35,7 @@ import numpy as np
 
 from nonstop.learning.runlog import EPISODE_COLUMNS, PROGRESS_COLUMNS, RunPaths, read_columns, read_config, read_ticklog
 
-__all__ = ["Report", "add_arguments", "build_report", "render_summary", "run_report", "write_markdown"]
+__all__ = ["Report", "add_arguments", "build_report", "render_summary", "run_report", "write_html", "write_markdown"]
 
 #: Episodes in the "recent return" mean.
 RECENT_EPISODES: Final = 10
@@ -289,11 +291,73 @@ def write_markdown(report: Report) -> Path:
     return path
 
 
+#: headings of the plots in report.html
+HTML_TITLES: Final = {"return_over_time": "Return over time", "inaction_delay": "Inaction and delay over time",
+                      "delay_histogram": "Delay of the agent's actions"}  # fmt: skip
+#: the HTML report's style: inline, so the page is one file
+HTML_STYLE: Final = """
+body { margin: 0 auto; max-width: 980px; padding: 24px; color: #1d2330; background: #fff;
+       font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; }
+h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 16px; margin: 28px 0 8px; }
+.dim { color: #6b7385; } code { font: 12px ui-monospace, Menlo, Consolas, monospace; }
+table { border-collapse: collapse; min-width: 60%; }
+th, td { padding: 5px 10px; border-bottom: 1px solid #e2e5eb; text-align: left; }
+th { font-size: 12px; color: #6b7385; background: #fafbfc; }
+td.value { text-align: right; font-variant-numeric: tabular-nums; }
+tr.first td { border-top: 2px solid #d5d9e0; }
+figure { margin: 0 0 12px; } figure img { max-width: 100%; border: 1px solid #e2e5eb; border-radius: 4px; }
+"""
+
+
+def write_html(report: Report) -> Path:
+    """Write ``report.html`` into ``report.out_dir``: the summary table and every plot, inlined.
+
+    One self-contained file: each PNG travels as a base64 ``data:`` URI, the style is inline, and
+    nothing refers to a file or an address outside the page.
+    """
+    import base64
+    from html import escape
+
+    out = report.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    previous = None
+    for source, key, text in _rows(report):
+        first = source != previous
+        opening = '<tr class="first">' if first and previous is not None else "<tr>"
+        rows.append(f"{opening}<td>{escape(source) if first else ''}</td><td>{escape(key)}</td>"
+                    f'<td class="value">{escape(text)}</td></tr>')  # fmt: skip
+        previous = source
+    parts = [
+        "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>nonstop report {escape(report.run_dir.name)}</title><style>{HTML_STYLE}</style></head><body>",
+        f'<h1>Run report</h1><p class="dim"><code>{escape(str(report.run_dir))}</code></p>',
+        "<h2>Summary</h2><table><thead><tr><th>source</th><th>figure</th><th>value</th></tr></thead><tbody>",
+        *rows, "</tbody></table>",
+    ]  # fmt: skip
+    for name, path in report.plots.items():
+        data = base64.b64encode(Path(path).read_bytes()).decode()
+        title = escape(HTML_TITLES.get(name, name.replace("_", " ")))
+        parts.append(f'<h2>{title}</h2><figure><img alt="{title}" src="data:image/png;base64,{data}"></figure>')
+    if report.skipped:
+        parts.append("<h2>Skipped</h2><ul>")
+        parts += [f"<li>{escape(name)}: {escape(reason)}</li>" for name, reason in report.skipped.items()]
+        parts.append("</ul>")
+    if report.missing:
+        parts.append(f'<p class="dim">Not in the run dir: {escape(", ".join(report.missing))}.</p>')
+    parts.append("</body></html>\n")
+    path = out / "report.html"
+    path.write_text("\n".join(parts), encoding="utf-8")
+    return path
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``nonstop report``."""
     parser.add_argument("run", metavar="RUN", help="run directory written by `nonstop train --out RUN`")
     parser.add_argument("--out", metavar="DIR", help="where to write the plots and report.md (default RUN/report)")
     parser.add_argument("--json", action="store_true", help="also print report.json on the last line")
+    parser.add_argument("--html", action="store_true",
+                        help="also write report.html: the summary and plots as one self-contained page")
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -304,6 +368,8 @@ def run_report(args: argparse.Namespace) -> int:
     markdown = write_markdown(report)
     render_summary(report, Console())
     print(f"report: {markdown}")
+    if getattr(args, "html", False):
+        print(f"html: {write_html(report)}")
     if args.json:
         print(json.dumps(report.to_json(), allow_nan=False))
     return 0

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from nonstop.bench.channels import our_segments
-from nonstop.bench.common import machine_info, percentiles, run_sizes, size_help
+from nonstop.bench.common import machine_info, percentiles, run_sizes, size_help, verdict
 from nonstop.realtime.lifeline import hold_lifeline, reap
 from nonstop.bench.host import _registry_make_env, bench_env_factory, env_source
 from nonstop.metrics.timing import summarize
@@ -350,9 +350,9 @@ def render(result: dict[str, Any]) -> None:
             names[mode], str(s["n"]), f"{s['p50']:.1f}", f"{s['p90']:.1f}", f"{s['p99']:.1f}", f"{s['max']:.0f}",
             f"{result[f'{mode}_over_target_fraction'] * 100:.2f} %",
         )  # fmt: skip
-    verdict = "[green]meets[/]" if result["meets_target"] else "[red]misses[/]"
+    judged = verdict(result["meets_target"], bool(result.get("quick")))
     table.caption = (
-        f"p99 {verdict} ≤ {result['target_p99_us']:.0f} µs; plain sleep p99 / ours = {result['p99_ratio']:.1f}×; "
+        f"p99 {judged} ≤ {result['target_p99_us']:.0f} µs; plain sleep p99 / ours = {result['p99_ratio']:.1f}×; "
         f"env step p50 {result['env_step_p50_us']:.0f} µs; {result['seconds_per_mode']:.0f} s per mode in "
         f"{result['rounds']} round(s); shm leftovers {result['shm_leftovers']}"
     )

@@ -13,6 +13,23 @@ from typing import Any
 import numpy as np
 
 
+#: said beside every quick run's figures: its sizes suit a smoke check, not a measurement
+QUICK_NOTE = ("quick run (--quick): sizes small enough for a CI smoke check, not the measurement; "
+              "its meets_target is indicative only: judge the targets on a run without --quick")
+
+
+def verdict(ok: bool, quick: bool = False) -> str:
+    """A target's verdict for a human table (rich markup); a quick run says it is not the measurement.
+
+    >>> verdict(True)
+    '[green]meets[/]'
+    >>> verdict(False, quick=True)
+    '[red]misses[/] [dim](quick run)[/]'
+    """
+    word = "[green]meets[/]" if ok else "[red]misses[/]"
+    return word + (" [dim](quick run)[/]" if quick else "")
+
+
 def machine_info() -> dict:
     """What the figures were measured on."""
     info = {

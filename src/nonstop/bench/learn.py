@@ -113,8 +113,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def render(result: dict[str, Any]) -> None:
     z = result["zero_latency"]
+    reached = result["ticks_to_target"]
+    target = (f"reached at tick {reached:,}" if reached is not None else f"not reached in {z['ticks']:,} ticks")
     print(f"zero latency, {z['ticks']:,} ticks: last-20 return {z['return_last20']}, "
-          f"target {result['target_return']} reached at tick {result['ticks_to_target']} ({z['wall_s']} s)")  # fmt: skip
+          f"target {result['target_return']} {target} ({z['wall_s']} s)")  # fmt: skip
     from rich.console import Console
     from rich.table import Table
 

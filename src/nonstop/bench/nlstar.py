@@ -37,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", default="1,2", help="IMPALA widths, comma-separated (default 1,2)")
     p.add_argument("--batch", default="16,32", help="batch sizes, comma-separated (default 16,32)")
     p.add_argument("--window", type=float, default=8.0, help="seconds each N_L is measured for")
-    p.add_argument("--plot", default="nlstar.png", help="where to write the Figure 8 plot ('' for none)")
+    p.add_argument("--plot", default="runs/nlstar.png",
+                   help="where to write the Figure 8 plot (default runs/nlstar.png, beside bench nstar's; '' for none)")
 
 
 def _numbers(text: str, kind: type, name: str) -> list[Any]:

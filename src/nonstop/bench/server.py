@@ -72,7 +72,7 @@ from typing import Any
 
 import numpy as np
 
-from nonstop.bench.common import machine_info, percentiles
+from nonstop.bench.common import machine_info, percentiles, verdict
 from nonstop.realtime.lifeline import popen_lifeline, reap
 
 __all__ = ["DESCRIPTION", "RESULT_KEYS", "add_arguments", "run", "render"]
@@ -339,5 +339,4 @@ def render(result: dict[str, Any]) -> None:
     for row in rows:
         table.add_row(*row)
     Console().print(table)
-    verdict = "[green]meets[/]" if result["meets_target"] else "[red]misses[/]"
-    Console().print(f"verdict: {verdict} the targets")
+    Console().print(f"verdict: {verdict(result['meets_target'], bool(result.get('quick')))} the targets")

@@ -10,7 +10,9 @@ HTTP: ``/health`` (503 when ticks stop advancing), ``/metadata``, ``/schema``, `
 the MCP endpoint ``/mcp`` (`nonstop.server.openenv_http`). With a token, every request needs
 ``Authorization: Bearer TOKEN`` (WebSockets may pass ``?token=TOKEN`` instead, for clients that
 cannot set headers). The token is read from a file or the environment (`resolve_token`) and never
-logged: `RedactToken` rewrites ``token=`` in every uvicorn log line.
+logged: `RedactToken` rewrites ``token=`` in every uvicorn log line. The live page
+(``/``, its static files, ``/live/sessions`` and read-only spectator sockets ``/ws/watch/{id}``) is
+`nonstop.server.live`; only the page's files are served without the token.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from fastapi.responses import JSONResponse
 
 from nonstop.realtime.channels import Observation
 from nonstop.realtime.host import END_TERMINATED, END_TRUNCATED
+from nonstop.server.live import is_public, mount_live
 from nonstop.server.protocol import (
     MAX_WAIT_TICKS,
     MESSAGE_TYPES,
@@ -430,7 +433,7 @@ def create_app(
 
         @app.middleware("http")
         async def require_token(request: Request, call_next: Any) -> Any:
-            if not _authorized(request.headers.get("authorization"), None, token):
+            if not is_public(request.url.path) and not _authorized(request.headers.get("authorization"), None, token):
                 return JSONResponse(
                     {"type": "error", "data": {"message": "missing or wrong bearer token", "code": "UNAUTHORIZED"}},
                     status_code=401,
@@ -486,6 +489,7 @@ def create_app(
     from nonstop.server.openenv_http import add_openenv_routes
 
     add_openenv_routes(app, mgr, start_timeout=start_timeout, host=host)  # POST /reset, /step, GET /state, /mcp
+    mount_live(app, mgr, token)  # the page at /, /live/sessions, spectator sockets /ws/watch/{id}
 
     @app.websocket("/ws")
     async def websocket(ws: WebSocket) -> None:

@@ -8,6 +8,11 @@ ours: ``observe`` (latest observation, without acting), ``act`` (enqueue, answer
 every k ticks, newest wins). Unknown fields are rejected everywhere (``extra="forbid"``); nothing on
 the wire is pickled: arrays travel as base64 of their raw bytes or as JSON lists.
 
+Spectators: ``/ws/watch/{session_id}`` speaks the same messages about another client's session,
+read-only (`nonstop.server.live`): ``observe``, ``state``, ``wait`` and ``subscribe`` are answered
+as on ``/ws``; ``reset``, ``step`` and ``act`` get a ``READ_ONLY`` error; ``close`` or a lost
+spectator never ends the session, and watching does not count as the owner's activity.
+
 >>> msg = parse_message('{"type": "wait", "data": {"ticks": 3}}')
 >>> (msg.type, msg.data.ticks)
 ('wait', 3)
@@ -80,6 +85,7 @@ class ErrorCode(str, Enum):
     SESSION_ENDED = "SESSION_ENDED"
     BACKPRESSURE = "BACKPRESSURE"
     UNAUTHORIZED = "UNAUTHORIZED"
+    READ_ONLY = "READ_ONLY"  # a spectator socket tried to reset, step or act
 
 
 class ProtocolError(Exception):

@@ -1,0 +1,436 @@
+// nonstop live view: the sessions of this server, and a live view of each, fed by `subscribe`
+// pushes on read-only spectator sockets (/ws/watch/{id}). Plain JavaScript, no dependencies.
+//
+// URL fragment options (a fragment never reaches the server): #token=T (servers run with
+// --token; kept in this tab's sessionStorage, then removed from the address bar), #every=N
+// (push every N ticks, default 4).
+"use strict";
+
+(() => {
+  const POLL_MS = 1000;
+  const MAX_VIEWS = 8; // live views open at once; more sessions are listed in the table only
+  const ENDED_ROWS = 8; // ended sessions kept in the table
+  const STRIP_COLUMNS = 150; // pushes shown in a view's strip
+  const ENDED_VIEW_MS = 20000; // how long an ended session's view stays on the page
+  const RECONNECT_MS = 3000;
+  const FRAME_PX = 240; // on-screen size of a frame's longer side
+  const TOKEN_KEY = "nonstop.token";
+
+  const options = new URLSearchParams(location.hash.slice(1));
+  const EVERY = clampInt(options.get("every"), 1, 600, 4);
+  let token = options.get("token") || sessionStorage.getItem(TOKEN_KEY);
+  if (options.has("token")) {
+    sessionStorage.setItem(TOKEN_KEY, token);
+    options.delete("token"); // keep it out of the address bar, bookmarks and screenshots
+    history.replaceState(null, "", location.pathname + (options.toString() ? "#" + options : ""));
+  }
+  let askedForToken = false;
+
+  const $ = (sel, root = document) => root.querySelector(sel);
+  const views = new Map(); // session id -> View
+
+  function clampInt(text, lo, hi, fallback) {
+    const n = Number.parseInt(text ?? "", 10);
+    return Number.isFinite(n) ? Math.min(hi, Math.max(lo, n)) : fallback;
+  }
+
+  function fmtPct(x) {
+    return x === null || x === undefined || !Number.isFinite(x) ? "–" : `${(100 * x).toFixed(0)}%`;
+  }
+
+  function fmtNum(x, digits = 0) {
+    if (x === null || x === undefined || !Number.isFinite(x)) return "–";
+    return x.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: 0 });
+  }
+
+  function setStatus(state, text) {
+    const el = $("#status");
+    el.dataset.state = state;
+    el.textContent = text;
+  }
+
+  // ---------------------------------------------------------------- HTTP with the token
+
+  class NeedsToken extends Error {}
+
+  async function getJSON(path) {
+    const headers = token ? { Authorization: `Bearer ${token}` } : {};
+    const reply = await fetch(path, { headers, cache: "no-store" });
+    if (reply.status === 401) throw new NeedsToken(path);
+    return { status: reply.status, body: await reply.json() };
+  }
+
+  function askForToken() {
+    if (askedForToken) return;
+    askedForToken = true;
+    const given = window.prompt("This nonstop server needs its token (nonstop serve --token):");
+    if (given) {
+      token = given.trim();
+      sessionStorage.setItem(TOKEN_KEY, token);
+      askedForToken = false;
+    }
+  }
+
+  function tokenSubprotocol(text) {
+    // the token as a WebSocket subprotocol: browsers cannot set headers on a socket, and a
+    // ?token= query would be written into the server's access log
+    const bytes = new TextEncoder().encode(text);
+    let binary = "";
+    for (const b of bytes) binary += String.fromCharCode(b);
+    return "nonstop.bearer." + btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  }
+
+  // ---------------------------------------------------------------- the sessions table
+
+  function renderTable(rows) {
+    const running = rows.filter((r) => r.lifecycle !== "ended" && r.lifecycle !== "closed");
+    const ended = rows.filter((r) => r.lifecycle === "ended" || r.lifecycle === "closed").slice(0, ENDED_ROWS);
+    const shown = running.concat(ended);
+    $("#session-count").textContent = `${running.length} running`;
+    $("#no-sessions").hidden = shown.length > 0;
+    const body = $("#sessions tbody");
+    body.replaceChildren(...shown.map(tableRow));
+  }
+
+  function tableRow(r) {
+    const tr = document.createElement("tr");
+    tr.dataset.session = r.session_id;
+    const live = r.lifecycle !== "ended" && r.lifecycle !== "closed";
+    if (!live) tr.className = "ended";
+    const seats = r.seats || [];
+    const cells = [
+      ["code", r.session_id.slice(0, 8), r.session_id],
+      ["", r.env],
+      ["", seats.map((s) => s.seat).join(", ")],
+      ["badge", r.lifecycle, r.end_reason || ""],
+      ["num", fmtNum(r.tick)],
+      ["num", seats.map((s) => fmtPct(s.inaction_fraction)).join(" / ")],
+      ["num", seats.map((s) => (s.last_delay === null ? "–" : `${s.last_delay} t`)).join(" / ")],
+      ["num", r.lateness_p99_ms === null || r.lateness_p99_ms === undefined ? "–" : `${r.lateness_p99_ms.toFixed(2)} ms`],
+      ["num", fmtNum(r.total_reward, 2)],
+    ];
+    for (const [kind, text, title] of cells) {
+      const td = document.createElement("td");
+      if (kind === "code") {
+        const code = document.createElement("code");
+        code.textContent = text;
+        td.append(code);
+      } else if (kind === "badge") {
+        const span = document.createElement("span");
+        span.className = `badge ${text}`;
+        span.textContent = text;
+        td.append(span);
+      } else {
+        td.textContent = text;
+        if (kind) td.className = kind;
+      }
+      if (title) td.title = title;
+      tr.append(td);
+    }
+    return tr;
+  }
+
+  // ---------------------------------------------------------------- one live view
+
+  function b64ToBytes(b64) {
+    const binary = atob(b64);
+    const bytes = new Uint8Array(binary.length);
+    for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+    return bytes;
+  }
+
+  function fnv1a(bytes) {
+    let h = 0x811c9dc5;
+    for (let i = 0; i < bytes.length; i++) {
+      h ^= bytes[i];
+      h = Math.imul(h, 0x01000193) >>> 0;
+    }
+    return h.toString(16).padStart(8, "0");
+  }
+
+  const TYPED = { "|u1": Uint8Array, "|i1": Int8Array, "<u2": Uint16Array, "<i2": Int16Array,
+                  "<u4": Uint32Array, "<i4": Int32Array, "<f4": Float32Array, "<f8": Float64Array,
+                  "<i8": BigInt64Array, "<u8": BigUint64Array, "|b1": Uint8Array };
+
+  class View {
+    constructor(row) {
+      this.sid = row.session_id;
+      this.el = $("#view-template").content.firstElementChild.cloneNode(true);
+      this.el.dataset.session = this.sid;
+      $(".env", this.el).textContent = row.env;
+      $(".sid", this.el).textContent = this.sid.slice(0, 8);
+      $(".sid", this.el).title = this.sid;
+      this.frame = $("canvas.frame", this.el);
+      this.vector = $("pre.vector", this.el);
+      this.strip = $("canvas.strip", this.el);
+      this.columns = []; // {agent, beta, delay, total, newEpisode}
+      this.pushes = 0;
+      this.prev = null;
+      this.ws = null;
+      this.closedAt = 0;
+      this.endedAt = 0;
+      this.setState("connecting");
+      $("#views").append(this.el);
+      this.connect();
+    }
+
+    setState(text) {
+      $(".state", this.el).textContent = text;
+    }
+
+    note(text, isError = false) {
+      const el = $(".note", this.el);
+      el.textContent = text;
+      el.classList.toggle("error", isError);
+    }
+
+    connect() {
+      const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+      const protocols = ["nonstop"];
+      if (token) protocols.push(tokenSubprotocol(token));
+      const ws = new WebSocket(`${scheme}${location.host}/ws/watch/${encodeURIComponent(this.sid)}`, protocols);
+      this.ws = ws;
+      ws.onopen = () => {
+        this.setState("watching");
+        this.note(`pushed every ${EVERY} ticks`);
+        ws.send(JSON.stringify({ type: "subscribe", data: { every: EVERY, encoding: "b64" } }));
+      };
+      ws.onmessage = (event) => {
+        const msg = JSON.parse(event.data);
+        if (msg.type === "push" || msg.type === "observation") this.update(msg.data.observation);
+        else if (msg.type === "error") this.error(msg.data);
+      };
+      ws.onclose = (event) => {
+        this.ws = null;
+        this.closedAt = Date.now();
+        if (!this.endedAt) {
+          this.setState("disconnected");
+          if (event.code === 1008) this.note("the server refused the token", true);
+        }
+      };
+    }
+
+    error(data) {
+      if (data.code === "SESSION_ENDED" || data.code === "NO_SESSION") this.markEnded(data.message);
+      else this.note(`${data.code}: ${data.message}`, true);
+    }
+
+    markEnded(message) {
+      if (this.endedAt) return;
+      this.endedAt = Date.now();
+      this.el.classList.add("ended");
+      this.setState("ended");
+      this.note(message);
+    }
+
+    update(o) {
+      this.pushes += 1;
+      const prev = this.prev;
+      this.prev = o;
+      $(".tick", this.el).textContent = fmtNum(o.tick);
+      $(".episode", this.el).textContent = fmtNum(o.episode);
+      $(".return", this.el).textContent = fmtNum(o.total_reward, 2);
+      $(".pushes", this.el).textContent = fmtNum(this.pushes);
+      this.el.dataset.tick = String(o.tick);
+      this.drawObs(o.obs);
+      if (prev !== null) {
+        const agent = o.agent_ticks - prev.agent_ticks;
+        const beta = o.inaction_ticks - prev.inaction_ticks;
+        this.columns.push({ agent, beta, delay: agent > 0 ? o.last_delay : null, total: o.total_reward,
+                            newEpisode: o.episode !== prev.episode });
+        if (this.columns.length > STRIP_COLUMNS) this.columns.shift();
+        this.drawStrip();
+      }
+      const acted = this.columns.reduce((n, c) => n + c.agent, 0);
+      const idle = this.columns.reduce((n, c) => n + c.beta, 0);
+      $(".inaction", this.el).textContent = acted + idle ? fmtPct(idle / (acted + idle)) : "–";
+      $(".delay", this.el).textContent = o.agent_ticks ? `${o.last_delay} t` : "–";
+    }
+
+    drawObs(obs) {
+      if (obs === null || obs === undefined) {
+        this.showVector("no observation sent (encoding none)");
+        return;
+      }
+      if (Array.isArray(obs)) {
+        this.frame.dataset.hash = fnv1a(new TextEncoder().encode(JSON.stringify(obs)));
+        this.showVector(formatValues(obs.flat(Infinity)));
+        return;
+      }
+      const bytes = b64ToBytes(obs.b64);
+      this.frame.dataset.hash = fnv1a(bytes);
+      const shape = obs.shape;
+      const image = obs.dtype === "|u1" && (shape.length === 2 || (shape.length === 3 && [1, 3, 4].includes(shape[2])));
+      if (!image) {
+        const Typed = TYPED[obs.dtype];
+        if (!Typed) {
+          this.showVector(`${obs.dtype} ${JSON.stringify(shape)}`);
+          return;
+        }
+        const values = Array.from(new Typed(bytes.buffer, 0, bytes.length / Typed.BYTES_PER_ELEMENT), Number);
+        this.showVector(formatValues(values));
+        return;
+      }
+      const [h, w] = shape;
+      const c = shape.length === 3 ? shape[2] : 1;
+      if (this.frame.width !== w || this.frame.height !== h) {
+        this.frame.width = w;
+        this.frame.height = h;
+        const scale = FRAME_PX / Math.max(w, h); // the longer side FRAME_PX on screen, pixels kept sharp
+        this.frame.style.width = `${Math.round(w * scale)}px`;
+        this.frame.style.height = `${Math.round(h * scale)}px`;
+      }
+      this.frame.hidden = false;
+      this.vector.hidden = true;
+      const ctx = this.frame.getContext("2d");
+      const img = ctx.createImageData(w, h);
+      const px = img.data;
+      for (let i = 0, j = 0; i < w * h; i++, j += c) {
+        const k = 4 * i;
+        if (c >= 3) {
+          px[k] = bytes[j];
+          px[k + 1] = bytes[j + 1];
+          px[k + 2] = bytes[j + 2];
+        } else {
+          px[k] = px[k + 1] = px[k + 2] = bytes[j];
+        }
+        px[k + 3] = 255;
+      }
+      ctx.putImageData(img, 0, 0);
+    }
+
+    showVector(text) {
+      this.frame.hidden = true;
+      this.vector.hidden = false;
+      this.vector.textContent = text;
+    }
+
+    drawStrip() {
+      const canvas = this.strip;
+      const ctx = canvas.getContext("2d");
+      const dpr = window.devicePixelRatio || 1;
+      const W = canvas.clientWidth || 600;
+      const H = canvas.clientHeight || 120;
+      if (canvas.width !== Math.round(W * dpr) || canvas.height !== Math.round(H * dpr)) {
+        canvas.width = Math.round(W * dpr); // drawn at the size shown: crisp lines and labels
+        canvas.height = Math.round(H * dpr);
+      }
+      ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+      const lane = H / 3;
+      const pad = 4;
+      const colW = W / STRIP_COLUMNS;
+      const x0 = W - this.columns.length * colW; // newest at the right edge
+      const css = getComputedStyle(document.documentElement);
+      const color = (name) => css.getPropertyValue(name).trim();
+      ctx.clearRect(0, 0, W, H);
+      const cols = this.columns;
+      const maxDelay = Math.max(1, ...cols.map((c) => c.delay ?? 0));
+      const totals = cols.map((c) => c.total);
+      const lo = Math.min(...totals);
+      const hi = Math.max(...totals);
+      cols.forEach((c, i) => {
+        const x = x0 + i * colW;
+        const n = c.agent + c.beta;
+        if (n > 0) {
+          const agentH = ((lane - 2 * pad) * c.agent) / n;
+          ctx.fillStyle = color("--beta");
+          ctx.fillRect(x, pad, colW - 0.5, lane - 2 * pad - agentH);
+          ctx.fillStyle = color("--agent");
+          ctx.fillRect(x, lane - pad - agentH, colW - 0.5, agentH);
+        }
+        if (c.delay !== null) {
+          const dh = Math.max(1, ((lane - 2 * pad) * c.delay) / maxDelay);
+          ctx.fillStyle = color("--delay");
+          ctx.fillRect(x, 2 * lane - pad - dh, colW - 0.5, dh);
+        }
+        if (c.newEpisode) {
+          ctx.fillStyle = "#b8bfcc";
+          ctx.fillRect(x, 0, 1, H);
+        }
+      });
+      ctx.strokeStyle = color("--ret");
+      ctx.lineWidth = 1.5;
+      ctx.beginPath();
+      cols.forEach((c, i) => {
+        const y = hi > lo ? 3 * lane - pad - ((lane - 2 * pad) * (c.total - lo)) / (hi - lo) : 2.5 * lane;
+        if (i === 0) ctx.moveTo(x0 + i * colW + colW / 2, y);
+        else ctx.lineTo(x0 + i * colW + colW / 2, y);
+      });
+      ctx.stroke();
+      ctx.fillStyle = "#e2e5eb";
+      ctx.fillRect(0, lane, W, 1);
+      ctx.fillRect(0, 2 * lane, W, 1);
+      ctx.font = "10px system-ui, sans-serif";
+      const label = (text, y) => { // on a light backing, readable over the bars
+        const w = ctx.measureText(text).width + 6;
+        ctx.fillStyle = "rgba(252, 252, 253, 0.85)";
+        ctx.fillRect(2, y - 10, w, 13);
+        ctx.fillStyle = color("--dim");
+        ctx.fillText(text, 5, y);
+      };
+      ctx.textAlign = "left";
+      label(`max ${maxDelay} t`, lane + 12);
+      label(hi > lo ? `${fmtNum(lo, 1)} … ${fmtNum(hi, 1)}` : fmtNum(hi, 1), 2 * lane + 12);
+      canvas.dataset.columns = String(this.pushes - 1);
+    }
+
+    close() {
+      if (this.ws) this.ws.close();
+      this.el.remove();
+    }
+  }
+
+  function formatValues(values) {
+    const shown = values.slice(0, 32).map((v) => (Number.isInteger(v) ? String(v) : v.toFixed(4)));
+    const rows = [];
+    for (let i = 0; i < shown.length; i += 4) rows.push(shown.slice(i, i + 4).join("  "));
+    if (values.length > 32) rows.push(`… ${values.length} values`);
+    return rows.join("\n");
+  }
+
+  // ---------------------------------------------------------------- the loop
+
+  function syncViews(rows) {
+    const byId = new Map(rows.map((r) => [r.session_id, r]));
+    const now = Date.now();
+    for (const [sid, view] of views) {
+      const row = byId.get(sid);
+      const live = row && row.lifecycle === "running";
+      if (!live) view.markEnded(row ? `session ended (${row.end_reason || row.lifecycle})` : "session gone");
+      if (view.endedAt && now - view.endedAt > ENDED_VIEW_MS) {
+        view.close();
+        views.delete(sid);
+      } else if (live && !view.ws && now - view.closedAt > RECONNECT_MS) {
+        view.connect();
+      }
+    }
+    for (const row of rows) {
+      if (row.lifecycle !== "running" || views.has(row.session_id)) continue;
+      const open = [...views.values()].filter((v) => !v.endedAt).length;
+      if (open >= MAX_VIEWS) break;
+      views.set(row.session_id, new View(row));
+    }
+  }
+
+  async function poll() {
+    try {
+      const sessions = await getJSON("/live/sessions");
+      renderTable(sessions.body.sessions);
+      syncViews(sessions.body.sessions);
+      const health = await getJSON("/health");
+      const running = sessions.body.sessions.filter((r) => r.lifecycle === "running").length;
+      setStatus(health.body.status, `${health.body.status} · ${running} / ${sessions.body.max_sessions} sessions`);
+    } catch (err) {
+      if (err instanceof NeedsToken) {
+        setStatus("error", "needs the server's token: open /#token=TOKEN");
+        askForToken();
+      } else {
+        setStatus("error", "server unreachable");
+      }
+    } finally {
+      setTimeout(poll, POLL_MS);
+    }
+  }
+
+  poll();
+})();
