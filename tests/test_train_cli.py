@@ -131,3 +131,16 @@ def test_every_dqn_setting_is_a_train_flag_with_its_default_shown():
     assert dqn.lr == DQNConfig.for_family("classic").lr  # not given: the family's value stays
     with pytest.raises(ValueError, match="gamma"):
         config_from_args(p.parse_args(["--gamma", "1.5"]))
+
+
+def test_paper_preset_sets_the_papers_stated_values_and_flags_beside_it_win():
+    import argparse
+
+    from nonstop.trainer import add_arguments, config_from_args
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    dqn = config_from_args(p.parse_args(["--env", "CartPole", "--preset", "paper-pokemon", "--batch-size", "8"])).dqn
+    assert (dqn.lr, dqn.gamma, dqn.replay_capacity, dqn.batch_size) == (1e-3, 0.99, 1_000_000, 8)
+    with pytest.raises(SystemExit):
+        p.parse_args(["--preset", "paper-nope"])

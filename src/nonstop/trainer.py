@@ -74,8 +74,10 @@ def add_dqn_arguments(p: argparse.ArgumentParser) -> None:
     >>> (a.gamma, a.double, a.hidden, a.target_update)
     (0.9, False, [64, 64], None)
     """
-    from nonstop.learning.dqn import DQNConfig
+    from nonstop.learning.dqn import PAPER_PRESETS, DQNConfig
 
+    p.add_argument("--preset", choices=sorted(PAPER_PRESETS), default=None,
+                   help="the paper's stated DQN settings (γ, batch, Adam step, replay, k); flags given beside it win")  # fmt: skip
     group = p.add_argument_group("DQN settings (defaults: the paper's; the env family may override, see DQNConfig.for_family)")
     for f in fields(DQNConfig):
         flag = "--" + f.name.replace("_", "-")
@@ -95,7 +97,11 @@ def config_from_args(args: argparse.Namespace) -> Any:
     from nonstop.learning.dqn import DQNConfig
     from nonstop.run import TrainConfig, default_env_kwargs, parse_env_args
 
-    overrides = {f.name: getattr(args, f.name) for f in fields(DQNConfig) if getattr(args, f.name, None) is not None}
+    from nonstop.learning.dqn import PAPER_PRESETS
+
+    preset = PAPER_PRESETS[args.preset] if getattr(args, "preset", None) else {}
+    given = {f.name: getattr(args, f.name) for f in fields(DQNConfig) if getattr(args, f.name, None) is not None}
+    overrides = {**preset, **given}
     if isinstance(overrides.get("hidden"), list):
         overrides["hidden"] = tuple(overrides["hidden"])
     family = env_info(args.env).family
