@@ -21,8 +21,8 @@ import json
 import math
 import shutil
 import time
-from dataclasses import fields
 from collections.abc import Callable, Iterator
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -94,10 +94,8 @@ def add_dqn_arguments(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> Any:
     from nonstop.envs import env_info
-    from nonstop.learning.dqn import DQNConfig
+    from nonstop.learning.dqn import PAPER_PRESETS, DQNConfig
     from nonstop.run import TrainConfig, default_env_kwargs, parse_env_args
-
-    from nonstop.learning.dqn import PAPER_PRESETS
 
     preset = PAPER_PRESETS[args.preset] if getattr(args, "preset", None) else {}
     given = {f.name: getattr(args, f.name) for f in fields(DQNConfig) if getattr(args, f.name, None) is not None}
