@@ -113,3 +113,41 @@ def test_resume_skips_a_corrupt_newest_checkpoint_and_names_it(tmp_path, capsys,
     assert main([*ARGS, "--seconds", "2", "--out", str(run), "--resume"]) == 0
     err = "".join(capsys.readouterr().err.split())  # the console wraps long lines anywhere
     assert ckpts[-1].name in err and f"resumedfrom{ckpts[0].name}" in err
+
+
+def test_every_dqn_setting_is_a_train_flag_with_its_default_shown():
+    """Issue 13/10: the train flags are generated from DQNConfig, so none is missing or undocumented,
+    and a flag left out keeps the env family's value."""
+    import argparse
+    from dataclasses import fields
+
+    from nonstop.learning.dqn import DQNConfig
+    from nonstop.trainer import add_arguments, config_from_args
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    text = p.format_help()
+    for f in fields(DQNConfig):
+        assert "--" + f.name.replace("_", "-") in text
+    args = p.parse_args(["--env", "CartPole", "--gamma", "0.9", "--target-update", "77", "--adam-eps", "1e-8",
+                         "--epsilon-start", "0.05", "--epsilon-end", "0.05", "--updates-per-transition", "4",
+                         "--hidden", "32", "16", "--no-double"])  # fmt: skip
+    dqn = config_from_args(args).dqn
+    assert (dqn.gamma, dqn.target_update, dqn.adam_eps, dqn.updates_per_transition) == (0.9, 77, 1e-8, 4.0)
+    assert (dqn.epsilon_start, dqn.epsilon_end, dqn.hidden, dqn.double) == (0.05, 0.05, (32, 16), False)
+    assert dqn.lr == DQNConfig.for_family("classic").lr  # not given: the family's value stays
+    with pytest.raises(ValueError, match="gamma"):
+        config_from_args(p.parse_args(["--gamma", "1.5"]))
+
+
+def test_paper_preset_sets_the_papers_stated_values_and_flags_beside_it_win():
+    import argparse
+
+    from nonstop.trainer import add_arguments, config_from_args
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    dqn = config_from_args(p.parse_args(["--env", "CartPole", "--preset", "paper-pokemon", "--batch-size", "8"])).dqn
+    assert (dqn.lr, dqn.gamma, dqn.replay_capacity, dqn.batch_size) == (1e-3, 0.99, 1_000_000, 8)
+    with pytest.raises(SystemExit):
+        p.parse_args(["--preset", "paper-nope"])

@@ -23,6 +23,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="wall-clock inference workers: threads, processes, or Ray actors on any node (pip install -e '.[ray]')")
     p.add_argument("--ray-address", default=None, metavar="HOST:PORT",
                    help="Ray cluster for --backend ray (default: start a local Ray)")
-    p.add_argument("--k", type=float, default=None, help="IMPALA ResNet width for image observations")
-    p.add_argument("--lr", type=float, default=None, help="Adam step size (default: the env family's)")
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--replay-capacity", type=int, default=None, help="transitions kept (paper: 1,000,000)")
-    p.add_argument("--learning-starts", type=int, default=None)
-    p.add_argument("--double", action="store_true", default=None, help="double DQN")
+    add_dqn_arguments(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", metavar="RUN", default=None, help="run directory (default runs/<env>-<time>)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
@@ -71,13 +67,45 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"write the replay into checkpoints (auto: when under {REPLAY_CHECKPOINT_LIMIT >> 20} MiB and the disk has room)")  # fmt: skip
 
 
+def add_dqn_arguments(p: argparse.ArgumentParser) -> None:
+    """One flag per ``DQNConfig`` field, its help and default taken from the dataclass (one source of truth).
+
+    A flag left out keeps the env family's value (``DQNConfig.for_family``), so the parsed default is None.
+
+    >>> p = argparse.ArgumentParser()
+    >>> add_dqn_arguments(p)
+    >>> a = p.parse_args(["--gamma", "0.9", "--no-double", "--hidden", "64", "64"])
+    >>> (a.gamma, a.double, a.hidden, a.target_update)
+    (0.9, False, [64, 64], None)
+    """
+    from nonstop.learning.dqn import PAPER_PRESETS, DQNConfig
+
+    p.add_argument("--preset", choices=sorted(PAPER_PRESETS), default=None,
+                   help="the paper's stated DQN settings (γ, batch, Adam step, replay, k); flags given beside it win")  # fmt: skip
+    group = p.add_argument_group("DQN settings (defaults: the paper's; the env family may override, see DQNConfig.for_family)")
+    for f in fields(DQNConfig):
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default
+        text = f"{f.metadata.get('help', '')} (default {default!r})".replace("%", "%%")
+        if isinstance(default, bool):
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+        elif isinstance(default, tuple):
+            group.add_argument(flag, type=int, nargs="+", default=None, metavar="N", help=text)
+        else:
+            kind = {"float": float, "int": int, "str": str}[getattr(f.type, "__name__", f.type)]
+            group.add_argument(flag, type=kind, default=None, metavar=kind.__name__.upper(), help=text)
+
+
 def config_from_args(args: argparse.Namespace) -> Any:
     from nonstop.envs import env_info
-    from nonstop.learning.dqn import DQNConfig
+    from nonstop.learning.dqn import PAPER_PRESETS, DQNConfig
     from nonstop.run import TrainConfig, default_env_kwargs, parse_env_args
 
-    overrides = {name: getattr(args, name) for name in ("k", "lr", "batch_size", "replay_capacity", "learning_starts", "double")
-                 if getattr(args, name, None) is not None}  # fmt: skip
+    preset = PAPER_PRESETS[args.preset] if getattr(args, "preset", None) else {}
+    given = {f.name: getattr(args, f.name) for f in fields(DQNConfig) if getattr(args, f.name, None) is not None}
+    overrides = {**preset, **given}
+    if isinstance(overrides.get("hidden"), list):
+        overrides["hidden"] = tuple(overrides["hidden"])
     family = env_info(args.env).family
     dqn = DQNConfig.for_family(family, **overrides)
     env_kwargs = {**default_env_kwargs(family), **parse_env_args(args.env_arg)}

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from nonstop.learning.replay import Batch
 
-__all__ = ["DQNConfig", "build_q_network", "DQNPolicy", "compute_gradient", "apply_gradient", "epsilon_at"]
+__all__ = ["DQNConfig", "PAPER_PRESETS", "build_q_network", "DQNPolicy", "compute_gradient", "apply_gradient", "epsilon_at"]
 
 
 @dataclass
@@ -94,6 +94,17 @@ class DQNConfig:
         if unknown:
             raise ValueError(f"unknown DQN settings: {sorted(unknown)}")
         return cls(**d)
+
+
+#: The settings the paper states (§5 Implementation Details, Appendix A); everything it leaves unsaid
+#: (ε schedule, target period, Adam ε, learning starts) keeps nonstop's default. Tetris: "one update on
+#: the replay buffer for each action taken".
+PAPER_PRESETS: dict[str, dict[str, Any]] = {
+    "paper-atari": {"gamma": 0.99, "batch_size": 16, "lr": 1e-5, "replay_capacity": 1_000_000, "k": 1},
+    "paper-pokemon": {"gamma": 0.99, "batch_size": 16, "lr": 1e-3, "replay_capacity": 1_000_000, "k": 1},
+    "paper-tetris": {"gamma": 0.99, "batch_size": 16, "lr": 1e-3, "replay_capacity": 1_000_000, "k": 1,
+                     "updates_per_transition": 1.0},
+}  # fmt: skip
 
 
 def epsilon_at(tick: int, cfg: DQNConfig) -> float:
