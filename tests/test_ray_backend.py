@@ -28,12 +28,28 @@ def cluster():
 
     import socket
 
-    with socket.socket() as probe:  # a free GCS port: never meet another Ray on this machine at 6379
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    def free_ports(n: int) -> list[int]:
+        socks = [socket.socket() for _ in range(n)]
+        try:
+            for s in socks:
+                s.bind(("127.0.0.1", 0))
+            return [s.getsockname()[1] for s in socks]
+        finally:
+            for s in socks:
+                s.close()
+
+    # Every port Ray would otherwise take at a fixed default (GCS 6379, the dashboard agent 52365,
+    # metrics, the runtime-env agent) on a free one: a second Ray on this machine must not make the
+    # raylet fate-share with an agent that could not bind, which shows up as a GCS timeout.
+    def node_ports() -> dict[str, int]:
+        agent, metrics, runtime_env = free_ports(3)
+        return {"dashboard_agent_listen_port": agent, "metrics_export_port": metrics, "runtime_env_agent_port": runtime_env}
+
+    (gcs,) = free_ports(1)
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False,
-                                                      "node_ip_address": "127.0.0.1", "redis_port": port})  # fmt: skip
-    worker = c.add_node(num_cpus=2, node_ip_address="127.0.0.1")
+                                                      "node_ip_address": "127.0.0.1", "redis_port": gcs,
+                                                      **node_ports()})  # fmt: skip
+    worker = c.add_node(num_cpus=2, node_ip_address="127.0.0.1", **node_ports())
     ray.init(address=c.address, log_to_driver=False)
     try:
         c.wait_for_nodes()
