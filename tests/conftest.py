@@ -86,6 +86,20 @@ def cartpole() -> gymnasium.Env:
     return gymnasium.make("CartPole-v1")
 
 
+class _SlowReset(gymnasium.Wrapper):
+    """Resets take 5 ms of wall time: the host's two publishes at an episode end lie that far apart."""
+
+    def reset(self, **kwargs):
+        import time
+
+        time.sleep(0.005)
+        return self.env.reset(**kwargs)
+
+
+def slow_reset_cartpole() -> gymnasium.Env:
+    return _SlowReset(gymnasium.make("CartPole-v1"))
+
+
 def failing_env() -> ScriptedEnv:
     """Raises on its 7th step: six good ticks, then a failure at tick 7."""
     return ScriptedEnv(fail_at_step=7)

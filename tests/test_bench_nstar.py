@@ -21,10 +21,11 @@ def _args(argv: list[str]) -> argparse.Namespace:
 
 def test_quick_virtual_nstar_equals_theory_and_reports_the_machine():
     result = nstar.run(_args(["--quick", "--tau-theta", "1,3,5", "--plot", ""]))
-    assert [(r["scheduler"], r["tau_theta_ticks"], r["nstar_measured"]) for r in result["rows"]] == [
-        ("max_time", 1, 1), ("max_time", 3, 3), ("max_time", 5, 5),
-        ("exp_time", 1, 1), ("exp_time", 3, 3), ("exp_time", 5, 5),
-    ]  # fmt: skip
+    got = sorted((r["scheduler"], r["tau_theta_ticks"], r["nstar_measured"]) for r in result["rows"])
+    assert got == sorted(
+        (name, tau, tau) for name in ("max_time", "exp_time", "quantile_hold") for tau in (1, 3, 5)
+    )  # constant latency: every scheduler needs exactly ⌈τ_θ/τ_M⌉
+    assert all(r["lower_bound"] == r["tau_theta_ticks"] for r in result["rows"])
     assert result["all_match_theory"]
     for row in result["rows"]:
         if row["nstar_measured"] > 1:  # one worker short does leave β ticks
@@ -41,3 +42,35 @@ def test_quick_virtual_nstar_equals_theory_and_reports_the_machine():
 def test_bad_tau_theta_fails_before_any_run(argv, match):
     with pytest.raises(ValueError, match=match):
         nstar.run(_args(argv + ["--plot", ""]))
+
+
+def test_lognormal_quantile_hold_beats_the_paper_and_stays_near_the_bound(tmp_path):
+    """Variable latency (σ = 0.5, τ̄ = 4 ticks): quantile_hold's N_I* is within 2× the bound while
+    Algorithm 2 needs more; both rows carry the formula, the bound, the delay paid and all trials;
+    the auto row reports the workers it chose. A σ sweep also writes the N_I*-against-σ plot."""
+    result = nstar.run(_args(["--quick", "--latency", "lognormal", "--sigma", "0.25,0.5", "--tau-theta", "4",
+                              "--scheduler", "exp_time,quantile_hold", "--plot", str(tmp_path / "n.png")]))
+    rows = {(r["scheduler"], r["sigma"]): r for r in result["rows"]}
+    hold, exp = rows[("quantile_hold", 0.5)], rows[("exp_time", 0.5)]
+    assert hold["lower_bound"] == exp["lower_bound"] == 4
+    assert hold["nstar_measured"] <= 2 * 4 < exp["nstar_measured"]
+    assert hold["inaction_at_nstar"] <= 0.005 and hold["inaction_at_nstar_minus_1"] > 0.005
+    assert hold["delay_mean_ticks"] > exp["delay_mean_ticks"]  # the trade: delay for workers
+    assert str(hold["nstar_measured"] - 1) in hold["trials"]
+    assert rows[("auto", 0.5)]["n_workers_chosen"] >= 4 and rows[("auto", 0.5)]["inaction_at_nstar"] <= 0.01
+    assert result["quantile_hold_within_2x_bound"] is True
+    assert (tmp_path / "n.png").exists() and (tmp_path / "n_sigma.png").exists()
+    json.loads(json.dumps(result, allow_nan=False))
+
+
+def test_empirical_latency_file_is_rescaled_to_each_mean(tmp_path):
+    path = tmp_path / "times.txt"
+    path.write_text("# measured seconds\n0.05\n0.05\n0.10\n")
+    result = nstar.run(_args(["--latency", f"empirical:{path}", "--tau-theta", "3", "--scheduler", "quantile_hold",
+                              "--quick", "--plot", ""]))
+    (hold, auto) = result["rows"]
+    assert result["empirical_source"] == str(path) and hold["lower_bound"] == 3
+    assert hold["tau_theta_mean_ticks"] == pytest.approx(3, rel=0.1)
+    assert hold["nstar_measured"] <= 6 and hold["inaction_at_nstar"] <= 0.005
+    with pytest.raises(ValueError, match="--latency must be one of constant, normal, lognormal, empirical:FILE"):
+        nstar.run(_args(["--latency", "gamma", "--plot", ""]))

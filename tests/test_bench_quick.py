@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from nonstop.bench import channels, clock, host
+from nonstop.bench import channels, clock, host, ticklog
 from nonstop.bench.channels import our_segments
 
 pytestmark = pytest.mark.slow
@@ -46,7 +46,7 @@ def no_leftover_segments():
     assert not leaked, f"a benchmark left nonstop_* segments in /dev/shm: {sorted(leaked)}"
 
 
-@pytest.mark.parametrize("module", [clock, host, channels], ids=["clock", "host", "channels"])
+@pytest.mark.parametrize("module", [clock, host, channels, ticklog], ids=["clock", "host", "channels", "ticklog"])
 def test_help_renders(module) -> None:
     """``nonstop bench --help`` %-formats every DESCRIPTION and option help."""
     parser = argparse.ArgumentParser()
@@ -87,3 +87,15 @@ def test_server_quick(no_leftover_segments) -> None:
     _check(result, server.RESULT_KEYS, "server")
     assert result["sessions"] == 4 and result["health_after"] == "healthy"
     assert result["ticks_per_s"] > 0 and result["reset_ms"]["n"] == 4
+
+
+def test_ticklog_quick(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the streamed variant's directory, removed after
+    result = _run(ticklog, ["--rows", "140000", "--rss-at", "70000", "--rate", "0"])
+    _check(result, ticklog.RESULT_KEYS, "ticklog")
+    assert set(result["variants"]) == {"floor", "doubling", "chunked", "streamed"}
+    streamed = result["variants"]["streamed"]
+    assert streamed["append_us"]["n"] == 140000 and streamed["seals"] == 2  # rows 65,537 and 131,073
+    assert streamed["chunk_files"] == 3  # two full chunks and the partial last one, flushed by close()
+    assert result["variants"]["doubling"]["seals"] == 6  # capacity 4096 doubled at rows 4,097 … 131,073
+    assert not list(tmp_path.iterdir())  # the temporary log directory was removed

@@ -123,10 +123,10 @@ def test_partial_run_dir_plots_what_it_can_and_says_what_it_skipped(tmp_path):
     report = build_report(tmp_path, tmp_path / "out")
     assert list(report.plots) == ["return_over_time"] and is_png(tmp_path / "out" / "return_over_time.png")
     assert report.skipped == {
-        "inaction_delay": "neither ticklog.npz nor progress.csv has any row",
-        "delay_histogram": "ticklog.npz is missing",
+        "inaction_delay": "neither the tick log nor progress.csv has any row",
+        "delay_histogram": "the tick log is missing (no ticklog/ nor ticklog.npz)",
     }
-    assert report.missing == ["progress.csv", "ticklog.npz", "summary.json"]
+    assert report.missing == ["progress.csv", "ticklog", "summary.json"]
     assert "ticks" not in report.summary and "progress" not in report.summary
 
 
@@ -155,12 +155,35 @@ def test_no_finished_episode_and_no_agent_tick_are_skipped_with_reasons(tmp_path
 def test_missing_and_unreadable_run_dirs_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"no run directory at .*nope"):
         build_report(tmp_path / "nope")
-    with pytest.raises(FileNotFoundError, match="holds none of progress.csv, episodes.csv, ticklog.npz"):
+    with pytest.raises(FileNotFoundError, match="holds none of progress.csv, episodes.csv, ticklog"):
         build_report(tmp_path)
     make_run(tmp_path / "run", progress=False, episodes=False)
     RunPaths(tmp_path / "run").ticklog.write_bytes(b"not a zip")
     with pytest.raises(ValueError, match=r"cannot read tick log .*ticklog.npz"):
         build_report(tmp_path / "run")
+
+
+def test_a_streamed_and_resumed_run_is_reported_whole(tmp_path):
+    """RUN/ticklog-before-<tick>.npz (an older segment) + RUN/ticklog/ (streamed in chunks, the run
+    killed before it closed the log): the report stitches both, figures as for the one log."""
+    whole = make_ticklog()
+    cols = whole.columns()
+    make_run(tmp_path, ticklog=False)
+    first, second = TickLog(TAU_M), TickLog(TAU_M, directory=RunPaths(tmp_path).ticklog_dir, chunk_rows=64)
+    for r in range(N_TICKS):  # the second segment restarts at tick 1, in a new episode
+        seg, base = (first, 0) if r < 300 else (second, 300)
+        seg.append(**{n: cols[n][r].item() for n in cols if n != "lateness"}
+                   | {"tick": int(cols["tick"][r]) - base, "episode": int(cols["episode"][r]) - (3 if base else 0)})
+    first.save(tmp_path / "ticklog-before-000000300.npz")
+    second._writer.close()  # as if killed: the open block (300 % 64 rows) never reached disk
+    second._writer = None
+    report = build_report(tmp_path)
+    kept = 300 + 64 * (300 // 64)
+    assert report.summary["ticks"]["ticks"] == kept
+    expected = TickLog.from_arrays(whole.to_arrays()[0][:kept], {}, TAU_M).summary()
+    assert report.summary["ticks"]["inaction_fraction"] == pytest.approx(expected["inaction_fraction"])
+    assert report.summary["ticks"]["delay_mean_ticks"] == pytest.approx(expected["delay_mean_ticks"])
+    assert set(report.plots) == {"return_over_time", "inaction_delay", "delay_histogram"}
 
 
 def test_windowed_ticks_matches_a_direct_count():
@@ -206,8 +229,8 @@ def test_render_summary_lists_skips(tmp_path):
     buffer = io.StringIO()
     render_summary(build_report(tmp_path), Console(file=buffer, width=120))
     text = buffer.getvalue()
-    assert "skipped plot delay_histogram: ticklog.npz is missing" in text
-    assert "not in the run dir: progress.csv, ticklog.npz" in text
+    assert "skipped plot delay_histogram: the tick log is missing" in text
+    assert "not in the run dir: progress.csv, ticklog" in text
 
 
 def test_nested_run_summary_is_shortened_in_the_table_but_whole_in_json(tmp_path):

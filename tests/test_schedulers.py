@@ -16,6 +16,7 @@ from nonstop.inference.schedulers import (
     AutoScheduler,
     ExpectedTimeScheduler,
     MaxTimeScheduler,
+    QuantileHoldScheduler,
     Scheduler,
     make_scheduler,
     simulate,
@@ -24,7 +25,8 @@ from nonstop.inference.schedulers import (
 
 FAST = settings(max_examples=50, deadline=None)
 TOL = 1e-9
-STAGGERED = ("max_time", "exp_time", "auto")
+STAGGERED = ("max_time", "exp_time", "quantile_hold", "auto")
+GRID = ("quantile_hold", "auto")  # schedulers that start one inference per period
 
 
 def constant(tau: float):
@@ -42,6 +44,8 @@ def gaps(times: list[float]) -> np.ndarray:
 
 
 def build(name: str, n: int, **kwargs) -> Scheduler:
+    if name in GRID:
+        kwargs.setdefault("period", 0.01)
     return make_scheduler(name, 1 if name == "sequential" else n, **kwargs)
 
 
@@ -50,11 +54,11 @@ def build(name: str, n: int, **kwargs) -> Scheduler:
 
 def test_unknown_name_lists_the_valid_ones():
     with pytest.raises(ValueError, match="unknown scheduler 'nope': valid names are sequential, unstaggered, "
-                                         "max_time, exp_time, auto"):
+                                         "max_time, exp_time, quantile_hold, auto"):
         make_scheduler("nope", 2)
     with pytest.raises(TypeError, match="name must be a str"):
         make_scheduler(3, 2)  # type: ignore[arg-type]
-    assert SCHEDULER_NAMES == ("sequential", "unstaggered", "max_time", "exp_time", "auto")
+    assert SCHEDULER_NAMES == ("sequential", "unstaggered", "max_time", "exp_time", "quantile_hold", "auto")
 
 
 @pytest.mark.parametrize("name", SCHEDULER_NAMES)
@@ -121,7 +125,7 @@ def test_auto_options_are_validated():
             make_scheduler("auto", 2, hysteresis=bad)
     with pytest.raises(TypeError, match="min_workers must be an int"):
         make_scheduler("auto", 2, min_workers=1.0)
-    s = make_scheduler("auto", 2, max_workers=4)
+    s = make_scheduler("auto", 2, max_workers=4, period=0.01)
     for bad in (0.0, -1.0, math.nan):
         with pytest.raises(ValueError, match="tau_m must be a finite number of seconds > 0"):
             s.target_workers(bad)
@@ -170,14 +174,14 @@ def test_waits_are_never_negative_for_any_call_sequence(name, n, initial, calls)
     calls=st.lists(st.tuples(st.integers(0, 9), st.integers(1, 9), st.floats(0.0, 1.0)), max_size=60),
 )
 def test_auto_waits_are_never_negative_across_resizes(n, calls):
-    s = make_scheduler("auto", n, max_workers=9)
+    s = make_scheduler("auto", n, max_workers=9, period=0.05)
     for worker, size, tau in calls:
         if tau < 0.2:  # resize now and then, anchored on the last worker or not at all
             s.resize(size, anchor=None if tau < 0.1 else worker % s.n_workers)
             assert all(s.start_delay(m) >= 0.0 for m in range(s.n_workers))
         else:
-            assert s.after_inference(worker % s.n_workers, tau) == 0.0
             assert s.take_delay(worker % s.n_workers) >= 0.0
+            assert s.after_inference(worker % s.n_workers, tau) >= 0.0
         assert min(s.pending_delays) >= 0.0
 
 
@@ -431,99 +435,177 @@ def test_skipping_the_current_worker_when_shrinking_breaks_the_spacing():
     assert not np.allclose(gaps(times[2 * n:]), tau / n, atol=1e-3)
 
 
-# --------------------------------------------------------------------------- auto
+# --------------------------------------------------------------------------- quantile_hold (beyond the paper)
+
+
+def release_ticks(its, period: float = 1.0) -> np.ndarray:
+    """The grid tick each fired action lands on (fires at or before a grid line count for it)."""
+    return np.ceil(np.array([it.fire_time for it in its]) / period - 1e-9).astype(int)
+
+
+def empty_ticks(its, start: int) -> tuple[int, int]:
+    """(ticks from ``start`` to the last release with no action landing, ticks counted)."""
+    ticks = release_ticks(its)
+    end = int(np.quantile(ticks, 0.98))
+    covered = np.zeros(end + 1, bool)
+    covered[ticks[ticks <= end]] = True
+    return int((~covered[start:]).sum()), end + 1 - start
 
 
 @FAST
-@given(
-    tau=st.floats(1e-3, 2.0),
-    tau_m=st.floats(1e-3, 0.1),
-    lo=st.integers(1, 4),
-    span=st.integers(0, 40),
-)
-def test_auto_target_is_ceil_of_mean_over_tau_m_clamped(tau, tau_m, lo, span):
-    s = make_scheduler("auto", lo, min_workers=lo, max_workers=lo + span, hysteresis=0.0)
+@given(tau=st.floats(0.2, 12.0), extra=st.integers(0, 3))
+def test_quantile_hold_constant_latency_is_one_action_per_period(tau, extra):
+    """Constant τ_θ: ⌈τ/period⌉ workers suffice, every period gets exactly one action, and each
+    action lands ⌈τ/period⌉ periods after its start (no spread, no headroom)."""
+    n = math.ceil(tau - 1e-9) + extra
+    s = make_scheduler("quantile_hold", n, period=1.0)
+    its = simulate_iterations(s, constant(tau), 30 * n + 40)
+    later = its[2 * n + 2 :]
+    assert np.allclose(gaps([it.fire_time for it in later]), 1.0, atol=1e-9)
+    q = math.ceil(tau - 1e-9)
+    assert s.hold_periods == q and s.skipped_slots == 0
+    assert all(abs(it.fire_time - it.obs_time - q) < 1e-9 for it in later)
+
+
+@FAST
+@given(n=st.integers(1, 12), seed=st.integers(0, 2**32 - 1), sigma=st.floats(0.0, 1.5), mean=st.floats(0.3, 8.0))
+def test_quantile_hold_releases_are_never_early_and_sit_on_their_slot(n, seed, sigma, mean):
+    """Every action fires no earlier than its inference ends, and either at once (late) or on the
+    grid at its start + Q periods; starts are on the grid and no two share a slot."""
+    s = make_scheduler("quantile_hold", n, period=1.0)
+    taus = np.random.default_rng(seed).lognormal(math.log(mean), sigma, size=(n, 60))
+    its = simulate_iterations(s, table(taus), 20 * n)
+    for it in its:
+        assert it.fire_time >= it.done_time - 1e-9
+        assert it.wait == 0.0 or abs(it.fire_time - round(it.fire_time)) < 1e-9
+        assert abs(it.obs_time - round(it.obs_time)) < 1e-9
+    starts = [round(it.obs_time) for it in its]
+    assert len(set(starts)) == len(starts)
+
+
+def test_quantile_hold_needs_far_fewer_workers_than_the_paper_under_lognormal_latency():
+    """τ̄_θ = 20 periods, σ = 0.5: 1.5·τ̄ workers leave under 0.5 % of ticks empty after warm-up,
+    while Algorithm 2 with the same workers leaves many (its actions bunch and gap)."""
+    tau, n, sigma = 20.0, 30, 0.5
+    taus = np.random.default_rng(0).lognormal(math.log(tau) - sigma**2 / 2, sigma, size=(n, 2000))
+    hold = simulate_iterations(make_scheduler("quantile_hold", n, period=1.0), table(taus), 9000)
+    empty, counted = empty_ticks(hold, 4000)
+    assert empty / counted <= 0.005, (empty, counted)
+    exp = simulate_iterations(make_scheduler("exp_time", n), table(taus), 9000)
+    empty_exp, counted_exp = empty_ticks(exp, 4000)
+    assert empty_exp / counted_exp > 0.05
+
+
+def test_quantile_hold_counts_slots_no_worker_was_free_for():
+    s = make_scheduler("quantile_hold", 2, period=1.0)
+    its = simulate_iterations(s, constant(5.0), 40)  # needs 5 workers: 3 slots in 5 pass unstarted
+    assert s.skipped_slots > 0
+    assert np.allclose(gaps([it.obs_time for it in its[4:]])[::2], 5.0 - 1.0, atol=1e-9) or s.skipped_slots >= 40
+
+
+def test_quantile_hold_period_binding_and_validation():
+    s = make_scheduler("quantile_hold", 2)
+    with pytest.raises(RuntimeError, match="has no period: pass period="):
+        s.take_delay(0, now=0.0)
+    s.bind(period=0.5, origin=10.0)
+    assert s.period == 0.5 and s.take_delay(0, now=10.2) == pytest.approx(0.3)
+    s.bind(period=1.0, origin=0.0)  # already set: kept
+    assert s.period == 0.5
+    with pytest.raises(ValueError, match="period must be a finite number of seconds > 0"):
+        make_scheduler("quantile_hold", 2, period=0.0)
+    with pytest.raises(ValueError, match=r"quantile must be in \(0, 1\)"):
+        make_scheduler("quantile_hold", 2, quantile=1.0)
+    with pytest.raises(TypeError, match="now must be a time in seconds"):
+        s.take_delay(0, now="1")
+
+
+# --------------------------------------------------------------------------- auto (quantile_hold + N_I online)
+
+
+@FAST
+@given(tau=st.floats(1e-3, 2.0), period=st.floats(1e-3, 0.1), lo=st.integers(1, 4), span=st.integers(0, 40))
+def test_auto_target_for_constant_latency_is_ceil_tau_over_period_clamped(tau, period, lo, span):
+    s = make_scheduler("auto", lo, min_workers=lo, max_workers=lo + span, period=period, hysteresis=0.0)
+    s.take_delay(0, now=0.0)
     s.after_inference(0, tau)
-    expected = min(max(math.ceil(tau / tau_m * (1 - 1e-9)), lo), lo + span)
-    assert s.target_workers(tau_m) == expected
+    expected = min(max(math.ceil(tau / period * (1 - 1e-9)), lo), lo + span)
+    assert s.target_workers(period) == expected
 
 
 def test_auto_target_before_any_sample_is_the_current_count():
-    s = make_scheduler("auto", 3)
-    assert s.target_workers(1 / 60) == 3
-    assert make_scheduler("auto", 3, initial_estimate=0.1).target_workers(1 / 60) == 6
+    assert make_scheduler("auto", 3, period=1 / 60).target_workers() == 3
+    assert make_scheduler("auto", 3, period=1 / 60, initial_estimate=0.1).target_workers() == 6
 
 
-@FAST
-@given(
-    ratio=st.floats(1.0, 50.0),
-    h=st.floats(0.01, 0.5),
-    wiggle=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=30),
-)
-def test_auto_does_not_flap(ratio, h, wiggle):
-    """After growing at ratio r the count holds for every ratio in [r(1 − h), r];
-    after shrinking at r it holds for every ratio in [r, r/(1 − h)]."""
-    tau = 0.5
-    s = make_scheduler("auto", 1, hysteresis=h)
-    s.after_inference(0, tau)
-    grown = s.target_workers(tau / ratio)
-    assert grown == math.ceil(ratio * (1 - 1e-9))
-    for u in wiggle:
-        assert s.target_workers(tau / (ratio * (1 - h * u))) == grown
-    # now shrink: drop the ratio well below and hold it inside the band above it
-    low = ratio * (1 - h) * 0.5
-    shrunk = s.target_workers(tau / low)
-    assert shrunk <= grown
-    for u in wiggle:
-        assert s.target_workers(tau / (low * (1 + h * u))) == shrunk  # (1 + h·u) ≤ 1/(1 − h)
+def test_auto_target_covers_the_spread_of_workers_in_flight():
+    """Lognormal τ_θ: the target sits a few standard deviations above E⌈τ/period⌉ (≈ τ̄ + ½),
+    well under Algorithm 1's ⌈τ_max/period⌉, and it does not shrink on a small wobble."""
+    s = make_scheduler("auto", 1, period=1.0, max_workers=10_000)
+    taus = np.random.default_rng(1).lognormal(math.log(20.0) - 0.125, 0.5, size=4000)
+    for tau in taus:
+        s.take_delay(0)
+        s.after_inference(0, float(tau))
+    mean, sd = s.busy_workers()
+    assert mean == pytest.approx(np.ceil(taus[-4096:]).mean(), rel=1e-9)
+    target = s.target_workers()
+    assert mean + 2 * sd < target <= mean + 3.2 * sd + 1
+    assert target < 1.5 * 20 < taus.max()
+    assert s.target_workers() == target
 
 
-def test_auto_hysteresis_examples():
-    s = make_scheduler("auto", 1, hysteresis=0.1)
+def test_auto_hysteresis_holds_the_count_on_a_small_drop():
+    s = make_scheduler("auto", 1, period=0.1, hysteresis=0.1)
+    s.take_delay(0, now=0.0)
     s.after_inference(0, 0.6)
-    assert s.target_workers(0.1) == 6  # ratio 6
-    assert s.target_workers(0.6 / 5.5) == 6  # ratio 5.5: 5 workers would not keep a 10% margin
-    assert s.target_workers(0.6 / 4.4) == 5  # ratio 4.4: 4.4/0.9 = 4.9 → 5
-    assert s.target_workers(0.6 / 5.01) == 6  # more needed: grow at once
-    assert make_scheduler("auto", 8, max_workers=8).target_workers(1e-3) == 8
+    assert s.target_workers() == 6
+    for _ in range(100):  # the mean falls to ~0.55: 6 workers no longer keep a 10 % margin over 5.5
+        s.take_delay(0)
+        s.after_inference(0, 0.55)
+    assert s.target_workers() == 6
+    for _ in range(5000):  # well below: shrink, to ⌈3 / (1 − 0.1)⌉ = 4 (keeping the margin)
+        s.take_delay(0)
+        s.after_inference(0, 0.3)
+    assert s.target_workers() == 4
 
 
-@FAST
-@given(n=st.integers(1, 8), m=st.integers(1, 8), tau=st.floats(1e-2, 2.0), anchored=st.booleans())
-def test_auto_resize_re_spaces_to_tau_over_new_n(n, m, tau, anchored):
-    s = make_scheduler("auto", n, max_workers=8)
-    resized_at: list[float] = []
-
-    def on_fire(sched, now, worker):
-        if not resized_at and now >= 4 * tau:  # well after the first round
-            sched.resize(m, anchor=worker if anchored else None)  # else: last to finish = worker
-            resized_at.append(now)
-
-    timeline = simulate(s, constant(tau), 4 * n + 8 * m + 40, on_fire=on_fire)
-    assert s.n_workers == m and resized_at
-    later = [(t, w) for t, w in timeline if t > resized_at[0] + 3 * tau][: 4 * m]
-    assert len(later) == 4 * m
-    assert np.allclose(gaps([t for t, _ in later]), tau / m, atol=TOL)
-    assert sorted({w for _, w in later}) == list(range(m))
-
-
-def test_auto_retired_worker_finishing_late_changes_nothing():
-    s = make_scheduler("auto", 4)
-    s.after_inference(3, 1.0)
+def test_auto_retired_worker_keeps_its_release_slot():
+    s = make_scheduler("auto", 4, period=1.0, initial_estimate=5.0)
+    assert [s.take_delay(w, now=0.0) for w in range(4)] == [0.0, 1.0, 2.0, 3.0]
     s.resize(2)
-    before = (s.tau_mean_estimate, s.pending_delays, s.n_samples)
-    assert s.after_inference(3, 5.0) == 0.0 and s.take_delay(3) == 0.0
-    assert (s.tau_mean_estimate, s.pending_delays, s.n_samples) == before
+    assert s.after_inference(3, 1.0) == pytest.approx(3.0 + 5.0 - 4.0)  # released at its slot + Q
+    assert s.take_delay(3) == 0.0 and s.start_delay(3) == 0.0  # retired: no slot taken
     with pytest.raises(ValueError, match="worker 4 out of range"):
         s.after_inference(4, 1.0)  # never a worker: still an error
     s.resize(4)
-    assert len(s.pending_delays) == 4 and s.start_delay(3) >= 0.0
+    assert s.take_delay(3, now=4.0) == 0.0  # revived: the next free slot
 
 
-def test_auto_is_exp_time_when_not_resized():
+@FAST
+@given(n=st.integers(1, 8), m=st.integers(1, 8), tau=st.floats(0.5, 6.0))
+def test_auto_resize_keeps_one_start_per_period(n, m, tau):
+    s = make_scheduler("auto", n, max_workers=8, period=1.0)
+    resized: list[float] = []
+
+    def on_fire(sched, now, worker):
+        if not resized and now >= 4 * tau + 4:
+            sched.resize(m)
+            resized.append(now)
+
+    its = simulate_iterations(s, constant(tau), 20 * (n + m) + 60, on_fire=on_fire)
+    assert s.n_workers == m and resized
+    starts = sorted(it.obs_time for it in its if it.obs_time > resized[0])
+    assert all(abs(x - round(x)) < 1e-9 for x in starts)  # on the grid
+    assert len(set(round(x) for x in starts)) == len(starts)  # one start per slot
+    if m >= math.ceil(tau - 1e-9):  # enough workers: no slot skipped after the resize
+        late = [x for x in starts if x > resized[0] + tau + 2][: 3 * m]
+        assert np.allclose(gaps(late), 1.0, atol=1e-9)
+
+
+def test_auto_is_quantile_hold_when_not_resized():
     taus = np.random.default_rng(2).lognormal(-2.0, 0.4, size=(5, 50))
-    a = simulate(make_scheduler("auto", 5), table(taus), 200)
-    e = simulate(make_scheduler("exp_time", 5), table(taus), 200)
-    assert a == e
+    a = simulate(make_scheduler("auto", 5, period=0.02), table(taus), 200)
+    q = simulate(make_scheduler("quantile_hold", 5, period=0.02), table(taus), 200)
+    assert a == q
+    assert isinstance(make_scheduler("auto", 5), QuantileHoldScheduler)
     assert isinstance(make_scheduler("auto", 5), AutoScheduler)
     assert isinstance(make_scheduler("max_time", 5), MaxTimeScheduler)

@@ -80,3 +80,43 @@ def test_nonstop_mcp_over_stdio() -> None:
             assert stopped["lifecycle"] == "closed"
 
     asyncio.run(play())
+
+
+def test_mcp_tools_declare_bounds_and_answer_bad_arguments_with_reasons(no_shm_leak) -> None:
+    """Each tool's JSON Schema carries its bounds, and every bad argument (seed -1, wait 0 / -3 /
+    10**7 ticks, an unknown session, an action outside the space) is an error that says why."""
+    manager = SessionManager(["theory/inaction"])
+    server = build_mcp_server(manager)
+
+    async def play() -> None:
+        async with Client(server) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            ticks = tools["wait"].input_schema["properties"]["ticks"]
+            assert (ticks["minimum"], ticks["maximum"]) == (1, 36_000)
+            seed = next(s for s in tools["start_session"].input_schema["properties"]["seed"]["anyOf"] if "minimum" in s)
+            assert (seed["minimum"], seed["maximum"]) == (0, 2**31 - 1)
+            assert tools["act"].input_schema["properties"]["session_id"]["minLength"] == 1
+
+            async def refused(name: str, args: dict, *reasons: str) -> None:
+                answer = await client.call_tool(name, args)
+                text = answer.content[0].text
+                assert answer.is_error, f"{name}({args}) was accepted"
+                assert all(r in text for r in reasons), f"{name}({args}): {text!r} does not say {reasons}"
+
+            await refused("start_session", {"seed": -1}, "seed", "greater than or equal to 0")
+            await refused("start_session", {"env": "Pong-nope"}, "VALIDATION_ERROR", "not served here")
+            sid = (await client.call_tool("start_session", {"seed": 0})).structured_content["session_id"]
+            await refused("wait", {"session_id": sid, "ticks": 0}, "ticks", "greater than or equal to 1")
+            await refused("wait", {"session_id": sid, "ticks": -3}, "ticks", "greater than or equal to 1")
+            await refused("wait", {"session_id": sid, "ticks": 10**7}, "ticks", "less than or equal to 36000")
+            await refused("observe", {"session_id": "nope"}, "NO_SESSION", "'nope'", sid)
+            await refused("stop_session", {"session_id": "nope"}, "NO_SESSION", "'nope'")
+            await refused("act", {"session_id": sid, "action": 9}, "ACTION_OUT_OF_RANGE", "Discrete(3)")
+            await refused("act", {"session_id": sid, "action": "left"}, "action", "valid integer")
+            ok = await client.call_tool("wait", {"session_id": sid, "ticks": 2})
+            assert not ok.is_error and ok.structured_content["tick"] >= 2  # the session survived every refusal
+
+    try:
+        asyncio.run(play())
+    finally:
+        manager.shutdown()

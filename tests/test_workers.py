@@ -219,3 +219,35 @@ def test_n_inference_auto_needs_the_auto_scheduler():
         with pytest.raises(ValueError, match="contradicts"):
             InferencePool(world, policy, make_scheduler("max_time", 3), n_inference=4)
         assert InferencePool(world, policy, "max_time", n_inference=3).n_inference == 3
+
+
+def test_quantile_hold_pool_frees_workers_and_releases_one_action_per_tick_virtual():
+    """Constant 3-tick latency: 3 workers suffice, every tick after warm-up is an agent's, each
+    action is 3 ticks old; the scheduler is bound to the session's τ_M and tick grid."""
+    with Session("theory/inaction", clock="virtual", seed=0) as world:
+        def policy(i: int) -> LatencyPolicy:
+            return LatencyPolicy(ConstantPolicy(world.action_space, 1), Constant(3 * TAU), seed=i)
+
+        pool = InferencePool(world, policy, "quantile_hold", n_inference=3).start()
+        world.run_for(200 * TAU)
+        pool.stop()
+    assert pool.scheduler.period == pytest.approx(TAU) and pool.frees_workers and not pool.align_to_ticks
+    s = world.tick_log.summary(warmup_ticks=10)
+    assert s["inaction_ticks"] == 0 and s["delay_max_ticks"] == 3 and s["delay_mean_ticks"] == 3
+    assert pool.scheduler.skipped_slots == 0
+
+
+def test_quantile_hold_pool_on_the_wall_clock_holds_actions_in_the_releaser():
+    """The wall path: held actions are submitted by the releaser thread at their release ticks.
+    Generous bounds (a loaded 2-core machine wakes threads late): most ticks are the agent's."""
+    with Session("theory/inaction", clock="wall", seed=0) as world:
+        def policy(i: int) -> LatencyPolicy:
+            return LatencyPolicy(ConstantPolicy(world.action_space, 1), Constant(3 * TAU), seed=i)
+
+        pool = InferencePool(world, policy, "quantile_hold", n_inference=5).start()
+        world.run_for(1.5)
+        pool.stop()
+    assert pool._releaser is not None and not pool._releaser._thread.is_alive()
+    s = world.tick_log.summary(warmup_ticks=15)
+    assert s["agent_ticks"] > 0.6 * (s["agent_ticks"] + s["inaction_ticks"])
+    assert sum(w.actions for w in pool.workers) > 40

@@ -17,8 +17,21 @@ from nonstop.realtime import (
     make,
 )
 
+from nonstop.realtime.gym import register_envs
+
+register_envs()  # every world as gymnasium.make("nonstop/<id>")
+
+
+def make_parallel(env_id, *, clock="virtual", defaults=None, **kwargs):  # noqa: ANN001, ANN201
+    """A seat world as a realtime ``pettingzoo.ParallelEnv`` (`nonstop.realtime.parallel`; needs the
+    ``multi`` extra): ``nonstop.make_parallel("multi/duel", clock="virtual", defaults={seat: β})``."""
+    from nonstop.realtime.parallel import make_parallel as _make_parallel
+
+    return _make_parallel(env_id, clock=clock, defaults=defaults, **kwargs)
+
+
 __version__ = "0.1.0"
 __all__ = [
     "ActionQueue", "HostError", "LatestSlot", "RealtimeEnv", "Session", "TickLog", "VirtualClock",
-    "WallClock", "make", "__version__",
+    "WallClock", "make", "make_parallel", "__version__",
 ]

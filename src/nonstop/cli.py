@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
+import os
 import signal
 import sys
 from typing import Any
@@ -12,9 +14,19 @@ from typing import Any
 __all__ = ["main"]
 
 
-def _sigterm_to_exit(*_: Any) -> None:
+def _sigterm_to_exit(signum: int, _: Any) -> None:
     # SIGTERM unwinds like Ctrl-C does, so every `finally` reaps and unlinks.
-    raise SystemExit(143)
+    from nonstop.realtime.lifeline import stop_requested
+
+    stop_requested(signum)  # the run loops raise it again if a finalizer swallows this one
+    raise SystemExit(128 + signum)
+
+
+def _sigint_to_interrupt(signum: int, _: Any) -> None:
+    from nonstop.realtime.lifeline import stop_requested
+
+    stop_requested(signum)
+    raise KeyboardInterrupt
 
 
 # ----------------------------------------------------------------------------- envs
@@ -134,13 +146,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from nonstop.server.app import serve
+    from nonstop.server.app import resolve_token, serve
 
     return serve(
-        args.env or ["Boxing"], host=args.host, port=args.port, token=args.token, max_sessions=args.max_sessions,
-        idle_timeout=args.idle_timeout, replay_dir=args.replay_dir, tick_threads=args.tick_threads,
-        tick_procs=args.tick_procs, tick_sched=args.tick_sched, warm_envs=args.warm_envs,
-        switch_interval=args.switch_interval, log_level=args.log_level,
+        args.env or ["Boxing"], host=args.host, port=args.port, token=resolve_token(args.token, args.token_file),
+        max_sessions=args.max_sessions, idle_timeout=args.idle_timeout, replay_dir=args.replay_dir,
+        tick_threads=args.tick_threads, tick_procs=args.tick_procs, tick_sched=args.tick_sched,
+        warm_envs=args.warm_envs, switch_interval=args.switch_interval, log_level=args.log_level,
+        connect_timeout=args.connect_timeout, max_connections=args.max_connections,
+        replay_keep=args.replay_keep, replay_max_mb=args.replay_max_mb,
     )  # fmt: skip
 
 
@@ -219,6 +233,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=trainer.run_train)
 
 
+    from nonstop import plan
+
+    p = sub.add_parser("plan", help="capacity planner: N_I*, N_L*, cores, memory and traffic a model needs at a tick rate")
+    plan.add_arguments(p)
+    p.set_defaults(func=plan.run_plan)
+
     p = sub.add_parser("report", help="plots and a summary of a training run directory (nonstop train --out RUN)")
     report.add_arguments(p)
     p.set_defaults(func=report.run_report)
@@ -227,10 +247,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", action="append", help="env id to serve (repeat for several; first is the default; Boxing)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--token", help="require 'Authorization: Bearer TOKEN' on every request and socket")
+    p.add_argument("--token", help="require 'Authorization: Bearer TOKEN' on every request and socket (visible to "
+                                    "every user in ps: prefer --token-file or $NONSTOP_TOKEN)")
+    p.add_argument("--token-file", help="read the token from this file's first line (else $NONSTOP_TOKEN, if set)")
     p.add_argument("--max-sessions", type=int, default=64)
+    p.add_argument("--max-connections", type=int, default=256,
+                   help="open WebSocket connections allowed at once; one more is refused (close code 1013)")
+    p.add_argument("--connect-timeout", type=float, default=30.0,
+                   help="close a WebSocket connection that has started no session within this many seconds")
     p.add_argument("--idle-timeout", type=float, default=60.0, help="end a session after this many silent seconds")
     p.add_argument("--replay-dir", help="record a replay of every session into this directory")
+    p.add_argument("--replay-keep", type=int, default=1000,
+                   help="keep at most this many replays in --replay-dir, pruning the oldest first (0: no limit)")
+    p.add_argument("--replay-max-mb", type=float, default=0.0,
+                   help="keep at most this many MB of replays in --replay-dir, oldest pruned first (0: no limit)")
     p.add_argument("--tick-threads", type=int, default=2, help="threads of the tick pool")
     p.add_argument("--tick-procs", type=int, default=2,
                    help="tick sessions on this many worker processes, past the one core of one GIL (default 2; "
@@ -280,7 +310,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, _sigterm_to_exit)
+    from nonstop.realtime import lifeline
+
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _sigterm_to_exit)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the shell ignores it (nohup, &)
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _sigint_to_interrupt)
+    try:
+        return _run(argv)
+    finally:  # called in-process (tests, notebooks): leave the caller's signal handling as it was
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        lifeline.pending_stop = 0
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -291,9 +334,31 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: stopped cleanly", file=sys.stderr)
         return 130
-    except (ValueError, TypeError, FileNotFoundError) as exc:
-        print(f"nonstop: error: {exc}", file=sys.stderr)
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError) as exc:
+        print(f"nonstop: error: {_one_line(exc)}", file=sys.stderr)  # bad input: usage errors
         return 2
+    except (OSError, RuntimeError) as exc:  # a dead host, a full or read-only disk, corrupt checkpoints
+        if os.environ.get("NONSTOP_TRACEBACK"):
+            raise
+        print(f"nonstop: error: {_one_line(exc)} (NONSTOP_TRACEBACK=1 shows the traceback)", file=sys.stderr)
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first line of an error, with what it is when the message alone would not say it."""
+    from nonstop.realtime.host import HostError
+
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if isinstance(exc, HostError):
+        lines = lines[:1]  # the env's traceback is in the host's own report, not in this line
+    text = "; ".join(lines) if lines else type(exc).__name__
+    if isinstance(exc, OSError) and exc.filename is not None and str(exc.filename) not in text:
+        text = f"{text}: {exc.filename}"
+    if isinstance(exc, PermissionError):
+        text = f"permission denied: {text}" if "ermission" not in text else text
+    elif isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        text = f"the disk is full: {text}" if "space" not in text else text
+    return text
 
 
 if __name__ == "__main__":

@@ -81,6 +81,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clock", choices=CLOCKS, default="virtual",
                         help="virtual (default: fast, reproducible) or wall (real time: seconds × 4 in all)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="env and policy seed, the same for every scheduler")
+    parser.add_argument("--backend", default="thread", metavar="thread|ray",
+                        help="where each worker's policy runs: thread (default) or ray (a Ray actor; needs --clock wall)")
+    parser.add_argument("--ray-address", default=None, metavar="HOST:PORT",
+                        help="Ray cluster to use with --backend ray (default: start a local Ray)")
     parser.add_argument("--plot", default=None, metavar="PATH",
                         help="figure path (default runs/compare-<env>.png; '' for none)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="also print the summaries as one JSON object (last line)")
@@ -153,24 +157,35 @@ def run_scheduler(
     seconds: float,
     clock: str = "virtual",
     seed: int = 0,
+    backend: str = "thread",
 ) -> Any:
     """Run ``env`` for ``seconds`` with ``n_workers`` workers under ``scheduler``; return the tick log.
 
     Each worker runs ``LatencyPolicy(RandomPolicy(action_space), latency)`` seeded from ``seed`` and
-    its index, so every scheduler sees the same latency draws per worker.
+    its index, so every scheduler sees the same latency draws per worker. With ``backend="ray"``
+    (wall clock, Ray connected) each worker's policy runs in a Ray actor.
     """
+    from functools import partial
+
     from nonstop.inference.schedulers import make_scheduler
     from nonstop.inference.workers import InferencePool
-    from nonstop.policies import LatencyPolicy, RandomPolicy
     from nonstop.realtime.host import Session
 
     sched = make_scheduler(scheduler, n_workers)
     with Session(env, clock=clock, seed=seed) as world:
+        space = world.action_space
 
-        def policy(i: int) -> LatencyPolicy:
-            return LatencyPolicy(RandomPolicy(world.action_space), latency, seed=seed * 100_003 + i)
+        def policy(i: int) -> Any:
+            factory = partial(_latency_random_policy, space, latency, seed * 100_003 + i)
+            if backend == "ray":
+                from nonstop.distributed.ray_backend import RayPolicy
+
+                return RayPolicy(factory, num_cpus=0)  # a latency policy sleeps: it reserves no core
+            return factory()
 
         pool = InferencePool(world, policy, sched).start()
+        if backend == "ray":  # Ray actors take seconds to start: the ticks before are no scheduler's
+            world.annotate("agents_started_at_tick", int(world.slot.read().tick))
         try:
             world.run_for(seconds)
             # the measured window ends here: on the wall clock the host ticks on (β) while the
@@ -179,6 +194,12 @@ def run_scheduler(
         finally:
             pool.stop()
     return world.tick_log
+
+
+def _latency_random_policy(space: Any, latency: Any, seed: int) -> Any:
+    from nonstop.policies import LatencyPolicy, RandomPolicy
+
+    return LatencyPolicy(RandomPolicy(space), latency, seed=seed)
 
 
 def _episode_return(log: Any) -> tuple[float, str, int]:
@@ -200,6 +221,8 @@ def compare(
     seed: int = 0,
     schedulers: tuple[str, ...] = SCHEDULERS,
     progress: Any = None,
+    backend: str = "thread",
+    ray_address: str | None = None,
 ) -> dict[str, Any]:
     """Run every scheduler in ``schedulers`` on ``env`` with the same latency and seed.
 
@@ -209,9 +232,15 @@ def compare(
     ``episode_return_kind`` (``"mean_completed"`` or ``"total"``) and ``episodes_ended``.
     Bad inputs raise ``ValueError``/``TypeError`` before anything runs.
     """
+    from contextlib import nullcontext
+
+    from nonstop.distributed.backends import check_backend
     from nonstop.envs import env_info
     from nonstop.inference.schedulers import make_scheduler
 
+    if backend not in ("thread", "ray"):
+        raise ValueError(f"compare runs latency policies on backend 'thread' or 'ray', got {backend!r}")
+    check_backend(backend, ray_address=ray_address, clock=clock)
     if not isinstance(env, str):
         raise TypeError(f"env must be an env id string, got {type(env).__name__} {env!r}")
     info = env_info(env)  # an unknown id fails here with the registry's message
@@ -228,15 +257,27 @@ def compare(
     # The first round (all workers start together) plus two cycles to settle, at most a quarter of the run.
     warmup = min(3 * math.ceil(dist.max_hint / tau_m - 1e-9) + 30, total_ticks // 4)
     logs, summaries = {}, {}
-    for name in schedulers:
-        if progress is not None:
-            progress(name)
-        workers = 1 if name == "sequential" else n
-        log = run_scheduler(env, name, latency=dist, n_workers=workers, seconds=seconds, clock=clock, seed=seed)
-        summary = log.summary(warmup_ticks=warmup, end_tick=log.meta.get("agents_stopped_at_tick"))
-        value, kind, ended = _episode_return(log)
-        summary.update(n_workers=workers, episode_return=value, episode_return_kind=kind, episodes_ended=ended)
-        logs[name], summaries[name] = log, summary
+    if backend == "ray":
+        from nonstop.distributed.ray_backend import ray_session
+
+        cluster: Any = ray_session(ray_address)
+    else:
+        cluster = nullcontext()
+    with cluster:
+        for name in schedulers:
+            if progress is not None:
+                progress(name)
+            workers = 1 if name == "sequential" else n
+            log = run_scheduler(env, name, latency=dist, n_workers=workers, seconds=seconds, clock=clock, seed=seed,
+                                backend=backend)  # fmt: skip
+            started = log.meta.get("agents_started_at_tick", 0)
+            summary = log.summary(warmup_ticks=started + warmup, end_tick=log.meta.get("agents_stopped_at_tick"))
+            value, kind, ended = _episode_return(log)
+            summary.update(n_workers=workers, episode_return=value, episode_return_kind=kind, episodes_ended=ended)
+            overhead = log.meta.get("workers", {}).get("remote_overhead_s")
+            if overhead is not None:
+                summary["remote_overhead_s"] = overhead
+            logs[name], summaries[name] = log, summary
     return {
         "env": env,
         "tick_hz": info.tick_hz,
@@ -246,6 +287,7 @@ def compare(
         "seconds": seconds,
         "clock": clock,
         "seed": seed,
+        "backend": backend,
         "warmup_ticks": warmup,
         "schedulers": summaries,
         "logs": logs,
@@ -373,7 +415,7 @@ def run_compare(args: argparse.Namespace) -> int:
     with console.status("running…") as status:
         result = compare(
             args.env, args.latency, n_workers=args.n_workers, seconds=args.seconds, clock=args.clock,
-            seed=args.seed, progress=lambda name: status.update(f"running {name} on the {args.clock} clock…"),
+            seed=args.seed, backend=args.backend, ray_address=args.ray_address, progress=lambda name: status.update(f"running {name} on the {args.clock} clock…"),
         )  # fmt: skip
     render_table(result, console)
     plot = default_plot_path(args.env) if args.plot is None else (Path(args.plot) if args.plot else None)

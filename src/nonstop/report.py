@@ -6,14 +6,19 @@ Reads what ``nonstop train --out RUN`` wrote (layout in `nonstop.learning.runlog
 * ``return_over_time.png`` — each episode's return over wall time (from episodes.csv);
 * ``inaction_delay.png``   — inaction and mean delay over time, computed in windows from the tick
   log (the truth, DESIGN §1.8), or from progress.csv when the run has no tick log;
-* ``delay_histogram.png``  — delay of the agent-applied ticks (from ticklog.npz);
+* ``delay_histogram.png``  — delay of the agent-applied ticks (from the tick log);
 * ``report.md`` and ``report.json`` — the summary below, the plots, and what was skipped and why;
 * ``report.html`` (with ``--html``) — the same summary and plots as one self-contained page (the
   PNGs inlined as base64, no file or address outside it), to mail or attach as it is.
 
 Every figure of the summary is grouped by the file it comes from, so it can be traced back. A run
 dir with only some files (a run still going, or one cut short) gives the plots it can and says
-which it skipped; a directory with none of progress.csv, episodes.csv and ticklog.npz is refused.
+which it skipped; a directory with none of progress.csv, episodes.csv and a tick log is refused.
+
+The tick log is ``RUN/ticklog/`` (streamed in chunks during the run), any earlier resume segments
+``RUN/ticklog-before-<tick>``, or an older run's ``RUN/ticklog.npz``: `read_ticklog` stitches them
+into one log without loading it. Its summary figures are folded chunk by chunk; the two tick-log
+plots read the ``tick``, ``source`` and ``delay`` columns whole (13 bytes a tick).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from nonstop.learning.runlog import EPISODE_COLUMNS, PROGRESS_COLUMNS, RunPaths, read_columns, read_config
+from nonstop.learning.runlog import EPISODE_COLUMNS, PROGRESS_COLUMNS, RunPaths, read_columns, read_config, read_ticklog
 
 __all__ = ["Report", "add_arguments", "build_report", "render_summary", "run_report", "write_html", "write_markdown"]
 
@@ -133,18 +138,19 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
     """Read ``run_dir``, write the plots into ``out_dir`` (default ``RUN/report``), return the `Report`.
 
     Raises FileNotFoundError when ``run_dir`` is not a directory or holds none of progress.csv,
-    episodes.csv and ticklog.npz; ValueError (naming the file) when a file is there but unreadable.
+    episodes.csv and a tick log; ValueError (naming the file) when a file is there but unreadable.
     Writes no report.md/report.json: see `write_markdown` and `run_report`.
     """
     from nonstop.metrics import plots
-    from nonstop.realtime.ticklog import SOURCE_AGENT, TickLog
+    from nonstop.realtime.ticklog import SOURCE_AGENT
 
     paths = RunPaths(run_dir)
     if not paths.root.is_dir():
         raise FileNotFoundError(f"no run directory at {paths.root} (write one with `nonstop train --out {paths.root}`)")
-    data_files = {"progress.csv": paths.progress, "episodes.csv": paths.episodes, "ticklog.npz": paths.ticklog}
-    missing = [name for name, path in {"config.json": paths.config, **data_files, "summary.json": paths.summary}.items()
-               if not path.is_file()]  # fmt: skip
+    data_files = {"progress.csv": paths.progress.is_file(), "episodes.csv": paths.episodes.is_file(),
+                  "ticklog": bool(paths.ticklog_segments())}  # fmt: skip
+    missing = [name for name, present in {"config.json": paths.config.is_file(), **data_files,
+                                          "summary.json": paths.summary.is_file()}.items() if not present]  # fmt: skip
     if all(name in missing for name in data_files):
         raise FileNotFoundError(
             f"{paths.root} holds none of {', '.join(data_files)}: nothing to report (is it a run dir written by "
@@ -159,7 +165,7 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
         report.summary["config"] = {k: config[k] for k in CONFIG_KEYS if k in config}
     episodes = read_columns(paths.episodes, EPISODE_COLUMNS) if "episodes.csv" not in missing else None
     progress = read_columns(paths.progress, PROGRESS_COLUMNS) if "progress.csv" not in missing else None
-    log = TickLog.load(paths.ticklog) if "ticklog.npz" not in missing else None
+    log = read_ticklog(paths.root) if "ticklog" not in missing else None
 
     if episodes is not None:
         report.summary["episodes"] = episode_figures(episodes)
@@ -198,11 +204,11 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
             xlabel="wall time (s)", title="Inaction and delay over time (progress.csv)",
         )  # fmt: skip
     else:
-        report.skipped["inaction_delay"] = "neither ticklog.npz nor progress.csv has any row"
+        report.skipped["inaction_delay"] = "neither the tick log nor progress.csv has any row"
 
     # delay histogram
     if log is None:
-        report.skipped["delay_histogram"] = "ticklog.npz is missing"
+        report.skipped["delay_histogram"] = "the tick log is missing (no ticklog/ nor ticklog.npz)"
     else:
         delays = log["delay"][log["source"] == SOURCE_AGENT]
         if delays.size:

@@ -65,7 +65,8 @@ class TrainConfig:
     n_learners: int = field(default=1, metadata={"help": "N_L learners"})
     learner_mode: str = field(default="round_robin", metadata={"help": "round_robin | hogwild | parallel"})
     tau_l: float | None = field(default=None, metadata={"help": "virtual seconds per update (default τ_M)"})
-    backend: str = field(default="thread", metadata={"help": "inference workers on the wall clock: thread | process"})
+    backend: str = field(default="thread", metadata={"help": "inference workers on the wall clock: thread | process | ray"})
+    ray_address: str | None = field(default=None, metadata={"help": "Ray cluster HOST:PORT for backend ray (None: a local Ray)"})
     seed: int = field(default=0, metadata={"help": "seed for env, model, exploration and replay sampling"})
     dqn: DQNConfig | None = field(default=None, metadata={"help": "DQN settings (default: the env family's)"})
 
@@ -76,8 +77,10 @@ class TrainConfig:
             raise ValueError(f"interaction must be one of {', '.join(INTERACTIONS)}, got {self.interaction!r}")
         if self.learner_mode not in LEARNER_MODES:
             raise ValueError(f"learner_mode must be one of {', '.join(LEARNER_MODES)}, got {self.learner_mode!r}")
-        if self.backend not in ("thread", "process"):
-            raise ValueError(f"backend must be 'thread' or 'process', got {self.backend!r}")
+        from nonstop.distributed.backends import check_backend
+
+        # unknown backend, Ray missing, a cluster that does not answer: one line, before anything starts
+        check_backend(self.backend, ray_address=self.ray_address, clock=self.clock)
         if not (isinstance(self.seconds, (int, float)) and self.seconds > 0 and math.isfinite(self.seconds)):
             raise ValueError(f"seconds must be a positive number, got {self.seconds!r}")
         if self.n_inference == "auto":
@@ -158,7 +161,9 @@ class TrainingRun:
         self._parts: list[Callable[[], None]] = []  # teardown, newest first
 
     # ------------------------------------------------------------------ building
-    def build(self) -> "TrainingRun":
+    def build(self, log_dir: Any = None) -> "TrainingRun":
+        """Create the shared memory, the model and the world; ``log_dir``: stream the tick log there
+        (`Session`'s ``log_dir``)."""
         import torch
 
         from nonstop.realtime.host import Session
@@ -181,7 +186,8 @@ class TrainingRun:
         self.weights.epsilon = dqn.epsilon_start
         history = max(256, 4 * math.ceil(self._max_latency() / self.tau_m) + 64)
         self.recorder = ReplayRecorder(self.replay, gamma=dqn.gamma, history=history)
-        self.world = Session(cfg.env, clock=cfg.clock, seed=cfg.seed, env_kwargs=cfg.env_kwargs, recorder=self.recorder)
+        self.world = Session(cfg.env, clock=cfg.clock, seed=cfg.seed, env_kwargs=cfg.env_kwargs, recorder=self.recorder,
+                             log_dir=log_dir)  # fmt: skip
         self.world.start()
         self._parts.append(self.world.stop)
         return self
@@ -196,9 +202,20 @@ class TrainingRun:
 
         seed = self.cfg.seed * 1000 + i
         latency = self.latency if self._has_latency() else None
-        factory = partial(make_dqn_policy, self.obs_shape, self.action_space, self.dqn.to_dict(), self.weights, seed, latency)
+        if self.cfg.backend == "ray":
+            from nonstop.distributed.ray_backend import RayPolicy
+
+            # the model is built in the actor; weights reach it through Ray's object store
+            factory = partial(make_dqn_policy, self.obs_shape, self.action_space, self.dqn.to_dict(), seed=seed, latency=latency)
+            return RayPolicy(factory, broadcast=self._broadcast, num_cpus=0 if self._has_latency() else 1)
         if self.cfg.clock == "wall" and self.cfg.backend == "process":
-            return ProcessPolicy(factory)  # the model in its own process, one torch thread
+            from nonstop.distributed.shared_params import make_shared_dqn_policy
+
+            # the model in its own process, one torch thread, computing from the host's one shared copy of θ
+            factory = partial(make_shared_dqn_policy, self.obs_shape, self.action_space, self.dqn.to_dict(), self.weights,
+                              seed, latency)  # fmt: skip
+            return ProcessPolicy(factory)
+        factory = partial(make_dqn_policy, self.obs_shape, self.action_space, self.dqn.to_dict(), self.weights, seed, latency)
         return factory()
 
     def _has_latency(self) -> bool:
@@ -214,6 +231,17 @@ class TrainingRun:
         cfg, clock = self.cfg, self.world.clock
         tau_l = cfg.tau_l if cfg.tau_l is not None else self.tau_m
         # each part is registered for teardown before it starts, so a failed start leaves nothing behind
+        if cfg.backend == "ray":
+            from contextlib import ExitStack
+
+            from nonstop.distributed.ray_backend import WeightBroadcast, check_placement, ray_session
+
+            stack = ExitStack()
+            self._parts.append(stack.close)  # after the pool stops (newest first): actors, then Ray
+            stack.enter_context(ray_session(cfg.ray_address))
+            if not self._has_latency():
+                check_placement(self.n_inference if isinstance(self.n_inference, int) else 1, 1)
+            self._broadcast = WeightBroadcast(self.weights)
         if cfg.interaction == "staggered":
             self.pool = InferencePool(self.world, self._policy, cfg.scheduler, n_inference=self.n_inference)
             self._parts.append(self.pool.stop)

@@ -15,16 +15,19 @@ a fresh episode: a realtime world cannot be rewound.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
 import math
 import shutil
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["add_arguments", "run_train", "config_from_args"]
+__all__ = ["add_arguments", "run_train", "config_from_args", "RunEnd", "Checkpointer"]
 
 #: Above this many bytes the replay is not written into checkpoints unless asked.
 REPLAY_CHECKPOINT_LIMIT = 512 * 2**20
@@ -47,7 +50,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-learners", type=int, default=1, help="N_L learners (default 1)")
     p.add_argument("--learner-mode", choices=LEARNER_MODES, default="round_robin")
     p.add_argument("--tau-l", type=float, default=None, help="virtual seconds per update (default τ_M)")
-    p.add_argument("--backend", choices=("thread", "process"), default="thread", help="wall-clock inference workers")
+    p.add_argument("--backend", default="thread", metavar="thread|process|ray",
+                   help="wall-clock inference workers: threads, processes, or Ray actors on any node (pip install -e '.[ray]')")
+    p.add_argument("--ray-address", default=None, metavar="HOST:PORT",
+                   help="Ray cluster for --backend ray (default: start a local Ray)")
     p.add_argument("--k", type=float, default=None, help="IMPALA ResNet width for image observations")
     p.add_argument("--lr", type=float, default=None, help="Adam step size (default: the env family's)")
     p.add_argument("--batch-size", type=int, default=None)
@@ -77,7 +83,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
     return TrainConfig(
         env=args.env, env_kwargs=env_kwargs, clock=args.clock, seconds=args.seconds, interaction=args.interaction, scheduler=args.scheduler,
         n_inference=args.n_inference, latency=args.latency, n_learners=args.n_learners,
-        learner_mode=args.learner_mode, tau_l=args.tau_l, backend=args.backend, seed=args.seed, dqn=dqn,
+        learner_mode=args.learner_mode, tau_l=args.tau_l, backend=args.backend, ray_address=args.ray_address,
+        seed=args.seed, dqn=dqn,
     )  # fmt: skip
 
 
@@ -95,9 +102,9 @@ def _replay_in_checkpoint(choice: str, run: Any, out: Path) -> bool:
 def run_train(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from nonstop.learning.checkpoint import checkpoint_path, keep_last, latest_checkpoint, save_checkpoint
+    from nonstop.learning.checkpoint import latest_checkpoint
     from nonstop.learning.replay import check_replay_fits
-    from nonstop.learning.runlog import Progress, RunLog, read_config
+    from nonstop.learning.runlog import Progress, RunLog, RunPaths, begin_ticklog_segment, read_config
     from nonstop.run import ProgressRows, TrainingRun
 
     for name in ("seconds", "progress_every", "checkpoint_every"):
@@ -123,12 +130,15 @@ def run_train(args: argparse.Namespace) -> int:
     config = cfg.to_dict()
     log = RunLog(out, config, resume=args.resume, note=lambda msg: console.print(msg, style="dim", markup=False))
     wall0 = time.monotonic()
-    interrupted = False
+    end = RunEnd()
     summary: dict[str, Any] = {}
     rows: ProgressRows | None = None
+    last_row: dict[str, Any] = {}
+    checkpoints = Checkpointer(out, args.keep_checkpoints, warn=lambda msg: console.print(msg, style="yellow", markup=False))
     with log:
         try:
-            run.build()
+            # the tick log streams to RUN/ticklog/ as the world runs; a resumed run keeps the earlier segment beside it
+            run.build(log_dir=begin_ticklog_segment(out, ckpt.state["env_ticks"]) if ckpt is not None else RunPaths(out).ticklog_dir)
             if ckpt is not None:
                 run.restore(ckpt.state)
                 console.print(f"resumed from {ckpt.path.name}: {run.state.updates:,} updates, {run.tick_offset:,} env ticks"
@@ -144,44 +154,173 @@ def run_train(args: argparse.Namespace) -> int:
                     done += chunk
                     for ep in rows.episodes():
                         log.log_episode(ep)
-                    row = rows.progress()
+                    last_row = row = rows.progress()
                     log.log_progress(row)
                     view.update(row)
                     if done >= next_ckpt - 1e-9:
                         next_ckpt += args.checkpoint_every
-                        snap = run.snapshot(include_replay=_replay_in_checkpoint(args.checkpoint_replay, run, out))
-                        save_checkpoint(checkpoint_path(out, run.state.updates), snap)
-                        keep_last(out, args.keep_checkpoints)
-        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, or SIGTERM (the CLI turns it into SystemExit)
-            interrupted = True
-            console.print("interrupted: writing a final checkpoint and stopping cleanly")
-        finally:
+                        checkpoints.save(lambda: run.snapshot(include_replay=_replay_in_checkpoint(args.checkpoint_replay, run, out)),
+                                         run.state.updates)  # fmt: skip
+        except BaseException as exc:  # every end reaches the same path: checkpoint, teardown, summary
+            end.failed(exc)
+            console.print(f"{end.reason}: " + ("writing a final checkpoint and stopping cleanly (Ctrl-C again skips the checkpoint)"
+                                               if end.world_alive(run) else "keeping the newest checkpoint and stopping"),
+                          markup=False)  # fmt: skip
+        with end.second_signal_skips():
+            if end.world_alive(run) and getattr(run, "state", None) is not None:
+                run.quiesce()
+                for ep in rows.episodes() if rows is not None else []:
+                    log.log_episode(ep)
+                checkpoints.save(lambda: run.snapshot(include_replay=_replay_in_checkpoint(args.checkpoint_replay, run, out)),
+                                 run.state.updates)  # fmt: skip
+        with end.signals_held():  # nothing may stop the teardown: reap and unlink everything, then say what happened
             try:
-                if getattr(run, "world", None) is not None and run.world.slot is not None and getattr(run, "state", None) is not None:
-                    run.quiesce()
-                    for ep in rows.episodes() if rows is not None else []:
-                        log.log_episode(ep)
-                    snap = run.snapshot(include_replay=_replay_in_checkpoint(args.checkpoint_replay, run, out))
-                    save_checkpoint(checkpoint_path(out, run.state.updates), snap)
-                    keep_last(out, args.keep_checkpoints)
-            finally:  # even if the final checkpoint fails (a full disk): reap and unlink everything
                 run.teardown()
+            except Exception as exc:  # noqa: BLE001 - the run's own end is the news; the teardown's is a note
+                end.note(f"teardown: {type(exc).__name__}: {exc}")
+            summary = _finish_log(run, log, out, end, last_row, wall0)
+    if summary.get("inaction_fraction") is not None:
+        recent = "—" if summary["recent_return"] is None else f"{summary['recent_return']:.2f}"
+        console.print(f"{'done' if end.complete else 'stopped'}: {summary['env_ticks_total']:,} env ticks, {summary['updates']:,} updates, "
+                      f"inaction {summary['inaction_fraction']:.1%}, recent return {recent}; "
+                      f"`nonstop report {out}` draws the plots")  # fmt: skip
+    print(json.dumps({"run_dir": str(out), "updates": summary.get("updates"), "recent_return": summary.get("recent_return"),
+                      "complete": end.complete}))  # fmt: skip
+    if end.error is not None:
+        raise end.error  # the CLI names it in one line and exits non-zero
+    return end.exit_code
+
+
+def _finish_log(run: Any, log: Any, out: Path, end: "RunEnd", last_row: dict[str, Any], wall0: float) -> dict[str, Any]:
+    """Write the tick log (what exists of it) and ``summary.json``, marked incomplete with the reason
+    when the run did not reach its end. Never raises: a run's summary must not hide how it ended."""
+    from nonstop.metrics.timing import episode_returns, summarize
+
+    summary: dict[str, Any] = {"updates": run.final_updates, "env_ticks_total": int(last_row.get("env_ticks", run.tick_offset)),
+                               "recent_return": None}  # fmt: skip
+    try:
         tick_log = run.world.tick_log
         tick_log.meta["tick_offset"] = run.tick_offset  # this segment's tick 0 is the run's tick `tick_offset`
-        previous = out / "ticklog.npz"
-        if run.tick_offset and previous.exists():  # keep the earlier segment's log beside the newest
-            previous.rename(out / f"ticklog-before-{run.tick_offset:09d}.npz")
-        log.save_ticklog(tick_log)
-        from nonstop.metrics.timing import episode_returns, summarize
-
+        log.save_ticklog(tick_log)  # streamed already: this records the final meta
         returns = episode_returns(tick_log)
-        summary = {**summarize(tick_log), "updates": run.final_updates, "env_ticks_total": run.tick_offset + len(tick_log),
-                   "recent_return": float(np.mean(returns[-20:])) if returns else None, "interrupted": interrupted,
-                   "wall_s": round(time.monotonic() - wall0, 2)}  # fmt: skip
+        summary.update(summarize(tick_log), env_ticks_total=run.tick_offset + len(tick_log),
+                       recent_return=float(np.mean(returns[-20:])) if returns else None)  # fmt: skip
+    except BaseException as exc:  # noqa: BLE001 - a dead host's log, a full disk: said in the summary
+        end.note(f"tick log not saved: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    summary.update(end.as_dict(), wall_s=round(time.monotonic() - wall0, 2))
+    try:
         log.write_summary(summary)
-    recent = "—" if summary["recent_return"] is None else f"{summary['recent_return']:.2f}"
-    console.print(f"done: {summary['env_ticks_total']:,} env ticks, {summary['updates']:,} updates, "
-                  f"inaction {summary['inaction_fraction']:.1%}, recent return {recent}; "
-                  f"`nonstop report {out}` draws the plots")  # fmt: skip
-    print(json.dumps({"run_dir": str(out), "updates": summary["updates"], "recent_return": summary["recent_return"]}))
-    return 130 if interrupted else 0
+    except OSError as exc:
+        end.note(f"summary.json not written: {exc}")
+    return summary
+
+
+class RunEnd:
+    """How a training run ended, and what the trainer does about a signal while it stops.
+
+    Every end takes one path (final checkpoint when the world still runs, teardown, tick log,
+    ``summary.json`` with ``complete`` and ``reason``); this object says which end it was and the
+    exit status: 0 complete, 130 Ctrl-C, 143 SIGTERM, the error re-raised (non-zero) otherwise.
+
+    >>> end = RunEnd()
+    >>> end.failed(KeyboardInterrupt()); (end.complete, end.exit_code, end.reason)
+    (False, 130, 'interrupted (Ctrl-C)')
+    """
+
+    def __init__(self) -> None:
+        self.complete = True
+        self.reason: str | None = None
+        self.exit_code = 0
+        self.error: BaseException | None = None
+        self.notes: list[str] = []
+
+    def failed(self, exc: BaseException) -> None:
+        from nonstop.realtime.host import HostError
+
+        self.complete = False
+        if isinstance(exc, KeyboardInterrupt):
+            self.reason, self.exit_code = "interrupted (Ctrl-C)", 130
+        elif isinstance(exc, SystemExit):
+            code = exc.code if isinstance(exc.code, int) else 1
+            self.reason, self.exit_code = ("terminated (SIGTERM)" if code == 143 else f"exit requested ({code})"), code
+        else:
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            name = "the world's host died" if isinstance(exc, HostError) else type(exc).__name__
+            self.reason, self.exit_code, self.error = f"{name}: {first}" if first else name, 1, exc
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+    @staticmethod
+    def world_alive(run: Any) -> bool:
+        world = getattr(run, "world", None)
+        return world is not None and world.running
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"complete": self.complete, "interrupted": self.exit_code in (130, 143), "reason": self.reason,
+                **({"notes": self.notes} if self.notes else {})}  # fmt: skip
+
+    @contextlib.contextmanager
+    def second_signal_skips(self) -> Iterator[None]:
+        """While the final checkpoint is written: Ctrl-C or SIGTERM again abandons it (the file is
+        written atomically, so the older checkpoints stay whole) and the run goes on to its teardown."""
+        try:
+            yield
+        except (KeyboardInterrupt, SystemExit) as exc:
+            self.note("final checkpoint skipped: " + ("Ctrl-C" if isinstance(exc, KeyboardInterrupt) else "SIGTERM") + " again")
+            if self.complete:
+                self.failed(exc)
+        except Exception as exc:  # noqa: BLE001 - the teardown must still run; the failure is reported
+            self.note(f"final checkpoint failed: {type(exc).__name__}: {exc}")
+            if self.complete:
+                self.failed(exc)
+
+    @contextlib.contextmanager
+    def signals_held(self) -> Iterator[None]:
+        """Defer SIGINT and SIGTERM until the block ends (teardown must finish: it reaps children and
+        unlinks shared memory); a signal that came meanwhile is noted, not lost."""
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        came: list[int] = []
+        previous = {s: signal.signal(s, lambda signum, _: came.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            if came:
+                self.note("a signal during the teardown was held until it finished")
+                if self.complete:
+                    self.complete, self.exit_code = False, 128 + came[0]
+                    self.reason = "interrupted (Ctrl-C)" if came[0] == signal.SIGINT else "terminated (SIGTERM)"
+
+
+class Checkpointer:
+    """Saves checkpoints and keeps the newest ``keep`` whole ones. A full disk (or any other failure
+    to write) warns once and stops checkpointing; the world keeps ticking, the older checkpoints
+    stay as they were (each file is written atomically)."""
+
+    def __init__(self, out: Path, keep: int, *, warn: Callable[[str], None]) -> None:
+        self.out, self.keep, self.warn = out, keep, warn
+        self.disabled: str | None = None
+
+    def save(self, snapshot: Callable[[], dict[str, Any]], updates: int) -> Path | None:
+        from nonstop.learning.checkpoint import checkpoint_path, keep_last, save_checkpoint
+
+        if self.disabled is not None:
+            return None
+        path = checkpoint_path(self.out, updates)
+        try:
+            save_checkpoint(path, snapshot())
+            keep_last(self.out, self.keep)
+        except OSError as exc:
+            self.disabled = exc.strerror or str(exc)
+            why = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else f"{exc.strerror or exc}"
+            self.warn(f"warning: cannot write checkpoint {path.name} ({why}); checkpointing stops, the run goes on "
+                      "(the older checkpoints are intact; free space and resume from them)")  # fmt: skip
+            return None
+        return path

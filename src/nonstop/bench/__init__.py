@@ -21,4 +21,7 @@ BENCHMARKS = {
     "learn": "nonstop.bench.learn",
     "nlstar": "nonstop.bench.nlstar",
     "server": "nonstop.bench.server",
+    "ticklog": "nonstop.bench.ticklog",
+    "weights": "nonstop.bench.weights",
+    "duel": "nonstop.bench.duel",
 }

@@ -33,7 +33,8 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from nonstop.bench.common import machine_info, percentiles, reap, run_sizes, size_help, verdict
+from nonstop.bench.common import machine_info, percentiles, run_sizes, size_help, verdict
+from nonstop.realtime.lifeline import hold_lifeline, reap
 from nonstop.realtime.channels import SEGMENT_PREFIX, ActionQueue, LatestSlot
 from nonstop.realtime.clock import stopwatch
 
@@ -96,6 +97,7 @@ class _Stalled(RuntimeError):
 
 def _echo_main(conn: Any, channels: dict[str, Any], schedule: list[tuple[str, int]]) -> None:
     """Child: echo every message back, following the same schedule as the parent."""
+    hold_lifeline()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns shutdown, Ctrl-C included
     slot_in, slot_out = channels["slot"]
     q_in, q_out = channels["queue"]

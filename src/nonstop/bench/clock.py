@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from nonstop.bench.channels import our_segments
-from nonstop.bench.common import machine_info, percentiles, reap, run_sizes, size_help, verdict
+from nonstop.bench.common import machine_info, percentiles, run_sizes, size_help, verdict
+from nonstop.realtime.lifeline import hold_lifeline, reap
 from nonstop.bench.host import _registry_make_env, bench_env_factory, env_source
 from nonstop.metrics.timing import summarize
 from nonstop.realtime.channels import LatestSlot
@@ -85,6 +86,7 @@ _FULL = {"seconds": 30.0, "rounds": 3}
 
 def _reader_main(slot: LatestSlot, conn: Any, max_seconds: float) -> None:
     """A fast agent: read the newest observation over and over until the session stops."""
+    hold_lifeline()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns shutdown, Ctrl-C included
     parent = mp.parent_process()
     reads = ticks_seen = 0

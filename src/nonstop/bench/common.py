@@ -1,5 +1,5 @@
 """Shared helpers for benchmarks: machine description, robust statistics, run sizes, option
-parsing and child-process reaping."""
+parsing."""
 
 from __future__ import annotations
 
@@ -112,12 +112,3 @@ def parse_positive_list(text: str, option: str) -> list[float]:
     return values
 
 
-def reap(process: Any, timeout: float = 5.0) -> None:
-    """Make sure a child process is gone: wait ``timeout`` s, then terminate, then kill."""
-    process.join(timeout=timeout)
-    if process.is_alive():
-        process.terminate()
-        process.join(timeout=timeout)
-    if process.is_alive():
-        process.kill()
-        process.join()

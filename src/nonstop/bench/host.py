@@ -147,7 +147,30 @@ class _ResetStamp(gymnasium.Wrapper):
         return out
 
 
-def _stamped_env(env_id: str, profile: cProfile.Profile | None = None) -> _ResetStamp:
+class _SeatResetStamp:
+    """`_ResetStamp` for a seat world (``multi/...``, PettingZoo's parallel API): the same stamp on
+    the first reset, ``step`` bound straight to the world's own."""
+
+    def __init__(self, env: Any, profile: cProfile.Profile | None = None) -> None:
+        self.env = env
+        self.step = env.step
+        self.possible_agents = env.possible_agents
+        self.observation_space, self.action_space = env.observation_space, env.action_space
+        self.first_reset_at: float | None = None
+        self.first_reset_cpu: float | None = None
+        self._profile = profile
+
+    reset = _ResetStamp.reset
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _stamped_env(env_id: str, profile: cProfile.Profile | None = None) -> Any:
+    if env_id.startswith("multi/"):  # a seat world: the host steps every seat at once
+        from nonstop.envs import make_env
+
+        return _SeatResetStamp(make_env(env_id), profile)
     return _ResetStamp(make_bench_env(env_id), profile)
 
 
@@ -161,10 +184,17 @@ def raw_loop(env_id: str, steps: int, action: int = 0) -> dict[str, float]:
     try:
         env.reset(seed=0)
         step, reset = env.step, env.reset
-        for _ in range(steps):
-            _, _, terminated, truncated, _ = step(action)
-            if terminated or truncated:
-                reset()
+        if isinstance(env, _SeatResetStamp):  # every seat acts each step; the episode ends for all at once
+            joint = {seat: action for seat in env.possible_agents}
+            for _ in range(steps):
+                _, _, terminated, truncated, _ = step(joint)
+                if any(terminated.values()) or any(truncated.values()):
+                    reset()
+        else:
+            for _ in range(steps):
+                _, _, terminated, truncated, _ = step(action)
+                if terminated or truncated:
+                    reset()
         end, end_cpu = stopwatch(), cpu_stopwatch()
         wall, cpu = end - env.first_reset_at, end_cpu - env.first_reset_cpu  # type: ignore[operator]
     finally:

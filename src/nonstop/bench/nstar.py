@@ -1,10 +1,24 @@
-"""``nonstop bench nstar``: measured N_I* against theory, per inference time.
+"""``nonstop bench nstar``: measured N_I* against theory, per inference time and latency spread.
 
-For each τ_θ (in ticks) it searches the smallest N_I whose inaction over a
-measurement window after warm-up is at most ``--max-inaction``, runs the
-staggered workers for real on the chosen clock, and compares with ⌈τ_θmax/τ_M⌉
-(Algorithm 1) or ⌈τ̄_θ/τ_M⌉ (Algorithm 2). Writes a plot like the paper's
-Figure 7a (N_I* against τ_θ).
+For each mean τ̄_θ (in ticks) and latency distribution (``--latency constant | normal | lognormal |
+empirical:FILE``, spread ``--sigma``, a comma list sweeps it) it searches, by galloping from the
+formula and bisecting (`nonstop.metrics.nstar.find_nstar`; inaction is near-monotone in N_I), the
+smallest N_I whose inaction over a measurement window after warm-up is at most ``--max-inaction``,
+running the workers for real on the chosen clock. Each row reports, per scheduler:
+
+* ``nstar_measured``;
+* ``nstar_formula``: the paper's ⌈τ_θmax/τ_M⌉ (Algorithm 1, τ_θmax measured at N_I*) or
+  ⌈τ̄_θ/τ_M⌉ (Algorithm 2); for ``quantile_hold`` the in-flight count ⌈E[B] + z·sd[B]⌉ its
+  `AutoScheduler` aims at, from 200 000 draws of the distribution;
+* ``lower_bound``: ⌈τ̄_θ/τ_M⌉, below which no scheduler can act every tick (each action needs a
+  τ_θ of some worker's time, on average τ̄_θ);
+* the delay the scheduler pays there (mean and p99 ticks): ``quantile_hold`` trades delay (a high
+  quantile of τ_θ) for workers.
+
+Variable latencies get a long warm-up (3 × the 99.9 % point of τ_θ plus 4096 ticks, so running
+estimates such as Algorithm 1's maximum and quantile_hold's quantile have settled) and a long
+window (0.5 % of 240 ticks would be one tick), the same for every scheduler. With several σ a
+second figure plots N_I* against σ per scheduler beside the bound.
 
 On the wall clock the workers are threads of this process (latency policies sleep, they use no
 CPU), the host runs in its own process at SCHED_FIFO where permitted, and the pool aligns each
@@ -17,8 +31,10 @@ from __future__ import annotations
 
 import argparse
 import math
+from functools import partial
 import os
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -26,57 +42,106 @@ import numpy as np
 from nonstop.bench.common import machine_info, parse_positive_list
 from nonstop.metrics.nstar import find_nstar, max_inaction_threshold, theoretical_nstar
 
-DESCRIPTION = "measured N_I* (fewest workers with no inaction) vs theory, per inference time (paper Fig. 7a)"
+DESCRIPTION = "measured N_I* (fewest workers with no inaction) vs the paper's formulas and the bound, per latency (Fig. 7)"
 ENV = "theory/inaction"  # the cheapest world: the env does not matter for N_I*, only the tick rate
+LATENCY_KINDS = ("constant", "normal", "lognormal", "empirical:FILE")
+#: workers a quantile_hold start may find busy, at this level (the AutoScheduler's default)
+WORKER_QUANTILE = 0.999
+#: ticks of warm-up beyond 3 × the 99.9 % point of τ_θ, for variable latency (full, quick)
+_SETTLE_TICKS = (4096, 1500)
+#: measured ticks for variable latency (full, quick)
+_WINDOW_TICKS = (4000, 1500)
+DEFAULT_SCHEDULERS = "max_time,exp_time,quantile_hold"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clock", choices=("virtual", "wall"), default="virtual")
-    parser.add_argument("--scheduler", default="max_time,exp_time",
-                        help="comma-separated schedulers (max_time, exp_time, unstaggered)")  # fmt: skip
+    parser.add_argument("--scheduler", default=DEFAULT_SCHEDULERS,
+                        help=f"comma-separated schedulers (default {DEFAULT_SCHEDULERS}; also unstaggered)")  # fmt: skip
     parser.add_argument("--tau-theta", default=None,
-                        help="inference times in ticks, comma-separated (default 1,2,5,8,70,600 virtual; 1,5,8,70 wall)")  # fmt: skip
-    parser.add_argument("--latency", choices=("constant", "lognormal"), default="constant",
-                        help="latency distribution; lognormal is heavy-tailed with --sigma, mean = τ_θ")  # fmt: skip
-    parser.add_argument("--sigma", type=float, default=0.5, help="lognormal sigma (default 0.5)")
+                        help="mean inference times in ticks, comma-separated (default: constant 1,2,5,8,70,600 "
+                        "virtual, 1,5,8,70 wall; variable 5,8,20,70, quick 5)")  # fmt: skip
+    parser.add_argument("--latency", default="constant",
+                        help="constant | normal (std = sigma·mean) | lognormal (log-spread sigma, mean = τ_θ) | "
+                        "empirical:FILE (one measured seconds value per line; its shape rescaled to each mean, "
+                        "or its own mean without --tau-theta)")  # fmt: skip
+    parser.add_argument("--sigma", default="0.5",
+                        help="spread: lognormal sigma or normal coefficient of variation; a comma list sweeps it "
+                        "and plots N_I* against sigma (default 0.5)")  # fmt: skip
     parser.add_argument("--max-inaction", type=float, default=None,
                         help="inaction fraction allowed after warm-up (default: 0 on the virtual clock with constant "
                         "latency, else 0.5%% capped at 1/(4·theory))")  # fmt: skip
-    parser.add_argument("--window", type=float, default=None, help="measurement window in cycles of τ_θ (default 4)")
+    parser.add_argument("--window", type=float, default=None,
+                        help="measurement window in cycles of τ_θ for constant latency (default 4); variable "
+                        "latency measures 4000 ticks (quick 1500)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backend", default="thread", metavar="thread|ray",
+                        help="where each worker's policy runs on the wall clock: thread (default) or ray (a Ray actor, "
+                        "spread over the cluster's nodes; theory then counts the measured τ_θ, remote overhead included)")
+    parser.add_argument("--ray-address", default=None, metavar="HOST:PORT", help="Ray cluster (default: a local Ray)")
     parser.add_argument("--plot", default="runs/nstar.png", help="where to write the figure ('' for none)")
+
+
+def make_latency(kind: str, mean_s: float, sigma: float, empirical: Any = None) -> Any:
+    """The `Latency` of ``kind`` with mean ``mean_s`` seconds and spread ``sigma``."""
+    from nonstop.policies import Constant, Empirical, LogNormal, Normal
+
+    if kind == "constant":
+        return Constant(mean_s)
+    if kind == "normal":
+        return Normal(mean_s, sigma * mean_s)
+    if kind == "lognormal":
+        return LogNormal(mean_s / math.exp(sigma**2 / 2), sigma)
+    scale = mean_s / empirical.mean  # the measured shape, at the requested mean
+    return Empirical([x * scale for x in empirical.samples], source=empirical.source)
+
+
+def in_flight_workers(latency: Any, tau_m: float, *, draws: int = 200_000, seed: int = 0) -> dict[str, float]:
+    """E[B], sd[B] and ⌈E[B] + z·sd[B]⌉ for B = Σ_j 1[τ_j > j·τ_M], the inferences in flight at a
+    start when one starts per tick (see `nonstop.inference.schedulers.AutoScheduler`)."""
+    rng = np.random.default_rng(seed)
+    taus = np.sort(np.array([latency.sample(rng) for _ in range(draws)]))
+    edges = np.arange(math.ceil(taus[-1] / tau_m - 1e-9) + 1) * tau_m * (1.0 + 1e-9)
+    p = (taus.size - np.searchsorted(taus, edges, side="right")) / taus.size
+    mean, sd = float(p.sum()), float(np.sqrt((p * (1 - p)).sum()))
+    z = NormalDist().inv_cdf(WORKER_QUANTILE)
+    return {"mean": mean, "sd": sd, "target": max(1, math.ceil(mean + z * sd - 1e-9))}
 
 
 def trial(
     *,
     tau_ticks: float,
-    n_workers: int,
+    n_workers: int | str,
     scheduler: str,
     clock: str,
-    latency: str,
-    sigma: float,
+    latency: Any,
     seed: int,
-    window_cycles: float,
+    warmup_ticks: int,
+    window_ticks: int,
+    backend: str = "thread",
 ) -> dict[str, Any]:
-    """One run with ``n_workers``; returns the tick-log summary after warm-up."""
-    from nonstop.inference.schedulers import make_scheduler
+    """One run with ``n_workers`` (or ``"auto"``); returns the tick-log summary after warm-up
+    (counted from when the workers started: Ray actors take seconds to start)."""
     from nonstop.inference.workers import InferencePool
-    from nonstop.policies import Constant, ConstantPolicy, LatencyPolicy, LogNormal
     from nonstop.realtime.host import Session
 
     with Session(ENV, clock=clock, seed=seed) as world:
         tau_m = world.tau_m
-        mean = tau_ticks * tau_m
-        dist = Constant(mean) if latency == "constant" else LogNormal(mean / math.exp(sigma**2 / 2), sigma)
 
-        def policy(i: int) -> LatencyPolicy:
-            return LatencyPolicy(ConstantPolicy(world.action_space, 1), dist, seed=seed * 100_003 + i)
+        space = world.action_space
 
-        sched = make_scheduler(scheduler, n_workers)
-        pool = InferencePool(world, policy, sched).start()
-        # warm-up: the first round (all workers start together) plus a cycle to settle
-        warmup_ticks = int(math.ceil(3 * tau_ticks)) + 30
-        window_ticks = int(max(window_cycles * tau_ticks, 240))
+        def policy(i: int) -> Any:
+            factory = partial(_latency_policy, space, latency, seed * 100_003 + i)
+            if backend == "ray":
+                from nonstop.distributed.ray_backend import RayPolicy
+
+                return RayPolicy(factory, num_cpus=0)  # it sleeps: no core reserved
+            return factory()
+
+        # by name: the pool binds a grid scheduler's period to τ_M and its origin to the tick grid
+        pool = InferencePool(world, policy, scheduler, n_inference=n_workers).start()
+        if backend == "ray":  # the warm-up counts from when the actors are up
+            warmup_ticks += int(world.slot.read().tick)
         try:
             world.run_for((warmup_ticks + window_ticks + 1) * tau_m)
             # the window ends here: the ticks the host goes on making while the pool stops are β's
@@ -84,89 +149,188 @@ def trial(
         finally:
             pool.stop()
     summary = world.tick_log.summary(warmup_ticks=warmup_ticks, end_tick=end_tick)
+    log = world.tick_log
+    keep = (log["tick"] > warmup_ticks) & (log["tick"] <= end_tick) & (log["source"] == 1)
+    delays = log["delay"][keep]
+    summary["delay_p99_ticks"] = float(np.percentile(delays, 99)) if delays.size else float("nan")
     taus = np.array([t for w in pool.workers for t in w.tau_thetas])
     summary["tau_theta_max_ticks"] = float(taus.max() / tau_m) if taus.size else float("nan")
     summary["tau_theta_mean_ticks"] = float(taus.mean() / tau_m) if taus.size else float("nan")
+    summary["n_workers_final"] = pool.n_inference
+    overhead = world.tick_log.meta.get("workers", {}).get("remote_overhead_s")
+    if overhead is not None:
+        summary["remote_overhead_s"] = overhead
     return summary
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    schedulers = [s.strip() for s in args.scheduler.split(",") if s.strip()]
-    from nonstop.inference.schedulers import make_scheduler
+def _latency_policy(space: Any, latency: Any, seed: int) -> Any:
+    from nonstop.policies import ConstantPolicy, LatencyPolicy
 
+    return LatencyPolicy(ConstantPolicy(space, 1), latency, seed=seed)
+
+
+def _finite(x: Any) -> Any:
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from nonstop.distributed.backends import check_backend
+
+    backend = getattr(args, "backend", "thread")
+    ray_address = getattr(args, "ray_address", None)
+    if backend not in ("thread", "ray"):
+        raise ValueError(f"bench nstar runs latency policies on backend 'thread' or 'ray', got {backend!r}")
+    check_backend(backend, ray_address=ray_address, clock=args.clock)
+    if backend == "ray":
+        from nonstop.distributed.ray_backend import ray_session
+
+        with ray_session(ray_address):
+            result = _run(args, backend)
+    else:
+        result = _run(args, backend)
+    result["backend"] = backend
+    return result
+
+
+def _run(args: argparse.Namespace, backend: str) -> dict[str, Any]:
+    from nonstop.envs.theory import THEORY_TICK_HZ
+    from nonstop.inference.schedulers import make_scheduler
+    from nonstop.policies import Empirical
+
+    schedulers = [s.strip() for s in args.scheduler.split(",") if s.strip()]
     for name in schedulers:
         make_scheduler(name, 1 if name == "sequential" else 2)  # unknown names fail here, before any run
+    kind, empirical = args.latency.strip(), None
+    if kind.startswith("empirical:"):
+        empirical = Empirical.from_file(kind.partition(":")[2].strip())
+        kind = "empirical"
+    elif kind not in ("constant", "normal", "lognormal"):
+        raise ValueError(f"--latency must be one of {', '.join(LATENCY_KINDS)}, got {args.latency!r}")
+    sigmas = parse_positive_list(str(args.sigma), "--sigma") if kind in ("normal", "lognormal") else [0.0]
+    variable = kind != "constant"
+    tau_m = 1.0 / THEORY_TICK_HZ
+    quick = bool(getattr(args, "quick", False))
     if args.tau_theta is not None:
         taus = parse_positive_list(args.tau_theta, "--tau-theta")
-    elif args.quick:
+    elif empirical is not None:
+        taus = [empirical.mean / tau_m]
+    elif variable:
+        taus = [5] if quick else [5, 8, 20, 70]
+    elif quick:
         taus = [1, 2, 5, 8] if args.clock == "virtual" else [1, 5]
     else:
         taus = [1, 2, 5, 8, 70, 600] if args.clock == "virtual" else [1, 5, 8, 70]
-    if args.sigma <= 0:
-        raise ValueError(f"--sigma must be positive, got {args.sigma}")
-    window = args.window if args.window is not None else (2.0 if args.quick else 4.0)
-    exact = args.clock == "virtual" and args.latency == "constant"
+    window = args.window if args.window is not None else (2.0 if quick else 4.0)
+    exact = args.clock == "virtual" and not variable
     rows = []
     load_before = os.getloadavg()
-    for name in schedulers:
+    for sigma in sigmas:
         for tau in taus:
-            theory_guess = theoretical_nstar(tau, 1.0)
+            latency = make_latency(kind, tau * tau_m, sigma, empirical)
+            bound = theoretical_nstar(latency.mean, tau_m)  # ⌈τ̄_θ/τ_M⌉: no scheduler does better
+            flight = in_flight_workers(latency, tau_m, seed=args.seed) if variable else None
+            if variable:
+                warmup = math.ceil(3 * latency.max_hint / tau_m) + 30 + _SETTLE_TICKS[quick]
+                window_ticks = _WINDOW_TICKS[quick]
+            else:
+                warmup = int(math.ceil(3 * tau)) + 30
+                window_ticks = int(max(window * tau, 240))
             if args.max_inaction is not None:
                 threshold = args.max_inaction
             elif exact:
                 threshold = 0.0
             else:
-                threshold = min(0.005, max_inaction_threshold(theory_guess) / 2)
+                threshold = min(0.005, max_inaction_threshold(bound) / 2)
+            for name in schedulers:
 
-            def run_n(n: int, tau: float = tau, name: str = name) -> dict[str, Any]:
-                return trial(
-                    tau_ticks=tau, n_workers=n, scheduler=name, clock=args.clock, latency=args.latency,
-                    sigma=args.sigma, seed=args.seed, window_cycles=window,
-                )  # fmt: skip
+                def run_n(n: int | str, name: str = name, latency: Any = latency,
+                          warmup: int = warmup, window_ticks: int = window_ticks) -> dict[str, Any]:
+                    return trial(
+                        tau_ticks=tau, n_workers=n, scheduler=name, clock=args.clock, latency=latency,
+                        seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend,
+                    )  # fmt: skip
 
-            nstar, results = find_nstar(run_n, guess=theory_guess, passes=lambda s, th=threshold: s["inaction_fraction"] <= th)
-            at = results[nstar]
-            if args.latency == "constant":
-                theory = theory_guess
-            else:  # Algorithm 1 pads to the largest τ_θ seen; Algorithm 2 tracks the mean
-                key = "tau_theta_max_ticks" if name == "max_time" else "tau_theta_mean_ticks"
-                theory = theoretical_nstar(at[key], 1.0)
-            rows.append({
-                "scheduler": name,
-                "tau_theta_ticks": tau,
-                "nstar_measured": nstar,
-                "nstar_theory": theory,
-                "matches_theory": nstar == theory,
-                "within_theory_plus_1": nstar <= theory + 1,
-                "max_inaction": threshold,
-                "inaction_at_nstar": at["inaction_fraction"],
-                "inaction_at_nstar_minus_1": results[nstar - 1]["inaction_fraction"] if nstar > 1 else None,
-                "tau_i_mean_ticks": at["tau_i_mean_ticks"],
-                "tau_i_cv": at["tau_i_cv"],
-                "delay_mean_ticks": at["delay_mean_ticks"],
-                "tau_theta_max_ticks": at["tau_theta_max_ticks"],
-                "tau_theta_mean_ticks": at["tau_theta_mean_ticks"],
-                "trials": {str(n): r["inaction_fraction"] for n, r in sorted(results.items())},
-            })  # fmt: skip
+                guess = flight["target"] if (name == "quantile_hold" and flight) else bound
+                nstar, results = find_nstar(
+                    run_n, guess=guess, passes=lambda s, th=threshold: s["inaction_fraction"] <= th
+                )
+                at = results[nstar]
+                # measured τ_θ where it varies (a Ray actor's remote overhead varies too)
+                measured = variable or backend == "ray"
+                if name == "max_time":  # Algorithm 1 pads to the largest τ_θ seen
+                    formula = theoretical_nstar(at["tau_theta_max_ticks"] * tau_m, tau_m) if measured else bound
+                elif name == "quantile_hold" and flight:
+                    formula = flight["target"]
+                else:  # Algorithm 2 (and the rest): the mean
+                    formula = theoretical_nstar(at["tau_theta_mean_ticks"] * tau_m, tau_m) if measured else bound
+                rows.append({
+                    "scheduler": name,
+                    "latency": kind,
+                    "sigma": sigma if kind in ("normal", "lognormal") else None,
+                    "tau_theta_ticks": tau,
+                    "nstar_measured": nstar,
+                    "nstar_formula": formula,
+                    "nstar_theory": formula,  # the name earlier results used
+                    "lower_bound": bound,
+                    "ratio_to_bound": nstar / bound,
+                    "matches_theory": nstar == formula,
+                    "within_theory_plus_1": nstar <= formula + 1,
+                    "max_inaction": threshold,
+                    "inaction_at_nstar": at["inaction_fraction"],
+                    "inaction_at_nstar_minus_1": results[nstar - 1]["inaction_fraction"] if nstar > 1 else None,
+                    "tau_i_mean_ticks": _finite(at["tau_i_mean_ticks"]),
+                    "tau_i_cv": _finite(at["tau_i_cv"]),
+                    "delay_mean_ticks": _finite(at["delay_mean_ticks"]),
+                    "delay_p99_ticks": _finite(at["delay_p99_ticks"]),
+                    "tau_theta_max_ticks": _finite(at["tau_theta_max_ticks"]),
+                    "tau_theta_mean_ticks": _finite(at["tau_theta_mean_ticks"]),
+                    "in_flight_mean": flight["mean"] if flight else None,
+                    "in_flight_sd": flight["sd"] if flight else None,
+                    "warmup_ticks": warmup,
+                    "window_ticks": window_ticks,
+                    "trials": {str(n): r["inaction_fraction"] for n, r in sorted(results.items())},
+                    "remote_overhead_s": at.get("remote_overhead_s"),
+                })  # fmt: skip
+            if variable and "quantile_hold" in schedulers:  # auto: the same scheduler, sizing N_I itself
+                auto = trial(tau_ticks=tau, n_workers="auto", scheduler="auto", clock=args.clock, latency=latency,
+                             seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend)  # fmt: skip
+                rows.append({
+                    "scheduler": "auto", "latency": kind, "sigma": sigma if kind in ("normal", "lognormal") else None,
+                    "tau_theta_ticks": tau, "nstar_measured": None, "n_workers_chosen": auto["n_workers_final"],
+                    "nstar_formula": flight["target"] if flight else None, "lower_bound": bound,
+                    "ratio_to_bound": auto["n_workers_final"] / bound, "max_inaction": threshold,
+                    "inaction_at_nstar": auto["inaction_fraction"],
+                    "delay_mean_ticks": _finite(auto["delay_mean_ticks"]),
+                    "delay_p99_ticks": _finite(auto["delay_p99_ticks"]),
+                    "warmup_ticks": warmup, "window_ticks": window_ticks,
+                })  # fmt: skip
+    searched = [r for r in rows if r["nstar_measured"] is not None]
+    hold = [r for r in searched if r["scheduler"] == "quantile_hold"]
     result: dict[str, Any] = {
         "clock": args.clock,
-        "latency": args.latency,
-        "sigma": args.sigma if args.latency == "lognormal" else None,
+        "latency": kind,
+        "empirical_source": empirical.source if empirical is not None else None,
+        "sigma": sigmas if kind in ("normal", "lognormal") else None,
         "env": ENV,
         "rows": rows,
-        "all_match_theory": all(r["matches_theory"] for r in rows),
-        "all_within_theory_plus_1": all(r["within_theory_plus_1"] for r in rows),
+        "all_match_theory": all(r["matches_theory"] for r in searched),
+        "all_within_theory_plus_1": all(r["within_theory_plus_1"] for r in searched),
+        # issue 10's target: the new scheduler within 2× the bound, inaction held
+        "quantile_hold_within_2x_bound": all(r["ratio_to_bound"] <= 2 for r in hold) if hold else None,
+        "quantile_hold_max_ratio_to_bound": max((r["ratio_to_bound"] for r in hold), default=None),
         # the machine is shared: wall-clock figures are only as quiet as it was
         "loadavg_before": list(load_before),
         "loadavg_after": list(os.getloadavg()),
         "machine": machine_info(),
     }
     if args.plot:
-        result["plot"] = str(_plot(rows, Path(args.plot), args))
+        result["plot"] = str(_plot(searched, Path(args.plot), args, kind))
+        if len(sigmas) > 1:
+            result["plot_sigma"] = str(_plot_sigma(rows, Path(args.plot), kind))
     return result
 
 
-def _plot(rows: list[dict[str, Any]], path: Path, args: argparse.Namespace) -> Path:
+def _plot(rows: list[dict[str, Any]], path: Path, args: argparse.Namespace, kind: str) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -174,16 +338,19 @@ def _plot(rows: list[dict[str, Any]], path: Path, args: argparse.Namespace) -> P
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6, 4.2))
+    sigma0 = rows[0]["sigma"] if rows else None
+    rows = [r for r in rows if r["sigma"] == sigma0]
     for name in dict.fromkeys(r["scheduler"] for r in rows):
         sub = [r for r in rows if r["scheduler"] == name]
         ax.plot([r["tau_theta_ticks"] for r in sub], [r["nstar_measured"] for r in sub], "o-", label=f"{name} (measured)")
     taus = sorted({r["tau_theta_ticks"] for r in rows})
-    ax.plot(taus, [theoretical_nstar(t, 1.0) for t in taus], "k--", alpha=0.6, label="⌈τ_θ/τ_M⌉ (theory)")
+    ax.plot(taus, [r["lower_bound"] for r in rows[: len(taus)]], "k--", alpha=0.6, label="⌈τ̄_θ/τ_M⌉ (bound)")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("τ_θ (ticks)")
+    ax.set_xlabel("τ̄_θ (ticks)")
     ax.set_ylabel("N_I* (workers)")
-    ax.set_title(f"N_I* vs inference time — {args.clock} clock, {args.latency} latency")
+    spread = "" if sigma0 is None else f", σ={sigma0:g}"
+    ax.set_title(f"N_I* vs inference time — {args.clock} clock, {kind}{spread}")
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
@@ -192,22 +359,57 @@ def _plot(rows: list[dict[str, Any]], path: Path, args: argparse.Namespace) -> P
     return path
 
 
+def _plot_sigma(rows: list[dict[str, Any]], path: Path, kind: str) -> Path:
+    """N_I*/bound against σ, one panel per τ̄_θ, Algorithms 1 and 2 beside quantile_hold."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = path.with_name(path.stem + "_sigma" + path.suffix)
+    taus = sorted({r["tau_theta_ticks"] for r in rows})
+    fig, axes = plt.subplots(1, len(taus), figsize=(4.2 * len(taus), 4.0), squeeze=False)
+    for ax, tau in zip(axes[0], taus):
+        sub = [r for r in rows if r["tau_theta_ticks"] == tau and r["nstar_measured"] is not None]
+        for name in dict.fromkeys(r["scheduler"] for r in sub):
+            mine = sorted((r["sigma"], r["nstar_measured"]) for r in sub if r["scheduler"] == name)
+            ax.plot([m[0] for m in mine], [m[1] for m in mine], "o-", label=name)
+        bound = sorted({(r["sigma"], r["lower_bound"]) for r in sub})
+        ax.plot([b[0] for b in bound], [b[1] for b in bound], "k--", label="⌈τ̄_θ/τ_M⌉ bound")
+        ax.plot([b[0] for b in bound], [2 * b[1] for b in bound], "k:", alpha=0.5, label="2 × bound")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"σ ({kind})")
+        ax.set_ylabel("N_I* (workers)")
+        ax.set_title(f"τ̄_θ = {tau:g} ticks")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
 def render(result: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    def num(v: Any, fmt: str) -> str:
+        return "—" if v is None else format(v, fmt)
+
     table = Table(title=f"N_I* — {result['clock']} clock, {result['latency']} latency")
-    for col in ("scheduler", "τ_θ (ticks)", "N_I* measured", "theory", "inaction at N_I*", "at N_I*−1",
-                "τ_I (ticks)", "τ_I CV", "delay (ticks)", "threshold"):  # fmt: skip
+    for col in ("scheduler", "σ", "τ̄_θ (ticks)", "N_I* measured", "formula", "bound", "×bound",
+                "inaction at N_I*", "at N_I*−1", "delay mean", "delay p99", "threshold"):  # fmt: skip
         table.add_column(col, justify="right")
     for r in result["rows"]:
+        measured = str(r["nstar_measured"]) if r["nstar_measured"] is not None else f"auto: {r['n_workers_chosen']}"
         table.add_row(
-            r["scheduler"], f"{r['tau_theta_ticks']:g}", str(r["nstar_measured"]), str(r["nstar_theory"]),
+            r["scheduler"], num(r.get("sigma"), "g"), f"{r['tau_theta_ticks']:g}", measured,
+            num(r["nstar_formula"], "d"), str(r["lower_bound"]), f"{r['ratio_to_bound']:.2f}",
             f"{r['inaction_at_nstar']:.2%}",
-            "—" if r["inaction_at_nstar_minus_1"] is None else f"{r['inaction_at_nstar_minus_1']:.2%}",
-            f"{r['tau_i_mean_ticks']:.3f}", f"{r['tau_i_cv']:.3f}", f"{r['delay_mean_ticks']:.2f}",
-            f"{r['max_inaction']:.2%}",
+            "—" if r.get("inaction_at_nstar_minus_1") is None else f"{r['inaction_at_nstar_minus_1']:.2%}",
+            num(r["delay_mean_ticks"], ".1f"), num(r["delay_p99_ticks"], ".0f"), f"{r['max_inaction']:.2%}",
         )  # fmt: skip
     Console().print(table)
-    if result.get("plot"):
-        print(f"plot: {result['plot']}")
+    for key in ("plot", "plot_sigma"):
+        if result.get(key):
+            print(f"{key}: {result[key]}")

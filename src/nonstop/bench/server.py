@@ -64,7 +64,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -74,6 +73,7 @@ from typing import Any
 import numpy as np
 
 from nonstop.bench.common import machine_info, percentiles, verdict
+from nonstop.realtime.lifeline import popen_lifeline, reap
 
 __all__ = ["DESCRIPTION", "RESULT_KEYS", "add_arguments", "run", "render"]
 
@@ -230,7 +230,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
            str(args.sessions), "--tick-threads", str(args.tick_threads), "--tick-procs", str(args.tick_procs),
            "--tick-sched", args.tick_sched, "--warm-envs", str(args.sessions), "--switch-interval",
            str(args.switch_interval), "--log-level", "warning"]  # fmt: skip
-    server = subprocess.Popen(cmd, env=dict(os.environ))
+    server = subprocess.Popen(cmd, env=dict(os.environ), preexec_fn=popen_lifeline())  # no server outlives the bench
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -262,13 +262,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 break
             time.sleep(0.1)
     finally:
-        if server.poll() is None:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+        reap(server, timeout=0, kill_after=60)  # SIGTERM: it ends its sessions and exits; killed after 60 s
     p99s = np.array([s["summary"]["lateness_p99_ms"] for s in infos if "lateness_p99_ms" in s.get("summary", {})])
     steady = np.array([s["recent_lateness_ms"]["p99"] for s in live if s["session_id"] in sids and
                        "recent_lateness_ms" in s])  # fmt: skip

@@ -29,7 +29,7 @@ import gymnasium
 
 __all__ = ["EnvInfo", "register", "make_env", "env_info", "list_envs"]
 
-FAMILIES = ("atari", "gameboy", "theory", "classic", "gymnasium")
+FAMILIES = ("atari", "gameboy", "theory", "classic", "gymnasium", "multi")
 DEFAULT_BETAS = ("noop", "repeat")
 
 # Matches the two spellings of "any ALE game with the paper's defaults".

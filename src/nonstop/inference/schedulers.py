@@ -28,14 +28,19 @@ actions τ/N apart instead of firing all N at once:
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
 import numbers
 import threading
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable
+from statistics import NormalDist
 from typing import Any, ClassVar, NamedTuple
+
+import numpy as np
 
 __all__ = [
     "SCHEDULER_NAMES",
@@ -44,6 +49,7 @@ __all__ = [
     "UnstaggeredScheduler",
     "MaxTimeScheduler",
     "ExpectedTimeScheduler",
+    "QuantileHoldScheduler",
     "AutoScheduler",
     "make_scheduler",
     "Iteration",
@@ -75,6 +81,15 @@ def _check_seconds(what: str, value: Any, *, positive: bool = False) -> float:
     return seconds
 
 
+def _check_time(what: str, value: Any) -> float:
+    """A finite time in seconds on the caller's clock (any sign)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{what} must be a time in seconds, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{what} must be a finite time in seconds, got {value!r}")
+    return float(value)
+
+
 def _check_initial_estimate(value: Any) -> float:
     return 0.0 if value is None else _check_seconds("initial_estimate", value)
 
@@ -91,6 +106,9 @@ class Scheduler(ABC):
     """
 
     name: ClassVar[str]
+    #: True when ``after_inference``'s wait holds the *action*, not the worker: the worker loop
+    #: hands the action to a timer and starts its next inference at once.
+    frees_workers: ClassVar[bool] = False
 
     def __init__(self, n_workers: int) -> None:
         self._n = _check_count("n_workers", n_workers)
@@ -111,11 +129,12 @@ class Scheduler(ABC):
         """Wait before ``worker``'s first inference (the initial stagger)."""
 
     @abstractmethod
-    def take_delay(self, worker: int) -> float:
+    def take_delay(self, worker: int, now: float | None = None) -> float:
         """Delay accumulated for ``worker`` by other workers; resets it to 0.
 
         Called at the top of each loop (Alg 1/2: ``sleep(delay[processnum]);
-        delay[processnum] <- 0``).
+        delay[processnum] <- 0``). ``now`` is the worker's time, for schedulers that place
+        starts on a grid (`QuantileHoldScheduler`); the paper's algorithms ignore it.
         """
 
     @abstractmethod
@@ -147,7 +166,7 @@ class _NoWaitScheduler(Scheduler):
         self._check_worker(worker)
         return 0.0
 
-    def take_delay(self, worker: int) -> float:
+    def take_delay(self, worker: int, now: float | None = None) -> float:
         self._check_worker(worker)
         return 0.0
 
@@ -214,7 +233,7 @@ class _StaggeredScheduler(Scheduler):
         with self._lock:
             return self._start_delays[self._check_worker(worker)]
 
-    def take_delay(self, worker: int) -> float:
+    def take_delay(self, worker: int, now: float | None = None) -> float:
         with self._lock:
             worker = self._check_worker(worker)
             delay, self._delays[worker] = self._delays[worker], 0.0
@@ -355,45 +374,283 @@ class ExpectedTimeScheduler(_StaggeredScheduler):
         return f"ExpectedTimeScheduler(n_workers={self._n}, tau_mean_estimate={self._mean()!r})"
 
 
-class AutoScheduler(ExpectedTimeScheduler):
-    """Algorithm 2 spacing plus an online recommendation of N_I (beyond the paper).
+# --------------------------------------------------------------------------- beyond the paper: hold the action, free the worker
 
-    Holding τ_I = τ̄_θ/N_I <= τ_M needs N_I >= τ̄_θ/τ_M, so the recommendation is
-    ``target_workers(tau_m) = ceil(τ̄_θ / τ_M)`` clamped to [min_workers,
-    max_workers] (the paper's N_I* for Algorithm 2). Ratios within 1e-9 relative
-    of an integer count as that integer.
 
-    Hysteresis, so the count does not flap when τ̄_θ/τ_M hovers near an integer:
-    the recommendation grows at once when more workers are needed (too few
-    workers means inaction), but shrinks only to ``ceil(τ̄_θ / (τ_M·(1 −
-    hysteresis)))``, i.e. only while the smaller count keeps a relative margin of
-    ``hysteresis`` below τ_M. After a change at ratio r the recommendation then
-    stays put for every ratio in [r·(1 − hysteresis), r] (after growing) or
-    [r, r/(1 − hysteresis)] (after shrinking).
+def _check_fraction(what: str, value: Any, *, closed_low: bool = True) -> float:
+    """A number in [0, 1) (or (0, 1) with ``closed_low=False``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{what} must be a number in {'[' if closed_low else '('}0, 1), got {type(value).__name__}")
+    v = float(value)
+    if not ((0.0 <= v if closed_low else 0.0 < v) and v < 1.0):  # NaN fails this too
+        raise ValueError(f"{what} must be in {'[' if closed_low else '('}0, 1), got {value!r}")
+    return v
 
-    ``resize(n)`` changes the cycle from N to M workers. It keeps Algorithm 2's
-    assumption that workers sit in cycle order at their ideal phases (worker j
-    at j·τ̄/N) and adds non-negative delays that move them to j·τ̄/M:
 
-    - shrink (M < N): workers M..N-1 retire; worker j < M waits j·τ̄·(1/M − 1/N).
-      A retired worker may still finish the inference it is running: its calls
-      return 0 and change nothing. The worker loop must stop it at its next
-      ``take_delay`` (an index >= n_workers).
-    - grow (M > N): worker j < N waits (N−1−j)·τ̄·(1/N − 1/M), and new worker m
-      gets ``start_delay(m) = pending delay of the anchor + (m − anchor)·τ̄/M``.
-      The anchor is the worker that just submitted: ``anchor`` if given, else
-      the last worker to finish an inference. So call ``resize`` right after a
-      worker submits, and start the new workers at once: a scheduler has no
-      clock, it knows where "now" sits in the cycle only through that worker.
-      Without an anchor (no inference yet since the last shrink), new workers
-      get the plain stagger (m − N + 1)·τ̄/M.
+class QuantileHoldScheduler(Scheduler):
+    """One inference started per period; each finished *action* held to a quantile of τ_θ (beyond the paper).
 
-    >>> s = make_scheduler("auto", 2, min_workers=1, max_workers=8)
-    >>> s.after_inference(0, 0.1), s.target_workers(tau_m=1 / 60)   # 0.1 s / (1/60 s) = 6
-    (0.0, 6)
-    >>> s.resize(6, anchor=0)                                       # worker 0 just submitted
-    >>> [round(s.start_delay(m), 3) for m in range(2, 6)]           # new workers, τ̄/6 apart
-    [0.067, 0.083, 0.1, 0.117]
+    Why. Algorithm 1 holds each *worker* until the running maximum τ̂max has passed, so every
+    worker is busy for τ̂max per action and N_I* = ⌈τ_θmax/τ_M⌉, which grows without bound with a
+    heavy tail. Algorithm 2 frees workers at once but lets actions arrive whenever their inference
+    ends, so with variable τ_θ some ticks get two actions and others none. Here the two roles
+    are split:
+
+    1. *Starts* sit on a grid, one per ``period`` (τ_M: one per tick). A worker that finishes
+       takes the next grid slot no other worker has taken and waits for it; it never pads.
+    2. Each finished *action* is held until ``start + Q·period``, its release slot, where ``Q =
+       ⌈q̂/period⌉`` and q̂ is the running ``quantile`` (default 99.9 %) of τ_θ over the last
+       ``window`` inferences. Then one action is released per period, in start order, and every
+       tick gets one unless that inference ran past q̂ (then it is released at once, late).
+
+    Costs. A worker is busy only for its τ_θ, so the workers needed at a start are the
+    inferences still in flight, ``Σ_j 1[τ_j > j·period]``: on average E⌈τ_θ/period⌉ ≈ τ̄_θ/τ_M +
+    ½ (Little's law), the lower bound ⌈τ̄_θ/τ_M⌉ of any scheduler up to a few standard deviations of
+    that count. Delay becomes the constant Q·period (a high quantile of τ_θ) instead of τ_θ
+    itself: the trade is delay for workers. With constant τ_θ it needs ⌈τ_θ/τ_M⌉ workers and its
+    delay is τ_θ rounded up to the grid, as for Algorithm 2.
+
+    Rules that keep it honest. Q grows at once when q̂ does (one tick then goes without an action:
+    a pipeline cannot lengthen without a gap) and shrinks only when q̂·(1 + ``hold_hysteresis``) fits
+    a smaller Q (two actions then share a tick; none is lost). A slot no worker was free for is
+    skipped and counted (`skipped_slots`): that tick goes to β. Before any sample the hold is
+    ``initial_estimate`` (default 0: release at once). Each action's release slot is fixed when its
+    start slot is taken, so releases follow start order.
+
+    q̂ is not the raw 99.9 % order statistic (from a few thousand samples it rests on four of them
+    and jumps, and every jump up costs empty ticks) but an exponential tail fitted to the top 5 %
+    (peaks over threshold), which moves smoothly and is cautious while samples are few.
+
+    The scheduler reads no clock: the grid starts at ``origin`` (or the first time it is told),
+    and ``take_delay(worker, now)`` is given the worker's time (without it, the worker's own
+    time from the scheduler's record: its last start plus τ_θ). `InferencePool` binds ``period``
+    to τ_M and ``origin`` to the tick grid when they are not given. ``after_inference`` returns
+    the hold, which the pool spends holding the action while the worker goes on (``frees_workers``).
+
+    >>> s = make_scheduler("quantile_hold", 3, period=1.0, initial_estimate=2.0)
+    >>> [s.take_delay(w, now=0.0) for w in range(3)]   # one start per period, each released at start + Q = 2
+    [0.0, 1.0, 2.0]
+    >>> s.after_inference(0, 2.5), s.hold_periods       # late: released at once, and Q grows to 3
+    (0.0, 3)
+    >>> s.take_delay(0, now=2.5)                         # worker 0 is free: the next free slot is 3
+    0.5
+    >>> round(s.after_inference(2, 1.2), 9)              # slot 2 done at 3.2, held to its release at 2 + 2
+    0.8
+    """
+
+    name = "quantile_hold"
+    frees_workers = True
+
+    def __init__(
+        self,
+        n_workers: int,
+        *,
+        period: float | None = None,
+        quantile: float = 0.999,
+        window: int = 4096,
+        hold_hysteresis: float = 0.5,
+        initial_estimate: float | None = None,
+        origin: float | None = None,
+    ) -> None:
+        super().__init__(n_workers)
+        self._period = None if period is None else _check_seconds("period", period, positive=True)
+        self._quantile = _check_fraction("quantile", quantile, closed_low=False)
+        self._window = _check_count("window", window)
+        self._hold_hysteresis = _check_fraction("hold_hysteresis", hold_hysteresis)
+        self._initial_estimate = _check_initial_estimate(initial_estimate)
+        self._origin = None if origin is None else _check_time("origin", origin)
+        self._next_slot = 0
+        # (start, release) of each worker's inference in flight
+        self._slot: list[tuple[float, float] | None] = [None] * self._n
+        self._free_at: list[float | None] = [None] * self._n  # when its last inference ended
+        self._recent: deque[float] = deque()  # the window, oldest first
+        self._sorted: list[float] = []  # the same values, sorted
+        self._hold: int | None = None  # Q, in periods; None until a period is known
+        self._skipped = 0
+
+    # ---- binding and read-outs
+    def bind(self, *, period: float, origin: float) -> None:
+        """Fill in ``period`` and the grid ``origin`` where the constructor left them out
+        (`InferencePool` passes τ_M and its tick grid); values already set are kept."""
+        period = _check_seconds("period", period, positive=True)
+        origin = _check_time("origin", origin)
+        with self._lock:
+            if self._period is None:
+                self._period = period
+            if self._origin is None:
+                self._origin = origin
+
+    def _require_period(self) -> float:
+        if self._period is None:
+            raise RuntimeError(
+                f"the {self.name} scheduler has no period: pass period=τ_M (seconds between starts) "
+                f"or run it in an InferencePool, which binds the env's tick period"
+            )
+        return self._period
+
+    @property
+    def period(self) -> float | None:
+        """Seconds between inference starts (τ_M once bound)."""
+        return self._period
+
+    @property
+    def hold_periods(self) -> int:
+        """Q: an action is released Q periods after its inference started."""
+        with self._lock:
+            return self._current_hold()
+
+    @property
+    def release_quantile(self) -> float:
+        """q̂: the running ``quantile`` of τ_θ over the window (the initial estimate before any sample)."""
+        with self._lock:
+            return self._quantile_estimate()
+
+    @property
+    def n_samples(self) -> int:
+        """Inference times in the window."""
+        with self._lock:
+            return len(self._recent)
+
+    @property
+    def skipped_slots(self) -> int:
+        """Start slots that passed with no worker free (each leaves one tick to β)."""
+        with self._lock:
+            return self._skipped
+
+    # ---- the estimate
+    def _quantile_estimate(self) -> float:
+        """q̂ at level ``quantile``, with an exponential tail fitted above the k-th largest sample
+        (peaks over threshold): a 99.9 % point from a few thousand samples rests on 4 of them
+        and jumps about; the fitted tail uses the top 5 % (at least 10), moves smoothly and is
+        cautious (high) while samples are few. Constant τ_θ gives exactly τ_θ."""
+        xs, n = self._sorted, len(self._sorted)
+        if not n:
+            return self._initial_estimate
+        beyond = n * (1.0 - self._quantile)  # samples expected above the quantile
+        k = min(n, max(10, math.ceil(0.05 * n)))
+        if k <= beyond:  # enough data above it: the plain order statistic
+            return xs[min(n - 1, max(0, math.ceil(self._quantile * n) - 1))]
+        threshold = xs[n - k]
+        mean_excess = math.fsum(xs[n - k :]) / k - threshold
+        return threshold + mean_excess * math.log(k / beyond)
+
+    def _periods(self, seconds: float) -> int:
+        return max(0, math.ceil(seconds / self._require_period() - 1e-9))
+
+    def _current_hold(self) -> int:
+        if self._hold is None:
+            self._hold = self._periods(self._headroom(0.5))
+        return self._hold
+
+    def _record(self, tau: float) -> None:
+        self._recent.append(tau)
+        bisect.insort(self._sorted, tau)
+        if len(self._recent) > self._window:
+            old = self._recent.popleft()
+            del self._sorted[bisect.bisect_left(self._sorted, old)]
+        # Growing Q by Δ costs Δ empty ticks at once, a late action one tick: so Q grows only
+        # when the window holds clearly more late inferences than the quantile allows (a
+        # 3-sigma excess, at least one), and then with headroom, to q̂ + (h/2)·(q̂ − median). It
+        # shrinks, to the same point, only once q̂ + h·(q̂ − median) fits a smaller Q: a shrink
+        # must not invite the next growth. Constant τ_θ has no spread and no headroom.
+        hold = self._current_hold()
+        n = len(self._sorted)
+        late = n - bisect.bisect_right(self._sorted, hold * self._require_period() * (1.0 + 1e-9))
+        allowed = (1.0 - self._quantile) * n
+        if late >= max(1.0, allowed + 3.0 * math.sqrt(allowed)) or self._periods(self._headroom(1.0)) < hold:
+            self._hold = self._periods(self._headroom(0.5))
+
+    def _headroom(self, fraction: float) -> float:
+        """q̂ + fraction·h·(q̂ − median): the hold band's edges (1) and middle (½)."""
+        q = self._quantile_estimate()
+        if not self._sorted:
+            return q
+        median = self._sorted[(len(self._sorted) - 1) // 2]
+        return q + fraction * self._hold_hysteresis * max(0.0, q - median)
+
+    # ---- the worker loop
+    def _retired(self, worker: Any) -> bool:
+        return False
+
+    def start_delay(self, worker: int) -> float:
+        with self._lock:
+            if not self._retired(worker):
+                self._check_worker(worker)
+            return 0.0  # the stagger comes from the grid: take_delay hands out one slot per period
+
+    def take_delay(self, worker: int, now: float | None = None) -> float:
+        with self._lock:
+            if self._retired(worker):
+                return 0.0
+            w = self._check_worker(worker)
+            period = self._require_period()
+            if now is None:  # the worker's own time, as far as this scheduler knows it
+                claimed = self._slot[w]
+                now = self._free_at[w] if self._free_at[w] is not None else (claimed and claimed[0])
+                now = (self._origin or 0.0) if now is None else now
+            else:
+                now = _check_time("now", now)
+            if self._origin is None:
+                self._origin = now
+            first_ahead = math.ceil((now - self._origin) / period - 1e-9)  # first slot at or after now
+            if first_ahead > self._next_slot:
+                self._skipped += first_ahead - self._next_slot
+            slot = max(self._next_slot, first_ahead)
+            self._next_slot = slot + 1
+            start = self._origin + slot * period
+            # the release slot is fixed now, at the claim: releases then follow claim order, so a
+            # growing Q leaves exactly its growth in empty ticks (fixing it when each inference
+            # ends instead would reshuffle the actions in flight and collide many of them)
+            self._slot[w], self._free_at[w] = (start, start + self._current_hold() * period), None
+            return max(0.0, start - now)
+
+    def after_inference(self, worker: int, tau_theta: float) -> float:
+        tau = _check_seconds("tau_theta", tau_theta)
+        with self._lock:
+            w = worker if self._retired(worker) else self._check_worker(worker)
+            period = self._require_period()
+            self._record(tau)
+            claimed = self._slot[w]
+            if claimed is None:  # no slot was taken for this inference: nothing to align to
+                return 0.0
+            start, release = claimed
+            done = start + tau
+            self._slot[w], self._free_at[w] = None, done
+            return max(0.0, release - done)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(n_workers={self._n}, period={self._period!r}, "
+            f"quantile={self._quantile!r}, hold_periods={self._hold!r})"
+        )
+
+
+class AutoScheduler(QuantileHoldScheduler):
+    """`QuantileHoldScheduler` that also sizes N_I online (beyond the paper).
+
+    The workers a start needs are the inferences still in flight, ``B = Σ_j 1[τ_j > j·period]``
+    (j = 0 is the one starting). From the τ_θ window the scheduler knows each ``p_j = P(τ_θ >
+    j·period)``, so ``E[B] = Σ p_j`` (= E⌈τ_θ/period⌉) and ``Var[B] = Σ p_j(1 − p_j)`` for
+    independent τ_θ; the recommendation is ``target_workers() = ⌈E[B] + z·sd[B]⌉`` with z the
+    normal ``worker_quantile`` point (default 99.9 %), clamped to [min_workers, max_workers].
+    Constant τ_θ gives sd 0 and exactly ⌈τ_θ/τ_M⌉.
+
+    Hysteresis, so the count does not flap: it grows at once (too few workers means skipped
+    slots) and shrinks only to ``⌈(E[B] + z·sd[B]) / (1 − hysteresis)⌉``.
+
+    ``resize(n)`` is simple because workers have no phases here: a new worker takes the next
+    free slot when it starts; a retired worker (index >= n) stops at its next loop top, and an
+    inference it still has in flight keeps its release slot (its ``after_inference`` still
+    answers). ``anchor`` is accepted for the pool's sake and only checked.
+
+    >>> s = make_scheduler("auto", 1, period=1 / 60, max_workers=64)
+    >>> s.take_delay(0, now=0.0), s.after_inference(0, 0.1)     # 6 ticks
+    (0.0, 0.0)
+    >>> s.target_workers()                                       # one sample: ⌈6⌉, sd 0
+    6
+    >>> s.resize(6)
+    >>> [round(s.take_delay(m, now=0.1) * 60, 6) for m in range(1, 6)]   # new workers: one slot each
+    [0.0, 1.0, 2.0, 3.0, 4.0]
     """
 
     name = "auto"
@@ -405,22 +662,29 @@ class AutoScheduler(ExpectedTimeScheduler):
         min_workers: int = 1,
         max_workers: int | None = None,
         hysteresis: float = 0.1,
+        worker_quantile: float = 0.999,
+        period: float | None = None,
+        quantile: float = 0.999,
+        window: int = 4096,
+        hold_hysteresis: float = 0.5,
         initial_estimate: float | None = None,
+        origin: float | None = None,
     ) -> None:
-        super().__init__(n_workers, initial_estimate=initial_estimate)
+        super().__init__(
+            n_workers, period=period, quantile=quantile, window=window, hold_hysteresis=hold_hysteresis,
+            initial_estimate=initial_estimate, origin=origin,
+        )  # fmt: skip
+        self._hysteresis = _check_fraction("hysteresis", hysteresis)
         self._min = _check_count("min_workers", min_workers)
         self._max = None if max_workers is None else _check_count("max_workers", max_workers)
         if self._max is not None and self._max < self._min:
             raise ValueError(f"max_workers={self._max} is below min_workers={self._min}")
         self._check_in_bounds(self._n)
-        if isinstance(hysteresis, bool) or not isinstance(hysteresis, numbers.Real):
-            raise TypeError(f"hysteresis must be a number in [0, 1), got {type(hysteresis).__name__}")
-        if not 0.0 <= float(hysteresis) < 1.0:  # NaN fails this too
-            raise ValueError(f"hysteresis must be in [0, 1), got {hysteresis!r}")
-        self._hysteresis = float(hysteresis)
+        self._z = NormalDist().inv_cdf(_check_fraction("worker_quantile", worker_quantile, closed_low=False))
         self._recommended = self._n
         self._high_water = self._n  # indices in [n, high_water) are retired, not invalid
-        self._last_done: int | None = None
+        self._busy: tuple[int, float, float] | None = None  # (samples seen, E[B], sd[B]) cache
+        self._seen = 0
 
     @property
     def min_workers(self) -> int:
@@ -446,84 +710,72 @@ class AutoScheduler(ExpectedTimeScheduler):
             and self._n <= worker < self._high_water
         )
 
-    def start_delay(self, worker: int) -> float:
+    def _record(self, tau: float) -> None:
+        super()._record(tau)
+        self._seen += 1
+
+    def busy_workers(self) -> tuple[float, float]:
+        """(E[B], sd[B]): mean and spread of the workers in flight at a start (class docstring)."""
         with self._lock:
-            if self._retired(worker):
-                return 0.0
-            return self._start_delays[self._check_worker(worker)]
+            return self._busy_stats()
 
-    def take_delay(self, worker: int) -> float:
-        with self._lock:
-            if self._retired(worker):
-                return 0.0
-            worker = self._check_worker(worker)
-            delay, self._delays[worker] = self._delays[worker], 0.0
-            return delay
+    def _busy_stats(self) -> tuple[float, float]:
+        period = self._require_period()
+        n = len(self._sorted)
+        if not n:
+            return float(self._periods(self._initial_estimate)), 0.0
+        # recomputed every 16 samples: O(window) numpy work, not per call
+        if self._busy is None or self._seen - self._busy[0] >= 16 or n < 64:
+            taus = np.asarray(self._sorted)
+            edges = np.arange(self._periods(taus[-1]) + 1) * period * (1.0 + 1e-9)
+            p = (n - np.searchsorted(taus, edges, side="right")) / n  # P(τ_θ > j·period)
+            self._busy = (self._seen, float(p.sum()), float(np.sqrt((p * (1.0 - p)).sum())))
+        return self._busy[1], self._busy[2]
 
-    def after_inference(self, worker: int, tau_theta: float) -> float:
-        tau = _check_seconds("tau_theta", tau_theta)
-        with self._lock:
-            if self._retired(worker):
-                return 0.0  # a retired worker's last inference: ignored
-            worker = self._check_worker(worker)
-            self._record(worker, tau)
-            self._last_done = worker
-            return 0.0
+    def target_workers(self, tau_m: float | None = None) -> int:
+        """Recommended N_I: ⌈E[B] + z·sd[B]⌉ with hysteresis (class docstring).
 
-    def target_workers(self, tau_m: float) -> int:
-        """Recommended N_I to hold τ_I <= τ_M = ``tau_m``: ceil(τ̄_θ/τ_M), with hysteresis.
-
-        Before any inference time (and without an initial estimate) there is
-        nothing to go on and the recommendation is the current count.
+        ``tau_m`` binds the period if none is set yet (and is otherwise only checked). Before any
+        inference time (and without an initial estimate) the recommendation is the current count.
         """
-        tau_m = _check_seconds("tau_m", tau_m, positive=True)
+        if tau_m is not None:
+            tau_m = _check_seconds("tau_m", tau_m, positive=True)
         with self._lock:
-            mean = self._mean()
-            if mean == 0.0:
+            if self._period is None and tau_m is not None:
+                self._period = tau_m
+            if not self._sorted and self._initial_estimate == 0.0:
                 return self._recommended
-            ratio = mean / tau_m
-            slack = 1.0 - 1e-9
-            need = self._clamp(math.ceil(ratio * slack))
+            mean, sd = self._busy_stats()
+            load = mean + self._z * sd
+            need = self._clamp(max(1, math.ceil(load - 1e-9)))
             if need > self._recommended:
                 self._recommended = need
             else:
-                keep = self._clamp(math.ceil(ratio / (1.0 - self._hysteresis) * slack))
+                keep = self._clamp(max(1, math.ceil(load / (1.0 - self._hysteresis) - 1e-9)))
                 self._recommended = min(self._recommended, keep)
             return self._recommended
 
     def resize(self, n_workers: int, *, anchor: int | None = None) -> None:
-        """Change the cycle to ``n_workers`` workers and re-space them (see the class docstring)."""
+        """Change N_I to ``n_workers`` (see the class docstring)."""
         new = _check_count("n_workers", n_workers)
         self._check_in_bounds(new)
         with self._lock:
             if anchor is not None:
-                anchor = self._check_worker(anchor)
-            old, mean = self._n, self._mean()
-            if new > old:
-                step = mean * (1.0 / old - 1.0 / new)
-                for j in range(old):
-                    self._delays[j] += (old - 1 - j) * step
-                s = anchor if anchor is not None else self._last_done
-                self._delays.extend([0.0] * (new - old))
-                del self._start_delays[old:]
-                for m in range(old, new):
-                    if s is not None and s < old:
-                        self._start_delays.append(self._delays[s] + (m - s) * mean / new)
-                    else:
-                        self._start_delays.append((m - old + 1) * mean / new)
-            elif new < old:
-                step = mean * (1.0 / new - 1.0 / old)
-                self._delays = [self._delays[j] + j * step for j in range(new)]
-                del self._start_delays[new:]
-                if self._last_done is not None and self._last_done >= new:
-                    self._last_done = None
+                self._check_worker(anchor)
+            old = self._n
+            if new > len(self._slot):
+                grow = new - len(self._slot)
+                self._slot.extend([None] * grow)
+                self._free_at.extend([None] * grow)
+            for m in range(old, new):  # a revived index starts afresh
+                self._slot[m] = self._free_at[m] = None
             self._n = new
             self._high_water = max(self._high_water, old)
             self._recommended = new
 
     def __repr__(self) -> str:
         return (
-            f"AutoScheduler(n_workers={self._n}, tau_mean_estimate={self._mean()!r}, "
+            f"AutoScheduler(n_workers={self._n}, period={self._period!r}, hold_periods={self._hold!r}, "
             f"min_workers={self._min}, max_workers={self._max})"
         )
 
@@ -533,7 +785,8 @@ class AutoScheduler(ExpectedTimeScheduler):
 _REGISTRY: dict[str, type[Scheduler]] = {
     cls.name: cls
     for cls in (
-        SequentialScheduler, UnstaggeredScheduler, MaxTimeScheduler, ExpectedTimeScheduler, AutoScheduler
+        SequentialScheduler, UnstaggeredScheduler, MaxTimeScheduler, ExpectedTimeScheduler, QuantileHoldScheduler,
+        AutoScheduler,
     )
 }
 #: Valid names for `make_scheduler`.
@@ -548,7 +801,7 @@ def make_scheduler(name: str, n_workers: int, **kwargs: Any) -> Scheduler:
     >>> make_scheduler("fastest", 4)
     Traceback (most recent call last):
     ...
-    ValueError: unknown scheduler 'fastest': valid names are sequential, unstaggered, max_time, exp_time, auto
+    ValueError: unknown scheduler 'fastest': valid names are sequential, unstaggered, max_time, exp_time, quantile_hold, auto
     """
     if not isinstance(name, str):
         raise TypeError(f"scheduler name must be a str, got {type(name).__name__} {name!r}")
@@ -604,53 +857,62 @@ def simulate_iterations(
 
     ``latencies(worker, k)`` is the inference time of ``worker``'s k-th loop.
     All workers begin at t = 0. Events at the same instant run in the order
-    they were scheduled (first round: worker order). ``on_fire(scheduler,
-    time, worker)`` runs after each submission and may ``resize`` an
-    `AutoScheduler`: new workers start at that instant, retired ones stop at
-    their next loop top. Returns the iterations in submission order.
+    they were scheduled (first round: worker order). ``take_delay`` is told the
+    worker's time. With a scheduler that ``frees_workers``, the worker starts its
+    next loop as soon as its inference ends and its action fires ``wait`` later on
+    its own. ``on_fire(scheduler, time, worker)`` runs after each submission and may
+    ``resize`` an `AutoScheduler`: new workers start at that instant, retired ones
+    stop at their next loop top. Returns the iterations in submission order.
     """
     if isinstance(n_actions, bool) or not isinstance(n_actions, numbers.Integral) or n_actions < 0:
         raise ValueError(f"n_actions must be an int >= 0, got {n_actions!r}")
-    heap: list[tuple[float, int, int, int]] = []
+    frees = scheduler.frees_workers
+    heap: list[tuple[float, int, int, int, int]] = []
     order = itertools.count()
     running: set[int] = set()
     loops: dict[int, int] = {}
-    current: dict[int, tuple[int, float, float, float, float]] = {}
+    inflight: dict[int, tuple[int, int, float, float, float, float]] = {}  # action id -> its loop so far
     out: list[Iteration] = []
+
+    def push(time: float, kind: int, worker: int, action: int = -1) -> None:
+        heapq.heappush(heap, (time, next(order), kind, worker, action))
 
     def spawn(now: float) -> None:
         for worker in range(scheduler.n_workers):
             if worker not in running:
                 running.add(worker)
-                heapq.heappush(heap, (now + scheduler.start_delay(worker), next(order), _TOP, worker))
+                push(now + scheduler.start_delay(worker), _TOP, worker)
 
     spawn(0.0)
     while heap and len(out) < n_actions:
-        now, _, kind, worker = heapq.heappop(heap)
+        now, action, kind, worker, aid = heapq.heappop(heap)
         if kind == _TOP:
             if worker >= scheduler.n_workers:
                 running.discard(worker)
                 continue
-            delay = scheduler.take_delay(worker)
+            delay = scheduler.take_delay(worker, now=now)
             k = loops.get(worker, 0)
-            tau = float(latencies(worker, k))
-            current[worker] = (k, now, delay, tau, 0.0)
-            heapq.heappush(heap, (now + delay + tau, next(order), _DONE, worker))
-        elif kind == _DONE:
-            k, start, delay, tau, _ = current[worker]
-            wait = scheduler.after_inference(worker, tau)
-            current[worker] = (k, start, delay, tau, wait)
-            heapq.heappush(heap, (now + wait, next(order), _FIRE, worker))
-        else:
-            k, start, delay, tau, wait = current.pop(worker)
-            out.append(Iteration(worker, k, start, delay, tau, wait, now))
             loops[worker] = k + 1
+            tau = float(latencies(worker, k))
+            inflight[action] = (worker, k, now, delay, tau, 0.0)
+            push(now + delay + tau, _DONE, worker, action)
+        elif kind == _DONE:
+            w, k, start, delay, tau, _ = inflight[aid]
+            wait = scheduler.after_inference(worker, tau)
+            inflight[aid] = (w, k, start, delay, tau, wait)
+            push(now + wait, _FIRE, worker, aid)
+            if frees:
+                push(now, _TOP, worker)
+        else:
+            w, k, start, delay, tau, wait = inflight.pop(aid)
+            out.append(Iteration(worker, k, start, delay, tau, wait, now))
             if len(out) == n_actions:
                 break
             if on_fire is not None:
                 on_fire(scheduler, now, worker)
                 spawn(now)
-            heapq.heappush(heap, (now, next(order), _TOP, worker))
+            if not frees:
+                push(now, _TOP, worker)
     return out
 
 

@@ -28,6 +28,8 @@ staggered pools additionally align each start to a tick's publish
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import multiprocessing as mp
 import threading
 import traceback
@@ -39,6 +41,7 @@ import numpy as np
 
 from nonstop.realtime.clock import Clock, TimedProcess, WallClock, stopwatch
 from nonstop.realtime.host import Session
+from nonstop.realtime.lifeline import hold_lifeline, reap
 
 __all__ = ["InferencePool", "WorkerEvent", "ProcessPolicy"]
 
@@ -130,6 +133,10 @@ class InferencePool:
     (each finishes the inference it is running). Every change is an event
     (``"grew"``/``"shrank"``).
 
+    ``seat`` (a seat world, DESIGN §4b): the seat (name or index) this pool plays; it reads that
+    seat's slot and submits to its queue, so each seat has its own pool (scheduler, N_I, latency
+    policy). Its report is noted in the tick log's meta as ``workers:<seat>``.
+
     >>> from nonstop.inference.schedulers import make_scheduler
     >>> from nonstop.policies import ConstantPolicy, LatencyPolicy, Constant
     >>> with Session("theory/inaction", clock="virtual", seed=0) as world:
@@ -151,15 +158,27 @@ class InferencePool:
         restart: bool = True,
         max_restarts: int = 100,
         align_to_ticks: bool | None = None,
+        seat: int | str | None = None,
     ) -> None:
         if session.slot is None:
             raise RuntimeError("start the session before the inference pool")
+        #: the seat index this pool plays (0: the first seat, or the only one)
+        self.seat = 0 if seat is None else session.seat_index(seat)
+        self._seat_name = None if seat is None else (session.seats or ["agent_0"])[self.seat]
         if not callable(policy_factory):
             raise TypeError("policy_factory must be a callable: worker index -> Policy")
         self.session = session
         self.clock: Clock = session.clock
         self.policy_factory = policy_factory
         self.scheduler = scheduler = _resolve_scheduler(scheduler, n_inference)
+        bind = getattr(scheduler, "bind", None)
+        if callable(bind):
+            # grid schedulers start one inference per tick: on the virtual clock at the deadline
+            # (the loop then waits for that tick's observation), on the wall clock just after it
+            margin = 0.0 if self.clock.is_virtual else min(0.0005, session.tau_m / 16)
+            bind(period=session.tau_m, origin=session.origin + margin)
+        self.frees_workers = bool(getattr(scheduler, "frees_workers", False))
+        self._releaser: _WallReleaser | None = None
         self.resizable = callable(getattr(scheduler, "resize", None)) and callable(
             getattr(scheduler, "target_workers", None)
         )
@@ -168,7 +187,8 @@ class InferencePool:
         if align_to_ticks is not None and not isinstance(align_to_ticks, bool):
             raise TypeError(f"align_to_ticks must be a bool or None, got {align_to_ticks!r}")
         # default: on for staggered workers on the wall clock (see the class docstring)
-        staggered = scheduler.name not in ("sequential", "unstaggered")
+        # (a scheduler that frees its workers places starts on the tick grid itself)
+        staggered = scheduler.name not in ("sequential", "unstaggered") and not self.frees_workers
         self.align_to_ticks = (not self.clock.is_virtual and staggered) if align_to_ticks is None else align_to_ticks
         self.max_restarts = max_restarts
         self.events: list[WorkerEvent] = []
@@ -176,12 +196,14 @@ class InferencePool:
         self._stop = threading.Event()
         self._monitor: Any = None
         self._policies: dict[int, Any] = {}
+        self._overhead_s: list[float] = []  # remote policies (Ray): per-action time outside the forward pass
 
     # ------------------------------------------------------------------ the loop
     def _loop(
         self, state: _WorkerState, first: bool, resume_at: float | None = None, start_at: float | None = None
     ) -> TimedProcess:
-        clock, slot, queue, sched = self.clock, self.session.slot, self.session.queue, self.scheduler
+        clock, sched = self.clock, self.scheduler
+        slot, queue = self.session.slots[self.seat], self.session.queues[self.seat]
         i = state.index
         generation = state.generation
         policy = self._policies.get(i)
@@ -223,10 +245,15 @@ class InferencePool:
         while not self._stop.is_set():
             if i >= sched.n_workers or state.generation != generation:
                 return  # retired by a resize (or superseded by a newer loop of this index)
-            wait = sched.take_delay(i)
+            wait = sched.take_delay(i, now=t)
             if wait > 0:
                 t += wait
                 t = on_time(t, (yield t))
+            if virtual and self.frees_workers:
+                # a start on a deadline reads the observation of that tick: let the host make it
+                deadline = origin + round((t - origin) / tau_m) * tau_m
+                if abs(t - deadline) <= grace:
+                    yield (self._tick_event(deadline), _AFTER_TICK)
             latest = slot.read()
             if align:
                 into_tick = (t - latest.time) % tau_m
@@ -274,6 +301,14 @@ class InferencePool:
                 if decision.latency > 0:
                     t = on_time(t, (yield t))
             pad = sched.after_inference(i, tau_theta)
+            if self.frees_workers:
+                # the scheduler holds the action, not the worker: a timer submits it at its
+                # release slot while this worker starts its next inference at once
+                state.tau_thetas.append(tau_theta)
+                self._release_at(t + pad, decision.action, latest, state, tau_theta)
+                if self.resizable:
+                    self._maybe_resize(anchor=i)
+                continue
             if pad > 0:
                 t += pad
                 t = on_time(t, (yield t))
@@ -302,6 +337,29 @@ class InferencePool:
                 deadline = origin + round((t - origin) / tau_m) * tau_m
                 if abs(t - deadline) <= grace:
                     yield (self._tick_event(deadline), _AFTER_TICK)
+
+    def _release_at(self, when: float, action: Any, latest: Any, state: _WorkerState, tau_theta: float) -> None:
+        """Submit ``action`` (computed on ``latest``) at ``when``, without holding its worker."""
+        if self.clock.is_virtual:
+
+            def release() -> TimedProcess:
+                if when > self.clock.now():
+                    yield when
+                if not self._stop.is_set():
+                    self._submit(action, latest, state, tau_theta, when)
+
+            self.clock.spawn(release(), name=f"release-{state.index}", isolate=True)  # type: ignore[call-arg]
+        else:
+            if self._releaser is None:
+                self._releaser = _WallReleaser(self)
+            self._releaser.add(when, lambda: self._submit(action, latest, state, tau_theta, when))
+
+    def _submit(self, action: Any, latest: Any, state: _WorkerState, tau_theta: float, when: float) -> None:
+        self.session.queue.submit(
+            action, obs_tick=latest.tick, episode=latest.episode, worker=state.index,
+            tau_theta=tau_theta, submit_time=when,
+        )  # fmt: skip
+        state.actions += 1
 
     def _maybe_resize(self, anchor: int) -> None:
         """Grow or shrink N_I to the auto scheduler's recommendation, right after ``anchor``
@@ -339,7 +397,7 @@ class InferencePool:
     # ------------------------------------------------------------------ supervision
     def _spawn(self, state: _WorkerState, first: bool, start_at: float | None = None) -> None:
         resume_at = None
-        if not first and state.last_start is not None and state.cycle:
+        if not first and state.last_start is not None and state.cycle and not self.frees_workers:
             # Re-take the dead worker's place in the stagger: start where its next
             # inference would have started, so the spacing re-converges at once.
             now = self.clock.now()
@@ -375,6 +433,8 @@ class InferencePool:
     def _check(self) -> None:
         for state in self.workers[: self.scheduler.n_workers]:  # retired workers ended on purpose
             handle = state.handle
+            if isinstance(handle, _Dead):
+                continue  # given up on: counted once, not again at every check
             error = getattr(handle, "error", None)
             dead = error is not None or (not self.clock.is_virtual and not handle.is_alive())
             if self.clock.is_virtual:
@@ -384,12 +444,14 @@ class InferencePool:
             state.deaths += 1
             detail = "".join(traceback.format_exception_only(error)).strip() if error else "exited"
             self.events.append(WorkerEvent(self.clock.now(), state.index, "died", detail))
-            self._policies.pop(state.index, None)
+            self._release(self._policies.pop(state.index, None))
             if self.restart and state.deaths <= self.max_restarts:
                 self._spawn(state, first=False)
                 self.events.append(WorkerEvent(self.clock.now(), state.index, "restarted"))
             else:
                 state.handle = _Dead()
+                why = "restarts are off" if not self.restart else f"it died {state.deaths} times"
+                self.events.append(WorkerEvent(self.clock.now(), state.index, "gave up", f"not restarted: {why}"))
 
     def _supervise_virtual(self) -> TimedProcess:
         tau_m = self.session.tau_m
@@ -406,8 +468,8 @@ class InferencePool:
         if not 0 <= worker < len(self.workers):
             raise ValueError(f"no worker {worker}; workers are 0..{len(self.workers) - 1}")
         policy = self._policies.get(worker)
-        if isinstance(policy, ProcessPolicy):
-            policy.kill()  # the next act() fails: the worker dies like a crashed model process
+        if callable(getattr(policy, "kill", None)):  # ProcessPolicy, RayPolicy
+            policy.kill()  # the next act() fails: the worker dies like a crashed model process or actor
         else:
             self.workers[worker].killed = True  # dies at its next observation
 
@@ -415,6 +477,8 @@ class InferencePool:
         self._stop.set()
         if self._monitor is not None:
             self._monitor.join(timeout=2)
+        if self._releaser is not None:
+            self._releaser.stop()
         for state in self.workers:
             h = state.handle
             if isinstance(h, threading.Thread):
@@ -422,11 +486,18 @@ class InferencePool:
                 if h.is_alive():  # stuck inside a policy's act(): say so rather than pile up threads
                     self.events.append(WorkerEvent(self.clock.now(), state.index, "stuck", "did not stop within 5 s"))
         for policy in self._policies.values():
-            close = getattr(policy, "close", None)
-            if close is not None:
-                close()
+            self._release(policy)
         self._policies.clear()
-        self.session.annotate("workers", self.report())
+        self.session.annotate("workers" if self._seat_name is None else f"workers:{self._seat_name}", self.report())
+
+    def _release(self, policy: Any) -> None:
+        """Close a policy the pool is done with, keeping its remote-overhead samples."""
+        if policy is None:
+            return
+        self._overhead_s.extend(getattr(policy, "overhead_s", ()))
+        close = getattr(policy, "close", None)
+        if close is not None:
+            close()
 
     def report(self) -> dict[str, Any]:
         return {
@@ -439,13 +510,71 @@ class InferencePool:
             "tau_theta_mean_s": float(np.mean([t for w in self.workers for t in w.tau_thetas]))
             if any(w.tau_thetas for w in self.workers)
             else None,
+            **self._remote_overhead(),
         }
+
+    def _remote_overhead(self) -> dict[str, Any]:
+        samples = self._overhead_s + [t for p in self._policies.values() for t in getattr(p, "overhead_s", ())]
+        if not samples and not any(hasattr(p, "overhead_s") for p in self._policies.values()):
+            return {}
+        from nonstop.distributed.ray_backend import overhead_summary
+
+        return {"remote_overhead_s": overhead_summary(samples, self.session.tau_m)}
 
     def __enter__(self) -> "InferencePool":
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+class _WallReleaser:
+    """One thread that submits held actions at their release times (wall clock), so a
+    scheduler that ``frees_workers`` never keeps a worker waiting on its own action."""
+
+    def __init__(self, pool: InferencePool) -> None:
+        self._pool = pool
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._order = itertools.count()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="nonstop-releaser", daemon=True)
+        self._thread.start()
+
+    def add(self, when: float, submit: Callable[[], None]) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (when, next(self._order), submit))
+            self._cond.notify()
+
+    def _run(self) -> None:
+        clock = self._pool.clock
+        tau_m = self._pool.session.tau_m
+        guard = min(0.001, tau_m / 8)
+        while True:
+            with self._cond:
+                while not self._heap and not self._stopped:
+                    self._cond.wait(0.1)
+                if self._stopped:
+                    return
+                when = self._heap[0][0]
+                left = when - clock.now()
+                if left > 0.002:  # sleep on the condition (a sooner release may arrive)
+                    self._cond.wait(left - 0.001)
+                    continue
+                _, _, submit = heapq.heappop(self._heap)
+            clock.sleep_until(when)
+            # the workers' phase guard: a release a hair before a deadline goes just past it
+            to_next = tau_m - (clock.now() - self._pool.session.origin) % tau_m
+            if to_next < guard:
+                clock.sleep_until(clock.now() + to_next + guard / 4)
+            if not self._pool._stop.is_set():
+                submit()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        self._thread.join(timeout=2)
 
 
 class _Dead:
@@ -462,6 +591,7 @@ class _Dead:
 def _policy_process(conn: Any, factory: Callable[[], Any], torch_threads: int) -> None:
     import signal
 
+    hold_lifeline()  # a model process never outlives the pool that asked for it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
     try:
         import torch
@@ -520,8 +650,5 @@ class ProcessPolicy:
                 self._conn.send(None)
         except (BrokenPipeError, OSError):
             pass
-        self._process.join(timeout=2)
-        if self._process.is_alive():
-            self._process.kill()
-            self._process.join()
+        reap(self._process, timeout=2)
         self._conn.close()

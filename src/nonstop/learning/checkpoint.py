@@ -354,16 +354,44 @@ def latest_checkpoint(
     return None
 
 
-def keep_last(run_dir: str | os.PathLike, n: int) -> list[Path]:
-    """Delete all but the ``n`` newest checkpoints (by update count) and leftover temp files.
+#: Checkpoints already verified whole, by (path, size, mtime): each is hashed once, not at every save.
+_VERIFIED: set[tuple[str, int, int]] = set()
 
-    Call it right after `save_checkpoint`, whose file is then the newest and known whole. Temp files
-    are left by a writer that was killed (SIGKILL) mid-write; there is one writer per run, so any
-    left when this runs are orphans. Returns the removed paths.
+
+def _is_whole(path: Path) -> bool:
+    """Whether ``path`` passes `load_checkpoint`'s byte checks (header, length, SHA-256)."""
+    try:
+        stat = path.stat()
+        key = (str(path), stat.st_size, stat.st_mtime_ns)
+        if key in _VERIFIED:
+            return True
+        with open(path, "rb") as f:
+            _check_header(path, f)
+    except (OSError, CheckpointError):
+        return False
+    _VERIFIED.add(key)
+    return True
+
+
+def keep_last(run_dir: str | os.PathLike, n: int) -> list[Path]:
+    """Keep the ``n`` newest checkpoints that are whole; delete every older one and leftover temp files.
+
+    A corrupt or truncated file never counts as kept: retention walks from the newest, verifying
+    each file (once: its hash is remembered), until ``n`` whole ones are found, so a run always keeps
+    ``n`` checkpoints it can resume from when it has written that many. Temp files are left by a
+    writer that was killed (SIGKILL) mid-write; there is one writer per run, so any left when this
+    runs are orphans. Returns the removed paths.
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"keep_last needs n >= 1 checkpoints to keep, got {n!r}")
-    removed = [path for _, path in list_checkpoints(run_dir)[:-n]]
+    found = list_checkpoints(run_dir)
+    whole, cut = 0, 0
+    for i in range(len(found) - 1, -1, -1):
+        whole += _is_whole(found[i][1])
+        if whole == n:
+            cut = i
+            break
+    removed = [path for _, path in found[:cut]]
     directory = Path(run_dir) / CHECKPOINT_DIR
     if directory.is_dir():
         removed += [p for p in directory.iterdir() if p.name.startswith(".ckpt-") and p.name.endswith(_TMP_SUFFIX)]

@@ -40,6 +40,7 @@ import numpy as np
 from nonstop.learning.dqn import DQNConfig, apply_gradient, build_q_network, compute_gradient
 from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import SharedWeights, TrainingState, _Segment, load_flat
+from nonstop.realtime.lifeline import hold_lifeline, reap
 
 __all__ = ["LEARNER_MODES", "Learner", "VirtualLearners", "LearnerProcesses"]
 
@@ -191,6 +192,7 @@ class VirtualLearners:
 def _learner_main(index: int, n: int, mode: str, obs_shape: tuple[int, ...], n_actions: int, cfg_dict: dict,
                   state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, grads: GradientSlots | None,
                   seed: int | None, torch_threads: int) -> None:  # fmt: skip
+    hold_lifeline()  # a learner never outlives its trainer (it would pin every shared segment)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer decides when learners stop
     import torch
 
@@ -330,7 +332,9 @@ class LearnerProcesses:
     def loss(self) -> float:
         return float(self.state._hdr_f[_LOSS])
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 2.0) -> None:
+        """Ask every learner to stop and reap it: a running learner sees the request within
+        milliseconds; one still starting (importing torch) is terminated after ``timeout``."""
         self._stop.set()
         if self._monitor is not None:
             self._monitor.join(timeout=2)
@@ -338,10 +342,7 @@ class LearnerProcesses:
         for p in self.processes:
             if p is None:
                 continue
-            p.join(timeout=timeout)
-            if p.is_alive():
-                p.kill()
-                p.join()
+            reap(p, timeout=timeout)
         if self.grads is not None:
             self.grads.unlink()
 

@@ -5,7 +5,10 @@ Layout (`RunPaths` names each file; ``nonstop report RUN`` reads them back)::
     RUN/config.json          the run's config (rewritten, compatible, on --resume)
     RUN/progress.csv         one row per progress interval, columns PROGRESS_COLUMNS
     RUN/episodes.csv         one row per finished episode, columns EPISODE_COLUMNS
-    RUN/ticklog.npz          the tick log (`TickLog.save`), the truth every metric comes from
+    RUN/ticklog/             the tick log, streamed in chunks as the run goes (`TickLog`, ``directory``):
+                             the truth every metric comes from; every completed chunk survives a kill
+    RUN/ticklog-before-<tick>/  earlier segments of a resumed run (``.npz`` files from older nonstop);
+                             `read_ticklog` stitches them and the newest into one log
     RUN/checkpoints/         ckpt-<updates:09d>.pt (see `nonstop.learning.checkpoint`)
     RUN/tb/                  TensorBoard events mirroring the CSV figures (if tensorboard is installed)
     RUN/summary.json         the final summary
@@ -24,7 +27,7 @@ How a training loop wires it (with `nonstop.learning.checkpoint`)::
         log.log_episode({"episode": e, "end_tick": t, "wall_s": s, "return": r, "length_ticks": n})
         save_checkpoint(checkpoint_path(out, updates), state); keep_last(out, 3)
         ...                                             # at the end:
-        log.save_ticklog(tick_log); log.write_summary(tick_log.summary())
+        log.save_ticklog(tick_log); log.write_summary(tick_log.summary())  # tick_log streamed to RUN/ticklog
 
 >>> import tempfile
 >>> run = Path(tempfile.mkdtemp()) / "run"
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import math
 import os
 import sys
@@ -63,6 +67,8 @@ __all__ = [
     "progress_line",
     "read_columns",
     "read_config",
+    "read_ticklog",
+    "begin_ticklog_segment",
 ]
 
 #: Columns of RUN/progress.csv, in order. τ_I and delay are in ticks, inaction a fraction of ticks.
@@ -70,6 +76,7 @@ PROGRESS_COLUMNS: Final = (
     "wall_s", "env_ticks", "episodes", "tau_i_mean_ticks", "inaction_frac", "delay_mean_ticks", "updates",
     "updates_per_s", "transitions", "recent_return", "epsilon", "loss",
 )  # fmt: skip
+_SEGMENT: Final = re.compile(r"ticklog-before-(\d+)(-\d+)?(?:\.npz)?")  # tick, then -2, -3... on a repeat
 #: Columns of RUN/episodes.csv, in order.
 EPISODE_COLUMNS: Final = ("episode", "end_tick", "wall_s", "return", "length_ticks")
 
@@ -97,7 +104,23 @@ class RunPaths:
 
     @property
     def ticklog(self) -> Path:
+        """The single-file tick log older runs wrote at their end (read, never written now)."""
         return self.root / "ticklog.npz"
+
+    @property
+    def ticklog_dir(self) -> Path:
+        """The tick log of the current segment, streamed there in chunks during the run."""
+        return self.root / "ticklog"
+
+    def ticklog_segments(self) -> list[Path]:
+        """Every tick-log segment of the run, oldest first: ``ticklog-before-<tick>`` (directories or
+        ``.npz``) by tick, then the newest (``ticklog/`` or ``ticklog.npz``)."""
+        earlier = sorted(
+            (int(m.group(1)), int(m.group(2) or "-1") * -1, p) for p in self.root.glob("ticklog-before-*")
+            if (m := _SEGMENT.fullmatch(p.name)) and (p.is_dir() or p.suffix == ".npz")
+        )  # fmt: skip
+        newest = [p for p in (self.ticklog_dir, self.ticklog) if p.exists()]
+        return [p for _, _, p in earlier] + newest
 
     @property
     def checkpoints(self) -> Path:
@@ -113,6 +136,34 @@ class RunPaths:
 
 
 # ----------------------------------------------------------------------------- reading back
+
+
+def read_ticklog(run_dir: str | os.PathLike) -> Any:
+    """The run's tick log: its segments (`RunPaths.ticklog_segments`) stitched into one read-only
+    `TickLog` (one segment: that log), loading no column up front. A torn last chunk is skipped with
+    a warning (see `TickLog.open`). FileNotFoundError if the run has no tick log."""
+    from nonstop.realtime.ticklog import TickLog
+
+    segments = RunPaths(run_dir).ticklog_segments()
+    if not segments:
+        raise FileNotFoundError(f"no tick log in {run_dir} (neither ticklog/ nor ticklog.npz)")
+    logs = [TickLog.load(p) for p in segments]
+    return logs[0] if len(logs) == 1 else TickLog.stitch(logs, names=[p.name for p in segments])
+
+
+def begin_ticklog_segment(run_dir: str | os.PathLike, tick_offset: int) -> Path:
+    """Make room for a resumed segment's tick log: the previous newest (``ticklog/`` or
+    ``ticklog.npz``) becomes ``ticklog-before-<tick_offset>`` (``-2``, ``-3``... if a run was resumed
+    twice from one checkpoint). Returns the directory the new segment streams to."""
+    paths = RunPaths(run_dir)
+    for previous in (paths.ticklog_dir, paths.ticklog):
+        if previous.exists():
+            stem, suffix, n = f"ticklog-before-{tick_offset:09d}", previous.suffix, 2
+            target = paths.root / f"{stem}{suffix}"
+            while target.exists():
+                target, n = paths.root / f"{stem}-{n}{suffix}", n + 1
+            previous.rename(target)
+    return paths.ticklog_dir
 
 
 def read_config(run_dir: str | os.PathLike) -> dict[str, Any]:
@@ -291,7 +342,8 @@ class RunLog:
                 raise FileNotFoundError(f"cannot resume: {root} holds no config.json (no run was started there)")
             check_compatible(read_config(root), self.config, may_differ, where=str(root))
         else:
-            files = (self.paths.config, self.paths.progress, self.paths.episodes, self.paths.ticklog, self.paths.summary)
+            files = (self.paths.config, self.paths.progress, self.paths.episodes, self.paths.ticklog,
+                     self.paths.ticklog_dir, self.paths.summary)  # fmt: skip
             taken = [p.name for p in files if p.exists()]
             if self.paths.checkpoints.is_dir() and any(self.paths.checkpoints.iterdir()):
                 taken.append(f"{CHECKPOINT_DIR}/")
@@ -367,7 +419,11 @@ class RunLog:
                     self._tb.add_scalar(f"episode/{column}", float(row[column]), global_step=step)
 
     def save_ticklog(self, log: Any) -> Path:
-        """Write the tick log to RUN/ticklog.npz (atomically, via `TickLog.save`)."""
+        """Keep the tick log in the run: one that streamed to RUN/ticklog/ gets its final meta
+        rewritten there (`TickLog.write_meta`); any other is written whole to RUN/ticklog.npz."""
+        if log.directory is not None and Path(log.directory).resolve() == self.paths.ticklog_dir.resolve():
+            log.write_meta()
+            return self.paths.ticklog_dir
         return log.save(self.paths.ticklog)
 
     def write_summary(self, summary: Mapping[str, Any]) -> Path:

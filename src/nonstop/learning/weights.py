@@ -151,6 +151,18 @@ class SharedWeights(_Segment):
             hdr.store(_DONE, version, RELEASE)
         return version
 
+    def buffers(self) -> tuple[np.ndarray, np.ndarray]:
+        """The double buffer's two halves (version v lives in half ``v % 2``), for readers that
+        compute from the shared memory in place (`nonstop.distributed.shared_params`); such a reader
+        checks `intact` after using version v."""
+        return self._buf0, self._buf1
+
+    def intact(self, version: int) -> bool:
+        """Whether the half holding ``version`` is still unchanged: no later publish has begun
+        overwriting it. Call it after reading that half (the fence orders the reads before it)."""
+        fence(ACQUIRE)
+        return self._hdr.load(_BEGUN, RELAXED) <= version + 1
+
     def read_into(self, out: np.ndarray, *, timeout: float = 5.0) -> int:
         """Copy the newest complete version into ``out``; returns its version (0: none yet)."""
         deadline, hdr = None, self._hdr

@@ -296,18 +296,23 @@ class LatestSlot(SharedSegment):
         """Sequence number of the newest complete publish (even), cheap to poll."""
         return self._seq.load(ACQUIRE) & ~1
 
-    def read(self, out: np.ndarray | None = None) -> Observation:
-        """Copy the newest observation. Never torn; never blocks the writer."""
-        return self._read(self._obs, _META_OFF, out)
+    def read(self, out: np.ndarray | None = None, *, timeout: float | None = None) -> Observation:
+        """Copy the newest observation. Never torn; never blocks the writer. A reader that must not
+        wait on a writer stopped mid-write (a server's request loop) passes ``timeout`` (seconds):
+        past it, `TimeoutError` instead of more retries."""
+        return self._read(self._obs, _META_OFF, out, timeout)
 
     def read_final(self, out: np.ndarray | None = None) -> Observation:
         """Copy the final observation: the last one published with ``final=True`` (the host
         publishes the observation that ends an episode so), tick -1 if none yet. Never torn."""
         return self._read(self._final_obs, _FINAL_META_OFF, out)
 
-    def _read(self, src: np.ndarray, meta_off: int, out: np.ndarray | None) -> Observation:
+    def _read(
+        self, src: np.ndarray, meta_off: int, out: np.ndarray | None, timeout: float | None = None
+    ) -> Observation:
         load, buf, unpack = self._seq.load, self._buf, _META.unpack_from
         spins = 0
+        give_up = None if timeout is None else time.perf_counter() + timeout
         while True:
             s1 = load(ACQUIRE)
             if not s1 & 1:
@@ -322,6 +327,8 @@ class LatestSlot(SharedSegment):
                     return _new_tuple(Observation, (obs, *meta, s1))
             spins += 1
             if spins > 64:
+                if give_up is not None and time.perf_counter() > give_up:
+                    raise TimeoutError(f"no consistent observation within {timeout:g}s: its writer stopped mid-write")
                 time.sleep(0)
 
     # ---- control words (session <-> host)
@@ -526,9 +533,14 @@ class ActionQueue(SharedSegment):
         worker: int = 0,
         tau_theta: float = 0.0,
         submit_time: float = 0.0,
+        lock_timeout: float | None = None,
     ) -> int:
         """Enqueue an action; returns its sequence number. Never blocks (beyond a
-        microsecond lock). Raises ValueError for an action outside the space."""
+        microsecond lock). Raises ValueError for an action outside the space.
+
+        ``lock_timeout`` (seconds; 0: one non-blocking try) bounds the wait for the lock, for a
+        submitter that must not wait on a taker stopped while holding it (a server's request
+        loop): past it, `TimeoutError` and nothing is enqueued."""
         codec = self.codec
         try:
             action = codec.validate(action)
@@ -542,7 +554,9 @@ class ActionQueue(SharedSegment):
                 f"submit needs integer obs_tick, episode and worker and real tau_theta and submit_time, got "
                 f"{obs_tick!r}, {episode!r}, {worker!r}, {tau_theta!r}, {submit_time!r} ({exc})"
             ) from None
-        with self._lock:  # the lock orders everything inside; the atomics keep lock-free readers exact
+        if not self._acquire(lock_timeout):
+            raise TimeoutError(f"the action queue's lock was held for more than {lock_timeout:g}s (its taker stopped?)")
+        try:  # the lock orders everything inside; the atomics keep lock-free readers exact
             w_seq, r_seq = self._w_seq, self._r_seq
             w = w_seq.load(RELAXED)
             r = r_seq.load(RELAXED)
@@ -554,7 +568,12 @@ class ActionQueue(SharedSegment):
             _SEQ_WORD.pack_into(self._buf, off + 40, w)
             w_seq.store(w + 1, RELEASE)  # last: a submitter killed before it leaves no half entry
             self._submitted.fetch_add(1, RELAXED)
+        finally:
+            self._lock.release()
         return w
+
+    def _acquire(self, timeout: float | None) -> bool:
+        return self._lock.acquire(timeout=timeout)
 
     # ---- the host
     def pending(self) -> int:

@@ -37,6 +37,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator
 from typing import Final
 
+from nonstop.realtime import lifeline
+
 #: A timed process: yields absolute wake times, receives the actual wake time.
 TimedProcess = Generator[float, float, None]
 
@@ -187,7 +189,8 @@ class VirtualClock(Clock):
 
     Errors raised inside a process propagate out of `run`/`run_until` unless
     the process was spawned with ``isolate=True`` (a worker that may die: its
-    error is kept on the handle and the simulation goes on).
+    error is kept on the handle and the simulation goes on). ``KeyboardInterrupt``
+    and ``SystemExit`` always propagate: a signal is never a process's death.
     """
 
     is_virtual = True
@@ -225,13 +228,19 @@ class VirtualClock(Clock):
             handle.alive = False
             self._priority.pop(id(handle), None)
             return
-        except BaseException as exc:
+        except Exception as exc:
             handle.alive = False
             self._priority.pop(id(handle), None)
             handle.error = exc
             if not isolate:
                 raise
             return
+        except BaseException:
+            # Ctrl-C or SIGTERM (SystemExit) raised while this process ran: the user's stop, never
+            # this process's death, so it ends the whole simulation even for an isolated process
+            handle.alive = False
+            self._priority.pop(id(handle), None)
+            raise
         wake_priority = priority
         if isinstance(wake, tuple):  # (time, priority): order this one wake-up among equal times
             wake, wake_priority = wake
@@ -254,6 +263,8 @@ class VirtualClock(Clock):
     def run_until(self, t: float) -> None:
         """Process every event due at or before ``t``, then set now to ``t``."""
         while self._queue and self._queue[0][0] <= t:
+            if lifeline.pending_stop:
+                lifeline.raise_if_stop_requested()
             wake, _, _, handle, isolate = heapq.heappop(self._queue)
             self._now = wake
             self._step(handle, wake, self._priority.get(id(handle), 0), isolate)
@@ -264,6 +275,8 @@ class VirtualClock(Clock):
         while self._queue and self._queue[0][0] <= max_time:
             if until is not None and until():
                 return
+            if lifeline.pending_stop:
+                lifeline.raise_if_stop_requested()
             wake, _, _, handle, isolate = heapq.heappop(self._queue)
             self._now = wake
             self._step(handle, wake, self._priority.get(id(handle), 0), isolate)

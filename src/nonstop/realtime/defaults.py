@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DefaultBehaviour", "make_default", "DEFAULT_NAMES"]
+import gymnasium as gym
+import numpy as np
+
+__all__ = ["DefaultBehaviour", "make_default", "space_noop", "DEFAULT_NAMES"]
 
 DEFAULT_NAMES = ("noop", "repeat")
 
@@ -61,3 +64,24 @@ def make_default(spec: str | Callable[[Any], Any] | DefaultBehaviour, *, noop_ac
     if callable(spec):
         return DefaultBehaviour("callable", noop_action, spec)
     raise TypeError(f"default behaviour must be 'noop', 'repeat' or a callable, got {type(spec).__name__}")
+
+
+def space_noop(space: gym.Space) -> Any:
+    """The action that does nothing in ``space``, as β's ``noop`` applies it: ``start`` of a
+    ``Discrete``; zeros for ``Box``/``MultiBinary`` (clipped into a ``Box`` that excludes 0);
+    ``start`` of each ``MultiDiscrete`` entry. Other spaces need a declared β.
+
+    >>> space_noop(gym.spaces.Box(-2.0, 2.0, (1,)))
+    array([0.], dtype=float32)
+    >>> space_noop(gym.spaces.Discrete(3, start=1))
+    1
+    """
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.start)
+    if isinstance(space, gym.spaces.Box):
+        return np.clip(np.zeros(space.shape, space.dtype), space.low, space.high).astype(space.dtype)
+    if isinstance(space, gym.spaces.MultiBinary):
+        return np.zeros(space.shape, space.dtype)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return np.asarray(space.start, dtype=space.dtype).copy()
+    raise TypeError(f"nonstop knows no no-op for the action space {space}: pass default=<callable obs -> action>")

@@ -6,7 +6,8 @@ every deadline ``origin + t·τ_M`` it takes at most one agent action from the
 tick log and publishes the observation into the `LatestSlot`.
 
 `Session` is what users hold: it owns the channels, runs the host in-process
-on a `VirtualClock` or in its own process on the `WallClock`, and always ends
+on a `VirtualClock` or in its own process on the `WallClock` (a thread where no
+process can start: `host_mechanism`), and always ends
 with every process reaped and every shared-memory segment unlinked, whether
 the run finished, the env raised, or the user pressed Ctrl-C.
 
@@ -23,7 +24,10 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import ast
 import signal
+import sys
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any, Final
@@ -33,8 +37,9 @@ import numpy as np
 
 from nonstop.realtime.channels import ActionQueue, LatestSlot
 from nonstop.realtime.clock import Clock, TimedProcess, WallClock, make_clock, stopwatch
-from nonstop.realtime.defaults import DefaultBehaviour, make_default
-from nonstop.realtime.ticklog import SOURCE_AGENT, SOURCE_DEFAULT, TickLog
+from nonstop.realtime.defaults import DefaultBehaviour, make_default, space_noop
+from nonstop.realtime.lifeline import hold_lifeline, raise_if_stop_requested, reap
+from nonstop.realtime.ticklog import SOURCE_AGENT, SOURCE_DEFAULT, CHUNK_ROWS, TickLog, is_ticklog_dir
 
 __all__ = ["Host", "Session", "HostError", "EnvSource"]
 
@@ -65,49 +70,82 @@ def scalar_actions(space: gym.Space) -> bool:
 class Host:
     """The tick loop. Owns the env; reads the queue, writes the slot and the log.
 
+    Seats (DESIGN §4b): with ``seats`` (the agent names of a PettingZoo-style parallel env, whose
+    ``step`` takes and returns dicts keyed by seat), ``slot``, ``queue`` and ``default`` are
+    sequences, one per seat: each seat reads its own observations, reward and counters from its
+    slot, has its own queue (mode, capacity) and β, and its own tick-log columns (`SEAT_COLUMNS`).
+    A plain ``gymnasium.Env`` is the one-seat case of the same loop: seat 0 is handled inline,
+    the other seats (none here) in a loop after it. A seat world's episode ends for every seat at
+    once, when any seat is terminated or truncated.
+
     ``unthrottled=True`` ignores deadlines and ticks as fast as the env allows
-    (benchmarks; the log still records the grid it would have kept).
+    (benchmarks; the log still records the grid it would have kept). ``log_dir``: the tick log
+    streams its completed chunks there as the world runs (see `TickLog`); `close_log` ends it.
     """
 
     def __init__(
         self,
         env: gym.Env,
-        slot: LatestSlot,
-        queue: ActionQueue,
+        slot: LatestSlot | list[LatestSlot],
+        queue: ActionQueue | list[ActionQueue],
         *,
         tau_m: float,
-        default: DefaultBehaviour,
+        default: DefaultBehaviour | list[DefaultBehaviour],
         seed: int | None = None,
         max_ticks: int | None = None,
         unthrottled: bool = False,
         meta: dict[str, Any] | None = None,
         recorder: Any = None,
+        render_slot: LatestSlot | None = None,
+        log_dir: str | os.PathLike | None = None,
+        log_chunk_rows: int = CHUNK_ROWS,
+        seats: list[str] | None = None,
     ) -> None:
         if not tau_m > 0:
             raise ValueError(f"tau_m must be positive, got {tau_m!r}")
         self.env = env
-        self.slot = slot
-        self.queue = queue
+        #: the seats' names (a parallel env), or None (a gymnasium env: one seat)
+        self.seats = None if seats is None else [str(s) for s in seats]
+        self.slots = list(slot) if isinstance(slot, (list, tuple)) else [slot]
+        self.queues = list(queue) if isinstance(queue, (list, tuple)) else [queue]
+        self.defaults = list(default) if isinstance(default, (list, tuple)) else [default]
+        n = 1 if self.seats is None else len(self.seats)
+        if not n or not len(self.slots) == len(self.queues) == len(self.defaults) == n:
+            raise ValueError(f"need one slot, queue and default per seat ({n}), got {len(self.slots)}, "
+                             f"{len(self.queues)} and {len(self.defaults)}")  # fmt: skip
+        self.slot, self.queue, self.default = self.slots[0], self.queues[0], self.defaults[0]
         self.tau_m = float(tau_m)
-        self.default = default
         self.seed = seed
         self.max_ticks = max_ticks
         self.unthrottled = unthrottled
-        self.log = TickLog(self.tau_m, meta=meta)
+        #: with ``log_dir``, completed chunks of the log stream there from this process as it runs
+        meta = dict(meta or {})
+        if self.seats is not None:
+            meta["seats"] = self.seats
+        self.log = TickLog(self.tau_m, meta=meta, directory=log_dir, chunk_rows=log_chunk_rows, seats=n)
         self.episode = 0
         self.tick = 0
         self.origin = 0.0
-        self._validate_default = queue.codec.validate
+        self._validate_default = self.queue.codec.validate
         #: optional per-tick observer (``nonstop.learning.replay.ReplayRecorder``): it sees every
         #: applied action, reward and observation, in the host's own process
         self.recorder = recorder
+        #: where ``env.render()``'s frame of every tick goes (``render_mode="rgb_array"``), or None
+        self.render_slot = render_slot
+
+    def _publish_frame(self, tick: int, time: float, episode: int, final: bool = False) -> None:
+        frame = self.env.render()
+        if frame is not None:
+            self.render_slot.publish(np.asarray(frame), tick=tick, time=time, episode=episode, final=final)
 
     def run(self, clock: Clock) -> TimedProcess:
         """The host as a timed process on ``clock``.
 
         The per-tick path is kept lean (the host must keep ≥ 90 % of a plain env loop, ``nonstop
         bench host``): positional `LatestSlot.write` and `TickLog.append_row`, locals for every
-        attribute, and the action column's kind decided once for the action space.
+        attribute, and the action column's kind decided once for the action space. Seat 0 is
+        handled inline; seats 1, 2, … (a seat world) in a loop after it, each with its own queue,
+        β, slot and log columns.
         """
         slot, queue, env, recorder = self.slot, self.queue, self.env, self.recorder
         log_row, publish, take, beta = self.log.append_row, slot.write, queue.take, self.default
@@ -116,7 +154,28 @@ class Host:
         scalar = scalar_actions(queue.codec.space)
         validate_beta = beta.kind == "callable"
         nan = float("nan")
-        obs, _ = env.reset(seed=self.seed)
+        names = self.seats
+        multi = names is not None
+        first = names[0] if multi else None
+        others = range(1, len(self.queues))  # empty for one seat: the loops below cost nothing
+        o_take = [q.take for q in self.queues]
+        o_beta = self.defaults
+        o_publish = [s.write for s in self.slots]
+        o_scalar = [scalar_actions(q.codec.space) for q in self.queues]
+        o_validate = [q.codec.validate if b.kind == "callable" else None for q, b in zip(self.queues, o_beta)]
+        o_obs: list[Any] = [None] * len(self.queues)
+        o_action: list[Any] = [None] * len(self.queues)
+        o_reward = [0.0] * len(self.queues)
+        o_inaction, o_agent = [0] * len(self.queues), [0] * len(self.queues)
+        o_delay, o_seq = [-1] * len(self.queues), [-1] * len(self.queues)
+        seat_values: list[float] = []
+        if multi:
+            obs_all, _ = env.reset(seed=self.seed)
+            obs = obs_all[first]
+            for i in others:
+                o_obs[i] = obs_all[names[i]]
+        else:
+            obs, _ = env.reset(seed=self.seed)
         if recorder is not None:
             recorder.on_observation(0, obs)
         self.origin = origin = clock.now()
@@ -124,7 +183,13 @@ class Host:
         last_delay, last_seq, last_end = -1, -1, END_NONE
         resets_seen = slot.reset_requests
         slot.publish(obs, tick=0, time=origin, episode=0, last_delay=-1)
-        slot.host_state = STATE_RUNNING
+        for i in others:
+            self.slots[i].publish(o_obs[i], tick=0, time=origin, episode=0, last_delay=-1)
+        frames = self.render_slot is not None
+        if frames:
+            self._publish_frame(0, origin, 0)
+        for s in self.slots:
+            s.host_state = STATE_RUNNING
         tick = 0
         while not slot.stop_requested and tick < max_ticks:
             tick += 1
@@ -150,13 +215,47 @@ class Host:
                     action = self._validate_default(action)
                 inaction += 1
                 source, worker, delay, obs_tick, tau_theta = SOURCE_DEFAULT, -1, -1, -1, nan
-            t0 = stopwatch()
-            obs, reward, terminated, truncated, _ = env.step(action)
-            step_s = stopwatch() - t0
-            reward = float(reward)
+            if multi:
+                seat_values.clear()
+                for i in others:  # the other seats: the same steps, their own queue, β and counters
+                    got = o_take[i](episode=episode)
+                    rec = got.record
+                    if rec is not None:
+                        a = rec.action
+                        o_beta[i].observe_agent_action(a)
+                        o_agent[i] += 1
+                        o_delay[i] = d = tick - rec.obs_tick
+                        o_seq[i] = rec.seq
+                        seat_values += (SOURCE_AGENT, rec.worker, d, rec.obs_tick)
+                        tt = rec.tau_theta
+                    else:
+                        a = o_beta[i](o_obs[i])
+                        if o_validate[i] is not None:
+                            a = o_validate[i](a)
+                        o_inaction[i] += 1
+                        seat_values += (SOURCE_DEFAULT, -1, -1, -1)
+                        tt = nan
+                    o_action[i] = a
+                    seat_values += (float(a) if o_scalar[i] else nan, tt, 0.0, got.superseded, got.stale)
+                o_action[0] = action
+                t0 = stopwatch()
+                obs_all, rewards, terms, truncs, _ = env.step(dict(zip(names, o_action)))
+                step_s = stopwatch() - t0
+                terminated, truncated = any(terms.values()), any(truncs.values())
+                obs = obs_all.get(first, obs)
+                reward = float(rewards.get(first, 0.0))
+                for k, i in enumerate(others):
+                    o_obs[i] = obs_all.get(names[i], o_obs[i])
+                    o_reward[i] = r = float(rewards.get(names[i], 0.0))
+                    seat_values[9 * k + 6] = r
+            else:
+                t0 = stopwatch()
+                obs, reward, terminated, truncated, _ = env.step(action)
+                step_s = stopwatch() - t0
+                reward = float(reward)
             log_row(
                 tick, deadline, now, source, worker, delay, obs_tick, float(action) if scalar else nan, tau_theta,
-                reward, episode, terminated, truncated, taken.superseded, taken.stale, step_s,
+                reward, episode, terminated, truncated, taken.superseded, taken.stale, step_s, 0.0, *seat_values,
             )  # fmt: skip
             if slot.reset_requests != resets_seen:  # a Gymnasium reset() asked to end the episode
                 resets_seen = slot.reset_requests
@@ -175,27 +274,62 @@ class Host:
                     obs, tick, deadline, reward, terminated, truncated, episode, inaction, agent, last_delay,
                     last_seq, last_end, True,
                 )  # fmt: skip
+                for i in others:
+                    o_publish[i](
+                        o_obs[i], tick, deadline, o_reward[i], terminated, truncated, episode, o_inaction[i],
+                        o_agent[i], o_delay[i], o_seq[i], last_end, True,
+                    )  # fmt: skip
+                if frames:
+                    self._publish_frame(tick, deadline, episode, final=True)
                 t0 = stopwatch()
                 obs, _ = env.reset()  # the world does not wait: reset at once, log its cost
                 self.log.set_last("reset_s", stopwatch() - t0)
+                if multi:
+                    obs_all, obs = obs, obs[first]
+                    for i in others:
+                        o_obs[i] = obs_all[names[i]]
+                        o_reward[i] = 0.0
                 self.episode = episode = episode + 1
-                beta.reset()
+                for b in o_beta:
+                    b.reset()
                 reward = 0.0
             publish(
                 obs, tick, deadline, reward, False, False, episode, inaction, agent, last_delay, last_seq, last_end
             )  # fmt: skip
+            for i in others:
+                o_publish[i](
+                    o_obs[i], tick, deadline, o_reward[i], False, False, episode, o_inaction[i], o_agent[i],
+                    o_delay[i], o_seq[i], last_end,
+                )  # fmt: skip
+            if frames:
+                self._publish_frame(tick, deadline, episode)
             if recorder is not None:
                 recorder.on_observation(tick, obs)
             self.tick = tick
-        slot.host_state = STATE_STOPPED
+        for s in self.slots:
+            s.host_state = STATE_STOPPED
 
     def finish_log(self) -> TickLog:
         self.log.meta["queue"] = self.queue.counters()
+        if self.seats is not None:
+            self.log.meta["queues"] = [q.counters() for q in self.queues]
         self.log.meta["origin"] = self.origin
         return self.log
 
+    def close_log(self) -> TickLog:
+        """`finish_log`, then (streaming logs) write the last partial chunk and the final meta."""
+        log = self.finish_log()
+        log.close()
+        return log
+
 
 # ----------------------------------------------------------------------------- session
+
+
+def is_seat_world(env: Any) -> bool:
+    """Whether ``env`` is a several-seat world: PettingZoo's parallel API (``possible_agents``,
+    per-seat ``observation_space(seat)``/``action_space(seat)``, dict ``step``), not a gymnasium.Env."""
+    return not isinstance(env, gym.Env) and hasattr(env, "possible_agents") and callable(getattr(env, "step", None))
 
 
 def _build_env(env: EnvSource, env_kwargs: dict[str, Any]) -> gym.Env:
@@ -204,8 +338,8 @@ def _build_env(env: EnvSource, env_kwargs: dict[str, Any]) -> gym.Env:
 
         return make_env(env, **env_kwargs)
     built = env(**env_kwargs)
-    if not isinstance(built, gym.Env):
-        raise TypeError(f"env factory must return a gymnasium.Env, got {type(built).__name__}")
+    if not isinstance(built, gym.Env) and not is_seat_world(built):
+        raise TypeError(f"env factory must return a gymnasium.Env or a PettingZoo ParallelEnv, got {type(built).__name__}")
     return built
 
 
@@ -243,24 +377,97 @@ def raise_priority(policy: str, pid: int = 0) -> str:
     return "normal"
 
 
+#: Where the wall-clock host runs (``Session(host_mode=...)``).
+HOST_MODES: Final = ("auto", "process", "thread")
+RENDER_MODES: Final = (None, "rgb_array", "human")
+
+
+def _guarded_by_main_check(path: str, line: int) -> bool:
+    """Whether ``line`` of the script at ``path`` lies inside ``if __name__ == "__main__":``."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return True  # cannot tell: assume the usual guarded script
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) and "__name__" in ast.unparse(node.test):
+            if node.body[0].lineno <= line <= (node.body[-1].end_lineno or line):
+                return True
+    return False
+
+
+def main_reimport_safe() -> bool:
+    """Whether a spawned child can re-import ``__main__`` without re-running this very call.
+
+    Python's ``spawn`` start method imports the parent's main script again in the child. A script
+    that starts a wall-clock session at top level, without an ``if __name__ == "__main__":``
+    guard, would then start it again in the child, which multiprocessing forbids. We look at
+    the call stack: if it passes through ``__main__``'s top-level code outside such a guard,
+    spawning is not safe.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None:
+        return True  # interactive, ``python -c``, notebooks: nothing is re-imported
+    if not os.path.isfile(path):
+        return False  # ``python - < script``: a child cannot re-import "<stdin>" at all
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals is main.__dict__ and frame.f_code.co_name == "<module>":
+            return _guarded_by_main_check(path, frame.f_lineno)
+        frame = frame.f_back
+    return True
+
+
+def host_mechanism(requested: str) -> str:
+    """``"process"`` or ``"thread"``: where a wall-clock host runs for ``host_mode=requested``.
+
+    ``"auto"`` gives the host its own process (its own interpreter and GIL, realtime priority:
+    ``nonstop bench clock``), except where no child process can be started: inside a daemonic
+    process (Gymnasium's ``AsyncVectorEnv`` and SB3's ``SubprocVecEnv`` workers) or from the
+    top level of a script without a ``__main__`` guard (see `main_reimport_safe`). There the host
+    runs as a thread of this process, on the same clock and channels.
+    """
+    if requested not in HOST_MODES:
+        raise ValueError(f"host_mode must be one of {HOST_MODES}, got {requested!r}")
+    if requested == "process" and mp.current_process().daemon:
+        raise RuntimeError(
+            "host_mode='process' cannot start a host process inside a daemonic process "
+            "(multiprocessing forbids it); use host_mode='auto' or 'thread'"
+        )
+    if requested != "auto":
+        return requested
+    if mp.current_process().daemon or not main_reimport_safe():
+        return "thread"
+    return "process"
+
+
 def _host_main(conn: Any, env: EnvSource, env_kwargs: dict, slot: LatestSlot, queue: ActionQueue, cfg: dict) -> None:
-    """Entry point of the host process on the wall clock."""
-    # The session owns shutdown: Ctrl-C reaches it, and it asks us to stop.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """Entry point of the host on the wall clock: its own process, or a thread of the session's
+    (``cfg["thread"]``: then the channels are the session's own objects and stay open)."""
+    in_thread = cfg.get("thread", False)
+    if not in_thread:
+        hold_lifeline()  # a host process never ticks on for a dead session
+        # The session owns shutdown: Ctrl-C reaches it, and it asks us to stop.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     host = None
     status, tb = "ok", ""
     try:
         world = _build_env(env, env_kwargs)
-        default = make_default(cfg["default"], noop_action=cfg["noop_action"])
+        if cfg.get("seats") is not None:  # one β per seat
+            default: Any = [make_default(d, noop_action=n) for d, n in zip(cfg["default"], cfg["noop_action"])]
+        else:
+            default = make_default(cfg["default"], noop_action=cfg["noop_action"])
         host = Host(
             world, slot, queue, tau_m=cfg["tau_m"], default=default, seed=cfg["seed"],
             max_ticks=cfg["max_ticks"], unthrottled=cfg["unthrottled"], meta=cfg["meta"],
-            recorder=cfg.get("recorder"),
+            recorder=cfg.get("recorder"), render_slot=cfg.get("render_slot"),
+            log_dir=cfg["log_dir"], log_chunk_rows=cfg["log_chunk_rows"], seats=cfg.get("seats"),
         )  # fmt: skip
         clock = WallClock(origin=cfg["origin"], spin=cfg["spin"])
         # an unthrottled host never sleeps: at realtime priority it would take a core outright
         host.log.meta["host_sched"] = raise_priority(cfg["host_sched"]) if not cfg["unthrottled"] else "normal"
-        parent = mp.parent_process()
+        parent = None if in_thread else mp.parent_process()
         process = host.run(clock)
         wake = next(process)
         conn.send(("ready", host.origin))
@@ -277,13 +484,59 @@ def _host_main(conn: Any, env: EnvSource, env_kwargs: dict, slot: LatestSlot, qu
         status, tb = "error", traceback.format_exc()
         slot.host_state = STATE_FAILED
     finally:
-        payload = host.finish_log().to_arrays() if host is not None else None
+        payload: Any = None
+        if host is not None:
+            try:
+                # streaming to a directory: the parent reads the chunks there, nothing big crosses the pipe
+                payload = {"directory": str(host.log.directory)} if host.log.directory is not None else None
+                log = host.close_log()
+                if payload is None:  # in memory: chunk by chunk, never the whole log as one copy
+                    for rows in log.row_blocks():
+                        conn.send(("chunk", rows))
+                    payload = {"meta": log.meta, "tau_m": log.tau_m, "seats": log.seats}
+            except BaseException:
+                if status == "ok":
+                    status, tb = "error", traceback.format_exc()
         try:
             conn.send((status, (payload, tb)))
         except (BrokenPipeError, OSError):
             pass
-        slot.close()
-        queue.close()
+        if host is not None and in_thread:
+            host.env.close()
+        if not in_thread:
+            for channel in _channels(slot, queue, cfg.get("render_slot")):
+                channel.close()
+
+
+def _channels(*items: Any) -> list[Any]:
+    """Channels (or lists of them, one per seat) flattened, Nones left out."""
+    out: list[Any] = []
+    for item in items:
+        if isinstance(item, (list, tuple)):
+            out.extend(c for c in item if c is not None)
+        elif item is not None:
+            out.append(item)
+    return out
+
+
+def _per_seat(name: str, value: Any, seats: list[str]) -> list[Any]:
+    """``value`` for every seat: a dict ``{seat: value}`` (every key a seat; missing seats get
+    ``fallback``) or one value for all. A key that is no seat is a clear error."""
+    if isinstance(value, dict):
+        unknown = [k for k in value if k not in seats]
+        if unknown:
+            raise ValueError(f"{name} names seats {unknown} the env does not have; its seats are {seats}")
+        return [value.get(seat, _MISSING) for seat in seats]
+    return [value] * len(seats)
+
+
+_MISSING: Final = object()
+
+
+def _describe_default(spec: Any) -> Any:
+    if isinstance(spec, dict):
+        return {seat: _describe_default(v) for seat, v in spec.items()}
+    return spec if isinstance(spec, str) else "callable"
 
 
 class Session:
@@ -294,16 +547,41 @@ class Session:
     env: an env id (see ``nonstop envs``) or a factory returning a gymnasium.Env
         (on the wall clock the factory must be picklable: a module-level function).
     clock: ``"virtual"`` (in-process discrete-event simulation), ``"wall"``
-        (the host gets its own process) or a `Clock`.
+        (the host gets its own process, or a thread: ``host_mode``) or a `Clock`.
     default: β — ``"noop"``, ``"repeat"`` or a callable ``obs -> action``;
-        defaults to the env's own choice.
-    queue_mode / queue_capacity: the action queue (``"latest"`` or ``"fifo"``, 16).
+        defaults to the env's own choice. In a seat world, also ``{seat: β}`` (seats left out get
+        the env's choice).
+    queue_mode / queue_capacity: the action queue (``"latest"`` or ``"fifo"``, 16); in a seat
+        world also ``{seat: value}``.
+
+    Seats (DESIGN §4b): an env that speaks PettingZoo's parallel API (``multi/duel``, a factory
+    returning a ``pettingzoo.ParallelEnv``) gets one `LatestSlot` and one `ActionQueue` per seat
+    (``slots``/``queues``, in the order of ``seats``; ``slot``/``queue`` are the first seat's),
+    each with its own β, and the tick log gets each seat's columns (``tick_log.seat(name)``).
+    A gymnasium env is the one-seat case: ``seats`` is None and ``slots == [slot]``.
+
     tick_hz: overrides the env's natural rate.
     recorder: a per-tick observer run inside the host (``ReplayRecorder``: the
         learning replay); on the wall clock it must be picklable.
+    host_mode: wall clock only: ``"auto"`` (default), ``"process"`` or ``"thread"``; see
+        `host_mechanism` (``"auto"`` runs the host in a thread only where no process can start).
+    render_mode: ``"rgb_array"`` publishes ``env.render()``'s frame of every tick into
+        `render_slot` (``"human"``: the env draws its own window); passed to the env factory.
     host_sched: wall clock only: ``"auto"`` (default) runs the host process at SCHED_FIFO or,
         failing that, nice −10 where permitted (see `raise_priority`; what applied is in the tick
         log's meta as ``host_sched``); ``"fifo"``, ``"nice"`` or ``"normal"`` choose.
+    log_dir: a directory the tick log streams to as the world runs, in bounded chunks written by
+        the host's own process (see `TickLog`): every completed chunk survives whatever ends the
+        process, SIGKILL included, and memory stays bounded however long the world runs. Without
+        it the log stays in memory (in chunks, never doubled and copied) and, on the wall clock,
+        comes back through a pipe when the session stops. ``log_chunk_rows``: rows per chunk.
+
+    >>> with Session("multi/duel", clock="virtual", seed=0, default={"second_0": "noop"},
+    ...              env_kwargs={"holster": 0}) as duel:
+    ...     _ = duel.queues[1].submit(1, obs_tick=0, episode=0)   # second_0 draws early: a false start
+    ...     duel.run_for(2 / 60)
+    >>> duel.seats, duel.tick_log.seat("second_0").summary()["reward_total"]
+    (['first_0', 'second_0'], -1.0)
     """
 
     def __init__(
@@ -311,9 +589,9 @@ class Session:
         env: EnvSource,
         *,
         clock: str | Clock = "virtual",
-        default: str | Callable[[Any], Any] | None = None,
-        queue_mode: str = "latest",
-        queue_capacity: int = 16,
+        default: str | Callable[[Any], Any] | dict[str, Any] | None = None,
+        queue_mode: str | dict[str, str] = "latest",
+        queue_capacity: int | dict[str, int] = 16,
         tick_hz: float | None = None,
         seed: int | None = None,
         max_ticks: int | None = None,
@@ -323,6 +601,10 @@ class Session:
         start_timeout: float = 120.0,
         recorder: Any = None,
         host_sched: str = "auto",
+        host_mode: str = "auto",
+        render_mode: str | None = None,
+        log_dir: str | os.PathLike | None = None,
+        log_chunk_rows: int = CHUNK_ROWS,
     ) -> None:
         if not isinstance(env, str) and not callable(env):
             raise TypeError(f"env must be an env id or a factory, got {type(env).__name__}")
@@ -332,8 +614,15 @@ class Session:
             raise ValueError(f"max_ticks must be a non-negative integer, got {max_ticks!r}")
         if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool)):
             raise TypeError(f"seed must be an integer, got {seed!r}")
+        if host_mode not in HOST_MODES:
+            raise ValueError(f"host_mode must be one of {HOST_MODES}, got {host_mode!r}")
+        if render_mode not in RENDER_MODES:
+            raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
         self.env_source = env
         self.env_kwargs = dict(env_kwargs or {})
+        self.host_mode, self.render_mode = host_mode, render_mode
+        if render_mode is not None:
+            self.env_kwargs["render_mode"] = render_mode
         self.clock = make_clock(clock)
         self.seed = seed
         self.max_ticks = max_ticks
@@ -342,30 +631,54 @@ class Session:
         if host_sched not in HOST_SCHED:
             raise ValueError(f"host_sched must be one of {HOST_SCHED}, got {host_sched!r}")
         self.host_sched = host_sched
+        if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
+            raise TypeError(f"log_dir must be a path, got {type(log_dir).__name__}")
+        self.log_dir = None if log_dir is None else os.fspath(log_dir)
+        if not isinstance(log_chunk_rows, int) or isinstance(log_chunk_rows, bool) or log_chunk_rows < 1:
+            raise ValueError(f"log_chunk_rows must be a positive integer, got {log_chunk_rows!r}")
+        self.log_chunk_rows = log_chunk_rows
+        if self.log_dir is not None and is_ticklog_dir(self.log_dir):
+            raise FileExistsError(f"{self.log_dir} already holds a tick log: move it away or choose another log_dir")
         self.start_timeout = start_timeout
         self.recorder = recorder
         self.env_id = env if isinstance(env, str) else getattr(env, "__name__", "custom")
-        noop_action, default_name, natural_hz = 0, "noop", None
+        # None: the action space's own no-op (`space_noop`), known once the env is built
+        noop_action, default_name, natural_hz = None, "noop", None
+        self._noop_declared = False
         if isinstance(env, str):
             from nonstop.envs import env_info
 
             info = env_info(env, **self.env_kwargs)
-            noop_action, default_name, natural_hz = info.noop_action, info.default_beta, info.tick_hz
+            default_name, natural_hz = info.default_beta, info.tick_hz
+            if info.family != "gymnasium" or "noop_action" in self.env_kwargs:
+                noop_action, self._noop_declared = info.noop_action, True
         if tick_hz is None and natural_hz is None:
             raise ValueError(f"env {self.env_id!r} has no natural tick rate: pass tick_hz=")
         self.tick_hz = float(tick_hz if tick_hz is not None else natural_hz)
         self.tau_m = 1.0 / self.tick_hz
         self.noop_action = noop_action
         self.default_spec = default if default is not None else default_name
-        make_default(self.default_spec, noop_action=noop_action)  # validate at the door
+        for spec in default.values() if isinstance(default, dict) else [self.default_spec]:  # validate at the door
+            make_default(spec, noop_action=0 if noop_action is None else noop_action)
         self.queue_mode, self.queue_capacity = queue_mode, queue_capacity
+        #: the seats' names in a seat world (PettingZoo's agent names), None for a gymnasium env
+        self.seats: list[str] | None = None
+        self.slots: list[LatestSlot] = []
+        self.queues: list[ActionQueue] = []
+        self.observation_spaces: dict[str, gym.Space] = {}
+        self.action_spaces: dict[str, gym.Space] = {}
         self.slot: LatestSlot | None = None
         self.queue: ActionQueue | None = None
+        #: ``render_mode="rgb_array"``: the frame of the newest tick (and, as final, of the last episode end)
+        self.render_slot: LatestSlot | None = None
+        self.mechanism = "virtual" if self.clock.is_virtual else None
         self.host: Host | None = None
         self._process: Any = None
         self._conn: Any = None
+        self._child_conn: Any = None
         self._vproc: Any = None
         self._log: TickLog | None = None
+        self._received: list[np.ndarray] = []  # the wall host's in-memory log, chunk by chunk
         self._started = self._stopped = False
         self._notes: dict[str, Any] = {}
         self._origin = 0.0
@@ -385,13 +698,18 @@ class Session:
     def is_virtual(self) -> bool:
         return self.clock.is_virtual
 
+    @property
+    def running(self) -> bool:
+        """Started and neither stopped nor failed (its channels can still be read)."""
+        return self._started and not self._stopped
+
     def meta(self) -> dict[str, Any]:
         return {
             "env": self.env_id,
             "env_kwargs": self.env_kwargs,
             "tick_hz": self.tick_hz,
             "clock": "virtual" if self.is_virtual else "wall",
-            "default": self.default_spec if isinstance(self.default_spec, str) else "callable",
+            "default": _describe_default(self.default_spec),
             "queue_mode": self.queue_mode,
             "queue_capacity": self.queue_capacity,
             "seed": self.seed,
@@ -403,17 +721,36 @@ class Session:
         self._started = True
         try:
             probe = _build_env(self.env_source, self.env_kwargs)
-            self.observation_space, self.action_space = probe.observation_space, probe.action_space
-            if not isinstance(self.observation_space, (gym.spaces.Box, gym.spaces.Discrete)):
-                raise TypeError(f"nonstop needs a Box or Discrete observation space, got {self.observation_space}")
-            self.slot = LatestSlot.create(self.observation_space)
-            self.queue = ActionQueue.create(self.action_space, capacity=self.queue_capacity, mode=self.queue_mode)
+            if is_seat_world(probe):
+                self._open_seats(probe)
+            else:
+                if isinstance(self.default_spec, dict) or isinstance(self.queue_mode, dict) or isinstance(self.queue_capacity, dict):
+                    raise TypeError(f"env {self.env_id!r} has one seat: per-seat default/queue_mode/queue_capacity "
+                                    "(a dict) need a seat world (a PettingZoo ParallelEnv)")  # fmt: skip
+                self.observation_space, self.action_space = probe.observation_space, probe.action_space
+                if not isinstance(self.observation_space, (gym.spaces.Box, gym.spaces.Discrete)):
+                    raise TypeError(f"nonstop needs a Box or Discrete observation space, got {self.observation_space}")
+                self.slot = LatestSlot.create(self.observation_space)
+                self.slots = [self.slot]
+                self.queue = ActionQueue.create(self.action_space, capacity=self.queue_capacity, mode=self.queue_mode)
+                self.queues = [self.queue]
+                self.noop_action = self._resolve_noop()
+            if self.render_mode == "rgb_array":
+                probe.reset(seed=self.seed)
+                frame = probe.render()
+                if frame is None:
+                    raise TypeError(f"env {self.env_id!r} rendered nothing with render_mode='rgb_array'")
+                self.render_slot = LatestSlot.create(np.asarray(frame))
             if self.is_virtual:
-                default = make_default(self.default_spec, noop_action=self.noop_action)
+                if self.seats is not None:
+                    default: Any = [make_default(d, noop_action=n) for d, n in zip(self._seat_defaults, self._seat_noops)]
+                else:
+                    default = make_default(self.default_spec, noop_action=self.noop_action)
                 self.host = Host(
-                    probe, self.slot, self.queue, tau_m=self.tau_m, default=default, seed=self.seed,
+                    probe, self._host_slots(), self._host_queues(), tau_m=self.tau_m, default=default, seed=self.seed,
                     max_ticks=self.max_ticks, unthrottled=self.unthrottled, meta=self.meta(),
-                    recorder=self.recorder,
+                    recorder=self.recorder, render_slot=self.render_slot,
+                    log_dir=self.log_dir, log_chunk_rows=self.log_chunk_rows, seats=self.seats,
                 )  # fmt: skip
                 # priority 1: at equal times, agents' events come before the tick
                 self._vproc = self.clock.spawn(self.host.run(self.clock), name="host", priority=1)  # type: ignore[call-arg]
@@ -425,15 +762,85 @@ class Session:
             raise
         return self
 
+    def _host_slots(self) -> Any:
+        return self.slots if self.seats is not None else self.slot
+
+    def _host_queues(self) -> Any:
+        return self.queues if self.seats is not None else self.queue
+
+    def _open_seats(self, probe: Any) -> None:
+        """A seat world: one slot, one queue (its own mode and capacity) and one β per seat."""
+        seats = [str(a) for a in probe.possible_agents]
+        if not seats:
+            raise ValueError(f"env {self.env_id!r} has no seats (possible_agents is empty)")
+        self.seats = seats
+        defaults = _per_seat("default", self.default_spec, seats)
+        modes = _per_seat("queue_mode", self.queue_mode, seats)
+        capacities = _per_seat("queue_capacity", self.queue_capacity, seats)
+        fallback = self._env_default_name()
+        self._seat_defaults = [fallback if d is _MISSING else d for d in defaults]
+        self._seat_noops = []
+        for i, seat in enumerate(seats):
+            obs_space, act_space = probe.observation_space(seat), probe.action_space(seat)
+            if not isinstance(obs_space, (gym.spaces.Box, gym.spaces.Discrete)):
+                raise TypeError(f"nonstop needs a Box or Discrete observation space, got {obs_space} for seat {seat!r}")
+            self.observation_spaces[seat], self.action_spaces[seat] = obs_space, act_space
+            self.slots.append(LatestSlot.create(obs_space))
+            mode = "latest" if modes[i] is _MISSING else modes[i]
+            capacity = 16 if capacities[i] is _MISSING else capacities[i]
+            self.queues.append(ActionQueue.create(act_space, capacity=capacity, mode=mode))
+            self._seat_noops.append(self._resolve_noop(self.queues[-1], act_space))
+        self.slot, self.queue = self.slots[0], self.queues[0]
+        self.observation_space, self.action_space = self.observation_spaces[seats[0]], self.action_spaces[seats[0]]
+        self.noop_action = self._seat_noops[0]
+
+    def _env_default_name(self) -> Any:
+        if isinstance(self.env_source, str):
+            from nonstop.envs import env_info
+
+            return env_info(self.env_source, **self.env_kwargs).default_beta
+        return "noop"
+
+    def seat_index(self, seat: int | str) -> int:
+        """The index of ``seat`` (a name or an index); a clear error for a seat the world lacks."""
+        names = self.seats if self.seats is not None else ["agent_0"]
+        if isinstance(seat, str):
+            if seat not in names:
+                raise KeyError(f"no seat {seat!r} in {self.env_id!r}; its seats are {names}")
+            return names.index(seat)
+        if isinstance(seat, (int, np.integer)) and not isinstance(seat, bool) and 0 <= seat < len(names):
+            return int(seat)
+        raise KeyError(f"no seat {seat!r} in {self.env_id!r}; its seats are {names}")
+
+    def _resolve_noop(self, queue: ActionQueue | None = None, space: gym.Space | None = None) -> Any:
+        """β's no-op for this action space: the declared one (checked), else the space's own."""
+        queue = self.queue if queue is None else queue
+        space = self.action_space if space is None else space
+        if self.noop_action is not None:
+            try:
+                return queue.codec.validate(self.noop_action)
+            except ValueError:
+                if self._noop_declared:
+                    raise ValueError(
+                        f"env {self.env_id!r} declares noop_action={self.noop_action!r}, which is not in its "
+                        f"action space {space}"
+                    ) from None
+        try:
+            return space_noop(space)
+        except TypeError:
+            if callable(self.default_spec):
+                return None
+            raise
+
     def _start_process(self) -> None:
-        if callable(self.default_spec) and not isinstance(self.default_spec, str):
-            pass  # must be picklable; the spawn below says so clearly if not
+        self.mechanism = host_mechanism(self.host_mode)
         ctx = mp.get_context("spawn")
         parent_conn, child_conn = ctx.Pipe(duplex=False)
         cfg = {
             "tau_m": self.tau_m,
-            "default": self.default_spec,
-            "noop_action": self.noop_action,
+            "default": self._seat_defaults if self.seats is not None else self.default_spec,
+            "noop_action": self._seat_noops if self.seats is not None else self.noop_action,
+            "seats": self.seats,
             "seed": self.seed,
             "max_ticks": self.max_ticks,
             "unthrottled": self.unthrottled,
@@ -442,11 +849,29 @@ class Session:
             "spin": self.spin,
             "recorder": self.recorder,
             "host_sched": self.host_sched,
+            "render_slot": self.render_slot,
+            "thread": self.mechanism == "thread",
+            "log_dir": self.log_dir,
+            "log_chunk_rows": self.log_chunk_rows,
         }
+        cfg["meta"]["host_mechanism"] = self.mechanism
         self._conn = parent_conn
+        if self.mechanism == "thread":
+            # no pickling, no re-import: the host shares this interpreter (and its GIL)
+            self._child_conn = child_conn
+            thread = threading.Thread(
+                target=_host_main,
+                args=(child_conn, self.env_source, self.env_kwargs, self._host_slots(), self._host_queues(), cfg),
+                name=f"nonstop-host-{self.env_id}",
+                daemon=True,
+            )
+            thread.start()
+            self._process = thread
+            self._await_ready(parent_conn)
+            return
         process = ctx.Process(
             target=_host_main,
-            args=(child_conn, self.env_source, self.env_kwargs, self.slot, self.queue, cfg),
+            args=(child_conn, self.env_source, self.env_kwargs, self._host_slots(), self._host_queues(), cfg),
             name=f"nonstop-host-{self.env_id}",
             daemon=True,
         )
@@ -455,9 +880,18 @@ class Session:
         finally:
             child_conn.close()
         self._process = process  # only a started process is ever joined by _cleanup
+        self._await_ready(parent_conn)
+
+    def _await_ready(self, parent_conn: Any) -> None:
         if not parent_conn.poll(self.start_timeout):
             raise TimeoutError(f"host process for {self.env_id!r} did not start within {self.start_timeout}s")
-        kind, payload = parent_conn.recv()
+        try:
+            kind, payload = parent_conn.recv()
+        except EOFError:
+            raise HostError(
+                f"host process for {self.env_id!r} died while starting (its stderr says why)",
+                tick_log=None, env_traceback="(no traceback: the process ended before the host began)",
+            ) from None
         if kind != "ready":
             self._collect(kind, payload)
         self._origin = payload
@@ -491,23 +925,45 @@ class Session:
             self._nominal = t
             return
         while self.clock.now() < t:
+            raise_if_stop_requested()
             if self._conn.poll(0):
                 try:
-                    kind, payload = self._conn.recv()
+                    kind, payload = self._receive()
                 except EOFError:
-                    self._stopped = True
-                    self._cleanup()
-                    raise HostError("host process died", tick_log=None, env_traceback="(no traceback: killed)") from None
+                    self._host_died()
                 self._collect(kind, payload)
                 return
             if not self._process.is_alive():
-                raise HostError("host process died", tick_log=None, env_traceback="(no traceback: killed)")
+                self._host_died()
             self.clock.sleep_until(min(t, self.clock.now() + 0.05))
 
+    def _host_died(self) -> None:
+        """The host is gone without a word (SIGKILL, the OOM killer): say so, with how it died; the
+        error carries the log as far as it reached disk (with ``log_dir``)."""
+        process = self._process
+        if isinstance(process, threading.Thread):
+            pid, how = os.getpid(), "its thread ended"
+        else:
+            if process is not None:
+                process.join(timeout=1)  # its pipe closes a moment before its exit status is known
+            code = process.exitcode if process is not None else None
+            if code is not None and code < 0:
+                try:
+                    how = f"killed by {signal.Signals(-code).name}"
+                except ValueError:
+                    how = f"killed by signal {-code}"
+            else:
+                how = f"exit code {code}"
+            pid = process.pid if process is not None else "?"
+        self._stopped = True
+        self._cleanup()
+        raise HostError(f"host process {pid} of {self.env_id!r} died ({how})", tick_log=self._log_on_disk(),
+                        env_traceback="(none: the process was killed)")  # fmt: skip
+
     def _fail_virtual(self, exc: BaseException) -> None:
-        if isinstance(exc, KeyboardInterrupt):
+        if not isinstance(exc, Exception):  # Ctrl-C or SIGTERM's SystemExit: the user's stop, not the env's failure
             raise exc
-        self._log = self.host.finish_log() if self.host is not None else None
+        self._log = self.host.close_log() if self.host is not None else None
         self._stopped = True
         self._cleanup()
         raise HostError(
@@ -516,10 +972,32 @@ class Session:
             env_traceback="".join(traceback.format_exception(exc)),
         ) from exc
 
+    def _receive(self) -> tuple[str, Any]:
+        """The host process's next message; the log's chunks that precede its last one are gathered."""
+        while True:
+            kind, payload = self._conn.recv()
+            if kind != "chunk":
+                return kind, payload
+            self._received.append(payload)
+
+    def _log_on_disk(self) -> TickLog | None:
+        """The wall-clock host's streamed log as far as it reached disk (the host died or still runs)."""
+        if self.log_dir is None or not is_ticklog_dir(self.log_dir):
+            return None
+        self._log = TickLog.open(self.log_dir)
+        self._log.meta.update(self._notes)
+        return self._log
+
     def _collect(self, kind: str, payload: Any) -> None:
         arrays, tb = payload if payload is not None else (None, "")
-        if arrays is not None:
-            self._log = TickLog.from_arrays(*arrays)
+        if isinstance(arrays, dict) and "directory" in arrays:  # the host streamed its log: read its chunks
+            self._log = TickLog.open(arrays["directory"])
+            self._log.meta.update(self._notes)
+            if self._notes:
+                self._log.write_meta()
+        elif arrays is not None:
+            self._log = TickLog.from_row_blocks(self._received, arrays["meta"], arrays["tau_m"], arrays.get("seats", 1))
+            self._received = []
             self._log.meta.update(self._notes)
         if kind == "error":
             self._stopped = True
@@ -534,13 +1012,16 @@ class Session:
 
     @property
     def tick_log(self) -> TickLog:
-        """The log so far (virtual: live; wall: available once stopped)."""
+        """The log so far (virtual: live; wall: its chunks on disk so far with ``log_dir``, else
+        available once stopped)."""
         if self._log is None and self.host is not None:
             log = self.host.finish_log()
         elif self._log is not None:
             log = self._log
+        elif self.log_dir is not None and is_ticklog_dir(self.log_dir):
+            log = TickLog.open(self.log_dir)  # the wall host is still running: what reached disk
         else:
-            raise RuntimeError("the wall-clock tick log is available after stop()")
+            raise RuntimeError("the wall-clock tick log is available after stop() (or pass log_dir=)")
         log.meta.update(self._notes)
         return log
 
@@ -556,41 +1037,42 @@ class Session:
             if self.is_virtual:
                 if self._vproc is not None:
                     self._vproc.cancel()
-                self._log = self.host.finish_log() if self.host is not None else None
-                if self._log is not None:
-                    self._log.meta.update(self._notes)
+                if self.host is not None:
+                    self.host.finish_log().meta.update(self._notes)
+                    self._log = self.host.close_log()
             elif self._process is not None:
                 if self._conn.poll(timeout):
                     try:
-                        kind, payload = self._conn.recv()
-                    except EOFError:  # the host process died: nothing left to collect
-                        return self._log
+                        kind, payload = self._receive()
+                    except EOFError:  # the host process died: what it streamed to disk is all there is
+                        return self._log_on_disk()
                     self._collect(kind, payload)
         finally:
             self._cleanup()
         return self._log
 
     def _cleanup(self) -> None:
+        if isinstance(self._process, threading.Thread):
+            if self.slot is not None:
+                self.slot.request_stop()
+            self._process.join(timeout=5)  # stop was requested; a thread ends its own tick loop
+            self._process = None
+            self._child_conn.close()
+            self._child_conn = None
         if self._process is not None:
-            self._process.join(timeout=5)
-            if self._process.is_alive():
-                self._process.terminate()
-                self._process.join(timeout=2)
-            if self._process.is_alive():
-                self._process.kill()
-                self._process.join()
+            reap(self._process, timeout=5)
             self._process = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
         if self.host is not None:
+            self.host.log.close()  # idempotent: a streaming log's writer is never left behind
             try:
                 self.host.env.close()
             except Exception:
                 pass
-        for channel in (self.slot, self.queue):
-            if channel is not None:
-                channel.unlink()
+        for channel in _channels(self.slots or self.slot, self.queues or self.queue, self.render_slot):
+            channel.unlink()
 
     def __del__(self) -> None:
         try:

@@ -6,9 +6,12 @@ tick pool resolves; worlds tick on the pool (`nonstop.server.sessions`). Every r
 an ``error`` reply with a code; the connection and every other session carry on.
 
 HTTP: ``/health`` (503 when ticks stop advancing), ``/metadata``, ``/schema``, ``/sessions``,
-``/sessions/{id}``, ``/replays``. With a token, every request needs ``Authorization: Bearer TOKEN``
-(WebSockets may pass ``?token=TOKEN`` instead, for clients that cannot set headers). The live page
-(``/``, its static files, ``/live/sessions`` and read-only spectator sockets ``/ws/watch/{id}``) is
+``/sessions/{id}``, ``/replays``; OpenEnv's ``POST /reset``, ``POST /step``, ``GET /state`` and
+the MCP endpoint ``/mcp`` (`nonstop.server.openenv_http`). With a token, every request needs
+``Authorization: Bearer TOKEN`` (WebSockets may pass ``?token=TOKEN`` instead, for clients that
+cannot set headers). The token is read from a file or the environment (`resolve_token`) and never
+logged: `RedactToken` rewrites ``token=`` in every uvicorn log line. The live page (``/``, its
+static files, ``/live/sessions`` and read-only spectator sockets ``/ws/watch/{id}``) is
 `nonstop.server.live`; only the page's files are served without the token.
 """
 
@@ -16,9 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 import json
 import logging
+import os
+import re
 import signal
 import sys
 import threading
@@ -30,6 +36,7 @@ from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 
 from nonstop.realtime.channels import Observation
+from nonstop.realtime.host import END_TERMINATED, END_TRUNCATED
 from nonstop.server.live import is_public, mount_live
 from nonstop.server.protocol import (
     MAX_WAIT_TICKS,
@@ -54,7 +61,8 @@ from nonstop.server.protocol import (
 )
 from nonstop.server.sessions import Lifecycle, ServerSession, SessionManager
 
-__all__ = ["create_app", "serve", "ServerThread", "free_port", "DEFAULT_PORT"]
+__all__ = ["create_app", "serve", "ServerThread", "free_port", "resolve_token", "RedactToken", "DEFAULT_PORT",
+           "TOKEN_ENV"]
 
 log = logging.getLogger("nonstop.server")
 DEFAULT_PORT = 8000
@@ -67,28 +75,53 @@ UVICORN_WS: dict[str, Any] = {"ws_max_size": WS_FRAME_LIMIT, "ws_per_message_def
 
 @dataclass
 class _View:
-    """What one reader was last sent, so that ``reward`` and ``done`` are "since then"."""
+    """What one reader was last sent, so that ``reward`` and ``done`` are "since then".
+
+    At an episode's end the host publishes twice in one tick: the terminal observation (kept as
+    the slot's final one) and then the next episode's first. The reply that says ``done`` carries
+    the **terminal** observation with its ``terminated``/``truncated`` flags, as a Gymnasium
+    ``step`` would; the next episode's observations follow (``reset`` returns its current one).
+    """
 
     tick: int = -1
     total_reward: float = 0.0
-    episode: int = 0
+    episode: int = 0  # the episode this reader is in (after a ``done`` reply: the next one)
+    ended: bool = False  # the last reply said ``done``: the reader is between episodes
 
-    def payload(self, obs: Observation, session: ServerSession, encoding: str) -> dict[str, Any]:
-        reward = obs.total_reward - self.total_reward
-        done = obs.episode != self.episode or obs.terminated or obs.truncated
-        self.tick, self.total_reward, self.episode = obs.tick, obs.total_reward, obs.episode
+    def payload(
+        self, obs: Observation, session: ServerSession, encoding: str, *, fresh: bool = False
+    ) -> dict[str, Any]:
+        """The reply's ``data`` for the newest observation ``obs``; ``fresh`` (a reset) starts
+        the view at ``obs`` and never reports an ended episode."""
+        terminated = truncated = False
+        shown, episode = obs, obs.episode
+        if fresh:
+            pass
+        elif obs.terminated or obs.truncated:  # read between the two publishes of an episode's end
+            episode = obs.episode + 1
+            if episode != self.episode:  # not yet reported to this reader
+                terminated, truncated = obs.terminated, obs.truncated
+        elif obs.episode != self.episode:
+            final = session.read_final()
+            if final.episode == self.episode:  # the terminal observation of the episode this reader was in
+                shown, terminated, truncated = final, final.terminated, final.truncated
+            else:  # several episodes ended since this reader looked: only how the last one ended is known
+                terminated, truncated = obs.last_end == END_TERMINATED, obs.last_end == END_TRUNCATED
+        done = not fresh and episode != self.episode
+        reward = shown.total_reward - self.total_reward
+        self.tick, self.total_reward, self.episode, self.ended = shown.tick, shown.total_reward, episode, done
         return {
             "observation": {
-                "obs": encode_array(obs.obs, encoding),
-                "tick": obs.tick,
-                "time": obs.time,
-                "episode": obs.episode,
-                "terminated": obs.terminated,
-                "truncated": obs.truncated,
-                "total_reward": obs.total_reward,
-                "inaction_ticks": obs.inaction_ticks,
-                "agent_ticks": obs.agent_ticks,
-                "last_delay": obs.last_delay,
+                "obs": encode_array(shown.obs, encoding),
+                "tick": shown.tick,
+                "time": shown.tick * session.tau_m,  # the session's clock: seconds since its tick 0
+                "episode": shown.episode,
+                "terminated": terminated,
+                "truncated": truncated,
+                "total_reward": shown.total_reward,
+                "inaction_ticks": shown.inaction_ticks,
+                "agent_ticks": shown.agent_ticks,
+                "last_delay": shown.last_delay,
                 "session_id": session.sid,
                 "lifecycle": session.state.value,
             },
@@ -111,7 +144,6 @@ class Connection:
         self.session: ServerSession | None = None
         self.view = _View()
         self.config: SessionConfig | None = None
-        self.episode = 0  # the episode the client's last reset returned
         self._send_lock = asyncio.Lock()
         self._subscription: asyncio.Task | None = None
 
@@ -140,7 +172,7 @@ class Connection:
         session = self.running()
         if isinstance(msg, (StepMessage, ActMessage)):
             obs_tick = msg.data.obs_tick if msg.data.obs_tick is not None else max(self.view.tick, 0)
-            seq, tick = session.submit(msg.data.action, obs_tick, self.view.episode)
+            seq, tick = await session.submit_async(msg.data.action, obs_tick, self.view.episode)
             if isinstance(msg, ActMessage):
                 return AckReply(data={"seq": seq, "tick": tick, "obs_tick": obs_tick})
             return await self.observe_at(tick + 1, None)  # the tick that applies it
@@ -156,9 +188,10 @@ class Connection:
             return self.subscribe(msg.data.every, msg.data.encoding)
         raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {msg.type}")
 
-    def observation(self, obs: Observation, encoding: str | None) -> dict[str, Any]:
-        """An `ObservationReply`, as a dict."""
-        return {"type": "observation", "data": self.view.payload(obs, self.session, self._encoding(encoding))}
+    def observation(self, obs: Observation, encoding: str | None, *, fresh: bool = False) -> dict[str, Any]:
+        """An `ObservationReply`, as a dict (``fresh``: a reset's, which starts the reader's view)."""
+        data = self.view.payload(obs, self.session, self._encoding(encoding), fresh=fresh)
+        return {"type": "observation", "data": data}
 
     async def observe_at(self, target: int, encoding: str | None) -> dict[str, Any]:
         session = self.running()
@@ -183,18 +216,25 @@ class Connection:
             obs = session.read()
         else:
             obs = session.read()
-            if obs.episode == self.episode:  # the episode the client reset into is still on: end it
+            if obs.terminated or obs.truncated:  # between the two publishes of an episode's end
+                obs = await self._next_episode(obs.episode)
+            elif not self.view.ended:  # the client is inside an episode: end it (at the next tick)
                 session.request_reset()
-                loop = asyncio.get_running_loop()
-                while obs.episode == self.episode:
-                    await session.wait_tick(session.tick + 1, loop)
-                    obs = self.running().read()
+                obs = await self._next_episode(obs.episode)
             session.settings.episode_id = data.episode_id
-        self.episode = obs.episode
-        reply = self.observation(obs, None)
+        reply = self.observation(obs, None, fresh=True)
         reply["data"]["reward"] = None
         reply["data"]["done"] = False
         return reply
+
+    async def _next_episode(self, episode: int) -> Observation:
+        """The first observation of an episode after ``episode`` (waits tick by tick)."""
+        loop = asyncio.get_running_loop()
+        obs = self.running().read()
+        while obs.episode <= episode or obs.terminated or obs.truncated:
+            await self.session.wait_tick(self.session.tick + 1, loop)
+            obs = self.running().read()
+        return obs
 
     def state(self) -> StateReply:
         session = self.session
@@ -229,7 +269,7 @@ class Connection:
         return AckReply(data={"seq": -1, "tick": session.tick, "obs_tick": session.tick})
 
     async def _push(self, session: ServerSession, every: int, encoding: str) -> None:
-        view = _View()
+        view = dataclasses.replace(self.view)  # pushes report "since" what the client last saw
         loop = asyncio.get_running_loop()
         target = session.tick + every
         try:
@@ -254,6 +294,86 @@ class Connection:
             self.manager.end(self.session, reason)
 
 
+#: the environment variable `nonstop serve` reads its token from (unlike ``--token``, not visible in ``ps``)
+TOKEN_ENV = "NONSTOP_TOKEN"
+
+
+def resolve_token(token: str | None = None, token_file: str | os.PathLike | None = None,
+                  environ: dict[str, str] | None = None) -> str | None:  # fmt: skip
+    """The server's bearer token: ``token`` (the command line: visible to every user in ``ps``), else
+    the first line of ``token_file``, else ``$NONSTOP_TOKEN``; ``None`` when none is given.
+
+    >>> resolve_token(environ={"NONSTOP_TOKEN": "s3cret-token"})
+    's3cret-token'
+    >>> resolve_token("a-token-1", "/some/file")
+    Traceback (most recent call last):
+    ...
+    ValueError: give the token once: --token or --token-file, not both
+    """
+    if token is not None and token_file is not None:
+        raise ValueError("give the token once: --token or --token-file, not both")
+    if token_file is not None:
+        try:
+            text = open(token_file, encoding="utf-8").read()  # noqa: SIM115 - read whole, closed by refcount
+        except OSError as exc:
+            raise ValueError(f"cannot read the token file {token_file}: {exc.strerror or exc}") from None
+        token = text.strip()
+        if not token:
+            raise ValueError(f"the token file {token_file} is empty")
+    if token is None:
+        token = (os.environ if environ is None else environ).get(TOKEN_ENV) or None
+    return token
+
+
+_TOKEN_IN_QUERY = re.compile(r"((?:^|[?&])token=)[^&\s\"']*", re.IGNORECASE)
+
+
+class RedactToken(logging.Filter):
+    """Rewrites ``token=VALUE`` in a log record's message and arguments as ``token=***``.
+
+    uvicorn's access log writes each request's path with its query string, and a WebSocket client
+    that cannot set headers passes ``?token=``; this filter sits on uvicorn's loggers so the token
+    never reaches a handler.
+
+    >>> record = logging.LogRecord("uvicorn.access", 20, "", 0, '%s "%s"', ("1.2.3.4", "/ws?a=1&token=s3cret"), None)
+    >>> RedactToken().filter(record), record.getMessage()
+    (True, '1.2.3.4 "/ws?a=1&token=***"')
+    """
+
+    LOGGERS = ("uvicorn.access", "uvicorn.error", "uvicorn")
+
+    @staticmethod
+    def redact(text: str) -> str:
+        return _TOKEN_IN_QUERY.sub(r"\1***", text)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = self.redact(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(self.redact(a) if isinstance(a, str) else a for a in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {k: self.redact(v) if isinstance(v, str) else v for k, v in record.args.items()}
+        return True
+
+    @classmethod
+    def install(cls) -> None:
+        """Put one filter on each of uvicorn's loggers (idempotent)."""
+        for name in cls.LOGGERS:
+            logger = logging.getLogger(name)
+            if not any(isinstance(f, cls) for f in logger.filters):
+                logger.addFilter(cls())
+
+
+async def _refuse(ws: WebSocket, message: str) -> None:
+    """Refuse a WebSocket before its handshake: HTTP 503 with a ``CAPACITY_REACHED`` body (close code
+    1013, "try again later", where the server cannot send an HTTP response to a socket)."""
+    body = {"type": "error", "data": {"message": message, "code": ErrorCode.CAPACITY_REACHED.value}}
+    try:
+        await ws.send_denial_response(JSONResponse(body, status_code=503, headers={"Retry-After": "1"}))
+    except RuntimeError:  # no "websocket.http.response" extension on this server
+        await ws.close(code=1013, reason=message)
+
+
 def _authorized(header: str | None, query: str | None, token: str) -> bool:
     candidates = []
     if header and header.lower().startswith("bearer "):
@@ -268,15 +388,31 @@ def create_app(
     *,
     token: str | None = None,
     start_timeout: float = 30.0,
+    connect_timeout: float = 30.0,
+    max_connections: int = 256,
+    host: str = "127.0.0.1",
     **manager_kwargs: Any,
 ) -> FastAPI:
     """The FastAPI app. It owns ``manager`` (built from ``manager_kwargs`` if not given) and shuts
-    it down, flushing every replay, when the app stops."""
+    it down, flushing every replay, when the app stops. ``host``: the address it will be served
+    on (``/mcp`` checks that requests to a loopback server come from a local page).
+
+    A WebSocket connection that has started no session ``connect_timeout`` seconds after it opened
+    is closed (code 1008); past ``max_connections`` open WebSocket connections, one more is refused
+    with HTTP 503 and a ``CAPACITY_REACHED`` error body before the handshake completes.
+    """
     if token is not None and (not isinstance(token, str) or len(token) < 8):
         raise ValueError("token must be a string of at least 8 characters")
+    if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float)) or not connect_timeout > 0:
+        raise ValueError(f"connect_timeout must be a positive number of seconds, got {connect_timeout!r}")
+    if not isinstance(max_connections, int) or isinstance(max_connections, bool) or max_connections < 1:
+        raise ValueError(f"max_connections must be a positive integer, got {max_connections!r}")
+
+    RedactToken.install()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        RedactToken.install()  # again: uvicorn configures its loggers when it starts
         if app.state.manager is None:
             app.state.manager = SessionManager(**manager_kwargs)
         try:
@@ -286,6 +422,7 @@ def create_app(
 
     app = FastAPI(title="nonstop", description="Realtime worlds for agents of any latency", lifespan=lifespan)
     app.state.manager = manager
+    app.state.connections = 0  # open WebSocket connections (the event loop's own count: no lock)
 
     def mgr() -> SessionManager:
         if app.state.manager is None:
@@ -307,6 +444,8 @@ def create_app(
     @app.get("/health")
     def health() -> JSONResponse:
         report = mgr().health()
+        report["connections"] = app.state.connections
+        report["max_connections"] = max_connections
         return JSONResponse(report, status_code=200 if report["ticks_advancing"] else 503)
 
     @app.get("/metadata")
@@ -347,19 +486,43 @@ def create_app(
     def replays() -> list[dict[str, Any]]:
         return mgr().list_replays()
 
-    mount_live(app, mgr, token)  # the page at /, /live/sessions, spectator sockets /ws/watch/{id}
+    from nonstop.server.openenv_http import add_openenv_routes
+
+    add_openenv_routes(app, mgr, start_timeout=start_timeout, host=host)  # POST /reset, /step, GET /state, /mcp
+
+    mount_live(app, mgr, token, max_connections=max_connections)  # the page at /, spectator sockets /ws/watch/{id}
 
     @app.websocket("/ws")
     async def websocket(ws: WebSocket) -> None:
         if token is not None and not _authorized(ws.headers.get("authorization"), ws.query_params.get("token"), token):
             await ws.close(code=1008, reason="missing or wrong bearer token")
             return
+        if app.state.connections >= max_connections:
+            await _refuse(ws, f"too many open connections ({max_connections}): retry later")
+            return
+        app.state.connections += 1
+        try:
+            await _serve_socket(ws)
+        finally:
+            app.state.connections -= 1
+
+    async def _serve_socket(ws: WebSocket) -> None:
         await ws.accept()
         conn = Connection(ws, mgr(), start_timeout)
         reason = "connection lost"
+        loop = asyncio.get_running_loop()
+        connect_deadline = loop.time() + connect_timeout
         try:
             while True:
-                frame = await ws.receive()
+                if conn.session is None:  # a connection must start a session in time, or make room
+                    try:
+                        frame = await asyncio.wait_for(ws.receive(), max(0.0, connect_deadline - loop.time()))
+                    except asyncio.TimeoutError:
+                        reason = f"no session started within {connect_timeout:g}s"
+                        await ws.close(code=1008, reason=reason)
+                        break
+                else:
+                    frame = await ws.receive()
                 if frame["type"] == "websocket.disconnect":
                     break
                 raw = frame.get("text")
@@ -397,6 +560,8 @@ def serve(
     token: str | None = None,
     log_level: str = "info",
     switch_interval: float = 0.0005,
+    connect_timeout: float = 30.0,
+    max_connections: int = 256,
     **manager_kwargs: Any,
 ) -> int:
     """Run the server until SIGINT/SIGTERM; sessions are ended and replays flushed before exit."""
@@ -405,8 +570,9 @@ def serve(
     # The tick pool shares the GIL with the event loop; a short switch interval bounds how long
     # a JSON encode on the loop can hold a due tick back (the default 5 ms would blow a 2 ms budget).
     sys.setswitchinterval(switch_interval)
-    manager = SessionManager(list(envs or ["Boxing"]), **manager_kwargs)
-    app = create_app(manager, token=token)
+    app = create_app(None, token=token, connect_timeout=connect_timeout, max_connections=max_connections, host=host)
+    # the app's own settings are checked (above) before the manager starts a process
+    app.state.manager = SessionManager(list(envs or ["Boxing"]), **manager_kwargs)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, **UVICORN_WS)
     server = uvicorn.Server(config)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it; by then the sessions are closed and
@@ -438,14 +604,20 @@ class ServerThread:
     """
 
     def __init__(self, *, host: str = "127.0.0.1", port: int | None = None, token: str | None = None,
-                 start_timeout: float = 30.0, **manager_kwargs: Any) -> None:  # fmt: skip
+                 start_timeout: float = 30.0, connect_timeout: float = 30.0, max_connections: int = 256,
+                 log_level: str = "warning", **manager_kwargs: Any) -> None:  # fmt: skip
         import uvicorn
 
         self.manager = SessionManager(**manager_kwargs)
-        self.app = create_app(self.manager, token=token)
+        try:
+            self.app = create_app(self.manager, token=token, connect_timeout=connect_timeout,
+                                  max_connections=max_connections, host=host)  # fmt: skip
+        except BaseException:
+            self.manager.shutdown()
+            raise
         self.port = port or free_port(host)
         self.url = f"ws://{host}:{self.port}"
-        config = uvicorn.Config(self.app, host=host, port=self.port, log_level="warning", **UVICORN_WS)
+        config = uvicorn.Config(self.app, host=host, port=self.port, log_level=log_level, **UVICORN_WS)
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, name="nonstop-uvicorn", daemon=True)
         self.start_timeout = start_timeout

@@ -19,20 +19,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import threading
 from collections import deque
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any, SupportsFloat, TypeVar
+from typing import Any, Final, SupportsFloat, TypeVar
 
 import gymnasium as gym
 import numpy as np
 
 from nonstop.server.protocol import decode_array
 
-__all__ = ["ServerError", "RemoteObservation", "AsyncClient", "Client", "RemoteEnv", "space_from_json"]
+__all__ = ["ServerError", "RemoteObservation", "AsyncClient", "Client", "RemoteEnv", "space_from_json", "Backoff",
+           "RETRYABLE"]
 
 T = TypeVar("T")
+#: error codes that mean "not now": the client retries them with jittered backoff up to its deadline
+RETRYABLE: Final = frozenset({"BACKPRESSURE", "CAPACITY_REACHED"})
 
 
 class ServerError(RuntimeError):
@@ -47,7 +51,9 @@ class ServerError(RuntimeError):
 @dataclass
 class RemoteObservation:
     """An observation reply. ``reward`` is the reward since this reader's previous observation;
-    ``done`` says an episode ended since then (the remote world has already reset)."""
+    ``done`` says an episode ended since then: ``obs`` is then that episode's terminal observation
+    and ``info["terminated"]``/``info["truncated"]`` say how it ended (the remote world has
+    already started the next episode, whose current observation ``reset`` returns)."""
 
     obs: np.ndarray | None
     tick: int
@@ -61,6 +67,39 @@ class RemoteObservation:
         obs = decode_array(fields.pop("obs"))
         return cls(obs=obs, tick=int(fields["tick"]), reward=data.get("reward"), done=bool(data.get("done")),
                    info=fields)  # fmt: skip
+
+
+class Backoff:
+    """Jittered exponential backoff up to a deadline: the wait before retry ``k`` is drawn uniformly
+    from ``[c/2, c]`` with ``c = min(cap, base·2^k)`` ("equal jitter": many clients refused at once
+    spread out instead of retrying in lockstep), and no wait runs past ``deadline`` seconds after
+    the first try. Pure arithmetic; the caller sleeps.
+
+    >>> b = Backoff(deadline=1.0, base=0.1, cap=0.4)
+    >>> 0.05 <= b.next_wait(elapsed=0.0) <= 0.1, 0.1 <= b.next_wait(elapsed=0.0) <= 0.2
+    (True, True)
+    >>> 0.2 <= b.next_wait(elapsed=0.0) <= 0.4, 0.2 <= b.next_wait(elapsed=0.0) <= 0.4  # capped
+    (True, True)
+    >>> round(b.next_wait(elapsed=0.95), 3), b.next_wait(elapsed=1.0)  # never past the deadline
+    (0.05, None)
+    """
+
+    def __init__(self, deadline: float, base: float = 0.05, cap: float = 1.0, rng: random.Random | None = None) -> None:
+        for name, value in (("deadline", deadline), ("base", base), ("cap", cap)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"backoff {name} must be a non-negative number of seconds, got {value!r}")
+        self.deadline, self.base, self.cap = float(deadline), float(base), float(cap)
+        self.rng = rng or random.Random()
+        self.attempt = 0
+
+    def next_wait(self, elapsed: float) -> float | None:
+        """Seconds to wait before the next try, or None when the deadline has passed."""
+        left = self.deadline - elapsed
+        if left <= 0:
+            return None
+        c = min(self.cap, self.base * 2.0**self.attempt)
+        self.attempt += 1
+        return min(left, c / 2 + self.rng.uniform(0, c / 2))
 
 
 def _ws_url(url: str) -> str:
@@ -86,16 +125,24 @@ class AsyncClient:
     url: ``ws://host:port`` or ``http://host:port`` (``/ws`` is added).
     token: bearer token when the server was started with ``--token``.
     timeout: seconds to wait for any one reply (a ``wait`` for n ticks adds n ticks to it).
+    retry_deadline: a request the server refuses with ``BACKPRESSURE`` or ``CAPACITY_REACHED`` (or a
+        connection refused with HTTP 503: too many connections) is retried with jittered exponential
+        backoff (`Backoff`, from ``retry_base`` up to ``retry_cap`` seconds) for up to this many
+        seconds, then the refusal is raised; 0 never retries. ``retries`` counts the retries made.
     """
 
-    def __init__(self, url: str = "ws://127.0.0.1:8000", *, token: str | None = None, timeout: float = 60.0) -> None:
+    def __init__(self, url: str = "ws://127.0.0.1:8000", *, token: str | None = None, timeout: float = 60.0,
+                 retry_deadline: float = 5.0, retry_base: float = 0.05, retry_cap: float = 1.0) -> None:  # fmt: skip
         if not isinstance(url, str) or not url:
             raise ValueError(f"url must be a non-empty string, got {url!r}")
         if not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        Backoff(retry_deadline, retry_base, retry_cap)  # validates
         self.url = _ws_url(url)
         self.token = token
         self.timeout = float(timeout)
+        self.retry = (float(retry_deadline), float(retry_base), float(retry_cap))
+        self.retries = 0
         self._ws: Any = None
         self._reader: asyncio.Task | None = None
         self._replies: deque[asyncio.Future] = deque()
@@ -109,9 +156,37 @@ class AsyncClient:
 
         if self._ws is None:
             headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
-            self._ws = await connect(self.url, additional_headers=headers, max_size=1 << 24, open_timeout=self.timeout)
+            self._ws = await self._retrying(lambda: self._connect_once(connect, headers))
             self._reader = asyncio.create_task(self._read())
         return self
+
+    async def _connect_once(self, connect: Any, headers: dict[str, str] | None) -> Any:
+        from websockets.exceptions import InvalidStatus
+
+        try:
+            return await connect(self.url, additional_headers=headers, max_size=1 << 24, open_timeout=self.timeout)
+        except InvalidStatus as exc:  # refused before the handshake: 503 = too many connections
+            response = exc.response
+            try:
+                data = json.loads(response.body)["data"]
+                code, message = data["code"], data["message"]
+            except (TypeError, ValueError, KeyError):
+                code, message = f"HTTP_{response.status_code}", f"the server refused the connection: {exc}"
+            raise ServerError(code, message) from None
+
+    async def _retrying(self, attempt: Any) -> Any:
+        """``await attempt()``, retried on a `RETRYABLE` refusal until the retry deadline."""
+        loop = asyncio.get_running_loop()
+        backoff, start = Backoff(*self.retry), loop.time()
+        while True:
+            try:
+                return await attempt()
+            except ServerError as exc:
+                wait = backoff.next_wait(loop.time() - start) if exc.code in RETRYABLE else None
+                if wait is None:
+                    raise
+            self.retries += 1
+            await asyncio.sleep(wait)
 
     async def __aenter__(self) -> "AsyncClient":
         return await self.connect()
@@ -141,8 +216,12 @@ class AsyncClient:
                 fut.set_exception(error)
 
     async def request(self, message: dict[str, Any], *, extra_timeout: float = 0.0) -> dict[str, Any]:
-        """Send one message and return its reply's ``data``; raise `ServerError` on an error reply."""
+        """Send one message and return its reply; raise `ServerError` on an error reply (after retrying
+        a `RETRYABLE` one until the retry deadline)."""
         await self.connect()
+        return await self._retrying(lambda: self._request_once(message, extra_timeout))
+
+    async def _request_once(self, message: dict[str, Any], extra_timeout: float) -> dict[str, Any]:
         fut = asyncio.get_running_loop().create_future()
         self._replies.append(fut)
         await self._ws.send(json.dumps(message))
@@ -219,15 +298,32 @@ def _action(action: Any, obs_tick: int | None) -> dict[str, Any]:
 class Client:
     """`AsyncClient` with blocking methods (its event loop runs on a private daemon thread)."""
 
-    def __init__(self, url: str = "ws://127.0.0.1:8000", *, token: str | None = None, timeout: float = 60.0) -> None:
+    def __init__(self, url: str = "ws://127.0.0.1:8000", *, token: str | None = None, timeout: float = 60.0,
+                 retry_deadline: float = 5.0, retry_base: float = 0.05, retry_cap: float = 1.0) -> None:  # fmt: skip
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="nonstop-client", daemon=True)
         self._thread.start()
-        self._async = self._run(self._make(url, token, timeout))
+        kwargs = {"token": token, "timeout": timeout, "retry_deadline": retry_deadline, "retry_base": retry_base,
+                  "retry_cap": retry_cap}  # fmt: skip
+        try:
+            self._async = self._run(self._make(url, kwargs))
+        except BaseException:
+            self._stop_loop()
+            raise
         self.url = self._async.url
 
-    async def _make(self, url: str, token: str | None, timeout: float) -> AsyncClient:
-        return AsyncClient(url, token=token, timeout=timeout)
+    async def _make(self, url: str, kwargs: dict[str, Any]) -> AsyncClient:
+        return AsyncClient(url, **kwargs)
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        self._loop.close()
+
+    @property
+    def retries(self) -> int:
+        """Retries made after `RETRYABLE` refusals (see `AsyncClient`)."""
+        return self._async.retries
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
@@ -272,9 +368,7 @@ class Client:
             try:
                 self._run(self._async.close())
             finally:
-                self._loop.call_soon_threadsafe(self._loop.stop)
-                self._thread.join(timeout=5)
-                self._loop.close()
+                self._stop_loop()
 
 
 def http_get(url: str, path: str, *, token: str | None = None, timeout: float = 10.0) -> Any:
@@ -310,9 +404,13 @@ class RemoteEnv(gym.Env):
     """A remote realtime session as a ``gymnasium.Env``.
 
     ``reset(seed=s)`` (re)starts the remote world with that seed; ``reset()`` after an episode ended
-    returns the first observation of the episode the world has already started; ``step(a)``
-    submits ``a`` and returns the observation of the tick that applied it, with ``info`` holding
-    ``tick``, ``ticks_elapsed``, ``inaction_ticks``, ``agent_ticks`` and ``delay``.
+    returns the current observation of the episode the world has already started (mid-episode,
+    it ends the episode first); ``step(a)`` submits ``a`` and returns the observation of the tick
+    that applied it. ``info`` carries the local view's keys (``nonstop_tick``, ``nonstop_episode``,
+    ``nonstop_ticks_elapsed``, ``nonstop_inaction_ticks``, ``nonstop_agent_ticks``,
+    ``nonstop_delay``: numpy integers, the counts since the previous call) beside the server's own
+    fields (``session_id``, ``time``, …). At an episode's end ``step`` returns its terminal observation
+    with ``terminated`` or ``truncated`` set, exactly as the local view (`nonstop.realtime.gym`).
     """
 
     metadata = {"render_modes": []}
@@ -331,12 +429,23 @@ class RemoteEnv(gym.Env):
         self.client = Client(url, token=token)
         self._config = {"env": env_id, "encoding": "b64", **config}
         self._started = False
-        self._tick = 0
+        self._prev: tuple[int, int, int] | None = None  # tick, inaction and agent ticks last returned
 
     def _out(self, result: RemoteObservation) -> tuple[np.ndarray, dict[str, Any]]:
         obs = np.asarray(result.obs, dtype=self.observation_space.dtype)
-        info = dict(result.info, ticks_elapsed=result.tick - self._tick, delay=result.info.get("last_delay", -1))
-        self._tick = result.tick
+        info = dict(result.info)
+        now = (result.tick, int(info.get("inaction_ticks", 0)), int(info.get("agent_ticks", 0)))
+        prev = self._prev if self._prev is not None else now
+        # the same keys and types as the local Gymnasium view (nonstop.realtime.gym), counted since the last call
+        info.update(
+            nonstop_tick=np.int64(result.tick),
+            nonstop_episode=np.int64(info.get("episode", 0)),
+            nonstop_ticks_elapsed=np.int64(now[0] - prev[0]),
+            nonstop_inaction_ticks=np.int64(now[1] - prev[1]),
+            nonstop_agent_ticks=np.int64(now[2] - prev[2]),
+            nonstop_delay=np.int64(info.get("last_delay", -1)),
+        )
+        self._prev = now
         return obs, info
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict[str, Any]]:
@@ -351,8 +460,10 @@ class RemoteEnv(gym.Env):
     def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         result = self.client.step(action)
         obs, info = self._out(result)
-        # the remote world resets at once, so an ended episode reads as terminated
-        return obs, float(result.reward or 0.0), result.done, False, info
+        terminated, truncated = bool(result.info.get("terminated")), bool(result.info.get("truncated"))
+        if result.done and not (terminated or truncated):  # a server that does not say how it ended
+            terminated = True
+        return obs, float(result.reward or 0.0), terminated, truncated, info
 
     def close(self) -> None:
         self.client.close()

@@ -11,12 +11,15 @@ and how stale its actions were when applied (its delay).
 from __future__ import annotations
 
 import io
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import Field, ValidationError
 
 from nonstop.server.app import Connection
 from nonstop.server.protocol import (
+    MAX_WAIT_TICKS,
     ActionData,
     ActMessage,
     ObserveData,
@@ -31,7 +34,27 @@ from nonstop.server.protocol import (
 )
 from nonstop.server.sessions import SessionManager
 
-__all__ = ["build_mcp_server", "run_stdio"]
+__all__ = ["build_mcp_server", "run_stdio", "tool_error_text"]
+
+#: The tools' argument types: their bounds travel in each tool's JSON Schema, and the SDK checks
+#: them before a tool runs, answering a bad value with the bound it broke.
+SessionId = Annotated[str, Field(min_length=1, max_length=64, description="a session_id from start_session")]
+Seed = Annotated[int | None, Field(ge=0, le=2**31 - 1, description="seed of the world's RNG (0 .. 2**31-1)")]
+Ticks = Annotated[int, Field(ge=1, le=MAX_WAIT_TICKS, description=f"ticks to wait (1 .. {MAX_WAIT_TICKS})")]
+Action = Annotated[int | list[float], Field(description="a Discrete action index, or a list of floats for a Box")]
+
+
+#: players kept before ended sessions are forgotten (an ended one still answers SESSION_ENDED until then)
+MAX_ENDED_PLAYERS = 256
+
+
+def tool_error_text(exc: ValidationError) -> str:
+    """One line per rejected field: ``field: reason (got value)``."""
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "arguments"
+        parts.append(f"{where}: {err['msg']} (got {err.get('input')!r})")
+    return "invalid arguments: " + "; ".join(parts)
 
 INSTRUCTIONS = (
     "These tools drive realtime worlds: a world ticks on its own clock (e.g. 60 ticks per second) and never "
@@ -55,7 +78,8 @@ def _png(frame: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _describe(fields: dict[str, Any], reward: float | None, obs: np.ndarray | None, tick_hz: float) -> str:
+def _describe(fields: dict[str, Any], reward: float | None, obs: np.ndarray | None, tick_hz: float,
+              done: bool = False) -> str:  # fmt: skip
     tick = fields["tick"]
     lines = [
         f"tick {tick} ({tick / tick_hz:.2f} s of world time), episode {fields['episode']}",
@@ -63,6 +87,10 @@ def _describe(fields: dict[str, Any], reward: float | None, obs: np.ndarray | No
         f"total reward: {fields['total_reward']:g}",
         f"ticks you acted on: {fields['agent_ticks']}; ticks beta acted on (your inaction): {fields['inaction_ticks']}",
     ]
+    if done:
+        how = "terminated" if fields["terminated"] else "truncated" if fields["truncated"] else "ended"
+        lines.append(f"the episode {how} since your last look (this is its final observation); "
+                     "the world has already started the next one")  # fmt: skip
     if fields["last_delay"] >= 0:
         lines.append(f"your last applied action was computed from an observation {fields['last_delay']} ticks old")
     if obs is not None:
@@ -73,8 +101,10 @@ def _describe(fields: dict[str, Any], reward: float | None, obs: np.ndarray | No
     return "\n".join(lines)
 
 
-def build_mcp_server(manager: SessionManager, *, start_timeout: float = 60.0) -> Any:
-    """An `mcp.server.mcpserver.MCPServer` whose tools drive sessions on ``manager``."""
+def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, start_timeout: float = 60.0) -> Any:
+    """An `mcp.server.mcpserver.MCPServer` whose tools drive sessions on ``manager`` (or on the
+    manager a callable returns when a session starts: an app whose manager is built at startup)."""
+    sessions = manager if callable(manager) else lambda: manager
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import CallToolResult, ImageContent, TextContent
@@ -85,7 +115,8 @@ def build_mcp_server(manager: SessionManager, *, start_timeout: float = 60.0) ->
     def player(session_id: str) -> Connection:
         conn = players.get(session_id)
         if conn is None:
-            raise ToolError(f"no session {session_id!r}; start one with start_session (open: {sorted(players)})")
+            open_ = sorted(players)
+            raise ToolError(f"NO_SESSION: no session {session_id!r}; start one with start_session (open: {open_})")
         return conn
 
     async def run(conn: Connection, msg: Any) -> Any:
@@ -94,11 +125,18 @@ def build_mcp_server(manager: SessionManager, *, start_timeout: float = 60.0) ->
         except ProtocolError as exc:
             raise ToolError(f"{exc.code}: {exc.message}") from None  # reaches the model as an error result
 
+    def message(cls: Any, **data: Any) -> Any:
+        """Build a protocol message; a value the protocol refuses becomes a ToolError with its reason."""
+        try:
+            return cls(**data)
+        except ValidationError as exc:
+            raise ToolError(f"VALIDATION_ERROR: {tool_error_text(exc)}") from None
+
     def result(conn: Connection, reply: dict[str, Any], image: bool = False) -> Any:
         data = reply["data"]
         fields = {k: v for k, v in data["observation"].items() if k != "obs"}
         obs = decode_array(data["observation"]["obs"])
-        text = _describe(fields, data["reward"], obs, conn.session.spec.tick_hz)
+        text = _describe(fields, data["reward"], obs, conn.session.spec.tick_hz, bool(data["done"]))
         content: list[Any] = [TextContent(type="text", text=text)]
         if image and obs is not None:
             import base64
@@ -107,11 +145,18 @@ def build_mcp_server(manager: SessionManager, *, start_timeout: float = 60.0) ->
         return CallToolResult(content=content, structured_content={**fields, "reward": data["reward"],
                                                                    "done": data["done"]})  # fmt: skip
 
-    @server.tool(description="Start a realtime session. env: one of the served env ids (default first); seed: int.")
-    async def start_session(env: str | None = None, seed: int | None = None) -> dict[str, Any]:
-        conn = Connection(None, manager, start_timeout)  # type: ignore[arg-type]  # no socket: no pushes
-        reply = await run(conn, ResetMessage(data=ResetData(env=env, seed=seed, encoding="b64")))
+    @server.tool(description="Start a realtime session. env: one of the served env ids (default: the first); "
+                 "seed: 0 .. 2**31-1 (default: a random one, recorded in the replay).")
+    async def start_session(
+        env: Annotated[str | None, Field(max_length=200)] = None, seed: Seed = None
+    ) -> dict[str, Any]:
+        conn = Connection(None, sessions(), start_timeout)  # type: ignore[arg-type]  # no socket: no pushes
+        reply = await run(conn, message(ResetMessage, data=message(ResetData, env=env, seed=seed, encoding="b64")))
         sid = conn.session.sid
+        if len(players) >= MAX_ENDED_PLAYERS:  # forget closed sessions (HTTP servers run for long)
+            ended = [k for k, c in players.items() if c.session is not None and not c.session.live]
+            for old in ended[: len(players) // 2]:
+                players.pop(old, None)
         players[sid] = conn
         spec = conn.session.spec
         return {
@@ -125,30 +170,32 @@ def build_mcp_server(manager: SessionManager, *, start_timeout: float = 60.0) ->
         }
 
     @server.tool(description="The newest observation (text; image=true adds a PNG frame). The world keeps ticking.")
-    async def observe(session_id: str, image: bool = False) -> Any:
+    async def observe(session_id: SessionId, image: bool = False) -> Any:
         conn = player(session_id)
         return result(conn, await run(conn, ObserveMessage(data=ObserveData(encoding="b64"))), image)
 
     @server.tool(description="Queue an action; returns at once. It is applied at the next tick (its delay counted).")
-    async def act(session_id: str, action: int | list[float]) -> dict[str, Any]:
+    async def act(session_id: SessionId, action: Action) -> dict[str, Any]:
         conn = player(session_id)
-        return (await run(conn, ActMessage(data=ActionData(action=action)))).data.model_dump()
+        return (await run(conn, message(ActMessage, data=message(ActionData, action=action)))).data.model_dump()
 
-    @server.tool(description="Wait until `ticks` more ticks have passed (the world does not stop), then observe.")
-    async def wait(session_id: str, ticks: int = 1, image: bool = False) -> Any:
+    @server.tool(description=f"Wait until `ticks` more ticks have passed (1 .. {MAX_WAIT_TICKS}; the world does "
+                 "not stop), then observe.")
+    async def wait(session_id: SessionId, ticks: Ticks = 1, image: bool = False) -> Any:
         conn = player(session_id)
-        return result(conn, await run(conn, WaitMessage(data=WaitData(ticks=ticks, encoding="b64"))), image)
+        msg = message(WaitMessage, data=message(WaitData, ticks=ticks, encoding="b64"))
+        return result(conn, await run(conn, msg), image)
 
     @server.tool(description="Session stats: tick, your agent ticks vs inaction ticks, total reward, queue counters.")
-    async def stats(session_id: str) -> dict[str, Any]:
+    async def stats(session_id: SessionId) -> dict[str, Any]:
         conn = player(session_id)
         return (await run(conn, StateMessage())).data.model_dump()
 
     @server.tool(description="Stop a session; returns its summary (and replay path when recording).")
-    async def stop_session(session_id: str) -> dict[str, Any]:
+    async def stop_session(session_id: SessionId) -> dict[str, Any]:
         conn = players.pop(session_id, None)
         if conn is None:
-            raise ToolError(f"no session {session_id!r}")
+            raise ToolError(f"NO_SESSION: no session {session_id!r} (open: {sorted(players)})")
         session = conn.session
         conn.close("stopped by stop_session")
         import asyncio

@@ -285,7 +285,7 @@ class ObservationFields(_Strict):
 
     obs: Any = Field(description="the env observation: EncodedArray (b64), nested lists, or null")
     tick: int
-    time: float = Field(description="the tick's deadline on the session clock (s)")
+    time: float = Field(description="the session's clock at this tick: tick · τ_M seconds since its tick 0")
     episode: int
     terminated: bool
     truncated: bool
@@ -299,7 +299,9 @@ class ObservationFields(_Strict):
 
 class ObservationData(_Strict):
     """OpenEnv's StepResult shape: ``reward`` is the reward since this connection's previous
-    observation; ``done`` says an episode ended since then (the world has already reset)."""
+    observation; ``done`` says an episode ended since then, and ``observation`` is then that episode's
+    terminal one, its ``terminated``/``truncated`` saying how it ended (the world has already started
+    the next episode, whose current observation ``reset`` returns)."""
 
     observation: ObservationFields
     reward: float | None = None

@@ -57,7 +57,7 @@ from nonstop.realtime.host import HOST_SCHED, Host
 from nonstop.realtime.ticklog import TickLog
 from nonstop.server.protocol import ErrorCode, ProtocolError
 from nonstop.server.replay import Replay, ReplayRecorder
-from nonstop.server.tickprocs import RECENT_TICKS, TickProcs
+from nonstop.server.tickprocs import RECENT_TICKS, SessionRecord, TickProcs
 
 __all__ = ["Lifecycle", "TRANSITIONS", "TickPool", "WorkQueue", "EnvSpec", "ServerSession", "SessionManager"]
 
@@ -81,6 +81,12 @@ TRANSITIONS: Final = {
     Lifecycle.CLOSED: set(),
 }
 LIVE: Final = frozenset({Lifecycle.CREATED, Lifecycle.STARTING, Lifecycle.RUNNING})
+#: how long the event loop may retry reading an observation its tick worker is writing (s)
+READ_PATIENCE: Final = 0.02
+#: how long finalization waits for a tick worker to stop a host and send the rest of its record (s)
+STOP_PATIENCE: Final = 30.0
+#: how long a submit retries, yielding to the event loop, while a tick worker holds the action queue (s)
+SUBMIT_PATIENCE: Final = 1.0
 
 
 # ----------------------------------------------------------------------------- tick pool
@@ -487,9 +493,12 @@ class ServerSession:
         self._phases: PhaseSlots | None = None
         self.proc: Any = None  # the `TickProc` ticking this session, when the pool is processes
         self.board: Any = None  # its `TickBoard` (tick, next wake, recent lateness) with that worker
+        self.record: SessionRecord | None = None  # what that worker has sent of its host's record
         self.origin = 0.0  # pool-clock time of tick 0
         self.tau_m = 1.0 / spec.tick_hz
         self.finalized = threading.Event()
+        self.incomplete = False  # its replay and summary miss the last ticks (its tick worker died)
+        self._meta: dict[str, Any] = {}
 
     # ---- lifecycle
     def transition(self, new: Lifecycle) -> bool:
@@ -559,12 +568,14 @@ class ServerSession:
                 self.board = TickBoard.create()
             origin = self.manager.pool.clock.origin
             self.clock = WallClock(origin=origin, spin=0.0)
+            self.record = SessionRecord()
             self._phases = proc.phases
             self._phase_slot, phase = proc.phases.acquire(self.tau_m)
+            self._meta = {"env": spec.env_id, "session": self.sid, "clock": "wall", "default": s.default,
+                          "tick_proc": proc.index}  # fmt: skip
             cfg = {"env": spec.env_id, "seed": s.seed, "record": s.record, "tau_m": self.tau_m, "default": s.default,
                    "noop_action": spec.noop_action, "max_ticks": s.max_ticks, "origin": origin, "phase": phase,
-                   "meta": {"env": spec.env_id, "session": self.sid, "clock": "wall", "default": s.default,
-                            "tick_proc": proc.index}}  # fmt: skip
+                   "meta": self._meta}  # fmt: skip
             started = proc.call("start", self.sid, cfg, self.slot, self.queue, self.board)
             s.seed, self.warm, self.origin = started["seed"], started["warm"], started["origin"]
             self._process = proc  # a host runs there now: finalization must stop it
@@ -627,9 +638,21 @@ class ServerSession:
         raise ProtocolError(ErrorCode.NO_SESSION, f"session {self.sid} is {self.state.value}, not running yet")
 
     def read(self) -> Observation:
+        """The newest observation (event loop). Never waits long on a tick worker: a worker stopped
+        mid-write costs this reader `READ_PATIENCE` and a ``BACKPRESSURE`` error, not a frozen loop."""
         with self._chan:
             self._require_running()
-            return self.slot.read()
+            try:
+                return self.slot.read(timeout=READ_PATIENCE)
+            except TimeoutError:
+                raise ProtocolError(ErrorCode.BACKPRESSURE, f"session {self.sid}: its tick worker is not finishing "
+                                    "an observation (stopped or overloaded?): retry shortly") from None  # fmt: skip
+
+    def read_final(self) -> Observation:
+        """The terminal observation of the last episode that ended (tick -1 if none yet)."""
+        with self._chan:
+            self._require_running()
+            return self.slot.read_final()
 
     @property
     def tick(self) -> int:
@@ -645,18 +668,36 @@ class ServerSession:
         host = self.host
         return host.log["lateness"][-RECENT_TICKS:] if host is not None else np.zeros(0)
 
-    def submit(self, action: Any, obs_tick: int, episode: int) -> tuple[int, int]:
+    def submit(self, action: Any, obs_tick: int, episode: int, *, lock_timeout: float | None = None) -> tuple[int, int]:
+        """Enqueue ``action``; `TimeoutError` when the queue's lock is not free within ``lock_timeout``."""
         with self._chan:
             self._require_running()
             tick = self.tick
             if obs_tick > tick:
                 raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"obs_tick {obs_tick} is in the future (tick {tick})")
             try:
-                seq = self.queue.submit(action, obs_tick=obs_tick, episode=episode, submit_time=self.clock.now())
+                seq = self.queue.submit(action, obs_tick=obs_tick, episode=episode, submit_time=self.clock.now(),
+                                        lock_timeout=lock_timeout)  # fmt: skip
             except ValueError as exc:
                 raise ProtocolError(ErrorCode.ACTION_OUT_OF_RANGE, str(exc)) from None
         self.step_count += 1
         return seq, tick
+
+    async def submit_async(self, action: Any, obs_tick: int, episode: int) -> tuple[int, int]:
+        """`submit` from the event loop, which must never wait on a lock a tick worker can hold (a
+        worker stopped inside ``take`` would freeze every client): non-blocking tries of the queue's
+        lock, yielding to the loop between them, for up to `SUBMIT_PATIENCE`; then ``BACKPRESSURE``."""
+        loop = asyncio.get_running_loop()
+        give_up, pause = loop.time() + SUBMIT_PATIENCE, 0.0002
+        while True:
+            try:
+                return self.submit(action, obs_tick, episode, lock_timeout=0)
+            except TimeoutError:
+                if loop.time() > give_up:
+                    raise ProtocolError(ErrorCode.BACKPRESSURE, f"session {self.sid}: its tick worker holds the "
+                                        "action queue (stopped or overloaded?): retry shortly") from None  # fmt: skip
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, 0.02)
 
     def request_reset(self) -> None:
         with self._chan:
@@ -671,21 +712,25 @@ class ServerSession:
             with self._drive:  # waits for a tick (or a start) in progress
                 if self.proc is not None:
                     if self._process is not None:  # the worker runs its host: stop it, take its log
-                        stopped = self.proc.call("stop", self.sid)
-                        if stopped is not None:
-                            tick_log, recorder = TickLog.from_arrays(*stopped["log"]), stopped["recorder"]
+                        tick_log, recorder = self._stop_remote()
                 elif self._process is not None:
                     self._process.close()
-                    tick_log = self.host.finish_log()
+                    tick_log = self.host.close_log()
             if tick_log is not None:
                 with self._chan:
-                    last = self.slot.read() if self.slot is not None else None
+                    try:
+                        last = self.slot.read(timeout=READ_PATIENCE) if self.slot is not None else None
+                    except TimeoutError:  # its writer died or stopped mid-write
+                        last = None
                 self.summary = {"ticks": len(tick_log), **_tick_summary(tick_log)}
+                if self.incomplete:  # the last ticks (at most RECORD_EVERY) died with the tick worker
+                    self.summary["complete"] = False
                 if last is not None:
                     self.summary["total_reward"] = last.total_reward
                 if recorder is not None and self.manager.replay_dir is not None:
                     replay = Replay.from_session(recorder, tick_log, self.replay_header())
                     self.replay_path = replay.save(self.manager.replay_dir / f"{self.sid}.npz")
+                    self.manager.prune_replays()
         except Exception:  # noqa: BLE001 - cleanup below must still run
             log.error("session %s: finalize failed\n%s", self.sid, traceback.format_exc())
         finally:
@@ -707,12 +752,34 @@ class ServerSession:
             self.transition(Lifecycle.CLOSED)
             self.finalized.set()
 
+    def _stop_remote(self) -> tuple[TickLog | None, Any]:
+        """Stop the host on its worker; its log and replay record from what the worker streamed
+        plus the tail it sends now, or, if the worker died, from what it streamed before."""
+        tail = None
+        if self.proc.alive:
+            try:
+                tail = self.proc.call("stop", self.sid, timeout=STOP_PATIENCE)
+            except (RuntimeError, TimeoutError) as exc:  # died meanwhile, or stopped: keep what it streamed
+                log.warning("session %s: its tick worker did not stop it (%s); keeping what it recorded", self.sid,
+                            str(exc) or f"no reply within {STOP_PATIENCE:g}s")  # fmt: skip
+                tail = None
+        record = self.record
+        if tail is not None:
+            record.add(tail["tail"])
+            meta, tau_m = tail["meta"], tail["tau_m"]
+        else:
+            meta, tau_m = {**self._meta, "incomplete": True}, self.tau_m
+            self.incomplete = True
+        if not record.ticks:
+            return None, None
+        return TickLog.from_arrays(record.rows(), meta, tau_m), record if record.has_replay else None
+
     def replay_header(self) -> dict[str, Any]:
         s = self.settings
         return {"env": self.spec.env_id, "env_kwargs": {}, "seed": s.seed, "warm_reset": self.warm,
                 "tick_hz": self.spec.tick_hz,
                 "default": s.default, "queue_mode": s.queue_mode, "session_id": self.sid,
-                "end_reason": self.end_reason}  # fmt: skip
+                "end_reason": self.end_reason, "complete": not self.incomplete}  # fmt: skip
 
     def info(self) -> dict[str, Any]:
         now = self.manager.clock.now()
@@ -809,6 +876,9 @@ class SessionManager:
     idle_timeout: a running session whose client sent nothing for this long is ended (this is how
         a vanished client's session ends when no disconnect ever arrives).
     replay_dir: where replays go; ``None`` disables recording.
+    replay_keep, replay_max_mb: the replay directory's retention: after each replay is written (and
+        once at start), the oldest ``*.npz`` files are deleted until at most ``replay_keep`` files and
+        ``replay_max_mb`` MB remain (0: no limit). The newest replay is always kept.
     """
 
     def __init__(
@@ -829,6 +899,8 @@ class SessionManager:
         reap_interval: float = 0.25,
         keep_closed: int = 256,
         warm_envs: int = 0,
+        replay_keep: int = 1000,
+        replay_max_mb: float = 0.0,
     ) -> None:
         if not envs or not all(isinstance(e, str) and e for e in envs):
             raise ValueError(f"envs must be a non-empty list of env ids, got {envs!r}")
@@ -842,6 +914,14 @@ class SessionManager:
             raise ValueError(f"tick_procs must be a non-negative integer, got {tick_procs!r}")
         if tick_sched not in HOST_SCHED:
             raise ValueError(f"tick_sched must be one of {HOST_SCHED}, got {tick_sched!r}")
+        if not isinstance(replay_keep, int) or isinstance(replay_keep, bool) or replay_keep < 0:
+            raise ValueError(f"replay_keep must be a non-negative integer (0: no limit), got {replay_keep!r}")
+        if isinstance(replay_max_mb, bool) or not isinstance(replay_max_mb, (int, float)) or not replay_max_mb >= 0:
+            raise ValueError(f"replay_max_mb must be a non-negative number (0: no limit), got {replay_max_mb!r}")
+        self.replay_keep = replay_keep
+        self.replay_max_bytes = int(replay_max_mb * 1e6)
+        self._prune_lock = threading.Lock()
+        self.replays_pruned = 0
         self.specs = {env_id: EnvSpec.probe(env_id) for env_id in dict.fromkeys(envs)}  # loaded once, shared
         self.default_env = envs[0]
         self.max_sessions = max_sessions
@@ -850,6 +930,7 @@ class SessionManager:
         if self.replay_dir is not None:
             self.replay_dir.mkdir(parents=True, exist_ok=True)
         self.record = bool(record) and self.replay_dir is not None
+        self.prune_replays()
         self.encoding = encoding
         self.max_waiters = max_waiters
         self.clock = WallClock(spin=0.0)
@@ -865,7 +946,10 @@ class SessionManager:
         self.procs: TickProcs | None = None
         if tick_procs:
             self.procs = TickProcs(tick_procs, list(self.specs), warm=warm_envs, sched=tick_sched,
-                                   on_note=self._on_note, on_exit=self._on_proc_exit)  # fmt: skip
+                                   on_note=self._on_note, on_exit=self._on_proc_exit,
+                                   on_records=self._on_records)  # fmt: skip
+            if not self.procs.wait_ready():  # a crowd arriving at once must not wait on imports
+                log.warning("tick workers still silent after startup; sessions may start slowly")
             warm_envs = 0  # the workers keep the spares
         self.warm = WarmEnvs(warm_envs, list(self.specs), idle=lambda: self.live_count() == 0)
         self._reaper = threading.Thread(target=self._reap, args=(reap_interval,), name="nonstop-reaper", daemon=True)
@@ -882,13 +966,29 @@ class SessionManager:
         elif kind == "ended":
             self.end(session, value)
 
+    def _on_records(self, deltas: dict[str, dict]) -> None:
+        """A tick worker's periodic record of its sessions (its reader thread)."""
+        for sid, delta in deltas.items():
+            session = self.sessions.get(sid)
+            if session is not None and session.record is not None:
+                session.record.add(delta)
+
     def _on_proc_exit(self, proc: Any) -> None:
+        """A tick worker's pipe closed (its reader thread). Its worlds died with it: end their sessions
+        (each replay is written from the record the worker streamed), then start a replacement."""
         if self._shutdown.is_set():
             return
-        log.error("tick worker %d exited; ending its sessions", proc.index)
+        proc.process.join(2)
+        code = proc.process.exitcode
+        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        log.error("tick worker %d died (%s): ending its sessions and starting a replacement", proc.index, how)
         for session in list(self.sessions.values()):
             if session.proc is proc:
-                self.end(session, "tick worker exited")
+                self.end(session, f"tick worker died ({how}); the world is gone: reset to start a new session")
+        try:
+            self.procs.replace(proc)
+        except Exception:  # noqa: BLE001 - /health stays unhealthy and says why
+            log.error("could not start a replacement for tick worker %d\n%s", proc.index, traceback.format_exc())
 
     def waker(self, loop: asyncio.AbstractEventLoop) -> LoopWaker:
         """The `LoopWaker` of ``loop`` (one per event loop; a server has one, tests may have several)."""
@@ -1017,6 +1117,9 @@ class SessionManager:
             "work_pending": self.work.pending,
             "tick_procs": 0 if self.procs is None else len(self.procs.procs),
             "tick_procs_alive": procs_alive,
+            "tick_procs_replaced": 0 if self.procs is None else self.procs.replaced,
+            "tick_procs_silent": [] if self.procs is None else [p.index for p in self.procs.procs if not p.responsive],
+            "replays_pruned": self.replays_pruned,
             "tick_sched": [] if self.procs is None else [p.sched for p in self.procs.procs],
             "warm_envs_ready": self.warm.ready() if self.procs is None else self.procs.warm_ready(),
             "uptime_s": round(now, 3),
@@ -1029,6 +1132,36 @@ class SessionManager:
         for path in sorted(self.replay_dir.glob("*.npz")):
             out.append({"name": path.name, "path": str(path), "bytes": path.stat().st_size})
         return out
+
+    def prune_replays(self) -> int:
+        """Apply the retention policy to the replay directory, oldest first; returns files deleted."""
+        if self.replay_dir is None or not (self.replay_keep or self.replay_max_bytes):
+            return 0
+        with self._prune_lock:
+            found = []
+            for path in self.replay_dir.glob("*.npz"):
+                try:
+                    st = path.stat()
+                except OSError:  # deleted meanwhile
+                    continue
+                found.append((st.st_mtime_ns, path.name, st.st_size, path))
+            found.sort()
+            total = sum(f[2] for f in found)
+            deleted = 0
+            for _, _, size, path in found[:-1]:  # the newest always stays
+                if not ((self.replay_keep and len(found) - deleted > self.replay_keep)
+                        or (self.replay_max_bytes and total > self.replay_max_bytes)):  # fmt: skip
+                    break
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    pass
+                deleted += 1
+                total -= size
+            self.replays_pruned += deleted
+        if deleted:
+            log.info("replay retention: deleted the %d oldest replays in %s", deleted, self.replay_dir)
+        return deleted
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """End every session (replays flushed), then stop the reaper, pool and queues."""

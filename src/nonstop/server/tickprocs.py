@@ -18,6 +18,14 @@ A worker ignores SIGINT and SIGTERM (the server owns shutdown: it ends every ses
 every log, then tells each worker to exit) and exits on its own when its pipe to the server closes,
 so a killed server leaves no worker behind. Its tick lane runs at realtime priority where permitted
 (`nonstop.realtime.host.raise_priority`), the policy of every wall-clock host in nonstop.
+
+Healing: every `RECORD_EVERY` seconds a worker sends the server what its hosts recorded since the
+last time (tick-log rows, replay actions and observation hashes; one note for all its sessions) and
+a heartbeat. So when a worker dies, the server still holds each of its sessions' record up to at
+most `RECORD_EVERY` before the death: it ends those sessions (their worlds died with the worker; a
+world rebuilt elsewhere would not be the same world) and writes their replays from that record,
+marked incomplete, then starts a replacement worker (`TickProcs.replace`). A worker that stops
+answering (SIGSTOP, a hung env) is not given new sessions while it is silent.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import multiprocessing as mp
 import signal
 import threading
 import traceback
+from array import array
 from collections.abc import Callable
 from multiprocessing import shared_memory
 from typing import Any, Final
@@ -38,15 +47,27 @@ import numpy as np
 from nonstop.realtime.atomics import SEQ_CST, SharedWords, require_atomics
 from nonstop.realtime.channels import SEGMENT_PREFIX, ActionQueue, LatestSlot, SharedSegment
 from nonstop.realtime.clock import WallClock
+from nonstop.realtime.lifeline import hold_lifeline, reap
 
-__all__ = ["TickBoard", "TickProcs", "RECENT_TICKS"]
+__all__ = ["TickBoard", "TickProcs", "RECENT_TICKS", "RECORD_EVERY", "SessionRecord"]
 
 log = logging.getLogger("nonstop.server")
 
 #: `/sessions` reports each running session's lateness over this many most recent ticks
 RECENT_TICKS: Final = 600
+#: the clock of the pool's bookkeeping (record notes, heartbeats): time is injected, never read directly
+_CLOCK: Final = WallClock(spin=0.0)
 #: "no tick awaited" in a board's next-wake word
 NO_WAKE: Final = 1 << 62
+#: seconds between a worker's record notes (and heartbeats): what a worker's death can lose
+RECORD_EVERY: Final = 0.2
+#: a worker not heard from for this long gets no new session, and /health reports it (an env build
+#: can hold a worker's GIL ~0.4 s, so well above that)
+SILENT_AFTER: Final = 3.0
+#: tick workers replaced within one minute at most (more is a crash loop, not bad luck)
+MAX_REPLACEMENTS: Final = 5
+#: a worker starting up (spawn, imports, its first envs) has this long before its silence counts
+STARTUP_GRACE: Final = 60.0
 _TICK, _WAKE, _ORIGIN, _RING = 0, 1, 2, 3
 
 
@@ -136,6 +157,46 @@ class TickBoard(SharedSegment):
         self._q = self._d = None  # type: ignore[assignment]
 
 
+class SessionRecord:
+    """What a session's host has recorded, kept by the server as the worker streams it.
+
+    Tick-log rows (in `nonstop.realtime.ticklog.COLUMNS` order) and, when the session records a
+    replay, the `ReplayRecorder`'s columns: actions, step and reset hashes, reset steps. ``add``
+    appends one delta (a dict from the worker); the attributes read like a `ReplayRecorder`.
+
+    >>> rec = SessionRecord()
+    >>> rec.add({"rows": np.zeros((3, 18)), "actions": array("d", [1.0, 0.0, 2.0]),
+    ...          "step_hashes": array("I", [7, 8, 9]), "reset_steps": array("q", [0]),
+    ...          "reset_hashes": array("I", [5]), "action_width": 1})
+    >>> rec.ticks, list(rec.actions), rec.rows().shape
+    (3, [1.0, 0.0, 2.0], (3, 18))
+    """
+
+    def __init__(self) -> None:
+        self._rows: list[np.ndarray] = []
+        self.ticks = 0
+        self.action_width = 1
+        self.has_replay = False
+        self.actions, self.step_hashes = array("d"), array("I")
+        self.reset_steps, self.reset_hashes = array("q"), array("I")
+
+    def add(self, delta: dict[str, Any]) -> None:
+        rows = delta["rows"]
+        if len(rows):
+            self._rows.append(rows)
+            self.ticks += len(rows)
+        if "actions" in delta:
+            self.has_replay = True
+            self.action_width = delta["action_width"]
+            for name in ("actions", "step_hashes", "reset_steps", "reset_hashes"):
+                getattr(self, name).extend(delta[name])
+
+    def rows(self) -> np.ndarray:
+        if len(self._rows) > 1:
+            self._rows = [np.concatenate(self._rows)]
+        return self._rows[0] if self._rows else np.zeros((0, 0))
+
+
 # ----------------------------------------------------------------------------- worker side
 
 
@@ -150,6 +211,24 @@ class _WorkerJob:
         self.noted = -1  # the next-wake value already noted (never note one twice)
         self.env: Any = None
         self.recorder: Any = None
+        self.sent_rows = self.sent_steps = self.sent_resets = 0  # how much of the record the server has
+
+    def record_delta(self) -> dict[str, Any]:
+        """What the host recorded since the last delta (taken between ticks)."""
+        with self.drive:
+            log = self.host.log
+            n = len(log)
+            delta: dict[str, Any] = {"rows": log.rows(self.sent_rows, n)}
+            self.sent_rows = n
+            rec = self.recorder
+            if rec is not None:  # array slices are copies: the recorder's arrays stay resizable
+                steps, resets, width = len(rec.step_hashes), len(rec.reset_steps), rec.action_width
+                delta.update(action_width=width, actions=rec.actions[self.sent_steps * width : steps * width],
+                             step_hashes=rec.step_hashes[self.sent_steps : steps],
+                             reset_steps=rec.reset_steps[self.sent_resets : resets],
+                             reset_hashes=rec.reset_hashes[self.sent_resets : resets])  # fmt: skip
+                self.sent_steps, self.sent_resets = steps, resets
+        return delta
 
     def advance(self) -> float | None:
         with self.drive:
@@ -183,14 +262,13 @@ class _WorkerJob:
 
 def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: str) -> None:
     """Entry point of a tick worker: a command loop on the main thread, one tick lane beside it."""
-    from types import SimpleNamespace
-
     from nonstop.envs import make_env
     from nonstop.realtime.defaults import make_default
     from nonstop.realtime.host import Host, raise_priority
     from nonstop.server.replay import ReplayRecorder
     from nonstop.server.sessions import PhasedClock, WarmEnvs, _Lane
 
+    hold_lifeline()  # a killed server leaves no worker behind, even one busy ticking
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server owns shutdown
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     send_lock = threading.Lock()
@@ -248,12 +326,9 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
         with job.drive:  # waits for a tick in progress
             job.cancelled = True
             job.process.close()
-        out: dict[str, Any] = {"log": job.host.finish_log().to_arrays(), "recorder": None}
-        rec = job.recorder
-        if rec is not None:
-            out["recorder"] = SimpleNamespace(action_width=rec.action_width, actions=rec.actions,
-                                              step_hashes=rec.step_hashes, reset_steps=rec.reset_steps,
-                                              reset_hashes=rec.reset_hashes)  # fmt: skip
+        log = job.host.finish_log()
+        # the server has the record up to the last delta: only the rest crosses the pipe
+        out: dict[str, Any] = {"tail": job.record_delta(), "meta": dict(log.meta), "tau_m": log.tau_m}
         try:
             job.env.close()
         except Exception:  # noqa: BLE001
@@ -261,11 +336,23 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
         job.host.slot.close(), job.host.queue.close(), job.board.close()
         return out
 
+    def send_records() -> None:
+        deltas = {}
+        for sid, job in list(jobs.items()):
+            delta = job.record_delta()
+            if len(delta["rows"]) or delta.get("reset_steps"):
+                deltas[sid] = delta
+        note(("records", deltas))  # also the worker's heartbeat
+
     handlers = {"start": start, "stop": stop}
     sent_ready: dict[str, int] = {}
+    last_records = _CLOCK.now()
     try:
         while True:
-            if not conn.poll(0.2):
+            if _CLOCK.now() - last_records >= RECORD_EVERY:
+                send_records()
+                last_records = _CLOCK.now()
+            if not conn.poll(RECORD_EVERY):
                 ready = spares.ready()
                 if ready != sent_ready:
                     sent_ready = ready
@@ -298,8 +385,10 @@ class TickProc:
     """The server's handle on one worker: commands with replies, notes dispatched to callbacks."""
 
     def __init__(self, index: int, env_ids: list[str], warm: int, sched: str, on_note: Callable[[tuple], None],
-                 on_exit: Callable[["TickProc"], None]) -> None:  # fmt: skip
+                 on_exit: Callable[["TickProc"], None], on_records: Callable[[dict], None]) -> None:  # fmt: skip
         from nonstop.server.sessions import PhaseSlots
+
+        self.args = (index, env_ids, warm, sched, on_note, on_exit, on_records)  # a replacement's
 
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe(duplex=True)
@@ -312,7 +401,10 @@ class TickProc:
         self.sessions = 0
         self.warm_ready: dict[str, int] = {e: 0 for e in env_ids}
         self.sched = "starting"  # the tick thread's scheduling policy in force, once it reports it
-        self._on_note, self._on_exit = on_note, on_exit
+        self._on_note, self._on_exit, self._on_records = on_note, on_exit, on_records
+        self.last_heard = self.started = _CLOCK.now()
+        self.heard = False
+        self.first_word = threading.Event()  # set by the first message: spawned, imported, listening
         self._lock = threading.Lock()
         self._ids = itertools.count()
         self._pending: dict[int, concurrent.futures.Future] = {}
@@ -334,8 +426,12 @@ class TickProc:
         try:
             while True:
                 message = self._conn.recv()
+                self.last_heard, self.heard = _CLOCK.now(), True
+                self.first_word.set()
                 kind = message[0]
-                if kind == "reply":
+                if kind == "records":
+                    self._on_records(message[1])
+                elif kind == "reply":
                     _, request, ok, payload = message
                     with self._lock:
                         fut = self._pending.pop(request, None)
@@ -356,9 +452,19 @@ class TickProc:
             with self._lock:
                 self.alive = False
                 pending, self._pending = list(self._pending.values()), {}
+            self.first_word.set()  # nobody waits for a dead worker's first word
             for fut in pending:
                 fut.set_exception(RuntimeError(f"tick worker {self.index} exited"))
             self._on_exit(self)
+
+    @property
+    def responsive(self) -> bool:
+        """Alive and heard from within `SILENT_AFTER` (a stopped or hung worker is not), or still
+        within its `STARTUP_GRACE` and not heard from yet."""
+        now = _CLOCK.now()
+        if not self.heard:
+            return self.alive and now - self.started < STARTUP_GRACE
+        return self.alive and now - self.last_heard < SILENT_AFTER
 
     def close(self, timeout: float = 30.0) -> None:
         with self._lock:
@@ -367,13 +473,7 @@ class TickProc:
                     self._conn.send(("exit",))
             except (OSError, ValueError):
                 pass
-        self.process.join(timeout)
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(2)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
+        reap(self.process, timeout)
         self._reader.join(timeout=5)
         self._conn.close()
 
@@ -383,31 +483,66 @@ class TickProcs:
 
     ``warm`` spare envs per env id are split over the workers (each builds its own share).
     ``on_note(message)`` gets every note (``("tick", sid, tick)``, ``("ended", sid, reason)``);
-    ``on_exit(proc)`` runs when a worker's pipe closes (it exited or died).
+    ``on_exit(proc)`` runs when a worker's pipe closes (it exited or died); ``on_records(deltas)``
+    gets each worker's periodic ``{sid: record delta}`` (see `SessionRecord`).
     """
 
     def __init__(self, n: int, env_ids: list[str], *, warm: int = 0, sched: str = "auto",
-                 on_note: Callable[[tuple], None], on_exit: Callable[[TickProc], None]) -> None:  # fmt: skip
+                 on_note: Callable[[tuple], None], on_exit: Callable[[TickProc], None],
+                 on_records: Callable[[dict], None] = lambda deltas: None) -> None:  # fmt: skip
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"tick processes must be a positive integer, got {n!r}")
         share = [warm // n + (1 if i < warm % n else 0) for i in range(n)]
         self.procs: list[TickProc] = []
+        self._lock = threading.Lock()
+        self._closing = False
+        self.replaced = 0
+        self._replaced_at: list[float] = []  # recent replacements: a worker that dies at start is not respawned forever
         try:
             for i in range(n):
-                self.procs.append(TickProc(i, env_ids, share[i], sched, on_note, on_exit))
+                self.procs.append(TickProc(i, env_ids, share[i], sched, on_note, on_exit, on_records))
         except BaseException:
             self.close()
             raise
-        self._lock = threading.Lock()
+
+    def wait_ready(self, timeout: float = STARTUP_GRACE) -> bool:
+        """Block until every worker has spoken (spawned, imported, its command loop running)."""
+        end = _CLOCK.now() + timeout
+        for proc in list(self.procs):
+            if not proc.first_word.wait(max(0.0, end - _CLOCK.now())):
+                return False
+        return True
 
     def pick(self) -> TickProc:
+        """The worker for a new session: the answering one with the fewest sessions."""
         with self._lock:
             live = [p for p in self.procs if p.alive]
             if not live:
                 raise RuntimeError("every tick worker has exited")
-            proc = min(live, key=lambda p: p.sessions)
+            proc = min(live, key=lambda p: (not p.responsive, p.sessions))
             proc.sessions += 1
             return proc
+
+    def replace(self, dead: TickProc) -> TickProc | None:
+        """Start a worker in place of ``dead`` (same index and share of warm envs) and reap the dead
+        one; None when the pool is closing, ``dead`` was already replaced, or `MAX_REPLACEMENTS`
+        workers were replaced within the last minute (a crash loop: /health stays unhealthy)."""
+        with self._lock:
+            if self._closing or dead not in self.procs:
+                return None
+            now = _CLOCK.now()
+            self._replaced_at = [t for t in self._replaced_at if now - t < 60.0]
+            if len(self._replaced_at) >= MAX_REPLACEMENTS:
+                log.error("tick worker %d not replaced: %d workers died within a minute", dead.index,
+                          len(self._replaced_at))  # fmt: skip
+                return None
+            self._replaced_at.append(now)
+            fresh = TickProc(*dead.args)
+            self.procs[self.procs.index(dead)] = fresh
+            self.replaced += 1
+        dead.process.join(5)  # reaped: no zombie
+        dead._conn.close()
+        return fresh
 
     def release(self, proc: TickProc) -> None:
         with self._lock:
@@ -421,8 +556,12 @@ class TickProcs:
         return out
 
     def all_alive(self) -> bool:
-        return all(p.alive and p.process.is_alive() for p in self.procs)
+        """Every worker alive and answering."""
+        return all(p.responsive and p.process.is_alive() for p in self.procs)
 
     def close(self) -> None:
-        for proc in self.procs:
+        with self._lock:
+            self._closing = True
+            procs = list(self.procs)
+        for proc in procs:
             proc.close()

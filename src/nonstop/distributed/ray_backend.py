@@ -1,0 +1,246 @@
+"""Inference workers whose forward pass runs in a Ray actor, on any node (DESIGN §5).
+
+The pool, its scheduler, the latest slot and the action queue stay on the driver; a worker
+thread there reads the newest observation, sends it to its actor, and submits the action that
+comes back. The actor builds its policy once from a factory (shipped once, at creation, never
+per call), and reports how long the forward pass took; the rest of the call's round trip
+(serialisation, scheduling, network) is the **remote overhead**, recorded per action: it is part
+of the delay the world sees.
+
+Weights of a learning agent reach the actors through Ray's object store: `WeightBroadcast` puts
+each published version once (a complete copy taken from `SharedWeights`, so never half-written)
+and every call carries the version and a reference to it; an actor fetches the object only when
+its version is behind.
+
+A dead actor (killed, its node removed) makes its worker's call fail: the worker dies, the
+`InferencePool` counts it and restarts the worker, which builds a fresh actor on a live node,
+while the host covers the gap with β.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from nonstop.distributed.backends import RAY_INSTALL_HINT, BackendUnavailable, check_backend
+from nonstop.realtime.clock import stopwatch
+
+__all__ = ["RayPolicy", "ray_session", "WeightBroadcast", "ObjectStoreWeights", "check_placement", "overhead_summary"]
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise BackendUnavailable(f"backend 'ray' needs Ray, which is not installed: {RAY_INSTALL_HINT}") from None
+    return ray
+
+
+@contextmanager
+def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> Iterator[Any]:
+    """Connect to the Ray cluster at ``address`` (None/``"local"``: start a local one on
+    127.0.0.1, no dashboard) unless this process is connected already; disconnect on exit only
+    if it connected here. Yields the ``ray`` module."""
+    check_backend("ray", ray_address=address)
+    ray = _ray()
+    if ray.is_initialized():
+        yield ray
+        return
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep a local Ray on loopback
+    if address in (None, "local"):
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
+                 configure_logging=False)  # fmt: skip
+    else:
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def check_placement(n_actors: int, num_cpus: float) -> None:
+    """A one-line error if the connected cluster cannot place ``n_actors`` actors of ``num_cpus``
+    CPUs each (they would wait forever for a slot while β plays)."""
+    ray = _ray()
+    total = float(ray.cluster_resources().get("CPU", 0.0))
+    if num_cpus > 0 and n_actors * num_cpus > total + 1e-9:
+        raise BackendUnavailable(
+            f"{n_actors} Ray workers of {num_cpus:g} CPU each need {n_actors * num_cpus:g} CPUs but the cluster has "
+            f"{total:g}: use fewer workers (--n-inference), or add nodes to the cluster"
+        )
+
+
+class ObjectStoreWeights:
+    """The `SharedWeights` reading interface (``version``, ``epsilon``, ``read_into``) over the
+    newest version an actor fetched from Ray's object store; `RayPolicy` updates it per call."""
+
+    def __init__(self, n_params: int) -> None:
+        self.n_params = int(n_params)
+        self.version = 0
+        self.epsilon = 1.0
+        self._flat: np.ndarray | None = None
+
+    def update(self, version: int, epsilon: float, refs: list[Any]) -> None:
+        self.epsilon = float(epsilon)
+        if version != self.version and refs:
+            self._flat = _ray().get(refs[0])  # one complete version (the object store is immutable)
+            self.version = version
+
+    def read_into(self, out: np.ndarray, *, timeout: float = 5.0) -> int:
+        if self._flat is None:
+            return 0
+        out[:] = self._flat
+        return self.version
+
+
+class WeightBroadcast:
+    """Puts each version of `SharedWeights` into Ray's object store once, for every actor of a
+    run; `current()` returns ``(version, epsilon, [ref])`` (the ref in a list so Ray passes it
+    through instead of fetching it on every call)."""
+
+    def __init__(self, weights: Any) -> None:
+        self.weights = weights
+        self._flat = np.empty(weights.n_params, np.float32)
+        self._lock = threading.Lock()
+        self._version = 0
+        self._refs: list[Any] = []
+        self.puts = 0
+
+    def current(self) -> tuple[int, float, list[Any]]:
+        with self._lock:
+            if self.weights.version != self._version:
+                version = self.weights.read_into(self._flat)
+                if version != self._version:
+                    self._refs = [_ray().put(self._flat.copy())]
+                    self._version = version
+                    self.puts += 1
+            return self._version, self.weights.epsilon, self._refs
+
+
+class _PolicyActor:
+    """The actor: one policy, built once in the actor's process from ``factory``."""
+
+    def __init__(self, factory: Callable[..., Any], torch_threads: int, n_params: int | None) -> None:
+        try:
+            import torch
+
+            torch.set_num_threads(torch_threads)
+        except ImportError:
+            pass
+        self.weights = ObjectStoreWeights(n_params) if n_params is not None else None
+        self.policy = factory(weights=self.weights) if self.weights is not None else factory()
+
+    def where(self) -> tuple[str, int]:
+        return _ray().get_runtime_context().get_node_id(), os.getpid()
+
+    def act(self, obs: np.ndarray, weights: tuple[int, float, list[Any]] | None = None) -> tuple[Any, float]:
+        t0 = stopwatch()
+        if weights is not None and self.weights is not None:
+            self.weights.update(*weights)
+        decision = self.policy.act(obs)
+        return decision, stopwatch() - t0
+
+
+_ACTOR_CLASS: Any = None
+_placed = 0  # actors placed so far by this process: the next goes to the next live node
+_place_lock = threading.Lock()
+
+
+def _next_node() -> Any:
+    """A scheduling strategy for the next actor: the live nodes in turn (Ray's SPREAD does not
+    spread actors that reserve no CPU), soft, so a node that just died falls back to another."""
+    global _placed
+    ray = _ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+    if not nodes:
+        return "SPREAD"
+    with _place_lock:
+        node = nodes[_placed % len(nodes)]
+        _placed += 1
+    return NodeAffinitySchedulingStrategy(node_id=node, soft=True)
+
+
+def _actor_class() -> Any:
+    global _ACTOR_CLASS
+    if _ACTOR_CLASS is None:
+        _ACTOR_CLASS = _ray().remote(_PolicyActor)
+    return _ACTOR_CLASS
+
+
+class RayPolicy:
+    """A policy whose ``act`` runs in a Ray actor; a drop-in for `ProcessPolicy`.
+
+    ``factory()`` builds the policy inside the actor (with ``broadcast``, ``factory(weights=...)``
+    gets an `ObjectStoreWeights` kept current from the driver's `SharedWeights`). ``num_cpus`` is
+    what the actor reserves (1 for a real model; 0 for a latency policy, which only sleeps).
+    Actors are placed on the cluster's live nodes in turn. After each call ``overhead_s`` holds, per action,
+    the round-trip time outside the forward pass.
+
+    Needs a connected Ray (`ray_session`).
+    """
+
+    def __init__(self, factory: Callable[..., Any], *, num_cpus: float = 1, torch_threads: int = 1,
+                 broadcast: WeightBroadcast | None = None, start_timeout: float = 120.0) -> None:  # fmt: skip
+        ray = _ray()
+        if not ray.is_initialized():
+            raise RuntimeError("RayPolicy needs a connected Ray: use nonstop.distributed.ray_backend.ray_session()")
+        if not callable(factory):
+            raise TypeError(f"factory must be a callable that builds a policy, got {type(factory).__name__}")
+        if not (num_cpus >= 0):
+            raise ValueError(f"num_cpus must be >= 0, got {num_cpus!r}")
+        self.broadcast = broadcast
+        n_params = broadcast.weights.n_params if broadcast is not None else None
+        self._actor = _actor_class().options(num_cpus=num_cpus, scheduling_strategy=_next_node(), max_restarts=0).remote(
+            factory, torch_threads, n_params
+        )
+        try:
+            self.node_id, self.pid = ray.get(self._actor.where.remote(), timeout=start_timeout)
+        except Exception as exc:
+            self.close()
+            raise RuntimeError(f"Ray actor did not start within {start_timeout:g}s: {exc}") from exc
+        self.overhead_s: list[float] = []
+
+    def act(self, obs: np.ndarray) -> Any:
+        ray = _ray()
+        weights = self.broadcast.current() if self.broadcast is not None else None
+        t0 = stopwatch()
+        try:
+            decision, compute = ray.get(self._actor.act.remote(obs, weights))
+        except ray.exceptions.RayActorError as exc:
+            raise RuntimeError(f"Ray actor of pid {self.pid} died") from exc
+        except ray.exceptions.RayTaskError as exc:
+            raise RuntimeError(f"policy raised in its Ray actor: {exc}") from exc
+        self.overhead_s.append(max(0.0, stopwatch() - t0 - compute))
+        return decision
+
+    def kill(self) -> None:
+        """Kill the actor as a fault would (its next call fails)."""
+        _ray().kill(self._actor, no_restart=True)
+
+    def close(self) -> None:
+        try:
+            _ray().kill(self._actor, no_restart=True)
+        except Exception:  # already dead, or Ray already shut down
+            pass
+
+
+def overhead_summary(samples: list[float], tau_m: float) -> dict[str, Any]:
+    """Remote overhead per action: count, mean, p50, p99 in seconds and in ticks of ``tau_m``.
+
+    >>> s = overhead_summary([0.001, 0.002, 0.003], 1 / 60)
+    >>> s["n"], round(s["p50_s"], 4), round(s["p50_ticks"], 3)
+    (3, 0.002, 0.12)
+    """
+    if not samples:
+        return {"n": 0, "mean_s": None, "p50_s": None, "p99_s": None, "p50_ticks": None, "p99_ticks": None}
+    a = np.asarray(samples, dtype=float)
+    p50, p99 = (float(v) for v in np.percentile(a, [50, 99]))
+    return {"n": int(a.size), "mean_s": float(a.mean()), "p50_s": p50, "p99_s": p99,
+            "p50_ticks": p50 / tau_m, "p99_ticks": p99 / tau_m}  # fmt: skip

@@ -1,0 +1,231 @@
+"""``nonstop plan``: the cluster a model needs to act and learn at every tick (DESIGN §5).
+
+From a model's forward time τ_θ and update time τ_L (measured here for the paper's ResNet at
+width ``--k``, or declared with ``--latency``/``--forward-ms``/``--update-ms`` for other
+hardware), a tick rate and a batch size, it computes with the paper's formulas:
+
+* ``N_I* = ⌈τ_θ/τ_M⌉`` inference workers (Algorithms 1–2: staggered, they act at every tick);
+* ``N_L* = ⌈(τ_L/B)/τ_M⌉`` learners (each update learns from B transitions in τ_L; the world
+  makes one transition per tick);
+* cores: one per worker and learner (one torch thread each) plus one for the host and env;
+* memory of N_I inference workers, each with its own copy of θ and with one shared copy per host
+  (``|θ|`` × 4 bytes once, plus each worker's activations and process base);
+* network traffic per second when the workers run on other nodes: observations out and actions
+  back (one each per action, one action per tick at N_I*), and weight broadcasts (one version per
+  ``--weights-every`` updates, fetched once per node).
+
+>>> p = plan(forward_s=0.1, update_s=0.4, tick_hz=60, batch_size=16, n_params=1_000_000, obs_bytes=7056)
+>>> p["n_inference_star"], p["n_learners_star"], p["cores"]
+(6, 2, 9)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from typing import Any
+
+__all__ = ["plan", "measure_times", "add_arguments", "run_plan"]
+
+#: Resident memory of a worker process before its model (Python, torch, numpy), declared default.
+PROCESS_BASE_BYTES = 300 * 2**20
+#: Bytes of one action on the wire (an int64 action, its obs tick and worker).
+ACTION_BYTES = 24
+_EPS = 1e-9
+
+
+def _positive(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def plan(
+    *,
+    forward_s: float,
+    tick_hz: float,
+    batch_size: int = 16,
+    update_s: float | None = None,
+    n_params: int | None = None,
+    obs_bytes: int = 84 * 84,
+    activation_bytes: int = 0,
+    process_base_bytes: int = PROCESS_BASE_BYTES,
+    nodes: int = 1,
+    weights_every: int = 1,
+) -> dict[str, Any]:
+    """The plan as a dict (all sizes in bytes, rates per second of the world); pure arithmetic.
+
+    ``update_s`` is one learner update of ``batch_size`` transitions (None: N_L* unknown).
+    ``n_params`` is |θ| (None: memory and weight traffic unknown). ``nodes`` is how many nodes
+    the inference workers spread over (weights reach each node once per broadcast).
+    """
+    tau_theta = _positive("forward time", forward_s)
+    hz = _positive("tick rate (--hz)", tick_hz)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch size must be a positive integer, got {batch_size!r}")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ValueError(f"nodes must be a positive integer, got {nodes!r}")
+    if isinstance(weights_every, bool) or not isinstance(weights_every, int) or weights_every < 1:
+        raise ValueError(f"weights_every must be a positive integer of updates, got {weights_every!r}")
+    tau_m = 1.0 / hz
+    n_i = max(1, math.ceil(tau_theta / tau_m - _EPS))
+    n_l = None
+    tau_l_per_transition = None
+    if update_s is not None:
+        tau_l = _positive("update time", update_s)
+        tau_l_per_transition = tau_l / batch_size
+        n_l = max(1, math.ceil(tau_l_per_transition / tau_m - _EPS))
+    actions_per_s = hz  # at N_I* the agent acts at every tick
+    result: dict[str, Any] = {
+        "tick_hz": hz,
+        "tau_m_s": tau_m,
+        "tau_theta_s": tau_theta,
+        "tau_theta_ticks": tau_theta / tau_m,
+        "tau_l_update_s": update_s,
+        "tau_l_per_transition_s": tau_l_per_transition,
+        "batch_size": batch_size,
+        "n_inference_star": n_i,
+        "n_learners_star": n_l,
+        "cores": n_i + (n_l or 0) + 1,  # + the host and its env
+        "n_params": n_params,
+        "traffic_bytes_per_s": {
+            "observations": actions_per_s * obs_bytes,
+            "actions": actions_per_s * ACTION_BYTES,
+        },
+    }
+    if n_params is not None:
+        theta = 4 * int(n_params)  # float32
+        per_worker = activation_bytes + process_base_bytes
+        result["memory_bytes"] = {
+            "theta": theta,
+            "inference_separate_copies": n_i * (theta + per_worker),
+            "inference_shared_weights": theta * nodes + n_i * per_worker,
+        }
+        if n_l is not None:
+            # weights reach the workers once per `weights_every` updates; learners learning from every
+            # transition make hz/B updates per second
+            versions_per_s = hz / batch_size / weights_every
+            result["weight_versions_per_s"] = versions_per_s
+            result["traffic_bytes_per_s"]["weights"] = versions_per_s * theta * nodes
+    return result
+
+
+def measure_times(k: float, batch_size: int, *, repeats: int = 5, n_actions: int = 18) -> tuple[float, float]:
+    """Median forward time (batch 1) and update time (batch ``batch_size``: forward, backward,
+    Adam step) of the width-``k`` ResNet on one core of this machine."""
+    import numpy as np
+    import torch
+
+    from nonstop.policies.models import impala_resnet
+
+    torch.set_num_threads(1)
+    model = impala_resnet(k, n_actions)  # a model that cannot fit fails here, naming the budget
+    x1 = torch.zeros(1, 1, 84, 84)
+    xb = torch.zeros(batch_size, 1, 84, 84)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    forwards, updates = [], []
+    with torch.inference_mode():
+        model(x1)
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            model(x1)
+            forwards.append(time.perf_counter() - t0)
+    model.train()
+    for _ in range(max(2, repeats // 2)):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        model(xb).max(1).values.mean().backward()
+        opt.step()
+        updates.append(time.perf_counter() - t0)
+    return float(np.median(forwards)), float(np.median(updates))
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--k", type=float, default=None, help="IMPALA ResNet width (k=1,7,29,98 ≈ 1M,10M,100M,1B parameters)")
+    p.add_argument("--latency", default=None, help="declared forward time instead of a model: 80ms, 5t, 0.2")
+    p.add_argument("--forward-ms", type=float, default=None, help="forward time measured elsewhere (ms, batch 1)")
+    p.add_argument("--update-ms", type=float, default=None, help="one learner update of --batch-size, measured elsewhere (ms)")
+    p.add_argument("--hz", type=float, default=60.0, help="tick rate of the world (default 60)")
+    p.add_argument("--batch-size", type=int, default=16, help="learner batch size B (paper: 16)")
+    p.add_argument("--nodes", type=int, default=1, help="nodes the inference workers spread over (weights reach each)")
+    p.add_argument("--weights-every", type=int, default=1, help="updates between weight broadcasts (default 1)")
+    p.add_argument("--process-mb", type=float, default=PROCESS_BASE_BYTES / 2**20,
+                   help="resident memory of a worker process without its model (MiB, default 300)")
+    p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from nonstop.policies.models import count_parameters, estimate_memory_bytes
+
+    if args.k is None and args.latency is None and args.forward_ms is None:
+        raise ValueError("give a model: --k WIDTH (the paper's ResNet), or --latency / --forward-ms")
+    if args.k is not None and args.latency is not None:
+        raise ValueError("give --k or --latency, not both (--forward-ms overrides a measured forward time)")
+    _positive("--hz", args.hz)
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be a positive integer, got {args.batch_size}")
+    forward = args.forward_ms / 1000 if args.forward_ms is not None else None
+    update = args.update_ms / 1000 if args.update_ms is not None else None
+    for name, v in (("--forward-ms", forward), ("--update-ms", update)):
+        if v is not None:
+            _positive(name, v)
+    if args.latency is not None and forward is None:
+        from nonstop.policies.latency import parse_latency
+
+        forward = parse_latency(args.latency, tick_hz=args.hz).mean
+    n_params = activation = None
+    source = "declared"
+    if args.k is not None:
+        _positive("--k", args.k)
+        n_params = count_parameters(args.k)
+        activation = estimate_memory_bytes(args.k) - 4 * n_params
+        if forward is None or update is None:
+            m_forward, m_update = measure_times(args.k, args.batch_size)
+            forward = m_forward if forward is None else forward
+            update = m_update if update is None else update
+            source = "measured on this machine (one core)"
+    result = plan(forward_s=forward, update_s=update, tick_hz=args.hz, batch_size=args.batch_size, n_params=n_params,
+                  activation_bytes=activation or 0, process_base_bytes=int(args.process_mb * 2**20), nodes=args.nodes,
+                  weights_every=args.weights_every)  # fmt: skip
+    result.update(k=args.k, times=source)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        _render(result)
+    return 0
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:,.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _render(r: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"nonstop plan — {'k=' + format(r['k'], 'g') if r['k'] else 'declared latency'} at {r['tick_hz']:g} Hz")
+    t.add_column("figure")
+    t.add_column("value", justify="right")
+    t.add_row("τ_θ (forward)", f"{r['tau_theta_s'] * 1e3:.2f} ms = {r['tau_theta_ticks']:.2f} ticks ({r['times']})")
+    if r["tau_l_update_s"] is not None:
+        t.add_row(f"τ_L (update of {r['batch_size']})", f"{r['tau_l_update_s'] * 1e3:.2f} ms")
+    t.add_row("N_I* = ⌈τ_θ/τ_M⌉", str(r["n_inference_star"]))
+    t.add_row("N_L* = ⌈(τ_L/B)/τ_M⌉", "— (give --update-ms)" if r["n_learners_star"] is None else str(r["n_learners_star"]))
+    t.add_row("cores (workers + learners + host)", str(r["cores"]))
+    mem = r.get("memory_bytes")
+    if mem:
+        t.add_row("|θ| (float32)", f"{r['n_params']:,} params = {_bytes(mem['theta'])}")
+        t.add_row("memory, N_I* copies of θ", _bytes(mem["inference_separate_copies"]))
+        t.add_row("memory, one shared θ per node", _bytes(mem["inference_shared_weights"]))
+    for name, v in r["traffic_bytes_per_s"].items():
+        t.add_row(f"traffic: {name}", f"{_bytes(v)}/s")
+    Console().print(t)

@@ -1,0 +1,381 @@
+"""OpenEnv's HTTP face beside the WebSocket: ``POST /reset``, ``POST /step``, ``GET /state``, and
+the MCP endpoint ``/mcp``.
+
+HTTP sessions. OpenEnv's HTTP routes carry no connection, so a session started by ``POST /reset``
+is named by the ``session_id`` in its replies; ``/step``, ``/state`` and a later ``/reset`` take
+it as ``session_id`` (a body field, or a query parameter of ``/state``) and, without one, act on
+the most recent HTTP session, as OpenEnv's one-env HTTP server does. Bodies are OpenEnv's shapes
+(``{"seed": 7}``; ``{"action": {"action": 1}}``) and so are replies (``observation``, ``reward``,
+``done``). Refusals keep the protocol's codes, with an HTTP status: 422 for a bad value, 404 for
+an unknown session, 410 for an ended one, 503 (``Retry-After``) at capacity or under backpressure.
+An idle HTTP session ends like any other (the manager's idle timeout).
+
+``/mcp`` speaks two dialects of JSON-RPC over HTTP, to the same tools (`nonstop.server.mcp`):
+
+* **MCP's streamable HTTP transport** (MCP Inspector, the ``mcp`` SDK's client, LLM hosts), served
+  by the official SDK's `StreamableHTTPSessionManager`;
+* **OpenEnv's** (its ``MCPToolClient``): a plain JSON reply per POST, sessions opened and closed
+  with ``openenv/session/create`` / ``openenv/session/close``, and ``params.session_id`` on
+  ``tools/list`` and ``tools/call``. A request is OpenEnv's when its method is ``openenv/…`` or its
+  params carry ``session_id`` (MCP's own params never do). Closing an OpenEnv session stops every
+  world its tool calls started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from nonstop.server.protocol import (
+    ActionData,
+    ErrorCode,
+    ProtocolError,
+    ResetData,
+    ResetMessage,
+    StateMessage,
+    StepMessage,
+)
+from nonstop.server.sessions import SessionManager
+
+__all__ = ["add_openenv_routes", "HTTP_STATUS", "MAX_OPENENV_SESSIONS"]
+
+#: HTTP status of each refusal code (anything else: 400)
+HTTP_STATUS: dict[str, int] = {
+    ErrorCode.VALIDATION_ERROR.value: 422,
+    ErrorCode.ACTION_OUT_OF_RANGE.value: 422,
+    ErrorCode.INVALID_JSON.value: 422,
+    ErrorCode.UNKNOWN_TYPE.value: 422,
+    ErrorCode.MESSAGE_TOO_LARGE.value: 413,
+    ErrorCode.NO_SESSION.value: 404,
+    ErrorCode.SESSION_ENDED.value: 410,
+    ErrorCode.CAPACITY_REACHED.value: 503,
+    ErrorCode.BACKPRESSURE.value: 503,
+    ErrorCode.FACTORY_ERROR.value: 500,
+    ErrorCode.EXECUTION_ERROR.value: 500,
+    ErrorCode.SESSION_ERROR.value: 409,
+}
+#: OpenEnv MCP sessions open at once (each is only a name and the worlds it started)
+MAX_OPENENV_SESSIONS = 1024
+#: largest /mcp request body read here (MCP tool calls are small)
+MAX_MCP_BODY = 1 << 20
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+# JSON-RPC error codes
+INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, SERVER_ERROR = -32600, -32601, -32602, -32000
+
+
+def _refusal(exc: ProtocolError) -> JSONResponse:
+    status = HTTP_STATUS.get(exc.code, 400)
+    headers = {"Retry-After": "1"} if status == 503 else None
+    body = {"type": "error", "data": {"message": exc.message, "code": exc.code}, "detail": exc.message}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _validation(exc: ValidationError, what: str) -> ProtocolError:
+    detail = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or what}: {e['msg']}" for e in exc.errors())
+    return ProtocolError(ErrorCode.VALIDATION_ERROR, f"invalid {what}: {detail}")
+
+
+class HttpPlayers:
+    """The connections that HTTP clients drive (no socket), by session id, newest last."""
+
+    def __init__(self, manager: Callable[[], SessionManager], start_timeout: float) -> None:
+        self._manager = manager
+        self.start_timeout = start_timeout
+        self._conns: OrderedDict[str, Any] = OrderedDict()
+
+    def get(self, sid: str | None) -> Any:
+        if sid is None:
+            if not self._conns:
+                raise ProtocolError(ErrorCode.NO_SESSION, "no HTTP session: POST /reset first")
+            return next(reversed(self._conns.values()))
+        conn = self._conns.get(sid)
+        if conn is None:
+            raise ProtocolError(ErrorCode.NO_SESSION, f"no HTTP session {sid!r}: POST /reset starts one")
+        return conn
+
+    async def reset(self, sid: str | None, data: ResetData) -> dict[str, Any]:
+        from nonstop.server.app import Connection
+
+        self._prune()
+        if sid is not None:
+            conn = self.get(sid)
+        else:  # a connection with no socket (no pushes)
+            conn = Connection(None, self._manager(), self.start_timeout)  # type: ignore[arg-type]
+        old = conn.session.sid if conn.session is not None else None
+        reply = await conn.handle(ResetMessage(data=data))
+        if old is not None and old != conn.session.sid:
+            self._conns.pop(old, None)
+        self._conns[conn.session.sid] = conn
+        self._conns.move_to_end(conn.session.sid)
+        return reply["data"]
+
+    def _prune(self) -> None:
+        for sid, conn in list(self._conns.items()):
+            if conn.session is None or not conn.session.live:
+                del self._conns[sid]
+
+
+class OpenEnvMcpSessions:
+    """OpenEnv's HTTP MCP sessions: a name per client and the worlds its tool calls started."""
+
+    def __init__(self) -> None:
+        self.worlds: dict[str, set[str]] = {}
+
+    def create(self) -> str:
+        if len(self.worlds) >= MAX_OPENENV_SESSIONS:
+            raise ProtocolError(ErrorCode.CAPACITY_REACHED, f"{MAX_OPENENV_SESSIONS} MCP sessions are open: close one")
+        sid = uuid.uuid4().hex
+        self.worlds[sid] = set()
+        return sid
+
+
+def _rpc_result(request_id: Any, result: Any) -> JSONResponse:
+    return JSONResponse({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+def _rpc_error(request_id: Any, code: int, message: str) -> JSONResponse:
+    return JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
+
+
+def _is_openenv(request: Any) -> bool:
+    if not isinstance(request, dict):
+        return False
+    method, params = request.get("method"), request.get("params")
+    return isinstance(method, str) and (
+        method.startswith("openenv/") or (isinstance(params, dict) and "session_id" in params)
+    )
+
+
+class McpEndpoint:
+    """The ASGI app at ``/mcp``: OpenEnv's dialect here, everything else to the MCP SDK.
+
+    The MCP server (and the SDK, ~30 MB once imported) is built at the first request, and its
+    session manager runs on a task of its own until `aclose` (the app's shutdown)."""
+
+    def __init__(self, build: Callable[[], Any]) -> None:
+        self._build = build
+        self.mcp: Any = None
+        self.openenv = OpenEnvMcpSessions()
+        self._lock: asyncio.Lock | None = None
+        self._stop: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+
+    async def ready(self) -> Any:
+        if self.mcp is not None:
+            return self.mcp
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self.mcp is None:
+                mcp, started, self._stop = self._build(), asyncio.Event(), asyncio.Event()
+
+                async def run() -> None:  # a task group is entered and left on one task
+                    async with mcp.session_manager.run():
+                        started.set()
+                        await self._stop.wait()
+
+                self._task = asyncio.create_task(run())
+                waiter = asyncio.create_task(started.wait())
+                await asyncio.wait({self._task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                if not started.is_set():  # the session manager failed to start: say why, every time
+                    waiter.cancel()
+                    task, self._task = self._task, None
+                    task.result()
+                self.mcp = mcp
+        return self.mcp
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._stop.set()
+            with contextlib.suppress(Exception):
+                await self._task
+            self._task = None
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        await self.ready()
+        if scope["method"] != "POST":
+            await self.mcp.session_manager.asgi_app(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > MAX_MCP_BODY:
+                await JSONResponse({"detail": f"request body over {MAX_MCP_BODY} bytes"}, 413)(scope, receive, send)
+                return
+        try:
+            request = json.loads(body) if body else None
+        except ValueError:
+            request = None
+        if _is_openenv(request):
+            await (await self.openenv_call(request))(scope, receive, send)
+            return
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.mcp.session_manager.asgi_app(scope, replay, send)
+
+    async def openenv_call(self, request: dict) -> JSONResponse:
+        """One request of OpenEnv's dialect (``MCPToolClient`` in production mode)."""
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        rid, method, params = request.get("id"), request["method"], request.get("params") or {}
+        if not isinstance(params, dict):
+            return _rpc_error(rid, INVALID_PARAMS, "params must be an object")
+        if method == "openenv/session/create":
+            try:
+                return _rpc_result(rid, {"session_id": self.openenv.create()})
+            except ProtocolError as exc:
+                return _rpc_error(rid, SERVER_ERROR, f"{exc.code}: {exc.message}")
+        sid = params.get("session_id")
+        worlds = self.openenv.worlds.get(sid) if isinstance(sid, str) else None
+        if worlds is None:
+            return _rpc_error(rid, INVALID_PARAMS, f"Unknown session_id: {sid!r} (openenv/session/create opens one)")
+        if method == "openenv/session/close":
+            for world in list(self.openenv.worlds.pop(sid)):
+                with contextlib.suppress(Exception):
+                    await self.mcp.call_tool("stop_session", {"session_id": world})
+            return _rpc_result(rid, {"session_id": sid, "closed": True})
+        if method == "tools/list":
+            tools = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in await self.mcp.list_tools()]
+            return _rpc_result(rid, {"tools": tools})
+        if method == "tools/call":
+            name, arguments = params.get("name"), params.get("arguments") or {}
+            if not isinstance(name, str) or not isinstance(arguments, dict):
+                return _rpc_error(rid, INVALID_PARAMS, "tools/call needs params.name (a string) and params.arguments")
+            try:
+                result = await self.mcp.call_tool(name, arguments)
+            except ToolError as exc:
+                return _rpc_error(rid, INVALID_PARAMS, str(exc))
+            except Exception as exc:  # noqa: BLE001 - an unexpected failure costs this call only
+                return _rpc_error(rid, SERVER_ERROR, f"tool {name!r} failed: {type(exc).__name__}")
+            payload = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+            if payload.get("isError"):
+                text = " ".join(c.get("text", "") for c in payload.get("content", []))
+                return _rpc_error(rid, INVALID_PARAMS, text or f"tool {name!r} failed")
+            payload["data"] = payload.get("structuredContent")  # OpenEnv's client returns result["data"]
+            if name == "start_session" and isinstance(payload["data"], dict):
+                worlds.add(payload["data"]["session_id"])
+            elif name == "stop_session":
+                worlds.discard(arguments.get("session_id"))
+            return _rpc_result(rid, payload)
+        return _rpc_error(rid, METHOD_NOT_FOUND, f"Method not found: {method}")
+
+
+def add_openenv_routes(
+    app: FastAPI, manager: Callable[[], SessionManager], *, start_timeout: float, host: str = "127.0.0.1"
+) -> None:
+    """Add ``POST /reset``, ``POST /step``, ``GET /state`` and ``/mcp`` to ``app``.
+
+    ``host`` is the address the server binds: on a loopback address ``/mcp`` refuses requests
+    whose ``Host``/``Origin`` is not local (the MCP SDK's DNS-rebinding protection); elsewhere
+    protect the server with a token.
+    """
+    players = HttpPlayers(manager, start_timeout)
+    app.state.http_players = players
+
+    async def body(request: Request) -> dict[str, Any]:
+        raw = await request.body()
+        if not raw:
+            return {}
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise ProtocolError(ErrorCode.INVALID_JSON, f"the body is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ProtocolError(ErrorCode.VALIDATION_ERROR, "the body must be a JSON object")
+        return data
+
+    def session_id(data: dict[str, Any]) -> str | None:
+        sid = data.pop("session_id", None)
+        if sid is not None and not isinstance(sid, str):
+            raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"session_id must be a string, got {sid!r}")
+        return sid
+
+    @app.post("/reset")
+    async def reset(request: Request) -> JSONResponse:
+        """OpenEnv's reset: ``{"seed": 7, "episode_id": "..."}`` plus nonstop's session config."""
+        try:
+            data = await body(request)
+            sid = session_id(data)
+            try:
+                reset_data = ResetData(**data)
+            except ValidationError as exc:
+                raise _validation(exc, "reset") from None
+            return JSONResponse(await players.reset(sid, reset_data))
+        except ProtocolError as exc:
+            return _refusal(exc)
+
+    @app.post("/step")
+    async def step(request: Request) -> JSONResponse:
+        """OpenEnv's step: ``{"action": {"action": 1}}``; returns the tick that applied it."""
+        try:
+            data = await body(request)
+            sid = session_id(data)
+            action = data.pop("action", None)
+            data.pop("timeout_s", None), data.pop("request_id", None)  # OpenEnv's; a step here never hangs
+            if data:
+                raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"unknown fields in step: {sorted(data)}")
+            if not isinstance(action, dict):
+                raise ProtocolError(ErrorCode.VALIDATION_ERROR, 'step needs {"action": {"action": ...}}')
+            try:
+                msg = StepMessage(data=ActionData(**action))
+            except ValidationError as exc:
+                raise _validation(exc, "action") from None
+            reply = await players.get(sid).handle(msg)
+            return JSONResponse(reply["data"])
+        except ProtocolError as exc:
+            return _refusal(exc)
+
+    @app.get("/state")
+    async def state(session_id: str | None = None) -> JSONResponse:
+        """OpenEnv's state (``episode_id``, ``step_count``) and the session's realtime counters."""
+        try:
+            return JSONResponse((await players.get(session_id).handle(StateMessage())).data.model_dump())
+        except ProtocolError as exc:
+            return _refusal(exc)
+
+    def build() -> Any:
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        from nonstop.server.mcp import build_mcp_server
+
+        mcp_server = build_mcp_server(manager, start_timeout=start_timeout)
+        security = None if host in LOOPBACK else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        mcp_server.streamable_http_app(streamable_http_path="/mcp", host=host, transport_security=security)
+        return mcp_server
+
+    endpoint = McpEndpoint(build)
+    app.state.mcp = endpoint
+    app.add_route("/mcp", endpoint, methods=["GET", "POST", "DELETE"])
+
+    inner = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(a: FastAPI) -> AsyncIterator[Any]:
+        async with inner(a) as state:
+            try:
+                yield state
+            finally:
+                await endpoint.aclose()  # before the manager's shutdown (inner's exit)
+
+    app.router.lifespan_context = lifespan
