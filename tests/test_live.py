@@ -115,6 +115,39 @@ def test_watching_is_not_activity_and_the_spectator_hears_the_end(no_shm_leak) -
         assert _session(srv.url, sid)["end_reason"].startswith("idle timeout")
 
 
+def test_a_spectator_that_never_subscribed_hears_the_end(no_shm_leak) -> None:
+    from websockets.exceptions import ConnectionClosedOK
+    from websockets.sync.client import connect
+
+    with ServerThread(envs=[WORLD], tick_procs=0) as srv, connect(f"{srv.url}/ws") as owner:
+        owner.send(json.dumps({"type": "reset"}))
+        sid = json.loads(owner.recv(timeout=30))["data"]["observation"]["session_id"]
+        with connect(f"{srv.url}/ws/watch/{sid}") as ws:
+            assert _send(ws, "observe")["type"] == "observation"
+            owner.send(json.dumps({"type": "close"}))
+            end = json.loads(ws.recv(timeout=30))  # within SPECTATOR_CHECK_S, unasked
+            assert end["data"]["code"] == "SESSION_ENDED" and "closed by client" in end["data"]["message"]
+            with pytest.raises(ConnectionClosedOK):
+                ws.recv(timeout=30)
+        _wait_for(lambda: http_get(srv.url, "/health")["connections"] == 0, what="both sockets counted out")
+
+
+def test_spectator_sockets_count_toward_max_connections(no_shm_leak) -> None:
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    with ServerThread(envs=[WORLD], tick_procs=0, max_connections=2) as srv, Client(srv.url) as owner:
+        sid = owner.reset().info["session_id"]
+        with connect(f"{srv.url}/ws/watch/{sid}") as ws:
+            assert _send(ws, "observe")["type"] == "observation"
+            with pytest.raises(InvalidStatus) as refused:  # the owner and this spectator fill the server
+                connect(f"{srv.url}/ws/watch/{sid}")
+            assert refused.value.response.status_code == 503
+        _wait_for(lambda: http_get(srv.url, "/health")["connections"] == 1, what="the spectator counted out")
+        with connect(f"{srv.url}/ws/watch/{sid}") as again:
+            assert _send(again, "observe")["type"] == "observation"
+
+
 def test_spectators_per_session_are_bounded(no_shm_leak) -> None:
     from contextlib import ExitStack
 
@@ -203,10 +236,10 @@ def test_live_page_in_a_headless_browser(tmp_path) -> None:
     port = free_port()
     url = f"ws://127.0.0.1:{port}"
     server_log = tmp_path / "server.log"
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"), NONSTOP_TOKEN=token)
     with server_log.open("w") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "nonstop.cli", "serve", "--env", "Boxing", "--port", str(port), "--token", token,
+            [sys.executable, "-m", "nonstop.cli", "serve", "--env", "Boxing", "--port", str(port),
              "--tick-procs", "0", "--warm-envs", "0", "--log-level", "info"],
             env=env, stdout=log_file, stderr=subprocess.STDOUT,
         )  # fmt: skip

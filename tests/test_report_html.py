@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -75,6 +76,7 @@ def test_report_html_of_a_partial_run_says_what_it_skipped(tmp_path) -> None:
     report = build_report(run)
     text = write_html(report).read_text(encoding="utf-8")
     assert text.count("data:image/png;base64,") == 1  # inaction/delay from progress.csv only
-    assert "delay_histogram: ticklog.npz is missing" in text
-    assert "return_over_time: episodes.csv is missing" in text
-    assert "Not in the run dir: episodes.csv, ticklog.npz." in text
+    assert set(report.skipped) == {"delay_histogram", "return_over_time"}
+    for name, reason in report.skipped.items():  # each skipped plot with the reason the report gives
+        assert f"<li>{name}: {escape(reason)}</li>" in text
+    assert f"Not in the run dir: {escape(', '.join(report.missing))}." in text and "episodes.csv" in report.missing

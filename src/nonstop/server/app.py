@@ -10,8 +10,8 @@ HTTP: ``/health`` (503 when ticks stop advancing), ``/metadata``, ``/schema``, `
 the MCP endpoint ``/mcp`` (`nonstop.server.openenv_http`). With a token, every request needs
 ``Authorization: Bearer TOKEN`` (WebSockets may pass ``?token=TOKEN`` instead, for clients that
 cannot set headers). The token is read from a file or the environment (`resolve_token`) and never
-logged: `RedactToken` rewrites ``token=`` in every uvicorn log line. The live page
-(``/``, its static files, ``/live/sessions`` and read-only spectator sockets ``/ws/watch/{id}``) is
+logged: `RedactToken` rewrites ``token=`` in every uvicorn log line. The live page (``/``, its
+static files, ``/live/sessions`` and read-only spectator sockets ``/ws/watch/{id}``) is
 `nonstop.server.live`; only the page's files are served without the token.
 """
 
@@ -489,7 +489,7 @@ def create_app(
     from nonstop.server.openenv_http import add_openenv_routes
 
     add_openenv_routes(app, mgr, start_timeout=start_timeout, host=host)  # POST /reset, /step, GET /state, /mcp
-    mount_live(app, mgr, token)  # the page at /, /live/sessions, spectator sockets /ws/watch/{id}
+    mount_live(app, mgr, token, max_connections=max_connections)  # the page at /, spectator sockets /ws/watch/{id}
 
     @app.websocket("/ws")
     async def websocket(ws: WebSocket) -> None:

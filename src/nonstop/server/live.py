@@ -11,8 +11,9 @@ tick, a strip of agent vs β ticks and delay, and the return. It is fed by the p
   ``close`` (or a lost spectator) closes the spectator's socket, never the session;
 * watching is not activity: a watched session that its owner leaves idle is still reaped;
 * at most `MAX_SPECTATORS` sockets watch one session (each holds up to two of its waits);
-* when the session ends, a subscribed spectator is sent a ``SESSION_ENDED`` error and its socket is
-  closed (any other request on it is answered ``SESSION_ENDED`` too).
+* when the session ends the spectator is sent a ``SESSION_ENDED`` error and its socket is closed
+  (at once when subscribed, within `SPECTATOR_CHECK_S` otherwise);
+* spectator sockets count among the server's open connections (``max_connections``).
 
 Tokens (``nonstop serve --token``): the page and its static files are public (they hold no data and
 no secret); every data request still needs the token. The page takes it from its URL fragment
@@ -85,6 +86,8 @@ SUBPROTOCOL: Final = "nonstop"
 BEARER_PREFIX: Final = "nonstop.bearer."
 #: spectator sockets per session (each holds up to two of the session's bounded waits)
 MAX_SPECTATORS: Final = 8
+#: how often a spectator socket with nothing to read checks that its session still runs (s)
+SPECTATOR_CHECK_S: Final = 5.0
 #: the seat name of a one-seat world (DESIGN §4b: a several-seat world lists its own)
 SINGLE_SEAT: Final = "agent"
 #: the page's policy: its own scripts, styles and sockets only; data: for nothing but drawn frames
@@ -189,6 +192,7 @@ class SpectatorConnection:
         self.reader = Connection(ws, manager, start_timeout=0.0)
         self.reader.session = session  # bound for reading only: nothing here calls its reset/close
         self._ended: asyncio.Future | None = None
+        self._end_sent = False
 
     async def handle(self, msg: Any) -> Any:
         if isinstance(msg, (ResetMessage, StepMessage, ActMessage)):
@@ -221,9 +225,13 @@ class SpectatorConnection:
     def _pushes_stopped(self, task: asyncio.Task) -> None:
         # pushes stop when the session ends (not when replaced or cancelled): say so, then hang up
         if not task.cancelled() and self.session.state is not Lifecycle.RUNNING and self._ended is None:
-            self._ended = asyncio.ensure_future(self._report_end())
+            self._ended = asyncio.ensure_future(self.report_end())
 
-    async def _report_end(self) -> None:
+    async def report_end(self) -> None:
+        """Send ``SESSION_ENDED`` (why the session ended) and close the socket, once."""
+        if self._end_sent:
+            return
+        self._end_sent = True
         reason = self.session.end_reason or self.session.state.value
         with contextlib.suppress(Exception):
             await self.send(ProtocolError(ErrorCode.SESSION_ENDED, f"session {self.session.sid} has ended ({reason})")
@@ -234,11 +242,18 @@ class SpectatorConnection:
         self.reader.stop_subscription()
 
 
-def mount_live(app: FastAPI, manager: Callable[[], SessionManager], token: str | None) -> None:
-    """Add the page (``/``, ``/live/static/*``), ``GET /live/sessions`` and ``/ws/watch/{sid}`` to ``app``."""
-    from nonstop.server.app import _authorized
+def mount_live(app: FastAPI, manager: Callable[[], SessionManager], token: str | None, *,
+               max_connections: int | None = None) -> None:  # fmt: skip
+    """Add the page (``/``, ``/live/static/*``), ``GET /live/sessions`` and ``/ws/watch/{sid}`` to ``app``.
+
+    Spectator sockets count among the app's open connections (``app.state.connections``) and are
+    refused past ``max_connections`` like any other socket.
+    """
+    from nonstop.server.app import _authorized, _refuse
 
     app.state.spectators = {}
+    if not hasattr(app.state, "connections"):
+        app.state.connections = 0
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:
@@ -259,7 +274,17 @@ def mount_live(app: FastAPI, manager: Callable[[], SessionManager], token: str |
                                                  token):  # fmt: skip
             await ws.close(code=1008, reason="missing or wrong bearer token")
             return
-        await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+        if max_connections is not None and app.state.connections >= max_connections:
+            await _refuse(ws, f"too many open connections ({max_connections}): retry later")
+            return
+        app.state.connections += 1
+        try:
+            await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+            await _spectate(ws, sid)
+        finally:
+            app.state.connections -= 1
+
+    async def _spectate(ws: WebSocket, sid: str) -> None:
         session = manager().get(sid)
         refusal = None
         if session is None or session.state is not Lifecycle.RUNNING:
@@ -275,7 +300,13 @@ def mount_live(app: FastAPI, manager: Callable[[], SessionManager], token: str |
         spectator = SpectatorConnection(ws, manager(), session)
         try:
             while True:
-                frame = await ws.receive()
+                try:  # wake now and then: a spectator that never subscribed still hears the end
+                    frame = await asyncio.wait_for(ws.receive(), SPECTATOR_CHECK_S)
+                except asyncio.TimeoutError:
+                    if session.state is not Lifecycle.RUNNING:
+                        await spectator.report_end()
+                        break
+                    continue
                 if frame["type"] == "websocket.disconnect":
                     break
                 raw = frame.get("text")
@@ -303,4 +334,3 @@ def mount_live(app: FastAPI, manager: Callable[[], SessionManager], token: str |
                 app.state.spectators.pop(sid, None)
             with contextlib.suppress(Exception):
                 await ws.close()
-
