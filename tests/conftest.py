@@ -8,6 +8,11 @@ factory it is given).
 from __future__ import annotations
 
 import os
+
+# Before any test module imports Ray (several do, at collection): Ray reads this once at import,
+# and without it a local test cluster advertises the machine's external interface, which a
+# sandbox may not let it connect back to (seen as a 5-minute GCS timeout in CI).
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 from pathlib import Path
 
 import gymnasium

@@ -50,6 +50,8 @@ def cluster():
                                                       "node_ip_address": "127.0.0.1", "redis_port": gcs,
                                                       **node_ports()})  # fmt: skip
     worker = c.add_node(num_cpus=2, node_ip_address="127.0.0.1", **node_ports())
+    # fail in a second, not after a 5-minute GCS timeout, if Ray was imported before the setting
+    assert c.address.startswith("127.0.0.1:"), f"the test cluster advertises {c.address}, not loopback"
     ray.init(address=c.address, log_to_driver=False)
     try:
         c.wait_for_nodes()
