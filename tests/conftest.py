@@ -178,9 +178,3 @@ def publish_uniform_frames(slot, seconds: float, ready, done_count) -> None:
     done_count.value = n
     slot.close()
 
-
-def pytest_collection_modifyitems(session, config, items) -> None:  # noqa: ARG001 - pytest's hook signature
-    """The Ray cluster tests first: in a long session, ``ray.init`` was seen to hang connecting to a
-    healthy local cluster after the rest of the suite had run (alone, and first, they pass); the
-    cause is not yet found (see the session notes)."""
-    items.sort(key=lambda item: 0 if item.nodeid.startswith("tests/test_ray_backend.py") else 1)
