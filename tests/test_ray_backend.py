@@ -93,7 +93,7 @@ def test_staggered_actors_across_nodes_share_the_ticks(cluster):
         finally:
             pool.stop()
     report = world.tick_log.meta["workers"]
-    assert len(nodes) == 2, "actors go to the live nodes in turn"
+    assert len(nodes) == 2, f"actors go to the live nodes in turn; nodes now: {[(n['NodeID'][:8], n['Alive']) for n in ray.nodes()]}"
     taus = [t for w in pool.workers for t in w.tau_thetas]
     assert min(taus) >= 3 * world.tau_m  # the declared 3 ticks, plus the measured call
     s = world.tick_log.summary(warmup_ticks=started + 40, end_tick=end)
