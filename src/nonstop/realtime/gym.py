@@ -26,7 +26,7 @@ import numpy as np
 from nonstop.realtime.clock import Clock
 from nonstop.realtime.host import END_TERMINATED, END_TRUNCATED, EnvSource, Session
 
-__all__ = ["RealtimeEnv", "make", "INFO_KEYS", "register_envs"]
+__all__ = ["RealtimeEnv", "make", "INFO_KEYS", "step_info", "register_envs"]
 
 #: What nonstop adds to ``info`` (all numpy int64; the README has the table).
 INFO_KEYS: Final = (
@@ -36,6 +36,22 @@ INFO_KEYS: Final = (
 #: What the in-process world env answers through `RealtimeEnv` on every host mechanism (static facts)
 _STATIC_QUERIES: Final = ("get_action_meanings", "get_keys_to_action")
 
+
+
+def step_info(latest: Any, prev: Any, seq: int | None) -> dict[str, Any]:
+    """The ``nonstop_`` info of a step (`INFO_KEYS`) from two slot observations: ``prev`` at the
+    last step's return, ``latest`` at this one's; ``seq`` is the submitted action's sequence
+    number (None at reset), whose delay is reported once the host has applied it (else -1).
+    One builder for every view: the Gymnasium env, the PettingZoo one and the remote client."""
+    delay = latest.last_delay if seq is not None and latest.last_action_seq == seq else -1
+    return {
+        "nonstop_tick": np.int64(latest.tick),
+        "nonstop_episode": np.int64(latest.episode),
+        "nonstop_ticks_elapsed": np.int64(latest.tick - prev.tick),
+        "nonstop_inaction_ticks": np.int64(latest.inaction_ticks - prev.inaction_ticks),
+        "nonstop_agent_ticks": np.int64(latest.agent_ticks - prev.agent_ticks),
+        "nonstop_delay": np.int64(delay),
+    }
 
 class RealtimeEnv(gym.Env):
     """A `Session` seen as a ``gymnasium.Env`` driven by one agent (worker 0).
@@ -162,17 +178,6 @@ class RealtimeEnv(gym.Env):
             else:
                 self._clock.sleep(20e-6)
 
-    def _info(self, latest: Any, prev: Any, seq: int | None) -> dict[str, Any]:
-        delay = latest.last_delay if seq is not None and latest.last_action_seq == seq else -1
-        return {
-            "nonstop_tick": np.int64(latest.tick),
-            "nonstop_episode": np.int64(latest.episode),
-            "nonstop_ticks_elapsed": np.int64(latest.tick - prev.tick),
-            "nonstop_inaction_ticks": np.int64(latest.inaction_ticks - prev.inaction_ticks),
-            "nonstop_agent_ticks": np.int64(latest.agent_ticks - prev.agent_ticks),
-            "nonstop_delay": np.int64(delay),
-        }
-
     def _check_open(self, what: str) -> None:
         if self._closed:
             raise gym.error.ClosedEnvironmentError(f"{what}() after close(): make a new env (nonstop.make or gymnasium.make)")
@@ -193,7 +198,7 @@ class RealtimeEnv(gym.Env):
             self._last, self._episode = latest, latest.episode
         self._between_episodes = self._needs_reset = self._ended = False
         self._last_step_time = self._last.time if self._clock.is_virtual else self._clock.now()
-        return self._last.obs, self._info(self._last, self._last, None)
+        return self._last.obs, step_info(self._last, self._last, None)
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         self._check_open("step")
@@ -224,7 +229,7 @@ class RealtimeEnv(gym.Env):
             else:  # more than one episode ended since the agent last looked: its terminal state is gone
                 terminated = latest.last_end == END_TERMINATED
                 truncated = latest.last_end == END_TRUNCATED
-        info = self._info(latest, prev, seq)
+        info = step_info(latest, prev, seq)
         self._last = latest
         self._ended = terminated or truncated
         if self._ended:

@@ -22,6 +22,7 @@ import numpy as np
 from pettingzoo import ParallelEnv
 
 from nonstop.realtime.clock import Clock, VirtualClock
+from nonstop.realtime.gym import step_info
 from nonstop.realtime.host import END_TERMINATED, END_TRUNCATED, EnvSource, Session
 
 __all__ = ["RealtimeParallelEnv", "make_parallel"]
@@ -90,17 +91,6 @@ class RealtimeParallelEnv(ParallelEnv):
                 session.run_until(min(self._clock.now() + self.tau_m / 4, session.origin + (tick + 1.05) * self.tau_m))
         return [slot.read() for slot in slots]
 
-    def _info(self, latest: Any, prev: Any, seq: int | None) -> dict[str, Any]:
-        delay = latest.last_delay if seq is not None and latest.last_action_seq == seq else -1
-        return {
-            "nonstop_tick": np.int64(latest.tick),
-            "nonstop_episode": np.int64(latest.episode),
-            "nonstop_ticks_elapsed": np.int64(latest.tick - prev.tick),
-            "nonstop_inaction_ticks": np.int64(latest.inaction_ticks - prev.inaction_ticks),
-            "nonstop_agent_ticks": np.int64(latest.agent_ticks - prev.agent_ticks),
-            "nonstop_delay": np.int64(delay),
-        }
-
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         if self.session is None:
             raise RuntimeError("reset() after close(): make a new env")
@@ -116,7 +106,7 @@ class RealtimeParallelEnv(ParallelEnv):
         self._fresh = False
         self.agents = list(self.possible_agents)
         obs = {seat: latest.obs for seat, latest in zip(self.possible_agents, self._last)}
-        return obs, {seat: self._info(lt, lt, None) for seat, lt in zip(self.possible_agents, self._last)}
+        return obs, {seat: step_info(lt, lt, None) for seat, lt in zip(self.possible_agents, self._last)}
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
         if self.session is None:
@@ -151,7 +141,7 @@ class RealtimeParallelEnv(ParallelEnv):
                 if not (term or trunc):
                     trunc = True  # the episode ended for every seat at once
             obs[seat], rewards[seat], terms[seat], truncs[seat] = o, float(r), bool(term), bool(trunc)
-            infos[seat] = self._info(now, before, seqs[i])
+            infos[seat] = step_info(now, before, seqs[i])
         self._last = latest
         if ended:
             self._episode = latest[0].episode
