@@ -55,6 +55,14 @@ def cluster():
     ray.init(address=c.address, log_to_driver=False)
     try:
         c.wait_for_nodes()
+        # A node is listed alive before the head's scheduler has its resources; until then a soft
+        # affinity to it counts as infeasible and falls back to the head. A task pinned hard to the
+        # second node returns only once it is schedulable there.
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = ray.remote(num_cpus=0)(lambda: ray.get_runtime_context().get_node_id())
+        pinned = NodeAffinitySchedulingStrategy(node_id=worker.node_id, soft=False)
+        assert ray.get(here.options(scheduling_strategy=pinned).remote(), timeout=120) == worker.node_id
         yield c, worker
     finally:
         ray.shutdown()
