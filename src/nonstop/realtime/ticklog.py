@@ -71,6 +71,7 @@ import re
 import struct
 import tempfile
 import threading
+import time
 import warnings
 import zipfile
 from collections import deque
@@ -305,6 +306,9 @@ class _ChunkWriter:
         #: paged in costs no page faults on the tick path (deque: thread-safe append/pop)
         self.free: deque[np.ndarray] = deque()
         self.error: BaseException | None = None
+        #: (start, end) `time.perf_counter_ns` of the last chunk writes: when the writer was busy
+        #: (``nonstop bench ticklog`` tells a slow append that overlapped one from the machine's noise)
+        self.busy: deque[tuple[int, int]] = deque(maxlen=1024)
         self.thread = threading.Thread(target=self._loop, name="nonstop-ticklog-writer", daemon=True)
         self.thread.start()
 
@@ -343,6 +347,7 @@ class _ChunkWriter:
                 self._stock_spare((-chunk.n, len(self.names)))
                 continue
             self._follow_host_priority()
+            began = time.perf_counter_ns()
             path = self.directory / f"chunk-{chunk.index:06d}.npz"
             rows = chunk.rows
             assert rows is not None
@@ -355,6 +360,8 @@ class _ChunkWriter:
                                   RuntimeWarning, stacklevel=1)  # fmt: skip
                 self.error = exc
                 continue
+            finally:
+                self.busy.append((began, time.perf_counter_ns()))
             chunk.path = path
             chunk.rows = None  # from now on read back from the file: memory stays bounded
             if len(self.free) < 2:
