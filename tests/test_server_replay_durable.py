@@ -150,3 +150,29 @@ def test_replay_columns_validate_and_keep_a_consistent_prefix(tmp_path):
     got = ReplayColumns.read_directory(tmp_path / "r")
     assert got["step_hashes"].tolist() == [10, 11, 12, 13, 14, 15]  # two whole chunks
     assert got["actions"].shape == (6, 2) and got["reset_steps"].tolist() == [0, 5]
+
+
+def test_a_full_disk_keeps_the_replay_columns_in_memory_and_whole(tmp_path, monkeypatch):
+    import builtins
+
+    cols = ReplayColumns(directory=tmp_path / "r", chunk_rows=4)
+    cols.add_reset(1)
+    for i in range(5):
+        cols.add_step(float(i), 10 + i)  # the first chunk reaches the files
+    real_open = builtins.open
+
+    def full_disk(path, mode="r", *args, **kwargs):
+        f = real_open(path, mode, *args, **kwargs)
+        if "a" in mode and str(path).endswith("step_hashes.u4"):
+            f.write(b"\x00\x00")  # part of a value made it before the disk filled
+            f.close()
+            raise OSError(28, "No space left on device")
+        return f
+
+    monkeypatch.setattr(builtins, "open", full_disk)
+    for i in range(5, 12):
+        cols.add_step(float(i), 10 + i)
+    monkeypatch.setattr(builtins, "open", real_open)
+    assert cols.error is not None and cols.held_steps == 8  # kept in memory, nothing lost
+    got = cols.read()
+    assert got["step_hashes"].tolist() == list(range(10, 22)) and got["actions"][:, 0].tolist() == list(range(12))

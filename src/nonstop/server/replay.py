@@ -189,9 +189,13 @@ class ReplayColumns:
         among them. For writing the replay file at the session's end (a transient copy)."""
         if self.directory is not None:
             disk, _ = _read_files(self.directory)
-            if len(disk["step_hashes"]) != self.flushed_steps and self.error is None:
+            if len(disk["step_hashes"]) < self.flushed_steps or len(disk["reset_steps"]) < self.flushed_resets:
                 raise ValueError(f"replay columns in {self.directory} hold {len(disk['step_hashes'])} steps, "
                                  f"{self.flushed_steps} were written")  # fmt: skip
+            # past what was flushed whole lies at most a failed write's part (a full disk): its rows are still held
+            limits = {"actions": self.flushed_steps * self.action_width, "step_hashes": self.flushed_steps,
+                      "reset_steps": self.flushed_resets, "reset_hashes": self.flushed_resets}  # fmt: skip
+            disk = {name: disk[name][: limits[name]] for name in _STREAMS}
         elif self.flushed_steps:
             raise ValueError("this recording was handed over by take(): read it where it was taken to")
         else:
