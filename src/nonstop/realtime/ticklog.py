@@ -8,6 +8,8 @@ columns, so any figure can be traced back to ticks.
 `struct` pack per tick, no allocation on the per-tick path). A full block is *sealed*: it joins
 the list of completed chunks and a fresh block is allocated (``np.zeros``, which maps zeroed pages
 lazily: O(1), not a copy). Nothing is ever doubled and copied, so no append stalls the world.
+A streaming log's blocks are paged in off the tick path (the first at construction, the next by
+the writer thread): a first write to a lazily mapped huge page costs milliseconds.
 
 **On disk** (``TickLog(..., directory=D)``, written by the process that appends, i.e. the host)::
 
@@ -296,8 +298,9 @@ class _ChunkWriter:
     ``max_pending`` chunks behind (a disk or a CPU far slower than the ticks) is warned about once
     and its backlog waits in memory until it catches up; ``max_backlog`` records the worst."""
 
-    def __init__(self, directory: Path, max_pending: int, names: Sequence[str] = _NAMES) -> None:
+    def __init__(self, directory: Path, max_pending: int, names: Sequence[str] = _NAMES, block_rows: int = CHUNK_ROWS) -> None:
         self.directory = directory
+        self.block_shape = (block_rows, len(names))
         self.names = names
         self.max_pending = max_pending
         self.max_backlog = 0
@@ -342,10 +345,8 @@ class _ChunkWriter:
             pass
 
     def _loop(self) -> None:
+        self._stock_spare(self.block_shape)  # before the first seal needs it (a chunk takes minutes to fill)
         while (chunk := self.queue.get()) is not None:
-            if chunk.n < 0:  # the log's request for a spare block of shape (chunk_rows, columns)
-                self._stock_spare((-chunk.n, len(self.names)))
-                continue
             self._follow_host_priority()
             began = time.perf_counter_ns()
             path = self.directory / f"chunk-{chunk.index:06d}.npz"
@@ -366,7 +367,7 @@ class _ChunkWriter:
             chunk.rows = None  # from now on read back from the file: memory stays bounded
             if len(self.free) < 2:
                 self.free.append(rows)
-            self._stock_spare(rows.shape)
+            self._stock_spare(self.block_shape)
 
 
 # ----------------------------------------------------------------------------- the log
@@ -426,9 +427,8 @@ class TickLog:
                 raise FileExistsError(f"{self.directory} already holds a tick log: move it away or choose another directory")
             self.directory.mkdir(parents=True, exist_ok=True)
             self._write_meta(complete=False)
-            self._writer = _ChunkWriter(self.directory, max_pending, self._names)
-            # the writer keeps a paged-in spare block ready, so no seal hands the appender fresh pages
-            self._writer.queue.put_nowait(_Chunk(None, None, -self._chunk_rows, -1, self._index))
+            # the writer also keeps a paged-in spare block ready, so no seal hands the appender fresh pages
+            self._writer = _ChunkWriter(self.directory, max_pending, self._names, self._chunk_rows)
 
     def __len__(self) -> int:
         return self._n_done + self._n_block
