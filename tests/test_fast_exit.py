@@ -88,8 +88,11 @@ def _nothing_left(proc: subprocess.Popen, children: set[int]) -> None:
     assert not left, f"children left running: {left}"
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_train_on_the_virtual_clock_stops_within_a_second_of_the_signal(tmp_path, signum, code):
+@pytest.mark.parametrize("clock, signum, code", [("virtual", signal.SIGINT, 130), ("virtual", signal.SIGTERM, 143),
+                                                  ("wall", signal.SIGINT, 130)])  # fmt: skip
+def test_train_stops_within_a_second_of_the_signal(tmp_path, clock, signum, code):
+    """The wall clock adds a host process and a learner process, reaped before the final
+    checkpoint: measured 0.27-0.45 s once a learner leaves with ``os._exit`` (0.86-1.08 s before)."""
     run = tmp_path / "run"
     progress = run / "progress.csv"
 
@@ -97,7 +100,7 @@ def test_train_on_the_virtual_clock_stops_within_a_second_of_the_signal(tmp_path
         return progress.exists() and len(progress.read_text().splitlines()) > 2
 
     proc, took, children, err = _signal_when_ready(
-        ["train", "--env", "CartPole", "--seconds", "3600", "--learning-starts", "50", "--batch-size", "8",
+        ["train", "--env", "CartPole", "--clock", clock, "--seconds", "3600", "--learning-starts", "50", "--batch-size", "8",
          "--progress-every", "1", "--out", str(run)], ready, signum)  # fmt: skip
     assert proc.returncode == code, err
     assert took < BOUND_S, f"{took:.2f} s from the signal to the exit"
