@@ -43,6 +43,7 @@ from nonstop.learning.dqn import (
 from nonstop.learning.learners import LEARNER_MODES, Learner, LearnerProcesses, VirtualLearners, apply
 from nonstop.learning.replay import ReplayBuffer, ReplayRecorder
 from nonstop.learning.weights import SharedWeights, TrainingState
+from nonstop.realtime.lifeline import RestartBudget
 
 __all__ = ["INTERACTIONS", "TrainConfig", "train", "TrainingRun", "ProgressRows", "default_env_kwargs", "parse_env_args"]
 
@@ -68,6 +69,9 @@ class TrainConfig:
     backend: str = field(default="thread", metadata={"help": "inference workers on the wall clock: thread | process | ray"})
     ray_address: str | None = field(default=None, metadata={"help": "Ray cluster HOST:PORT for backend ray (None: a local Ray)"})
     seed: int = field(default=0, metadata={"help": "seed for env, model, exploration and replay sampling"})
+    max_restarts: int = field(default=5, metadata={"help": "restarts of dead learners (and, apart, of dead inference "
+                                                           "workers) allowed within restart_window; past it the run ends"})
+    restart_window: float = field(default=60.0, metadata={"help": "the window of max_restarts, in clock seconds"})
     dqn: DQNConfig | None = field(default=None, metadata={"help": "DQN settings (default: the env family's)"})
 
     def __post_init__(self) -> None:
@@ -91,6 +95,7 @@ class TrainConfig:
                 continue
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        RestartBudget(self.max_restarts, self.restart_window)  # a clear error for a bad budget, before anything starts
         if self.tau_l is not None and not (self.tau_l >= 0 and math.isfinite(self.tau_l)):
             raise ValueError(f"tau_l must be a finite number of seconds >= 0, got {self.tau_l!r}")
         if isinstance(self.dqn, dict):
@@ -243,18 +248,21 @@ class TrainingRun:
                 check_placement(self.n_inference if isinstance(self.n_inference, int) else 1, 1)
             self._broadcast = WeightBroadcast(self.weights)
         if cfg.interaction == "staggered":
-            self.pool = InferencePool(self.world, self._policy, cfg.scheduler, n_inference=self.n_inference)
+            self.pool = InferencePool(self.world, self._policy, cfg.scheduler, n_inference=self.n_inference,
+                                      restart_budget=self._budget())  # fmt: skip
             self._parts.append(self.pool.stop)
             self.pool.start()
             if clock.is_virtual:
                 learners = [self._learner(i) for i in range(cfg.n_learners)]
                 self.learners: Any = VirtualLearners(clock, self.tau_m, n_learners=cfg.n_learners, mode=cfg.learner_mode,
                                                      tau_l=tau_l, learners=learners, state=self.state,
-                                                     weights=self.weights, cfg=self.dqn)  # fmt: skip
+                                                     weights=self.weights, cfg=self.dqn,
+                                                     restart_budget=self._budget())  # fmt: skip
             else:
                 self.learners = LearnerProcesses(n_learners=cfg.n_learners, mode=cfg.learner_mode, obs_shape=self.obs_shape,
                                                  n_actions=int(self.action_space.n), cfg=self.dqn, state=self.state,
-                                                 weights=self.weights, replay=self.replay, seed=cfg.seed)  # fmt: skip
+                                                 weights=self.weights, replay=self.replay, seed=cfg.seed,
+                                                 restart_budget=self._budget(), clock=clock)  # fmt: skip
             self._parts.append(self.learners.stop)
             self.learners.start()
         else:
@@ -263,14 +271,26 @@ class TrainingRun:
             self.agent.start()
         return self
 
+    def _budget(self) -> RestartBudget:
+        return RestartBudget(self.cfg.max_restarts, self.cfg.restart_window)
+
     # ------------------------------------------------------------------ running
     def advance(self, seconds: float) -> None:
-        """Let the world run ``seconds`` more, annealing ε as the ticks pass."""
+        """Let the world run ``seconds`` more, annealing ε as the ticks pass. Raises `PartFailed`
+        once a learner or an inference worker has died more often than its restart budget allows."""
         end = self.world.now() + seconds
         step = min(seconds, 50 * self.tau_m)
         while self.world.now() < end - 1e-12:
             self.weights.epsilon = epsilon_at(self.tick_offset + self.world.slot.read().tick, self.dqn)
             self.world.run_until(min(end, self.world.now() + step))
+            self.check_parts()
+
+    def check_parts(self) -> None:
+        """Raise the `PartFailed` of a part that kept dying (learners first: the run cannot learn)."""
+        for name in ("learners", "pool"):
+            failure = getattr(getattr(self, name, None), "failure", None)
+            if failure is not None:
+                raise failure
 
     @property
     def updates(self) -> int:

@@ -56,6 +56,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="wall-clock inference workers: threads, processes, or Ray actors on any node (pip install -e '.[ray]')")
     p.add_argument("--ray-address", default=None, metavar="HOST:PORT",
                    help="Ray cluster for --backend ray (default: start a local Ray)")
+    p.add_argument("--max-restarts", type=int, default=5,
+                   help="restarts of dead learners, and apart of dead inference workers, allowed within "
+                        "--restart-window; one more death ends the run (summary incomplete, exit 1). Default 5")  # fmt: skip
+    p.add_argument("--restart-window", type=float, default=60.0, metavar="SECONDS",
+                   help="the window of --max-restarts, in the run's clock seconds (default 60)")
     add_dqn_arguments(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", metavar="RUN", default=None, help="run directory (default runs/<env>-<time>)")
@@ -113,7 +118,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         env=args.env, env_kwargs=env_kwargs, clock=args.clock, seconds=args.seconds, interaction=args.interaction, scheduler=args.scheduler,
         n_inference=args.n_inference, latency=args.latency, n_learners=args.n_learners,
         learner_mode=args.learner_mode, tau_l=args.tau_l, backend=args.backend, ray_address=args.ray_address,
-        seed=args.seed, dqn=dqn,
+        seed=args.seed, dqn=dqn, max_restarts=getattr(args, "max_restarts", 5), restart_window=getattr(args, "restart_window", 60.0),
     )  # fmt: skip
 
 
@@ -297,8 +302,12 @@ class RunEnd:
             code = exc.code if isinstance(exc.code, int) else 1
             self.reason, self.exit_code = ("terminated (SIGTERM)" if code == 143 else f"exit requested ({code})"), code
         else:
+            from nonstop.realtime.lifeline import PartFailed
+
             first = str(exc).splitlines()[0] if str(exc) else ""
             name = "the world's host died" if isinstance(exc, HostError) else type(exc).__name__
+            if isinstance(exc, PartFailed):  # its message names the part and the cause
+                name, first = first, ""
             self.reason, self.exit_code, self.error = f"{name}: {first}" if first else name, 1, exc
 
     def note(self, text: str) -> None:

@@ -27,13 +27,17 @@ grows the log (``seal_max_ms``) is ≤ 1 ms, that memory is flat, and that the w
 the worst append was ≤ 1 ms outright. ``seal_max_ms`` is the worst of the appends that grow the log (a
 doubling, or a chunk sealed and handed to the writer): the cost the design itself adds, apart from
 the machine's noise. ``writer_backlog`` is the most chunks that waited for the writer at
-once (the appender never waits for it; a backlog costs memory instead). ``--rate 0`` appends back
+once (the appender never waits for it; a backlog costs memory instead). ``slow_appends`` says
+where every append over 0.5 ms happened: sealing a chunk, while the writer thread was writing one
+(it shares the GIL), during a garbage collection, or none of these (``machine``: another process
+or the hypervisor had the core; the ``floor`` variant's own slow appends are all of that kind). ``--rate 0`` appends back
 to back, as fast as they go, and shows where the writer stops keeping up on this machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import multiprocessing as mp
 import os
 import shutil
@@ -56,6 +60,8 @@ QUICK = {"rows": 300_000, "rss_at": 100_000}
 FULL = {"rows": 5_000_000, "rss_at": 1_000_000}
 VARIANTS = ("floor", "doubling", "chunked", "streamed")
 MAX_APPEND_TARGET_MS = 1.0
+#: appends slower than this (ns) are attributed to a cause (``slow_appends`` of each variant)
+SLOW_NS = 500_000
 RSS_FLAT_TARGET = 0.10
 
 #: flat figures of the result (tests/test_bench_quick.py checks them)
@@ -132,6 +138,17 @@ def _measure(variant: str, rows: int, rss_at: int, rate: float, sched: str, dire
         grows = np.arange(CHUNK_ROWS + 1, rows + 1, CHUNK_ROWS)  # the appends that seal a chunk
     policy = raise_priority(sched) if sched != "normal" else "normal"  # after the writer thread started
     append, clock, sleep = log.append_row, time.perf_counter_ns, time.sleep
+    slow: list[tuple[int, int, int]] = []  # (row, start ns, cost ns) of appends over SLOW_NS
+    gcs: list[tuple[int, int]] = []  # (start, end ns) of garbage collections during the loop
+    gc_began = [0]
+
+    def on_gc(phase: str, _: dict) -> None:
+        if phase == "start":
+            gc_began[0] = clock()
+        else:
+            gcs.append((gc_began[0], clock()))
+
+    gc.callbacks.append(on_gc)
     tau = 1 / 60
     rss_first = 0
     burst = max(1, round(rate / 1000)) if rate > 0 else rows + 1
@@ -141,7 +158,9 @@ def _measure(variant: str, rows: int, rss_at: int, rate: float, sched: str, dire
         deadline = t * tau
         t0 = clock()
         append(t, deadline, deadline + 1e-5, t & 1, 0, 3, t - 3, 1.0, 0.01, 1.0, t >> 12, False, False, 0, 0, 1e-5, 0.0)
-        costs[t - 1] = clock() - t0
+        cost = costs[t - 1] = clock() - t0
+        if cost > SLOW_NS:
+            slow.append((t, t0, cost))
         if t == rss_at:
             rss_first = _rss_bytes()
         if t % burst == 0:  # the next burst is due a millisecond after this one began
@@ -150,8 +169,10 @@ def _measure(variant: str, rows: int, rss_at: int, rate: float, sched: str, dire
             if pause > 0:
                 sleep(pause)
     wall = time.perf_counter() - t_start
+    gc.callbacks.remove(on_gc)
     rss_end = _rss_bytes()
     backlog = log.writer_backlog if variant == "streamed" else 0
+    busy = list(log._writer.busy) if variant == "streamed" else []  # read before close() drops the writer
     if variant == "streamed":
         log.close()
     worst = np.argsort(costs)[-5:][::-1]
@@ -171,8 +192,35 @@ def _measure(variant: str, rows: int, rss_at: int, rate: float, sched: str, dire
         "appends_per_s": rows / wall,
         "wall_s": wall,
         "writer_backlog": backlog,
+        "slow_appends": _attribute(slow, grows, busy, gcs),
     })  # fmt: skip
     conn.close()
+
+
+def _attribute(slow: list[tuple[int, int, int]], grows: np.ndarray, busy: list[tuple[int, int]],
+               gcs: list[tuple[int, int]]) -> dict[str, Any]:
+    """Where the appends over `SLOW_NS` happened: sealing a chunk, while the writer thread was
+    writing one (it shares the GIL), during a garbage collection, or none of these (the machine:
+    another process or the hypervisor held the core). Counts, and the worst few with their cause."""
+    seals = set(int(g) for g in grows)
+
+    def cause(row: int, start: int, cost: int) -> str:
+        end = start + cost
+        if row in seals:
+            return "seal"
+        if any(s < end and start < e for s, e in gcs):
+            return "gc"
+        if any(s < end and start < e for s, e in busy):
+            return "writer busy"
+        return "machine"
+
+    tagged = [(row, cost, cause(row, start, cost)) for row, start, cost in slow]
+    counts: dict[str, int] = {}
+    for _, _, why in tagged:
+        counts[why] = counts.get(why, 0) + 1
+    worst = sorted(tagged, key=lambda x: -x[1])[:5]
+    return {"over_ms": SLOW_NS / 1e6, "counts": counts,
+            "worst": [{"row": row, "ms": cost / 1e6, "cause": why} for row, cost, why in worst]}  # fmt: skip
 
 
 def _run_variant(variant: str, rows: int, rss_at: int, rate: float, sched: str) -> dict[str, Any]:
@@ -227,6 +275,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "sched": s["sched"],
         "streamed_rss_growth": s["rss_growth"],
         "streamed_writer_backlog": s["writer_backlog"],
+        "streamed_slow_appends": s["slow_appends"],
+        "floor_slow_appends": per["floor"]["slow_appends"] if "floor" in per else None,
         "targets": {"max_append_ms": MAX_APPEND_TARGET_MS, "rss_growth": RSS_FLAT_TARGET},
         "meets_strict_max": bool(s["max_ms"] <= MAX_APPEND_TARGET_MS),
         "meets_target": bool(
@@ -252,6 +302,10 @@ def render(result: dict[str, Any]) -> None:
                       f"{v['seal_max_ms']:.3f}", f"{v['over_1ms']:,}", f"{v['rss_mb_at_first']:.0f}", f"{v['rss_mb_at_end']:.0f}",
                       f"{v['rss_growth']:+.1%}", str(v["writer_backlog"]))  # fmt: skip
     Console().print(table)
+    for name, v in result["variants"].items():
+        slow = v.get("slow_appends") or {}
+        if slow.get("counts"):
+            print(f"{name}: appends over {slow['over_ms']} ms by cause: " + ", ".join(f"{k} {n}" for k, n in slow["counts"].items()))
     verdict = "meets" if result["meets_target"] else "misses"
     print(f"streamed {verdict} the targets (max append ≤ {MAX_APPEND_TARGET_MS} ms, memory flat within "
           f"{RSS_FLAT_TARGET:.0%}); worst doubling appends: "

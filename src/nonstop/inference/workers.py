@@ -41,7 +41,7 @@ import numpy as np
 
 from nonstop.realtime.clock import Clock, TimedProcess, WallClock, stopwatch
 from nonstop.realtime.host import Session
-from nonstop.realtime.lifeline import hold_lifeline, reap
+from nonstop.realtime.lifeline import PartFailed, RestartBudget, hold_lifeline, reap
 
 __all__ = ["InferencePool", "WorkerEvent", "ProcessPolicy"]
 
@@ -157,6 +157,7 @@ class InferencePool:
         n_inference: int | str | None = None,
         restart: bool = True,
         max_restarts: int = 100,
+        restart_budget: RestartBudget | None = None,
         align_to_ticks: bool | None = None,
         seat: int | str | None = None,
     ) -> None:
@@ -191,6 +192,11 @@ class InferencePool:
         staggered = scheduler.name not in ("sequential", "unstaggered") and not self.frees_workers
         self.align_to_ticks = (not self.clock.is_virtual and staggered) if align_to_ticks is None else align_to_ticks
         self.max_restarts = max_restarts
+        #: restarts of the whole pool within a window of clock time (None: only ``max_restarts`` per
+        #: worker, after which that worker stays dead and β covers it); past it, `failure` is set
+        #: and the run that owns the pool ends with it
+        self.budget = restart_budget
+        self.failure: PartFailed | None = None
         self.events: list[WorkerEvent] = []
         self.workers = [_WorkerState(i) for i in range(scheduler.n_workers)]
         self._stop = threading.Event()
@@ -445,12 +451,18 @@ class InferencePool:
             detail = "".join(traceback.format_exception_only(error)).strip() if error else "exited"
             self.events.append(WorkerEvent(self.clock.now(), state.index, "died", detail))
             self._release(self._policies.pop(state.index, None))
-            if self.restart and state.deaths <= self.max_restarts:
+            may = self.restart and state.deaths <= self.max_restarts
+            within = not may or self.budget is None or self.budget.spend(self.clock.now())
+            if may and within:
                 self._spawn(state, first=False)
                 self.events.append(WorkerEvent(self.clock.now(), state.index, "restarted"))
             else:
                 state.handle = _Dead()
                 why = "restarts are off" if not self.restart else f"it died {state.deaths} times"
+                if self.restart and not within and self.failure is None:
+                    deaths = sum(w.deaths for w in self.workers)
+                    why = f"the pool's workers died {deaths} times, more than {self.budget.describe()}"
+                    self.failure = PartFailed(f"inference worker {state.index} kept dying: {why} (last: {detail})")
                 self.events.append(WorkerEvent(self.clock.now(), state.index, "gave up", f"not restarted: {why}"))
 
     def _supervise_virtual(self) -> TimedProcess:

@@ -73,7 +73,7 @@ _TMP_SUFFIX: Final = ".tmp"
 DEFAULT_MAY_DIFFER: Final = (
     "duration", "duration_s", "seconds", "ticks", "max_ticks", "total_ticks", "env_ticks", "budget",
     "updates", "max_updates", "out", "run_dir", "resume", "progress_every", "progress_interval_s",
-    "checkpoint_every", "keep_checkpoints", "quiet", "verbose",
+    "checkpoint_every", "keep_checkpoints", "quiet", "verbose", "max_restarts", "restart_window",
 )  # fmt: skip
 
 

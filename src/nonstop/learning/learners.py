@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import functools
 import multiprocessing as mp
+import os
 import signal
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from typing import Any, Final
 
@@ -40,7 +43,8 @@ import numpy as np
 from nonstop.learning.dqn import DQNConfig, apply_gradient, build_q_network, compute_gradient
 from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import SharedWeights, TrainingState, _Segment, load_flat
-from nonstop.realtime.lifeline import hold_lifeline, reap
+from nonstop.realtime.clock import WallClock
+from nonstop.realtime.lifeline import PartFailed, RestartBudget, hold_lifeline, reap
 
 __all__ = ["LEARNER_MODES", "Learner", "VirtualLearners", "LearnerProcesses"]
 
@@ -132,7 +136,8 @@ class VirtualLearners:
     learner per tick). Learner i starts ``i·tau_l/N_L`` late, so updates interleave."""
 
     def __init__(self, clock: Any, tau_m: float, *, n_learners: int, mode: str, tau_l: float, learners: list[Learner],
-                 state: TrainingState, weights: SharedWeights, cfg: DQNConfig) -> None:  # fmt: skip
+                 state: TrainingState, weights: SharedWeights, cfg: DQNConfig,
+                 restart_budget: RestartBudget | None = None) -> None:  # fmt: skip
         check_mode(mode, n_learners)
         if not (tau_l >= 0 and np.isfinite(tau_l)):
             raise ValueError(f"tau_l must be a finite number of seconds >= 0, got {tau_l!r}")
@@ -142,22 +147,70 @@ class VirtualLearners:
         self.losses: list[float] = []
         self.applied_by: list[int] = []  # which learner applied each update, in order
         self._stop = False
+        #: a learner that dies (its update raised) is restarted on the shared weights while this allows
+        self.budget = restart_budget if restart_budget is not None else RestartBudget()
+        self.restarts = [0] * n_learners
+        self.events: list[tuple[float, int, str]] = []
+        #: set when a learner kept dying past the budget: the run must end (`PartFailed`)
+        self.failure: PartFailed | None = None
+        self._handles: list[Any] = []
+        self._killed: set[int] = set()
 
     def start(self) -> "VirtualLearners":
         if self.mode == "parallel":
-            self.clock.spawn(self._parallel(), name="learners", priority=3)
+            self._handles = [self._spawn(0, first=True)]
         else:
-            for learner in self.learners:
-                self.clock.spawn(self._loop(learner), name=f"learner-{learner.index}", priority=3)
+            self._handles = [self._spawn(learner.index, first=True) for learner in self.learners]
+        self.clock.spawn(self._supervise(), name="learner-supervisor", priority=3)
         return self
+
+    def _spawn(self, i: int, *, first: bool) -> Any:
+        # isolated: a learner's error is its death (restarted below), not the end of the world
+        if self.mode == "parallel":
+            return self.clock.spawn(self._parallel(), name="learners", priority=3, isolate=True)
+        return self.clock.spawn(self._loop(self.learners[i], first=first), name=f"learner-{i}", priority=3, isolate=True)
+
+    def _supervise(self) -> Iterator[float]:
+        while not self._stop and self.failure is None:
+            yield self.clock.now() + self.tau_m
+            for i, handle in enumerate(self._handles):
+                if handle is None or handle.alive or self._stop:
+                    continue
+                why = "".join(traceback.format_exception_only(handle.error)).strip() if handle.error else "exited"
+                self.events.append((self.clock.now(), i, f"died ({why})"))
+                if self.budget.spend(self.clock.now()):
+                    self.restarts[i] += 1
+                    self._killed.discard(i)
+                    self._handles[i] = self._spawn(i, first=False)
+                    self.events.append((self.clock.now(), i, "restarted"))
+                else:
+                    self._handles[i] = None
+                    self.failure = PartFailed(f"learner {i} kept dying: {sum(self.restarts) + 1} deaths, more than "
+                                              f"{self.budget.describe()} (last: {why})")  # fmt: skip
+                    self.events.append((self.clock.now(), i, "gave up"))
+
+    def kill(self, i: int) -> None:
+        """Kill learner ``i`` as a crash would (tests and drills): it dies at its next wake-up."""
+        if not 0 <= i < len(self._handles):
+            raise ValueError(f"no learner {i}; learners are 0..{len(self._handles) - 1}")
+        self._killed.add(i)
+
+    def _check_killed(self, i: int) -> None:
+        if i in self._killed:
+            raise RuntimeError(f"learner {i} killed")
+
+    def report(self) -> dict[str, Any]:
+        return {"n_learners": self.n, "mode": self.mode, "restarts": list(self.restarts),
+                "events": [(round(t, 6), i, what) for t, i, what in self.events]}  # fmt: skip
 
     def stop(self) -> None:
         self._stop = True
 
-    def _loop(self, learner: Learner) -> Iterator[float]:
-        t = self.clock.now() + learner.index * self.period / self.n
+    def _loop(self, learner: Learner, first: bool = True) -> Iterator[float]:
+        t = self.clock.now() + (learner.index * self.period / self.n if first else 0.0)
         yield t
         while not self._stop:
+            self._check_killed(learner.index)
             out = learner.gradient() if learner.ready else None
             t += self.period
             yield t
@@ -175,6 +228,7 @@ class VirtualLearners:
     def _parallel(self) -> Iterator[float]:
         t = self.clock.now()
         while not self._stop:
+            self._check_killed(0)
             outs = [learner.gradient() for learner in self.learners if learner.ready]
             outs = [o for o in outs if o is not None]
             t += self.period
@@ -225,6 +279,10 @@ def _learner_main(index: int, n: int, mode: str, obs_shape: tuple[int, ...], n_a
         for seg in (state, weights, replay, grads):
             if seg is not None:
                 seg.close()
+    # asked to stop, segments closed: leave now. A spawned child's ordinary exit frees every module,
+    # torch's included (0.5 s and more), and the trainer reaps its learners before its final checkpoint
+    sys.stdout.flush(), sys.stderr.flush()
+    os._exit(0)
 
 
 def _parallel_step(learner: Learner, index: int, n: int, state: TrainingState, weights: SharedWeights,
@@ -264,7 +322,8 @@ class LearnerProcesses:
 
     def __init__(self, *, n_learners: int, mode: str, obs_shape: tuple[int, ...], n_actions: int, cfg: DQNConfig,
                  state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, seed: int | None = None,
-                 torch_threads: int = 1, restart: bool = True) -> None:  # fmt: skip
+                 torch_threads: int = 1, restart: bool = True, restart_budget: RestartBudget | None = None,
+                 clock: Any = None) -> None:  # fmt: skip
         check_mode(mode, n_learners)
         if mode == "parallel" and n_learners > 8:
             raise ValueError("parallel mode supports at most 8 learners")
@@ -279,6 +338,10 @@ class LearnerProcesses:
         self.events: list[tuple[float, int, str]] = []
         self._stop = threading.Event()
         self._monitor: threading.Thread | None = None
+        #: restarts allowed (within a window of ``clock`` time); past it the run must end (`failure`)
+        self.budget = restart_budget if restart_budget is not None else RestartBudget()
+        self._clock = clock if clock is not None else WallClock(spin=0.0)
+        self.failure: PartFailed | None = None
 
     def _spawn(self, i: int) -> None:
         seed = None if self.seed is None else self.seed * 1000 + i + 7919 * self.restarts[i]
@@ -313,7 +376,7 @@ class LearnerProcesses:
                 p.join()
                 if self.mode == "round_robin" and (t := self.state.counter(turn)) % self.n == i:
                     self.state.pass_turn(t)  # skip its turn
-                if self.restart:
+                if self.restart and self.budget.spend(self._clock.now()):
                     self.restarts[i] += 1
                     self._spawn(i)
                     self.events.append((time.monotonic(), i, "restarted"))
@@ -321,6 +384,10 @@ class LearnerProcesses:
                     self.processes[i] = None
                     if self.grads is not None:
                         self.grads._hdr.store(i, DEAD)
+                    if self.restart and self.failure is None:  # restarts are on, but spent: the run must end
+                        self.failure = PartFailed(f"learner {i} kept dying: {sum(self.restarts) + 1} deaths, more than "
+                                                  f"{self.budget.describe()} (last: exit code {p.exitcode})")  # fmt: skip
+                        self.events.append((time.monotonic(), i, "gave up"))
 
     def kill(self, i: int) -> None:
         """Kill learner ``i`` as a crash would (tests and drills)."""

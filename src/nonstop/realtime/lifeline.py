@@ -20,7 +20,9 @@ segments are created with the resource tracker that every spawned child shares, 
 unlinks every segment its creator did not, once the last process holding its pipe is gone — the
 last one out unlinks what it owned.
 
-Parent side: `reap(process, timeout)` is the one join → terminate → kill ladder.
+Parent side: `reap(process, timeout)` is the one join → terminate → kill ladder, and
+`RestartBudget` says when a part that keeps dying (a learner, an inference worker) has been
+restarted enough: then the run ends with that cause instead of restarting it forever.
 
 A stop the user asked for is never lost: the ``nonstop`` command's Ctrl-C and SIGTERM handlers
 call `stop_requested` before raising, and the run loops (`VirtualClock.run`, a wall-clock session's
@@ -45,7 +47,7 @@ import threading
 import time
 from typing import Any, Final
 
-__all__ = ["hold_lifeline", "popen_lifeline", "reap", "ORPHAN_EXIT", "stop_requested", "raise_if_stop_requested", "pending_stop"]
+__all__ = ["hold_lifeline", "popen_lifeline", "reap", "RestartBudget", "PartFailed", "ORPHAN_EXIT", "stop_requested", "raise_if_stop_requested", "pending_stop"]
 
 #: Exit status of a child that left because its parent died: 128 + SIGHUP, as if the signal had killed it.
 ORPHAN_EXIT: Final = 128 + int(signal.SIGHUP)
@@ -187,3 +189,43 @@ def _waiter(process: Any) -> Any:
             return False
 
     return wait_popen
+
+
+class PartFailed(RuntimeError):
+    """A part of a run (a learner, an inference worker) kept dying past its `RestartBudget`: the run
+    cannot go on as configured. The message names the part, how often it died, and its last cause."""
+
+
+class RestartBudget:
+    """At most ``max_restarts`` restarts within any ``window_s`` seconds of clock time (the caller
+    passes the time: virtual or wall). A part that dies now and then is restarted for ever; one
+    that dies again and again (a bad model, an out-of-memory loop) exhausts the budget, and its
+    supervisor ends the run with the cause rather than burn the machine restarting it.
+
+    >>> budget = RestartBudget(2, window_s=10.0)
+    >>> [budget.spend(t) for t in (0.0, 1.0, 2.0)]  # the third restart within 10 s is refused
+    [True, True, False]
+    >>> budget.spend(12.5)  # the first two have left the window
+    True
+    >>> RestartBudget(0, window_s=1.0).spend(0.0)  # 0: never restart
+    False
+    """
+
+    def __init__(self, max_restarts: int = 5, window_s: float = 60.0) -> None:
+        if not isinstance(max_restarts, int) or isinstance(max_restarts, bool) or max_restarts < 0:
+            raise ValueError(f"max_restarts must be an integer >= 0, got {max_restarts!r}")
+        if isinstance(window_s, bool) or not isinstance(window_s, (int, float)) or not 0 < window_s < float("inf"):
+            raise ValueError(f"window_s must be a positive finite number of seconds, got {window_s!r}")
+        self.max_restarts, self.window_s = max_restarts, float(window_s)
+        self._times: list[float] = []  # restarts granted within the window, oldest first
+
+    def spend(self, now: float) -> bool:
+        """Whether a part that died at ``now`` may be restarted (and count it if so)."""
+        self._times = [t for t in self._times if t > now - self.window_s]
+        if len(self._times) >= self.max_restarts:
+            return False
+        self._times.append(now)
+        return True
+
+    def describe(self) -> str:
+        return f"{self.max_restarts} restarts within {self.window_s:g} s"

@@ -8,6 +8,8 @@ columns, so any figure can be traced back to ticks.
 `struct` pack per tick, no allocation on the per-tick path). A full block is *sealed*: it joins
 the list of completed chunks and a fresh block is allocated (``np.zeros``, which maps zeroed pages
 lazily: O(1), not a copy). Nothing is ever doubled and copied, so no append stalls the world.
+A streaming log's blocks are paged in off the tick path (the first at construction, the next by
+the writer thread): a first write to a lazily mapped huge page costs milliseconds.
 
 **On disk** (``TickLog(..., directory=D)``, written by the process that appends, i.e. the host)::
 
@@ -71,6 +73,7 @@ import re
 import struct
 import tempfile
 import threading
+import time
 import warnings
 import zipfile
 from collections import deque
@@ -278,6 +281,16 @@ def _chunk_arrays(rows: np.ndarray, names: Sequence[str]) -> dict[str, np.ndarra
     return {name: rows[:, i].astype(column_dtype(name)) for i, name in enumerate(names)}
 
 
+def _paged_in_block(shape: tuple[int, int]) -> np.ndarray:
+    """A zeroed float64 block whose pages are already mapped. ``np.zeros`` maps pages lazily, so
+    each first write to a page faults, and numpy asks for transparent huge pages on large arrays:
+    a fault then zeroes 2 MB (with the kernel's ``defrag=madvise``, after compacting memory), which
+    measured 1-5 ms on one append. Writing every page here moves that cost off the tick path."""
+    block = np.empty(shape, np.float64)
+    block.fill(0.0)
+    return block
+
+
 class _ChunkWriter:
     """The background thread that writes sealed chunks of one `TickLog` into its directory.
 
@@ -285,8 +298,9 @@ class _ChunkWriter:
     ``max_pending`` chunks behind (a disk or a CPU far slower than the ticks) is warned about once
     and its backlog waits in memory until it catches up; ``max_backlog`` records the worst."""
 
-    def __init__(self, directory: Path, max_pending: int, names: Sequence[str] = _NAMES) -> None:
+    def __init__(self, directory: Path, max_pending: int, names: Sequence[str] = _NAMES, block_rows: int = CHUNK_ROWS) -> None:
         self.directory = directory
+        self.block_shape = (block_rows, len(names))
         self.names = names
         self.max_pending = max_pending
         self.max_backlog = 0
@@ -295,8 +309,16 @@ class _ChunkWriter:
         #: paged in costs no page faults on the tick path (deque: thread-safe append/pop)
         self.free: deque[np.ndarray] = deque()
         self.error: BaseException | None = None
+        #: (start, end) `time.perf_counter_ns` of the last chunk writes: when the writer was busy
+        #: (``nonstop bench ticklog`` tells a slow append that overlapped one from the machine's noise)
+        self.busy: deque[tuple[int, int]] = deque(maxlen=1024)
         self.thread = threading.Thread(target=self._loop, name="nonstop-ticklog-writer", daemon=True)
         self.thread.start()
+
+    def _stock_spare(self, shape: tuple[int, int]) -> None:
+        """Have one paged-in block ready for the appender's next seal (this thread pays the faults)."""
+        if not self.free:
+            self.free.append(_paged_in_block(shape))
 
     def submit(self, chunk: _Chunk) -> None:
         self.queue.put_nowait(chunk)
@@ -323,8 +345,10 @@ class _ChunkWriter:
             pass
 
     def _loop(self) -> None:
+        self._stock_spare(self.block_shape)  # before the first seal needs it (a chunk takes minutes to fill)
         while (chunk := self.queue.get()) is not None:
             self._follow_host_priority()
+            began = time.perf_counter_ns()
             path = self.directory / f"chunk-{chunk.index:06d}.npz"
             rows = chunk.rows
             assert rows is not None
@@ -337,10 +361,13 @@ class _ChunkWriter:
                                   RuntimeWarning, stacklevel=1)  # fmt: skip
                 self.error = exc
                 continue
+            finally:
+                self.busy.append((began, time.perf_counter_ns()))
             chunk.path = path
             chunk.rows = None  # from now on read back from the file: memory stays bounded
             if len(self.free) < 2:
                 self.free.append(rows)
+            self._stock_spare(self.block_shape)
 
 
 # ----------------------------------------------------------------------------- the log
@@ -382,7 +409,10 @@ class TickLog:
         self.chunk_rows = int(chunk_rows)
         self._chunk_rows = self.chunk_rows  # the open block's size: 0 once read-only, so an append is refused
         self._chunks: list[_Chunk] = []
-        self._block = np.zeros((self._chunk_rows, len(self._names)), np.float64)
+        # a streaming log (the realtime path) pages its block in now, not on the tick path (see
+        # `_paged_in_block`); an in-memory one maps it lazily, costing nothing until it fills
+        shape = (self._chunk_rows, len(self._names))
+        self._block = _paged_in_block(shape) if directory is not None else np.zeros(shape, np.float64)
         self._n_block = 0  # rows in the open block
         self._n_done = 0  # rows in completed chunks
         self._n_released = self._released_chunks = 0  # completed chunks dropped by `release` (rows, chunks)
@@ -397,7 +427,8 @@ class TickLog:
                 raise FileExistsError(f"{self.directory} already holds a tick log: move it away or choose another directory")
             self.directory.mkdir(parents=True, exist_ok=True)
             self._write_meta(complete=False)
-            self._writer = _ChunkWriter(self.directory, max_pending, self._names)
+            # the writer also keeps a paged-in spare block ready, so no seal hands the appender fresh pages
+            self._writer = _ChunkWriter(self.directory, max_pending, self._names, self._chunk_rows)
 
     def __len__(self) -> int:
         return self._n_done + self._n_block

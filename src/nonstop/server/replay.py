@@ -13,6 +13,14 @@ resist forgery.
 
 The file is a compressed ``.npz`` (no pickle) with a JSON header.
 
+**Bounded while the session runs.** The recorder's columns live in `ReplayColumns`: on the server
+they stream, a chunk of ``chunk_rows`` steps at a time, to append-only files beside the session's
+tick log (``REPLAYS/ticklogs/<sid>/replay/``), so memory holds at most one chunk however long the
+session runs, and what was flushed survives the death of the process that recorded it. The replay
+file is written from those files (and the tick log's chunks) when the session ends, or, after a
+tick worker or the server died, from what reached the disk (`Replay.recover`): the ticks up to the
+last durable chunk, which still re-simulate exactly.
+
 >>> import gymnasium as gym
 >>> env = ReplayRecorder(gym.make("CartPole-v1"))
 >>> _ = env.reset(seed=3)
@@ -36,7 +44,7 @@ import numpy as np
 
 from nonstop.realtime.ticklog import SOURCE_AGENT, TickLog, load_npz, save_npz_atomic
 
-__all__ = ["obs_hash", "ReplayRecorder", "Replay", "VerifyResult", "verify", "plot_replay", "write_video"]
+__all__ = ["obs_hash", "ReplayColumns", "ReplayRecorder", "Replay", "write_header", "VerifyResult", "verify", "plot_replay", "write_video"]
 
 FORMAT: Final = "nonstop.replay/1"
 #: tick-log columns kept in a replay
@@ -48,35 +56,223 @@ def obs_hash(obs: Any) -> int:
     return zlib.crc32(np.ascontiguousarray(obs).data)
 
 
+#: the four columns of a recording: name -> dtype (``actions`` has ``action_width`` numbers a step)
+_STREAMS: Final = {"reset_steps": np.int64, "reset_hashes": np.uint32, "actions": np.float64, "step_hashes": np.uint32}
+_HEADER: Final = "replay.json"  # the replay's header, written when the session starts (for `Replay.recover`)
+
+
+class ReplayColumns:
+    """A recording's columns (applied actions, step and reset hashes, reset steps), bounded in memory.
+
+    Without ``directory`` every value stays in memory (``array`` buffers), and `take` hands over and
+    forgets what was added since its last call (a tick worker sending its record to the server).
+    With ``directory``, every ``chunk_rows`` steps the buffers are appended to one file per column
+    (``reset_steps.i8``, ``reset_hashes.u4``, ``actions.f8``, ``step_hashes.u4``: raw little-endian
+    values, no header) and cleared: memory holds at most one chunk's steps (`held_steps`) and the
+    resets among them (a world resets at most once a tick). The resets are written before the steps
+    of the same chunk, so whatever ends the process mid-flush, every reset up to the last whole
+    step on disk is on disk too: `read` keeps the steps all files agree on and the resets among
+    them. A write goes to the page cache in the appending thread (~64 KB per 8192 steps, tens of
+    µs; no fsync on the tick path): it survives the death of the process, not a power cut.
+
+    >>> import tempfile
+    >>> cols = ReplayColumns(directory=Path(tempfile.mkdtemp()) / "replay", chunk_rows=4)
+    >>> cols.add_reset(11)
+    >>> for i in range(10):
+    ...     cols.add_step(float(i % 3), 100 + i)
+    >>> (cols.steps, cols.held_steps, sorted(p.name for p in cols.directory.iterdir()))
+    (10, 2, ['action_width', 'actions.f8', 'reset_hashes.u4', 'reset_steps.i8', 'step_hashes.u4'])
+    >>> ReplayColumns.read_directory(cols.directory)["step_hashes"].tolist()  # the durable chunks only
+    [100, 101, 102, 103, 104, 105, 106, 107]
+    """
+
+    def __init__(self, action_width: int = 1, *, directory: str | os.PathLike | None = None, chunk_rows: int = 8192) -> None:
+        if not isinstance(action_width, int) or isinstance(action_width, bool) or action_width < 1:
+            raise ValueError(f"action_width must be a positive integer, got {action_width!r}")
+        if not isinstance(chunk_rows, int) or isinstance(chunk_rows, bool) or chunk_rows < 1:
+            raise ValueError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
+        self.action_width, self.chunk_rows = action_width, chunk_rows
+        self.directory = Path(directory) if directory is not None else None
+        self.actions, self.step_hashes = array("d"), array("I")
+        self.reset_steps, self.reset_hashes = array("q"), array("I")
+        self.flushed_steps = self.flushed_resets = 0  # already in the files (or taken)
+        self.max_held = 0  # the most steps held in memory at once
+        self.error: OSError | None = None  # a write that failed (a full disk): the rows stay in memory
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            (self.directory / "action_width").write_text(str(action_width))
+
+    @property
+    def steps(self) -> int:
+        """Steps recorded in all (in the files, taken, and held)."""
+        return self.flushed_steps + len(self.step_hashes)
+
+    @property
+    def resets(self) -> int:
+        return self.flushed_resets + len(self.reset_steps)
+
+    @property
+    def held_steps(self) -> int:
+        """Steps held in memory now (at most ``chunk_rows`` with a directory)."""
+        return len(self.step_hashes)
+
+    # ---- writing
+    def add_step(self, action: Any, obs_hash_: int) -> None:
+        if self.action_width == 1:
+            self.actions.append(float(action))
+        else:
+            self.actions.extend(np.asarray(action, dtype=np.float64).ravel().tolist())
+        self.step_hashes.append(obs_hash_)
+        self._held()
+
+    def add_reset(self, obs_hash_: int) -> None:
+        self.reset_steps.append(self.steps)
+        self.reset_hashes.append(obs_hash_)
+
+    def extend(self, delta: dict[str, Any]) -> None:
+        """Append what another recorder's `take` gave (a tick worker's delta), a chunk at a time."""
+        for step, h in zip(delta["reset_steps"], delta["reset_hashes"]):
+            if step < self.steps:
+                raise ValueError(f"a reset at step {step} arrived after step {self.steps}: deltas out of order")
+            self.reset_steps.append(int(step))
+            self.reset_hashes.append(int(h))
+        width, actions, hashes = self.action_width, delta["actions"], delta["step_hashes"]
+        i = 0
+        while i < len(hashes):  # never more than a chunk held: flush at each chunk's end
+            room = self.chunk_rows - len(self.step_hashes)  # <= 0 only once a write failed (kept in memory)
+            j = min(len(hashes), i + room) if room > 0 else len(hashes)
+            self.actions.extend(actions[i * width : j * width])
+            self.step_hashes.extend(hashes[i:j])
+            self._held()
+            i = j
+
+    def _held(self) -> None:
+        n = len(self.step_hashes)
+        if n > self.max_held:
+            self.max_held = n
+        if self.directory is not None and n >= self.chunk_rows and self.error is None:
+            self.flush()
+
+    def flush(self) -> None:
+        """Append what is held to the files (resets first) and forget it. A failed write (a full
+        disk) keeps the rows in memory, says so once (``error``), and stops flushing."""
+        if self.directory is None or not (self.step_hashes or self.reset_steps):
+            return
+        try:
+            for name in _STREAMS:
+                values = getattr(self, name)
+                if values:
+                    with open(self.directory / _file(name), "ab") as f:
+                        f.write(np.asarray(values, dtype=np.dtype(_STREAMS[name]).newbyteorder("<")).tobytes())
+        except OSError as exc:
+            self.error = exc
+            return
+        self.flushed_steps += len(self.step_hashes)
+        self.flushed_resets += len(self.reset_steps)
+        for name in _STREAMS:
+            del getattr(self, name)[:]
+
+    def take(self) -> dict[str, Any]:
+        """What was added since the last `take` (copies), forgotten here: memory-only recorders."""
+        if self.directory is not None:
+            raise RuntimeError("take() is for in-memory recordings; this one streams to its directory")
+        out = {"action_width": self.action_width, **{name: getattr(self, name)[:] for name in _STREAMS}}
+        self.flushed_steps += len(self.step_hashes)
+        self.flushed_resets += len(self.reset_steps)
+        for name in _STREAMS:
+            del getattr(self, name)[:]
+        return out
+
+    # ---- reading
+    def read(self, steps: int | None = None) -> dict[str, np.ndarray]:
+        """Every column, whole (files then memory), cut to the first ``steps`` steps and the resets
+        among them. For writing the replay file at the session's end (a transient copy)."""
+        if self.directory is not None:
+            disk, _ = _read_files(self.directory)
+            if len(disk["step_hashes"]) < self.flushed_steps or len(disk["reset_steps"]) < self.flushed_resets:
+                raise ValueError(f"replay columns in {self.directory} hold {len(disk['step_hashes'])} steps, "
+                                 f"{self.flushed_steps} were written")  # fmt: skip
+            # past what was flushed whole lies at most a failed write's part (a full disk): its rows are still held
+            limits = {"actions": self.flushed_steps * self.action_width, "step_hashes": self.flushed_steps,
+                      "reset_steps": self.flushed_resets, "reset_hashes": self.flushed_resets}  # fmt: skip
+            disk = {name: disk[name][: limits[name]] for name in _STREAMS}
+        elif self.flushed_steps:
+            raise ValueError("this recording was handed over by take(): read it where it was taken to")
+        else:
+            disk = {name: np.zeros(0, dt) for name, dt in _STREAMS.items()}
+        cols = {name: np.concatenate([disk[name], np.asarray(getattr(self, name), dtype=dt)]) for name, dt in _STREAMS.items()}
+        return _cut(cols, self.action_width, steps)
+
+    @staticmethod
+    def read_directory(directory: str | os.PathLike) -> dict[str, Any]:
+        """The columns a recording left in ``directory`` (a live one, or one whose process died):
+        the steps every column has, and the resets among them."""
+        cols, width = _read_files(Path(directory))
+        return _cut(cols, width, None)
+
+
+def _read_files(directory: Path) -> tuple[dict[str, np.ndarray], int]:
+    """The raw columns in ``directory`` (whole values only: a torn last write is cut off) and the width."""
+    try:
+        width = int((directory / "action_width").read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"no replay recording in {directory}: {exc}") from exc
+    cols = {}
+    for name, dt in _STREAMS.items():
+        path = directory / _file(name)
+        raw = path.read_bytes() if path.exists() else b""
+        item = np.dtype(dt).itemsize
+        cols[name] = np.frombuffer(raw[: len(raw) // item * item], np.dtype(dt).newbyteorder("<")).astype(dt)
+    return cols, width
+
+
+def _file(name: str) -> str:
+    return f"{name}.{np.dtype(_STREAMS[name]).kind}{np.dtype(_STREAMS[name]).itemsize}"
+
+
+def _cut(cols: dict[str, np.ndarray], width: int, steps: int | None) -> dict[str, np.ndarray]:
+    """Keep the steps all step columns have (at most ``steps``) and the resets among them."""
+    n = min(len(cols["actions"]) // width, len(cols["step_hashes"]))
+    if steps is not None:
+        n = min(n, steps)
+    r = min(len(cols["reset_steps"]), len(cols["reset_hashes"]))
+    keep = int(np.searchsorted(cols["reset_steps"][:r], n, side="right"))
+    return {"actions": cols["actions"][: n * width].reshape(n, width), "step_hashes": cols["step_hashes"][:n],
+            "reset_steps": cols["reset_steps"][:keep], "reset_hashes": cols["reset_hashes"][:keep],
+            "action_width": width}  # fmt: skip
+
+
 class ReplayRecorder(gym.Wrapper):
     """Wraps the session's env; records every applied action and every observation's hash.
 
     Owned by the session's host: only the thread ticking the host calls ``step``/``reset``. The
     hash of step ``i`` (1-based, one step per tick) is ``step_hashes[i-1]``; ``reset_steps[j]`` is
     how many steps had happened when reset ``j`` occurred, with ``reset_hashes[j]`` its hash.
+    ``directory``/``chunk_rows``: stream the columns there (`ReplayColumns`), so memory stays
+    bounded; without it they stay in memory (the arrays below are then the whole recording).
     """
 
-    def __init__(self, env: gym.Env) -> None:
+    def __init__(self, env: gym.Env, *, directory: str | os.PathLike | None = None, chunk_rows: int = 8192) -> None:
         super().__init__(env)
         self.action_width = int(np.prod(env.action_space.shape)) if env.action_space.shape else 1
-        self.actions = array("d")
-        self.step_hashes = array("I")
-        self.reset_steps = array("q")
-        self.reset_hashes = array("I")
+        self.columns = ReplayColumns(self.action_width, directory=directory, chunk_rows=chunk_rows)
+
+    # the columns held in memory (all of them for an in-memory recording)
+    actions = property(lambda self: self.columns.actions)
+    step_hashes = property(lambda self: self.columns.step_hashes)
+    reset_steps = property(lambda self: self.columns.reset_steps)
+    reset_hashes = property(lambda self: self.columns.reset_hashes)
 
     def reset(self, **kwargs: Any):
         obs, info = self.env.reset(**kwargs)
-        self.reset_steps.append(len(self.step_hashes))
-        self.reset_hashes.append(obs_hash(obs))
+        self.columns.add_reset(obs_hash(obs))
         return obs, info
 
     def step(self, action: Any):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self.step_hashes.append(obs_hash(obs))
         if self.action_width == 1:
-            self.actions.append(float(np.asarray(action).reshape(-1)[0]))
-        else:
-            self.actions.extend(np.asarray(action, dtype=np.float64).ravel().tolist())
+            action = np.asarray(action).reshape(-1)[0]
+        self.columns.add_step(action, obs_hash(obs))
         return obs, reward, terminated, truncated, info
 
 
@@ -92,18 +288,39 @@ class Replay:
     reset_hashes: np.ndarray
 
     @classmethod
-    def from_session(cls, recorder: ReplayRecorder, log: TickLog, header: dict[str, Any]) -> "Replay":
-        n = min(len(log), len(recorder.step_hashes))  # equal unless the env raised mid-tick
-        width = recorder.action_width
-        actions = np.frombuffer(recorder.actions, np.float64).reshape(-1, width)[:n].copy()
+    def from_session(cls, recorder: "ReplayRecorder | ReplayColumns", log: TickLog, header: dict[str, Any]) -> "Replay":
+        """The replay of a session from its recording (a `ReplayRecorder` or its `ReplayColumns`) and
+        tick log: the ticks both have (equal unless the env raised mid-tick or a writer died)."""
+        columns = recorder.columns if isinstance(recorder, ReplayRecorder) else recorder
+        return cls._build(columns.read(len(log)), log, header)
+
+    @classmethod
+    def recover(cls, directory: str | os.PathLike) -> "Replay":
+        """The replay of a session whose recording process died, from what reached the disk in
+        its tick-log ``directory``: the tick log's chunks, the replay columns' files and the header
+        written at its start. Marked ``complete: false``; it re-simulates up to its last durable chunk."""
+        import json
+
+        directory = Path(directory)
+        try:
+            header = json.loads((directory / _HEADER).read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot recover a replay from {directory}: no readable {_HEADER} ({exc})") from exc
+        log = TickLog.open(directory)
+        cols = ReplayColumns.read_directory(directory / "replay")
+        n = min(len(log), len(cols["step_hashes"]))
+        cols = _cut(cols, cols["action_width"], n)
+        return cls._build(cols, log, {**header, "complete": False, "recovered": True})
+
+    @classmethod
+    def _build(cls, cols: dict[str, Any], log: TickLog, header: dict[str, Any]) -> "Replay":
+        n = len(cols["step_hashes"])
         return cls(
-            header={"format": FORMAT, "ticks": n, "action_width": width, **header},
+            header={"format": FORMAT, "ticks": n, "action_width": cols["action_width"], **header},
             columns={name: log[name][:n] for name in LOG_COLUMNS},
-            actions=actions,
-            step_hashes=np.frombuffer(recorder.step_hashes, np.uint32)[:n].copy(),
-            reset_steps=np.frombuffer(recorder.reset_steps, np.int64).copy(),
-            reset_hashes=np.frombuffer(recorder.reset_hashes, np.uint32).copy(),
-        )
+            actions=cols["actions"], step_hashes=cols["step_hashes"],
+            reset_steps=cols["reset_steps"], reset_hashes=cols["reset_hashes"],
+        )  # fmt: skip
 
     @property
     def ticks(self) -> int:
@@ -141,6 +358,16 @@ class Replay:
             )
         except KeyError as exc:
             raise ValueError(f"cannot read replay {path}: it lacks {exc}") from exc
+
+
+def write_header(directory: str | os.PathLike, header: dict[str, Any]) -> None:
+    """Record a session's replay header in its tick-log ``directory`` when it starts, so that
+    `Replay.recover` can finalise its replay if the process recording it dies."""
+    import json
+
+    from nonstop.realtime.ticklog import _write_json_atomic
+
+    _write_json_atomic(Path(directory) / _HEADER, header)
 
 
 # ----------------------------------------------------------------------------- re-simulation

@@ -33,6 +33,7 @@ import asyncio
 import concurrent.futures
 import heapq
 import itertools
+import json
 import logging
 import math
 import os
@@ -57,7 +58,7 @@ from nonstop.realtime.defaults import make_default
 from nonstop.realtime.host import HOST_SCHED, Host
 from nonstop.realtime.ticklog import TickLog
 from nonstop.server.protocol import ErrorCode, ProtocolError
-from nonstop.server.replay import Replay, ReplayRecorder
+from nonstop.server.replay import Replay, ReplayRecorder, write_header
 from nonstop.server.tickprocs import RECENT_TICKS, SessionRecord, TickProcs
 
 __all__ = ["Lifecycle", "TRANSITIONS", "TickPool", "WorkQueue", "EnvSpec", "ServerSession", "SessionManager"]
@@ -537,8 +538,9 @@ class ServerSession:
                 host_seed = None if self.warm else s.seed
             if env is None:
                 env = make_env(spec.env_id)
-            if s.record:
-                env = self.recorder = ReplayRecorder(env)
+            if s.record:  # its columns stream beside the tick log: bounded memory, durable chunks
+                env = self.recorder = ReplayRecorder(env, directory=self.manager.ticklog_dir(self.sid) / "replay",
+                                                     chunk_rows=SESSION_CHUNK_ROWS)  # fmt: skip
             with self._chan:
                 self.slot = LatestSlot.create(spec.observation_space)
                 self.queue = ActionQueue.create(spec.action_space, capacity=16, mode=s.queue_mode)
@@ -555,6 +557,7 @@ class ServerSession:
             self._process = self.host.run(PhasedClock(pool.clock.origin, self.tau_m, phase))
             first = next(self._process)  # env.reset(seed) happens here, off the pool
             self.origin = self.host.origin
+            self._write_replay_header()
             if not self.transition(Lifecycle.RUNNING):  # ended while starting: finalize cleans up
                 return
         self.manager.pool.add(self, self.clock.origin + first)
@@ -584,6 +587,7 @@ class ServerSession:
             started = proc.call("start", self.sid, cfg, self.slot, self.queue, self.board)
             s.seed, self.warm, self.origin = started["seed"], started["warm"], started["origin"]
             self._process = proc  # a host runs there now: finalization must stop it
+            self._write_replay_header()
             self.transition(Lifecycle.RUNNING)  # if it ended while starting, finalization stops it
 
     def advance(self) -> float | None:
@@ -760,6 +764,16 @@ class ServerSession:
             self.transition(Lifecycle.CLOSED)
             self.finalized.set()
 
+    def _write_replay_header(self) -> None:
+        """The replay's header beside the streaming log, for `Replay.recover` should this process die."""
+        directory = self.manager.ticklog_dir(self.sid)
+        if self.settings.record and directory is not None:
+            try:
+                write_header(directory, {**self.replay_header(), "end_reason": "the server died",
+                                         "server_pid": os.getpid()})  # fmt: skip
+            except OSError as exc:  # a full disk: the session runs on; only a recovery would miss it
+                log.warning("session %s: cannot write its replay header (%s)", self.sid, exc)
+
     def _stop_remote(self) -> tuple[TickLog | None, Any]:
         """Stop the host on its worker; its log and replay record from what the worker streamed
         plus the tail it sends now, or, if the worker died, from what it streamed before."""
@@ -781,7 +795,7 @@ class ServerSession:
         tick_log = record.finish(meta)
         if not record.ticks:
             return None, None
-        return tick_log, record if record.has_replay else None
+        return tick_log, record.columns if record.has_replay else None
 
     def replay_header(self) -> dict[str, Any]:
         s = self.settings
@@ -814,6 +828,16 @@ class ServerSession:
         if self.summary:
             info["summary"] = self.summary
         return info
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def _resolve(fut: asyncio.Future) -> None:
@@ -941,6 +965,7 @@ class SessionManager:
         if self.replay_dir is not None:
             self.replay_dir.mkdir(parents=True, exist_ok=True)
         self.record = bool(record) and self.replay_dir is not None
+        self.replays_recovered = self.recover_replays()
         self.prune_replays()
         self.encoding = encoding
         self.max_waiters = max_waiters
@@ -983,6 +1008,31 @@ class SessionManager:
             session = self.sessions.get(sid)
             if session is not None and session.record is not None:
                 session.record.add(delta)
+
+    def recover_replays(self) -> int:
+        """Finalise the replays of sessions a dead server left behind: each ``ticklogs/<sid>/`` whose
+        server process is gone becomes ``<sid>.npz`` (`Replay.recover`: marked incomplete, its ticks
+        up to the last durable chunk), then is removed. Returns how many were recovered."""
+        if self.replay_dir is None or not (self.replay_dir / "ticklogs").is_dir():
+            return 0
+        recovered = 0
+        for directory in sorted((self.replay_dir / "ticklogs").iterdir()):
+            try:
+                pid = int(json.loads((directory / "replay.json").read_text()).get("server_pid", 0))
+            except (OSError, ValueError, AttributeError):
+                continue  # no header (never recorded, or not ours): left as it is
+            if pid and _process_alive(pid):
+                continue  # another server on this directory is still writing it
+            try:
+                Replay.recover(directory).save(self.replay_dir / f"{directory.name}.npz")
+            except (OSError, ValueError) as exc:
+                log.warning("cannot recover the replay of session %s from %s: %s", directory.name, directory, exc)
+                continue
+            shutil.rmtree(directory, ignore_errors=True)
+            recovered += 1
+        if recovered:
+            log.info("recovered %d replays of sessions a dead server left in %s", recovered, self.replay_dir / "ticklogs")
+        return recovered
 
     def ticklog_dir(self, sid: str) -> Path | None:
         """Where a session's tick log streams while it runs (removed once its replay is written)."""
@@ -1135,6 +1185,7 @@ class SessionManager:
             "tick_procs_replaced": 0 if self.procs is None else self.procs.replaced,
             "tick_procs_silent": [] if self.procs is None else [p.index for p in self.procs.procs if not p.responsive],
             "replays_pruned": self.replays_pruned,
+            "replays_recovered": self.replays_recovered,
             "tick_sched": [] if self.procs is None else [p.sched for p in self.procs.procs],
             "warm_envs_ready": self.warm.ready() if self.procs is None else self.procs.warm_ready(),
             "uptime_s": round(now, 3),

@@ -40,6 +40,7 @@ import traceback
 from array import array
 from collections.abc import Callable
 from multiprocessing import shared_memory
+from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
@@ -162,35 +163,40 @@ class SessionRecord:
     """What a session's host has recorded, kept by the server as the worker streams it.
 
     Tick-log rows go into a chunked `TickLog` (``self.log``) that streams to ``directory`` when
-    given (the server's ``REPLAYS/ticklogs/<sid>/``), so memory stays bounded however long the
-    session runs; when the session records a replay, the `ReplayRecorder`'s columns (actions, step
-    and reset hashes, reset steps) are kept in memory arrays (8-12 bytes a tick). ``add`` appends
-    one delta (a dict from the worker, from its reader thread or at stop: serialized by a lock);
-    `finish` closes the log. The attributes read like a `ReplayRecorder`.
+    given (the server's ``REPLAYS/ticklogs/<sid>/``), and, when the session records a replay, the
+    `ReplayRecorder`'s columns (actions, step and reset hashes, reset steps) into `ReplayColumns`
+    streaming to ``directory/replay/``: memory stays bounded by a chunk of each however long the
+    session runs, and a dead worker's (or server's) session is finalised from the files. ``add``
+    appends one delta (a dict from the worker, from its reader thread or at stop: serialized by a
+    lock); `finish` closes the log and flushes the columns.
 
     >>> rec = SessionRecord(1 / 60)
     >>> rec.add({"rows": np.zeros((3, 18)), "actions": array("d", [1.0, 0.0, 2.0]),
     ...          "step_hashes": array("I", [7, 8, 9]), "reset_steps": array("q", [0]),
     ...          "reset_hashes": array("I", [5]), "action_width": 1, "held": 3})
-    >>> rec.ticks, list(rec.actions), len(rec.finish({"env": "x"})), rec.worker_held
+    >>> rec.ticks, list(rec.columns.actions), len(rec.finish({"env": "x"})), rec.worker_held
     (3, [1.0, 0.0, 2.0], 3, 3)
     """
 
     def __init__(self, tau_m: float, *, directory: Any = None, chunk_rows: int = CHUNK_ROWS) -> None:
         self.log = TickLog(tau_m, directory=directory, chunk_rows=chunk_rows)
+        self.directory, self.chunk_rows = directory, chunk_rows
         self._lock = threading.Lock()
         self._finished = False
-        self.action_width = 1
-        self.has_replay = False
+        self.columns: Any = None  # the replay's `ReplayColumns`, from the first delta that has them
         self.worker_held = 0  # rows the worker last said it still holds in memory
-        self.actions, self.step_hashes = array("d"), array("I")
-        self.reset_steps, self.reset_hashes = array("q"), array("I")
 
     @property
     def ticks(self) -> int:
         return len(self.log)
 
+    @property
+    def has_replay(self) -> bool:
+        return self.columns is not None
+
     def add(self, delta: dict[str, Any]) -> None:
+        from nonstop.server.replay import ReplayColumns
+
         with self._lock:
             if self._finished:  # a late delta after the tail: the log is closed
                 return
@@ -199,17 +205,20 @@ class SessionRecord:
                 self.log.append_rows(rows)
             self.worker_held = int(delta.get("held", self.worker_held))
             if "actions" in delta:
-                self.has_replay = True
-                self.action_width = delta["action_width"]
-                for name in ("actions", "step_hashes", "reset_steps", "reset_hashes"):
-                    getattr(self, name).extend(delta[name])
+                if self.columns is None:
+                    where = None if self.directory is None else Path(self.directory) / "replay"
+                    self.columns = ReplayColumns(int(delta["action_width"]), directory=where, chunk_rows=self.chunk_rows)
+                self.columns.extend(delta)
 
     def finish(self, meta: dict[str, Any]) -> TickLog:
-        """Close the log (the last partial chunk written, ``meta`` recorded) and return it."""
+        """Close the log (the last partial chunk written, ``meta`` recorded), flush the replay
+        columns, and return the log."""
         with self._lock:
             self._finished = True
             self.log.meta.update(meta)
             self.log.close()
+            if self.columns is not None:
+                self.columns.flush()
             return self.log
 
 
@@ -227,7 +236,7 @@ class _WorkerJob:
         self.noted = -1  # the next-wake value already noted (never note one twice)
         self.env: Any = None
         self.recorder: Any = None
-        self.sent_rows = self.sent_steps = self.sent_resets = 0  # how much of the record the server has
+        self.sent_rows = 0  # how much of the tick log the server has
 
     def record_delta(self) -> dict[str, Any]:
         """What the host recorded since the last delta (taken between ticks)."""
@@ -239,13 +248,8 @@ class _WorkerJob:
             log.release(n)  # the server has them now: the worker keeps no rows it has sent
             delta["held"] = log.held_rows
             rec = self.recorder
-            if rec is not None:  # array slices are copies: the recorder's arrays stay resizable
-                steps, resets, width = len(rec.step_hashes), len(rec.reset_steps), rec.action_width
-                delta.update(action_width=width, actions=rec.actions[self.sent_steps * width : steps * width],
-                             step_hashes=rec.step_hashes[self.sent_steps : steps],
-                             reset_steps=rec.reset_steps[self.sent_resets : resets],
-                             reset_hashes=rec.reset_hashes[self.sent_resets : resets])  # fmt: skip
-                self.sent_steps, self.sent_resets = steps, resets
+            if rec is not None:  # handed over and forgotten here: the worker holds only what it has not sent
+                delta.update(rec.columns.take())
         return delta
 
     def advance(self) -> float | None:
