@@ -68,6 +68,8 @@ class TrainConfig:
     tau_l: float | None = field(default=None, metadata={"help": "virtual seconds per update (default τ_M)"})
     backend: str = field(default="thread", metadata={"help": "inference workers on the wall clock: thread | process | ray"})
     ray_address: str | None = field(default=None, metadata={"help": "Ray cluster HOST:PORT for backend ray (None: a local Ray)"})
+    default: str | None = field(default=None, metadata={"help": "β, the action of a tick without an agent action: noop | "
+                                                          "repeat | random (None: the env's own choice)"})
     seed: int = field(default=0, metadata={"help": "seed for env, model, exploration and replay sampling"})
     max_restarts: int = field(default=5, metadata={"help": "restarts of dead learners (and, apart, of dead inference "
                                                            "workers) allowed within restart_window; past it the run ends"})
@@ -95,6 +97,10 @@ class TrainConfig:
                 continue
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        from nonstop.realtime.defaults import DEFAULT_NAMES
+
+        if self.default is not None and self.default not in DEFAULT_NAMES:
+            raise ValueError(f"default must be one of {', '.join(DEFAULT_NAMES)}, got {self.default!r}")
         RestartBudget(self.max_restarts, self.restart_window)  # a clear error for a bad budget, before anything starts
         if self.tau_l is not None and not (self.tau_l >= 0 and math.isfinite(self.tau_l)):
             raise ValueError(f"tau_l must be a finite number of seconds >= 0, got {self.tau_l!r}")
@@ -192,7 +198,7 @@ class TrainingRun:
         history = max(256, 4 * math.ceil(self._max_latency() / self.tau_m) + 64)
         self.recorder = ReplayRecorder(self.replay, gamma=dqn.gamma, history=history)
         self.world = Session(cfg.env, clock=cfg.clock, seed=cfg.seed, env_kwargs=cfg.env_kwargs, recorder=self.recorder,
-                             log_dir=log_dir)  # fmt: skip
+                             log_dir=log_dir, default=cfg.default)  # fmt: skip
         self.world.start()
         self._parts.append(self.world.stop)
         return self

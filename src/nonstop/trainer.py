@@ -39,6 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from nonstop.compare import n_workers_arg
     from nonstop.inference.schedulers import SCHEDULER_NAMES
     from nonstop.learning.learners import LEARNER_MODES
+    from nonstop.realtime.defaults import DEFAULT_NAMES
     from nonstop.run import INTERACTIONS
 
     p.add_argument("--env", default="CartPole", help="env id (see `nonstop envs`; default CartPole)")
@@ -49,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler", choices=SCHEDULER_NAMES, default="exp_time", help="inference scheduler (staggered)")
     p.add_argument("--n-inference", type=n_workers_arg, default=None, help="N_I (default ⌈τ̄_θ/τ_M⌉), or 'auto': grown and shrunk online")
     p.add_argument("--latency", default="0", help="declared model latency: 5t, 80ms, lognormal:6t,0.5 (default 0)")
+    p.add_argument("--default", choices=DEFAULT_NAMES, default=None,
+                   help="β, applied on every tick without an agent action: noop, repeat the last action, or a uniformly "
+                        "random action (the paper's authors' setting); default: the env's own (noop for Atari)")  # fmt: skip
     p.add_argument("--n-learners", type=int, default=1, help="N_L learners (default 1)")
     p.add_argument("--learner-mode", choices=LEARNER_MODES, default="round_robin")
     p.add_argument("--tau-l", type=float, default=None, help="virtual seconds per update (default τ_M)")
@@ -118,7 +122,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         env=args.env, env_kwargs=env_kwargs, clock=args.clock, seconds=args.seconds, interaction=args.interaction, scheduler=args.scheduler,
         n_inference=args.n_inference, latency=args.latency, n_learners=args.n_learners,
         learner_mode=args.learner_mode, tau_l=args.tau_l, backend=args.backend, ray_address=args.ray_address,
-        seed=args.seed, dqn=dqn, max_restarts=getattr(args, "max_restarts", 5), restart_window=getattr(args, "restart_window", 60.0),
+        seed=args.seed, dqn=dqn, default=getattr(args, "default", None), max_restarts=getattr(args, "max_restarts", 5), restart_window=getattr(args, "restart_window", 60.0),
     )  # fmt: skip
 
 

@@ -114,6 +114,8 @@ class Host:
             raise ValueError(f"need one slot, queue and default per seat ({n}), got {len(self.slots)}, "
                              f"{len(self.queues)} and {len(self.defaults)}")  # fmt: skip
         self.slot, self.queue, self.default = self.slots[0], self.queues[0], self.defaults[0]
+        for i, (beta, q) in enumerate(zip(self.defaults, self.queues)):  # a random β draws from its seat's space
+            beta.bind(q.space, None if seed is None else seed * 7919 + i)
         self.tau_m = float(tau_m)
         self.seed = seed
         self.max_ticks = max_ticks
@@ -548,7 +550,7 @@ class Session:
         (on the wall clock the factory must be picklable: a module-level function).
     clock: ``"virtual"`` (in-process discrete-event simulation), ``"wall"``
         (the host gets its own process, or a thread: ``host_mode``) or a `Clock`.
-    default: β — ``"noop"``, ``"repeat"`` or a callable ``obs -> action``;
+    default: β — ``"noop"``, ``"repeat"``, ``"random"`` or a callable ``obs -> action``;
         defaults to the env's own choice. In a seat world, also ``{seat: β}`` (seats left out get
         the env's choice).
     queue_mode / queue_capacity: the action queue (``"latest"`` or ``"fifo"``, 16); in a seat
