@@ -161,9 +161,9 @@ class TrainingRun:
             raise TypeError(f"DQN needs a Discrete action space; {cfg.env} has {self.action_space}")
         self.obs_shape = tuple(self.obs_space.shape)
         if len(self.obs_shape) > 1:  # a ResNet that cannot fit fails here, before anything starts
-            from nonstop.policies.models import ensure_fits
+            from nonstop.policies.models import ARCH_DEPTHS, ensure_fits
 
-            ensure_fits(self.dqn.k, "cpu", n_actions=int(self.action_space.n))
+            ensure_fits(self.dqn.k, "cpu", n_actions=int(self.action_space.n), depth=ARCH_DEPTHS[self.dqn.arch])
         # Algorithm 2's N_I* = ⌈τ̄_θ/τ_M⌉ by default, so the staggered agent acts at every tick
         self.n_inference = cfg.n_inference or max(1, math.ceil(self.latency.mean / self.tau_m - 1e-9))
         self.final_updates = 0

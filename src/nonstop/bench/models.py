@@ -28,6 +28,7 @@ DESCRIPTION = "IMPALA ResNet width k: parameters and batch-1 forward latency (ms
 _CONSTRUCTIONS = {
     "impala": dict(same_padding=True, fc_hidden=256),  # standard IMPALA network (our default)
     "authors": dict(same_padding=False, fc_hidden=512),  # CERC-AAI/realtime_rl ImpalaCNN
+    "2xdeep": dict(same_padding=True, fc_hidden=256, depth=6),  # the authors' 30-layer variant (Figure 6)
 }
 
 
@@ -53,7 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-actions", type=int, default=18, help="output size (18: full Atari action set)")
     parser.add_argument("--tick-hz", type=float, default=60.0, help="environment rate for the ticks column")
     parser.add_argument("--construction", choices=tuple(_CONSTRUCTIONS), default="impala",
-                        help="impala: padded convs, FC 256 (default); authors: the released code's variant")
+                        help="impala: padded convs, FC 256 (default); authors: the released code's variant; "
+                             "2xdeep: the 30-layer ResNet of the paper's Figure 6")
     parser.add_argument("--save", metavar="PATH", default=None,
                         help="write each k's forward times (seconds, one per line) as an empirical latency file; "
                              "'{k}' in PATH is replaced by k, else _k<k> is added when several k are measured")

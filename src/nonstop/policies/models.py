@@ -25,6 +25,16 @@ as ``k`` (11·11·32k), so the convs carry the large models (90% of k = 98) and 
 fixed head the small ones (91% of k = 1); a head that scaled with ``k`` would
 overshoot k = 7 (a 256k-wide head alone is 49M there). Both constructions land within
 ±20% of the paper's labels, the tolerance the tests use.
+
+The authors' **2xDeep** variant (``depth=6``; the paper's appendix, "Training Procedure for
+Atari": "a ResNet model with 6 blocks rather than 3 blocks, ... 30 convolutional layers rather
+than 15. In the final three blocks, each layer has 32k filters") adds three conv sequences of
+``32k`` channels after the usual three. The appendix does not say whether they pool; we read
+them as keeping the 11×11 map (conv3x3 and two residual blocks, no maxpool), because that is the
+reading under which the appendix's own parameter labels come out (`DEEP_PARAM_LABELS`: within
+3 % at four of its five widths and 12 % at k = 0.75, where the channels truncate to 12/24; k =
+0.0625 → 70k … k = 63 → 1B), where pooling on to 2×2 would shrink the head and miss k = 4.75
+(10M) by half.
 """
 
 from __future__ import annotations
@@ -49,6 +59,8 @@ __all__ = [
     "module_parameters",
     "PAPER_K",
     "PAPER_PARAM_LABELS",
+    "ARCH_DEPTHS",
+    "DEEP_PARAM_LABELS",
     "PARAM_TABLE",
     "estimate_memory_bytes",
     "available_memory_bytes",
@@ -60,6 +72,10 @@ __all__ = [
 PAPER_K: Final = (1, 7, 29, 98)
 #: The paper's nominal parameter counts for `PAPER_K`.
 PAPER_PARAM_LABELS: Final = {1: 1_000_000, 7: 10_000_000, 29: 100_000_000, 98: 1_000_000_000}
+#: Conv sequences per architecture name (`DQNConfig.arch`, ``nonstop train --arch``).
+ARCH_DEPTHS: Final = {"impala": 3, "2xdeep": 6}
+#: The appendix's widths and parameter labels of the 2xDeep ResNet (``depth=6``).
+DEEP_PARAM_LABELS: Final = {0.0625: 70_000, 0.75: 1_000_000, 4.75: 10_000_000, 18.5: 100_000_000, 63: 1_000_000_000}
 
 
 def impala_channels(k: float) -> tuple[int, int, int]:
@@ -103,13 +119,14 @@ class ResidualBlock(nn.Module):
 
 
 class ConvSequence(nn.Module):
-    """conv3x3 → maxpool(3, stride 2) → two `ResidualBlock` s."""
+    """conv3x3 → maxpool(3, stride 2) → two `ResidualBlock` s (``pool=False``: no maxpool, and
+    the conv keeps the map's size: 2xDeep's extra sequences)."""
 
-    def __init__(self, in_channels: int, out_channels: int, *, same_padding: bool = True) -> None:
+    def __init__(self, in_channels: int, out_channels: int, *, same_padding: bool = True, pool: bool = True) -> None:
         super().__init__()
-        pad = 1 if same_padding else 0
+        pad = 1 if same_padding or not pool else 0
         self.conv = nn.Conv2d(in_channels, out_channels, 3, padding=pad)
-        self.pool = nn.MaxPool2d(3, stride=2, padding=pad)
+        self.pool = nn.MaxPool2d(3, stride=2, padding=pad) if pool else nn.Identity()
         self.res0 = ResidualBlock(out_channels)
         self.res1 = ResidualBlock(out_channels)
 
@@ -138,16 +155,19 @@ class ImpalaResNet(nn.Module):
         input_hw: int = 84,
         fc_hidden: int = 256,
         same_padding: bool = True,
+        depth: int = 3,
     ) -> None:
         super().__init__()
-        _check_arch(n_actions, in_channels, input_hw, fc_hidden)
+        _check_arch(n_actions, in_channels, input_hw, fc_hidden, depth)
         c1, c2, c3 = impala_channels(k)
         self.k: Final = k
         self.n_actions: Final = n_actions
+        self.depth: Final = depth
         self.sequences = nn.Sequential(
             ConvSequence(in_channels, c1, same_padding=same_padding),
             ConvSequence(c1, c2, same_padding=same_padding),
             ConvSequence(c2, c3, same_padding=same_padding),
+            *(ConvSequence(c3, c3, pool=False) for _ in range(depth - 3)),
         )
         side = _feature_size(input_hw, same_padding)
         self.fc = nn.Linear(c3 * side * side, fc_hidden)
@@ -158,11 +178,14 @@ class ImpalaResNet(nn.Module):
         return self.head(torch.relu(self.fc(x)))
 
 
-def _check_arch(n_actions: int, in_channels: int, input_hw: int, fc_hidden: int) -> None:
+def _check_arch(n_actions: int, in_channels: int, input_hw: int, fc_hidden: int, depth: int = 3) -> None:
     named = {"n_actions": n_actions, "in_channels": in_channels, "input_hw": input_hw, "fc_hidden": fc_hidden}
     for name, value in named.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if depth not in ARCH_DEPTHS.values():
+        raise ValueError(f"depth must be one of {sorted(ARCH_DEPTHS.values())} conv sequences "
+                         f"({', '.join(f'{n}: {d}' for n, d in ARCH_DEPTHS.items())}), got {depth!r}")  # fmt: skip
 
 
 def impala_resnet(
@@ -173,6 +196,7 @@ def impala_resnet(
     input_hw: int = 84,
     fc_hidden: int = 256,
     same_padding: bool = True,
+    depth: int = 3,
     device: str | torch.device = "cpu",
     check_memory: bool = True,
 ) -> ImpalaResNet:
@@ -184,7 +208,7 @@ def impala_resnet(
     >>> impala_resnet(1, 6).training
     False
     """
-    arch = dict(in_channels=in_channels, input_hw=input_hw, fc_hidden=fc_hidden, same_padding=same_padding)
+    arch = dict(in_channels=in_channels, input_hw=input_hw, fc_hidden=fc_hidden, same_padding=same_padding, depth=depth)
     if check_memory:
         ensure_fits(k, device, n_actions=n_actions, **arch)
     with torch.device(device):
@@ -200,13 +224,16 @@ def count_parameters(
     input_hw: int = 84,
     fc_hidden: int = 256,
     same_padding: bool = True,
+    depth: int = 3,
 ) -> int:
     """Parameters of `ImpalaResNet` at width ``k``, computed without building it.
 
     >>> count_parameters(98)
     1026558802
+    >>> {k: round(count_parameters(k, depth=6) / label, 2) for k, label in DEEP_PARAM_LABELS.items()}
+    {0.0625: 0.97, 0.75: 0.88, 4.75: 1.0, 18.5: 0.99, 63: 1.0}
     """
-    _check_arch(n_actions, in_channels, input_hw, fc_hidden)
+    _check_arch(n_actions, in_channels, input_hw, fc_hidden, depth)
     c1, c2, c3 = impala_channels(k)
 
     def conv(cin: int, cout: int) -> int:
@@ -216,7 +243,7 @@ def count_parameters(
         return conv(cin, cout) + 4 * conv(cout, cout)  # base conv + 2 blocks × 2 convs
 
     side = _feature_size(input_hw, same_padding)
-    convs = sequence(in_channels, c1) + sequence(c1, c2) + sequence(c2, c3)
+    convs = sequence(in_channels, c1) + sequence(c1, c2) + sequence(c2, c3) + (depth - 3) * sequence(c3, c3)
     fc = c3 * side * side * fc_hidden + fc_hidden
     head = fc_hidden * n_actions + n_actions
     return convs + fc + head
@@ -241,6 +268,7 @@ def estimate_memory_bytes(
     input_hw: int = 84,
     fc_hidden: int = 256,
     same_padding: bool = True,
+    depth: int = 3,
 ) -> int:
     """Bytes to hold the fp32 weights plus an activation margin for a forward pass.
 
@@ -251,7 +279,7 @@ def estimate_memory_bytes(
     4.28
     """
     params = count_parameters(
-        k, n_actions, in_channels, input_hw=input_hw, fc_hidden=fc_hidden, same_padding=same_padding
+        k, n_actions, in_channels, input_hw=input_hw, fc_hidden=fc_hidden, same_padding=same_padding, depth=depth
     )
     c1 = impala_channels(k)[0]
     first_map = c1 * (input_hw if same_padding else input_hw - 2) ** 2

@@ -147,7 +147,7 @@ class SessionConfig(_Strict):
     """How a session is built. Every field is optional; the server fills its defaults."""
 
     env: str | None = Field(default=None, max_length=200, description="env id among those the server serves")
-XX
+    default: Literal["noop", "repeat", "random"] | None = Field(default=None, description="β; the env's own choice if absent")
     queue_mode: Literal["latest", "fifo"] = "latest"
     record: bool | None = Field(default=None, description="record a replay (server default if absent)")
     encoding: Encoding | None = Field(default=None, description="how observations travel (server default if absent)")

@@ -1,0 +1,53 @@
+"""The authors' 2xDeep ResNet (``--arch 2xdeep``): six conv sequences, 30 conv layers, the last
+three at 32k channels on the 11×11 map, beside the paper's 15-layer IMPALA network."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from nonstop.learning.dqn import DQNConfig, build_q_network  # noqa: E402
+from nonstop.policies.models import DEEP_PARAM_LABELS, count_parameters, impala_resnet, module_parameters  # noqa: E402
+
+
+def _convs(net: torch.nn.Module) -> list[torch.nn.Conv2d]:
+    return [m for m in net.modules() if isinstance(m, torch.nn.Conv2d)]
+
+
+def test_2xdeep_has_thirty_conv_layers_and_the_counted_parameters():
+    shallow, deep = impala_resnet(1, 18), impala_resnet(1, 18, depth=6)
+    assert len(_convs(shallow)) == 15 and len(_convs(deep)) == 30
+    assert [c.out_channels for c in _convs(deep)[15:]] == [32] * 15  # the final three blocks: 32k filters
+    assert module_parameters(deep) == count_parameters(1, 18, depth=6)
+    assert module_parameters(deep) > module_parameters(shallow)
+    out = deep(torch.zeros(2, 1, 84, 84))
+    assert out.shape == (2, 18)
+    # the appendix's labels (70k … 1B), counted without building the big ones
+    for k, label in DEEP_PARAM_LABELS.items():
+        assert 0.85 <= count_parameters(k, depth=6) / label <= 1.15, k
+
+
+def test_arch_reaches_the_q_network_and_bad_arch_is_refused():
+    net = build_q_network((84, 84), 6, DQNConfig(arch="2xdeep", k=0.25))
+    assert len(_convs(net)) == 30
+    assert len(_convs(build_q_network((84, 84), 6, DQNConfig(k=0.25)))) == 15
+    with pytest.raises(ValueError, match="DQNConfig.arch must be impala or 2xdeep"):
+        DQNConfig(arch="3xdeep")
+    with pytest.raises(ValueError, match="depth must be one of"):
+        impala_resnet(1, 18, depth=4)
+
+
+def test_train_arch_flag(tmp_path, capsys):
+    import json
+
+    from nonstop.cli import main
+
+    assert main(["train", "--env", "Boxing", "--arch", "3xdeep", "--out", str(tmp_path / "bad")]) == 2
+    assert "impala or 2xdeep" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+    out = tmp_path / "run"
+    rc = main(["train", "--env", "Boxing", "--arch", "2xdeep", "--k", "0.25", "--seconds", "1", "--replay-capacity", "2000",
+               "--learning-starts", "30", "--out", str(out), "--progress-every", "0.5"])  # fmt: skip
+    assert rc == 0
+    assert json.loads((out / "config.json").read_text())["dqn"]["arch"] == "2xdeep"
