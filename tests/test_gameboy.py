@@ -632,3 +632,66 @@ def test_without_pyboy_envs_says_not_playable_and_check_fails_in_one_line(monkey
 
 def test_with_pyboy_there_is_no_problem_to_report():
     assert gameboy.pyboy_problem() == ""
+
+
+# --- the paper's six-action space (noop is β's only) ----------------------------------------------
+
+
+def test_paper_action_set_leaves_the_noop_to_beta(no_shm_leak):
+    import gymnasium
+
+    env = make_gameboy("TestROM", action_set="paper")
+    assert env.action_space == gymnasium.spaces.Discrete(6, start=1)
+    assert 0 not in env.action_space and A in env.action_space
+    env.close()
+    with Session("GameBoy/TestROM", clock="virtual", seed=0, env_kwargs={"action_set": "paper"}) as world:
+        run_ticks(world, 5)  # β: the noop, applied although no agent may choose it
+        world.queue.submit(A, obs_tick=world.slot.read().tick, episode=0)
+        run_ticks(world, 1)
+        with pytest.raises((ValueError, TypeError)):
+            world.queue.submit(0, obs_tick=world.slot.read().tick, episode=0)  # the agent cannot pick the noop
+        run_ticks(world, 2)
+    log = world.tick_log
+    assert list(log["source"]) == [0] * 5 + [1] + [0, 0]
+    assert list(log["action"]) == [0] * 5 + [A] + [0, 0]
+    assert log["reward"].sum() == 1.0
+    with pytest.raises(ValueError, match="action_set must be"):
+        make_gameboy("TestROM", action_set="eight")
+
+
+def test_dqn_acts_and_learns_in_a_space_that_starts_at_one():
+    import gymnasium
+    import torch
+
+    from nonstop.learning.dqn import DQNConfig, DQNPolicy, build_q_network, flat_parameters
+    from nonstop.learning.replay import ReplayBuffer, ReplayRecorder
+    from nonstop.learning.weights import SharedWeights
+
+    space = gymnasium.spaces.Discrete(6, start=1)
+    model = build_q_network((4,), 6, DQNConfig())
+    with torch.no_grad():  # Q-value index 5 wins everywhere: the greedy action is 1 + 5 = 6 (DOWN)
+        model.net[-1].bias[:] = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 100.0])
+    weights = SharedWeights.create(sum(p.numel() for p in model.parameters()))
+    try:
+        weights.publish(flat_parameters(model))
+        weights.epsilon = 1.0
+        policy = DQNPolicy(model, weights, space, seed=0)
+        explored = {policy.act(np.zeros(4, np.float32)).action for _ in range(200)}
+        assert explored == set(range(1, 7))  # ε-random over the six buttons, never the noop
+        weights.epsilon = 0.0
+        assert policy.act(np.zeros(4, np.float32)).action == DOWN
+    finally:
+        weights.close()
+        weights.unlink()
+    replay = ReplayBuffer.create(capacity=64, obs_shape=(4,), dtype=np.float32)
+    try:
+        rec = ReplayRecorder(replay, gamma=0.9, history=16, action_start=1)
+        rec.on_observation(0, np.zeros(4, np.float32))
+        for t in range(1, 6):
+            rec.on_tick(t, agent=True, action=DOWN, obs_tick=t - 1, reward=1.0, terminated=False, truncated=False)
+            rec.on_observation(t, np.full(4, t, np.float32))
+        batch = replay.sample(4, np.random.default_rng(0))
+        assert batch is not None and set(np.asarray(batch.action).tolist()) == {DOWN - 1}  # the Q-value index
+    finally:
+        replay.close()
+        replay.unlink()

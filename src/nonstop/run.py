@@ -196,7 +196,8 @@ class TrainingRun:
         init_training(model, self.state, self.weights)
         self.weights.epsilon = dqn.epsilon_start
         history = max(256, 4 * math.ceil(self._max_latency() / self.tau_m) + 64)
-        self.recorder = ReplayRecorder(self.replay, gamma=dqn.gamma, history=history)
+        self.recorder = ReplayRecorder(self.replay, gamma=dqn.gamma, history=history,
+                                       action_start=int(getattr(self.action_space, "start", 0)))  # fmt: skip
         self.world = Session(cfg.env, clock=cfg.clock, seed=cfg.seed, env_kwargs=cfg.env_kwargs, recorder=self.recorder,
                              log_dir=log_dir, default=cfg.default)  # fmt: skip
         self.world.start()

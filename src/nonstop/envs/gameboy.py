@@ -4,7 +4,10 @@ The paper runs Pokémon Blue and Tetris "at 59.7275 frames per second such that 
 with noop actions executed as the default behaviour β" and six button actions (Riemer et al., ICLR
 2025, §5 and Appendix A). Here one env step is one Game Boy frame; the action space is
 ``Discrete(7)``: 0 is the noop (no button held; the default β), then A, B, LEFT, UP, RIGHT, DOWN.
-An action holds its button for the frame; the next different action releases it.
+An action holds its button for the frame; the next different action releases it. With
+``action_set="paper"`` the agent's space is the paper's six buttons alone, ``Discrete(6, start=1)``:
+the noop stays β's (the env still takes 0 from the host), so a learner never picks "do nothing"
+and every tick without an agent action is visibly β's.
 
 PyBoy runs headless (``window="null"``) with sound emulation off and its own frame limiter off
 (``set_emulation_speed(0)``): the nonstop host's clock alone decides when a frame happens.
@@ -399,7 +402,9 @@ class GameBoyEnv(gymnasium.Env[np.ndarray, int]):
         obs_type: Literal["gray", "rgb", "ram"] = "gray",
         max_episode_steps: int | None = None,
         render_mode: Literal["rgb_array"] | None = None,
+        action_set: Literal["full", "paper"] = "full",
     ) -> None:
+        _check_action_set(action_set)
         if obs_type not in ("gray", "rgb", "ram"):
             raise ValueError(f"obs_type must be 'gray', 'rgb' or 'ram', got {obs_type!r}")
         if render_mode not in (None, "rgb_array"):
@@ -412,7 +417,11 @@ class GameBoyEnv(gymnasium.Env[np.ndarray, int]):
         self.obs_type = obs_type
         self.max_episode_steps = _check_max_steps(max_episode_steps)
         self.render_mode = render_mode
-        self.action_space = gymnasium.spaces.Discrete(len(ACTIONS))
+        self.action_set = action_set
+        #: the agent's actions: all seven, or (``paper``) the six buttons, noop left to β
+        self.action_space = gymnasium.spaces.Discrete(len(ACTIONS)) if action_set == "full" else gymnasium.spaces.Discrete(len(ACTIONS) - 1, start=1)
+        #: actions the env takes from β but no agent may choose (nonstop's `Session` reads it)
+        self.beta_only_actions: tuple[int, ...] = () if action_set == "full" else (0,)
         if obs_type == "gray":
             self.observation_space = gymnasium.spaces.Box(0, 255, _SCREEN, np.uint8)
         elif obs_type == "rgb":
@@ -562,11 +571,13 @@ def check_gameboy_kwargs(
     state: str | os.PathLike[str] | None = None,
     obs_type: ObsType = "gray84",
     max_episode_steps: int | None = None,
+    action_set: str = "full",
 ) -> None:
     """Everything :func:`make_gameboy` would refuse, checked without starting an emulator: the
     options, PyBoy being installed, the ROM (found, right game, checksums) and the save state
     (recorded on that ROM; required where the game starts from one)."""
     spec = _game(game)
+    _check_action_set(action_set)
     if obs_type not in OBS_TYPES:
         raise ValueError(f"obs_type must be one of {OBS_TYPES}, got {obs_type!r}")
     _check_max_steps(max_episode_steps)
@@ -576,6 +587,12 @@ def check_gameboy_kwargs(
         read_state(state, found)
     elif spec.start == "state":
         raise RomError(_needs_state(spec))
+
+
+def _check_action_set(action_set: str) -> None:
+    if action_set not in ("full", "paper"):
+        raise ValueError(f"action_set must be 'full' (noop + six buttons) or 'paper' (the six buttons; noop is β's), "
+                         f"got {action_set!r}")  # fmt: skip
 
 
 def _needs_state(spec: GameSpec) -> str:
@@ -593,15 +610,18 @@ def make_gameboy(
     state: str | os.PathLike[str] | None = None,
     obs_type: ObsType = "gray84",
     max_episode_steps: int | None = None,
+    action_set: Literal["full", "paper"] = "full",
 ) -> gymnasium.Env:
     """Build Game Boy ``game`` (a key of :data:`GAMES`) in the paper's setting.
 
     ``obs_type="gray84"`` (default) is the paper's preprocessing: the grayscale screen area-averaged
     to 84×84 ``uint8`` (the same :class:`~nonstop.envs.atari.AreaResize` the Atari envs use).
     """
-    check_gameboy_kwargs(game, rom=rom, state=state, obs_type=obs_type, max_episode_steps=max_episode_steps)
+    check_gameboy_kwargs(game, rom=rom, state=state, obs_type=obs_type, max_episode_steps=max_episode_steps,
+                         action_set=action_set)  # fmt: skip
     raw = "gray" if obs_type == "gray84" else obs_type
-    env = GameBoyEnv(game, rom=rom, state=state, obs_type=raw, max_episode_steps=max_episode_steps)  # type: ignore[arg-type]
+    env = GameBoyEnv(game, rom=rom, state=state, obs_type=raw, max_episode_steps=max_episode_steps,  # type: ignore[arg-type]
+                     action_set=action_set)  # fmt: skip
     return AreaResize(env, PREPROCESSED_SHAPE) if obs_type == "gray84" else env
 
 

@@ -225,6 +225,8 @@ class DQNPolicy(Policy):
         self.weights = weights
         self.action_space = action_space
         self.n = int(action_space.n)
+        #: Q-value i is action ``start + i`` (a ``Discrete(n, start=s)`` space, e.g. Game Boy's six buttons)
+        self.start = int(getattr(action_space, "start", 0))
         self.version = 0
         self._flat = np.empty(weights.n_params, np.float32)
         self._rng = np.random.default_rng(seed)
@@ -244,10 +246,10 @@ class DQNPolicy(Policy):
             self.version = self.weights.read_into(self._flat)
             load_flat(self.model, self._flat)
         if self._rng.random() < self.weights.epsilon:
-            return Decision(int(self._rng.integers(self.n)))
+            return Decision(self.start + int(self._rng.integers(self.n)))
         with torch.inference_mode():
             q = self.model(_to_tensor(np.asarray(obs)[None]))
-        return Decision(int(q.argmax(1)))
+        return Decision(self.start + int(q.argmax(1)))
 
 
 def make_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_dict: dict[str, Any],

@@ -366,10 +366,12 @@ class ReplayRecorder:
     Picklable: a wall-clock host process receives it with the buffer's name.
     """
 
-    def __init__(self, replay: ReplayBuffer, *, gamma: float, history: int = 4096) -> None:
+    def __init__(self, replay: ReplayBuffer, *, gamma: float, history: int = 4096, action_start: int = 0) -> None:
         if not isinstance(history, int) or history < 2:
             raise ValueError(f"history must be an integer >= 2 ticks, got {history!r}")
         self.replay, self.gamma, self.history = replay, float(gamma), history
+        #: the action space's first action (``Discrete.start``): the replay stores Q-value indices from 0
+        self.action_start = int(action_start)
         self._init()
 
     def _init(self) -> None:
@@ -408,7 +410,7 @@ class ReplayRecorder:
             self.replay.add_episode(tick, self._return, self._length)
             self._return, self._length = 0.0, 0
         done = self.builder.on_tick(
-            tick, agent=agent, action=int(action) if agent else 0, obs_tick=obs_tick, reward=reward,
+            tick, agent=agent, action=int(action) - self.action_start if agent else 0, obs_tick=obs_tick, reward=reward,
             terminated=terminated, truncated=truncated,
         )  # fmt: skip
         for tr in done:

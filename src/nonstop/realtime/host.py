@@ -736,7 +736,7 @@ class Session:
                 self.slots = [self.slot]
                 self.queue = ActionQueue.create(self.action_space, capacity=self.queue_capacity, mode=self.queue_mode)
                 self.queues = [self.queue]
-                self.noop_action = self._resolve_noop()
+                self.noop_action = self._resolve_noop(beta_only=getattr(probe.unwrapped, "beta_only_actions", ()))
             if self.render_mode == "rgb_array":
                 probe.reset(seed=self.seed)
                 frame = probe.render()
@@ -814,11 +814,16 @@ class Session:
             return int(seat)
         raise KeyError(f"no seat {seat!r} in {self.env_id!r}; its seats are {names}")
 
-    def _resolve_noop(self, queue: ActionQueue | None = None, space: gym.Space | None = None) -> Any:
-        """β's no-op for this action space: the declared one (checked), else the space's own."""
+    def _resolve_noop(self, queue: ActionQueue | None = None, space: gym.Space | None = None, *,
+                      beta_only: Any = ()) -> Any:  # fmt: skip
+        """β's no-op for this action space: the declared one (checked), else the space's own. An env
+        whose ``beta_only_actions`` holds the declared noop takes it from β although its agents
+        cannot choose it (Game Boy's ``action_set="paper"``: the six buttons, noop left to β)."""
         queue = self.queue if queue is None else queue
         space = self.action_space if space is None else space
         if self.noop_action is not None:
+            if self._noop_declared and self.noop_action in tuple(beta_only):
+                return self.noop_action
             try:
                 return queue.codec.validate(self.noop_action)
             except ValueError:
