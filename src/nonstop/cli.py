@@ -243,6 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_arguments(p)
     p.set_defaults(func=plan.run_plan)
 
+    from nonstop.metrics import tolerance
+
+    p = sub.add_parser("tolerance", help="how large a delay a world tolerates: its stochasticity over the inference horizon (Eq. 4)")
+    tolerance.add_arguments(p)
+    p.set_defaults(func=tolerance.run_tolerance)
+
     p = sub.add_parser("report", help="plots and a summary of a training run directory (nonstop train --out RUN)")
     report.add_arguments(p)
     p.set_defaults(func=report.run_report)

@@ -1,0 +1,233 @@
+"""How large a delay can this world tolerate? Its effective stochasticity over the inference horizon.
+
+Equation 4 of the paper (Theorem 1, Appendix B.2) says what delay costs: an action computed from
+the state at ``t`` and applied ``k`` steps later is right only if the world is still where the
+agent thought, which in its worst-case MDP happens with probability ``p_minimax**k``. So the regret
+per step that no policy acting ``k`` steps late can avoid is ``1 − p_minimax**k``: zero in a
+deterministic world whatever the delay, and near one in a world that forgets its state quickly.
+
+This module measures that quantity on any world whose randomness goes through the env's
+``np_random`` (Gymnasium's convention: the theory MDPs, FrozenLake's slippery ice, …). From many
+start states it runs a flock of copies of the env (``copy.deepcopy``), each with its own random
+stream and all given the same actions, and counts at each horizon ``k`` how many copies share the
+most common state. That fraction estimates ``q_k = max_s P(s_{t+k} = s | s_t, actions)``, the chance
+that the best prediction made ``k`` steps ahead is right: the real-world counterpart of
+``p_minimax**k`` (the two coincide on the paper's cycle MDP while staying put is the likeliest
+future). ``1 − q_k`` is then the delay regret per step, in units of the reward a right action earns,
+and the tolerable delay for a budget ε is the largest ``k`` with ``1 − q_k ≤ ε``.
+
+States are compared exactly (observation bytes; ``decimals`` rounds float observations first,
+for worlds with continuous noise). Emulated worlds (Atari at the paper's setting, Game Boy) are
+deterministic given the emulator's whole state, so copies never part: the unpredictability an
+agent meets there lives in state it cannot observe, which this estimate cannot see. They are
+refused with that reason rather than reported as perfectly predictable.
+
+>>> est = estimate_predictability("theory/delay-cycle", env_kwargs={"n": 64, "p_minimax": 0.8},
+...                               horizon=3, starts=20, flock=64, seed=0)
+>>> [round(float(q), 1) for q in est.q]                      # ≈ 0.8, 0.64, 0.51 = p_minimax**k
+[0.8, 0.6, 0.5]
+>>> tolerable_delay(est, max_regret=0.3)                    # 1 − q_k ≤ 0.3 holds for k = 1 only
+1
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import numbers
+from collections import Counter
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = ["Predictability", "estimate_predictability", "tolerable_delay", "cycle_mode_probability"]
+
+#: env families whose emulators are deterministic given their whole (partly hidden) state
+_EMULATED = ("atari", "gameboy")
+
+
+class Predictability(NamedTuple):
+    """``q[k-1]`` estimates q_k for k = 1..horizon; ``stderr`` its standard error over start states;
+    ``delay_regret[k-1] = 1 − q_k``; ``p_hat`` the per-step rate ``q_k**(1/k)`` (the paper's
+    p_minimax where q_k = p_minimax**k); ``tick_hz`` the world's rate, to read k in seconds."""
+
+    env_id: str
+    q: np.ndarray
+    stderr: np.ndarray
+    delay_regret: np.ndarray
+    p_hat: np.ndarray
+    starts: int
+    flock: int
+    tick_hz: float | None
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _key(obs: Any, decimals: int | None) -> bytes:
+    arr = np.asarray(obs)
+    if decimals is not None and arr.dtype.kind == "f":
+        arr = np.round(arr, decimals) + 0.0  # + 0.0: -0.0 and 0.0 are one state
+    return arr.tobytes()
+
+
+def estimate_predictability(
+    env_id: str,
+    *,
+    env_kwargs: dict[str, Any] | None = None,
+    horizon: int = 32,
+    starts: int = 50,
+    flock: int = 32,
+    warmup_steps: int = 20,
+    decimals: int | None = None,
+    seed: int = 0,
+) -> Predictability:
+    """Estimate q_k for k = 1..``horizon`` from ``starts`` start states (each reached by up to
+    ``warmup_steps`` random actions after a seeded reset), ``flock`` copies per start (module
+    docstring). A copy whose episode ends before ``k`` counts as its own final state, so two
+    copies that ended alike still agree."""
+    from nonstop.envs import env_info, make_env
+
+    horizon, starts, flock = (_positive_int(n, v) for n, v in (("horizon", horizon), ("starts", starts), ("flock", flock)))
+    if flock < 2:
+        raise ValueError(f"flock must be at least 2 copies to compare, got {flock}")
+    if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, numbers.Integral) or warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be an integer >= 0, got {warmup_steps!r}")
+    if decimals is not None and (isinstance(decimals, bool) or not isinstance(decimals, numbers.Integral)):
+        raise ValueError(f"decimals must be an integer or None, got {decimals!r}")
+    kwargs = dict(env_kwargs or {})
+    info = env_info(env_id, **kwargs)  # unknown ids fail here, with the registry's suggestions
+    if info.family == "multi":
+        raise ValueError(f"{env_id!r} is a seat world (several agents); this estimate takes one-agent worlds")
+    if info.family in _EMULATED:
+        raise ValueError(
+            f"{env_id!r} is an emulator, deterministic given its whole state (the paper's setting has no sticky "
+            "actions): copies of it never part, so this estimate would say 1 whatever the world hides. Its "
+            "stochasticity for an agent lives in state the agent cannot see; measure delay's cost there by "
+            "training at the delay (nonstop train --latency)"
+        )
+    rng = np.random.default_rng(seed)
+    q = np.zeros((starts, horizon))
+    env = make_env(env_id, **kwargs)
+    try:
+        actions_space = copy.deepcopy(env.action_space)
+        actions_space.seed(int(rng.integers(2**31)))
+        for start in range(starts):
+            obs, _ = env.reset(seed=int(rng.integers(2**31)))
+            ended = False
+            for _ in range(int(rng.integers(warmup_steps + 1))):
+                obs, _, terminated, truncated, _ = env.step(actions_space.sample())
+                if terminated or truncated:
+                    ended = True
+                    break
+            if ended:
+                obs, _ = env.reset(seed=int(rng.integers(2**31)))
+            try:
+                copies = [copy.deepcopy(env) for _ in range(flock)]
+            except Exception as exc:  # noqa: BLE001 - any failure to copy means the same thing here
+                raise ValueError(f"cannot copy {env_id!r} ({type(exc).__name__}: {exc}): this estimate needs "
+                                 "envs that copy.deepcopy can duplicate") from None  # fmt: skip
+            for c in copies:
+                c.unwrapped.np_random = np.random.default_rng(int(rng.integers(2**63)))
+            finals: list[bytes | None] = [None] * flock
+            for k in range(horizon):
+                action = actions_space.sample()
+                keys = []
+                for i, c in enumerate(copies):
+                    if finals[i] is None:
+                        obs_i, _, terminated, truncated, _ = c.step(action)
+                        key = _key(obs_i, decimals)
+                        if terminated or truncated:
+                            finals[i] = b"end:" + key
+                    keys.append(finals[i] if finals[i] is not None else key)
+                q[start, k] = Counter(keys).most_common(1)[0][1] / flock
+            for c in copies:
+                c.close()
+    finally:
+        env.close()
+    mean = q.mean(axis=0)
+    stderr = q.std(axis=0, ddof=1) / math.sqrt(starts) if starts > 1 else np.full(horizon, np.nan)
+    ks = np.arange(1, horizon + 1)
+    return Predictability(
+        env_id=env_id, q=mean, stderr=stderr, delay_regret=1.0 - mean,
+        p_hat=np.where(mean > 0, mean ** (1.0 / ks), 0.0), starts=starts, flock=flock, tick_hz=info.tick_hz,
+    )  # fmt: skip
+
+
+def tolerable_delay(est: Predictability, max_regret: float) -> int:
+    """The largest delay k (in steps, 0..horizon) whose delay regret ``1 − q_j`` stays within
+    ``max_regret`` for every j ≤ k: how late an action may be before the world has moved on more
+    often than the budget allows. ``horizon`` itself means "at least that"."""
+    if isinstance(max_regret, bool) or not isinstance(max_regret, numbers.Real) or not 0.0 <= max_regret <= 1.0:
+        raise ValueError(f"max_regret must be a fraction in [0, 1], got {max_regret!r}")
+    over = np.nonzero(est.delay_regret > max_regret + 1e-12)[0]
+    return int(over[0]) if over.size else len(est.q)
+
+
+def cycle_mode_probability(n: int, p_stay: float, k: int) -> float:
+    """Exactly ``max_s P(s_{t+k} = s)`` on the paper's n-state cycle (stay w.p. ``p_stay``, else
+    move one state on): the mode of a binomial number of moves, wrapped mod n. What
+    `estimate_predictability` should find on ``theory/delay-cycle``.
+
+    >>> cycle_mode_probability(8, 0.5, 1), round(cycle_mode_probability(1000, 0.7, 3), 3)
+    (0.5, 0.441)
+    """
+    moves = np.arange(k + 1)
+    pmf = np.array([math.comb(k, int(m)) * (1 - p_stay) ** m * p_stay ** (k - m) for m in moves])
+    wrapped = np.bincount(moves % n, weights=pmf, minlength=n)
+    return float(wrapped.max())
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def add_arguments(p: Any) -> None:
+    p.add_argument("--env", required=True, help="env id (see `nonstop envs`; any Gymnasium id whose randomness is np_random)")
+    p.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="env keyword argument, repeatable")
+    p.add_argument("--max-regret", type=float, default=0.05,
+                   help="delay regret per step allowed, as a fraction of a right action's reward (default 0.05)")
+    p.add_argument("--horizon", type=int, default=32, help="largest delay k measured, in steps (default 32)")
+    p.add_argument("--starts", type=int, default=50, help="start states (default 50)")
+    p.add_argument("--flock", type=int, default=32, help="copies of the env per start state (default 32)")
+    p.add_argument("--decimals", type=int, default=None, help="round float observations first (worlds with continuous noise)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+
+
+def run_tolerance(args: Any) -> int:
+    import json
+
+    from nonstop.run import parse_env_args
+
+    if not 0.0 <= args.max_regret <= 1.0:
+        raise ValueError(f"--max-regret must be a fraction in [0, 1], got {args.max_regret}")
+    est = estimate_predictability(args.env, env_kwargs=parse_env_args(args.env_arg), horizon=args.horizon,
+                                  starts=args.starts, flock=args.flock, decimals=args.decimals, seed=args.seed)  # fmt: skip
+    k = tolerable_delay(est, args.max_regret)
+    ms = None if est.tick_hz is None else k / est.tick_hz * 1000
+    result = {
+        "env": args.env, "max_regret": args.max_regret, "tolerable_delay_steps": k,
+        "tolerable_delay_ms": ms, "at_least": k == args.horizon, "tick_hz": est.tick_hz,
+        "p_minimax_hat": float(est.q[0]), "q": [float(x) for x in est.q], "stderr": [float(x) for x in est.stderr],
+        "delay_regret": [float(x) for x in est.delay_regret], "starts": est.starts, "flock": est.flock,
+    }  # fmt: skip
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"{args.env}: how often the world is where a k-step-old action expects it")
+    for col in ("delay k (steps)", "q_k", "± s.e.", "delay regret 1 − q_k"):
+        table.add_column(col, justify="right")
+    for i in sorted({0, 1, 3, 7, 15, 31, 63, 127, k - 1, min(k, len(est.q) - 1)} & set(range(len(est.q)))):
+        table.add_row(str(i + 1), f"{est.q[i]:.3f}", f"{est.stderr[i]:.3f}", f"{est.delay_regret[i]:.3f}")
+    console.print(table)
+    when = f" (= {ms:.0f} ms at {est.tick_hz:g} Hz)" if ms is not None else ""
+    more = " or more: raise --horizon to see where it ends" if k == args.horizon else ""
+    console.print(f"one-step p_minimax ≈ {est.q[0]:.3f}; with delay regret ≤ {args.max_regret:g} per step, this world "
+                  f"tolerates a delay of {k} steps{when}{more}", markup=False)  # fmt: skip
+    if args.json:
+        print(json.dumps(result))
+    return 0
