@@ -50,12 +50,14 @@ def test_demo_runs_both_parts(tmp_path, capsys, no_shm_leak):
     code = main(["demo", "--clock", "virtual", "--seconds", "2", "--train-seconds", "2", "--out", str(out)])
     assert code == 0
     assert (out / "sequential_vs_staggered.png").exists() and (out / "sequential.npz").exists()
-    assert (out / "train" / "summary.json").exists() and (out / "train" / "report" / "report.md").exists()
+    assert (out / "train-staggered" / "summary.json").exists() and (out / "train-staggered" / "report" / "report.md").exists()
+    assert (out / "train-sequential" / "summary.json").exists()
+    assert (out / "learning_staggered_vs_sequential.png").stat().st_size > 0
     first = capsys.readouterr().out
     assert "staggering" in first and "tensorboard" not in first  # the demo writes no TensorBoard events
     from nonstop.learning.checkpoint import latest_checkpoint, load_checkpoint
 
-    assert load_checkpoint(latest_checkpoint(out / "train").path).get("replay") is None  # the replay stays out
+    assert load_checkpoint(latest_checkpoint(out / "train-staggered").path).get("replay") is None  # the replay stays out
 
     # a second demo starts fresh beside the first: no resume, nothing of the first overwritten
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
@@ -63,4 +65,22 @@ def test_demo_runs_both_parts(tmp_path, capsys, no_shm_leak):
     second = capsys.readouterr().out
     assert "demo-2" in second and "resumed" not in second
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == before
-    assert (tmp_path / "demo-2" / "train" / "summary.json").exists()
+    assert (tmp_path / "demo-2" / "train-staggered" / "summary.json").exists()
+
+
+def test_demo_training_part_shows_learning(tmp_path, capsys, no_shm_leak):
+    """Within its training budget the demo's return curves rise, the staggered one far above the
+    sequential one (it acts at every tick, the sequential agent at one in six)."""
+    from nonstop.demo import learning_curve
+
+    out = tmp_path / "demo"
+    assert main(["demo", "--clock", "virtual", "--seconds", "1", "--train-seconds", "40", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "Both agents learn" in text
+    _, stag = learning_curve(out / "train-staggered")
+    _, seq = learning_curve(out / "train-sequential")
+    assert len(stag) >= 6 and len(seq) >= 6
+    first, last = stag[:2], stag[-3:]
+    assert min(last) > 2 * max(first), stag  # staggered: learned, not just acting more
+    assert sum(seq[-3:]) / 3 > 1.5 * sum(seq[:2]) / 2, seq  # sequential learns too, slowly
+    assert sum(last) / 3 > 2.5 * sum(seq[-3:]) / 3, (stag, seq)

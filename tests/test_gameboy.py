@@ -686,6 +686,9 @@ def test_dqn_acts_and_learns_in_a_space_that_starts_at_one():
     replay = ReplayBuffer.create(capacity=64, obs_shape=(4,), dtype=np.float32)
     try:
         rec = ReplayRecorder(replay, gamma=0.9, history=16, action_start=1)
+        import pickle
+
+        assert pickle.loads(pickle.dumps(rec)).action_start == 1  # the host process gets its own copy
         rec.on_observation(0, np.zeros(4, np.float32))
         for t in range(1, 6):
             rec.on_tick(t, agent=True, action=DOWN, obs_tick=t - 1, reward=1.0, terminated=False, truncated=False)

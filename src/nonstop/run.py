@@ -91,6 +91,8 @@ class TrainConfig:
             raise ValueError(f"seconds must be a positive number, got {self.seconds!r}")
         if self.n_inference == "auto":
             self.scheduler = "auto"  # only the auto scheduler sizes the pool online
+        if self.scheduler == "sequential" and self.n_inference not in (None, 1):
+            raise ValueError(f"the sequential scheduler runs exactly 1 inference worker, got n_inference={self.n_inference!r}")
         for name in ("n_inference", "n_learners"):
             v = getattr(self, name)
             if name == "n_inference" and v == "auto":
@@ -165,7 +167,7 @@ class TrainingRun:
 
             ensure_fits(self.dqn.k, "cpu", n_actions=int(self.action_space.n), depth=ARCH_DEPTHS[self.dqn.arch])
         # Algorithm 2's N_I* = ⌈τ̄_θ/τ_M⌉ by default, so the staggered agent acts at every tick
-        self.n_inference = cfg.n_inference or max(1, math.ceil(self.latency.mean / self.tau_m - 1e-9))
+        self.n_inference = cfg.n_inference or (1 if cfg.scheduler == "sequential" else max(1, math.ceil(self.latency.mean / self.tau_m - 1e-9)))
         self.final_updates = 0
         self.tick_offset = 0  # env ticks of earlier segments of this run (after --resume)
         self.episode_offset = 0

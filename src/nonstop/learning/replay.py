@@ -385,7 +385,7 @@ class ReplayRecorder:
         self._return, self._length = 0.0, 0
 
     def __getstate__(self) -> dict:
-        return {"replay": self.replay, "gamma": self.gamma, "history": self.history}
+        return {"replay": self.replay, "gamma": self.gamma, "history": self.history, "action_start": self.action_start}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
