@@ -178,3 +178,11 @@ def publish_uniform_frames(slot, seconds: float, ready, done_count) -> None:
     done_count.value = n
     slot.close()
 
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (Linux ``/proc``): a zombie has exited, only its parent's wait is missing."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

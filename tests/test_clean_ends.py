@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SHM_DIR
+
+from conftest import SHM_DIR, process_alive
 
 from nonstop.learning.checkpoint import latest_checkpoint
 from nonstop.realtime.lifeline import ORPHAN_EXIT, hold_lifeline, reap
@@ -52,14 +53,6 @@ def _children(pid: int) -> set[int]:
         frontier = {c for c, p in parents.items() if p in frontier} - found
         found |= frontier
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"  # a zombie has exited; only its parent's wait is missing
 
 
 def _segments_of(pid: int) -> list[str]:
@@ -132,7 +125,7 @@ def test_sigkill_of_a_wall_clock_train_leaves_no_child_and_no_shared_memory(tmp_
         assert _segments_of(proc.pid), "the trainer owns no shared memory? the test would prove nothing"
         proc.kill()
         proc.wait(timeout=10)
-        _wait_until(lambda: not any(_alive(pid) for pid in children), 10, what=f"the children {sorted(children)} to exit")
+        _wait_until(lambda: not any(process_alive(pid) for pid in children), 10, what=f"the children {sorted(children)} to exit")
         _wait_until(lambda: not _segments_of(proc.pid), 10, what="its shared memory to be unlinked")
     finally:
         _kill_all(proc, children)
@@ -147,7 +140,7 @@ def test_sigkill_of_the_server_leaves_no_tick_worker(tmp_path):
                    "--tick-procs", "2", "--warm-envs", "0", "--log-level", "warning"])  # fmt: skip
     children: set[int] = set()
     try:
-        names = lambda: [Path(f"/proc/{p}/cmdline").read_bytes() for p in _children(proc.pid) if _alive(p)]  # noqa: E731
+        names = lambda: [Path(f"/proc/{p}/cmdline").read_bytes() for p in _children(proc.pid) if process_alive(p)]  # noqa: E731
         _wait_until(lambda: sum(b"spawn_main" in n for n in names()) >= 2, 120, proc, "two tick workers")
         from nonstop.server.client import Client
 
@@ -158,7 +151,7 @@ def test_sigkill_of_the_server_leaves_no_tick_worker(tmp_path):
         children = _children(proc.pid)
         proc.kill()
         proc.wait(timeout=10)
-        _wait_until(lambda: not any(_alive(pid) for pid in children), 10, what=f"the tick workers {sorted(children)} to exit")
+        _wait_until(lambda: not any(process_alive(pid) for pid in children), 10, what=f"the tick workers {sorted(children)} to exit")
         _wait_until(lambda: not _segments_of(proc.pid), 10, what="the session's shared memory to be unlinked")
     finally:
         _kill_all(proc, children)
@@ -206,7 +199,7 @@ def test_a_lifeline_child_leaves_within_a_second_when_its_parent_is_killed():
     assert middle.exitcode == -signal.SIGKILL
     died = time.monotonic()
     pid = grandchild_pid.value
-    _wait_until(lambda: not _alive(pid), 10, what=f"the orphan {pid} to exit")
+    _wait_until(lambda: not process_alive(pid), 10, what=f"the orphan {pid} to exit")
     assert time.monotonic() - died < 3  # within a second of its parent, with room for a loaded machine
 
 
@@ -258,7 +251,7 @@ def test_a_killed_host_is_named_in_one_line_and_the_run_keeps_its_checkpoint(tmp
     summary = json.loads((run / "summary.json").read_text())
     assert summary["complete"] is False and "host" in summary["reason"], summary
     assert latest_checkpoint(run) is not None  # the newest good checkpoint is kept
-    _wait_until(lambda: not any(_alive(pid) for pid in children), 10, what="the other children to exit")
+    _wait_until(lambda: not any(process_alive(pid) for pid in children), 10, what="the other children to exit")
 
 
 def test_a_full_disk_stops_checkpointing_with_a_warning_and_the_world_keeps_ticking(tmp_path, capsys, monkeypatch,
@@ -400,10 +393,10 @@ def test_a_command_started_with_popen_lifeline_ends_with_its_parent():
     )  # fmt: skip
     try:
         child = int(middle.stdout.readline())
-        assert _alive(child)
+        assert process_alive(child)
         middle.kill()
         middle.wait(timeout=10)
-        _wait_until(lambda: not _alive(child), 5, what=f"the command {child} to end with its parent")
+        _wait_until(lambda: not process_alive(child), 5, what=f"the command {child} to end with its parent")
     finally:
         if middle.poll() is None:
             middle.kill()

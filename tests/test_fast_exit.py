@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SHM_DIR
+
+from conftest import SHM_DIR, process_alive
 
 from nonstop.learning.checkpoint import latest_checkpoint
 
@@ -45,14 +46,6 @@ def _descendants(pid: int) -> set[int]:
             todo.extend(kids - found)
             found |= kids
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def _signal_when_ready(args: list[str], ready: "callable", signum: int) -> tuple[subprocess.Popen, float, set[int], str]:
@@ -83,7 +76,7 @@ def _nothing_left(proc: subprocess.Popen, children: set[int]) -> None:
     leaked = [p.name for p in SHM_DIR.iterdir() if p.name.startswith("nonstop_") and f"_{proc.pid}_" in p.name]
     assert not leaked, leaked
     give_up = time.monotonic() + 2.0  # an orphan leaves within a second of its parent (lifeline)
-    while (left := [c for c in children if _alive(c)]) and time.monotonic() < give_up:
+    while (left := [c for c in children if process_alive(c)]) and time.monotonic() < give_up:
         time.sleep(0.05)
     assert not left, f"children left running: {left}"
 
