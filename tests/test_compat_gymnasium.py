@@ -5,7 +5,6 @@ Boxing."""
 
 from __future__ import annotations
 
-import gymnasium
 import numpy as np
 import pytest
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv

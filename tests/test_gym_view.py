@@ -327,7 +327,7 @@ def test_wall_clock_host_process_answers_static_queries_and_renders():
         assert env.session.mechanism == "process"
         assert env.get_action_meanings()[0] == "NOOP"
         with pytest.raises(AttributeError, match="in this process"):
-            env.unwrapped.ale
+            _ = env.unwrapped.ale
         env.reset()
         env.step(0)
         assert env.render().shape == (210, 160, 3)

@@ -100,7 +100,7 @@ def test_updates_reduce_the_loss_and_sync_the_target(no_shm_leak):
         init_training(model, state, weights)
         batch = _batch(discount=0.0)
         first = None
-        for i in range(40):
+        for _ in range(40):
             load_flat(model, state.params)
             grad, loss = compute_gradient(model, MLP(4, 2, (16,)), batch, cfg)
             first = first if first is not None else loss

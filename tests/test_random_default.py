@@ -43,7 +43,7 @@ def test_unbound_random_beta_and_bad_names_are_clear_errors():
     with pytest.raises(RuntimeError, match="bind"):
         beta(None)
     with pytest.raises(ValueError, match="noop, repeat, random"):
-        Session("CartPole", clock="virtual", default="sometimes")  # noqa: not entered: fails at the door
+        Session("CartPole", clock="virtual", default="sometimes")  # never entered: it fails at the door
 
 
 def test_train_default_random_flag(tmp_path, capsys):

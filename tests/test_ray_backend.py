@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 # before Ray is imported: head and nodes advertise 127.0.0.1, not the machine's external interface

@@ -22,7 +22,7 @@ from nonstop.metrics.regret import (
     inaction_regret_rate,
     predicted_delay_regret_per_step,
 )
-from nonstop.realtime.ticklog import SOURCE_AGENT, SOURCE_DEFAULT, TickLog
+from nonstop.realtime.ticklog import SOURCE_AGENT, TickLog
 from nonstop.envs import theory
 
 TAU_M = 1 / 60

@@ -66,6 +66,7 @@ def test_token_from_file_env_or_command_line(tmp_path, monkeypatch) -> None:
 def test_access_log_never_holds_the_token(no_shm_leak) -> None:
     """A WebSocket client passing ``?token=`` (and one passing a wrong one): uvicorn's access log
     names the path, with the token redacted."""
+    from websockets.exceptions import InvalidHandshake
     from websockets.sync.client import connect
 
     secret = "very-secret-token-4711"
@@ -84,7 +85,7 @@ def test_access_log_never_holds_the_token(no_shm_leak) -> None:
             with connect(f"{srv.url}/ws?token={secret}") as ws:
                 ws.send('{"type": "state"}')
                 assert "NO_SESSION" in ws.recv(timeout=10)
-            with pytest.raises(Exception):  # a wrong token: refused, and its attempt logged too
+            with pytest.raises(InvalidHandshake):  # a wrong token: refused, and its attempt logged too
                 with connect(f"{srv.url}/ws?token=wrong-{secret}") as ws:
                     ws.recv(timeout=10)
             http_get(srv.url, "/health?token=" + secret, token=secret)
@@ -101,6 +102,7 @@ def test_access_log_never_holds_the_token(no_shm_leak) -> None:
 def test_nonstop_serve_takes_the_token_from_a_file_or_env_and_never_logs_it(tmp_path, source) -> None:
     """The real command, with uvicorn's own logging set-up and access log on: a client that passes
     the token in the query string is let in, and no line of the server's output holds the token."""
+    from websockets.exceptions import InvalidHandshake
     from websockets.sync.client import connect
 
     from nonstop.server.app import free_port
@@ -131,7 +133,7 @@ def test_nonstop_serve_takes_the_token_from_a_file_or_env_and_never_logs_it(tmp_
         with connect(f"{url}/ws?token={secret}") as ws:
             ws.send('{"type": "reset", "data": {"seed": 1}}')
             assert '"observation"' in ws.recv(timeout=30)
-        with pytest.raises(Exception):
+        with pytest.raises(InvalidHandshake):
             with connect(f"{url}/ws") as ws:  # no token: refused
                 ws.recv(timeout=10)
         proc.send_signal(signal.SIGTERM)
@@ -338,7 +340,7 @@ def test_a_stopped_tick_worker_freezes_only_its_own_sessions(no_shm_leak) -> Non
             os.kill(pid, signal.SIGSTOP)
             try:
                 worst = 0.0
-                for i in range(20):
+                for _ in range(20):
                     elapsed, out = _timed(other.step, 1)
                     assert not isinstance(out, Exception), out
                     worst = max(worst, elapsed)

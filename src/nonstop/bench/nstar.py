@@ -243,7 +243,7 @@ def _run(args: argparse.Namespace, backend: str) -> dict[str, Any]:
                 threshold = min(0.005, max_inaction_threshold(bound) / 2)
             for name in schedulers:
 
-                def run_n(n: int | str, name: str = name, latency: Any = latency,
+                def run_n(n: int | str, name: str = name, latency: Any = latency, tau: float = tau,
                           warmup: int = warmup, window_ticks: int = window_ticks) -> dict[str, Any]:
                     return trial(
                         tau_ticks=tau, n_workers=n, scheduler=name, clock=args.clock, latency=latency,

@@ -616,7 +616,7 @@ class QuantileHoldScheduler(Scheduler):
         tau = _check_seconds("tau_theta", tau_theta)
         with self._lock:
             w = worker if self._retired(worker) else self._check_worker(worker)
-            period = self._require_period()
+            self._require_period()  # a clear error before anything is recorded
             self._record(tau)
             claimed = self._slot[w]
             if claimed is None:  # no slot was taken for this inference: nothing to align to

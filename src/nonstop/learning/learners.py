@@ -235,7 +235,7 @@ class VirtualLearners:
             yield t
             if outs:
                 grad = np.mean([g for g, _ in outs], axis=0).astype(np.float32)
-                loss = float(np.mean([l for _, l in outs]))
+                loss = float(np.mean([part for _, part in outs]))
                 self.losses.append(loss)
                 apply(self.state, self.weights, grad, loss, self.cfg)
 

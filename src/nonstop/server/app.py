@@ -596,10 +596,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class ServerThread:
-    """A real uvicorn server on a background thread of this process (tests, examples, notebooks).
+    """A real uvicorn server on a background thread of this process (tests, examples, notebooks)::
 
-    >>> # with ServerThread(envs=["theory/inaction"]) as server:   # doctest: +SKIP
-    >>> #     Client(server.url).reset()
+        with ServerThread(envs=["theory/inaction"]) as server:
+            Client(server.url).reset()
     """
 
     def __init__(self, *, host: str = "127.0.0.1", port: int | None = None, token: str | None = None,

@@ -6,13 +6,13 @@ consumer of pushes never backs up the socket. `Client` is the same API, blocking
 training loops (it runs the async client on a private event-loop thread). `RemoteEnv` is a
 ``gymnasium.Env`` over a remote session with the semantics of the local Gymnasium view
 (`nonstop.realtime.gym`): ``step`` submits and returns the observation of the tick that applied
-the action, and a slow agent suffers inaction because the remote world never waits.
+the action, and a slow agent suffers inaction because the remote world never waits. With
+`nonstop serve` running on 127.0.0.1:8000::
 
->>> # with `nonstop serve` running on 127.0.0.1:8000
->>> # with Client("ws://127.0.0.1:8000") as client:         # doctest: +SKIP
->>> #     first = client.reset(seed=0)
->>> #     result = client.step(1)
->>> #     result.tick, result.info["inaction_ticks"]
+    with Client("ws://127.0.0.1:8000") as client:
+        first = client.reset(seed=0)
+        result = client.step(1)
+        result.tick, result.info["inaction_ticks"]
 """
 
 from __future__ import annotations

@@ -37,7 +37,6 @@ import multiprocessing as mp
 import signal
 import threading
 import traceback
-from array import array
 from collections.abc import Callable
 from multiprocessing import shared_memory
 from pathlib import Path
@@ -170,6 +169,7 @@ class SessionRecord:
     appends one delta (a dict from the worker, from its reader thread or at stop: serialized by a
     lock); `finish` closes the log and flushes the columns.
 
+    >>> from array import array
     >>> rec = SessionRecord(1 / 60)
     >>> rec.add({"rows": np.zeros((3, 18)), "actions": array("d", [1.0, 0.0, 2.0]),
     ...          "step_hashes": array("I", [7, 8, 9]), "reset_steps": array("q", [0]),
