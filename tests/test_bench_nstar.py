@@ -74,3 +74,22 @@ def test_empirical_latency_file_is_rescaled_to_each_mean(tmp_path):
     assert hold["nstar_measured"] <= 6 and hold["inaction_at_nstar"] <= 0.005
     with pytest.raises(ValueError, match="--latency must be one of constant, normal, lognormal, empirical:FILE"):
         nstar.run(_args(["--latency", "gamma", "--plot", ""]))
+
+
+def test_a_scheduler_that_needs_more_than_the_cap_is_reported_above_it(capsys, monkeypatch):
+    """Algorithm 1 pads every worker to the largest τ_θ seen: under a heavy tail it needs far more
+    than 4× the bound. With the cap there the row says "> cap" with every trial, instead of searching
+    on to 100,000 workers; rows that pass are unaffected."""
+    result = nstar.run(_args(["--quick", "--latency", "lognormal", "--tau-theta", "4", "--scheduler", "max_time,quantile_hold",
+                              "--max-workers", "0", "--plot", ""]))  # fmt: skip
+    rows = {r["scheduler"]: r for r in result["rows"]}
+    alg1, hold = rows["max_time"], rows["quantile_hold"]
+    assert alg1["nstar_measured"] is None and alg1["nstar_above"] == 256  # the floor of the cap
+    assert alg1["ratio_to_bound"] is None and alg1["inaction_at_nstar"] > 0.005  # it still misses there
+    assert max(int(n) for n in alg1["trials"]) == 256
+    assert hold["nstar_measured"] is not None and hold["nstar_above"] is None
+    assert result["above_cap"] == [{"scheduler": "max_time", "tau_theta_ticks": 4, "sigma": 0.5, "nstar_above": 256}]
+    monkeypatch.setenv("COLUMNS", "200")  # the whole table on one line per row
+    nstar.render(result)
+    assert "> 256" in capsys.readouterr().out
+    json.loads(json.dumps(result, allow_nan=False))

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["theoretical_nstar", "find_nstar", "max_inaction_threshold"]
+__all__ = ["theoretical_nstar", "find_nstar", "max_inaction_threshold", "NStarAboveLimit"]
 
 
 def theoretical_nstar(tau_theta: float, tau_m: float) -> int:
@@ -31,6 +31,14 @@ def max_inaction_threshold(theory: int) -> float:
     """The largest inaction fraction that still tells N_I* from N_I* − 1:
     one worker short leaves about 1/N_I* of ticks to β, so stay below half of it."""
     return 1.0 / (2 * theory)
+
+
+class NStarAboveLimit(RuntimeError):
+    """`find_nstar` reached ``limit`` workers without a pass; ``results`` holds every trial run."""
+
+    def __init__(self, limit: int, results: dict[int, Any]) -> None:
+        super().__init__(f"no N_I up to {limit} eliminated inaction")
+        self.limit, self.results = limit, results
 
 
 def find_nstar(
@@ -59,7 +67,7 @@ def find_nstar(
     hi = guess
     while not ok(hi):
         if hi >= limit:
-            raise RuntimeError(f"no N_I up to {limit} eliminated inaction")
+            raise NStarAboveLimit(limit, results)
         hi = min(limit, hi * 2)
     lo = 0  # invariant: lo fails (or is 0), hi passes
     if hi == guess and guess > 1:
