@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import importlib.util
 import json
 import os
 import signal
@@ -346,12 +347,23 @@ def _run(argv: list[str] | None) -> int:
         parser.print_help()
         return 2
     try:
+        _require_extras(args)  # a missing optional package is named before anything runs or is written
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted: stopped cleanly", file=sys.stderr)
         return 130
     except (ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError) as exc:
         print(f"nonstop: error: {_one_line(exc)}", file=sys.stderr)  # bad input: usage errors
+        return 2
+    except ModuleNotFoundError as exc:
+        extra = _EXTRA_OF.get((exc.name or "").split(".")[0])
+        if extra is None:
+            if "pip install" not in str(exc):  # not one of our "install the extra" messages: a real bug, shown whole
+                raise
+            print(f"nonstop: error: {_one_line(exc)}", file=sys.stderr)
+            return 2
+        what, install = extra
+        print(f"nonstop: error: this command needs {what}, which is not installed: {install}", file=sys.stderr)
         return 2
     except ImportError as exc:
         if "pip install" not in str(exc):  # not one of our "install the extra" messages: a real bug, shown whole
@@ -363,6 +375,26 @@ def _run(argv: list[str] | None) -> int:
             raise
         print(f"nonstop: error: {_one_line(exc)} (NONSTOP_TRACEBACK=1 shows the traceback)", file=sys.stderr)
         return 1
+
+
+#: the optional extras a command may need, by the module that is missing
+_EXTRA_OF: dict[str, tuple[str, str]] = {
+    "torch": ("PyTorch (the learning stack)",
+              "pip install 'nonstop[learn]' (CPU-only machine: pip install torch==2.13.0 -e '.[learn]')"),
+    "matplotlib": ("matplotlib (the pictures)", "pip install 'nonstop[plot]'"),
+    "PIL": ("Pillow (PNG frames)", "pip install 'nonstop[server]'"),
+}  # fmt: skip
+
+
+def _require_extras(args: argparse.Namespace) -> None:
+    """Raise ModuleNotFoundError for the first optional package the command will need and lacks."""
+    needs = {"train": ("torch",), "export": ("torch",), "demo": ("torch", "matplotlib"), "report": ("matplotlib",)}
+    wanted = list(needs.get(args.command, ()))
+    if args.command == "compare" and getattr(args, "plot", None) != "":
+        wanted.append("matplotlib")
+    for module in wanted:
+        if importlib.util.find_spec(module) is None:
+            raise ModuleNotFoundError(f"No module named {module!r}", name=module)
 
 
 def _one_line(exc: BaseException) -> str:
