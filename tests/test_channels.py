@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nonstop.realtime.channels import SEGMENT_PREFIX, ActionQueue, LatestSlot
+from nonstop.realtime.channels import SEGMENT_PREFIX, ActionQueue, LatestSlot, SegmentClosedError
 from nonstop.realtime.host import Session
 
 from conftest import ScriptedEnv, publish_uniform_frames, run_ticks
@@ -362,6 +362,30 @@ def test_slot_from_spaces_and_control_words():
     discrete.unlink()
     with pytest.raises(TypeError, match="fixed-size numeric"):
         LatestSlot.create(np.array([object()], dtype=object))
+
+
+def test_segments_used_after_close_say_so():
+    """`close` drops the views of the mapping; a later use names the segment instead of failing
+    on a None, and the views stay typed (never Optional) for the per-tick paths."""
+    slot = LatestSlot.create(np.zeros(3, np.uint8))
+    queue = ActionQueue.create(gym.spaces.Discrete(4))
+    reader = pickle.loads(pickle.dumps(slot))
+    assert not (slot.closed or queue.closed or reader.closed)
+    reader.close()
+    assert reader.closed and not slot.closed
+    with pytest.raises(SegmentClosedError, match=rf"LatestSlot '{slot.name}' is closed"):
+        reader.read()
+    slot.publish(np.ones(3, np.uint8), tick=0, time=0.0)  # the owner's views are untouched
+    slot.unlink()
+    queue.unlink()
+    assert slot.closed and queue.closed
+    with pytest.raises(SegmentClosedError, match="ActionQueue .* is closed .*used: _w_seq"):
+        queue.pending()
+    with pytest.raises(ValueError, match="closed .*used: seq"):  # a property; a ValueError, as I/O on a closed file
+        _ = slot.seq
+    assert not hasattr(slot, "_obs") and getattr(slot, "_obs", None) is None
+    with pytest.raises(AttributeError, match="no attribute 'not_a_view'"):
+        slot.not_a_view  # noqa: B018 - an ordinary missing attribute stays an AttributeError
 
 
 def test_slot_reads_are_never_torn_across_processes():

@@ -161,7 +161,7 @@ class InferencePool:
         align_to_ticks: bool | None = None,
         seat: int | str | None = None,
     ) -> None:
-        if session.slot is None:
+        if not session.slots:  # the channels exist from start() on
             raise RuntimeError("start the session before the inference pool")
         #: the seat index this pool plays (0: the first seat, or the only one)
         self.seat = 0 if seat is None else session.seat_index(seat)

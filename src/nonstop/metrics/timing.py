@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from nonstop.realtime.ticklog import SOURCE_AGENT, TickLog
+from nonstop.realtime.ticklog import SOURCE_AGENT, TickColumns
 
 __all__ = ["summarize", "interaction_intervals", "episode_returns"]
 
@@ -31,7 +31,7 @@ def _window(tick: np.ndarray, warmup_ticks: int, end_tick: int | None) -> np.nda
     return keep if end_tick is None else keep & (tick <= end_tick)
 
 
-def interaction_intervals(log: TickLog, *, warmup_ticks: int = 0, end_tick: int | None = None) -> np.ndarray:
+def interaction_intervals(log: TickColumns, *, warmup_ticks: int = 0, end_tick: int | None = None) -> np.ndarray:
     """τ_I samples in seconds: gaps between consecutive agent-applied ticks."""
     tick = log["tick"]
     agent_ticks = tick[(log["source"] == SOURCE_AGENT) & _window(tick, warmup_ticks, end_tick)]
@@ -67,7 +67,7 @@ class _EpisodeReturns:
 
 
 def episode_returns(
-    log: TickLog, *, complete_only: bool = True, warmup_ticks: int = 0, end_tick: int | None = None
+    log: TickColumns, *, complete_only: bool = True, warmup_ticks: int = 0, end_tick: int | None = None
 ) -> list[float]:
     """Sum of rewards per episode; the last (unfinished) one is left out by default.
 
@@ -96,7 +96,7 @@ _SUMMARY_COLUMNS = ("tick", "source", "delay", "lateness", "reward", "episode", 
                     "superseded", "stale")  # fmt: skip
 
 
-def summarize(log: TickLog, *, warmup_ticks: int = 0, end_tick: int | None = None) -> dict[str, Any]:
+def summarize(log: TickColumns, *, warmup_ticks: int = 0, end_tick: int | None = None) -> dict[str, Any]:
     """Everything the tick log says about a run, over the ticks after ``warmup_ticks`` (and up to
     ``end_tick``, when given: e.g. the last tick before the agents were stopped). Every figure,
     episode returns included, uses that same window.

@@ -67,8 +67,10 @@ from __future__ import annotations
 
 import os
 import time
+from types import ModuleType
 from typing import Any, Final
 
+_backend: ModuleType | None  # None where atomicshm is not importable (then every segment is refused)
 try:  # the one backend: C11/MSVC atomics on any writable buffer
     import atomicshm as _backend
 except ImportError as _exc:  # pragma: no cover - exercised by monkeypatching in the tests

@@ -18,7 +18,7 @@ import struct
 import time
 import uuid
 from multiprocessing import shared_memory
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -28,6 +28,7 @@ from nonstop.realtime.atomics import ACQUIRE, RELAXED, RELEASE, RobustLock, Shar
 __all__ = [
     "LatestSlot",
     "SharedSegment",
+    "SegmentClosedError",
     "Observation",
     "ActionQueue",
     "ActionRecord",
@@ -63,16 +64,53 @@ def remove_segment(shm: shared_memory.SharedMemory) -> None:
         pass
 
 
+class SegmentClosedError(AttributeError, ValueError):
+    """A view of a shared-memory segment used after `SharedSegment.close` unmapped it in this
+    process. A ValueError, like I/O on a closed file; an AttributeError too, as the dropped view
+    is an attribute that is gone (``hasattr`` says False, ``getattr(x, name, default)`` works)."""
+
+
 class SharedSegment:
     """One named shared-memory segment and who owns it: the creator (``_owner``) unlinks it,
-    every other holder only closes its mapping. Subclasses set ``_shm`` and ``_owner`` and drop
-    their numpy views in ``_drop_views`` (called once per `close`; it must be idempotent)."""
+    every other holder only closes its mapping. Subclasses set ``_shm`` and ``_owner``, name the
+    attributes that view the mapping in ``_views`` and release their atomic views (`SharedWords`)
+    in ``_release_views``. `close` drops the views (the mapping cannot be unmapped while one is
+    held); using one afterwards raises `SegmentClosedError` naming the segment, and `closed` says so."""
 
     _shm: Any
     _owner: bool
+    name: str
+    #: the attributes that view the mapping (numpy arrays, memoryviews, `SharedWords`)
+    _views: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` has dropped this process's views of the segment."""
+        return not any(name in self.__dict__ for name in self._views)
+
+    def _release_views(self) -> None:
+        """Release what must be released before the views are dropped (close `SharedWords`);
+        it may find some views missing (an instance whose ``__init__`` failed half-way)."""
 
     def _drop_views(self) -> None:
-        raise NotImplementedError
+        if self.closed:
+            return
+        self._release_views()
+        for name in self._views:
+            self.__dict__.pop(name, None)
+
+    if not TYPE_CHECKING:  # at runtime only: to mypy a misspelt attribute stays an error
+
+        def __getattr__(self, name: str) -> Any:
+            # reached only when normal lookup fails: a view `close` dropped, a property that used
+            # one (Python then retries the property's name here), or no such attribute
+            cls = type(self)
+            if name in cls._views or (hasattr(cls, name) and self.closed):
+                raise SegmentClosedError(
+                    f"{cls.__name__} {self.__dict__.get('name', '?')!r} is closed in this process "
+                    f"(its views of the mapping are dropped; used: {name})", name=name, obj=self,
+                )
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
 
     def close(self) -> None:
         """Unmap this process's views (idempotent). The owner keeps the name for `unlink`."""
@@ -188,6 +226,8 @@ class LatestSlot(SharedSegment):
     >>> slot.unlink()
     """
 
+    _views = ("_hdr", "_seq", "_buf", "_obs", "_final_obs")
+
     def __init__(self, name: str, shape: tuple[int, ...], dtype: str, *, _shm: Any = None) -> None:
         self.name = name
         self.shape = tuple(int(s) for s in shape)
@@ -225,8 +265,8 @@ class LatestSlot(SharedSegment):
         slot = cls(shm.name, arr.shape, arr.dtype.str, _shm=shm)
         for i in range(_HDR_WORDS):
             slot._hdr.store(i, 0)
-        _META.pack_into(shm.buf, _META_OFF, *_META_EMPTY)
-        _META.pack_into(shm.buf, _FINAL_META_OFF, *_META_EMPTY)
+        _META.pack_into(slot._buf, _META_OFF, *_META_EMPTY)
+        _META.pack_into(slot._buf, _FINAL_META_OFF, *_META_EMPTY)
         return slot
 
     def __reduce__(self) -> tuple:
@@ -355,10 +395,9 @@ class LatestSlot(SharedSegment):
     def host_state(self, value: int) -> None:
         self._hdr.store(_STATE, value)
 
-    def _drop_views(self) -> None:
-        if self._hdr is not None:
+    def _release_views(self) -> None:
+        if "_hdr" in self.__dict__:
             self._hdr.close()
-        self._hdr = self._seq = self._buf = self._obs = self._final_obs = None  # type: ignore[assignment]
 
 
 # --------------------------------------------------------------------------- actions
@@ -382,7 +421,7 @@ class ActionCodec:
         self.space = space
         self.discrete = isinstance(space, gym.spaces.Discrete)
         self.fmt = "q" if self.discrete else f"{self.width}d"
-        if self.discrete:
+        if isinstance(space, gym.spaces.Discrete):
             self._lo, self._hi = int(space.start), int(space.start) + int(space.n)
 
     def validate(self, action: Any) -> Any:
@@ -477,6 +516,8 @@ class ActionQueue(SharedSegment):
     (3, 2)
     >>> q.unlink()
     """
+
+    _views = ("_hdr", "_w_seq", "_r_seq", "_submitted", "_dropped_full", "_buf")
 
     def __init__(
         self,
@@ -628,10 +669,9 @@ class ActionQueue(SharedSegment):
         """How often this process took the queue's lock from a holder that had died."""
         return self._lock.steals
 
-    def _drop_views(self) -> None:
-        if self._hdr is not None:
+    def _release_views(self) -> None:
+        if "_hdr" in self.__dict__:
             self._hdr.close()
-        self._hdr = self._w_seq = self._r_seq = self._submitted = self._dropped_full = self._buf = None  # type: ignore[assignment]
 
 
 _NOTHING: Final = TakeResult(None, 0, 0)

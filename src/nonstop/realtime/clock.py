@@ -35,14 +35,17 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator
-from typing import Final
+from typing import Final, TypeAlias
 
 from nonstop.realtime import lifeline
 
-#: A timed process: yields absolute wake times, receives the actual wake time.
-TimedProcess = Generator[float, float, None]
+#: What a timed process yields: the absolute time it wants to wake at, or ``(time, priority)`` to
+#: order itself among wake-ups due at the same virtual instant (lower first; the wall clock ignores it).
+Wake: TypeAlias = float | tuple[float, int]
+#: A timed process: yields `Wake`s, receives the time it actually woke.
+TimedProcess: TypeAlias = Generator[Wake, float, None]
 
-__all__ = ["Clock", "WallClock", "VirtualClock", "TimedProcess", "make_clock", "stopwatch"]
+__all__ = ["Clock", "WallClock", "VirtualClock", "ProcessThread", "TimedProcess", "Wake", "make_clock", "stopwatch"]
 
 #: Measures how long a piece of work took (an env step, a forward pass). It is
 #: not the world's time: under a VirtualClock the world's time is `clock.now()`.
@@ -78,6 +81,13 @@ class Clock(ABC):
         return self.sleep_until(self.now() + seconds)
 
 
+class ProcessThread(threading.Thread):
+    """The daemon thread that drives one timed process on a `WallClock`; ``error`` is the
+    exception that ended the process (None while it runs or after a normal end)."""
+
+    error: BaseException | None = None
+
+
 class WallClock(Clock):
     """Real time from ``time.perf_counter`` (CLOCK_MONOTONIC, shared by every
     process on the machine, so clocks built with the same ``origin`` agree
@@ -107,7 +117,7 @@ class WallClock(Clock):
         self.origin: Final[float] = time.perf_counter() if origin is None else float(origin)
         self.spin: Final[float] = float(spin)
         self.interrupt: Final[threading.Event | None] = interrupt
-        self._threads: list[threading.Thread] = []
+        self._threads: list[ProcessThread] = []
 
     def now(self) -> float:
         return time.perf_counter() - self.origin
@@ -137,7 +147,7 @@ class WallClock(Clock):
                     time.sleep(left)
         return time.perf_counter() - self.origin
 
-    def spawn(self, process: TimedProcess, *, name: str = "process") -> threading.Thread:
+    def spawn(self, process: TimedProcess, *, name: str = "process") -> ProcessThread:
         """Drive ``process`` on a daemon thread. Exceptions are kept on the
         thread object as ``thread.error`` for the supervisor to read. Setting the
         clock's ``interrupt`` event ends the process at its current wait."""
@@ -156,10 +166,9 @@ class WallClock(Clock):
             except StopIteration:
                 pass
             except BaseException as exc:  # noqa: BLE001 - handed to the supervisor
-                thread.error = exc  # type: ignore[attr-defined]
+                thread.error = exc
 
-        thread = threading.Thread(target=drive, name=name, daemon=True)
-        thread.error = None  # type: ignore[attr-defined]
+        thread = ProcessThread(target=drive, name=name, daemon=True)
         self._threads.append(thread)
         thread.start()
         return thread

@@ -62,7 +62,10 @@ class DefaultBehaviour:
             if self._space is None:
                 raise RuntimeError("the random default behaviour has no action space: call bind(space, seed) first")
             return self._space.sample()
-        return self._fn(obs)  # type: ignore[misc]
+        fn = self._fn
+        if fn is None:  # never: make_default gives every callable kind its function
+            raise RuntimeError(f"default behaviour {self.kind!r} has no function to call")
+        return fn(obs)
 
     def observe_agent_action(self, action: Any) -> None:
         self._last = action

@@ -23,7 +23,7 @@ from typing import Any, Final, SupportsFloat
 import gymnasium as gym
 import numpy as np
 
-from nonstop.realtime.clock import Clock
+from nonstop.realtime.clock import Clock, VirtualClock
 from nonstop.realtime.host import END_TERMINATED, END_TRUNCATED, EnvSource, Session
 
 __all__ = ["RealtimeEnv", "make", "INFO_KEYS", "step_info", "register_envs"]
@@ -117,14 +117,12 @@ class RealtimeEnv(gym.Env):
             self.session.stop()
         kwargs = dict(self._session_kwargs, seed=seed)
         if self._clock.is_virtual:
-            from nonstop.realtime.clock import VirtualClock
-
             self._clock = kwargs["clock"] = VirtualClock()
-        self.session = Session(self._env_source, **kwargs).start()
+        self.session = session = Session(self._env_source, **kwargs).start()
         if "action_space" not in self.__dict__:  # kept across restarts: its seeding must hold
-            self.observation_space = self.session.observation_space
-            self.action_space = self.session.action_space
-        latest = self.session.slot.read()
+            self.observation_space = session.observation_space
+            self.action_space = session.action_space
+        latest = session.slot.read()
         self._last = latest
         self._episode = latest.episode
         self._last_step_time = self._clock.now()
@@ -132,7 +130,15 @@ class RealtimeEnv(gym.Env):
         self._between_episodes = True  # a reset() now needs no new episode
         self._ended = False
         if not self._static and self._world_env() is None:
-            self._static = _static_answers(self._env_source, self.session.env_kwargs)
+            self._static = _static_answers(self._env_source, session.env_kwargs)
+
+    @property
+    def _world(self) -> Session:
+        """The running session: the world exists from ``__init__`` until `close`."""
+        session = self.session
+        if session is None:
+            raise gym.error.ClosedEnvironmentError("this env is closed: make a new env (nonstop.make or gymnasium.make)")
+        return session
 
     def _world_env(self) -> gym.Env | None:
         """The env the host steps, when it lives in this process."""
@@ -148,10 +154,10 @@ class RealtimeEnv(gym.Env):
         and return that tick's last publication: at an episode end the host publishes twice in
         one tick (terminal, then the next episode's first observation), and the virtual clock
         only ever shows the second, so the wall clock waits for it too."""
-        session = self.session
+        session = self._world
         slot = session.slot
         if self._clock.is_virtual:
-            session.run_until(session.host.origin + (after_tick + 1) * self.tau_m)
+            session.run_until(session.origin + (after_tick + 1) * self.tau_m)
             return slot.read()
         while True:
             seq = slot.seq
@@ -168,13 +174,14 @@ class RealtimeEnv(gym.Env):
     def _await_publish(self, seq: int, spins: int | None = None) -> None:
         """Poll until the slot moves past ``seq`` (``spins`` × 20 µs at most, else until it does,
         watching the host: a failed host raises `HostError` from ``run_until``)."""
-        slot, n = self.session.slot, 0
+        session = self._world
+        slot, n = session.slot, 0
         while slot.seq == seq:
             n += 1
             if spins is not None and n >= spins:
                 return
             if n % 500 == 0:
-                self.session.run_until(self._clock.now() + 1e-3)
+                session.run_until(self._clock.now() + 1e-3)
             else:
                 self._clock.sleep(20e-6)
 
@@ -189,10 +196,10 @@ class RealtimeEnv(gym.Env):
         if seed is not None and not (self._between_episodes and self._session_seed == seed and self._last.tick == 0):
             self._restart(seed)
         elif seed is None:
-            latest = self.session.slot.read()
+            latest = self._world.slot.read()
             if not self._between_episodes:
                 # mid-episode: ask the world to end it, then wait for the new one
-                self.session.slot.request_reset()
+                self._world.slot.request_reset()
                 while latest.episode == self._episode:
                     latest = self._next_tick_boundary(latest.tick)
             self._last, self._episode = latest, latest.episode
@@ -204,11 +211,11 @@ class RealtimeEnv(gym.Env):
         self._check_open("step")
         if self._needs_reset:
             raise gym.error.ResetNeeded("call reset() before step()")
-        session = self.session
+        session = self._world
         prev = self._last
-        if self._clock.is_virtual and self.think_time:
+        if isinstance(self._clock, VirtualClock) and self.think_time:
             # up to the instant the decision is ready, not past it: a tick due then still takes it
-            self._clock.run_until(self._last_step_time + self.think_time)  # type: ignore[attr-defined]
+            self._clock.run_until(self._last_step_time + self.think_time)
         now = self._clock.now()
         seq = session.queue.submit(
             action, obs_tick=prev.tick, episode=prev.episode, worker=0, tau_theta=now - self._last_step_time, submit_time=now
@@ -240,9 +247,9 @@ class RealtimeEnv(gym.Env):
     def render(self) -> Any:
         """The frame of the tick last returned (the terminal one after an episode's last step)."""
         self._check_open("render")
-        if self.render_mode != "rgb_array":
+        frames = self._world.render_slot
+        if self.render_mode != "rgb_array" or frames is None:  # a frame slot exists with rgb_array
             return None
-        frames = self.session.render_slot
         return (frames.read_final() if self._ended else frames.read()).obs
 
     def close(self) -> None:

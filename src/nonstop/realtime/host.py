@@ -29,14 +29,15 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from types import FrameType
 from typing import Any, Final
 
 import gymnasium as gym
 import numpy as np
 
 from nonstop.realtime.channels import ActionQueue, LatestSlot
-from nonstop.realtime.clock import Clock, TimedProcess, WallClock, make_clock, stopwatch
+from nonstop.realtime.clock import Clock, VirtualClock, WallClock, make_clock, stopwatch
 from nonstop.realtime.defaults import DefaultBehaviour, make_default, space_noop
 from nonstop.realtime.lifeline import hold_lifeline, raise_if_stop_requested, reap
 from nonstop.realtime.ticklog import SOURCE_AGENT, SOURCE_DEFAULT, CHUNK_ROWS, TickLog, is_ticklog_dir
@@ -136,11 +137,12 @@ class Host:
         self.render_slot = render_slot
 
     def _publish_frame(self, tick: int, time: float, episode: int, final: bool = False) -> None:
+        render_slot = self.render_slot  # set: the host publishes frames only where there is one
         frame = self.env.render()
-        if frame is not None:
-            self.render_slot.publish(np.asarray(frame), tick=tick, time=time, episode=episode, final=final)
+        if frame is not None and render_slot is not None:
+            render_slot.publish(np.asarray(frame), tick=tick, time=time, episode=episode, final=final)
 
-    def run(self, clock: Clock) -> TimedProcess:
+    def run(self, clock: Clock) -> Generator[float, float, None]:  # a TimedProcess yielding plain deadlines
         """The host as a timed process on ``clock``.
 
         The per-tick path is kept lean (the host must keep ≥ 90 % of a plain env loop, ``nonstop
@@ -149,15 +151,17 @@ class Host:
         handled inline; seats 1, 2, … (a seat world) in a loop after it, each with its own queue,
         β, slot and log columns.
         """
-        slot, queue, env, recorder = self.slot, self.queue, self.env, self.recorder
+        slot, queue, recorder = self.slot, self.queue, self.recorder
+        # a gymnasium.Env, or (``multi``) a seat world whose reset/step take and return dicts by seat
+        env: Any = self.env
         log_row, publish, take, beta = self.log.append_row, slot.write, queue.take, self.default
         tau_m, grace, unthrottled = self.tau_m, clock.tick_grace, self.unthrottled
         max_ticks = self.max_ticks if self.max_ticks is not None else float("inf")
         scalar = scalar_actions(queue.codec.space)
         validate_beta = beta.kind == "callable"
         nan = float("nan")
-        names = self.seats
-        multi = names is not None
+        multi = self.seats is not None
+        names = self.seats if self.seats is not None else []
         first = names[0] if multi else None
         others = range(1, len(self.queues))  # empty for one seat: the loops below cost nothing
         o_take = [q.take for q in self.queues]
@@ -232,8 +236,9 @@ class Host:
                         tt = rec.tau_theta
                     else:
                         a = o_beta[i](o_obs[i])
-                        if o_validate[i] is not None:
-                            a = o_validate[i](a)
+                        validate = o_validate[i]
+                        if validate is not None:
+                            a = validate(a)
                         o_inaction[i] += 1
                         seat_values += (SOURCE_DEFAULT, -1, -1, -1)
                         tt = nan
@@ -413,7 +418,7 @@ def main_reimport_safe() -> bool:
         return True  # interactive, ``python -c``, notebooks: nothing is re-imported
     if not os.path.isfile(path):
         return False  # ``python - < script``: a child cannot re-import "<stdin>" at all
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_globals is main.__dict__ and frame.f_code.co_name == "<module>":
             return _guarded_by_main_check(path, frame.f_lineno)
@@ -654,13 +659,14 @@ class Session:
             default_name, natural_hz = info.default_beta, info.tick_hz
             if info.family != "gymnasium" or "noop_action" in self.env_kwargs:
                 noop_action, self._noop_declared = info.noop_action, True
-        if tick_hz is None and natural_hz is None:
+        hz = tick_hz if tick_hz is not None else natural_hz
+        if hz is None:
             raise ValueError(f"env {self.env_id!r} has no natural tick rate: pass tick_hz=")
-        self.tick_hz = float(tick_hz if tick_hz is not None else natural_hz)
+        self.tick_hz = float(hz)
         self.tau_m = 1.0 / self.tick_hz
         self.noop_action = noop_action
         self.default_spec = default if default is not None else default_name
-        for spec in default.values() if isinstance(default, dict) else [self.default_spec]:  # validate at the door
+        for spec in default.values() if isinstance(default, dict) else [default if default is not None else default_name]:  # validate at the door
             make_default(spec, noop_action=0 if noop_action is None else noop_action)
         self.queue_mode, self.queue_capacity = queue_mode, queue_capacity
         #: the seats' names in a seat world (PettingZoo's agent names), None for a gymnasium env
@@ -669,8 +675,8 @@ class Session:
         self.queues: list[ActionQueue] = []
         self.observation_spaces: dict[str, gym.Space] = {}
         self.action_spaces: dict[str, gym.Space] = {}
-        self.slot: LatestSlot | None = None
-        self.queue: ActionQueue | None = None
+        self._slot: LatestSlot | None = None
+        self._queue: ActionQueue | None = None
         #: ``render_mode="rgb_array"``: the frame of the newest tick (and, as final, of the last episode end)
         self.render_slot: LatestSlot | None = None
         self.mechanism = "virtual" if self.clock.is_virtual else None
@@ -685,8 +691,35 @@ class Session:
         self._notes: dict[str, Any] = {}
         self._origin = 0.0
         self._nominal: float | None = None  # virtual: run_for's own time, free of tick grace
-        self.observation_space: gym.Space | None = None
-        self.action_space: gym.Space | None = None
+        self._observation_space: gym.Space | None = None
+        self._action_space: gym.Space | None = None
+
+    # ------------------------------------------------------------------ channels (from start() on)
+    def _built(self, value: Any, what: str) -> Any:
+        if value is None:
+            raise RuntimeError(f"the session of {self.env_id!r} has no {what} before start(): call start() "
+                               "or use it in a `with` block")  # fmt: skip
+        return value
+
+    @property
+    def slot(self) -> LatestSlot:
+        """Seat 0's latest-observation slot (`slots`: every seat's)."""
+        return self._built(self._slot, "observation slot")
+
+    @property
+    def queue(self) -> ActionQueue:
+        """Seat 0's action queue (`queues`: every seat's)."""
+        return self._built(self._queue, "action queue")
+
+    @property
+    def observation_space(self) -> gym.Space:
+        """Seat 0's observation space, from the built env (`observation_spaces`: every seat's)."""
+        return self._built(self._observation_space, "observation space")
+
+    @property
+    def action_space(self) -> gym.Space:
+        """Seat 0's action space, from the built env (`action_spaces`: every seat's)."""
+        return self._built(self._action_space, "action space")
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> "Session":
@@ -729,13 +762,13 @@ class Session:
                 if isinstance(self.default_spec, dict) or isinstance(self.queue_mode, dict) or isinstance(self.queue_capacity, dict):
                     raise TypeError(f"env {self.env_id!r} has one seat: per-seat default/queue_mode/queue_capacity "
                                     "(a dict) need a seat world (a PettingZoo ParallelEnv)")  # fmt: skip
-                self.observation_space, self.action_space = probe.observation_space, probe.action_space
-                if not isinstance(self.observation_space, (gym.spaces.Box, gym.spaces.Discrete)):
-                    raise TypeError(f"nonstop needs a Box or Discrete observation space, got {self.observation_space}")
-                self.slot = LatestSlot.create(self.observation_space)
-                self.slots = [self.slot]
-                self.queue = ActionQueue.create(self.action_space, capacity=self.queue_capacity, mode=self.queue_mode)
-                self.queues = [self.queue]
+                self._observation_space, self._action_space = probe.observation_space, probe.action_space
+                if not isinstance(self._observation_space, (gym.spaces.Box, gym.spaces.Discrete)):
+                    raise TypeError(f"nonstop needs a Box or Discrete observation space, got {self._observation_space}")
+                self._slot = LatestSlot.create(self._observation_space)
+                self.slots = [self._slot]
+                self._queue = ActionQueue.create(self._action_space, capacity=self.queue_capacity, mode=self.queue_mode)
+                self.queues = [self._queue]
                 self.noop_action = self._resolve_noop(beta_only=getattr(probe.unwrapped, "beta_only_actions", ()))
             if self.render_mode == "rgb_array":
                 probe.reset(seed=self.seed)
@@ -743,11 +776,13 @@ class Session:
                 if frame is None:
                     raise TypeError(f"env {self.env_id!r} rendered nothing with render_mode='rgb_array'")
                 self.render_slot = LatestSlot.create(np.asarray(frame))
-            if self.is_virtual:
+            if isinstance(self.clock, VirtualClock):  # is_virtual
                 if self.seats is not None:
                     default: Any = [make_default(d, noop_action=n) for d, n in zip(self._seat_defaults, self._seat_noops)]
                 else:
-                    default = make_default(self.default_spec, noop_action=self.noop_action)
+                    spec = self.default_spec
+                    assert not isinstance(spec, dict), "start() refuses per-seat defaults for a one-seat world"
+                    default = make_default(spec, noop_action=self.noop_action)
                 self.host = Host(
                     probe, self._host_slots(), self._host_queues(), tau_m=self.tau_m, default=default, seed=self.seed,
                     max_ticks=self.max_ticks, unthrottled=self.unthrottled, meta=self.meta(),
@@ -755,7 +790,7 @@ class Session:
                     log_dir=self.log_dir, log_chunk_rows=self.log_chunk_rows, seats=self.seats,
                 )  # fmt: skip
                 # priority 1: at equal times, agents' events come before the tick
-                self._vproc = self.clock.spawn(self.host.run(self.clock), name="host", priority=1)  # type: ignore[call-arg]
+                self._vproc = self.clock.spawn(self.host.run(self.clock), name="host", priority=1)
             else:
                 probe.close()
                 self._start_process()
@@ -765,10 +800,10 @@ class Session:
         return self
 
     def _host_slots(self) -> Any:
-        return self.slots if self.seats is not None else self.slot
+        return self.slots if self.seats is not None else self._slot
 
     def _host_queues(self) -> Any:
-        return self.queues if self.seats is not None else self.queue
+        return self.queues if self.seats is not None else self._queue
 
     def _open_seats(self, probe: Any) -> None:
         """A seat world: one slot, one queue (its own mode and capacity) and one β per seat."""
@@ -792,8 +827,8 @@ class Session:
             capacity = 16 if capacities[i] is _MISSING else capacities[i]
             self.queues.append(ActionQueue.create(act_space, capacity=capacity, mode=mode))
             self._seat_noops.append(self._resolve_noop(self.queues[-1], act_space))
-        self.slot, self.queue = self.slots[0], self.queues[0]
-        self.observation_space, self.action_space = self.observation_spaces[seats[0]], self.action_spaces[seats[0]]
+        self._slot, self._queue = self.slots[0], self.queues[0]
+        self._observation_space, self._action_space = self.observation_spaces[seats[0]], self.action_spaces[seats[0]]
         self.noop_action = self._seat_noops[0]
 
     def _env_default_name(self) -> Any:
@@ -819,8 +854,10 @@ class Session:
         """β's no-op for this action space: the declared one (checked), else the space's own. An env
         whose ``beta_only_actions`` holds the declared noop takes it from β although its agents
         cannot choose it (Game Boy's ``action_set="paper"``: the six buttons, noop left to β)."""
-        queue = self.queue if queue is None else queue
-        space = self.action_space if space is None else space
+        queue = self._queue if queue is None else queue
+        space = self._action_space if space is None else space
+        if queue is None or space is None:
+            raise RuntimeError("the noop action is resolved once the session's channels exist (in start())")
         if self.noop_action is not None:
             if self._noop_declared and self.noop_action in tuple(beta_only):
                 return self.noop_action
@@ -840,6 +877,9 @@ class Session:
             raise
 
     def _start_process(self) -> None:
+        if not isinstance(self.clock, WallClock):
+            raise TypeError(f"a wall-clock session runs on a WallClock (its origin is shared with the host), "
+                            f"got {type(self.clock).__name__}")  # fmt: skip
         self.mechanism = host_mechanism(self.host_mode)
         ctx = mp.get_context("spawn")
         parent_conn, child_conn = ctx.Pipe(duplex=False)
@@ -852,7 +892,7 @@ class Session:
             "max_ticks": self.max_ticks,
             "unthrottled": self.unthrottled,
             "meta": self.meta(),
-            "origin": self.clock.origin,  # type: ignore[attr-defined]
+            "origin": self.clock.origin,
             "spin": self.spin,
             "recorder": self.recorder,
             "host_sched": self.host_sched,
@@ -923,10 +963,10 @@ class Session:
     def run_until(self, t: float) -> None:
         if not self._started or self._stopped:
             raise RuntimeError("session is not running")
-        if self.is_virtual:
+        if isinstance(self.clock, VirtualClock):  # is_virtual
             try:
                 # a tick due at t is processed `tick_grace` after it: include it
-                self.clock.run_until(t + self.clock.tick_grace)  # type: ignore[attr-defined]
+                self.clock.run_until(t + self.clock.tick_grace)
             except BaseException as exc:
                 self._fail_virtual(exc)
             self._nominal = t
@@ -948,6 +988,7 @@ class Session:
         """The host is gone without a word (SIGKILL, the OOM killer): say so, with how it died; the
         error carries the log as far as it reached disk (with ``log_dir``)."""
         process = self._process
+        pid: int | str | None
         if isinstance(process, threading.Thread):
             pid, how = os.getpid(), "its thread ended"
         else:
@@ -1039,8 +1080,8 @@ class Session:
             return self._log
         self._stopped = True
         try:
-            if self.slot is not None:
-                self.slot.request_stop()
+            if self._slot is not None:
+                self._slot.request_stop()
             if self.is_virtual:
                 if self._vproc is not None:
                     self._vproc.cancel()
@@ -1060,8 +1101,8 @@ class Session:
 
     def _cleanup(self) -> None:
         if isinstance(self._process, threading.Thread):
-            if self.slot is not None:
-                self.slot.request_stop()
+            if self._slot is not None:
+                self._slot.request_stop()
             self._process.join(timeout=5)  # stop was requested; a thread ends its own tick loop
             self._process = None
             self._child_conn.close()
@@ -1078,7 +1119,7 @@ class Session:
                 self.host.env.close()
             except Exception:
                 pass
-        for channel in _channels(self.slots or self.slot, self.queues or self.queue, self.render_slot):
+        for channel in _channels(self.slots or self._slot, self.queues or self._queue, self.render_slot):
             channel.unlink()
 
     def __del__(self) -> None:

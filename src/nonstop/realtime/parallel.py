@@ -52,11 +52,11 @@ class RealtimeParallelEnv(ParallelEnv):
         self.session: Session | None = None
         self._start(self._kwargs.get("seed"))
         assert self.session is not None and self.session.seats is not None
-        self.possible_agents = list(self.session.seats)
+        self.possible_agents: list[str] = list(self.session.seats)
         self.agents: list[str] = []
-        self.observation_spaces = dict(self.session.observation_spaces)
-        self.action_spaces = dict(self.session.action_spaces)
-        self.tau_m = self.session.tau_m
+        self.observation_spaces: dict[str, Any] = dict(self.session.observation_spaces)
+        self.action_spaces: dict[str, Any] = dict(self.session.action_spaces)
+        self.tau_m: float = self.session.tau_m
         self.metadata = dict(type(self).metadata, render_fps=self.session.tick_hz)
 
     def observation_space(self, agent: str) -> Any:
@@ -83,6 +83,8 @@ class RealtimeParallelEnv(ParallelEnv):
     def _run_past(self, tick: int) -> list[Any]:
         """Simulate (virtual) or wait (wall) until a tick after ``tick`` is published; every seat's newest."""
         session = self.session
+        if session is None:
+            raise RuntimeError("this env is closed: make a new env")
         slots = session.slots
         if self._clock.is_virtual:
             session.run_until(session.origin + (tick + 1) * self.tau_m)
@@ -117,8 +119,8 @@ class RealtimeParallelEnv(ParallelEnv):
         if unknown:
             raise KeyError(f"no seat {unknown} in {self.session.env_id!r}; its seats are {self.possible_agents}")
         session, prev = self.session, self._last
-        if self._clock.is_virtual and self.think_time:
-            self._clock.run_until(prev[0].time + self.think_time)  # type: ignore[attr-defined]
+        if isinstance(self._clock, VirtualClock) and self.think_time:  # is_virtual
+            self._clock.run_until(prev[0].time + self.think_time)
         seqs: list[int | None] = []
         for i, seat in enumerate(self.possible_agents):
             if seat in actions and actions[seat] is not None:

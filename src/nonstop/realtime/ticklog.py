@@ -79,7 +79,7 @@ import zipfile
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import numpy as np
 
@@ -91,6 +91,7 @@ __all__ = [
     "SOURCE_DEFAULT",
     "SEAT_COLUMNS",
     "SeatLog",
+    "TickColumns",
     "column_names",
     "save_npz_atomic",
     "load_npz",
@@ -179,7 +180,8 @@ def save_npz_atomic(
     try:
         with os.fdopen(fd, "wb") as f:
             if compresslevel is None:
-                np.savez_compressed(f, __header__=blob, **arrays)
+                # allow_pickle=False as in the branch below: an object array could not be read back
+                np.savez_compressed(f, __header__=blob, allow_pickle=False, **arrays)
             else:  # what savez_compressed does, at a chosen level
                 with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED, compresslevel=compresslevel) as z:
                     for name, array in {"__header__": blob, **arrays}.items():
@@ -264,6 +266,8 @@ class _Chunk:
         rows = self.rows  # read once: the writer may drop it once the file is in place
         if rows is not None:
             out = {name: rows[: self.n, self.at[name]].astype(column_dtype(name)) for name in names}
+        elif self.path is None:  # never: the writer sets the path before it drops the rows
+            raise RuntimeError(f"tick-log chunk {self.index} has neither rows in memory nor a file")
         else:
             try:
                 with np.load(self.path, allow_pickle=False) as data:
@@ -373,6 +377,20 @@ class _ChunkWriter:
 # ----------------------------------------------------------------------------- the log
 
 
+class TickColumns(Protocol):
+    """What the metrics read from a log: a `TickLog`, or one seat of it (`SeatLog`)."""
+
+    tau_m: float
+    meta: dict[str, Any]
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, column: str) -> np.ndarray: ...
+
+    def iter_chunks(self, columns: Iterable[str] | None = None) -> Iterator[dict[str, np.ndarray]]: ...
+
+
+
 class TickLog:
     """Columnar tick log in bounded chunks (see the module docstring). ``meta`` holds run-level
     facts (env, τ_M, clock, queue counters) that travel with the columns.
@@ -413,6 +431,7 @@ class TickLog:
         # `_paged_in_block`); an in-memory one maps it lazily, costing nothing until it fills
         shape = (self._chunk_rows, len(self._names))
         self._block = _paged_in_block(shape) if directory is not None else np.zeros(shape, np.float64)
+        self._block_buffer = self._block.data  # what `append_row` packs into (a buffer, as struct asks)
         self._n_block = 0  # rows in the open block
         self._n_done = 0  # rows in completed chunks
         self._n_released = self._released_chunks = 0  # completed chunks dropped by `release` (rows, chunks)
@@ -496,7 +515,7 @@ class TickLog:
             n = 0
         row = self._row
         row.pack_into(
-            self._block, n * row.size, tick, deadline, time, time - deadline, source, worker, delay, obs_tick,
+            self._block_buffer, n * row.size, tick, deadline, time, time - deadline, source, worker, delay, obs_tick,
             action, tau_theta, reward, episode, terminated, truncated, superseded, stale, step_s, reset_s,
             *seat_values,
         )  # fmt: skip
@@ -549,6 +568,7 @@ class TickLog:
             self._block = writer.free.pop()  # rows past the open count are never read: no need to clear
         else:
             self._block = np.zeros((self._chunk_rows, len(self._names)), np.float64)
+        self._block_buffer = self._block.data
         self._n_block = 0
         if writer is not None:
             writer.submit(chunk)
@@ -757,6 +777,7 @@ class TickLog:
     def _freeze(self) -> None:
         self._readonly = True
         self._block = np.zeros((0, len(self._names)), np.float64)
+        self._block_buffer = self._block.data
         self._n_block = self._chunk_rows = 0
 
     @classmethod
@@ -863,7 +884,7 @@ class SeatLog:
     def summary(self, **kwargs: Any) -> dict[str, Any]:
         from nonstop.metrics.timing import summarize
 
-        out = summarize(self, **kwargs)  # type: ignore[arg-type]
+        out = summarize(self, **kwargs)
         out["seat"] = self.name
         return out
 
