@@ -18,17 +18,21 @@ from __future__ import annotations
 import argparse
 import gc
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from nonstop.bench.common import percentiles
 
+if TYPE_CHECKING:  # the models need torch (the learn extra); this module's import does not
+    from nonstop.policies.models import ImpalaArch
+
 DESCRIPTION = "IMPALA ResNet width k: parameters and batch-1 forward latency (ms, ticks) on 84x84x1"
 
-_CONSTRUCTIONS = {
-    "impala": dict(same_padding=True, fc_hidden=256),  # standard IMPALA network (our default)
-    "authors": dict(same_padding=False, fc_hidden=512),  # CERC-AAI/realtime_rl ImpalaCNN
-    "2xdeep": dict(same_padding=True, fc_hidden=256, depth=6),  # the authors' 30-layer variant (Figure 6)
+_CONSTRUCTIONS: dict[str, ImpalaArch] = {
+    "impala": {"same_padding": True, "fc_hidden": 256},  # standard IMPALA network (our default)
+    "authors": {"same_padding": False, "fc_hidden": 512},  # CERC-AAI/realtime_rl ImpalaCNN
+    "2xdeep": {"same_padding": True, "fc_hidden": 256, "depth": 6},  # the authors' 30-layer variant (Figure 6)
 }
 
 

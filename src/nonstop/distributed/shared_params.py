@@ -107,11 +107,11 @@ def make_shared_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_di
 
     cfg = DQNConfig.from_dict(cfg_dict)
     model = build_q_network(obs_shape, int(action_space.n), cfg).eval()
-    policy: Policy = SharedDQNPolicy(model, weights, action_space, seed=seed)
-    policy.shared.refresh()  # drops the freshly initialised parameters for views of the shared copy
+    shared = SharedDQNPolicy(model, weights, action_space, seed=seed)
+    shared.shared.refresh()  # drops the freshly initialised parameters for views of the shared copy
     gc.collect()
     if latency is not None:
         from nonstop.policies.latency import LatencyPolicy
 
-        policy = LatencyPolicy(policy, latency, seed=seed)
-    return policy
+        return LatencyPolicy(shared, latency, seed=seed)
+    return shared

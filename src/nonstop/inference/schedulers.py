@@ -148,9 +148,10 @@ class Scheduler(ABC):
     def _check_worker(self, worker: Any) -> int:
         if isinstance(worker, bool) or not isinstance(worker, numbers.Integral):
             raise TypeError(f"worker must be an int, got {type(worker).__name__} {worker!r}")
-        if not 0 <= worker < self._n:
+        index = int(worker)
+        if not 0 <= index < self._n:
             raise ValueError(f"worker {worker!r} out of range: valid workers are 0..{self._n - 1}")
-        return int(worker)
+        return index
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n_workers={self._n})"
@@ -715,7 +716,7 @@ class AutoScheduler(QuantileHoldScheduler):
         return (
             isinstance(worker, numbers.Integral)
             and not isinstance(worker, bool)
-            and self._n <= worker < self._high_water
+            and self._n <= int(worker) < self._high_water
         )
 
     def _record(self, tau: float) -> None:
@@ -833,7 +834,7 @@ class Iteration(NamedTuple):
     """One pass of one worker through the loop, as `simulate_iterations` saw it."""
 
     worker: int
-    index: int  # the worker's k-th loop (0-based)
+    index: int  # type: ignore[assignment]  # the worker's k-th loop (0-based); a public field name that shadows tuple.index
     start: float  # top of the loop, before take_delay
     delay: float  # take_delay(worker)
     tau_theta: float

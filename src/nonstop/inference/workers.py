@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from nonstop.realtime.clock import Clock, TimedProcess, WallClock, stopwatch
+from nonstop.realtime.clock import Clock, TimedProcess, VirtualClock, WallClock, stopwatch
 from nonstop.realtime.host import Session
 from nonstop.realtime.lifeline import PartFailed, RestartBudget, hold_lifeline, reap
 
@@ -217,7 +217,7 @@ class InferencePool:
             policy = self._policies[i] = self.policy_factory(i)
         tau_m, grace = self.session.tau_m, clock.tick_grace
         virtual = clock.is_virtual
-        origin = self.session.host.origin if virtual else 0.0
+        origin = self.session.origin if virtual else 0.0
         guard = min(0.001, tau_m / 8)
         align = self.align_to_ticks and not virtual
         # tick alignment: an inference starts `publish_margin` after a deadline (the observation is
@@ -346,7 +346,7 @@ class InferencePool:
 
     def _release_at(self, when: float, action: Any, latest: Any, state: _WorkerState, tau_theta: float) -> None:
         """Submit ``action`` (computed on ``latest``) at ``when``, without holding its worker."""
-        if self.clock.is_virtual:
+        if isinstance(self.clock, VirtualClock):  # is_virtual
 
             def release() -> TimedProcess:
                 if when > self.clock.now():
@@ -354,7 +354,7 @@ class InferencePool:
                 if not self._stop.is_set():
                     self._submit(action, latest, state, tau_theta, when)
 
-            self.clock.spawn(release(), name=f"release-{state.index}", isolate=True)  # type: ignore[call-arg]
+            self.clock.spawn(release(), name=f"release-{state.index}", isolate=True)
         else:
             if self._releaser is None:
                 self._releaser = _WallReleaser(self)
@@ -397,7 +397,7 @@ class InferencePool:
     def _tick_event(self, deadline: float) -> float:
         """Virtual time at which the host processes the tick due at ``deadline``
         (the same float expression the host uses, so the two compare equal)."""
-        origin, tau_m = self.session.host.origin, self.session.tau_m
+        origin, tau_m = self.session.origin, self.session.tau_m
         return origin + round((deadline - origin) / tau_m) * tau_m + self.clock.tick_grace
 
     # ------------------------------------------------------------------ supervision
@@ -412,13 +412,15 @@ class InferencePool:
             state.last_start = None
         process = self._loop(state, first, resume_at, start_at)
         name = f"worker-{state.index}"
-        if self.clock.is_virtual:
-            state.handle = self.clock.spawn(process, name=name, isolate=True)  # type: ignore[call-arg]
-        else:
+        if isinstance(self.clock, VirtualClock):  # is_virtual
+            state.handle = self.clock.spawn(process, name=name, isolate=True)
+        elif isinstance(self.clock, WallClock):
             # worker threads share the GIL: they must sleep, never spin; and a worker sleeping
             # through a long latency must wake when the pool stops, not seconds later
-            clock = WallClock(origin=self.clock.origin, spin=0.0, interrupt=self._stop)  # type: ignore[attr-defined]
+            clock = WallClock(origin=self.clock.origin, spin=0.0, interrupt=self._stop)
             state.handle = clock.spawn(process, name=name)
+        else:
+            raise TypeError(f"inference workers run on a VirtualClock or a WallClock, got {type(self.clock).__name__}")
 
     def start(self) -> "InferencePool":
         # build every policy first: a model process takes seconds to start, and a
@@ -429,8 +431,8 @@ class InferencePool:
         start_at = self.clock.now()
         for state in self.workers:
             self._spawn(state, first=True, start_at=start_at)
-        if self.clock.is_virtual:
-            self.clock.spawn(self._supervise_virtual(), name="supervisor", priority=2)  # type: ignore[call-arg]
+        if isinstance(self.clock, VirtualClock):  # is_virtual
+            self.clock.spawn(self._supervise_virtual(), name="supervisor", priority=2)
         else:
             self._monitor = threading.Thread(target=self._supervise_wall, name="nonstop-supervisor", daemon=True)
             self._monitor.start()
@@ -459,9 +461,10 @@ class InferencePool:
             else:
                 state.handle = _Dead()
                 why = "restarts are off" if not self.restart else f"it died {state.deaths} times"
-                if self.restart and not within and self.failure is None:
+                budget = self.budget  # set whenever `within` is False
+                if self.restart and not within and self.failure is None and budget is not None:
                     deaths = sum(w.deaths for w in self.workers)
-                    why = f"the pool's workers died {deaths} times, more than {self.budget.describe()}"
+                    why = f"the pool's workers died {deaths} times, more than {budget.describe()}"
                     self.failure = PartFailed(f"inference worker {state.index} kept dying: {why} (last: {detail})")
                 self.events.append(WorkerEvent(self.clock.now(), state.index, "gave up", f"not restarted: {why}"))
 
@@ -480,8 +483,9 @@ class InferencePool:
         if not 0 <= worker < len(self.workers):
             raise ValueError(f"no worker {worker}; workers are 0..{len(self.workers) - 1}")
         policy = self._policies.get(worker)
-        if callable(getattr(policy, "kill", None)):  # ProcessPolicy, RayPolicy
-            policy.kill()  # the next act() fails: the worker dies like a crashed model process or actor
+        kill = getattr(policy, "kill", None)
+        if callable(kill):  # ProcessPolicy, RayPolicy
+            kill()  # the next act() fails: the worker dies like a crashed model process or actor
         else:
             self.workers[worker].killed = True  # dies at its next observation
 

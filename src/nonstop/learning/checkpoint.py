@@ -213,7 +213,7 @@ class _PayloadView(io.RawIOBase):
     """The payload of an open checkpoint file as a file of its own (positions relative to its start),
     so ``torch.load`` reads it in place."""
 
-    def __init__(self, file: BinaryIO, offset: int) -> None:
+    def __init__(self, file: io.BufferedReader, offset: int) -> None:
         super().__init__()
         self.file, self.offset = file, offset
         file.seek(offset)
@@ -253,7 +253,7 @@ def save_checkpoint(path: str | os.PathLike, state: Mapping[str, Any]) -> Path:
     with atomic_file(path) as f:
         f.write(bytes(HEADER_SIZE))  # placeholder until the payload's length and hash are known
         writer = _HashingWriter(f)
-        torch.save(dict(state), writer)
+        torch.save(dict(state), writer)  # type: ignore[arg-type]  # torch.save takes any object with write() and flush() (its docs); its annotation says IO[bytes]
         f.seek(0)
         f.write(_HEADER.pack(MAGIC, FORMAT_VERSION, writer.length, writer.sha256.digest()))
     return Path(path)
@@ -300,7 +300,8 @@ def load_checkpoint(
         with open(path, "rb") as f:
             _check_header(path, f)
             try:
-                state = torch.load(_PayloadView(f, HEADER_SIZE), map_location=map_location, weights_only=weights_only)
+                payload = _PayloadView(f, HEADER_SIZE)
+                state = torch.load(payload, map_location=map_location, weights_only=weights_only)  # type: ignore[arg-type]  # torch.load reads any seekable file-like (its docs); its annotation says IO[bytes]
             except Exception as exc:  # noqa: BLE001 - the hash matched, so this is about content, not bytes
                 raise CheckpointError(path, f"wrong format: verified bytes but torch.load failed: {exc}") from exc
     except FileNotFoundError:

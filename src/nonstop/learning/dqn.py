@@ -172,7 +172,9 @@ def compute_gradient(
     online.zero_grad(set_to_none=False)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(online.parameters(), cfg.max_grad_norm)
-    grad = torch.cat([p.grad.reshape(-1) for p in online.parameters()]).numpy().copy()
+    # a parameter the loss does not reach has no gradient: zero, as the flat layout needs every one
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in online.parameters()]
+    grad = torch.cat([g.reshape(-1) for g in grads]).numpy().copy()
     return grad, float(loss.detach())
 
 

@@ -65,6 +65,7 @@ class GradientSlots(_Segment):
 
     _kind = "grads"
     _vectors = ("flat",)
+    flat: np.ndarray  # learner i's gradient at [i * n_params, (i + 1) * n_params)
 
     def slot(self, i: int, n_params: int) -> np.ndarray:
         return self.flat[i * n_params : (i + 1) * n_params]
@@ -229,8 +230,7 @@ class VirtualLearners:
         t = self.clock.now()
         while not self._stop:
             self._check_killed(0)
-            outs = [learner.gradient() for learner in self.learners if learner.ready]
-            outs = [o for o in outs if o is not None]
+            outs = [o for o in (learner.gradient() for learner in self.learners if learner.ready) if o is not None]
             t += self.period
             yield t
             if outs:
@@ -260,6 +260,7 @@ def _learner_main(index: int, n: int, mode: str, obs_shape: tuple[int, ...], n_a
                 time.sleep(0.002)
                 continue
             if mode == "parallel":
+                assert grads is not None, "the parallel mode's learners are given gradient slots"
                 _parallel_step(learner, index, n, state, weights, grads, cfg)
                 continue
             out = learner.gradient()

@@ -220,6 +220,8 @@ class ReplayBuffer(SharedSegment):
     >>> rb.unlink()
     """
 
+    _views = ("_hdr", "_words", "_ids", "frames", "frame_id", "_episodes")
+
     def __init__(self, name: str, capacity: int, obs_shape: tuple[int, ...], dtype: str, *, _shm: Any = None) -> None:
         self.name, self.capacity, self.obs_shape, self.dtype = name, int(capacity), tuple(obs_shape), np.dtype(dtype)
         self.frame_capacity = _frame_capacity(self.capacity)
@@ -346,12 +348,11 @@ class ReplayBuffer(SharedSegment):
             )
         return Batch(obs, action, reward, discount, next_obs, n_ticks)
 
-    def _drop_views(self) -> None:
-        for words in (self._words, self._ids):
-            if words is not None:
-                words.close()
-        self._hdr = self._words = self._ids = self.frames = self.frame_id = self._episodes = None  # type: ignore[assignment]
-        self.cols = {}
+    def _release_views(self) -> None:
+        for name in ("_words", "_ids"):
+            if name in self.__dict__:
+                self.__dict__[name].close()
+        self.cols = {}  # the transition columns' views: no columns once closed
 
 
 # ----------------------------------------------------------------------------- host side

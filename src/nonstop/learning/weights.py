@@ -34,7 +34,7 @@ only ``close``s.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import numpy as np
 
@@ -78,10 +78,18 @@ def load_flat(model: "torch.nn.Module", flat: np.ndarray) -> None:
 
 class _Segment(SharedSegment):
     """A named shared-memory segment holding an int64 header (atomic words, `SharedWords`; the
-    float64 view ``_hdr_f`` of the same words holds plain numbers) and float32 vectors."""
+    float64 view ``_hdr_f`` of the same words holds plain numbers) and float32 vectors of
+    ``n_params`` numbers each, laid out in the order of ``_vectors`` (a subclass names them there
+    and declares each as an ``np.ndarray`` attribute)."""
 
     _kind = "segment"
-    _vectors: tuple[str, ...] = ()
+    _vectors: ClassVar[tuple[str, ...]] = ()
+    _hdr: SharedWords
+    _hdr_f: np.ndarray
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._views = ("_hdr", "_hdr_f", *cls._vectors)  # what close() drops
 
     def __init__(self, name: str, n_params: int, *, _shm: Any = None) -> None:
         self.name, self.n_params = name, int(n_params)
@@ -108,12 +116,9 @@ class _Segment(SharedSegment):
     def __reduce__(self) -> tuple:
         return (type(self), (self.name, self.n_params))
 
-    def _drop_views(self) -> None:
-        if self._hdr is not None:
+    def _release_views(self) -> None:
+        if "_hdr" in self.__dict__:
             self._hdr.close()
-        self._hdr = self._hdr_f = None  # type: ignore[assignment]
-        for vec in self._vectors:
-            setattr(self, vec, None)
 
 
 class SharedWeights(_Segment):
@@ -121,6 +126,8 @@ class SharedWeights(_Segment):
 
     _kind = "weights"
     _vectors = ("_buf0", "_buf1")
+    _buf0: np.ndarray  # the double buffer: version v lives in half v % 2
+    _buf1: np.ndarray
 
     def __init__(self, name: str, n_params: int, *, _shm: Any = None) -> None:
         super().__init__(name, n_params, _shm=_shm)
@@ -187,6 +194,10 @@ class TrainingState(_Segment):
 
     _kind = "train"
     _vectors = ("params", "adam_m", "adam_v", "target")
+    params: np.ndarray  # the master parameters θ
+    adam_m: np.ndarray  # Adam's first moment
+    adam_v: np.ndarray  # Adam's second moment
+    target: np.ndarray  # the target network's parameters
     UPDATE_BASE: Final = 0  # updates made before this replay's transitions (after a resume without replay)
     TARGET_LOCK: Final = 1  # one target-network writer at a time (a RobustLock)
     UPDATES: Final = 3  # header words after SharedWeights' layout

@@ -217,6 +217,8 @@ class TorchPolicy(Policy):
     Decision(action=1, latency=0.0)
     """
 
+    action_space: spaces.Discrete
+
     def __init__(
         self,
         model: torch.nn.Module,
@@ -232,13 +234,14 @@ class TorchPolicy(Policy):
 
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        if not isinstance(_check_space(action_space), spaces.Discrete):
+        space = _check_space(action_space)
+        if not isinstance(space, spaces.Discrete):
             raise TypeError(f"TorchPolicy takes the argmax, so it needs a Discrete action space, got {action_space}")
         if not (isinstance(epsilon, (int, float)) and 0.0 <= epsilon <= 1.0):
             raise ValueError(f"epsilon must be a probability in [0, 1], got {epsilon!r}")
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
             raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
-        self.action_space = action_space
+        self.action_space = space
         self.device: Final = torch.device(device)
         self.model = model.to(self.device).eval()
         self.epsilon = float(epsilon)

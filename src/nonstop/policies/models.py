@@ -43,7 +43,7 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final, TypedDict
 
 import torch
 from torch import nn
@@ -65,8 +65,23 @@ __all__ = [
     "estimate_memory_bytes",
     "available_memory_bytes",
     "ensure_fits",
+    "ImpalaArch",
     "ModelTooLargeError",
 ]
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack for **kwargs is Python 3.12's
+
+
+class ImpalaArch(TypedDict, total=False):
+    """The construction options of `ImpalaResNet` beside ``k`` and ``n_actions`` (each optional),
+    as `count_parameters`, `estimate_memory_bytes` and `ensure_fits` take them."""
+
+    in_channels: int
+    input_hw: int
+    fc_hidden: int
+    same_padding: bool
+    depth: int
 
 #: Width multipliers the paper uses for its 1M, 10M, 100M and 1B models.
 PAPER_K: Final = (1, 7, 29, 98)
@@ -208,7 +223,7 @@ def impala_resnet(
     >>> impala_resnet(1, 6).training
     False
     """
-    arch = dict(in_channels=in_channels, input_hw=input_hw, fc_hidden=fc_hidden, same_padding=same_padding, depth=depth)
+    arch = ImpalaArch(in_channels=in_channels, input_hw=input_hw, fc_hidden=fc_hidden, same_padding=same_padding, depth=depth)
     if check_memory:
         ensure_fits(k, device, n_actions=n_actions, **arch)
     with torch.device(device):
@@ -343,7 +358,7 @@ def ensure_fits(
     n_actions: int = 18,
     available_bytes: int | None = None,
     headroom: float = 1.25,
-    **arch: object,
+    **arch: Unpack[ImpalaArch],
 ) -> int:
     """Raise `ModelTooLargeError` if the width-``k`` ResNet would not fit; return its estimate.
 
@@ -360,14 +375,14 @@ def ensure_fits(
     """
     if not (isinstance(headroom, (int, float)) and headroom >= 1.0):
         raise ValueError(f"headroom must be a factor >= 1, got {headroom!r}")
-    estimate = estimate_memory_bytes(k, n_actions, **arch)  # type: ignore[arg-type]
+    estimate = estimate_memory_bytes(k, n_actions, **arch)
     source = "the given budget"
     if available_bytes is None:
         available_bytes = available_memory_bytes(device)
         source = f"free memory on {torch.device(device)}"
     needed = int(estimate * headroom)
     if needed > available_bytes:
-        params = count_parameters(k, n_actions, **arch)  # type: ignore[arg-type]
+        params = count_parameters(k, n_actions, **arch)
         raise ModelTooLargeError(
             f"IMPALA ResNet k={k} ({_human(params)} parameters) needs ~{needed / 1e9:.2f} GB "
             f"(fp32 weights + activations, x{headroom} headroom) but {source} is only "
