@@ -109,13 +109,13 @@ def resolve_n_workers(n_workers: Any, latency_mean_s: float, tau_m: float) -> in
         return theoretical_nstar(latency_mean_s, tau_m)
     if isinstance(n_workers, bool) or not isinstance(n_workers, numbers.Integral):
         raise TypeError(f"n_workers must be a positive int or 'auto', got {type(n_workers).__name__} {n_workers!r}")
-    if n_workers < 1:
+    if int(n_workers) < 1:
         raise ValueError(f"n_workers must be >= 1 (or 'auto'), got {n_workers}")
     return int(n_workers)
 
 
 def _check_seconds(seconds: Any) -> float:
-    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not (math.isfinite(seconds) and seconds > 0):
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not (math.isfinite(seconds) and float(seconds) > 0):
         raise ValueError(f"seconds must be a positive number of world seconds, got {seconds!r}")
     return float(seconds)
 

@@ -21,6 +21,7 @@ __all__ = ["add_arguments", "export_policy", "run_export"]
 
 def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dict[str, Any]:
     """Write the run's policy into ``out_dir`` (default ``RUN/export``); return what was written."""
+    import gymnasium
     import torch
 
     from nonstop.envs import make_env
@@ -34,13 +35,20 @@ def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dic
     if not root.is_dir():
         raise FileNotFoundError(f"no run directory at {root} (write one with `nonstop train --out {root}`)")
     cfg = TrainConfig(**read_config(root))
+    dqn = cfg.dqn
+    if dqn is None:  # a run writes the DQN settings it resolved into config.json
+        raise ValueError(f"{root}/config.json has no DQN settings: it was not written by `nonstop train`")
     ckpt = latest_checkpoint(root)
     if ckpt is None:
         raise FileNotFoundError(f"{root} has no checkpoint to export")
     probe = make_env(cfg.env, **cfg.env_kwargs)
-    obs_shape, n_actions = tuple(probe.observation_space.shape), int(probe.action_space.n)
+    obs_space, action_space = probe.observation_space, probe.action_space
     probe.close()
-    model = build_q_network(obs_shape, n_actions, cfg.dqn)
+    if obs_space.shape is None or not isinstance(action_space, gymnasium.spaces.Discrete):  # what train accepted
+        raise TypeError(f"{cfg.env}: a DQN policy needs array observations and a Discrete action space, "
+                        f"got {obs_space} and {action_space}")  # fmt: skip
+    obs_shape, n_actions = tuple(obs_space.shape), int(action_space.n)
+    model = build_q_network(obs_shape, n_actions, dqn)
     params = ckpt.state["params"]
     n = sum(p.numel() for p in model.parameters())
     if params.numel() != n:
@@ -59,7 +67,7 @@ def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dic
         save_file(state, str(out / "policy.safetensors"))
         written["safetensors"], skipped = out / "policy.safetensors", ""
     meta = {"env": cfg.env, "env_kwargs": cfg.env_kwargs, "obs_shape": list(obs_shape), "n_actions": n_actions,
-            "network": type(model).__name__, "dqn": cfg.dqn.to_dict(), "checkpoint": ckpt.path.name,
+            "network": type(model).__name__, "dqn": dqn.to_dict(), "checkpoint": ckpt.path.name,
             "updates": ckpt.updates}  # fmt: skip
     written["meta"] = out / "policy.json"
     written["meta"].write_text(json.dumps(meta, indent=2, default=str) + "\n")

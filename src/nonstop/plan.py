@@ -189,6 +189,7 @@ def run_plan(args: argparse.Namespace) -> int:
             forward = m_forward if forward is None else forward
             update = m_update if update is None else update
             source = "measured on this machine (one core)"
+    assert forward is not None, "a model (--k, --latency or --forward-ms) was required above"
     result = plan(forward_s=forward, update_s=update, tick_hz=args.hz, batch_size=args.batch_size, n_params=n_params,
                   activation_bytes=activation or 0, process_base_bytes=int(args.process_mb * 2**20), nodes=args.nodes,
                   weights_every=args.weights_every)  # fmt: skip

@@ -178,6 +178,8 @@ def _one_session(
         reader_wait1 = [_sched(p.pid)[0] for p in procs]
         measured_s = session.now() - measured_from
         log = session.stop()
+        if log is None:
+            raise RuntimeError("the host ended without a tick log")
         sched = {
             "host_cpu_wait_ms_per_s": (wait1 - wait0) * 1e3 / measured_s,
             "host_involuntary_switches_per_s": (switches1 - switches0) / measured_s,

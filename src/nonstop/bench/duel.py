@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -34,8 +34,13 @@ __all__ = ["DESCRIPTION", "RESULT_KEYS", "add_arguments", "run", "render", "play
 
 DESCRIPTION = "quick-draw duel, same policy both seats, one slowed by 0..30 ticks: score and win rate, sequential vs staggered"
 RESULT_KEYS = ("pairings", "world_seconds_total")
-_FULL = {"extra": "0,2,6,15,30", "matches": 40}
-_QUICK = {"extra": "0,2,6,15", "matches": 12}
+class _Sizes(TypedDict):
+    extra: str  # extra inference ticks of the slowed seat, comma-separated
+    matches: int
+
+
+_FULL: _Sizes = {"extra": "0,2,6,15,30", "matches": 40}
+_QUICK: _Sizes = {"extra": "0,2,6,15", "matches": 12}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -37,7 +37,7 @@ import gymnasium
 import numpy as np
 
 from nonstop.bench.common import machine_info, percentiles, run_sizes, verdict
-from nonstop.realtime.clock import stopwatch
+from nonstop.realtime.clock import VirtualClock, stopwatch
 from nonstop.realtime.host import Session
 
 #: CPU time of the calling thread: on a shared, noisy machine it leaves out the time other
@@ -132,7 +132,7 @@ class _ResetStamp(gymnasium.Wrapper):
 
     def __init__(self, env: gymnasium.Env, profile: cProfile.Profile | None = None) -> None:
         super().__init__(env)
-        self.step = env.step  # type: ignore[method-assign]
+        self.step = env.step  # type: ignore[method-assign]  # on the instance: the per-step path is the inner env's own
         self.first_reset_at: float | None = None
         self.first_reset_cpu: float | None = None
         self._profile = profile
@@ -196,7 +196,7 @@ def raw_loop(env_id: str, steps: int, action: int = 0) -> dict[str, float]:
                 if terminated or truncated:
                     reset()
         end, end_cpu = stopwatch(), cpu_stopwatch()
-        wall, cpu = end - env.first_reset_at, end_cpu - env.first_reset_cpu  # type: ignore[operator]
+        wall, cpu = end - env.first_reset_at, end_cpu - env.first_reset_cpu
     finally:
         env.close()
     return {"steps_per_s": steps / wall, "cpu_steps_per_s": steps / cpu}
@@ -211,9 +211,12 @@ def host_loop(env_id: str, steps: int, *, profile: cProfile.Profile | None = Non
     with session:  # start(): unthrottled on a VirtualClock, the host runs to max_ticks right here
         if profile is not None:
             profile.disable()
-        session.clock.run()  # nothing left to do unless the host someday yields when unthrottled
+        if isinstance(session.clock, VirtualClock):
+            session.clock.run()  # nothing left to do unless the host someday yields when unthrottled
         end, end_cpu = stopwatch(), cpu_stopwatch()
-        env = session.host.env  # type: ignore[union-attr]
+        host = session.host
+        assert host is not None, "a virtual-clock session's host runs in this process"
+        env: Any = host.env  # the _ResetStamp or _SeatResetStamp that _stamped_env built
         elapsed, cpu = end - env.first_reset_at, end_cpu - env.first_reset_cpu
         log = session.tick_log
     if len(log) != steps:
@@ -237,7 +240,7 @@ def _profile_host(env_id: str, steps: int, top: int = 15) -> list[dict[str, Any]
         profile.disable()
     stats = pstats.Stats(profile, stream=io.StringIO())
     rows = []
-    for (filename, line, name), (_, calls, tottime, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]
+    for (filename, line, name), (_, calls, tottime, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]  # Stats.stats, the raw table, is not in typeshed
         rows.append({
             "function": f"{filename.rsplit('/', 2)[-1]}:{line}({name})",
             "calls_per_tick": calls / steps,

@@ -88,8 +88,10 @@ def _update_time(k: float, batch: int, repeats: int) -> tuple[float, int]:
         times = []
         for _ in range(repeats + 1):
             t0 = time.perf_counter()
-            grad, loss = learner.gradient()
-            apply(state, weights, grad, loss, cfg)
+            out = learner.gradient()
+            if out is None:
+                raise RuntimeError("the bench's replay holds too few transitions for one batch")
+            apply(state, weights, out[0], out[1], cfg)
             times.append(time.perf_counter() - t0)
         return float(np.median(times[1:])), n
     finally:

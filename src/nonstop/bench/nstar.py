@@ -35,7 +35,7 @@ from functools import partial
 import os
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -100,7 +100,15 @@ def make_latency(kind: str, mean_s: float, sigma: float, empirical: Any = None) 
     return Empirical([x * scale for x in empirical.samples], source=empirical.source)
 
 
-def in_flight_workers(latency: Any, tau_m: float, *, draws: int = 200_000, seed: int = 0) -> dict[str, float]:
+class InFlight(TypedDict):
+    """`in_flight_workers`' answer."""
+
+    mean: float  # E[B]
+    sd: float  # sd[B]
+    target: int  # ⌈E[B] + z·sd[B]⌉ workers
+
+
+def in_flight_workers(latency: Any, tau_m: float, *, draws: int = 200_000, seed: int = 0) -> InFlight:
     """E[B], sd[B] and ⌈E[B] + z·sd[B]⌉ for B = Σ_j 1[τ_j > j·τ_M], the inferences in flight at a
     start when one starts per tick (see `nonstop.inference.schedulers.AutoScheduler`)."""
     rng = np.random.default_rng(seed)
@@ -256,10 +264,11 @@ def _run(args: argparse.Namespace, backend: str) -> dict[str, Any]:
 
                 guess = flight["target"] if (name == "quantile_hold" and flight) else bound
                 cap = max(256, math.ceil(args.max_workers * bound), guess)
+                def passes(s: dict[str, Any], th: float = threshold) -> bool:
+                    return s["inaction_fraction"] <= th
+
                 try:
-                    nstar, results = find_nstar(
-                        run_n, guess=guess, passes=lambda s, th=threshold: s["inaction_fraction"] <= th, limit=cap
-                    )  # fmt: skip
+                    nstar, results = find_nstar(run_n, guess=guess, passes=passes, limit=cap)
                 except NStarAboveLimit as above:  # honest: more than the cap, with what each trial measured
                     nstar, results = None, above.results
                 at = results[nstar if nstar is not None else max(results)]

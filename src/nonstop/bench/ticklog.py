@@ -86,6 +86,7 @@ class _DoublingLog:
     def __init__(self, n_columns: int) -> None:
         self.row = struct.Struct(f"={n_columns}d")
         self.rows = np.zeros((4096, n_columns), np.float64)
+        self._buffer = self.rows.data  # what append_row packs into, as the tick log's own append does
         self.n = 0
 
     def grows_at(self, rows: int) -> np.ndarray:
@@ -96,8 +97,9 @@ class _DoublingLog:
         n = self.n
         if n == len(self.rows):
             self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
+            self._buffer = self.rows.data
         tick, deadline, time_, *rest = values
-        self.row.pack_into(self.rows, n * self.row.size, tick, deadline, time_, time_ - deadline, *rest)
+        self.row.pack_into(self._buffer, n * self.row.size, tick, deadline, time_, time_ - deadline, *rest)
         self.n = n + 1
 
 

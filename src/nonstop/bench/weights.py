@@ -27,8 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", default=None, help="worker counts, comma-separated (default 1,4,8; quick 1,8)")
 
 
-def _pss_bytes(pid: int) -> tuple[int, int]:
+def _pss_bytes(pid: int | None) -> tuple[int, int]:
     """(PSS, RSS) of a process in bytes, from /proc/PID/smaps_rollup."""
+    if pid is None:
+        raise ValueError("the process has not started: it has no pid to measure")
     values = {}
     with open(f"/proc/{pid}/smaps_rollup") as f:
         for line in f:

@@ -24,7 +24,7 @@ from .registry import register
 try:  # see nonstop.envs.duel: the PettingZoo API is spoken with or without pettingzoo installed
     from pettingzoo import ParallelEnv as _Base
 except ImportError:  # pragma: no cover
-    _Base = object  # type: ignore[assignment,misc]
+    _Base = object
 
 __all__ = ["TwoPlayerAtari", "TWO_PLAYER_GAMES"]
 
@@ -41,7 +41,7 @@ TWO_PLAYER_GAMES: Final = {
 DEFAULT_MAX_FRAMES: Final = 108_000  # 30 minutes at 60 Hz, ALE's usual cap
 
 
-class TwoPlayerAtari(_Base):  # type: ignore[misc,valid-type]
+class TwoPlayerAtari(_Base):
     """One two-player Atari game as a PettingZoo parallel env (see the module docstring).
 
     ``game``: a key of `TWO_PLAYER_GAMES`. ``mode``: a two-player mode of the ROM (default: its first).

@@ -48,10 +48,10 @@ HOLD, DRAW = 0, 1
 try:  # the PettingZoo API is spoken without pettingzoo installed; with it, the duel is a ParallelEnv
     from pettingzoo import ParallelEnv as _Base
 except ImportError:  # pragma: no cover - pettingzoo is in the `multi` and `test` extras
-    _Base = object  # type: ignore[assignment,misc]
+    _Base = object
 
 
-class QuickDrawDuel(_Base):  # type: ignore[misc,valid-type]
+class QuickDrawDuel(_Base):
     """Two seats, one signal, first to draw wins (see the module docstring)."""
 
     metadata = {"name": "quick_draw_duel_v0", "render_modes": [], "is_parallelizable": True}

@@ -377,7 +377,7 @@ def _set_timer_div(emulator: Any, value: int) -> None:
     emulator.game_wrapper._set_timer_div(value)
 
 
-class GameBoyEnv(gymnasium.Env[np.ndarray, int]):
+class GameBoyEnv(gymnasium.Env[np.ndarray, np.int64]):
     """One Game Boy game as a Gymnasium env: one step is one frame at 59.7275 Hz.
 
     ``obs_type``: ``"gray"`` the 144×160 grayscale screen, ``"rgb"`` the 144×160×3 screen,
@@ -620,7 +620,7 @@ def make_gameboy(
     check_gameboy_kwargs(game, rom=rom, state=state, obs_type=obs_type, max_episode_steps=max_episode_steps,
                          action_set=action_set)  # fmt: skip
     raw = "gray" if obs_type == "gray84" else obs_type
-    env = GameBoyEnv(game, rom=rom, state=state, obs_type=raw, max_episode_steps=max_episode_steps,  # type: ignore[arg-type]
+    env = GameBoyEnv(game, rom=rom, state=state, obs_type=raw, max_episode_steps=max_episode_steps,
                      action_set=action_set)  # fmt: skip
     return AreaResize(env, PREPROCESSED_SHAPE) if obs_type == "gray84" else env
 
@@ -719,7 +719,7 @@ def plain_pyboy_loop(
     ``steps_per_s``/``cpu_steps_per_s`` with the observation, ``tick_only_steps_per_s`` without.
     """
     wall, cpu = timers
-    env = GameBoyEnv(game, obs_type="gray" if obs_type == "gray84" else obs_type)  # type: ignore[arg-type]
+    env = GameBoyEnv(game, obs_type="gray" if obs_type == "gray84" else obs_type)
     try:
         env.reset(seed=0)
         emulator, render, observe = env._emulator, env._render_frames, env._observe
@@ -745,7 +745,7 @@ def plain_pyboy_loop(
 class _FrameStub(gymnasium.Env):
     """Only an observation space: lets the plain-PyBoy baseline build the very resize the env uses."""
 
-    def __init__(self, space: gymnasium.spaces.Box) -> None:
+    def __init__(self, space: gymnasium.Space) -> None:
         self.observation_space = space
         self.action_space = gymnasium.spaces.Discrete(1)
 

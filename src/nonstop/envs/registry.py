@@ -267,7 +267,7 @@ def _render_fps(spec: Any) -> float | None:
             creator = gymnasium.envs.registration.load_env_creator(creator)
         except (ImportError, AttributeError):
             return None
-    fps = getattr(creator, "metadata", {}).get("render_fps")
+    fps: Any = getattr(creator, "metadata", {}).get("render_fps")  # whatever the env declares
     return float(fps) if _is_real(fps) and fps > 0 else None
 
 
@@ -278,7 +278,7 @@ def _check_kwargs(
     env_id: str, factory: Callable[..., Any], kwargs: dict[str, Any], skip: tuple[str, ...] = ()
 ) -> None:
     """Reject unknown names and values of the wrong simple type, naming the culprit."""
-    target = factory.func if isinstance(factory, functools.partial) else factory
+    target: Any = factory.func if isinstance(factory, functools.partial) else factory  # a class or a function
     signature = inspect.signature(factory)
     params = {
         name: p
@@ -294,7 +294,7 @@ def _check_kwargs(
                 f"it accepts: {accepted}"
             )
     try:
-        hints = typing.get_type_hints(target.__init__ if isinstance(target, type) else target)
+        hints = typing.get_type_hints(target.__init__ if inspect.isclass(target) else target)
     except Exception:  # unresolvable annotations: leave type checks to the factory itself
         hints = {}
     for name, value in kwargs.items():

@@ -114,8 +114,19 @@ class _OneHotMDP(gymnasium.Env[np.ndarray, np.int64]):
         self.action_space = spaces.Discrete(n_actions)
         self._n_actions: Final = n_actions
         self._one_hot: Final = np.eye(n_states, dtype=np.float32)
-        self._state: int | None = None
+        self._state_index: int | None = None  # None until the first reset
         self._steps = 0
+
+    @property
+    def _state(self) -> int:
+        """The current state's index (once the env has been reset)."""
+        if self._state_index is None:
+            raise RuntimeError("call reset() before step()")
+        return self._state_index
+
+    @_state.setter
+    def _state(self, value: int) -> None:
+        self._state_index = value
 
     def _initial_state(self) -> int:
         raise NotImplementedError
@@ -133,7 +144,7 @@ class _OneHotMDP(gymnasium.Env[np.ndarray, np.int64]):
 
     def _checked(self, action: Any) -> int:
         """The action as an int, once the env has been reset."""
-        if self._state is None:
+        if self._state_index is None:
             raise RuntimeError("call reset() before step()")
         return _checked_action(action, self._n_actions)
 
@@ -244,14 +255,14 @@ def _checked_action(action: Any, n_actions: int) -> int:
 def _check_max_steps(max_steps: Any) -> None:
     if isinstance(max_steps, bool) or not isinstance(max_steps, numbers.Integral):
         raise TypeError(f"max_steps must be an int, got {type(max_steps).__name__} {max_steps!r}")
-    if max_steps < 1:
+    if int(max_steps) < 1:
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
 
 
 def _check_positive(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number of seconds, got {type(value).__name__} {value!r}")
-    if not (math.isfinite(value) and value > 0):
+    if not (math.isfinite(value) and float(value) > 0):
         raise ValueError(f"{name} must be positive and finite, got {value!r}")
 
 

@@ -98,7 +98,7 @@ def _check_reward(name: str, value: Any) -> float:
 
 
 def _check_probability(p: Any) -> float:
-    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= p <= 1.0:
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0.0 <= float(p) <= 1.0:
         raise ValueError(f"p_minimax must be a probability in [0, 1], got {p!r}")
     return float(p)
 
@@ -246,6 +246,8 @@ class ObservedStatePolicy(Policy):
     ...
     TypeError: ObservedStatePolicy needs a Discrete action space (a_0 = β's, a_i for s_i), got Box(0.0, 1.0, (2,), float32)
     """
+
+    action_space: spaces.Discrete
 
     def __init__(self, action_space: gymnasium.Space) -> None:
         if not isinstance(action_space, spaces.Discrete):
