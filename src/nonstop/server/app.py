@@ -159,8 +159,14 @@ class Connection:
         self.session._require_running()
         return self.session
 
+    def current(self) -> ServerSession:
+        """This connection's session, in whatever state (`running`: a running one)."""
+        if self.session is None:
+            raise ProtocolError(ErrorCode.NO_SESSION, "no session on this connection: send 'reset' first")
+        return self.session
+
     def _encoding(self, requested: str | None) -> str:
-        return requested or self.session.settings.encoding
+        return requested or self.current().settings.encoding
 
     async def handle(self, msg: Any) -> Any:
         if self.session is not None:
@@ -179,7 +185,7 @@ class Connection:
         if isinstance(msg, ObserveMessage):
             return self.observation(session.read(), msg.data.encoding)
         if isinstance(msg, WaitMessage):
-            target = msg.data.until if msg.data.until is not None else session.tick + msg.data.ticks
+            target = msg.data.target(session.tick)
             if target - session.tick > MAX_WAIT_TICKS:
                 raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"until={target} is more than {MAX_WAIT_TICKS} ticks "
                                     f"ahead of tick {session.tick}")  # fmt: skip
@@ -190,7 +196,7 @@ class Connection:
 
     def observation(self, obs: Observation, encoding: str | None, *, fresh: bool = False) -> dict[str, Any]:
         """An `ObservationReply`, as a dict (``fresh``: a reset's, which starts the reader's view)."""
-        data = self.view.payload(obs, self.session, self._encoding(encoding), fresh=fresh)
+        data = self.view.payload(obs, self.current(), self._encoding(encoding), fresh=fresh)
         return {"type": "observation", "data": data}
 
     async def observe_at(self, target: int, encoding: str | None) -> dict[str, Any]:
@@ -215,6 +221,7 @@ class Connection:
             await self.manager.start(session, timeout=self.start_timeout)
             obs = session.read()
         else:
+            assert session is not None  # restarted above when there is none
             obs = session.read()
             if obs.terminated or obs.truncated:  # between the two publishes of an episode's end
                 obs = await self._next_episode(obs.episode)
@@ -232,7 +239,8 @@ class Connection:
         loop = asyncio.get_running_loop()
         obs = self.running().read()
         while obs.episode <= episode or obs.terminated or obs.truncated:
-            await self.session.wait_tick(self.session.tick + 1, loop)
+            session = self.current()
+            await session.wait_tick(session.tick + 1, loop)
             obs = self.running().read()
         return obs
 

@@ -268,6 +268,7 @@ class AsyncClient:
         """The newest pushed observation not yet returned (waits for one)."""
         await asyncio.wait_for(self._push_event.wait(), timeout or self.timeout)
         self._push_event.clear()
+        assert self._push is not None, "the event is set once a push has arrived"
         return self._push
 
     async def close(self) -> None:

@@ -207,7 +207,7 @@ class SpectatorConnection:
         if isinstance(msg, ObserveMessage):
             return reader.observation(session.read(), msg.data.encoding)
         if isinstance(msg, WaitMessage):
-            target = msg.data.until if msg.data.until is not None else session.tick + msg.data.ticks
+            target = msg.data.target(session.tick)
             if target - session.tick > MAX_WAIT_TICKS:
                 raise ProtocolError(ErrorCode.VALIDATION_ERROR,
                                     f"until={target} is more than {MAX_WAIT_TICKS} ticks ahead of tick {session.tick}")
@@ -296,6 +296,7 @@ def mount_live(app: FastAPI, manager: Callable[[], SessionManager], token: str |
                 await ws.send_text(refusal.reply().model_dump_json())
                 await ws.close(code=1000, reason=refusal.code)
             return
+        assert session is not None  # refused above otherwise
         app.state.spectators[sid] = app.state.spectators.get(sid, 0) + 1
         spectator = SpectatorConnection(ws, manager(), session)
         try:

@@ -136,7 +136,7 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
         data = reply["data"]
         fields = {k: v for k, v in data["observation"].items() if k != "obs"}
         obs = decode_array(data["observation"]["obs"])
-        text = _describe(fields, data["reward"], obs, conn.session.spec.tick_hz, bool(data["done"]))
+        text = _describe(fields, data["reward"], obs, conn.current().spec.tick_hz, bool(data["done"]))
         content: list[Any] = [TextContent(type="text", text=text)]
         if image and obs is not None:
             import base64
@@ -152,20 +152,21 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
     ) -> dict[str, Any]:
         conn = Connection(None, sessions(), start_timeout)  # type: ignore[arg-type]  # no socket: no pushes
         reply = await run(conn, message(ResetMessage, data=message(ResetData, env=env, seed=seed, encoding="b64")))
-        sid = conn.session.sid
+        session = conn.current()
+        sid = session.sid
         if len(players) >= MAX_ENDED_PLAYERS:  # forget closed sessions (HTTP servers run for long)
             ended = [k for k, c in players.items() if c.session is not None and not c.session.live]
             for old in ended[: len(players) // 2]:
                 players.pop(old, None)
         players[sid] = conn
-        spec = conn.session.spec
+        spec = session.spec
         return {
             "session_id": sid,
             "env": spec.env_id,
             "tick_hz": spec.tick_hz,
             "action_space": spec.spaces()["action"],
             "action_meanings": spec.action_meanings,
-            "default_behaviour": conn.session.settings.default,
+            "default_behaviour": session.settings.default,
             "tick": reply["data"]["observation"]["tick"],
         }
 
@@ -196,7 +197,7 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
         conn = players.pop(session_id, None)
         if conn is None:
             raise ToolError(f"NO_SESSION: no session {session_id!r} (open: {sorted(players)})")
-        session = conn.session
+        session = conn.current()
         conn.close("stopped by stop_session")
         import asyncio
 

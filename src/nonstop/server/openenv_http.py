@@ -29,7 +29,7 @@ import json
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -110,7 +110,7 @@ class HttpPlayers:
         if sid is not None:
             conn = self.get(sid)
         else:  # a connection with no socket (no pushes)
-            conn = Connection(None, self._manager(), self.start_timeout)  # type: ignore[arg-type]
+            conn = Connection(None, self._manager(), self.start_timeout)  # type: ignore[arg-type]  # no socket: no pushes
         old = conn.session.sid if conn.session is not None else None
         reply = await conn.handle(ResetMessage(data=data))
         if old is not None and old != conn.session.sid:
@@ -147,7 +147,7 @@ def _rpc_error(request_id: Any, code: int, message: str) -> JSONResponse:
     return JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
 
 
-def _is_openenv(request: Any) -> bool:
+def _is_openenv(request: Any) -> TypeGuard[dict[str, Any]]:
     if not isinstance(request, dict):
         return False
     method, params = request.get("method"), request.get("params")
@@ -177,12 +177,12 @@ class McpEndpoint:
             self._lock = asyncio.Lock()
         async with self._lock:
             if self.mcp is None:
-                mcp, started, self._stop = self._build(), asyncio.Event(), asyncio.Event()
+                mcp, started, self._stop = self._build(), asyncio.Event(), (stop := asyncio.Event())
 
                 async def run() -> None:  # a task group is entered and left on one task
                     async with mcp.session_manager.run():
                         started.set()
-                        await self._stop.wait()
+                        await stop.wait()
 
                 self._task = asyncio.create_task(run())
                 waiter = asyncio.create_task(started.wait())
@@ -195,7 +195,7 @@ class McpEndpoint:
         return self.mcp
 
     async def aclose(self) -> None:
-        if self._task is not None:
+        if self._task is not None and self._stop is not None:  # both set by ready()
             self._stop.set()
             with contextlib.suppress(Exception):
                 await self._task
@@ -248,7 +248,7 @@ class McpEndpoint:
                 return _rpc_error(rid, SERVER_ERROR, f"{exc.code}: {exc.message}")
         sid = params.get("session_id")
         worlds = self.openenv.worlds.get(sid) if isinstance(sid, str) else None
-        if worlds is None:
+        if worlds is None or not isinstance(sid, str):  # (sid is a str wherever worlds were found)
             return _rpc_error(rid, INVALID_PARAMS, f"Unknown session_id: {sid!r} (openenv/session/create opens one)")
         if method == "openenv/session/close":
             for world in list(self.openenv.worlds.pop(sid)):
@@ -366,7 +366,7 @@ def add_openenv_routes(
 
     endpoint = McpEndpoint(build)
     app.state.mcp = endpoint
-    app.add_route("/mcp", endpoint, methods=["GET", "POST", "DELETE"])
+    app.add_route("/mcp", endpoint, methods=["GET", "POST", "DELETE"])  # type: ignore[arg-type]  # an ASGI app: Starlette's Route serves a non-function endpoint as one, its annotation names request handlers only
 
     inner = app.router.lifespan_context
 

@@ -226,6 +226,13 @@ class WaitData(_Strict):
             raise ValueError("give exactly one of 'ticks' (relative) or 'until' (absolute tick)")
         return self
 
+    def target(self, tick: int) -> int:
+        """The absolute tick to wait for, when the session is at ``tick``."""
+        if self.until is not None:
+            return self.until
+        assert self.ticks is not None, "_one_target: a wait has ticks or until"
+        return tick + self.ticks
+
 
 class WaitMessage(_Strict):
     type: Literal["wait"] = "wait"
@@ -249,7 +256,7 @@ ClientMessage = Annotated[
     | SubscribeMessage,
     Field(discriminator="type"),
 ]
-_CLIENT: Final = TypeAdapter(ClientMessage)
+_CLIENT: Final[TypeAdapter[Any]] = TypeAdapter(ClientMessage)
 MESSAGE_TYPES: Final = ("reset", "step", "state", "close", "observe", "act", "wait", "subscribe")
 
 

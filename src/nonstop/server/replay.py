@@ -230,7 +230,7 @@ def _file(name: str) -> str:
     return f"{name}.{np.dtype(_STREAMS[name]).kind}{np.dtype(_STREAMS[name]).itemsize}"
 
 
-def _cut(cols: dict[str, np.ndarray], width: int, steps: int | None) -> dict[str, np.ndarray]:
+def _cut(cols: dict[str, np.ndarray], width: int, steps: int | None) -> dict[str, Any]:
     """Keep the steps all step columns have (at most ``steps``) and the resets among them."""
     n = min(len(cols["actions"]) // width, len(cols["step_hashes"]))
     if steps is not None:
@@ -497,7 +497,7 @@ def write_video(replay: Replay, out: str | os.PathLike, *, every: int = 2, max_f
     if every < 1:
         raise ValueError(f"every must be a positive number of ticks, got {every!r}")
     out = Path(out)
-    frames = []
+    frames: list[Any] = []  # uint8 frames (imageio's mimsave takes a list of array-likes; a list is invariant)
     for step, obs, kind in resimulate(replay):
         if kind == "step" and step % every == 0:
             frames.append(_frame(obs))

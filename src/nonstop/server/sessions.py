@@ -539,7 +539,8 @@ class ServerSession:
             if env is None:
                 env = make_env(spec.env_id)
             if s.record:  # its columns stream beside the tick log: bounded memory, durable chunks
-                env = self.recorder = ReplayRecorder(env, directory=self.manager.ticklog_dir(self.sid) / "replay",
+                ticklogs = self.manager.ticklog_dir(self.sid)  # set: recording needs a replay directory
+                env = self.recorder = ReplayRecorder(env, directory=ticklogs / "replay" if ticklogs is not None else None,
                                                      chunk_rows=SESSION_CHUNK_ROWS)  # fmt: skip
             with self._chan:
                 self.slot = LatestSlot.create(spec.observation_space)
@@ -568,6 +569,7 @@ class ServerSession:
 
         with self._drive:  # finalization (if the session ends meanwhile) waits for the start
             spec, s = self.spec, self.settings
+            assert self.manager.procs is not None, "_start comes here when ticks run on worker processes"
             self.proc = proc = self.manager.procs.pick()
             with self._chan:
                 self.slot = LatestSlot.create(spec.observation_space)
@@ -593,10 +595,11 @@ class ServerSession:
     def advance(self) -> float | None:
         """Tick the host once (tick-pool thread); returns the next absolute deadline or None."""
         with self._drive:
-            if self.cancelled:
+            host, clock = self.host, self.clock
+            if self.cancelled or host is None or clock is None:  # (both set by _start before the pool drives it)
                 return None
             try:
-                wake = self._process.send(self.clock.now())
+                wake = self._process.send(clock.now())
             except StopIteration:
                 self.manager.end(self, "max_ticks reached")
                 return None
@@ -605,9 +608,9 @@ class ServerSession:
                 log.error("session %s: env raised\n%s", self.sid, traceback.format_exc())
                 self.manager.end(self, f"env error: {self.error}")
                 return None
-            if self.host.tick >= self._next_wake:
-                self._release_waiters(self.host.tick)
-            return self.clock.origin + wake
+            if host.tick >= self._next_wake:
+                self._release_waiters(host.tick)
+            return clock.origin + wake
 
     # ---- waiting for ticks (event loop side parks a future, the pool resolves it)
     def wait_tick(self, target: int, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
@@ -646,13 +649,20 @@ class ServerSession:
             raise ProtocolError(ErrorCode.SESSION_ENDED, f"session {self.sid} has ended ({self.end_reason})")
         raise ProtocolError(ErrorCode.NO_SESSION, f"session {self.sid} is {self.state.value}, not running yet")
 
+    def _running_channels(self) -> tuple[LatestSlot, ActionQueue, WallClock]:
+        """A running session's slot, queue and clock (``_require_running``'s errors otherwise)."""
+        self._require_running()
+        slot, queue, clock = self.slot, self.queue, self.clock
+        assert slot is not None and queue is not None and clock is not None, "made by _start before running"
+        return slot, queue, clock
+
     def read(self) -> Observation:
         """The newest observation (event loop). Never waits long on a tick worker: a worker stopped
         mid-write costs this reader `READ_PATIENCE` and a ``BACKPRESSURE`` error, not a frozen loop."""
         with self._chan:
-            self._require_running()
+            slot, _, _ = self._running_channels()
             try:
-                return self.slot.read(timeout=READ_PATIENCE)
+                return slot.read(timeout=READ_PATIENCE)
             except TimeoutError:
                 raise ProtocolError(ErrorCode.BACKPRESSURE, f"session {self.sid}: its tick worker is not finishing "
                                     "an observation (stopped or overloaded?): retry shortly") from None  # fmt: skip
@@ -660,8 +670,8 @@ class ServerSession:
     def read_final(self) -> Observation:
         """The terminal observation of the last episode that ended (tick -1 if none yet)."""
         with self._chan:
-            self._require_running()
-            return self.slot.read_final()
+            slot, _, _ = self._running_channels()
+            return slot.read_final()
 
     @property
     def tick(self) -> int:
@@ -680,13 +690,13 @@ class ServerSession:
     def submit(self, action: Any, obs_tick: int, episode: int, *, lock_timeout: float | None = None) -> tuple[int, int]:
         """Enqueue ``action``; `TimeoutError` when the queue's lock is not free within ``lock_timeout``."""
         with self._chan:
-            self._require_running()
+            _, queue, clock = self._running_channels()
             tick = self.tick
             if obs_tick > tick:
                 raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"obs_tick {obs_tick} is in the future (tick {tick})")
             try:
-                seq = self.queue.submit(action, obs_tick=obs_tick, episode=episode, submit_time=self.clock.now(),
-                                        lock_timeout=lock_timeout)  # fmt: skip
+                seq = queue.submit(action, obs_tick=obs_tick, episode=episode, submit_time=clock.now(),
+                                   lock_timeout=lock_timeout)  # fmt: skip
             except ValueError as exc:
                 raise ProtocolError(ErrorCode.ACTION_OUT_OF_RANGE, str(exc)) from None
         self.step_count += 1
@@ -710,8 +720,8 @@ class ServerSession:
 
     def request_reset(self) -> None:
         with self._chan:
-            self._require_running()
-            self.slot.request_reset()
+            slot, _, _ = self._running_channels()
+            slot.request_reset()
 
     # ---- end
     def _finalize(self) -> None:
@@ -724,7 +734,7 @@ class ServerSession:
                         tick_log, recorder = self._stop_remote()
                 elif self._process is not None:
                     self._process.close()
-                    tick_log = self.host.close_log()
+                    tick_log = self.host.close_log() if self.host is not None else None
             if tick_log is not None:
                 with self._chan:
                     try:
@@ -747,10 +757,10 @@ class ServerSession:
             log.error("session %s: finalize failed\n%s", self.sid, traceback.format_exc())
         finally:
             with self._chan:
-                if self._phase_slot is not None:
+                if self._phase_slot is not None and self._phases is not None:  # acquired together
                     self._phases.release(self.tau_m, self._phase_slot)
                     self._phase_slot = None
-                if self.proc is not None:
+                if self.proc is not None and self.manager.procs is not None:  # a proc comes from procs
                     self.manager.procs.release(self.proc)
                 if self.host is not None:
                     try:
@@ -786,6 +796,7 @@ class ServerSession:
                             str(exc) or f"no reply within {STOP_PATIENCE:g}s")  # fmt: skip
                 tail = None
         record = self.record
+        assert record is not None, "_start_remote made it"
         if tail is not None:
             record.add(tail["tail"])
             meta = tail["meta"]
@@ -1050,6 +1061,7 @@ class SessionManager:
         for session in list(self.sessions.values()):
             if session.proc is proc:
                 self.end(session, f"tick worker died ({how}); the world is gone: reset to start a new session")
+        assert self.procs is not None, "only tick workers report their exit"
         try:
             self.procs.replace(proc)
         except Exception:  # noqa: BLE001 - /health stays unhealthy and says why

@@ -91,6 +91,8 @@ class TickBoard(SharedSegment):
     >>> board.unlink()
     """
 
+    _views = ("_q", "_d")
+
     def __init__(self, name: str, *, _shm: Any = None) -> None:
         self.name = name
         self._owner = _shm is not None
@@ -120,10 +122,9 @@ class TickBoard(SharedSegment):
     # with its last tick and ignores writes instead of raising.
     @property
     def tick(self) -> int:
-        q = self._q
         try:
-            return q.load(_TICK, SEQ_CST) if q is not None else self._last_tick
-        except ValueError:  # released meanwhile
+            return self._q.load(_TICK, SEQ_CST)
+        except ValueError:  # closed (SegmentClosedError), or released meanwhile
             return self._last_tick
 
     @property
@@ -132,11 +133,9 @@ class TickBoard(SharedSegment):
 
     @next_wake.setter
     def next_wake(self, tick: float) -> None:
-        q = self._q
         try:
-            if q is not None:
-                q.store(_WAKE, NO_WAKE if tick == float("inf") else int(tick), SEQ_CST)
-        except ValueError:  # released meanwhile
+            self._q.store(_WAKE, NO_WAKE if tick == float("inf") else int(tick), SEQ_CST)
+        except ValueError:  # closed (SegmentClosedError), or released meanwhile
             pass
 
     @property
@@ -145,17 +144,17 @@ class TickBoard(SharedSegment):
 
     def recent_lateness(self) -> np.ndarray:
         """Lateness (s) of the last ``min(tick, RECENT_TICKS)`` ticks, in no particular order."""
-        tick, d = self.tick, self._d
+        tick = self.tick
+        d = self.__dict__.get("_d")  # None once closed
         if d is None:
             return np.zeros(0)
         ring = d[_RING:]
         return ring.copy() if tick >= RECENT_TICKS else ring[1 : tick + 1].copy()
 
-    def _drop_views(self) -> None:
-        if self._q is not None:
+    def _release_views(self) -> None:
+        if "_q" in self.__dict__:
             self._last_tick = self._q.load(_TICK, SEQ_CST)
             self._q.close()
-        self._q = self._d = None  # type: ignore[assignment]
 
 
 class SessionRecord:
@@ -334,7 +333,8 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
         except BaseException:
             if env is not None:
                 env.close()
-            slot.close(), queue.close(), board.close()
+            for channel in (slot, queue, board):
+                channel.close()
             raise
         board._d[_ORIGIN] = host.origin
         jobs[sid] = job
@@ -355,7 +355,8 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
             job.env.close()
         except Exception:  # noqa: BLE001
             pass
-        job.host.slot.close(), job.host.queue.close(), job.board.close()
+        for channel in (job.host.slot, job.host.queue, job.board):
+            channel.close()
         return out
 
     def send_records() -> None:
@@ -366,7 +367,7 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
                 deltas[sid] = delta
         note(("records", deltas))  # also the worker's heartbeat
 
-    handlers = {"start": start, "stop": stop}
+    handlers: dict[str, Callable[..., Any]] = {"start": start, "stop": stop}
     sent_ready: dict[str, int] = {}
     last_records = _CLOCK.now()
     try:
