@@ -322,7 +322,12 @@ def build_parser() -> argparse.ArgumentParser:
         bp.add_argument("--quick", action="store_true", help="a short run (~30 s on 2 cores), as CI does")
         module.add_arguments(bp)
         bp.set_defaults(func=lambda a, m=module: cmd_bench(a, parser), bench_module=module)
-    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+
+    def bench_usage(a: argparse.Namespace) -> int:  # `nonstop bench` without a benchmark
+        p.print_help()
+        return 2
+
+    p.set_defaults(func=bench_usage)
     return parser
 
 

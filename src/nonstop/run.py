@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+import gymnasium as gym
 import numpy as np
 
 from nonstop.learning.dqn import (
@@ -43,6 +44,7 @@ from nonstop.learning.dqn import (
 from nonstop.learning.learners import LEARNER_MODES, Learner, LearnerProcesses, VirtualLearners, apply
 from nonstop.learning.replay import ReplayBuffer, ReplayRecorder
 from nonstop.learning.weights import SharedWeights, TrainingState
+from nonstop.realtime.clock import TimedProcess, Wake
 from nonstop.realtime.lifeline import RestartBudget
 
 __all__ = ["INTERACTIONS", "TrainConfig", "train", "TrainingRun", "ProgressRows", "default_env_kwargs", "parse_env_args"]
@@ -157,11 +159,14 @@ class TrainingRun:
         cfg.dqn = self.dqn
         self.latency = parse_latency(cfg.latency, tick_hz=info.tick_hz)
         probe = make_env(cfg.env, **cfg.env_kwargs)
-        self.obs_space, self.action_space = probe.observation_space, probe.action_space
+        obs_space, action_space = probe.observation_space, probe.action_space
         probe.close()
-        if not hasattr(self.action_space, "n"):
-            raise TypeError(f"DQN needs a Discrete action space; {cfg.env} has {self.action_space}")
-        self.obs_shape = tuple(self.obs_space.shape)
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise TypeError(f"DQN needs a Discrete action space; {cfg.env} has {action_space}")
+        if obs_space.shape is None:
+            raise TypeError(f"DQN needs array observations; {cfg.env} has {obs_space}")
+        self.obs_space, self.action_space = obs_space, action_space
+        self.obs_shape = tuple(obs_space.shape)
         if len(self.obs_shape) > 1:  # a ResNet that cannot fit fails here, before anything starts
             from nonstop.policies.models import ARCH_DEPTHS, ensure_fits
 
@@ -171,7 +176,7 @@ class TrainingRun:
         self.final_updates = 0
         self.tick_offset = 0  # env ticks of earlier segments of this run (after --resume)
         self.episode_offset = 0
-        self._parts: list[Callable[[], None]] = []  # teardown, newest first
+        self._parts: list[Callable[[], object]] = []  # teardown, newest first
 
     # ------------------------------------------------------------------ building
     def build(self, log_dir: Any = None) -> "TrainingRun":
@@ -376,7 +381,7 @@ class TrainingRun:
             self.replay_restored = False
 
     def teardown(self) -> None:
-        if getattr(self, "state", None) is not None and self.state._hdr is not None:
+        if getattr(self, "state", None) is not None and not self.state.closed:
             self.final_updates = self.state.updates
         errors = []
         while self._parts:
@@ -400,13 +405,15 @@ class SequentialLearningAgent:
         self.handle: Any = None
 
     def start(self) -> "SequentialLearningAgent":
-        from nonstop.realtime.clock import WallClock
+        from nonstop.realtime.clock import VirtualClock, WallClock
 
         clock = self.run.world.clock
-        if clock.is_virtual:
+        if isinstance(clock, VirtualClock):  # is_virtual
             self.handle = clock.spawn(self._loop(), name="sequential-agent")
-        else:
+        elif isinstance(clock, WallClock):
             self.handle = WallClock(origin=clock.origin, spin=0.0).spawn(self._loop(), name="sequential-agent")
+        else:
+            raise TypeError(f"the sequential agent runs on a VirtualClock or a WallClock, got {type(clock).__name__}")
         return self
 
     def stop(self) -> None:
@@ -418,7 +425,7 @@ class SequentialLearningAgent:
         if close is not None:
             close()
 
-    def _learn(self, t: float) -> Iterator[Any]:
+    def _learn(self, t: float) -> Generator[Wake, float, float]:  # a timed process's part; returns its time
         learner, run = self.learner, self.run
         out = learner.gradient() if learner.ready else None
         if out is not None:
@@ -433,7 +440,7 @@ class SequentialLearningAgent:
             yield clock.now() + self.tau_l
         return clock.now()
 
-    def _loop(self) -> Iterator[Any]:
+    def _loop(self) -> TimedProcess:
         from nonstop.realtime.clock import stopwatch
 
         world = self.run.world

@@ -101,7 +101,8 @@ def add_dqn_arguments(p: argparse.ArgumentParser) -> None:
         elif isinstance(default, tuple):
             group.add_argument(flag, type=int, nargs="+", default=None, metavar="N", help=text)
         else:
-            kind = {"float": float, "int": int, "str": str}[getattr(f.type, "__name__", f.type)]
+            type_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            kind = {"float": float, "int": int, "str": str}[type_name]
             group.add_argument(flag, type=kind, default=None, metavar=kind.__name__.upper(), help=text)
 
 
