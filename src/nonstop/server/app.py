@@ -137,7 +137,7 @@ class Connection:
     (`nonstop.server.mcp`) drive it the same way with ``ws=None`` (then there are no pushes).
     """
 
-    def __init__(self, ws: WebSocket, manager: SessionManager, start_timeout: float) -> None:
+    def __init__(self, ws: WebSocket | None, manager: SessionManager, start_timeout: float) -> None:
         self.ws = ws
         self.manager = manager
         self.start_timeout = start_timeout
@@ -150,6 +150,8 @@ class Connection:
     async def send(self, reply: Any) -> None:
         # observation replies are built as dicts on the hot path (no second validation of big arrays)
         text = json.dumps(reply) if isinstance(reply, dict) else reply.model_dump_json()
+        if self.ws is None:
+            raise RuntimeError("this connection has no socket (an MCP or HTTP client): nothing can be pushed to it")
         async with self._send_lock:
             await self.ws.send_text(text)
 

@@ -188,7 +188,7 @@ class SpectatorConnection:
     def __init__(self, ws: WebSocket, manager: SessionManager, session: ServerSession) -> None:
         from nonstop.server.app import Connection
 
-        self.session = session
+        self.session, self.ws = session, ws
         self.reader = Connection(ws, manager, start_timeout=0.0)
         self.reader.session = session  # bound for reading only: nothing here calls its reset/close
         self._ended: asyncio.Future | None = None
@@ -236,7 +236,7 @@ class SpectatorConnection:
         with contextlib.suppress(Exception):
             await self.send(ProtocolError(ErrorCode.SESSION_ENDED, f"session {self.session.sid} has ended ({reason})")
                             .reply())  # fmt: skip
-            await self.reader.ws.close(code=1000, reason="session ended")
+            await self.ws.close(code=1000, reason="session ended")
 
     def close(self) -> None:
         self.reader.stop_subscription()

@@ -150,7 +150,7 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
     async def start_session(
         env: Annotated[str | None, Field(max_length=200)] = None, seed: Seed = None
     ) -> dict[str, Any]:
-        conn = Connection(None, sessions(), start_timeout)  # type: ignore[arg-type]  # no socket: no pushes
+        conn = Connection(None, sessions(), start_timeout)  # no socket: no pushes
         reply = await run(conn, message(ResetMessage, data=message(ResetData, env=env, seed=seed, encoding="b64")))
         session = conn.current()
         sid = session.sid

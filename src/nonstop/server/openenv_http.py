@@ -110,7 +110,7 @@ class HttpPlayers:
         if sid is not None:
             conn = self.get(sid)
         else:  # a connection with no socket (no pushes)
-            conn = Connection(None, self._manager(), self.start_timeout)  # type: ignore[arg-type]  # no socket: no pushes
+            conn = Connection(None, self._manager(), self.start_timeout)  # no socket: no pushes
         old = conn.session.sid if conn.session is not None else None
         reply = await conn.handle(ResetMessage(data=data))
         if old is not None and old != conn.session.sid:
