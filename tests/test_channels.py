@@ -388,6 +388,23 @@ def test_segments_used_after_close_say_so():
         slot.not_a_view  # noqa: B018 - an ordinary missing attribute stays an AttributeError
 
 
+def test_closed_tick_board_answers_its_last_tick():
+    """The server's threads may read a board while finalization closes it: a closed board
+    answers its last tick, ignores a new wake and has no recent lateness, instead of raising."""
+    from nonstop.server.tickprocs import TickBoard
+
+    board = TickBoard.create()
+    reader = pickle.loads(pickle.dumps(board))  # the tick worker's attachment
+    reader._q.store(0, 41)  # the worker's tick word
+    assert board.tick == 41
+    reader.close()
+    board.unlink()
+    assert board.closed and board.tick == 41 and board.recent_lateness().size == 0
+    board.next_wake = 50  # ignored, not raised
+    with pytest.raises(SegmentClosedError, match="TickBoard"):
+        _ = board.next_wake
+
+
 def test_slot_reads_are_never_torn_across_processes():
     """A spawned writer publishes frames whose every element equals its sequence
     number for ~1 s; every frame this process reads is uniform and its meta tick

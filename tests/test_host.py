@@ -60,6 +60,18 @@ def test_session_origin_is_tick_zero_time():
         assert world.origin == world.host.origin == 0.0
 
 
+def test_channels_and_spaces_exist_from_start_on():
+    """Before `start` a session has no slot, queue or spaces: asking names the env and the fix
+    (they are typed as always present, never Optional)."""
+    world = Session(ScriptedEnv, tick_hz=HZ)
+    for name in ("slot", "queue", "observation_space", "action_space"):
+        with pytest.raises(RuntimeError, match=r"has no .* before start\(\): call start\(\)"):
+            getattr(world, name)
+    with world:
+        assert world.slot.read().tick == 0 and world.queue.pending() == 0
+        assert world.action_space.contains(1) and world.observation_space.shape is not None
+
+
 def test_max_ticks_ends_the_world():
     with Session(ScriptedEnv, tick_hz=HZ, max_ticks=7) as world:
         world.run_for(1.0)
