@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import gc
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -80,7 +80,7 @@ def _write_samples(path: Path, seconds: list[float], header: list[str]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def _time_forward(model, x, device, warmup: int, repeats: int, max_seconds: float) -> list[float]:
+def _time_forward(model: Any, x: Any, device: Any, warmup: int, repeats: int, max_seconds: float) -> list[float]:
     import torch
 
     from nonstop.realtime.clock import WallClock

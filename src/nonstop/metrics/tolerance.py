@@ -137,12 +137,13 @@ def estimate_predictability(
                 action = actions_space.sample()
                 keys = []
                 for i, c in enumerate(copies):
-                    if finals[i] is None:
+                    key = finals[i]  # an ended copy stays at its final state
+                    if key is None:
                         obs_i, _, terminated, truncated, _ = c.step(action)
                         key = _key(obs_i, decimals)
                         if terminated or truncated:
-                            finals[i] = b"end:" + key
-                    keys.append(finals[i] if finals[i] is not None else key)
+                            key = finals[i] = b"end:" + key
+                    keys.append(key)
                 q[start, k] = Counter(keys).most_common(1)[0][1] / flock
             for c in copies:
                 c.close()

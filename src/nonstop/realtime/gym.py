@@ -24,6 +24,7 @@ import gymnasium as gym
 import numpy as np
 
 from nonstop.realtime.clock import Clock, VirtualClock
+from nonstop.realtime.ticklog import TickLog
 from nonstop.realtime.host import END_TERMINATED, END_TRUNCATED, EnvSource, Session
 
 __all__ = ["RealtimeEnv", "make", "INFO_KEYS", "step_info", "register_envs"]
@@ -274,7 +275,7 @@ class RealtimeEnv(gym.Env):
         )
 
     @property
-    def tick_log(self):  # noqa: ANN201 - TickLog
+    def tick_log(self) -> TickLog | None:
         return self.session.tick_log if self.session is not None else None
 
 

@@ -31,7 +31,7 @@ import threading
 import traceback
 from collections.abc import Callable, Generator
 from types import FrameType
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import gymnasium as gym
 import numpy as np
@@ -984,7 +984,7 @@ class Session:
                 self._host_died()
             self.clock.sleep_until(min(t, self.clock.now() + 0.05))
 
-    def _host_died(self) -> None:
+    def _host_died(self) -> NoReturn:
         """The host is gone without a word (SIGKILL, the OOM killer): say so, with how it died; the
         error carries the log as far as it reached disk (with ``log_dir``)."""
         process = self._process

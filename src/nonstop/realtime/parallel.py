@@ -24,6 +24,7 @@ from pettingzoo import ParallelEnv
 from nonstop.realtime.clock import Clock, VirtualClock
 from nonstop.realtime.gym import step_info
 from nonstop.realtime.host import END_TERMINATED, END_TRUNCATED, EnvSource, Session
+from nonstop.realtime.ticklog import TickLog
 
 __all__ = ["RealtimeParallelEnv", "make_parallel"]
 
@@ -162,7 +163,7 @@ class RealtimeParallelEnv(ParallelEnv):
             self.session = None
 
     @property
-    def tick_log(self):  # noqa: ANN201 - TickLog
+    def tick_log(self) -> TickLog | None:
         return self.session.tick_log if self.session is not None else None
 
 

@@ -254,7 +254,7 @@ class AsyncClient:
         """Enqueue ``action`` and return the ack at once (``seq``, ``tick``)."""
         return (await self.request({"type": "act", "data": _action(action, obs_tick)}))["data"]
 
-    async def wait(self, ticks: int | None = None, *, until: int | None = None, encoding: str | None = None):
+    async def wait(self, ticks: int | None = None, *, until: int | None = None, encoding: str | None = None) -> RemoteObservation:
         """Wait ``ticks`` ticks from now, or until absolute tick ``until``; returns that observation."""
         n = ticks if ticks is not None else max(0, (until or 0) - (self.last.tick if self.last else 0))
         data = _drop_none(ticks=ticks, until=until, encoding=encoding)
@@ -355,7 +355,7 @@ class Client:
     def act(self, action: Any, *, obs_tick: int | None = None) -> dict[str, Any]:
         return self._run(self._async.act(action, obs_tick=obs_tick))
 
-    def wait(self, ticks: int | None = None, *, until: int | None = None, encoding: str | None = None):
+    def wait(self, ticks: int | None = None, *, until: int | None = None, encoding: str | None = None) -> RemoteObservation:
         return self._run(self._async.wait(ticks, until=until, encoding=encoding))
 
     def subscribe(self, every: int, *, encoding: str | None = None) -> None:

@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Iterator
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -263,12 +264,12 @@ class ReplayRecorder(gym.Wrapper):
     reset_steps = property(lambda self: self.columns.reset_steps)
     reset_hashes = property(lambda self: self.columns.reset_hashes)
 
-    def reset(self, **kwargs: Any):
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(**kwargs)
         self.columns.add_reset(obs_hash(obs))
         return obs, info
 
-    def step(self, action: Any):
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         if self.action_width == 1:
             action = np.asarray(action).reshape(-1)[0]
@@ -379,7 +380,7 @@ def _action(replay: Replay, env: gym.Env, i: int) -> Any:
     return row.astype(space.dtype).reshape(space.shape)
 
 
-def resimulate(replay: Replay):
+def resimulate(replay: Replay) -> Iterator[tuple[int, Any, str]]:
     """Yield ``(step, obs, kind)`` for the replay's reset 0, then every step and reset, in order.
     ``kind`` is ``"reset"`` or ``"step"``; ``step`` counts env steps (== ticks)."""
     from nonstop.envs import make_env
