@@ -859,9 +859,6 @@ class ServerSession:
                     self.summary["complete"] = False
                 if last:
                     self.summary["total_reward"] = last[0].total_reward
-                    if "seats" in self.summary:
-                        for obs, seat in zip(last, self.summary["seats"]):
-                            seat["total_reward"] = obs.total_reward
                 if recorder is not None and self.manager.replay_dir is not None:
                     replay = Replay.from_session(recorder, tick_log, self.replay_header())
                     self.replay_path = replay.save(self.manager.replay_dir / f"{self.sid}.npz")
@@ -1061,7 +1058,7 @@ def _tick_summary(tick_log: Any, seats: list[str] | None = None) -> dict[str, An
                 "seat": name, "agent_ticks": int(src.sum()), "inaction_ticks": int(len(src) - src.sum()),
                 "delay_mean_ticks": float(agent.mean()) if agent.size else None,
                 "delay_p99_ticks": float(np.percentile(agent, 99)) if agent.size else None,
-                "reward_total": float(tick_log[prefix + "reward"].sum()),
+                "total_reward": float(tick_log[prefix + "reward"].sum()),
             })  # fmt: skip
     return out
 
