@@ -252,3 +252,28 @@ def test_an_llm_through_mcp_joins_a_match_a_websocket_bot_created(server) -> Non
         assert state["lifecycle"] == "running" and state["agent_ticks"] == 0
         assert {r["seat"]: r["agent_ticks"] for r in state["seats"]} == {"first_0": 0, "second_0": 1}
     assert _closed(server.url, sid)["end_reason"] == "closed by client"
+
+
+def test_readme_seats_example_runs_and_prints_the_info_shown(tmp_path, no_shm_leak) -> None:
+    """The README's several-seat example, saved as a script, against a server serving the duel:
+    it prints dicts with exactly the keys the README shows."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (code,) = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL) if "player.join(" in b]
+    comments = [line[2:] for line in code.splitlines() if line.startswith("# ")]
+    split = next(i for i, line in enumerate(comments) if line.startswith("["))
+    info_keys = set(re.findall(r"'(\w+)':", " ".join(comments[:split])))  # the observation's info
+    seat_keys = set(re.findall(r"'(\w+)':", " ".join(comments[split:])))  # each seat's counters
+    script = tmp_path / "seats_example.py"
+    script.write_text(code)
+    with ServerThread(envs=[DUEL]) as srv:
+        done = subprocess.run([sys.executable, str(script), srv.url], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = [set(re.findall(r"'(\w+)':", line)) for line in done.stdout.splitlines() if "{" in line]
+    assert printed == [info_keys, seat_keys] and "seat" in info_keys and "held" in seat_keys
