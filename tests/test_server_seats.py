@@ -277,3 +277,25 @@ def test_readme_seats_example_runs_and_prints_the_info_shown(tmp_path, no_shm_le
     assert done.returncode == 0, done.stderr[-3000:]
     printed = [set(re.findall(r"'(\w+)':", line)) for line in done.stdout.splitlines() if "{" in line]
     assert printed == [info_keys, seat_keys] and "seat" in info_keys and "held" in seat_keys
+
+
+def test_a_seat_sessions_replay_is_recoverable_from_its_streamed_chunks(tmp_path, monkeypatch, no_shm_leak) -> None:
+    """What a two-seat session streams while it runs (tick-log chunks with every seat's columns,
+    both seats' replay columns) is enough to rebuild its replay, should the server die: the
+    durable ticks re-simulate exactly, with both seats' actions."""
+    from nonstop.server import sessions
+
+    monkeypatch.setattr(sessions, "SESSION_CHUNK_ROWS", 16)
+    with ServerThread(envs=[DUEL], replay_dir=tmp_path / "replays", idle_timeout=30.0, tick_procs=0) as srv:
+        with Client(srv.url) as first, Client(srv.url) as second:
+            sid = first.reset(env=DUEL, seed=3).info["session_id"]
+            second.join(sid)
+            first.act(1)
+            second.wait(20)
+            second.act(1)
+            first.wait(60)
+            recovered = Replay.recover(srv.manager.ticklog_dir(sid))  # while it runs: its durable chunks
+    assert recovered.ticks >= 64 and recovered.ticks % 16 == 0 and recovered.header["complete"] is False
+    assert recovered.seats == ["first_0", "second_0"] and recovered.actions.shape == (recovered.ticks, 2)
+    assert [int((recovered.columns[p + "source"] == 1).sum()) for p in ("", "seat1_")] == [1, 1]
+    assert verify(recovered).ok

@@ -262,13 +262,15 @@ def _file(name: str) -> str:
 
 
 def _cut(cols: dict[str, np.ndarray], width: int, steps: int | None) -> dict[str, np.ndarray]:
-    """Keep the steps all step columns have (at most ``steps``) and the resets among them."""
-    n = min(len(cols["actions"]) // width, len(cols["step_hashes"]))
+    """Keep the steps all step columns have (at most ``steps``) and the resets among them.
+    ``actions`` may be flat or already one row per step (a second cut): counted in numbers."""
+    actions = np.asarray(cols["actions"]).reshape(-1)
+    n = min(len(actions) // width, len(cols["step_hashes"]))
     if steps is not None:
         n = min(n, steps)
     r = min(len(cols["reset_steps"]), len(cols["reset_hashes"]))
     keep = int(np.searchsorted(cols["reset_steps"][:r], n, side="right"))
-    return {"actions": cols["actions"][: n * width].reshape(n, width), "step_hashes": cols["step_hashes"][:n],
+    return {"actions": actions[: n * width].reshape(n, width), "step_hashes": cols["step_hashes"][:n],
             "reset_steps": cols["reset_steps"][:keep], "reset_hashes": cols["reset_hashes"][:keep],
             "action_width": width}  # fmt: skip
 
