@@ -299,3 +299,23 @@ def test_a_seat_sessions_replay_is_recoverable_from_its_streamed_chunks(tmp_path
     assert recovered.seats == ["first_0", "second_0"] and recovered.actions.shape == (recovered.ticks, 2)
     assert [int((recovered.columns[p + "source"] == 1).sum()) for p in ("", "seat1_")] == [1, 1]
     assert verify(recovered).ok
+
+
+@pytest.mark.slow
+def test_bench_server_quick_with_two_seats(no_shm_leak) -> None:
+    """`nonstop bench server --seats 2 --quick`: a real server process, two-seat multi/Boxing sessions,
+    one client per seat (the first creates, the second joins): each session counted once."""
+    import argparse
+
+    pytest.importorskip("multi_agent_ale_py")
+    from nonstop.bench import server
+
+    parser = argparse.ArgumentParser()
+    server.add_arguments(parser)
+    args = parser.parse_args(["--seats", "2", "--sessions", "2", "--seconds", "2", "--ramp", "0.2"])
+    args.quick, args.json = True, True
+    result = server.run(args)
+    assert result["env"] == "multi/Boxing" and result["seats"] == 2 and result["clients"] == 4
+    assert result["reset_ms"]["n"] == 2 and result["join_ms"]["n"] == 2 and result["health_after"] == "healthy"
+    assert 0.5 < result["ticks_fraction"] < 1.5  # per session, not per client
+    assert all(isinstance(result[k], (bool, int, float)) for k in server.RESULT_KEYS)
