@@ -157,6 +157,12 @@ def test_bad_input_is_refused_with_a_code_and_harms_nobody(server) -> None:
         with Client(server.url) as fifth:
             assert _code(lambda: fifth.join(one)) == ErrorCode.SESSION_ENDED.value
 
+        # a plain reset in a match another client plays in does not end the episode for everyone
+        before = second.observe()
+        again = first.reset()
+        assert again.info["session_id"] == sid and again.info["episode"] == before.info["episode"] == 0
+        assert again.tick >= before.tick and second.observe().info["episode"] == 0
+
         # nobody harmed: both seats still act, the session runs, and nothing refused was applied
         ack = second.act(1)
         first.act(1)
