@@ -39,6 +39,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from nonstop.learning.runlog import MATCH_COLUMNS
 from nonstop.policies.base import Decision, Policy
 
 __all__ = ["OPPONENT_WEIGHTINGS", "MATCH_COLUMNS", "Snapshot", "SnapshotPool", "SnapshotPolicy", "SelfPlay",
@@ -46,8 +47,6 @@ __all__ = ["OPPONENT_WEIGHTINGS", "MATCH_COLUMNS", "Snapshot", "SnapshotPool", "
 
 #: how an episode's opponent is drawn from the pool
 OPPONENT_WEIGHTINGS: Final = ("uniform", "latest")
-#: columns of RUN/matches.csv, one row per finished match (episode)
-MATCH_COLUMNS: Final = ("episode", "end_tick", "wall_s", "opponent", "opponent_tick", "pool_size", "score", "won")
 #: matches in the rolling win rate of the report
 WIN_WINDOW: Final = 20
 
@@ -85,7 +84,7 @@ class SnapshotPool:
         self.seed = int(seed)
         self.snapshots: list[Snapshot] = []
         self.next_id = 0
-        self._drawn: dict[int, Snapshot] = {}
+        self._drawn: dict[int, tuple[Snapshot, int]] = {}  # episode -> (its snapshot, the pool's size then)
         self._lock = threading.Lock()  # wall-clock opponent workers draw from threads of their own
 
     @property
@@ -120,21 +119,25 @@ class SnapshotPool:
 
     def opponent_for(self, episode: int) -> Snapshot:
         """The snapshot playing ``episode`` (drawn on the first call for it)."""
+        return self._draw(episode)[0]
+
+    def _draw(self, episode: int) -> tuple[Snapshot, int]:
         with self._lock:
-            snap = self._drawn.get(episode)
-            if snap is None:
+            drawn = self._drawn.get(episode)
+            if drawn is None:
                 rng = np.random.default_rng([self.seed, int(episode), self.next_id])
                 snap = self.snapshots[int(rng.choice(len(self.snapshots), p=self.probabilities()))]
-                self._drawn[episode] = snap
-            return snap
+                drawn = self._drawn[episode] = (snap, len(self.snapshots))
+            return drawn
 
-    def settle(self, episode: int) -> Snapshot:
-        """The snapshot that played the finished ``episode``, forgetting the draw (drawn now if the
-        opponent never acted in it: β played that whole match for the opponent's seat)."""
-        snap = self.opponent_for(episode)
+    def settle(self, episode: int) -> tuple[Snapshot, int]:
+        """The snapshot that played the finished ``episode`` and the pool's size when it was drawn,
+        forgetting the draw (drawn now if the opponent never acted in it: β played that whole match
+        for the opponent's seat)."""
+        drawn = self._draw(episode)
         with self._lock:  # episodes end in order: a draw for an earlier one (a late, stale act) goes too
-            self._drawn = {e: s for e, s in self._drawn.items() if e > episode}
-        return snap
+            self._drawn = {e: d for e, d in self._drawn.items() if e > episode}
+        return drawn
 
     def forget_draws(self) -> None:
         """Drop every pending draw (a resumed run's episodes count from 0 again)."""
@@ -245,17 +248,18 @@ class SelfPlay:
         if env_tick < self.next_tick:
             return None
         snap = self.pool.add(params, env_tick=env_tick, updates=updates)
-        self.next_tick = env_tick + self.snapshot_ticks
+        # on a grid of the run's ticks: a snapshot taken a tick late does not shift the ones after it
+        self.next_tick = (env_tick // self.snapshot_ticks + 1) * self.snapshot_ticks
         return snap
 
     def match_rows(self, episode_rows: Iterable[dict[str, Any]], episode_offset: int) -> list[dict[str, Any]]:
         """One match row per finished episode row (`nonstop.run.ProgressRows.episodes`)."""
         out = []
         for ep in episode_rows:
-            snap = self.pool.settle(int(ep["episode"]) - episode_offset)  # the host counts this segment's episodes
+            snap, pool_size = self.pool.settle(int(ep["episode"]) - episode_offset)  # the host counts this segment's
             score = float(ep["return"])
             out.append({"episode": ep["episode"], "end_tick": ep["end_tick"], "wall_s": ep["wall_s"], "opponent": snap.id,
-                        "opponent_tick": snap.env_tick, "pool_size": len(self.pool), "score": score,
+                        "opponent_tick": snap.env_tick, "pool_size": pool_size, "score": score,
                         "won": int(score > 0)})  # fmt: skip
         return out
 
