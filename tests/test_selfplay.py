@@ -216,3 +216,32 @@ def test_self_play_run_writes_matches_resumes_its_pool_and_reports_the_win_rate(
     assert figures["matches"] == len(m2["episode"])
     assert figures["win_rate"] == pytest.approx(float(m2["won"].mean()))
     assert report.summary["config"]["opponents"] == "uniform"
+
+
+def test_self_play_on_two_player_boxing_learns_from_84x84_gray_frames(no_shm_leak):
+    """multi/Boxing's RGB screens reach both sides (and the replay) as 84×84 grayscale frames."""
+    pytest.importorskip("multi_agent_ale_py")
+    from nonstop.run import TrainConfig, TrainingRun
+    from nonstop.selfplay import SeatFrames
+
+    dqn = DQNConfig.for_family("multi", k=0.25, replay_capacity=2000, learning_starts=30, batch_size=8)
+    cfg = TrainConfig(env="multi/Boxing", seconds=1, self_play=True, snapshot_every=0.5, latency="1t", opponent_latency="3t", dqn=dqn)
+    run = TrainingRun(cfg)
+    try:
+        run.build().start()
+        run.advance(1.0)
+        run.quiesce()
+        frame = run.world.slots[1].read().obs
+        stored = run.replay.transitions_written
+        updates, snapshots = run.state.updates, run.self_play.pool.ids
+    finally:
+        run.teardown()
+    assert run.obs_shape == (84, 84) and frame.shape == (84, 84) and frame.dtype == np.uint8 and frame.any()
+    log = run.world.tick_log
+    assert log.meta.get("env") == "multi/Boxing"
+    assert (log.seat("second_0")["source"] == SOURCE_AGENT).sum() > 30  # the pool side played (3-tick latency)
+    assert stored > 30 and updates > 10 and snapshots == [0, 1, 2]
+    with pytest.raises(TypeError, match="RGB uint8 frames"):
+        from nonstop.envs import make_env
+
+        SeatFrames(make_env("multi/duel"))

@@ -183,6 +183,17 @@ class TrainingRun:
         probe = make_env(cfg.env, **cfg.env_kwargs)
         #: a seat world's seats (self-play: the learner's, then the pool's), None for a one-seat world
         self.seats: list[str] | None = None
+        #: what the host builds: the env id, or (self-play on RGB frames) a factory shrinking them
+        self.env_source: Any = cfg.env
+        if is_seat_world(probe) and cfg.self_play:
+            from functools import partial
+
+            from nonstop.selfplay import SeatFrames, needs_seat_frames, seat_frames
+
+            if needs_seat_frames(probe.observation_space(probe.possible_agents[0])):
+                probe = SeatFrames(probe)  # two-player Atari: 84×84 grayscale, as preprocess=True gives one player
+                self.env_source = partial(seat_frames, cfg.env, **cfg.env_kwargs)
+                self.env_source.__name__ = cfg.env  # the tick log's env id
         if is_seat_world(probe):
             self.seats = [str(a) for a in probe.possible_agents]
             self.obs_space, self.action_space = probe.observation_space(self.seats[0]), probe.action_space(self.seats[0])
@@ -239,8 +250,12 @@ class TrainingRun:
         history = max(256, 4 * math.ceil(self._max_latency() / self.tau_m) + 64)
         self.recorder = ReplayRecorder(self.replay, gamma=dqn.gamma, history=history,
                                        action_start=int(getattr(self.action_space, "start", 0)))  # fmt: skip
-        self.world = Session(cfg.env, clock=cfg.clock, seed=cfg.seed, env_kwargs=cfg.env_kwargs, recorder=self.recorder,
-                             log_dir=log_dir, default=cfg.default)  # fmt: skip
+        if isinstance(self.env_source, str):
+            source: dict[str, Any] = {"env": cfg.env, "env_kwargs": cfg.env_kwargs}
+        else:  # a factory: the registry's facts the Session would look up by id
+            source = {"env": self.env_source, "tick_hz": self.tick_hz}
+        self.world = Session(**source, clock=cfg.clock, seed=cfg.seed, recorder=self.recorder, log_dir=log_dir,
+                             default=cfg.default)  # fmt: skip
         self.world.start()
         self._parts.append(self.world.stop)
         if cfg.self_play:

@@ -14,6 +14,8 @@ side in realtime with its own latency and its own `InferencePool`. The world nev
 * The learner's transitions are its own seat's induced delayed semi-MDP: the host's recorder
   (`nonstop.learning.replay.ReplayRecorder`) sees the first seat only; the opponent's ticks,
   actions and delays never reach the replay.
+* Two-player Atari frames (RGB, 210×160×3) reach both sides as 84×84 grayscale, like single-player
+  Atari with ``preprocess=True`` (`SeatFrames`), so the paper's IMPALA network takes them.
 * Each finished match is a row of ``RUN/matches.csv`` (`MATCH_COLUMNS`): the learner's score (its
   seat's episode return) and whether it won (score > 0); ``nonstop report`` plots the win rate.
 
@@ -43,7 +45,7 @@ from nonstop.learning.runlog import MATCH_COLUMNS
 from nonstop.policies.base import Decision, Policy
 
 __all__ = ["OPPONENT_WEIGHTINGS", "MATCH_COLUMNS", "Snapshot", "SnapshotPool", "SnapshotPolicy", "SelfPlay",
-           "check_two_seats", "match_figures", "plot_matches"]  # fmt: skip
+           "SeatFrames", "check_two_seats", "match_figures", "plot_matches", "needs_seat_frames", "seat_frames"]  # fmt: skip
 
 #: how an episode's opponent is drawn from the pool
 OPPONENT_WEIGHTINGS: Final = ("uniform", "latest")
@@ -185,6 +187,86 @@ def check_two_seats(env_id: str, seats: list[str] | None) -> list[str]:
     if len(seats) != 2:
         raise ValueError(f"--self-play needs a world with two seats; {env_id} has {len(seats)}: {', '.join(seats)}")
     return list(seats)
+
+
+def needs_seat_frames(obs_space: Any) -> bool:
+    """Whether a seat's observations are RGB frames (``H×W×3`` uint8) that `SeatFrames` shrinks."""
+    shape = getattr(obs_space, "shape", None)
+    return shape is not None and len(shape) == 3 and shape[-1] == 3 and np.dtype(obs_space.dtype) == np.uint8
+
+
+class SeatFrames:
+    """A seat world whose every seat observes 84×84 grayscale ``uint8`` frames instead of RGB screens.
+
+    Luminance with ITU-R 601 weights (integer arithmetic, so every machine computes the same
+    frame), then `nonstop.envs.atari.AreaResize`'s exact area average: the input of the paper's
+    IMPALA ResNet, as single-player Atari's ``preprocess=True`` gives. Speaks PettingZoo's parallel
+    API like the env it wraps (a seat world for `nonstop.Session`).
+    """
+
+    metadata = {"name": "nonstop_seat_frames_v0", "render_modes": [], "is_parallelizable": True}
+
+    def __init__(self, env: Any, shape: tuple[int, int] = (84, 84)) -> None:
+        import gymnasium
+        from gymnasium import spaces
+
+        from nonstop.envs.atari import AreaResize
+
+        self.env = env
+        self.possible_agents = list(env.possible_agents)
+        spaces_in = {a: env.observation_space(a) for a in self.possible_agents}
+        bad = {a: s for a, s in spaces_in.items() if not needs_seat_frames(s)}
+        if bad:
+            raise TypeError(f"SeatFrames needs RGB uint8 frames (H×W×3) on every seat, got {bad}")
+        height, width, _ = next(iter(spaces_in.values())).shape
+
+        class _Frames(gymnasium.Env):  # only AreaResize's view of the frame size: it never steps
+            observation_space = spaces.Box(0, 255, (height, width), np.uint8)
+            action_space = spaces.Discrete(1)
+
+        self._resize = AreaResize(_Frames(), shape)
+        self._space = spaces.Box(0, 255, shape, np.uint8)
+        self._luma = np.array([299, 587, 114], np.uint32)
+
+    @property
+    def agents(self) -> list[str]:
+        return self.env.agents
+
+    def observation_space(self, agent: str) -> Any:
+        return self._space
+
+    def action_space(self, agent: str) -> Any:
+        return self.env.action_space(agent)
+
+    def _frames(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        done: dict[int, np.ndarray] = {}  # seats sharing one screen (two-player Atari) shrink it once
+        for seat, frame in obs.items():
+            key = id(frame)
+            if key not in done:
+                gray = ((frame @ self._luma + 500) // 1000).astype(np.uint8)
+                done[key] = self._resize.observation(gray)
+            out[seat] = done[key]
+        return out
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        obs, infos = self.env.reset(seed=seed, options=options)
+        return self._frames(obs), infos
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        obs, rewards, terminated, truncated, infos = self.env.step(actions)
+        return self._frames(obs), rewards, terminated, truncated, infos
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def seat_frames(env_id: str, **env_kwargs: Any) -> SeatFrames:
+    """``env_id`` built from the registry and wrapped in `SeatFrames` (module-level: a wall-clock
+    host process rebuilds it from a pickled ``functools.partial``)."""
+    from nonstop.envs import make_env
+
+    return SeatFrames(make_env(env_id, **env_kwargs))
 
 
 class SnapshotPolicy(Policy):
