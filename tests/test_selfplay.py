@@ -209,6 +209,9 @@ def test_self_play_run_writes_matches_resumes_its_pool_and_reports_the_win_rate(
     early = later & (m2["end_tick"] < 600)
     assert early.any() and set(m2["opponent"][early].astype(int).tolist()) <= {2, 3, 4}
     assert m2["opponent"][later].min() >= 2
+    summary = json.loads((out / "summary.json").read_text())["self_play"]
+    assert summary["snapshots"] == [4, 5, 6] and summary["snapshots_taken"] == 7
+    assert summary["opponent_delay_mean_ticks"] >= 5 > json.loads((out / "summary.json").read_text())["delay_mean_ticks"]
 
     report = build_report(out)
     assert report.plots["win_rate"].name == "win_rate_over_time.png" and report.plots["win_rate"].stat().st_size > 5000

@@ -312,6 +312,13 @@ def _finish_log(run: Any, log: Any, out: Path, end: "RunEnd", last_row: dict[str
         summary.update(summarize(tick_log), env_ticks_total=run.tick_offset + len(tick_log),
                        recent_return=float(np.mean(returns[-20:])) if returns else None)  # fmt: skip
         summary["machine_limits"] = _machine_limits(run, summary)
+        if run.self_play is not None:  # the figures above are the learner's seat; the pool side's beside them
+            sp = run.self_play
+            theirs = tick_log.seat(sp.opponent_seat).summary()
+            summary["self_play"] = {"learner_seat": sp.learner_seat, "opponent_seat": sp.opponent_seat,
+                                    "snapshots": sp.pool.ids, "snapshots_taken": sp.pool.next_id,
+                                    **{f"opponent_{k}": theirs[k] for k in ("agent_ticks", "inaction_fraction",
+                                                                            "tau_i_mean_ticks", "delay_mean_ticks")}}  # fmt: skip
     except BaseException as exc:  # noqa: BLE001 - a dead host's log, a full disk: said in the summary
         end.note(f"tick log not saved: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     summary.update(end.as_dict(), wall_s=round(time.monotonic() - wall0, 2))
