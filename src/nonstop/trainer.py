@@ -294,7 +294,15 @@ def _machine_limits(run: Any, figures: dict[str, Any]) -> list[str]:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return machine_limits(figures, clock=cfg.clock, scheduler=cfg.scheduler if cfg.interaction == "staggered" else "sequential",
                           n_inference=max(1, n_inference), latency_mean_ticks=float(run.latency.mean / run.tau_m),
-                          processes=max(1, n_inference) + cfg.n_learners + 1, cores=max(1, cores))  # fmt: skip
+                          processes=max(1, n_inference) + cfg.n_learners + 1 + _opponent_workers(run), cores=max(1, cores))  # fmt: skip
+
+
+def _opponent_workers(run: Any) -> int:
+    """Self-play's pool side: its inference workers share the machine too."""
+    if getattr(run, "self_play", None) is None:
+        return 0
+    n = run.opponent_n_inference
+    return n if isinstance(n, int) else 1
 
 
 def _finish_log(run: Any, log: Any, out: Path, end: "RunEnd", last_row: dict[str, Any], wall0: float) -> dict[str, Any]:
