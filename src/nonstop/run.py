@@ -11,6 +11,9 @@ fair (the paper's Figure 4):
 * ``learn_then_infer`` — one loop: read, learn (τ_L), infer on the observation
   read before learning, act: the action is τ_L + τ_θ stale (Travnik et al.).
 
+With ``self_play`` (a two-seat world) the learner plays the first seat against a pool of its own
+past snapshots on the second, each side with its own inference pool and latency (`nonstop.selfplay`).
+
 Model latency is declared with a `LatencyPolicy` (``latency="5t"``: five ticks),
 so a small network can stand in for a large one honestly: its actions arrive as
 late as the large model's would. On the virtual clock an update *takes*

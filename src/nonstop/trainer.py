@@ -3,7 +3,8 @@
 The run directory (see `nonstop.learning.runlog`) gets the config, a progress row
 every ``--progress-every`` world seconds (shown live), every finished episode,
 checkpoints every ``--checkpoint-every`` world seconds and on Ctrl-C/SIGTERM,
-TensorBoard events, the tick log and a summary; ``nonstop report RUN`` plots it.
+TensorBoard events, the tick log and a summary; ``nonstop report RUN`` plots it. A ``--self-play``
+run also writes every match against its snapshot pool to ``matches.csv`` (`nonstop.selfplay`).
 
 ``--resume`` continues from the newest whole checkpoint: parameters, Adam
 moments, target network, update and tick counters (so ε continues its anneal),
