@@ -127,7 +127,7 @@ class SnapshotPool:
         with self._lock:
             drawn = self._drawn.get(episode)
             if drawn is None:
-                rng = np.random.default_rng([self.seed, int(episode), self.next_id])
+                rng = np.random.default_rng([self.seed & 0xFFFFFFFF, int(episode), self.next_id])  # any int seed
                 snap = self.snapshots[int(rng.choice(len(self.snapshots), p=self.probabilities()))]
                 drawn = self._drawn[episode] = (snap, len(self.snapshots))
             return drawn
