@@ -5,6 +5,8 @@ Layout (`RunPaths` names each file; ``nonstop report RUN`` reads them back)::
     RUN/config.json          the run's config (rewritten, compatible, on --resume)
     RUN/progress.csv         one row per progress interval, columns PROGRESS_COLUMNS
     RUN/episodes.csv         one row per finished episode, columns EPISODE_COLUMNS
+    RUN/matches.csv          self-play only (`nonstop.selfplay`): one row per finished match, columns
+                             MATCH_COLUMNS: the opponent snapshot, the learner's score, won
     RUN/ticklog/             the tick log, streamed in chunks as the run goes (`TickLog`, ``directory``):
                              the truth every metric comes from; every completed chunk survives a kill
     RUN/ticklog-before-<tick>/  earlier segments of a resumed run (``.npz`` files from older nonstop);
@@ -60,6 +62,7 @@ from nonstop.learning.checkpoint import CHECKPOINT_DIR, DEFAULT_MAY_DIFFER, chec
 __all__ = [
     "PROGRESS_COLUMNS",
     "EPISODE_COLUMNS",
+    "MATCH_COLUMNS",
     "RunPaths",
     "RunLog",
     "Progress",
@@ -79,6 +82,10 @@ PROGRESS_COLUMNS: Final = (
 _SEGMENT: Final = re.compile(r"ticklog-before-(\d+)(-\d+)?(?:\.npz)?")  # tick, then -2, -3... on a repeat
 #: Columns of RUN/episodes.csv, in order.
 EPISODE_COLUMNS: Final = ("episode", "end_tick", "wall_s", "return", "length_ticks")
+#: Columns of RUN/matches.csv (self-play runs), in order: the match (episode), its end, the opponent
+#: snapshot's id and the env tick it was taken at, the pool's size when the match was logged, the
+#: learner's score (its seat's episode return) and whether it won (score > 0).
+MATCH_COLUMNS: Final = ("episode", "end_tick", "wall_s", "opponent", "opponent_tick", "pool_size", "score", "won")
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,11 @@ class RunPaths:
     @property
     def episodes(self) -> Path:
         return self.root / "episodes.csv"
+
+    @property
+    def matches(self) -> Path:
+        """Self-play runs: one row per match against the snapshot pool (`MATCH_COLUMNS`)."""
+        return self.root / "matches.csv"
 
     @property
     def ticklog(self) -> Path:
@@ -342,8 +354,8 @@ class RunLog:
                 raise FileNotFoundError(f"cannot resume: {root} holds no config.json (no run was started there)")
             check_compatible(read_config(root), self.config, may_differ, where=str(root))
         else:
-            files = (self.paths.config, self.paths.progress, self.paths.episodes, self.paths.ticklog,
-                     self.paths.ticklog_dir, self.paths.summary)  # fmt: skip
+            files = (self.paths.config, self.paths.progress, self.paths.episodes, self.paths.matches,
+                     self.paths.ticklog, self.paths.ticklog_dir, self.paths.summary)  # fmt: skip
             taken = [p.name for p in files if p.exists()]
             if self.paths.checkpoints.is_dir() and any(self.paths.checkpoints.iterdir()):
                 taken.append(f"{CHECKPOINT_DIR}/")
@@ -357,6 +369,8 @@ class RunLog:
         self._progress = _CsvAppender(self.paths.progress, PROGRESS_COLUMNS, resume=resume, note=self._note)
         self._episodes = _CsvAppender(self.paths.episodes, EPISODE_COLUMNS, resume=resume, note=self._note)
         self._tb = self._open_tensorboard() if tensorboard else None
+        self._resume = resume
+        self._matches: _CsvAppender | None = None  # opened by the first match (self-play runs only)
         self._closed = False
 
     def _open_tensorboard(self) -> Any:
@@ -418,6 +432,18 @@ class RunLog:
                 if row.get(column) is not None:
                     self._tb.add_scalar(f"episode/{column}", float(row[column]), global_step=step)
 
+    def log_match(self, row: Mapping[str, Any]) -> None:
+        """Append one self-play match to RUN/matches.csv (keys from `MATCH_COLUMNS`);
+        the file is opened (appended to, on resume) by the first match."""
+        self._check_open()
+        if self._matches is None:
+            self._matches = _CsvAppender(self.paths.matches, MATCH_COLUMNS, resume=self._resume, note=self._note)
+        self._matches.write(row, "match")
+        if self._tb is not None and row.get("end_tick") is not None:
+            for column in ("score", "won"):
+                if row.get(column) is not None:
+                    self._tb.add_scalar(f"self_play/{column}", float(row[column]), global_step=int(row["end_tick"]))
+
     def save_ticklog(self, log: Any) -> Path:
         """Keep the tick log in the run: one that streamed to RUN/ticklog/ gets its final meta
         rewritten there (`TickLog.write_meta`); any other is written whole to RUN/ticklog.npz."""
@@ -441,6 +467,8 @@ class RunLog:
         try:
             self._progress.close()
             self._episodes.close()
+            if self._matches is not None:
+                self._matches.close()
         finally:
             if self._tb is not None:
                 self._tb.close()
