@@ -240,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     from nonstop import plan
 
+    from nonstop import sweep
+
+    p = sub.add_parser("sweep", help="the paper's learning experiments (return vs model size, staggered vs sequential) as one command")
+    sweep.add_arguments(p)
+    p.set_defaults(func=sweep.run_sweep)
+
     p = sub.add_parser("plan", help="capacity planner: N_I*, N_L*, cores, memory and traffic a model needs at a tick rate")
     plan.add_arguments(p)
     p.set_defaults(func=plan.run_plan)
@@ -388,7 +394,7 @@ _EXTRA_OF: dict[str, tuple[str, str]] = {
 
 def _require_extras(args: argparse.Namespace) -> None:
     """Raise ModuleNotFoundError for the first optional package the command will need and lacks."""
-    needs = {"train": ("torch",), "export": ("torch",), "demo": ("torch", "matplotlib"), "report": ("matplotlib",)}
+    needs = {"train": ("torch",), "sweep": ("torch",), "export": ("torch",), "demo": ("torch", "matplotlib"), "report": ("matplotlib",)}
     wanted = list(needs.get(args.command, ()))
     if args.command == "compare" and getattr(args, "plot", None) != "":
         wanted.append("matplotlib")

@@ -222,6 +222,7 @@ class TrainingRun:
         # Algorithm 2's N_I* = ⌈τ̄_θ/τ_M⌉ by default, so the staggered agent acts at every tick
         self.n_inference = cfg.n_inference or (1 if cfg.scheduler == "sequential" else max(1, math.ceil(self.latency.mean / self.tau_m - 1e-9)))
         self.final_updates = 0
+        self.final_episodes = 0  # episodes_total when torn down (earlier segments included)
         self.tick_offset = 0  # env ticks of earlier segments of this run (after --resume)
         self.episode_offset = 0
         self._parts: list[Callable[[], None]] = []  # teardown, newest first
@@ -419,6 +420,11 @@ class TrainingRun:
         return self.state.updates
 
     @property
+    def episodes_total(self) -> int:
+        """Episodes finished in this run, earlier segments of a resumed run included."""
+        return self.episode_offset + int(self.replay.episodes_finished)
+
+    @property
     def env_ticks(self) -> int:
         return self.tick_offset + int(self.world.slot.read().tick)
 
@@ -499,6 +505,8 @@ class TrainingRun:
     def teardown(self) -> None:
         if getattr(self, "state", None) is not None and self.state._hdr is not None:
             self.final_updates = self.state.updates
+        if getattr(self, "replay", None) is not None:
+            self.final_episodes = self.episodes_total
         errors = []
         while self._parts:
             part = self._parts.pop()

@@ -47,6 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="env keyword argument, repeatable (max_episode_steps=900)")
     p.add_argument("--clock", choices=("virtual", "wall"), default="virtual", help="virtual: simulated time (fast, exact); wall: real time")
     p.add_argument("--seconds", type=float, default=600.0, help="world seconds to run (default 600)")
+    p.add_argument("--episodes", type=int, default=None, metavar="N",
+                   help="also stop once the run has N finished episodes in all (a resumed run counts its earlier "
+                        "segments'), whichever of --seconds and --episodes comes first (default: --seconds alone)")  # fmt: skip
     p.add_argument("--interaction", choices=INTERACTIONS, default="staggered", help="staggered, or a sequential baseline")
     p.add_argument("--scheduler", choices=SCHEDULER_NAMES, default="exp_time", help="inference scheduler (staggered)")
     p.add_argument("--n-inference", type=n_workers_arg, default=None, help="N_I (default ⌈τ̄_θ/τ_M⌉), or 'auto': grown and shrunk online")
@@ -182,6 +185,9 @@ def run_train(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if not (value > 0 and math.isfinite(value)):
             raise ValueError(f"--{name.replace('_', '-')} must be a positive number of seconds, got {value}")
+    episodes = getattr(args, "episodes", None)
+    if episodes is not None and episodes < 1:
+        raise ValueError(f"--episodes must be a whole number >= 1, got {episodes}")
     console = Console(stderr=True)
     cfg = config_from_args(args)
     out = Path(args.out) if args.out else _default_out(args.env)
@@ -224,7 +230,7 @@ def run_train(args: argparse.Namespace) -> int:
             total = math.ceil(cfg.seconds / run.tau_m)
             done, next_ckpt = 0.0, args.checkpoint_every
             with Progress(total_ticks=run.tick_offset + total) as view:
-                while done < cfg.seconds - 1e-9:
+                while done < cfg.seconds - 1e-9 and not (episodes is not None and run.episodes_total >= episodes):
                     chunk = min(args.progress_every, cfg.seconds - done)
                     run.advance(chunk)
                     done += chunk
@@ -330,6 +336,7 @@ def _finish_log(run: Any, log: Any, out: Path, end: "RunEnd", last_row: dict[str
                                                                             "tau_i_mean_ticks", "delay_mean_ticks")}}  # fmt: skip
     except BaseException as exc:  # noqa: BLE001 - a dead host's log, a full disk: said in the summary
         end.note(f"tick log not saved: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    summary["episodes_total"] = run.final_episodes  # earlier segments of a resumed run included
     summary.update(end.as_dict(), wall_s=round(time.monotonic() - wall0, 2))
     try:
         log.write_summary(summary)
