@@ -563,7 +563,10 @@ def run_sweep(args: argparse.Namespace) -> int:
         return 0
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
+    cpu0 = _children_cpu_s()
     failed = _run_cells(todo, out, jobs, console)
+    # CPU seconds the cells used: on a busy machine wall time says little, this says what the work costs
+    cpu_s = _children_cpu_s() - cpu0
     rows = [r for c in cells if (r := cell_result(c, out / "cells" / c.name)) is not None]
     results = aggregate(rows)
     _write_tables(out, rows, results)
@@ -578,7 +581,8 @@ def run_sweep(args: argparse.Namespace) -> int:
     _print_results(console, results)
     elapsed = time.monotonic() - t0
     console.print(f"{len(rows)} of {len(cells)} cells have episodes; tables in {out}/results.csv and cells.csv"
-                  + (f", picture {picture}" if picture else "") + f"; this run took {elapsed / 60:.1f} min")  # fmt: skip
+                  + (f", picture {picture}" if picture else "") + f"; this run took {elapsed / 60:.1f} min, its cells "
+                  f"{cpu_s / 60:.1f} CPU-min (≥ {cpu_s / 60 / jobs:.1f} min on {jobs} idle cores)")  # fmt: skip
     for name, why in failed:
         console.print(f"cell {name} failed: {why} (log: {out}/logs/{name}.log; run the sweep again to retry)",
                       style="red", markup=False)  # fmt: skip
@@ -586,11 +590,19 @@ def run_sweep(args: argparse.Namespace) -> int:
 
     document = {"sweep": args.budget, "cells": len(cells), "cells_complete": sum(bool(r["complete"]) for r in rows),
                 "failed": [n for n, _ in failed], "results": results, "plot": str(picture) if picture else None,
-                "elapsed_s": round(elapsed, 1), "jobs": jobs, "machine": machine_info()}  # fmt: skip
+                "elapsed_s": round(elapsed, 1), "cells_cpu_s": round(cpu_s, 1), "jobs": jobs, "machine": machine_info()}  # fmt: skip
     (out / "sweep.json").write_text(json.dumps(document, indent=1) + "\n")
     if args.json:
         print(json.dumps(document))
     return 1 if failed else 0
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU seconds of this process's reaped children so far."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _run_cells(todo: list[Cell], out: Path, jobs: int, console: Any) -> list[tuple[str, str]]:
