@@ -444,9 +444,11 @@ def _start(cell: Cell, out: Path) -> _Running:
     with log_path.open("ab") as log:
         log.write(f"$ {' '.join(argv[1:])}\n".encode())
         log.flush()
-        # the cell dies with the sweep (SIGTERM: it checkpoints and stops as on `kill`)
+        # the cell dies with the sweep (SIGTERM: it checkpoints and stops as on `kill`); in its own process
+        # group, so a terminal's Ctrl-C reaches the sweep alone, which stops each cell with one SIGTERM
+        # (a second signal would make a cell skip its final checkpoint)
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   preexec_fn=popen_lifeline(signal.SIGTERM))  # fmt: skip
+                                   preexec_fn=popen_lifeline(signal.SIGTERM), start_new_session=True)  # fmt: skip
     return _Running(cell, run_dir, process, log_path)
 
 
@@ -607,7 +609,7 @@ def _children_cpu_s() -> float:
 
 def _run_cells(todo: list[Cell], out: Path, jobs: int, console: Any) -> list[tuple[str, str]]:
     """Run the cells, ``jobs`` at a time, with a live view; returns (cell, why) for each that failed.
-    Ctrl-C/SIGTERM: every running cell gets SIGINT (it writes its final checkpoint) and is reaped."""
+    Ctrl-C/SIGTERM: every running cell gets one SIGTERM (it writes its final checkpoint) and is reaped."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from nonstop.realtime.lifeline import reap
@@ -642,9 +644,9 @@ def _run_cells(todo: list[Cell], out: Path, jobs: int, console: Any) -> list[tup
                                       f"{(time.monotonic() - r.started) / 60:.1f} min", markup=False)  # fmt: skip
                 time.sleep(0.25)
         except BaseException:
-            for r in running:  # their final checkpoints, then nothing left running
-                try:
-                    r.process.send_signal(signal.SIGINT)
+            for r in running:  # their final checkpoints, then nothing left running (SIGTERM: SIGINT may be ignored
+                try:  # by a sweep started in the background, and its cells inherit that)
+                    r.process.send_signal(signal.SIGTERM)
                 except ProcessLookupError:
                     pass
             for r in running:
