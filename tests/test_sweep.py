@@ -80,7 +80,7 @@ def test_pokemon_needs_a_start_state(monkeypatch):
     import nonstop.envs.gameboy as gb
     from nonstop import sweep
 
-    monkeypatch.setattr(gb, "rom_status", lambda game: ("/roms/red.gb", ""))
+    monkeypatch.setattr(gb, "find_rom", lambda game, rom=None: "/roms/red.gb")
     monkeypatch.setattr(gb, "pyboy_problem", lambda: "")
     ok, why = sweep._env_available("PokemonBattle", [])
     assert not ok and "--game-arg PokemonBattle:state=PATH" in why
@@ -88,6 +88,13 @@ def test_pokemon_needs_a_start_state(monkeypatch):
     cells, _ = _plan("paper", games=["PokemonBattle"], game_args={"PokemonBattle": ["state=b.state"]},
                      available=sweep._env_available)  # fmt: skip
     assert cells and all("state=b.state" in c.train_argv(Path("x")) for c in cells)
+
+
+def test_a_rom_given_as_a_game_arg_is_the_one_checked(tmp_path):
+    from nonstop import sweep
+
+    ok, why = sweep._env_available("Tetris", [f"rom={tmp_path / 'tetris.gb'}"])
+    assert not ok and "tetris.gb" in why and "--game-arg Tetris:rom=PATH" in why
 
 
 def test_confidence_intervals_are_student_t_over_seeds():

@@ -272,12 +272,14 @@ def plan_cells(budget: Budget, *, games: Sequence[str] | None, sizes: Sequence[f
 
 def _env_available(game: str, game_args: Sequence[str]) -> tuple[bool, str]:
     """Whether a ROM-backed game can run here: its ROM found (and, for Pokémon, a start state given)."""
-    from nonstop.envs.gameboy import pyboy_problem, rom_status
+    from nonstop.envs.gameboy import RomError, find_rom, pyboy_problem
 
     env_id = GAMES[game].env
-    source, problem = rom_status(env_id.removeprefix("GameBoy/"))
-    if source is None:
-        return False, problem
+    rom = next((a.partition("=")[2] for a in game_args if a.startswith("rom=")), None)
+    try:
+        find_rom(env_id.removeprefix("GameBoy/"), rom)
+    except RomError as error:
+        return False, f"{error} (in a sweep: --game-arg {game}:rom=PATH, or NONSTOP_ROMS=DIR)"
     if pyboy_problem():
         return False, pyboy_problem()
     if game.startswith("Pokemon") and not any(a.startswith("state=") for a in game_args):
