@@ -614,7 +614,7 @@ class Progress:
         every: int = 1,
         console: Any = None,
     ) -> None:
-        from rich.console import Console
+        from nonstop._console import Console
 
         if total_ticks is not None and (
             isinstance(total_ticks, bool) or not isinstance(total_ticks, int) or total_ticks < 1
