@@ -139,15 +139,18 @@ def test_mlflow_gets_the_config_rows_and_summary_and_resume_continues_its_run(tm
     assert json.loads((artifacts / "summary.json").read_text())["recent_return"] is None
     assert json.loads((artifacts / "config.json").read_text()) == config
 
-    # --resume: the same MLflow run goes on; a run that stops early is marked KILLED
+    # --resume: the same MLflow run goes on; a run stopped by Ctrl-C is marked KILLED
     with RunLog(run, config, resume=True, tensorboard=False, track=["mlflow"]) as log:
         _rows(log, 3, 2)
-        log.write_summary({"complete": False, "reason": "interrupted (Ctrl-C)"})
+        log.write_summary({"complete": False, "interrupted": True, "reason": "interrupted (Ctrl-C)"})
     assert read_tracking(run)["mlflow"]["run_id"] == run_id
     assert len(client.search_runs([got.info.experiment_id])) == 1
     steps = [m.step for m in client.get_metric_history(run_id, "progress/inaction_frac")]
     assert sorted(steps) == [60, 120, 180, 240, 300]
     assert client.get_run(run_id).info.status == "KILLED"
+    with RunLog(run, config, resume=True, tensorboard=False, track=["mlflow"]) as log:  # an error ends it: FAILED
+        log.write_summary({"complete": False, "interrupted": False, "reason": "the world's host died"})
+    assert client.get_run(run_id).info.status == "FAILED"
     assert read_columns(run / "progress.csv")["env_ticks"].tolist() == [60, 120, 180, 240, 300]  # the CSV as ever
 
 

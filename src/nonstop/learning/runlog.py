@@ -340,7 +340,7 @@ class RunLog:
     that get the config, the same rows and the summary. A tracker whose library is missing is a
     ModuleNotFoundError naming the extra, raised before the run directory is touched; one that cannot
     start (`TrackerError`) leaves a new run directory as it found it. The tracker runs end with
-    `close`, marked complete or not by the ``complete`` of the summary written.
+    `close`, as finished, killed or failed by the summary written (`nonstop.learning.tracking.end_state`).
     """
 
     def __init__(
@@ -388,7 +388,7 @@ class RunLog:
         self._tb = self._open_tensorboard() if tensorboard else None
         self._resume = resume
         self._matches: _CsvAppender | None = None  # opened by the first match (self-play runs only)
-        self._complete = True  # what the trackers' runs end as (the summary's ``complete``)
+        self._end = "finished"  # how the trackers' runs end (from the summary written)
         self._closed = False
 
     def _open_trackers(self, names: tuple[str, ...], *, resume: bool, new_root: bool) -> list[Any]:
@@ -404,7 +404,7 @@ class RunLog:
                 opened.append(open_tracker(name, root, self.config, resume=resume, note=self._note))
         except BaseException:
             for tracker in opened:
-                tracker.finish(complete=False)
+                tracker.finish("failed")
             if new_root:
                 shutil.rmtree(root, ignore_errors=True)
             elif not resume:
@@ -510,7 +510,9 @@ class RunLog:
             raise TypeError(f"summary must be a dict, got {type(summary).__name__}")
         text = json.dumps(_json_safe(summary), indent=2, allow_nan=False)
         path = write_atomic(self.paths.summary, (text + "\n").encode())
-        self._complete = bool(summary.get("complete", True))
+        from nonstop.learning.tracking import end_state
+
+        self._end = end_state(summary)
         for tracker in self._trackers:
             tracker.summary(summary)
         return path
@@ -531,7 +533,7 @@ class RunLog:
                     self._tb.close()
             finally:
                 for tracker in self._trackers:
-                    tracker.finish(self._complete)
+                    tracker.finish(self._end)
 
     def __enter__(self) -> "RunLog":
         return self

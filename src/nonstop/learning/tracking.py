@@ -12,8 +12,8 @@ What each tracker receives (the same names as TensorBoard's scalars):
 * every finished episode as ``episode/return``, ``episode/length_ticks``, ``episode/wall_s`` and
   ``episode/episode`` against ``episode/end_tick``; self-play matches as ``self_play/...``;
 * the summary: wandb's run summary; MLflow ``summary/<figure>`` metrics and ``summary.json``;
-* the end: the tracker run is finished (MLflow status FINISHED, or KILLED for a run that stopped
-  early; wandb exit code 0 or 1).
+* the end (`END_STATES`): a run that reached its end is FINISHED in MLflow (wandb exit code 0), one
+  stopped by Ctrl-C or SIGTERM KILLED, one ended by an error FAILED (wandb exit code 1 for both).
 
 Where the data goes is each library's own configuration: ``WANDB_MODE`` (``offline`` keeps it on
 this machine, ``wandb sync`` uploads it later), ``WANDB_PROJECT`` (default ``nonstop``),
@@ -46,7 +46,8 @@ from typing import Any, Final
 
 from nonstop._io import write_atomic
 
-__all__ = ["TRACKERS", "Tracker", "TrackerError", "parse_track", "require_trackers", "open_tracker", "read_tracking"]
+__all__ = ["TRACKERS", "END_STATES", "Tracker", "TrackerError", "parse_track", "require_trackers", "open_tracker",
+           "read_tracking", "end_state"]
 
 #: tracker name -> (the module it imports, the pip extra that installs it, what it is)
 TRACKERS: Final = {
@@ -55,6 +56,8 @@ TRACKERS: Final = {
 }
 #: RUN/tracking.json: which tracker runs this run directory feeds (so --resume continues them)
 TRACKING_FILE: Final = "tracking.json"
+#: how a run can end (`end_state` of its summary), and MLflow's run status for each
+END_STATES: Final = {"finished": "FINISHED", "killed": "KILLED", "failed": "FAILED"}
 #: the step each group of figures is plotted against
 STEP_KEYS: Final = {"progress": "env_ticks", "episode": "end_tick", "self_play": "end_tick"}
 
@@ -101,6 +104,17 @@ def require_trackers(names: Iterable[str]) -> None:
                 f"--track {name} needs {what} ({module}), which is not installed: pip install 'nonstop[{extra}]'",
                 name=module,
             )
+
+
+def end_state(summary: Mapping[str, Any]) -> str:
+    """``finished``, ``killed`` (interrupted) or ``failed``, from a run summary's ``complete`` and ``interrupted``.
+
+    >>> end_state({"complete": True}), end_state({"complete": False, "interrupted": True}), end_state({"complete": False})
+    ('finished', 'killed', 'failed')
+    """
+    if summary.get("complete", True):
+        return "finished"
+    return "killed" if summary.get("interrupted") else "failed"
 
 
 def read_tracking(run_dir: str | os.PathLike) -> dict[str, Any]:
@@ -167,11 +181,14 @@ class Tracker:
     def summary(self, summary: Mapping[str, Any]) -> None:
         self._guard(lambda: self._summary(_json_safe(summary)))
 
-    def finish(self, complete: bool) -> None:
+    def finish(self, end: str = "finished") -> None:
+        """End the tracker run as ``end`` (a key of `END_STATES`); later calls do nothing."""
+        if end not in END_STATES:
+            raise ValueError(f"end must be one of {sorted(END_STATES)}, got {end!r}")
         if self.finished:
             return
         self.finished = True
-        self._guard(lambda: self._finish(complete), always=True)
+        self._guard(lambda: self._finish(end), always=True)
 
     def _guard(self, call: Callable[[], None], *, always: bool = False) -> None:
         if self.failed is not None and not always:
@@ -191,7 +208,7 @@ class Tracker:
     def _summary(self, summary: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    def _finish(self, complete: bool) -> None:
+    def _finish(self, end: str) -> None:
         raise NotImplementedError
 
 
@@ -230,8 +247,8 @@ class WandbTracker(Tracker):
     def _summary(self, summary: dict[str, Any]) -> None:
         self.run.summary.update(summary)
 
-    def _finish(self, complete: bool) -> None:
-        self.run.finish(exit_code=0 if complete else 1)
+    def _finish(self, end: str) -> None:
+        self.run.finish(exit_code=0 if end == "finished" else 1)
         if self._wandb.run is None:  # no other wandb run in this process: end wandb's service process too
             self._wandb.teardown()
 
@@ -291,8 +308,8 @@ class MlflowTracker(Tracker):
             self.client.log_batch(self.run_id, metrics=metrics[i : i + 1000])
         self.client.log_dict(self.run_id, summary, "summary.json")
 
-    def _finish(self, complete: bool) -> None:
-        self.client.set_terminated(self.run_id, "FINISHED" if complete else "KILLED")
+    def _finish(self, end: str) -> None:
+        self.client.set_terminated(self.run_id, END_STATES[end])
 
 
 def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
