@@ -234,8 +234,8 @@ class WandbTracker(Tracker):
             )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - wandb raises many kinds; each becomes one line
             raise TrackerError(f"--track wandb could not start a run (WANDB_MODE={os.environ.get('WANDB_MODE', 'online')}): "
-                               f"{type(exc).__name__}: {_first_line(exc)}; `wandb login`, or WANDB_MODE=offline "
-                               "to keep it on this machine") from exc  # fmt: skip
+                               f"{type(exc).__name__}: {_first_line(exc)} (`wandb login` for W&B's service, or "
+                               "WANDB_MODE=offline to keep the run on this machine)") from exc  # fmt: skip
         for group, step_key in STEP_KEYS.items():
             self.run.define_metric(f"{group}/{step_key}")
             self.run.define_metric(f"{group}/*", step_metric=f"{group}/{step_key}")
@@ -327,7 +327,7 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 def _first_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    return lines[0] if lines else ""
+    return lines[0].rstrip(".") if lines else ""
 
 
 _OPENERS: Final[dict[str, type[Tracker]]] = {"wandb": WandbTracker, "mlflow": MlflowTracker}
