@@ -123,6 +123,8 @@ def test_mlflow_gets_the_config_rows_and_summary_and_resume_continues_its_run(tm
     with RunLog(run, config, tensorboard=False, track="mlflow") as log:
         assert log.trackers == ("mlflow",)
         _rows(log, 0, 3)
+        log.log_match({"episode": 2, "end_tick": 175, "wall_s": 3.0, "opponent": 1, "opponent_tick": 60, "pool_size": 2,
+                       "score": -3.0, "won": False})  # fmt: skip
         log.write_summary({"complete": True, "inaction_fraction": 0.25, "recent_return": float("nan"), "reason": None})
     run_id = read_tracking(run)["mlflow"]["run_id"]
     client = MlflowClient(tracking_uri=offline)
@@ -134,6 +136,8 @@ def test_mlflow_gets_the_config_rows_and_summary_and_resume_continues_its_run(tm
     assert history == [(60, 0.5), (120, 0.25), (180, 0.5 / 3)]
     assert [m.step for m in client.get_metric_history(run_id, "episode/return")] == [55, 115, 175]
     assert "progress/loss" not in got.data.metrics  # not measured yet: left out, not a fake 0
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "self_play/score")] == [(175, -3.0)]
+    assert got.data.metrics["self_play/won"] == 0.0 and got.data.metrics["self_play/opponent"] == 1.0
     assert got.data.metrics["summary/inaction_fraction"] == 0.25 and "summary/recent_return" not in got.data.metrics
     artifacts = Path(got.info.artifact_uri.removeprefix("file://"))
     assert json.loads((artifacts / "summary.json").read_text())["recent_return"] is None
