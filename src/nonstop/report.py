@@ -279,7 +279,7 @@ def _rows(report: Report) -> list[tuple[str, str, str]]:
 
 def render_summary(report: Report, console: Any = None) -> None:
     """Print the summary (a rich table, one row per figure, grouped by source file) and what was skipped."""
-    from rich.console import Console
+    from nonstop._console import Console
     from rich.table import Table
 
     console = console or Console()
@@ -391,7 +391,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     """Entry point of ``nonstop report``; a missing or unreadable run raises FileNotFoundError/ValueError."""
-    from rich.console import Console
+    from nonstop._console import Console
 
     report = build_report(args.run, args.out)
     markdown = write_markdown(report)

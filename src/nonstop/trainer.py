@@ -74,6 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", metavar="RUN", default=None, help="run directory (default runs/<env>-<time>)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
+    p.add_argument("--track", action="append", metavar="wandb|mlflow",
+                   help="also send the progress rows, episodes, config and summary to Weights & Biases or MLflow "
+                        "(repeat, or a comma list; pip install 'nonstop[track]'; see nonstop.learning.tracking)")  # fmt: skip
     p.add_argument("--progress-every", type=float, default=5.0, help="world seconds between progress rows")
     p.add_argument("--checkpoint-every", type=float, default=120.0, help="world seconds between checkpoints")
     p.add_argument("--keep-checkpoints", type=int, default=3)
@@ -179,8 +182,11 @@ def run_train(args: argparse.Namespace) -> int:
     from nonstop.learning.checkpoint import latest_checkpoint
     from nonstop.learning.replay import check_replay_fits
     from nonstop.learning.runlog import Progress, RunLog, RunPaths, begin_ticklog_segment, read_config
+    from nonstop.learning.tracking import parse_track, require_trackers
     from nonstop.run import ProgressRows, TrainingRun
 
+    track = parse_track(getattr(args, "track", None))
+    require_trackers(track)  # a missing tracker library is named before anything runs or is written
     for name in ("seconds", "progress_every", "checkpoint_every"):
         value = getattr(args, name)
         if not (value > 0 and math.isfinite(value)):
@@ -210,7 +216,7 @@ def run_train(args: argparse.Namespace) -> int:
                       f"{cfg.snapshot_every:g} world s, the newest {cfg.pool_size} kept, drawn {cfg.opponents}")  # fmt: skip
     config = cfg.to_dict()
     log = RunLog(out, config, resume=args.resume, note=lambda msg: console.print(msg, style="dim", markup=False),
-                 tensorboard=getattr(args, "tensorboard", True))  # the demo turns it off: its CSVs and report say it all
+                 tensorboard=getattr(args, "tensorboard", True), track=track)  # the demo turns it off: its CSVs and report say it all
     wall0 = time.monotonic()
     end = RunEnd()
     summary: dict[str, Any] = {}

@@ -13,6 +13,8 @@ Layout (`RunPaths` names each file; ``nonstop report RUN`` reads them back)::
                              `read_ticklog` stitches them and the newest into one log
     RUN/checkpoints/         ckpt-<updates:09d>.pt (see `nonstop.learning.checkpoint`)
     RUN/tb/                  TensorBoard events mirroring the CSV figures (if tensorboard is installed)
+    RUN/tracking.json        with ``track=``: the Weights & Biases / MLflow runs mirroring it (`nonstop.learning.tracking`)
+    RUN/wandb/               with ``track=("wandb",)`` and no WANDB_DIR: wandb's own files
     RUN/summary.json         the final summary
 
 `RunLog` owns the writing side. Every CSV row is flushed to the OS as it is written, so a crash or a
@@ -49,6 +51,7 @@ import json
 import re
 import math
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -57,7 +60,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from nonstop.learning.checkpoint import CHECKPOINT_DIR, DEFAULT_MAY_DIFFER, check_compatible, write_atomic
+from nonstop._io import write_atomic
+from nonstop.learning.checkpoint import CHECKPOINT_DIR, DEFAULT_MAY_DIFFER, check_compatible
 
 __all__ = [
     "PROGRESS_COLUMNS",
@@ -331,6 +335,12 @@ class RunLog:
 
     Progress scalars go to TensorBoard as ``progress/<column>`` at step ``env_ticks``; episodes as
     ``episode/return`` and ``episode/length_ticks`` at step ``end_tick``.
+
+    ``track`` names experiment trackers (``"wandb"``, ``"mlflow"``; see `nonstop.learning.tracking`)
+    that get the config, the same rows and the summary. A tracker whose library is missing is a
+    ModuleNotFoundError naming the extra, raised before the run directory is touched; one that cannot
+    start (`TrackerError`) leaves a new run directory as it found it. The tracker runs end with
+    `close`, as finished, killed or failed by the summary written (`nonstop.learning.tracking.end_state`).
     """
 
     def __init__(
@@ -341,11 +351,16 @@ class RunLog:
         resume: bool = False,
         may_differ: Iterable[str] = DEFAULT_MAY_DIFFER,
         tensorboard: bool = True,
+        track: str | Iterable[str] = (),
         note: Callable[[str], None] | None = None,
     ) -> None:
+        from nonstop.learning.tracking import parse_track, require_trackers
+
         self.config = _check_config(config)
         self.paths = RunPaths(run_dir)
         self._note = note or _stderr_note
+        track = parse_track(track)
+        require_trackers(track)  # a missing library is named before anything is written
         root = self.paths.root
         if root.exists() and not root.is_dir():
             raise NotADirectoryError(f"run dir {root} exists and is not a directory")
@@ -364,14 +379,45 @@ class RunLog:
                     f"{root} already holds a run ({', '.join(taken)}): pass --resume to continue it, "
                     "or choose a new --out"
                 )
+        new_root = not root.exists()
         root.mkdir(parents=True, exist_ok=True)
+        self._trackers = self._open_trackers(track, resume=resume, new_root=new_root)
         write_atomic(self.paths.config, (json.dumps(self.config, indent=2, default=str) + "\n").encode())
         self._progress = _CsvAppender(self.paths.progress, PROGRESS_COLUMNS, resume=resume, note=self._note)
         self._episodes = _CsvAppender(self.paths.episodes, EPISODE_COLUMNS, resume=resume, note=self._note)
         self._tb = self._open_tensorboard() if tensorboard else None
         self._resume = resume
         self._matches: _CsvAppender | None = None  # opened by the first match (self-play runs only)
+        self._end = "finished"  # how the trackers' runs end (from the summary written)
         self._closed = False
+
+    def _open_trackers(self, names: tuple[str, ...], *, resume: bool, new_root: bool) -> list[Any]:
+        """Start each tracker's run; if one cannot, end those started and (a new run) remove what they
+        wrote, so the user can fix the cause and run the same command again."""
+        from nonstop.learning.tracking import TRACKING_FILE, open_tracker
+
+        root = self.paths.root
+        before = {p.name for p in root.iterdir()} if not new_root else set()
+        opened: list[Any] = []
+        try:
+            for name in names:
+                opened.append(open_tracker(name, root, self.config, resume=resume, note=self._note))
+        except BaseException:
+            for tracker in opened:
+                tracker.finish("failed")
+            if new_root:
+                shutil.rmtree(root, ignore_errors=True)
+            elif not resume:
+                for name in {TRACKING_FILE, "wandb"} - before:
+                    path = root / name
+                    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+            raise
+        return opened
+
+    @property
+    def trackers(self) -> tuple[str, ...]:
+        """The experiment trackers mirroring this run and still working (``wandb``, ``mlflow``)."""
+        return tuple(t.name for t in self._trackers if t.failed is None)
 
     def _open_tensorboard(self) -> Any:
         try:
@@ -421,6 +467,8 @@ class RunLog:
                 value = row.get(column)
                 if column != "env_ticks" and value is not None and math.isfinite(float(value)):
                     self._tb.add_scalar(f"progress/{column}", float(value), global_step=step)
+        for tracker in self._trackers:
+            tracker.log("progress", row)
 
     def log_episode(self, row: Mapping[str, Any]) -> None:
         """Append one finished episode (keys from EPISODE_COLUMNS: episode, end_tick, wall_s, return, length_ticks)."""
@@ -431,6 +479,8 @@ class RunLog:
             for column in ("return", "length_ticks"):
                 if row.get(column) is not None:
                     self._tb.add_scalar(f"episode/{column}", float(row[column]), global_step=step)
+        for tracker in self._trackers:
+            tracker.log("episode", row)
 
     def log_match(self, row: Mapping[str, Any]) -> None:
         """Append one self-play match to RUN/matches.csv (keys from `MATCH_COLUMNS`);
@@ -443,6 +493,8 @@ class RunLog:
             for column in ("score", "won"):
                 if row.get(column) is not None:
                     self._tb.add_scalar(f"self_play/{column}", float(row[column]), global_step=int(row["end_tick"]))
+        for tracker in self._trackers:
+            tracker.log("self_play", row)
 
     def save_ticklog(self, log: Any) -> Path:
         """Keep the tick log in the run: one that streamed to RUN/ticklog/ gets its final meta
@@ -457,7 +509,13 @@ class RunLog:
         if not isinstance(summary, Mapping):
             raise TypeError(f"summary must be a dict, got {type(summary).__name__}")
         text = json.dumps(_json_safe(summary), indent=2, allow_nan=False)
-        return write_atomic(self.paths.summary, (text + "\n").encode())
+        path = write_atomic(self.paths.summary, (text + "\n").encode())
+        from nonstop.learning.tracking import end_state
+
+        self._end = end_state(summary)
+        for tracker in self._trackers:
+            tracker.summary(summary)
+        return path
 
     def close(self) -> None:
         """Flush, fsync and close every file; safe to call twice."""
@@ -470,8 +528,12 @@ class RunLog:
             if self._matches is not None:
                 self._matches.close()
         finally:
-            if self._tb is not None:
-                self._tb.close()
+            try:
+                if self._tb is not None:
+                    self._tb.close()
+            finally:
+                for tracker in self._trackers:
+                    tracker.finish(self._end)
 
     def __enter__(self) -> "RunLog":
         return self
@@ -554,7 +616,7 @@ class Progress:
         every: int = 1,
         console: Any = None,
     ) -> None:
-        from rich.console import Console
+        from nonstop._console import Console
 
         if total_ticks is not None and (
             isinstance(total_ticks, bool) or not isinstance(total_ticks, int) or total_ticks < 1
