@@ -530,7 +530,7 @@ def _game_args(items: list[str]) -> dict[str, list[str]]:
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from nonstop._console import Console
     from rich.table import Table
 
     console = Console(stderr=True)

@@ -177,7 +177,7 @@ def _replay_in_checkpoint(choice: str, run: Any, out: Path) -> bool:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from nonstop._console import Console
 
     from nonstop.learning.checkpoint import latest_checkpoint
     from nonstop.learning.replay import check_replay_fits
