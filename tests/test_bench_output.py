@@ -8,6 +8,8 @@ import json
 import types
 from pathlib import Path
 
+import pytest
+
 from nonstop.bench import learn
 from nonstop.bench.common import QUICK_NOTE, verdict
 from nonstop.cli import build_parser, cmd_bench
@@ -57,3 +59,73 @@ def test_bench_learn_says_a_missed_target_in_words(capsys) -> None:
     assert "target 400 not reached in 3,000 ticks" in out and "None" not in out
     learn.render(_learn_result(2400))
     assert "target 400 reached at tick 2,400" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- wide tables off a terminal
+
+
+def _table_lines(out: str) -> list[str]:
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def test_a_table_keeps_its_width_when_stdout_is_not_a_terminal(capsys, monkeypatch) -> None:
+    import io
+
+    from rich.table import Table
+
+    from nonstop._console import Console
+    from nonstop.cli import _render_flat
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    value = "staggered exp_time at 6 ticks per inference: inaction 0.000, delay 6.0 ticks, N_I* 6 (theory 6)"
+    _render_flat({"bench": "fake", "inaction_fraction_sequential_vs_staggered": value})
+    lines = _table_lines(capsys.readouterr().out)  # capsys: a pipe, as in CI
+    assert any(value in line for line in lines), lines  # one cell on one line: no wrap, no "…"
+    assert max(map(len, lines)) > 80 and not any("…" in line for line in lines)
+
+    # a width the user chose ($COLUMNS) is kept, and a terminal is fitted as rich always did
+    monkeypatch.setenv("COLUMNS", "80")
+    _render_flat({"bench": "fake", "inaction_fraction_sequential_vs_staggered": value})
+    assert max(map(len, _table_lines(capsys.readouterr().out))) <= 80
+    monkeypatch.delenv("COLUMNS")
+    terminal = io.StringIO()
+    table = Table("figure", "value")
+    table.add_row("inaction_fraction_sequential_vs_staggered", value)
+    Console(file=terminal, force_terminal=True, color_system=None, width=80).print(table)
+    assert max(map(len, _table_lines(terminal.getvalue()))) <= 80
+    # a long plain line stays one line in a log; a rule keeps the usual width
+    piped = io.StringIO()
+    console = Console(file=piped)
+    console.print("x" * 150)
+    console.rule("section")
+    assert [len(line) for line in piped.getvalue().splitlines()] == [150, 80]
+
+
+# ----------------------------------------------------------------------------- benches whose extra is missing
+
+
+def test_a_bench_that_cannot_import_is_offered_with_the_extra_to_install(tmp_path, monkeypatch, capsys) -> None:
+    import sys
+
+    import nonstop.bench
+    from nonstop.cli import main
+
+    (tmp_path / "bench_needs_plots.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'matplotlib'\", name='matplotlib')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(nonstop.bench, "BENCHMARKS", {**nonstop.bench.BENCHMARKS, "plots": "bench_needs_plots"})
+    monkeypatch.setattr(nonstop.bench, "REQUIRES", {**nonstop.bench.REQUIRES, "gpu": ("no_such_module_here",)})
+    monkeypatch.setitem(nonstop.bench.BENCHMARKS, "gpu", "nonstop.bench.clock")  # importable; its need is not
+    help_text = build_parser()._subparsers._group_actions[0].choices["bench"].format_help()
+    listed = " ".join(help_text.split())
+    assert "plots" in listed and "unavailable: needs matplotlib" in listed and "nonstop[plot]" in listed
+    assert "gpu" in listed and "cannot be imported here" in listed and "no_such_module_here" in listed
+    assert main(["bench", "plots", "--quick", "--json", "--any-option", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs matplotlib" in err[0] and "pip install 'nonstop[plot]'" in err[0], err
+    sys.modules.pop("bench_needs_plots", None)
+    with pytest.raises(SystemExit) as stop:  # an available bench still refuses unknown options, as argparse does
+        main(["bench", "clock", "--no-such-option"])
+    assert stop.value.code == 2
+    assert "unrecognized arguments: --no-such-option" in capsys.readouterr().err

@@ -133,7 +133,7 @@ def test_openenv_010_generic_and_mcp_tool_clients_play_unmodified(server, openen
     assert "ACTION_OUT_OF_RANGE" in generic["bad"]
 
     mcp = out["mcp"]
-    assert mcp["tools"] == ["act", "observe", "start_session", "stats", "stop_session", "wait"]
+    assert mcp["tools"] == ["act", "join_session", "observe", "start_session", "stats", "stop_session", "wait"]
     assert (mcp["wait_schema"]["minimum"], mcp["wait_schema"]["maximum"]) == (1, 36_000)
     assert mcp["seen_tick"] >= mcp["ack_tick"] + 3 and mcp["seen_agent_ticks"] == 1
     errors = mcp["errors"]

@@ -82,3 +82,17 @@ def test_commands_that_need_an_extra_name_it_before_anything_runs(without_extras
     assert report.returncode == 2 and "nonstop[plot]" in report.stderr
     compare = without_extras("compare", "--env", "CartPole", "--latency", "2t", "--seconds", "1", "--plot", "")
     assert compare.returncode == 0, compare.stderr[-2000:]  # no picture asked for: no matplotlib needed
+
+
+def test_benches_that_need_an_extra_are_listed_with_it_and_say_so_when_run(without_extras):
+    listing = without_extras("bench", "--help")
+    assert listing.returncode == 0, listing.stderr[-2000:]
+    text = " ".join(listing.stdout.split())
+    for name in ("models", "learn", "nlstar", "weights", "clock", "nstar"):
+        assert f" {name} " in text, name  # every bench is offered, whatever is installed
+    assert "unavailable: needs PyTorch" in text and "nonstop[learn]" in text
+    run = without_extras("bench", "models", "--quick", "--json")
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(lines) == 1 and "nonstop[learn]" in lines[0], run.stderr[-2000:]
+    plot = without_extras("bench", "nstar", "--quick")  # draws runs/nstar.png unless --plot ''
+    assert plot.returncode == 2 and "nonstop[plot]" in plot.stderr and "Traceback" not in plot.stderr

@@ -249,7 +249,8 @@ def test_http_endpoints(server) -> None:
     assert meta["default_env"] == WORLD and meta["envs"]["CartPole"]["action"] == {"type": "Discrete", "n": 2,
                                                                                     "start": 0}
     schema = http_get(server.url, "/schema")
-    assert set(schema["client_messages"]) == {"reset", "step", "state", "close", "observe", "act", "wait", "subscribe"}
+    assert set(schema["client_messages"]) == {"reset", "step", "state", "close", "observe", "act", "wait", "subscribe",
+                                             "join"}
     assert schema["client_messages"]["act"]["additionalProperties"] is False
     assert set(schema["server_messages"]) == {"observation", "push", "state", "ack", "error"}
     assert http_get(server.url, "/replays") == []

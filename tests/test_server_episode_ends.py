@@ -168,7 +168,7 @@ def test_view_reports_each_episode_end_once_with_its_terminal_observation() -> N
 
     final = {}
     session = SimpleNamespace(tau_m=0.5, sid="s", state=SimpleNamespace(value="running"),
-                              read_final=lambda: final["obs"])  # fmt: skip
+                              read_final=lambda seat=0: final["obs"], spec=SimpleNamespace(seats=None))  # fmt: skip
 
     def reply(view, obs, fresh=False):
         data = view.payload(obs, session, "list", fresh=fresh)

@@ -24,7 +24,7 @@ def test_mcp_tools_drive_a_realtime_session(tmp_path, no_shm_leak) -> None:
     async def play() -> None:
         async with Client(server) as client:
             names = {t.name for t in (await client.list_tools()).tools}
-            assert names == {"start_session", "observe", "act", "wait", "stats", "stop_session"}
+            assert names == {"start_session", "join_session", "observe", "act", "wait", "stats", "stop_session"}
             started = (await client.call_tool("start_session", {"seed": 0})).structured_content
             sid = started["session_id"]
             assert started["env"] == "theory/inaction" and started["action_space"]["n"] == 3

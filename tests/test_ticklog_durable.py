@@ -151,7 +151,8 @@ def test_leftover_temporary_files_are_ignored(tmp_path):
     log = TickLog(0.1, chunk_rows=10, directory=tmp_path / "log")
     fill(log, 20)
     log.close()
-    (tmp_path / "log" / "chunk-000002.npz1234.tmp").write_bytes(b"half a chunk")  # a writer killed mid-write
+    (tmp_path / "log" / ".chunk-000002.npz.1234.tmp").write_bytes(b"half a chunk")  # a writer killed mid-write
+    (tmp_path / "log" / "chunk-000002.npz1234.tmp").write_bytes(b"half a chunk")  # ... by nonstop before 0.1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert len(TickLog.open(tmp_path / "log")) == 20

@@ -34,7 +34,7 @@ def _sigint_to_interrupt(signum: int, _: Any) -> None:
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from nonstop._console import Console
     from rich.table import Table
 
     from nonstop.envs import list_envs
@@ -125,7 +125,7 @@ def _json_default(value: Any) -> Any:
 
 
 def _render_flat(result: dict[str, Any]) -> None:
-    from rich.console import Console
+    from nonstop._console import Console
     from rich.table import Table
 
     table = Table(title=f"nonstop bench {result.get('bench')}")
@@ -190,6 +190,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from nonstop.bench import BENCHMARKS
+    from nonstop.bench import REQUIRES as BENCH_REQUIRES
 
     parser = argparse.ArgumentParser(
         prog="nonstop",
@@ -239,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
     from nonstop import plan
+
+    from nonstop import sweep
+
+    p = sub.add_parser("sweep", help="the paper's learning experiments (return vs model size, staggered vs sequential) as one command")
+    sweep.add_arguments(p)
+    p.set_defaults(func=sweep.run_sweep)
 
     p = sub.add_parser("plan", help="capacity planner: N_I*, N_L*, cores, memory and traffic a model needs at a tick rate")
     plan.add_arguments(p)
@@ -313,10 +320,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="run a benchmark (JSON on the last line with --json)")
     bench_sub = p.add_subparsers(dest="bench", metavar="NAME")
     for name, module_name in BENCHMARKS.items():
+        missing = _missing_modules(BENCH_REQUIRES.get(name, ()))
         try:
             module = importlib.import_module(module_name)
-        except ImportError:
-            continue  # a benchmark whose optional dependency is missing is not offered
+        except ImportError as exc:  # offered all the same: running it names what to install
+            missing = missing or [exc]
+            module = None
+        if missing:
+            what = f"{module.DESCRIPTION} — " if getattr(module, "DESCRIPTION", None) else ""
+            line = f"{what}[unavailable: {_needs_line(missing[0])}]"
+            bp = bench_sub.add_parser(name, help=line, description=line)
+            bp.set_defaults(func=lambda a, why=missing[0]: _bench_unavailable(why), bench_unavailable=True)
+            continue
         bp = bench_sub.add_parser(name, help=getattr(module, "DESCRIPTION", ""))
         bp.add_argument("--json", action="store_true", help="print one JSON object on the last line")
         bp.add_argument("--quick", action="store_true", help="a short run (~30 s on 2 cores), as CI does")
@@ -347,7 +362,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "bench_unavailable", False):  # what parse_args does, but a bench
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")  # that cannot run takes any options
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -388,15 +405,48 @@ _EXTRA_OF: dict[str, tuple[str, str]] = {
               "pip install 'nonstop[learn]' (CPU-only machine: pip install torch==2.13.0 -e '.[learn]')"),
     "matplotlib": ("matplotlib (the pictures)", "pip install 'nonstop[plot]'"),
     "PIL": ("Pillow (PNG frames)", "pip install 'nonstop[server]'"),
+    **{module: ("the server stack (fastapi, uvicorn, websockets, pydantic)", "pip install 'nonstop[server]'")
+       for module in ("fastapi", "uvicorn", "websockets", "pydantic", "httpx")},
 }  # fmt: skip
+
+
+def _missing_modules(modules: tuple[str, ...]) -> list[ModuleNotFoundError]:
+    """A ModuleNotFoundError for each of ``modules`` that cannot be imported here (nothing is imported)."""
+    missing = []
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ImportError:
+            found = False
+        if not found:
+            missing.append(ModuleNotFoundError(f"No module named {module!r}", name=module))
+    return missing
+
+
+def _needs_line(exc: ImportError) -> str:
+    """What a command lacks and how to install it, in one line."""
+    extra = _EXTRA_OF.get((exc.name or "").split(".")[0])
+    if extra is not None:
+        return f"needs {extra[0]}, which is not installed: {extra[1]}"
+    return f"cannot be imported here: {_one_line(exc)}"
+
+
+def _bench_unavailable(why: ImportError) -> int:
+    raise why  # `_run` says it in one line, with the extra to install
 
 
 def _require_extras(args: argparse.Namespace) -> None:
     """Raise ModuleNotFoundError for the first optional package the command will need and lacks."""
-    needs = {"train": ("torch",), "export": ("torch",), "demo": ("torch", "matplotlib"), "report": ("matplotlib",)}
+    needs = {"train": ("torch",), "sweep": ("torch",), "export": ("torch",), "demo": ("torch", "matplotlib"), "report": ("matplotlib",)}
     wanted = list(needs.get(args.command, ()))
     if args.command == "compare" and getattr(args, "plot", None) != "":
         wanted.append("matplotlib")
+    if args.command == "bench" and getattr(args, "bench", None):
+        from nonstop.bench import REQUIRES
+
+        wanted += REQUIRES.get(args.bench, ())
+        if getattr(args, "plot", None):  # a figure asked for (nstar and nlstar draw one unless --plot '')
+            wanted.append("matplotlib")
     for module in wanted:
         if importlib.util.find_spec(module) is None:
             raise ModuleNotFoundError(f"No module named {module!r}", name=module)

@@ -305,7 +305,7 @@ def _cell(value: Any, fmt: str) -> str:
 
 def render_table(result: dict[str, Any], console: Any = None) -> None:
     """One rich table: a row per scheduler."""
-    from rich.console import Console
+    from nonstop._console import Console
     from rich.table import Table
 
     console = console or Console()
@@ -410,7 +410,7 @@ def to_json(result: dict[str, Any]) -> str:
 
 def run_compare(args: argparse.Namespace) -> int:
     """Entry point of ``nonstop compare`` (see `add_arguments`). Bad inputs raise ValueError/TypeError."""
-    from rich.console import Console
+    from nonstop._console import Console
 
     console = Console()
     with console.status("running…") as status:

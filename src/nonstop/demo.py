@@ -56,7 +56,7 @@ def fresh_dir(out: Path) -> Path:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from nonstop._console import Console
 
     from nonstop.compare import compare, plot_compare, render_table
 

@@ -210,7 +210,7 @@ def _bytes(n: float) -> str:
 
 
 def _render(r: dict[str, Any]) -> None:
-    from rich.console import Console
+    from nonstop._console import Console
     from rich.table import Table
 
     t = Table(title=f"nonstop plan — {'k=' + format(r['k'], 'g') if r['k'] else 'declared latency'} at {r['tick_hz']:g} Hz")

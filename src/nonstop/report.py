@@ -7,6 +7,8 @@ Reads what ``nonstop train --out RUN`` wrote (layout in `nonstop.learning.runlog
 * ``inaction_delay.png``   — inaction and mean delay over time, computed in windows from the tick
   log (the truth, DESIGN §1.8), or from progress.csv when the run has no tick log;
 * ``delay_histogram.png``  — delay of the agent-applied ticks (from the tick log);
+* ``win_rate_over_time.png`` — self-play runs: the learner's win rate (rolling) and score against
+  its pool of past snapshots over the run (from matches.csv, `nonstop.selfplay`);
 * ``report.md`` and ``report.json`` — the summary below, the plots, and what was skipped and why;
 * ``report.html`` (with ``--html``) — the same summary and plots as one self-contained page (the
   PNGs inlined as base64, no file or address outside it), to mail or attach as it is.
@@ -33,7 +35,15 @@ from typing import Any, Final
 
 import numpy as np
 
-from nonstop.learning.runlog import EPISODE_COLUMNS, PROGRESS_COLUMNS, RunPaths, read_columns, read_config, read_ticklog
+from nonstop.learning.runlog import (
+    EPISODE_COLUMNS,
+    MATCH_COLUMNS,
+    PROGRESS_COLUMNS,
+    RunPaths,
+    read_columns,
+    read_config,
+    read_ticklog,
+)
 
 __all__ = ["Report", "add_arguments", "build_report", "render_summary", "run_report", "write_html", "write_markdown"]
 
@@ -54,6 +64,7 @@ PLOT_FILES: Final = {
     "return_over_time": "return_over_time.png",
     "inaction_delay": "inaction_delay.png",
     "delay_histogram": "delay_histogram.png",
+    "win_rate": "win_rate_over_time.png",
 }
 
 
@@ -163,6 +174,10 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
     if "config.json" not in missing:
         config = read_config(paths.root)
         report.summary["config"] = {k: config[k] for k in CONFIG_KEYS if k in config}
+        if config.get("self_play"):
+            report.summary["config"].update({k: config.get(k) for k in ("opponents", "pool_size", "snapshot_every")})
+    else:
+        config = {}
     episodes = read_columns(paths.episodes, EPISODE_COLUMNS) if "episodes.csv" not in missing else None
     progress = read_columns(paths.progress, PROGRESS_COLUMNS) if "progress.csv" not in missing else None
     log = read_ticklog(paths.root) if "ticklog" not in missing else None
@@ -222,6 +237,19 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
             report.plots["delay_histogram"] = plots.plot_delay_histogram(delays, out / PLOT_FILES["delay_histogram"])
         else:
             report.skipped["delay_histogram"] = "the tick log has no agent-applied tick (β acted throughout)"
+
+    # self-play: win rate and score against the pool
+    if paths.matches.is_file():
+        from nonstop.selfplay import match_figures, plot_matches
+
+        matches = read_columns(paths.matches, MATCH_COLUMNS)
+        report.summary["matches"] = match_figures(matches)
+        if len(matches["won"]):
+            report.plots["win_rate"] = plot_matches(matches, out / PLOT_FILES["win_rate"])
+        else:
+            report.skipped["win_rate"] = "matches.csv has no finished match yet"
+    elif config.get("self_play"):
+        report.skipped["win_rate"] = "matches.csv is missing (no match finished yet)"
     return report
 
 
@@ -251,7 +279,7 @@ def _rows(report: Report) -> list[tuple[str, str, str]]:
 
 def render_summary(report: Report, console: Any = None) -> None:
     """Print the summary (a rich table, one row per figure, grouped by source file) and what was skipped."""
-    from rich.console import Console
+    from nonstop._console import Console
     from rich.table import Table
 
     console = console or Console()
@@ -293,7 +321,8 @@ def write_markdown(report: Report) -> Path:
 
 #: headings of the plots in report.html
 HTML_TITLES: Final = {"return_over_time": "Return over time", "inaction_delay": "Inaction and delay over time",
-                      "delay_histogram": "Delay of the agent's actions"}  # fmt: skip
+                      "delay_histogram": "Delay of the agent's actions",
+                      "win_rate": "Self-play: win rate and score against the pool"}  # fmt: skip
 #: the HTML report's style: inline, so the page is one file
 HTML_STYLE: Final = """
 body { margin: 0 auto; max-width: 980px; padding: 24px; color: #1d2330; background: #fff;
@@ -362,7 +391,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     """Entry point of ``nonstop report``; a missing or unreadable run raises FileNotFoundError/ValueError."""
-    from rich.console import Console
+    from nonstop._console import Console
 
     report = build_report(args.run, args.out)
     markdown = write_markdown(report)

@@ -11,6 +11,9 @@ fair (the paper's Figure 4):
 * ``learn_then_infer`` — one loop: read, learn (τ_L), infer on the observation
   read before learning, act: the action is τ_L + τ_θ stale (Travnik et al.).
 
+With ``self_play`` (a two-seat world) the learner plays the first seat against a pool of its own
+past snapshots on the second, each side with its own inference pool and latency (`nonstop.selfplay`).
+
 Model latency is declared with a `LatencyPolicy` (``latency="5t"``: five ticks),
 so a small network can stand in for a large one honestly: its actions arrive as
 late as the large model's would. On the virtual clock an update *takes*
@@ -51,6 +54,8 @@ __all__ = ["INTERACTIONS", "TrainConfig", "train", "TrainingRun", "ProgressRows"
 
 INTERACTIONS: Final = ("staggered", "infer_then_learn", "learn_then_infer")
 _AFTER_TICK: Final = 2  # virtual priority: wake after the host's tick at the same instant
+#: TrainConfig's self-play settings (left out of a config without self-play)
+SELF_PLAY_KEYS: Final = ("self_play", "opponents", "snapshot_every", "pool_size", "opponent_latency")
 
 
 @dataclass
@@ -77,6 +82,14 @@ class TrainConfig:
                                                            "workers) allowed within restart_window; past it the run ends"})
     restart_window: float = field(default=60.0, metadata={"help": "the window of max_restarts, in clock seconds"})
     dqn: DQNConfig | None = field(default=None, metadata={"help": "DQN settings (default: the env family's)"})
+    self_play: bool = field(default=False, metadata={"help": "a two-seat world: the learner plays the first seat against a "
+                                                            "pool of its own past snapshots on the second"})
+    opponents: str = field(default="uniform", metadata={"help": "self-play: how a match's snapshot is drawn: uniform | "
+                                                              "latest (weight ∝ rank, newest heaviest)"})
+    snapshot_every: float = field(default=30.0, metadata={"help": "self-play: world seconds between snapshots"})
+    pool_size: int = field(default=8, metadata={"help": "self-play: snapshots kept (the newest)"})
+    opponent_latency: str | None = field(default=None, metadata={"help": "self-play: the pool side's declared latency "
+                                                                        "(None: the learner's --latency)"})
 
     def __post_init__(self) -> None:
         if self.clock not in ("virtual", "wall"):
@@ -110,10 +123,23 @@ class TrainConfig:
             raise ValueError(f"tau_l must be a finite number of seconds >= 0, got {self.tau_l!r}")
         if isinstance(self.dqn, dict):
             self.dqn = DQNConfig.from_dict(self.dqn)
+        from nonstop.selfplay import OPPONENT_WEIGHTINGS
+
+        if not isinstance(self.self_play, bool):
+            raise TypeError(f"self_play must be True or False, got {self.self_play!r}")
+        if self.opponents not in OPPONENT_WEIGHTINGS:
+            raise ValueError(f"opponents must be one of {', '.join(OPPONENT_WEIGHTINGS)}, got {self.opponents!r}")
+        if not (isinstance(self.snapshot_every, (int, float)) and self.snapshot_every > 0 and math.isfinite(self.snapshot_every)):
+            raise ValueError(f"snapshot_every must be a positive number of world seconds, got {self.snapshot_every!r}")
+        if not isinstance(self.pool_size, int) or isinstance(self.pool_size, bool) or self.pool_size < 1:
+            raise ValueError(f"pool_size must be an integer >= 1, got {self.pool_size!r}")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["dqn"] = self.dqn.to_dict() if self.dqn is not None else None
+        if not self.self_play:  # a run without self-play keeps the config (and resumes) of runs before it existed
+            for name in SELF_PLAY_KEYS:
+                del d[name]
         return d
 
 
@@ -150,6 +176,7 @@ class TrainingRun:
     def __init__(self, cfg: TrainConfig) -> None:
         from nonstop.envs import env_info, make_env
         from nonstop.policies.latency import parse_latency
+        from nonstop.realtime.host import is_seat_world
 
         self.cfg = cfg
         info = env_info(cfg.env, **cfg.env_kwargs)
@@ -159,13 +186,39 @@ class TrainingRun:
         cfg.dqn = self.dqn
         self.latency = parse_latency(cfg.latency, tick_hz=info.tick_hz)
         probe = make_env(cfg.env, **cfg.env_kwargs)
-        obs_space, action_space = probe.observation_space, probe.action_space
+        #: a seat world's seats (self-play: the learner's, then the pool's), None for a one-seat world
+        self.seats: list[str] | None = None
+        #: what the host builds: the env id, or (self-play on RGB frames) a factory shrinking them
+        self.env_source: Any = cfg.env
+        if is_seat_world(probe) and cfg.self_play:
+            from functools import partial
+
+            from nonstop.selfplay import SeatFrames, needs_seat_frames, seat_frames
+
+            if needs_seat_frames(probe.observation_space(probe.possible_agents[0])):
+                probe = SeatFrames(probe)  # two-player Atari: 84×84 grayscale, as preprocess=True gives one player
+                self.env_source = partial(seat_frames, cfg.env, **cfg.env_kwargs)
+                self.env_source.__name__ = cfg.env  # the tick log's env id
+        if is_seat_world(probe):
+            self.seats = [str(a) for a in probe.possible_agents]
+            obs_space, action_space = probe.observation_space(self.seats[0]), probe.action_space(self.seats[0])
+        else:
+            obs_space, action_space = probe.observation_space, probe.action_space
         probe.close()
         if not isinstance(action_space, gym.spaces.Discrete):
             raise TypeError(f"DQN needs a Discrete action space; {cfg.env} has {action_space}")
         if obs_space.shape is None:
             raise TypeError(f"DQN needs array observations; {cfg.env} has {obs_space}")
         self.obs_space, self.action_space = obs_space, action_space
+        self.self_play: Any = None  # the SelfPlay of a --self-play run (built with the rest in `build`)
+        if cfg.self_play:
+            from nonstop.selfplay import check_two_seats
+
+            self.seats = check_two_seats(cfg.env, self.seats)
+            self.opponent_latency = parse_latency(cfg.opponent_latency or cfg.latency, tick_hz=info.tick_hz)
+        elif self.seats is not None:
+            raise ValueError(f"{cfg.env} is a world of {len(self.seats)} seats ({', '.join(self.seats)}): train on it "
+                             "with --self-play (the learner against its own past snapshots)")  # fmt: skip
         self.obs_shape = tuple(obs_space.shape)
         if len(self.obs_shape) > 1:  # a ResNet that cannot fit fails here, before anything starts
             from nonstop.policies.models import ARCH_DEPTHS, ensure_fits
@@ -174,6 +227,7 @@ class TrainingRun:
         # Algorithm 2's N_I* = ⌈τ̄_θ/τ_M⌉ by default, so the staggered agent acts at every tick
         self.n_inference = cfg.n_inference or (1 if cfg.scheduler == "sequential" else max(1, math.ceil(self.latency.mean / self.tau_m - 1e-9)))
         self.final_updates = 0
+        self.final_episodes = 0  # episodes_total when torn down (earlier segments included)
         self.tick_offset = 0  # env ticks of earlier segments of this run (after --resume)
         self.episode_offset = 0
         self._parts: list[Callable[[], object]] = []  # teardown, newest first
@@ -205,10 +259,19 @@ class TrainingRun:
         history = max(256, 4 * math.ceil(self._max_latency() / self.tau_m) + 64)
         self.recorder = ReplayRecorder(self.replay, gamma=dqn.gamma, history=history,
                                        action_start=int(getattr(self.action_space, "start", 0)))  # fmt: skip
-        self.world = Session(cfg.env, clock=cfg.clock, seed=cfg.seed, env_kwargs=cfg.env_kwargs, recorder=self.recorder,
-                             log_dir=log_dir, default=cfg.default)  # fmt: skip
+        if isinstance(self.env_source, str):
+            source: dict[str, Any] = {"env": cfg.env, "env_kwargs": cfg.env_kwargs}
+        else:  # a factory: the registry's facts the Session would look up by id
+            source = {"env": self.env_source, "tick_hz": self.tick_hz}
+        self.world = Session(**source, clock=cfg.clock, seed=cfg.seed, recorder=self.recorder, log_dir=log_dir,
+                             default=cfg.default)  # fmt: skip
         self.world.start()
         self._parts.append(self.world.stop)
+        if cfg.self_play:
+            from nonstop.selfplay import SelfPlay, SnapshotPool
+
+            pool = SnapshotPool(cfg.pool_size, cfg.opponents, seed=cfg.seed)
+            self.self_play = SelfPlay(pool, snapshot_ticks=max(1, round(cfg.snapshot_every / self.tau_m)), seats=self.seats)
         return self
 
     def _max_latency(self) -> float:
@@ -261,9 +324,18 @@ class TrainingRun:
             if not self._has_latency():
                 check_placement(self.n_inference if isinstance(self.n_inference, int) else 1, 1)
             self._broadcast = WeightBroadcast(self.weights)
+        seat = None
+        if self.self_play is not None:
+            self._take_snapshot()  # snapshot 0 (the untrained parameters), unless a resumed pool has its own
+            seat = self.self_play.learner_seat
+            self.opponent_pool = InferencePool(self.world, self._opponent_policy, cfg.scheduler,
+                                               n_inference=self.opponent_n_inference, restart_budget=self._budget(),
+                                               seat=self.self_play.opponent_seat)  # fmt: skip
+            self._parts.append(self.opponent_pool.stop)
+            self.opponent_pool.start()
         if cfg.interaction == "staggered":
             self.pool = InferencePool(self.world, self._policy, cfg.scheduler, n_inference=self.n_inference,
-                                      restart_budget=self._budget())  # fmt: skip
+                                      restart_budget=self._budget(), seat=seat)  # fmt: skip
             self._parts.append(self.pool.stop)
             self.pool.start()
             if clock.is_virtual:
@@ -288,6 +360,43 @@ class TrainingRun:
     def _budget(self) -> RestartBudget:
         return RestartBudget(self.cfg.max_restarts, self.cfg.restart_window)
 
+    # ------------------------------------------------------------------ self-play
+    @property
+    def opponent_n_inference(self) -> int | str:
+        """The pool side's N_I: as the learner's is chosen, from the opponent's own latency."""
+        cfg = self.cfg
+        if cfg.scheduler == "sequential":
+            return 1
+        if cfg.n_inference == "auto":
+            return "auto"
+        return max(1, math.ceil(self.opponent_latency.mean / self.tau_m - 1e-9))
+
+    def _opponent_policy(self, i: int) -> Any:
+        """An opponent worker: ε-greedy on the snapshot playing the current match (always in this
+        process: snapshots live here), with the pool side's declared latency."""
+        from nonstop.policies.latency import LatencyPolicy
+        from nonstop.selfplay import SnapshotPolicy
+
+        seat = self.world.seat_index(self.self_play.opponent_seat)
+        slot = self.world.slots[seat]
+        space = self.world.action_spaces[self.self_play.opponent_seat]
+        model = build_q_network(self.obs_shape, int(space.n), self.dqn)
+        seed = self.cfg.seed * 1000 + 500 + i
+        policy: Any = SnapshotPolicy(model, self.self_play.pool, lambda: int(slot.read().episode), space,
+                                     epsilon=self.dqn.epsilon_end, seed=seed)  # fmt: skip
+        if self.opponent_latency.max_hint > 0:
+            policy = LatencyPolicy(policy, self.opponent_latency, seed=seed)
+        return policy
+
+    def _take_snapshot(self) -> None:
+        """Add the learner's current parameters to the pool if a snapshot is due."""
+        sp = self.self_play
+        if sp is None or self.env_ticks < sp.next_tick:
+            return
+        params = np.empty(self.weights.n_params, np.float32)
+        self.weights.read_into(params)  # one whole version, even while learners publish
+        sp.take(params, env_tick=self.env_ticks, updates=self.state.updates)
+
     # ------------------------------------------------------------------ running
     def advance(self, seconds: float) -> None:
         """Let the world run ``seconds`` more, annealing ε as the ticks pass. Raises `PartFailed`
@@ -296,12 +405,17 @@ class TrainingRun:
         step = min(seconds, 50 * self.tau_m)
         while self.world.now() < end - 1e-12:
             self.weights.epsilon = epsilon_at(self.tick_offset + self.world.slot.read().tick, self.dqn)
-            self.world.run_until(min(end, self.world.now() + step))
+            until = min(end, self.world.now() + step)
+            if self.self_play is not None:  # stop at the next snapshot's tick, so snapshots keep their interval
+                self._take_snapshot()
+                until = min(until, self.world.now() + max(1, self.self_play.ticks_to_next(self.env_ticks)) * self.tau_m)
+            self.world.run_until(until)
             self.check_parts()
+        self._take_snapshot()
 
     def check_parts(self) -> None:
         """Raise the `PartFailed` of a part that kept dying (learners first: the run cannot learn)."""
-        for name in ("learners", "pool"):
+        for name in ("learners", "pool", "opponent_pool"):
             failure = getattr(getattr(self, name, None), "failure", None)
             if failure is not None:
                 raise failure
@@ -311,12 +425,17 @@ class TrainingRun:
         return self.state.updates
 
     @property
+    def episodes_total(self) -> int:
+        """Episodes finished in this run, earlier segments of a resumed run included."""
+        return self.episode_offset + int(self.replay.episodes_finished)
+
+    @property
     def env_ticks(self) -> int:
         return self.tick_offset + int(self.world.slot.read().tick)
 
     def quiesce(self) -> None:
         """Stop inference and learning (the world keeps its state) so a snapshot is exact."""
-        for name in ("learners", "pool", "agent"):
+        for name in ("learners", "pool", "agent", "opponent_pool"):
             part = getattr(self, name, None)
             if part is not None:
                 part.stop()
@@ -348,6 +467,9 @@ class TrainingRun:
             # after the copy, and past every id in it: a resumed run never issues a frame id twice
             frames = max(int(rb._hdr[1]), int(replay["frame_id"].max()) + 1)
             snap["replay"] = {"header": torch.tensor([count, frames], dtype=torch.int64), **replay}
+        if self.self_play is not None:  # the pool of snapshots: a resumed run plays the same opponents
+            snap["self_play"] = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+                                 for k, v in self.self_play.state().items()}  # fmt: skip
         return snap
 
     def restore(self, snap: dict[str, Any]) -> None:
@@ -365,6 +487,11 @@ class TrainingRun:
         self.weights.publish(state.params)
         self.tick_offset = int(snap["env_ticks"])
         self.episode_offset = int(snap["episodes"])
+        if self.self_play is not None:
+            pool = snap.get("self_play")
+            if pool is None:
+                raise ValueError("the checkpoint holds no self-play pool: it was not written by a --self-play run")
+            self.self_play.load_state({k: v.numpy() if hasattr(v, "numpy") else v for k, v in pool.items()})
         replay = snap.get("replay")
         if replay is not None and replay["frames"].shape == self.replay.frames.shape:
             rb = self.replay
@@ -383,6 +510,8 @@ class TrainingRun:
     def teardown(self) -> None:
         if getattr(self, "state", None) is not None and not self.state.closed:
             self.final_updates = self.state.updates
+        if getattr(self, "replay", None) is not None:
+            self.final_episodes = self.episodes_total
         errors = []
         while self._parts:
             part = self._parts.pop()
@@ -497,6 +626,7 @@ def train(
 
     run = TrainingRun(cfg)
     started = time.monotonic()
+    matches: list[dict[str, Any]] = []
     try:
         run.build().start()
         rows = ProgressRows(run, started)
@@ -505,9 +635,12 @@ def train(
             chunk = min(progress_every, cfg.seconds - done)
             run.advance(chunk)
             done += chunk
-            if on_progress is not None:
-                rows.episodes()
-                on_progress(rows.progress())
+            if on_progress is not None or run.self_play is not None:
+                finished = rows.episodes()
+                if run.self_play is not None:
+                    matches += run.self_play.match_rows(finished, run.episode_offset)
+                if on_progress is not None:
+                    on_progress(rows.progress())
     finally:
         run.teardown()
     log = run.world.tick_log
@@ -523,6 +656,7 @@ def train(
         "tick_log": log,
         "wall_s": time.monotonic() - started,
         "n_inference": run.n_inference,
+        **({"matches": matches, "snapshots": run.self_play.pool.ids} if run.self_play is not None else {}),
     }
 
 

@@ -3,7 +3,8 @@
 The run directory (see `nonstop.learning.runlog`) gets the config, a progress row
 every ``--progress-every`` world seconds (shown live), every finished episode,
 checkpoints every ``--checkpoint-every`` world seconds and on Ctrl-C/SIGTERM,
-TensorBoard events, the tick log and a summary; ``nonstop report RUN`` plots it.
+TensorBoard events, the tick log and a summary; ``nonstop report RUN`` plots it. A ``--self-play``
+run also writes every match against its snapshot pool to ``matches.csv`` (`nonstop.selfplay`).
 
 ``--resume`` continues from the newest whole checkpoint: parameters, Adam
 moments, target network, update and tick counters (so ε continues its anneal),
@@ -46,6 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="env keyword argument, repeatable (max_episode_steps=900)")
     p.add_argument("--clock", choices=("virtual", "wall"), default="virtual", help="virtual: simulated time (fast, exact); wall: real time")
     p.add_argument("--seconds", type=float, default=600.0, help="world seconds to run (default 600)")
+    p.add_argument("--episodes", type=int, default=None, metavar="N",
+                   help="also stop once the run has N finished episodes in all (a resumed run counts its earlier "
+                        "segments'), whichever of --seconds and --episodes comes first (default: --seconds alone)")  # fmt: skip
     p.add_argument("--interaction", choices=INTERACTIONS, default="staggered", help="staggered, or a sequential baseline")
     p.add_argument("--scheduler", choices=SCHEDULER_NAMES, default="exp_time", help="inference scheduler (staggered)")
     p.add_argument("--n-inference", type=n_workers_arg, default=None, help="N_I (default ⌈τ̄_θ/τ_M⌉), or 'auto': grown and shrunk online")
@@ -65,15 +69,49 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "--restart-window; one more death ends the run (summary incomplete, exit 1). Default 5")  # fmt: skip
     p.add_argument("--restart-window", type=float, default=60.0, metavar="SECONDS",
                    help="the window of --max-restarts, in the run's clock seconds (default 60)")
+    add_self_play_arguments(p)
     add_dqn_arguments(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", metavar="RUN", default=None, help="run directory (default runs/<env>-<time>)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its newest checkpoint")
+    p.add_argument("--track", action="append", metavar="wandb|mlflow",
+                   help="also send the progress rows, episodes, config and summary to Weights & Biases or MLflow "
+                        "(repeat, or a comma list; pip install 'nonstop[track]'; see nonstop.learning.tracking)")  # fmt: skip
     p.add_argument("--progress-every", type=float, default=5.0, help="world seconds between progress rows")
     p.add_argument("--checkpoint-every", type=float, default=120.0, help="world seconds between checkpoints")
     p.add_argument("--keep-checkpoints", type=int, default=3)
     p.add_argument("--checkpoint-replay", choices=("auto", "yes", "no"), default="auto",
                    help=f"write the replay into checkpoints (auto: when under {REPLAY_CHECKPOINT_LIMIT >> 20} MiB and the disk has room)")  # fmt: skip
+
+
+def add_self_play_arguments(p: argparse.ArgumentParser) -> None:
+    """``--self-play`` and its settings (`nonstop.selfplay`); the settings default to None so that one given
+    without ``--self-play`` is an error rather than ignored."""
+    from nonstop.selfplay import OPPONENT_WEIGHTINGS
+
+    g = p.add_argument_group("self-play (a two-seat world: the learner against a pool of its own past snapshots)")
+    g.add_argument("--self-play", action="store_true",
+                   help="the learner plays the first seat, a snapshot of its past self the second; RUN/matches.csv "
+                        "records every match")  # fmt: skip
+    g.add_argument("--opponents", choices=OPPONENT_WEIGHTINGS, default=None,
+                   help="how each match's snapshot is drawn: uniform over the pool, or latest (weight ∝ rank: the "
+                        "newest most often). Default uniform")  # fmt: skip
+    g.add_argument("--snapshot-every", type=float, default=None, metavar="SECONDS",
+                   help="world seconds between snapshots of the learner (default 30)")
+    g.add_argument("--pool-size", type=int, default=None, help="snapshots kept, the newest (default 8)")
+    g.add_argument("--opponent-latency", default=None,
+                   help="the pool side's declared latency (5t, 80ms, lognormal:6t,0.5; default: --latency)")
+
+
+def _self_play_settings(args: argparse.Namespace) -> dict[str, Any]:
+    names = ("opponents", "snapshot_every", "pool_size", "opponent_latency")
+    given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    if not getattr(args, "self_play", False):
+        if given:
+            flags = ", ".join("--" + n.replace("_", "-") for n in given)
+            raise ValueError(f"{flags} set{'s' if len(given) == 1 else ''} up self-play: add --self-play")
+        return {}
+    return {"self_play": True, **given}
 
 
 def add_dqn_arguments(p: argparse.ArgumentParser) -> None:
@@ -124,6 +162,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         n_inference=args.n_inference, latency=args.latency, n_learners=args.n_learners,
         learner_mode=args.learner_mode, tau_l=args.tau_l, backend=args.backend, ray_address=args.ray_address,
         seed=args.seed, dqn=dqn, default=getattr(args, "default", None), max_restarts=getattr(args, "max_restarts", 5), restart_window=getattr(args, "restart_window", 60.0),
+        **_self_play_settings(args),
     )  # fmt: skip
 
 
@@ -139,17 +178,23 @@ def _replay_in_checkpoint(choice: str, run: Any, out: Path) -> bool:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from nonstop._console import Console
 
     from nonstop.learning.checkpoint import latest_checkpoint
     from nonstop.learning.replay import check_replay_fits
     from nonstop.learning.runlog import Progress, RunLog, RunPaths, begin_ticklog_segment, read_config
+    from nonstop.learning.tracking import parse_track, require_trackers
     from nonstop.run import ProgressRows, TrainingRun
 
+    track = parse_track(getattr(args, "track", None))
+    require_trackers(track)  # a missing tracker library is named before anything runs or is written
     for name in ("seconds", "progress_every", "checkpoint_every"):
         value = getattr(args, name)
         if not (value > 0 and math.isfinite(value)):
             raise ValueError(f"--{name.replace('_', '-')} must be a positive number of seconds, got {value}")
+    episodes = getattr(args, "episodes", None)
+    if episodes is not None and episodes < 1:
+        raise ValueError(f"--episodes must be a whole number >= 1, got {episodes}")
     console = Console(stderr=True)
     cfg = config_from_args(args)
     out = Path(args.out) if args.out else _default_out(args.env)
@@ -166,9 +211,13 @@ def run_train(args: argparse.Namespace) -> int:
     console.print(f"replay: {cfg.dqn.replay_capacity:,} transitions of {run.obs_shape} {run.obs_space.dtype} "
                   f"→ {need / 2**20:,.1f} MiB of shared memory; N_I={run.n_inference}, N_L={cfg.n_learners}, "
                   f"{cfg.interaction}, clock={cfg.clock}; run dir {out}")  # fmt: skip
+    if cfg.self_play:
+        console.print(f"self-play: the learner on {run.seats[0]}, a snapshot of it on {run.seats[1]} (N_I="
+                      f"{run.opponent_n_inference}, latency {cfg.opponent_latency or cfg.latency}); a snapshot every "
+                      f"{cfg.snapshot_every:g} world s, the newest {cfg.pool_size} kept, drawn {cfg.opponents}")  # fmt: skip
     config = cfg.to_dict()
     log = RunLog(out, config, resume=args.resume, note=lambda msg: console.print(msg, style="dim", markup=False),
-                 tensorboard=getattr(args, "tensorboard", True))  # the demo turns it off: its CSVs and report say it all
+                 tensorboard=getattr(args, "tensorboard", True), track=track)  # the demo turns it off: its CSVs and report say it all
     wall0 = time.monotonic()
     end = RunEnd()
     summary: dict[str, Any] = {}
@@ -188,12 +237,11 @@ def run_train(args: argparse.Namespace) -> int:
             total = math.ceil(cfg.seconds / run.tau_m)
             done, next_ckpt = 0.0, args.checkpoint_every
             with Progress(total_ticks=run.tick_offset + total) as view:
-                while done < cfg.seconds - 1e-9:
+                while done < cfg.seconds - 1e-9 and not (episodes is not None and run.episodes_total >= episodes):
                     chunk = min(args.progress_every, cfg.seconds - done)
                     run.advance(chunk)
                     done += chunk
-                    for ep in rows.episodes():
-                        log.log_episode(ep)
+                    _log_episodes(run, log, rows)
                     last_row = row = rows.progress()
                     log.log_progress(row)
                     view.update(row)
@@ -209,8 +257,8 @@ def run_train(args: argparse.Namespace) -> int:
         with end.second_signal_skips():
             if end.world_alive(run) and getattr(run, "state", None) is not None:
                 run.quiesce()
-                for ep in rows.episodes() if rows is not None else []:
-                    log.log_episode(ep)
+                if rows is not None:
+                    _log_episodes(run, log, rows)
                 checkpoints.save(lambda: run.snapshot(include_replay=_replay_in_checkpoint(args.checkpoint_replay, run, out)),
                                  run.state.updates)  # fmt: skip
         with end.signals_held():  # nothing may stop the teardown: reap and unlink everything, then say what happened
@@ -233,6 +281,16 @@ def run_train(args: argparse.Namespace) -> int:
     return end.exit_code
 
 
+def _log_episodes(run: Any, log: Any, rows: Any) -> None:
+    """Log the episodes finished since the last call, and (self-play) each one's match against the pool."""
+    finished = rows.episodes()
+    for ep in finished:
+        log.log_episode(ep)
+    if run.self_play is not None:
+        for match in run.self_play.match_rows(finished, run.episode_offset):
+            log.log_match(match)
+
+
 def _wall_before(log: Any) -> float:
     """The wall time a resumed run had already spent: the newest ``wall_s`` in its progress or episode
     rows (0 for a new run), so both files keep one time axis across segments."""
@@ -250,7 +308,15 @@ def _machine_limits(run: Any, figures: dict[str, Any]) -> list[str]:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return machine_limits(figures, clock=cfg.clock, scheduler=cfg.scheduler if cfg.interaction == "staggered" else "sequential",
                           n_inference=max(1, n_inference), latency_mean_ticks=float(run.latency.mean / run.tau_m),
-                          processes=max(1, n_inference) + cfg.n_learners + 1, cores=max(1, cores))  # fmt: skip
+                          processes=max(1, n_inference) + cfg.n_learners + 1 + _opponent_workers(run), cores=max(1, cores))  # fmt: skip
+
+
+def _opponent_workers(run: Any) -> int:
+    """Self-play's pool side: its inference workers share the machine too."""
+    if getattr(run, "self_play", None) is None:
+        return 0
+    n = run.opponent_n_inference
+    return n if isinstance(n, int) else 1
 
 
 def _finish_log(run: Any, log: Any, out: Path, end: "RunEnd", last_row: dict[str, Any], wall0: float) -> dict[str, Any]:
@@ -268,8 +334,16 @@ def _finish_log(run: Any, log: Any, out: Path, end: "RunEnd", last_row: dict[str
         summary.update(summarize(tick_log), env_ticks_total=run.tick_offset + len(tick_log),
                        recent_return=float(np.mean(returns[-20:])) if returns else None)  # fmt: skip
         summary["machine_limits"] = _machine_limits(run, summary)
+        if run.self_play is not None:  # the figures above are the learner's seat; the pool side's beside them
+            sp = run.self_play
+            theirs = tick_log.seat(sp.opponent_seat).summary()
+            summary["self_play"] = {"learner_seat": sp.learner_seat, "opponent_seat": sp.opponent_seat,
+                                    "snapshots": sp.pool.ids, "snapshots_taken": sp.pool.next_id,
+                                    **{f"opponent_{k}": theirs[k] for k in ("agent_ticks", "inaction_fraction",
+                                                                            "tau_i_mean_ticks", "delay_mean_ticks")}}  # fmt: skip
     except BaseException as exc:  # noqa: BLE001 - a dead host's log, a full disk: said in the summary
         end.note(f"tick log not saved: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    summary["episodes_total"] = run.final_episodes  # earlier segments of a resumed run included
     summary.update(end.as_dict(), wall_s=round(time.monotonic() - wall0, 2))
     try:
         log.write_summary(summary)

@@ -9,6 +9,10 @@ Each benchmark is a module in this package exposing
 
 The CLI adds ``"bench"`` and ``"machine"`` to the result and, with ``--json``,
 prints it as one JSON object on the last line of stdout.
+
+A benchmark that needs an optional package (`REQUIRES`; a figure written with ``--plot`` needs
+matplotlib) is listed whether or not it is installed: when it is missing, ``nonstop bench --help``
+says which extra installs it, and running the benchmark says so in one line (exit 2).
 """
 
 BENCHMARKS = {
@@ -24,4 +28,13 @@ BENCHMARKS = {
     "ticklog": "nonstop.bench.ticklog",
     "weights": "nonstop.bench.weights",
     "duel": "nonstop.bench.duel",
+}
+
+#: The optional packages (top-level modules) a benchmark needs beyond the base install.
+REQUIRES = {
+    "models": ("torch",),
+    "learn": ("torch",),
+    "nlstar": ("torch",),
+    "weights": ("torch",),
+    "server": ("fastapi", "uvicorn", "websockets", "pydantic"),
 }

@@ -316,7 +316,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> None:
-    from rich.console import Console
+    from nonstop._console import Console
     from rich.table import Table
 
     table = Table(title="process round trip (ping-pong, spawn)")

@@ -343,7 +343,7 @@ def _plain_pyboy(env_id: str, steps: int) -> dict[str, float]:
 
 
 def render(result: dict[str, Any]) -> None:
-    from rich.console import Console
+    from nonstop._console import Console
     from rich.table import Table
 
     table = Table(title=f"host vs raw gymnasium loop — {result['env']} ({result['env_source']})")

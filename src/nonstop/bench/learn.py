@@ -117,7 +117,7 @@ def render(result: dict[str, Any]) -> None:
     target = (f"reached at tick {reached:,}" if reached is not None else f"not reached in {z['ticks']:,} ticks")
     print(f"zero latency, {z['ticks']:,} ticks: last-20 return {z['return_last20']}, "
           f"target {result['target_return']} {target} ({z['wall_s']} s)")  # fmt: skip
-    from rich.console import Console
+    from nonstop._console import Console
     from rich.table import Table
 
     table = Table(title=f"latency {result['latency']}: the paper's ordering (Figure 4)")

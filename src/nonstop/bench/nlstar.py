@@ -212,7 +212,7 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
 
 
 def render(result: dict[str, Any]) -> None:
-    from rich.console import Console
+    from nonstop._console import Console
     from rich.table import Table
 
     table = Table(title=f"N_L* at {result['tick_hz']:g} Hz ({result['cores']} cores, load {result['load_average']:.1f})")

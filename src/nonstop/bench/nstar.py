@@ -412,7 +412,7 @@ def _plot_sigma(rows: list[dict[str, Any]], path: Path, kind: str) -> Path:
 
 
 def render(result: dict[str, Any]) -> None:
-    from rich.console import Console
+    from nonstop._console import Console
     from rich.table import Table
 
     def num(v: Any, fmt: str) -> str:

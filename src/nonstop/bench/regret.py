@@ -340,7 +340,7 @@ def _plot(result: dict[str, Any], path: Path) -> Path:
 
 
 def render(result: dict[str, Any]) -> None:
-    from rich.console import Console
+    from nonstop._console import Console
     from rich.table import Table
 
     def num(v: Any, fmt: str) -> str:

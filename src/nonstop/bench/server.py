@@ -57,6 +57,12 @@ edge (1.4 / 2.0 ms). Where realtime priority is not permitted, ``/health`` and t
 ``tick_sched_in_force`` say so. The whole-session p99 (with starts) is larger, ~0.6 ms median and
 up to ~10 ms worst: a session's first reset (~6 ms for Boxing) holds its worker's GIL while that
 worker's other sessions are due.
+
+Several seats (``--seats 2``, issue 11: 32 two-seat Boxing sessions at 60 Hz, one client per seat,
+per-session lateness p99 ≤ 2 ms): the env defaults to ``multi/Boxing``; each session's first client
+creates it (``reset``: the reset latency) and the others ``join`` its other seats (the *join
+latency*), then every client plays its own seat as above (a random action of its seat's space
+every ``--every`` ticks). Lateness is per session, as above; inaction per client (its seat's).
 """
 
 from __future__ import annotations
@@ -89,6 +95,7 @@ TARGET_RESET_P50_MS = 50.0
 
 RESULT_KEYS = (
     "sessions",
+    "seats",
     "lateness_p99_ms_median",
     "lateness_p99_ms_worst",
     "ticks_per_s",
@@ -103,7 +110,9 @@ RESULT_KEYS = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sessions", type=int, default=64, help="sessions (one client each); default 64")
-    parser.add_argument("--env", default="Boxing", help="env id (default Boxing, 60 Hz ALE)")
+    parser.add_argument("--env", default=None, help="env id (default Boxing, 60 Hz ALE; with --seats 2+, multi/Boxing)")
+    parser.add_argument("--seats", type=int, default=1, help="clients per session, one per seat (a several-seat "
+                        "env's seats); default 1")
     parser.add_argument("--seconds", type=float, default=20.0, help="how long every client plays")
     parser.add_argument("--every", type=int, default=6, help="each client waits this many ticks between actions")
     parser.add_argument("--encoding", choices=("none", "b64"), default="none", help="what observations carry")
@@ -164,15 +173,28 @@ def _rss_mb(pid: int) -> tuple[float, float]:
 
 
 async def _client(url: str, delay: float, args: argparse.Namespace, start_gate: asyncio.Event,
-                  close_gate: asyncio.Event, out: dict) -> None:  # fmt: skip
+                  close_gate: asyncio.Event, out: dict, seat: int, session: asyncio.Future) -> None:  # fmt: skip
+    """One client: seat 0 creates its session (``reset``) and hands its id to the others through
+    ``session``; seat k > 0 joins that session's k-th seat. Then each plays its own seat."""
     from nonstop.server.client import AsyncClient
 
     await asyncio.sleep(delay)
-    rng = np.random.default_rng(int(delay * 1e6))
+    rng = np.random.default_rng(int(delay * 1e6) * 16 + seat)
     async with AsyncClient(url, timeout=120.0) as client:
         t0 = time.perf_counter()
-        first = await client.reset(env=args.env, encoding=args.encoding)  # no seed: a warm env (seed recorded)
-        out["reset_s"] = time.perf_counter() - t0
+        if seat == 0:
+            try:
+                first = await client.reset(env=args.env, encoding=args.encoding)  # no seed: a warm env (seed recorded)
+            except BaseException as exc:
+                session.set_exception(exc)
+                raise
+            out["reset_s"] = time.perf_counter() - t0
+            session.set_result(first.info["session_id"])
+        else:
+            sid = await session
+            t0 = time.perf_counter()
+            first = await client.join(sid, args.seat_names[seat], encoding=args.encoding)
+            out["join_s"] = time.perf_counter() - t0
         out["sid"] = first.info["session_id"]
         n_actions = 0
         await start_gate.wait()  # every session exists: the common window starts now
@@ -181,7 +203,7 @@ async def _client(url: str, delay: float, args: argparse.Namespace, start_gate: 
         end_at = time.perf_counter() + args.seconds
         while time.perf_counter() < end_at:
             seen = await client.wait(args.every, encoding=args.encoding)
-            await client.act(int(rng.integers(18)), obs_tick=seen.tick)
+            await client.act(int(rng.integers(args.n_actions[seat])), obs_tick=seen.tick)
             n_actions += 1
         end = await client.observe(encoding="none")
         out["window_end"] = (time.perf_counter(), end.tick)
@@ -194,19 +216,23 @@ async def _client(url: str, delay: float, args: argparse.Namespace, start_gate: 
 async def _play(url: str, args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     from nonstop.server.client import http_get
 
-    outs: list[dict] = [dict() for _ in range(args.sessions)]
+    clients = args.sessions * args.seats
+    outs: list[dict] = [dict() for _ in range(clients)]
     gate, close_gate = asyncio.Event(), asyncio.Event()
     live: list[dict] = []
+    loop = asyncio.get_running_loop()
+    sids = [loop.create_future() for _ in range(args.sessions)]
     tasks = [
-        asyncio.create_task(_client(url, args.ramp * i / max(1, args.sessions), args, gate, close_gate, outs[i]))
-        for i in range(args.sessions)
-    ]
+        asyncio.create_task(_client(url, args.ramp * (i // args.seats) / max(1, args.sessions), args, gate, close_gate,
+                                    outs[i], i % args.seats, sids[i // args.seats]))
+        for i in range(clients)
+    ]  # fmt: skip
 
     async def open_gate() -> None:
-        while sum("sid" in o for o in outs) < args.sessions and not any(t.done() for t in tasks):
+        while sum("sid" in o for o in outs) < clients and not any(t.done() for t in tasks):
             await asyncio.sleep(0.05)
         gate.set()
-        while sum("window_end" in o for o in outs) < args.sessions and not any(t.done() for t in tasks):
+        while sum("window_end" in o for o in outs) < clients and not any(t.done() for t in tasks):
             await asyncio.sleep(0.05)
         live.extend(await asyncio.to_thread(http_get, url, "/sessions"))
         close_gate.set()
@@ -221,8 +247,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.quick:
         args.sessions, args.seconds, args.ramp = min(args.sessions, 4), min(args.seconds, 3.0), min(args.ramp, 0.5)
-    if args.sessions < 1 or args.every < 1 or not args.seconds > 0:
-        raise ValueError("need --sessions >= 1, --every >= 1 and --seconds > 0")
+    if args.sessions < 1 or args.every < 1 or not args.seconds > 0 or args.seats < 1:
+        raise ValueError("need --sessions >= 1, --seats >= 1, --every >= 1 and --seconds > 0")
+    if args.env is None:
+        args.env = "Boxing" if args.seats == 1 else "multi/Boxing"
     port = free_port()
     url = f"ws://127.0.0.1:{port}"
     load_before = os.getloadavg()[0]
@@ -242,6 +270,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if server.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the server did not start (exit code {server.poll()})")
             time.sleep(0.1)
+        desc = http_get(url, "/metadata")["envs"][args.env]
+        seat_spaces = desc.get("seats") or {"agent": {"action": desc["action"]}}
+        if args.seats > len(seat_spaces):
+            raise ValueError(f"--seats {args.seats}: {args.env} has {len(seat_spaces)} seat(s) ({', '.join(seat_spaces)})")
+        args.seat_names = list(seat_spaces)
+        args.n_actions = [int(seat_spaces[name]["action"].get("n", 2)) for name in args.seat_names]
         while sum(http_get(url, "/health")["warm_envs_ready"].values()) < args.sessions:
             if server.poll() is not None or time.monotonic() > deadline + 600:
                 raise RuntimeError("the server's warm envs did not get ready")
@@ -269,16 +303,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     t_start = max(o["window_start"][0] for o in outs)
     t_end = min(o["window_end"][0] for o in outs)
     # ticks each session advanced over its own window, scaled to the common window's length
+    # (each session once: its creator's window; the clients who joined it see the same ticks)
     rates = np.array([(o["window_end"][1] - o["window_start"][1]) / (o["window_end"][0] - o["window_start"][0])
-                      for o in outs])  # fmt: skip
+                      for o in outs if "reset_s" in o])  # fmt: skip
     ticks_per_s = float(rates.sum())
     target = 60.0 * args.sessions
-    reset_ms = np.array([o["reset_s"] for o in outs]) * 1e3
+    reset_ms = np.array([o["reset_s"] for o in outs if "reset_s" in o]) * 1e3
+    join_ms = np.array([o["join_s"] for o in outs if "join_s" in o]) * 1e3
     inaction = np.array([o["inaction_ticks"] / max(1, o["inaction_ticks"] + o["agent_ticks"]) for o in outs])
     result = {
         "bench": "server",
         "machine": machine_info(),
         "sessions": args.sessions,
+        "seats": args.seats,
+        "clients": len(outs),
         "env": args.env,
         "seconds": args.seconds,
         "client_every_ticks": args.every,
@@ -301,6 +339,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "server_idle_rss_mb": idle_rss,
         "reset_p50_ms": float(np.median(reset_ms)),
         "reset_ms": percentiles(reset_ms),
+        "join_ms": percentiles(join_ms) if join_ms.size else None,
         "client_inaction_fraction_median": float(np.median(inaction)),
         "server_cpu_cores": server_cpu,
         "clients_cpu_cores": client_cpu,
@@ -318,11 +357,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> None:
-    from rich.console import Console
+    from nonstop._console import Console
     from rich.table import Table
 
     load = ", ".join(f"{x:.2f}" for x in result["loadavg_1min"])
-    table = Table(title=f"nonstop bench server · {result['sessions']} × {result['env']} · load {load}")
+    seats = f" · {result['seats']} clients each (one per seat)" if result.get("seats", 1) > 1 else ""
+    table = Table(title=f"nonstop bench server · {result['sessions']} × {result['env']}{seats} · load {load}")
     table.add_column("figure")
     table.add_column("measured")
     table.add_column("target")
@@ -334,6 +374,7 @@ def render(result: dict[str, Any]) -> None:
         ("server RSS (MB), now / peak", f"{result['server_rss_mb']:.0f} / {result['server_peak_rss_mb']:.0f}",
          f"≤ {TARGET_RSS_MB:.0f}"),
         ("reset latency p50 (ms)", f"{result['reset_p50_ms']:.1f}", f"≤ {TARGET_RESET_P50_MS}"),
+        *([("join latency p50 (ms)", f"{result['join_ms']['p50']:.1f}", "")] if result.get("join_ms") else []),
         ("client inaction (median)", f"{result['client_inaction_fraction_median']:.3f}", ""),
     ]  # fmt: skip
     for row in rows:

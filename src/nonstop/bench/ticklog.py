@@ -292,7 +292,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> None:
-    from rich.console import Console
+    from nonstop._console import Console
     from rich.table import Table
 
     table = Table(title=f"nonstop bench ticklog: {result['rows']:,} appends per variant")

@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> None:
-    from rich.console import Console
+    from nonstop._console import Console
     from rich.table import Table
 
     t = Table(title=f"memory of N_I workers, k={result['k']:g} (|θ| = {result['theta_mib']:.1f} MiB; "

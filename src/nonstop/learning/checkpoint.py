@@ -34,13 +34,13 @@ import json
 import os
 import re
 import struct
-import tempfile
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Final
+
+from nonstop._io import TMP_SUFFIX, atomic_file, write_atomic
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -68,7 +68,6 @@ FORMAT_VERSION: Final = 1
 _HEADER: Final = struct.Struct("<8sIQ32s")
 HEADER_SIZE: Final = _HEADER.size  # 52 bytes
 _NAME: Final = re.compile(r"^ckpt-(\d{9,})\.pt$")
-_TMP_SUFFIX: Final = ".tmp"
 #: Config keys that may change on resume: budgets and where things are written, not what is learned.
 DEFAULT_MAY_DIFFER: Final = (
     "duration", "duration_s", "seconds", "ticks", "max_ticks", "total_ticks", "env_ticks", "budget",
@@ -137,50 +136,7 @@ class Checkpoint:
 # ----------------------------------------------------------------------------- atomic files
 
 
-@contextmanager
-def atomic_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
-    """Open ``path`` for writing so that it is always either the old file or the whole new one.
-
-    Yields a binary file that is really a temp file beside ``path`` (same filesystem, so the rename
-    is atomic). When the block ends normally it is flushed, fsynced and ``os.replace``-d onto
-    ``path``, and the directory is fsynced so the rename survives a power cut; if anything (even
-    Ctrl-C) interrupts the block, the temp file is removed and ``path`` is untouched. Only a SIGKILL
-    can leave the temp file (``.NAME.*.tmp``) behind, never a partial file under ``path``.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TMP_SUFFIX)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def write_atomic(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through `atomic_file`."""
-    with atomic_file(path) as f:
-        f.write(data)
-    return Path(path)
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # some platforms cannot open a directory; the rename is still atomic there
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+# `atomic_file` and `write_atomic` live in `nonstop._io` (one writer for every atomic file); re-exported here.
 
 
 # ----------------------------------------------------------------------------- one checkpoint
@@ -395,7 +351,7 @@ def keep_last(run_dir: str | os.PathLike, n: int) -> list[Path]:
     removed = [path for _, path in found[:cut]]
     directory = Path(run_dir) / CHECKPOINT_DIR
     if directory.is_dir():
-        removed += [p for p in directory.iterdir() if p.name.startswith(".ckpt-") and p.name.endswith(_TMP_SUFFIX)]
+        removed += [p for p in directory.iterdir() if p.name.startswith(".ckpt-") and p.name.endswith(TMP_SUFFIX)]
     for path in removed:
         path.unlink(missing_ok=True)
     return removed

@@ -5,12 +5,16 @@ Layout (`RunPaths` names each file; ``nonstop report RUN`` reads them back)::
     RUN/config.json          the run's config (rewritten, compatible, on --resume)
     RUN/progress.csv         one row per progress interval, columns PROGRESS_COLUMNS
     RUN/episodes.csv         one row per finished episode, columns EPISODE_COLUMNS
+    RUN/matches.csv          self-play only (`nonstop.selfplay`): one row per finished match, columns
+                             MATCH_COLUMNS: the opponent snapshot, the learner's score, won
     RUN/ticklog/             the tick log, streamed in chunks as the run goes (`TickLog`, ``directory``):
                              the truth every metric comes from; every completed chunk survives a kill
     RUN/ticklog-before-<tick>/  earlier segments of a resumed run (``.npz`` files from older nonstop);
                              `read_ticklog` stitches them and the newest into one log
     RUN/checkpoints/         ckpt-<updates:09d>.pt (see `nonstop.learning.checkpoint`)
     RUN/tb/                  TensorBoard events mirroring the CSV figures (if tensorboard is installed)
+    RUN/tracking.json        with ``track=``: the Weights & Biases / MLflow runs mirroring it (`nonstop.learning.tracking`)
+    RUN/wandb/               with ``track=("wandb",)`` and no WANDB_DIR: wandb's own files
     RUN/summary.json         the final summary
 
 `RunLog` owns the writing side. Every CSV row is flushed to the OS as it is written, so a crash or a
@@ -47,6 +51,7 @@ import json
 import re
 import math
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -55,11 +60,13 @@ from typing import Any, Final
 
 import numpy as np
 
-from nonstop.learning.checkpoint import CHECKPOINT_DIR, DEFAULT_MAY_DIFFER, check_compatible, write_atomic
+from nonstop._io import write_atomic
+from nonstop.learning.checkpoint import CHECKPOINT_DIR, DEFAULT_MAY_DIFFER, check_compatible
 
 __all__ = [
     "PROGRESS_COLUMNS",
     "EPISODE_COLUMNS",
+    "MATCH_COLUMNS",
     "RunPaths",
     "RunLog",
     "Progress",
@@ -79,6 +86,10 @@ PROGRESS_COLUMNS: Final = (
 _SEGMENT: Final = re.compile(r"ticklog-before-(\d+)(-\d+)?(?:\.npz)?")  # tick, then -2, -3... on a repeat
 #: Columns of RUN/episodes.csv, in order.
 EPISODE_COLUMNS: Final = ("episode", "end_tick", "wall_s", "return", "length_ticks")
+#: Columns of RUN/matches.csv (self-play runs), in order: the match (episode), its end, the opponent
+#: snapshot's id and the env tick it was taken at, the pool's size when the match was logged, the
+#: learner's score (its seat's episode return) and whether it won (score > 0).
+MATCH_COLUMNS: Final = ("episode", "end_tick", "wall_s", "opponent", "opponent_tick", "pool_size", "score", "won")
 
 
 @dataclass(frozen=True)
@@ -101,6 +112,11 @@ class RunPaths:
     @property
     def episodes(self) -> Path:
         return self.root / "episodes.csv"
+
+    @property
+    def matches(self) -> Path:
+        """Self-play runs: one row per match against the snapshot pool (`MATCH_COLUMNS`)."""
+        return self.root / "matches.csv"
 
     @property
     def ticklog(self) -> Path:
@@ -319,6 +335,12 @@ class RunLog:
 
     Progress scalars go to TensorBoard as ``progress/<column>`` at step ``env_ticks``; episodes as
     ``episode/return`` and ``episode/length_ticks`` at step ``end_tick``.
+
+    ``track`` names experiment trackers (``"wandb"``, ``"mlflow"``; see `nonstop.learning.tracking`)
+    that get the config, the same rows and the summary. A tracker whose library is missing is a
+    ModuleNotFoundError naming the extra, raised before the run directory is touched; one that cannot
+    start (`TrackerError`) leaves a new run directory as it found it. The tracker runs end with
+    `close`, as finished, killed or failed by the summary written (`nonstop.learning.tracking.end_state`).
     """
 
     def __init__(
@@ -329,11 +351,16 @@ class RunLog:
         resume: bool = False,
         may_differ: Iterable[str] = DEFAULT_MAY_DIFFER,
         tensorboard: bool = True,
+        track: str | Iterable[str] = (),
         note: Callable[[str], None] | None = None,
     ) -> None:
+        from nonstop.learning.tracking import parse_track, require_trackers
+
         self.config = _check_config(config)
         self.paths = RunPaths(run_dir)
         self._note = note or _stderr_note
+        track = parse_track(track)
+        require_trackers(track)  # a missing library is named before anything is written
         root = self.paths.root
         if root.exists() and not root.is_dir():
             raise NotADirectoryError(f"run dir {root} exists and is not a directory")
@@ -342,8 +369,8 @@ class RunLog:
                 raise FileNotFoundError(f"cannot resume: {root} holds no config.json (no run was started there)")
             check_compatible(read_config(root), self.config, may_differ, where=str(root))
         else:
-            files = (self.paths.config, self.paths.progress, self.paths.episodes, self.paths.ticklog,
-                     self.paths.ticklog_dir, self.paths.summary)  # fmt: skip
+            files = (self.paths.config, self.paths.progress, self.paths.episodes, self.paths.matches,
+                     self.paths.ticklog, self.paths.ticklog_dir, self.paths.summary)  # fmt: skip
             taken = [p.name for p in files if p.exists()]
             if self.paths.checkpoints.is_dir() and any(self.paths.checkpoints.iterdir()):
                 taken.append(f"{CHECKPOINT_DIR}/")
@@ -352,12 +379,45 @@ class RunLog:
                     f"{root} already holds a run ({', '.join(taken)}): pass --resume to continue it, "
                     "or choose a new --out"
                 )
+        new_root = not root.exists()
         root.mkdir(parents=True, exist_ok=True)
+        self._trackers = self._open_trackers(track, resume=resume, new_root=new_root)
         write_atomic(self.paths.config, (json.dumps(self.config, indent=2, default=str) + "\n").encode())
         self._progress = _CsvAppender(self.paths.progress, PROGRESS_COLUMNS, resume=resume, note=self._note)
         self._episodes = _CsvAppender(self.paths.episodes, EPISODE_COLUMNS, resume=resume, note=self._note)
         self._tb = self._open_tensorboard() if tensorboard else None
+        self._resume = resume
+        self._matches: _CsvAppender | None = None  # opened by the first match (self-play runs only)
+        self._end = "finished"  # how the trackers' runs end (from the summary written)
         self._closed = False
+
+    def _open_trackers(self, names: tuple[str, ...], *, resume: bool, new_root: bool) -> list[Any]:
+        """Start each tracker's run; if one cannot, end those started and (a new run) remove what they
+        wrote, so the user can fix the cause and run the same command again."""
+        from nonstop.learning.tracking import TRACKING_FILE, open_tracker
+
+        root = self.paths.root
+        before = {p.name for p in root.iterdir()} if not new_root else set()
+        opened: list[Any] = []
+        try:
+            for name in names:
+                opened.append(open_tracker(name, root, self.config, resume=resume, note=self._note))
+        except BaseException:
+            for tracker in opened:
+                tracker.finish("failed")
+            if new_root:
+                shutil.rmtree(root, ignore_errors=True)
+            elif not resume:
+                for name in {TRACKING_FILE, "wandb"} - before:
+                    path = root / name
+                    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+            raise
+        return opened
+
+    @property
+    def trackers(self) -> tuple[str, ...]:
+        """The experiment trackers mirroring this run and still working (``wandb``, ``mlflow``)."""
+        return tuple(t.name for t in self._trackers if t.failed is None)
 
     def _open_tensorboard(self) -> Any:
         try:
@@ -407,6 +467,8 @@ class RunLog:
                 value = row.get(column)
                 if column != "env_ticks" and value is not None and math.isfinite(float(value)):
                     self._tb.add_scalar(f"progress/{column}", float(value), global_step=step)
+        for tracker in self._trackers:
+            tracker.log("progress", row)
 
     def log_episode(self, row: Mapping[str, Any]) -> None:
         """Append one finished episode (keys from EPISODE_COLUMNS: episode, end_tick, wall_s, return, length_ticks)."""
@@ -417,6 +479,22 @@ class RunLog:
             for column in ("return", "length_ticks"):
                 if row.get(column) is not None:
                     self._tb.add_scalar(f"episode/{column}", float(row[column]), global_step=step)
+        for tracker in self._trackers:
+            tracker.log("episode", row)
+
+    def log_match(self, row: Mapping[str, Any]) -> None:
+        """Append one self-play match to RUN/matches.csv (keys from `MATCH_COLUMNS`);
+        the file is opened (appended to, on resume) by the first match."""
+        self._check_open()
+        if self._matches is None:
+            self._matches = _CsvAppender(self.paths.matches, MATCH_COLUMNS, resume=self._resume, note=self._note)
+        self._matches.write(row, "match")
+        if self._tb is not None and row.get("end_tick") is not None:
+            for column in ("score", "won"):
+                if row.get(column) is not None:
+                    self._tb.add_scalar(f"self_play/{column}", float(row[column]), global_step=int(row["end_tick"]))
+        for tracker in self._trackers:
+            tracker.log("self_play", row)
 
     def save_ticklog(self, log: Any) -> Path:
         """Keep the tick log in the run: one that streamed to RUN/ticklog/ gets its final meta
@@ -431,7 +509,13 @@ class RunLog:
         if not isinstance(summary, Mapping):
             raise TypeError(f"summary must be a dict, got {type(summary).__name__}")
         text = json.dumps(_json_safe(summary), indent=2, allow_nan=False)
-        return write_atomic(self.paths.summary, (text + "\n").encode())
+        path = write_atomic(self.paths.summary, (text + "\n").encode())
+        from nonstop.learning.tracking import end_state
+
+        self._end = end_state(summary)
+        for tracker in self._trackers:
+            tracker.summary(summary)
+        return path
 
     def close(self) -> None:
         """Flush, fsync and close every file; safe to call twice."""
@@ -441,9 +525,15 @@ class RunLog:
         try:
             self._progress.close()
             self._episodes.close()
+            if self._matches is not None:
+                self._matches.close()
         finally:
-            if self._tb is not None:
-                self._tb.close()
+            try:
+                if self._tb is not None:
+                    self._tb.close()
+            finally:
+                for tracker in self._trackers:
+                    tracker.finish(self._end)
 
     def __enter__(self) -> "RunLog":
         return self
@@ -526,7 +616,7 @@ class Progress:
         every: int = 1,
         console: Any = None,
     ) -> None:
-        from rich.console import Console
+        from nonstop._console import Console
 
         if total_ticks is not None and (
             isinstance(total_ticks, bool) or not isinstance(total_ticks, int) or total_ticks < 1

@@ -215,7 +215,7 @@ def run_tolerance(args: Any) -> int:
         "p_minimax_hat": float(est.q[0]), "q": [float(x) for x in est.q], "stderr": [float(x) for x in est.stderr],
         "delay_regret": [float(x) for x in est.delay_regret], "starts": est.starts, "flock": est.flock,
     }  # fmt: skip
-    from rich.console import Console
+    from nonstop._console import Console
     from rich.table import Table
 
     console = Console()

@@ -71,7 +71,6 @@ import os
 import queue
 import re
 import struct
-import tempfile
 import threading
 import time
 import warnings
@@ -82,6 +81,8 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 import numpy as np
+
+from nonstop._io import atomic_file, write_atomic
 
 __all__ = [
     "TickLog",
@@ -171,30 +172,19 @@ def save_npz_atomic(
 ) -> Path:
     """Write a compressed ``.npz`` of ``arrays`` plus a JSON ``__header__`` atomically (a temp
     file in the same directory, then a rename): a crash never leaves half a file under ``path``.
-    ``fsync`` also forces the bytes to the device before the rename (a power cut keeps it whole).
+    ``fsync`` also forces the bytes to the device (`nonstop._io.atomic_file`'s ``durable``: a power cut keeps it whole).
     ``compresslevel``: zlib's level (default: numpy's, 6; the tick log's chunks use 1, five times
     faster for the same size on tick-log columns)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     blob = np.frombuffer(json.dumps(header, default=str).encode(), np.uint8)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if compresslevel is None:
-                # allow_pickle=False as in the branch below: an object array could not be read back
-                np.savez_compressed(f, __header__=blob, allow_pickle=False, **arrays)
-            else:  # what savez_compressed does, at a chosen level
-                with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED, compresslevel=compresslevel) as z:
-                    for name, array in {"__header__": blob, **arrays}.items():
-                        with z.open(f"{name}.npy", "w", force_zip64=True) as member:
-                            np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path, durable=fsync) as f:
+        if compresslevel is None:
+            # allow_pickle=False as in the branch below: an object array could not be read back
+            np.savez_compressed(f, __header__=blob, allow_pickle=False, **arrays)
+        else:  # what savez_compressed does, at a chosen level
+            with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED, compresslevel=compresslevel) as z:
+                for name, array in {"__header__": blob, **arrays}.items():
+                    with z.open(f"{name}.npy", "w", force_zip64=True) as member:
+                        np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
     return path
 
 
@@ -217,17 +207,7 @@ def load_npz(path: str | os.PathLike, fmt: str, what: str) -> tuple[dict[str, An
 
 
 def _write_json_atomic(path: Path, obj: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, default=str)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, json.dumps(obj, default=str).encode())
 
 
 def is_ticklog_dir(path: str | os.PathLike) -> bool:

@@ -1,7 +1,8 @@
 """The HTTP + WebSocket face of the server (FastAPI; served by uvicorn).
 
 ``/ws`` speaks `nonstop.server.protocol`: one session per connection, OpenEnv's lockstep verbs and
-the realtime ones. The event loop only parses, reads slots, submits actions and awaits futures the
+the realtime ones; in a several-seat world, one seat per connection (``reset`` creates the session
+and takes its first seat, ``join`` takes a seat of another client's session). The event loop only parses, reads slots, submits actions and awaits futures the
 tick pool resolves; worlds tick on the pool (`nonstop.server.sessions`). Every refused request is
 an ``error`` reply with a code; the connection and every other session carry on.
 
@@ -46,6 +47,7 @@ from nonstop.server.protocol import (
     CloseMessage,
     ErrorCode,
     ErrorReply,
+    JoinMessage,
     ObserveMessage,
     ProtocolError,
     ResetMessage,
@@ -87,6 +89,7 @@ class _View:
     total_reward: float = 0.0
     episode: int = 0  # the episode this reader is in (after a ``done`` reply: the next one)
     ended: bool = False  # the last reply said ``done``: the reader is between episodes
+    seat: int = 0  # the seat this reader reads (its observations, reward and counters)
 
     def payload(
         self, obs: Observation, session: ServerSession, encoding: str, *, fresh: bool = False
@@ -102,7 +105,7 @@ class _View:
             if episode != self.episode:  # not yet reported to this reader
                 terminated, truncated = obs.terminated, obs.truncated
         elif obs.episode != self.episode:
-            final = session.read_final()
+            final = session.read_final(self.seat)
             if final.episode == self.episode:  # the terminal observation of the episode this reader was in
                 shown, terminated, truncated = final, final.terminated, final.truncated
             else:  # several episodes ended since this reader looked: only how the last one ended is known
@@ -124,6 +127,7 @@ class _View:
                 "last_delay": shown.last_delay,
                 "session_id": session.sid,
                 "lifecycle": session.state.value,
+                **({"seat": session.seat_names[self.seat]} if session.spec.seats is not None else {}),
             },
             "reward": reward,
             "done": done,
@@ -132,6 +136,11 @@ class _View:
 
 class Connection:
     """One client and its session (at most one at a time): the protocol's verbs, transport-free.
+
+    In a several-seat world the connection holds one seat (``seat``, an index): it reads that seat's
+    observations and counters and acts for it alone. Leaving (``close``, a lost connection, a reset
+    that starts another session, a join elsewhere) frees the seat for its β; the session ends when
+    its last seated client leaves.
 
     The WebSocket endpoint feeds it parsed messages and sends what `handle` returns; the MCP tools
     (`nonstop.server.mcp`) drive it the same way with ``ws=None`` (then there are no pushes).
@@ -142,6 +151,7 @@ class Connection:
         self.manager = manager
         self.start_timeout = start_timeout
         self.session: ServerSession | None = None
+        self.seat = 0  # the index of the seat this connection holds in its session
         self.view = _View()
         self.config: SessionConfig | None = None
         self._send_lock = asyncio.Lock()
@@ -177,15 +187,19 @@ class Connection:
             return await self.reset(msg)
         if isinstance(msg, StateMessage):
             return self.state()
+        if isinstance(msg, JoinMessage):
+            return await self.join(msg)
         session = self.running()
         if isinstance(msg, (StepMessage, ActMessage)):
+            if msg.data.seat is not None:
+                self._check_seat(session, msg.data.seat, msg.type)
             obs_tick = msg.data.obs_tick if msg.data.obs_tick is not None else max(self.view.tick, 0)
-            seq, tick = await session.submit_async(msg.data.action, obs_tick, self.view.episode)
+            seq, tick = await session.submit_async(msg.data.action, obs_tick, self.view.episode, self.seat)
             if isinstance(msg, ActMessage):
                 return AckReply(data={"seq": seq, "tick": tick, "obs_tick": obs_tick})
             return await self.observe_at(tick + 1, None)  # the tick that applies it
         if isinstance(msg, ObserveMessage):
-            return self.observation(session.read(), msg.data.encoding)
+            return self.observation(session.read(self.seat), msg.data.encoding)
         if isinstance(msg, WaitMessage):
             target = msg.data.target(session.tick)
             if target - session.tick > MAX_WAIT_TICKS:
@@ -204,7 +218,48 @@ class Connection:
     async def observe_at(self, target: int, encoding: str | None) -> dict[str, Any]:
         session = self.running()
         await session.wait_tick(target, asyncio.get_running_loop())
-        return self.observation(session.read(), encoding)
+        return self.observation(session.read(self.seat), encoding)
+
+    def _check_seat(self, session: ServerSession, seat: str, verb: str) -> None:
+        """An action naming ``seat`` must be for this connection's own seat."""
+        index = session.seat_index(seat)  # UNKNOWN_SEAT for a seat the env lacks
+        if index != self.seat or session.holders[index] is not self:
+            raise ProtocolError(ErrorCode.SEAT_NOT_HELD, f"cannot {verb} for seat {seat!r} of session {session.sid}: "
+                                f"this connection holds seat {session.seat_names[self.seat]!r}")  # fmt: skip
+
+    def leave(self, reason: str) -> None:
+        """Give up this connection's seat: β plays it from now; the session ends with ``reason`` if
+        no other client holds a seat of it."""
+        session = self.session
+        if session is None:
+            return
+        if session.release(self) == 0:
+            self.manager.end(session, reason)
+        else:
+            log.info("session %s: seat %s left (%s); its β plays it", session.sid, session.seat_names[self.seat], reason)
+
+    async def join(self, msg: JoinMessage) -> dict[str, Any]:
+        """Take a seat (named, or the first free one) of another client's running session."""
+        data = msg.data
+        session = self.manager.get(data.session_id)
+        if session is None:
+            if self.manager.ended(data.session_id) is not None:
+                raise ProtocolError(ErrorCode.SESSION_ENDED, f"session {data.session_id} has ended: nothing to join")
+            raise ProtocolError(ErrorCode.NO_SESSION, f"no session {data.session_id!r} to join (GET /sessions lists them)")
+        if session is self.session and session.holders[self.seat] is self:
+            raise ProtocolError(ErrorCode.SESSION_ERROR, f"this connection already holds seat "
+                                f"{session.seat_names[self.seat]!r} of session {session.sid}")  # fmt: skip
+        index = session.claim(self, data.seat)
+        if self.session is not None:  # the seat this connection held elsewhere is given up
+            self.stop_subscription()
+            self.leave("its client joined another session")
+        self.session, self.seat, self.config = session, index, None
+        self.view = _View(seat=index)
+        session.touch()
+        reply = self.observation(session.read(index), data.encoding, fresh=True)
+        reply["data"]["reward"] = None
+        reply["data"]["done"] = False
+        return reply
 
     async def reset(self, msg: ResetMessage) -> dict[str, Any]:
         data = msg.data
@@ -216,18 +271,21 @@ class Connection:
         if restart:
             if session is not None:
                 self.stop_subscription()
-                self.manager.end(session, "restarted by reset")
+                self.leave("restarted by reset")
             self.session = session = self.manager.create(config, seed=data.seed, episode_id=data.episode_id)
-            self.config = config
+            session.holders[0] = self  # its creator takes the first seat, before anyone can join
+            self.config, self.seat = config, 0
             self.view = _View()
             await self.manager.start(session, timeout=self.start_timeout)
             obs = session.read()
         else:
             assert session is not None  # restarted above when there is none
-            obs = session.read()
+            obs = session.read(self.seat)
             if obs.terminated or obs.truncated:  # between the two publishes of an episode's end
                 obs = await self._next_episode(obs.episode)
-            elif not self.view.ended:  # the client is inside an episode: end it (at the next tick)
+            elif not self.view.ended and sum(h is not None for h in session.holders) <= 1:
+                # the client is inside an episode: end it (at the next tick); a match others play
+                # in is not this client's to end: its reset answers its seat's current observation
                 session.request_reset()
                 obs = await self._next_episode(obs.episode)
             session.settings.episode_id = data.episode_id
@@ -239,18 +297,28 @@ class Connection:
     async def _next_episode(self, episode: int) -> Observation:
         """The first observation of an episode after ``episode`` (waits tick by tick)."""
         loop = asyncio.get_running_loop()
-        obs = self.running().read()
+        obs = self.running().read(self.seat)
         while obs.episode <= episode or obs.terminated or obs.truncated:
             session = self.current()
             await session.wait_tick(session.tick + 1, loop)
-            obs = self.running().read()
+            obs = self.running().read(self.seat)
         return obs
 
     def state(self) -> StateReply:
         session = self.session
         if session is None:
             raise ProtocolError(ErrorCode.NO_SESSION, "no session on this connection: send 'reset' first")
-        obs = session.read() if session.state is Lifecycle.RUNNING else None
+        seat = self.seat
+        obs = session.read(seat) if session.state is Lifecycle.RUNNING else None
+        ended = session.summary if seat == 0 else next(
+            (row for row in session.summary.get("seats", []) if row["seat"] == session.seat_names[seat]), {})
+        seats = None
+        if session.spec.seats is not None:
+            seats = [{"seat": row["seat"], "held": row["held"], "agent_ticks": row["agent_ticks"],
+                      "inaction_ticks": row["inaction_ticks"], "last_delay": row["last_delay"] if
+                      row["last_delay"] is not None else -1, "total_reward": row.get("total_reward") or 0.0}
+                     for row in session.seat_rows()]  # fmt: skip
+        queue = session.queues[seat] if obs and seat < len(session.queues) else None
         return StateReply(
             data={
                 "episode_id": session.settings.episode_id,
@@ -262,11 +330,13 @@ class Connection:
                 "tick": obs.tick if obs else session.summary.get("ticks", -1),
                 "tick_hz": session.spec.tick_hz,
                 "episode": obs.episode if obs else -1,
-                "inaction_ticks": obs.inaction_ticks if obs else session.summary.get("inaction_ticks", 0),
-                "agent_ticks": obs.agent_ticks if obs else session.summary.get("agent_ticks", 0),
-                "total_reward": obs.total_reward if obs else session.summary.get("total_reward", 0.0),
-                "queue": session.queue.counters() if obs and session.queue is not None else {},
+                "inaction_ticks": obs.inaction_ticks if obs else ended.get("inaction_ticks", 0),
+                "agent_ticks": obs.agent_ticks if obs else ended.get("agent_ticks", 0),
+                "total_reward": obs.total_reward if obs else ended.get("total_reward") or 0.0,
+                "queue": queue.counters() if queue is not None else {},
                 "record": session.settings.record,
+                "seat": session.seat_names[seat] if session.spec.seats is not None else None,
+                "seats": seats,
             }
         )
 
@@ -287,7 +357,7 @@ class Connection:
                 await session.wait_tick(target, loop)
                 if session.state is not Lifecycle.RUNNING:
                     break
-                obs = session.read()
+                obs = session.read(view.seat)
                 await self.send({"type": "push", "data": view.payload(obs, session, encoding)})  # a PushReply
                 target = max(target + every, session.tick + 1)  # skipped ticks are gone: newest wins
         except (ProtocolError, WebSocketDisconnect, RuntimeError):
@@ -300,8 +370,7 @@ class Connection:
 
     def close(self, reason: str) -> None:
         self.stop_subscription()
-        if self.session is not None:
-            self.manager.end(self.session, reason)
+        self.leave(reason)
 
 
 #: the environment variable `nonstop serve` reads its token from (unlike ``--token``, not visible in ``ps``)

@@ -13,6 +13,13 @@ the action, and a slow agent suffers inaction because the remote world never wai
         first = client.reset(seed=0)
         result = client.step(1)
         result.tick, result.info["inaction_ticks"]
+
+Several seats: one client creates a session of a several-seat world and takes its first seat;
+another joins it by session id, taking a named seat or the first free one::
+
+    with Client(url) as first, Client(url) as second:
+        sid = first.reset(env="multi/duel").info["session_id"]
+        second.join(sid)                 # second_0: each client acts for its own seat
 """
 
 from __future__ import annotations
@@ -240,8 +247,14 @@ class AsyncClient:
         """Start (or restart with ``seed=``) the session; see `nonstop.server.protocol.ResetData`."""
         return await self._observation({"type": "reset", "data": config})
 
-    async def step(self, action: Any, *, obs_tick: int | None = None) -> RemoteObservation:
-        return await self._observation({"type": "step", "data": _action(action, obs_tick)})
+    async def join(self, session_id: str, seat: str | None = None, *, encoding: str | None = None) -> RemoteObservation:
+        """Take ``seat`` (or the first free seat) of the running session ``session_id`` another
+        client created; returns that seat's current observation (``info["seat"]`` names it)."""
+        data = _drop_none(session_id=session_id, seat=seat, encoding=encoding)
+        return await self._observation({"type": "join", "data": data})
+
+    async def step(self, action: Any, *, obs_tick: int | None = None, seat: str | None = None) -> RemoteObservation:
+        return await self._observation({"type": "step", "data": _action(action, obs_tick, seat)})
 
     async def state(self) -> dict[str, Any]:
         return (await self.request({"type": "state"}))["data"]
@@ -250,9 +263,10 @@ class AsyncClient:
     async def observe(self, *, encoding: str | None = None) -> RemoteObservation:
         return await self._observation({"type": "observe", "data": _drop_none(encoding=encoding)})
 
-    async def act(self, action: Any, *, obs_tick: int | None = None) -> dict[str, Any]:
-        """Enqueue ``action`` and return the ack at once (``seq``, ``tick``)."""
-        return (await self.request({"type": "act", "data": _action(action, obs_tick)}))["data"]
+    async def act(self, action: Any, *, obs_tick: int | None = None, seat: str | None = None) -> dict[str, Any]:
+        """Enqueue ``action`` and return the ack at once (``seq``, ``tick``). ``seat``, if given, is
+        checked to be this client's own seat (``SEAT_NOT_HELD`` otherwise)."""
+        return (await self.request({"type": "act", "data": _action(action, obs_tick, seat)}))["data"]
 
     async def wait(self, ticks: int | None = None, *, until: int | None = None, encoding: str | None = None) -> RemoteObservation:
         """Wait ``ticks`` ticks from now, or until absolute tick ``until``; returns that observation."""
@@ -291,9 +305,9 @@ def _drop_none(**kwargs: Any) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
-def _action(action: Any, obs_tick: int | None) -> dict[str, Any]:
+def _action(action: Any, obs_tick: int | None, seat: str | None = None) -> dict[str, Any]:
     value = np.asarray(action).tolist() if isinstance(action, (np.ndarray, np.generic)) else action
-    return _drop_none(action=value, obs_tick=obs_tick)
+    return _drop_none(action=value, obs_tick=obs_tick, seat=seat)
 
 
 class Client:
@@ -343,8 +357,11 @@ class Client:
     def reset(self, **config: Any) -> RemoteObservation:
         return self._run(self._async.reset(**config))
 
-    def step(self, action: Any, *, obs_tick: int | None = None) -> RemoteObservation:
-        return self._run(self._async.step(action, obs_tick=obs_tick))
+    def join(self, session_id: str, seat: str | None = None, *, encoding: str | None = None) -> RemoteObservation:
+        return self._run(self._async.join(session_id, seat, encoding=encoding))
+
+    def step(self, action: Any, *, obs_tick: int | None = None, seat: str | None = None) -> RemoteObservation:
+        return self._run(self._async.step(action, obs_tick=obs_tick, seat=seat))
 
     def state(self) -> dict[str, Any]:
         return self._run(self._async.state())
@@ -352,8 +369,8 @@ class Client:
     def observe(self, *, encoding: str | None = None) -> RemoteObservation:
         return self._run(self._async.observe(encoding=encoding))
 
-    def act(self, action: Any, *, obs_tick: int | None = None) -> dict[str, Any]:
-        return self._run(self._async.act(action, obs_tick=obs_tick))
+    def act(self, action: Any, *, obs_tick: int | None = None, seat: str | None = None) -> dict[str, Any]:
+        return self._run(self._async.act(action, obs_tick=obs_tick, seat=seat))
 
     def wait(self, ticks: int | None = None, *, until: int | None = None, encoding: str | None = None) -> RemoteObservation:
         return self._run(self._async.wait(ticks, until=until, encoding=encoding))

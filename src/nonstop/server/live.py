@@ -59,7 +59,7 @@ from nonstop.server.protocol import (
     WaitMessage,
     parse_message,
 )
-from nonstop.server.sessions import Lifecycle, ServerSession, SessionManager
+from nonstop.server.sessions import SINGLE_SEAT, Lifecycle, ServerSession, SessionManager
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -88,8 +88,6 @@ BEARER_PREFIX: Final = "nonstop.bearer."
 MAX_SPECTATORS: Final = 8
 #: how often a spectator socket with nothing to read checks that its session still runs (s)
 SPECTATOR_CHECK_S: Final = 5.0
-#: the seat name of a one-seat world (DESIGN §4b: a several-seat world lists its own)
-SINGLE_SEAT: Final = "agent"
 #: the page's policy: its own scripts, styles and sockets only; data: for nothing but drawn frames
 PAGE_HEADERS: Final = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -130,8 +128,9 @@ def token_from_subprotocols(offered: list[str]) -> str | None:
 def session_rows(manager: SessionManager) -> list[dict[str, Any]]:
     """One row per session (running, then the recently ended), with what the page's table shows.
 
-    ``seats`` lists each seat's counters (one seat, `SINGLE_SEAT`, for every world the server hosts
-    today); ``lateness_p99_ms`` is over the session's recent ticks while it runs, over the whole
+    ``seats`` lists each seat's counters (`ServerSession.seat_rows`: one seat, `SINGLE_SEAT`, for a
+    one-seat world; a several-seat world's own seats, each held by a client or played by its β);
+    ``lateness_p99_ms`` is over the session's recent ticks while it runs, over the whole
     run once it has ended.
     """
     rows = []
@@ -151,7 +150,10 @@ def session_rows(manager: SessionManager) -> list[dict[str, Any]]:
             agent, inaction = summary.get("agent_ticks", 0), summary.get("inaction_ticks", 0)
             delay, total, episode, tick = None, summary.get("total_reward", 0.0), None, info["tick"]
             lateness = summary.get("lateness_p99_ms")
-        acted = agent + inaction
+        seats = info.get("seats") or [{
+            "seat": SINGLE_SEAT, "agent_ticks": agent, "inaction_ticks": inaction,
+            "inaction_fraction": inaction / (agent + inaction) if agent + inaction else None, "last_delay": delay,
+        }]  # fmt: skip
         rows.append({
             "session_id": info["session_id"],
             "env": info["env"],
@@ -163,10 +165,7 @@ def session_rows(manager: SessionManager) -> list[dict[str, Any]]:
             "total_reward": total,
             "lateness_p99_ms": lateness,
             "age_s": info["age_s"],
-            "seats": [{
-                "seat": SINGLE_SEAT, "agent_ticks": agent, "inaction_ticks": inaction,
-                "inaction_fraction": inaction / acted if acted else None, "last_delay": delay,
-            }],
+            "seats": seats,
         })  # fmt: skip
     order = {Lifecycle.RUNNING.value: 0, Lifecycle.STARTING.value: 1, Lifecycle.CREATED.value: 1}
     rows.sort(key=lambda r: (order.get(r["lifecycle"], 2), -r["age_s"] if r["lifecycle"] == "running" else r["age_s"]))

@@ -1,11 +1,17 @@
 """MCP tools for LLM agents: drive realtime worlds that keep ticking between tool calls.
 
 ``nonstop mcp`` serves, over stdio with the official ``mcp`` SDK, the same verbs as the WebSocket
-protocol, as tools: ``start_session``, ``observe`` (structured text, and a PNG frame on request),
-``act``, ``wait``, ``stats`` and ``stop_session``. The sessions live in this process, on the same
+protocol, as tools: ``start_session``, ``join_session``, ``observe`` (structured text, and a PNG
+frame on request), ``act``, ``wait``, ``stats`` and ``stop_session``. The sessions live in this process, on the same
 `SessionManager` and tick pool as ``nonstop serve``: while the model thinks, the world goes on and
 β acts, and ``stats`` tells the model how much of the world it actually controlled (its inaction)
 and how stale its actions were when applied (its delay).
+
+Seats: ``join_session`` takes a seat (named, or the first free one) of a running several-seat session
+that another client started, over MCP or over the WebSocket on the same server (``/mcp`` beside
+``/ws``), so an LLM plays against a bot in one match. The other tools then act for that seat; where
+this MCP server plays several seats of one session, they take ``seat`` to say which. ``stop_session``
+on a joined seat gives the seat up (its β plays it); the session ends with its last seated client.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from nonstop.server.protocol import (
     MAX_WAIT_TICKS,
     ActionData,
     ActMessage,
+    JoinData,
+    JoinMessage,
     ObserveData,
     ObserveMessage,
     ProtocolError,
@@ -42,6 +50,8 @@ SessionId = Annotated[str, Field(min_length=1, max_length=64, description="a ses
 Seed = Annotated[int | None, Field(ge=0, le=2**31 - 1, description="seed of the world's RNG (0 .. 2**31-1)")]
 Ticks = Annotated[int, Field(ge=1, le=MAX_WAIT_TICKS, description=f"ticks to wait (1 .. {MAX_WAIT_TICKS})")]
 Action = Annotated[int | list[float], Field(description="a Discrete action index, or a list of floats for a Box")]
+Seat = Annotated[str | None, Field(min_length=1, max_length=64, description="a seat name (several-seat worlds: "
+                                   "first_0, second_0, ...); absent: the only seat you hold in that session")]
 
 
 #: players kept before ended sessions are forgotten (an ended one still answers SESSION_ENDED until then)
@@ -59,8 +69,9 @@ def tool_error_text(exc: ValidationError) -> str:
 INSTRUCTIONS = (
     "These tools drive realtime worlds: a world ticks on its own clock (e.g. 60 ticks per second) and never "
     "waits for you. When you have no action queued, a default behaviour (beta) acts and the tick counts as "
-    "inaction. Start a session, observe, act (returns at once), wait a number of ticks if useful, and read "
-    "stats to see your inaction and delay. Stop the session when done."
+    "inaction. Start a session (or join a seat of another player's session with join_session), observe, act "
+    "(returns at once), wait a number of ticks if useful, and read stats to see your inaction and delay. Stop "
+    "the session when done."
 )
 
 
@@ -110,14 +121,33 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
     from mcp_types import CallToolResult, ImageContent, TextContent
 
     server = MCPServer(name="nonstop", instructions=INSTRUCTIONS)
-    players: dict[str, Connection] = {}
+    #: every seat this MCP server plays: (session_id, seat name) -> its connection
+    players: dict[tuple[str, str], Connection] = {}
 
-    def player(session_id: str) -> Connection:
-        conn = players.get(session_id)
-        if conn is None:
-            open_ = sorted(players)
-            raise ToolError(f"NO_SESSION: no session {session_id!r}; start one with start_session (open: {open_})")
-        return conn
+    def seat_name(conn: Connection) -> str:
+        return conn.session.seat_names[conn.seat]
+
+    def player(session_id: str, seat: str | None = None) -> Connection:
+        mine = {name: conn for (sid, name), conn in players.items() if sid == session_id}
+        if not mine:
+            open_ = sorted({sid for sid, _ in players})
+            raise ToolError(f"NO_SESSION: no session {session_id!r} played here; start one with start_session or "
+                            f"join one with join_session (open: {open_})")  # fmt: skip
+        if seat is None:
+            if len(mine) > 1:
+                raise ToolError(f"VALIDATION_ERROR: you hold seats {sorted(mine)} of session {session_id}: "
+                                "say which with seat=")  # fmt: skip
+            return next(iter(mine.values()))
+        if seat not in mine:
+            raise ToolError(f"SEAT_NOT_HELD: you hold seats {sorted(mine)} of session {session_id}, not {seat!r}")
+        return mine[seat]
+
+    def remember(conn: Connection) -> None:
+        if len(players) >= MAX_ENDED_PLAYERS:  # forget closed sessions (HTTP servers run for long)
+            ended = [k for k, c in players.items() if c.session is not None and not c.session.live]
+            for old in ended[: len(players) // 2]:
+                players.pop(old, None)
+        players[(conn.session.sid, seat_name(conn))] = conn
 
     async def run(conn: Connection, msg: Any) -> Any:
         try:
@@ -152,16 +182,14 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
     ) -> dict[str, Any]:
         conn = Connection(None, sessions(), start_timeout)  # no socket: no pushes
         reply = await run(conn, message(ResetMessage, data=message(ResetData, env=env, seed=seed, encoding="b64")))
+        remember(conn)
+        return seated(conn, reply)
+
+    def seated(conn: Connection, reply: dict[str, Any]) -> dict[str, Any]:
         session = conn.current()
-        sid = session.sid
-        if len(players) >= MAX_ENDED_PLAYERS:  # forget closed sessions (HTTP servers run for long)
-            ended = [k for k, c in players.items() if c.session is not None and not c.session.live]
-            for old in ended[: len(players) // 2]:
-                players.pop(old, None)
-        players[sid] = conn
         spec = session.spec
-        return {
-            "session_id": sid,
+        out = {
+            "session_id": session.sid,
             "env": spec.env_id,
             "tick_hz": spec.tick_hz,
             "action_space": spec.spaces()["action"],
@@ -169,39 +197,58 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
             "default_behaviour": session.settings.default,
             "tick": reply["data"]["observation"]["tick"],
         }
+        if spec.seats is not None:
+            out.update(seat=seat_name(conn), seats=list(spec.seats),
+                       action_space=spec.spaces()["seats"][seat_name(conn)]["action"])  # fmt: skip
+        return out
+
+    @server.tool(description="Join a running session another player started (over MCP or WebSocket) by its "
+                 "session_id, taking `seat` (e.g. second_0) or, absent, the first free seat. You then act for that "
+                 "seat against the other players; the world does not wait for any of you.")
+    async def join_session(session_id: SessionId, seat: Seat = None) -> dict[str, Any]:
+        conn = Connection(None, sessions(), start_timeout)  # type: ignore[arg-type]  # no socket: no pushes
+        reply = await run(conn, message(JoinMessage, data=message(JoinData, session_id=session_id, seat=seat,
+                                                                  encoding="b64")))  # fmt: skip
+        remember(conn)
+        return seated(conn, reply)
 
     @server.tool(description="The newest observation (text; image=true adds a PNG frame). The world keeps ticking.")
-    async def observe(session_id: SessionId, image: bool = False) -> Any:
-        conn = player(session_id)
+    async def observe(session_id: SessionId, image: bool = False, seat: Seat = None) -> Any:
+        conn = player(session_id, seat)
         return result(conn, await run(conn, ObserveMessage(data=ObserveData(encoding="b64"))), image)
 
     @server.tool(description="Queue an action; returns at once. It is applied at the next tick (its delay counted).")
-    async def act(session_id: SessionId, action: Action) -> dict[str, Any]:
-        conn = player(session_id)
+    async def act(session_id: SessionId, action: Action, seat: Seat = None) -> dict[str, Any]:
+        conn = player(session_id, seat)
         return (await run(conn, message(ActMessage, data=message(ActionData, action=action)))).data.model_dump()
 
     @server.tool(description=f"Wait until `ticks` more ticks have passed (1 .. {MAX_WAIT_TICKS}; the world does "
                  "not stop), then observe.")
-    async def wait(session_id: SessionId, ticks: Ticks = 1, image: bool = False) -> Any:
-        conn = player(session_id)
+    async def wait(session_id: SessionId, ticks: Ticks = 1, image: bool = False, seat: Seat = None) -> Any:
+        conn = player(session_id, seat)
         msg = message(WaitMessage, data=message(WaitData, ticks=ticks, encoding="b64"))
         return result(conn, await run(conn, msg), image)
 
-    @server.tool(description="Session stats: tick, your agent ticks vs inaction ticks, total reward, queue counters.")
-    async def stats(session_id: SessionId) -> dict[str, Any]:
-        conn = player(session_id)
+    @server.tool(description="Session stats: tick, your agent ticks vs inaction ticks, total reward, queue counters "
+                 "(several-seat worlds: every seat's under `seats`).")
+    async def stats(session_id: SessionId, seat: Seat = None) -> dict[str, Any]:
+        conn = player(session_id, seat)
         return (await run(conn, StateMessage())).data.model_dump()
 
-    @server.tool(description="Stop a session; returns its summary (and replay path when recording).")
-    async def stop_session(session_id: SessionId) -> dict[str, Any]:
-        conn = players.pop(session_id, None)
-        if conn is None:
-            raise ToolError(f"NO_SESSION: no session {session_id!r} (open: {sorted(players)})")
+    @server.tool(description="Stop a session (a joined seat: give it up, the others play on); returns its summary "
+                 "(and replay path when recording).")
+    async def stop_session(session_id: SessionId, seat: Seat = None) -> dict[str, Any]:
+        try:
+            conn = player(session_id, seat)
+        except ToolError as exc:
+            raise ToolError(f"{exc} (open: {sorted({sid for sid, _ in players})})") from None
+        players.pop((session_id, seat_name(conn)), None)
         session = conn.current()
         conn.close("stopped by stop_session")
-        import asyncio
+        if not session.live:  # it was the last seated client: wait for its replay
+            import asyncio
 
-        await asyncio.get_running_loop().run_in_executor(None, session.finalized.wait, 30.0)
+            await asyncio.get_running_loop().run_in_executor(None, session.finalized.wait, 30.0)
         return session.info()
 
     server.players = players  # type: ignore[attr-defined]  # for tests and shutdown

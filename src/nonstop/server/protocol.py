@@ -8,6 +8,12 @@ ours: ``observe`` (latest observation, without acting), ``act`` (enqueue, answer
 every k ticks, newest wins). Unknown fields are rejected everywhere (``extra="forbid"``); nothing on
 the wire is pickled: arrays travel as base64 of their raw bytes or as JSON lists.
 
+Seats (DESIGN §4b): a session of a several-seat world (``multi/duel``, ``multi/Boxing``) has one
+seat per agent. The client whose ``reset`` creates it takes the first seat; others ``join`` it by
+session id, naming a seat or taking the first free one, and each connection then observes, acts and
+reads its counters (inaction, delay) for its own seat only. A seat whose client leaves is played by
+its β; the session ends when its last seated client leaves (or by timeout, ``max_ticks``, error).
+
 Spectators: ``/ws/watch/{session_id}`` speaks the same messages about another client's session,
 read-only (`nonstop.server.live`): ``observe``, ``state``, ``wait`` and ``subscribe`` are answered
 as on ``/ws``; ``reset``, ``step`` and ``act`` get a ``READ_ONLY`` error; ``close`` or a lost
@@ -45,10 +51,13 @@ __all__ = [
     "ActMessage",
     "WaitMessage",
     "SubscribeMessage",
+    "JoinData",
+    "JoinMessage",
     "ActionData",
     "ObservationReply",
     "PushReply",
     "StateReply",
+    "SeatState",
     "AckReply",
     "ErrorReply",
     "EncodedArray",
@@ -86,6 +95,11 @@ class ErrorCode(str, Enum):
     BACKPRESSURE = "BACKPRESSURE"
     UNAUTHORIZED = "UNAUTHORIZED"
     READ_ONLY = "READ_ONLY"  # a spectator socket tried to reset, step or act
+    # seats (several-seat worlds)
+    SEAT_NOT_HELD = "SEAT_NOT_HELD"  # an action (or a request) names a seat this connection does not hold
+    UNKNOWN_SEAT = "UNKNOWN_SEAT"  # a seat name the session's env does not have
+    SEAT_TAKEN = "SEAT_TAKEN"  # join named a seat another client holds
+    SESSION_FULL = "SESSION_FULL"  # join named no seat and every seat is held
 
 
 class ProtocolError(Exception):
@@ -171,12 +185,17 @@ class ResetMessage(_Strict):
     data: ResetData = Field(default_factory=ResetData)
 
 
+SeatName = Annotated[str, Field(min_length=1, max_length=64)]
+
+
 class ActionData(_Strict):
     """An action. ``obs_tick`` is the tick of the observation it was computed from (default: the
-    newest observation this connection was sent), so the server measures its delay."""
+    newest observation this connection was sent), so the server measures its delay. ``seat``, if
+    given, must be the seat this connection holds (a check: a connection acts for its own seat only)."""
 
     action: ActionValue
     obs_tick: int | None = Field(default=None, ge=0)
+    seat: SeatName | None = Field(default=None, description="the seat this action is for: the connection's own")
     metadata: dict[str, Any] | None = Field(default=None, description="accepted for OpenEnv's typed actions; unused")
 
 
@@ -251,13 +270,27 @@ class SubscribeMessage(_Strict):
     data: SubscribeData
 
 
+class JoinData(_Strict):
+    """Take a seat in a running session another client created: ``seat`` names it, or, absent,
+    the first free seat is taken. Answered with that seat's current observation."""
+
+    session_id: str = Field(min_length=1, max_length=64, description="the session to join (its session_id)")
+    seat: SeatName | None = Field(default=None, description="the seat to take; absent: the first free one")
+    encoding: Encoding | None = None
+
+
+class JoinMessage(_Strict):
+    type: Literal["join"] = "join"
+    data: JoinData
+
+
 ClientMessage = Annotated[
     ResetMessage | StepMessage | StateMessage | CloseMessage | ObserveMessage | ActMessage | WaitMessage
-    | SubscribeMessage,
+    | SubscribeMessage | JoinMessage,
     Field(discriminator="type"),
 ]
 _CLIENT: Final[TypeAdapter[Any]] = TypeAdapter(ClientMessage)
-MESSAGE_TYPES: Final = ("reset", "step", "state", "close", "observe", "act", "wait", "subscribe")
+MESSAGE_TYPES: Final = ("reset", "step", "state", "close", "observe", "act", "wait", "subscribe", "join")
 
 
 def parse_message(raw: str | bytes) -> Any:
@@ -302,6 +335,7 @@ class ObservationFields(_Strict):
     last_delay: int
     session_id: str
     lifecycle: str
+    seat: str | None = Field(default=None, description="the seat these counters are for (several-seat worlds)")
 
 
 class ObservationData(_Strict):
@@ -325,8 +359,20 @@ class PushReply(_Strict):
     data: ObservationData
 
 
+class SeatState(_Strict):
+    """One seat's counters in a ``state`` reply: who holds it, its inaction and its delay."""
+
+    seat: str
+    held: bool = Field(description="a client holds it (else its β plays it)")
+    agent_ticks: int
+    inaction_ticks: int
+    last_delay: int = Field(description="ticks between the observation and the tick of its last applied action")
+    total_reward: float
+
+
 class StateData(BaseModel):
-    """OpenEnv's State (``episode_id``, ``step_count``) plus the realtime facts."""
+    """OpenEnv's State (``episode_id``, ``step_count``) plus the realtime facts. The counters are
+    this connection's seat's; ``seats`` lists every seat's (several-seat worlds)."""
 
     model_config = ConfigDict(extra="forbid")
     episode_id: str | None = None
@@ -343,6 +389,8 @@ class StateData(BaseModel):
     total_reward: float
     queue: dict[str, int]
     record: bool
+    seat: str | None = None
+    seats: list[SeatState] | None = None
 
 
 class StateReply(_Strict):
@@ -380,7 +428,7 @@ def message_schemas() -> dict[str, Any]:
         "client_messages": {
             m.model_fields["type"].default: m.model_json_schema()
             for m in (ResetMessage, StepMessage, StateMessage, CloseMessage, ObserveMessage, ActMessage, WaitMessage,
-                      SubscribeMessage)
+                      SubscribeMessage, JoinMessage)
         },  # fmt: skip
         "server_messages": {
             m.model_fields["type"].default: m.model_json_schema()

@@ -13,6 +13,13 @@ resist forgery.
 
 The file is a compressed ``.npz`` (no pickle) with a JSON header.
 
+**Seats.** A several-seat world's session (`SeatReplayRecorder`) records every seat's applied
+action each tick, side by side in one row of ``actions`` (seat by seat, in the order of the
+header's ``seats``, each ``action_widths[i]`` numbers wide), and one CRC-32 chained over every
+seat's observation; its columns keep each seat's source, delay, worker and reward (``seat{i}_…``
+for seat ``i ≥ 1``, the first seat's unprefixed), and `verify` steps the world with every seat's
+recorded action.
+
 **Bounded while the session runs.** The recorder's columns live in `ReplayColumns`: on the server
 they stream, a chunk of ``chunk_rows`` steps at a time, to append-only files beside the session's
 tick log (``REPLAYS/ticklogs/<sid>/replay/``), so memory holds at most one chunk however long the
@@ -45,16 +52,40 @@ import numpy as np
 
 from nonstop.realtime.ticklog import SOURCE_AGENT, TickLog, load_npz, save_npz_atomic
 
-__all__ = ["obs_hash", "ReplayColumns", "ReplayRecorder", "Replay", "write_header", "VerifyResult", "verify", "plot_replay", "write_video"]
+__all__ = ["obs_hash", "seats_obs_hash", "ReplayColumns", "ReplayRecorder", "SeatReplayRecorder", "Replay", "write_header", "VerifyResult", "verify", "plot_replay", "write_video"]
 
 FORMAT: Final = "nonstop.replay/1"
 #: tick-log columns kept in a replay
 LOG_COLUMNS: Final = ("tick", "source", "delay", "worker", "reward", "episode", "terminated", "truncated", "lateness")
 
 
+#: the tick-log columns kept for each seat i >= 1 of a several-seat world, as ``seat{i}_<name>``
+SEAT_LOG_COLUMNS: Final = ("source", "delay", "worker", "reward")
+
+
 def obs_hash(obs: Any) -> int:
     """CRC-32 of an observation's raw bytes (dtype and shape are fixed per session)."""
     return zlib.crc32(np.ascontiguousarray(obs).data)
+
+
+def seats_obs_hash(obs: dict[str, Any], seats: list[str]) -> int:
+    """CRC-32 chained over every seat's observation, in seat order (a seat absent from ``obs``,
+    one whose agent is done, adds nothing)."""
+    h = 0
+    for seat in seats:
+        if seat in obs:
+            h = zlib.crc32(np.ascontiguousarray(obs[seat]).data, h)
+    return h
+
+
+def seat_log_columns(seats: int) -> tuple[str, ...]:
+    """The replay's columns of a tick log with ``seats`` seats: `LOG_COLUMNS` (the first seat's),
+    then `SEAT_LOG_COLUMNS` of seats 1, 2, … as ``seat{i}_…``."""
+    return LOG_COLUMNS + tuple(f"seat{i}_{c}" for i in range(1, int(seats)) for c in SEAT_LOG_COLUMNS)
+
+
+def _width(space: gym.Space) -> int:
+    return int(np.prod(space.shape)) if space.shape else 1
 
 
 #: the four columns of a recording: name -> dtype (``actions`` has ``action_width`` numbers a step)
@@ -232,13 +263,15 @@ def _file(name: str) -> str:
 
 
 def _cut(cols: dict[str, np.ndarray], width: int, steps: int | None) -> dict[str, Any]:
-    """Keep the steps all step columns have (at most ``steps``) and the resets among them."""
-    n = min(len(cols["actions"]) // width, len(cols["step_hashes"]))
+    """Keep the steps all step columns have (at most ``steps``) and the resets among them.
+    ``actions`` may be flat or already one row per step (a second cut): counted in numbers."""
+    actions = np.asarray(cols["actions"]).reshape(-1)
+    n = min(len(actions) // width, len(cols["step_hashes"]))
     if steps is not None:
         n = min(n, steps)
     r = min(len(cols["reset_steps"]), len(cols["reset_hashes"]))
     keep = int(np.searchsorted(cols["reset_steps"][:r], n, side="right"))
-    return {"actions": cols["actions"][: n * width].reshape(n, width), "step_hashes": cols["step_hashes"][:n],
+    return {"actions": actions[: n * width].reshape(n, width), "step_hashes": cols["step_hashes"][:n],
             "reset_steps": cols["reset_steps"][:keep], "reset_hashes": cols["reset_hashes"][:keep],
             "action_width": width}  # fmt: skip
 
@@ -277,6 +310,56 @@ class ReplayRecorder(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
+class SeatReplayRecorder:
+    """`ReplayRecorder` for a several-seat world (PettingZoo's parallel API): wraps its ``reset`` and
+    ``step`` (everything else passes through to the env) and records, per step, every seat's
+    applied action side by side (``action_widths`` numbers per seat, in ``seats`` order; a seat
+    given no action: NaN) and one hash over every seat's observation (`seats_obs_hash`).
+
+    >>> from nonstop.envs import make_env
+    >>> env = SeatReplayRecorder(make_env("multi/duel"))
+    >>> _ = env.reset(seed=0)
+    >>> _ = env.step({"first_0": 1, "second_0": 0})
+    >>> env.seats, env.action_widths, env.columns.actions.tolist()
+    (['first_0', 'second_0'], [1, 1], [1.0, 0.0])
+    """
+
+    def __init__(self, env: Any, *, directory: str | os.PathLike | None = None, chunk_rows: int = 8192) -> None:
+        self.env = env
+        self.seats = [str(a) for a in env.possible_agents]
+        spaces = [env.action_space(seat) for seat in self.seats]
+        self.action_widths = [_width(space) for space in spaces]
+        self._scalar = [not space.shape for space in spaces]
+        self.columns = ReplayColumns(sum(self.action_widths), directory=directory, chunk_rows=chunk_rows)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "env":  # not yet set (a half-built object): no recursion
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    def reset(self, **kwargs: Any):
+        obs, info = self.env.reset(**kwargs)
+        self.columns.add_reset(seats_obs_hash(obs, self.seats))
+        return obs, info
+
+    def step(self, actions: dict[str, Any]):
+        obs, rewards, terms, truncs, infos = self.env.step(actions)
+        row: list[float] = []
+        for seat, width, scalar in zip(self.seats, self.action_widths, self._scalar):
+            a = actions.get(seat)
+            if a is None:
+                row.extend([float("nan")] * width)
+            elif scalar:
+                row.append(float(np.asarray(a).reshape(-1)[0]))
+            else:
+                row.extend(np.asarray(a, dtype=np.float64).ravel().tolist())
+        self.columns.add_step(row[0] if len(row) == 1 else row, seats_obs_hash(obs, self.seats))
+        return obs, rewards, terms, truncs, infos
+
+    def close(self) -> None:
+        self.env.close()
+
+
 @dataclass
 class Replay:
     """A recorded session: ``header`` (env, env_kwargs, seed, tick_hz, β, ...) and columns."""
@@ -289,10 +372,12 @@ class Replay:
     reset_hashes: np.ndarray
 
     @classmethod
-    def from_session(cls, recorder: "ReplayRecorder | ReplayColumns", log: TickLog, header: dict[str, Any]) -> "Replay":
-        """The replay of a session from its recording (a `ReplayRecorder` or its `ReplayColumns`) and
-        tick log: the ticks both have (equal unless the env raised mid-tick or a writer died)."""
-        columns = recorder.columns if isinstance(recorder, ReplayRecorder) else recorder
+    def from_session(cls, recorder: "ReplayRecorder | SeatReplayRecorder | ReplayColumns", log: TickLog,
+                     header: dict[str, Any]) -> "Replay":  # fmt: skip
+        """The replay of a session from its recording (a `ReplayRecorder`, `SeatReplayRecorder` or
+        their `ReplayColumns`) and tick log: the ticks both have (equal unless the env raised
+        mid-tick or a writer died)."""
+        columns = recorder if isinstance(recorder, ReplayColumns) else recorder.columns
         return cls._build(columns.read(len(log)), log, header)
 
     @classmethod
@@ -318,7 +403,7 @@ class Replay:
         n = len(cols["step_hashes"])
         return cls(
             header={"format": FORMAT, "ticks": n, "action_width": cols["action_width"], **header},
-            columns={name: log[name][:n] for name in LOG_COLUMNS},
+            columns={name: log[name][:n] for name in seat_log_columns(getattr(log, "seats", 1))},
             actions=cols["actions"], step_hashes=cols["step_hashes"],
             reset_steps=cols["reset_steps"], reset_hashes=cols["reset_hashes"],
         )  # fmt: skip
@@ -327,17 +412,31 @@ class Replay:
     def ticks(self) -> int:
         return int(self.header["ticks"])
 
-    def summary(self) -> dict[str, Any]:
-        source, delay = self.columns["source"], self.columns["delay"]
+    @property
+    def seats(self) -> list[str] | None:
+        """The seats' names of a several-seat world's replay, None for a one-seat world."""
+        seats = self.header.get("seats")
+        return [str(s) for s in seats] if isinstance(seats, list) else None
+
+    def _seat_summary(self, prefix: str) -> dict[str, Any]:
+        source, delay = self.columns[prefix + "source"], self.columns[prefix + "delay"]
         agent = delay[source == SOURCE_AGENT]
         return {
-            "ticks": self.ticks,
             "agent_ticks": int((source == SOURCE_AGENT).sum()),
             "inaction_ticks": int((source != SOURCE_AGENT).sum()),
-            "episodes": len(self.reset_steps),
-            "return": float(self.columns["reward"].sum()),
+            "return": float(self.columns[prefix + "reward"].sum()),
             "mean_delay_ticks": float(agent.mean()) if agent.size else None,
         }
+
+    def summary(self) -> dict[str, Any]:
+        """Counts over the replay; the top-level ones are the first seat's, and a several-seat
+        replay adds ``seats``: each seat's agent and inaction ticks, return and mean delay."""
+        out = {"ticks": self.ticks, "episodes": len(self.reset_steps), **self._seat_summary("")}
+        out = {k: out[k] for k in ("ticks", "agent_ticks", "inaction_ticks", "episodes", "return", "mean_delay_ticks")}
+        seats = self.seats
+        if seats is not None:
+            out["seats"] = {seat: self._seat_summary("" if i == 0 else f"seat{i}_") for i, seat in enumerate(seats)}
+        return out
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write atomically (a crash never leaves half a replay)."""
@@ -348,10 +447,11 @@ class Replay:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Replay":
         header, data = load_npz(path, FORMAT, "replay")
+        seats = header.get("seats")
         try:
             return cls(
                 header=header,
-                columns={k: data[f"col_{k}"] for k in LOG_COLUMNS},
+                columns={k: data[f"col_{k}"] for k in seat_log_columns(len(seats) if isinstance(seats, list) else 1)},
                 actions=data["actions"],
                 step_hashes=data["step_hashes"],
                 reset_steps=data["reset_steps"],
@@ -372,12 +472,31 @@ def write_header(directory: str | os.PathLike, header: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------- re-simulation
 
 
-def _action(replay: Replay, env: gym.Env, i: int) -> Any:
-    row = replay.actions[i]
-    space = env.action_space
+def _as_action(row: np.ndarray, space: gym.Space) -> Any:
     if isinstance(space, gym.spaces.Discrete):
         return int(row[0])
     return row.astype(space.dtype).reshape(space.shape)
+
+
+def _action(replay: Replay, env: Any, i: int) -> Any:
+    row = replay.actions[i]
+    seats = replay.seats
+    if seats is None:
+        return _as_action(row, env.action_space)
+    widths = replay.header.get("action_widths") or [1] * len(seats)
+    actions, at = {}, 0
+    for seat, width in zip(seats, widths):
+        part = row[at : at + width]
+        at += width
+        if not np.isnan(part).any():  # NaN: that seat was given no action
+            actions[seat] = _as_action(part, env.action_space(seat))
+    return actions
+
+
+def replay_hash(replay: Replay, obs: Any) -> int:
+    """The hash `verify` compares: `obs_hash`, or `seats_obs_hash` for a several-seat replay."""
+    seats = replay.seats
+    return obs_hash(obs) if seats is None else seats_obs_hash(obs, seats)
 
 
 def resimulate(replay: Replay) -> Iterator[tuple[int, Any, str]]:
@@ -432,7 +551,7 @@ def verify(replay: Replay, *, max_mismatches: int = 100) -> VerifyResult:
             r += 1
         else:
             expected = int(replay.step_hashes[step - 1])
-        got = obs_hash(obs)
+        got = replay_hash(replay, obs)
         result.checked += 1
         if got != expected:
             result.mismatches.append({"tick": step, "kind": kind, "expected": expected, "got": got})
@@ -499,7 +618,10 @@ def write_video(replay: Replay, out: str | os.PathLike, *, every: int = 2, max_f
         raise ValueError(f"every must be a positive number of ticks, got {every!r}")
     out = Path(out)
     frames: list[Any] = []  # uint8 frames (imageio's mimsave takes a list of array-likes; a list is invariant)
+    seats = replay.seats
     for step, obs, kind in resimulate(replay):
+        if seats is not None:  # a several-seat world: the first seat's view
+            obs = obs[seats[0]]
         if kind == "step" and step % every == 0:
             frames.append(_frame(obs))
             if len(frames) >= max_frames:

@@ -1,6 +1,8 @@
 """Many realtime sessions in one process: lifecycle, tick pool, work queue, reaper (DESIGN §4).
 
-A session is one realtime world (`Host` + `LatestSlot` + `ActionQueue`) owned by one client. Its
+A session is one realtime world (`Host` + `LatestSlot` + `ActionQueue`) owned by one client, or,
+in a several-seat world (DESIGN §4b), one slot and one queue per seat, each seat held by one client
+(`ServerSession.claim`): the creator takes the first seat, others join. Its
 host is a timed process (a generator yielding its next deadline, see `nonstop.realtime.clock`), so
 a server need not spend a process or even a thread per session: a `TickPool` of a few threads, each
 with a heap of ``(deadline, session)``, drives every host on the wall clock. The request-handling
@@ -55,13 +57,14 @@ import numpy as np
 from nonstop.realtime.channels import ActionQueue, LatestSlot, Observation
 from nonstop.realtime.clock import WallClock
 from nonstop.realtime.defaults import make_default
-from nonstop.realtime.host import HOST_SCHED, Host
-from nonstop.realtime.ticklog import TickLog
+from nonstop.realtime.host import HOST_SCHED, Host, is_seat_world
+from nonstop.realtime.ticklog import SOURCE_AGENT, TickLog
 from nonstop.server.protocol import ErrorCode, ProtocolError
-from nonstop.server.replay import Replay, ReplayRecorder, write_header
+from nonstop.server.replay import Replay, ReplayRecorder, SeatReplayRecorder, write_header
 from nonstop.server.tickprocs import RECENT_TICKS, SessionRecord, TickProcs
 
-__all__ = ["Lifecycle", "TRANSITIONS", "TickPool", "WorkQueue", "EnvSpec", "ServerSession", "SessionManager"]
+__all__ = ["Lifecycle", "TRANSITIONS", "TickPool", "WorkQueue", "EnvSpec", "ServerSession", "SessionManager",
+           "SINGLE_SEAT"]
 
 log = logging.getLogger("nonstop.server")
 
@@ -91,6 +94,8 @@ READ_PATIENCE: Final = 0.02
 STOP_PATIENCE: Final = 30.0
 #: how long a submit retries, yielding to the event loop, while a tick worker holds the action queue (s)
 SUBMIT_PATIENCE: Final = 1.0
+#: the seat name of a one-seat world (a several-seat world names its own: PettingZoo's agent names)
+SINGLE_SEAT: Final = "agent"
 
 
 # ----------------------------------------------------------------------------- tick pool
@@ -390,6 +395,12 @@ class EnvSpec:
     observation_space: gym.Space
     action_space: gym.Space
     action_meanings: list[str] | None = None
+    #: a several-seat world's seats (PettingZoo's agent names), None for a one-seat world; the
+    #: fields above are then the first seat's, and the per-seat ones below hold every seat's
+    seats: tuple[str, ...] | None = None
+    seat_observation_spaces: tuple[gym.Space, ...] = ()
+    seat_action_spaces: tuple[gym.Space, ...] = ()
+    seat_noops: tuple[Any, ...] = ()
 
     @classmethod
     def probe(cls, env_id: str) -> "EnvSpec":
@@ -397,19 +408,56 @@ class EnvSpec:
 
         info = env_info(env_id)
         env = make_env(env_id)
+        seats: tuple[str, ...] | None = None
         try:
-            obs_space, act_space = env.observation_space, env.action_space
-            meanings = getattr(env.unwrapped, "get_action_meanings", None)
+            if is_seat_world(env):
+                seats = tuple(str(a) for a in env.possible_agents)
+                if not seats:
+                    raise ValueError(f"env {env_id!r} has no seats (possible_agents is empty)")
+                obs_spaces = tuple(env.observation_space(seat) for seat in seats)
+                act_spaces = tuple(env.action_space(seat) for seat in seats)
+                obs_space, act_space = obs_spaces[0], act_spaces[0]
+            else:
+                obs_space, act_space = env.observation_space, env.action_space
+                obs_spaces, act_spaces = (obs_space,), (act_space,)
+            meanings = getattr(getattr(env, "unwrapped", env), "get_action_meanings", None)
             meanings = list(meanings()) if callable(meanings) else None
         finally:
             env.close()
-        if not isinstance(obs_space, (gym.spaces.Box, gym.spaces.Discrete)):
-            raise TypeError(f"env {env_id!r}: the server needs a Box or Discrete observation space, got {obs_space}")
+        for i, space in enumerate(obs_spaces):
+            if not isinstance(space, (gym.spaces.Box, gym.spaces.Discrete)):
+                where = f" (seat {seats[i]!r})" if seats else ""
+                raise TypeError(f"env {env_id!r}: the server needs a Box or Discrete observation space, got {space}{where}")
+        noops = tuple(_seat_noop(info.noop_action, space) for space in act_spaces) if seats else ()
         return cls(env_id, info.tick_hz, info.noop_action, info.default_beta, info.description, obs_space, act_space,
-                   meanings)  # fmt: skip
+                   meanings, seats, obs_spaces if seats else (), act_spaces if seats else (), noops)  # fmt: skip
+
+    @property
+    def seat_names(self) -> list[str]:
+        """Every seat's name: the world's own, or `SINGLE_SEAT` for a one-seat world."""
+        return list(self.seats) if self.seats is not None else [SINGLE_SEAT]
 
     def spaces(self) -> dict[str, Any]:
-        return {"observation": describe_space(self.observation_space), "action": describe_space(self.action_space)}
+        out: dict[str, Any] = {"observation": describe_space(self.observation_space),
+                               "action": describe_space(self.action_space)}  # fmt: skip
+        if self.seats is not None:
+            out["seats"] = {seat: {"observation": describe_space(o), "action": describe_space(a)}
+                            for seat, o, a in zip(self.seats, self.seat_observation_spaces, self.seat_action_spaces)}
+        return out
+
+
+def _seat_noop(noop: Any, space: gym.Space) -> Any:
+    """β's no-op for one seat's action space: the env's declared one where the space holds it, else
+    the space's own (`nonstop.realtime.defaults.space_noop`)."""
+    from nonstop.realtime.defaults import space_noop
+
+    if noop is not None:
+        try:
+            if space.contains(np.asarray(noop, dtype=space.dtype) if space.shape else noop):
+                return noop
+        except (TypeError, ValueError):
+            pass
+    return space_noop(space)
 
 
 def describe_space(space: gym.Space) -> dict[str, Any]:
@@ -463,6 +511,10 @@ class ServerSession:
     Threads: the tick pool calls `advance`; the event loop calls `read`, `submit`, `wait_tick`;
     a work-queue thread calls `_start` and `_finalize`. ``_drive`` serialises the host between the
     pool and finalization; ``_chan`` guards the channels against being read after they are unlinked.
+
+    Seats: ``slots``/``queues`` hold one channel per seat (``seat_names``; one, `SINGLE_SEAT`, for
+    a one-seat world), ``holders`` the client holding each seat (None: its β plays it). `read`,
+    `submit` and `read_final` take the seat's index; `claim` and `release` seat and unseat clients.
     """
 
     def __init__(self, sid: str, settings: Settings, spec: EnvSpec, manager: "SessionManager") -> None:
@@ -488,8 +540,11 @@ class ServerSession:
         self._waiters: list[tuple[int, int, LoopWaker, asyncio.Future]] = []
         self._wait_order = itertools.count()
         self._next_wake = float("inf")
-        self.slot: LatestSlot | None = None
-        self.queue: ActionQueue | None = None
+        self.slots: list[LatestSlot] = []
+        self.queues: list[ActionQueue] = []
+        self.seat_names = spec.seat_names
+        #: the client holding each seat (any object; None: the seat is free and its β plays it)
+        self.holders: list[Any] = [None] * len(self.seat_names)
         self.host: Host | None = None
         self.recorder: ReplayRecorder | None = None
         self.clock: WallClock | None = None
@@ -503,6 +558,56 @@ class ServerSession:
         self.finalized = threading.Event()
         self.incomplete = False  # its replay and summary miss the last ticks (its tick worker died)
         self._meta: dict[str, Any] = {}
+
+    @property
+    def slot(self) -> LatestSlot | None:
+        """The first seat's slot (the only one of a one-seat world)."""
+        return self.slots[0] if self.slots else None
+
+    @property
+    def queue(self) -> ActionQueue | None:
+        """The first seat's action queue."""
+        return self.queues[0] if self.queues else None
+
+    # ---- seats
+    def seat_index(self, seat: str) -> int:
+        """The index of the seat named ``seat``; ``UNKNOWN_SEAT`` for a seat the env lacks."""
+        try:
+            return self.seat_names.index(seat)
+        except ValueError:
+            raise ProtocolError(ErrorCode.UNKNOWN_SEAT, f"session {self.sid} ({self.spec.env_id}) has no seat "
+                                f"{seat!r}; its seats are {self.seat_names}") from None  # fmt: skip
+
+    def claim(self, holder: Any, seat: str | None = None) -> int:
+        """Seat ``holder`` at ``seat`` (a name) or, with None, at the first free seat; returns the
+        seat's index. ``UNKNOWN_SEAT``, ``SEAT_TAKEN``, ``SESSION_FULL``, or the session's own
+        state (``SESSION_ENDED``, ``NO_SESSION`` while it starts) when it cannot."""
+        with self._state_lock:
+            self._require_running()
+            if seat is not None:
+                index = self.seat_index(seat)
+                other = self.holders[index]
+                if other is not None and other is not holder:
+                    raise ProtocolError(ErrorCode.SEAT_TAKEN, f"seat {seat!r} of session {self.sid} is held by another "
+                                        f"client; free seats: {self.free_seats()}")  # fmt: skip
+            else:
+                free = [i for i, h in enumerate(self.holders) if h is None]
+                if not free:
+                    raise ProtocolError(ErrorCode.SESSION_FULL, f"session {self.sid} is full: its seats "
+                                        f"{self.seat_names} are all held")  # fmt: skip
+                index = free[0]
+            self.holders[index] = holder
+        return index
+
+    def release(self, holder: Any) -> int:
+        """Unseat ``holder`` (its seats are played by their β from now); returns how many seats
+        other clients still hold."""
+        with self._state_lock:
+            self.holders = [None if h is holder else h for h in self.holders]
+            return sum(h is not None for h in self.holders)
+
+    def free_seats(self) -> list[str]:
+        return [name for name, h in zip(self.seat_names, self.holders) if h is None]
 
     # ---- lifecycle
     def transition(self, new: Lifecycle) -> bool:
@@ -539,17 +644,20 @@ class ServerSession:
             if env is None:
                 env = make_env(spec.env_id)
             if s.record:  # its columns stream beside the tick log: bounded memory, durable chunks
-                ticklogs = self.manager.ticklog_dir(self.sid)  # set: recording needs a replay directory
-                env = self.recorder = ReplayRecorder(env, directory=ticklogs / "replay" if ticklogs is not None else None,
-                                                     chunk_rows=SESSION_CHUNK_ROWS)  # fmt: skip
-            with self._chan:
-                self.slot = LatestSlot.create(spec.observation_space)
-                self.queue = ActionQueue.create(spec.action_space, capacity=16, mode=s.queue_mode)
+                recorder = SeatReplayRecorder if spec.seats is not None else ReplayRecorder
+                env = self.recorder = recorder(env, directory=self.manager.ticklog_dir(self.sid) / "replay",
+                                               chunk_rows=SESSION_CHUNK_ROWS)  # fmt: skip
+            self._open_channels()
+            if spec.seats is None:
+                slots, queues, default = self.slot, self.queue, make_default(s.default, noop_action=spec.noop_action)
+            else:
+                slots, queues = self.slots, self.queues
+                default = [make_default(s.default, noop_action=noop) for noop in spec.seat_noops]
             self.host = Host(
-                env, self.slot, self.queue, tau_m=1.0 / spec.tick_hz,
-                default=make_default(s.default, noop_action=spec.noop_action), seed=host_seed, max_ticks=s.max_ticks,
+                env, slots, queues, tau_m=1.0 / spec.tick_hz, default=default, seed=host_seed, max_ticks=s.max_ticks,
                 meta={"env": spec.env_id, "session": self.sid, "clock": "wall", "default": s.default},
                 log_dir=self.manager.ticklog_dir(self.sid), log_chunk_rows=SESSION_CHUNK_ROWS,
+                seats=None if spec.seats is None else list(spec.seats),
             )  # fmt: skip
             pool = self.manager.pool
             self.clock = WallClock(origin=pool.clock.origin, spin=0.0)
@@ -563,6 +671,16 @@ class ServerSession:
                 return
         self.manager.pool.add(self, self.clock.origin + first)
 
+    def _open_channels(self) -> None:
+        """One slot and one action queue per seat (made here, unlinked by `_finalize`)."""
+        spec, s = self.spec, self.settings
+        obs_spaces = spec.seat_observation_spaces or (spec.observation_space,)
+        act_spaces = spec.seat_action_spaces or (spec.action_space,)
+        with self._chan:
+            for obs_space, act_space in zip(obs_spaces, act_spaces):
+                self.slots.append(LatestSlot.create(obs_space))
+                self.queues.append(ActionQueue.create(act_space, capacity=16, mode=s.queue_mode))
+
     def _start_remote(self) -> None:
         """`_start` on a tick worker process: channels and board made here, env and host there."""
         from nonstop.server.tickprocs import TickBoard
@@ -571,22 +689,23 @@ class ServerSession:
             spec, s = self.spec, self.settings
             assert self.manager.procs is not None, "_start comes here when ticks run on worker processes"
             self.proc = proc = self.manager.procs.pick()
+            self._open_channels()
             with self._chan:
-                self.slot = LatestSlot.create(spec.observation_space)
-                self.queue = ActionQueue.create(spec.action_space, capacity=16, mode=s.queue_mode)
                 self.board = TickBoard.create()
             origin = self.manager.pool.clock.origin
             self.clock = WallClock(origin=origin, spin=0.0)
             self.record = SessionRecord(self.tau_m, directory=self.manager.ticklog_dir(self.sid),
-                                        chunk_rows=SESSION_CHUNK_ROWS)
+                                        chunk_rows=SESSION_CHUNK_ROWS, seats=len(self.seat_names))  # fmt: skip
             self._phases = proc.phases
             self._phase_slot, phase = proc.phases.acquire(self.tau_m)
             self._meta = {"env": spec.env_id, "session": self.sid, "clock": "wall", "default": s.default,
                           "tick_proc": proc.index}  # fmt: skip
             cfg = {"env": spec.env_id, "seed": s.seed, "record": s.record, "tau_m": self.tau_m, "default": s.default,
                    "noop_action": spec.noop_action, "max_ticks": s.max_ticks, "origin": origin, "phase": phase,
-                   "meta": self._meta, "log_chunk_rows": SESSION_CHUNK_ROWS}  # fmt: skip
-            started = proc.call("start", self.sid, cfg, self.slot, self.queue, self.board)
+                   "meta": self._meta, "log_chunk_rows": SESSION_CHUNK_ROWS,
+                   "seats": None if spec.seats is None else list(spec.seats), "seat_noops": list(spec.seat_noops)}  # fmt: skip
+            slots, queues = (self.slot, self.queue) if spec.seats is None else (self.slots, self.queues)
+            started = proc.call("start", self.sid, cfg, slots, queues, self.board)
             s.seed, self.warm, self.origin = started["seed"], started["warm"], started["origin"]
             self._process = proc  # a host runs there now: finalization must stop it
             self._write_replay_header()
@@ -649,29 +768,22 @@ class ServerSession:
             raise ProtocolError(ErrorCode.SESSION_ENDED, f"session {self.sid} has ended ({self.end_reason})")
         raise ProtocolError(ErrorCode.NO_SESSION, f"session {self.sid} is {self.state.value}, not running yet")
 
-    def _running_channels(self) -> tuple[LatestSlot, ActionQueue, WallClock]:
-        """A running session's slot, queue and clock (``_require_running``'s errors otherwise)."""
-        self._require_running()
-        slot, queue, clock = self.slot, self.queue, self.clock
-        assert slot is not None and queue is not None and clock is not None, "made by _start before running"
-        return slot, queue, clock
-
-    def read(self) -> Observation:
-        """The newest observation (event loop). Never waits long on a tick worker: a worker stopped
-        mid-write costs this reader `READ_PATIENCE` and a ``BACKPRESSURE`` error, not a frozen loop."""
+    def read(self, seat: int = 0) -> Observation:
+        """Seat ``seat``'s newest observation (event loop). Never waits long on a tick worker: a worker
+        stopped mid-write costs this reader `READ_PATIENCE` and a ``BACKPRESSURE`` error, not a frozen loop."""
         with self._chan:
-            slot, _, _ = self._running_channels()
+            self._require_running()
             try:
-                return slot.read(timeout=READ_PATIENCE)
+                return self.slots[seat].read(timeout=READ_PATIENCE)
             except TimeoutError:
                 raise ProtocolError(ErrorCode.BACKPRESSURE, f"session {self.sid}: its tick worker is not finishing "
                                     "an observation (stopped or overloaded?): retry shortly") from None  # fmt: skip
 
-    def read_final(self) -> Observation:
-        """The terminal observation of the last episode that ended (tick -1 if none yet)."""
+    def read_final(self, seat: int = 0) -> Observation:
+        """Seat ``seat``'s terminal observation of the last episode that ended (tick -1 if none yet)."""
         with self._chan:
-            slot, _, _ = self._running_channels()
-            return slot.read_final()
+            self._require_running()
+            return self.slots[seat].read_final()
 
     @property
     def tick(self) -> int:
@@ -687,22 +799,27 @@ class ServerSession:
         host = self.host
         return host.log.tail("lateness", RECENT_TICKS) if host is not None else np.zeros(0)
 
-    def submit(self, action: Any, obs_tick: int, episode: int, *, lock_timeout: float | None = None) -> tuple[int, int]:
-        """Enqueue ``action``; `TimeoutError` when the queue's lock is not free within ``lock_timeout``."""
+    def submit(self, action: Any, obs_tick: int, episode: int, *, lock_timeout: float | None = None,
+               seat: int = 0) -> tuple[int, int]:  # fmt: skip
+        """Enqueue ``action`` for seat ``seat``; `TimeoutError` when the queue's lock is not free
+        within ``lock_timeout``; ``ACTION_OUT_OF_RANGE`` for an action outside that seat's space."""
         with self._chan:
-            _, queue, clock = self._running_channels()
+            self._require_running()
+            clock = self.clock
+            assert clock is not None, "_start made it before running"
             tick = self.tick
             if obs_tick > tick:
                 raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"obs_tick {obs_tick} is in the future (tick {tick})")
             try:
-                seq = queue.submit(action, obs_tick=obs_tick, episode=episode, submit_time=clock.now(),
-                                   lock_timeout=lock_timeout)  # fmt: skip
+                seq = self.queues[seat].submit(action, obs_tick=obs_tick, episode=episode,
+                                               submit_time=clock.now(), lock_timeout=lock_timeout)  # fmt: skip
             except ValueError as exc:
-                raise ProtocolError(ErrorCode.ACTION_OUT_OF_RANGE, str(exc)) from None
+                where = f" (seat {self.seat_names[seat]!r})" if self.spec.seats is not None else ""
+                raise ProtocolError(ErrorCode.ACTION_OUT_OF_RANGE, f"{exc}{where}") from None
         self.step_count += 1
         return seq, tick
 
-    async def submit_async(self, action: Any, obs_tick: int, episode: int) -> tuple[int, int]:
+    async def submit_async(self, action: Any, obs_tick: int, episode: int, seat: int = 0) -> tuple[int, int]:
         """`submit` from the event loop, which must never wait on a lock a tick worker can hold (a
         worker stopped inside ``take`` would freeze every client): non-blocking tries of the queue's
         lock, yielding to the loop between them, for up to `SUBMIT_PATIENCE`; then ``BACKPRESSURE``."""
@@ -710,7 +827,7 @@ class ServerSession:
         give_up, pause = loop.time() + SUBMIT_PATIENCE, 0.0002
         while True:
             try:
-                return self.submit(action, obs_tick, episode, lock_timeout=0)
+                return self.submit(action, obs_tick, episode, lock_timeout=0, seat=seat)
             except TimeoutError:
                 if loop.time() > give_up:
                     raise ProtocolError(ErrorCode.BACKPRESSURE, f"session {self.sid}: its tick worker holds the "
@@ -720,8 +837,8 @@ class ServerSession:
 
     def request_reset(self) -> None:
         with self._chan:
-            slot, _, _ = self._running_channels()
-            slot.request_reset()
+            self._require_running()
+            self.slots[0].request_reset()  # the episode ends for every seat at once
 
     # ---- end
     def _finalize(self) -> None:
@@ -738,14 +855,14 @@ class ServerSession:
             if tick_log is not None:
                 with self._chan:
                     try:
-                        last = self.slot.read(timeout=READ_PATIENCE) if self.slot is not None else None
+                        last = [slot.read(timeout=READ_PATIENCE) for slot in self.slots]
                     except TimeoutError:  # its writer died or stopped mid-write
-                        last = None
-                self.summary = {"ticks": len(tick_log), **_tick_summary(tick_log)}
+                        last = []
+                self.summary = {"ticks": len(tick_log), **_tick_summary(tick_log, self.seat_names)}
                 if self.incomplete:  # the last ticks (at most RECORD_EVERY) died with the tick worker
                     self.summary["complete"] = False
-                if last is not None:
-                    self.summary["total_reward"] = last.total_reward
+                if last:
+                    self.summary["total_reward"] = last[0].total_reward
                 if recorder is not None and self.manager.replay_dir is not None:
                     replay = Replay.from_session(recorder, tick_log, self.replay_header())
                     self.replay_path = replay.save(self.manager.replay_dir / f"{self.sid}.npz")
@@ -767,7 +884,7 @@ class ServerSession:
                         self.host.env.close()
                     except Exception:  # noqa: BLE001
                         pass
-                for channel in (self.slot, self.queue, self.board):
+                for channel in (*self.slots, *self.queues, self.board):
                     if channel is not None:
                         channel.unlink()
                 self.host = self.recorder = self._process = self.proc = None
@@ -810,10 +927,14 @@ class ServerSession:
 
     def replay_header(self) -> dict[str, Any]:
         s = self.settings
-        return {"env": self.spec.env_id, "env_kwargs": {}, "seed": s.seed, "warm_reset": self.warm,
-                "tick_hz": self.spec.tick_hz,
-                "default": s.default, "queue_mode": s.queue_mode, "session_id": self.sid,
-                "end_reason": self.end_reason, "complete": not self.incomplete}  # fmt: skip
+        header = {"env": self.spec.env_id, "env_kwargs": {}, "seed": s.seed, "warm_reset": self.warm,
+                  "tick_hz": self.spec.tick_hz,
+                  "default": s.default, "queue_mode": s.queue_mode, "session_id": self.sid,
+                  "end_reason": self.end_reason, "complete": not self.incomplete}  # fmt: skip
+        if self.spec.seats is not None:
+            header["seats"] = list(self.spec.seats)
+            header["action_widths"] = [int(np.prod(a.shape)) if a.shape else 1 for a in self.spec.seat_action_spaces]
+        return header
 
     def info(self) -> dict[str, Any]:
         now = self.manager.clock.now()
@@ -836,9 +957,39 @@ class ServerSession:
             info["recent_lateness_ms"] = {"ticks": int(recent.size), "p50": float(np.percentile(recent, 50) * 1e3),
                                           "p99": float(np.percentile(recent, 99) * 1e3),
                                           "max": float(recent.max() * 1e3)}  # fmt: skip
+        info["seats"] = self.seat_rows()
         if self.summary:
             info["summary"] = self.summary
         return info
+
+    def seat_rows(self) -> list[dict[str, Any]]:
+        """Each seat's counters: who holds it, its agent and inaction ticks, its last delay and
+        return; while running from its slot, once ended from the tick log's summary."""
+        running = self.state is Lifecycle.RUNNING and self._process is not None
+        ended = {row["seat"]: row for row in self.summary.get("seats", [])} if self.summary else {}
+        rows = []
+        for i, name in enumerate(self.seat_names):
+            obs = None
+            if running:
+                try:
+                    obs = self.read(i)
+                except ProtocolError:
+                    obs = None
+            if obs is not None:
+                agent, inaction = obs.agent_ticks, obs.inaction_ticks
+                row: dict[str, Any] = {"last_delay": obs.last_delay, "total_reward": obs.total_reward}
+            else:
+                done = ended.get(name) or (self.summary if i == 0 else {})
+                agent, inaction = done.get("agent_ticks", 0), done.get("inaction_ticks", 0)
+                row = {"last_delay": None, "total_reward": done.get("total_reward")}
+                for key in ("delay_mean_ticks", "delay_p99_ticks"):
+                    if key in done:
+                        row[key] = done[key]
+            acted = agent + inaction
+            rows.append({"seat": name, "held": self.holders[i] is not None, "agent_ticks": agent,
+                         "inaction_ticks": inaction, "inaction_fraction": inaction / acted if acted else None,
+                         **row})  # fmt: skip
+        return rows
 
 
 def _process_alive(pid: int) -> bool:
@@ -889,17 +1040,32 @@ class LoopWaker:
             _resolve(fut)
 
 
-def _tick_summary(tick_log: Any) -> dict[str, Any]:
+def _tick_summary(tick_log: Any, seats: list[str] | None = None) -> dict[str, Any]:
+    """Agent and inaction ticks and lateness; with several ``seats``, each seat's counters, delay
+    and return under ``seats`` (the top-level counters are the first seat's)."""
     if not len(tick_log):
         return {}
     source, lateness = tick_log["source"], tick_log["lateness"]
-    return {
+    out: dict[str, Any] = {
         "agent_ticks": int(source.sum()),
         "inaction_ticks": int(len(source) - source.sum()),
         "lateness_p50_ms": float(np.percentile(lateness, 50) * 1e3),
         "lateness_p99_ms": float(np.percentile(lateness, 99) * 1e3),
         "lateness_max_ms": float(lateness.max() * 1e3),
     }
+    if seats is not None and len(seats) > 1 and getattr(tick_log, "seats", 1) == len(seats):
+        out["seats"] = []
+        for i, name in enumerate(seats):
+            prefix = "" if i == 0 else f"seat{i}_"
+            src, delay = tick_log[prefix + "source"], tick_log[prefix + "delay"]
+            agent = delay[src == SOURCE_AGENT]
+            out["seats"].append({
+                "seat": name, "agent_ticks": int(src.sum()), "inaction_ticks": int(len(src) - src.sum()),
+                "delay_mean_ticks": float(agent.mean()) if agent.size else None,
+                "delay_p99_ticks": float(np.percentile(agent, 99)) if agent.size else None,
+                "total_reward": float(tick_log[prefix + "reward"].sum()),
+            })  # fmt: skip
+    return out
 
 
 # ----------------------------------------------------------------------------- manager
@@ -1134,6 +1300,11 @@ class SessionManager:
 
     def get(self, sid: str) -> ServerSession | None:
         return self.sessions.get(sid)
+
+    def ended(self, sid: str) -> ServerSession | None:
+        """A recently closed session (kept for ``/sessions``), or None."""
+        with self._lock:
+            return next((s for s in self._closed if s.sid == sid), None)
 
     def end(self, session: ServerSession, reason: str) -> None:
         """End ``session`` (idempotent, any thread): stop its ticks now, finalize it off-thread."""

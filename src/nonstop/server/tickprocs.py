@@ -177,8 +177,8 @@ class SessionRecord:
     (3, [1.0, 0.0, 2.0], 3, 3)
     """
 
-    def __init__(self, tau_m: float, *, directory: Any = None, chunk_rows: int = CHUNK_ROWS) -> None:
-        self.log = TickLog(tau_m, directory=directory, chunk_rows=chunk_rows)
+    def __init__(self, tau_m: float, *, directory: Any = None, chunk_rows: int = CHUNK_ROWS, seats: int = 1) -> None:
+        self.log = TickLog(tau_m, directory=directory, chunk_rows=chunk_rows, seats=seats)
         self.directory, self.chunk_rows = directory, chunk_rows
         self._lock = threading.Lock()
         self._finished = False
@@ -281,12 +281,16 @@ class _WorkerJob:
             return self.clock.origin + wake
 
 
+def _listed(item: Any) -> list[Any]:
+    return list(item) if isinstance(item, (list, tuple)) else [item]
+
+
 def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: str) -> None:
     """Entry point of a tick worker: a command loop on the main thread, one tick lane beside it."""
     from nonstop.envs import make_env
     from nonstop.realtime.defaults import make_default
     from nonstop.realtime.host import Host, raise_priority
-    from nonstop.server.replay import ReplayRecorder
+    from nonstop.server.replay import ReplayRecorder, SeatReplayRecorder
     from nonstop.server.sessions import PhasedClock, WarmEnvs, _Lane
 
     hold_lifeline()  # a killed server leaves no worker behind, even one busy ticking
@@ -313,8 +317,12 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
     jobs: dict[str, _WorkerJob] = {}
     spares = WarmEnvs(warm, env_ids, idle=lambda: not jobs)
 
-    def start(sid: str, cfg: dict, slot: LatestSlot, queue: ActionQueue, board: TickBoard) -> dict:
+    def start(sid: str, cfg: dict, slot: LatestSlot | list[LatestSlot], queue: ActionQueue | list[ActionQueue],
+              board: TickBoard) -> dict:  # fmt: skip
+        """Build the env and host of session ``sid`` (a several-seat world: ``cfg["seats"]``, one
+        slot, queue and β per seat) and put it on the lane."""
         env, seed, warmed = None, cfg["seed"], False
+        seats = cfg.get("seats")
         try:
             if seed is None:  # the client left the seed to us: a warm env, already reset with its seed
                 env, seed = spares.take(cfg["env"])
@@ -322,10 +330,14 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
             if env is None:
                 env = make_env(cfg["env"])
             if cfg["record"]:
-                env = ReplayRecorder(env)
-            default = make_default(cfg["default"], noop_action=cfg["noop_action"])
+                env = ReplayRecorder(env) if seats is None else SeatReplayRecorder(env)
+            if seats is None:
+                default: Any = make_default(cfg["default"], noop_action=cfg["noop_action"])
+            else:
+                default = [make_default(cfg["default"], noop_action=noop) for noop in cfg["seat_noops"]]
             host = Host(env, slot, queue, tau_m=cfg["tau_m"], default=default, seed=None if warmed else seed,
-                        max_ticks=cfg["max_ticks"], meta=cfg["meta"], log_chunk_rows=cfg.get("log_chunk_rows", CHUNK_ROWS))  # fmt: skip
+                        max_ticks=cfg["max_ticks"], meta=cfg["meta"], seats=seats,
+                        log_chunk_rows=cfg.get("log_chunk_rows", CHUNK_ROWS))  # fmt: skip
             process = host.run(PhasedClock(cfg["origin"], cfg["tau_m"], cfg["phase"]))
             job = _WorkerJob(sid, host, process, board, WallClock(origin=cfg["origin"], spin=0.0), note)
             job.env, job.recorder = env, env if cfg["record"] else None
@@ -333,7 +345,7 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
         except BaseException:
             if env is not None:
                 env.close()
-            for channel in (slot, queue, board):
+            for channel in (*_listed(slot), *_listed(queue), board):
                 channel.close()
             raise
         board._d[_ORIGIN] = host.origin
@@ -355,7 +367,7 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
             job.env.close()
         except Exception:  # noqa: BLE001
             pass
-        for channel in (job.host.slot, job.host.queue, job.board):
+        for channel in (*job.host.slots, *job.host.queues, job.board):
             channel.close()
         return out
 

@@ -1,0 +1,702 @@
+"""``nonstop sweep``: the paper's learning experiments (Figures 4–6, 11–14) as one command.
+
+The design, as the paper states it (§5 and Appendix A, "Training Procedure for Atari"): to isolate
+what realtime costs, every cell learns **the same k = 1 IMPALA ResNet** and only the *declared*
+inference time changes with the model size it stands for — the forward times the authors measured
+for k = 1, 7, 29, 98 (about 1M, 10M, 100M, 1B parameters): 5, 8, 70 and 599 ticks at 60 Hz (596 on
+the Game Boy's 59.73 Hz). A `LatencyPolicy` makes each action arrive exactly that late, so a small
+network on a laptop acts like the large one would in the world, on the virtual clock.
+
+Per (game, size, seed) two ways to act are compared:
+
+* ``staggered`` — Algorithm 1 (``max_time``) with N_I* = ⌈τ_θ/τ_M⌉ workers: an action at every
+  tick, each τ_θ old;
+* ``sequential`` — one inference process (the paper's "single inference process" baseline): an
+  action every τ_θ ticks, β (the env's noop) on the ticks between;
+
+and, on request (``--interactions``), the two sequential learning loops of Figure 4
+(``infer_then_learn``, ``learn_then_infer``). Learning is asynchronous in every cell at the game's
+rate (Atari: one update every 4 ticks, as the paper; Pokémon every 5). The figure of merit is the
+paper's: the mean episodic return over the training episodes, averaged over seeds with a 95 %
+Student-t confidence interval, plotted against model size (``sweep.png``) and tabled
+(``results.csv``, ``cells.csv``, ``sweep.json``).
+
+Budgets make a small run and a faithful one the same command (``--budget``; any of its settings
+can be overridden):
+
+========  ==================================================================  =====================
+budget    what                                                                cost on 2 cores
+========  ==================================================================  =====================
+tiny      the delay world, k = 1 and 29, 1 seed, 2 episodes (a smoke test)     ~1 min
+small     the delay world (3 seeds, 6 episodes) and Boxing (1 seed, 1         ~30-45 min
+          episode: ε is still ~0.9, so it measures acting, not learning)
+medium    the delay world (5 seeds, 40 episodes), Boxing, Krull,               ~days
+          NameThisGame (3 seeds, 20 episodes)
+paper     Boxing, Krull, NameThisGame, Tetris and Pokémon where their ROMs     far beyond 2 cores:
+          are found; 5 seeds, 2,000 episodes (the paper's length)              for a cluster
+========  ==================================================================  =====================
+
+The *delay world* is ``theory/delay-cycle`` (8 states; reward 1 when the action names the current
+state, which stays put w.p. 0.97 per tick; 1,200-tick episodes, longer than the 1B model's 599-tick delay): the world of the paper's Theorem 1
+for delay, small enough that DQN learns it within a minute, so a small budget shows the paper's
+shape — staggered return falls only as the delay outgrows the world's predictability (Eq. 4),
+sequential return falls with every tick of inaction (Eq. 3).
+
+Every cell is an ordinary run directory (``OUT/cells/<cell>``) that ``nonstop report`` reads. The
+sweep is resumable: a finished cell is kept, a cell with a checkpoint resumes (``--resume``), one
+without starts over; running the same command again completes what is missing, and a larger
+``--episodes`` extends finished cells. Cells run in parallel, one process each (``--jobs``,
+default: the cores this process may use); Ctrl-C or SIGTERM stops them with their final
+checkpoints and leaves nothing running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = ["PAPER_SIZES", "GAMES", "BUDGETS", "Cell", "plan_cells", "aggregate", "t_quantile_95", "add_arguments", "run_sweep"]
+
+#: k → (parameters, declared inference ticks at 60 Hz, at the Game Boy's 59.7275 Hz): the paper's Figure 7 / Appendix A
+PAPER_SIZES: Final[dict[float, tuple[str, int, int]]] = {
+    1: ("1M", 5, 5),
+    7: ("10M", 8, 8),
+    29: ("100M", 70, 70),
+    98: ("1B", 599, 596),
+}
+_PARAMS: Final = {"1M": 1e6, "10M": 1e7, "100M": 1e8, "1B": 1e9}
+
+INTERACTIONS: Final = ("staggered", "sequential", "infer_then_learn", "learn_then_infer")
+
+
+@dataclass(frozen=True)
+class Game:
+    """One world of the sweep and how the paper trains in it."""
+
+    env: str
+    #: `nonstop train` flags that set the paper's learning settings for this world
+    train_args: tuple[str, ...]
+    #: world seconds one episode can last at most (the cap that stops a cell that never ends an episode)
+    max_episode_s: float
+    game_boy: bool = False
+    #: the env must be found (a ROM): left out of a budget, with a note, when it is not
+    needs_rom: bool = False
+    #: what a small budget changes (replay capacity: no cell of it stores more transitions than this)
+    small_args: tuple[str, ...] = ()
+
+
+_ATARI_ARGS: Final = ("--preset", "paper-atari", "--tau-l", f"{4 / 60:.6f}")  # "we now learn every 4 environment steps"
+GAMES: Final[dict[str, Game]] = {
+    "delay-world": Game("theory/delay-cycle",
+                        ("--env-arg", "p_minimax=0.97", "--env-arg", "max_steps=1200", "--lr", "1e-3", "--batch-size", "32",
+                         "--epsilon-ticks", "1500", "--epsilon-end", "0.02", "--learning-starts", "200",
+                         "--target-update", "200", "--replay-capacity", "20000"), max_episode_s=20.0),
+    "Boxing": Game("Boxing", _ATARI_ARGS, max_episode_s=1800.0, small_args=("--replay-capacity", "50000")),
+    "Krull": Game("Krull", _ATARI_ARGS, max_episode_s=1800.0, small_args=("--replay-capacity", "50000")),
+    "NameThisGame": Game("NameThisGame", _ATARI_ARGS, max_episode_s=1800.0, small_args=("--replay-capacity", "50000")),
+    # Figure 5: a fixed ε of 0.05 and one update per action
+    "Tetris": Game("GameBoy/Tetris", ("--preset", "paper-tetris", "--epsilon-start", "0.05", "--epsilon-end", "0.05"),
+                   max_episode_s=3600.0, game_boy=True, needs_rom=True),
+    # Figure 4: "enough learning threads to learn every 5 environment steps"
+    "PokemonBattle": Game("GameBoy/PokemonBattle", ("--preset", "paper-pokemon", "--tau-l", f"{5 / 59.7275:.6f}"),
+                          max_episode_s=3600.0, game_boy=True, needs_rom=True),
+    "PokemonCatch": Game("GameBoy/PokemonCatch", ("--preset", "paper-pokemon", "--tau-l", f"{5 / 59.7275:.6f}"),
+                         max_episode_s=3600.0, game_boy=True, needs_rom=True),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a budget runs: per game, (episodes per cell, seeds)."""
+
+    games: dict[str, tuple[int, int]]
+    sizes: tuple[float, ...] = (1, 7, 29, 98)
+    note: str = ""
+    #: the Atari replay at 50k transitions, more than any cell of the budget stores (so a cell's checkpoint can hold it)
+    small_replay: bool = False
+
+
+BUDGETS: Final[dict[str, Budget]] = {
+    "tiny": Budget({"delay-world": (2, 1)}, sizes=(1, 29), note="a smoke test of the whole pipeline",
+                   small_replay=True),
+    "small": Budget({"delay-world": (6, 3), "Boxing": (1, 1)},
+                    note="Boxing: one episode while ε is still ~0.9, so its cells measure acting (inaction, delay), not learning",
+                    small_replay=True),
+    "medium": Budget({"delay-world": (40, 5), "Boxing": (20, 3), "Krull": (20, 3), "NameThisGame": (20, 3)}),
+    "paper": Budget({"Boxing": (2000, 5), "Krull": (2000, 5), "NameThisGame": (2000, 5), "Tetris": (2000, 5),
+                     "PokemonBattle": (2000, 5), "PokemonCatch": (2000, 5)},
+                    note="the paper's 2,000 episodes per cell; Game Boy games where their ROMs are found"),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One training run of the sweep."""
+
+    game: str
+    k: float
+    delay: str  # a latency spec, e.g. "70t"
+    interaction: str
+    seed: int
+    episodes: int
+    extra: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def name(self) -> str:
+        return f"{self.game}-k{_fmt_k(self.k)}-{self.delay}-{self.interaction}-s{self.seed}"
+
+    def train_argv(self, out: Path) -> list[str]:
+        game = GAMES[self.game]
+        how: list[str]
+        if self.interaction == "staggered":
+            how = ["--scheduler", "max_time"]  # Algorithm 1 at N_I* = ⌈τ_θ/τ_M⌉ (nonstop train's default N_I)
+        elif self.interaction == "sequential":
+            how = ["--scheduler", "sequential"]  # one inference process; β on the ticks between its actions
+        else:
+            how = ["--interaction", self.interaction]
+        seconds = 1.5 * self.episodes * game.max_episode_s + 60  # a cap only: --episodes ends the cell
+        return ["train", "--env", game.env, *game.train_args, *self.extra, "--latency", self.delay, *how,
+                "--seed", str(self.seed), "--episodes", str(self.episodes), "--seconds", f"{seconds:g}",
+                "--progress-every", f"{min(10.0, game.max_episode_s):g}", "--checkpoint-every", "300",
+                "--out", str(out)]  # fmt: skip
+
+
+def _fmt_k(k: float) -> str:
+    return str(int(k)) if float(k).is_integer() else f"{k:g}"
+
+
+def declared_delays(sizes: Iterable[float], source: str, *, game_boy: bool, overrides: dict[float, str]) -> dict[float, str]:
+    """Size k → latency spec. ``source``: ``paper`` (the paper's measured steps) or ``measured``
+    (this machine's batch-1 forward time of the k ResNet, one torch thread); ``overrides`` win.
+
+    >>> declared_delays([1, 98], "paper", game_boy=False, overrides={})
+    {1: '5t', 98: '599t'}
+    >>> declared_delays([98], "paper", game_boy=True, overrides={98: "10s"})
+    {98: '10s'}
+    """
+    out: dict[float, str] = {}
+    for k in sizes:
+        if k in overrides:
+            out[k] = overrides[k]
+        elif source == "paper":
+            if k not in PAPER_SIZES:
+                raise ValueError(f"the paper gives inference times for k in {sorted(PAPER_SIZES)}, not k={_fmt_k(k)}: "
+                                 f"pass --latency-source measured or --latency {_fmt_k(k)}=SPEC")  # fmt: skip
+            out[k] = f"{PAPER_SIZES[k][2 if game_boy else 1]}t"
+        else:
+            out[k] = f"{_measured_forward_ms(k):.3f}ms"
+    return out
+
+
+_MEASURED: dict[float, float] = {}
+
+
+def _measured_forward_ms(k: float) -> float:
+    """Median batch-1 forward time of the width-k IMPALA ResNet here (one torch thread), in ms."""
+    if k not in _MEASURED:
+        import torch
+
+        from nonstop.bench.models import _time_forward
+        from nonstop.policies.models import ensure_fits, impala_resnet
+
+        ensure_fits(k, "cpu", n_actions=18)  # a clear error when the model cannot fit in this machine's memory
+        torch.set_num_threads(1)
+        model = impala_resnet(k=k, n_actions=18).eval()
+        samples = _time_forward(model, torch.zeros(1, 1, 84, 84), torch.device("cpu"), warmup=1, repeats=7, max_seconds=20.0)
+        _MEASURED[k] = 1000.0 * sorted(samples)[len(samples) // 2]
+        del model
+    return _MEASURED[k]
+
+
+def plan_cells(budget: Budget, *, games: Sequence[str] | None, sizes: Sequence[float] | None, seeds: int | None,
+               episodes: int | None, interactions: Sequence[str], latency_source: str,
+               latency_overrides: dict[float, str], game_args: dict[str, list[str]] | None = None,
+               small_replay: bool = False, available: Any = None) -> tuple[list[Cell], list[str]]:
+    """The cells a sweep runs and notes on what it left out (a Game Boy game without its ROM).
+
+    >>> cells, notes = plan_cells(BUDGETS["tiny"], games=None, sizes=None, seeds=None, episodes=None,
+    ...                           interactions=("staggered", "sequential"), latency_source="paper", latency_overrides={})
+    >>> [c.name for c in cells]  # doctest: +NORMALIZE_WHITESPACE
+    ['delay-world-k1-5t-staggered-s0', 'delay-world-k1-5t-sequential-s0',
+     'delay-world-k29-70t-staggered-s0', 'delay-world-k29-70t-sequential-s0']
+    """
+    chosen = list(games) if games else list(budget.games)
+    for g in chosen:
+        if g not in GAMES:
+            raise ValueError(f"unknown game {g!r} for --games: choose from {', '.join(GAMES)}")
+    for i in interactions:
+        if i not in INTERACTIONS:
+            raise ValueError(f"unknown interaction {i!r} for --interactions: choose from {', '.join(INTERACTIONS)}")
+    if seeds is not None and seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    if episodes is not None and episodes < 1:
+        raise ValueError(f"--episodes must be >= 1, got {episodes}")
+    available = available if available is not None else _env_available
+    game_args = game_args or {}
+    for g in game_args:
+        if g not in GAMES:
+            raise ValueError(f"unknown game {g!r} in --game-arg: choose from {', '.join(GAMES)}")
+    notes, cells = [], []
+    for g in chosen:
+        game = GAMES[g]
+        if game.needs_rom:
+            ok, why = available(g, game_args.get(g, []))
+            if not ok:
+                if games:  # asked for by name: say so plainly
+                    raise FileNotFoundError(f"--games {g}: {why}")
+                notes.append(f"{g} left out: {why}")
+                continue
+        # a game the budget does not name (asked for with --games) gets the budget's first game's length
+        default_episodes, default_seeds = budget.games.get(g, next(iter(budget.games.values())))
+        n_episodes = episodes or default_episodes
+        delays = declared_delays(sizes or budget.sizes, latency_source, game_boy=game.game_boy, overrides=latency_overrides)
+        extra = (game.small_args if small_replay else ()) + tuple(a for kv in game_args.get(g, []) for a in ("--env-arg", kv))
+        for k, delay in delays.items():
+            for seed in range(seeds or default_seeds):
+                for interaction in interactions:
+                    cells.append(Cell(g, k, delay, interaction, seed, n_episodes, extra))
+    return cells, notes
+
+
+def _env_available(game: str, game_args: Sequence[str]) -> tuple[bool, str]:
+    """Whether a ROM-backed game can run here: its ROM found (and, for Pokémon, a start state given)."""
+    from nonstop.envs.gameboy import RomError, find_rom, pyboy_problem
+
+    env_id = GAMES[game].env
+    rom = next((a.partition("=")[2] for a in game_args if a.startswith("rom=")), None)
+    try:
+        find_rom(env_id.removeprefix("GameBoy/"), rom)
+    except RomError as error:
+        return False, f"{error} (in a sweep: --game-arg {game}:rom=PATH, or NONSTOP_ROMS=DIR)"
+    if pyboy_problem():
+        return False, pyboy_problem()
+    if game.startswith("Pokemon") and not any(a.startswith("state=") for a in game_args):
+        return False, (f"{env_id} starts from a save state of yours: pass --game-arg {game}:state=PATH "
+                       "(see `nonstop gameboy record-state`)")
+    return True, ""
+
+
+# ---------------------------------------------------------------------------------------------- aggregation
+
+#: two-sided 95 % Student-t quantiles, t_{0.975, df}, df = 1..30 (larger df: the normal's 1.96 within 2 %)
+_T95: Final = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+               2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+
+
+def t_quantile_95(df: int) -> float:
+    """The 97.5 % point of Student's t with ``df`` degrees of freedom (a 95 % two-sided interval).
+
+    >>> t_quantile_95(1), t_quantile_95(4), t_quantile_95(1000)
+    (12.706, 2.776, 1.96)
+    """
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    return _T95[df - 1] if df <= len(_T95) else 1.96
+
+
+def cell_result(cell: Cell, run_dir: Path) -> dict[str, Any] | None:
+    """One finished (or partly run) cell's figures: the mean return over its first ``episodes``
+    episodes (the paper's "average episodic return over the training period"), inaction and delay."""
+    episodes_csv = run_dir / "episodes.csv"
+    if not episodes_csv.exists():
+        return None
+    with episodes_csv.open(newline="") as f:
+        returns = [float(row["return"]) for row in csv.DictReader(f) if row.get("return") not in (None, "")]
+    returns = returns[: cell.episodes]
+    summary: dict[str, Any] = {}
+    if (run_dir / "summary.json").exists():
+        try:
+            summary = json.loads((run_dir / "summary.json").read_text())
+        except json.JSONDecodeError:
+            summary = {}
+    return {"cell": cell.name, "game": cell.game, "k": cell.k, "params": _params(cell.k), "delay": cell.delay,
+            "interaction": cell.interaction, "seed": cell.seed, "episodes": len(returns), "episodes_target": cell.episodes,
+            "mean_return": sum(returns) / len(returns) if returns else None,
+            "inaction_fraction": summary.get("inaction_fraction"), "delay_mean_ticks": summary.get("delay_mean_ticks"),
+            "n_inference": summary.get("n_inference"), "updates": summary.get("updates"), "wall_s": summary.get("wall_s"),
+            "complete": bool(summary.get("complete")) and len(returns) >= cell.episodes}  # fmt: skip
+
+
+def _params(k: float) -> str:
+    return PAPER_SIZES[k][0] if k in PAPER_SIZES else f"k={_fmt_k(k)}"
+
+
+def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (game, k, interaction): mean of the seeds' mean returns, its 95 % t interval, and the
+    seeds' mean inaction and delay. Cells that finished no episode are left out of the mean.
+
+    >>> rows = [{"game": "g", "k": 1, "params": "1M", "delay": "5t", "interaction": "staggered", "mean_return": r,
+    ...          "inaction_fraction": 0.0, "delay_mean_ticks": 5.0, "complete": True} for r in (1.0, 3.0)]
+    >>> agg = aggregate(rows)[0]
+    >>> agg["mean_return"], round(agg["ci95"], 3), agg["seeds"]
+    (2.0, 12.706, 2)
+    """
+    groups: dict[tuple[str, float, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["game"], row["k"], row["interaction"]), []).append(row)
+    out = []
+    for (game, k, interaction), members in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], INTERACTIONS.index(kv[0][2]))):
+        done = [m for m in members if m.get("mean_return") is not None]
+        values = [float(m["mean_return"]) for m in done]
+        n = len(values)
+        mean = sum(values) / n if n else None
+        ci = None
+        if n >= 2 and mean is not None:
+            sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+            ci = t_quantile_95(n - 1) * sd / math.sqrt(n)
+
+        def avg(key: str, done: list[dict[str, Any]] = done) -> float | None:
+            xs = [float(m[key]) for m in done if m.get(key) is not None]
+            return sum(xs) / len(xs) if xs else None
+
+        out.append({"game": game, "k": k, "params": members[0]["params"], "delay": members[0]["delay"],
+                    "interaction": interaction, "mean_return": mean, "ci95": ci, "seeds": n, "cells": len(members),
+                    "complete": sum(bool(m.get("complete")) for m in members),
+                    "inaction_fraction": avg("inaction_fraction"), "delay_mean_ticks": avg("delay_mean_ticks")})  # fmt: skip
+    return out
+
+
+def plot(results: Sequence[dict[str, Any]], path: Path, *, title: str) -> Path | None:
+    """Return vs model size, a panel per game, a line and its 95 % band per interaction (Figure 6's layout)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    games = sorted({r["game"] for r in results})
+    if not games:
+        return None
+    fig, axes = plt.subplots(1, len(games), figsize=(4.2 * len(games), 3.6), squeeze=False)
+    for ax, game in zip(axes[0], games):
+        for interaction in INTERACTIONS:
+            pts = sorted((r["k"], r) for r in results if r["game"] == game and r["interaction"] == interaction
+                         and r["mean_return"] is not None)  # fmt: skip
+            if not pts:
+                continue
+            xs = [_PARAMS.get(r["params"], r["k"] * 1e6) for _, r in pts]
+            ys = [r["mean_return"] for _, r in pts]
+            lo = [r["mean_return"] - (r["ci95"] or 0.0) for _, r in pts]
+            hi = [r["mean_return"] + (r["ci95"] or 0.0) for _, r in pts]
+            (line,) = ax.plot(xs, ys, marker="o", label=interaction.replace("_", "-"))
+            ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.set_xscale("log")
+        ax.set_xlabel("model size |θ| (declared inference time)")
+        ax.set_ylabel("mean episodic return")
+        ax.set_title(game)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+
+def cell_state(cell: Cell, run_dir: Path) -> str:
+    """``done`` (finished its episodes), ``resume`` (has a checkpoint), ``new`` (nothing usable)."""
+    from nonstop.learning.checkpoint import list_checkpoints
+
+    result = cell_result(cell, run_dir) if run_dir.exists() else None
+    if result is not None and result["complete"]:
+        return "done"
+    if run_dir.exists() and (run_dir / "config.json").exists() and list_checkpoints(run_dir):
+        return "resume"
+    return "new"
+
+
+class _Running:
+    def __init__(self, cell: Cell, run_dir: Path, process: subprocess.Popen[bytes], log_path: Path) -> None:
+        self.cell, self.run_dir, self.process, self.log_path = cell, run_dir, process, log_path
+        self.started = time.monotonic()
+
+    def episodes_so_far(self) -> int:
+        try:
+            with (self.run_dir / "episodes.csv").open() as f:
+                return max(0, sum(1 for _ in f) - 1)
+        except OSError:
+            return 0
+
+
+def _start(cell: Cell, out: Path) -> _Running:
+    from nonstop.realtime.lifeline import popen_lifeline
+
+    run_dir = out / "cells" / cell.name
+    state = cell_state(cell, run_dir)
+    if state == "new" and run_dir.exists():
+        shutil.rmtree(run_dir)  # a cell that died before its first checkpoint: nothing in it to keep
+    argv = [sys.executable, "-m", "nonstop.cli", *cell.train_argv(run_dir), *(["--resume"] if state == "resume" else [])]
+    log_path = out / "logs" / f"{cell.name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        log.write(f"$ {' '.join(argv[1:])}\n".encode())
+        log.flush()
+        # the cell dies with the sweep (SIGTERM: it checkpoints and stops as on `kill`); in its own process
+        # group, so a terminal's Ctrl-C reaches the sweep alone, which stops each cell with one SIGTERM
+        # (a second signal would make a cell skip its final checkpoint)
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   preexec_fn=popen_lifeline(signal.SIGTERM), start_new_session=True)  # fmt: skip
+    return _Running(cell, run_dir, process, log_path)
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    errors = [line for line in lines if line.startswith("nonstop: error:")]
+    return (errors or lines or [""])[-1].strip()
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--budget", choices=tuple(BUDGETS), default="small",
+                   help="what to run (default small, ~30-45 min on 2 cores); see `nonstop sweep --help`'s list")
+    p.add_argument("--games", default=None, metavar="G,G",
+                   help=f"worlds (default: the budget's): {', '.join(GAMES)}")
+    p.add_argument("--sizes", default=None, metavar="K,K", help="ResNet widths k the declared times stand for (default 1,7,29,98)")
+    p.add_argument("--interactions", default="staggered,sequential", metavar="I,I",
+                   help=f"how the agent acts, compared per cell: {', '.join(INTERACTIONS)} (default staggered,sequential)")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per (game, size, interaction) (default: the budget's)")
+    p.add_argument("--episodes", type=int, default=None, help="training episodes per cell (default: the budget's)")
+    p.add_argument("--latency-source", choices=("paper", "measured"), default="paper",
+                   help="paper: the authors' measured 5/8/70/599 ticks; measured: this machine's forward time of each k")
+    p.add_argument("--latency", action="append", default=[], metavar="K=SPEC",
+                   help="declare size k's inference time yourself, e.g. 98=empirical:times.txt or 29=1.2s (repeatable)")
+    p.add_argument("--game-arg", action="append", default=[], metavar="GAME:KEY=VALUE",
+                   help="an env argument for one game's cells, e.g. PokemonBattle:state=battle1.state (repeatable)")
+    p.add_argument("--jobs", type=int, default=None, help="cells run at once (default: the cores this process may use)")
+    p.add_argument("--out", default="runs/sweep", help="sweep directory (default runs/sweep); run again to resume")
+    p.add_argument("--dry-run", action="store_true", help="list the cells and their state, run nothing")
+    p.add_argument("--json", action="store_true", help="one JSON object on the last line of stdout")
+
+
+def _list_arg(text: str | None, option: str, kind: Any = str) -> list[Any] | None:
+    if text is None:
+        return None
+    try:
+        items = [kind(part.strip()) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"{option} takes a comma-separated list, got {text!r}") from None
+    if not items:
+        raise ValueError(f"{option} takes a comma-separated list, got {text!r}")
+    return items
+
+
+def _latency_overrides(items: list[str]) -> dict[float, str]:
+    from nonstop.policies.latency import parse_latency
+
+    out: dict[float, str] = {}
+    for item in items:
+        k, sep, spec = item.partition("=")
+        try:
+            key = float(k)
+        except ValueError:
+            key = math.nan
+        if not sep or not spec or not key > 0:
+            raise ValueError(f"--latency takes K=SPEC (e.g. 29=70t), got {item!r}")
+        parse_latency(spec, tick_hz=60.0)  # a bad spec is refused here, not in a cell an hour later
+        out[int(key) if key.is_integer() else key] = spec
+    return out
+
+
+def _game_args(items: list[str]) -> dict[str, list[str]]:
+    """``["PokemonBattle:state=b.state"]`` → ``{"PokemonBattle": ["state=b.state"]}``.
+
+    >>> _game_args(["PokemonBattle:state=b.state"])
+    {'PokemonBattle': ['state=b.state']}
+    """
+    out: dict[str, list[str]] = {}
+    for item in items:
+        game, sep, kv = item.partition(":")
+        if not sep or "=" not in kv or not kv.partition("=")[0]:
+            raise ValueError(f"--game-arg takes GAME:KEY=VALUE (e.g. PokemonBattle:state=battle1.state), got {item!r}")
+        out.setdefault(game, []).append(kv)
+    return out
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    from nonstop._console import Console
+    from rich.table import Table
+
+    console = Console(stderr=True)
+    budget = BUDGETS[args.budget]
+    jobs = args.jobs if args.jobs is not None else len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    sizes = _list_arg(args.sizes, "--sizes", float)
+    if sizes is not None:
+        if any(not (k * 16 >= 1) for k in sizes):
+            raise ValueError(f"--sizes takes widths k >= 1/16 such as 1,7,29,98, got {args.sizes!r}")
+        sizes = [int(k) if k.is_integer() else k for k in sizes]
+    cells, notes = plan_cells(budget, games=_list_arg(args.games, "--games"), sizes=sizes, seeds=args.seeds,
+                              episodes=args.episodes, interactions=_list_arg(args.interactions, "--interactions") or [],
+                              latency_source=args.latency_source, latency_overrides=_latency_overrides(args.latency),
+                              game_args=_game_args(args.game_arg), small_replay=budget.small_replay)  # fmt: skip
+    if not cells:
+        raise ValueError("nothing to run: " + ("; ".join(notes) if notes else "no cells"))
+    out = Path(args.out)
+    states = {c.name: cell_state(c, out / "cells" / c.name) for c in cells}
+    for note in notes + ([budget.note] if budget.note and not args.games else []):
+        console.print(f"note: {note}", style="yellow", markup=False)
+    # the longest cells first, so the last minutes are not one long cell running alone
+    todo = sorted((c for c in cells if states[c.name] != "done"), key=lambda c: -c.episodes * GAMES[c.game].max_episode_s)
+    console.print(f"sweep ({args.budget}): {len(cells)} cells, {len(cells) - len(todo)} done, "
+                  f"{sum(states[c.name] == 'resume' for c in todo)} to resume, {jobs} at a time; {out}")  # fmt: skip
+    if args.dry_run:
+        table = Table("cell", "episodes", "state", box=None)
+        for c in cells:
+            table.add_row(c.name, str(c.episodes), states[c.name])
+        console.print(table)
+        if args.json:
+            print(json.dumps({"sweep": args.budget, "cells": [{"cell": c.name, "state": states[c.name]} for c in cells]}))
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    cpu0 = _children_cpu_s()
+    failed = _run_cells(todo, out, jobs, console)
+    # CPU seconds the cells used: on a busy machine wall time says little, this says what the work costs
+    cpu_s = _children_cpu_s() - cpu0
+    rows = [r for c in cells if (r := cell_result(c, out / "cells" / c.name)) is not None]
+    results = aggregate(rows)
+    _write_tables(out, rows, results)
+    picture = None
+    if results:
+        try:
+            picture = plot(results, out / "sweep.png",
+                           title=f"nonstop sweep --budget {args.budget}: mean episodic return over each cell's episodes "
+                                 "(95 % t interval over seeds)")  # fmt: skip
+        except ImportError:
+            console.print("no plot: matplotlib is not installed (pip install 'nonstop[plot]')", style="yellow")
+    _print_results(console, results)
+    elapsed = time.monotonic() - t0
+    console.print(f"{len(rows)} of {len(cells)} cells have episodes; tables in {out}/results.csv and cells.csv"
+                  + (f", picture {picture}" if picture else "") + f"; this run took {elapsed / 60:.1f} min, its cells "
+                  f"{cpu_s / 60:.1f} CPU-min (≥ {cpu_s / 60 / jobs:.1f} min on {jobs} idle cores)")  # fmt: skip
+    for name, why in failed:
+        console.print(f"cell {name} failed: {why} (log: {out}/logs/{name}.log; run the sweep again to retry)",
+                      style="red", markup=False)  # fmt: skip
+    from nonstop.bench.common import machine_info
+
+    document = {"sweep": args.budget, "cells": len(cells), "cells_complete": sum(bool(r["complete"]) for r in rows),
+                "failed": [n for n, _ in failed], "results": results, "plot": str(picture) if picture else None,
+                "elapsed_s": round(elapsed, 1), "cells_cpu_s": round(cpu_s, 1), "jobs": jobs, "machine": machine_info()}  # fmt: skip
+    (out / "sweep.json").write_text(json.dumps(document, indent=1) + "\n")
+    if args.json:
+        print(json.dumps(document))
+    return 1 if failed else 0
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU seconds of this process's reaped children so far."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run_cells(todo: list[Cell], out: Path, jobs: int, console: Any) -> list[tuple[str, str]]:
+    """Run the cells, ``jobs`` at a time, with a live view; returns (cell, why) for each that failed.
+    Ctrl-C/SIGTERM: every running cell gets one SIGTERM (it writes its final checkpoint) and is reaped."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from nonstop.realtime.lifeline import reap
+
+    pending, running, failed = list(todo), [], []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as view:  # fmt: skip
+        overall = view.add_task("cells", total=len(todo))
+        tasks: dict[str, Any] = {}
+        try:
+            while pending or running:
+                while pending and len(running) < jobs:
+                    cell = pending.pop(0)
+                    running.append(_start(cell, out))
+                    tasks[cell.name] = view.add_task(f"  {cell.name}", total=cell.episodes)
+                for r in list(running):
+                    view.update(tasks[r.cell.name], completed=min(r.episodes_so_far(), r.cell.episodes))
+                    code = r.process.poll()
+                    if code is None:
+                        continue
+                    running.remove(r)
+                    view.remove_task(tasks.pop(r.cell.name))
+                    view.advance(overall)
+                    result = cell_result(r.cell, r.run_dir)
+                    if code != 0 or result is None or not result["complete"]:
+                        why = _last_line(r.log_path) if code != 0 else f"ended with {result['episodes'] if result else 0} of {r.cell.episodes} episodes"
+                        failed.append((r.cell.name, f"exit {code}: {why}" if code != 0 else why))
+                    else:
+                        ret = result["mean_return"]
+                        console.print(f"  done {r.cell.name}: mean return {ret:.2f} over {result['episodes']} episodes, "
+                                      f"inaction {result['inaction_fraction'] or 0:.1%}, "
+                                      f"{(time.monotonic() - r.started) / 60:.1f} min", markup=False)  # fmt: skip
+                time.sleep(0.25)
+        except BaseException:
+            for r in running:  # their final checkpoints, then nothing left running (SIGTERM: SIGINT may be ignored
+                try:  # by a sweep started in the background, and its cells inherit that)
+                    r.process.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            for r in running:
+                reap(r.process, timeout=60.0)
+            console.print(f"stopped: {len(running)} running cells checkpointed; run the same command again to resume")
+            raise
+    return failed
+
+
+def _write_tables(out: Path, rows: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> None:
+    for name, data in (("cells.csv", rows), ("results.csv", results)):
+        if not data:
+            continue
+        columns = list(data[0])
+        tmp = out / f".{name}.tmp"
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            for row in data:
+                writer.writerow({c: ("" if row.get(c) is None else row[c]) for c in columns})
+        os.replace(tmp, out / name)
+
+
+def _print_results(console: Any, results: Sequence[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    if not results:
+        return
+    interactions = [i for i in INTERACTIONS if any(r["interaction"] == i for r in results)]
+    short = {"staggered": "stag.", "sequential": "seq.", "infer_then_learn": "i→l", "learn_then_infer": "l→i"}
+    table = Table("game", "|θ|", "τ_θ", *[f"{short[i]} return" for i in interactions],
+                  *[f"{short[i]} inaction" for i in interactions],
+                  title="mean episodic return ± 95 % CI (seeds) vs model size", caption=" · ".join(
+                      f"{short[i]} = {i.replace('_', '-')}" for i in interactions))  # fmt: skip
+    keys = sorted({(r["game"], r["k"]) for r in results})
+    for game, k in keys:
+        by = {r["interaction"]: r for r in results if r["game"] == game and r["k"] == k}
+        any_row = next(iter(by.values()))
+
+        def ret(r: dict[str, Any] | None) -> str:
+            if r is None or r["mean_return"] is None:
+                return "—"
+            ci = f" ± {r['ci95']:.2f}" if r["ci95"] is not None else ""
+            return f"{r['mean_return']:.2f}{ci} ({r['seeds']})"
+
+        def idle(r: dict[str, Any] | None) -> str:
+            return "—" if r is None or r["inaction_fraction"] is None else f"{r['inaction_fraction']:.1%}"
+
+        table.add_row(game, any_row["params"], any_row["delay"], *[ret(by.get(i)) for i in interactions],
+                      *[idle(by.get(i)) for i in interactions])  # fmt: skip
+    console.print(table)

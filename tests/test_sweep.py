@@ -1,0 +1,192 @@
+"""`nonstop sweep`: the paper's learning experiments as one command (issue 10, part 2).
+
+The pure parts (which cells a budget runs, the declared delays, the confidence intervals) are
+checked against hand-computed values; the command itself runs its ``tiny`` budget end to end on
+the virtual clock: it must show the paper's effect (staggered beats sequential), resume, extend,
+and stop cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nonstop.sweep import BUDGETS, GAMES, PAPER_SIZES, aggregate, cell_state, declared_delays, plan_cells, t_quantile_95
+
+pytest.importorskip("torch")
+
+PAIR = ("staggered", "sequential")
+
+
+def _plan(budget: str = "small", **kw):
+    args = dict(games=None, sizes=None, seeds=None, episodes=None, interactions=PAIR, latency_source="paper",
+                latency_overrides={}, available=lambda g, a: (False, "no ROM here"))
+    args.update(kw)
+    return plan_cells(BUDGETS[budget], **args)
+
+
+def test_the_paper_sizes_declare_the_authors_inference_times():
+    assert declared_delays([1, 7, 29, 98], "paper", game_boy=False, overrides={}) == {1: "5t", 7: "8t", 29: "70t", 98: "599t"}
+    assert declared_delays([98], "paper", game_boy=True, overrides={})[98] == "596t"  # 59.7275 Hz
+    with pytest.raises(ValueError, match="k=3"):
+        declared_delays([3], "paper", game_boy=False, overrides={})
+
+
+def test_small_budget_cells_and_their_train_commands(tmp_path):
+    cells, notes = _plan("small")
+    per_game = {g: [c for c in cells if c.game == g] for g in ("delay-world", "Boxing")}
+    assert len(per_game["delay-world"]) == 4 * 3 * 2 and len(per_game["Boxing"]) == 4 * 1 * 2
+    assert {c.delay for c in per_game["Boxing"]} == {f"{PAPER_SIZES[k][1]}t" for k in PAPER_SIZES}
+    staggered = next(c for c in per_game["Boxing"] if c.interaction == "staggered" and c.k == 29)
+    argv = staggered.train_argv(tmp_path / "x")
+    # the paper's Atari setting: Algorithm 1, one update every 4 ticks, the declared 70-tick model, a k = 1 learner
+    assert argv[argv.index("--scheduler") + 1] == "max_time" and argv[argv.index("--latency") + 1] == "70t"
+    assert math.isclose(float(argv[argv.index("--tau-l") + 1]), 4 / 60, rel_tol=1e-4)
+    assert "paper-atari" in argv and "--k" not in argv
+    sequential = next(c for c in per_game["Boxing"] if c.interaction == "sequential" and c.k == 29)
+    assert sequential.train_argv(tmp_path)[sequential.train_argv(tmp_path).index("--scheduler") + 1] == "sequential"
+    assert len({c.name for c in cells}) == len(cells)  # one directory per cell
+
+
+def test_rom_games_are_left_out_with_a_note_or_refused_when_named():
+    cells, notes = _plan("paper")
+    assert {c.game for c in cells} == {"Boxing", "Krull", "NameThisGame"}
+    assert any("Tetris left out: no ROM here" in n for n in notes)
+    with pytest.raises(FileNotFoundError, match="Tetris: no ROM here"):
+        _plan("paper", games=["Tetris"])
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(games=["Pong2"]), "unknown game 'Pong2'"),
+    (dict(interactions=("staggered", "lockstep")), "unknown interaction 'lockstep'"),
+    (dict(seeds=0), "--seeds must be >= 1"),
+    (dict(episodes=0), "--episodes must be >= 1"),
+    (dict(game_args={"Pacman": ["x=1"]}), "unknown game 'Pacman' in --game-arg"),
+])  # fmt: skip
+def test_bad_plans_are_refused(kw, match):
+    with pytest.raises(ValueError, match=match):
+        _plan(**kw)
+
+
+def test_pokemon_needs_a_start_state(monkeypatch):
+    import nonstop.envs.gameboy as gb
+    from nonstop import sweep
+
+    monkeypatch.setattr(gb, "find_rom", lambda game, rom=None: "/roms/red.gb")
+    monkeypatch.setattr(gb, "pyboy_problem", lambda: "")
+    ok, why = sweep._env_available("PokemonBattle", [])
+    assert not ok and "--game-arg PokemonBattle:state=PATH" in why
+    assert sweep._env_available("PokemonBattle", ["state=b.state"]) == (True, "")
+    cells, _ = _plan("paper", games=["PokemonBattle"], game_args={"PokemonBattle": ["state=b.state"]},
+                     available=sweep._env_available)  # fmt: skip
+    assert cells and all("state=b.state" in c.train_argv(Path("x")) for c in cells)
+
+
+def test_a_rom_given_as_a_game_arg_is_the_one_checked(tmp_path):
+    from nonstop import sweep
+
+    ok, why = sweep._env_available("Tetris", [f"rom={tmp_path / 'tetris.gb'}"])
+    assert not ok and "tetris.gb" in why and "--game-arg Tetris:rom=PATH" in why
+
+
+def test_confidence_intervals_are_student_t_over_seeds():
+    rng = np.random.default_rng(3)
+    values = rng.normal(10, 2, size=5)
+    rows = [{"game": "g", "k": 1, "params": "1M", "delay": "5t", "interaction": "staggered", "mean_return": float(v),
+             "inaction_fraction": 0.1, "delay_mean_ticks": 5.0, "complete": True} for v in values]  # fmt: skip
+    rows.append(dict(rows[0], mean_return=None, complete=False))  # a cell with no episode yet: not in the mean
+    (agg,) = aggregate(rows)
+    assert agg["seeds"] == 5 and agg["cells"] == 6 and agg["complete"] == 5
+    assert math.isclose(agg["mean_return"], values.mean())
+    assert math.isclose(agg["ci95"], 2.776 * values.std(ddof=1) / math.sqrt(5))
+    assert t_quantile_95(30) == 2.042 and t_quantile_95(31) == 1.96
+    one = aggregate(rows[:1])[0]
+    assert one["ci95"] is None  # one seed: no interval, rather than a made-up one
+
+
+def _sweep(tmp_path: Path, *extra: str, **popen) -> subprocess.Popen:
+    env = dict(os.environ, COLUMNS="160")
+    return subprocess.Popen([sys.executable, "-m", "nonstop.cli", "sweep", "--budget", "tiny", "--out", str(tmp_path / "sw"),
+                             "--jobs", "2", "--json", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, **popen)  # fmt: skip
+
+
+def test_tiny_sweep_end_to_end_shows_the_paper_effect_resumes_and_extends(tmp_path):
+    proc = _sweep(tmp_path)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    doc = json.loads(out.strip().splitlines()[-1])
+    assert doc["cells"] == 4 and doc["cells_complete"] == 4 and doc["failed"] == []
+    by = {(r["k"], r["interaction"]): r for r in doc["results"]}
+    for k in (1, 29):
+        # acting at every tick earns more than acting once per inference, at the same delay
+        assert by[(k, "staggered")]["mean_return"] > 2 * max(by[(k, "sequential")]["mean_return"], 1.0)
+        assert by[(k, "sequential")]["inaction_fraction"] > 0.75 and by[(k, "staggered")]["inaction_fraction"] < 0.15
+    assert by[(29, "staggered")]["delay_mean_ticks"] == pytest.approx(70, abs=1)
+    sw = tmp_path / "sw"
+    assert (sw / "sweep.png").stat().st_size > 10_000 and (sw / "results.csv").exists() and (sw / "cells.csv").exists()
+    cell_dirs = sorted((sw / "cells").iterdir())
+    assert len(cell_dirs) == 4 and all((d / "summary.json").exists() for d in cell_dirs)
+
+    again = _sweep(tmp_path)  # everything done: nothing reruns, the tables are rebuilt
+    out2, err2 = again.communicate(timeout=120)
+    assert again.returncode == 0, err2
+    assert "4 done" in err2 and json.loads(out2.strip().splitlines()[-1])["results"] == doc["results"]
+
+    more = _sweep(tmp_path, "--episodes", "3")  # a longer budget resumes every cell from its checkpoint
+    out3, err3 = more.communicate(timeout=240)
+    assert more.returncode == 0, err3
+    assert "4 to resume" in err3
+    for d in cell_dirs:
+        rows = (d / "episodes.csv").read_text().strip().splitlines()
+        assert len(rows) - 1 >= 3
+        assert len(list(d.glob("ticklog-before-*"))) == 1  # the first segment was kept beside the resumed one
+
+
+def _children_of(marker: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if marker in cmd and " train " in cmd:
+                pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc").exists(), reason="reads /proc to find the cells' processes")
+def test_sigterm_checkpoints_the_running_cells_and_leaves_nothing_running(tmp_path):
+    proc = _sweep(tmp_path, "--episodes", "40")
+    marker = str(tmp_path / "sw")
+    deadline = time.monotonic() + 60
+    def started() -> bool:  # both cells wrote a progress row: their worlds run (they are not still importing)
+        return 2 <= sum(len(p.read_text().splitlines()) >= 2 for p in (tmp_path / "sw" / "cells").glob("*/progress.csv"))
+
+    while time.monotonic() < deadline and not started():
+        time.sleep(0.2)
+    assert _children_of(marker), "no cell started"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 143, err
+    assert "run the same command again to resume" in err
+    time.sleep(0.5)
+    assert _children_of(marker) == []
+    cells, _ = plan_cells(BUDGETS["tiny"], games=None, sizes=None, seeds=None, episodes=40, interactions=PAIR,
+                          latency_source="paper", latency_overrides={})  # fmt: skip
+    states = [cell_state(c, tmp_path / "sw" / "cells" / c.name) for c in cells]
+    assert states.count("resume") >= 2  # the two that were running wrote their final checkpoints
+
+
+def test_sweep_games_table_names_every_budget_game():
+    for budget in BUDGETS.values():
+        assert set(budget.games) <= set(GAMES)
