@@ -41,7 +41,7 @@ class Console(_RichConsole):
         environ = kwargs.get("_environ") or os.environ
         self._width_chosen = kwargs.get("width") is not None or bool(environ.get("COLUMNS", "").strip())
 
-    def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
+    def print(self, *objects: Any, **kwargs: Any) -> None:
         if self.is_terminal or self._width_chosen or not objects or kwargs.get("width") is not None:
             super().print(*objects, **kwargs)
             return

@@ -320,18 +320,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="run a benchmark (JSON on the last line with --json)")
     bench_sub = p.add_subparsers(dest="bench", metavar="NAME")
     for name, module_name in BENCHMARKS.items():
-        missing = _missing_modules(BENCH_REQUIRES.get(name, ()))
+        missing: list[ImportError] = list(_missing_modules(BENCH_REQUIRES.get(name, ())))
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:  # offered all the same: running it names what to install
             missing = missing or [exc]
             module = None
         if missing:
-            what = f"{module.DESCRIPTION} — " if getattr(module, "DESCRIPTION", None) else ""
+            description = getattr(module, "DESCRIPTION", None)
+            what = f"{description} — " if description else ""
             line = f"{what}[unavailable: {_needs_line(missing[0])}]"
             bp = bench_sub.add_parser(name, help=line, description=line)
             bp.set_defaults(func=lambda a, why=missing[0]: _bench_unavailable(why), bench_unavailable=True)
             continue
+        assert module is not None  # imported: nothing it needs is missing
         bp = bench_sub.add_parser(name, help=getattr(module, "DESCRIPTION", ""))
         bp.add_argument("--json", action="store_true", help="print one JSON object on the last line")
         bp.add_argument("--quick", action="store_true", help="a short run (~30 s on 2 cores), as CI does")

@@ -185,7 +185,7 @@ class TrainingRun:
         self.dqn = cfg.dqn if cfg.dqn is not None else DQNConfig.for_family(info.family)
         cfg.dqn = self.dqn
         self.latency = parse_latency(cfg.latency, tick_hz=info.tick_hz)
-        probe = make_env(cfg.env, **cfg.env_kwargs)
+        probe: Any = make_env(cfg.env, **cfg.env_kwargs)  # a gymnasium.Env or a seat world
         #: a seat world's seats (self-play: the learner's, then the pool's), None for a one-seat world
         self.seats: list[str] | None = None
         #: what the host builds: the env id, or (self-play on RGB frames) a factory shrinking them
@@ -271,6 +271,7 @@ class TrainingRun:
             from nonstop.selfplay import SelfPlay, SnapshotPool
 
             pool = SnapshotPool(cfg.pool_size, cfg.opponents, seed=cfg.seed)
+            assert self.seats is not None  # check_two_seats set them
             self.self_play = SelfPlay(pool, snapshot_ticks=max(1, round(cfg.snapshot_every / self.tau_m)), seats=self.seats)
         return self
 
@@ -380,6 +381,8 @@ class TrainingRun:
         seat = self.world.seat_index(self.self_play.opponent_seat)
         slot = self.world.slots[seat]
         space = self.world.action_spaces[self.self_play.opponent_seat]
+        if not isinstance(space, gym.spaces.Discrete):  # check_two_seats: both seats as the learner's
+            raise TypeError(f"the opponent seat needs a Discrete action space, got {space}")
         model = build_q_network(self.obs_shape, int(space.n), self.dqn)
         seed = self.cfg.seed * 1000 + 500 + i
         policy: Any = SnapshotPolicy(model, self.self_play.pool, lambda: int(slot.read().episode), space,

@@ -616,7 +616,7 @@ def _run_cells(todo: list[Cell], out: Path, jobs: int, console: Any) -> list[tup
 
     from nonstop.realtime.lifeline import reap
 
-    pending, running, failed = list(todo), [], []
+    pending, running, failed = list(todo), list[_Running](), list[tuple[str, str]]()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as view:  # fmt: skip
         overall = view.add_task("cells", total=len(todo))

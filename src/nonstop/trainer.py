@@ -212,6 +212,7 @@ def run_train(args: argparse.Namespace) -> int:
                   f"→ {need / 2**20:,.1f} MiB of shared memory; N_I={run.n_inference}, N_L={cfg.n_learners}, "
                   f"{cfg.interaction}, clock={cfg.clock}; run dir {out}")  # fmt: skip
     if cfg.self_play:
+        assert run.seats is not None  # a self-play run has its two seats
         console.print(f"self-play: the learner on {run.seats[0]}, a snapshot of it on {run.seats[1]} (N_I="
                       f"{run.opponent_n_inference}, latency {cfg.opponent_latency or cfg.latency}); a snapshot every "
                       f"{cfg.snapshot_every:g} world s, the newest {cfg.pool_size} kept, drawn {cfg.opponents}")  # fmt: skip

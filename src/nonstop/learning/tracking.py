@@ -330,7 +330,8 @@ def _first_line(exc: BaseException) -> str:
     return lines[0].rstrip(".") if lines else ""
 
 
-_OPENERS: Final[dict[str, type[Tracker]]] = {"wandb": WandbTracker, "mlflow": MlflowTracker}
+#: each tracker's constructor: (run_dir, config, *, resume, note) -> Tracker
+_OPENERS: Final[dict[str, Callable[..., Tracker]]] = {"wandb": WandbTracker, "mlflow": MlflowTracker}
 
 
 def open_tracker(

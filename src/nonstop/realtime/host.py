@@ -31,7 +31,7 @@ import threading
 import traceback
 from collections.abc import Callable, Generator
 from types import FrameType
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, Protocol, TypeGuard
 
 import gymnasium as gym
 import numpy as np
@@ -333,7 +333,20 @@ class Host:
 # ----------------------------------------------------------------------------- session
 
 
-def is_seat_world(env: Any) -> bool:
+class SeatWorld(Protocol):
+    """What nonstop reads of a several-seat world beside its dict ``reset``/``step``: PettingZoo's
+    parallel API."""
+
+    possible_agents: list[str]
+
+    def observation_space(self, agent: str) -> gym.Space: ...
+
+    def action_space(self, agent: str) -> gym.Space: ...
+
+    def close(self) -> None: ...
+
+
+def is_seat_world(env: Any) -> TypeGuard[SeatWorld]:
     """Whether ``env`` is a several-seat world: PettingZoo's parallel API (``possible_agents``,
     per-seat ``observation_space(seat)``/``action_space(seat)``, dict ``step``), not a gymnasium.Env."""
     return not isinstance(env, gym.Env) and hasattr(env, "possible_agents") and callable(getattr(env, "step", None))

@@ -125,7 +125,7 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
     players: dict[tuple[str, str], Connection] = {}
 
     def seat_name(conn: Connection) -> str:
-        return conn.session.seat_names[conn.seat]
+        return conn.current().seat_names[conn.seat]
 
     def player(session_id: str, seat: str | None = None) -> Connection:
         mine = {name: conn for (sid, name), conn in players.items() if sid == session_id}
@@ -147,7 +147,7 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
             ended = [k for k, c in players.items() if c.session is not None and not c.session.live]
             for old in ended[: len(players) // 2]:
                 players.pop(old, None)
-        players[(conn.session.sid, seat_name(conn))] = conn
+        players[(conn.current().sid, seat_name(conn))] = conn
 
     async def run(conn: Connection, msg: Any) -> Any:
         try:
@@ -206,7 +206,7 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
                  "session_id, taking `seat` (e.g. second_0) or, absent, the first free seat. You then act for that "
                  "seat against the other players; the world does not wait for any of you.")
     async def join_session(session_id: SessionId, seat: Seat = None) -> dict[str, Any]:
-        conn = Connection(None, sessions(), start_timeout)  # type: ignore[arg-type]  # no socket: no pushes
+        conn = Connection(None, sessions(), start_timeout)  # no socket: no pushes
         reply = await run(conn, message(JoinMessage, data=message(JoinData, session_id=session_id, seat=seat,
                                                                   encoding="b64")))  # fmt: skip
         remember(conn)

@@ -337,12 +337,12 @@ class SeatReplayRecorder:
             raise AttributeError(name)
         return getattr(self.env, name)
 
-    def reset(self, **kwargs: Any):
+    def reset(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         obs, info = self.env.reset(**kwargs)
         self.columns.add_reset(seats_obs_hash(obs, self.seats))
         return obs, info
 
-    def step(self, actions: dict[str, Any]):
+    def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
         obs, rewards, terms, truncs, infos = self.env.step(actions)
         row: list[float] = []
         for seat, width, scalar in zip(self.seats, self.action_widths, self._scalar):

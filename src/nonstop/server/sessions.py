@@ -546,7 +546,7 @@ class ServerSession:
         #: the client holding each seat (any object; None: the seat is free and its β plays it)
         self.holders: list[Any] = [None] * len(self.seat_names)
         self.host: Host | None = None
-        self.recorder: ReplayRecorder | None = None
+        self.recorder: ReplayRecorder | SeatReplayRecorder | None = None
         self.clock: WallClock | None = None
         self._process: Any = None
         self._phases: PhaseSlots | None = None
@@ -636,7 +636,8 @@ class ServerSession:
             return
         with self._drive:  # finalization (if the session ends meanwhile) waits for the build
             spec, s = self.spec, self.settings
-            env, host_seed = None, s.seed
+            env: Any = None  # a gymnasium.Env, or a seat world (PettingZoo's parallel API)
+            host_seed = s.seed
             if s.seed is None:  # the client left the seed to us: a warm env, already reset with its seed
                 env, s.seed = self.manager.warm.take(spec.env_id)
                 self.warm = env is not None
@@ -645,16 +646,14 @@ class ServerSession:
                 env = make_env(spec.env_id)
             if s.record:  # its columns stream beside the tick log: bounded memory, durable chunks
                 recorder = SeatReplayRecorder if spec.seats is not None else ReplayRecorder
-                env = self.recorder = recorder(env, directory=self.manager.ticklog_dir(self.sid) / "replay",
+                ticklogs = self.manager.ticklog_dir(self.sid)  # set: recording needs a replay directory
+                env = self.recorder = recorder(env, directory=ticklogs / "replay" if ticklogs is not None else None,
                                                chunk_rows=SESSION_CHUNK_ROWS)  # fmt: skip
-            self._open_channels()
-            if spec.seats is None:
-                slots, queues, default = self.slot, self.queue, make_default(s.default, noop_action=spec.noop_action)
-            else:
-                slots, queues = self.slots, self.queues
-                default = [make_default(s.default, noop_action=noop) for noop in spec.seat_noops]
+            self._open_channels()  # one slot and queue per seat (a one-seat world: lists of one, as Host takes)
+            noops = spec.seat_noops if spec.seats is not None else (spec.noop_action,)
+            default = [make_default(s.default, noop_action=noop) for noop in noops]
             self.host = Host(
-                env, slots, queues, tau_m=1.0 / spec.tick_hz, default=default, seed=host_seed, max_ticks=s.max_ticks,
+                env, self.slots, self.queues, tau_m=1.0 / spec.tick_hz, default=default, seed=host_seed, max_ticks=s.max_ticks,
                 meta={"env": spec.env_id, "session": self.sid, "clock": "wall", "default": s.default},
                 log_dir=self.manager.ticklog_dir(self.sid), log_chunk_rows=SESSION_CHUNK_ROWS,
                 seats=None if spec.seats is None else list(spec.seats),
@@ -927,7 +926,7 @@ class ServerSession:
 
     def replay_header(self) -> dict[str, Any]:
         s = self.settings
-        header = {"env": self.spec.env_id, "env_kwargs": {}, "seed": s.seed, "warm_reset": self.warm,
+        header: dict[str, Any] = {"env": self.spec.env_id, "env_kwargs": {}, "seed": s.seed, "warm_reset": self.warm,
                   "tick_hz": self.spec.tick_hz,
                   "default": s.default, "queue_mode": s.queue_mode, "session_id": self.sid,
                   "end_reason": self.end_reason, "complete": not self.incomplete}  # fmt: skip

@@ -321,7 +321,8 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
               board: TickBoard) -> dict:  # fmt: skip
         """Build the env and host of session ``sid`` (a several-seat world: ``cfg["seats"]``, one
         slot, queue and β per seat) and put it on the lane."""
-        env, seed, warmed = None, cfg["seed"], False
+        env: Any = None  # a gymnasium.Env, or a seat world (PettingZoo's parallel API)
+        seed, warmed = cfg["seed"], False
         seats = cfg.get("seats")
         try:
             if seed is None:  # the client left the seed to us: a warm env, already reset with its seed
