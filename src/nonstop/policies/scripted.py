@@ -36,6 +36,8 @@ _RING_COLS: Final = slice(24, 136)
 #: so both boxers' positions agree with the ROM's own (a punching arm only moves the front edge)
 _BACK_TO_BODY_FACING_RIGHT: Final = 19.5
 _BACK_TO_BODY_FACING_LEFT: Final = 7.5
+#: the black boxer's sprite sits a pixel higher about its ROM position than the white one's
+_ROW_CORRECTION: Final = {"first_0": 0.0, "second_0": 1.0}
 _RING_MIDDLE_ROW: Final = 81.0  # ring coordinates: the opponent below it -> take the post above
 
 # the ALE's 18 actions (Boxing's minimal action set is all of them, in this order), by
@@ -79,7 +81,7 @@ def boxer_positions(screen: np.ndarray) -> dict[str, tuple[float, float]] | None
     for seat, (top, bottom, left, right), facing_right in (("first_0", white, white_left),
                                                            ("second_0", black, not white_left)):  # fmt: skip
         column = left + _BACK_TO_BODY_FACING_RIGHT if facing_right else right + _BACK_TO_BODY_FACING_LEFT
-        out[seat] = ((top + bottom) / 2, column)
+        out[seat] = ((top + bottom) / 2 + _ROW_CORRECTION[seat], column)
     return out
 
 
