@@ -5,8 +5,10 @@ The same policy on both seats, so skill is equal; one side is slowed. Two worlds
 * ``multi/Boxing`` (the default, the issue's experiment): two-player Atari Boxing, both seats played
   by `ScriptedBoxer` (it reads both boxers off the screen and punches from a post beside the
   opponent; with probability ``--epsilon`` it acts at random, so matches differ). A match is cut
-  to ``--match-ticks`` ticks (default 1200: 20 s of the 2-minute bout, stated in the output) or
-  ends earlier by a KO; the score is the points each side landed.
+  to ``--match-ticks`` ticks (default 600: 10 s of the 2-minute bout, stated in the output) or
+  ends earlier by a KO (100 points); the score is the points each side landed. Short matches, many
+  of them: a bout snowballs (a boxer pinned on the ropes takes a punch every few frames), so the
+  spread between matches, not within one, is what the ±2 SE band needs samples of.
 * ``multi/duel``: the built-in quick-draw duel (`DrawOnSignal`: draw on the first observation that
   shows the signal), ``--rounds`` rounds a match; here the first reaction wins, so the value of
   lower latency is exact.
@@ -19,7 +21,8 @@ alternates seats: half the matches it plays ``second_0``, half ``first_0`` (two 
 advantage of one seat (Boxing's boxers start in different corners) cancels out of the comparison.
 
 Per pairing, over ``--matches`` matches: the slowed side's mean score differential (its score
-minus the other's) and win rate (ties count half), each with ±2 SE over matches (stratified by the
+minus the other's: points landed in Boxing, rounds won in the duel; both worlds are zero-sum, each
+seat's reward the change in its score minus the other's, so this is the slowed seat's return) and win rate (ties count half), each with ±2 SE over matches (stratified by the
 slowed side's seat: the SE of Σ_s n_s·mean_s / n, so a seat's advantage adds no spread), its inaction
 fraction and mean delay (from its tick-log columns), and the world seconds simulated. Staggering
 removes inaction; it cannot remove delay, so the table shows how much of the loss was which. A plot
@@ -48,9 +51,9 @@ DESCRIPTION = ("same policy both seats (scripted Boxing, or the quick-draw duel)
 RESULT_KEYS = ("pairings", "world_seconds_total")
 ENVS = ("multi/Boxing", "multi/duel")
 SEATS = ("first_0", "second_0")
-_FULL = {"extra": "0,2,6,15,30", "multi/Boxing": 24, "multi/duel": 40}
-_QUICK = {"extra": "0,6,30", "multi/Boxing": 4, "multi/duel": 12}
-DEFAULT_MATCH_TICKS = 1200
+_FULL = {"extra": "0,2,6,15,30", "multi/Boxing": 40, "multi/duel": 40}
+_QUICK = {"extra": "0,6,30", "multi/Boxing": 6, "multi/duel": 12}
+DEFAULT_MATCH_TICKS = 600
 DEFAULT_EPSILON = 0.05
 
 
@@ -64,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"matches per pairing (default Boxing {_FULL['multi/Boxing']}, duel {_FULL['multi/duel']}; "
                         f"quick {_QUICK['multi/Boxing']} and {_QUICK['multi/duel']})")
     parser.add_argument("--match-ticks", type=int, default=DEFAULT_MATCH_TICKS,
-                        help=f"Boxing: a match is cut after this many ticks (default {DEFAULT_MATCH_TICKS}: 20 s of the 2-minute bout)")
+                        help=f"Boxing: a match is cut after this many ticks (default {DEFAULT_MATCH_TICKS}: 10 s of the 2-minute bout)")
     parser.add_argument("--epsilon", type=float, default=DEFAULT_EPSILON,
                         help=f"Boxing: the scripted boxers' random-action probability (default {DEFAULT_EPSILON})")
     parser.add_argument("--rounds", type=int, default=10, help="duel: rounds per match (default 10)")
@@ -107,8 +110,8 @@ def _matches(env: str, slowed: str, matches: int, *, base_ticks: int, slow_ticks
                 world.run_for(match_ticks * world.tau_m)
     log = world.tick_log
     episode = log["episode"]
-    slow, ref = log.seat(slowed)["reward"], log.seat(reference)["reward"]
-    differential = np.array([slow[episode == e].sum() - ref[episode == e].sum() for e in range(matches)])
+    slow = log.seat(slowed)["reward"]  # zero-sum: its return is its score minus the other's
+    differential = np.array([slow[episode == e].sum() for e in range(matches)])
     window = episode < matches
     last = int(log["tick"][window][-1])
     return differential, log.seat(slowed).summary(end_tick=last), int(window.sum())
