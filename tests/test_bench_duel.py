@@ -132,3 +132,44 @@ def test_play_validates_its_arguments():
         play(0, True, env="multi/Boxing", match_ticks=0)
     with pytest.raises(ValueError, match="epsilon must be a probability"):
         play(0, True, env="multi/Boxing", epsilon=-0.1)
+
+
+def test_bench_duel_help_renders():
+    from nonstop.bench import duel
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    duel.add_arguments(sub.add_parser("duel", help=duel.DESCRIPTION))
+    text = sub.choices["duel"].format_help()  # argparse %-formats every help string
+    assert "--match-ticks" in text and "multi/Boxing" in text
+
+
+# ----------------------------------------------------------------------------- bench host, two seats
+
+
+def test_bench_host_on_two_player_atari_also_times_plain_multi_agent_ale_py():
+    from nonstop.bench import host
+
+    parser = argparse.ArgumentParser()
+    host.add_arguments(parser)
+    args = parser.parse_args(["--env", "multi/Boxing", "--steps", "300", "--repeats", "2"])
+    args.quick = True
+    result = host.run(args)
+    assert result["ale_runs"]["n"] == 2 and result["ratio_pairs_vs_ale"]["n"] == 2
+    assert result["ratio_vs_ale"] == pytest.approx(result["host_steps_per_s"] / result["ale_steps_per_s"])
+    assert isinstance(result["meets_target_vs_ale"], bool) and result["ale_cpu_steps_per_s"] > 0
+    json.loads(json.dumps(result, allow_nan=False))
+
+
+def test_plain_ale_loop_and_the_env_step_the_same_game():
+    """The env's direct C calls and the library's wrapper give the same frames and rewards."""
+    fast, plain = TwoPlayerAtari("Boxing"), TwoPlayerAtari("Boxing")
+    fast.reset(), plain.reset()
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        a, b = (int(x) for x in rng.integers(18, size=2))
+        obs, rewards, *_ = fast.step({"first_0": a, "second_0": b})
+        expected = plain.ale.act(np.array([a, b], np.int32))
+        assert [rewards["first_0"], rewards["second_0"]] == expected.tolist()
+        assert np.array_equal(obs["first_0"], plain.ale.getScreenRGB())
+    assert obs["first_0"] is obs["second_0"]  # one screen, both seats
