@@ -98,9 +98,9 @@ def _pool(world: Session, env: str, seat: str, ticks: int, staggered: bool, epsi
 
 
 def _matches(env: str, slowed: str, matches: int, *, base_ticks: int, slow_ticks: int, staggered: bool,
-             env_kwargs: dict[str, Any], epsilon: float, seed: int) -> tuple[np.ndarray, dict[str, Any], int]:  # fmt: skip
+             env_kwargs: dict[str, Any], epsilon: float, seed: int) -> tuple[np.ndarray, dict[str, Any], float]:  # fmt: skip
     """``matches`` matches with ``slowed`` as the slowed seat: the slowed side's score differential
-    per match, its tick-log summary over those matches, and the ticks they took."""
+    per match, its tick-log summary over those matches, and the world seconds they took."""
     reference = SEATS[1 - SEATS.index(slowed)]
     match_ticks = env_kwargs.get("max_frames") or env_kwargs.get("rounds", 10) * 150
     with Session(env, clock="virtual", seed=seed, env_kwargs=env_kwargs) as world:
@@ -114,7 +114,7 @@ def _matches(env: str, slowed: str, matches: int, *, base_ticks: int, slow_ticks
     differential = np.array([slow[episode == e].sum() for e in range(matches)])
     window = episode < matches
     last = int(log["tick"][window][-1])
-    return differential, log.seat(slowed).summary(end_tick=last), int(window.sum())
+    return differential, log.seat(slowed).summary(end_tick=last), float(window.sum() * log.tau_m)
 
 
 def play(extra: int, staggered: bool, *, env: str = "multi/duel", base_ticks: int = 1, matches: int = 12,
@@ -134,13 +134,13 @@ def play(extra: int, staggered: bool, *, env: str = "multi/duel", base_ticks: in
     slow_ticks = base_ticks + extra
     env_kwargs: dict[str, Any] = {"rounds": rounds} if env == "multi/duel" else {"max_frames": match_ticks}
     parts = [(seat, n) for seat, n in (("second_0", (matches + 1) // 2), ("first_0", matches // 2)) if n]
-    differentials, summaries, ticks = [], [], 0
+    differentials, summaries, seconds = [], [], 0.0
     for seat, n in parts:
         d, summary, t = _matches(env, seat, n, base_ticks=base_ticks, slow_ticks=slow_ticks, staggered=staggered,
                                  env_kwargs=env_kwargs, epsilon=epsilon, seed=seed)  # fmt: skip
         differentials.append(d)
         summaries.append(summary)
-        ticks += t
+        seconds += t
     differential = np.concatenate(differentials)
     win = lambda d: np.where(d > 0, 1.0, np.where(d == 0, 0.5, 0.0))  # noqa: E731
     wins = win(differential)
@@ -164,7 +164,7 @@ def play(extra: int, staggered: bool, *, env: str = "multi/duel", base_ticks: in
         "inaction_fraction": sum(s["inaction_ticks"] for s in summaries) / sum(s["ticks"] for s in summaries),
         "delay_mean_ticks": sum(s["delay_mean_ticks"] * s["agent_ticks"] for s in summaries if s["agent_ticks"]) / agent
         if agent else float("nan"),
-        "world_seconds": ticks * (1 / 60.0),
+        "world_seconds": seconds,
         "differentials": differential.tolist(),
     }  # fmt: skip
 
