@@ -280,7 +280,7 @@ def test_bench_duel_pairings_show_inaction_removed_and_delay_kept():
     even = play(0, False, matches=3, rounds=3)
     assert even["score_differential"] == 0 and even["win_rate"] == 0.5
     seq, stag = play(4, False, matches=3, rounds=3), play(4, True, matches=3, rounds=3)
-    assert seq["score_differential"] == stag["score_differential"] == -6 and seq["win_rate"] == stag["win_rate"] == 0
+    assert seq["score_differential"] == stag["score_differential"] == -3 and seq["win_rate"] == stag["win_rate"] == 0
     assert seq["inaction_fraction"] == pytest.approx(4 / 5, abs=0.02) and stag["inaction_fraction"] < 0.05  # β only at match starts (stale drops)
     assert seq["delay_mean_ticks"] == 5 and stag["delay_mean_ticks"] == pytest.approx(5, abs=0.05)
     assert stag["n_inference"] == 5

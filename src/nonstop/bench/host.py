@@ -20,6 +20,14 @@ For a Game Boy env (``--env GameBoy/TestROM``) the same run also times plain PyB
 (`nonstop.envs.gameboy.plain_pyboy_loop`). ``ratio_vs_pyboy`` = host / plain PyBoy (target ≥ 0.9);
 ``pyboy_tick_only_steps_per_s`` is the bare emulator's ceiling, for scale.
 
+For a two-player Atari seat world (``--env multi/Boxing``) the same run also times plain
+``multi-agent-ale-py`` stepping, interleaved: the library's own ``act``/``getScreenRGB``/
+``game_over`` per frame on the same ROM and mode, no PettingZoo dicts and no host
+(`nonstop.envs.atari_multi.plain_ale_loop`). ``ratio_vs_ale`` = host / plain ALE is the issue's
+target (≥ 0.9); ``ratio`` (host / the env's own PettingZoo loop) says what the host adds on top of
+nonstop's env adapter, which calls the ALE's C library directly and so steps faster than the plain
+loop.
+
 The module also holds the env factory the realtime benchmarks share (`make_bench_env`).
 """
 
@@ -281,12 +289,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     raw_runs: list[dict[str, float]] = []
     host_runs: list[dict[str, float]] = []
     pyboy_runs: list[dict[str, float]] = []
+    ale_runs: list[dict[str, float]] = []
     gameboy = env_id.startswith("GameBoy/")
+    atari_seats = _two_player_atari(env_id)
+    if atari_seats:
+        _plain_ale(env_id, warm)
     for _ in range(repeats):  # interleaved, so slow phases of a shared machine hit both loops
         raw_runs.append(raw_loop(env_id, steps))
         host_runs.append(host_loop(env_id, steps))
         if gameboy:
             pyboy_runs.append(_plain_pyboy(env_id, steps))
+        if atari_seats:
+            ale_runs.append(_plain_ale(env_id, steps))
 
     def median(runs: list[dict[str, float]], key: str) -> float:
         return float(np.median([r[key] for r in runs]))
@@ -331,6 +345,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "meets_target_vs_pyboy": bool(host_sps / pyboy_sps >= TARGET_RATIO),
             "pyboy_runs": percentiles([r["steps_per_s"] for r in pyboy_runs]),
         })  # fmt: skip
+    if ale_runs:
+        ale_sps, ale_cpu = median(ale_runs, "steps_per_s"), median(ale_runs, "cpu_steps_per_s")
+        result.update({
+            "ale_steps_per_s": ale_sps,
+            "ale_cpu_steps_per_s": ale_cpu,
+            "ratio_vs_ale": host_sps / ale_sps,
+            "ratio_cpu_vs_ale": host_cpu / ale_cpu,
+            "meets_target_vs_ale": bool(host_sps / ale_sps >= TARGET_RATIO),
+            "ratio_pairs_vs_ale": percentiles([h["steps_per_s"] / a["steps_per_s"] for h, a in zip(host_runs, ale_runs)]),
+            "ale_runs": percentiles([r["steps_per_s"] for r in ale_runs]),
+        })  # fmt: skip
     if getattr(args, "profile", False):
         result["profile_top"] = _profile_host(env_id, steps)
     return result
@@ -340,6 +365,18 @@ def _plain_pyboy(env_id: str, steps: int) -> dict[str, float]:
     from nonstop.envs.gameboy import plain_pyboy_loop
 
     return plain_pyboy_loop(env_id.removeprefix("GameBoy/"), steps, timers=(stopwatch, cpu_stopwatch))
+
+
+def _two_player_atari(env_id: str) -> bool:
+    from nonstop.envs.atari_multi import TWO_PLAYER_GAMES
+
+    return env_id.startswith("multi/") and env_id.removeprefix("multi/") in TWO_PLAYER_GAMES
+
+
+def _plain_ale(env_id: str, steps: int) -> dict[str, float]:
+    from nonstop.envs.atari_multi import plain_ale_loop
+
+    return plain_ale_loop(env_id.removeprefix("multi/"), steps, timers=(stopwatch, cpu_stopwatch))
 
 
 def render(result: dict[str, Any]) -> None:
@@ -361,6 +398,9 @@ def render(result: dict[str, Any]) -> None:
         table.add_row("plain PyBoy, same obs", f"{result['pyboy_steps_per_s']:,.0f}", f"{pyboy['min']:,.0f}",
                       f"{pyboy['max']:,.0f}")  # fmt: skip
         table.add_row("plain PyBoy, tick only", f"{result['pyboy_tick_only_steps_per_s']:,.0f}", "", "")
+    if "ale_steps_per_s" in result:
+        ale = result["ale_runs"]
+        table.add_row("plain multi-agent-ale-py", f"{result['ale_steps_per_s']:,.0f}", f"{ale['min']:,.0f}", f"{ale['max']:,.0f}")
     table.add_row("raw, CPU time", f"{result['raw_cpu_steps_per_s']:,.0f}", "", "")
     table.add_row("host, CPU time", f"{result['host_cpu_steps_per_s']:,.0f}", "", "")
     pairs = result["ratio_pairs"]
@@ -375,6 +415,10 @@ def render(result: dict[str, Any]) -> None:
     )
     if "ratio_vs_pyboy" in result:
         table.caption += f"; host vs plain PyBoy {result['ratio_vs_pyboy']:.3f} (CPU {result['ratio_cpu_vs_pyboy']:.3f})"
+    if "ratio_vs_ale" in result:
+        judged_ale = verdict(result["meets_target_vs_ale"], bool(result.get("quick")))
+        table.caption += (f"; host vs plain multi-agent-ale-py {result['ratio_vs_ale']:.3f} ({judged_ale} ≥ "
+                          f"{result['target_ratio']:.2f}; CPU {result['ratio_cpu_vs_ale']:.3f})")  # fmt: skip
     console = Console()
     console.print(table)
     if "profile_top" in result:

@@ -226,7 +226,7 @@ class LatestSlot(SharedSegment):
     >>> slot.unlink()
     """
 
-    _views = ("_hdr", "_seq", "_buf", "_obs", "_final_obs")
+    _views = ("_hdr", "_seq", "_resets", "_stop", "_buf", "_obs", "_final_obs")
 
     def __init__(self, name: str, shape: tuple[int, ...], dtype: str, *, _shm: Any = None) -> None:
         self.name = name
@@ -247,6 +247,8 @@ class LatestSlot(SharedSegment):
         # per-tick path (~20 ns a call; its values are never negative)
         self._hdr = SharedWords(buf, 0, _HDR_WORDS)
         self._seq = self._hdr.cell(_SEQ)
+        # the two control words the host polls every tick, raw too (never negative)
+        self._resets, self._stop = self._hdr.cell(_RESETS), self._hdr.cell(_STOP)
         nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         self._obs = np.ndarray(self.shape, self.dtype, buf, _OBS_OFF)
         self._final_obs = np.ndarray(self.shape, self.dtype, buf, self._final_obs_offset(nbytes))
@@ -381,11 +383,11 @@ class LatestSlot(SharedSegment):
 
     @property
     def reset_requests(self) -> int:
-        return self._hdr.load(_RESETS)
+        return self._resets.load(ACQUIRE)
 
     @property
     def stop_requested(self) -> bool:
-        return bool(self._hdr.load(_STOP))
+        return bool(self._stop.load(ACQUIRE))
 
     @property
     def host_state(self) -> int:
