@@ -363,3 +363,18 @@ def test_bench_models_skips_what_does_not_fit(monkeypatch):
 def test_policy_is_abstract():
     with pytest.raises(TypeError):
         Policy()  # type: ignore[abstract]
+
+
+def test_wrapping_a_seeded_policy_in_a_latency_policy_keeps_its_draws():
+    """A LatencyPolicy built without a seed must not reseed its base from entropy (it did, and made
+    a virtual-clock bench of seeded ε-greedy policies differ from run to run)."""
+    from gymnasium import spaces
+
+    from nonstop.policies import Constant, LatencyPolicy
+    from nonstop.policies.base import RandomPolicy
+
+    def draws() -> list[int]:
+        p = LatencyPolicy(RandomPolicy(spaces.Discrete(18), seed=3), Constant(0.1))
+        return [p.act(None).action for _ in range(20)]
+
+    assert draws() == draws()

@@ -256,7 +256,8 @@ class LatencyPolicy(Policy):
 
     The declared latency is ``base``'s own (usually 0) plus one draw from
     ``latency``. ``seed(s)`` reseeds both the latency generator and ``base``
-    (from independent streams of ``s``).
+    (from independent streams of ``s``); constructed without ``seed``, it leaves ``base``'s own
+    seeding alone, so wrapping a seeded policy keeps its decisions reproducible.
 
     >>> from gymnasium import spaces
     >>> from nonstop.policies.base import NoopPolicy
@@ -278,7 +279,8 @@ class LatencyPolicy(Policy):
         self.latency: Final = latency
         self.action_space: gymnasium.Space = base.action_space
         self._rng = np.random.default_rng()
-        self.seed(seed)
+        if seed is not None:  # no seed: the base policy keeps its own seeding (a seeded base stays reproducible)
+            self.seed(seed)
 
     def seed(self, seed: int | None) -> None:
         seed = _check_seed(seed)

@@ -70,7 +70,7 @@ def boxer_positions(screen: np.ndarray) -> dict[str, tuple[float, float]] | None
     >>> screen = np.zeros((210, 160, 3), np.uint8); screen[..., 0] = 110   # an empty ring
     >>> screen[60:106, 50:63, 0] = 214; screen[100:146, 90:103, 0] = 0     # white left, black right
     >>> boxer_positions(screen)
-    {'first_0': (57.5, 45.5), 'second_0': (97.5, 85.5)}
+    {'first_0': (57.5, 45.5), 'second_0': (98.5, 85.5)}
     """
     ring = screen[_RING_ROWS, _RING_COLS, 0]
     white, black = _extent(ring, BOXER_COLOURS["first_0"]), _extent(ring, BOXER_COLOURS["second_0"])
