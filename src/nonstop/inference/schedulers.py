@@ -411,12 +411,24 @@ class QuantileHoldScheduler(Scheduler):
     delay is τ_θ rounded up to the grid, as for Algorithm 2.
 
     The same trade shows at every episode reset: the actions in flight were computed in the old
-    episode and are dropped as stale, so the first Q ticks of each episode go to β (Algorithm 2
-    loses about one τ_θ there). With a heavy tail Q is long — lognormal σ = 1 at τ̄_θ = 70 ticks
-    puts the 99.9 % point near 900 ticks — and these resets, not skipped slots, are then the main
-    source of inaction in a measurement window that contains one (measured with ``auto``: 2.2 %
-    at τ̄_θ = 20, 23 % at 70 over 4,000 ticks, no skipped slot). Lower ``quantile`` trades some late
-    actions for shorter resets.
+    episode and are dropped as stale, and the new episode's first actions are held to their grid
+    release Q periods after their start, so the first Q ticks of each episode would go to β. With a
+    heavy tail Q is long — lognormal σ = 1 at τ̄_θ = 70 ticks puts the 99.9 % point near 900 ticks
+    — and these resets were the main source of inaction in a window that contains one (measured
+    with ``auto`` before the catch-up below: 2.2 % at τ̄_θ = 20, 23 % at 70 over 4,000 ticks).
+    Releasing the new actions early and then re-gridding cannot help by itself: with one start per
+    period, an action released early leaves its own grid tick empty later, so the gap only moves.
+
+    *Episode catch-up* (``early_release``, on by default). An action computed on the newest
+    episode that finishes before that episode's grid catches up — before the release of its first
+    slot — is also released early, as a *copy*, in a queue of its own: one copy per period, each at
+    the first free period at or after its inference ended (`early_release`). The original keeps its
+    grid release, so the grid is untouched; the copies fill the ticks that would go to β, and stop
+    where the grid takes over. The cost of a reset falls from Q ticks to about τ̄_θ/τ_M (the copies
+    arrive at rate P(τ_θ ≤ j) j ticks after the reset, as for Algorithm 2). A copy applies the same
+    decision twice (early, with a short delay, and at its grid slot), which is right for control
+    (the ``latest`` queue); the pool sends copies only to a ``latest`` queue, never to a ``fifo``
+    command stream, where a command must not run twice.
 
     Rules that keep it honest. Q grows at once when q̂ does (one tick then goes without an action:
     a pipeline cannot lengthen without a gap) and shrinks only when q̂·(1 + ``hold_hysteresis``) fits
@@ -459,8 +471,12 @@ class QuantileHoldScheduler(Scheduler):
         hold_hysteresis: float = 0.5,
         initial_estimate: float | None = None,
         origin: float | None = None,
+        early_release: bool = True,
     ) -> None:
         super().__init__(n_workers)
+        if not isinstance(early_release, bool):
+            raise TypeError(f"early_release must be a bool, got {type(early_release).__name__} {early_release!r}")
+        self._early = early_release
         self._period = None if period is None else _check_seconds("period", period, positive=True)
         self._quantile = _check_fraction("quantile", quantile, closed_low=False)
         self._window = _check_count("window", window)
@@ -475,6 +491,13 @@ class QuantileHoldScheduler(Scheduler):
         self._sorted: list[float] = []  # the same values, sorted
         self._hold: int | None = None  # Q, in periods; None until a period is known
         self._skipped = 0
+        # episode catch-up: each worker's last finished (start, release, done); the newest episode
+        # seen, where its grid takes over (its earliest known slot's release) and its copies' next period
+        self._finished: list[tuple[float, float, float] | None] = [None] * self._n
+        self._episode: int | None = None
+        self._catch_up = math.inf
+        self._next_copy = -math.inf
+        self._copies = 0
 
     # ---- binding and read-outs
     def bind(self, *, period: float, origin: float) -> None:
@@ -524,6 +547,12 @@ class QuantileHoldScheduler(Scheduler):
         """Start slots that passed with no worker free (each leaves one tick to β)."""
         with self._lock:
             return self._skipped
+
+    @property
+    def early_copies(self) -> int:
+        """Copies handed out by `early_release` (episode catch-up)."""
+        with self._lock:
+            return self._copies
 
     # ---- the estimate
     def _quantile_estimate(self) -> float:
@@ -624,7 +653,48 @@ class QuantileHoldScheduler(Scheduler):
             start, release = claimed
             done = start + tau
             self._slot[w], self._free_at[w] = None, done
+            if isinstance(w, int) and w < len(self._finished):
+                self._finished[w] = (start, release, done)
             return max(0.0, release - done)
+
+    def early_release(self, worker: int, episode: int) -> float | None:
+        """Episode catch-up (class docstring): seconds after its inference ended at which a *copy* of
+        ``worker``'s last action, computed on an observation of ``episode``, should be released, or
+        None for no copy. Call it after `after_inference` for the same inference.
+
+        >>> s = make_scheduler("quantile_hold", 4, period=1.0, initial_estimate=10.0)
+        >>> [s.take_delay(w, now=0.0) for w in range(4)]      # slots 0..3, released at 10..13
+        [0.0, 1.0, 2.0, 3.0]
+        >>> s.after_inference(1, 2.0), s.early_release(1, episode=5)   # done at 3: a copy at once
+        (8.0, 0.0)
+        >>> s.after_inference(0, 3.5), s.early_release(0, episode=5)   # done at 3.5: the next free period, 4
+        (6.5, 0.5)
+        >>> s.after_inference(2, 9.5), s.early_release(2, episode=5)   # done at 11.5: the grid has taken over
+        (0.5, None)
+        >>> s.early_release(3, episode=4) is None                      # an older episode: stale anyway
+        True
+        """
+        if isinstance(episode, bool) or not isinstance(episode, numbers.Integral):
+            raise TypeError(f"episode must be an int, got {type(episode).__name__} {episode!r}")
+        with self._lock:
+            w = worker if self._retired(worker) else self._check_worker(worker)
+            finished = self._finished[w] if w < len(self._finished) else None
+            if not self._early or finished is None:
+                return None
+            self._finished[w] = None  # one copy at most per inference
+            start, release, done = finished
+            if self._episode is None or episode > self._episode:  # a new episode: a fresh catch-up
+                self._episode, self._catch_up, self._next_copy = int(episode), release, -math.inf
+            elif episode < self._episode:
+                return None
+            self._catch_up = min(self._catch_up, release)  # its earliest slot's release, as reports arrive
+            period, origin = self._require_period(), self._origin or 0.0
+            at = max(origin + math.ceil((done - origin) / period - 1e-9) * period, self._next_copy)
+            if at >= self._catch_up - 1e-9 * period:
+                return None  # the grid releases this episode's actions from here on
+            self._next_copy = at + period
+            self._copies += 1
+            return max(0.0, at - done)
 
     def __repr__(self) -> str:
         return (
@@ -677,10 +747,11 @@ class AutoScheduler(QuantileHoldScheduler):
         hold_hysteresis: float = 0.5,
         initial_estimate: float | None = None,
         origin: float | None = None,
+        early_release: bool = True,
     ) -> None:
         super().__init__(
             n_workers, period=period, quantile=quantile, window=window, hold_hysteresis=hold_hysteresis,
-            initial_estimate=initial_estimate, origin=origin,
+            initial_estimate=initial_estimate, origin=origin, early_release=early_release,
         )  # fmt: skip
         self._hysteresis = _check_fraction("hysteresis", hysteresis)
         self._min = _check_count("min_workers", min_workers)
@@ -775,8 +846,9 @@ class AutoScheduler(QuantileHoldScheduler):
                 grow = new - len(self._slot)
                 self._slot.extend([None] * grow)
                 self._free_at.extend([None] * grow)
+                self._finished.extend([None] * grow)
             for m in range(old, new):  # a revived index starts afresh
-                self._slot[m] = self._free_at[m] = None
+                self._slot[m] = self._free_at[m] = self._finished[m] = None
             self._n = new
             self._high_water = max(self._high_water, old)
             self._recommended = new
