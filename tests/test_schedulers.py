@@ -609,3 +609,93 @@ def test_auto_is_quantile_hold_when_not_resized():
     assert isinstance(make_scheduler("auto", 5), QuantileHoldScheduler)
     assert isinstance(make_scheduler("auto", 5), AutoScheduler)
     assert isinstance(make_scheduler("max_time", 5), MaxTimeScheduler)
+
+
+# --------------------------------------------------------------------------- episode catch-up
+
+
+def _run_episode(sched: QuantileHoldScheduler, taus: list[float], episode_of_slot: list[int], period: float = 1.0):
+    """Drive ``sched`` by hand, one worker per slot (enough workers): returns per slot
+    (start, done, grid release, copy release or None)."""
+    out = []
+    for w, (tau, ep) in enumerate(zip(taus, episode_of_slot)):
+        start = sched.take_delay(w, now=0.0)
+        pad = sched.after_inference(w, tau)
+        early = sched.early_release(w, ep)
+        done = start + tau
+        out.append((start, done, done + pad, None if early is None else done + early))
+    return out
+
+
+@FAST
+@given(seed=st.integers(0, 2**32 - 1), hold=st.integers(2, 40), n=st.integers(2, 60), sigma=st.floats(0.0, 1.5))
+def test_catch_up_copies_fill_distinct_ticks_before_the_grid_takes_over(seed, hold, n, sigma):
+    """Every copy: released on the grid, at or after its inference ended, before the release of the
+    episode's first slot (where the grid takes over), one per period; the grid releases are untouched."""
+    rng = np.random.default_rng(seed)
+    taus = list(rng.lognormal(math.log(hold / 3), sigma, n) if sigma else np.full(n, hold / 3))
+    with_copies = make_scheduler("quantile_hold", n, period=1.0, initial_estimate=float(hold))
+    without = make_scheduler("quantile_hold", n, period=1.0, initial_estimate=float(hold), early_release=False)
+    a, b = _run_episode(with_copies, taus, [0] * n), _run_episode(without, taus, [0] * n)
+    assert [r[:3] for r in a] == [r[:3] for r in b]  # the grid is the same with or without copies
+    assert all(r[3] is None for r in b) and without.early_copies == 0
+    first_release = a[0][2]
+    copies = [r[3] for r in a if r[3] is not None]
+    assert len(copies) == with_copies.early_copies == len(set(copies))
+    for start, done, release, copy in a:
+        if copy is not None:
+            assert copy >= done - TOL and copy == pytest.approx(round(copy)) and copy < first_release - TOL
+    # the first report, its copy queue empty, gets a copy exactly when its period precedes the grid
+    assert (a[0][3] is not None) == (math.ceil(a[0][1] - 1e-9) < first_release - TOL)
+
+
+def test_catch_up_serves_the_newest_episode_only():
+    s = make_scheduler("quantile_hold", 6, period=1.0, initial_estimate=10.0)
+    for w in range(6):
+        s.take_delay(w, now=0.0)
+    assert s.after_inference(0, 1.0) == 9.0 and s.early_release(0, 3) == 0.0  # episode 3: copy at 1
+    assert s.after_inference(1, 1.0) == 9.0 and s.early_release(1, 2) is None  # an older episode: stale
+    assert s.after_inference(2, 1.0) == 9.0 and s.early_release(2, 4) == 0.0  # a newer one starts afresh
+    assert s.after_inference(3, 1.0) == 9.0 and s.early_release(3, 4) == 0.0  # at 4 (slot 3, done at 4)
+    assert s.early_release(3, 4) is None  # one copy per inference
+    assert s.early_copies == 3
+    with pytest.raises(TypeError, match="episode must be an int"):
+        s.early_release(4, 1.5)
+    with pytest.raises(TypeError, match="early_release must be a bool"):
+        make_scheduler("auto", 2, early_release=1)
+
+
+def _reset_run(*, early: bool, queue_mode: str = "latest", tau: float = 20.0, seed: int = 0):
+    from nonstop.bench.nstar import make_latency
+    from nonstop.inference.workers import InferencePool
+    from nonstop.policies import ConstantPolicy, LatencyPolicy
+    from nonstop.realtime.host import Session
+
+    with Session("theory/inaction", clock="virtual", seed=seed, env_kwargs={"max_steps": 2500},
+                 queue_mode=queue_mode) as world:  # fmt: skip
+        latency = make_latency("lognormal", tau * world.tau_m, 1.0)
+        sched = make_scheduler("auto", 1, max_workers=512, early_release=early)
+        pool = InferencePool(world, lambda i: LatencyPolicy(ConstantPolicy(world.action_space, 1), latency, seed=i),
+                             sched).start()  # fmt: skip
+        world.run_for(10_000 * world.tau_m)
+        pool.stop()
+    return world.tick_log.summary(warmup_ticks=2500), pool, sched
+
+
+def test_catch_up_cuts_the_cost_of_a_reset_from_the_hold_to_about_one_inference():
+    """Lognormal σ = 1, τ̄_θ = 20 ticks, 2,500-tick episodes: the hold Q is ~300 ticks, so without
+    catch-up about Q of every 2,500 ticks go to β after each reset; with it about τ̄_θ do."""
+    before, _, sched = _reset_run(early=False)
+    after, pool, _ = _reset_run(early=True)
+    hold = sched.hold_periods
+    assert hold > 150
+    assert before["inaction_fraction"] > 0.6 * hold / 2500  # the reset costs most of Q
+    assert after["inaction_fraction"] < before["inaction_fraction"] / 3
+    assert after["inaction_fraction"] < 4 * 20 / 2500 + 0.005  # a few τ̄_θ per reset, plus skipped slots
+    assert pool.early_copies > 0 and pool.report()["early_copies"] == pool.early_copies
+
+
+def test_catch_up_never_copies_into_a_fifo_queue():
+    """A fifo queue carries distinct commands: a copy would run one twice."""
+    _, pool, sched = _reset_run(early=True, queue_mode="fifo")
+    assert pool.early_copies == 0 and sched.early_copies == 0
