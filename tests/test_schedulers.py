@@ -642,7 +642,7 @@ def test_catch_up_copies_fill_distinct_ticks_before_the_grid_takes_over(seed, ho
     first_release = a[0][2]
     copies = [r[3] for r in a if r[3] is not None]
     assert len(copies) == with_copies.early_copies == len(set(copies))
-    for start, done, release, copy in a:
+    for _start, done, _release, copy in a:
         if copy is not None:
             assert copy >= done - TOL and copy == pytest.approx(round(copy)) and copy < first_release - TOL
     # the first report, its copy queue empty, gets a copy exactly when its period precedes the grid
