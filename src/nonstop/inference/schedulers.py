@@ -58,6 +58,9 @@ __all__ = [
 ]
 
 
+#: grid gaps `QuantileHoldScheduler` remembers for copies (a bound on memory, far above any hold)
+_MAX_GAPS = 1 << 16
+
 # --------------------------------------------------------------------------- validation
 
 
@@ -430,6 +433,12 @@ class QuantileHoldScheduler(Scheduler):
     (the ``latest`` queue); the pool sends copies only to a ``latest`` queue, never to a ``fifo``
     command stream, where a command must not run twice.
 
+    The same copies fill the other ticks the grid leaves empty: when Q grows (a pipeline cannot
+    lengthen without a gap) or a slot is skipped, the releases jump and the periods in between are
+    remembered; a finished action whose own release lies beyond such a period sends a copy there.
+    Lognormal σ = 1 at τ̄_θ = 20 ticks, Q growing from 215 to 300 ticks cost 85 empty ticks (2.2 %
+    of a 4,000-tick window) without them.
+
     Rules that keep it honest. Q grows at once when q̂ does (one tick then goes without an action:
     a pipeline cannot lengthen without a gap) and shrinks only when q̂·(1 + ``hold_hysteresis``) fits
     a smaller Q (two actions then share a tick; none is lost). A slot no worker was free for is
@@ -498,6 +507,8 @@ class QuantileHoldScheduler(Scheduler):
         self._catch_up = math.inf
         self._next_copy = -math.inf
         self._copies = 0
+        self._last_release: float | None = None  # the latest grid release handed out
+        self._gaps: list[int] = []  # grid periods (indices from origin) no release will fill, sorted
 
     # ---- binding and read-outs
     def bind(self, *, period: float, origin: float) -> None:
@@ -638,8 +649,27 @@ class QuantileHoldScheduler(Scheduler):
             # the release slot is fixed now, at the claim: releases then follow claim order, so a
             # growing Q leaves exactly its growth in empty ticks (fixing it when each inference
             # ends instead would reshuffle the actions in flight and collide many of them)
-            self._slot[w], self._free_at[w] = (start, start + self._current_hold() * period), None
+            release = start + self._current_hold() * period
+            self._slot[w], self._free_at[w] = (start, release), None
+            self._note_gaps(release, period)
             return max(0.0, start - now)
+
+    def _note_gaps(self, release: float, period: float) -> None:
+        """Releases one period apart leave no tick empty; a jump (Q grew, a slot was skipped) leaves
+        the periods in between to β unless a copy fills them (`early_release`)."""
+        last = self._last_release
+        self._last_release = release if last is None else max(last, release)
+        if last is None or not self._early:
+            return
+        origin = self._origin or 0.0
+        index = round((release - origin) / period)  # periods are kept as grid indices
+        if release <= last:  # Q shrank: this release may land in a gap noted earlier, which it fills
+            at = bisect.bisect_left(self._gaps, index)
+            if at < len(self._gaps) and self._gaps[at] == index:
+                del self._gaps[at]
+            return
+        first = round((last - origin) / period) + 1
+        self._gaps.extend(range(first, min(index, first + _MAX_GAPS - len(self._gaps))))
 
     def after_inference(self, worker: int, tau_theta: float) -> float:
         tau = _check_seconds("tau_theta", tau_theta)
@@ -689,12 +719,20 @@ class QuantileHoldScheduler(Scheduler):
                 return None
             self._catch_up = min(self._catch_up, release)  # its earliest slot's release, as reports arrive
             period, origin = self._require_period(), self._origin or 0.0
-            at = max(origin + math.ceil((done - origin) / period - 1e-9) * period, self._next_copy)
-            if at >= self._catch_up - 1e-9 * period:
-                return None  # the grid releases this episode's actions from here on
-            self._next_copy = at + period
-            self._copies += 1
-            return max(0.0, at - done)
+            first = origin + math.ceil((done - origin) / period - 1e-9) * period  # first period at or after done
+            at = max(first, self._next_copy)
+            if at < self._catch_up - 1e-9 * period:
+                self._next_copy = at + period
+                self._copies += 1
+                return max(0.0, at - done)
+            # past the catch-up: a gap the grid leaves (Q grew, a slot was skipped) takes the copy
+            passed = bisect.bisect_left(self._gaps, round((first - origin) / period))
+            del self._gaps[:passed]  # passed unfilled: nothing had finished in time
+            if self._gaps and release > origin + self._gaps[0] * period + 1e-9 * period:
+                gap = origin + self._gaps.pop(0) * period  # only a gap before this action's own release
+                self._copies += 1
+                return max(0.0, gap - done)
+            return None
 
     def __repr__(self) -> str:
         return (
