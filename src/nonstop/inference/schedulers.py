@@ -433,9 +433,11 @@ class QuantileHoldScheduler(Scheduler):
     (the ``latest`` queue); the pool sends copies only to a ``latest`` queue, never to a ``fifo``
     command stream, where a command must not run twice.
 
-    The same copies fill the other ticks the grid leaves empty: when Q grows (a pipeline cannot
-    lengthen without a gap) or a slot is skipped, the releases jump and the periods in between are
-    remembered; a finished action whose own release lies beyond such a period sends a copy there.
+    The same copies fill the ticks a growing Q leaves empty (a pipeline cannot lengthen without a
+    gap): the releases jump by the growth and those periods are remembered; a finished action whose
+    own release lies beyond one sends a copy there. A *skipped* slot is never filled: a copy there
+    would repeat a decision for want of a worker and hide that N_I is too small (N_I* would fall
+    below the bound ⌈τ̄_θ/τ_M⌉ that no scheduler can beat with one decision per tick).
     Lognormal σ = 1 at τ̄_θ = 20 ticks, Q growing from 215 to 300 ticks cost 85 empty ticks (2.2 %
     of a 4,000-tick window) without them.
 
@@ -508,6 +510,7 @@ class QuantileHoldScheduler(Scheduler):
         self._next_copy = -math.inf
         self._copies = 0
         self._last_release: float | None = None  # the latest grid release handed out
+        self._last_hold: int | None = None  # Q at the last claim
         self._gaps: list[int] = []  # grid periods (indices from origin) no release will fill, sorted
 
     # ---- binding and read-outs
@@ -649,17 +652,21 @@ class QuantileHoldScheduler(Scheduler):
             # the release slot is fixed now, at the claim: releases then follow claim order, so a
             # growing Q leaves exactly its growth in empty ticks (fixing it when each inference
             # ends instead would reshuffle the actions in flight and collide many of them)
-            release = start + self._current_hold() * period
+            hold = self._current_hold()
+            release = start + hold * period
             self._slot[w], self._free_at[w] = (start, release), None
-            self._note_gaps(release, period)
+            self._note_gaps(release, hold, period)
             return max(0.0, start - now)
 
-    def _note_gaps(self, release: float, period: float) -> None:
-        """Releases one period apart leave no tick empty; a jump (Q grew, a slot was skipped) leaves
-        the periods in between to β unless a copy fills them (`early_release`)."""
+    def _note_gaps(self, release: float, hold: int, period: float) -> None:
+        """Releases one period apart leave no tick empty; when Q grows by Δ (a pipeline cannot
+        lengthen without a gap) the Δ periods before this release go to β unless copies fill them
+        (`early_release`). A skipped slot's period is *not* noted: filling it would repeat a
+        decision for want of a worker, and hide that N_I is too small."""
+        last_hold, self._last_hold = self._last_hold, hold
         last = self._last_release
         self._last_release = release if last is None else max(last, release)
-        if last is None or not self._early:
+        if last is None or last_hold is None or not self._early:
             return
         origin = self._origin or 0.0
         index = round((release - origin) / period)  # periods are kept as grid indices
@@ -668,8 +675,8 @@ class QuantileHoldScheduler(Scheduler):
             if at < len(self._gaps) and self._gaps[at] == index:
                 del self._gaps[at]
             return
-        first = round((last - origin) / period) + 1
-        self._gaps.extend(range(first, min(index, first + _MAX_GAPS - len(self._gaps))))
+        grown = min(hold - last_hold, index - round((last - origin) / period) - 1, _MAX_GAPS - len(self._gaps))
+        self._gaps.extend(range(index - max(0, grown), index))
 
     def after_inference(self, worker: int, tau_theta: float) -> float:
         tau = _check_seconds("tau_theta", tau_theta)
