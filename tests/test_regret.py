@@ -21,6 +21,11 @@ from nonstop.metrics.regret import (
     inaction_regret_estimate,
     inaction_regret_rate,
     predicted_delay_regret_per_step,
+    eq2_hard_epsilon,
+    eq2_lower_bound,
+    learned_fraction,
+    learning_regret_curve,
+    rescaled_regret,
 )
 from nonstop.realtime.ticklog import SOURCE_AGENT, TickLog
 from nonstop.envs import theory
@@ -202,6 +207,17 @@ def test_bench_quick_returns_the_documented_keys(tmp_path):
             assert row["staggered_delay_regret_per_step"] > 0.2  # the delay term stays
     assert result["delay_vs_predicted_max_z"] < 4
     assert plot.stat().st_size > 10_000
+    # Equation 2: every learner setting learns from the predicted share and follows Δ_pace(f·T)/f
+    eq2 = result["eq2"]
+    assert "real_env" not in eq2  # CartPole's DQN runs only in a full run
+    assert [(r["n_learners"], r["tau_l_ticks"]) for r in eq2["rows"]] == list(bench.EQ2_SETTINGS)
+    for row in eq2["rows"]:
+        assert set(bench.EQ2_ROW_KEYS) <= set(row)
+        assert row["inaction_fraction"] == 0.0 and row["delay_mean_ticks"] == 1.0  # all regret is learning
+    assert eq2["learned_fraction_passes"] == len(eq2["rows"])
+    assert eq2["prediction_checks"] == len(eq2["rows"]) - 1  # the reference is not compared with itself
+    assert eq2["prediction_passes"] >= eq2["prediction_checks"] - 1  # 3-SE checks: one miss in four is chance
+    assert eq2["hard_instance"]["lower_bound_holds"]
 
 
 def test_bench_rejects_bad_arguments():
@@ -230,3 +246,105 @@ def test_delay_convention_an_agent_within_one_tick_pays_no_delay_regret():
     assert eq4_delay_regret_per_step(p, 1) == 0.5  # the paper's timing: one transition more
     with pytest.raises(ValueError, match="at least 1 tick"):
         theory.lag_transitions(0)
+
+
+# ----------------------------------------------------------------------------- Equation 2
+
+
+def test_bandit_mdp_pays_the_best_arm_more_and_hides_it_from_the_observation():
+    env = theory.BanditMDP(arms=3, epsilon=0.25, max_steps=50_000)
+    obs, info = env.reset(seed=5)
+    best = info["best_arm"]
+    assert obs.tolist() == [1.0] and 1 <= best <= 3
+    pays = {a: np.mean([env.step(a)[1] for _ in range(4000)]) for a in range(4)}
+    assert pays[0] == 0.0  # β's noop
+    assert pays[best] == pytest.approx(0.75, abs=0.03)
+    assert all(pays[a] == pytest.approx(0.5, abs=0.03) for a in (1, 2, 3) if a != best)
+    assert [env.gap(a) for a in range(4)] == [0.75] + [0.0 if a == best else 0.25 for a in (1, 2, 3)]
+    bests = {theory.BanditMDP(arms=3).reset(seed=s)[1]["best_arm"] for s in range(40)}
+    assert bests == {1, 2, 3}  # drawn from the seed, every arm possible
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"arms": 1}, "arms must be >= 2"), ({"epsilon": 0.0}, "epsilon must be in"), ({"epsilon": 0.6}, "epsilon"),
+    ({"arms": 2.0}, "arms must be an int"), ({"max_steps": 0}, "max_steps"),
+])  # fmt: skip
+def test_bandit_mdp_rejects_bad_arguments(kwargs, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        theory.BanditMDP(**kwargs)
+
+
+def test_eq2_arithmetic():
+    assert learned_fraction(1, 4 * TAU_M, TAU_M) == 0.25
+    assert learned_fraction(3, 4 * TAU_M, TAU_M) == 0.75 and learned_fraction(4, 4 * TAU_M, TAU_M) == 1.0
+    # Δ_pace(f·T)/f: a learner that learns from half the steps pays the keep-pace regret at T/2, twice
+    curve = np.sqrt(np.arange(1, 101, dtype=float))
+    assert rescaled_regret(curve, 0.5, 100) == pytest.approx(2 * math.sqrt(50))
+    assert rescaled_regret(curve, 1.0, 100) == curve[-1]
+    assert rescaled_regret(curve, 0.25, 2) == pytest.approx(2.0)  # below the first step: linear from 0
+    assert eq2_hard_epsilon(4, 100) == 0.05 and eq2_hard_epsilon(16, 1) == 0.5
+    assert eq2_lower_bound(4, 100) == 1.0 and eq2_lower_bound(100, 4) == 0.2  # min(√(KT), T)/20
+    log = TickLog(TAU_M)
+    for t, (source, action) in enumerate([(1, 1), (0, 0), (1, 2), (1, 1)], start=1):
+        log.append(tick=t, deadline=t * TAU_M, time=t * TAU_M, source=source, action=action)
+    assert learning_regret_curve(log, [0.5, 0.0, 0.1]).tolist() == [0.0, 0.1, 0.1]  # β's tick is inaction
+    with pytest.raises(ValueError, match="outside gap_by_action"):
+        learning_regret_curve(log, [0.5, 0.0])
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: learned_fraction(0, 1.0, 1.0), ValueError, "n_learners"),
+    (lambda: learned_fraction(1, 0.0, 1.0), ValueError, "tau_l"),
+    (lambda: rescaled_regret([1.0, 2.0], 0.0, 2), ValueError, "fraction"),
+    (lambda: rescaled_regret([1.0, 2.0], 0.5, 3), ValueError, "steps"),
+    (lambda: rescaled_regret([], 0.5, 1), ValueError, "curve"),
+    (lambda: eq2_lower_bound(1, 10), ValueError, "arms"),
+    (lambda: learning_regret_curve(hand_log([(1, 0.0, 1)]), [-1.0]), ValueError, "gap_by_action"),
+])  # fmt: skip
+def test_eq2_bad_inputs_raise_clear_errors(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_bandit_learner_is_ucb1():
+    lr = bench.BanditLearner(3)
+    for arm, reward in ((0, 1.0), (1, 0.0), (2, 0.0)):
+        assert lr.choose() == arm  # every arm once, lowest first
+        lr.learn(arm, reward)
+    assert lr.choose() == 0 and lr.learned == 3  # the only arm that paid
+    for _ in range(200):  # with enough pulls each, the arm that keeps paying wins
+        lr.learn(0, 0.0), lr.learn(1, 1.0), lr.learn(2, 0.0)
+    assert lr.choose() == 1 and lr.learned == 603
+
+
+def test_learners_that_fall_behind_skip_transitions_and_pay_the_rescaled_regret():
+    """Equation 2's assumption 4 realised and broken on the virtual clock: N_L = 1 learner with
+    τ_L = τ_M learns from every transition, with τ_L = 4·τ_M from one in four (the rest are counted,
+    never learned from); the behind learner pays about Δ_pace(T/4)·4, well above Δ_pace(T)."""
+    steps, seeds = 3000, 6
+    pace = [bench.measure_learning(arms=4, epsilon=0.1, n_learners=1, tau_l_ticks=1.0, steps=steps, seed=s)
+            for s in range(seeds)]  # fmt: skip
+    behind = [bench.measure_learning(arms=4, epsilon=0.1, n_learners=1, tau_l_ticks=4.0, steps=steps, seed=s)
+              for s in range(seeds)]  # fmt: skip
+    for out in pace:
+        assert out["skipped"] == 0 and out["taken"] >= out["transitions"] - 2
+        assert out["inaction_fraction"] == 0.0 and out["delay_mean_ticks"] == 1.0
+    for out in behind:
+        assert out["skipped"] / (out["skipped"] + out["taken"]) == pytest.approx(0.75, abs=0.002)
+    final_pace = np.array([o["curve"][-1] for o in pace])
+    final_behind = np.array([o["curve"][-1] for o in behind])
+    predicted = np.array([rescaled_regret(o["curve"], 0.25, steps) for o in pace])
+    diff = final_behind - predicted
+    se = diff.std(ddof=1) / math.sqrt(seeds)
+    assert abs(diff.mean()) <= 3 * se + 5.0
+    gap = final_behind - final_pace
+    assert gap.mean() > 3 * gap.std(ddof=1) / math.sqrt(seeds)  # falling behind costs regret
+
+
+def test_bench_eq2_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="--learn-seeds"):
+        bench.run(_bench_args(["--quick", "--ticks", "1", "--seconds", "1", "--delay-seconds", "1",
+                               "--learn-seeds", "1"]))  # fmt: skip
+    with pytest.raises(ValueError, match="epsilon"):
+        bench.run(_bench_args(["--quick", "--ticks", "1", "--seconds", "1", "--delay-seconds", "1",
+                               "--epsilon", "0.7"]))  # fmt: skip

@@ -609,3 +609,127 @@ def test_auto_is_quantile_hold_when_not_resized():
     assert isinstance(make_scheduler("auto", 5), QuantileHoldScheduler)
     assert isinstance(make_scheduler("auto", 5), AutoScheduler)
     assert isinstance(make_scheduler("max_time", 5), MaxTimeScheduler)
+
+
+# --------------------------------------------------------------------------- episode catch-up
+
+
+def _run_episode(sched: QuantileHoldScheduler, taus: list[float], episode_of_slot: list[int], period: float = 1.0):
+    """Drive ``sched`` by hand, one worker per slot (enough workers): returns per slot
+    (start, done, grid release, copy release or None)."""
+    out = []
+    for w, (tau, ep) in enumerate(zip(taus, episode_of_slot)):
+        start = sched.take_delay(w, now=0.0)
+        pad = sched.after_inference(w, tau)
+        early = sched.early_release(w, ep)
+        done = start + tau
+        out.append((start, done, done + pad, None if early is None else done + early))
+    return out
+
+
+@FAST
+@given(seed=st.integers(0, 2**32 - 1), hold=st.integers(2, 40), n=st.integers(2, 60), sigma=st.floats(0.0, 1.5))
+def test_catch_up_copies_fill_distinct_ticks_before_the_grid_takes_over(seed, hold, n, sigma):
+    """Every copy: released on the grid, at or after its inference ended, one per period, before the
+    release of the episode's first slot (where the grid takes over) or in a gap the grid leaves;
+    the grid releases are untouched."""
+    rng = np.random.default_rng(seed)
+    taus = list(rng.lognormal(math.log(hold / 3), sigma, n) if sigma else np.full(n, hold / 3))
+    with_copies = make_scheduler("quantile_hold", n, period=1.0, initial_estimate=float(hold))
+    without = make_scheduler("quantile_hold", n, period=1.0, initial_estimate=float(hold), early_release=False)
+    a, b = _run_episode(with_copies, taus, [0] * n), _run_episode(without, taus, [0] * n)
+    assert [r[:3] for r in a] == [r[:3] for r in b]  # the grid is the same with or without copies
+    assert all(r[3] is None for r in b) and without.early_copies == 0
+    first_release = a[0][2]
+    copies = [r[3] for r in a if r[3] is not None]
+    assert len(copies) == with_copies.early_copies == len(set(copies))
+    grid = {round(r[2]) for r in a if r[2] == pytest.approx(round(r[2]))}
+    for _start, done, release, copy in a:
+        if copy is not None:
+            assert copy >= done - TOL and copy == pytest.approx(round(copy))
+            # a catch-up copy comes before the grid takes over; a gap copy before its own release, in
+            # a period no grid release fills (unless Q shrank after the gap was handed out: then the
+            # two share the tick and the host counts one superseded)
+            assert copy < first_release - TOL or copy < release - TOL
+            if not sigma:
+                assert round(copy) not in grid
+    # the first report, its copy queue empty, gets a copy exactly when its period precedes the grid
+    assert (a[0][3] is not None) == (math.ceil(a[0][1] - 1e-9) < first_release - TOL)
+
+
+def test_catch_up_serves_the_newest_episode_only():
+    s = make_scheduler("quantile_hold", 6, period=1.0, initial_estimate=10.0)
+    for w in range(6):
+        s.take_delay(w, now=0.0)
+    assert s.after_inference(0, 1.0) == 9.0 and s.early_release(0, 3) == 0.0  # episode 3: copy at 1
+    assert s.after_inference(1, 1.0) == 9.0 and s.early_release(1, 2) is None  # an older episode: stale
+    assert s.after_inference(2, 1.0) == 9.0 and s.early_release(2, 4) == 0.0  # a newer one starts afresh
+    assert s.after_inference(3, 1.0) == 9.0 and s.early_release(3, 4) == 0.0  # at 4 (slot 3, done at 4)
+    assert s.early_release(3, 4) is None  # one copy per inference
+    assert s.early_copies == 3
+    with pytest.raises(TypeError, match="episode must be an int"):
+        s.early_release(4, 1.5)
+    with pytest.raises(TypeError, match="early_release must be a bool"):
+        make_scheduler("auto", 2, early_release=1)
+
+
+def _reset_run(*, early: bool, queue_mode: str = "latest", tau: float = 20.0, seed: int = 0):
+    from nonstop.bench.nstar import make_latency
+    from nonstop.inference.workers import InferencePool
+    from nonstop.policies import ConstantPolicy, LatencyPolicy
+    from nonstop.realtime.host import Session
+
+    with Session("theory/inaction", clock="virtual", seed=seed, env_kwargs={"max_steps": 2500},
+                 queue_mode=queue_mode) as world:  # fmt: skip
+        latency = make_latency("lognormal", tau * world.tau_m, 1.0)
+        sched = make_scheduler("auto", 1, max_workers=512, early_release=early)
+        pool = InferencePool(world, lambda i: LatencyPolicy(ConstantPolicy(world.action_space, 1), latency, seed=i),
+                             sched).start()  # fmt: skip
+        world.run_for(10_000 * world.tau_m)
+        pool.stop()
+    return world.tick_log.summary(warmup_ticks=2500), pool, sched
+
+
+def test_catch_up_cuts_the_cost_of_a_reset_from_the_hold_to_about_one_inference():
+    """Lognormal σ = 1, τ̄_θ = 20 ticks, 2,500-tick episodes: the hold Q is ~300 ticks, so without
+    catch-up about Q of every 2,500 ticks go to β after each reset; with it about τ̄_θ do."""
+    before, _, sched = _reset_run(early=False)
+    after, pool, _ = _reset_run(early=True)
+    hold = sched.hold_periods
+    assert hold > 150
+    assert before["inaction_fraction"] > 0.6 * hold / 2500  # the reset costs most of Q
+    assert after["inaction_fraction"] < before["inaction_fraction"] / 3
+    assert after["inaction_fraction"] < 2 * 20 / 2500 + 0.002  # about τ̄_θ per reset
+    assert pool.early_copies > 0 and pool.report()["early_copies"] == pool.early_copies
+
+
+def test_catch_up_never_copies_into_a_fifo_queue():
+    """A fifo queue carries distinct commands: a copy would run one twice."""
+    _, pool, sched = _reset_run(early=True, queue_mode="fifo")
+    assert pool.early_copies == 0 and sched.early_copies == 0
+
+
+def test_copies_fill_the_gap_a_growing_hold_leaves():
+    """Q grows from 2 to 3 periods: the releases jump from 2 to 4 and period 3 would go to β; the
+    next action that finishes before it (and whose own release is later) is copied there."""
+    s = make_scheduler("quantile_hold", 4, period=1.0, initial_estimate=2.0)
+    assert s.take_delay(0, now=0.0) == 0.0
+    assert s.after_inference(0, 2.5) == 0.0 and s.hold_periods == 3  # late: Q grows
+    assert s.early_release(0, 0) is None  # ended after its own release: nothing to fill yet
+    assert [s.take_delay(w, now=0.0) for w in (1, 2)] == [1.0, 2.0]  # releases 4 and 5: period 3 is a gap
+    assert s.after_inference(2, 0.5) == 2.5 and s.early_release(2, 0) == 0.5  # a copy at 3
+    assert s.after_inference(1, 1.0) == 2.0 and s.early_release(1, 0) is None  # the gap is taken
+    off = make_scheduler("quantile_hold", 4, period=1.0, initial_estimate=2.0, early_release=False)
+    off.take_delay(0, now=0.0), off.after_inference(0, 2.5), off.take_delay(1, now=0.0), off.take_delay(2, now=0.0)
+    assert off.after_inference(2, 0.5) == 2.5 and off.early_release(2, 0) is None and off.early_copies == 0
+
+
+def test_skipped_slots_are_never_filled_by_copies():
+    """One worker for an inference of ~2.5 periods: slots 1 and 2 pass with no worker free. A copy
+    there would repeat a decision for want of a worker and let N_I* fall below ⌈τ̄_θ/τ_M⌉."""
+    s = make_scheduler("quantile_hold", 1, period=1.0, initial_estimate=3.0)
+    assert s.take_delay(0, now=0.0) == 0.0
+    assert s.after_inference(0, 2.5) == 0.5 and s.early_release(0, 0) is None  # grid from period 3
+    assert s.take_delay(0, now=2.5) == 0.5 and s.skipped_slots == 2  # slot 3, released at 6
+    assert s.after_inference(0, 0.5) == 2.5 and s.early_release(0, 0) is None  # periods 4, 5 stay β's
+    assert s.early_copies == 0

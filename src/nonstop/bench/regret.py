@@ -15,6 +15,25 @@ For each inference time τ_θ (in ticks, constant latency):
     stays. The host's own expectation, ``1 − p^(d−1)`` for an action applied ``d`` ticks after its
     observation, is reported too (see `nonstop.metrics.regret` for why ``d − 1``).
 
+(d) **Equation 2**, ``Δ_learn ∈ Ω(√(τ/τ̄_I))``, on `BanditMDP` (``--arms`` K, edge ``--epsilon``):
+    one worker with τ_θ = τ_M acts every tick on the newest observation, so the runs have no
+    inaction and no delay and all their regret is learning. The learner is UCB1 (`BanditLearner`);
+    ``N_L`` learners take ``τ_L`` per transition, each the newest one nobody has taken, so a learner
+    that falls behind leaves transitions it never learns from (counted). Per setting of
+    `EQ2_SETTINGS`, ``--learn-seeds`` runs paired by seed with the keep-pace reference
+    (``N_L = 1, τ_L = τ_M``). **Checks** (pass/fail per row): the measured share of transitions
+    learned from against ``min(1, N_L·τ_M/τ_L)``; the measured regret after ``T`` steps against
+    ``Δ_pace(f·T)/f``, the reading of Eq. 2 in transitions learned from (within 3 SE of the paired
+    differences; the "gap to pace" column is what the check is up against: a learner whose regret did
+    not depend on what it learned from would show no gap); on the bound's own hard instance
+    (ε = ¼√(K/T), Auer et al. 2002) the measured regret against √(KT)/20. **Measurements**, no
+    verdict: the gap in reward to the keep-pace learner, and the √ law's ``Δ_pace(T)/√f``, which
+    this fixed instance need not follow (Eq. 2 is a worst case over instances; on one instance
+    UCB1's regret grows like log T). In a full run, also **CartPole** with nonstop's DQN
+    (`nonstop.run.train`, 300 world seconds, one seed): an update per transition against one per
+    four; updates per transition is checked against the same formula, the return of the last
+    quarter is a measurement (one seed: no verdict on the gap).
+
 Episodes never truncate here (``max_steps`` is huge): the theorem is about a continuing world, and
 a reset would add β ticks (stale in-flight actions) that belong to neither term. Standard errors
 are batch means over the measured window (after a warm-up of ``3·τ_θ + 30`` ticks). Each τ_θ gets
@@ -99,6 +118,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measured world seconds per delay-cycle run (default 2000; quick 400)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0,
                         help="base seed (default 0); the runs for the i-th τ_θ use seed + i")  # fmt: skip
+    parser.add_argument("--learn-steps", type=int, default=None,
+                        help="Eq. 2: agent steps per bandit run (default 20000; quick 6000)")  # fmt: skip
+    parser.add_argument("--learn-seeds", type=int, default=None,
+                        help="Eq. 2: bandit runs per learner setting, paired across settings (default 8; quick 4)")  # fmt: skip
+    parser.add_argument("--arms", type=int, default=4, help="Eq. 2: arms of the bandit (default 4)")
+    parser.add_argument("--epsilon", type=float, default=0.1,
+                        help="Eq. 2: the best arm's edge over the others (default 0.1)")  # fmt: skip
+    parser.add_argument("--real-env", choices=("auto", "on", "off"), default="auto",
+                        help="Eq. 2 on CartPole with nonstop's DQN, keeping pace vs a quarter of the updates "
+                        "(~2 min; auto: on in a full run, off with --quick)")  # fmt: skip
     parser.add_argument("--plot", default=None, metavar="PATH", help="also write a figure to PATH (.png)")
 
 
@@ -170,6 +199,265 @@ def measure(
         finally:
             pool.stop()
     return world.tick_log
+
+
+# ----------------------------------------------------------------------------- Equation 2: learning
+
+
+class BanditLearner:
+    """UCB1 (Auer et al. 2002) on a one-state bandit: what learners have learned, and the arm to pull.
+
+    ``learn(arm, reward)`` is one learning step on one transition; ``choose()`` is the policy on what
+    was learned so far: every arm once (lowest first), then ``argmax mean + √(2·ln n / n_a)`` (ties
+    to the lowest arm). Deterministic, so a learner that falls behind repeats its last choice until
+    it learns again: its policy after ``n`` learned steps is the keep-pace learner's after ``n``.
+
+    >>> lr = BanditLearner(2)
+    >>> lr.choose(), lr.learn(0, 1.0), lr.choose(), lr.learn(1, 0.0), lr.choose()
+    (0, None, 1, None, 0)
+    """
+
+    def __init__(self, arms: int) -> None:
+        if isinstance(arms, bool) or not isinstance(arms, int) or arms < 1:
+            raise ValueError(f"arms must be an int >= 1, got {arms!r}")
+        self.counts = np.zeros(arms, np.int64)
+        self.sums = np.zeros(arms, np.float64)
+
+    @property
+    def learned(self) -> int:
+        return int(self.counts.sum())
+
+    def learn(self, arm: int, reward: float) -> None:
+        self.counts[arm] += 1
+        self.sums[arm] += reward
+
+    def choose(self) -> int:
+        untried = np.flatnonzero(self.counts == 0)
+        if untried.size:
+            return int(untried[0])
+        index = self.sums / self.counts + np.sqrt(2.0 * math.log(self.learned) / self.counts)
+        return int(np.argmax(index))
+
+
+class _LearnedArmPolicy:
+    """The acting policy: the arm `BanditLearner` would pull now (action = arm + 1; 0 is β's)."""
+
+    def __new__(cls, action_space: Any, learner: BanditLearner) -> Any:
+        from nonstop.policies.base import Decision, Policy
+
+        class LearnedArmPolicy(Policy):
+            def __init__(self) -> None:
+                self.action_space = action_space
+
+            def act(self, obs: np.ndarray) -> Decision:
+                return Decision(learner.choose() + 1)
+
+        return LearnedArmPolicy()
+
+
+class _TransitionStream:
+    """Host recorder: every agent tick of the bandit is one transition ``(arm, reward)``, in order.
+
+    Learners take the *newest* transition nobody has taken; the older ones left behind are never
+    learned from and are counted (`skipped`), so nothing is lost silently."""
+
+    def __init__(self) -> None:
+        self.arms: list[int] = []
+        self.rewards: list[float] = []
+        self.next_free = 0  # first transition neither taken nor skipped
+        self.taken = 0
+        self.skipped = 0
+
+    def on_observation(self, tick: int, obs: np.ndarray) -> None:
+        pass
+
+    def on_tick(self, tick: int, *, agent: bool, action: Any, obs_tick: int, reward: float,
+                terminated: bool, truncated: bool, terminal_obs: np.ndarray | None = None) -> None:  # fmt: skip
+        if agent:
+            self.arms.append(int(action) - 1)
+            self.rewards.append(float(reward))
+
+    def take_newest(self) -> int | None:
+        newest = len(self.arms) - 1
+        if newest < self.next_free:
+            return None
+        self.skipped += newest - self.next_free
+        self.taken += 1
+        self.next_free = newest + 1
+        return newest
+
+
+def _learner_process(clock: Any, stream: _TransitionStream, learner: BanditLearner, *, index: int, n_learners: int,
+                     tau_l: float, tau_m: float, stop: list[bool]) -> Any:  # fmt: skip
+    """One of ``n_learners`` learners: each takes ``tau_l`` per transition, staggered by ``tau_l/N_L``."""
+    t = clock.now() + index * tau_l / n_learners
+    yield (t, 3)  # priority 3: after the host's tick at the same instant (priority 1)
+    while not stop[0]:
+        i = stream.take_newest()
+        if i is None:  # nothing new: wait for the next tick's transition
+            t = (math.floor(t / tau_m + 1e-9) + 1) * tau_m
+            yield (t, 3)
+            continue
+        t += tau_l
+        yield (t, 3)
+        learner.learn(stream.arms[i], stream.rewards[i])
+
+
+def measure_learning(*, arms: int, epsilon: float, n_learners: int, tau_l_ticks: float, steps: int, seed: int) -> dict[str, Any]:
+    """One virtual-clock run on `BanditMDP`: one worker with τ_θ = τ_M (an action every tick, computed
+    on the newest observation: no inaction, no delay) and ``n_learners`` learners taking
+    ``tau_l_ticks`` each per transition. Returns the learning-regret curve over ``steps`` agent steps
+    and the learners' counts."""
+    from nonstop.inference.schedulers import make_scheduler
+    from nonstop.inference.workers import InferencePool
+    from nonstop.metrics.regret import learning_regret_curve
+    from nonstop.policies import Constant, LatencyPolicy
+    from nonstop.realtime.clock import VirtualClock
+    from nonstop.realtime.host import Session
+
+    stream, learner, stop = _TransitionStream(), BanditLearner(arms), [False]
+    kwargs = {"arms": arms, "epsilon": epsilon, "max_steps": _NEVER_TRUNCATE}
+    with Session("theory/bandit", clock="virtual", seed=seed, env_kwargs=kwargs, recorder=stream) as world:
+        tau_m = world.tau_m
+        pool = InferencePool(world, lambda i: LatencyPolicy(_LearnedArmPolicy(world.action_space, learner),
+                                                            Constant(tau_m)), make_scheduler("sequential", 1)).start()  # fmt: skip
+        clock = world.clock
+        assert isinstance(clock, VirtualClock)  # clock="virtual" above
+        for i in range(n_learners):
+            clock.spawn(_learner_process(clock, stream, learner, index=i, n_learners=n_learners,
+                                               tau_l=tau_l_ticks * tau_m, tau_m=tau_m, stop=stop),
+                              name=f"bandit-learner-{i}", priority=3)  # fmt: skip
+        try:
+            world.run_for((steps + 4) * tau_m)
+        finally:
+            stop[0] = True
+            pool.stop()
+        assert world.host is not None  # a virtual-clock world's host runs in this process
+        env: Any = world.host.env.unwrapped  # the bandit MDP (its gap() is not on gymnasium.Env)
+        gaps = [env.gap(a) for a in range(arms + 1)]
+    curve = learning_regret_curve(world.tick_log, gaps)
+    if curve.size < steps:
+        raise RuntimeError(f"the bandit run made {curve.size} agent steps, fewer than the {steps} asked for")
+    summary = world.tick_log.summary()
+    return {
+        "curve": curve[:steps],
+        "transitions": len(stream.arms),
+        "taken": stream.taken,
+        "skipped": stream.skipped,
+        "inaction_fraction": summary["inaction_fraction"],
+        "delay_mean_ticks": summary["delay_mean_ticks"],
+    }
+
+
+#: Eq. 2's learner settings (N_L, τ_L in ticks): keeping pace first (the reference), then behind
+#: with f = 1/2, 1/4, 1/8, then slow learners that keep pace in numbers (N_L = N_L* = 4)
+EQ2_SETTINGS = ((1, 1.0), (2, 4.0), (1, 4.0), (1, 8.0), (4, 4.0))
+#: keys of each Equation 2 row
+EQ2_ROW_KEYS = (
+    "n_learners", "tau_l_ticks", "nl_star", "learned_fraction_predicted", "learned_fraction_measured",
+    "never_learned_fraction", "learned_fraction_pass", "steps", "seeds", "inaction_fraction", "delay_mean_ticks",
+    "learning_regret", "learning_regret_se", "predicted_regret", "prediction_error", "prediction_error_se",
+    "prediction_pass", "gap_to_keep_pace", "gap_to_keep_pace_se", "gap_z", "sqrt_law_regret",
+)  # fmt: skip
+
+
+def _mean_se(values: list[float]) -> tuple[float, float | None]:
+    x = np.asarray(values, dtype=np.float64)
+    return float(x.mean()), (float(x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else None)
+
+
+def learning_rows(*, arms: int, epsilon: float, steps: int, seeds: int, seed: int) -> dict[str, Any]:
+    """Equation 2 on `BanditMDP`: one row per learner setting of `EQ2_SETTINGS`, paired over seeds,
+    and the Ω(√T) bound on its own hard instance (see the module docstring)."""
+    from nonstop.metrics.regret import eq2_hard_epsilon, eq2_lower_bound, learned_fraction, rescaled_regret
+
+    tau_m = 1.0 / 60.0
+    runs = {cfg: [measure_learning(arms=arms, epsilon=epsilon, n_learners=cfg[0], tau_l_ticks=cfg[1], steps=steps,
+                                   seed=seed + k) for k in range(seeds)] for cfg in EQ2_SETTINGS}  # fmt: skip
+    pace = [r["curve"] for r in runs[EQ2_SETTINGS[0]]]
+    rows = []
+    for (n_l, tau_l), outs in runs.items():
+        reference = (n_l, tau_l) == EQ2_SETTINGS[0]  # compared with itself: no check, no gap
+        f = learned_fraction(n_l, tau_l * tau_m, tau_m)
+        taken, skipped = sum(o["taken"] for o in outs), sum(o["skipped"] for o in outs)
+        measured_f = taken / (taken + skipped)
+        final = [float(o["curve"][-1]) for o in outs]
+        predicted = [rescaled_regret(c, f, steps) for c in pace]
+        err, err_se = _mean_se([a - b for a, b in zip(final, predicted)])
+        gap, gap_se = _mean_se([a - float(c[-1]) for a, c in zip(final, pace)])
+        reg, reg_se = _mean_se(final)
+        rows.append({
+            "n_learners": n_l, "tau_l_ticks": tau_l, "nl_star": math.ceil(tau_l - 1e-9),
+            "learned_fraction_predicted": f, "learned_fraction_measured": measured_f,
+            "never_learned_fraction": skipped / (taken + skipped),
+            # the last transition or two may still be in a learner's hands when the run ends
+            "learned_fraction_pass": bool(abs(measured_f - f) <= 2.0 * n_l * seeds / (taken + skipped) + 1e-9),
+            "steps": steps, "seeds": seeds,
+            "inaction_fraction": float(np.mean([o["inaction_fraction"] for o in outs])),
+            "delay_mean_ticks": float(np.mean([o["delay_mean_ticks"] for o in outs])),
+            "learning_regret": reg, "learning_regret_se": reg_se,
+            "predicted_regret": None if reference else float(np.mean(predicted)),
+            "prediction_error": None if reference else err, "prediction_error_se": None if reference else err_se,
+            "prediction_pass": None if reference else _agrees(err, 0.0, err_se if err_se is not None else float("nan")),
+            "gap_to_keep_pace": None if reference else gap, "gap_to_keep_pace_se": None if reference else gap_se,
+            "gap_z": (gap / gap_se) if gap_se and not reference else None,
+            "sqrt_law_regret": float(np.mean([c[-1] for c in pace])) / math.sqrt(f),
+        })  # fmt: skip
+    hard_eps = eq2_hard_epsilon(arms, steps)
+    hard = [float(measure_learning(arms=arms, epsilon=hard_eps, n_learners=1, tau_l_ticks=1.0, steps=steps,
+                                   seed=seed + 1000 + k)["curve"][-1]) for k in range(seeds)]  # fmt: skip
+    hard_mean, hard_se = _mean_se(hard)
+    bound = eq2_lower_bound(arms, steps)
+    return {
+        "rows": rows,
+        "arms": arms,
+        "epsilon": epsilon,
+        "steps": steps,
+        "seeds": seeds,
+        "learned_fraction_passes": sum(r["learned_fraction_pass"] for r in rows),
+        "prediction_passes": sum(bool(r["prediction_pass"]) for r in rows),
+        "prediction_checks": sum(r["prediction_pass"] is not None for r in rows),
+        "hard_instance": {
+            "epsilon": hard_eps, "learning_regret": hard_mean, "learning_regret_se": hard_se,
+            "lower_bound": bound, "lower_bound_holds": bool(hard_mean >= bound),
+            "regret_over_sqrt_steps": hard_mean / math.sqrt(steps),
+        },
+    }
+
+
+def real_env_learning(*, seconds: float, seed: int) -> dict[str, Any]:
+    """Equation 2 on CartPole with nonstop's DQN (`nonstop.run.train`, virtual clock, one learner):
+    an update per transition (τ_L = τ_M, keeping pace) against one per four (τ_L = 4·τ_M). Measured:
+    updates per transition against `learned_fraction` (a check) and the return of the last quarter
+    of the run (a measurement: one seed each, so no verdict on the gap)."""
+    from nonstop.envs.classic import CARTPOLE_TICK_HZ
+    from nonstop.learning.dqn import DQNConfig
+    from nonstop.metrics.regret import learned_fraction
+    from nonstop.run import TrainConfig, train
+
+    tau_m = 1.0 / CARTPOLE_TICK_HZ
+    out: dict[str, Any] = {}
+    for name, tau_l_ticks in (("keep_pace", 1), ("behind", 4)):
+        dqn = DQNConfig.for_family("classic")
+        result = train(TrainConfig(env="CartPole", seconds=seconds, tau_l=tau_l_ticks * tau_m, seed=seed, dqn=dqn))
+        log = result["tick_log"]
+        ends = log["tick"][(log["terminated"] == 1) | (log["truncated"] == 1)]
+        returns = np.asarray(result["episode_returns"], dtype=np.float64)[: ends.size]
+        late = returns[ends > 0.75 * result["ticks"]]
+        learnable = max(1, result["ticks"] - dqn.learning_starts)
+        f = learned_fraction(1, tau_l_ticks * tau_m, tau_m)
+        measured = result["updates"] / learnable
+        out[name] = {
+            "tau_l_ticks": tau_l_ticks, "updates": result["updates"], "ticks": result["ticks"],
+            "updates_per_transition": measured, "learned_fraction_predicted": f,
+            "learned_fraction_pass": bool(abs(measured - f) <= 0.01),
+            "episodes": int(returns.size), "last_quarter_mean_return": float(late.mean()) if late.size else None,
+            "last_quarter_episodes": int(late.size),
+        }  # fmt: skip
+    a, b = out["keep_pace"]["last_quarter_mean_return"], out["behind"]["last_quarter_mean_return"]
+    out["return_gap"] = None if a is None or b is None else a - b
+    out["seconds"], out["seed"], out["env"] = seconds, seed, "CartPole"
+    return out
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -273,6 +561,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "is one transition fresher)"
         ),
     }
+    steps = args.learn_steps if args.learn_steps is not None else (6000 if quick else 20000)
+    n_seeds = args.learn_seeds if args.learn_seeds is not None else (4 if quick else 8)
+    for name, value, low in (("--learn-steps", steps, 100), ("--learn-seeds", n_seeds, 2)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    from nonstop.envs.theory import check_bandit_args
+
+    check_bandit_args(args.arms, args.epsilon)
+    result["eq2"] = learning_rows(arms=args.arms, epsilon=args.epsilon, steps=steps, seeds=n_seeds, seed=args.seed)
+    real = getattr(args, "real_env", "auto")
+    if real == "on" or (real == "auto" and not quick):
+        result["eq2"]["real_env"] = real_env_learning(seconds=300.0, seed=args.seed)
     if args.plot:
         result["plot"] = str(_plot(result, Path(args.plot)))
     return result
@@ -374,5 +674,36 @@ def render(result: dict[str, Any]) -> None:
         )  # fmt: skip
     console.print(delay)
     print(result["convention"])
+    eq2 = result.get("eq2")
+    if eq2:
+        learn = Table(title=f"Learning regret (Eq. 2) on BanditMDP, K={eq2['arms']}, ε={eq2['epsilon']:g}, "
+                            f"{eq2['steps']} steps × {eq2['seeds']} seeds (UCB1; one action per tick)")  # fmt: skip
+        for col in ("N_L", "τ_L (ticks)", "f predicted", "f measured", "pass", "Δ_learn ± SE", "Δ_pace(f·T)/f",
+                    "error ± SE", "pass", "gap to pace ± SE", "√ law"):  # fmt: skip
+            learn.add_column(col, justify="right")
+        for r in eq2["rows"]:
+            learn.add_row(
+                str(r["n_learners"]), f"{r['tau_l_ticks']:g}", f"{r['learned_fraction_predicted']:.3f}",
+                f"{r['learned_fraction_measured']:.3f}", "yes" if r["learned_fraction_pass"] else "no",
+                f"{r['learning_regret']:.1f} ± {num(r['learning_regret_se'], '.1f')}", num(r["predicted_regret"], ".1f"),
+                "reference" if r["prediction_error"] is None else
+                f"{r['prediction_error']:+.1f} ± {num(r['prediction_error_se'], '.1f')}",
+                "—" if r["prediction_pass"] is None else ("yes" if r["prediction_pass"] else "no"),
+                "—" if r["gap_to_keep_pace"] is None else
+                f"{r['gap_to_keep_pace']:+.1f} ± {num(r['gap_to_keep_pace_se'], '.1f')}", f"{r['sqrt_law_regret']:.1f}",
+            )  # fmt: skip
+        console.print(learn)
+        h = eq2["hard_instance"]
+        print(f"Eq. 2's hard instance (ε = ¼√(K/T) = {h['epsilon']:.4f}): Δ_learn = {h['learning_regret']:.1f} ± "
+              f"{num(h['learning_regret_se'], '.1f')} ≥ √(KT)/20 = {h['lower_bound']:.1f}: "
+              f"{'holds' if h['lower_bound_holds'] else 'FAILS'}")  # fmt: skip
+        real = eq2.get("real_env")
+        if real:
+            for name in ("keep_pace", "behind"):
+                x = real[name]
+                print(f"CartPole DQN {name}: τ_L = {x['tau_l_ticks']} ticks, updates/transition "
+                      f"{x['updates_per_transition']:.3f} (predicted {x['learned_fraction_predicted']:.3f}, "
+                      f"{'pass' if x['learned_fraction_pass'] else 'FAIL'}), last-quarter mean return "
+                      f"{num(x['last_quarter_mean_return'], '.1f')} over {x['last_quarter_episodes']} episodes")  # fmt: skip
     if result.get("plot"):
         print(f"plot: {result['plot']}")

@@ -5,6 +5,10 @@
 * :class:`DelayCycleMDP` (Equation 4): the right action depends on a state that drifts around a
   cycle, so an action computed from a state ``k`` transitions old is right only with probability
   ``p_minimax**k`` (k counts transitions: an action logged with delay ``d`` ticks has ``k = d − 1``).
+* :class:`BanditMDP` (Equation 2): the bandit at the heart of the Ω(√T) learning lower bound that
+  Equation 2 extends (Jaksch et al. 2010; Auer et al. 2002): one state, ``K`` arms paying
+  Bernoulli(½), one of them, hidden, Bernoulli(½ + ε). Nothing drifts and nothing needs a fast
+  answer, so an agent that acts every tick pays no inaction and no delay: all its regret is learning.
 
 Both tick at 60 Hz like Atari, observe a one-hot ``float32`` vector of the state, never terminate
 on their own and truncate after ``max_steps`` ticks so that auto-reset paths get exercised. Action 0
@@ -27,6 +31,8 @@ from .registry import register
 __all__ = [
     "InactionMDP",
     "DelayCycleMDP",
+    "BanditMDP",
+    "check_bandit_args",
     "THEORY_TICK_HZ",
     "delay_regret_per_step",
     "lag_transitions",
@@ -243,6 +249,63 @@ class DelayCycleMDP(_OneHotMDP):
         return {"state": self._state, "optimal_action": self._state + 1}
 
 
+def check_bandit_args(arms: int = 4, epsilon: float = 0.1, max_steps: int = DEFAULT_MAX_STEPS) -> None:
+    """Validate :class:`BanditMDP`'s arguments; shared with the registry's ``env_info``."""
+    if isinstance(arms, bool) or not isinstance(arms, numbers.Integral):
+        raise TypeError(f"arms must be an int (number of arms), got {type(arms).__name__} {arms!r}")
+    if arms < 2:
+        raise ValueError(f"arms must be >= 2 (one arm leaves nothing to learn), got {arms}")
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
+        raise TypeError(f"epsilon must be a real number, got {type(epsilon).__name__} {epsilon!r}")
+    if not 0.0 < epsilon <= 0.5:
+        raise ValueError(f"epsilon must be in (0, 0.5] (the best arm pays Bernoulli(1/2 + epsilon)), got {epsilon!r}")
+    _check_max_steps(max_steps)
+
+
+class BanditMDP(_OneHotMDP):
+    """Equation 2's worst case: a ``K``-armed Bernoulli bandit, one hidden arm better by ``ε``.
+
+    One state (observation ``[1.0]``); actions ``0`` (β's noop, pays 0) and ``1..K`` (the arms).
+    Arm ``a`` pays 1 with probability ``½ + ε`` if it is the best arm, else ``½``. The best arm is
+    drawn uniformly at each reset from the env's seed and shown only in ``info["best_arm"]`` (for
+    measuring, never for the agent). This is the construction behind the Ω(√T) learning lower
+    bound (Auer et al. 2002, Thm 5.1: with ``ε = ¼·√(K/T)`` any learner's expected regret over
+    ``T`` steps is at least ``√(KT)/20``), which Jaksch et al. (2010) embed in an MDP and
+    Equation 2 carries to realtime. ``gap(a)`` is the expected regret of one pull of ``a``.
+
+    >>> env = BanditMDP(arms=3, epsilon=0.5)    # ε = ½: the best arm always pays, the others half the time
+    >>> obs, info = env.reset(seed=1)
+    >>> best = info["best_arm"]
+    >>> env.step(best)[1], env.gap(best), env.gap(0), env.optimal_mean
+    (1.0, 0.0, 1.0, 1.0)
+    """
+
+    def __init__(self, arms: int = 4, epsilon: float = 0.1, max_steps: int = DEFAULT_MAX_STEPS) -> None:
+        check_bandit_args(arms, epsilon, max_steps)
+        super().__init__(1, int(arms) + 1, max_steps)
+        self.arms: Final = int(arms)
+        self.epsilon: Final = float(epsilon)
+        self.optimal_mean: Final = 0.5 + self.epsilon
+        self._best = 1
+
+    def _initial_state(self) -> int:
+        self._best = 1 + int(self.np_random.integers(self.arms))
+        return 0
+
+    def gap(self, action: Any) -> float:
+        """Expected regret of one step taking ``action`` (β's noop forgoes the whole ``½ + ε``)."""
+        a = _checked_action(action, self._n_actions)
+        return self.optimal_mean if a == self.NOOP else (0.0 if a == self._best else self.epsilon)
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        a = self._checked(action)
+        mean = 0.0 if a == self.NOOP else (self.optimal_mean if a == self._best else 0.5)
+        return self._transition(float(self.np_random.random() < mean))
+
+    def _info(self) -> dict[str, Any]:
+        return {"state": self._state, "best_arm": self._best}
+
+
 def _checked_action(action: Any, n_actions: int) -> int:
     if isinstance(action, bool) or not isinstance(action, (numbers.Integral, np.ndarray)):
         raise TypeError(f"action must be an int in [0, {n_actions}), got {type(action).__name__} {action!r}")
@@ -288,4 +351,15 @@ register(
     optimal_reward_rate=1.0,
     default_reward_rate=0.0,
     check=check_delay_cycle_args,
+)
+register(
+    "theory/bandit",
+    BanditMDP,
+    family="theory",
+    tick_hz=THEORY_TICK_HZ,
+    noop_action=BanditMDP.NOOP,
+    default_beta="noop",
+    description="Theorem 1 worst case for learning (Eq. 2): K Bernoulli arms, one hidden arm better by ε",
+    default_reward_rate=0.0,
+    check=check_bandit_args,
 )

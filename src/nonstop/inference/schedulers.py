@@ -58,6 +58,9 @@ __all__ = [
 ]
 
 
+#: grid gaps `QuantileHoldScheduler` remembers for copies (a bound on memory, far above any hold)
+_MAX_GAPS = 1 << 16
+
 # --------------------------------------------------------------------------- validation
 
 
@@ -412,12 +415,32 @@ class QuantileHoldScheduler(Scheduler):
     delay is τ_θ rounded up to the grid, as for Algorithm 2.
 
     The same trade shows at every episode reset: the actions in flight were computed in the old
-    episode and are dropped as stale, so the first Q ticks of each episode go to β (Algorithm 2
-    loses about one τ_θ there). With a heavy tail Q is long — lognormal σ = 1 at τ̄_θ = 70 ticks
-    puts the 99.9 % point near 900 ticks — and these resets, not skipped slots, are then the main
-    source of inaction in a measurement window that contains one (measured with ``auto``: 2.2 %
-    at τ̄_θ = 20, 23 % at 70 over 4,000 ticks, no skipped slot). Lower ``quantile`` trades some late
-    actions for shorter resets.
+    episode and are dropped as stale, and the new episode's first actions are held to their grid
+    release Q periods after their start, so the first Q ticks of each episode would go to β. With a
+    heavy tail Q is long — lognormal σ = 1 at τ̄_θ = 70 ticks puts the 99.9 % point near 900 ticks
+    — and these resets were the main source of inaction in a window that contains one (measured
+    with ``auto`` before the catch-up below: 2.2 % at τ̄_θ = 20, 23 % at 70 over 4,000 ticks).
+    Releasing the new actions early and then re-gridding cannot help by itself: with one start per
+    period, an action released early leaves its own grid tick empty later, so the gap only moves.
+
+    *Episode catch-up* (``early_release``, on by default). An action computed on the newest
+    episode that finishes before that episode's grid catches up — before the release of its first
+    slot — is also released early, as a *copy*, in a queue of its own: one copy per period, each at
+    the first free period at or after its inference ended (`early_release`). The original keeps its
+    grid release, so the grid is untouched; the copies fill the ticks that would go to β, and stop
+    where the grid takes over. The cost of a reset falls from Q ticks to about τ̄_θ/τ_M (the copies
+    arrive at rate P(τ_θ ≤ j) j ticks after the reset, as for Algorithm 2). A copy applies the same
+    decision twice (early, with a short delay, and at its grid slot), which is right for control
+    (the ``latest`` queue); the pool sends copies only to a ``latest`` queue, never to a ``fifo``
+    command stream, where a command must not run twice.
+
+    The same copies fill the ticks a growing Q leaves empty (a pipeline cannot lengthen without a
+    gap): the releases jump by the growth and those periods are remembered; a finished action whose
+    own release lies beyond one sends a copy there. A *skipped* slot is never filled: a copy there
+    would repeat a decision for want of a worker and hide that N_I is too small (N_I* would fall
+    below the bound ⌈τ̄_θ/τ_M⌉ that no scheduler can beat with one decision per tick).
+    Lognormal σ = 1 at τ̄_θ = 20 ticks, Q growing from 215 to 300 ticks cost 85 empty ticks (2.2 %
+    of a 4,000-tick window) without them.
 
     Rules that keep it honest. Q grows at once when q̂ does (one tick then goes without an action:
     a pipeline cannot lengthen without a gap) and shrinks only when q̂·(1 + ``hold_hysteresis``) fits
@@ -460,8 +483,12 @@ class QuantileHoldScheduler(Scheduler):
         hold_hysteresis: float = 0.5,
         initial_estimate: float | None = None,
         origin: float | None = None,
+        early_release: bool = True,
     ) -> None:
         super().__init__(n_workers)
+        if not isinstance(early_release, bool):
+            raise TypeError(f"early_release must be a bool, got {type(early_release).__name__} {early_release!r}")
+        self._early = early_release
         self._period = None if period is None else _check_seconds("period", period, positive=True)
         self._quantile = _check_fraction("quantile", quantile, closed_low=False)
         self._window = _check_count("window", window)
@@ -476,6 +503,16 @@ class QuantileHoldScheduler(Scheduler):
         self._sorted: list[float] = []  # the same values, sorted
         self._hold: int | None = None  # Q, in periods; None until a period is known
         self._skipped = 0
+        # episode catch-up: each worker's last finished (start, release, done); the newest episode
+        # seen, where its grid takes over (its earliest known slot's release) and its copies' next period
+        self._finished: list[tuple[float, float, float] | None] = [None] * self._n
+        self._episode: int | None = None
+        self._catch_up = math.inf
+        self._next_copy = -math.inf
+        self._copies = 0
+        self._last_release: float | None = None  # the latest grid release handed out
+        self._last_hold: int | None = None  # Q at the last claim
+        self._gaps: list[int] = []  # grid periods (indices from origin) no release will fill, sorted
 
     # ---- binding and read-outs
     def bind(self, *, period: float, origin: float) -> None:
@@ -525,6 +562,12 @@ class QuantileHoldScheduler(Scheduler):
         """Start slots that passed with no worker free (each leaves one tick to β)."""
         with self._lock:
             return self._skipped
+
+    @property
+    def early_copies(self) -> int:
+        """Copies handed out by `early_release` (episode catch-up)."""
+        with self._lock:
+            return self._copies
 
     # ---- the estimate
     def _quantile_estimate(self) -> float:
@@ -610,8 +653,31 @@ class QuantileHoldScheduler(Scheduler):
             # the release slot is fixed now, at the claim: releases then follow claim order, so a
             # growing Q leaves exactly its growth in empty ticks (fixing it when each inference
             # ends instead would reshuffle the actions in flight and collide many of them)
-            self._slot[w], self._free_at[w] = (start, start + self._current_hold() * period), None
+            hold = self._current_hold()
+            release = start + hold * period
+            self._slot[w], self._free_at[w] = (start, release), None
+            self._note_gaps(release, hold, period)
             return max(0.0, start - now)
+
+    def _note_gaps(self, release: float, hold: int, period: float) -> None:
+        """Releases one period apart leave no tick empty; when Q grows by Δ (a pipeline cannot
+        lengthen without a gap) the Δ periods before this release go to β unless copies fill them
+        (`early_release`). A skipped slot's period is *not* noted: filling it would repeat a
+        decision for want of a worker, and hide that N_I is too small."""
+        last_hold, self._last_hold = self._last_hold, hold
+        last = self._last_release
+        self._last_release = release if last is None else max(last, release)
+        if last is None or last_hold is None or not self._early:
+            return
+        origin = self._origin or 0.0
+        index = round((release - origin) / period)  # periods are kept as grid indices
+        if release <= last:  # Q shrank: this release may land in a gap noted earlier, which it fills
+            at = bisect.bisect_left(self._gaps, index)
+            if at < len(self._gaps) and self._gaps[at] == index:
+                del self._gaps[at]
+            return
+        grown = min(hold - last_hold, index - round((last - origin) / period) - 1, _MAX_GAPS - len(self._gaps))
+        self._gaps.extend(range(index - max(0, grown), index))
 
     def after_inference(self, worker: int, tau_theta: float) -> float:
         tau = _check_seconds("tau_theta", tau_theta)
@@ -625,7 +691,56 @@ class QuantileHoldScheduler(Scheduler):
             start, release = claimed
             done = start + tau
             self._slot[w], self._free_at[w] = None, done
+            if isinstance(w, int) and w < len(self._finished):
+                self._finished[w] = (start, release, done)
             return max(0.0, release - done)
+
+    def early_release(self, worker: int, episode: int) -> float | None:
+        """Episode catch-up (class docstring): seconds after its inference ended at which a *copy* of
+        ``worker``'s last action, computed on an observation of ``episode``, should be released, or
+        None for no copy. Call it after `after_inference` for the same inference.
+
+        >>> s = make_scheduler("quantile_hold", 4, period=1.0, initial_estimate=10.0)
+        >>> [s.take_delay(w, now=0.0) for w in range(4)]      # slots 0..3, released at 10..13
+        [0.0, 1.0, 2.0, 3.0]
+        >>> s.after_inference(1, 2.0), s.early_release(1, episode=5)   # done at 3: a copy at once
+        (8.0, 0.0)
+        >>> s.after_inference(0, 3.5), s.early_release(0, episode=5)   # done at 3.5: the next free period, 4
+        (6.5, 0.5)
+        >>> s.after_inference(2, 9.5), s.early_release(2, episode=5)   # done at 11.5: the grid has taken over
+        (0.5, None)
+        >>> s.early_release(3, episode=4) is None                      # an older episode: stale anyway
+        True
+        """
+        if isinstance(episode, bool) or not isinstance(episode, numbers.Integral):
+            raise TypeError(f"episode must be an int, got {type(episode).__name__} {episode!r}")
+        with self._lock:
+            w = worker if self._retired(worker) else self._check_worker(worker)
+            finished = self._finished[w] if w < len(self._finished) else None
+            if not self._early or finished is None:
+                return None
+            self._finished[w] = None  # one copy at most per inference
+            start, release, done = finished
+            if self._episode is None or episode > self._episode:  # a new episode: a fresh catch-up
+                self._episode, self._catch_up, self._next_copy = int(episode), release, -math.inf
+            elif episode < self._episode:
+                return None
+            self._catch_up = min(self._catch_up, release)  # its earliest slot's release, as reports arrive
+            period, origin = self._require_period(), self._origin or 0.0
+            first = origin + math.ceil((done - origin) / period - 1e-9) * period  # first period at or after done
+            at = max(first, self._next_copy)
+            if at < self._catch_up - 1e-9 * period:
+                self._next_copy = at + period
+                self._copies += 1
+                return max(0.0, at - done)
+            # past the catch-up: a gap the grid leaves (Q grew, a slot was skipped) takes the copy
+            passed = bisect.bisect_left(self._gaps, round((first - origin) / period))
+            del self._gaps[:passed]  # passed unfilled: nothing had finished in time
+            if self._gaps and release > origin + self._gaps[0] * period + 1e-9 * period:
+                gap = origin + self._gaps.pop(0) * period  # only a gap before this action's own release
+                self._copies += 1
+                return max(0.0, gap - done)
+            return None
 
     def __repr__(self) -> str:
         return (
@@ -678,10 +793,11 @@ class AutoScheduler(QuantileHoldScheduler):
         hold_hysteresis: float = 0.5,
         initial_estimate: float | None = None,
         origin: float | None = None,
+        early_release: bool = True,
     ) -> None:
         super().__init__(
             n_workers, period=period, quantile=quantile, window=window, hold_hysteresis=hold_hysteresis,
-            initial_estimate=initial_estimate, origin=origin,
+            initial_estimate=initial_estimate, origin=origin, early_release=early_release,
         )  # fmt: skip
         self._hysteresis = _check_fraction("hysteresis", hysteresis)
         self._min = _check_count("min_workers", min_workers)
@@ -776,8 +892,9 @@ class AutoScheduler(QuantileHoldScheduler):
                 grow = new - len(self._slot)
                 self._slot.extend([None] * grow)
                 self._free_at.extend([None] * grow)
+                self._finished.extend([None] * grow)
             for m in range(old, new):  # a revived index starts afresh
-                self._slot[m] = self._free_at[m] = None
+                self._slot[m] = self._free_at[m] = self._finished[m] = None
             self._n = new
             self._high_water = max(self._high_water, old)
             self._recommended = new

@@ -180,6 +180,12 @@ class InferencePool:
             bind(period=session.tau_m, origin=session.origin + margin)
         self.frees_workers = bool(getattr(scheduler, "frees_workers", False))
         self._releaser: _WallReleaser | None = None
+        #: episode catch-up copies (`QuantileHoldScheduler.early_release`): only into a ``latest``
+        #: queue, where applying one decision twice is holding a control; never into a command stream
+        self._copies_allowed = self.frees_workers and hasattr(scheduler, "early_release") and (
+            getattr(session.queues[self.seat], "mode", "latest") == "latest"
+        )
+        self.early_copies = 0
         self.resizable = callable(getattr(scheduler, "resize", None)) and callable(
             getattr(scheduler, "target_workers", None)
         )
@@ -311,6 +317,12 @@ class InferencePool:
                 # the scheduler holds the action, not the worker: a timer submits it at its
                 # release slot while this worker starts its next inference at once
                 state.tau_thetas.append(tau_theta)
+                if self._copies_allowed:
+                    # episode catch-up: a copy fills a tick the new episode's grid has not reached
+                    early = sched.early_release(i, latest.episode)
+                    if early is not None:
+                        self.early_copies += 1
+                        self._release_at(t + early, decision.action, latest, state, tau_theta, copy=True)
                 self._release_at(t + pad, decision.action, latest, state, tau_theta)
                 if self.resizable:
                     self._maybe_resize(anchor=i)
@@ -344,28 +356,32 @@ class InferencePool:
                 if abs(t - deadline) <= grace:
                     yield (self._tick_event(deadline), _AFTER_TICK)
 
-    def _release_at(self, when: float, action: Any, latest: Any, state: _WorkerState, tau_theta: float) -> None:
-        """Submit ``action`` (computed on ``latest``) at ``when``, without holding its worker."""
+    def _release_at(self, when: float, action: Any, latest: Any, state: _WorkerState, tau_theta: float,
+                    copy: bool = False) -> None:  # fmt: skip
+        """Submit ``action`` (computed on ``latest``) at ``when``, without holding its worker
+        (``copy``: an episode catch-up copy, not counted as a new action of the worker)."""
         if isinstance(self.clock, VirtualClock):  # is_virtual
 
             def release() -> TimedProcess:
                 if when > self.clock.now():
                     yield when
                 if not self._stop.is_set():
-                    self._submit(action, latest, state, tau_theta, when)
+                    self._submit(action, latest, state, tau_theta, when, copy)
 
             self.clock.spawn(release(), name=f"release-{state.index}", isolate=True)
         else:
             if self._releaser is None:
                 self._releaser = _WallReleaser(self)
-            self._releaser.add(when, lambda: self._submit(action, latest, state, tau_theta, when))
+            self._releaser.add(when, lambda: self._submit(action, latest, state, tau_theta, when, copy))
 
-    def _submit(self, action: Any, latest: Any, state: _WorkerState, tau_theta: float, when: float) -> None:
+    def _submit(self, action: Any, latest: Any, state: _WorkerState, tau_theta: float, when: float,
+                copy: bool = False) -> None:  # fmt: skip
         self.session.queue.submit(
             action, obs_tick=latest.tick, episode=latest.episode, worker=state.index,
             tau_theta=tau_theta, submit_time=when,
         )  # fmt: skip
-        state.actions += 1
+        if not copy:
+            state.actions += 1
 
     def _maybe_resize(self, anchor: int) -> None:
         """Grow or shrink N_I to the auto scheduler's recommendation, right after ``anchor``
@@ -521,6 +537,7 @@ class InferencePool:
             "workers_started": len(self.workers),
             "scheduler": getattr(self.scheduler, "name", type(self.scheduler).__name__),
             "actions": [w.actions for w in self.workers],
+            "early_copies": self.early_copies,
             "deaths": [w.deaths for w in self.workers],
             "events": [(e.time, e.worker, e.kind, e.detail) for e in self.events],
             "tau_theta_mean_s": float(np.mean([t for w in self.workers for t in w.tau_thetas]))

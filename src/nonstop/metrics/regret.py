@@ -6,6 +6,15 @@ Riemer et al. (ICLR 2025), Theorem 1, proved in Appendix B.2 with two worst-case
 * **Equation 3, inaction.** On `InactionMDP` an agent tick earns 1 and a β tick earns 0, so the
   regret rate is ``(optimal reward − achieved reward) / duration``; a sequential agent with
   inference time τ_θ loses ``(τ̄_θ − τ̄_M)/(τ̄_M·τ̄_θ)`` per second (`eq3_inaction_regret_rate`).
+* **Equation 2, learning.** ``Δ_learn(τ) ∈ Ω(√(τ/τ̄_I))`` (Appendix B.2): the Ω(√𝒯) regret of
+  learning over 𝒯 steps, with 𝒯 = τ/τ̄_I *because* asynchronous learning learns from every
+  interaction (assumption 4). The content that can be measured is that ``Δ_learn`` is a function
+  of the transitions *learned from*, not of seconds: when learning falls behind (``N_L < N_L* =
+  ⌈τ̄_L/τ_M⌉``) only a fraction ``f = N_L·τ_M/τ̄_L`` of transitions is learned from
+  (`learned_fraction`) and the learner's policy after ``T`` steps is the keep-pace learner's after
+  ``f·T``, each kept for ``1/f`` steps, so ``Δ_behind(T) = Δ_pace(f·T)/f`` (`rescaled_regret`),
+  which is ``√(T/f)`` on the √ law. `learning_regret_curve` measures ``Δ_learn`` from the tick log;
+  `eq2_lower_bound` is the bound's constant on its bandit (`nonstop.envs.theory.BanditMDP`).
 * **Equation 4, delay.** On `DelayCycleMDP` the right action follows a drifting state, so an action
   computed ``k`` transitions ago is right with probability ``p_minimax**k``: regret per agent step
   ``1 − p_minimax**k`` with ``k = ⌈τ_θ/τ_M⌉`` (`eq4_delay_regret_per_step`).
@@ -61,6 +70,11 @@ __all__ = [
     "eq4_delay_regret_per_step",
     "ObservedStatePolicy",
     "DEFAULT_BATCHES",
+    "learned_fraction",
+    "learning_regret_curve",
+    "rescaled_regret",
+    "eq2_lower_bound",
+    "eq2_hard_epsilon",
 ]
 
 #: Batches for batch-means standard errors: enough for a stable spread, each still long
@@ -226,6 +240,108 @@ def predicted_delay_regret_per_step(log: TickLog, p_minimax: float, *, warmup_ti
         return float("nan")
     lag = delay.astype(np.float64) - 1.0  # `lag_transitions`, vectorised: agent ticks have d >= 1
     return float(np.mean(1.0 - p**lag))
+
+
+# ----------------------------------------------------------------------------- Equation 2
+
+
+def _check_positive_seconds(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(float(value)) and float(value) > 0):
+        raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
+    return float(value)
+
+
+def learned_fraction(n_learners: int, tau_l: float, tau_m: float) -> float:
+    """Share of transitions ``N_L`` learners learn from when each takes ``τ_L`` per transition and
+    the world makes one per ``τ_M``: ``min(1, N_L·τ_M/τ_L)``. It is 1 exactly when ``N_L ≥ N_L* =
+    ⌈τ_L/τ_M⌉`` (the paper's N_L*, §5.3), Equation 2's assumption 4.
+
+    >>> learned_fraction(1, 4 / 60, 1 / 60), learned_fraction(4, 4 / 60, 1 / 60)
+    (0.25, 1.0)
+    """
+    if isinstance(n_learners, bool) or not isinstance(n_learners, numbers.Integral) or n_learners < 1:
+        raise ValueError(f"n_learners must be an int >= 1, got {n_learners!r}")
+    tau_l = _check_positive_seconds("tau_l", tau_l)
+    tau_m = _check_positive_seconds("tau_m", tau_m)
+    return min(1.0, int(n_learners) * tau_m / tau_l)
+
+
+def learning_regret_curve(log: TickLog, gap_by_action: Any) -> np.ndarray:
+    """Cumulative learning regret after each agent step: ``Σ gap(a)`` over the agent ticks, in order.
+
+    ``gap_by_action[a]`` is the expected regret of taking action ``a`` once (on `BanditMDP`, 0 for
+    the best arm, ε for the others). β ticks are left out: their cost is inaction, not learning
+    (Theorem 1 keeps the terms apart). Using the expected gap of the chosen action rather than the
+    reward drawn (pseudo-regret) removes the reward noise and leaves the learner's own.
+
+    >>> from nonstop.realtime.ticklog import TickLog
+    >>> log = TickLog(tau_m=1 / 60)
+    >>> for t, a in enumerate([1, 2, 0, 2], start=1):
+    ...     log.append(tick=t, deadline=t / 60, time=t / 60, source=int(a != 0), action=a)
+    >>> learning_regret_curve(log, [0.6, 0.1, 0.0]).tolist()   # arm 2 is best; β's tick is left out
+    [0.1, 0.1, 0.1]
+    """
+    log = _check_log(log)
+    gaps = np.asarray(gap_by_action, dtype=np.float64)
+    if gaps.ndim != 1 or not gaps.size or not np.all(np.isfinite(gaps)) or np.any(gaps < 0):
+        raise ValueError(f"gap_by_action must be a non-empty 1-D array of finite gaps >= 0, got {gap_by_action!r}")
+    actions = log["action"][log["source"] == SOURCE_AGENT]
+    if not np.all(np.isfinite(actions)):
+        raise ValueError("learning_regret_curve needs Discrete actions (the log has vector actions)")
+    index = actions.astype(np.int64)
+    if index.size and (index.min() < 0 or index.max() >= gaps.size):
+        raise ValueError(f"an applied action lies outside gap_by_action (0..{gaps.size - 1}): {int(index.max())}")
+    return np.cumsum(gaps[index])
+
+
+def rescaled_regret(curve: Any, fraction: float, steps: int) -> float:
+    """Equation 2 read in transitions learned from: the regret after ``steps`` agent steps of a learner
+    that learns from a ``fraction`` f of them, predicted from the cumulative regret ``curve`` of the
+    same learner keeping pace: ``curve(f·steps)/f`` (linear between steps; ``curve[i]`` is the regret
+    after ``i + 1`` steps). Its policy after ``n`` steps is the keep-pace one after ``f·n``, held
+    for ``1/f`` steps.
+
+    >>> rescaled_regret([1.0, 2.0, 2.5, 3.0], 0.5, 4)   # keep-pace regret after 2 steps, twice over
+    4.0
+    >>> rescaled_regret([1.0, 2.0, 2.5, 3.0], 1.0, 3)
+    2.5
+    """
+    c = np.asarray(curve, dtype=np.float64)
+    if c.ndim != 1 or not c.size:
+        raise ValueError("curve must be a non-empty 1-D array of cumulative regrets")
+    if isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
+    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or not 1 <= steps <= c.size:
+        raise ValueError(f"steps must be an int in [1, {c.size}] (the curve's length), got {steps!r}")
+    x = fraction * int(steps)  # learned steps, a real number
+    at = np.interp(x, np.arange(1, c.size + 1, dtype=np.float64), c, left=float(c[0]) * x)
+    return float(at / fraction)
+
+
+def eq2_hard_epsilon(arms: int, steps: int) -> float:
+    """The gap of the bandit behind Equation 2's Ω(√T) for a horizon of ``steps``: ``¼·√(K/T)``
+    (Auer et al. 2002, Thm 5.1), at most ½.
+
+    >>> eq2_hard_epsilon(4, 400)
+    0.025
+    """
+    if isinstance(arms, bool) or not isinstance(arms, numbers.Integral) or arms < 2:
+        raise ValueError(f"arms must be an int >= 2, got {arms!r}")
+    if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
+        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    return min(0.5, 0.25 * math.sqrt(arms / steps))
+
+
+def eq2_lower_bound(arms: int, steps: int) -> float:
+    """Equation 2's worst case with its constant: no learner's expected regret over ``steps`` steps on
+    the ``arms``-armed bandit with gap `eq2_hard_epsilon` (best arm drawn uniformly) is below
+    ``min(√(K·T), T)/20`` (Auer et al. 2002, Thm 5.1). Equation 2 writes it ``Ω(√(τ/τ̄_I))``.
+
+    >>> eq2_lower_bound(4, 400)
+    2.0
+    """
+    eq2_hard_epsilon(arms, steps)  # validates both
+    return min(math.sqrt(arms * steps), steps) / 20.0
 
 
 # ----------------------------------------------------------------------------- the best delayed policy
