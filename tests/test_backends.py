@@ -14,6 +14,12 @@ from nonstop.cli import main
     (["--backend", "ray"], "do not mix with the virtual clock: use --clock wall"),
     (["--backend", "thread", "--ray-address", "127.0.0.1:6379"], "needs --backend ray"),
     (["--backend", "ray", "--clock", "wall", "--ray-address", "nonsense"], "is not HOST:PORT"),
+    (["--learner-backend", "gpu"], "unknown learner backend 'gpu': use one of process, ray"),
+    (["--learner-backend", "ray"], "--learner-backend ray runs real remote calls, which do not mix with the virtual clock"),
+    (["--learner-backend", "ray", "--clock", "wall", "--interaction", "infer_then_learn"],
+     "--interaction infer_then_learn learns inside its own loop on this host"),
+    (["--learner-backend", "ray", "--clock", "wall", "--ray-address", "nonsense"], "is not HOST:PORT"),
+    (["--learner-backend", "process", "--clock", "wall", "--ray-address", "127.0.0.1:6379"], "needs --backend ray or --learner-backend ray"),
 ])  # fmt: skip
 def test_train_refuses_before_creating_the_run_dir(tmp_path, capsys, argv, message):
     out = tmp_path / "run"
@@ -29,6 +35,17 @@ def test_an_address_that_does_not_answer_is_named(tmp_path, capsys):
         port = s.getsockname()[1]
     out = tmp_path / "run"
     argv = ["train", "--out", str(out), "--clock", "wall", "--backend", "ray", "--ray-address", f"127.0.0.1:{port}"]
+    assert main(argv) == 2
+    assert f"no Ray cluster answers at 127.0.0.1:{port}" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_ray_learners_name_an_address_that_does_not_answer(tmp_path, capsys):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "run"
+    argv = ["train", "--out", str(out), "--clock", "wall", "--learner-backend", "ray", "--ray-address", f"127.0.0.1:{port}"]
     assert main(argv) == 2
     assert f"no Ray cluster answers at 127.0.0.1:{port}" in capsys.readouterr().err
     assert not out.exists()

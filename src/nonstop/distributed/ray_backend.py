@@ -63,15 +63,19 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
         ray.shutdown()
 
 
-def check_placement(n_actors: int, num_cpus: float) -> None:
-    """A one-line error if the connected cluster cannot place ``n_actors`` actors of ``num_cpus``
-    CPUs each (they would wait forever for a slot while β plays)."""
+def check_placement(n_actors: int, num_cpus: float, *, n_learners: int = 0) -> None:
+    """A one-line error if the connected cluster cannot place ``n_actors`` inference actors and
+    ``n_learners`` learner actors of ``num_cpus`` CPUs each (they would wait forever for a slot
+    while β plays)."""
     ray = _ray()
     total = float(ray.cluster_resources().get("CPU", 0.0))
-    if num_cpus > 0 and n_actors * num_cpus > total + 1e-9:
+    need = (n_actors + n_learners) * num_cpus
+    if num_cpus > 0 and need > total + 1e-9:
+        what = f"{n_actors} Ray workers" + (f" and {n_learners} Ray learners" if n_learners else "")
+        fewer = "fewer workers (--n-inference)" + (" or learners (--n-learners)" if n_learners else "")
         raise BackendUnavailable(
-            f"{n_actors} Ray workers of {num_cpus:g} CPU each need {n_actors * num_cpus:g} CPUs but the cluster has "
-            f"{total:g}: use fewer workers (--n-inference), or add nodes to the cluster"
+            f"{what} of {num_cpus:g} CPU each need {need:g} CPUs but the cluster has {total:g}: use {fewer}, "
+            "or add nodes to the cluster"
         )
 
 
