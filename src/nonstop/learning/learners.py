@@ -22,7 +22,8 @@ Modes:
 `VirtualLearners` runs them as timed processes on the virtual clock (an update
 *takes* its declared ``tau_l``); `LearnerProcesses` runs them as processes on
 the wall clock (real τ_L), with a supervisor that restarts a dead learner from
-the shared weights and keeps the turn moving past it.
+the shared weights and keeps the turn moving past it. `nonstop.distributed.ray_learners`
+runs the same modes with the learners as Ray actors on any node.
 """
 
 from __future__ import annotations
