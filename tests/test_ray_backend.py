@@ -23,49 +23,14 @@ pytestmark = pytest.mark.wall
 
 @pytest.fixture(scope="module")
 def cluster():
-    from ray.cluster_utils import Cluster
+    from nonstop.distributed.ray_backend import local_cluster
 
-    import socket
-
-    def free_ports(n: int) -> list[int]:
-        socks = [socket.socket() for _ in range(n)]
-        try:
-            for s in socks:
-                s.bind(("127.0.0.1", 0))
-            return [s.getsockname()[1] for s in socks]
-        finally:
-            for s in socks:
-                s.close()
-
-    # Every port Ray would otherwise take at a fixed default (GCS 6379, the dashboard agent 52365,
-    # metrics, the runtime-env agent) on a free one: a second Ray on this machine must not make the
-    # raylet fate-share with an agent that could not bind, which shows up as a GCS timeout.
-    def node_ports() -> dict[str, int]:
-        agent, metrics, runtime_env = free_ports(3)
-        return {"dashboard_agent_listen_port": agent, "metrics_export_port": metrics, "runtime_env_agent_port": runtime_env}
-
-    (gcs,) = free_ports(1)
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False,
-                                                      "node_ip_address": "127.0.0.1", "redis_port": gcs,
-                                                      **node_ports()})  # fmt: skip
-    worker = c.add_node(num_cpus=2, node_ip_address="127.0.0.1", **node_ports())
-    # fail in a second, not after a 5-minute GCS timeout, if Ray was imported before the setting
-    assert c.address.startswith("127.0.0.1:"), f"the test cluster advertises {c.address}, not loopback"
-    ray.init(address=c.address, log_to_driver=False)
-    try:
-        c.wait_for_nodes()
-        # A node is listed alive before the head's scheduler has its resources; until then a soft
-        # affinity to it counts as infeasible and falls back to the head. A task pinned hard to the
-        # second node returns only once it is schedulable there.
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        here = ray.remote(num_cpus=0)(lambda: ray.get_runtime_context().get_node_id())
-        pinned = NodeAffinitySchedulingStrategy(node_id=worker.node_id, soft=False)
-        assert ray.get(here.options(scheduling_strategy=pinned).remote(), timeout=120) == worker.node_id
+    # two nodes on 127.0.0.1 (free ports, no dashboard), each schedulable before the tests start
+    with local_cluster(2, num_cpus=2) as c:
+        # fail in a second, not after a 5-minute GCS timeout, if Ray was imported before the setting
+        assert c.address.startswith("127.0.0.1:"), f"the test cluster advertises {c.address}, not loopback"
+        worker = next(n for n in c.list_all_nodes() if n is not c.head_node)
         yield c, worker
-    finally:
-        ray.shutdown()
-        c.shutdown()
 
 
 def _pool(world, n, scheduler="max_time", latency_ticks=3):

@@ -24,4 +24,5 @@ BENCHMARKS = {
     "ticklog": "nonstop.bench.ticklog",
     "weights": "nonstop.bench.weights",
     "duel": "nonstop.bench.duel",
+    "ray": "nonstop.bench.ray",
 }

@@ -30,7 +30,8 @@ import numpy as np
 from nonstop.distributed.backends import RAY_INSTALL_HINT, BackendUnavailable, check_backend
 from nonstop.realtime.clock import stopwatch
 
-__all__ = ["RayPolicy", "ray_session", "WeightBroadcast", "ObjectStoreWeights", "check_placement", "overhead_summary"]
+__all__ = ["RayPolicy", "ray_session", "local_cluster", "WeightBroadcast", "ObjectStoreWeights", "check_placement",
+           "overhead_summary"]  # fmt: skip
 
 
 def _ray() -> Any:
@@ -38,6 +39,23 @@ def _ray() -> Any:
         import ray
     except ImportError:
         raise BackendUnavailable(f"backend 'ray' needs Ray, which is not installed: {RAY_INSTALL_HINT}") from None
+    return ray
+
+
+def _loopback_ray() -> Any:
+    """Ray, set up so that a Ray started here binds and advertises 127.0.0.1 only.
+
+    Ray reads ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` once, at import: without it a Ray started here
+    advertises the machine's external interface, which a sandbox may not let it connect back to
+    (a GCS that never answers, retried for minutes). The processes Ray starts read the variable;
+    a Ray this process imported earlier gets the same setting on its constant. Only for a Ray
+    started here: a driver joining a remote cluster must advertise a reachable address."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray = _ray()
+    from ray._private import ray_constants
+
+    if getattr(ray_constants, "ENABLE_RAY_CLUSTER", False):
+        ray_constants.ENABLE_RAY_CLUSTER = False
     return ray
 
 
@@ -51,8 +69,8 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
     if ray.is_initialized():
         yield ray
         return
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep a local Ray on loopback
     if address in (None, "local"):
+        ray = _loopback_ray()
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
                  configure_logging=False)  # fmt: skip
     else:
@@ -61,6 +79,65 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
         yield ray
     finally:
         ray.shutdown()
+
+
+def _free_ports(n: int) -> list[int]:
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _node_ports() -> dict[str, int]:
+    """Every port Ray would otherwise take at a fixed default (the dashboard agent 52365, metrics,
+    the runtime-env agent) on a free one: a second Ray on this machine must not make a raylet
+    fate-share with an agent that could not bind (seen as a GCS timeout)."""
+    agent, metrics, runtime_env = _free_ports(3)
+    return {"dashboard_agent_listen_port": agent, "metrics_export_port": metrics, "runtime_env_agent_port": runtime_env}
+
+
+@contextmanager
+def local_cluster(n_nodes: int = 2, *, num_cpus: int = 1, timeout: float = 120.0) -> Iterator[Any]:
+    """A Ray cluster of ``n_nodes`` nodes on this machine (``ray.cluster_utils.Cluster``: every
+    process on 127.0.0.1, free ports, no dashboard), this process connected to it; yields the
+    cluster, whose nodes are all schedulable. Disconnects and shuts it down on exit."""
+    if not isinstance(n_nodes, int) or isinstance(n_nodes, bool) or n_nodes < 1:
+        raise ValueError(f"n_nodes must be an integer >= 1, got {n_nodes!r}")
+    ray = _loopback_ray()  # head and nodes on 127.0.0.1
+    if ray.is_initialized():
+        raise RuntimeError("local_cluster() starts its own cluster: this process is connected to a Ray already")
+    from ray.cluster_utils import Cluster
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    (gcs,) = _free_ports(1)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": num_cpus, "include_dashboard": False,
+                                                            "node_ip_address": "127.0.0.1", "redis_port": gcs,
+                                                            **_node_ports()})  # fmt: skip
+    try:
+        nodes = [cluster.head_node] + [cluster.add_node(num_cpus=num_cpus, node_ip_address="127.0.0.1", **_node_ports())
+                                       for _ in range(n_nodes - 1)]  # fmt: skip
+        if not cluster.address.startswith("127.0.0.1:"):
+            raise RuntimeError(f"the local cluster advertises {cluster.address}, not loopback: set "
+                               "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 before anything imports Ray")  # fmt: skip
+        ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+        cluster.wait_for_nodes()
+        # a node is listed alive before the scheduler has its resources: a task pinned to each node
+        # returns once that node can take actors
+        here = ray.remote(num_cpus=0)(lambda: ray.get_runtime_context().get_node_id())
+        pinned = [here.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n.node_id, soft=False)).remote()
+                  for n in nodes]  # fmt: skip
+        ray.get(pinned, timeout=timeout)
+        yield cluster
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.shutdown()
 
 
 def check_placement(n_actors: int, num_cpus: float, *, n_learners: int = 0) -> None:
