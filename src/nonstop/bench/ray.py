@@ -193,14 +193,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if not isinstance(args.nodes, int) or args.nodes < 1:
         raise ValueError(f"--nodes must be an integer >= 1, got {args.nodes!r}")
     check_backend("ray", ray_address=args.ray_address, clock="wall")  # Ray installed, the address answers
+    from nonstop.realtime.clock import stopwatch
+
     tau_m = 1.0 / args.tick_hz
     result: dict[str, Any] = {"tick_hz": args.tick_hz, "env": _ENV}
+    phases: dict[str, float] = {}  # wall seconds of each part of the run
+    t0 = stopwatch()
 
     # the slow model's width, timed on this core before anything else runs
     slow = pick_k(args.forward_ticks * tau_m, passes)
     result["slow_model"] = {"k": slow["k"], "forward_ms": slow["forward_s"] * 1e3, "forward_ticks": slow["forward_s"] / tau_m,
                             "target_ticks": args.forward_ticks, "calibration_ms": {k: t * 1e3 for k, t in slow["calibration"].items()},
                             "time_exponent": slow["exponent"]}  # fmt: skip
+    phases["calibration"] = stopwatch() - t0
 
     with ExitStack() as stack:
         if args.ray_address is None:
@@ -211,6 +216,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             alive = [n for n in ray.nodes() if n.get("Alive")]
             result["cluster"] = {"local": False, "nodes": len(alive), "address": args.ray_address}
         n_actors = min(args.nodes, result["cluster"]["nodes"])
+        phases["cluster_start"] = stopwatch() - t0 - sum(phases.values())
 
         # 1. overhead per action, k=1
         result["overhead"] = {"k": 1}
@@ -221,6 +227,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 result["overhead"][name] = _overhead(policy, calls, tau_m)
             finally:
                 policy.close()
+        phases["overhead"] = stopwatch() - t0 - sum(phases.values())
 
         # 2. the slow model at tick_hz: one process, then one actor per node
         from nonstop.envs import make_env
@@ -242,6 +249,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         result["ray_actor_per_node"] = _act_in_world(actor, n_actors, "exp_time", seconds, args.tick_hz)
         result["ray_actor_per_node"]["nodes_used"] = len(set(nodes))
+        phases["worlds"] = stopwatch() - t0 - sum(phases.values())
+    result["phase_s"] = {**phases, "total": stopwatch() - t0}
 
     ray_inaction = result["ray_actor_per_node"]["inaction_fraction"]
     one_inaction = result["one_process"]["inaction_fraction"]
