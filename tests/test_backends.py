@@ -51,6 +51,17 @@ def test_ray_learners_name_an_address_that_does_not_answer(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--nodes", "0"], "--nodes must be an integer >= 1, got 0"),
+    (["--forward-ticks", "-1"], "--forward-ticks must be a positive number, got -1.0"),
+    (["--calls", "0"], "--calls must be positive, got 0"),
+])  # fmt: skip
+def test_bench_ray_refuses_bad_sizes_before_starting_anything(capsys, argv, message):
+    assert main(["bench", "ray", "--quick", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
 def test_compare_and_bench_nstar_check_the_backend(capsys):
     assert main(["compare", "--env", "theory/inaction", "--backend", "ray"]) == 2
     assert "virtual clock" in capsys.readouterr().err

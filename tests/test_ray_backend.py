@@ -246,6 +246,23 @@ def test_too_many_ray_learners_for_the_cluster_is_one_line(cluster):
         check_placement(1, 1, n_learners=99)
 
 
+def test_bench_ray_measures_the_call_outside_the_forward_pass(cluster):
+    from functools import partial
+
+    from nonstop.bench.ray import _overhead, _resnet_policy
+    from nonstop.distributed.ray_backend import RayPolicy
+
+    policy = RayPolicy(partial(_resnet_policy, 18, 0.25, 0, True), num_cpus=1)  # a small ResNet: the call is the point
+    try:
+        r = _overhead(policy, 20, 1 / 60)
+    finally:
+        policy.close()
+    assert r["calls"] == 20 and r["forward_ms_p50"] > 0
+    assert r["round_trip_ms_p50"] >= r["forward_ms_p50"]  # the actor's forward pass is part of the round trip
+    assert 0 < r["overhead_ms"]["p50"] <= r["overhead_ms"]["p99"]  # and a Ray call costs something besides
+    assert r["overhead_ticks"]["p50"] == pytest.approx(r["overhead_ms"]["p50"] / 1e3 * 60)
+
+
 def test_removed_node_actors_restart_on_a_live_node(cluster):
     from nonstop.realtime.host import Session
 
