@@ -25,6 +25,14 @@ CPU), the host runs in its own process at SCHED_FIFO where permitted, and the po
 inference to a tick's publish (`InferencePool` ``align_to_ticks``). Each trial's window ends when
 the agents are stopped, and the result records the machine's load average before and after: on
 a shared machine the wall-clock figures are only as good as the quiet they were measured in.
+
+With ``--backend ray`` every worker is a Ray actor (one Python process each), started one by one
+when its trial begins, and the remote call's overhead tail can leave inaction above the threshold
+at any N_I on a loaded machine, so the doubling search would start hundreds of actors. The search
+therefore runs under ``--time-budget`` (default for Ray: 120 s quick, 1200 s full; none for
+threads): past it no new trial starts (each row still gets its first), and a row cut short says
+``budget_exhausted`` with what its trials showed (``nstar_above``: the most workers that still
+left inaction; ``nstar_at_most``: the fewest that passed, not proven smallest).
 """
 
 from __future__ import annotations
@@ -83,6 +91,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where each worker's policy runs on the wall clock: thread (default) or ray (a Ray actor, "
                         "spread over the cluster's nodes; theory then counts the measured τ_θ, remote overhead included)")
     parser.add_argument("--ray-address", default=None, metavar="HOST:PORT", help="Ray cluster (default: a local Ray)")
+    parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                        help="wall seconds for the whole search: past it no new trial starts (default: 120 quick, "
+                        "1200 full with --backend ray, where every worker is an actor to start; none for threads)")  # fmt: skip
     parser.add_argument("--plot", default="runs/nstar.png", help="where to write the figure ('' for none)")
 
 
@@ -196,10 +207,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+class _OutOfTime(Exception):
+    """The search's `--time-budget` is spent; ``results`` holds the row's trials so far."""
+
+    def __init__(self, results: dict[int, Any]) -> None:
+        super().__init__("time budget spent")
+        self.results = results
+
+
 def _run(args: argparse.Namespace, backend: str) -> dict[str, Any]:
     from nonstop.envs.theory import THEORY_TICK_HZ
     from nonstop.inference.schedulers import make_scheduler
     from nonstop.policies import Empirical
+    from nonstop.realtime.clock import stopwatch
+
+    budget = getattr(args, "time_budget", None)
+    if budget is None and backend == "ray":
+        budget = 120.0 if getattr(args, "quick", False) else 1200.0
+    if budget is not None and not (budget > 0 and math.isfinite(budget)):
+        raise ValueError(f"--time-budget must be a positive number of seconds, got {budget}")
+    deadline = stopwatch() + budget if budget is not None else math.inf
 
     schedulers = [s.strip() for s in args.scheduler.split(",") if s.strip()]
     for name in schedulers:
@@ -247,21 +274,29 @@ def _run(args: argparse.Namespace, backend: str) -> dict[str, Any]:
                 threshold = min(0.005, max_inaction_threshold(bound) / 2)
             for name in schedulers:
 
+                tried: dict[int, Any] = {}
+
                 def run_n(n: int | str, name: str = name, latency: Any = latency, tau: float = tau,
-                          warmup: int = warmup, window_ticks: int = window_ticks) -> dict[str, Any]:
-                    return trial(
+                          warmup: int = warmup, window_ticks: int = window_ticks, tried: dict = tried) -> dict[str, Any]:
+                    if tried and stopwatch() > deadline:  # every row gets its first trial, then the budget rules
+                        raise _OutOfTime(dict(tried))
+                    tried[n] = trial(
                         tau_ticks=tau, n_workers=n, scheduler=name, clock=args.clock, latency=latency,
                         seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend,
                     )  # fmt: skip
+                    return tried[n]
 
                 guess = flight["target"] if (name == "quantile_hold" and flight) else bound
                 cap = max(256, math.ceil(args.max_workers * bound), guess)
+                out_of_time = False
                 try:
                     nstar, results = find_nstar(
                         run_n, guess=guess, passes=lambda s, th=threshold: s["inaction_fraction"] <= th, limit=cap
                     )  # fmt: skip
                 except NStarAboveLimit as above:  # honest: more than the cap, with what each trial measured
                     nstar, results = None, above.results
+                except _OutOfTime as late:  # the budget ran out mid-search: what the trials showed so far
+                    nstar, results, out_of_time = None, late.results, True
                 at = results[nstar if nstar is not None else max(results)]
                 # measured τ_θ where it varies (a Ray actor's remote overhead varies too)
                 measured = variable or backend == "ray"
@@ -301,6 +336,11 @@ def _run(args: argparse.Namespace, backend: str) -> dict[str, Any]:
                     "trials": {str(n): r["inaction_fraction"] for n, r in sorted(results.items())},
                     "remote_overhead_s": at.get("remote_overhead_s"),
                 })  # fmt: skip
+                if out_of_time:
+                    ok = [n for n, r in results.items() if r["inaction_fraction"] <= threshold]
+                    failed = [n for n, r in results.items() if r["inaction_fraction"] > threshold]
+                    rows[-1].update(budget_exhausted=True, nstar_above=max(failed, default=None),
+                                    nstar_at_most=min(ok, default=None))  # fmt: skip
             if variable and "quantile_hold" in schedulers:  # auto: the same scheduler, sizing N_I itself
                 auto = trial(tau_ticks=tau, n_workers="auto", scheduler="auto", clock=args.clock, latency=latency,
                              seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend)  # fmt: skip
@@ -327,7 +367,13 @@ def _run(args: argparse.Namespace, backend: str) -> dict[str, Any]:
         "all_within_theory_plus_1": all(r["within_theory_plus_1"] for r in searched),
         # rows whose scheduler still left inaction at the search cap (--max-workers): N_I* is above it
         "above_cap": [{"scheduler": r["scheduler"], "tau_theta_ticks": r["tau_theta_ticks"], "sigma": r["sigma"],
-                       "nstar_above": r["nstar_above"]} for r in rows if r.get("nstar_above") is not None],  # fmt: skip
+                       "nstar_above": r["nstar_above"]} for r in rows
+                      if r.get("nstar_above") is not None and not r.get("budget_exhausted")],  # fmt: skip
+        # rows whose search the --time-budget cut short (what their trials showed is in the row)
+        "time_budget_s": budget,
+        "budget_exhausted": [{"scheduler": r["scheduler"], "tau_theta_ticks": r["tau_theta_ticks"], "sigma": r["sigma"],
+                              "nstar_above": r["nstar_above"], "nstar_at_most": r["nstar_at_most"]}
+                             for r in rows if r.get("budget_exhausted")],  # fmt: skip
         # issue 10's target: the new scheduler within 2× the bound, inaction held
         "quantile_hold_within_2x_bound": all(r["ratio_to_bound"] is not None and r["ratio_to_bound"] <= 2 for r in hold) if hold else None,
         "quantile_hold_max_ratio_to_bound": max((r["ratio_to_bound"] for r in hold if r["ratio_to_bound"] is not None), default=None),
@@ -416,6 +462,10 @@ def render(result: dict[str, Any]) -> None:
     for r in result["rows"]:
         if r["nstar_measured"] is not None:
             measured, ratio = str(r["nstar_measured"]), f"{r['ratio_to_bound']:.2f}"
+        elif r.get("budget_exhausted"):  # cut short by --time-budget: the bracket its trials gave
+            low = "" if r["nstar_above"] is None else f"> {r['nstar_above']}"
+            high = "" if r["nstar_at_most"] is None else f"≤ {r['nstar_at_most']}"
+            measured, ratio = f"{low} {high} (time)".strip(), "—"
         elif r.get("nstar_above") is not None:  # still inaction at the search cap
             measured, ratio = f"> {r['nstar_above']}", f"> {r['nstar_above'] / r['lower_bound']:.0f}"
         else:

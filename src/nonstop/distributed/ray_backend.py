@@ -71,8 +71,11 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
         return
     if address in (None, "local"):
         ray = _loopback_ray()
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
-                 configure_logging=False)  # fmt: skip
+        # address="local": a new Ray of our own. With None, ray.init joins whatever RAY_ADDRESS or
+        # /tmp/ray/ray_current_cluster names (any test cluster started on this machine writes it, and
+        # leaves it behind), and a dead one there is retried for minutes
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                 _node_ip_address="127.0.0.1", configure_logging=False)  # fmt: skip
     else:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     try:
@@ -138,6 +141,20 @@ def local_cluster(n_nodes: int = 2, *, num_cpus: int = 1, timeout: float = 120.0
         if ray.is_initialized():
             ray.shutdown()
         cluster.shutdown()
+        _forget_address(cluster.gcs_address)
+
+
+def _forget_address(gcs_address: str) -> None:
+    """Remove /tmp/ray/ray_current_cluster if it names this (now stopped) cluster: a plain ``ray.init()``
+    on this machine reads it, and would retry the dead address for minutes."""
+    try:
+        from ray._private import utils
+
+        path = utils.get_ray_address_file(None)
+        if utils.read_ray_address(None) == gcs_address:
+            os.remove(path)
+    except Exception:  # a private helper that moved, a file another process removed: nothing to undo
+        pass
 
 
 def check_placement(n_actors: int, num_cpus: float, *, n_learners: int = 0) -> None:
