@@ -26,10 +26,11 @@ inference to a tick's publish (`InferencePool` ``align_to_ticks``). Each trial's
 the agents are stopped, and the result records the machine's load average before and after: on
 a shared machine the wall-clock figures are only as good as the quiet they were measured in.
 
-With ``--backend ray`` every worker is a Ray actor (one Python process each), started one by one
-when its trial begins, and the remote call's overhead tail can leave inaction above the threshold
-at any N_I on a loaded machine, so the doubling search would start hundreds of actors. The search
-therefore runs under ``--time-budget`` (default for Ray: 120 s quick, 1200 s full; none for
+With ``--backend ray`` every worker is a Ray actor, one Python process that takes seconds to
+start: the actors of one latency are kept across its trials and schedulers (`WarmRayActors`: a
+trial of N borrows actors 0..N−1, starting the missing ones together). The remote call's overhead
+tail can still leave inaction above the threshold at any N_I on a loaded machine, where the
+doubling search would go on to hundreds of actors, so the search runs under ``--time-budget`` (default for Ray: 120 s quick, 1200 s full; none for
 threads): past it no new trial starts (each row still gets its first), and a row cut short says
 ``budget_exhausted`` with what its trials showed (``nstar_above``: the most workers that still
 left inaction; ``nstar_at_most``: the fewest that passed, not proven smallest).
@@ -123,6 +124,60 @@ def in_flight_workers(latency: Any, tau_m: float, *, draws: int = 200_000, seed:
     return {"mean": mean, "sd": sd, "target": max(1, math.ceil(mean + z * sd - 1e-9))}
 
 
+class _KeptPolicy:
+    """A warm Ray actor lent to one trial: its pool's stop leaves it running, and it reports only
+    this trial's call overheads."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy, self.overhead_s = policy, []
+        self.node_id = policy.node_id
+
+    def act(self, obs: Any) -> Any:
+        seen = len(self.policy.overhead_s)
+        decision = self.policy.act(obs)
+        self.overhead_s.extend(self.policy.overhead_s[seen:])
+        return decision
+
+    def kill(self) -> None:
+        self.policy.kill()
+
+    def close(self) -> None:
+        pass  # `WarmRayActors.close` ends it
+
+
+class WarmRayActors:
+    """Ray actors kept across the trials of one latency (a search runs many, each a few more
+    workers): a trial of N workers borrows actors 0..N−1 and starts only those missing, together.
+    A worker's latency draws then continue from trial to trial instead of restarting from its seed."""
+
+    def __init__(self) -> None:
+        self.key: Any = None
+        self.actors: dict[int, Any] = {}
+        self.started = 0
+
+    def borrow(self, key: Any, factory: Any, n: int) -> None:
+        """Have actors 0..n−1 of ``factory(i)`` for ``key`` started (a new key ends the old ones)."""
+        from nonstop.distributed.ray_backend import RayPolicy
+
+        if key != self.key:
+            self.close()
+            self.key = key
+        missing = [i for i in range(n) if i not in self.actors]
+        for i, policy in zip(missing, RayPolicy.start_many([factory(i) for i in missing], num_cpus=0)):
+            self.actors[i] = policy  # num_cpus 0: a latency policy sleeps, it reserves no core
+        self.started += len(missing)
+
+    def get(self, key: Any, factory: Any, i: int) -> _KeptPolicy:
+        if key != self.key or i not in self.actors:
+            self.borrow(key, factory, i + 1)
+        return _KeptPolicy(self.actors[i])
+
+    def close(self) -> None:
+        for policy in self.actors.values():
+            policy.close()
+        self.actors.clear()
+
+
 def trial(
     *,
     tau_ticks: float,
@@ -134,9 +189,11 @@ def trial(
     warmup_ticks: int,
     window_ticks: int,
     backend: str = "thread",
+    warm: WarmRayActors | None = None,
 ) -> dict[str, Any]:
     """One run with ``n_workers`` (or ``"auto"``); returns the tick-log summary after warm-up
-    (counted from when the workers started: Ray actors take seconds to start)."""
+    (counted from when the workers started: Ray actors take seconds to start). With ``warm`` a
+    Ray trial borrows kept actors instead of starting its own."""
     from nonstop.inference.workers import InferencePool
     from nonstop.realtime.host import Session
 
@@ -145,13 +202,21 @@ def trial(
 
         space = world.action_space
 
+        def factory(i: int) -> Any:
+            return partial(_latency_policy, space, latency, seed * 100_003 + i)
+
+        key = (repr(latency), seed)
+        if warm is not None and isinstance(n_workers, int):
+            warm.borrow(key, factory, n_workers)  # all of them at once, before the world counts
+
         def policy(i: int) -> Any:
-            factory = partial(_latency_policy, space, latency, seed * 100_003 + i)
             if backend == "ray":
                 from nonstop.distributed.ray_backend import RayPolicy
 
-                return RayPolicy(factory, num_cpus=0)  # it sleeps: no core reserved
-            return factory()
+                if warm is not None:
+                    return warm.get(key, factory, i)
+                return RayPolicy(factory(i), num_cpus=0)  # it sleeps: no core reserved
+            return factory(i)()
 
         # by name: the pool binds a grid scheduler's period to τ_M and its origin to the tick grid
         pool = InferencePool(world, policy, scheduler, n_inference=n_workers).start()
@@ -200,7 +265,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         from nonstop.distributed.ray_backend import ray_session
 
         with ray_session(ray_address):
-            result = _run(args, backend)
+            warm = WarmRayActors()  # one set of actors for every trial of a latency, not one per trial
+            try:
+                result = _run(args, backend, warm)
+            finally:
+                warm.close()
+            result["ray_actors_started"] = warm.started
     else:
         result = _run(args, backend)
     result["backend"] = backend
@@ -215,7 +285,7 @@ class _OutOfTime(Exception):
         self.results = results
 
 
-def _run(args: argparse.Namespace, backend: str) -> dict[str, Any]:
+def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = None) -> dict[str, Any]:
     from nonstop.envs.theory import THEORY_TICK_HZ
     from nonstop.inference.schedulers import make_scheduler
     from nonstop.policies import Empirical
@@ -282,7 +352,7 @@ def _run(args: argparse.Namespace, backend: str) -> dict[str, Any]:
                         raise _OutOfTime(dict(tried))
                     tried[n] = trial(
                         tau_ticks=tau, n_workers=n, scheduler=name, clock=args.clock, latency=latency,
-                        seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend,
+                        seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend, warm=warm,
                     )  # fmt: skip
                     return tried[n]
 
@@ -343,7 +413,8 @@ def _run(args: argparse.Namespace, backend: str) -> dict[str, Any]:
                                     nstar_at_most=min(ok, default=None))  # fmt: skip
             if variable and "quantile_hold" in schedulers:  # auto: the same scheduler, sizing N_I itself
                 auto = trial(tau_ticks=tau, n_workers="auto", scheduler="auto", clock=args.clock, latency=latency,
-                             seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend)  # fmt: skip
+                             seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend,
+                             warm=warm)  # fmt: skip
                 rows.append({
                     "scheduler": "auto", "latency": kind, "sigma": sigma if kind in ("normal", "lognormal") else None,
                     "tau_theta_ticks": tau, "nstar_measured": None, "n_workers_chosen": auto["n_workers_final"],

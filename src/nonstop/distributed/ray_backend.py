@@ -285,7 +285,7 @@ class RayPolicy:
     """
 
     def __init__(self, factory: Callable[..., Any], *, num_cpus: float = 1, torch_threads: int = 1,
-                 broadcast: WeightBroadcast | None = None, start_timeout: float = 120.0) -> None:  # fmt: skip
+                 broadcast: WeightBroadcast | None = None, start_timeout: float = 120.0, wait: bool = True) -> None:  # fmt: skip
         ray = _ray()
         if not ray.is_initialized():
             raise RuntimeError("RayPolicy needs a connected Ray: use nonstop.distributed.ray_backend.ray_session()")
@@ -298,15 +298,45 @@ class RayPolicy:
         self._actor = _actor_class().options(num_cpus=num_cpus, scheduling_strategy=_next_node(), max_restarts=0).remote(
             factory, torch_threads, n_params
         )
+        self._probe = self._actor.where.remote()
+        self.start_timeout = start_timeout
+        self.node_id: str | None = None
+        self.pid: int | None = None
+        self.overhead_s: list[float] = []
+        if wait:
+            self.wait_started()
+
+    def wait_started(self, timeout: float | None = None) -> "RayPolicy":
+        """Block until the actor has built its policy (``timeout``: ``start_timeout``); sets
+        ``node_id`` and ``pid``. A failed start releases the actor and raises."""
+        if self.pid is not None:
+            return self
+        timeout = self.start_timeout if timeout is None else timeout
         try:
-            self.node_id, self.pid = ray.get(self._actor.where.remote(), timeout=start_timeout)
+            self.node_id, self.pid = _ray().get(self._probe, timeout=timeout)
         except Exception as exc:
             self.close()
-            raise RuntimeError(f"Ray actor did not start within {start_timeout:g}s: {exc}") from exc
-        self.overhead_s: list[float] = []
+            raise RuntimeError(f"Ray actor did not start within {timeout:g}s: {exc}") from exc
+        return self
+
+    @classmethod
+    def start_many(cls, factories: list[Callable[..., Any]], **options: Any) -> list["RayPolicy"]:
+        """One started actor per factory, started together (each actor is a process that takes
+        seconds to start: N at once cost about one start where the cores allow, not N)."""
+        policies = [cls(factory, wait=False, **options) for factory in factories]
+        try:
+            for policy in policies:
+                policy.wait_started()
+        except BaseException:
+            for policy in policies:
+                policy.close()
+            raise
+        return policies
 
     def act(self, obs: np.ndarray) -> Any:
         ray = _ray()
+        if self.pid is None:
+            self.wait_started()
         weights = self.broadcast.current() if self.broadcast is not None else None
         t0 = stopwatch()
         try:
