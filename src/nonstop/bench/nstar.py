@@ -471,8 +471,10 @@ def _plot(rows: list[dict[str, Any]], path: Path, args: argparse.Namespace, kind
     sigma0 = rows[0]["sigma"] if rows else None
     rows = [r for r in rows if r["sigma"] == sigma0]
     for name in dict.fromkeys(r["scheduler"] for r in rows):
-        sub = [r for r in rows if r["scheduler"] == name]
-        ax.plot([r["tau_theta_ticks"] for r in sub], [r["nstar_measured"] for r in sub], "o-", label=f"{name} (measured)")
+        # rows without a measured N_I* (above the cap, or cut short by the time budget) have no point
+        sub = [r for r in rows if r["scheduler"] == name and r["nstar_measured"] is not None]
+        if sub:
+            ax.plot([r["tau_theta_ticks"] for r in sub], [r["nstar_measured"] for r in sub], "o-", label=f"{name} (measured)")
     taus = sorted({r["tau_theta_ticks"] for r in rows})
     ax.plot(taus, [r["lower_bound"] for r in rows[: len(taus)]], "k--", alpha=0.6, label="⌈τ̄_θ/τ_M⌉ (bound)")
     ax.set_xscale("log")
