@@ -453,7 +453,7 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
         "loadavg_after": list(os.getloadavg()),
         "machine": machine_info(),
     }
-    if args.plot:
+    if args.plot and searched:  # nothing measured (every row above the cap or out of time): nothing to draw
         result["plot"] = str(_plot(searched, Path(args.plot), args, kind))
         if len(sigmas) > 1:
             result["plot_sigma"] = str(_plot_sigma(rows, Path(args.plot), kind))
