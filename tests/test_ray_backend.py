@@ -153,12 +153,13 @@ class _LearningSetup:
             action = int(rng.integers(2))
             self.replay.add_transition(s, action, 1.0 - 2.0 * action, 0.0, 1, s2)
 
-    def learners(self, n, mode):
+    def learners(self, n, mode, **kwargs):
         from nonstop.distributed.ray_backend import WeightBroadcast
         from nonstop.distributed.ray_learners import RayLearners
 
         return RayLearners(n_learners=n, mode=mode, obs_shape=(4,), n_actions=2, cfg=self.cfg, state=self.state,
-                           weights=self.weights, replay=self.replay, broadcast=WeightBroadcast(self.weights), seed=0)  # fmt: skip
+                           weights=self.weights, replay=self.replay, broadcast=WeightBroadcast(self.weights), seed=0,
+                           **kwargs)  # fmt: skip
 
     def regression_loss(self) -> float:
         """Huber loss of Q(s, a) against the reward over the whole replay, at the master parameters."""
@@ -235,6 +236,26 @@ def test_ray_learners_fit_a_regression_target(cluster, mode):
         assert report["gradients"] == 2 * report["applied"] and report["max_staleness"] == 0
     else:
         assert report["applied"] == report["gradients"]
+
+
+def test_a_ray_learner_dying_past_its_budget_ends_the_run(cluster):
+    from nonstop.realtime.lifeline import PartFailed, RestartBudget
+
+    setup = _LearningSetup()
+    learners = setup.learners(2, "round_robin", restart_budget=RestartBudget(1, 60.0)).start()
+    try:
+        for death in (1, 2):  # the first death is restarted, the second is one more than the budget
+            assert _until(lambda: learners.received[0] >= 2 and learners.failure is None, 60), learners.report()
+            learners.kill(0)
+            assert _until(lambda d=death: len([e for e in learners.events if e[2].startswith("died")]) == d, 60)
+        assert _until(lambda: learners.failure is not None, 10)
+    finally:
+        learners.stop()
+        setup.close()
+    assert isinstance(learners.failure, PartFailed)
+    assert "Ray learner 0 kept dying: 2 deaths, more than 1 restarts within 60 s" in str(learners.failure)
+    assert learners.restarts == [1, 0]
+    assert [what.split(" ")[0] for _, i, what in learners.events] == ["died", "restarted", "died", "gave"]  # gave up
 
 
 def test_too_many_ray_learners_for_the_cluster_is_one_line(cluster):
