@@ -163,6 +163,7 @@ class RayLearners:
         self._target: tuple[int, list[Any]] = (-1, [])
         self._target_flat = np.empty(weights.n_params, np.float32)
         self._stop = threading.Event()
+        self._stopped = False
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None  # what ended the dispatcher, if not a stop
 
@@ -374,7 +375,10 @@ class RayLearners:
     # ------------------------------------------------------------------ the end
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the dispatcher (a gradient still in flight is dropped and counted in ``lost``) and
-        release the actors."""
+        release the actors. Idempotent (a run quiesces, then tears down)."""
+        if self._stopped:
+            return
+        self._stopped = True
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=timeout)
