@@ -6,9 +6,10 @@ buys it (DESIGN §5, issue 12). Baselines are measured in the same run.
    worker times its own forward pass; the rest of each round trip (serialisation, scheduling,
    transport) is the **overhead**, reported as p50/p99 in ms and in ticks at ``--tick-hz``.
 2. **A model slower than a tick.** A width k is picked in this run so that the ResNet's forward
-   pass takes about ``--forward-ticks`` ticks on one core (a few widths timed here, t ∝ k^b fitted,
-   k rounded to 1/16 and timed again). It acts in a ``--tick-hz`` world (``theory/inaction``; the
-   model computes on a fixed 84×84 frame): one process worker, against one Ray actor on each node of
+   pass takes about ``--forward-ticks`` ticks on one core (widths timed in a worker process,
+   bracketing the target, then log-log interpolation rounded to 1/16 and timed, a few rounds).
+   It acts in a ``--tick-hz`` world (``theory/inaction``; the model computes on a fixed 84×84
+   frame): one process worker, against one Ray actor on each node of
    a ``--nodes``-node cluster, staggered by `exp_time` (N_I = nodes). Reported: inaction fraction of
    each, τ_θ as the workers measured it (forward pass plus call), and the Ray calls' overhead. A
    full run adds the same number of process workers on this host, staggered the same way: the
@@ -108,21 +109,42 @@ class _ForwardTimer:
         return Decision(float(np.median(times)))
 
 
-def pick_k(target_s: float, passes: int) -> dict[str, Any]:
-    """The width whose forward pass takes about ``target_s`` in a worker process on one core:
-    t ∝ k^b fitted on a few widths, k rounded to 1/16, then timed."""
+def pick_k(target_s: float, passes: int, *, tolerance: float = 0.1, rounds: int = 4) -> dict[str, Any]:
+    """The width whose forward pass takes about ``target_s`` (within ``tolerance``) in a worker
+    process on one core. Forward time grows with k: the widths timed so far bracket the target
+    (doubling k until one is slower), and each round times the log-log interpolation between the
+    bracket's ends (rounded to 1/16), for at most ``rounds`` rounds."""
     from nonstop.inference.workers import ProcessPolicy
 
     timer = ProcessPolicy(_ForwardTimer)
+
+    def timed(k: float) -> float:
+        if k not in times:
+            times[k] = timer.act((k, passes)).action
+        return times[k]
+
+    times: dict[float, float] = {}
     try:
-        ks = np.array(_CALIBRATION_K)
-        ts = np.array([timer.act((float(k), passes)).action for k in ks])
-        b, log_a = np.polyfit(np.log(ks), np.log(ts), 1)
-        k = max(1 / 16, round(math.exp((math.log(target_s) - log_a) / b) * 16) / 16)
-        forward = timer.act((k, passes)).action
+        for k in _CALIBRATION_K:
+            timed(float(k))
+        while max(times.values()) < target_s and max(times) < 64:
+            timed(max(times) * 2)
+        for _ in range(rounds):
+            below = [k for k, t in times.items() if t < target_s]
+            above = [k for k, t in times.items() if t >= target_s]
+            if not below or not above:
+                break  # even the narrowest is too slow, or the widest too fast: the nearest is the answer
+            lo, hi = max(below), min(above)
+            frac = math.log(target_s / times[lo]) / math.log(times[hi] / times[lo]) if times[hi] > times[lo] else 0.5
+            k = round(math.exp(math.log(lo) + frac * math.log(hi / lo)) * 16) / 16
+            if k in times or abs(timed(k) / target_s - 1) <= tolerance:
+                break
+        best = min(times, key=lambda k: abs(math.log(times[k] / target_s)))
     finally:
         timer.close()
-    return {"k": k, "forward_s": forward, "calibration": {f"{k:g}": t for k, t in zip(ks, ts)}, "exponent": float(b)}
+    ks = np.array(sorted(times))
+    b = float(np.polyfit(np.log(ks), np.log([times[k] for k in ks]), 1)[0]) if ks.size > 1 else float("nan")
+    return {"k": best, "forward_s": times[best], "calibration": {f"{k:g}": times[k] for k in ks}, "exponent": b}
 
 
 # ----------------------------------------------------------------------------- 1. overhead per action
