@@ -93,3 +93,18 @@ def test_a_scheduler_that_needs_more_than_the_cap_is_reported_above_it(capsys, m
     nstar.render(result)
     assert "> 256" in capsys.readouterr().out
     json.loads(json.dumps(result, allow_nan=False))
+
+
+def test_a_spent_time_budget_ends_the_search_with_what_it_showed():
+    """Each row gets its first trial; past --time-budget no other starts, and the row says so (a Ray
+    search on a loaded machine would otherwise start hundreds of actors)."""
+    result = nstar.run(_args(["--tau-theta", "5", "--scheduler", "exp_time,max_time", "--time-budget", "1e-6",
+                              "--plot", ""]))  # fmt: skip
+    assert result["time_budget_s"] == 1e-6
+    for row in result["rows"]:  # the first trial (at the formula, 5) passes; 4 would have been next
+        assert row["trials"] == {"5": 0.0} and row["budget_exhausted"]
+        assert row["nstar_measured"] is None and row["nstar_at_most"] == 5 and row["nstar_above"] is None
+    assert [r["scheduler"] for r in result["budget_exhausted"]] == ["exp_time", "max_time"]
+    assert result["above_cap"] == []
+    with pytest.raises(ValueError, match="--time-budget must be a positive number of seconds, got -1.0"):
+        nstar.run(_args(["--tau-theta", "5", "--time-budget", "-1", "--plot", ""]))

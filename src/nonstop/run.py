@@ -73,6 +73,8 @@ class TrainConfig:
     n_learners: int = field(default=1, metadata={"help": "N_L learners"})
     learner_mode: str = field(default="round_robin", metadata={"help": "round_robin | hogwild | parallel"})
     tau_l: float | None = field(default=None, metadata={"help": "virtual seconds per update (default τ_M)"})
+    learner_backend: str = field(default="process", metadata={"help": "wall-clock learners: process (this host) | ray "
+                                                                       "(Ray actors on any node; the replay stays here)"})
     backend: str = field(default="thread", metadata={"help": "inference workers on the wall clock: thread | process | ray"})
     ray_address: str | None = field(default=None, metadata={"help": "Ray cluster HOST:PORT for backend ray (None: a local Ray)"})
     default: str | None = field(default=None, metadata={"help": "β, the action of a tick without an agent action: noop | "
@@ -98,10 +100,14 @@ class TrainConfig:
             raise ValueError(f"interaction must be one of {', '.join(INTERACTIONS)}, got {self.interaction!r}")
         if self.learner_mode not in LEARNER_MODES:
             raise ValueError(f"learner_mode must be one of {', '.join(LEARNER_MODES)}, got {self.learner_mode!r}")
-        from nonstop.distributed.backends import check_backend
+        from nonstop.distributed.backends import check_backend, check_learner_backend
 
         # unknown backend, Ray missing, a cluster that does not answer: one line, before anything starts
-        check_backend(self.backend, ray_address=self.ray_address, clock=self.clock)
+        ray_learners = self.learner_backend == "ray"
+        check_backend(self.backend, ray_address=None if ray_learners and self.backend != "ray" else self.ray_address,
+                      clock=self.clock)  # fmt: skip
+        check_learner_backend(self.learner_backend, ray_address=self.ray_address, clock=self.clock,
+                              interaction=self.interaction)  # fmt: skip
         if not (isinstance(self.seconds, (int, float)) and self.seconds > 0 and math.isfinite(self.seconds)):
             raise ValueError(f"seconds must be a positive number, got {self.seconds!r}")
         if self.n_inference == "auto":
@@ -140,6 +146,8 @@ class TrainConfig:
         if not self.self_play:  # a run without self-play keeps the config (and resumes) of runs before it existed
             for name in SELF_PLAY_KEYS:
                 del d[name]
+        if self.learner_backend == "process":  # likewise a run with learners on this host
+            del d["learner_backend"]
         return d
 
 
@@ -314,17 +322,19 @@ class TrainingRun:
         cfg, clock = self.cfg, self.world.clock
         tau_l = cfg.tau_l if cfg.tau_l is not None else self.tau_m
         # each part is registered for teardown before it starts, so a failed start leaves nothing behind
-        if cfg.backend == "ray":
+        if "ray" in (cfg.backend, cfg.learner_backend):
             from contextlib import ExitStack
 
             from nonstop.distributed.ray_backend import WeightBroadcast, check_placement, ray_session
 
             stack = ExitStack()
-            self._parts.append(stack.close)  # after the pool stops (newest first): actors, then Ray
+            self._parts.append(stack.close)  # after the pool and learners stop (newest first): actors, then Ray
             stack.enter_context(ray_session(cfg.ray_address))
-            if not self._has_latency():
-                check_placement(self.n_inference if isinstance(self.n_inference, int) else 1, 1)
-            self._broadcast = WeightBroadcast(self.weights)
+            workers = self.n_inference if isinstance(self.n_inference, int) else 1
+            inference_cpus = workers if cfg.backend == "ray" and not self._has_latency() else 0
+            learner_cpus = cfg.n_learners if cfg.learner_backend == "ray" else 0
+            check_placement(inference_cpus, 1, n_learners=learner_cpus)
+            self._broadcast = WeightBroadcast(self.weights)  # one put per version, for inference actors and learners
         seat = None
         if self.self_play is not None:
             self._take_snapshot()  # snapshot 0 (the untrained parameters), unless a resumed pool has its own
@@ -345,6 +355,13 @@ class TrainingRun:
                                                      tau_l=tau_l, learners=learners, state=self.state,
                                                      weights=self.weights, cfg=self.dqn,
                                                      restart_budget=self._budget())  # fmt: skip
+            elif cfg.learner_backend == "ray":
+                from nonstop.distributed.ray_learners import RayLearners
+
+                self.learners = RayLearners(n_learners=cfg.n_learners, mode=cfg.learner_mode, obs_shape=self.obs_shape,
+                                            n_actions=int(self.action_space.n), cfg=self.dqn, state=self.state,
+                                            weights=self.weights, replay=self.replay, broadcast=self._broadcast,
+                                            seed=cfg.seed, restart_budget=self._budget(), clock=clock, tau_m=self.tau_m)  # fmt: skip
             else:
                 self.learners = LearnerProcesses(n_learners=cfg.n_learners, mode=cfg.learner_mode, obs_shape=self.obs_shape,
                                                  n_actions=int(self.action_space.n), cfg=self.dqn, state=self.state,

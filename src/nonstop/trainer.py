@@ -60,6 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-learners", type=int, default=1, help="N_L learners (default 1)")
     p.add_argument("--learner-mode", choices=LEARNER_MODES, default="round_robin")
     p.add_argument("--tau-l", type=float, default=None, help="virtual seconds per update (default τ_M)")
+    p.add_argument("--learner-backend", default="process", metavar="process|ray",
+                   help="wall-clock learners: processes on this host (default), or Ray actors on any node; the replay "
+                        "and the master parameters stay here, batches go out and gradients come back")  # fmt: skip
     p.add_argument("--backend", default="thread", metavar="thread|process|ray",
                    help="wall-clock inference workers: threads, processes, or Ray actors on any node (pip install -e '.[ray]')")
     p.add_argument("--ray-address", default=None, metavar="HOST:PORT",
@@ -161,6 +164,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         env=args.env, env_kwargs=env_kwargs, clock=args.clock, seconds=args.seconds, interaction=args.interaction, scheduler=args.scheduler,
         n_inference=args.n_inference, latency=args.latency, n_learners=args.n_learners,
         learner_mode=args.learner_mode, tau_l=args.tau_l, backend=args.backend, ray_address=args.ray_address,
+        learner_backend=getattr(args, "learner_backend", "process"),
         seed=args.seed, dqn=dqn, default=getattr(args, "default", None), max_restarts=getattr(args, "max_restarts", 5), restart_window=getattr(args, "restart_window", 60.0),
         **_self_play_settings(args),
     )  # fmt: skip
@@ -309,7 +313,8 @@ def _machine_limits(run: Any, figures: dict[str, Any]) -> list[str]:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return machine_limits(figures, clock=cfg.clock, scheduler=cfg.scheduler if cfg.interaction == "staggered" else "sequential",
                           n_inference=max(1, n_inference), latency_mean_ticks=float(run.latency.mean / run.tau_m),
-                          processes=max(1, n_inference) + cfg.n_learners + 1 + _opponent_workers(run), cores=max(1, cores))  # fmt: skip
+                          processes=max(1, n_inference) + (cfg.n_learners if cfg.learner_backend == "process" else 0) + 1
+                          + _opponent_workers(run), cores=max(1, cores))  # fmt: skip
 
 
 def _opponent_workers(run: Any) -> int:
@@ -345,6 +350,12 @@ def _finish_log(run: Any, log: Any, out: Path, end: "RunEnd", last_row: dict[str
     except BaseException as exc:  # noqa: BLE001 - a dead host's log, a full disk: said in the summary
         end.note(f"tick log not saved: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     summary["episodes_total"] = run.final_episodes  # earlier segments of a resumed run included
+    learners = getattr(run, "learners", None)
+    if learners is not None:  # restarts and events of the learners (Ray learners: their counts too)
+        try:
+            summary["learners"] = learners.report()
+        except Exception as exc:  # noqa: BLE001 - never hide how the run ended
+            end.note(f"learners' report not recorded: {type(exc).__name__}: {exc}")
     summary.update(end.as_dict(), wall_s=round(time.monotonic() - wall0, 2))
     try:
         log.write_summary(summary)

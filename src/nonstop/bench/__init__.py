@@ -28,6 +28,7 @@ BENCHMARKS = {
     "ticklog": "nonstop.bench.ticklog",
     "weights": "nonstop.bench.weights",
     "duel": "nonstop.bench.duel",
+    "ray": "nonstop.bench.ray",
 }
 
 #: The optional packages (top-level modules) a benchmark needs beyond the base install.

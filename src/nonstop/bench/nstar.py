@@ -25,6 +25,15 @@ CPU), the host runs in its own process at SCHED_FIFO where permitted, and the po
 inference to a tick's publish (`InferencePool` ``align_to_ticks``). Each trial's window ends when
 the agents are stopped, and the result records the machine's load average before and after: on
 a shared machine the wall-clock figures are only as good as the quiet they were measured in.
+
+With ``--backend ray`` every worker is a Ray actor, one Python process that takes seconds to
+start: the actors of one latency are kept across its trials and schedulers (`WarmRayActors`: a
+trial of N borrows actors 0..N−1, starting the missing ones together). The remote call's overhead
+tail can still leave inaction above the threshold at any N_I on a loaded machine, where the
+doubling search would go on to hundreds of actors, so the search runs under ``--time-budget`` (default for Ray: 120 s quick, 1200 s full; none for
+threads): past it no new trial starts (each row still gets its first), and a row cut short says
+``budget_exhausted`` with what its trials showed (``nstar_above``: the most workers that still
+left inaction; ``nstar_at_most``: the fewest that passed, not proven smallest).
 """
 
 from __future__ import annotations
@@ -83,6 +92,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where each worker's policy runs on the wall clock: thread (default) or ray (a Ray actor, "
                         "spread over the cluster's nodes; theory then counts the measured τ_θ, remote overhead included)")
     parser.add_argument("--ray-address", default=None, metavar="HOST:PORT", help="Ray cluster (default: a local Ray)")
+    parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                        help="wall seconds for the whole search: past it no new trial starts (default: 120 quick, "
+                        "1200 full with --backend ray, where every worker is an actor to start; none for threads)")  # fmt: skip
     parser.add_argument("--plot", default="runs/nstar.png", help="where to write the figure ('' for none)")
 
 
@@ -120,6 +132,60 @@ def in_flight_workers(latency: Any, tau_m: float, *, draws: int = 200_000, seed:
     return {"mean": mean, "sd": sd, "target": max(1, math.ceil(mean + z * sd - 1e-9))}
 
 
+class _KeptPolicy:
+    """A warm Ray actor lent to one trial: its pool's stop leaves it running, and it reports only
+    this trial's call overheads."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy, self.overhead_s = policy, list[float]()
+        self.node_id = policy.node_id
+
+    def act(self, obs: Any) -> Any:
+        seen = len(self.policy.overhead_s)
+        decision = self.policy.act(obs)
+        self.overhead_s.extend(self.policy.overhead_s[seen:])
+        return decision
+
+    def kill(self) -> None:
+        self.policy.kill()
+
+    def close(self) -> None:
+        pass  # `WarmRayActors.close` ends it
+
+
+class WarmRayActors:
+    """Ray actors kept across the trials of one latency (a search runs many, each a few more
+    workers): a trial of N workers borrows actors 0..N−1 and starts only those missing, together.
+    A worker's latency draws then continue from trial to trial instead of restarting from its seed."""
+
+    def __init__(self) -> None:
+        self.key: Any = None
+        self.actors: dict[int, Any] = {}
+        self.started = 0
+
+    def borrow(self, key: Any, factory: Any, n: int) -> None:
+        """Have actors 0..n−1 of ``factory(i)`` for ``key`` started (a new key ends the old ones)."""
+        from nonstop.distributed.ray_backend import RayPolicy
+
+        if key != self.key:
+            self.close()
+            self.key = key
+        missing = [i for i in range(n) if i not in self.actors]
+        for i, policy in zip(missing, RayPolicy.start_many([factory(i) for i in missing], num_cpus=0)):
+            self.actors[i] = policy  # num_cpus 0: a latency policy sleeps, it reserves no core
+        self.started += len(missing)
+
+    def get(self, key: Any, factory: Any, i: int) -> _KeptPolicy:
+        if key != self.key or i not in self.actors:
+            self.borrow(key, factory, i + 1)
+        return _KeptPolicy(self.actors[i])
+
+    def close(self) -> None:
+        for policy in self.actors.values():
+            policy.close()
+        self.actors.clear()
+
+
 def trial(
     *,
     tau_ticks: float,
@@ -131,9 +197,11 @@ def trial(
     warmup_ticks: int,
     window_ticks: int,
     backend: str = "thread",
+    warm: WarmRayActors | None = None,
 ) -> dict[str, Any]:
     """One run with ``n_workers`` (or ``"auto"``); returns the tick-log summary after warm-up
-    (counted from when the workers started: Ray actors take seconds to start)."""
+    (counted from when the workers started: Ray actors take seconds to start). With ``warm`` a
+    Ray trial borrows kept actors instead of starting its own."""
     from nonstop.inference.workers import InferencePool
     from nonstop.realtime.host import Session
 
@@ -142,13 +210,21 @@ def trial(
 
         space = world.action_space
 
+        def factory(i: int) -> Any:
+            return partial(_latency_policy, space, latency, seed * 100_003 + i)
+
+        key = (repr(latency), seed)
+        if warm is not None and isinstance(n_workers, int):
+            warm.borrow(key, factory, n_workers)  # all of them at once, before the world counts
+
         def policy(i: int) -> Any:
-            factory = partial(_latency_policy, space, latency, seed * 100_003 + i)
             if backend == "ray":
                 from nonstop.distributed.ray_backend import RayPolicy
 
-                return RayPolicy(factory, num_cpus=0)  # it sleeps: no core reserved
-            return factory()
+                if warm is not None:
+                    return warm.get(key, factory, i)
+                return RayPolicy(factory(i), num_cpus=0)  # it sleeps: no core reserved
+            return factory(i)()
 
         # by name: the pool binds a grid scheduler's period to τ_M and its origin to the tick grid
         pool = InferencePool(world, policy, scheduler, n_inference=n_workers).start()
@@ -197,17 +273,38 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         from nonstop.distributed.ray_backend import ray_session
 
         with ray_session(ray_address):
-            result = _run(args, backend)
+            warm = WarmRayActors()  # one set of actors for every trial of a latency, not one per trial
+            try:
+                result = _run(args, backend, warm)
+            finally:
+                warm.close()
+            result["ray_actors_started"] = warm.started
     else:
         result = _run(args, backend)
     result["backend"] = backend
     return result
 
 
-def _run(args: argparse.Namespace, backend: str) -> dict[str, Any]:
+class _OutOfTime(Exception):
+    """The search's `--time-budget` is spent; ``results`` holds the row's trials so far."""
+
+    def __init__(self, results: dict[int, Any]) -> None:
+        super().__init__("time budget spent")
+        self.results = results
+
+
+def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = None) -> dict[str, Any]:
     from nonstop.envs.theory import THEORY_TICK_HZ
     from nonstop.inference.schedulers import make_scheduler
     from nonstop.policies import Empirical
+    from nonstop.realtime.clock import stopwatch
+
+    budget = getattr(args, "time_budget", None)
+    if budget is None and backend == "ray":
+        budget = 120.0 if getattr(args, "quick", False) else 1200.0
+    if budget is not None and not (budget > 0 and math.isfinite(budget)):
+        raise ValueError(f"--time-budget must be a positive number of seconds, got {budget}")
+    deadline = stopwatch() + budget if budget is not None else math.inf
 
     schedulers = [s.strip() for s in args.scheduler.split(",") if s.strip()]
     for name in schedulers:
@@ -255,22 +352,30 @@ def _run(args: argparse.Namespace, backend: str) -> dict[str, Any]:
                 threshold = min(0.005, max_inaction_threshold(bound) / 2)
             for name in schedulers:
 
+                tried: dict[int, Any] = {}
+
                 def run_n(n: int | str, name: str = name, latency: Any = latency, tau: float = tau,
-                          warmup: int = warmup, window_ticks: int = window_ticks) -> dict[str, Any]:
-                    return trial(
+                          warmup: int = warmup, window_ticks: int = window_ticks, tried: dict = tried) -> dict[str, Any]:
+                    if tried and stopwatch() > deadline:  # every row gets its first trial, then the budget rules
+                        raise _OutOfTime(dict(tried))
+                    tried[n] = trial(
                         tau_ticks=tau, n_workers=n, scheduler=name, clock=args.clock, latency=latency,
-                        seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend,
+                        seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend, warm=warm,
                     )  # fmt: skip
+                    return tried[n]
 
                 guess = flight["target"] if (name == "quantile_hold" and flight) else bound
                 cap = max(256, math.ceil(args.max_workers * bound), guess)
                 def passes(s: dict[str, Any], th: float = threshold) -> bool:
                     return s["inaction_fraction"] <= th
 
+                out_of_time = False
                 try:
                     nstar, results = find_nstar(run_n, guess=guess, passes=passes, limit=cap)
                 except NStarAboveLimit as above:  # honest: more than the cap, with what each trial measured
                     nstar, results = None, above.results
+                except _OutOfTime as late:  # the budget ran out mid-search: what the trials showed so far
+                    nstar, results, out_of_time = None, late.results, True
                 at = results[nstar if nstar is not None else max(results)]
                 # measured τ_θ where it varies (a Ray actor's remote overhead varies too)
                 measured = variable or backend == "ray"
@@ -310,9 +415,15 @@ def _run(args: argparse.Namespace, backend: str) -> dict[str, Any]:
                     "trials": {str(n): r["inaction_fraction"] for n, r in sorted(results.items())},
                     "remote_overhead_s": at.get("remote_overhead_s"),
                 })  # fmt: skip
+                if out_of_time:
+                    ok = [n for n, r in results.items() if r["inaction_fraction"] <= threshold]
+                    failed = [n for n, r in results.items() if r["inaction_fraction"] > threshold]
+                    rows[-1].update(budget_exhausted=True, nstar_above=max(failed, default=None),
+                                    nstar_at_most=min(ok, default=None))  # fmt: skip
             if variable and "quantile_hold" in schedulers:  # auto: the same scheduler, sizing N_I itself
                 auto = trial(tau_ticks=tau, n_workers="auto", scheduler="auto", clock=args.clock, latency=latency,
-                             seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend)  # fmt: skip
+                             seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend,
+                             warm=warm)  # fmt: skip
                 rows.append({
                     "scheduler": "auto", "latency": kind, "sigma": sigma if kind in ("normal", "lognormal") else None,
                     "tau_theta_ticks": tau, "nstar_measured": None, "n_workers_chosen": auto["n_workers_final"],
@@ -336,7 +447,13 @@ def _run(args: argparse.Namespace, backend: str) -> dict[str, Any]:
         "all_within_theory_plus_1": all(r["within_theory_plus_1"] for r in searched),
         # rows whose scheduler still left inaction at the search cap (--max-workers): N_I* is above it
         "above_cap": [{"scheduler": r["scheduler"], "tau_theta_ticks": r["tau_theta_ticks"], "sigma": r["sigma"],
-                       "nstar_above": r["nstar_above"]} for r in rows if r.get("nstar_above") is not None],  # fmt: skip
+                       "nstar_above": r["nstar_above"]} for r in rows
+                      if r.get("nstar_above") is not None and not r.get("budget_exhausted")],  # fmt: skip
+        # rows whose search the --time-budget cut short (what their trials showed is in the row)
+        "time_budget_s": budget,
+        "budget_exhausted": [{"scheduler": r["scheduler"], "tau_theta_ticks": r["tau_theta_ticks"], "sigma": r["sigma"],
+                              "nstar_above": r["nstar_above"], "nstar_at_most": r["nstar_at_most"]}
+                             for r in rows if r.get("budget_exhausted")],  # fmt: skip
         # issue 10's target: the new scheduler within 2× the bound, inaction held
         "quantile_hold_within_2x_bound": all(r["ratio_to_bound"] is not None and r["ratio_to_bound"] <= 2 for r in hold) if hold else None,
         "quantile_hold_max_ratio_to_bound": max((r["ratio_to_bound"] for r in hold if r["ratio_to_bound"] is not None), default=None),
@@ -345,7 +462,7 @@ def _run(args: argparse.Namespace, backend: str) -> dict[str, Any]:
         "loadavg_after": list(os.getloadavg()),
         "machine": machine_info(),
     }
-    if args.plot:
+    if args.plot and searched:  # nothing measured (every row above the cap or out of time): nothing to draw
         result["plot"] = str(_plot(searched, Path(args.plot), args, kind))
         if len(sigmas) > 1:
             result["plot_sigma"] = str(_plot_sigma(rows, Path(args.plot), kind))
@@ -363,8 +480,10 @@ def _plot(rows: list[dict[str, Any]], path: Path, args: argparse.Namespace, kind
     sigma0 = rows[0]["sigma"] if rows else None
     rows = [r for r in rows if r["sigma"] == sigma0]
     for name in dict.fromkeys(r["scheduler"] for r in rows):
-        sub = [r for r in rows if r["scheduler"] == name]
-        ax.plot([r["tau_theta_ticks"] for r in sub], [r["nstar_measured"] for r in sub], "o-", label=f"{name} (measured)")
+        # rows without a measured N_I* (above the cap, or cut short by the time budget) have no point
+        sub = [r for r in rows if r["scheduler"] == name and r["nstar_measured"] is not None]
+        if sub:
+            ax.plot([r["tau_theta_ticks"] for r in sub], [r["nstar_measured"] for r in sub], "o-", label=f"{name} (measured)")
     taus = sorted({r["tau_theta_ticks"] for r in rows})
     ax.plot(taus, [r["lower_bound"] for r in rows[: len(taus)]], "k--", alpha=0.6, label="⌈τ̄_θ/τ_M⌉ (bound)")
     ax.set_xscale("log")
@@ -425,6 +544,10 @@ def render(result: dict[str, Any]) -> None:
     for r in result["rows"]:
         if r["nstar_measured"] is not None:
             measured, ratio = str(r["nstar_measured"]), f"{r['ratio_to_bound']:.2f}"
+        elif r.get("budget_exhausted"):  # cut short by --time-budget: the bracket its trials gave
+            low = "" if r["nstar_above"] is None else f"> {r['nstar_above']}"
+            high = "" if r["nstar_at_most"] is None else f"≤ {r['nstar_at_most']}"
+            measured, ratio = f"{low} {high} (time)".strip(), "—"
         elif r.get("nstar_above") is not None:  # still inaction at the search cap
             measured, ratio = f"> {r['nstar_above']}", f"> {r['nstar_above'] / r['lower_bound']:.0f}"
         else:

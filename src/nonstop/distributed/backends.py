@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import socket
 
-__all__ = ["BACKENDS", "BackendUnavailable", "check_backend", "check_ray_address", "RAY_INSTALL_HINT"]
+__all__ = ["BACKENDS", "LEARNER_BACKENDS", "BackendUnavailable", "check_backend", "check_learner_backend",
+           "check_ray_address", "RAY_INSTALL_HINT"]  # fmt: skip
 
 BACKENDS = ("thread", "process", "ray")
+#: where wall-clock learners run: spawned processes on this host, or Ray actors on any node
+LEARNER_BACKENDS = ("process", "ray")
 RAY_INSTALL_HINT = 'pip install -e ".[ray]" (or pip install ray)'
 
 
@@ -39,7 +42,8 @@ def check_backend(backend: str, *, ray_address: str | None = None, clock: str = 
         raise BackendUnavailable(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
     if backend != "ray":
         if ray_address is not None:
-            raise BackendUnavailable(f"--ray-address {ray_address!r} needs --backend ray (got --backend {backend})")
+            raise BackendUnavailable(f"--ray-address {ray_address!r} needs --backend ray or --learner-backend ray "
+                                     f"(got --backend {backend})")
         return backend
     if clock != "wall":
         raise BackendUnavailable(
@@ -49,6 +53,39 @@ def check_backend(backend: str, *, ray_address: str | None = None, clock: str = 
         import ray  # noqa: F401
     except ImportError:
         raise BackendUnavailable(f"backend 'ray' needs Ray, which is not installed: {RAY_INSTALL_HINT}") from None
+    if ray_address not in (None, "local"):
+        check_ray_address(ray_address)
+    return backend
+
+
+def check_learner_backend(backend: str, *, ray_address: str | None = None, clock: str = "wall",
+                          interaction: str = "staggered") -> str:  # fmt: skip
+    """``backend`` for the learners if they can run there, else a one-line `BackendUnavailable`.
+
+    >>> check_learner_backend("process")
+    'process'
+    >>> check_learner_backend("ray", clock="virtual")
+    Traceback (most recent call last):
+    ...
+    nonstop.distributed.backends.BackendUnavailable: --learner-backend ray runs real remote calls, which do not mix with the virtual clock: use --clock wall
+    """
+    if backend not in LEARNER_BACKENDS:
+        raise BackendUnavailable(f"unknown learner backend {backend!r}: use one of {', '.join(LEARNER_BACKENDS)}")
+    if backend == "process":
+        return backend
+    if clock != "wall":
+        raise BackendUnavailable(
+            "--learner-backend ray runs real remote calls, which do not mix with the virtual clock: use --clock wall"
+        )
+    if interaction != "staggered":
+        raise BackendUnavailable(
+            f"--learner-backend ray runs the learners of a staggered run; --interaction {interaction} learns inside "
+            "its own loop on this host: use --interaction staggered, or leave out --learner-backend"
+        )
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise BackendUnavailable(f"--learner-backend ray needs Ray, which is not installed: {RAY_INSTALL_HINT}") from None
     if ray_address not in (None, "local"):
         check_ray_address(ray_address)
     return backend

@@ -30,7 +30,8 @@ import numpy as np
 from nonstop.distributed.backends import RAY_INSTALL_HINT, BackendUnavailable, check_backend
 from nonstop.realtime.clock import stopwatch
 
-__all__ = ["RayPolicy", "ray_session", "WeightBroadcast", "ObjectStoreWeights", "check_placement", "overhead_summary"]
+__all__ = ["RayPolicy", "ray_session", "local_cluster", "WeightBroadcast", "ObjectStoreWeights", "check_placement",
+           "overhead_summary"]  # fmt: skip
 
 
 def _ray() -> Any:
@@ -38,6 +39,23 @@ def _ray() -> Any:
         import ray
     except ImportError:
         raise BackendUnavailable(f"backend 'ray' needs Ray, which is not installed: {RAY_INSTALL_HINT}") from None
+    return ray
+
+
+def _loopback_ray() -> Any:
+    """Ray, set up so that a Ray started here binds and advertises 127.0.0.1 only.
+
+    Ray reads ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` once, at import: without it a Ray started here
+    advertises the machine's external interface, which a sandbox may not let it connect back to
+    (a GCS that never answers, retried for minutes). The processes Ray starts read the variable;
+    a Ray this process imported earlier gets the same setting on its constant. Only for a Ray
+    started here: a driver joining a remote cluster must advertise a reachable address."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray = _ray()
+    from ray._private import ray_constants
+
+    if getattr(ray_constants, "ENABLE_RAY_CLUSTER", False):
+        ray_constants.ENABLE_RAY_CLUSTER = False
     return ray
 
 
@@ -51,10 +69,13 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
     if ray.is_initialized():
         yield ray
         return
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep a local Ray on loopback
     if address in (None, "local"):
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
-                 configure_logging=False)  # fmt: skip
+        ray = _loopback_ray()
+        # address="local": a new Ray of our own. With None, ray.init joins whatever RAY_ADDRESS or
+        # /tmp/ray/ray_current_cluster names (any test cluster started on this machine writes it, and
+        # leaves it behind), and a dead one there is retried for minutes
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                 _node_ip_address="127.0.0.1", configure_logging=False)  # fmt: skip
     else:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     try:
@@ -63,15 +84,94 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
         ray.shutdown()
 
 
-def check_placement(n_actors: int, num_cpus: float) -> None:
-    """A one-line error if the connected cluster cannot place ``n_actors`` actors of ``num_cpus``
-    CPUs each (they would wait forever for a slot while β plays)."""
+def _free_ports(n: int) -> list[int]:
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _node_ports() -> dict[str, int]:
+    """Every port Ray would otherwise take at a fixed default (the dashboard agent 52365, metrics,
+    the runtime-env agent) on a free one: a second Ray on this machine must not make a raylet
+    fate-share with an agent that could not bind (seen as a GCS timeout)."""
+    agent, metrics, runtime_env = _free_ports(3)
+    return {"dashboard_agent_listen_port": agent, "metrics_export_port": metrics, "runtime_env_agent_port": runtime_env}
+
+
+@contextmanager
+def local_cluster(n_nodes: int = 2, *, num_cpus: int = 1, timeout: float = 120.0) -> Iterator[Any]:
+    """A Ray cluster of ``n_nodes`` nodes on this machine (``ray.cluster_utils.Cluster``: every
+    process on 127.0.0.1, free ports, no dashboard), this process connected to it; yields the
+    cluster, whose nodes are all schedulable. Disconnects and shuts it down on exit."""
+    if not isinstance(n_nodes, int) or isinstance(n_nodes, bool) or n_nodes < 1:
+        raise ValueError(f"n_nodes must be an integer >= 1, got {n_nodes!r}")
+    ray = _loopback_ray()  # head and nodes on 127.0.0.1
+    if ray.is_initialized():
+        raise RuntimeError("local_cluster() starts its own cluster: this process is connected to a Ray already")
+    from ray.cluster_utils import Cluster
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    (gcs,) = _free_ports(1)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": num_cpus, "include_dashboard": False,
+                                                            "node_ip_address": "127.0.0.1", "redis_port": gcs,
+                                                            **_node_ports()})  # fmt: skip
+    try:
+        def node_args() -> dict[str, Any]:  # fresh free ports for each node
+            return {"num_cpus": num_cpus, "node_ip_address": "127.0.0.1", **_node_ports()}
+
+        nodes: list[Any] = [cluster.head_node] + [cluster.add_node(**node_args()) for _ in range(n_nodes - 1)]
+        if not cluster.address.startswith("127.0.0.1:"):
+            raise RuntimeError(f"the local cluster advertises {cluster.address}, not loopback: set "
+                               "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 before anything imports Ray")  # fmt: skip
+        ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+        cluster.wait_for_nodes()
+        # a node is listed alive before the scheduler has its resources: a task pinned to each node
+        # returns once that node can take actors
+        here = ray.remote(num_cpus=0)(lambda: ray.get_runtime_context().get_node_id())
+        pinned = [here.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n.node_id, soft=False)).remote()
+                  for n in nodes]  # fmt: skip
+        ray.get(pinned, timeout=timeout)
+        yield cluster
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.shutdown()
+        _forget_address(cluster.gcs_address)
+
+
+def _forget_address(gcs_address: str) -> None:
+    """Remove /tmp/ray/ray_current_cluster if it names this (now stopped) cluster: a plain ``ray.init()``
+    on this machine reads it, and would retry the dead address for minutes."""
+    try:
+        from ray._private import utils
+
+        path = utils.get_ray_address_file(None)
+        if utils.read_ray_address(None) == gcs_address:
+            os.remove(path)
+    except Exception:  # a private helper that moved, a file another process removed: nothing to undo
+        pass
+
+
+def check_placement(n_actors: int, num_cpus: float, *, n_learners: int = 0) -> None:
+    """A one-line error if the connected cluster cannot place ``n_actors`` inference actors and
+    ``n_learners`` learner actors of ``num_cpus`` CPUs each (they would wait forever for a slot
+    while β plays)."""
     ray = _ray()
     total = float(ray.cluster_resources().get("CPU", 0.0))
-    if num_cpus > 0 and n_actors * num_cpus > total + 1e-9:
+    need = (n_actors + n_learners) * num_cpus
+    if num_cpus > 0 and need > total + 1e-9:
+        what = f"{n_actors} Ray workers" + (f" and {n_learners} Ray learners" if n_learners else "")
+        fewer = "fewer workers (--n-inference)" + (" or learners (--n-learners)" if n_learners else "")
         raise BackendUnavailable(
-            f"{n_actors} Ray workers of {num_cpus:g} CPU each need {n_actors * num_cpus:g} CPUs but the cluster has "
-            f"{total:g}: use fewer workers (--n-inference), or add nodes to the cluster"
+            f"{what} of {num_cpus:g} CPU each need {need:g} CPUs but the cluster has {total:g}: use {fewer}, "
+            "or add nodes to the cluster"
         )
 
 
@@ -187,7 +287,7 @@ class RayPolicy:
     """
 
     def __init__(self, factory: Callable[..., Any], *, num_cpus: float = 1, torch_threads: int = 1,
-                 broadcast: WeightBroadcast | None = None, start_timeout: float = 120.0) -> None:  # fmt: skip
+                 broadcast: WeightBroadcast | None = None, start_timeout: float = 120.0, wait: bool = True) -> None:  # fmt: skip
         ray = _ray()
         if not ray.is_initialized():
             raise RuntimeError("RayPolicy needs a connected Ray: use nonstop.distributed.ray_backend.ray_session()")
@@ -200,15 +300,45 @@ class RayPolicy:
         self._actor = _actor_class().options(num_cpus=num_cpus, scheduling_strategy=_next_node(), max_restarts=0).remote(
             factory, torch_threads, n_params
         )
+        self._probe = self._actor.where.remote()
+        self.start_timeout = start_timeout
+        self.node_id: str | None = None
+        self.pid: int | None = None
+        self.overhead_s: list[float] = []
+        if wait:
+            self.wait_started()
+
+    def wait_started(self, timeout: float | None = None) -> "RayPolicy":
+        """Block until the actor has built its policy (``timeout``: ``start_timeout``); sets
+        ``node_id`` and ``pid``. A failed start releases the actor and raises."""
+        if self.pid is not None:
+            return self
+        timeout = self.start_timeout if timeout is None else timeout
         try:
-            self.node_id, self.pid = ray.get(self._actor.where.remote(), timeout=start_timeout)
+            self.node_id, self.pid = _ray().get(self._probe, timeout=timeout)
         except Exception as exc:
             self.close()
-            raise RuntimeError(f"Ray actor did not start within {start_timeout:g}s: {exc}") from exc
-        self.overhead_s: list[float] = []
+            raise RuntimeError(f"Ray actor did not start within {timeout:g}s: {exc}") from exc
+        return self
+
+    @classmethod
+    def start_many(cls, factories: list[Callable[..., Any]], **options: Any) -> list["RayPolicy"]:
+        """One started actor per factory, started together (each actor is a process that takes
+        seconds to start: N at once cost about one start where the cores allow, not N)."""
+        policies = [cls(factory, wait=False, **options) for factory in factories]
+        try:
+            for policy in policies:
+                policy.wait_started()
+        except BaseException:
+            for policy in policies:
+                policy.close()
+            raise
+        return policies
 
     def act(self, obs: np.ndarray) -> Any:
         ray = _ray()
+        if self.pid is None:
+            self.wait_started()
         weights = self.broadcast.current() if self.broadcast is not None else None
         t0 = stopwatch()
         try:

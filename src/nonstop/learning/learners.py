@@ -22,7 +22,8 @@ Modes:
 `VirtualLearners` runs them as timed processes on the virtual clock (an update
 *takes* its declared ``tau_l``); `LearnerProcesses` runs them as processes on
 the wall clock (real τ_L), with a supervisor that restarts a dead learner from
-the shared weights and keeps the turn moving past it.
+the shared weights and keeps the turn moving past it. `nonstop.distributed.ray_learners`
+runs the same modes with the learners as Ray actors on any node.
 """
 
 from __future__ import annotations
@@ -60,6 +61,21 @@ def check_mode(mode: str, n_learners: int) -> None:
         raise ValueError(f"n_learners must be an integer >= 1, got {n_learners!r}")
 
 
+def ready_to_learn(replay: ReplayBuffer, cfg: DQNConfig) -> bool:
+    """Whether the replay holds enough transitions (``learning_starts``, at least 2) to learn from."""
+    return replay.transitions_written >= max(cfg.learning_starts, 2)
+
+
+def updates_ahead(state: TrainingState, replay: ReplayBuffer, cfg: DQNConfig, in_flight: int = 0) -> bool:
+    """More updates (applied, plus ``in_flight`` gradients that will be) than ``updates_per_transition``
+    allows for the transitions so far: on the wall clock learners then pause, leaving the cores to the
+    world and to inference."""
+    ratio = cfg.updates_per_transition
+    fresh = replay.transitions_written - cfg.learning_starts
+    done = state.updates - state.counter(TrainingState.UPDATE_BASE) + in_flight
+    return ratio > 0 and done >= ratio * max(fresh, 0) + 1
+
+
 class GradientSlots(_Segment):
     """Per-learner gradient vectors for the ``parallel`` mode (N_L × n_params)."""
 
@@ -88,16 +104,11 @@ class Learner:
 
     @property
     def ready(self) -> bool:
-        return self.replay.transitions_written >= max(self.cfg.learning_starts, 2)
+        return ready_to_learn(self.replay, self.cfg)
 
     @property
     def ahead(self) -> bool:
-        """More updates than ``updates_per_transition`` allows for the transitions so far: on the
-        wall clock a learner then pauses, leaving the cores to the world and to inference."""
-        ratio = self.cfg.updates_per_transition
-        fresh = self.replay.transitions_written - self.cfg.learning_starts
-        done = self.state.updates - self.state.counter(TrainingState.UPDATE_BASE)
-        return ratio > 0 and done >= ratio * max(fresh, 0) + 1
+        return updates_ahead(self.state, self.replay, self.cfg)
 
     def gradient(self) -> tuple[np.ndarray, float] | None:
         """The gradient of one fresh batch at the newest complete weights (``None``: no batch yet)."""

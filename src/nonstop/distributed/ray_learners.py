@@ -1,0 +1,409 @@
+"""N_L learners as Ray actors, on any node (DESIGN §3, §5): ``--learner-backend ray``.
+
+What stays on the driver, next to the env: the replay (shared memory, filled by the host's
+recorder), the master parameters with their Adam moments (`TrainingState`) and the published
+weights (`SharedWeights`). What travels::
+
+    driver                                         learner actor i (any node)
+    ------                                         --------------------------
+    batch_i <- replay.sample(B)
+    (v, θ_v ref) <- WeightBroadcast.current()      # θ_v put once into the object store
+    ------------- batch_i, v, θ_v ref ------------>  θ <- θ_v (fetched only when v is new)
+                                                     g_i <- ∇ DQN loss(batch_i) at θ_v   # compute_gradient
+    <------------- g_i, loss, v ------------------
+    apply g_i to the master (apply_gradient), in the mode's order; publish θ_{v+1}
+
+One dispatcher thread on the driver keeps a gradient in flight per learner and applies the
+results, so the mode is an order of application:
+
+* ``round_robin`` (Langford et al., *Slow learners are fast*): in the fixed cyclic order 0, 1, …,
+  N_L−1, 0, … while the other learners keep computing; every gradient is applied (none
+  overwritten: updates applied == gradients returned) and each is at most N_L − 1 updates
+  stale. A learner with no gradient in flight (paused by ``updates_per_transition``, or being
+  restarted) has its turn skipped, as `LearnerProcesses` skips a dead learner's.
+* ``hogwild``: each gradient is applied as soon as it returns, in no set order (the master is
+  one copy on the driver, so updates are serialised there; what Hogwild gives up — order — is
+  given up here too).
+* ``parallel``: all learners compute on the same version, the driver averages their gradients
+  and applies one large-batch update per round.
+
+A learner actor that dies (killed, its node removed) loses only the gradient it was computing
+(counted as ``lost``): the dispatcher counts the death and starts a fresh actor on a live node
+while the restart budget allows, else the run ends with `PartFailed`. Weights reach inference
+actors through the same `WeightBroadcast` (one put per version, shared by both).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Final
+
+import numpy as np
+
+from nonstop.distributed.ray_backend import WeightBroadcast, _next_node, _ray, overhead_summary
+from nonstop.learning.dqn import DQNConfig
+from nonstop.learning.learners import apply, check_mode, ready_to_learn, updates_ahead
+from nonstop.learning.replay import ReplayBuffer
+from nonstop.learning.weights import SharedWeights, TrainingState
+from nonstop.realtime.clock import WallClock, stopwatch
+from nonstop.realtime.lifeline import PartFailed, RestartBudget
+
+__all__ = ["RayLearners"]
+_POLL: Final = 0.02  # seconds between checks of the stop flag while waiting on a result
+
+
+class _LearnerActor:
+    """One learner's networks, in its actor's process; it computes gradients, never applies them."""
+
+    def __init__(self, obs_shape: tuple[int, ...], n_actions: int, cfg_dict: dict[str, Any], torch_threads: int) -> None:
+        import torch
+
+        from nonstop.learning.dqn import build_q_network
+
+        torch.set_num_threads(torch_threads)
+        self.cfg = DQNConfig.from_dict(cfg_dict)
+        self.online = build_q_network(obs_shape, n_actions, self.cfg).train()
+        self.target = build_q_network(obs_shape, n_actions, self.cfg).eval()
+        self.version = self.target_version = -1
+        self.computed = 0  # gradients returned by this actor (the driver checks none was lost)
+
+    def where(self) -> tuple[str, int]:
+        return _ray().get_runtime_context().get_node_id(), os.getpid()
+
+    def gradient(self, batch: Any, version: int, params: list[Any], target_version: int,
+                 target: list[Any]) -> tuple[np.ndarray, float, int, float]:  # fmt: skip
+        """The clipped DQN gradient of ``batch`` at version ``version``; the parameters (and the
+        target network) are fetched from the object store only when their version is new."""
+        from nonstop.learning.dqn import compute_gradient
+        from nonstop.learning.weights import load_flat
+
+        t0 = stopwatch()
+        ray = _ray()
+        if version != self.version:
+            load_flat(self.online, ray.get(params[0]))
+            self.version = version
+        if target_version != self.target_version:
+            load_flat(self.target, ray.get(target[0]))
+            self.target_version = target_version
+        grad, loss = compute_gradient(self.online, self.target, batch, self.cfg)
+        self.computed += 1
+        return grad, loss, version, stopwatch() - t0
+
+    def count(self) -> int:
+        return self.computed
+
+
+_ACTOR_CLASS: Any = None
+
+
+def _actor_class() -> Any:
+    global _ACTOR_CLASS
+    if _ACTOR_CLASS is None:
+        _ACTOR_CLASS = _ray().remote(_LearnerActor)
+    return _ACTOR_CLASS
+
+
+class _InFlight:
+    """One gradient call: its Ray reference, the update count it was computed after, when it left."""
+
+    __slots__ = ("ref", "updates_at", "sent")
+
+    def __init__(self, ref: Any, updates_at: int, sent: float) -> None:
+        self.ref, self.updates_at, self.sent = ref, updates_at, sent
+
+
+class RayLearners:
+    """N_L learner actors driven from this process, with `LearnerProcesses`' interface
+    (``start``, ``stop``, ``kill``, ``report``, ``failure``, ``restarts``).
+
+    Needs a connected Ray (`ray_session`). ``broadcast`` is the run's `WeightBroadcast` (the
+    inference actors' too, when they run on Ray); ``num_cpus`` is what each actor reserves.
+    After ``stop``: ``applied`` updates were applied by this object, ``gradients`` returned and
+    ``lost`` died with their actor or were in flight at the stop; in ``round_robin`` and
+    ``hogwild`` every returned gradient is applied, so ``applied == gradients``.
+    """
+
+    def __init__(self, *, n_learners: int, mode: str, obs_shape: tuple[int, ...], n_actions: int, cfg: DQNConfig,
+                 state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, broadcast: WeightBroadcast,
+                 seed: int | None = None, num_cpus: float = 1, torch_threads: int = 1,
+                 restart_budget: RestartBudget | None = None, clock: Any = None, start_timeout: float = 120.0,
+                 tau_m: float = 1 / 60) -> None:  # fmt: skip
+        check_mode(mode, n_learners)
+        if not (num_cpus >= 0):
+            raise ValueError(f"num_cpus must be >= 0, got {num_cpus!r}")
+        if not isinstance(broadcast, WeightBroadcast):
+            raise TypeError(f"broadcast must be the run's WeightBroadcast, got {type(broadcast).__name__}")
+        self.n, self.mode = n_learners, mode
+        self.obs_shape, self.n_actions, self.cfg = tuple(obs_shape), int(n_actions), cfg
+        self.state, self.weights, self.replay, self.broadcast = state, weights, replay, broadcast
+        self.num_cpus, self.torch_threads, self.start_timeout, self.tau_m = num_cpus, torch_threads, start_timeout, tau_m
+        #: learner i's own random stream for its batches (sampled here, on the replay's host)
+        self.rngs = [np.random.default_rng(None if seed is None else seed * 1000 + i) for i in range(n_learners)]
+        self.budget = restart_budget if restart_budget is not None else RestartBudget()
+        self._clock = clock if clock is not None else WallClock(spin=0.0)
+        self.actors: list[Any] = [None] * n_learners
+        self.where: list[tuple[str, int] | None] = [None] * n_learners
+        self.restarts = [0] * n_learners
+        self.events: list[tuple[float, int, str]] = []
+        self.failure: PartFailed | None = None
+        self.applied = self.gradients = self.lost = 0
+        self.received = [0] * n_learners  # gradients returned by learner i's current actor
+        self.dropped_at_stop = [0] * n_learners  # its gradients in flight when the learners stopped
+        #: gradients each actor had computed when the learners stopped (None: dead, or no answer)
+        self.actor_counts: list[int | None] = [None] * n_learners
+        self.applied_by: list[int] = []  # which learner's gradient each update applied (round_robin, hogwild)
+        self.max_staleness = 0  # updates applied between a gradient's version and its own update
+        #: per gradient, the time from its send to its receipt outside the actor's compute: transfers,
+        #: queueing, and in round_robin the wait for its turn
+        self.outside_s: list[float] = []
+        self._in_flight: list[_InFlight | None] = [None] * n_learners
+        self._probe: list[Any] = [None] * n_learners  # a restarted actor's `where` call, until it answers
+        self._turn = 0
+        self._target: tuple[int, list[Any]] = (-1, [])
+        self._target_flat = np.empty(weights.n_params, np.float32)
+        self._stop = threading.Event()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None  # what ended the dispatcher, if not a stop
+
+    # ------------------------------------------------------------------ actors
+    def _spawn(self, i: int) -> Any:
+        actor = _actor_class().options(num_cpus=self.num_cpus, scheduling_strategy=_next_node(), max_restarts=0).remote(
+            self.obs_shape, self.n_actions, self.cfg.to_dict(), self.torch_threads
+        )
+        self.actors[i] = actor
+        return actor
+
+    def start(self) -> "RayLearners":
+        ray = _ray()
+        if not ray.is_initialized():
+            raise RuntimeError("RayLearners needs a connected Ray: use nonstop.distributed.ray_backend.ray_session()")
+        probes = [self._spawn(i).where.remote() for i in range(self.n)]
+        try:
+            self.where = list(ray.get(probes, timeout=self.start_timeout))
+        except Exception as exc:
+            self._kill_all()
+            raise RuntimeError(f"{self.n} Ray learner actors did not all start within {self.start_timeout:g}s: {exc}") from exc
+        self._thread = threading.Thread(target=self._dispatch, name="nonstop-ray-learners", daemon=True)
+        self._thread.start()
+        return self
+
+    def kill(self, i: int) -> None:
+        """Kill learner ``i``'s actor as a fault would (tests and drills): its gradient in flight is lost."""
+        if not 0 <= i < self.n:
+            raise ValueError(f"no learner {i}; learners are 0..{self.n - 1}")
+        _ray().kill(self.actors[i], no_restart=True)
+
+    def _kill_all(self) -> None:
+        ray = _ray()
+        for actor in self.actors:
+            if actor is None:
+                continue
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # already dead, or Ray already shut down
+                pass
+
+    def _died(self, i: int, exc: BaseException) -> None:
+        """Learner ``i``'s actor died (or its gradient raised): count it, and restart it within the
+        budget, else fail the run."""
+        try:
+            _ray().kill(self.actors[i], no_restart=True)  # one that raised is alive: it goes too
+        except Exception:
+            pass
+        self.lost += self._in_flight[i] is not None
+        self._in_flight[i] = None
+        self.received[i] = 0
+        why = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        self.events.append((self._clock.now(), i, f"died ({why})"))
+        if self.budget.spend(self._clock.now()):
+            self.restarts[i] += 1
+            # not awaited: until it answers, its turns pass and the other learners go on
+            self._probe[i] = self._spawn(i).where.remote()
+            self.where[i] = None
+            self.events.append((self._clock.now(), i, "restarted"))
+        else:
+            self.actors[i] = None
+            self.failure = PartFailed(f"Ray learner {i} kept dying: {sum(self.restarts) + 1} deaths, more than "
+                                      f"{self.budget.describe()} (last: {why})")  # fmt: skip
+            self.events.append((self._clock.now(), i, "gave up"))
+
+    # ------------------------------------------------------------------ one gradient
+    def _target_ref(self) -> tuple[int, list[Any]]:
+        """The target network in the object store, put once per target version."""
+        version = self.state.target_version
+        if version != self._target[0]:
+            for _ in range(100):
+                got = self.state.read_target_into(self._target_flat)  # a seqlock read: None if a sync overlapped it
+                if got is not None:
+                    self._target = (got, [_ray().put(self._target_flat.copy())])
+                    break
+        return self._target
+
+    def _in_flight_count(self) -> int:
+        return sum(f is not None for f in self._in_flight)
+
+    def _may_send(self) -> bool:
+        return ready_to_learn(self.replay, self.cfg) and not updates_ahead(
+            self.state, self.replay, self.cfg, in_flight=self._in_flight_count() if self.mode != "parallel" else 0
+        )
+
+    def _send(self, i: int, weights: tuple[int, float, list[Any]] | None = None) -> bool:
+        """Sample learner ``i``'s next batch here and send it, with the newest version, to its actor."""
+        batch = self.replay.sample(self.cfg.batch_size, self.rngs[i])
+        if batch is None:
+            return False
+        version, _, refs = weights if weights is not None else self.broadcast.current()
+        target_version, target_refs = self._target_ref()
+        ref = self.actors[i].gradient.remote(batch, version, refs, target_version, target_refs)
+        self._in_flight[i] = _InFlight(ref, self.state.updates, stopwatch())
+        return True
+
+    def _up(self, i: int) -> bool:
+        """Whether learner ``i`` has a started actor (a restarted one counts once it has answered)."""
+        if self.actors[i] is None:
+            return False
+        probe = self._probe[i]
+        if probe is None:
+            return True
+        ray = _ray()
+        if not ray.wait([probe], timeout=0)[0]:
+            return False
+        self._probe[i] = None
+        try:
+            self.where[i] = ray.get(probe)
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
+            self._died(i, exc)
+            return False
+        return True
+
+    def _receive(self, i: int) -> tuple[np.ndarray, float, int] | None:
+        """Learner ``i``'s gradient (None: its actor died, already counted and handled)."""
+        ray, flight = _ray(), self._in_flight[i]
+        assert flight is not None
+        try:
+            grad, loss, _version, compute = ray.get(flight.ref)
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
+            self._died(i, exc)
+            return None
+        self._in_flight[i] = None
+        self.gradients += 1
+        self.received[i] += 1
+        self.outside_s.append(max(0.0, stopwatch() - flight.sent - compute))
+        # a received array may be read-only (Ray deserialises without a copy): Adam reads it only, but
+        # torch warns on a read-only buffer
+        return np.require(grad, np.float32, ["C", "W"]), loss, flight.updates_at
+
+    def _apply(self, i: int, grad: np.ndarray, loss: float, updates_at: int) -> None:
+        self.max_staleness = max(self.max_staleness, self.state.updates - updates_at)
+        apply(self.state, self.weights, grad, loss, self.cfg)
+        self.applied += 1
+        self.applied_by.append(i)
+
+    def _wait(self, refs: list[Any], num_returns: int = 1) -> list[Any]:
+        """The first ``num_returns`` of ``refs`` that are done, polling so a stop is seen within _POLL."""
+        ray = _ray()
+        while not self._stop.is_set():
+            done, _ = ray.wait(refs, num_returns=num_returns, timeout=_POLL)
+            if len(done) >= num_returns:
+                return done
+        return []
+
+    # ------------------------------------------------------------------ the dispatcher
+    def _dispatch(self) -> None:
+        step = {"round_robin": self._round_robin_step, "hogwild": self._hogwild_step, "parallel": self._parallel_step}[self.mode]
+        try:
+            while not self._stop.is_set() and self.failure is None:
+                if not step():
+                    self._stop.wait(0.002)  # nothing to do yet: no batch, or ahead of the transitions
+        except BaseException as exc:  # noqa: BLE001 - a dispatcher that died ends the run, with its cause
+            self.error = exc
+            self.failure = PartFailed(f"the Ray learners' dispatcher failed: {type(exc).__name__}: {exc}")
+
+    def _fill(self) -> None:
+        for i in range(self.n):
+            # a restarted actor gets its first batch once it has started: sent earlier, the gradient
+            # would wait out the start (seconds) and arrive many versions stale
+            if self._in_flight[i] is None and self._up(i) and self._may_send():
+                self._send(i)
+
+    def _round_robin_step(self) -> bool:
+        self._fill()
+        if not self._in_flight_count():
+            return False
+        i = self._turn % self.n
+        self._turn += 1
+        flight = self._in_flight[i]
+        if flight is None:
+            return True  # nothing of learner i's to apply (paused, or restarting): its turn passes
+        if not self._wait([flight.ref]):
+            return False  # stopping
+        out = self._receive(i)
+        if out is not None:
+            self._apply(i, *out)
+        return True
+
+    def _hogwild_step(self) -> bool:
+        self._fill()
+        refs = {f.ref: i for i, f in enumerate(self._in_flight) if f is not None}
+        if not refs:
+            return False
+        for ref in self._wait(list(refs)):
+            i = refs[ref]
+            out = self._receive(i)
+            if out is not None:
+                self._apply(i, *out)
+        return True
+
+    def _parallel_step(self) -> bool:
+        if not self._may_send():
+            return False
+        weights = self.broadcast.current()  # one version for the whole round
+        sent = [i for i in range(self.n) if self._up(i) and self._send(i, weights)]
+        if not sent:
+            return False
+        self._wait([f.ref for f in (self._in_flight[i] for i in sent) if f is not None], num_returns=len(sent))
+        if self._stop.is_set():
+            return False
+        outs = [(i, out) for i in sent if (out := self._receive(i)) is not None]
+        if outs:
+            grad = np.mean([g for _, (g, _, _) in outs], axis=0).astype(np.float32)
+            loss = float(np.mean([part for _, (_, part, _) in outs]))
+            self._apply(-1, grad, loss, outs[0][1][2])  # -1: every learner's average
+        return True
+
+    # ------------------------------------------------------------------ the end
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the dispatcher (a gradient still in flight is dropped and counted in ``lost``) and
+        release the actors. Idempotent (a run quiesces, then tears down)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout)
+        self.dropped_at_stop = [int(f is not None) for f in self._in_flight]
+        self.lost += sum(self.dropped_at_stop)
+        self._in_flight = [None] * self.n
+        # each actor's own count, queued behind its last gradient call: received + dropped_at_stop, for
+        # a learner whose actor lived (the check that nothing computed went missing)
+        ray = _ray()
+        for i, actor in enumerate(self.actors):
+            try:
+                self.actor_counts[i] = ray.get(actor.count.remote(), timeout=2.0) if actor is not None else None
+            except Exception:  # dead, or not answering: no count
+                self.actor_counts[i] = None
+        self._kill_all()
+
+    @property
+    def loss(self) -> float:
+        from nonstop.learning.learners import _LOSS
+
+        return float(self.state._hdr_f[_LOSS])
+
+    def report(self) -> dict[str, Any]:
+        return {"n_learners": self.n, "mode": self.mode, "backend": "ray", "restarts": list(self.restarts),
+                "events": [(round(t, 3), i, what) for t, i, what in self.events],
+                "applied": self.applied, "gradients": self.gradients, "lost": self.lost,
+                "max_staleness": self.max_staleness, "outside_compute_s": overhead_summary(self.outside_s, self.tau_m)}  # fmt: skip
