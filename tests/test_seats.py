@@ -11,7 +11,7 @@ import pytest
 from nonstop.envs.duel import DrawOnSignal, QuickDrawDuel
 from nonstop.inference.schedulers import make_scheduler
 from nonstop.inference.workers import InferencePool
-from nonstop.policies import Constant, LatencyPolicy
+from nonstop.policies import Constant, LatencyPolicy, LogNormal
 from nonstop.realtime.host import Session
 from nonstop.realtime.ticklog import COLUMNS, SEAT_COLUMNS, TickLog
 
@@ -293,3 +293,20 @@ def test_bench_host_steps_a_seat_world():
 
     assert raw_loop("multi/duel", 200)["steps_per_s"] > 0
     assert host_loop("multi/duel", 200)["steps_per_s"] > 0  # raises unless the host ran all 200 ticks
+
+
+def test_a_second_seat_pool_that_holds_its_actions_submits_them_for_its_own_seat():
+    """quantile_hold releases held actions later, through the pool's release path: they must reach
+    the pool's own seat's queue (they once went to the first seat's)."""
+    from nonstop.inference.schedulers import make_scheduler
+
+    with Session("multi/duel", clock="virtual", seed=3, env_kwargs={"rounds": 4}) as world:
+        slow = lambda i: LatencyPolicy(DrawOnSignal(), LogNormal(5 * TICK, 0.3))  # noqa: E731
+        with InferencePool(world, slow, make_scheduler("quantile_hold", 12), seat="second_0").start():
+            world.run_for(600 * TICK)
+    from nonstop.realtime.ticklog import SOURCE_AGENT
+
+    log = world.tick_log
+    assert not (log["source"] == SOURCE_AGENT).any()  # nothing reached the seat without a pool
+    assert (log["seat1_source"] == SOURCE_AGENT).sum() > 300
+    assert log.seat("second_0").summary(warmup_ticks=60)["inaction_fraction"] < 0.1

@@ -376,7 +376,7 @@ class InferencePool:
 
     def _submit(self, action: Any, latest: Any, state: _WorkerState, tau_theta: float, when: float,
                 copy: bool = False) -> None:  # fmt: skip
-        self.session.queue.submit(
+        self.session.queues[self.seat].submit(
             action, obs_tick=latest.tick, episode=latest.episode, worker=state.index,
             tau_theta=tau_theta, submit_time=when,
         )  # fmt: skip
