@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from nonstop._io import write_atomic
+from nonstop.learning.runlog import _json_safe  # one way to make a summary JSON-safe, shared with the run log
 
 __all__ = ["TRACKERS", "END_STATES", "Tracker", "TrackerError", "parse_track", "require_trackers", "open_tracker",
            "read_tracking", "end_state"]
@@ -142,20 +143,6 @@ def _numbers(row: Mapping[str, Any]) -> dict[str, float]:
         if isinstance(value, (bool, int, float)) and math.isfinite(float(value)):
             out[key] = float(value)
     return out
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if hasattr(value, "item") and callable(value.item):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return str(value)
 
 
 class Tracker:
