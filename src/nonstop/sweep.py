@@ -463,9 +463,19 @@ def _last_line(path: Path) -> str:
     return (errors or lines or [""])[-1].strip()
 
 
+BUDGET_HELP: Final = """budgets (--games, --sizes, --seeds, --episodes override them):
+  tiny    the delay world, k = 1 and 29, 1 seed, 2 episodes: a smoke test (~20 s)
+  small   the delay world at k = 1, 7, 29, 98 x 3 seeds x 6 episodes, and Boxing x 1 seed x 1 episode
+          (39 min on a busy 2-core machine, 23 CPU-min; Boxing at eps ~0.9 measures acting, not learning)
+  medium  the delay world (5 seeds, 40 episodes); Boxing, Krull, NameThisGame (3 seeds, 20 episodes): days
+  paper   Boxing, Krull, NameThisGame, Tetris and Pokemon where found; 5 seeds, 2,000 episodes: a cluster's work"""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = BUDGET_HELP
     p.add_argument("--budget", choices=tuple(BUDGETS), default="small",
-                   help="what to run (default small, ~30-45 min on 2 cores); see `nonstop sweep --help`'s list")
+                   help="what to run (default small); the budgets are listed below")
     p.add_argument("--games", default=None, metavar="G,G",
                    help=f"worlds (default: the budget's): {', '.join(GAMES)}")
     p.add_argument("--sizes", default=None, metavar="K,K", help="ResNet widths k the declared times stand for (default 1,7,29,98)")
