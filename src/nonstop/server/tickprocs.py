@@ -48,6 +48,7 @@ from nonstop.realtime.atomics import SEQ_CST, SharedWords, require_atomics
 from nonstop.realtime.channels import SEGMENT_PREFIX, ActionQueue, LatestSlot, SharedSegment
 from nonstop.realtime.clock import WallClock
 from nonstop.realtime.lifeline import hold_lifeline, reap
+from nonstop.server.ticking import PhasedClock, PhaseSlots, WarmEnvs, _Lane
 from nonstop.realtime.ticklog import CHUNK_ROWS, TickLog
 
 __all__ = ["TickBoard", "TickProcs", "RECENT_TICKS", "RECORD_EVERY", "SessionRecord"]
@@ -291,7 +292,6 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
     from nonstop.realtime.defaults import make_default
     from nonstop.realtime.host import Host, raise_priority
     from nonstop.server.replay import ReplayRecorder, SeatReplayRecorder
-    from nonstop.server.sessions import PhasedClock, WarmEnvs, _Lane
 
     hold_lifeline()  # a killed server leaves no worker behind, even one busy ticking
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server owns shutdown
@@ -422,7 +422,6 @@ class TickProc:
 
     def __init__(self, index: int, env_ids: list[str], warm: int, sched: str, on_note: Callable[[tuple], None],
                  on_exit: Callable[["TickProc"], None], on_records: Callable[[dict], None]) -> None:  # fmt: skip
-        from nonstop.server.sessions import PhaseSlots
 
         self.args = (index, env_ids, warm, sched, on_note, on_exit, on_records)  # a replacement's
 
