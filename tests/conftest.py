@@ -8,6 +8,7 @@ factory it is given).
 from __future__ import annotations
 
 import os
+import time
 
 # Before any test module imports Ray (several do, at collection): Ray reads this once at import,
 # and without it a local test cluster advertises the machine's external interface, which a
@@ -95,7 +96,6 @@ class _SlowReset(gymnasium.Wrapper):
     """Resets take 5 ms of wall time: the host's two publishes at an episode end lie that far apart."""
 
     def reset(self, **kwargs):
-        import time
 
         time.sleep(0.005)
         return self.env.reset(**kwargs)
@@ -163,7 +163,6 @@ def publish_uniform_frames(slot, seconds: float, ready, done_count) -> None:
     whose every element equals the sequence number, back to back, with a short
     pause every 8 frames so that a reader on a loaded machine also gets whole
     windows between writes (the liveness half of the test)."""
-    import time
 
     frame = np.empty(slot.shape, slot.dtype)
     ready.set()
@@ -186,3 +185,15 @@ def process_alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
+    """Poll ``predicate`` until it returns something truthy (returned), or fail naming ``what``
+    after ``timeout`` seconds (generous: a loaded CI machine is slow, a passing test never waits it)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")

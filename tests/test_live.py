@@ -13,10 +13,10 @@ import random
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
+from conftest import wait_for
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -30,16 +30,6 @@ WORLD = "theory/inaction"  # 60 Hz, Discrete(3), acting earns 1 per tick, β's n
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
-
-
-def _wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _session(url: str, sid: str, token: str | None = None) -> dict:
@@ -129,7 +119,7 @@ def test_a_spectator_that_never_subscribed_hears_the_end(no_shm_leak) -> None:
             assert end["data"]["code"] == "SESSION_ENDED" and "closed by client" in end["data"]["message"]
             with pytest.raises(ConnectionClosedOK):
                 ws.recv(timeout=30)
-        _wait_for(lambda: http_get(srv.url, "/health")["connections"] == 0, what="both sockets counted out")
+        wait_for(lambda: http_get(srv.url, "/health")["connections"] == 0, what="both sockets counted out")
 
 
 def test_spectator_sockets_count_toward_max_connections(no_shm_leak) -> None:
@@ -143,7 +133,7 @@ def test_spectator_sockets_count_toward_max_connections(no_shm_leak) -> None:
             with pytest.raises(InvalidStatus) as refused:  # the owner and this spectator fill the server
                 connect(f"{srv.url}/ws/watch/{sid}")
             assert refused.value.response.status_code == 503
-        _wait_for(lambda: http_get(srv.url, "/health")["connections"] == 1, what="the spectator counted out")
+        wait_for(lambda: http_get(srv.url, "/health")["connections"] == 1, what="the spectator counted out")
         with connect(f"{srv.url}/ws/watch/{sid}") as again:
             assert _send(again, "observe")["type"] == "observation"
 
@@ -161,7 +151,7 @@ def test_spectators_per_session_are_bounded(no_shm_leak) -> None:
         with connect(f"{srv.url}/ws/watch/{sid}") as extra:
             assert json.loads(extra.recv(timeout=30))["data"]["code"] == "BACKPRESSURE"
         watchers[0].close()
-        _wait_for(lambda: http_get(srv.url, "/live/sessions")["spectators"].get(sid) == MAX_SPECTATORS - 1,
+        wait_for(lambda: http_get(srv.url, "/live/sessions")["spectators"].get(sid) == MAX_SPECTATORS - 1,
                   what="the spectator to be counted out")  # fmt: skip
         with connect(f"{srv.url}/ws/watch/{sid}") as again:
             assert _send(again, "observe")["type"] == "observation"
@@ -253,7 +243,7 @@ def test_live_page_in_a_headless_browser(tmp_path) -> None:
             except Exception:  # noqa: BLE001 - not listening yet
                 return False
 
-        _wait_for(up, timeout=90, what="the server to come up")
+        wait_for(up, timeout=90, what="the server to come up")
         started = threading.Event()
         sid_box: list[str] = []
         failures: list[BaseException] = []

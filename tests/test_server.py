@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import wait_for
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -29,16 +30,6 @@ from nonstop.server.sessions import TRANSITIONS, Lifecycle  # noqa: E402
 
 pytestmark = pytest.mark.wall
 WORLD = "theory/inaction"  # 60 Hz, Discrete(3), acting earns 1 per tick, β's noop 0
-
-
-def _wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _session(url: str, sid: str, token: str | None = None) -> dict:
@@ -125,7 +116,7 @@ def test_realtime_verbs(server) -> None:
         client.subscribe(0)
         sid = now.info["session_id"]
         assert _session(server.url, sid)["lifecycle"] == "running"
-    info = _wait_for(lambda: (s := _session(server.url, sid))["lifecycle"] == "closed" and s, what="closed")
+    info = wait_for(lambda: (s := _session(server.url, sid))["lifecycle"] == "closed" and s, what="closed")
     assert info["end_reason"] == "closed by client"
     assert Path(info["replay"]).exists()
 
@@ -181,7 +172,7 @@ def test_capacity_full_is_an_error_and_frees_up(tmp_path, no_shm_leak) -> None:
                 c.observe()
             assert err.value.code == "NO_SESSION"
             a.close()
-            _wait_for(lambda: srv.manager.live_count() == 1, what="a's session to close")
+            wait_for(lambda: srv.manager.live_count() == 1, what="a's session to close")
             assert c.reset().tick == 0
         finally:
             for cl in (b, c):
@@ -199,7 +190,7 @@ def test_vanished_client_ends_by_timeout_with_replay(tmp_path, no_shm_leak) -> N
             sid = json.loads(ws.recv())["data"]["observation"]["session_id"]
             ws.send(json.dumps({"type": "act", "data": {"action": 2}}))
             ws.recv()
-            info = _wait_for(lambda: (s := _session(srv.url, sid))["lifecycle"] == "closed" and s, what="reaped")
+            info = wait_for(lambda: (s := _session(srv.url, sid))["lifecycle"] == "closed" and s, what="reaped")
             assert info["end_reason"].startswith("idle timeout")
             replay = Replay.load(info["replay"])
             assert replay.ticks >= 20 and replay.summary()["agent_ticks"] == 1
@@ -215,7 +206,7 @@ def test_connection_lost_ends_session(server) -> None:
         ws.send(json.dumps({"type": "reset"}))
         sid = json.loads(ws.recv())["data"]["observation"]["session_id"]
         ws.socket.close()  # no close frame: the connection is simply lost
-    info = _wait_for(lambda: (s := _session(server.url, sid))["lifecycle"] == "closed" and s, what="closed")
+    info = wait_for(lambda: (s := _session(server.url, sid))["lifecycle"] == "closed" and s, what="closed")
     assert info["end_reason"] == "connection lost"
 
 
@@ -263,7 +254,7 @@ def test_health_reports_stalled_ticks(tmp_path, no_shm_leak) -> None:
         http = srv.url.replace("ws://", "http://")
         assert httpx.get(http + "/health").status_code == 200
         srv.manager.pool.close()  # the tick threads stop: nothing ticks any more
-        _wait_for(lambda: httpx.get(http + "/health").status_code == 503, timeout=5, what="unhealthy")
+        wait_for(lambda: httpx.get(http + "/health").status_code == 503, timeout=5, what="unhealthy")
         assert httpx.get(http + "/health").json()["ticks_advancing"] is False
 
 
@@ -293,7 +284,7 @@ def test_replay_detects_tampering(server, tmp_path) -> None:
         for a in (0, 1, 1, 0, 1):
             client.step(a)
         sid = client.last.info["session_id"]
-    info = _wait_for(lambda: (s := _session(server.url, sid))["lifecycle"] == "closed" and s, what="closed")
+    info = wait_for(lambda: (s := _session(server.url, sid))["lifecycle"] == "closed" and s, what="closed")
     replay = Replay.load(info["replay"])
     assert verify(replay).ok and replay.summary()["agent_ticks"] == 5
     agent_rows = np.flatnonzero(replay.columns["source"] == 1)
@@ -317,7 +308,7 @@ def test_replay_video_of_atari(tmp_path, no_shm_leak) -> None:
             client.reset(seed=2, encoding="none")
             client.wait(12)
             sid = client.last.info["session_id"]
-        info = _wait_for(lambda: (s := _session(srv.url, sid))["lifecycle"] == "closed" and s, what="closed")
+        info = wait_for(lambda: (s := _session(srv.url, sid))["lifecycle"] == "closed" and s, what="closed")
     from nonstop.cli import main
 
     gif = tmp_path / "boxing.gif"
@@ -347,7 +338,7 @@ def test_sigterm_closes_sessions_and_flushes_replays(tmp_path, tick_procs) -> No
             except Exception:
                 return False
 
-        _wait_for(up, timeout=60, what="server up")
+        wait_for(up, timeout=60, what="server up")
         client = Client(url)
         client.reset(seed=4)
         client.step(1)
@@ -356,7 +347,7 @@ def test_sigterm_closes_sessions_and_flushes_replays(tmp_path, tick_procs) -> No
         assert len(workers) >= tick_procs
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
-        _wait_for(lambda: all(_gone(w) for w in workers), 10, "the server's children to exit")
+        wait_for(lambda: all(_gone(w) for w in workers), 10, "the server's children to exit")
         replay = Replay.load(tmp_path / f"{sid}.npz")
         assert replay.header["end_reason"] in ("server shutdown", "connection lost")
         assert verify(replay).ok
@@ -382,7 +373,7 @@ def test_work_queue_refuses_with_backpressure() -> None:
         assert err.value.code == "BACKPRESSURE" and queue.refused == 1
         release.set()
         first.result(5), second.result(5)
-        _wait_for(lambda: queue.pending == 0, what="queue drained")
+        wait_for(lambda: queue.pending == 0, what="queue drained")
         assert queue.submit(lambda: 3).result(5) == 3  # room again once the backlog is gone
     finally:
         release.set()
@@ -419,13 +410,13 @@ def test_warm_env_sessions_replay_exactly(tmp_path, no_shm_leak, tick_procs) -> 
     of time, on the tick worker when there is one); its replay records that and still re-simulates
     hash for hash."""
     with ServerThread(envs=["CartPole"], replay_dir=tmp_path, warm_envs=1, tick_procs=tick_procs) as srv:
-        _wait_for(lambda: http_get(srv.url, "/health")["warm_envs_ready"]["CartPole"] >= 1, 60, "a warm env")
+        wait_for(lambda: http_get(srv.url, "/health")["warm_envs_ready"]["CartPole"] >= 1, 60, "a warm env")
         with Client(srv.url) as client:
             client.reset(encoding="none")  # no seed: the warm env
             for a in (1, 0, 1, 1, 0, 0, 1):
                 client.step(a)
             sid = client.last.info["session_id"]
-        info = _wait_for(lambda: (s := _session(srv.url, sid))["lifecycle"] == "closed" and s, what="closed")
+        info = wait_for(lambda: (s := _session(srv.url, sid))["lifecycle"] == "closed" and s, what="closed")
     replay = Replay.load(info["replay"])
     assert replay.header["warm_reset"] is True and isinstance(replay.header["seed"], int)
     assert verify(replay).ok
@@ -506,14 +497,14 @@ def test_tick_workers_end_their_sessions_and_clean_up(tmp_path, no_shm_leak) -> 
             short.reset(seed=3, max_ticks=12)
             other.reset(seed=4)
             short_sid, other_sid = short.last.info["session_id"], other.last.info["session_id"]
-            info = _wait_for(lambda: (s := _session(srv.url, short_sid))["lifecycle"] == "closed" and s, what="end")
+            info = wait_for(lambda: (s := _session(srv.url, short_sid))["lifecycle"] == "closed" and s, what="end")
             assert info["end_reason"] == "max_ticks reached" and info["summary"]["ticks"] == 12
             assert verify(Replay.load(info["replay"])).ok
             victim = next(p for p in procs if p is srv.manager.get(other_sid).proc)
             os.kill(victim.process.pid, signal.SIGKILL)
-            info = _wait_for(lambda: (s := _session(srv.url, other_sid))["lifecycle"] == "closed" and s, what="end")
+            info = wait_for(lambda: (s := _session(srv.url, other_sid))["lifecycle"] == "closed" and s, what="end")
             assert info["end_reason"].startswith("tick worker died (killed by signal 9)")
-            _wait_for(lambda: srv.manager.health()["status"] == "healthy", 60, "a replacement worker")
+            wait_for(lambda: srv.manager.health()["status"] == "healthy", 60, "a replacement worker")
             assert victim not in procs and srv.manager.procs.replaced == 1
     assert all(p.process.exitcode is not None for p in procs)
 

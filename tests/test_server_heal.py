@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import wait_for
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -28,16 +29,6 @@ from nonstop.server.replay import Replay, verify  # noqa: E402
 
 pytestmark = pytest.mark.wall
 WORLD = "theory/inaction"  # 60 Hz, Discrete(3)
-
-
-def _wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # ----------------------------------------------------------------------------- secrets
@@ -89,7 +80,7 @@ def test_access_log_never_holds_the_token(no_shm_leak) -> None:
                 with connect(f"{srv.url}/ws?token=wrong-{secret}") as ws:
                     ws.recv(timeout=10)
             http_get(srv.url, "/health?token=" + secret, token=secret)
-            _wait_for(lambda: sum("token=***" in line for line in lines) >= 2, what="the access log lines")
+            wait_for(lambda: sum("token=***" in line for line in lines) >= 2, what="the access log lines")
         finally:
             for name in RedactToken.LOGGERS:
                 logging.getLogger(name).removeHandler(handler)
@@ -128,7 +119,7 @@ def test_nonstop_serve_takes_the_token_from_a_file_or_env_and_never_logs_it(tmp_
             except Exception:
                 return False
 
-        _wait_for(up, timeout=60, what="server up")
+        wait_for(up, timeout=60, what="server up")
         assert secret not in " ".join(open(f"/proc/{proc.pid}/cmdline").read().split("\0"))  # not in ps
         with connect(f"{url}/ws?token={secret}") as ws:
             ws.send('{"type": "reset", "data": {"seed": 1}}')
@@ -165,7 +156,7 @@ def test_replay_retention_survives_a_reset_storm(tmp_path, no_shm_leak) -> None:
                 client.reset(seed=seed)
                 client.step(1)
             last_sid = client.last.info["session_id"]
-        _wait_for(lambda: srv.manager.get(last_sid) is None, what="the last session to finalize")
+        wait_for(lambda: srv.manager.get(last_sid) is None, what="the last session to finalize")
         replays = sorted(p.name for p in tmp_path.glob("*.npz"))
         assert len(replays) == 4, replays
         assert f"{last_sid}.npz" in replays  # the newest is kept
@@ -206,7 +197,7 @@ def test_idle_connections_close_and_connections_are_capped(no_shm_leak) -> None:
                 ws.recv(timeout=30)
             assert closed.value.rcvd.code == 1008 and "no session started" in closed.value.rcvd.reason
         assert time.monotonic() - t0 < 25
-        _wait_for(lambda: http_get(srv.url, "/health")["connections"] == 0, what="the connection count to drop")
+        wait_for(lambda: http_get(srv.url, "/health")["connections"] == 0, what="the connection count to drop")
         with Client(srv.url) as client:  # room again; a connection with a session outlives the timeout
             client.reset(seed=1)
             time.sleep(1.5)
@@ -349,13 +340,13 @@ def test_a_stopped_tick_worker_freezes_only_its_own_sessions(no_shm_leak) -> Non
                     elapsed, out = _timed(frozen.observe)
                     assert elapsed < 5.0 and (not isinstance(out, Exception) or out.code == "BACKPRESSURE")
                 assert worst < 2.0, worst
-                _wait_for(lambda: http_get_any(srv.url, "/health")["tick_procs_silent"], what="/health to see it")
+                wait_for(lambda: http_get_any(srv.url, "/health")["tick_procs_silent"], what="/health to see it")
                 with Client(srv.url, retry_deadline=0) as fresh:  # admitted on the worker that answers
                     assert fresh.reset(seed=3).tick == 0
                     assert srv.manager.get(fresh.last.info["session_id"]).proc.process.pid != pid
             finally:
                 os.kill(pid, signal.SIGCONT)
-            _wait_for(lambda: srv.manager.health()["status"] == "healthy", what="/health to recover")
+            wait_for(lambda: srv.manager.health()["status"] == "healthy", what="/health to recover")
             assert frozen.step(1).tick > 0
 
 
@@ -377,16 +368,16 @@ def test_a_killed_tick_worker_is_replaced_and_its_replays_kept(tmp_path, no_shm_
             time.sleep(0.6)  # a few record notes reach the server
             ticks_before = victim.observe().tick
             os.kill(dead.process.pid, signal.SIGKILL)
-            _wait_for(lambda: dead not in srv.manager.procs.procs, what="a replacement worker")
+            wait_for(lambda: dead not in srv.manager.procs.procs, what="a replacement worker")
             with pytest.raises(ServerError) as err:
                 victim.step(1)
             assert err.value.code == "SESSION_ENDED" and "tick worker died (killed by signal 9)" in err.value.message
             assert dead.process.exitcode == -signal.SIGKILL  # reaped
-            health = _wait_for(lambda: (h := http_get_any(srv.url, "/health"))["status"] == "healthy" and h, 60,
+            health = wait_for(lambda: (h := http_get_any(srv.url, "/health"))["status"] == "healthy" and h, 60,
                                "/health to be 200 again")  # fmt: skip
             assert health["tick_procs_replaced"] == 1 and health["tick_procs_silent"] == []
             assert http_get(srv.url, "/health")["ticks_advancing"]  # raises unless 200
-            info = _wait_for(lambda: (s := next(x for x in http_get(srv.url, "/sessions") if x["session_id"] == sid))
+            info = wait_for(lambda: (s := next(x for x in http_get(srv.url, "/sessions") if x["session_id"] == sid))
                              ["lifecycle"] == "closed" and s, what="the dead session to close")  # fmt: skip
             assert info["summary"]["complete"] is False and info["summary"]["ticks"] >= ticks_before - 15
             replay = Replay.load(info["replay"])
@@ -425,7 +416,7 @@ def test_a_crash_loop_is_not_respawned_forever(no_shm_leak) -> None:
         pool._replaced_at = [tickprocs._CLOCK.now()] * tickprocs.MAX_REPLACEMENTS  # a crash loop so far
         dead = pool.procs[0]
         os.kill(dead.process.pid, signal.SIGKILL)
-        _wait_for(lambda: not dead.alive, what="the worker's death to be seen")
+        wait_for(lambda: not dead.alive, what="the worker's death to be seen")
         time.sleep(1.0)
         assert pool.procs == [dead] and pool.replaced == 0
         assert http_get_any(srv.url, "/health")["status"] == "unhealthy"

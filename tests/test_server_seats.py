@@ -11,10 +11,10 @@ Wall clock (a server is realtime by nature): the assertions hold however loaded 
 from __future__ import annotations
 
 import asyncio
-import time
 
 import numpy as np
 import pytest
+from conftest import wait_for
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -29,22 +29,12 @@ DUEL = "multi/duel"  # two seats (first_0, second_0), Discrete(2): 0 holds, 1 dr
 ONE_SEAT = "theory/inaction"
 
 
-def _wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _session(url: str, sid: str) -> dict:
     return next(s for s in http_get(url, "/sessions") if s["session_id"] == sid)
 
 
 def _closed(url: str, sid: str) -> dict:
-    return _wait_for(lambda: (s := _session(url, sid))["lifecycle"] == "closed" and s, what=f"{sid} closed")
+    return wait_for(lambda: (s := _session(url, sid))["lifecycle"] == "closed" and s, what=f"{sid} closed")
 
 
 def _code(call) -> str:
@@ -187,7 +177,7 @@ def test_a_seat_whose_client_leaves_is_played_by_its_beta(server) -> None:
             second.join(sid)
             second.act(1)
             second.wait(2)
-        row = _wait_for(lambda: (s := _session(server.url, sid))["seats"][1]["held"] is False and s, what="seat freed")
+        row = wait_for(lambda: (s := _session(server.url, sid))["seats"][1]["held"] is False and s, what="seat freed")
         assert row["lifecycle"] == "running"
         after = first.wait(10)
         assert after.info["lifecycle"] == "running"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import wait_for
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -22,16 +23,6 @@ from nonstop.server.replay import Replay, verify  # noqa: E402
 pytestmark = pytest.mark.wall
 WORLD = "theory/inaction"  # 60 Hz
 CHUNK = 16  # rows per chunk here: a chunk every ~0.27 s
-
-
-def _wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _listed(url: str, sid: str) -> dict:
@@ -50,7 +41,7 @@ def test_a_session_tick_log_streams_to_disk_and_is_removed_after_its_replay(
             client.step(i % 3)
         sid = client.last.info["session_id"]
         directory = tmp_path / "ticklogs" / sid
-        _wait_for(lambda: len(list(directory.glob("chunk-*.npz"))) >= 4, what="4 chunks on disk")
+        wait_for(lambda: len(list(directory.glob("chunk-*.npz"))) >= 4, what="4 chunks on disk")
         live = TickLog.open(directory)  # another process's view of a log still being written
         assert not live.complete and len(live) >= 3 * CHUNK and len(live) % CHUNK == 0
         assert live["tick"].tolist() == list(range(1, len(live) + 1))
@@ -60,7 +51,7 @@ def test_a_session_tick_log_streams_to_disk_and_is_removed_after_its_replay(
             assert client.observe().tick > 4 * CHUNK
         client.step(1)
         client.close()
-        info = _wait_for(lambda: (s := _listed(srv.url, sid))["lifecycle"] == "closed" and s,
+        info = wait_for(lambda: (s := _listed(srv.url, sid))["lifecycle"] == "closed" and s,
                          what="the session to close")  # fmt: skip
         assert not directory.exists()
         replay = Replay.load(info["replay"])
