@@ -108,3 +108,22 @@ def test_a_spent_time_budget_ends_the_search_with_what_it_showed():
     assert result["above_cap"] == []
     with pytest.raises(ValueError, match="--time-budget must be a positive number of seconds, got -1.0"):
         nstar.run(_args(["--tau-theta", "5", "--time-budget", "-1", "--plot", ""]))
+
+
+def test_a_search_cut_short_is_not_a_match():
+    """A row whose search the time budget stopped has no N_I*: the run must not say that every row
+    matches theory (all() over the measured rows alone would)."""
+    result = nstar.run(_args(["--quick", "--tau-theta", "3", "--scheduler", "exp_time", "--time-budget", "1e-9",
+                              "--plot", ""]))
+    (row,) = result["rows"]
+    assert row["budget_exhausted"] and row["nstar_measured"] is None
+    assert result["all_match_theory"] is False and result["all_within_theory_plus_1"] is False
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--nodes", "2"], "needs --backend ray"),
+    (["--nodes", "0"], "--nodes must be an integer >= 1"),
+])
+def test_nodes_needs_a_local_ray_cluster(argv, match):
+    with pytest.raises(ValueError, match=match):
+        nstar.run(_args(argv + ["--plot", ""]))

@@ -85,3 +85,26 @@ def test_plan_doctest():
 
     failures, tried = doctest.testmod(plan_module, verbose=False, report=False)
     assert tried > 0 and failures == 0
+
+
+def test_cli_device_cuda_without_a_gpu_is_a_clear_error(capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on CI, also on a GPU machine
+    assert main(["plan", "--k", "1", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "CUDA is not available" in err and "--forward-ms" in err
+    with pytest.raises(ValueError, match="device must be 'cpu' or 'cuda'"):
+        from nonstop.plan import measure_times
+
+        measure_times(1, 4, device="tpu")
+
+
+def test_python_dash_m_nonstop_is_the_command():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "nonstop", "plan", "--latency", "5t", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1])["n_inference_star"] == 5

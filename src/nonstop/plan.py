@@ -112,34 +112,52 @@ def plan(
     return result
 
 
-def measure_times(k: float, batch_size: int, *, repeats: int = 5, n_actions: int = 18) -> tuple[float, float]:
+def measure_times(k: float, batch_size: int, *, repeats: int = 5, n_actions: int = 18, device: str = "cpu") -> tuple[float, float]:
     """Median forward time (batch 1) and update time (batch ``batch_size``: forward, backward,
-    Adam step) of the width-``k`` ResNet on one core of this machine."""
+    Adam step) of the width-``k`` ResNet on one core of this machine (``device="cpu"``) or on its
+    GPU (``"cuda"``: each pass timed to its end with ``torch.cuda.synchronize``)."""
     import numpy as np
     import torch
 
     from nonstop.policies.models import impala_resnet
 
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: CUDA is not available on this machine (use --device cpu, or --forward-ms/--update-ms "
+                         "measured on the GPU machine)")  # fmt: skip
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     torch.set_num_threads(1)
-    model = impala_resnet(k, n_actions)  # a model that cannot fit fails here, naming the budget
-    x1 = torch.zeros(1, 1, 84, 84)
-    xb = torch.zeros(batch_size, 1, 84, 84)
+    model = impala_resnet(k, n_actions, device=device)  # a model that cannot fit fails here, naming the budget
+    x1 = torch.zeros(1, 1, 84, 84, device=device)
+    xb = torch.zeros(batch_size, 1, 84, 84, device=device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     forwards, updates = [], []
     with torch.inference_mode():
-        model(x1)
+        for _ in range(2 if device == "cuda" else 1):  # warm: allocations, cuDNN's algorithm choice
+            model(x1)
+        sync()
         for _ in range(repeats):
             t0 = time.perf_counter()
             model(x1)
+            sync()
             forwards.append(time.perf_counter() - t0)
     model.train()
-    for _ in range(max(2, repeats // 2)):
+    for i in range(max(2, repeats // 2) + 1):
         t0 = time.perf_counter()
         opt.zero_grad()
         model(xb).max(1).values.mean().backward()
         opt.step()
-        updates.append(time.perf_counter() - t0)
+        sync()
+        if i:  # the first update allocates Adam's moments: not timed
+            updates.append(time.perf_counter() - t0)
     return float(np.median(forwards)), float(np.median(updates))
+
+
+def _gpu_name() -> str:
+    import torch
+
+    return f"GPU: {torch.cuda.get_device_name(0)}"
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -150,6 +168,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latency", default=None, help="declared forward time instead of a model: 80ms, 5t, 0.2")
     p.add_argument("--forward-ms", type=float, default=None, help="forward time measured elsewhere (ms, batch 1)")
     p.add_argument("--update-ms", type=float, default=None, help="one learner update of --batch-size, measured elsewhere (ms)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where --k's times are measured: one CPU core (default) or this machine's GPU")
     p.add_argument("--hz", type=float, default=60.0, help="tick rate of the world (default 60)")
     p.add_argument("--batch-size", type=int, default=16, help="learner batch size B (paper: 16)")
     p.add_argument("--nodes", type=int, default=1, help="nodes the inference workers spread over (weights reach each)")
@@ -185,10 +205,10 @@ def run_plan(args: argparse.Namespace) -> int:
         n_params = count_parameters(args.k)
         activation = estimate_memory_bytes(args.k) - 4 * n_params
         if forward is None or update is None:
-            m_forward, m_update = measure_times(args.k, args.batch_size)
+            m_forward, m_update = measure_times(args.k, args.batch_size, device=args.device)
             forward = m_forward if forward is None else forward
             update = m_update if update is None else update
-            source = "measured on this machine (one core)"
+            source = "measured on this machine (" + ("one core" if args.device == "cpu" else _gpu_name()) + ")"
     assert forward is not None, "a model (--k, --latency or --forward-ms) was required above"
     result = plan(forward_s=forward, update_s=update, tick_hz=args.hz, batch_size=args.batch_size, n_params=n_params,
                   activation_bytes=activation or 0, process_base_bytes=int(args.process_mb * 2**20), nodes=args.nodes,

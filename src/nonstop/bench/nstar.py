@@ -92,6 +92,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where each worker's policy runs on the wall clock: thread (default) or ray (a Ray actor, "
                         "spread over the cluster's nodes; theory then counts the measured τ_θ, remote overhead included)")
     parser.add_argument("--ray-address", default=None, metavar="HOST:PORT", help="Ray cluster (default: a local Ray)")
+    parser.add_argument("--nodes", type=int, default=1,
+                        help="with --backend ray and no --ray-address: nodes of the local cluster started on this "
+                        "machine (127.0.0.1, actors placed on the nodes in turn; default 1: one local Ray)")  # fmt: skip
     parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                         help="wall seconds for the whole search: past it no new trial starts (default: 120 quick, "
                         "1200 full with --backend ray, where every worker is an actor to start; none for threads)")  # fmt: skip
@@ -162,6 +165,7 @@ class WarmRayActors:
         self.key: Any = None
         self.actors: dict[int, Any] = {}
         self.started = 0
+        self.per_node: dict[str, int] = {}  # actors started on each node (node id → count)
 
     def borrow(self, key: Any, factory: Any, n: int) -> None:
         """Have actors 0..n−1 of ``factory(i)`` for ``key`` started (a new key ends the old ones)."""
@@ -173,6 +177,7 @@ class WarmRayActors:
         missing = [i for i in range(n) if i not in self.actors]
         for i, policy in zip(missing, RayPolicy.start_many([factory(i) for i in missing], num_cpus=0)):
             self.actors[i] = policy  # num_cpus 0: a latency policy sleeps, it reserves no core
+            self.per_node[str(policy.node_id)] = self.per_node.get(str(policy.node_id), 0) + 1
         self.started += len(missing)
 
     def get(self, key: Any, factory: Any, i: int) -> _KeptPolicy:
@@ -269,16 +274,32 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if backend not in ("thread", "ray"):
         raise ValueError(f"bench nstar runs latency policies on backend 'thread' or 'ray', got {backend!r}")
     check_backend(backend, ray_address=ray_address, clock=args.clock)
+    nodes = getattr(args, "nodes", 1)
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ValueError(f"--nodes must be an integer >= 1, got {nodes!r}")
+    if nodes > 1 and (backend != "ray" or ray_address is not None):
+        raise ValueError(f"--nodes {nodes} starts a local Ray cluster: it needs --backend ray and no --ray-address")
     if backend == "ray":
-        from nonstop.distributed.ray_backend import ray_session
+        from contextlib import ExitStack
 
-        with ray_session(ray_address):
+        from nonstop.distributed.ray_backend import local_cluster, ray_session
+
+        with ExitStack() as stack:
+            if nodes > 1:  # num_cpus 0 actors: a node's CPUs only admit Ray's own tasks
+                cluster = stack.enter_context(local_cluster(nodes, num_cpus=1))
+                cluster_info = {"local": True, "nodes": nodes, "address": cluster.address}
+            else:
+                ray = stack.enter_context(ray_session(ray_address))
+                cluster_info = {"local": ray_address in (None, "local"), "address": ray_address,
+                                "nodes": sum(1 for n in ray.nodes() if n.get("Alive"))}  # fmt: skip
             warm = WarmRayActors()  # one set of actors for every trial of a latency, not one per trial
             try:
                 result = _run(args, backend, warm)
             finally:
                 warm.close()
             result["ray_actors_started"] = warm.started
+            result["cluster"] = cluster_info
+            result["actors_per_node"] = warm.per_node
     else:
         result = _run(args, backend)
     result["backend"] = backend
@@ -434,7 +455,9 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
                     "delay_p99_ticks": _finite(auto["delay_p99_ticks"]),
                     "warmup_ticks": warmup, "window_ticks": window_ticks,
                 })  # fmt: skip
-    searched = [r for r in rows if r["nstar_measured"] is not None]
+    # every searched row counts: one whose search hit the cap or the time budget has no N_I* and so
+    # does not match (all() over no rows would say True)
+    searched = [r for r in rows if r["scheduler"] != "auto"]
     hold = [r for r in rows if r["scheduler"] == "quantile_hold"]  # above the cap counts as a miss
     result: dict[str, Any] = {
         "clock": args.clock,
@@ -443,8 +466,8 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
         "sigma": sigmas if kind in ("normal", "lognormal") else None,
         "env": ENV,
         "rows": rows,
-        "all_match_theory": all(r["matches_theory"] for r in searched),
-        "all_within_theory_plus_1": all(r["within_theory_plus_1"] for r in searched),
+        "all_match_theory": all(r["matches_theory"] for r in searched) if searched else None,
+        "all_within_theory_plus_1": all(r["within_theory_plus_1"] for r in searched) if searched else None,
         # rows whose scheduler still left inaction at the search cap (--max-workers): N_I* is above it
         "above_cap": [{"scheduler": r["scheduler"], "tau_theta_ticks": r["tau_theta_ticks"], "sigma": r["sigma"],
                        "nstar_above": r["nstar_above"]} for r in rows
