@@ -37,6 +37,7 @@ from typing import Any, Final
 import gymnasium as gym
 import numpy as np
 
+from nonstop.envs.registry import parse_env_args
 from nonstop.learning.dqn import (
     DQNConfig,
     build_q_network,
@@ -149,27 +150,6 @@ class TrainConfig:
         if self.learner_backend == "process":  # likewise a run with learners on this host
             del d["learner_backend"]
         return d
-
-
-def parse_env_args(items: list[str] | None) -> dict[str, Any]:
-    """``["max_episode_steps=900", "preprocess=true"]`` → keyword arguments for the env
-    (values read as JSON when they parse, else kept as strings).
-
-    >>> parse_env_args(["max_episode_steps=900", "mode=hard"])
-    {'max_episode_steps': 900, 'mode': 'hard'}
-    """
-    import json
-
-    out: dict[str, Any] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--env-arg takes KEY=VALUE, got {item!r}")
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out
 
 
 def default_env_kwargs(family: str) -> dict[str, Any]:
