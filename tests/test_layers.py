@@ -143,3 +143,54 @@ def test_metrics_timing_is_the_logs_own_summary():
     assert timing.summarize is ticksummary.summarize
     assert timing.episode_returns is ticksummary.episode_returns
     assert timing.interaction_intervals is ticksummary.interaction_intervals
+
+
+#: The private views of shared-memory segments: their header words and raw arrays. Only the class
+#: that lays a segment out reads or writes them (DESIGN §3, STYLE: one place owns each buffer).
+SEGMENT_VIEWS = frozenset({"_hdr", "_hdr_f", "_words", "_ids", "_q", "_d"})
+#: Known readers from outside, to move onto the owner's methods: the Ray learners read the latest
+#: loss word (``state._hdr_f[_LOSS]``) where ``state.loss`` now says it.
+KNOWN_OUTSIDE: frozenset[tuple[str, str]] = frozenset({("distributed/ray_learners.py", "self.state._hdr_f")})
+
+
+def _outside_segment_access(path: Path) -> list[tuple[int, str]]:
+    """``x._hdr`` (and the other views) where ``x`` is not ``self``, outside a class that assigns
+    ``self._hdr`` itself (the owner, e.g. in its ``create``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    found: list[tuple[int, str]] = []
+
+    def owns(cls: ast.ClassDef, attr: str) -> bool:
+        return any(isinstance(n, ast.Attribute) and n.attr == attr and isinstance(n.value, ast.Name)
+                   and n.value.id == "self" and isinstance(n.ctx, ast.Store) for n in ast.walk(cls))  # fmt: skip
+
+    def visit(node: ast.AST, cls: ast.ClassDef | None) -> None:
+        if isinstance(node, ast.ClassDef):
+            cls = node
+        if isinstance(node, ast.Attribute) and node.attr in SEGMENT_VIEWS:
+            on_self = isinstance(node.value, ast.Name) and node.value.id == "self"
+            if not on_self and not (cls is not None and owns(cls, node.attr)):
+                found.append((node.lineno, ast.unparse(node)))
+        for child in ast.iter_child_nodes(node):
+            visit(child, cls)
+
+    visit(tree, None)
+    return found
+
+
+def test_the_scan_finds_a_header_poked_from_outside(tmp_path):
+    src = tmp_path / "poke.py"
+    src.write_text(
+        "class Owner:\n"
+        "    def __init__(self):\n        self._hdr = [0]\n"
+        "    @classmethod\n    def create(cls):\n        o = cls(); o._hdr[0] = 1; return o\n"
+        "def outsider(state):\n    state._hdr[0] = 2\n"
+    )
+    assert _outside_segment_access(src) == [(8, "state._hdr")]
+
+
+def test_each_shared_buffer_is_laid_out_by_its_owner_alone():
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC).as_posix()
+        found += [f"{rel}:{line} {expr}" for line, expr in _outside_segment_access(path) if (rel, expr) not in KNOWN_OUTSIDE]
+    assert not found, "shared-memory header words reached from outside their owner class: " + ", ".join(found)
