@@ -114,10 +114,11 @@ def test_lower_parts_import_nothing_above_them(part):
 
 def test_pure_modules_import_no_plumbing():
     # the tick row's schema and the arithmetic over it import nothing of the log's storage, and the
-    # schedulers are functions of numbers
+    # schedulers and the worker loop's pacing are functions of numbers
     assert _imports(SRC / "realtime" / "tickcolumns.py") == set()
     assert _imports(SRC / "realtime" / "ticksummary.py") == {"nonstop.realtime.tickcolumns"}
     assert _imports(SRC / "inference" / "schedulers.py") == set()
+    assert _imports(SRC / "inference" / "pacing.py") == set()
 
 
 def test_a_tick_log_summary_loads_no_metrics():
