@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+import nonstop.learning.weights as weights_module
 import nonstop.realtime.atomics as atomics
 from nonstop.learning.weights import SharedWeights, TrainingState
 from nonstop.realtime.atomics import (
@@ -309,7 +310,7 @@ def test_target_seqlock_survives_a_writer_killed_mid_copy(no_shm_leak):
         assert state.write_target() == 2
         out = np.zeros(3, np.float32)
         assert state.read_target_into(out) == 2 and out.tolist() == [1.0] * 3
-        state.set_counter(TrainingState.TARGET_VERSION, 3)  # a writer died between odd and even
+        state._hdr.store(weights_module._TARGET_VERSION, 3)  # a writer died between odd and even
         assert state.read_target_into(out) is None  # never taken as complete
         state.params[:] = 5.0
         assert state.write_target() == 4  # the next writer does not invert odd and even
@@ -321,8 +322,8 @@ def test_target_seqlock_survives_a_writer_killed_mid_copy(no_shm_leak):
 def test_pass_turn_moves_only_the_expected_turn(no_shm_leak):
     state = TrainingState.create(1)
     try:
-        assert state.pass_turn(0) and state.counter(TrainingState.TURN) == 1
-        assert not state.pass_turn(0) and state.counter(TrainingState.TURN) == 1  # a stale skip does nothing
+        assert state.pass_turn(0) and state.turn == 1
+        assert not state.pass_turn(0) and state.turn == 1  # a stale skip does nothing
     finally:
         state.unlink()
 

@@ -107,7 +107,7 @@ def test_updates_reduce_the_loss_and_sync_the_target(no_shm_leak):
             apply_gradient(state, weights, grad, cfg)
         assert loss < first / 2
         assert state.updates == 40 and weights.version == 41  # the initial publish + one per update
-        assert state.counter(TrainingState.TARGET_VERSION) == 40 // 5 * 2  # a seqlock: two steps per sync
+        assert state.target_version == 40 // 5 * 2  # a seqlock: two steps per sync
         assert np.array_equal(state.target, state.params)  # synced at update 40
     finally:
         state.unlink()
@@ -252,9 +252,9 @@ def test_after_a_resume_without_replay_learners_pace_from_the_new_transitions(pa
     state, weights, replay = parts
     cfg = DQNConfig.for_family("classic", learning_starts=10, hidden=(8,))  # one update per transition
     learner = Learner(0, (4,), 2, cfg, state, weights, replay, seed=0)
-    state.set_counter(TrainingState.UPDATES, 5000)  # restored from a checkpoint...
+    state.restore_counts(updates=5000, target_version=0)  # restored from a checkpoint...
     assert learner.ahead  # ...without its replay: 5000 updates for 190 fresh transitions
-    state.set_counter(TrainingState.UPDATE_BASE, 5000)  # what TrainingRun.restore records then
+    state.mark_update_base(5000)  # what TrainingRun.restore records then
     assert not learner.ahead
 
 

@@ -167,3 +167,27 @@ def test_a_sample_overtaken_by_the_writer_is_dropped():
         rb.frames = frames
     finally:
         rb.unlink()
+
+
+def test_a_snapshot_restores_into_a_fresh_buffer_and_issues_no_frame_id_twice(no_shm_leak):
+    rb = ReplayBuffer.create(capacity=4, obs_shape=(2,), dtype=np.float32)
+    fresh = ReplayBuffer.create(capacity=4, obs_shape=(2,), dtype=np.float32)
+    other = ReplayBuffer.create(capacity=4, obs_shape=(3,), dtype=np.float32)
+    try:
+        ids = [rb.add_frame(np.full(2, i, np.float32)) for i in range(3)]
+        rb.add_transition(ids[0], 1, 0.5, 0.99, 1, ids[1])
+        rb.add_transition(ids[1], 0, 1.5, 0.99, 2, ids[2])
+        snap = rb.snapshot()
+        assert snap["header"].tolist() == [2, 3]
+        rb.add_transition(ids[2], 1, 9.0, 0.0, 1, ids[2])  # after the snapshot: not in it
+        assert snap["reward"][:2].tolist() == [0.5, 1.5] and snap["reward"][2] == 0.0
+        fresh.restore(snap)
+        assert fresh.transitions_written == 2 and fresh.add_frame(np.zeros(2, np.float32)) == 3
+        batch = fresh.sample(8, np.random.default_rng(0))
+        assert batch is not None and set(batch.reward.tolist()) <= {0.5, 1.5}
+        with pytest.raises(ValueError, match=r"frames of shape \(\d+, 2\).*this replay \(\d+, 3\)"):
+            other.restore(snap)
+        assert other.transitions_written == 0  # refused whole: nothing written
+    finally:
+        for b in (rb, fresh, other):
+            b.unlink()

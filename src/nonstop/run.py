@@ -37,6 +37,7 @@ from typing import Any, Final
 import gymnasium as gym
 import numpy as np
 
+from nonstop.envs.registry import parse_env_args
 from nonstop.learning.dqn import (
     DQNConfig,
     build_q_network,
@@ -149,27 +150,6 @@ class TrainConfig:
         if self.learner_backend == "process":  # likewise a run with learners on this host
             del d["learner_backend"]
         return d
-
-
-def parse_env_args(items: list[str] | None) -> dict[str, Any]:
-    """``["max_episode_steps=900", "preprocess=true"]`` → keyword arguments for the env
-    (values read as JSON when they parse, else kept as strings).
-
-    >>> parse_env_args(["max_episode_steps=900", "mode=hard"])
-    {'max_episode_steps': 900, 'mode': 'hard'}
-    """
-    import json
-
-    out: dict[str, Any] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--env-arg takes KEY=VALUE, got {item!r}")
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out
 
 
 def default_env_kwargs(family: str) -> dict[str, Any]:
@@ -476,17 +456,12 @@ class TrainingRun:
             "updates": self.state.updates,
             "env_ticks": self.env_ticks,
             "episodes": self.episode_offset + self.replay.episodes_finished,
-            "target_version": self.state.counter(TrainingState.TARGET_VERSION) // 2 * 2,
+            "target_version": self.state.target_version // 2 * 2,
             "params": t(params), "adam_m": t(self.state.adam_m), "adam_v": t(self.state.adam_v),
             "target": t(self.state.target),
         }  # fmt: skip
-        if include_replay:
-            rb = self.replay
-            count = int(rb._hdr[0])  # before the copy: rows the host writes meanwhile are left out
-            replay = {"frames": t(rb.frames), "frame_id": t(rb.frame_id), **{n: t(col) for n, col in rb.cols.items()}}
-            # after the copy, and past every id in it: a resumed run never issues a frame id twice
-            frames = max(int(rb._hdr[1]), int(replay["frame_id"].max()) + 1)
-            snap["replay"] = {"header": torch.tensor([count, frames], dtype=torch.int64), **replay}
+        if include_replay:  # taken while the host may write: see ReplayBuffer.snapshot
+            snap["replay"] = {name: torch.from_numpy(a) for name, a in self.replay.snapshot().items()}
         if self.self_play is not None:  # the pool of snapshots: a resumed run plays the same opponents
             snap["self_play"] = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
                                  for k, v in self.self_play.state().items()}  # fmt: skip
@@ -502,8 +477,7 @@ class TrainingRun:
             if src.shape != state.params.shape:
                 raise ValueError(f"checkpoint {name} has {src.shape[0]} numbers, this model {state.params.shape[0]}")
             getattr(state, name)[:] = src
-        state.set_counter(TrainingState.UPDATES, int(snap["updates"]))
-        state.set_counter(TrainingState.TARGET_VERSION, int(snap["target_version"]))
+        state.restore_counts(updates=int(snap["updates"]), target_version=int(snap["target_version"]))
         self.weights.publish(state.params)
         self.tick_offset = int(snap["env_ticks"])
         self.episode_offset = int(snap["episodes"])
@@ -514,17 +488,12 @@ class TrainingRun:
             self.self_play.load_state({k: v.numpy() if hasattr(v, "numpy") else v for k, v in pool.items()})
         replay = snap.get("replay")
         if replay is not None and replay["frames"].shape == self.replay.frames.shape:
-            rb = self.replay
-            rb.frames[:] = replay["frames"].numpy()
-            rb.frame_id[:] = replay["frame_id"].numpy()
-            for name, col in rb.cols.items():
-                col[:] = replay[name].numpy()
-            rb._hdr[:2] = replay["header"].numpy()
+            self.replay.restore({name: tensor.numpy() for name, tensor in replay.items()})
             self.replay_restored = True
         else:
             # learners pace themselves by updates per transition: count only the updates made
             # on this (empty) replay, or they would wait for as many transitions as all earlier updates
-            state.set_counter(TrainingState.UPDATE_BASE, int(snap["updates"]))
+            state.mark_update_base(int(snap["updates"]))
             self.replay_restored = False
 
     def teardown(self) -> None:
@@ -708,8 +677,6 @@ class ProgressRows:
         return out
 
     def progress(self) -> dict[str, Any]:
-        from nonstop.learning.learners import _LOSS
-
         run = self.run
         ticks, agent, delay_sum = run.replay.tick_counters()
         updates, now = run.state.updates, time.monotonic()
@@ -729,5 +696,5 @@ class ProgressRows:
             "transitions": run.replay.transitions_written,
             "recent_return": float(np.mean(self.returns[-20:])) if self.returns else nan,
             "epsilon": run.weights.epsilon,
-            "loss": float(run.state._hdr_f[_LOSS]) if updates else nan,
+            "loss": run.state.loss if updates else nan,
         }

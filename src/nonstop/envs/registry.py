@@ -15,6 +15,7 @@ string and the keyword arguments alone.
 from __future__ import annotations
 
 import difflib
+import json
 import functools
 import inspect
 import math
@@ -27,7 +28,7 @@ from typing import Any, Callable, Literal, Union
 
 import gymnasium
 
-__all__ = ["EnvInfo", "register", "make_env", "env_info", "list_envs"]
+__all__ = ["EnvInfo", "register", "make_env", "env_info", "list_envs", "parse_env_args"]
 
 FAMILIES = ("atari", "gameboy", "theory", "classic", "gymnasium", "multi")
 DEFAULT_BETAS = ("noop", "repeat")
@@ -194,6 +195,25 @@ def list_envs() -> list[EnvInfo]:
     True
     """
     return sorted((entry.info for entry in _REGISTRY.values()), key=lambda i: (i.family, i.env_id))
+
+
+def parse_env_args(items: list[str] | None) -> dict[str, Any]:
+    """``["max_episode_steps=900", "preprocess=true"]`` → keyword arguments for the env
+    (values read as JSON when they parse, else kept as strings).
+
+    >>> parse_env_args(["max_episode_steps=900", "mode=hard"])
+    {'max_episode_steps': 900, 'mode': 'hard'}
+    """
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--env-arg takes KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
 
 
 # --- resolution helpers ---------------------------------------------------------------------------

@@ -10,6 +10,10 @@ One worker loop, written as a timed process, runs on both clocks::
            wait after_inference(τ_θ)  # Algorithm 1 pads to τ̂_θmax; others return 0
            queue.submit(a)
 
+The arithmetic of those waits (the worker's own clock, tick alignment, the phase guard, a restarted
+worker's phase) is in `nonstop.inference.pacing`, pure functions of numbers; this module is the
+plumbing around them.
+
 On the wall clock a worker is a thread (enough for latency policies, which
 sleep) or a thread fronting a process (``backend="process"``, for real torch
 models); on the virtual clock it is a simulated process and a declared latency
@@ -33,13 +37,14 @@ import itertools
 import multiprocessing as mp
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from nonstop.realtime.clock import Clock, TimedProcess, VirtualClock, WallClock, stopwatch
+from nonstop.inference import pacing
+from nonstop.realtime.clock import Clock, TimedProcess, VirtualClock, Wake, WallClock, stopwatch
 from nonstop.realtime.host import Session
 from nonstop.realtime.lifeline import PartFailed, RestartBudget, hold_lifeline, reap
 
@@ -214,132 +219,93 @@ class InferencePool:
     def _loop(
         self, state: _WorkerState, first: bool, resume_at: float | None = None, start_at: float | None = None
     ) -> TimedProcess:
+        """One worker (the module docstring's loop; the paper's Algorithms 1 and 2 decide the waits
+        through the scheduler). The timing arithmetic is in `nonstop.inference.pacing`; ``t`` is the
+        worker's own notion of now (`pacing.resync`), so its timings never drift."""
         clock, sched = self.clock, self.scheduler
         slot, queue = self.session.slots[self.seat], self.session.queues[self.seat]
-        i = state.index
-        generation = state.generation
+        i, generation = state.index, state.generation
         policy = self._policies.get(i)
         if policy is None:
             policy = self._policies[i] = self.policy_factory(i)
-        tau_m, grace = self.session.tau_m, clock.tick_grace
-        virtual = clock.is_virtual
+        tau_m, grace, virtual = self.session.tau_m, clock.tick_grace, clock.is_virtual
         origin = self.session.origin if virtual else 0.0
-        guard = min(0.001, tau_m / 8)
+        guard = pacing.phase_guard_width(tau_m)
         align = self.align_to_ticks and not virtual
-        # tick alignment: an inference starts `publish_margin` after a deadline (the observation is
-        # out by then); one due later than `align_window` into a tick waits for the next one
-        align_window, publish_margin = 0.25 * tau_m, min(0.0005, tau_m / 16)
-        # `t` is the worker's own notion of now: the time its schedule says it is. On the
-        # virtual clock it may trail the clock by at most `grace` (after letting the host finish
-        # a tick due at the same instant), so the loop's timings stay exact sums of latencies
-        # and waits and never drift. On the wall clock it stays on the same intended timeline:
-        # a thread that wakes late (a loaded machine wakes sleepers milliseconds late) does not
-        # carry the lateness into its next cycle, so oversleep jitters one action but never
-        # accumulates into a drift of the worker's phase. Only a wake more than a tick late
-        # resynchronises `t` to the clock (rather than bursting to catch up).
+        margin, window = pacing.alignment_margin(tau_m), 0.25 * tau_m
 
-        def on_time(target: float, woke: float) -> float:
-            return target if virtual or woke - target < tau_m else woke
+        def wait_until(target: float) -> Generator[Wake, float, float]:
+            return pacing.resync(target, (yield target), tau_m, virtual=virtual)
+
+        def after_tick(deadline: float) -> Generator[Wake, float, None]:
+            yield (self._tick_event(deadline), _AFTER_TICK)  # the host first makes that tick's observation
 
         # every worker of a pool counts its initial stagger from the same instant, however long
         # its thread took to start (70 threads take ~5 ticks to spawn on a busy 2-core machine)
         t = clock.now() if start_at is None else start_at
         if first:
-            start = sched.start_delay(i)
+            start = sched.start_delay(i)  # the initial stagger
             if start > 0:
-                t += start
-                t = on_time(t, (yield t))
+                t = yield from wait_until(t + start)
         elif resume_at is not None:
             sched.take_delay(i)  # delays owed to the dead worker are void: it resumes its old phase
-            t = resume_at
-            t = on_time(t, (yield t))
+            t = yield from wait_until(resume_at)
         last_seq = -1
         while not self._stop.is_set():
             if i >= sched.n_workers or state.generation != generation:
                 return  # retired by a resize (or superseded by a newer loop of this index)
+            # 1. wait the delays other workers' new maxima pushed onto this one
             wait = sched.take_delay(i, now=t)
             if wait > 0:
-                t += wait
-                t = on_time(t, (yield t))
-            if virtual and self.frees_workers:
-                # a start on a deadline reads the observation of that tick: let the host make it
-                deadline = origin + round((t - origin) / tau_m) * tau_m
-                if abs(t - deadline) <= grace:
-                    yield (self._tick_event(deadline), _AFTER_TICK)
+                t = yield from wait_until(t + wait)
+            if virtual and self.frees_workers and (deadline := pacing.deadline_at(t, origin, tau_m, grace)) is not None:
+                yield from after_tick(deadline)  # a start on a deadline reads that tick's observation
+            # 2. read the newest observation (on a tick's publish, when aligned)
             latest = slot.read()
             if align:
-                into_tick = (t - latest.time) % tau_m
-                at_publish = t - into_tick + publish_margin
-                if publish_margin <= into_tick <= align_window:
-                    # Count this start as made at the publish it follows, so the cycle stays a
-                    # whole number of ticks instead of creeping by the submit overhead each round
-                    # (the waits below are aimed from `t`, so the real start absorbs the gap).
-                    t = at_publish
-                else:
-                    target = at_publish if into_tick < publish_margin else at_publish + tau_m
-                    t = on_time(target, (yield target))
+                aligned, must_wait = pacing.align_start(t, latest.time, tau_m, margin=margin, window=window)
+                if must_wait:  # before the observation is out, or too late into a tick: the next publish
+                    t = yield from wait_until(aligned)
                     latest = slot.read()
-            if latest.seq == last_seq:
-                # this worker already acted on the newest observation: wait for the next tick
+                else:
+                    t = aligned  # counts as started at the publish it follows
+            if latest.seq == last_seq:  # this worker already acted on it: wait for the next tick
                 deadline = latest.time + tau_m
                 if virtual:
-                    yield (self._tick_event(deadline), _AFTER_TICK)
+                    yield from after_tick(deadline)
                     t = deadline
                 else:
-                    t = on_time(deadline + 2e-4, (yield deadline + 2e-4))
+                    t = yield from wait_until(deadline + pacing.NEXT_OBSERVATION_MARGIN)
                 continue
             last_seq = latest.seq
             if state.killed:
                 state.killed = False
                 raise RuntimeError(f"worker {i} killed")
+            # 3. infer: τ_θ measured (wall) or declared (virtual)
             started = t
             if state.last_start is not None:
                 state.cycle = started - state.last_start
             state.last_start = started
             t0 = stopwatch()
             decision = policy.act(latest.obs)
-            compute = stopwatch() - t0
-            if virtual:
-                tau_theta = decision.latency
-                if tau_theta > 0:
-                    t = started + tau_theta
-                    yield t
-            else:
-                # τ_θ is what the inference cost: its measured compute plus its declared latency.
-                # The thread's own wake-up lateness is not inference time: kept out of τ_θ (so it
-                # never inflates Algorithm 1's running maximum) and out of the phase (on_time).
-                tau_theta = compute + decision.latency
-                t = started + tau_theta
-                if decision.latency > 0:
-                    t = on_time(t, (yield t))
+            tau_theta = pacing.inference_time(stopwatch() - t0, decision.latency, virtual=virtual)
+            t = started + tau_theta
+            if decision.latency > 0:  # a declared latency is waited out (measured compute has passed)
+                t = yield from wait_until(t)
+            # 4. the scheduler's rule: Algorithm 1 pads the cycle to τ̂_θmax; the others return 0
             pad = sched.after_inference(i, tau_theta)
             if self.frees_workers:
                 # the scheduler holds the action, not the worker: a timer submits it at its
                 # release slot while this worker starts its next inference at once
-                state.tau_thetas.append(tau_theta)
-                if self._copies_allowed:
-                    # episode catch-up: a copy fills a tick the new episode's grid has not reached
-                    early = sched.early_release(i, latest.episode)
-                    if early is not None:
-                        self.early_copies += 1
-                        self._release_at(t + early, decision.action, latest, state, tau_theta, copy=True)
-                self._release_at(t + pad, decision.action, latest, state, tau_theta)
-                if self.resizable:
-                    self._maybe_resize(anchor=i)
+                self._hold(state, decision.action, latest, tau_theta, t, pad)
                 continue
             if pad > 0:
-                t += pad
-                t = on_time(t, (yield t))
+                t = yield from wait_until(t + pad)
             if self._stop.is_set():
                 return
-            if not virtual:
-                # Phase guard: an action landing a hair before a deadline makes that tick or
-                # misses it at the whim of jitter; hold it just past the deadline instead, so
-                # which tick it lands on is decided, not random (at most `guard` extra delay).
-                to_next = tau_m - (t - latest.time) % tau_m
-                if to_next < guard:
-                    target = t + to_next + guard / 4
-                    t = on_time(target, (yield target))
+            # 5. submit (on the wall clock never a hair before a deadline: `pacing.phase_guard`)
+            if not virtual and (guarded := pacing.phase_guard(t, latest.time, tau_m, guard)) != t:
+                t = yield from wait_until(guarded)
             queue.submit(
                 decision.action, obs_tick=latest.tick, episode=latest.episode, worker=i,
                 tau_theta=tau_theta, submit_time=t,
@@ -348,13 +314,25 @@ class InferencePool:
             state.tau_thetas.append(tau_theta)
             if self.resizable:
                 self._maybe_resize(anchor=i)
-            if virtual:
+            if virtual and (deadline := pacing.deadline_at(t, origin, tau_m, grace)) is not None:
                 # Submitted on a deadline: the host processes that tick `grace` later. Let it,
                 # then read the observation it publishes, as a real agent restarting at once
                 # would; `t` stays put, so the next inference still counts from the submit.
-                deadline = origin + round((t - origin) / tau_m) * tau_m
-                if abs(t - deadline) <= grace:
-                    yield (self._tick_event(deadline), _AFTER_TICK)
+                yield from after_tick(deadline)
+
+    def _hold(self, state: _WorkerState, action: Any, latest: Any, tau_theta: float, t: float, pad: float) -> None:
+        """A scheduler that frees its workers: the action computed at ``t`` is submitted ``pad``
+        later by a timer (and, for an episode's catch-up, a copy earlier)."""
+        state.tau_thetas.append(tau_theta)
+        if self._copies_allowed:
+            # episode catch-up: a copy fills a tick the new episode's grid has not reached
+            early = self.scheduler.early_release(state.index, latest.episode)
+            if early is not None:
+                self.early_copies += 1
+                self._release_at(t + early, action, latest, state, tau_theta, copy=True)
+        self._release_at(t + pad, action, latest, state, tau_theta)
+        if self.resizable:
+            self._maybe_resize(anchor=state.index)
 
     def _release_at(self, when: float, action: Any, latest: Any, state: _WorkerState, tau_theta: float,
                     copy: bool = False) -> None:  # fmt: skip
@@ -413,18 +391,15 @@ class InferencePool:
     def _tick_event(self, deadline: float) -> float:
         """Virtual time at which the host processes the tick due at ``deadline``
         (the same float expression the host uses, so the two compare equal)."""
-        origin, tau_m = self.session.origin, self.session.tau_m
-        return origin + round((deadline - origin) / tau_m) * tau_m + self.clock.tick_grace
+        return pacing.nearest_deadline(deadline, self.session.origin, self.session.tau_m) + self.clock.tick_grace
 
     # ------------------------------------------------------------------ supervision
     def _spawn(self, state: _WorkerState, first: bool, start_at: float | None = None) -> None:
         resume_at = None
-        if not first and state.last_start is not None and state.cycle and not self.frees_workers:
-            # Re-take the dead worker's place in the stagger: start where its next
-            # inference would have started, so the spacing re-converges at once.
-            now = self.clock.now()
-            missed = max(0, -(-(now - state.last_start) // state.cycle))
-            resume_at = state.last_start + missed * state.cycle
+        cycle = state.cycle or 0.0  # > 0 once known: every start follows the previous by an inference or a tick
+        if not first and state.last_start is not None and cycle > 0 and not self.frees_workers:
+            # re-take the dead worker's place in the stagger
+            resume_at = pacing.restart_phase(self.clock.now(), state.last_start, cycle)
             state.last_start = None
         process = self._loop(state, first, resume_at, start_at)
         name = f"worker-{state.index}"

@@ -43,7 +43,8 @@ import numpy as np
 
 from nonstop.learning.dqn import DQNConfig, apply_gradient, build_q_network, compute_gradient
 from nonstop.learning.replay import ReplayBuffer
-from nonstop.learning.weights import SharedWeights, TrainingState, _Segment, load_flat
+from nonstop.learning.weights import _HDR, SharedWeights, TrainingState, _Segment, load_flat
+from nonstop.learning.weights import _LOSS as _LOSS_WORD
 from nonstop.realtime.clock import WallClock
 from nonstop.realtime.lifeline import PartFailed, RestartBudget, hold_lifeline, reap
 
@@ -51,7 +52,9 @@ __all__ = ["LEARNER_MODES", "Learner", "VirtualLearners", "LearnerProcesses"]
 
 LEARNER_MODES: Final = ("round_robin", "hogwild", "parallel")
 DEAD: Final = -1  # a parallel-mode gradient slot whose learner died and will not come back
-_LOSS: Final = 7  # float64 header word of TrainingState: the latest loss
+#: TrainingState's loss word: `nonstop.distributed.ray_learners` still reads it directly; read
+#: ``state.loss`` instead (TrainingState owns its header)
+_LOSS: Final = _LOSS_WORD
 
 
 def check_mode(mode: str, n_learners: int) -> None:
@@ -72,19 +75,57 @@ def updates_ahead(state: TrainingState, replay: ReplayBuffer, cfg: DQNConfig, in
     world and to inference."""
     ratio = cfg.updates_per_transition
     fresh = replay.transitions_written - cfg.learning_starts
-    done = state.updates - state.counter(TrainingState.UPDATE_BASE) + in_flight
+    done = state.updates - state.update_base + in_flight
     return ratio > 0 and done >= ratio * max(fresh, 0) + 1
 
 
 class GradientSlots(_Segment):
-    """Per-learner gradient vectors for the ``parallel`` mode (N_L × n_params)."""
+    """Per-learner gradient vectors for the ``parallel`` mode (N_L × n_params), one header word a
+    learner: the round whose gradient its slot holds (counted from 1), or `DEAD`.
+
+    It owns that layout: learners `hand_in` their gradient for a round, learner 0 waits while
+    `missing` and averages the ones `handed_in`; the supervisor marks a learner that will not
+    come back `mark_dead`. A hand-in is a release store after the copy, and the reads are acquire
+    loads before the average, so the average never mixes in a half-written gradient.
+
+    >>> g = GradientSlots.create(2 * 3)
+    >>> g.hand_in(0, 0, np.ones(3, np.float32)); g.missing(0, 2), g.handed_in(0, 2)
+    (True, [0])
+    >>> g.mark_dead(1); g.missing(0, 2), g.average([0], 3).tolist()
+    (False, [1.0, 1.0, 1.0])
+    >>> g.unlink()
+    """
 
     _kind = "grads"
     _vectors = ("flat",)
     flat: np.ndarray  # learner i's gradient at [i * n_params, (i + 1) * n_params)
+    #: one header word a learner: the parallel mode's largest N_L
+    MAX_LEARNERS: Final = _HDR
 
     def slot(self, i: int, n_params: int) -> np.ndarray:
         return self.flat[i * n_params : (i + 1) * n_params]
+
+    def hand_in(self, learner: int, round_: int, grad: np.ndarray) -> None:
+        """Learner ``learner``'s gradient for round ``round_`` (rounds finished before it): copied
+        into its slot, then marked in place (a release store)."""
+        self.slot(learner, grad.size)[:] = grad
+        self._hdr.store(learner, round_ + 1)
+
+    def missing(self, round_: int, n_learners: int) -> bool:
+        """Whether a live learner has not yet handed in its gradient for round ``round_``."""
+        return any(self._hdr.load(i) not in (round_ + 1, DEAD) for i in range(n_learners))
+
+    def handed_in(self, round_: int, n_learners: int) -> list[int]:
+        """The learners whose gradient for round ``round_`` is in place."""
+        return [i for i in range(n_learners) if self._hdr.load(i) == round_ + 1]
+
+    def average(self, learners: list[int], n_params: int) -> np.ndarray:
+        """The mean of those learners' gradients (a new vector)."""
+        return self.flat.reshape(-1, n_params)[learners].mean(0)
+
+    def mark_dead(self, learner: int) -> None:
+        """Learner ``learner`` will not come back: rounds stop waiting for it."""
+        self._hdr.store(learner, DEAD)
 
 
 class Learner:
@@ -135,7 +176,7 @@ class Learner:
 
 
 def apply(state: TrainingState, weights: SharedWeights, grad: np.ndarray, loss: float, cfg: DQNConfig) -> int:
-    state._hdr_f[_LOSS] = loss
+    state.loss = loss
     return apply_gradient(state, weights, grad, cfg)
 
 
@@ -229,13 +270,13 @@ class VirtualLearners:
             if out is None:
                 continue
             if self.mode == "round_robin":
-                while self.state.counter(TrainingState.TURN) % self.n != learner.index:
+                while self.state.turn % self.n != learner.index:
                     t += self.tau_m / 8  # not our turn yet: the update waits, the gradient ages
                     yield t
             self.losses.append(out[1])
             self.applied_by.append(learner.index)
             apply(self.state, self.weights, out[0], out[1], self.cfg)
-            self.state.add_counter(TrainingState.TURN)
+            self.state.advance_turn()
 
     def _parallel(self) -> Iterator[float]:
         t = self.clock.now()
@@ -264,7 +305,6 @@ def _learner_main(index: int, n: int, mode: str, obs_shape: tuple[int, ...], n_a
     torch.set_num_threads(torch_threads)
     cfg = DQNConfig.from_dict(cfg_dict)
     learner = Learner(index, obs_shape, n_actions, cfg, state, weights, replay, seed)
-    turn = TrainingState.TURN
     try:
         while not state.stop_requested:
             if not learner.ready or learner.ahead:
@@ -279,7 +319,7 @@ def _learner_main(index: int, n: int, mode: str, obs_shape: tuple[int, ...], n_a
                 time.sleep(0.001)
                 continue
             if mode == "round_robin":
-                while (t := state.counter(turn)) % n != index and not state.stop_requested:
+                while (t := state.turn) % n != index and not state.stop_requested:
                     time.sleep(0.0001)
                 if state.stop_requested:
                     break
@@ -300,27 +340,23 @@ def _learner_main(index: int, n: int, mode: str, obs_shape: tuple[int, ...], n_a
 def _parallel_step(learner: Learner, index: int, n: int, state: TrainingState, weights: SharedWeights,
                    grads: GradientSlots, cfg: DQNConfig) -> None:  # fmt: skip
     """All learners compute at the same version; learner 0 averages and applies."""
-    turn = TrainingState.TURN
-    round_ = state.counter(turn)  # counts finished rounds
+    round_ = state.turn  # counts finished rounds
     out = learner.gradient()
-    size = weights.n_params
     if out is None:
         time.sleep(0.001)
         return
-    grads.slot(index, size)[:] = out[0]
-    grads._hdr.store(index, round_ + 1)  # header word i (release): learner i's gradient for this round is in place
+    grads.hand_in(index, round_, out[0])
     if index == 0:
         # wait for every learner still alive (the supervisor marks a dead one DEAD)
-        while not state.stop_requested and any(grads._hdr.load(i) not in (round_ + 1, DEAD) for i in range(n)):
+        while not state.stop_requested and grads.missing(round_, n):
             time.sleep(0.0001)
         if state.stop_requested:
             return  # never apply an average that mixes rounds
-        live = [i for i in range(n) if grads._hdr.load(i) == round_ + 1]
-        grad = grads.flat[: n * size].reshape(n, size)[live].mean(0)
+        grad = grads.average(grads.handed_in(round_, n), weights.n_params)
         apply(state, weights, grad, out[1], cfg)
-        state.set_counter(turn, round_ + 1)
+        state.finish_round(round_)
     else:
-        while not state.stop_requested and state.counter(turn) == round_:
+        while not state.stop_requested and state.turn == round_:
             time.sleep(0.0001)
 
 
@@ -337,8 +373,8 @@ class LearnerProcesses:
                  torch_threads: int = 1, restart: bool = True, restart_budget: RestartBudget | None = None,
                  clock: Any = None) -> None:  # fmt: skip
         check_mode(mode, n_learners)
-        if mode == "parallel" and n_learners > 8:
-            raise ValueError("parallel mode supports at most 8 learners")
+        if mode == "parallel" and n_learners > GradientSlots.MAX_LEARNERS:
+            raise ValueError(f"parallel mode supports at most {GradientSlots.MAX_LEARNERS} learners, got {n_learners}")
         self.n, self.mode = n_learners, mode
         self.obs_shape, self.n_actions, self.cfg = tuple(obs_shape), n_actions, cfg
         self.state, self.weights, self.replay = state, weights, replay
@@ -373,20 +409,19 @@ class LearnerProcesses:
         return self
 
     def _supervise(self) -> None:
-        turn = TrainingState.TURN
         while not self._stop.wait(0.05):
             for i, p in enumerate(self.processes):
                 if self._stop.is_set():
                     return
                 if p is None:  # dead for good: its round-robin turns are skipped from now on
-                    if self.mode == "round_robin" and (t := self.state.counter(turn)) % self.n == i:
+                    if self.mode == "round_robin" and (t := self.state.turn) % self.n == i:
                         self.state.pass_turn(t)
                     continue
                 if p.is_alive():
                     continue
                 self.events.append((time.monotonic(), i, f"died (exit code {p.exitcode})"))
                 p.join()
-                if self.mode == "round_robin" and (t := self.state.counter(turn)) % self.n == i:
+                if self.mode == "round_robin" and (t := self.state.turn) % self.n == i:
                     self.state.pass_turn(t)  # skip its turn
                 if self.restart and self.budget.spend(self._clock.now()):
                     self.restarts[i] += 1
@@ -395,7 +430,7 @@ class LearnerProcesses:
                 else:
                     self.processes[i] = None
                     if self.grads is not None:
-                        self.grads._hdr.store(i, DEAD)
+                        self.grads.mark_dead(i)
                     if self.restart and self.failure is None:  # restarts are on, but spent: the run must end
                         self.failure = PartFailed(f"learner {i} kept dying: {sum(self.restarts) + 1} deaths, more than "
                                                   f"{self.budget.describe()} (last: exit code {p.exitcode})")  # fmt: skip
@@ -409,7 +444,7 @@ class LearnerProcesses:
 
     @property
     def loss(self) -> float:
-        return float(self.state._hdr_f[_LOSS])
+        return self.state.loss
 
     def stop(self, timeout: float = 2.0) -> None:
         """Ask every learner to stop and reap it: a running learner sees the request within

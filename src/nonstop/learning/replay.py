@@ -348,6 +348,31 @@ class ReplayBuffer(SharedSegment):
             )
         return Batch(obs, action, reward, discount, next_obs, n_ticks)
 
+    # ---------------------------------------------------------------- checkpoints
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """Copies of the contents for a checkpoint: ``header`` (``[transitions written, frame ids
+        issued]``), ``frames``, ``frame_id`` and every transition column. It may be taken while the
+        host writes: the transition count is read before the copies (rows written meanwhile are left
+        out) and the frame-id counter after them, past every id copied, so a run resumed from it never
+        issues a frame id twice."""
+        count = int(self._hdr[_COUNT])
+        copies = {"frames": self.frames.copy(), "frame_id": self.frame_id.copy(),
+                  **{name: col.copy() for name, col in self.cols.items()}}  # fmt: skip
+        frames = max(int(self._hdr[_FRAMES]), int(copies["frame_id"].max()) + 1)
+        return {"header": np.array([count, frames], np.int64), **copies}
+
+    def restore(self, snapshot: dict[str, np.ndarray]) -> None:
+        """Load a `snapshot` into this buffer before anyone writes or samples it (same frame shape
+        and capacity, or a ``ValueError`` naming the difference)."""
+        if snapshot["frames"].shape != self.frames.shape:
+            raise ValueError(f"the replay snapshot holds frames of shape {snapshot['frames'].shape}, "
+                             f"this replay {self.frames.shape}")  # fmt: skip
+        self.frames[:] = snapshot["frames"]
+        self.frame_id[:] = snapshot["frame_id"]
+        for name, col in self.cols.items():
+            col[:] = snapshot[name]
+        self._hdr[[_COUNT, _FRAMES]] = snapshot["header"]
+
     def _release_views(self) -> None:
         for name in ("_words", "_ids"):
             if name in self.__dict__:

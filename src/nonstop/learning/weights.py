@@ -34,7 +34,7 @@ only ``close``s.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -188,9 +188,35 @@ class SharedWeights(_Segment):
                 raise TimeoutError("weights are republished faster than they can be copied")
 
 
+# TrainingState's header words (int64; word 7 holds a float64). Private: every reader and writer goes
+# through TrainingState's methods, which own the memory order of each word.
+_UPDATE_BASE = 0  # updates made before this replay's transitions (after a resume without replay)
+_TARGET_LOCK = 1  # one target-network writer at a time (a RobustLock)
+_UPDATES = 3  # updates applied so far (claimed by fetch-add)
+_TURN = 4  # round robin: whose turn it is (mod N_L); parallel: rounds finished
+_TARGET_VERSION = 5  # the target network's seqlock: odd while a copy is being written
+_STOP = 6  # learners asked to stop
+_LOSS = 7  # float64: the loss of the latest update (for progress reports; orders nothing)
+
+
 class TrainingState(_Segment):
     """Master parameters, Adam moments and target parameters of one training run,
-    with the counters that order learners' updates."""
+    with the counters that order learners' updates.
+
+    It owns its header: the words are reached only through the methods below (the round-robin turn,
+    the update count and its base, the target's seqlock, the stop request, the latest loss), each
+    with the atomic order its protocol needs.
+
+    >>> state = TrainingState.create(2)
+    >>> state.claim_update(), state.claim_update(), state.updates
+    (1, 2, 2)
+    >>> state.turn, state.pass_turn(0), state.pass_turn(0), state.turn
+    (0, True, False, 1)
+    >>> state.restore_counts(updates=10, target_version=4); state.mark_update_base(10)
+    >>> state.updates, state.target_version, state.update_base
+    (10, 4, 10)
+    >>> state.unlink()
+    """
 
     _kind = "train"
     _vectors = ("params", "adam_m", "adam_v", "target")
@@ -198,73 +224,109 @@ class TrainingState(_Segment):
     adam_m: np.ndarray  # Adam's first moment
     adam_v: np.ndarray  # Adam's second moment
     target: np.ndarray  # the target network's parameters
-    UPDATE_BASE: Final = 0  # updates made before this replay's transitions (after a resume without replay)
-    TARGET_LOCK: Final = 1  # one target-network writer at a time (a RobustLock)
-    UPDATES: Final = 3  # header words after SharedWeights' layout
-    TURN: Final = 4
-    TARGET_VERSION: Final = 5
-    STOP: Final = 6
 
     def __init__(self, name: str, n_params: int, *, _shm: Any = None) -> None:
         super().__init__(name, n_params, _shm=_shm)
-        self._target_lock = RobustLock(self._hdr, self.TARGET_LOCK)
+        self._target_lock = RobustLock(self._hdr, _TARGET_LOCK)
 
-    def counter(self, word: int) -> int:
-        """Header word ``word`` (an acquire load: what its writer wrote before it is visible)."""
-        return self._hdr.load(word, ACQUIRE)
-
-    def set_counter(self, word: int, value: int) -> None:
-        """Set header word ``word`` (a release store: what this process wrote before is visible first)."""
-        self._hdr.store(word, value, RELEASE)
-
-    def add_counter(self, word: int, delta: int = 1) -> int:
-        """Add ``delta`` to header word ``word`` in one indivisible step; returns the new value."""
-        return self._hdr.fetch_add(word, delta) + delta
-
-    def pass_turn(self, turn: int) -> bool:
-        """Move the round-robin turn from ``turn`` to ``turn + 1``, only if it still is ``turn``
-        (a supervisor skipping a dead learner can never skip a live one's turn)."""
-        return self._hdr.compare_exchange(self.TURN, turn, turn + 1)
+    # ---------------------------------------------------------------- the update count
+    @property
+    def updates(self) -> int:
+        """Updates applied so far (an acquire load: the parameters they wrote are visible)."""
+        return self._hdr.load(_UPDATES, ACQUIRE)
 
     def claim_update(self) -> int:
         """The number of the update about to be applied (1, 2, …): a fetch-add, so concurrent
         Hogwild learners get distinct numbers and the count loses nothing."""
-        return self.add_counter(self.UPDATES)
+        return self._hdr.fetch_add(_UPDATES, 1) + 1
 
+    @property
+    def update_base(self) -> int:
+        """Updates made before the replay's first transition (`mark_update_base`; 0 otherwise)."""
+        return self._hdr.load(_UPDATE_BASE, ACQUIRE)
+
+    def mark_update_base(self, updates: int) -> None:
+        """Record that the first ``updates`` updates were made on transitions this replay does not
+        hold (a resume without the replay): learners pace themselves from the new transitions."""
+        self._hdr.store(_UPDATE_BASE, _count("updates", updates), RELEASE)
+
+    def restore_counts(self, *, updates: int, target_version: int) -> None:
+        """Continue a checkpointed run: its update count and its target network's (even) version.
+        Release stores, before any learner starts."""
+        if _count("target_version", target_version) % 2:
+            raise ValueError(f"target_version must be even (a complete copy), got {target_version!r}")
+        self._hdr.store(_UPDATES, _count("updates", updates), RELEASE)
+        self._hdr.store(_TARGET_VERSION, int(target_version), RELEASE)
+
+    # ---------------------------------------------------------------- the turn
+    @property
+    def turn(self) -> int:
+        """Round robin: the turn (learner ``turn % N_L`` applies next); parallel: rounds finished.
+        An acquire load: the updates made before the turn moved are visible."""
+        return self._hdr.load(_TURN, ACQUIRE)
+
+    def advance_turn(self) -> int:
+        """Move the turn on by one (an indivisible add); returns the new turn."""
+        return self._hdr.fetch_add(_TURN, 1) + 1
+
+    def pass_turn(self, turn: int) -> bool:
+        """Move the round-robin turn from ``turn`` to ``turn + 1``, only if it still is ``turn``
+        (a supervisor skipping a dead learner can never skip a live one's turn)."""
+        return self._hdr.compare_exchange(_TURN, turn, turn + 1)
+
+    def finish_round(self, round_: int) -> None:
+        """Parallel mode: round ``round_``'s averaged update is applied; the round count becomes
+        ``round_ + 1`` (a release store: the learners waiting on it see the update)."""
+        self._hdr.store(_TURN, round_ + 1, RELEASE)
+
+    # ---------------------------------------------------------------- the target network
     def write_target(self) -> int:
         """Copy the master parameters into the target network (a seqlock write; one writer at a
         time). Returns the new even target version."""
-        hdr, word = self._hdr, self.TARGET_VERSION
+        hdr = self._hdr
         with self._target_lock:
-            odd = hdr.load(word, RELAXED) // 2 * 2 + 1  # from the word: a writer killed mid-copy left it odd
-            hdr.store(word, odd, RELAXED)
+            odd = hdr.load(_TARGET_VERSION, RELAXED) // 2 * 2 + 1  # from the word: a writer killed mid-copy left it odd
+            hdr.store(_TARGET_VERSION, odd, RELAXED)
             fence(RELEASE)
             self.target[:] = self.params
-            hdr.store(word, odd + 1, RELEASE)
+            hdr.store(_TARGET_VERSION, odd + 1, RELEASE)
         return odd + 1
 
     def read_target_into(self, out: np.ndarray) -> int | None:
         """Copy the target network into ``out``; returns its version, or None if a write overlapped
         the copy (try again)."""
-        hdr, word = self._hdr, self.TARGET_VERSION
-        version = hdr.load(word, ACQUIRE)
+        hdr = self._hdr
+        version = hdr.load(_TARGET_VERSION, ACQUIRE)
         if version % 2:
             return None
         out[:] = self.target
         fence(ACQUIRE)
-        return version if hdr.load(word, RELAXED) == version else None
+        return version if hdr.load(_TARGET_VERSION, RELAXED) == version else None
 
     @property
     def target_version(self) -> int:
-        return self._hdr.load(self.TARGET_VERSION, ACQUIRE)
+        """The target network's seqlock version: even when complete, odd while being written."""
+        return self._hdr.load(_TARGET_VERSION, ACQUIRE)
 
-    @property
-    def updates(self) -> int:
-        return self._hdr.load(self.UPDATES, ACQUIRE)
-
+    # ---------------------------------------------------------------- stop, loss
     @property
     def stop_requested(self) -> bool:
-        return bool(self._hdr.load(self.STOP, ACQUIRE))
+        return bool(self._hdr.load(_STOP, ACQUIRE))
 
     def request_stop(self) -> None:
-        self._hdr.store(self.STOP, 1, RELEASE)
+        self._hdr.store(_STOP, 1, RELEASE)
+
+    @property
+    def loss(self) -> float:
+        """The loss of the latest update (a plain number for reports: it orders nothing)."""
+        return float(self._hdr_f[_LOSS])
+
+    @loss.setter
+    def loss(self, value: float) -> None:
+        self._hdr_f[_LOSS] = value
+
+
+def _count(name: str, value: Any) -> int:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+    return int(value)

@@ -201,7 +201,7 @@ def add_arguments(p: Any) -> None:
 def run_tolerance(args: Any) -> int:
     import json
 
-    from nonstop.run import parse_env_args
+    from nonstop.envs import parse_env_args
 
     if not 0.0 <= args.max_regret <= 1.0:
         raise ValueError(f"--max-regret must be a fraction in [0, 1], got {args.max_regret}")

@@ -38,8 +38,8 @@ order, each checked by its zip header; the last one is read through (zip CRC-32 
 since only it can have been cut short by a crash outside nonstop's control (a power cut, a copy).
 A torn or unreadable chunk is skipped with a `RuntimeWarning` naming it. An opened log is
 read-only and loads nothing up front: ``log["delay"]`` reads that column chunk by chunk, and
-`iter_chunks` gives summaries a chunk at a time (`nonstop.metrics.timing.summarize` folds every
-figure chunk by chunk). `TickLog.stitch` joins logs (resume segments) into one timeline without
+`iter_chunks` gives summaries a chunk at a time (`nonstop.realtime.ticksummary.summarize` folds
+every figure chunk by chunk). `TickLog.stitch` joins logs (resume segments) into one timeline without
 loading them. Old single-file logs (``ticklog.npz``, `save`) load as before.
 
 >>> log = TickLog(tau_m=1 / 60)
@@ -78,11 +78,22 @@ import zipfile
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import numpy as np
 
 from nonstop._io import atomic_file, write_atomic
+from nonstop.realtime.tickcolumns import (
+    COLUMNS,
+    SEAT_COLUMNS,
+    SOURCE_AGENT,
+    SOURCE_DEFAULT,
+    TickColumns,
+    column_dtype,
+    column_names,
+    seat_column,
+)
+from nonstop.realtime.ticksummary import summarize
 
 __all__ = [
     "TickLog",
@@ -99,60 +110,9 @@ __all__ = [
     "is_ticklog_dir",
 ]
 
-SOURCE_DEFAULT: Final = 0  # β acted: inaction
-SOURCE_AGENT: Final = 1
-
-#: column name -> (dtype on disk, meaning)
-COLUMNS: Final[dict[str, tuple[str, str]]] = {
-    "tick": ("i8", "tick index t; tick t is due at origin + t·τ_M"),
-    "deadline": ("f8", "when the tick was due (s, clock time)"),
-    "time": ("f8", "when the host processed it (s, clock time)"),
-    "lateness": ("f8", "time - deadline (s)"),
-    "source": ("i1", "1 agent action, 0 default behaviour β (inaction)"),
-    "worker": ("i4", "worker that computed the applied action, -1 for β"),
-    "delay": ("i4", "ticks from the observation the action was computed on to this tick, -1 for β"),
-    "obs_tick": ("i8", "tick of the observation the action was computed on, -1 for β"),
-    "action": ("f8", "applied action (Discrete index; NaN for vector actions)"),
-    "tau_theta": ("f4", "inference time of the applied action (s), NaN for β"),
-    "reward": ("f8", "reward of this tick's env step"),
-    "episode": ("i4", "episode the tick belongs to"),
-    "terminated": ("i1", "episode terminated at this tick"),
-    "truncated": ("i1", "episode truncated at this tick"),
-    "superseded": ("i2", "pending actions discarded in favour of a newer one"),
-    "stale": ("i2", "actions dropped because they came from an earlier episode"),
-    "step_s": ("f4", "wall time the env step took (s)"),
-    "reset_s": ("f4", "wall time the automatic reset after this tick took (s), 0 if none"),
-}
 _NAMES: Final = tuple(COLUMNS)
 _INDEX: Final = {name: i for i, name in enumerate(_NAMES)}
 _ROW: Final = struct.Struct(f"={len(_NAMES)}d")  # one row of the float64 block, native byte order
-
-#: The columns each seat of a several-seat world has (DESIGN §4b). The unprefixed columns belong to
-#: the first seat; seat ``i ≥ 1`` has ``seat{i}_source``, ``seat{i}_worker``, ... after the shared
-#: ones, so a one-seat log (and every log written before seats existed) has exactly `COLUMNS`.
-SEAT_COLUMNS: Final = ("source", "worker", "delay", "obs_tick", "action", "tau_theta", "reward", "superseded", "stale")
-
-
-def column_names(seats: int = 1) -> tuple[str, ...]:
-    """Every column of a log of a world with ``seats`` seats, in row order.
-
-    >>> column_names(2)[-2:]
-    ('seat1_superseded', 'seat1_stale')
-    """
-    if not isinstance(seats, (int, np.integer)) or isinstance(seats, bool) or seats < 1:
-        raise ValueError(f"seats must be a positive integer, got {seats!r}")
-    return _NAMES + tuple(f"seat{i}_{c}" for i in range(1, int(seats)) for c in SEAT_COLUMNS)
-
-
-def column_dtype(name: str) -> str:
-    """The on-disk dtype of column ``name`` (a seat's column has its unprefixed twin's)."""
-    if name.startswith("seat") and "_" in name:
-        return COLUMNS[name.split("_", 1)[1]][0]
-    return COLUMNS[name][0]
-
-
-def _seat_column(name: str, seat: int) -> str:
-    return name if seat == 0 or name not in SEAT_COLUMNS else f"seat{seat}_{name}"
 
 #: Rows per chunk: 64k ticks are 18 minutes at 60 Hz, 9.4 MB in memory, ~1 MB compressed on disk.
 CHUNK_ROWS: Final = 65536
@@ -355,20 +315,6 @@ class _ChunkWriter:
 
 
 # ----------------------------------------------------------------------------- the log
-
-
-class TickColumns(Protocol):
-    """What the metrics read from a log: a `TickLog`, or one seat of it (`SeatLog`)."""
-
-    tau_m: float
-    meta: dict[str, Any]
-
-    def __len__(self) -> int: ...
-
-    def __getitem__(self, column: str) -> np.ndarray: ...
-
-    def iter_chunks(self, columns: Iterable[str] | None = None) -> Iterator[dict[str, np.ndarray]]: ...
-
 
 
 class TickLog:
@@ -797,11 +743,9 @@ class TickLog:
         return out
 
     def summary(self, **kwargs: Any) -> dict[str, Any]:
-        """Metrics computed from the columns, chunk by chunk; see `nonstop.metrics.timing.summarize`.
-        The top-level figures are the first seat's; a several-seat log adds ``seats``: every seat's
-        own summary by name (`seat`)."""
-        from nonstop.metrics.timing import summarize
-
+        """Metrics computed from the columns, chunk by chunk; see `nonstop.realtime.ticksummary.summarize`
+        (also `nonstop.metrics.timing.summarize`). The top-level figures are the first seat's; a
+        several-seat log adds ``seats``: every seat's own summary by name (`seat`)."""
         out = summarize(self, **kwargs)
         if self.seats > 1:
             out["seats"] = {name: self.seat(i).summary(**kwargs) for i, name in enumerate(self.seat_names)}
@@ -854,16 +798,15 @@ class SeatLog:
 
     def iter_chunks(self, columns: Iterable[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
         names = list(_NAMES if columns is None else columns)
-        real = [_seat_column(name, self.index) for name in names]
+        real = [seat_column(name, self.index) for name in names]
         for chunk in self.log.iter_chunks(real):
             yield {name: chunk[r] for name, r in zip(names, real)}
 
     def __getitem__(self, column: str) -> np.ndarray:
-        return self.log[_seat_column(column, self.index)]
+        return self.log[seat_column(column, self.index)]
 
     def summary(self, **kwargs: Any) -> dict[str, Any]:
-        from nonstop.metrics.timing import summarize
-
+        """This seat's `summarize`, with ``seat``: its name."""
         out = summarize(self, **kwargs)
         out["seat"] = self.name
         return out

@@ -89,6 +89,9 @@ class TickBoard(SharedSegment):
     >>> board = TickBoard.create()
     >>> board.tick, board.next_wake
     (0, 4611686018427387904)
+    >>> board.next_wake = 3  # the server: a client waits for tick 3
+    >>> board.publish_tick(3, 0.002), board.tick, board.recent_lateness().tolist()  # the worker
+    (3, 3, [0.0, 0.0, 0.002])
     >>> board.unlink()
     """
 
@@ -142,6 +145,18 @@ class TickBoard(SharedSegment):
     @property
     def origin(self) -> float:
         return float(self._d[_ORIGIN])
+
+    # the worker's side
+    def set_origin(self, origin: float) -> None:
+        """The session's clock origin, once its host has started (a plain number: it orders nothing)."""
+        self._d[_ORIGIN] = origin
+
+    def publish_tick(self, tick: int, lateness: float) -> int:
+        """The worker processed ``tick``, ``lateness`` seconds after it was due: record both, then
+        return the wake word (store then load, both SEQ_CST: see the class docstring)."""
+        self._d[_RING + tick % RECENT_TICKS] = lateness
+        self._q.store(_TICK, tick, SEQ_CST)
+        return self._q.load(_WAKE, SEQ_CST)
 
     def recent_lateness(self) -> np.ndarray:
         """Lateness (s) of the last ``min(tick, RECENT_TICKS)`` ticks, in no particular order."""
@@ -269,12 +284,8 @@ class _WorkerJob:
                 log.error("session %s: env raised\n%s", self.sid, traceback.format_exc())
                 self.note(("ended", self.sid, f"env error: {error}"))
                 return None
-            board = self.board
             tick = self.host.tick
-            board._d[_RING + tick % RECENT_TICKS] = now - self.due
-            q = board._q
-            q.store(_TICK, tick, SEQ_CST)  # then load the wake word: see TickBoard
-            wake_at = q.load(_WAKE, SEQ_CST)
+            wake_at = self.board.publish_tick(tick, now - self.due)
             if tick >= wake_at and wake_at != self.noted:
                 self.noted = wake_at
                 self.note(("tick", self.sid, tick))
@@ -349,7 +360,7 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
             for channel in (*_listed(slot), *_listed(queue), board):
                 channel.close()
             raise
-        board._d[_ORIGIN] = host.origin
+        board.set_origin(host.origin)
         jobs[sid] = job
         lane.add(job, cfg["origin"] + first)
         return {"seed": seed, "warm": warmed, "origin": host.origin}
