@@ -149,9 +149,8 @@ def test_metrics_timing_is_the_logs_own_summary():
 #: The private views of shared-memory segments: their header words and raw arrays. Only the class
 #: that lays a segment out reads or writes them (DESIGN §3, STYLE: one place owns each buffer).
 SEGMENT_VIEWS = frozenset({"_hdr", "_hdr_f", "_words", "_ids", "_q", "_d"})
-#: Known readers from outside, to move onto the owner's methods: the Ray learners read the latest
-#: loss word (``state._hdr_f[_LOSS]``) where ``state.loss`` now says it.
-KNOWN_OUTSIDE: frozenset[tuple[str, str]] = frozenset({("distributed/ray_learners.py", "self.state._hdr_f")})
+#: Known readers from outside, to move onto the owner's methods (none left).
+KNOWN_OUTSIDE: frozenset[tuple[str, str]] = frozenset()
 
 
 def _outside_segment_access(path: Path) -> list[tuple[int, str]]:

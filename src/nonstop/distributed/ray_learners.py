@@ -398,9 +398,7 @@ class RayLearners:
 
     @property
     def loss(self) -> float:
-        from nonstop.learning.learners import _LOSS
-
-        return float(self.state._hdr_f[_LOSS])
+        return self.state.loss
 
     def report(self) -> dict[str, Any]:
         return {"n_learners": self.n, "mode": self.mode, "backend": "ray", "restarts": list(self.restarts),

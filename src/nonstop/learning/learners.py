@@ -44,7 +44,6 @@ import numpy as np
 from nonstop.learning.dqn import DQNConfig, apply_gradient, build_q_network, compute_gradient
 from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import _HDR, SharedWeights, TrainingState, _Segment, load_flat
-from nonstop.learning.weights import _LOSS as _LOSS_WORD
 from nonstop.realtime.clock import WallClock
 from nonstop.realtime.lifeline import PartFailed, RestartBudget, hold_lifeline, reap
 
@@ -52,9 +51,6 @@ __all__ = ["LEARNER_MODES", "Learner", "VirtualLearners", "LearnerProcesses"]
 
 LEARNER_MODES: Final = ("round_robin", "hogwild", "parallel")
 DEAD: Final = -1  # a parallel-mode gradient slot whose learner died and will not come back
-#: TrainingState's loss word: `nonstop.distributed.ray_learners` still reads it directly; read
-#: ``state.loss`` instead (TrainingState owns its header)
-_LOSS: Final = _LOSS_WORD
 
 
 def check_mode(mode: str, n_learners: int) -> None:
