@@ -214,6 +214,9 @@ def run_plan(args: argparse.Namespace) -> int:
                   activation_bytes=activation or 0, process_base_bytes=int(args.process_mb * 2**20), nodes=args.nodes,
                   weights_every=args.weights_every)  # fmt: skip
     result.update(k=args.k, times=source)
+    if source.startswith("measured") and args.device == "cuda":
+        # each worker and learner ran on a GPU of its own at the measured speed (CPU cores stay for the processes)
+        result["gpus"] = result["n_inference_star"] + (result["n_learners_star"] or 0)
     if args.json:
         print(json.dumps(result))
     else:
@@ -242,6 +245,8 @@ def _render(r: dict[str, Any]) -> None:
     t.add_row("N_I* = ⌈τ_θ/τ_M⌉", str(r["n_inference_star"]))
     t.add_row("N_L* = ⌈(τ_L/B)/τ_M⌉", "— (give --update-ms)" if r["n_learners_star"] is None else str(r["n_learners_star"]))
     t.add_row("cores (workers + learners + host)", str(r["cores"]))
+    if "gpus" in r:
+        t.add_row("GPUs (workers + learners, each as fast as the one measured)", str(r["gpus"]))
     mem = r.get("memory_bytes")
     if mem:
         t.add_row("|θ| (float32)", f"{r['n_params']:,} params = {_bytes(mem['theta'])}")
