@@ -40,8 +40,9 @@ from __future__ import annotations
 
 import argparse
 import math
-from functools import partial
 import os
+import sys
+from functools import partial
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any, TypedDict
@@ -285,9 +286,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         from nonstop.distributed.ray_backend import local_cluster, ray_session
 
         with ExitStack() as stack:
-            if nodes > 1:  # num_cpus 0 actors: a node's CPUs only admit Ray's own tasks
-                cluster = stack.enter_context(local_cluster(nodes, num_cpus=1))
-                cluster_info = {"local": True, "nodes": nodes, "address": cluster.address}
+            if nodes > 1:
+                # the actors reserve no CPU (a latency policy sleeps); a node's CPU count also caps how
+                # many worker processes its raylet starts at once, so each node declares its share of
+                # this machine's cores: 70 actors start 8 at a time per node on 16 cores, not one by one
+                cpus = max(1, (os.cpu_count() or 2) // nodes)
+                cluster = stack.enter_context(local_cluster(nodes, num_cpus=cpus))
+                cluster_info = {"local": True, "nodes": nodes, "cpus_per_node": cpus, "address": cluster.address}
             else:
                 ray = stack.enter_context(ray_session(ray_address))
                 cluster_info = {"local": ray_address in (None, "local"), "address": ray_address,
@@ -325,7 +330,8 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
         budget = 120.0 if getattr(args, "quick", False) else 1200.0
     if budget is not None and not (budget > 0 and math.isfinite(budget)):
         raise ValueError(f"--time-budget must be a positive number of seconds, got {budget}")
-    deadline = stopwatch() + budget if budget is not None else math.inf
+    started = stopwatch()
+    deadline = started + budget if budget is not None else math.inf
 
     schedulers = [s.strip() for s in args.scheduler.split(",") if s.strip()]
     for name in schedulers:
@@ -379,10 +385,14 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
                           warmup: int = warmup, window_ticks: int = window_ticks, tried: dict = tried) -> dict[str, Any]:
                     if tried and stopwatch() > deadline:  # every row gets its first trial, then the budget rules
                         raise _OutOfTime(dict(tried))
+                    began = stopwatch()
                     tried[n] = trial(
                         tau_ticks=tau, n_workers=n, scheduler=name, clock=args.clock, latency=latency,
                         seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend, warm=warm,
                     )  # fmt: skip
+                    if args.clock == "wall":  # a long search shows where it is (stderr: stdout ends with the JSON)
+                        print(f"nstar: {name} τ̄_θ={tau:g} ticks, N_I={n}: inaction {tried[n]['inaction_fraction']:.2%} "
+                              f"({stopwatch() - began:.0f} s; {stopwatch() - started:.0f} s in all)", file=sys.stderr, flush=True)  # fmt: skip
                     return tried[n]
 
                 guess = flight["target"] if (name == "quantile_hold" and flight) else bound

@@ -45,9 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=None,
                         help=size_help("world seconds per configuration (2-tick model)", "seconds", _QUICK, _FULL))
     parser.add_argument("--passes", type=int, default=None, help=size_help("timed forward passes per width (calibration)", "passes", _QUICK, _FULL))
-    parser.add_argument("--forward-ticks", type=float, default=1.8,
-                        help="the slow model's forward pass, in ticks on one core (default 1.8: about 2 ticks, "
-                             "so N_I = 2 actors cover every tick once the call's overhead is added)")
+    parser.add_argument("--forward-ticks", type=float, default=1.5,
+                        help="the slow model's forward pass, in ticks on one core (default 1.5: more than one tick, "
+                             "so one worker cannot act at every tick, and room below two for the call's overhead and "
+                             "jitter, so N_I = 2 can; at 1.8 the model took 2.3 ticks in the world on 16 vCPUs)")
     parser.add_argument("--nodes", type=int, default=2, help="nodes of the local cluster, one actor on each (default 2)")
     parser.add_argument("--tick-hz", type=float, default=60.0, help="world rate (default 60)")
     parser.add_argument("--ray-address", default=None, metavar="HOST:PORT",
