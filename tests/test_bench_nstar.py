@@ -127,3 +127,27 @@ def test_a_search_cut_short_is_not_a_match():
 def test_nodes_needs_a_local_ray_cluster(argv, match):
     with pytest.raises(ValueError, match=match):
         nstar.run(_args(argv + ["--plot", ""]))
+
+
+def test_a_failed_ray_trial_keeps_the_rows_trials(monkeypatch):
+    """A Ray trial that cannot run (an actor that does not start: a node out of memory) stops that
+    row's search with the reason, and the trials measured before it survive in the result (before,
+    the exception ended the run and every measured trial was lost)."""
+    real_trial = nstar.trial
+
+    def fake_trial(**kw):
+        assert kw["backend"] == "ray"
+        if kw["n_workers"] == 3:  # the first trial runs (one worker short of theory: it fails)
+            return real_trial(**{**kw, "n_workers": 1, "backend": "thread", "warm": None})
+        raise RuntimeError("Ray actor did not start within 120s: node out of memory")
+
+    monkeypatch.setattr(nstar, "trial", fake_trial)
+    result = nstar._run(_args(["--quick", "--tau-theta", "3", "--scheduler", "exp_time", "--plot", ""]), "ray")
+    (row,) = result["rows"]
+    assert row["nstar_measured"] is None and row["trials"] == {"3": row["inaction_at_nstar"]}
+    assert row["trials"]["3"] > 0.5  # what the one worker measured, kept
+    assert "trial of 6 workers failed" in row["stopped_by"] and "out of memory" in row["stopped_by"]
+    assert not row["budget_exhausted"] and result["budget_exhausted"] == []
+    assert result["stopped"][0]["nstar_above"] == 3 and result["above_cap"] == []
+    assert result["all_match_theory"] is False
+    nstar.render(result)  # the human table shows the stopped row's bracket, not a crash

@@ -312,11 +312,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 class _OutOfTime(Exception):
-    """The search's `--time-budget` is spent; ``results`` holds the row's trials so far."""
+    """The search stops early: the `--time-budget` is spent, or (``reason``) a Ray trial could not
+    run; ``results`` holds the row's trials so far."""
 
-    def __init__(self, results: dict[int, Any]) -> None:
-        super().__init__("time budget spent")
-        self.results = results
+    def __init__(self, results: dict[int, Any], reason: str | None = None) -> None:
+        super().__init__(reason or "time budget spent")
+        self.results, self.reason = results, reason
+
+
+#: resident memory of one Ray actor holding a latency policy (a Ray worker process: ~150 MiB seen), with room
+RAY_ACTOR_BYTES = 200 * 2**20
+
+
+def _local_actor_cap() -> int | None:
+    """How many latency-policy actors this machine's available memory holds (80 % of MemAvailable
+    over `RAY_ACTOR_BYTES`), for a Ray cluster started on it; None where /proc/meminfo is absent."""
+    try:
+        with open("/proc/meminfo") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        available = int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
+    return max(1, int(0.8 * available / RAY_ACTOR_BYTES))
 
 
 def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = None) -> dict[str, Any]:
@@ -359,6 +376,10 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
     window = args.window if args.window is not None else (2.0 if quick else 4.0)
     exact = args.clock == "virtual" and not variable
     rows = []
+    # Ray actors started on this machine (a local Ray or --nodes): the search never starts more than
+    # its memory holds (a doubling from 70 to 140 actors ran a 24 GB machine out of memory)
+    local_ray = backend == "ray" and getattr(args, "ray_address", None) in (None, "local")
+    actor_cap = _local_actor_cap() if local_ray else None
     load_before = os.getloadavg()
     for sigma in sigmas:
         for tau in taus:
@@ -386,10 +407,19 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
                     if tried and stopwatch() > deadline:  # every row gets its first trial, then the budget rules
                         raise _OutOfTime(dict(tried))
                     began = stopwatch()
-                    tried[n] = trial(
-                        tau_ticks=tau, n_workers=n, scheduler=name, clock=args.clock, latency=latency,
-                        seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend, warm=warm,
-                    )  # fmt: skip
+                    try:
+                        tried[n] = trial(
+                            tau_ticks=tau, n_workers=n, scheduler=name, clock=args.clock, latency=latency,
+                            seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend, warm=warm,
+                        )  # fmt: skip
+                    except Exception as exc:
+                        # a Ray trial can fail for the cluster's reasons (an actor that does not start, a node
+                        # out of memory): keep what the row's trials measured instead of losing the whole run
+                        if backend != "ray" or not tried:
+                            raise
+                        print(f"nstar: {name} τ̄_θ={tau:g} ticks, N_I={n}: trial failed ({exc}); the row keeps "
+                              f"its {len(tried)} trial(s)", file=sys.stderr, flush=True)  # fmt: skip
+                        raise _OutOfTime(dict(tried), f"trial of {n} workers failed: {exc}") from exc
                     if args.clock == "wall":  # a long search shows where it is (stderr: stdout ends with the JSON)
                         print(f"nstar: {name} τ̄_θ={tau:g} ticks, N_I={n}: inaction {tried[n]['inaction_fraction']:.2%} "
                               f"({stopwatch() - began:.0f} s; {stopwatch() - started:.0f} s in all)", file=sys.stderr, flush=True)  # fmt: skip
@@ -397,16 +427,18 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
 
                 guess = flight["target"] if (name == "quantile_hold" and flight) else bound
                 cap = max(256, math.ceil(args.max_workers * bound), guess)
+                if actor_cap is not None:  # Ray actors on this machine: no more than its memory holds
+                    cap = max(guess, min(cap, actor_cap))
                 def passes(s: dict[str, Any], th: float = threshold) -> bool:
                     return s["inaction_fraction"] <= th
 
-                out_of_time = False
+                out_of_time, stopped_by = False, None
                 try:
                     nstar, results = find_nstar(run_n, guess=guess, passes=passes, limit=cap)
                 except NStarAboveLimit as above:  # honest: more than the cap, with what each trial measured
                     nstar, results = None, above.results
-                except _OutOfTime as late:  # the budget ran out mid-search: what the trials showed so far
-                    nstar, results, out_of_time = None, late.results, True
+                except _OutOfTime as late:  # the search stopped early: what the trials showed so far
+                    nstar, results, out_of_time, stopped_by = None, late.results, True, late.reason
                 at = results[nstar if nstar is not None else max(results)]
                 # measured τ_θ where it varies (a Ray actor's remote overhead varies too)
                 measured = variable or backend == "ray"
@@ -449,8 +481,9 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
                 if out_of_time:
                     ok = [n for n, r in results.items() if r["inaction_fraction"] <= threshold]
                     failed = [n for n, r in results.items() if r["inaction_fraction"] > threshold]
-                    rows[-1].update(budget_exhausted=True, nstar_above=max(failed, default=None),
-                                    nstar_at_most=min(ok, default=None))  # fmt: skip
+                    rows[-1].update(budget_exhausted=stopped_by is None, nstar_above=max(failed, default=None),
+                                    nstar_at_most=min(ok, default=None), stopped_by=stopped_by or "time budget")  # fmt: skip
+                rows[-1]["search_cap"] = cap
             if variable and "quantile_hold" in schedulers:  # auto: the same scheduler, sizing N_I itself
                 auto = trial(tau_ticks=tau, n_workers="auto", scheduler="auto", clock=args.clock, latency=latency,
                              seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend,
@@ -481,12 +514,16 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
         # rows whose scheduler still left inaction at the search cap (--max-workers): N_I* is above it
         "above_cap": [{"scheduler": r["scheduler"], "tau_theta_ticks": r["tau_theta_ticks"], "sigma": r["sigma"],
                        "nstar_above": r["nstar_above"]} for r in rows
-                      if r.get("nstar_above") is not None and not r.get("budget_exhausted")],  # fmt: skip
+                      if r.get("nstar_above") is not None and not r.get("stopped_by")],  # fmt: skip
         # rows whose search the --time-budget cut short (what their trials showed is in the row)
         "time_budget_s": budget,
         "budget_exhausted": [{"scheduler": r["scheduler"], "tau_theta_ticks": r["tau_theta_ticks"], "sigma": r["sigma"],
                               "nstar_above": r["nstar_above"], "nstar_at_most": r["nstar_at_most"]}
                              for r in rows if r.get("budget_exhausted")],  # fmt: skip
+        # rows whose search a failed Ray trial stopped (the reason, and what the trials before it showed)
+        "stopped": [{"scheduler": r["scheduler"], "tau_theta_ticks": r["tau_theta_ticks"], "sigma": r["sigma"],
+                     "stopped_by": r["stopped_by"], "nstar_above": r["nstar_above"], "nstar_at_most": r["nstar_at_most"]}
+                    for r in rows if r.get("stopped_by") and not r.get("budget_exhausted")],  # fmt: skip
         # issue 10's target: the new scheduler within 2× the bound, inaction held
         "quantile_hold_within_2x_bound": all(r["ratio_to_bound"] is not None and r["ratio_to_bound"] <= 2 for r in hold) if hold else None,
         "quantile_hold_max_ratio_to_bound": max((r["ratio_to_bound"] for r in hold if r["ratio_to_bound"] is not None), default=None),
@@ -577,10 +614,11 @@ def render(result: dict[str, Any]) -> None:
     for r in result["rows"]:
         if r["nstar_measured"] is not None:
             measured, ratio = str(r["nstar_measured"]), f"{r['ratio_to_bound']:.2f}"
-        elif r.get("budget_exhausted"):  # cut short by --time-budget: the bracket its trials gave
+        elif r.get("stopped_by"):  # cut short by --time-budget or a failed trial: the bracket its trials gave
             low = "" if r["nstar_above"] is None else f"> {r['nstar_above']}"
             high = "" if r["nstar_at_most"] is None else f"≤ {r['nstar_at_most']}"
-            measured, ratio = f"{low} {high} (time)".strip(), "—"
+            why = "time" if r.get("budget_exhausted") else "stopped"
+            measured, ratio = " ".join(part for part in (low, high, f"({why})") if part), "—"
         elif r.get("nstar_above") is not None:  # still inaction at the search cap
             measured, ratio = f"> {r['nstar_above']}", f"> {r['nstar_above'] / r['lower_bound']:.0f}"
         else:
