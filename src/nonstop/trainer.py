@@ -215,6 +215,13 @@ def run_train(args: argparse.Namespace) -> int:
     console.print(f"replay: {cfg.dqn.replay_capacity:,} transitions of {run.obs_shape} {run.obs_space.dtype} "
                   f"→ {need / 2**20:,.1f} MiB of shared memory; N_I={run.n_inference}, N_L={cfg.n_learners}, "
                   f"{cfg.interaction}, clock={cfg.clock}; run dir {out}")  # fmt: skip
+    if cfg.backend == "ray" and cfg.interaction == "staggered" and cfg.scheduler in ("max_time", "exp_time") \
+            and cfg.n_inference != "auto":
+        # measured (README, Ray): a Ray call's overhead varies, and the paper's schedulers lose their stagger under
+        # any spread; quantile_hold keeps it
+        console.print(f"note: Ray workers' calls vary in time, and {cfg.scheduler} loses its stagger under that "
+                      "spread (more inaction at the same N_I); --scheduler quantile_hold or --n-inference auto keeps it",
+                      style="yellow", markup=False)  # fmt: skip
     if cfg.self_play:
         assert run.seats is not None  # a self-play run has its two seats
         console.print(f"self-play: the learner on {run.seats[0]}, a snapshot of it on {run.seats[1]} (N_I="
