@@ -310,3 +310,58 @@ def test_removed_node_actors_restart_on_a_live_node(cluster):
             pool.stop()
     assert all(pool.workers[i].deaths >= 1 for i in on_worker)
     assert worker.node_id not in alive_nodes
+
+
+def test_ray_actor_policy_computes_from_the_object_store_copy(cluster):
+    """`ObjectStoreDQNPolicy` (what `train --backend ray` builds in each actor) points its parameters
+    at the array ``ray.get`` maps from the node's object store, read-only and not copied, and acts
+    exactly as a policy holding a private copy of the same version does; a new version rebinds them."""
+    import gymnasium as gym
+    import numpy as np
+
+    from nonstop.distributed.ray_backend import ObjectStoreWeights
+    from nonstop.distributed.shared_params import make_object_store_dqn_policy
+    from nonstop.learning.dqn import DQNConfig, build_q_network, make_dqn_policy
+    from nonstop.learning.weights import SharedWeights, flat_parameters
+
+    cfg, space = DQNConfig.for_family("classic"), gym.spaces.Discrete(2)
+    flat = flat_parameters(build_q_network((4,), 2, cfg))
+    weights = ObjectStoreWeights(flat.size)
+    policy = make_object_store_dqn_policy((4,), space, cfg.to_dict(), seed=0, weights=weights)
+    reference = SharedWeights.create(flat.size)
+    try:
+        copy_policy = make_dqn_policy((4,), space, cfg.to_dict(), reference, 0)
+        obs = np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)
+        for version, theta in ((1, flat), (2, flat * -1.5 + 0.01)):
+            weights.update(version, 0.0, [ray.put(theta)])
+            reference.publish(theta)
+            reference.epsilon = 0.0
+            actions = [policy.act(o).action for o in obs]
+            assert actions == [copy_policy.act(o).action for o in obs]
+            assert len(set(actions)) == 2  # the check could fail: both actions occur
+            _, mapped = weights.current()
+            assert not mapped.flags.writeable  # a zero-copy view of the object store, not a private copy
+            start = mapped.__array_interface__["data"][0]
+            for p in policy.model.parameters():
+                assert start <= p.data_ptr() < start + mapped.nbytes, "a parameter outside the object store's copy"
+            assert policy.version == version
+    finally:
+        reference.unlink()
+
+
+def test_bench_weights_ray_actors_share_the_object_store_copy(cluster):
+    """`nonstop bench weights --backend ray`: two actors on one node holding a copy of θ each keep
+    at least 2·|θ| more private memory than two computing from views of the object store's one copy."""
+    import argparse
+
+    from nonstop.bench import weights as bench
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    bench.add_arguments(parser)
+    result = bench.run(parser.parse_args(["--backend", "ray", "--k", "7", "--workers", "2"]))
+    rows = {r["mode"]: r for r in result["rows"]}
+    theta = result["theta_mib"] * 2**20
+    assert result["backend"] == "ray" and result["memory"] == "uss + theta"
+    assert rows["copies"]["model_pss"] - rows["shared"]["model_pss"] > 2 * theta
+    assert rows["shared"]["model_pss"] < 2 * theta  # θ once (the object store) plus two actors' activations

@@ -275,9 +275,12 @@ class TrainingRun:
         latency = self.latency if self._has_latency() else None
         if self.cfg.backend == "ray":
             from nonstop.distributed.ray_backend import RayPolicy
+            from nonstop.distributed.shared_params import make_object_store_dqn_policy
 
-            # the model is built in the actor; weights reach it through Ray's object store
-            factory = partial(make_dqn_policy, self.obs_shape, self.action_space, self.dqn.to_dict(), seed=seed, latency=latency)
+            # the model is built in the actor; it computes from views of the version in its node's object
+            # store (one copy of θ per node, not per actor)
+            factory = partial(make_object_store_dqn_policy, self.obs_shape, self.action_space, self.dqn.to_dict(),
+                              seed=seed, latency=latency)  # fmt: skip
             return RayPolicy(factory, broadcast=self._broadcast, num_cpus=0 if self._has_latency() else 1)
         if self.cfg.clock == "wall" and self.cfg.backend == "process":
             from nonstop.distributed.shared_params import make_shared_dqn_policy

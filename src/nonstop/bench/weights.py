@@ -9,6 +9,16 @@ N bare workers (Python, torch, numpy, no model) are measured in the same run as 
 weights segment maps it too; its PSS share of those pages is added to the total, so θ counts
 whole in both modes. Target: 8 workers of k=7 at
 ≤ 1.5× the model memory of one worker with shared weights (about 8× with copies).
+
+``--backend ray`` measures Ray actors on one node of a local Ray instead: a copy of θ each
+(`DQNPolicy` over the fetched version) against views of the node's object store
+(`ObjectStoreDQNPolicy`, what ``train --backend ray`` builds). Memory is then the actors' USS
+(private pages; the object store's are shared) less N bare actors', plus θ once for the object
+store's copy.
+
+What sharing cannot remove: each worker's forward pass keeps its own working set (activations,
+oneDNN scratch), about 6-9 MiB at k=7 and 50 MiB at k=29, between passes. Releasing it after each
+pass (glibc's fixed mmap threshold) made a k=7 forward pass 40-70 % slower here, so it is kept.
 """
 
 from __future__ import annotations
@@ -25,19 +35,28 @@ DESCRIPTION = "memory of N_I process workers of one model: a copy of θ each vs 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", type=float, default=7.0, help="IMPALA ResNet width (default 7: ~11.7M parameters)")
     parser.add_argument("--workers", default=None, help="worker counts, comma-separated (default 1,4,8; quick 1,8)")
+    parser.add_argument("--backend", choices=("process", "ray"), default="process",
+                        help="process: ProcessPolicy workers (default); ray: Ray actors on one node of a local Ray, "
+                             "each a copy of θ vs views of the node's object store")  # fmt: skip
 
 
-def _pss_bytes(pid: int | None) -> tuple[int, int]:
-    """(PSS, RSS) of a process in bytes, from /proc/PID/smaps_rollup."""
+def _memory(pid: int | None) -> dict[str, int]:
+    """PSS, RSS and USS (private pages) of a process in bytes, from /proc/PID/smaps_rollup."""
     if pid is None:
         raise ValueError("the process has not started: it has no pid to measure")
     values = {}
     with open(f"/proc/{pid}/smaps_rollup") as f:
         for line in f:
             key, _, rest = line.partition(":")
-            if key in ("Pss", "Rss"):
+            if key in ("Pss", "Rss", "Private_Clean", "Private_Dirty"):
                 values[key] = int(rest.split()[0]) * 1024
-    return values["Pss"], values["Rss"]
+    return {"pss": values["Pss"], "rss": values["Rss"], "uss": values["Private_Clean"] + values["Private_Dirty"]}
+
+
+def _pss_bytes(pid: int | None) -> tuple[int, int]:
+    """(PSS, RSS) of a process in bytes."""
+    m = _memory(pid)
+    return m["pss"], m["rss"]
 
 
 def _mapping_pss_bytes(name: str) -> int:
@@ -86,12 +105,63 @@ def _measure(factory: Any, n: int, segment: str | None = None) -> dict[str, Any]
     return {"n": n, "pss_total": int(sum(pss)) + driver, "rss_total": int(sum(rss)), "driver_weights_pss": driver}
 
 
+class _BareActor(_Bare):
+    """`_Bare` as a Ray actor's factory (`RayPolicy` passes the weights it would compute from)."""
+
+    def __init__(self, weights: Any = None) -> None:
+        super().__init__()
+
+
+def _measure_ray(factory: Any, n: int, broadcast: Any) -> dict[str, Any]:
+    """``n`` actors of ``factory`` on this machine's one-node Ray, each after one forward pass:
+    their summed USS (private pages: a copy of θ is private, the object store's pages are not)."""
+    from nonstop.distributed.ray_backend import RayPolicy
+
+    actors = RayPolicy.start_many([factory] * n, num_cpus=0, broadcast=broadcast)
+    try:
+        obs = np.zeros((84, 84), np.uint8)
+        for a in actors:
+            a.act(obs)  # fetches the version (a view or a copy) and runs the forward pass
+        mem = [_memory(a.pid) for a in actors]
+    finally:
+        for a in actors:
+            a.close()
+    return {"n": n, "uss_total": sum(m["uss"] for m in mem), "pss_total": sum(m["pss"] for m in mem),
+            "rss_total": sum(m["rss"] for m in mem)}  # fmt: skip
+
+
+def _run_ray(counts: list[int], cfg: Any, flat: np.ndarray, weights: Any) -> tuple[dict[int, int], list[dict[str, Any]], dict[str, Any]]:
+    """Ray actors on one node: a copy of θ each (`DQNPolicy` over `ObjectStoreWeights`) vs views of
+    the node's object store (`ObjectStoreDQNPolicy`, what ``train --backend ray`` builds). The
+    object store holds each version once in both modes (θ is added once to each total)."""
+    import gymnasium as gym
+
+    from nonstop.distributed.ray_backend import WeightBroadcast, ray_session
+    from nonstop.distributed.shared_params import make_object_store_dqn_policy
+    from nonstop.learning.dqn import make_dqn_policy
+
+    obs_shape, space = (84, 84), gym.spaces.Discrete(18)
+    with ray_session(None):
+        broadcast = WeightBroadcast(weights)
+        bare = {n: _measure_ray(_BareActor, n, broadcast)["uss_total"] for n in counts}
+        modes = {
+            "copies": partial(make_dqn_policy, obs_shape, space, cfg.to_dict(), seed=0),
+            "shared": partial(make_object_store_dqn_policy, obs_shape, space, cfg.to_dict(), seed=0),
+        }
+        rows = []
+        for mode, factory in modes.items():
+            for n in counts:
+                m = _measure_ray(factory, n, broadcast)
+                m.update(mode=mode, model_pss=m["uss_total"] - bare[n] + flat.nbytes)  # + the object store's one θ
+                rows.append(m)
+    return bare, rows, modes
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import gymnasium as gym
 
     from nonstop.bench.common import parse_positive_list
-    from nonstop.distributed.shared_params import make_shared_dqn_policy
-    from nonstop.learning.dqn import DQNConfig, build_q_network, make_dqn_policy
+    from nonstop.learning.dqn import DQNConfig, build_q_network
     from nonstop.learning.weights import SharedWeights, flat_parameters
 
     counts = [int(n) for n in parse_positive_list(args.workers, "--workers")] if args.workers else (
@@ -105,22 +175,44 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         weights.publish(flat)
         weights.epsilon = 0.0  # greedy: every act() is a forward pass
-        # N bare workers share the libraries' pages N ways too: the baseline is measured per N
-        bare = {n: _measure(_Bare, n)["pss_total"] for n in counts}
-        modes = {
-            "copies": partial(make_dqn_policy, obs_shape, space, cfg.to_dict(), weights, 0),
-            "shared": partial(make_shared_dqn_policy, obs_shape, space, cfg.to_dict(), weights, 0),
-        }
-        rows = []
-        for mode, factory in modes.items():
-            for n in counts:
-                m = _measure(factory, n, weights.name)
-                m.update(mode=mode, model_pss=m["pss_total"] - bare[n])
-                rows.append(m)
+        if getattr(args, "backend", "process") == "ray":
+            bare, rows, modes = _run_ray(counts, cfg, flat, weights)
+        else:
+            bare, rows, modes = _run_processes(counts, cfg, obs_shape, space, weights)
     finally:
         weights.unlink()
+    return _result(args, counts, flat, bare, rows, modes)
+
+
+def _run_processes(counts: list[int], cfg: Any, obs_shape: tuple[int, ...], space: Any,
+                   weights: Any) -> tuple[dict[int, int], list[dict[str, Any]], dict[str, Any]]:  # fmt: skip
+    """Process workers: a copy of θ each vs views of the host's shared copy; PSS, with the driver's
+    share of the weights segment added so θ counts whole in both modes."""
+    from nonstop.distributed.shared_params import make_shared_dqn_policy
+    from nonstop.learning.dqn import make_dqn_policy
+
+    # N bare workers share the libraries' pages N ways too: the baseline is measured per N
+    bare = {n: _measure(_Bare, n)["pss_total"] for n in counts}
+    modes = {
+        "copies": partial(make_dqn_policy, obs_shape, space, cfg.to_dict(), weights, 0),
+        "shared": partial(make_shared_dqn_policy, obs_shape, space, cfg.to_dict(), weights, 0),
+    }
+    rows = []
+    for mode, factory in modes.items():
+        for n in counts:
+            m = _measure(factory, n, weights.name)
+            m.update(mode=mode, model_pss=m["pss_total"] - bare[n])
+            rows.append(m)
+    return bare, rows, modes
+
+
+def _result(args: argparse.Namespace, counts: list[int], flat: np.ndarray, bare: dict[int, int], rows: list[dict[str, Any]],
+            modes: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     mib = 2**20
     result: dict[str, Any] = {
+        "backend": getattr(args, "backend", "process"),
+        # process: PSS (shared pages split among the processes that map them); ray: USS (private pages) plus θ once
+        "memory": "pss" if getattr(args, "backend", "process") == "process" else "uss + theta",
         "k": args.k,
         "n_params": int(flat.size),
         "theta_mib": flat.nbytes / mib,

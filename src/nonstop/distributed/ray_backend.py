@@ -197,6 +197,11 @@ class ObjectStoreWeights:
         out[:] = self._flat
         return self.version
 
+    def current(self) -> tuple[int, np.ndarray | None]:
+        """The newest fetched version and its array: a read-only view of the node's object store
+        (zero copy: every actor on the node maps the same pages), pinned while referenced."""
+        return self.version, self._flat
+
 
 class WeightBroadcast:
     """Puts each version of `SharedWeights` into Ray's object store once, for every actor of a

@@ -33,7 +33,8 @@ from nonstop.learning.dqn import DQNConfig, DQNPolicy, _to_tensor, build_q_netwo
 from nonstop.learning.weights import SharedWeights
 from nonstop.policies.base import Decision, Policy
 
-__all__ = ["SharedParameters", "SharedDQNPolicy", "make_shared_dqn_policy"]
+__all__ = ["SharedParameters", "SharedDQNPolicy", "make_shared_dqn_policy", "ObjectStoreDQNPolicy",
+           "make_object_store_dqn_policy"]
 
 
 class SharedParameters:
@@ -61,11 +62,7 @@ class SharedParameters:
         """Point the parameters at the newest complete version (no copy); returns it (0: none)."""
         version = self.weights.version
         if version != self.version and version > 0:
-            flat = self._buffers[version % 2]
-            offset = 0
-            for p in self._params:
-                p.data = flat[offset : offset + p.numel()].view_as(p)
-                offset += p.numel()
+            _bind(self._params, self._buffers[version % 2])
             self.version = version
         return self.version
 
@@ -115,3 +112,66 @@ def make_shared_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_di
 
         return LatencyPolicy(shared, latency, seed=seed)
     return shared
+
+
+def _bind(params: list[Any], flat: Any) -> None:
+    """Point each parameter at its slice of the flat tensor (``flat_parameters`` order), no copy."""
+    offset = 0
+    for p in params:
+        p.data = flat[offset : offset + p.numel()].view_as(p)
+        offset += p.numel()
+
+
+class ObjectStoreDQNPolicy(DQNPolicy):
+    """A `DQNPolicy` in a Ray actor that computes from the version in the node's object store
+    (`nonstop.distributed.ray_backend.ObjectStoreWeights`): its parameters are views of the array
+    ``ray.get`` maps from the object store, so the actors on one node share one copy of θ per
+    version instead of one each. A Ray object never changes once put, so no pass can tear; the
+    version in use stays pinned while the parameters point at it."""
+
+    def __init__(self, model: Any, weights: Any, action_space: Any, *, seed: int | None = None,
+                 num_threads: int | None = 1) -> None:  # fmt: skip
+        if not hasattr(weights, "current"):
+            raise TypeError(f"ObjectStoreDQNPolicy reads ObjectStoreWeights (a Ray actor's), got {type(weights).__name__}")
+        super().__init__(model, weights, action_space, seed=seed, num_threads=num_threads)
+        self._flat = np.empty(0, np.float32)  # the base class's private copy is not needed
+        self._store: Any = weights  # ObjectStoreWeights: version, epsilon and current(), as SharedWeights reads
+        self._params = list(self.model.parameters())
+        for p in self._params:
+            p.requires_grad_(False)
+
+    def act(self, obs: np.ndarray) -> Decision:
+        import warnings
+
+        import torch
+
+        if not self._threads_set and self._threads is not None:
+            torch.set_num_threads(self._threads)
+            self._threads_set = True
+        version, flat = self._store.current()
+        if version != self.version and flat is not None:
+            with warnings.catch_warnings():  # the object store's pages are read-only, and only read here
+                warnings.simplefilter("ignore", UserWarning)
+                _bind(self._params, torch.from_numpy(flat))
+            self.version = version
+        if self._rng.random() < self.weights.epsilon:
+            return Decision(self.start + int(self._rng.integers(self.n)))
+        with torch.inference_mode():
+            q = self.model(_to_tensor(np.asarray(obs)[None]))
+        return Decision(self.start + int(q.argmax(1)))
+
+
+def make_object_store_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_dict: dict[str, Any],
+                                 seed: int | None = None, latency: Any = None, *, weights: Any) -> Policy:  # fmt: skip
+    """The Ray actors' factory (`RayPolicy` passes ``weights``): a `ObjectStoreDQNPolicy`."""
+    import gc
+
+    cfg = DQNConfig.from_dict(cfg_dict)
+    model = build_q_network(obs_shape, int(action_space.n), cfg).eval()
+    policy: Policy = ObjectStoreDQNPolicy(model, weights, action_space, seed=seed)
+    gc.collect()
+    if latency is not None:
+        from nonstop.policies.latency import LatencyPolicy
+
+        policy = LatencyPolicy(policy, latency, seed=seed)
+    return policy
