@@ -318,6 +318,7 @@ def test_ray_actor_policy_computes_from_the_object_store_copy(cluster):
     exactly as a policy holding a private copy of the same version does; a new version rebinds them."""
     import gymnasium as gym
     import numpy as np
+    import torch
 
     from nonstop.distributed.ray_backend import ObjectStoreWeights
     from nonstop.distributed.shared_params import make_object_store_dqn_policy
@@ -332,19 +333,24 @@ def test_ray_actor_policy_computes_from_the_object_store_copy(cluster):
     try:
         copy_policy = make_dqn_policy((4,), space, cfg.to_dict(), reference, 0)
         obs = np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)
+        seen = []
         for version, theta in ((1, flat), (2, flat * -1.5 + 0.01)):
             weights.update(version, 0.0, [ray.put(theta)])
             reference.publish(theta)
             reference.epsilon = 0.0
             actions = [policy.act(o).action for o in obs]
             assert actions == [copy_policy.act(o).action for o in obs]
-            assert len(set(actions)) == 2  # the check could fail: both actions occur
+            with torch.inference_mode():  # the same Q-values as the private copy's, to the bit
+                q = policy.model(torch.from_numpy(obs))
+                assert torch.equal(q, copy_policy.model(torch.from_numpy(obs)))
+            seen.append(q)
             _, mapped = weights.current()
             assert not mapped.flags.writeable  # a zero-copy view of the object store, not a private copy
             start = mapped.__array_interface__["data"][0]
             for p in policy.model.parameters():
                 assert start <= p.data_ptr() < start + mapped.nbytes, "a parameter outside the object store's copy"
             assert policy.version == version
+        assert not torch.equal(seen[0], seen[1])  # version 2 rebound the parameters
     finally:
         reference.unlink()
 
