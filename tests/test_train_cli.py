@@ -151,3 +151,20 @@ def test_paper_preset_sets_the_papers_stated_values_and_flags_beside_it_win():
     assert (dqn.lr, dqn.gamma, dqn.replay_capacity, dqn.batch_size) == (1e-3, 0.99, 1_000_000, 8)
     with pytest.raises(SystemExit):
         p.parse_args(["--preset", "paper-nope"])
+
+
+def test_help_shows_what_each_env_family_changes(capsys):
+    """A DQN flag's help gives the dataclass default and every family's own (CartPole trains at
+    lr 5e-4, not the paper's Atari 1e-5 that the default alone would suggest)."""
+    import re
+
+    from nonstop.cli import main
+    from nonstop.learning.dqn import FAMILY_DEFAULTS, DQNConfig
+
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--help"])
+    assert stop.value.code == 0
+    text = re.sub(r"\s+", " ", capsys.readouterr().out)
+    assert "(default 1e-05; gameboy 0.001, classic 0.0005)" in text
+    assert "(default 16; classic 64)" in text
+    assert DQNConfig.for_family("classic").lr == FAMILY_DEFAULTS["classic"]["lr"] == 5e-4

@@ -128,7 +128,7 @@ def add_dqn_arguments(p: argparse.ArgumentParser) -> None:
     >>> (a.gamma, a.double, a.hidden, a.target_update)
     (0.9, False, [64, 64], None)
     """
-    from nonstop.learning.dqn import PAPER_PRESETS, DQNConfig
+    from nonstop.learning.dqn import FAMILY_DEFAULTS, PAPER_PRESETS, DQNConfig
 
     p.add_argument("--preset", choices=sorted(PAPER_PRESETS), default=None,
                    help="the paper's stated DQN settings (γ, batch, Adam step, replay, k); flags given beside it win")  # fmt: skip
@@ -136,7 +136,10 @@ def add_dqn_arguments(p: argparse.ArgumentParser) -> None:
     for f in fields(DQNConfig):
         flag = "--" + f.name.replace("_", "-")
         default = f.default
-        text = f"{f.metadata.get('help', '')} (default {default!r})".replace("%", "%%")
+        by_family = ", ".join(f"{family} {values[f.name]!r}" for family, values in FAMILY_DEFAULTS.items()
+                              if f.name in values and values[f.name] != default)  # fmt: skip
+        shown = f"default {default!r}" + (f"; {by_family}" if by_family else "")
+        text = f"{f.metadata.get('help', '')} ({shown})".replace("%", "%%")
         if isinstance(default, bool):
             group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
         elif isinstance(default, tuple):

@@ -35,6 +35,16 @@ if TYPE_CHECKING:
 __all__ = ["DQNConfig", "PAPER_PRESETS", "build_q_network", "DQNPolicy", "compute_gradient", "apply_gradient", "epsilon_at"]
 
 
+#: What each world family changes in `DQNConfig`'s defaults (`DQNConfig.for_family`): the paper's
+#: Adam step per family, and what a small classic-control world needs to learn within 100k ticks.
+FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "atari": {"lr": 1e-5},
+    "gameboy": {"lr": 1e-3},
+    "classic": {"lr": 5e-4, "batch_size": 64, "target_update": 500, "epsilon_ticks": 10_000,
+                "learning_starts": 1000, "replay_capacity": 100_000, "double": True},
+}  # fmt: skip
+
+
 @dataclass
 class DQNConfig:
     """DQN hyper-parameters. Defaults are the paper's (Implementation Details, §5)."""
@@ -77,13 +87,7 @@ class DQNConfig:
     def for_family(cls, family: str, **overrides: Any) -> "DQNConfig":
         """The paper's settings for a world family, plus what a small classic-control
         world needs to learn within 100k ticks."""
-        base: dict[str, Any] = {
-            "atari": {"lr": 1e-5},
-            "gameboy": {"lr": 1e-3},
-            "classic": {"lr": 5e-4, "batch_size": 64, "target_update": 500, "epsilon_ticks": 10_000,
-                        "learning_starts": 1000, "replay_capacity": 100_000, "double": True},
-        }.get(family, {})  # fmt: skip
-        return cls(**{**base, **overrides})
+        return cls(**{**FAMILY_DEFAULTS.get(family, {}), **overrides})
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
