@@ -376,24 +376,27 @@ def test_bench_weights_ray_actors_share_the_object_store_copy(cluster):
 
 def test_ray_learners_improve_cartpole_on_the_wall_clock(cluster, tmp_path):
     """Two Ray learner actors in round-robin improve CartPole's return within 50 world seconds on the
-    wall clock (2,500 ticks at 50 Hz; ε annealed over the first 1,200). The last quarter of the
-    episodes, nearly greedy, against the first, nearly random (~22; an untrained greedy net ~10):
-    seen here 15 → 38 and 17 → 41 (two seeds). A bound far from both, so a loaded CI still passes
-    it, and a learner that learned nothing cannot."""
+    wall clock (2,500 ticks at 50 Hz; ε annealed over the first 1,200; up to 3 updates a transition,
+    which Ray's ~5 ms round trip allows on two cores: at 1, the default, 2,300 updates were too few
+    to learn in a run this short, and CI saw 21 -> 22). The last quarter of the episodes, nearly
+    greedy, against the first, nearly random (~22; an untrained greedy net ~10): seen here 23 -> 236,
+    20 -> 117 and 21 -> 196 (seeds 2, 3, 5; ~7,000 updates), and 20 -> 131 with a third process busy.
+    A bound far from these, so a loaded CI that updates less still passes it, and a learner that
+    learned nothing cannot."""
     import csv
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.abspath("src"), os.environ.get("PYTHONPATH", "")])}
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "nonstop.cli", "train", "--env", "CartPole", "--clock", "wall", "--seconds", "50",
            "--backend", "thread", "--learner-backend", "ray", "--n-learners", "2", "--learner-mode", "round_robin",
-           "--ray-address", cluster[0].address, "--epsilon-ticks", "1200", "--learning-starts", "300", "--seed", "2",
+           "--ray-address", cluster[0].address, "--epsilon-ticks", "1200", "--learning-starts", "300", "--updates-per-transition", "3", "--seed", "2",
            "--progress-every", "10", "--out", str(out)]  # fmt: skip
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     returns = [float(r["return"]) for r in csv.DictReader((out / "episodes.csv").open())]
     quarter = len(returns) // 4
-    assert quarter >= 10, f"only {len(returns)} episodes"
+    assert quarter >= 5, f"only {len(returns)} episodes"
     first, last = np.mean(returns[:quarter]), np.mean(returns[-quarter:])
-    assert last >= first + 8 and last >= 25, f"no improvement: first quarter {first:.1f}, last {last:.1f}"
+    assert last >= first + 15 and last >= 40, f"no improvement: first quarter {first:.1f}, last {last:.1f}"
     learners = json.loads((out / "summary.json").read_text())["learners"]
     assert learners["backend"] == "ray" and learners["applied"] == learners["gradients"] > 500
