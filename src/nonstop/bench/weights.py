@@ -16,18 +16,23 @@ whole in both modes. Target: 8 workers of k=7 at
 (private pages; the object store's are shared) less N bare actors', plus θ once for the object
 store's copy.
 
-What sharing cannot remove: each worker's forward pass keeps its own working set (activations,
-oneDNN scratch), about 6-9 MiB at k=7 and 50 MiB at k=29, between passes. Releasing it after each
-pass (glibc's fixed mmap threshold) made a k=7 forward pass 40-70 % slower here, so it is kept.
+What sharing alone does not remove: each worker's forward pass leaves its own working set
+(activations, oneDNN scratch; about 6-9 MiB at k=7, 50 MiB at k=29) in its heap between passes.
+Workers hand it back after each pass (`nonstop.policies.memory.WorkingSetRelease`, on by default);
+the mode ``shared_kept`` measures shared weights with that off, in the same run, to show what it
+buys. Memory is read a moment after the pass, once the worker's background trim is done.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from functools import partial
 from typing import Any
 
 import numpy as np
+
+from nonstop.policies.memory import DEFAULT_MIN_FREE
 
 DESCRIPTION = "memory of N_I process workers of one model: a copy of θ each vs one shared copy per host"
 
@@ -86,16 +91,24 @@ class _Bare:
         return Decision(0)
 
 
-def _measure(factory: Any, n: int, segment: str | None = None) -> dict[str, Any]:
+#: seconds between the forward passes and the reading of memory: a worker between passes
+_SETTLE_S = 0.3
+#: the modes measured: θ copied into each worker, or shared, with the working set handed back
+#: after each pass (the default) or kept (``trim_above=None``)
+_MODES = {"copies": DEFAULT_MIN_FREE, "shared": DEFAULT_MIN_FREE, "shared_kept": None}
+
+
+def _measure(factory: Any, n: int, segment: str | None = None, trim_above: int | None = DEFAULT_MIN_FREE) -> dict[str, Any]:
     from nonstop.inference.workers import ProcessPolicy
 
     workers: list[ProcessPolicy] = []
     try:
         for _ in range(n):
-            workers.append(ProcessPolicy(factory))
+            workers.append(ProcessPolicy(factory, trim_above=trim_above))
         obs = np.zeros((84, 84), np.uint8)
         for w in workers:
             w.act(obs)  # the forward pass's activations are part of a worker's memory
+        time.sleep(_SETTLE_S)
         pss, rss = zip(*(_pss_bytes(w._process.pid) for w in workers))
         # the driver maps the weights too: its share of those pages is the rest of θ's cost
         driver = _mapping_pss_bytes(segment) if segment else 0
@@ -112,16 +125,17 @@ class _BareActor(_Bare):
         super().__init__()
 
 
-def _measure_ray(factory: Any, n: int, broadcast: Any) -> dict[str, Any]:
+def _measure_ray(factory: Any, n: int, broadcast: Any, trim_above: int | None = DEFAULT_MIN_FREE) -> dict[str, Any]:
     """``n`` actors of ``factory`` on this machine's one-node Ray, each after one forward pass:
     their summed USS (private pages: a copy of θ is private, the object store's pages are not)."""
     from nonstop.distributed.ray_backend import RayPolicy
 
-    actors = RayPolicy.start_many([factory] * n, num_cpus=0, broadcast=broadcast)
+    actors = RayPolicy.start_many([factory] * n, num_cpus=0, broadcast=broadcast, trim_above=trim_above)
     try:
         obs = np.zeros((84, 84), np.uint8)
         for a in actors:
             a.act(obs)  # fetches the version (a view or a copy) and runs the forward pass
+        time.sleep(_SETTLE_S)
         mem = [_memory(a.pid) for a in actors]
     finally:
         for a in actors:
@@ -144,14 +158,12 @@ def _run_ray(counts: list[int], cfg: Any, flat: np.ndarray, weights: Any) -> tup
     with ray_session(None):
         broadcast = WeightBroadcast(weights)
         bare = {n: _measure_ray(_BareActor, n, broadcast)["uss_total"] for n in counts}
-        modes = {
-            "copies": partial(make_dqn_policy, obs_shape, space, cfg.to_dict(), seed=0),
-            "shared": partial(make_object_store_dqn_policy, obs_shape, space, cfg.to_dict(), seed=0),
-        }
+        shared = partial(make_object_store_dqn_policy, obs_shape, space, cfg.to_dict(), seed=0)
+        modes = {"copies": partial(make_dqn_policy, obs_shape, space, cfg.to_dict(), seed=0), "shared": shared, "shared_kept": shared}
         rows = []
         for mode, factory in modes.items():
             for n in counts:
-                m = _measure_ray(factory, n, broadcast)
+                m = _measure_ray(factory, n, broadcast, _MODES[mode])
                 m.update(mode=mode, model_pss=m["uss_total"] - bare[n] + flat.nbytes)  # + the object store's one θ
                 rows.append(m)
     return bare, rows, modes
@@ -193,14 +205,12 @@ def _run_processes(counts: list[int], cfg: Any, obs_shape: tuple[int, ...], spac
 
     # N bare workers share the libraries' pages N ways too: the baseline is measured per N
     bare = {n: _measure(_Bare, n)["pss_total"] for n in counts}
-    modes = {
-        "copies": partial(make_dqn_policy, obs_shape, space, cfg.to_dict(), weights, 0),
-        "shared": partial(make_shared_dqn_policy, obs_shape, space, cfg.to_dict(), weights, 0),
-    }
+    shared = partial(make_shared_dqn_policy, obs_shape, space, cfg.to_dict(), weights, 0)
+    modes = {"copies": partial(make_dqn_policy, obs_shape, space, cfg.to_dict(), weights, 0), "shared": shared, "shared_kept": shared}
     rows = []
     for mode, factory in modes.items():
         for n in counts:
-            m = _measure(factory, n, weights.name)
+            m = _measure(factory, n, weights.name, _MODES[mode])
             m.update(mode=mode, model_pss=m["pss_total"] - bare[n])
             rows.append(m)
     return bare, rows, modes
@@ -216,6 +226,8 @@ def _result(args: argparse.Namespace, counts: list[int], flat: np.ndarray, bare:
         "k": args.k,
         "n_params": int(flat.size),
         "theta_mib": flat.nbytes / mib,
+        # copies and shared hand each pass's working set back above this many free bytes; shared_kept never
+        "trim_above_bytes": DEFAULT_MIN_FREE,
         "bare_workers_pss_mib": {str(n): b / mib for n, b in bare.items()},
         "rows": [{**r, "pss_total_mib": r["pss_total"] / mib, "rss_total_mib": r["rss_total"] / mib,
                   "model_pss_mib": r["model_pss"] / mib} for r in rows],  # fmt: skip

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from nonstop.distributed.backends import RAY_INSTALL_HINT, BackendUnavailable, check_backend
+from nonstop.policies.memory import DEFAULT_MIN_FREE, WorkingSetRelease, check_min_free
 from nonstop.realtime.clock import stopwatch
 
 __all__ = ["RayPolicy", "ray_session", "local_cluster", "WeightBroadcast", "ObjectStoreWeights", "check_placement",
@@ -230,7 +231,8 @@ class WeightBroadcast:
 class _PolicyActor:
     """The actor: one policy, built once in the actor's process from ``factory``."""
 
-    def __init__(self, factory: Callable[..., Any], torch_threads: int, n_params: int | None) -> None:
+    def __init__(self, factory: Callable[..., Any], torch_threads: int, n_params: int | None,
+                 trim_above: int | None = DEFAULT_MIN_FREE) -> None:  # fmt: skip
         try:
             import torch
 
@@ -239,6 +241,7 @@ class _PolicyActor:
             pass
         self.weights = ObjectStoreWeights(n_params) if n_params is not None else None
         self.policy = factory(weights=self.weights) if self.weights is not None else factory()
+        self.release = WorkingSetRelease(trim_above)
 
     def where(self) -> tuple[str, int]:
         return _ray().get_runtime_context().get_node_id(), os.getpid()
@@ -248,7 +251,9 @@ class _PolicyActor:
         if weights is not None and self.weights is not None:
             self.weights.update(*weights)
         decision = self.policy.act(obs)
-        return decision, stopwatch() - t0
+        took = stopwatch() - t0
+        self.release.after_pass()  # trims on its own thread while Ray sends the decision back
+        return decision, took
 
 
 _ACTOR_CLASS: Any = None
@@ -286,13 +291,15 @@ class RayPolicy:
     gets an `ObjectStoreWeights` kept current from the driver's `SharedWeights`). ``num_cpus`` is
     what the actor reserves (1 for a real model; 0 for a latency policy, which only sleeps).
     Actors are placed on the cluster's live nodes in turn. After each call ``overhead_s`` holds, per action,
-    the round-trip time outside the forward pass.
+    the round-trip time outside the forward pass. ``trim_above``: as for `ProcessPolicy`, the actor
+    hands its forward pass's working set back after each pass.
 
     Needs a connected Ray (`ray_session`).
     """
 
     def __init__(self, factory: Callable[..., Any], *, num_cpus: float = 1, torch_threads: int = 1,
-                 broadcast: WeightBroadcast | None = None, start_timeout: float = 120.0, wait: bool = True) -> None:  # fmt: skip
+                 broadcast: WeightBroadcast | None = None, start_timeout: float = 120.0, wait: bool = True,
+                 trim_above: int | None = DEFAULT_MIN_FREE) -> None:  # fmt: skip
         ray = _ray()
         if not ray.is_initialized():
             raise RuntimeError("RayPolicy needs a connected Ray: use nonstop.distributed.ray_backend.ray_session()")
@@ -300,10 +307,11 @@ class RayPolicy:
             raise TypeError(f"factory must be a callable that builds a policy, got {type(factory).__name__}")
         if not (num_cpus >= 0):
             raise ValueError(f"num_cpus must be >= 0, got {num_cpus!r}")
+        check_min_free(trim_above, "trim_above")
         self.broadcast = broadcast
         n_params = broadcast.weights.n_params if broadcast is not None else None
         self._actor = _actor_class().options(num_cpus=num_cpus, scheduling_strategy=_next_node(), max_restarts=0).remote(
-            factory, torch_threads, n_params
+            factory, torch_threads, n_params, trim_above
         )
         self._probe = self._actor.where.remote()
         self.start_timeout = start_timeout

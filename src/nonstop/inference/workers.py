@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from nonstop.inference import pacing
+from nonstop.policies.memory import DEFAULT_MIN_FREE, check_min_free
 from nonstop.realtime.clock import Clock, TimedProcess, VirtualClock, Wake, WallClock, stopwatch
 from nonstop.realtime.host import Session
 from nonstop.realtime.lifeline import PartFailed, RestartBudget, hold_lifeline, reap
@@ -596,8 +597,10 @@ class _Dead:
 # ----------------------------------------------------------------------------- process backend
 
 
-def _policy_process(conn: Any, factory: Callable[[], Any], torch_threads: int) -> None:
+def _policy_process(conn: Any, factory: Callable[[], Any], torch_threads: int, trim_above: int | None) -> None:
     import signal
+
+    from nonstop.policies.memory import WorkingSetRelease
 
     hold_lifeline()  # a model process never outlives the pool that asked for it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
@@ -608,6 +611,7 @@ def _policy_process(conn: Any, factory: Callable[[], Any], torch_threads: int) -
     except ImportError:
         pass
     policy = factory()
+    release = WorkingSetRelease(trim_above)
     conn.send(("ready", None))
     while True:
         msg = conn.recv()
@@ -617,6 +621,8 @@ def _policy_process(conn: Any, factory: Callable[[], Any], torch_threads: int) -
             conn.send(("ok", policy.act(msg)))
         except Exception:
             conn.send(("error", traceback.format_exc()))
+        release.after_pass()  # the decision is out: the pass's working set goes back in the background
+    release.close()
 
 
 class ProcessPolicy:
@@ -626,12 +632,17 @@ class ProcessPolicy:
     ``factory`` must be picklable (a module-level function or a
     ``functools.partial`` of one). ``act`` ships the observation over a pipe
     (~100 µs, small next to a model's inference) and returns its `Decision`.
+    After each pass the process hands its forward pass's working set back to the OS when it
+    holds more than ``trim_above`` bytes free (`nonstop.policies.memory`; None: never), so N
+    workers sharing one θ do not also keep N working sets.
     """
 
-    def __init__(self, factory: Callable[[], Any], *, torch_threads: int = 1, start_timeout: float = 120.0) -> None:
+    def __init__(self, factory: Callable[[], Any], *, torch_threads: int = 1, start_timeout: float = 120.0,
+                 trim_above: int | None = DEFAULT_MIN_FREE) -> None:  # fmt: skip
+        check_min_free(trim_above, "trim_above")  # at the door, not in the child
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(target=_policy_process, args=(child, factory, torch_threads), daemon=True)
+        self._process = ctx.Process(target=_policy_process, args=(child, factory, torch_threads, trim_above), daemon=True)
         self._process.start()
         child.close()
         if not self._conn.poll(start_timeout):
