@@ -269,6 +269,18 @@ def test_too_many_ray_learners_for_the_cluster_is_one_line(cluster):
         check_placement(1, 1, n_learners=99)
 
 
+def test_a_model_no_node_can_hold_is_one_line_naming_k_and_the_largest_node(cluster):
+    """k=400 (~83 GB with headroom) fits in no node of this machine's cluster; k=1 fits in all."""
+    from nonstop.distributed.ray_backend import check_model_fits_nodes
+    from nonstop.policies.models import ModelTooLargeError
+
+    largest = max(n["Resources"].get("memory", 0) for n in ray.nodes() if n["Alive"])
+    assert check_model_fits_nodes(1, n_actions=18) == int(largest) > 0
+    with pytest.raises(ModelTooLargeError, match=r"IMPALA ResNet k=400 needs ~\d+\.\d\d GB per Ray actor .* the largest "
+                                                 r"of the cluster's 2 nodes has \d+\.\d\d GB for actors: use a smaller --k"):
+        check_model_fits_nodes(400, n_actions=18)
+
+
 def test_bench_ray_measures_the_call_outside_the_forward_pass(cluster):
     from functools import partial
 

@@ -308,7 +308,7 @@ class TrainingRun:
         if "ray" in (cfg.backend, cfg.learner_backend):
             from contextlib import ExitStack
 
-            from nonstop.distributed.ray_backend import WeightBroadcast, check_placement, ray_session
+            from nonstop.distributed.ray_backend import WeightBroadcast, check_model_fits_nodes, check_placement, ray_session
 
             stack = ExitStack()
             self._parts.append(stack.close)  # after the pool and learners stop (newest first): actors, then Ray
@@ -317,6 +317,10 @@ class TrainingRun:
             inference_cpus = workers if cfg.backend == "ray" and not self._has_latency() else 0
             learner_cpus = cfg.n_learners if cfg.learner_backend == "ray" else 0
             check_placement(inference_cpus, 1, n_learners=learner_cpus)
+            if len(self.obs_shape) > 1 and (inference_cpus or learner_cpus):  # a ResNet each actor builds
+                from nonstop.policies.models import ARCH_DEPTHS
+
+                check_model_fits_nodes(self.dqn.k, n_actions=int(self.action_space.n), depth=ARCH_DEPTHS[self.dqn.arch])
             self._broadcast = WeightBroadcast(self.weights)  # one put per version, for inference actors and learners
         seat = None
         if self.self_play is not None:

@@ -176,6 +176,24 @@ def check_placement(n_actors: int, num_cpus: float, *, n_learners: int = 0) -> N
         )
 
 
+def check_model_fits_nodes(k: float, *, n_actions: int, depth: int = 3, headroom: float = 1.25) -> int:
+    """A one-line error if the width-``k`` ResNet (θ and a forward pass's activations, times
+    ``headroom`` as `ensure_fits` counts it) fits in no live node's memory for actors (Ray's
+    ``memory`` resource): every actor would die building it. Returns the largest node's bytes."""
+    from nonstop.policies.models import ModelTooLargeError, estimate_memory_bytes
+
+    nodes = [n for n in _ray().nodes() if n.get("Alive")]
+    largest = max((int(n.get("Resources", {}).get("memory", 0)) for n in nodes), default=0)
+    needed = int(estimate_memory_bytes(k, n_actions, depth=depth) * headroom)
+    if needed > largest:
+        raise ModelTooLargeError(
+            f"IMPALA ResNet k={k:g} needs ~{needed / 1e9:.2f} GB per Ray actor (fp32 weights + activations, "
+            f"x{headroom:g} headroom) but the largest of the cluster's {len(nodes)} nodes has {largest / 1e9:.2f} GB "
+            "for actors: use a smaller --k, or add a node with more memory to the cluster"
+        )
+    return largest
+
+
 class ObjectStoreWeights:
     """The `SharedWeights` reading interface (``version``, ``epsilon``, ``read_into``) over the
     newest version an actor fetched from Ray's object store; `RayPolicy` updates it per call."""
