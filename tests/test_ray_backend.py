@@ -128,6 +128,64 @@ def test_train_on_ray_learns_and_resumes(cluster, tmp_path):
     assert "resumed from" in second.stderr
 
 
+def _alive_actors() -> set[str]:
+    from ray._private import state  # the GCS's own table: no dashboard needed
+
+    return {a_id for a_id, a in state.actors().items() if a.get("State") == "ALIVE"}
+
+
+def test_sigterm_ends_a_ray_run_with_a_final_checkpoint_its_actors_released_and_no_shared_memory(cluster, tmp_path):
+    """SIGTERM to `train` with inference and learners on Ray (issue 12, faults): exit 143, a final
+    checkpoint, every actor the run started dead, nothing of the run left in /dev/shm."""
+    import signal
+    import time
+
+    from conftest import SHM_DIR
+
+    from nonstop.learning.checkpoint import latest_checkpoint
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.abspath("src"), os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "run"
+    before = _alive_actors()
+    proc = subprocess.Popen([sys.executable, "-m", "nonstop.cli", "train", "--env", "CartPole", "--clock", "wall",
+                             "--seconds", "600", "--backend", "ray", "--n-inference", "2", "--learner-backend", "ray",
+                             "--n-learners", "2", "--ray-address", cluster[0].address, "--learning-starts", "32",
+                             "--progress-every", "0.5", "--checkpoint-every", "1000", "--out", str(out)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+    def segments() -> list[str]:
+        return [p.name for p in SHM_DIR.iterdir() if p.name.startswith("nonstop_") and f"_{proc.pid}_" in p.name]
+
+    try:
+        deadline = time.monotonic() + 180
+        while True:  # up and learning: progress rows with updates, and the run's actors alive
+            rows = (out / "progress.csv").read_text().splitlines()[1:] if (out / "progress.csv").exists() else []
+            if rows and int(rows[-1].split(",")[6]) > 0 and len(_alive_actors() - before) >= 4:
+                break
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the Ray run did not start learning within 180 s"
+            time.sleep(0.2)
+        started = _alive_actors() - before
+        assert segments(), "the run owns no shared memory? the test would prove nothing"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143, err[-3000:]  # ray.init's own handler made it 15
+    assert "Traceback" not in err and "SIGTERM received" not in err, err[-3000:]  # nor Ray's crash-like dump
+    ckpt = latest_checkpoint(out)
+    assert ckpt is not None and ckpt.state["env_ticks"] > 0 and ckpt.state["updates"] > 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] and summary["complete"] is False
+    deadline = time.monotonic() + 30  # Ray marks an actor dead once its process is gone
+    while started & _alive_actors() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not started & _alive_actors(), f"actors left alive: {sorted(started & _alive_actors())}"
+    assert not segments()
+
+
 # ----------------------------------------------------------------------------- learners on Ray
 
 

@@ -60,6 +60,24 @@ def _loopback_ray() -> Any:
     return ray
 
 
+def _init(ray: Any, **kwargs: Any) -> None:
+    """``ray.init`` that leaves SIGTERM to nonstop. ``ray.init`` replaces the driver's SIGTERM
+    handler with ``sys.exit(15)`` (a run then left with status 15, not 143, and said "exit requested
+    (15)"), and Ray's core installs absl's failure handler, which printed a crash-like stack dump for
+    a plain SIGTERM. The handler in place before is put back, and the dump is off unless the user set
+    ``RAY_DISABLE_FAILURE_SIGNAL_HANDLER`` themselves (it is the driver's; actors keep theirs)."""
+    import signal
+
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        ray.init(**kwargs)
+    finally:
+        if main and previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
 @contextmanager
 def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> Iterator[Any]:
     """Connect to the Ray cluster at ``address`` (None/``"local"``: start a local one on
@@ -75,10 +93,10 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
         # address="local": a new Ray of our own. With None, ray.init joins whatever RAY_ADDRESS or
         # /tmp/ray/ray_current_cluster names (any test cluster started on this machine writes it, and
         # leaves it behind), and a dead one there is retried for minutes
-        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                 _node_ip_address="127.0.0.1", configure_logging=False)  # fmt: skip
+        _init(ray, address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+              _node_ip_address="127.0.0.1", configure_logging=False)  # fmt: skip
     else:
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        _init(ray, address=address, log_to_driver=False, configure_logging=False)
     try:
         yield ray
     finally:
@@ -131,7 +149,7 @@ def local_cluster(n_nodes: int = 2, *, num_cpus: int = 1, timeout: float = 120.0
         if not cluster.address.startswith("127.0.0.1:"):
             raise RuntimeError(f"the local cluster advertises {cluster.address}, not loopback: set "
                                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 before anything imports Ray")  # fmt: skip
-        ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+        _init(ray, address=cluster.address, log_to_driver=False, configure_logging=False)
         cluster.wait_for_nodes()
         # a node is listed alive before the scheduler has its resources: a task pinned to each node
         # returns once that node can take actors
