@@ -222,7 +222,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from nonstop.realtime.clock import stopwatch
 
     tau_m = 1.0 / args.tick_hz
-    result: dict[str, Any] = {"tick_hz": args.tick_hz, "env": _ENV}
+    result: dict[str, Any] = {"tick_hz": args.tick_hz, "env": _ENV, "scheduler": args.scheduler}
     phases: dict[str, float] = {}  # wall seconds of each part of the run
     t0 = stopwatch()
 
@@ -303,7 +303,7 @@ def render(result: dict[str, Any]) -> None:
     console.print(t)
     slow = result["slow_model"]
     t = Table(title=f"k={slow['k']:g} ResNet: forward {slow['forward_ms']:.1f} ms = {slow['forward_ticks']:.2f} ticks on one core, "
-                    f"acting at {hz:g} Hz")  # fmt: skip
+                    f"acting at {hz:g} Hz, staggered by {result['scheduler']}")  # fmt: skip
     for col in ("configuration", "N_I", "inaction", "τ_θ mean (ticks)", "τ_I mean (ticks)"):
         t.add_column(col, justify="right")
     for name, label in (("one_process", "one process"), ("processes_on_this_host", "processes on this host"),
