@@ -328,15 +328,29 @@ def test_too_many_ray_learners_for_the_cluster_is_one_line(cluster):
 
 
 def test_a_model_no_node_can_hold_is_one_line_naming_k_and_the_largest_node(cluster):
-    """k=400 (~83 GB with headroom) fits in no node of this machine's cluster; k=1 fits in all."""
+    """Widths picked from the nodes' memory on the machine at hand: the first k whose inference actor
+    does not fit, and the first whose learner (3·|θ| and a batch) does not while its actor does."""
     from nonstop.distributed.ray_backend import check_model_fits_nodes
-    from nonstop.policies.models import ModelTooLargeError
+    from nonstop.policies.models import ModelTooLargeError, count_parameters, estimate_memory_bytes
 
-    largest = max(n["Resources"].get("memory", 0) for n in ray.nodes() if n["Alive"])
-    assert check_model_fits_nodes(1, n_actions=18) == int(largest) > 0
-    with pytest.raises(ModelTooLargeError, match=r"IMPALA ResNet k=400 needs ~\d+\.\d\d GB per Ray actor .* the largest "
-                                                 r"of the cluster's 2 nodes has \d+\.\d\d GB for actors: use a smaller --k"):
-        check_model_fits_nodes(400, n_actions=18)
+    largest = int(max(n["Resources"].get("memory", 0) for n in ray.nodes() if n["Alive"]))
+    assert check_model_fits_nodes(1, n_actions=18, learner_batch=32) == largest > 0
+
+    def actor(k: int) -> float:
+        return estimate_memory_bytes(k, 18) * 1.25
+
+    def learner(k: int) -> float:
+        return (estimate_memory_bytes(k, 18, batch=32) + 8 * count_parameters(k, 18)) * 1.25
+
+    too_wide = next(k for k in range(10, 5000, 5) if actor(k) > largest)
+    with pytest.raises(ModelTooLargeError, match=rf"IMPALA ResNet k={too_wide} needs ~\d+\.\d\d GB per Ray actor .* the "
+                                                 r"largest of the cluster's 2 nodes has \d+\.\d\d GB for actors: use a smaller --k"):
+        check_model_fits_nodes(too_wide, n_actions=18)
+    learner_only = next(k for k in range(10, 5000, 5) if learner(k) > largest)
+    assert actor(learner_only) <= largest
+    assert check_model_fits_nodes(learner_only, n_actions=18) == largest  # inference alone fits
+    with pytest.raises(ModelTooLargeError, match=rf"k={learner_only} needs ~\d+\.\d\d GB per Ray learner \(batch 32\)"):
+        check_model_fits_nodes(learner_only, n_actions=18, learner_batch=32)
 
 
 def test_bench_ray_measures_the_call_outside_the_forward_pass(cluster):

@@ -320,7 +320,8 @@ class TrainingRun:
             if len(self.obs_shape) > 1 and (inference_cpus or learner_cpus):  # a ResNet each actor builds
                 from nonstop.policies.models import ARCH_DEPTHS
 
-                check_model_fits_nodes(self.dqn.k, n_actions=int(self.action_space.n), depth=ARCH_DEPTHS[self.dqn.arch])
+                check_model_fits_nodes(self.dqn.k, n_actions=int(self.action_space.n), depth=ARCH_DEPTHS[self.dqn.arch],
+                                       learner_batch=self.dqn.batch_size if learner_cpus else None)
             self._broadcast = WeightBroadcast(self.weights)  # one put per version, for inference actors and learners
         seat = None
         if self.self_play is not None:

@@ -194,21 +194,30 @@ def check_placement(n_actors: int, num_cpus: float, *, n_learners: int = 0) -> N
         )
 
 
-def check_model_fits_nodes(k: float, *, n_actions: int, depth: int = 3, headroom: float = 1.25) -> int:
-    """A one-line error if the width-``k`` ResNet (θ and a forward pass's activations, times
-    ``headroom`` as `ensure_fits` counts it) fits in no live node's memory for actors (Ray's
-    ``memory`` resource): every actor would die building it. Returns the largest node's bytes."""
-    from nonstop.policies.models import ModelTooLargeError, estimate_memory_bytes
+def check_model_fits_nodes(k: float, *, n_actions: int, depth: int = 3, headroom: float = 1.25,
+                           learner_batch: int | None = None) -> int:
+    """A one-line error if the width-``k`` ResNet fits in no live node's memory for actors (Ray's
+    ``memory`` resource): every actor would die building it. An inference actor holds θ and a
+    forward pass's activations (`estimate_memory_bytes`, times ``headroom`` as `ensure_fits`
+    counts it); with ``learner_batch`` a learner actor is checked too, which holds at least the
+    online network, the target network and a gradient (3·|θ|) and a batch's activations. Both are
+    lower bounds, so what this refuses could not have run. Returns the largest node's bytes."""
+    from nonstop.policies.models import ModelTooLargeError, count_parameters, estimate_memory_bytes
 
     nodes = [n for n in _ray().nodes() if n.get("Alive")]
     largest = max((int(n.get("Resources", {}).get("memory", 0)) for n in nodes), default=0)
-    needed = int(estimate_memory_bytes(k, n_actions, depth=depth) * headroom)
-    if needed > largest:
-        raise ModelTooLargeError(
-            f"IMPALA ResNet k={k:g} needs ~{needed / 1e9:.2f} GB per Ray actor (fp32 weights + activations, "
-            f"x{headroom:g} headroom) but the largest of the cluster's {len(nodes)} nodes has {largest / 1e9:.2f} GB "
-            "for actors: use a smaller --k, or add a node with more memory to the cluster"
-        )
+    needs = [("Ray actor", int(estimate_memory_bytes(k, n_actions, depth=depth) * headroom))]
+    if learner_batch is not None:
+        theta = 4 * count_parameters(k, n_actions, depth=depth)
+        forward = estimate_memory_bytes(k, n_actions, depth=depth, batch=learner_batch)
+        needs.append((f"Ray learner (batch {learner_batch})", int((forward + 2 * theta) * headroom)))
+    for role, needed in needs:
+        if needed > largest:
+            raise ModelTooLargeError(
+                f"IMPALA ResNet k={k:g} needs ~{needed / 1e9:.2f} GB per {role} (fp32 weights + activations, "
+                f"x{headroom:g} headroom) but the largest of the cluster's {len(nodes)} nodes has {largest / 1e9:.2f} GB "
+                "for actors: use a smaller --k, or add a node with more memory to the cluster"
+            )
     return largest
 
 
