@@ -57,9 +57,15 @@ def test_staggered_actors_across_nodes_share_the_ticks(cluster):
         # staggered actors on two nodes act on most ticks. (The exact N_I* = theory figure is the
         # job of `nonstop bench nstar --backend ray` on a quiet machine: on this shared 2-core box
         # the overhead's tail reaches several ticks.)
-        pool = _pool(world, 5).start()
+        # the actors are placed on the nodes in turn with soft affinity; a loaded Ray now and then
+        # spills one node's share to the other (seen in CI: all five on one node), so up to 3 tries
+        for _ in range(3):
+            pool = _pool(world, 5).start()
+            nodes = {p.node_id for p in pool._policies.values()}
+            if len(nodes) == 2:
+                break
+            pool.stop()
         started = world.slot.read().tick
-        nodes = {p.node_id for p in pool._policies.values()}
         try:
             world.run_for(4.0)
             end = world.slot.read().tick
