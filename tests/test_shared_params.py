@@ -72,6 +72,29 @@ def test_shared_policy_acts_like_the_copying_policy():
         w.unlink()
 
 
+@pytest.mark.parametrize("epsilon", [0.0, 1.0])
+def test_shared_policy_acts_in_a_space_that_starts_at_one(epsilon):
+    """Game Boy's Discrete(6, start=1): the shared-weights policy's actions, greedy or random, are
+    1..6 as the copying policy's are (it returned 0..5, an action the world does not have)."""
+    cfg = DQNConfig.for_family("classic")
+    space = gym.spaces.Discrete(6, start=1)
+    model = build_q_network((4,), 6, cfg)
+    w = SharedWeights.create(sum(p.numel() for p in model.parameters()))
+    try:
+        w.publish(flat_parameters(model))
+        w.epsilon = epsilon
+        shared = make_shared_dqn_policy((4,), space, cfg.to_dict(), w, 0)
+        copying = make_dqn_policy((4,), space, cfg.to_dict(), w, 0)
+        rng = np.random.default_rng(0)
+        for _ in range(50):
+            obs = rng.normal(size=4).astype(np.float32)
+            action = shared.act(obs).action
+            assert space.contains(action) and action == copying.act(obs).action
+        del shared, copying
+    finally:
+        w.unlink()
+
+
 def test_doctests_of_the_distributed_modules():
     import doctest
 

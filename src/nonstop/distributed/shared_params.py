@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from nonstop.learning.dqn import DQNConfig, DQNPolicy, _to_tensor, build_q_network
+from nonstop.learning.dqn import DQNConfig, DQNPolicy, build_q_network
 from nonstop.learning.weights import SharedWeights
-from nonstop.policies.base import Decision, Policy
+from nonstop.policies.base import Policy
 
 __all__ = ["SharedParameters", "SharedDQNPolicy", "make_shared_dqn_policy", "ObjectStoreDQNPolicy",
            "make_object_store_dqn_policy"]
@@ -80,21 +80,18 @@ class SharedDQNPolicy(DQNPolicy):
         self._flat = np.empty(0, np.float32)  # the base class's private copy is not needed
         self.shared = SharedParameters(self.model, weights)
 
-    def act(self, obs: np.ndarray) -> Decision:
+    def _refresh(self) -> None:
+        pass  # the views are re-pointed inside `_greedy`, around the pass they must keep whole
+
+    def _greedy(self, x: Any) -> int:
         import torch
 
-        if not self._threads_set and self._threads is not None:
-            torch.set_num_threads(self._threads)
-            self._threads_set = True
-        if self._rng.random() < self.weights.epsilon:
-            return Decision(int(self._rng.integers(self.n)))
-        x = _to_tensor(np.asarray(obs)[None])
         while True:
             self.version = self.shared.refresh()
             with torch.inference_mode():
                 q = self.model(x)
             if self.shared.intact():  # else two publishes overtook this pass: compute again
-                return Decision(int(q.argmax(1)))
+                return int(q.argmax(1))
 
 
 def make_shared_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_dict: dict[str, Any],
@@ -140,25 +137,17 @@ class ObjectStoreDQNPolicy(DQNPolicy):
         for p in self._params:
             p.requires_grad_(False)
 
-    def act(self, obs: np.ndarray) -> Decision:
+    def _refresh(self) -> None:
         import warnings
 
         import torch
 
-        if not self._threads_set and self._threads is not None:
-            torch.set_num_threads(self._threads)
-            self._threads_set = True
         version, flat = self._store.current()
         if version != self.version and flat is not None:
             with warnings.catch_warnings():  # the object store's pages are read-only, and only read here
                 warnings.simplefilter("ignore", UserWarning)
                 _bind(self._params, torch.from_numpy(flat))
             self.version = version
-        if self._rng.random() < self.weights.epsilon:
-            return Decision(self.start + int(self._rng.integers(self.n)))
-        with torch.inference_mode():
-            q = self.model(_to_tensor(np.asarray(obs)[None]))
-        return Decision(self.start + int(q.argmax(1)))
 
 
 def make_object_store_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_dict: dict[str, Any],

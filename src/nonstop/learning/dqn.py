@@ -243,19 +243,30 @@ class DQNPolicy(Policy):
         self._rng = np.random.default_rng(seed)
 
     def act(self, obs: np.ndarray) -> Decision:
-        import torch
-
+        """ε-greedy. Where the weights come from is the subclasses' (`_refresh`, `_greedy`); the
+        thread count, ε and the action space's ``start`` are handled here, once for all of them."""
         if not self._threads_set and self._threads is not None:
+            import torch
+
             torch.set_num_threads(self._threads)
             self._threads_set = True
+        self._refresh()
+        if self._rng.random() < self.weights.epsilon:
+            return Decision(self.start + int(self._rng.integers(self.n)))
+        return Decision(self.start + self._greedy(_to_tensor(np.asarray(obs)[None])))
+
+    def _refresh(self) -> None:
+        """Load the newest published version into the model, if it is new (a private copy)."""
         if self.weights.version != self.version:
             self.version = self.weights.read_into(self._flat)
             load_flat(self.model, self._flat)
-        if self._rng.random() < self.weights.epsilon:
-            return Decision(self.start + int(self._rng.integers(self.n)))
+
+    def _greedy(self, x: "torch.Tensor") -> int:
+        """The index of the largest Q-value for the batch-of-one ``x``."""
+        import torch
+
         with torch.inference_mode():
-            q = self.model(_to_tensor(np.asarray(obs)[None]))
-        return Decision(self.start + int(q.argmax(1)))
+            return int(self.model(x).argmax(1))
 
 
 def make_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_dict: dict[str, Any],
