@@ -178,6 +178,11 @@ def publish_uniform_frames(slot, seconds: float, ready, done_count) -> None:
     slot.close()
 
 
+def segments_of(pid: int) -> list[str]:
+    """nonstop's shared-memory segments in /dev/shm that process ``pid`` created (their names carry it)."""
+    return sorted(p.name for p in SHM_DIR.iterdir() if p.name.startswith("nonstop_") and f"_{pid}_" in p.name)
+
+
 def process_alive(pid: int) -> bool:
     """Whether ``pid`` runs (Linux ``/proc``): a zombie has exited, only its parent's wait is missing."""
     try:

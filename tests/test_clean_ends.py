@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHM_DIR, process_alive
+from conftest import process_alive, segments_of
 
 from nonstop.learning.checkpoint import latest_checkpoint
 from nonstop.realtime.lifeline import ORPHAN_EXIT, hold_lifeline, reap
@@ -53,10 +53,6 @@ def _children(pid: int) -> set[int]:
         frontier = {c for c, p in parents.items() if p in frontier} - found
         found |= frontier
     return found
-
-
-def _segments_of(pid: int) -> list[str]:
-    return sorted(p.name for p in SHM_DIR.iterdir() if p.name.startswith("nonstop_") and f"_{pid}_" in p.name)
 
 
 def _wait_until(predicate, timeout: float, proc: subprocess.Popen | None = None, what: str = "") -> None:
@@ -122,11 +118,11 @@ def test_sigkill_of_a_wall_clock_train_leaves_no_child_and_no_shared_memory(tmp_
         # host + 2 learners + the resource tracker, all up and training
         _wait_until(lambda: _progress_rows(run) >= 2 and len(_children(proc.pid)) >= 4, 180, proc, "a running trainer")
         children = _children(proc.pid)
-        assert _segments_of(proc.pid), "the trainer owns no shared memory? the test would prove nothing"
+        assert segments_of(proc.pid), "the trainer owns no shared memory? the test would prove nothing"
         proc.kill()
         proc.wait(timeout=10)
         _wait_until(lambda: not any(process_alive(pid) for pid in children), 10, what=f"the children {sorted(children)} to exit")
-        _wait_until(lambda: not _segments_of(proc.pid), 10, what="its shared memory to be unlinked")
+        _wait_until(lambda: not segments_of(proc.pid), 10, what="its shared memory to be unlinked")
     finally:
         _kill_all(proc, children)
 
@@ -147,12 +143,12 @@ def test_sigkill_of_the_server_leaves_no_tick_worker(tmp_path):
         client = Client(f"ws://127.0.0.1:{port}")
         _wait_until(lambda: _connects(client), 120, proc, "the server to accept a client")
         client.reset(seed=0)  # a session ticking on a worker, its channels in shared memory
-        assert _segments_of(proc.pid)
+        assert segments_of(proc.pid)
         children = _children(proc.pid)
         proc.kill()
         proc.wait(timeout=10)
         _wait_until(lambda: not any(process_alive(pid) for pid in children), 10, what=f"the tick workers {sorted(children)} to exit")
-        _wait_until(lambda: not _segments_of(proc.pid), 10, what="the session's shared memory to be unlinked")
+        _wait_until(lambda: not segments_of(proc.pid), 10, what="the session's shared memory to be unlinked")
     finally:
         _kill_all(proc, children)
         if "client" in locals():

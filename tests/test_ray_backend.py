@@ -146,7 +146,7 @@ def test_sigterm_ends_a_ray_run_with_a_final_checkpoint_its_actors_released_and_
     import signal
     import time
 
-    from conftest import SHM_DIR
+    from conftest import segments_of
 
     from nonstop.learning.checkpoint import latest_checkpoint
 
@@ -159,9 +159,6 @@ def test_sigterm_ends_a_ray_run_with_a_final_checkpoint_its_actors_released_and_
                              "--progress-every", "0.5", "--checkpoint-every", "1000", "--out", str(out)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
-    def segments() -> list[str]:
-        return [p.name for p in SHM_DIR.iterdir() if p.name.startswith("nonstop_") and f"_{proc.pid}_" in p.name]
-
     try:
         deadline = time.monotonic() + 180
         while True:  # up and learning: progress rows with updates, and the run's actors alive
@@ -172,7 +169,7 @@ def test_sigterm_ends_a_ray_run_with_a_final_checkpoint_its_actors_released_and_
             assert time.monotonic() < deadline, "the Ray run did not start learning within 180 s"
             time.sleep(0.2)
         started = _alive_actors() - before
-        assert segments(), "the run owns no shared memory? the test would prove nothing"
+        assert segments_of(proc.pid), "the run owns no shared memory? the test would prove nothing"
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=90)
     finally:
@@ -189,7 +186,7 @@ def test_sigterm_ends_a_ray_run_with_a_final_checkpoint_its_actors_released_and_
     while started & _alive_actors() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not started & _alive_actors(), f"actors left alive: {sorted(started & _alive_actors())}"
-    assert not segments()
+    assert not segments_of(proc.pid)
 
 
 # ----------------------------------------------------------------------------- learners on Ray
