@@ -330,6 +330,20 @@ def test_too_many_ray_learners_for_the_cluster_is_one_line(cluster):
         check_placement(1, 1, n_learners=99)
 
 
+def test_train_with_more_ray_workers_than_the_cluster_places_writes_nothing(cluster, tmp_path):
+    """The placement check runs at the door of `nonstop train`: one line naming the count and what to
+    do, and no run directory (no config.json of a run that never ran)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.abspath("src"), os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "nonstop.cli", "train", "--env", "CartPole", "--clock", "wall",
+                           "--backend", "ray", "--ray-address", cluster[0].address, "--n-inference", "99",
+                           "--out", str(out), "--seconds", "2"], env=env, capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert done.returncode != 0
+    assert "99 Ray workers of 1 CPU each need 99 CPUs but the cluster has" in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert not out.exists()
+
+
 def test_a_model_no_node_can_hold_is_one_line_naming_k_and_the_largest_node(cluster):
     """Widths picked from the nodes' memory on the machine at hand: the first k whose inference actor
     does not fit, and the first whose learner (3·|θ| and a batch) does not while its actor does."""

@@ -219,6 +219,7 @@ class TrainingRun:
         self.tick_offset = 0  # env ticks of earlier segments of this run (after --resume)
         self.episode_offset = 0
         self._parts: list[Callable[[], object]] = []  # teardown, newest first
+        self._cluster: Any = None  # the Ray connection (`connect_cluster`), an ExitStack
 
     # ------------------------------------------------------------------ building
     def build(self, log_dir: Any = None) -> "TrainingRun":
@@ -299,19 +300,21 @@ class TrainingRun:
         return Learner(i, self.obs_shape, int(self.action_space.n), self.dqn, self.state, self.weights, self.replay,
                        seed=self.cfg.seed * 7 + i)  # fmt: skip
 
-    def start(self) -> "TrainingRun":
-        from nonstop.inference.workers import InferencePool
+    def connect_cluster(self) -> None:
+        """Connect to Ray (a run with Ray workers or learners) and check that the cluster can place
+        and hold this run's actors: CPUs for every actor that reserves one (`check_placement`), and
+        memory for the ResNet each builds (`check_model_fits_nodes`). Each refusal is one line; `train`
+        calls this before the run directory exists, so a refused run writes nothing. Idempotent; the
+        connection is released by `teardown`. A run without Ray: nothing to do."""
+        cfg = self.cfg
+        if self._cluster is not None or "ray" not in (cfg.backend, cfg.learner_backend):
+            return
+        from contextlib import ExitStack
 
-        cfg, clock = self.cfg, self.world.clock
-        tau_l = cfg.tau_l if cfg.tau_l is not None else self.tau_m
-        # each part is registered for teardown before it starts, so a failed start leaves nothing behind
-        if "ray" in (cfg.backend, cfg.learner_backend):
-            from contextlib import ExitStack
+        from nonstop.distributed.ray_backend import check_model_fits_nodes, check_placement, ray_session
 
-            from nonstop.distributed.ray_backend import WeightBroadcast, check_model_fits_nodes, check_placement, ray_session
-
-            stack = ExitStack()
-            self._parts.append(stack.close)  # after the pool and learners stop (newest first): actors, then Ray
+        stack = ExitStack()
+        try:
             stack.enter_context(ray_session(cfg.ray_address))
             workers = self.n_inference if isinstance(self.n_inference, int) else 1
             inference_cpus = workers if cfg.backend == "ray" and not self._has_latency() else 0
@@ -322,6 +325,22 @@ class TrainingRun:
 
                 check_model_fits_nodes(self.dqn.k, n_actions=int(self.action_space.n), depth=ARCH_DEPTHS[self.dqn.arch],
                                        learner_batch=self.dqn.batch_size if learner_cpus else None)
+        except BaseException:
+            stack.close()
+            raise
+        self._cluster = stack
+        self._parts.append(stack.close)  # torn down after the pool and learners (newest first): actors, then Ray
+
+    def start(self) -> "TrainingRun":
+        from nonstop.inference.workers import InferencePool
+
+        cfg, clock = self.cfg, self.world.clock
+        tau_l = cfg.tau_l if cfg.tau_l is not None else self.tau_m
+        # each part is registered for teardown before it starts, so a failed start leaves nothing behind
+        if "ray" in (cfg.backend, cfg.learner_backend):
+            from nonstop.distributed.ray_backend import WeightBroadcast
+
+            self.connect_cluster()  # `train` did it before the run directory existed; an API caller here
             self._broadcast = WeightBroadcast(self.weights)  # one put per version, for inference actors and learners
         seat = None
         if self.self_play is not None:

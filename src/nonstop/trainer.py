@@ -231,8 +231,14 @@ def run_train(args: argparse.Namespace) -> int:
                       f"{run.opponent_n_inference}, latency {cfg.opponent_latency or cfg.latency}); a snapshot every "
                       f"{cfg.snapshot_every:g} world s, the newest {cfg.pool_size} kept, drawn {cfg.opponents}")  # fmt: skip
     config = cfg.to_dict()
-    log = RunLog(out, config, resume=args.resume, note=lambda msg: console.print(msg, style="dim", markup=False),
-                 tensorboard=getattr(args, "tensorboard", True), track=track)  # the demo turns it off: its CSVs and report say it all
+    # Ray: the cluster answers, has CPUs for every actor and memory for its model; a refusal writes nothing
+    run.connect_cluster()
+    try:
+        log = RunLog(out, config, resume=args.resume, note=lambda msg: console.print(msg, style="dim", markup=False),
+                     tensorboard=getattr(args, "tensorboard", True), track=track)  # the demo turns it off: its CSVs and report say it all
+    except BaseException:
+        run.teardown()  # the Ray connection, if any
+        raise
     wall0 = time.monotonic()
     end = RunEnd()
     summary: dict[str, Any] = {}
