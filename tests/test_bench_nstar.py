@@ -151,3 +151,32 @@ def test_a_failed_ray_trial_keeps_the_rows_trials(monkeypatch):
     assert result["stopped"][0]["nstar_above"] == 3 and result["above_cap"] == []
     assert result["all_match_theory"] is False
     nstar.render(result)  # the human table shows the stopped row's bracket, not a crash
+
+
+def test_wall_formula_counts_the_tau_theta_the_world_saw(monkeypatch):
+    """On the wall clock a row's formula is the τ_θ its workers really took, from the start their
+    schedule counted to the action in hand: a constant 70-tick latency whose Ray calls add up to
+    1.05 ticks, a few past 71, needs 72 workers in flight, not ⌈mean⌉ = 71. Trials faked: inaction
+    only below 72 workers, as such τ_θ leave it."""
+    import numpy as np
+
+    tau_m = 1 / 60
+    seen = 70 * tau_m + np.linspace(0.1, 1.05, 400) * tau_m  # 70.1 .. 71.05 ticks: 5 % past 71
+
+    def fake_trial(**kw):
+        n = kw["n_workers"]
+        return {"inaction_fraction": 0.0 if n >= 72 else 0.01, "tau_i_mean_ticks": 1.0, "tau_i_cv": 0.0,
+                "delay_mean_ticks": 72.0, "delay_p99_ticks": 72.0, "world_taus_s": seen,
+                "tau_theta_max_ticks": float(seen.max() / tau_m) - 0.2, "tau_theta_mean_ticks": float(seen.mean() / tau_m) - 0.2,
+                "tau_theta_world_max_ticks": float(seen.max() / tau_m), "tau_theta_world_mean_ticks": float(seen.mean() / tau_m)}  # fmt: skip
+
+    monkeypatch.setattr(nstar, "trial", fake_trial)
+    result = nstar._run(_args(["--clock", "wall", "--tau-theta", "70", "--scheduler", "quantile_hold,exp_time,max_time",
+                               "--plot", ""]), "ray")  # fmt: skip
+    rows = {r["scheduler"]: r for r in result["rows"]}
+    hold, alg2, alg1 = rows["quantile_hold"], rows["exp_time"], rows["max_time"]
+    assert hold["nstar_measured"] == 72 and hold["formula_tau"] == "world"
+    assert hold["nstar_formula"] == 72 and hold["matches_theory"]  # in flight: 71 always, a 72nd 5 % of the time
+    assert alg2["nstar_formula"] == 71  # Algorithm 2's mean: ⌈70.6⌉
+    assert alg1["nstar_formula"] == 72 and alg1["tau_theta_world_max_ticks"] == pytest.approx(71.05)  # the max
+    assert "world_taus_s" not in hold  # the samples feed the formula, not the JSON

@@ -251,3 +251,43 @@ def test_quantile_hold_pool_on_the_wall_clock_holds_actions_in_the_releaser():
     s = world.tick_log.summary(warmup_ticks=15)
     assert s["agent_ticks"] > 0.6 * (s["agent_ticks"] + s["inaction_ticks"])
     assert sum(w.actions for w in pool.workers) > 40
+
+
+def test_wall_tau_theta_as_the_world_sees_it_counts_the_lag_before_the_call():
+    """τ_θ is the call; the world's τ_θ runs from the start the schedule counts (a tick's publish,
+    for an aligned pool) to the action in hand, so a worker that reaches its call late is busy for
+    that long too (a Ray actor's sleep, a model's compute: the call itself takes the time). A slot
+    read made 5 ms slow puts 5 ms between the two on every inference."""
+    import time
+
+    from nonstop.policies.base import Decision
+
+    class SlowRead:
+        def __init__(self, slot):
+            self.slot = slot
+
+        def read(self):
+            time.sleep(0.005)
+            return self.slot.read()
+
+    class Computes:  # the call takes 2.5 ticks (a model's forward pass, a remote call)
+        def act(self, obs):
+            time.sleep(2.5 * TAU)
+            return Decision(1)
+
+    with Session("theory/inaction", clock="wall", seed=0) as world:
+        slow = world.slots[0] = SlowRead(world.slots[0])
+        pool = InferencePool(world, lambda i: Computes(), "exp_time", n_inference=3).start()
+        try:
+            assert pool.align_to_ticks
+            world.run_for(1.0)
+        finally:
+            pool.stop()
+            world.slots[0] = slow.slot  # the session unlinks its own slot
+    pairs = [(w, t) for state in pool.workers for w, t in zip(state.world_taus, state.tau_thetas)]
+    assert len(pairs) > 20
+    lags = np.array([w - t for w, t in pairs])
+    assert lags.min() >= 0.004  # the slow read, less the half-millisecond an aligned start counts after the publish
+    assert np.median(lags) < 3 * TAU  # not some other origin
+    report = pool.report()
+    assert report["tau_theta_world_mean_s"] > report["tau_theta_mean_s"] + 0.004

@@ -82,8 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="inaction fraction allowed after warm-up (default: 0 on the virtual clock with constant "
                         "latency, else 0.5%% capped at 1/(4·theory))")  # fmt: skip
     parser.add_argument("--window", type=float, default=None,
-                        help="measurement window in cycles of τ_θ for constant latency (default 4); variable "
-                        "latency measures 4000 ticks (quick 1500)")  # fmt: skip
+                        help="measurement window in cycles of τ_θ for constant latency (default 4, and on the wall "
+                        "clock at least 3 / the inaction threshold ticks, so that one missed tick does not decide a "
+                        "trial); variable latency measures 4000 ticks (quick 1500)")  # fmt: skip
     parser.add_argument("--max-workers", type=float, default=64,
                         help="search cap, as a multiple of the lower bound ⌈τ̄/τ_M⌉ (at least 256 workers; default 64): "
                         "a scheduler that still leaves inaction there is reported as needing more (Algorithm 1 under "
@@ -128,12 +129,41 @@ def in_flight_workers(latency: Any, tau_m: float, *, draws: int = 200_000, seed:
     """E[B], sd[B] and ⌈E[B] + z·sd[B]⌉ for B = Σ_j 1[τ_j > j·τ_M], the inferences in flight at a
     start when one starts per tick (see `nonstop.inference.schedulers.AutoScheduler`)."""
     rng = np.random.default_rng(seed)
-    taus = np.sort(np.array([latency.sample(rng) for _ in range(draws)]))
-    edges = np.arange(math.ceil(taus[-1] / tau_m - 1e-9) + 1) * tau_m * (1.0 + 1e-9)
-    p = (taus.size - np.searchsorted(taus, edges, side="right")) / taus.size
+    p = _still_running(np.array([latency.sample(rng) for _ in range(draws)]), tau_m)
     mean, sd = float(p.sum()), float(np.sqrt((p * (1 - p)).sum()))
     z = NormalDist().inv_cdf(WORKER_QUANTILE)
     return {"mean": mean, "sd": sd, "target": max(1, math.ceil(mean + z * sd - 1e-9))}
+
+
+def _still_running(taus_s: np.ndarray, tau_m: float) -> np.ndarray:
+    """``p[j]`` = P(τ > j·τ_M), j = 0, 1, …: the chance that the inference started j ticks before a
+    start is still running at it (j = 0: that start's own), for τ drawn from ``taus_s``."""
+    taus = np.sort(np.asarray(taus_s, dtype=float))
+    edges = np.arange(math.ceil(taus[-1] / tau_m - 1e-9) + 1) * tau_m * (1.0 + 1e-9)
+    return (taus.size - np.searchsorted(taus, edges, side="right")) / taus.size
+
+
+def workers_for_inaction(taus_s: Any, tau_m: float, max_inaction: float) -> int:
+    """The fewest workers N for which a start finds every worker busy at most ``max_inaction`` of
+    the time, with one start per tick and each τ drawn from ``taus_s`` (seconds): N with
+    P(B > N) ≤ ``max_inaction``, B = Σ_j 1[τ_j > j·τ_M] the inferences in flight at a start, computed
+    exactly (B is a sum of independent Bernoullis). A start that finds all N busy is a tick without
+    an action, so this is N_I* at the bench's own inaction threshold, for the τ_θ its workers took.
+
+    >>> tau_m = 1 / 60
+    >>> workers_for_inaction([70.5 * tau_m] * 99, tau_m, 0.005)  # always 71 in flight
+    71
+    >>> taus = [70.5 * tau_m] * 99 + [71.5 * tau_m]  # 1 % of them past 71 ticks
+    >>> workers_for_inaction(taus, tau_m, 0.005), workers_for_inaction(taus, tau_m, 0.02)
+    (72, 71)
+    """
+    if not 0.0 <= max_inaction < 1.0:
+        raise ValueError(f"max_inaction must be in [0, 1), got {max_inaction!r}")
+    dist = np.array([1.0])  # P(B = n), built one Bernoulli at a time
+    for p in _still_running(np.asarray(taus_s, dtype=float), tau_m):
+        dist = np.convolve(dist, [1.0 - p, p])
+    above = 1.0 - np.cumsum(dist)  # above[n] = P(B > n)
+    return max(1, int(np.argmax(above <= max_inaction + 1e-12)))
 
 
 class _KeptPolicy:
@@ -250,6 +280,11 @@ def trial(
     taus = np.array([t for w in pool.workers for t in w.tau_thetas])
     summary["tau_theta_max_ticks"] = float(taus.max() / tau_m) if taus.size else float("nan")
     summary["tau_theta_mean_ticks"] = float(taus.mean() / tau_m) if taus.size else float("nan")
+    # as the world sees it: from the start the schedule counts to the action in hand (the wake-up lag too)
+    seen = np.array([t for w in pool.workers for t in w.world_taus])
+    summary["world_taus_s"] = seen  # for the measured in-flight formula; not part of the row
+    summary["tau_theta_world_max_ticks"] = float(seen.max() / tau_m) if seen.size else float("nan")
+    summary["tau_theta_world_mean_ticks"] = float(seen.mean() / tau_m) if seen.size else float("nan")
     summary["n_workers_final"] = pool.n_inference
     overhead = world.tick_log.meta.get("workers", {}).get("remote_overhead_s")
     if overhead is not None:
@@ -398,6 +433,10 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
                 threshold = 0.0
             else:
                 threshold = min(0.005, max_inaction_threshold(bound) / 2)
+            if not variable and not quick and args.window is None and threshold > 0:
+                # a window where one missed tick is under a third of the threshold: in 280 ticks (τ_θ = 70)
+                # one tick was 0.36 %, the threshold itself, so a single late call decided a trial
+                window_ticks = max(window_ticks, math.ceil(3 / threshold))
             for name in schedulers:
 
                 tried: dict[int, Any] = {}
@@ -440,14 +479,21 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
                 except _OutOfTime as late:  # the search stopped early: what the trials showed so far
                     nstar, results, out_of_time, stopped_by = None, late.results, True, late.reason
                 at = results[nstar if nstar is not None else max(results)]
-                # measured τ_θ where it varies (a Ray actor's remote overhead varies too)
+                # measured τ_θ where it varies (a Ray actor's remote overhead varies too); on the wall clock
+                # as the world sees it, from the start the schedule counts (a publish, a grid slot) to the
+                # action in hand: a worker is busy for that long, wake-up lag included
                 measured = variable or backend == "ray"
+                taus_of = "tau_theta_world" if args.clock == "wall" else "tau_theta"
                 if name == "max_time":  # Algorithm 1 pads to the largest τ_θ seen
-                    formula = theoretical_nstar(at["tau_theta_max_ticks"] * tau_m, tau_m) if measured else bound
+                    formula = theoretical_nstar(at[f"{taus_of}_max_ticks"] * tau_m, tau_m) if measured else bound
+                elif name == "quantile_hold" and measured and args.clock == "wall" and at["world_taus_s"].size:
+                    # one start per tick: enough workers in flight for the τ_θ they really took (the declared
+                    # ones plus the calls' overhead), at the inaction this search accepts
+                    formula = workers_for_inaction(at["world_taus_s"], tau_m, threshold)
                 elif name == "quantile_hold" and flight:
                     formula = flight["target"]
                 else:  # Algorithm 2 (and the rest): the mean
-                    formula = theoretical_nstar(at["tau_theta_mean_ticks"] * tau_m, tau_m) if measured else bound
+                    formula = theoretical_nstar(at[f"{taus_of}_mean_ticks"] * tau_m, tau_m) if measured else bound
                 rows.append({
                     "scheduler": name,
                     "latency": kind,
@@ -471,6 +517,9 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
                     "delay_p99_ticks": _finite(at["delay_p99_ticks"]),
                     "tau_theta_max_ticks": _finite(at["tau_theta_max_ticks"]),
                     "tau_theta_mean_ticks": _finite(at["tau_theta_mean_ticks"]),
+                    "tau_theta_world_max_ticks": _finite(at["tau_theta_world_max_ticks"]),
+                    "tau_theta_world_mean_ticks": _finite(at["tau_theta_world_mean_ticks"]),
+                    "formula_tau": ("world" if args.clock == "wall" else "sampled") if measured else "declared",
                     "in_flight_mean": flight["mean"] if flight else None,
                     "in_flight_sd": flight["sd"] if flight else None,
                     "warmup_ticks": warmup,
