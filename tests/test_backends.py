@@ -67,3 +67,61 @@ def test_compare_and_bench_nstar_check_the_backend(capsys):
     assert "virtual clock" in capsys.readouterr().err
     assert main(["bench", "nstar", "--backend", "process", "--clock", "wall"]) == 2
     assert "backend 'thread' or 'ray'" in capsys.readouterr().err
+
+
+def _nodes(*cpus, dead=()):
+    return [{"NodeID": f"n{i}", "Alive": i not in dead, "Resources": {"CPU": float(c)}} for i, c in enumerate(cpus)]
+
+
+def _place(nodes, count, num_cpus, held=None):
+    from nonstop.distributed.ray_backend import choose_node
+
+    held = {} if held is None else held
+    for _ in range(count):
+        node = choose_node(nodes, held, num_cpus)
+        n, c = held.get(node, (0, 0.0))
+        held[node] = (n + 1, c + num_cpus)
+    return {node: n for node, (n, _) in held.items()}
+
+
+def test_ray_actors_fill_nodes_in_proportion_to_their_cpus():
+    # a round-robin put 3 of 6 on the 2-CPU node, where the third would wait for a core forever
+    assert _place(_nodes(4, 2), 6, 1) == {"n0": 4, "n1": 2}
+    assert _place(_nodes(2, 2), 4, 1) == {"n0": 2, "n1": 2}  # equal nodes: one each in turn
+    assert _place(_nodes(8, 8), 2, 1) == {"n0": 1, "n1": 1}  # a node's fill counts, not its free size
+
+
+def test_ray_actors_that_reserve_no_cpu_spread_evenly_and_skip_no_node():
+    assert _place(_nodes(0, 1, 4), 7, 0) == {"n0": 3, "n1": 2, "n2": 2}
+
+
+def test_ray_actors_needing_a_cpu_skip_a_head_without_cpus_and_dead_or_excluded_nodes():
+    from nonstop.distributed.ray_backend import choose_node
+
+    assert _place(_nodes(0, 2, 2, dead=(2,)), 2, 1) == {"n1": 2}
+    assert choose_node(_nodes(2, 2), {}, 1, exclude=frozenset({"n0"})) == "n1"
+    assert choose_node(_nodes(1, 1), {"n0": (1, 1.0)}, 1) == "n1"  # what this process already holds counts
+
+
+def test_an_actor_no_live_node_can_hold_is_one_line_naming_the_cpus():
+    from nonstop.distributed.backends import BackendUnavailable
+    from nonstop.distributed.ray_backend import choose_node
+
+    with pytest.raises(BackendUnavailable, match=r"no live node of the cluster can hold an actor of 2 CPU \(live nodes' CPUs: n0: 1\)"):
+        choose_node(_nodes(1, 4, dead=(1,)), {}, 2)
+    with pytest.raises(BackendUnavailable, match="live nodes' CPUs: none"):
+        choose_node(_nodes(4, dead=(0,)), {}, 0)
+
+
+def test_a_released_actor_gives_its_node_back(monkeypatch):
+    import types
+
+    from nonstop.distributed import ray_backend
+
+    nodes = _nodes(1, 1)
+    monkeypatch.setattr(ray_backend, "_ray", lambda: types.SimpleNamespace(nodes=lambda: nodes))
+    placement = ray_backend._Placement()
+    first, second = placement.take(1), placement.take(1)
+    assert {first, second} == {"n0", "n1"}
+    placement.give_back(first, 1)  # a dead actor's slot: its restart goes back where the room is
+    assert placement.take(1) == first

@@ -269,7 +269,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         nodes: list[str] = []
 
         def actor(i: int) -> Any:
-            policy = RayPolicy(slow_factory, num_cpus=1)  # placed on the live nodes in turn: one per node
+            policy = RayPolicy(slow_factory, num_cpus=1)  # pinned to the least filled node: one per node
             nodes.append(str(policy.node_id))
             return policy
 

@@ -32,7 +32,7 @@ from nonstop.policies.memory import DEFAULT_MIN_FREE, WorkingSetRelease, check_m
 from nonstop.realtime.clock import stopwatch
 
 __all__ = ["RayPolicy", "ray_session", "local_cluster", "WeightBroadcast", "ObjectStoreWeights", "check_placement",
-           "overhead_summary"]  # fmt: skip
+           "choose_node", "pinned_to", "overhead_summary"]  # fmt: skip
 
 
 def _ray() -> Any:
@@ -302,24 +302,76 @@ class _PolicyActor:
 
 
 _ACTOR_CLASS: Any = None
-_placed = 0  # actors placed so far by this process: the next goes to the next live node
-_place_lock = threading.Lock()
 
 
-def _next_node() -> Any:
-    """A scheduling strategy for the next actor: the live nodes in turn (Ray's SPREAD does not
-    spread actors that reserve no CPU), soft, so a node that just died falls back to another."""
-    global _placed
-    ray = _ray()
+def choose_node(nodes: list[dict[str, Any]], held: dict[str, tuple[int, float]], num_cpus: float,
+                exclude: frozenset[str] = frozenset()) -> str:
+    """The node for the next actor of ``num_cpus`` CPUs: among the live nodes (``ray.nodes()``
+    rows) that could ever hold it, the one least filled by the actors this process holds there
+    (``held``: node -> (actors, CPUs)), counting CPUs against the node's own, then actors, then
+    node id. Nodes of different sizes fill in proportion; actors that reserve no CPU spread evenly;
+    a head started with no CPUs takes none of the actors that need one.
+
+    >>> nodes = [{"NodeID": "a", "Alive": True, "Resources": {"CPU": 4.0}},
+    ...          {"NodeID": "b", "Alive": True, "Resources": {"CPU": 1.0}}]
+    >>> held = {}
+    >>> for _ in range(5):
+    ...     node = choose_node(nodes, held, 1)
+    ...     n, cpus = held.get(node, (0, 0.0))
+    ...     held[node] = (n + 1, cpus + 1)
+    >>> sorted(held.items())
+    [('a', (4, 4.0)), ('b', (1, 1.0))]
+    """
+    live = [n for n in nodes if n.get("Alive") and n["NodeID"] not in exclude]
+    fit = [n for n in live if float(n.get("Resources", {}).get("CPU", 0.0)) + 1e-9 >= num_cpus]
+    if not fit:
+        have = ", ".join(f"{n['NodeID'][:8]}: {float(n.get('Resources', {}).get('CPU', 0.0)):g}" for n in live) or "none"
+        raise BackendUnavailable(f"no live node of the cluster can hold an actor of {num_cpus:g} CPU (live nodes' CPUs: "
+                                 f"{have}): add a node with {num_cpus:g} CPUs or more, or reserve fewer")  # fmt: skip
+
+    def fill(node: dict[str, Any]) -> tuple[float, int, str]:
+        count, cpus = held.get(node["NodeID"], (0, 0.0))
+        total = float(node.get("Resources", {}).get("CPU", 0.0))
+        return ((cpus + num_cpus) / total if num_cpus > 0 else 0.0), count, node["NodeID"]
+
+    return min(fit, key=fill)["NodeID"]
+
+
+class _Placement:
+    """Where this process's actors are (node -> actors, CPUs), so the next goes to the least filled
+    live node; an actor's slot is given back when it is released."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[str, tuple[int, float]] = {}
+
+    def take(self, num_cpus: float, exclude: frozenset[str] = frozenset()) -> str:
+        nodes = _ray().nodes()
+        with self._lock:
+            node = choose_node(nodes, self._held, num_cpus, exclude)
+            count, cpus = self._held.get(node, (0, 0.0))
+            self._held[node] = (count + 1, cpus + num_cpus)
+            return node
+
+    def give_back(self, node: str, num_cpus: float) -> None:
+        with self._lock:
+            count, cpus = self._held.get(node, (0, 0.0))
+            if count <= 1:
+                self._held.pop(node, None)
+            else:
+                self._held[node] = (count - 1, max(0.0, cpus - num_cpus))
+
+
+_placement = _Placement()
+
+
+def pinned_to(node: str) -> Any:
+    """Hard node affinity: the actor runs on ``node`` or, if that node is dead, fails to start
+    (`ActorUnschedulableError`) and is placed again; soft affinity let a loaded Ray spill a live
+    node's share onto another (seen: five actors meant for two nodes, all on the head)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
-    if not nodes:
-        return "SPREAD"
-    with _place_lock:
-        node = nodes[_placed % len(nodes)]
-        _placed += 1
-    return NodeAffinitySchedulingStrategy(node_id=node, soft=True)
+    return NodeAffinitySchedulingStrategy(node_id=node, soft=False)
 
 
 def _actor_class() -> Any:
@@ -335,8 +387,8 @@ class RayPolicy:
     ``factory()`` builds the policy inside the actor (with ``broadcast``, ``factory(weights=...)``
     gets an `ObjectStoreWeights` kept current from the driver's `SharedWeights`). ``num_cpus`` is
     what the actor reserves (1 for a real model; 0 for a latency policy, which only sleeps).
-    Actors are placed on the cluster's live nodes in turn. After each call ``overhead_s`` holds, per action,
-    the round-trip time outside the forward pass. ``trim_above``: as for `ProcessPolicy`, the actor
+    Each actor is pinned to the least filled live node that can hold it (`choose_node`). After
+    each call ``overhead_s`` holds, per action, the round-trip time outside the forward pass. ``trim_above``: as for `ProcessPolicy`, the actor
     hands its forward pass's working set back after each pass.
 
     Needs a connected Ray (`ray_session`).
@@ -354,30 +406,51 @@ class RayPolicy:
             raise ValueError(f"num_cpus must be >= 0, got {num_cpus!r}")
         check_min_free(trim_above, "trim_above")
         self.broadcast = broadcast
+        self.num_cpus = float(num_cpus)
         n_params = broadcast.weights.n_params if broadcast is not None else None
-        self._actor = _actor_class().options(num_cpus=num_cpus, scheduling_strategy=_next_node(), max_restarts=0).remote(
-            factory, torch_threads, n_params, trim_above
-        )
-        self._probe = self._actor.where.remote()
+        self._args = (factory, torch_threads, n_params, trim_above)
         self.start_timeout = start_timeout
         self.node_id: str | None = None
         self.pid: int | None = None
         self.overhead_s: list[float] = []
+        self.replaced = 0  # starts moved to another node because the chosen one died first
+        self._node: str | None = None
+        self._place()
         if wait:
             self.wait_started()
 
+    def _place(self, exclude: frozenset[str] = frozenset()) -> None:
+        """Create the actor on the least filled live node (not one of ``exclude``), pinned there."""
+        self._node = _placement.take(self.num_cpus, exclude)
+        self._actor = _actor_class().options(num_cpus=self.num_cpus, scheduling_strategy=pinned_to(self._node),
+                                             max_restarts=0).remote(*self._args)  # fmt: skip
+        self._probe = self._actor.where.remote()
+
     def wait_started(self, timeout: float | None = None) -> "RayPolicy":
         """Block until the actor has built its policy (``timeout``: ``start_timeout``); sets
-        ``node_id`` and ``pid``. A failed start releases the actor and raises."""
+        ``node_id`` and ``pid``. An actor whose node died before it could start there is placed
+        again on another live node (``replaced`` counts it). A failed start releases the actor and
+        raises."""
         if self.pid is not None:
             return self
+        ray = _ray()
         timeout = self.start_timeout if timeout is None else timeout
+        deadline = stopwatch() + timeout
+        dead: set[str] = set()
         try:
-            self.node_id, self.pid = _ray().get(self._probe, timeout=timeout)
+            while True:
+                try:
+                    self.node_id, self.pid = ray.get(self._probe, timeout=max(0.0, deadline - stopwatch()))
+                    return self
+                except ray.exceptions.ActorUnschedulableError:
+                    assert self._node is not None
+                    dead.add(self._node)
+                    self.close()
+                    self.replaced += 1
+                    self._place(frozenset(dead))
         except Exception as exc:
             self.close()
             raise RuntimeError(f"Ray actor did not start within {timeout:g}s: {exc}") from exc
-        return self
 
     @classmethod
     def start_many(cls, factories: list[Callable[..., Any]], **options: Any) -> list["RayPolicy"]:
@@ -417,6 +490,9 @@ class RayPolicy:
             _ray().kill(self._actor, no_restart=True)
         except Exception:  # already dead, or Ray already shut down
             pass
+        if self._node is not None:
+            _placement.give_back(self._node, self.num_cpus)
+            self._node = None
 
 
 def overhead_summary(samples: list[float], tau_m: float) -> dict[str, Any]:

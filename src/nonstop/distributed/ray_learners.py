@@ -41,7 +41,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from nonstop.distributed.ray_backend import WeightBroadcast, _next_node, _ray, overhead_summary
+from nonstop.distributed.backends import BackendUnavailable
+from nonstop.distributed.ray_backend import WeightBroadcast, _placement, _ray, overhead_summary, pinned_to
 from nonstop.learning.dqn import DQNConfig
 from nonstop.learning.learners import apply, check_mode, ready_to_learn, updates_ahead
 from nonstop.learning.replay import ReplayBuffer
@@ -143,6 +144,7 @@ class RayLearners:
         self.budget = restart_budget if restart_budget is not None else RestartBudget()
         self._clock = clock if clock is not None else WallClock(spin=0.0)
         self.actors: list[Any] = [None] * n_learners
+        self._nodes: list[str | None] = [None] * n_learners  # the node each actor is pinned to
         self.where: list[tuple[str, int] | None] = [None] * n_learners
         self.restarts = [0] * n_learners
         self.events: list[tuple[float, int, str]] = []
@@ -168,12 +170,20 @@ class RayLearners:
         self.error: BaseException | None = None  # what ended the dispatcher, if not a stop
 
     # ------------------------------------------------------------------ actors
-    def _spawn(self, i: int) -> Any:
-        actor = _actor_class().options(num_cpus=self.num_cpus, scheduling_strategy=_next_node(), max_restarts=0).remote(
+    def _spawn(self, i: int, exclude: frozenset[str] = frozenset()) -> Any:
+        """Learner ``i``'s actor, pinned to the least filled live node (not one of ``exclude``)."""
+        self._give_back(i)
+        self._nodes[i] = node = _placement.take(self.num_cpus, exclude)
+        actor = _actor_class().options(num_cpus=self.num_cpus, scheduling_strategy=pinned_to(node), max_restarts=0).remote(
             self.obs_shape, self.n_actions, self.cfg.to_dict(), self.torch_threads
         )
         self.actors[i] = actor
         return actor
+
+    def _give_back(self, i: int) -> None:
+        node, self._nodes[i] = self._nodes[i], None
+        if node is not None:
+            _placement.give_back(node, self.num_cpus)
 
     def start(self) -> "RayLearners":
         ray = _ray()
@@ -197,7 +207,8 @@ class RayLearners:
 
     def _kill_all(self) -> None:
         ray = _ray()
-        for actor in self.actors:
+        for i, actor in enumerate(self.actors):
+            self._give_back(i)
             if actor is None:
                 continue
             try:
@@ -217,10 +228,17 @@ class RayLearners:
         self.received[i] = 0
         why = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         self.events.append((self._clock.now(), i, f"died ({why})"))
+        # a node that died before the actor could start there: the next goes elsewhere
+        unplaced = self._nodes[i] if isinstance(exc, _ray().exceptions.ActorUnschedulableError) else None
         if self.budget.spend(self._clock.now()):
             self.restarts[i] += 1
-            # not awaited: until it answers, its turns pass and the other learners go on
-            self._probe[i] = self._spawn(i).where.remote()
+            try:  # not awaited: until it answers, its turns pass and the other learners go on
+                self._probe[i] = self._spawn(i, frozenset({unplaced} if unplaced else ())).where.remote()
+            except BackendUnavailable as lost:  # no live node left that can hold a learner
+                self.actors[i] = None
+                self.failure = PartFailed(f"Ray learner {i} cannot be restarted: {lost}")
+                self.events.append((self._clock.now(), i, "gave up"))
+                return
             self.where[i] = None
             self.events.append((self._clock.now(), i, "restarted"))
         else:
