@@ -125,3 +125,21 @@ def test_a_released_actor_gives_its_node_back(monkeypatch):
     assert {first, second} == {"n0", "n1"}
     placement.give_back(first, 1)  # a dead actor's slot: its restart goes back where the room is
     assert placement.take(1) == first
+
+
+def test_placement_counts_whole_actors_per_node_not_the_cluster_total(monkeypatch):
+    import types
+
+    from nonstop.distributed import ray_backend
+    from nonstop.distributed.backends import BackendUnavailable
+
+    nodes = _nodes(1.5, 1.5, 8, dead=(2,))  # 3 CPUs in all, but a 1-CPU actor takes a whole one on one node
+    monkeypatch.setattr(ray_backend, "_ray", lambda: types.SimpleNamespace(nodes=lambda: nodes))
+    ray_backend.check_placement(2, 1)
+    ray_backend.check_placement(99, 0)  # actors that reserve no CPU always fit
+    with pytest.raises(BackendUnavailable, match=r"^3 Ray workers of 1 CPU each need 3 CPUs but the cluster's 3, split "
+                                                 r"over 2 nodes, hold only 2 such actors: use fewer workers"):
+        ray_backend.check_placement(3, 1)
+    with pytest.raises(BackendUnavailable, match=r"2 Ray workers and 1 Ray learners .* but the cluster has 2: .* or learners"):
+        monkeypatch.setattr(ray_backend, "_ray", lambda: types.SimpleNamespace(nodes=lambda: _nodes(1, 1)))
+        ray_backend.check_placement(2, 1, n_learners=1)

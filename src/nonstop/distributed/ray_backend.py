@@ -19,6 +19,7 @@ while the host covers the gap with β.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -181,15 +182,21 @@ def _forget_address(gcs_address: str) -> None:
 def check_placement(n_actors: int, num_cpus: float, *, n_learners: int = 0) -> None:
     """A one-line error if the connected cluster cannot place ``n_actors`` inference actors and
     ``n_learners`` learner actors of ``num_cpus`` CPUs each (they would wait forever for a slot
-    while β plays)."""
-    ray = _ray()
-    total = float(ray.cluster_resources().get("CPU", 0.0))
-    need = (n_actors + n_learners) * num_cpus
-    if num_cpus > 0 and need > total + 1e-9:
+    while β plays). Each live node holds as many as fit whole in its own CPUs."""
+    if num_cpus <= 0:
+        return
+    nodes = [n for n in _ray().nodes() if n.get("Alive")]
+    cpus = [float(n.get("Resources", {}).get("CPU", 0.0)) for n in nodes]
+    total = sum(cpus)
+    places = sum(math.floor(c / num_cpus + 1e-9) for c in cpus)  # an actor sits on one node: no halves add up
+    need = n_actors + n_learners
+    if need > places:
         what = f"{n_actors} Ray workers" + (f" and {n_learners} Ray learners" if n_learners else "")
         fewer = "fewer workers (--n-inference)" + (" or learners (--n-learners)" if n_learners else "")
+        room = f"the cluster has {total:g}" if places * num_cpus >= total - 1e-9 else \
+            f"the cluster's {total:g}, split over {len(nodes)} nodes, hold only {places} such actors"
         raise BackendUnavailable(
-            f"{what} of {num_cpus:g} CPU each need {need:g} CPUs but the cluster has {total:g}: use {fewer}, "
+            f"{what} of {num_cpus:g} CPU each need {need * num_cpus:g} CPUs but {room}: use {fewer}, "
             "or add nodes to the cluster"
         )
 
