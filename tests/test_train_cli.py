@@ -168,3 +168,38 @@ def test_help_shows_what_each_env_family_changes(capsys):
     assert "(default 1e-05; gameboy 0.001, classic 0.0005)" in text
     assert "(default 16; classic 64)" in text
     assert DQNConfig.for_family("classic").lr == FAMILY_DEFAULTS["classic"]["lr"] == 5e-4
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--trim-above", "lots"], "--trim-above takes bytes with an optional unit (0, 4MiB, 512KiB, 1GiB) or 'never', got 'lots'"),
+    (["--trim-above", "16MiB"], "--trim-above 16MiB trims worker processes: it needs --clock wall and --backend process or ray"),
+    (["--trim-above", "0", "--clock", "wall"], "needs --clock wall and --backend process or ray"),  # threads: nothing to trim
+])  # fmt: skip
+def test_trim_above_is_refused_where_it_would_do_nothing(tmp_path, capsys, argv, message):
+    assert main([*ARGS, "--seconds", "1", "--out", str(tmp_path / "a"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "a").exists()
+
+
+@pytest.mark.wall
+def test_trim_above_reaches_every_process_worker_and_may_change_on_resume(tmp_path, capsys, monkeypatch):
+    from nonstop.inference import workers
+
+    given = []
+
+    class Recorded(workers.ProcessPolicy):
+        def __init__(self, factory, **options):
+            given.append(options.get("trim_above", "<default>"))
+            super().__init__(factory, **options)
+
+    monkeypatch.setattr(workers, "ProcessPolicy", Recorded)
+    run = tmp_path / "run"
+    wall = ["--clock", "wall", "--backend", "process", "--n-inference", "2", "--latency", "2t", "--out", str(run)]
+    assert main([*ARGS, "--seconds", "2", *wall, "--trim-above", "never"]) == 0
+    assert given == [None, None]
+    assert json.loads((run / "config.json").read_text())["trim_above"] is None
+    # a memory knob, not part of what is learned: a resume may change it
+    assert main([*ARGS, "--seconds", "2", *wall, "--trim-above", "1MiB", "--resume"]) == 0
+    assert given[2:] == [2**20, 2**20]
+    capsys.readouterr()

@@ -48,6 +48,7 @@ from nonstop.learning.dqn import (
 from nonstop.learning.learners import LEARNER_MODES, Learner, LearnerProcesses, VirtualLearners, apply
 from nonstop.learning.replay import ReplayBuffer, ReplayRecorder
 from nonstop.learning.weights import SharedWeights, TrainingState
+from nonstop.policies.memory import DEFAULT_MIN_FREE, check_min_free
 from nonstop.realtime.clock import TimedProcess, Wake
 from nonstop.realtime.lifeline import RestartBudget
 
@@ -78,6 +79,9 @@ class TrainConfig:
                                                                        "(Ray actors on any node; the replay stays here)"})
     backend: str = field(default="thread", metadata={"help": "inference workers on the wall clock: thread | process | ray"})
     ray_address: str | None = field(default=None, metadata={"help": "Ray cluster HOST:PORT for backend ray (None: a local Ray)"})
+    trim_above: int | None = field(default=DEFAULT_MIN_FREE, metadata={"help": "process and Ray workers: after each "
+                                   "forward pass, hand its working set back to the OS when the heap holds more than this "
+                                   "many bytes free (None: never; see nonstop.policies.memory)"})  # fmt: skip
     default: str | None = field(default=None, metadata={"help": "β, the action of a tick without an agent action: noop | "
                                                           "repeat | random (None: the env's own choice)"})
     seed: int = field(default=0, metadata={"help": "seed for env, model, exploration and replay sampling"})
@@ -126,6 +130,7 @@ class TrainConfig:
         if self.default is not None and self.default not in DEFAULT_NAMES:
             raise ValueError(f"default must be one of {', '.join(DEFAULT_NAMES)}, got {self.default!r}")
         RestartBudget(self.max_restarts, self.restart_window)  # a clear error for a bad budget, before anything starts
+        check_min_free(self.trim_above, "trim_above")
         if self.tau_l is not None and not (self.tau_l >= 0 and math.isfinite(self.tau_l)):
             raise ValueError(f"tau_l must be a finite number of seconds >= 0, got {self.tau_l!r}")
         if isinstance(self.dqn, dict):
@@ -282,14 +287,15 @@ class TrainingRun:
             # store (one copy of θ per node, not per actor)
             factory = partial(make_object_store_dqn_policy, self.obs_shape, self.action_space, self.dqn.to_dict(),
                               seed=seed, latency=latency)  # fmt: skip
-            return RayPolicy(factory, broadcast=self._broadcast, num_cpus=0 if self._has_latency() else 1)
+            return RayPolicy(factory, broadcast=self._broadcast, num_cpus=0 if self._has_latency() else 1,
+                             trim_above=self.cfg.trim_above)  # fmt: skip
         if self.cfg.clock == "wall" and self.cfg.backend == "process":
             from nonstop.distributed.shared_params import make_shared_dqn_policy
 
             # the model in its own process, one torch thread, computing from the host's one shared copy of θ
             factory = partial(make_shared_dqn_policy, self.obs_shape, self.action_space, self.dqn.to_dict(), self.weights,
                               seed, latency)  # fmt: skip
-            return ProcessPolicy(factory)
+            return ProcessPolicy(factory, trim_above=self.cfg.trim_above)
         factory = partial(make_dqn_policy, self.obs_shape, self.action_space, self.dqn.to_dict(), self.weights, seed, latency)
         return factory()
 

@@ -67,6 +67,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="wall-clock inference workers: threads, processes, or Ray actors on any node (pip install -e '.[ray]')")
     p.add_argument("--ray-address", default=None, metavar="HOST:PORT",
                    help="Ray cluster for --backend ray (default: start a local Ray)")
+    p.add_argument("--trim-above", default=None, metavar="BYTES|never",
+                   help="process and Ray inference workers: after each forward pass, hand its working set back to the "
+                        "OS when the heap holds more than this free (0, 512KiB, 16MiB, or never; default 4MiB: keeps "
+                        "k=1's small heap, trims k=7's; see nonstop.policies.memory)")  # fmt: skip
     p.add_argument("--max-restarts", type=int, default=5,
                    help="restarts of dead learners, and apart of dead inference workers, allowed within "
                         "--restart-window; one more death ends the run (summary incomplete, exit 1). Default 5")  # fmt: skip
@@ -169,8 +173,22 @@ def config_from_args(args: argparse.Namespace) -> Any:
         learner_mode=args.learner_mode, tau_l=args.tau_l, backend=args.backend, ray_address=args.ray_address,
         learner_backend=getattr(args, "learner_backend", "process"),
         seed=args.seed, dqn=dqn, default=getattr(args, "default", None), max_restarts=getattr(args, "max_restarts", 5), restart_window=getattr(args, "restart_window", 60.0),
-        **_self_play_settings(args),
+        **_self_play_settings(args), **_trim_setting(args),
     )  # fmt: skip
+
+
+def _trim_setting(args: argparse.Namespace) -> dict[str, Any]:
+    """``trim_above`` from ``--trim-above``, refused where no worker process exists to trim."""
+    from nonstop.policies.memory import parse_min_free
+
+    text = getattr(args, "trim_above", None)
+    if text is None:
+        return {}
+    value = parse_min_free(text)
+    if args.clock != "wall" or args.backend not in ("process", "ray"):
+        raise ValueError(f"--trim-above {text} trims worker processes: it needs --clock wall and --backend process or ray "
+                         f"(these workers are threads of this process, which keeps its heap)")  # fmt: skip
+    return {"trim_above": value}
 
 
 def _default_out(env: str) -> Path:

@@ -72,7 +72,7 @@ _NAME: Final = re.compile(r"^ckpt-(\d{9,})\.pt$")
 DEFAULT_MAY_DIFFER: Final = (
     "duration", "duration_s", "seconds", "ticks", "max_ticks", "total_ticks", "env_ticks", "budget",
     "updates", "max_updates", "out", "run_dir", "resume", "progress_every", "progress_interval_s",
-    "checkpoint_every", "keep_checkpoints", "quiet", "verbose", "max_restarts", "restart_window",
+    "checkpoint_every", "keep_checkpoints", "quiet", "verbose", "max_restarts", "restart_window", "trim_above",
 )  # fmt: skip
 
 

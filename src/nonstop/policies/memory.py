@@ -55,6 +55,30 @@ def check_min_free(value: object, what: str = "min_free") -> int | None:
     return value
 
 
+_UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30, "gib": 2**30}
+
+
+def parse_min_free(text: str) -> int | None:
+    """A ``--trim-above`` value: bytes, with an optional binary unit (KiB, MiB, GiB; K, M, G
+    mean the same), or ``never`` (None). A ValueError says what is accepted.
+
+    >>> parse_min_free("4MiB"), parse_min_free("512k"), parse_min_free("0"), parse_min_free("never")
+    (4194304, 524288, 0, None)
+    """
+    raw = str(text).strip().lower().replace(" ", "")
+    if raw in ("never", "none"):
+        return None
+    number = raw.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = raw[len(number):]
+    try:
+        value = float(number) * _UNITS[unit]
+    except (ValueError, KeyError):
+        value = -1.0
+    if not (value >= 0 and value == value and value < 2**63):
+        raise ValueError(f"--trim-above takes bytes with an optional unit (0, 4MiB, 512KiB, 1GiB) or 'never', got {text!r}")
+    return int(value)
+
+
 def heap_free_bytes() -> int | None:
     """Bytes glibc holds free in its heaps (``mallinfo2().fordblks``), or None without glibc."""
     glibc = _glibc()
