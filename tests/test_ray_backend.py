@@ -522,3 +522,16 @@ def test_ray_learners_improve_cartpole_on_the_wall_clock(cluster, tmp_path):
     assert last >= first + 15 and last >= 40, f"no improvement: first quarter {first:.1f}, last {last:.1f}"
     learners = json.loads((out / "summary.json").read_text())["learners"]
     assert learners["backend"] == "ray" and learners["applied"] == learners["gradients"] > 500
+
+
+def test_what_raylets_tell_the_driver_goes_to_stderr_not_into_the_output(cluster, capsys):
+    """Ray prints a raylet's notes ("N PYTHON worker processes have been started", which many latency
+    actors on a node trigger by design) on the driver's stdout, between a benchmark's lines and its
+    JSON; nonstop's connection sends them to stderr."""
+    from ray._private import worker
+
+    capsys.readouterr()
+    worker.print_to_stdstream({"lines": ["WARNING: 99 PYTHON worker processes have been started"], "pid": "raylet",
+                               "is_err": False, "ip": "127.0.0.1"}, ignore_prefix=False)  # fmt: skip
+    out, err = capsys.readouterr()
+    assert "99 PYTHON worker processes" in err and out == ""

@@ -77,6 +77,29 @@ def _init(ray: Any, **kwargs: Any) -> None:
     finally:
         if main and previous is not None:
             signal.signal(signal.SIGTERM, previous)
+    _raylet_notes_to_stderr()
+
+
+def _raylet_notes_to_stderr() -> None:
+    """Send what raylets tell the driver (such as "N PYTHON worker processes have been started",
+    which 70 latency actors on a node trigger by design) to stderr, where warnings go: Ray prints
+    them to stdout, from a thread, in the middle of a benchmark's output and its JSON. Ray's own
+    printer, wrapped; left alone if Ray moved it."""
+    try:
+        from ray._private import worker
+    except ImportError:
+        return
+    printer = getattr(worker, "print_to_stdstream", None)
+    if printer is None or getattr(printer, "_nonstop_stderr", False):
+        return
+
+    def to_stderr(data: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        if isinstance(data, dict) and data.get("pid") == "raylet":
+            data = {**data, "is_err": True}
+        return printer(data, *args, **kwargs)
+
+    to_stderr._nonstop_stderr = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
 
 
 @contextmanager
