@@ -96,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ray-address", default=None, metavar="HOST:PORT", help="Ray cluster (default: a local Ray)")
     parser.add_argument("--nodes", type=int, default=1,
                         help="with --backend ray and no --ray-address: nodes of the local cluster started on this "
-                        "machine (127.0.0.1, actors placed on the nodes in turn; default 1: one local Ray)")  # fmt: skip
+                        "machine (127.0.0.1, each actor pinned to the least filled node; default 1: one local Ray)")  # fmt: skip
     parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                         help="wall seconds for the whole search: past it no new trial starts (default: 120 quick, "
                         "1200 full with --backend ray, where every worker is an actor to start; none for threads)")  # fmt: skip
