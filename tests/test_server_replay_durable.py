@@ -32,7 +32,7 @@ def _session(directory: Path, *, seed: int = 4, max_ticks: int | None = None):
     from nonstop.realtime.defaults import make_default
     from nonstop.realtime.host import Host
     from nonstop.server.replay import ReplayRecorder, write_header
-    from nonstop.server.sessions import EnvSpec
+    from nonstop.server.envspec import EnvSpec
 
     spec = EnvSpec.probe(WORLD)
     env = ReplayRecorder(make_env(WORLD), directory=directory / "replay", chunk_rows=CHUNK)

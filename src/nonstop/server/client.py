@@ -400,7 +400,7 @@ def http_get(url: str, path: str, *, token: str | None = None, timeout: float = 
 
 
 def space_from_json(desc: dict[str, Any]) -> gym.Space:
-    """Inverse of `nonstop.server.sessions.describe_space`."""
+    """Inverse of `nonstop.server.envspec.describe_space`."""
     kind = desc.get("type")
     if kind == "Discrete":
         return gym.spaces.Discrete(desc["n"], start=desc.get("start", 0))

@@ -51,14 +51,14 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Final
 
-import gymnasium as gym
 import numpy as np
 
 from nonstop.realtime.channels import ActionQueue, LatestSlot, Observation
 from nonstop.realtime.clock import WallClock
 from nonstop.realtime.defaults import make_default
-from nonstop.realtime.host import HOST_SCHED, Host, is_seat_world
+from nonstop.realtime.host import HOST_SCHED, Host
 from nonstop.realtime.ticklog import SOURCE_AGENT, TickLog
+from nonstop.server.envspec import SINGLE_SEAT, EnvSpec
 from nonstop.server.protocol import ErrorCode, ProtocolError
 from nonstop.server.replay import Replay, ReplayRecorder, SeatReplayRecorder, write_header
 from nonstop.server.ticking import PhasedClock, PhaseSlots, TickPool, WarmEnvs, WorkQueue
@@ -87,124 +87,14 @@ TRANSITIONS: Final = {
     Lifecycle.CLOSED: set(),
 }
 LIVE: Final = frozenset({Lifecycle.CREATED, Lifecycle.STARTING, Lifecycle.RUNNING})
-#: how long the event loop may retry reading an observation its tick worker is writing (s)
 #: Rows per chunk of a session's tick log (server record and worker host): 2.3 minutes at 60 Hz, 1.2 MB.
 SESSION_CHUNK_ROWS: Final = 8192
+#: how long the event loop may retry reading an observation its tick worker is writing (s)
 READ_PATIENCE: Final = 0.02
 #: how long finalization waits for a tick worker to stop a host and send the rest of its record (s)
 STOP_PATIENCE: Final = 30.0
 #: how long a submit retries, yielding to the event loop, while a tick worker holds the action queue (s)
 SUBMIT_PATIENCE: Final = 1.0
-#: the seat name of a one-seat world (a several-seat world names its own: PettingZoo's agent names)
-SINGLE_SEAT: Final = "agent"
-
-
-# ----------------------------------------------------------------------------- env catalog
-
-
-@dataclass(frozen=True)
-class EnvSpec:
-    """What the server knows about one env id, computed once and shared by its sessions."""
-
-    env_id: str
-    tick_hz: float
-    noop_action: Any
-    default_beta: str
-    description: str
-    observation_space: gym.Space
-    action_space: gym.Space
-    action_meanings: list[str] | None = None
-    #: a several-seat world's seats (PettingZoo's agent names), None for a one-seat world; the
-    #: fields above are then the first seat's, and the per-seat ones below hold every seat's
-    seats: tuple[str, ...] | None = None
-    seat_observation_spaces: tuple[gym.Space, ...] = ()
-    seat_action_spaces: tuple[gym.Space, ...] = ()
-    seat_noops: tuple[Any, ...] = ()
-
-    @classmethod
-    def probe(cls, env_id: str) -> "EnvSpec":
-        from nonstop.envs import env_info, make_env
-
-        info = env_info(env_id)
-        env = make_env(env_id)
-        seats: tuple[str, ...] | None = None
-        try:
-            if is_seat_world(env):
-                seats = tuple(str(a) for a in env.possible_agents)
-                if not seats:
-                    raise ValueError(f"env {env_id!r} has no seats (possible_agents is empty)")
-                obs_spaces = tuple(env.observation_space(seat) for seat in seats)
-                act_spaces = tuple(env.action_space(seat) for seat in seats)
-                obs_space, act_space = obs_spaces[0], act_spaces[0]
-            else:
-                obs_space, act_space = env.observation_space, env.action_space
-                obs_spaces, act_spaces = (obs_space,), (act_space,)
-            meanings = getattr(getattr(env, "unwrapped", env), "get_action_meanings", None)
-            meanings = list(meanings()) if callable(meanings) else None
-        finally:
-            env.close()
-        for i, space in enumerate(obs_spaces):
-            if not isinstance(space, (gym.spaces.Box, gym.spaces.Discrete)):
-                where = f" (seat {seats[i]!r})" if seats else ""
-                raise TypeError(f"env {env_id!r}: the server needs a Box or Discrete observation space, got {space}{where}")
-        noops = tuple(_seat_noop(info.noop_action, space) for space in act_spaces) if seats else ()
-        return cls(env_id, info.tick_hz, info.noop_action, info.default_beta, info.description, obs_space, act_space,
-                   meanings, seats, obs_spaces if seats else (), act_spaces if seats else (), noops)  # fmt: skip
-
-    @property
-    def seat_names(self) -> list[str]:
-        """Every seat's name: the world's own, or `SINGLE_SEAT` for a one-seat world."""
-        return list(self.seats) if self.seats is not None else [SINGLE_SEAT]
-
-    def spaces(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"observation": describe_space(self.observation_space),
-                               "action": describe_space(self.action_space)}  # fmt: skip
-        if self.seats is not None:
-            out["seats"] = {seat: {"observation": describe_space(o), "action": describe_space(a)}
-                            for seat, o, a in zip(self.seats, self.seat_observation_spaces, self.seat_action_spaces)}
-        return out
-
-
-def _seat_noop(noop: Any, space: gym.Space) -> Any:
-    """β's no-op for one seat's action space: the env's declared one where the space holds it, else
-    the space's own (`nonstop.realtime.defaults.space_noop`)."""
-    from nonstop.realtime.defaults import space_noop
-
-    if noop is not None:
-        try:
-            if space.contains(np.asarray(noop, dtype=space.dtype) if space.shape else noop):
-                return noop
-        except (TypeError, ValueError):
-            pass
-    return space_noop(space)
-
-
-def describe_space(space: gym.Space) -> dict[str, Any]:
-    """A JSON description of a Gymnasium space that `nonstop.server.client` turns back into one."""
-    if isinstance(space, gym.spaces.Discrete):
-        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
-    if isinstance(space, gym.spaces.Box):
-        low, high = np.asarray(space.low), np.asarray(space.high)
-
-        def bound(arr: np.ndarray) -> Any:
-            if arr.size and np.all(arr == arr.flat[0]):
-                return _finite(arr.flat[0])
-            return [_finite(v) for v in arr.ravel().tolist()]
-
-        return {"type": "Box", "shape": list(space.shape), "dtype": space.dtype.str, "low": bound(low),
-                "high": bound(high)}  # fmt: skip
-    if isinstance(space, gym.spaces.MultiDiscrete):
-        return {"type": "MultiDiscrete", "nvec": space.nvec.tolist()}
-    if isinstance(space, gym.spaces.MultiBinary):
-        return {"type": "MultiBinary", "n": space.n if isinstance(space.n, int) else list(space.n)}
-    return {"type": type(space).__name__}
-
-
-def _finite(v: Any) -> Any:
-    v = float(v)
-    if v != v or v in (float("inf"), float("-inf")):
-        return str(v)  # JSON has no infinities; "inf"/"-inf" are parsed back by the client
-    return v
 
 
 # ----------------------------------------------------------------------------- session
