@@ -199,6 +199,11 @@ def test_trim_above_reaches_every_process_worker_and_may_change_on_resume(tmp_pa
     assert main([*ARGS, "--seconds", "2", *wall, "--trim-above", "never"]) == 0
     assert given == [None, None]
     assert json.loads((run / "config.json").read_text())["trim_above"] is None
+    # the world ticked while the two processes started: β's start-up ticks are said apart
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["startup_ticks"] > 0
+    assert summary["inaction_fraction_after_startup"] < summary["inaction_fraction"]
+    assert f"after the workers' first {summary['startup_ticks']:,} ticks of starting up" in capsys.readouterr().err
     # a memory knob, not part of what is learned: a resume may change it
     assert main([*ARGS, "--seconds", "2", *wall, "--trim-above", "1MiB", "--resume"]) == 0
     assert given[2:] == [2**20, 2**20]

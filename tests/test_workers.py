@@ -291,3 +291,69 @@ def test_wall_tau_theta_as_the_world_sees_it_counts_the_lag_before_the_call():
     assert np.median(lags) < 3 * TAU  # not some other origin
     report = pool.report()
     assert report["tau_theta_world_mean_s"] > report["tau_theta_mean_s"] + 0.004
+
+
+class _StartsLater:
+    """A policy built without waiting, like ProcessPolicy/RayPolicy(wait=False): it records when it
+    was built and waited for, and can fail its start."""
+
+    def __init__(self, i, journal, space, fail=False):
+        self.i, self.journal, self.fail, self.closed = i, journal, fail, False
+        self.inner = ConstantPolicy(space, 1)
+        journal.append(("built", i))
+
+    def wait_started(self):
+        self.journal.append(("waited", self.i))
+        if self.fail:
+            raise RuntimeError(f"policy {self.i} did not start")
+        return self
+
+    def act(self, obs):
+        return self.inner.act(obs)
+
+    def close(self):
+        self.closed = True
+
+
+def test_pool_starts_every_policy_before_waiting_for_any():
+    """Process and Ray workers start together: N model processes cost about one start on N cores,
+    not N starts one after another while β plays. Measured on 2 cores: 4 process workers left
+    4.8 s of β before the first action, 2.6 s started together; 4 Ray actors 5.7 s, 3.5 s."""
+    journal, built = [], {}
+    with Session("CartPole", clock="virtual", seed=0) as world:
+        def policy(i):
+            built[i] = _StartsLater(i, journal, world.action_space)
+            return built[i]
+
+        pool = InferencePool(world, policy, make_scheduler("max_time", 3)).start()
+        try:
+            world.run_for(1.0)
+        finally:
+            pool.stop()
+    assert journal[:3] == [("built", 0), ("built", 1), ("built", 2)]
+    assert sorted(journal[3:]) == [("waited", 0), ("waited", 1), ("waited", 2)]
+    assert all(w.actions > 0 for w in pool.workers)
+
+
+def test_pool_whose_policy_fails_to_start_releases_every_policy_it_built():
+    journal, built = [], {}
+    with Session("CartPole", clock="virtual", seed=0) as world:
+        def policy(i):
+            built[i] = _StartsLater(i, journal, world.action_space, fail=(i == 1))
+            return built[i]
+
+        pool = InferencePool(world, policy, make_scheduler("max_time", 3))
+        with pytest.raises(RuntimeError, match="policy 1 did not start"):
+            pool.start()
+    assert all(p.closed for p in built.values()) and len(built) == 3
+    assert pool._policies == {}
+
+
+def test_process_policy_built_without_waiting_waits_on_its_first_act():
+    policy = ProcessPolicy(functools.partial(_mlp_policy, 4, 2), wait=False)
+    try:
+        decision = policy.act(np.zeros(4, np.float32))  # a restarted worker's first call: it waits for the start
+        assert decision.action in (0, 1)
+        assert policy.wait_started() is policy  # already started: returns at once
+    finally:
+        policy.close()

@@ -180,7 +180,7 @@ def run_scheduler(
             if backend == "ray":
                 from nonstop.distributed.ray_backend import RayPolicy
 
-                return RayPolicy(factory, num_cpus=0)  # a latency policy sleeps: it reserves no core
+                return RayPolicy(factory, num_cpus=0, wait=False)  # it sleeps: no core; the pool starts all together
             return factory()
 
         pool = InferencePool(world, policy, sched).start()

@@ -287,15 +287,16 @@ class TrainingRun:
             # store (one copy of θ per node, not per actor)
             factory = partial(make_object_store_dqn_policy, self.obs_shape, self.action_space, self.dqn.to_dict(),
                               seed=seed, latency=latency)  # fmt: skip
+            # not waited for here: the pool starts every actor together, then waits for them all
             return RayPolicy(factory, broadcast=self._broadcast, num_cpus=0 if self._has_latency() else 1,
-                             trim_above=self.cfg.trim_above)  # fmt: skip
+                             trim_above=self.cfg.trim_above, wait=False)  # fmt: skip
         if self.cfg.clock == "wall" and self.cfg.backend == "process":
             from nonstop.distributed.shared_params import make_shared_dqn_policy
 
             # the model in its own process, one torch thread, computing from the host's one shared copy of θ
             factory = partial(make_shared_dqn_policy, self.obs_shape, self.action_space, self.dqn.to_dict(), self.weights,
                               seed, latency)  # fmt: skip
-            return ProcessPolicy(factory, trim_above=self.cfg.trim_above)
+            return ProcessPolicy(factory, trim_above=self.cfg.trim_above, wait=False)  # started together by the pool
         factory = partial(make_dqn_policy, self.obs_shape, self.action_space, self.dqn.to_dict(), self.weights, seed, latency)
         return factory()
 
@@ -362,6 +363,8 @@ class TrainingRun:
                                       restart_budget=self._budget(), seat=seat)  # fmt: skip
             self._parts.append(self.pool.stop)
             self.pool.start()
+            # the world ticked (β) while the workers' processes or actors started: the summary says how long
+            self.world.annotate("agents_started_at_tick", int(self.world.slot.read().tick))
             if clock.is_virtual:
                 learners = [self._learner(i) for i in range(cfg.n_learners)]
                 self.learners: Any = VirtualLearners(clock, self.tau_m, n_learners=cfg.n_learners, mode=cfg.learner_mode,

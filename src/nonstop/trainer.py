@@ -308,8 +308,11 @@ def run_train(args: argparse.Namespace) -> int:
             summary = _finish_log(run, log, out, end, last_row, wall0)
     if summary.get("inaction_fraction") is not None:
         recent = "—" if summary["recent_return"] is None else f"{summary['recent_return']:.2f}"
+        after = summary.get("inaction_fraction_after_startup")
+        startup = "" if after is None else \
+            f" ({after:.1%} after the workers' first {summary['startup_ticks']:,} ticks of starting up)"
         console.print(f"{'done' if end.complete else 'stopped'}: {summary['env_ticks_total']:,} env ticks, {summary['updates']:,} updates, "
-                      f"inaction {summary['inaction_fraction']:.1%}, recent return {recent}; "
+                      f"inaction {summary['inaction_fraction']:.1%}{startup}, recent return {recent}; "
                       f"`nonstop report {out}` draws the plots")  # fmt: skip
     for line in summary.get("machine_limits") or []:
         console.print(line, style="yellow", markup=False)
@@ -373,6 +376,10 @@ def _finish_log(run: Any, log: Any, out: Path, end: "RunEnd", last_row: dict[str
         returns = episode_returns(tick_log)
         summary.update(summarize(tick_log), env_ticks_total=run.tick_offset + len(tick_log),
                        recent_return=float(np.mean(returns[-20:])) if returns else None)  # fmt: skip
+        started = tick_log.meta.get("agents_started_at_tick")
+        if started and started < len(tick_log):  # β alone while the workers started: the rest, apart
+            summary["startup_ticks"] = int(started)
+            summary["inaction_fraction_after_startup"] = tick_log.summary(warmup_ticks=int(started))["inaction_fraction"]
         summary["machine_limits"] = _machine_limits(run, summary)
         if run.self_play is not None:  # the figures above are the learner's seat; the pool side's beside them
             sp = run.self_play

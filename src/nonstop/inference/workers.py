@@ -421,10 +421,22 @@ class InferencePool:
 
     def start(self) -> "InferencePool":
         # build every policy first: a model process takes seconds to start, and a
-        # worker should begin acting when the pool starts, not minutes of β later
-        for state in self.workers:
-            if state.index not in self._policies:
-                self._policies[state.index] = self.policy_factory(state.index)
+        # worker should begin acting when the pool starts, not minutes of β later. Policies
+        # built not waiting (`ProcessPolicy`/`RayPolicy` with wait=False) start together and
+        # are waited for here, all of them, before any worker's stagger begins
+        try:
+            for state in self.workers:
+                if state.index not in self._policies:
+                    self._policies[state.index] = self.policy_factory(state.index)
+            for policy in list(self._policies.values()):
+                started = getattr(policy, "wait_started", None)
+                if callable(started):
+                    started()
+        except BaseException:
+            for policy in self._policies.values():
+                self._release(policy)
+            self._policies.clear()
+            raise
         start_at = self.clock.now()
         for state in self.workers:
             self._spawn(state, first=True, start_at=start_at)
@@ -650,19 +662,42 @@ class ProcessPolicy:
     """
 
     def __init__(self, factory: Callable[[], Any], *, torch_threads: int = 1, start_timeout: float = 120.0,
-                 trim_above: int | None = DEFAULT_MIN_FREE) -> None:  # fmt: skip
+                 trim_above: int | None = DEFAULT_MIN_FREE, wait: bool = True) -> None:  # fmt: skip
         check_min_free(trim_above, "trim_above")  # at the door, not in the child
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(target=_policy_process, args=(child, factory, torch_threads, trim_above), daemon=True)
         self._process.start()
         child.close()
-        if not self._conn.poll(start_timeout):
+        self.start_timeout = start_timeout
+        self._ready = False
+        if wait:
+            self.wait_started()
+
+    def wait_started(self, timeout: float | None = None) -> "ProcessPolicy":
+        """Block until the process has built its policy (``timeout``: ``start_timeout``). With
+        ``wait=False`` N processes start together (`InferencePool.start` waits for all of them after
+        spawning all): on N cores about one start's time, not N. A failed start stops the process
+        and raises."""
+        if self._ready:
+            return self
+        timeout = self.start_timeout if timeout is None else timeout
+        try:
+            if not self._conn.poll(timeout):
+                raise TimeoutError(f"policy process did not start within {timeout:g}s")
+            self._conn.recv()
+        except (EOFError, OSError) as exc:
             self.close()
-            raise TimeoutError(f"policy process did not start within {start_timeout}s")
-        self._conn.recv()
+            raise RuntimeError(f"policy process {self._process.pid} died while building its policy") from exc
+        except TimeoutError:
+            self.close()
+            raise
+        self._ready = True
+        return self
 
     def act(self, obs: np.ndarray) -> Any:
+        if not self._ready:
+            self.wait_started()
         try:
             self._conn.send(obs)
             kind, payload = self._conn.recv()
