@@ -143,3 +143,16 @@ def test_placement_counts_whole_actors_per_node_not_the_cluster_total(monkeypatc
     with pytest.raises(BackendUnavailable, match=r"2 Ray workers and 1 Ray learners .* but the cluster has 2: .* or learners"):
         monkeypatch.setattr(ray_backend, "_ray", lambda: types.SimpleNamespace(nodes=lambda: _nodes(1, 1)))
         ray_backend.check_placement(2, 1, n_learners=1)
+
+
+def test_bench_ray_says_when_the_machine_not_ray_missed_the_target():
+    from nonstop.bench.ray import machine_limit
+
+    missed = {"meets_target": {"actor_per_node_acts_every_tick": False}, "slow_model": {"forward_ticks": 1.5},
+              "ray_actor_per_node": {"tau_theta_ticks": {"mean": 2.1}}}  # fmt: skip
+    crowded = machine_limit(missed, 2, local=True, cores=2)
+    assert "2.10 ticks per call in the world against 1.50" in crowded and "share 2 cores" in crowded and "needs 4" in crowded
+    slowed = machine_limit(missed, 2, local=False, cores=2)  # a real cluster: the nodes' cores are not this machine's
+    assert "share" not in slowed and "the machine, not Ray, is the limit" in slowed
+    fair = {**missed, "ray_actor_per_node": {"tau_theta_ticks": {"mean": 1.6}}}
+    assert machine_limit(fair, 2, local=True, cores=8) is None  # a miss on free cores is Ray's to answer for

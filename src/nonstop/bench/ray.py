@@ -284,7 +284,41 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # issue 12: the 2-tick model acts at every tick (inaction <= 1 %) on one actor per node, where one process cannot
         "actor_per_node_acts_every_tick": bool(ray_inaction <= 0.01 and one_inaction > 0.01),
     }
+    result["machine_limit"] = machine_limit(result, n_actors, local=args.ray_address is None)
     return result
+
+
+def machine_limit(result: dict[str, Any], n_actors: int, *, local: bool, cores: int | None = None) -> str | None:
+    """Why a missed target says more about this machine than about Ray: N actors of a model that
+    fills its core, the world's host and the driver's calls on a local cluster with fewer cores
+    than N + 2, or the actors' τ_θ in the world far (> 20 %) above the model's quiet forward pass.
+    None when the target was met or neither holds.
+
+    >>> r = {"meets_target": {"actor_per_node_acts_every_tick": False}, "slow_model": {"forward_ticks": 1.5},
+    ...      "ray_actor_per_node": {"tau_theta_ticks": {"mean": 2.1}}}
+    >>> machine_limit(r, 2, local=True, cores=2)[:60]
+    'the 2 actors took 2.10 ticks per call in the world against 1'
+    >>> machine_limit(r, 2, local=True, cores=16) is None, machine_limit({**r, "meets_target": {"x": True}}, 2, local=True)
+    (False, None)
+    """
+    import os
+
+    if all(result["meets_target"].values()):
+        return None
+    quiet = float(result["slow_model"]["forward_ticks"])
+    taus = result.get("ray_actor_per_node", {}).get("tau_theta_ticks") or {}
+    world = float(taus.get("mean", float("nan")))
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    short = local and cores < n_actors + 2
+    slowed = world > 1.2 * quiet
+    if not (short or slowed):
+        return None
+    why = f"the {n_actors} actors took {world:.2f} ticks per call in the world against {quiet:.2f} on a quiet core"
+    if short:
+        why += (f"; this local cluster's {n_actors} nodes share {cores} cores with the world's host and the driver "
+                f"(it needs {n_actors + 2})")
+    return why + ": the machine, not Ray, is the limit here; measure on one with free cores (or --ray-address a cluster)"
 
 
 def render(result: dict[str, Any]) -> None:
@@ -316,3 +350,5 @@ def render(result: dict[str, Any]) -> None:
     console.print(t)
     ok = result["meets_target"]["actor_per_node_acts_every_tick"]
     console.print(f"one actor per node acts at every tick (inaction ≤ 1 %) where one process cannot: {verdict(ok, result.get('quick', False))}")
+    if result.get("machine_limit"):
+        console.print(result["machine_limit"], style="yellow", markup=False)
