@@ -357,24 +357,3 @@ def test_process_policy_built_without_waiting_waits_on_its_first_act():
         assert policy.wait_started() is policy  # already started: returns at once
     finally:
         policy.close()
-
-
-@pytest.mark.wall
-@pytest.mark.parametrize("scheduler", ["max_time", "exp_time"])
-def test_wall_stagger_of_a_latency_between_ticks_covers_every_tick_at_theory(scheduler):
-    """On the wall clock starts snap to ticks, so τ_θ = 5.4 ticks cycles in 6. Algorithms 1 and 2
-    used to stagger by 5.4/N: the spacing snapped unevenly and one tick in six went without an
-    action at N = 6..9 (16.6 % inaction; theory ⌈5.4⌉ = 6). They now stagger by the aligned cycle."""
-    with Session("theory/inaction", clock="wall", seed=0) as world:
-        def policy(i: int) -> LatencyPolicy:
-            return LatencyPolicy(ConstantPolicy(world.action_space, 1), Constant(5.4 * world.tau_m), seed=i)
-
-        pool = InferencePool(world, policy, make_scheduler(scheduler, 6)).start()
-        try:
-            started = world.slot.read().tick
-            world.run_for(4.0)
-        finally:
-            pool.stop()
-    s = world.tick_log.summary(warmup_ticks=started + 30)
-    assert s["inaction_fraction"] < 0.05, s  # a loaded machine's late wake-ups may cost a tick now and then
-    assert s["delay_mean_ticks"] == pytest.approx(6.0, abs=0.5)  # every action lands 6 ticks after its observation

@@ -82,20 +82,6 @@ def inference_time(compute: float, declared: float, *, virtual: bool) -> float:
     return declared if virtual else compute + declared
 
 
-def aligned_cycle(tau_theta: float, tau_m: float, *, margin: float, window: float) -> float:
-    """The whole ticks an inference of ``tau_theta`` takes from one aligned start to the next
-    (`align_start`): one ready within ``window`` of a publish counts as starting at it, one ready
-    later waits for the next. Never less than one tick (a new observation).
-
-    >>> m, w = 0.0005, 0.25 / 60
-    >>> [round(aligned_cycle(k / 60, 1 / 60, margin=m, window=w) * 60, 6) for k in (0.2, 5.003, 5.2, 5.4, 6.0)]
-    [1.0, 5.0, 5.0, 6.0, 6.0]
-    """
-    ticks = math.floor(tau_theta / tau_m + 1e-9)
-    late = tau_theta - ticks * tau_m  # how far into its tick the inference is ready
-    return max(1, ticks if late <= window - margin else ticks + 1) * tau_m
-
-
 def alignment_margin(tau_m: float) -> float:
     """How long after a deadline an aligned inference starts: its observation is out by then.
 

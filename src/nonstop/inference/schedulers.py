@@ -112,12 +112,6 @@ class Scheduler(ABC):
     #: True when ``after_inference``'s wait holds the *action*, not the worker: the worker loop
     #: hands the action to a timer and starts its next inference at once.
     frees_workers: ClassVar[bool] = False
-    #: True for Algorithms 1 and 2: where the pool aligns starts to ticks (wall clock), it hands
-    #: them each inference's cycle in whole ticks, so the stagger they compute is one the aligned
-    #: starts can keep (`InferencePool`)
-    staggers_in_ticks: ClassVar[bool] = False
-    #: True for Algorithm 1, whose pad makes every action come τ̂max after its inference began
-    pads_to_max: ClassVar[bool] = False
 
     def __init__(self, n_workers: int) -> None:
         self._n = _check_count("n_workers", n_workers)
@@ -226,8 +220,6 @@ class UnstaggeredScheduler(_NoWaitScheduler):
 class _StaggeredScheduler(Scheduler):
     """Shared state of Algorithms 1 and 2: ``delay[num]`` per worker and the initial stagger."""
 
-    staggers_in_ticks = True
-
     def __init__(self, n_workers: int, *, initial_estimate: float | None = None) -> None:
         super().__init__(n_workers)
         self._initial_estimate = _check_initial_estimate(initial_estimate)
@@ -286,7 +278,6 @@ class MaxTimeScheduler(_StaggeredScheduler):
     """
 
     name = "max_time"
-    pads_to_max = True
 
     def __init__(self, n_workers: int, *, initial_estimate: float | None = None) -> None:
         super().__init__(n_workers, initial_estimate=initial_estimate)

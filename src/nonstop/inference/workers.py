@@ -219,7 +219,6 @@ class InferencePool:
         self._monitor: Any = None
         self._policies: dict[int, Any] = {}
         self._overhead_s: list[float] = []  # remote policies (Ray): per-action time outside the forward pass
-        self._tau_max_seen = 0.0  # Algorithm 1 on aligned ticks: the largest raw τ_θ, where its actions land
 
     # ------------------------------------------------------------------ the loop
     def _loop(
@@ -300,27 +299,13 @@ class InferencePool:
                 t = yield from wait_until(t)
             state.world_taus.append(tau_theta if virtual else max(tau_theta, clock.now() - started))
             # 4. the scheduler's rule: Algorithm 1 pads the cycle to τ̂_θmax; the others return 0
-            if align and sched.staggers_in_ticks:
-                # Starts snap to ticks, so a cycle is whole ticks: Algorithms 1 and 2 are handed it
-                # that way and stagger by whole-tick cycles / N. Handed the raw τ_θ (5.4 ticks, whose
-                # aligned cycle is 6), their spacing of 0.9 ticks snapped unevenly and left one tick
-                # in six without an action at N = 6..9. Algorithm 1's action still comes τ̂max (the
-                # largest raw τ_θ) after its start, so every action of the cycle lands on one phase.
-                cycle = pacing.aligned_cycle(tau_theta, tau_m, margin=margin, window=window)
-                pad = sched.after_inference(i, cycle)
-                self._tau_max_seen = max(self._tau_max_seen, tau_theta)
-                next_start = started + cycle + pad
-                if sched.pads_to_max and started + self._tau_max_seen > t:
-                    t = yield from wait_until(started + self._tau_max_seen)
-            else:
-                pad = sched.after_inference(i, tau_theta)
-                next_start = None
+            pad = sched.after_inference(i, tau_theta)
             if self.frees_workers:
                 # the scheduler holds the action, not the worker: a timer submits it at its
                 # release slot while this worker starts its next inference at once
                 self._hold(state, decision.action, latest, tau_theta, t, pad)
                 continue
-            if next_start is None and pad > 0:
+            if pad > 0:
                 t = yield from wait_until(t + pad)
             if self._stop.is_set():
                 return
@@ -333,8 +318,6 @@ class InferencePool:
             )  # fmt: skip
             state.actions += 1
             state.tau_thetas.append(tau_theta)
-            if next_start is not None and next_start > t:  # whole-tick stagger: the next start on its tick
-                t = yield from wait_until(next_start)
             if self.resizable:
                 self._maybe_resize(anchor=i)
             if virtual and (deadline := pacing.deadline_at(t, origin, tau_m, grace)) is not None:
