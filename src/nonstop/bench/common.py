@@ -30,6 +30,11 @@ def verdict(ok: bool, quick: bool = False) -> str:
     return word + (" [dim](quick run)[/]" if quick else "")
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, where the OS tells it), else all of them."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def machine_info() -> dict:
     """What the figures were measured on."""
     info = {

@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from nonstop.bench.common import usable_cores
+
 __all__ = ["DESCRIPTION", "add_arguments", "run", "render"]
 
 DESCRIPTION = "N_L*: learners needed to learn from every transition at 60 Hz, by model size and batch (Figure 8)"
@@ -154,7 +156,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     window = min(args.window, 3.0) if args.quick else args.window
     if args.quick:
         ks, batches = ks[:1], batches[:1]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cores()
     tau_m = 1 / TICK_HZ
     rows = []
     for k in ks:

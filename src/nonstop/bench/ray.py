@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from nonstop.bench.common import percentiles, run_sizes, size_help, verdict
+from nonstop.bench.common import percentiles, run_sizes, size_help, usable_cores, verdict
 
 DESCRIPTION = "Ray actor vs process worker: per-action overhead (k=1 ResNet), and a 2-tick model on one actor per node"
 
@@ -301,15 +301,13 @@ def machine_limit(result: dict[str, Any], n_actors: int, *, local: bool, cores: 
     >>> machine_limit(r, 2, local=True, cores=16) is None, machine_limit({**r, "meets_target": {"x": True}}, 2, local=True)
     (False, None)
     """
-    import os
-
     if all(result["meets_target"].values()):
         return None
     quiet = float(result["slow_model"]["forward_ticks"])
     taus = result.get("ray_actor_per_node", {}).get("tau_theta_ticks") or {}
     world = float(taus.get("mean", float("nan")))
     if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cores = usable_cores()
     short = local and cores < n_actors + 2
     slowed = world > 1.2 * quiet
     if not (short or slowed):

@@ -202,6 +202,11 @@ def _forget_address(gcs_address: str) -> None:
         pass
 
 
+def _cpus(node: dict[str, Any]) -> float:
+    """The CPUs a ``ray.nodes()`` row declares (0 for a node that declares none)."""
+    return float(node.get("Resources", {}).get("CPU", 0.0))
+
+
 def check_placement(n_actors: int, num_cpus: float, *, n_learners: int = 0) -> None:
     """A one-line error if the connected cluster cannot place ``n_actors`` inference actors and
     ``n_learners`` learner actors of ``num_cpus`` CPUs each (they would wait forever for a slot
@@ -209,7 +214,7 @@ def check_placement(n_actors: int, num_cpus: float, *, n_learners: int = 0) -> N
     if num_cpus <= 0:
         return
     nodes = [n for n in _ray().nodes() if n.get("Alive")]
-    cpus = [float(n.get("Resources", {}).get("CPU", 0.0)) for n in nodes]
+    cpus = [_cpus(n) for n in nodes]
     total = sum(cpus)
     places = sum(math.floor(c / num_cpus + 1e-9) for c in cpus)  # an actor sits on one node: no halves add up
     need = n_actors + n_learners
@@ -353,15 +358,15 @@ def choose_node(nodes: list[dict[str, Any]], held: dict[str, tuple[int, float]],
     [('a', (4, 4.0)), ('b', (1, 1.0))]
     """
     live = [n for n in nodes if n.get("Alive") and n["NodeID"] not in exclude]
-    fit = [n for n in live if float(n.get("Resources", {}).get("CPU", 0.0)) + 1e-9 >= num_cpus]
+    fit = [n for n in live if _cpus(n) + 1e-9 >= num_cpus]
     if not fit:
-        have = ", ".join(f"{n['NodeID'][:8]}: {float(n.get('Resources', {}).get('CPU', 0.0)):g}" for n in live) or "none"
+        have = ", ".join(f"{n['NodeID'][:8]}: {_cpus(n):g}" for n in live) or "none"
         raise BackendUnavailable(f"no live node of the cluster can hold an actor of {num_cpus:g} CPU (live nodes' CPUs: "
                                  f"{have}): add a node with {num_cpus:g} CPUs or more, or reserve fewer")  # fmt: skip
 
     def fill(node: dict[str, Any]) -> tuple[float, int, str]:
         count, cpus = held.get(node["NodeID"], (0, 0.0))
-        total = float(node.get("Resources", {}).get("CPU", 0.0))
+        total = _cpus(node)
         return ((cpus + num_cpus) / total if num_cpus > 0 else 0.0), count, node["NodeID"]
 
     return min(fit, key=fill)["NodeID"]
