@@ -71,7 +71,7 @@ def test_demo_runs_both_parts(tmp_path, capsys, no_shm_leak):
 def test_demo_training_part_shows_learning(tmp_path, capsys, no_shm_leak):
     """Within its training budget the demo's return curves rise, the staggered one far above the
     sequential one (it acts at every tick, the sequential agent at one in six)."""
-    from nonstop.demo import learning_curve
+    from nonstop.commands.demo import learning_curve
 
     out = tmp_path / "demo"
     assert main(["demo", "--clock", "virtual", "--seconds", "1", "--train-seconds", "40", "--out", str(out)]) == 0

@@ -325,9 +325,9 @@ def test_a_read_only_run_directory_ends_in_one_clear_line(tmp_path, capsys, monk
 
 
 def test_ctrl_c_again_skips_the_final_checkpoint_and_still_ends_cleanly(tmp_path, capsys, monkeypatch, no_shm_leak):
-    from nonstop import trainer
+    from nonstop.experiment import ending as trainer
     from nonstop.cli import main
-    from nonstop.run import TrainingRun
+    from nonstop.experiment import TrainingRun
 
     real_advance, real_save, saves, pressed = TrainingRun.advance, trainer.Checkpointer.save, [], []
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from nonstop.compare import (
+from nonstop.commands.compare import (
     SCHEDULERS,
     add_arguments,
     compare,
@@ -61,7 +61,7 @@ def test_table_headers_stay_whole_at_80_columns(inaction_result):
     from rich.cells import cell_len
     from rich.console import Console
 
-    from nonstop.compare import render_table
+    from nonstop.commands.compare import render_table
 
     console = Console(width=80, record=True, color_system=None)
     render_table(inaction_result, console)

@@ -16,7 +16,7 @@ from nonstop.learning.replay import Batch, ReplayBuffer
 from nonstop.learning.weights import SharedWeights, TrainingState, flat_parameters, load_flat
 from nonstop.policies.models import MLP
 from nonstop.realtime.clock import VirtualClock
-from nonstop.run import TrainConfig, train
+from nonstop.experiment import TrainConfig, train
 
 CLASSIC = DQNConfig.for_family("classic", learning_starts=50, batch_size=8)
 
@@ -322,7 +322,7 @@ def test_auto_inference_grows_to_act_at_every_tick(no_shm_leak):
 
 
 def test_an_inference_worker_killed_mid_training_is_covered_and_restarted(no_shm_leak):
-    from nonstop.run import TrainingRun
+    from nonstop.experiment import TrainingRun
 
     cfg = TrainConfig(env="CartPole", seconds=1.0, latency="3t", tau_l=0.04,
                       dqn=DQNConfig.for_family("classic", learning_starts=20, batch_size=8))  # fmt: skip

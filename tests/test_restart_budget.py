@@ -15,7 +15,7 @@ from nonstop.cli import main
 from nonstop.learning.checkpoint import latest_checkpoint
 from nonstop.learning.dqn import DQNConfig
 from nonstop.realtime.lifeline import PartFailed, RestartBudget
-from nonstop.run import TrainConfig, TrainingRun
+from nonstop.experiment import TrainConfig, TrainingRun
 
 ARGS = ["train", "--env", "CartPole", "--learning-starts", "20", "--batch-size", "8", "--progress-every", "1",
         "--checkpoint-every", "2", "--seconds", "30"]  # fmt: skip
@@ -103,9 +103,9 @@ def test_nonstop_train_ends_cleanly_when_a_learner_keeps_dying(tmp_path, capsys,
 
 
 def test_nonstop_train_ends_cleanly_when_inference_workers_keep_dying(tmp_path, capsys, monkeypatch, no_shm_leak):
-    from nonstop import run as run_module
+    from nonstop.experiment import registry
 
-    policy = run_module.TrainingRun._policy
+    policy = registry.lookup("policy_backend", "thread")
 
     class Crashing:
         def __init__(self, inner):
@@ -120,7 +120,8 @@ def test_nonstop_train_ends_cleanly_when_inference_workers_keep_dying(tmp_path, 
         def __getattr__(self, name):
             return getattr(self.inner, name)
 
-    monkeypatch.setattr(run_module.TrainingRun, "_policy", lambda self, i: Crashing(policy(self, i)))
+    # a crashing backend, put in the registry's place of the thread one (as a new backend would be registered)
+    monkeypatch.setitem(registry._BUILTIN["policy_backend"], "thread", lambda run, i: Crashing(policy(run, i)))
     out = tmp_path / "run"
     code = main([*ARGS, "--out", str(out), "--max-restarts", "4", "--restart-window", "60"])
     err = capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Realtime self-play (`nonstop train --self-play`, `nonstop.selfplay`): the learner against a pool of
+"""Realtime self-play (`nonstop train --self-play`, `nonstop.experiment.selfplay`): the learner against a pool of
 its own past snapshots on a two-seat world, each side at its own latency, on the virtual clock."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from nonstop.learning.checkpoint import latest_checkpoint  # noqa: E402
 from nonstop.learning.dqn import DQNConfig  # noqa: E402
 from nonstop.learning.runlog import MATCH_COLUMNS, read_columns  # noqa: E402
 from nonstop.realtime.ticklog import SOURCE_AGENT  # noqa: E402
-from nonstop.selfplay import SelfPlay, SnapshotPool, check_two_seats, match_figures  # noqa: E402
+from nonstop.experiment.selfplay import SelfPlay, SnapshotPool, check_two_seats, match_figures  # noqa: E402
 
 # two rounds a match (about half a world second while the learner still false-starts), a snapshot every 2 s
 ARGS = ["train", "--env", "multi/duel", "--env-arg", "rounds=2", "--self-play", "--snapshot-every", "2", "--pool-size", "3",
@@ -131,7 +131,7 @@ def test_the_learners_transitions_come_from_its_own_seat_only(no_shm_leak):
     """The replay holds the first seat's semi-MDP: its agent ticks, its delays (2 ticks, not the
     opponent's 5), and with γ = 1 every reward of its seat from each match's first decision on
     (the duel is zero-sum: the opponent's rewards have the other sign)."""
-    from nonstop.run import TrainConfig, TrainingRun
+    from nonstop.experiment import TrainConfig, TrainingRun
 
     dqn = DQNConfig.for_family("multi", learning_starts=50, batch_size=16, replay_capacity=20_000, gamma=1.0)
     cfg = TrainConfig(env="multi/duel", env_kwargs={"rounds": 2}, seconds=8, self_play=True, snapshot_every=2, pool_size=3,
@@ -175,7 +175,7 @@ def test_the_learners_transitions_come_from_its_own_seat_only(no_shm_leak):
 
 
 def test_self_play_run_writes_matches_resumes_its_pool_and_reports_the_win_rate(tmp_path, capsys, no_shm_leak):
-    from nonstop.report import build_report
+    from nonstop.commands.report import build_report
 
     out = tmp_path / "run"
     assert main([*ARGS, "--seconds", "8", "--out", str(out)]) == 0
@@ -224,8 +224,8 @@ def test_self_play_run_writes_matches_resumes_its_pool_and_reports_the_win_rate(
 def test_self_play_on_two_player_boxing_learns_from_84x84_gray_frames(no_shm_leak):
     """multi/Boxing's RGB screens reach both sides (and the replay) as 84×84 grayscale frames."""
     pytest.importorskip("multi_agent_ale_py")
-    from nonstop.run import TrainConfig, TrainingRun
-    from nonstop.selfplay import SeatFrames
+    from nonstop.experiment import TrainConfig, TrainingRun
+    from nonstop.experiment.selfplay import SeatFrames
 
     dqn = DQNConfig.for_family("multi", k=0.25, replay_capacity=2000, learning_starts=30, batch_size=8)
     cfg = TrainConfig(env="multi/Boxing", seconds=1, self_play=True, snapshot_every=0.5, latency="1t", opponent_latency="3t", dqn=dqn)

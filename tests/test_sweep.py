@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nonstop.sweep import BUDGETS, GAMES, PAPER_SIZES, aggregate, cell_state, declared_delays, plan_cells, t_quantile_95
+from nonstop.commands.sweep import BUDGETS, GAMES, PAPER_SIZES, aggregate, cell_state, declared_delays, plan_cells, t_quantile_95
 
 pytest.importorskip("torch")
 
@@ -78,7 +78,7 @@ def test_bad_plans_are_refused(kw, match):
 
 def test_pokemon_needs_a_start_state(monkeypatch):
     import nonstop.envs.gameboy as gb
-    from nonstop import sweep
+    from nonstop.commands import sweep
 
     monkeypatch.setattr(gb, "find_rom", lambda game, rom=None: "/roms/red.gb")
     monkeypatch.setattr(gb, "pyboy_problem", lambda: "")
@@ -91,7 +91,7 @@ def test_pokemon_needs_a_start_state(monkeypatch):
 
 
 def test_a_rom_given_as_a_game_arg_is_the_one_checked(tmp_path):
-    from nonstop import sweep
+    from nonstop.commands import sweep
 
     ok, why = sweep._env_available("Tetris", [f"rom={tmp_path / 'tetris.gb'}"])
     assert not ok and "tetris.gb" in why and "--game-arg Tetris:rom=PATH" in why

@@ -122,7 +122,7 @@ def test_every_dqn_setting_is_a_train_flag_with_its_default_shown():
     from dataclasses import fields
 
     from nonstop.learning.dqn import DQNConfig
-    from nonstop.trainer import add_arguments, config_from_args
+    from nonstop.commands.train import add_arguments, config_from_args
 
     p = argparse.ArgumentParser()
     add_arguments(p)
@@ -143,7 +143,7 @@ def test_every_dqn_setting_is_a_train_flag_with_its_default_shown():
 def test_paper_preset_sets_the_papers_stated_values_and_flags_beside_it_win():
     import argparse
 
-    from nonstop.trainer import add_arguments, config_from_args
+    from nonstop.commands.train import add_arguments, config_from_args
 
     p = argparse.ArgumentParser()
     add_arguments(p)

@@ -1,6 +1,6 @@
 """``nonstop bench learn``: DQN through the whole realtime machinery (virtual clock).
 
-Two measurements, each a `nonstop.run.train` run on realtime CartPole (50 Hz):
+Two measurements, each a `nonstop.experiment.train` run on realtime CartPole (50 Hz):
 
 1. **Zero latency** (``--ticks``, default 100k): the mean return over the last 20 episodes, and
    the first tick at which that mean reached ``--target`` (default 400). Target: reached within
@@ -58,7 +58,8 @@ def _train(env: str, ticks: int, seed: int, env_args: list[str] | None = None, l
            **kw: Any) -> dict[str, Any]:  # fmt: skip
     from nonstop.envs import env_info
     from nonstop.learning.dqn import DQNConfig
-    from nonstop.run import TrainConfig, default_env_kwargs, parse_env_args, train
+    from nonstop.envs.registry import parse_env_args
+    from nonstop.experiment import TrainConfig, default_env_kwargs, train
 
     info = env_info(env)
     overrides = {} if learning_starts is None else {"learning_starts": learning_starts}

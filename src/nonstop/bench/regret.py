@@ -30,7 +30,7 @@ For each inference time τ_θ (in ticks, constant latency):
     verdict: the gap in reward to the keep-pace learner, and the √ law's ``Δ_pace(T)/√f``, which
     this fixed instance need not follow (Eq. 2 is a worst case over instances; on one instance
     UCB1's regret grows like log T). In a full run, also **CartPole** with nonstop's DQN
-    (`nonstop.run.train`, 300 world seconds, one seed): an update per transition against one per
+    (`nonstop.experiment.train`, 300 world seconds, one seed): an update per transition against one per
     four; updates per transition is checked against the same formula, the return of the last
     quarter is a measurement (one seed: no verdict on the gap).
 
@@ -426,14 +426,14 @@ def learning_rows(*, arms: int, epsilon: float, steps: int, seeds: int, seed: in
 
 
 def real_env_learning(*, seconds: float, seed: int) -> dict[str, Any]:
-    """Equation 2 on CartPole with nonstop's DQN (`nonstop.run.train`, virtual clock, one learner):
+    """Equation 2 on CartPole with nonstop's DQN (`nonstop.experiment.train`, virtual clock, one learner):
     an update per transition (τ_L = τ_M, keeping pace) against one per four (τ_L = 4·τ_M). Measured:
     updates per transition against `learned_fraction` (a check) and the return of the last quarter
     of the run (a measurement: one seed each, so no verdict on the gap)."""
     from nonstop.envs.classic import CARTPOLE_TICK_HZ
     from nonstop.learning.dqn import DQNConfig
     from nonstop.metrics.regret import learned_fraction
-    from nonstop.run import TrainConfig, train
+    from nonstop.experiment import TrainConfig, train
 
     tau_m = 1.0 / CARTPOLE_TICK_HZ
     out: dict[str, Any] = {}

@@ -387,6 +387,11 @@ class LearnerProcesses:
         self._clock = clock if clock is not None else WallClock(spin=0.0)
         self.failure: PartFailed | None = None
 
+    @property
+    def local_processes(self) -> int:
+        """Processes of this machine the learners keep busy (the machine-limit diagnosis counts them)."""
+        return self.n
+
     def _spawn(self, i: int) -> None:
         seed = None if self.seed is None else self.seed * 1000 + i + 7919 * self.restarts[i]
         target = functools.partial(

@@ -5,7 +5,7 @@ Layout (`RunPaths` names each file; ``nonstop report RUN`` reads them back)::
     RUN/config.json          the run's config (rewritten, compatible, on --resume)
     RUN/progress.csv         one row per progress interval, columns PROGRESS_COLUMNS
     RUN/episodes.csv         one row per finished episode, columns EPISODE_COLUMNS
-    RUN/matches.csv          self-play only (`nonstop.selfplay`): one row per finished match, columns
+    RUN/matches.csv          self-play only (`nonstop.experiment.selfplay`): one row per finished match, columns
                              MATCH_COLUMNS: the opponent snapshot, the learner's score, won
     RUN/ticklog/             the tick log, streamed in chunks as the run goes (`TickLog`, ``directory``):
                              the truth every metric comes from; every completed chunk survives a kill

@@ -710,3 +710,7 @@ def _print_results(console: Any, results: Sequence[dict[str, Any]]) -> None:
         table.add_row(game, any_row["params"], any_row["delay"], *[ret(by.get(i)) for i in interactions],
                       *[idle(by.get(i)) for i in interactions])  # fmt: skip
     console.print(table)
+
+
+HELP = "the paper's learning experiments (return vs model size, staggered vs sequential) as one command"
+run = run_sweep

@@ -20,7 +20,8 @@ side in realtime with its own latency and its own `InferencePool`. The world nev
   seat's episode return) and whether it won (score > 0); ``nonstop report`` plots the win rate.
 
 The pool logic is pure (`SnapshotPool`: numbers and arrays in, choices out); `SnapshotPolicy` is
-the opponent's policy; `SelfPlay` ties them to a `nonstop.run.TrainingRun`.
+the opponent's policy; `SelfPlay` keeps them between slices of a run; `SelfPlayPart` is self-play's part of a run
+(`nonstop.experiment.run.Run`), and `SelfPlaySeating` the seating that puts it on the second seat.
 
 >>> pool = SnapshotPool(max_size=2, weighting="latest", seed=0)
 >>> [pool.add(np.full(3, float(i), np.float32), env_tick=60 * i, updates=10 * i).id for i in range(3)]
@@ -37,18 +38,23 @@ import math
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from nonstop.experiment.config import OPPONENT_WEIGHTINGS
+from nonstop.experiment.parts import Part
+from nonstop.experiment.registry import lookup
 from nonstop.learning.runlog import MATCH_COLUMNS
 from nonstop.policies.base import Decision, Policy
 
-__all__ = ["OPPONENT_WEIGHTINGS", "MATCH_COLUMNS", "Snapshot", "SnapshotPool", "SnapshotPolicy", "SelfPlay",
+if TYPE_CHECKING:
+    from nonstop.experiment.run import Run
+    from nonstop.experiment.seating import WorldSpec
+
+__all__ = ["SelfPlaySeating", "SelfPlayPart", "OPPONENT_WEIGHTINGS", "MATCH_COLUMNS", "Snapshot", "SnapshotPool", "SnapshotPolicy", "SelfPlay",
            "SeatFrames", "check_two_seats", "match_figures", "plot_matches", "needs_seat_frames", "seat_frames"]  # fmt: skip
 
-#: how an episode's opponent is drawn from the pool
-OPPONENT_WEIGHTINGS: Final = ("uniform", "latest")
 #: matches in the rolling win rate of the report
 WIN_WINDOW: Final = 20
 
@@ -309,7 +315,7 @@ class SnapshotPolicy(Policy):
 
 
 class SelfPlay:
-    """Self-play's part of a `nonstop.run.TrainingRun`: the pool, its snapshots and the match rows.
+    """Self-play's bookkeeping between slices of a run: the pool, its snapshots and the match rows.
 
     ``snapshot_ticks``: ticks between snapshots. `due` / `take` are called by the run between
     slices of world time; `match_rows` turns the run's finished-episode rows into match rows.
@@ -335,7 +341,7 @@ class SelfPlay:
         return snap
 
     def match_rows(self, episode_rows: Iterable[dict[str, Any]], episode_offset: int) -> list[dict[str, Any]]:
-        """One match row per finished episode row (`nonstop.run.ProgressRows.episodes`)."""
+        """One match row per finished episode row (`nonstop.experiment.loop.ProgressRows.episodes`)."""
         out = []
         for ep in episode_rows:
             snap, pool_size = self.pool.settle(int(ep["episode"]) - episode_offset)  # the host counts this segment's
@@ -351,6 +357,149 @@ class SelfPlay:
     def load_state(self, state: dict[str, Any]) -> None:
         self.pool.load_state(state)
         self.next_tick = int(state["next_tick"])
+
+
+class SelfPlayPart(Part):
+    """Self-play in a run: snapshots of the learner join the pool on their grid of ticks (snapshot 0,
+    the untrained parameters, at the start unless a resumed pool has its own), and the opponent's
+    `InferencePool` plays the second seat from the snapshot drawn for each match."""
+
+    name = "self_play"
+
+    def __init__(self, run: "Run", seats: list[str]) -> None:
+        from nonstop.policies.latency import parse_latency
+
+        cfg = run.cfg
+        pool = SnapshotPool(cfg.pool_size, cfg.opponents, seed=cfg.seed)
+        self.self_play = SelfPlay(pool, snapshot_ticks=max(1, round(cfg.snapshot_every / run.tau_m)), seats=seats)
+        self.latency = parse_latency(cfg.opponent_latency or cfg.latency, tick_hz=run.spec.tick_hz)
+        self.n_inference = opponent_workers(cfg.scheduler, cfg.n_inference, self.latency.mean, run.tau_m)
+        self.inference: Any = None
+
+    def start(self, run: "Run") -> None:
+        from nonstop.experiment.drivers import InferencePart
+
+        self.before_slice(run)
+        self.inference = InferencePart("opponent_pool", lambda i: self._policy(run, i), self.n_inference,
+                                       seat=self.self_play.opponent_seat)  # fmt: skip
+        self.inference.start(run)
+
+    def _policy(self, run: "Run", i: int) -> Any:
+        """An opponent worker: ε-greedy on the snapshot playing the current match (always in this
+        process: snapshots live here), with the pool side's declared latency."""
+        import gymnasium as gym
+
+        from nonstop.learning.dqn import build_q_network
+        from nonstop.policies.latency import LatencyPolicy
+
+        seat = self.self_play.opponent_seat
+        slot = run.world.slots[run.world.seat_index(seat)]
+        space = run.world.action_spaces[seat]
+        if not isinstance(space, gym.spaces.Discrete):  # check_two_seats: both seats as the learner's
+            raise TypeError(f"the opponent seat needs a Discrete action space, got {space}")
+        model = build_q_network(run.spec.obs_shape, int(space.n), run.dqn)
+        seed = run.cfg.seed * 1000 + 500 + i
+        policy: Any = SnapshotPolicy(model, self.self_play.pool, lambda: int(slot.read().episode), space,
+                                     epsilon=run.dqn.epsilon_end, seed=seed)  # fmt: skip
+        if self.latency.max_hint > 0:
+            policy = LatencyPolicy(policy, self.latency, seed=seed)
+        return policy
+
+    @property
+    def failure(self) -> BaseException | None:  # type: ignore[override]  # the opponent pool's, read when asked
+        return None if self.inference is None else self.inference.failure
+
+    def stop(self) -> None:
+        if self.inference is not None:
+            self.inference.stop()
+
+    close = stop
+
+    def before_slice(self, run: "Run") -> None:
+        """Add the learner's current parameters to the pool if a snapshot is due."""
+        if run.env_ticks >= self.self_play.next_tick:
+            self.self_play.take(run.learning.current_params(), env_tick=run.env_ticks, updates=run.state.updates)
+
+    def ticks_to_next(self, env_ticks: int) -> int | None:
+        return self.self_play.ticks_to_next(env_ticks)  # the run stops there, so snapshots keep their interval
+
+    def state_dict(self, *, include_replay: bool) -> dict[str, Any]:
+        import torch
+
+        return {"self_play": {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+                              for k, v in self.self_play.state().items()}}  # fmt: skip
+
+    def load_state_dict(self, snap: dict[str, Any]) -> None:
+        pool = snap.get("self_play")
+        if pool is None:
+            raise ValueError("the checkpoint holds no self-play pool: it was not written by a --self-play run")
+        self.self_play.load_state({k: v.numpy() if hasattr(v, "numpy") else v for k, v in pool.items()})
+
+    def records(self, episodes: list[dict[str, Any]], run: "Run") -> dict[str, list[dict[str, Any]]]:
+        return {"matches": self.self_play.match_rows(episodes, run.episode_offset)}
+
+    def summary(self, run: "Run", tick_log: Any) -> dict[str, Any]:
+        sp = self.self_play
+        theirs = tick_log.seat(sp.opponent_seat).summary()
+        return {"self_play": {"learner_seat": sp.learner_seat, "opponent_seat": sp.opponent_seat,
+                              "snapshots": sp.pool.ids, "snapshots_taken": sp.pool.next_id,
+                              **{f"opponent_{k}": theirs[k] for k in ("agent_ticks", "inaction_fraction",
+                                                                      "tau_i_mean_ticks", "delay_mean_ticks")}}}  # fmt: skip
+
+    def processes(self) -> int:
+        return self.n_inference if isinstance(self.n_inference, int) else 1
+
+
+def opponent_workers(scheduler: str, n_inference: int | str | None, latency_mean: float, tau_m: float) -> int | str:
+    """The pool side's N_I: as the learner's is chosen, from the opponent's own latency.
+
+    >>> opponent_workers("exp_time", None, 0.1, 1 / 60), opponent_workers("sequential", None, 0.1, 1 / 60)
+    (6, 1)
+    """
+    if scheduler == "sequential":
+        return 1
+    if n_inference == "auto":
+        return "auto"
+    return max(1, math.ceil(latency_mean / tau_m - 1e-9))
+
+
+class SelfPlaySeating:
+    """The learner on the first seat of a two-seat world, a pool of its past snapshots on the second."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+        self.learner_seat: str | None = None
+
+    def describe(self) -> "WorldSpec":
+        from functools import partial
+
+        from nonstop.experiment.seating import probe_world
+
+        cfg = self.cfg
+
+        def adapt(probe: Any) -> tuple[Any, Any]:
+            if not needs_seat_frames(probe.observation_space(probe.possible_agents[0])):
+                return probe, cfg.env
+            # two-player Atari: 84×84 grayscale, as preprocess=True gives one player
+            source = partial(seat_frames, cfg.env, **cfg.env_kwargs)
+            source.__name__ = cfg.env  # type: ignore[attr-defined]  # the tick log's env id
+            return SeatFrames(probe), source
+
+        spec = probe_world(cfg, adapt)
+        spec.seats = check_two_seats(cfg.env, spec.seats)
+        self.learner_seat = spec.seats[0]
+        return spec
+
+    def parts(self, run: "Run") -> list[Part]:
+        assert run.spec.seats is not None  # describe() checked the two seats
+        return [SelfPlayPart(run, run.spec.seats), *lookup("driver", self.cfg.interaction)(run, seat=self.learner_seat)]
+
+    def announce(self, run: "Run") -> str | None:
+        cfg, seats = self.cfg, run.spec.seats or []
+        part = next(p for p in run.parts if isinstance(p, SelfPlayPart))
+        return (f"self-play: the learner on {seats[0]}, a snapshot of it on {seats[1]} (N_I={part.n_inference}, latency "
+                f"{cfg.opponent_latency or cfg.latency}); a snapshot every {cfg.snapshot_every:g} world s, the newest "
+                f"{cfg.pool_size} kept, drawn {cfg.opponents}")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- the report's figures

@@ -255,3 +255,7 @@ def _render(r: dict[str, Any]) -> None:
     for name, v in r["traffic_bytes_per_s"].items():
         t.add_row(f"traffic: {name}", f"{_bytes(v)}/s")
     Console().print(t)
+
+
+HELP = 'capacity planner: N_I*, N_L*, cores, memory and traffic a model needs at a tick rate'
+run = run_plan

@@ -58,7 +58,7 @@ def fresh_dir(out: Path) -> Path:
 def run_demo(args: argparse.Namespace) -> int:
     from nonstop._console import Console
 
-    from nonstop.compare import compare, plot_compare, render_table
+    from nonstop.commands.compare import compare, plot_compare, render_table
 
     for name in ("seconds", "slow_ticks"):
         if not getattr(args, name) > 0:
@@ -101,7 +101,7 @@ def run_demo(args: argparse.Namespace) -> int:
                   f"w.p. {LEARN_P:g} per tick), on the virtual clock, {args.train_seconds:g} world seconds per run, 5-s "
                   f"episodes (300 ticks, so at most 300 per episode). Each action is {args.slow_ticks:g} ticks late either "
                   "way; the sequential agent also leaves the ticks between its actions to β (noop, reward 0).")  # fmt: skip
-    from nonstop import report, trainer
+    from nonstop.commands import report, train as trainer
 
     codes = {}
     for name, scheduler in (("staggered", "exp_time"), ("sequential", "sequential")):
@@ -117,7 +117,7 @@ def run_demo(args: argparse.Namespace) -> int:
             "--checkpoint-replay", "no", "--out", str(out / f"train-{name}"),
         ])  # fmt: skip
         targs.tensorboard = False
-        codes[name] = trainer.run_train(targs)
+        codes[name] = trainer.run(targs)
     picture = plot_learning({name: out / f"train-{name}" for name in codes}, out / "learning_staggered_vs_sequential.png")
     curves = {name: learning_curve(out / f"train-{name}") for name in codes}
     for name, (_, returns) in curves.items():
@@ -174,3 +174,7 @@ def plot_learning(runs: dict[str, Path], path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+HELP = "the default job: the paper's headline on realtime Boxing (a few minutes)"
+run = run_demo

@@ -29,7 +29,7 @@ def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dic
     from nonstop.learning.dqn import build_q_network
     from nonstop.learning.runlog import read_config
     from nonstop.learning.weights import load_flat
-    from nonstop.run import TrainConfig
+    from nonstop.experiment import TrainConfig
 
     root = Path(run_dir)
     if not root.is_dir():
@@ -86,3 +86,7 @@ def run_export(args: argparse.Namespace) -> int:
     if result["skipped"]:
         print(f"no policy.safetensors: {result['skipped']}")
     return 0
+
+
+HELP = "a run's policy as a plain state_dict (and safetensors) that torch.load reads"
+run = run_export

@@ -8,7 +8,7 @@ Reads what ``nonstop train --out RUN`` wrote (layout in `nonstop.learning.runlog
   log (the truth, DESIGN §1.8), or from progress.csv when the run has no tick log;
 * ``delay_histogram.png``  — delay of the agent-applied ticks (from the tick log);
 * ``win_rate_over_time.png`` — self-play runs: the learner's win rate (rolling) and score against
-  its pool of past snapshots over the run (from matches.csv, `nonstop.selfplay`);
+  its pool of past snapshots over the run (from matches.csv, `nonstop.experiment.selfplay`);
 * ``report.md`` and ``report.json`` — the summary below, the plots, and what was skipped and why;
 * ``report.html`` (with ``--html``) — the same summary and plots as one self-contained page (the
   PNGs inlined as base64, no file or address outside it), to mail or attach as it is.
@@ -240,7 +240,7 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
 
     # self-play: win rate and score against the pool
     if paths.matches.is_file():
-        from nonstop.selfplay import match_figures, plot_matches
+        from nonstop.experiment.selfplay import match_figures, plot_matches
 
         matches = read_columns(paths.matches, MATCH_COLUMNS)
         report.summary["matches"] = match_figures(matches)
@@ -402,3 +402,7 @@ def run_report(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json(), allow_nan=False))
     return 0
+
+
+HELP = 'plots and a summary of a training run directory (nonstop train --out RUN)'
+run = run_report

@@ -426,3 +426,7 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.json:
         print(to_json(result))
     return 0
+
+
+HELP = 'sequential vs unstaggered vs max_time vs exp_time on one env and latency'
+run = run_compare

@@ -1,0 +1,169 @@
+"""``nonstop train``: a realtime training run a user can start, watch, stop and resume.
+
+The flags are `TrainConfig`'s and `RecordConfig`'s fields (`nonstop.experiment.config`,
+`nonstop.experiment.record`) and `DQNConfig`'s, defaults and help taken from them; the work is
+`nonstop.experiment.record.train_in_directory`. ``nonstop report RUN`` plots a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import fields
+from typing import Any
+
+from nonstop.commands._flags import add_fields, arg_type, shown
+
+__all__ = ["HELP", "add_arguments", "run", "config_from_args", "record_from_args", "add_dqn_arguments"]
+
+HELP = "train DQN in a realtime world: staggered inference, asynchronous learners"
+
+_RUN_FIELDS = ("env", "clock", "seconds", "interaction", "scheduler", "n_inference", "latency", "default", "n_learners",
+               "learner_mode", "tau_l", "learner_backend", "backend", "ray_address", "trim_above", "max_restarts",
+               "restart_window")  # fmt: skip
+_SELF_PLAY_FIELDS = ("opponents", "snapshot_every", "pool_size", "opponent_latency")
+_RECORD_FIELDS = ("out", "resume", "episodes", "progress_every", "checkpoint_every", "keep_checkpoints",
+                  "checkpoint_replay")  # fmt: skip
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from nonstop.experiment.config import TrainConfig, parse_n_workers
+    from nonstop.experiment.record import RecordConfig
+    from nonstop.inference.schedulers import SCHEDULER_NAMES
+    from nonstop.realtime.defaults import DEFAULT_NAMES
+
+    add_fields(p, TrainConfig, _RUN_FIELDS[:1])
+    p.add_argument("--env-arg", action="append", metavar="KEY=VALUE",
+                   help="env keyword argument, repeatable (max_episode_steps=900)")  # fmt: skip
+    add_fields(p, TrainConfig, _RUN_FIELDS[1:], types={"n_inference": arg_type(parse_n_workers), "trim_above": str,
+                                                        "default": str},
+               unset=("trim_above",), shown_as={"trim_above": "4MiB", "n_inference": "⌈τ̄_θ/τ_M⌉",
+                                                "default": "the env's own"})  # fmt: skip
+    for action in p._actions:  # the choices that live with the parts they choose
+        if action.dest == "scheduler":
+            action.choices = SCHEDULER_NAMES
+        elif action.dest == "default":
+            action.choices = DEFAULT_NAMES
+    g = p.add_argument_group("self-play (a two-seat world: the learner against a pool of its own past snapshots)")
+    add_fields(g, TrainConfig, ("self_play",))
+    add_fields(g, TrainConfig, _SELF_PLAY_FIELDS, unset=_SELF_PLAY_FIELDS, shown_as={"opponent_latency": "--latency"})
+    add_dqn_arguments(p)
+    add_fields(p, TrainConfig, ("seed",))
+    add_fields(p, RecordConfig, _RECORD_FIELDS, types={"out": str, "episodes": int})
+    p.add_argument("--track", action="append", metavar="wandb|mlflow",
+                   help="also send the progress rows, episodes, config and summary to Weights & Biases or MLflow "
+                        "(repeat, or a comma list; pip install 'nonstop[track]'; see nonstop.learning.tracking; "
+                        "default: none)")  # fmt: skip
+
+
+def add_dqn_arguments(p: argparse.ArgumentParser) -> None:
+    """One flag per ``DQNConfig`` field, its help and default taken from the dataclass (one source of truth).
+
+    A flag left out keeps the env family's value (``DQNConfig.for_family``), so the parsed default is None.
+
+    >>> p = argparse.ArgumentParser()
+    >>> add_dqn_arguments(p)
+    >>> a = p.parse_args(["--gamma", "0.9", "--no-double", "--hidden", "64", "64"])
+    >>> (a.gamma, a.double, a.hidden, a.target_update)
+    (0.9, False, [64, 64], None)
+    """
+    from nonstop.learning.dqn import FAMILY_DEFAULTS, PAPER_PRESETS, DQNConfig
+
+    p.add_argument("--preset", choices=sorted(PAPER_PRESETS), default=None,
+                   help="the paper's stated DQN settings (γ, batch, Adam step, replay, k); flags given beside it win "
+                        "(default: none)")  # fmt: skip
+    group = p.add_argument_group("DQN settings (defaults: the paper's; the env family may override, see DQNConfig.for_family)")
+    for f in fields(DQNConfig):
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default
+        by_family = ", ".join(f"{family} {values[f.name]!r}" for family, values in FAMILY_DEFAULTS.items()
+                              if f.name in values and values[f.name] != default)  # fmt: skip
+        text = f"{f.metadata.get('help', '')} (default: {shown(default)}{'; ' + by_family if by_family else ''})"
+        text = text.replace("%", "%%")
+        if isinstance(default, bool):
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+        elif isinstance(default, tuple):
+            group.add_argument(flag, type=int, nargs="+", default=None, metavar="N", help=text)
+        else:
+            type_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            kind = {"float": float, "int": int, "str": str}[type_name]
+            group.add_argument(flag, type=kind, default=None, metavar=kind.__name__.upper(), help=text)
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    """The `TrainConfig` the flags describe (the env family's DQN defaults under the flags given)."""
+    from nonstop.envs import env_info
+    from nonstop.envs.registry import parse_env_args
+    from nonstop.experiment.config import TrainConfig, default_env_kwargs
+    from nonstop.learning.dqn import PAPER_PRESETS, DQNConfig
+
+    preset = PAPER_PRESETS[args.preset] if getattr(args, "preset", None) else {}
+    given = {f.name: getattr(args, f.name) for f in fields(DQNConfig) if getattr(args, f.name, None) is not None}
+    overrides = {**preset, **given}
+    if isinstance(overrides.get("hidden"), list):
+        overrides["hidden"] = tuple(overrides["hidden"])
+    family = env_info(args.env).family
+    dqn = DQNConfig.for_family(family, **overrides)
+    env_kwargs = {**default_env_kwargs(family), **parse_env_args(getattr(args, "env_arg", None))}
+    run = {name: getattr(args, name) for name in _RUN_FIELDS if getattr(args, name, None) is not None}
+    run.pop("trim_above", None)
+    return TrainConfig(**run, env_kwargs=env_kwargs, dqn=dqn, seed=args.seed, **_self_play_settings(args),
+                       **_trim_setting(args))  # fmt: skip
+
+
+def record_from_args(args: argparse.Namespace) -> Any:
+    """The `RecordConfig` the flags describe."""
+    from nonstop.experiment.record import RecordConfig
+    from nonstop.learning.tracking import parse_track
+
+    given = {name: getattr(args, name) for name in _RECORD_FIELDS if getattr(args, name, None) is not None}
+    given["track"] = parse_track(getattr(args, "track", None))
+    return RecordConfig(**given, tensorboard=getattr(args, "tensorboard", True))
+
+
+def _self_play_settings(args: argparse.Namespace) -> dict[str, Any]:
+    given = {n: getattr(args, n) for n in _SELF_PLAY_FIELDS if getattr(args, n, None) is not None}
+    if not getattr(args, "self_play", False):
+        if given:
+            flags = ", ".join("--" + n.replace("_", "-") for n in given)
+            raise ValueError(f"{flags} set{'s' if len(given) == 1 else ''} up self-play: add --self-play")
+        return {}
+    return {"self_play": True, **given}
+
+
+def _trim_setting(args: argparse.Namespace) -> dict[str, Any]:
+    """``trim_above`` from ``--trim-above``, refused where no worker process exists to trim."""
+    from nonstop.policies.memory import parse_min_free
+
+    text = getattr(args, "trim_above", None)
+    if text is None:
+        return {}
+    value = parse_min_free(text)
+    if args.clock != "wall" or args.backend not in ("process", "ray"):
+        raise ValueError(f"--trim-above {text} trims worker processes: it needs --clock wall and --backend process or ray "
+                         f"(these workers are threads of this process, which keeps its heap)")  # fmt: skip
+    return {"trim_above": value}
+
+
+def run(args: argparse.Namespace) -> int:
+    from nonstop._console import Console
+    from nonstop.experiment.record import train_in_directory
+
+    rec = record_from_args(args)
+    summary, end, out = train_in_directory(config_from_args(args), rec, console=Console(stderr=True))
+    console = Console(stderr=True)
+    if summary.get("inaction_fraction") is not None:
+        recent = "—" if summary["recent_return"] is None else f"{summary['recent_return']:.2f}"
+        after = summary.get("inaction_fraction_after_startup")
+        startup = "" if after is None else \
+            f" ({after:.1%} after the workers' first {summary['startup_ticks']:,} ticks of starting up)"
+        console.print(f"{'done' if end.complete else 'stopped'}: {summary['env_ticks_total']:,} env ticks, "
+                      f"{summary['updates']:,} updates, inaction {summary['inaction_fraction']:.1%}{startup}, recent "
+                      f"return {recent}; `nonstop report {out}` draws the plots", markup=False)  # fmt: skip
+    for line in summary.get("machine_limits") or []:
+        console.print(line, style="yellow", markup=False)
+    print(json.dumps({"run_dir": str(out), "updates": summary.get("updates"), "recent_return": summary.get("recent_return"),
+                      "complete": end.complete}))  # fmt: skip
+    if end.error is not None:
+        raise end.error  # the CLI names it in one line and exits non-zero
+    return end.exit_code

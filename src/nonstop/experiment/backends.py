@@ -1,0 +1,85 @@
+"""Where a run's inference workers and learners run on this machine (the registry's built-in entries).
+
+Each function takes the run (its parts are built) and returns one thing: an inference worker's
+policy (``*_policy(run, i)``), or the run's learners (``*_learners(run, restart_budget)``). Ray's
+counterparts are in `nonstop.experiment.raybackend`; which one a run uses is its config's
+``inference_backend`` / ``learner_placement``, looked up in `nonstop.experiment.registry`.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from nonstop.experiment.parts import Part
+
+if TYPE_CHECKING:
+    from nonstop.experiment.run import Run
+    from nonstop.realtime.lifeline import RestartBudget
+
+__all__ = ["thread_policy", "process_policy", "virtual_learners", "process_learners", "NoCluster", "policy_recipe"]
+
+
+def policy_recipe(run: "Run", i: int) -> tuple[tuple[int, ...], Any, dict[str, Any], int, Any]:
+    """What every backend's DQN policy is built from: the observation shape, the action space, the DQN
+    settings, worker ``i``'s seed and its declared latency (None: the model's own time only)."""
+    spec = run.spec
+    latency = run.latency if run.latency.max_hint > 0 else None
+    return spec.obs_shape, spec.action_space, run.dqn.to_dict(), run.cfg.seed * 1000 + i, latency
+
+
+def thread_policy(run: "Run", i: int) -> Any:
+    """Worker ``i``'s ε-greedy policy in this process, reading the shared weights."""
+    from nonstop.learning.dqn import make_dqn_policy
+
+    obs_shape, space, dqn, seed, latency = policy_recipe(run, i)
+    return make_dqn_policy(obs_shape, space, dqn, run.weights, seed, latency)
+
+
+def process_policy(run: "Run", i: int) -> Any:
+    """Worker ``i``'s model in its own process, one torch thread, computing from the host's one
+    shared copy of θ; not waited for here (the pool starts every worker together)."""
+    from nonstop.distributed.shared_params import make_shared_dqn_policy
+    from nonstop.inference.workers import ProcessPolicy
+
+    obs_shape, space, dqn, seed, latency = policy_recipe(run, i)
+    factory = partial(make_shared_dqn_policy, obs_shape, space, dqn, run.weights, seed, latency)
+    return ProcessPolicy(factory, trim_above=run.cfg.trim_above, wait=False)
+
+
+def _learner_args(run: "Run", budget: "RestartBudget") -> dict[str, Any]:
+    cfg = run.cfg
+    return {"n_learners": cfg.n_learners, "mode": cfg.learner_mode, "obs_shape": run.spec.obs_shape,
+            "n_actions": int(run.spec.action_space.n), "cfg": run.dqn, "state": run.state, "weights": run.weights,
+            "replay": run.replay, "seed": cfg.seed, "restart_budget": budget, "clock": run.world.clock}  # fmt: skip
+
+
+def virtual_learners(run: "Run", budget: "RestartBudget") -> Any:
+    """N_L learners as timed processes of the virtual clock: an update takes ``tau_l`` (default τ_M)."""
+    from nonstop.learning.learners import VirtualLearners
+
+    cfg = run.cfg
+    return VirtualLearners(run.world.clock, run.tau_m, n_learners=cfg.n_learners, mode=cfg.learner_mode,
+                           tau_l=cfg.tau_l if cfg.tau_l is not None else run.tau_m,
+                           learners=[run.learning.learner(i) for i in range(cfg.n_learners)], state=run.state,
+                           weights=run.weights, cfg=run.dqn, restart_budget=budget)  # fmt: skip
+
+
+def process_learners(run: "Run", budget: "RestartBudget") -> Any:
+    """N_L supervised learner processes on this host (wall clock)."""
+    from nonstop.learning.learners import LearnerProcesses
+
+    return LearnerProcesses(**_learner_args(run, budget))
+
+
+class NoCluster(Part):
+    """A run that needs no cluster: nothing to connect to or check."""
+
+    name = "cluster"
+    broadcast: Any = None
+
+    def __init__(self, run: "Run") -> None:
+        self.run = run
+
+    def connect(self) -> None:
+        """Nothing to connect to."""

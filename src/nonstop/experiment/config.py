@@ -1,0 +1,221 @@
+"""What defines a training run: `TrainConfig`, plain data saved as the run's ``config.json``.
+
+A config imports nothing heavy and opens nothing: building one checks its own values (names,
+ranges) and nothing else. What needs the machine or the network — is Ray installed, does the
+cluster answer — is `check_reachable`, which the run calls before it starts anything.
+
+The fields' defaults are the command line's defaults: ``nonstop train`` builds its flags from
+these fields (`nonstop.commands.train`), so the two cannot disagree.
+
+>>> cfg = TrainConfig(env="CartPole", seconds=4.0)
+>>> cfg.inference_backend, cfg.learner_placement, cfg.seating, cfg.cluster
+('thread', 'virtual', 'solo', 'none')
+>>> TrainConfig(clock="wall", backend="ray").cluster
+'ray'
+>>> TrainConfig(interaction="sideways")
+Traceback (most recent call last):
+...
+ValueError: interaction must be one of staggered, infer_then_learn, learn_then_infer, got 'sideways'
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final
+
+from nonstop.learning.dqn import DQNConfig
+
+__all__ = ["TrainConfig", "INTERACTIONS", "SELF_PLAY_KEYS", "OPPONENT_WEIGHTINGS", "default_env_kwargs",
+           "check_reachable", "parse_n_workers"]  # fmt: skip
+
+INTERACTIONS: Final = ("staggered", "infer_then_learn", "learn_then_infer")
+#: how a self-play match's snapshot is drawn from the pool (`nonstop.experiment.selfplay.SnapshotPool`)
+OPPONENT_WEIGHTINGS: Final = ("uniform", "latest")
+#: TrainConfig's self-play settings (left out of a saved config without self-play)
+SELF_PLAY_KEYS: Final = ("self_play", "opponents", "snapshot_every", "pool_size", "opponent_latency")
+_CLOCKS: Final = ("virtual", "wall")
+_LEARNER_MODES: Final = ("round_robin", "hogwild", "parallel")
+_BACKENDS: Final = ("thread", "process", "ray")
+_LEARNER_BACKENDS: Final = ("process", "ray")
+#: the default of ``trim_above`` (`nonstop.policies.memory.DEFAULT_MIN_FREE`, kept equal by a test)
+_DEFAULT_TRIM: Final = 4 * 2**20
+
+
+def parse_n_workers(text: str | int) -> int | str:
+    """A worker count from the command line: a positive int or ``auto``.
+
+    >>> parse_n_workers("auto"), parse_n_workers("3")
+    ('auto', 3)
+    """
+    if isinstance(text, str) and text.strip().lower() == "auto":
+        return "auto"
+    try:
+        n = int(text)
+    except ValueError:
+        raise ValueError(f"must be a positive integer or 'auto', got {text!r}") from None
+    if n < 1:
+        raise ValueError(f"must be >= 1 (or 'auto'), got {n}")
+    return n
+
+
+def _help(text: str, **more: Any) -> dict[str, Any]:
+    return {"help": text, **more}
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a run (saved as the run's config.json). Each field's help is its flag's."""
+
+    env: str = field(default="CartPole", metadata=_help("env id (see `nonstop envs`)"))
+    env_kwargs: dict[str, Any] = field(default_factory=dict, metadata=_help("keyword arguments for the env"))
+    clock: str = field(default="virtual", metadata=_help("virtual: simulated time (fast, exact); wall: real time",
+                                                         choices=_CLOCKS))
+    seconds: float = field(default=600.0, metadata=_help("world seconds to run"))
+    interaction: str = field(default="staggered", metadata=_help("staggered, or a sequential baseline", choices=INTERACTIONS))
+    scheduler: str = field(default="exp_time", metadata=_help("inference scheduler (staggered)"))
+    n_inference: int | str | None = field(default=None, metadata=_help(
+        "N_I (None: ⌈τ̄_θ/τ_M⌉), or 'auto': grown and shrunk online"))
+    latency: str = field(default="0", metadata=_help("declared model latency: 5t, 80ms, lognormal:6t,0.5"))
+    n_learners: int = field(default=1, metadata=_help("N_L learners"))
+    learner_mode: str = field(default="round_robin", metadata=_help("how learners' gradients are applied",
+                                                                     choices=_LEARNER_MODES))
+    tau_l: float | None = field(default=None, metadata=_help("virtual seconds per update (None: τ_M)"))
+    learner_backend: str = field(default="process", metadata=_help(
+        "wall-clock learners: processes on this host, or Ray actors on any node; the replay and the master "
+        "parameters stay here, batches go out and gradients come back", metavar="process|ray"))
+    backend: str = field(default="thread", metadata=_help(
+        "wall-clock inference workers: threads, processes, or Ray actors on any node (pip install -e '.[ray]')",
+        metavar="thread|process|ray"))
+    ray_address: str | None = field(default=None, metadata=_help(
+        "Ray cluster HOST:PORT for --backend ray (None: start a local Ray)", metavar="HOST:PORT"))
+    trim_above: int | None = field(default=_DEFAULT_TRIM, metadata=_help(
+        "process and Ray workers: after each forward pass, hand its working set back to the OS when the heap "
+        "holds more than this many bytes free (None: never; see nonstop.policies.memory)"))
+    default: str | None = field(default=None, metadata=_help(
+        "β, applied on every tick without an agent action: noop, repeat the last action, or a uniformly random "
+        "action (None: the env's own, noop for Atari)"))
+    seed: int = field(default=0, metadata=_help("seed for env, model, exploration and replay sampling"))
+    max_restarts: int = field(default=5, metadata=_help(
+        "restarts of dead learners, and apart of dead inference workers, allowed within --restart-window; one more "
+        "death ends the run (summary incomplete, exit 1)"))
+    restart_window: float = field(default=60.0, metadata=_help("the window of --max-restarts, in the run's clock seconds",
+                                                               metavar="SECONDS"))
+    dqn: DQNConfig | None = field(default=None, metadata=_help("DQN settings (None: the env family's)"))
+    self_play: bool = field(default=False, metadata=_help(
+        "a two-seat world: the learner plays the first seat, a snapshot of its past self the second; RUN/matches.csv "
+        "records every match"))
+    opponents: str = field(default="uniform", metadata=_help(
+        "self-play: how each match's snapshot is drawn: uniform over the pool, or latest (weight ∝ rank: the newest "
+        "most often)", choices=OPPONENT_WEIGHTINGS))
+    snapshot_every: float = field(default=30.0, metadata=_help("self-play: world seconds between snapshots of the learner",
+                                                               metavar="SECONDS"))
+    pool_size: int = field(default=8, metadata=_help("self-play: snapshots kept, the newest"))
+    opponent_latency: str | None = field(default=None, metadata=_help(
+        "self-play: the pool side's declared latency (None: --latency)"))
+
+    def __post_init__(self) -> None:
+        _one_of("clock", self.clock, _CLOCKS)
+        _one_of("interaction", self.interaction, INTERACTIONS)
+        _one_of("learner_mode", self.learner_mode, _LEARNER_MODES)
+        _one_of("backend", self.backend, _BACKENDS, what="unknown backend {value!r}: use one of {names}")
+        _one_of("learner_backend", self.learner_backend, _LEARNER_BACKENDS,
+                what="unknown learner backend {value!r}: use one of {names}")
+        if not (isinstance(self.seconds, (int, float)) and self.seconds > 0 and math.isfinite(self.seconds)):
+            raise ValueError(f"seconds must be a positive number, got {self.seconds!r}")
+        if self.n_inference == "auto":
+            self.scheduler = "auto"  # only the auto scheduler sizes the pool online
+        if self.scheduler == "sequential" and self.n_inference not in (None, 1):
+            raise ValueError(f"the sequential scheduler runs exactly 1 inference worker, got n_inference={self.n_inference!r}")
+        for name in ("n_inference", "n_learners"):
+            v = getattr(self, name)
+            if name == "n_inference" and v == "auto":
+                continue
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.default is not None and self.default not in ("noop", "repeat", "random"):
+            raise ValueError(f"default must be one of noop, repeat, random, got {self.default!r}")
+        if not isinstance(self.max_restarts, int) or isinstance(self.max_restarts, bool) or self.max_restarts < 0:
+            raise ValueError(f"max_restarts must be an integer >= 0, got {self.max_restarts!r}")
+        if not (isinstance(self.restart_window, (int, float)) and self.restart_window > 0 and math.isfinite(self.restart_window)):
+            raise ValueError(f"restart_window must be a positive number of seconds, got {self.restart_window!r}")
+        if self.trim_above is not None and (not isinstance(self.trim_above, int) or isinstance(self.trim_above, bool)
+                                            or self.trim_above < 0):
+            raise ValueError(f"trim_above must be a whole number of bytes >= 0 or None (never), got {self.trim_above!r}")
+        if self.tau_l is not None and not (self.tau_l >= 0 and math.isfinite(self.tau_l)):
+            raise ValueError(f"tau_l must be a finite number of seconds >= 0, got {self.tau_l!r}")
+        if isinstance(self.dqn, dict):
+            self.dqn = DQNConfig.from_dict(self.dqn)
+        if not isinstance(self.self_play, bool):
+            raise TypeError(f"self_play must be True or False, got {self.self_play!r}")
+        _one_of("opponents", self.opponents, OPPONENT_WEIGHTINGS)
+        if not (isinstance(self.snapshot_every, (int, float)) and self.snapshot_every > 0 and math.isfinite(self.snapshot_every)):
+            raise ValueError(f"snapshot_every must be a positive number of world seconds, got {self.snapshot_every!r}")
+        if not isinstance(self.pool_size, int) or isinstance(self.pool_size, bool) or self.pool_size < 1:
+            raise ValueError(f"pool_size must be an integer >= 1, got {self.pool_size!r}")
+        if self.clock != "wall":
+            for flag, backend in (("backend", self.backend), ("learner-backend", self.learner_backend)):
+                if backend == "ray":
+                    raise ValueError(f"--{flag} ray runs real remote calls, which do not mix with the virtual clock: "
+                                     "use --clock wall")  # fmt: skip
+        if self.learner_backend == "ray" and self.interaction != "staggered":
+            raise ValueError(f"--learner-backend ray runs the learners of a staggered run; --interaction "
+                             f"{self.interaction} learns inside its own loop on this host: use --interaction staggered, "
+                             "or leave out --learner-backend")  # fmt: skip
+        if self.ray_address is not None and self.cluster != "ray":
+            raise ValueError(f"--ray-address {self.ray_address!r} needs --backend ray or --learner-backend ray "
+                             f"(got --backend {self.backend})")  # fmt: skip
+
+    # ------------------------------------------------------------------ the keys the parts are chosen by
+    @property
+    def inference_backend(self) -> str:
+        """Where inference workers run: on the virtual clock always threads of this process."""
+        return self.backend if self.clock == "wall" else "thread"
+
+    @property
+    def learner_placement(self) -> str:
+        """Where learners run: simulated in this process (virtual clock), processes here, or Ray actors."""
+        return self.learner_backend if self.clock == "wall" else "virtual"
+
+    @property
+    def seating(self) -> str:
+        """Who sits where: ``solo`` (the learner alone), or ``self_play`` (against its own snapshots)."""
+        return "self_play" if self.self_play else "solo"
+
+    @property
+    def cluster(self) -> str:
+        """The cluster a run connects to before it starts: ``ray`` when any part runs on Ray, else ``none``."""
+        return "ray" if "ray" in (self.inference_backend, self.learner_placement) else "none"
+
+    # ------------------------------------------------------------------ plain data
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["dqn"] = self.dqn.to_dict() if self.dqn is not None else None
+        if not self.self_play:  # a run without self-play keeps the config (and resumes) of runs before it existed
+            for name in SELF_PLAY_KEYS:
+                del d[name]
+        if self.learner_backend == "process":  # likewise a run with learners on this host
+            del d["learner_backend"]
+        return d
+
+
+def _one_of(name: str, value: Any, allowed: tuple[str, ...], what: str = "{name} must be one of {names}, got {value!r}") -> None:
+    if value not in allowed:
+        raise ValueError(what.format(name=name, names=", ".join(allowed), value=value))
+
+
+def default_env_kwargs(family: str) -> dict[str, Any]:
+    """What learning needs from a world family by default: the paper's 84×84 grayscale frames
+    for Atari (Game Boy envs observe 84×84 already)."""
+    return {"preprocess": True} if family == "atari" else {}
+
+
+def check_reachable(cfg: TrainConfig) -> None:
+    """What the config cannot know alone: Ray is installed and the cluster answers (one line each).
+    Called by the run before anything starts, never when a config is built or loaded."""
+    from nonstop.distributed.backends import check_backend, check_learner_backend
+
+    ray_learners = cfg.learner_backend == "ray"
+    check_backend(cfg.backend, ray_address=None if ray_learners and cfg.backend != "ray" else cfg.ray_address,
+                  clock=cfg.clock)  # fmt: skip
+    check_learner_backend(cfg.learner_backend, ray_address=cfg.ray_address, clock=cfg.clock, interaction=cfg.interaction)

@@ -1,0 +1,213 @@
+"""What drives the learner's seat (the registry's ``driver`` entries, chosen by ``interaction``).
+
+* `StaggeredDriver` — N_I inference workers under a scheduler (Algorithm 1 or 2, quantile hold,
+  auto) act while N_L learners update asynchronously; nothing learning does ever delays an action.
+* `SequentialDriver` — the paper's two sequential baselines, one loop that infers and learns in
+  turn: ``infer_then_learn`` (acts every τ_θ + τ_L) and ``learn_then_infer`` (learns, then acts on
+  the observation read before learning, so each action is τ_L + τ_θ stale; Travnik et al.).
+
+Where the workers' policies and the learners run is not decided here: the run's policy and
+learner backends are (`nonstop.experiment.registry`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, Final
+
+from nonstop.experiment.parts import Part
+from nonstop.experiment.registry import lookup
+from nonstop.learning.learners import apply
+from nonstop.realtime.clock import TimedProcess, Wake
+
+if TYPE_CHECKING:
+    from nonstop.experiment.run import Run
+
+__all__ = ["StaggeredDriver", "SequentialDriver", "InferencePart", "LearnersPart", "SequentialLearningAgent"]
+
+_AFTER_TICK: Final = 2  # virtual priority: wake after the host's tick at the same instant
+
+
+class InferencePart(Part):
+    """An `InferencePool` driving one seat: N_I workers, each with a policy from ``policy(i)``."""
+
+    def __init__(self, name: str, policy: Callable[[int], Any], n_inference: int | str, *, seat: str | None,
+                 mark_start: bool = False) -> None:  # fmt: skip
+        self.name, self.policy, self.n_inference, self.seat = name, policy, n_inference, seat
+        self.mark_start = mark_start
+        self.pool: Any = None
+
+    def start(self, run: "Run") -> None:
+        from nonstop.inference.workers import InferencePool
+
+        self.pool = InferencePool(run.world, self.policy, run.cfg.scheduler, n_inference=self.n_inference,
+                                  restart_budget=run.restart_budget(), seat=self.seat)  # fmt: skip
+        self.pool.start()
+        if self.mark_start:  # the world ticked (β) while the workers started: the summary says how long
+            run.world.annotate("agents_started_at_tick", int(run.world.slot.read().tick))
+
+    @property
+    def failure(self) -> BaseException | None:  # type: ignore[override]  # the pool's, read when asked
+        return getattr(self.pool, "failure", None)
+
+    def stop(self) -> None:
+        if self.pool is not None:
+            self.pool.stop()
+
+    close = stop
+
+    def processes(self) -> int:
+        return self.n_inference if isinstance(self.n_inference, int) else 1
+
+
+class LearnersPart(Part):
+    """The run's N_L learners, built by the learner backend the config names."""
+
+    name = "learners"
+
+    def __init__(self) -> None:
+        self.learners: Any = None
+
+    def start(self, run: "Run") -> None:
+        self.learners = lookup("learners", run.cfg.learner_placement)(run, run.restart_budget())
+        try:
+            self.learners.start()
+        except BaseException:
+            self.learners.stop()
+            raise
+
+    @property
+    def failure(self) -> BaseException | None:  # type: ignore[override]  # the learners', read when asked
+        return getattr(self.learners, "failure", None)
+
+    def stop(self) -> None:
+        if self.learners is not None:
+            self.learners.stop()
+
+    close = stop
+
+    def summary(self, run: "Run", tick_log: Any) -> dict[str, Any]:
+        return {} if self.learners is None else {"learners": self.learners.report()}
+
+    def processes(self) -> int:
+        return int(getattr(self.learners, "local_processes", 0))
+
+
+def StaggeredDriver(run: "Run", *, seat: str | None) -> list[Part]:
+    """Staggered workers on ``seat`` and the asynchronous learners beside them."""
+    policy = lookup("policy_backend", run.cfg.inference_backend)
+    return [InferencePart("pool", lambda i: policy(run, i), run.n_inference, seat=seat, mark_start=True), LearnersPart()]
+
+
+def SequentialDriver(run: "Run", *, seat: str | None) -> list[Part]:
+    """One loop that infers and learns in turn, in the order the config's ``interaction`` names."""
+    return [SequentialPart(seat)]
+
+
+class SequentialPart(Part):
+    name = "agent"
+
+    def __init__(self, seat: str | None) -> None:
+        self.seat = seat
+        self.agent: SequentialLearningAgent | None = None
+
+    def start(self, run: "Run") -> None:
+        self.agent = SequentialLearningAgent(run, order=run.cfg.interaction, tau_l=run.cfg.tau_l or 0.0)
+        self.agent.start()
+
+    def stop(self) -> None:
+        if self.agent is not None:
+            self.agent.stop()
+
+    close = stop
+
+    def processes(self) -> int:
+        return 1
+
+
+class SequentialLearningAgent:
+    """The paper's two sequential baselines: one loop that infers and learns in turn."""
+
+    def __init__(self, run: "Run", *, order: str, tau_l: float) -> None:
+        self.run, self.order, self.tau_l = run, order, tau_l
+        self.policy = lookup("policy_backend", run.cfg.inference_backend)(run, 0)
+        self.learner = run.learning.learner(0)
+        self._stop = False
+        self.handle: Any = None
+
+    def start(self) -> "SequentialLearningAgent":
+        from nonstop.realtime.clock import VirtualClock, WallClock
+
+        clock = self.run.world.clock
+        if isinstance(clock, VirtualClock):  # is_virtual
+            self.handle = clock.spawn(self._loop(), name="sequential-agent")
+        elif isinstance(clock, WallClock):
+            self.handle = WallClock(origin=clock.origin, spin=0.0).spawn(self._loop(), name="sequential-agent")
+        else:
+            raise TypeError(f"the sequential agent runs on a VirtualClock or a WallClock, got {type(clock).__name__}")
+        return self
+
+    def stop(self) -> None:
+        self._stop = True
+        join = getattr(self.handle, "join", None)
+        if join is not None:
+            join(timeout=10)
+        close = getattr(self.policy, "close", None)  # a process-backed policy: reap its process
+        if close is not None:
+            close()
+
+    def _learn(self, t: float) -> Generator[Wake, float, float]:  # a timed process's part; returns its time
+        learner, run = self.learner, self.run
+        out = learner.gradient() if learner.ready else None
+        if out is not None:
+            apply(run.state, run.weights, out[0], out[1], run.dqn)
+        clock = run.world.clock
+        if clock.is_virtual:
+            t += self.tau_l if self.tau_l > 0 else (run.tau_m if out is not None else 0.0)
+            if t > clock.now():
+                yield t
+            return t
+        if self.tau_l > 0:
+            yield clock.now() + self.tau_l
+        return clock.now()
+
+    def _loop(self) -> TimedProcess:
+        from nonstop.realtime.clock import stopwatch
+
+        world = self.run.world
+        clock, slot, queue, tau_m = world.clock, world.slot, world.queue, world.tau_m
+        virtual = clock.is_virtual
+        t, last_seq = clock.now(), -1
+        origin, grace = world.origin, clock.tick_grace
+        while not self._stop:
+            if virtual:
+                # on a tick's deadline: let the host process that tick first, then read what it
+                # publishes, as a real loop finishing just then would (`t` itself stays put)
+                k = round((t - origin) / tau_m)
+                due = origin + k * tau_m + grace  # the host's own expression for this tick's time
+                if abs(t - (due - grace)) <= grace and clock.now() < due:
+                    yield (due, _AFTER_TICK)
+            latest = slot.read()
+            if latest.seq == last_seq:  # already acted on this one: wait for the next tick
+                t = latest.time + tau_m
+                yield (t + clock.tick_grace, _AFTER_TICK) if virtual else t + 2e-4
+                t = t if virtual else clock.now()
+                continue
+            last_seq = latest.seq
+            if self.order == "learn_then_infer":
+                t = yield from self._learn(t)
+            started = t
+            t0 = stopwatch()
+            decision = self.policy.act(latest.obs)
+            if virtual:
+                t = started + decision.latency
+            else:
+                t = started + (stopwatch() - t0) + decision.latency
+            if t > clock.now():
+                yield t
+            if not virtual:
+                t = clock.now()
+            queue.submit(decision.action, obs_tick=latest.tick, episode=latest.episode, worker=0,
+                         tau_theta=t - started, submit_time=t)  # fmt: skip
+            if self.order == "infer_then_learn":
+                t = yield from self._learn(t)

@@ -1,0 +1,121 @@
+"""The learning core of a run: the Q-network's parameters, the replay, and the recorder that fills it.
+
+Built before the world (the host's recorder writes the learner's seat into the replay), it owns
+the shared memory that learners and inference workers read: `ReplayBuffer`, `TrainingState`
+(master parameters, Adam moments, target network) and `SharedWeights` (the published version and
+ε). Its checkpoint state is the ``nonstop.train/1`` format's learning keys, unchanged since
+that format was introduced, so runs written before the composition resume after it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from nonstop.experiment.parts import Part
+from nonstop.learning.dqn import DQNConfig, build_q_network, epsilon_at, init_training
+from nonstop.learning.learners import Learner
+from nonstop.learning.replay import ReplayBuffer, ReplayRecorder
+from nonstop.learning.weights import SharedWeights, TrainingState
+
+if TYPE_CHECKING:
+    from nonstop.experiment.run import Run
+
+__all__ = ["LearningCore"]
+
+
+class LearningCore(Part):
+    """Parameters, replay and recorder of a run; ``close`` unlinks their shared memory."""
+
+    name = "learning"
+
+    def __init__(self, run: "Run") -> None:
+        import torch
+
+        cfg, spec = run.cfg, run.spec
+        self.dqn: DQNConfig = run.dqn
+        self.obs_shape, self.n_actions = spec.obs_shape, int(spec.action_space.n)
+        self.seed = cfg.seed
+        torch.manual_seed(cfg.seed)
+        if cfg.clock == "virtual":
+            # everything shares this process: one torch thread each avoids oversubscribing
+            # the cores that small networks cannot use anyway
+            torch.set_num_threads(1)
+        model = build_q_network(self.obs_shape, self.n_actions, self.dqn)
+        n_params = sum(p.numel() for p in model.parameters())
+        self._unlink: list[Any] = []
+        try:
+            self.replay = ReplayBuffer.create(capacity=self.dqn.replay_capacity, obs_shape=self.obs_shape,
+                                              dtype=spec.obs_space.dtype)  # fmt: skip
+            self._unlink.append(self.replay.unlink)
+            self.state = TrainingState.create(n_params)
+            self._unlink.append(self.state.unlink)
+            self.weights = SharedWeights.create(n_params)
+            self._unlink.append(self.weights.unlink)
+        except BaseException:
+            self.close()
+            raise
+        init_training(model, self.state, self.weights)
+        self.weights.epsilon = self.dqn.epsilon_start
+        history = max(256, 4 * math.ceil(run.latency.max_hint / spec.tau_m) + 64)
+        self.recorder = ReplayRecorder(self.replay, gamma=self.dqn.gamma, history=history,
+                                       action_start=int(getattr(spec.action_space, "start", 0)))  # fmt: skip
+        #: whether `load_state_dict` found the replay in the checkpoint
+        self.replay_restored = False
+
+    def learner(self, i: int) -> Learner:
+        """Learner ``i`` of this run (each with its own sampling seed)."""
+        return Learner(i, self.obs_shape, self.n_actions, self.dqn, self.state, self.weights, self.replay,
+                       seed=self.seed * 7 + i)  # fmt: skip
+
+    def current_params(self) -> np.ndarray:
+        """One whole published version of the parameters, even while learners publish."""
+        params = np.empty(self.weights.n_params, np.float32)
+        self.weights.read_into(params)
+        return params
+
+    # ------------------------------------------------------------------ the part's hooks
+    def before_slice(self, run: "Run") -> None:
+        self.weights.epsilon = epsilon_at(run.env_ticks, self.dqn)  # ε anneals over the run's ticks, resumes included
+
+    def close(self) -> None:
+        while self._unlink:
+            self._unlink.pop()()
+
+    def state_dict(self, *, include_replay: bool) -> dict[str, Any]:
+        import torch
+
+        def t(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.array(a, copy=True))
+
+        state = self.state
+        snap: dict[str, Any] = {
+            "updates": state.updates,
+            "target_version": state.target_version // 2 * 2,
+            "params": t(self.current_params()), "adam_m": t(state.adam_m), "adam_v": t(state.adam_v),
+            "target": t(state.target),
+        }  # fmt: skip
+        if include_replay:  # taken while the host may write: see ReplayBuffer.snapshot
+            snap["replay"] = {name: torch.from_numpy(a) for name, a in self.replay.snapshot().items()}
+        return snap
+
+    def load_state_dict(self, snap: dict[str, Any]) -> None:
+        state = self.state
+        for name in ("params", "adam_m", "adam_v", "target"):
+            src = snap[name].numpy()
+            if src.shape != state.params.shape:
+                raise ValueError(f"checkpoint {name} has {src.shape[0]} numbers, this model {state.params.shape[0]}")
+            getattr(state, name)[:] = src
+        state.restore_counts(updates=int(snap["updates"]), target_version=int(snap["target_version"]))
+        self.weights.publish(state.params)
+        replay = snap.get("replay")
+        if replay is not None and replay["frames"].shape == self.replay.frames.shape:
+            self.replay.restore({name: tensor.numpy() for name, tensor in replay.items()})
+            self.replay_restored = True
+        else:
+            # learners pace themselves by updates per transition: count only the updates made
+            # on this (empty) replay, or they would wait for as many transitions as all earlier updates
+            state.mark_update_base(int(snap["updates"]))
+            self.replay_restored = False

@@ -1,0 +1,89 @@
+"""Inference workers and learners as Ray actors on any node of a cluster (the registry's ``ray`` entries).
+
+`RayCluster` connects before anything starts, checks that the cluster can place and hold every
+actor the run will start (CPUs, and memory for the ResNet each builds), and puts each weight
+version into Ray's object store once (`WeightBroadcast`) for the actors to read.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from nonstop.experiment.backends import _learner_args, policy_recipe
+from nonstop.experiment.parts import Part
+
+if TYPE_CHECKING:
+    from nonstop.experiment.run import Run
+    from nonstop.realtime.lifeline import RestartBudget
+
+__all__ = ["RayCluster", "ray_policy", "ray_learners"]
+
+
+def ray_policy(run: "Run", i: int) -> Any:
+    """Worker ``i`` as a Ray actor: the model is built in the actor and computes from views of the
+    version in its node's object store (one copy of θ per node, not per actor)."""
+    from nonstop.distributed.ray_backend import RayPolicy
+    from nonstop.distributed.shared_params import make_object_store_dqn_policy
+
+    obs_shape, space, dqn, seed, latency = policy_recipe(run, i)
+    factory = partial(make_object_store_dqn_policy, obs_shape, space, dqn, seed=seed, latency=latency)
+    # not waited for here: the pool starts every actor together, then waits for them all
+    return RayPolicy(factory, broadcast=run.cluster.broadcast, num_cpus=0 if latency is not None else 1,
+                     trim_above=run.cfg.trim_above, wait=False)  # fmt: skip
+
+
+def ray_learners(run: "Run", budget: "RestartBudget") -> Any:
+    """N_L learners as Ray actors; the replay and the master parameters stay on this host."""
+    from nonstop.distributed.ray_learners import RayLearners
+
+    kw = _learner_args(run, budget)
+    return RayLearners(**kw, broadcast=run.cluster.broadcast, tau_m=run.tau_m)
+
+
+class RayCluster(Part):
+    """The run's connection to Ray, checked for room before any actor starts; closed last."""
+
+    name = "cluster"
+
+    def __init__(self, run: "Run") -> None:
+        self.run = run
+        self.broadcast: Any = None
+        self._stack: ExitStack | None = None
+
+    def connect(self) -> None:
+        """Connect and check that the cluster can place and hold this run's actors: CPUs for every actor
+        that reserves one, memory for the ResNet each builds. Each refusal is one line. Idempotent."""
+        if self._stack is not None:
+            return
+        from nonstop.distributed.ray_backend import check_model_fits_nodes, check_placement, ray_session
+
+        run, cfg = self.run, self.run.cfg
+        stack = ExitStack()
+        try:
+            stack.enter_context(ray_session(cfg.ray_address))
+            workers = run.n_inference if isinstance(run.n_inference, int) else 1
+            inference_cpus = workers if cfg.inference_backend == "ray" and run.latency.max_hint <= 0 else 0
+            learner_cpus = cfg.n_learners if cfg.learner_placement == "ray" else 0
+            check_placement(inference_cpus, 1, n_learners=learner_cpus)
+            if len(run.spec.obs_shape) > 1 and (inference_cpus or learner_cpus):  # a ResNet each actor builds
+                from nonstop.policies.models import ARCH_DEPTHS
+
+                check_model_fits_nodes(run.dqn.k, n_actions=int(run.spec.action_space.n), depth=ARCH_DEPTHS[run.dqn.arch],
+                                       learner_batch=run.dqn.batch_size if learner_cpus else None)  # fmt: skip
+        except BaseException:
+            stack.close()
+            raise
+        self._stack = stack
+
+    def start(self, run: "Run") -> None:
+        from nonstop.distributed.ray_backend import WeightBroadcast
+
+        self.connect()
+        self.broadcast = WeightBroadcast(run.weights)  # one put per version, for inference actors and learners
+
+    def close(self) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            stack.close()

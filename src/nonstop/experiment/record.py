@@ -1,0 +1,255 @@
+"""A run in its own directory: config, progress rows, episodes, checkpoints, tick log and summary.
+
+`train_in_directory` is what ``nonstop train`` runs (the command parses, this does the work): the
+run directory (see `nonstop.learning.runlog`) gets the config, a progress row every
+``progress_every`` world seconds (shown live), every finished episode (and, from a self-play run,
+every match), checkpoints every ``checkpoint_every`` world seconds and on Ctrl-C/SIGTERM,
+TensorBoard events, the tick log and a summary. ``resume`` continues from the newest whole
+checkpoint: every part's state (parameters, Adam moments, target network, counters, a self-play
+pool) and the replay's contents when they were saved. The world itself starts a fresh episode: a
+realtime world cannot be rewound.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from nonstop.experiment.config import TrainConfig
+from nonstop.experiment.ending import Checkpointer, RunEnd
+from nonstop.experiment.loop import ProgressRows, run_for
+from nonstop.experiment.run import Run
+
+__all__ = ["RecordConfig", "train_in_directory", "REPLAY_CHECKPOINT_LIMIT"]
+
+#: Above this many bytes the replay is not written into checkpoints unless asked.
+REPLAY_CHECKPOINT_LIMIT: Final = 512 * 2**20
+_CHECKPOINT_REPLAY: Final = ("auto", "yes", "no")
+#: the run log's writer of each kind of row a part derives from episodes (`Run.records`)
+_WRITERS: Final = {"matches": "log_match"}
+
+
+def _positive(name: str, value: Any) -> None:
+    if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
+        raise ValueError(f"--{name.replace('_', '-')} must be a positive number of seconds, got {value}")
+
+
+@dataclass
+class RecordConfig:
+    """How a run is recorded (not part of what is learned: free to change on resume)."""
+
+    out: Path | None = field(default=None, metadata={"help": "run directory (default runs/<env>-<time>)", "metavar": "RUN"})
+    resume: bool = field(default=False, metadata={"help": "continue the run in --out from its newest checkpoint"})
+    track: tuple[str, ...] = field(default=(), metadata={"help": "experiment trackers (wandb, mlflow)"})
+    episodes: int | None = field(default=None, metadata={"help": (
+        "also stop once the run has N finished episodes in all (a resumed run counts its earlier segments'), "
+        "whichever of --seconds and --episodes comes first (default: --seconds alone)"), "metavar": "N"})
+    progress_every: float = field(default=5.0, metadata={"help": "world seconds between progress rows"})
+    checkpoint_every: float = field(default=120.0, metadata={"help": "world seconds between checkpoints"})
+    keep_checkpoints: int = field(default=3, metadata={"help": "checkpoints kept, the newest"})
+    checkpoint_replay: str = field(default="auto", metadata={"help": (
+        f"write the replay into checkpoints (auto: when under {REPLAY_CHECKPOINT_LIMIT >> 20} MiB and the disk has room)"),
+        "choices": _CHECKPOINT_REPLAY})  # fmt: skip
+    tensorboard: bool = field(default=True, metadata={"help": "write TensorBoard events to RUN/tb"})
+
+    def __post_init__(self) -> None:
+        for name in ("progress_every", "checkpoint_every"):
+            _positive(name, getattr(self, name))
+        if self.episodes is not None and (not isinstance(self.episodes, int) or self.episodes < 1):
+            raise ValueError(f"--episodes must be a whole number >= 1, got {self.episodes}")
+        if not isinstance(self.keep_checkpoints, int) or self.keep_checkpoints < 1:
+            raise ValueError(f"--keep-checkpoints must be a whole number >= 1, got {self.keep_checkpoints}")
+        if self.checkpoint_replay not in _CHECKPOINT_REPLAY:
+            raise ValueError(f"--checkpoint-replay must be one of {', '.join(_CHECKPOINT_REPLAY)}, got {self.checkpoint_replay!r}")
+        if self.resume and self.out is None:
+            raise ValueError("--resume needs --out RUN: the run directory to continue")
+        if self.out is not None:
+            self.out = Path(self.out)
+
+
+def default_out(env: str) -> Path:
+    return Path("runs") / f"{env.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def train_in_directory(cfg: TrainConfig, rec: RecordConfig, *, console: Any) -> tuple[dict[str, Any], RunEnd, Path]:
+    """Run ``cfg``, recorded as ``rec`` says; returns the summary, how the run ended and its directory.
+    ``console``: a rich console for the notes and the live progress view (stderr)."""
+    from nonstop.learning.checkpoint import latest_checkpoint
+    from nonstop.learning.replay import check_replay_fits
+    from nonstop.learning.runlog import Progress, RunLog, RunPaths, begin_ticklog_segment, read_config
+    from nonstop.learning.tracking import require_trackers
+
+    _positive("seconds", cfg.seconds)
+    require_trackers(rec.track)  # a missing tracker library is named before anything runs or is written
+    out = rec.out if rec.out is not None else default_out(cfg.env)
+
+    def say(msg: str, style: str | None = None) -> None:
+        console.print(msg, style=style, markup=False)
+
+    ckpt = None
+    if rec.resume:
+        read_config(out)  # a clear error if RUN is not a run directory
+        ckpt = latest_checkpoint(out, warn=lambda msg: say(msg, "yellow"))
+        if ckpt is None:
+            raise FileNotFoundError(f"{out} has no checkpoint to resume from")
+    run = Run(cfg)
+    need = check_replay_fits(run.dqn.replay_capacity, run.obs_shape, run.obs_space.dtype)  # before RUN exists
+    say(f"replay: {run.dqn.replay_capacity:,} transitions of {run.obs_shape} {run.obs_space.dtype} → {need / 2**20:,.1f} "
+        f"MiB of shared memory; N_I={run.n_inference}, N_L={cfg.n_learners}, {cfg.interaction}, clock={cfg.clock}; run dir {out}")
+    for note in _scheduler_notes(cfg):
+        say(note, "yellow")
+    config = cfg.to_dict()
+    run.connect()  # Ray: the cluster answers, has CPUs for every actor and memory for its model; a refusal writes nothing
+    try:
+        log = RunLog(out, config, resume=rec.resume, note=lambda msg: say(msg, "dim"), tensorboard=rec.tensorboard,
+                     track=rec.track)  # fmt: skip
+    except BaseException:
+        run.teardown()  # the Ray connection, if any
+        raise
+    wall0 = time.monotonic()
+    end = RunEnd()
+    summary: dict[str, Any] = {}
+    rows: ProgressRows | None = None
+    last_row: dict[str, Any] = {}
+    checkpoints = Checkpointer(out, rec.keep_checkpoints, warn=lambda msg: say(msg, "yellow"))
+
+    def save() -> None:
+        checkpoints.save(lambda: run.snapshot(include_replay=_replay_in_checkpoint(rec.checkpoint_replay, run, out)),
+                         run.state.updates)  # fmt: skip
+
+    with log:
+        try:
+            # the tick log streams to RUN/ticklog/ as the world runs; a resumed run keeps the earlier segment beside it
+            run.build(log_dir=begin_ticklog_segment(out, ckpt.state["env_ticks"]) if ckpt is not None else RunPaths(out).ticklog_dir)
+            if ckpt is not None:
+                run.restore(ckpt.state)
+                say(f"resumed from {ckpt.path.name}: {run.state.updates:,} updates, {run.tick_offset:,} env ticks"
+                    + ("" if run.replay_restored else "; the replay was not in it, so it refills from empty"))
+            announce = run.seating.announce(run)
+            if announce:
+                say(announce)
+            run.start()
+            rows = ProgressRows(run, wall0, wall_offset=_wall_before(log))
+            next_ckpt = rec.checkpoint_every
+            with Progress(total_ticks=run.tick_offset + math.ceil(cfg.seconds / run.tau_m)) as view:
+
+                def on_slice(done: float) -> None:
+                    nonlocal last_row, next_ckpt
+                    assert rows is not None
+                    _log_episodes(run, log, rows)
+                    last_row = row = rows.progress()
+                    log.log_progress(row)
+                    view.update(row)
+                    if done >= next_ckpt - 1e-9:
+                        next_ckpt += rec.checkpoint_every
+                        save()
+
+                run_for(run, cfg.seconds, every=rec.progress_every, on_slice=on_slice, episodes=rec.episodes)
+        except BaseException as exc:  # every end reaches the same path: checkpoint, teardown, summary
+            end.failed(exc)
+            say(f"{end.reason}: " + ("writing a final checkpoint and stopping cleanly (Ctrl-C again skips the checkpoint)"
+                                     if end.world_alive(run) else "keeping the newest checkpoint and stopping"))
+        with end.second_signal_skips():
+            if end.world_alive(run) and run.state is not None:
+                run.quiesce()
+                if rows is not None:
+                    _log_episodes(run, log, rows)
+                save()
+        with end.signals_held():  # nothing may stop the teardown: reap and unlink everything, then say what happened
+            try:
+                run.teardown()
+            except Exception as exc:  # noqa: BLE001 - the run's own end is the news; the teardown's is a note
+                end.note(f"teardown: {type(exc).__name__}: {exc}")
+            summary = _finish_log(run, log, end, last_row, wall0)
+    return summary, end, out
+
+
+def _scheduler_notes(cfg: TrainConfig) -> list[str]:
+    """What the measurements say of this choice of scheduler and backend, before it runs."""
+    if cfg.inference_backend == "ray" and cfg.interaction == "staggered" and cfg.scheduler in ("max_time", "exp_time"):
+        # measured (README, Ray): a Ray call's overhead varies, and the paper's schedulers lose their stagger under
+        # any spread; quantile_hold keeps it
+        return [f"note: Ray workers' calls vary in time, and {cfg.scheduler} loses its stagger under that spread (more "
+                "inaction at the same N_I); --scheduler quantile_hold or --n-inference auto keeps it"]
+    return []
+
+
+def _replay_in_checkpoint(choice: str, run: Run, out: Path) -> bool:
+    if choice != "auto":
+        return choice == "yes"
+    size = run.replay.nbytes
+    return bool(size <= REPLAY_CHECKPOINT_LIMIT and shutil.disk_usage(out).free > 4 * size)
+
+
+def _log_episodes(run: Run, log: Any, rows: ProgressRows) -> None:
+    """Log the episodes finished since the last call, and what the parts derive from them (matches)."""
+    finished = rows.episodes()
+    for ep in finished:
+        log.log_episode(ep)
+    for kind, found in run.records(finished).items():
+        write: Callable[[dict[str, Any]], None] = getattr(log, _WRITERS[kind])
+        for row in found:
+            write(row)
+
+
+def _wall_before(log: Any) -> float:
+    """The wall time a resumed run had already spent: the newest ``wall_s`` in its progress or episode
+    rows (0 for a new run), so both files keep one time axis across segments."""
+    seen = [row.get("wall_s", math.nan) for row in (log.last_progress, log.last_episode) if row]
+    seen = [w for w in seen if math.isfinite(w) and w >= 0]
+    return max(seen, default=0.0)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _machine_limits(run: Run, figures: dict[str, Any]) -> list[str]:
+    """What `nonstop.metrics.limits.machine_limits` says of this run's tick figures on this machine."""
+    from nonstop.metrics.limits import machine_limits
+
+    cfg = run.cfg
+    n_inference = int(run.n_inference) if isinstance(run.n_inference, int) else 1
+    return machine_limits(figures, clock=cfg.clock, scheduler=cfg.scheduler if cfg.interaction == "staggered" else "sequential",
+                          n_inference=max(1, n_inference), latency_mean_ticks=float(run.latency.mean / run.tau_m),
+                          processes=max(1, run.processes()) + 1, cores=max(1, usable_cores()))  # fmt: skip
+
+
+def _finish_log(run: Run, log: Any, end: RunEnd, last_row: dict[str, Any], wall0: float) -> dict[str, Any]:
+    """Write the tick log (what exists of it) and ``summary.json``, marked incomplete with the reason
+    when the run did not reach its end. Never raises: a run's summary must not hide how it ended."""
+    from nonstop.metrics.timing import episode_returns, summarize
+
+    summary: dict[str, Any] = {"updates": run.final_updates, "env_ticks_total": int(last_row.get("env_ticks", run.tick_offset)),
+                               "recent_return": None, "n_inference": run.n_inference}  # fmt: skip
+    try:
+        tick_log = run.world.tick_log
+        tick_log.meta["tick_offset"] = run.tick_offset  # this segment's tick 0 is the run's tick `tick_offset`
+        log.save_ticklog(tick_log)  # streamed already: this records the final meta
+        returns = episode_returns(tick_log)
+        summary.update(summarize(tick_log), env_ticks_total=run.tick_offset + len(tick_log),
+                       recent_return=float(np.mean(returns[-20:])) if returns else None)  # fmt: skip
+        started = tick_log.meta.get("agents_started_at_tick")
+        if started and started < len(tick_log):  # β alone while the workers started: the rest, apart
+            summary["startup_ticks"] = int(started)
+            summary["inaction_fraction_after_startup"] = tick_log.summary(warmup_ticks=int(started))["inaction_fraction"]
+        summary["machine_limits"] = _machine_limits(run, summary)
+        summary.update(run.summary(tick_log))  # the parts' own figures (self-play: the pool side's seat)
+    except BaseException as exc:  # noqa: BLE001 - a dead host's log, a full disk: said in the summary
+        end.note(f"tick log not saved: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    summary["episodes_total"] = run.final_episodes  # earlier segments of a resumed run included
+    summary.update(end.as_dict(), wall_s=round(time.monotonic() - wall0, 2))
+    try:
+        log.write_summary(summary)
+    except OSError as exc:
+        end.note(f"summary.json not written: {exc}")
+    return summary

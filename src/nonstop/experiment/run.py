@@ -1,0 +1,272 @@
+"""One training run, composed of parts: a world, the drivers of its seats, learners, a cluster.
+
+`Run` asks the registry (`nonstop.experiment.registry`) for the parts its config names — the
+seating (who sits where), each seat's driver, the policy and learner backends, the cluster — and
+then treats every part alike (`nonstop.experiment.parts.Part`): it starts them, lets the world run
+in slices between which each part may act (a snapshot, ε's anneal), stops them, and saves or
+restores each through its own ``state_dict`` / ``load_state_dict``. Nothing here depends on which
+parts they are.
+
+Model latency is declared with a `LatencyPolicy` (``latency="5t"``: five ticks), so a small network
+can stand in for a large one honestly: its actions arrive as late as the large model's would. On the
+virtual clock an update *takes* ``tau_l`` seconds (default τ_M); on the wall clock it takes what it takes.
+
+>>> from nonstop.experiment.config import TrainConfig
+>>> from nonstop.learning.dqn import DQNConfig
+>>> run = Run(TrainConfig(env="CartPole", seconds=1.0, dqn=DQNConfig.for_family("classic", learning_starts=20)))
+>>> run.n_inference, run.tau_m
+(1, 0.02)
+>>> try:
+...     _ = run.build().start()
+...     run.advance(1.0)
+... finally:
+...     run.teardown()
+>>> len(run.world.tick_log), run.final_updates > 0, [p.name for p in run.parts]
+(50, True, ['cluster', 'learning', 'pool', 'learners'])
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Final
+
+from nonstop.experiment.config import TrainConfig, check_reachable
+from nonstop.experiment.learning import LearningCore
+from nonstop.experiment.parts import Part
+from nonstop.experiment.registry import lookup
+from nonstop.learning.dqn import DQNConfig
+from nonstop.realtime.lifeline import RestartBudget
+
+__all__ = ["Run", "CHECKPOINT_FORMAT"]
+
+#: the checkpoint format a run writes and reads (unchanged since the first training runs)
+CHECKPOINT_FORMAT: Final = "nonstop.train/1"
+
+
+class Run:
+    """The parts of one run, built, started, saved, restored and torn down together."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        from nonstop.policies.latency import parse_latency
+
+        self.cfg = cfg
+        self.seating = lookup("seating", cfg.seating)(cfg)
+        self.spec = self.seating.describe()  # probes the world once: its tick rate, spaces and seats
+        self.dqn: DQNConfig = cfg.dqn if cfg.dqn is not None else DQNConfig.for_family(self.spec.family)
+        cfg.dqn = self.dqn
+        self.latency = parse_latency(cfg.latency, tick_hz=self.spec.tick_hz)
+        if len(self.spec.obs_shape) > 1:  # a ResNet that cannot fit fails here, before anything starts
+            from nonstop.policies.models import ARCH_DEPTHS, ensure_fits
+
+            ensure_fits(self.dqn.k, "cpu", n_actions=int(self.spec.action_space.n), depth=ARCH_DEPTHS[self.dqn.arch])
+        # Algorithm 2's N_I* = ⌈τ̄_θ/τ_M⌉ by default, so the staggered agent acts at every tick
+        self.n_inference: int | str = cfg.n_inference or (
+            1 if cfg.scheduler == "sequential" else max(1, math.ceil(self.latency.mean / self.tau_m - 1e-9)))
+        self.cluster: Any = lookup("cluster", cfg.cluster)(self)
+        self.learning: Any = None
+        self.world: Any = None
+        #: every part, in start order (the cluster first; torn down in reverse)
+        self.parts: list[Part] = [self.cluster]
+        self.final_updates = 0
+        self.final_episodes = 0  # episodes_total when torn down (earlier segments included)
+        self.tick_offset = 0  # env ticks of earlier segments of this run (after a resume)
+        self.episode_offset = 0
+        self._closed = False
+
+    # ------------------------------------------------------------------ what the run is made of
+    @property
+    def tau_m(self) -> float:
+        return self.spec.tau_m
+
+    @property
+    def tick_hz(self) -> float:
+        return self.spec.tick_hz
+
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        return self.spec.obs_shape
+
+    @property
+    def obs_space(self) -> Any:
+        return self.spec.obs_space
+
+    @property
+    def action_space(self) -> Any:
+        return self.spec.action_space
+
+    @property
+    def seats(self) -> list[str] | None:
+        return self.spec.seats
+
+    @property
+    def replay(self) -> Any:
+        return self.learning.replay
+
+    @property
+    def state(self) -> Any:
+        return None if self.learning is None else self.learning.state
+
+    @property
+    def weights(self) -> Any:
+        return self.learning.weights
+
+    @property
+    def recorder(self) -> Any:
+        return self.learning.recorder
+
+    @property
+    def replay_restored(self) -> bool:
+        return bool(self.learning.replay_restored)
+
+    def part(self, name: str) -> Any:
+        """The part called ``name`` (None if the run has none)."""
+        return next((p for p in self.parts if p.name == name), None)
+
+    @property
+    def pool(self) -> Any:
+        """The learner's inference pool (staggered runs), else None."""
+        part = self.part("pool")
+        return None if part is None else part.pool
+
+    @property
+    def learners(self) -> Any:
+        """The learners (staggered runs), else None."""
+        part = self.part("learners")
+        return None if part is None else part.learners
+
+    def restart_budget(self) -> RestartBudget:
+        """A fresh restart budget for one part (each part counts its own deaths)."""
+        return RestartBudget(self.cfg.max_restarts, self.cfg.restart_window)
+
+    # ------------------------------------------------------------------ building
+    def connect(self) -> None:
+        """Check what the config cannot (Ray installed, the cluster answers and has room) before
+        anything is built or written; idempotent. A run on this machine alone: nothing to do."""
+        check_reachable(self.cfg)
+        self.cluster.connect()
+
+    def build(self, log_dir: Any = None) -> "Run":
+        """Create the shared memory, the model and the world; ``log_dir``: stream the tick log there."""
+        from nonstop.realtime.host import Session
+
+        self.learning = LearningCore(self)
+        self.parts.append(self.learning)
+        spec, cfg = self.spec, self.cfg
+        if isinstance(spec.env_source, str):
+            source: dict[str, Any] = {"env": cfg.env, "env_kwargs": cfg.env_kwargs}
+        else:  # a factory: the registry's facts the Session would look up by id
+            source = {"env": spec.env_source, "tick_hz": spec.tick_hz}
+        self.world = Session(**source, clock=cfg.clock, seed=cfg.seed, recorder=self.learning.recorder, log_dir=log_dir,
+                             default=cfg.default)  # fmt: skip
+        self.world.start()
+        self.parts += self.seating.parts(self)
+        return self
+
+    def start(self) -> "Run":
+        """Start every part in order; a part that fails to start is torn down with the rest by `teardown`."""
+        self.connect()
+        for part in self.parts:
+            part.start(self)
+        return self
+
+    # ------------------------------------------------------------------ running
+    def advance(self, seconds: float) -> None:
+        """Let the world run ``seconds`` more, in slices between which every part may act. Raises
+        `PartFailed` once a part has died more often than its restart budget allows."""
+        end = self.world.now() + seconds
+        step = min(seconds, 50 * self.tau_m)
+        while self.world.now() < end - 1e-12:
+            until = min(end, self.world.now() + step)
+            for part in self.parts:
+                part.before_slice(self)
+                gap = part.ticks_to_next(self.env_ticks)
+                if gap is not None:  # stop there, so the part's own interval is kept
+                    until = min(until, self.world.now() + max(1, gap) * self.tau_m)
+            self.world.run_until(until)
+            self.check_parts()
+        for part in self.parts:
+            part.before_slice(self)
+
+    def check_parts(self) -> None:
+        """Raise the `PartFailed` of a part that kept dying (the newest part first: learners before workers)."""
+        for part in reversed(self.parts):
+            if part.failure is not None:
+                raise part.failure
+
+    @property
+    def updates(self) -> int:
+        return int(self.state.updates)
+
+    @property
+    def episodes_total(self) -> int:
+        """Episodes finished in this run, earlier segments of a resumed run included."""
+        return self.episode_offset + int(self.replay.episodes_finished)
+
+    @property
+    def env_ticks(self) -> int:
+        return self.tick_offset + int(self.world.slot.read().tick)
+
+    def records(self, episodes: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+        """What the parts derive from newly finished episodes (self-play: a match row each)."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for part in self.parts:
+            for kind, rows in part.records(episodes, self).items():
+                out.setdefault(kind, []).extend(rows)
+        return out
+
+    def summary(self, tick_log: Any) -> dict[str, Any]:
+        """The parts' figures for ``summary.json``."""
+        out: dict[str, Any] = {}
+        for part in self.parts:
+            out.update(part.summary(self, tick_log))
+        return out
+
+    def processes(self) -> int:
+        """Processes of this machine the parts keep busy."""
+        return sum(part.processes() for part in self.parts)
+
+    def quiesce(self) -> None:
+        """Stop inference and learning (the world keeps its state) so a snapshot is exact."""
+        for part in reversed(self.parts):
+            part.stop()
+
+    # ------------------------------------------------------------------ saving and resuming
+    def snapshot(self, *, include_replay: bool = True) -> dict[str, Any]:
+        """Everything `restore` needs to continue: each part's state, the config and the run's
+        counters. Tensors and plain values only."""
+        snap: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "config": self.cfg.to_dict(), "env_ticks": self.env_ticks,
+                                "episodes": self.episodes_total}  # fmt: skip
+        for part in self.parts:
+            snap.update(part.state_dict(include_replay=include_replay))
+        return snap
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        """Load a `snapshot` into a built (not yet started) run, part by part."""
+        if snap.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"not a nonstop training checkpoint (format {snap.get('format')!r})")
+        for part in self.parts:
+            part.load_state_dict(snap)
+        self.tick_offset = int(snap["env_ticks"])
+        self.episode_offset = int(snap["episodes"])
+
+    def teardown(self) -> None:
+        """Stop and release every part, newest first, then the world; nothing is left behind even if
+        one part fails to close (the first error is raised after the rest are released). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.state is not None and not self.state.closed:
+            self.final_updates = int(self.state.updates)
+        if self.learning is not None:
+            self.final_episodes = self.episodes_total
+        closers = [part.close for part in self.parts]
+        if self.world is not None:  # the world stops after what drives it, before the memory it writes
+            closers.insert(self.parts.index(self.learning) + 1, self.world.stop)
+        errors = []
+        while closers:
+            try:
+                closers.pop()()
+            except Exception as exc:  # keep tearing down: nothing may be left behind
+                errors.append(exc)
+        if errors:
+            raise errors[0]

@@ -1,0 +1,99 @@
+"""Who sits where: the world a run plays in, and the parts that drive its seats.
+
+A seating (chosen by `TrainConfig.seating` through `nonstop.experiment.registry`) probes the
+world once (`WorldSpec`: tick rate, the learner's spaces, the seats) and names the parts that
+drive each seat. `SoloSeating` puts the learner alone in a one-seat world; the self-play seating
+(`nonstop.experiment.selfplay.SelfPlaySeating`) puts a pool of its past snapshots on the second
+seat of a two-seat world.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+
+from nonstop.experiment.registry import lookup
+
+if TYPE_CHECKING:
+    from nonstop.experiment.config import TrainConfig
+    from nonstop.experiment.parts import Part
+    from nonstop.experiment.run import Run
+
+__all__ = ["WorldSpec", "probe_world", "SoloSeating"]
+
+
+@dataclass
+class WorldSpec:
+    """What a run needs to know of its world before building anything."""
+
+    tick_hz: float
+    family: str
+    obs_space: gym.spaces.Space
+    action_space: gym.spaces.Discrete
+    #: the world's seats (the learner's first), None for a one-seat world
+    seats: list[str] | None
+    #: what the host builds: the env id, or a factory (a seat world whose frames are shrunk)
+    env_source: Any
+
+    @property
+    def tau_m(self) -> float:
+        return 1.0 / self.tick_hz
+
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        assert self.obs_space.shape is not None  # probe_world refuses a world without array observations
+        return tuple(self.obs_space.shape)
+
+
+def probe_world(cfg: "TrainConfig", adapt: Callable[[Any], tuple[Any, Any]] | None = None) -> WorldSpec:
+    """Build the env once to read its spaces and seats, then close it. ``adapt(probe)`` may wrap a
+    seat world and return ``(probe, env_source)`` (self-play shrinks two-player Atari frames)."""
+    from nonstop.envs import env_info, make_env
+    from nonstop.realtime.host import is_seat_world
+
+    info = env_info(cfg.env, **cfg.env_kwargs)
+    probe: Any = make_env(cfg.env, **cfg.env_kwargs)  # a gymnasium.Env or a seat world
+    source: Any = cfg.env
+    if adapt is not None and is_seat_world(probe):
+        probe, source = adapt(probe)
+    seats: list[str] | None = None
+    try:
+        if is_seat_world(probe):
+            seats = [str(a) for a in probe.possible_agents]
+            obs_space, action_space = probe.observation_space(seats[0]), probe.action_space(seats[0])
+        else:
+            obs_space, action_space = probe.observation_space, probe.action_space
+    finally:
+        probe.close()
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise TypeError(f"DQN needs a Discrete action space; {cfg.env} has {action_space}")
+    if obs_space.shape is None:
+        raise TypeError(f"DQN needs array observations; {cfg.env} has {obs_space}")
+    return WorldSpec(tick_hz=info.tick_hz, family=info.family, obs_space=obs_space, action_space=action_space,
+                     seats=seats, env_source=source)  # fmt: skip
+
+
+class SoloSeating:
+    """The learner alone in a one-seat world (a seat world is refused: it needs a seating for the others)."""
+
+    def __init__(self, cfg: "TrainConfig") -> None:
+        self.cfg = cfg
+        #: the seat the learner plays (None: the one seat of a one-seat world)
+        self.learner_seat: str | None = None
+
+    def describe(self) -> WorldSpec:
+        spec = probe_world(self.cfg)
+        if spec.seats is not None:
+            raise ValueError(f"{self.cfg.env} is a world of {len(spec.seats)} seats ({', '.join(spec.seats)}): train on "
+                             "it with --self-play (the learner against its own past snapshots)")  # fmt: skip
+        return spec
+
+    def parts(self, run: "Run") -> list["Part"]:
+        return list(lookup("driver", self.cfg.interaction)(run, seat=self.learner_seat))
+
+    def announce(self, run: "Run") -> str | None:
+        """A line for the user about the seating (None: nothing to say)."""
+        return None
