@@ -144,7 +144,7 @@ def test_the_learners_transitions_come_from_its_own_seat_only(no_shm_leak):
         ticks, agent, delay_sum = run.replay.tick_counters()
         n = run.replay.transitions_written
         rewards = run.replay.cols["reward"][:n].astype(np.float64)
-        snapshots = run.self_play.pool.ids
+        snapshots = run.part("self_play").self_play.pool.ids
     finally:
         run.teardown()
     log = run.world.tick_log
@@ -236,7 +236,7 @@ def test_self_play_on_two_player_boxing_learns_from_84x84_gray_frames(no_shm_lea
         run.quiesce()
         frame = run.world.slots[1].read().obs
         stored = run.replay.transitions_written
-        updates, snapshots = run.state.updates, run.self_play.pool.ids
+        updates, snapshots = run.state.updates, run.part("self_play").self_play.pool.ids
     finally:
         run.teardown()
     assert run.obs_shape == (84, 84) and frame.shape == (84, 84) and frame.dtype == np.uint8 and frame.any()

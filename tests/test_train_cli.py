@@ -165,8 +165,8 @@ def test_help_shows_what_each_env_family_changes(capsys):
         main(["train", "--help"])
     assert stop.value.code == 0
     text = re.sub(r"\s+", " ", capsys.readouterr().out)
-    assert "(default 1e-05; gameboy 0.001, classic 0.0005)" in text
-    assert "(default 16; classic 64)" in text
+    assert "(default: 1e-05; gameboy 0.001, classic 0.0005)" in text
+    assert "(default: 16; classic 64)" in text
     assert DQNConfig.for_family("classic").lr == FAMILY_DEFAULTS["classic"]["lr"] == 5e-4
 
 

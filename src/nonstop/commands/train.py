@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from dataclasses import fields
 from typing import Any
 
@@ -97,6 +98,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
     from nonstop.experiment.config import TrainConfig, default_env_kwargs
     from nonstop.learning.dqn import PAPER_PRESETS, DQNConfig
 
+    if not (args.seconds > 0 and math.isfinite(args.seconds)):  # named as the flag, before anything is built
+        raise ValueError(f"--seconds must be a positive number of seconds, got {args.seconds}")
     preset = PAPER_PRESETS[args.preset] if getattr(args, "preset", None) else {}
     given = {f.name: getattr(args, f.name) for f in fields(DQNConfig) if getattr(args, f.name, None) is not None}
     overrides = {**preset, **given}

@@ -366,13 +366,11 @@ class SelfPlayPart(Part):
 
     name = "self_play"
 
-    def __init__(self, run: "Run", seats: list[str]) -> None:
-        from nonstop.policies.latency import parse_latency
-
+    def __init__(self, run: "Run", seats: list[str], latency: Any) -> None:
         cfg = run.cfg
         pool = SnapshotPool(cfg.pool_size, cfg.opponents, seed=cfg.seed)
         self.self_play = SelfPlay(pool, snapshot_ticks=max(1, round(cfg.snapshot_every / run.tau_m)), seats=seats)
-        self.latency = parse_latency(cfg.opponent_latency or cfg.latency, tick_hz=run.spec.tick_hz)
+        self.latency = latency
         self.n_inference = opponent_workers(cfg.scheduler, cfg.n_inference, self.latency.mean, run.tau_m)
         self.inference: Any = None
 
@@ -485,14 +483,18 @@ class SelfPlaySeating:
             source.__name__ = cfg.env  # type: ignore[attr-defined]  # the tick log's env id
             return SeatFrames(probe), source
 
+        from nonstop.policies.latency import parse_latency
+
         spec = probe_world(cfg, adapt)
         spec.seats = check_two_seats(cfg.env, spec.seats)
         self.learner_seat = spec.seats[0]
+        #: the pool side's declared latency (a bad one is refused here, before anything is built)
+        self.opponent_latency = parse_latency(cfg.opponent_latency or cfg.latency, tick_hz=spec.tick_hz)
         return spec
 
     def parts(self, run: "Run") -> list[Part]:
         assert run.spec.seats is not None  # describe() checked the two seats
-        return [SelfPlayPart(run, run.spec.seats), *lookup("driver", self.cfg.interaction)(run, seat=self.learner_seat)]
+        return [SelfPlayPart(run, run.spec.seats, self.opponent_latency), *lookup("driver", self.cfg.interaction)(run, seat=self.learner_seat)]
 
     def announce(self, run: "Run") -> str | None:
         cfg, seats = self.cfg, run.spec.seats or []
