@@ -1,4 +1,5 @@
-"""Every Python example in README.md runs as a saved script and prints the `info` the README shows.
+"""Every Python example in README.md and docs/*.md is a valid script, and each that can run alone
+runs as a saved script and prints the `info` its page shows.
 
 A snippet pasted into a file is how a newcomer first meets the library: it must survive
 multiprocessing's bootstrap (the wall clock starts a child process) and the dict the README prints
@@ -18,17 +19,20 @@ from pathlib import Path
 import pytest
 from test_compat_openenv import no_shm_leak_module, openenv_010  # noqa: F401  (fixtures)
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+ROOT = Path(__file__).resolve().parents[1]
+#: The pages whose examples are tested: the README and every page of docs/.
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SRC = str(ROOT / "src")
 
 
 def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+    return [b for page in PAGES for b in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.DOTALL)]
 
 
 def block(marker: str) -> str:
+    """The one python block, on whichever page it lives, that contains ``marker``."""
     found = [b for b in python_blocks() if marker in b]
-    assert len(found) == 1, f"README should have one python block with {marker!r}"
+    assert len(found) == 1, f"the README and docs/ should have one python block with {marker!r}, found {len(found)}"
     return found[0]
 
 
@@ -65,7 +69,7 @@ def run_saved(code: str, tmp_path: Path, *args: str, pythonpath: str = SRC) -> s
 
 def test_every_python_block_is_a_valid_script():
     blocks = python_blocks()
-    assert len(blocks) >= 3
+    assert len(blocks) >= 6
     for code in blocks:
         ast.parse(code)  # no top-level await, no bare expressions standing in for output
 
@@ -102,3 +106,13 @@ def test_openenv_example_runs_as_a_saved_script(tmp_path, openenv_010, no_shm_le
         run_saved(code, tmp_path, srv.url.replace("ws://", "http://"), pythonpath=str(openenv_010))
         started = [s for s in srv.manager.list_sessions()]
     assert len(started) >= 2  # the generic client's session and the MCP tool's
+
+
+def test_pettingzoo_example_runs_as_a_saved_script(tmp_path):
+    pytest.importorskip("pettingzoo")
+    run_saved(block("nonstop.make_parallel("), tmp_path)
+
+
+def test_per_seat_inference_example_runs_as_a_saved_script(tmp_path):
+    code = block("InferencePool(world, fast")
+    run_saved(code + "\nprint(log.seat('second_0').summary()['inaction_fraction'])\n", tmp_path)

@@ -165,6 +165,46 @@ def test_duel_validates_its_arguments():
         env.step({"third_0": 1})
 
 
+def test_duel_closes_without_pettingzoo(tmp_path):
+    """The duel needs no extra: without pettingzoo its base class is ``object``, and `nonstop train
+    --env multi/duel --self-play` closed the env it probes with an AttributeError."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import importlib.abc, sys\n"
+        "class _Missing(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] == 'pettingzoo':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, _Missing())\n"
+    )
+    src = Path(__file__).resolve().parents[1] / "src"
+    code = (
+        "from nonstop.envs.duel import QuickDrawDuel\n"
+        "assert QuickDrawDuel.__mro__[1] is object, QuickDrawDuel.__mro__\n"
+        "env = QuickDrawDuel()\n"
+        "env.reset(seed=0)\n"
+        "env.close()\n"
+        "env.close()\n"
+        "print('closed')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(src)])}
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "closed", done.stderr[-2000:]
+
+
+def test_duel_close_is_idempotent():
+    env = QuickDrawDuel(rounds=1)
+    env.reset(seed=0)
+    env.close()
+    env.close()
+
+
 # ----------------------------------------------------------------------------- the PettingZoo view
 
 

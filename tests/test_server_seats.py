@@ -251,16 +251,17 @@ def test_an_llm_through_mcp_joins_a_match_a_websocket_bot_created(server) -> Non
 
 
 def test_readme_seats_example_runs_and_prints_the_info_shown(tmp_path, no_shm_leak) -> None:
-    """The README's several-seat example, saved as a script, against a server serving the duel:
-    it prints dicts with exactly the keys the README shows."""
+    """The several-seat example of docs/server.md, saved as a script, against a server serving the
+    duel: it prints dicts with exactly the keys the page shows."""
     import os
     import re
     import subprocess
     import sys
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    (code,) = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL) if "player.join(" in b]
+    from test_readme import block
+
+    code = block("player.join(")
     comments = [line[2:] for line in code.splitlines() if line.startswith("# ")]
     split = next(i for i, line in enumerate(comments) if line.startswith("["))
     info_keys = set(re.findall(r"'(\w+)':", " ".join(comments[:split])))  # the observation's info

@@ -140,6 +140,11 @@ class QuickDrawDuel(_Base):
             self.agents = []
         return obs, rewards, terminated, truncated, infos
 
+    def close(self) -> None:
+        """Nothing to release (no window, no emulator); defined here so that the duel closes like any
+        env without pettingzoo installed, where its base class is ``object`` (`nonstop train` closes
+        the env it probes)."""
+
 
 register(
     "multi/duel",
