@@ -12,7 +12,8 @@ import pytest
 
 from nonstop.bench import learn
 from nonstop.bench.common import QUICK_NOTE, verdict
-from nonstop.cli import build_parser, cmd_bench
+from nonstop.cli import build_parser
+from nonstop.commands.bench import run_bench as cmd_bench
 
 
 def _fake_bench(result: dict) -> types.ModuleType:
@@ -27,14 +28,14 @@ def _bench_args(quick: bool, as_json: bool) -> argparse.Namespace:
 
 
 def test_a_quick_run_says_it_is_not_the_measurement(capsys) -> None:
-    cmd_bench(_bench_args(quick=True, as_json=True), None)
+    cmd_bench(_bench_args(quick=True, as_json=True))
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert last["quick"] is True and last["meets_target"] is False and last["quick_note"] == QUICK_NOTE
-    cmd_bench(_bench_args(quick=True, as_json=False), None)
+    cmd_bench(_bench_args(quick=True, as_json=False))
     out = capsys.readouterr().out
     assert "meets_target" in out and QUICK_NOTE in out
     for as_json in (True, False):  # a full run is the measurement: no such note
-        cmd_bench(_bench_args(quick=False, as_json=as_json), None)
+        cmd_bench(_bench_args(quick=False, as_json=as_json))
         assert "quick run" not in capsys.readouterr().out
     assert "quick run" in verdict(False, quick=True) and "quick" not in verdict(False, quick=False)
 
@@ -74,7 +75,7 @@ def test_a_table_keeps_its_width_when_stdout_is_not_a_terminal(capsys, monkeypat
     from rich.table import Table
 
     from nonstop._console import Console
-    from nonstop.cli import _render_flat
+    from nonstop.commands.bench import _render_flat
 
     monkeypatch.delenv("COLUMNS", raising=False)
     value = "staggered exp_time at 6 ticks per inference: inaction 0.000, delay 6.0 ticks, N_I* 6 (theory 6)"

@@ -24,6 +24,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+from nonstop.experiment.registry import names
 from nonstop.learning.dqn import DQNConfig
 
 __all__ = ["TrainConfig", "INTERACTIONS", "SELF_PLAY_KEYS", "OPPONENT_WEIGHTINGS", "default_env_kwargs",
@@ -36,8 +37,6 @@ OPPONENT_WEIGHTINGS: Final = ("uniform", "latest")
 SELF_PLAY_KEYS: Final = ("self_play", "opponents", "snapshot_every", "pool_size", "opponent_latency")
 _CLOCKS: Final = ("virtual", "wall")
 _LEARNER_MODES: Final = ("round_robin", "hogwild", "parallel")
-_BACKENDS: Final = ("thread", "process", "ray")
-_LEARNER_BACKENDS: Final = ("process", "ray")
 #: the default of ``trim_above`` (`nonstop.policies.memory.DEFAULT_MIN_FREE`, kept equal by a test)
 _DEFAULT_TRIM: Final = 4 * 2**20
 
@@ -116,10 +115,10 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _one_of("clock", self.clock, _CLOCKS)
-        _one_of("interaction", self.interaction, INTERACTIONS)
+        _one_of("interaction", self.interaction, tuple(names("driver")))
         _one_of("learner_mode", self.learner_mode, _LEARNER_MODES)
-        _one_of("backend", self.backend, _BACKENDS, what="unknown backend {value!r}: use one of {names}")
-        _one_of("learner_backend", self.learner_backend, _LEARNER_BACKENDS,
+        _one_of("backend", self.backend, tuple(names("policy_backend")), what="unknown backend {value!r}: use one of {names}")
+        _one_of("learner_backend", self.learner_backend, tuple(n for n in names("learners") if n != "virtual"),
                 what="unknown learner backend {value!r}: use one of {names}")
         if not (isinstance(self.seconds, (int, float)) and self.seconds > 0 and math.isfinite(self.seconds)):
             raise ValueError(f"seconds must be a positive number, got {self.seconds!r}")

@@ -81,8 +81,8 @@ def train(
         "tick_log": log,
         "wall_s": time.monotonic() - started,
         "n_inference": run.n_inference,
+        "parts": parts,  # each part's own figures (self-play: its pool's snapshots; learners: restarts)
         **records,
-        **({"snapshots": parts["self_play"]["snapshots"]} if "self_play" in parts else {}),
     }
 
 

@@ -1,0 +1,161 @@
+"""The composition (`nonstop.experiment`): a run is built from registered parts, with no branch on
+which parts they are; a new driver or backend is one registration; runs written before the
+composition still resume."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from nonstop.cli import main  # noqa: E402
+from nonstop.experiment import TrainConfig, Run, train  # noqa: E402
+from nonstop.experiment import registry  # noqa: E402
+from nonstop.experiment.drivers import InferencePart  # noqa: E402
+from nonstop.learning.dqn import DQNConfig  # noqa: E402
+from nonstop.policies.base import Decision, Policy  # noqa: E402
+from nonstop.realtime.ticklog import SOURCE_AGENT  # noqa: E402
+
+OLD_RUN = Path(__file__).parent / "data" / "run-before-composition"
+DQN = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)
+
+
+class Always(Policy):
+    """Acts ``action`` on every observation, instantly."""
+
+    def __init__(self, action: int) -> None:
+        self.action = action
+        self.calls = 0
+
+    def act(self, obs: np.ndarray) -> Decision:
+        self.calls += 1
+        return Decision(self.action)
+
+
+@pytest.fixture
+def scoped_registry(monkeypatch):
+    """The registry's tables as they were, after the test (what it registers is gone)."""
+    for kind, table in registry._BUILTIN.items():
+        monkeypatch.setitem(registry._BUILTIN, kind, dict(table))
+    return registry
+
+
+def test_a_new_driver_is_one_registration(scoped_registry, no_shm_leak):
+    """A scripted driver on the learner's seat: every agent action of the run is its action."""
+    made = []
+
+    def always_right(run, *, seat):
+        def policy(i):
+            made.append(Always(1))
+            return made[-1]
+
+        return [InferencePart("pool", policy, 2, seat=seat)]
+
+    scoped_registry.register("driver", "always_right", always_right)
+    result = train(TrainConfig(env="CartPole", seconds=2.0, interaction="always_right", dqn=DQN))
+    log = result["tick_log"]
+    agent = log["source"] == SOURCE_AGENT
+    assert len(made) == 2 and all(p.calls > 20 for p in made)  # both workers acted
+    assert result["summary"]["inaction_ticks"] < 5 and agent.sum() > 90
+    assert set(np.unique(log["action"][agent]).tolist()) == {1}  # every agent action was the driver's
+    assert result["updates"] == 0  # this driver brought no learners: nothing learned
+
+
+def test_an_unknown_part_is_refused_in_one_line(scoped_registry):
+    with pytest.raises(ValueError, match="interaction must be one of .*got 'dancing'"):
+        TrainConfig(interaction="dancing")
+    with pytest.raises(ValueError, match="unknown kind of part 'engine'"):
+        scoped_registry.register("engine", "x", lambda run: None)
+    with pytest.raises(TypeError, match="a callable or 'module:attr'"):
+        scoped_registry.register("driver", "x", 42)
+
+
+def test_a_new_policy_backend_is_one_registration(scoped_registry, no_shm_leak):
+    """A backend registered in the thread one's place: the run's workers are built by it."""
+    thread_policy = scoped_registry.lookup("policy_backend", "thread")
+    built = []
+
+    def counting(run, i):
+        built.append(i)
+        return thread_policy(run, i)
+
+    cfg = TrainConfig(env="CartPole", seconds=1.0, latency="3t", dqn=DQN)
+    scoped_registry.register("policy_backend", cfg.inference_backend, counting)  # the virtual clock's: threads
+    run = Run(cfg)
+    try:
+        run.build().start()
+        run.advance(1.0)
+    finally:
+        run.teardown()
+    assert sorted(built) == [0, 1, 2]  # N_I = ⌈3 ticks / 1 tick⌉ workers, each built by the registered backend
+
+
+def test_the_run_has_no_branch_on_self_play_a_backend_or_a_device():
+    """The modules that compose a run name no seating, backend or device: those are the registry's."""
+    import ast
+
+    import nonstop.experiment.loop as loop
+    import nonstop.experiment.run as run
+
+    for module in (run, loop):
+        tree = ast.parse(Path(module.__file__).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.If, ast.IfExp, ast.While)):
+                text = ast.unparse(node.test)
+                for word in ("self_play", "backend", "ray", "device", "cuda", "seating", "learner_placement", "interaction"):
+                    assert word not in text, f"{module.__name__}: `if {text}` branches on {word}"
+
+
+def test_a_config_is_plain_data_that_opens_nothing(monkeypatch):
+    """Building (or loading) a Ray run's config imports no Ray and opens no socket: `nonstop export`
+    of a Ray-trained run works while its cluster is down."""
+    import socket
+    import subprocess
+    import sys
+
+    def no_socket(*a, **kw):
+        raise AssertionError("a config opened a socket")
+
+    monkeypatch.setattr(socket, "create_connection", no_socket)
+    cfg = TrainConfig(env="CartPole", clock="wall", backend="ray", learner_backend="ray", ray_address="10.0.0.1:6379")
+    assert TrainConfig(**json.loads(json.dumps(cfg.to_dict()))).cluster == "ray"
+    code = ("import sys, nonstop.experiment; from nonstop.experiment import TrainConfig; "
+            "TrainConfig(clock='wall', backend='ray'); "
+            "bad = [m for m in ('ray', 'argparse', 'torch', 'nonstop.commands') if m in sys.modules]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+
+
+def test_the_cli_defaults_are_the_configs(tmp_path):
+    """One source of defaults: `nonstop train` with no flags describes TrainConfig() (and RecordConfig())."""
+    import argparse
+
+    from nonstop.commands.train import add_arguments, config_from_args, record_from_args
+    from nonstop.experiment.record import RecordConfig
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args([])
+    from_cli, default = config_from_args(args).to_dict(), TrainConfig().to_dict()
+    from_cli.pop("dqn"), default.pop("dqn")  # the env family's, resolved by the command
+    assert from_cli == default
+    assert record_from_args(args) == RecordConfig()
+
+
+def test_a_run_written_before_the_composition_resumes(tmp_path, capsys, no_shm_leak):
+    """tests/data/run-before-composition was written by `nonstop train` at 19fe838 (before this
+    package existed): 4 world seconds of CartPole, 148 updates, 200 ticks."""
+    run = tmp_path / "run"
+    shutil.copytree(OLD_RUN, run)
+    code = main(["train", "--env", "CartPole", "--seconds", "4", "--checkpoint-every", "4", "--checkpoint-replay", "no",
+                 "--learning-starts", "50", "--hidden", "32", "32", "--out", str(run), "--resume"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "resumed from ckpt-000000148.pt: 148 updates, 200 env ticks" in err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["complete"] and summary["updates"] > 148 and summary["env_ticks_total"] == 400, summary
