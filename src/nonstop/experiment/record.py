@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from nonstop.experiment.config import TrainConfig
+from nonstop.experiment.config import TrainConfig, check_reachable
 from nonstop.experiment.ending import Checkpointer, RunEnd
 from nonstop.experiment.loop import ProgressRows, run_for
 from nonstop.experiment.run import Run
@@ -88,6 +88,7 @@ def train_in_directory(cfg: TrainConfig, rec: RecordConfig, *, console: Any) -> 
     from nonstop.learning.tracking import require_trackers
 
     _positive("seconds", cfg.seconds)
+    check_reachable(cfg)  # Ray installed, an address that answers: one line, before anything is said or built
     require_trackers(rec.track)  # a missing tracker library is named before anything runs or is written
     out = rec.out if rec.out is not None else default_out(cfg.env)
 
