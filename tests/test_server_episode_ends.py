@@ -160,7 +160,7 @@ def test_view_reports_each_episode_end_once_with_its_terminal_observation() -> N
 
     from nonstop.realtime.channels import Observation
     from nonstop.realtime.host import END_TERMINATED, END_TRUNCATED
-    from nonstop.server.app import _View
+    from nonstop.server.connection import _View
 
     def ob(tick, episode, total, *, terminated=False, truncated=False, last_end=0):
         return Observation(np.array([float(tick)]), tick, 0.0, 0.0, total, terminated, truncated, episode, 0, tick,

@@ -396,10 +396,10 @@ def test_a_killed_tick_worker_is_replaced_and_its_replays_kept(tmp_path, no_shm_
 def test_doctests_of_the_new_parts() -> None:
     import doctest
 
-    from nonstop.server import app, client, tickprocs
+    from nonstop.server import auth, client, tickprocs
 
     runner = doctest.DocTestRunner()
-    for module, obj in ((app, app.resolve_token), (app, app.RedactToken), (client, client.Backoff),
+    for module, obj in ((auth, auth.resolve_token), (auth, auth.RedactToken), (client, client.Backoff),
                         (tickprocs, tickprocs.SessionRecord)):  # fmt: skip
         for test in doctest.DocTestFinder(recurse=False).find(obj, globs=dict(vars(module))):
             runner.run(test)

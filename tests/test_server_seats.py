@@ -280,9 +280,9 @@ def test_a_seat_sessions_replay_is_recoverable_from_its_streamed_chunks(tmp_path
     """What a two-seat session streams while it runs (tick-log chunks with every seat's columns,
     both seats' replay columns) is enough to rebuild its replay, should the server die: the
     durable ticks re-simulate exactly, with both seats' actions."""
-    from nonstop.server import sessions
+    from nonstop.server import session as server_session
 
-    monkeypatch.setattr(sessions, "SESSION_CHUNK_ROWS", 16)
+    monkeypatch.setattr(server_session, "SESSION_CHUNK_ROWS", 16)  # read where the sessions are built
     with ServerThread(envs=[DUEL], replay_dir=tmp_path / "replays", idle_timeout=30.0, tick_procs=0) as srv:
         with Client(srv.url) as first, Client(srv.url) as second:
             sid = first.reset(env=DUEL, seed=3).info["session_id"]

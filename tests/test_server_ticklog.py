@@ -15,7 +15,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from nonstop.realtime.ticklog import TickLog  # noqa: E402
-from nonstop.server import sessions  # noqa: E402
+from nonstop.server import session as server_session  # noqa: E402
 from nonstop.server.app import ServerThread  # noqa: E402
 from nonstop.server.client import Client, http_get  # noqa: E402
 from nonstop.server.replay import Replay, verify  # noqa: E402
@@ -33,7 +33,7 @@ def _listed(url: str, sid: str) -> dict:
 def test_a_session_tick_log_streams_to_disk_and_is_removed_after_its_replay(
     tmp_path, monkeypatch, no_shm_leak, tick_procs
 ) -> None:
-    monkeypatch.setattr(sessions, "SESSION_CHUNK_ROWS", CHUNK)
+    monkeypatch.setattr(server_session, "SESSION_CHUNK_ROWS", CHUNK)
     with ServerThread(envs=[WORLD], replay_dir=tmp_path, tick_procs=tick_procs, idle_timeout=60.0) as srv:
         client = Client(srv.url, retry_deadline=0)
         client.reset(seed=3)

@@ -26,7 +26,7 @@ from typing import Any, Final, Literal
 import gymnasium
 import numpy as np
 
-from .registry import EnvInfo, register
+from .spec import EnvInfo, register
 
 __all__ = [
     "ATARI_TICK_HZ",

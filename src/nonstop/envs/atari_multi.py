@@ -19,7 +19,7 @@ from typing import Any, Callable, Final
 import numpy as np
 from gymnasium import spaces
 
-from .registry import register
+from .spec import register
 
 try:  # see nonstop.envs.duel: the PettingZoo API is spoken with or without pettingzoo installed
     from pettingzoo import ParallelEnv as _Base

@@ -13,7 +13,7 @@ from typing import Final, Literal
 
 import gymnasium
 
-from .registry import register
+from .spec import register
 
 __all__ = ["CARTPOLE_TICK_HZ", "make_cartpole"]
 

@@ -37,7 +37,7 @@ from gymnasium import spaces
 
 from nonstop.policies.base import Decision, Policy
 
-from .registry import register
+from .spec import register
 
 __all__ = ["QuickDrawDuel", "DrawOnSignal", "DUEL_TICK_HZ", "SEATS"]
 

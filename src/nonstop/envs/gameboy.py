@@ -71,7 +71,7 @@ from .gbrewards import (
     ScoreDelta,
     bcd_le,
 )
-from .registry import register
+from .spec import register
 
 __all__ = [
     "ACTIONS",

@@ -9,7 +9,8 @@ An id resolves, in this order:
    env class's ``metadata["render_fps"]``.
 
 Factories are module-level callables, so a freshly spawned process rebuilds the same env from the id
-string and the keyword arguments alone.
+string and the keyword arguments alone. `EnvInfo` and `register` (the table of registered ids) live
+in `nonstop.envs.spec`, which every family of worlds imports; they stay importable from here.
 """
 
 from __future__ import annotations
@@ -18,120 +19,21 @@ import difflib
 import json
 import functools
 import inspect
-import math
-import numbers
 import re
 import types
 import typing
-from dataclasses import dataclass
 from typing import Any, Callable, Literal, Union
 
 import gymnasium
 
+from .spec import ALE_ID, REGISTRY, EnvInfo, check_positive_real, is_int, is_real, register
+
 __all__ = ["EnvInfo", "register", "make_env", "env_info", "list_envs", "parse_env_args"]
 
-FAMILIES = ("atari", "gameboy", "theory", "classic", "gymnasium", "multi")
-DEFAULT_BETAS = ("noop", "repeat")
-
-# Matches the two spellings of "any ALE game with the paper's defaults".
-_ALE_ID = re.compile(r"^(?:ALE/(?P<v5>[A-Za-z0-9]+)-v5|Atari/(?P<bare>[A-Za-z0-9]+))$")
 # Legacy ale-py ids (BoxingNoFrameskip-v4, Pong-v0) only exist in gymnasium.registry after
 # ale_py registers them; this pattern tells us when that import is worth paying for.
 _LEGACY_ALE_ID = re.compile(r"^[A-Z][A-Za-z0-9]*(?:NoFrameskip|Deterministic)?-v[04]$")
 _HOW_TO_LIST = "run `nonstop envs` (or call nonstop.envs.list_envs()) to see the registered ids"
-
-
-@dataclass(frozen=True)
-class EnvInfo:
-    """The realtime facts about one environment id.
-
-    ``tick_hz`` is the world's natural tick rate (``τ_M = 1 / tick_hz``); ``noop_action`` is what the
-    ``"noop"`` default behaviour β applies; ``default_beta`` is the β that makes sense for this world.
-    The reward rates are per tick, where the theory knows them.
-
-    >>> info = EnvInfo("theory/inaction", "theory", 60.0, 0, "noop", "Equation 3 MDP", 1.0, 0.0)
-    >>> round(1 / info.tick_hz, 4), info.optimal_reward_rate - info.default_reward_rate
-    (0.0167, 1.0)
-    """
-
-    env_id: str
-    family: str
-    tick_hz: float
-    noop_action: Any
-    default_beta: str
-    description: str
-    optimal_reward_rate: float | None = None
-    default_reward_rate: float | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.env_id, str) or not self.env_id:
-            raise TypeError(f"env_id must be a non-empty str, got {self.env_id!r}")
-        if self.family not in FAMILIES:
-            raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
-        _check_positive_real("tick_hz", self.tick_hz)
-        if self.default_beta not in DEFAULT_BETAS:
-            raise ValueError(f"default_beta must be one of {DEFAULT_BETAS}, got {self.default_beta!r}")
-        if not isinstance(self.description, str):
-            raise TypeError(f"description must be a str, got {type(self.description).__name__}")
-        for name in ("optimal_reward_rate", "default_reward_rate"):
-            value = getattr(self, name)
-            if value is not None and not _is_real(value):
-                raise TypeError(f"{name} must be a real number or None, got {value!r}")
-
-
-@dataclass(frozen=True)
-class _Entry:
-    factory: Callable[..., gymnasium.Env]
-    info: EnvInfo
-    check: Callable[..., None] | None
-
-
-_REGISTRY: dict[str, _Entry] = {}
-
-
-def register(
-    env_id: str,
-    factory: Callable[..., gymnasium.Env],
-    *,
-    family: str,
-    tick_hz: float,
-    noop_action: Any = 0,
-    default_beta: str = "noop",
-    description: str = "",
-    optimal_reward_rate: float | None = None,
-    default_reward_rate: float | None = None,
-    check: Callable[..., None] | None = None,
-) -> None:
-    """Register ``factory`` under ``env_id`` so :func:`make_env` can build it.
-
-    ``factory(**kwargs)`` must return a fresh env. Keep it a module-level callable: worker processes
-    rebuild envs from the id alone. ``check(**kwargs)``, if given, validates argument *values* for
-    both :func:`make_env` and :func:`env_info`, so a bad value fails before anything is built.
-    Registering an id again with different facts is an error; with the same facts (a module
-    imported twice) the new factory replaces the old.
-    """
-    if not callable(factory):
-        raise TypeError(f"factory must be callable, got {factory!r}")
-    if check is not None and not callable(check):
-        raise TypeError(f"check must be callable or None, got {check!r}")
-    if isinstance(env_id, str) and _ALE_ID.match(env_id):
-        raise ValueError(f"{env_id!r} is reserved for ALE games; pick another name")
-    _check_positive_real("tick_hz", tick_hz)  # before float(): float(True) would pass as 1 Hz
-    info = EnvInfo(
-        env_id=env_id,
-        family=family,
-        tick_hz=float(tick_hz),
-        noop_action=noop_action,
-        default_beta=default_beta,
-        description=description,
-        optimal_reward_rate=optimal_reward_rate,
-        default_reward_rate=default_reward_rate,
-    )
-    existing = _REGISTRY.get(env_id)
-    # Same facts again means the module was imported twice (reload, doctest collection): harmless.
-    if existing is not None and existing.info != info:
-        raise ValueError(f"environment id {env_id!r} is already registered as {existing.info}")
-    _REGISTRY[env_id] = _Entry(factory, info, check)
 
 
 def make_env(env_id: str, **kwargs: Any) -> gymnasium.Env:
@@ -142,13 +44,13 @@ def make_env(env_id: str, **kwargs: Any) -> gymnasium.Env:
     (4,)
     """
     _check_env_id(env_id)
-    entry = _REGISTRY.get(env_id)
+    entry = REGISTRY.get(env_id)
     if entry is not None:
         _check_kwargs(env_id, entry.factory, kwargs)
         if entry.check is not None:
             entry.check(**kwargs)
         return entry.factory(**kwargs)
-    match = _ALE_ID.match(env_id)
+    match = ALE_ID.match(env_id)
     if match is not None:
         from . import atari  # deferred: importing nonstop.envs must not import ale_py
 
@@ -170,13 +72,13 @@ def env_info(env_id: str, **kwargs: Any) -> EnvInfo:
     60.0
     """
     _check_env_id(env_id)
-    entry = _REGISTRY.get(env_id)
+    entry = REGISTRY.get(env_id)
     if entry is not None:
         _check_kwargs(env_id, entry.factory, kwargs)
         if entry.check is not None:
             entry.check(**kwargs)
         return entry.info
-    match = _ALE_ID.match(env_id)
+    match = ALE_ID.match(env_id)
     if match is not None:
         from . import atari
 
@@ -194,7 +96,7 @@ def list_envs() -> list[EnvInfo]:
     >>> "theory/inaction" in [info.env_id for info in list_envs()]
     True
     """
-    return sorted((entry.info for entry in _REGISTRY.values()), key=lambda i: (i.family, i.env_id))
+    return sorted((entry.info for entry in REGISTRY.values()), key=lambda i: (i.family, i.env_id))
 
 
 def parse_env_args(items: list[str] | None) -> dict[str, Any]:
@@ -238,7 +140,7 @@ def _gymnasium_spec(env_id: str) -> gymnasium.envs.registration.EnvSpec:
 
 def _unknown_id_message(env_id: str) -> str:
     # Compare case-insensitively ("boxing" should find "Boxing") but suggest the real spelling.
-    names = {name.lower(): name for name in _REGISTRY}
+    names = {name.lower(): name for name in REGISTRY}
     close = difflib.get_close_matches(env_id.lower(), list(names), n=5, cutoff=0.6)
     hint = f" Did you mean {', '.join(repr(names[c]) for c in close)}?" if close else ""
     return (
@@ -251,7 +153,7 @@ def _unknown_id_message(env_id: str) -> str:
 def _gymnasium_info(env_id: str, spec: Any, kwargs: dict[str, Any]) -> EnvInfo:
     tick_hz = kwargs.get("tick_hz")
     if tick_hz is not None:
-        _check_positive_real("tick_hz", tick_hz)
+        check_positive_real("tick_hz", tick_hz)
     elif spec.entry_point == "ale_py.env:AtariEnv":
         # ALE's render_fps (30) is not its tick rate: the console runs at 60 Hz and each step
         # covers `frameskip` frames.
@@ -288,7 +190,7 @@ def _render_fps(spec: Any) -> float | None:
         except (ImportError, AttributeError):
             return None
     fps: Any = getattr(creator, "metadata", {}).get("render_fps")  # whatever the env declares
-    return float(fps) if _is_real(fps) and fps > 0 else None
+    return float(fps) if is_real(fps) and fps > 0 else None
 
 
 # --- keyword validation at the door ---------------------------------------------------------------
@@ -346,26 +248,10 @@ def _check_against_hint(env_id: str, name: str, value: Any, hint: Any) -> None:
     raise TypeError(f"{env_id!r}: {name} must be {wanted}, got {type(value).__name__} {value!r}")
 
 
-def _is_int(value: Any) -> bool:
-    # bool is an int subclass, but `max_steps=True` is a bug, not a count.
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
 _SIMPLE_CHECKS: dict[Any, Callable[[Any], bool]] = {
-    int: _is_int,
-    float: _is_real,
+    int: is_int,
+    float: is_real,
     bool: lambda v: isinstance(v, bool),
     str: lambda v: isinstance(v, str),
     type(None): lambda v: v is None,
 }
-
-
-def _check_positive_real(name: str, value: Any) -> None:
-    if not _is_real(value):
-        raise TypeError(f"{name} must be a positive real number, got {type(value).__name__} {value!r}")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be positive and finite, got {value!r}")

@@ -26,7 +26,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from .registry import register
+from .spec import register
 
 __all__ = [
     "InactionMDP",

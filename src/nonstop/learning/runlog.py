@@ -62,6 +62,7 @@ import numpy as np
 
 from nonstop._io import write_atomic
 from nonstop.learning.checkpoint import CHECKPOINT_DIR, DEFAULT_MAY_DIFFER, check_compatible
+from nonstop.learning.jsonsafe import json_safe
 
 __all__ = [
     "PROGRESS_COLUMNS",
@@ -508,7 +509,7 @@ class RunLog:
         """Write RUN/summary.json atomically (NaN becomes null, so any JSON reader takes it)."""
         if not isinstance(summary, Mapping):
             raise TypeError(f"summary must be a dict, got {type(summary).__name__}")
-        text = json.dumps(_json_safe(summary), indent=2, allow_nan=False)
+        text = json.dumps(json_safe(summary), indent=2, allow_nan=False)
         path = write_atomic(self.paths.summary, (text + "\n").encode())
         from nonstop.learning.tracking import end_state
 
@@ -540,20 +541,6 @@ class RunLog:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if hasattr(value, "item") and callable(value.item):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return str(value)
 
 
 # ----------------------------------------------------------------------------- live view

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from nonstop._io import write_atomic
-from nonstop.learning.runlog import _json_safe  # one way to make a summary JSON-safe, shared with the run log
+from nonstop.learning.jsonsafe import json_safe  # one way to make a summary JSON-safe, shared with the run log
 
 __all__ = ["TRACKERS", "END_STATES", "Tracker", "TrackerError", "parse_track", "require_trackers", "open_tracker",
            "read_tracking", "end_state"]
@@ -166,7 +166,7 @@ class Tracker:
         self._guard(lambda: self._log(group, {f"{group}/{k}": v for k, v in numbers.items()}, int(numbers[step_key])))
 
     def summary(self, summary: Mapping[str, Any]) -> None:
-        self._guard(lambda: self._summary(_json_safe(summary)))
+        self._guard(lambda: self._summary(json_safe(summary)))
 
     def finish(self, end: str = "finished") -> None:
         """End the tracker run as ``end`` (a key of `END_STATES`); later calls do nothing."""
@@ -215,7 +215,7 @@ class WandbTracker(Tracker):
         directory = None if os.environ.get("WANDB_DIR") else str(run_dir)
         try:
             self.run = wandb.init(
-                project=project, name=run_dir.name, dir=directory, config=_json_safe(config),
+                project=project, name=run_dir.name, dir=directory, config=json_safe(config),
                 id=run_id, resume="allow" if run_id else None,
                 settings=wandb.Settings(console="off"),  # nonstop's console is its own (a live table)
             )  # fmt: skip
@@ -269,7 +269,7 @@ class MlflowTracker(Tracker):
                 params = [Param(k, v[:6000]) for k, v in _flatten(config).items()]
                 for i in range(0, len(params), self._BATCH):
                     self.client.log_batch(self.run_id, params=params[i : i + self._BATCH])
-                self.client.log_dict(self.run_id, _json_safe(config), "config.json")
+                self.client.log_dict(self.run_id, json_safe(config), "config.json")
         except Exception as exc:  # noqa: BLE001 - MLflow raises many kinds; each becomes one line
             raise TrackerError(
                 f"--track mlflow could not start a run at {uri or 'the default store'}: {type(exc).__name__}: "
@@ -307,7 +307,7 @@ def _flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
         if isinstance(value, Mapping) and value:
             out.update(_flatten(value, name + "."))
         else:
-            safe = _json_safe(value)
+            safe = json_safe(value)
             out[name] = safe if isinstance(safe, str) else json.dumps(safe)
     return out
 

@@ -281,9 +281,9 @@ class RealtimeEnv(gym.Env):
 
 def _static_answers(env: EnvSource, env_kwargs: dict[str, Any]) -> dict[str, Any]:
     """Answers of a copy of the env for `_STATIC_QUERIES` (a host process keeps the world itself)."""
-    from nonstop.realtime.host import _build_env
+    from nonstop.realtime.worlds import build_env
 
-    copy = _build_env(env, {k: v for k, v in env_kwargs.items() if k != "render_mode"})
+    copy = build_env(env, {k: v for k, v in env_kwargs.items() if k != "render_mode"})
     try:
         answers = {}
         for name in _STATIC_QUERIES:

@@ -42,6 +42,9 @@ read-only and loads nothing up front: ``log["delay"]`` reads that column chunk b
 every figure chunk by chunk). `TickLog.stitch` joins logs (resume segments) into one timeline without
 loading them. Old single-file logs (``ticklog.npz``, `save`) load as before.
 
+`TickLog` (and `SeatLog`, one seat's view) live here; the chunks and their writer thread in
+`nonstop.realtime.tickchunks`, the file formats and atomic writes in `nonstop.realtime.tickfiles`.
+
 >>> log = TickLog(tau_m=1 / 60)
 >>> log.append(tick=1, deadline=1 / 60, time=1 / 60, source=SOURCE_AGENT, worker=0, delay=2,
 ...            obs_tick=-1, action=3, reward=1.0, episode=0)
@@ -68,21 +71,14 @@ from __future__ import annotations
 
 import json
 import os
-import queue
-import re
 import struct
-import threading
-import time
 import warnings
-import zipfile
-from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 
-from nonstop._io import atomic_file, write_atomic
 from nonstop.realtime.tickcolumns import (
     COLUMNS,
     SEAT_COLUMNS,
@@ -92,6 +88,18 @@ from nonstop.realtime.tickcolumns import (
     column_dtype,
     column_names,
     seat_column,
+)
+from nonstop.realtime.tickchunks import CHUNK_ROWS, MAX_PENDING, Chunk, ChunkWriter, paged_in_block
+from nonstop.realtime.tickfiles import (
+    CHUNK_FILE_RE,
+    DIR_FORMAT,
+    LOG_FORMAT,
+    META_FILE,
+    check_chunk,
+    is_ticklog_dir,
+    load_npz,
+    save_npz_atomic,
+    write_json_atomic,
 )
 from nonstop.realtime.ticksummary import summarize
 
@@ -113,205 +121,6 @@ __all__ = [
 _NAMES: Final = tuple(COLUMNS)
 _INDEX: Final = {name: i for i, name in enumerate(_NAMES)}
 _ROW: Final = struct.Struct(f"={len(_NAMES)}d")  # one row of the float64 block, native byte order
-
-#: Rows per chunk: 64k ticks are 18 minutes at 60 Hz, 9.4 MB in memory, ~1 MB compressed on disk.
-CHUNK_ROWS: Final = 65536
-#: Sealed chunks that may wait for the writer before an append waits for it (memory bound).
-MAX_PENDING: Final = 4
-
-_FORMAT: Final = "nonstop.ticklog/1"  # a whole log in one .npz (`save`)
-_DIR_FORMAT: Final = "nonstop.ticklog.dir/1"
-_CHUNK_FORMAT: Final = "nonstop.ticklog.chunk/1"
-_META: Final = "meta.json"
-_CHUNK_RE: Final = re.compile(r"chunk-(\d{6,})\.npz")
-
-
-def save_npz_atomic(
-    path: Path, header: dict[str, Any], arrays: dict[str, np.ndarray], *, fsync: bool = False,
-    compresslevel: int | None = None,
-) -> Path:
-    """Write a compressed ``.npz`` of ``arrays`` plus a JSON ``__header__`` atomically (a temp
-    file in the same directory, then a rename): a crash never leaves half a file under ``path``.
-    ``fsync`` also forces the bytes to the device (`nonstop._io.atomic_file`'s ``durable``: a power cut keeps it whole).
-    ``compresslevel``: zlib's level (default: numpy's, 6; the tick log's chunks use 1, five times
-    faster for the same size on tick-log columns)."""
-    blob = np.frombuffer(json.dumps(header, default=str).encode(), np.uint8)
-    with atomic_file(path, durable=fsync) as f:
-        if compresslevel is None:
-            # allow_pickle=False as in the branch below: an object array could not be read back
-            np.savez_compressed(f, __header__=blob, allow_pickle=False, **arrays)
-        else:  # what savez_compressed does, at a chosen level
-            with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED, compresslevel=compresslevel) as z:
-                for name, array in {"__header__": blob, **arrays}.items():
-                    with z.open(f"{name}.npy", "w", force_zip64=True) as member:
-                        np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
-    return path
-
-
-def load_npz(path: str | os.PathLike, fmt: str, what: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Read back a `save_npz_atomic` file whose header says ``format: fmt``: ``(header, arrays)``.
-    Every failure is a ``ValueError`` (``FileNotFoundError`` if absent) naming the file and ``what``."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no {what} at {path}")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            header = json.loads(bytes(data["__header__"]).decode())
-            arrays = {name: data[name] for name in data.files if name != "__header__"}
-    except (OSError, KeyError, json.JSONDecodeError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise ValueError(f"cannot read {what} {path}: {exc}") from exc
-    if not isinstance(header, dict) or header.get("format") != fmt:
-        found = header.get("format") if isinstance(header, dict) else header
-        raise ValueError(f"{path} is not a nonstop {what} (format {found!r})")
-    return header, arrays
-
-
-def _write_json_atomic(path: Path, obj: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps(obj, default=str).encode())
-
-
-def is_ticklog_dir(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a tick-log directory (holds a ``meta.json`` of the right format)."""
-    meta = Path(path) / _META
-    if not meta.is_file():
-        return False
-    try:
-        return json.loads(meta.read_text()).get("format") == _DIR_FORMAT
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-# ----------------------------------------------------------------------------- chunks
-
-
-class _Chunk:
-    """One completed chunk: its rows in memory (a float64 row block) and/or its file on disk.
-
-    ``tick_shift``/``episode_shift`` renumber a stitched segment onto the joined timeline."""
-
-    __slots__ = ("rows", "path", "n", "index", "tick_shift", "episode_shift", "at")
-
-    def __init__(self, rows: np.ndarray | None, path: Path | None, n: int, index: int,
-                 at: dict[str, int] = _INDEX) -> None:  # fmt: skip
-        self.rows, self.path, self.n, self.index = rows, path, n, index
-        self.at = at  # column name -> its place in a row
-        self.tick_shift = self.episode_shift = 0
-
-    def shifted(self, tick_shift: int, episode_shift: int) -> "_Chunk":
-        c = _Chunk(self.rows, self.path, self.n, self.index, self.at)
-        c.tick_shift, c.episode_shift = self.tick_shift + tick_shift, self.episode_shift + episode_shift
-        return c
-
-    def columns(self, names: Sequence[str]) -> dict[str, np.ndarray]:
-        rows = self.rows  # read once: the writer may drop it once the file is in place
-        if rows is not None:
-            out = {name: rows[: self.n, self.at[name]].astype(column_dtype(name)) for name in names}
-        elif self.path is None:  # never: the writer sets the path before it drops the rows
-            raise RuntimeError(f"tick-log chunk {self.index} has neither rows in memory nor a file")
-        else:
-            try:
-                with np.load(self.path, allow_pickle=False) as data:
-                    out = {name: data[name] for name in names}
-            except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-                raise ValueError(f"cannot read tick-log chunk {self.path}: {exc}") from exc
-        if self.tick_shift and "tick" in out:
-            out["tick"] = out["tick"] + self.tick_shift
-        if self.episode_shift and "episode" in out:
-            out["episode"] = out["episode"] + self.episode_shift
-        return out
-
-
-def _chunk_arrays(rows: np.ndarray, names: Sequence[str]) -> dict[str, np.ndarray]:
-    return {name: rows[:, i].astype(column_dtype(name)) for i, name in enumerate(names)}
-
-
-def _paged_in_block(shape: tuple[int, int]) -> np.ndarray:
-    """A zeroed float64 block whose pages are already mapped. ``np.zeros`` maps pages lazily, so
-    each first write to a page faults, and numpy asks for transparent huge pages on large arrays:
-    a fault then zeroes 2 MB (with the kernel's ``defrag=madvise``, after compacting memory), which
-    measured 1-5 ms on one append. Writing every page here moves that cost off the tick path."""
-    block = np.empty(shape, np.float64)
-    block.fill(0.0)
-    return block
-
-
-class _ChunkWriter:
-    """The background thread that writes sealed chunks of one `TickLog` into its directory.
-
-    The hand-off never blocks the appender (the world never waits): a writer that falls more than
-    ``max_pending`` chunks behind (a disk or a CPU far slower than the ticks) is warned about once
-    and its backlog waits in memory until it catches up; ``max_backlog`` records the worst."""
-
-    def __init__(self, directory: Path, max_pending: int, names: Sequence[str] = _NAMES, block_rows: int = CHUNK_ROWS) -> None:
-        self.directory = directory
-        self.block_shape = (block_rows, len(names))
-        self.names = names
-        self.max_pending = max_pending
-        self.max_backlog = 0
-        self.queue: queue.Queue[_Chunk | None] = queue.Queue()
-        #: blocks whose rows are safely on disk, for the appender to fill again: a block already
-        #: paged in costs no page faults on the tick path (deque: thread-safe append/pop)
-        self.free: deque[np.ndarray] = deque()
-        self.error: BaseException | None = None
-        #: (start, end) `time.perf_counter_ns` of the last chunk writes: when the writer was busy
-        #: (``nonstop bench ticklog`` tells a slow append that overlapped one from the machine's noise)
-        self.busy: deque[tuple[int, int]] = deque(maxlen=1024)
-        self.thread = threading.Thread(target=self._loop, name="nonstop-ticklog-writer", daemon=True)
-        self.thread.start()
-
-    def _stock_spare(self, shape: tuple[int, int]) -> None:
-        """Have one paged-in block ready for the appender's next seal (this thread pays the faults)."""
-        if not self.free:
-            self.free.append(_paged_in_block(shape))
-
-    def submit(self, chunk: _Chunk) -> None:
-        self.queue.put_nowait(chunk)
-        backlog = self.queue.qsize()
-        if backlog > self.max_backlog:
-            if backlog > self.max_pending >= self.max_backlog:
-                warnings.warn(f"tick log: the writer to {self.directory} is {backlog} chunks behind; they wait in "
-                              "memory until it catches up (the world does not wait)", RuntimeWarning, stacklevel=3)  # fmt: skip
-            self.max_backlog = backlog
-
-    def close(self) -> None:
-        self.queue.put(None)
-        self.thread.join()
-
-    @staticmethod
-    def _follow_host_priority() -> None:
-        """Under a realtime host (its main thread at SCHED_FIFO, set after this thread started):
-        take the lowest realtime priority, below the tick loop and above ordinary work, so that no
-        ordinary process preempts the writer while it holds the GIL the tick loop needs."""
-        try:
-            if os.sched_getscheduler(os.getpid()) == os.SCHED_FIFO and os.sched_getscheduler(0) != os.SCHED_FIFO:
-                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(os.sched_get_priority_min(os.SCHED_FIFO)))
-        except (AttributeError, OSError):
-            pass
-
-    def _loop(self) -> None:
-        self._stock_spare(self.block_shape)  # before the first seal needs it (a chunk takes minutes to fill)
-        while (chunk := self.queue.get()) is not None:
-            self._follow_host_priority()
-            began = time.perf_counter_ns()
-            path = self.directory / f"chunk-{chunk.index:06d}.npz"
-            rows = chunk.rows
-            assert rows is not None
-            try:
-                header = {"format": _CHUNK_FORMAT, "index": chunk.index, "rows": chunk.n}
-                save_npz_atomic(path, header, _chunk_arrays(rows[: chunk.n], self.names), fsync=True, compresslevel=1)
-            except Exception as exc:  # keep the rows in memory: nothing is lost while the process lives
-                if self.error is None:
-                    warnings.warn(f"tick log: cannot write {path} ({exc}); keeping its rows in memory",
-                                  RuntimeWarning, stacklevel=1)  # fmt: skip
-                self.error = exc
-                continue
-            finally:
-                self.busy.append((began, time.perf_counter_ns()))
-            chunk.path = path
-            chunk.rows = None  # from now on read back from the file: memory stays bounded
-            if len(self.free) < 2:
-                self.free.append(rows)
-            self._stock_spare(self.block_shape)
 
 
 # ----------------------------------------------------------------------------- the log
@@ -352,11 +161,11 @@ class TickLog:
         self.meta: dict[str, Any] = dict(meta or {})
         self.chunk_rows = int(chunk_rows)
         self._chunk_rows = self.chunk_rows  # the open block's size: 0 once read-only, so an append is refused
-        self._chunks: list[_Chunk] = []
+        self._chunks: list[Chunk] = []
         # a streaming log (the realtime path) pages its block in now, not on the tick path (see
-        # `_paged_in_block`); an in-memory one maps it lazily, costing nothing until it fills
+        # `paged_in_block`); an in-memory one maps it lazily, costing nothing until it fills
         shape = (self._chunk_rows, len(self._names))
-        self._block = _paged_in_block(shape) if directory is not None else np.zeros(shape, np.float64)
+        self._block = paged_in_block(shape) if directory is not None else np.zeros(shape, np.float64)
         self._block_buffer = self._block.data  # what `append_row` packs into (a buffer, as struct asks)
         self._n_block = 0  # rows in the open block
         self._n_done = 0  # rows in completed chunks
@@ -365,15 +174,15 @@ class TickLog:
         self.directory: Path | None = None
         #: whether the log was closed normally (False for a log read back from a run that was killed)
         self.complete = True
-        self._writer: _ChunkWriter | None = None
+        self._writer: ChunkWriter | None = None
         if directory is not None:
             self.directory = Path(directory)
-            if self.directory.exists() and (any(self.directory.glob("chunk-*.npz")) or (self.directory / _META).exists()):
+            if self.directory.exists() and (any(self.directory.glob("chunk-*.npz")) or (self.directory / META_FILE).exists()):
                 raise FileExistsError(f"{self.directory} already holds a tick log: move it away or choose another directory")
             self.directory.mkdir(parents=True, exist_ok=True)
             self._write_meta(complete=False)
             # the writer also keeps a paged-in spare block ready, so no seal hands the appender fresh pages
-            self._writer = _ChunkWriter(self.directory, max_pending, self._names, self._chunk_rows)
+            self._writer = ChunkWriter(self.directory, max_pending, self._names, self._chunk_rows)
 
     def __len__(self) -> int:
         return self._n_done + self._n_block
@@ -486,7 +295,7 @@ class TickLog:
         if self._readonly:
             raise RuntimeError("this tick log was read back from disk (or stitched): it is read-only")
         n = self._n_block
-        chunk = _Chunk(self._block, None, n, len(self._chunks) + self._released_chunks, self._index)
+        chunk = Chunk(self._block, None, n, len(self._chunks) + self._released_chunks, self._index)
         self._chunks.append(chunk)
         self._n_done += n
         writer = self._writer
@@ -508,7 +317,7 @@ class TickLog:
 
     def _write_meta(self, *, complete: bool) -> None:
         assert self.directory is not None
-        record = {"format": _DIR_FORMAT, "tau_m": self.tau_m, "chunk_rows": self.chunk_rows, "complete": complete,
+        record = {"format": DIR_FORMAT, "tau_m": self.tau_m, "chunk_rows": self.chunk_rows, "complete": complete,
                   "meta": self.meta}  # fmt: skip
         if self.seats > 1:  # one-seat directories stay exactly as before
             record["seats"] = self.seats
@@ -517,7 +326,7 @@ class TickLog:
             unwritten = [c.index for c in self._chunks if c.path is None]
             if unwritten:
                 record["unwritten_chunks"] = unwritten
-        _write_json_atomic(self.directory / _META, record)
+        write_json_atomic(self.directory / META_FILE, record)
 
     def close(self) -> None:
         """Streaming logs: write the last partial chunk, wait for the writer, and mark the
@@ -539,10 +348,10 @@ class TickLog:
         return self._writer.max_backlog if self._writer is not None else int(self.meta.get("ticklog_writer_max_backlog", 0))
 
     # ---- reading
-    def _all_chunks(self) -> list[_Chunk]:
+    def _all_chunks(self) -> list[Chunk]:
         chunks = list(self._chunks)
         if self._n_block:
-            chunks.append(_Chunk(self._block, None, self._n_block, len(chunks), self._index))
+            chunks.append(Chunk(self._block, None, self._n_block, len(chunks), self._index))
         return chunks
 
     def iter_chunks(self, columns: Iterable[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
@@ -628,7 +437,7 @@ class TickLog:
             block = np.asarray(block, np.float64)
             if block.ndim != 2 or block.shape[1] != width:
                 raise ValueError(f"row blocks must have shape (n, {width}), got {block.shape}")
-            log._chunks.append(_Chunk(block, None, len(block), len(log._chunks), log._index))
+            log._chunks.append(Chunk(block, None, len(block), len(log._chunks), log._index))
             log._n_done += len(block)
         return log
 
@@ -645,7 +454,7 @@ class TickLog:
         path = Path(path)
         if path.suffix != ".npz":
             path = path.with_suffix(".npz")
-        header = {"format": _FORMAT, "tau_m": self.tau_m, "meta": self.meta}
+        header = {"format": LOG_FORMAT, "tau_m": self.tau_m, "meta": self.meta}
         if self.seats > 1:
             header["seats"] = self.seats
         return save_npz_atomic(path, header, self.columns())
@@ -655,7 +464,7 @@ class TickLog:
         """Read a log back: a tick-log directory (`open`) or a single ``.npz`` file (`save`)."""
         if Path(path).is_dir():
             return cls.open(path)
-        header, data = load_npz(path, _FORMAT, "tick log")
+        header, data = load_npz(path, LOG_FORMAT, "tick log")
         names = column_names(int(header.get("seats", 1)))
         missing = [c for c in names if c not in data]
         if missing:
@@ -671,29 +480,29 @@ class TickLog:
         coming) is skipped with a `RuntimeWarning`; its name is kept in ``meta["skipped_chunks"]``.
         """
         directory = Path(directory)
-        meta_path = directory / _META
+        meta_path = directory / META_FILE
         if not meta_path.is_file():
-            raise FileNotFoundError(f"no tick log at {directory} (no {_META})")
+            raise FileNotFoundError(f"no tick log at {directory} (no {META_FILE})")
         try:
             record = json.loads(meta_path.read_text())
         except (OSError, ValueError) as exc:
             raise ValueError(f"cannot read tick log {meta_path}: {exc}") from exc
-        if not isinstance(record, dict) or record.get("format") != _DIR_FORMAT:
+        if not isinstance(record, dict) or record.get("format") != DIR_FORMAT:
             raise ValueError(f"{meta_path} is not a nonstop tick log directory")
-        files = sorted((int(m.group(1)), p) for p in directory.iterdir() if (m := _CHUNK_RE.fullmatch(p.name)))
+        files = sorted((int(m.group(1)), p) for p in directory.iterdir() if (m := CHUNK_FILE_RE.fullmatch(p.name)))
         log = cls(record["tau_m"], meta=dict(record.get("meta") or {}), chunk_rows=1, seats=int(record.get("seats", 1)))
         log.complete = bool(record.get("complete"))
         log.directory = directory
         skipped = []
         for i, (index, path) in enumerate(files):
             try:
-                n = _check_chunk(path, full=i == len(files) - 1, names=log._names)
+                n = check_chunk(path, full=i == len(files) - 1, names=log._names)
             except ValueError as exc:
                 skipped.append(path.name)
                 warnings.warn(f"tick log: skipping {exc} (the log keeps {log._n_done:,} rows before it)",
                               RuntimeWarning, stacklevel=2)  # fmt: skip
                 continue
-            log._chunks.append(_Chunk(None, path, n, index, log._index))
+            log._chunks.append(Chunk(None, path, n, index, log._index))
             log._n_done += n
         if skipped:
             log.meta["skipped_chunks"] = skipped
@@ -810,24 +619,3 @@ class SeatLog:
         out = summarize(self, **kwargs)
         out["seat"] = self.name
         return out
-
-
-def _check_chunk(path: Path, *, full: bool, names: Sequence[str] = _NAMES) -> int:
-    """Rows in chunk file ``path`` after checking its zip directory and header (``full``: every
-    column too, through the zip CRC-32). ValueError naming the file if it is torn or foreign."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            header = json.loads(bytes(data["__header__"]).decode())
-            if not isinstance(header, dict) or header.get("format") != _CHUNK_FORMAT:
-                raise ValueError("not a tick-log chunk")
-            n = int(header["rows"])
-            missing = [c for c in names if c not in data.files]
-            if missing:
-                raise ValueError(f"it lacks columns {missing}")
-            if full:
-                for name in names:
-                    if len(data[name]) != n:
-                        raise ValueError(f"column {name} has {len(data[name])} rows, the header says {n}")
-    except (OSError, KeyError, json.JSONDecodeError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise ValueError(f"torn or unreadable chunk {path}: {exc}") from exc
-    return n

@@ -44,6 +44,8 @@ from fastapi import WebSocket, WebSocketDisconnect
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
+from nonstop.server.auth import authorized, refuse_socket
+from nonstop.server.connection import Connection
 from nonstop.server.protocol import (
     MAX_WAIT_TICKS,
     ActMessage,
@@ -179,14 +181,12 @@ class SpectatorConnection:
     """A read-only connection to another client's session (``/ws/watch/{session_id}``).
 
     It answers ``observe``, ``state``, ``wait`` and ``subscribe`` exactly as the owner's connection
-    does (it delegates to a `nonstop.server.app.Connection` bound to the session), refuses
+    does (it delegates to a `nonstop.server.connection.Connection` bound to the session), refuses
     ``reset``, ``step`` and ``act`` with ``READ_ONLY``, never touches the session's idle timer and
     never ends the session.
     """
 
     def __init__(self, ws: WebSocket, manager: SessionManager, session: ServerSession) -> None:
-        from nonstop.server.app import Connection
-
         self.session, self.ws = session, ws
         self.reader = Connection(ws, manager, start_timeout=0.0)
         self.reader.session = session  # bound for reading only: nothing here calls its reset/close
@@ -248,8 +248,6 @@ def mount_live(app: FastAPI, manager: Callable[[], SessionManager], token: str |
     Spectator sockets count among the app's open connections (``app.state.connections``) and are
     refused past ``max_connections`` like any other socket.
     """
-    from nonstop.server.app import _authorized, _refuse
-
     app.state.spectators = {}
     if not hasattr(app.state, "connections"):
         app.state.connections = 0
@@ -269,12 +267,12 @@ def mount_live(app: FastAPI, manager: Callable[[], SessionManager], token: str |
     @app.websocket("/ws/watch/{sid}")
     async def watch(ws: WebSocket, sid: str) -> None:
         offered = list(ws.scope.get("subprotocols") or [])
-        if token is not None and not _authorized(ws.headers.get("authorization"), token_from_subprotocols(offered),
-                                                 token):  # fmt: skip
+        if token is not None and not authorized(ws.headers.get("authorization"), token_from_subprotocols(offered),
+                                                token):  # fmt: skip
             await ws.close(code=1008, reason="missing or wrong bearer token")
             return
         if max_connections is not None and app.state.connections >= max_connections:
-            await _refuse(ws, f"too many open connections ({max_connections}): retry later")
+            await refuse_socket(ws, f"too many open connections ({max_connections}): retry later")
             return
         app.state.connections += 1
         try:

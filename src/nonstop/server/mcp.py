@@ -23,7 +23,7 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import Field, ValidationError
 
-from nonstop.server.app import Connection
+from nonstop.server.connection import Connection
 from nonstop.server.protocol import (
     MAX_WAIT_TICKS,
     ActionData,

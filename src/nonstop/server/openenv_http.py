@@ -35,6 +35,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from nonstop.server.connection import Connection
 from nonstop.server.protocol import (
     ActionData,
     ErrorCode,
@@ -104,8 +105,6 @@ class HttpPlayers:
         return conn
 
     async def reset(self, sid: str | None, data: ResetData) -> dict[str, Any]:
-        from nonstop.server.app import Connection
-
         self._prune()
         if sid is not None:
             conn = self.get(sid)

@@ -464,9 +464,9 @@ class Replay:
 def write_header(directory: str | os.PathLike, header: dict[str, Any]) -> None:
     """Record a session's replay header in its tick-log ``directory`` when it starts, so that
     `Replay.recover` can finalise its replay if the process recording it dies."""
-    from nonstop.realtime.ticklog import _write_json_atomic
+    from nonstop.realtime.tickfiles import write_json_atomic
 
-    _write_json_atomic(Path(directory) / _HEADER, header)
+    write_json_atomic(Path(directory) / _HEADER, header)
 
 
 # ----------------------------------------------------------------------------- re-simulation
