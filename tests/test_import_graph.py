@@ -190,3 +190,22 @@ def test_graph_finds_a_cycle(tmp_path: Path) -> None:
     assert "pkg.b:5 → pkg.a: from . import a" in report
     (root / "c.py").write_text("import pkg.c\n")
     assert ["pkg.c"] in import_cycles(import_edges(root)[1])  # a module importing itself
+
+
+def test_nothing_in_the_library_imports_a_command():
+    """Commands (`nonstop.commands`) stand on the library; the library never reaches up to one
+    (only the entry point, `nonstop.cli`, finds the verbs)."""
+    edges = [e for e in import_edges(SRC)[1] if e.imported.startswith("nonstop.commands")
+             and not e.importer.startswith(("nonstop.commands", "nonstop.cli", "nonstop.__main__"))]
+    assert not edges, "\n".join(f"{e.importer}:{e.line}: {e.text}" for e in edges)
+
+
+def test_importing_the_library_imports_no_command_line_code():
+    """``import nonstop`` and ``import nonstop.experiment`` bring in no argparse and no command module."""
+    import subprocess
+    import sys
+
+    code = ("import sys, nonstop, nonstop.experiment; "
+            "print(sorted(m for m in sys.modules if m == 'argparse' or m.startswith('nonstop.commands')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
