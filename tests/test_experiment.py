@@ -152,7 +152,7 @@ def test_a_run_written_before_the_composition_resumes(tmp_path, capsys, no_shm_l
     package existed): 4 world seconds of CartPole, 148 updates, 200 ticks."""
     run = tmp_path / "run"
     shutil.copytree(OLD_RUN, run)
-    code = main(["train", "--env", "CartPole", "--seconds", "4", "--checkpoint-every", "4", "--checkpoint-replay", "no",
+    code = main(["train", "--env", "CartPole", "--seconds", "8", "--checkpoint-every", "4", "--checkpoint-replay", "no",
                  "--learning-starts", "50", "--hidden", "32", "32", "--out", str(run), "--resume"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 0, err

@@ -196,7 +196,7 @@ def test_self_play_run_writes_matches_resumes_its_pool_and_reports_the_win_rate(
     assert (m["opponent_tick"] == m["opponent"] * 120).all()  # each id is the snapshot of its tick
     assert (m["opponent_tick"] <= m["end_tick"]).all() and (1 <= m["pool_size"]).all() and (m["pool_size"] <= 3).all()
 
-    assert main([*ARGS, "--seconds", "4", "--out", str(out), "--resume"]) == 0
+    assert main([*ARGS, "--seconds", "12", "--out", str(out), "--resume"]) == 0  # the run's total: 4 s more
     capsys.readouterr()
     resumed = latest_checkpoint(out).state["self_play"]
     assert resumed["ids"].tolist() == [4, 5, 6] and resumed["next_id"] == 7  # counting on from the first run's pool

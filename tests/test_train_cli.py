@@ -34,7 +34,7 @@ def test_train_writes_a_run_and_resume_continues_the_counters(tmp_path, capsys, 
     assert len(TickLog.open(run / "ticklog")) == 300
     assert json.loads((run / "summary.json").read_text())["machine_limits"] == []  # the virtual clock never runs late
 
-    assert main([*ARGS, "--seconds", "4", "--out", str(run), "--resume"]) == 0
+    assert main([*ARGS, "--seconds", "10", "--out", str(run), "--resume"]) == 0  # the run's total: 4 s more
     progress = read_columns(run / "progress.csv")
     assert progress["env_ticks"].tolist() == [100, 200, 300, 400, 500]  # appended, counting on
     # wall time counts on too: the resumed segment starts where the first one ended, not at 0
@@ -56,7 +56,7 @@ def test_resume_with_an_incompatible_config_lists_the_keys(tmp_path, capsys):
     run = tmp_path / "run"
     assert main([*ARGS, "--seconds", "2", "--out", str(run)]) == 0
     capsys.readouterr()
-    assert main([*ARGS, "--seconds", "2", "--out", str(run), "--resume", "--lr", "0.1", "--seed", "3"]) == 2
+    assert main([*ARGS, "--seconds", "4", "--out", str(run), "--resume", "--lr", "0.1", "--seed", "3"]) == 2
     err = capsys.readouterr().err
     assert "dqn.lr" in err and "seed" in err
 
@@ -110,7 +110,7 @@ def test_resume_skips_a_corrupt_newest_checkpoint_and_names_it(tmp_path, capsys,
     assert len(ckpts) == 2
     ckpts[-1].write_bytes(ckpts[-1].read_bytes()[:1000])  # truncate the newest
     capsys.readouterr()
-    assert main([*ARGS, "--seconds", "2", "--out", str(run), "--resume"]) == 0
+    assert main([*ARGS, "--seconds", "10", "--out", str(run), "--resume"]) == 0
     err = "".join(capsys.readouterr().err.split())  # the console wraps long lines anywhere
     assert ckpts[-1].name in err and f"resumedfrom{ckpts[0].name}" in err
 
@@ -205,6 +205,30 @@ def test_trim_above_reaches_every_process_worker_and_may_change_on_resume(tmp_pa
     assert summary["inaction_fraction_after_startup"] < summary["inaction_fraction"]
     assert f"after the workers' first {summary['startup_ticks']:,} ticks of starting up" in capsys.readouterr().err
     # a memory knob, not part of what is learned: a resume may change it
-    assert main([*ARGS, "--seconds", "2", *wall, "--trim-above", "1MiB", "--resume"]) == 0
+    assert main([*ARGS, "--seconds", "4", *wall, "--trim-above", "1MiB", "--resume"]) == 0
     assert given[2:] == [2**20, 2**20]
     capsys.readouterr()
+
+
+def test_resume_continues_the_saved_config_and_says_what_it_overrides(tmp_path, capsys, no_shm_leak):
+    """`train --resume RUN` needs no flag typed again: the saved config goes on; a flag typed now is an
+    override said at the start; --seconds is the run's total; summary.json covers every segment."""
+    run = tmp_path / "run"
+    first = ["train", "--env", "CartPole", "--latency", "2t", "--learning-starts", "30", "--batch-size", "8", "--lr", "1e-3",
+             "--checkpoint-every", "4", "--seconds", "4", "--out", str(run)]  # fmt: skip
+    assert main(first) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--seconds", "6"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "resuming" in err and "overriding seconds: 4.0 → 6.0" in err, err
+    config = json.loads((run / "config.json").read_text())
+    assert config["latency"] == "2t" and config["dqn"]["lr"] == 1e-3 and config["seconds"] == 6.0  # kept, not defaults
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_ticks_total"] == 300 and summary["segments"] == 2
+    assert summary["this_segment"]["ticks"] == 100 and summary["ticks"] == 300  # the figures cover both segments
+    # nothing left of the total: said, nothing run
+    assert main(["train", "--resume", str(run), "--seconds", "6"]) == 2
+    assert "nothing is left to run" in capsys.readouterr().err
+    # two runs named at once
+    assert main(["train", "--resume", str(run), "--out", str(tmp_path / "other")]) == 2
+    assert "name two runs" in capsys.readouterr().err

@@ -79,6 +79,7 @@ def _run(argv: list[str] | None) -> int:
     if getattr(args, "verb", None) is None:
         parser.print_help()
         return 2
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what was typed (a resumed run overrides only that)
     try:
         require_extras(args)  # a missing optional package is named before anything runs or is written
         return int(args.verb.run(args) or 0)

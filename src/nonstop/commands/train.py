@@ -23,7 +23,7 @@ _RUN_FIELDS = ("env", "clock", "seconds", "interaction", "scheduler", "n_inferen
                "learner_mode", "tau_l", "learner_backend", "backend", "ray_address", "trim_above", "max_restarts",
                "restart_window")  # fmt: skip
 _SELF_PLAY_FIELDS = ("opponents", "snapshot_every", "pool_size", "opponent_latency")
-_RECORD_FIELDS = ("out", "resume", "episodes", "progress_every", "checkpoint_every", "keep_checkpoints",
+_RECORD_FIELDS = ("out", "episodes", "progress_every", "checkpoint_every", "keep_checkpoints",
                   "checkpoint_replay")  # fmt: skip
 
 
@@ -51,6 +51,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_dqn_arguments(p)
     add_fields(p, TrainConfig, ("seed",))
     add_fields(p, RecordConfig, _RECORD_FIELDS, types={"out": str, "episodes": int})
+    p.add_argument("--resume", nargs="?", const=True, default=False, metavar="RUN",
+                   help="continue RUN (or the run in --out) from its newest checkpoint, with its saved config: a flag "
+                        "typed now overrides it and is said at the start (--seconds and --episodes are the run's "
+                        "totals, earlier segments included)")  # fmt: skip
     p.add_argument("--track", action="append", metavar="wandb|mlflow",
                    help="also send the progress rows, episodes, config and summary to Weights & Biases or MLflow "
                         "(repeat, or a comma list; pip install 'nonstop[track]'; see nonstop.learning.tracking; "
@@ -121,6 +125,12 @@ def record_from_args(args: argparse.Namespace) -> Any:
 
     given = {name: getattr(args, name) for name in _RECORD_FIELDS if getattr(args, name, None) is not None}
     given["track"] = parse_track(getattr(args, "track", None))
+    resume = getattr(args, "resume", False)
+    if isinstance(resume, str):  # --resume RUN
+        if given.get("out") not in (None, resume):
+            raise ValueError(f"--resume {resume} and --out {given['out']} name two runs: give one")
+        given["out"] = resume
+    given["resume"] = bool(resume)
     return RecordConfig(**given, tensorboard=getattr(args, "tensorboard", True))
 
 
@@ -148,13 +158,56 @@ def _trim_setting(args: argparse.Namespace) -> dict[str, Any]:
     return {"trim_above": value}
 
 
+def given_flags(args: argparse.Namespace) -> set[str]:
+    """The destinations of the flags the user typed (``args.argv``, set by the CLI); without it, the
+    ones whose value differs from the flag's default."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    argv = getattr(args, "argv", None)
+    if argv is None:
+        return {a.dest for a in parser._actions if getattr(args, a.dest, None) != a.default}
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
+    typed, _ = parser.parse_known_args([a for a in argv if a != "train"])
+    return set(vars(typed))
+
+
+def resumed_config(args: argparse.Namespace, out: Any) -> tuple[Any, list[str]]:
+    """The run's saved config with the flags the user typed on top, and a line per override
+    (``seconds: 4 → 10``). Whether an override is allowed is the run log's check (`check_compatible`)."""
+    from nonstop.experiment.config import TrainConfig
+    from nonstop.learning.dqn import DQNConfig
+    from nonstop.learning.runlog import read_config
+
+    saved = read_config(out)
+    typed = given_flags(args)
+    fresh = config_from_args(args).to_dict()
+    keys = {name for name in (*_RUN_FIELDS, *_SELF_PLAY_FIELDS, "self_play", "seed") if name in typed}
+    keys |= {"env_kwargs"} if "env_arg" in typed else set()
+    merged = {**saved, **{k: fresh[k] for k in keys if k in fresh}}
+    dqn_keys = {f.name for f in fields(DQNConfig) if f.name in typed or "preset" in typed}
+    merged["dqn"] = {**(saved.get("dqn") or {}), **{k: fresh["dqn"][k] for k in dqn_keys}}
+    cfg = TrainConfig(**merged)
+    now = cfg.to_dict()
+    lines = [f"{k}: {saved.get(k)!r} → {now.get(k)!r}" for k in sorted(keys) if saved.get(k) != now.get(k)]
+    lines += [f"dqn.{k}: {(saved.get('dqn') or {}).get(k)!r} → {now['dqn'][k]!r}" for k in sorted(dqn_keys)
+              if (saved.get("dqn") or {}).get(k) != now["dqn"][k]]  # fmt: skip
+    return cfg, lines
+
+
 def run(args: argparse.Namespace) -> int:
     from nonstop._console import Console
     from nonstop.experiment.record import train_in_directory
 
-    rec = record_from_args(args)
-    summary, end, out = train_in_directory(config_from_args(args), rec, console=Console(stderr=True))
     console = Console(stderr=True)
+    rec = record_from_args(args)
+    if rec.resume:  # the run goes on as it was: only the flags typed now change it, each said
+        cfg, overrides = resumed_config(args, rec.out)
+        console.print(f"resuming {rec.out} with its saved config" + (f"; overriding {', '.join(overrides)}" if overrides
+                                                                    else ""), markup=False)  # fmt: skip
+    else:
+        cfg = config_from_args(args)
+    summary, end, out = train_in_directory(cfg, rec, console=console)
     if summary.get("inaction_fraction") is not None:
         recent = "—" if summary["recent_return"] is None else f"{summary['recent_return']:.2f}"
         after = summary.get("inaction_fraction_after_startup")

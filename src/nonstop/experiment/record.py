@@ -102,6 +102,11 @@ def train_in_directory(cfg: TrainConfig, rec: RecordConfig, *, console: Any) -> 
         if ckpt is None:
             raise FileNotFoundError(f"{out} has no checkpoint to resume from")
     run = Run(cfg)
+    if ckpt is not None:  # --seconds is the run's total: a resumed run goes on for what is left of it
+        done = Run.seconds_in(ckpt.state, run.tau_m)
+        if cfg.seconds - done < run.tau_m / 2:
+            raise ValueError(f"{out} has run {done:g} world seconds of its --seconds {cfg.seconds:g} in all: nothing is "
+                             f"left to run (--seconds is the run's total: pass a larger one)")  # fmt: skip
     need = check_replay_fits(run.dqn.replay_capacity, run.obs_shape, run.obs_space.dtype)  # before RUN exists
     say(f"replay: {run.dqn.replay_capacity:,} transitions of {run.obs_shape} {run.obs_space.dtype} → {need / 2**20:,.1f} "
         f"MiB of shared memory; N_I={run.n_inference}, N_L={cfg.n_learners}, {cfg.interaction}, clock={cfg.clock}; run dir {out}")
@@ -138,9 +143,10 @@ def train_in_directory(cfg: TrainConfig, rec: RecordConfig, *, console: Any) -> 
             if announce:
                 say(announce)
             run.start()
+            seconds = cfg.seconds - run.seconds_run  # the run's total, earlier segments included
             rows = ProgressRows(run, wall0, wall_offset=_wall_before(log))
             next_ckpt = rec.checkpoint_every
-            with Progress(total_ticks=run.tick_offset + math.ceil(cfg.seconds / run.tau_m)) as view:
+            with Progress(total_ticks=math.ceil(cfg.seconds / run.tau_m)) as view:
 
                 def on_slice(done: float) -> None:
                     nonlocal last_row, next_ckpt
@@ -153,7 +159,7 @@ def train_in_directory(cfg: TrainConfig, rec: RecordConfig, *, console: Any) -> 
                         next_ckpt += rec.checkpoint_every
                         save()
 
-                run_for(run, cfg.seconds, every=rec.progress_every, on_slice=on_slice, episodes=rec.episodes)
+                run_for(run, seconds, every=rec.progress_every, on_slice=on_slice, episodes=rec.episodes)
         except BaseException as exc:  # every end reaches the same path: checkpoint, teardown, summary
             end.failed(exc)
             say(f"{end.reason}: " + ("writing a final checkpoint and stopping cleanly (Ctrl-C again skips the checkpoint)"
@@ -169,7 +175,7 @@ def train_in_directory(cfg: TrainConfig, rec: RecordConfig, *, console: Any) -> 
                 run.teardown()
             except Exception as exc:  # noqa: BLE001 - the run's own end is the news; the teardown's is a note
                 end.note(f"teardown: {type(exc).__name__}: {exc}")
-            summary = _finish_log(run, log, end, last_row, wall0)
+            summary = _finish_log(run, log, out, end, last_row, wall0)
     return summary, end, out
 
 
@@ -225,9 +231,11 @@ def _machine_limits(run: Run, figures: dict[str, Any]) -> list[str]:
                           processes=max(1, run.processes()) + 1, cores=max(1, usable_cores()))  # fmt: skip
 
 
-def _finish_log(run: Run, log: Any, end: RunEnd, last_row: dict[str, Any], wall0: float) -> dict[str, Any]:
+def _finish_log(run: Run, log: Any, out: Path, end: RunEnd, last_row: dict[str, Any], wall0: float) -> dict[str, Any]:
     """Write the tick log (what exists of it) and ``summary.json``, marked incomplete with the reason
-    when the run did not reach its end. Never raises: a run's summary must not hide how it ended."""
+    when the run did not reach its end. A resumed run's figures cover every segment (this segment's
+    apart, under ``this_segment``). Never raises: a run's summary must not hide how it ended."""
+    from nonstop.learning.runlog import read_ticklog
     from nonstop.metrics.timing import episode_returns, summarize
 
     summary: dict[str, Any] = {"updates": run.final_updates, "env_ticks_total": int(last_row.get("env_ticks", run.tick_offset)),
@@ -236,8 +244,13 @@ def _finish_log(run: Run, log: Any, end: RunEnd, last_row: dict[str, Any], wall0
         tick_log = run.world.tick_log
         tick_log.meta["tick_offset"] = run.tick_offset  # this segment's tick 0 is the run's tick `tick_offset`
         log.save_ticklog(tick_log)  # streamed already: this records the final meta
-        returns = episode_returns(tick_log)
-        summary.update(summarize(tick_log), env_ticks_total=run.tick_offset + len(tick_log),
+        whole = tick_log
+        if run.tick_offset:  # a resumed run: every segment, stitched into one timeline
+            whole = read_ticklog(out)
+            summary["this_segment"] = summarize(tick_log)
+            summary["segments"] = len(whole.meta.get("segments", [])) or 1
+        returns = episode_returns(whole)
+        summary.update(summarize(whole), env_ticks_total=run.tick_offset + len(tick_log),
                        recent_return=float(np.mean(returns[-20:])) if returns else None)  # fmt: skip
         started = tick_log.meta.get("agents_started_at_tick")
         if started and started < len(tick_log):  # β alone while the workers started: the rest, apart

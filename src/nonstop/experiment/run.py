@@ -71,6 +71,8 @@ class Run:
         self.final_episodes = 0  # episodes_total when torn down (earlier segments included)
         self.tick_offset = 0  # env ticks of earlier segments of this run (after a resume)
         self.episode_offset = 0
+        #: world seconds the run was advanced, earlier segments included (start-up and stopping ticks apart)
+        self.seconds_run = 0.0
         self._closed = False
 
     # ------------------------------------------------------------------ what the run is made of
@@ -175,6 +177,7 @@ class Run:
         `PartFailed` once a part has died more often than its restart budget allows."""
         end = self.world.now() + seconds
         step = min(seconds, 50 * self.tau_m)
+        self.seconds_run += seconds
         while self.world.now() < end - 1e-12:
             until = min(end, self.world.now() + step)
             for part in self.parts:
@@ -235,7 +238,7 @@ class Run:
         """Everything `restore` needs to continue: each part's state, the config and the run's
         counters. Tensors and plain values only."""
         snap: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "config": self.cfg.to_dict(), "env_ticks": self.env_ticks,
-                                "episodes": self.episodes_total}  # fmt: skip
+                                "episodes": self.episodes_total, "seconds_run": self.seconds_run}  # fmt: skip
         for part in self.parts:
             snap.update(part.state_dict(include_replay=include_replay))
         return snap
@@ -248,6 +251,13 @@ class Run:
             part.load_state_dict(snap)
         self.tick_offset = int(snap["env_ticks"])
         self.episode_offset = int(snap["episodes"])
+        self.seconds_run = self.seconds_in(snap, self.tau_m)
+
+    @staticmethod
+    def seconds_in(snap: dict[str, Any], tau_m: float) -> float:
+        """The world seconds a checkpoint's run had been advanced (a checkpoint older than that count:
+        its ticks, start-up included)."""
+        return float(snap.get("seconds_run", int(snap["env_ticks"]) * tau_m))
 
     def teardown(self) -> None:
         """Stop and release every part, newest first, then the world; nothing is left behind even if
