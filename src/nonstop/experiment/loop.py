@@ -1,8 +1,8 @@
 """The one training loop, and the rows it reports.
 
-`run_for` lets a started `Run` go for a number of world seconds, in slices of ``every`` seconds,
-calling ``on_slice`` after each: the API's `train` collects rows there, and a run directory
-(`nonstop.experiment.record`) logs, draws and checkpoints there. Both use this loop.
+`Run.run_for` lets a started run go for a number of world seconds, in slices, calling back after
+each: the API's `train` (here) collects rows there, and a run directory (`nonstop.experiment.record`,
+through `Run.execute`) logs, draws and checkpoints there. Both use that one loop.
 
 >>> from nonstop.learning.dqn import DQNConfig
 >>> cfg = TrainConfig(env="CartPole", seconds=4.0, dqn=DQNConfig.for_family("classic", learning_starts=50))
@@ -23,21 +23,7 @@ import numpy as np
 from nonstop.experiment.config import TrainConfig
 from nonstop.experiment.run import Run
 
-__all__ = ["run_for", "train", "ProgressRows"]
-
-
-def run_for(run: Run, seconds: float, *, every: float, on_slice: Callable[[float], None],
-            episodes: int | None = None) -> float:  # fmt: skip
-    """Advance ``run`` by ``seconds`` world seconds in slices of ``every`` (the last one shorter),
-    calling ``on_slice(done)`` after each; stop early once the run has ``episodes`` finished episodes
-    in all (earlier segments included). Returns the world seconds run."""
-    done = 0.0
-    while done < seconds - 1e-9 and not (episodes is not None and run.episodes_total >= episodes):
-        chunk = min(every, seconds - done)
-        run.advance(chunk)
-        done += chunk
-        on_slice(done)
-    return done
+__all__ = ["train", "ProgressRows"]
 
 
 def train(
@@ -66,7 +52,7 @@ def train(
             if on_progress is not None:
                 on_progress(rows.progress())
 
-        run_for(run, cfg.seconds, every=progress_every, on_slice=on_slice)
+        run.run_for(cfg.seconds, every=progress_every, on_slice=on_slice)
         parts = run.summary(run.world.tick_log)
     finally:
         run.teardown()

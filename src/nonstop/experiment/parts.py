@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from nonstop.experiment.run import Run
 
-__all__ = ["Part"]
+__all__ = ["Part", "Recorder"]
 
 
 class Part:
@@ -61,3 +61,33 @@ class Part:
     def processes(self) -> int:
         """Processes of this machine the part keeps busy (for the machine-limit diagnosis)."""
         return 0
+
+
+class Recorder:
+    """What records a run as it goes (a run directory, a tracker): hooks `Run.execute` calls in order.
+
+    ``open`` (before the run is built; may return the directory the tick log streams to), ``restore``
+    (built, not started: take back a checkpoint), ``started``, ``slice`` (after each slice of world
+    time), ``failing`` (the run is ending early: say why), ``stopped`` (quiesced: the last rows, a
+    final checkpoint), ``finish`` (torn down: the summary; must not raise)."""
+
+    def open(self, run: "Run") -> Any:
+        return None
+
+    def restore(self, run: "Run") -> None:
+        """Take back what a resumed run had (before it starts)."""
+
+    def started(self, run: "Run") -> None:
+        """Every part has started."""
+
+    def slice(self, run: "Run", done: float) -> None:
+        """``done`` world seconds of this segment have run."""
+
+    def failing(self, run: "Run", end: Any) -> None:
+        """The run stops before its end (``end``: a `RunEnd` that says why)."""
+
+    def stopped(self, run: "Run") -> None:
+        """Inference and learning are stopped; the world's state is whole."""
+
+    def finish(self, run: "Run", end: Any) -> None:
+        """Every part is released; say how the run ended. Never raises."""

@@ -58,8 +58,10 @@ class RayCluster(Part):
         if self._stack is not None:
             return
         from nonstop.distributed.ray_backend import check_model_fits_nodes, check_placement, ray_session
+        from nonstop.experiment.config import check_reachable
 
         run, cfg = self.run, self.run.cfg
+        check_reachable(cfg)  # Ray installed, an address that answers: one line each
         stack = ExitStack()
         try:
             stack.enter_context(ray_session(cfg.ray_address))

@@ -23,9 +23,10 @@ from typing import Any, Final
 
 import numpy as np
 
-from nonstop.experiment.config import TrainConfig, check_reachable
+from nonstop.experiment.config import TrainConfig
 from nonstop.experiment.ending import Checkpointer, RunEnd
-from nonstop.experiment.loop import ProgressRows, run_for
+from nonstop.experiment.loop import ProgressRows
+from nonstop.experiment.parts import Recorder
 from nonstop.experiment.run import Run
 
 __all__ = ["RecordConfig", "train_in_directory", "REPLAY_CHECKPOINT_LIMIT"]
@@ -80,103 +81,128 @@ def default_out(env: str) -> Path:
 
 
 def train_in_directory(cfg: TrainConfig, rec: RecordConfig, *, console: Any) -> tuple[dict[str, Any], RunEnd, Path]:
-    """Run ``cfg``, recorded as ``rec`` says; returns the summary, how the run ended and its directory.
-    ``console``: a rich console for the notes and the live progress view (stderr)."""
-    from nonstop.learning.checkpoint import latest_checkpoint
-    from nonstop.learning.replay import check_replay_fits
-    from nonstop.learning.runlog import Progress, RunLog, RunPaths, begin_ticklog_segment, read_config
-    from nonstop.learning.tracking import require_trackers
-
-    _positive("seconds", cfg.seconds)
-    check_reachable(cfg)  # Ray installed, an address that answers: one line, before anything is said or built
-    require_trackers(rec.track)  # a missing tracker library is named before anything runs or is written
+    """Run ``cfg``, recorded in its directory as ``rec`` says; returns the summary, how the run ended and
+    the directory. ``console``: a rich console for the notes and the live progress view (stderr)."""
     out = rec.out if rec.out is not None else default_out(cfg.env)
-
-    def say(msg: str, style: str | None = None) -> None:
-        console.print(msg, style=style, markup=False)
-
-    ckpt = None
-    if rec.resume:
-        read_config(out)  # a clear error if RUN is not a run directory
-        ckpt = latest_checkpoint(out, warn=lambda msg: say(msg, "yellow"))
-        if ckpt is None:
-            raise FileNotFoundError(f"{out} has no checkpoint to resume from")
     run = Run(cfg)
-    if ckpt is not None:  # --seconds is the run's total: a resumed run goes on for what is left of it
-        done = Run.seconds_in(ckpt.state, run.tau_m)
-        if cfg.seconds - done < run.tau_m / 2:
-            raise ValueError(f"{out} has run {done:g} world seconds of its --seconds {cfg.seconds:g} in all: nothing is "
-                             f"left to run (--seconds is the run's total: pass a larger one)")  # fmt: skip
-    need = check_replay_fits(run.dqn.replay_capacity, run.obs_shape, run.obs_space.dtype)  # before RUN exists
-    say(f"replay: {run.dqn.replay_capacity:,} transitions of {run.obs_shape} {run.obs_space.dtype} → {need / 2**20:,.1f} "
-        f"MiB of shared memory; N_I={run.n_inference}, N_L={cfg.n_learners}, {cfg.interaction}, clock={cfg.clock}; run dir {out}")
-    for note in _scheduler_notes(cfg):
-        say(note, "yellow")
-    config = cfg.to_dict()
-    run.connect()  # Ray: the cluster answers, has CPUs for every actor and memory for its model; a refusal writes nothing
-    try:
-        log = RunLog(out, config, resume=rec.resume, note=lambda msg: say(msg, "dim"), tensorboard=rec.tensorboard,
-                     track=rec.track)  # fmt: skip
-    except BaseException:
-        run.teardown()  # the Ray connection, if any
-        raise
-    wall0 = time.monotonic()
-    end = RunEnd()
-    summary: dict[str, Any] = {}
-    rows: ProgressRows | None = None
-    last_row: dict[str, Any] = {}
-    checkpoints = Checkpointer(out, rec.keep_checkpoints, warn=lambda msg: say(msg, "yellow"))
+    recorders = [make(run, rec, out, console) for make in RECORDERS]  # each checks what it needs, writing nothing yet
+    end = run.execute(recorders, seconds=cfg.seconds, every=rec.progress_every, episodes=rec.episodes)
+    return recorders[0].summary, end, out
 
-    def save() -> None:
-        checkpoints.save(lambda: run.snapshot(include_replay=_replay_in_checkpoint(rec.checkpoint_replay, run, out)),
-                         run.state.updates)  # fmt: skip
 
-    with log:
+class RunDirectory(Recorder):
+    """A run's directory (`nonstop.learning.runlog`): config, progress and episode rows (and what the
+    parts derive from episodes: self-play's matches), checkpoints on their cadence and at the end,
+    the tick log and ``summary.json``; the live progress view on the console."""
+
+    def __init__(self, run: Run, rec: RecordConfig, out: Path, console: Any) -> None:
+        from nonstop.learning.checkpoint import latest_checkpoint
+        from nonstop.learning.replay import check_replay_fits
+        from nonstop.learning.runlog import read_config
+        from nonstop.learning.tracking import require_trackers
+
+        cfg = run.cfg
+        self.rec, self.out, self.console = rec, out, console
+        _positive("seconds", cfg.seconds)
+        require_trackers(rec.track)  # a missing tracker library is named before anything runs or is written
+        self.ckpt: Any = None
+        if rec.resume:
+            read_config(out)  # a clear error if RUN is not a run directory
+            self.ckpt = latest_checkpoint(out, warn=lambda msg: self.say(msg, "yellow"))
+            if self.ckpt is None:
+                raise FileNotFoundError(f"{out} has no checkpoint to resume from")
+            done = Run.seconds_in(self.ckpt.state, run.tau_m)  # --seconds is the run's total
+            if cfg.seconds - done < run.tau_m / 2:
+                raise ValueError(f"{out} has run {done:g} world seconds of its --seconds {cfg.seconds:g} in all: nothing "
+                                 f"is left to run (--seconds is the run's total: pass a larger one)")  # fmt: skip
+        self.replay_bytes = check_replay_fits(run.dqn.replay_capacity, run.obs_shape, run.obs_space.dtype)
+        self.log: Any = None
+        self.view: Any = None
+        self.rows: ProgressRows | None = None
+        self.last_row: dict[str, Any] = {}
+        self.summary: dict[str, Any] = {}
+        self.next_ckpt = rec.checkpoint_every
+        self.wall0 = time.monotonic()
+        self.checkpoints = Checkpointer(out, rec.keep_checkpoints, warn=lambda msg: self.say(msg, "yellow"))
+
+    def say(self, msg: str, style: str | None = None) -> None:
+        self.console.print(msg, style=style, markup=False)
+
+    def open(self, run: Run) -> Path:
+        from nonstop.learning.runlog import RunLog, RunPaths, begin_ticklog_segment
+
+        cfg, rec = run.cfg, self.rec
+        self.say(f"replay: {run.dqn.replay_capacity:,} transitions of {run.obs_shape} {run.obs_space.dtype} → "
+                 f"{self.replay_bytes / 2**20:,.1f} MiB of shared memory; N_I={run.n_inference}, N_L={cfg.n_learners}, "
+                 f"{cfg.interaction}, clock={cfg.clock}; run dir {self.out}")  # fmt: skip
+        for note in _scheduler_notes(cfg):
+            self.say(note, "yellow")
+        self.log = RunLog(self.out, cfg.to_dict(), resume=rec.resume, note=lambda msg: self.say(msg, "dim"),
+                          tensorboard=rec.tensorboard, track=rec.track).__enter__()  # fmt: skip
+        # the tick log streams to RUN/ticklog/ as the world runs; a resumed run keeps the earlier segment beside it
+        if self.ckpt is not None:
+            return begin_ticklog_segment(self.out, self.ckpt.state["env_ticks"])
+        return RunPaths(self.out).ticklog_dir
+
+    def restore(self, run: Run) -> None:
+        if self.ckpt is None:
+            return
+        run.restore(self.ckpt.state)
+        self.say(f"resumed from {self.ckpt.path.name}: {run.state.updates:,} updates, {run.tick_offset:,} env ticks"
+                 + ("" if run.replay_restored else "; the replay was not in it, so it refills from empty"))
+
+    def started(self, run: Run) -> None:
+        from nonstop.learning.runlog import Progress
+
+        announce = run.seating.announce(run)
+        if announce:
+            self.say(announce)
+        self.rows = ProgressRows(run, self.wall0, wall_offset=_wall_before(self.log))
+        self.view = Progress(total_ticks=math.ceil(run.cfg.seconds / run.tau_m)).__enter__()
+
+    def slice(self, run: Run, done: float) -> None:
+        assert self.rows is not None
+        _log_episodes(run, self.log, self.rows)
+        self.last_row = row = self.rows.progress()
+        self.log.log_progress(row)
+        self.view.update(row)
+        if done >= self.next_ckpt - 1e-9:
+            self.next_ckpt += self.rec.checkpoint_every
+            self._save(run)
+
+    def failing(self, run: Run, end: RunEnd) -> None:
+        self._close_view()
+        self.say(f"{end.reason}: " + ("writing a final checkpoint and stopping cleanly (Ctrl-C again skips the checkpoint)"
+                                      if end.world_alive(run) else "keeping the newest checkpoint and stopping"))
+
+    def stopped(self, run: Run) -> None:
+        self._close_view()
+        if self.rows is not None:
+            _log_episodes(run, self.log, self.rows)
+        self._save(run)
+
+    def finish(self, run: Run, end: RunEnd) -> None:
+        self._close_view()
+        if self.log is None:  # never opened: nothing was written
+            return
         try:
-            # the tick log streams to RUN/ticklog/ as the world runs; a resumed run keeps the earlier segment beside it
-            run.build(log_dir=begin_ticklog_segment(out, ckpt.state["env_ticks"]) if ckpt is not None else RunPaths(out).ticklog_dir)
-            if ckpt is not None:
-                run.restore(ckpt.state)
-                say(f"resumed from {ckpt.path.name}: {run.state.updates:,} updates, {run.tick_offset:,} env ticks"
-                    + ("" if run.replay_restored else "; the replay was not in it, so it refills from empty"))
-            announce = run.seating.announce(run)
-            if announce:
-                say(announce)
-            run.start()
-            seconds = cfg.seconds - run.seconds_run  # the run's total, earlier segments included
-            rows = ProgressRows(run, wall0, wall_offset=_wall_before(log))
-            next_ckpt = rec.checkpoint_every
-            with Progress(total_ticks=math.ceil(cfg.seconds / run.tau_m)) as view:
+            self.summary = _finish_log(run, self.log, self.out, end, self.last_row, self.wall0)
+        finally:
+            self.log.__exit__(None, None, None)
 
-                def on_slice(done: float) -> None:
-                    nonlocal last_row, next_ckpt
-                    assert rows is not None
-                    _log_episodes(run, log, rows)
-                    last_row = row = rows.progress()
-                    log.log_progress(row)
-                    view.update(row)
-                    if done >= next_ckpt - 1e-9:
-                        next_ckpt += rec.checkpoint_every
-                        save()
+    def _save(self, run: Run) -> None:
+        include = _replay_in_checkpoint(self.rec.checkpoint_replay, run, self.out)
+        self.checkpoints.save(lambda: run.snapshot(include_replay=include), run.state.updates)
 
-                run_for(run, seconds, every=rec.progress_every, on_slice=on_slice, episodes=rec.episodes)
-        except BaseException as exc:  # every end reaches the same path: checkpoint, teardown, summary
-            end.failed(exc)
-            say(f"{end.reason}: " + ("writing a final checkpoint and stopping cleanly (Ctrl-C again skips the checkpoint)"
-                                     if end.world_alive(run) else "keeping the newest checkpoint and stopping"))
-        with end.second_signal_skips():
-            if end.world_alive(run) and run.state is not None:
-                run.quiesce()
-                if rows is not None:
-                    _log_episodes(run, log, rows)
-                save()
-        with end.signals_held():  # nothing may stop the teardown: reap and unlink everything, then say what happened
-            try:
-                run.teardown()
-            except Exception as exc:  # noqa: BLE001 - the run's own end is the news; the teardown's is a note
-                end.note(f"teardown: {type(exc).__name__}: {exc}")
-            summary = _finish_log(run, log, out, end, last_row, wall0)
-    return summary, end, out
+    def _close_view(self) -> None:
+        view, self.view = self.view, None
+        if view is not None:
+            view.__exit__(None, None, None)
+
+
+#: what records a run in its directory, in order (each a `Recorder` built from the run, its record
+#: settings, the directory and the console)
+RECORDERS: Final = (RunDirectory,)
 
 
 def _scheduler_notes(cfg: TrainConfig) -> list[str]:

@@ -27,12 +27,13 @@ virtual clock an update *takes* ``tau_l`` seconds (default τ_M); on the wall cl
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from nonstop.experiment.config import TrainConfig, check_reachable
+from nonstop.experiment.config import TrainConfig
+from nonstop.experiment.ending import RunEnd
 from nonstop.experiment.learning import LearningCore
-from nonstop.experiment.parts import Part
+from nonstop.experiment.parts import Part, Recorder
 from nonstop.experiment.registry import lookup
 from nonstop.learning.dqn import DQNConfig
 from nonstop.realtime.lifeline import RestartBudget
@@ -47,21 +48,14 @@ class Run:
     """The parts of one run, built, started, saved, restored and torn down together."""
 
     def __init__(self, cfg: TrainConfig) -> None:
-        from nonstop.policies.latency import parse_latency
-
         self.cfg = cfg
         self.seating = lookup("seating", cfg.seating)(cfg)
-        self.spec = self.seating.describe()  # probes the world once: its tick rate, spaces and seats
-        self.dqn: DQNConfig = cfg.dqn if cfg.dqn is not None else DQNConfig.for_family(self.spec.family)
-        cfg.dqn = self.dqn
-        self.latency = parse_latency(cfg.latency, tick_hz=self.spec.tick_hz)
-        if len(self.spec.obs_shape) > 1:  # a ResNet that cannot fit fails here, before anything starts
-            from nonstop.policies.models import ARCH_DEPTHS, ensure_fits
-
-            ensure_fits(self.dqn.k, "cpu", n_actions=int(self.spec.action_space.n), depth=ARCH_DEPTHS[self.dqn.arch])
-        # Algorithm 2's N_I* = ⌈τ̄_θ/τ_M⌉ by default, so the staggered agent acts at every tick
-        self.n_inference: int | str = cfg.n_inference or (
-            1 if cfg.scheduler == "sequential" else max(1, math.ceil(self.latency.mean / self.tau_m - 1e-9)))
+        #: the world probed once (tick rate, spaces, seats) and the learner's settings resolved for it
+        self.spec = self.seating.describe()
+        self.dqn: DQNConfig = self.spec.dqn
+        cfg.dqn = self.dqn  # saved resolved: a resumed run keeps the family's values it ran with
+        self.latency = self.spec.latency
+        self.n_inference: int | str = self.spec.n_inference
         self.cluster: Any = lookup("cluster", cfg.cluster)(self)
         self.learning: Any = None
         self.world: Any = None
@@ -144,23 +138,13 @@ class Run:
     def connect(self) -> None:
         """Check what the config cannot (Ray installed, the cluster answers and has room) before
         anything is built or written; idempotent. A run on this machine alone: nothing to do."""
-        check_reachable(self.cfg)
         self.cluster.connect()
 
     def build(self, log_dir: Any = None) -> "Run":
         """Create the shared memory, the model and the world; ``log_dir``: stream the tick log there."""
-        from nonstop.realtime.host import Session
-
         self.learning = LearningCore(self)
         self.parts.append(self.learning)
-        spec, cfg = self.spec, self.cfg
-        if isinstance(spec.env_source, str):
-            source: dict[str, Any] = {"env": cfg.env, "env_kwargs": cfg.env_kwargs}
-        else:  # a factory: the registry's facts the Session would look up by id
-            source = {"env": spec.env_source, "tick_hz": spec.tick_hz}
-        self.world = Session(**source, clock=cfg.clock, seed=cfg.seed, recorder=self.learning.recorder, log_dir=log_dir,
-                             default=cfg.default)  # fmt: skip
-        self.world.start()
+        self.world = self.seating.world(self, log_dir)
         self.parts += self.seating.parts(self)
         return self
 
@@ -189,6 +173,64 @@ class Run:
             self.check_parts()
         for part in self.parts:
             part.before_slice(self)
+
+    def run_for(self, seconds: float, *, every: float, on_slice: Callable[[float], None],
+                episodes: int | None = None) -> float:  # fmt: skip
+        """The one training loop: advance by ``seconds`` world seconds in slices of ``every`` (the last
+        one shorter), calling ``on_slice(done)`` after each; stop early once the run has ``episodes``
+        finished episodes in all (earlier segments included). Returns the world seconds run."""
+        done = 0.0
+        while done < seconds - 1e-9 and not (episodes is not None and self.episodes_total >= episodes):
+            chunk = min(every, seconds - done)
+            self.advance(chunk)
+            done += chunk
+            on_slice(done)
+        return done
+
+    def execute(self, recorders: Sequence[Recorder], *, seconds: float, every: float,
+                episodes: int | None = None) -> RunEnd:  # fmt: skip
+        """Run to ``seconds`` world seconds in all (earlier segments included), recorded by ``recorders``,
+        and end it the one way every end takes — Ctrl-C, SIGTERM, a part that kept dying, a dead world
+        or the last tick: quiesce, the recorders' last rows and checkpoint (Ctrl-C again skips it),
+        teardown (signals held until it is done), the recorders' summary. Returns how it ended. A
+        cluster that refuses the run raises before any recorder opened, so nothing is written."""
+        end = RunEnd()
+        self.connect()
+        try:
+            opened = [r.open(self) for r in recorders]
+        except BaseException:
+            self.teardown()  # the cluster connection, if any
+            raise
+        try:
+            self.build(log_dir=next((d for d in opened if d is not None), None))
+            for r in recorders:
+                r.restore(self)
+            self.start()
+            for r in recorders:
+                r.started(self)
+
+            def on_slice(done: float) -> None:
+                for r in recorders:
+                    r.slice(self, done)
+
+            self.run_for(seconds - self.seconds_run, every=every, on_slice=on_slice, episodes=episodes)
+        except BaseException as exc:  # every end reaches the same path
+            end.failed(exc)
+            for r in recorders:
+                r.failing(self, end)
+        with end.second_signal_skips():
+            if end.world_alive(self) and self.state is not None:
+                self.quiesce()
+                for r in recorders:
+                    r.stopped(self)
+        with end.signals_held():  # nothing may stop the teardown: reap and unlink everything, then say what happened
+            try:
+                self.teardown()
+            except Exception as exc:  # noqa: BLE001 - the run's own end is the news; the teardown's is a note
+                end.note(f"teardown: {type(exc).__name__}: {exc}")
+            for r in recorders:
+                r.finish(self, end)
+        return end
 
     def check_parts(self) -> None:
         """Raise the `PartFailed` of a part that kept dying (the newest part first: learners before workers)."""

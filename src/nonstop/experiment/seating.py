@@ -37,6 +37,10 @@ class WorldSpec:
     seats: list[str] | None
     #: what the host builds: the env id, or a factory (a seat world whose frames are shrunk)
     env_source: Any
+    #: the learner's DQN settings (the config's, else the env family's), declared latency and N_I
+    dqn: Any = None
+    latency: Any = None
+    n_inference: int | str = 1
 
     @property
     def tau_m(self) -> float:
@@ -72,8 +76,45 @@ def probe_world(cfg: "TrainConfig", adapt: Callable[[Any], tuple[Any, Any]] | No
         raise TypeError(f"DQN needs a Discrete action space; {cfg.env} has {action_space}")
     if obs_space.shape is None:
         raise TypeError(f"DQN needs array observations; {cfg.env} has {obs_space}")
-    return WorldSpec(tick_hz=info.tick_hz, family=info.family, obs_space=obs_space, action_space=action_space,
+    spec = WorldSpec(tick_hz=info.tick_hz, family=info.family, obs_space=obs_space, action_space=action_space,
                      seats=seats, env_source=source)  # fmt: skip
+    _learner_settings(cfg, spec)
+    return spec
+
+
+def _learner_settings(cfg: "TrainConfig", spec: WorldSpec) -> None:
+    """The learner's DQN settings, declared latency and N_I, in ``spec``; a model that cannot fit, or
+    a latency that does not parse, fails here, before anything is built."""
+    import math
+
+    from nonstop.learning.dqn import DQNConfig
+    from nonstop.policies.latency import parse_latency
+
+    spec.dqn = cfg.dqn if cfg.dqn is not None else DQNConfig.for_family(spec.family)
+    spec.latency = parse_latency(cfg.latency, tick_hz=spec.tick_hz)
+    if len(spec.obs_shape) > 1:  # a ResNet each worker and learner builds
+        from nonstop.policies.models import ARCH_DEPTHS, ensure_fits
+
+        ensure_fits(spec.dqn.k, "cpu", n_actions=int(spec.action_space.n), depth=ARCH_DEPTHS[spec.dqn.arch])
+    # Algorithm 2's N_I* = ⌈τ̄_θ/τ_M⌉ by default, so the staggered agent acts at every tick
+    spec.n_inference = cfg.n_inference or (
+        1 if cfg.scheduler == "sequential" else max(1, math.ceil(spec.latency.mean / spec.tau_m - 1e-9)))
+
+
+def build_world(run: "Run", log_dir: Any) -> Any:
+    """The run's world: a `Session` on the config's clock, its recorder filling the learner's replay;
+    ``log_dir``: stream the tick log there."""
+    from nonstop.realtime.host import Session
+
+    cfg, spec = run.cfg, run.spec
+    if isinstance(spec.env_source, str):
+        source: dict[str, Any] = {"env": cfg.env, "env_kwargs": cfg.env_kwargs}
+    else:  # a factory: the registry's facts the Session would look up by id
+        source = {"env": spec.env_source, "tick_hz": spec.tick_hz}
+    world = Session(**source, clock=cfg.clock, seed=cfg.seed, recorder=run.learning.recorder, log_dir=log_dir,
+                    default=cfg.default)  # fmt: skip
+    world.start()
+    return world
 
 
 class SoloSeating:
@@ -90,6 +131,9 @@ class SoloSeating:
             raise ValueError(f"{self.cfg.env} is a world of {len(spec.seats)} seats ({', '.join(spec.seats)}): train on "
                              "it with --self-play (the learner against its own past snapshots)")  # fmt: skip
         return spec
+
+    def world(self, run: "Run", log_dir: Any) -> Any:
+        return build_world(run, log_dir)
 
     def parts(self, run: "Run") -> list["Part"]:
         return list(lookup("driver", self.cfg.interaction)(run, seat=self.learner_seat))

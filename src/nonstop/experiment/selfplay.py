@@ -492,6 +492,11 @@ class SelfPlaySeating:
         self.opponent_latency = parse_latency(cfg.opponent_latency or cfg.latency, tick_hz=spec.tick_hz)
         return spec
 
+    def world(self, run: "Run", log_dir: Any) -> Any:
+        from nonstop.experiment.seating import build_world
+
+        return build_world(run, log_dir)  # the recorder sees the first seat, the learner's
+
     def parts(self, run: "Run") -> list[Part]:
         assert run.spec.seats is not None  # describe() checked the two seats
         return [SelfPlayPart(run, run.spec.seats, self.opponent_latency), *lookup("driver", self.cfg.interaction)(run, seat=self.learner_seat)]
