@@ -1,4 +1,4 @@
-"""Shared-memory channels (DESIGN §1.3-1.4): the action queue against a pure
+"""Shared-memory channels (docs/design.md §1.3-1.4): the action queue against a pure
 model, the latest slot's round trip and its seqlock across processes."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("no_shm_leak")
 
 @dataclass
 class QueueModel:
-    """The action queue of DESIGN §1.3 in a dozen lines of plain Python."""
+    """The action queue of docs/design.md §1.3 in a dozen lines of plain Python."""
 
     capacity: int
     mode: str

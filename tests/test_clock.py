@@ -1,4 +1,4 @@
-"""Clocks (DESIGN §1.1, §1.7): absolute deadlines, one timed-process model on
+"""Clocks (docs/design.md §1.1, §1.7): absolute deadlines, one timed-process model on
 a deterministic virtual clock and on the wall clock."""
 
 from __future__ import annotations

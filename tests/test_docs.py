@@ -98,11 +98,11 @@ def test_the_readme_links_every_docs_page_and_the_design_is_in_the_repository():
     readme = ROOT / "README.md"
     linked = {(readme.parent / t.partition("#")[0]).resolve() for t in LINK.findall(_prose(readme.read_text()))}
     assert {p.resolve() for p in PAGES[1:]} <= linked, "a docs page the README does not link"
-    assert (ROOT / "docs" / "design.md").exists() and "DESIGN.md" not in readme.read_text()
+    assert (ROOT / "docs" / "design.md").exists() and "docs/design.md" not in readme.read_text()
 
 
 def test_design_has_every_section_the_code_cites():
-    """The code cites "DESIGN §1.3", "§4b" ...: each must be a heading of docs/design.md."""
+    """The code cites "docs/design.md §1.3", "§4b" ...: each must be a heading of docs/design.md."""
     headings = HEADING.findall(FENCE.sub("", (ROOT / "docs" / "design.md").read_text()))
     numbers = {h.split()[0].rstrip(".") for h in headings}
     wanted = {"1", *(f"1.{i}" for i in range(1, 9)), "2", "3", "4", "4b", "4c", "5", "6", "7"}

@@ -1,4 +1,4 @@
-"""The Gymnasium view (DESIGN §1, "Gymnasium view"): any Gymnasium agent runs
+"""The Gymnasium view (docs/design.md §1, "Gymnasium view"): any Gymnasium agent runs
 in realtime unchanged, and a slow one suffers inaction automatically."""
 
 from __future__ import annotations

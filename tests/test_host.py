@@ -1,5 +1,5 @@
 """The host and its session: one test (or more) per rule of the realtime
-contract (DESIGN §1), failures, Ctrl-C and the tick log."""
+contract (docs/design.md §1), failures, Ctrl-C and the tick log."""
 
 from __future__ import annotations
 

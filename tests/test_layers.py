@@ -1,4 +1,4 @@
-"""The dependency direction of DESIGN §6, checked on the source: clock/channels ← host ←
+"""The dependency direction of docs/architecture.md, checked on the source: clock/channels ← host ←
 inference/learning ← run ← cli/server; the realtime core imports nothing above it, metrics import
 nothing that starts processes, and no two parts of nonstop import each other (lazy imports inside
 functions included: a cycle hidden in a function is still a cycle)."""
@@ -96,7 +96,7 @@ def test_no_two_parts_of_nonstop_import_each_other():
         pytest.fail("import cycle between parts of nonstop: " + "; ".join(steps))
 
 
-#: What each lower part may import besides itself (DESIGN §6). The realtime core builds worlds by id
+#: What each lower part may import besides itself (docs/architecture.md). The realtime core builds worlds by id
 #: (envs); metrics read tick logs and theory (realtime, envs, policies) and start no processes.
 ALLOWED: dict[str, set[str]] = {
     "realtime": {"_io", "envs"},
@@ -109,7 +109,7 @@ ALLOWED: dict[str, set[str]] = {
 def test_lower_parts_import_nothing_above_them(part):
     edges = _graph()
     above = {other: sorted(mods) for other, mods in edges.get(part, {}).items() if other not in ALLOWED[part]}
-    assert not above, f"nonstop.{part} imports parts above it (DESIGN §6): {above}"
+    assert not above, f"nonstop.{part} imports parts above it (docs/architecture.md): {above}"
 
 
 def test_pure_modules_import_no_plumbing():
@@ -147,7 +147,7 @@ def test_metrics_timing_is_the_logs_own_summary():
 
 
 #: The private views of shared-memory segments: their header words and raw arrays. Only the class
-#: that lays a segment out reads or writes them (DESIGN §3, STYLE: one place owns each buffer).
+#: that lays a segment out reads or writes them (docs/design.md §3, STYLE: one place owns each buffer).
 SEGMENT_VIEWS = frozenset({"_hdr", "_hdr_f", "_words", "_ids", "_q", "_d"})
 #: Known readers from outside, to move onto the owner's methods (none left).
 KNOWN_OUTSIDE: frozenset[tuple[str, str]] = frozenset()

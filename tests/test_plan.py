@@ -1,4 +1,4 @@
-"""`nonstop plan` against hand-computed cases (DESIGN §5)."""
+"""`nonstop plan` against hand-computed cases (docs/design.md §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Staggering schedulers (DESIGN §2): the invariants Riemer et al. (2025) prove for
+"""Staggering schedulers (docs/design.md §2): the invariants Riemer et al. (2025) prove for
 Algorithms 1 and 2, checked on the pure event-loop `simulate` and on raw call sequences."""
 
 from __future__ import annotations

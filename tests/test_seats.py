@@ -1,4 +1,4 @@
-"""Seats (DESIGN §4b): several agents in one world, each with its own queue, β, log columns,
+"""Seats (docs/design.md §4b): several agents in one world, each with its own queue, β, log columns,
 metrics and inference pool; the one-seat world is the same loop and writes the same log."""
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def test_seat_world_on_the_wall_clock(tmp_path):
 
 def test_duel_the_faster_seat_wins_every_round():
     """Both seats play the best reply; the faster one (1 tick) beats the slower one (5 ticks) every
-    round, and the tick log shows each seat's own inaction and delay (DESIGN §1 per seat)."""
+    round, and the tick log shows each seat's own inaction and delay (docs/design.md §1 per seat)."""
     rounds = 4
     with Session("multi/duel", clock="virtual", seed=3, env_kwargs={"rounds": rounds}) as world:
         with _pool(world, "first_0", 1), _pool(world, "second_0", 5):

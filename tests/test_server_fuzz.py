@@ -1,6 +1,6 @@
 """Thousands of bad messages at the server: every one gets an error reply with a code, the
 connection stays open, no handler crashes, no HTTP request gets a 5xx, and another client's
-session keeps ticking throughout (DESIGN §4; the issue's fault-tolerance contract)."""
+session keeps ticking throughout (docs/design.md §4; the issue's fault-tolerance contract)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Several seats in one served session (DESIGN §4b): a client creates a `multi/duel` session and
+"""Several seats in one served session (docs/design.md §4b): a client creates a `multi/duel` session and
 takes its first seat, another joins it, each acts for its own seat; per-seat inaction and delay in
 ``/sessions`` and in each seat's replies; the replay records every seat's actions and verifies;
 every bad input answered with its code while the match and the other seat play on; a seat whose

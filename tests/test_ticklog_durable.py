@@ -1,4 +1,4 @@
-"""The durable, streaming tick log (issue 14, DESIGN §4c): bounded chunks, streamed to disk by the
+"""The durable, streaming tick log (issue 14, docs/design.md §4c): bounded chunks, streamed to disk by the
 host's own process, surviving SIGKILL, a torn last chunk skipped with a message, and chunks and
 resume segments stitched back into the log that was written."""
 

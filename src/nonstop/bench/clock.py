@@ -1,6 +1,6 @@
 """``nonstop bench clock``: how late are the host's ticks on the wall clock?
 
-Target (DESIGN §1.7, from the issue): p99 tick lateness at 60 Hz ≤ 100 µs **while the host ticks
+Target (docs/design.md §1.7, from the issue): p99 tick lateness at 60 Hz ≤ 100 µs **while the host ticks
 ALE Boxing and one agent process reads the slot**.
 
 What runs, per clock mode: a real ``Session(env, clock="wall", tick_hz=60)`` (the host in its own

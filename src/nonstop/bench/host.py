@@ -1,6 +1,6 @@
 """``nonstop bench host``: does the host keep up with the env it hosts?
 
-Target (DESIGN §1, from the issue): the host ticking **unthrottled** on the virtual clock keeps
+Target (docs/design.md §1, from the issue): the host ticking **unthrottled** on the virtual clock keeps
 at least 90 % of the steps per second of a plain Gymnasium loop (``env.step(0)``, reset when an
 episode ends) on the same env, measured in the same run.
 

@@ -1,5 +1,5 @@
 """``nonstop bench ray``: what a Ray actor call costs a realtime agent, and what one actor per node
-buys it (DESIGN §5, issue 12). Baselines are measured in the same run.
+buys it (docs/design.md §5, issue 12). Baselines are measured in the same run.
 
 1. **Overhead per action.** A k=1 IMPALA ResNet (84×84×1 frame, one torch thread) acts on a frame
    sent to it, back to back, in a Ray actor and in a process worker (`ProcessPolicy`, a pipe). The

@@ -5,7 +5,7 @@ Reads what ``nonstop train --out RUN`` wrote (layout in `nonstop.learning.runlog
 
 * ``return_over_time.png`` — each episode's return over wall time (from episodes.csv);
 * ``inaction_delay.png``   — inaction and mean delay over time, computed in windows from the tick
-  log (the truth, DESIGN §1.8), or from progress.csv when the run has no tick log;
+  log (the truth, docs/design.md §1.8), or from progress.csv when the run has no tick log;
 * ``delay_histogram.png``  — delay of the agent-applied ticks (from the tick log);
 * ``win_rate_over_time.png`` — self-play runs: the learner's win rate (rolling) and score against
   its pool of past snapshots over the run (from matches.csv, `nonstop.experiment.selfplay`);

@@ -1,4 +1,4 @@
-"""Scale past one machine (DESIGN §5): inference workers and learners as Ray actors.
+"""Scale past one machine (docs/design.md §5): inference workers and learners as Ray actors.
 
 The host, its channels and the pure schedulers stay on the driver next to the env, so per-tick
 traffic stays on one host; only each worker's forward pass runs in a Ray actor (`RayPolicy`),

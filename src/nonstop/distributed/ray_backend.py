@@ -1,4 +1,4 @@
-"""Inference workers whose forward pass runs in a Ray actor, on any node (DESIGN §5).
+"""Inference workers whose forward pass runs in a Ray actor, on any node (docs/design.md §5).
 
 The pool, its scheduler, the latest slot and the action queue stay on the driver; a worker
 thread there reads the newest observation, sends it to its actor, and submits the action that

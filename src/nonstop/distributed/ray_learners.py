@@ -1,4 +1,4 @@
-"""N_L learners as Ray actors, on any node (DESIGN §3, §5): ``--learner-backend ray``.
+"""N_L learners as Ray actors, on any node (docs/design.md §3, §5): ``--learner-backend ray``.
 
 What stays on the driver, next to the env: the replay (shared memory, filled by the host's
 recorder), the master parameters with their Adam moments (`TrainingState`) and the published

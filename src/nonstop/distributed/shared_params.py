@@ -1,4 +1,4 @@
-"""One copy of θ per host: inference workers that compute straight from `SharedWeights` (DESIGN §5).
+"""One copy of θ per host: inference workers that compute straight from `SharedWeights` (docs/design.md §5).
 
 A `DQNPolicy` copies every published version into its own model, so N_I process workers hold
 N_I copies of θ. `SharedParameters` instead points a model's parameters at the shared-memory

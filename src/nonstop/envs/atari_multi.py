@@ -1,4 +1,4 @@
-"""Two-player Atari: seat worlds ``multi/<Game>`` through ``multi-agent-ale-py`` (DESIGN §4b).
+"""Two-player Atari: seat worlds ``multi/<Game>`` through ``multi-agent-ale-py`` (docs/design.md §4b).
 
 ``multi-agent-ale-py`` is the ALE fork PettingZoo's Atari games use; its module is
 ``multi_agent_ale_py``, so it installs beside ``ale-py`` (module ``ale_py``) without touching it.

@@ -1,4 +1,4 @@
-"""A quick-draw duel: a two-seat realtime world whose optimum is known exactly (DESIGN §4b).
+"""A quick-draw duel: a two-seat realtime world whose optimum is known exactly (docs/design.md §4b).
 
 Each round the signal is off for a random number of ticks (``min_wait`` to ``max_wait``, drawn
 from the env's seeded generator), then turns on. Whoever *draws* (action 1) first after the signal

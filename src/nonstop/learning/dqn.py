@@ -1,4 +1,4 @@
-"""DQN on the induced delayed semi-MDP, with the paper's defaults (DESIGN §3).
+"""DQN on the induced delayed semi-MDP, with the paper's defaults (docs/design.md §3).
 
 One update, as the learners run it (Mnih et al. 2015; van Hasselt et al. 2016 for
 the double-DQN target)::

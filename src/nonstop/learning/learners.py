@@ -1,4 +1,4 @@
-"""N_L asynchronous learners (DESIGN §3).
+"""N_L asynchronous learners (docs/design.md §3).
 
 Every learner loops::
 

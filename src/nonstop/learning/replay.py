@@ -1,4 +1,4 @@
-"""Shared replay of the induced delayed semi-MDP (paper, Definition 1; DESIGN §3).
+"""Shared replay of the induced delayed semi-MDP (paper, Definition 1; docs/design.md §3).
 
 How a transition is formed
 --------------------------

@@ -1,4 +1,4 @@
-"""Model weights in shared memory (DESIGN §3).
+"""Model weights in shared memory (docs/design.md §3).
 
 Two stores, both flat ``float32`` vectors of a model's parameters:
 

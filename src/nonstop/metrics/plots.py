@@ -1,7 +1,7 @@
 """Figures of a training run: return over time, inaction and delay over time, delay histogram.
 
 Each plot function takes plain arrays and a path and writes one PNG; `windowed_ticks` turns a tick
-log into the per-window series the inaction/delay plot draws (DESIGN §1.8: the figures come from
+log into the per-window series the inaction/delay plot draws (docs/design.md §1.8: the figures come from
 the tick log). Figures are drawn on matplotlib's Agg canvas through the object API (no pyplot), so
 plotting needs no display, changes no global backend and is safe beside other plotting code.
 

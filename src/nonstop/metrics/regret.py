@@ -20,7 +20,7 @@ Riemer et al. (ICLR 2025), Theorem 1, proved in Appendix B.2 with two worst-case
   ``1 − p_minimax**k`` with ``k = ⌈τ_θ/τ_M⌉`` (`eq4_delay_regret_per_step`).
 
 Everything here is numbers in, numbers out: measurements are computed from the tick-log columns
-(DESIGN §1.8), never from counters. Standard errors use batch means, because consecutive ticks are
+(docs/design.md §1.8), never from counters. Standard errors use batch means, because consecutive ticks are
 correlated (a state that stays put makes several delayed actions right in a row).
 
 A note on ``k`` in the host. The observation published at tick ``t`` is the state *after* step

@@ -1,8 +1,8 @@
-"""Timing metrics computed from the tick log and nothing else (DESIGN §1.8): τ_I, inaction, delay,
+"""Timing metrics computed from the tick log and nothing else (docs/design.md §1.8): τ_I, inaction, delay,
 lateness and episode returns, over a measured window of ticks.
 
 The arithmetic lives beside the log, in `nonstop.realtime.ticksummary`, so that `TickLog.summary`
-needs nothing above the realtime core (DESIGN §6: realtime never imports metrics); this module is
+needs nothing above the realtime core (docs/architecture.md: realtime never imports metrics); this module is
 where the metrics find it, and ``log.summary()`` is the same `summarize`.
 
 >>> from nonstop.realtime.ticklog import TickLog, SOURCE_AGENT, SOURCE_DEFAULT

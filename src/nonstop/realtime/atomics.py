@@ -1,4 +1,4 @@
-"""Acquire/release atomics on the 64-bit words nonstop's processes share (DESIGN §4c).
+"""Acquire/release atomics on the 64-bit words nonstop's processes share (docs/design.md §4c).
 
 Every shared-memory word that orders two processes (a seqlock sequence, a version, a turn, a
 ring index, a counter two writers bump, a lock) goes through this module, so the channels are

@@ -1,4 +1,4 @@
-"""Shared-memory channels between the host and its agents (DESIGN §1.3-1.4).
+"""Shared-memory channels between the host and its agents (docs/design.md §1.3-1.4).
 
 `LatestSlot` carries observations host → agents: capacity one, newest wins, a
 seqlock guarantees no reader ever sees a torn value, across threads or

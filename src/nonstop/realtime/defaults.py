@@ -1,5 +1,5 @@
 """Default behaviour β: what the world does at a tick when no agent action is ready
-(DESIGN §1.2). Every tick on which β acts is inaction.
+(docs/design.md §1.2). Every tick on which β acts is inaction.
 
 >>> beta = make_default("repeat", noop_action=0)
 >>> beta(None), beta.observe_agent_action(3), beta(None)

@@ -1,4 +1,4 @@
-"""The session: a realtime world for agents, and the facade users hold (DESIGN §1).
+"""The session: a realtime world for agents, and the facade users hold (docs/design.md §1).
 
 `Session` owns the channels, runs the host (`nonstop.realtime.hostloop.Host`, the tick loop)
 in-process on a `VirtualClock` or in its own process on the `WallClock` (a thread where no
@@ -85,7 +85,7 @@ class Session:
     queue_mode / queue_capacity: the action queue (``"latest"`` or ``"fifo"``, 16); in a seat
         world also ``{seat: value}``.
 
-    Seats (DESIGN §4b): an env that speaks PettingZoo's parallel API (``multi/duel``, a factory
+    Seats (docs/design.md §4b): an env that speaks PettingZoo's parallel API (``multi/duel``, a factory
     returning a ``pettingzoo.ParallelEnv``) gets one `LatestSlot` and one `ActionQueue` per seat
     (``slots``/``queues``, in the order of ``seats``; ``slot``/``queue`` are the first seat's),
     each with its own β, and the tick log gets each seat's columns (``tick_log.seat(name)``).

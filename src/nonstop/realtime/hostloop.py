@@ -1,4 +1,4 @@
-"""The host's tick loop: a world that never waits (DESIGN §1).
+"""The host's tick loop: a world that never waits (docs/design.md §1).
 
 `Host` is the tick loop, written once as a timed process (see `clock`): at
 every deadline ``origin + t·τ_M`` it takes at most one agent action from the
@@ -49,7 +49,7 @@ def scalar_actions(space: gym.Space) -> bool:
 class Host:
     """The tick loop. Owns the env; reads the queue, writes the slot and the log.
 
-    Seats (DESIGN §4b): with ``seats`` (the agent names of a PettingZoo-style parallel env, whose
+    Seats (docs/design.md §4b): with ``seats`` (the agent names of a PettingZoo-style parallel env, whose
     ``step`` takes and returns dicts keyed by seat), ``slot``, ``queue`` and ``default`` are
     sequences, one per seat: each seat reads its own observations, reward and counters from its
     slot, has its own queue (mode, capacity) and β, and its own tick-log columns (`SEAT_COLUMNS`).

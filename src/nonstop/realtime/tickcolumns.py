@@ -1,9 +1,9 @@
-"""What one row of the tick log holds (DESIGN §1.8): the columns, their dtypes, the action sources,
+"""What one row of the tick log holds (docs/design.md §1.8): the columns, their dtypes, the action sources,
 and `TickColumns`, the read interface every metric takes.
 
 The schema sits apart from the storage (`nonstop.realtime.ticklog`) and from the arithmetic over it
 (`nonstop.realtime.ticksummary`) so that both import it and neither imports the other's plumbing:
-realtime → metrics would run against the layering of DESIGN §6.
+realtime → metrics would run against the layering of docs/architecture.md.
 
 >>> COLUMNS["delay"][0], SOURCE_AGENT, SOURCE_DEFAULT
 ('i4', 1, 0)
@@ -54,7 +54,7 @@ COLUMNS: Final[dict[str, tuple[str, str]]] = {
     "reset_s": ("f4", "wall time the automatic reset after this tick took (s), 0 if none"),
 }
 
-#: The columns each seat of a several-seat world has (DESIGN §4b). The unprefixed columns belong to
+#: The columns each seat of a several-seat world has (docs/design.md §4b). The unprefixed columns belong to
 #: the first seat; seat ``i ≥ 1`` has ``seat{i}_source``, ``seat{i}_worker``, ... after the shared
 #: ones, so a one-seat log (and every log written before seats existed) has exactly `COLUMNS`.
 SEAT_COLUMNS: Final = ("source", "worker", "delay", "obs_tick", "action", "tau_theta", "reward", "superseded", "stale")

@@ -1,5 +1,5 @@
-"""The tick log: one row per tick, the single source of truth (DESIGN §1.8), kept in bounded chunks
-that can stream to disk as the world runs (DESIGN §4c).
+"""The tick log: one row per tick, the single source of truth (docs/design.md §1.8), kept in bounded chunks
+that can stream to disk as the world runs (docs/design.md §4c).
 
 Every metric nonstop reports (τ_I, inaction, delay, lateness, regret) is computed from these
 columns, so any figure can be traced back to ticks.
@@ -153,7 +153,7 @@ class TickLog:
         if not isinstance(max_pending, int) or max_pending < 1:
             raise ValueError(f"max_pending must be a positive integer, got {max_pending!r}")
         self.tau_m = float(tau_m)
-        #: seats of the world (DESIGN §4b): seat i ≥ 1 adds the `SEAT_COLUMNS` as ``seat{i}_…``
+        #: seats of the world (docs/design.md §4b): seat i ≥ 1 adds the `SEAT_COLUMNS` as ``seat{i}_…``
         self.seats = int(seats)
         self._names = column_names(seats)
         self._index = {name: i for i, name in enumerate(self._names)}

@@ -1,11 +1,11 @@
-"""Timing metrics computed from the tick log and nothing else (DESIGN §1.8): pure functions of its
+"""Timing metrics computed from the tick log and nothing else (docs/design.md §1.8): pure functions of its
 columns, folded chunk by chunk.
 
 Symbols follow the paper: τ_M tick period, τ_I time between actions taken by the agent (not by
 β), τ_θ inference time.
 
 They live beside the log, in the realtime core, so that `TickLog.summary` needs nothing above it
-(DESIGN §6: realtime imports no metrics); `nonstop.metrics.timing` is their public name among
+(docs/architecture.md: realtime imports no metrics); `nonstop.metrics.timing` is their public name among
 the metrics. They read a log only through `TickColumns` and import nothing from its storage.
 
 >>> from nonstop.realtime.ticklog import TickLog, SOURCE_AGENT, SOURCE_DEFAULT

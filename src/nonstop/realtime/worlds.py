@@ -1,4 +1,4 @@
-"""What a world is, and how one is built: a gymnasium.Env (one seat) or a seat world (DESIGN §4b:
+"""What a world is, and how one is built: a gymnasium.Env (one seat) or a seat world (docs/design.md §4b:
 PettingZoo's parallel API, one observation and action space per seat, dict ``step``), named by an
 env id or made by a factory. `Session` builds its worlds here; the server's env probe tells a seat
 world from a gymnasium.Env here.

@@ -1,4 +1,4 @@
-"""Wire types of the nonstop server: every message, as pydantic models (DESIGN §4).
+"""Wire types of the nonstop server: every message, as pydantic models (docs/design.md §4).
 
 One WebSocket carries JSON objects ``{"type": ..., "data": {...}}``. The lockstep half is OpenEnv's
 (``reset``, ``step``, ``state``, ``close``, replied with ``observation`` / ``state`` / ``error``
@@ -8,7 +8,7 @@ ours: ``observe`` (latest observation, without acting), ``act`` (enqueue, answer
 every k ticks, newest wins). Unknown fields are rejected everywhere (``extra="forbid"``); nothing on
 the wire is pickled: arrays travel as base64 of their raw bytes or as JSON lists.
 
-Seats (DESIGN §4b): a session of a several-seat world (``multi/duel``, ``multi/Boxing``) has one
+Seats (docs/design.md §4b): a session of a several-seat world (``multi/duel``, ``multi/Boxing``) has one
 seat per agent. The client whose ``reset`` creates it takes the first seat; others ``join`` it by
 session id, naming a seat or taking the first free one, and each connection then observes, acts and
 reads its counters (inaction, delay) for its own seat only. A seat whose client leaves is played by

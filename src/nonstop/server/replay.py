@@ -1,4 +1,4 @@
-"""Replays: a session re-simulated tick by tick and checked against its own hashes (DESIGN §4).
+"""Replays: a session re-simulated tick by tick and checked against its own hashes (docs/design.md §4).
 
 A replay holds the session's seed and config, and per tick the action the host applied, its source
 (agent or β), its delay and a CRC-32 of the observation the env returned. The env ids nonstop serves

@@ -1,5 +1,5 @@
 """One session on the server: one realtime world (`Host` + `LatestSlot` + `ActionQueue`) owned
-by one client, or, in a several-seat world (DESIGN §4b), one slot and one queue per seat, each seat
+by one client, or, in a several-seat world (docs/design.md §4b), one slot and one queue per seat, each seat
 held by one client (`ServerSession.claim`): the creator takes the first seat, others join. Its
 host is a timed process (a generator yielding its next deadline, see `nonstop.realtime.clock`), so
 a server need not spend a process or even a thread per session: a `TickPool` of a few threads, each

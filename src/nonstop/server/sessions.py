@@ -1,4 +1,4 @@
-"""Many realtime sessions in one process: admission, the manager and its reaper (DESIGN §4).
+"""Many realtime sessions in one process: admission, the manager and its reaper (docs/design.md §4).
 
 One session (`ServerSession`, a world owned by its clients) is `nonstop.server.session`, its
 lifecycle (`Lifecycle`, `TRANSITIONS`: created → starting → running → ended → closed) is
