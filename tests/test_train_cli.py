@@ -232,3 +232,13 @@ def test_resume_continues_the_saved_config_and_says_what_it_overrides(tmp_path, 
     # two runs named at once
     assert main(["train", "--resume", str(run), "--out", str(tmp_path / "other")]) == 2
     assert "name two runs" in capsys.readouterr().err
+
+
+def test_a_world_dqn_cannot_act_in_is_one_line_before_anything_is_written(tmp_path, capsys):
+    """A continuous action space is the user's choice of world, not a bug: one line, exit 2, no run dir
+    (the CLI no longer turns every TypeError into a usage line, so this one must be a ValueError)."""
+    out = tmp_path / "run"
+    assert main(["train", "--env", "Pendulum-v1", "--seconds", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "DQN needs a Discrete action space; Pendulum-v1 has Box" in err
+    assert not out.exists()

@@ -73,9 +73,9 @@ def probe_world(cfg: "TrainConfig", adapt: Callable[[Any], tuple[Any, Any]] | No
     finally:
         probe.close()
     if not isinstance(action_space, gym.spaces.Discrete):
-        raise TypeError(f"DQN needs a Discrete action space; {cfg.env} has {action_space}")
+        raise ValueError(f"DQN needs a Discrete action space; {cfg.env} has {action_space}")
     if obs_space.shape is None:
-        raise TypeError(f"DQN needs array observations; {cfg.env} has {obs_space}")
+        raise ValueError(f"DQN needs array observations; {cfg.env} has {obs_space}")
     spec = WorldSpec(tick_hz=info.tick_hz, family=info.family, obs_space=obs_space, action_space=action_space,
                      seats=seats, env_source=source)  # fmt: skip
     _learner_settings(cfg, spec)
