@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from nonstop.inference import pacing
+from nonstop.metrics.overhead import overhead_summary
 from nonstop.policies.memory import DEFAULT_MIN_FREE, check_min_free
 from nonstop.realtime.clock import Clock, TimedProcess, VirtualClock, Wake, WallClock, stopwatch
 from nonstop.realtime.host import Session
@@ -550,8 +551,6 @@ class InferencePool:
         samples = self._overhead_s + [t for p in self._policies.values() for t in getattr(p, "overhead_s", ())]
         if not samples and not any(hasattr(p, "overhead_s") for p in self._policies.values()):
             return {}
-        from nonstop.distributed.ray_backend import overhead_summary
-
         return {"remote_overhead_s": overhead_summary(samples, self.session.tau_m)}
 
     def __enter__(self) -> "InferencePool":
