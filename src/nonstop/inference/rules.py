@@ -30,7 +30,7 @@ from __future__ import annotations
 import numbers
 import threading
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from nonstop.inference.checks import check_count, check_initial_estimate, check_seconds
 
@@ -40,7 +40,12 @@ __all__ = [
     "UnstaggeredScheduler",
     "MaxTimeScheduler",
     "ExpectedTimeScheduler",
+    "TickRule",
 ]
+
+#: how a rule's estimate reads in whole ticks, where starts align to ticks (`nonstop.inference.phases`):
+#: the largest cycle seen (Algorithm 1) or the mean one (Algorithm 2)
+TickRule = Literal["max", "mean"]
 
 
 # --------------------------------------------------------------------------- interface
@@ -58,6 +63,9 @@ class Scheduler(ABC):
     #: True when ``after_inference``'s wait holds the *action*, not the worker: the worker loop
     #: hands the action to a timer and starts its next inference at once.
     frees_workers: ClassVar[bool] = False
+    #: Algorithms 1 and 2: their estimate in whole ticks, by which the pool spaces workers where
+    #: starts align to ticks (`nonstop.inference.phases`); None: the rule's own waits everywhere
+    tick_rule: ClassVar[TickRule | None] = None
 
     def __init__(self, n_workers: int) -> None:
         self._n = check_count("n_workers", n_workers)
@@ -225,6 +233,7 @@ class MaxTimeScheduler(_StaggeredScheduler):
     """
 
     name = "max_time"
+    tick_rule = "max"
 
     def __init__(self, n_workers: int, *, initial_estimate: float | None = None) -> None:
         super().__init__(n_workers, initial_estimate=initial_estimate)
@@ -273,6 +282,7 @@ class ExpectedTimeScheduler(_StaggeredScheduler):
     """
 
     name = "exp_time"
+    tick_rule = "mean"
 
     def __init__(self, n_workers: int, *, initial_estimate: float | None = None) -> None:
         super().__init__(n_workers, initial_estimate=initial_estimate)

@@ -19,7 +19,8 @@ name. The code is split by concern, each part pure and importable alone:
 `nonstop.inference.rules` (the interface, the baselines, Algorithms 1 and 2),
 `nonstop.inference.quantile_hold`, `nonstop.inference.autoscale` (N_I sized
 online) and `nonstop.inference.simulate` (the event loop), with their argument
-checks in `nonstop.inference.checks`.
+checks in `nonstop.inference.checks`; `nonstop.inference.phases` reads
+Algorithms 1 and 2 in whole ticks where the pool aligns starts to ticks.
 
 Workers form a cycle 0, 1, ..., N-1, 0, ... and ``dist(x, y) = (x - y) mod N``
 is how far worker ``x`` is behind worker ``y`` (the worker right after ``y``
