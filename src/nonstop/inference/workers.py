@@ -505,7 +505,10 @@ class InferencePool:
 
     def _supervise_wall(self) -> None:
         while not self._stop.wait(self.session.tau_m):
-            self._check()
+            # not in the middle of a resize, which appends workers (no handle yet) or revives
+            # retired ones (an exited thread's handle) before it starts them
+            with self._resize_lock:
+                self._check()
 
     def kill(self, worker: int) -> None:
         """Kill one worker as a fault would (tests and chaos drills)."""
