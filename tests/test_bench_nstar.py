@@ -31,6 +31,7 @@ def test_quick_virtual_nstar_equals_theory_and_reports_the_machine():
         if row["nstar_measured"] > 1:  # one worker short does leave β ticks
             assert row["inaction_at_nstar_minus_1"] > 0
         assert row["inaction_at_nstar"] == 0.0 and row["tau_i_cv"] == 0.0
+        assert row["tick_cycle"] is None  # whole-tick phases: only where starts align to ticks (wall)
     assert len(result["loadavg_before"]) == 3 and result["machine"]["cpu_count"]
     json.loads(json.dumps(result, allow_nan=False))
 

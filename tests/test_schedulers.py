@@ -3,7 +3,10 @@ Algorithms 1 and 2, checked on the pure event-loop `simulate` and on raw call se
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -733,3 +736,24 @@ def test_skipped_slots_are_never_filled_by_copies():
     assert s.take_delay(0, now=2.5) == 0.5 and s.skipped_slots == 2  # slot 3, released at 6
     assert s.after_inference(0, 0.5) == 2.5 and s.early_release(0, 0) is None  # periods 4, 5 stay β's
     assert s.early_copies == 0
+
+
+def test_the_pure_rules_import_alone_and_start_nothing():
+    # beyond the nonstop package itself, the rules load only their checks, and the front door only
+    # the other pure parts: no process or thread starts, no torch, no Ray
+    code = (
+        "import sys, threading, json\n"
+        "import nonstop\n"
+        "def loaded(): return set(sys.modules)\n"
+        "before = loaded()\n"
+        "import nonstop.inference.rules\n"
+        "rules = loaded() - before\n"
+        "import nonstop.inference.schedulers\n"
+        "front = loaded() - before - rules\n"
+        "print(json.dumps([sorted(rules), sorted(front), threading.active_count()]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    rules, front, threads = json.loads(out.stdout)
+    assert rules == ["nonstop.inference", "nonstop.inference.checks", "nonstop.inference.rules"]
+    assert front and all(m.startswith("nonstop.inference.") for m in front), front
+    assert not any(m.split(".")[0] in ("torch", "ray") for m in rules + front) and threads == 1

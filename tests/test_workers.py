@@ -11,7 +11,7 @@ import pytest
 
 from nonstop.inference.schedulers import make_scheduler
 from nonstop.inference.workers import InferencePool, ProcessPolicy
-from nonstop.policies import Constant, ConstantPolicy, LatencyPolicy, MLP, TorchPolicy
+from nonstop.policies import Constant, ConstantPolicy, Empirical, LatencyPolicy, MLP, TorchPolicy
 from nonstop.realtime.host import Session
 
 TAU = 1 / 60
@@ -357,3 +357,46 @@ def test_process_policy_built_without_waiting_waits_on_its_first_act():
         assert policy.wait_started() is policy  # already started: returns at once
     finally:
         policy.close()
+
+
+def _wall_inaction(scheduler: str, n: int, latency, *, seconds: float, warmup: int) -> dict:
+    """The tick-log summary of ``n`` thread workers (latency policies: they sleep, no CPU) on the
+    wall clock, after ``warmup`` ticks from when they started, with the pool's report."""
+    with Session("theory/inaction", clock="wall", seed=0) as world:
+        def policy(i: int) -> LatencyPolicy:
+            return LatencyPolicy(ConstantPolicy(world.action_space, 1), latency, seed=i)
+
+        pool = InferencePool(world, policy, make_scheduler(scheduler, n)).start()
+        try:
+            started = world.slot.read().tick
+            world.run_for(seconds)
+            end = world.slot.read().tick  # the ticks made while the pool stops are β's
+        finally:
+            pool.stop()
+    return {**world.tick_log.summary(warmup_ticks=started + warmup, end_tick=end), "pool": world.tick_log.meta["workers"]}
+
+
+@pytest.mark.wall
+@pytest.mark.parametrize("scheduler", ["max_time", "exp_time"])
+def test_wall_stagger_of_a_latency_between_ticks_covers_every_tick_at_theory(scheduler):
+    """On the wall clock starts snap to ticks, so τ_θ = 5.4 ticks cycles in 6. Spaced relatively,
+    by 5.4/N = 0.9 ticks, the snapped starts left one tick in six to β at N = 6..9 (16.6 %
+    inaction; theory ⌈5.4⌉ = 6). Each worker now holds its phase of the 6-tick cycle."""
+    s = _wall_inaction(scheduler, 6, Constant(5.4 * TAU), seconds=4.0, warmup=30)
+    assert s["inaction_fraction"] < 0.05, s  # a loaded machine's late wake-ups may cost a tick now and then
+    assert s["delay_mean_ticks"] == pytest.approx(6.0, abs=0.5)  # every action lands 6 ticks after its observation
+    assert s["pool"]["tick_cycle"] == 6
+
+
+@pytest.mark.wall
+@pytest.mark.parametrize("scheduler", ["max_time", "exp_time"])
+def test_wall_stagger_of_a_ray_like_latency_holds_phases(scheduler):
+    """5 ticks + a lognormal call overhead (p50 0.2, p99 0.56 ticks, as a Ray actor's): aligned
+    cycles of 5 or 6 ticks. Algorithm 2 spaced relatively left 30 % inaction at N = 6 (it needed
+    33 to 36 workers); re-spaced by whole-tick jumps Algorithm 1 left 33 %. On phases of a 6-tick
+    cycle both cover every tick with 7 workers (one spare for a loaded machine's wake-ups)."""
+    rng = np.random.default_rng(0)
+    sigma = np.log(0.56 / 0.2) / 2.326
+    ray_like = Empirical((5.0 + 0.2 * np.exp(sigma * rng.standard_normal(2000))) * TAU, source="ray-like")
+    s = _wall_inaction(scheduler, 7, ray_like, seconds=5.0, warmup=60)
+    assert s["inaction_fraction"] < 0.05, s

@@ -289,6 +289,8 @@ def trial(
     overhead = world.tick_log.meta.get("workers", {}).get("remote_overhead_s")
     if overhead is not None:
         summary["remote_overhead_s"] = overhead
+    # Algorithms 1 and 2 on the wall clock: the whole-tick cycle C their workers held phases of
+    summary["tick_cycle"] = world.tick_log.meta.get("workers", {}).get("tick_cycle")
     return summary
 
 
@@ -526,6 +528,7 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
                     "window_ticks": window_ticks,
                     "trials": {str(n): r["inaction_fraction"] for n, r in sorted(results.items())},
                     "remote_overhead_s": at.get("remote_overhead_s"),
+                    "tick_cycle": at.get("tick_cycle"),  # C in ticks where workers held phases (wall clock)
                 })  # fmt: skip
                 if out_of_time:
                     ok = [n for n, r in results.items() if r["inaction_fraction"] <= threshold]

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from nonstop.distributed.backends import RAY_INSTALL_HINT, BackendUnavailable, check_backend
+from nonstop.metrics.overhead import overhead_summary  # re-exported: it moved below the backends
 from nonstop.policies.memory import DEFAULT_MIN_FREE, WorkingSetRelease, check_min_free
 from nonstop.realtime.clock import stopwatch
 
@@ -529,17 +530,3 @@ class RayPolicy:
             _placement.give_back(self._node, self.num_cpus)
             self._node = None
 
-
-def overhead_summary(samples: list[float], tau_m: float) -> dict[str, Any]:
-    """Remote overhead per action: count, mean, p50, p99 in seconds and in ticks of ``tau_m``.
-
-    >>> s = overhead_summary([0.001, 0.002, 0.003], 1 / 60)
-    >>> s["n"], round(s["p50_s"], 4), round(s["p50_ticks"], 3)
-    (3, 0.002, 0.12)
-    """
-    if not samples:
-        return {"n": 0, "mean_s": None, "p50_s": None, "p99_s": None, "p50_ticks": None, "p99_ticks": None}
-    a = np.asarray(samples, dtype=float)
-    p50, p99 = (float(v) for v in np.percentile(a, [50, 99]))
-    return {"n": int(a.size), "mean_s": float(a.mean()), "p50_s": p50, "p99_s": p99,
-            "p50_ticks": p50 / tau_m, "p99_ticks": p99 / tau_m}  # fmt: skip

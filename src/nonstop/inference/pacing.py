@@ -20,6 +20,7 @@ from typing import Final
 __all__ = [
     "NEXT_OBSERVATION_MARGIN",
     "align_start",
+    "aligned_cycle_ticks",
     "alignment_margin",
     "deadline_at",
     "inference_time",
@@ -113,6 +114,21 @@ def align_start(t: float, published: float, tau_m: float, *, margin: float, wind
     if margin <= into_tick <= window:
         return at_publish, False
     return (at_publish if into_tick < margin else at_publish + tau_m), True
+
+
+def aligned_cycle_ticks(tau_theta: float, tau_m: float, *, margin: float, window: float) -> int:
+    """The whole ticks from one aligned start (`align_start`) to the next, for an inference of
+    ``tau_theta`` started at a publish: one ready up to ``window`` into a tick (its publish
+    ``margin`` past the deadline included) counts as starting at that tick's publish, one ready
+    later waits for the next. Never less than one tick (a new observation).
+
+    >>> m, w = 0.0005, 0.25 / 60
+    >>> [aligned_cycle_ticks(k / 60, 1 / 60, margin=m, window=w) for k in (0.2, 5.003, 5.2, 5.4, 6.0)]
+    [1, 5, 5, 6, 6]
+    """
+    ticks = math.floor(tau_theta / tau_m + 1e-9)
+    late = tau_theta - ticks * tau_m  # how far into its tick the inference is ready, after its publish
+    return max(1, ticks if late <= window - margin else ticks + 1)
 
 
 def phase_guard_width(tau_m: float) -> float:

@@ -44,6 +44,8 @@ from typing import Any
 import numpy as np
 
 from nonstop.inference import pacing
+from nonstop.inference.phases import TickPhases
+from nonstop.metrics.overhead import overhead_summary
 from nonstop.policies.memory import DEFAULT_MIN_FREE, check_min_free
 from nonstop.realtime.clock import Clock, TimedProcess, VirtualClock, Wake, WallClock, stopwatch
 from nonstop.realtime.host import Session
@@ -136,6 +138,12 @@ class InferencePool:
     the spacing τ_θ/N_I spreads arrivals across the tick, and those landing just before a deadline
     turn wake-up jitter into inaction.
 
+    Aligned, Algorithms 1 and 2 space their workers by phase, not by their relative waits: the
+    rule's estimate in whole ticks is a cycle C, and each worker starts on its own tick of it,
+    ``⌊i·C/N⌋`` from a common origin, re-spaced absolutely when C changes
+    (`nonstop.inference.phases`). Their relative spacing τ̂/N snapped to ticks unevenly: 5.4
+    ticks (a 6-tick cycle) left one tick in six to β at N = 6..9; by phase N = 6 covers them all.
+
     With an `AutoScheduler` the pool sizes itself online: after every submit it
     asks ``target_workers(τ_M)`` (⌈τ̄_θ/τ_M⌉ with hysteresis) and, when that
     differs from N_I, resizes the cycle anchored on the worker that just
@@ -207,6 +215,10 @@ class InferencePool:
         # (a scheduler that frees its workers places starts on the tick grid itself)
         staggered = scheduler.name not in ("sequential", "unstaggered") and not self.frees_workers
         self.align_to_ticks = (not self.clock.is_virtual and staggered) if align_to_ticks is None else align_to_ticks
+        # Algorithms 1 and 2 where starts align to ticks: each worker on its phase of a whole-tick cycle
+        rule = getattr(scheduler, "tick_rule", None)
+        aligned = self.align_to_ticks and not self.clock.is_virtual
+        self._phases = TickPhases(scheduler.n_workers, rule) if rule is not None and aligned else None
         self.max_restarts = max_restarts
         #: restarts of the whole pool within a window of clock time (None: only ``max_restarts`` per
         #: worker, after which that worker stays dead and β covers it); past it, `failure` is set
@@ -238,6 +250,7 @@ class InferencePool:
         guard = pacing.phase_guard_width(tau_m)
         align = self.align_to_ticks and not virtual
         margin, window = pacing.alignment_margin(tau_m), 0.25 * tau_m
+        phases = self._phases if align else None
 
         def wait_until(target: float) -> Generator[Wake, float, float]:
             return pacing.resync(target, (yield target), tau_m, virtual=virtual)
@@ -259,9 +272,10 @@ class InferencePool:
         while not self._stop.is_set():
             if i >= sched.n_workers or state.generation != generation:
                 return  # retired by a resize (or superseded by a newer loop of this index)
-            # 1. wait the delays other workers' new maxima pushed onto this one
+            # 1. wait the delays other workers' new maxima pushed onto this one (on aligned ticks
+            # Algorithms 1 and 2 hold phases instead: step 2 waits for this worker's tick)
             wait = sched.take_delay(i, now=t)
-            if wait > 0:
+            if wait > 0 and phases is None:
                 t = yield from wait_until(t + wait)
             if virtual and self.frees_workers and (deadline := pacing.deadline_at(t, origin, tau_m, grace)) is not None:
                 yield from after_tick(deadline)  # a start on a deadline reads that tick's observation
@@ -269,6 +283,10 @@ class InferencePool:
             latest = slot.read()
             if align:
                 aligned, must_wait = pacing.align_start(t, latest.time, tau_m, margin=margin, window=window)
+                if phases is not None:  # not before this worker's next tick of the cycle
+                    tick = latest.tick + round((aligned - margin - latest.time) / tau_m)
+                    if (ahead := phases.next_start(i, tick) - tick) > 0:
+                        aligned, must_wait = aligned + ahead * tau_m, True
                 if must_wait:  # before the observation is out, or too late into a tick: the next publish
                     t = yield from wait_until(aligned)
                     latest = slot.read()
@@ -300,6 +318,8 @@ class InferencePool:
             state.world_taus.append(tau_theta if virtual else max(tau_theta, clock.now() - started))
             # 4. the scheduler's rule: Algorithm 1 pads the cycle to τ̂_θmax; the others return 0
             pad = sched.after_inference(i, tau_theta)
+            if phases is not None:  # the rule's estimate in whole ticks: this inference's aligned cycle
+                phases.record(pacing.aligned_cycle_ticks(tau_theta, tau_m, margin=margin, window=window))
             if self.frees_workers:
                 # the scheduler holds the action, not the worker: a timer submits it at its
                 # release slot while this worker starts its next inference at once
@@ -485,7 +505,10 @@ class InferencePool:
 
     def _supervise_wall(self) -> None:
         while not self._stop.wait(self.session.tau_m):
-            self._check()
+            # not in the middle of a resize, which appends workers (no handle yet) or revives
+            # retired ones (an exited thread's handle) before it starts them
+            with self._resize_lock:
+                self._check()
 
     def kill(self, worker: int) -> None:
         """Kill one worker as a fault would (tests and chaos drills)."""
@@ -538,6 +561,8 @@ class InferencePool:
             else None,
             **self._world_taus(),
             **self._remote_overhead(),
+            # Algorithms 1 and 2 on aligned ticks: the whole-tick cycle the workers hold phases of
+            **({"tick_cycle": self._phases.cycle} if self._phases is not None else {}),
         }
 
     def _world_taus(self) -> dict[str, Any]:
@@ -550,8 +575,6 @@ class InferencePool:
         samples = self._overhead_s + [t for p in self._policies.values() for t in getattr(p, "overhead_s", ())]
         if not samples and not any(hasattr(p, "overhead_s") for p in self._policies.values()):
             return {}
-        from nonstop.distributed.ray_backend import overhead_summary
-
         return {"remote_overhead_s": overhead_summary(samples, self.session.tau_m)}
 
     def __enter__(self) -> "InferencePool":
