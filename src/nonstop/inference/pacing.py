@@ -3,7 +3,7 @@ functions of numbers: times in seconds on the world's clock, ``tau_m`` the tick 
 
 The worker loop keeps the plumbing (waits, reads, submits); what it computes about time is here,
 so it runs identically on both clocks and is tested on its own (doctests, and properties in
-``tests/test_pacing.py``). A tick's deadline is ``origin + t·τ_M`` (DESIGN §1.1); its observation
+``tests/test_pacing.py``). A tick's deadline is ``origin + t·τ_M`` (docs/design.md §1.1); its observation
 is published just after it.
 
 >>> nearest_deadline(1.02, origin=0.0, tau_m=0.1), deadline_at(1.0000001, 0.0, 0.1, grace=1e-6)

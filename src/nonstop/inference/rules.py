@@ -1,5 +1,5 @@
 """The pure scheduler rules of the paper (Riemer et al. 2025): the `Scheduler` interface, the
-two baselines and Algorithms 1 and 2 (DESIGN §2). Timings in, waits out.
+two baselines and Algorithms 1 and 2 (docs/design.md §2). Timings in, waits out.
 
 Every inference worker runs the same loop::
 

@@ -1,4 +1,4 @@
-"""Inference staggering schedulers: pure logic, timings in, waits out (DESIGN §2).
+"""Inference staggering schedulers: pure logic, timings in, waits out (docs/design.md §2).
 
 Every inference worker runs the same loop (Riemer et al. 2025, Algorithms 1-2)::
 

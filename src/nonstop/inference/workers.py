@@ -1,5 +1,5 @@
 """Inference workers: N_I loops that read the latest observation, infer, and
-submit, paced by a pure `Scheduler` (DESIGN §2).
+submit, paced by a pure `Scheduler` (docs/design.md §2).
 
 One worker loop, written as a timed process, runs on both clocks::
 
@@ -151,7 +151,7 @@ class InferencePool:
     (each finishes the inference it is running). Every change is an event
     (``"grew"``/``"shrank"``).
 
-    ``seat`` (a seat world, DESIGN §4b): the seat (name or index) this pool plays; it reads that
+    ``seat`` (a seat world, docs/design.md §4b): the seat (name or index) this pool plays; it reads that
     seat's slot and submits to its queue, so each seat has its own pool (scheduler, N_I, latency
     policy). Its report is noted in the tick log's meta as ``workers:<seat>``.
 
