@@ -1,18 +1,9 @@
 """Inference staggering schedulers: pure logic, timings in, waits out (docs/design.md §2).
 
-Every inference worker runs the same loop (Riemer et al. 2025, Algorithms 1-2)::
-
-    sleep(scheduler.start_delay(i))                  # once: the initial stagger
-    while alive:
-        sleep(scheduler.take_delay(i))                # delay accumulated by other workers
-        obs = read_latest(); a, tau = infer(obs)      # tau: measured inference time
-        sleep(scheduler.after_inference(i, tau))      # Alg 1 pads to the max; Alg 2 waits 0
-        submit(a)
-
-A scheduler only does arithmetic on the timings it is given: it reads no clock
-and never sleeps, so the same object runs under the wall clock, the virtual
-clock and the tiny event loop `simulate`. Its methods may be called from
-several worker threads; one lock guards its state.
+Every inference worker runs the same loop (Riemer et al. 2025, Algorithms 1-2), written out in
+`nonstop.inference.rules`: an initial stagger, then the delay other workers handed it, a read of
+the latest observation, the inference (τ measured), the rule's wait, the submit. A scheduler only
+does arithmetic on the timings it is given, so it runs alike under both clocks and `simulate`.
 
 This module is the front door: the factory `make_scheduler` and every public
 name. The code is split by concern, each part pure and importable alone:
