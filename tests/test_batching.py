@@ -1,0 +1,356 @@
+"""The batching inference server (DESIGN §7): batch sizes from the latency curve, earliest deadline
+first, late answers counted, τ_θ = queue + batch; on the virtual clock (exact, deterministic) and on
+the wall clock with a tiny torch MLP.
+
+On the virtual clock a batch of b takes L(b) = A + C·b virtual seconds, so every time below is exact
+arithmetic on the curve.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nonstop.inference.batching import BatchedPolicy, BatchingServer, LaneDecision, ServerClosed
+from nonstop.inference.batchsize import LatencyCurve, choose_batch_size, parse_curve
+from nonstop.realtime.clock import VirtualClock, WallClock
+
+TAU = 1 / 60
+A, C = 0.004, 0.001  # L(b) = 4 ms + 1 ms per observation: L(12) = 16 ms fits a tick, L(13) = 17 ms does not
+FAST = settings(max_examples=200, deadline=None, derandomize=True, database=None)
+
+
+def identity(batch: np.ndarray) -> np.ndarray:
+    """The observation's first number is its action: answers show whose frame they came from."""
+    return batch[:, 0].astype(np.int64)
+
+
+def virtual_server(**kw):
+    clock = VirtualClock()
+    return clock, BatchingServer(identity, LatencyCurve.linear(A, C), clock=clock, **kw)
+
+
+def submit_at(clock, lane: BatchedPolicy, at: float, value: int, obs_tick: int, seen: list) -> None:
+    """A lane that submits ``value``'s frame at ``at`` and records (value, decision, answered at)."""
+
+    def process():
+        yield at
+        decision = yield from lane.act_timed(np.array([value, 0], np.int64), obs_tick)
+        seen.append((value, decision, clock.now()))
+
+    clock.spawn(process())
+
+
+# ----------------------------------------------------------------------------- (i) .. (v), virtual clock
+
+
+def test_a_lone_lane_is_served_in_a_batch_of_one_taking_L1():
+    clock, server = virtual_server()
+    seen: list = []
+    submit_at(clock, server.lane(tau_m=TAU), 0.1, 7, 6, seen)
+    clock.run()
+    [(value, decision, answered)] = seen
+    assert isinstance(decision, LaneDecision)
+    assert (value, decision.action, decision.batch_size) == (7, 7, 1)
+    assert answered == pytest.approx(0.1 + A + C) and decision.tau_theta == pytest.approx(A + C)
+    assert decision.latency == pytest.approx(decision.tau_theta) and decision.late_by == 0.0
+    assert server.report()["batch_sizes"] == {1: 1}
+
+
+@pytest.mark.parametrize("n, batches", [(12, {12: 1}), (13, {12: 1, 1: 1})])
+def test_lanes_submitting_at_once_share_a_batch_while_L_meets_the_earliest_deadline(n, batches):
+    """Tick 6's observation, due at tick 7: 1/60 s of room. L(12) = 16 ms meets it: one batch; L(13)
+    = 17 ms does not, so 12 go at once (all on time) and the 13th follows, late."""
+    clock, server = virtual_server()
+    seen: list = []
+    for v in range(n):
+        submit_at(clock, server.lane(tau_m=TAU, due_ticks=1), 6 * TAU, v, 6, seen)
+    clock.run()
+    assert server.report()["batch_sizes"] == batches
+    assert sorted(d.action for _, d, _ in seen) == list(range(n))  # every lane got its own frame's answer
+    first = [d for _, d, _ in seen if d.batch_size == 12 or n == 12]
+    assert all(d.tau_theta == pytest.approx(A + C * min(n, 12)) and d.late_by == 0.0 for d in first)
+    if n == 13:  # EDF among equal deadlines: arrival order; the 13th waits out the first batch
+        [(value, last, _)] = [s for s in seen if s[1].batch_size == 1]
+        assert value == 12 and last.tau_theta == pytest.approx((A + 12 * C) + (A + C))
+        assert last.late_by > 0 and server.report()["late"] == 1
+
+
+def test_earliest_deadline_first_a_request_due_sooner_overtakes_an_older_one():
+    """While a batch runs, an old request due in ten ticks and a newer one due next tick wait; the
+    newer goes first (max_batch 1 keeps them apart)."""
+    clock, server = virtual_server(max_batch=1)
+    seen: list = []
+    submit_at(clock, server.lane(tau_m=TAU, due_ticks=1), 0.0, 0, 0, seen)  # keeps the server busy 5 ms
+    submit_at(clock, server.lane(tau_m=TAU, due_ticks=10), 0.001, 1, 0, seen)  # older, due later
+    submit_at(clock, server.lane(tau_m=TAU, due_ticks=1), 0.002, 2, 0, seen)  # newer, due sooner
+    clock.run()
+    order = [value for value, _, _ in sorted(seen, key=lambda s: s[2])]
+    assert order == [0, 2, 1]
+    answered = {value: t for value, _, t in seen}
+    assert answered[2] == pytest.approx(2 * (A + C)) and answered[1] == pytest.approx(3 * (A + C))
+
+
+def test_a_deadline_that_cannot_be_met_is_answered_late_and_counted():
+    clock = VirtualClock()
+    server = BatchingServer(identity, LatencyCurve.linear(0.030, 0.0), clock=clock)  # 30 ms > one tick
+    lane = server.lane(tau_m=TAU, due_ticks=1)
+    seen: list = []
+    submit_at(clock, lane, 0.0, 3, 0, seen)
+    clock.run()
+    [(_, decision, answered)] = seen
+    assert decision.action == 3  # answered, not dropped
+    assert decision.late_by == pytest.approx(0.030 - TAU) and answered == pytest.approx(0.030)
+    report = server.report()
+    assert (report["late"], lane.late) == (1, 1)
+    assert report["late_by_max_s"] == pytest.approx(0.030 - TAU) == report["late_by_mean_s"]
+
+
+def test_tau_theta_is_queue_plus_batch():
+    """X at 0 takes the server for L(1) = 5 ms; Y arrives at 2 ms, waits 3 ms, then its own 5 ms."""
+    clock, server = virtual_server()
+    seen: list = []
+    x, y = server.lane(tau_m=TAU), server.lane(tau_m=TAU)
+    submit_at(clock, x, 0.0, 0, 0, seen)
+    submit_at(clock, y, 0.002, 1, 0, seen)
+    clock.run()
+    decision = {value: d for value, d, _ in seen}
+    assert decision[0].tau_theta == pytest.approx(A + C)
+    assert decision[1].tau_theta == pytest.approx((A + C - 0.002) + (A + C))
+    assert y.last_answer is not None and y.last_answer.queue_s == pytest.approx(A + C - 0.002)
+
+
+def test_default_due_tick_is_the_first_a_batch_of_one_can_make():
+    clock = VirtualClock()
+    server = BatchingServer(identity, LatencyCurve.linear(0.020, 0.0), clock=clock)  # 1.2 ticks
+    request = server.lane(tau_m=TAU).request(np.zeros(2, np.int64), obs_tick=0)
+    assert (request.obs_tick, request.due_tick) == (0, 2) and request.due == pytest.approx(2 * TAU)
+    server.close()
+
+
+def test_close_answers_every_waiting_lane_and_later_requests_at_once():
+    clock, server = virtual_server()
+    outcomes: list = []
+
+    def lane_process(lane, value):
+        try:
+            yield from lane.act_timed(np.array([value, 0]), 0)
+            outcomes.append("answered")
+        except ServerClosed:
+            outcomes.append("closed")
+
+    for v in range(3):
+        clock.spawn(lane_process(server.lane(tau_m=TAU), v))
+    clock.run_until(0.001)  # the batch is in flight
+    server.close()
+    clock.run()
+    assert outcomes == ["closed"] * 3 and server.report()["answered_closed"] == 3
+    with pytest.raises(ServerClosed):
+        clock.spawn(server.lane(tau_m=TAU).act_timed(np.zeros(2, np.int64), 0))
+
+
+def test_a_failed_forward_pass_fails_its_batch_not_the_server():
+    clock = VirtualClock()
+    calls = []
+
+    def flaky(batch):
+        calls.append(len(batch))
+        if len(calls) == 1:
+            raise FloatingPointError("boom")
+        return identity(batch)
+
+    server = BatchingServer(flaky, LatencyCurve.linear(A, C), clock=clock)
+    outcomes: list = []
+
+    def lane_process(at, value):
+        yield at
+        try:
+            decision = yield from server.lane(tau_m=TAU).act_timed(np.array([value, 0]), 0)
+            outcomes.append(decision.action)
+        except RuntimeError as exc:
+            outcomes.append(str(exc))
+
+    clock.spawn(lane_process(0.0, 1))
+    clock.spawn(lane_process(0.1, 2))
+    clock.run()
+    assert outcomes == ["the batch's forward pass failed: FloatingPointError: boom", 2]
+    assert server.report()["failed_batches"] == 1
+
+
+def test_the_lane_refuses_to_declare_a_virtual_latency_and_checks_its_frame():
+    clock, server = virtual_server()
+    lane = server.lane(tau_m=TAU)
+    with pytest.raises(TypeError, match="act_timed"):
+        lane.act(np.zeros(2, np.int64))
+    clock.spawn(lane.act_timed(np.zeros(2, np.int64), 0))
+    with pytest.raises(ValueError, match=r"does not match the server's int64\[2\]"):
+        clock.spawn(server.lane(tau_m=TAU).act_timed(np.zeros(3, np.int64), 0))
+
+
+def test_epsilon_explores_without_changing_the_timing():
+    import gymnasium
+
+    clock, server = virtual_server()
+    lane = server.lane(gymnasium.spaces.Discrete(4, start=10), tau_m=TAU, epsilon=lambda: 1.0, seed=0)
+    seen: list = []
+    for k in range(20):
+        submit_at(clock, lane, k * 0.1, 0, k, seen)
+    clock.run()
+    assert {d.action for _, d, _ in seen} <= {10, 11, 12, 13} and len({d.action for _, d, _ in seen}) > 1
+    assert all(d.tau_theta == pytest.approx(A + C) for _, d, _ in seen)
+
+
+# ----------------------------------------------------------------------------- the pure parts
+
+
+def test_the_curve_is_re_measured_per_batch_size():
+    curve = LatencyCurve.linear(A, C, alpha=0.5)
+    curve.observe(8, 0.020)
+    assert curve(8) == 0.020  # the first measurement replaces the model's 12 ms
+    curve.observe(8, 0.010)
+    assert curve(8) == pytest.approx(0.015)  # then an EMA: 0.02 + 0.5 * (0.01 - 0.02)
+    assert curve(9) == pytest.approx(0.015)  # unmeasured, but not faster than the measured 8
+    assert curve(4) == pytest.approx(A + 4 * C)  # smaller sizes keep the model
+    assert curve.describe()["measurements"] == {8: 2}
+
+
+def test_parse_curve_reads_the_command_line_forms():
+    assert parse_curve("linear:2t,0.5t", tick_hz=60)(2) == pytest.approx(3 / 60)
+    assert parse_curve("table:1=2ms,4=5ms")(3) == pytest.approx(0.004)
+    with pytest.raises(ValueError, match="is not B=L"):
+        parse_curve("table:0=1ms")
+    with pytest.raises(ValueError, match="needs tick_hz"):
+        parse_curve("linear:1t,1t")
+
+
+deadline_lists = st.lists(st.floats(0.0, 0.1, allow_nan=False), min_size=1, max_size=40).map(sorted)
+
+
+@FAST
+@given(deadline_lists, st.floats(0.0, 0.02), st.floats(0.0, 0.005), st.integers(1, 48))
+def test_batch_size_is_the_largest_that_meets_every_deadline_in_reach(deadlines, a, c, max_batch):
+    curve = LatencyCurve.linear(a, c)
+    now = 0.0
+    b = choose_batch_size(now, deadlines, curve, max_batch=max_batch)
+    m = min(len(deadlines), max_batch)
+    assert 1 <= b <= m
+
+    def meets(size: int) -> bool:  # every request in the batch that a batch of one could meet, is met
+        return all(now + curve(size) <= d for d in deadlines[:size] if now + curve(1) <= d)
+
+    assert meets(b)
+    assert b == m or not meets(b + 1)  # the largest such
+
+
+@FAST
+@given(st.dictionaries(st.integers(1, 64), st.floats(0.0, 0.1), min_size=1, max_size=6), st.integers(1, 128))
+def test_a_table_curve_passes_through_its_entries_and_never_falls_past_its_end(table, b):
+    curve = LatencyCurve.table(table)
+    for size, seconds in table.items():
+        assert curve(size) == pytest.approx(seconds)
+    assert math.isfinite(curve(b)) and curve(b) >= 0.0
+    if b > max(table):
+        assert curve(b) >= table[max(table)] - 1e-12
+
+
+# ----------------------------------------------------------------------------- the wall clock, a tiny torch MLP
+
+
+def _mlp(n_actions: int = 3):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 32), torch.nn.ReLU(), torch.nn.Linear(32, n_actions))
+
+
+@pytest.mark.wall
+def test_wall_clock_server_answers_each_lane_with_its_own_frames_argmax():
+    """8 threads submit 25 frames each; every answer is the MLP's argmax of that thread's frame (the
+    stacking keeps each frame with its lane), batches form while the server is busy, and close leaves
+    nothing running."""
+    import torch
+
+    from nonstop.inference.device import torch_forward
+
+    model = _mlp()
+    server = BatchingServer(torch_forward(model, "cpu"), LatencyCurve.linear(0.0, 0.0), clock=WallClock(spin=0.0))
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, size=(8, 25, 4), dtype=np.uint8)
+    with torch.inference_mode():
+        expected = model(torch.from_numpy(frames).float().div(255.0)).argmax(-1).numpy()
+    got = np.full((8, 25), -1)
+    taus: list[float] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def lane_thread(i: int) -> None:
+        try:
+            lane = server.lane(tau_m=TAU)
+            start.wait()
+            for k in range(25):
+                decision = lane.act(frames[i, k])
+                got[i, k] = decision.action
+                taus.append(decision.tau_theta)
+                assert decision.latency == 0.0  # on the wall clock the pool measures the time itself
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=lane_thread, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    server.close()
+    assert not errors and (got == expected).all()
+    report = server.report()
+    assert report["requests"] == 200 == sum(b * n for b, n in report["batch_sizes"].items())
+    assert max(report["batch_sizes"]) > 1  # 8 lanes at once: some waited for a batch together
+    assert report["curve"]["measured_s"]  # the wall clock measured its curve
+    assert min(taus) > 0 and server._thread is not None and not server._thread.is_alive()
+
+
+@pytest.mark.wall
+def test_wall_clock_inference_pool_drives_batched_lanes_unchanged():
+    """A CartPole world at 50 Hz, 3 lanes of one server under exp_time on the wall clock: the lanes
+    act on most ticks, no worker dies, and every action the world took came from the server."""
+    from nonstop.inference.device import torch_forward
+    from nonstop.inference.workers import InferencePool
+    from nonstop.realtime.host import Session
+
+    model = _mlp(n_actions=2)
+    with Session("CartPole", clock="wall", seed=0) as world:
+        server = BatchingServer(torch_forward(model, "cpu"), LatencyCurve.linear(0.001, 0.0001), clock=world.clock)
+        pool = InferencePool(world, lambda i: server.lane(world.action_space, tau_m=world.tau_m, origin=world.origin),
+                             "exp_time", n_inference=3).start()  # fmt: skip
+        world.run_for(1.5)
+        pool.stop()
+        server.close()
+    summary = world.tick_log.summary(warmup_ticks=10)
+    report = pool.report()
+    assert sum(report["deaths"]) == 0, report["events"]
+    assert summary["inaction_fraction"] < 0.5, summary
+    assert server.report()["requests"] >= sum(report["actions"]) > 20
+    assert server._thread is not None and not server._thread.is_alive()
+
+
+def test_resolve_device_names_what_it_found():
+    torch = pytest.importorskip("torch")
+    from nonstop.inference.device import resolve_device
+
+    assert resolve_device("cpu").type == "cpu" and resolve_device(" CPU ").type == "cpu"
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    for bad in ("gpu", "cpu:0", "cuda:x", ""):
+        with pytest.raises(ValueError, match="cpu, cuda, cuda:N or auto"):
+            resolve_device(bad)
+    if torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="does not exist: torch finds"):
+            resolve_device(f"cuda:{torch.cuda.device_count()}")
+    else:
+        for asked in ("cuda", "cuda:1"):
+            with pytest.raises(RuntimeError, match=rf"device '{asked}' needs a CUDA GPU, but torch .* finds none") as err:
+                resolve_device(asked)
+            assert "\n" not in str(err.value)
