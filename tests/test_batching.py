@@ -205,6 +205,123 @@ def test_epsilon_explores_without_changing_the_timing():
     assert all(d.tau_theta == pytest.approx(A + C) for _, d, _ in seen)
 
 
+# ----------------------------------------------------------------------------- (vi) K worlds x N lanes, virtual clock
+
+TICK_CURVE = (0.6, 0.02)  # L(b) = 0.6 + 0.02·b ticks: 8 worlds' requests, one each, take 0.76 of a tick
+SLOW_CURVE = (0.9, 0.05)  # 8 worlds take 1.3 ticks a batch: fewer batches than ticks, whatever N is
+
+
+def _out_of_phase_worlds(clock, k: int) -> list:
+    """``k`` worlds on one clock, world j starting j/k of a tick after world 0 (sessions start when they
+    start: their requests reach the server spread over a tick, not at one instant)."""
+    from nonstop.realtime.host import Session
+
+    worlds = []
+    for j in range(k):
+        clock.run_until(j * TAU / k)
+        worlds.append(Session("theory/inaction", clock=clock, seed=j).start())
+    return worlds
+
+
+def _grid_lanes(world, server, n: int, hold: int) -> None:
+    """A world's ``n`` lanes on the tick grid: just after each tick is published a free lane (if any)
+    requests on it, due ``hold`` ticks later, and its answer is released on that tick (quantile hold's
+    rule with a fixed hold; the lane is free again as soon as it is answered)."""
+    clock, slot, queue = world.clock, world.slot, world.queue
+    free = [server.lane(world.action_space, tau_m=world.tau_m, origin=world.origin, due_ticks=hold) for _ in range(n)]
+
+    def infer(lane):
+        latest = slot.read()
+        decision = yield from lane.act_timed(latest.obs, latest.tick)
+        free.append(lane)
+        yield latest.time + hold * world.tau_m  # its release tick (answers later than that go at once)
+        queue.submit(decision.action, obs_tick=latest.tick, episode=latest.episode, worker=lane.lane,
+                     tau_theta=decision.tau_theta, submit_time=clock.now())  # fmt: skip
+
+    def ticker():
+        tick = 0
+        while True:
+            yield (world.origin + tick * world.tau_m + clock.tick_grace, 2)  # after the host's tick
+            if free:
+                clock.spawn(infer(free.pop()))
+            tick += 1
+
+    clock.spawn(ticker())
+
+
+def _grid_trial(n: int, curve: tuple[float, float], k: int = 8, hold: int = 2) -> tuple[float, dict]:
+    clock = VirtualClock()
+    server = BatchingServer(identity, LatencyCurve.linear(curve[0] * TAU, curve[1] * TAU), clock=clock)
+    worlds = _out_of_phase_worlds(clock, k)
+    for world in worlds:
+        _grid_lanes(world, server, n, hold)
+    clock.run_until(3.0)
+    server.close()
+    inaction = max(w.tick_log.summary(warmup_ticks=30)["inaction_fraction"] for w in worlds)
+    for world in worlds:
+        world.stop()
+    return inaction, server.report()
+
+
+def test_k_worlds_lose_no_tick_once_each_has_enough_lanes_for_the_curve():
+    """8 worlds share one server. A lane's τ_θ is up to a batch of queue plus its own batch: under 2
+    ticks with L(8) = 0.76 tick, so 2 lanes a world (a request every tick, each released 2 ticks on)
+    leave no tick to β, and more lanes change nothing; 1 lane a world leaves about half. With L(8) =
+    1.3 ticks there are fewer batches than ticks, so no number of lanes helps, and the answers that
+    miss their release tick are counted late."""
+    inaction, report = _grid_trial(1, TICK_CURVE)
+    assert inaction > 0.3
+    for n in (2, 4):
+        inaction, report = _grid_trial(n, TICK_CURVE)
+        assert inaction == 0.0, (n, report)
+        assert report["late"] == 0 and report["batch_size_mean"] > 4  # requests of several worlds share batches
+    for n in (2, 4):
+        inaction, report = _grid_trial(n, SLOW_CURVE)
+        assert inaction > 0.1 and report["late"] > 0.3 * report["requests"], (n, report)
+
+
+def _pool_has_lane_hook() -> bool:
+    import inspect
+
+    from nonstop.inference.workers import InferencePool
+
+    return "act_timed" in inspect.getsource(InferencePool._loop)
+
+
+@pytest.mark.skipif(not _pool_has_lane_hook(), reason="InferencePool has no lane hook yet (docs/gpu.md): on the "
+                    "virtual clock it calls act(), which a request lane cannot answer with a declared latency")
+@pytest.mark.parametrize("scheduler, n, inaction_at_least, inaction_at_most", [
+    ("quantile_hold", 1, 0.3, 1.0),
+    ("quantile_hold", 2, 0.0, 0.0),
+    ("quantile_hold", 4, 0.0, 0.0),
+    ("exp_time", 4, 0.2, 1.0),
+])  # fmt: skip
+def test_inference_pools_drive_lanes_of_one_server(scheduler, n, inaction_at_least, inaction_at_most):
+    """8 worlds × N lanes, an `InferencePool` each, one server. quantile_hold starts one request a world
+    per tick and releases each on a grid: at N = 2 no tick goes to β. exp_time does not get there: a
+    world's lanes answered by one batch restart together, ride the next batch together, and stay in
+    lockstep, so a world gets at most one action a batch (the others are superseded)."""
+    from nonstop.inference.workers import InferencePool
+
+    clock = VirtualClock()
+    server = BatchingServer(identity, LatencyCurve.linear(TICK_CURVE[0] * TAU, TICK_CURVE[1] * TAU), clock=clock)
+    worlds = _out_of_phase_worlds(clock, 8)
+
+    def lanes(world):
+        return lambda i: server.lane(world.action_space, tau_m=world.tau_m, origin=world.origin)
+
+    pools = [InferencePool(w, lanes(w), scheduler, n_inference=n).start() for w in worlds]
+    clock.run_until(3.0)
+    for pool in pools:
+        pool.stop()
+    server.close()
+    inaction = max(w.tick_log.summary(warmup_ticks=60)["inaction_fraction"] for w in worlds)
+    for world in worlds:
+        world.stop()
+    assert inaction_at_least <= inaction <= inaction_at_most, (inaction, server.report())
+    assert all(sum(p.report()["deaths"]) == 0 for p in pools)
+
+
 # ----------------------------------------------------------------------------- the pure parts
 
 
