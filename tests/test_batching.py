@@ -471,3 +471,87 @@ def test_resolve_device_names_what_it_found():
             with pytest.raises(RuntimeError, match=rf"device '{asked}' needs a CUDA GPU, but torch .* finds none") as err:
                 resolve_device(asked)
             assert "\n" not in str(err.value)
+
+
+def test_a_retired_server_closes_with_its_last_lane():
+    """Whoever owns the server may go first (a run tears its parts down newest first): retired, the
+    server keeps answering until the pools release their lanes, then closes."""
+    clock, server = virtual_server()
+    lanes = [server.lane(tau_m=TAU) for _ in range(2)]
+    server.retire()
+    seen: list = []
+    submit_at(clock, lanes[0], 0.0, 5, 0, seen)
+    clock.run()
+    assert [d.action for _, d, _ in seen] == [5] and not server.closed
+    lanes[0].close()
+    lanes[0].close()  # idempotent: counted once
+    assert not server.closed
+    lanes[1].close()
+    assert server.closed
+    idle = BatchingServer(identity, LatencyCurve.linear(A, C), clock=WallClock(spin=0.0))
+    idle.retire()  # no lane open: closes at once, its thread gone
+    assert idle.closed and idle._thread is not None and not idle._thread.is_alive()
+
+
+# ----------------------------------------------------------------------------- the `batched` policy backend
+
+
+def test_batched_is_a_registered_policy_backend():
+    from nonstop.experiment.batchedbackend import batched_policy
+    from nonstop.experiment.config import TrainConfig
+    from nonstop.experiment.registry import lookup, names
+
+    assert "batched" in names("policy_backend") and lookup("policy_backend", "batched") is batched_policy
+    assert TrainConfig(clock="wall", backend="batched").backend == "batched"
+
+
+@pytest.mark.wall
+def test_batched_backend_serves_a_wall_clock_run_from_one_server(monkeypatch):
+    """A CartPole run on the wall clock whose 3 workers are lanes of one server: the run has one
+    server part, no worker dies, the world acts on most ticks, and the teardown leaves no thread.
+    (``check_reachable`` still asks `nonstop.distributed.backends` about every backend; until it
+    leaves non-Ray backends to the registry, this test adds ``batched`` to its list.)"""
+    import nonstop.distributed.backends as distributed
+    from nonstop.experiment import Run, TrainConfig
+    from nonstop.learning.dqn import DQNConfig
+
+    monkeypatch.setattr(distributed, "BACKENDS", (*distributed.BACKENDS, "batched"))
+    dqn = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)
+    run = Run(TrainConfig(env="CartPole", clock="wall", backend="batched", seconds=1.5, dqn=dqn, n_inference=3))
+    try:
+        run.build().start()
+        run.advance(1.5)
+    finally:
+        run.teardown()
+    assert [p.name for p in run.parts].count("batch_server") == 1
+    server = run.part("batch_server").server
+    report = run.summary(run.world.tick_log)["batch_server"]  # the wall clock's log comes back at the stop
+    assert sum(run.pool.report()["deaths"]) == 0
+    assert run.world.tick_log.summary(warmup_ticks=10)["inaction_fraction"] < 0.5
+    assert report["requests"] >= sum(run.pool.report()["actions"]) > 20 and report["clock"] == "wall"
+    assert server.closed and server._thread is not None and not server._thread.is_alive()
+
+
+@pytest.mark.skipif(not _pool_has_lane_hook(), reason="InferencePool has no lane hook yet (docs/gpu.md)")
+def test_batched_backend_serves_a_virtual_clock_run(monkeypatch):
+    """On the virtual clock (batched in the thread backend's place, as the config maps every backend
+    to threads there today): a 0.6-tick model, so L(b) = 0.6 tick by default, 2 lanes: an action on
+    every tick, each from the server, while the learners learn from them."""
+    from nonstop.experiment import Run, TrainConfig, registry
+    from nonstop.experiment.batchedbackend import batched_policy
+    from nonstop.learning.dqn import DQNConfig
+
+    monkeypatch.setitem(registry._BUILTIN, "policy_backend", dict(registry._BUILTIN["policy_backend"]))
+    registry.register("policy_backend", "thread", batched_policy)
+    dqn = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)
+    run = Run(TrainConfig(env="CartPole", seconds=4.0, latency="0.6t", dqn=dqn, scheduler="quantile_hold", n_inference=2))
+    try:
+        run.build().start()
+        run.advance(4.0)
+        summary = run.summary(run.world.tick_log)
+    finally:
+        run.teardown()
+    report = summary["batch_server"]
+    assert report["clock"] == "virtual" and report["requests"] > 150 and report["failed_batches"] == 0
+    assert run.world.tick_log.summary(warmup_ticks=20)["inaction_fraction"] == 0.0
+    assert run.final_updates > 0 and run.part("batch_server").server.closed

@@ -180,6 +180,8 @@ class BatchingServer:
         self._busy_until = -math.inf  # virtual: the running batch's end
         self._serving = False  # virtual: a busy period (a timed process) is running
         self._closed = False
+        self._retired = False  # close once the last open lane is closed
+        self._open_lanes = 0
         self._staging: np.ndarray | None = None
         # what the report says
         self.requests = 0
@@ -350,6 +352,27 @@ class BatchingServer:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
+    def retire(self) -> None:
+        """Close once every lane made so far is closed (now, if none is open). Whoever owns the server
+        may be torn down before the pools that own its lanes: their lanes then finish their requests,
+        the pools stop and release them, and the last release closes the server."""
+        with self._cond:
+            self._retired = True
+            now = self._open_lanes == 0
+        if now:
+            self.close()
+
+    def _lane_opened(self) -> None:
+        with self._cond:
+            self._open_lanes += 1
+
+    def _lane_closed(self) -> None:
+        with self._cond:
+            self._open_lanes -= 1
+            now = self._retired and self._open_lanes == 0
+        if now:
+            self.close()
+
     @property
     def closed(self) -> bool:
         return self._closed
@@ -433,6 +456,7 @@ class BatchedPolicy(Policy):
         self.last_answer: Answer | None = None
         self._rng = np.random.default_rng(_check_seed(seed))
         self._closed = False
+        server._lane_opened()
 
     def seed(self, seed: int | None) -> None:
         self._rng = np.random.default_rng(_check_seed(seed))
@@ -480,8 +504,11 @@ class BatchedPolicy(Policy):
         return LaneDecision(action, latency, answer.tau_theta, answer.batch_size, answer.late_by)
 
     def close(self) -> None:
-        """This lane is done (the server goes on serving the others; `BatchingServer.close` ends it)."""
-        self._closed = True
+        """This lane is done (the server goes on serving the others, and a retired one closes with its
+        last lane); idempotent."""
+        if not self._closed:
+            self._closed = True
+            self.server._lane_closed()
 
     def __repr__(self) -> str:
         return f"BatchedPolicy(lane={self.lane}, tau_m={self.tau_m:g}, due_ticks={self.due_ticks})"
