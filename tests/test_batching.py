@@ -555,3 +555,25 @@ def test_batched_backend_serves_a_virtual_clock_run(monkeypatch):
     assert report["clock"] == "virtual" and report["requests"] > 150 and report["failed_batches"] == 0
     assert run.world.tick_log.summary(warmup_ticks=20)["inaction_fraction"] == 0.0
     assert run.final_updates > 0 and run.part("batch_server").server.closed
+
+
+@pytest.mark.wall
+def test_the_gpu_page_example_runs_as_a_saved_script(tmp_path):
+    """docs/gpu.md's example, pasted into a file: it runs and prints the batch sizes it promises."""
+    import ast
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    [code] = [b for b in re.findall(r"```python\n(.*?)```", (root / "docs" / "gpu.md").read_text(), flags=re.DOTALL)
+              if "BatchingServer(" in b]  # fmt: skip
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    sizes = ast.literal_eval(done.stdout.strip().splitlines()[-1])
+    assert isinstance(sizes, dict) and sum(sizes.values()) > 50 and all(1 <= b <= 3 for b in sizes)
