@@ -21,9 +21,10 @@ L(b) virtual seconds, and a lane waits for its answer as a timed process (`Batch
 a generator to ``yield from``). A lane cannot instead *declare* its τ_θ from ``act(obs)`` as a
 latency policy does: a batch's size, hence its duration, depends on requests that arrive after the
 lane's (same-instant ones included, which the simulator runs one after another), and a declared
-latency is fixed when ``act`` returns. Any schedule fixed at arrival is one where no request joins a
-batch whose members were already answered: batches of one. So on the virtual clock ``act`` refuses,
-and an `InferencePool` needs its lane hook (docs/gpu.md): call ``act_timed`` where it calls ``act``.
+latency is fixed when ``act`` returns. In a schedule where each answer's time is fixed on arrival,
+no request can join a batch whose earlier members were already told when it ends (L grows with b):
+every batch is a batch of one. So on the virtual clock ``act`` refuses, and an `InferencePool`
+needs its lane hook (docs/gpu.md): to call ``act_timed`` where it calls ``act``.
 
 **Ownership** (STYLE: one place owns each buffer). A request holds its observation by reference: the
 lane owns that array and must not write it until answered (an `InferencePool` worker reads a fresh

@@ -112,7 +112,7 @@ class LatencyCurve:
         hit = self.measured.get(b)
         if hit is not None:
             return hit[0]
-        below = [s for s in self.measured if s < b]
+        below = [s for s in tuple(self.measured) if s < b]  # a copy: the server's thread may be adding a size
         floor = self.measured[max(below)][0] if below else 0.0
         return max(float(self._given(b)), floor)
 
