@@ -46,6 +46,7 @@ _BUILTIN: dict[str, dict[str, Any]] = {
         "thread": "nonstop.experiment.backends:thread_policy",
         "process": "nonstop.experiment.backends:process_policy",
         "ray": "nonstop.experiment.raybackend:ray_policy",
+        "batched": "nonstop.experiment.batchedbackend:batched_policy",  # request lanes of one batching server
     },
     # where the learners run
     "learners": {

@@ -1,0 +1,105 @@
+"""The ``batched`` policy backend: every inference worker of a run is a request lane of one batching
+inference server that owns the run's Q-network (DESIGN §7; `nonstop.inference.batching`).
+
+The first worker's policy builds the server and hangs it on the run as a part (`BatchServerPart`),
+so it is one per run, however many seats, pools and restarts ask; the run's teardown closes it
+(retired: it closes once the pools have released their lanes, whichever is torn down first). The
+server's model takes the learners' weights once per published version, before a batch; each lane
+explores with the run's ε on the server's answer, so exploring costs the same time as acting.
+
+What the run's config may say (read with defaults until `TrainConfig` has the fields):
+
+* ``batch_curve``: the latency curve L(b) (`nonstop.inference.batchsize.CURVE_GRAMMAR`, e.g.
+  ``linear:5t,0.25t``). Without it L(b) is the declared ``latency``'s mean for every b (a batch of
+  any size costs one inference: batching at no cost), re-measured on the wall clock as it runs.
+* ``max_batch`` (default 64) and ``device`` (default ``cpu``; ``cuda``, ``cuda:N``, ``auto``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from nonstop.experiment.parts import Part
+
+if TYPE_CHECKING:
+    import torch
+
+    from nonstop.experiment.run import Run
+    from nonstop.inference.batching import BatchedPolicy, BatchingServer
+    from nonstop.inference.batchsize import LatencyCurve
+    from nonstop.learning.weights import SharedWeights
+
+__all__ = ["batched_policy", "BatchServerPart", "DEFAULT_MAX_BATCH"]
+
+DEFAULT_MAX_BATCH = 64
+
+
+class BatchServerPart(Part):
+    """The run's batching server as a part: nothing to start (it serves as soon as a lane asks),
+    retired when the run closes, its report in ``summary.json`` under ``batch_server``."""
+
+    name = "batch_server"
+
+    def __init__(self, server: "BatchingServer") -> None:
+        self.server = server
+
+    def close(self) -> None:
+        self.server.retire()
+
+    def summary(self, run: "Run", tick_log: Any) -> dict[str, Any]:
+        return {"batch_server": self.server.report()}
+
+
+class _WeightsRefresh:
+    """Loads the newest published θ into the server's model before a batch, once per version."""
+
+    def __init__(self, weights: "SharedWeights") -> None:
+        self.weights = weights
+        self.version = 0
+        self._flat = np.empty(weights.n_params, np.float32)
+
+    def __call__(self, model: "torch.nn.Module") -> None:
+        from nonstop.learning.weights import load_flat
+
+        if self.weights.version != self.version:
+            self.version = self.weights.read_into(self._flat)
+            load_flat(model, self._flat)
+
+
+def _curve(run: "Run") -> "LatencyCurve":
+    from nonstop.inference.batchsize import LatencyCurve, parse_curve
+
+    spec = getattr(run.cfg, "batch_curve", None)
+    if spec:
+        return parse_curve(spec, tick_hz=run.tick_hz)
+    return LatencyCurve.linear(run.latency.mean, 0.0)
+
+
+def _build_server(run: "Run") -> "BatchingServer":
+    from nonstop.inference.batching import BatchingServer
+    from nonstop.inference.device import torch_forward
+    from nonstop.learning.dqn import build_q_network
+
+    space = run.spec.action_space
+    model = build_q_network(run.spec.obs_shape, int(space.n), run.dqn)
+    q_argmax = torch_forward(model, getattr(run.cfg, "device", "cpu"), refresh=_WeightsRefresh(run.weights))
+    start = int(getattr(space, "start", 0))  # Q-value i is action start + i (a Discrete(n, start=s) space)
+
+    def forward(batch: np.ndarray) -> np.ndarray:
+        return q_argmax(batch) + start
+
+    return BatchingServer(forward, _curve(run), clock=run.world.clock,
+                          max_batch=int(getattr(run.cfg, "max_batch", DEFAULT_MAX_BATCH)))  # fmt: skip
+
+
+def batched_policy(run: "Run", i: int) -> "BatchedPolicy":
+    """Worker ``i``'s request lane of the run's batching server (built by the first call)."""
+    part = run.part("batch_server")
+    if part is None:
+        part = BatchServerPart(_build_server(run))
+        run.parts.append(part)  # closed with the run; appended, so a start loop in progress only calls its no-op start
+    weights = run.weights
+    return part.server.lane(run.spec.action_space, tau_m=run.tau_m, origin=run.world.origin,
+                            epsilon=lambda: weights.epsilon, seed=run.cfg.seed * 1000 + i)  # fmt: skip

@@ -1,0 +1,515 @@
+"""A batching inference server: one model, many request lanes (DESIGN §7, docs/design.md §7).
+
+On an accelerator an inference worker is not a process but a **request lane**: the schedulers still
+decide when each lane reads the latest observation; the lane's forward pass is a request to one
+`BatchingServer`, which owns the model and serves every lane of every seat, world and session.
+
+* A request is (lane, observation, the observation's tick, the tick its action is due). The server
+  serves the requests due soonest first (earliest deadline first) and takes as many as its latency
+  curve L(b) allows while the most urgent one that can still be met is met
+  (`nonstop.inference.batchsize.choose_batch_size`). A request that misses its tick anyway is
+  answered late and counted (how many, by how much), never dropped.
+* A lane's τ_θ is its request's whole time, queue + batch: the `LaneDecision` it gets reports it with
+  the batch size it was served in, so staggering, N_I* and delay keep their meaning.
+* The forward pass is injected: ``forward(batch) -> actions`` (or Q-values, one row per observation:
+  the argmax is taken). `nonstop.inference.device.torch_forward` builds one for a torch model.
+
+**Two clocks.** On the wall clock the server is a thread and a lane blocks on its request's event,
+so an `InferencePool` drives `BatchedPolicy` lanes unchanged (``act`` blocks; the pool measures τ_θ,
+which is queue + batch). On the virtual clock the server is a timed process: a batch of ``b`` takes
+L(b) virtual seconds, and a lane waits for its answer as a timed process (`BatchedPolicy.act_timed`,
+a generator to ``yield from``). A lane cannot instead *declare* its τ_θ from ``act(obs)`` as a
+latency policy does: a batch's size, hence its duration, depends on requests that arrive after the
+lane's (same-instant ones included, which the simulator runs one after another), and a declared
+latency is fixed when ``act`` returns. In a schedule where each answer's time is fixed on arrival,
+no request can join a batch whose earlier members were already told when it ends (L grows with b):
+every batch is a batch of one. So on the virtual clock ``act`` refuses, and an `InferencePool`
+needs its lane hook (docs/gpu.md): to call ``act_timed`` where it calls ``act``.
+
+**Ownership** (STYLE: one place owns each buffer). A request holds its observation by reference: the
+lane owns that array and must not write it until answered (an `InferencePool` worker reads a fresh
+copy from the latest slot for every inference, so it never does). The server owns one staging
+buffer ``(max_batch, *obs_shape)`` into which a batch's frames are copied in EDF order; ``forward``
+may read it only during the call (it is reused for the next batch). A shared-memory frame ring
+replaces the by-reference path without changing this: a request then names a ring slot instead of
+an array, and the copy into the staging buffer (a pinned host buffer on a GPU) reads that slot.
+
+>>> from nonstop.inference.batchsize import LatencyCurve
+>>> from nonstop.realtime.clock import VirtualClock
+>>> clock = VirtualClock()
+>>> server = BatchingServer(lambda x: x.sum(axis=1), LatencyCurve.linear(0.010, 0.002), clock=clock)
+>>> got = []
+>>> def lane(policy, value):
+...     decision = yield from policy.act_timed(np.array([value, 1]), obs_tick=0)
+...     got.append((decision.action, decision.batch_size, round(decision.tau_theta, 6)))
+>>> for v in (1, 2, 3):
+...     _ = clock.spawn(lane(server.lane(tau_m=1 / 60), v))
+>>> clock.run()
+>>> got                                # one batch of 3: L(3) = 10 ms + 3 * 2 ms
+[(2, 3, 0.016), (3, 3, 0.016), (4, 3, 0.016)]
+>>> server.close(); server.report()["batch_sizes"]
+{3: 1}
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import threading
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Final
+
+import gymnasium
+import numpy as np
+
+from nonstop.inference.batchsize import LatencyCurve, choose_batch_size
+from nonstop.policies.base import Decision, Policy, _check_seed
+from nonstop.realtime.clock import Clock, VirtualClock, Wake, stopwatch
+
+__all__ = ["BatchingServer", "BatchedPolicy", "LaneDecision", "Request", "Answer", "ServerClosed"]
+
+#: Virtual-clock priorities at one instant: workers 0 (after a tick 2), the host 1, learners 3; a batch
+#: starts and ends at 4, after every request of its instant; a waiting lane looks at 5, after the server.
+_SERVE: Final = 4
+_LANE: Final = 5
+
+
+class ServerClosed(RuntimeError):
+    """The server was closed while a request waited (or after): no action comes, β covers the tick."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One lane's request. ``due`` is the clock time its action is due (the due tick's deadline)."""
+
+    lane: int
+    obs: np.ndarray  # by reference: the lane's, unwritten until answered (module docstring)
+    obs_tick: int
+    due_tick: int
+    due: float
+    submitted: float
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the server did with one request: its action, the batch it rode in, and when."""
+
+    lane: int
+    action: Any
+    obs_tick: int
+    due_tick: int
+    submitted: float
+    started: float  # its batch's start
+    answered: float  # its batch's end
+    batch_size: int
+    late_by: float  # seconds past ``due`` (0.0: on time)
+
+    @property
+    def tau_theta(self) -> float:
+        """The lane's τ_θ: queue + batch."""
+        return self.answered - self.submitted
+
+    @property
+    def queue_s(self) -> float:
+        return self.started - self.submitted
+
+
+class _Ticket:
+    """A request in flight: its answer or its error arrives once; wall-clock lanes wait on ``event``."""
+
+    __slots__ = ("request", "answer", "error", "event")
+
+    def __init__(self, request: Request, event: threading.Event | None) -> None:
+        self.request = request
+        self.answer: Answer | None = None
+        self.error: BaseException | None = None
+        self.event = event
+
+    @property
+    def done(self) -> bool:
+        return self.answer is not None or self.error is not None
+
+    def settle(self, answer: Answer | None, error: BaseException | None = None) -> None:
+        if self.done:
+            return
+        self.answer, self.error = answer, error
+        if self.event is not None:
+            self.event.set()
+
+    def result(self) -> Answer:
+        if self.error is not None:
+            raise self.error
+        assert self.answer is not None, "result() before the ticket settled"
+        return self.answer
+
+
+class BatchingServer:
+    """One model serving many request lanes, in batches sized by its latency curve (module docstring).
+
+    ``forward(batch) -> ndarray`` takes ``(b, *obs_shape)`` and returns ``b`` actions or ``(b, n)``
+    scores (argmax per row). ``curve`` is L(b); on the wall clock it is re-measured as the server runs
+    (``measure``, default: on the wall clock only), on the virtual clock it *is* the time a batch takes.
+    ``max_batch`` bounds a batch (and the staging buffer). `lane` makes a `BatchedPolicy` per lane;
+    `close` answers every waiting lane with `ServerClosed` and stops the thread.
+    """
+
+    def __init__(self, forward: Callable[[np.ndarray], Any], curve: LatencyCurve, *, clock: Clock,
+                 max_batch: int = 64, measure: bool | None = None) -> None:  # fmt: skip
+        if not callable(forward):
+            raise TypeError(f"forward must be a callable batch -> actions, got {type(forward).__name__}")
+        if not isinstance(curve, LatencyCurve):
+            raise TypeError(f"curve must be a LatencyCurve, got {type(curve).__name__}")
+        if not isinstance(clock, Clock):
+            raise TypeError(f"clock must be a nonstop Clock, got {type(clock).__name__}")
+        if clock.is_virtual and not isinstance(clock, VirtualClock):
+            raise TypeError(f"a virtual server runs on a VirtualClock, got {type(clock).__name__}")
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
+        self.forward: Final = forward
+        self.curve: Final = curve
+        self.clock: Final = clock
+        self.max_batch: Final = max_batch
+        self.virtual: Final = clock.is_virtual
+        self.measure: Final = (not self.virtual) if measure is None else bool(measure)
+        self._cond = threading.Condition()
+        self._queue: list[tuple[float, int, _Ticket]] = []  # EDF heap: (due, arrival order, ticket)
+        self._order = itertools.count()
+        self._lanes = itertools.count()
+        self._in_flight: list[_Ticket] = []
+        self._busy_until = -math.inf  # virtual: the running batch's end
+        self._serving = False  # virtual: a busy period (a timed process) is running
+        self._closed = False
+        self._retired = False  # close once the last open lane is closed
+        self._open_lanes = 0
+        self._staging: np.ndarray | None = None
+        # what the report says
+        self.requests = 0
+        self.batch_sizes: dict[int, int] = {}
+        self.late = 0
+        self.late_by_total = 0.0
+        self.late_by_max = 0.0
+        self.failed_batches = 0
+        self.answered_closed = 0
+        self._thread: threading.Thread | None = None
+        if not self.virtual:
+            self._thread = threading.Thread(target=self._serve_wall, name="nonstop-batch-server", daemon=True)
+            self._thread.start()
+
+    # ------------------------------------------------------------------ lanes and requests
+    def lane(self, action_space: gymnasium.Space | None = None, *, tau_m: float, origin: float = 0.0,
+             due_ticks: int | None = None, epsilon: float | Callable[[], float] = 0.0,
+             seed: int | None = None) -> "BatchedPolicy":  # fmt: skip
+        """A new request lane (a `Policy`) for a world ticking every ``tau_m`` from ``origin``."""
+        return BatchedPolicy(self, next(self._lanes), action_space, tau_m=tau_m, origin=origin, due_ticks=due_ticks,
+                             epsilon=epsilon, seed=seed)  # fmt: skip
+
+    def submit(self, request: Request) -> _Ticket:
+        """Queue ``request``; the returned ticket settles when its batch ends (or the server closes)."""
+        obs = request.obs
+        ticket = _Ticket(request, None if self.virtual else threading.Event())
+        with self._cond:
+            if self._staging is None:
+                self._staging = np.empty((self.max_batch, *obs.shape), obs.dtype)
+            if obs.shape != self._staging.shape[1:] or obs.dtype != self._staging.dtype:
+                raise ValueError(f"lane {request.lane}: observation {obs.dtype}{list(obs.shape)} does not match the "
+                                 f"server's {self._staging.dtype}{list(self._staging.shape[1:])} (one model, one input)")  # fmt: skip
+            if self._closed:
+                ticket.settle(None, ServerClosed("the batching server is closed"))
+                self.answered_closed += 1
+                return ticket
+            self.requests += 1
+            heapq.heappush(self._queue, (request.due, next(self._order), ticket))
+            if not self.virtual:
+                self._cond.notify()
+            elif not self._serving:
+                self._serving = True
+                assert isinstance(self.clock, VirtualClock)
+                self.clock.spawn(self._busy_period(), name="batch-server", priority=_SERVE)
+        return ticket
+
+    def wait_timed(self, ticket: _Ticket) -> Generator[Wake, float, Answer]:
+        """Virtual clock: wait for ``ticket`` as a timed process (``yield from``); return its answer.
+        A request not in the running batch is answered at that batch's end at the earliest, so the
+        lane looks again at each batch's end, after the server."""
+        while not ticket.done:
+            if not self._serving:
+                raise RuntimeError(f"lane {ticket.request.lane}: its request is queued but no batch is coming")
+            yield (max(self._busy_until, self.clock.now()), _LANE)
+        return ticket.result()
+
+    def wait(self, ticket: _Ticket) -> Answer:
+        """Wall clock: block until ``ticket`` settles; return its answer."""
+        event = ticket.event
+        assert event is not None, "wait() is the wall clock's; the virtual clock's is wait_timed()"
+        while not event.wait(0.5):
+            if self._thread is None or not self._thread.is_alive():
+                ticket.settle(None, ServerClosed("the batching server's thread ended"))
+        return ticket.result()
+
+    # ------------------------------------------------------------------ serving
+    def _take(self, now: float) -> list[_Ticket]:
+        """The next batch, EDF order (under the lock)."""
+        head = heapq.nsmallest(self.max_batch, self._queue)
+        b = choose_batch_size(now, [due for due, _, _ in head], self.curve, max_batch=self.max_batch,
+                              tolerance=self.clock.tick_grace)  # fmt: skip
+        batch = [heapq.heappop(self._queue)[2] for _ in range(b)]
+        self._in_flight = batch
+        return batch
+
+    def _compute(self, batch: list[_Ticket]) -> np.ndarray | BaseException:
+        """Stack the batch's frames into the staging buffer and run the forward pass."""
+        staging = self._staging
+        assert staging is not None
+        b = len(batch)
+        try:
+            for j, ticket in enumerate(batch):
+                staging[j] = ticket.request.obs
+            out = np.asarray(self.forward(staging[:b]))
+            if out.ndim == 2 and out.shape[0] == b:
+                out = out.argmax(axis=1)
+            if out.shape != (b,):
+                raise ValueError(f"forward returned shape {out.shape} for a batch of {b}: want ({b},) actions "
+                                 f"or ({b}, n) scores")  # fmt: skip
+            return out
+        except Exception as exc:  # noqa: BLE001 - handed to the lanes of this batch
+            return exc
+
+    def _finish(self, batch: list[_Ticket], outcome: np.ndarray | BaseException, started: float, ended: float) -> None:
+        b = len(batch)
+        self.batch_sizes[b] = self.batch_sizes.get(b, 0) + 1
+        if isinstance(outcome, BaseException):
+            self.failed_batches += 1
+            error = RuntimeError(f"the batch's forward pass failed: {type(outcome).__name__}: {outcome}")
+            error.__cause__ = outcome
+            for ticket in batch:
+                ticket.settle(None, error)
+            return
+        grace = self.clock.tick_grace
+        for ticket, action in zip(batch, outcome.tolist()):
+            req = ticket.request
+            late_by = ended - req.due if ended > req.due + grace else 0.0
+            if late_by > 0:
+                self.late += 1
+                self.late_by_total += late_by
+                self.late_by_max = max(self.late_by_max, late_by)
+            ticket.settle(Answer(req.lane, action, req.obs_tick, req.due_tick, req.submitted, started, ended, b, late_by))
+
+    def _busy_period(self) -> Generator[Wake, float, None]:
+        """Virtual clock: serve batches back to back while requests wait; a batch of b takes L(b)."""
+        try:
+            while True:
+                now = yield (self.clock.now(), _SERVE)  # every request of this instant is in
+                with self._cond:
+                    if self._closed or not self._queue:
+                        return
+                    batch = self._take(now)
+                outcome = self._compute(batch)  # with the weights of the batch's start
+                self._busy_until = end = now + self.curve(len(batch))
+                yield (end, _SERVE)
+                with self._cond:
+                    self._in_flight = []
+                    if self._closed:
+                        return
+                    self._finish(batch, outcome, now, end)
+        finally:
+            self._serving = False
+
+    def _serve_wall(self) -> None:
+        """Wall clock: a thread; takes the next batch as soon as one is waiting and the last is done."""
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                started = self.clock.now()
+                batch = self._take(started)
+            t0 = stopwatch()
+            outcome = self._compute(batch)
+            took = stopwatch() - t0
+            with self._cond:
+                self._in_flight = []
+                if self.measure and not isinstance(outcome, BaseException):
+                    self.curve.observe(len(batch), took)  # L(b) re-measured as it runs
+                self._finish(batch, outcome, started, self.clock.now())
+
+    # ------------------------------------------------------------------ the end
+    def close(self) -> None:
+        """Answer every waiting lane with `ServerClosed` (no action: β covers its ticks) and stop the
+        thread; idempotent. A request after this is answered the same way at once."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            waiting = [t for _, _, t in self._queue] + self._in_flight
+            self._queue.clear()
+            self._cond.notify_all()
+        for ticket in waiting:
+            if not ticket.done:
+                self.answered_closed += 1
+            ticket.settle(None, ServerClosed("the batching server closed while this request waited"))
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def retire(self) -> None:
+        """Close once every lane made so far is closed (now, if none is open). Whoever owns the server
+        may be torn down before the pools that own its lanes: their lanes then finish their requests,
+        the pools stop and release them, and the last release closes the server."""
+        with self._cond:
+            self._retired = True
+            now = self._open_lanes == 0
+        if now:
+            self.close()
+
+    def _lane_opened(self) -> None:
+        with self._cond:
+            self._open_lanes += 1
+
+    def _lane_closed(self) -> None:
+        with self._cond:
+            self._open_lanes -= 1
+            now = self._retired and self._open_lanes == 0
+        if now:
+            self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def report(self) -> dict[str, Any]:
+        """What the server did: requests, batches by size, late answers and by how much, the curve."""
+        batches = sum(self.batch_sizes.values())
+        served = sum(b * n for b, n in self.batch_sizes.items())
+        return {
+            "clock": "virtual" if self.virtual else "wall",
+            "max_batch": self.max_batch,
+            "requests": self.requests,
+            "batches": batches,
+            "batch_size_mean": served / batches if batches else None,
+            "batch_sizes": dict(sorted(self.batch_sizes.items())),
+            "late": self.late,
+            "late_by_mean_s": self.late_by_total / self.late if self.late else 0.0,
+            "late_by_max_s": self.late_by_max,
+            "failed_batches": self.failed_batches,
+            "answered_closed": self.answered_closed,
+            "curve": self.curve.describe(),
+        }
+
+    def __enter__(self) -> "BatchingServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class LaneDecision(Decision):
+    """A lane's `Decision`: ``tau_theta`` is its request's whole time (queue + batch), ``batch_size``
+    the batch it rode in, ``late_by`` the seconds past its due tick's deadline (0.0: on time).
+    ``latency`` is what the pool still has to wait: 0.0 on the wall clock (the time has passed and is
+    measured), ``tau_theta`` from ``act_timed`` (the time has passed on the virtual clock too)."""
+
+    tau_theta: float = 0.0
+    batch_size: int = 1
+    late_by: float = 0.0
+
+
+class BatchedPolicy(Policy):
+    """A request lane: a `Policy` whose forward pass is a request to a `BatchingServer`.
+
+    Make one with `BatchingServer.lane`. The lane tags each request with its observation's tick
+    (``obs_tick``, or the latest tick of its world's grid ``origin + t·tau_m``) and the tick its action
+    is due: ``obs_tick + due_ticks``, or by default the first tick a batch of one started now could
+    make (the freshest action possible). ``epsilon`` (a number, or a callable read per decision: DQN's
+    annealed ε) replaces the answer by a uniform random action of a `Discrete` ``action_space``; the
+    request is made all the same, so exploring changes no timing.
+
+    On the wall clock `act` blocks until the answer comes (an `InferencePool` drives the lane
+    unchanged); on the virtual clock the lane waits as a timed process: ``yield from
+    lane.act_timed(obs)`` (see the module docstring for why ``act`` cannot declare the time instead).
+    """
+
+    def __init__(self, server: BatchingServer, lane: int, action_space: gymnasium.Space | None = None, *,
+                 tau_m: float, origin: float = 0.0, due_ticks: int | None = None,
+                 epsilon: float | Callable[[], float] = 0.0, seed: int | None = None) -> None:  # fmt: skip
+        if not isinstance(server, BatchingServer):
+            raise TypeError(f"server must be a BatchingServer, got {type(server).__name__}")
+        if isinstance(tau_m, bool) or not isinstance(tau_m, (int, float)) or not (tau_m > 0 and math.isfinite(tau_m)):
+            raise ValueError(f"tau_m must be a positive number of seconds, got {tau_m!r}")
+        if due_ticks is not None and (isinstance(due_ticks, bool) or not isinstance(due_ticks, int) or due_ticks < 1):
+            raise ValueError(f"due_ticks must be an int >= 1 or None (the first tick a batch of one makes), got {due_ticks!r}")
+        if not callable(epsilon) and not (isinstance(epsilon, (int, float)) and 0.0 <= epsilon <= 1.0):
+            raise ValueError(f"epsilon must be a probability in [0, 1] or a callable returning one, got {epsilon!r}")
+        if epsilon != 0.0 and not isinstance(action_space, gymnasium.spaces.Discrete):
+            raise TypeError(f"exploring (epsilon > 0) draws from a Discrete action space, got {action_space!r}")
+        self.server: Final = server
+        self.lane: Final = lane
+        if action_space is not None:
+            self.action_space = action_space
+        self.tau_m: Final = float(tau_m)
+        self.origin: Final = float(origin)
+        self.due_ticks: Final = due_ticks
+        self.epsilon: Final = epsilon
+        self.answers = 0
+        self.late = 0
+        self.last_answer: Answer | None = None
+        self._rng = np.random.default_rng(_check_seed(seed))
+        self._closed = False
+        server._lane_opened()
+
+    def seed(self, seed: int | None) -> None:
+        self._rng = np.random.default_rng(_check_seed(seed))
+
+    def request(self, obs: np.ndarray, obs_tick: int | None = None) -> Request:
+        """The request for ``obs``, tagged with its tick and due tick on this lane's world grid."""
+        if self._closed:
+            raise ServerClosed(f"lane {self.lane} is closed")
+        clock, tau_m, origin = self.server.clock, self.tau_m, self.origin
+        now = clock.now()
+        if obs_tick is None:  # the newest tick published by now (a tick is published `tick_grace` after its deadline)
+            obs_tick = max(0, math.floor((now - origin - clock.tick_grace / 2) / tau_m))
+        if self.due_ticks is not None:
+            due_tick = obs_tick + self.due_ticks
+        else:
+            due_tick = max(obs_tick + 1, math.ceil((now + self.server.curve(1) - origin) / tau_m - 1e-9))
+        return Request(self.lane, np.asarray(obs), int(obs_tick), int(due_tick), origin + due_tick * tau_m, now)
+
+    def act(self, obs: np.ndarray, obs_tick: int | None = None) -> LaneDecision:
+        """Wall clock: submit and block until the batch is done."""
+        if self.server.virtual:
+            raise TypeError("on the virtual clock a request lane waits for its batch as a timed process: "
+                            "`yield from lane.act_timed(obs)` (an InferencePool needs its lane hook: docs/gpu.md)")  # fmt: skip
+        answer = self.server.wait(self.server.submit(self.request(obs, obs_tick)))
+        return self._decide(answer, latency=0.0)
+
+    def act_timed(self, obs: np.ndarray, obs_tick: int | None = None) -> Generator[Wake, float, LaneDecision]:
+        """Virtual clock: submit, wait for the batch as a timed process, return the decision (its
+        ``latency`` is τ_θ, already waited)."""
+        if not self.server.virtual:
+            raise TypeError("act_timed is the virtual clock's; on the wall clock call act(obs)")
+        answer = yield from self.server.wait_timed(self.server.submit(self.request(obs, obs_tick)))
+        return self._decide(answer, latency=answer.tau_theta)
+
+    def _decide(self, answer: Answer, *, latency: float) -> LaneDecision:
+        self.answers += 1
+        self.late += answer.late_by > 0
+        self.last_answer = answer
+        action = answer.action
+        epsilon = self.epsilon() if callable(self.epsilon) else self.epsilon
+        if epsilon > 0 and self._rng.random() < epsilon:
+            space = self.action_space
+            assert isinstance(space, gymnasium.spaces.Discrete)
+            action = int(space.start + self._rng.integers(space.n))
+        return LaneDecision(action, latency, answer.tau_theta, answer.batch_size, answer.late_by)
+
+    def close(self) -> None:
+        """This lane is done (the server goes on serving the others, and a retired one closes with its
+        last lane); idempotent."""
+        if not self._closed:
+            self._closed = True
+            self.server._lane_closed()
+
+    def __repr__(self) -> str:
+        return f"BatchedPolicy(lane={self.lane}, tau_m={self.tau_m:g}, due_ticks={self.due_ticks})"
