@@ -280,16 +280,6 @@ def test_k_worlds_lose_no_tick_once_each_has_enough_lanes_for_the_curve():
         assert inaction > 0.1 and report["late"] > 0.3 * report["requests"], (n, report)
 
 
-def _pool_has_lane_hook() -> bool:
-    import inspect
-
-    from nonstop.inference.workers import InferencePool
-
-    return "act_timed" in inspect.getsource(InferencePool._loop)
-
-
-@pytest.mark.skipif(not _pool_has_lane_hook(), reason="InferencePool has no lane hook yet (docs/gpu.md): on the "
-                    "virtual clock it calls act(), which a request lane cannot answer with a declared latency")
 @pytest.mark.parametrize("scheduler, n, inaction_at_least, inaction_at_most", [
     ("quantile_hold", 1, 0.3, 1.0),
     ("quantile_hold", 2, 0.0, 0.0),
@@ -464,11 +454,11 @@ def test_resolve_device_names_what_it_found():
         with pytest.raises(ValueError, match="cpu, cuda, cuda:N or auto"):
             resolve_device(bad)
     if torch.cuda.is_available():
-        with pytest.raises(RuntimeError, match="does not exist: torch finds"):
+        with pytest.raises(ValueError, match="does not exist: torch finds"):
             resolve_device(f"cuda:{torch.cuda.device_count()}")
     else:
         for asked in ("cuda", "cuda:1"):
-            with pytest.raises(RuntimeError, match=rf"device '{asked}' needs a CUDA GPU, but torch .* finds none") as err:
+            with pytest.raises(ValueError, match=rf"device '{asked}' needs a CUDA GPU, but torch .* finds none") as err:
                 resolve_device(asked)
             assert "\n" not in str(err.value)
 
@@ -506,16 +496,12 @@ def test_batched_is_a_registered_policy_backend():
 
 
 @pytest.mark.wall
-def test_batched_backend_serves_a_wall_clock_run_from_one_server(monkeypatch):
+def test_batched_backend_serves_a_wall_clock_run_from_one_server():
     """A CartPole run on the wall clock whose 3 workers are lanes of one server: the run has one
-    server part, no worker dies, the world acts on most ticks, and the teardown leaves no thread.
-    (``check_reachable`` still asks `nonstop.distributed.backends` about every backend; until it
-    leaves non-Ray backends to the registry, this test adds ``batched`` to its list.)"""
-    import nonstop.distributed.backends as distributed
+    server part, no worker dies, the world acts on most ticks, and the teardown leaves no thread."""
     from nonstop.experiment import Run, TrainConfig
     from nonstop.learning.dqn import DQNConfig
 
-    monkeypatch.setattr(distributed, "BACKENDS", (*distributed.BACKENDS, "batched"))
     dqn = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)
     run = Run(TrainConfig(env="CartPole", clock="wall", backend="batched", seconds=1.5, dqn=dqn, n_inference=3))
     try:
@@ -532,19 +518,15 @@ def test_batched_backend_serves_a_wall_clock_run_from_one_server(monkeypatch):
     assert server.closed and server._thread is not None and not server._thread.is_alive()
 
 
-@pytest.mark.skipif(not _pool_has_lane_hook(), reason="InferencePool has no lane hook yet (docs/gpu.md)")
-def test_batched_backend_serves_a_virtual_clock_run(monkeypatch):
-    """On the virtual clock (batched in the thread backend's place, as the config maps every backend
-    to threads there today): a 0.6-tick model, so L(b) = 0.6 tick by default, 2 lanes: an action on
+def test_batched_backend_serves_a_virtual_clock_run():
+    """On the virtual clock: a 0.6-tick model, so L(b) = 0.6 tick by default, 2 lanes: an action on
     every tick, each from the server, while the learners learn from them."""
-    from nonstop.experiment import Run, TrainConfig, registry
-    from nonstop.experiment.batchedbackend import batched_policy
+    from nonstop.experiment import Run, TrainConfig
     from nonstop.learning.dqn import DQNConfig
 
-    monkeypatch.setitem(registry._BUILTIN, "policy_backend", dict(registry._BUILTIN["policy_backend"]))
-    registry.register("policy_backend", "thread", batched_policy)
     dqn = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)
-    run = Run(TrainConfig(env="CartPole", seconds=4.0, latency="0.6t", dqn=dqn, scheduler="quantile_hold", n_inference=2))
+    run = Run(TrainConfig(env="CartPole", seconds=4.0, latency="0.6t", dqn=dqn, scheduler="quantile_hold", n_inference=2,
+                          backend="batched"))
     try:
         run.build().start()
         run.advance(4.0)

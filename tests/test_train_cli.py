@@ -242,3 +242,24 @@ def test_a_world_dqn_cannot_act_in_is_one_line_before_anything_is_written(tmp_pa
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "DQN needs a Discrete action space; Pendulum-v1 has Box" in err
     assert not out.exists()
+
+
+def test_the_batching_server_is_a_backend_of_train_and_a_device_is_checked_at_the_door(tmp_path, capsys, no_shm_leak):
+    """`--backend batched`: the workers are request lanes of one server (on the virtual clock too);
+    `--device cuda` where torch finds no CUDA is one line naming what it found, before any run dir."""
+    import torch
+
+    out = tmp_path / "run"
+    assert main([*ARGS, "--backend", "batched", "--latency", "0.6t", "--n-inference", "2", "--scheduler", "quantile_hold",
+                 "--batch-curve", "linear:0.5t,0.05t", "--seconds", "4", "--out", str(out)]) == 0  # fmt: skip
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["batch_server"]["requests"] > 150 and summary["batch_server"]["clock"] == "virtual"
+    assert json.loads((out / "config.json").read_text())["batch_curve"] == "linear:0.5t,0.05t"
+    capsys.readouterr()
+    if not torch.cuda.is_available():
+        assert main([*ARGS, "--backend", "batched", "--device", "cuda", "--out", str(tmp_path / "gpu")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "needs a CUDA GPU, but torch" in err and "finds none" in err
+        assert not (tmp_path / "gpu").exists()
+    assert main([*ARGS, "--device", "cuda", "--out", str(tmp_path / "thread")]) == 2
+    assert "it needs --backend batched" in capsys.readouterr().err

@@ -21,7 +21,7 @@ HELP = "train DQN in a realtime world: staggered inference, asynchronous learner
 
 _RUN_FIELDS = ("env", "clock", "seconds", "interaction", "scheduler", "n_inference", "latency", "default", "n_learners",
                "learner_mode", "tau_l", "learner_backend", "backend", "ray_address", "trim_above", "max_restarts",
-               "restart_window")  # fmt: skip
+               "restart_window", "device", "batch_curve", "max_batch")  # fmt: skip
 _SELF_PLAY_FIELDS = ("opponents", "snapshot_every", "pool_size", "opponent_latency")
 _RECORD_FIELDS = ("out", "episodes", "progress_every", "checkpoint_every", "keep_checkpoints",
                   "checkpoint_replay")  # fmt: skip

@@ -36,6 +36,8 @@ OPPONENT_WEIGHTINGS: Final = ("uniform", "latest")
 #: TrainConfig's self-play settings (left out of a saved config without self-play)
 SELF_PLAY_KEYS: Final = ("self_play", "opponents", "snapshot_every", "pool_size", "opponent_latency")
 _CLOCKS: Final = ("virtual", "wall")
+#: the batching server's settings (left out of a saved config whose workers are not its lanes)
+_BATCHED_KEYS: Final = ("device", "batch_curve", "max_batch")
 _LEARNER_MODES: Final = ("round_robin", "hogwild", "parallel")
 #: the default of ``trim_above`` (`nonstop.policies.memory.DEFAULT_MIN_FREE`, kept equal by a test)
 _DEFAULT_TRIM: Final = 4 * 2**20
@@ -84,8 +86,9 @@ class TrainConfig:
         "wall-clock learners: processes on this host, or Ray actors on any node; the replay and the master "
         "parameters stay here, batches go out and gradients come back", metavar="process|ray"))
     backend: str = field(default="thread", metadata=_help(
-        "wall-clock inference workers: threads, processes, or Ray actors on any node (pip install -e '.[ray]')",
-        metavar="thread|process|ray"))
+        "wall-clock inference workers: threads, processes, or Ray actors on any node (pip install -e '.[ray]'); "
+        "batched: request lanes of one batching inference server that owns the model (either clock)",
+        metavar="thread|process|ray|batched"))
     ray_address: str | None = field(default=None, metadata=_help(
         "Ray cluster HOST:PORT for --backend ray (None: start a local Ray)", metavar="HOST:PORT"))
     trim_above: int | None = field(default=_DEFAULT_TRIM, metadata=_help(
@@ -110,6 +113,12 @@ class TrainConfig:
     snapshot_every: float = field(default=30.0, metadata=_help("self-play: world seconds between snapshots of the learner",
                                                                metavar="SECONDS"))
     pool_size: int = field(default=8, metadata=_help("self-play: snapshots kept, the newest"))
+    device: str = field(default="cpu", metadata=_help(
+        "where the batching server's model runs (--backend batched): cpu, cuda, cuda:N or auto (CUDA when present)"))
+    batch_curve: str | None = field(default=None, metadata=_help(
+        "--backend batched: the batch latency curve L(b), linear:A,C (A + C·b) or table:b=T,... with units "
+        "(linear:5t,0.25t); None: the --latency mean for any batch size"))
+    max_batch: int = field(default=64, metadata=_help("--backend batched: the largest batch the server forms"))
     opponent_latency: str | None = field(default=None, metadata=_help(
         "self-play: the pool side's declared latency (None: --latency)"))
 
@@ -161,6 +170,11 @@ class TrainConfig:
             raise ValueError(f"--learner-backend ray runs the learners of a staggered run; --interaction "
                              f"{self.interaction} learns inside its own loop on this host: use --interaction staggered, "
                              "or leave out --learner-backend")  # fmt: skip
+        if self.device != "cpu" and self.inference_backend != "batched":
+            raise ValueError(f"--device {self.device} places the batching server's model: it needs --backend batched "
+                             "(workers and learners of other backends run on the CPU)")  # fmt: skip
+        if not isinstance(self.max_batch, int) or isinstance(self.max_batch, bool) or self.max_batch < 1:
+            raise ValueError(f"max_batch must be an integer >= 1, got {self.max_batch!r}")
         if self.ray_address is not None and self.cluster != "ray":
             raise ValueError(f"--ray-address {self.ray_address!r} needs --backend ray or --learner-backend ray "
                              f"(got --backend {self.backend})")  # fmt: skip
@@ -168,8 +182,9 @@ class TrainConfig:
     # ------------------------------------------------------------------ the keys the parts are chosen by
     @property
     def inference_backend(self) -> str:
-        """Where inference workers run: on the virtual clock always threads of this process."""
-        return self.backend if self.clock == "wall" else "thread"
+        """Where inference workers run: on the virtual clock threads of this process, or lanes of the
+        batching server (which runs on either clock)."""
+        return self.backend if self.clock == "wall" or self.backend == "batched" else "thread"
 
     @property
     def learner_placement(self) -> str:
@@ -195,6 +210,9 @@ class TrainConfig:
                 del d[name]
         if self.learner_backend == "process":  # likewise a run with learners on this host
             del d["learner_backend"]
+        if self.backend != "batched":  # and a run without the batching server
+            for name in _BATCHED_KEYS:
+                del d[name]
         return d
 
 
@@ -214,7 +232,6 @@ def check_reachable(cfg: TrainConfig) -> None:
     Called by the run before anything starts, never when a config is built or loaded."""
     from nonstop.distributed.backends import check_backend, check_learner_backend
 
-    ray_learners = cfg.learner_backend == "ray"
-    check_backend(cfg.backend, ray_address=None if ray_learners and cfg.backend != "ray" else cfg.ray_address,
-                  clock=cfg.clock)  # fmt: skip
+    if cfg.backend == "ray":
+        check_backend(cfg.backend, ray_address=cfg.ray_address, clock=cfg.clock)
     check_learner_backend(cfg.learner_backend, ray_address=cfg.ray_address, clock=cfg.clock, interaction=cfg.interaction)

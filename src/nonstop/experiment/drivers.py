@@ -198,13 +198,18 @@ class SequentialLearningAgent:
                 t = yield from self._learn(t)
             started = t
             t0 = stopwatch()
-            decision = self.policy.act(latest.obs)
-            if virtual:
-                t = started + decision.latency
+            lane = getattr(self.policy, "act_timed", None) if virtual else None
+            if lane is not None:  # a request lane of a batching server waits for its batch
+                decision = yield from lane(latest.obs, latest.tick)
+                t = clock.now()
             else:
-                t = started + (stopwatch() - t0) + decision.latency
-            if t > clock.now():
-                yield t
+                decision = self.policy.act(latest.obs)
+                if virtual:
+                    t = started + decision.latency
+                else:
+                    t = started + (stopwatch() - t0) + decision.latency
+                if t > clock.now():
+                    yield t
             if not virtual:
                 t = clock.now()
             queue.submit(decision.action, obs_tick=latest.tick, episode=latest.episode, worker=0,

@@ -56,10 +56,10 @@ def resolve_device(device: str = "auto") -> "torch.device":
         return torch.device("cpu")
     if not found:
         build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "no CUDA"
-        raise RuntimeError(f"device {device!r} needs a CUDA GPU, but torch {torch.__version__} ({build}) finds none: "
+        raise ValueError(f"device {device!r} needs a CUDA GPU, but torch {torch.__version__} ({build}) finds none: "
                            "pass device='cpu' (or 'auto'), or install a CUDA build of torch on a machine with a GPU")  # fmt: skip
     if index is not None and int(index) >= found:
-        raise RuntimeError(f"device {device!r} does not exist: torch finds {found} CUDA device(s), cuda:0..cuda:{found - 1}")
+        raise ValueError(f"device {device!r} does not exist: torch finds {found} CUDA device(s), cuda:0..cuda:{found - 1}")
     return torch.device("cuda" if index is None else f"cuda:{index}")
 
 

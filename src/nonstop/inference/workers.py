@@ -310,11 +310,17 @@ class InferencePool:
                 state.cycle = started - state.last_start
             state.last_start = started
             t0 = stopwatch()
-            decision = policy.act(latest.obs)
-            tau_theta = pacing.inference_time(stopwatch() - t0, decision.latency, virtual=virtual)
-            t = started + tau_theta
-            if decision.latency > 0:  # a declared latency is waited out (measured compute has passed)
-                t = yield from wait_until(t)
+            lane = getattr(policy, "act_timed", None) if virtual else None
+            if lane is not None:  # a request lane of a batching server waits for its batch (queue + batch)
+                decision = yield from lane(latest.obs, latest.tick)
+                t = clock.now()
+                tau_theta = t - started
+            else:
+                decision = policy.act(latest.obs)
+                tau_theta = pacing.inference_time(stopwatch() - t0, decision.latency, virtual=virtual)
+                t = started + tau_theta
+                if decision.latency > 0:  # a declared latency is waited out (measured compute has passed)
+                    t = yield from wait_until(t)
             state.world_taus.append(tau_theta if virtual else max(tau_theta, clock.now() - started))
             # 4. the scheduler's rule: Algorithm 1 pads the cycle to τ̂_θmax; the others return 0
             pad = sched.after_inference(i, tau_theta)
