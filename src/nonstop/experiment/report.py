@@ -1,0 +1,379 @@
+"""A training run's report: plots and a summary of its directory (what ``nonstop report RUN`` writes).
+
+Reads what ``nonstop train --out RUN`` wrote (layout in `nonstop.learning.runlog`) and writes, into
+``--out`` (default ``RUN/report``):
+
+* ``return_over_time.png`` — each episode's return over wall time (from episodes.csv);
+* ``inaction_delay.png``   — inaction and mean delay over time, computed in windows from the tick
+  log (the truth, docs/design.md §1.8), or from progress.csv when the run has no tick log;
+* ``delay_histogram.png``  — delay of the agent-applied ticks (from the tick log);
+* ``win_rate_over_time.png`` — self-play runs: the learner's win rate (rolling) and score against
+  its pool of past snapshots over the run (from matches.csv, `nonstop.experiment.selfplay`);
+* ``report.md`` and ``report.json`` — the summary below, the plots, and what was skipped and why;
+* ``report.html`` (with ``--html``) — the same summary and plots as one self-contained page (the
+  PNGs inlined as base64, no file or address outside it), to mail or attach as it is.
+
+Every figure of the summary is grouped by the file it comes from, so it can be traced back. A run
+dir with only some files (a run still going, or one cut short) gives the plots it can and says
+which it skipped; a directory with none of progress.csv, episodes.csv and a tick log is refused.
+
+The tick log is ``RUN/ticklog/`` (streamed in chunks during the run), any earlier resume segments
+``RUN/ticklog-before-<tick>``, or an older run's ``RUN/ticklog.npz``: `read_ticklog` stitches them
+into one log without loading it. Its summary figures are folded chunk by chunk; the two tick-log
+plots read the ``tick``, ``source`` and ``delay`` columns whole (13 bytes a tick).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from nonstop.learning.runlog import (
+    EPISODE_COLUMNS,
+    MATCH_COLUMNS,
+    PROGRESS_COLUMNS,
+    RunPaths,
+    read_columns,
+    read_config,
+    read_ticklog,
+)
+
+__all__ = ["Report", "build_report", "render_summary", "write_html", "write_markdown"]
+
+#: Episodes in the "recent return" mean.
+RECENT_EPISODES: Final = 10
+#: About this many windows in the inaction/delay plot drawn from the tick log.
+WINDOWS: Final = 200
+#: Config keys shown in the summary when present.
+CONFIG_KEYS: Final = ("env", "k", "scheduler", "n_inference", "n_learners", "clock", "seed", "lr", "batch_size")
+#: Tick-log figures (from `nonstop.metrics.timing.summarize`) shown in the summary.
+TICK_KEYS: Final = (
+    "ticks", "duration_s", "agent_ticks", "inaction_fraction", "tau_i_mean_ticks", "tau_i_cv", "delay_mean_ticks",
+    "delay_p50_ticks", "delay_max_ticks", "lateness_p99_us", "overruns", "superseded", "stale",
+    "episodes_completed", "episode_return_mean",
+)  # fmt: skip
+
+PLOT_FILES: Final = {
+    "return_over_time": "return_over_time.png",
+    "inaction_delay": "inaction_delay.png",
+    "delay_histogram": "delay_histogram.png",
+    "win_rate": "win_rate_over_time.png",
+}
+
+
+@dataclass
+class Report:
+    """What `build_report` found and wrote.
+
+    ``summary`` maps each source (``config``, ``episodes``, ``progress``, ``ticks``, ``run_summary``)
+    to its figures; ``plots`` maps a plot name to the PNG written; ``skipped`` maps a plot name to
+    why it was not drawn; ``missing`` lists the run-dir files that were not there.
+    """
+
+    run_dir: Path
+    out_dir: Path
+    summary: dict[str, dict[str, Any]] = field(default_factory=dict)
+    plots: dict[str, Path] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """Strict-JSON form (NaN becomes null)."""
+        return _jsonable({
+            "run_dir": str(self.run_dir), "out_dir": str(self.out_dir), "summary": self.summary,
+            "plots": {k: str(v) for k, v in self.plots.items()}, "skipped": self.skipped, "missing": self.missing,
+        })  # fmt: skip
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+# ----------------------------------------------------------------------------- figures from each file
+
+
+def _last_finite(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(finite[-1]) if finite.size else math.nan
+
+
+def _mean_finite(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if finite.size else math.nan
+
+
+def episode_figures(episodes: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Summary of episodes.csv: count, mean/recent/best return, mean length."""
+    returns = episodes["return"]
+    n = len(returns)
+    recent = returns[-RECENT_EPISODES:]
+    return {
+        "episodes": n,
+        "return_mean": float(returns.mean()) if n else math.nan,
+        f"return_last{RECENT_EPISODES}_mean": float(recent.mean()) if n else math.nan,
+        "return_max": float(returns.max()) if n else math.nan,
+        "length_mean_ticks": float(episodes["length_ticks"].mean()) if n else math.nan,
+        "wall_s_last": float(episodes["wall_s"][-1]) if n else math.nan,
+    }
+
+
+def progress_figures(progress: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Summary of progress.csv: the last interval's counters, mean update rate, last loss and ε."""
+    out: dict[str, Any] = {"intervals": len(progress["wall_s"])}
+    for column in ("wall_s", "env_ticks", "updates", "transitions", "episodes", "epsilon", "loss", "recent_return"):
+        out[f"{column}_last"] = _last_finite(progress[column])
+    out["updates_per_s_mean"] = _mean_finite(progress["updates_per_s"])
+    out["inaction_frac_mean"] = _mean_finite(progress["inaction_frac"])
+    return out
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None) -> Report:
+    """Read ``run_dir``, write the plots into ``out_dir`` (default ``RUN/report``), return the `Report`.
+
+    Raises FileNotFoundError when ``run_dir`` is not a directory or holds none of progress.csv,
+    episodes.csv and a tick log; ValueError (naming the file) when a file is there but unreadable.
+    Writes no report.md/report.json: see `write_markdown` and `run_report`.
+    """
+    from nonstop.metrics import plots
+    from nonstop.realtime.ticklog import SOURCE_AGENT
+
+    paths = RunPaths(run_dir)
+    if not paths.root.is_dir():
+        raise FileNotFoundError(f"no run directory at {paths.root} (write one with `nonstop train --out {paths.root}`)")
+    data_files = {"progress.csv": paths.progress.is_file(), "episodes.csv": paths.episodes.is_file(),
+                  "ticklog": bool(paths.ticklog_segments())}  # fmt: skip
+    missing = [name for name, present in {"config.json": paths.config.is_file(), **data_files,
+                                          "summary.json": paths.summary.is_file()}.items() if not present]  # fmt: skip
+    if all(name in missing for name in data_files):
+        raise FileNotFoundError(
+            f"{paths.root} holds none of {', '.join(data_files)}: nothing to report (is it a run dir written by "
+            "`nonstop train --out`?)"
+        )
+    report = Report(run_dir=paths.root, out_dir=Path(out_dir) if out_dir is not None else paths.root / "report",
+                    missing=missing)  # fmt: skip
+    out = report.out_dir
+
+    if "config.json" not in missing:
+        config = read_config(paths.root)
+        report.summary["config"] = {k: config[k] for k in CONFIG_KEYS if k in config}
+        if config.get("self_play"):
+            report.summary["config"].update({k: config.get(k) for k in ("opponents", "pool_size", "snapshot_every")})
+    else:
+        config = {}
+    episodes = read_columns(paths.episodes, EPISODE_COLUMNS) if "episodes.csv" not in missing else None
+    progress = read_columns(paths.progress, PROGRESS_COLUMNS) if "progress.csv" not in missing else None
+    log = read_ticklog(paths.root) if "ticklog" not in missing else None
+
+    if episodes is not None:
+        report.summary["episodes"] = episode_figures(episodes)
+    if progress is not None:
+        report.summary["progress"] = progress_figures(progress)
+    if log is not None:
+        figures = log.summary()
+        report.summary["ticks"] = {k: figures[k] for k in TICK_KEYS}
+    if "summary.json" not in missing:
+        try:
+            run_summary = json.loads(paths.summary.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{paths.summary} is not valid JSON: {exc}") from exc
+        config_shown = report.summary.get("config", {})
+        if config_shown.get("n_inference") is None and run_summary.get("n_inference") is not None:
+            config_shown["n_inference"] = run_summary["n_inference"]  # the N_I the run resolved (⌈τ̄_θ/τ_M⌉)
+        # summary.json repeats the tick figures of the newest segment; the "ticks" section above has them for
+        # the whole (stitched) run, so only what no other section shows is listed here
+        shown = {key for figures in report.summary.values() for key in figures}
+        report.summary["run_summary"] = {k: v for k, v in run_summary.items() if k not in shown and k != "n_inference"}
+
+    # return over wall time
+    if episodes is None:
+        report.skipped["return_over_time"] = "episodes.csv is missing"
+    elif not len(episodes["return"]):
+        report.skipped["return_over_time"] = "episodes.csv has no finished episode yet"
+    else:
+        report.plots["return_over_time"] = plots.plot_return_over_time(
+            episodes["wall_s"], episodes["return"], out / PLOT_FILES["return_over_time"], smooth=RECENT_EPISODES
+        )
+
+    # inaction and delay over time: the tick log first, progress.csv otherwise
+    if log is not None and len(log):
+        w = plots.windowed_ticks(log, max(1, len(log) // WINDOWS))
+        report.plots["inaction_delay"] = plots.plot_inaction_delay(
+            w["time_s"], w["inaction_frac"], w["delay_mean_ticks"], out / PLOT_FILES["inaction_delay"],
+            xlabel="world time (s, tick·τ_M)", title="Inaction and delay over time (tick log)",
+        )  # fmt: skip
+    elif progress is not None and len(progress["wall_s"]):
+        report.plots["inaction_delay"] = plots.plot_inaction_delay(
+            progress["wall_s"], progress["inaction_frac"], progress["delay_mean_ticks"],
+            out / PLOT_FILES["inaction_delay"],
+            xlabel="wall time (s)", title="Inaction and delay over time (progress.csv)",
+        )  # fmt: skip
+    else:
+        report.skipped["inaction_delay"] = "neither the tick log nor progress.csv has any row"
+
+    # delay histogram
+    if log is None:
+        report.skipped["delay_histogram"] = "the tick log is missing (no ticklog/ nor ticklog.npz)"
+    else:
+        delays = log["delay"][log["source"] == SOURCE_AGENT]
+        if delays.size:
+            report.plots["delay_histogram"] = plots.plot_delay_histogram(delays, out / PLOT_FILES["delay_histogram"])
+        else:
+            report.skipped["delay_histogram"] = "the tick log has no agent-applied tick (β acted throughout)"
+
+    # self-play: win rate and score against the pool
+    if paths.matches.is_file():
+        from nonstop.experiment.selfplay import match_figures, plot_matches
+
+        matches = read_columns(paths.matches, MATCH_COLUMNS)
+        report.summary["matches"] = match_figures(matches)
+        if len(matches["won"]):
+            report.plots["win_rate"] = plot_matches(matches, out / PLOT_FILES["win_rate"])
+        else:
+            report.skipped["win_rate"] = "matches.csv has no finished match yet"
+    elif config.get("self_play"):
+        report.skipped["win_rate"] = "matches.csv is missing (no match finished yet)"
+    return report
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def _format(key: str, value: Any) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    if isinstance(value, bool) or isinstance(value, str):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if key.endswith(("_fraction", "_frac", "_frac_mean")):
+            return f"{value:.2%}"
+        return f"{value:,.0f}" if value.is_integer() and abs(value) < 1e15 else f"{value:.4g}"
+    text = json.dumps(value, default=str)  # nested figures of summary.json: whole in report.json
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def _rows(report: Report) -> list[tuple[str, str, str]]:
+    return [
+        (source, key, _format(key, value)) for source, figures in report.summary.items() for key, value in figures.items()
+    ]
+
+
+def render_summary(report: Report, console: Any = None) -> None:
+    """Print the summary (a rich table, one row per figure, grouped by source file) and what was skipped."""
+    from nonstop._console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    table = Table(title=f"nonstop report {report.run_dir}")
+    table.add_column("source")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    previous = None
+    for source, key, text in _rows(report):
+        table.add_row(source if source != previous else "", key, text)
+        previous = source
+    console.print(table)
+    for name, path in report.plots.items():
+        console.print(f"plot {name}: {path}", highlight=False)
+    for name, reason in report.skipped.items():
+        console.print(f"skipped plot {name}: {reason}", highlight=False)
+    if report.missing:
+        console.print(f"not in the run dir: {', '.join(report.missing)}", highlight=False)
+
+
+def write_markdown(report: Report) -> Path:
+    """Write ``report.md`` (summary table, plots, skipped ones) and ``report.json`` into ``report.out_dir``."""
+    out = report.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [f"# Run report: {report.run_dir}", "", "| source | figure | value |", "| --- | --- | ---: |"]
+    lines += [f"| {source} | {key} | {text} |" for source, key, text in _rows(report)]
+    lines.append("")
+    for name, path in report.plots.items():
+        lines += [f"## {name.replace('_', ' ')}", "", f"![{name}]({os.path.relpath(path, out)})", ""]
+    if report.skipped:
+        lines += ["## Skipped", ""] + [f"- {name}: {reason}" for name, reason in report.skipped.items()] + [""]
+    if report.missing:
+        lines += [f"Not in the run dir: {', '.join(report.missing)}.", ""]
+    (out / "report.json").write_text(json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n")
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+#: headings of the plots in report.html
+HTML_TITLES: Final = {"return_over_time": "Return over time", "inaction_delay": "Inaction and delay over time",
+                      "delay_histogram": "Delay of the agent's actions",
+                      "win_rate": "Self-play: win rate and score against the pool"}  # fmt: skip
+#: the HTML report's style: inline, so the page is one file
+HTML_STYLE: Final = """
+body { margin: 0 auto; max-width: 980px; padding: 24px; color: #1d2330; background: #fff;
+       font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; }
+h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 16px; margin: 28px 0 8px; }
+.dim { color: #6b7385; } code { font: 12px ui-monospace, Menlo, Consolas, monospace; }
+table { border-collapse: collapse; min-width: 60%; }
+th, td { padding: 5px 10px; border-bottom: 1px solid #e2e5eb; text-align: left; }
+th { font-size: 12px; color: #6b7385; background: #fafbfc; }
+td.value { text-align: right; font-variant-numeric: tabular-nums; }
+tr.first td { border-top: 2px solid #d5d9e0; }
+figure { margin: 0 0 12px; } figure img { max-width: 100%; border: 1px solid #e2e5eb; border-radius: 4px; }
+"""
+
+
+def write_html(report: Report) -> Path:
+    """Write ``report.html`` into ``report.out_dir``: the summary table and every plot, inlined.
+
+    One self-contained file: each PNG travels as a base64 ``data:`` URI, the style is inline, and
+    nothing refers to a file or an address outside the page.
+    """
+    import base64
+    from html import escape
+
+    out = report.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    previous = None
+    for source, key, text in _rows(report):
+        first = source != previous
+        opening = '<tr class="first">' if first and previous is not None else "<tr>"
+        rows.append(f"{opening}<td>{escape(source) if first else ''}</td><td>{escape(key)}</td>"
+                    f'<td class="value">{escape(text)}</td></tr>')  # fmt: skip
+        previous = source
+    parts = [
+        "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>nonstop report {escape(report.run_dir.name)}</title><style>{HTML_STYLE}</style></head><body>",
+        f'<h1>Run report</h1><p class="dim"><code>{escape(str(report.run_dir))}</code></p>',
+        "<h2>Summary</h2><table><thead><tr><th>source</th><th>figure</th><th>value</th></tr></thead><tbody>",
+        *rows, "</tbody></table>",
+    ]  # fmt: skip
+    for name, path in report.plots.items():
+        data = base64.b64encode(Path(path).read_bytes()).decode()
+        title = escape(HTML_TITLES.get(name, name.replace("_", " ")))
+        parts.append(f'<h2>{title}</h2><figure><img alt="{title}" src="data:image/png;base64,{data}"></figure>')
+    if report.skipped:
+        parts.append("<h2>Skipped</h2><ul>")
+        parts += [f"<li>{escape(name)}: {escape(reason)}</li>" for name, reason in report.skipped.items()]
+        parts.append("</ul>")
+    if report.missing:
+        parts.append(f'<p class="dim">Not in the run dir: {escape(", ".join(report.missing))}.</p>')
+    parts.append("</body></html>\n")
+    path = out / "report.html"
+    path.write_text("\n".join(parts), encoding="utf-8")
+    return path
