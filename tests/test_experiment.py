@@ -99,10 +99,14 @@ def test_the_run_has_no_branch_on_self_play_a_backend_or_a_device():
     """The modules that compose a run name no seating, backend or device: those are the registry's."""
     import ast
 
+    import nonstop.experiment.learning as learning
     import nonstop.experiment.loop as loop
+    import nonstop.experiment.parts as parts
+    import nonstop.experiment.record as record
     import nonstop.experiment.run as run
+    import nonstop.experiment.seating as seating
 
-    for module in (run, loop):
+    for module in (run, loop, record, parts, learning, seating):
         tree = ast.parse(Path(module.__file__).read_text())
         for node in ast.walk(tree):
             if isinstance(node, (ast.If, ast.IfExp, ast.While)):

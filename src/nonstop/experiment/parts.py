@@ -62,6 +62,10 @@ class Part:
         """Processes of this machine the part keeps busy (for the machine-limit diagnosis)."""
         return 0
 
+    def notes(self, run: "Run") -> list[str]:
+        """What the measurements say of this part in this run, for the user before it starts."""
+        return []
+
 
 class Recorder:
     """What records a run as it goes (a run directory, a tracker): hooks `Run.execute` calls in order.

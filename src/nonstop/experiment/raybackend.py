@@ -79,6 +79,15 @@ class RayCluster(Part):
             raise
         self._stack = stack
 
+    def notes(self, run: "Run") -> list[str]:
+        cfg = run.cfg
+        if cfg.inference_backend == "ray" and cfg.interaction == "staggered" and cfg.scheduler in ("max_time", "exp_time"):
+            # measured (docs/scale.md): a Ray call's overhead varies, and the paper's schedulers lose their
+            # stagger under any spread; quantile_hold keeps it
+            return [f"note: Ray workers' calls vary in time, and {cfg.scheduler} loses its stagger under that spread "
+                    "(more inaction at the same N_I); --scheduler quantile_hold or --n-inference auto keeps it"]
+        return []
+
     def start(self, run: "Run") -> None:
         from nonstop.distributed.ray_backend import WeightBroadcast
 

@@ -135,8 +135,9 @@ class RunDirectory(Recorder):
         self.say(f"replay: {run.dqn.replay_capacity:,} transitions of {run.obs_shape} {run.obs_space.dtype} → "
                  f"{self.replay_bytes / 2**20:,.1f} MiB of shared memory; N_I={run.n_inference}, N_L={cfg.n_learners}, "
                  f"{cfg.interaction}, clock={cfg.clock}; run dir {self.out}")  # fmt: skip
-        for note in _scheduler_notes(cfg):
-            self.say(note, "yellow")
+        for part in run.parts:
+            for note in part.notes(run):
+                self.say(note, "yellow")
         self.log = RunLog(self.out, cfg.to_dict(), resume=rec.resume, note=lambda msg: self.say(msg, "dim"),
                           tensorboard=rec.tensorboard, track=rec.track).__enter__()  # fmt: skip
         # the tick log streams to RUN/ticklog/ as the world runs; a resumed run keeps the earlier segment beside it
@@ -205,16 +206,6 @@ class RunDirectory(Recorder):
 RECORDERS: Final = (RunDirectory,)
 
 
-def _scheduler_notes(cfg: TrainConfig) -> list[str]:
-    """What the measurements say of this choice of scheduler and backend, before it runs."""
-    if cfg.inference_backend == "ray" and cfg.interaction == "staggered" and cfg.scheduler in ("max_time", "exp_time"):
-        # measured (README, Ray): a Ray call's overhead varies, and the paper's schedulers lose their stagger under
-        # any spread; quantile_hold keeps it
-        return [f"note: Ray workers' calls vary in time, and {cfg.scheduler} loses its stagger under that spread (more "
-                "inaction at the same N_I); --scheduler quantile_hold or --n-inference auto keeps it"]
-    return []
-
-
 def _replay_in_checkpoint(choice: str, run: Run, out: Path) -> bool:
     if choice != "auto":
         return choice == "yes"
@@ -252,7 +243,7 @@ def _machine_limits(run: Run, figures: dict[str, Any]) -> list[str]:
 
     cfg = run.cfg
     n_inference = int(run.n_inference) if isinstance(run.n_inference, int) else 1
-    return machine_limits(figures, clock=cfg.clock, scheduler=cfg.scheduler if cfg.interaction == "staggered" else "sequential",
+    return machine_limits(figures, clock=cfg.clock, scheduler=cfg.scheduler if run.pool is not None else "sequential",
                           n_inference=max(1, n_inference), latency_mean_ticks=float(run.latency.mean / run.tau_m),
                           processes=max(1, run.processes()) + 1, cores=max(1, usable_cores()))  # fmt: skip
 

@@ -90,10 +90,9 @@ def _learner_settings(cfg: "TrainConfig", spec: WorldSpec) -> None:
     from nonstop.learning.dqn import DQNConfig
     from nonstop.policies.latency import parse_latency
 
-    if cfg.device != "cpu":  # a device this machine lacks is said now, naming what torch finds
-        from nonstop.inference.device import resolve_device
+    from nonstop.inference.device import resolve_device
 
-        resolve_device(cfg.device)
+    resolve_device(cfg.device)  # a device this machine lacks is said now, naming what torch finds
     spec.dqn = cfg.dqn if cfg.dqn is not None else DQNConfig.for_family(spec.family)
     spec.latency = parse_latency(cfg.latency, tick_hz=spec.tick_hz)
     if len(spec.obs_shape) > 1:  # a ResNet each worker and learner builds
