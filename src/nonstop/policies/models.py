@@ -53,6 +53,7 @@ __all__ = [
     "ResidualBlock",
     "ConvSequence",
     "MLP",
+    "FromObservations",
     "impala_resnet",
     "impala_channels",
     "count_parameters",
@@ -450,4 +451,42 @@ class MLP(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class FromObservations(nn.Module):
+    """A Q-network that takes observations as the env gives them, and so runs without nonstop.
+
+    ``uint8`` frames become float32 ``/ 255`` laid out ``(B, C, H, W)``, exactly as nonstop's DQN
+    prepares them (``nonstop.learning.dqn._to_tensor``: ``(B, H, W)`` gains a channel axis,
+    ``(B, H, W, C)`` with ``C <= 4`` is moved channels-first); other dtypes (vectors) are cast to
+    float32. An observation without its batch axis is a batch of one. It scripts
+    (``torch.jit.script``): `nonstop export` saves it as the program a user loads with plain torch.
+
+    >>> net = FromObservations(ImpalaResNet(0.25, 6), (84, 84))
+    >>> net(torch.full((84, 84), 255, dtype=torch.uint8)).shape, net(torch.zeros(5, 84, 84, dtype=torch.uint8)).shape
+    (torch.Size([1, 6]), torch.Size([5, 6]))
+    """
+
+    __constants__ = ["obs_ndim"]  # (a Final annotation is a string under `from __future__ import annotations`: unscriptable)
+
+    def __init__(self, net: nn.Module, obs_shape: Sequence[int]) -> None:
+        super().__init__()
+        if not isinstance(net, nn.Module):
+            raise TypeError(f"net must be a torch.nn.Module, got {type(net).__name__}")
+        if len(obs_shape) not in (1, 2, 3):
+            raise ValueError(f"observations must be vectors (D,) or frames (H, W), (H, W, C), (C, H, W), got {tuple(obs_shape)}")
+        self.net = net
+        self.obs_ndim = len(obs_shape)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if obs.dim() == self.obs_ndim:
+            obs = obs.unsqueeze(0)
+        if obs.dtype != torch.uint8:
+            return self.net(obs.to(torch.float32))
+        x = obs.to(torch.float32).div(255.0)
+        if x.dim() == 3:
+            x = x.unsqueeze(1)
+        elif x.dim() == 4 and x.shape[-1] <= 4:
+            x = x.permute(0, 3, 1, 2)
         return self.net(x)
