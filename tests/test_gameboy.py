@@ -316,6 +316,36 @@ def test_missing_rom_says_where_nonstop_looked(tmp_path, monkeypatch):
         find_rom("Tetris")
 
 
+def test_the_missing_rom_and_state_errors_name_flags_that_exist(capsys, monkeypatch):
+    """The ROM error once said ``--rom PATH``, which `nonstop train` does not take (it takes
+    ``--env-arg rom=PATH``); each flag the errors name must exist on the command they name it for."""
+    import argparse
+    import re
+
+    from nonstop.cli import build_parser
+
+    monkeypatch.delenv(gameboy.ROMS_ENV_VAR, raising=False)
+    assert main(["train", "--env", "GameBoy/Tetris", "--seconds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--env-arg rom=PATH" in err and len(err.strip().splitlines()) == 1
+    parser = build_parser()
+    verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+    def options(p: argparse.ArgumentParser) -> set[str]:  # a verb's flags and those of its actions (gameboy check, ...)
+        found = set(p._option_string_actions)
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    found |= options(sub)
+        return found
+
+    for message in (err, gameboy._needs_state(gameboy._game("PokemonBattle"))):
+        named = re.findall(r"`nonstop (\w+)`: (--[\w-]+)", message)
+        assert {verb for verb, _ in named} == {"train", "gameboy"}, message
+        for verb, flag in named:
+            assert flag in options(verbs[verb]), f"{message!r} names {flag} for `nonstop {verb}`, which has none"
+
+
 def test_wrong_game_and_corrupt_roms_are_refused(tmp_path):
     rom = write_rom(tmp_path / "test.gb")
     with pytest.raises(RomError, match=r"is not Tetris: its cartridge header title is 'NONSTOP TEST', expected 'TETRIS'"):

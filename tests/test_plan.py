@@ -193,3 +193,20 @@ def test_plan_ends_soon_after_a_signal_while_timing(signum, code):
             proc.wait()
     assert proc.returncode == code, proc.stderr.read()
     assert took < 3, f"{took:.2f} s from the signal to the exit"
+
+
+def test_every_latency_the_help_shows_is_accepted():
+    """The help once listed ``0.2`` beside 80ms and 5t, and the parser then refused it (no unit)."""
+    import argparse
+    import re
+
+    from nonstop.commands.plan import add_arguments
+    from nonstop.policies.latency import parse_latency
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    text = next(a.help for a in p._actions if "--latency" in a.option_strings)
+    shown = re.findall(r"\b\d+(?:\.\d+)?[a-z]*\b", text)
+    assert len(shown) == 3, text
+    for example in shown:
+        assert parse_latency(example, tick_hz=60).mean > 0, example

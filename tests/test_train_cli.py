@@ -14,6 +14,7 @@ import pytest
 from conftest import SHM_DIR
 
 from nonstop.cli import main
+from nonstop.commands import VERBS
 from nonstop.learning.checkpoint import latest_checkpoint, load_checkpoint
 from nonstop.learning.runlog import read_columns, read_ticklog
 from nonstop.realtime.ticklog import TickLog
@@ -208,3 +209,22 @@ def test_trim_above_reaches_every_process_worker_and_may_change_on_resume(tmp_pa
     assert main([*ARGS, "--seconds", "2", *wall, "--trim-above", "1MiB", "--resume"]) == 0
     assert given[2:] == [2**20, 2**20]
     capsys.readouterr()
+
+
+def test_a_bad_value_is_one_error_line_under_a_one_line_usage(capsys):
+    """argparse's own error() printed train's whole usage first: 30 lines above the one that matters."""
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--n-inference", "0"])
+    assert stop.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == ["usage: nonstop train … (nonstop train --help lists every option)",
+                     "nonstop: error: argument --n-inference: must be >= 1 (or 'auto'), got 0"]  # fmt: skip
+
+
+@pytest.mark.parametrize("verb", ["", *VERBS])
+def test_every_verb_answers_a_bad_option_in_two_lines(verb, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main([verb, "--no-such-option"] if verb else ["--no-such-option"])
+    assert stop.value.code == 2
+    usage, error = capsys.readouterr().err.strip().splitlines()
+    assert usage.startswith(f"usage: nonstop {verb}".rstrip()) and error.startswith("nonstop: error: "), (usage, error)

@@ -230,7 +230,7 @@ def _gpu_name() -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=float, default=None, help="IMPALA ResNet width (k=1,7,29,98 ≈ 1M,10M,100M,1B parameters)")
-    p.add_argument("--latency", default=None, help="declared forward time instead of a model: 80ms, 5t, 0.2")
+    p.add_argument("--latency", default=None, help="declared forward time instead of a model, with its unit: 80ms, 5t or 0.2s")
     p.add_argument("--forward-ms", type=float, default=None, help="forward time measured elsewhere (ms, batch 1)")
     p.add_argument("--update-ms", type=float, default=None, help="one learner update of --batch-size, measured elsewhere (ms)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
