@@ -147,6 +147,7 @@ print(json.dumps(out))
 
 
 @pytest.mark.network
+@pytest.mark.slow
 def test_openenv_010_generic_and_mcp_tool_clients_play_unmodified(server, openenv_010) -> None:
     url = server.url.replace("ws://", "http://")
     env = {**os.environ, "PYTHONPATH": str(openenv_010)}

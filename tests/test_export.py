@@ -70,7 +70,7 @@ def _run_without_nonstop(code: str, cwd: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=120)  # fmt: skip
 
 
-@pytest.mark.parametrize("env", ["CartPole", "GameBoy/TestROM"])
+@pytest.mark.parametrize("env", ["CartPole", pytest.param("GameBoy/TestROM", marks=pytest.mark.slow)])  # 7 s: a ResNet
 def test_the_documented_lines_act_like_nonstop_without_nonstop(tmp_path, capsys, no_shm_leak, env):
     from nonstop.envs import make_env
 

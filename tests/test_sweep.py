@@ -146,6 +146,7 @@ def _sweep(tmp_path: Path, *extra: str, **popen) -> subprocess.Popen:
                             text=True, env=env, **popen)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_tiny_sweep_end_to_end_shows_the_paper_effect_resumes_and_extends(tmp_path):
     proc = _sweep(tmp_path)
     out, err = proc.communicate(timeout=240)

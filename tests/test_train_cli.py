@@ -75,6 +75,7 @@ def test_bad_train_arguments_fail_before_anything_starts(tmp_path, capsys):
 
 
 @pytest.mark.wall
+@pytest.mark.slow
 def test_sigterm_on_the_wall_clock_checkpoints_and_leaves_nothing_behind(tmp_path):
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
@@ -184,6 +185,7 @@ def test_trim_above_is_refused_where_it_would_do_nothing(tmp_path, capsys, argv,
 
 
 @pytest.mark.wall
+@pytest.mark.slow
 def test_trim_above_reaches_every_process_worker_and_may_change_on_resume(tmp_path, capsys, monkeypatch):
     from nonstop.inference import workers
 
