@@ -202,3 +202,22 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
             return value
         time.sleep(0.02)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def check_env_strictly(env: gymnasium.Env, allowed: dict[str, str] | None = None) -> None:
+    """Gymnasium's ``check_env`` with every warning it gives a failure, unless ``allowed`` names it:
+    a piece of the warning's text -> why it is expected of this env. Each allowance must still be
+    needed (a warning that is gone takes its allowance with it)."""
+    import warnings
+
+    from gymnasium.utils.env_checker import check_env
+
+    allowed = allowed or {}
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        check_env(env, skip_render_check=True)
+    messages = [f"{w.category.__name__}: {w.message}" for w in seen]
+    unexpected = [m for m in messages if not any(piece in m for piece in allowed)]
+    assert not unexpected, f"check_env warned: {unexpected}"
+    stale = [piece for piece in allowed if not any(piece in m for m in messages)]
+    assert not stale, f"allowed but not warned (drop the allowance): {stale}"

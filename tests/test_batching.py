@@ -1,4 +1,4 @@
-"""The batching inference server (DESIGN §7): batch sizes from the latency curve, earliest deadline
+"""The batching inference server (docs/design.md §7): batch sizes from the latency curve, earliest deadline
 first, late answers counted, τ_θ = queue + batch; on the virtual clock (exact, deterministic) and on
 the wall clock with a tiny torch MLP.
 

@@ -45,6 +45,7 @@ def test_bad_tau_theta_fails_before_any_run(argv, match):
         nstar.run(_args(argv + ["--plot", ""]))
 
 
+@pytest.mark.slow
 def test_lognormal_quantile_hold_beats_the_paper_and_stays_near_the_bound(tmp_path):
     """Variable latency (σ = 0.5, τ̄ = 4 ticks): quantile_hold's N_I* is within 2× the bound while
     Algorithm 2 needs more; both rows carry the formula, the bound, the delay paid and all trials;

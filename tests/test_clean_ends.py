@@ -85,6 +85,7 @@ def _kill_all(proc: subprocess.Popen, pids: set[int]) -> None:
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.wall
 def test_a_signal_stops_a_virtual_clock_train_with_a_final_checkpoint(tmp_path, signum, code):
     run = tmp_path / "run"
     proc = _start([*TRAIN, "--latency", "5t", "--seconds", "100000", "--out", str(run)])
@@ -183,6 +184,7 @@ def _middle(ready, grandchild_pid) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+@pytest.mark.wall
 def test_a_lifeline_child_leaves_within_a_second_when_its_parent_is_killed():
     import multiprocessing as mp
 
@@ -206,6 +208,7 @@ def test_hold_lifeline_validates_its_arguments():
         hold_lifeline(os.getppid(), poll=0)
 
 
+@pytest.mark.wall
 def test_reap_climbs_the_ladder_for_a_child_that_ignores_sigterm():
     child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                               "print('up', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)  # fmt: skip
@@ -227,6 +230,7 @@ def _one_line_error(err: str) -> str:
 
 
 @pytest.mark.wall
+@pytest.mark.slow
 def test_a_killed_host_is_named_in_one_line_and_the_run_keeps_its_checkpoint(tmp_path):
     run = tmp_path / "run"
     proc = _start([*TRAIN, "--clock", "wall", "--seconds", "600", "--checkpoint-every", "1", "--out", str(run)])
@@ -292,6 +296,7 @@ def test_retention_never_counts_a_corrupt_checkpoint_as_kept(tmp_path):
     assert later.exists() and paths[1].exists()
 
 
+@pytest.mark.slow
 def test_bad_run_directories_end_in_one_clear_line(tmp_path):
     base = [*TRAIN, "--seconds", "1"]
     run = tmp_path / "run"

@@ -12,6 +12,7 @@ from nonstop.commands.compare import (
     add_arguments,
     compare,
     default_plot_path,
+    machine_diagnosis,
     plot_compare,
     resolve_n_workers,
     run_compare,
@@ -130,3 +131,49 @@ def test_run_compare_raises_before_running_anything(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="unknown environment id"):
         run_compare(parse(["--env", "Boxin"]))
     assert not (tmp_path / "runs").exists()
+
+
+def _on_a_loaded_machine(result: dict) -> dict:
+    """``result`` as a wall-clock run on a busy 2-core machine reads: the demo's 55 % inaction for the
+    staggered run, its workers acting every 2.2 ticks instead of every tick, and 8 % of ticks late."""
+    loaded = {**result, "clock": "wall", "schedulers": {name: dict(s) for name, s in result["schedulers"].items()}}
+    staggered = loaded["schedulers"]["exp_time"]
+    staggered.update(tau_i_mean_ticks=2.2, inaction_fraction=0.55, overruns=int(0.08 * staggered["ticks"]),
+                     lateness_p99_us=21_000.0, load_average=3.4)  # fmt: skip
+    loaded["machine_limits"] = machine_diagnosis(loaded, cores=2)
+    return loaded
+
+
+def test_compare_says_when_the_machine_not_the_scheduler_is_the_limit(inaction_result):
+    import io
+
+    from nonstop._console import Console
+    from nonstop.commands.compare import render_machine_limits
+
+    assert inaction_result["machine_limits"] == []  # the virtual clock never blames the machine
+    loaded = _on_a_loaded_machine(inaction_result)
+    lines = loaded["machine_limits"]
+    assert [line.split(":")[0] for line in lines[:-1]] == ["exp_time", "exp_time"]  # sequential and unstaggered act
+    assert "ran late" in lines[0] and "every 2.20 ticks" in lines[1] and "starved of CPU" in lines[1]  # once per τ_θ
+    assert "load average 3.4" in lines[-1] and "--clock virtual" in lines[-1] and "--n-learners" not in lines[-1]
+    out = io.StringIO()
+    render_machine_limits(loaded, Console(file=out, force_terminal=True, color_system="standard", width=400))
+    printed = out.getvalue().splitlines()
+    assert len(printed) == 3 and all(line.startswith("\x1b[33m") for line in printed), printed  # yellow, one per line
+    assert json.loads(to_json(loaded))["machine_limits"] == lines
+
+
+def test_demo_prints_the_machine_diagnosis_under_its_table(inaction_result, tmp_path, monkeypatch, capsys):
+    import nonstop.commands.compare as compare_module
+    from nonstop.commands.demo import add_arguments as demo_arguments
+    from nonstop.commands.demo import run_demo
+
+    loaded = _on_a_loaded_machine({**inaction_result, "schedulers": {k: inaction_result["schedulers"][k]
+                                                                      for k in ("sequential", "exp_time")}})  # fmt: skip
+    monkeypatch.setattr(compare_module, "compare", lambda *a, **k: loaded)
+    parser = argparse.ArgumentParser()
+    demo_arguments(parser)
+    assert run_demo(parser.parse_args(["--env", "theory/inaction", "--train-seconds", "0", "--out", str(tmp_path / "demo")])) == 0
+    text = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+    for line in loaded["machine_limits"]:
+        assert " ".join(line.split()) in text

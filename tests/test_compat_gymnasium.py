@@ -85,6 +85,7 @@ def test_atari_preprocessing_on_boxing():
         world.close()
 
 
+@pytest.mark.slow
 def test_record_video_on_boxing(tmp_path):
     env = RecordVideo(
         nonstop.make("Boxing", render_mode="rgb_array", env_kwargs={"max_episode_steps": 40}),

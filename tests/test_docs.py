@@ -193,3 +193,14 @@ def test_the_licence_is_the_one_pyproject_declares():
     licence = (ROOT / "LICENSE").read_text()
     assert licence.startswith("MIT License") and "the nonstop authors" in licence
     assert 'license = { text = "MIT" }' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_the_code_cites_only_the_projects_own_docs():
+    """Citations of a design document outside the repository ("DESIGN §3") are gone: the code points
+    at docs/design.md and docs/architecture.md, which are here."""
+    import re
+
+    outside = re.compile("DESIGN" + r"(\.md)? ?§")
+    cited = [f"{p.relative_to(ROOT)}:{n}" for p in sorted((ROOT / "src").rglob("*.py"))
+             for n, line in enumerate(p.read_text().splitlines(), 1) if outside.search(line)]
+    assert cited == []

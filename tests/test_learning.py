@@ -34,6 +34,7 @@ def _publish_uniform(weights: SharedWeights, seconds: float, ready) -> None:
     weights.close()
 
 
+@pytest.mark.slow
 def test_weights_are_never_read_half_written_across_processes(no_shm_leak):
     weights = SharedWeights.create(200_000)  # 800 kB: a copy takes long enough to be overtaken
     ctx = mp.get_context("spawn")
@@ -114,6 +115,7 @@ def test_updates_reduce_the_loss_and_sync_the_target(no_shm_leak):
         weights.unlink()
 
 
+@pytest.mark.slow
 def test_shared_memory_adam_matches_torch_optim_adam(no_shm_leak):
     """The hand-written Adam on the shared master parameters is torch.optim.Adam, step for step
     (bias correction included), so a user's optimiser intuitions carry over."""
@@ -226,6 +228,7 @@ def test_virtual_learners_apply_in_the_mode_order(mode, parts):
 
 
 @pytest.mark.wall
+@pytest.mark.slow
 def test_learner_processes_survive_a_kill_and_keep_the_turn(parts):
     state = parts[0]
     with _learner_processes(parts, TINY, n_learners=2, mode="round_robin") as group:
@@ -240,6 +243,7 @@ def test_learner_processes_survive_a_kill_and_keep_the_turn(parts):
 
 @pytest.mark.wall
 @pytest.mark.parametrize("mode", ["hogwild", "parallel"])
+@pytest.mark.slow
 def test_learner_processes_make_progress_in_every_mode(mode, parts):
     state, weights, _ = parts
     with _learner_processes(parts, TINY, n_learners=2, mode=mode):
@@ -259,6 +263,7 @@ def test_after_a_resume_without_replay_learners_pace_from_the_new_transitions(pa
 
 
 @pytest.mark.wall
+@pytest.mark.slow
 def test_a_learner_dead_for_good_does_not_stall_the_round_robin(parts):
     state = parts[0]
     with _learner_processes(parts, TINY, n_learners=3, mode="round_robin", restart=False) as group:

@@ -105,6 +105,7 @@ def test_watching_is_not_activity_and_the_spectator_hears_the_end(no_shm_leak) -
         assert _session(srv.url, sid)["end_reason"].startswith("idle timeout")
 
 
+@pytest.mark.slow
 def test_a_spectator_that_never_subscribed_hears_the_end(no_shm_leak) -> None:
     from websockets.exceptions import ConnectionClosedOK
     from websockets.sync.client import connect

@@ -87,6 +87,7 @@ def test_a_heap_below_the_threshold_is_left_alone():
     assert before - after < 4 * MIB, (before, after)
 
 
+@pytest.mark.slow
 def test_a_process_worker_releases_its_working_set_unless_told_not_to():
     kept = {}
     for trim_above in (None, 4 * MIB):

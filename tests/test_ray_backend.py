@@ -19,7 +19,7 @@ import pytest
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 ray = pytest.importorskip("ray", reason="the Ray backend needs the [ray] extra")
 
-pytestmark = pytest.mark.wall
+pytestmark = [pytest.mark.wall, pytest.mark.slow]  # a local Ray cluster: ~3 min on 2 cores
 
 
 @pytest.fixture(scope="module")

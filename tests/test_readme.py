@@ -97,6 +97,8 @@ def test_server_example_runs_as_a_saved_script_and_prints_the_info_shown(tmp_pat
 
 
 @pytest.mark.wall
+@pytest.mark.network
+@pytest.mark.slow
 def test_openenv_example_runs_as_a_saved_script(tmp_path, openenv_010, no_shm_leak_module):  # noqa: F811
     pytest.importorskip("fastapi")
     from nonstop.server.app import ServerThread

@@ -185,6 +185,7 @@ def _bench_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@pytest.mark.slow
 def test_bench_quick_returns_the_documented_keys(tmp_path):
     import json
 

@@ -174,6 +174,7 @@ def test_the_learners_transitions_come_from_its_own_seat_only(no_shm_leak):
     assert snapshots == [2, 3, 4]  # at ticks 0, 120, 240, 360, 480: the newest three kept
 
 
+@pytest.mark.slow
 def test_self_play_run_writes_matches_resumes_its_pool_and_reports_the_win_rate(tmp_path, capsys, no_shm_leak):
     from nonstop.experiment.report import build_report
 

@@ -75,6 +75,7 @@ def server(request, tmp_path, no_shm_leak):
         assert all(p.process.exitcode is not None for p in srv.manager.procs.procs)  # every worker reaped
 
 
+@pytest.mark.slow
 def test_openenv_published_client_plays_unmodified(server) -> None:
     """OpenEnv's GenericEnvClient (openenv-core, as published) connects, resets, steps, reads state."""
     generic = pytest.importorskip("openenv.core.generic_client")
@@ -160,6 +161,7 @@ def test_gymnasium_adapter_suffers_inaction_when_slow(server) -> None:
         env.close()
 
 
+@pytest.mark.slow
 def test_capacity_full_is_an_error_and_frees_up(tmp_path, no_shm_leak) -> None:
     with ServerThread(envs=[WORLD], max_sessions=2) as srv:
         a, b, c = Client(srv.url), Client(srv.url), Client(srv.url)

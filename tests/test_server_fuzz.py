@@ -105,6 +105,7 @@ def _fuzz_one(harness, raw: str) -> None:
         assert reply["data"]["code"] != "EXECUTION_ERROR", reply  # that code means a handler crashed
 
 
+@pytest.mark.slow
 def test_thousands_of_bad_messages_harm_nobody(harness) -> None:
     http, victim, fuzz, manager, errors, sent = harness
     victim.send_json({"type": "observe", "data": {"encoding": "none"}})

@@ -167,6 +167,7 @@ def test_bad_input_is_refused_with_a_code_and_harms_nobody(server) -> None:
     assert [int((replay.columns[p + "source"] == 1).sum()) for p in ("", "seat1_")] == [1, 1]
 
 
+@pytest.mark.slow
 def test_a_seat_whose_client_leaves_is_played_by_its_beta(server) -> None:
     """The joiner leaves: the session goes on, its seat free and played by β (counted as that seat's
     inaction), open to the next client; the creator leaving does not end it either; it ends by its

@@ -106,10 +106,37 @@ def test_confidence_intervals_are_student_t_over_seeds():
     (agg,) = aggregate(rows)
     assert agg["seeds"] == 5 and agg["cells"] == 6 and agg["complete"] == 5
     assert math.isclose(agg["mean_return"], values.mean())
-    assert math.isclose(agg["ci95"], 2.776 * values.std(ddof=1) / math.sqrt(5))
-    assert t_quantile_95(30) == 2.042 and t_quantile_95(31) == 1.96
+    assert math.isclose(agg["ci95"], t_quantile_95(4) * values.std(ddof=1) / math.sqrt(5))
+    assert round(t_quantile_95(4), 3) == 2.776
     one = aggregate(rows[:1])[0]
     assert one["ci95"] is None  # one seed: no interval, rather than a made-up one
+
+
+#: t_{0.975, df} from published tables (e.g. NIST/SEMATECH e-Handbook, table 1.3.6.7.2)
+KNOWN_T95 = {1: 12.706, 5: 2.571, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+
+
+@pytest.mark.parametrize("scipy_installed", [True, False])
+def test_t_quantiles_match_published_values_with_or_without_scipy(scipy_installed, monkeypatch):
+    """The bands' t-quantile: the table it replaced gave 1.96 for df 31-59 (2-4 % narrow)."""
+    if scipy_installed:
+        pytest.importorskip("scipy.stats")
+    else:
+        monkeypatch.setitem(sys.modules, "scipy.stats", None)  # `from scipy.stats import t` raises ImportError
+    for df, published in KNOWN_T95.items():
+        assert round(t_quantile_95(df), 3) == published, df
+    assert 2.021 < t_quantile_95(35) < 2.042  # between its neighbours, not the normal's 1.96
+    with pytest.raises(ValueError, match="integer >= 1"):
+        t_quantile_95(0)
+
+
+def test_the_t_quantile_without_scipy_is_scipys():
+    stats = pytest.importorskip("scipy.stats")
+    from nonstop.commands.sweep import _t_quantile_exact
+
+    for p in (0.6, 0.9, 0.975, 0.999):
+        for df in (1, 2, 3, 7, 31, 59, 200, 10_000):
+            assert math.isclose(_t_quantile_exact(p, df), stats.t.ppf(p, df), rel_tol=1e-9), (p, df)
 
 
 def _sweep(tmp_path: Path, *extra: str, **popen) -> subprocess.Popen:
@@ -119,6 +146,7 @@ def _sweep(tmp_path: Path, *extra: str, **popen) -> subprocess.Popen:
                             text=True, env=env, **popen)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_tiny_sweep_end_to_end_shows_the_paper_effect_resumes_and_extends(tmp_path):
     proc = _sweep(tmp_path)
     out, err = proc.communicate(timeout=240)

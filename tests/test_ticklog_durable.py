@@ -103,6 +103,7 @@ def test_streamed_log_equals_the_in_memory_log_and_keeps_memory_bounded(tmp_path
         fill(back, 1)
 
 
+@pytest.mark.slow
 def test_a_writer_behind_is_warned_about_and_never_blocks_the_appender(tmp_path):
     log = TickLog(0.1, chunk_rows=1, directory=tmp_path / "log", max_pending=2)
     with pytest.warns(RuntimeWarning, match="chunks behind; they wait in memory"):

@@ -3,8 +3,10 @@
 Both libraries are installed by the test extra (wandb ~26 MB and mlflow-skinny ~17 MB of wheels, no
 builds) and run for real, offline: wandb with ``WANDB_MODE=offline`` (its run directory is read back
 here, record by record), MLflow with a file store in ``tmp_path`` (read back through
-``MlflowClient``). No fake stands in for either. A missing library is simulated the way a machine
-without it looks (an import hook that answers ModuleNotFoundError), in a fresh interpreter.
+``MlflowClient``). No fake stands in for either. Nothing else is set: MLflow's file store needs
+``MLFLOW_ALLOW_FILE_STORE`` since 3.7, which nonstop sets around its own calls and never leaves
+behind. A missing library is simulated the way a machine without it looks (an import hook that
+answers ModuleNotFoundError), in a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -29,15 +31,17 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 
 @pytest.fixture
 def offline(tmp_path, monkeypatch):
-    """wandb offline and MLflow on a file store, both inside tmp_path; returns the MLflow URI."""
-    for var in ("WANDB_DIR", "WANDB_PROJECT", "MLFLOW_EXPERIMENT_NAME"):
-        monkeypatch.delenv(var, raising=False)
+    """wandb offline and MLflow on a file store, both inside tmp_path (the choice of store, and no other
+    variable: none left from the caller's environment either); returns the MLflow URI. After the test,
+    nonstop has left no MLflow or W&B variable behind."""
+    for var in [v for v in os.environ if v.startswith(("WANDB_", "MLFLOW_"))]:
+        monkeypatch.delenv(var)
     monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
     uri = (tmp_path / "mlruns").as_uri()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow >= 3.7 asks for this to use a file store
-    return uri
+    yield uri
+    left = sorted(v for v in os.environ if v.startswith(("WANDB_", "MLFLOW_")))
+    assert left == ["MLFLOW_TRACKING_URI", "WANDB_MODE"] or left == ["WANDB_MODE"], left
 
 
 # ----------------------------------------------------------------------------- reading wandb's own files
@@ -156,6 +160,24 @@ def test_mlflow_gets_the_config_rows_and_summary_and_resume_continues_its_run(tm
         log.write_summary({"complete": False, "interrupted": False, "reason": "the world's host died"})
     assert client.get_run(run_id).info.status == "FAILED"
     assert read_columns(run / "progress.csv")["env_ticks"].tolist() == [60, 120, 180, 240, 300]  # the CSV as ever
+
+
+def test_mlflow_without_a_tracking_uri_writes_the_file_store_mlruns_here(tmp_path, offline, monkeypatch):
+    """No MLFLOW_TRACKING_URI: MLflow 3's default store is a SQLite database that only the full mlflow
+    package opens; the track extra's mlflow-skinny writes the file store ./mlruns instead, unasked."""
+    import importlib.util
+
+    if importlib.util.find_spec("sqlalchemy") is not None:
+        pytest.skip("the full mlflow package is installed here: MLflow's own default store is used")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    monkeypatch.chdir(tmp_path)
+    with RunLog(tmp_path / "run", {"env": "x"}, tensorboard=False, track="mlflow") as log:
+        _rows(log, 0, 2)
+    record = read_tracking(tmp_path / "run")["mlflow"]
+    assert record["tracking_uri"] == (tmp_path / "mlruns").as_uri()
+    history = MlflowClient(tracking_uri=record["tracking_uri"]).get_metric_history(record["run_id"], "progress/env_ticks")
+    assert [m.step for m in history] == [60, 120]
+    assert "MLFLOW_ALLOW_FILE_STORE" not in os.environ
 
 
 def test_a_tracker_that_cannot_start_leaves_no_run_directory(tmp_path, offline, monkeypatch):

@@ -14,6 +14,7 @@ import pytest
 from conftest import SHM_DIR
 
 from nonstop.cli import main
+from nonstop.commands import VERBS
 from nonstop.learning.checkpoint import latest_checkpoint, load_checkpoint
 from nonstop.learning.runlog import read_columns, read_ticklog
 from nonstop.realtime.ticklog import TickLog
@@ -74,6 +75,7 @@ def test_bad_train_arguments_fail_before_anything_starts(tmp_path, capsys):
 
 
 @pytest.mark.wall
+@pytest.mark.slow
 def test_sigterm_on_the_wall_clock_checkpoints_and_leaves_nothing_behind(tmp_path):
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
@@ -183,6 +185,7 @@ def test_trim_above_is_refused_where_it_would_do_nothing(tmp_path, capsys, argv,
 
 
 @pytest.mark.wall
+@pytest.mark.slow
 def test_trim_above_reaches_every_process_worker_and_may_change_on_resume(tmp_path, capsys, monkeypatch):
     from nonstop.inference import workers
 
@@ -263,3 +266,22 @@ def test_the_batching_server_is_a_backend_of_train_and_a_device_is_checked_at_th
         assert not (tmp_path / "gpu").exists()
     assert main([*ARGS, "--device", "cuda", "--out", str(tmp_path / "thread")]) == 2
     assert "it needs --backend batched" in capsys.readouterr().err
+
+
+def test_a_bad_value_is_one_error_line_under_a_one_line_usage(capsys):
+    """argparse's own error() printed train's whole usage first: 30 lines above the one that matters."""
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--n-inference", "0"])
+    assert stop.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == ["usage: nonstop train … (nonstop train --help lists every option)",
+                     "nonstop: error: argument --n-inference: must be >= 1 (or 'auto'), got 0"]  # fmt: skip
+
+
+@pytest.mark.parametrize("verb", ["", *VERBS])
+def test_every_verb_answers_a_bad_option_in_two_lines(verb, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main([verb, "--no-such-option"] if verb else ["--no-such-option"])
+    assert stop.value.code == 2
+    usage, error = capsys.readouterr().err.strip().splitlines()
+    assert usage.startswith(f"usage: nonstop {verb}".rstrip()) and error.startswith("nonstop: error: "), (usage, error)

@@ -90,6 +90,7 @@ def _mlp_policy(obs_dim: int, n_actions: int):
     return TorchPolicy(MLP(obs_dim, n_actions), gym.spaces.Discrete(n_actions))
 
 
+@pytest.mark.slow
 def test_process_backend_runs_a_real_model_and_survives_a_killed_process():
     factory = functools.partial(_mlp_policy, 4, 2)
     with Session("CartPole", clock="wall", seed=0) as world:
@@ -117,6 +118,7 @@ def test_process_backend_runs_a_real_model_and_survives_a_killed_process():
     assert np.isfinite(log["tau_theta"][log["source"] == 1]).all()
 
 
+@pytest.mark.wall
 def test_wall_pool_stop_wakes_workers_sleeping_a_long_latency():
     """Regression: worker threads sleeping a 5 s latency used to outlive pool.stop() and pile up
     across bench nstar trials until 'can't start new thread'. The stop event interrupts waits."""

@@ -7,7 +7,7 @@ import importlib
 import os
 import signal
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = ["main"]
 
@@ -37,16 +37,32 @@ class _HelpWithDefaults(argparse.HelpFormatter):
         return f"{text} (default: {action.default})"
 
 
+#: the longest usage line a bad argument is answered with; a longer one becomes ``usage: nonstop VERB …``
+USAGE_WIDTH = 100
+
+
+class _OneLineErrors(argparse.ArgumentParser):
+    """A parser whose usage error is two lines: the usage (cut to ``nonstop VERB …`` when it runs to
+    more than one line: ``nonstop train``'s fills 30) and ``nonstop: error: …``, as every other error
+    of the program reads. ``--help`` still shows everything."""
+
+    def error(self, message: str) -> NoReturn:
+        usage = " ".join(self.format_usage().split())
+        if len(usage) > USAGE_WIDTH:
+            usage = f"usage: {self.prog} … ({self.prog} --help lists every option)"
+        self.exit(2, f"{usage}\nnonstop: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from nonstop import __version__
     from nonstop.commands import VERBS
 
-    parser = argparse.ArgumentParser(
+    parser = _OneLineErrors(
         prog="nonstop", formatter_class=_HelpWithDefaults,
         description="Realtime RL: worlds that never wait, staggered asynchronous inference, realtime metrics.",
     )
     parser.add_argument("--version", action="version", version=f"nonstop {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineErrors)
     for verb, module_name in VERBS.items():
         module = importlib.import_module(f"nonstop.commands.{module_name}")
         p = sub.add_parser(verb, help=module.HELP, description=module.HELP, formatter_class=_HelpWithDefaults)
@@ -75,7 +91,8 @@ def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown and not getattr(args, "bench_unavailable", False):  # what parse_args does, but a bench
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}")  # that cannot run takes any options
+        verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # that cannot run takes any options
+        (verbs.choices.get(getattr(args, "command", None) or "") or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     if getattr(args, "verb", None) is None:
         parser.print_help()
         return 2

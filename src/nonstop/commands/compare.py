@@ -11,7 +11,9 @@ once per scheduler:
 
 N defaults to ``⌈τ̄_θ/τ_M⌉`` (the N_I* of Algorithm 2; Algorithm 1 needs ``⌈τ_θmax/τ_M⌉``, so
 with a spread-out latency ``max_time`` keeps some inaction at this N). Every figure comes from
-the tick log after a warm-up (the first round, when all workers start together).
+the tick log after a warm-up (the first round, when all workers start together). On the wall
+clock a busy machine adds inaction no scheduler causes: `machine_diagnosis` says so, with the
+same reading `nonstop train` makes (`nonstop.metrics.limits`), and the table is followed by it.
 
 >>> import argparse
 >>> p = argparse.ArgumentParser(); add_arguments(p)
@@ -27,6 +29,7 @@ import argparse
 import json
 import math
 import numbers
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -42,6 +45,8 @@ __all__ = [
     "resolve_n_workers",
     "default_plot_path",
     "render_table",
+    "machine_diagnosis",
+    "render_machine_limits",
     "plot_compare",
     "to_json",
 ]
@@ -51,6 +56,9 @@ SCHEDULERS = ("sequential", "unstaggered", "max_time", "exp_time")
 CLOCKS = ("virtual", "wall")
 #: Ticks shown in each timeline of the plot.
 TIMELINE_TICKS = 240
+#: What a user of `nonstop compare` or `nonstop demo` can change when the machine is the limit.
+COMPARE_REMEDY = ("use --clock virtual (the same schedulers, exact on any machine), or run it on an idle machine "
+                  "or one with more cores")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- arguments
@@ -226,8 +234,10 @@ def compare(
 ) -> dict[str, Any]:
     """Run every scheduler in ``schedulers`` on ``env`` with the same latency and seed.
 
-    Returns ``{"env", "tick_hz", "latency", "latency_mean_ticks", "n_workers", "seconds", "clock",
-    "seed", "warmup_ticks", "schedulers": {name: summary}, "logs": {name: TickLog}}``. A summary is
+    Returns ``{"env", "tick_hz", "latency", "latency_mean_ticks", "latency_max_ticks", "n_workers",
+    "seconds", "clock", "seed", "warmup_ticks", "schedulers": {name: summary}, "logs": {name: TickLog},
+    "machine_limits": [line, ...]}`` (`machine_diagnosis`; on the wall clock each summary also has
+    the machine's ``load_average`` as its run ended). A summary is
     `nonstop.metrics.timing.summarize` after the warm-up plus ``n_workers``, ``episode_return``,
     ``episode_return_kind`` (``"mean_completed"`` or ``"total"``) and ``episodes_ended``.
     Bad inputs raise ``ValueError``/``TypeError`` before anything runs.
@@ -277,12 +287,15 @@ def compare(
             overhead = log.meta.get("workers", {}).get("remote_overhead_s")
             if overhead is not None:
                 summary["remote_overhead_s"] = overhead
+            if clock == "wall" and hasattr(os, "getloadavg"):
+                summary["load_average"] = os.getloadavg()[0]  # the last minute's, as the run ends
             logs[name], summaries[name] = log, summary
-    return {
+    result = {
         "env": env,
         "tick_hz": info.tick_hz,
         "latency": repr(dist),
         "latency_mean_ticks": dist.mean / tau_m,
+        "latency_max_ticks": dist.max_hint / tau_m,
         "n_workers": n,
         "seconds": seconds,
         "clock": clock,
@@ -292,6 +305,50 @@ def compare(
         "schedulers": summaries,
         "logs": logs,
     }
+    result["machine_limits"] = machine_diagnosis(result)
+    return result
+
+
+def _usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def machine_diagnosis(result: dict[str, Any], *, cores: int | None = None) -> list[str]:
+    """What `nonstop.metrics.limits` reads in each scheduler's figures: a line per finding, named by its
+    scheduler, then one saying the machine is the limit and what to change; ``[]`` when nothing shows
+    (always on the virtual clock). ``cores`` defaults to the cores this process may use.
+
+    >>> wall = {"clock": "wall", "latency_mean_ticks": 6.0, "backend": "thread", "n_workers": 6, "schedulers": {
+    ...     "sequential": {"n_workers": 1, "ticks": 600, "overruns": 0, "tau_i_mean_ticks": 6.0, "inaction_fraction": 0.83},
+    ...     "exp_time": {"n_workers": 6, "ticks": 600, "overruns": 0, "tau_i_mean_ticks": 2.2, "inaction_fraction": 0.55}}}
+    >>> for line in machine_diagnosis(wall, cores=2):
+    ...     print(line)
+    exp_time: staggered workers acted every 2.20 ticks where 6 workers of 6.0-tick latency should act every 1.00: they are starved of CPU
+    the machine, not the algorithm, is the limit here (2 busy processes on 2 cores): use --clock virtual (the same schedulers, exact on any machine), or run it on an idle machine or one with more cores
+    """
+    from nonstop.metrics.limits import limit_findings, limit_remedy
+
+    lines: list[str] = []
+    for name, s in result["schedulers"].items():
+        # by design unstaggered workers act together (once per τ_θ, as sequential) and Algorithm 1 spaces
+        # its N workers by the largest latency: neither is starved for acting less than every tick
+        spacing = result.get("latency_max_ticks", result["latency_mean_ticks"]) if name == "max_time" else result["latency_mean_ticks"]
+        found = limit_findings(s, clock=result["clock"], scheduler="sequential" if name == "unstaggered" else name,
+                               n_inference=int(s["n_workers"]), latency_mean_ticks=float(spacing))  # fmt: skip
+        lines += [f"{name}: {line}" for line in found]
+    if not lines:
+        return []
+    loads = [s["load_average"] for s in result["schedulers"].values() if s.get("load_average") is not None]
+    # this process (the worker threads) and the host's; Ray's actors sleep through a declared latency
+    processes = 2 + (int(result["n_workers"]) if result.get("backend") == "ray" else 0)
+    return [*lines, limit_remedy(processes=processes, cores=cores or _usable_cores(), remedy=COMPARE_REMEDY,
+                                 load_average=max(loads) if loads else None)]  # fmt: skip
+
+
+def render_machine_limits(result: dict[str, Any], console: Any) -> None:
+    """`machine_diagnosis`'s lines, each in yellow (as `nonstop train` prints its own)."""
+    for line in result.get("machine_limits") or []:
+        console.print(line, style="yellow", markup=False)
 
 
 # ----------------------------------------------------------------------------- output
@@ -419,6 +476,7 @@ def run_compare(args: argparse.Namespace) -> int:
             seed=args.seed, backend=args.backend, ray_address=args.ray_address, progress=lambda name: status.update(f"running {name} on the {args.clock} clock…"),
         )  # fmt: skip
     render_table(result, console)
+    render_machine_limits(result, console)
     plot = default_plot_path(args.env) if args.plot is None else (Path(args.plot) if args.plot else None)
     if plot is not None:
         result["plot"] = str(plot_compare(result, plot))

@@ -58,7 +58,7 @@ def fresh_dir(out: Path) -> Path:
 def run_demo(args: argparse.Namespace) -> int:
     from nonstop._console import Console
 
-    from nonstop.commands.compare import compare, plot_compare, render_table
+    from nonstop.commands.compare import compare, plot_compare, render_machine_limits, render_table
 
     for name in ("seconds", "slow_ticks"):
         if not getattr(args, name) > 0:
@@ -80,6 +80,7 @@ def run_demo(args: argparse.Namespace) -> int:
         schedulers=("sequential", "exp_time"), progress=lambda name: console.print(f"  running {name} …"),
     )  # fmt: skip
     render_table(result, console)
+    render_machine_limits(result, console)  # on a loaded machine the staggered inaction is the machine's: say so
     plot = plot_compare(result, out / "sequential_vs_staggered.png")
     for name, log in result["logs"].items():
         log.save(out / f"{name}.npz")

@@ -1,6 +1,6 @@
-"""``nonstop plan``: the cluster a model needs to act and learn at every tick (DESIGN §5).
+"""``nonstop plan``: the cluster a model needs to act and learn at every tick (docs/design.md §5).
 
-From a model's forward time τ_θ and update time τ_L (measured here for the paper's ResNet at
+From a model's forward time τ_θ and update time τ_L (timed here for the paper's ResNet at
 width ``--k``, or declared with ``--latency``/``--forward-ms``/``--update-ms`` for other
 hardware), a tick rate and a batch size, it computes with the paper's formulas:
 
@@ -14,6 +14,11 @@ hardware), a tick rate and a batch size, it computes with the paper's formulas:
   back (one each per action, one action per tick at N_I*), and weight broadcasts (one version per
   ``--weights-every`` updates, fetched once per node).
 
+``--k``'s parameters, FLOPs and memory are counted without building the model
+(`nonstop.policies.models.count_parameters`, `count_flops`); on a CPU core its times come from a
+short sample of a model no wider than `SAMPLE_K`, scaled by FLOPs (`measure_times`), so any k is
+planned in seconds and ~0.6 GB, and Ctrl-C or SIGTERM ends it at once.
+
 >>> p = plan(forward_s=0.1, update_s=0.4, tick_hz=60, batch_size=16, n_params=1_000_000, obs_bytes=7056)
 >>> p["n_inference_star"], p["n_learners_star"], p["cores"]
 (6, 2, 9)
@@ -24,15 +29,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import time
-from typing import Any
+import sys
+from dataclasses import dataclass
+from typing import Any, Final
 
-__all__ = ["plan", "measure_times", "add_arguments", "run_plan"]
+__all__ = ["plan", "measure_times", "Timing", "SAMPLE_K", "add_arguments", "run_plan"]
 
 #: Resident memory of a worker process before its model (Python, torch, numpy), declared default.
-PROCESS_BASE_BYTES = 300 * 2**20
+PROCESS_BASE_BYTES: Final = 300 * 2**20
 #: Bytes of one action on the wire (an int64 action, its obs tick and worker).
-ACTION_BYTES = 24
+ACTION_BYTES: Final = 24
 _EPS = 1e-9
 
 
@@ -112,46 +118,105 @@ def plan(
     return result
 
 
-def measure_times(k: float, batch_size: int, *, repeats: int = 5, n_actions: int = 18, device: str = "cpu") -> tuple[float, float]:
-    """Median forward time (batch 1) and update time (batch ``batch_size``: forward, backward,
-    Adam step) of the width-``k`` ResNet on one core of this machine (``device="cpu"``) or on its
-    GPU (``"cuda"``: each pass timed to its end with ``torch.cuda.synchronize``)."""
+#: The widest ResNet timed on a CPU core. k = 7's forward pass takes ~63 ms there (BENCHMARKS.md),
+#: so each timed call is short (Ctrl-C and SIGTERM are served between torch calls, never during one),
+#: building it takes 47 MB, and its convs are wide enough to run at the core's steady FLOP rate
+#: (k = 1's 16 channels reach a quarter of it), so wider models' times extrapolate by FLOPs.
+SAMPLE_K: Final = 7
+#: The longest one timed torch call may take: a signal waits for the op in the main thread to end.
+CALL_BUDGET_S: Final = 0.25
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What `measure_times` found: the asked model's forward (batch 1) and update (batch B) times,
+    and the sample they came from (``extrapolated``: a narrower model or a smaller batch, scaled by
+    FLOPs and parameters)."""
+
+    forward_s: float
+    update_s: float
+    sample_k: float
+    sample_batch: int
+    extrapolated: bool
+    where: str
+
+    def describe(self, k: float, batch_size: int) -> str:
+        if not self.extrapolated:
+            return f"measured on this machine ({self.where})"
+        sample = f"k={self.sample_k:g}" + (f", update at batch {self.sample_batch}" if self.sample_batch != batch_size else "")
+        return f"extrapolated by FLOPs to k={k:g}, batch {batch_size} from {sample} measured on this machine ({self.where})"
+
+
+def measure_times(k: float, batch_size: int, *, device: str = "cpu", n_actions: int = 18, repeats: int = 5,
+                  sample_k: float = SAMPLE_K, call_budget_s: float = CALL_BUDGET_S) -> Timing:  # fmt: skip
+    """Forward time (batch 1) and update time (batch ``batch_size``: forward, backward, Adam step)
+    of the width-``k`` ResNet on one core of this machine (``device="cpu"``) or on its GPU (``"cuda"``:
+    each pass timed to its end with ``torch.cuda.synchronize``).
+
+    On a CPU core a model wider than ``sample_k`` is never built: the ``sample_k`` model is timed and
+    its times scaled by `count_flops` (forward and backward) and `count_parameters` (Adam's step), so
+    k = 98 (1B parameters, 4 GB, ~10 s a forward pass) is planned in seconds and ~0.5 GB. The update is
+    timed at the largest batch whose forward and backward fit in ``call_budget_s`` and scaled to
+    ``batch_size`` by FLOPs too. On a GPU the asked model is timed as it is (small models there are
+    bound by kernel launches, not FLOPs, so their times do not scale).
+    """
     import numpy as np
     import torch
 
-    from nonstop.policies.models import impala_resnet
+    from nonstop.policies.models import count_flops, count_parameters, impala_resnet
+    from nonstop.realtime.clock import WallClock
 
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: CUDA is not available on this machine (use --device cpu, or --forward-ms/--update-ms "
                          "measured on the GPU machine)")  # fmt: skip
+    clock = WallClock(spin=0.0)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    k_s = k if device == "cuda" else min(k, sample_k)
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    model = impala_resnet(k, n_actions, device=device)  # a model that cannot fit fails here, naming the budget
-    x1 = torch.zeros(1, 1, 84, 84, device=device)
-    xb = torch.zeros(batch_size, 1, 84, 84, device=device)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    forwards, updates = [], []
-    with torch.inference_mode():
-        for _ in range(2 if device == "cuda" else 1):  # warm: allocations, cuDNN's algorithm choice
-            model(x1)
-        sync()
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            model(x1)
+    try:
+        model = impala_resnet(k_s, n_actions, device=device)  # a model that cannot fit fails here, naming the budget
+        x1 = torch.zeros(1, 1, 84, 84, device=device)
+        forwards: list[float] = []
+        with torch.inference_mode():
+            for _ in range(2 if device == "cuda" else 1):  # warm: allocations, cuDNN's algorithm choice
+                model(x1)
             sync()
-            forwards.append(time.perf_counter() - t0)
-    model.train()
-    for i in range(max(2, repeats // 2) + 1):
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        model(xb).max(1).values.mean().backward()
-        opt.step()
-        sync()
-        if i:  # the first update allocates Adam's moments: not timed
-            updates.append(time.perf_counter() - t0)
-    return float(np.median(forwards)), float(np.median(updates))
+            for _ in range(repeats):
+                t0 = clock.now()
+                model(x1)
+                sync()
+                forwards.append(clock.now() - t0)
+        forward = float(np.median(forwards))
+        # a forward and backward pass costs about three forward passes' FLOPs per transition
+        b_s = batch_size if device == "cuda" else max(1, min(batch_size, int(call_budget_s / (3 * forward))))
+        xb = torch.zeros(b_s, 1, 84, 84, device=device)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        model.train()
+        passes, steps = [], []
+        for i in range(max(2, repeats // 2) + 1):
+            t0 = clock.now()
+            opt.zero_grad()
+            model(xb).max(1).values.mean().backward()
+            sync()
+            t1 = clock.now()
+            opt.step()
+            sync()
+            if i:  # the first update allocates the gradients and Adam's moments: not timed
+                passes.append(t1 - t0)
+                steps.append(clock.now() - t1)
+    finally:
+        torch.set_num_threads(threads)
+    flops = count_flops(k, n_actions) / count_flops(k_s, n_actions)
+    params = count_parameters(k, n_actions) / count_parameters(k_s, n_actions)
+    return Timing(
+        forward_s=forward * flops,
+        update_s=float(np.median(passes)) * batch_size / b_s * flops + float(np.median(steps)) * params,
+        sample_k=k_s, sample_batch=b_s, extrapolated=(k_s != k or b_s != batch_size),
+        where="one core" if device == "cpu" else _gpu_name(),
+    )
 
 
 def _gpu_name() -> str:
@@ -165,7 +230,7 @@ def _gpu_name() -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", type=float, default=None, help="IMPALA ResNet width (k=1,7,29,98 ≈ 1M,10M,100M,1B parameters)")
-    p.add_argument("--latency", default=None, help="declared forward time instead of a model: 80ms, 5t, 0.2")
+    p.add_argument("--latency", default=None, help="declared forward time instead of a model, with its unit: 80ms, 5t or 0.2s")
     p.add_argument("--forward-ms", type=float, default=None, help="forward time measured elsewhere (ms, batch 1)")
     p.add_argument("--update-ms", type=float, default=None, help="one learner update of --batch-size, measured elsewhere (ms)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
@@ -180,7 +245,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    from nonstop.policies.models import count_parameters, estimate_memory_bytes
+    from nonstop.policies.models import count_flops, count_parameters, estimate_memory_bytes
 
     if args.k is None and args.latency is None and args.forward_ms is None:
         raise ValueError("give a model: --k WIDTH (the paper's ResNet), or --latency / --forward-ms")
@@ -198,25 +263,33 @@ def run_plan(args: argparse.Namespace) -> int:
         from nonstop.policies.latency import parse_latency
 
         forward = parse_latency(args.latency, tick_hz=args.hz).mean
-    n_params = activation = None
+    n_params = activation = flops = None
     source = "declared"
+    timing: Timing | None = None
     if args.k is not None:
         _positive("--k", args.k)
-        n_params = count_parameters(args.k)
+        n_params = count_parameters(args.k)  # analytic: no model is built to count
+        flops = count_flops(args.k)
         activation = estimate_memory_bytes(args.k) - 4 * n_params
         if forward is None or update is None:
-            m_forward, m_update = measure_times(args.k, args.batch_size, device=args.device)
-            forward = m_forward if forward is None else forward
-            update = m_update if update is None else update
-            source = "measured on this machine (" + ("one core" if args.device == "cpu" else _gpu_name()) + ")"
+            on = "one CPU core" if args.device == "cpu" else "the GPU"
+            sample = args.k if args.device == "cuda" else min(args.k, SAMPLE_K)
+            what = f"k={sample:g}" + (f", to extrapolate to k={args.k:g} by FLOPs" if sample != args.k else "")
+            print(f"nonstop plan: timing the ResNet at {what} on {on} (a few seconds)...", file=sys.stderr, flush=True)
+            timing = measure_times(args.k, args.batch_size, device=args.device)
+            forward = timing.forward_s if forward is None else forward
+            update = timing.update_s if update is None else update
+            source = timing.describe(args.k, args.batch_size)
     assert forward is not None, "a model (--k, --latency or --forward-ms) was required above"
     result = plan(forward_s=forward, update_s=update, tick_hz=args.hz, batch_size=args.batch_size, n_params=n_params,
                   activation_bytes=activation or 0, process_base_bytes=int(args.process_mb * 2**20), nodes=args.nodes,
                   weights_every=args.weights_every)  # fmt: skip
-    result.update(k=args.k, times=source)
-    if source.startswith("measured") and args.device == "cuda":
-        # each worker and learner ran on a GPU of its own at the measured speed (CPU cores stay for the processes)
-        result["gpus"] = result["n_inference_star"] + (result["n_learners_star"] or 0)
+    result.update(k=args.k, times=source, flops_forward=flops)
+    if timing is not None:
+        result["sample"] = {"k": timing.sample_k, "update_batch": timing.sample_batch, "extrapolated": timing.extrapolated}
+        if args.device == "cuda":
+            # each worker and learner ran on a GPU of its own at the measured speed (CPU cores stay for the processes)
+            result["gpus"] = result["n_inference_star"] + (result["n_learners_star"] or 0)
     if args.json:
         print(json.dumps(result))
     else:
@@ -239,9 +312,12 @@ def _render(r: dict[str, Any]) -> None:
     t = Table(title=f"nonstop plan — {'k=' + format(r['k'], 'g') if r['k'] else 'declared latency'} at {r['tick_hz']:g} Hz")
     t.add_column("figure")
     t.add_column("value", justify="right")
-    t.add_row("τ_θ (forward)", f"{r['tau_theta_s'] * 1e3:.2f} ms = {r['tau_theta_ticks']:.2f} ticks ({r['times']})")
+    if r.get("flops_forward"):
+        t.add_row("forward FLOPs (batch 1)", f"{r['flops_forward'] / 1e9:,.2f} G")
+    t.add_row("τ_θ (forward)", f"{r['tau_theta_s'] * 1e3:.2f} ms = {r['tau_theta_ticks']:.2f} ticks")
     if r["tau_l_update_s"] is not None:
         t.add_row(f"τ_L (update of {r['batch_size']})", f"{r['tau_l_update_s'] * 1e3:.2f} ms")
+    t.add_row("times", r["times"])
     t.add_row("N_I* = ⌈τ_θ/τ_M⌉", str(r["n_inference_star"]))
     t.add_row("N_L* = ⌈(τ_L/B)/τ_M⌉", "— (give --update-ms)" if r["n_learners_star"] is None else str(r["n_learners_star"]))
     t.add_row("cores (workers + learners + host)", str(r["cores"]))

@@ -109,9 +109,10 @@ def config_from_args(args: argparse.Namespace) -> Any:
     overrides = {**preset, **given}
     if isinstance(overrides.get("hidden"), list):
         overrides["hidden"] = tuple(overrides["hidden"])
-    family = env_info(args.env).family
+    given_env = parse_env_args(getattr(args, "env_arg", None))
+    family = env_info(args.env, **given_env).family  # with its arguments: a Game Boy world finds its ROM by rom=PATH
     dqn = DQNConfig.for_family(family, **overrides)
-    env_kwargs = {**default_env_kwargs(family), **parse_env_args(getattr(args, "env_arg", None))}
+    env_kwargs = {**default_env_kwargs(family), **given_env}
     run = {name: getattr(args, name) for name in _RUN_FIELDS if getattr(args, name, None) is not None}
     run.pop("trim_above", None)
     return TrainConfig(**run, env_kwargs=env_kwargs, dqn=dqn, seed=args.seed, **_self_play_settings(args),

@@ -234,6 +234,10 @@ def _candidates(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.is_file() and p.suffix.lower() in _ROM_SUFFIXES)
 
 
+#: how a game's keyword (``rom=PATH``, ``state=PATH``) is given on each command line that takes it
+_ON_THE_COMMAND_LINE = "`nonstop train`: --env-arg {key}=PATH; `nonstop gameboy`: --{key} PATH"
+
+
 def find_rom(game: str, rom: str | os.PathLike[str] | None = None) -> FoundRom:
     """Locate and validate the ROM for ``game``, or raise :class:`RomError` saying where nonstop
     looked and what it expected.
@@ -251,7 +255,7 @@ def find_rom(game: str, rom: str | os.PathLike[str] | None = None) -> FoundRom:
         return _check_rom(spec, data, CartridgeHeader.parse(data), "the built-in test ROM")
     wanted = " or ".join(repr(t) for t in spec.titles)
     how = (
-        f"pass rom=PATH (--rom PATH) or set {ROMS_ENV_VAR}=DIR to a directory holding a .gb file whose "
+        f"pass rom=PATH ({_ON_THE_COMMAND_LINE.format(key='rom')}) or set {ROMS_ENV_VAR}=DIR to a directory holding a .gb file whose "
         f"header title is {wanted} (nonstop cannot ship Game Boy ROMs)"
     )
     if rom is None:
@@ -597,7 +601,7 @@ def _check_action_set(action_set: str) -> None:
 
 def _needs_state(spec: GameSpec) -> str:
     return (
-        f"{spec.name} episodes start from a save state: pass state=PATH (--state). Record one with "
+        f"{spec.name} episodes start from a save state: pass state=PATH ({_ON_THE_COMMAND_LINE.format(key='state')}). Record one with "
         f"`nonstop gameboy record-state --game {spec.name} --rom ROM --from PYBOY_STATE --out FILE` "
         f"(play to the encounter in PyBoy's window, `pyboy ROM`, and press Z to save a PyBoy state first)"
     )

@@ -1,5 +1,5 @@
 """The ``batched`` policy backend: every inference worker of a run is a request lane of one batching
-inference server that owns the run's Q-network (DESIGN §7; `nonstop.inference.batching`).
+inference server that owns the run's Q-network (docs/design.md §7; `nonstop.inference.batching`).
 
 The first worker's policy builds the server and hangs it on the run as a part (`BatchServerPart`),
 so it is one per run, however many seats, pools and restarts ask; the run's teardown closes it

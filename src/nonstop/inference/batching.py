@@ -1,4 +1,4 @@
-"""A batching inference server: one model, many request lanes (DESIGN §7, docs/design.md §7).
+"""A batching inference server: one model, many request lanes (docs/design.md §7, docs/design.md §7).
 
 On an accelerator an inference worker is not a process but a **request lane**: the schedulers still
 decide when each lane reads the latest observation; the lane's forward pass is a request to one

@@ -1,4 +1,4 @@
-"""How big the next batch is: the latency curve L(b) and the batch-size rule (DESIGN §7). Pure
+"""How big the next batch is: the latency curve L(b) and the batch-size rule (docs/design.md §7). Pure
 logic: numbers in, a batch size out; no clock, no thread, no torch.
 
 A batching inference server (`nonstop.inference.batching`) serves the most urgent requests first

@@ -1,4 +1,4 @@
-"""The device a batching server's model runs on, and the forward pass it injects (DESIGN §7).
+"""The device a batching server's model runs on, and the forward pass it injects (docs/design.md §7).
 
 `resolve_device` reads ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (CUDA when there is one) and refuses a
 CUDA request that this machine's torch cannot serve, in one line naming what it found.

@@ -18,9 +18,13 @@ What each tracker receives (the same names as TensorBoard's scalars):
 Where the data goes is each library's own configuration: ``WANDB_MODE`` (``offline`` keeps it on
 this machine, ``wandb sync`` uploads it later), ``WANDB_PROJECT`` (default ``nonstop``),
 ``WANDB_DIR`` (default: the run directory, so its files sit under ``RUN/wandb/``);
-``MLFLOW_TRACKING_URI`` (a server ``http://HOST:5000``, or MLflow's default store) and
-``MLFLOW_EXPERIMENT_NAME`` (default ``nonstop``). The tracker run is named after the run directory,
-and its id is kept in ``RUN/tracking.json``: ``--resume`` continues the same tracker run.
+``MLFLOW_TRACKING_URI`` (a server ``http://HOST:5000``, a file store ``file:///PATH``, or MLflow's
+default store: its database ``sqlite:///mlflow.db`` where the full ``mlflow`` package is installed,
+else the file store ``./mlruns``) and ``MLFLOW_EXPERIMENT_NAME`` (default ``nonstop``). MLflow >= 3.7
+refuses its file store unless ``MLFLOW_ALLOW_FILE_STORE`` is set: nonstop sets it around its own
+MLflow calls only (`allow_mlflow_file_store`), so nothing is asked of the user and nothing is left in
+their environment. The tracker run is named after the run directory, and its id is kept in
+``RUN/tracking.json``: ``--resume`` continues the same tracker run.
 
 A tracker that fails mid-run (a network outage, a full disk) is reported once and dropped; the run
 goes on and the CSVs still hold every figure.
@@ -40,7 +44,8 @@ import importlib.util
 import json
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
@@ -48,7 +53,7 @@ from nonstop._io import write_atomic
 from nonstop.learning.jsonsafe import json_safe  # one way to make a summary JSON-safe, shared with the run log
 
 __all__ = ["TRACKERS", "END_STATES", "Tracker", "TrackerError", "parse_track", "require_trackers", "open_tracker",
-           "read_tracking", "end_state"]
+           "read_tracking", "end_state", "allow_mlflow_file_store", "mlflow_store"]
 
 #: tracker name -> (the module it imports, the pip extra that installs it, what it is)
 TRACKERS: Final = {
@@ -240,6 +245,49 @@ class WandbTracker(Tracker):
             self._wandb.teardown()
 
 
+#: MLflow >= 3.7's opt-in to its file store (``./mlruns``, ``file://``), which it otherwise refuses
+ALLOW_FILE_STORE: Final = "MLFLOW_ALLOW_FILE_STORE"
+
+
+@contextmanager
+def allow_mlflow_file_store() -> Iterator[None]:
+    """MLflow's file store allowed inside the block (``MLFLOW_ALLOW_FILE_STORE=true`` unless the user set
+    it either way), and the environment as it was after it.
+
+    >>> before = dict(os.environ)
+    >>> with allow_mlflow_file_store():
+    ...     os.environ[ALLOW_FILE_STORE] == before.get(ALLOW_FILE_STORE, "true")
+    True
+    >>> dict(os.environ) == before
+    True
+    """
+    before = os.environ.get(ALLOW_FILE_STORE)
+    if before is None:
+        os.environ[ALLOW_FILE_STORE] = "true"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ALLOW_FILE_STORE, None)
+
+
+def mlflow_store() -> str:
+    """Where MLflow runs go: ``MLFLOW_TRACKING_URI`` when set; else MLflow's own default when this install
+    can open it (its ``sqlite:///mlflow.db`` needs SQLAlchemy, which the full ``mlflow`` package brings);
+    else the file store ``./mlruns`` (MLflow's default before 3.0), which the ``mlflow-skinny`` client of
+    the ``track`` extra can write."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    import mlflow
+
+    default = mlflow.get_tracking_uri()
+    database = default.split(":", 1)[0].split("+", 1)[0] in ("sqlite", "postgresql", "mysql", "mssql")
+    if database and importlib.util.find_spec("sqlalchemy") is None:
+        return (Path.cwd() / "mlruns").as_uri()
+    return default
+
+
 class MlflowTracker(Tracker):
     """An MLflow run (`mlflow.tracking.MlflowClient`), honouring MLFLOW_TRACKING_URI and MLFLOW_EXPERIMENT_NAME."""
 
@@ -248,35 +296,42 @@ class MlflowTracker(Tracker):
 
     def __init__(self, run_dir: Path, config: Mapping[str, Any], *, resume: bool, note: Callable[[str], None]) -> None:
         super().__init__(note)
-        from mlflow.entities import Param
-        from mlflow.tracking import MlflowClient
-
-        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        uri: str | None = None
         try:
-            self.client = MlflowClient()
-            uri = self.client.tracking_uri
-            experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or "nonstop"
-            found = self.client.get_experiment_by_name(experiment)
-            experiment_id = found.experiment_id if found is not None else self.client.create_experiment(experiment)
-            previous = read_tracking(run_dir).get(self.name, {}) if resume else {}
-            if previous.get("run_id") and previous.get("tracking_uri") == uri:
-                self.run_id = previous["run_id"]
-                self.client.update_run(self.run_id, status="RUNNING")
-            else:
-                run = self.client.create_run(experiment_id, run_name=run_dir.name,
-                                             tags={"nonstop.run_dir": str(run_dir.resolve())})  # fmt: skip
-                self.run_id = run.info.run_id
-                params = [Param(k, v[:6000]) for k, v in _flatten(config).items()]
-                for i in range(0, len(params), self._BATCH):
-                    self.client.log_batch(self.run_id, params=params[i : i + self._BATCH])
-                self.client.log_dict(self.run_id, json_safe(config), "config.json")
+            uri = mlflow_store()
+            with allow_mlflow_file_store():
+                self._start(uri, run_dir, config, resume)
         except Exception as exc:  # noqa: BLE001 - MLflow raises many kinds; each becomes one line
             raise TrackerError(
                 f"--track mlflow could not start a run at {uri or 'the default store'}: {type(exc).__name__}: "
-                f"{_first_line(exc)}; set MLFLOW_TRACKING_URI to a tracking server (http://HOST:5000), or install "
-                "the full mlflow package for MLflow's local database store"
+                f"{_first_line(exc)}; set MLFLOW_TRACKING_URI to a tracking server (http://HOST:5000) or a file "
+                "store (file:///PATH), or install the full mlflow package for MLflow's local database store"
             ) from exc
-        _remember(run_dir, self.name, {"run_id": self.run_id, "tracking_uri": uri, "experiment_id": experiment_id})
+        _remember(run_dir, self.name, {"run_id": self.run_id, "tracking_uri": uri, "experiment_id": self.experiment_id})
+
+    def _start(self, uri: str, run_dir: Path, config: Mapping[str, Any], resume: bool) -> None:
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=uri)
+        experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME") or "nonstop"
+        found = self.client.get_experiment_by_name(experiment)
+        self.experiment_id = found.experiment_id if found is not None else self.client.create_experiment(experiment)
+        previous = read_tracking(run_dir).get(self.name, {}) if resume else {}
+        if previous.get("run_id") and previous.get("tracking_uri") == uri:
+            self.run_id = previous["run_id"]
+            self.client.update_run(self.run_id, status="RUNNING")
+            return
+        run = self.client.create_run(self.experiment_id, run_name=run_dir.name, tags={"nonstop.run_dir": str(run_dir.resolve())})
+        self.run_id = run.info.run_id
+        params = [Param(k, v[:6000]) for k, v in _flatten(config).items()]
+        for i in range(0, len(params), self._BATCH):
+            self.client.log_batch(self.run_id, params=params[i : i + self._BATCH])
+        self.client.log_dict(self.run_id, json_safe(config), "config.json")
+
+    def _guard(self, call: Callable[[], None], *, always: bool = False) -> None:
+        with allow_mlflow_file_store():  # every call may open the store again
+            super()._guard(call, always=always)
 
     def _log(self, group: str, values: dict[str, float], step: int) -> None:
         from mlflow.entities import Metric

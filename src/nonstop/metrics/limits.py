@@ -24,32 +24,38 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["LATE_FRACTION", "STARVED_INACTION", "STARVED_RATIO", "machine_limits"]
+__all__ = ["LATE_FRACTION", "STARVED_INACTION", "STARVED_RATIO", "TRAIN_REMEDY", "machine_limits", "limit_findings",
+           "limit_remedy"]
 
 #: Above this fraction of ticks started a whole tick late, the host is said to run late.
 LATE_FRACTION: Final = 0.01
 #: Workers acting this many times slower than their schedule (and with STARVED_INACTION or more inaction) are starved.
 STARVED_RATIO: Final = 1.25
 STARVED_INACTION: Final = 0.10
+#: What `nonstop train` can change when its machine is the limit (`limit_remedy`'s default).
+TRAIN_REMEDY: Final = ("use --clock virtual (exact, any machine), fewer learners (--n-learners 1), a narrower model "
+                       "(--k), or a machine with more cores")  # fmt: skip
 
 
-def machine_limits(
+def limit_findings(
     figures: Mapping[str, Any],
     *,
     clock: str,
     scheduler: str,
     n_inference: int,
     latency_mean_ticks: float,
-    processes: int,
-    cores: int,
 ) -> list[str]:
-    """The sentences saying the machine limits this run (late ticks, CPU-starved workers) and what to
-    change, or ``[]``. Only the wall clock can run late: a virtual-clock run always gets ``[]``."""
+    """What shows the machine limits a run (late ticks, CPU-starved workers), one sentence each, or
+    ``[]``. Only the wall clock can run late: a virtual-clock run always gets ``[]``.
+
+    >>> limit_findings({"ticks": 600, "overruns": 60, "lateness_p99_us": 20_000.0}, clock="wall", scheduler="sequential",
+    ...                n_inference=1, latency_mean_ticks=6.0)
+    ['the world ran late: 60 of 600 ticks (10.0%) started a whole tick late or more (p99 lateness 20.0 ms)']
+    """
     if clock not in ("wall", "virtual"):
         raise ValueError(f"clock must be 'wall' or 'virtual', got {clock!r}")
-    for name, value in (("n_inference", n_inference), ("processes", processes), ("cores", cores)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if isinstance(n_inference, bool) or not isinstance(n_inference, int) or n_inference < 1:
+        raise ValueError(f"n_inference must be an int >= 1, got {n_inference!r}")
     if not (isinstance(latency_mean_ticks, (int, float)) and math.isfinite(latency_mean_ticks) and latency_mean_ticks >= 0):
         raise ValueError(f"latency_mean_ticks must be a finite number >= 0, got {latency_mean_ticks!r}")
     if clock == "virtual":
@@ -66,8 +72,37 @@ def machine_limits(
             and math.isfinite(inaction) and inaction >= STARVED_INACTION):  # fmt: skip
         lines.append(f"staggered workers acted every {tau_i:.2f} ticks where {n_inference} workers of "
                      f"{latency_mean_ticks:.1f}-tick latency should act every {expected:.2f}: they are starved of CPU")  # fmt: skip
-    if lines:
-        lines.append(f"the machine, not the algorithm, is the limit here ({processes} busy processes on {cores} cores): "
-                     "use --clock virtual (exact, any machine), fewer learners (--n-learners 1), a narrower model "
-                     "(--k), or a machine with more cores")  # fmt: skip
     return lines
+
+
+def limit_remedy(*, processes: int, cores: int, remedy: str = TRAIN_REMEDY, load_average: float | None = None) -> str:
+    """The sentence that follows the findings: the machine is the limit, how loaded it is, what to change.
+
+    >>> limit_remedy(processes=2, cores=2, remedy="use --clock virtual", load_average=3.46)
+    'the machine, not the algorithm, is the limit here (2 busy processes on 2 cores, load average 3.5): use --clock virtual'
+    """
+    for name, value in (("processes", processes), ("cores", cores)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    load = f", load average {load_average:.1f}" if load_average is not None and math.isfinite(load_average) else ""
+    return f"the machine, not the algorithm, is the limit here ({processes} busy processes on {cores} cores{load}): {remedy}"
+
+
+def machine_limits(
+    figures: Mapping[str, Any],
+    *,
+    clock: str,
+    scheduler: str,
+    n_inference: int,
+    latency_mean_ticks: float,
+    processes: int,
+    cores: int,
+    remedy: str = TRAIN_REMEDY,
+    load_average: float | None = None,
+) -> list[str]:
+    """The sentences saying the machine limits this run (`limit_findings`) and what to change
+    (`limit_remedy`), or ``[]``. Only the wall clock can run late: a virtual-clock run always gets ``[]``."""
+    lines = limit_findings(figures, clock=clock, scheduler=scheduler, n_inference=n_inference,
+                           latency_mean_ticks=latency_mean_ticks)  # fmt: skip
+    remedy_line = limit_remedy(processes=processes, cores=cores, remedy=remedy, load_average=load_average)
+    return [*lines, remedy_line] if lines else []

@@ -53,9 +53,11 @@ __all__ = [
     "ResidualBlock",
     "ConvSequence",
     "MLP",
+    "FromObservations",
     "impala_resnet",
     "impala_channels",
     "count_parameters",
+    "count_flops",
     "module_parameters",
     "PAPER_K",
     "PAPER_PARAM_LABELS",
@@ -264,6 +266,42 @@ def count_parameters(
     return convs + fc + head
 
 
+def count_flops(
+    k: float,
+    n_actions: int = 18,
+    in_channels: int = 1,
+    *,
+    batch: int = 1,
+    input_hw: int = 84,
+    fc_hidden: int = 256,
+    same_padding: bool = True,
+    depth: int = 3,
+) -> int:
+    """Floating-point operations of one forward pass of `ImpalaResNet` at width ``k``, computed
+    without building it: 2 × the multiply-accumulates of its convs and linear layers (what
+    ``torch.utils.flop_counter.FlopCounterMode`` counts; biases, ReLUs, pools and skip additions
+    are left out, under 1 % of the total). They grow as ``k²`` (≈ 98.4M k² at 84×84): a backward
+    pass costs about twice as much again.
+
+    >>> round(count_flops(1) / 1e6), round(count_flops(98) / 1e9)
+    (102, 945)
+    """
+    _check_arch(n_actions, in_channels, input_hw, fc_hidden, depth)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be a positive int, got {batch!r}")
+    c1, c2, c3 = impala_channels(k)
+    pad = 1 if same_padding else 0
+    macs, size = 0, input_hw
+    for cin, cout in ((in_channels, c1), (c1, c2), (c2, c3)):
+        size = size + 2 * pad - 2  # the base conv3x3 (unpadded in the authors' construction)
+        macs += 9 * cin * cout * size * size
+        size = (size + 2 * pad - 3) // 2 + 1  # maxpool(3, 2)
+        macs += 4 * 9 * cout * cout * size * size  # two residual blocks of two padded convs
+    macs += (depth - 3) * 5 * 9 * c3 * c3 * size * size  # 2xDeep: unpooled sequences keep the map
+    macs += c3 * size * size * fc_hidden + fc_hidden * n_actions
+    return 2 * macs * batch
+
+
 def module_parameters(module: nn.Module) -> int:
     """Number of parameters a built module holds."""
     return sum(p.numel() for p in module.parameters())
@@ -413,4 +451,42 @@ class MLP(nn.Module):
         self.net = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class FromObservations(nn.Module):
+    """A Q-network that takes observations as the env gives them, and so runs without nonstop.
+
+    ``uint8`` frames become float32 ``/ 255`` laid out ``(B, C, H, W)``, exactly as nonstop's DQN
+    prepares them (``nonstop.learning.dqn._to_tensor``: ``(B, H, W)`` gains a channel axis,
+    ``(B, H, W, C)`` with ``C <= 4`` is moved channels-first); other dtypes (vectors) are cast to
+    float32. An observation without its batch axis is a batch of one. It scripts
+    (``torch.jit.script``): `nonstop export` saves it as the program a user loads with plain torch.
+
+    >>> net = FromObservations(ImpalaResNet(0.25, 6), (84, 84))
+    >>> net(torch.full((84, 84), 255, dtype=torch.uint8)).shape, net(torch.zeros(5, 84, 84, dtype=torch.uint8)).shape
+    (torch.Size([1, 6]), torch.Size([5, 6]))
+    """
+
+    __constants__ = ["obs_ndim"]  # (a Final annotation is a string under `from __future__ import annotations`: unscriptable)
+
+    def __init__(self, net: nn.Module, obs_shape: Sequence[int]) -> None:
+        super().__init__()
+        if not isinstance(net, nn.Module):
+            raise TypeError(f"net must be a torch.nn.Module, got {type(net).__name__}")
+        if len(obs_shape) not in (1, 2, 3):
+            raise ValueError(f"observations must be vectors (D,) or frames (H, W), (H, W, C), (C, H, W), got {tuple(obs_shape)}")
+        self.net = net
+        self.obs_ndim = len(obs_shape)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if obs.dim() == self.obs_ndim:
+            obs = obs.unsqueeze(0)
+        if obs.dtype != torch.uint8:
+            return self.net(obs.to(torch.float32))
+        x = obs.to(torch.float32).div(255.0)
+        if x.dim() == 3:
+            x = x.unsqueeze(1)
+        elif x.dim() == 4 and x.shape[-1] <= 4:
+            x = x.permute(0, 3, 1, 2)
         return self.net(x)
