@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nonstop.commands.sweep import BUDGETS, GAMES, PAPER_SIZES, aggregate, cell_state, declared_delays, plan_cells, t_quantile_95
+from nonstop.experiment.sweep import BUDGETS, GAMES, PAPER_SIZES, aggregate, cell_state, declared_delays, plan_cells, t_quantile_95
 
 pytest.importorskip("torch")
 
@@ -78,7 +78,7 @@ def test_bad_plans_are_refused(kw, match):
 
 def test_pokemon_needs_a_start_state(monkeypatch):
     import nonstop.envs.gameboy as gb
-    from nonstop.commands import sweep
+    from nonstop.experiment import sweep
 
     monkeypatch.setattr(gb, "find_rom", lambda game, rom=None: "/roms/red.gb")
     monkeypatch.setattr(gb, "pyboy_problem", lambda: "")
@@ -91,7 +91,7 @@ def test_pokemon_needs_a_start_state(monkeypatch):
 
 
 def test_a_rom_given_as_a_game_arg_is_the_one_checked(tmp_path):
-    from nonstop.commands import sweep
+    from nonstop.experiment import sweep
 
     ok, why = sweep._env_available("Tetris", [f"rom={tmp_path / 'tetris.gb'}"])
     assert not ok and "tetris.gb" in why and "--game-arg Tetris:rom=PATH" in why
@@ -132,7 +132,7 @@ def test_t_quantiles_match_published_values_with_or_without_scipy(scipy_installe
 
 def test_the_t_quantile_without_scipy_is_scipys():
     stats = pytest.importorskip("scipy.stats")
-    from nonstop.commands.sweep import _t_quantile_exact
+    from nonstop.experiment.sweep import _t_quantile_exact
 
     for p in (0.6, 0.9, 0.975, 0.999):
         for df in (1, 2, 3, 7, 31, 59, 200, 10_000):

@@ -1,0 +1,591 @@
+"""The paper's learning experiments (Figures 4–6, 11–14) as cells of training runs (what ``nonstop sweep`` runs).
+
+The design, as the paper states it (§5 and Appendix A, "Training Procedure for Atari"): to isolate
+what realtime costs, every cell learns **the same k = 1 IMPALA ResNet** and only the *declared*
+inference time changes with the model size it stands for — the forward times the authors measured
+for k = 1, 7, 29, 98 (about 1M, 10M, 100M, 1B parameters): 5, 8, 70 and 599 ticks at 60 Hz (596 on
+the Game Boy's 59.73 Hz). A `LatencyPolicy` makes each action arrive exactly that late, so a small
+network on a laptop acts like the large one would in the world, on the virtual clock.
+
+Per (game, size, seed) two ways to act are compared:
+
+* ``staggered`` — Algorithm 1 (``max_time``) with N_I* = ⌈τ_θ/τ_M⌉ workers: an action at every
+  tick, each τ_θ old;
+* ``sequential`` — one inference process (the paper's "single inference process" baseline): an
+  action every τ_θ ticks, β (the env's noop) on the ticks between;
+
+and, on request (``--interactions``), the two sequential learning loops of Figure 4
+(``infer_then_learn``, ``learn_then_infer``). Learning is asynchronous in every cell at the game's
+rate (Atari: one update every 4 ticks, as the paper; Pokémon every 5). The figure of merit is the
+paper's: the mean episodic return over the training episodes, averaged over seeds with a 95 %
+Student-t confidence interval, plotted against model size (``sweep.png``) and tabled
+(``results.csv``, ``cells.csv``, ``sweep.json``).
+
+Budgets make a small run and a faithful one the same command (``--budget``; any of its settings
+can be overridden):
+
+========  ==================================================================  =====================
+budget    what                                                                cost on 2 cores
+========  ==================================================================  =====================
+tiny      the delay world, k = 1 and 29, 1 seed, 2 episodes (a smoke test)     ~1 min
+small     the delay world (3 seeds, 6 episodes) and Boxing (1 seed, 1         ~30-45 min
+          episode: ε is still ~0.9, so it measures acting, not learning)
+medium    the delay world (5 seeds, 40 episodes), Boxing, Krull,               ~days
+          NameThisGame (3 seeds, 20 episodes)
+paper     Boxing, Krull, NameThisGame, Tetris and Pokémon where their ROMs     far beyond 2 cores:
+          are found; 5 seeds, 2,000 episodes (the paper's length)              for a cluster
+========  ==================================================================  =====================
+
+The *delay world* is ``theory/delay-cycle`` (8 states; reward 1 when the action names the current
+state, which stays put w.p. 0.97 per tick; 1,200-tick episodes, longer than the 1B model's 599-tick delay): the world of the paper's Theorem 1
+for delay, small enough that DQN learns it within a minute, so a small budget shows the paper's
+shape — staggered return falls only as the delay outgrows the world's predictability (Eq. 4),
+sequential return falls with every tick of inaction (Eq. 3).
+
+Every cell is an ordinary run directory (``OUT/cells/<cell>``) that ``nonstop report`` reads. The
+sweep is resumable: a finished cell is kept, a cell with a checkpoint resumes (``--resume``), one
+without starts over; running the same command again completes what is missing, and a larger
+``--episodes`` extends finished cells. Cells run in parallel, one process each (``--jobs``,
+default: the cores this process may use); Ctrl-C or SIGTERM stops them with their final
+checkpoints and leaves nothing running.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = ['BUDGETS', 'BUDGET_HELP', 'Budget', 'Cell', 'GAMES', 'Game', 'INTERACTIONS', 'PAPER_SIZES', 'aggregate', 'cell_result', 'cell_state', 'children_cpu_s', 'declared_delays', 'plan_cells', 'plot', 'run_cells', 't_quantile_95', 'write_tables']
+
+#: k → (parameters, declared inference ticks at 60 Hz, at the Game Boy's 59.7275 Hz): the paper's Figure 7 / Appendix A
+PAPER_SIZES: Final[dict[float, tuple[str, int, int]]] = {
+    1: ("1M", 5, 5),
+    7: ("10M", 8, 8),
+    29: ("100M", 70, 70),
+    98: ("1B", 599, 596),
+}
+
+
+_PARAMS: Final = {"1M": 1e6, "10M": 1e7, "100M": 1e8, "1B": 1e9}
+
+
+INTERACTIONS: Final = ("staggered", "sequential", "infer_then_learn", "learn_then_infer")
+
+
+@dataclass(frozen=True)
+class Game:
+    """One world of the sweep and how the paper trains in it."""
+
+    env: str
+    #: `nonstop train` flags that set the paper's learning settings for this world
+    train_args: tuple[str, ...]
+    #: world seconds one episode can last at most (the cap that stops a cell that never ends an episode)
+    max_episode_s: float
+    game_boy: bool = False
+    #: the env must be found (a ROM): left out of a budget, with a note, when it is not
+    needs_rom: bool = False
+    #: what a small budget changes (replay capacity: no cell of it stores more transitions than this)
+    small_args: tuple[str, ...] = ()
+
+
+_ATARI_ARGS: Final = ("--preset", "paper-atari", "--tau-l", f"{4 / 60:.6f}")  # "we now learn every 4 environment steps"
+
+
+GAMES: Final[dict[str, Game]] = {
+    "delay-world": Game("theory/delay-cycle",
+                        ("--env-arg", "p_minimax=0.97", "--env-arg", "max_steps=1200", "--lr", "1e-3", "--batch-size", "32",
+                         "--epsilon-ticks", "1500", "--epsilon-end", "0.02", "--learning-starts", "200",
+                         "--target-update", "200", "--replay-capacity", "20000"), max_episode_s=20.0),
+    "Boxing": Game("Boxing", _ATARI_ARGS, max_episode_s=1800.0, small_args=("--replay-capacity", "50000")),
+    "Krull": Game("Krull", _ATARI_ARGS, max_episode_s=1800.0, small_args=("--replay-capacity", "50000")),
+    "NameThisGame": Game("NameThisGame", _ATARI_ARGS, max_episode_s=1800.0, small_args=("--replay-capacity", "50000")),
+    # Figure 5: a fixed ε of 0.05 and one update per action
+    "Tetris": Game("GameBoy/Tetris", ("--preset", "paper-tetris", "--epsilon-start", "0.05", "--epsilon-end", "0.05"),
+                   max_episode_s=3600.0, game_boy=True, needs_rom=True),
+    # Figure 4: "enough learning threads to learn every 5 environment steps"
+    "PokemonBattle": Game("GameBoy/PokemonBattle", ("--preset", "paper-pokemon", "--tau-l", f"{5 / 59.7275:.6f}"),
+                          max_episode_s=3600.0, game_boy=True, needs_rom=True),
+    "PokemonCatch": Game("GameBoy/PokemonCatch", ("--preset", "paper-pokemon", "--tau-l", f"{5 / 59.7275:.6f}"),
+                         max_episode_s=3600.0, game_boy=True, needs_rom=True),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a budget runs: per game, (episodes per cell, seeds)."""
+
+    games: dict[str, tuple[int, int]]
+    sizes: tuple[float, ...] = (1, 7, 29, 98)
+    note: str = ""
+    #: the Atari replay at 50k transitions, more than any cell of the budget stores (so a cell's checkpoint can hold it)
+    small_replay: bool = False
+
+
+BUDGETS: Final[dict[str, Budget]] = {
+    "tiny": Budget({"delay-world": (2, 1)}, sizes=(1, 29), note="a smoke test of the whole pipeline",
+                   small_replay=True),
+    "small": Budget({"delay-world": (6, 3), "Boxing": (1, 1)},
+                    note="Boxing: one episode while ε is still ~0.9, so its cells measure acting (inaction, delay), not learning",
+                    small_replay=True),
+    "medium": Budget({"delay-world": (40, 5), "Boxing": (20, 3), "Krull": (20, 3), "NameThisGame": (20, 3)}),
+    "paper": Budget({"Boxing": (2000, 5), "Krull": (2000, 5), "NameThisGame": (2000, 5), "Tetris": (2000, 5),
+                     "PokemonBattle": (2000, 5), "PokemonCatch": (2000, 5)},
+                    note="the paper's 2,000 episodes per cell; Game Boy games where their ROMs are found"),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One training run of the sweep."""
+
+    game: str
+    k: float
+    delay: str  # a latency spec, e.g. "70t"
+    interaction: str
+    seed: int
+    episodes: int
+    extra: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def name(self) -> str:
+        return f"{self.game}-k{_fmt_k(self.k)}-{self.delay}-{self.interaction}-s{self.seed}"
+
+    def train_argv(self, out: Path) -> list[str]:
+        game = GAMES[self.game]
+        how: list[str]
+        if self.interaction == "staggered":
+            how = ["--scheduler", "max_time"]  # Algorithm 1 at N_I* = ⌈τ_θ/τ_M⌉ (nonstop train's default N_I)
+        elif self.interaction == "sequential":
+            how = ["--scheduler", "sequential"]  # one inference process; β on the ticks between its actions
+        else:
+            how = ["--interaction", self.interaction]
+        seconds = 1.5 * self.episodes * game.max_episode_s + 60  # a cap only: --episodes ends the cell
+        return ["train", "--env", game.env, *game.train_args, *self.extra, "--latency", self.delay, *how,
+                "--seed", str(self.seed), "--episodes", str(self.episodes), "--seconds", f"{seconds:g}",
+                "--progress-every", f"{min(10.0, game.max_episode_s):g}", "--checkpoint-every", "300",
+                "--out", str(out)]  # fmt: skip
+
+
+def _fmt_k(k: float) -> str:
+    return str(int(k)) if float(k).is_integer() else f"{k:g}"
+
+
+def declared_delays(sizes: Iterable[float], source: str, *, game_boy: bool, overrides: dict[float, str]) -> dict[float, str]:
+    """Size k → latency spec. ``source``: ``paper`` (the paper's measured steps) or ``measured``
+    (this machine's batch-1 forward time of the k ResNet, one torch thread); ``overrides`` win.
+
+    >>> declared_delays([1, 98], "paper", game_boy=False, overrides={})
+    {1: '5t', 98: '599t'}
+    >>> declared_delays([98], "paper", game_boy=True, overrides={98: "10s"})
+    {98: '10s'}
+    """
+    out: dict[float, str] = {}
+    for k in sizes:
+        if k in overrides:
+            out[k] = overrides[k]
+        elif source == "paper":
+            if k not in PAPER_SIZES:
+                raise ValueError(f"the paper gives inference times for k in {sorted(PAPER_SIZES)}, not k={_fmt_k(k)}: "
+                                 f"pass --latency-source measured or --latency {_fmt_k(k)}=SPEC")  # fmt: skip
+            out[k] = f"{PAPER_SIZES[k][2 if game_boy else 1]}t"
+        else:
+            out[k] = f"{_measured_forward_ms(k):.3f}ms"
+    return out
+
+
+_MEASURED: dict[float, float] = {}
+
+
+def _measured_forward_ms(k: float) -> float:
+    """Median batch-1 forward time of the width-k IMPALA ResNet here (one torch thread), in ms."""
+    if k not in _MEASURED:
+        import torch
+
+        from nonstop.bench.models import _time_forward
+        from nonstop.policies.models import ensure_fits, impala_resnet
+
+        ensure_fits(k, "cpu", n_actions=18)  # a clear error when the model cannot fit in this machine's memory
+        torch.set_num_threads(1)
+        model = impala_resnet(k=k, n_actions=18).eval()
+        samples = _time_forward(model, torch.zeros(1, 1, 84, 84), torch.device("cpu"), warmup=1, repeats=7, max_seconds=20.0)
+        _MEASURED[k] = 1000.0 * sorted(samples)[len(samples) // 2]
+        del model
+    return _MEASURED[k]
+
+
+def plan_cells(budget: Budget, *, games: Sequence[str] | None, sizes: Sequence[float] | None, seeds: int | None,
+               episodes: int | None, interactions: Sequence[str], latency_source: str,
+               latency_overrides: dict[float, str], game_args: dict[str, list[str]] | None = None,
+               small_replay: bool = False, available: Any = None) -> tuple[list[Cell], list[str]]:
+    """The cells a sweep runs and notes on what it left out (a Game Boy game without its ROM).
+
+    >>> cells, notes = plan_cells(BUDGETS["tiny"], games=None, sizes=None, seeds=None, episodes=None,
+    ...                           interactions=("staggered", "sequential"), latency_source="paper", latency_overrides={})
+    >>> [c.name for c in cells]  # doctest: +NORMALIZE_WHITESPACE
+    ['delay-world-k1-5t-staggered-s0', 'delay-world-k1-5t-sequential-s0',
+     'delay-world-k29-70t-staggered-s0', 'delay-world-k29-70t-sequential-s0']
+    """
+    chosen = list(games) if games else list(budget.games)
+    for g in chosen:
+        if g not in GAMES:
+            raise ValueError(f"unknown game {g!r} for --games: choose from {', '.join(GAMES)}")
+    for i in interactions:
+        if i not in INTERACTIONS:
+            raise ValueError(f"unknown interaction {i!r} for --interactions: choose from {', '.join(INTERACTIONS)}")
+    if seeds is not None and seeds < 1:
+        raise ValueError(f"--seeds must be >= 1, got {seeds}")
+    if episodes is not None and episodes < 1:
+        raise ValueError(f"--episodes must be >= 1, got {episodes}")
+    available = available if available is not None else _env_available
+    game_args = game_args or {}
+    for g in game_args:
+        if g not in GAMES:
+            raise ValueError(f"unknown game {g!r} in --game-arg: choose from {', '.join(GAMES)}")
+    notes, cells = [], []
+    for g in chosen:
+        game = GAMES[g]
+        if game.needs_rom:
+            ok, why = available(g, game_args.get(g, []))
+            if not ok:
+                if games:  # asked for by name: say so plainly
+                    raise FileNotFoundError(f"--games {g}: {why}")
+                notes.append(f"{g} left out: {why}")
+                continue
+        # a game the budget does not name (asked for with --games) gets the budget's first game's length
+        default_episodes, default_seeds = budget.games.get(g, next(iter(budget.games.values())))
+        n_episodes = episodes or default_episodes
+        delays = declared_delays(sizes or budget.sizes, latency_source, game_boy=game.game_boy, overrides=latency_overrides)
+        extra = (game.small_args if small_replay else ()) + tuple(a for kv in game_args.get(g, []) for a in ("--env-arg", kv))
+        for k, delay in delays.items():
+            for seed in range(seeds or default_seeds):
+                for interaction in interactions:
+                    cells.append(Cell(g, k, delay, interaction, seed, n_episodes, extra))
+    return cells, notes
+
+
+def _env_available(game: str, game_args: Sequence[str]) -> tuple[bool, str]:
+    """Whether a ROM-backed game can run here: its ROM found (and, for Pokémon, a start state given)."""
+    from nonstop.envs.gameboy import RomError, find_rom, pyboy_problem
+
+    env_id = GAMES[game].env
+    rom = next((a.partition("=")[2] for a in game_args if a.startswith("rom=")), None)
+    try:
+        find_rom(env_id.removeprefix("GameBoy/"), rom)
+    except RomError as error:
+        return False, f"{error} (in a sweep: --game-arg {game}:rom=PATH, or NONSTOP_ROMS=DIR)"
+    if pyboy_problem():
+        return False, pyboy_problem()
+    if game.startswith("Pokemon") and not any(a.startswith("state=") for a in game_args):
+        return False, (f"{env_id} starts from a save state of yours: pass --game-arg {game}:state=PATH "
+                       "(see `nonstop gameboy record-state`)")
+    return True, ""
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function (modified Lentz;
+    Numerical Recipes §6.4), converging fast for ``x < (a + 1) / (a + b + 2)``."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 1000):
+        for num in (m * (b - m) * x / ((qam + 2 * m) * (a + 2 * m)), -(a + m) * (qab + m) * x / ((a + 2 * m) * (qap + 2 * m))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """I_x(a, b), the regularized incomplete beta function, for 0 <= x <= 1."""
+    if x <= 0.0 or x >= 1.0:
+        return 0.0 if x <= 0.0 else 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1) / (a + b + 2):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def _t_quantile_exact(p: float, df: float) -> float:
+    """Student's t quantile without scipy: bisection on its CDF, ``1 - I_{df/(df+t²)}(df/2, 1/2) / 2``
+    for ``t > 0`` (to 1e-12; 0.5 <= p < 1).
+
+    >>> round(_t_quantile_exact(0.975, 1), 3), round(_t_quantile_exact(0.975, 40), 3)
+    (12.706, 2.021)
+    """
+    def upper_tail(t: float) -> float:  # P(T > t), t > 0
+        return 0.5 * _incomplete_beta(df / 2, 0.5, df / (df + t * t))
+
+    lo, hi = 0.0, 1.0
+    while upper_tail(hi) > 1 - p:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1e-12 * hi:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if upper_tail(mid) > 1 - p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def t_quantile_95(df: int) -> float:
+    """The 97.5 % point of Student's t with ``df`` degrees of freedom (a 95 % two-sided interval):
+    ``scipy.stats.t.ppf`` where scipy is installed, else the same computed here (`_t_quantile_exact`).
+    (It replaced a table that stopped at df 30 and used the normal's 1.96 after it: 2-4 % narrow
+    bands for df 31-59.)
+
+    >>> [round(t_quantile_95(df), 3) for df in (1, 4, 30, 60, 1000)]
+    [12.706, 2.776, 2.042, 2.0, 1.962]
+    """
+    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
+        raise ValueError(f"degrees of freedom must be an integer >= 1, got {df!r}")
+    try:
+        from scipy.stats import t as student_t
+    except ImportError:
+        return _t_quantile_exact(0.975, df)
+    return float(student_t.ppf(0.975, df))
+
+
+def cell_result(cell: Cell, run_dir: Path) -> dict[str, Any] | None:
+    """One finished (or partly run) cell's figures: the mean return over its first ``episodes``
+    episodes (the paper's "average episodic return over the training period"), inaction and delay."""
+    episodes_csv = run_dir / "episodes.csv"
+    if not episodes_csv.exists():
+        return None
+    with episodes_csv.open(newline="") as f:
+        returns = [float(row["return"]) for row in csv.DictReader(f) if row.get("return") not in (None, "")]
+    returns = returns[: cell.episodes]
+    summary: dict[str, Any] = {}
+    if (run_dir / "summary.json").exists():
+        try:
+            summary = json.loads((run_dir / "summary.json").read_text())
+        except json.JSONDecodeError:
+            summary = {}
+    return {"cell": cell.name, "game": cell.game, "k": cell.k, "params": _params(cell.k), "delay": cell.delay,
+            "interaction": cell.interaction, "seed": cell.seed, "episodes": len(returns), "episodes_target": cell.episodes,
+            "mean_return": sum(returns) / len(returns) if returns else None,
+            "inaction_fraction": summary.get("inaction_fraction"), "delay_mean_ticks": summary.get("delay_mean_ticks"),
+            "n_inference": summary.get("n_inference"), "updates": summary.get("updates"), "wall_s": summary.get("wall_s"),
+            "complete": bool(summary.get("complete")) and len(returns) >= cell.episodes}  # fmt: skip
+
+
+def _params(k: float) -> str:
+    return PAPER_SIZES[k][0] if k in PAPER_SIZES else f"k={_fmt_k(k)}"
+
+
+def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (game, k, interaction): mean of the seeds' mean returns, its 95 % t interval, and the
+    seeds' mean inaction and delay. Cells that finished no episode are left out of the mean.
+
+    >>> rows = [{"game": "g", "k": 1, "params": "1M", "delay": "5t", "interaction": "staggered", "mean_return": r,
+    ...          "inaction_fraction": 0.0, "delay_mean_ticks": 5.0, "complete": True} for r in (1.0, 3.0)]
+    >>> agg = aggregate(rows)[0]
+    >>> agg["mean_return"], round(agg["ci95"], 3), agg["seeds"]
+    (2.0, 12.706, 2)
+    """
+    groups: dict[tuple[str, float, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["game"], row["k"], row["interaction"]), []).append(row)
+    out = []
+    for (game, k, interaction), members in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], INTERACTIONS.index(kv[0][2]))):
+        done = [m for m in members if m.get("mean_return") is not None]
+        values = [float(m["mean_return"]) for m in done]
+        n = len(values)
+        mean = sum(values) / n if n else None
+        ci = None
+        if n >= 2 and mean is not None:
+            sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+            ci = t_quantile_95(n - 1) * sd / math.sqrt(n)
+
+        def avg(key: str, done: list[dict[str, Any]] = done) -> float | None:
+            xs = [float(m[key]) for m in done if m.get(key) is not None]
+            return sum(xs) / len(xs) if xs else None
+
+        out.append({"game": game, "k": k, "params": members[0]["params"], "delay": members[0]["delay"],
+                    "interaction": interaction, "mean_return": mean, "ci95": ci, "seeds": n, "cells": len(members),
+                    "complete": sum(bool(m.get("complete")) for m in members),
+                    "inaction_fraction": avg("inaction_fraction"), "delay_mean_ticks": avg("delay_mean_ticks")})  # fmt: skip
+    return out
+
+
+def plot(results: Sequence[dict[str, Any]], path: Path, *, title: str) -> Path | None:
+    """Return vs model size, a panel per game, a line and its 95 % band per interaction (Figure 6's layout)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    games = sorted({r["game"] for r in results})
+    if not games:
+        return None
+    fig, axes = plt.subplots(1, len(games), figsize=(4.2 * len(games), 3.6), squeeze=False)
+    for ax, game in zip(axes[0], games):
+        for interaction in INTERACTIONS:
+            pts = sorted((r["k"], r) for r in results if r["game"] == game and r["interaction"] == interaction
+                         and r["mean_return"] is not None)  # fmt: skip
+            if not pts:
+                continue
+            xs = [_PARAMS.get(r["params"], r["k"] * 1e6) for _, r in pts]
+            ys = [r["mean_return"] for _, r in pts]
+            lo = [r["mean_return"] - (r["ci95"] or 0.0) for _, r in pts]
+            hi = [r["mean_return"] + (r["ci95"] or 0.0) for _, r in pts]
+            (line,) = ax.plot(xs, ys, marker="o", label=interaction.replace("_", "-"))
+            ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.set_xscale("log")
+        ax.set_xlabel("model size |θ| (declared inference time)")
+        ax.set_ylabel("mean episodic return")
+        ax.set_title(game)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def cell_state(cell: Cell, run_dir: Path) -> str:
+    """``done`` (finished its episodes), ``resume`` (has a checkpoint), ``new`` (nothing usable)."""
+    from nonstop.learning.checkpoint import list_checkpoints
+
+    result = cell_result(cell, run_dir) if run_dir.exists() else None
+    if result is not None and result["complete"]:
+        return "done"
+    if run_dir.exists() and (run_dir / "config.json").exists() and list_checkpoints(run_dir):
+        return "resume"
+    return "new"
+
+
+class _Running:
+    def __init__(self, cell: Cell, run_dir: Path, process: subprocess.Popen[bytes], log_path: Path) -> None:
+        self.cell, self.run_dir, self.process, self.log_path = cell, run_dir, process, log_path
+        self.started = time.monotonic()
+
+    def episodes_so_far(self) -> int:
+        try:
+            with (self.run_dir / "episodes.csv").open() as f:
+                return max(0, sum(1 for _ in f) - 1)
+        except OSError:
+            return 0
+
+
+def _start(cell: Cell, out: Path) -> _Running:
+    from nonstop.realtime.lifeline import popen_lifeline
+
+    run_dir = out / "cells" / cell.name
+    state = cell_state(cell, run_dir)
+    if state == "new" and run_dir.exists():
+        shutil.rmtree(run_dir)  # a cell that died before its first checkpoint: nothing in it to keep
+    argv = [sys.executable, "-m", "nonstop.cli", *cell.train_argv(run_dir), *(["--resume"] if state == "resume" else [])]
+    log_path = out / "logs" / f"{cell.name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        log.write(f"$ {' '.join(argv[1:])}\n".encode())
+        log.flush()
+        # the cell dies with the sweep (SIGTERM: it checkpoints and stops as on `kill`); in its own process
+        # group, so a terminal's Ctrl-C reaches the sweep alone, which stops each cell with one SIGTERM
+        # (a second signal would make a cell skip its final checkpoint)
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   preexec_fn=popen_lifeline(signal.SIGTERM), start_new_session=True)  # fmt: skip
+    return _Running(cell, run_dir, process, log_path)
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    errors = [line for line in lines if line.startswith("nonstop: error:")]
+    return (errors or lines or [""])[-1].strip()
+
+
+BUDGET_HELP: Final = """budgets (--games, --sizes, --seeds, --episodes override them):
+  tiny    the delay world, k = 1 and 29, 1 seed, 2 episodes: a smoke test (~20 s)
+  small   the delay world at k = 1, 7, 29, 98 x 3 seeds x 6 episodes, and Boxing x 1 seed x 1 episode
+          (39 min on a busy 2-core machine, 23 CPU-min; Boxing at eps ~0.9 measures acting, not learning)
+  medium  the delay world (5 seeds, 40 episodes); Boxing, Krull, NameThisGame (3 seeds, 20 episodes): days
+  paper   Boxing, Krull, NameThisGame, Tetris and Pokemon where found; 5 seeds, 2,000 episodes: a cluster's work"""
+
+
+def children_cpu_s() -> float:
+    """User + system CPU seconds of this process's reaped children so far."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_cells(todo: list[Cell], out: Path, jobs: int, console: Any) -> list[tuple[str, str]]:
+    """Run the cells, ``jobs`` at a time, with a live view; returns (cell, why) for each that failed.
+    Ctrl-C/SIGTERM: every running cell gets one SIGTERM (it writes its final checkpoint) and is reaped."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from nonstop.realtime.lifeline import reap
+
+    pending, running, failed = list(todo), list[_Running](), list[tuple[str, str]]()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as view:  # fmt: skip
+        overall = view.add_task("cells", total=len(todo))
+        tasks: dict[str, Any] = {}
+        try:
+            while pending or running:
+                while pending and len(running) < jobs:
+                    cell = pending.pop(0)
+                    running.append(_start(cell, out))
+                    tasks[cell.name] = view.add_task(f"  {cell.name}", total=cell.episodes)
+                for r in list(running):
+                    view.update(tasks[r.cell.name], completed=min(r.episodes_so_far(), r.cell.episodes))
+                    code = r.process.poll()
+                    if code is None:
+                        continue
+                    running.remove(r)
+                    view.remove_task(tasks.pop(r.cell.name))
+                    view.advance(overall)
+                    result = cell_result(r.cell, r.run_dir)
+                    if code != 0 or result is None or not result["complete"]:
+                        why = _last_line(r.log_path) if code != 0 else f"ended with {result['episodes'] if result else 0} of {r.cell.episodes} episodes"
+                        failed.append((r.cell.name, f"exit {code}: {why}" if code != 0 else why))
+                    else:
+                        ret = result["mean_return"]
+                        console.print(f"  done {r.cell.name}: mean return {ret:.2f} over {result['episodes']} episodes, "
+                                      f"inaction {result['inaction_fraction'] or 0:.1%}, "
+                                      f"{(time.monotonic() - r.started) / 60:.1f} min", markup=False)  # fmt: skip
+                time.sleep(0.25)
+        except BaseException:
+            for r in running:  # their final checkpoints, then nothing left running (SIGTERM: SIGINT may be ignored
+                try:  # by a sweep started in the background, and its cells inherit that)
+                    r.process.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            for r in running:
+                reap(r.process, timeout=60.0)
+            console.print(f"stopped: {len(running)} running cells checkpointed; run the same command again to resume")
+            raise
+    return failed
+
+
+def write_tables(out: Path, rows: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> None:
+    for name, data in (("cells.csv", rows), ("results.csv", results)):
+        if not data:
+            continue
+        columns = list(data[0])
+        tmp = out / f".{name}.tmp"
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            for row in data:
+                writer.writerow({c: ("" if row.get(c) is None else row[c]) for c in columns})
+        os.replace(tmp, out / name)
