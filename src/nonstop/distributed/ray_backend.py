@@ -324,8 +324,8 @@ class _PolicyActor:
         self.policy = factory(weights=self.weights) if self.weights is not None else factory()
         self.release = WorkingSetRelease(trim_above)
 
-    def where(self) -> tuple[str, int]:
-        return _ray().get_runtime_context().get_node_id(), os.getpid()
+    def where(self) -> tuple[str, int, int]:
+        return _ray().get_runtime_context().get_node_id(), os.getpid(), os.nice(0)
 
     def act(self, obs: np.ndarray, weights: tuple[int, float, list[Any]] | None = None) -> tuple[Any, float]:
         t0 = stopwatch()
@@ -424,8 +424,9 @@ class RayPolicy:
     gets an `ObjectStoreWeights` kept current from the driver's `SharedWeights`). ``num_cpus`` is
     what the actor reserves (1 for a real model; 0 for a latency policy, which only sleeps).
     Each actor is pinned to the least filled live node that can hold it (`choose_node`). After
-    each call ``overhead_s`` holds, per action, the round-trip time outside the forward pass. ``trim_above``: as for `ProcessPolicy`, the actor
-    hands its forward pass's working set back after each pass.
+    each call ``overhead_s`` holds, per action, the round-trip time outside the forward pass, and
+    ``compute_s`` the time inside the actor (which it returns beside the action). ``trim_above``: as
+    for `ProcessPolicy`, the actor hands its forward pass's working set back after each pass.
 
     Needs a connected Ray (`ray_session`).
     """
@@ -448,7 +449,9 @@ class RayPolicy:
         self.start_timeout = start_timeout
         self.node_id: str | None = None
         self.pid: int | None = None
+        self.niceness: int | None = None  # the actor process's, once started (a cluster's worker_niceness)
         self.overhead_s: list[float] = []
+        self.compute_s: list[float] = []  # per call, the actor's own time (the forward pass; a weights fetch when behind)
         self.replaced = 0  # starts moved to another node because the chosen one died first
         self._node: str | None = None
         self._place()
@@ -476,7 +479,7 @@ class RayPolicy:
         try:
             while True:
                 try:
-                    self.node_id, self.pid = ray.get(self._probe, timeout=max(0.0, deadline - stopwatch()))
+                    self.node_id, self.pid, self.niceness = ray.get(self._probe, timeout=max(0.0, deadline - stopwatch()))
                     return self
                 except ray.exceptions.ActorUnschedulableError:
                     assert self._node is not None
@@ -515,6 +518,7 @@ class RayPolicy:
         except ray.exceptions.RayTaskError as exc:
             raise RuntimeError(f"policy raised in its Ray actor: {exc}") from exc
         self.overhead_s.append(max(0.0, stopwatch() - t0 - compute))
+        self.compute_s.append(compute)
         return decision
 
     def kill(self) -> None:
