@@ -117,7 +117,7 @@ def test_ray_quick_breaks_tau_theta_down(monkeypatch) -> None:
     assert parts["forward_quiet"]["n"] == parts["forward_together"]["n"] == 2 * 3  # 2 actors, 3 calls each
     assert parts["world"]["mean_ms"] >= parts["forward_in_actor"]["mean_ms"]  # the call is part of τ_θ
     world = result["ray_actor_per_node"]
-    assert world["nodes_used"] == 2 and world["actors_per_node"] == 1
+    assert world["actor_niceness"] == [0] and world["nodes_used"] == 2 and world["actors_per_node"] == 1
     assert world["cpu"]["cores"] >= 1 and world["cpu"]["idle_cores"] is not None
     assert all(c["text"] and "share_of_tau_theta" in c or c["cause"] == "unexplained" for c in result["diagnosis"])
     assert result["machine_limit"] is None or any(c["cause"] == "cpu_contention" for c in result["diagnosis"])

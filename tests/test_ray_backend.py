@@ -417,6 +417,7 @@ def test_bench_ray_measures_the_call_outside_the_forward_pass(cluster):
     # the actor's own time comes back beside each action (3 warm-up calls and 20 timed), and covers its forward pass
     assert len(policy.compute_s) == len(policy.overhead_s) == 23
     assert np.median(policy.compute_s[3:]) * 1e3 >= r["forward_ms_p50"]  # call by call, the forward pass is inside it
+    assert policy.niceness == 0  # a Ray started here runs its actors at default priority, not Ray's nice 15
 
 
 def test_removed_node_actors_restart_on_a_live_node(cluster):
