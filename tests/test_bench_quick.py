@@ -99,3 +99,25 @@ def test_ticklog_quick(tmp_path, monkeypatch) -> None:
     assert streamed["chunk_files"] == 3  # two full chunks and the partial last one, flushed by close()
     assert result["variants"]["doubling"]["seals"] == 6  # capacity 4096 doubled at rows 4,097 … 131,073
     assert not list(tmp_path.iterdir())  # the temporary log directory was removed
+
+
+@pytest.mark.wall
+def test_ray_quick_breaks_tau_theta_down(monkeypatch) -> None:
+    """`nonstop bench ray` on a small local cluster: each part of the actors' τ_θ, the machine's CPU use
+    during their world, and a diagnosis whose every cause carries its figure (issue 23)."""
+    pytest.importorskip("ray", reason="the Ray backend needs the [ray] extra")
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    from nonstop.bench import ray as bench_ray
+
+    result = _run(bench_ray, ["--k", "0.5", "--calls", "10", "--seconds", "1", "--passes", "2", "--probe-calls", "3"])
+    json.dumps(result, allow_nan=False)  # one JSON object, no NaN/inf anywhere
+    parts = result["tau_theta_parts"]
+    for name in ("world", "forward_in_actor", "ray_overhead", "wait_before_call"):
+        assert parts[name]["n"] > 0 and parts[name]["p50_ms"] >= 0, name
+    assert parts["forward_quiet"]["n"] == parts["forward_together"]["n"] == 2 * 3  # 2 actors, 3 calls each
+    assert parts["world"]["mean_ms"] >= parts["forward_in_actor"]["mean_ms"]  # the call is part of τ_θ
+    world = result["ray_actor_per_node"]
+    assert world["actor_niceness"] == [0] and world["nodes_used"] == 2 and world["actors_per_node"] == 1
+    assert world["cpu"]["cores"] >= 1 and world["cpu"]["idle_cores"] is not None
+    assert all(c["text"] and "share_of_tau_theta" in c or c["cause"] == "unexplained" for c in result["diagnosis"])
+    assert result["machine_limit"] is None or any(c["cause"] == "cpu_contention" for c in result["diagnosis"])

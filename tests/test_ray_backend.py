@@ -77,6 +77,8 @@ def test_staggered_actors_across_nodes_share_the_ticks(cluster):
     assert all(n > 0 for n in report["actions"])  # every actor, on both nodes, acted
     overhead = report["remote_overhead_s"]
     assert overhead["n"] >= sum(report["actions"]) > 100  # a call in flight at stop submits nothing
+    for w in pool.workers:  # each inference's τ_θ in the world is its wait before the call plus the call
+        assert len(w.call_waits) == len(w.world_taus) and min(w.call_waits) >= 0
     assert overhead["p50_s"] > 0
 
 
@@ -412,6 +414,10 @@ def test_bench_ray_measures_the_call_outside_the_forward_pass(cluster):
     assert r["round_trip_ms_p50"] >= r["forward_ms_p50"]  # the actor's forward pass is part of the round trip
     assert 0 < r["overhead_ms"]["p50"] <= r["overhead_ms"]["p99"]  # and a Ray call costs something besides
     assert r["overhead_ticks"]["p50"] == pytest.approx(r["overhead_ms"]["p50"] / 1e3 * 60)
+    # the actor's own time comes back beside each action (3 warm-up calls and 20 timed), and covers its forward pass
+    assert len(policy.compute_s) == len(policy.overhead_s) == 23
+    assert np.median(policy.compute_s[3:]) * 1e3 >= r["forward_ms_p50"]  # call by call, the forward pass is inside it
+    assert policy.niceness == 0  # a Ray started here runs its actors at default priority, not Ray's nice 15
 
 
 def test_removed_node_actors_restart_on_a_live_node(cluster):

@@ -1,5 +1,5 @@
 """``nonstop bench ray``: what a Ray actor call costs a realtime agent, and what one actor per node
-buys it (docs/design.md §5, issue 12). Baselines are measured in the same run.
+buys it (docs/design.md §5, issues 12 and 23). Baselines are measured in the same run.
 
 1. **Overhead per action.** A k=1 IMPALA ResNet (84×84×1 frame, one torch thread) acts on a frame
    sent to it, back to back, in a Ray actor and in a process worker (`ProcessPolicy`, a pipe). The
@@ -7,17 +7,23 @@ buys it (docs/design.md §5, issue 12). Baselines are measured in the same run.
    transport) is the **overhead**, reported as p50/p99 in ms and in ticks at ``--tick-hz``.
 2. **A model slower than a tick.** A width k is picked in this run so that the ResNet's forward
    pass takes about ``--forward-ticks`` ticks on one core (widths timed in a worker process,
-   bracketing the target, then log-log interpolation rounded to 1/16 and timed, a few rounds).
-   It acts in a ``--tick-hz`` world (``theory/inaction``; the model computes on a fixed 84×84
-   frame): one process worker, against one Ray actor on each node of a ``--nodes``-node cluster,
-   staggered by ``--scheduler`` (default `exp_time`; N_I = nodes). Reported: inaction fraction of
-   each, τ_θ as the workers measured it (forward pass plus call), and the Ray calls' overhead. A
-   full run adds the same number of process workers on this host, staggered the same way: the
-   difference to the actors is what the Ray calls cost.
+   bracketing the target, then log-log interpolation rounded to 1/16 and timed, a few rounds), or
+   fixed by ``--k``. It acts in a ``--tick-hz`` world (``theory/inaction``; the model computes on a
+   fixed 84×84 frame): one process worker, against ``--actors-per-node`` Ray actors on each node of
+   a ``--nodes``-node cluster, staggered by ``--scheduler`` (default `exp_time`; N_I = the actors).
+   Reported: inaction fraction of each, τ_θ as the workers measured it (forward pass plus call),
+   and the Ray calls' overhead. A full run adds the same number of process workers on this host,
+   staggered the same way: the difference to the actors is what the Ray calls cost.
+3. **Where the actors' τ_θ goes** (``tau_theta_parts``, per action, p50/p99/mean): the wait in the
+   driver's worker thread before the call, the Ray call overhead, and the forward pass as the actor
+   timed it, against the same actors timed quietly before the world starts (``--probe-calls``
+   each, alone and then all at once), with the machine's CPU use during the world (``/proc/stat``).
+   ``diagnosis`` names each part that made τ_θ grow, with its figure; ``machine_limit`` is set
+   only when the cores were busy *and* the forward pass was slower than quiet
+   (`nonstop.metrics.tau_parts.diagnose`).
 
-By default the cluster is local (`local_cluster`: nodes of one CPU each on 127.0.0.1), so its
-"nodes" share this machine's cores: on a machine with fewer free cores than nodes + the host, the
-actors slow each other down and the figures say so. ``--ray-address`` uses a running cluster.
+By default the cluster is local (`local_cluster`: nodes of ``--actors-per-node`` CPUs each on
+127.0.0.1), so its "nodes" share this machine's cores. ``--ray-address`` uses a running cluster.
 """
 
 from __future__ import annotations
@@ -31,11 +37,13 @@ from typing import Any
 import numpy as np
 
 from nonstop.bench.common import percentiles, run_sizes, size_help, usable_cores, verdict
+from nonstop.metrics.tau_parts import Diagnosis, diagnose, part_summary, tau_theta_parts
 
-DESCRIPTION = "Ray actor vs process worker: per-action overhead (k=1 ResNet), and a 2-tick model on one actor per node"
+DESCRIPTION = ("Ray actor vs process worker: per-action overhead (k=1 ResNet), and a 2-tick model on actors on each node, "
+               "with its τ_θ broken down and diagnosed")
 
-_QUICK = {"calls": 60, "seconds": 4.0, "passes": 4}
-_FULL = {"calls": 600, "seconds": 30.0, "passes": 12}
+_QUICK = {"calls": 60, "seconds": 4.0, "passes": 4, "probe_calls": 8}
+_FULL = {"calls": 600, "seconds": 30.0, "passes": 12, "probe_calls": 40}
 _ENV = "theory/inaction"
 _CALIBRATION_K = (1.0, 2.0, 3.0)  # widths timed to fit forward time ∝ k^b
 
@@ -49,7 +57,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the slow model's forward pass, in ticks on one core (default 1.5: more than one tick, "
                              "so one worker cannot act at every tick, and room below two for the call's overhead and "
                              "jitter, so N_I = 2 can; at 1.8 the model took 2.3 ticks in the world on 16 vCPUs)")
-    parser.add_argument("--nodes", type=int, default=2, help="nodes of the local cluster, one actor on each (default 2)")
+    parser.add_argument("--k", type=float, default=None,
+                        help="the slow model's width, fixed (default: picked for --forward-ticks in each run, which varies "
+                             "with the machine's load: fix it to compare runs)")
+    parser.add_argument("--nodes", type=int, default=2, help="nodes of the local cluster (or used of --ray-address's), "
+                                                              "--actors-per-node actors on each (default 2)")
+    parser.add_argument("--actors-per-node", type=int, default=1,
+                        help="Ray actors of the slow model on each node, one CPU each (default 1; a local cluster's nodes "
+                             "get that many CPUs)")
+    parser.add_argument("--probe-calls", type=int, default=None,
+                        help=size_help("calls timing each actor before the world starts, alone and then all at once", "probe_calls",
+                                       _QUICK, _FULL))
     parser.add_argument("--scheduler", default="exp_time", choices=("exp_time", "max_time", "quantile_hold"),
                         help="how the slow model's workers are staggered, in every configuration (default exp_time; on 2 "
                              "cores quantile_hold took two processes from 30 %% to 10 %% inaction)")
@@ -151,6 +169,18 @@ def pick_k(target_s: float, passes: int, *, tolerance: float = 0.1, rounds: int 
     return {"k": best, "forward_s": times[best], "calibration": {f"{k:g}": times[k] for k in ks}, "exponent": b}
 
 
+def time_k(k: float, passes: int) -> dict[str, Any]:
+    """`pick_k`'s answer for a width given, not searched: ``k``'s forward time in a worker process."""
+    from nonstop.inference.workers import ProcessPolicy
+
+    timer = ProcessPolicy(_ForwardTimer)
+    try:
+        forward = float(timer.act((k, passes)).action)  # type: ignore[arg-type]  # this worker's "observation" is (k, passes)
+    finally:
+        timer.close()
+    return {"k": k, "forward_s": forward, "calibration": {f"{k:g}": forward}, "exponent": None}
+
+
 # ----------------------------------------------------------------------------- 1. overhead per action
 
 
@@ -178,19 +208,51 @@ def _overhead(policy: Any, calls: int, tau_m: float) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- 2. the slow model
 
 
+def _cpu_reading() -> dict[int, tuple[int, int, int]] | None:
+    """This machine's CPU jiffies per CPU (`parse_proc_stat`), or None where there is no /proc/stat."""
+    from nonstop.metrics.tau_parts import parse_proc_stat
+
+    try:
+        with open("/proc/stat") as f:
+            return parse_proc_stat(f.read())
+    except OSError:
+        return None
+
+
+def _cpu_between(before: dict[int, tuple[int, int, int]] | None, after: dict[int, tuple[int, int, int]] | None) -> dict[str, Any]:
+    """The cores this process may use, busy and idle on average between two readings (`cpu_use`);
+    without /proc/stat, the 1-minute load average stands in for the busy cores."""
+    import os
+
+    from nonstop.metrics.tau_parts import cpu_use
+
+    cores = usable_cores()
+    if before is not None and after is not None:
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else sorted(after)
+        return cpu_use(before, after, cpus)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    if load is None:
+        return {"cores": cores, "busy_cores": None, "steal_cores": None, "idle_cores": None, "source": None}
+    return {"cores": cores, "busy_cores": round(min(load, cores), 3), "steal_cores": None,
+            "idle_cores": round(max(0.0, cores - load), 3), "source": "loadavg"}  # fmt: skip
+
+
 def _act_in_world(make_policy: Any, n_workers: int, scheduler: str, seconds: float, tick_hz: float) -> dict[str, Any]:
     """``n_workers`` of ``make_policy(i)`` acting in a wall-clock world for ``seconds`` after they
-    are all up; the tick-log figures over that window."""
+    are all up; the tick-log figures over that window, the machine's CPU use during it, and the
+    world's τ_θ per action with its wait before the call (``_samples``: the seconds, for
+    `tau_theta_parts`; not part of the JSON)."""
     from nonstop.inference.workers import InferencePool
     from nonstop.realtime.host import Session
 
     with Session(_ENV, clock="wall", seed=0, tick_hz=tick_hz) as world:
         tau_m = world.tau_m
         pool = InferencePool(world, make_policy, scheduler, n_inference=n_workers).start()  # returns once all are up
-        start = int(world.slot.read().tick) + round(0.5 / tau_m)  # half a second to settle the stagger
         try:
-            world.run_for(seconds + 0.5)
-            end = int(world.slot.read().tick)
+            world.run_for(0.5)  # half a second to settle the stagger
+            start, before = int(world.slot.read().tick), _cpu_reading()
+            world.run_for(seconds)
+            end, after = int(world.slot.read().tick), _cpu_reading()
         finally:
             pool.stop()
     s = world.tick_log.summary(warmup_ticks=start, end_tick=end)
@@ -198,10 +260,43 @@ def _act_in_world(make_policy: Any, n_workers: int, scheduler: str, seconds: flo
     out = {"n_workers": n_workers, "scheduler": scheduler, "ticks": end - start,
            "inaction_fraction": float(s["inaction_fraction"]), "tau_i_mean_ticks": s.get("tau_i_mean_ticks"),
            "delay_mean_ticks": s.get("delay_mean_ticks"),
-           "tau_theta_ticks": {"mean": float(taus.mean()), "p99": float(np.percentile(taus, 99))} if taus.size else None}  # fmt: skip
+           "tau_theta_ticks": {"mean": float(taus.mean()), "p99": float(np.percentile(taus, 99))} if taus.size else None,
+           "cpu": _cpu_between(before, after),
+           "_samples": {"world": [t for w in pool.workers for t in w.world_taus],
+                        "wait": [t for w in pool.workers for t in w.call_waits]}}  # fmt: skip
     overhead = world.tick_log.meta.get("workers", {}).get("remote_overhead_s")
     if overhead is not None:
         out["remote_overhead_ticks"] = {"p50": overhead["p50_ticks"], "p99": overhead["p99_ticks"]}
+    return out
+
+
+def _quiet_probe(policies: list[Any], obs: Any, calls: int) -> dict[str, list[float]]:
+    """The actors timed before the world starts, on the world's kind of observation: each called back
+    to back, alone (``forward``, ``overhead``: its in-actor times and call overheads, seconds), then
+    all at once, each from a thread of its own (``together``: in-actor times). Their records are
+    emptied after, so that what they record next is the world's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    out: dict[str, list[float]] = {"forward": [], "overhead": [], "together": []}
+
+    def calls_on(policy: Any) -> None:
+        for _ in range(calls):
+            policy.act(obs)
+
+    for policy in policies:
+        for _ in range(2):  # warm: the actor's first calls
+            policy.act(obs)
+        del policy.compute_s[:], policy.overhead_s[:]
+        calls_on(policy)
+        out["forward"] += policy.compute_s
+        out["overhead"] += policy.overhead_s
+        del policy.compute_s[:], policy.overhead_s[:]
+    if len(policies) > 1:
+        with ThreadPoolExecutor(len(policies)) as pool:
+            list(pool.map(calls_on, policies))
+        for policy in policies:
+            out["together"] += policy.compute_s
+            del policy.compute_s[:], policy.overhead_s[:]
     return out
 
 
@@ -211,13 +306,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from nonstop.inference.workers import ProcessPolicy
 
     sizes = run_sizes(args, _QUICK, _FULL)
-    calls, seconds, passes = int(sizes["calls"]), float(sizes["seconds"]), int(sizes["passes"])
-    for name in ("forward_ticks", "tick_hz"):
+    calls, seconds, passes, probe_calls = (int(sizes["calls"]), float(sizes["seconds"]), int(sizes["passes"]),
+                                           int(sizes["probe_calls"]))  # fmt: skip
+    for name in ("forward_ticks", "tick_hz") + (("k",) if args.k is not None else ()):
         value = getattr(args, name)
         if not (value > 0 and math.isfinite(value)):
             raise ValueError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
-    if not isinstance(args.nodes, int) or args.nodes < 1:
-        raise ValueError(f"--nodes must be an integer >= 1, got {args.nodes!r}")
+    for name in ("nodes", "actors_per_node"):
+        value = getattr(args, name)
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
+    per_node = args.actors_per_node
     check_backend("ray", ray_address=args.ray_address, clock="wall")  # Ray installed, the address answers
     from nonstop.realtime.clock import stopwatch
 
@@ -227,21 +326,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = stopwatch()
 
     # the slow model's width, timed on this core before anything else runs
-    slow = pick_k(args.forward_ticks * tau_m, passes)
+    slow = pick_k(args.forward_ticks * tau_m, passes) if args.k is None else time_k(args.k, passes)
     result["slow_model"] = {"k": slow["k"], "forward_ms": slow["forward_s"] * 1e3, "forward_ticks": slow["forward_s"] / tau_m,
-                            "target_ticks": args.forward_ticks, "calibration_ms": {k: t * 1e3 for k, t in slow["calibration"].items()},
+                            "target_ticks": args.forward_ticks if args.k is None else None,
+                            "calibration_ms": {k: t * 1e3 for k, t in slow["calibration"].items()},
                             "time_exponent": slow["exponent"]}  # fmt: skip
     phases["calibration"] = stopwatch() - t0
 
     with ExitStack() as stack:
         if args.ray_address is None:
-            cluster = stack.enter_context(local_cluster(args.nodes, num_cpus=1))
-            result["cluster"] = {"local": True, "nodes": args.nodes, "cpus_per_node": 1, "address": cluster.address}
+            cluster = stack.enter_context(local_cluster(args.nodes, num_cpus=per_node))
+            result["cluster"] = {"local": True, "nodes": args.nodes, "cpus_per_node": per_node, "address": cluster.address}
         else:
             ray = stack.enter_context(ray_session(args.ray_address))
             alive = [n for n in ray.nodes() if n.get("Alive")]
             result["cluster"] = {"local": False, "nodes": len(alive), "address": args.ray_address}
-        n_actors = min(args.nodes, result["cluster"]["nodes"])
+        n_actors = min(args.nodes, result["cluster"]["nodes"]) * per_node
         phases["cluster_start"] = stopwatch() - t0 - sum(phases.values())
 
         # 1. overhead per action, k=1
@@ -255,68 +355,80 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 policy.close()
         phases["overhead"] = stopwatch() - t0 - sum(phases.values())
 
-        # 2. the slow model at tick_hz: one process, then one actor per node
+        # 2. the slow model at tick_hz: one process, then --actors-per-node actors on each node
         from nonstop.envs import make_env
 
         probe = make_env(_ENV)
         n_actions = int(probe.action_space.n)  # type: ignore[attr-defined]  # Boxing: Discrete(18)
+        obs = probe.reset(seed=0)[0]  # the quiet probe sends what the world will
         probe.close()
         slow_factory = partial(_resnet_policy, n_actions, slow["k"], 0, False)
         result["one_process"] = _act_in_world(lambda i: ProcessPolicy(slow_factory), 1, args.scheduler, seconds, args.tick_hz)
         if not args.quick:  # the same staggering without Ray, on this host's cores: what the calls themselves cost
             result["processes_on_this_host"] = _act_in_world(lambda i: ProcessPolicy(slow_factory), n_actors, args.scheduler,
                                                              seconds, args.tick_hz)  # fmt: skip
-        nodes: list[str] = []
+        # the actors start first (the least filled node each: actors_per_node per node), and each is
+        # timed quietly, alone, before the world starts; the world's workers take them over
+        actors = RayPolicy.start_many([slow_factory] * n_actors, num_cpus=1)
+        made: list[Any] = []
+        for policy in actors:
+            stack.callback(policy.close)
+        quiet = _quiet_probe(actors, obs, probe_calls)
 
         def actor(i: int) -> Any:
-            policy = RayPolicy(slow_factory, num_cpus=1)  # pinned to the least filled node: one per node
-            nodes.append(str(policy.node_id))
+            fresh = i >= len(actors) or any(p is actors[i] for p in made)  # a restart builds a new one
+            policy = RayPolicy(slow_factory, num_cpus=1) if fresh else actors[i]
+            made.append(policy)
             return policy
 
-        result["ray_actor_per_node"] = _act_in_world(actor, n_actors, args.scheduler, seconds, args.tick_hz)
-        result["ray_actor_per_node"]["nodes_used"] = len(set(nodes))
+        world = _act_in_world(actor, n_actors, args.scheduler, seconds, args.tick_hz)
+        world["actors_per_node"] = per_node
+        world["nodes_used"] = len({str(p.node_id) for p in made})
+        result["ray_actor_per_node"] = world
         phases["worlds"] = stopwatch() - t0 - sum(phases.values())
     result["phase_s"] = {**phases, "total": stopwatch() - t0}
 
+    samples = {name: result[name].pop("_samples") for name in ("one_process", "processes_on_this_host", "ray_actor_per_node")
+               if name in result}  # fmt: skip
+    for name, sample in samples.items():
+        result[name]["wait_before_call"] = part_summary(sample["wait"], tau_m)
+    result["tau_theta_parts"] = tau_theta_parts(
+        world=samples["ray_actor_per_node"]["world"], wait=samples["ray_actor_per_node"]["wait"],
+        forward_world=[t for p in made for t in p.compute_s], overhead=[t for p in made for t in p.overhead_s],
+        forward_quiet=quiet["forward"], forward_together=quiet["together"], overhead_quiet=quiet["overhead"],
+        tau_m=tau_m)  # fmt: skip
+    result["ray_actor_per_node"]["actor_niceness"] = sorted({p.niceness for p in made if p.niceness is not None})
     ray_inaction = result["ray_actor_per_node"]["inaction_fraction"]
     one_inaction = result["one_process"]["inaction_fraction"]
     result["meets_target"] = {
         # issue 12: the 2-tick model acts at every tick (inaction <= 1 %) on one actor per node, where one process cannot
         "actor_per_node_acts_every_tick": bool(ray_inaction <= 0.01 and one_inaction > 0.01),
     }
-    result["machine_limit"] = machine_limit(result, n_actors, local=args.ray_address is None)
+    found = diagnose_result(result, n_actors, local=args.ray_address is None)
+    result["diagnosis"], result["machine_limit"] = found.causes, found.machine_limit
     return result
 
 
-def machine_limit(result: dict[str, Any], n_actors: int, *, local: bool, cores: int | None = None) -> str | None:
-    """Why a missed target says more about this machine than about Ray: N actors of a model that
-    fills its core, the world's host and the driver's calls on a local cluster with fewer cores
-    than N + 2, or the actors' τ_θ in the world far (> 20 %) above the model's quiet forward pass.
-    None when the target was met or neither holds.
+def diagnose_result(result: dict[str, Any], n_actors: int, *, local: bool) -> Diagnosis:
+    """`diagnose` on this run's Ray actors: their τ_θ parts and the machine's CPU use during their
+    world. A local cluster with fewer cores than its actors + 2 (the world's host, the driver's calls)
+    says so beside a machine limit; on its own it is no evidence of one.
 
-    >>> r = {"meets_target": {"actor_per_node_acts_every_tick": False}, "slow_model": {"forward_ticks": 1.5},
-    ...      "ray_actor_per_node": {"tau_theta_ticks": {"mean": 2.1}}}
-    >>> machine_limit(r, 2, local=True, cores=2)[:60]
-    'the 2 actors took 2.10 ticks per call in the world against 1'
-    >>> machine_limit(r, 2, local=True, cores=16) is None, machine_limit({**r, "meets_target": {"x": True}}, 2, local=True)
-    (False, None)
+    >>> ms = 1e-3
+    >>> parts = tau_theta_parts(world=[40 * ms] * 9, forward_world=[36 * ms] * 9, forward_quiet=[24 * ms] * 9,
+    ...                         overhead=[3 * ms] * 9, wait=[1 * ms] * 9, tau_m=1 / 60)
+    >>> r = {"meets_target": {"acts": False}, "tau_theta_parts": parts,
+    ...      "ray_actor_per_node": {"cpu": {"cores": 2, "busy_cores": 1.8, "idle_cores": 0.2}}}
+    >>> print(diagnose_result(r, 2, local=True).machine_limit)  # doctest: +ELLIPSIS
+    the machine is the limit: 0.2 of 2 cores idle ...; this local cluster's 2 actors share 2 cores with the world's host and the driver (it needs 4): ...
     """
-    if all(result["meets_target"].values()):
-        return None
-    quiet = float(result["slow_model"]["forward_ticks"])
-    taus = result.get("ray_actor_per_node", {}).get("tau_theta_ticks") or {}
-    world = float(taus.get("mean", float("nan")))
-    if cores is None:
-        cores = usable_cores()
-    short = local and cores < n_actors + 2
-    slowed = world > 1.2 * quiet
-    if not (short or slowed):
-        return None
-    why = f"the {n_actors} actors took {world:.2f} ticks per call in the world against {quiet:.2f} on a quiet core"
-    if short:
-        why += (f"; this local cluster's {n_actors} nodes share {cores} cores with the world's host and the driver "
-                f"(it needs {n_actors + 2})")
-    return why + ": the machine, not Ray, is the limit here; measure on one with free cores (or --ray-address a cluster)"
+    cpu = result["ray_actor_per_node"].get("cpu") or {}
+    cores = cpu.get("cores") or usable_cores()
+    note = (f"this local cluster's {n_actors} actors share {cores} cores with the world's host and the driver "
+            f"(it needs {n_actors + 2})" if local and cores < n_actors + 2 else "")  # fmt: skip
+    nice = max(result["ray_actor_per_node"].get("actor_niceness") or [0])
+    return diagnose(result["tau_theta_parts"], cpu, target_met=all(result["meets_target"].values()), cluster_note=note,
+                    actor_niceness=nice)  # fmt: skip
 
 
 def render(result: dict[str, Any]) -> None:
@@ -346,7 +458,28 @@ def render(result: dict[str, Any]) -> None:
         tau = r["tau_theta_ticks"]["mean"] if r.get("tau_theta_ticks") else float("nan")
         t.add_row(label, str(r["n_workers"]), f"{r['inaction_fraction']:.1%}", f"{tau:.2f}", f"{r['tau_i_mean_ticks'] or float('nan'):.2f}")
     console.print(t)
+    parts = result["tau_theta_parts"]
+    per_node = result["ray_actor_per_node"].get("actors_per_node", 1)
+    t = Table(title=f"τ_θ of the Ray actors ({per_node} per node) in the world, per action, and quiet before it")
+    for col in ("part", "n", "p50 ms", "p99 ms", "mean ms", "mean ticks", "of τ_θ"):
+        t.add_column(col, justify="right")
+    world = parts["world"]["mean_ms"]
+    for name, label in (("world", "τ_θ (world)"), ("wait_before_call", "  wait before call"), ("ray_overhead", "  Ray overhead"),
+                        ("forward_in_actor", "  forward in actor"), ("forward_quiet", "forward quiet, alone"),
+                        ("forward_together", "forward quiet, together"), ("ray_overhead_quiet", "Ray overhead quiet")):  # fmt: skip
+        r = parts[name]
+        if not r["n"]:
+            continue
+        share = f"{r['mean_ms'] / world:.0%}" if world and name in ("wait_before_call", "ray_overhead", "forward_in_actor") else ""
+        t.add_row(label, str(r["n"]), f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}", f"{r['mean_ms']:.2f}", f"{r['mean_ticks']:.2f}", share)
+    console.print(t)
+    cpu = result["ray_actor_per_node"].get("cpu") or {}
+    if cpu.get("idle_cores") is not None:
+        console.print(f"CPU during the actors' world: {cpu['busy_cores']:.2f} of {cpu['cores']} cores busy, "
+                      f"{cpu['idle_cores']:.2f} idle ({cpu['source']})", markup=False)  # fmt: skip
     ok = result["meets_target"]["actor_per_node_acts_every_tick"]
     console.print(f"one actor per node acts at every tick (inaction ≤ 1 %) where one process cannot: {verdict(ok, result.get('quick', False))}")
+    for cause in result.get("diagnosis") or []:
+        console.print(f"- {cause['text']}", markup=False)
     if result.get("machine_limit"):
         console.print(result["machine_limit"], style="yellow", markup=False)

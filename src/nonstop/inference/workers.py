@@ -86,6 +86,9 @@ class _WorkerState:
     #: to the action in hand. On the wall clock it adds what τ_θ leaves out: the thread's wake-up
     #: lag before the call. The theory's N* = ⌈τ_θ/τ_M⌉ holds for this one (`nonstop bench nstar`).
     world_taus: list[float] = field(default_factory=list)
+    #: per inference, the part of its world τ_θ outside the call: the thread's wake-up lag before it
+    #: (and, after a declared latency, waking late from it)
+    call_waits: list[float] = field(default_factory=list)
     generation: int = 0  # bumped when the index is (re)started by a resize: older loops of it exit
 
 
@@ -321,7 +324,9 @@ class InferencePool:
                 t = started + tau_theta
                 if decision.latency > 0:  # a declared latency is waited out (measured compute has passed)
                     t = yield from wait_until(t)
-            state.world_taus.append(tau_theta if virtual else max(tau_theta, clock.now() - started))
+            world_tau = tau_theta if virtual else max(tau_theta, clock.now() - started)
+            state.world_taus.append(world_tau)
+            state.call_waits.append(world_tau - tau_theta)
             # 4. the scheduler's rule: Algorithm 1 pads the cycle to τ̂_θmax; the others return 0
             pad = sched.after_inference(i, tau_theta)
             if phases is not None:  # the rule's estimate in whole ticks: this inference's aligned cycle
