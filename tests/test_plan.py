@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nonstop.cli import main
-from nonstop.commands.plan import PROCESS_BASE_BYTES, SAMPLE_K, plan
+from nonstop.metrics.capacity import PROCESS_BASE_BYTES, SAMPLE_K, plan
 
 SRC = str(Path(__file__).parents[1] / "src")
 
@@ -91,7 +91,7 @@ def test_cli_measures_a_small_model_here(capsys):
 def test_plan_doctest():
     import doctest
 
-    import nonstop.commands.plan as plan_module
+    import nonstop.metrics.capacity as plan_module
 
     failures, tried = doctest.testmod(plan_module, verbose=False, report=False)
     assert tried > 0 and failures == 0
@@ -105,7 +105,7 @@ def test_cli_device_cuda_without_a_gpu_is_a_clear_error(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "CUDA is not available" in err and "--forward-ms" in err
     with pytest.raises(ValueError, match="device must be 'cpu' or 'cuda'"):
-        from nonstop.commands.plan import measure_times
+        from nonstop.metrics.capacity import measure_times
 
         measure_times(1, 4, device="tpu")
 

@@ -18,11 +18,12 @@ from __future__ import annotations
 import argparse
 import gc
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from nonstop.bench.common import percentiles
+from nonstop.metrics.capacity import time_forward
 
 if TYPE_CHECKING:  # the models need torch (the learn extra); this module's import does not
     from nonstop.policies.models import ImpalaArch
@@ -78,29 +79,6 @@ def _write_samples(path: Path, seconds: list[float], header: list[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [f"# {line}" for line in header] + [repr(s) for s in seconds]
     path.write_text("\n".join(lines) + "\n")
-
-
-def _time_forward(model: Any, x: Any, device: Any, warmup: int, repeats: int, max_seconds: float) -> list[float]:
-    import torch
-
-    from nonstop.realtime.clock import WallClock
-
-    clock = WallClock(spin=0.0)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    with torch.inference_mode():
-        for _ in range(warmup):
-            model(x)
-        sync()
-        samples: list[float] = []
-        started = clock.now()
-        for _ in range(repeats):
-            t0 = clock.now()
-            model(x)
-            sync()
-            samples.append(clock.now() - t0)
-            if len(samples) >= 3 and clock.now() - started > max_seconds:
-                break
-    return samples
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -163,7 +141,7 @@ def run(args: argparse.Namespace) -> dict:
                 continue
             row["params_actual"] = module_parameters(model)
             x = torch.rand(1, 1, 84, 84, device=device)
-            seconds = _time_forward(model, x, device, warmup, repeats, args.max_seconds)
+            seconds = time_forward(model, x, device, warmup, repeats, args.max_seconds)
             ms = percentiles(seconds, 1e3)
             row.update({
                 "n": ms["n"],

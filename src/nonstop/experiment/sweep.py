@@ -212,13 +212,13 @@ def _measured_forward_ms(k: float) -> float:
     if k not in _MEASURED:
         import torch
 
-        from nonstop.bench.models import _time_forward
+        from nonstop.metrics.capacity import time_forward
         from nonstop.policies.models import ensure_fits, impala_resnet
 
         ensure_fits(k, "cpu", n_actions=18)  # a clear error when the model cannot fit in this machine's memory
         torch.set_num_threads(1)
         model = impala_resnet(k=k, n_actions=18).eval()
-        samples = _time_forward(model, torch.zeros(1, 1, 84, 84), torch.device("cpu"), warmup=1, repeats=7, max_seconds=20.0)
+        samples = time_forward(model, torch.zeros(1, 1, 84, 84), torch.device("cpu"), warmup=1, repeats=7, max_seconds=20.0)
         _MEASURED[k] = 1000.0 * sorted(samples)[len(samples) // 2]
         del model
     return _MEASURED[k]
