@@ -126,7 +126,7 @@ def test_export_writes_weights_a_recipe_and_a_program_that_takes_batches(tmp_pat
 
 
 def test_the_recipe_of_a_resnet_names_its_construction():
-    from nonstop.commands.export import _recipe
+    from nonstop.experiment.export import _recipe
 
     model = build_q_network((84, 84, 3), 6, DQNConfig(k=0.5, arch="2xdeep"))
     recipe = _recipe(model, (84, 84, 3), 6)

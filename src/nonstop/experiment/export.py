@@ -1,0 +1,136 @@
+"""A trained run's policy as an artifact anyone can run without nonstop (what ``nonstop export`` writes).
+
+A checkpoint holds the flat master parameters beside Adam's moments, the replay and nonstop's
+counters, readable only by nonstop. ``export`` rebuilds the run's network (from ``config.json``
+and the env's spaces), loads the newest readable checkpoint's parameters into it and writes
+
+* ``policy.torchscript.pt``: a TorchScript program, observations as the env gives them in (one, or
+  a batch), Q-values out, its preprocessing inside (``uint8`` frames → float32 ``/ 255``, channels
+  first; vectors cast to float32: `nonstop.policies.models.FromObservations`). ``torch.jit.load``
+  runs it; so does libtorch from C++;
+* ``policy.safetensors``: the network's weights by ``state_dict`` name, for rebuilding it elsewhere;
+* ``policy.json``: what goes in and comes out (observation shape and dtype, the preprocessing,
+  Q-values), the action space (action = ``start + argmax``), the layer recipe (the network, its
+  construction, the forward pass in words and every tensor's shape), the env and the DQN config.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ['PROGRAM', 'WEIGHTS', 'META', 'export_policy']
+
+
+PROGRAM = "policy.torchscript.pt"
+
+
+WEIGHTS = "policy.safetensors"
+
+
+META = "policy.json"
+
+
+#: the forward pass of each network `nonstop.learning.dqn.build_q_network` builds, in words
+_FORWARD = {
+    "ImpalaResNet": "for each conv sequence (channels c): conv3x3(c, padding 1, or 0 when same_padding is false) → "
+                    "maxpool(3, stride 2, same padding; none in 2xDeep's sequences 4-6) → 2 × [x + conv3x3(relu(conv3x3(relu(x))))]; "
+                    "then relu → flatten → fc → relu → head",
+    "MLP": "flatten → (linear → relu) for each hidden width → linear",
+}  # fmt: skip
+
+
+def _recipe(model: Any, obs_shape: tuple[int, ...], n_actions: int) -> dict[str, Any]:
+    """The network as a recipe: its class, construction, forward pass in words, and tensor shapes."""
+    from nonstop.policies.models import ConvSequence, ImpalaResNet, impala_channels
+
+    recipe: dict[str, Any] = {"network": type(model).__name__, "forward": _FORWARD.get(type(model).__name__, "")}
+    if isinstance(model, ImpalaResNet):
+        sequence = model.sequences[0]
+        assert isinstance(sequence, ConvSequence), "an ImpalaResNet starts with a ConvSequence"
+        first = sequence.conv
+        recipe.update(k=model.k, depth=model.depth, channels=list(impala_channels(model.k)), in_channels=first.in_channels,
+                      same_padding=first.padding == (1, 1), fc_hidden=model.fc.out_features, n_actions=n_actions)  # fmt: skip
+    else:
+        linears = [m for m in model.modules() if type(m).__name__ == "Linear"]
+        recipe.update(widths=[linears[0].in_features, *(m.out_features for m in linears)])
+    recipe["tensors"] = {name: list(t.shape) for name, t in model.state_dict().items()}
+    return recipe
+
+
+def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dict[str, Any]:
+    """Write the run's policy into ``out_dir`` (default ``RUN/export``); return what was written."""
+    import warnings
+
+    import gymnasium
+    import torch
+    from safetensors.torch import save as safetensors_bytes
+
+    from nonstop._io import atomic_file, write_atomic
+    from nonstop.envs import make_env
+    from nonstop.experiment import TrainConfig
+    from nonstop.learning.checkpoint import latest_checkpoint
+    from nonstop.learning.dqn import build_q_network
+    from nonstop.learning.runlog import read_config
+    from nonstop.learning.weights import load_flat
+    from nonstop.policies.models import FromObservations
+
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"no run directory at {root} (write one with `nonstop train --out {root}`)")
+    cfg = TrainConfig(**read_config(root))
+    dqn = cfg.dqn
+    if dqn is None:  # a run writes the DQN settings it resolved into config.json
+        raise ValueError(f"{root}/config.json has no DQN settings: it was not written by `nonstop train`")
+    ckpt = latest_checkpoint(root)
+    if ckpt is None:
+        raise FileNotFoundError(f"{root} has no checkpoint to export")
+    probe = make_env(cfg.env, **cfg.env_kwargs)
+    obs_space, action_space = probe.observation_space, probe.action_space
+    probe.close()
+    if obs_space.shape is None or not isinstance(action_space, gymnasium.spaces.Discrete):  # what train accepted
+        raise TypeError(f"{cfg.env}: a DQN policy needs array observations and a Discrete action space, "
+                        f"got {obs_space} and {action_space}")  # fmt: skip
+    obs_shape, n_actions = tuple(obs_space.shape), int(action_space.n)
+    model = build_q_network(obs_shape, n_actions, dqn)
+    params = ckpt.state["params"]
+    n = sum(p.numel() for p in model.parameters())
+    if params.numel() != n:
+        raise ValueError(f"{ckpt.path} holds {params.numel():,} parameters; the network of {root}/config.json has {n:,}")
+    load_flat(model, params.numpy())
+    model.eval()
+    out = Path(out_dir) if out_dir is not None else root / "export"
+    out.mkdir(parents=True, exist_ok=True)
+    written = {"program": out / PROGRAM, "weights": out / WEIGHTS, "meta": out / META}
+    with warnings.catch_warnings():
+        # torch 2.13 marks TorchScript deprecated in favour of torch.export, whose saved programs it does
+        # not promise to load in later versions; a TorchScript archive also runs in libtorch (C++)
+        warnings.filterwarnings("ignore", message=r".*torch\.jit\.\w+. is deprecated", category=DeprecationWarning)
+        program = torch.jit.script(FromObservations(model, obs_shape))
+        with atomic_file(written["program"]) as f:
+            torch.jit.save(program, f)
+    state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    write_atomic(written["weights"], safetensors_bytes(state, metadata={"format": "pt", "network": type(model).__name__}))
+    dtype = str(obs_space.dtype)
+    frames = len(obs_shape) > 1
+    if dtype == "uint8" and frames:
+        preprocessing = ("float32 / 255; (H, W) frames gain a channel axis, (H, W, C) ones with C <= 4 are moved "
+                         "channels-first: the network sees (B, C, H, W) in [0, 1]")  # fmt: skip
+    else:
+        preprocessing = "cast to float32"
+    meta = {
+        "format": "nonstop-policy/1",
+        "program": PROGRAM, "weights": WEIGHTS,
+        "input": {"name": "obs", "shape": list(obs_shape), "dtype": dtype,
+                  "batch": "optional leading axis: (B, *shape) gives B rows of Q-values, one observation gives 1",
+                  "preprocessing": preprocessing + " (inside the program; do it yourself with the safetensors weights)"},
+        "output": {"name": "q_values", "shape": ["B", n_actions], "dtype": "float32",
+                   "action": "action_space.start + argmax over the last axis (greedy)"},
+        "action_space": {"type": "Discrete", "n": n_actions, "start": int(action_space.start)},
+        "layers": _recipe(model, obs_shape, n_actions),
+        "env": cfg.env, "env_kwargs": cfg.env_kwargs, "obs_shape": list(obs_shape), "n_actions": n_actions,
+        "network": type(model).__name__, "dqn": dqn.to_dict(), "checkpoint": ckpt.path.name, "updates": ckpt.updates,
+    }  # fmt: skip
+    write_atomic(written["meta"], (json.dumps(meta, indent=2, default=str) + "\n").encode())
+    return {"written": {k: str(v) for k, v in written.items()}, **meta}
