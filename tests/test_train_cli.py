@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import SHM_DIR
 
@@ -285,3 +286,27 @@ def test_every_verb_answers_a_bad_option_in_two_lines(verb, capsys):
     assert stop.value.code == 2
     usage, error = capsys.readouterr().err.strip().splitlines()
     assert usage.startswith(f"usage: nonstop {verb}".rstrip()) and error.startswith("nonstop: error: "), (usage, error)
+
+
+def test_the_replay_goes_beside_a_checkpoint_compressed_and_only_when_asked(tmp_path, capsys, no_shm_leak):
+    """By default a checkpoint holds no replay (a resumed run's refills); `--checkpoint-replay yes`
+    writes it beside each checkpoint, compressed, and a resume goes on with it; pruning a checkpoint
+    prunes its replay."""
+    plain, kept = tmp_path / "plain", tmp_path / "kept"
+    assert main([*ARGS, "--seconds", "4", "--out", str(plain)]) == 0
+    assert not list((plain / "checkpoints").glob("replay-*")) and "replay" not in latest_checkpoint(plain).state
+    assert main([*ARGS, "--seconds", "12", "--keep-checkpoints", "2", "--checkpoint-replay", "yes", "--out", str(kept)]) == 0
+    ckpts = sorted((kept / "checkpoints").glob("ckpt-*.pt"))
+    replays = sorted((kept / "checkpoints").glob("replay-*.npz"))
+    assert len(ckpts) == 2 and [r.name[7:16] for r in replays] == [c.name[5:14] for c in ckpts]  # pruned with them
+    newest = latest_checkpoint(kept).state
+    assert newest["replay_file"] == replays[-1].name and "replay" not in newest
+    with np.load(replays[-1]) as data:
+        raw = sum(data[k].nbytes for k in data.files)
+    assert replays[-1].stat().st_size < raw  # compressed
+    capsys.readouterr()
+    assert main([*ARGS, "--seconds", "14", "--out", str(kept), "--resume"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "resumed from" in err and "refills from empty" not in err, err
+    assert main([*ARGS, "--seconds", "6", "--out", str(plain), "--resume"]) == 0
+    assert "refills from empty" in " ".join(capsys.readouterr().err.split())

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunEnd", "Checkpointer"]
+__all__ = ["RunEnd", "Checkpointer", "load_replay"]
 
 
 class RunEnd:
@@ -115,15 +115,23 @@ class Checkpointer:
         self.out, self.keep, self.warn = out, keep, warn
         self.disabled: str | None = None
 
-    def save(self, snapshot: Callable[[], dict[str, Any]], updates: int) -> Path | None:
+    def save(self, snapshot: Callable[[], dict[str, Any]], updates: int,
+             replay: Callable[[], dict[str, Any]] | None = None) -> Path | None:  # fmt: skip
+        """Write ``snapshot()`` as the checkpoint of ``updates``; with ``replay``, the replay's arrays go
+        beside it into ``replay-<updates>.npz`` (compressed, written first), which the checkpoint names
+        under ``replay_file``. Keeps the newest whole checkpoints and the replays they name."""
         from nonstop.learning.checkpoint import checkpoint_path, keep_last, save_checkpoint
 
         if self.disabled is not None:
             return None
         path = checkpoint_path(self.out, updates)
         try:
-            save_checkpoint(path, snapshot())
+            state = snapshot()
+            if replay is not None:
+                state["replay_file"] = _save_replay(path.parent / f"replay-{updates:09d}.npz", replay())
+            save_checkpoint(path, state)
             keep_last(self.out, self.keep)
+            _prune_replays(path.parent)
         except OSError as exc:
             self.disabled = exc.strerror or str(exc)
             why = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else f"{exc.strerror or exc}"
@@ -131,3 +139,32 @@ class Checkpointer:
                       "(the older checkpoints are intact; free space and resume from them)")  # fmt: skip
             return None
         return path
+
+
+def _save_replay(path: Path, arrays: dict[str, Any]) -> str:
+    """The replay's arrays, compressed, written atomically; returns the file's name."""
+    import numpy as np
+
+    from nonstop._io import atomic_file
+
+    named: dict[str, Any] = {name: np.asarray(a) for name, a in arrays.items()}
+    with atomic_file(path) as f:
+        np.savez_compressed(f, **named)
+    return path.name
+
+
+def _prune_replays(directory: Path) -> None:
+    """Delete the replay files no remaining checkpoint names (their checkpoint was pruned)."""
+    kept = {p.name.removeprefix("ckpt-").removesuffix(".pt") for p in directory.glob("ckpt-*.pt")}
+    for replay in directory.glob("replay-*.npz"):
+        if replay.name.removeprefix("replay-").removesuffix(".npz") not in kept:
+            replay.unlink(missing_ok=True)
+
+
+def load_replay(directory: Path, name: str) -> dict[str, Any]:
+    """The replay arrays a checkpoint names (``replay_file``), as tensors, as an embedded replay was."""
+    import numpy as np
+    import torch
+
+    with np.load(directory / name) as data:
+        return {key: torch.from_numpy(np.array(data[key])) for key in data.files}

@@ -24,7 +24,7 @@ from typing import Any, Final
 import numpy as np
 
 from nonstop.experiment.config import TrainConfig
-from nonstop.experiment.ending import Checkpointer, RunEnd
+from nonstop.experiment.ending import Checkpointer, RunEnd, load_replay
 from nonstop.experiment.loop import ProgressRows
 from nonstop.experiment.parts import Recorder
 from nonstop.experiment.run import Run
@@ -56,8 +56,10 @@ class RecordConfig:
     progress_every: float = field(default=5.0, metadata={"help": "world seconds between progress rows"})
     checkpoint_every: float = field(default=120.0, metadata={"help": "world seconds between checkpoints"})
     keep_checkpoints: int = field(default=3, metadata={"help": "checkpoints kept, the newest"})
-    checkpoint_replay: str = field(default="auto", metadata={"help": (
-        f"write the replay into checkpoints (auto: when under {REPLAY_CHECKPOINT_LIMIT >> 20} MiB and the disk has room)"),
+    checkpoint_replay: str = field(default="no", metadata={"help": (
+        "keep the replay beside each checkpoint, compressed (replay-<updates>.npz), so a resume goes on with it: "
+        f"yes, no, or auto (when under {REPLAY_CHECKPOINT_LIMIT >> 20} MiB and the disk has room); without it a "
+        "resumed run's replay refills from empty"),
         "choices": _CHECKPOINT_REPLAY})  # fmt: skip
     tensorboard: bool = field(default=True, metadata={"help": "write TensorBoard events to RUN/tb"})
 
@@ -148,7 +150,13 @@ class RunDirectory(Recorder):
     def restore(self, run: Run) -> None:
         if self.ckpt is None:
             return
-        run.restore(self.ckpt.state)
+        state = self.ckpt.state
+        if "replay_file" in state and "replay" not in state:  # the replay beside the checkpoint
+            try:
+                state = {**state, "replay": load_replay(self.ckpt.path.parent, state["replay_file"])}
+            except (OSError, ValueError) as exc:
+                self.say(f"the replay {state['replay_file']} cannot be read ({exc}): it refills from empty", "yellow")
+        run.restore(state)
         self.say(f"resumed from {self.ckpt.path.name}: {run.state.updates:,} updates, {run.tick_offset:,} env ticks"
                  + ("" if run.replay_restored else "; the replay was not in it, so it refills from empty"))
 
@@ -193,7 +201,8 @@ class RunDirectory(Recorder):
 
     def _save(self, run: Run) -> None:
         include = _replay_in_checkpoint(self.rec.checkpoint_replay, run, self.out)
-        self.checkpoints.save(lambda: run.snapshot(include_replay=include), run.state.updates)
+        replay = run.replay.snapshot if include else None  # beside the checkpoint, compressed (taken while the host writes)
+        self.checkpoints.save(lambda: run.snapshot(include_replay=False), run.state.updates, replay=replay)
 
     def _close_view(self) -> None:
         view, self.view = self.view, None
