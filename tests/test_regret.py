@@ -201,6 +201,13 @@ def test_bench_quick_returns_the_documented_keys(tmp_path):
     assert "eq3_at_staggered_tau_i" not in result["rows"][0]  # an identity: dropped
     # Equation 4: the host's convention (d − 1 transitions) passes every row, the paper's k = ⌈τ_θ/τ_M⌉ none
     assert result["eq4_host_convention_passes"] == 4 and result["eq4_paper_convention_passes"] == 0
+    # which to trust, and the row that decides it: at τ_θ = 1 tick the paper charges 1 − p, the host and the
+    # measurement nothing
+    acc = result["eq4_account"]
+    assert acc["trust"] == "host" and acc["host_passes"] == 4 and acc["paper_lower_bound_fails"] >= 1
+    case = acc["separating_case"]
+    assert case["tau_theta_ticks"] == 1 and case["measured"] == 0.0 == case["host"]
+    assert case["paper"] == pytest.approx(1 - result["p_minimax"])
     assert not any(r["eq4_paper_lower_bound_holds"] for r in result["rows"])
     # Remark 1 at τ_θ = 2.5 ticks: the continuous form, not the ceiling one
     assert [r["remark1_form_realised"] for r in result["rows"]] == ["both", "continuous", "both", "both"]
