@@ -80,10 +80,12 @@ def measure_return(
     seed: int,
     warmup_ticks: int,
     window_ticks: int,
+    fill_p: float | None = None,
 ) -> dict[str, Any]:
     """One virtual-clock run: ``n_workers`` workers of ``scheduler`` running `ObservedStatePolicy` behind
     ``latency``; the rewards and agent flags of the ``window_ticks`` ticks after ``warmup_ticks``, the
-    window's tick-log summary and, for a scheduler with a tuned cap, its end state."""
+    window's tick-log summary and, for a scheduler with a tuned cap, its end state. ``fill_p``: the
+    cost of delay ``fill`` is given (else it fits one to the rewards it is shown)."""
     from nonstop.inference.schedulers import make_scheduler
     from nonstop.inference.workers import InferencePool
     from nonstop.metrics.regret import ObservedStatePolicy
@@ -97,7 +99,7 @@ def measure_return(
             raise ValueError(f"n_workers must be an int or 'auto', got {n_workers!r}")
         sched = make_scheduler("auto", 1, max_workers=512)
     else:
-        sched = make_scheduler(scheduler, n_workers)
+        sched = make_scheduler(scheduler, n_workers, **({"p_minimax": fill_p} if scheduler == "fill" and fill_p is not None else {}))
     with Session(env, clock="virtual", seed=seed, env_kwargs=env_kwargs, recorder=RewardFeed(sched)) as world:
         space = world.action_space
         pool = InferencePool(world, lambda i: LatencyPolicy(ObservedStatePolicy(space), latency, seed=seed * 100_003 + i),
@@ -113,7 +115,7 @@ def measure_return(
         "agent": log["source"][keep] == SOURCE_AGENT,
         "summary": log.summary(warmup_ticks=warmup_ticks, end_tick=warmup_ticks + window_ticks),
     }
-    for name in ("cap", "p_minimax"):
+    for name in ("cap", "p_minimax", "plan"):
         if hasattr(sched, name):
             out[name] = getattr(sched, name)
     return out
@@ -137,8 +139,12 @@ def return_at(
     window_ticks: int,
     n_states: int = 64,
     undelayed: dict[int, float] | None = None,
+    fill_p: str = "tolerance",
 ) -> dict[str, Any]:
     """``scheduler``'s return with ``n_workers`` over ``seeds`` (`measure_return`), with Equation 1's split.
+
+    ``fill_p``: where ``fill`` gets the world's cost of delay: ``"tolerance"``, the world's p̂ as
+    ``nonstop tolerance`` measures it (`world_tolerance`), or ``"rewards"``, fitted as it runs.
 
     ``undelayed[seed]``: the same policy's reward per tick acting every tick with no delay on that seed's
     world (measured here when not given). Returns the mean, spread (sd over seeds) and pooled standard
@@ -153,8 +159,9 @@ def return_at(
     for seed in seeds:
         if seed not in undelayed:
             undelayed[seed] = undelayed_rate(p_minimax, seed=seed, window_ticks=window_ticks, n_states=n_states)
+        p_given = world_tolerance(p_minimax, n_states) if fill_p == "tolerance" else None
         got = measure_return(env=env, env_kwargs=kwargs, scheduler=scheduler, n_workers=n_workers, latency=latency,
-                             seed=seed, warmup_ticks=warmup_ticks, window_ticks=window_ticks)  # fmt: skip
+                             seed=seed, warmup_ticks=warmup_ticks, window_ticks=window_ticks, fill_p=p_given)  # fmt: skip
         runs.append(got)
         # Equation 1 against the optimum (1 per tick on these worlds), the undelayed rate between
         splits.append(regret_split(got["rewards"], got["agent"], optimal_rate=1.0, undelayed_rate=undelayed[seed]))
@@ -181,7 +188,9 @@ def return_at(
     }
     if "cap" in runs[0]:
         out["cap_ticks"] = [r["cap"] for r in runs]
-        out["p_fitted"] = [round(float(r["p_minimax"]), 5) for r in runs]
+        out["plan"] = [r["plan"] for r in runs]
+        out["p_used"] = [round(float(r["p_minimax"]), 5) for r in runs]
+        out["p_from"] = fill_p
     return out
 
 
@@ -209,6 +218,24 @@ def returns_in_two_worlds(
                          window_ticks=window_ticks)  # fmt: skip
         out[key] = {"p_minimax": p, **{k: cell[k] for k in _TWO_WORLD_KEYS}}
     return out
+
+
+_TOLERANCE: dict[tuple[float, int], float] = {}
+
+
+def world_tolerance(p_minimax: float, n_states: int = 64, horizon: int = 8) -> float:
+    """The world's per-tick stay probability as ``nonstop tolerance`` measures it from copies of the env
+    (`nonstop.metrics.tolerance.estimate_predictability`: ``q_k**(1/k)`` at k = ``horizon``, 50 start
+    states × 32 copies), what a user hands ``fill`` as ``p_minimax``. Cached per world."""
+    from nonstop.metrics.tolerance import estimate_predictability
+
+    key = (float(p_minimax), int(n_states))
+    if key not in _TOLERANCE:
+        env, kwargs = world_for(p_minimax, n_states)
+        kwargs = {k: v for k, v in kwargs.items() if k != "max_steps"}
+        est = estimate_predictability(env, env_kwargs=kwargs, horizon=horizon, starts=50, flock=32, seed=0)
+        _TOLERANCE[key] = min(1.0, float(est.p_hat[-1]))
+    return _TOLERANCE[key]
 
 
 def undelayed_rate(p_minimax: float, *, seed: int, window_ticks: int, n_states: int = 64) -> float:
@@ -250,6 +277,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schedulers", default=DEFAULT_SCHEDULERS,
                         help=f"comma-separated scheduler names (default {DEFAULT_SCHEDULERS})")
     parser.add_argument("--candidate", default="fill", help="the scheduler held to the others (default fill)")
+    parser.add_argument("--fill-p", choices=("tolerance", "rewards"), default="tolerance",
+                        help="where fill gets the cost of delay: the world's p̂ as `nonstop tolerance` measures it "
+                        "(default), or fitted to the rewards it is shown as it runs")  # fmt: skip
     parser.add_argument("--seeds", type=int, default=None, help="seeds per cell (default 2; quick 1)")
     parser.add_argument("--seconds", type=float, default=None, help="measured world seconds per run (default 120; quick 40)")
     parser.add_argument("--warmup-ticks", type=int, default=None,
@@ -300,7 +330,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             undelayed = {s: undelayed_rate(p, seed=s, window_ticks=window, n_states=args.n_states) for s in seeds}
             for n in ns:
                 here = {name: return_at(name, n, latency, p_minimax=p, seeds=seeds, warmup_ticks=warm, window_ticks=window,
-                                        n_states=args.n_states, undelayed=undelayed)
+                                        n_states=args.n_states, undelayed=undelayed, fill_p=args.fill_p)
                         for name in names}  # fmt: skip
                 for cell in here.values():
                     cells.append({"tau_theta_ticks": tau, "p_minimax": p, "sigma": args.sigma, "bound": bound,
@@ -330,6 +360,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "window_ticks": window,
         "schedulers": names,
         "candidate": args.candidate,
+        "fill_p": args.fill_p,
+        "tolerance_p": {str(p): world_tolerance(p, args.n_states) for p in ps} if args.fill_p == "tolerance" else None,
         "cells": cells,
         "comparisons": comparisons,
         "candidate_passes_everywhere": all_pass,
