@@ -81,11 +81,13 @@ def measure_return(
     warmup_ticks: int,
     window_ticks: int,
     fill_p: float | None = None,
+    show_rewards: bool = True,
 ) -> dict[str, Any]:
     """One virtual-clock run: ``n_workers`` workers of ``scheduler`` running `ObservedStatePolicy` behind
     ``latency``; the rewards and agent flags of the ``window_ticks`` ticks after ``warmup_ticks``, the
     window's tick-log summary and, for a scheduler with a tuned cap, its end state. ``fill_p``: the
-    cost of delay ``fill`` is given (else it fits one to the rewards it is shown)."""
+    cost of delay ``fill`` is given (else it fits one to the rewards it is shown, with ``show_rewards``,
+    or keeps its prior, as in ``nonstop train``)."""
     from nonstop.inference.schedulers import make_scheduler
     from nonstop.inference.workers import InferencePool
     from nonstop.metrics.regret import ObservedStatePolicy
@@ -100,7 +102,7 @@ def measure_return(
         sched = make_scheduler("auto", 1, max_workers=512)
     else:
         sched = make_scheduler(scheduler, n_workers, **({"p_minimax": fill_p} if scheduler == "fill" and fill_p is not None else {}))
-    with Session(env, clock="virtual", seed=seed, env_kwargs=env_kwargs, recorder=RewardFeed(sched)) as world:
+    with Session(env, clock="virtual", seed=seed, env_kwargs=env_kwargs, recorder=RewardFeed(sched) if show_rewards else None) as world:
         space = world.action_space
         pool = InferencePool(world, lambda i: LatencyPolicy(ObservedStatePolicy(space), latency, seed=seed * 100_003 + i),
                              sched).start()  # fmt: skip
@@ -144,7 +146,8 @@ def return_at(
     """``scheduler``'s return with ``n_workers`` over ``seeds`` (`measure_return`), with Equation 1's split.
 
     ``fill_p``: where ``fill`` gets the world's cost of delay: ``"tolerance"``, the world's p̂ as
-    ``nonstop tolerance`` measures it (`world_tolerance`), or ``"rewards"``, fitted as it runs.
+    ``nonstop tolerance`` measures it (`world_tolerance`), ``"rewards"``, fitted as it runs, or
+    ``"prior"``, neither (its prior, 0.99: what ``nonstop train --scheduler fill`` runs with).
 
     ``undelayed[seed]``: the same policy's reward per tick acting every tick with no delay on that seed's
     world (measured here when not given). Returns the mean, spread (sd over seeds) and pooled standard
@@ -161,7 +164,8 @@ def return_at(
             undelayed[seed] = undelayed_rate(p_minimax, seed=seed, window_ticks=window_ticks, n_states=n_states)
         p_given = world_tolerance(p_minimax, n_states) if fill_p == "tolerance" else None
         got = measure_return(env=env, env_kwargs=kwargs, scheduler=scheduler, n_workers=n_workers, latency=latency,
-                             seed=seed, warmup_ticks=warmup_ticks, window_ticks=window_ticks, fill_p=p_given)  # fmt: skip
+                             seed=seed, warmup_ticks=warmup_ticks, window_ticks=window_ticks, fill_p=p_given,
+                             show_rewards=fill_p != "prior")  # fmt: skip
         runs.append(got)
         # Equation 1 against the optimum (1 per tick on these worlds), the undelayed rate between
         splits.append(regret_split(got["rewards"], got["agent"], optimal_rate=1.0, undelayed_rate=undelayed[seed]))
@@ -277,9 +281,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schedulers", default=DEFAULT_SCHEDULERS,
                         help=f"comma-separated scheduler names (default {DEFAULT_SCHEDULERS})")
     parser.add_argument("--candidate", default="fill", help="the scheduler held to the others (default fill)")
-    parser.add_argument("--fill-p", choices=("tolerance", "rewards"), default="tolerance",
+    parser.add_argument("--fill-p", choices=("tolerance", "rewards", "prior"), default="tolerance",
                         help="where fill gets the cost of delay: the world's p̂ as `nonstop tolerance` measures it "
-                        "(default), or fitted to the rewards it is shown as it runs")  # fmt: skip
+                        "(default), fitted to the rewards it is shown as it runs, or neither (its prior, as in "
+                        "`nonstop train`)")  # fmt: skip
     parser.add_argument("--seeds", type=int, default=None, help="seeds per cell (default 2; quick 1)")
     parser.add_argument("--seconds", type=float, default=None, help="measured world seconds per run (default 120; quick 40)")
     parser.add_argument("--warmup-ticks", type=int, default=None,
