@@ -61,6 +61,15 @@ def test_lognormal_quantile_hold_beats_the_paper_and_stays_near_the_bound(tmp_pa
     assert str(hold["nstar_measured"] - 1) in hold["trials"]
     assert rows[("auto", 0.5)]["n_workers_chosen"] >= 4 and rows[("auto", 0.5)]["inaction_at_nstar"] <= 0.01
     assert result["quantile_hold_within_2x_bound"] is True
+    # beside N_I*, what it earns: the hold's delay costs return where the world drifts, nothing where it does not
+    for row in (hold, exp, rows[("auto", 0.5)]):
+        drift, still = row["return"]["delay_world"], row["return"]["still_world"]
+        assert drift["p_minimax"] == 0.97 and still["p_minimax"] == 1.0 and still["regret_delay"] == 0.0
+        for world in (drift, still):
+            parts = world["regret_learning"] + world["regret_inaction"] + world["regret_delay"]
+            assert parts == pytest.approx(world["regret"], abs=1e-9) and world["regret_learning"] == 0.0
+    assert hold["return"]["delay_world"]["regret_delay"] > exp["return"]["delay_world"]["regret_delay"] + 0.2
+    assert hold["return"]["delay_world"]["return_mean"] < exp["return"]["delay_world"]["return_mean"]
     assert (tmp_path / "n.png").exists() and (tmp_path / "n_sigma.png").exists()
     json.loads(json.dumps(result, allow_nan=False))
 

@@ -177,3 +177,24 @@ def test_demo_prints_the_machine_diagnosis_under_its_table(inaction_result, tmp_
     text = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
     for line in loaded["machine_limits"]:
         assert " ".join(line.split()) in text
+
+
+def test_any_scheduler_can_be_compared_and_the_return_per_tick_is_reported(capsys, tmp_path, monkeypatch):
+    """`--schedulers` picks among every scheduler (default: the four above); each row reports the reward
+    per tick beside inaction and delay. On theory/inaction β's tick earns 0 and an agent's at most 1
+    (the random policy picks the noop, worth 0, a third of the time)."""
+    args = parse(["--schedulers", "exp_time,quantile_hold,fill"])
+    assert args.schedulers == ("exp_time", "quantile_hold", "fill") and parse([]).schedulers == SCHEDULERS
+    result = compare("theory/inaction", "lognormal:4t,0.5", seconds=10.0, schedulers=args.schedulers)
+    assert list(result["schedulers"]) == ["exp_time", "quantile_hold", "fill"]
+    for s in result["schedulers"].values():
+        assert s["reward_per_tick"] == pytest.approx(s["reward_total"] / s["ticks"])
+        assert 0.0 < s["reward_per_tick"] <= 1.0 - s["inaction_fraction"] + 1e-12
+    monkeypatch.chdir(tmp_path)
+    assert run_compare(parse(["--env", "theory/inaction", "--latency", "4t", "--seconds", "3", "--schedulers",
+                              "exp_time,fill", "--plot", "", "--json"])) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "fill" in out and "reward" in out
+    assert set(json.loads(out.strip().splitlines()[-1])["schedulers"]) == {"exp_time", "fill"}
+    with pytest.raises(SystemExit):
+        parse(["--schedulers", "exp_time,fastest"])

@@ -120,7 +120,8 @@ def test_pure_modules_import_no_plumbing():
     assert _imports(SRC / "inference" / "checks.py") == set()
     assert _imports(SRC / "inference" / "rules.py") == {"nonstop.inference.checks"}
     assert _imports(SRC / "inference" / "phases.py") == {"nonstop.inference.checks", "nonstop.inference.rules"}
-    pure = {f"nonstop.inference.{m}" for m in ("checks", "rules", "quantile_hold", "autoscale", "simulate")}
+    pure = {f"nonstop.inference.{m}" for m in ("checks", "rules", "quantile_hold", "autoscale", "fill", "simulate")}
+    assert _imports(SRC / "inference" / "fill.py") == {"nonstop.inference.checks", "nonstop.inference.rules"}
     assert _imports(SRC / "inference" / "schedulers.py") <= pure  # the front door re-exports the pure parts
     assert _imports(SRC / "inference" / "pacing.py") == set()
 

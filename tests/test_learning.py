@@ -346,3 +346,50 @@ def test_an_inference_worker_killed_mid_training_is_covered_and_restarted(no_shm
     after = log["tick"] > 200  # well after the restart: the stagger re-converged, only stale drops remain
     assert ((log["source"][after] == 1) | (log["stale"][after] > 0)).all()
     assert updates > 50  # learning went on throughout
+
+
+@pytest.mark.parametrize("tau_l_ticks, batch", [(15, 4), (6, 2), (5, 8), (26, 3)])
+def test_nlstar_formula_matches_a_measured_sweep_of_learners(tau_l_ticks, batch, parts):
+    """N_L* = ⌈τ_L/(B·τ_M)⌉ against a measurement: on the virtual clock a producer adds one transition
+    per tick to the replay and N_L `VirtualLearners` each take τ_L per update of B transitions; after
+    two updates each, over 30·τ_L, a trial keeps pace when updates × B reach the transitions made (to
+    within the window's one-tick edge). `find_nstar` searches N_L from 1: the measured N_L* is the
+    formula's, one learner fewer falls measurably behind, and the share learned is N_L·B·τ_M/τ_L."""
+    from nonstop.metrics.nstar import find_nstar, theoretical_nlstar
+
+    state, weights, replay = parts
+    tau_m, tau_l = 1 / 60, tau_l_ticks / 60
+    cfg = DQNConfig.for_family("classic", learning_starts=10, batch_size=batch, hidden=(8,), updates_per_transition=0)
+    rng = np.random.default_rng(0)
+    start, window = 2 * tau_l + 0.3 * tau_m, 30 * tau_l  # off the ticks and the learners' phases
+
+    def producer(clock: VirtualClock, made: list[int]):
+        prev = replay.add_frame(rng.normal(size=4).astype(np.float32))
+        t = clock.now()
+        while True:
+            t += tau_m
+            yield (t, 1)
+            frame = replay.add_frame(rng.normal(size=4).astype(np.float32))
+            replay.add_transition(prev, int(rng.integers(2)), 1.0, 0.9, 1, frame)
+            prev = frame
+            made[0] += 1
+
+    def learned_share(n: int) -> float:
+        clock, made = VirtualClock(), [0]
+        learners = [Learner(i, (4,), 2, cfg, state, weights, replay, seed=i) for i in range(n)]
+        clock.spawn(producer(clock, made), name="producer", priority=1)
+        group = VirtualLearners(clock, tau_m, n_learners=n, mode="hogwild", tau_l=tau_l, learners=learners,
+                                state=state, weights=weights, cfg=cfg).start()  # fmt: skip
+        clock.run_until(start)
+        updates, transitions = state.updates, made[0]
+        clock.run_until(start + window)
+        group.stop()
+        return (state.updates - updates) * batch / (made[0] - transitions)
+
+    edge = 1.5 / (window / tau_m)  # one transition more or less in the window
+    nstar, trials = find_nstar(learned_share, guess=1, passes=lambda share: share >= 1 - edge)
+    assert nstar == theoretical_nlstar(tau_l, batch, tau_m)
+    if nstar > 1:
+        assert trials[nstar - 1] < 0.95  # one learner fewer learns from visibly fewer transitions
+    for n, share in trials.items():
+        assert share == pytest.approx(n * batch / tau_l_ticks, rel=edge)

@@ -148,7 +148,7 @@ def test_train_on_ray_learns_and_resumes(cluster, tmp_path):
     assert first.returncode == 0, first.stderr[-2000:]
     updates = json.loads(first.stdout.strip().splitlines()[-1])["updates"]
     assert updates > 0
-    assert "--scheduler quantile_hold" in first.stderr  # exp_time on Ray: the run says what keeps the stagger
+    assert "--scheduler fill" in first.stderr and "quantile_hold" in first.stderr  # exp_time on Ray: the run says what keeps the stagger
     summary = json.loads((out / "summary.json").read_text())
     # the agent acted (the ticks while Ray starts the actor are β's: part of the run's inaction)
     assert summary["inaction_fraction"] < 0.9

@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pytest
 from gymnasium import spaces
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nonstop.bench import regret as bench
 from nonstop.metrics.regret import (
@@ -25,8 +27,11 @@ from nonstop.metrics.regret import (
     eq2_lower_bound,
     learned_fraction,
     learning_regret_curve,
+    regret_split,
     rescaled_regret,
+    tick_log_regret_split,
 )
+from nonstop.policies.base import Decision, Policy
 from nonstop.realtime.ticklog import SOURCE_AGENT, TickLog
 from nonstop.envs import theory
 
@@ -197,6 +202,13 @@ def test_bench_quick_returns_the_documented_keys(tmp_path):
     assert "eq3_at_staggered_tau_i" not in result["rows"][0]  # an identity: dropped
     # Equation 4: the host's convention (d − 1 transitions) passes every row, the paper's k = ⌈τ_θ/τ_M⌉ none
     assert result["eq4_host_convention_passes"] == 4 and result["eq4_paper_convention_passes"] == 0
+    # which to trust, and the row that decides it: at τ_θ = 1 tick the paper charges 1 − p, the host and the
+    # measurement nothing
+    acc = result["eq4_account"]
+    assert acc["trust"] == "host" and acc["host_passes"] == 4 and acc["paper_lower_bound_fails"] >= 1
+    case = acc["separating_case"]
+    assert case["tau_theta_ticks"] == 1 and case["measured"] == 0.0 == case["host"]
+    assert case["paper"] == pytest.approx(1 - result["p_minimax"])
     assert not any(r["eq4_paper_lower_bound_holds"] for r in result["rows"])
     # Remark 1 at τ_θ = 2.5 ticks: the continuous form, not the ceiling one
     assert [r["remark1_form_realised"] for r in result["rows"]] == ["both", "continuous", "both", "both"]
@@ -349,3 +361,102 @@ def test_bench_eq2_rejects_bad_arguments():
     with pytest.raises(ValueError, match="epsilon"):
         bench.run(_bench_args(["--quick", "--ticks", "1", "--seconds", "1", "--delay-seconds", "1",
                                "--epsilon", "0.7"]))  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- Equation 1
+
+
+def test_regret_split_on_a_hand_built_log():
+    """β ticks lose the undelayed rate (β earns 0 here), agent ticks what they fall short of it, and
+    the policy itself what it lacks of the optimum; the three add up to the regret."""
+    s = regret_split([0.0, 1.0, 0.5, 0.0], [False, True, True, False], optimal_rate=1.0, undelayed_rate=0.8)
+    assert s.ticks == 4 and s.inaction_fraction == 0.5 and s.reward_per_tick == pytest.approx(0.375)
+    assert (s.learning, s.inaction, s.delay) == pytest.approx((0.2, 0.4, (0.8 - 1.0 + 0.8 - 0.5) / 4))
+    assert s.regret == pytest.approx(0.625)
+    log = hand_log([(0, 0.0, -1), (SOURCE_AGENT, 1.0, 2), (SOURCE_AGENT, 0.5, 2), (0, 0.0, -1)])
+    assert tick_log_regret_split(log, optimal_rate=1.0, undelayed_rate=0.8) == s
+    assert tick_log_regret_split(log, optimal_rate=1.0, undelayed_rate=0.8, warmup_ticks=1, end_tick=3).ticks == 2
+    empty = regret_split([], [], optimal_rate=1.0, undelayed_rate=1.0)
+    assert empty.ticks == 0 and math.isnan(empty.regret)
+    with pytest.raises(ValueError, match="one entry per tick"):
+        regret_split([1.0, 0.0], [True], optimal_rate=1.0, undelayed_rate=1.0)
+    with pytest.raises(ValueError, match="undelayed_rate must be a finite reward"):
+        regret_split([1.0], [True], optimal_rate=1.0, undelayed_rate=math.inf)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(st.floats(-5, 5), st.booleans()), min_size=1, max_size=60),
+       optimal=st.floats(-5, 5), undelayed=st.floats(-5, 5))  # fmt: skip
+def test_regret_split_terms_add_up_and_follow_the_ticks(rows, optimal, undelayed):
+    rewards, agent = [r for r, _ in rows], [a for _, a in rows]
+    s = regret_split(rewards, agent, optimal_rate=optimal, undelayed_rate=undelayed)
+    assert s.learning + s.inaction + s.delay == pytest.approx(s.regret, abs=1e-9)
+    beta = [r for r, a in rows if not a]
+    assert s.inaction == pytest.approx(sum(undelayed - r for r in beta) / len(rows), abs=1e-9)
+    assert s.inaction_fraction == len(beta) / len(rows)
+
+
+class _SometimesRandom(Policy):
+    """The observed-state policy that, with probability ``epsilon``, answers a uniformly random state's
+    action instead: a policy with its own shortfall (Equation 1's learning term) on `DelayCycleMDP`."""
+
+    def __init__(self, space: spaces.Discrete, epsilon: float, seed: int) -> None:
+        self.inner, self.epsilon = ObservedStatePolicy(space), epsilon
+        self.action_space, self.rng = space, np.random.default_rng(seed)
+
+    def act(self, obs):
+        if self.rng.random() < self.epsilon:
+            return Decision(int(self.rng.integers(1, self.action_space.n)))
+        return self.inner.act(obs)
+
+
+def _cycle_run(tau_ticks: float, scheduler: str, n: int, *, seed: int, seconds: float, p: float, epsilon: float):
+    from nonstop.inference.schedulers import make_scheduler
+    from nonstop.inference.workers import InferencePool
+    from nonstop.policies import Constant, LatencyPolicy
+    from nonstop.realtime.host import Session
+
+    kwargs = {"n": 64, "p_minimax": p, "max_steps": 10**9}
+    with Session("theory/delay-cycle", clock="virtual", seed=seed, env_kwargs=kwargs) as world:
+        latency = Constant(tau_ticks * world.tau_m)
+        pool = InferencePool(world, lambda i: LatencyPolicy(_SometimesRandom(world.action_space, epsilon, seed * 100 + i),
+                                                            latency), make_scheduler(scheduler, n)).start()  # fmt: skip
+        try:
+            world.run_for(bench.warmup_ticks(tau_ticks) * world.tau_m + seconds)
+        finally:
+            pool.stop()
+    log, warm = world.tick_log, bench.warmup_ticks(tau_ticks)
+    rewards = log["reward"][log["tick"] > warm]
+    return log, warm, float(rewards.mean()), batch_means_stderr(rewards)
+
+
+def test_equation_1_the_three_terms_measured_apart_sum_to_the_regret():
+    """Equation 1 on `DelayCycleMDP` (p = 0.8) with a policy that errs 30 % of the time, each term
+    measured in its own run (own seed) and the sum held to the regret of a fourth:
+
+    * learning: the optimum (1) less the policy acting at every tick undelayed (τ_θ = 1 tick, d = 1);
+    * inaction: Remark 1's share of β ticks for one worker at τ_θ = 3 ticks (2/3) × what a β tick
+      loses against that undelayed rate (β earns 0);
+    * delay: the per-step loss at d = 3 ticks measured with no inaction (3 staggered workers), × the
+      share of agent ticks (1/3);
+    * measured: one sequential worker at τ_θ = 3 ticks, which pays all three at once.
+
+    The sum must match within 3 combined standard errors (batch means), each run's below 0.012 so the
+    check has teeth. The undelayed rate cancels in the sum (1 − u + ⅔u + ⅓(u − s) = 1 − ⅓s): what is
+    held is that β's share is Equation 3's and that an agent action costs the same delay whether or
+    not β ticks surround it; either failing would miss by more."""
+    p, eps, seconds = 0.8, 0.3, 150.0
+    _, _, undelayed, _ = _cycle_run(1.0, "sequential", 1, seed=11, seconds=seconds, p=p, epsilon=eps)
+    _, _, delayed, se_d = _cycle_run(3.0, "max_time", 3, seed=12, seconds=seconds, p=p, epsilon=eps)
+    log, warm, reward, se = _cycle_run(3.0, "sequential", 1, seed=13, seconds=seconds, p=p, epsilon=eps)
+    assert max(se_d, se) < 0.012
+    beta_share = 1 - 1 / 3  # Remark 1 (Eq. 3): one action every 3 ticks
+    learning, inaction, delay = 1.0 - undelayed, beta_share * undelayed, (1 - beta_share) * (undelayed - delayed)
+    assert learning > 0.2 and inaction > 0.4 and delay > 0.05  # all three terms count here
+    regret = 1.0 - reward
+    error = 3 * math.sqrt(((1 - beta_share) * se_d) ** 2 + se**2)  # the sum does not depend on u (above)
+    assert abs(learning + inaction + delay - regret) <= error
+    # the same run split by `regret_split`, read against the undelayed rate, gives the same terms
+    split = tick_log_regret_split(log, optimal_rate=1.0, undelayed_rate=undelayed, warmup_ticks=warm)
+    assert split.inaction_fraction == pytest.approx(beta_share, abs=0.002)
+    assert split.inaction == pytest.approx(inaction, abs=0.01) and split.delay == pytest.approx(delay, abs=3 * se + 0.01)

@@ -30,6 +30,7 @@ FAST = settings(max_examples=50, deadline=None)
 TOL = 1e-9
 STAGGERED = ("max_time", "exp_time", "quantile_hold", "auto")
 GRID = ("quantile_hold", "auto")  # schedulers that start one inference per period
+TICKED = (*GRID, "fill")  # schedulers that count in ticks of a period (the pool binds τ_M)
 
 
 def constant(tau: float):
@@ -47,7 +48,7 @@ def gaps(times: list[float]) -> np.ndarray:
 
 
 def build(name: str, n: int, **kwargs) -> Scheduler:
-    if name in GRID:
+    if name in TICKED:
         kwargs.setdefault("period", 0.01)
     return make_scheduler(name, 1 if name == "sequential" else n, **kwargs)
 
@@ -57,11 +58,11 @@ def build(name: str, n: int, **kwargs) -> Scheduler:
 
 def test_unknown_name_lists_the_valid_ones():
     with pytest.raises(ValueError, match="unknown scheduler 'nope': valid names are sequential, unstaggered, "
-                                         "max_time, exp_time, quantile_hold, auto"):
+                                         "max_time, exp_time, quantile_hold, auto, fill"):
         make_scheduler("nope", 2)
     with pytest.raises(TypeError, match="name must be a str"):
         make_scheduler(3, 2)  # type: ignore[arg-type]
-    assert SCHEDULER_NAMES == ("sequential", "unstaggered", "max_time", "exp_time", "quantile_hold", "auto")
+    assert SCHEDULER_NAMES == ("sequential", "unstaggered", "max_time", "exp_time", "quantile_hold", "auto", "fill")
 
 
 @pytest.mark.parametrize("name", SCHEDULER_NAMES)

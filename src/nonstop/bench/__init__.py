@@ -22,6 +22,7 @@ BENCHMARKS = {
     "nstar": "nonstop.bench.nstar",
     "models": "nonstop.bench.models",
     "regret": "nonstop.bench.regret",
+    "return": "nonstop.bench.returns",
     "learn": "nonstop.bench.learn",
     "nlstar": "nonstop.bench.nlstar",
     "server": "nonstop.bench.server",

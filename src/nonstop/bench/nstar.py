@@ -13,7 +13,13 @@ running the workers for real on the chosen clock. Each row reports, per schedule
 * ``lower_bound``: ⌈τ̄_θ/τ_M⌉, below which no scheduler can act every tick (each action needs a
   τ_θ of some worker's time, on average τ̄_θ);
 * the delay the scheduler pays there (mean and p99 ticks): ``quantile_hold`` trades delay (a high
-  quantile of τ_θ) for workers.
+  quantile of τ_θ) for workers;
+* ``return``: what that trade earns, at N_I* (or the workers ``auto`` chose), measured on the virtual
+  clock with the same τ_θ distribution by `nonstop.bench.returns`: the reward per tick (mean, spread
+  over ``--return-seeds`` seeds, standard error) of the best observed-state policy and Equation 1's
+  split of its regret (inaction and delay, against the world's optimum and against the same policy
+  undelayed), on ``theory/delay-cycle`` at ``--return-p`` (delay costs) and on ``theory/still``
+  (it does not). N_I* alone ranks quantile_hold first; the return on a world that drifts does not.
 
 Variable latencies get a long warm-up (3 × the 99.9 % point of τ_θ plus 4096 ticks, so running
 estimates such as Algorithm 1's maximum and quantile_hold's quantile have settled) and a long
@@ -100,6 +106,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                         help="wall seconds for the whole search: past it no new trial starts (default: 120 quick, "
                         "1200 full with --backend ray, where every worker is an actor to start; none for threads)")  # fmt: skip
+    parser.add_argument("--return-p", type=float, default=0.97,
+                        help="stay probability of the delay-cycle world each row's return is measured on (default 0.97)")
+    parser.add_argument("--return-seeds", type=int, default=None,
+                        help="seeds for each row's return (default 2; quick 1; 0: no return measured)")
+    parser.add_argument("--return-seconds", type=float, default=None,
+                        help="measured world seconds per return run (default 60; quick 20)")
     parser.add_argument("--plot", default="runs/nstar.png", help="where to write the figure ('' for none)")
 
 
@@ -300,6 +312,22 @@ def _latency_policy(space: Any, latency: Any, seed: int) -> Any:
     return LatencyPolicy(ConstantPolicy(space, 1), latency, seed=seed)
 
 
+def _returns(args: argparse.Namespace, name: str, n: int | str | None, latency: Any, warmup: int) -> dict[str, Any] | None:
+    """The row's return in the two worlds (`nonstop.bench.returns.returns_in_two_worlds`), at ``n`` workers;
+    None without a measured N_I* or with ``--return-seeds 0``."""
+    from nonstop.bench.returns import returns_in_two_worlds
+
+    quick = bool(getattr(args, "quick", False))
+    n_seeds = getattr(args, "return_seeds", None)
+    n_seeds = (1 if quick else 2) if n_seeds is None else n_seeds
+    seconds = getattr(args, "return_seconds", None) or (20.0 if quick else 60.0)
+    if n is None or n_seeds < 1:
+        return None
+    return returns_in_two_worlds(name, n, latency, p_minimax=getattr(args, "return_p", 0.97),
+                                 seeds=[args.seed + i for i in range(n_seeds)], warmup_ticks=warmup,
+                                 window_ticks=int(round(seconds * 60)))  # fmt: skip
+
+
 def _finite(x: Any) -> Any:
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
@@ -388,6 +416,13 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
     deadline = started + budget if budget is not None else math.inf
 
     schedulers = [s.strip() for s in args.scheduler.split(",") if s.strip()]
+    return_seeds = getattr(args, "return_seeds", None)
+    if return_seeds is not None and (isinstance(return_seeds, bool) or not isinstance(return_seeds, int) or return_seeds < 0):
+        raise ValueError(f"--return-seeds must be an int >= 0, got {return_seeds!r}")
+    if return_seeds != 0:
+        from nonstop.envs.theory import check_delay_cycle_args
+
+        check_delay_cycle_args(64, getattr(args, "return_p", 0.97))  # the return's world: fails before any run
     for name in schedulers:
         make_scheduler(name, 1 if name == "sequential" else 2)  # unknown names fail here, before any run
     kind, empirical = args.latency.strip(), None
@@ -536,6 +571,7 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
                     rows[-1].update(budget_exhausted=stopped_by is None, nstar_above=max(failed, default=None),
                                     nstar_at_most=min(ok, default=None), stopped_by=stopped_by or "time budget")  # fmt: skip
                 rows[-1]["search_cap"] = cap
+                rows[-1]["return"] = _returns(args, name, nstar, latency, warmup)
             if variable and "quantile_hold" in schedulers:  # auto: the same scheduler, sizing N_I itself
                 auto = trial(tau_ticks=tau, n_workers="auto", scheduler="auto", clock=args.clock, latency=latency,
                              seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend,
@@ -549,6 +585,7 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
                     "delay_mean_ticks": _finite(auto["delay_mean_ticks"]),
                     "delay_p99_ticks": _finite(auto["delay_p99_ticks"]),
                     "warmup_ticks": warmup, "window_ticks": window_ticks,
+                    "return": _returns(args, "auto", "auto", latency, warmup),
                 })  # fmt: skip
     # every searched row counts: one whose search hit the cap or the time budget has no N_I* and so
     # does not match (all() over no rows would say True)
@@ -660,9 +697,19 @@ def render(result: dict[str, Any]) -> None:
         return "—" if v is None else format(v, fmt)
 
     table = Table(title=f"N_I* — {result['clock']} clock, {result['latency']} latency")
+    p_ret = next((r["return"]["delay_world"]["p_minimax"] for r in result["rows"] if r.get("return")), None)
     for col in ("scheduler", "σ", "τ̄_θ (ticks)", "N_I* measured", "formula", "bound", "×bound",
-                "inaction at N_I*", "at N_I*−1", "delay mean", "delay p99", "threshold"):  # fmt: skip
+                "inaction at N_I*", "at N_I*−1", "delay mean", "delay p99", "threshold",
+                f"return, p {p_ret:g}" if p_ret is not None else "return", "return, still"):  # fmt: skip
         table.add_column(col, justify="right")
+
+    def ret(r: dict[str, Any], world: str) -> str:
+        got = (r.get("return") or {}).get(world)
+        if not got:
+            return "—"
+        spread = got["return_sd"] if got["return_sd"] is not None else got["return_se"]
+        return f"{got['return_mean']:.3f}" + ("" if spread is None else f" ± {spread:.3f}")
+
     for r in result["rows"]:
         if r["nstar_measured"] is not None:
             measured, ratio = str(r["nstar_measured"]), f"{r['ratio_to_bound']:.2f}"
@@ -681,6 +728,7 @@ def render(result: dict[str, Any]) -> None:
             f"{r['inaction_at_nstar']:.2%}",
             "—" if r.get("inaction_at_nstar_minus_1") is None else f"{r['inaction_at_nstar_minus_1']:.2%}",
             num(r["delay_mean_ticks"], ".1f"), num(r["delay_p99_ticks"], ".0f"), f"{r['max_inaction']:.2%}",
+            ret(r, "delay_world"), ret(r, "still_world"),
         )  # fmt: skip
     Console().print(table)
     for key in ("plot", "plot_sigma"):

@@ -10,10 +10,12 @@ once per scheduler:
 * ``exp_time``    — Algorithm 2: N workers staggered by the running mean τ̄_θ.
 
 N defaults to ``⌈τ̄_θ/τ_M⌉`` (the N_I* of Algorithm 2; Algorithm 1 needs ``⌈τ_θmax/τ_M⌉``, so
-with a spread-out latency ``max_time`` keeps some inaction at this N). Every figure comes from
-the tick log after a warm-up (the first round, when all workers start together). On the wall
-clock a busy machine adds inaction no scheduler causes: `machine_diagnosis` says so, with the
-same reading `nonstop train` makes (`nonstop.metrics.limits`), and the table is followed by it.
+with a spread-out latency ``max_time`` keeps some inaction at this N). ``--schedulers`` picks any
+of `nonstop.inference.schedulers.SCHEDULER_NAMES` instead (``quantile_hold``, ``auto``, ``fill``, …).
+Every figure comes from the tick log after a warm-up (the first round, when all workers start
+together); each row reports the reward per tick beside inaction and delay. On the wall clock a busy
+machine adds inaction no scheduler causes: `machine_diagnosis` says so, with the same reading
+`nonstop train` makes (`nonstop.metrics.limits`), and the table is followed by it.
 
 >>> import argparse
 >>> p = argparse.ArgumentParser(); add_arguments(p)
@@ -95,7 +97,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Ray cluster to use with --backend ray (default: start a local Ray)")
     parser.add_argument("--plot", default=None, metavar="PATH",
                         help="figure path (default runs/compare-<env>.png; '' for none)")  # fmt: skip
+    parser.add_argument("--schedulers", type=schedulers_arg, default=SCHEDULERS, metavar="A,B,…",
+                        help=f"schedulers to compare, comma-separated, from {', '.join(_scheduler_names())} "
+                        f"(default {','.join(SCHEDULERS)})")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="also print the summaries as one JSON object (last line)")
+
+
+def _scheduler_names() -> tuple[str, ...]:
+    from nonstop.inference.schedulers import SCHEDULER_NAMES
+
+    return SCHEDULER_NAMES
+
+
+def schedulers_arg(text: str) -> tuple[str, ...]:
+    """argparse type for ``--schedulers``: comma-separated names of `SCHEDULER_NAMES`, each once.
+
+    >>> schedulers_arg("exp_time, fill")
+    ('exp_time', 'fill')
+    """
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in _scheduler_names()]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"unknown scheduler {unknown[0]!r}: valid names are "
+                                         f"{', '.join(_scheduler_names())}" if unknown else "name at least one scheduler")  # fmt: skip
+    return names
 
 
 # ----------------------------------------------------------------------------- validation
@@ -283,7 +308,8 @@ def compare(
             started = log.meta.get("agents_started_at_tick", 0)
             summary = log.summary(warmup_ticks=started + warmup, end_tick=log.meta.get("agents_stopped_at_tick"))
             value, kind, ended = _episode_return(log)
-            summary.update(n_workers=workers, episode_return=value, episode_return_kind=kind, episodes_ended=ended)
+            summary.update(n_workers=workers, episode_return=value, episode_return_kind=kind, episodes_ended=ended,
+                           reward_per_tick=summary["reward_total"] / summary["ticks"] if summary["ticks"] else None)  # fmt: skip
             overhead = log.meta.get("workers", {}).get("remote_overhead_s")
             if overhead is not None:
                 summary["remote_overhead_s"] = overhead
@@ -374,7 +400,7 @@ def render_table(result: dict[str, Any], console: Any = None) -> None:
         pad_edge=False,
     )
     table.add_column("scheduler", no_wrap=True)
-    for col in ("N_I", "mean τ_I (ticks)", "τ_I CV", "inaction", "mean delay (ticks)", "acts/s", "return"):
+    for col in ("N_I", "mean τ_I (ticks)", "τ_I CV", "inaction", "mean delay (ticks)", "acts/s", "reward /tick", "return"):
         table.add_column(col, justify="right", min_width=max(len(word) for word in col.split()))  # whole words at 80 columns
     for name, s in result["schedulers"].items():
         if s["episode_return_kind"] == "mean_completed":
@@ -384,7 +410,7 @@ def render_table(result: dict[str, Any], console: Any = None) -> None:
         table.add_row(
             name, str(s["n_workers"]), _cell(s["tau_i_mean_ticks"], ".2f"), _cell(s["tau_i_cv"], ".3f"),
             _cell(s["inaction_fraction"], ".1%"), _cell(s["delay_mean_ticks"], ".2f"),
-            _cell(s["actions_per_s"], ".1f"), ret,
+            _cell(s["actions_per_s"], ".1f"), _cell(s.get("reward_per_tick"), ".3f"), ret,
         )  # fmt: skip
     console.print(table)
     for name, s in result["schedulers"].items():
@@ -473,7 +499,8 @@ def run_compare(args: argparse.Namespace) -> int:
     with console.status("running…") as status:
         result = compare(
             args.env, args.latency, n_workers=args.n_workers, seconds=args.seconds, clock=args.clock,
-            seed=args.seed, backend=args.backend, ray_address=args.ray_address, progress=lambda name: status.update(f"running {name} on the {args.clock} clock…"),
+            seed=args.seed, backend=args.backend, ray_address=args.ray_address, schedulers=tuple(args.schedulers),
+            progress=lambda name: status.update(f"running {name} on the {args.clock} clock…"),
         )  # fmt: skip
     render_table(result, console)
     render_machine_limits(result, console)

@@ -5,6 +5,9 @@
 * :class:`DelayCycleMDP` (Equation 4): the right action depends on a state that drifts around a
   cycle, so an action computed from a state ``k`` transitions old is right only with probability
   ``p_minimax**k`` (k counts transitions: an action logged with delay ``d`` ticks has ``k = d − 1``).
+* ``theory/still``: `DelayCycleMDP` with ``p_minimax = 1`` (`still_cycle`): the state never moves, so
+  a late action is as good as a fresh one and only inaction costs reward, the control beside
+  ``theory/delay-cycle`` when a scheduler trades delay for fewer β ticks.
 * :class:`BanditMDP` (Equation 2): the bandit at the heart of the Ω(√T) learning lower bound that
   Equation 2 extends (Jaksch et al. 2010; Auer et al. 2002): one state, ``K`` arms paying
   Bernoulli(½), one of them, hidden, Bernoulli(½ + ε). Nothing drifts and nothing needs a fast
@@ -38,6 +41,8 @@ __all__ = [
     "lag_transitions",
     "inaction_regret_rate",
     "check_delay_cycle_args",
+    "still_cycle",
+    "check_still_args",
 ]
 
 THEORY_TICK_HZ: Final = 60.0
@@ -249,6 +254,25 @@ class DelayCycleMDP(_OneHotMDP):
         return {"state": self._state, "optimal_action": self._state + 1}
 
 
+def still_cycle(n: int = 8, max_steps: int = DEFAULT_MAX_STEPS) -> DelayCycleMDP:
+    """``theory/still``: a `DelayCycleMDP` whose state never moves (``p_minimax = 1``). An action is
+    right however late it arrives, so delay costs nothing and a β tick still costs 1: the world in
+    which only inaction counts.
+
+    >>> env = still_cycle(n=4)
+    >>> obs, info = env.reset(seed=3)
+    >>> right = info["optimal_action"]
+    >>> [env.step(a)[1] for a in (right, 0, right)], env.step(right)[4]["optimal_action"] == right
+    ([1.0, 0.0, 1.0], True)
+    """
+    return DelayCycleMDP(n, 1.0, max_steps)
+
+
+def check_still_args(n: int = 8, max_steps: int = DEFAULT_MAX_STEPS) -> None:
+    """Validate `still_cycle`'s arguments; shared with the registry's ``env_info``."""
+    check_delay_cycle_args(n, 1.0, max_steps)
+
+
 def check_bandit_args(arms: int = 4, epsilon: float = 0.1, max_steps: int = DEFAULT_MAX_STEPS) -> None:
     """Validate :class:`BanditMDP`'s arguments; shared with the registry's ``env_info``."""
     if isinstance(arms, bool) or not isinstance(arms, numbers.Integral):
@@ -351,6 +375,18 @@ register(
     optimal_reward_rate=1.0,
     default_reward_rate=0.0,
     check=check_delay_cycle_args,
+)
+register(
+    "theory/still",
+    still_cycle,
+    family="theory",
+    tick_hz=THEORY_TICK_HZ,
+    noop_action=DelayCycleMDP.NOOP,
+    default_beta="noop",
+    description="delay-cycle whose state never moves (p_minimax = 1): delay costs nothing, inaction 1 per tick",
+    optimal_reward_rate=1.0,
+    default_reward_rate=0.0,
+    check=check_still_args,
 )
 register(
     "theory/bandit",

@@ -85,7 +85,7 @@ class RayCluster(Part):
             # measured (docs/scale.md): a Ray call's overhead varies, and the paper's schedulers lose their
             # stagger under any spread; quantile_hold keeps it
             return [f"note: Ray workers' calls vary in time, and {cfg.scheduler} loses its stagger under that spread "
-                    "(more inaction at the same N_I); --scheduler quantile_hold or --n-inference auto keeps it"]
+                    "(more inaction at the same N_I); --scheduler fill (the best return measured) or quantile_hold keeps it"]
         return []
 
     def start(self, run: "Run") -> None:

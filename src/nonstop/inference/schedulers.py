@@ -9,7 +9,7 @@ This module is the front door: the factory `make_scheduler` and every public
 name. The code is split by concern, each part pure and importable alone:
 `nonstop.inference.rules` (the interface, the baselines, Algorithms 1 and 2),
 `nonstop.inference.quantile_hold`, `nonstop.inference.autoscale` (N_I sized
-online) and `nonstop.inference.simulate` (the event loop), with their argument
+online), `nonstop.inference.fill` (each action to the first tick it can fill) and `nonstop.inference.simulate` (the event loop), with their argument
 checks in `nonstop.inference.checks`; `nonstop.inference.phases` reads
 Algorithms 1 and 2 in whole ticks where the pool aligns starts to ticks.
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from nonstop.inference.autoscale import AutoScheduler
+from nonstop.inference.fill import FillScheduler
 from nonstop.inference.quantile_hold import QuantileHoldScheduler
 from nonstop.inference.rules import (
     ExpectedTimeScheduler,
@@ -49,6 +50,7 @@ __all__ = [
     "ExpectedTimeScheduler",
     "QuantileHoldScheduler",
     "AutoScheduler",
+    "FillScheduler",
     "make_scheduler",
     "Iteration",
     "simulate",
@@ -59,7 +61,7 @@ _REGISTRY: dict[str, type[Scheduler]] = {
     cls.name: cls
     for cls in (
         SequentialScheduler, UnstaggeredScheduler, MaxTimeScheduler, ExpectedTimeScheduler, QuantileHoldScheduler,
-        AutoScheduler,
+        AutoScheduler, FillScheduler,
     )
 }
 #: Valid names for `make_scheduler`.
@@ -74,7 +76,7 @@ def make_scheduler(name: str, n_workers: int, **kwargs: Any) -> Scheduler:
     >>> make_scheduler("fastest", 4)
     Traceback (most recent call last):
     ...
-    ValueError: unknown scheduler 'fastest': valid names are sequential, unstaggered, max_time, exp_time, quantile_hold, auto
+    ValueError: unknown scheduler 'fastest': valid names are sequential, unstaggered, max_time, exp_time, quantile_hold, auto, fill
     """
     if not isinstance(name, str):
         raise TypeError(f"scheduler name must be a str, got {type(name).__name__} {name!r}")

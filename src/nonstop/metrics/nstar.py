@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["theoretical_nstar", "find_nstar", "max_inaction_threshold", "NStarAboveLimit"]
+__all__ = ["theoretical_nstar", "theoretical_nlstar", "find_nstar", "max_inaction_threshold", "NStarAboveLimit"]
 
 
 def theoretical_nstar(tau_theta: float, tau_m: float) -> int:
@@ -25,6 +25,18 @@ def theoretical_nstar(tau_theta: float, tau_m: float) -> int:
     if not tau_theta >= 0 or not tau_m > 0:
         raise ValueError(f"need tau_theta >= 0 and tau_m > 0, got {tau_theta!r}, {tau_m!r}")
     return max(1, math.ceil(tau_theta / tau_m - 1e-9))
+
+
+def theoretical_nlstar(tau_l: float, batch_size: int, tau_m: float) -> int:
+    """N_L* = ⌈τ_L/(B·τ_M)⌉ (paper §5.3, Figure 8): learners that together learn from every transition
+    as the world makes them, when one update of ``batch_size`` transitions takes ``tau_l`` seconds.
+
+    >>> theoretical_nlstar(0.25, 4, 1 / 60), theoretical_nlstar(0.1, 2, 1 / 60)   # 15/4 and 6/2 ticks
+    (4, 3)
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    return theoretical_nstar(tau_l / batch_size, tau_m)
 
 
 def max_inaction_threshold(theory: int) -> float:

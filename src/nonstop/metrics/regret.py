@@ -3,6 +3,9 @@
 Riemer et al. (ICLR 2025), Theorem 1, proved in Appendix B.2 with two worst-case MDPs
 (`nonstop.envs.theory`):
 
+* **Equation 1, the split.** Regret against the world's optimum is the sum of learning (the policy
+  itself against the optimum), inaction (β's ticks) and delay (the agent's ticks against the same
+  policy acting undelayed): `regret_split`, from one run's rewards.
 * **Equation 3, inaction.** On `InactionMDP` an agent tick earns 1 and a β tick earns 0, so the
   regret rate is ``(optimal reward − achieved reward) / duration``; a sequential agent with
   inference time τ_θ loses ``(τ̄_θ − τ̄_M)/(τ̄_M·τ̄_θ)`` per second (`eq3_inaction_regret_rate`).
@@ -60,6 +63,9 @@ from nonstop.realtime.ticklog import SOURCE_AGENT, TickLog
 
 __all__ = [
     "RegretEstimate",
+    "RegretSplit",
+    "regret_split",
+    "tick_log_regret_split",
     "inaction_regret_rate",
     "inaction_regret_estimate",
     "delay_regret_per_step",
@@ -141,6 +147,74 @@ def batch_means_stderr(values: Any, n_batches: int = DEFAULT_BATCHES) -> float:
     m = x.size // b
     means = x[: b * m].reshape(b, m).mean(axis=1)
     return float(means.std(ddof=1) / math.sqrt(b))
+
+
+# ----------------------------------------------------------------------------- Equation 1
+
+
+class RegretSplit(NamedTuple):
+    """Equation 1 measured over ``ticks`` ticks, per tick: ``regret = learning + inaction + delay``.
+
+    ``regret`` is the world's optimal reward per tick less the reward earned; ``learning`` what the
+    policy itself lacks (the optimum less the same policy acting at every tick with no delay,
+    ``undelayed``); ``inaction`` what the β ticks lose against ``undelayed``; ``delay`` what the agent's
+    own ticks lose against it (its actions met a world that had moved)."""
+
+    reward_per_tick: float
+    regret: float
+    learning: float
+    inaction: float
+    delay: float
+    inaction_fraction: float
+    ticks: int
+
+
+def regret_split(rewards: Any, agent: Any, *, optimal_rate: float, undelayed_rate: float) -> RegretSplit:
+    """Split the regret of one run into Equation 1's three terms (`RegretSplit`), from each tick's
+    reward and whether the agent (True) or β (False) acted on it. ``optimal_rate``: the world's best
+    reward per tick; ``undelayed_rate``: the same policy's when it acts at every tick with no delay.
+    The terms add up to the regret by construction; what can fail is each term against its own law
+    (Equations 3 and 4, ``tests/test_regret.py``). NaN figures for no ticks.
+
+    >>> s = regret_split([1, 0, 1, 0.5], [True, False, True, True], optimal_rate=1.0, undelayed_rate=0.9)
+    >>> [round(x, 3) for x in (s.regret, s.learning, s.inaction, s.delay)], s.inaction_fraction
+    ([0.375, 0.1, 0.225, 0.05], 0.25)
+    """
+    r = np.asarray(rewards, dtype=np.float64).ravel()
+    a = np.asarray(agent, dtype=bool).ravel()
+    if r.shape != a.shape:
+        raise ValueError(f"rewards and agent must have one entry per tick, got {r.size} and {a.size}")
+    if not np.all(np.isfinite(r)):
+        raise ValueError("rewards must be finite")
+    optimal = _check_reward("optimal_rate", optimal_rate)
+    undelayed = _check_reward("undelayed_rate", undelayed_rate)
+    n = int(r.size)
+    if not n:
+        nan = float("nan")
+        return RegretSplit(nan, nan, optimal - undelayed, nan, nan, nan, 0)
+    shortfall = undelayed - r
+    return RegretSplit(
+        reward_per_tick=float(r.mean()),
+        regret=float(optimal - r.mean()),
+        learning=optimal - undelayed,
+        inaction=float(shortfall[~a].sum() / n),
+        delay=float(shortfall[a].sum() / n),
+        inaction_fraction=float((~a).mean()),
+        ticks=n,
+    )
+
+
+def tick_log_regret_split(
+    log: TickLog, *, optimal_rate: float, undelayed_rate: float, warmup_ticks: int = 0, end_tick: int | None = None
+) -> RegretSplit:
+    """`regret_split` over the ticks of ``log`` after ``warmup_ticks`` (and up to ``end_tick``)."""
+    log = _check_log(log)
+    tick = log["tick"]
+    keep = tick > _check_warmup(warmup_ticks)
+    if end_tick is not None:
+        keep &= tick <= end_tick
+    return regret_split(log["reward"][keep], log["source"][keep] == SOURCE_AGENT, optimal_rate=optimal_rate,
+                        undelayed_rate=undelayed_rate)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- Equation 3
