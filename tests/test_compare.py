@@ -7,15 +7,14 @@ import json
 
 import pytest
 
-from nonstop.commands.compare import (
+from nonstop.commands.compare import add_arguments, run_compare
+from nonstop.experiment.compare import (
     SCHEDULERS,
-    add_arguments,
     compare,
     default_plot_path,
     machine_diagnosis,
     plot_compare,
     resolve_n_workers,
-    run_compare,
     to_json,
 )
 

@@ -1,69 +1,23 @@
-"""``nonstop compare``: the four ways to run a slow model in a realtime world, side by side.
-
-The same env, the same model latency (a `LatencyPolicy` over a `RandomPolicy`), the same seed, run
-once per scheduler:
-
-* ``sequential``  — one worker: acts once per τ_θ, β fills the ticks in between;
-* ``unstaggered`` — N workers that all fire together: N actions per τ_θ, but the env takes one per
-  tick, so the newest wins and the rest are superseded (about as much inaction as sequential);
-* ``max_time``    — Algorithm 1: N workers staggered by the running maximum τ̂_θmax;
-* ``exp_time``    — Algorithm 2: N workers staggered by the running mean τ̄_θ.
-
-N defaults to ``⌈τ̄_θ/τ_M⌉`` (the N_I* of Algorithm 2; Algorithm 1 needs ``⌈τ_θmax/τ_M⌉``, so
-with a spread-out latency ``max_time`` keeps some inaction at this N). ``--schedulers`` picks any
-of `nonstop.inference.schedulers.SCHEDULER_NAMES` instead (``quantile_hold``, ``auto``, ``fill``, …).
-Every figure comes from the tick log after a warm-up (the first round, when all workers start
-together); each row reports the reward per tick beside inaction and delay. On the wall clock a busy
-machine adds inaction no scheduler causes: `machine_diagnosis` says so, with the same reading
-`nonstop train` makes (`nonstop.metrics.limits`), and the table is followed by it.
-
->>> import argparse
->>> p = argparse.ArgumentParser(); add_arguments(p)
->>> args = p.parse_args(["--env", "theory/inaction", "--latency", "4t", "--seconds", "5"])
->>> result = compare(args.env, args.latency, seconds=args.seconds)
->>> {name: round(s["inaction_fraction"], 2) for name, s in result["schedulers"].items()}
-{'sequential': 0.75, 'unstaggered': 0.75, 'max_time': 0.0, 'exp_time': 0.0}
-"""
+"""``nonstop compare``: schedulers side by side on one env and latency (`nonstop.experiment.compare` runs them)."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
-import numbers
-import os
-import re
 from pathlib import Path
 from typing import Any
 
-from nonstop.metrics.timing import episode_returns
 
-__all__ = [
-    "SCHEDULERS",
-    "add_arguments",
-    "run_compare",
-    "compare",
-    "run_scheduler",
-    "resolve_n_workers",
-    "default_plot_path",
-    "render_table",
-    "machine_diagnosis",
-    "render_machine_limits",
-    "plot_compare",
-    "to_json",
-]
+from nonstop.experiment.compare import (
+    SCHEDULERS,
+    CLOCKS,
+    default_plot_path,
+    compare,
+    plot_compare,
+    cell,
+    to_json,
+)
 
-#: The schedulers compared, in table order.
-SCHEDULERS = ("sequential", "unstaggered", "max_time", "exp_time")
-CLOCKS = ("virtual", "wall")
-#: Ticks shown in each timeline of the plot.
-TIMELINE_TICKS = 240
-#: What a user of `nonstop compare` or `nonstop demo` can change when the machine is the limit.
-COMPARE_REMEDY = ("use --clock virtual (the same schedulers, exact on any machine), or run it on an idle machine "
-                  "or one with more cores")  # fmt: skip
-
-
-# ----------------------------------------------------------------------------- arguments
+__all__ = ["HELP", "add_arguments", "run"]
 
 
 def n_workers_arg(text: str) -> int | str:
@@ -123,267 +77,10 @@ def schedulers_arg(text: str) -> tuple[str, ...]:
     return names
 
 
-# ----------------------------------------------------------------------------- validation
-
-
-def resolve_n_workers(n_workers: Any, latency_mean_s: float, tau_m: float) -> int:
-    """``n_workers`` checked, or for ``"auto"``/``None`` the N_I* of Algorithm 2, ``⌈τ̄_θ/τ_M⌉``.
-
-    >>> resolve_n_workers("auto", 0.1, 1 / 60), resolve_n_workers(None, 0.001, 1 / 60), resolve_n_workers(3, 0.1, 1 / 60)
-    (6, 1, 3)
-    >>> resolve_n_workers(0, 0.1, 1 / 60)
-    Traceback (most recent call last):
-    ...
-    ValueError: n_workers must be >= 1 (or 'auto'), got 0
-    """
-    from nonstop.metrics.nstar import theoretical_nstar
-
-    if n_workers is None or (isinstance(n_workers, str) and n_workers.strip().lower() == "auto"):
-        return theoretical_nstar(latency_mean_s, tau_m)
-    if isinstance(n_workers, bool) or not isinstance(n_workers, numbers.Integral):
-        raise TypeError(f"n_workers must be a positive int or 'auto', got {type(n_workers).__name__} {n_workers!r}")
-    if int(n_workers) < 1:
-        raise ValueError(f"n_workers must be >= 1 (or 'auto'), got {n_workers}")
-    return int(n_workers)
-
-
-def _check_seconds(seconds: Any) -> float:
-    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not (math.isfinite(seconds) and float(seconds) > 0):
-        raise ValueError(f"seconds must be a positive number of world seconds, got {seconds!r}")
-    return float(seconds)
-
-
-def _check_seed(seed: Any) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
-    return int(seed)
-
-
-def _latency(spec: Any, tick_hz: float) -> Any:
-    from nonstop.policies import Latency, parse_latency
-
-    if isinstance(spec, Latency):
-        return spec
-    if not isinstance(spec, str):
-        raise TypeError(f"latency must be a spec string (e.g. '6t', 'lognormal:100ms,0.5') or a Latency, got {spec!r}")
-    return parse_latency(spec, tick_hz=tick_hz)
-
-
-def default_plot_path(env: str) -> Path:
-    """``runs/compare-<env>.png``, the env id made file-safe.
-
-    >>> str(default_plot_path("ALE/Boxing-v5"))
-    'runs/compare-ALE_Boxing-v5.png'
-    """
-    return Path("runs") / f"compare-{re.sub(r'[^A-Za-z0-9._-]+', '_', env)}.png"
-
-
-# ----------------------------------------------------------------------------- running
-
-
-def run_scheduler(
-    env: str,
-    scheduler: str,
-    *,
-    latency: Any,
-    n_workers: int,
-    seconds: float,
-    clock: str = "virtual",
-    seed: int = 0,
-    backend: str = "thread",
-) -> Any:
-    """Run ``env`` for ``seconds`` with ``n_workers`` workers under ``scheduler``; return the tick log.
-
-    Each worker runs ``LatencyPolicy(RandomPolicy(action_space), latency)`` seeded from ``seed`` and
-    its index, so every scheduler sees the same latency draws per worker. With ``backend="ray"``
-    (wall clock, Ray connected) each worker's policy runs in a Ray actor.
-    """
-    from functools import partial
-
-    from nonstop.inference.schedulers import make_scheduler
-    from nonstop.inference.workers import InferencePool
-    from nonstop.realtime.host import Session
-
-    sched = make_scheduler(scheduler, n_workers)
-    with Session(env, clock=clock, seed=seed) as world:
-        space = world.action_space
-
-        def policy(i: int) -> Any:
-            factory = partial(_latency_random_policy, space, latency, seed * 100_003 + i)
-            if backend == "ray":
-                from nonstop.distributed.ray_backend import RayPolicy
-
-                return RayPolicy(factory, num_cpus=0, wait=False)  # it sleeps: no core; the pool starts all together
-            return factory()
-
-        pool = InferencePool(world, policy, sched).start()
-        if backend == "ray":  # Ray actors take seconds to start: the ticks before are no scheduler's
-            world.annotate("agents_started_at_tick", int(world.slot.read().tick))
-        try:
-            world.run_for(seconds)
-            # the measured window ends here: on the wall clock the host ticks on (β) while the
-            # pool and the session stop, and those ticks belong to no scheduler
-            world.annotate("agents_stopped_at_tick", int(world.slot.read().tick))
-        finally:
-            pool.stop()
-    return world.tick_log
-
-
-def _latency_random_policy(space: Any, latency: Any, seed: int) -> Any:
-    from nonstop.policies import LatencyPolicy, RandomPolicy
-
-    return LatencyPolicy(RandomPolicy(space), latency, seed=seed)
-
-
-def _episode_return(log: Any) -> tuple[float, str, int]:
-    """(value, kind, completed): the mean return of completed episodes, or, if none completed,
-    the reward total of the whole run."""
-    returns = episode_returns(log)
-    if returns:
-        return float(sum(returns) / len(returns)), "mean_completed", len(returns)
-    return float(log["reward"].sum()) if len(log) else 0.0, "total", 0
-
-
-def compare(
-    env: str = "Boxing",
-    latency: Any = "6t",
-    *,
-    n_workers: int | str | None = "auto",
-    seconds: float = 10.0,
-    clock: str = "virtual",
-    seed: int = 0,
-    schedulers: tuple[str, ...] = SCHEDULERS,
-    progress: Any = None,
-    backend: str = "thread",
-    ray_address: str | None = None,
-) -> dict[str, Any]:
-    """Run every scheduler in ``schedulers`` on ``env`` with the same latency and seed.
-
-    Returns ``{"env", "tick_hz", "latency", "latency_mean_ticks", "latency_max_ticks", "n_workers",
-    "seconds", "clock", "seed", "warmup_ticks", "schedulers": {name: summary}, "logs": {name: TickLog},
-    "machine_limits": [line, ...]}`` (`machine_diagnosis`; on the wall clock each summary also has
-    the machine's ``load_average`` as its run ended). A summary is
-    `nonstop.metrics.timing.summarize` after the warm-up plus ``n_workers``, ``episode_return``,
-    ``episode_return_kind`` (``"mean_completed"`` or ``"total"``) and ``episodes_ended``.
-    Bad inputs raise ``ValueError``/``TypeError`` before anything runs.
-    """
-    from contextlib import nullcontext
-
-    from nonstop.distributed.backends import check_backend
-    from nonstop.envs import env_info
-    from nonstop.inference.schedulers import make_scheduler
-
-    if backend not in ("thread", "ray"):
-        raise ValueError(f"compare runs latency policies on backend 'thread' or 'ray', got {backend!r}")
-    check_backend(backend, ray_address=ray_address, clock=clock)
-    if not isinstance(env, str):
-        raise TypeError(f"env must be an env id string, got {type(env).__name__} {env!r}")
-    info = env_info(env)  # an unknown id fails here with the registry's message
-    dist = _latency(latency, info.tick_hz)
-    seconds = _check_seconds(seconds)
-    seed = _check_seed(seed)
-    if clock not in CLOCKS:
-        raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
-    tau_m = 1.0 / info.tick_hz
-    n = resolve_n_workers(n_workers, dist.mean, tau_m)
-    for name in schedulers:
-        make_scheduler(name, 1 if name == "sequential" else n)  # unknown names fail before any run
-    total_ticks = int(seconds * info.tick_hz)
-    # The first round (all workers start together) plus two cycles to settle, at most a quarter of the run.
-    warmup = min(3 * math.ceil(dist.max_hint / tau_m - 1e-9) + 30, total_ticks // 4)
-    logs, summaries = {}, {}
-    if backend == "ray":
-        from nonstop.distributed.ray_backend import ray_session
-
-        cluster: Any = ray_session(ray_address)
-    else:
-        cluster = nullcontext()
-    with cluster:
-        for name in schedulers:
-            if progress is not None:
-                progress(name)
-            workers = 1 if name == "sequential" else n
-            log = run_scheduler(env, name, latency=dist, n_workers=workers, seconds=seconds, clock=clock, seed=seed,
-                                backend=backend)  # fmt: skip
-            started = log.meta.get("agents_started_at_tick", 0)
-            summary = log.summary(warmup_ticks=started + warmup, end_tick=log.meta.get("agents_stopped_at_tick"))
-            value, kind, ended = _episode_return(log)
-            summary.update(n_workers=workers, episode_return=value, episode_return_kind=kind, episodes_ended=ended,
-                           reward_per_tick=summary["reward_total"] / summary["ticks"] if summary["ticks"] else None)  # fmt: skip
-            overhead = log.meta.get("workers", {}).get("remote_overhead_s")
-            if overhead is not None:
-                summary["remote_overhead_s"] = overhead
-            if clock == "wall" and hasattr(os, "getloadavg"):
-                summary["load_average"] = os.getloadavg()[0]  # the last minute's, as the run ends
-            logs[name], summaries[name] = log, summary
-    result = {
-        "env": env,
-        "tick_hz": info.tick_hz,
-        "latency": repr(dist),
-        "latency_mean_ticks": dist.mean / tau_m,
-        "latency_max_ticks": dist.max_hint / tau_m,
-        "n_workers": n,
-        "seconds": seconds,
-        "clock": clock,
-        "seed": seed,
-        "backend": backend,
-        "warmup_ticks": warmup,
-        "schedulers": summaries,
-        "logs": logs,
-    }
-    result["machine_limits"] = machine_diagnosis(result)
-    return result
-
-
-def _usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def machine_diagnosis(result: dict[str, Any], *, cores: int | None = None) -> list[str]:
-    """What `nonstop.metrics.limits` reads in each scheduler's figures: a line per finding, named by its
-    scheduler, then one saying the machine is the limit and what to change; ``[]`` when nothing shows
-    (always on the virtual clock). ``cores`` defaults to the cores this process may use.
-
-    >>> wall = {"clock": "wall", "latency_mean_ticks": 6.0, "backend": "thread", "n_workers": 6, "schedulers": {
-    ...     "sequential": {"n_workers": 1, "ticks": 600, "overruns": 0, "tau_i_mean_ticks": 6.0, "inaction_fraction": 0.83},
-    ...     "exp_time": {"n_workers": 6, "ticks": 600, "overruns": 0, "tau_i_mean_ticks": 2.2, "inaction_fraction": 0.55}}}
-    >>> for line in machine_diagnosis(wall, cores=2):
-    ...     print(line)
-    exp_time: staggered workers acted every 2.20 ticks where 6 workers of 6.0-tick latency should act every 1.00: they are starved of CPU
-    the machine, not the algorithm, is the limit here (2 busy processes on 2 cores): use --clock virtual (the same schedulers, exact on any machine), or run it on an idle machine or one with more cores
-    """
-    from nonstop.metrics.limits import limit_findings, limit_remedy
-
-    lines: list[str] = []
-    for name, s in result["schedulers"].items():
-        # by design unstaggered workers act together (once per τ_θ, as sequential) and Algorithm 1 spaces
-        # its N workers by the largest latency: neither is starved for acting less than every tick
-        spacing = result.get("latency_max_ticks", result["latency_mean_ticks"]) if name == "max_time" else result["latency_mean_ticks"]
-        found = limit_findings(s, clock=result["clock"], scheduler="sequential" if name == "unstaggered" else name,
-                               n_inference=int(s["n_workers"]), latency_mean_ticks=float(spacing))  # fmt: skip
-        lines += [f"{name}: {line}" for line in found]
-    if not lines:
-        return []
-    loads = [s["load_average"] for s in result["schedulers"].values() if s.get("load_average") is not None]
-    # this process (the worker threads) and the host's; Ray's actors sleep through a declared latency
-    processes = 2 + (int(result["n_workers"]) if result.get("backend") == "ray" else 0)
-    return [*lines, limit_remedy(processes=processes, cores=cores or _usable_cores(), remedy=COMPARE_REMEDY,
-                                 load_average=max(loads) if loads else None)]  # fmt: skip
-
-
 def render_machine_limits(result: dict[str, Any], console: Any) -> None:
     """`machine_diagnosis`'s lines, each in yellow (as `nonstop train` prints its own)."""
     for line in result.get("machine_limits") or []:
         console.print(line, style="yellow", markup=False)
-
-
-# ----------------------------------------------------------------------------- output
-
-
-def _cell(value: Any, fmt: str) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "—"
-    return format(value, fmt)
 
 
 def render_table(result: dict[str, Any], console: Any = None) -> None:
@@ -408,9 +105,9 @@ def render_table(result: dict[str, Any], console: Any = None) -> None:
         else:
             ret = f"{s['episode_return']:.1f} (total)"
         table.add_row(
-            name, str(s["n_workers"]), _cell(s["tau_i_mean_ticks"], ".2f"), _cell(s["tau_i_cv"], ".3f"),
-            _cell(s["inaction_fraction"], ".1%"), _cell(s["delay_mean_ticks"], ".2f"),
-            _cell(s["actions_per_s"], ".1f"), _cell(s.get("reward_per_tick"), ".3f"), ret,
+            name, str(s["n_workers"]), cell(s["tau_i_mean_ticks"], ".2f"), cell(s["tau_i_cv"], ".3f"),
+            cell(s["inaction_fraction"], ".1%"), cell(s["delay_mean_ticks"], ".2f"),
+            cell(s["actions_per_s"], ".1f"), cell(s.get("reward_per_tick"), ".3f"), ret,
         )  # fmt: skip
     console.print(table)
     for name, s in result["schedulers"].items():
@@ -419,76 +116,6 @@ def render_table(result: dict[str, Any], console: Any = None) -> None:
                 f"{name}: {s['stale']} actions dropped as stale (computed in an earlier episode: the delay "
                 f"outlasted the episode), {s['superseded']} superseded by a newer one"
             )
-
-
-def plot_compare(result: dict[str, Any], path: str | Path) -> Path:
-    """Bars of inaction and mean delay per scheduler, and a timeline of agent vs β ticks for each."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-    from matplotlib.colors import ListedColormap
-    from matplotlib.patches import Patch
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    names = list(result["schedulers"])
-    summaries = result["schedulers"]
-    fig = plt.figure(figsize=(11, 4 + 0.8 * len(names)))
-    grid = fig.add_gridspec(1 + len(names), 2, height_ratios=[4] + [1] * len(names), hspace=0.6)
-    colors = [f"C{i}" for i in range(len(names))]
-    ax = fig.add_subplot(grid[0, 0])
-    inaction = [100 * np.nan_to_num(summaries[n]["inaction_fraction"]) for n in names]
-    ax.bar_label(ax.bar(names, inaction, color=colors), labels=[_cell(summaries[n]["inaction_fraction"], ".1%") for n in names])
-    ax.margins(y=0.15)
-    ax.set_ylabel("inaction (% of ticks)")
-    ax.set_title("Inaction (β ticks)")
-    ax = fig.add_subplot(grid[0, 1])
-    delays = [np.nan_to_num(summaries[n]["delay_mean_ticks"]) for n in names]  # no agent tick: no bar, "—"
-    ax.bar_label(ax.bar(names, delays, color=colors), labels=[_cell(summaries[n]["delay_mean_ticks"], ".2f") for n in names])
-    ax.margins(y=0.15)
-    ax.set_ylabel("mean delay (ticks)")
-    ax.set_title("Delay of applied actions")
-    cmap = ListedColormap(["#d62728", "#2ca02c"])  # β red, agent green
-    start = result["warmup_ticks"]
-    for row, name in enumerate(names):
-        log = result["logs"][name]
-        tick, source = log["tick"], log["source"]
-        window = (tick > start) & (tick <= start + TIMELINE_TICKS)
-        ax = fig.add_subplot(grid[1 + row, :])
-        shown = tick[window]
-        if shown.size:
-            ax.imshow(source[window][None, :], aspect="auto", cmap=cmap, vmin=0, vmax=1, interpolation="nearest",
-                      extent=(shown[0] - 0.5, shown[-1] + 0.5, 0, 1))  # fmt: skip
-        ax.set_yticks([])
-        ax.set_ylabel(f"{name}\nN_I = {result['schedulers'][name]['n_workers']}", rotation=0, ha="right", va="center")
-        if row < len(names) - 1:
-            ax.set_xticklabels([])
-    ax.set_xlabel(f"tick (the first {TIMELINE_TICKS} after the warm-up)")
-    fig.legend(handles=[Patch(color="#2ca02c", label="agent action"), Patch(color="#d62728", label="β (inaction)")],
-               loc="lower center", bbox_to_anchor=(0.5, -0.04), ncol=2)  # fmt: skip
-    fig.suptitle(f"{result['env']}: latency {result['latency']}, {result['clock']} clock (N_I per scheduler, left)")
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if hasattr(value, "item") and callable(value.item):  # numpy scalars
-        return _jsonable(value.item())
-    return value
-
-
-def to_json(result: dict[str, Any]) -> str:
-    """The result without the tick logs, as strict JSON (NaN becomes null)."""
-    return json.dumps(_jsonable({k: v for k, v in result.items() if k != "logs"}), allow_nan=False)
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -514,4 +141,6 @@ def run_compare(args: argparse.Namespace) -> int:
 
 
 HELP = 'sequential vs unstaggered vs max_time vs exp_time on one env and latency'
+
+
 run = run_compare
