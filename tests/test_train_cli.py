@@ -310,3 +310,25 @@ def test_the_replay_goes_beside_a_checkpoint_compressed_and_only_when_asked(tmp_
     assert "resumed from" in err and "refills from empty" not in err, err
     assert main([*ARGS, "--seconds", "6", "--out", str(plain), "--resume"]) == 0
     assert "refills from empty" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_schedulers_own_settings_reach_the_pool(tmp_path, capsys, no_shm_leak):
+    """`--scheduler-arg` hands the scheduler its settings (fill's p_minimax, as `nonstop tolerance`
+    measures it); an unknown one is one line before anything is written."""
+    from nonstop.experiment import Run, TrainConfig
+
+    out = tmp_path / "run"
+    assert main([*ARGS, "--scheduler", "fill", "--latency", "3t", "--scheduler-arg", "p_minimax=0.972",
+                 "--seconds", "2", "--out", str(out)]) == 0  # fmt: skip
+    assert json.loads((out / "config.json").read_text())["scheduler_args"] == {"p_minimax": 0.972}
+    run = Run(TrainConfig(env="CartPole", scheduler="fill", latency="3t", scheduler_args={"p_minimax": 0.972}, seconds=1))
+    try:
+        run.build().start()
+        rule = run.pool.scheduler
+    finally:
+        run.teardown()
+    assert type(rule).__name__ == "FillScheduler" and rule.n_workers == 3 and rule.p_minimax == pytest.approx(0.972)
+    capsys.readouterr()
+    assert main([*ARGS, "--scheduler", "fill", "--scheduler-arg", "speed=11", "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--scheduler-arg" in err and "speed" in err and not (tmp_path / "bad").exists()

@@ -36,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_fields(p, TrainConfig, _RUN_FIELDS[:1])
     p.add_argument("--env-arg", action="append", metavar="KEY=VALUE",
                    help="env keyword argument, repeatable (max_episode_steps=900)")  # fmt: skip
+    p.add_argument("--scheduler-arg", action="append", metavar="KEY=VALUE",
+                   help="a setting of the scheduler, repeatable (fill: p_minimax=0.972 from `nonstop tolerance`, "
+                        "cap=8; quantile_hold: quantile=0.99; default: the scheduler's own)")  # fmt: skip
     add_fields(p, TrainConfig, _RUN_FIELDS[1:], types={"n_inference": arg_type(parse_n_workers), "trim_above": str,
                                                         "default": str},
                unset=("trim_above",), shown_as={"trim_above": "4MiB", "n_inference": "⌈τ̄_θ/τ_M⌉",
@@ -115,8 +118,12 @@ def config_from_args(args: argparse.Namespace) -> Any:
     env_kwargs = {**default_env_kwargs(family), **given_env}
     run = {name: getattr(args, name) for name in _RUN_FIELDS if getattr(args, name, None) is not None}
     run.pop("trim_above", None)
-    return TrainConfig(**run, env_kwargs=env_kwargs, dqn=dqn, seed=args.seed, **_self_play_settings(args),
-                       **_trim_setting(args))  # fmt: skip
+    try:
+        scheduler_args = parse_env_args(getattr(args, "scheduler_arg", None))  # KEY=VALUE, values read as JSON
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("--env-arg", "--scheduler-arg")) from None
+    return TrainConfig(**run, env_kwargs=env_kwargs, dqn=dqn, seed=args.seed, scheduler_args=scheduler_args,
+                       **_self_play_settings(args), **_trim_setting(args))  # fmt: skip
 
 
 def record_from_args(args: argparse.Namespace) -> Any:
@@ -185,6 +192,7 @@ def resumed_config(args: argparse.Namespace, out: Any) -> tuple[Any, list[str]]:
     fresh = config_from_args(args).to_dict()
     keys = {name for name in (*_RUN_FIELDS, *_SELF_PLAY_FIELDS, "self_play", "seed") if name in typed}
     keys |= {"env_kwargs"} if "env_arg" in typed else set()
+    keys |= {"scheduler_args"} if "scheduler_arg" in typed else set()
     merged = {**saved, **{k: fresh[k] for k in keys if k in fresh}}
     dqn_keys = {f.name for f in fields(DQNConfig) if f.name in typed or "preset" in typed}
     merged["dqn"] = {**(saved.get("dqn") or {}), **{k: fresh["dqn"][k] for k in dqn_keys}}

@@ -75,6 +75,8 @@ class TrainConfig:
     seconds: float = field(default=600.0, metadata=_help("world seconds to run"))
     interaction: str = field(default="staggered", metadata=_help("staggered, or a sequential baseline", choices=INTERACTIONS))
     scheduler: str = field(default="exp_time", metadata=_help("inference scheduler (staggered)"))
+    scheduler_args: dict[str, Any] = field(default_factory=dict, metadata=_help(
+        "the scheduler's own settings (fill: p_minimax from `nonstop tolerance`, cap, plan; quantile_hold: quantile)"))
     n_inference: int | str | None = field(default=None, metadata=_help(
         "N_I (None: ⌈τ̄_θ/τ_M⌉), or 'auto': grown and shrunk online"))
     latency: str = field(default="0", metadata=_help("declared model latency: 5t, 80ms, lognormal:6t,0.5"))
@@ -173,6 +175,8 @@ class TrainConfig:
         if self.device != "cpu" and self.inference_backend != "batched":
             raise ValueError(f"--device {self.device} places the batching server's model: it needs --backend batched "
                              "(workers and learners of other backends run on the CPU)")  # fmt: skip
+        if not isinstance(self.scheduler_args, dict) or not all(isinstance(k, str) for k in self.scheduler_args):
+            raise ValueError(f"scheduler_args must be a dict of setting names, got {self.scheduler_args!r}")
         if not isinstance(self.max_batch, int) or isinstance(self.max_batch, bool) or self.max_batch < 1:
             raise ValueError(f"max_batch must be an integer >= 1, got {self.max_batch!r}")
         if self.ray_address is not None and self.cluster != "ray":
@@ -210,6 +214,8 @@ class TrainConfig:
                 del d[name]
         if self.learner_backend == "process":  # likewise a run with learners on this host
             del d["learner_backend"]
+        if not self.scheduler_args:  # and a run whose scheduler has its defaults
+            del d["scheduler_args"]
         if self.backend != "batched":  # and a run without the batching server
             for name in _BATCHED_KEYS:
                 del d[name]

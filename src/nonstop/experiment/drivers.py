@@ -40,7 +40,11 @@ class InferencePart(Part):
     def start(self, run: "Run") -> None:
         from nonstop.inference.workers import InferencePool
 
-        self.pool = InferencePool(run.world, self.policy, run.cfg.scheduler, n_inference=self.n_inference,
+        from nonstop.experiment.seating import scheduler
+
+        rule = scheduler(run.cfg, self.n_inference)  # its name, or built with the run's scheduler settings
+        n_inference = None if not isinstance(rule, str) else self.n_inference
+        self.pool = InferencePool(run.world, self.policy, rule, n_inference=n_inference,
                                   restart_budget=run.restart_budget(), seat=self.seat)  # fmt: skip
         self.pool.start()
         if self.mark_start:  # the world ticked (β) while the workers started: the summary says how long

@@ -102,6 +102,22 @@ def _learner_settings(cfg: "TrainConfig", spec: WorldSpec) -> None:
     # Algorithm 2's N_I* = ⌈τ̄_θ/τ_M⌉ by default, so the staggered agent acts at every tick
     spec.n_inference = cfg.n_inference or (
         1 if cfg.scheduler == "sequential" else max(1, math.ceil(spec.latency.mean / spec.tau_m - 1e-9)))
+    scheduler(cfg, spec.n_inference)  # the scheduler's own settings are checked now, before anything is built
+
+
+def scheduler(cfg: "TrainConfig", n_inference: int | str) -> Any:
+    """What an inference pool of this run is given: the scheduler's name, or (with ``scheduler_args``)
+    the scheduler built with them; an unknown setting is one line naming the scheduler."""
+    if not cfg.scheduler_args:
+        return cfg.scheduler
+    from nonstop.inference.schedulers import make_scheduler
+
+    if not isinstance(n_inference, int):
+        raise ValueError("--scheduler-arg sets a scheduler of a fixed N_I: it does not combine with --n-inference auto")
+    try:
+        return make_scheduler(cfg.scheduler, n_inference, **cfg.scheduler_args)
+    except TypeError as exc:
+        raise ValueError(f"--scheduler-arg: {exc}") from None
 
 
 def build_world(run: "Run", log_dir: Any) -> Any:
