@@ -20,6 +20,7 @@ BENCHMARKS = {
     "host": "nonstop.bench.host",
     "channels": "nonstop.bench.channels",
     "nstar": "nonstop.bench.nstar",
+    "lanes": "nonstop.bench.lanes",
     "models": "nonstop.bench.models",
     "regret": "nonstop.bench.regret",
     "return": "nonstop.bench.returns",
