@@ -342,11 +342,11 @@ def test_ctrl_c_again_skips_the_final_checkpoint_and_still_ends_cleanly(tmp_path
             raise KeyboardInterrupt  # the first Ctrl-C, in the middle of the run
         return real_advance(self, seconds)
 
-    def save_then_ctrl_c_again(self, snapshot, updates):
+    def save_then_ctrl_c_again(self, snapshot, updates, replay=None):
         saves.append(bool(pressed))
         if pressed:
             raise KeyboardInterrupt  # pressed again while the final checkpoint is written
-        return real_save(self, snapshot, updates)
+        return real_save(self, snapshot, updates, replay=replay)
 
     monkeypatch.setattr(TrainingRun, "advance", advance_then_ctrl_c)
     monkeypatch.setattr(trainer.Checkpointer, "save", save_then_ctrl_c_again)
