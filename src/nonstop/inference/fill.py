@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from nonstop.inference.checks import check_count, check_initial_estimate, check_seconds, check_time
-from nonstop.inference.rules import Scheduler
+from nonstop.inference.rules import TickGridScheduler
 
 __all__ = ["FillScheduler", "predict_fill_returns", "fit_stay_probability", "candidate_caps"]
 
@@ -213,7 +213,7 @@ def _check_stay(p: Any) -> float:
     return float(p)
 
 
-class FillScheduler(Scheduler):
+class FillScheduler(TickGridScheduler):
     """Workers that never wait; each finished action held to the first tick it can fill (beyond the paper).
 
     Why. Algorithm 2 frees its workers but submits each action the moment it is ready, so with
@@ -322,25 +322,6 @@ class FillScheduler(Scheduler):
         self.choices: dict[str, int] = {}
 
     # ---- binding and read-outs
-    def bind(self, *, period: float, origin: float) -> None:
-        """Fill in ``period`` and the grid ``origin`` where the constructor left them out (`InferencePool`
-        passes τ_M and its tick grid); values already set are kept."""
-        period = check_seconds("period", period, positive=True)
-        origin = check_time("origin", origin)
-        with self._lock:
-            if self._period is None:
-                self._period = period
-            if self._origin is None:
-                self._origin = origin
-
-    def _require_period(self) -> float:
-        if self._period is None:
-            raise RuntimeError(
-                f"the {self.name} scheduler has no period: pass period=τ_M or run it in an InferencePool, "
-                f"which binds the env's tick period"
-            )
-        return self._period
-
     @property
     def cap(self) -> int | None:
         """D: the most ticks after its observation an action is held to (None before the first tuning)."""

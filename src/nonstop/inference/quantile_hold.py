@@ -13,7 +13,7 @@ from collections import deque
 from typing import Any
 
 from nonstop.inference.checks import check_count, check_fraction, check_initial_estimate, check_seconds, check_time
-from nonstop.inference.rules import Scheduler
+from nonstop.inference.rules import TickGridScheduler
 
 __all__ = ["QuantileHoldScheduler"]
 
@@ -21,7 +21,7 @@ __all__ = ["QuantileHoldScheduler"]
 _MAX_GAPS = 1 << 16
 
 
-class QuantileHoldScheduler(Scheduler):
+class QuantileHoldScheduler(TickGridScheduler):
     """One inference started per period; each finished *action* held to a quantile of τ_θ (beyond the paper).
 
     Why. Algorithm 1 holds each *worker* until the running maximum τ̂max has passed, so every
@@ -145,25 +145,6 @@ class QuantileHoldScheduler(Scheduler):
         self._gaps: list[int] = []  # grid periods (indices from origin) no release will fill, sorted
 
     # ---- binding and read-outs
-    def bind(self, *, period: float, origin: float) -> None:
-        """Fill in ``period`` and the grid ``origin`` where the constructor left them out
-        (`InferencePool` passes τ_M and its tick grid); values already set are kept."""
-        period = check_seconds("period", period, positive=True)
-        origin = check_time("origin", origin)
-        with self._lock:
-            if self._period is None:
-                self._period = period
-            if self._origin is None:
-                self._origin = origin
-
-    def _require_period(self) -> float:
-        if self._period is None:
-            raise RuntimeError(
-                f"the {self.name} scheduler has no period: pass period=τ_M (seconds between starts) "
-                f"or run it in an InferencePool, which binds the env's tick period"
-            )
-        return self._period
-
     @property
     def period(self) -> float | None:
         """Seconds between inference starts (τ_M once bound)."""

@@ -32,7 +32,7 @@ import threading
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Literal
 
-from nonstop.inference.checks import check_count, check_initial_estimate, check_seconds
+from nonstop.inference.checks import check_count, check_initial_estimate, check_seconds, check_time
 
 __all__ = [
     "Scheduler",
@@ -112,6 +112,33 @@ class Scheduler(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n_workers={self._n})"
+
+
+class TickGridScheduler(Scheduler):
+    """A scheduler that places actions on the env's tick grid (quantile hold, fill): it needs the
+    tick period and the grid's origin, given to the constructor or bound by the pool."""
+
+    _period: float | None = None
+    _origin: float | None = None
+
+    def bind(self, *, period: float, origin: float) -> None:
+        """Fill in ``period`` and the grid ``origin`` where the constructor left them out
+        (`InferencePool` passes τ_M and its tick grid); values already set are kept."""
+        period = check_seconds("period", period, positive=True)
+        origin = check_time("origin", origin)
+        with self._lock:
+            if self._period is None:
+                self._period = period
+            if self._origin is None:
+                self._origin = origin
+
+    def _require_period(self) -> float:
+        if self._period is None:
+            raise RuntimeError(
+                f"the {self.name} scheduler has no period: pass period=τ_M (seconds between starts) "
+                f"or run it in an InferencePool, which binds the env's tick period"
+            )
+        return self._period
 
 
 # --------------------------------------------------------------------------- no staggering
