@@ -217,3 +217,21 @@ def test_bad_arguments_are_named():
         FillScheduler(2, seed=1.5)  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="no period: pass period=τ_M"):
         FillScheduler(2).start_delay(0)
+
+
+def test_tuning_simulates_off_the_lock(monkeypatch):
+    """fill's tuning (a simulation of the pool, 0.1-0.3 s at τ̄ 20 ticks and N 40) must not hold the
+    scheduler's lock: on the wall clock every other worker would wait on it that long."""
+    import nonstop.inference.fill as fill
+
+    s = FillScheduler(2, period=1.0, origin=0.0, p_minimax=0.9)
+    seen: list[bool] = []
+    real = fill.predict_fill_returns
+
+    def spy(*args, **kwargs):
+        seen.append(s._lock.locked())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fill, "predict_fill_returns", spy)
+    simulate_iterations(s, lambda worker, k: 3.4, 120)
+    assert seen and not any(seen) and s.tunes >= 1 and s.cap is not None

@@ -407,8 +407,13 @@ class FillScheduler(TickGridScheduler):
             period = self._require_period()
             self._recent.append(tau / period)
             self._seen += 1
-            if (self._fixed_cap is None or len(self._plans) > 1) and self._seen >= self._next_tune:
-                self._tune()
+            due = (self._fixed_cap is None or len(self._plans) > 1) and self._seen >= self._next_tune
+            inputs = self._tuning_inputs() if due else None
+        # simulated off the lock: other workers' waits are not held up by it
+        choice = self._choose(*inputs) if inputs is not None else None
+        with self._lock:
+            if choice is not None:
+                self._apply(choice)
             started = self._started[w]
             if started is None:  # no start was recorded for this inference: release it at once
                 return 0.0
@@ -432,24 +437,36 @@ class FillScheduler(TickGridScheduler):
             self.unheld += 1
             return 0.0
 
-    def _tune(self) -> None:
+    def _tuning_inputs(self) -> tuple[list[float], list[int], float, int, list[tuple[str, bool]]]:
+        """What one tuning simulates (taken under the lock); the next tuning is scheduled now, so no
+        other worker starts the same one meanwhile."""
         self._fit()
         taus = list(self._recent)
         caps = candidate_caps(taus) if self._fixed_cap is None else [self._fixed_cap]
+        self._next_tune = self._seen + min(3 * self._seen, self._window)
+        seed = self._seed + self.tunes
+        self.tunes += 1
+        return taus, caps, self._stay(), seed, list(self._plans)
+
+    def _choose(self, taus: list[float], caps: list[int], stay: float, seed: int,
+                plans: list[tuple[str, bool]]) -> tuple[str, bool, int]:  # fmt: skip
+        """The start plan and cap with the best predicted return (pure: it reads no state of the scheduler)."""
         options: list[tuple[float, str, bool, int]] = []
-        for starts, fixed in self._plans:
-            predicted = predict_fill_returns(taus, self._n, caps, self._stay(), ticks=self._model_ticks,
-                                             seed=self._seed + self.tunes, starts=starts, fixed=fixed)  # fmt: skip
+        for starts, fixed in plans:
+            predicted = predict_fill_returns(taus, self._n, caps, stay, ticks=self._model_ticks, seed=seed,
+                                             starts=starts, fixed=fixed)  # fmt: skip
             best = max(predicted)
             i = next(j for j, v in enumerate(predicted) if v >= best - TIE)  # within TIE: the smaller cap
             options.append((best, starts, fixed, caps[i]))
         top = max(o[0] for o in options)
         # the first plan within TIE of the best: a fixed hold before a queue whose depth depends on its past
-        _, self._starts, self._fixed, self._cap = next(o for o in options if o[0] >= top - TIE)
+        _, starts, fixed, cap = next(o for o in options if o[0] >= top - TIE)
+        return starts, fixed, cap
+
+    def _apply(self, choice: tuple[str, bool, int]) -> None:
+        self._starts, self._fixed, self._cap = choice
         plan = f"{self._starts}{'+fixed' if self._fixed else ''}"
         self.choices[plan] = self.choices.get(plan, 0) + 1  # how often each plan was chosen
-        self.tunes += 1
-        self._next_tune = self._seen + min(3 * self._seen, self._window)
 
     def __repr__(self) -> str:
         return (
