@@ -211,6 +211,12 @@ def test_trim_above_reaches_every_process_worker_and_may_change_on_resume(tmp_pa
     # a memory knob, not part of what is learned: a resume may change it
     assert main([*ARGS, "--seconds", "4", *wall, "--trim-above", "1MiB", "--resume"]) == 0
     assert given[2:] == [2**20, 2**20]
+    # a resumed run's figures cover both segments; its start-up is this segment's own, apart
+    resumed = json.loads((run / "summary.json").read_text())
+    segment = resumed["this_segment"]
+    assert "startup_ticks" not in resumed and segment["startup_ticks"] > 0
+    assert segment["inaction_fraction_after_startup"] < segment["inaction_fraction"]
+    assert "in this segment after the workers' first" in " ".join(capsys.readouterr().err.split())
     capsys.readouterr()
 
 

@@ -219,9 +219,11 @@ def run(args: argparse.Namespace) -> int:
     summary, end, out = train_in_directory(cfg, rec, console=console)
     if summary.get("inaction_fraction") is not None:
         recent = "—" if summary["recent_return"] is None else f"{summary['recent_return']:.2f}"
-        after = summary.get("inaction_fraction_after_startup")
+        segment = summary.get("this_segment", summary)  # start-up belongs to this segment
+        after = segment.get("inaction_fraction_after_startup")
+        where = " in this segment" if segment is not summary else ""
         startup = "" if after is None else \
-            f" ({after:.1%} after the workers' first {summary['startup_ticks']:,} ticks of starting up)"
+            f" ({after:.1%}{where} after the workers' first {segment['startup_ticks']:,} ticks of starting up)"
         console.print(f"{'done' if end.complete else 'stopped'}: {summary['env_ticks_total']:,} env ticks, "
                       f"{summary['updates']:,} updates, inaction {summary['inaction_fraction']:.1%}{startup}, recent "
                       f"return {recent}; `nonstop report {out}` draws the plots", markup=False)  # fmt: skip

@@ -270,19 +270,23 @@ def _finish_log(run: Run, log: Any, out: Path, end: RunEnd, last_row: dict[str, 
         tick_log = run.world.tick_log
         tick_log.meta["tick_offset"] = run.tick_offset  # this segment's tick 0 is the run's tick `tick_offset`
         log.save_ticklog(tick_log)  # streamed already: this records the final meta
-        whole = tick_log
-        if run.tick_offset:  # a resumed run: every segment, stitched into one timeline
-            whole = read_ticklog(out)
-            summary["this_segment"] = summarize(tick_log)
-            summary["segments"] = len(whole.meta.get("segments", [])) or 1
-        returns = episode_returns(whole)
-        summary.update(summarize(whole), env_ticks_total=run.tick_offset + len(tick_log),
-                       recent_return=float(np.mean(returns[-20:])) if returns else None)  # fmt: skip
+        segment = summarize(tick_log)  # this segment: what this machine did in this process
         started = tick_log.meta.get("agents_started_at_tick")
         if started and started < len(tick_log):  # β alone while the workers started: the rest, apart
-            summary["startup_ticks"] = int(started)
-            summary["inaction_fraction_after_startup"] = tick_log.summary(warmup_ticks=int(started))["inaction_fraction"]
-        summary["machine_limits"] = _machine_limits(run, summary)
+            segment["startup_ticks"] = int(started)
+            segment["inaction_fraction_after_startup"] = tick_log.summary(warmup_ticks=int(started))["inaction_fraction"]
+        whole = tick_log
+        if run.tick_offset:  # a resumed run: the figures cover every segment, stitched; this one's apart
+            whole = read_ticklog(out)
+            summary["this_segment"] = segment
+            summary["segments"] = len(whole.meta.get("segments", [])) or 1
+            summary.update(summarize(whole))
+        else:
+            summary.update(segment)
+        returns = episode_returns(whole)
+        summary.update(env_ticks_total=run.tick_offset + len(tick_log),
+                       recent_return=float(np.mean(returns[-20:])) if returns else None)  # fmt: skip
+        summary["machine_limits"] = _machine_limits(run, segment)  # this machine's, in this segment
         summary.update(run.summary(tick_log))  # the parts' own figures (self-play: the pool side's seat)
     except BaseException as exc:  # noqa: BLE001 - a dead host's log, a full disk: said in the summary
         end.note(f"tick log not saved: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
