@@ -103,7 +103,7 @@ def test_cli_device_cuda_without_a_gpu_is_a_clear_error(capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on CI, also on a GPU machine
     assert main(["plan", "--k", "1", "--device", "cuda"]) == 2
     err = capsys.readouterr().err
-    assert "CUDA is not available" in err and "--forward-ms" in err
+    assert "needs a CUDA GPU" in err and "--forward-ms" in err and err.count("\n") == 1
     with pytest.raises(ValueError, match="device must be 'cpu' or 'cuda'"):
         from nonstop.metrics.capacity import measure_times
 

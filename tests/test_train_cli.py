@@ -271,8 +271,12 @@ def test_the_batching_server_is_a_backend_of_train_and_a_device_is_checked_at_th
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "needs a CUDA GPU, but torch" in err and "finds none" in err
         assert not (tmp_path / "gpu").exists()
-    assert main([*ARGS, "--device", "cuda", "--out", str(tmp_path / "thread")]) == 2
-    assert "it needs --backend batched" in capsys.readouterr().err
+    if not torch.cuda.is_available():  # every backend's workers and learners take --device now, each checked at the door
+        assert main([*ARGS, "--device", "cuda", "--out", str(tmp_path / "thread")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "needs a CUDA GPU, but torch" in err and not (tmp_path / "thread").exists()
+    assert main([*ARGS, "--clock", "wall", "--backend", "ray", "--device", "auto", "--out", str(tmp_path / "ray")]) == 2
+    assert "with Ray" in capsys.readouterr().err
 
 
 def test_a_bad_value_is_one_error_line_under_a_one_line_usage(capsys):

@@ -21,7 +21,7 @@ HELP = "train DQN in a realtime world: staggered inference, asynchronous learner
 
 _RUN_FIELDS = ("env", "clock", "seconds", "interaction", "scheduler", "n_inference", "latency", "default", "n_learners",
                "learner_mode", "tau_l", "learner_backend", "backend", "ray_address", "trim_above", "max_restarts",
-               "restart_window", "device", "batch_curve", "max_batch")  # fmt: skip
+               "restart_window", "device", "dtype", "batch_curve", "max_batch")  # fmt: skip
 _SELF_PLAY_FIELDS = ("opponents", "snapshot_every", "pool_size", "opponent_latency")
 _RECORD_FIELDS = ("out", "episodes", "progress_every", "checkpoint_every", "keep_checkpoints",
                   "checkpoint_replay")  # fmt: skip
@@ -30,6 +30,7 @@ _RECORD_FIELDS = ("out", "episodes", "progress_every", "checkpoint_every", "keep
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from nonstop.experiment.config import TrainConfig, parse_n_workers
     from nonstop.experiment.record import RecordConfig
+    from nonstop.inference.device import parse_device, parse_dtype
     from nonstop.inference.schedulers import SCHEDULER_NAMES
     from nonstop.realtime.defaults import DEFAULT_NAMES
 
@@ -40,9 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a setting of the scheduler, repeatable (fill: p_minimax=0.972 from `nonstop tolerance`, "
                         "cap=8; quantile_hold: quantile=0.99; default: the scheduler's own)")  # fmt: skip
     add_fields(p, TrainConfig, _RUN_FIELDS[1:], types={"n_inference": arg_type(parse_n_workers), "trim_above": str,
-                                                        "default": str},
-               unset=("trim_above",), shown_as={"trim_above": "4MiB", "n_inference": "⌈τ̄_θ/τ_M⌉",
-                                                "default": "the env's own"})  # fmt: skip
+                                                        "default": str, "device": arg_type(parse_device),
+                                                        "dtype": arg_type(parse_dtype)},
+               unset=("trim_above", "dtype"), shown_as={"trim_above": "4MiB", "n_inference": "⌈τ̄_θ/τ_M⌉",
+                                                        "default": "the env's own", "dtype": "auto"})  # fmt: skip
     for action in p._actions:  # the choices that live with the parts they choose
         if action.dest == "scheduler":
             action.choices = SCHEDULER_NAMES

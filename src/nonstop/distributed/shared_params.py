@@ -95,9 +95,20 @@ class SharedDQNPolicy(DQNPolicy):
 
 
 def make_shared_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_dict: dict[str, Any],
-                           weights: SharedWeights, seed: int | None = None, latency: Any = None) -> Policy:  # fmt: skip
-    """`make_dqn_policy` with one shared copy of θ per host (picklable with functools.partial)."""
+                           weights: SharedWeights, seed: int | None = None, latency: Any = None, *,
+                           device: str = "cpu", dtype: str | None = None) -> Policy:  # fmt: skip
+    """`make_dqn_policy` with one shared copy of θ per host (picklable with functools.partial). On a
+    GPU (``device`` not the CPU) the model cannot compute from host memory: it keeps its own copy on
+    the device, loaded once per version (`make_dqn_policy`); ``dtype`` likewise needs its own copy."""
     import gc
+
+    from nonstop.inference.device import placement
+
+    dev, dt = placement(device, dtype)
+    if dev.type != "cpu" or str(dt) != "torch.float32":
+        from nonstop.learning.dqn import make_dqn_policy
+
+        return make_dqn_policy(obs_shape, action_space, cfg_dict, weights, seed, latency, device=device, dtype=dtype)
 
     cfg = DQNConfig.from_dict(cfg_dict)
     model = build_q_network(obs_shape, int(action_space.n), cfg).eval()

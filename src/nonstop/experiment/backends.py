@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from nonstop.experiment.run import Run
     from nonstop.realtime.lifeline import RestartBudget
 
-__all__ = ["thread_policy", "process_policy", "virtual_learners", "process_learners", "NoCluster", "policy_recipe"]
+__all__ = ["thread_policy", "process_policy", "virtual_learners", "process_learners", "NoCluster", "policy_recipe", "placement_of"]
 
 
 def policy_recipe(run: "Run", i: int) -> tuple[tuple[int, ...], Any, dict[str, Any], int, Any]:
@@ -28,12 +28,17 @@ def policy_recipe(run: "Run", i: int) -> tuple[tuple[int, ...], Any, dict[str, A
     return spec.obs_shape, spec.action_space, run.dqn.to_dict(), run.cfg.seed * 1000 + i, latency
 
 
+def placement_of(run: "Run") -> dict[str, Any]:
+    """Where the run's models run: ``device`` and ``dtype`` as its config says (`TrainConfig`)."""
+    return {"device": run.cfg.device, "dtype": run.cfg.dtype}
+
+
 def thread_policy(run: "Run", i: int) -> Any:
     """Worker ``i``'s ε-greedy policy in this process, reading the shared weights."""
     from nonstop.learning.dqn import make_dqn_policy
 
     obs_shape, space, dqn, seed, latency = policy_recipe(run, i)
-    return make_dqn_policy(obs_shape, space, dqn, run.weights, seed, latency)
+    return make_dqn_policy(obs_shape, space, dqn, run.weights, seed, latency, **placement_of(run))
 
 
 def process_policy(run: "Run", i: int) -> Any:
@@ -43,7 +48,7 @@ def process_policy(run: "Run", i: int) -> Any:
     from nonstop.inference.workers import ProcessPolicy
 
     obs_shape, space, dqn, seed, latency = policy_recipe(run, i)
-    factory = partial(make_shared_dqn_policy, obs_shape, space, dqn, run.weights, seed, latency)
+    factory = partial(make_shared_dqn_policy, obs_shape, space, dqn, run.weights, seed, latency, **placement_of(run))
     return ProcessPolicy(factory, trim_above=run.cfg.trim_above, wait=False)
 
 
@@ -51,7 +56,8 @@ def _learner_args(run: "Run", budget: "RestartBudget") -> dict[str, Any]:
     cfg = run.cfg
     return {"n_learners": cfg.n_learners, "mode": cfg.learner_mode, "obs_shape": run.spec.obs_shape,
             "n_actions": int(run.spec.action_space.n), "cfg": run.dqn, "state": run.state, "weights": run.weights,
-            "replay": run.replay, "seed": cfg.seed, "restart_budget": budget, "clock": run.world.clock}  # fmt: skip
+            "replay": run.replay, "seed": cfg.seed, "restart_budget": budget, "clock": run.world.clock,
+            "device": cfg.device}  # fmt: skip
 
 
 def virtual_learners(run: "Run", budget: "RestartBudget") -> Any:

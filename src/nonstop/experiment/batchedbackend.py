@@ -12,7 +12,9 @@ What the run's config may say (read with defaults until `TrainConfig` has the fi
 * ``batch_curve``: the latency curve L(b) (`nonstop.inference.batchsize.CURVE_GRAMMAR`, e.g.
   ``linear:5t,0.25t``). Without it L(b) is the declared ``latency``'s mean for every b (a batch of
   any size costs one inference: batching at no cost), re-measured on the wall clock as it runs.
-* ``max_batch`` (default 64) and ``device`` (default ``cpu``; ``cuda``, ``cuda:N``, ``auto``).
+* ``max_batch`` (default 64), ``device`` (default ``cpu``; ``cuda``, ``cuda:N``, ``auto``) and ``dtype``
+  (`nonstop.inference.device.resolve_dtype`). On CUDA the server's forward pass pads each batch to
+  the next power of two (up to ``max_batch``) and replays a CUDA graph captured for that size.
 """
 
 from __future__ import annotations
@@ -79,19 +81,21 @@ def _curve(run: "Run") -> "LatencyCurve":
 
 def _build_server(run: "Run") -> "BatchingServer":
     from nonstop.inference.batching import BatchingServer
-    from nonstop.inference.device import torch_forward
+    from nonstop.inference.device import default_graph_sizes, placement, torch_forward
     from nonstop.learning.dqn import build_q_network
 
     space = run.spec.action_space
     model = build_q_network(run.spec.obs_shape, int(space.n), run.dqn)
-    q_argmax = torch_forward(model, getattr(run.cfg, "device", "cpu"), refresh=_WeightsRefresh(run.weights))
+    max_batch = int(getattr(run.cfg, "max_batch", DEFAULT_MAX_BATCH))
+    device, _ = placement(run.cfg.device, run.cfg.dtype)
+    q_argmax = torch_forward(model, str(device), dtype=run.cfg.dtype, graph_sizes=default_graph_sizes(device, max_batch),
+                             refresh=_WeightsRefresh(run.weights))  # fmt: skip
     start = int(getattr(space, "start", 0))  # Q-value i is action start + i (a Discrete(n, start=s) space)
 
     def forward(batch: np.ndarray) -> np.ndarray:
         return q_argmax(batch) + start
 
-    return BatchingServer(forward, _curve(run), clock=run.world.clock,
-                          max_batch=int(getattr(run.cfg, "max_batch", DEFAULT_MAX_BATCH)))  # fmt: skip
+    return BatchingServer(forward, _curve(run), clock=run.world.clock, max_batch=max_batch)
 
 
 def batched_policy(run: "Run", i: int) -> "BatchedPolicy":

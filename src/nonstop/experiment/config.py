@@ -37,7 +37,9 @@ OPPONENT_WEIGHTINGS: Final = ("uniform", "latest")
 SELF_PLAY_KEYS: Final = ("self_play", "opponents", "snapshot_every", "pool_size", "opponent_latency")
 _CLOCKS: Final = ("virtual", "wall")
 #: the batching server's settings (left out of a saved config whose workers are not its lanes)
-_BATCHED_KEYS: Final = ("device", "batch_curve", "max_batch")
+_BATCHED_KEYS: Final = ("batch_curve", "max_batch")
+#: where models run (left out of a saved config at their defaults, so runs saved before they existed resume)
+_PLACEMENT_DEFAULTS: Final = {"device": "cpu", "dtype": None}
 _LEARNER_MODES: Final = ("round_robin", "hogwild", "parallel")
 #: the default of ``trim_above`` (`nonstop.policies.memory.DEFAULT_MIN_FREE`, kept equal by a test)
 _DEFAULT_TRIM: Final = 4 * 2**20
@@ -116,7 +118,12 @@ class TrainConfig:
                                                                metavar="SECONDS"))
     pool_size: int = field(default=8, metadata=_help("self-play: snapshots kept, the newest"))
     device: str = field(default="cpu", metadata=_help(
-        "where the batching server's model runs (--backend batched): cpu, cuda, cuda:N or auto (CUDA when present)"))
+        "where every model of the run runs: the workers' (each thread's or process's own copy, or the batching "
+        "server's with --backend batched) and the learners': cpu, cuda, cuda:N or auto (CUDA when present)",
+        metavar="cpu|cuda|cuda:N|auto"))
+    dtype: str | None = field(default=None, metadata=_help(
+        "the inference precision: fp32, bf16 or fp16 (None/auto: bf16 on CUDA, fp32 on the CPU); learners update "
+        "in fp32", metavar="fp32|bf16|fp16|auto"))
     batch_curve: str | None = field(default=None, metadata=_help(
         "--backend batched: the batch latency curve L(b), linear:A,C (A + C·b) or table:b=T,... with units "
         "(linear:5t,0.25t); None: the --latency mean for any batch size"))
@@ -172,9 +179,7 @@ class TrainConfig:
             raise ValueError(f"--learner-backend ray runs the learners of a staggered run; --interaction "
                              f"{self.interaction} learns inside its own loop on this host: use --interaction staggered, "
                              "or leave out --learner-backend")  # fmt: skip
-        if self.device != "cpu" and self.inference_backend != "batched":
-            raise ValueError(f"--device {self.device} places the batching server's model: it needs --backend batched "
-                             "(workers and learners of other backends run on the CPU)")  # fmt: skip
+        _check_placement(self)
         if not isinstance(self.scheduler_args, dict) or not all(isinstance(k, str) for k in self.scheduler_args):
             raise ValueError(f"scheduler_args must be a dict of setting names, got {self.scheduler_args!r}")
         if not isinstance(self.max_batch, int) or isinstance(self.max_batch, bool) or self.max_batch < 1:
@@ -219,7 +224,26 @@ class TrainConfig:
         if self.backend != "batched":  # and a run without the batching server
             for name in _BATCHED_KEYS:
                 del d[name]
+        for name, default in _PLACEMENT_DEFAULTS.items():  # and a run on the CPU in fp32
+            if d[name] == default and not (name == "device" and self.backend == "batched"):
+                del d[name]
         return d
+
+
+def _check_placement(cfg: TrainConfig) -> None:
+    """``device`` and ``dtype`` are well formed (whether this machine has the device is the run's check,
+    `nonstop.inference.device.resolve_device`), and Ray's workers and learners stay on their CPUs."""
+    import re
+
+    if not isinstance(cfg.device, str) or not re.fullmatch(r"cpu|auto|cuda(:\d+)?", cfg.device.strip().lower()):
+        raise ValueError(f"device must be cpu, cuda, cuda:N or auto, got {cfg.device!r}")
+    if cfg.dtype is not None:
+        from nonstop.inference.device import parse_dtype
+
+        cfg.dtype = parse_dtype(cfg.dtype)
+    if cfg.device != "cpu" and cfg.cluster == "ray":
+        raise ValueError(f"--device {cfg.device} with Ray: Ray's workers and learners run on their nodes' CPUs; "
+                         "use --backend thread, process or batched and --learner-backend process")  # fmt: skip
 
 
 def _one_of(name: str, value: Any, allowed: tuple[str, ...], what: str = "{name} must be one of {names}, got {value!r}") -> None:

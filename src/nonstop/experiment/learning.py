@@ -38,6 +38,7 @@ class LearningCore(Part):
         self.dqn: DQNConfig = run.dqn
         self.obs_shape, self.n_actions = spec.obs_shape, int(spec.action_space.n)
         self.seed = cfg.seed
+        self.device = cfg.device  # the learners' (`Learner`): their networks and batches live there
         torch.manual_seed(cfg.seed)
         if cfg.clock == "virtual":
             # everything shares this process: one torch thread each avoids oversubscribing
@@ -68,7 +69,7 @@ class LearningCore(Part):
     def learner(self, i: int) -> Learner:
         """Learner ``i`` of this run (each with its own sampling seed)."""
         return Learner(i, self.obs_shape, self.n_actions, self.dqn, self.state, self.weights, self.replay,
-                       seed=self.seed * 7 + i)  # fmt: skip
+                       seed=self.seed * 7 + i, device=self.device)  # fmt: skip
 
     def current_params(self) -> np.ndarray:
         """One whole published version of the parameters, even while learners publish."""

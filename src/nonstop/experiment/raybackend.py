@@ -39,6 +39,7 @@ def ray_learners(run: "Run", budget: "RestartBudget") -> Any:
     from nonstop.distributed.ray_learners import RayLearners
 
     kw = _learner_args(run, budget)
+    kw.pop("device")  # Ray learners run on their nodes' CPUs (TrainConfig refuses another device with Ray)
     return RayLearners(**kw, broadcast=run.cluster.broadcast, tau_m=run.tau_m)
 
 

@@ -90,15 +90,15 @@ def _learner_settings(cfg: "TrainConfig", spec: WorldSpec) -> None:
     from nonstop.learning.dqn import DQNConfig
     from nonstop.policies.latency import parse_latency
 
-    from nonstop.inference.device import resolve_device
+    from nonstop.inference.device import placement
 
-    resolve_device(cfg.device)  # a device this machine lacks is said now, naming what torch finds
+    device, _ = placement(cfg.device, cfg.dtype)  # a device this machine lacks is said now, naming what torch finds
     spec.dqn = cfg.dqn if cfg.dqn is not None else DQNConfig.for_family(spec.family)
     spec.latency = parse_latency(cfg.latency, tick_hz=spec.tick_hz)
     if len(spec.obs_shape) > 1:  # a ResNet each worker and learner builds
         from nonstop.policies.models import ARCH_DEPTHS, ensure_fits
 
-        ensure_fits(spec.dqn.k, "cpu", n_actions=int(spec.action_space.n), depth=ARCH_DEPTHS[spec.dqn.arch])
+        ensure_fits(spec.dqn.k, str(device), n_actions=int(spec.action_space.n), depth=ARCH_DEPTHS[spec.dqn.arch])
     # Algorithm 2's N_I* = ⌈τ̄_θ/τ_M⌉ by default, so the staggered agent acts at every tick
     spec.n_inference = cfg.n_inference or (
         1 if cfg.scheduler == "sequential" else max(1, math.ceil(spec.latency.mean / spec.tau_m - 1e-9)))

@@ -27,11 +27,13 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
-__all__ = ["LatencyCurve", "choose_batch_size", "parse_curve", "CURVE_GRAMMAR"]
+__all__ = ["LatencyCurve", "choose_batch_size", "parse_curve", "CURVE_GRAMMAR", "steady_batch", "worlds_ceiling",
+           "curve_table_spec", "read_curve_file"]
 
 CURVE_GRAMMAR: Final = (
     "linear:A,C (L(b) = A + C·b) | table:B=L,B=L,... (b observations take L; interpolated between entries), "
-    "where A, C and L are durations with a unit s, ms or t (ticks), e.g. linear:2ms,0.25ms or table:1=2t,8=5t"
+    "where A, C and L are durations with a unit s, ms or t (ticks), e.g. linear:2ms,0.25ms or table:1=2t,8=5t; "
+    "or the path of a file holding one of these (`nonstop bench gpu --save-curve` writes one)"
 )
 
 
@@ -183,10 +185,14 @@ def parse_curve(spec: str, tick_hz: float | None = None) -> LatencyCurve:
     ...
     ValueError: bad latency curve 'quadratic:1,2': unknown kind 'quadratic'. Expected linear:A,C ...
     """
+    import os
+
     from nonstop.policies.latency import _quantity
 
     if not isinstance(spec, str):
         raise TypeError(f"a latency curve spec is a string, got {type(spec).__name__}")
+    if os.path.isfile(spec):
+        return parse_curve(read_curve_file(spec), tick_hz=tick_hz)
     kind, _, rest = spec.strip().partition(":")
     kind = kind.strip().lower()
     bad = f"bad latency curve {spec!r}"
@@ -204,3 +210,58 @@ def parse_curve(spec: str, tick_hz: float | None = None) -> LatencyCurve:
             table[int(b)] = _quantity(seconds, f"L({int(b)})", spec, tick_hz)
         return LatencyCurve.table(table)
     raise ValueError(f"{bad}: unknown kind {kind!r}. Expected {CURVE_GRAMMAR}")
+
+
+def read_curve_file(path: str) -> str:
+    """The curve spec a file holds: its first line that is not blank or a ``#`` comment."""
+    with open(path, encoding="utf-8") as f:
+        lines = [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+    if not lines:
+        raise ValueError(f"latency curve file {path} holds no curve: want one line such as table:1=2ms,8=5ms")
+    if lines[0].split(":")[0].strip().lower() not in ("linear", "table"):
+        raise ValueError(f"latency curve file {path}: {lines[0][:60]!r} is not a curve. Expected {CURVE_GRAMMAR}")
+    return lines[0]
+
+
+def curve_table_spec(table: Mapping[int, float]) -> str:
+    """``table:b=Ls,...`` for measured seconds per batch size: what `parse_curve` reads back.
+
+    >>> spec = curve_table_spec({8: 0.0138, 1: 0.0025}); spec
+    'table:1=0.0025s,8=0.0138s'
+    >>> round(parse_curve(spec)(8), 6)
+    0.0138
+    """
+    if not table:
+        raise ValueError("a measured curve needs at least one batch size")
+    return "table:" + ",".join(f"{int(b)}={float(s):.6g}s" for b, s in sorted(table.items()))
+
+
+def steady_batch(curve: Callable[[int], float], tau_m: float, worlds: int, max_batch: int) -> int | None:
+    """The smallest batch ``b <= max_batch`` with ``L(b) <= b·τ_M/K``: a server that runs one batch at a
+    time answers K requests a tick only if a batch of b takes at most the b/K ticks its requests arrive
+    in; staggered lanes settle near this b. None: no batch keeps up with ``worlds`` worlds.
+
+    >>> steady_batch(lambda b: 0.001 + 0.00025 * b, 1 / 60, 40, 64)   # L(6) = 2.5 ms = 6/40 of a tick
+    6
+    """
+    if worlds < 1 or max_batch < 1:
+        raise ValueError(f"worlds and max_batch must be >= 1, got {worlds}, {max_batch}")
+    return next((b for b in range(1, max_batch + 1) if curve(b) <= b * tau_m / worlds * (1 + 1e-9)), None)
+
+
+def worlds_ceiling(curve: Callable[[int], float], tau_m: float, max_batch: int) -> tuple[int, int]:
+    """``(K, b)``: the most worlds, each asking once per tick τ_M, that one device with curve L keeps up
+    with, ``K = max_b ⌊b·τ_M/L(b)⌋`` over ``b <= max_batch``, and the smallest batch that reaches it.
+    With L(b) = A + C·b it is ``⌊max_batch·τ_M/L(max_batch)⌋``, below τ_M/C however large the batch.
+
+    >>> worlds_ceiling(lambda b: 0.001 + 0.00025 * b, 1 / 60, 64)     # 64·τ_M/L(64) = 62.7; b = 54 gets 62 too
+    (62, 54)
+    """
+    if not (tau_m > 0 and math.isfinite(tau_m)) or max_batch < 1:
+        raise ValueError(f"tau_m must be a positive number of seconds and max_batch >= 1, got {tau_m}, {max_batch}")
+    best, at = 0, 1
+    for b in range(1, max_batch + 1):
+        k = math.floor(b * tau_m / curve(b) * (1 + 1e-9)) if curve(b) > 0 else max_batch * 10**6
+        if k > best:
+            best, at = k, b
+    return best, at

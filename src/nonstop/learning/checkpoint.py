@@ -73,6 +73,7 @@ DEFAULT_MAY_DIFFER: Final = (
     "duration", "duration_s", "seconds", "ticks", "max_ticks", "total_ticks", "env_ticks", "budget",
     "updates", "max_updates", "out", "run_dir", "resume", "progress_every", "progress_interval_s",
     "checkpoint_every", "keep_checkpoints", "quiet", "verbose", "max_restarts", "restart_window", "trim_above",
+    "device", "dtype",  # the same model, placed elsewhere: a run may move to (or off) a GPU
 )  # fmt: skip
 
 

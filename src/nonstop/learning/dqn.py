@@ -139,10 +139,16 @@ def build_q_network(obs_shape: tuple[int, ...], n_actions: int, cfg: DQNConfig) 
     raise ValueError(f"no Q-network for observations of shape {obs_shape}")
 
 
-def _to_tensor(x: np.ndarray) -> "torch.Tensor":
+def _to_tensor(x: np.ndarray, device: "torch.device | None" = None) -> "torch.Tensor":
+    """A host batch as the network takes it, on ``device`` (None: the CPU). Bytes travel (pinned,
+    without blocking, to CUDA: `nonstop.inference.device.to_device`) and are scaled there."""
     import torch
 
     t = torch.from_numpy(np.ascontiguousarray(x))
+    if device is not None:
+        from nonstop.inference.device import to_device
+
+        t = to_device(t, device)
     if t.dtype == torch.uint8:
         t = t.float().div_(255.0)
         return t.unsqueeze(1) if t.ndim == 3 else t.permute(0, 3, 1, 2) if t.shape[-1] <= 4 else t
@@ -159,10 +165,11 @@ def compute_gradient(
     import torch
     import torch.nn.functional as F
 
-    obs, next_obs = _to_tensor(batch.obs), _to_tensor(batch.next_obs)
-    action = torch.from_numpy(batch.action).long()
-    reward = torch.from_numpy(batch.reward).float()
-    discount = torch.from_numpy(batch.discount).float()
+    device = next(online.parameters()).device  # the learner's device: the batch goes there from host replay
+    obs, next_obs = _to_tensor(batch.obs, device), _to_tensor(batch.next_obs, device)
+    action = _to_tensor(batch.action, device).long()
+    reward = _to_tensor(batch.reward, device).float()
+    discount = _to_tensor(batch.discount, device).float()
     with torch.no_grad():
         next_q = target(next_obs)
         if cfg.double:
@@ -178,7 +185,7 @@ def compute_gradient(
     torch.nn.utils.clip_grad_norm_(online.parameters(), cfg.max_grad_norm)
     # a parameter the loss does not reach has no gradient: zero, as the flat layout needs every one
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in online.parameters()]
-    grad = torch.cat([g.reshape(-1) for g in grads]).numpy().copy()
+    grad = torch.cat([g.reshape(-1) for g in grads]).float().cpu().numpy().copy()  # to the host's master θ
     return grad, float(loss.detach())
 
 
@@ -226,8 +233,13 @@ class DQNPolicy(Policy):
     """
 
     def __init__(self, model: "torch.nn.Module", weights: SharedWeights, action_space: Any, *,
-                 seed: int | None = None, num_threads: int | None = 1) -> None:  # fmt: skip
-        self.model = model.eval()
+                 seed: int | None = None, num_threads: int | None = 1, device: str = "cpu",
+                 dtype: str | None = None) -> None:  # fmt: skip
+        from nonstop.inference.device import placement
+
+        #: where the model runs and its precision (`nonstop.inference.device.placement`)
+        self.device, self.dtype = placement(device, dtype)
+        self.model = model.to(self.device).eval()
         self.weights = weights
         self.action_space = action_space
         self.n = int(action_space.n)
@@ -253,7 +265,7 @@ class DQNPolicy(Policy):
         self._refresh()
         if self._rng.random() < self.weights.epsilon:
             return Decision(self.start + int(self._rng.integers(self.n)))
-        return Decision(self.start + self._greedy(_to_tensor(np.asarray(obs)[None])))
+        return Decision(self.start + self._greedy(_to_tensor(np.asarray(obs)[None], self.device)))
 
     def _refresh(self) -> None:
         """Load the newest published version into the model, if it is new (a private copy)."""
@@ -265,16 +277,21 @@ class DQNPolicy(Policy):
         """The index of the largest Q-value for the batch-of-one ``x``."""
         import torch
 
-        with torch.inference_mode():
+        from nonstop.inference.device import autocast
+
+        with torch.inference_mode(), autocast(self.device, self.dtype):
             return int(self.model(x).argmax(1))
 
 
 def make_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_dict: dict[str, Any],
-                    weights: SharedWeights, seed: int | None = None, latency: Any = None) -> Policy:  # fmt: skip
+                    weights: SharedWeights, seed: int | None = None, latency: Any = None, *, device: str = "cpu",
+                    dtype: str | None = None) -> Policy:  # fmt: skip
     """Module-level factory (picklable with functools.partial) for worker threads and processes;
-    with a ``latency`` (a `nonstop.policies.latency.Latency`) the policy declares it per decision."""
+    with a ``latency`` (a `nonstop.policies.latency.Latency`) the policy declares it per decision.
+    ``device``/``dtype``: where its model runs (`nonstop.inference.device.placement`)."""
     cfg = DQNConfig.from_dict(cfg_dict)
-    policy: Policy = DQNPolicy(build_q_network(obs_shape, int(action_space.n), cfg), weights, action_space, seed=seed)
+    policy: Policy = DQNPolicy(build_q_network(obs_shape, int(action_space.n), cfg), weights, action_space, seed=seed,
+                               device=device, dtype=dtype)  # fmt: skip
     if latency is not None:
         from nonstop.policies.latency import LatencyPolicy
 

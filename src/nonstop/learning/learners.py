@@ -128,11 +128,16 @@ class Learner:
     """One learner's own networks and random stream (lives in the learner's process)."""
 
     def __init__(self, index: int, obs_shape: tuple[int, ...], n_actions: int, cfg: DQNConfig,
-                 state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, seed: int | None) -> None:  # fmt: skip
+                 state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, seed: int | None,
+                 device: str = "cpu") -> None:  # fmt: skip
+        from nonstop.inference.device import resolve_device
+
         self.index, self.cfg = index, cfg
         self.state, self.weights, self.replay = state, weights, replay
-        self.online = build_q_network(obs_shape, n_actions, cfg).train()
-        self.target = build_q_network(obs_shape, n_actions, cfg).eval()
+        #: where the update runs: its online and target networks live there, batches go there from host replay
+        self.device = resolve_device(device)
+        self.online = build_q_network(obs_shape, n_actions, cfg).to(self.device).train()
+        self.target = build_q_network(obs_shape, n_actions, cfg).to(self.device).eval()
         self._flat = np.empty(weights.n_params, np.float32)
         self._target_version = -1
         self.rng = np.random.default_rng(seed)
@@ -152,8 +157,9 @@ class Learner:
         batch = self.replay.sample(self.cfg.batch_size, self.rng)
         if batch is None:
             return None
-        self.version = self.weights.read_into(self._flat)
-        load_flat(self.online, self._flat)
+        if self.weights.version != self.version or self.gradients == 0:  # to the device once per version
+            self.version = self.weights.read_into(self._flat)
+            load_flat(self.online, self._flat)
         self._sync_target()
         self.gradients += 1
         return compute_gradient(self.online, self.target, batch, self.cfg)
@@ -293,14 +299,14 @@ class VirtualLearners:
 
 def _learner_main(index: int, n: int, mode: str, obs_shape: tuple[int, ...], n_actions: int, cfg_dict: dict,
                   state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, grads: GradientSlots | None,
-                  seed: int | None, torch_threads: int) -> None:  # fmt: skip
+                  seed: int | None, torch_threads: int, device: str = "cpu") -> None:  # fmt: skip
     hold_lifeline()  # a learner never outlives its trainer (it would pin every shared segment)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer decides when learners stop
     import torch
 
     torch.set_num_threads(torch_threads)
     cfg = DQNConfig.from_dict(cfg_dict)
-    learner = Learner(index, obs_shape, n_actions, cfg, state, weights, replay, seed)
+    learner = Learner(index, obs_shape, n_actions, cfg, state, weights, replay, seed, device=device)
     try:
         while not state.stop_requested:
             if not learner.ready or learner.ahead:
@@ -367,8 +373,9 @@ class LearnerProcesses:
     def __init__(self, *, n_learners: int, mode: str, obs_shape: tuple[int, ...], n_actions: int, cfg: DQNConfig,
                  state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, seed: int | None = None,
                  torch_threads: int = 1, restart: bool = True, restart_budget: RestartBudget | None = None,
-                 clock: Any = None) -> None:  # fmt: skip
+                 clock: Any = None, device: str = "cpu") -> None:  # fmt: skip
         check_mode(mode, n_learners)
+        self.device = device  # each learner process's device (cpu, cuda, cuda:N, auto)
         if mode == "parallel" and n_learners > GradientSlots.MAX_LEARNERS:
             raise ValueError(f"parallel mode supports at most {GradientSlots.MAX_LEARNERS} learners, got {n_learners}")
         self.n, self.mode = n_learners, mode
@@ -396,7 +403,7 @@ class LearnerProcesses:
         seed = None if self.seed is None else self.seed * 1000 + i + 7919 * self.restarts[i]
         target = functools.partial(
             _learner_main, i, self.n, self.mode, self.obs_shape, self.n_actions, self.cfg.to_dict(),
-            self.state, self.weights, self.replay, self.grads, seed, self.torch_threads,
+            self.state, self.weights, self.replay, self.grads, seed, self.torch_threads, self.device,
         )  # fmt: skip
         p = self._ctx.Process(target=target, name=f"nonstop-learner-{i}", daemon=True)
         p.start()

@@ -152,7 +152,7 @@ class Timing:
 
 
 def measure_times(k: float, batch_size: int, *, device: str = "cpu", n_actions: int = 18, repeats: int = 5,
-                  sample_k: float = SAMPLE_K, call_budget_s: float = CALL_BUDGET_S) -> Timing:  # fmt: skip
+                  sample_k: float = SAMPLE_K, call_budget_s: float = CALL_BUDGET_S, dtype: Any = None) -> Timing:  # fmt: skip
     """Forward time (batch 1) and update time (batch ``batch_size``: forward, backward, Adam step)
     of the width-``k`` ResNet on one core of this machine (``device="cpu"``) or on its GPU (``"cuda"``:
     each pass timed to its end with ``torch.cuda.synchronize``).
@@ -163,10 +163,12 @@ def measure_times(k: float, batch_size: int, *, device: str = "cpu", n_actions: 
     timed at the largest batch whose forward and backward fit in ``call_budget_s`` and scaled to
     ``batch_size`` by FLOPs too. On a GPU the asked model is timed as it is (small models there are
     bound by kernel launches, not FLOPs, so their times do not scale).
+    ``dtype`` (a torch dtype; None: fp32) times the forward pass under autocast to it.
     """
     import numpy as np
     import torch
 
+    from nonstop.inference.device import autocast
     from nonstop.policies.models import count_flops, count_parameters, impala_resnet
     from nonstop.realtime.clock import WallClock
 
@@ -184,7 +186,7 @@ def measure_times(k: float, batch_size: int, *, device: str = "cpu", n_actions: 
         model = impala_resnet(k_s, n_actions, device=device)  # a model that cannot fit fails here, naming the budget
         x1 = torch.zeros(1, 1, 84, 84, device=device)
         forwards: list[float] = []
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast(torch.device(device), dtype or torch.float32):
             for _ in range(2 if device == "cuda" else 1):  # warm: allocations, cuDNN's algorithm choice
                 model(x1)
             sync()
