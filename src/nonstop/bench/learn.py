@@ -33,6 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--learning-starts", type=int, default=None, help="transitions before learning (default: the family's)")
     p.add_argument("--tau-l", type=float, default=None, help="virtual seconds per update (default τ_M; ~0.25 for k=1 on 2 CPU cores)")
     p.add_argument("--seed", type=int, default=0)
+    from nonstop.commands._flags import add_device_arguments
+
+    add_device_arguments(p, what="every model of the runs (workers and learners)")
 
 
 def first_reaching(returns: list[float], end_ticks: list[int], target: float, window: int = 20) -> int | None:
@@ -90,7 +93,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for name, value in (("--ticks", ticks), ("--compare-ticks", compare_ticks)):
         if value < 100:
             raise ValueError(f"{name} must be at least 100 ticks, got {value}")
-    common = {"env_args": args.env_arg, "learning_starts": args.learning_starts, "tau_l": args.tau_l}
+    common = {"env_args": args.env_arg, "learning_starts": args.learning_starts, "tau_l": args.tau_l,
+              "device": getattr(args, "device", "cpu"), "dtype": getattr(args, "dtype", None)}  # fmt: skip
     zero = _train(args.env, ticks, args.seed, **common)
     reached = first_reaching(zero.pop("_returns"), zero.pop("_ends"), args.target)
     ordering = {}

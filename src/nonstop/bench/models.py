@@ -50,7 +50,9 @@ def _k_list(text: str) -> list[float]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", type=_k_list, default=None,
                         help="comma-separated widths (default 1,7; the paper's sizes are 1,7,29,98)")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where to run the model")
+    from nonstop.commands._flags import add_device_arguments
+
+    add_device_arguments(parser)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: one core per worker)")
     parser.add_argument("--repeats", type=int, default=None, help="timed passes per k (default 30; 5 with --quick)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed passes first (default 3; 1 with --quick)")
@@ -110,14 +112,22 @@ def run(args: argparse.Namespace) -> dict:
         "repeats": repeats,
         "warmup": warmup,
     }
-    if args.device == "cuda":
+    from nonstop.inference.device import autocast, parse_device, resolve_dtype
+
+    args.device = parse_device(args.device)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    result["device"] = args.device
+    if args.device.startswith("cuda"):
         if not torch.cuda.is_available():
             result["note"] = "CUDA is not available on this machine: nothing measured (use --device cpu)"
             result["models"] = [{"k": k, "params": count_parameters(k, args.n_actions, **arch),
                                  "skipped": "CUDA not available"} for k in ks]
             return result
-        result["device"] = f"cuda ({torch.cuda.get_device_name(0)})"
+        result["device"] = f"{args.device} ({torch.cuda.get_device_name(torch.device(args.device))})"
     device = torch.device(args.device)
+    dtype = resolve_dtype(getattr(args, "dtype", None), device)
+    result["dtype"] = str(dtype).removeprefix("torch.")
 
     saved: list[str] = []
     previous_threads = torch.get_num_threads()
@@ -141,7 +151,8 @@ def run(args: argparse.Namespace) -> dict:
                 continue
             row["params_actual"] = module_parameters(model)
             x = torch.rand(1, 1, 84, 84, device=device)
-            seconds = time_forward(model, x, device, warmup, repeats, args.max_seconds)
+            with autocast(device, dtype):
+                seconds = time_forward(model, x, device, warmup, repeats, args.max_seconds)
             ms = percentiles(seconds, 1e3)
             row.update({
                 "n": ms["n"],

@@ -41,6 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", type=float, default=8.0, help="seconds each N_L is measured for")
     p.add_argument("--plot", default="runs/nlstar.png",
                    help="where to write the Figure 8 plot (default runs/nlstar.png, beside bench nstar's; '' for none)")
+    from nonstop.commands._flags import add_device_arguments
+
+    add_device_arguments(p, what="each learner's update", dtype=False)
 
 
 def _numbers(text: str, kind: type, name: str) -> list[Any]:
@@ -77,7 +80,7 @@ def _parts(k: float, batch: int, capacity: int = 2048) -> tuple[Any, ...]:
     return cfg, model, n, state, weights, replay
 
 
-def _update_time(k: float, batch: int, repeats: int) -> tuple[float, int]:
+def _update_time(k: float, batch: int, repeats: int, device: str = "cpu") -> tuple[float, int]:
     """Median seconds of one update in this process (one torch thread), and the parameter count."""
     import torch
 
@@ -86,7 +89,7 @@ def _update_time(k: float, batch: int, repeats: int) -> tuple[float, int]:
     torch.set_num_threads(1)
     cfg, _, n, state, weights, replay = _parts(k, batch)
     try:
-        learner = Learner(0, (84, 84), 18, cfg, state, weights, replay, seed=0)
+        learner = Learner(0, (84, 84), 18, cfg, state, weights, replay, seed=0, device=device)
         times = []
         for _ in range(repeats + 1):
             t0 = time.perf_counter()
@@ -101,7 +104,7 @@ def _update_time(k: float, batch: int, repeats: int) -> tuple[float, int]:
             seg.unlink()
 
 
-def _throughput(k: float, batch: int, n_learners: int, window: float) -> float:
+def _throughput(k: float, batch: int, n_learners: int, window: float, device: str = "cpu") -> float:
     """Transitions learned per second by ``n_learners`` round-robin learner processes."""
     from nonstop.learning.learners import LearnerProcesses
 
@@ -109,7 +112,8 @@ def _throughput(k: float, batch: int, n_learners: int, window: float) -> float:
     group = None
     try:
         group = LearnerProcesses(n_learners=n_learners, mode="round_robin", obs_shape=(84, 84), n_actions=18,
-                                 cfg=cfg, state=state, weights=weights, replay=replay, seed=0).start()  # fmt: skip
+                                 cfg=cfg, state=state, weights=weights, replay=replay, seed=0,
+                                 device=device).start()  # fmt: skip
         deadline = time.monotonic() + 120
         while state.updates < 2 * n_learners and time.monotonic() < deadline:  # every process up and learning
             time.sleep(0.05)
@@ -156,18 +160,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     window = min(args.window, 3.0) if args.quick else args.window
     if args.quick:
         ks, batches = ks[:1], batches[:1]
+    from nonstop.inference.device import resolve_device
+
+    device = str(resolve_device(getattr(args, "device", "cpu")))  # CUDA asked where torch finds none: one line
     cores = usable_cores()
     tau_m = 1 / TICK_HZ
     rows = []
     for k in ks:
         for batch in batches:
-            tau_update, n_params = _update_time(k, batch, repeats=3 if args.quick else 10)
+            tau_update, n_params = _update_time(k, batch, repeats=3 if args.quick else 10, device=device)
             per_transition = tau_update / batch
             theory = max(1, math.ceil(per_transition / tau_m))
             throughputs: dict[int, float] = {}
             measured = None
             for n_l in range(1, cores + 1):
-                throughputs[n_l] = _throughput(k, batch, n_l, window)
+                throughputs[n_l] = _throughput(k, batch, n_l, window, device)
                 if throughputs[n_l] >= TICK_HZ and measured is None:
                     measured = n_l
                 if measured is not None and n_l >= 2:
@@ -181,7 +188,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "scaling_1_to_2": throughputs[2] / throughputs[1] if 2 in throughputs and throughputs[1] > 0 else None,
             })  # fmt: skip
     rates = replay_rates(5_000 if args.quick else 50_000)
-    result = {"tick_hz": TICK_HZ, "cores": cores, "window_s": window, "load_average": os.getloadavg()[0], "rows": rows,
+    result = {"tick_hz": TICK_HZ, "device": device, "cores": cores, "window_s": window, "load_average": os.getloadavg()[0], "rows": rows,
               **rates, "replay_rates_over_one_session": {k: v / TICK_HZ for k, v in rates.items()}}  # fmt: skip
     if args.plot:
         result["plot"] = str(_plot(rows, Path(args.plot)))

@@ -40,6 +40,10 @@ DESCRIPTION = "memory of N_I process workers of one model: a copy of θ each vs 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", type=float, default=7.0, help="IMPALA ResNet width (default 7: ~11.7M parameters)")
     parser.add_argument("--workers", default=None, help="worker counts, comma-separated (default 1,4,8; quick 1,8)")
+    from nonstop.commands._flags import add_device_arguments
+
+    add_device_arguments(parser, what="each process worker's model (off the CPU each holds its own copy there: "
+                                      "the host memory measured is then the process's, not θ's)")  # fmt: skip
     parser.add_argument("--backend", choices=("process", "ray"), default="process",
                         help="process: ProcessPolicy workers (default); ray: Ray actors on one node of a local Ray, "
                              "each a copy of θ vs views of the node's object store")  # fmt: skip
@@ -190,14 +194,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if getattr(args, "backend", "process") == "ray":
             bare, rows, modes = _run_ray(counts, cfg, flat, weights)
         else:
-            bare, rows, modes = _run_processes(counts, cfg, obs_shape, space, weights)
+            bare, rows, modes = _run_processes(counts, cfg, obs_shape, space, weights, _placement(args))
     finally:
         weights.unlink()
     return _result(args, counts, flat, bare, rows, modes)
 
 
+def _placement(args: argparse.Namespace) -> dict[str, Any]:
+    """The workers' ``device`` and ``dtype``, checked here (CUDA where torch finds none: one line)."""
+    from nonstop.inference.device import placement
+
+    device = getattr(args, "device", "cpu")
+    placement(device, getattr(args, "dtype", None))
+    if device != "cpu" and getattr(args, "backend", "process") == "ray":
+        raise ValueError(f"--device {device} with --backend ray: Ray workers run on their nodes' CPUs")
+    return {"device": device, "dtype": getattr(args, "dtype", None)}
+
+
 def _run_processes(counts: list[int], cfg: Any, obs_shape: tuple[int, ...], space: Any,
-                   weights: Any) -> tuple[dict[int, int], list[dict[str, Any]], dict[str, Any]]:  # fmt: skip
+                   weights: Any, where: dict[str, Any] | None = None) -> tuple[dict[int, int], list[dict[str, Any]], dict[str, Any]]:  # fmt: skip
     """Process workers: a copy of θ each vs views of the host's shared copy; PSS, with the driver's
     share of the weights segment added so θ counts whole in both modes."""
     from nonstop.distributed.shared_params import make_shared_dqn_policy
@@ -205,8 +220,10 @@ def _run_processes(counts: list[int], cfg: Any, obs_shape: tuple[int, ...], spac
 
     # N bare workers share the libraries' pages N ways too: the baseline is measured per N
     bare = {n: _measure(_Bare, n)["pss_total"] for n in counts}
-    shared = partial(make_shared_dqn_policy, obs_shape, space, cfg.to_dict(), weights, 0)
-    modes = {"copies": partial(make_dqn_policy, obs_shape, space, cfg.to_dict(), weights, 0), "shared": shared, "shared_kept": shared}
+    where = where or {}
+    shared = partial(make_shared_dqn_policy, obs_shape, space, cfg.to_dict(), weights, 0, **where)
+    modes = {"copies": partial(make_dqn_policy, obs_shape, space, cfg.to_dict(), weights, 0, **where), "shared": shared,
+             "shared_kept": shared}  # fmt: skip
     rows = []
     for mode, factory in modes.items():
         for n in counts:
@@ -224,6 +241,7 @@ def _result(args: argparse.Namespace, counts: list[int], flat: np.ndarray, bare:
         # process: PSS (shared pages split among the processes that map them); ray: USS (private pages) plus θ once
         "memory": "pss" if getattr(args, "backend", "process") == "process" else "uss + theta",
         "k": args.k,
+        "device": getattr(args, "device", "cpu"),
         "n_params": int(flat.size),
         "theta_mib": flat.nbytes / mib,
         # copies and shared hand each pass's working set back above this many free bytes; shared_kept never

@@ -283,10 +283,13 @@ class SnapshotPolicy(Policy):
     """
 
     def __init__(self, model: Any, pool: SnapshotPool, episode_of: Callable[[], int], action_space: Any, *,
-                 epsilon: float, seed: int | None = None) -> None:  # fmt: skip
+                 epsilon: float, seed: int | None = None, device: str = "cpu", dtype: str | None = None) -> None:  # fmt: skip
+        from nonstop.inference.device import placement
+
         if not (isinstance(epsilon, (int, float)) and 0.0 <= epsilon <= 1.0):
             raise ValueError(f"opponent epsilon must be in [0, 1], got {epsilon!r}")
-        self.model, self.pool, self.episode_of = model.eval(), pool, episode_of
+        self.device, self.dtype = placement(device, dtype)  # the run's: a snapshot loads onto it once per match
+        self.model, self.pool, self.episode_of = model.to(self.device).eval(), pool, episode_of
         self.action_space = action_space
         self.n = int(action_space.n)
         self.start = int(getattr(action_space, "start", 0))
@@ -300,6 +303,7 @@ class SnapshotPolicy(Policy):
     def act(self, obs: np.ndarray) -> Decision:
         import torch
 
+        from nonstop.inference.device import autocast
         from nonstop.learning.dqn import _to_tensor
         from nonstop.learning.weights import load_flat
 
@@ -309,8 +313,8 @@ class SnapshotPolicy(Policy):
             self.loaded = snap.id
         if self._rng.random() < self.epsilon:
             return Decision(self.start + int(self._rng.integers(self.n)))
-        with torch.inference_mode():
-            q = self.model(_to_tensor(np.asarray(obs)[None]))
+        with torch.inference_mode(), autocast(self.device, self.dtype):
+            q = self.model(_to_tensor(np.asarray(obs)[None], self.device))
         return Decision(self.start + int(q.argmax(1)))
 
 
@@ -398,7 +402,8 @@ class SelfPlayPart(Part):
         model = build_q_network(run.spec.obs_shape, int(space.n), run.dqn)
         seed = run.cfg.seed * 1000 + 500 + i
         policy: Any = SnapshotPolicy(model, self.self_play.pool, lambda: int(slot.read().episode), space,
-                                     epsilon=run.dqn.epsilon_end, seed=seed)  # fmt: skip
+                                     epsilon=run.dqn.epsilon_end, seed=seed, device=run.cfg.device,
+                                     dtype=run.cfg.dtype)  # fmt: skip
         if self.latency.max_hint > 0:
             policy = LatencyPolicy(policy, self.latency, seed=seed)
         return policy
