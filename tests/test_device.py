@@ -277,3 +277,28 @@ def test_plan_says_which_card_runs_n_worlds(capsys, tmp_path):
     assert r["cards_that_keep_up"] == ["fast"] and [c["worlds_ceiling"] for c in r["curves"]] == [16, 154]
     assert main(["plan", "--batch-curve", "quadratic:1,2"]) == 2
     assert "--batch-curve: bad latency curve" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- bench gpu
+
+
+def test_bench_gpu_measures_a_curve_that_train_and_plan_read_back(tmp_path, capsys, no_shm_leak):
+    from nonstop.cli import main
+
+    saved = tmp_path / "cpu.curve"
+    assert main(["bench", "gpu", "--quick", "--device", "cpu", "--dtypes", "fp32,bf16", "--batch-sizes", "1,3",
+                 "--worlds", "1", "--seconds", "1", "--no-baseline", "--save-curve", str(saved),
+                 "--json"]) == 0  # fmt: skip
+    r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert r["device"] == "cpu" and [(c["dtype"], c["mode"]) for c in r["curves"]] == [("fp32", "eager"), ("bf16", "eager")]
+    fp32, bf16 = r["curves"]
+    assert fp32["actions_differ_from_fp32"] == 0.0 and 0.0 <= bf16["actions_differ_from_fp32"] <= 1.0
+    files = sorted(tmp_path.glob("cpu-k1-*.curve"))
+    assert [f.name for f in files] == ["cpu-k1-bf16.curve", "cpu-k1-fp32.curve"]
+    curve = parse_curve(str(files[1]))
+    assert [round(curve(b) * 1e3, 3) for b in (1, 3)] == [round(fp32["L_ms"][b], 3) for b in ("1", "3")]
+    assert main(["plan", "--batch-curve", str(files[1]), "--max-batch", "3", "--json"]) == 0  # as far as it measured
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["curves"][0]["worlds_ceiling"] == fp32["worlds_ceiling"]
+    (served,) = r["served"]  # one Boxing world on the real clock, its lanes served by the k=1 model on this CPU
+    assert served["design"] == "batched" and served["requests"] > 0 and 0.0 < served["utilisation"] <= 1.0
+    assert 0.0 <= served["inaction_max"] <= 1.0 and "worlds_per_process" not in r

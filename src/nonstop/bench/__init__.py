@@ -21,6 +21,7 @@ BENCHMARKS = {
     "channels": "nonstop.bench.channels",
     "nstar": "nonstop.bench.nstar",
     "lanes": "nonstop.bench.lanes",
+    "gpu": "nonstop.bench.gpu",
     "models": "nonstop.bench.models",
     "regret": "nonstop.bench.regret",
     "return": "nonstop.bench.returns",
@@ -36,6 +37,7 @@ BENCHMARKS = {
 #: The optional packages (top-level modules) a benchmark needs beyond the base install.
 REQUIRES = {
     "models": ("torch",),
+    "gpu": ("torch",),
     "learn": ("torch",),
     "nlstar": ("torch",),
     "weights": ("torch",),

@@ -1,0 +1,357 @@
+"""``nonstop bench gpu``: one device acting for many realtime worlds (docs/design.md §7; issue 22, item 6).
+
+Two parts, on the device ``--device`` picks (``auto``: CUDA when torch finds one; the CPU is allowed, with
+small ``--k`` and ``--quick``):
+
+1. **The batch curve** L(b) of the paper's IMPALA ResNet per width ``k`` and dtype, each pass timed from the
+   host's uint8 frames to the actions back on the host (pinned upload, argmax download), eagerly and, on
+   CUDA, replaying a CUDA graph captured per batch size (`nonstop.inference.device.TorchForward`). Per
+   curve: the actions per second, the largest batch inside one tick, and the ceiling it allows, the most
+   worlds one device keeps up with at ``--hz`` (`nonstop.inference.batchsize.worlds_ceiling`). Each dtype
+   but fp32 reports the fraction of argmax actions that differ from fp32's on one fixed batch of frames
+   (a randomly initialised model on random frames: measured, not assumed). A batch size that runs out of
+   device memory is named, with the largest that fit. ``--save-curve FILE`` writes each measured L(b) as
+   a ``table:b=L,...`` line that ``--batch-curve`` (train, plan, bench lanes) reads back.
+2. **Worlds served at 60 Hz**, on the real clock: for each K of ``--worlds``, K worlds of ``--env`` share
+   one `BatchingServer` (``--lanes`` request lanes a world under ``--scheduler``, the server's model on the
+   device at ``--serve-k``, its curve the one just measured and re-measured as it runs), against today's
+   design, one inference process per world running the same model on one CPU thread, in the same run.
+   Per design and K: inaction (the worst world), delay p50/p99 in ticks, and for the server its
+   utilisation (the fraction of the wall time a batch was running) and batch sizes. The figures:
+   ``worlds_batched`` and ``worlds_per_process``, the most K with inaction at most ``--max-inaction`` in
+   every world, and their ratio.
+
+What this does not do yet: overlap the next batch's upload with the running forward (one batch at a time),
+and share a learner's device copy with the server (weights reach it once per version through the host).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from nonstop.bench.common import parse_positive_list
+
+__all__ = ["DESCRIPTION", "add_arguments", "run", "render", "write_curves"]
+
+DESCRIPTION = ("one device, many worlds: the batch curve per k and dtype (eager vs CUDA graph), then worlds served at "
+               "60 Hz by a batching server against one process per world")  # fmt: skip
+_SIZES = {"cuda": "1,2,4,8,16,32,64,128,256", "cpu": "1,2,4,8,16", "quick_cpu": "1,2,4"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from nonstop.commands._flags import add_device_arguments
+
+    add_device_arguments(p, device="auto", what="the model", dtype=False)
+    p.add_argument("--dtypes", default=None, metavar="fp32,bf16,...",
+                   help="precisions timed, comma-separated (default: fp32,bf16 on CUDA; fp32,bf16 on the CPU too, bf16 "
+                        "there only for the disagreement figure)")  # fmt: skip
+    p.add_argument("--k", default=None, help="IMPALA widths, comma-separated (default 1,7,29,98 on CUDA; 1 on the CPU)")
+    p.add_argument("--batch-sizes", default=None,
+                   help=f"batch sizes timed (default {_SIZES['cuda']} on CUDA, {_SIZES['cpu']} on the CPU)")
+    p.add_argument("--repeats", type=int, default=None, help="timed passes per batch size (default 10; quick 3)")
+    p.add_argument("--save-curve", default=None, metavar="FILE",
+                   help="write each measured L(b) as a --batch-curve file (several k or dtypes: FILE-k<K>-<dtype>)")
+    p.add_argument("--worlds", default=None,
+                   help="world counts K served, comma-separated (default 8,16,32,64,128 on CUDA; 1,2,4 on the CPU; "
+                        "quick 1,2; 0: skip this part)")  # fmt: skip
+    p.add_argument("--serve-k", type=float, default=None, help="the width the worlds are served at (default: the first --k)")
+    p.add_argument("--env", default="Boxing", help="the worlds' env (default Boxing, 84x84 grey frames)")
+    p.add_argument("--seconds", type=float, default=None, help="wall seconds each K runs (default 10; quick 3)")
+    p.add_argument("--lanes", type=int, default=2, help="request lanes per world (default 2)")
+    p.add_argument("--scheduler", default="quantile_hold", help="the lanes' scheduler (default quantile_hold)")
+    p.add_argument("--max-batch", type=int, default=64, help="the largest batch the server forms (default 64)")
+    p.add_argument("--max-inaction", type=float, default=0.01, help="inaction a world may have and count as served")
+    p.add_argument("--hz", type=float, default=60.0, help="the worlds' tick rate for the ceilings (default 60)")
+    p.add_argument("--no-baseline", action="store_true", help="skip one process per world")
+
+
+def _ints(text: str, option: str) -> list[int]:
+    values = parse_positive_list(text, option)
+    if any(v != int(v) for v in values):
+        raise ValueError(f"{option} must be whole numbers, got {text!r}")
+    return [int(v) for v in values]
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """Every option checked and defaulted by device and --quick, before anything is built."""
+    from nonstop.inference.device import parse_dtype, resolve_device
+
+    device = resolve_device(args.device)  # CUDA asked where torch finds none: one line naming what it found
+    cuda, quick = device.type == "cuda", bool(getattr(args, "quick", False))
+    dtypes = [parse_dtype(d) or "fp32" for d in (args.dtypes or "fp32,bf16").split(",") if d.strip()]
+    ks = parse_positive_list(args.k or ("1,7,29,98" if cuda and not quick else "1"), "--k")
+    sizes = _ints(args.batch_sizes or _SIZES["cuda" if cuda else "quick_cpu" if quick else "cpu"], "--batch-sizes")
+    worlds_text = args.worlds if args.worlds is not None else ("1,2" if quick else "8,16,32,64,128" if cuda else "1,2,4")
+    worlds = [] if worlds_text.strip() == "0" else _ints(worlds_text, "--worlds")
+    repeats = args.repeats if args.repeats is not None else (3 if quick else 10)
+    seconds = args.seconds if args.seconds is not None else (3.0 if quick else 10.0)
+    for name, ok in (("--repeats", repeats >= 1), ("--seconds", seconds > 0), ("--lanes", args.lanes >= 1),
+                     ("--max-batch", args.max_batch >= 1), ("--hz", args.hz > 0),
+                     ("--max-inaction", 0.0 <= args.max_inaction < 1.0)):  # fmt: skip
+        if not ok:
+            raise ValueError(f"{name} is out of range (repeats, lanes, max-batch >= 1; seconds, hz > 0; "
+                             "max-inaction in [0, 1))")  # fmt: skip
+    return {"device": device, "cuda": cuda, "dtypes": list(dict.fromkeys(dtypes)), "ks": ks, "sizes": sorted(set(sizes)),
+            "worlds": worlds, "repeats": repeats, "seconds": seconds,
+            "serve_k": args.serve_k if args.serve_k is not None else ks[0]}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- part 1: the batch curve
+
+
+def _time_curve(forward: Any, frames: np.ndarray, sizes: list[int], repeats: int, clock: Any) -> dict[str, Any]:
+    """Median seconds per batch size, host to host; stops at the first size the device cannot hold."""
+    import torch
+
+    times: dict[int, float] = {}
+    out: dict[str, Any] = {"L_s": times}
+    for b in sizes:
+        try:
+            for _ in range(2):  # warm: cuDNN's choice, the graph's capture, the allocator
+                forward(frames[:b])
+            samples = []
+            for _ in range(repeats):
+                t0 = clock.now()
+                forward(frames[:b])
+                samples.append(clock.now() - t0)
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            out["out_of_memory_at_batch"] = b
+            out["largest_batch_that_fit"] = max(times) if times else None
+            break
+        times[b] = float(np.median(samples))
+    return out
+
+
+def measure_curves(s: dict[str, Any], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """One row per (k, dtype, mode): the measured curve and what it allows at ``args.hz``."""
+    import torch
+
+    from nonstop.inference.batchsize import LatencyCurve, worlds_ceiling
+    from nonstop.inference.device import TorchForward
+    from nonstop.policies.models import ModelTooLargeError, impala_resnet
+    from nonstop.realtime.clock import WallClock
+
+    clock, tau_m, rows = WallClock(spin=0.0), 1.0 / args.hz, []
+    frames = np.random.default_rng(0).integers(0, 256, (max(s["sizes"]), 84, 84), dtype=np.uint8)
+    modes = ("eager", "graph") if s["cuda"] else ("eager",)
+    for k in s["ks"]:
+        torch.manual_seed(0)
+        try:
+            model = impala_resnet(k, 18, device=s["device"])
+        except (ModelTooLargeError, RuntimeError) as exc:  # too large for this device: said, and the next k runs
+            rows.append({"k": k, "skipped": str(exc).splitlines()[0]})
+            continue
+        fp32_actions = TorchForward(model, str(s["device"]), dtype="fp32").q_values(frames[:64]).argmax(1)
+        for dtype in s["dtypes"]:
+            for mode in modes:
+                forward = TorchForward(model, str(s["device"]), dtype=dtype,
+                                       graph_sizes=s["sizes"] if mode == "graph" else ())  # fmt: skip
+                row: dict[str, Any] = {**forward.describe(), "k": k, "dtype": dtype, "mode": mode}
+                row.update(_time_curve(forward, frames, s["sizes"], s["repeats"], clock))
+                times = row.pop("L_s")
+                if mode == "eager":
+                    differ = forward.q_values(frames[:64]).argmax(1) != fp32_actions
+                    row["actions_differ_from_fp32"] = float(differ.float().mean())
+                if times:
+                    curve = LatencyCurve.table(times)
+                    ceiling, at = worlds_ceiling(curve, tau_m, max(times))
+                    within = [b for b, t in times.items() if t <= tau_m]
+                    row.update(L_ms={str(b): t * 1e3 for b, t in times.items()},
+                               actions_per_s={str(b): b / t for b, t in times.items()},
+                               best_batch_within_tick=max(within) if within else None,
+                               worlds_ceiling=ceiling, ceiling_batch=at, _table=times)  # fmt: skip
+                rows.append(row)
+        del model
+        if s["cuda"]:
+            torch.cuda.empty_cache()
+    return rows
+
+
+def write_curves(rows: list[dict[str, Any]], path: str) -> list[str]:
+    """Each (k, dtype)'s fastest measured curve (a CUDA graph where one ran) as a ``--batch-curve`` file:
+    ``path`` itself for one, ``path`` with ``-k<K>-<dtype>`` before its suffix for several."""
+    from nonstop._io import atomic_file
+    from nonstop.inference.batchsize import curve_table_spec
+
+    best: dict[tuple[float, str], dict[str, Any]] = {}
+    for r in rows:
+        if "_table" in r and ((r["k"], r["dtype"]) not in best or r["mode"] == "graph"):
+            best[(r["k"], r["dtype"])] = r
+    written = []
+    stem, suffix = os.path.splitext(path)
+    for (k, dtype), r in best.items():
+        target = path if len(best) == 1 else f"{stem}-k{k:g}-{dtype}{suffix}"
+        text = (f"# nonstop bench gpu: IMPALA ResNet k={k:g}, {dtype}, {r['mode']}, on {r['device']}: seconds per "
+                f"batch, host frames to host actions\n{curve_table_spec(r['_table'])}\n")  # fmt: skip
+        with atomic_file(target, durable=False) as f:
+            f.write(text.encode())
+        written.append(target)
+    return written
+
+
+# ----------------------------------------------------------------------------- part 2: worlds served
+
+
+def _world_figures(sessions: list[Any], begins: list[int], ends: list[int]) -> dict[str, Any]:
+    inaction, delays = [], []
+    for world, warmup_ticks, end in zip(sessions, begins, ends):
+        inaction.append(float(world.tick_log.summary(warmup_ticks=warmup_ticks, end_tick=end)["inaction_fraction"]))
+        log = world.tick_log
+        keep = (log["tick"] > warmup_ticks) & (log["tick"] <= end) & (log["source"] == 1)
+        delays.append(np.asarray(log["delay"][keep], dtype=float))
+    d = np.concatenate(delays) if delays else np.zeros(0)
+    return {"inaction_max": max(inaction), "inaction_mean": float(np.mean(inaction)),
+            "delay_p50_ticks": float(np.percentile(d, 50)) if d.size else None,
+            "delay_p99_ticks": float(np.percentile(d, 99)) if d.size else None}  # fmt: skip
+
+
+def _process_policy(k: float, space: Any) -> Any:
+    """Today's design: a worker process holding its own model on one CPU thread (module level: picklable)."""
+    from nonstop.policies.base import TorchPolicy
+    from nonstop.policies.models import impala_resnet
+
+    return TorchPolicy(impala_resnet(k, int(space.n)), space, num_threads=1)
+
+
+def _one_process(factory: Any, i: int) -> Any:
+    from nonstop.inference.workers import ProcessPolicy
+
+    return ProcessPolicy(factory)
+
+
+def _lanes_of(server: Any, world: Any) -> Any:
+    """World ``world``'s lane factory: lane ``i`` is a request lane of ``server`` on the world's tick grid."""
+    return lambda i: server.lane(world.action_space, tau_m=world.tau_m, origin=world.origin)
+
+
+def serve(design: str, k_worlds: int, s: dict[str, Any], args: argparse.Namespace, curve: Any) -> dict[str, Any]:
+    """K worlds on the real clock for ``s["seconds"]``, served by the batching server or a process each."""
+    from nonstop.inference.batching import BatchingServer
+    from nonstop.inference.device import TorchForward, default_graph_sizes
+    from nonstop.inference.workers import InferencePool
+    from nonstop.policies.models import impala_resnet
+    from nonstop.realtime.clock import WallClock
+    from nonstop.realtime.host import Session
+
+    clock = WallClock(spin=0.0)
+    sessions = [Session(args.env, clock="wall", seed=j, env_kwargs={"preprocess": True}) for j in range(k_worlds)]
+    pools: list[Any] = []
+    server = None
+    busy = [0.0]
+    try:
+        for w in sessions:
+            w.start()
+        if design == "batched":
+            space = sessions[0].action_space
+            n_actions = int(space.n)  # type: ignore[attr-defined]  # a Discrete space: DQN worlds
+            forward = TorchForward(impala_resnet(s["serve_k"], n_actions, device=s["device"]), str(s["device"]),
+                                   dtype=s["dtypes"][0], graph_sizes=default_graph_sizes(s["device"], args.max_batch))  # fmt: skip
+
+            def timed(batch: np.ndarray) -> np.ndarray:
+                t0 = clock.now()
+                try:
+                    return forward(batch)
+                finally:
+                    busy[0] += clock.now() - t0
+
+            server = BatchingServer(timed, curve, clock=clock, max_batch=args.max_batch)
+            for w in sessions:
+                pools.append(InferencePool(w, _lanes_of(server, w), args.scheduler, n_inference=args.lanes).start())
+        else:
+            for w in sessions:
+                factory = partial(_process_policy, s["serve_k"], w.action_space)
+                pools.append(InferencePool(w, partial(_one_process, factory), "sequential").start())
+        # every model is loaded (a process worker's start is waited for): the window opens half a second on,
+        # after the first batches captured their graphs
+        begins = [int(w.slot.read().tick) + int(args.hz / 2) for w in sessions]
+        started = clock.now()
+        clock.sleep_until(started + 0.5 + s["seconds"])
+        wall = clock.now() - started
+        ends = [int(w.slot.read().tick) for w in sessions]  # the measured window ends here: β ticks on after
+    finally:
+        for pool in pools:
+            pool.stop()
+        if server is not None:
+            server.close()
+        for w in sessions:
+            w.stop()
+    figures = _world_figures(sessions, begins, ends)
+    figures.update(design=design, worlds=k_worlds, seconds=s["seconds"])
+    if server is not None:
+        report = server.report()
+        figures.update(utilisation=min(1.0, busy[0] / wall), batch_size_mean=report["batch_size_mean"],
+                       late=report["late"], requests=report["requests"])  # fmt: skip
+    figures["served"] = figures["inaction_max"] <= args.max_inaction
+    return figures
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from nonstop.inference.batchsize import LatencyCurve
+
+    s = _settings(args)
+    rows = measure_curves(s, args)
+    result: dict[str, Any] = {"device": str(s["device"]), "dtypes": s["dtypes"], "batch_sizes": s["sizes"],
+                              "tick_hz": args.hz, "curves": rows}  # fmt: skip
+    if args.save_curve:
+        result["saved_curves"] = write_curves(rows, args.save_curve)
+    served = [r for r in rows if r.get("k") == s["serve_k"] and r.get("dtype") == s["dtypes"][0] and "_table" in r]
+    if s["worlds"] and served:
+        curve = LatencyCurve.table(served[-1]["_table"])  # the graph's where one ran (it comes last)
+        result["serve"] = {"k": s["serve_k"], "dtype": s["dtypes"][0], "env": args.env, "lanes": args.lanes,
+                           "scheduler": args.scheduler, "ceiling": served[-1]["worlds_ceiling"]}  # fmt: skip
+        runs = []
+        for k_worlds in s["worlds"]:
+            runs.append(serve("batched", k_worlds, s, args, curve))
+            if not args.no_baseline:
+                runs.append(serve("process_per_world", k_worlds, s, args, curve))
+        result["served"] = runs
+        best = {d: max((r["worlds"] for r in runs if r["design"] == d and r["served"]), default=0)
+                for d in ("batched", "process_per_world")}  # fmt: skip
+        result["worlds_batched"] = best["batched"]
+        if not args.no_baseline:
+            result["worlds_per_process"] = best["process_per_world"]
+            result["batched_over_per_process"] = (best["batched"] / best["process_per_world"]
+                                                  if best["process_per_world"] else None)  # fmt: skip
+    for r in rows:
+        r.pop("_table", None)
+    return result
+
+
+def render(result: dict[str, Any]) -> None:
+    from nonstop._console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(title=f"nonstop bench gpu — batch curve on {result['device']} (host frames to host actions)")
+    for col in ("k", "dtype", "mode", "L(b) ms", "≤ 1 tick", "ceiling (worlds)", "≠ fp32"):
+        t.add_column(col, justify="left" if col == "L(b) ms" else "right")
+    for r in result["curves"]:
+        if "skipped" in r:
+            t.add_row(f"{r['k']:g}", "—", "—", r["skipped"][:60], "", "", "")
+            continue
+        curve = ", ".join(f"{b}: {ms:.3g}" for b, ms in (r.get("L_ms") or {}).items())
+        if r.get("out_of_memory_at_batch"):
+            curve += f" (out of memory at {r['out_of_memory_at_batch']})"
+        differ = r.get("actions_differ_from_fp32")
+        t.add_row(f"{r['k']:g}", r["dtype"], r["mode"], curve, str(r.get("best_batch_within_tick") or "—"),
+                  str(r.get("worlds_ceiling", "—")), "" if differ is None else f"{differ:.1%}")  # fmt: skip
+    console.print(t)
+    if result.get("served"):
+        t = Table(title=f"worlds served at 60 Hz: {result['serve']['env']}, k={result['serve']['k']:g}")
+        for col in ("design", "worlds", "inaction (worst)", "delay p50/p99", "utilisation", "batch", "served"):
+            t.add_column(col, justify="right")
+        for r in result["served"]:
+            delay = "—" if r["delay_p50_ticks"] is None else f"{r['delay_p50_ticks']:.0f}/{r['delay_p99_ticks']:.0f}"
+            t.add_row(r["design"], str(r["worlds"]), f"{r['inaction_max']:.1%}", delay,
+                      f"{r['utilisation']:.0%}" if "utilisation" in r else "—",
+                      f"{r['batch_size_mean']:.1f}" if r.get("batch_size_mean") else "—", "yes" if r["served"] else "no")  # fmt: skip
+        console.print(t)
+        console.print(f"most worlds served: batched {result['worlds_batched']}"
+                      + (f", one process per world {result['worlds_per_process']}" if "worlds_per_process" in result else ""),
+                      markup=False)  # fmt: skip
