@@ -44,7 +44,7 @@ _SIZES = {"cuda": "1,2,4,8,16,32,64,128,256", "cpu": "1,2,4,8,16", "quick_cpu": 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from nonstop.commands._flags import add_device_arguments
+    from nonstop.inference.device import add_device_arguments
 
     add_device_arguments(p, device="auto", what="the model", dtype=False)
     p.add_argument("--dtypes", default=None, metavar="fp32,bf16,...",

@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--learning-starts", type=int, default=None, help="transitions before learning (default: the family's)")
     p.add_argument("--tau-l", type=float, default=None, help="virtual seconds per update (default τ_M; ~0.25 for k=1 on 2 CPU cores)")
     p.add_argument("--seed", type=int, default=0)
-    from nonstop.commands._flags import add_device_arguments
+    from nonstop.inference.device import add_device_arguments
 
     add_device_arguments(p, what="every model of the runs (workers and learners)")
 

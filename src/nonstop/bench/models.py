@@ -50,7 +50,7 @@ def _k_list(text: str) -> list[float]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", type=_k_list, default=None,
                         help="comma-separated widths (default 1,7; the paper's sizes are 1,7,29,98)")
-    from nonstop.commands._flags import add_device_arguments
+    from nonstop.inference.device import add_device_arguments
 
     add_device_arguments(parser)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: one core per worker)")

@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", type=float, default=8.0, help="seconds each N_L is measured for")
     p.add_argument("--plot", default="runs/nlstar.png",
                    help="where to write the Figure 8 plot (default runs/nlstar.png, beside bench nstar's; '' for none)")
-    from nonstop.commands._flags import add_device_arguments
+    from nonstop.inference.device import add_device_arguments
 
     add_device_arguments(p, what="each learner's update", dtype=False)
 

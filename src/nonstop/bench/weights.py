@@ -40,7 +40,7 @@ DESCRIPTION = "memory of N_I process workers of one model: a copy of θ each vs 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", type=float, default=7.0, help="IMPALA ResNet width (default 7: ~11.7M parameters)")
     parser.add_argument("--workers", default=None, help="worker counts, comma-separated (default 1,4,8; quick 1,8)")
-    from nonstop.commands._flags import add_device_arguments
+    from nonstop.inference.device import add_device_arguments
 
     add_device_arguments(parser, what="each process worker's model (off the CPU each holds its own copy there: "
                                       "the host memory measured is then the process's, not θ's)")  # fmt: skip

@@ -78,25 +78,8 @@ def add_fields(group: Any, cls: type, names: Iterable[str], *, types: dict[str, 
 
 
 def add_device_arguments(group: Any, *, device: str = "cpu", what: str = "the model", dtype: bool = True) -> None:
-    """``--device cpu|cuda|cuda:N|auto`` and ``--dtype fp32|bf16|fp16|auto`` for a command that runs a
-    model (`nonstop.inference.device`): each checked for its form when parsed (a bad one is argparse's
-    one-line usage error); whether this machine has the device is said when the model is placed
-    (`nonstop.inference.device.placement`: one line naming what torch finds). ``args.dtype`` is None
-    for ``auto`` (bf16 on CUDA, fp32 on the CPU); ``dtype=False`` leaves ``--dtype`` out (learners update in fp32).
+    """``--device`` and ``--dtype`` for a command that runs a model: `nonstop.inference.device.add_device_arguments`
+    (in the library, so the benchmarks add the same flags)."""
+    from nonstop.inference.device import add_device_arguments as add
 
-    >>> p = argparse.ArgumentParser(); add_device_arguments(p)
-    >>> a = p.parse_args(["--device", "CUDA:0", "--dtype", "bf16"]); (a.device, a.dtype)
-    ('cuda:0', 'bf16')
-    >>> p.parse_args([]).dtype is None
-    True
-    """
-    from nonstop.inference.device import parse_device, parse_dtype
-
-    group.add_argument("--device", type=arg_type(parse_device), default=device, metavar="cpu|cuda|cuda:N|auto",
-                       help=f"where {what} runs: cpu, cuda, cuda:N, or auto (CUDA when torch finds one) "
-                            f"(default: {device})")  # fmt: skip
-    if not dtype:
-        return
-    group.add_argument("--dtype", type=arg_type(parse_dtype), default=None, metavar="fp32|bf16|fp16|auto",
-                       help=f"the precision {what} runs in (autocast): auto is bf16 on CUDA, fp32 on the CPU "
-                            "(default: auto)")  # fmt: skip
+    add(group, device=device, what=what, dtype=dtype)

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["resolve_device", "resolve_dtype", "parse_dtype", "DTYPES", "DEVICE_GRAMMAR", "uses_pinned", "to_device",
            "autocast", "frames_to_float", "padded_size", "TorchForward", "torch_forward", "placement", "parse_device",
-           "default_graph_sizes"]  # fmt: skip
+           "default_graph_sizes", "add_device_arguments"]  # fmt: skip
 
 #: the precisions a model may run in (``--dtype``): ``auto`` (None) is bf16 on CUDA, fp32 elsewhere
 DTYPES: Final = ("fp32", "bf16", "fp16")
@@ -327,3 +327,40 @@ def torch_forward(model: "torch.nn.Module", device: str = "cpu", *, dtype: str |
     """A `TorchForward` for ``model`` on ``device`` (CUDA graphs for ``graph_sizes`` where CUDA runs)."""
     return TorchForward(model, device, dtype=dtype, channels_last=channels_last, graph_sizes=graph_sizes,
                         refresh=refresh)  # fmt: skip
+
+
+def _flag(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    import argparse
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def add_device_arguments(group: Any, *, device: str = "cpu", what: str = "the model", dtype: bool = True) -> None:
+    """``--device cpu|cuda|cuda:N|auto`` and ``--dtype fp32|bf16|fp16|auto`` on an argparse parser or group,
+    for every command and benchmark that runs a model: each checked for its form when parsed (a bad one is
+    argparse's one-line usage error); whether this machine has the device is said when the model is
+    placed (`placement`: one line naming what torch finds). ``args.dtype`` is None for ``auto`` (bf16 on
+    CUDA, fp32 on the CPU); ``dtype=False`` leaves ``--dtype`` out (learners update in fp32).
+
+    >>> import argparse
+    >>> p = argparse.ArgumentParser(); add_device_arguments(p)
+    >>> a = p.parse_args(["--device", "CUDA:0", "--dtype", "bf16"]); (a.device, a.dtype)
+    ('cuda:0', 'bf16')
+    >>> p.parse_args([]).dtype is None
+    True
+    """
+    group.add_argument("--device", type=_flag(parse_device), default=device, metavar="cpu|cuda|cuda:N|auto",
+                       help=f"where {what} runs: cpu, cuda, cuda:N, or auto (CUDA when torch finds one) "
+                            f"(default: {device})")  # fmt: skip
+    if not dtype:
+        return
+    group.add_argument("--dtype", type=_flag(parse_dtype), default=None, metavar="fp32|bf16|fp16|auto",
+                       help=f"the precision {what} runs in (autocast): auto is bf16 on CUDA, fp32 on the CPU "
+                            "(default: auto)")  # fmt: skip
