@@ -539,6 +539,34 @@ def test_batched_backend_serves_a_virtual_clock_run():
     assert run.final_updates > 0 and run.part("batch_server").server.closed
 
 
+def test_the_batch_each_applied_action_rode_in_is_joined_onto_the_tick_log():
+    """8 lanes of one CartPole world on the virtual clock, unstaggered, with L(b) = 0.5 + 0.1·b ticks: they
+    ask together and ride batches together. Every action the world applied is traced to its batch by the
+    tick log's (worker, obs_tick); β ticks have none; the sizes applied are sizes the server formed."""
+    from nonstop.experiment import Run, TrainConfig
+    from nonstop.inference.batching import applied_batch_sizes
+    from nonstop.learning.dqn import DQNConfig
+
+    dqn = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)
+    run = Run(TrainConfig(env="CartPole", seconds=3.0, latency="1t", dqn=dqn, scheduler="unstaggered", n_inference=8,
+                          backend="batched", batch_curve="linear:0.5t,0.1t"))  # fmt: skip
+    try:
+        run.build().start()
+        run.advance(3.0)
+        log = run.world.tick_log
+        summary = run.summary(log)
+        server = run.part("batch_server").server
+        sizes = applied_batch_sizes(log["worker"], log["obs_tick"], log["source"], server.answered_by)
+    finally:
+        run.teardown()
+    agent = np.asarray(log["source"]) == 1
+    assert agent.sum() > 20 and (sizes[agent] >= 1).all() and (sizes[~agent] == 0).all()
+    report = summary["batch_server"]
+    assert sum(report["applied_batch_sizes"].values()) == int(agent.sum())
+    assert set(report["applied_batch_sizes"]) <= set(report["batch_sizes"]) and max(report["applied_batch_sizes"]) > 1
+    assert report["applied_batch_size_mean"] == pytest.approx(float(sizes[agent].mean()))
+
+
 @pytest.mark.wall
 def test_the_gpu_page_example_runs_as_a_saved_script(tmp_path):
     """docs/gpu.md's example, pasted into a file: it runs and prints the batch sizes it promises."""

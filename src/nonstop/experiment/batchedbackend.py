@@ -51,7 +51,19 @@ class BatchServerPart(Part):
         self.server.retire()
 
     def summary(self, run: "Run", tick_log: Any) -> dict[str, Any]:
-        return {"batch_server": self.server.report()}
+        """The server's report, and the batch size of every action the learner's seat applied: the tick
+        log's (worker, obs_tick) joined with the batch each lane's answer rode in (β ticks count 0)."""
+        from nonstop.inference.batching import applied_batch_sizes
+
+        report = self.server.report()
+        if tick_log is not None and len(tick_log):
+            sizes = applied_batch_sizes(tick_log["worker"], tick_log["obs_tick"], tick_log["source"],
+                                        self.server.answered_by)  # fmt: skip
+            applied = sizes[sizes > 0]
+            values, counts = np.unique(applied, return_counts=True)
+            report["applied_batch_sizes"] = {int(b): int(n) for b, n in zip(values, counts)}
+            report["applied_batch_size_mean"] = float(applied.mean()) if applied.size else None
+        return {"batch_server": report}
 
 
 class _WeightsRefresh:
@@ -106,4 +118,4 @@ def batched_policy(run: "Run", i: int) -> "BatchedPolicy":
         run.parts.append(part)  # closed with the run; appended, so a start loop in progress only calls its no-op start
     weights = run.weights
     return part.server.lane(run.spec.action_space, tau_m=run.tau_m, origin=run.world.origin,
-                            epsilon=lambda: weights.epsilon, seed=run.cfg.seed * 1000 + i)  # fmt: skip
+                            epsilon=lambda: weights.epsilon, seed=run.cfg.seed * 1000 + i, tag=i)  # fmt: skip

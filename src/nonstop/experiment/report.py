@@ -198,6 +198,10 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
             config_shown["n_inference"] = run_summary["n_inference"]  # the N_I the run resolved (⌈τ̄_θ/τ_M⌉)
         # summary.json repeats the tick figures of the newest segment; the "ticks" section above has them for
         # the whole (stitched) run, so only what no other section shows is listed here
+        server = run_summary.get("batch_server")
+        if isinstance(server, dict):  # --backend batched: the batches the applied actions rode in
+            report.summary["batch_server"] = {k: server.get(k) for k in (
+                "requests", "batch_size_mean", "late", "applied_batch_size_mean", "applied_batch_sizes")}  # fmt: skip
         shown = {key for figures in report.summary.values() for key in figures}
         report.summary["run_summary"] = {k: v for k, v in run_summary.items() if k not in shown and k != "n_inference"}
 

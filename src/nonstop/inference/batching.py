@@ -57,7 +57,7 @@ import heapq
 import itertools
 import math
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -68,7 +68,7 @@ from nonstop.inference.batchsize import LatencyCurve, choose_batch_size
 from nonstop.policies.base import Decision, Policy, _check_seed
 from nonstop.realtime.clock import Clock, VirtualClock, Wake, stopwatch
 
-__all__ = ["BatchingServer", "BatchedPolicy", "LaneDecision", "Request", "Answer", "ServerClosed"]
+__all__ = ["BatchingServer", "BatchedPolicy", "LaneDecision", "Request", "Answer", "ServerClosed", "applied_batch_sizes"]
 
 #: Virtual-clock priorities at one instant: workers 0 (after a tick 2), the host 1, learners 3; a batch
 #: starts and ends at 4, after every request of its instant; a waiting lane looks at 5, after the server.
@@ -187,6 +187,9 @@ class BatchingServer:
         # what the report says
         self.requests = 0
         self.batch_sizes: dict[int, int] = {}
+        #: the batch each answer rode in, by the lane's tag (its worker index) and observation tick: what
+        #: `applied_batch_sizes` joins onto a tick log's (worker, obs_tick)
+        self.answered_by: dict[Hashable, dict[int, int]] = {}
         self.late = 0
         self.late_by_total = 0.0
         self.late_by_max = 0.0
@@ -200,10 +203,12 @@ class BatchingServer:
     # ------------------------------------------------------------------ lanes and requests
     def lane(self, action_space: gymnasium.Space | None = None, *, tau_m: float, origin: float = 0.0,
              due_ticks: int | None = None, epsilon: float | Callable[[], float] = 0.0,
-             seed: int | None = None) -> "BatchedPolicy":  # fmt: skip
-        """A new request lane (a `Policy`) for a world ticking every ``tau_m`` from ``origin``."""
+             seed: int | None = None, tag: Hashable | None = None) -> "BatchedPolicy":  # fmt: skip
+        """A new request lane (a `Policy`) for a world ticking every ``tau_m`` from ``origin``. ``tag`` (the
+        tick log's worker index of the lane; a restarted worker's new lane keeps it): its answers' batch
+        sizes are kept in `answered_by` under it."""
         return BatchedPolicy(self, next(self._lanes), action_space, tau_m=tau_m, origin=origin, due_ticks=due_ticks,
-                             epsilon=epsilon, seed=seed)  # fmt: skip
+                             epsilon=epsilon, seed=seed, tag=tag)  # fmt: skip
 
     def submit(self, request: Request) -> _Ticket:
         """Queue ``request``; the returned ticket settles when its batch ends (or the server closes)."""
@@ -433,7 +438,8 @@ class BatchedPolicy(Policy):
 
     def __init__(self, server: BatchingServer, lane: int, action_space: gymnasium.Space | None = None, *,
                  tau_m: float, origin: float = 0.0, due_ticks: int | None = None,
-                 epsilon: float | Callable[[], float] = 0.0, seed: int | None = None) -> None:  # fmt: skip
+                 epsilon: float | Callable[[], float] = 0.0, seed: int | None = None,
+                 tag: Hashable | None = None) -> None:  # fmt: skip
         if not isinstance(server, BatchingServer):
             raise TypeError(f"server must be a BatchingServer, got {type(server).__name__}")
         if isinstance(tau_m, bool) or not isinstance(tau_m, (int, float)) or not (tau_m > 0 and math.isfinite(tau_m)):
@@ -452,6 +458,7 @@ class BatchedPolicy(Policy):
         self.origin: Final = float(origin)
         self.due_ticks: Final = due_ticks
         self.epsilon: Final = epsilon
+        self.tag: Final = tag
         self.answers = 0
         self.late = 0
         self.last_answer: Answer | None = None
@@ -496,6 +503,8 @@ class BatchedPolicy(Policy):
         self.answers += 1
         self.late += answer.late_by > 0
         self.last_answer = answer
+        if self.tag is not None:  # one writer per tag (the worker's lane): no lock needed
+            self.server.answered_by.setdefault(self.tag, {})[answer.obs_tick] = answer.batch_size
         action = answer.action
         epsilon = self.epsilon() if callable(self.epsilon) else self.epsilon
         if epsilon > 0 and self._rng.random() < epsilon:
@@ -513,3 +522,19 @@ class BatchedPolicy(Policy):
 
     def __repr__(self) -> str:
         return f"BatchedPolicy(lane={self.lane}, tau_m={self.tau_m:g}, due_ticks={self.due_ticks})"
+
+
+def applied_batch_sizes(worker: np.ndarray, obs_tick: np.ndarray, source: np.ndarray,
+                        answered_by: Mapping[Hashable, Mapping[int, int]]) -> np.ndarray:  # fmt: skip
+    """The batch size of the action applied at each tick of a tick log (its ``worker``, ``obs_tick`` and
+    ``source`` columns), from a server's `BatchingServer.answered_by`; 0 where β acted or no tagged lane
+    answered (a worker of its own: no batch).
+
+    >>> applied_batch_sizes(np.array([0, 1, -1, 0]), np.array([4, 4, -1, 6]), np.array([1, 1, 0, 1]),
+    ...                     {0: {4: 3, 6: 1}, 1: {4: 3}}).tolist()
+    [3, 3, 0, 1]
+    """
+    out = np.zeros(len(worker), np.int32)
+    for j in np.flatnonzero(np.asarray(source) == 1):
+        out[j] = answered_by.get(int(worker[j]), {}).get(int(obs_tick[j]), 0)
+    return out
