@@ -302,3 +302,17 @@ def test_bench_gpu_measures_a_curve_that_train_and_plan_read_back(tmp_path, caps
     (served,) = r["served"]  # one Boxing world on the real clock, its lanes served by the k=1 model on this CPU
     assert served["design"] == "batched" and served["requests"] > 0 and 0.0 < served["utilisation"] <= 1.0
     assert 0.0 <= served["inaction_max"] <= 1.0 and "worlds_per_process" not in r
+
+
+def test_bench_gpu_names_the_batch_that_ran_out_of_memory_and_what_fit():
+    """A device that cannot hold a batch of 8: the curve stops there, says so, and keeps what fit."""
+    from nonstop.bench.gpu import _time_curve
+    from nonstop.realtime.clock import VirtualClock
+
+    def forward(batch: np.ndarray) -> np.ndarray:
+        if len(batch) >= 8:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return np.zeros(len(batch), np.int64)
+
+    out = _time_curve(forward, _frames(16), [1, 4, 8, 16], repeats=2, clock=VirtualClock())
+    assert out["out_of_memory_at_batch"] == 8 and out["largest_batch_that_fit"] == 4 and sorted(out["L_s"]) == [1, 4]

@@ -118,8 +118,9 @@ class TrainConfig:
                                                                metavar="SECONDS"))
     pool_size: int = field(default=8, metadata=_help("self-play: snapshots kept, the newest"))
     device: str = field(default="cpu", metadata=_help(
-        "where every model of the run runs: the workers' (each thread's or process's own copy, or the batching "
-        "server's with --backend batched) and the learners': cpu, cuda, cuda:N or auto (CUDA when present)",
+        "where every model of the run runs: the thread or process workers' (on a GPU each its own copy), the batching "
+        "server's (--backend batched), the learners' and self-play's opponents': cpu, cuda, cuda:N or auto (CUDA when "
+        "present)",
         metavar="cpu|cuda|cuda:N|auto"))
     dtype: str | None = field(default=None, metadata=_help(
         "the inference precision: fp32, bf16 or fp16 (None/auto: bf16 on CUDA, fp32 on the CPU); learners update "
