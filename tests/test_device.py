@@ -316,3 +316,17 @@ def test_bench_gpu_names_the_batch_that_ran_out_of_memory_and_what_fit():
 
     out = _time_curve(forward, _frames(16), [1, 4, 8, 16], repeats=2, clock=VirtualClock())
     assert out["out_of_memory_at_batch"] == 8 and out["largest_batch_that_fit"] == 4 and sorted(out["L_s"]) == [1, 4]
+
+
+def test_a_torch_policy_takes_a_dtype():
+    from gymnasium import spaces
+
+    from nonstop.policies.base import TorchPolicy
+
+    frames = _frames(8, seed=4)
+    fp32 = TorchPolicy(_conv_net(), spaces.Discrete(6))
+    bf16 = TorchPolicy(_conv_net(), spaces.Discrete(6), dtype="bf16")
+    assert fp32.dtype == torch.float32 and bf16.dtype == torch.bfloat16
+    assert [fp32.act(f).action for f in frames] == _plain_argmax(_conv_net(), frames).tolist()
+    q = bf16.q_values(frames[0])
+    assert q.dtype == torch.float32 and q.shape == (6,) and 0 <= bf16.act(frames[0]).action < 6

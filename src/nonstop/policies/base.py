@@ -204,7 +204,9 @@ class TorchPolicy(Policy):
     under ``torch.inference_mode()``. ``num_threads`` (default 1: one core per
     inference process, as in the paper) is applied with ``torch.set_num_threads``
     on the first ``act`` of each process, since it is a per-process setting;
-    ``None`` leaves torch's setting alone. The declared latency is ``0.0``: the
+    ``None`` leaves torch's setting alone. ``device`` places the model and ``dtype``
+    (``fp32``, ``bf16``, ``fp16``; None: bf16 on CUDA, fp32 elsewhere) is its autocast
+    precision (`nonstop.inference.device`). The declared latency is ``0.0``: the
     worker measures the real compute time.
 
     Ownership: the policy holds ``model`` and never copies it; a learner that
@@ -229,8 +231,11 @@ class TorchPolicy(Policy):
         device: str | torch.device = "cpu",
         channels_last: bool | None = None,
         seed: int | None = None,
+        dtype: str | None = None,
     ) -> None:
         import torch
+
+        from nonstop.inference.device import resolve_dtype
 
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -243,6 +248,8 @@ class TorchPolicy(Policy):
             raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
         self.action_space = space
         self.device: Final = torch.device(device)
+        #: the precision the model runs in (autocast; None: bf16 on CUDA, fp32 elsewhere)
+        self.dtype: Final = resolve_dtype(dtype, self.device)
         self.model = model.to(self.device).eval()
         self.epsilon = float(epsilon)
         self.num_threads: Final = num_threads
@@ -261,9 +268,11 @@ class TorchPolicy(Policy):
         if self.num_threads is not None and self._threads_set_in_pid != os.getpid():
             torch.set_num_threads(self.num_threads)
             self._threads_set_in_pid = os.getpid()
-        with torch.inference_mode():
+        from nonstop.inference.device import autocast
+
+        with torch.inference_mode(), autocast(self.device, self.dtype):
             x = obs_to_tensor(obs, channels_last=self.channels_last).to(self.device)
-            out = self.model(x).reshape(-1).cpu()
+            out = self.model(x).reshape(-1).float().cpu()
         n = int(self.action_space.n)
         if out.numel() != n:
             raise ValueError(f"model returned {out.numel()} outputs for an action space of {n} actions")
