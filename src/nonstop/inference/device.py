@@ -159,13 +159,15 @@ def to_device(t: "torch.Tensor", device: "torch.device") -> "torch.Tensor":
     return t.pin_memory().to(device, non_blocking=True)
 
 
-def autocast(device: "torch.device", dtype: "torch.dtype") -> Any:
-    """A context that runs the model's ops in ``dtype`` (torch's autocast), or nothing for fp32."""
+def autocast(device: "torch.device", dtype: "torch.dtype", *, cache: bool = True) -> Any:
+    """A context that runs the model's ops in ``dtype`` (torch's autocast), or nothing for fp32.
+    ``cache=False`` recasts the weights at every op: what a CUDA graph must capture, so that a replay
+    casts the weights as they are then, never a cast cached at capture."""
     import torch
 
     if dtype == torch.float32:
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=dtype)
+    return torch.autocast(device.type, dtype=dtype, cache_enabled=cache)
 
 
 def frames_to_float(x: "torch.Tensor") -> "torch.Tensor":
@@ -267,7 +269,7 @@ class TorchForward:
         x = frames_to_float(x)
         if self.channels_last and x.ndim == 4:
             x = x.contiguous(memory_format=torch.channels_last)
-        with autocast(self.device, self.dtype):
+        with autocast(self.device, self.dtype, cache=not self.graphs):
             out = self.model(x)
         if out.ndim != 2 or out.shape[0] != x.shape[0]:
             raise ValueError(f"the model returned shape {tuple(out.shape)} for a batch of {x.shape[0]}: want (b, n) scores")
