@@ -33,7 +33,7 @@ DESCRIPTION = "IMPALA ResNet width k: parameters and batch-1 forward latency (ms
 _CONSTRUCTIONS: dict[str, ImpalaArch] = {
     "impala": {"same_padding": True, "fc_hidden": 256},  # standard IMPALA network (our default)
     "authors": {"same_padding": False, "fc_hidden": 512},  # CERC-AAI/realtime_rl ImpalaCNN
-    "2xdeep": {"same_padding": True, "fc_hidden": 256, "depth": 6},  # the authors' 30-layer variant (Figure 6)
+    "2xdeep": {"depth": 6},  # the authors' 30-layer DeepImpalaCNN (Figure 6): unpadded, pooled, FC 512
 }
 
 
