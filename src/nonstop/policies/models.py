@@ -245,6 +245,7 @@ def impala_resnet(
     >>> impala_resnet(1, 6).training
     False
     """
+    same_padding, fc_hidden = _arch_defaults(depth, same_padding, fc_hidden)
     arch = ImpalaArch(in_channels=in_channels, input_hw=input_hw, fc_hidden=fc_hidden, same_padding=same_padding, depth=depth)
     if check_memory:
         ensure_fits(k, device, n_actions=n_actions, **arch)
