@@ -47,9 +47,9 @@ def test_small_budget_cells_and_their_train_commands(tmp_path):
     assert {c.delay for c in per_game["Boxing"]} == {f"{PAPER_SIZES[k][1]}t" for k in PAPER_SIZES}
     staggered = next(c for c in per_game["Boxing"] if c.interaction == "staggered" and c.k == 29)
     argv = staggered.train_argv(tmp_path / "x")
-    # the paper's Atari setting: Algorithm 1, one update every 4 ticks, the declared 70-tick model, a k = 1 learner
+    # the paper's Atari setting: Algorithm 1, one update per 4 transitions, the declared 70-tick model, a k = 1 learner
     assert argv[argv.index("--scheduler") + 1] == "max_time" and argv[argv.index("--latency") + 1] == "70t"
-    assert math.isclose(float(argv[argv.index("--tau-l") + 1]), 4 / 60, rel_tol=1e-4)
+    assert math.isclose(float(argv[argv.index("--updates-per-transition") + 1]), 1 / 4) and "--tau-l" not in argv
     assert "paper-atari" in argv and "--k" not in argv
     sequential = next(c for c in per_game["Boxing"] if c.interaction == "sequential" and c.k == 29)
     assert sequential.train_argv(tmp_path)[sequential.train_argv(tmp_path).index("--scheduler") + 1] == "sequential"
@@ -82,18 +82,18 @@ def test_pokemon_needs_a_start_state(monkeypatch):
 
     monkeypatch.setattr(gb, "find_rom", lambda game, rom=None: "/roms/red.gb")
     monkeypatch.setattr(gb, "pyboy_problem", lambda: "")
-    ok, why = sweep._env_available("PokemonBattle", [])
+    ok, why = sweep.env_available("PokemonBattle", [])
     assert not ok and "--game-arg PokemonBattle:state=PATH" in why
-    assert sweep._env_available("PokemonBattle", ["state=b.state"]) == (True, "")
+    assert sweep.env_available("PokemonBattle", ["state=b.state"]) == (True, "")
     cells, _ = _plan("paper", games=["PokemonBattle"], game_args={"PokemonBattle": ["state=b.state"]},
-                     available=sweep._env_available)  # fmt: skip
+                     available=sweep.env_available)  # fmt: skip
     assert cells and all("state=b.state" in c.train_argv(Path("x")) for c in cells)
 
 
 def test_a_rom_given_as_a_game_arg_is_the_one_checked(tmp_path):
     from nonstop.experiment import sweep
 
-    ok, why = sweep._env_available("Tetris", [f"rom={tmp_path / 'tetris.gb'}"])
+    ok, why = sweep.env_available("Tetris", [f"rom={tmp_path / 'tetris.gb'}"])
     assert not ok and "tetris.gb" in why and "--game-arg Tetris:rom=PATH" in why
 
 
