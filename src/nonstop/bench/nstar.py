@@ -65,6 +65,8 @@ LATENCY_KINDS = ("constant", "normal", "lognormal", "egreedy", "empirical:FILE")
 _SPREAD_KINDS = ("normal", "lognormal", "egreedy")
 #: an ε-greedy policy's random action, as a fraction of its forward pass (Figure 7: "sampling random actions is very fast")
 RANDOM_ACTION_FRACTION = 0.01
+#: the log-spread of a forward pass's time (ε = 0: "the variance in T_θ is very small")
+FORWARD_JITTER = 0.01
 #: workers a quantile_hold start may find busy, at this level (the AutoScheduler's default)
 WORKER_QUANTILE = 0.999
 #: ticks of warm-up beyond 3 × the 99.9 % point of τ_θ, for variable latency (full, quick)
@@ -84,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency", default="constant",
                         help="constant | normal (std = sigma·mean) | lognormal (log-spread sigma, mean = τ_θ) | "
                         "egreedy (Figure 7: an ε-greedy policy, ε = sigma: a random action w.p. ε takes 1 %% of "
-                        "the forward pass, which jitters by 5 %%; mean = τ_θ) | "
+                        "the forward pass, which jitters by 1 %%; mean = τ_θ) | "
                         "empirical:FILE (one measured seconds value per line; its shape rescaled to each mean, "
                         "or its own mean without --tau-theta)")  # fmt: skip
     parser.add_argument("--sigma", default="0.5",
@@ -139,7 +141,7 @@ def make_latency(kind: str, mean_s: float, sigma: float, empirical: Any = None) 
 
 def egreedy_latency(mean_s: float, epsilon: float, *, draws: int = 20_000, seed: int = 0) -> Any:
     """An ε-greedy policy's inference time, as the paper's Figure 7 has it: w.p. ``epsilon`` a random
-    action (`RANDOM_ACTION_FRACTION` of a forward pass), else the forward pass (5 % lognormal jitter:
+    action (`RANDOM_ACTION_FRACTION` of a forward pass), else the forward pass (`FORWARD_JITTER` lognormal jitter:
     at ε = 0 "the variance in T_θ is very small"); scaled so that the mean is ``mean_s``.
 
     >>> d = egreedy_latency(0.1, 0.5)
@@ -151,7 +153,7 @@ def egreedy_latency(mean_s: float, epsilon: float, *, draws: int = 20_000, seed:
     if not 0.0 <= epsilon < 1.0:
         raise ValueError(f"--sigma is ε for --latency egreedy: numbers in [0, 1), got {epsilon!r}")
     rng = np.random.default_rng(seed)
-    forward = np.exp(rng.normal(0.0, 0.05, draws))
+    forward = np.exp(rng.normal(0.0, FORWARD_JITTER, draws))
     draws_ = np.where(rng.random(draws) < epsilon, RANDOM_ACTION_FRACTION * forward, forward)
     return Empirical((draws_ * (mean_s / draws_.mean())).tolist(), source=f"egreedy eps={epsilon:g}")
 
