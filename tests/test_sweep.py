@@ -218,3 +218,32 @@ def test_sigterm_checkpoints_the_running_cells_and_leaves_nothing_running(tmp_pa
 def test_sweep_games_table_names_every_budget_game():
     for budget in BUDGETS.values():
         assert set(budget.games) <= set(GAMES)
+
+
+def test_the_papers_settings_are_flags_with_its_defaults(tmp_path):
+    """Appendix A: six Game Boy buttons, an Atari update per 4 transitions, 3 seeds; each a flag."""
+    ok = lambda g, a: (True, "")  # noqa: E731 - a ROM "found" for the plan
+    cells, _ = _plan("paper", games=["Tetris", "Boxing"], sizes=[1], available=ok)
+    assert {c.seed for c in cells} == {0, 1, 2}  # "three random seeds: 0, 1, and 2"
+    tetris = next(c for c in cells if c.game == "Tetris").train_argv(tmp_path)
+    assert "action_set=paper" in tetris and float(tetris[tetris.index("--updates-per-transition") + 1]) == 1.0
+    seven, _ = _plan("paper", games=["Tetris"], sizes=[1], available=ok, gb_actions=7)
+    assert "action_set=paper" not in seven[0].train_argv(tmp_path)
+    every8, _ = _plan("paper", games=["Boxing"], sizes=[1], available=ok, atari_learn_every=8)
+    argv = every8[0].train_argv(tmp_path)
+    assert float(argv[argv.index("--updates-per-transition") + 1]) == 1 / 8
+    with pytest.raises(ValueError, match="--gb-actions"):
+        _plan("paper", games=["Boxing"], available=ok, gb_actions=5)
+
+
+def test_2xdeep_cells_declare_their_own_longer_delays_and_parallel_learning_is_figure_4s_baseline(tmp_path):
+    cells, _ = _plan("tiny", archs=("impala", "2xdeep"), deep_sizes=[0.75, 18.5],
+                     interactions=("staggered", "parallel_learning"))  # fmt: skip
+    deep = {c.k: c for c in cells if c.arch == "2xdeep" and c.interaction == "staggered"}
+    shallow = {c.k: c for c in cells if c.arch == "impala" and c.interaction == "staggered"}
+    assert int(deep[0.75].delay[:-1]) > int(shallow[1].delay[:-1]) and int(deep[18.5].delay[:-1]) > int(shallow[29].delay[:-1])
+    assert "2xdeep" in deep[0.75].name and len({c.name for c in cells}) == len(cells)
+    parallel = next(c for c in cells if c.interaction == "parallel_learning").train_argv(tmp_path)
+    last = len(parallel) - 1 - parallel[::-1].index("--batch-size")  # argparse keeps the last
+    assert parallel[last + 1] == str(33 * 32)  # the delay world's batch, 33x
+    assert parallel[parallel.index("--scheduler") + 1] == "max_time"

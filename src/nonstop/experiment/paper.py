@@ -141,7 +141,7 @@ FIGURES: Final[dict[int, Figure]] = {f.number: f for f in (
     Figure(8, "N_L* vs learning time per transition and vs model size, three batch sizes, learners past the local "
               "cores on Ray actors",
            "N_L* grows about linearly with tau_L and |theta|; larger batches need fewer learners",
-           "nlstar", {"tiny": (*_NLSTAR, "--k", "1", "--window", "2", "--max-learners", "3"),
+           "nlstar", {"tiny": (*_NLSTAR, "--k", "1,3", "--window", "2", "--max-learners", "4"),
                       "small": (*_NLSTAR, "--k", "1,2,4", "--window", "5", "--max-learners", "6"),
                       "paper": (*_NLSTAR, "--k", "1,7,29", "--window", "10", "--max-learners", "64")},
            {"tiny": "~2-3 min", "small": "~30 min", "paper": "a Ray cluster (--ray-address)"}),
@@ -459,7 +459,8 @@ def _nlstar(fig: Figure, budget: str, source: dict[str, Any], out: Path) -> tupl
 
     rows = [{"k": r["k"], "batch": r["batch"], "params": r["params"], "tau_l_over_tau_m": r["tau_l_over_tau_m"],
              "nlstar_theory": r["nlstar_theory"], "nlstar_measured": r["nlstar_measured"],
-             "measured_up_to": source.get("max_learners"), "backend": source.get("backend")}
+             "measured_up_to": source.get("max_learners"), "backend": source.get("backend"),
+             "best_transitions_per_s": max(map(float, (r.get("throughput_transitions_per_s") or {"0": 0}).values()))}
             for r in source.get("rows", [])]  # fmt: skip
     fig_, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     for batch in sorted({r["batch"] for r in rows}):
