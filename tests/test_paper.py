@@ -129,3 +129,25 @@ def test_figure_7_tiny_needs_more_workers_than_the_bound_and_algorithm_2_fewer_a
     for tau in (5.0, 8.0):
         assert at[("exp_time", 0.5, tau)] < at[("max_time", 0.5, tau)]  # Figure 7: Algorithm 2 wins under variance
         assert at[("max_time", 0.5, tau)] > at[("max_time", 0.0, tau)]  # Algorithm 1 pays for the spread
+
+
+def test_nlstar_refuses_learner_processes_past_the_cores(capsys):
+    assert main(["bench", "nlstar", "--max-learners", "999", "--plot", ""]) == 2
+    assert "--backend ray" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_figure_8s_bench_measures_on_ray_actors_past_the_cores(tmp_path, capsys):
+    """Figure 8's cheapest subset: N_L* of the k = 1 net on Ray actors of a local 127.0.0.1 cluster,
+    the search allowed past this machine's cores; a 1M net keeps up with 60 Hz on one learner."""
+    pytest.importorskip("ray")
+    from nonstop.bench.common import usable_cores
+
+    learners = usable_cores() + 1
+    assert main(["bench", "nlstar", "--backend", "ray", "--k", "1", "--batch", "16", "--window", "1",
+                 "--max-learners", str(learners), "--plot", str(tmp_path / "f8.png"), "--json"]) == 0  # fmt: skip
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["backend"] == "ray" and result["max_learners"] == learners
+    (row,) = result["rows"]
+    assert row["nlstar_theory"] == 1 and row["nlstar_measured"] == 1  # τ_L per transition < τ_M at k = 1
+    assert float(row["throughput_transitions_per_s"]["1"]) >= 60 and (tmp_path / "f8.png").exists()

@@ -239,6 +239,7 @@ def _row(k: float, batch: int, window: float, max_learners: int, backend: str, *
     throughputs: dict[int, float] = {}
     measured = None
     measure = _throughput_ray if backend == "ray" else _throughput
+    window = max(window, 4 * tau_update)  # several updates per learner, or the count is quantised to 0 or 1
     for n_l in range(1, max_learners + 1):
         throughputs[n_l] = measure(k, batch, n_l, window)
         if throughputs[n_l] >= TICK_HZ and measured is None:
@@ -248,7 +249,7 @@ def _row(k: float, batch: int, window: float, max_learners: int, backend: str, *
     return {
         "k": k, "batch": batch, "params": n_params, "tau_l_update_s": tau_update,
         "tau_l_per_transition_s": per_transition, "tau_l_over_tau_m": per_transition / tau_m,
-        "nlstar_theory": theory, "nlstar_measured": measured,
+        "nlstar_theory": theory, "nlstar_measured": measured, "window_s": window,
         "measured_beyond_cores": measured is None,  # past the N_L measured (the cores, or --max-learners)
         "throughput_transitions_per_s": {str(n): round(v, 1) for n, v in throughputs.items()},
         "scaling_1_to_2": throughputs[2] / throughputs[1] if 2 in throughputs and throughputs[1] > 0 else None,

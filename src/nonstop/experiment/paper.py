@@ -144,7 +144,7 @@ FIGURES: Final[dict[int, Figure]] = {f.number: f for f in (
            "nlstar", {"tiny": (*_NLSTAR, "--k", "1,3", "--window", "2", "--max-learners", "4"),
                       "small": (*_NLSTAR, "--k", "1,2,4", "--window", "5", "--max-learners", "6"),
                       "paper": (*_NLSTAR, "--k", "1,7,29", "--window", "10", "--max-learners", "64")},
-           {"tiny": "~2-3 min", "small": "~30 min", "paper": "a Ray cluster (--ray-address)"}),
+           {"tiny": "~5-8 min", "small": "~30-60 min", "paper": "a Ray cluster (--ray-address)"}),
     Figure(11, "Figure 4 at 1M (k = 1, 5 ticks): staggered vs sequential",
            "little difference: the game takes up to 17 frames to register an action", "over_time",
            _pokemon("1", _PAIR, "10"), _POKEMON_COSTS),
