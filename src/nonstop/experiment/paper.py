@@ -470,6 +470,9 @@ def _nlstar(fig: Figure, budget: str, source: dict[str, Any], out: Path) -> tupl
             meas = [(r[x], r["nlstar_measured"]) for r in sel if r["nlstar_measured"] is not None]
             if meas:
                 ax.plot(*zip(*meas), "s", color=line.get_color(), fillstyle="none", markersize=9, label=f"measured, B={batch}")
+            above = [(r[x], r["measured_up_to"]) for r in sel if r["nlstar_measured"] is None and r["measured_up_to"]]
+            if above:  # none of the learners measured kept up: N_L* is above the most tried
+                ax.plot(*zip(*above), "^", color=line.get_color(), markersize=9, label=f"measured > N, B={batch}")
     left.set_xlabel("τ_L per transition / τ_M")
     right.set_xlabel("model size |θ|")
     right.set_xscale("log")
