@@ -37,7 +37,7 @@ def test_the_paper_budget_uses_the_papers_settings():
     commands = {f.number: f.command("paper") for f in FIGURES.values() if f.kind != "none"}
     assert "2xdeep" in " ".join(commands[6]) and "Boxing,Krull,NameThisGame" in commands[6]
     assert commands[11][commands[11].index("--seeds") + 1] == "10"  # Figures 11-12: "10 runs with different random seeds"
-    assert "parallel_learning" in " ".join(commands[4]) and "learn_then_infer" in " ".join(commands[4])
+    assert all(i in " ".join(commands[4]) for i in ("infer_then_learn", "learn_then_infer", "parallel_learning"))
     assert "596" in commands[7][commands[7].index("--tau-theta") + 1]  # the 1B model at the Game Boy's rate
     assert commands[8][commands[8].index("--backend") + 1] == "ray"
 
@@ -151,3 +151,26 @@ def test_figure_8s_bench_measures_on_ray_actors_past_the_cores(tmp_path, capsys)
     (row,) = result["rows"]
     assert row["nlstar_theory"] == 1 and row["nlstar_measured"] == 1  # τ_L per transition < τ_M at k = 1
     assert float(row["throughput_transitions_per_s"]["1"]) >= 60 and (tmp_path / "f8.png").exists()
+
+
+@pytest.mark.parametrize("number", [4, 13])
+def test_encounters_over_time_are_averaged_over_seeds_per_interaction(number, tmp_path, monkeypatch):
+    """Figures 4 and 13 from their cells' encounters (the cells stand in: no ROM here)."""
+    from nonstop.experiment import paper
+
+    cells = tmp_path / f"fig{number}-sweep" / "cells"
+    wins = {"staggered": [True, True, False, True], "infer_then_learn": [False, True, False, False]}
+    for interaction in wins:
+        for seed in (0, 1):
+            (cells / f"PokemonBattle-k29-70t-{interaction}-s{seed}").mkdir(parents=True)
+
+    def series(cell_dir: Path, game: str) -> list[dict]:
+        won = wins[next(i for i in wins if f"-{i}-" in cell_dir.name)]
+        return [{"end_tick": 1000 * (i + 1), "success": w, "non_noop_actions": 50 * (i + 1)} for i, w in enumerate(won)]
+
+    monkeypatch.setattr(paper, "_cell_series", series)
+    rows, png = paper._over_time(FIGURES[number], "tiny", {}, tmp_path)
+    by = {r["interaction"]: r for r in rows}
+    assert by["staggered"]["successes_at_end"] == 3 and by["infer_then_learn"]["successes_at_end"] == 1
+    assert by["staggered"]["seeds"] == 2 and by["staggered"]["ci95"] == 0  # identical seeds: no spread
+    assert by["staggered"]["x"] == ("non_noop_actions" if number == 13 else "end_tick") and png.exists()
