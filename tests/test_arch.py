@@ -1,5 +1,6 @@
 """The authors' 2xDeep ResNet (``--arch 2xdeep``): six conv sequences, 30 conv layers, the last
-three at 32k channels on the 11×11 map, beside the paper's 15-layer IMPALA network."""
+five at 32k channels, pooled as their released ``DeepImpalaCNN`` (strides 2, 1, 1, 1, 2, 1 to an
+8×8 map, FC 512), beside the paper's 15-layer IMPALA network."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ def test_2xdeep_has_thirty_conv_layers_and_the_counted_parameters():
     shallow, deep = impala_resnet(1, 18), impala_resnet(1, 18, depth=6)
     assert len(_convs(shallow)) == 15 and len(_convs(deep)) == 30
     assert [c.out_channels for c in _convs(deep)[15:]] == [32] * 15  # the final three blocks: 32k filters
+    assert [c.padding for c in _convs(deep)[::5]] == [(0, 0)] * 6  # the base convs are unpadded
+    assert [s.pool.stride for s in deep.sequences] == [2, 1, 1, 1, 2, 1]
+    assert deep.fc.in_features == 32 * 8 * 8 and deep.fc.out_features == 512  # the authors' int(k * 2048) → 512
     assert module_parameters(deep) == count_parameters(1, 18, depth=6)
     assert module_parameters(deep) > module_parameters(shallow)
     out = deep(torch.zeros(2, 1, 84, 84))
@@ -51,3 +55,26 @@ def test_train_arch_flag(tmp_path, capsys):
                "--learning-starts", "30", "--out", str(out), "--progress-every", "0.5"])  # fmt: skip
     assert rc == 0
     assert json.loads((out / "config.json").read_text())["dqn"]["arch"] == "2xdeep"
+
+
+def test_2xdeep_costs_more_operations_per_parameter_than_the_15_layer_net():
+    """Figure 6's premise: at the same size the deeper network is slower. Counted, not timed
+    (timings: ``nonstop bench models --construction 2xdeep``); the count is checked against
+    torch's own FLOP counter on built networks."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from nonstop.policies.models import count_flops
+
+    for k in (0.25, 1):
+        for depth in (3, 6):
+            net = impala_resnet(k, 18, depth=depth)
+            with FlopCounterMode(display=False) as counter:
+                net(torch.zeros(1, 1, 84, 84))
+            assert counter.get_total_flops() == count_flops(k, 18, depth=depth), (k, depth)
+    # at each appendix size, 2xDeep's FLOPs per parameter exceed the 15-layer net's at the same parameter count
+    # (by 2.2-2.5x at 70k and 1M, 1.9x at 10M, 1.5-1.6x at 100M and 1B, where the big convs dominate both)
+    for k_deep, label in DEEP_PARAM_LABELS.items():
+        k_shallow = min((k / 64 for k in range(4, 64 * 110)), key=lambda k: abs(count_parameters(k) - label))
+        deep_per_param = count_flops(k_deep, depth=6) / count_parameters(k_deep, depth=6)
+        shallow_per_param = count_flops(k_shallow) / count_parameters(k_shallow)
+        assert deep_per_param > 1.4 * shallow_per_param, (label, deep_per_param, shallow_per_param)

@@ -132,7 +132,8 @@ def test_the_recipe_of_a_resnet_names_its_construction():
     recipe = _recipe(model, (84, 84, 3), 6)
     assert recipe["network"] == "ImpalaResNet" and recipe["forward"].startswith("for each conv sequence")
     assert (recipe["k"], recipe["depth"], recipe["channels"], recipe["in_channels"]) == (0.5, 6, [8, 16, 16], 3)
-    assert recipe["same_padding"] is True and recipe["fc_hidden"] == 256 and recipe["n_actions"] == 6
+    # 2xDeep as the authors built it: unpadded base convs, a 512-wide FC
+    assert recipe["same_padding"] is False and recipe["fc_hidden"] == 512 and recipe["n_actions"] == 6
     assert sum(np.prod(s) for s in recipe["tensors"].values()) == sum(p.numel() for p in model.parameters())
 
 

@@ -47,9 +47,9 @@ def test_small_budget_cells_and_their_train_commands(tmp_path):
     assert {c.delay for c in per_game["Boxing"]} == {f"{PAPER_SIZES[k][1]}t" for k in PAPER_SIZES}
     staggered = next(c for c in per_game["Boxing"] if c.interaction == "staggered" and c.k == 29)
     argv = staggered.train_argv(tmp_path / "x")
-    # the paper's Atari setting: Algorithm 1, one update every 4 ticks, the declared 70-tick model, a k = 1 learner
+    # the paper's Atari setting: Algorithm 1, one update per 4 transitions, the declared 70-tick model, a k = 1 learner
     assert argv[argv.index("--scheduler") + 1] == "max_time" and argv[argv.index("--latency") + 1] == "70t"
-    assert math.isclose(float(argv[argv.index("--tau-l") + 1]), 4 / 60, rel_tol=1e-4)
+    assert math.isclose(float(argv[argv.index("--updates-per-transition") + 1]), 1 / 4) and "--tau-l" not in argv
     assert "paper-atari" in argv and "--k" not in argv
     sequential = next(c for c in per_game["Boxing"] if c.interaction == "sequential" and c.k == 29)
     assert sequential.train_argv(tmp_path)[sequential.train_argv(tmp_path).index("--scheduler") + 1] == "sequential"
@@ -82,18 +82,18 @@ def test_pokemon_needs_a_start_state(monkeypatch):
 
     monkeypatch.setattr(gb, "find_rom", lambda game, rom=None: "/roms/red.gb")
     monkeypatch.setattr(gb, "pyboy_problem", lambda: "")
-    ok, why = sweep._env_available("PokemonBattle", [])
+    ok, why = sweep.env_available("PokemonBattle", [])
     assert not ok and "--game-arg PokemonBattle:state=PATH" in why
-    assert sweep._env_available("PokemonBattle", ["state=b.state"]) == (True, "")
+    assert sweep.env_available("PokemonBattle", ["state=b.state"]) == (True, "")
     cells, _ = _plan("paper", games=["PokemonBattle"], game_args={"PokemonBattle": ["state=b.state"]},
-                     available=sweep._env_available)  # fmt: skip
+                     available=sweep.env_available)  # fmt: skip
     assert cells and all("state=b.state" in c.train_argv(Path("x")) for c in cells)
 
 
 def test_a_rom_given_as_a_game_arg_is_the_one_checked(tmp_path):
     from nonstop.experiment import sweep
 
-    ok, why = sweep._env_available("Tetris", [f"rom={tmp_path / 'tetris.gb'}"])
+    ok, why = sweep.env_available("Tetris", [f"rom={tmp_path / 'tetris.gb'}"])
     assert not ok and "tetris.gb" in why and "--game-arg Tetris:rom=PATH" in why
 
 
@@ -218,3 +218,32 @@ def test_sigterm_checkpoints_the_running_cells_and_leaves_nothing_running(tmp_pa
 def test_sweep_games_table_names_every_budget_game():
     for budget in BUDGETS.values():
         assert set(budget.games) <= set(GAMES)
+
+
+def test_the_papers_settings_are_flags_with_its_defaults(tmp_path):
+    """Appendix A: six Game Boy buttons, an Atari update per 4 transitions, 3 seeds; each a flag."""
+    ok = lambda g, a: (True, "")  # noqa: E731 - a ROM "found" for the plan
+    cells, _ = _plan("paper", games=["Tetris", "Boxing"], sizes=[1], available=ok)
+    assert {c.seed for c in cells} == {0, 1, 2}  # "three random seeds: 0, 1, and 2"
+    tetris = next(c for c in cells if c.game == "Tetris").train_argv(tmp_path)
+    assert "action_set=paper" in tetris and float(tetris[tetris.index("--updates-per-transition") + 1]) == 1.0
+    seven, _ = _plan("paper", games=["Tetris"], sizes=[1], available=ok, gb_actions=7)
+    assert "action_set=paper" not in seven[0].train_argv(tmp_path)
+    every8, _ = _plan("paper", games=["Boxing"], sizes=[1], available=ok, atari_learn_every=8)
+    argv = every8[0].train_argv(tmp_path)
+    assert float(argv[argv.index("--updates-per-transition") + 1]) == 1 / 8
+    with pytest.raises(ValueError, match="--gb-actions"):
+        _plan("paper", games=["Boxing"], available=ok, gb_actions=5)
+
+
+def test_2xdeep_cells_declare_their_own_longer_delays_and_parallel_learning_is_figure_4s_baseline(tmp_path):
+    cells, _ = _plan("tiny", archs=("impala", "2xdeep"), deep_sizes=[0.75, 18.5],
+                     interactions=("staggered", "parallel_learning"))  # fmt: skip
+    deep = {c.k: c for c in cells if c.arch == "2xdeep" and c.interaction == "staggered"}
+    shallow = {c.k: c for c in cells if c.arch == "impala" and c.interaction == "staggered"}
+    assert int(deep[0.75].delay[:-1]) > int(shallow[1].delay[:-1]) and int(deep[18.5].delay[:-1]) > int(shallow[29].delay[:-1])
+    assert "2xdeep" in deep[0.75].name and len({c.name for c in cells}) == len(cells)
+    parallel = next(c for c in cells if c.interaction == "parallel_learning").train_argv(tmp_path)
+    last = len(parallel) - 1 - parallel[::-1].index("--batch-size")  # argparse keeps the last
+    assert parallel[last + 1] == str(33 * 32)  # the delay world's batch, 33x
+    assert parallel[parallel.index("--scheduler") + 1] == "max_time"

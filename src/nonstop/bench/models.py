@@ -33,7 +33,7 @@ DESCRIPTION = "IMPALA ResNet width k: parameters and batch-1 forward latency (ms
 _CONSTRUCTIONS: dict[str, ImpalaArch] = {
     "impala": {"same_padding": True, "fc_hidden": 256},  # standard IMPALA network (our default)
     "authors": {"same_padding": False, "fc_hidden": 512},  # CERC-AAI/realtime_rl ImpalaCNN
-    "2xdeep": {"same_padding": True, "fc_hidden": 256, "depth": 6},  # the authors' 30-layer variant (Figure 6)
+    "2xdeep": {"depth": 6},  # the authors' 30-layer DeepImpalaCNN (Figure 6): unpadded, pooled, FC 512
 }
 
 
@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stop timing a k after this long (at least 3 passes are kept)")
     parser.add_argument("--n-actions", type=int, default=18, help="output size (18: full Atari action set)")
     parser.add_argument("--tick-hz", type=float, default=60.0, help="environment rate for the ticks column")
-    parser.add_argument("--construction", choices=tuple(_CONSTRUCTIONS), default="impala",
+    parser.add_argument("--construction", "--arch", choices=tuple(_CONSTRUCTIONS), default="impala",
                         help="impala: padded convs, FC 256 (default); authors: the released code's variant; "
                              "2xdeep: the 30-layer ResNet of the paper's Figure 6")
     parser.add_argument("--save", metavar="PATH", default=None,
@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> dict:
 
     from nonstop.policies.models import (
         ModelTooLargeError,
+        count_flops,
         count_parameters,
         ensure_fits,
         impala_channels,
@@ -135,7 +136,8 @@ def run(args: argparse.Namespace) -> dict:
     try:
         for k in ks:
             row: dict = {"k": k, "params": count_parameters(k, args.n_actions, **arch),
-                         "channels": list(impala_channels(k))}
+                         "channels": list(impala_channels(k)), "flops": count_flops(k, args.n_actions, **arch)}
+            row["flops_per_param"] = row["flops"] / row["params"]  # 2xDeep: more work per parameter (Figure 6)
             try:
                 row["memory_bytes_estimate"] = ensure_fits(k, device, n_actions=args.n_actions, **arch)
             except ModelTooLargeError as exc:
@@ -162,6 +164,7 @@ def run(args: argparse.Namespace) -> dict:
                 "forward_ticks_p50": ms["p50"] / 1e3 * args.tick_hz,
                 "forward_ticks_p90": ms["p90"] / 1e3 * args.tick_hz,
                 "forward_ticks_max": ms["max"] / 1e3 * args.tick_hz,
+                "forward_us_per_mparam": ms["p50"] * 1e3 / (row["params"] / 1e6),  # deeper is slower at the same size
             })
             first = next((m for m in result["models"] if "forward_ms_p50" in m), None)
             if first is not None:  # a ratio within one run survives a noisy machine
@@ -189,12 +192,14 @@ def run(args: argparse.Namespace) -> dict:
 def render(result: dict) -> None:
     print(f"device {result['device']}, {result['threads']} thread(s), ticks at {result['tick_hz']:g} Hz, "
           f"construction {result['construction']}")
-    print(f"{'k':>5} {'params':>15} {'p50 ms':>9} {'p90 ms':>9} {'min ms':>9} {'max ms':>9} {'p50 ticks':>10}")
+    print(f"{'k':>5} {'params':>15} {'p50 ms':>9} {'p90 ms':>9} {'min ms':>9} {'max ms':>9} {'p50 ticks':>10} "
+          f"{'GFLOP':>7} {'us/Mparam':>10}")
     for m in result["models"]:
         if "skipped" in m:
             print(f"{m['k']:>5} {m['params']:>15,}  skipped: {m['skipped']}")
             continue
         print(f"{m['k']:>5} {m['params']:>15,} {m['forward_ms_p50']:>9.2f} {m['forward_ms_p90']:>9.2f} "
-              f"{m['forward_ms_min']:>9.2f} {m['forward_ms_max']:>9.2f} {m['forward_ticks_p50']:>10.2f}")
+              f"{m['forward_ms_min']:>9.2f} {m['forward_ms_max']:>9.2f} {m['forward_ticks_p50']:>10.2f} "
+              f"{m['flops'] / 1e9:>7.2f} {m['forward_us_per_mparam']:>10.0f}")
     for path in result.get("saved", []):
         print(f"saved {path}")

@@ -8,8 +8,12 @@ For each model width ``k`` and batch size ``B``:
   learners needed to learn from every transition as the world produces them (60 per second);
 * the **measured** ``N_L*``: real `LearnerProcesses` (round-robin) on a full replay, N_L = 1, 2, …
   up to the machine's cores, each run for ``--window`` seconds; the first N_L whose aggregate
-  throughput (updates/s × B) reaches 60 transitions/s. Past the core count a measurement would
-  only show the cores running out, so larger N_L* are reported as theory only;
+  throughput (updates/s × B) reaches 60 transitions/s. With the default process backend, past the
+  core count a measurement would only show the cores running out, so larger N_L* are reported as
+  theory only; ``--backend ray`` measures past this machine's cores (Figure 8's large models):
+  the learners are Ray actors (`RayLearners`, round-robin) on the cluster at ``--ray-address``, or,
+  without one, on a local ``ray.cluster_utils.Cluster`` of ``--nodes`` nodes on 127.0.0.1 (no
+  dashboard), up to ``--max-learners``;
 * the throughput scaling from N_L = 1 to 2 (target: near-linear on 2 cores);
 * the replay's own rates on 84×84 frames: transitions inserted per second (a frame copy and a
   transition row, as the host's recorder does each tick) and transitions sampled per second in
@@ -19,6 +23,7 @@ For each model width ``k`` and batch size ``B``:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import time
@@ -39,6 +44,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", default="1,2", help="IMPALA widths, comma-separated (default 1,2)")
     p.add_argument("--batch", default="16,32", help="batch sizes, comma-separated (default 16,32)")
     p.add_argument("--window", type=float, default=8.0, help="seconds each N_L is measured for")
+    p.add_argument("--backend", choices=("process", "ray"), default="process",
+                   help="process: learner processes on this machine, up to its cores (default); ray: Ray actors, "
+                        "past the local cores (a local 127.0.0.1 cluster without --ray-address)")
+    p.add_argument("--ray-address", default=None, metavar="HOST:PORT", help="Ray cluster for --backend ray")
+    p.add_argument("--nodes", type=int, default=2, help="nodes of the local Ray cluster without --ray-address (default 2)")
+    p.add_argument("--max-learners", type=int, default=None,
+                   help="largest N_L measured (default: this machine's cores; with --backend ray 2x them)")
     p.add_argument("--plot", default="runs/nlstar.png",
                    help="where to write the Figure 8 plot (default runs/nlstar.png, beside bench nstar's; '' for none)")
     from nonstop.inference.device import add_device_arguments
@@ -127,6 +139,44 @@ def _throughput(k: float, batch: int, n_learners: int, window: float, device: st
             seg.unlink()
 
 
+def _throughput_ray(k: float, batch: int, n_learners: int, window: float, device: str = "cpu") -> float:
+    """Transitions learned per second by ``n_learners`` round-robin Ray learner actors (Ray connected)."""
+    from nonstop.distributed.ray_backend import WeightBroadcast
+    from nonstop.distributed.ray_learners import RayLearners
+
+    cfg, _, _, state, weights, replay = _parts(k, batch)
+    group = None
+    try:
+        group = RayLearners(n_learners=n_learners, mode="round_robin", obs_shape=(84, 84), n_actions=18, cfg=cfg,
+                            state=state, weights=weights, replay=replay, broadcast=WeightBroadcast(weights),
+                            seed=0, start_timeout=300.0).start()  # fmt: skip
+        deadline = time.monotonic() + 120
+        while state.updates < 2 * n_learners and time.monotonic() < deadline and group.failure is None:
+            time.sleep(0.05)
+        if group.failure is not None:
+            raise RuntimeError(str(group.failure))
+        u0, t0 = state.updates, time.monotonic()
+        time.sleep(window)
+        return (state.updates - u0) * batch / (time.monotonic() - t0)
+    finally:
+        if group is not None:
+            group.stop()
+        for seg in (state, weights, replay):
+            seg.unlink()
+
+
+def _ray_cluster(address: str | None, nodes: int, learners: int) -> Any:
+    """A connected Ray for the Ray learners: the cluster at ``address``, or a local one of ``nodes``
+    nodes on 127.0.0.1 with room for ``learners`` one-CPU actors (logical CPUs: past the cores)."""
+    from nonstop.distributed.ray_backend import local_cluster, ray_session
+
+    if address not in (None, "local"):
+        return ray_session(address)
+    if not isinstance(nodes, int) or nodes < 1:
+        raise ValueError(f"--nodes must be an integer >= 1, got {nodes!r}")
+    return local_cluster(nodes, num_cpus=math.ceil(learners / nodes))
+
+
 def replay_rates(n: int = 20_000, batch: int = 32) -> dict[str, float]:
     """Insert and sample rates of a `ReplayBuffer` of 84×84 uint8 frames, in transitions per second."""
     from nonstop.learning.replay import ReplayBuffer
@@ -164,35 +214,56 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     device = str(resolve_device(getattr(args, "device", "cpu")))  # CUDA asked where torch finds none: one line
     cores = usable_cores()
+    backend = getattr(args, "backend", "process")
+    if backend == "ray" and device != "cpu":
+        raise ValueError(f"--device {device} with --backend ray: Ray learners update on their nodes' CPUs; use --backend process")
+    max_learners = getattr(args, "max_learners", None)
+    if max_learners is None:
+        max_learners = cores if backend == "process" else 2 * cores
+    if not isinstance(max_learners, int) or max_learners < 1:
+        raise ValueError(f"--max-learners must be an integer >= 1, got {max_learners!r}")
+    if backend == "process" and max_learners > cores:
+        raise ValueError(f"--max-learners {max_learners} is past this machine's {cores} cores: use --backend ray")
     tau_m = 1 / TICK_HZ
     rows = []
-    for k in ks:
-        for batch in batches:
-            tau_update, n_params = _update_time(k, batch, repeats=3 if args.quick else 10, device=device)
-            per_transition = tau_update / batch
-            theory = max(1, math.ceil(per_transition / tau_m))
-            throughputs: dict[int, float] = {}
-            measured = None
-            for n_l in range(1, cores + 1):
-                throughputs[n_l] = _throughput(k, batch, n_l, window, device)
-                if throughputs[n_l] >= TICK_HZ and measured is None:
-                    measured = n_l
-                if measured is not None and n_l >= 2:
-                    break
-            rows.append({
-                "k": k, "batch": batch, "params": n_params, "tau_l_update_s": tau_update,
-                "tau_l_per_transition_s": per_transition, "tau_l_over_tau_m": per_transition / tau_m,
-                "nlstar_theory": theory, "nlstar_measured": measured,
-                "measured_beyond_cores": measured is None,
-                "throughput_transitions_per_s": {str(n): round(v, 1) for n, v in throughputs.items()},
-                "scaling_1_to_2": throughputs[2] / throughputs[1] if 2 in throughputs and throughputs[1] > 0 else None,
-            })  # fmt: skip
+    with (_ray_cluster(getattr(args, "ray_address", None), getattr(args, "nodes", 2), max_learners)
+          if backend == "ray" else contextlib.nullcontext()):  # fmt: skip
+        for k in ks:
+            for batch in batches:
+                rows.append(_row(k, batch, window, max_learners, backend, quick=bool(args.quick), tau_m=tau_m, device=device))
     rates = replay_rates(5_000 if args.quick else 50_000)
-    result = {"tick_hz": TICK_HZ, "device": device, "cores": cores, "window_s": window, "load_average": os.getloadavg()[0], "rows": rows,
+    result = {"tick_hz": TICK_HZ, "device": device, "cores": cores, "backend": backend, "max_learners": max_learners, "window_s": window,
+              "load_average": os.getloadavg()[0], "rows": rows,
               **rates, "replay_rates_over_one_session": {k: v / TICK_HZ for k, v in rates.items()}}  # fmt: skip
     if args.plot:
         result["plot"] = str(_plot(rows, Path(args.plot)))
     return result
+
+
+def _row(k: float, batch: int, window: float, max_learners: int, backend: str, *, quick: bool, tau_m: float,
+         device: str = "cpu") -> dict[str, Any]:
+    """One (k, B): the update time, N_L* in theory, and the measured N_L* (throughput per N_L up to ``max_learners``)."""
+    tau_update, n_params = _update_time(k, batch, repeats=3 if quick else 10, device=device)
+    per_transition = tau_update / batch
+    theory = max(1, math.ceil(per_transition / tau_m))
+    throughputs: dict[int, float] = {}
+    measured = None
+    measure = _throughput_ray if backend == "ray" else _throughput
+    window = max(window, 4 * tau_update)  # several updates per learner, or the count is quantised to 0 or 1
+    for n_l in range(1, max_learners + 1):
+        throughputs[n_l] = measure(k, batch, n_l, window, device)
+        if throughputs[n_l] >= TICK_HZ and measured is None:
+            measured = n_l
+        if measured is not None and n_l >= 2:
+            break
+    return {
+        "k": k, "batch": batch, "params": n_params, "tau_l_update_s": tau_update,
+        "tau_l_per_transition_s": per_transition, "tau_l_over_tau_m": per_transition / tau_m,
+        "nlstar_theory": theory, "nlstar_measured": measured, "window_s": window,
+        "measured_beyond_cores": measured is None,  # past the N_L measured (the cores, or --max-learners)
+        "throughput_transitions_per_s": {str(n): round(v, 1) for n, v in throughputs.items()},
+        "scaling_1_to_2": throughputs[2] / throughputs[1] if 2 in throughputs and throughputs[1] > 0 else None,
+    }  # fmt: skip
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
@@ -228,7 +299,7 @@ def render(result: dict[str, Any]) -> None:
     for col in ("k", "B", "params", "τ_L/update", "τ_L/transition ÷ τ_M", "N_L* theory", "N_L* measured", "scaling 1→2"):
         table.add_column(col)
     for r in result["rows"]:
-        measured = str(r["nlstar_measured"]) if r["nlstar_measured"] is not None else f"> {result['cores']} cores"
+        measured = str(r["nlstar_measured"]) if r["nlstar_measured"] is not None else f"> {result.get('max_learners', result['cores'])}"
         scaling = f"{r['scaling_1_to_2']:.2f}x" if r["scaling_1_to_2"] else "—"
         table.add_row(f"{r['k']:g}", str(r["batch"]), f"{r['params']:,}", f"{r['tau_l_update_s'] * 1e3:.1f} ms",
                       f"{r['tau_l_over_tau_m']:.3f}", str(r["nlstar_theory"]), measured, scaling)  # fmt: skip

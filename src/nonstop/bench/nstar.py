@@ -60,7 +60,13 @@ from nonstop.metrics.nstar import NStarAboveLimit, find_nstar, max_inaction_thre
 
 DESCRIPTION = "measured N_I* (fewest workers with no inaction) vs the paper's formulas and the bound, per latency (Fig. 7)"
 ENV = "theory/inaction"  # the cheapest world: the env does not matter for N_I*, only the tick rate
-LATENCY_KINDS = ("constant", "normal", "lognormal", "empirical:FILE")
+LATENCY_KINDS = ("constant", "normal", "lognormal", "egreedy", "empirical:FILE")
+#: kinds whose ``--sigma`` is a spread the rows carry (egreedy: ε)
+_SPREAD_KINDS = ("normal", "lognormal", "egreedy")
+#: an ε-greedy policy's random action, as a fraction of its forward pass (Figure 7: "sampling random actions is very fast")
+RANDOM_ACTION_FRACTION = 0.01
+#: the log-spread of a forward pass's time (ε = 0: "the variance in T_θ is very small")
+FORWARD_JITTER = 0.01
 #: workers a quantile_hold start may find busy, at this level (the AutoScheduler's default)
 WORKER_QUANTILE = 0.999
 #: ticks of warm-up beyond 3 × the 99.9 % point of τ_θ, for variable latency (full, quick)
@@ -79,6 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "virtual, 1,5,8,70 wall; variable 5,8,20,70, quick 5)")  # fmt: skip
     parser.add_argument("--latency", default="constant",
                         help="constant | normal (std = sigma·mean) | lognormal (log-spread sigma, mean = τ_θ) | "
+                        "egreedy (Figure 7: an ε-greedy policy, ε = sigma: a random action w.p. ε takes 1 %% of "
+                        "the forward pass, which jitters by 1 %%; mean = τ_θ) | "
                         "empirical:FILE (one measured seconds value per line; its shape rescaled to each mean, "
                         "or its own mean without --tau-theta)")  # fmt: skip
     parser.add_argument("--sigma", default="0.5",
@@ -125,8 +133,29 @@ def make_latency(kind: str, mean_s: float, sigma: float, empirical: Any = None) 
         return Normal(mean_s, sigma * mean_s)
     if kind == "lognormal":
         return LogNormal(mean_s / math.exp(sigma**2 / 2), sigma)
+    if kind == "egreedy":
+        return egreedy_latency(mean_s, sigma)
     scale = mean_s / empirical.mean  # the measured shape, at the requested mean
     return Empirical([x * scale for x in empirical.samples], source=empirical.source)
+
+
+def egreedy_latency(mean_s: float, epsilon: float, *, draws: int = 20_000, seed: int = 0) -> Any:
+    """An ε-greedy policy's inference time, as the paper's Figure 7 has it: w.p. ``epsilon`` a random
+    action (`RANDOM_ACTION_FRACTION` of a forward pass), else the forward pass (`FORWARD_JITTER` lognormal jitter:
+    at ε = 0 "the variance in T_θ is very small"); scaled so that the mean is ``mean_s``.
+
+    >>> d = egreedy_latency(0.1, 0.5)
+    >>> round(d.mean, 6), round(min(d.samples) / max(d.samples), 3) < 0.02
+    (0.1, True)
+    """
+    from nonstop.policies import Empirical
+
+    if not 0.0 <= epsilon < 1.0:
+        raise ValueError(f"--sigma is ε for --latency egreedy: numbers in [0, 1), got {epsilon!r}")
+    rng = np.random.default_rng(seed)
+    forward = np.exp(rng.normal(0.0, FORWARD_JITTER, draws))
+    draws_ = np.where(rng.random(draws) < epsilon, RANDOM_ACTION_FRACTION * forward, forward)
+    return Empirical((draws_ * (mean_s / draws_.mean())).tolist(), source=f"egreedy eps={epsilon:g}")
 
 
 class InFlight(TypedDict):
@@ -135,6 +164,16 @@ class InFlight(TypedDict):
     mean: float  # E[B]
     sd: float  # sd[B]
     target: int  # ⌈E[B] + z·sd[B]⌉ workers
+
+
+def _epsilons(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or not all(0.0 <= v < 1.0 for v in values):
+        raise ValueError(f"--sigma is ε for --latency egreedy: comma-separated numbers in [0, 1), got {text!r}")
+    return values
 
 
 def in_flight_workers(latency: Any, tau_m: float, *, draws: int = 200_000, seed: int = 0) -> InFlight:
@@ -429,9 +468,12 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
     if kind.startswith("empirical:"):
         empirical = Empirical.from_file(kind.partition(":")[2].strip())
         kind = "empirical"
-    elif kind not in ("constant", "normal", "lognormal"):
+    elif kind not in ("constant", "normal", "lognormal", "egreedy"):
         raise ValueError(f"--latency must be one of {', '.join(LATENCY_KINDS)}, got {args.latency!r}")
-    sigmas = parse_positive_list(str(args.sigma), "--sigma") if kind in ("normal", "lognormal") else [0.0]
+    if kind == "egreedy":
+        sigmas = _epsilons(str(args.sigma))
+    else:
+        sigmas = parse_positive_list(str(args.sigma), "--sigma") if kind in ("normal", "lognormal") else [0.0]
     variable = kind != "constant"
     tau_m = 1.0 / THEORY_TICK_HZ
     quick = bool(getattr(args, "quick", False))
@@ -534,7 +576,7 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
                 rows.append({
                     "scheduler": name,
                     "latency": kind,
-                    "sigma": sigma if kind in ("normal", "lognormal") else None,
+                    "sigma": sigma if kind in _SPREAD_KINDS else None,
                     "tau_theta_ticks": tau,
                     "nstar_measured": nstar,
                     # None above: still inaction at this many workers (the search cap)
@@ -577,7 +619,7 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
                              seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend,
                              warm=warm)  # fmt: skip
                 rows.append({
-                    "scheduler": "auto", "latency": kind, "sigma": sigma if kind in ("normal", "lognormal") else None,
+                    "scheduler": "auto", "latency": kind, "sigma": sigma if kind in _SPREAD_KINDS else None,
                     "tau_theta_ticks": tau, "nstar_measured": None, "n_workers_chosen": auto["n_workers_final"],
                     "nstar_formula": flight["target"] if flight else None, "lower_bound": bound,
                     "ratio_to_bound": auto["n_workers_final"] / bound, "max_inaction": threshold,
@@ -595,7 +637,7 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
         "clock": args.clock,
         "latency": kind,
         "empirical_source": empirical.source if empirical is not None else None,
-        "sigma": sigmas if kind in ("normal", "lognormal") else None,
+        "sigma": sigmas if kind in _SPREAD_KINDS else None,
         "env": ENV,
         "rows": rows,
         "all_match_theory": all(r["matches_theory"] for r in searched) if searched else None,

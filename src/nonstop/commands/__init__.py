@@ -11,5 +11,5 @@ __all__ = ["VERBS"]
 VERBS: Final = {
     "envs": "envs", "demo": "demo", "gameboy": "gameboy", "compare": "compare", "train": "train",
     "sweep": "sweep", "plan": "plan", "tolerance": "tolerance", "report": "report", "export": "export",
-    "serve": "serve", "mcp": "mcp", "replay": "replay", "bench": "bench",
+    "serve": "serve", "mcp": "mcp", "replay": "replay", "bench": "bench", "paper": "paper",
 }  # fmt: skip

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nonstop.experiment.sweep import (
+    ARCHS,
     INTERACTIONS,
     GAMES,
     BUDGETS,
@@ -40,7 +41,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", default=None, metavar="K,K", help="ResNet widths k the declared times stand for (default 1,7,29,98)")
     p.add_argument("--interactions", default="staggered,sequential", metavar="I,I",
                    help=f"how the agent acts, compared per cell: {', '.join(INTERACTIONS)} (default staggered,sequential)")
-    p.add_argument("--seeds", type=int, default=None, help="seeds per (game, size, interaction) (default: the budget's)")
+    p.add_argument("--seeds", type=int, default=None,
+                   help="seeds per (game, size, interaction) (default: the budget's; the paper's 3 at --budget paper)")
+    p.add_argument("--arch", default="impala", metavar="A,A",
+                   help=f"networks whose declared delays the cells take: {', '.join(ARCHS)} (2xdeep: Figure 6's "
+                        "30-layer curve at the appendix's widths; default impala)")
+    p.add_argument("--deep-sizes", default=None, metavar="K,K",
+                   help="2xDeep widths (default 0.75,4.75,18.5,63: the appendix's 1M-1B)")
+    p.add_argument("--gb-actions", type=int, choices=(6, 7), default=6,
+                   help="Game Boy agent actions: 6 = the paper's buttons, noop left to β (default); 7 = noop too")
+    p.add_argument("--atari-learn-every", type=int, default=4,
+                   help="Atari cells: one update per this many transitions, on either clock (default 4, the paper's)")
     p.add_argument("--episodes", type=int, default=None, help="training episodes per cell (default: the budget's)")
     p.add_argument("--latency-source", choices=("paper", "measured"), default="paper",
                    help="paper: the authors' measured 5/8/70/599 ticks; measured: this machine's forward time of each k")
@@ -115,7 +126,10 @@ def run_sweep(args: argparse.Namespace) -> int:
     cells, notes = plan_cells(budget, games=_list_arg(args.games, "--games"), sizes=sizes, seeds=args.seeds,
                               episodes=args.episodes, interactions=_list_arg(args.interactions, "--interactions") or [],
                               latency_source=args.latency_source, latency_overrides=_latency_overrides(args.latency),
-                              game_args=_game_args(args.game_arg), small_replay=budget.small_replay)  # fmt: skip
+                              game_args=_game_args(args.game_arg), small_replay=budget.small_replay,
+                              archs=_list_arg(args.arch, "--arch") or ["impala"],
+                              deep_sizes=_list_arg(args.deep_sizes, "--deep-sizes", float), gb_actions=args.gb_actions,
+                              atari_learn_every=args.atari_learn_every)  # fmt: skip
     if not cells:
         raise ValueError("nothing to run: " + ("; ".join(notes) if notes else "no cells"))
     out = Path(args.out)
@@ -152,6 +166,12 @@ def run_sweep(args: argparse.Namespace) -> int:
         except ImportError:
             console.print("no plot: matplotlib is not installed (pip install 'nonstop[plot]')", style="yellow")
     _print_results(console, results)
+    return _finish(args, console, cells, rows, results, failed, picture, t0, cpu_s, jobs, out)
+
+
+def _finish(args: argparse.Namespace, console: Any, cells: list[Any], rows: list[dict[str, Any]],
+            results: list[dict[str, Any]], failed: list[tuple[str, str]], picture: Any, t0: float, cpu_s: float,
+            jobs: int, out: Path) -> int:
     elapsed = time.monotonic() - t0
     console.print(f"{len(rows)} of {len(cells)} cells have episodes; tables in {out}/results.csv and cells.csv"
                   + (f", picture {picture}" if picture else "") + f"; this run took {elapsed / 60:.1f} min, its cells "
@@ -176,14 +196,15 @@ def _print_results(console: Any, results: Sequence[dict[str, Any]]) -> None:
     if not results:
         return
     interactions = [i for i in INTERACTIONS if any(r["interaction"] == i for r in results)]
-    short = {"staggered": "stag.", "sequential": "seq.", "infer_then_learn": "i→l", "learn_then_infer": "l→i"}
+    short = {"staggered": "stag.", "sequential": "seq.", "infer_then_learn": "i→l", "learn_then_infer": "l→i",
+             "parallel_learning": "par."}
     table = Table("game", "|θ|", "τ_θ", *[f"{short[i]} return" for i in interactions],
                   *[f"{short[i]} inaction" for i in interactions],
                   title="mean episodic return ± 95 % CI (seeds) vs model size", caption=" · ".join(
                       f"{short[i]} = {i.replace('_', '-')}" for i in interactions))  # fmt: skip
-    keys = sorted({(r["game"], r["k"]) for r in results})
-    for game, k in keys:
-        by = {r["interaction"]: r for r in results if r["game"] == game and r["k"] == k}
+    keys = sorted({(r["game"], r.get("arch", "impala"), r["k"]) for r in results})
+    for game, arch, k in keys:
+        by = {r["interaction"]: r for r in results if r["game"] == game and r["k"] == k and r.get("arch", "impala") == arch}
         any_row = next(iter(by.values()))
 
         def ret(r: dict[str, Any] | None) -> str:
@@ -195,7 +216,7 @@ def _print_results(console: Any, results: Sequence[dict[str, Any]]) -> None:
         def idle(r: dict[str, Any] | None) -> str:
             return "—" if r is None or r["inaction_fraction"] is None else f"{r['inaction_fraction']:.1%}"
 
-        table.add_row(game, any_row["params"], any_row["delay"], *[ret(by.get(i)) for i in interactions],
+        table.add_row(game + ("" if arch == "impala" else f" ({arch})"), any_row["params"], any_row["delay"], *[ret(by.get(i)) for i in interactions],
                       *[idle(by.get(i)) for i in interactions])  # fmt: skip
     console.print(table)
 

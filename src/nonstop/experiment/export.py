@@ -35,7 +35,7 @@ META = "policy.json"
 #: the forward pass of each network `nonstop.learning.dqn.build_q_network` builds, in words
 _FORWARD = {
     "ImpalaResNet": "for each conv sequence (channels c): conv3x3(c, padding 1, or 0 when same_padding is false) → "
-                    "maxpool(3, stride 2, same padding; none in 2xDeep's sequences 4-6) → 2 × [x + conv3x3(relu(conv3x3(relu(x))))]; "
+                    "maxpool(3, padded as the conv; stride 2, or 1 in 2xDeep's sequences 2-4 and 6) → 2 × [x + conv3x3(relu(conv3x3(relu(x))))]; "
                     "then relu → flatten → fc → relu → head",
     "MLP": "flatten → (linear → relu) for each hidden width → linear",
 }  # fmt: skip

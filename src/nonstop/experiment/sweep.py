@@ -15,8 +15,12 @@ Per (game, size, seed) two ways to act are compared:
   action every τ_θ ticks, β (the env's noop) on the ticks between;
 
 and, on request (``--interactions``), the two sequential learning loops of Figure 4
-(``infer_then_learn``, ``learn_then_infer``). Learning is asynchronous in every cell at the game's
-rate (Atari: one update every 4 ticks, as the paper; Pokémon every 5). The figure of merit is the
+(``infer_then_learn``, ``learn_then_infer``) and its parallel-learning baseline
+(``parallel_learning``: staggered acting, a 33× larger batch and 33× fewer updates). Learning is
+asynchronous in every cell at the paper's cadence, counted per transition on the virtual clock
+(Atari: one update per 4 transitions, ``--atari-learn-every``; Tetris one per transition; Pokémon
+every 5 ticks). ``--arch 2xdeep`` adds Figure 6's 2xDeep cells: the authors' 30-layer network at the
+appendix's widths, its declared delay its own (`declared_delays`). The figure of merit is the
 paper's: the mean episodic return over the training episodes, averaged over seeds with a 95 %
 Student-t confidence interval, plotted against model size (``sweep.png``) and tabled
 (``results.csv``, ``cells.csv``, ``sweep.json``).
@@ -33,7 +37,7 @@ small     the delay world (3 seeds, 6 episodes) and Boxing (1 seed, 1         ~3
 medium    the delay world (5 seeds, 40 episodes), Boxing, Krull,               ~days
           NameThisGame (3 seeds, 20 episodes)
 paper     Boxing, Krull, NameThisGame, Tetris and Pokémon where their ROMs     far beyond 2 cores:
-          are found; 5 seeds, 2,000 episodes (the paper's length)              for a cluster
+          are found; 3 seeds (0, 1, 2), 2,000 episodes (the paper's)           for a cluster
 ========  ==================================================================  =====================
 
 The *delay world* is ``theory/delay-cycle`` (8 states; reward 1 when the action names the current
@@ -66,7 +70,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ['BUDGETS', 'BUDGET_HELP', 'Budget', 'Cell', 'GAMES', 'Game', 'INTERACTIONS', 'PAPER_SIZES', 'aggregate', 'cell_result', 'cell_state', 'children_cpu_s', 'declared_delays', 'plan_cells', 'plot', 'run_cells', 't_quantile_95', 'write_tables']
+__all__ = ['ARCHS', 'BUDGETS', 'BUDGET_HELP', 'Budget', 'Cell', 'DEEP_SIZES', 'GAMES', 'Game', 'INTERACTIONS', 'PAPER_SIZES', 'aggregate', 'cell_result', 'cell_state', 'children_cpu_s', 'declared_delays', 'deep_paper_ticks', 'env_available', 'plan_cells', 'plot', 'run_cells', 't_quantile_95', 'write_tables']
 
 #: k → (parameters, declared inference ticks at 60 Hz, at the Game Boy's 59.7275 Hz): the paper's Figure 7 / Appendix A
 PAPER_SIZES: Final[dict[float, tuple[str, int, int]]] = {
@@ -77,10 +81,18 @@ PAPER_SIZES: Final[dict[float, tuple[str, int, int]]] = {
 }
 
 
-_PARAMS: Final = {"1M": 1e6, "10M": 1e7, "100M": 1e8, "1B": 1e9}
+#: 2xDeep width k → its parameter label (the appendix's "Training Procedure for Atari")
+DEEP_SIZES: Final[dict[float, str]] = {0.0625: "70k", 0.75: "1M", 4.75: "10M", 18.5: "100M", 63: "1B"}
 
+_PARAMS: Final = {"70k": 7e4, "1M": 1e6, "10M": 1e7, "100M": 1e8, "1B": 1e9}
 
-INTERACTIONS: Final = ("staggered", "sequential", "infer_then_learn", "learn_then_infer")
+#: the network whose delay a cell declares: the 15-layer IMPALA ResNet, or the authors' 30-layer 2xDeep
+ARCHS: Final = ("impala", "2xdeep")
+
+INTERACTIONS: Final = ("staggered", "sequential", "infer_then_learn", "learn_then_infer", "parallel_learning")
+
+#: Figure 4's parallel-learning baseline: "an effective batch size that is 33x larger, incurring 33x fewer updates"
+PARALLEL_LEARNING_FACTOR: Final = 33
 
 
 @dataclass(frozen=True)
@@ -97,27 +109,34 @@ class Game:
     needs_rom: bool = False
     #: what a small budget changes (replay capacity: no cell of it stores more transitions than this)
     small_args: tuple[str, ...] = ()
+    #: the paper's learning cadence: an update per this many transitions (counted on either clock); None: the preset's
+    learn_every: int | None = None
+    #: the batch size the preset sets (Figure 4's parallel-learning baseline multiplies it)
+    batch_size: int = 16
+    #: seconds of one update for the parallel-learning baseline's cadence (None: one tick)
+    tau_l: float | None = None
 
 
-_ATARI_ARGS: Final = ("--preset", "paper-atari", "--tau-l", f"{4 / 60:.6f}")  # "we now learn every 4 environment steps"
+_ATARI_ARGS: Final = ("--preset", "paper-atari")  # the cadence: `Cell.learn_every` ("we now learn every 4 environment steps")
 
 
 GAMES: Final[dict[str, Game]] = {
     "delay-world": Game("theory/delay-cycle",
                         ("--env-arg", "p_minimax=0.97", "--env-arg", "max_steps=1200", "--lr", "1e-3", "--batch-size", "32",
                          "--epsilon-ticks", "1500", "--epsilon-end", "0.02", "--learning-starts", "200",
-                         "--target-update", "200", "--replay-capacity", "20000"), max_episode_s=20.0),
-    "Boxing": Game("Boxing", _ATARI_ARGS, max_episode_s=1800.0, small_args=("--replay-capacity", "50000")),
-    "Krull": Game("Krull", _ATARI_ARGS, max_episode_s=1800.0, small_args=("--replay-capacity", "50000")),
-    "NameThisGame": Game("NameThisGame", _ATARI_ARGS, max_episode_s=1800.0, small_args=("--replay-capacity", "50000")),
-    # Figure 5: a fixed ε of 0.05 and one update per action
+                         "--target-update", "200", "--replay-capacity", "20000"), max_episode_s=20.0, batch_size=32),
+    "Boxing": Game("Boxing", _ATARI_ARGS, max_episode_s=1800.0, small_args=("--replay-capacity", "50000"), learn_every=4),
+    "Krull": Game("Krull", _ATARI_ARGS, max_episode_s=1800.0, small_args=("--replay-capacity", "50000"), learn_every=4),
+    "NameThisGame": Game("NameThisGame", _ATARI_ARGS, max_episode_s=1800.0, small_args=("--replay-capacity", "50000"),
+                         learn_every=4),
+    # Figure 5: a fixed ε of 0.05 and "one update on the replay buffer for each action taken"
     "Tetris": Game("GameBoy/Tetris", ("--preset", "paper-tetris", "--epsilon-start", "0.05", "--epsilon-end", "0.05"),
-                   max_episode_s=3600.0, game_boy=True, needs_rom=True),
+                   max_episode_s=3600.0, game_boy=True, needs_rom=True, learn_every=1),
     # Figure 4: "enough learning threads to learn every 5 environment steps"
     "PokemonBattle": Game("GameBoy/PokemonBattle", ("--preset", "paper-pokemon", "--tau-l", f"{5 / 59.7275:.6f}"),
-                          max_episode_s=3600.0, game_boy=True, needs_rom=True),
+                          max_episode_s=3600.0, game_boy=True, needs_rom=True, tau_l=5 / 59.7275),
     "PokemonCatch": Game("GameBoy/PokemonCatch", ("--preset", "paper-pokemon", "--tau-l", f"{5 / 59.7275:.6f}"),
-                         max_episode_s=3600.0, game_boy=True, needs_rom=True),
+                         max_episode_s=3600.0, game_boy=True, needs_rom=True, tau_l=5 / 59.7275),
 }  # fmt: skip
 
 
@@ -139,8 +158,8 @@ BUDGETS: Final[dict[str, Budget]] = {
                     note="Boxing: one episode while ε is still ~0.9, so its cells measure acting (inaction, delay), not learning",
                     small_replay=True),
     "medium": Budget({"delay-world": (40, 5), "Boxing": (20, 3), "Krull": (20, 3), "NameThisGame": (20, 3)}),
-    "paper": Budget({"Boxing": (2000, 5), "Krull": (2000, 5), "NameThisGame": (2000, 5), "Tetris": (2000, 5),
-                     "PokemonBattle": (2000, 5), "PokemonCatch": (2000, 5)},
+    "paper": Budget({"Boxing": (2000, 3), "Krull": (2000, 3), "NameThisGame": (2000, 3), "Tetris": (2000, 3),
+                     "PokemonBattle": (2000, 3), "PokemonCatch": (2000, 3)},
                     note="the paper's 2,000 episodes per cell; Game Boy games where their ROMs are found"),
 }  # fmt: skip
 
@@ -156,20 +175,32 @@ class Cell:
     seed: int
     episodes: int
     extra: tuple[str, ...] = field(default=(), compare=False)
+    arch: str = "impala"
+    #: an update per this many transitions (None: the game's own cadence, `Game.learn_every`)
+    learn_every: int | None = field(default=None, compare=False)
 
     @property
     def name(self) -> str:
-        return f"{self.game}-k{_fmt_k(self.k)}-{self.delay}-{self.interaction}-s{self.seed}"
+        arch = "" if self.arch == "impala" else f"-{self.arch}"
+        return f"{self.game}{arch}-k{_fmt_k(self.k)}-{self.delay}-{self.interaction}-s{self.seed}"
 
     def train_argv(self, out: Path) -> list[str]:
         game = GAMES[self.game]
         how: list[str]
-        if self.interaction == "staggered":
+        if self.interaction in ("staggered", "parallel_learning"):
             how = ["--scheduler", "max_time"]  # Algorithm 1 at N_I* = ⌈τ_θ/τ_M⌉ (nonstop train's default N_I)
         elif self.interaction == "sequential":
             how = ["--scheduler", "sequential"]  # one inference process; β on the ticks between its actions
         else:
             how = ["--interaction", self.interaction]
+        learn_every = self.learn_every if self.learn_every is not None else game.learn_every
+        if learn_every is not None:  # the cadence per transition (the virtual learners honour the cap too)
+            how += ["--updates-per-transition", f"{1 / learn_every:.6g}"]
+        if self.interaction == "parallel_learning":  # 33x the batch, 33x fewer updates
+            f = PARALLEL_LEARNING_FACTOR
+            how += ["--batch-size", str(f * game.batch_size), "--tau-l", f"{f * (game.tau_l or 1 / 60):.6f}"]
+            if learn_every is not None:
+                how += ["--updates-per-transition", f"{1 / (f * learn_every):.6g}"]
         seconds = 1.5 * self.episodes * game.max_episode_s + 60  # a cap only: --episodes ends the cell
         return ["train", "--env", game.env, *game.train_args, *self.extra, "--latency", self.delay, *how,
                 "--seed", str(self.seed), "--episodes", str(self.episodes), "--seconds", f"{seconds:g}",
@@ -181,19 +212,45 @@ def _fmt_k(k: float) -> str:
     return str(int(k)) if float(k).is_integer() else f"{k:g}"
 
 
-def declared_delays(sizes: Iterable[float], source: str, *, game_boy: bool, overrides: dict[float, str]) -> dict[float, str]:
-    """Size k → latency spec. ``source``: ``paper`` (the paper's measured steps) or ``measured``
-    (this machine's batch-1 forward time of the k ResNet, one torch thread); ``overrides`` win.
+def deep_paper_ticks(k: float, *, game_boy: bool) -> int:
+    """The declared inference ticks of the 2xDeep network at the appendix's width ``k``: the paper
+    gives none, so the 15-layer model's measured ticks at the same parameter label, scaled by the
+    two networks' floating-point operations (`count_flops`; deeper is slower at the same size).
+
+    >>> [deep_paper_ticks(k, game_boy=False) for k in (0.75, 4.75, 18.5, 63)]
+    [10, 13, 99, 854]
+    """
+    from nonstop.policies.models import count_flops
+
+    label = DEEP_SIZES.get(k)
+    base = next((kk for kk, (name, *_) in PAPER_SIZES.items() if name == label), None)
+    if base is None:
+        raise ValueError(f"the paper's 2xDeep sizes with a 15-layer time to scale are k in "
+                         f"{[kk for kk, v in DEEP_SIZES.items() if v != '70k']}, not k={_fmt_k(k)}: pass --latency-source "
+                         f"measured or --latency {_fmt_k(k)}=SPEC")  # fmt: skip
+    ticks = int(PAPER_SIZES[base][2 if game_boy else 1])
+    return math.ceil(ticks * count_flops(k, depth=6) / count_flops(base))
+
+
+def declared_delays(sizes: Iterable[float], source: str, *, game_boy: bool, overrides: dict[float, str],
+                    arch: str = "impala") -> dict[float, str]:
+    """Size k → latency spec. ``source``: ``paper`` (the paper's measured steps; for 2xDeep
+    `deep_paper_ticks`) or ``measured`` (this machine's batch-1 forward time of the k network, one
+    torch thread); ``overrides`` win.
 
     >>> declared_delays([1, 98], "paper", game_boy=False, overrides={})
     {1: '5t', 98: '599t'}
     >>> declared_delays([98], "paper", game_boy=True, overrides={98: "10s"})
     {98: '10s'}
+    >>> declared_delays([18.5], "paper", game_boy=False, overrides={}, arch="2xdeep")
+    {18.5: '99t'}
     """
     out: dict[float, str] = {}
     for k in sizes:
         if k in overrides:
             out[k] = overrides[k]
+        elif arch == "2xdeep":
+            out[k] = f"{deep_paper_ticks(k, game_boy=game_boy)}t" if source == "paper" else f"{_measured_forward_ms(k, 6):.3f}ms"
         elif source == "paper":
             if k not in PAPER_SIZES:
                 raise ValueError(f"the paper gives inference times for k in {sorted(PAPER_SIZES)}, not k={_fmt_k(k)}: "
@@ -204,31 +261,37 @@ def declared_delays(sizes: Iterable[float], source: str, *, game_boy: bool, over
     return out
 
 
-_MEASURED: dict[float, float] = {}
+_MEASURED: dict[tuple[float, int], float] = {}
 
 
-def _measured_forward_ms(k: float) -> float:
-    """Median batch-1 forward time of the width-k IMPALA ResNet here (one torch thread), in ms."""
-    if k not in _MEASURED:
+def _measured_forward_ms(k: float, depth: int = 3) -> float:
+    """Median batch-1 forward time of the width-k IMPALA ResNet (``depth`` 6: 2xDeep) here (one torch thread), in ms."""
+    if (k, depth) not in _MEASURED:
         import torch
 
         from nonstop.metrics.capacity import time_forward
         from nonstop.policies.models import ensure_fits, impala_resnet
 
-        ensure_fits(k, "cpu", n_actions=18)  # a clear error when the model cannot fit in this machine's memory
+        ensure_fits(k, "cpu", n_actions=18, depth=depth)  # a clear error when the model cannot fit in this machine's memory
         torch.set_num_threads(1)
-        model = impala_resnet(k=k, n_actions=18).eval()
+        model = impala_resnet(k=k, n_actions=18, depth=depth).eval()
         samples = time_forward(model, torch.zeros(1, 1, 84, 84), torch.device("cpu"), warmup=1, repeats=7, max_seconds=20.0)
-        _MEASURED[k] = 1000.0 * sorted(samples)[len(samples) // 2]
+        _MEASURED[(k, depth)] = 1000.0 * sorted(samples)[len(samples) // 2]
         del model
-    return _MEASURED[k]
+    return _MEASURED[(k, depth)]
 
 
 def plan_cells(budget: Budget, *, games: Sequence[str] | None, sizes: Sequence[float] | None, seeds: int | None,
                episodes: int | None, interactions: Sequence[str], latency_source: str,
                latency_overrides: dict[float, str], game_args: dict[str, list[str]] | None = None,
-               small_replay: bool = False, available: Any = None) -> tuple[list[Cell], list[str]]:
+               small_replay: bool = False, available: Any = None, archs: Sequence[str] = ("impala",),
+               deep_sizes: Sequence[float] | None = None, gb_actions: int = 6,
+               atari_learn_every: int | None = None) -> tuple[list[Cell], list[str]]:
     """The cells a sweep runs and notes on what it left out (a Game Boy game without its ROM).
+
+    ``archs`` adds 2xDeep cells at ``deep_sizes`` (default: the appendix's 1M-1B widths);
+    ``gb_actions`` 6 gives the Game Boy agent the paper's six buttons (noop is β's), 7 adds noop;
+    ``atari_learn_every`` overrides the Atari games' update per 4 transitions.
 
     >>> cells, notes = plan_cells(BUDGETS["tiny"], games=None, sizes=None, seeds=None, episodes=None,
     ...                           interactions=("staggered", "sequential"), latency_source="paper", latency_overrides={})
@@ -243,11 +306,19 @@ def plan_cells(budget: Budget, *, games: Sequence[str] | None, sizes: Sequence[f
     for i in interactions:
         if i not in INTERACTIONS:
             raise ValueError(f"unknown interaction {i!r} for --interactions: choose from {', '.join(INTERACTIONS)}")
+    for a in archs:
+        if a not in ARCHS:
+            raise ValueError(f"unknown network {a!r} for --arch: choose from {', '.join(ARCHS)}")
+    if gb_actions not in (6, 7):
+        raise ValueError(f"--gb-actions takes 6 (the paper's buttons; noop is β's) or 7 (noop too), got {gb_actions!r}")
+    if atari_learn_every is not None and (isinstance(atari_learn_every, bool) or not isinstance(atari_learn_every, int)
+                                          or atari_learn_every < 1):  # fmt: skip
+        raise ValueError(f"--atari-learn-every must be an integer >= 1 (transitions per update), got {atari_learn_every!r}")
     if seeds is not None and seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     if episodes is not None and episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {episodes}")
-    available = available if available is not None else _env_available
+    available = available if available is not None else env_available
     game_args = game_args or {}
     for g in game_args:
         if g not in GAMES:
@@ -265,16 +336,22 @@ def plan_cells(budget: Budget, *, games: Sequence[str] | None, sizes: Sequence[f
         # a game the budget does not name (asked for with --games) gets the budget's first game's length
         default_episodes, default_seeds = budget.games.get(g, next(iter(budget.games.values())))
         n_episodes = episodes or default_episodes
-        delays = declared_delays(sizes or budget.sizes, latency_source, game_boy=game.game_boy, overrides=latency_overrides)
         extra = (game.small_args if small_replay else ()) + tuple(a for kv in game_args.get(g, []) for a in ("--env-arg", kv))
-        for k, delay in delays.items():
-            for seed in range(seeds or default_seeds):
-                for interaction in interactions:
-                    cells.append(Cell(g, k, delay, interaction, seed, n_episodes, extra))
+        if game.game_boy and gb_actions == 6 and not any(kv.startswith("action_set=") for kv in game_args.get(g, [])):
+            extra += ("--env-arg", "action_set=paper")  # Appendix A: "six discrete actions"
+        learn_every = atari_learn_every if game.learn_every == 4 else None
+        for arch in archs:
+            arch_sizes = (sizes or budget.sizes) if arch == "impala" else (deep_sizes or [k for k, v in DEEP_SIZES.items() if v != "70k"])
+            delays = declared_delays(arch_sizes, latency_source, game_boy=game.game_boy,
+                                     overrides=latency_overrides if arch == "impala" else {}, arch=arch)  # fmt: skip
+            for k, delay in delays.items():
+                for seed in range(seeds or default_seeds):
+                    for interaction in interactions:
+                        cells.append(Cell(g, k, delay, interaction, seed, n_episodes, extra, arch, learn_every))
     return cells, notes
 
 
-def _env_available(game: str, game_args: Sequence[str]) -> tuple[bool, str]:
+def env_available(game: str, game_args: Sequence[str]) -> tuple[bool, str]:
     """Whether a ROM-backed game can run here: its ROM found (and, for Pokémon, a start state given)."""
     from nonstop.envs.gameboy import RomError, find_rom, pyboy_problem
 
@@ -373,7 +450,7 @@ def cell_result(cell: Cell, run_dir: Path) -> dict[str, Any] | None:
             summary = json.loads((run_dir / "summary.json").read_text())
         except json.JSONDecodeError:
             summary = {}
-    return {"cell": cell.name, "game": cell.game, "k": cell.k, "params": _params(cell.k), "delay": cell.delay,
+    return {"cell": cell.name, "game": cell.game, "arch": cell.arch, "k": cell.k, "params": _params(cell.k, cell.arch), "delay": cell.delay,
             "interaction": cell.interaction, "seed": cell.seed, "episodes": len(returns), "episodes_target": cell.episodes,
             "mean_return": sum(returns) / len(returns) if returns else None,
             "inaction_fraction": summary.get("inaction_fraction"), "delay_mean_ticks": summary.get("delay_mean_ticks"),
@@ -381,7 +458,9 @@ def cell_result(cell: Cell, run_dir: Path) -> dict[str, Any] | None:
             "complete": bool(summary.get("complete")) and len(returns) >= cell.episodes}  # fmt: skip
 
 
-def _params(k: float) -> str:
+def _params(k: float, arch: str = "impala") -> str:
+    if arch == "2xdeep":
+        return DEEP_SIZES.get(k, f"k={_fmt_k(k)}")
     return PAPER_SIZES[k][0] if k in PAPER_SIZES else f"k={_fmt_k(k)}"
 
 
@@ -395,11 +474,12 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     >>> agg["mean_return"], round(agg["ci95"], 3), agg["seeds"]
     (2.0, 12.706, 2)
     """
-    groups: dict[tuple[str, float, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, float, str], list[dict[str, Any]]] = {}
     for row in rows:
-        groups.setdefault((row["game"], row["k"], row["interaction"]), []).append(row)
+        groups.setdefault((row["game"], row.get("arch", "impala"), row["k"], row["interaction"]), []).append(row)
     out = []
-    for (game, k, interaction), members in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], INTERACTIONS.index(kv[0][2]))):
+    for (game, arch, k, interaction), members in sorted(
+            groups.items(), key=lambda kv: (kv[0][0], ARCHS.index(kv[0][1]), kv[0][2], INTERACTIONS.index(kv[0][3]))):
         done = [m for m in members if m.get("mean_return") is not None]
         values = [float(m["mean_return"]) for m in done]
         n = len(values)
@@ -413,15 +493,17 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             xs = [float(m[key]) for m in done if m.get(key) is not None]
             return sum(xs) / len(xs) if xs else None
 
-        out.append({"game": game, "k": k, "params": members[0]["params"], "delay": members[0]["delay"],
+        out.append({"game": game, "arch": arch, "k": k, "params": members[0]["params"], "delay": members[0]["delay"],
                     "interaction": interaction, "mean_return": mean, "ci95": ci, "seeds": n, "cells": len(members),
                     "complete": sum(bool(m.get("complete")) for m in members),
                     "inaction_fraction": avg("inaction_fraction"), "delay_mean_ticks": avg("delay_mean_ticks")})  # fmt: skip
     return out
 
 
-def plot(results: Sequence[dict[str, Any]], path: Path, *, title: str) -> Path | None:
-    """Return vs model size, a panel per game, a line and its 95 % band per interaction (Figure 6's layout)."""
+def plot(results: Sequence[dict[str, Any]], path: Path, *, title: str,
+         lines: dict[str, dict[str, float]] | None = None) -> Path | None:
+    """Return vs model size, a panel per game, a line and its 95 % band per interaction and network
+    (Figure 6's layout); ``lines`` (game → label → return) are drawn across, e.g. β's noop and random."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -432,17 +514,20 @@ def plot(results: Sequence[dict[str, Any]], path: Path, *, title: str) -> Path |
         return None
     fig, axes = plt.subplots(1, len(games), figsize=(4.2 * len(games), 3.6), squeeze=False)
     for ax, game in zip(axes[0], games):
-        for interaction in INTERACTIONS:
+        for arch, interaction in ((a, i) for a in ARCHS for i in INTERACTIONS):
             pts = sorted((r["k"], r) for r in results if r["game"] == game and r["interaction"] == interaction
-                         and r["mean_return"] is not None)  # fmt: skip
+                         and r.get("arch", "impala") == arch and r["mean_return"] is not None)  # fmt: skip
             if not pts:
                 continue
             xs = [_PARAMS.get(r["params"], r["k"] * 1e6) for _, r in pts]
             ys = [r["mean_return"] for _, r in pts]
             lo = [r["mean_return"] - (r["ci95"] or 0.0) for _, r in pts]
             hi = [r["mean_return"] + (r["ci95"] or 0.0) for _, r in pts]
-            (line,) = ax.plot(xs, ys, marker="o", label=interaction.replace("_", "-"))
+            label = interaction.replace("_", "-") + ("" if arch == "impala" else " (2xDeep)")
+            (line,) = ax.plot(xs, ys, marker="o", linestyle="-" if arch == "impala" else "--", label=label)
             ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+        for name, value in (lines or {}).get(game, {}).items():
+            ax.axhline(value, color="grey", linestyle=":" if name == "noop" else "-.", linewidth=1, label=f"{name} (β)")
         ax.set_xscale("log")
         ax.set_xlabel("model size |θ| (declared inference time)")
         ax.set_ylabel("mean episodic return")
@@ -517,7 +602,10 @@ BUDGET_HELP: Final = """budgets (--games, --sizes, --seeds, --episodes override 
   small   the delay world at k = 1, 7, 29, 98 x 3 seeds x 6 episodes, and Boxing x 1 seed x 1 episode
           (39 min on a busy 2-core machine, 23 CPU-min; Boxing at eps ~0.9 measures acting, not learning)
   medium  the delay world (5 seeds, 40 episodes); Boxing, Krull, NameThisGame (3 seeds, 20 episodes): days
-  paper   Boxing, Krull, NameThisGame, Tetris and Pokemon where found; 5 seeds, 2,000 episodes: a cluster's work"""
+  paper   Boxing, Krull, NameThisGame, Tetris and Pokemon where found; 3 seeds (the paper's 0, 1, 2),
+          2,000 episodes: a cluster's work
+the paper's settings, each a flag: --seeds (3), --gb-actions (6), --atari-learn-every (4 transitions),
+--arch impala,2xdeep (Figure 6's 2xDeep curve)"""
 
 
 def children_cpu_s() -> float:

@@ -60,7 +60,7 @@ class DQNConfig:
     max_grad_norm: float = field(default=10.0, metadata={"help": "global gradient-norm clip"})
     double: bool = field(default=False, metadata={"help": "double DQN target"})
     learning_starts: int = field(default=1000, metadata={"help": "transitions in replay before learning"})
-    updates_per_transition: float = field(default=1.0, metadata={"help": "wall clock: learners pause when ahead of this ratio (0: no cap)"})
+    updates_per_transition: float = field(default=1.0, metadata={"help": "updates per transition at most: learners pause when ahead of it, on either clock (0: no cap)"})
     replay_capacity: int = field(default=1_000_000, metadata={"help": "most recent transitions kept (paper: 1M)"})
     hidden: tuple[int, ...] = field(default=(128, 128), metadata={"help": "MLP widths (vector observations)"})
     k: float = field(default=1, metadata={"help": "IMPALA ResNet width factor (image observations)"})

@@ -67,8 +67,8 @@ def ready_to_learn(replay: ReplayBuffer, cfg: DQNConfig) -> bool:
 
 def updates_ahead(state: TrainingState, replay: ReplayBuffer, cfg: DQNConfig, in_flight: int = 0) -> bool:
     """More updates (applied, plus ``in_flight`` gradients that will be) than ``updates_per_transition``
-    allows for the transitions so far: on the wall clock learners then pause, leaving the cores to the
-    world and to inference."""
+    allows for the transitions so far: learners then pause (on the wall clock leaving the cores to the
+    world and to inference; on the virtual clock keeping the updates-per-transition ratio exact)."""
     ratio = cfg.updates_per_transition
     fresh = replay.transitions_written - cfg.learning_starts
     done = state.updates - state.update_base + in_flight
@@ -266,7 +266,9 @@ class VirtualLearners:
         yield t
         while not self._stop:
             self._check_killed(learner.index)
-            out = learner.gradient() if learner.ready else None
+            # the cap counts transitions on this clock too: an update every 4 transitions is the
+            # paper's Atari cadence however long each transition (a sequential agent's action) takes
+            out = learner.gradient() if learner.ready and not learner.ahead else None
             t += self.period
             yield t
             if out is None:
@@ -284,7 +286,8 @@ class VirtualLearners:
         t = self.clock.now()
         while not self._stop:
             self._check_killed(0)
-            outs = [o for o in (learner.gradient() for learner in self.learners if learner.ready) if o is not None]
+            outs = [o for o in (learner.gradient() for learner in self.learners if learner.ready and not learner.ahead)
+                    if o is not None]
             t += self.period
             yield t
             if outs:

@@ -26,15 +26,22 @@ fixed head the small ones (91% of k = 1); a head that scaled with ``k`` would
 overshoot k = 7 (a 256k-wide head alone is 49M there). Both constructions land within
 ±20% of the paper's labels, the tolerance the tests use.
 
-The authors' **2xDeep** variant (``depth=6``; the paper's appendix, "Training Procedure for
-Atari": "a ResNet model with 6 blocks rather than 3 blocks, ... 30 convolutional layers rather
-than 15. In the final three blocks, each layer has 32k filters") adds three conv sequences of
-``32k`` channels after the usual three. The appendix does not say whether they pool; we read
-them as keeping the 11×11 map (conv3x3 and two residual blocks, no maxpool), because that is the
-reading under which the appendix's own parameter labels come out (`DEEP_PARAM_LABELS`: within
-3 % at four of its five widths and 12 % at k = 0.75, where the channels truncate to 12/24; k =
-0.0625 → 70k … k = 63 → 1B), where pooling on to 2×2 would shrink the head and miss k = 4.75
-(10M) by half.
+The authors' **2xDeep** variant (``depth=6``, ``--arch 2xdeep``; the paper's appendix, "Training
+Procedure for Atari": six blocks rather than three, 30 conv layers rather than 15, 32k filters in
+the final three) is built as their released code builds it (CERC-AAI/realtime_rl,
+``model/architectures.py``, ``DeepImpalaCNN``), which the appendix alone does not say: six conv
+sequences, the first at ``16k`` channels and the other five at ``32k``, each an *unpadded* conv3x3,
+then a max-pool of 3 whose stride is 2 in sequences 1 and 5 and 1 in sequences 2, 3, 4 and 6, then
+two residual blocks; the map shrinks 84 → 40 → 36 → 32 → 28 → 12 → 8, and the head is
+``FC(32k·8·8 → 512) → FC(n_actions)``. So ``depth=6`` defaults to ``same_padding=False,
+fc_hidden=512`` (the 15-layer network keeps ``True, 256``). Its parameters land on the appendix's
+labels (`DEEP_PARAM_LABELS`: 76k, 0.93M, 10.3M, 99.9M, 0.999B for k = 0.0625 … 63), and because
+sequences 2-4 work at 32k channels on 28-36 pixel maps where the 15-layer net has 11-21, it costs
+more floating-point operations per parameter (`count_flops`: 2.5x the 15-layer net's at 1M
+parameters, 1.9x at 10M, 1.5x at 100M and 1B): deeper is slower at the
+same size, which is Figure 6's point. (An earlier reading kept sequences 4-6 on the 11×11 map
+without pooling; it matched the labels less well and was only ~1.1× the 15-layer net's cost per
+parameter.) ``nonstop bench models --construction 2xdeep`` times it.
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ __all__ = [
     "PAPER_PARAM_LABELS",
     "ARCH_DEPTHS",
     "DEEP_PARAM_LABELS",
+    "POOL_STRIDES",
     "PARAM_TABLE",
     "estimate_memory_bytes",
     "available_memory_bytes",
@@ -107,20 +115,32 @@ def impala_channels(k: float) -> tuple[int, int, int]:
     return int(16 * k), int(32 * k), int(32 * k)
 
 
-def _pooled(size: int, same_padding: bool) -> int:
-    """Spatial size after one conv sequence's conv3x3 and maxpool(3, 2)."""
+#: depth → the max-pool stride of each conv sequence (2xDeep: the authors' ``DeepImpalaCNN``)
+POOL_STRIDES: Final[dict[int, tuple[int, ...]]] = {3: (2, 2, 2), 6: (2, 1, 1, 1, 2, 1)}
+
+
+def _arch_defaults(depth: int, same_padding: bool | None, fc_hidden: int | None) -> tuple[bool, int]:
+    """The construction a depth gets when ``same_padding``/``fc_hidden`` are not given: the
+    standard IMPALA network at depth 3, the authors' released 2xDeep at depth 6."""
+    deep = depth != 3
+    return (not deep if same_padding is None else same_padding), ((512 if deep else 256) if fc_hidden is None else fc_hidden)
+
+
+def _sequence_sizes(input_hw: int, same_padding: bool, depth: int) -> list[tuple[int, int]]:
+    """Per conv sequence: (the base conv's output side, the side after its max-pool)."""
     pad = 1 if same_padding else 0
-    size = size + 2 * pad - 2  # conv3x3, stride 1
-    return (size + 2 * pad - 3) // 2 + 1  # maxpool 3, stride 2
+    size, sizes = input_hw, []
+    for stride in POOL_STRIDES.get(depth, POOL_STRIDES[3]):
+        conv = size + 2 * pad - 2  # conv3x3, stride 1
+        size = (conv + 2 * pad - 3) // stride + 1  # maxpool 3
+        if conv < 1 or size < 1:
+            raise ValueError(f"input of {input_hw}x{input_hw} is too small for {depth} conv sequences")
+        sizes.append((conv, size))
+    return sizes
 
 
-def _feature_size(input_hw: int, same_padding: bool) -> int:
-    size = input_hw
-    for _ in range(3):
-        size = _pooled(size, same_padding)
-        if size < 1:
-            raise ValueError(f"input of {input_hw}x{input_hw} is too small for three conv sequences")
-    return size
+def _feature_size(input_hw: int, same_padding: bool, depth: int = 3) -> int:
+    return _sequence_sizes(input_hw, same_padding, depth)[-1][1]
 
 
 class ResidualBlock(nn.Module):
@@ -136,14 +156,14 @@ class ResidualBlock(nn.Module):
 
 
 class ConvSequence(nn.Module):
-    """conv3x3 → maxpool(3, stride 2) → two `ResidualBlock` s (``pool=False``: no maxpool, and
-    the conv keeps the map's size: 2xDeep's extra sequences)."""
+    """conv3x3 → maxpool(3, ``pool_stride``) → two `ResidualBlock` s (``pool_stride`` 1: 2xDeep's
+    sequences 2-4 and 6, which keep most of the map)."""
 
-    def __init__(self, in_channels: int, out_channels: int, *, same_padding: bool = True, pool: bool = True) -> None:
+    def __init__(self, in_channels: int, out_channels: int, *, same_padding: bool = True, pool_stride: int = 2) -> None:
         super().__init__()
-        pad = 1 if same_padding or not pool else 0
+        pad = 1 if same_padding else 0
         self.conv = nn.Conv2d(in_channels, out_channels, 3, padding=pad)
-        self.pool = nn.MaxPool2d(3, stride=2, padding=pad) if pool else nn.Identity()
+        self.pool = nn.MaxPool2d(3, stride=pool_stride, padding=pad)
         self.res0 = ResidualBlock(out_channels)
         self.res1 = ResidualBlock(out_channels)
 
@@ -170,23 +190,23 @@ class ImpalaResNet(nn.Module):
         in_channels: int = 1,
         *,
         input_hw: int = 84,
-        fc_hidden: int = 256,
-        same_padding: bool = True,
+        fc_hidden: int | None = None,
+        same_padding: bool | None = None,
         depth: int = 3,
     ) -> None:
         super().__init__()
+        same_padding, fc_hidden = _arch_defaults(depth, same_padding, fc_hidden)
         _check_arch(n_actions, in_channels, input_hw, fc_hidden, depth)
         c1, c2, c3 = impala_channels(k)
         self.k: Final = k
         self.n_actions: Final = n_actions
         self.depth: Final = depth
-        self.sequences = nn.Sequential(
-            ConvSequence(in_channels, c1, same_padding=same_padding),
-            ConvSequence(c1, c2, same_padding=same_padding),
-            ConvSequence(c2, c3, same_padding=same_padding),
-            *(ConvSequence(c3, c3, pool=False) for _ in range(depth - 3)),
-        )
-        side = _feature_size(input_hw, same_padding)
+        channels = [in_channels, c1, c2, c3, *([c3] * (depth - 3))]
+        self.sequences = nn.Sequential(*(
+            ConvSequence(cin, cout, same_padding=same_padding, pool_stride=stride)
+            for cin, cout, stride in zip(channels, channels[1:], POOL_STRIDES[depth])
+        ))  # fmt: skip
+        side = _feature_size(input_hw, same_padding, depth)
         self.fc = nn.Linear(c3 * side * side, fc_hidden)
         self.head = nn.Linear(fc_hidden, n_actions)
 
@@ -211,8 +231,8 @@ def impala_resnet(
     in_channels: int = 1,
     *,
     input_hw: int = 84,
-    fc_hidden: int = 256,
-    same_padding: bool = True,
+    fc_hidden: int | None = None,
+    same_padding: bool | None = None,
     depth: int = 3,
     device: str | torch.device = "cpu",
     check_memory: bool = True,
@@ -225,6 +245,7 @@ def impala_resnet(
     >>> impala_resnet(1, 6).training
     False
     """
+    same_padding, fc_hidden = _arch_defaults(depth, same_padding, fc_hidden)
     arch = ImpalaArch(in_channels=in_channels, input_hw=input_hw, fc_hidden=fc_hidden, same_padding=same_padding, depth=depth)
     if check_memory:
         ensure_fits(k, device, n_actions=n_actions, **arch)
@@ -239,8 +260,8 @@ def count_parameters(
     in_channels: int = 1,
     *,
     input_hw: int = 84,
-    fc_hidden: int = 256,
-    same_padding: bool = True,
+    fc_hidden: int | None = None,
+    same_padding: bool | None = None,
     depth: int = 3,
 ) -> int:
     """Parameters of `ImpalaResNet` at width ``k``, computed without building it.
@@ -248,8 +269,9 @@ def count_parameters(
     >>> count_parameters(98)
     1026558802
     >>> {k: round(count_parameters(k, depth=6) / label, 2) for k, label in DEEP_PARAM_LABELS.items()}
-    {0.0625: 0.97, 0.75: 0.88, 4.75: 1.0, 18.5: 0.99, 63: 1.0}
+    {0.0625: 1.09, 0.75: 0.93, 4.75: 1.03, 18.5: 1.0, 63: 1.0}
     """
+    same_padding, fc_hidden = _arch_defaults(depth, same_padding, fc_hidden)
     _check_arch(n_actions, in_channels, input_hw, fc_hidden, depth)
     c1, c2, c3 = impala_channels(k)
 
@@ -259,7 +281,7 @@ def count_parameters(
     def sequence(cin: int, cout: int) -> int:
         return conv(cin, cout) + 4 * conv(cout, cout)  # base conv + 2 blocks × 2 convs
 
-    side = _feature_size(input_hw, same_padding)
+    side = _feature_size(input_hw, same_padding, depth)
     convs = sequence(in_channels, c1) + sequence(c1, c2) + sequence(c2, c3) + (depth - 3) * sequence(c3, c3)
     fc = c3 * side * side * fc_hidden + fc_hidden
     head = fc_hidden * n_actions + n_actions
@@ -273,8 +295,8 @@ def count_flops(
     *,
     batch: int = 1,
     input_hw: int = 84,
-    fc_hidden: int = 256,
-    same_padding: bool = True,
+    fc_hidden: int | None = None,
+    same_padding: bool | None = None,
     depth: int = 3,
 ) -> int:
     """Floating-point operations of one forward pass of `ImpalaResNet` at width ``k``, computed
@@ -285,19 +307,19 @@ def count_flops(
 
     >>> round(count_flops(1) / 1e6), round(count_flops(98) / 1e9)
     (102, 945)
+    >>> round(count_flops(1, depth=6) / 1e6)  # the authors' 2xDeep: ~2.8x the operations per parameter
+    343
     """
+    same_padding, fc_hidden = _arch_defaults(depth, same_padding, fc_hidden)
     _check_arch(n_actions, in_channels, input_hw, fc_hidden, depth)
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive int, got {batch!r}")
     c1, c2, c3 = impala_channels(k)
-    pad = 1 if same_padding else 0
+    channels = [in_channels, c1, c2, c3, *([c3] * (depth - 3))]
     macs, size = 0, input_hw
-    for cin, cout in ((in_channels, c1), (c1, c2), (c2, c3)):
-        size = size + 2 * pad - 2  # the base conv3x3 (unpadded in the authors' construction)
-        macs += 9 * cin * cout * size * size
-        size = (size + 2 * pad - 3) // 2 + 1  # maxpool(3, 2)
-        macs += 4 * 9 * cout * cout * size * size  # two residual blocks of two padded convs
-    macs += (depth - 3) * 5 * 9 * c3 * c3 * size * size  # 2xDeep: unpooled sequences keep the map
+    for cin, cout, (conv_side, size) in zip(channels, channels[1:], _sequence_sizes(input_hw, same_padding, depth)):
+        macs += 9 * cin * cout * conv_side * conv_side  # the base conv3x3 (unpadded in the authors' construction)
+        macs += 4 * 9 * cout * cout * size * size  # two residual blocks of two padded convs, after the pool
     macs += c3 * size * size * fc_hidden + fc_hidden * n_actions
     return 2 * macs * batch
 
@@ -319,8 +341,8 @@ def estimate_memory_bytes(
     batch: int = 1,
     bytes_per_value: int = 4,
     input_hw: int = 84,
-    fc_hidden: int = 256,
-    same_padding: bool = True,
+    fc_hidden: int | None = None,
+    same_padding: bool | None = None,
     depth: int = 3,
 ) -> int:
     """Bytes to hold the fp32 weights plus an activation margin for a forward pass.
@@ -331,6 +353,7 @@ def estimate_memory_bytes(
     >>> round(estimate_memory_bytes(98) / 1e9, 2)
     4.28
     """
+    same_padding, fc_hidden = _arch_defaults(depth, same_padding, fc_hidden)
     params = count_parameters(
         k, n_actions, in_channels, input_hw=input_hw, fc_hidden=fc_hidden, same_padding=same_padding, depth=depth
     )
