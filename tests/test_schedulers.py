@@ -758,3 +758,30 @@ def test_the_pure_rules_import_alone_and_start_nothing():
     assert rules == ["nonstop.inference", "nonstop.inference.checks", "nonstop.inference.rules"]
     assert front and all(m.startswith("nonstop.inference.") for m in front), front
     assert not any(m.split(".")[0] in ("torch", "ray") for m in rules + front) and threads == 1
+
+
+def _tick_inaction(sched, tau: float, jitter: float, horizon: float, warmup: float, seed: int = 0) -> float:
+    """The share of ticks (τ_M = 1) after ``warmup`` on which no worker submitted, by `simulate`."""
+    rng = np.random.default_rng(seed)
+    fires = simulate(sched, lambda worker, k: tau * math.exp(rng.normal(0.0, jitter)),
+                     int(horizon / tau * sched.n_workers * 1.3) + 50)  # fmt: skip
+    acted = np.zeros(int(horizon), bool)
+    for t, _ in fires:
+        if math.ceil(t) < horizon:
+            acted[math.ceil(t)] = True
+    return float(1.0 - acted[int(warmup):].mean())
+
+
+@pytest.mark.parametrize("n", [6, 10, 20])
+def test_exp_time_under_jitter_loses_its_phases_and_acts_like_random_phases(n):
+    """Why Algorithm 2 needs several times Algorithm 1's workers at ε = 0 (`nonstop paper 7`): it never
+    pads, so nothing pulls a worker back to its phase; 1 % jitter is enough for the phases to wander
+    until they are independent and uniform over the cycle, and a tick then goes unserved with
+    probability (1 − τ_M/τ̄)^N. Algorithm 1 pads every cycle to τ̂max and keeps its phases: no inaction.
+    With constant latency both keep their spacing."""
+    tau = 5.0
+    random_phases = (1.0 - 1.0 / tau) ** n
+    measured = _tick_inaction(ExpectedTimeScheduler(n), tau, 0.01, horizon=30_000, warmup=3_000)
+    assert abs(measured - random_phases) < 0.25 * random_phases + 0.004, (measured, random_phases)
+    assert _tick_inaction(ExpectedTimeScheduler(n), tau, 0.0, horizon=3_000, warmup=300) == 0.0
+    assert _tick_inaction(MaxTimeScheduler(n), tau, 0.01, horizon=30_000, warmup=3_000) == 0.0
