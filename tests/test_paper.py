@@ -174,3 +174,29 @@ def test_encounters_over_time_are_averaged_over_seeds_per_interaction(number, tm
     assert by["staggered"]["successes_at_end"] == 3 and by["infer_then_learn"]["successes_at_end"] == 1
     assert by["staggered"]["seeds"] == 2 and by["staggered"]["ci95"] == 0  # identical seeds: no spread
     assert by["staggered"]["x"] == ("non_noop_actions" if number == 13 else "end_tick") and png.exists()
+
+
+def test_device_and_dtype_reach_each_figures_command_as_it_takes_them(monkeypatch):
+    """A sweep's cells get both flags, bench nlstar the device only (its learners update in fp32),
+    bench nstar neither (its theory world runs no model); cpu, the default, adds nothing."""
+    import torch
+
+    from nonstop.commands.paper import _placement
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert _placement("returns", "cuda", "bf16") == ["--device", "cuda", "--dtype", "bf16"]
+    assert _placement("nlstar", "cuda", "bf16") == ["--device", "cuda"]
+    assert _placement("nstar", "cuda", "bf16") == []
+    assert _placement("returns", "cpu", None) == []
+
+
+def test_a_cuda_figure_without_cuda_is_one_line_before_anything_runs(capsys, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the refusal cannot be seen here")
+    assert main(["paper", "6", "--device", "cuda", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "CUDA" in err[0], err
+    assert not (tmp_path / "logs").exists()

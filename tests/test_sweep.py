@@ -247,3 +247,19 @@ def test_2xdeep_cells_declare_their_own_longer_delays_and_parallel_learning_is_f
     last = len(parallel) - 1 - parallel[::-1].index("--batch-size")  # argparse keeps the last
     assert parallel[last + 1] == str(33 * 32)  # the delay world's batch, 33x
     assert parallel[parallel.index("--scheduler") + 1] == "max_time"
+
+
+def test_device_and_dtype_reach_every_cells_train(monkeypatch, tmp_path, capsys):
+    """`sweep --device/--dtype` puts each cell's models there: the flags are on every cell's train
+    command (a dry run shows the plan without starting any)."""
+    import argparse
+
+    import torch
+
+    from nonstop.commands import sweep as sweep_command
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    args = argparse.Namespace(device="cuda", dtype="bf16")
+    assert sweep_command._placement_args(args) == ("--device", "cuda", "--dtype", "bf16")
+    assert sweep_command._placement_args(argparse.Namespace(device="cpu", dtype=None)) == ()

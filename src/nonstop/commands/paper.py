@@ -25,6 +25,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a Game Boy game's ROM or save state, e.g. PokemonBattle:state=battle.state or Tetris:rom=PATH")
     p.add_argument("--ray-address", default=None, metavar="HOST:PORT",
                    help="Figure 8: the Ray cluster its learners run on (default: a local 127.0.0.1 cluster)")
+    from nonstop.inference.device import add_device_arguments
+
+    add_device_arguments(p, what="the figure's models (sweep cells; Figure 8's learners take --device only; "
+                                 "Figure 7's theory world runs no model)")
     p.add_argument("--json", action="store_true", help="one JSON object on the last line of stdout")
 
 
@@ -38,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give a figure (nonstop paper 6) or --list")
     fig = figure(args.fig)
     extra = ["--ray-address", args.ray_address] if args.ray_address and fig.kind == "nlstar" else []
+    extra += _placement(fig.kind, args.device, args.dtype)
     try:
         document = run_figure(args.fig, args.budget, Path(args.out), game_args=_game_args(args.game_arg), extra=extra)
     except (MissingInput, NotOffered) as why:
@@ -51,6 +56,21 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(document, default=str))
     return 0 if document["returncode"] == 0 else 1
+
+
+def _placement(kind: str, device: str, dtype: str | None) -> list[str]:
+    """The --device/--dtype flags the figure's command takes: a sweep both, bench nlstar the device
+    (its learners update in fp32), bench nstar neither (its theory world runs no model)."""
+    from nonstop.inference.device import resolve_device
+
+    if kind == "nstar":
+        return []
+    if device != "cpu":
+        resolve_device(device)  # a device torch cannot find: one line here, not a failed child later
+    out = ["--device", device] if device != "cpu" else []
+    if dtype and kind != "nlstar":
+        out += ["--dtype", dtype]
+    return out
 
 
 def _print_listing(listing: list[dict[str, Any]], *, as_json: bool) -> int:

@@ -4,6 +4,7 @@ their budgets, the aggregation and the plot; this module parses, runs and prints
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -61,6 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="an env argument for one game's cells, e.g. PokemonBattle:state=battle1.state (repeatable)")
     p.add_argument("--jobs", type=int, default=None, help="cells run at once (default: the cores this process may use)")
     p.add_argument("--out", default="runs/sweep", help="sweep directory (default runs/sweep); run again to resume")
+    from nonstop.inference.device import add_device_arguments
+
+    add_device_arguments(p, what="each cell's models (its inference workers and learners)")
     p.add_argument("--dry-run", action="store_true", help="list the cells and their state, run nothing")
     p.add_argument("--json", action="store_true", help="one JSON object on the last line of stdout")
 
@@ -109,6 +113,17 @@ def _game_args(items: list[str]) -> dict[str, list[str]]:
     return out
 
 
+def _placement_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The train flags that place each cell's models, when they are not train's defaults; a device
+    torch cannot find is refused here, in one line, before any cell starts."""
+    from nonstop.inference.device import resolve_device
+
+    device, dtype = getattr(args, "device", "cpu"), getattr(args, "dtype", None)
+    if device != "cpu":
+        resolve_device(device)
+    return (*(("--device", device) if device != "cpu" else ()), *(("--dtype", dtype) if dtype else ()))
+
+
 def run_sweep(args: argparse.Namespace) -> int:
     from nonstop._console import Console
     from rich.table import Table
@@ -132,6 +147,9 @@ def run_sweep(args: argparse.Namespace) -> int:
                               atari_learn_every=args.atari_learn_every)  # fmt: skip
     if not cells:
         raise ValueError("nothing to run: " + ("; ".join(notes) if notes else "no cells"))
+    placement = _placement_args(args)
+    if placement:  # every cell's train places its models there (a resumed cell may move)
+        cells = [dataclasses.replace(c, extra=c.extra + placement) for c in cells]
     out = Path(args.out)
     states = {c.name: cell_state(c, out / "cells" / c.name) for c in cells}
     for note in notes + ([budget.note] if budget.note and not args.games else []):
