@@ -231,9 +231,10 @@ class RemoteLane(Policy):
 
     def act(self, obs: np.ndarray, obs_tick: int | None = None) -> LaneDecision:
         """Post ``obs`` and wait for its answer (class docstring)."""
-        ring, buf, frame = self.ring, self.ring._buf, self._frame
-        if ring.stopped:
+        ring = self.ring
+        if ring.closed or ring.stopped:
             raise ServerClosed("the batching server of this lane's ring is closed")
+        buf, frame = ring._buf, self._frame
         if obs.shape != frame.shape:
             raise ValueError(f"lane {self.index}: observation {obs.dtype}{list(obs.shape)} does not fit the ring's "
                              f"{frame.dtype}{list(frame.shape)} frames (one model, one input)")  # fmt: skip
@@ -244,22 +245,11 @@ class RemoteLane(Policy):
         seq = self._seq = self._seq + 1
         self._req.store(seq, RELEASE)  # the frame and the record are visible before the sequence
         ring._bell.fetch_add(1)
-        ans, give_up, spins = self._ans, None, 0
-        while True:
-            got = ans.load(ACQUIRE)
-            if got == seq:
-                break
-            if got > seq:  # cannot happen with one writer a slot; say so rather than wait forever
-                raise RuntimeError(f"lane {self.index}: answer {got} for request {seq} (two writers on one slot?)")
-            if ring.stopped:
-                raise ServerClosed("the batching server closed while this lane waited")
-            spins += 1
-            if spins == 64 and self.wait_s is not None:
-                give_up = submitted + self.wait_s
-            if give_up is not None and self._clock.now() > give_up:
-                raise LaneTimeout(f"lane {self.index}: no answer within {self.wait_s:g}s (is the server alive?)")
-            _backoff(spins)
-        status, action, batch_size, _, _, started, answered, late_by = _ANSWER.unpack_from(buf, self._ans_at)
+        try:
+            self._wait(seq, submitted)
+            status, action, batch_size, _, _, started, answered, late_by = _ANSWER.unpack_from(buf, self._ans_at)
+        except ValueError:  # the owner unmapped the ring under a lane of its own process
+            raise ServerClosed("the batching server's lane ring was closed while this lane waited") from None
         if status != _OK:
             if status == _CLOSED:
                 raise ServerClosed("the batching server closed while this lane's request waited")
@@ -273,6 +263,23 @@ class RemoteLane(Policy):
             action = int(space.start + self._rng.integers(space.n))
         tau_theta = answered - submitted
         return LaneDecision(action, 0.0, tau_theta, batch_size, late_by)
+
+    def _wait(self, seq: int, submitted: float) -> None:
+        ring, ans, give_up, spins = self.ring, self._ans, None, 0
+        while True:
+            got = ans.load(ACQUIRE)
+            if got == seq:
+                return
+            if got > seq:  # cannot happen with one writer a slot; say so rather than wait forever
+                raise RuntimeError(f"lane {self.index}: answer {got} for request {seq} (two writers on one slot?)")
+            if ring.stopped:
+                raise ServerClosed("the batching server closed while this lane waited")
+            spins += 1
+            if spins == 64 and self.wait_s is not None:
+                give_up = submitted + self.wait_s
+            if give_up is not None and self._clock.now() > give_up:
+                raise LaneTimeout(f"lane {self.index}: no answer within {self.wait_s:g}s (is the server alive?)")
+            _backoff(spins)
 
     def close(self) -> None:
         """Unmap the ring in this process if this lane attached it (idempotent); the owner unlinks it."""
