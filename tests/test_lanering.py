@@ -338,3 +338,94 @@ def test_batched_process_needs_a_worker_count():
             run.build().start()
     finally:
         run.teardown()
+
+
+@pytest.mark.wall
+def test_a_killed_worker_process_is_restarted_on_its_slot_and_served_again(no_shm_leak):
+    """Worker 0's process is SIGKILLed mid-run: the pool restarts it, its new lane takes slot 0 of the
+    ring (a late answer to the dead one's request is not taken for the new one's), and it acts again."""
+    from nonstop.experiment import Run, TrainConfig
+    from nonstop.learning.dqn import DQNConfig
+
+    dqn = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)
+    run = Run(TrainConfig(env="CartPole", clock="wall", backend="batched_process", seconds=60.0, dqn=dqn, n_inference=2))
+    try:
+        run.build().start()
+        run.advance(1.5)
+        before = after = run.pool.report()["actions"][0]
+        run.pool.kill(0)
+        for _ in range(60):  # a new worker process takes a few seconds to start on a busy machine
+            run.advance(0.5)
+            after = run.pool.report()["actions"][0]
+            if after > before + 10:
+                break
+        events = [e[2] for e in run.pool.report()["events"] if e[1] == 0]
+    finally:
+        run.teardown()
+    assert events[:2] == ["died", "restarted"], events
+    assert after > before + 10, (before, after)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # a background job starts with SIGINT ignored
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.wall
+def test_a_signal_ends_a_batched_process_train_with_its_ring_unlinked_and_workers_reaped(tmp_path, signum, code):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "nonstop.cli", "train", "--env", "CartPole", "--clock", "wall",
+                             "--backend", "batched_process", "--n-inference", "2", "--learning-starts", "50",
+                             "--batch-size", "8", "--progress-every", "0.5", "--seconds", "600", "--out", str(run)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=_default_sigint)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while not (any("lanes" in n for n in segments_of(proc.pid)) and (run / "progress.csv").exists()
+                   and len((run / "progress.csv").read_text().splitlines()) >= 3):  # fmt: skip
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the run never got going"
+            time.sleep(0.1)
+        children = {int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+                    and _parent_of(int(p.name)) == proc.pid}  # fmt: skip
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == code, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert not segments_of(proc.pid), segments_of(proc.pid)
+    assert len(children) >= 2 and not any(process_alive(pid) for pid in children)
+
+
+def _parent_of(pid: int) -> int:
+    try:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+@pytest.mark.wall
+def test_bench_gpu_serves_worlds_in_processes_of_their_own_through_the_ring(capsys, no_shm_leak):
+    """`bench gpu`'s third design on this CPU: 2 Boxing worlds, each in its own process, 2 lanes each,
+    one server here: every world's requests were served, and the JSON's last line names the design."""
+    import json
+
+    from nonstop.cli import main
+
+    assert main(["bench", "gpu", "--quick", "--device", "cpu", "--dtypes", "fp32", "--batch-sizes", "1,2",
+                 "--worlds", "2", "--seconds", "2", "--no-baseline", "--json"]) == 0  # fmt: skip
+    r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    remote = [row for row in r["served"] if row["design"] == "batched_remote"]
+    assert len(remote) == 1 and remote[0]["worlds"] == 2
+    # 2 worlds x 2.5 s at 60 Hz: well over a hundred requests, each answered through the ring
+    assert remote[0]["requests"] > 100 and 0.0 <= remote[0]["inaction_max"] <= 1.0
+    assert remote[0]["delay_p50_ticks"] is not None and "worlds_batched_remote" in r
