@@ -307,9 +307,9 @@ def test_batched_process_is_a_registered_backend_and_batched_on_the_virtual_cloc
 
 @pytest.mark.wall
 def test_a_wall_clock_run_serves_its_process_workers_as_remote_lanes(no_shm_leak):
-    """CartPole on the wall clock, 2 workers in processes of their own, lanes of the run's server: the
-    ring fed every request the server answered, actions were applied from batches, no worker died, and
-    the teardown reaps the workers and unlinks the ring."""
+    """CartPole on the wall clock, 2 workers in processes of their own (no torch loaded in them), lanes of
+    the run's server: the ring fed every request the server answered, actions were applied from batches,
+    no worker died, and the teardown reaps the workers and unlinks the ring."""
     from nonstop.experiment import Run, TrainConfig
     from nonstop.learning.dqn import DQNConfig
 
@@ -319,9 +319,11 @@ def test_a_wall_clock_run_serves_its_process_workers_as_remote_lanes(no_shm_leak
         run.build().start()
         run.advance(3.0)
         pids = [p._process.pid for p in run.pool._policies.values()]
+        maps = [open(f"/proc/{pid}/maps").read() for pid in pids]
     finally:
         run.teardown()
     assert len(pids) == 2
+    assert not any("libtorch" in m for m in maps), "a lane's process loaded torch: it holds no model"
     report = run.summary(run.world.tick_log)["batch_server"]
     assert sum(run.pool.report()["deaths"]) == 0
     assert report["remote_lanes"]["fed"] == report["requests"] > 10 and report["remote_lanes"]["lanes"] == 2

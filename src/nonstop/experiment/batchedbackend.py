@@ -178,4 +178,5 @@ def batched_process_policy(run: "Run", i: int) -> "ProcessPolicy":
         raise ValueError(f"worker {i}: the lane ring has slots 0..{n_lanes - 1} (one a worker)")
     lane = part.remote.lane(i, run.spec.action_space, tau_m=run.tau_m, origin=run.world.origin,
                             epsilon=_Epsilon(run.weights), seed=run.cfg.seed * 1000 + i)  # fmt: skip
-    return ProcessPolicy(partial(_lane_in_this_process, lane), trim_above=run.cfg.trim_above, wait=False)
+    return ProcessPolicy(partial(_lane_in_this_process, lane), torch_threads=None, trim_above=run.cfg.trim_above,
+                         wait=False)  # no model in it: torch is never imported there

@@ -1,4 +1,4 @@
-"""A batching inference server: one model, many request lanes (docs/design.md §7, docs/design.md §7).
+"""A batching inference server: one model, many request lanes (docs/design.md §7).
 
 On an accelerator an inference worker is not a process but a **request lane**: the schedulers still
 decide when each lane reads the latest observation; the lane's forward pass is a request to one
@@ -29,10 +29,10 @@ needs its lane hook (docs/gpu.md): to call ``act_timed`` where it calls ``act``.
 **Ownership** (STYLE: one place owns each buffer). A request holds its observation by reference: the
 lane owns that array and must not write it until answered (an `InferencePool` worker reads a fresh
 copy from the latest slot for every inference, so it never does). The server owns one staging
-buffer ``(max_batch, *obs_shape)`` into which a batch's frames are copied in EDF order; ``forward``
-may read it only during the call (it is reused for the next batch). A shared-memory frame ring
-replaces the by-reference path without changing this: a request then names a ring slot instead of
-an array, and the copy into the staging buffer (a pinned host buffer on a GPU) reads that slot.
+buffer ``(max_batch, *obs_shape)`` into which a batch's frames are copied in EDF order (two with
+``overlap``: the next batch's are copied while a forward runs); ``forward`` may read it only during the
+call (it is reused). Lanes in other processes (`nonstop.inference.lanering`) keep this: their frames
+arrive through a shared-memory lane ring into a private buffer per lane, which their requests hold.
 
 >>> from nonstop.inference.batchsize import LatencyCurve
 >>> from nonstop.realtime.clock import VirtualClock
