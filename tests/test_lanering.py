@@ -435,3 +435,23 @@ def test_bench_gpu_serves_worlds_in_processes_of_their_own_through_the_ring(caps
     # 2 worlds x 2.5 s at 60 Hz: well over a hundred requests, each answered through the ring
     assert remote[0]["requests"] > 100 and 0.0 <= remote[0]["inaction_max"] <= 1.0
     assert remote[0]["delay_p50_ticks"] is not None and "worlds_batched_remote" in r
+
+
+def test_an_exception_in_the_servers_process_still_unlinks_the_ring(server, no_shm_leak):
+    with pytest.raises(KeyError):
+        with RemoteLanes(server, np.zeros(SHAPE, np.uint8), n_lanes=3) as lanes:
+            assert lanes.lane(0, SPACE, tau_m=1 / 60).act(np.ones(SHAPE, np.uint8)).batch_size == 1
+            raise KeyError("boom")
+    assert not any("lanes" in name for name in segments_of(os.getpid()))
+
+
+def test_a_feeder_that_fails_tells_the_waiting_lanes_at_once(server, monkeypatch, no_shm_leak):
+    """A request the feeder cannot read (here: its submit raises) stops the ring: the lane raises
+    ServerClosed at once rather than waiting out its wait_s, and the report names what happened."""
+    with RemoteLanes(server, np.zeros(SHAPE, np.uint8), n_lanes=1) as lanes:
+        monkeypatch.setattr(server, "submit", lambda *a, **k: 1 / 0)
+        t0 = time.monotonic()
+        with pytest.raises(ServerClosed):
+            lanes.lane(0, SPACE, tau_m=1 / 60, wait_s=30).act(np.ones(SHAPE, np.uint8))
+        assert time.monotonic() - t0 < 5
+        assert lanes.report()["error"] == "ZeroDivisionError: division by zero"

@@ -334,7 +334,8 @@ class RemoteLanes:
             self._busy = [False] * n_lanes  # a request of the lane is with the server
             self._answerers = [self._answerer(i) for i in range(n_lanes)]
             self.fed = 0
-            self.reread = 0  # requests read again because their lane wrote under the copy
+            self.reread = 0
+            self.error: str | None = None  # what stopped the feeder, if anything did before `close`  # requests read again because their lane wrote under the copy
             self._stopped = threading.Event()
             self._thread = threading.Thread(target=self._feed, name="nonstop-lane-feeder", daemon=True)
             self._thread.start()
@@ -370,9 +371,11 @@ class RemoteLanes:
                     spins += 1
                     _backoff(spins)
                 spins = 0
-        except Exception:  # noqa: BLE001 - the ring was closed under the feeder at the end
-            if not self._stopped.is_set():
-                raise
+        except Exception as exc:  # noqa: BLE001 - kept for the report; the lanes are told at once
+            if self._stopped.is_set():
+                return  # the ring was closed under the feeder at the end
+            self.error = f"{type(exc).__name__}: {exc}"
+            ring.stop()  # every waiting lane raises ServerClosed instead of waiting out its wait_s
         finally:
             del server
 
@@ -426,7 +429,7 @@ class RemoteLanes:
     # ------------------------------------------------------------------ the end
     def report(self) -> dict[str, Any]:
         return {"ring": self.ring.name, "lanes": self.ring.n_lanes,
-                "fed": self.fed, "reread": self.reread}  # fmt: skip
+                "fed": self.fed, "reread": self.reread, "error": self.error}  # fmt: skip
 
     def close(self) -> None:
         """Stop feeding, tell every waiting lane the server is gone, unlink the ring (idempotent)."""
