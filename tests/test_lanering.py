@@ -318,14 +318,14 @@ def test_a_wall_clock_run_serves_its_process_workers_as_remote_lanes(no_shm_leak
     try:
         run.build().start()
         run.advance(3.0)
-        pids = [p._process.pid for p in run.pool._policies.values()]
+        pids = [p.worker._process.pid for p in run.pool._policies.values()]
         maps = [open(f"/proc/{pid}/maps").read() for pid in pids]
     finally:
         run.teardown()
     assert len(pids) == 2
     assert not any("libtorch" in m for m in maps), "a lane's process loaded torch: it holds no model"
     report = run.summary(run.world.tick_log)["batch_server"]
-    assert sum(run.pool.report()["deaths"]) == 0
+    assert sum(run.pool.report()["deaths"]) == 0, run.pool.report()["events"]
     assert report["remote_lanes"]["fed"] == report["requests"] > 10 and report["remote_lanes"]["lanes"] == 2
     assert report["applied_batch_sizes"] and min(report["applied_batch_sizes"]) >= 1
     assert not any(process_alive(pid) for pid in pids)

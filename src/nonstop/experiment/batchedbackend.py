@@ -61,9 +61,13 @@ class BatchServerPart(Part):
         self.remote: RemoteLanes | None = None
 
     def close(self) -> None:
-        if self.remote is not None:  # waiting lanes are told the server is gone; the ring is unlinked
+        self.server.retire()  # closes now, or when the pools release their last lane
+        self.release_ring()
+
+    def release_ring(self) -> None:
+        """Unlink the lane ring once the server is closed (its lanes' processes are gone by then)."""
+        if self.remote is not None and self.server.closed:
             self.remote.close()
-        self.server.retire()
 
     def summary(self, run: "Run", tick_log: Any) -> dict[str, Any]:
         """The server's report, and the batch size of every action the learner's seat applied: the tick
@@ -160,7 +164,35 @@ def _lane_in_this_process(lane: "RemoteLane") -> "RemoteLane":
     return lane
 
 
-def batched_process_policy(run: "Run", i: int) -> "ProcessPolicy":
+class _LaneWorker:
+    """A worker process holding a remote lane, counted as an open lane of the server: a retired server
+    (the run's teardown) closes, and its ring is unlinked, only once the pool has released every such
+    worker, so no lane is told "closed" while its pool still runs (it would die and be restarted)."""
+
+    def __init__(self, worker: "ProcessPolicy", part: BatchServerPart) -> None:
+        self.worker, self.part = worker, part
+        self._open = True
+        part.server._lane_opened()
+
+    def wait_started(self, timeout: float | None = None) -> "_LaneWorker":
+        self.worker.wait_started(timeout)
+        return self
+
+    def act(self, obs: np.ndarray) -> Any:
+        return self.worker.act(obs)
+
+    def kill(self) -> None:
+        self.worker.kill()
+
+    def close(self) -> None:
+        self.worker.close()  # the process is reaped first
+        if self._open:
+            self._open = False
+            self.part.server._lane_closed()
+            self.part.release_ring()
+
+
+def batched_process_policy(run: "Run", i: int) -> _LaneWorker:
     """Worker ``i`` in a process of its own, a remote request lane of the run's batching server on slot
     ``i`` of the run's lane ring (the ring is made by the first call, one slot a worker)."""
     from nonstop.inference.lanering import RemoteLanes
@@ -178,5 +210,6 @@ def batched_process_policy(run: "Run", i: int) -> "ProcessPolicy":
         raise ValueError(f"worker {i}: the lane ring has slots 0..{n_lanes - 1} (one a worker)")
     lane = part.remote.lane(i, run.spec.action_space, tau_m=run.tau_m, origin=run.world.origin,
                             epsilon=_Epsilon(run.weights), seed=run.cfg.seed * 1000 + i)  # fmt: skip
-    return ProcessPolicy(partial(_lane_in_this_process, lane), torch_threads=None, trim_above=run.cfg.trim_above,
-                         wait=False)  # no model in it: torch is never imported there
+    worker = ProcessPolicy(partial(_lane_in_this_process, lane), torch_threads=None, trim_above=run.cfg.trim_above,
+                           wait=False)  # no model in it: torch is never imported there
+    return _LaneWorker(worker, part)
