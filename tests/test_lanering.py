@@ -435,6 +435,8 @@ def test_bench_gpu_serves_worlds_in_processes_of_their_own_through_the_ring(caps
     # 2 worlds x 2.5 s at 60 Hz: well over a hundred requests, each answered through the ring
     assert remote[0]["requests"] > 100 and 0.0 <= remote[0]["inaction_max"] <= 1.0
     assert remote[0]["delay_p50_ticks"] is not None and "worlds_batched_remote" in r
+    trip = r["lane_round_trip"]  # what the ring adds to a request: well under a 60 Hz tick even on 2 busy cores
+    assert trip["requests"] == 400 and 0 < trip["remote_us"]["p50"] < 5000, trip
 
 
 def test_an_exception_in_the_servers_process_still_unlinks_the_ring(server, no_shm_leak):

@@ -22,7 +22,8 @@ small ``--k`` and ``--quick``):
    in ticks, and for the servers their utilisation (the fraction of the wall time a batch was running)
    and batch sizes. The figures: ``worlds_batched``, ``worlds_batched_remote`` and
    ``worlds_per_process``, the most K with inaction at most ``--max-inaction`` in every world, and the
-   ratio of the first to the last.
+   ratio of the first to the last; ``lane_round_trip``: what the ring costs one request (a forward that
+   does nothing, a lane in this process against one in a child, p50/p99 in µs).
 
 The servers stage the next batch's frames on the host while a forward runs (``overlap``); what this does
 not do yet: upload them to the device during the forward (a side stream), and share a learner's device
@@ -361,6 +362,57 @@ def serve_remote(k_worlds: int, s: dict[str, Any], args: argparse.Namespace, cur
     return figures
 
 
+def _time_lane(conn: Any, lane: Any, n: int) -> None:
+    """A child: ``n`` requests of one remote lane, each timed from post to answer (seconds)."""
+    from nonstop.realtime.clock import stopwatch
+
+    frame, took = np.zeros(lane.ring.shape, lane.ring.dtype), []
+    for _ in range(n):
+        t0 = stopwatch()
+        lane.act(frame)
+        took.append(stopwatch() - t0)
+    lane.close()
+    conn.send(("done", took))
+
+
+def lane_round_trip(shape: tuple[int, ...], n: int = 400) -> dict[str, Any]:
+    """What the ring costs a request: a forward that does nothing, one lane at a time, ``n`` requests of
+    a ``shape`` uint8 frame from a lane in this process (by reference) and from a lane in a child process
+    (through the ring); p50 and p99 of each round trip in microseconds."""
+    import multiprocessing as mp
+
+    from nonstop.inference.batching import BatchingServer
+    from nonstop.inference.batchsize import LatencyCurve
+    from nonstop.inference.lanering import RemoteLanes
+    from nonstop.realtime.clock import WallClock, stopwatch
+    from nonstop.realtime.lifeline import reap
+
+    def us(took: list[float]) -> dict[str, float]:
+        return {"p50": float(np.percentile(took, 50) * 1e6), "p99": float(np.percentile(took, 99) * 1e6)}
+
+    frame = np.zeros(shape, np.uint8)
+    with BatchingServer(lambda b: np.zeros(len(b), np.int64), LatencyCurve.linear(0.0, 0.0), clock=WallClock(spin=0.0),
+                        max_batch=8) as server:  # fmt: skip
+        lane, local = server.lane(tau_m=1 / 60), []
+        for _ in range(n):
+            t0 = stopwatch()
+            lane.act(frame)
+            local.append(stopwatch() - t0)
+        lane.close()
+        ctx = mp.get_context("spawn")
+        with RemoteLanes(server, frame, n_lanes=1) as lanes:
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_time_lane, args=(theirs, lanes.lane(0, tau_m=1 / 60), n), daemon=True)
+            proc.start()
+            theirs.close()
+            try:
+                remote = _expect(mine, "done", 120)[1]
+            finally:
+                mine.close()
+                reap(proc, timeout=10)
+    return {"frame": list(shape), "requests": n, "in_process_us": us(local), "remote_us": us(remote)}
+
+
 def _expect(conn: Any, what: str, timeout: float) -> tuple:
     if not conn.poll(timeout):
         raise RuntimeError(f"a world's process sent no {what!r} within {timeout:g}s")
@@ -442,6 +494,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if not args.no_baseline:
                 runs.append(serve("process_per_world", k_worlds, s, args, curve))
         result["served"] = runs
+        if not args.no_remote:
+            result["lane_round_trip"] = lane_round_trip((84, 84))  # the frames the curve was timed on
         best = {d: max((r["worlds"] for r in runs if r["design"] == d and r["served"]), default=0)
                 for d in ("batched", "batched_remote", "process_per_world")}  # fmt: skip
         result["worlds_batched"] = best["batched"]
@@ -485,6 +539,11 @@ def render(result: dict[str, Any]) -> None:
                       f"{r['utilisation']:.0%}" if "utilisation" in r else "—",
                       f"{r['batch_size_mean']:.1f}" if r.get("batch_size_mean") else "—", "yes" if r["served"] else "no")  # fmt: skip
         console.print(t)
+        if "lane_round_trip" in result:
+            trip = result["lane_round_trip"]
+            console.print(f"a request's round trip, no forward: lane in this process p50 {trip['in_process_us']['p50']:.0f} µs "
+                          f"(p99 {trip['in_process_us']['p99']:.0f}), lane in another process through the ring "
+                          f"p50 {trip['remote_us']['p50']:.0f} µs (p99 {trip['remote_us']['p99']:.0f})", markup=False)  # fmt: skip
         console.print(f"most worlds served: batched {result['worlds_batched']}"
                       + (f", batched with worlds in their own processes {result['worlds_batched_remote']}"
                          if "worlds_batched_remote" in result else "")
