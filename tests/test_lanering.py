@@ -457,3 +457,11 @@ def test_a_feeder_that_fails_tells_the_waiting_lanes_at_once(server, monkeypatch
             lanes.lane(0, SPACE, tau_m=1 / 60, wait_s=30).act(np.ones(SHAPE, np.uint8))
         assert time.monotonic() - t0 < 5
         assert lanes.report()["error"] == "ZeroDivisionError: division by zero"
+
+
+def test_a_closed_lane_refuses_to_act(server):
+    with RemoteLanes(server, np.zeros(SHAPE, np.uint8), n_lanes=1) as lanes:
+        lane = lanes.lane(0, SPACE, tau_m=1 / 60)
+        lane.close()
+        with pytest.raises(ServerClosed, match="lane 0 is closed"):
+            lane.act(np.zeros(SHAPE, np.uint8))

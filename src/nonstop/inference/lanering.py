@@ -217,6 +217,7 @@ class RemoteLane(Policy):
         self._req_at, self._ans_at = ring.request_at(index), ring.answer_at(index)
         self._seq = self._req.load(ACQUIRE)  # a restarted worker's lane goes on from its slot's numbering
         self._attached = False  # True in a process that attached the ring by unpickling this lane
+        self._closed = False
         self.answers = 0
         self.late = 0
 
@@ -232,6 +233,8 @@ class RemoteLane(Policy):
     def act(self, obs: np.ndarray, obs_tick: int | None = None) -> LaneDecision:
         """Post ``obs`` and wait for its answer (class docstring)."""
         ring = self.ring
+        if self._closed:
+            raise ServerClosed(f"lane {self.index} is closed")
         if ring.closed or ring.stopped:
             raise ServerClosed("the batching server of this lane's ring is closed")
         buf, frame = ring._buf, self._frame
@@ -265,7 +268,8 @@ class RemoteLane(Policy):
         return LaneDecision(action, 0.0, tau_theta, batch_size, late_by)
 
     def _wait(self, seq: int, submitted: float) -> None:
-        ring, ans, give_up, spins = self.ring, self._ans, None, 0
+        ring, ans, spins = self.ring, self._ans, 0
+        give_up = math.inf if self.wait_s is None else submitted + self.wait_s
         while True:
             got = ans.load(ACQUIRE)
             if got == seq:
@@ -275,14 +279,13 @@ class RemoteLane(Policy):
             if ring.stopped:
                 raise ServerClosed("the batching server closed while this lane waited")
             spins += 1
-            if spins == 64 and self.wait_s is not None:
-                give_up = submitted + self.wait_s
-            if give_up is not None and self._clock.now() > give_up:
+            if self._clock.now() > give_up:
                 raise LaneTimeout(f"lane {self.index}: no answer within {self.wait_s:g}s (is the server alive?)")
             _backoff(spins)
 
     def close(self) -> None:
         """Unmap the ring in this process if this lane attached it (idempotent); the owner unlinks it."""
+        self._closed = True
         self.__dict__.pop("_frame", None)  # this lane's own view pins the mapping
         if self._attached:  # the last lane of this process to let go of the ring unmaps it
             self._attached = False
