@@ -287,7 +287,7 @@ def test_bench_gpu_measures_a_curve_that_train_and_plan_read_back(tmp_path, caps
 
     saved = tmp_path / "cpu.curve"
     assert main(["bench", "gpu", "--quick", "--device", "cpu", "--dtypes", "fp32,bf16", "--batch-sizes", "1,3",
-                 "--worlds", "1", "--seconds", "1", "--no-baseline", "--save-curve", str(saved),
+                 "--worlds", "1", "--seconds", "1", "--no-baseline", "--no-remote", "--save-curve", str(saved),
                  "--json"]) == 0  # fmt: skip
     r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert r["device"] == "cpu" and [(c["dtype"], c["mode"]) for c in r["curves"]] == [("fp32", "eager"), ("bf16", "eager")]

@@ -16,13 +16,18 @@ small ``--k`` and ``--quick``):
    one `BatchingServer` (``--lanes`` request lanes a world under ``--scheduler``, the server's model on the
    device at ``--serve-k``, its curve the one just measured and re-measured as it runs), against today's
    design, one inference process per world running the same model on one CPU thread, in the same run.
-   Per design and K: inaction (the worst world), delay p50/p99 in ticks, and for the server its
-   utilisation (the fraction of the wall time a batch was running) and batch sizes. The figures:
-   ``worlds_batched`` and ``worlds_per_process``, the most K with inaction at most ``--max-inaction`` in
-   every world, and their ratio.
+   A third design (unless ``--no-remote``), ``batched_remote``: each world in a process of its own, its
+   lanes remote lanes of the same kind of server in the bench's process, frames through a shared-memory
+   lane ring (`nonstop.inference.lanering`). Per design and K: inaction (the worst world), delay p50/p99
+   in ticks, and for the servers their utilisation (the fraction of the wall time a batch was running)
+   and batch sizes. The figures: ``worlds_batched``, ``worlds_batched_remote`` and
+   ``worlds_per_process``, the most K with inaction at most ``--max-inaction`` in every world, and the
+   ratio of the first to the last; ``lane_round_trip``: what the ring costs one request (a forward that
+   does nothing, a lane in this process against one in a child, p50/p99 in µs).
 
-What this does not do yet: overlap the next batch's upload with the running forward (one batch at a time),
-and share a learner's device copy with the server (weights reach it once per version through the host).
+The servers stage the next batch's frames on the host while a forward runs (``overlap``); what this does
+not do yet: upload them to the device during the forward (a side stream), and share a learner's device
+copy with the server (weights reach it once per version through the host).
 """
 
 from __future__ import annotations
@@ -68,6 +73,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-inaction", type=float, default=0.01, help="inaction a world may have and count as served")
     p.add_argument("--hz", type=float, default=60.0, help="the worlds' tick rate for the ceilings (default 60)")
     p.add_argument("--no-baseline", action="store_true", help="skip one process per world")
+    p.add_argument("--no-remote", action="store_true",
+                   help="skip the worlds in processes of their own served through a shared-memory lane ring")
 
 
 def _ints(text: str, option: str) -> list[int]:
@@ -226,16 +233,201 @@ def _one_process(factory: Any, i: int) -> Any:
 
 
 def _lanes_of(server: Any, world: Any) -> Any:
-    """World ``world``'s lane factory: lane ``i`` is a request lane of ``server`` on the world's tick grid."""
-    return lambda i: server.lane(world.action_space, tau_m=world.tau_m, origin=world.origin)
+    """World ``world``'s lane factory: lane ``i`` is a request lane of ``server`` on the world's tick grid
+    (its origin moved from the world's clock to the server's)."""
+    origin = world.clock.origin + world.origin - server.clock.origin
+    return lambda i: server.lane(world.action_space, tau_m=world.tau_m, origin=origin)
+
+
+def _build_server(s: dict[str, Any], args: argparse.Namespace, curve: Any, clock: Any, n_actions: int,
+                  busy: list[float]) -> Any:  # fmt: skip
+    """The batching server of the model at ``--serve-k`` on the device; ``busy[0]`` sums its forward time."""
+    from nonstop.inference.batching import BatchingServer
+    from nonstop.inference.device import TorchForward, default_graph_sizes
+    from nonstop.policies.models import impala_resnet
+
+    forward = TorchForward(impala_resnet(s["serve_k"], n_actions, device=s["device"]), str(s["device"]),
+                           dtype=s["dtypes"][0], graph_sizes=default_graph_sizes(s["device"], args.max_batch))  # fmt: skip
+
+    def timed(batch: np.ndarray) -> np.ndarray:
+        t0 = clock.now()
+        try:
+            return forward(batch)
+        finally:
+            busy[0] += clock.now() - t0
+
+    return BatchingServer(timed, curve, clock=clock, max_batch=args.max_batch, overlap=True)
+
+
+def _remote_world(conn: Any, env: str, seed: int, scheduler: str, n_lanes: int, hz: float, seconds: float) -> None:
+    """One world in a process of its own whose lanes are remote lanes of the bench's server: it starts the
+    world, says its frame's shape, gets its lanes (pickled once: the ring's name and a slot each), starts
+    its pool, waits for the go, runs, and sends back its inaction and its applied actions' delays."""
+    import signal
+
+    from nonstop.inference.lanering import RemoteLane
+    from nonstop.inference.workers import InferencePool
+    from nonstop.realtime.clock import WallClock
+    from nonstop.realtime.host import Session
+    from nonstop.realtime.lifeline import hold_lifeline
+
+    hold_lifeline()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the bench decides when a world stops
+    world = Session(env, clock="wall", seed=seed, env_kwargs={"preprocess": True})
+    lanes: list[RemoteLane] = []
+    pool = None
+    try:
+        world.start()
+        frame = world.slot.read().obs
+        conn.send(("ready", frame.shape, frame.dtype.str, int(world.action_space.n)))  # type: ignore[attr-defined]
+        lanes = conn.recv()
+        assert isinstance(world.clock, WallClock)
+        origin = world.clock.origin + world.origin - lanes[0].clock_origin  # the world's tick 0 on the server's clock
+        mine = [RemoteLane(lane.ring, lane.index, world.action_space, tau_m=world.tau_m, origin=origin,
+                           clock_origin=lane.clock_origin) for lane in lanes]  # fmt: skip
+        pool = InferencePool(world, lambda i: mine[i], scheduler, n_inference=n_lanes).start()
+        conn.send(("started",))
+        conn.recv()  # go
+        begin = int(world.slot.read().tick) + int(hz / 2)
+        world.clock.sleep_until(world.clock.now() + 0.5 + seconds)
+        end = int(world.slot.read().tick)
+    finally:
+        if pool is not None:
+            pool.stop()
+        world.stop()
+        for lane in lanes:
+            lane.close()
+    log = world.tick_log
+    keep = (log["tick"] > begin) & (log["tick"] <= end) & (log["source"] == 1)
+    inaction = float(log.summary(warmup_ticks=begin, end_tick=end)["inaction_fraction"])
+    conn.send(("done", inaction, np.asarray(log["delay"][keep], dtype=float).tolist()))
+
+
+def serve_remote(k_worlds: int, s: dict[str, Any], args: argparse.Namespace, curve: Any) -> dict[str, Any]:
+    """K worlds, each in a process of its own, served by one batching server in this process through a
+    shared-memory lane ring (`nonstop.inference.lanering`): the figures `serve` gives."""
+    import multiprocessing as mp
+
+    from nonstop.inference.lanering import RemoteLanes
+    from nonstop.realtime.clock import WallClock
+    from nonstop.realtime.lifeline import reap
+
+    clock, busy = WallClock(spin=0.0), [0.0]
+    ctx = mp.get_context("spawn")
+    conns, procs = [], []
+    server = lanes = None
+    try:
+        for j in range(k_worlds):
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_remote_world, args=(theirs, args.env, j, args.scheduler, args.lanes, args.hz,
+                                                           s["seconds"]), daemon=True)  # fmt: skip
+            proc.start()
+            theirs.close()
+            conns.append(mine)
+            procs.append(proc)
+        readies = [_expect(conn, "ready", 300) for conn in conns]
+        shape, dtype = readies[0][1], readies[0][2]
+        n_actions = int(readies[0][3])
+        server = _build_server(s, args, curve, clock, n_actions, busy)
+        lanes = RemoteLanes(server, np.zeros(shape, dtype), n_lanes=k_worlds * args.lanes)
+        for j, conn in enumerate(conns):
+            conn.send([lanes.lane(j * args.lanes + i, tau_m=1.0 / args.hz) for i in range(args.lanes)])
+        for conn in conns:
+            _expect(conn, "started", 300)
+        busy[0] = 0.0
+        started = clock.now()
+        for conn in conns:
+            conn.send("go")
+        results = [_expect(conn, "done", s["seconds"] + 120) for conn in conns]
+        wall = clock.now() - started
+    finally:
+        for conn in conns:
+            conn.close()
+        for proc in procs:
+            reap(proc, timeout=10)
+        if lanes is not None:
+            lanes.close()
+        if server is not None:
+            server.close()
+    delays = np.concatenate([np.asarray(r[2], dtype=float) for r in results]) if results else np.zeros(0)
+    inaction = [r[1] for r in results]
+    report = server.report()
+    figures = {"inaction_max": max(inaction), "inaction_mean": float(np.mean(inaction)),
+               "delay_p50_ticks": float(np.percentile(delays, 50)) if delays.size else None,
+               "delay_p99_ticks": float(np.percentile(delays, 99)) if delays.size else None,
+               "design": "batched_remote", "worlds": k_worlds, "seconds": s["seconds"],
+               "utilisation": min(1.0, busy[0] / wall), "batch_size_mean": report["batch_size_mean"],
+               "late": report["late"], "requests": report["requests"]}  # fmt: skip
+    figures["served"] = figures["inaction_max"] <= args.max_inaction
+    return figures
+
+
+def _time_lane(conn: Any, lane: Any, n: int) -> None:
+    """A child: ``n`` requests of one remote lane, each timed from post to answer (seconds)."""
+    from nonstop.realtime.clock import stopwatch
+
+    frame, took = np.zeros(lane.ring.shape, lane.ring.dtype), []
+    for _ in range(n):
+        t0 = stopwatch()
+        lane.act(frame)
+        took.append(stopwatch() - t0)
+    lane.close()
+    conn.send(("done", took))
+
+
+def lane_round_trip(shape: tuple[int, ...], n: int = 400) -> dict[str, Any]:
+    """What the ring costs a request: a forward that does nothing, one lane at a time, ``n`` requests of
+    a ``shape`` uint8 frame from a lane in this process (by reference) and from a lane in a child process
+    (through the ring); p50 and p99 of each round trip in microseconds."""
+    import multiprocessing as mp
+
+    from nonstop.inference.batching import BatchingServer
+    from nonstop.inference.batchsize import LatencyCurve
+    from nonstop.inference.lanering import RemoteLanes
+    from nonstop.realtime.clock import WallClock, stopwatch
+    from nonstop.realtime.lifeline import reap
+
+    def us(took: list[float]) -> dict[str, float]:
+        return {"p50": float(np.percentile(took, 50) * 1e6), "p99": float(np.percentile(took, 99) * 1e6)}
+
+    frame = np.zeros(shape, np.uint8)
+    with BatchingServer(lambda b: np.zeros(len(b), np.int64), LatencyCurve.linear(0.0, 0.0), clock=WallClock(spin=0.0),
+                        max_batch=8) as server:  # fmt: skip
+        lane, local = server.lane(tau_m=1 / 60), []
+        for _ in range(n):
+            t0 = stopwatch()
+            lane.act(frame)
+            local.append(stopwatch() - t0)
+        lane.close()
+        ctx = mp.get_context("spawn")
+        with RemoteLanes(server, frame, n_lanes=1) as lanes:
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_time_lane, args=(theirs, lanes.lane(0, tau_m=1 / 60), n), daemon=True)
+            proc.start()
+            theirs.close()
+            try:
+                remote = _expect(mine, "done", 120)[1]
+            finally:
+                mine.close()
+                reap(proc, timeout=10)
+    return {"frame": list(shape), "requests": n, "in_process_us": us(local), "remote_us": us(remote)}
+
+
+def _expect(conn: Any, what: str, timeout: float) -> tuple:
+    if not conn.poll(timeout):
+        raise RuntimeError(f"a world's process sent no {what!r} within {timeout:g}s")
+    try:
+        msg = conn.recv()
+    except EOFError:
+        raise RuntimeError(f"a world's process died before it said {what!r}") from None
+    if msg[0] != what:
+        raise RuntimeError(f"a world's process said {msg[0]!r} where {what!r} was due")
+    return msg
 
 
 def serve(design: str, k_worlds: int, s: dict[str, Any], args: argparse.Namespace, curve: Any) -> dict[str, Any]:
     """K worlds on the real clock for ``s["seconds"]``, served by the batching server or a process each."""
-    from nonstop.inference.batching import BatchingServer
-    from nonstop.inference.device import TorchForward, default_graph_sizes
     from nonstop.inference.workers import InferencePool
-    from nonstop.policies.models import impala_resnet
     from nonstop.realtime.clock import WallClock
     from nonstop.realtime.host import Session
 
@@ -248,19 +440,8 @@ def serve(design: str, k_worlds: int, s: dict[str, Any], args: argparse.Namespac
         for w in sessions:
             w.start()
         if design == "batched":
-            space = sessions[0].action_space
-            n_actions = int(space.n)  # type: ignore[attr-defined]  # a Discrete space: DQN worlds
-            forward = TorchForward(impala_resnet(s["serve_k"], n_actions, device=s["device"]), str(s["device"]),
-                                   dtype=s["dtypes"][0], graph_sizes=default_graph_sizes(s["device"], args.max_batch))  # fmt: skip
-
-            def timed(batch: np.ndarray) -> np.ndarray:
-                t0 = clock.now()
-                try:
-                    return forward(batch)
-                finally:
-                    busy[0] += clock.now() - t0
-
-            server = BatchingServer(timed, curve, clock=clock, max_batch=args.max_batch)
+            n_actions = int(sessions[0].action_space.n)  # type: ignore[attr-defined]  # a Discrete space: DQN worlds
+            server = _build_server(s, args, curve, clock, n_actions, busy)
             for w in sessions:
                 pools.append(InferencePool(w, _lanes_of(server, w), args.scheduler, n_inference=args.lanes).start())
         else:
@@ -308,12 +489,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         runs = []
         for k_worlds in s["worlds"]:
             runs.append(serve("batched", k_worlds, s, args, curve))
+            if not args.no_remote:
+                runs.append(serve_remote(k_worlds, s, args, curve))
             if not args.no_baseline:
                 runs.append(serve("process_per_world", k_worlds, s, args, curve))
         result["served"] = runs
+        if not args.no_remote:
+            result["lane_round_trip"] = lane_round_trip((84, 84))  # the frames the curve was timed on
         best = {d: max((r["worlds"] for r in runs if r["design"] == d and r["served"]), default=0)
-                for d in ("batched", "process_per_world")}  # fmt: skip
+                for d in ("batched", "batched_remote", "process_per_world")}  # fmt: skip
         result["worlds_batched"] = best["batched"]
+        if not args.no_remote:
+            result["worlds_batched_remote"] = best["batched_remote"]
         if not args.no_baseline:
             result["worlds_per_process"] = best["process_per_world"]
             result["batched_over_per_process"] = (best["batched"] / best["process_per_world"]
@@ -352,6 +539,13 @@ def render(result: dict[str, Any]) -> None:
                       f"{r['utilisation']:.0%}" if "utilisation" in r else "—",
                       f"{r['batch_size_mean']:.1f}" if r.get("batch_size_mean") else "—", "yes" if r["served"] else "no")  # fmt: skip
         console.print(t)
+        if "lane_round_trip" in result:
+            trip = result["lane_round_trip"]
+            console.print(f"a request's round trip, no forward: lane in this process p50 {trip['in_process_us']['p50']:.0f} µs "
+                          f"(p99 {trip['in_process_us']['p99']:.0f}), lane in another process through the ring "
+                          f"p50 {trip['remote_us']['p50']:.0f} µs (p99 {trip['remote_us']['p99']:.0f})", markup=False)  # fmt: skip
         console.print(f"most worlds served: batched {result['worlds_batched']}"
+                      + (f", batched with worlds in their own processes {result['worlds_batched_remote']}"
+                         if "worlds_batched_remote" in result else "")
                       + (f", one process per world {result['worlds_per_process']}" if "worlds_per_process" in result else ""),
                       markup=False)  # fmt: skip

@@ -15,10 +15,19 @@ What the run's config may say (read with defaults until `TrainConfig` has the fi
 * ``max_batch`` (default 64), ``device`` (default ``cpu``; ``cuda``, ``cuda:N``, ``auto``) and ``dtype``
   (`nonstop.inference.device.resolve_dtype`). On CUDA the server's forward pass pads each batch to
   the next power of two (up to ``max_batch``) and replays a CUDA graph captured for that size.
+
+The ``batched_process`` backend (wall clock; on the virtual clock it is ``batched``, a virtual clock
+being one process's) serves the same server to workers in processes of their own: worker ``i`` is a
+`nonstop.inference.workers.ProcessPolicy` whose process holds a `nonstop.inference.lanering.RemoteLane`
+on slot ``i`` of a shared-memory `LaneRing` (no model, no torch in it), and the frames reach the server
+through that ring. The observation still reaches each worker's process over the process backend's
+pipe, as every process worker's does: the no-pickle path is the ring's, between the lanes and the
+server (a world in its own process, as in ``nonstop bench gpu``, skips the pipe).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,9 +40,11 @@ if TYPE_CHECKING:
     from nonstop.experiment.run import Run
     from nonstop.inference.batching import BatchedPolicy, BatchingServer
     from nonstop.inference.batchsize import LatencyCurve
+    from nonstop.inference.lanering import RemoteLane, RemoteLanes
+    from nonstop.inference.workers import ProcessPolicy
     from nonstop.learning.weights import SharedWeights
 
-__all__ = ["batched_policy", "BatchServerPart", "DEFAULT_MAX_BATCH"]
+__all__ = ["batched_policy", "batched_process_policy", "BatchServerPart", "DEFAULT_MAX_BATCH"]
 
 DEFAULT_MAX_BATCH = 64
 
@@ -46,9 +57,17 @@ class BatchServerPart(Part):
 
     def __init__(self, server: "BatchingServer") -> None:
         self.server = server
+        #: the lane ring of the ``batched_process`` backend's workers (built by its first worker)
+        self.remote: RemoteLanes | None = None
 
     def close(self) -> None:
-        self.server.retire()
+        self.server.retire()  # closes now, or when the pools release their last lane
+        self.release_ring()
+
+    def release_ring(self) -> None:
+        """Unlink the lane ring once the server is closed (its lanes' processes are gone by then)."""
+        if self.remote is not None and self.server.closed:
+            self.remote.close()
 
     def summary(self, run: "Run", tick_log: Any) -> dict[str, Any]:
         """The server's report, and the batch size of every action the learner's seat applied: the tick
@@ -56,6 +75,8 @@ class BatchServerPart(Part):
         from nonstop.inference.batching import applied_batch_sizes
 
         report = self.server.report()
+        if self.remote is not None:
+            report["remote_lanes"] = self.remote.report()
         if tick_log is not None and len(tick_log):
             sizes = applied_batch_sizes(tick_log["worker"], tick_log["obs_tick"], tick_log["source"],
                                         self.server.answered_by)  # fmt: skip
@@ -107,15 +128,88 @@ def _build_server(run: "Run") -> "BatchingServer":
     def forward(batch: np.ndarray) -> np.ndarray:
         return q_argmax(batch) + start
 
-    return BatchingServer(forward, _curve(run), clock=run.world.clock, max_batch=max_batch)
+    # overlap: the next batch's frames are staged while a forward runs (wall clock; a no-op on the virtual one)
+    return BatchingServer(forward, _curve(run), clock=run.world.clock, max_batch=max_batch, overlap=True)
 
 
-def batched_policy(run: "Run", i: int) -> "BatchedPolicy":
-    """Worker ``i``'s request lane of the run's batching server (built by the first call)."""
+def _server_part(run: "Run") -> BatchServerPart:
     part = run.part("batch_server")
     if part is None:
         part = BatchServerPart(_build_server(run))
         run.parts.append(part)  # closed with the run; appended, so a start loop in progress only calls its no-op start
+    return part
+
+
+def batched_policy(run: "Run", i: int) -> "BatchedPolicy":
+    """Worker ``i``'s request lane of the run's batching server (built by the first call)."""
+    part = _server_part(run)
     weights = run.weights
     return part.server.lane(run.spec.action_space, tau_m=run.tau_m, origin=run.world.origin,
                             epsilon=lambda: weights.epsilon, seed=run.cfg.seed * 1000 + i, tag=i)  # fmt: skip
+
+
+class _Epsilon:
+    """The run's current ε, read from the shared weights' header per decision (picklable: a child's lane
+    explores as the learners anneal)."""
+
+    def __init__(self, weights: "SharedWeights") -> None:
+        self.weights = weights
+
+    def __call__(self) -> float:
+        return float(self.weights.epsilon)
+
+
+def _lane_in_this_process(lane: "RemoteLane") -> "RemoteLane":
+    """A `ProcessPolicy` factory: the lane, unpickled in the worker's process (it attaches the ring)."""
+    return lane
+
+
+class _LaneWorker:
+    """A worker process holding a remote lane, counted as an open lane of the server: a retired server
+    (the run's teardown) closes, and its ring is unlinked, only once the pool has released every such
+    worker, so no lane is told "closed" while its pool still runs (it would die and be restarted)."""
+
+    def __init__(self, worker: "ProcessPolicy", part: BatchServerPart) -> None:
+        self.worker, self.part = worker, part
+        self._open = True
+        part.server._lane_opened()
+
+    def wait_started(self, timeout: float | None = None) -> "_LaneWorker":
+        self.worker.wait_started(timeout)
+        return self
+
+    def act(self, obs: np.ndarray) -> Any:
+        return self.worker.act(obs)
+
+    def kill(self) -> None:
+        self.worker.kill()
+
+    def close(self) -> None:
+        self.worker.close()  # the process is reaped first
+        if self._open:
+            self._open = False
+            self.part.server._lane_closed()
+            self.part.release_ring()
+
+
+def batched_process_policy(run: "Run", i: int) -> _LaneWorker:
+    """Worker ``i`` in a process of its own, a remote request lane of the run's batching server on slot
+    ``i`` of the run's lane ring (the ring is made by the first call, one slot a worker)."""
+    from nonstop.inference.lanering import RemoteLanes
+    from nonstop.inference.workers import ProcessPolicy
+
+    n_lanes = run.n_inference
+    if not isinstance(n_lanes, int):
+        raise ValueError(f"--backend batched_process makes one ring slot a worker: give --n-inference a number "
+                         f"(got {n_lanes!r})")  # fmt: skip
+    part = _server_part(run)
+    if part.remote is None:
+        example = np.zeros(run.spec.obs_shape, run.spec.obs_space.dtype)  # the frames the world publishes
+        part.remote = RemoteLanes(part.server, example, n_lanes=n_lanes)
+    if not 0 <= i < n_lanes:
+        raise ValueError(f"worker {i}: the lane ring has slots 0..{n_lanes - 1} (one a worker)")
+    lane = part.remote.lane(i, run.spec.action_space, tau_m=run.tau_m, origin=run.world.origin,
+                            epsilon=_Epsilon(run.weights), seed=run.cfg.seed * 1000 + i)  # fmt: skip
+    worker = ProcessPolicy(partial(_lane_in_this_process, lane), torch_threads=None, trim_above=run.cfg.trim_above,
+                           wait=False)  # no model in it: torch is never imported there
+    return _LaneWorker(worker, part)

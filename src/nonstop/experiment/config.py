@@ -38,6 +38,9 @@ SELF_PLAY_KEYS: Final = ("self_play", "opponents", "snapshot_every", "pool_size"
 _CLOCKS: Final = ("virtual", "wall")
 #: the batching server's settings (left out of a saved config whose workers are not its lanes)
 _BATCHED_KEYS: Final = ("batch_curve", "max_batch")
+#: the policy backends whose workers are request lanes of one batching server (in this process, or in workers'
+#: processes through a shared-memory lane ring)
+_BATCHED_BACKENDS: Final = ("batched", "batched_process")
 #: where models run (left out of a saved config at their defaults, so runs saved before they existed resume)
 _PLACEMENT_DEFAULTS: Final = {"device": "cpu", "dtype": None}
 _LEARNER_MODES: Final = ("round_robin", "hogwild", "parallel")
@@ -91,8 +94,9 @@ class TrainConfig:
         "parameters stay here, batches go out and gradients come back", metavar="process|ray"))
     backend: str = field(default="thread", metadata=_help(
         "wall-clock inference workers: threads, processes, or Ray actors on any node (pip install -e '.[ray]'); "
-        "batched: request lanes of one batching inference server that owns the model (either clock)",
-        metavar="thread|process|ray|batched"))
+        "batched: request lanes of one batching inference server that owns the model (either clock); batched_process: "
+        "its lanes in worker processes, frames to the server through shared memory (wall clock)",
+        metavar="thread|process|ray|batched|batched_process"))
     ray_address: str | None = field(default=None, metadata=_help(
         "Ray cluster HOST:PORT for --backend ray (None: start a local Ray)", metavar="HOST:PORT"))
     trim_above: int | None = field(default=_DEFAULT_TRIM, metadata=_help(
@@ -194,7 +198,9 @@ class TrainConfig:
     def inference_backend(self) -> str:
         """Where inference workers run: on the virtual clock threads of this process, or lanes of the
         batching server (which runs on either clock)."""
-        return self.backend if self.clock == "wall" or self.backend == "batched" else "thread"
+        if self.clock == "wall":
+            return self.backend
+        return "batched" if self.backend in _BATCHED_BACKENDS else "thread"  # a virtual clock is one process's
 
     @property
     def learner_placement(self) -> str:
@@ -222,11 +228,11 @@ class TrainConfig:
             del d["learner_backend"]
         if not self.scheduler_args:  # and a run whose scheduler has its defaults
             del d["scheduler_args"]
-        if self.backend != "batched":  # and a run without the batching server
+        if self.backend not in _BATCHED_BACKENDS:  # and a run without the batching server
             for name in _BATCHED_KEYS:
                 del d[name]
         for name, default in _PLACEMENT_DEFAULTS.items():  # and a run on the CPU in fp32
-            if d[name] == default and not (name == "device" and self.backend == "batched"):
+            if d[name] == default and not (name == "device" and self.backend in _BATCHED_BACKENDS):
                 del d[name]
         return d
 

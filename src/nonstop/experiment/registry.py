@@ -47,6 +47,8 @@ _BUILTIN: dict[str, dict[str, Any]] = {
         "process": "nonstop.experiment.backends:process_policy",
         "ray": "nonstop.experiment.raybackend:ray_policy",
         "batched": "nonstop.experiment.batchedbackend:batched_policy",  # request lanes of one batching server
+        # the same server's lanes in worker processes, frames through a shared-memory lane ring
+        "batched_process": "nonstop.experiment.batchedbackend:batched_process_policy",
     },
     # where the learners run
     "learners": {

@@ -1,4 +1,4 @@
-"""A batching inference server: one model, many request lanes (docs/design.md §7, docs/design.md §7).
+"""A batching inference server: one model, many request lanes (docs/design.md §7).
 
 On an accelerator an inference worker is not a process but a **request lane**: the schedulers still
 decide when each lane reads the latest observation; the lane's forward pass is a request to one
@@ -29,10 +29,10 @@ needs its lane hook (docs/gpu.md): to call ``act_timed`` where it calls ``act``.
 **Ownership** (STYLE: one place owns each buffer). A request holds its observation by reference: the
 lane owns that array and must not write it until answered (an `InferencePool` worker reads a fresh
 copy from the latest slot for every inference, so it never does). The server owns one staging
-buffer ``(max_batch, *obs_shape)`` into which a batch's frames are copied in EDF order; ``forward``
-may read it only during the call (it is reused for the next batch). A shared-memory frame ring
-replaces the by-reference path without changing this: a request then names a ring slot instead of
-an array, and the copy into the staging buffer (a pinned host buffer on a GPU) reads that slot.
+buffer ``(max_batch, *obs_shape)`` into which a batch's frames are copied in EDF order (two with
+``overlap``: the next batch's are copied while a forward runs); ``forward`` may read it only during the
+call (it is reused). Lanes in other processes (`nonstop.inference.lanering`) keep this: their frames
+arrive through a shared-memory lane ring into a private buffer per lane, which their requests hold.
 
 >>> from nonstop.inference.batchsize import LatencyCurve
 >>> from nonstop.realtime.clock import VirtualClock
@@ -117,15 +117,18 @@ class Answer:
 
 
 class _Ticket:
-    """A request in flight: its answer or its error arrives once; wall-clock lanes wait on ``event``."""
+    """A request in flight: its answer or its error arrives once; wall-clock lanes wait on ``event``, a
+    lane in another process is told by ``on_settle`` (called once, on the thread that settles it)."""
 
-    __slots__ = ("request", "answer", "error", "event")
+    __slots__ = ("request", "answer", "error", "event", "on_settle")
 
-    def __init__(self, request: Request, event: threading.Event | None) -> None:
+    def __init__(self, request: Request, event: threading.Event | None,
+                 on_settle: Callable[["_Ticket"], None] | None = None) -> None:  # fmt: skip
         self.request = request
         self.answer: Answer | None = None
         self.error: BaseException | None = None
         self.event = event
+        self.on_settle = on_settle
 
     @property
     def done(self) -> bool:
@@ -137,6 +140,8 @@ class _Ticket:
         self.answer, self.error = answer, error
         if self.event is not None:
             self.event.set()
+        if self.on_settle is not None:
+            self.on_settle(self)
 
     def result(self) -> Answer:
         if self.error is not None:
@@ -153,10 +158,18 @@ class BatchingServer:
     (``measure``, default: on the wall clock only), on the virtual clock it *is* the time a batch takes.
     ``max_batch`` bounds a batch (and the staging buffer). `lane` makes a `BatchedPolicy` per lane;
     `close` answers every waiting lane with `ServerClosed` and stops the thread.
+
+    ``overlap`` (wall clock): while a batch runs its forward pass, a stager thread copies the frames of
+    the requests waiting (EDF order, up to ``max_batch``) into a second staging buffer, so the next
+    batch finds them in place and only those that arrived or moved since are copied after the forward
+    (on a GPU, where `nonstop.inference.device.TorchForward` uploads from a pinned buffer, this is the
+    host side of overlapping the next upload with the running forward). The running batch's buffer is
+    never written: the two buffers swap at each batch. ``report()["staged_ahead"]`` counts the rows
+    that were in place.
     """
 
     def __init__(self, forward: Callable[[np.ndarray], Any], curve: LatencyCurve, *, clock: Clock,
-                 max_batch: int = 64, measure: bool | None = None) -> None:  # fmt: skip
+                 max_batch: int = 64, measure: bool | None = None, overlap: bool = False) -> None:  # fmt: skip
         if not callable(forward):
             raise TypeError(f"forward must be a callable batch -> actions, got {type(forward).__name__}")
         if not isinstance(curve, LatencyCurve):
@@ -167,6 +180,8 @@ class BatchingServer:
             raise TypeError(f"a virtual server runs on a VirtualClock, got {type(clock).__name__}")
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
+        if not isinstance(overlap, bool):
+            raise TypeError(f"overlap must be True or False, got {overlap!r}")
         self.forward: Final = forward
         self.curve: Final = curve
         self.clock: Final = clock
@@ -183,7 +198,14 @@ class BatchingServer:
         self._closed = False
         self._retired = False  # close once the last open lane is closed
         self._open_lanes = 0
-        self._staging: np.ndarray | None = None
+        self._staging: np.ndarray | None = None  # the buffer the next batch is stacked in
+        self._spare: np.ndarray | None = None  # overlap: the other one (the running batch's)
+        self._staged: list[_Ticket | None] = [None] * max_batch  # whose frame each row of `_staging` holds
+        self.overlap: Final = overlap and not clock.is_virtual
+        self._stage_lock = threading.Lock()  # held by the stager while it copies; the server takes it to swap
+        self._forward_running = False
+        self._arrivals = 0  # requests queued so far: the stager looks again when it moves
+        self.staged_ahead = 0
         # what the report says
         self.requests = 0
         self.batch_sizes: dict[int, int] = {}
@@ -196,9 +218,13 @@ class BatchingServer:
         self.failed_batches = 0
         self.answered_closed = 0
         self._thread: threading.Thread | None = None
+        self._stager: threading.Thread | None = None
         if not self.virtual:
             self._thread = threading.Thread(target=self._serve_wall, name="nonstop-batch-server", daemon=True)
             self._thread.start()
+        if self.overlap:
+            self._stager = threading.Thread(target=self._stage_ahead, name="nonstop-batch-stager", daemon=True)
+            self._stager.start()
 
     # ------------------------------------------------------------------ lanes and requests
     def lane(self, action_space: gymnasium.Space | None = None, *, tau_m: float, origin: float = 0.0,
@@ -210,13 +236,17 @@ class BatchingServer:
         return BatchedPolicy(self, next(self._lanes), action_space, tau_m=tau_m, origin=origin, due_ticks=due_ticks,
                              epsilon=epsilon, seed=seed, tag=tag)  # fmt: skip
 
-    def submit(self, request: Request) -> _Ticket:
-        """Queue ``request``; the returned ticket settles when its batch ends (or the server closes)."""
+    def submit(self, request: Request, on_settle: Callable[[_Ticket], None] | None = None) -> _Ticket:
+        """Queue ``request``; the returned ticket settles when its batch ends (or the server closes).
+        ``on_settle(ticket)`` is called then, on the settling thread (a lane of another process is
+        answered so: `nonstop.inference.lanering`); without it a wall-clock ticket carries an event."""
         obs = request.obs
-        ticket = _Ticket(request, None if self.virtual else threading.Event())
+        ticket = _Ticket(request, None if self.virtual or on_settle is not None else threading.Event(), on_settle)
         with self._cond:
             if self._staging is None:
                 self._staging = np.empty((self.max_batch, *obs.shape), obs.dtype)
+                if self.overlap:
+                    self._spare = np.empty_like(self._staging)
             if obs.shape != self._staging.shape[1:] or obs.dtype != self._staging.dtype:
                 raise ValueError(f"lane {request.lane}: observation {obs.dtype}{list(obs.shape)} does not match the "
                                  f"server's {self._staging.dtype}{list(self._staging.shape[1:])} (one model, one input)")  # fmt: skip
@@ -225,9 +255,10 @@ class BatchingServer:
                 self.answered_closed += 1
                 return ticket
             self.requests += 1
+            self._arrivals += 1
             heapq.heappush(self._queue, (request.due, next(self._order), ticket))
             if not self.virtual:
-                self._cond.notify()
+                self._cond.notify_all()  # the server thread, and the stager while a forward runs
             elif not self._serving:
                 self._serving = True
                 assert isinstance(self.clock, VirtualClock)
@@ -247,7 +278,7 @@ class BatchingServer:
     def wait(self, ticket: _Ticket) -> Answer:
         """Wall clock: block until ``ticket`` settles; return its answer."""
         event = ticket.event
-        assert event is not None, "wait() is the wall clock's; the virtual clock's is wait_timed()"
+        assert event is not None, "wait() is the wall clock's (without on_settle); the virtual clock's is wait_timed()"
         while not event.wait(0.5):
             if self._thread is None or not self._thread.is_alive():
                 ticket.settle(None, ServerClosed("the batching server's thread ended"))
@@ -264,14 +295,29 @@ class BatchingServer:
         return batch
 
     def _compute(self, batch: list[_Ticket]) -> np.ndarray | BaseException:
-        """Stack the batch's frames into the staging buffer and run the forward pass."""
-        staging = self._staging
+        """Stack the batch's frames into the staging buffer (rows the stager filled during the last
+        forward are in place already) and run the forward pass."""
+        staging, staged = self._staging, self._staged
         assert staging is not None
         b = len(batch)
         try:
             for j, ticket in enumerate(batch):
-                staging[j] = ticket.request.obs
-            out = np.asarray(self.forward(staging[:b]))
+                if staged[j] is ticket:
+                    self.staged_ahead += 1
+                else:
+                    staging[j] = ticket.request.obs
+            if self.overlap:  # the stager fills the other buffer while this one is read
+                with self._stage_lock, self._cond:
+                    self._staging, self._spare = self._spare, staging
+                    self._staged = [None] * self.max_batch
+                    self._forward_running = True
+                    self._cond.notify_all()
+            try:
+                out = np.asarray(self.forward(staging[:b]))
+            finally:
+                if self.overlap:
+                    with self._stage_lock, self._cond:  # the stager is between copies
+                        self._forward_running = False
             if out.ndim == 2 and out.shape[0] == b:
                 out = out.argmax(axis=1)
             if out.shape != (b,):
@@ -340,6 +386,29 @@ class BatchingServer:
                     self.curve.observe(len(batch), took)  # L(b) re-measured as it runs
                 self._finish(batch, outcome, started, self.clock.now())
 
+    def _stage_ahead(self) -> None:
+        """Overlap (wall clock): while a forward runs, copy the waiting requests' frames, EDF order,
+        into the next batch's buffer (`_compute` uses the rows whose ticket is still in its place)."""
+        seen = -1
+        while True:
+            with self._cond:
+                while not self._closed and not (self._forward_running and self._arrivals != seen):
+                    self._cond.wait()
+                if self._closed:
+                    return
+            with self._stage_lock:
+                with self._cond:
+                    if not self._forward_running:
+                        continue
+                    seen = self._arrivals
+                    order = [t for _, _, t in heapq.nsmallest(self.max_batch, self._queue)]
+                staging, staged = self._staging, self._staged
+                assert staging is not None
+                for j, ticket in enumerate(order):  # each frame is its lane's, unwritten until answered
+                    if staged[j] is not ticket:
+                        staging[j] = ticket.request.obs
+                        staged[j] = ticket
+
     # ------------------------------------------------------------------ the end
     def close(self) -> None:
         """Answer every waiting lane with `ServerClosed` (no action: β covers its ticks) and stop the
@@ -357,6 +426,8 @@ class BatchingServer:
             ticket.settle(None, ServerClosed("the batching server closed while this request waited"))
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self._stager is not None:
+            self._stager.join(timeout=10)
 
     def retire(self) -> None:
         """Close once every lane made so far is closed (now, if none is open). Whoever owns the server
@@ -398,6 +469,8 @@ class BatchingServer:
             "late_by_mean_s": self.late_by_total / self.late if self.late else 0.0,
             "late_by_max_s": self.late_by_max,
             "failed_batches": self.failed_batches,
+            "overlap": self.overlap,
+            "staged_ahead": self.staged_ahead,
             "answered_closed": self.answered_closed,
             "curve": self.curve.describe(),
         }

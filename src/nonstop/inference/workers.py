@@ -655,19 +655,20 @@ class _Dead:
 # ----------------------------------------------------------------------------- process backend
 
 
-def _policy_process(conn: Any, factory: Callable[[], Any], torch_threads: int, trim_above: int | None) -> None:
+def _policy_process(conn: Any, factory: Callable[[], Any], torch_threads: int | None, trim_above: int | None) -> None:
     import signal
 
     from nonstop.policies.memory import WorkingSetRelease
 
     hold_lifeline()  # a model process never outlives the pool that asked for it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
-    try:
-        import torch
+    if torch_threads is not None:  # None: a policy with no model here (a remote lane) never imports torch
+        try:
+            import torch
 
-        torch.set_num_threads(torch_threads)
-    except ImportError:
-        pass
+            torch.set_num_threads(torch_threads)
+        except ImportError:
+            pass
     policy = factory()
     release = WorkingSetRelease(trim_above)
     conn.send(("ready", None))
@@ -692,10 +693,11 @@ class ProcessPolicy:
     (~100 µs, small next to a model's inference) and returns its `Decision`.
     After each pass the process hands its forward pass's working set back to the OS when it
     holds more than ``trim_above`` bytes free (`nonstop.policies.memory`; None: never), so N
-    workers sharing one θ do not also keep N working sets.
+    workers sharing one θ do not also keep N working sets. ``torch_threads=None``: the process never
+    imports torch (a policy without a model, a `nonstop.inference.lanering.RemoteLane`).
     """
 
-    def __init__(self, factory: Callable[[], Any], *, torch_threads: int = 1, start_timeout: float = 120.0,
+    def __init__(self, factory: Callable[[], Any], *, torch_threads: int | None = 1, start_timeout: float = 120.0,
                  trim_above: int | None = DEFAULT_MIN_FREE, wait: bool = True) -> None:  # fmt: skip
         check_min_free(trim_above, "trim_above")  # at the door, not in the child
         ctx = mp.get_context("spawn")
