@@ -49,7 +49,9 @@ def _pip(venv: Path, words: list[str], log: list[str]) -> None:
     started = time.monotonic()
     done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", *words[1:], "--retries", "2"], cwd=ROOT,
                           env=_venv_env(venv), capture_output=True, text=True, timeout=INSTALL_TIMEOUT)  # fmt: skip
-    log.append(f"{' '.join(words)}: {time.monotonic() - started:.0f} s")
+    fetched = [line.split()[1] for line in done.stdout.splitlines() if line.strip().startswith("Downloading ")]
+    torch = "torch fetched" if any(name.startswith("torch-") for name in fetched) else "torch not fetched"
+    log.append(f"{' '.join(words)}: {time.monotonic() - started:.0f} s, {len(fetched)} files fetched ({torch})")
     if done.returncode == 0:
         return
     clues = [line.strip() for line in done.stderr.splitlines() if any(sign in line for sign in NO_REGISTRY)]
