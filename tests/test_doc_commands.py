@@ -3,11 +3,14 @@ written, or in a shortened form this file lists with its reason, or not at all f
 here too (a ROM, a GPU, a server nonstop does not ship). A command that is in none of the lists
 fails `test_every_command_is_run_or_listed`, so a new line in the docs cannot go unchecked.
 
-Commands are collected by `doc_commands` from the pages' shell blocks and backticked spans. Three
+Commands are collected by `doc_commands` from the pages' shell blocks and backticked spans. Four
 kinds of span are checked by rule, not listed one by one:
 
-* a *mention* of a verb (```nonstop report```, ```nonstop bench nstar```): the verb must exist;
-* a *synopsis* (```nonstop report RUN [--html]```): parsed with `SAMPLE_VALUES` for its placeholders
+* a *mention* of a verb in the prose (``nonstop report``, ``nonstop bench nstar``): the verb must
+  exist (``nonstop serve``'s is also served, below);
+* a benchmark in the prose (``nonstop bench clock --json``): a full one takes minutes; the test
+  `BENCH_TESTS` names runs its quick form;
+* a *synopsis* (``nonstop report RUN [--html]``): parsed with `SAMPLE_VALUES` for its placeholders
   and every optional part taken;
 * ``pip install``: every extra it names must be one of pyproject.toml's, and the README's two are
   run for real (the first in `test_quick_start_in_a_fresh_venv`, the second by .ci/run, verbatim).
@@ -182,7 +185,7 @@ def kind(c: DocCommand) -> str:
     for table, name in ((AS_WRITTEN, "as_written"), (SHORTENED, "shortened"), (SERVED, "served"), (NOT_RUN, "not_run")):
         if c.text in table:
             return name
-    if argv[0] == "nonstop":
+    if argv[0] == "nonstop" and c.where == "inline":  # a shell block's command is always run or listed
         path, rest = _verb_path(argv[1:])
         if not rest:
             return "mention"
