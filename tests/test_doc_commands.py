@@ -62,7 +62,7 @@ AS_WRITTEN = {
 #: Run shortened: the page's command → (what runs instead, why). The stand-in keeps every flag of the
 #: page's command (`test_a_shortened_command_keeps_every_flag`); ``&&`` runs a prerequisite first.
 SHORTENED: dict[str, tuple[str, str]] = {
-    "nonstop demo": ("nonstop demo --quick", "the full demo takes ~2 min; --quick (documented) runs both parts in ~30 s"),
+    "nonstop demo": ("nonstop demo --quick", "the full demo takes ~30 s; --quick (documented) runs both parts in ~10 s"),
     "nonstop train --env CartPole --seconds 2000 --out runs/cartpole": (
         "nonstop train --env CartPole --seconds 30 --out runs/cartpole", "2000 world seconds take ~2.5 min; 30 take 5 s"),
     "nonstop train --env Boxing --clock wall --latency 6t --n-learners 2 --out runs/boxing": (
