@@ -121,8 +121,14 @@ NOT_RUN = {
         "needs a Pokémon Blue ROM, which nonstop cannot ship (tests/test_gameboy.py records a state from its test ROM)",
     "python -c \"import nonstop; env = nonstop.make('GameBoy/PokemonBattle', env_kwargs={'rom': 'pokemon_blue.gb', "
     "'state': 'battle1.state'})\"": "needs a Pokémon Blue ROM, which nonstop cannot ship",
-    "nonstop bench models --device cuda": "needs a CUDA GPU (tests/test_policies.py runs the benchmark on the CPU)",
-    "nonstop plan --k 98 --device cuda": "needs a CUDA GPU (tests/test_plan.py plans on the CPU)",
+    "nonstop bench models --device cuda": "needs a CUDA GPU: run by test_each_gpu_command_runs_where_there_is_one",
+    "nonstop plan --k 98 --device cuda": "needs a CUDA GPU: run by test_each_gpu_command_runs_where_there_is_one",
+}
+
+#: The commands above that need a GPU → what runs where there is one.
+ON_A_GPU = {
+    "nonstop bench models --device cuda": "nonstop bench models --device cuda --quick --json",
+    "nonstop plan --k 98 --device cuda": "nonstop plan --k 98 --device cuda",
 }
 
 #: A full benchmark takes minutes; its quick form runs in the test named (in-process, smaller still).
@@ -342,6 +348,16 @@ def test_each_inline_command_runs(command: DocCommand, tmp_path, no_shm_leak):
     cwd = _scratch(tmp_path)
     for text in _runnable(command):
         _run(text, cwd, command.at())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text", sorted(ON_A_GPU))
+def test_each_gpu_command_runs_where_there_is_one(text: str, tmp_path, no_shm_leak):
+    torch = pytest.importorskip("torch")
+    assert text in NOT_RUN and _parse(command_words(ON_A_GPU[text])[1:]) is None
+    if not torch.cuda.is_available():
+        pytest.skip(f"`{text}` needs a CUDA GPU and this machine has none")
+    _run(ON_A_GPU[text], _scratch(tmp_path), text)
 
 
 def _free_port() -> int:
