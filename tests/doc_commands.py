@@ -140,19 +140,21 @@ _PLACEHOLDER = re.compile(r"^[A-Z][A-Z_]*$")
 
 
 def is_synopsis(text: str) -> bool:
-    """A usage line rather than a command: ``[optional]`` parts, ``…``/``...``, or a capitalised
-    placeholder (``nonstop report RUN [--html]``)."""
+    """A usage line rather than a command: ``[optional]`` parts, ``…``/``...``, a capitalised
+    placeholder (``nonstop report RUN [--html]``) or a choice of values (``--device cpu|cuda``)."""
     words = text.replace("[", " ").replace("]", " ").split()
     if not words or words[0] != "nonstop":
         return False
-    return "[" in text or "…" in text or "..." in text or any(_PLACEHOLDER.match(w) for w in words[1:])
+    return ("[" in text or "…" in text or "..." in text or any(_PLACEHOLDER.match(w) for w in words[1:])
+            or any("|" in w for w in words[1:]))  # fmt: skip
 
 
 def synopsis_argv(text: str, values: dict[str, str]) -> list[str]:
-    """The synopsis with every optional part taken and every placeholder given its sample value."""
+    """The synopsis with every optional part taken, every placeholder given its sample value, and the
+    first of each choice (``cpu|cuda`` → ``cpu``)."""
     words = text.replace("[", " ").replace("]", " ").replace("…", " ").replace("...", " ").split()
     out = []
-    for word in words:
+    for word in (w.split("|")[0] for w in words):
         if _PLACEHOLDER.match(word):
             if word not in values:
                 raise KeyError(word)

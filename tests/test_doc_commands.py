@@ -7,7 +7,8 @@ Commands are collected by `doc_commands` from the pages' shell blocks and backti
 kinds of span are checked by rule, not listed one by one:
 
 * a *mention* of a verb in the prose (``nonstop report``, ``nonstop bench nstar``): the verb must
-  exist (``nonstop serve``'s is also served, below);
+  exist (``nonstop serve``'s is also served, below); of a flag (``nonstop train --track``): the
+  verb must have it, taking a value;
 * a benchmark in the prose (``nonstop bench clock --json``): a full one takes minutes; the test
   `BENCH_TESTS` names runs its quick form;
 * a *synopsis* (``nonstop report RUN [--html]``): parsed with `SAMPLE_VALUES` for its placeholders
@@ -181,8 +182,20 @@ def _verb_path(argv: list[str]) -> tuple[list[str], list[str]]:
     return path, argv[len(path):]
 
 
+def _takes_a_value(path: list[str], flag: str) -> bool:
+    """Whether ``nonstop PATH`` has option ``flag`` and it takes a value."""
+    import argparse
+
+    parser = build_parser()
+    for word in path:
+        parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[word]
+    action = parser._option_string_actions.get(flag)
+    return action is not None and action.nargs != 0
+
+
 def kind(c: DocCommand) -> str:
-    """How a command is checked: mention, synopsis, pip, as_written, shortened, served, not_run, bench, or unlisted."""
+    """How a command is checked: mention, flag, synopsis, pip, as_written, shortened, served, not_run, bench, or
+    unlisted."""
     argv = c.argv
     if argv[:2] == ["pip", "install"]:
         return "pip"
@@ -195,6 +208,8 @@ def kind(c: DocCommand) -> str:
         path, rest = _verb_path(argv[1:])
         if not rest:
             return "mention"
+        if path and len(rest) == 1 and rest[0].startswith("--") and _takes_a_value(path, rest[0]):
+            return "flag"  # ``nonstop train --track``: the prose names a flag, its value said around it
         if path[:1] == ["bench"] and len(path) == 2 and rest == ["--json"]:
             return "bench"
     return "unlisted"
@@ -234,7 +249,7 @@ def test_every_command_parses(command: DocCommand):
             compile(argv[2], command.at(), "exec")
         return
     assert argv[0] == "nonstop", f"{command.at()}: {command.text}"
-    if kind(command) == "mention":
+    if kind(command) in ("mention", "flag"):  # "flag": its option exists and takes a value (kind checked it)
         path, _ = _verb_path(argv[1:])
         assert path, f"{command.at()}: `{command.text}` names no nonstop verb"
         return
