@@ -1,0 +1,430 @@
+"""Every command the README and docs/*.md show parses with the real CLI, and each one runs: as
+written, or in a shortened form this file lists with its reason, or not at all for a reason listed
+here too (a ROM, a GPU, a server nonstop does not ship). A command that is in none of the lists
+fails `test_every_command_is_run_or_listed`, so a new line in the docs cannot go unchecked.
+
+Commands are collected by `doc_commands` from the pages' shell blocks and backticked spans. Four
+kinds of span are checked by rule, not listed one by one:
+
+* a *mention* of a verb in the prose (``nonstop report``, ``nonstop bench nstar``): the verb must
+  exist (``nonstop serve``'s is also served, below); of a flag (``nonstop train --track``): the
+  verb must have it, taking a value;
+* a benchmark in the prose (``nonstop bench clock --json``): a full one takes minutes; the test
+  `BENCH_TESTS` names runs its quick form;
+* a *synopsis* (``nonstop report RUN [--html]``): parsed with `SAMPLE_VALUES` for its placeholders
+  and every optional part taken;
+* ``pip install``: every extra it names must be one of pyproject.toml's, and the README's two are
+  run for real (the first in `test_quick_start_in_a_fresh_venv`, the second by .ci/run, verbatim).
+
+A page's shell block runs in order in one scratch directory (``nonstop report runs/cartpole`` after
+the ``nonstop train … --out runs/cartpole`` above it), with ``data/`` of the repository beside it, as
+a reader who cloned it would have; each span runs alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.request
+from pathlib import Path
+
+import pytest
+from doc_commands import PAGES, ROOT, DocCommand, all_commands, command_words, is_synopsis, shell_commands, synopsis_argv
+
+from nonstop import cli
+from nonstop.bench import BENCHMARKS
+
+SRC = str(ROOT / "src")
+#: the longest one command may take (the slowest listed here takes about 30 s on a quiet 2-core machine)
+RUN_TIMEOUT = 300
+
+#: Run exactly as the page shows them: each takes seconds.
+AS_WRITTEN = {
+    "nonstop report runs/cartpole --html",
+    "nonstop report runs/cartpole",
+    "nonstop report runs/duel",
+    "nonstop compare --env Boxing --latency 6t",
+    "nonstop tolerance --env FrozenLake-v1",
+    "nonstop plan --k 98 --hz 60 --forward-ms 700 --update-ms 5000",
+    "nonstop train --help",
+    "nonstop bench --help",
+}
+
+#: Run shortened: the page's command → (what runs instead, why). The stand-in keeps every flag of the
+#: page's command (`test_a_shortened_command_keeps_every_flag`); ``&&`` runs a prerequisite first.
+SHORTENED: dict[str, tuple[str, str]] = {
+    "nonstop demo": ("nonstop demo --quick", "the full demo takes ~30 s; --quick (documented) runs both parts in ~10 s"),
+    "nonstop train --env CartPole --seconds 2000 --out runs/cartpole": (
+        "nonstop train --env CartPole --seconds 30 --out runs/cartpole", "2000 world seconds take ~2.5 min; 30 take 5 s"),
+    "nonstop train --env Boxing --clock wall --latency 6t --n-learners 2 --out runs/boxing": (
+        "nonstop train --env Boxing --clock wall --latency 6t --n-learners 2 --out runs/boxing --seconds 3",
+        "the default is 600 s of real time"),
+    "nonstop train --resume runs/cartpole --seconds 3000": (
+        "nonstop train --resume runs/cartpole --seconds 40", "continues the 30-s stand-in above, to 40 s in all"),
+    "WANDB_MODE=offline nonstop train --env CartPole --seconds 600 --out runs/cartpole-tracked --track wandb,mlflow": (
+        "WANDB_MODE=offline nonstop train --env CartPole --seconds 20 --out runs/cartpole-tracked --track wandb,mlflow",
+        "600 world seconds take ~45 s; both trackers start, log and finish in 20"),
+    "nonstop train --env CartPole --backend batched --latency 0.6t --n-inference 2 --scheduler quantile_hold "
+    "--batch-curve linear:0.5t,0.05t --max-batch 64 --seconds 60": (
+        "nonstop train --env CartPole --backend batched --latency 0.6t --n-inference 2 --scheduler quantile_hold "
+        "--batch-curve linear:0.5t,0.05t --max-batch 64 --seconds 10", "60 world seconds: 10 are enough to serve a batch"),
+    "nonstop train --env multi/duel --self-play --latency 2t --opponent-latency 5t --seconds 600 --out runs/duel": (
+        "nonstop train --env multi/duel --self-play --latency 2t --opponent-latency 5t --seconds 20 --out runs/duel",
+        "600 world seconds; 20 play several matches for `nonstop report runs/duel`"),
+    "nonstop train --env multi/Boxing --self-play --opponents latest --snapshot-every 60 --pool-size 16 --out runs/box": (
+        "nonstop train --env multi/Boxing --self-play --opponents latest --snapshot-every 60 --pool-size 16 --out runs/box "
+        "--seconds 3", "the default is 600 world seconds of two-player Atari"),
+    "nonstop compare --clock wall": ("nonstop compare --clock wall --seconds 2", "4 schedulers × 10 s of real time"),
+    "nonstop train --latency empirical:data/latency/impala_k98_h100.txt": (
+        "nonstop train --latency empirical:data/latency/impala_k98_h100.txt --seconds 3 --out runs/empirical",
+        "the default is 600 world seconds of Boxing"),
+    "nonstop train --self-play": ("nonstop train --self-play --env multi/duel --seconds 10 --out runs/selfplay",
+                                  "the flag as the prose names it needs a two-seat world and a length"),
+    "nonstop train --track wandb": ("WANDB_MODE=offline nonstop train --track wandb --env CartPole --seconds 10 --out runs/tracked",
+                                    "offline (CI has no W&B account), and short"),
+    "nonstop bench nstar --latency lognormal --sigma 0.25,0.5,1": (
+        "nonstop bench nstar --latency lognormal --sigma 0.5 --tau-theta 5 --return-seeds 0 --plot '' --quick",
+        "the full run takes ~6 min, its quick form ~40 s; one σ and one τ̄ in ~10 s"),
+    "nonstop bench return --sigma 0.05": ("nonstop bench return --sigma 0.05 --quick", "the full run takes ~5 min"),
+    "nonstop bench lanes --worlds 64 --max-lanes 6": (
+        "nonstop bench lanes --worlds 8 --max-lanes 2 --scheduler quantile_hold --quick",
+        "64 worlds take minutes even quick (90 s); 8 worlds, 2 lanes, one scheduler take 4 s"),
+    "nonstop sweep --budget small": ("nonstop sweep --budget tiny", "the small budget takes hours; tiny is its ~20-s smoke test"),
+    "nonstop bench server --sessions 64 --json": ("nonstop bench server --sessions 8 --json --quick",
+                                                  "64 sessions for a full minute; 8 in the quick form"),
+    "nonstop bench regret --quick": ("nonstop bench regret --quick --json", "as written, plus the JSON line checked"),
+}
+
+#: Served: started, asked once for /health, /metadata and the live page, stopped with Ctrl-C (exit 130,
+#: as docs/commands.md says of every command).
+SERVED = {
+    "nonstop serve --env multi/duel",
+    "nonstop serve --env multi/duel --env multi/Boxing",
+}
+
+#: Not run here, with why. Each still parses.
+NOT_RUN = {
+    "python -m pytest -q": "the suite itself: .ci/run runs the README's line verbatim",
+    "MLFLOW_TRACKING_URI=http://127.0.0.1:5000 nonstop train --env CartPole --seconds 600 --out runs/cartpole-server --track mlflow":
+        "needs an MLflow tracking server on 127.0.0.1:5000 (mlflow-skinny has none); the run to MLflow's file store "
+        "is the tracking block above",
+    "nonstop gameboy record-state --game PokemonBattle --rom pokemon_blue.gb --from pokemon_blue.gb.state --out battle1.state":
+        "needs a Pokémon Blue ROM, which nonstop cannot ship (tests/test_gameboy.py records a state from its test ROM)",
+    "python -c \"import nonstop; env = nonstop.make('GameBoy/PokemonBattle', env_kwargs={'rom': 'pokemon_blue.gb', "
+    "'state': 'battle1.state'})\"": "needs a Pokémon Blue ROM, which nonstop cannot ship",
+    "nonstop bench models --device cuda": "needs a CUDA GPU: run by test_each_gpu_command_runs_where_there_is_one",
+    "nonstop plan --k 98 --device cuda": "needs a CUDA GPU: run by test_each_gpu_command_runs_where_there_is_one",
+}
+
+#: The commands above that need a GPU → what runs where there is one.
+ON_A_GPU = {
+    "nonstop bench models --device cuda": "nonstop bench models --device cuda --quick --json",
+    "nonstop plan --k 98 --device cuda": "nonstop plan --k 98 --device cuda",
+}
+
+#: A full benchmark takes minutes; its quick form runs in the test named (in-process, smaller still).
+BENCH_TESTS = {
+    "clock": "test_bench_quick.py", "host": "test_bench_quick.py", "channels": "test_bench_quick.py",
+    "ticklog": "test_bench_quick.py", "server": "test_bench_quick.py", "ray": "test_bench_quick.py",
+    "duel": "test_bench_duel.py", "models": "test_policies.py", "nstar": "test_bench_nstar.py",
+    "return": "test_bench_return.py", "regret": "test_regret.py", "learn": "test_bench_learning.py",
+    "nlstar": "test_bench_learning.py", "weights": "test_ray_backend.py", "lanes": "test_bench_lanes.py",
+}
+
+#: A placeholder's sample value, for parsing a synopsis.
+SAMPLE_VALUES = {"RUN": "runs/cartpole", "FILE": "replays/session.jsonl", "NAME": "clock", "G": "Tetris", "R": "tetris.gb",
+                 "S": "tetris.state", "ID": "CartPole", "DIR": "replays", "PATH": "token.txt"}
+
+COMMANDS = all_commands()
+
+
+@functools.cache
+def build_parser():  # one parser for every check (argparse parses with it again and again)
+    return cli.build_parser()
+
+
+def _unique(commands: list[DocCommand]) -> dict[str, DocCommand]:
+    return {c.text: c for c in reversed(commands)}  # the first place a command appears names it
+
+
+def _parse(argv: list[str]) -> str | None:
+    """The CLI's own parser on ``argv`` (the words after ``nonstop``), nothing run: None, or its error."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            build_parser().parse_args(argv)
+    except SystemExit as exc:
+        if exc.code:
+            return err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else f"exit {exc.code}"
+    return None
+
+
+def _verb_path(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the verb words, the rest): ``bench nstar --json`` → (['bench', 'nstar'], ['--json'])."""
+    import argparse
+
+    parser, path = build_parser(), []
+    for word in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or word not in subs[0].choices:
+            break
+        parser, path = subs[0].choices[word], [*path, word]
+    return path, argv[len(path):]
+
+
+def _takes_a_value(path: list[str], flag: str) -> bool:
+    """Whether ``nonstop PATH`` has option ``flag`` and it takes a value."""
+    import argparse
+
+    parser = build_parser()
+    for word in path:
+        parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[word]
+    action = parser._option_string_actions.get(flag)
+    return action is not None and action.nargs != 0
+
+
+def kind(c: DocCommand) -> str:
+    """How a command is checked: mention, flag, synopsis, pip, as_written, shortened, served, not_run, bench, or
+    unlisted."""
+    argv = c.argv
+    if argv[:2] == ["pip", "install"]:
+        return "pip"
+    if is_synopsis(c.text):
+        return "synopsis"
+    for table, name in ((AS_WRITTEN, "as_written"), (SHORTENED, "shortened"), (SERVED, "served"), (NOT_RUN, "not_run")):
+        if c.text in table:
+            return name
+    if argv[0] == "nonstop" and c.where == "inline":  # a shell block's command is always run or listed
+        path, rest = _verb_path(argv[1:])
+        if not rest:
+            return "mention"
+        if path and len(rest) == 1 and rest[0].startswith("--") and _takes_a_value(path, rest[0]):
+            return "flag"  # ``nonstop train --track``: the prose names a flag, its value said around it
+        if path[:1] == ["bench"] and len(path) == 2 and rest == ["--json"]:
+            return "bench"
+    return "unlisted"
+
+
+def test_the_pages_have_commands():
+    """The collector sees what a reader sees: the README's two set-up lines and its first train."""
+    readme = [c.text for c in shell_commands(ROOT / "README.md")]
+    assert readme[:4] == ['pip install torch==2.13.0 -e ".[learn,plot]"', "nonstop demo", 'pip install torch==2.13.0 -e ".[test]"',
+                          "python -m pytest -q"]  # fmt: skip
+    assert "nonstop train --env CartPole --seconds 2000 --out runs/cartpole" in readme
+    assert len(_unique(COMMANDS)) >= 60
+
+
+def test_every_command_is_run_or_listed():
+    unlisted = [f"{c.at()}: {c.text}" for c in _unique(COMMANDS).values() if kind(c) == "unlisted"]
+    assert not unlisted, ("commands in the docs that this test neither runs nor lists (add each to AS_WRITTEN, SHORTENED, "
+                          "SERVED or NOT_RUN with its reason):\n" + "\n".join(unlisted))  # fmt: skip
+
+
+def test_no_listed_command_is_stale():
+    texts = {c.text for c in COMMANDS}
+    stale = [t for t in (*AS_WRITTEN, *SHORTENED, *SERVED, *NOT_RUN) if t not in texts]
+    assert not stale, f"listed here but on no page any more (remove them): {stale}"
+
+
+@pytest.mark.parametrize("command", list(_unique(COMMANDS).values()), ids=lambda c: f"{c.at()} {c.text[:60]}")
+def test_every_command_parses(command: DocCommand):
+    """The CLI's parser accepts the command as written (a renamed flag or a bad choice fails here)."""
+    argv = command.argv
+    if kind(command) == "pip":
+        _check_pip(command)
+        return
+    if argv[0] == "python":
+        assert argv[1] in ("-m", "-c"), f"{command.at()}: {command.text}"
+        if argv[1] == "-c":
+            compile(argv[2], command.at(), "exec")
+        return
+    assert argv[0] == "nonstop", f"{command.at()}: {command.text}"
+    if kind(command) in ("mention", "flag"):  # "flag": its option exists and takes a value (kind checked it)
+        path, _ = _verb_path(argv[1:])
+        assert path, f"{command.at()}: `{command.text}` names no nonstop verb"
+        return
+    words = synopsis_argv(command.text, SAMPLE_VALUES)[1:] if kind(command) == "synopsis" else argv[1:]
+    error = _parse(words)
+    assert error is None, f"{command.at()}: `{command.text}`: {error}"
+
+
+def _check_pip(command: DocCommand) -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for word in command.argv[2:]:
+        if word.startswith(".["):
+            named = word[2:-1].split(",")
+            unknown = [e for e in named if e not in extras]
+            assert not unknown, f"{command.at()}: `{command.text}` names extras pyproject.toml lacks: {unknown}"
+
+
+@pytest.mark.parametrize("command", [c for c in _unique(COMMANDS).values() if kind(c) in ("shortened",)],
+                         ids=lambda c: c.text[:60])  # fmt: skip
+def test_a_shortened_command_keeps_every_flag(command: DocCommand):
+    """The stand-in runs what the page shows with smaller numbers, not another command."""
+    stand_in = command_words(SHORTENED[command.text][0].split(" && ")[-1])
+    flags = {w for w in command.argv if w.startswith("--")}
+    kept = {w for w in stand_in if w.startswith("--")}
+    assert flags <= kept, f"{command.at()}: the stand-in drops {flags - kept}"
+    assert _verb_path(command.argv[1:])[0] == _verb_path(stand_in[1:])[0]
+    assert _parse(stand_in[1:]) is None
+
+
+def test_every_benchmark_a_page_shows_is_run_by_a_test():
+    for c in _unique(COMMANDS).values():
+        if kind(c) == "bench":
+            name = c.argv[2]
+            test = ROOT / "tests" / BENCH_TESTS[name]
+            module = BENCHMARKS[name].rsplit(".", 1)[1]  # bench return is nonstop.bench.returns
+            imports = rf"from nonstop\.bench import [\w, ]*\b{module}\b|nonstop\.bench\.{module}\b"
+            assert re.search(imports, test.read_text()), f"{c.at()}: {test.name} should run `nonstop bench {name}`"
+
+
+def test_the_readme_test_line_is_what_ci_runs():
+    """The README's second set-up command is .ci/run's, character for character."""
+    install = next(c for c in shell_commands(ROOT / "README.md") if c.argv[:2] == ["pip", "install"] and ".[test]" in c.argv)
+    line = (ROOT / "README.md").read_text().splitlines()[install.line - 1].strip()
+    assert line in (ROOT / ".ci" / "run").read_text().splitlines(), f"README.md:{install.line}: .ci/run should run `{line}`"
+
+
+# -- running them -----------------------------------------------------------------------------------
+
+
+def _scratch(tmp_path: Path) -> Path:
+    (tmp_path / "data").symlink_to(ROOT / "data")  # the pages' paths are from the repository root
+    return tmp_path
+
+
+def _run(text: str, cwd: Path, where: str) -> None:
+    words = shlex.split(text)
+    env = {**os.environ, "PYTHONPATH": SRC, "MPLBACKEND": "Agg"}
+    while words and "=" in words[0] and not words[0].startswith("-"):
+        key, _, value = words.pop(0).partition("=")
+        env[key] = value
+    program = [sys.executable, "-m", "nonstop"] if words[0] == "nonstop" else [sys.executable] if words[0] == "python" else None
+    assert program is not None, f"{where}: cannot run `{text}`"
+    started = time.monotonic()
+    done = subprocess.run([*program, *words[1:]], cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT,
+                          stdin=subprocess.DEVNULL)  # fmt: skip
+    took = time.monotonic() - started
+    assert done.returncode == 0, f"{where}: `{text}` exited {done.returncode} after {took:.0f} s:\n{done.stderr[-3000:]}"
+    if "--json" in words:
+        import json
+
+        json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _runnable(c: DocCommand) -> list[str]:
+    """What runs for ``c``: itself, or its stand-in (a prerequisite first)."""
+    if kind(c) == "as_written":
+        return [c.text]
+    return SHORTENED[c.text][0].split(" && ")
+
+
+def _blocks() -> list[tuple[str, list[DocCommand]]]:
+    units = []
+    for page in PAGES:
+        by_block: dict[int, list[DocCommand]] = {}
+        for c in shell_commands(page):
+            if kind(c) in ("as_written", "shortened"):
+                by_block.setdefault(c.block, []).append(c)
+        units += [(f"{c[0].page}:{line}", c) for line, c in by_block.items()]
+    return units
+
+
+def _spans() -> list[DocCommand]:
+    in_blocks = {c.text for page in PAGES for c in shell_commands(page)}
+    return [c for c in _unique(COMMANDS).values() if c.where == "inline" and c.text not in in_blocks
+            and kind(c) in ("as_written", "shortened")]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", _blocks(), ids=lambda b: b[0] if isinstance(b, tuple) else None)
+def test_each_shell_block_runs_in_order(block, tmp_path, no_shm_leak):
+    where, commands = block
+    cwd = _scratch(tmp_path)
+    for c in commands:
+        for text in _runnable(c):
+            _run(text, cwd, c.at())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", _spans(), ids=lambda c: f"{c.at()} {c.text[:50]}")
+def test_each_inline_command_runs(command: DocCommand, tmp_path, no_shm_leak):
+    cwd = _scratch(tmp_path)
+    for text in _runnable(command):
+        _run(text, cwd, command.at())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text", sorted(ON_A_GPU))
+def test_each_gpu_command_runs_where_there_is_one(text: str, tmp_path, no_shm_leak):
+    torch = pytest.importorskip("torch")
+    assert text in NOT_RUN and _parse(command_words(ON_A_GPU[text])[1:]) is None
+    if not torch.cuda.is_available():
+        pytest.skip(f"`{text}` needs a CUDA GPU and this machine has none")
+    _run(ON_A_GPU[text], _scratch(tmp_path), text)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _served() -> list[DocCommand]:
+    return [c for c in _unique(COMMANDS).values() if kind(c) == "served"] + [
+        c for c in _unique(COMMANDS).values() if kind(c) == "mention" and c.argv[1:] == ["serve"]][:1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", _served(), ids=lambda c: f"{c.at()} {c.text}")
+def test_each_serve_command_answers_and_stops(command: DocCommand, tmp_path, no_shm_leak):
+    pytest.importorskip("fastapi")
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": SRC}
+    proc = subprocess.Popen([sys.executable, "-m", "nonstop", *command.argv[1:], "--port", str(port)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        deadline, health = time.monotonic() + 90, None
+        while time.monotonic() < deadline and proc.poll() is None:
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as answer:
+                    health = answer.status
+                    break
+            time.sleep(0.3)
+        assert health == 200, f"{command.at()}: `{command.text}` did not answer /health (exit {proc.poll()})"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metadata", timeout=10) as answer:
+            import json
+
+            served = set(json.load(answer)["envs"])
+        wanted = {w for i, w in enumerate(command.argv) if i and command.argv[i - 1] == "--env"}
+        assert wanted <= served, f"{command.at()}: serves {sorted(served)}"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as answer:
+            assert answer.status == 200 and b"<html" in answer.read().lower()
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 130, f"{command.at()}: Ctrl-C gave exit {proc.returncode}:\n{out[-2000:]}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def no_shm_leak():
+    from nonstop.bench.channels import our_segments
+
+    before = set(our_segments())
+    yield
+    left = set(our_segments()) - before
+    assert not left, f"shared-memory segments left behind: {sorted(left)}"
