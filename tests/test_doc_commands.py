@@ -58,6 +58,10 @@ AS_WRITTEN = {
     "nonstop plan --k 98 --hz 60 --forward-ms 700 --update-ms 5000",
     "nonstop train --help",
     "nonstop bench --help",
+    "nonstop paper --list",
+    "nonstop paper 6 --budget tiny",
+    "nonstop paper 7",
+    "nonstop bench gpu --device cpu --k 1 --quick",
 }
 
 #: Run shortened: the page's command → (what runs instead, why). The stand-in keeps every flag of the
@@ -103,6 +107,12 @@ SHORTENED: dict[str, tuple[str, str]] = {
     "nonstop bench server --sessions 64 --json": ("nonstop bench server --sessions 8 --json --quick",
                                                   "64 sessions for a full minute; 8 in the quick form"),
     "nonstop bench regret --quick": ("nonstop bench regret --quick --json", "as written, plus the JSON line checked"),
+    "nonstop bench models --arch 2xdeep": ("nonstop bench models --arch 2xdeep --quick",
+                                           "every width up to 1B parameters takes minutes; quick times the smallest"),
+    "nonstop plan --batch-curve h100=linear:0.862ms,0.238ms --batch-curve cpu=runs/cpu.curve --worlds 64": (
+        "nonstop bench gpu --device cpu --k 1 --quick --dtypes fp32 --save-curve runs/cpu.curve --worlds 2 && "
+        "nonstop plan --batch-curve h100=linear:0.862ms,0.238ms --batch-curve cpu=runs/cpu.curve --worlds 64",
+        "the page's runs/cpu.curve comes from its bench gpu line above; a quick fp32 curve of 2 worlds stands in"),
 }
 
 #: Served: started, asked once for /health, /metadata and the live page, stopped with Ctrl-C (exit 130,
@@ -122,14 +132,22 @@ NOT_RUN = {
         "needs a Pokémon Blue ROM, which nonstop cannot ship (tests/test_gameboy.py records a state from its test ROM)",
     "python -c \"import nonstop; env = nonstop.make('GameBoy/PokemonBattle', env_kwargs={'rom': 'pokemon_blue.gb', "
     "'state': 'battle1.state'})\"": "needs a Pokémon Blue ROM, which nonstop cannot ship",
-    "nonstop bench models --device cuda": "needs a CUDA GPU: run by test_each_gpu_command_runs_where_there_is_one",
-    "nonstop plan --k 98 --device cuda": "needs a CUDA GPU: run by test_each_gpu_command_runs_where_there_is_one",
+    "nonstop bench gpu --k 29 --dtypes bf16 --save-curve runs/h100-k29.curve --worlds 32,64,72":
+        "a GPU's measurement (its default device is auto: on a CPU k = 29 takes ~1 s a pass): run by "
+        "test_each_gpu_command_runs_where_there_is_one",
+    "nonstop paper 6": "the same run as `nonstop paper 6 --budget tiny` (tiny is the default budget), which runs",
+    "nonstop paper 4": "needs the user's Pokémon Blue ROM and save states; without them it exits 2 in the one line "
+                       "tests/test_paper.py checks",
+    "nonstop paper 5": "needs the user's Tetris ROM; without it it exits 2 in the one line tests/test_paper.py checks",
+    "nonstop paper 8": "5-6 minutes at its tiny budget on 2 cores (Ray learners past the cores): tests/test_paper.py "
+                       "runs its bench on Ray actors",
+    "nonstop paper 14": "exits 2 by design: Rainbow is not offered (tests/test_paper.py checks the message)",
 }
 
 #: The commands above that need a GPU → what runs where there is one.
 ON_A_GPU = {
-    "nonstop bench models --device cuda": "nonstop bench models --device cuda --quick --json",
-    "nonstop plan --k 98 --device cuda": "nonstop plan --k 98 --device cuda",
+    "nonstop bench gpu --k 29 --dtypes bf16 --save-curve runs/h100-k29.curve --worlds 32,64,72":
+        "nonstop bench gpu --device cuda --k 29 --dtypes bf16 --quick --json",
 }
 
 #: A full benchmark takes minutes; its quick form runs in the test named (in-process, smaller still).
@@ -139,10 +157,11 @@ BENCH_TESTS = {
     "duel": "test_bench_duel.py", "models": "test_policies.py", "nstar": "test_bench_nstar.py",
     "return": "test_bench_return.py", "regret": "test_regret.py", "learn": "test_bench_learning.py",
     "nlstar": "test_bench_learning.py", "weights": "test_ray_backend.py", "lanes": "test_bench_lanes.py",
+    "gpu": "test_device.py",
 }
 
 #: A placeholder's sample value, for parsing a synopsis.
-SAMPLE_VALUES = {"RUN": "runs/cartpole", "FILE": "replays/session.jsonl", "NAME": "clock", "G": "Tetris", "R": "tetris.gb",
+SAMPLE_VALUES = {"RUN": "runs/cartpole", "FIG": "6", "N": "2", "FILE": "replays/session.jsonl", "NAME": "clock", "G": "Tetris", "R": "tetris.gb",
                  "S": "tetris.state", "ID": "CartPole", "DIR": "replays", "PATH": "token.txt"}
 
 COMMANDS = all_commands()
