@@ -27,6 +27,7 @@ import contextlib
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,12 +127,7 @@ def _throughput(k: float, batch: int, n_learners: int, window: float, device: st
         group = LearnerProcesses(n_learners=n_learners, mode="round_robin", obs_shape=(84, 84), n_actions=18,
                                  cfg=cfg, state=state, weights=weights, replay=replay, seed=0,
                                  device=device).start()  # fmt: skip
-        deadline = time.monotonic() + 120
-        while state.updates < 2 * n_learners and time.monotonic() < deadline:  # every process up and learning
-            time.sleep(0.05)
-        u0, t0 = state.updates, time.monotonic()
-        time.sleep(window)
-        return (state.updates - u0) * batch / (time.monotonic() - t0)
+        return _learned_per_s(state, n_learners, batch, window)
     finally:
         if group is not None:
             group.stop()
@@ -150,19 +146,26 @@ def _throughput_ray(k: float, batch: int, n_learners: int, window: float, device
         group = RayLearners(n_learners=n_learners, mode="round_robin", obs_shape=(84, 84), n_actions=18, cfg=cfg,
                             state=state, weights=weights, replay=replay, broadcast=WeightBroadcast(weights),
                             seed=0, start_timeout=300.0).start()  # fmt: skip
-        deadline = time.monotonic() + 120
-        while state.updates < 2 * n_learners and time.monotonic() < deadline and group.failure is None:
-            time.sleep(0.05)
-        if group.failure is not None:
-            raise RuntimeError(str(group.failure))
-        u0, t0 = state.updates, time.monotonic()
-        time.sleep(window)
-        return (state.updates - u0) * batch / (time.monotonic() - t0)
+        return _learned_per_s(state, n_learners, batch, window, failure=lambda: group.failure)
     finally:
         if group is not None:
             group.stop()
         for seg in (state, weights, replay):
             seg.unlink()
+
+
+def _learned_per_s(state: Any, n_learners: int, batch: int, window: float,
+                   failure: Callable[[], BaseException | None] = lambda: None) -> float:
+    """Transitions learned per second over ``window``, once every learner is up and learning (two
+    updates each, or two minutes); a learner group's failure is raised, not measured as slowness."""
+    deadline = time.monotonic() + 120
+    while state.updates < 2 * n_learners and time.monotonic() < deadline and failure() is None:
+        time.sleep(0.05)
+    if failure() is not None:
+        raise RuntimeError(str(failure()))
+    u0, t0 = state.updates, time.monotonic()
+    time.sleep(window)
+    return (state.updates - u0) * batch / (time.monotonic() - t0)
 
 
 def _ray_cluster(address: str | None, nodes: int, learners: int) -> Any:

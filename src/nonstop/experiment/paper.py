@@ -440,17 +440,8 @@ def _nstar(fig: Figure, budget: str, source: dict[str, Any], out: Path) -> tuple
         right.plot([_SIZE_PARAMS[r["size"]] for r in sized], [r["nstar_measured"] for r in sized], marker=marker, label=label)
     left.set_xlabel("mean inference time τ̄_θ (ticks)")
     right.set_xlabel("model size |θ| (the paper's inference ticks per size)")
-    right.set_xscale("log")
-    for ax in (left, right):
-        ax.set_ylabel("N_I*")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig_.suptitle(f"Figure 7 (nonstop paper --budget {budget}): workers to act every tick", fontsize=10)
-    fig_.tight_layout()
-    path = out / "fig7.png"
-    fig_.savefig(path, dpi=110)
-    plt.close(fig_)
-    return rows, path
+    return rows, _save_pair(fig_, (left, right), "N_I*", f"Figure 7 (nonstop paper --budget {budget}): workers to act "
+                            "every tick", out / "fig7.png", legend_size=8)  # fmt: skip
 
 
 def _nlstar(fig: Figure, budget: str, source: dict[str, Any], out: Path) -> tuple[list[dict[str, Any]], Path | None]:
@@ -477,14 +468,22 @@ def _nlstar(fig: Figure, budget: str, source: dict[str, Any], out: Path) -> tupl
                 ax.plot(*zip(*above), "^", color=line.get_color(), markersize=9, label=f"measured > N, B={batch}")
     left.set_xlabel("τ_L per transition / τ_M")
     right.set_xlabel("model size |θ|")
-    right.set_xscale("log")
-    for ax in (left, right):
-        ax.set_ylabel("N_L*")
+    return rows, _save_pair(fig_, (left, right), "N_L*", f"Figure 8 (nonstop paper --budget {budget}): learners to "
+                            "learn from every transition at 60 Hz", out / "fig8.png", legend_size=7)  # fmt: skip
+
+
+def _save_pair(fig_: Any, axes: tuple[Any, Any], ylabel: str, title: str, path: Path, *, legend_size: int) -> Path:
+    """Finish a two-panel figure, against an inference or learning time (left) and against model size
+    (right, log scale), and save it."""
+    import matplotlib.pyplot as plt
+
+    axes[1].set_xscale("log")
+    for ax in axes:
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig_.suptitle(f"Figure 8 (nonstop paper --budget {budget}): learners to learn from every transition at 60 Hz", fontsize=10)
+        ax.legend(fontsize=legend_size)
+    fig_.suptitle(title, fontsize=10)
     fig_.tight_layout()
-    path = out / "fig8.png"
     fig_.savefig(path, dpi=110)
     plt.close(fig_)
-    return rows, path
+    return path
