@@ -218,3 +218,27 @@ def test_a_wall_clock_run_learns_on_a_device_learner_thread(no_shm_leak):
         run.teardown()
     assert dstate.version > 5 and dstate.host_writes == 1 and dstate.device_copies > 1
     assert report["backend"] == "device" and report["restarts"] == [0] and run.final_updates == dstate.version
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (run on a GPU host before issue 22 is closed)")
+def test_on_cuda_the_learner_and_the_server_share_the_device_with_no_host_copy(monkeypatch, no_shm_leak):
+    """``--device cuda``: θ, the moments and the target live on the GPU, the server's model (CUDA graphs) takes
+    each version by a device-to-device copy, and no weights reach the host until the run's end."""
+    counts = _Counts(monkeypatch)
+    dqn = DQNConfig.for_family("classic", learning_starts=50, batch_size=16)
+    run = Run(TrainConfig(env="CartPole", seconds=6.0, latency="0.6t", dqn=dqn, scheduler="quantile_hold", n_inference=2,
+                          backend="batched", learner_backend="device", device="cuda"))  # fmt: skip
+    try:
+        run.build().start()
+        counts.reset()
+        run.advance(6.0)
+        during = dict(counts.calls)
+        dstate = run.part("device_state").dstate
+        forward = run.part("batch_server").model_forward
+        forward.refresh(forward.model)
+        served = torch.cat([p.detach().reshape(-1) for p in forward.model.parameters()])
+        assert dstate.theta.is_cuda and served.is_cuda and torch.equal(served, dstate.theta)
+    finally:
+        run.teardown()
+    assert during == {"publish": 0, "read_into": 0, "load_flat": 0, "to_host": 0}, during
+    assert dstate.version == run.final_updates > 100 and dstate.device_copies > 0.9 * dstate.version
