@@ -95,8 +95,10 @@ def _train(env: str, ticks: int, seed: int, env_args: list[str] | None = None, l
 
 
 def update_rates(k: float, device: str, count: int, *, batch_size: int = 16, seed: int = 0) -> dict[str, Any]:
-    """Updates per second of the host path and of the device learner, ``count`` timed updates each (after
-    two untimed), on the same replay of random 84×84 uint8 frames, from the same initial θ."""
+    """Updates per second of the host path and of the device learner (one over the median time of an update;
+    ``count`` timed updates each, interleaved, after two untimed), on the same replay of random 84×84 uint8
+    frames, from the same initial θ. On CUDA each timed update ends with a synchronise: what it measures is
+    an update's whole time, not the rate of updates queued without waiting."""
     import time
 
     import torch
@@ -141,19 +143,24 @@ def update_rates(k: float, device: str, count: int, *, batch_size: int = 16, see
             assert loss is not None
             learner.apply(loss)
 
-        def rate(update: Any) -> float:
-            for _ in range(2):
-                update()
+        def timed(update: Any) -> float:
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
             t0 = time.perf_counter()
-            for _ in range(count):
-                update()
+            update()
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
-            return count / (time.perf_counter() - t0)
+            return time.perf_counter() - t0
 
-        host_rate, device_rate = rate(host_update), rate(device_update)
+        for _ in range(2):  # untimed: allocations, cuDNN's choices
+            host_update()
+            device_update()
+        # interleaved, one update of each in turn, and the median kept: a busy machine slows both alike
+        host_s, device_s = [], []
+        for _ in range(count):
+            host_s.append(timed(host_update))
+            device_s.append(timed(device_update))
+        host_rate, device_rate = 1 / float(np.median(host_s)), 1 / float(np.median(device_s))
     finally:
         for seg in segments:
             seg.unlink()
