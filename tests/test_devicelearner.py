@@ -242,3 +242,27 @@ def test_on_cuda_the_learner_and_the_server_share_the_device_with_no_host_copy(m
         run.teardown()
     assert during == {"publish": 0, "read_into": 0, "load_flat": 0, "to_host": 0}, during
     assert dstate.version == run.final_updates > 100 and dstate.device_copies > 0.9 * dstate.version
+
+
+def test_a_device_learner_that_dies_goes_on_under_the_restart_budget_and_then_ends_the_run(no_shm_leak):
+    """A failed update is the learner's death: within ``--max-restarts`` it goes on from its device state (which
+    is whole), and learns on; past the budget the run's check raises `PartFailed` in one line."""
+    from nonstop.realtime.lifeline import PartFailed
+
+    dqn = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)
+    run = Run(TrainConfig(env="CartPole", seconds=10.0, dqn=dqn, learner_backend="device", max_restarts=1))
+    try:
+        run.build().start()
+        run.advance(2.0)
+        run.learners.kill()
+        before = run.state.updates
+        run.advance(2.0)
+        report = run.learners.report()
+        assert report["restarts"] == [1] and "died (RuntimeError: learner 0 killed)" in [e[2] for e in report["events"]]
+        assert run.state.updates > before + 50
+        run.learners.kill()
+        with pytest.raises(PartFailed, match="learner 0 kept dying") as err:
+            run.advance(1.0)
+        assert "\n" not in str(err.value)
+    finally:
+        run.teardown()
