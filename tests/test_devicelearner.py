@@ -73,8 +73,8 @@ def test_a_device_learner_takes_the_host_learners_adam_steps(device, no_shm_leak
 
 
 def test_a_virtual_run_with_the_device_learner_is_the_host_learners_run(no_shm_leak):
-    """The same CartPole run with ``--learner-backend device`` and with host learners: the same ticks, actions
-    and update count (one learner, the same cadence, the same Adam numbers)."""
+    """The same CartPole run with ``--learner-backend device`` and with host learners: the same actions, update
+    count, parameters and Adam moments at the end (one learner, the same cadence, the same Adam numbers)."""
     dqn = DQNConfig.for_family("classic", learning_starts=100, batch_size=16)
     logs = {}
     for backend in ("process", "device"):
@@ -83,11 +83,15 @@ def test_a_virtual_run_with_the_device_learner_is_the_host_learners_run(no_shm_l
         try:
             run.build().start()
             run.advance(8.0)
-            logs[backend] = (np.array(run.world.tick_log["action"]), run.state.updates)
+            logs[backend] = (np.array(run.world.tick_log["action"]), run.state.updates, run.learning.current_params(),
+                             run.state.adam_v.copy())  # fmt: skip
         finally:
             run.teardown()
     assert logs["device"][1] == logs["process"][1] > 100
     assert np.array_equal(logs["device"][0], logs["process"][0])
+    np.testing.assert_allclose(logs["device"][2], logs["process"][2], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(logs["device"][3], logs["process"][3], rtol=1e-5, atol=1e-10)
+    assert logs["device"][3].any()  # Adam moved: the comparison is not of two untouched states
 
 
 class _Counts:
