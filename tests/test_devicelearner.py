@@ -270,3 +270,12 @@ def test_a_device_learner_that_dies_goes_on_under_the_restart_budget_and_then_en
         assert "\n" not in str(err.value)
     finally:
         run.teardown()
+
+
+def test_train_refuses_a_second_device_learner_before_creating_the_run_dir(tmp_path, capsys):
+    from nonstop.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), "--seconds", "1", "--learner-backend", "device", "--n-learners", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "one learner a device" in err and err.count("\n") == 1 and not out.exists()
