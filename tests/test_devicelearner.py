@@ -279,3 +279,25 @@ def test_train_refuses_a_second_device_learner_before_creating_the_run_dir(tmp_p
     assert main(["train", "--out", str(out), "--seconds", "1", "--learner-backend", "device", "--n-learners", "2"]) == 2
     err = capsys.readouterr().err
     assert "one learner a device" in err and err.count("\n") == 1 and not out.exists()
+
+
+def test_a_gradient_autograd_moved_out_of_the_flat_buffer_is_gathered_back(no_shm_leak):
+    """Each parameter's ``.grad`` is a view into one flat buffer; where a gradient is no longer one (autograd may
+    replace it), the buffer gathers it on the device and the views are restored."""
+    cfg = DQNConfig.for_family("classic", learning_starts=10, batch_size=16)
+    replay = _filled_replay()
+    segs, _, dev = _host_and_device(cfg, replay, "cpu")
+    try:
+        dev.gradient()
+        want = torch.cat([p.grad.reshape(-1).clone() for p in dev.online.parameters()])
+        first = next(dev.online.parameters())
+        first.grad = first.grad.clone()  # no longer a view of the buffer
+        dev._grad.zero_()  # the buffer (and every gradient still a view of it) now holds zeros
+        n = first.numel()
+        assert want[:n].abs().sum() > 0 and not torch.equal(dev._grad[:n], want[:n])
+        got = dev._flat_grad()
+        assert first.grad.data_ptr() == dev._grad.data_ptr() and got.data_ptr() == dev._grad.data_ptr()
+        assert torch.equal(got[:n], want[:n]) and not got[n:].any()
+    finally:
+        for seg in (*segs, replay):
+            seg.unlink()

@@ -202,7 +202,7 @@ class DeviceLearner:
         if [p.grad.data_ptr() if p.grad is not None else 0 for p in params] != self._grad_ptrs:
             # autograd replaced a view (it may, where layouts differ): gather into the buffer, on the device
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-            torch.cat([g.reshape(-1) for g in grads], out=self._grad)
+            self._grad.copy_(torch.cat([g.reshape(-1) for g in grads]))  # a new tensor first: some inputs view the buffer
             offset = 0
             for p in params:
                 p.grad = self._grad[offset : offset + p.numel()].view_as(p)
