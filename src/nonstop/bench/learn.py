@@ -23,9 +23,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DESCRIPTION", "add_arguments", "run", "render", "first_reaching"]
+__all__ = ["DESCRIPTION", "add_arguments", "run", "render", "first_reaching", "update_rates"]
 
-DESCRIPTION = "DQN on realtime CartPole: return within 100k ticks, staggered vs sequential baselines"
+DESCRIPTION = ("DQN on realtime CartPole: return within 100k ticks, staggered vs sequential baselines; updates/s of "
+               "host Adam vs the device learner")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
