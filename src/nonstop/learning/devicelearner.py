@@ -240,8 +240,8 @@ class DeviceLearner:
 class DeviceLearners:
     """One `DeviceLearner` driven on the run's clock: a timed process of a `VirtualClock` (each update
     takes ``tau_l``; 0: one a tick), or a thread of this process on the wall clock. An update that
-    raises is the learner's death: it goes on (its state is on the device and whole) while ``budget``
-    allows, else ``failure`` is set and the run must end."""
+    raises is the learner's death: it goes on from the device state it left while ``budget`` allows,
+    else ``failure`` is set and the run must end."""
 
     def __init__(self, learner: DeviceLearner, clock: Any, tau_m: float, *, tau_l: float, mode: str = "round_robin",
                  restart_budget: RestartBudget | None = None) -> None:  # fmt: skip
@@ -314,7 +314,7 @@ class DeviceLearners:
                     self._died(exc)
 
     def _died(self, exc: BaseException) -> None:
-        """The learner died: it goes on while the budget allows (its state is whole), else the run must end."""
+        """The learner died: it goes on while the budget allows (from the device state it left), else the run ends."""
         why = "".join(traceback.format_exception_only(exc)).strip()
         self.events.append((self.clock.now(), 0, f"died ({why})"))
         if self.budget.spend(self.clock.now()):
@@ -331,7 +331,7 @@ class DeviceLearners:
                 self._stop.wait(0.002)
 
     def stop(self) -> None:
-        """Stop updating (the thread is joined); the learner's last loss reaches the host."""
+        """Stop updating (the thread is joined); the newest version and the last loss reach the host."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
