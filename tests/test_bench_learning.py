@@ -33,6 +33,18 @@ def test_learn_quick_reports_both_measurements(no_shm_leak):
     assert isinstance(r["target_met"], bool)
     with pytest.raises(ValueError, match="at least 100 ticks"):
         _run(learn, ["--ticks", "10"])
+    assert r["update_rate"]["updates_timed"] == 3
+
+
+def test_learn_times_host_adam_against_the_device_learner(no_shm_leak):
+    """``--updates-only``: updates per second of both paths at a small k on the CPU, both measured."""
+    r = _run(learn, ["--updates-only", "--update-k", "0.25", "--update-count", "2"])
+    u = r["update_rate"]
+    assert set(r) == {"update_rate"} and u["device"] == "cpu" and u["params"] > 100_000
+    assert u["host_apply_updates_per_s"] > 0 and u["device_learner_updates_per_s"] > 0
+    assert u["device_over_host"] == pytest.approx(u["device_learner_updates_per_s"] / u["host_apply_updates_per_s"], rel=0.01)
+    with pytest.raises(ValueError, match="--update-count must be at least 1"):
+        _run(learn, ["--updates-only", "--update-count", "0"])
 
 
 def test_nlstar_quick_measures_theory_and_throughput(tmp_path, no_shm_leak):

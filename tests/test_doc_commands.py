@@ -62,6 +62,9 @@ AS_WRITTEN = {
     "nonstop paper 6 --budget tiny",
     "nonstop paper 7",
     "nonstop bench gpu --device cpu --k 1 --quick",
+    "nonstop train --env CartPole --backend batched --latency 0.6t --n-inference 2 --scheduler quantile_hold "
+    "--learner-backend device --seconds 30",
+    "nonstop bench learn --updates-only --update-k 0.25 --update-count 5",
 }
 
 #: Run shortened: the page's command → (what runs instead, why). The stand-in keeps every flag of the

@@ -9,6 +9,11 @@ Two measurements, each a `nonstop.experiment.train` run on realtime CartPole (50
    staggered inference with asynchronous learning against the two sequential baselines
    (infer-then-learn, learn-then-infer), same env, seed, budget and τ_L. The numbers are
    reported, not asserted: a short run is noisy.
+3. **Updates per second** (``update_rate``): DQN updates of the paper's ResNet at ``--update-k`` on 84×84
+   uint8 frames from a shared replay, on ``--device``, by the host path (gradient on the device, Adam on
+   the host's shared master parameters, a publish to `SharedWeights`) and by the device learner (Adam, the
+   target and the version on the device: `nonstop.learning.devicelearner`). ``--updates-only`` runs this
+   part alone.
 """
 
 from __future__ import annotations
@@ -18,9 +23,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DESCRIPTION", "add_arguments", "run", "render", "first_reaching"]
+__all__ = ["DESCRIPTION", "add_arguments", "run", "render", "first_reaching", "update_rates"]
 
-DESCRIPTION = "DQN on realtime CartPole: return within 100k ticks, staggered vs sequential baselines"
+DESCRIPTION = ("DQN on realtime CartPole: return within 100k ticks, staggered vs sequential baselines; updates/s of "
+               "host Adam vs the device learner")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,6 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--learning-starts", type=int, default=None, help="transitions before learning (default: the family's)")
     p.add_argument("--tau-l", type=float, default=None, help="virtual seconds per update (default τ_M; ~0.25 for k=1 on 2 CPU cores)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--update-k", type=float, default=1, help="ResNet width k of the update-rate part (default 1)")
+    p.add_argument("--update-count", type=int, default=30, help="timed updates per path (default 30; --quick: 3)")
+    p.add_argument("--updates-only", action="store_true", help="only the update-rate part: host Adam vs device learner")
     from nonstop.inference.device import add_device_arguments
 
     add_device_arguments(p, what="every model of the runs (workers and learners)")
@@ -86,13 +95,92 @@ def _train(env: str, ticks: int, seed: int, env_args: list[str] | None = None, l
     }
 
 
+def update_rates(k: float, device: str, count: int, *, batch_size: int = 16, seed: int = 0) -> dict[str, Any]:
+    """Updates per second of the host path and of the device learner (one over the median time of an update;
+    ``count`` timed updates each, interleaved, after two untimed), on the same replay of random 84×84 uint8
+    frames, from the same initial θ. On CUDA each timed update ends with a synchronise: what it measures is
+    an update's whole time, not the rate of updates queued without waiting."""
+    import time
+
+    import torch
+
+    from nonstop.inference.device import resolve_device
+    from nonstop.learning.devicelearner import DeviceLearner, DeviceTrainingState
+    from nonstop.learning.dqn import DQNConfig, build_q_network, init_training
+    from nonstop.learning.learners import Learner, apply
+    from nonstop.learning.replay import ReplayBuffer
+    from nonstop.learning.weights import SharedWeights, TrainingState
+
+    if count < 1:
+        raise ValueError(f"--update-count must be at least 1, got {count}")
+    dev = resolve_device(device)
+    cfg = DQNConfig.for_family("atari", k=k, batch_size=batch_size, learning_starts=0)
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    model = build_q_network((84, 84), 18, cfg)
+    n = sum(p.numel() for p in model.parameters())
+    replay = ReplayBuffer.create(capacity=512, obs_shape=(84, 84), dtype=np.uint8)
+    segments: list[Any] = [replay]
+    try:
+        frames = [replay.add_frame(rng.integers(0, 256, (84, 84), dtype=np.uint8)) for _ in range(257)]
+        for i in range(256):
+            replay.add_transition(frames[i], int(rng.integers(18)), float(rng.normal()), 0.99, 1, frames[i + 1])
+        for _ in range(4):
+            segments.append(TrainingState.create(n) if len(segments) % 2 else SharedWeights.create(n))
+        host_state, host_weights, dev_state, dev_weights = segments[1:]
+        for state, weights in ((host_state, host_weights), (dev_state, dev_weights)):
+            init_training(model, state, weights)
+        host = Learner(0, (84, 84), 18, cfg, host_state, host_weights, replay, seed, device=str(dev))
+        learner = DeviceLearner((84, 84), 18, cfg, DeviceTrainingState.from_host(dev_state, dev), dev_state, dev_weights,
+                                replay, seed)  # fmt: skip
+
+        def host_update() -> None:
+            out = host.gradient()
+            assert out is not None
+            apply(host_state, host_weights, out[0], out[1], cfg)
+
+        def device_update() -> None:
+            loss = learner.gradient()
+            assert loss is not None
+            learner.apply(loss)
+
+        def timed(update: Any) -> float:
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            t0 = time.perf_counter()
+            update()
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            return time.perf_counter() - t0
+
+        for _ in range(2):  # untimed: allocations, cuDNN's choices
+            host_update()
+            device_update()
+        # interleaved, one update of each in turn, and the median kept: a busy machine slows both alike
+        host_s, device_s = [], []
+        for _ in range(count):
+            host_s.append(timed(host_update))
+            device_s.append(timed(device_update))
+        host_rate, device_rate = 1 / float(np.median(host_s)), 1 / float(np.median(device_s))
+    finally:
+        for seg in segments:
+            seg.unlink()
+    return {"k": k, "params": n, "device": str(dev), "batch_size": batch_size, "updates_timed": count,
+            "host_apply_updates_per_s": round(host_rate, 2), "device_learner_updates_per_s": round(device_rate, 2),
+            "device_over_host": round(device_rate / host_rate, 3)}  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     ticks, compare_ticks = args.ticks, args.compare_ticks
     if args.quick:
         ticks, compare_ticks = min(ticks, 3000), min(compare_ticks, 1500)
     for name, value in (("--ticks", ticks), ("--compare-ticks", compare_ticks)):
-        if value < 100:
+        if value < 100 and not args.updates_only:
             raise ValueError(f"{name} must be at least 100 ticks, got {value}")
+    count = min(args.update_count, 3) if args.quick else args.update_count
+    rates = update_rates(args.update_k, getattr(args, "device", "cpu"), count, seed=args.seed)
+    if args.updates_only:
+        return {"update_rate": rates}
     common = {"env_args": args.env_arg, "learning_starts": args.learning_starts, "tau_l": args.tau_l,
               "device": getattr(args, "device", "cpu"), "dtype": getattr(args, "dtype", None)}  # fmt: skip
     zero = _train(args.env, ticks, args.seed, **common)
@@ -113,10 +201,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "latency": args.latency,
         "ordering": ordering,
         "staggered_beats_sequential": None if stag is None else bool(stag > seq_best),
+        "update_rate": rates,
     }
 
 
 def render(result: dict[str, Any]) -> None:
+    u = result["update_rate"]
+    print(f"updates/s at k={u['k']:g} ({u['params']:,} parameters) on {u['device']}, batch {u['batch_size']}: host Adam "
+          f"{u['host_apply_updates_per_s']}, device learner {u['device_learner_updates_per_s']} "
+          f"(x{u['device_over_host']})")  # fmt: skip
+    if "zero_latency" not in result:
+        return
     z = result["zero_latency"]
     reached = result["ticks_to_target"]
     target = (f"reached at tick {reached:,}" if reached is not None else f"not reached in {z['ticks']:,} ticks")

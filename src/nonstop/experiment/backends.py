@@ -2,7 +2,8 @@
 
 Each function takes the run (its parts are built) and returns one thing: an inference worker's
 policy (``*_policy(run, i)``), or the run's learners (``*_learners(run, restart_budget)``). Ray's
-counterparts are in `nonstop.experiment.raybackend`; which one a run uses is its config's
+counterparts are in `nonstop.experiment.raybackend`, the device learner's in
+`nonstop.experiment.devicelearners`; which one a run uses is its config's
 ``inference_backend`` / ``learner_placement``, looked up in `nonstop.experiment.registry`.
 """
 

@@ -4,7 +4,8 @@ inference server that owns the run's Q-network (docs/design.md §7; `nonstop.inf
 The first worker's policy builds the server and hangs it on the run as a part (`BatchServerPart`),
 so it is one per run, however many seats, pools and restarts ask; the run's teardown closes it
 (retired: it closes once the pools have released their lanes, whichever is torn down first). The
-server's model takes the learners' weights once per published version, before a batch; each lane
+server's model takes the learners' weights once per published version, before a batch (from a device
+learner, ``--learner-backend device``, by a device copy: `nonstop.experiment.devicelearners`); each lane
 explores with the run's ε on the server's answer, so exploring costs the same time as acting.
 
 What the run's config may say (read with defaults until `TrainConfig` has the fields):
@@ -55,8 +56,10 @@ class BatchServerPart(Part):
 
     name = "batch_server"
 
-    def __init__(self, server: "BatchingServer") -> None:
+    def __init__(self, server: "BatchingServer", model_forward: Any = None) -> None:
         self.server = server
+        #: the server's forward pass over the run's Q-network (a `TorchForward`: its model, its weights refresh)
+        self.model_forward = model_forward
         #: the lane ring of the ``batched_process`` backend's workers (built by its first worker)
         self.remote: RemoteLanes | None = None
 
@@ -103,6 +106,16 @@ class _WeightsRefresh:
             load_flat(model, self._flat)
 
 
+def _refresh(run: "Run") -> Any:
+    """How new weights reach the server's model: from a device learner's θ by a device copy, else from the
+    host's `SharedWeights`; either way once per version."""
+    if run.cfg.learner_placement == "device":
+        from nonstop.experiment.devicelearners import DeviceRefresh, device_state_of
+
+        return DeviceRefresh(device_state_of(run))
+    return _WeightsRefresh(run.weights)
+
+
 def _curve(run: "Run") -> "LatencyCurve":
     from nonstop.inference.batchsize import LatencyCurve, parse_curve
 
@@ -112,7 +125,7 @@ def _curve(run: "Run") -> "LatencyCurve":
     return LatencyCurve.linear(run.latency.mean, 0.0)
 
 
-def _build_server(run: "Run") -> "BatchingServer":
+def _build_server(run: "Run") -> tuple["BatchingServer", Any]:
     from nonstop.inference.batching import BatchingServer
     from nonstop.inference.device import default_graph_sizes, placement, torch_forward
     from nonstop.learning.dqn import build_q_network
@@ -122,20 +135,20 @@ def _build_server(run: "Run") -> "BatchingServer":
     max_batch = int(getattr(run.cfg, "max_batch", DEFAULT_MAX_BATCH))
     device, _ = placement(run.cfg.device, run.cfg.dtype)
     q_argmax = torch_forward(model, str(device), dtype=run.cfg.dtype, graph_sizes=default_graph_sizes(device, max_batch),
-                             refresh=_WeightsRefresh(run.weights))  # fmt: skip
+                             refresh=_refresh(run))  # fmt: skip
     start = int(getattr(space, "start", 0))  # Q-value i is action start + i (a Discrete(n, start=s) space)
 
     def forward(batch: np.ndarray) -> np.ndarray:
         return q_argmax(batch) + start
 
     # overlap: the next batch's frames are staged while a forward runs (wall clock; a no-op on the virtual one)
-    return BatchingServer(forward, _curve(run), clock=run.world.clock, max_batch=max_batch, overlap=True)
+    return BatchingServer(forward, _curve(run), clock=run.world.clock, max_batch=max_batch, overlap=True), q_argmax
 
 
 def _server_part(run: "Run") -> BatchServerPart:
     part = run.part("batch_server")
     if part is None:
-        part = BatchServerPart(_build_server(run))
+        part = BatchServerPart(*_build_server(run))
         run.parts.append(part)  # closed with the run; appended, so a start loop in progress only calls its no-op start
     return part
 

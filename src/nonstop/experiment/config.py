@@ -91,7 +91,9 @@ class TrainConfig:
     tau_l: float | None = field(default=None, metadata=_help("virtual seconds per update (None: τ_M)"))
     learner_backend: str = field(default="process", metadata=_help(
         "wall-clock learners: processes on this host, or Ray actors on any node; the replay and the master "
-        "parameters stay here, batches go out and gradients come back", metavar="process|ray"))
+        "parameters stay here, batches go out and gradients come back. device (either clock): one learner whose "
+        "parameters, Adam moments and target live on --device, its weights to --backend batched's server by a "
+        "device copy", metavar="process|ray|device"))
     backend: str = field(default="thread", metadata=_help(
         "wall-clock inference workers: threads, processes, or Ray actors on any node (pip install -e '.[ray]'); "
         "batched: request lanes of one batching inference server that owns the model (either clock); batched_process: "
@@ -185,6 +187,7 @@ class TrainConfig:
                              f"{self.interaction} learns inside its own loop on this host: use --interaction staggered, "
                              "or leave out --learner-backend")  # fmt: skip
         _check_placement(self)
+        _check_device_learner(self)
         if not isinstance(self.scheduler_args, dict) or not all(isinstance(k, str) for k in self.scheduler_args):
             raise ValueError(f"scheduler_args must be a dict of setting names, got {self.scheduler_args!r}")
         if not isinstance(self.max_batch, int) or isinstance(self.max_batch, bool) or self.max_batch < 1:
@@ -204,7 +207,10 @@ class TrainConfig:
 
     @property
     def learner_placement(self) -> str:
-        """Where learners run: simulated in this process (virtual clock), processes here, or Ray actors."""
+        """Where learners run: simulated in this process (virtual clock), processes here, Ray actors, or one
+        learner on the device (either clock)."""
+        if self.learner_backend == "device":
+            return "device"
         return self.learner_backend if self.clock == "wall" else "virtual"
 
     @property
@@ -253,6 +259,21 @@ def _check_placement(cfg: TrainConfig) -> None:
                          "use --backend thread, process or batched and --learner-backend process")  # fmt: skip
 
 
+def _check_device_learner(cfg: TrainConfig) -> None:
+    """``--learner-backend device`` is one learner of a staggered run, beside workers on this host."""
+    if cfg.learner_backend != "device":
+        return
+    if cfg.n_learners != 1:
+        raise ValueError(f"--learner-backend device runs one learner a device (its parameters and Adam moments are one "
+                         f"writer's), got --n-learners {cfg.n_learners}: use --n-learners 1, or --learner-backend process")
+    if cfg.interaction != "staggered":
+        raise ValueError(f"--learner-backend device runs the learner of a staggered run; --interaction {cfg.interaction} "
+                         "learns inside its own loop: use --interaction staggered, or leave out --learner-backend")
+    if cfg.backend == "ray":
+        raise ValueError("--learner-backend device with --backend ray: Ray's workers take the weights on their own "
+                         "nodes; use --backend batched (the server takes them by a device copy), thread or process")
+
+
 def _one_of(name: str, value: Any, allowed: tuple[str, ...], what: str = "{name} must be one of {names}, got {value!r}") -> None:
     if value not in allowed:
         raise ValueError(what.format(name=name, names=", ".join(allowed), value=value))
@@ -271,4 +292,6 @@ def check_reachable(cfg: TrainConfig) -> None:
 
     if cfg.backend == "ray":
         check_backend(cfg.backend, ray_address=cfg.ray_address, clock=cfg.clock)
-    check_learner_backend(cfg.learner_backend, ray_address=cfg.ray_address, clock=cfg.clock, interaction=cfg.interaction)
+    if cfg.learner_backend != "device":  # the device learner runs in this process: `_check_device_learner` said all
+        check_learner_backend(cfg.learner_backend, ray_address=cfg.ray_address, clock=cfg.clock,
+                              interaction=cfg.interaction)  # fmt: skip

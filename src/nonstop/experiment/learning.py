@@ -10,6 +10,7 @@ that format was introduced, so runs written before the composition resume after 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -65,6 +66,17 @@ class LearningCore(Part):
                                        action_start=int(getattr(spec.action_space, "start", 0)))  # fmt: skip
         #: whether `load_state_dict` found the replay in the checkpoint
         self.replay_restored = False
+        #: called before the host's parameters are read (a learner that keeps them elsewhere writes them back)
+        self._host_syncs: list[Callable[[], None]] = []
+
+    def add_host_sync(self, sync: Callable[[], None]) -> None:
+        """Have ``sync()`` bring the host's `TrainingState` and `SharedWeights` up to date before they are
+        read here (a checkpoint, a self-play snapshot): a device learner writes its newest version back."""
+        self._host_syncs.append(sync)
+
+    def sync_host(self) -> None:
+        for sync in self._host_syncs:
+            sync()
 
     def learner(self, i: int) -> Learner:
         """Learner ``i`` of this run (each with its own sampling seed)."""
@@ -73,6 +85,7 @@ class LearningCore(Part):
 
     def current_params(self) -> np.ndarray:
         """One whole published version of the parameters, even while learners publish."""
+        self.sync_host()
         params = np.empty(self.weights.n_params, np.float32)
         self.weights.read_into(params)
         return params
@@ -91,6 +104,7 @@ class LearningCore(Part):
         def t(a: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(np.array(a, copy=True))
 
+        self.sync_host()
         state = self.state
         snap: dict[str, Any] = {
             "updates": state.updates,

@@ -55,6 +55,8 @@ _BUILTIN: dict[str, dict[str, Any]] = {
         "virtual": "nonstop.experiment.backends:virtual_learners",
         "process": "nonstop.experiment.backends:process_learners",
         "ray": "nonstop.experiment.raybackend:ray_learners",
+        # one learner whose parameters, Adam moments and target live on --device (either clock)
+        "device": "nonstop.experiment.devicelearners:device_learners",
     },
     # what the run connects to before it starts anything
     "cluster": {

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
     from nonstop.learning.replay import Batch
 
-__all__ = ["DQNConfig", "PAPER_PRESETS", "build_q_network", "DQNPolicy", "compute_gradient", "apply_gradient", "epsilon_at"]
+__all__ = ["DQNConfig", "PAPER_PRESETS", "build_q_network", "DQNPolicy", "compute_gradient", "apply_gradient", "epsilon_at",
+           "dqn_backward", "adam_step"]
 
 
 #: What each world family changes in `DQNConfig`'s defaults (`DQNConfig.for_family`): the paper's
@@ -155,13 +156,10 @@ def _to_tensor(x: np.ndarray, device: "torch.device | None" = None) -> "torch.Te
     return t.float()
 
 
-def compute_gradient(
-    online: "torch.nn.Module", target: "torch.nn.Module", batch: "Batch", cfg: DQNConfig
-) -> tuple[np.ndarray, float]:
-    """The clipped DQN gradient of one batch at ``online``'s current parameters.
-
-    Returns the flat gradient (in ``parameters()`` order) and the loss.
-    """
+def dqn_backward(online: "torch.nn.Module", target: "torch.nn.Module", batch: "Batch", cfg: DQNConfig) -> "torch.Tensor":
+    """The DQN loss of one batch at ``online``'s current parameters, back-propagated into each
+    parameter's ``.grad`` (zeroed first, in place) and clipped to global norm ``max_grad_norm``.
+    Returns the loss (a tensor on the network's device: reading it waits for the device)."""
     import torch
     import torch.nn.functional as F
 
@@ -183,10 +181,43 @@ def compute_gradient(
     online.zero_grad(set_to_none=False)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(online.parameters(), cfg.max_grad_norm)
+    return loss.detach()
+
+
+def compute_gradient(
+    online: "torch.nn.Module", target: "torch.nn.Module", batch: "Batch", cfg: DQNConfig
+) -> tuple[np.ndarray, float]:
+    """The clipped DQN gradient of one batch at ``online``'s current parameters (`dqn_backward`).
+
+    Returns the flat gradient (in ``parameters()`` order), on the host, and the loss.
+    """
+    import torch
+
+    loss = dqn_backward(online, target, batch, cfg)
     # a parameter the loss does not reach has no gradient: zero, as the flat layout needs every one
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in online.parameters()]
     grad = torch.cat([g.reshape(-1) for g in grads]).float().cpu().numpy().copy()  # to the host's master θ
-    return grad, float(loss.detach())
+    return grad, float(loss)
+
+
+#: Adam's decay rates (Kingma & Ba's defaults, the paper's)
+ADAM_BETAS: Final = (0.9, 0.999)
+
+
+def adam_step(p: "torch.Tensor", m: "torch.Tensor", v: "torch.Tensor", g: "torch.Tensor", step: int,
+              cfg: DQNConfig) -> None:  # fmt: skip
+    """One Adam step of update number ``step`` (1, 2, …) on flat float32 tensors, in place, wherever
+    they live: the host's shared master parameters (`apply_gradient`) or a device learner's
+    (`nonstop.learning.devicelearner`), so both compute the same numbers::
+
+        m ← β1·m + (1−β1)·g;   v ← β2·v + (1−β2)·g²
+        θ ← θ − lr/(1−β1^t) · m / (√v/√(1−β2^t) + ε)
+    """
+    b1, b2 = ADAM_BETAS
+    m.mul_(b1).add_(g, alpha=1 - b1)
+    v.mul_(b2).addcmul_(g, g, value=1 - b2)
+    denom = v.sqrt().div_(math.sqrt(1 - b2**step)).add_(cfg.adam_eps)
+    p.addcdiv_(m, denom, value=-cfg.lr / (1 - b1**step))
 
 
 def apply_gradient(state: TrainingState, weights: SharedWeights, grad: np.ndarray, cfg: DQNConfig) -> int:
@@ -200,13 +231,8 @@ def apply_gradient(state: TrainingState, weights: SharedWeights, grad: np.ndarra
     import torch
 
     step = state.claim_update()
-    b1, b2 = 0.9, 0.999
     p, m, v = (torch.from_numpy(a) for a in (state.params, state.adam_m, state.adam_v))
-    g = torch.from_numpy(grad)
-    m.mul_(b1).add_(g, alpha=1 - b1)
-    v.mul_(b2).addcmul_(g, g, value=1 - b2)
-    denom = v.sqrt().div_(math.sqrt(1 - b2**step)).add_(cfg.adam_eps)
-    p.addcdiv_(m, denom, value=-cfg.lr / (1 - b1**step))
+    adam_step(p, m, v, torch.from_numpy(grad), step, cfg)
     if step % cfg.target_update == 0:
         state.write_target()
     weights.publish(state.params)

@@ -23,7 +23,9 @@ Modes:
 *takes* its declared ``tau_l``); `LearnerProcesses` runs them as processes on
 the wall clock (real τ_L), with a supervisor that restarts a dead learner from
 the shared weights and keeps the turn moving past it. `nonstop.distributed.ray_learners`
-runs the same modes with the learners as Ray actors on any node.
+runs the same modes with the learners as Ray actors on any node. All of them apply Adam on the host's
+shared master parameters; `nonstop.learning.devicelearner` is one learner that keeps θ, the moments and
+the target on its device instead (``--learner-backend device``).
 """
 
 from __future__ import annotations
