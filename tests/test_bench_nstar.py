@@ -83,7 +83,7 @@ def test_empirical_latency_file_is_rescaled_to_each_mean(tmp_path):
     assert result["empirical_source"] == str(path) and hold["lower_bound"] == 3
     assert hold["tau_theta_mean_ticks"] == pytest.approx(3, rel=0.1)
     assert hold["nstar_measured"] <= 6 and hold["inaction_at_nstar"] <= 0.005
-    with pytest.raises(ValueError, match="--latency must be one of constant, normal, lognormal, empirical:FILE"):
+    with pytest.raises(ValueError, match="--latency must be one of constant, normal, lognormal, egreedy, empirical:FILE"):
         nstar.run(_args(["--latency", "gamma", "--plot", ""]))
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 import os
-import platform
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from nonstop.metrics.limits import machine_info  # noqa: F401  (re-exported: the benches' JSON carries it)
 
 
 #: said beside every quick run's figures: its sizes suit a smoke check, not a measurement
@@ -33,26 +33,6 @@ def verdict(ok: bool, quick: bool = False) -> str:
 def usable_cores() -> int:
     """The cores this process may run on (its CPU affinity, where the OS tells it), else all of them."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def machine_info() -> dict:
-    """What the figures were measured on."""
-    info = {
-        "cpu_count": os.cpu_count(),
-        "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "numpy": np.__version__,
-    }
-    try:
-        import torch
-
-        info["torch"] = torch.__version__
-        info["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    except Exception:  # torch is optional for most benchmarks
-        info["torch"] = None
-    return info
 
 
 def percentiles(values: Sequence[float] | np.ndarray, scale: float = 1.0) -> dict:

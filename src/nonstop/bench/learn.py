@@ -206,10 +206,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> None:
-    u = result["update_rate"]
-    print(f"updates/s at k={u['k']:g} ({u['params']:,} parameters) on {u['device']}, batch {u['batch_size']}: host Adam "
-          f"{u['host_apply_updates_per_s']}, device learner {u['device_learner_updates_per_s']} "
-          f"(x{u['device_over_host']})")  # fmt: skip
+    u = result.get("update_rate")  # absent from a result saved before the device learner was timed
+    if u:
+        print(f"updates/s at k={u['k']:g} ({u['params']:,} parameters) on {u['device']}, batch {u['batch_size']}: "
+              f"host Adam {u['host_apply_updates_per_s']}, device learner {u['device_learner_updates_per_s']} "
+              f"(x{u['device_over_host']})")  # fmt: skip
     if "zero_latency" not in result:
         return
     z = result["zero_latency"]

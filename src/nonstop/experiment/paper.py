@@ -243,7 +243,7 @@ def run_figure(number: int, budget: str, out: Path, *, game_args: dict[str, list
                extra: Sequence[str] = (), available: Any = None) -> dict[str, Any]:
     """Make figure ``number`` at ``budget`` into ``out``; returns its document (also ``out/figN.json``).
     ``extra``: more flags for the command it runs (e.g. ``--ray-address``)."""
-    from nonstop.bench.common import machine_info
+    from nonstop.metrics.limits import machine_info
 
     fig = figure(number)
     game_args = game_args or {}

@@ -168,7 +168,7 @@ def measure_times(k: float, batch_size: int, *, device: str = "cpu", n_actions: 
     import numpy as np
     import torch
 
-    from nonstop.inference.device import autocast
+    from nonstop.policies.placement import autocast
     from nonstop.policies.models import count_flops, count_parameters, impala_resnet
     from nonstop.realtime.clock import WallClock
 

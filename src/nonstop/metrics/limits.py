@@ -21,10 +21,13 @@ the machine, not the algorithm, is the limit here (8 busy processes on 2 cores):
 from __future__ import annotations
 
 import math
+import os
+import platform
+import sys
 from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["LATE_FRACTION", "STARVED_INACTION", "STARVED_RATIO", "TRAIN_REMEDY", "machine_limits", "limit_findings",
+__all__ = ["machine_info", "LATE_FRACTION", "STARVED_INACTION", "STARVED_RATIO", "TRAIN_REMEDY", "machine_limits", "limit_findings",
            "limit_remedy"]
 
 #: Above this fraction of ticks started a whole tick late, the host is said to run late.
@@ -106,3 +109,29 @@ def machine_limits(
                            latency_mean_ticks=latency_mean_ticks)  # fmt: skip
     remedy_line = limit_remedy(processes=processes, cores=cores, remedy=remedy, load_average=load_average)
     return [*lines, remedy_line] if lines else []
+
+
+def machine_info() -> dict:
+    """What the figures were measured on: cores, Python, platform, numpy, torch and its GPU (if any)."""
+    info = {
+        "cpu_count": os.cpu_count(),
+        "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "numpy": _numpy_version(),
+    }
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["cuda"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:  # torch is optional for most benchmarks
+        info["torch"] = None
+    return info
+
+
+def _numpy_version() -> str:
+    import numpy as np
+
+    return np.__version__

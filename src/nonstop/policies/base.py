@@ -235,7 +235,7 @@ class TorchPolicy(Policy):
     ) -> None:
         import torch
 
-        from nonstop.inference.device import resolve_dtype
+        from nonstop.policies.placement import resolve_dtype
 
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -268,7 +268,7 @@ class TorchPolicy(Policy):
         if self.num_threads is not None and self._threads_set_in_pid != os.getpid():
             torch.set_num_threads(self.num_threads)
             self._threads_set_in_pid = os.getpid()
-        from nonstop.inference.device import autocast
+        from nonstop.policies.placement import autocast
 
         with torch.inference_mode(), autocast(self.device, self.dtype):
             x = obs_to_tensor(obs, channels_last=self.channels_last).to(self.device)
