@@ -68,7 +68,7 @@ from nonstop.inference.batchsize import LatencyCurve, choose_batch_size
 from nonstop.policies.base import Decision, Policy, _check_seed
 from nonstop.realtime.clock import Clock, VirtualClock, Wake, stopwatch
 
-__all__ = ["BatchingServer", "BatchedPolicy", "LaneDecision", "Request", "Answer", "ServerClosed", "applied_batch_sizes"]
+__all__ = ["BatchingServer", "BatchedPolicy", "LaneDecision", "Request", "Answer", "ServerClosed", "applied_batch_sizes", "check_lane_settings"]
 
 #: Virtual-clock priorities at one instant: workers 0 (after a tick 2), the host 1, learners 3; a batch
 #: starts and ends at 4, after every request of its instant; a waiting lane looks at 5, after the server.
@@ -494,6 +494,19 @@ class LaneDecision(Decision):
     late_by: float = 0.0
 
 
+def check_lane_settings(tau_m: Any, due_ticks: Any, epsilon: Any, action_space: Any) -> None:
+    """The settings every request lane takes (`BatchedPolicy` here, `RemoteLane` in another process),
+    checked at the door with one line each."""
+    if isinstance(tau_m, bool) or not isinstance(tau_m, (int, float)) or not (tau_m > 0 and math.isfinite(tau_m)):
+        raise ValueError(f"tau_m must be a positive number of seconds, got {tau_m!r}")
+    if due_ticks is not None and (isinstance(due_ticks, bool) or not isinstance(due_ticks, int) or due_ticks < 1):
+        raise ValueError(f"due_ticks must be an int >= 1 or None (the first tick a batch of one makes), got {due_ticks!r}")
+    if not callable(epsilon) and not (isinstance(epsilon, (int, float)) and 0.0 <= epsilon <= 1.0):
+        raise ValueError(f"epsilon must be a probability in [0, 1] or a callable returning one, got {epsilon!r}")
+    if epsilon != 0.0 and not isinstance(action_space, gymnasium.spaces.Discrete):
+        raise TypeError(f"exploring (epsilon > 0) draws from a Discrete action space, got {action_space!r}")
+
+
 class BatchedPolicy(Policy):
     """A request lane: a `Policy` whose forward pass is a request to a `BatchingServer`.
 
@@ -515,14 +528,7 @@ class BatchedPolicy(Policy):
                  tag: Hashable | None = None) -> None:  # fmt: skip
         if not isinstance(server, BatchingServer):
             raise TypeError(f"server must be a BatchingServer, got {type(server).__name__}")
-        if isinstance(tau_m, bool) or not isinstance(tau_m, (int, float)) or not (tau_m > 0 and math.isfinite(tau_m)):
-            raise ValueError(f"tau_m must be a positive number of seconds, got {tau_m!r}")
-        if due_ticks is not None and (isinstance(due_ticks, bool) or not isinstance(due_ticks, int) or due_ticks < 1):
-            raise ValueError(f"due_ticks must be an int >= 1 or None (the first tick a batch of one makes), got {due_ticks!r}")
-        if not callable(epsilon) and not (isinstance(epsilon, (int, float)) and 0.0 <= epsilon <= 1.0):
-            raise ValueError(f"epsilon must be a probability in [0, 1] or a callable returning one, got {epsilon!r}")
-        if epsilon != 0.0 and not isinstance(action_space, gymnasium.spaces.Discrete):
-            raise TypeError(f"exploring (epsilon > 0) draws from a Discrete action space, got {action_space!r}")
+        check_lane_settings(tau_m, due_ticks, epsilon, action_space)
         self.server: Final = server
         self.lane: Final = lane
         if action_space is not None:

@@ -52,7 +52,7 @@ from typing import Any, Final
 import gymnasium
 import numpy as np
 
-from nonstop.inference.batching import BatchingServer, LaneDecision, Request, ServerClosed, _Ticket
+from nonstop.inference.batching import BatchingServer, LaneDecision, Request, ServerClosed, _Ticket, check_lane_settings
 from nonstop.policies.base import Policy, _check_seed
 from nonstop.realtime.atomics import ACQUIRE, RELAXED, RELEASE, SharedWords, fence
 from nonstop.realtime.channels import SharedSegment, _attach, _new_segment
@@ -193,16 +193,9 @@ class RemoteLane(Policy):
         if not isinstance(ring, LaneRing):
             raise TypeError(f"ring must be a LaneRing, got {type(ring).__name__}")
         ring._check(index)
-        if isinstance(tau_m, bool) or not isinstance(tau_m, (int, float)) or not (tau_m > 0 and math.isfinite(tau_m)):
-            raise ValueError(f"tau_m must be a positive number of seconds, got {tau_m!r}")
-        if due_ticks is not None and (isinstance(due_ticks, bool) or not isinstance(due_ticks, int) or due_ticks < 1):
-            raise ValueError(f"due_ticks must be an int >= 1 or None (the first tick a batch of one makes), got {due_ticks!r}")
+        check_lane_settings(tau_m, due_ticks, epsilon, action_space)
         if wait_s is not None and not (isinstance(wait_s, (int, float)) and wait_s > 0):
             raise ValueError(f"wait_s must be a positive number of seconds or None, got {wait_s!r}")
-        if not callable(epsilon) and not (isinstance(epsilon, (int, float)) and 0.0 <= epsilon <= 1.0):
-            raise ValueError(f"epsilon must be a probability in [0, 1] or a callable returning one, got {epsilon!r}")
-        if epsilon != 0.0 and not isinstance(action_space, gymnasium.spaces.Discrete):
-            raise TypeError(f"exploring (epsilon > 0) draws from a Discrete action space, got {action_space!r}")
         self.ring: Final = ring
         self.index: Final = index
         if action_space is not None:
