@@ -200,3 +200,18 @@ def test_a_cuda_figure_without_cuda_is_one_line_before_anything_runs(capsys, tmp
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "CUDA" in err[0], err
     assert not (tmp_path / "logs").exists()
+
+
+def test_figure_6_draws_the_published_human_score_on_each_atari_panel(tmp_path, monkeypatch):
+    """The paper's Figure 6 marks human performance (Mnih et al. 2015) on Boxing, Krull and
+    NameThisGame; the delay world, which has no such score, gets none."""
+    from nonstop.experiment import paper
+
+    monkeypatch.setattr(paper, "beta_returns", lambda game, **kw: {"noop": 0.0, "random": 1.0})
+    results = [{"game": g, "arch": "impala", "params": 1_093_426, "k": 1, "delay": "5t", "interaction": i,
+                "mean_return": 2.0, "ci95": 0.5, "seeds": 1} for g in ("Boxing", "delay-world")
+               for i in ("staggered", "sequential")]  # fmt: skip
+    rows, png = paper._returns(paper.figure(6), "tiny", {"results": results}, tmp_path)
+    human = [r for r in rows if r["interaction"].startswith("human")]
+    assert [(r["game"], r["mean_return"]) for r in human] == [("Boxing", paper.HUMAN_SCORES["Boxing"])]
+    assert png is not None and png.exists() and png.stat().st_size > 0

@@ -47,7 +47,7 @@ import numpy as np
 
 from nonstop.experiment.sweep import GAMES, INTERACTIONS, PAPER_SIZES, env_available, plot, t_quantile_95
 
-__all__ = ["BUDGET_NAMES", "FIGURES", "Figure", "MissingInput", "NotOffered", "beta_returns", "check_inputs",
+__all__ = ["BUDGET_NAMES", "FIGURES", "HUMAN_SCORES", "Figure", "MissingInput", "NotOffered", "beta_returns", "check_inputs",
            "encounter_series", "figure", "figure_listing", "run_figure"]  # fmt: skip
 
 BUDGET_NAMES: Final = ("tiny", "small", "paper")
@@ -320,6 +320,12 @@ def beta_returns(game: str, *, episodes: int, max_ticks: int, seed: int = 0, env
     return out
 
 
+#: The human scores Figure 6 draws, as the paper takes them from Mnih et al. (2015, "Human-level control
+#: through deep reinforcement learning", Nature 518), its table of Atari results: a professional tester's
+#: mean episodic return. Only games nonstop's sweep runs are listed.
+HUMAN_SCORES: Final[dict[str, float]] = {"Boxing": 4.3, "Krull": 2395.0, "NameThisGame": 8049.0}
+
+
 def _returns(fig: Figure, budget: str, source: dict[str, Any], out: Path) -> tuple[list[dict[str, Any]], Path | None]:
     results = source.get("results") or []
     episodes, max_ticks = _BETA_EPISODES[budget]
@@ -329,6 +335,10 @@ def _returns(fig: Figure, budget: str, source: dict[str, Any], out: Path) -> tup
                                    "inaction_fraction", "delay_mean_ticks")} for r in results]  # fmt: skip
     rows += [{"game": game, "interaction": f"beta_{name}", "mean_return": value, "seeds": episodes}
              for game, by in lines.items() for name, value in by.items()]  # fmt: skip
+    for game, by in lines.items():
+        if game in HUMAN_SCORES:
+            by["human"] = HUMAN_SCORES[game]
+            rows.append({"game": game, "interaction": "human (Mnih et al. 2015)", "mean_return": HUMAN_SCORES[game]})
     picture = plot(results, out / f"fig{fig.number}.png", lines=lines,
                    title=f"Figure {fig.number} (--budget {budget}): return vs model size") if results else None  # fmt: skip
     return rows, picture

@@ -503,7 +503,8 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def plot(results: Sequence[dict[str, Any]], path: Path, *, title: str,
          lines: dict[str, dict[str, float]] | None = None) -> Path | None:
     """Return vs model size, a panel per game, a line and its 95 % band per interaction and network
-    (Figure 6's layout); ``lines`` (game → label → return) are drawn across, e.g. β's noop and random."""
+    (Figure 6's layout); ``lines`` (game → label → return) are drawn across, e.g. β's noop and random, and
+    ``human``: the published human score the paper draws."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -527,7 +528,10 @@ def plot(results: Sequence[dict[str, Any]], path: Path, *, title: str,
             (line,) = ax.plot(xs, ys, marker="o", linestyle="-" if arch == "impala" else "--", label=label)
             ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
         for name, value in (lines or {}).get(game, {}).items():
-            ax.axhline(value, color="grey", linestyle=":" if name == "noop" else "-.", linewidth=1, label=f"{name} (β)")
+            if name == "human":  # a reference score, not a policy of nonstop's
+                ax.axhline(value, color="black", linestyle="--", linewidth=1, label="human (Mnih et al. 2015)")
+            else:
+                ax.axhline(value, color="grey", linestyle=":" if name == "noop" else "-.", linewidth=1, label=f"{name} (β)")
         ax.set_xscale("log")
         ax.set_xlabel("model size |θ| (declared inference time)")
         ax.set_ylabel("mean episodic return")
