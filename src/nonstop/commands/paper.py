@@ -27,8 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Figure 8: the Ray cluster its learners run on (default: a local 127.0.0.1 cluster)")
     from nonstop.inference.device import add_device_arguments
 
-    add_device_arguments(p, what="the figure's models (sweep cells; Figure 8's learners take --device only; "
-                                 "Figure 7's theory world runs no model)")
+    add_device_arguments(p, what="the figure's models")
+    p.epilog = ("--device and --dtype reach every sweep cell of Figures 4-6 and 11-13; Figure 8's learners take "
+                "--device only (they update in fp32); Figure 7's theory world runs no model.")
     p.add_argument("--json", action="store_true", help="one JSON object on the last line of stdout")
 
 

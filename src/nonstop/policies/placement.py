@@ -177,10 +177,10 @@ def add_device_arguments(group: Any, *, device: str = "cpu", what: str = "the mo
     True
     """
     group.add_argument("--device", type=_flag(parse_device), default=device, metavar="cpu|cuda|cuda:N|auto",
-                       help=f"where {what} runs: cpu, cuda, cuda:N, or auto (CUDA when torch finds one) "
+                       help=f"the device for {what}: cpu, cuda, cuda:N, or auto (CUDA when torch finds one) "
                             f"(default: {device})")  # fmt: skip
     if not dtype:
         return
     group.add_argument("--dtype", type=_flag(parse_dtype), default=None, metavar="fp32|bf16|fp16|auto",
-                       help=f"the precision {what} runs in (autocast): auto is bf16 on CUDA, fp32 on the CPU "
+                       help=f"the precision for {what} (autocast): auto is bf16 on CUDA, fp32 on the CPU "
                             "(default: auto)")  # fmt: skip
