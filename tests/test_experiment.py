@@ -163,3 +163,38 @@ def test_a_run_written_before_the_composition_resumes(tmp_path, capsys, no_shm_l
     assert "resumed from ckpt-000000148.pt: 148 updates, 200 env ticks" in err
     summary = json.loads((run / "summary.json").read_text())
     assert summary["complete"] and summary["updates"] > 148 and summary["env_ticks_total"] == 400, summary
+
+
+def _rewards_shown(scheduler) -> tuple[int, int]:
+    """(β ticks, agent ticks) a `FillScheduler` has been shown through ``observe_reward``."""
+    from nonstop.inference.fill import BATCH
+
+    agent = sum(int(b[0]) for b in scheduler._partial.values()) + BATCH * sum(len(q) for q in scheduler._batches.values())
+    return int(scheduler._beta[0]), agent
+
+
+def test_a_scheduler_that_learns_from_rewards_is_shown_every_tick_of_a_run():
+    """`fill` fits the cost of delay to the rewards it is shown: a run shows it each tick once — the
+    reward, and the applied action's delay or β — so `--scheduler fill` in train does not stay on its prior."""
+    from nonstop.inference.fill import PRIOR_STAY
+
+    cfg = TrainConfig(env="theory/delay-cycle", env_kwargs={"p_minimax": 0.9}, seconds=30.0,
+                      latency="lognormal:5t,0.5", n_inference=8, scheduler="fill", dqn=DQN)  # fmt: skip
+    run = Run(cfg)
+    try:
+        run.build().start()
+        run.advance(30.0)
+        pool = next(p for p in run.parts if isinstance(p, InferencePart)).pool
+        log = run.world.tick_log
+        beta, agent = _rewards_shown(pool.scheduler)
+        sources = np.asarray(log["source"])
+        assert beta + agent == len(log) > 1000  # every tick, none twice
+        assert agent == int((sources == 1).sum()) and beta == int((sources == 0).sum())
+        run.advance(1.0)
+        assert sum(_rewards_shown(pool.scheduler)) == len(run.world.tick_log)  # the next slice: only the new rows
+        report = pool.report()
+        # fitted from what it saw (delays spread by the lognormal τ_θ); without the rewards it keeps its prior
+        assert report["p_minimax"] != PRIOR_STAY and 0.0 <= report["p_minimax"] <= 1.0
+        assert report["plan"] in ("now", "tick", "grid") and (report["cap"] is None or report["cap"] >= 1)
+    finally:
+        run.teardown()

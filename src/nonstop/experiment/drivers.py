@@ -19,6 +19,7 @@ from nonstop.experiment.parts import Part
 from nonstop.experiment.registry import lookup
 from nonstop.learning.learners import apply
 from nonstop.realtime.clock import TimedProcess, Wake
+from nonstop.realtime.tickcolumns import SOURCE_AGENT
 
 if TYPE_CHECKING:
     from nonstop.experiment.run import Run
@@ -36,6 +37,8 @@ class InferencePart(Part):
         self.name, self.policy, self.n_inference, self.seat = name, policy, n_inference, seat
         self.mark_start = mark_start
         self.pool: Any = None
+        self._fed = 0  # tick-log rows shown to a scheduler that learns from rewards
+        self._next_feed = 0.0
 
     def start(self, run: "Run") -> None:
         from nonstop.inference.workers import InferencePool
@@ -49,6 +52,36 @@ class InferencePart(Part):
         self.pool.start()
         if self.mark_start:  # the world ticked (β) while the workers started: the summary says how long
             run.world.annotate("agents_started_at_tick", int(run.world.slot.read().tick))
+
+    def before_slice(self, run: "Run") -> None:
+        self._show_rewards(run)
+
+    def _show_rewards(self, run: "Run") -> None:
+        """Show a scheduler that learns from rewards (``observe_reward``: `fill` fits the cost of delay,
+        p_minimax, to them) each new tick of the log: its reward, and the applied action's delay (None
+        on β's ticks). Only the first seat's columns are read (the learner's in a solo or self-play
+        run); on the wall clock the log is read as far as it reached disk, at most every 2 s."""
+        import time
+
+        observe = getattr(getattr(self.pool, "scheduler", None), "observe_reward", None)
+        if observe is None or (self.seat is not None and run.world.seat_index(self.seat) != 0):
+            return
+        now = time.monotonic()
+        if not run.world.is_virtual and now < self._next_feed:
+            return
+        self._next_feed = now + 2.0
+        try:
+            log = run.world.tick_log
+        except RuntimeError:  # a wall-clock world that streams no log: nothing to show until it stops
+            return
+        fed = self._fed
+        new = len(log) - fed
+        if new <= 0:
+            return
+        rewards, sources, delays = (log.tail(c, new) for c in ("reward", "source", "delay"))
+        for reward, source, delay in zip(rewards.tolist(), sources.tolist(), delays.tolist()):
+            observe(reward, int(delay) if source == SOURCE_AGENT and delay >= 1 else None)
+        self._fed = fed + new
 
     @property
     def failure(self) -> BaseException | None:  # type: ignore[override]  # the pool's, read when asked

@@ -574,6 +574,8 @@ class InferencePool:
             **self._remote_overhead(),
             # Algorithms 1 and 2 on aligned ticks: the whole-tick cycle the workers hold phases of
             **({"tick_cycle": self._phases.cycle} if self._phases is not None else {}),
+            # what a scheduler that tunes itself chose (fill: the cost of delay it fitted, its plan and cap)
+            **{k: getattr(self.scheduler, k) for k in ("p_minimax", "plan", "cap") if hasattr(self.scheduler, k)},
         }
 
     def _world_taus(self) -> dict[str, Any]:
