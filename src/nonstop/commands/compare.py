@@ -140,7 +140,7 @@ def run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-HELP = 'sequential vs unstaggered vs max_time vs exp_time on one env and latency'
+HELP = 'schedulers side by side on one env and latency: inaction, delay, return (default sequential, unstaggered, max_time, exp_time; --schedulers adds quantile_hold, auto, fill)'
 
 
 run = run_compare
