@@ -97,6 +97,9 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "the default is 600 world seconds of Boxing"),
     "nonstop train --self-play": ("nonstop train --self-play --env multi/duel --seconds 10 --out runs/selfplay",
                                   "the flag as the prose names it needs a two-seat world and a length"),
+    "nonstop train --scheduler fill": (
+        "nonstop train --scheduler fill --env theory/delay-cycle --latency lognormal:5t,0.5 --seconds 10 --out runs/fill",
+        "the prose names the flag; a world where delay costs, a spread τ_θ and a length make it run"),
     "nonstop train --track wandb": ("WANDB_MODE=offline nonstop train --track wandb --env CartPole --seconds 10 --out runs/tracked",
                                     "offline (CI has no W&B account), and short"),
     "nonstop bench nstar --latency lognormal --sigma 0.25,0.5,1": (
