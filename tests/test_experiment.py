@@ -42,6 +42,8 @@ def scoped_registry(monkeypatch):
     """The registry's tables as they were, after the test (what it registers is gone)."""
     for kind, table in registry._BUILTIN.items():
         monkeypatch.setitem(registry._BUILTIN, kind, dict(table))
+    for kind, rules in registry._CONSTRAINTS.items():
+        monkeypatch.setitem(registry._CONSTRAINTS, kind, dict(rules))
     return registry
 
 
@@ -93,6 +95,45 @@ def test_a_new_policy_backend_is_one_registration(scoped_registry, no_shm_leak):
     finally:
         run.teardown()
     assert sorted(built) == [0, 1, 2]  # N_I = ⌈3 ticks / 1 tick⌉ workers, each built by the registered backend
+
+
+def test_a_new_backend_declares_what_it_refuses_where_it_is_registered(scoped_registry):
+    """A scripted backend that needs the wall clock says so in its registration; the config refuses the
+    virtual clock with its line, and config.py names no backend (it asks the chosen parts)."""
+    from nonstop.experiment import config
+
+    wall_only = registry.Constraint((registry.needs("clock", "wall", why="--backend scripted replays a recording in real time: use --clock wall"),))
+    scoped_registry.register("policy_backend", "scripted", lambda run, i: Always(1), wall_only)
+    with pytest.raises(ValueError, match=r"^--backend scripted replays a recording in real time: use --clock wall$"):
+        TrainConfig(backend="scripted")
+    cfg = TrainConfig(backend="scripted", clock="wall")
+    assert (cfg.inference_backend, cfg.cluster) == ("scripted", "none")
+    import ast
+
+    parts = {name for kind in ("policy_backend", "learners", "cluster") for name in registry.names(kind)} - {"none"}
+    compared = [node.value for node in ast.walk(ast.parse(Path(config.__file__).read_text()))
+                if isinstance(node, ast.Compare) for node in [node.left, *node.comparators]
+                if isinstance(node, ast.Constant)]  # fmt: skip
+    assert not parts & set(compared), "config.py compares a value with a backend's name: that is the part's rule"
+
+
+def test_the_parts_own_rules_refuse_in_one_line():
+    cases = [
+        (dict(backend="ray"), "--backend ray runs real remote calls, which do not mix with the virtual clock"),
+        (dict(clock="wall", backend="ray", device="cuda"), "--device cuda with Ray: Ray's workers and learners run"),
+        (dict(clock="wall", learner_backend="ray", interaction="learn_then_infer"),
+         "--interaction learn_then_infer learns inside its own loop on this host"),
+        (dict(learner_backend="device", n_learners=3), "one learner a device (.*), got --n-learners 3"),
+        (dict(ray_address="h:1"), r"--ray-address 'h:1' needs --backend ray or --learner-backend ray \(got --backend thread\)"),
+    ]  # fmt: skip
+    for kw, says in cases:
+        with pytest.raises(ValueError, match=says) as err:
+            TrainConfig(**kw)
+        assert "\n" not in str(err.value)
+    assert TrainConfig(clock="wall", learner_backend="ray").cluster == "ray"
+    assert (TrainConfig(backend="process").inference_backend, TrainConfig(backend="process", clock="wall").inference_backend) == ("thread", "process")
+    assert TrainConfig(backend="batched_process").inference_backend == "batched"
+    assert TrainConfig(learner_backend="device").learner_placement == "device"
 
 
 def test_the_run_has_no_branch_on_self_play_a_backend_or_a_device():

@@ -1,8 +1,9 @@
 """What defines a training run: `TrainConfig`, plain data saved as the run's ``config.json``.
 
 A config imports nothing heavy and opens nothing: building one checks its own values (names,
-ranges) and nothing else. What needs the machine or the network — is Ray installed, does the
-cluster answer — is `check_reachable`, which the run calls before it starts anything.
+ranges), and asks each part it chose whether it works with the rest (`nonstop.experiment.registry`:
+a part's rules are declared beside its name, none here). What needs the machine or the network —
+is Ray installed, does the cluster answer — is the cluster part's check, before anything starts.
 
 The fields' defaults are the command line's defaults: ``nonstop train`` builds its flags from
 these fields (`nonstop.commands.train`), so the two cannot disagree.
@@ -24,11 +25,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+from nonstop.experiment import registry
 from nonstop.experiment.registry import names
 from nonstop.learning.dqn import DQNConfig
 
 __all__ = ["TrainConfig", "INTERACTIONS", "SELF_PLAY_KEYS", "OPPONENT_WEIGHTINGS", "default_env_kwargs",
-           "check_reachable", "parse_n_workers"]  # fmt: skip
+           "parse_n_workers"]  # fmt: skip
 
 INTERACTIONS: Final = ("staggered", "infer_then_learn", "learn_then_infer")
 #: how a self-play match's snapshot is drawn from the pool (`nonstop.experiment.selfplay.SnapshotPool`)
@@ -36,14 +38,13 @@ OPPONENT_WEIGHTINGS: Final = ("uniform", "latest")
 #: TrainConfig's self-play settings (left out of a saved config without self-play)
 SELF_PLAY_KEYS: Final = ("self_play", "opponents", "snapshot_every", "pool_size", "opponent_latency")
 _CLOCKS: Final = ("virtual", "wall")
-#: the batching server's settings (left out of a saved config whose workers are not its lanes)
-_BATCHED_KEYS: Final = ("batch_curve", "max_batch")
-#: the policy backends whose workers are request lanes of one batching server (in this process, or in workers'
-#: processes through a shared-memory lane ring)
-_BATCHED_BACKENDS: Final = ("batched", "batched_process")
+#: settings some part alone reads (left out of a saved config whose parts do not: `registry.Constraint.settings`)
+_PART_SETTINGS: Final = ("batch_curve", "max_batch")
 #: where models run (left out of a saved config at their defaults, so runs saved before they existed resume)
 _PLACEMENT_DEFAULTS: Final = {"device": "cpu", "dtype": None}
 _LEARNER_MODES: Final = ("round_robin", "hogwild", "parallel")
+#: the learner backend a saved config leaves out (runs saved before the flag existed learned here)
+_LEARNERS_HERE: Final = "process"
 #: the default of ``trim_above`` (`nonstop.policies.memory.DEFAULT_MIN_FREE`, kept equal by a test)
 _DEFAULT_TRIM: Final = 4 * 2**20
 
@@ -89,7 +90,7 @@ class TrainConfig:
     learner_mode: str = field(default="round_robin", metadata=_help("how learners' gradients are applied",
                                                                      choices=_LEARNER_MODES))
     tau_l: float | None = field(default=None, metadata=_help("virtual seconds per update (None: τ_M)"))
-    learner_backend: str = field(default="process", metadata=_help(
+    learner_backend: str = field(default=_LEARNERS_HERE, metadata=_help(
         "wall-clock learners: processes on this host, or Ray actors on any node; the replay and the master "
         "parameters stay here, batches go out and gradients come back. device (either clock): one learner whose "
         "parameters, Adam moments and target live on --device, its weights to --backend batched's server by a "
@@ -143,7 +144,7 @@ class TrainConfig:
         _one_of("interaction", self.interaction, tuple(names("driver")))
         _one_of("learner_mode", self.learner_mode, _LEARNER_MODES)
         _one_of("backend", self.backend, tuple(names("policy_backend")), what="unknown backend {value!r}: use one of {names}")
-        _one_of("learner_backend", self.learner_backend, tuple(n for n in names("learners") if n != "virtual"),
+        _one_of("learner_backend", self.learner_backend, tuple(names("learners")),
                 what="unknown learner backend {value!r}: use one of {names}")
         if not (isinstance(self.seconds, (int, float)) and self.seconds > 0 and math.isfinite(self.seconds)):
             raise ValueError(f"seconds must be a positive number, got {self.seconds!r}")
@@ -177,41 +178,38 @@ class TrainConfig:
             raise ValueError(f"snapshot_every must be a positive number of world seconds, got {self.snapshot_every!r}")
         if not isinstance(self.pool_size, int) or isinstance(self.pool_size, bool) or self.pool_size < 1:
             raise ValueError(f"pool_size must be an integer >= 1, got {self.pool_size!r}")
-        if self.clock != "wall":
-            for flag, backend in (("backend", self.backend), ("learner-backend", self.learner_backend)):
-                if backend == "ray":
-                    raise ValueError(f"--{flag} ray runs real remote calls, which do not mix with the virtual clock: "
-                                     "use --clock wall")  # fmt: skip
-        if self.learner_backend == "ray" and self.interaction != "staggered":
-            raise ValueError(f"--learner-backend ray runs the learners of a staggered run; --interaction "
-                             f"{self.interaction} learns inside its own loop on this host: use --interaction staggered, "
-                             "or leave out --learner-backend")  # fmt: skip
         _check_placement(self)
-        _check_device_learner(self)
         if not isinstance(self.scheduler_args, dict) or not all(isinstance(k, str) for k in self.scheduler_args):
             raise ValueError(f"scheduler_args must be a dict of setting names, got {self.scheduler_args!r}")
         if not isinstance(self.max_batch, int) or isinstance(self.max_batch, bool) or self.max_batch < 1:
             raise ValueError(f"max_batch must be an integer >= 1, got {self.max_batch!r}")
-        if self.ray_address is not None and self.cluster != "ray":
-            raise ValueError(f"--ray-address {self.ray_address!r} needs --backend ray or --learner-backend ray "
-                             f"(got --backend {self.backend})")  # fmt: skip
+        for kind, name in self._parts():  # what goes with what is each chosen part's to say
+            registry.check(kind, name, self._facts())
 
     # ------------------------------------------------------------------ the keys the parts are chosen by
+    def _parts(self) -> list[tuple[str, str]]:
+        """The parts this config chose, by kind, as named (before any stands in for another)."""
+        return [("seating", self.seating), ("driver", self.interaction), ("policy_backend", self.backend),
+                ("learners", self.learner_backend), ("cluster", self.cluster)]  # fmt: skip
+
+    def _facts(self) -> dict[str, Any]:
+        """What the chosen parts may ask of the run (`registry.Rule`): its plain values, and what its other
+        parts are."""
+        return {"clock": self.clock, "device": self.device.strip().lower(), "interaction": self.interaction,
+                "backend": self.backend, "learner_backend": self.learner_backend, "n_learners": self.n_learners,
+                "ray_address": self.ray_address, "seating": self.seating, "scheduler": self.scheduler}  # fmt: skip
+
     @property
     def inference_backend(self) -> str:
-        """Where inference workers run: on the virtual clock threads of this process, or lanes of the
-        batching server (which runs on either clock)."""
-        if self.clock == "wall":
-            return self.backend
-        return "batched" if self.backend in _BATCHED_BACKENDS else "thread"  # a virtual clock is one process's
+        """Where inference workers run: ``backend``, or the part that stands in for it on this clock (on the
+        virtual clock, process workers are threads of the one simulating process)."""
+        return registry.stand_in("policy_backend", self.backend, {"clock": self.clock})
 
     @property
     def learner_placement(self) -> str:
-        """Where learners run: simulated in this process (virtual clock), processes here, Ray actors, or one
-        learner on the device (either clock)."""
-        if self.learner_backend == "device":
-            return "device"
-        return self.learner_backend if self.clock == "wall" else "virtual"
+        """Where learners run: ``learner_backend``, or the part that stands in for it on this clock
+        (simulated in this process on the virtual clock)."""
+        return registry.stand_in("learners", self.learner_backend, {"clock": self.clock})
 
     @property
     def seating(self) -> str:
@@ -220,8 +218,9 @@ class TrainConfig:
 
     @property
     def cluster(self) -> str:
-        """The cluster a run connects to before it starts: ``ray`` when any part runs on Ray, else ``none``."""
-        return "ray" if "ray" in (self.inference_backend, self.learner_placement) else "none"
+        """The cluster a run connects to before it starts: the one a chosen part needs (Ray's), else ``none``."""
+        chosen = (("policy_backend", self.backend), ("learners", self.learner_backend))
+        return next((c for kind, name in chosen if (c := registry.constraint(kind, name).cluster)), "none")
 
     # ------------------------------------------------------------------ plain data
     def to_dict(self) -> dict[str, Any]:
@@ -230,22 +229,23 @@ class TrainConfig:
         if not self.self_play:  # a run without self-play keeps the config (and resumes) of runs before it existed
             for name in SELF_PLAY_KEYS:
                 del d[name]
-        if self.learner_backend == "process":  # likewise a run with learners on this host
+        if self.learner_backend == _LEARNERS_HERE:  # likewise a run with learners on this host
             del d["learner_backend"]
         if not self.scheduler_args:  # and a run whose scheduler has its defaults
             del d["scheduler_args"]
-        if self.backend not in _BATCHED_BACKENDS:  # and a run without the batching server
-            for name in _BATCHED_KEYS:
+        used = {s for kind, name in self._parts() for s in registry.constraint(kind, name).settings}
+        for name in _PART_SETTINGS:  # and a run without the part that reads them (the batching server)
+            if name not in used:
                 del d[name]
         for name, default in _PLACEMENT_DEFAULTS.items():  # and a run on the CPU in fp32
-            if d[name] == default and not (name == "device" and self.backend in _BATCHED_BACKENDS):
+            if d[name] == default and name not in used:
                 del d[name]
         return d
 
 
 def _check_placement(cfg: TrainConfig) -> None:
     """``device`` and ``dtype`` are well formed (whether this machine has the device is the run's check,
-    `nonstop.inference.device.resolve_device`), and Ray's workers and learners stay on their CPUs."""
+    `nonstop.inference.device.resolve_device`; which parts run on which device is theirs to say)."""
     import re
 
     if not isinstance(cfg.device, str) or not re.fullmatch(r"cpu|auto|cuda(:\d+)?", cfg.device.strip().lower()):
@@ -254,24 +254,6 @@ def _check_placement(cfg: TrainConfig) -> None:
         from nonstop.inference.device import parse_dtype
 
         cfg.dtype = parse_dtype(cfg.dtype)
-    if cfg.device != "cpu" and cfg.cluster == "ray":
-        raise ValueError(f"--device {cfg.device} with Ray: Ray's workers and learners run on their nodes' CPUs; "
-                         "use --backend thread, process or batched and --learner-backend process")  # fmt: skip
-
-
-def _check_device_learner(cfg: TrainConfig) -> None:
-    """``--learner-backend device`` is one learner of a staggered run, beside workers on this host."""
-    if cfg.learner_backend != "device":
-        return
-    if cfg.n_learners != 1:
-        raise ValueError(f"--learner-backend device runs one learner a device (its parameters and Adam moments are one "
-                         f"writer's), got --n-learners {cfg.n_learners}: use --n-learners 1, or --learner-backend process")
-    if cfg.interaction != "staggered":
-        raise ValueError(f"--learner-backend device runs the learner of a staggered run; --interaction {cfg.interaction} "
-                         "learns inside its own loop: use --interaction staggered, or leave out --learner-backend")
-    if cfg.backend == "ray":
-        raise ValueError("--learner-backend device with --backend ray: Ray's workers take the weights on their own "
-                         "nodes; use --backend batched (the server takes them by a device copy), thread or process")
 
 
 def _one_of(name: str, value: Any, allowed: tuple[str, ...], what: str = "{name} must be one of {names}, got {value!r}") -> None:
@@ -283,15 +265,3 @@ def default_env_kwargs(family: str) -> dict[str, Any]:
     """What learning needs from a world family by default: the paper's 84×84 grayscale frames
     for Atari (Game Boy envs observe 84×84 already)."""
     return {"preprocess": True} if family == "atari" else {}
-
-
-def check_reachable(cfg: TrainConfig) -> None:
-    """What the config cannot know alone: Ray is installed and the cluster answers (one line each).
-    Called by the run before anything starts, never when a config is built or loaded."""
-    from nonstop.distributed.backends import check_backend, check_learner_backend
-
-    if cfg.backend == "ray":
-        check_backend(cfg.backend, ray_address=cfg.ray_address, clock=cfg.clock)
-    if cfg.learner_backend != "device":  # the device learner runs in this process: `_check_device_learner` said all
-        check_learner_backend(cfg.learner_backend, ray_address=cfg.ray_address, clock=cfg.clock,
-                              interaction=cfg.interaction)  # fmt: skip

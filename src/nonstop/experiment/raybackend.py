@@ -58,11 +58,11 @@ class RayCluster(Part):
         that reserves one, memory for the ResNet each builds. Each refusal is one line. Idempotent."""
         if self._stack is not None:
             return
+        from nonstop.distributed.backends import check_backend
         from nonstop.distributed.ray_backend import check_model_fits_nodes, check_placement, ray_session
-        from nonstop.experiment.config import check_reachable
 
         run, cfg = self.run, self.run.cfg
-        check_reachable(cfg)  # Ray installed, an address that answers: one line each
+        check_backend("ray", ray_address=cfg.ray_address, clock=cfg.clock)  # Ray installed, an address that answers
         stack = ExitStack()
         try:
             stack.enter_context(ray_session(cfg.ray_address))

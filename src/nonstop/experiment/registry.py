@@ -7,6 +7,17 @@ strings, imported only when asked for, so a backend's library (Ray) is never imp
 that does not use it. A new driver or backend is a new module and one `register` call (or one line
 in `_BUILTIN`).
 
+A part also says what it works with (`Constraint`): the clocks, devices, learners, drivers it runs
+beside, each refusal one line of its own. A config asks the parts it chose (`check`), so a new part
+adds its rules here, beside its name, and none to `nonstop.experiment.config`:
+
+>>> check("policy_backend", "ray", {"clock": "virtual", "device": "cpu"})
+Traceback (most recent call last):
+...
+ValueError: --backend ray runs real remote calls, which do not mix with the virtual clock: use --clock wall
+>>> stand_in("policy_backend", "process", {"clock": "virtual"}), stand_in("policy_backend", "process", {"clock": "wall"})
+('thread', 'process')
+
 >>> sorted(names("seating"))
 ['self_play', 'solo']
 >>> lookup("seating", "solo").__name__
@@ -20,10 +31,12 @@ ValueError: unknown seating 'duet': use one of self_play, solo
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
-__all__ = ["KINDS", "register", "lookup", "names"]
+__all__ = ["KINDS", "register", "lookup", "names", "Rule", "Constraint", "needs", "refuses", "constraint", "check",
+           "stand_in"]  # fmt: skip
 
 #: what each kind of part is chosen by (the config's field or property of that name)
 KINDS: Final = ("seating", "driver", "policy_backend", "learners", "cluster")
@@ -66,21 +79,25 @@ _BUILTIN: dict[str, dict[str, Any]] = {
 }
 
 
-def register(kind: str, name: str, target: str | Callable[..., Any]) -> None:
+def register(kind: str, name: str, target: str | Callable[..., Any], constraint: "Constraint | None" = None) -> None:
     """Offer ``target`` (a callable, or ``"module:attr"`` imported when first asked for) as the part
-    ``name`` of ``kind``; a config naming it then builds it."""
+    ``name`` of ``kind``; a config naming it then builds it. ``constraint``: what it works with (default:
+    anything)."""
     if kind not in _BUILTIN:
         raise ValueError(f"unknown kind of part {kind!r}: use one of {', '.join(KINDS)}")
     if not isinstance(name, str) or not name:
         raise ValueError(f"a part's name must be a non-empty str, got {name!r}")
     if not (callable(target) or (isinstance(target, str) and ":" in target)):
         raise TypeError(f"a part is a callable or 'module:attr', got {target!r}")
+    if constraint is not None and not isinstance(constraint, Constraint):
+        raise TypeError(f"a part's constraint is a Constraint, got {constraint!r}")
     _BUILTIN[kind][name] = target
+    _CONSTRAINTS.setdefault(kind, {})[name] = constraint or Constraint()
 
 
 def names(kind: str) -> list[str]:
-    """The names offered for ``kind``."""
-    return list(_BUILTIN[kind])
+    """The names a config may choose for ``kind``."""
+    return [name for name in _BUILTIN[kind] if constraint(kind, name).offered]
 
 
 def lookup(kind: str, name: str) -> Any:
@@ -94,3 +111,118 @@ def lookup(kind: str, name: str) -> Any:
         target = getattr(importlib.import_module(module), attr)
         table[name] = target
     return target
+
+
+# ----------------------------------------------------------------------------- what each part works with
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One thing a part needs of the run it joins: ``fact`` (``clock``, ``device``, ``interaction``, an
+    algorithm's ``action_space``…) must be one of ``values`` (or, with ``allow=False``, none of them);
+    ``why`` is the one-line refusal, formatted with the run's facts (``{device}``)."""
+
+    fact: str
+    values: tuple[Any, ...]
+    why: str
+    allow: bool = True
+
+    def refusal(self, facts: Mapping[str, Any]) -> str | None:
+        """``why`` formatted, when ``facts`` break the rule; None when they keep it or do not name the fact
+        (a fact known later, such as the world's action space, is checked when it is known)."""
+        if self.fact not in facts or (facts[self.fact] in self.values) == self.allow:
+            return None
+        return self.why.format_map(_Facts(facts))
+
+
+class _Facts(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def needs(fact: str, *values: Any, why: str) -> Rule:
+    """The part works only where ``fact`` is one of ``values``."""
+    return Rule(fact, values, why)
+
+
+def refuses(fact: str, *values: Any, why: str) -> Rule:
+    """The part works anywhere but where ``fact`` is one of ``values``."""
+    return Rule(fact, values, why, allow=False)
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What a part works with, declared where it is registered; the default works with anything."""
+
+    rules: tuple[Rule, ...] = ()
+    #: the part that runs in this one's place where a fact has a value: ``{"clock": {"virtual": "thread"}}``
+    #: (on the virtual clock, one process simulates everything: process workers are its threads)
+    instead: Mapping[str, Mapping[Any, str]] = field(default_factory=dict)
+    #: the cluster the part must connect to before the run starts (None: none)
+    cluster: str | None = None
+    #: the config's settings only this part reads: a saved config keeps them (even at their defaults)
+    #: only when this part is chosen
+    settings: tuple[str, ...] = ()
+    #: whether a config may name it (False: it only ever stands in for another part)
+    offered: bool = True
+
+
+_RAY_ON_WALL = "runs real remote calls, which do not mix with the virtual clock: use --clock wall"
+_RAY_ON_CPU = ("--device {device} with Ray: Ray's workers and learners run on their nodes' CPUs; use --backend thread, "
+               "process or batched and --learner-backend process")  # fmt: skip
+_BATCHED_SETTINGS: Final = ("batch_curve", "max_batch", "device")
+
+_CONSTRAINTS: dict[str, dict[str, Constraint]] = {
+    "policy_backend": {
+        "process": Constraint(instead={"clock": {"virtual": "thread"}}),
+        "ray": Constraint((needs("clock", "wall", why=f"--backend ray {_RAY_ON_WALL}"), needs("device", "cpu", why=_RAY_ON_CPU)),
+                          cluster="ray"),  # fmt: skip
+        "batched": Constraint(settings=_BATCHED_SETTINGS),
+        "batched_process": Constraint(instead={"clock": {"virtual": "batched"}}, settings=_BATCHED_SETTINGS),
+    },
+    "learners": {
+        "virtual": Constraint(offered=False),  # what process and Ray learners are on the virtual clock
+        "process": Constraint(instead={"clock": {"virtual": "virtual"}}),
+        "ray": Constraint((
+            needs("clock", "wall", why=f"--learner-backend ray {_RAY_ON_WALL}"),
+            needs("interaction", "staggered", why="--learner-backend ray runs the learners of a staggered run; --interaction "
+                  "{interaction} learns inside its own loop on this host: use --interaction staggered, or leave out "
+                  "--learner-backend"),
+            needs("device", "cpu", why=_RAY_ON_CPU),
+        ), instead={"clock": {"virtual": "virtual"}}, cluster="ray"),  # fmt: skip
+        "device": Constraint((
+            needs("n_learners", 1, why="--learner-backend device runs one learner a device (its parameters and Adam "
+                  "moments are one writer's), got --n-learners {n_learners}: use --n-learners 1, or --learner-backend process"),
+            needs("interaction", "staggered", why="--learner-backend device runs the learner of a staggered run; "
+                  "--interaction {interaction} learns inside its own loop: use --interaction staggered, or leave out "
+                  "--learner-backend"),
+            refuses("backend", "ray", why="--learner-backend device with --backend ray: Ray's workers take the weights on "
+                    "their own nodes; use --backend batched (the server takes them by a device copy), thread or process"),
+        )),  # fmt: skip
+    },
+    "cluster": {
+        "none": Constraint((needs("ray_address", None, why="--ray-address {ray_address!r} needs --backend ray or "
+                                  "--learner-backend ray (got --backend {backend})"),)),  # fmt: skip
+    },
+}
+
+
+def constraint(kind: str, name: str) -> Constraint:
+    """What the part ``name`` of ``kind`` works with (without importing it)."""
+    return _CONSTRAINTS.get(kind, {}).get(name) or Constraint()
+
+
+def check(kind: str, name: str, facts: Mapping[str, Any]) -> None:
+    """Raise the part's first refusal of ``facts`` (one line), if it has one."""
+    for rule in constraint(kind, name).rules:
+        why = rule.refusal(facts)
+        if why is not None:
+            raise ValueError(why)
+
+
+def stand_in(kind: str, name: str, facts: Mapping[str, Any]) -> str:
+    """The part that runs in ``name``'s place under ``facts`` (``name`` itself, unless it names another)."""
+    for fact, instead in constraint(kind, name).instead.items():
+        if fact in facts and facts[fact] in instead:
+            return instead[facts[fact]]
+    return name
