@@ -240,7 +240,7 @@ def test_quantile_hold_pool_frees_workers_and_releases_one_action_per_tick_virtu
 
 
 def test_quantile_hold_pool_on_the_wall_clock_holds_actions_in_the_releaser():
-    """The wall path: held actions are submitted by the releaser thread at their release ticks.
+    """The wall path: held actions are submitted by the clock's timer thread at their release ticks.
     Generous bounds (a loaded 2-core machine wakes threads late): most ticks are the agent's."""
     with Session("theory/inaction", clock="wall", seed=0) as world:
         def policy(i: int) -> LatencyPolicy:
@@ -249,7 +249,8 @@ def test_quantile_hold_pool_on_the_wall_clock_holds_actions_in_the_releaser():
         pool = InferencePool(world, policy, "quantile_hold", n_inference=5).start()
         world.run_for(1.5)
         pool.stop()
-    assert pool._releaser is not None and not pool._releaser._thread.is_alive()
+    timers = pool._timing._timers
+    assert timers is not None and not timers.alive and timers.error is None  # the pool stopped its clock's timers
     s = world.tick_log.summary(warmup_ticks=15)
     assert s["agent_ticks"] > 0.6 * (s["agent_ticks"] + s["inaction_ticks"])
     assert sum(w.actions for w in pool.workers) > 40

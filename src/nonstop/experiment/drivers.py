@@ -12,6 +12,7 @@ learner backends are (`nonstop.experiment.registry`).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Final
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["StaggeredDriver", "SequentialDriver", "InferencePart", "LearnersPart", "SequentialLearningAgent"]
 
 _AFTER_TICK: Final = 2  # virtual priority: wake after the host's tick at the same instant
+_NEXT_OBSERVATION: Final = 2e-4  # on the wall clock, how long after a deadline its observation is surely out
 
 
 class InferencePart(Part):
@@ -60,16 +62,18 @@ class InferencePart(Part):
         """Show a scheduler that learns from rewards (``observe_reward``: `fill` fits the cost of delay,
         p_minimax, to them) each new tick of the log: its reward, and the applied action's delay (None
         on β's ticks). Only the first seat's columns are read (the learner's in a solo or self-play
-        run); on the wall clock the log is read as far as it reached disk, at most every 2 s."""
-        import time
-
-        observe = getattr(getattr(self.pool, "scheduler", None), "observe_reward", None)
-        if observe is None or (self.seat is not None and run.world.seat_index(self.seat) != 0):
+        run); on the wall clock the log is read as far as it reached disk, at most every 2 s of its
+        time (the virtual clock's log is whole at every slice: `Clock.real` of 2 s is none)."""
+        scheduler = self.pool.scheduler if self.pool is not None else None
+        if scheduler is None or not scheduler.learns_from_rewards:
             return
-        now = time.monotonic()
-        if not run.world.is_virtual and now < self._next_feed:
+        if self.seat is not None and run.world.seat_index(self.seat) != 0:
             return
-        self._next_feed = now + 2.0
+        clock = run.world.clock
+        if clock.now() < self._next_feed:
+            return
+        self._next_feed = clock.now() + clock.real(2.0)
+        observe = scheduler.observe_reward
         try:
             log = run.world.tick_log
         except RuntimeError:  # a wall-clock world that streams no log: nothing to show until it stops
@@ -170,86 +174,77 @@ class SequentialLearningAgent:
         self.policy = lookup("policy_backend", run.cfg.inference_backend)(run, 0)
         self.learner = run.learning.learner(0)
         self._stop = False
+        self._stopped = threading.Event()
         self.handle: Any = None
 
     def start(self) -> "SequentialLearningAgent":
-        from nonstop.realtime.clock import VirtualClock, WallClock
-
-        clock = self.run.world.clock
-        if isinstance(clock, VirtualClock):  # is_virtual
-            self.handle = clock.spawn(self._loop(), name="sequential-agent")
-        elif isinstance(clock, WallClock):
-            self.handle = WallClock(origin=clock.origin, spin=0.0).spawn(self._loop(), name="sequential-agent")
-        else:
-            raise TypeError(f"the sequential agent runs on a VirtualClock or a WallClock, got {type(clock).__name__}")
+        # on the wall clock a thread that sleeps, never spins (it shares the GIL); on the virtual one, simulated
+        self.handle = self.run.world.clock.for_threads(self._stopped).spawn(self._loop(), name="sequential-agent")
         return self
 
     def stop(self) -> None:
         self._stop = True
-        join = getattr(self.handle, "join", None)
-        if join is not None:
-            join(timeout=10)
+        self._stopped.set()
+        if self.handle is not None:
+            self.handle.finish(timeout=10)
         close = getattr(self.policy, "close", None)  # a process-backed policy: reap its process
         if close is not None:
             close()
 
     def _learn(self, t: float) -> Generator[Wake, float, float]:  # a timed process's part; returns its time
-        learner, run = self.learner, self.run
+        learner, run, clock = self.learner, self.run, self.run.world.clock
         out = learner.gradient() if learner.ready else None
         if out is not None:
             apply(run.state, run.weights, out[0], out[1], run.dqn)
-        clock = run.world.clock
-        if clock.is_virtual:
-            t += self.tau_l if self.tau_l > 0 else (run.tau_m if out is not None else 0.0)
-            if t > clock.now():
-                yield t
-            return t
-        if self.tau_l > 0:
-            yield clock.now() + self.tau_l
-        return clock.now()
+        # an update takes what it took (the wall clock's time; none of the virtual clock's), then ``tau_l``;
+        # with none given, τ_M stands in for an update the virtual clock cannot measure
+        t = _caught_up(clock, t) + (self.tau_l if self.tau_l > 0 else clock.stand_in(run.tau_m if out is not None else 0.0))
+        if t > clock.now():
+            yield t
+        return _caught_up(clock, t)
 
     def _loop(self) -> TimedProcess:
         from nonstop.realtime.clock import stopwatch
 
         world = self.run.world
         clock, slot, queue, tau_m = world.clock, world.slot, world.queue, world.tau_m
-        virtual = clock.is_virtual
         t, last_seq = clock.now(), -1
         origin, grace = world.origin, clock.tick_grace
+        timed = clock.timed_call(self.policy)  # a request lane of a batching server waits for its batch
         while not self._stop:
-            if virtual:
-                # on a tick's deadline: let the host process that tick first, then read what it
-                # publishes, as a real loop finishing just then would (`t` itself stays put)
-                k = round((t - origin) / tau_m)
-                due = origin + k * tau_m + grace  # the host's own expression for this tick's time
-                if abs(t - (due - grace)) <= grace and clock.now() < due:
-                    yield (due, _AFTER_TICK)
+            # on a tick's deadline: let the host process that tick first, then read what it
+            # publishes, as a real loop finishing just then would (`t` itself stays put)
+            k = round((t - origin) / tau_m)
+            due = origin + k * tau_m + grace  # the host's own expression for this tick's time
+            if abs(t - (due - grace)) <= grace and clock.now() < due:
+                yield (due, _AFTER_TICK)
             latest = slot.read()
-            if latest.seq == last_seq:  # already acted on this one: wait for the next tick
+            if latest.seq == last_seq:  # already acted on this one: wait for the next tick (its publish, where real)
                 t = latest.time + tau_m
-                yield (t + clock.tick_grace, _AFTER_TICK) if virtual else t + 2e-4
-                t = t if virtual else clock.now()
+                yield (t + grace + clock.real(_NEXT_OBSERVATION), _AFTER_TICK)
+                t = _caught_up(clock, t)
                 continue
             last_seq = latest.seq
             if self.order == "learn_then_infer":
                 t = yield from self._learn(t)
             started = t
             t0 = stopwatch()
-            lane = getattr(self.policy, "act_timed", None) if virtual else None
-            if lane is not None:  # a request lane of a batching server waits for its batch
-                decision = yield from lane(latest.obs, latest.tick)
+            if timed is not None:
+                decision = yield from timed(latest.obs, latest.tick)
                 t = clock.now()
             else:
                 decision = self.policy.act(latest.obs)
-                if virtual:
-                    t = started + decision.latency
-                else:
-                    t = started + (stopwatch() - t0) + decision.latency
+                t = started + clock.real(stopwatch() - t0) + decision.latency  # measured (wall) plus declared
                 if t > clock.now():
                     yield t
-            if not virtual:
-                t = clock.now()
+            t = _caught_up(clock, t)
             queue.submit(decision.action, obs_tick=latest.tick, episode=latest.episode, worker=0,
                          tau_theta=t - started, submit_time=t)  # fmt: skip
             if self.order == "infer_then_learn":
                 t = yield from self._learn(t)
+
+
+def _caught_up(clock: Any, t: float) -> float:
+    """A loop's own time ``t`` after a wait: the clock's now where time is real (the wait and the work
+    took what they took), ``t`` itself on the virtual clock (exact sums of declared times)."""
+    return t + clock.real(clock.now() - t)

@@ -47,6 +47,7 @@ class AutoScheduler(QuantileHoldScheduler):
     """
 
     name = "auto"
+    resizable = True
 
     def __init__(
         self,

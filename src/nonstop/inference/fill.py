@@ -271,6 +271,7 @@ class FillScheduler(TickGridScheduler):
 
     name = "fill"
     frees_workers = True
+    learns_from_rewards = True
 
     def __init__(
         self,
@@ -339,6 +340,10 @@ class FillScheduler(TickGridScheduler):
         """The cost of delay in use: given, else fitted to the rewards shown, else `PRIOR_STAY`."""
         with self._lock:
             return self._stay()
+
+    def report(self) -> dict[str, Any]:
+        """The cost of delay in use, the plan and the cap (what the pool's report keeps)."""
+        return {"p_minimax": self.p_minimax, "plan": self.plan, "cap": self.cap}
 
     def _stay(self) -> float:
         if self._stay_given is not None:

@@ -57,6 +57,17 @@ class Scheduler(ABC):
     All times are seconds. Every wait a scheduler returns is >= 0. Worker
     indices are ``0 .. n_workers - 1``; anything else raises a TypeError or
     ValueError naming it, as does a NaN, infinite or negative ``tau_theta``.
+
+    The pool (`nonstop.inference.workers.InferencePool`) asks every scheduler the same things; what
+    a rule does not need has a default here, so the pool never asks which rule it holds:
+
+    * ``bind(period, origin)``: the env's tick period and grid (rules on the tick grid keep them);
+    * ``frees_workers``: the wait holds the action, not the worker (a timer releases it);
+    * ``early_release(worker, episode)``: a copy of the action released early (None: none);
+    * ``resizable``, ``target_workers(τ_M)``, ``resize(n, anchor=)``: N_I sized online;
+    * ``tick_rule``: the estimate in whole ticks where starts align to ticks;
+    * ``learns_from_rewards``, ``observe_reward(reward, delay)``: a rule fitted to the world's rewards;
+    * ``report()``: what the rule chose, for the run's record.
     """
 
     name: ClassVar[str]
@@ -66,6 +77,10 @@ class Scheduler(ABC):
     #: Algorithms 1 and 2: their estimate in whole ticks, by which the pool spaces workers where
     #: starts align to ticks (`nonstop.inference.phases`); None: the rule's own waits everywhere
     tick_rule: ClassVar[TickRule | None] = None
+    #: True when the rule sizes N_I online: the pool asks `target_workers` after each submit and `resize`s
+    resizable: ClassVar[bool] = False
+    #: True when the rule wants each tick's reward and delay (`observe_reward`)
+    learns_from_rewards: ClassVar[bool] = False
 
     def __init__(self, n_workers: int) -> None:
         self._n = check_count("n_workers", n_workers)
@@ -101,6 +116,33 @@ class Scheduler(ABC):
         Updates the shared state and returns how long ``worker`` waits before
         submitting its action.
         """
+
+    # ---- what a rule may do beyond the three waits (the defaults: nothing)
+    def bind(self, *, period: float, origin: float) -> None:
+        """The env's tick ``period`` and the grid's ``origin`` (a rule off the grid ignores them)."""
+        return None
+
+    def early_release(self, worker: int, episode: int) -> float | None:
+        """Seconds after ``worker``'s inference ended at which a copy of its action is released early
+        (an episode's catch-up), or None for no copy (the default)."""
+        return None
+
+    def target_workers(self, tau_m: float | None = None) -> int:
+        """The N_I the rule recommends now (a rule of fixed N_I: its N_I)."""
+        return self.n_workers
+
+    def resize(self, n_workers: int, *, anchor: int | None = None) -> None:
+        """Change N_I to ``n_workers``; only a `resizable` rule can."""
+        raise ValueError(f"the {self.name} scheduler runs a fixed N_I = {self._n}: it cannot resize to {n_workers}")
+
+    def observe_reward(self, reward: float, delay_ticks: int | None) -> None:
+        """One tick's reward and its applied action's delay (None: a β tick); a rule that does not
+        `learns_from_rewards` ignores it."""
+        return None
+
+    def report(self) -> dict[str, Any]:
+        """What the rule chose as it ran, for the run's record (default: nothing)."""
+        return {}
 
     def _check_worker(self, worker: Any) -> int:
         if isinstance(worker, bool) or not isinstance(worker, numbers.Integral):

@@ -32,8 +32,6 @@ staggered pools additionally align each start to a tick's publish
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import multiprocessing as mp
 import threading
 import traceback
@@ -47,7 +45,7 @@ from nonstop.inference import pacing
 from nonstop.inference.phases import TickPhases
 from nonstop.metrics.overhead import overhead_summary
 from nonstop.policies.memory import DEFAULT_MIN_FREE, check_min_free
-from nonstop.realtime.clock import Clock, TimedProcess, VirtualClock, Wake, WallClock, stopwatch
+from nonstop.realtime.clock import Clock, TimedProcess, Wake, stopwatch
 from nonstop.realtime.host import Session
 from nonstop.realtime.lifeline import PartFailed, RestartBudget, hold_lifeline, reap
 
@@ -56,10 +54,6 @@ __all__ = ["InferencePool", "WorkerEvent", "ProcessPolicy"]
 #: Virtual-clock priority that wakes a worker after the host's tick at the same instant
 #: (the host runs at priority 1, workers at 0).
 _AFTER_TICK = 2
-
-
-def virtual_clock(clock: Clock) -> bool:
-    return clock.is_virtual
 
 
 @dataclass
@@ -193,35 +187,28 @@ class InferencePool:
         self.clock: Clock = session.clock
         self.policy_factory = policy_factory
         self.scheduler = scheduler = _resolve_scheduler(scheduler, n_inference)
-        bind = getattr(scheduler, "bind", None)
-        if callable(bind):
-            # grid schedulers start one inference per tick: on the virtual clock at the deadline
-            # (the loop then waits for that tick's observation), on the wall clock just after it
-            margin = 0.0 if self.clock.is_virtual else min(0.0005, session.tau_m / 16)
-            bind(period=session.tau_m, origin=session.origin + margin)
-        self.frees_workers = bool(getattr(scheduler, "frees_workers", False))
-        self._releaser: _WallReleaser | None = None
+        # grid schedulers start one inference per tick: just after its publish (on the virtual clock,
+        # which needs no margin, at the deadline: the loop then waits for that tick's observation)
+        scheduler.bind(period=session.tau_m, origin=session.origin + self.clock.real(pacing.alignment_margin(session.tau_m)))
+        self.frees_workers = scheduler.frees_workers
         #: episode catch-up copies (`QuantileHoldScheduler.early_release`): only into a ``latest``
         #: queue, where applying one decision twice is holding a control; never into a command stream
-        self._copies_allowed = self.frees_workers and hasattr(scheduler, "early_release") and (
-            getattr(session.queues[self.seat], "mode", "latest") == "latest"
-        )
+        self._copies_allowed = self.frees_workers and getattr(session.queues[self.seat], "mode", "latest") == "latest"
         self.early_copies = 0
-        self.resizable = callable(getattr(scheduler, "resize", None)) and callable(
-            getattr(scheduler, "target_workers", None)
-        )
+        self.resizable = scheduler.resizable
         self._resize_lock = threading.Lock()
         self.restart = restart
         if align_to_ticks is not None and not isinstance(align_to_ticks, bool):
             raise TypeError(f"align_to_ticks must be a bool or None, got {align_to_ticks!r}")
         # default: on for staggered workers on the wall clock (see the class docstring)
         # (a scheduler that frees its workers places starts on the tick grid itself)
+        # (a clock that needs no margin past a publish wakes exactly: nothing to align against)
         staggered = scheduler.name not in ("sequential", "unstaggered") and not self.frees_workers
-        self.align_to_ticks = (not self.clock.is_virtual and staggered) if align_to_ticks is None else align_to_ticks
+        wakes_late = self.clock.real(pacing.alignment_margin(session.tau_m)) > 0
+        self.align_to_ticks = (staggered if align_to_ticks is None else align_to_ticks) and wakes_late
         # Algorithms 1 and 2 where starts align to ticks: each worker on its phase of a whole-tick cycle
-        rule = getattr(scheduler, "tick_rule", None)
-        aligned = self.align_to_ticks and not self.clock.is_virtual
-        self._phases = TickPhases(scheduler.n_workers, rule) if rule is not None and aligned else None
+        rule = scheduler.tick_rule
+        self._phases = TickPhases(scheduler.n_workers, rule) if rule is not None and self.align_to_ticks else None
         self.max_restarts = max_restarts
         #: restarts of the whole pool within a window of clock time (None: only ``max_restarts`` per
         #: worker, after which that worker stays dead and β covers it); past it, `failure` is set
@@ -231,6 +218,9 @@ class InferencePool:
         self.events: list[WorkerEvent] = []
         self.workers = [_WorkerState(i) for i in range(scheduler.n_workers)]
         self._stop = threading.Event()
+        #: the clock the workers, their timers and the supervisor run on: the session's, as threads
+        #: that never spin (they share the GIL) and wake when the pool stops (`Clock.for_threads`)
+        self._timing = self.clock.for_threads(interrupt=self._stop)
         self._monitor: Any = None
         self._policies: dict[int, Any] = {}
         self._overhead_s: list[float] = []  # remote policies (Ray): per-action time outside the forward pass
@@ -248,18 +238,22 @@ class InferencePool:
         policy = self._policies.get(i)
         if policy is None:
             policy = self._policies[i] = self.policy_factory(i)
-        tau_m, grace, virtual = self.session.tau_m, clock.tick_grace, clock.is_virtual
-        origin = self.session.origin if virtual else 0.0
-        guard = pacing.phase_guard_width(tau_m)
-        align = self.align_to_ticks and not virtual
+        tau_m, grace, origin = self.session.tau_m, clock.tick_grace, self.session.origin
+        # what differs between the clocks is theirs: the margins a real wake-up needs are none on the
+        # virtual clock (`Clock.real`), and a wait there ends exactly on time (`Clock.resync`)
+        guard = clock.real(pacing.phase_guard_width(tau_m))
+        next_margin = clock.real(pacing.NEXT_OBSERVATION_MARGIN)
+        align = self.align_to_ticks
         margin, window = pacing.alignment_margin(tau_m), 0.25 * tau_m
-        phases = self._phases if align else None
+        phases = self._phases
+        timed = clock.timed_call(policy)  # a policy that waits as a timed process on this clock (a batching lane)
 
-        def wait_until(target: float) -> Generator[Wake, float, float]:
-            return pacing.resync(target, (yield target), tau_m, virtual=virtual)
+        def wait_until(target: float, wake: Wake | None = None) -> Generator[Wake, float, float]:
+            return clock.resync(target, (yield target if wake is None else wake), tau_m)
 
-        def after_tick(deadline: float) -> Generator[Wake, float, None]:
-            yield (self._tick_event(deadline), _AFTER_TICK)  # the host first makes that tick's observation
+        def after_tick(deadline: float, counted: float) -> Generator[Wake, float, float]:
+            # the host first makes that tick's observation; the worker's time is then ``counted``
+            return (yield from wait_until(counted, (self._tick_event(deadline) + next_margin, _AFTER_TICK)))
 
         # every worker of a pool counts its initial stagger from the same instant, however long
         # its thread took to start (70 threads take ~5 ticks to spawn on a busy 2-core machine)
@@ -280,8 +274,8 @@ class InferencePool:
             wait = sched.take_delay(i, now=t)
             if wait > 0 and phases is None:
                 t = yield from wait_until(t + wait)
-            if virtual and self.frees_workers and (deadline := pacing.deadline_at(t, origin, tau_m, grace)) is not None:
-                yield from after_tick(deadline)  # a start on a deadline reads that tick's observation
+            if self.frees_workers and (deadline := pacing.deadline_at(t, origin, tau_m, grace)) is not None:
+                t = yield from after_tick(deadline, t)  # a start on a deadline reads that tick's observation
             # 2. read the newest observation (on a tick's publish, when aligned)
             latest = slot.read()
             if align:
@@ -297,11 +291,7 @@ class InferencePool:
                     t = aligned  # counts as started at the publish it follows
             if latest.seq == last_seq:  # this worker already acted on it: wait for the next tick
                 deadline = latest.time + tau_m
-                if virtual:
-                    yield from after_tick(deadline)
-                    t = deadline
-                else:
-                    t = yield from wait_until(deadline + pacing.NEXT_OBSERVATION_MARGIN)
+                t = yield from after_tick(deadline, deadline + next_margin)
                 continue
             last_seq = latest.seq
             if state.killed:
@@ -313,18 +303,19 @@ class InferencePool:
                 state.cycle = started - state.last_start
             state.last_start = started
             t0 = stopwatch()
-            lane = getattr(policy, "act_timed", None) if virtual else None
-            if lane is not None:  # a request lane of a batching server waits for its batch (queue + batch)
-                decision = yield from lane(latest.obs, latest.tick)
+            if timed is not None:  # a request lane of a batching server waits for its batch (queue + batch)
+                decision = yield from timed(latest.obs, latest.tick)
                 t = clock.now()
                 tau_theta = t - started
             else:
                 decision = policy.act(latest.obs)
-                tau_theta = pacing.inference_time(stopwatch() - t0, decision.latency, virtual=virtual)
+                # measured compute (none of the virtual clock's time) plus a declared latency
+                tau_theta = clock.real(stopwatch() - t0) + decision.latency
                 t = started + tau_theta
                 if decision.latency > 0:  # a declared latency is waited out (measured compute has passed)
                     t = yield from wait_until(t)
-            world_tau = tau_theta if virtual else max(tau_theta, clock.now() - started)
+            # as the world sees it: plus a late wake-up's lag (real time: none on the virtual clock)
+            world_tau = tau_theta + clock.real(max(0.0, clock.now() - started - tau_theta))
             state.world_taus.append(world_tau)
             state.call_waits.append(world_tau - tau_theta)
             # 4. the scheduler's rule: Algorithm 1 pads the cycle to τ̂_θmax; the others return 0
@@ -340,8 +331,8 @@ class InferencePool:
                 t = yield from wait_until(t + pad)
             if self._stop.is_set():
                 return
-            # 5. submit (on the wall clock never a hair before a deadline: `pacing.phase_guard`)
-            if not virtual and (guarded := pacing.phase_guard(t, latest.time, tau_m, guard)) != t:
+            # 5. submit (never a hair before a deadline where wake-ups jitter: `pacing.phase_guard`)
+            if (guarded := pacing.phase_guard(t, latest.time, tau_m, guard)) != t:
                 t = yield from wait_until(guarded)
             queue.submit(
                 decision.action, obs_tick=latest.tick, episode=latest.episode, worker=i,
@@ -351,11 +342,11 @@ class InferencePool:
             state.tau_thetas.append(tau_theta)
             if self.resizable:
                 self._maybe_resize(anchor=i)
-            if virtual and (deadline := pacing.deadline_at(t, origin, tau_m, grace)) is not None:
+            if (deadline := pacing.deadline_at(t, origin, tau_m, grace)) is not None:
                 # Submitted on a deadline: the host processes that tick `grace` later. Let it,
                 # then read the observation it publishes, as a real agent restarting at once
                 # would; `t` stays put, so the next inference still counts from the submit.
-                yield from after_tick(deadline)
+                t = yield from after_tick(deadline, t)
 
     def _hold(self, state: _WorkerState, action: Any, latest: Any, tau_theta: float, t: float, pad: float) -> None:
         """A scheduler that frees its workers: the action computed at ``t`` is submitted ``pad``
@@ -375,19 +366,14 @@ class InferencePool:
                     copy: bool = False) -> None:  # fmt: skip
         """Submit ``action`` (computed on ``latest``) at ``when``, without holding its worker
         (``copy``: an episode catch-up copy, not counted as a new action of the worker)."""
-        if isinstance(self.clock, VirtualClock):  # is_virtual
+        def release() -> None:
+            if not self._stop.is_set():
+                self._submit(action, latest, state, tau_theta, when, copy)
 
-            def release() -> TimedProcess:
-                if when > self.clock.now():
-                    yield when
-                if not self._stop.is_set():
-                    self._submit(action, latest, state, tau_theta, when, copy)
-
-            self.clock.spawn(release(), name=f"release-{state.index}", isolate=True)
-        else:
-            if self._releaser is None:
-                self._releaser = _WallReleaser(self)
-            self._releaser.add(when, lambda: self._submit(action, latest, state, tau_theta, when, copy))
+        # a release a hair before a deadline goes just past it where wake-ups jitter (`pacing.phase_guard`)
+        tau_m = self.session.tau_m
+        at = pacing.phase_guard(when, self.session.origin, tau_m, self.clock.real(pacing.phase_guard_width(tau_m)))
+        self._timing.call_at(at, release, isolate=True)
 
     def _submit(self, action: Any, latest: Any, state: _WorkerState, tau_theta: float, when: float,
                 copy: bool = False) -> None:  # fmt: skip
@@ -439,16 +425,7 @@ class InferencePool:
             resume_at = pacing.restart_phase(self.clock.now(), state.last_start, cycle)
             state.last_start = None
         process = self._loop(state, first, resume_at, start_at)
-        name = f"worker-{state.index}"
-        if isinstance(self.clock, VirtualClock):  # is_virtual
-            state.handle = self.clock.spawn(process, name=name, isolate=True)
-        elif isinstance(self.clock, WallClock):
-            # worker threads share the GIL: they must sleep, never spin; and a worker sleeping
-            # through a long latency must wake when the pool stops, not seconds later
-            clock = WallClock(origin=self.clock.origin, spin=0.0, interrupt=self._stop)
-            state.handle = clock.spawn(process, name=name)
-        else:
-            raise TypeError(f"inference workers run on a VirtualClock or a WallClock, got {type(self.clock).__name__}")
+        state.handle = self._timing.spawn(process, name=f"worker-{state.index}", isolate=True)
 
     def start(self) -> "InferencePool":
         # build every policy first: a model process takes seconds to start, and a
@@ -471,11 +448,7 @@ class InferencePool:
         start_at = self.clock.now()
         for state in self.workers:
             self._spawn(state, first=True, start_at=start_at)
-        if isinstance(self.clock, VirtualClock):  # is_virtual
-            self.clock.spawn(self._supervise_virtual(), name="supervisor", priority=2)
-        else:
-            self._monitor = threading.Thread(target=self._supervise_wall, name="nonstop-supervisor", daemon=True)
-            self._monitor.start()
+        self._monitor = self._timing.spawn(self._supervise(), name="supervisor", priority=2)
         return self
 
     def _check(self) -> None:
@@ -483,11 +456,8 @@ class InferencePool:
             handle = state.handle
             if isinstance(handle, _Dead):
                 continue  # given up on: counted once, not again at every check
-            error = getattr(handle, "error", None)
-            dead = error is not None or (not self.clock.is_virtual and not handle.is_alive())
-            if self.clock.is_virtual:
-                dead = not handle.alive
-            if not dead or self._stop.is_set():
+            error = handle.error
+            if handle.alive or self._stop.is_set():
                 continue
             state.deaths += 1
             detail = "".join(traceback.format_exception_only(error)).strip() if error else "exited"
@@ -508,14 +478,10 @@ class InferencePool:
                     self.failure = PartFailed(f"inference worker {state.index} kept dying: {why} (last: {detail})")
                 self.events.append(WorkerEvent(self.clock.now(), state.index, "gave up", f"not restarted: {why}"))
 
-    def _supervise_virtual(self) -> TimedProcess:
+    def _supervise(self) -> TimedProcess:
         tau_m = self.session.tau_m
         while not self._stop.is_set():
-            yield self.clock.now() + tau_m
-            self._check()
-
-    def _supervise_wall(self) -> None:
-        while not self._stop.wait(self.session.tau_m):
+            yield self._timing.now() + tau_m
             # not in the middle of a resize, which appends workers (no handle yet) or revives
             # retired ones (an exited thread's handle) before it starts them
             with self._resize_lock:
@@ -535,15 +501,13 @@ class InferencePool:
     def stop(self) -> None:
         self._stop.set()
         if self._monitor is not None:
-            self._monitor.join(timeout=2)
-        if self._releaser is not None:
-            self._releaser.stop()
+            self._monitor.finish(timeout=2)
+        self._timing.close()  # its timers: held actions not yet released stay unreleased
         for state in self.workers:
             h = state.handle
-            if isinstance(h, threading.Thread):
-                h.join(timeout=5)  # prompt: `_stop` interrupts their waits
-                if h.is_alive():  # stuck inside a policy's act(): say so rather than pile up threads
-                    self.events.append(WorkerEvent(self.clock.now(), state.index, "stuck", "did not stop within 5 s"))
+            # prompt: `_stop` interrupts their waits; one stuck inside a policy's act() is said, not piled up
+            if h is not None and not h.finish(timeout=5):
+                self.events.append(WorkerEvent(self.clock.now(), state.index, "stuck", "did not stop within 5 s"))
         for policy in self._policies.values():
             self._release(policy)
         self._policies.clear()
@@ -562,7 +526,7 @@ class InferencePool:
         return {
             "n_workers": self.scheduler.n_workers,
             "workers_started": len(self.workers),
-            "scheduler": getattr(self.scheduler, "name", type(self.scheduler).__name__),
+            "scheduler": self.scheduler.name,
             "actions": [w.actions for w in self.workers],
             "early_copies": self.early_copies,
             "deaths": [w.deaths for w in self.workers],
@@ -575,7 +539,7 @@ class InferencePool:
             # Algorithms 1 and 2 on aligned ticks: the whole-tick cycle the workers hold phases of
             **({"tick_cycle": self._phases.cycle} if self._phases is not None else {}),
             # what a scheduler that tunes itself chose (fill: the cost of delay it fitted, its plan and cap)
-            **{k: getattr(self.scheduler, k) for k in ("p_minimax", "plan", "cap") if hasattr(self.scheduler, k)},
+            **self.scheduler.report(),
         }
 
     def _world_taus(self) -> dict[str, Any]:
@@ -597,61 +561,14 @@ class InferencePool:
         self.stop()
 
 
-class _WallReleaser:
-    """One thread that submits held actions at their release times (wall clock), so a
-    scheduler that ``frees_workers`` never keeps a worker waiting on its own action."""
-
-    def __init__(self, pool: InferencePool) -> None:
-        self._pool = pool
-        self._heap: list[tuple[float, int, Callable[[], None]]] = []
-        self._order = itertools.count()
-        self._cond = threading.Condition()
-        self._stopped = False
-        self._thread = threading.Thread(target=self._run, name="nonstop-releaser", daemon=True)
-        self._thread.start()
-
-    def add(self, when: float, submit: Callable[[], None]) -> None:
-        with self._cond:
-            heapq.heappush(self._heap, (when, next(self._order), submit))
-            self._cond.notify()
-
-    def _run(self) -> None:
-        clock = self._pool.clock
-        tau_m = self._pool.session.tau_m
-        guard = min(0.001, tau_m / 8)
-        while True:
-            with self._cond:
-                while not self._heap and not self._stopped:
-                    self._cond.wait(0.1)
-                if self._stopped:
-                    return
-                when = self._heap[0][0]
-                left = when - clock.now()
-                if left > 0.002:  # sleep on the condition (a sooner release may arrive)
-                    self._cond.wait(left - 0.001)
-                    continue
-                _, _, submit = heapq.heappop(self._heap)
-            clock.sleep_until(when)
-            # the workers' phase guard: a release a hair before a deadline goes just past it
-            to_next = tau_m - (clock.now() - self._pool.session.origin) % tau_m
-            if to_next < guard:
-                clock.sleep_until(clock.now() + to_next + guard / 4)
-            if not self._pool._stop.is_set():
-                submit()
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify_all()
-        self._thread.join(timeout=2)
-
-
 class _Dead:
+    """A worker given up on."""
+
     alive = False
     error = None
 
-    def is_alive(self) -> bool:
-        return False
+    def finish(self, timeout: float | None = None) -> bool:
+        return True
 
 
 # ----------------------------------------------------------------------------- process backend

@@ -35,7 +35,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator
-from typing import Final, TypeAlias
+from typing import Any, Final, Protocol, TypeAlias
 
 from nonstop.realtime import lifeline
 
@@ -45,7 +45,7 @@ Wake: TypeAlias = float | tuple[float, int]
 #: A timed process: yields `Wake`s, receives the time it actually woke.
 TimedProcess: TypeAlias = Generator[Wake, float, None]
 
-__all__ = ["Clock", "WallClock", "VirtualClock", "ProcessThread", "TimedProcess", "Wake", "make_clock", "stopwatch"]
+__all__ = ["Clock", "WallClock", "VirtualClock", "ProcessThread", "Handle", "TimedProcess", "Wake", "make_clock", "stopwatch"]
 
 #: Measures how long a piece of work took (an env step, a forward pass). It is
 #: not the world's time: under a VirtualClock the world's time is `clock.now()`.
@@ -74,11 +74,63 @@ class Clock(ABC):
         """Block the caller until time ``t``; return the time actually woken."""
 
     @abstractmethod
-    def spawn(self, process: TimedProcess, *, name: str = "process") -> object:
-        """Run a timed process on this clock; return a handle."""
+    def spawn(self, process: TimedProcess, *, name: str = "process", priority: int = 0, isolate: bool = False) -> "Handle":
+        """Run a timed process on this clock; return its handle. ``priority`` orders wake-ups due at the
+        same virtual instant; ``isolate``: an error ends the process alone (kept on its handle)."""
+
+    @abstractmethod
+    def call_at(self, t: float, fn: Callable[[], None], *, priority: int = 0, isolate: bool = False) -> "Handle":
+        """Run ``fn`` once at time ``t`` (at once if ``t`` has passed)."""
 
     def sleep(self, seconds: float) -> float:
         return self.sleep_until(self.now() + seconds)
+
+    # ---- what differs between the clocks, so that a timed process runs the same lines on both
+    @abstractmethod
+    def real(self, seconds: float) -> float:
+        """What ``seconds`` of real-world time amount to on this clock: a margin against a late wake-up,
+        a guard before a deadline, a measured computation. All of them on the wall clock; none on the
+        virtual clock, where events happen exactly when due and only declared latencies take time."""
+
+    def stand_in(self, seconds: float) -> float:
+        """What work this clock cannot measure is taken to last: ``seconds`` (a stand-in such as τ_M for
+        an update) on the virtual clock; none on the wall clock, where the work's own time has passed."""
+        return seconds - self.real(seconds)
+
+    @abstractmethod
+    def resync(self, target: float, woke: float, period: float) -> float:
+        """A timed process's own time after a wait aimed at ``target`` that ended at ``woke``: the target
+        (its timings stay exact sums of waits), unless a real wake came a whole ``period`` late."""
+
+    @abstractmethod
+    def for_threads(self, interrupt: threading.Event) -> "Clock":
+        """The clock for timed processes that share one interpreter (inference workers, their timers):
+        on the wall clock threads that sleep, never spin (they share the GIL), and wake once
+        ``interrupt`` is set; the virtual clock simulates them all itself."""
+
+    def timed_call(self, policy: object) -> Callable[..., Generator[Wake, float, Any]] | None:
+        """How a timed process on this clock calls ``policy`` that takes time: None for a plain blocking
+        ``act`` (a thread blocks in it); the policy's ``act_timed`` where the call must be waited for as
+        a timed process (a batching server's lane on the virtual clock)."""
+        return None
+
+    def close(self) -> None:
+        """Stop this clock's timers (`call_at` not yet due never runs); the virtual clock has none."""
+        return None
+
+
+class Handle(Protocol):
+    """What `Clock.spawn` returns: whether the process still runs, the error that ended it."""
+
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def error(self) -> BaseException | None: ...
+
+    def finish(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` for the process to end (it was told to stop); whether it has."""
+        ...
 
 
 class ProcessThread(threading.Thread):
@@ -86,6 +138,14 @@ class ProcessThread(threading.Thread):
     exception that ended the process (None while it runs or after a normal end)."""
 
     error: BaseException | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.is_alive()
+
+    def finish(self, timeout: float | None = None) -> bool:
+        self.join(timeout)
+        return not self.is_alive()
 
 
 class WallClock(Clock):
@@ -118,6 +178,29 @@ class WallClock(Clock):
         self.spin: Final[float] = float(spin)
         self.interrupt: Final[threading.Event | None] = interrupt
         self._threads: list[ProcessThread] = []
+        self._timers: _Timers | None = None
+
+    def real(self, seconds: float) -> float:
+        return seconds
+
+    def resync(self, target: float, woke: float, period: float) -> float:
+        # a thread woken late (a loaded machine wakes sleepers milliseconds late) jitters one action
+        # but never drifts its phase; only a wake a tick late resynchronises (rather than bursting)
+        return target if woke - target < period else woke
+
+    def for_threads(self, interrupt: threading.Event) -> "WallClock":
+        return WallClock(origin=self.origin, spin=0.0, interrupt=interrupt)
+
+    def call_at(self, t: float, fn: Callable[[], None], *, priority: int = 0, isolate: bool = False) -> "_Timers":
+        """Run ``fn`` at ``t`` on this clock's timer thread (one for all its calls; ``fn`` must be quick)."""
+        if self._timers is None:
+            self._timers = _Timers(self)
+        self._timers.add(t, fn)
+        return self._timers
+
+    def close(self) -> None:
+        if self._timers is not None:
+            self._timers.stop()
 
     def now(self) -> float:
         return time.perf_counter() - self.origin
@@ -147,10 +230,11 @@ class WallClock(Clock):
                     time.sleep(left)
         return time.perf_counter() - self.origin
 
-    def spawn(self, process: TimedProcess, *, name: str = "process") -> ProcessThread:
+    def spawn(self, process: TimedProcess, *, name: str = "process", priority: int = 0, isolate: bool = False) -> ProcessThread:
         """Drive ``process`` on a daemon thread. Exceptions are kept on the
-        thread object as ``thread.error`` for the supervisor to read. Setting the
-        clock's ``interrupt`` event ends the process at its current wait."""
+        thread object as ``thread.error`` for the supervisor to read (every thread is isolated;
+        ``priority`` orders only virtual instants). Setting the clock's ``interrupt`` event ends
+        the process at its current wait."""
 
         interrupt = self.interrupt
 
@@ -174,6 +258,65 @@ class WallClock(Clock):
         return thread
 
 
+class _Timers:
+    """One thread that runs a `WallClock`'s `call_at` calls at their times (a sooner one may arrive
+    while it waits), until the clock is closed or its interrupt is set."""
+
+    def __init__(self, clock: WallClock) -> None:
+        self._clock = clock
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._order = itertools.count()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="nonstop-timers", daemon=True)
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def add(self, when: float, fn: Callable[[], None]) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (when, next(self._order), fn))
+            self._cond.notify()
+
+    def _ended(self) -> bool:
+        interrupt = self._clock.interrupt
+        return self._stopped or (interrupt is not None and interrupt.is_set())
+
+    def _run(self) -> None:
+        clock = self._clock
+        while True:
+            with self._cond:
+                while not self._heap and not self._ended():
+                    self._cond.wait(0.1)
+                if self._ended():
+                    return
+                left = self._heap[0][0] - clock.now()
+                if left > 0.002:  # sleep on the condition (a sooner call may arrive)
+                    self._cond.wait(min(left - 0.001, 0.1))
+                    continue
+                when, _, fn = heapq.heappop(self._heap)
+            clock.sleep_until(when)
+            if self._ended():
+                return
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - kept, as a process thread keeps its error
+                self.error = exc
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        self._thread.join(timeout=2)
+
+    def finish(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+
 class VirtualProcess:
     """Handle of a process running on a `VirtualClock`."""
 
@@ -189,6 +332,11 @@ class VirtualProcess:
     def cancel(self) -> None:
         """Stop the process at its next wake-up (used to kill a worker)."""
         self.cancelled = True
+
+    def finish(self, timeout: float | None = None) -> bool:
+        """Nothing to wait for: a simulated process holds no thread, and runs only when the simulation
+        does (one told to stop ends at its next wake-up)."""
+        return True
 
 
 class VirtualClock(Clock):
@@ -257,14 +405,28 @@ class VirtualClock(Clock):
             raise ValueError(f"process {handle.name!r} asked to wake at NaN")
         heapq.heappush(self._queue, (max(float(wake), self._now), wake_priority, next(self._order), handle, isolate))
 
-    def call_at(self, t: float, fn: Callable[[], None], *, priority: int = 0) -> VirtualProcess:
-        """Run ``fn`` once at virtual time ``t``."""
+    def call_at(self, t: float, fn: Callable[[], None], *, priority: int = 0, isolate: bool = False) -> VirtualProcess:
+        """Run ``fn`` once at virtual time ``t`` (now, before this returns, if ``t`` has passed)."""
 
         def once() -> TimedProcess:
-            yield t
+            if t > self._now:
+                yield t
             fn()
 
-        return self.spawn(once(), name=getattr(fn, "__name__", "call"), priority=priority)
+        return self.spawn(once(), name=getattr(fn, "__name__", "call"), priority=priority, isolate=isolate)
+
+    def real(self, seconds: float) -> float:
+        return 0.0
+
+    def resync(self, target: float, woke: float, period: float) -> float:
+        return target  # virtual time never drifts: a wait ends on its target
+
+    def for_threads(self, interrupt: threading.Event) -> "VirtualClock":
+        return self
+
+    def timed_call(self, policy: object) -> Callable[..., Generator[Wake, float, Any]] | None:
+        timed = getattr(policy, "act_timed", None)
+        return timed if callable(timed) else None
 
     def next_event_time(self) -> float | None:
         return self._queue[0][0] if self._queue else None
