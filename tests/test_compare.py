@@ -197,3 +197,31 @@ def test_any_scheduler_can_be_compared_and_the_return_per_tick_is_reported(capsy
     assert set(json.loads(out.strip().splitlines()[-1])["schedulers"]) == {"exp_time", "fill"}
     with pytest.raises(SystemExit):
         parse(["--schedulers", "exp_time,fastest"])
+
+
+def test_compare_composes_one_run_per_scheduler_on_one_seed_and_latency(monkeypatch):
+    """Each scheduler is a `Run` of stand-ins (no pool of compare's own, no branch on a backend): the same
+    world seed and latency for all, and a backend that cannot host stand-ins is refused before any runs."""
+    from pathlib import Path
+
+    import nonstop.experiment.compare as compare_module
+    import nonstop.experiment.run as run_module
+
+    built = []
+
+    class Counted(run_module.Run):
+        def __init__(self, cfg):
+            built.append(cfg)
+            super().__init__(cfg)
+
+    monkeypatch.setattr(run_module, "Run", Counted)
+    result = compare("theory/inaction", "4t", seconds=1.0, seed=3, schedulers=("sequential", "exp_time"))
+    assert [c.scheduler for c in built] == ["sequential", "exp_time"] and [c.n_inference for c in built] == [1, 4]
+    assert {(c.env, c.seed, c.latency, c.interaction, c.learning) for c in built} == {("theory/inaction", 3, "4t", "stand_in", "none")}
+    assert result["schedulers"]["exp_time"]["inaction_fraction"] == 0.0
+    source = Path(compare_module.__file__).read_text()
+    assert "InferencePool" not in source and '"ray"' not in source
+    built.clear()
+    with pytest.raises(ValueError, match="--interaction stand_in runs policies that need no model"):
+        compare("theory/inaction", "4t", seconds=1.0, backend="batched")
+    assert built == []

@@ -9,6 +9,7 @@ counterparts are in `nonstop.experiment.raybackend`, the device learner's in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,8 @@ if TYPE_CHECKING:
     from nonstop.experiment.run import Run
     from nonstop.realtime.lifeline import RestartBudget
 
-__all__ = ["thread_policy", "process_policy", "virtual_learners", "process_learners", "NoCluster", "policy_recipe", "placement_of"]
+__all__ = ["thread_policy", "process_policy", "virtual_learners", "process_learners", "NoCluster", "policy_recipe", "placement_of",
+           "in_thread", "in_process"]  # fmt: skip
 
 
 def policy_recipe(run: "Run", i: int) -> tuple[tuple[int, ...], Any, dict[str, Any], int, Any]:
@@ -50,6 +52,18 @@ def process_policy(run: "Run", i: int) -> Any:
 
     obs_shape, space, dqn, seed, latency = policy_recipe(run, i)
     factory = partial(make_shared_dqn_policy, obs_shape, space, dqn, run.weights, seed, latency, **placement_of(run))
+    return ProcessPolicy(factory, trim_above=run.cfg.trim_above, wait=False)
+
+
+def in_thread(run: "Run", factory: Callable[[], Any]) -> Any:
+    """The policy ``factory()`` builds, in this process."""
+    return factory()
+
+
+def in_process(run: "Run", factory: Callable[[], Any]) -> Any:
+    """The policy ``factory()`` builds, in a process of its own (started with the pool's others)."""
+    from nonstop.inference.workers import ProcessPolicy
+
     return ProcessPolicy(factory, trim_above=run.cfg.trim_above, wait=False)
 
 

@@ -1,7 +1,7 @@
 """Schedulers side by side on one world and one latency (what ``nonstop compare`` runs).
 
 The same env, the same model latency (a `LatencyPolicy` over a `RandomPolicy`), the same seed, run
-once per scheduler:
+once per scheduler, each a `nonstop.experiment.run.Run` of stand-ins (`nonstop.experiment.standins`):
 
 * ``sequential``  — one worker: acts once per τ_θ, β fills the ticks in between;
 * ``unstaggered`` — N workers that all fire together: N actions per τ_θ, but the env takes one per
@@ -87,12 +87,10 @@ def _check_seed(seed: Any) -> int:
 
 
 def _latency(spec: Any, tick_hz: float) -> Any:
-    from nonstop.policies import Latency, parse_latency
+    from nonstop.policies import parse_latency
 
-    if isinstance(spec, Latency):
-        return spec
-    if not isinstance(spec, str):
-        raise TypeError(f"latency must be a spec string (e.g. '6t', 'lognormal:100ms,0.5') or a Latency, got {spec!r}")
+    if not isinstance(spec, str):  # each scheduler's run parses it again (its config is plain data)
+        raise TypeError(f"latency must be a spec string (e.g. '6t', 'lognormal:100ms,0.5'), got {spec!r}")
     return parse_latency(spec, tick_hz=tick_hz)
 
 
@@ -109,54 +107,43 @@ def run_scheduler(
     env: str,
     scheduler: str,
     *,
-    latency: Any,
+    latency: str,
     n_workers: int,
     seconds: float,
     clock: str = "virtual",
     seed: int = 0,
     backend: str = "thread",
+    ray_address: str | None = None,
 ) -> Any:
     """Run ``env`` for ``seconds`` with ``n_workers`` workers under ``scheduler``; return the tick log.
 
-    Each worker runs ``LatencyPolicy(RandomPolicy(action_space), latency)`` seeded from ``seed`` and
-    its index, so every scheduler sees the same latency draws per worker. With ``backend="ray"``
-    (wall clock, Ray connected) each worker's policy runs in a Ray actor.
+    One `Run` of stand-ins (`nonstop.experiment.standins`: each worker a random action after the
+    declared ``latency``, nothing learning), its workers' policies where ``backend`` puts them. The
+    ticks before every worker started and after the measured window ends belong to no scheduler:
+    the log's meta marks both (``agents_started_at_tick``, ``agents_stopped_at_tick``).
     """
-    from functools import partial
+    from nonstop.experiment.run import Run
 
-    from nonstop.inference.schedulers import make_scheduler
-    from nonstop.inference.workers import InferencePool
-    from nonstop.realtime.host import Session
-
-    sched = make_scheduler(scheduler, n_workers)
-    with Session(env, clock=clock, seed=seed) as world:
-        space = world.action_space
-
-        def policy(i: int) -> Any:
-            factory = partial(_latency_random_policy, space, latency, seed * 100_003 + i)
-            if backend == "ray":
-                from nonstop.distributed.ray_backend import RayPolicy
-
-                return RayPolicy(factory, num_cpus=0, wait=False)  # it sleeps: no core; the pool starts all together
-            return factory()
-
-        pool = InferencePool(world, policy, sched).start()
-        if backend == "ray":  # Ray actors take seconds to start: the ticks before are no scheduler's
-            world.annotate("agents_started_at_tick", int(world.slot.read().tick))
-        try:
-            world.run_for(seconds)
-            # the measured window ends here: on the wall clock the host ticks on (β) while the
-            # pool and the session stop, and those ticks belong to no scheduler
-            world.annotate("agents_stopped_at_tick", int(world.slot.read().tick))
-        finally:
-            pool.stop()
-    return world.tick_log
+    run = Run(_config(env, scheduler, latency=latency, n_workers=n_workers, seconds=seconds, clock=clock, seed=seed,
+                      backend=backend, ray_address=ray_address))  # fmt: skip
+    try:
+        run.build().start()
+        run.advance(seconds)
+        # the measured window ends here: on the wall clock the host ticks on (β) while the
+        # pool and the world stop, and those ticks belong to no scheduler
+        run.world.annotate("agents_stopped_at_tick", int(run.world.slot.read().tick))
+    finally:
+        run.teardown()
+    return run.world.tick_log
 
 
-def _latency_random_policy(space: Any, latency: Any, seed: int) -> Any:
-    from nonstop.policies import LatencyPolicy, RandomPolicy
+def _config(env: str, scheduler: str, *, latency: str, n_workers: int, seconds: float, clock: str, seed: int,
+            backend: str, ray_address: str | None) -> Any:  # fmt: skip
+    """One scheduler's run: stand-ins under ``scheduler``, their policies where ``backend`` hosts them."""
+    from nonstop.experiment.config import TrainConfig
 
-    return LatencyPolicy(RandomPolicy(space), latency, seed=seed)
+    return TrainConfig(env=env, clock=clock, seconds=seconds, interaction="stand_in", scheduler=scheduler,
+                       n_inference=n_workers, latency=latency, seed=seed, backend=backend, ray_address=ray_address)  # fmt: skip
 
 
 def _episode_return(log: Any) -> tuple[float, str, int]:
@@ -191,15 +178,11 @@ def compare(
     ``episode_return_kind`` (``"mean_completed"`` or ``"total"``) and ``episodes_ended``.
     Bad inputs raise ``ValueError``/``TypeError`` before anything runs.
     """
-    from contextlib import nullcontext
-
-    from nonstop.distributed.backends import check_backend
     from nonstop.envs import env_info
     from nonstop.inference.schedulers import make_scheduler
 
-    if backend not in ("thread", "ray"):
-        raise ValueError(f"compare runs latency policies on backend 'thread' or 'ray', got {backend!r}")
-    check_backend(backend, ray_address=ray_address, clock=clock)
+    from nonstop.experiment.registry import constraint
+
     if not isinstance(env, str):
         raise TypeError(f"env must be an env id string, got {type(env).__name__} {env!r}")
     info = env_info(env)  # an unknown id fails here with the registry's message
@@ -212,34 +195,29 @@ def compare(
     n = resolve_n_workers(n_workers, dist.mean, tau_m)
     for name in schedulers:
         make_scheduler(name, 1 if name == "sequential" else n)  # unknown names fail before any run
+        _config(env, name, latency=latency, n_workers=1 if name == "sequential" else n, seconds=seconds, clock=clock,
+                seed=seed, backend=backend, ray_address=ray_address)  # and a backend that cannot host them  # fmt: skip
     total_ticks = int(seconds * info.tick_hz)
     # The first round (all workers start together) plus two cycles to settle, at most a quarter of the run.
     warmup = min(3 * math.ceil(dist.max_hint / tau_m - 1e-9) + 30, total_ticks // 4)
     logs, summaries = {}, {}
-    if backend == "ray":
-        from nonstop.distributed.ray_backend import ray_session
-
-        cluster: Any = ray_session(ray_address)
-    else:
-        cluster = nullcontext()
-    with cluster:
-        for name in schedulers:
-            if progress is not None:
-                progress(name)
-            workers = 1 if name == "sequential" else n
-            log = run_scheduler(env, name, latency=dist, n_workers=workers, seconds=seconds, clock=clock, seed=seed,
-                                backend=backend)  # fmt: skip
-            started = log.meta.get("agents_started_at_tick", 0)
-            summary = log.summary(warmup_ticks=started + warmup, end_tick=log.meta.get("agents_stopped_at_tick"))
-            value, kind, ended = _episode_return(log)
-            summary.update(n_workers=workers, episode_return=value, episode_return_kind=kind, episodes_ended=ended,
-                           reward_per_tick=summary["reward_total"] / summary["ticks"] if summary["ticks"] else None)  # fmt: skip
-            overhead = log.meta.get("workers", {}).get("remote_overhead_s")
-            if overhead is not None:
-                summary["remote_overhead_s"] = overhead
-            if clock == "wall" and hasattr(os, "getloadavg"):
-                summary["load_average"] = os.getloadavg()[0]  # the last minute's, as the run ends
-            logs[name], summaries[name] = log, summary
+    for name in schedulers:
+        if progress is not None:
+            progress(name)
+        workers = 1 if name == "sequential" else n
+        log = run_scheduler(env, name, latency=latency, n_workers=workers, seconds=seconds, clock=clock, seed=seed,
+                            backend=backend, ray_address=ray_address)  # fmt: skip
+        started = log.meta.get("agents_started_at_tick", 0)
+        summary = log.summary(warmup_ticks=started + warmup, end_tick=log.meta.get("agents_stopped_at_tick"))
+        value, kind, ended = _episode_return(log)
+        summary.update(n_workers=workers, episode_return=value, episode_return_kind=kind, episodes_ended=ended,
+                       reward_per_tick=summary["reward_total"] / summary["ticks"] if summary["ticks"] else None)  # fmt: skip
+        overhead = log.meta.get("workers", {}).get("remote_overhead_s")
+        if overhead is not None:
+            summary["remote_overhead_s"] = overhead
+        if clock == "wall" and hasattr(os, "getloadavg"):
+            summary["load_average"] = os.getloadavg()[0]  # the last minute's, as the run ends
+        logs[name], summaries[name] = log, summary
     result = {
         "env": env,
         "tick_hz": info.tick_hz,
@@ -251,6 +229,8 @@ def compare(
         "clock": clock,
         "seed": seed,
         "backend": backend,
+        # processes the workers keep busy beside this one and the host's (threads: none)
+        "worker_processes": n * constraint("policy_host", backend).processes_per_worker,
         "warmup_ticks": warmup,
         "schedulers": summaries,
         "logs": logs,
@@ -289,8 +269,8 @@ def machine_diagnosis(result: dict[str, Any], *, cores: int | None = None) -> li
     if not lines:
         return []
     loads = [s["load_average"] for s in result["schedulers"].values() if s.get("load_average") is not None]
-    # this process (the worker threads) and the host's; Ray's actors sleep through a declared latency
-    processes = 2 + (int(result["n_workers"]) if result.get("backend") == "ray" else 0)
+    # this process (the worker threads) and the host's, and any the workers run in (Ray actors, processes)
+    processes = 2 + int(result.get("worker_processes", 0))
     return [*lines, limit_remedy(processes=processes, cores=cores or _usable_cores(), remedy=COMPARE_REMEDY,
                                  load_average=max(loads) if loads else None)]  # fmt: skip
 

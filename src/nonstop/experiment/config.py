@@ -196,7 +196,8 @@ class TrainConfig:
         """What the chosen parts may ask of the run (`registry.Rule`): its plain values, and what its other
         parts are."""
         return {"clock": self.clock, "device": self.device.strip().lower(), "interaction": self.interaction,
-                "backend": self.backend, "learner_backend": self.learner_backend, "n_learners": self.n_learners,
+                "backend": self.backend, "inference_backend": self.inference_backend,
+                "learner_backend": self.learner_backend, "n_learners": self.n_learners,
                 "ray_address": self.ray_address, "seating": self.seating, "scheduler": self.scheduler}  # fmt: skip
 
     @property
@@ -219,8 +220,12 @@ class TrainConfig:
     @property
     def cluster(self) -> str:
         """The cluster a run connects to before it starts: the one a chosen part needs (Ray's), else ``none``."""
-        chosen = (("policy_backend", self.backend), ("learners", self.learner_backend))
-        return next((c for kind, name in chosen if (c := registry.constraint(kind, name).cluster)), "none")
+        return registry.required("cluster", [("policy_backend", self.backend), ("learners", self.learner_backend)], "none")
+
+    @property
+    def learning(self) -> str:
+        """What learns: ``core`` (the parameters, replay and recorder), or ``none`` where the driver learns nothing."""
+        return registry.required("learning", [("driver", self.interaction)], "core")
 
     # ------------------------------------------------------------------ plain data
     def to_dict(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ version into Ray's object store once (`WeightBroadcast`) for the actors to read.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from nonstop.experiment.run import Run
     from nonstop.realtime.lifeline import RestartBudget
 
-__all__ = ["RayCluster", "ray_policy", "ray_learners"]
+__all__ = ["RayCluster", "ray_policy", "ray_learners", "in_ray_actor"]
 
 
 def ray_policy(run: "Run", i: int) -> Any:
@@ -32,6 +33,14 @@ def ray_policy(run: "Run", i: int) -> Any:
     # not waited for here: the pool starts every actor together, then waits for them all
     return RayPolicy(factory, broadcast=run.cluster.broadcast, num_cpus=0 if latency is not None else 1,
                      trim_above=run.cfg.trim_above, wait=False)  # fmt: skip
+
+
+def in_ray_actor(run: "Run", factory: Callable[[], Any]) -> Any:
+    """The policy ``factory()`` builds, in a Ray actor (no CPU reserved for one that sleeps through a declared
+    latency); the pool starts every actor together."""
+    from nonstop.distributed.ray_backend import RayPolicy
+
+    return RayPolicy(factory, num_cpus=0 if run.latency.max_hint > 0 else 1, wait=False)
 
 
 def ray_learners(run: "Run", budget: "RestartBudget") -> Any:
@@ -93,7 +102,8 @@ class RayCluster(Part):
         from nonstop.distributed.ray_backend import WeightBroadcast
 
         self.connect()
-        self.broadcast = WeightBroadcast(run.weights)  # one put per version, for inference actors and learners
+        if run.weights is not None:  # one put per version, for inference actors and learners (a run that learns)
+            self.broadcast = WeightBroadcast(run.weights)
 
     def close(self) -> None:
         stack, self._stack = self._stack, None

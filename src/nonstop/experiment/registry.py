@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 __all__ = ["KINDS", "register", "lookup", "names", "Rule", "Constraint", "needs", "refuses", "constraint", "check",
-           "stand_in"]  # fmt: skip
+           "required", "stand_in"]  # fmt: skip
 
 #: what each kind of part is chosen by (the config's field or property of that name)
-KINDS: Final = ("seating", "driver", "policy_backend", "learners", "cluster")
+KINDS: Final = ("seating", "driver", "policy_backend", "learners", "cluster", "learning", "policy_host")
 
 _BUILTIN: dict[str, dict[str, Any]] = {
     # who sits where in the world, and which driver each seat gets
@@ -53,6 +53,8 @@ _BUILTIN: dict[str, dict[str, Any]] = {
         "staggered": "nonstop.experiment.drivers:StaggeredDriver",
         "infer_then_learn": "nonstop.experiment.drivers:SequentialDriver",
         "learn_then_infer": "nonstop.experiment.drivers:SequentialDriver",
+        # staggered workers acting at random after the declared latency, nothing learning (`nonstop compare`)
+        "stand_in": "nonstop.experiment.standins:StandInDriver",
     },
     # where one inference worker's policy runs
     "policy_backend": {
@@ -75,6 +77,17 @@ _BUILTIN: dict[str, dict[str, Any]] = {
     "cluster": {
         "none": "nonstop.experiment.backends:NoCluster",
         "ray": "nonstop.experiment.raybackend:RayCluster",
+    },
+    # what learns: the Q-network's parameters, the replay and its recorder; or nothing (a run that only acts)
+    "learning": {
+        "core": "nonstop.experiment.learning:LearningCore",
+        "none": "nonstop.experiment.standins:NoLearning",
+    },
+    # where a policy built by any picklable factory runs (a driver's own policies: `nonstop compare`'s stand-ins)
+    "policy_host": {
+        "thread": "nonstop.experiment.backends:in_thread",
+        "process": "nonstop.experiment.backends:in_process",
+        "ray": "nonstop.experiment.raybackend:in_ray_actor",
     },
 }
 
@@ -158,13 +171,16 @@ class Constraint:
     #: the part that runs in this one's place where a fact has a value: ``{"clock": {"virtual": "thread"}}``
     #: (on the virtual clock, one process simulates everything: process workers are its threads)
     instead: Mapping[str, Mapping[Any, str]] = field(default_factory=dict)
-    #: the cluster the part must connect to before the run starts (None: none)
-    cluster: str | None = None
+    #: the part of another kind it needs: ``{"cluster": "ray"}`` (connect before the run starts),
+    #: ``{"learning": "none"}`` (a driver whose workers learn nothing)
+    requires: Mapping[str, str] = field(default_factory=dict)
     #: the config's settings only this part reads: a saved config keeps them (even at their defaults)
     #: only when this part is chosen
     settings: tuple[str, ...] = ()
     #: whether a config may name it (False: it only ever stands in for another part)
     offered: bool = True
+    #: processes of this machine each worker it hosts keeps busy beside the run's own (a thread: none)
+    processes_per_worker: int = 0
 
 
 _RAY_ON_WALL = "runs real remote calls, which do not mix with the virtual clock: use --clock wall"
@@ -176,7 +192,7 @@ _CONSTRAINTS: dict[str, dict[str, Constraint]] = {
     "policy_backend": {
         "process": Constraint(instead={"clock": {"virtual": "thread"}}),
         "ray": Constraint((needs("clock", "wall", why=f"--backend ray {_RAY_ON_WALL}"), needs("device", "cpu", why=_RAY_ON_CPU)),
-                          cluster="ray"),  # fmt: skip
+                          requires={"cluster": "ray"}),  # fmt: skip
         "batched": Constraint(settings=_BATCHED_SETTINGS),
         "batched_process": Constraint(instead={"clock": {"virtual": "batched"}}, settings=_BATCHED_SETTINGS),
     },
@@ -189,7 +205,7 @@ _CONSTRAINTS: dict[str, dict[str, Constraint]] = {
                   "{interaction} learns inside its own loop on this host: use --interaction staggered, or leave out "
                   "--learner-backend"),
             needs("device", "cpu", why=_RAY_ON_CPU),
-        ), instead={"clock": {"virtual": "virtual"}}, cluster="ray"),  # fmt: skip
+        ), instead={"clock": {"virtual": "virtual"}}, requires={"cluster": "ray"}),  # fmt: skip
         "device": Constraint((
             needs("n_learners", 1, why="--learner-backend device runs one learner a device (its parameters and Adam "
                   "moments are one writer's), got --n-learners {n_learners}: use --n-learners 1, or --learner-backend process"),
@@ -199,6 +215,16 @@ _CONSTRAINTS: dict[str, dict[str, Constraint]] = {
             refuses("backend", "ray", why="--learner-backend device with --backend ray: Ray's workers take the weights on "
                     "their own nodes; use --backend batched (the server takes them by a device copy), thread or process"),
         )),  # fmt: skip
+    },
+    "driver": {
+        "stand_in": Constraint((
+            needs("inference_backend", "thread", "process", "ray", why="--interaction stand_in runs policies that need no "
+                  "model (a random action after the declared latency): use --backend thread, process or ray"),
+        ), requires={"learning": "none"}),  # fmt: skip
+    },
+    "policy_host": {
+        "process": Constraint(processes_per_worker=1),
+        "ray": Constraint(processes_per_worker=1),  # an actor (on this machine, with a local Ray)
     },
     "cluster": {
         "none": Constraint((needs("ray_address", None, why="--ray-address {ray_address!r} needs --backend ray or "
@@ -218,6 +244,11 @@ def check(kind: str, name: str, facts: Mapping[str, Any]) -> None:
         why = rule.refusal(facts)
         if why is not None:
             raise ValueError(why)
+
+
+def required(kind: str, chosen: list[tuple[str, str]], default: str) -> str:
+    """The part of ``kind`` that one of the ``chosen`` ``(kind, name)`` parts requires, else ``default``."""
+    return next((need for k, name in chosen if (need := constraint(k, name).requires.get(kind))), default)
 
 
 def stand_in(kind: str, name: str, facts: Mapping[str, Any]) -> str:

@@ -32,7 +32,6 @@ from typing import Any, Final
 
 from nonstop.experiment.config import TrainConfig
 from nonstop.experiment.ending import RunEnd
-from nonstop.experiment.learning import LearningCore
 from nonstop.experiment.parts import Part, Recorder
 from nonstop.experiment.registry import lookup
 from nonstop.learning.dqn import DQNConfig
@@ -142,7 +141,7 @@ class Run:
 
     def build(self, log_dir: Any = None) -> "Run":
         """Create the shared memory, the model and the world; ``log_dir``: stream the tick log there."""
-        self.learning = LearningCore(self)
+        self.learning = lookup("learning", self.cfg.learning)(self)
         self.parts.append(self.learning)
         self.world = self.seating.world(self, log_dir)
         self.parts += self.seating.parts(self)
