@@ -69,8 +69,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing as mp
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -79,7 +79,7 @@ from typing import Any
 import numpy as np
 
 from nonstop.bench.common import machine_info, percentiles, verdict
-from nonstop.realtime.lifeline import popen_lifeline, reap
+from nonstop.realtime.lifeline import hold_lifeline, reap
 
 __all__ = ["DESCRIPTION", "RESULT_KEYS", "add_arguments", "run", "render"]
 
@@ -241,6 +241,14 @@ async def _play(url: str, args: argparse.Namespace) -> tuple[list[dict], list[di
     return outs, live
 
 
+def _serve(envs: list[str], **settings: Any) -> None:
+    """The benchmarked server (in its own process): no server outlives the bench."""
+    from nonstop.server.app import serve
+
+    hold_lifeline()
+    sys.exit(serve(envs, **settings))
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from nonstop.server.app import free_port
     from nonstop.server.client import http_get
@@ -254,11 +262,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     port = free_port()
     url = f"ws://127.0.0.1:{port}"
     load_before = os.getloadavg()[0]
-    cmd = [sys.executable, "-m", "nonstop.cli", "serve", "--env", args.env, "--port", str(port), "--max-sessions",
-           str(args.sessions), "--tick-threads", str(args.tick_threads), "--tick-procs", str(args.tick_procs),
-           "--tick-sched", args.tick_sched, "--warm-envs", str(args.sessions), "--switch-interval",
-           str(args.switch_interval), "--log-level", "warning"]  # fmt: skip
-    server = subprocess.Popen(cmd, env=dict(os.environ), preexec_fn=popen_lifeline())  # no server outlives the bench
+    # the server in a process of its own: isolation is the point (its CPU and memory are measured apart from the
+    # clients', which share no GIL with its tick pool); it runs the library's `serve`, as `nonstop serve` does
+    settings = {"port": port, "max_sessions": args.sessions, "tick_threads": args.tick_threads,
+                "tick_procs": args.tick_procs, "tick_sched": args.tick_sched, "warm_envs": args.sessions,
+                "switch_interval": args.switch_interval, "log_level": "warning"}  # fmt: skip
+    server = mp.get_context("spawn").Process(target=_serve, args=([args.env],), kwargs=settings, name="nonstop-bench-server")
+    server.start()
+    pid = server.pid
+    assert pid is not None  # started
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -267,8 +279,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     break
             except Exception:  # noqa: BLE001 - not up yet
                 pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start (exit code {server.poll()})")
+            if server.exitcode is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start (exit code {server.exitcode})")
             time.sleep(0.1)
         desc = http_get(url, "/metadata")["envs"][args.env]
         seat_spaces = desc.get("seats") or {"agent": {"action": desc["action"]}}
@@ -277,16 +289,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         args.seat_names = list(seat_spaces)
         args.n_actions = [int(seat_spaces[name]["action"].get("n", 2)) for name in args.seat_names]
         while sum(http_get(url, "/health")["warm_envs_ready"].values()) < args.sessions:
-            if server.poll() is not None or time.monotonic() > deadline + 600:
+            if server.exitcode is not None or time.monotonic() > deadline + 600:
                 raise RuntimeError("the server's warm envs did not get ready")
             time.sleep(0.2)
-        idle_rss, _ = _rss_mb(server.pid)
-        cpu0, client_cpu0, wall0 = _cpu_s(server.pid), time.process_time(), time.perf_counter()
+        idle_rss, _ = _rss_mb(pid)
+        cpu0, client_cpu0, wall0 = _cpu_s(pid), time.process_time(), time.perf_counter()
         outs, live = asyncio.run(_play(url, args))
         wall = time.perf_counter() - wall0
-        server_cpu = (_cpu_s(server.pid) - cpu0) / wall
+        server_cpu = (_cpu_s(pid) - cpu0) / wall
         client_cpu = (time.process_time() - client_cpu0) / wall
-        rss, peak = _rss_mb(server.pid)
+        rss, peak = _rss_mb(pid)
         health = http_get(url, "/health")
         sids = {o["sid"] for o in outs}
         deadline = time.monotonic() + 60

@@ -224,6 +224,9 @@ def _missing(game: str, kvs: Sequence[str]) -> list[str]:
 
 def _run_json(argv: Sequence[str], log: Path) -> dict[str, Any]:
     """Run ``nonstop ARGV --json`` in a child (its progress on this stderr), return its last-line JSON."""
+    # a child, not a library call: isolation is the point (a figure is the one command its document records, rerun
+    # as it stands; what it starts — cells, Ray, torch threads, signal handlers — ends with it, and one that
+    # fails leaves the other figures to run)
     command = [sys.executable, "-m", "nonstop.cli", *argv, "--json"]
     log.parent.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, check=False)

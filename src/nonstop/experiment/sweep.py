@@ -578,6 +578,8 @@ def _start(cell: Cell, out: Path) -> _Running:
     state = cell_state(cell, run_dir)
     if state == "new" and run_dir.exists():
         shutil.rmtree(run_dir)  # a cell that died before its first checkpoint: nothing in it to keep
+    # each cell is `nonstop train` in a process of its own: isolation is the point (cells run `jobs` at a time on
+    # their own cores, one SIGTERM makes one checkpoint and stop, a cell resumes or fails alone, its output is its log)
     argv = [sys.executable, "-m", "nonstop.cli", *cell.train_argv(run_dir), *(["--resume"] if state == "resume" else [])]
     log_path = out / "logs" / f"{cell.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
