@@ -19,13 +19,18 @@ def _run(argv: list[str]) -> dict:
     return lanes.run(args)
 
 
+def hold_served(result: dict) -> int:
+    return next(r["worlds_served"] for r in result["rows"] if r["scheduler"] == "quantile_hold")
+
+
 def test_quantile_hold_needs_the_lanes_test_vi_found_and_fewer_than_exp_time():
     """L(b) = 0.6 + 0.02·b ticks, 8 worlds: quantile_hold needs 2 lanes a world (test (vi)), and 1 leaves
     inaction; exp_time's lanes stay in lockstep and do not get there within the scan."""
     result = _run(["--batch-curve", "linear:0.6t,0.02t", "--scheduler", "quantile_hold,exp_time", "--max-lanes", "4"])
     rows = {r["scheduler"]: r for r in result["rows"]}
     hold, exp = rows["quantile_hold"], rows["exp_time"]
-    assert result["device_keeps_up"] and result["meets_target"] is True
+    assert result["device_keeps_up"] and result["consistent"] is True and result["meets_target"] is True
+    assert result["worlds_served"] == 8 and hold_served(result) == 8
     assert hold["nstar_lanes"] == 2 and hold["inaction_at_nstar"] == 0.0
     assert hold["inaction_at_nstar_minus_1"] > 0.3 and hold["holds_at_n_plus_1"] is True
     assert hold["formula_tau_mean"] <= 2 <= hold["formula_tau"] and hold["between_formulas"]
@@ -40,7 +45,8 @@ def test_a_device_slower_than_the_worlds_ask_leaves_inaction_at_any_n():
     batch size keeps up and no scheduler reaches zero inaction at any N in the scan."""
     result = _run(["--batch-curve", "linear:0.5t,0.15t", "--scheduler", "quantile_hold,fill", "--max-lanes", "4"])
     assert result["device_keeps_up"] is False and result["steady_batch"] is None
-    assert result["schedulers_reaching_zero"] == [] and result["meets_target"] is True
+    assert result["schedulers_reaching_zero"] == [] and result["consistent"] is True
+    assert result["meets_target"] is False and result["worlds_served"] < 8  # consistent, and no target met
     assert all(r["nstar_lanes"] is None and r["inaction_at_nstar"] > 0.05 for r in result["rows"])
 
 
