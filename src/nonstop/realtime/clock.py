@@ -1,9 +1,9 @@
-"""Clocks: the only place in nonstop that reads or waits on time.
+"""Clocks: the world's time, and the one way a timed process reads or waits on it.
 
-Everything that runs against time (the host's tick loop, inference workers) is
-written once as a *timed process*: a generator that yields the absolute time it
-wants to wake at (or ``(time, priority)`` to order itself among wake-ups due at
-the same virtual instant) and receives the time it actually woke::
+Everything that runs against the world's time (the host's tick loop, inference workers, their
+timers, the sequential agent, learners on the virtual clock) is written once as a *timed process*:
+a generator that yields the absolute time it wants to wake at (or ``(time, priority)`` to order
+itself among wake-ups due at the same virtual instant) and receives the time it actually woke::
 
     def ticker(clock):
         woke = yield 1.0          # sleep until t = 1.0 on this clock
@@ -12,6 +12,14 @@ the same virtual instant) and receives the time it actually woke::
 `WallClock` drives such a process on a thread and really waits; `VirtualClock`
 is a discrete-event simulator that jumps straight to the next wake-up, so the
 same code runs reproducibly and far faster than realtime.
+
+A timed process runs the same lines on both clocks; what differs is the clock's to say
+(`Clock.real`: real-world margins and measured work count on the wall clock, not on the virtual
+one; `Clock.resync`, `Clock.for_threads`, `Clock.call_at`, `Clock.timed_call`).
+
+What is not the world's time reads the machine's clock where it is needed, not through a clock:
+how long a piece of work took (`stopwatch`), a timeout on a pipe, a socket or a spin on shared
+memory, a run's progress and a sweep's schedule in wall seconds, a benchmark's own measurements.
 
 >>> clock = VirtualClock()
 >>> seen = []
