@@ -52,6 +52,16 @@ def ray_learners(run: "Run", budget: "RestartBudget") -> Any:
     return RayLearners(**kw, broadcast=run.cluster.broadcast, tau_m=run.tau_m)
 
 
+def _on_ray(kind: str, name: str) -> bool:
+    """Whether the part ``name`` of ``kind`` runs on this cluster (it requires it, `registry.Constraint`)."""
+    from nonstop.experiment.registry import constraint
+
+    return constraint(kind, name).requires.get("cluster") == _CLUSTER
+
+
+_CLUSTER = "ray"  # this cluster's name in the registry
+
+
 class RayCluster(Part):
     """The run's connection to Ray, checked for room before any actor starts; closed last."""
 
@@ -76,8 +86,8 @@ class RayCluster(Part):
         try:
             stack.enter_context(ray_session(cfg.ray_address))
             workers = run.n_inference if isinstance(run.n_inference, int) else 1
-            inference_cpus = workers if cfg.inference_backend == "ray" and run.latency.max_hint <= 0 else 0
-            learner_cpus = cfg.n_learners if cfg.learner_placement == "ray" else 0
+            inference_cpus = workers if _on_ray("policy_backend", cfg.inference_backend) and run.latency.max_hint <= 0 else 0
+            learner_cpus = cfg.n_learners if _on_ray("learners", cfg.learner_placement) else 0
             check_placement(inference_cpus, 1, n_learners=learner_cpus)
             if len(run.spec.obs_shape) > 1 and (inference_cpus or learner_cpus):  # a ResNet each actor builds
                 from nonstop.policies.models import ARCH_DEPTHS
@@ -91,7 +101,8 @@ class RayCluster(Part):
 
     def notes(self, run: "Run") -> list[str]:
         cfg = run.cfg
-        if cfg.inference_backend == "ray" and cfg.interaction == "staggered" and cfg.scheduler in ("max_time", "exp_time"):
+        staggered = cfg.interaction == "staggered" and cfg.scheduler in ("max_time", "exp_time")
+        if staggered and _on_ray("policy_backend", cfg.inference_backend):
             # measured (docs/scale.md): a Ray call's overhead varies, and the paper's schedulers lose their
             # stagger under any spread; quantile_hold keeps it
             return [f"note: Ray workers' calls vary in time, and {cfg.scheduler} loses its stagger under that spread "
