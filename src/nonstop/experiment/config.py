@@ -16,7 +16,7 @@ these fields (`nonstop.commands.train`), so the two cannot disagree.
 >>> TrainConfig(interaction="sideways")
 Traceback (most recent call last):
 ...
-ValueError: interaction must be one of staggered, infer_then_learn, learn_then_infer, got 'sideways'
+ValueError: interaction must be one of staggered, infer_then_learn, learn_then_infer, stand_in, got 'sideways'
 """
 
 from __future__ import annotations

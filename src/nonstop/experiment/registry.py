@@ -2,7 +2,7 @@
 
 A run never asks "is this self-play?", "is this Ray?": it asks the table for the part its config
 names (`nonstop.experiment.config.TrainConfig`'s ``seating``, ``interaction``, ``inference_backend``,
-``learner_placement`` and ``cluster``) and builds what comes back. Entries are ``"module:attr"``
+``learner_placement``, ``cluster`` and ``learning``) and builds what comes back. Entries are ``"module:attr"``
 strings, imported only when asked for, so a backend's library (Ray) is never imported by a run
 that does not use it. A new driver or backend is a new module and one `register` call (or one line
 in `_BUILTIN`).
@@ -17,6 +17,14 @@ Traceback (most recent call last):
 ValueError: --backend ray runs real remote calls, which do not mix with the virtual clock: use --clock wall
 >>> stand_in("policy_backend", "process", {"clock": "virtual"}), stand_in("policy_backend", "process", {"clock": "wall"})
 ('thread', 'process')
+
+A rule names a fact, so any kind of part declares its needs the same way, whenever the fact becomes
+known: an algorithm that acts in a discrete space says so, and the world's probe asks it (a fact not
+yet known refuses nothing):
+
+>>> discrete = needs("action_space", "Discrete", why="DQN needs a Discrete action space; {env} has {action_space}")
+>>> discrete.refusal({"clock": "wall"}) is None, discrete.refusal({"env": "Pendulum", "action_space": "Box"})
+(True, 'DQN needs a Discrete action space; Pendulum has Box')
 
 >>> sorted(names("seating"))
 ['self_play', 'solo']
@@ -95,7 +103,7 @@ _BUILTIN: dict[str, dict[str, Any]] = {
 def register(kind: str, name: str, target: str | Callable[..., Any], constraint: "Constraint | None" = None) -> None:
     """Offer ``target`` (a callable, or ``"module:attr"`` imported when first asked for) as the part
     ``name`` of ``kind``; a config naming it then builds it. ``constraint``: what it works with (default:
-    anything)."""
+    what was declared for ``name`` before, else anything)."""
     if kind not in _BUILTIN:
         raise ValueError(f"unknown kind of part {kind!r}: use one of {', '.join(KINDS)}")
     if not isinstance(name, str) or not name:
@@ -105,7 +113,8 @@ def register(kind: str, name: str, target: str | Callable[..., Any], constraint:
     if constraint is not None and not isinstance(constraint, Constraint):
         raise TypeError(f"a part's constraint is a Constraint, got {constraint!r}")
     _BUILTIN[kind][name] = target
-    _CONSTRAINTS.setdefault(kind, {})[name] = constraint or Constraint()
+    if constraint is not None:
+        _CONSTRAINTS.setdefault(kind, {})[name] = constraint
 
 
 def names(kind: str) -> list[str]:
