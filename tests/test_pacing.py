@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nonstop.inference import pacing
+from nonstop.realtime.clock import VirtualClock, WallClock
 
 TAU_M = st.floats(1e-3, 2.0)  # 1 kHz down to 0.5 Hz
 TIME = st.floats(0.0, 1e5)
@@ -39,17 +40,20 @@ def test_deadline_at_answers_only_within_grace(origin, tau_m, k, off):
 
 @given(TIME, st.floats(0.0, 10.0), TAU_M)
 def test_resync_keeps_the_schedule_unless_a_wake_is_a_tick_late(target, late, tau_m):
+    """A timed process's own time after a wait is the clock's to say (`Clock.resync`)."""
     woke = target + late
-    assert pacing.resync(target, woke, tau_m, virtual=True) == target  # virtual time never drifts
-    wall = pacing.resync(target, woke, tau_m, virtual=False)
+    assert VirtualClock().resync(target, woke, tau_m) == target  # virtual time never drifts
+    wall = WallClock(spin=0.0).resync(target, woke, tau_m)
     assert wall == (target if woke - target < tau_m else woke)
     assert wall >= target and woke - wall < tau_m  # never behind the clock by a tick or more
 
 
 @given(st.floats(0.0, 1.0), st.floats(0.0, 10.0))
 def test_inference_time_is_declared_on_virtual_and_measured_plus_declared_on_wall(compute, declared):
-    assert pacing.inference_time(compute, declared, virtual=True) == declared
-    assert pacing.inference_time(compute, declared, virtual=False) == compute + declared
+    """τ_θ = the clock's share of the measured compute (`Clock.real`) + the declared latency."""
+    assert VirtualClock().real(compute) + declared == declared
+    assert WallClock(spin=0.0).real(compute) + declared == compute + declared
+    assert VirtualClock().stand_in(compute) == compute and WallClock(spin=0.0).stand_in(compute) == 0.0
 
 
 @settings(max_examples=300, deadline=None)

@@ -8,8 +8,9 @@ is published just after it.
 
 >>> nearest_deadline(1.02, origin=0.0, tau_m=0.1), deadline_at(1.0000001, 0.0, 0.1, grace=1e-6)
 (1.0, 1.0)
->>> resync(2.0, 2.03, tau_m=0.1, virtual=False), resync(2.0, 2.5, tau_m=0.1, virtual=False)
-(2.0, 2.5)
+
+What differs between the clocks is not here but the clock's: a worker's own time after a wait
+(`nonstop.realtime.clock.Clock.resync`) and the share of measured compute in τ_θ (`Clock.real`).
 """
 
 from __future__ import annotations
@@ -23,12 +24,10 @@ __all__ = [
     "aligned_cycle_ticks",
     "alignment_margin",
     "deadline_at",
-    "inference_time",
     "nearest_deadline",
     "phase_guard",
     "phase_guard_width",
     "restart_phase",
-    "resync",
 ]
 
 #: On the wall clock, a worker that already acted on the newest observation waits this long past
@@ -55,32 +54,6 @@ def deadline_at(t: float, origin: float, tau_m: float, grace: float) -> float | 
     """
     deadline = nearest_deadline(t, origin, tau_m)
     return deadline if abs(t - deadline) <= grace else None
-
-
-def resync(target: float, woke: float, tau_m: float, *, virtual: bool) -> float:
-    """The worker's own time after a wait aimed at ``target`` that ended at ``woke``.
-
-    `t` is the time the worker's schedule says it is. On the virtual clock it is the target:
-    timings stay exact sums of latencies and waits. On the wall clock too, so a thread woken late
-    (a loaded machine wakes sleepers milliseconds late) jitters one action but never drifts its
-    phase; only a wake more than a tick late resynchronises to the clock (rather than bursting
-    to catch up).
-
-    >>> resync(1.0, 1.5, 0.1, virtual=True), resync(1.0, 1.05, 0.1, virtual=False), resync(1.0, 1.1, 0.1, virtual=False)
-    (1.0, 1.0, 1.1)
-    """
-    return target if virtual or woke - target < tau_m else woke
-
-
-def inference_time(compute: float, declared: float, *, virtual: bool) -> float:
-    """τ_θ of one inference: its declared latency on the virtual clock (nothing is measured there);
-    on the wall clock its measured compute plus its declared latency. A thread's own wake-up
-    lateness is neither: it never inflates Algorithm 1's running maximum.
-
-    >>> inference_time(0.25, 0.5, virtual=True), inference_time(0.25, 0.5, virtual=False)
-    (0.5, 0.75)
-    """
-    return declared if virtual else compute + declared
 
 
 def alignment_margin(tau_m: float) -> float:

@@ -231,7 +231,7 @@ class InferencePool:
     ) -> TimedProcess:
         """One worker (the module docstring's loop; the paper's Algorithms 1 and 2 decide the waits
         through the scheduler). The timing arithmetic is in `nonstop.inference.pacing`; ``t`` is the
-        worker's own notion of now (`pacing.resync`), so its timings never drift."""
+        worker's own notion of now (`Clock.resync`), so its timings never drift."""
         clock, sched = self.clock, self.scheduler
         slot, queue = self.session.slots[self.seat], self.session.queues[self.seat]
         i, generation = state.index, state.generation
