@@ -53,7 +53,7 @@ def test_inference_time_is_declared_on_virtual_and_measured_plus_declared_on_wal
     """τ_θ = the clock's share of the measured compute (`Clock.real`) + the declared latency."""
     assert VirtualClock().real(compute) + declared == declared
     assert WallClock(spin=0.0).real(compute) + declared == compute + declared
-    assert VirtualClock().stand_in(compute) == compute and WallClock(spin=0.0).stand_in(compute) == 0.0
+    assert VirtualClock().unmeasured(compute) == compute and WallClock(spin=0.0).unmeasured(compute) == 0.0
 
 
 @settings(max_examples=300, deadline=None)

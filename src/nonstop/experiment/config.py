@@ -204,13 +204,13 @@ class TrainConfig:
     def inference_backend(self) -> str:
         """Where inference workers run: ``backend``, or the part that stands in for it on this clock (on the
         virtual clock, process workers are threads of the one simulating process)."""
-        return registry.stand_in("policy_backend", self.backend, {"clock": self.clock})
+        return registry.runs_as("policy_backend", self.backend, {"clock": self.clock})
 
     @property
     def learner_placement(self) -> str:
         """Where learners run: ``learner_backend``, or the part that stands in for it on this clock
         (simulated in this process on the virtual clock)."""
-        return registry.stand_in("learners", self.learner_backend, {"clock": self.clock})
+        return registry.runs_as("learners", self.learner_backend, {"clock": self.clock})
 
     @property
     def seating(self) -> str:

@@ -198,7 +198,7 @@ class SequentialLearningAgent:
             apply(run.state, run.weights, out[0], out[1], run.dqn)
         # an update takes what it took (the wall clock's time; none of the virtual clock's), then ``tau_l``;
         # with none given, τ_M stands in for an update the virtual clock cannot measure
-        t = _caught_up(clock, t) + (self.tau_l if self.tau_l > 0 else clock.stand_in(run.tau_m if out is not None else 0.0))
+        t = _caught_up(clock, t) + (self.tau_l if self.tau_l > 0 else clock.unmeasured(run.tau_m if out is not None else 0.0))
         if t > clock.now():
             yield t
         return _caught_up(clock, t)

@@ -15,7 +15,7 @@ adds its rules here, beside its name, and none to `nonstop.experiment.config`:
 Traceback (most recent call last):
 ...
 ValueError: --backend ray runs real remote calls, which do not mix with the virtual clock: use --clock wall
->>> stand_in("policy_backend", "process", {"clock": "virtual"}), stand_in("policy_backend", "process", {"clock": "wall"})
+>>> runs_as("policy_backend", "process", {"clock": "virtual"}), runs_as("policy_backend", "process", {"clock": "wall"})
 ('thread', 'process')
 
 A rule names a fact, so any kind of part declares its needs the same way, whenever the fact becomes
@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 __all__ = ["KINDS", "register", "lookup", "names", "Rule", "Constraint", "needs", "refuses", "constraint", "check",
-           "required", "stand_in"]  # fmt: skip
+           "required", "runs_as"]  # fmt: skip
 
 #: what each kind of part is chosen by (the config's field or property of that name)
 KINDS: Final = ("seating", "driver", "policy_backend", "learners", "cluster", "learning", "policy_host")
@@ -260,7 +260,7 @@ def required(kind: str, chosen: list[tuple[str, str]], default: str) -> str:
     return next((need for k, name in chosen if (need := constraint(k, name).requires.get(kind))), default)
 
 
-def stand_in(kind: str, name: str, facts: Mapping[str, Any]) -> str:
+def runs_as(kind: str, name: str, facts: Mapping[str, Any]) -> str:
     """The part that runs in ``name``'s place under ``facts`` (``name`` itself, unless it names another)."""
     for fact, instead in constraint(kind, name).instead.items():
         if fact in facts and facts[fact] in instead:

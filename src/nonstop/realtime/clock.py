@@ -100,7 +100,7 @@ class Clock(ABC):
         a guard before a deadline, a measured computation. All of them on the wall clock; none on the
         virtual clock, where events happen exactly when due and only declared latencies take time."""
 
-    def stand_in(self, seconds: float) -> float:
+    def unmeasured(self, seconds: float) -> float:
         """What work this clock cannot measure is taken to last: ``seconds`` (a stand-in such as τ_M for
         an update) on the virtual clock; none on the wall clock, where the work's own time has passed."""
         return seconds - self.real(seconds)
