@@ -785,3 +785,43 @@ def test_exp_time_under_jitter_loses_its_phases_and_acts_like_random_phases(n):
     assert abs(measured - random_phases) < 0.25 * random_phases + 0.004, (measured, random_phases)
     assert _tick_inaction(ExpectedTimeScheduler(n), tau, 0.0, horizon=3_000, warmup=300) == 0.0
     assert _tick_inaction(MaxTimeScheduler(n), tau, 0.01, horizon=30_000, warmup=3_000) == 0.0
+
+
+def test_a_rule_with_only_the_three_waits_runs_in_a_pool_on_the_interfaces_defaults():
+    """The pool asks every scheduler the declared interface (`Scheduler`: bind, early_release, resize,
+    tick_rule, observe_reward, report… each with a default), never probes one with getattr/hasattr,
+    and names no clock: a rule that writes only the three waits runs in it."""
+    import ast
+    from pathlib import Path
+
+    from nonstop.inference.workers import InferencePool
+    from nonstop.policies import Constant, ConstantPolicy, LatencyPolicy
+    from nonstop.realtime.host import Session
+
+    class EveryCall(Scheduler):
+        name = "every_call"
+
+        def start_delay(self, worker: int) -> float:
+            return 0.0
+
+        def take_delay(self, worker: int, now: float | None = None) -> float:
+            return 0.0
+
+        def after_inference(self, worker: int, tau_theta: float) -> float:
+            return 0.0
+
+    with Session("theory/inaction", clock="virtual", seed=0) as world:
+        act = LatencyPolicy(ConstantPolicy(world.action_space, 1), Constant(1 / 60))
+        pool = InferencePool(world, lambda i: act, EveryCall(1)).start()
+        world.run_for(1.0)
+        pool.stop()
+    report = pool.report()
+    assert report["scheduler"] == "every_call" and report["actions"][0] >= 55 and not pool.resizable
+    src = Path(__file__).resolve().parents[1] / "src" / "nonstop"
+    for path in (src / "inference").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
+                assert "sched" not in ast.unparse(node.args[0]), f"{path.name}: {ast.unparse(node)}"
+    for path in (src / "inference" / "workers.py", src / "experiment" / "drivers.py"):
+        text = path.read_text()
+        assert "is_virtual" not in text and "VirtualClock" not in text and "WallClock" not in text, path.name
