@@ -122,13 +122,18 @@ def run_scheduler(
     ticks before every worker started and after the measured window ends belong to no scheduler:
     the log's meta marks both (``agents_started_at_tick``, ``agents_stopped_at_tick``).
     """
+    return _run(_config(env, scheduler, latency=latency, n_workers=n_workers, seconds=seconds, clock=clock, seed=seed,
+                        backend=backend, ray_address=ray_address))  # fmt: skip
+
+
+def _run(cfg: Any) -> Any:
+    """The tick log of one `Run` of ``cfg`` for its ``seconds``."""
     from nonstop.experiment.run import Run
 
-    run = Run(_config(env, scheduler, latency=latency, n_workers=n_workers, seconds=seconds, clock=clock, seed=seed,
-                      backend=backend, ray_address=ray_address))  # fmt: skip
+    run = Run(cfg)
     try:
         run.build().start()
-        run.advance(seconds)
+        run.advance(cfg.seconds)
         # the measured window ends here: on the wall clock the host ticks on (β) while the
         # pool and the world stop, and those ticks belong to no scheduler
         run.world.annotate("agents_stopped_at_tick", int(run.world.slot.read().tick))
@@ -157,7 +162,7 @@ def _episode_return(log: Any) -> tuple[float, str, int]:
 
 def compare(
     env: str = "Boxing",
-    latency: Any = "6t",
+    latency: str = "6t",
     *,
     n_workers: int | str | None = "auto",
     seconds: float = 10.0,
@@ -179,9 +184,8 @@ def compare(
     Bad inputs raise ``ValueError``/``TypeError`` before anything runs.
     """
     from nonstop.envs import env_info
-    from nonstop.inference.schedulers import make_scheduler
-
     from nonstop.experiment.registry import constraint
+    from nonstop.inference.schedulers import make_scheduler
 
     if not isinstance(env, str):
         raise TypeError(f"env must be an env id string, got {type(env).__name__} {env!r}")
@@ -193,10 +197,12 @@ def compare(
         raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
     tau_m = 1.0 / info.tick_hz
     n = resolve_n_workers(n_workers, dist.mean, tau_m)
-    for name in schedulers:
-        make_scheduler(name, 1 if name == "sequential" else n)  # unknown names fail before any run
-        _config(env, name, latency=latency, n_workers=1 if name == "sequential" else n, seconds=seconds, clock=clock,
-                seed=seed, backend=backend, ray_address=ray_address)  # and a backend that cannot host them  # fmt: skip
+    configs = {}
+    for name in schedulers:  # unknown names, and a backend that cannot host stand-ins, fail before any run
+        workers = 1 if name == "sequential" else n
+        make_scheduler(name, workers)
+        configs[name] = _config(env, name, latency=latency, n_workers=workers, seconds=seconds, clock=clock, seed=seed,
+                                backend=backend, ray_address=ray_address)  # fmt: skip
     total_ticks = int(seconds * info.tick_hz)
     # The first round (all workers start together) plus two cycles to settle, at most a quarter of the run.
     warmup = min(3 * math.ceil(dist.max_hint / tau_m - 1e-9) + 30, total_ticks // 4)
@@ -204,9 +210,8 @@ def compare(
     for name in schedulers:
         if progress is not None:
             progress(name)
-        workers = 1 if name == "sequential" else n
-        log = run_scheduler(env, name, latency=latency, n_workers=workers, seconds=seconds, clock=clock, seed=seed,
-                            backend=backend, ray_address=ray_address)  # fmt: skip
+        workers = configs[name].n_inference
+        log = _run(configs[name])
         started = log.meta.get("agents_started_at_tick", 0)
         summary = log.summary(warmup_ticks=started + warmup, end_tick=log.meta.get("agents_stopped_at_tick"))
         value, kind, ended = _episode_return(log)
