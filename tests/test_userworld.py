@@ -62,6 +62,9 @@ def test_trains_and_resumes_a_world_of_its_own_on_the_virtual_clock(beside):
     assert again.returncode == 0, again.stderr
     assert "resuming runs/v" in again.stderr
     assert _summary(run_dir)["env_ticks_total"] == 400
+    exported = beside("export", "runs/v", "--out", "exported")  # export rebuilds the world from the saved id
+    assert exported.returncode == 0, exported.stderr
+    assert json.loads((beside.work / "exported" / "policy.json").read_text())["env"] == ID
 
 
 def test_env_module_names_the_same_world(beside):
