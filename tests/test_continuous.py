@@ -170,3 +170,14 @@ def test_continuous_arguments_are_checked_at_the_door():
         make_env("Hopper-v5", max_episode_steps=0)
     with pytest.raises(TypeError, match="unexpected keyword"):
         make_env("Hopper-v5", frame_skip=2)
+
+
+def test_train_pixels_asks_a_continuous_world_for_its_frames(capsys, tmp_path):
+    from nonstop.cli import build_parser
+    from nonstop.commands.train import config_from_args
+
+    args = build_parser().parse_args(["train", "--env", "HalfCheetah-v5", "--pixels", "--seconds", "1"])
+    assert config_from_args(args).env_kwargs == {"pixels": True}
+    assert main(["train", "--env", "CartPole", "--pixels", "--seconds", "1", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "nonstop: error: --pixels: CartPole does not offer its frames (the continuous family does: `nonstop envs`)"

@@ -143,3 +143,39 @@ def test_make_takes_module_id_and_env_module(user_module):
         nonstop.make(ID, env_module="otherpkg")
     with pytest.raises(ValueError, match="registered no environment 'Nope-v0'"):
         nonstop.make("mypkg.worlds:Nope-v0")
+
+
+@pytest.mark.wall
+def test_serve_builds_a_world_of_its_own_in_its_tick_processes(beside, tmp_path):
+    import signal
+    import socket
+    import time
+
+    from nonstop.server.client import Client, http_get
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launcher = tmp_path / "bin" / "nonstop_launcher.py"
+    env = {**os.environ, "PYTHONPATH": str(SRC), "USERWORLD_IMPORT_LOG": str(beside.imports)}
+    server = subprocess.Popen([sys.executable, str(launcher), "serve", "--env", "Target1D-v0", "--env-module", "mypkg.worlds",
+                               "--port", str(port), "--tick-procs", "1", "--log-level", "warning"],
+                              cwd=beside.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                http_get(f"http://127.0.0.1:{port}", "/health", timeout=2)
+                break
+            except Exception:
+                assert server.poll() is None and time.monotonic() < deadline, server.communicate()[1][-2000:]
+                time.sleep(0.5)
+        with Client(f"ws://127.0.0.1:{port}") as world:
+            world.reset(seed=0)
+            world.act(2)  # walk right, towards or past the target
+            later = world.wait(4)
+        assert later.tick >= 4 and later.info["agent_ticks"] == 1 and later.info["total_reward"] < 0
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=60)
+    assert len(set(beside.imports.read_text().split())) >= 2  # the server and its tick process
