@@ -73,8 +73,16 @@ def test_env_module_names_the_same_world(beside):
     assert json.loads((beside.work / "runs" / "m" / "config.json").read_text())["env"] == ID
 
 
+def test_compare_takes_a_world_of_its_own(beside):
+    done = beside("compare", "--env", "Target1D-v0", "--env-module", "mypkg.worlds", "--latency", "2t", "--seconds", "2",
+                  "--plot", "", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["env"] == ID and result["tick_hz"] == 20.0
+
+
 @pytest.mark.wall
-def test_trains_and_resumes_on_the_wall_clock_and_its_processes_import_the_module(beside):
+def test_trains_and_resumes_on_the_wall_clock_and_its_processes_import_the_module(beside, no_shm_leak):
     first = beside("train", "--env", ID, "--clock", "wall", "--seconds", "3", "--out", "runs/w")
     assert first.returncode == 0, first.stderr
     importers = set(beside.imports.read_text().split())
@@ -102,7 +110,7 @@ def test_refusals_are_one_line(beside, args, message):
 
 
 @pytest.mark.wall
-def test_a_script_without_a_main_guard_is_told_how_to_guard(beside):
+def test_a_script_without_a_main_guard_is_told_how_to_guard(beside, no_shm_leak):
     """Every process nonstop spawns imports the calling script afresh: without the guard each child would
     start the run again (issue 30: "learner 0 kept dying"); each says what to do instead."""
     script = beside.work / "unguarded.py"
@@ -146,7 +154,7 @@ def test_make_takes_module_id_and_env_module(user_module):
 
 
 @pytest.mark.wall
-def test_serve_builds_a_world_of_its_own_in_its_tick_processes(beside, tmp_path):
+def test_serve_builds_a_world_of_its_own_in_its_tick_processes(beside, tmp_path, no_shm_leak):
     import signal
     import socket
     import time
