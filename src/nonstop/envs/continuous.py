@@ -55,10 +55,17 @@ class GrayFrames(gymnasium.ObservationWrapper[np.ndarray, Any, Any], gymnasium.u
     every machine gets the same bytes) instead of the env's own observation; ``env`` must render
     ``rgb_array`` frames of a fixed ``shape`` (height, width).
 
-    >>> env = GrayFrames(gymnasium.make("Pendulum-v1", render_mode="rgb_array"), (500, 500))
-    >>> obs, _ = env.reset(seed=0)
-    >>> obs.shape, obs.dtype
-    ((500, 500), dtype('uint8'))
+    >>> class Lamp(gymnasium.Env):
+    ...     observation_space = gymnasium.spaces.Box(-1.0, 1.0, (1,))
+    ...     action_space = gymnasium.spaces.Discrete(1)
+    ...     render_mode = "rgb_array"
+    ...     def reset(self, *, seed=None, options=None):
+    ...         return np.zeros(1, np.float32), {}
+    ...     def render(self):
+    ...         return np.full((2, 3, 3), (255, 0, 0), np.uint8)  # pure red
+    >>> GrayFrames(Lamp(), (2, 3)).reset()[0]
+    array([[76, 76, 76],
+           [76, 76, 76]], dtype=uint8)
     """
 
     def __init__(self, env: gymnasium.Env, shape: tuple[int, int]) -> None:
