@@ -181,3 +181,11 @@ def test_train_pixels_asks_a_continuous_world_for_its_frames(capsys, tmp_path):
     assert main(["train", "--env", "CartPole", "--pixels", "--seconds", "1", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "nonstop: error: --pixels: CartPole does not offer its frames (the continuous family does: `nonstop envs`)"
+
+
+def test_env_arg_tick_hz_sets_a_trained_worlds_rate(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--env", "CartPole", "--env-arg", "tick_hz=25", "--seconds", "2", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["env_ticks_total"] == 50  # 2 s at 25 Hz, not CartPole's natural 50 Hz
+    assert json.loads((out / "config.json").read_text())["env_kwargs"] == {"tick_hz": 25}
