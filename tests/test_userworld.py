@@ -192,3 +192,15 @@ def test_serve_builds_a_world_of_its_own_in_its_tick_processes(beside, tmp_path,
         server.send_signal(signal.SIGINT)
         server.communicate(timeout=60)
     assert len(set(beside.imports.read_text().split())) >= 2  # the server and its tick process
+
+
+def test_make_parallel_takes_a_seat_worlds_module():
+    """A seat world named with its module (here nonstop's own duel module, which registers multi/duel)."""
+    env = nonstop.make_parallel("multi/duel", env_module="nonstop.envs.duel", seed=0)
+    try:
+        observations, _ = env.reset(seed=0)
+        assert sorted(observations) == sorted(env.possible_agents)
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="registered no environment 'multi/nope'"):
+        nonstop.make_parallel("nonstop.envs.duel:multi/nope")
