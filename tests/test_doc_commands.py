@@ -50,6 +50,7 @@ RUN_TIMEOUT = 300
 
 #: Run exactly as the page shows them: each takes seconds.
 AS_WRITTEN = {
+    "nonstop envs",
     "nonstop report runs/cartpole --html",
     "nonstop report runs/cartpole",
     "nonstop report runs/duel",
@@ -148,6 +149,14 @@ NOT_RUN = {
     "nonstop paper 8": "5-6 minutes at its tiny budget on 2 cores (Ray learners past the cores): tests/test_paper.py "
                        "runs its bench on Ray actors",
     "nonstop paper 14": "exits 2 by design: Rainbow is not offered (tests/test_paper.py checks the message)",
+    "nonstop train --env mypkg.worlds:Target1D-v0 --clock wall --seconds 20 --out runs/target":
+        "needs the user's package mypkg beside the command: tests/test_userworld.py runs it (3 s) in a directory "
+        "holding tests/data/userworld/mypkg, through a launcher that, like the console script, leaves that "
+        "directory off sys.path",
+    "nonstop train --env Target1D-v0 --env-module mypkg.worlds --seconds 20 --out runs/target-again":
+        "needs mypkg beside the command: tests/test_userworld.py runs it (2 s) beside tests/data/userworld/mypkg",
+    "nonstop train --resume runs/target --seconds 40":
+        "resumes the run above: tests/test_userworld.py resumes its runs on both clocks beside mypkg",
 }
 
 #: The commands above that need a GPU → what runs where there is one.

@@ -300,7 +300,13 @@ def test_gymnasium_ids_take_tick_hz_from_render_fps_or_the_caller():
 
 def test_gymnasium_id_without_render_fps_asks_for_tick_hz():
     env_id = "NonstopTestNoFps-v0"
-    gymnasium.register(env_id, entry_point=lambda: InactionMDP())  # a factory without metadata
+
+    def no_fps() -> InactionMDP:  # a factory without metadata, whose instances declare no render_fps either
+        env = InactionMDP()
+        env.metadata = {"render_modes": []}
+        return env
+
+    gymnasium.register(env_id, entry_point=no_fps)
     try:
         with pytest.raises(ValueError, match=r"pass tick_hz="):
             env_info(env_id)

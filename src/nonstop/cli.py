@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from nonstop.realtime import lifeline
 
+    _refuse_in_bootstrapping_child()
     previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _sigterm_to_exit)}
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the shell ignores it (nohup, &)
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, _sigint_to_interrupt)
@@ -83,6 +84,18 @@ def main(argv: list[str] | None = None) -> int:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         lifeline.pending_stop = 0
+
+
+def _refuse_in_bootstrapping_child() -> None:
+    """A script that calls `main` without ``if __name__ == "__main__":`` runs it again in every process
+    nonstop starts (they are spawned: each imports the script afresh); say so, in one line, and end
+    that child, instead of a second run in the first run's directory."""
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):  # multiprocessing's own test of this
+        print("nonstop: error: a child process re-imported the script that calls nonstop's command line: put the "
+              "call under `if __name__ == \"__main__\":` (nonstop starts its processes with spawn)", file=sys.stderr)
+        raise SystemExit(2)
 
 
 def _run(argv: list[str] | None) -> int:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import MISSING, Field, fields
 from typing import Any
 
-__all__ = ["add_fields", "arg_type", "shown", "add_device_arguments"]
+__all__ = ["add_fields", "arg_type", "shown", "add_device_arguments", "add_env_module_argument", "env_of"]
 
 
 def arg_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -83,3 +83,18 @@ def add_device_arguments(group: Any, *, device: str = "cpu", what: str = "the mo
     from nonstop.inference.device import add_device_arguments as add
 
     add(group, device=device, what=what, dtype=dtype)
+
+
+def add_env_module_argument(group: Any) -> None:
+    """``--env-module MODULE``: the module that registers the ``--env`` id, imported first (as ``--env MODULE:ID``)."""
+    group.add_argument("--env-module", default=None, metavar="MODULE",
+                       help="import MODULE before looking the env id up: a world your own module registers (the same "
+                            "as --env MODULE:ID; it must be on PYTHONPATH or in the directory nonstop runs from; "
+                            "every process that builds the world imports it)")  # fmt: skip
+
+
+def env_of(env: str, args: argparse.Namespace) -> str:
+    """``env`` with ``--env-module``'s module, as one id (``MODULE:ID``); two different modules are refused."""
+    from nonstop.envs.registry import qualify_env_id
+
+    return qualify_env_id(env, getattr(args, "env_module", None))

@@ -35,7 +35,11 @@ def n_workers_arg(text: str) -> int | str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``nonstop compare``."""
-    parser.add_argument("--env", default="Boxing", help="env id (default Boxing; see `nonstop envs`)")
+    parser.add_argument("--env", default="Boxing", help="env id (default Boxing; see `nonstop envs`), or MODULE:ID for "
+                                                       "a world your own module registers")  # fmt: skip
+    from nonstop.commands._flags import add_env_module_argument
+
+    add_env_module_argument(parser)
     parser.add_argument("--latency", default="6t", metavar="SPEC",
                         help="model inference time: constant:V | V | normal:MEAN,STD | lognormal:MEDIAN,SIGMA | "
                              "empirical:PATH; units s, ms or t (ticks of the env). Default 6t")  # fmt: skip
@@ -121,7 +125,9 @@ def render_table(result: dict[str, Any], console: Any = None) -> None:
 def run_compare(args: argparse.Namespace) -> int:
     """Entry point of ``nonstop compare`` (see `add_arguments`). Bad inputs raise ValueError/TypeError."""
     from nonstop._console import Console
+    from nonstop.commands._flags import env_of
 
+    args.env = env_of(args.env, args)
     console = Console()
     with console.status("running…") as status:
         result = compare(

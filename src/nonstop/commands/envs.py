@@ -37,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(e.env_id, e.family, f"{e.tick_hz:g}", e.default_beta, e.description)
     Console().print(table)
     print("Any ALE game also works as ALE/<Game>-v5 (paper defaults: 60 Hz, no frame skip, no sticky actions).")
+    print("Any Gymnasium id works too (tick_hz=RATE where it declares none), and a world your own module registers as "
+          "--env MODULE:ID.")  # fmt: skip
     print(f"Game Boy ROMs (found with rom=PATH or in ${ROMS_ENV_VAR}; nonstop ships none):")
     no_pyboy = pyboy_problem() if roms else ""
     for env_id, (source, problem) in roms.items():

@@ -10,7 +10,11 @@ HELP = "serve realtime worlds over WebSocket (OpenEnv protocol + realtime verbs)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", action="append", help="env id to serve (repeat for several; first is the default; Boxing)")
+    p.add_argument("--env", action="append", help="env id to serve (repeat for several; first is the default; Boxing), "
+                                                  "or MODULE:ID for a world your own module registers")  # fmt: skip
+    from nonstop.commands._flags import add_env_module_argument
+
+    add_env_module_argument(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--token", help="require 'Authorization: Bearer TOKEN' on every request and socket (visible to "
@@ -42,10 +46,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from nonstop.commands._flags import env_of
     from nonstop.server.app import resolve_token, serve
 
     return serve(
-        args.env or ["Boxing"], host=args.host, port=args.port, token=resolve_token(args.token, args.token_file),
+        [env_of(env, args) for env in args.env or ["Boxing"]], host=args.host, port=args.port, token=resolve_token(args.token, args.token_file),
         max_sessions=args.max_sessions, idle_timeout=args.idle_timeout, replay_dir=args.replay_dir,
         tick_threads=args.tick_threads, tick_procs=args.tick_procs, tick_sched=args.tick_sched,
         warm_envs=args.warm_envs, switch_interval=args.switch_interval, log_level=args.log_level,

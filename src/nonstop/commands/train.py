@@ -13,7 +13,7 @@ import math
 from dataclasses import fields
 from typing import Any
 
-from nonstop.commands._flags import add_fields, arg_type, shown
+from nonstop.commands._flags import add_env_module_argument, add_fields, arg_type, env_of, shown
 
 __all__ = ["HELP", "add_arguments", "run", "config_from_args", "record_from_args", "add_dqn_arguments"]
 
@@ -35,8 +35,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from nonstop.realtime.defaults import DEFAULT_NAMES
 
     add_fields(p, TrainConfig, _RUN_FIELDS[:1])
+    add_env_module_argument(p)
     p.add_argument("--env-arg", action="append", metavar="KEY=VALUE",
-                   help="env keyword argument, repeatable (max_episode_steps=900)")  # fmt: skip
+                   help="env keyword argument, repeatable (max_episode_steps=900; tick_hz=20: the world's rate)")  # fmt: skip
+    p.add_argument("--pixels", action="store_true",
+                   help="a continuous world's frames instead of its state: 84x84 grayscale, as Atari's, for the same "
+                        "encoder (the same as --env-arg pixels=true)")  # fmt: skip
     p.add_argument("--scheduler-arg", action="append", metavar="KEY=VALUE",
                    help="a setting of the scheduler, repeatable (fill: p_minimax=0.972 from `nonstop tolerance`, "
                         "cap=8; quantile_hold: quantile=0.99; default: the scheduler's own)")  # fmt: skip
@@ -115,10 +119,19 @@ def config_from_args(args: argparse.Namespace) -> Any:
     if isinstance(overrides.get("hidden"), list):
         overrides["hidden"] = tuple(overrides["hidden"])
     given_env = parse_env_args(getattr(args, "env_arg", None))
-    family = env_info(args.env, **given_env).family  # with its arguments: a Game Boy world finds its ROM by rom=PATH
+    if getattr(args, "pixels", False):
+        given_env["pixels"] = True
+    env = env_of(args.env, args)  # MODULE:ID: the module travels with the id to every process, and into config.json
+    try:
+        family = env_info(env, **given_env).family  # with its arguments: a Game Boy world finds its ROM by rom=PATH
+    except TypeError as exc:  # an argument the world does not take: bad input, said as the flag
+        if getattr(args, "pixels", False) and "'pixels'" in str(exc):
+            raise ValueError(f"--pixels: {env} does not offer its frames (the continuous family does: `nonstop envs`)") from None
+        raise ValueError(f"--env-arg: {exc}") from None
     dqn = DQNConfig.for_family(family, **overrides)
     env_kwargs = {**default_env_kwargs(family), **given_env}
     run = {name: getattr(args, name) for name in _RUN_FIELDS if getattr(args, name, None) is not None}
+    run["env"] = env
     run.pop("trim_above", None)
     try:
         scheduler_args = parse_env_args(getattr(args, "scheduler_arg", None))  # KEY=VALUE, values read as JSON
@@ -193,9 +206,12 @@ def resumed_config(args: argparse.Namespace, out: Any) -> tuple[Any, list[str]]:
     typed = given_flags(args)
     fresh = config_from_args(args).to_dict()
     keys = {name for name in (*_RUN_FIELDS, *_SELF_PLAY_FIELDS, "self_play", "seed") if name in typed}
-    keys |= {"env_kwargs"} if "env_arg" in typed else set()
+    keys |= {"env_kwargs"} if typed & {"env_arg", "pixels"} else set()
     keys |= {"scheduler_args"} if "scheduler_arg" in typed else set()
     merged = {**saved, **{k: fresh[k] for k in keys if k in fresh}}
+    if "env_module" in typed and "env" not in typed:  # the saved world, its module named now
+        keys.add("env")
+        merged["env"] = env_of(saved.get("env", fresh["env"]), args)
     dqn_keys = {f.name for f in fields(DQNConfig) if f.name in typed or "preset" in typed}
     merged["dqn"] = {**(saved.get("dqn") or {}), **{k: fresh["dqn"][k] for k in dqn_keys}}
     cfg = TrainConfig(**merged)

@@ -16,7 +16,7 @@ import gymnasium
 __all__ = ["EnvInfo", "Entry", "register", "REGISTRY", "ALE_ID", "FAMILIES", "DEFAULT_BETAS", "is_int", "is_real",
            "check_positive_real"]
 
-FAMILIES = ("atari", "gameboy", "theory", "classic", "gymnasium", "multi")
+FAMILIES = ("atari", "gameboy", "theory", "classic", "continuous", "gymnasium", "multi")
 DEFAULT_BETAS = ("noop", "repeat")
 
 # Matches the two spellings of "any ALE game with the paper's defaults".
@@ -28,7 +28,7 @@ class EnvInfo:
     """The realtime facts about one environment id.
 
     ``tick_hz`` is the world's natural tick rate (``τ_M = 1 / tick_hz``); ``noop_action`` is what the
-    ``"noop"`` default behaviour β applies; ``default_beta`` is the β that makes sense for this world.
+    ``"noop"`` default behaviour β applies (None: the action space's own, zeros for a ``Box``); ``default_beta`` is the β that makes sense for this world.
     The reward rates are per tick, where the theory knows them.
 
     >>> info = EnvInfo("theory/inaction", "theory", 60.0, 0, "noop", "Equation 3 MDP", 1.0, 0.0)

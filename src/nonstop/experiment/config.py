@@ -74,7 +74,8 @@ def _help(text: str, **more: Any) -> dict[str, Any]:
 class TrainConfig:
     """Everything that defines a run (saved as the run's config.json). Each field's help is its flag's."""
 
-    env: str = field(default="CartPole", metadata=_help("env id (see `nonstop envs`)"))
+    env: str = field(default="CartPole", metadata=_help(
+        "env id (see `nonstop envs`), or MODULE:ID for a world your own module registers (saved so, resume finds it)"))
     env_kwargs: dict[str, Any] = field(default_factory=dict, metadata=_help("keyword arguments for the env"))
     clock: str = field(default="virtual", metadata=_help("virtual: simulated time (fast, exact); wall: real time",
                                                          choices=_CLOCKS))

@@ -79,7 +79,7 @@ class RecordConfig:
 
 
 def default_out(env: str) -> Path:
-    return Path("runs") / f"{env.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return Path("runs") / f"{env.replace('/', '_').replace(':', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"  # mypkg.worlds:Id
 
 
 def train_in_directory(cfg: TrainConfig, rec: RecordConfig, *, console: Any) -> tuple[dict[str, Any], RunEnd, Path]:

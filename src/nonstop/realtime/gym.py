@@ -27,7 +27,7 @@ from nonstop.realtime.clock import Clock, VirtualClock
 from nonstop.realtime.ticklog import TickLog
 from nonstop.realtime.host import END_TERMINATED, END_TRUNCATED, EnvSource, Session
 
-__all__ = ["RealtimeEnv", "make", "INFO_KEYS", "step_info", "register_envs"]
+__all__ = ["RealtimeEnv", "make", "INFO_KEYS", "step_info", "register_envs", "world_arguments"]
 
 #: What nonstop adds to ``info`` (all numpy int64; the README has the table).
 INFO_KEYS: Final = (
@@ -347,11 +347,42 @@ def make(
     clock: str | Clock = "virtual",
     default: Any = None,
     think_time: float = 0.0,
+    env_module: str | None = None,
     **kwargs: Any,
 ) -> RealtimeEnv:
     """A realtime ``gymnasium.Env``: ``nonstop.make("Boxing", clock="wall")``.
 
     Keyword arguments go to `Session` (``queue_mode``, ``tick_hz``, ``seed``,
-    ``env_kwargs`` …).
+    ``env_kwargs`` …). A world of your own: ``make("mypkg.worlds:Target1D-v0")`` (Gymnasium's
+    ``module:Id``) or ``make("Target1D-v0", env_module="mypkg.worlds")`` imports the module here
+    and in every process that builds the world. ``tick_hz`` gives any world its rate, one whose
+    Gymnasium class declares none included.
+
+    >>> env = make("HalfCheetah-v5", tick_hz=20)
+    >>> env.tick_hz, env.action_space.shape
+    (20.0, (6,))
+    >>> env.close()
     """
-    return RealtimeEnv(env_id, clock=clock, default=default, think_time=think_time, **kwargs)
+    env, kwargs = world_arguments(env_id, env_module, kwargs)
+    return RealtimeEnv(env, clock=clock, default=default, think_time=think_time, **kwargs)
+
+
+def world_arguments(env: EnvSource, env_module: str | None, kwargs: dict[str, Any]) -> tuple[EnvSource, dict[str, Any]]:
+    """What `make` and `nonstop.make_parallel` hand their `Session`: the id with its module
+    (`nonstop.envs.registry.qualify_env_id`), and ``tick_hz`` also among ``env_kwargs`` where
+    the registry asks for a rate, so a world whose class declares none gets it there too."""
+    if not isinstance(env, str):
+        if env_module is not None:
+            raise ValueError("env_module names the module of an env id; a factory brings its own module")
+        return env, kwargs
+    from nonstop.envs.registry import qualify_env_id
+
+    env = qualify_env_id(env, env_module)
+    tick_hz = kwargs.get("tick_hz")
+    if tick_hz is not None:
+        env_kwargs = dict(kwargs.get("env_kwargs") or {})
+        given = env_kwargs.setdefault("tick_hz", tick_hz)
+        if given is not tick_hz and given != tick_hz:
+            raise ValueError(f"tick_hz={tick_hz!r} and env_kwargs tick_hz={env_kwargs['tick_hz']!r} disagree: give one")
+        kwargs = dict(kwargs, env_kwargs=env_kwargs)
+    return env, kwargs

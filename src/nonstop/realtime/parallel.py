@@ -22,7 +22,7 @@ import numpy as np
 from pettingzoo import ParallelEnv
 
 from nonstop.realtime.clock import Clock, VirtualClock
-from nonstop.realtime.gym import step_info
+from nonstop.realtime.gym import step_info, world_arguments
 from nonstop.realtime.host import END_TERMINATED, END_TRUNCATED, EnvSource, Session
 from nonstop.realtime.ticklog import TickLog
 
@@ -168,13 +168,16 @@ class RealtimeParallelEnv(ParallelEnv):
 
 
 def make_parallel(
-    env_id: EnvSource, *, clock: str | Clock = "virtual", defaults: dict[str, Any] | None = None, **kwargs: Any
+    env_id: EnvSource, *, clock: str | Clock = "virtual", defaults: dict[str, Any] | None = None,
+    env_module: str | None = None, **kwargs: Any
 ) -> RealtimeParallelEnv:
     """A realtime ``pettingzoo.ParallelEnv`` of a seat world: ``nonstop.make_parallel("multi/duel")``.
 
     ``defaults``: β per seat (``{seat: "noop" | "repeat" | callable}``; seats left out get the
     world's own). Other keyword arguments go to `Session` (``queue_mode``, ``seed``, ``env_kwargs`` …).
+    A seat world of your own: ``"module:Id"`` or ``env_module=``, as `nonstop.make` takes them.
     """
     if defaults is not None and not isinstance(defaults, dict):
         raise TypeError(f"defaults must be a dict {{seat: β}}, got {type(defaults).__name__}")
-    return RealtimeParallelEnv(env_id, clock=clock, default=defaults, **kwargs)
+    env, kwargs = world_arguments(env_id, env_module, kwargs)
+    return RealtimeParallelEnv(env, clock=clock, default=defaults, **kwargs)

@@ -1,0 +1,1 @@
+"""A user's own package, as `tests/test_userworld.py` trains on it: a plain package beside the command."""
