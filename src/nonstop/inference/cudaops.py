@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["HostOps", "CudaOps", "device_ops", "is_out_of_memory"]
+__all__ = ["HostOps", "CudaOps", "device_ops", "is_out_of_memory", "VersionHandoff"]
 
 
 class HostOps:
@@ -176,3 +176,41 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
     oom = getattr(torch.cuda, "OutOfMemoryError", None)
     return (oom is not None and isinstance(exc, oom)) or "out of memory" in str(exc).lower()
+
+
+class VersionHandoff:
+    """Weights written on one stream (a learner's) and read on others (a server's copy, a checkpoint's
+    snapshot), ordered by events rather than by sharing a stream: a writer records ``written`` after each
+    version and, before its next write, waits for every reader's last read; a reader waits for
+    ``written`` before it reads and records its own event after. Everything a no-op off CUDA.
+
+    >>> h = VersionHandoff(HostOps()); h.before_write(); h.after_write(); h.before_read(); h.after_read("server")
+    """
+
+    def __init__(self, ops: HostOps) -> None:
+        self.ops = ops
+        self.written = ops.event()
+        self._reads: dict[str, Any] = {}
+
+    def before_write(self) -> None:
+        """On the writer's stream: wait until every reader is done with the last version."""
+        for event in tuple(self._reads.values()):
+            self.ops.wait(event)
+
+    def after_write(self) -> None:
+        """On the writer's stream: a new version is written."""
+        if self.written is not None:
+            self.ops.record(self.written)
+
+    def before_read(self) -> None:
+        """On a reader's stream: wait for the newest version to be written."""
+        if self.written is not None:
+            self.ops.wait(self.written)
+
+    def after_read(self, reader: str) -> None:
+        """On a reader's stream: ``reader`` is done reading (the writer's next write waits for it)."""
+        event = self._reads.get(reader)
+        if event is None:
+            event = self._reads[reader] = self.ops.event()
+        if event is not None:
+            self.ops.record(event)
