@@ -405,3 +405,102 @@ def test_a_checkpoint_copies_without_holding_the_learners_lock(no_shm_leak):
     finally:
         for seg in segs:
             seg.unlink()
+
+
+# ----------------------------------------------------------------------------- 5. bench gpu
+
+
+def test_bench_gpu_starts_worlds_at_once_frees_each_k_serves_at_an_explicit_dtype_within_max_batch(
+        monkeypatch, capsys, no_shm_leak):  # fmt: skip
+    """One quick run on the CPU, watched from inside: the worlds' starts overlap, each k's model is gone
+    before the next is built, the fp32 reference runs with TF32 off, the ceilings stop at --max-batch,
+    the worlds are served at the dtype the result names, the learner's effect is reported, and
+    --budget-s leaves out (and names) what does not fit."""
+    import json
+    import weakref
+
+    from nonstop.bench import gpu as bench_gpu
+    from nonstop.cli import main
+    from nonstop.policies import models
+    from nonstop.realtime import host
+
+    running, most = [0], [0]
+    lock = threading.Lock()
+    real_start = host.Session.start
+
+    def start(self: host.Session, *a: object, **kw: object) -> object:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            time.sleep(0.3)  # long enough that starts made one after another never overlap
+            return real_start(self, *a, **kw)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    built: list[weakref.ref] = []
+    alive_at_build: list[list[bool]] = []
+    real_impala = models.impala_resnet
+
+    def impala(*a: object, **kw: object) -> torch.nn.Module:
+        alive_at_build.append([r() is not None for r in built])
+        model = real_impala(*a, **kw)
+        built.append(weakref.ref(model))
+        return model
+
+    tf32_at_reference: list[bool] = []
+    real_q = TorchForward.q_values
+
+    def q_values(self: TorchForward, batch: np.ndarray) -> torch.Tensor:
+        tf32_at_reference.append(torch.backends.cudnn.allow_tf32)
+        return real_q(self, batch)
+
+    monkeypatch.setattr(host.Session, "start", start)
+    monkeypatch.setattr(models, "impala_resnet", impala)
+    monkeypatch.setattr(TorchForward, "q_values", q_values)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    assert main(["bench", "gpu", "--quick", "--device", "cpu", "--dtypes", "fp32", "--k", "0.25,0.5", "--batch-sizes", "1,2,4",
+                 "--worlds", "3", "--seconds", "1", "--no-baseline", "--no-remote", "--max-batch", "2",
+                 "--learner-seconds", "0.3", "--budget-s", "600", "--json"]) == 0  # fmt: skip
+    r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert most[0] == 3  # the three worlds started at once
+    assert alive_at_build[1] == [False]  # k=0.25's model was freed before k=0.5's was built
+    assert tf32_at_reference[0] is False and torch.backends.cudnn.allow_tf32 is True  # off for the reference, restored
+    for c in r["curves"]:
+        assert c["ceiling_batch"] <= 2 and c["worlds_ceiling"] <= c["worlds_ceiling_any_batch"]
+    assert r["serve_dtype"] == "fp32" and r["serve"]["dtype"] == "fp32" and r["max_batch"] == 2
+    effect = r["learner_effect"]
+    assert effect["alone"]["p99_ms"] > 0 and effect["with_learner"]["p99_ms"] > 0 and effect["p99_ratio"] > 0
+    assert effect["learner_updates_per_s"] > 0 and effect["versions_taken"] >= 1
+    assert r["budget"]["budget_s"] == 600 and r["budget"]["skipped"] == []
+    # a budget too small for the served part: it is left out and named, the curves still come back
+    assert main(["bench", "gpu", "--quick", "--device", "cpu", "--dtypes", "fp32", "--k", "0.25,0.5", "--batch-sizes", "1",
+                 "--worlds", "2", "--seconds", "30", "--no-baseline", "--no-remote", "--learner-seconds", "0",
+                 "--budget-s", "20", "--json"]) == 0  # fmt: skip
+    r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert r["budget"]["skipped"] == ["curves at k=0.5", "batched K=2"] and r["served"] == []
+    assert r["curves"][1] == {"k": 0.5, "skipped": "--budget-s: no time left for this k"}
+    assert bench_gpu._settings  # the module the CLI ran
+
+
+def test_bench_gpu_captures_the_servers_graphs_before_its_window_and_names_a_size_that_did_not_fit(monkeypatch):
+    import argparse
+
+    from nonstop.bench import gpu as bench_gpu
+    from nonstop.inference import device as device_module
+
+    ops = FakeCudaOps()
+    monkeypatch.setattr(device_module, "device_ops", lambda d: ops)
+    monkeypatch.setattr(device_module, "default_graph_sizes", lambda d, m: (1, 2, 4))
+    args = argparse.Namespace(max_batch=4)
+    s = {"device": torch.device("cpu"), "serve_k": 0.25, "serve_dtype": "fp32"}
+    server = bench_gpu._build_server(s, args, LatencyCurve.linear(0.001, 0.0), WallClock(spin=0.0), 6, [0.0],
+                                     np.zeros((84, 84), np.uint8))  # fmt: skip
+    try:
+        assert [g[0] for g in ops.graphs] == [1, 2, 4] and server.requests == 0  # captured before any request
+    finally:
+        server.close()
+    forward = TorchForward(_net(), "cpu", dtype="fp32", graph_sizes=(1, 2, 4, 8), ops=FakeCudaOps(oom_at=4))
+    out = bench_gpu._time_forward(forward, _frames(8), [1, 2, 4, 8], 2, WallClock(spin=0.0))
+    assert out["out_of_memory_at_batch"] == 4 and out["largest_batch_that_fit"] == 2 and sorted(out["L_s"]) == [1, 2]

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["HostOps", "CudaOps", "device_ops", "is_out_of_memory", "VersionHandoff"]
+__all__ = ["HostOps", "CudaOps", "device_ops", "is_out_of_memory", "VersionHandoff", "ieee_fp32"]
 
 
 class HostOps:
@@ -214,3 +214,23 @@ class VersionHandoff:
             event = self._reads[reader] = self.ops.event()
         if event is not None:
             self.ops.record(event)
+
+
+@contextlib.contextmanager
+def ieee_fp32() -> Any:
+    """fp32 as IEEE fp32 inside: TF32 off for cuDNN's convolutions and CUDA's matmuls (a reference to
+    compare a lower precision with, or a gradient to compare across devices), restored after.
+
+    >>> import torch
+    >>> with ieee_fp32():
+    ...     torch.backends.cudnn.allow_tf32
+    False
+    """
+    import torch
+
+    was = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = was
