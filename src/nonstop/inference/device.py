@@ -122,14 +122,15 @@ class BatchTiming:
 _FLATS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 
-def bind_flat(model: "torch.nn.Module") -> "torch.Tensor":
+def bind_flat(model: "torch.nn.Module") -> "torch.Tensor | None":
     """Make ``model``'s parameters views into one flat tensor (``parameters()`` order, values kept) and
-    return it: a new version then crosses into the model as one flat copy (`flat_parameters`)."""
+    return it: a new version then crosses into the model as one flat copy (`flat_parameters`). None for a
+    model without parameters, or whose parameters differ in dtype or device (left as they are)."""
     import torch
 
     params = list(model.parameters())
-    if not params:
-        raise ValueError("the model has no parameters to bind")
+    if not params or len({(p.dtype, p.device) for p in params}) != 1:
+        return None
     with torch.no_grad():
         flat = torch.cat([p.detach().reshape(-1) for p in params])
         offset = 0
@@ -256,8 +257,11 @@ class TorchForward:
 
     def describe(self) -> dict[str, Any]:
         """Where and how it runs, for a report."""
+        import torch
+
         return {"device": str(self.device), "dtype": str(self.dtype).removeprefix("torch."),
-                "serving_dtype": str(next(self.serving.parameters()).dtype).removeprefix("torch."),
+                "serving_dtype": str(next(self.serving.parameters(), torch.empty(0, dtype=self.dtype)).dtype
+                                     ).removeprefix("torch."),
                 "channels_last": self.channels_last, "graph_sizes": list(self.graph_sizes), "graphs": self.graphs,
                 "graphs_captured": sorted({k[0] for k in self._captured}), "weight_casts": self.weight_casts,
                 "own_stream": self.stream is not None}  # fmt: skip
