@@ -1,6 +1,7 @@
 """The Python half of scripts/gpu-check: the capture-under-learner probe and the one-page summary.
 
     python scripts/gpu_check.py probe OUT/probe.json     # on CUDA; elsewhere it writes {"skipped": "no CUDA"}
+    python scripts/gpu_check.py probe OUT.json cpu       # the same code on the CPU (no graphs): its plumbing
     python scripts/gpu_check.py summary OUT              # reads what the steps left in OUT, writes summary.txt/.json
 
 The summary puts each figure beside its threshold (THRESHOLDS) with a verdict: PASS, FAIL, or SKIP with
@@ -39,7 +40,7 @@ THRESHOLDS = {
 # ----------------------------------------------------------------------------- the probe
 
 
-def probe(out_path: str) -> int:
+def probe(out_path: str, device: str = "cuda") -> int:
     """A batching server on CUDA that captures every graph size at its start while a device learner thread
     updates (the situation of `train --backend batched --learner-backend device --clock wall`), then
     serves for 3 s; what it captured, whether anything failed, its measured L(b) against direct replays,
@@ -50,7 +51,8 @@ def probe(out_path: str) -> int:
         import numpy as np
         import torch
 
-        if not torch.cuda.is_available():
+        res["device"] = device
+        if device == "cuda" and not torch.cuda.is_available():
             res["skipped"] = "no CUDA"
             return 0
         import threading
@@ -77,7 +79,7 @@ def probe(out_path: str) -> int:
         for i in range(256):
             replay.add_transition(ids[i], int(rng.integers(18)), float(rng.normal()), 0.99, 1, ids[i + 1])
         init_training(model, state, weights)
-        dstate = DeviceTrainingState.from_host(state, "cuda")
+        dstate = DeviceTrainingState.from_host(state, device)
         learner = DeviceLearner((84, 84), 18, cfg, dstate, state, weights, replay, seed=0)
         stop, errors, updates = threading.Event(), [], [0]
 
@@ -97,7 +99,7 @@ def probe(out_path: str) -> int:
         thread.start()
         time.sleep(0.5)
         sizes = (1, 2, 4, 8, 16, 32, 64)
-        forward = TorchForward(build_q_network((84, 84), 18, cfg), "cuda", dtype="bf16", graph_sizes=sizes,
+        forward = TorchForward(build_q_network((84, 84), 18, cfg), device, dtype="bf16", graph_sizes=sizes,
                                refresh=DeviceRefresh(dstate))  # fmt: skip
         curve = LatencyCurve.linear(0.002, 0.0001)
         server = BatchingServer(forward, curve, clock=WallClock(spin=0.0), max_batch=64, measure=True,
@@ -111,7 +113,7 @@ def probe(out_path: str) -> int:
                 res["prepare_error"] = str(exc)
             res["capture_s"] = round(time.perf_counter() - t0, 2)
             res["graphs_captured"] = forward.describe()["graphs_captured"]
-            end, tickets = time.perf_counter() + 3.0, []
+            end, tickets = time.perf_counter() + (3.0 if device == "cuda" else 0.5), []
             while time.perf_counter() < end:  # bursts of 1..64 requests: every padded size served
                 for b in (1, 3, 7, 12, 30, 64):
                     now = server.clock.now()
@@ -131,14 +133,14 @@ def probe(out_path: str) -> int:
                    versions_taken=len(forward.refresh.loaded) if forward.refresh else 0,  # type: ignore[attr-defined]
                    curve=report["curve"])  # fmt: skip
         steady = []
-        for _ in range(50):
+        for _ in range(50 if device == "cuda" else 3):
             t0 = time.perf_counter()
             forward(frames[:1])
             steady.append(time.perf_counter() - t0)
         res["steady_L1_ms"] = float(np.median(steady) * 1e3)
         measured = report["curve"]["measured_s"].get(1)
         res["server_L1_ms"] = None if measured is None else measured * 1e3
-        eager = TorchForward(forward.model, "cuda", dtype="bf16")  # the same master, after the last version
+        eager = TorchForward(forward.model, device, dtype="bf16")  # the same master, after the last version
         q = eager.q_values(frames)
         top2 = torch.topk(q, 2, dim=1).values
         clear = ((top2[:, 0] - top2[:, 1]) / top2[:, 0].abs().clamp_min(1e-12) > 1e-2).numpy()
@@ -147,7 +149,7 @@ def probe(out_path: str) -> int:
             flips += int(((forward(frames[:b]) != eager(frames[:b])) & clear[:b]).sum())
         res["graph_vs_eager_flips_away_from_ties"] = flips
         res["server_stream_is_own"] = forward.stream is not None
-        if torch.cuda.device_count() >= 2:
+        if device == "cuda" and torch.cuda.device_count() >= 2:
             one = TorchForward(build_q_network((84, 84), 6, DQNConfig(k=0.25)), "cuda:1", dtype="fp32", graph_sizes=(4,))
             ref = TorchForward(one.model, "cuda:1", dtype="fp32")
             res["cuda1_graph_equals_eager"] = bool((one(frames[:4]) == ref(frames[:4])).all())
@@ -332,7 +334,7 @@ def write_summary(out: str) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in ("probe", "summary"):
-        print("usage: gpu_check.py probe OUT.json | summary OUT_DIR", file=sys.stderr)
+    if not (len(sys.argv) == 3 or len(sys.argv) == 4 and sys.argv[1] == "probe") or sys.argv[1] not in ("probe", "summary"):
+        print("usage: gpu_check.py probe OUT.json [cuda|cpu] | summary OUT_DIR", file=sys.stderr)
         sys.exit(2)
-    sys.exit(probe(sys.argv[2]) if sys.argv[1] == "probe" else write_summary(sys.argv[2]))
+    sys.exit(probe(*sys.argv[2:]) if sys.argv[1] == "probe" else write_summary(sys.argv[2]))

@@ -115,3 +115,17 @@ def test_ray_check_dry_run_says_what_it_would_run_and_its_summary_judges_the_tar
     subprocess.run([sys.executable, str(ROOT / "scripts" / "ray_check.py"), "summary", str(made)], env=_env(), check=True,
                    capture_output=True, timeout=60)  # fmt: skip
     assert json.loads((made / "summary.json").read_text())["checks"][2]["verdict"] == "FAIL"  # 15 is not 13 +- 1
+
+
+def test_the_capture_probe_runs_its_whole_path_on_the_cpu(tmp_path, no_shm_leak):
+    """The probe gpu-check runs on CUDA, run here on the CPU (no graphs there): a server beside a device
+    learner thread serves bursts of 1-64 requests with nothing failing, and the probe's figures are there."""
+    out = tmp_path / "probe.json"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "probe", str(out), "cpu"], env=_env(),
+                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    p = json.loads(out.read_text())
+    assert "error" not in p, p.get("traceback")
+    assert p["device"] == "cpu" and p["failed_batches"] == 0 and p["batches"] >= 6 and p["learner_errors"] == 0
+    assert p["curve"]["padding"] == [1, 2, 4, 8, 16, 32, 64] and p["graph_vs_eager_flips_away_from_ties"] == 0
+    assert p["steady_L1_ms"] > 0 and "versions_taken" in p

@@ -706,7 +706,8 @@ def render(result: dict[str, Any]) -> None:
     if effect:
         console.print(f"the server beside a device learner (k={effect['k']:g}, {effect['dtype']}, b={effect['batch']}): p99 "
                       f"{effect['with_learner']['p99_ms']:.3g} ms against {effect['alone']['p99_ms']:.3g} ms alone "
-                      f"(x{effect['p99_ratio']:.2f}); {effect['learner_updates_per_s']:.0f} updates/s", markup=False)  # fmt: skip
+                      f"(x{effect['p99_ratio'] or float('nan'):.2f}); {effect['learner_updates_per_s']:.0f} updates/s",
+                      markup=False)  # fmt: skip
     if result.get("budget", {}).get("skipped"):
         console.print(f"left out to keep to --budget-s {result['budget']['budget_s']:g}: "
                       + ", ".join(result["budget"]["skipped"]), markup=False)
