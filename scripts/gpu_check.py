@@ -288,7 +288,7 @@ def summarize(out: str) -> dict[str, Any]:
         check("learner_effect_p99", {"alone_ms": a, "with_learner_ms": w, "updates_per_s": effect["learner_updates_per_s"]},
               w <= max(2 * a, a + 2.0), THRESHOLDS["learner_effect_p99"])  # fmt: skip
     else:
-        check("learner_effect_p99", None, None, THRESHOLDS["learner_effect_p99"], skipped("bench_gpu_k98") or "no result")
+        check("learner_effect_p99", None, None, THRESHOLDS["learner_effect_p99"], skipped("bench_gpu_k29") or "no result")
 
     # train
     for step in ("train_device", "train_host"):
