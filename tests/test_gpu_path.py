@@ -504,3 +504,24 @@ def test_bench_gpu_captures_the_servers_graphs_before_its_window_and_names_a_siz
     forward = TorchForward(_net(), "cpu", dtype="fp32", graph_sizes=(1, 2, 4, 8), ops=FakeCudaOps(oom_at=4))
     out = bench_gpu._time_forward(forward, _frames(8), [1, 2, 4, 8], 2, WallClock(spin=0.0))
     assert out["out_of_memory_at_batch"] == 4 and out["largest_batch_that_fit"] == 2 and sorted(out["L_s"]) == [1, 2]
+
+
+def test_the_device_learners_thread_sets_its_device_and_steps_on_its_own_stream(no_shm_leak):
+    from nonstop.learning.devicelearner import DeviceLearners
+
+    ops = FakeCudaOps()
+    segs, learner = _learner_parts(ops)
+    try:
+        learners = DeviceLearners(learner, WallClock(spin=0.0), 1 / 60, tau_l=0.0).start()
+        deadline = time.monotonic() + 20
+        while learner.updates < 2:
+            assert time.monotonic() < deadline, "the learner never stepped"
+            time.sleep(0.01)
+        learners.stop()
+    finally:
+        for seg in segs:
+            seg.unlink()
+    mine = [e for e in ops.log if e[0] == "nonstop-device-learner"]
+    assert mine[0][1] == "set_device"  # before any CUDA work of that thread
+    records = [e for e in mine if e[1] == "record"]
+    assert records and all(e[3] == str(learner.stream) for e in records)  # each version recorded on its own stream
