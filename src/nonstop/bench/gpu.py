@@ -25,15 +25,30 @@ small ``--k`` and ``--quick``):
    ratio of the first to the last; ``lane_round_trip``: what the ring costs one request (a forward that
    does nothing, a lane in this process against one in a child, p50/p99 in µs).
 
-The servers stage the next batch's frames on the host while a forward runs (``overlap``); what this does
-not do yet: upload them to the device during the forward (a side stream), and share a learner's device
-copy with the server (weights reach it once per version through the host).
+3. **The learner's effect** on the server (``learner_effect``, unless ``--learner-seconds 0``): the serving
+   forward at ``--serve-k`` timed at one batch size alone, then with a device learner of the same width
+   updating in a thread of the process (on its own stream, its versions taken by the server once each):
+   p50/p99 of each, and their ratio.
+
+How it is kept honest (issue 33): worlds start in parallel; every CUDA graph is captured before the
+measured window opens (`nonstop.inference.device.TorchForward.prepare`), and a size that does not fit is
+named with the largest that did; the worlds are served at ``--serve-dtype`` (bf16 on CUDA); each
+ceiling respects ``--max-batch`` (``worlds_ceiling_any_batch`` says what a larger batch would allow);
+each k's models are freed before the next is built; the fp32 reference for the disagreement figure runs
+with TF32 off; ``--budget-s`` keeps the whole run within a stated time (what it leaves out is named).
+The servers stage the next batch's frames on the host while a forward runs (``overlap``); uploading them
+during the forward on a side stream is not built.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import math
 import os
+import threading
+import time
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
@@ -75,6 +90,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-baseline", action="store_true", help="skip one process per world")
     p.add_argument("--no-remote", action="store_true",
                    help="skip the worlds in processes of their own served through a shared-memory lane ring")
+    p.add_argument("--serve-dtype", default=None, metavar="DTYPE",
+                   help="the precision the worlds are served at (default bf16 on CUDA, fp32 on the CPU)")
+    p.add_argument("--learner-seconds", type=float, default=None,
+                   help="seconds the server is timed alone and beside a device learner (default 3; quick 0.5; 0: skip)")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="the whole run's wall-time budget in seconds: what would not fit is skipped and named")
 
 
 def _ints(text: str, option: str) -> list[int]:
@@ -97,6 +118,12 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     worlds = [] if worlds_text.strip() == "0" else _ints(worlds_text, "--worlds")
     repeats = args.repeats if args.repeats is not None else (3 if quick else 10)
     seconds = args.seconds if args.seconds is not None else (3.0 if quick else 10.0)
+    serve_dtype = parse_dtype(args.serve_dtype or ("bf16" if cuda else "fp32")) or ("bf16" if cuda else "fp32")
+    learner_s = args.learner_seconds if args.learner_seconds is not None else (0.5 if quick else 3.0)
+    if args.budget_s is not None and not args.budget_s > 0:
+        raise ValueError(f"--budget-s must be a positive number of seconds, got {args.budget_s!r}")
+    if not learner_s >= 0:
+        raise ValueError(f"--learner-seconds must be >= 0, got {learner_s!r}")
     for name, ok in (("--repeats", repeats >= 1), ("--seconds", seconds > 0), ("--lanes", args.lanes >= 1),
                      ("--max-batch", args.max_batch >= 1), ("--hz", args.hz > 0),
                      ("--max-inaction", 0.0 <= args.max_inaction < 1.0)):  # fmt: skip
@@ -104,8 +131,51 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
             raise ValueError(f"{name} is out of range (repeats, lanes, max-batch >= 1; seconds, hz > 0; "
                              "max-inaction in [0, 1))")  # fmt: skip
     return {"device": device, "cuda": cuda, "dtypes": list(dict.fromkeys(dtypes)), "ks": ks, "sizes": sorted(set(sizes)),
-            "worlds": worlds, "repeats": repeats, "seconds": seconds,
+            "worlds": worlds, "repeats": repeats, "seconds": seconds, "serve_dtype": serve_dtype,
+            "learner_s": learner_s, "budget": _Budget(args.budget_s),
             "serve_k": args.serve_k if args.serve_k is not None else ks[0]}  # fmt: skip
+
+
+class _Budget:
+    """``--budget-s``: the run's end, and what was left out to keep to it."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds if seconds is not None else math.inf
+        self.skipped: list[str] = []
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+    def allows(self, need: float, what: str) -> bool:
+        """Whether ``need`` more seconds fit; if not, ``what`` is named as left out."""
+        if self.left() >= need:
+            return True
+        self.skipped.append(what)
+        return False
+
+
+def _parallel(fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+    """``fn`` of every item at once, one thread each (a world's start is 1-2 s of waiting); the first
+    error is raised after all have ended."""
+    items = list(items)
+    results: list[Any] = [None] * len(items)
+    errors: list[BaseException] = []
+
+    def one(j: int) -> None:
+        try:
+            results[j] = fn(items[j])
+        except BaseException as exc:  # noqa: BLE001 - raised below, after every start has ended
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(j,), daemon=True) for j in range(len(items))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
 
 
 # ----------------------------------------------------------------------------- part 1: the batch curve
@@ -135,49 +205,83 @@ def _time_curve(forward: Any, frames: np.ndarray, sizes: list[int], repeats: int
     return out
 
 
+def _time_forward(forward: Any, frames: np.ndarray, sizes: list[int], repeats: int, clock: Any) -> dict[str, Any]:
+    """`_time_curve` after every graph is captured (outside the timing); a size whose capture runs out of
+    memory is named, with the largest that fit, and only the sizes below it are timed."""
+    from nonstop.inference.device import GraphOutOfMemory
+
+    oom: dict[str, Any] = {}
+    if forward.graphs:
+        try:
+            forward.prepare(frames[0])
+        except GraphOutOfMemory as exc:
+            oom = {"out_of_memory_at_batch": exc.size, "largest_batch_that_fit": exc.fits}
+            sizes = [b for b in sizes if b < exc.size]
+    out = _time_curve(forward, frames, sizes, repeats, clock)
+    return {**out, **oom} if oom and "out_of_memory_at_batch" not in out else out
+
+
 def measure_curves(s: dict[str, Any], args: argparse.Namespace) -> list[dict[str, Any]]:
     """One row per (k, dtype, mode): the measured curve and what it allows at ``args.hz``."""
     import torch
 
     from nonstop.inference.batchsize import LatencyCurve, worlds_ceiling
+    from nonstop.inference.cudaops import ieee_fp32
     from nonstop.inference.device import TorchForward
     from nonstop.policies.models import ModelTooLargeError, impala_resnet
     from nonstop.realtime.clock import WallClock
 
-    clock, tau_m, rows = WallClock(spin=0.0), 1.0 / args.hz, []
+    clock, tau_m = WallClock(spin=0.0), 1.0 / args.hz
+    rows: list[dict[str, Any]] = []
     frames = np.random.default_rng(0).integers(0, 256, (max(s["sizes"]), 84, 84), dtype=np.uint8)
     modes = ("eager", "graph") if s["cuda"] else ("eager",)
+    budget, reserve = s["budget"], _serve_need(s, args)
     for k in s["ks"]:
+        if rows and not budget.allows(reserve, f"curves at k={k:g}"):
+            rows.append({"k": k, "skipped": "--budget-s: no time left for this k"})
+            continue
         torch.manual_seed(0)
         try:
             model = impala_resnet(k, 18, device=s["device"])
         except (ModelTooLargeError, RuntimeError) as exc:  # too large for this device: said, and the next k runs
             rows.append({"k": k, "skipped": str(exc).splitlines()[0]})
             continue
-        fp32_actions = TorchForward(model, str(s["device"]), dtype="fp32").q_values(frames[:64]).argmax(1)
+        with ieee_fp32():  # the reference is fp32 as IEEE has it: TF32 off
+            fp32_actions = TorchForward(model, str(s["device"]), dtype="fp32").q_values(frames[:64]).argmax(1)
         for dtype in s["dtypes"]:
             for mode in modes:
                 forward = TorchForward(model, str(s["device"]), dtype=dtype,
                                        graph_sizes=s["sizes"] if mode == "graph" else ())  # fmt: skip
                 row: dict[str, Any] = {**forward.describe(), "k": k, "dtype": dtype, "mode": mode}
-                row.update(_time_curve(forward, frames, s["sizes"], s["repeats"], clock))
+                row.update(_time_forward(forward, frames, s["sizes"], s["repeats"], clock))
                 times = row.pop("L_s")
                 if mode == "eager":
                     differ = forward.q_values(frames[:64]).argmax(1) != fp32_actions
                     row["actions_differ_from_fp32"] = float(differ.float().mean())
+                del forward  # its serving copy and graphs go before the next one is built
                 if times:
                     curve = LatencyCurve.table(times)
-                    ceiling, at = worlds_ceiling(curve, tau_m, max(times))
-                    within = [b for b, t in times.items() if t <= tau_m]
+                    cap = min(max(times), args.max_batch)  # the server never forms a batch past --max-batch
+                    ceiling, at = worlds_ceiling(curve, tau_m, cap)
+                    row["worlds_ceiling_any_batch"] = worlds_ceiling(curve, tau_m, max(times))[0]
+                    within = [b for b, t in times.items() if t <= tau_m and b <= args.max_batch]
                     row.update(L_ms={str(b): t * 1e3 for b, t in times.items()},
                                actions_per_s={str(b): b / t for b, t in times.items()},
                                best_batch_within_tick=max(within) if within else None,
                                worlds_ceiling=ceiling, ceiling_batch=at, _table=times)  # fmt: skip
                 rows.append(row)
-        del model
+        del model, fp32_actions
+        gc.collect()  # a forward's captured graphs hold it in a cycle: freed here, before the next k is built
         if s["cuda"]:
             torch.cuda.empty_cache()
     return rows
+
+
+def _serve_need(s: dict[str, Any], args: argparse.Namespace) -> float:
+    """Seconds the worlds-served part and the learner's effect need (each run: its window and ~15 s of
+    start and stop)."""
+    designs = 1 + (not args.no_remote) + (not args.no_baseline)
+    return len(s["worlds"]) * designs * (s["seconds"] + 15.0) + (2 * s["learner_s"] + 10.0 if s["learner_s"] else 0.0)
 
 
 def write_curves(rows: list[dict[str, Any]], path: str) -> list[str]:
@@ -239,24 +343,43 @@ def _lanes_of(server: Any, world: Any) -> Any:
     return lambda i: server.lane(world.action_space, tau_m=world.tau_m, origin=origin)
 
 
+class _Timed:
+    """A forward whose calls' time is summed in ``busy[0]``; everything else is the forward's (its graph
+    sizes, staging buffers, prepare: what the server uses)."""
+
+    def __init__(self, forward: Any, clock: Any, busy: list[float]) -> None:
+        self._forward, self._clock, self._busy = forward, clock, busy
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        t0 = self._clock.now()
+        try:
+            return self._forward(batch)
+        finally:
+            self._busy[0] += self._clock.now() - t0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._forward, name)
+
+
 def _build_server(s: dict[str, Any], args: argparse.Namespace, curve: Any, clock: Any, n_actions: int,
-                  busy: list[float]) -> Any:  # fmt: skip
-    """The batching server of the model at ``--serve-k`` on the device; ``busy[0]`` sums its forward time."""
+                  busy: list[float], example: np.ndarray) -> Any:  # fmt: skip
+    """The batching server of the model at ``--serve-k`` and ``--serve-dtype`` on the device, its graphs
+    captured before it returns (outside any measured window: `GraphOutOfMemory` names a size that did
+    not fit); ``busy[0]`` sums its forward time."""
     from nonstop.inference.batching import BatchingServer
     from nonstop.inference.device import TorchForward, default_graph_sizes
     from nonstop.policies.models import impala_resnet
 
     forward = TorchForward(impala_resnet(s["serve_k"], n_actions, device=s["device"]), str(s["device"]),
-                           dtype=s["dtypes"][0], graph_sizes=default_graph_sizes(s["device"], args.max_batch))  # fmt: skip
-
-    def timed(batch: np.ndarray) -> np.ndarray:
-        t0 = clock.now()
-        try:
-            return forward(batch)
-        finally:
-            busy[0] += clock.now() - t0
-
-    return BatchingServer(timed, curve, clock=clock, max_batch=args.max_batch, overlap=True)
+                           dtype=s["serve_dtype"], graph_sizes=default_graph_sizes(s["device"], args.max_batch))  # fmt: skip
+    server = BatchingServer(_Timed(forward, clock, busy), curve, clock=clock, max_batch=args.max_batch, overlap=True,
+                            example=example)  # fmt: skip
+    try:
+        server.wait_ready(600)
+    except Exception:
+        server.close()
+        raise
+    return server
 
 
 def _remote_world(conn: Any, env: str, seed: int, scheduler: str, n_lanes: int, hz: float, seconds: float) -> None:
@@ -328,7 +451,7 @@ def serve_remote(k_worlds: int, s: dict[str, Any], args: argparse.Namespace, cur
         readies = [_expect(conn, "ready", 300) for conn in conns]
         shape, dtype = readies[0][1], readies[0][2]
         n_actions = int(readies[0][3])
-        server = _build_server(s, args, curve, clock, n_actions, busy)
+        server = _build_server(s, args, curve, clock, n_actions, busy, np.zeros(shape, dtype))
         lanes = RemoteLanes(server, np.zeros(shape, dtype), n_lanes=k_worlds * args.lanes)
         for j, conn in enumerate(conns):
             conn.send([lanes.lane(j * args.lanes + i, tau_m=1.0 / args.hz) for i in range(args.lanes)])
@@ -437,19 +560,20 @@ def serve(design: str, k_worlds: int, s: dict[str, Any], args: argparse.Namespac
     server = None
     busy = [0.0]
     try:
-        for w in sessions:
-            w.start()
+        _parallel(lambda w: w.start(), sessions)  # each start waits for its world: all at once
         if design == "batched":
             n_actions = int(sessions[0].action_space.n)  # type: ignore[attr-defined]  # a Discrete space: DQN worlds
-            server = _build_server(s, args, curve, clock, n_actions, busy)
+            example = np.asarray(sessions[0].slot.read().obs)
+            server = _build_server(s, args, curve, clock, n_actions, busy, example)  # its graphs captured by now
             for w in sessions:
                 pools.append(InferencePool(w, _lanes_of(server, w), args.scheduler, n_inference=args.lanes).start())
         else:
-            for w in sessions:
+            def start_pool(w: Any) -> None:
                 factory = partial(_process_policy, s["serve_k"], w.action_space)
                 pools.append(InferencePool(w, partial(_one_process, factory), "sequential").start())
-        # every model is loaded (a process worker's start is waited for): the window opens half a second on,
-        # after the first batches captured their graphs
+
+            _parallel(start_pool, sessions)  # a process worker's start is waited for: all at once
+        # every model is loaded and every graph captured: the window opens half a second on
         begins = [int(w.slot.read().tick) + int(args.hz / 2) for w in sessions]
         started = clock.now()
         clock.sleep_until(started + 0.5 + s["seconds"])
@@ -472,29 +596,48 @@ def serve(design: str, k_worlds: int, s: dict[str, Any], args: argparse.Namespac
     return figures
 
 
+def _serve_or_say(fn: Callable[..., dict[str, Any]], design: str, k_worlds: int, *a: Any) -> dict[str, Any]:
+    """One run of worlds served; a server whose graph did not fit says so in its row (and the bench goes on)."""
+    from nonstop.inference.device import GraphOutOfMemory
+
+    try:
+        return fn(*a)
+    except GraphOutOfMemory as exc:
+        return {"design": design, "worlds": k_worlds, "served": False, "error": str(exc), "inaction_max": 1.0,
+                "delay_p50_ticks": None, "delay_p99_ticks": None}  # fmt: skip
+    finally:
+        gc.collect()  # the server's model and graphs go before the next run builds its own
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from nonstop.inference.batchsize import LatencyCurve
 
     s = _settings(args)
+    budget = s["budget"]
     rows = measure_curves(s, args)
     result: dict[str, Any] = {"device": str(s["device"]), "dtypes": s["dtypes"], "batch_sizes": s["sizes"],
-                              "tick_hz": args.hz, "curves": rows}  # fmt: skip
+                              "tick_hz": args.hz, "max_batch": args.max_batch, "serve_dtype": s["serve_dtype"],
+                              "curves": rows}  # fmt: skip
     if args.save_curve:
         result["saved_curves"] = write_curves(rows, args.save_curve)
-    served = [r for r in rows if r.get("k") == s["serve_k"] and r.get("dtype") == s["dtypes"][0] and "_table" in r]
+    served = [r for r in rows if r.get("k") == s["serve_k"] and r.get("dtype") == s["serve_dtype"] and "_table" in r]
+    served = served or [r for r in rows if r.get("k") == s["serve_k"] and "_table" in r]  # the dtype not timed: any
     if s["worlds"] and served:
         curve = LatencyCurve.table(served[-1]["_table"])  # the graph's where one ran (it comes last)
-        result["serve"] = {"k": s["serve_k"], "dtype": s["dtypes"][0], "env": args.env, "lanes": args.lanes,
+        result["serve"] = {"k": s["serve_k"], "dtype": s["serve_dtype"], "env": args.env, "lanes": args.lanes,
                            "scheduler": args.scheduler, "ceiling": served[-1]["worlds_ceiling"]}  # fmt: skip
         runs = []
         for k_worlds in s["worlds"]:
-            runs.append(serve("batched", k_worlds, s, args, curve))
-            if not args.no_remote:
-                runs.append(serve_remote(k_worlds, s, args, curve))
-            if not args.no_baseline:
-                runs.append(serve("process_per_world", k_worlds, s, args, curve))
+            need = s["seconds"] + 15.0
+            if budget.allows(need, f"batched K={k_worlds}"):
+                runs.append(_serve_or_say(serve, "batched", k_worlds, "batched", k_worlds, s, args, curve))
+            if not args.no_remote and budget.allows(need, f"batched_remote K={k_worlds}"):
+                runs.append(_serve_or_say(serve_remote, "batched_remote", k_worlds, k_worlds, s, args, curve))
+            if not args.no_baseline and budget.allows(need, f"process_per_world K={k_worlds}"):
+                runs.append(_serve_or_say(serve, "process_per_world", k_worlds, "process_per_world", k_worlds, s, args,
+                                          curve))  # fmt: skip
         result["served"] = runs
-        if not args.no_remote:
+        if not args.no_remote and budget.allows(10.0, "lane_round_trip"):
             result["lane_round_trip"] = lane_round_trip((84, 84))  # the frames the curve was timed on
         best = {d: max((r["worlds"] for r in runs if r["design"] == d and r["served"]), default=0)
                 for d in ("batched", "batched_remote", "process_per_world")}  # fmt: skip
@@ -505,6 +648,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["worlds_per_process"] = best["process_per_world"]
             result["batched_over_per_process"] = (best["batched"] / best["process_per_world"]
                                                   if best["process_per_world"] else None)  # fmt: skip
+    if s["learner_s"] and budget.allows(2 * s["learner_s"] + 10.0, "learner_effect"):
+        from nonstop.bench.gpulearner import learner_effect
+
+        result["learner_effect"] = learner_effect(s["device"], s["serve_k"], s["serve_dtype"], min(16, args.max_batch),
+                                                  s["learner_s"])  # fmt: skip
+    if budget.seconds is not None:
+        result["budget"] = {"budget_s": budget.seconds, "left_s": round(budget.left(), 1), "skipped": budget.skipped}
     for r in rows:
         r.pop("_table", None)
     return result
@@ -534,6 +684,9 @@ def render(result: dict[str, Any]) -> None:
         for col in ("design", "worlds", "inaction (worst)", "delay p50/p99", "utilisation", "batch", "served"):
             t.add_column(col, justify="right")
         for r in result["served"]:
+            if "error" in r:
+                t.add_row(r["design"], str(r["worlds"]), r["error"][:80], "", "", "", "no")
+                continue
             delay = "—" if r["delay_p50_ticks"] is None else f"{r['delay_p50_ticks']:.0f}/{r['delay_p99_ticks']:.0f}"
             t.add_row(r["design"], str(r["worlds"]), f"{r['inaction_max']:.1%}", delay,
                       f"{r['utilisation']:.0%}" if "utilisation" in r else "—",
@@ -549,3 +702,12 @@ def render(result: dict[str, Any]) -> None:
                          if "worlds_batched_remote" in result else "")
                       + (f", one process per world {result['worlds_per_process']}" if "worlds_per_process" in result else ""),
                       markup=False)  # fmt: skip
+    effect = result.get("learner_effect")
+    if effect:
+        console.print(f"the server beside a device learner (k={effect['k']:g}, {effect['dtype']}, b={effect['batch']}): p99 "
+                      f"{effect['with_learner']['p99_ms']:.3g} ms against {effect['alone']['p99_ms']:.3g} ms alone "
+                      f"(x{effect['p99_ratio'] or float('nan'):.2f}); {effect['learner_updates_per_s']:.0f} updates/s",
+                      markup=False)  # fmt: skip
+    if result.get("budget", {}).get("skipped"):
+        console.print(f"left out to keep to --budget-s {result['budget']['budget_s']:g}: "
+                      + ", ".join(result["budget"]["skipped"]), markup=False)

@@ -98,12 +98,23 @@ class _WeightsRefresh:
         self.version = 0
         self._flat = np.empty(weights.n_params, np.float32)
 
-    def __call__(self, model: "torch.nn.Module") -> None:
+    def __call__(self, model: "torch.nn.Module") -> bool:
+        """Whether a new version was loaded: one flat upload into a flat-bound model, else one per parameter."""
+        import torch
+
+        from nonstop.inference.device import flat_parameters
         from nonstop.learning.weights import load_flat
 
-        if self.weights.version != self.version:
-            self.version = self.weights.read_into(self._flat)
+        if self.weights.version == self.version:
+            return False
+        self.version = self.weights.read_into(self._flat)
+        flat = flat_parameters(model)
+        if flat is not None and flat.numel() == self._flat.size:
+            with torch.no_grad():
+                flat.copy_(torch.from_numpy(self._flat))
+        else:
             load_flat(model, self._flat)
+        return True
 
 
 def _refresh(run: "Run") -> Any:
@@ -134,15 +145,15 @@ def _build_server(run: "Run") -> tuple["BatchingServer", Any]:
     model = build_q_network(run.spec.obs_shape, int(space.n), run.dqn)
     max_batch = int(getattr(run.cfg, "max_batch", DEFAULT_MAX_BATCH))
     device, _ = placement(run.cfg.device, run.cfg.dtype)
-    q_argmax = torch_forward(model, str(device), dtype=run.cfg.dtype, graph_sizes=default_graph_sizes(device, max_batch),
-                             refresh=_refresh(run))  # fmt: skip
     start = int(getattr(space, "start", 0))  # Q-value i is action start + i (a Discrete(n, start=s) space)
-
-    def forward(batch: np.ndarray) -> np.ndarray:
-        return q_argmax(batch) + start
-
-    # overlap: the next batch's frames are staged while a forward runs (wall clock; a no-op on the virtual one)
-    return BatchingServer(forward, _curve(run), clock=run.world.clock, max_batch=max_batch, overlap=True), q_argmax
+    q_argmax = torch_forward(model, str(device), dtype=run.cfg.dtype, graph_sizes=default_graph_sizes(device, max_batch),
+                             refresh=_refresh(run), offset=start)  # fmt: skip
+    # overlap: the next batch's frames are staged while a forward runs (wall clock; a no-op on the virtual one);
+    # example: every CUDA graph is captured on the server's thread as it starts, before any batch
+    example = np.zeros(run.spec.obs_shape, run.spec.obs_space.dtype)
+    server = BatchingServer(q_argmax, _curve(run), clock=run.world.clock, max_batch=max_batch, overlap=True,
+                            example=example)  # fmt: skip
+    return server, q_argmax
 
 
 def _server_part(run: "Run") -> BatchServerPart:

@@ -72,10 +72,13 @@ class DeviceRefresh:
         #: the versions the model took, in order (a test reads that the server follows each one)
         self.loaded: list[int] = []
 
-    def __call__(self, model: "torch.nn.Module") -> None:
-        if self.dstate.version != self.version:
-            self.version = self.dstate.copy_into(model)
-            self.loaded.append(self.version)
+    def __call__(self, model: "torch.nn.Module") -> bool:
+        """Whether a new version was copied (the forward recasts its serving copy only then)."""
+        if self.dstate.version == self.version:
+            return False
+        self.version = self.dstate.copy_into(model)
+        self.loaded.append(self.version)
+        return True
 
 
 def device_learners(run: "Run", budget: "RestartBudget") -> "DeviceLearners":

@@ -166,10 +166,24 @@ class BatchingServer:
     host side of overlapping the next upload with the running forward). The running batch's buffer is
     never written: the two buffers swap at each batch. ``report()["staged_ahead"]`` counts the rows
     that were in place.
+
+    **A device forward** (`nonstop.inference.device.TorchForward`) may offer more, each used where present:
+    ``graph_sizes`` (the sizes it pads a batch to: the curve is kept and read at the padded size),
+    ``staging(rows, shape, dtype)`` (its pinned host buffers: the staging buffers are those, so a frame is
+    copied once, from the request into memory the device reads), ``bind_thread()`` (called first on the
+    server's thread: the device set there) and ``prepare(example)`` (every graph captured before the first
+    batch is served: on the server's thread at its start when ``example``, one observation, is given,
+    else when the first request declares the shape; `wait_ready` waits for it), and ``last`` (the call's
+    `BatchTiming`: a call that captured is not measured, and the device's own time is kept beside the
+    host's). The first batch of each size never enters L(b): it bears the warm-up (a capture, cuDNN's
+    choice), 100-1,000 times a replay. Waking: a request wakes the server only when it sleeps for want of
+    work, and the stager only when it sleeps while a forward runs (it then copies every request that came:
+    one wake-up for many); a forward's start wakes the stager once. Never a wake-up per request per thread.
     """
 
     def __init__(self, forward: Callable[[np.ndarray], Any], curve: LatencyCurve, *, clock: Clock,
-                 max_batch: int = 64, measure: bool | None = None, overlap: bool = False) -> None:  # fmt: skip
+                 max_batch: int = 64, measure: bool | None = None, overlap: bool = False,
+                 example: np.ndarray | None = None) -> None:  # fmt: skip
         if not callable(forward):
             raise TypeError(f"forward must be a callable batch -> actions, got {type(forward).__name__}")
         if not isinstance(curve, LatencyCurve):
@@ -188,7 +202,10 @@ class BatchingServer:
         self.max_batch: Final = max_batch
         self.virtual: Final = clock.is_virtual
         self.measure: Final = (not self.virtual) if measure is None else bool(measure)
-        self._cond = threading.Condition()
+        self._cond = threading.Condition()  # the lock, and the server thread's wake-up
+        self._stage_wake = threading.Condition(self._cond._lock)  # type: ignore[attr-defined]  # the stager's, same lock
+        self._server_idle = False  # the server thread sleeps for want of a request: the next one wakes it
+        self._stager_idle = False  # the stager sleeps: a request during a forward wakes it (once, however many come)
         self._queue: list[tuple[float, int, _Ticket]] = []  # EDF heap: (due, arrival order, ticket)
         self._order = itertools.count()
         self._lanes = itertools.count()
@@ -217,6 +234,21 @@ class BatchingServer:
         self.late_by_max = 0.0
         self.failed_batches = 0
         self.answered_closed = 0
+        self.wakeups = 0  # times a request woke the server thread or the stager
+        #: the padded sizes seen (their first batch is not measured), and why a server could not start
+        self._warm: set[int] = set()
+        self.prepare_error: BaseException | None = None
+        self._ready = threading.Event()
+        self._prepared = not callable(getattr(forward, "prepare", None))
+        sizes = getattr(forward, "graph_sizes", ())
+        if sizes:
+            curve.set_padding(sizes)
+        if example is not None:
+            example = np.asarray(example)
+            self._make_staging(example.shape, example.dtype)
+            if self.virtual and not self._prepared:
+                self._prepare(example)
+        self._example = example
         self._thread: threading.Thread | None = None
         self._stager: threading.Thread | None = None
         if not self.virtual:
@@ -236,6 +268,35 @@ class BatchingServer:
         return BatchedPolicy(self, next(self._lanes), action_space, tau_m=tau_m, origin=origin, due_ticks=due_ticks,
                              epsilon=epsilon, seed=seed, tag=tag)  # fmt: skip
 
+    def _make_staging(self, shape: tuple[int, ...], dtype: Any) -> None:
+        """The staging buffer(s): the forward's pinned ones where it offers them."""
+        make = getattr(self.forward, "staging", None)
+        if callable(make):
+            self._staging = make(self.max_batch, shape, dtype)
+            self._spare = make(self.max_batch, shape, dtype) if self.overlap else None
+        else:
+            self._staging = np.empty((self.max_batch, *shape), dtype)
+            self._spare = np.empty_like(self._staging) if self.overlap else None
+
+    def _prepare(self, example: np.ndarray) -> None:
+        """Capture the forward's graphs (once); an error is kept and fails every batch after."""
+        try:
+            self.forward.prepare(example)  # type: ignore[attr-defined]  # present: checked in __init__
+        except Exception as exc:  # noqa: BLE001 - said by every batch's error (one line: the size that did not fit)
+            self.prepare_error = exc
+        self._prepared = True
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wall clock: wait until the server has captured its forward's graphs (if any) and serves;
+        returns whether it did within ``timeout``. Raises the capture's error, if it failed."""
+        if self.virtual or self._prepared and self._example is not None:
+            ok = True
+        else:
+            ok = self._ready.wait(timeout)
+        if self.prepare_error is not None:
+            raise self.prepare_error
+        return ok
+
     def submit(self, request: Request, on_settle: Callable[[_Ticket], None] | None = None) -> _Ticket:
         """Queue ``request``; the returned ticket settles when its batch ends (or the server closes).
         ``on_settle(ticket)`` is called then, on the settling thread (a lane of another process is
@@ -244,9 +305,8 @@ class BatchingServer:
         ticket = _Ticket(request, None if self.virtual or on_settle is not None else threading.Event(), on_settle)
         with self._cond:
             if self._staging is None:
-                self._staging = np.empty((self.max_batch, *obs.shape), obs.dtype)
-                if self.overlap:
-                    self._spare = np.empty_like(self._staging)
+                self._make_staging(obs.shape, obs.dtype)
+            assert self._staging is not None
             if obs.shape != self._staging.shape[1:] or obs.dtype != self._staging.dtype:
                 raise ValueError(f"lane {request.lane}: observation {obs.dtype}{list(obs.shape)} does not match the "
                                  f"server's {self._staging.dtype}{list(self._staging.shape[1:])} (one model, one input)")  # fmt: skip
@@ -258,7 +318,14 @@ class BatchingServer:
             self._arrivals += 1
             heapq.heappush(self._queue, (request.due, next(self._order), ticket))
             if not self.virtual:
-                self._cond.notify_all()  # the server thread, and the stager while a forward runs
+                if self._server_idle:  # one wake-up, and only for a server asleep for want of work
+                    self._server_idle = False
+                    self.wakeups += 1
+                    self._cond.notify()
+                elif self._stager_idle and self._forward_running:  # coalesced: the stager copies all that came
+                    self._stager_idle = False
+                    self.wakeups += 1
+                    self._stage_wake.notify()
             elif not self._serving:
                 self._serving = True
                 assert isinstance(self.clock, VirtualClock)
@@ -301,6 +368,8 @@ class BatchingServer:
         assert staging is not None
         b = len(batch)
         try:
+            if self.prepare_error is not None:
+                raise self.prepare_error
             for j, ticket in enumerate(batch):
                 if staged[j] is ticket:
                     self.staged_ahead += 1
@@ -311,7 +380,7 @@ class BatchingServer:
                     self._staging, self._spare = self._spare, staging
                     self._staged = [None] * self.max_batch
                     self._forward_running = True
-                    self._cond.notify_all()
+                    self._stage_wake.notify()  # the stager's one wake-up a batch
             try:
                 out = np.asarray(self.forward(staging[:b]))
             finally:
@@ -369,12 +438,26 @@ class BatchingServer:
 
     def _serve_wall(self) -> None:
         """Wall clock: a thread; takes the next batch as soon as one is waiting and the last is done."""
+        bind = getattr(self.forward, "bind_thread", None)
+        if callable(bind):
+            bind()  # cuda:N: the device set on this thread before its first CUDA call
+        if self._example is not None and not self._prepared:
+            self._prepare(self._example)  # every graph captured before the first batch
+        self._ready.set()
         while True:
             with self._cond:
                 while not self._queue and not self._closed:
+                    self._server_idle = True
                     self._cond.wait()
+                self._server_idle = False
                 if self._closed:
                     return
+            if not self._prepared:  # the first request declared the shape: capture before serving it
+                assert self._staging is not None
+                self._prepare(np.zeros(self._staging.shape[1:], self._staging.dtype))
+            with self._cond:
+                if self._closed or not self._queue:
+                    continue
                 started = self.clock.now()
                 batch = self._take(started)
             t0 = stopwatch()
@@ -383,8 +466,20 @@ class BatchingServer:
             with self._cond:
                 self._in_flight = []
                 if self.measure and not isinstance(outcome, BaseException):
-                    self.curve.observe(len(batch), took)  # L(b) re-measured as it runs
+                    self._measure(len(batch), took)
                 self._finish(batch, outcome, started, self.clock.now())
+
+    def _measure(self, b: int, took: float) -> None:
+        """L(b) re-measured as it runs, on replays only, at the padded size: the first batch of a size (its
+        warm-up: a graph's capture) and any call that captured never enter it (under the lock)."""
+        size = self.curve.padded(b)
+        timing = getattr(self.forward, "last", None)
+        if timing is not None and not getattr(timing, "measurable", True):
+            return
+        if size not in self._warm:
+            self._warm.add(size)
+            return
+        self.curve.observe(size, took, getattr(timing, "device_s", None))
 
     def _stage_ahead(self) -> None:
         """Overlap (wall clock): while a forward runs, copy the waiting requests' frames, EDF order,
@@ -393,7 +488,9 @@ class BatchingServer:
         while True:
             with self._cond:
                 while not self._closed and not (self._forward_running and self._arrivals != seen):
-                    self._cond.wait()
+                    self._stager_idle = True
+                    self._stage_wake.wait()
+                self._stager_idle = False
                 if self._closed:
                     return
             with self._stage_lock:
@@ -420,6 +517,7 @@ class BatchingServer:
             waiting = [t for _, _, t in self._queue] + self._in_flight
             self._queue.clear()
             self._cond.notify_all()
+            self._stage_wake.notify_all()
         for ticket in waiting:
             if not ticket.done:
                 self.answered_closed += 1
@@ -469,6 +567,8 @@ class BatchingServer:
             "late_by_mean_s": self.late_by_total / self.late if self.late else 0.0,
             "late_by_max_s": self.late_by_max,
             "failed_batches": self.failed_batches,
+            "wakeups": self.wakeups,
+            "prepare_error": None if self.prepare_error is None else str(self.prepare_error),
             "overlap": self.overlap,
             "staged_ahead": self.staged_ahead,
             "answered_closed": self.answered_closed,

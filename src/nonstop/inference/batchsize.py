@@ -11,6 +11,9 @@ still be met is met. How long a batch of ``b`` takes is its **latency curve** L(
 * and, on real hardware, re-measured as the server runs (`LatencyCurve.observe`): an exponential
   moving average per batch size of the measured times replaces the given value for that size.
 
+A server whose forward pads each batch to a few sizes (CUDA graphs) declares them (`set_padding`): a
+batch of 33 costs what the 64 it runs as costs, so L is kept and read at the padded size.
+
 >>> curve = LatencyCurve.linear(0.002, 0.001)      # 2 ms + 1 ms per observation
 >>> round(curve(1), 6), round(curve(8), 6)
 (0.003, 0.01)
@@ -74,6 +77,25 @@ class LatencyCurve:
         self.description: Final = describe
         #: batch size -> (EMA of measured seconds, number of measurements)
         self.measured: dict[int, tuple[float, int]] = {}
+        #: batch size -> EMA of the device's own seconds (CUDA events), beside the host's wall time
+        self.device_measured: dict[int, float] = {}
+        #: the sizes batches are padded to (`set_padding`); empty: none
+        self.padding: tuple[int, ...] = ()
+
+    def set_padding(self, sizes: Sequence[int]) -> None:
+        """Batches run padded to the next of ``sizes``: L(b) is L of that size (past the largest, b itself).
+
+        >>> curve = LatencyCurve.linear(0.001, 0.001); curve.set_padding((1, 4, 16))
+        >>> round(curve(3), 6), round(curve(4), 6), round(curve(20), 6)
+        (0.005, 0.005, 0.021)
+        """
+        if any(isinstance(s, bool) or int(s) != s or s < 1 for s in sizes):
+            raise ValueError(f"padding sizes must be batch sizes >= 1, got {tuple(sizes)!r}")
+        self.padding = tuple(sorted({int(s) for s in sizes}))
+
+    def padded(self, b: int) -> int:
+        """The size a batch of ``b`` runs as: the smallest padding size that holds it (b past them all)."""
+        return min((s for s in self.padding if s >= b), default=b)
 
     @classmethod
     def linear(cls, a: float, c: float, *, alpha: float = 0.2) -> "LatencyCurve":
@@ -111,6 +133,7 @@ class LatencyCurve:
         """L(b) in seconds, for ``b >= 1``."""
         if b < 1:
             raise ValueError(f"a batch holds at least one observation, got b={b!r}")
+        b = self.padded(b)
         hit = self.measured.get(b)
         if hit is not None:
             return hit[0]
@@ -118,9 +141,15 @@ class LatencyCurve:
         floor = self.measured[max(below)][0] if below else 0.0
         return max(float(self._given(b)), floor)
 
-    def observe(self, b: int, seconds: float) -> None:
-        """Record that a batch of ``b`` took ``seconds`` (measured on the hardware)."""
+    def observe(self, b: int, seconds: float, device_seconds: float | None = None) -> None:
+        """Record that a batch of ``b`` took ``seconds`` (host wall time, measured on the hardware), and the
+        device's own ``device_seconds`` beside it where known; both at the padded size."""
         seconds = _duration("a measured batch time", seconds)
+        b = self.padded(b)
+        if device_seconds is not None:
+            device_seconds = _duration("a measured device time", device_seconds)
+            was = self.device_measured.get(b)
+            self.device_measured[b] = device_seconds if was is None else was + self.alpha * (device_seconds - was)
         old = self.measured.get(b)
         if old is None:
             self.measured[b] = (seconds, 1)
@@ -132,7 +161,9 @@ class LatencyCurve:
         """The given curve and the measured table, for a report."""
         return {"given": self.description,
                 "measured_s": {b: round(ema, 9) for b, (ema, _) in sorted(self.measured.items())},
-                "measurements": {b: n for b, (_, n) in sorted(self.measured.items())}}  # fmt: skip
+                "measurements": {b: n for b, (_, n) in sorted(self.measured.items())},
+                "device_s": {b: round(s, 9) for b, s in sorted(self.device_measured.items())},
+                "padding": list(self.padding)}  # fmt: skip
 
     def __repr__(self) -> str:
         return f"LatencyCurve({self.description}, measured sizes={sorted(self.measured)})"

@@ -27,6 +27,7 @@ a device: the flat state is one writer's.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import traceback
 from collections.abc import Iterator
@@ -34,6 +35,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from nonstop.inference.cudaops import HostOps, VersionHandoff, device_ops
+from nonstop.inference.device import flat_parameters
 from nonstop.learning.dqn import DQNConfig, adam_step, build_q_network, dqn_backward
 from nonstop.learning.learners import ready_to_learn, updates_ahead
 from nonstop.learning.replay import ReplayBuffer
@@ -95,18 +98,28 @@ class DeviceTrainingState:
         self.device_copies = 0
         self._host_version = 0  # the version the host's copy holds
         self._target_base = 0
+        # streams (CUDA): the learner writes θ on its own, readers wait for its event (`VersionHandoff`)
+        self.ops: HostOps = HostOps()
+        self.handoff = VersionHandoff(self.ops)
+        self._snapshot: Any = None  # a device copy of θ, m, v, target: what a checkpoint downloads, unlocked
+        self._host_lock = threading.Lock()  # one host write at a time (the snapshot is one buffer)
 
     @classmethod
-    def from_host(cls, state: TrainingState, device: "str | torch.device") -> "DeviceTrainingState":
-        """The host state uploaded to ``device`` once (a run's start, or a resume)."""
+    def from_host(cls, state: TrainingState, device: "str | torch.device", *,
+                  ops: HostOps | None = None) -> "DeviceTrainingState":  # fmt: skip
+        """The host state uploaded to ``device`` once (a run's start, or a resume); ``ops`` (a test's fake)
+        for the device's own (`nonstop.inference.cudaops`)."""
         import torch
 
         from nonstop.inference.device import resolve_device
 
         dev = resolve_device(str(device))
+        ops = ops if ops is not None else device_ops(dev)
+        ops.set_device()  # cuda:N: before the upload
         out = cls(*(torch.from_numpy(np.array(getattr(state, name), copy=True)).to(dev)
                     for name in ("params", "adam_m", "adam_v", "target")))  # fmt: skip
         out._target_base = state.target_version // 2 * 2
+        out.ops, out.handoff = ops, VersionHandoff(ops)
         return out
 
     @property
@@ -119,30 +132,51 @@ class DeviceTrainingState:
         import torch
 
         with self.lock, torch.no_grad():
-            offset = 0
-            for p in model.parameters():
-                p.copy_(self.theta[offset : offset + p.numel()].view(p.shape))
-                offset += p.numel()
-            if offset != self.n_params:
-                raise ValueError(f"the model has {offset} parameters, the learner's θ {self.n_params}")
+            self.handoff.before_read()  # on the caller's stream (the server's): the learner's newest step done
+            flat = flat_parameters(model)
+            if flat is not None and flat.numel() == self.n_params:
+                flat.copy_(self.theta)  # one flat copy (a `TorchForward`'s master is bound flat)
+            else:
+                offset = 0
+                for p in model.parameters():
+                    p.copy_(self.theta[offset : offset + p.numel()].view(p.shape))
+                    offset += p.numel()
+                if offset != self.n_params:
+                    raise ValueError(f"the model has {offset} parameters, the learner's θ {self.n_params}")
+            self.handoff.after_read("server")
             self.device_copies += 1
             return self.version
 
     def to_host(self, state: TrainingState, weights: SharedWeights | None = None, *, force: bool = False) -> bool:
         """Write θ, the moments and the target into the host ``state`` (and publish θ to ``weights``)
-        if the host's copy is older than ``version`` (or ``force``). Returns whether it wrote."""
+        if the host's copy is older than ``version`` (or ``force``). Returns whether it wrote. Under the lock
+        only a device snapshot is taken (four device copies); the downloads run after it is released, so the
+        learner goes on meanwhile."""
+        with self._host_lock:
+            return self._to_host(state, weights, force)
+
+    def _to_host(self, state: TrainingState, weights: SharedWeights | None, force: bool) -> bool:
+        import torch
+
         with self.lock:
             if self.version == self._host_version and not force:
                 return False
-            for name, tensor in (("params", self.theta), ("adam_m", self.adam_m), ("adam_v", self.adam_v),
-                                 ("target", self.target)):  # fmt: skip
-                getattr(state, name)[:] = tensor.detach().cpu().numpy()
-            state.restore_counts(updates=state.updates, target_version=self._target_base + 2 * self.target_syncs)
-            if weights is not None:
-                weights.publish(state.params)
-            self._host_version = self.version
-            self.host_writes += 1
-            return True
+            if self._snapshot is None:
+                self._snapshot = torch.empty((4, self.n_params), dtype=self.theta.dtype, device=self.device)
+            self.handoff.before_read()
+            for row, tensor in zip(self._snapshot, (self.theta, self.adam_m, self.adam_v, self.target)):
+                row.copy_(tensor.detach())
+            self.handoff.after_read("host")
+            version, target_version = self.version, self._target_base + 2 * self.target_syncs
+        host = self._snapshot.cpu().numpy()  # unlocked: the learner steps on while this downloads
+        for row, name in zip(host, ("params", "adam_m", "adam_v", "target")):
+            getattr(state, name)[:] = row
+        state.restore_counts(updates=state.updates, target_version=target_version)
+        if weights is not None:
+            weights.publish(state.params)
+        self._host_version = version
+        self.host_writes += 1
+        return True
 
     def report(self) -> dict[str, Any]:
         return {"device": str(self.device), "versions": self.version, "target_syncs": self.target_syncs,
@@ -178,6 +212,14 @@ class DeviceLearner:
         self.rng = np.random.default_rng(seed)
         self.updates = 0
         self._loss: Any = None
+        self.stream = dstate.ops.stream()  # off the server's stream (CUDA); its steps reach readers by event
+
+    @contextlib.contextmanager
+    def on_stream(self) -> Iterator[None]:
+        """The learner's thread: its device set, its work on its own stream."""
+        self.dstate.ops.set_device()
+        with self.dstate.ops.use_stream(self.stream):
+            yield
 
     @property
     def ready(self) -> bool:
@@ -215,10 +257,12 @@ class DeviceLearner:
         d = self.dstate
         with d.lock:
             step = self.state.claim_update()
+            d.handoff.before_write()  # every reader done with the last version
             adam_step(d.theta, d.adam_m, d.adam_v, self._flat_grad(), step, self.cfg)
             if step % self.cfg.target_update == 0:
                 d.target.copy_(d.theta)
                 d.target_syncs += 1
+            d.handoff.after_write()
             d.version += 1
         self.updates += 1
         self._loss = loss
@@ -326,9 +370,10 @@ class DeviceLearners:
             self._stop.set()
 
     def _threaded(self) -> None:
-        while not self._stop.is_set():
-            if not self._update():
-                self._stop.wait(0.002)
+        with self.learner.on_stream():
+            while not self._stop.is_set():
+                if not self._update():
+                    self._stop.wait(0.002)
 
     def stop(self) -> None:
         """Stop updating (the thread is joined); the newest version and the last loss reach the host."""
