@@ -243,7 +243,7 @@ def kind(c: DocCommand) -> str:
 def test_the_pages_have_commands():
     """The collector sees what a reader sees: the README's two set-up lines and its first train."""
     readme = [c.text for c in shell_commands(ROOT / "README.md")]
-    assert readme[:4] == ['pip install torch==2.13.0 -e ".[learn,plot]"', "nonstop demo", 'pip install torch==2.13.0 -e ".[test]"',
+    assert readme[:4] == ['pip install torch==2.13.0 -e ".[learn,plot,train]"', "nonstop demo", 'pip install torch==2.13.0 -e ".[test]"',
                           "python -m pytest -q"]  # fmt: skip
     assert "nonstop train --env CartPole --seconds 2000 --out runs/cartpole" in readme
     assert len(_unique(COMMANDS)) >= 60
