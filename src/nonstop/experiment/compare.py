@@ -338,7 +338,8 @@ def plot_compare(result: dict[str, Any], path: str | Path) -> Path:
             ax.imshow(source[window][None, :], aspect="auto", cmap=cmap, vmin=0, vmax=1, interpolation="nearest",
                       extent=(shown[0] - 0.5, shown[-1] + 0.5, 0, 1))  # fmt: skip
         ax.set_yticks([])
-        ax.set_ylabel(f"{name}\n{result['schedulers'][name]['n_workers']} workers ($N_I$)", rotation=0, ha="right", va="center")
+        n_i = result['schedulers'][name]['n_workers']
+        ax.set_ylabel(f"{name}\n{n_i} worker{'' if n_i == 1 else 's'} ($N_I$)", rotation=0, ha="right", va="center")
         if row < len(names) - 1:
             ax.set_xticklabels([])
     ax.set_xlabel(f"tick (the first {TIMELINE_TICKS} after the warm-up)")
