@@ -4,14 +4,15 @@ tolerance where it is not (the wall clock, and counts that grow as tests are add
 
 * the test counts ("leaves out the ~N slowest tests and runs the other ~M"): `pytest --collect-only -m
   slow` at test time; each within 25 % of what collection finds now (other work adds tests);
-* the demo's table (sequential vs staggered on realtime Boxing, wall clock): `nonstop demo
-  --train-seconds 0` (part one alone); N_I exactly, τ_I and actions per second within 5 %, inaction
+* the demo's table (sequential vs staggered on realtime Boxing, wall clock), from `nonstop demo` as
+  the README runs it: N_I exactly, τ_I and actions per second within 5 %, inaction
   within 3 points, delay within 1 tick (a machine that cannot keep pace makes the demo fall back to
   the virtual clock, whose delay is one tick less);
-* the demo's learning ("episode return A → B staggered, C → D sequential"): part two runs on the
-  virtual clock, so `nonstop demo` gives these exactly;
+* the demo's learning ("episode return A → B staggered, C → D sequential"), from the same run: part
+  two runs on the virtual clock, so these are exact; and its time ("about half a minute") within a
+  factor of 6;
 * the quick start's CartPole run ("ends at a recent return of R"): exactly; its time ("about N
-  minutes on 2 cores") within a factor of 3 (the machine's load moves it).
+  minutes on 2 cores shared with other work") from a tenth of N (a quiet machine) to 3 N.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 from doc_commands import ROOT
@@ -35,7 +37,7 @@ def _number(text: str) -> float:
 
 @pytest.mark.slow
 def test_the_test_counts_are_about_what_collection_finds() -> None:
-    m = re.search(r"leaves out the ~([\d,]+) slowest tests and runs the other ~([\d,]+)", README)
+    m = re.search(r"leaves\s+out\s+the\s+~([\d,]+)\s+slowest\s+tests\s+and\s+runs\s+the\s+other\s+~([\d,]+)", README)
     assert m, "the README's sentence on the test counts moved: update this test"
     said_slow, said_other = _number(m[1]), _number(m[2])
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow", "-p", "no:cacheprovider"],
@@ -59,11 +61,19 @@ def _table_rows(text: str) -> dict[str, list[str]]:
 
 @pytest.mark.slow
 @pytest.mark.wall
-def test_the_demos_table_is_what_the_demo_prints(tmp_path) -> None:
+def test_the_demo_prints_what_the_readme_says(tmp_path) -> None:
+    """`nonstop demo` as the README runs it: its table (within the tolerances above), its learning
+    returns (exact: part two runs on the simulated clock) and its time ("about half a minute":
+    within a factor of 6, for a loaded machine)."""
     shown = _table_rows(README.split("(abridged):", 1)[1].split("```", 2)[1])
     assert set(shown) == {"sequential", "exp_time"}
-    done = subprocess.run([sys.executable, "-m", "nonstop", "demo", "--train-seconds", "0", "--out", str(tmp_path / "d")],
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)  # fmt: skip
+    m = re.search(r"episode\s+return\s+([\d,]+)\s+→\s+([\d,]+)\s+staggered,\s+([\d,]+)\s+→\s+([\d,]+)\s+sequential", README)
+    assert m, "the README's sentence on the demo's learning moved: update this test"
+    assert "and run the default job (about half a minute after the install" in README
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "nonstop", "demo", "--out", str(tmp_path / "d")],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)  # fmt: skip
+    took = time.monotonic() - t0
     assert done.returncode == 0, done.stderr[-2000:]
     rows = _table_rows(done.stdout)
     for name, page in shown.items():
@@ -74,17 +84,9 @@ def test_the_demos_table_is_what_the_demo_prints(tmp_path) -> None:
         assert abs(_number(run[4].rstrip("%")) - _number(inaction.rstrip("%"))) <= 3.0, (page, run)
         assert abs(_number(run[5]) - _number(delay)) <= 1.0, (page, run)
         assert abs(_number(run[6]) - _number(acts)) <= 0.05 * _number(acts), (page, run)
-
-
-@pytest.mark.slow
-def test_the_demos_learning_returns_are_exact(tmp_path) -> None:
-    m = re.search(r"episode return ([\d,]+) → ([\d,]+) staggered, ([\d,]+) → ([\d,]+) sequential", README)
-    assert m, "the README's sentence on the demo's learning moved: update this test"
-    done = subprocess.run([sys.executable, "-m", "nonstop", "demo", "--seconds", "1", "--clock", "virtual",
-                           "--out", str(tmp_path / "d")], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
     got = {name: (a, b) for name, a, b in re.findall(r"(staggered|sequential): episode return (\d+) → (\d+)", done.stdout)}
     assert got == {"staggered": (m[1], m[2]), "sequential": (m[3], m[4])}, (got, m.groups())
+    assert took <= 6 * 30, took
 
 
 @pytest.mark.slow
@@ -101,4 +103,4 @@ def test_the_quick_starts_cartpole_run_ends_where_the_readme_says(tmp_path) -> N
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert round(summary["recent_return"], 2) == recent, summary["recent_return"]  # the simulated clock: exact
-    assert minutes / 3 <= summary["wall_s"] / 60 <= minutes * 3, summary["wall_s"]
+    assert minutes / 10 <= summary["wall_s"] / 60 <= minutes * 3, summary["wall_s"]  # load moves it, most of all down
