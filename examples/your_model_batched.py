@@ -5,11 +5,13 @@ what a GPU does for small batches) and serves every lane of every world; each wo
 drives its own lanes, which the server answers in batches. The server runs one batch at a time, so
 with a forward longer than a tick a lane's request first waits out the running batch and then its
 own: τ_θ runs from L to 2L, and the lanes of one batch are answered together. That is why the route
-needs a scheduler that releases each answer on its own tick (`auto`, or `quantile_hold` with N_I
-of at least 2·⌈L/τ_M⌉ + 2 lanes a world): under `exp_time` the lanes of a batch restart in lockstep
-and a world gets one fresh action a batch. The last line is the run's figures as JSON.
+needs a scheduler that releases each answer on its own tick (`quantile_hold`, or `auto`, which sizes
+it) and lanes for 2L with room to spare (12 a world here, for L = 3 ticks: a busy machine stretches
+τ_θ): under `exp_time` the lanes of a batch restart in lockstep and a world gets one fresh action a
+batch. The last line is the run's figures as JSON.
 
-    PYTHONPATH=src python examples/your_model_batched.py                            # 2 worlds, auto, 30 s (measured after 3 s)
+    PYTHONPATH=src python examples/your_model_batched.py            # 2 worlds, quantile_hold, 12 lanes each, 30 s
+    PYTHONPATH=src python examples/your_model_batched.py --scheduler auto --n-inference auto
     PYTHONPATH=src python examples/your_model_batched.py --scheduler exp_time --n-inference 3
 """
 
@@ -40,8 +42,8 @@ def _tick_now(world: Session) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worlds", type=int, default=2)
-    parser.add_argument("--scheduler", default="auto")
-    parser.add_argument("--n-inference", default="auto", help="lanes a world, or auto (with --scheduler auto)")
+    parser.add_argument("--scheduler", default="quantile_hold")
+    parser.add_argument("--n-inference", default="12", help="lanes a world, or auto (with --scheduler auto)")
     parser.add_argument("--seconds", type=float, default=30.0)
     args = parser.parse_args()
     n_inference = args.n_inference if args.n_inference == "auto" else int(args.n_inference)
