@@ -4,8 +4,10 @@ figure the page quotes is checked against that run.
 Tolerances (these are wall-clock runs on a shared machine, so a fresh run differs from the page's):
 inaction within 2 percentage points where the page quotes under 5 % (the page's own figure for the
 batching route must be at most 1 %: `test_the_page_shows_a_run_of_each_example`), within 12 points
-for the routes the page shows failing; delay within 2 ticks (3 for the batching route, whose τ_θ spans two batches); N_I
-(and lanes) within 3 of the page's. The keys table is checked exactly against what a summary has.
+for the routes the page shows failing; delay within 2 ticks (3 for the batching route, whose τ_θ
+spans two batches); N_I (and lanes) within 3 of the page's. A run outside them is repeated once (a
+load spike on a shared machine stretches every τ_θ of a wall-clock run); the second must agree.
+The keys table is checked exactly against what a summary has.
 """
 
 from __future__ import annotations
@@ -67,6 +69,14 @@ def test_the_page_lists_every_key_a_summary_has() -> None:
 @pytest.mark.wall
 @pytest.mark.parametrize("command,shown", page_runs(), ids=lambda v: v.split("examples/")[-1] if "examples/" in v else "")
 def test_each_example_runs_and_gives_the_pages_figures(command: str, shown: str) -> None:
+    problems = _compare_a_run(command, shown)
+    if problems:  # a load spike on a shared machine stretches every τ_θ of a wall-clock run: one more try
+        problems = _compare_a_run(command, shown)
+    assert not problems, problems
+
+
+def _compare_a_run(command: str, shown: str) -> list[str]:
+    """Run the page's command; what of its figures lies outside the tolerances (none: it agrees)."""
     argv = shlex.split(command)[1:]  # PYTHONPATH=src: the test's own environment has it
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     done = subprocess.run([sys.executable, *argv[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -76,9 +86,11 @@ def test_each_example_runs_and_gives_the_pages_figures(command: str, shown: str)
     page, run = figures(shown), figures(human)
     worst = data.get("inaction_fraction_worst", data.get("inaction_fraction"))
     assert abs(run["inaction"] - 100 * worst) < 0.01  # the printed line is the JSON's figure
-    if page["inaction"] < 5:
-        assert abs(run["inaction"] - page["inaction"]) <= 2.0, (shown, human)
-    else:
-        assert abs(run["inaction"] - page["inaction"]) <= 12.0, (shown, human)
-    assert abs(run["delay"] - page["delay"]) <= (3.0 if "batched" in command else 2.0), (shown, human)
-    assert abs(run["n"] - page["n"]) <= 3, (shown, human)
+    problems = []
+    if abs(run["inaction"] - page["inaction"]) > (2.0 if page["inaction"] < 5 else 12.0):
+        problems.append(f"inaction: page {shown!r}, run {human!r}")
+    if abs(run["delay"] - page["delay"]) > (3.0 if "batched" in command else 2.0):
+        problems.append(f"delay: page {shown!r}, run {human!r}")
+    if abs(run["n"] - page["n"]) > 3:
+        problems.append(f"N_I: page {shown!r}, run {human!r}")
+    return problems
