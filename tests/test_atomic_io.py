@@ -60,3 +60,22 @@ def test_checkpoints_run_files_and_tick_logs_all_write_through_it(tmp_path, monk
     assert {"ckpt-000000001", "config", "summary", "meta", "chunk-000000", "chunk-000001"} <= names, opened
     assert json.loads((log_dir / "meta.json").read_text())["complete"] is True
     assert checkpoint.atomic_file is atomic_file and checkpoint.write_atomic is write_atomic
+
+
+def test_atomic_files_take_the_users_umask_not_mkstemps_0600(tmp_path):
+    """config.json, summary.json and an export are written through atomic_file: they must be as
+    readable as any file the user writes (0666 less the umask), not 0600."""
+    import os
+    import stat
+
+    from nonstop._io import write_atomic
+
+    old = os.umask(0o022)
+    try:
+        p = write_atomic(tmp_path / "summary.json", b"{}")
+        assert stat.S_IMODE(p.stat().st_mode) == 0o644
+        os.umask(0o077)
+        q = write_atomic(tmp_path / "config.json", b"{}")
+        assert stat.S_IMODE(q.stat().st_mode) == 0o600
+    finally:
+        os.umask(old)

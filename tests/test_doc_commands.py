@@ -233,6 +233,8 @@ def kind(c: DocCommand) -> str:
     argv = c.argv
     if argv[:2] == ["pip", "install"]:
         return "pip"
+    if argv[0] == "python" and len(argv) > 1 and argv[1].startswith("examples/your_model_"):
+        return "example"  # docs/your-model.md's scripts: tests/test_your_model.py runs each as the page shows it
     if is_synopsis(c.text):
         return "synopsis"
     for table, name in ((AS_WRITTEN, "as_written"), (SHORTENED, "shortened"), (SERVED, "served"), (NOT_RUN, "not_run")):
@@ -252,7 +254,7 @@ def kind(c: DocCommand) -> str:
 def test_the_pages_have_commands():
     """The collector sees what a reader sees: the README's two set-up lines and its first train."""
     readme = [c.text for c in shell_commands(ROOT / "README.md")]
-    assert readme[:4] == ['pip install torch==2.13.0 -e ".[learn,plot]"', "nonstop demo", 'pip install torch==2.13.0 -e ".[test]"',
+    assert readme[:4] == ['pip install torch==2.13.0 -e ".[learn,plot,train]"', "nonstop demo", 'pip install torch==2.13.0 -e ".[test]"',
                           "python -m pytest -q"]  # fmt: skip
     assert "nonstop train --env CartPole --seconds 2000 --out runs/cartpole" in readme
     assert len(_unique(COMMANDS)) >= 60
@@ -276,6 +278,9 @@ def test_every_command_parses(command: DocCommand):
     argv = command.argv
     if kind(command) == "pip":
         _check_pip(command)
+        return
+    if kind(command) == "example":
+        assert (ROOT / argv[1]).is_file(), f"{command.at()}: {command.text}: no such script"
         return
     if argv[0] == "python":
         assert argv[1] in ("-m", "-c"), f"{command.at()}: {command.text}"

@@ -5,7 +5,7 @@ A fresh ``python -m venv`` (no site packages of this machine's), then, from the 
 1. the base install as docs/install.md gives it (``pip install -e .``): the README's
    ``nonstop.make("Boxing"…)`` example runs as a saved script and prints the ``info`` shown,
    ``nonstop envs`` lists the worlds, and ``nonstop demo`` refuses in one line naming the extra;
-2. the README's first command, word for word (``pip install torch==2.13.0 -e ".[learn,plot]"``),
+2. the README's first command, word for word (``pip install torch==2.13.0 -e ".[learn,plot,train]"``),
    then its ``nonstop demo`` with ``--quick``.
 
 Installing twice into one venv leaves what the README's command alone leaves (the base packages

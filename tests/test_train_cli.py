@@ -302,14 +302,15 @@ def test_every_verb_answers_a_bad_option_in_two_lines(verb, capsys):
     assert usage.startswith(f"usage: nonstop {verb}".rstrip()) and error.startswith("nonstop: error: "), (usage, error)
 
 
-def test_the_replay_goes_beside_a_checkpoint_compressed_and_only_when_asked(tmp_path, capsys, no_shm_leak):
-    """By default a checkpoint holds no replay (a resumed run's refills); `--checkpoint-replay yes`
-    writes it beside each checkpoint, compressed, and a resume goes on with it; pruning a checkpoint
-    prunes its replay."""
+def test_the_replay_goes_beside_a_checkpoint_compressed_unless_told_not_to(tmp_path, capsys, no_shm_leak):
+    """By default (`--checkpoint-replay auto`) CartPole's replay, far under the budget, goes beside each
+    checkpoint, compressed, and a resume goes on with it; pruning a checkpoint prunes its replay. With
+    `no` a checkpoint holds none, and the resume says in one line that its replay starts empty and what
+    that costs."""
     plain, kept = tmp_path / "plain", tmp_path / "kept"
-    assert main([*ARGS, "--seconds", "4", "--out", str(plain)]) == 0
+    assert main([*ARGS, "--seconds", "4", "--checkpoint-replay", "no", "--out", str(plain)]) == 0
     assert not list((plain / "checkpoints").glob("replay-*")) and "replay" not in latest_checkpoint(plain).state
-    assert main([*ARGS, "--seconds", "12", "--keep-checkpoints", "2", "--checkpoint-replay", "yes", "--out", str(kept)]) == 0
+    assert main([*ARGS, "--seconds", "12", "--keep-checkpoints", "2", "--out", str(kept)]) == 0  # auto
     ckpts = sorted((kept / "checkpoints").glob("ckpt-*.pt"))
     replays = sorted((kept / "checkpoints").glob("replay-*.npz"))
     assert len(ckpts) == 2 and [r.name[7:16] for r in replays] == [c.name[5:14] for c in ckpts]  # pruned with them
@@ -321,9 +322,11 @@ def test_the_replay_goes_beside_a_checkpoint_compressed_and_only_when_asked(tmp_
     capsys.readouterr()
     assert main([*ARGS, "--seconds", "14", "--out", str(kept), "--resume"]) == 0
     err = " ".join(capsys.readouterr().err.split())
-    assert "resumed from" in err and "refills from empty" not in err, err
+    assert "resumed from" in err and "starts empty" not in err, err
     assert main([*ARGS, "--seconds", "6", "--out", str(plain), "--resume"]) == 0
-    assert "refills from empty" in " ".join(capsys.readouterr().err.split())
+    said = [" ".join(line.split()) for line in capsys.readouterr().err.splitlines() if "starts empty" in line]
+    assert len(said) == 1 and "learning waits for 50 new transitions" in said[0], said  # one line, with the cost
+    assert "replay-" in " ".join(p.name for p in (plain / "checkpoints").iterdir())  # the resumed run keeps it now
 
 
 def test_a_schedulers_own_settings_reach_the_pool(tmp_path, capsys, no_shm_leak):

@@ -5,6 +5,8 @@ replay headers: each is written to a temp file beside its final name (same files
 rename is atomic), then ``os.replace``-d onto it. A reader sees the old file or the whole new one,
 never half of one; an interrupted write (an exception, Ctrl-C) removes the temp file and leaves the
 final name untouched. Only a SIGKILL can leave a temp file (``.NAME.<random>.tmp``) behind.
+The file gets the mode an ``open(path, "w")`` would give it (0666 less the user's umask), not the
+0600 of ``mkstemp``: a run's files are as readable as any other file the user writes.
 
 ``durable=True`` (the default) also fsyncs the file before the rename and the directory after it,
 so the new file survives a power cut too; ``durable=False`` skips both (a file that is cheap to
@@ -57,6 +59,7 @@ def atomic_file(path: str | os.PathLike, *, durable: bool = True) -> Iterator[Bi
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 is for secrets; these are a user's files
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
@@ -78,6 +81,21 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = True) 
     with atomic_file(path, durable=durable) as f:
         f.write(data)
     return Path(path)
+
+
+def _umask() -> int:
+    """The process's umask: Linux shows it in /proc; elsewhere it is read by setting it and setting it
+    back (POSIX has no getter; another thread creating a file in between would see 022)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -92,9 +92,11 @@ def render_table(result: dict[str, Any], console: Any = None) -> None:
     from nonstop._console import Console
     from rich.table import Table
 
+    from nonstop.metrics.plots import latency_words
+
     console = console or Console()
     table = Table(
-        title=f"{result['env']} at {result['tick_hz']:g} Hz, latency {result['latency']} "
+        title=f"{result['env']} at {result['tick_hz']:g} Hz, {latency_words(result['latency'])} "
         f"(τ̄_θ = {result['latency_mean_ticks']:.2f} ticks), {result['clock']} clock, {result['seconds']:g} s each",
         caption=f"figures after {result['warmup_ticks']} warm-up ticks; return: mean over completed episodes, "
         f"or the whole run's reward total if none completed",

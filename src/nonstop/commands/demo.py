@@ -24,9 +24,12 @@ plainly that it did and why, and draws its lesson from that run (`lesson_kept`, 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import sys
+from collections.abc import Iterator
 from pathlib import Path
-
-from typing import Any
+from typing import Any, TextIO
 
 __all__ = ["run_demo", "add_arguments", "learning_curve", "plot_learning", "lesson_kept", "LESSON_INACTION", "QUICK"]
 
@@ -159,7 +162,7 @@ def run_demo(args: argparse.Namespace) -> int:
                   f"w.p. {LEARN_P:g} per tick), on the virtual clock, {args.train_seconds:g} world seconds per run, 5-s "
                   f"episodes (300 ticks, so at most 300 per episode). Each action is {args.slow_ticks:g} ticks late either "
                   "way; the sequential agent also leaves the ticks between its actions to β (noop, reward 0).")  # fmt: skip
-    from nonstop.commands import report, train as trainer
+    from nonstop.commands import train as trainer
 
     codes = {}
     for name, scheduler in (("staggered", "exp_time"), ("sequential", "sequential")):
@@ -175,7 +178,8 @@ def run_demo(args: argparse.Namespace) -> int:
             "--checkpoint-replay", "no", "--out", str(out / f"train-{name}"),
         ])  # fmt: skip
         targs.tensorboard = False
-        codes[name] = trainer.run(targs)
+        with _without_json_line():  # train's last line is JSON for scripts; the demo is read by a person
+            codes[name] = trainer.run(targs)
     picture = plot_learning({name: out / f"train-{name}" for name in codes}, out / "learning_staggered_vs_sequential.png")
     curves = {name: learning_curve(out / f"train-{name}") for name in codes}
     for name, (_, returns) in curves.items():
@@ -185,12 +189,46 @@ def run_demo(args: argparse.Namespace) -> int:
                           f"(first vs last quarter of {len(returns)} episodes)")  # fmt: skip
     console.print(f"Both agents learn the world; staggering makes the slow model act at every tick, so it earns its return "
                   f"on every tick instead of one in {args.slow_ticks:g}. Picture: {picture}")  # fmt: skip
-    rparser = argparse.ArgumentParser()
-    report.add_arguments(rparser)
-    report.run_report(rparser.parse_args([str(out / "train-staggered")]))
+    from nonstop.experiment.report import build_report, render_headline, write_html, write_markdown
+
+    staggered = build_report(out / "train-staggered")
+    write_markdown(staggered)
+    console.print(f"The staggered run in five figures (every figure: {write_html(staggered)}, or `nonstop report "
+                  f"{out / 'train-staggered'}`):", markup=False)  # fmt: skip
+    render_headline(staggered, console)
     console.print("A slow model acts at every tick when its inference is staggered; learning runs beside it and never blocks an action.")
     code = max(codes.values())
     return code
+
+
+class _DropJsonLine(io.TextIOBase):
+    """stdout without the one JSON line `nonstop train` prints last (``{"run_dir": ...}``)."""
+
+    def __init__(self, target: TextIO) -> None:
+        self.target = target
+        self._dropping = False
+
+    def write(self, text: str) -> int:
+        if text.startswith('{"run_dir"'):
+            self._dropping = True
+            return len(text)
+        if self._dropping and text == "\n":
+            self._dropping = False
+            return len(text)
+        self._dropping = False
+        return self.target.write(text)
+
+    def flush(self) -> None:
+        self.target.flush()
+
+    def isatty(self) -> bool:
+        return self.target.isatty()
+
+
+@contextlib.contextmanager
+def _without_json_line() -> Iterator[None]:
+    with contextlib.redirect_stdout(_DropJsonLine(sys.stdout)):
+        yield
 
 
 def learning_curve(run_dir: Path) -> tuple[list[float], list[float]]:

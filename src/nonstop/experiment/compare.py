@@ -290,6 +290,8 @@ def plot_compare(result: dict[str, Any], path: str | Path) -> Path:
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
+    from nonstop.metrics.plots import latency_words
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     names = list(result["schedulers"])
@@ -321,13 +323,15 @@ def plot_compare(result: dict[str, Any], path: str | Path) -> Path:
             ax.imshow(source[window][None, :], aspect="auto", cmap=cmap, vmin=0, vmax=1, interpolation="nearest",
                       extent=(shown[0] - 0.5, shown[-1] + 0.5, 0, 1))  # fmt: skip
         ax.set_yticks([])
-        ax.set_ylabel(f"{name}\nN_I = {result['schedulers'][name]['n_workers']}", rotation=0, ha="right", va="center")
+        n_i = result['schedulers'][name]['n_workers']
+        ax.set_ylabel(f"{name}\n{n_i} worker{'' if n_i == 1 else 's'} ($N_I$)", rotation=0, ha="right", va="center")
         if row < len(names) - 1:
             ax.set_xticklabels([])
     ax.set_xlabel(f"tick (the first {TIMELINE_TICKS} after the warm-up)")
     fig.legend(handles=[Patch(color="#2ca02c", label="agent action"), Patch(color="#d62728", label="β (inaction)")],
                loc="lower center", bbox_to_anchor=(0.5, -0.04), ncol=2)  # fmt: skip
-    fig.suptitle(f"{result['env']}: latency {result['latency']}, {result['clock']} clock (N_I per scheduler, left)")
+    fig.suptitle(f"{result['env']}: {latency_words(result['latency'])}, {result['clock']} clock "
+                 "(inference workers $N_I$ per scheduler, left)")  # fmt: skip
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path

@@ -29,7 +29,7 @@ from nonstop.experiment.loop import ProgressRows
 from nonstop.experiment.parts import Recorder
 from nonstop.experiment.run import Run
 
-__all__ = ["RecordConfig", "train_in_directory", "REPLAY_CHECKPOINT_LIMIT"]
+__all__ = ["RecordConfig", "train_in_directory", "REPLAY_CHECKPOINT_LIMIT", "empty_replay_line"]
 
 #: Above this many bytes the replay is not written into checkpoints unless asked.
 REPLAY_CHECKPOINT_LIMIT: Final = 512 * 2**20
@@ -56,9 +56,10 @@ class RecordConfig:
     progress_every: float = field(default=5.0, metadata={"help": "world seconds between progress rows"})
     checkpoint_every: float = field(default=120.0, metadata={"help": "world seconds between checkpoints"})
     keep_checkpoints: int = field(default=3, metadata={"help": "checkpoints kept, the newest"})
-    checkpoint_replay: str = field(default="no", metadata={"help": (
-        "keep the replay beside each checkpoint, compressed (replay-<updates>.npz), so a resume goes on with it: "
-        f"yes, no, or auto (when under {REPLAY_CHECKPOINT_LIMIT >> 20} MiB and the disk has room); without it a "
+    checkpoint_replay: str = field(default="auto", metadata={"help": (
+        "keep the replay beside each checkpoint, compressed (replay-<updates>.npz), so a resume goes on with what "
+        f"the run learned from: auto (the default: when it is at most {REPLAY_CHECKPOINT_LIMIT >> 20} MiB and the "
+        "disk has 4 times that free; CartPole's is 6 MiB, a million Atari frames are not), yes or no; without it a "
         "resumed run's replay refills from empty"),
         "choices": _CHECKPOINT_REPLAY})  # fmt: skip
     tensorboard: bool = field(default=True, metadata={"help": "write TensorBoard events to RUN/tb"})
@@ -126,6 +127,7 @@ class RunDirectory(Recorder):
         self.next_ckpt = rec.checkpoint_every
         self.wall0 = time.monotonic()
         self.checkpoints = Checkpointer(out, rec.keep_checkpoints, warn=lambda msg: self.say(msg, "yellow"))
+        self._replay_noted = False
 
     def say(self, msg: str, style: str | None = None) -> None:
         self.console.print(msg, style=style, markup=False)
@@ -157,8 +159,9 @@ class RunDirectory(Recorder):
             except (OSError, ValueError) as exc:
                 self.say(f"the replay {state['replay_file']} cannot be read ({exc}): it refills from empty", "yellow")
         run.restore(state)
-        self.say(f"resumed from {self.ckpt.path.name}: {run.state.updates:,} updates, {run.tick_offset:,} env ticks"
-                 + ("" if run.replay_restored else "; the replay was not in it, so it refills from empty"))
+        self.say(f"resumed from {self.ckpt.path.name}: {run.state.updates:,} updates, {run.tick_offset:,} env ticks")
+        if not run.replay_restored:
+            self.say(empty_replay_line(run.dqn.learning_starts, run.dqn.replay_capacity, run.tau_m), "yellow")
 
     def started(self, run: Run) -> None:
         from nonstop.learning.runlog import Progress
@@ -201,6 +204,11 @@ class RunDirectory(Recorder):
 
     def _save(self, run: Run) -> None:
         include = _replay_in_checkpoint(self.rec.checkpoint_replay, run, self.out)
+        if not include and self.rec.checkpoint_replay == "auto" and not self._replay_noted:
+            self._replay_noted = True
+            self.say(f"checkpoints leave the replay out ({run.replay.nbytes / 2**20:,.0f} MiB: over --checkpoint-replay "
+                     f"auto's {REPLAY_CHECKPOINT_LIMIT >> 20} MiB, or the disk lacks 4 times that): a resume refills "
+                     "it from empty (--checkpoint-replay yes keeps it anyway)", "yellow")  # fmt: skip
         replay = run.replay.snapshot if include else None  # beside the checkpoint, compressed (taken while the host writes)
         self.checkpoints.save(lambda: run.snapshot(include_replay=False), run.state.updates, replay=replay)
 
@@ -213,6 +221,20 @@ class RunDirectory(Recorder):
 #: what records a run in its directory, in order (each a `Recorder` built from the run, its record
 #: settings, the directory and the console)
 RECORDERS: Final = (RunDirectory,)
+
+
+def empty_replay_line(learning_starts: int, capacity: int, tau_m: float) -> str:
+    """What `--resume` says, in one line, when the checkpoint held no replay: it starts empty, and what
+    that costs (at one transition a tick: the agent acting every tick).
+
+    >>> line = empty_replay_line(1000, 100_000, 1 / 50)
+    >>> "waits for 1,000 new transitions (about 20 world s" in line, "holds 100,000 again (about 2,000 world s)" in line
+    (True, True)
+    """
+    return (f"the checkpoint holds no replay (saved with --checkpoint-replay no, or over its budget): this run's replay "
+            f"starts empty, so learning waits for {learning_starts:,} new transitions (about {learning_starts * tau_m:,.0f} "
+            f"world s at one a tick) and learns from new transitions only until the replay holds {capacity:,} again "
+            f"(about {capacity * tau_m:,.0f} world s); the policy it resumes may get worse meanwhile")  # fmt: skip
 
 
 def _replay_in_checkpoint(choice: str, run: Run, out: Path) -> bool:

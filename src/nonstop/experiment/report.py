@@ -3,15 +3,21 @@
 Reads what ``nonstop train --out RUN`` wrote (layout in `nonstop.learning.runlog`) and writes, into
 ``--out`` (default ``RUN/report``):
 
-* ``return_over_time.png`` — each episode's return over wall time (from episodes.csv);
-* ``inaction_delay.png``   — inaction and mean delay over time, computed in windows from the tick
-  log (the truth, docs/design.md §1.8), or from progress.csv when the run has no tick log;
+* ``return_over_time.png`` — each episode's return over world time (``end_tick·τ_M``, from episodes.csv);
+* ``inaction_delay.png``   — inaction and mean delay over world time, computed in windows from the
+  tick log (the truth, docs/design.md §1.8) with the episode resets marked, or from progress.csv
+  when the run has no tick log;
 * ``delay_histogram.png``  — delay of the agent-applied ticks (from the tick log);
 * ``win_rate_over_time.png`` — self-play runs: the learner's win rate (rolling) and score against
   its pool of past snapshots over the run (from matches.csv, `nonstop.experiment.selfplay`);
-* ``report.md`` and ``report.json`` — the summary below, the plots, and what was skipped and why;
-* ``report.html`` (with ``--html``) — the same summary and plots as one self-contained page (the
-  PNGs inlined as base64, no file or address outside it), to mail or attach as it is.
+* ``report.md`` and ``report.json`` — the headline, the plots, the summary below, and what was skipped and why;
+* ``report.html`` (with ``--html``) — the same as one self-contained page (the PNGs inlined as base64,
+  no file or address outside it), to mail or attach as it is.
+
+Every view opens with the picture: five headline figures in words (`headline`: return, inaction,
+delay, τ_I, updates per second), then the plots; the whole table of figures comes last (folded in
+the HTML page). One time axis: world seconds (tick·τ_M) on every plot; wall time only where a
+plot's label says so (the inaction plot of a run with neither a tick log nor a known τ_M).
 
 Every figure of the summary is grouped by the file it comes from, so it can be traced back. A run
 dir with only some files (a run still going, or one cut short) gives the plots it can and says
@@ -44,10 +50,12 @@ from nonstop.learning.runlog import (
     read_ticklog,
 )
 
-__all__ = ["Report", "build_report", "render_summary", "write_html", "write_markdown"]
+__all__ = ["Report", "build_report", "headline", "render_headline", "render_summary", "write_html", "write_markdown"]
 
 #: Episodes in the "recent return" mean.
 RECENT_EPISODES: Final = 10
+#: Episodes in the recent return `nonstop train` prints and keeps in summary.json (experiment/record.py).
+TRAIN_RECENT_EPISODES: Final = 20
 #: About this many windows in the inaction/delay plot drawn from the tick log.
 WINDOWS: Final = 200
 #: Config keys shown in the summary when present.
@@ -205,28 +213,35 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
         shown = {key for figures in report.summary.values() for key in figures}
         report.summary["run_summary"] = {k: v for k, v in run_summary.items() if k not in shown and k != "n_inference"}
 
-    # return over wall time
+    tau_m = _tau_m(log, config)
+    # return over world time (wall time only for a run whose tick period is not known)
     if episodes is None:
         report.skipped["return_over_time"] = "episodes.csv is missing"
     elif not len(episodes["return"]):
         report.skipped["return_over_time"] = "episodes.csv has no finished episode yet"
     else:
+        world = tau_m is not None
         report.plots["return_over_time"] = plots.plot_return_over_time(
-            episodes["wall_s"], episodes["return"], out / PLOT_FILES["return_over_time"], smooth=RECENT_EPISODES
-        )
+            episodes["end_tick"] * tau_m if world else episodes["wall_s"], episodes["return"],
+            out / PLOT_FILES["return_over_time"], smooth=RECENT_EPISODES,
+            xlabel="world time (s)" if world else "wall time (s; the world's tick period is unknown)",
+        )  # fmt: skip
 
     # inaction and delay over time: the tick log first, progress.csv otherwise
     if log is not None and len(log):
         w = plots.windowed_ticks(log, max(1, len(log) // WINDOWS))
         report.plots["inaction_delay"] = plots.plot_inaction_delay(
             w["time_s"], w["inaction_frac"], w["delay_mean_ticks"], out / PLOT_FILES["inaction_delay"],
-            xlabel="world time (s, tick·τ_M)", title="Inaction and delay over time (tick log)",
+            xlabel="world time (s)", title="Inaction and delay over world time (tick log)",
+            resets_s=plots.episode_starts(log),
         )  # fmt: skip
     elif progress is not None and len(progress["wall_s"]):
+        world = tau_m is not None
         report.plots["inaction_delay"] = plots.plot_inaction_delay(
-            progress["wall_s"], progress["inaction_frac"], progress["delay_mean_ticks"],
-            out / PLOT_FILES["inaction_delay"],
-            xlabel="wall time (s)", title="Inaction and delay over time (progress.csv)",
+            progress["env_ticks"] * tau_m if world else progress["wall_s"], progress["inaction_frac"],
+            progress["delay_mean_ticks"], out / PLOT_FILES["inaction_delay"],
+            xlabel="world time (s)" if world else "wall time (s; the world's tick period is unknown)",
+            title="Inaction and delay over time (progress.csv)",
         )  # fmt: skip
     else:
         report.skipped["inaction_delay"] = "neither the tick log nor progress.csv has any row"
@@ -254,6 +269,77 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
     elif config.get("self_play"):
         report.skipped["win_rate"] = "matches.csv is missing (no match finished yet)"
     return report
+
+
+def _tau_m(log: Any, config: dict[str, Any]) -> float | None:
+    """The world's tick period: the tick log's, else the env's from the config, else None (unknown)."""
+    if log is not None:
+        return float(log.tau_m)
+    if config.get("env"):
+        try:
+            from nonstop.envs import env_info
+
+            hz = env_info(config["env"], **(config.get("env_kwargs") or {})).tick_hz
+        except Exception:  # noqa: BLE001 - an env this machine cannot build: the plots fall back to wall time
+            return None
+        return 1.0 / hz if hz else None
+    return None
+
+
+# ----------------------------------------------------------------------------- the headline
+
+#: the headline's five figures: (name, the words after the value)
+HEADLINE: Final = ("return", "inaction", "delay", "τ_I", "updates/s")
+
+
+def _first(report: Report, *where: tuple[str, str]) -> Any:
+    for source, key in where:
+        value = report.summary.get(source, {}).get(key)
+        if value is not None and not (isinstance(value, float) and not math.isfinite(value)):
+            return value
+    return None
+
+
+def headline(report: Report) -> list[tuple[str, str, str]]:
+    """The five figures a report opens with, in words: ``(name, value, what it means)`` for return,
+    inaction, delay, τ_I and updates per second ("—" where the run has no such figure)."""
+    # the recent return `nonstop train` printed (summary.json: the mean of the last 20 episodes), else episodes.csv's
+    recent = _first(report, ("run_summary", "recent_return"), ("progress", "recent_return_last"))
+    recent_words = f"recent return: the mean of the last {TRAIN_RECENT_EPISODES} episodes, as nonstop train printed it"
+    if recent is None:
+        recent = _first(report, ("episodes", f"return_last{RECENT_EPISODES}_mean"))
+        recent_words = f"recent return: the mean of the last {RECENT_EPISODES} episodes"
+    best = _first(report, ("episodes", "return_max"))
+    episodes = _first(report, ("episodes", "episodes"))
+    inaction = _first(report, ("ticks", "inaction_fraction"), ("progress", "inaction_frac_mean"))
+    delay = _first(report, ("ticks", "delay_mean_ticks"))
+    tau_i = _first(report, ("ticks", "tau_i_mean_ticks"))
+    updates = _first(report, ("progress", "updates_per_s_mean"))
+    total = _first(report, ("progress", "updates_last"))
+
+    def num(value: Any, spec: str) -> str:
+        return "—" if value is None else format(value, spec)
+
+    return [
+        ("return", num(recent, ",.5g"), recent_words
+         + (f" ({episodes:,} finished; best {best:,.5g})" if episodes and best is not None else "")),
+        ("inaction", "—" if inaction is None else f"{inaction:.2%}",
+         "of the world's ticks went to β, the default action, for want of an agent's action"),
+        ("delay", num(delay, ".2f") + ("" if delay is None else " ticks"),
+         "from the observation an action was computed on to the tick it was applied (mean)"),
+        ("τ_I", num(tau_i, ".2f") + ("" if tau_i is None else " ticks"),
+         "between the agent's actions (mean; 1 tick: an action every tick)"),
+        ("updates/s", num(updates, ".3g"), "learner updates per second (mean)"
+         + (f"; {total:,.0f} in all" if total is not None else "")),
+    ]  # fmt: skip
+
+
+def render_headline(report: Report, console: Any) -> None:
+    """The headline in a terminal: one line a figure, then where the plots are."""
+    for name, value, words in headline(report):
+        console.print(f"  {name:<10} {value:>12}  {words}", highlight=False, markup=False)
+    for name, path in report.plots.items():
+        console.print(f"  plot {name}: {path}", highlight=False, markup=False)
 
 
 # ----------------------------------------------------------------------------- output
@@ -286,7 +372,9 @@ def render_summary(report: Report, console: Any = None) -> None:
     from rich.table import Table
 
     console = console or Console()
-    table = Table(title=f"nonstop report {report.run_dir}")
+    console.print(f"nonstop report {report.run_dir}", highlight=False, markup=False)
+    render_headline(report, console)
+    table = Table(title="every figure, by the file it comes from")
     table.add_column("source")
     table.add_column("figure")
     table.add_column("value", justify="right")
@@ -295,8 +383,6 @@ def render_summary(report: Report, console: Any = None) -> None:
         table.add_row(source if source != previous else "", key, text)
         previous = source
     console.print(table)
-    for name, path in report.plots.items():
-        console.print(f"plot {name}: {path}", highlight=False)
     for name, reason in report.skipped.items():
         console.print(f"skipped plot {name}: {reason}", highlight=False)
     if report.missing:
@@ -307,11 +393,14 @@ def write_markdown(report: Report) -> Path:
     """Write ``report.md`` (summary table, plots, skipped ones) and ``report.json`` into ``report.out_dir``."""
     out = report.out_dir
     out.mkdir(parents=True, exist_ok=True)
-    lines = [f"# Run report: {report.run_dir}", "", "| source | figure | value |", "| --- | --- | ---: |"]
-    lines += [f"| {source} | {key} | {text} |" for source, key, text in _rows(report)]
-    lines.append("")
+    lines = [f"# Run report: {report.run_dir}", ""]
+    lines += [f"- **{name} {value}** {words}" for name, value, words in headline(report)] + [""]
     for name, path in report.plots.items():
-        lines += [f"## {name.replace('_', ' ')}", "", f"![{name}]({os.path.relpath(path, out)})", ""]
+        lines += [f"## {HTML_TITLES.get(name, name.replace('_', ' '))}", "", f"![{name}]({os.path.relpath(path, out)})", ""]
+    lines += ["<details><summary>Every figure, by the file it comes from</summary>", "",
+              "| source | figure | value |", "| --- | --- | ---: |"]  # fmt: skip
+    lines += [f"| {source} | {key} | {text} |" for source, key, text in _rows(report)]
+    lines += ["", "</details>", ""]
     if report.skipped:
         lines += ["## Skipped", ""] + [f"- {name}: {reason}" for name, reason in report.skipped.items()] + [""]
     if report.missing:
@@ -323,7 +412,7 @@ def write_markdown(report: Report) -> Path:
 
 
 #: headings of the plots in report.html
-HTML_TITLES: Final = {"return_over_time": "Return over time", "inaction_delay": "Inaction and delay over time",
+HTML_TITLES: Final = {"return_over_time": "Return over world time", "inaction_delay": "Inaction and delay over world time",
                       "delay_histogram": "Delay of the agent's actions",
                       "win_rate": "Self-play: win rate and score against the pool"}  # fmt: skip
 #: the HTML report's style: inline, so the page is one file
@@ -338,6 +427,12 @@ th { font-size: 12px; color: #6b7385; background: #fafbfc; }
 td.value { text-align: right; font-variant-numeric: tabular-nums; }
 tr.first td { border-top: 2px solid #d5d9e0; }
 figure { margin: 0 0 12px; } figure img { max-width: 100%; border: 1px solid #e2e5eb; border-radius: 4px; }
+#headline { display: grid; grid-template-columns: repeat(5, 1fr); gap: 10px; margin: 14px 0 6px; }
+#headline div { border: 1px solid #e2e5eb; border-radius: 6px; padding: 8px 10px; background: #fafbfc; }
+#headline b { display: block; font-size: 20px; font-variant-numeric: tabular-nums; }
+#headline span { display: block; font-size: 12px; color: #6b7385; line-height: 1.3; }
+#headline i { font-style: normal; font-size: 13px; font-weight: 600; color: #1d2330; }
+details { margin: 24px 0; } summary { cursor: pointer; font-weight: 600; }
 """
 
 
@@ -360,17 +455,22 @@ def write_html(report: Report) -> Path:
         rows.append(f"{opening}<td>{escape(source) if first else ''}</td><td>{escape(key)}</td>"
                     f'<td class="value">{escape(text)}</td></tr>')  # fmt: skip
         previous = source
+    cards = [f'<div data-figure="{escape(name)}"><i>{escape(name)}</i><b>{escape(value)}</b><span>{escape(words)}</span></div>'
+             for name, value, words in headline(report)]  # fmt: skip
     parts = [
         "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>nonstop report {escape(report.run_dir.name)}</title><style>{HTML_STYLE}</style></head><body>",
         f'<h1>Run report</h1><p class="dim"><code>{escape(str(report.run_dir))}</code></p>',
-        "<h2>Summary</h2><table><thead><tr><th>source</th><th>figure</th><th>value</th></tr></thead><tbody>",
-        *rows, "</tbody></table>",
+        '<section id="headline">', *cards, "</section>",
     ]  # fmt: skip
     for name, path in report.plots.items():
         data = base64.b64encode(Path(path).read_bytes()).decode()
         title = escape(HTML_TITLES.get(name, name.replace("_", " ")))
-        parts.append(f'<h2>{title}</h2><figure><img alt="{title}" src="data:image/png;base64,{data}"></figure>')
+        parts.append(f'<h2>{title}</h2><figure><img alt="{title}" data-plot="{escape(name)}" '
+                     f'src="data:image/png;base64,{data}"></figure>')  # fmt: skip
+    parts += ['<details id="figures"><summary>Every figure, by the file it comes from</summary>',
+              "<table><thead><tr><th>source</th><th>figure</th><th>value</th></tr></thead><tbody>",
+              *rows, "</tbody></table></details>"]  # fmt: skip
     if report.skipped:
         parts.append("<h2>Skipped</h2><ul>")
         parts += [f"<li>{escape(name)}: {escape(reason)}</li>" for name, reason in report.skipped.items()]

@@ -40,8 +40,8 @@ from nonstop.server.live import is_public, mount_live
 from nonstop.server.protocol import MESSAGE_TYPES, CloseMessage, ErrorReply, ProtocolError, message_schemas, parse_message
 from nonstop.server.sessions import SessionManager
 
-__all__ = ["create_app", "serve", "ServerThread", "free_port", "resolve_token", "RedactToken", "DEFAULT_PORT",
-           "TOKEN_ENV"]
+__all__ = ["create_app", "serve", "ServerThread", "free_port", "resolve_token", "RedactToken", "QuietPolling",
+           "DEFAULT_PORT", "TOKEN_ENV"]
 
 log = logging.getLogger("nonstop.server")
 DEFAULT_PORT = 8000
@@ -50,6 +50,35 @@ WS_FRAME_LIMIT = 1 << 20
 #: uvicorn settings of every server: no per-message deflate (compressing a 100 KB frame costs
 #: milliseconds of GIL-held CPU that the tick pool needs; frames travel on a LAN or loopback)
 UVICORN_WS: dict[str, Any] = {"ws_max_size": WS_FRAME_LIMIT, "ws_per_message_deflate": False, "lifespan": "on"}
+
+
+class QuietPolling(logging.Filter):
+    """Keeps the live page's polling out of uvicorn's access log: an open page asks for
+    ``/live/sessions`` and ``/health`` every second, which buried every other line (two a second
+    per open page). Those requests are logged only when they fail (status 400 or more).
+
+    >>> rec = logging.LogRecord("uvicorn.access", logging.INFO, "", 0, '%s - "%s %s HTTP/%s" %d',
+    ...                         ("127.0.0.1:5", "GET", "/live/sessions", "1.1", 200), None)
+    >>> QuietPolling().filter(rec)
+    False
+    """
+
+    PATHS = ("/live/sessions", "/health")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if not isinstance(args, tuple) or len(args) < 5:
+            return True
+        method, path, status = args[1], str(args[2]), args[4]
+        polled = method == "GET" and path.split("?", 1)[0] in self.PATHS
+        return not (polled and isinstance(status, int) and status < 400)
+
+    @classmethod
+    def install(cls) -> None:
+        """One filter on uvicorn's access logger (idempotent)."""
+        logger = logging.getLogger("uvicorn.access")
+        if not any(isinstance(f, cls) for f in logger.filters):
+            logger.addFilter(cls())
 
 
 def create_app(
@@ -78,10 +107,12 @@ def create_app(
         raise ValueError(f"max_connections must be a positive integer, got {max_connections!r}")
 
     RedactToken.install()
+    QuietPolling.install()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         RedactToken.install()  # again: uvicorn configures its loggers when it starts
+        QuietPolling.install()
         if app.state.manager is None:
             app.state.manager = SessionManager(**manager_kwargs)
         try:

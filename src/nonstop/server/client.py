@@ -38,7 +38,7 @@ import numpy as np
 
 from nonstop.server.protocol import decode_array
 
-__all__ = ["ServerError", "RemoteObservation", "AsyncClient", "Client", "RemoteEnv", "space_from_json", "Backoff",
+__all__ = ["ServerError", "ServerGone", "RemoteObservation", "AsyncClient", "Client", "RemoteEnv", "space_from_json", "Backoff",
            "RETRYABLE"]
 
 T = TypeVar("T")
@@ -53,6 +53,40 @@ class ServerError(RuntimeError):
         super().__init__(f"{message} (code: {code})")
         self.code = code
         self.message = message
+
+
+class ServerGone(ConnectionError):
+    """The connection to the server ended under a request: one line saying so, with the close code and
+    its meaning (1012: the server is restarting or was stopped, as Ctrl-C does), not websockets' own
+    ``ConnectionClosedError: received 1012 (service restart)``.
+
+    >>> str(ServerGone("ws://127.0.0.1:8000/ws", 1012, ""))
+    'the server at ws://127.0.0.1:8000/ws went away (close code 1012: it was stopped or is restarting); start it again and reconnect'
+    """
+
+    def __init__(self, url: str, code: int | None, reason: str) -> None:
+        meaning = _CLOSE_MEANINGS.get(code, reason or "no reason given") if code is not None else "no close frame"
+        tail = "start it again and reconnect" if code in (1001, 1012, None) else "reconnect to start a new session"
+        super().__init__(f"the server at {url} went away (close code {code}: {meaning}); {tail}"
+                         if code is not None else f"the server at {url} went away ({meaning}); {tail}")  # fmt: skip
+        self.url, self.code, self.reason = url, code, reason
+
+
+_CLOSE_MEANINGS: Final = {
+    1000: "closed normally", 1001: "the server is going away", 1006: "the connection dropped",
+    1008: "policy: the server closed it", 1011: "the server hit an internal error",
+    1012: "it was stopped or is restarting", 1013: "try again later",
+}
+
+
+def _server_gone(url: str, exc: BaseException) -> BaseException:
+    """websockets' ``ConnectionClosed`` as a `ServerGone`; anything else as it is."""
+    from websockets.exceptions import ConnectionClosed
+
+    if not isinstance(exc, ConnectionClosed):
+        return exc
+    frame = exc.rcvd or exc.sent
+    return ServerGone(url, frame.code if frame is not None else None, frame.reason if frame is not None else "")
 
 
 @dataclass
@@ -214,9 +248,9 @@ class AsyncClient:
                     if not fut.done():
                         fut.set_result(msg)
         except Exception as exc:  # noqa: BLE001 - hand the failure to whoever waits
-            error = exc
+            error = _server_gone(self.url, exc)
         else:
-            error = ConnectionError("the server closed the connection")
+            error = ServerGone(self.url, 1000, "")
         while self._replies:
             fut = self._replies.popleft()
             if not fut.done():
@@ -231,7 +265,13 @@ class AsyncClient:
     async def _request_once(self, message: dict[str, Any], extra_timeout: float) -> dict[str, Any]:
         fut = asyncio.get_running_loop().create_future()
         self._replies.append(fut)
-        await self._ws.send(json.dumps(message))
+        try:
+            await self._ws.send(json.dumps(message))
+        except Exception as exc:  # noqa: BLE001 - a closed connection reads as one line
+            gone = _server_gone(self.url, exc)
+            if gone is exc:
+                raise
+            raise gone from None
         reply = await asyncio.wait_for(fut, self.timeout + extra_timeout)
         if reply.get("type") == "error":
             raise ServerError(reply["data"].get("code", "UNKNOWN"), reply["data"].get("message", ""))
