@@ -125,12 +125,12 @@ class SeatArrays:
         """Each seat's observation into its slot, with its reward and counters. ``ended``: how the
         episode ended (``(terminated, truncated)``), for its terminal observation, published as final."""
         terminated, truncated = ended or (False, False)
-        final = ended is not None
         per_seat = zip(self._slots, self.obs, self.reward.tolist(), self.inaction_ticks, self.agent_ticks,
                        self.last_delay, self.last_seq)  # fmt: skip
         for slot, obs, reward, inaction, agent, delay, seq in per_seat:
-            # `LatestSlot.write` is the slot's positional per-tick path: keywords (`publish`) cost ~0.5 µs a tick
-            slot.write(obs, tick, time, reward, terminated, truncated, episode, inaction, agent, delay, seq, last_end, final)
+            slot.publish(obs, tick=tick, time=time, reward=reward, terminated=terminated, truncated=truncated,
+                         episode=episode, inaction_ticks=inaction, agent_ticks=agent, last_delay=delay,
+                         last_action_seq=seq, last_end=last_end, final=ended is not None)  # fmt: skip
 
     def new_episode(self) -> None:
         """The world reset: no reward yet, and every β starts afresh (``repeat`` has no last action)."""
