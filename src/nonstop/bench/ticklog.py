@@ -27,7 +27,8 @@ grows the log (``seal_max_ms``) is ≤ 1 ms, that memory is flat, and that the w
 the worst append was ≤ 1 ms outright. ``seal_max_ms`` is the worst of the appends that grow the log (a
 doubling, or a chunk sealed and handed to the writer): the cost the design itself adds, apart from
 the machine's noise. ``writer_backlog`` is the most chunks that waited for the writer at
-once (the appender never waits for it; a backlog costs memory instead). ``slow_appends`` says
+once (the appender never waits for it; a backlog costs memory instead); ``fresh_blocks``, the seals
+that found none of the writer's paged-in blocks ready (their pages then fault on the tick path). ``slow_appends`` says
 where every append over 0.5 ms happened: sealing a chunk, while the writer thread was writing one
 (it shares the GIL), during a garbage collection, or none of these (``machine``: another process
 or the hypervisor had the core; the ``floor`` variant's own slow appends are all of that kind). ``--rate 0`` appends back
@@ -216,6 +217,7 @@ def _measure(variant: str, rows: int, rss_at: int, rate: float, sched: str, seat
     gc.callbacks.remove(on_gc)
     rss_end = _rss_bytes()
     backlog = log.writer_backlog if variant == "streamed" else 0
+    fresh = log._writer.fresh_blocks if variant == "streamed" else 0
     busy = list(log._writer.busy) if variant == "streamed" else []  # read before close() drops the writer
     if variant == "streamed":
         log.close()
@@ -236,6 +238,7 @@ def _measure(variant: str, rows: int, rss_at: int, rate: float, sched: str, seat
         "appends_per_s": rows / wall,
         "wall_s": wall,
         "writer_backlog": backlog,
+        "fresh_blocks": fresh,
         "chunk_rows": int(getattr(log, "chunk_rows", 0)),
         "slow_appends": _attribute(slow, grows, busy, gcs),
     })  # fmt: skip
@@ -341,6 +344,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "sched": s["sched"],
         "streamed_rss_growth": s["rss_growth"],
         "streamed_writer_backlog": s["writer_backlog"],
+        "streamed_fresh_blocks": s["fresh_blocks"],
         "streamed_slow_appends": s["slow_appends"],
         "floor_slow_appends": per["floor"]["slow_appends"] if "floor" in per else None,
         "targets": {"max_append_ms": MAX_APPEND_TARGET_MS, "rss_growth": RSS_FLAT_TARGET,

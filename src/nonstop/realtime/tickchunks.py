@@ -32,6 +32,9 @@ CHUNK_ROWS: Final = 65536
 CHUNK_BYTES: Final = CHUNK_ROWS * _ONE_SEAT.width * 8
 #: Sealed chunks that may wait for the writer before an append waits for it (memory bound).
 MAX_PENDING: Final = 4
+#: Paged-in blocks the writer keeps ready for the appender's seals: two, so that a seal that comes
+#: while the writer still writes the last chunk finds one too (a fresh block faults on the tick path).
+SPARE_BLOCKS: Final = 2
 
 
 class Chunk:
@@ -167,6 +170,8 @@ class ChunkWriter:
         #: blocks whose rows are safely on disk, for the appender to fill again: a block already
         #: paged in costs no page faults on the tick path (deque: thread-safe append/pop)
         self.free: deque[np.ndarray] = deque()
+        #: seals that found no paged-in block (the appender then took lazily mapped pages)
+        self.fresh_blocks = 0
         self.error: BaseException | None = None
         #: (start, end) `time.perf_counter_ns` of the last chunk writes: when the writer was busy
         #: (``nonstop bench ticklog`` tells a slow append that overlapped one from the machine's noise)
@@ -175,8 +180,8 @@ class ChunkWriter:
         self.thread.start()
 
     def _stock_spare(self, shape: tuple[int, int]) -> None:
-        """Have one paged-in block ready for the appender's next seal (this thread pays the faults)."""
-        if not self.free:
+        """Have `SPARE_BLOCKS` paged-in blocks ready for the appender's next seals (this thread pays the faults)."""
+        while len(self.free) < SPARE_BLOCKS:
             self.free.append(paged_in_block(shape))
 
     def submit(self, chunk: Chunk) -> None:
@@ -224,6 +229,6 @@ class ChunkWriter:
                 self.busy.append((began, time.perf_counter_ns()))
             chunk.path = path
             chunk.rows = None  # from now on read back from the file: memory stays bounded
-            if len(self.free) < 2:
+            if len(self.free) < SPARE_BLOCKS:
                 self.free.append(rows)
             self._stock_spare(self.block_shape)

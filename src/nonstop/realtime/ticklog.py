@@ -31,8 +31,9 @@ process, which writes it to a temporary file (zlib level 1: ~0.1 s of CPU and ~1
 fsyncs it and renames it into place. A chunk file is therefore either absent or whole, whatever
 ends the process (SIGKILL and OOM kills included): every chunk completed before the end survives.
 Once written, a chunk leaves memory (read back from its file when asked) and its block is reused
-for the rows to come, so memory holds the open block and the few chunks not yet written: about
-``max_pending`` + 1 blocks while the writer keeps up (a 60 Hz world fills a chunk in 18 minutes).
+for the rows to come, so memory holds the open block, two paged-in spares (`SPARE_BLOCKS`) and the
+few chunks not yet written: about ``max_pending`` + 3 blocks while the writer keeps up (a 60 Hz
+world fills a chunk in 18 minutes).
 A writer that falls further behind is warned about once and its backlog waits in memory: the world
 never waits for the disk. The writer spends its time in compression and I/O, which release the
 GIL; under a SCHED_FIFO host it takes the lowest realtime priority, so no ordinary process can
@@ -346,6 +347,8 @@ class TickLog:
         if writer is not None and writer.free:
             self._block = writer.free.pop()  # rows past the open count are never read: no need to clear
         else:
+            if writer is not None:
+                writer.fresh_blocks += 1
             self._block = np.zeros((self._chunk_rows, self._width), np.float64)
         self._block_buffer = self._block.data
         self._n_block = 0
