@@ -201,7 +201,7 @@ class TickLog:
                 raise FileExistsError(f"{self.directory} already holds a tick log: move it away or choose another directory")
             self.directory.mkdir(parents=True, exist_ok=True)
             self._write_meta(complete=False)
-            # the writer also keeps a paged-in spare block ready, so no seal hands the appender fresh pages
+            # the writer also keeps paged-in spare blocks ready, so no seal hands the appender fresh pages
             self._writer = ChunkWriter(self.directory, max_pending, self.layout, self._chunk_rows)
 
     def __len__(self) -> int:
