@@ -101,6 +101,19 @@ def test_ticklog_quick(tmp_path, monkeypatch) -> None:
     assert not list(tmp_path.iterdir())  # the temporary log directory was removed
 
 
+def test_ticklog_quick_with_many_seats(tmp_path, monkeypatch) -> None:
+    """``--seats``: each append is a tick of every seat; the result says what a tick costs in memory."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    result = _run(ticklog, ["--seats", "50", "--rows", "6000", "--rss-at", "2000", "--rate", "0"])
+    _check(result, ticklog.RESULT_KEYS, "ticklog")
+    assert set(result["variants"]) == {"floor", "chunked", "streamed"}  # no doubling baseline unless named
+    assert result["seats"] == 50 and result["row_bytes"] == (9 + 9 * 50) * 8 and result["one_seat_row_bytes"] == 144
+    streamed = result["variants"]["streamed"]
+    assert result["chunk_rows"] == streamed["chunk_rows"] == 2570  # a one-seat chunk's 9.4 MB, in rows of 50 seats
+    assert streamed["seals"] == 2 and streamed["chunk_files"] == 3
+    assert result["bytes_per_tick"] > 0 and result["memory_per_tick_vs_one_seat"] > 0
+
+
 @pytest.mark.wall
 def test_ray_quick_breaks_tau_theta_down(monkeypatch) -> None:
     """`nonstop bench ray` on a small local cluster: each part of the actors' τ_θ, the machine's CPU use

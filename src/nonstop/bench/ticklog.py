@@ -1,7 +1,7 @@
 """``nonstop bench ticklog``: what one tick-log append costs over millions of rows, and the memory.
 
 Each variant appends ``--rows`` rows (default 5 million; 60 Hz for 23 hours) in a fresh process,
-timing every `TickLog.append_row` on its own (``perf_counter_ns`` around the call, as the host
+timing every `TickLog.append_tick` on its own (``perf_counter_ns`` around the call, as the host
 calls it), and reads the process's resident memory (``/proc/self/statm``) after ``--rss-at`` rows
 (default 1 million) and at the end. The process is scheduled as the wall-clock host schedules
 itself (``--sched``, default ``auto``: SCHED_FIFO where permitted, see
@@ -27,11 +27,20 @@ grows the log (``seal_max_ms``) is ≤ 1 ms, that memory is flat, and that the w
 the worst append was ≤ 1 ms outright. ``seal_max_ms`` is the worst of the appends that grow the log (a
 doubling, or a chunk sealed and handed to the writer): the cost the design itself adds, apart from
 the machine's noise. ``writer_backlog`` is the most chunks that waited for the writer at
-once (the appender never waits for it; a backlog costs memory instead). ``slow_appends`` says
+once (the appender never waits for it; a backlog costs memory instead); ``fresh_blocks``, the seals
+that found none of the writer's paged-in blocks ready (their pages then fault on the tick path). ``slow_appends`` says
 where every append over 0.5 ms happened: sealing a chunk, while the writer thread was writing one
 (it shares the GIL), during a garbage collection, or none of these (``machine``: another process
 or the hypervisor had the core; the ``floor`` variant's own slow appends are all of that kind). ``--rate 0`` appends back
 to back, as fast as they go, and shows where the writer stops keeping up on this machine.
+
+``--seats N`` logs a world of N seats (issue 32: 162 for MAgent2's battle): each append is one tick
+of every seat, its per-seat quantities one (quantities × seats) block. The defaults then keep the
+one-seat run's bytes (``--rate`` scaled to the same bytes a second, 20,000 rows quick and 50,000
+full, no ``doubling`` variant unless named), and the result adds what a tick costs in memory:
+``bytes_per_tick`` (the ``chunked`` variant's resident growth per row between the two readings),
+``row_bytes`` (the row's own size) and ``memory_per_tick_vs_one_seat``: bytes per tick over the
+one-seat row times the seat count (issue 32's target: ≤ 2, ``meets_memory_target``).
 """
 
 from __future__ import annotations
@@ -58,8 +67,15 @@ DESCRIPTION = "tick-log append cost (p99, max) over 5M rows and resident memory:
 
 QUICK = {"rows": 300_000, "rss_at": 100_000}
 FULL = {"rows": 5_000_000, "rss_at": 1_000_000}
+#: the sizes with ``--seats`` above 1 (a 162-seat row is 81 times a one-seat row)
+QUICK_SEATS = {"rows": 20_000, "rss_at": 5_000}
+FULL_SEATS = {"rows": 50_000, "rss_at": 10_000}
 VARIANTS = ("floor", "doubling", "chunked", "streamed")
 MAX_APPEND_TARGET_MS = 1.0
+#: memory per tick at most this many times the one-seat row times the seat count (issue 32)
+MEMORY_PER_TICK_TARGET = 2.0
+#: appends a second of a one-seat log; with ``--seats``, the same bytes a second
+DEFAULT_RATE = 200_000.0
 #: appends slower than this (ns) are attributed to a cause (``slow_appends`` of each variant)
 SLOW_NS = 500_000
 RSS_FLAT_TARGET = 0.10
@@ -68,51 +84,64 @@ RSS_FLAT_TARGET = 0.10
 RESULT_KEYS = (
     "rows", "streamed_p99_us", "streamed_max_ms", "streamed_seal_max_ms", "chunked_max_ms", "doubling_max_ms",
     "doubling_seal_max_ms", "floor_max_ms", "streamed_rss_growth", "streamed_writer_backlog", "meets_target",
+    "seats", "bytes_per_tick", "memory_per_tick_vs_one_seat", "meets_memory_target",
 )  # fmt: skip
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rows", type=int, default=None, help=size_help("rows appended per variant", "rows", QUICK, FULL))
-    p.add_argument("--rss-at", type=int, default=None, help=size_help("rows at the first memory reading", "rss_at", QUICK, FULL))
-    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
-    p.add_argument("--rate", type=float, default=200_000.0, help="appends per second, paced per millisecond (default 200000; 0: unpaced)")
+    p.add_argument("--rows", type=int, default=None,
+                   help=size_help("rows appended per variant", "rows", QUICK, FULL) + "; with --seats: 50000, quick 20000")  # fmt: skip
+    p.add_argument("--rss-at", type=int, default=None,
+                   help=size_help("rows at the first memory reading", "rss_at", QUICK, FULL) + "; with --seats: 10000, quick 5000")  # fmt: skip
+    p.add_argument("--variants", default=None,
+                   help=f"comma-separated, of {', '.join(VARIANTS)} (default all; with --seats, all but doubling)")  # fmt: skip
+    p.add_argument("--rate", type=float, default=None,
+                   help="appends per second, paced per millisecond (default 200000, or the same bytes a second with --seats; 0: unpaced)")  # fmt: skip
+    p.add_argument("--seats", type=int, default=1, help="seats of the logged world (default 1; MAgent2's battle: 162)")
     p.add_argument("--sched", choices=("auto", "fifo", "nice", "normal"), default="auto",
                    help="scheduling of the measuring process, as the host's (default auto)")
 
 
-class _DoublingLog:
-    """The pre-issue-14 tick log's append: one block that doubles when full (the baseline)."""
+_SHARED = struct.Struct("=9d")  # a row's shared columns, as `TickLog.append_tick` packs them
 
-    def __init__(self, n_columns: int) -> None:
-        self.row = struct.Struct(f"={n_columns}d")
-        self.rows = np.zeros((4096, n_columns), np.float64)
-        self._buffer = self.rows.data  # what append_row packs into, as the tick log's own append does
+
+class _DoublingLog:
+    """The pre-issue-14 tick log's append: one block that doubles when full (the baseline), with
+    today's row (`RowLayout`) and call shape."""
+
+    def __init__(self, width: int) -> None:
+        self.rows = np.zeros((4096, width), np.float64)
+        self._buffer = self.rows.data  # what append_tick packs into, as the tick log's own append does
+        self._row_bytes = width * 8
         self.n = 0
 
     def grows_at(self, rows: int) -> np.ndarray:
         """1-based indices of the appends that double the block."""
         return 4096 * 2 ** np.arange(max(1, int(np.ceil(np.log2(max(rows, 1) / 4096))) + 1)) + 1
 
-    def append_row(self, *values: float) -> None:
+    def append_tick(self, tick: int, deadline: float, time_: float, *, episode: int, terminated: bool, truncated: bool,
+                    step_s: float, seats: np.ndarray) -> None:  # fmt: skip
         n = self.n
         if n == len(self.rows):
             self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
             self._buffer = self.rows.data
-        tick, deadline, time_, *rest = values
-        self.row.pack_into(self._buffer, n * self.row.size, tick, deadline, time_, time_ - deadline, *rest)
+        _SHARED.pack_into(self._buffer, n * self._row_bytes, tick, deadline, time_, time_ - deadline, episode, terminated,
+                          truncated, step_s, 0.0)  # fmt: skip
+        self.rows[n, 9:] = seats
         self.n = n + 1
 
 
 class _Floor:
-    """The same call shape, packing into one fixed row: the machine's own noise."""
+    """The same call shape, writing into one fixed row: the machine's own noise."""
 
-    def __init__(self, n_columns: int) -> None:
-        self.row = struct.Struct(f"={n_columns}d")
-        self.buf = bytearray(self.row.size)
+    def __init__(self, width: int) -> None:
+        self.row = np.zeros((1, width), np.float64)
+        self.buf = self.row.data
 
-    def append_row(self, *values: float) -> None:
-        tick, deadline, time_, *rest = values
-        self.row.pack_into(self.buf, 0, tick, deadline, time_, time_ - deadline, *rest)
+    def append_tick(self, tick: int, deadline: float, time_: float, *, episode: int, terminated: bool, truncated: bool,
+                    step_s: float, seats: np.ndarray) -> None:  # fmt: skip
+        _SHARED.pack_into(self.buf, 0, tick, deadline, time_, time_ - deadline, episode, terminated, truncated, step_s, 0.0)
+        self.row[0, 9:] = seats
 
     def grows_at(self, rows: int) -> np.ndarray:
         return np.zeros(0, np.int64)
@@ -123,23 +152,37 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _measure(variant: str, rows: int, rss_at: int, rate: float, sched: str, directory: str | None, conn: Any) -> None:
+def _seat_values(seats: int) -> np.ndarray:
+    """A tick's per-seat values as the host hands them over: (quantities × seats), flattened."""
+    from nonstop.realtime.ticklog import SEAT_COLUMNS
+
+    values = np.zeros((len(SEAT_COLUMNS), seats))
+    for name, value in {"source": 1, "worker": 0, "delay": 3, "obs_tick": 7, "action": 1.0, "tau_theta": 0.01,
+                        "reward": 1.0}.items():  # fmt: skip
+        values[SEAT_COLUMNS.index(name)] = value
+    return values.reshape(-1)
+
+
+def _measure(variant: str, rows: int, rss_at: int, rate: float, sched: str, seats: int, directory: str | None,
+             conn: Any) -> None:  # fmt: skip
     """Child process: append ``rows`` rows to one log, timing each; send the figures back."""
     from nonstop.realtime.host import raise_priority
-    from nonstop.realtime.ticklog import CHUNK_ROWS, COLUMNS, TickLog
+    from nonstop.realtime.ticklog import RowLayout, TickLog
 
     costs = np.full(rows, -1, np.int64)  # touched now, so it does not grow the memory readings
+    width = RowLayout(seats).width
     if variant == "doubling":
-        log: Any = _DoublingLog(len(COLUMNS))
+        log: Any = _DoublingLog(width)
         grows = log.grows_at(rows)
     elif variant == "floor":
-        log = _Floor(len(COLUMNS))
+        log = _Floor(width)
         grows = log.grows_at(rows)
     else:
-        log = TickLog(1 / 60, directory=directory if variant == "streamed" else None)
-        grows = np.arange(CHUNK_ROWS + 1, rows + 1, CHUNK_ROWS)  # the appends that seal a chunk
+        log = TickLog(1 / 60, directory=directory if variant == "streamed" else None, seats=seats)
+        grows = np.arange(log.chunk_rows + 1, rows + 1, log.chunk_rows)  # the appends that seal a chunk
+    values = _seat_values(seats)
     policy = raise_priority(sched) if sched != "normal" else "normal"  # after the writer thread started
-    append, clock, sleep = log.append_row, time.perf_counter_ns, time.sleep
+    append, clock, sleep = log.append_tick, time.perf_counter_ns, time.sleep
     slow: list[tuple[int, int, int]] = []  # (row, start ns, cost ns) of appends over SLOW_NS
     gcs: list[tuple[int, int]] = []  # (start, end ns) of garbage collections during the loop
     gc_began = [0]
@@ -159,7 +202,7 @@ def _measure(variant: str, rows: int, rss_at: int, rate: float, sched: str, dire
     for t in range(1, rows + 1):
         deadline = t * tau
         t0 = clock()
-        append(t, deadline, deadline + 1e-5, t & 1, 0, 3, t - 3, 1.0, 0.01, 1.0, t >> 12, False, False, 0, 0, 1e-5, 0.0)
+        append(t, deadline, deadline + 1e-5, episode=t >> 12, terminated=False, truncated=False, step_s=1e-5, seats=values)
         cost = costs[t - 1] = clock() - t0
         if cost > SLOW_NS:
             slow.append((t, t0, cost))
@@ -174,6 +217,7 @@ def _measure(variant: str, rows: int, rss_at: int, rate: float, sched: str, dire
     gc.callbacks.remove(on_gc)
     rss_end = _rss_bytes()
     backlog = log.writer_backlog if variant == "streamed" else 0
+    fresh = log._writer.fresh_blocks if variant == "streamed" else 0
     busy = list(log._writer.busy) if variant == "streamed" else []  # read before close() drops the writer
     if variant == "streamed":
         log.close()
@@ -194,6 +238,8 @@ def _measure(variant: str, rows: int, rss_at: int, rate: float, sched: str, dire
         "appends_per_s": rows / wall,
         "wall_s": wall,
         "writer_backlog": backlog,
+        "fresh_blocks": fresh,
+        "chunk_rows": int(getattr(log, "chunk_rows", 0)),
         "slow_appends": _attribute(slow, grows, busy, gcs),
     })  # fmt: skip
     conn.close()
@@ -225,11 +271,11 @@ def _attribute(slow: list[tuple[int, int, int]], grows: np.ndarray, busy: list[t
             "worst": [{"row": row, "ms": cost / 1e6, "cause": why} for row, cost, why in worst]}  # fmt: skip
 
 
-def _run_variant(variant: str, rows: int, rss_at: int, rate: float, sched: str) -> dict[str, Any]:
+def _run_variant(variant: str, rows: int, rss_at: int, rate: float, sched: str, seats: int) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     tmp = tempfile.mkdtemp(prefix="nonstop-bench-ticklog-") if variant == "streamed" else None
-    process = ctx.Process(target=_measure, args=(variant, rows, rss_at, rate, sched, tmp and str(Path(tmp) / "log"), child),
+    process = ctx.Process(target=_measure, args=(variant, rows, rss_at, rate, sched, seats, tmp and str(Path(tmp) / "log"), child),
                           name=f"nonstop-bench-ticklog-{variant}")  # fmt: skip
     process.start()
     child.close()
@@ -249,24 +295,45 @@ def _run_variant(variant: str, rows: int, rss_at: int, rate: float, sched: str) 
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    sizes = run_sizes(args, QUICK, FULL)
+    from nonstop.realtime.ticklog import RowLayout
+
+    seats = getattr(args, "seats", 1)
+    if not isinstance(seats, int) or seats < 1:
+        raise ValueError(f"--seats must be a positive integer, got {seats!r}")
+    sizes = run_sizes(args, QUICK_SEATS, FULL_SEATS) if seats > 1 else run_sizes(args, QUICK, FULL)
     rows, rss_at = int(sizes["rows"]), int(sizes["rss_at"])
     if rss_at >= rows:
         raise ValueError(f"--rss-at ({rss_at:,}) must be below --rows ({rows:,})")
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    named = getattr(args, "variants", None)
+    if named is None:
+        named = ",".join(v for v in VARIANTS if seats == 1 or v != "doubling")
+    variants = [v.strip() for v in named.split(",") if v.strip()]
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown or "streamed" not in variants:
-        raise ValueError(f"--variants must name some of {', '.join(VARIANTS)}, streamed included; got {args.variants!r}")
-    if not args.rate >= 0:
-        raise ValueError(f"--rate must be a non-negative number of appends per second, got {args.rate}")
-    per = {v: _run_variant(v, rows, rss_at, args.rate, args.sched) for v in variants}
+        raise ValueError(f"--variants must name some of {', '.join(VARIANTS)}, streamed included; got {named!r}")
+    one_row, row = RowLayout(1).width * 8, RowLayout(seats).width * 8
+    rate = getattr(args, "rate", None)
+    rate = DEFAULT_RATE * one_row / row if rate is None else rate
+    if not rate >= 0:
+        raise ValueError(f"--rate must be a non-negative number of appends per second, got {rate}")
+    per = {v: _run_variant(v, rows, rss_at, rate, args.sched, seats) for v in variants}
     s = per["streamed"]
+    chunked = per.get("chunked")
+    # resident bytes a tick adds, in memory (the chunked log keeps every row): between the two readings
+    bytes_per_tick = (chunked["rss_mb_at_end"] - chunked["rss_mb_at_first"]) * 2**20 / (rows - rss_at) if chunked else float(row)
     out: dict[str, Any] = {
         "bench": "ticklog",
         "machine": machine_info(),
         "rows": rows,
         "rss_at_rows": rss_at,
-        "rate_per_s": args.rate,
+        "rate_per_s": rate,
+        "seats": seats,
+        "chunk_rows": s["chunk_rows"],
+        "row_bytes": row,
+        "one_seat_row_bytes": one_row,
+        "bytes_per_tick": bytes_per_tick,
+        "memory_per_tick_vs_one_seat": bytes_per_tick / (one_row * seats),
+        "meets_memory_target": bool(bytes_per_tick <= MEMORY_PER_TICK_TARGET * one_row * seats),
         "streamed_p99_us": s["append_us"]["p99"],
         "streamed_max_ms": s["max_ms"],
         "streamed_seal_max_ms": s["seal_max_ms"],
@@ -277,14 +344,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "sched": s["sched"],
         "streamed_rss_growth": s["rss_growth"],
         "streamed_writer_backlog": s["writer_backlog"],
+        "streamed_fresh_blocks": s["fresh_blocks"],
         "streamed_slow_appends": s["slow_appends"],
         "floor_slow_appends": per["floor"]["slow_appends"] if "floor" in per else None,
-        "targets": {"max_append_ms": MAX_APPEND_TARGET_MS, "rss_growth": RSS_FLAT_TARGET},
+        "targets": {"max_append_ms": MAX_APPEND_TARGET_MS, "rss_growth": RSS_FLAT_TARGET,
+                    "memory_per_tick_vs_one_seat": MEMORY_PER_TICK_TARGET},
         "meets_strict_max": bool(s["max_ms"] <= MAX_APPEND_TARGET_MS),
         "meets_target": bool(
             s["seal_max_ms"] <= MAX_APPEND_TARGET_MS
             and abs(s["rss_growth"]) <= RSS_FLAT_TARGET
             and (s["max_ms"] <= MAX_APPEND_TARGET_MS or ("floor" in per and s["max_ms"] <= per["floor"]["max_ms"]))
+            and bytes_per_tick <= MEMORY_PER_TICK_TARGET * one_row * seats
         ),
         "variants": per,
     }
@@ -295,7 +365,8 @@ def render(result: dict[str, Any]) -> None:
     from nonstop._console import Console
     from rich.table import Table
 
-    table = Table(title=f"nonstop bench ticklog: {result['rows']:,} appends per variant")
+    seats = f", {result['seats']} seats" if result.get("seats", 1) > 1 else ""
+    table = Table(title=f"nonstop bench ticklog: {result['rows']:,} appends per variant{seats}")
     for col in ("variant", "p50 µs", "p99 µs", "max ms", "growth appends max ms", "appends > 1 ms", f"RSS MB at {result['rss_at_rows']:,}",
                 "RSS MB at end", "growth", "writer backlog"):  # fmt: skip
         table.add_column(col, justify="right")
@@ -308,6 +379,9 @@ def render(result: dict[str, Any]) -> None:
         slow = v.get("slow_appends") or {}
         if slow.get("counts"):
             print(f"{name}: appends over {slow['over_ms']} ms by cause: " + ", ".join(f"{k} {n}" for k, n in slow["counts"].items()))
+    print(f"memory per tick: {result['bytes_per_tick']:,.0f} B (row {result['row_bytes']:,} B), "
+          f"{result['memory_per_tick_vs_one_seat']:.2f}x the one-seat row times {result['seats']} seat(s) "
+          f"(target ≤ {MEMORY_PER_TICK_TARGET:g}x)")  # fmt: skip
     verdict = "meets" if result["meets_target"] else "misses"
     print(f"streamed {verdict} the targets (max append ≤ {MAX_APPEND_TARGET_MS} ms, memory flat within "
           f"{RSS_FLAT_TARGET:.0%}); worst doubling appends: "

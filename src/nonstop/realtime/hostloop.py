@@ -1,18 +1,22 @@
 """The host's tick loop: a world that never waits (docs/design.md §1).
 
 `Host` is the tick loop, written once as a timed process (see `clock`): at
-every deadline ``origin + t·τ_M`` it takes at most one agent action from the
-`ActionQueue` (or applies β and counts inaction), steps the env, writes the
-tick log and publishes the observation into the `LatestSlot`. It owns no clock,
+every deadline ``origin + t·τ_M`` it takes at most one agent action from each
+seat's `ActionQueue` (or applies that seat's β and counts its inaction), steps the env, writes the
+tick log and publishes each seat's observation into its `LatestSlot`. It owns no clock,
 process or channel of its own: `nonstop.realtime.host.Session` (and the server's
 sessions) make those and drive it.
+
+Seats are arrays (docs/design.md §4b): `SeatArrays` holds every seat's part of a tick, indexed by
+seat, and a world is stepped through one adapter (`OneSeatWorld` for a gymnasium.Env,
+`ParallelWorld` for PettingZoo's parallel API), so one seat and 162 run the same lines.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Generator
-from typing import Any
+from typing import Any, Final
 
 import gymnasium as gym
 import numpy as np
@@ -20,14 +24,16 @@ import numpy as np
 from nonstop.realtime.channels import ActionQueue, LatestSlot
 from nonstop.realtime.clock import Clock, stopwatch
 from nonstop.realtime.defaults import DefaultBehaviour
-from nonstop.realtime.ticklog import CHUNK_ROWS, SOURCE_AGENT, SOURCE_DEFAULT, TickLog
+from nonstop.realtime.ticklog import CHUNK_ROWS, SEAT_COLUMNS, SOURCE_AGENT, SOURCE_DEFAULT, TickLog
 
-__all__ = ["Host", "HostError", "scalar_actions"]
+__all__ = ["Host", "HostError", "SeatArrays", "OneSeatWorld", "ParallelWorld", "scalar_actions"]
 
 
 # host states published in the slot header
 STATE_STARTING, STATE_RUNNING, STATE_STOPPED, STATE_FAILED = 0, 1, 2, 3
 END_NONE, END_TERMINATED, END_TRUNCATED = 0, 1, 2
+NAN: Final = float("nan")
+_REWARD: Final = SEAT_COLUMNS.index("reward")  # the reward's row of `SeatArrays.values`
 
 
 class HostError(RuntimeError):
@@ -46,16 +52,163 @@ def scalar_actions(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Discrete) or getattr(space, "shape", None) == ()
 
 
+def _checked(beta: DefaultBehaviour, validate: Any) -> Any:
+    """``beta`` whose every action is checked (``validate``) against its seat's action space."""
+
+    def choose(obs: Any) -> Any:
+        return validate(beta(obs))
+
+    return choose
+
+
+class SeatArrays:
+    """Every seat's part of the tick loop, as arrays indexed by seat (one seat or 162, the same code).
+
+    ``values`` is this tick's log values of every seat: a (quantities × seats) float64 array in
+    `SEAT_COLUMNS` order, which the tick log copies whole (`TickLog.append_tick`, through ``flat``).
+    Its rows are ``source``, ``worker``, ``delay``, ``obs_tick``, ``action``, ``tau_theta``,
+    ``reward``, ``superseded`` and ``stale``: each a memoryview of its row, indexed by seat (a
+    single value is written or read through one at half a numpy item's cost). ``obs`` and ``actions``: each seat's newest
+    observation and the action applied this tick. ``agent_ticks``, ``inaction_ticks``,
+    ``last_delay`` and ``last_seq``: what each seat's slot publishes besides (plain lists of ints,
+    read every tick). Owned by the host: one writer, in the host's thread.
+
+    >>> from nonstop.realtime.defaults import make_default
+    >>> space = gym.spaces.Discrete(2)
+    >>> queues = [ActionQueue.create(space), ActionQueue.create(space)]
+    >>> slots = [LatestSlot.create(np.zeros(1)), LatestSlot.create(np.zeros(1))]
+    >>> seats = SeatArrays(slots, queues, [make_default("noop", noop_action=0) for _ in queues])
+    >>> _ = queues[1].submit(1, obs_tick=0, episode=0)
+    >>> seats.act(3, episode=0)
+    >>> seats.actions, seats.source.tolist(), seats.delay.tolist(), seats.inaction_ticks
+    ([0, 1], [0.0, 1.0], [-1.0, 3.0], [1, 0])
+    >>> for channel in (*queues, *slots):
+    ...     channel.unlink()
+    """
+
+    def __init__(self, slots: list[LatestSlot], queues: list[ActionQueue], defaults: list[DefaultBehaviour]) -> None:
+        n = len(queues)
+        self.n = n
+        self.values = np.zeros((len(SEAT_COLUMNS), n))
+        #: ``values`` as one row of the log's per-seat blocks (a view: what `TickLog.append_tick` copies)
+        self.flat = self.values.reshape(-1)
+        rows: list[Any] = [self.flat.data[k * n : (k + 1) * n] for k in range(len(SEAT_COLUMNS))]  # format "d": Any
+        (self.source, self.worker, self.delay, self.obs_tick, self.action, self.tau_theta, self.reward,
+         self.superseded, self.stale) = rows  # fmt: skip
+        self.obs: list[Any] = [None] * n
+        self.actions: list[Any] = [None] * n
+        self.agent_ticks, self.inaction_ticks = [0] * n, [0] * n
+        self.last_delay, self.last_seq = [-1] * n, [-1] * n
+        self._writes, self._takes, self._betas = [s.write for s in slots], [q.take for q in queues], defaults
+        self._logged = [scalar_actions(q.codec.space) for q in queues]  # whether the log holds the action
+        #: each seat's β as the loop calls it: a callable β's action is checked against its seat's space
+        #: (a built-in β's is right by construction)
+        self._choose = [_checked(b, q.codec.validate) if b.kind == "callable" else b for q, b in zip(queues, defaults)]
+
+    def act(self, tick: int, episode: int) -> None:
+        """Each seat's action for ``tick`` into ``actions``: its agent's newest (counted; its delay is
+        ``tick − obs_tick``) or, with none ready, its β's (inaction); this tick's log values with it."""
+        source, worker, delay, obs_tick, action = self.source, self.worker, self.delay, self.obs_tick, self.action
+        tau_theta, superseded, stale = self.tau_theta, self.superseded, self.stale
+        actions, logged = self.actions, self._logged
+        for i, take in enumerate(self._takes):
+            record, superseded[i], stale[i] = take(episode=episode)
+            if record is not None:
+                a = record.action
+                self._betas[i].observe_agent_action(a)
+                self.agent_ticks[i] += 1
+                self.last_delay[i] = delay[i] = tick - record.obs_tick
+                self.last_seq[i] = record.seq
+                source[i], worker[i], obs_tick[i], tau_theta[i] = SOURCE_AGENT, record.worker, record.obs_tick, record.tau_theta
+            else:
+                a = self._choose[i](self.obs[i])
+                self.inaction_ticks[i] += 1
+                source[i], worker[i], delay[i], obs_tick[i], tau_theta[i] = SOURCE_DEFAULT, -1, -1, -1, NAN
+            actions[i] = a
+            action[i] = a if logged[i] else NAN  # a number of any kind: the memoryview converts it
+
+    def publish(self, tick: int, time: float, episode: int, last_end: int, ended: tuple[bool, bool] | None = None) -> None:
+        """Each seat's observation into its slot, with its reward and counters. ``ended``: how the
+        episode ended (``(terminated, truncated)``), for its terminal observation, published as final."""
+        terminated, truncated = ended or (False, False)
+        final = ended is not None
+        per_seat = zip(self._writes, self.obs, self.reward.tolist(), self.inaction_ticks, self.agent_ticks,
+                       self.last_delay, self.last_seq)  # fmt: skip
+        for write, obs, reward, inaction, agent, delay, seq in per_seat:
+            # `LatestSlot.write`: `LatestSlot.publish` without its keywords, which cost ~0.4 µs a seat a tick
+            write(obs, tick, time, reward, terminated, truncated, episode, inaction, agent, delay, seq, last_end, final)
+
+    def new_episode(self) -> None:
+        """The world reset: no reward yet, and every β starts afresh (``repeat`` has no last action)."""
+        self.values[_REWARD] = 0.0
+        for beta in self._betas:
+            beta.reset()
+
+
+class OneSeatWorld:
+    """A gymnasium.Env as a world of one seat: its observation, action and reward as seat 0's."""
+
+    def __init__(self, env: gym.Env) -> None:
+        self.env = env
+        self._step = env.step
+
+    def start(self, seats: SeatArrays, seed: int | None) -> None:
+        seats.obs[0], _ = self.env.reset(seed=seed)
+
+    def reset(self, seats: SeatArrays) -> None:
+        seats.obs[0], _ = self.env.reset()
+
+    def step(self, seats: SeatArrays) -> tuple[bool, bool, float]:
+        """Step with seat 0's action; ``(terminated, truncated, seconds the env's step took)``."""
+        t0 = stopwatch()
+        obs, reward, terminated, truncated, _ = self._step(seats.actions[0])
+        step_s = stopwatch() - t0
+        seats.obs[0] = obs
+        seats.reward[0] = reward
+        return terminated, truncated, step_s
+
+
+class ParallelWorld:
+    """A seat world (PettingZoo's parallel API: ``reset`` and ``step`` take and give dicts by seat
+    name) as arrays by seat index. A seat absent from a step's dicts (its agent is done) keeps its
+    last observation and gets no reward; the episode ends for every seat when any seat's ends."""
+
+    def __init__(self, env: Any, names: list[str]) -> None:
+        self.env, self.names = env, names
+        self._step = env.step
+
+    def start(self, seats: SeatArrays, seed: int | None) -> None:
+        obs, _ = self.env.reset(seed=seed)
+        seats.obs[:] = [obs[name] for name in self.names]
+
+    def reset(self, seats: SeatArrays) -> None:
+        obs, _ = self.env.reset()
+        seats.obs[:] = [obs[name] for name in self.names]
+
+    def step(self, seats: SeatArrays) -> tuple[bool, bool, float]:
+        """Step with every seat's action; ``(terminated, truncated, seconds the env's step took)``."""
+        t0 = stopwatch()
+        obs, rewards, terminated, truncated, _ = self._step(dict(zip(self.names, seats.actions)))
+        step_s = stopwatch() - t0
+        last, reward = seats.obs, seats.reward
+        for i, name in enumerate(self.names):
+            last[i] = obs.get(name, last[i])
+            reward[i] = rewards.get(name, 0.0)
+        return any(terminated.values()), any(truncated.values()), step_s
+
+
 class Host:
-    """The tick loop. Owns the env; reads the queue, writes the slot and the log.
+    """The tick loop. Owns the env; reads the queues, writes the slots and the log.
 
     Seats (docs/design.md §4b): with ``seats`` (the agent names of a PettingZoo-style parallel env, whose
     ``step`` takes and returns dicts keyed by seat), ``slot``, ``queue`` and ``default`` are
     sequences, one per seat: each seat reads its own observations, reward and counters from its
-    slot, has its own queue (mode, capacity) and β, and its own tick-log columns (`SEAT_COLUMNS`).
-    A plain ``gymnasium.Env`` is the one-seat case of the same loop: seat 0 is handled inline,
-    the other seats (none here) in a loop after it. A seat world's episode ends for every seat at
-    once, when any seat is terminated or truncated.
+    slot, has its own queue (mode, capacity) and β, and its own values in the tick log (each per-seat
+    quantity a block of seats: `TickLog.append_tick`). A plain ``gymnasium.Env`` is the one-seat case
+    of the same loop: `SeatArrays` of one seat, stepped through `OneSeatWorld`. A seat world's
+    episode ends for every seat at once, when any seat is terminated or truncated. The first seat's
+    slot carries the session's requests (stop, reset); ``slot``, ``queue`` and ``default`` are the
+    first seat's.
 
     ``unthrottled=True`` ignores deadlines and ticks as fast as the env allows
     (benchmarks; the log still records the grid it would have kept). ``log_dir``: the tick log
@@ -107,9 +260,11 @@ class Host:
         self.episode = 0
         self.tick = 0
         self.origin = 0.0
-        self._validate_default = self.queue.codec.validate
-        #: optional per-tick observer (``nonstop.learning.replay.ReplayRecorder``): it sees every
-        #: applied action, reward and observation, in the host's own process
+        #: every seat's part of the tick, indexed by seat
+        self.seat_arrays = SeatArrays(self.slots, self.queues, self.defaults)
+        self.world = OneSeatWorld(env) if self.seats is None else ParallelWorld(env, self.seats)
+        #: optional per-tick observer (``nonstop.learning.replay.ReplayRecorder``): it sees the first
+        #: seat's applied action, reward and observation of every tick, in the host's own process
         self.recorder = recorder
         #: where ``env.render()``'s frame of every tick goes (``render_mode="rgb_array"``), or None
         self.render_slot = render_slot
@@ -121,178 +276,76 @@ class Host:
             render_slot.publish(np.asarray(frame), tick=tick, time=time, episode=episode, final=final)
 
     def run(self, clock: Clock) -> Generator[float, float, None]:  # a TimedProcess yielding plain deadlines
-        """The host as a timed process on ``clock``.
+        """The host as a timed process on ``clock`` (docs/design.md §1): at each deadline every seat
+        gets its agent's action or β's, the world steps once, the log gets the tick, and each seat's
+        slot the newest observation; an episode's end resets the world at once.
 
         The per-tick path is kept lean (the host must keep ≥ 90 % of a plain env loop, ``nonstop
-        bench host``): positional `LatestSlot.write` and `TickLog.append_row`, locals for every
-        attribute, and the action column's kind decided once for the action space. Seat 0 is
-        handled inline; seats 1, 2, … (a seat world) in a loop after it, each with its own queue,
-        β, slot and log columns.
+        bench host``): per-seat values go into preallocated arrays and reach the log in one copy.
         """
-        slot, queue, recorder = self.slot, self.queue, self.recorder
-        # a gymnasium.Env, or (``multi``) a seat world whose reset/step take and return dicts by seat
-        env: Any = self.env
-        log_row, publish, take, beta = self.log.append_row, slot.write, queue.take, self.default
+        seats, world, log, recorder, control = self.seat_arrays, self.world, self.log, self.recorder, self.slot
         tau_m, grace, unthrottled = self.tau_m, clock.tick_grace, self.unthrottled
         max_ticks = self.max_ticks if self.max_ticks is not None else float("inf")
-        scalar = scalar_actions(queue.codec.space)
-        validate_beta = beta.kind == "callable"
-        nan = float("nan")
-        multi = self.seats is not None
-        names = self.seats if self.seats is not None else []
-        first = names[0] if multi else None
-        others = range(1, len(self.queues))  # empty for one seat: the loops below cost nothing
-        o_take = [q.take for q in self.queues]
-        o_beta = self.defaults
-        o_publish = [s.write for s in self.slots]
-        o_scalar = [scalar_actions(q.codec.space) for q in self.queues]
-        o_validate = [q.codec.validate if b.kind == "callable" else None for q, b in zip(self.queues, o_beta)]
-        o_obs: list[Any] = [None] * len(self.queues)
-        o_action: list[Any] = [None] * len(self.queues)
-        o_reward = [0.0] * len(self.queues)
-        o_inaction, o_agent = [0] * len(self.queues), [0] * len(self.queues)
-        o_delay, o_seq = [-1] * len(self.queues), [-1] * len(self.queues)
-        seat_values: list[float] = []
-        if multi:
-            obs_all, _ = env.reset(seed=self.seed)
-            obs = obs_all[first]
-            for i in others:
-                o_obs[i] = obs_all[names[i]]
-        else:
-            obs, _ = env.reset(seed=self.seed)
-        if recorder is not None:
-            recorder.on_observation(0, obs)
-        self.origin = origin = clock.now()
-        inaction = agent = 0
-        last_delay, last_seq, last_end = -1, -1, END_NONE
-        resets_seen = slot.reset_requests
-        slot.publish(obs, tick=0, time=origin, episode=0, last_delay=-1)
-        for i in others:
-            self.slots[i].publish(o_obs[i], tick=0, time=origin, episode=0, last_delay=-1)
         frames = self.render_slot is not None
+        world.start(seats, self.seed)
+        if recorder is not None:
+            recorder.on_observation(0, seats.obs[0])
+        self.origin = origin = clock.now()
+        last_end, resets_seen = END_NONE, control.reset_requests
+        seats.publish(0, origin, 0, last_end)
         if frames:
             self._publish_frame(0, origin, 0)
         for s in self.slots:
             s.host_state = STATE_RUNNING
         tick = 0
-        while not slot.stop_requested and tick < max_ticks:
+        while not control.stop_requested and tick < max_ticks:
             tick += 1
             deadline = origin + tick * tau_m
-            if unthrottled:
-                now = clock.now()
-            else:
-                now = (yield deadline + grace) - grace
+            now = clock.now() if unthrottled else (yield deadline + grace) - grace
             episode = self.episode
-            taken = take(episode=episode)
-            record = taken.record
-            if record is not None:
-                action = record.action
-                beta.observe_agent_action(action)
-                agent += 1
-                obs_tick = record.obs_tick
-                last_delay = delay = tick - obs_tick
-                last_seq = record.seq
-                source, worker, tau_theta = SOURCE_AGENT, record.worker, record.tau_theta
-            else:
-                action = beta(obs)
-                if validate_beta:
-                    action = self._validate_default(action)
-                inaction += 1
-                source, worker, delay, obs_tick, tau_theta = SOURCE_DEFAULT, -1, -1, -1, nan
-            if multi:
-                seat_values.clear()
-                for i in others:  # the other seats: the same steps, their own queue, β and counters
-                    got = o_take[i](episode=episode)
-                    rec = got.record
-                    if rec is not None:
-                        a = rec.action
-                        o_beta[i].observe_agent_action(a)
-                        o_agent[i] += 1
-                        o_delay[i] = d = tick - rec.obs_tick
-                        o_seq[i] = rec.seq
-                        seat_values += (SOURCE_AGENT, rec.worker, d, rec.obs_tick)
-                        tt = rec.tau_theta
-                    else:
-                        a = o_beta[i](o_obs[i])
-                        validate = o_validate[i]
-                        if validate is not None:
-                            a = validate(a)
-                        o_inaction[i] += 1
-                        seat_values += (SOURCE_DEFAULT, -1, -1, -1)
-                        tt = nan
-                    o_action[i] = a
-                    seat_values += (float(a) if o_scalar[i] else nan, tt, 0.0, got.superseded, got.stale)
-                o_action[0] = action
-                t0 = stopwatch()
-                obs_all, rewards, terms, truncs, _ = env.step(dict(zip(names, o_action)))
-                step_s = stopwatch() - t0
-                terminated, truncated = any(terms.values()), any(truncs.values())
-                obs = obs_all.get(first, obs)
-                reward = float(rewards.get(first, 0.0))
-                for k, i in enumerate(others):
-                    o_obs[i] = obs_all.get(names[i], o_obs[i])
-                    o_reward[i] = r = float(rewards.get(names[i], 0.0))
-                    seat_values[9 * k + 6] = r
-            else:
-                t0 = stopwatch()
-                obs, reward, terminated, truncated, _ = env.step(action)
-                step_s = stopwatch() - t0
-                reward = float(reward)
-            log_row(
-                tick, deadline, now, source, worker, delay, obs_tick, float(action) if scalar else nan, tau_theta,
-                reward, episode, terminated, truncated, taken.superseded, taken.stale, step_s, 0.0, *seat_values,
-            )  # fmt: skip
-            if slot.reset_requests != resets_seen:  # a Gymnasium reset() asked to end the episode
-                resets_seen = slot.reset_requests
-                truncated = True
-                self.log.set_last("truncated", 1)
+            seats.act(tick, episode)
+            terminated, truncated, step_s = world.step(seats)
+            log.append_tick(tick, deadline, now, episode=episode, terminated=terminated, truncated=truncated,
+                            step_s=step_s, seats=seats.flat)  # fmt: skip
+            if control.reset_requests != resets_seen:  # a Gymnasium reset() asked to end the episode
+                resets_seen, truncated = control.reset_requests, True
+                log.set_last("truncated", 1)
             if recorder is not None:
-                recorder.on_tick(
-                    tick, agent=record is not None, action=action, obs_tick=obs_tick, reward=reward,
-                    terminated=terminated, truncated=truncated, terminal_obs=obs,
-                )  # fmt: skip
+                self._record_tick(tick, terminated, truncated)
             if terminated or truncated:
                 last_end = END_TERMINATED if terminated else END_TRUNCATED
                 # the terminal observation first, so a reader polling now sees how it ended; marked
                 # final, so it stays readable (`LatestSlot.read_final`) after the reset below
-                publish(
-                    obs, tick, deadline, reward, terminated, truncated, episode, inaction, agent, last_delay,
-                    last_seq, last_end, True,
-                )  # fmt: skip
-                for i in others:
-                    o_publish[i](
-                        o_obs[i], tick, deadline, o_reward[i], terminated, truncated, episode, o_inaction[i],
-                        o_agent[i], o_delay[i], o_seq[i], last_end, True,
-                    )  # fmt: skip
+                seats.publish(tick, deadline, episode, last_end, (terminated, truncated))
                 if frames:
                     self._publish_frame(tick, deadline, episode, final=True)
-                t0 = stopwatch()
-                obs, _ = env.reset()  # the world does not wait: reset at once, log its cost
-                self.log.set_last("reset_s", stopwatch() - t0)
-                if multi:
-                    obs_all, obs = obs, obs[first]
-                    for i in others:
-                        o_obs[i] = obs_all[names[i]]
-                        o_reward[i] = 0.0
-                self.episode = episode = episode + 1
-                for b in o_beta:
-                    b.reset()
-                reward = 0.0
-            publish(
-                obs, tick, deadline, reward, False, False, episode, inaction, agent, last_delay, last_seq, last_end
-            )  # fmt: skip
-            for i in others:
-                o_publish[i](
-                    o_obs[i], tick, deadline, o_reward[i], False, False, episode, o_inaction[i], o_agent[i],
-                    o_delay[i], o_seq[i], last_end,
-                )  # fmt: skip
+                episode = self._new_episode()  # the world does not wait: reset at once, log its cost
+            seats.publish(tick, deadline, episode, last_end)
             if frames:
                 self._publish_frame(tick, deadline, episode)
             if recorder is not None:
-                recorder.on_observation(tick, obs)
+                recorder.on_observation(tick, seats.obs[0])
             self.tick = tick
         for s in self.slots:
             s.host_state = STATE_STOPPED
+
+    def _record_tick(self, tick: int, terminated: bool, truncated: bool) -> None:
+        """The recorder's view of this tick: the first seat's action, reward and observation."""
+        seats = self.seat_arrays
+        assert self.recorder is not None
+        self.recorder.on_tick(
+            tick, agent=bool(seats.source[0] == SOURCE_AGENT), action=seats.actions[0], obs_tick=int(seats.obs_tick[0]),
+            reward=float(seats.reward[0]), terminated=terminated, truncated=truncated, terminal_obs=seats.obs[0],
+        )  # fmt: skip
+
+    def _new_episode(self) -> int:
+        """Reset the world (its cost in the log's ``reset_s``); the new episode's number."""
+        t0 = stopwatch()
+        self.world.reset(self.seat_arrays)
+        self.log.set_last("reset_s", stopwatch() - t0)
+        self.seat_arrays.new_episode()
+        self.episode += 1
+        return self.episode
 
     def finish_log(self) -> TickLog:
         self.log.meta["queue"] = self.queue.counters()
@@ -306,4 +359,3 @@ class Host:
         log = self.finish_log()
         log.close()
         return log
-

@@ -18,59 +18,129 @@ from typing import Final
 
 import numpy as np
 
-from nonstop.realtime.tickcolumns import COLUMNS, column_dtype
-from nonstop.realtime.tickfiles import CHUNK_FORMAT, save_npz_atomic
+from nonstop.realtime.tickcolumns import SEAT_COLUMNS, SHARED_COLUMNS, RowLayout, column_dtype, parse_seat_column, seat_column
+from nonstop.realtime.tickfiles import BLOCK_CHUNK_FORMAT, CHUNK_FORMAT, save_npz_atomic
 
-__all__ = ["CHUNK_ROWS", "MAX_PENDING", "Chunk", "ChunkWriter", "chunk_arrays", "paged_in_block"]
+__all__ = ["CHUNK_ROWS", "MAX_PENDING", "Chunk", "ChunkWriter", "chunk_arrays", "chunk_header", "chunk_rows_for",
+           "paged_in_block"]
 
-_NAMES: Final = tuple(COLUMNS)
-_INDEX: Final = {name: i for i, name in enumerate(_NAMES)}
+_ONE_SEAT: Final = RowLayout(1)
 
 #: Rows per chunk: 64k ticks are 18 minutes at 60 Hz, 9.4 MB in memory, ~1 MB compressed on disk.
 CHUNK_ROWS: Final = 65536
+#: What one chunk of a one-seat log holds in memory; a several-seat log's chunks hold as much, in fewer rows.
+CHUNK_BYTES: Final = CHUNK_ROWS * _ONE_SEAT.width * 8
 #: Sealed chunks that may wait for the writer before an append waits for it (memory bound).
 MAX_PENDING: Final = 4
+#: Paged-in blocks the writer keeps ready for the appender's seals: two, so that a seal that comes
+#: while the writer still writes the last chunk finds one too (a fresh block faults on the tick path).
+SPARE_BLOCKS: Final = 2
 
 
 class Chunk:
-    """One completed chunk: its rows in memory (a float64 row block) and/or its file on disk.
+    """One completed chunk: its rows in memory (a float64 row block in `RowLayout` order) and/or its
+    file on disk. ``named_seats``: the file keeps seat i ≥ 1 as named columns ``seat{i}_…`` (every
+    log written before the blocks); otherwise a per-seat quantity is one (rows × seats) array.
 
     ``tick_shift``/``episode_shift`` renumber a stitched segment onto the joined timeline."""
 
-    __slots__ = ("rows", "path", "n", "index", "tick_shift", "episode_shift", "at")
+    __slots__ = ("rows", "path", "n", "index", "tick_shift", "episode_shift", "layout", "named_seats")
 
-    def __init__(self, rows: np.ndarray | None, path: Path | None, n: int, index: int,
-                 at: dict[str, int] = _INDEX) -> None:  # fmt: skip
+    def __init__(self, rows: np.ndarray | None, path: Path | None, n: int, index: int, layout: RowLayout = _ONE_SEAT,
+                 *, named_seats: bool = False) -> None:  # fmt: skip
         self.rows, self.path, self.n, self.index = rows, path, n, index
-        self.at = at  # column name -> its place in a row
+        self.layout = layout
+        self.named_seats = named_seats
         self.tick_shift = self.episode_shift = 0
 
     def shifted(self, tick_shift: int, episode_shift: int) -> "Chunk":
-        c = Chunk(self.rows, self.path, self.n, self.index, self.at)
+        c = Chunk(self.rows, self.path, self.n, self.index, self.layout, named_seats=self.named_seats)
         c.tick_shift, c.episode_shift = self.tick_shift + tick_shift, self.episode_shift + episode_shift
         return c
 
+    def _read(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """Arrays ``names`` of the chunk's file, as stored."""
+        if self.path is None:  # never: the writer sets the path before it drops the rows
+            raise RuntimeError(f"tick-log chunk {self.index} has neither rows in memory nor a file")
+        try:
+            with np.load(self.path, allow_pickle=False) as data:
+                return {name: data[name] for name in names}
+        except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+            raise ValueError(f"cannot read tick-log chunk {self.path}: {exc}") from exc
+
     def columns(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """Named columns (shared, seat 0's unprefixed, ``seat{i}_…``), one value per row each."""
         rows = self.rows  # read once: the writer may drop it once the file is in place
         if rows is not None:
-            out = {name: rows[: self.n, self.at[name]].astype(column_dtype(name)) for name in names}
-        elif self.path is None:  # never: the writer sets the path before it drops the rows
-            raise RuntimeError(f"tick-log chunk {self.index} has neither rows in memory nor a file")
+            at = self.layout.__getitem__
+            out = {name: rows[: self.n, at(name)].astype(column_dtype(name)) for name in names}
+        elif self.named_seats or self.layout.seats == 1:
+            out = self._read(names)
+        else:  # a seat's column is one column of its quantity's block
+            where = {name: parse_seat_column(name) for name in names}
+            stored = self._read(sorted({name if at is None else at[0] for name, at in where.items()}))
+            out = {name: stored[name] if at is None else stored[at[0]][:, at[1]] for name, at in where.items()}
+        return self._shift(out)
+
+    def blocks(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+        """Shared columns by name (one value per row) and per-seat quantities as (rows × seats) blocks."""
+        rows, seats = self.rows, self.layout.seats
+        if rows is not None:
+            out = {name: rows[: self.n, self.layout.block(name) if name in SEAT_COLUMNS else self.layout[name]]
+                   .astype(column_dtype(name)) for name in names}  # fmt: skip
+        elif self.named_seats or seats == 1:
+            wanted = [seat_column(name, i) for name in names for i in range(seats if name in SEAT_COLUMNS else 1)]
+            stored = self._read(wanted)
+            out = {name: np.stack([stored[seat_column(name, i)] for i in range(seats)], axis=1)
+                   if name in SEAT_COLUMNS else stored[name] for name in names}  # fmt: skip
         else:
-            try:
-                with np.load(self.path, allow_pickle=False) as data:
-                    out = {name: data[name] for name in names}
-            except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-                raise ValueError(f"cannot read tick-log chunk {self.path}: {exc}") from exc
+            out = self._read(names)
+        return self._shift(out)
+
+    def _shift(self, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.tick_shift and "tick" in out:
             out["tick"] = out["tick"] + self.tick_shift
         if self.episode_shift and "episode" in out:
             out["episode"] = out["episode"] + self.episode_shift
         return out
 
+    def row_block(self) -> np.ndarray:
+        """The chunk's rows as one float64 block in `RowLayout` order (a view when in memory and unshifted)."""
+        if self.rows is not None and not self.tick_shift and not self.episode_shift:
+            return self.rows[: self.n]
+        cols = self.blocks(SHARED_COLUMNS + SEAT_COLUMNS)
+        return np.concatenate([cols[name].astype(np.float64).reshape(self.n, -1) for name in SHARED_COLUMNS + SEAT_COLUMNS],
+                              axis=1)  # fmt: skip
 
-def chunk_arrays(rows: np.ndarray, names: Sequence[str]) -> dict[str, np.ndarray]:
-    return {name: rows[:, i].astype(column_dtype(name)) for i, name in enumerate(names)}
+
+def chunk_arrays(rows: np.ndarray, layout: RowLayout = _ONE_SEAT) -> dict[str, np.ndarray]:
+    """A row block's columns as stored in a chunk file: the shared ones by name, each per-seat
+    quantity as one (rows × seats) array (one value per row where there is one seat, as every
+    one-seat log has always been stored)."""
+    out = {name: rows[:, layout[name]].astype(column_dtype(name)) for name in SHARED_COLUMNS}
+    for name in SEAT_COLUMNS:
+        block = rows[:, layout.block(name)].astype(column_dtype(name))
+        out[name] = block[:, 0] if layout.seats == 1 else block
+    return out
+
+
+def chunk_header(index: int, rows: int, seats: int) -> dict[str, object]:
+    """A chunk file's header: a one-seat chunk's as always; a several-seat one says how many seats its blocks hold."""
+    if seats == 1:
+        return {"format": CHUNK_FORMAT, "index": index, "rows": rows}
+    return {"format": BLOCK_CHUNK_FORMAT, "index": index, "rows": rows, "seats": seats}
+
+
+def chunk_rows_for(requested: int, layout: RowLayout) -> int:
+    """Rows per chunk for a log of ``layout``: ``requested``, capped (for several seats) so that a
+    chunk holds no more than a one-seat chunk (`CHUNK_BYTES`): 65,536 rows at one seat, 804 at 162.
+
+    >>> chunk_rows_for(CHUNK_ROWS, RowLayout(1)), chunk_rows_for(CHUNK_ROWS, RowLayout(162)), chunk_rows_for(16, RowLayout(162))
+    (65536, 804, 16)
+    """
+    if layout.seats == 1:
+        return requested
+    return max(1, min(requested, CHUNK_BYTES // (layout.width * 8)))
 
 
 def paged_in_block(shape: tuple[int, int]) -> np.ndarray:
@@ -90,16 +160,18 @@ class ChunkWriter:
     ``max_pending`` chunks behind (a disk or a CPU far slower than the ticks) is warned about once
     and its backlog waits in memory until it catches up; ``max_backlog`` records the worst."""
 
-    def __init__(self, directory: Path, max_pending: int, names: Sequence[str] = _NAMES, block_rows: int = CHUNK_ROWS) -> None:
+    def __init__(self, directory: Path, max_pending: int, layout: RowLayout = _ONE_SEAT, block_rows: int = CHUNK_ROWS) -> None:
         self.directory = directory
-        self.block_shape = (block_rows, len(names))
-        self.names = names
+        self.block_shape = (block_rows, layout.width)
+        self.layout = layout
         self.max_pending = max_pending
         self.max_backlog = 0
         self.queue: queue.Queue[Chunk | None] = queue.Queue()
         #: blocks whose rows are safely on disk, for the appender to fill again: a block already
         #: paged in costs no page faults on the tick path (deque: thread-safe append/pop)
         self.free: deque[np.ndarray] = deque()
+        #: seals that found no paged-in block (the appender then took lazily mapped pages)
+        self.fresh_blocks = 0
         self.error: BaseException | None = None
         #: (start, end) `time.perf_counter_ns` of the last chunk writes: when the writer was busy
         #: (``nonstop bench ticklog`` tells a slow append that overlapped one from the machine's noise)
@@ -108,8 +180,8 @@ class ChunkWriter:
         self.thread.start()
 
     def _stock_spare(self, shape: tuple[int, int]) -> None:
-        """Have one paged-in block ready for the appender's next seal (this thread pays the faults)."""
-        if not self.free:
+        """Have `SPARE_BLOCKS` paged-in blocks ready for the appender's next seals (this thread pays the faults)."""
+        while len(self.free) < SPARE_BLOCKS:
             self.free.append(paged_in_block(shape))
 
     def submit(self, chunk: Chunk) -> None:
@@ -145,8 +217,8 @@ class ChunkWriter:
             rows = chunk.rows
             assert rows is not None
             try:
-                header = {"format": CHUNK_FORMAT, "index": chunk.index, "rows": chunk.n}
-                save_npz_atomic(path, header, chunk_arrays(rows[: chunk.n], self.names), fsync=True, compresslevel=1)
+                header = chunk_header(chunk.index, chunk.n, self.layout.seats)
+                save_npz_atomic(path, header, chunk_arrays(rows[: chunk.n], self.layout), fsync=True, compresslevel=1)
             except Exception as exc:  # keep the rows in memory: nothing is lost while the process lives
                 if self.error is None:
                     warnings.warn(f"tick log: cannot write {path} ({exc}); keeping its rows in memory",
@@ -157,6 +229,6 @@ class ChunkWriter:
                 self.busy.append((began, time.perf_counter_ns()))
             chunk.path = path
             chunk.rows = None  # from now on read back from the file: memory stays bounded
-            if len(self.free) < 2:
+            if len(self.free) < SPARE_BLOCKS:
                 self.free.append(rows)
             self._stock_spare(self.block_shape)

@@ -2,7 +2,11 @@
 columns uses (tick logs, replays), and the checks that tell a whole chunk from a torn one.
 
 The layouts themselves (a log directory of ``meta.json`` and ``chunk-NNNNNN.npz`` files, or one
-``ticklog.npz``) are described in `nonstop.realtime.ticklog`, which reads and writes them.
+``ticklog.npz``) are described in `nonstop.realtime.ticklog`, which reads and writes them. A file's
+format names how it keeps a several-seat world's per-seat columns: ``…/1``, one named column per
+seat and quantity (``seat1_delay``: every log written before the blocks, and every one-seat log,
+which has no prefixed column); ``…/2``, one (rows × seats) array per quantity (`BLOCK_CHUNK_FORMAT`,
+`BLOCK_LOG_FORMAT`).
 """
 
 from __future__ import annotations
@@ -11,21 +15,22 @@ import json
 import os
 import re
 import zipfile
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 
 from nonstop._io import atomic_file, write_atomic
-from nonstop.realtime.tickcolumns import COLUMNS
+from nonstop.realtime.tickcolumns import SEAT_COLUMNS, SHARED_COLUMNS, column_names
 
-__all__ = ["LOG_FORMAT", "DIR_FORMAT", "CHUNK_FORMAT", "META_FILE", "CHUNK_FILE_RE", "save_npz_atomic", "load_npz",
-           "write_json_atomic", "is_ticklog_dir", "check_chunk"]
+__all__ = ["LOG_FORMAT", "BLOCK_LOG_FORMAT", "DIR_FORMAT", "CHUNK_FORMAT", "BLOCK_CHUNK_FORMAT", "META_FILE",
+           "CHUNK_FILE_RE", "save_npz_atomic", "load_npz", "write_json_atomic", "is_ticklog_dir", "check_chunk"]
 
-LOG_FORMAT: Final = "nonstop.ticklog/1"  # a whole log in one .npz (`save`)
+LOG_FORMAT: Final = "nonstop.ticklog/1"  # a whole log in one .npz (`save`); seats as named columns
+BLOCK_LOG_FORMAT: Final = "nonstop.ticklog/2"  # the same, a several-seat world's quantities as (ticks × seats) blocks
 DIR_FORMAT: Final = "nonstop.ticklog.dir/1"
 CHUNK_FORMAT: Final = "nonstop.ticklog.chunk/1"
+BLOCK_CHUNK_FORMAT: Final = "nonstop.ticklog.chunk/2"
 META_FILE: Final = "meta.json"
 CHUNK_FILE_RE: Final = re.compile(r"chunk-(\d{6,})\.npz")
 
@@ -52,8 +57,8 @@ def save_npz_atomic(
     return path
 
 
-def load_npz(path: str | os.PathLike, fmt: str, what: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Read back a `save_npz_atomic` file whose header says ``format: fmt``: ``(header, arrays)``.
+def load_npz(path: str | os.PathLike, fmt: str | tuple[str, ...], what: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Read back a `save_npz_atomic` file whose header says ``format: fmt`` (or one of ``fmt``): ``(header, arrays)``.
     Every failure is a ``ValueError`` (``FileNotFoundError`` if absent) naming the file and ``what``."""
     path = Path(path)
     if not path.exists():
@@ -64,7 +69,7 @@ def load_npz(path: str | os.PathLike, fmt: str, what: str) -> tuple[dict[str, An
             arrays = {name: data[name] for name in data.files if name != "__header__"}
     except (OSError, KeyError, json.JSONDecodeError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise ValueError(f"cannot read {what} {path}: {exc}") from exc
-    if not isinstance(header, dict) or header.get("format") != fmt:
+    if not isinstance(header, dict) or header.get("format") not in ((fmt,) if isinstance(fmt, str) else fmt):
         found = header.get("format") if isinstance(header, dict) else header
         raise ValueError(f"{path} is not a nonstop {what} (format {found!r})")
     return header, arrays
@@ -85,22 +90,28 @@ def is_ticklog_dir(path: str | os.PathLike) -> bool:
         return False
 
 
-def check_chunk(path: Path, *, full: bool, names: Sequence[str] = tuple(COLUMNS)) -> int:
+def check_chunk(path: Path, *, full: bool, seats: int = 1) -> tuple[int, bool]:
     """Rows in chunk file ``path`` after checking its zip directory and header (``full``: every
-    column too, through the zip CRC-32). ValueError naming the file if it is torn or foreign."""
+    column too, through the zip CRC-32), and whether it keeps seats as named columns (``/1``) rather
+    than blocks (``/2``). ValueError naming the file if it is torn or foreign, or of another seat count."""
     try:
         with np.load(path, allow_pickle=False) as data:
             header = json.loads(bytes(data["__header__"]).decode())
-            if not isinstance(header, dict) or header.get("format") != CHUNK_FORMAT:
+            if not isinstance(header, dict) or header.get("format") not in (CHUNK_FORMAT, BLOCK_CHUNK_FORMAT):
                 raise ValueError("not a tick-log chunk")
             n = int(header["rows"])
+            named = header["format"] == CHUNK_FORMAT
+            if not named and int(header.get("seats", 0)) != seats:
+                raise ValueError(f"it holds {header.get('seats')} seats, the log {seats}")
+            names = column_names(seats) if named else SHARED_COLUMNS + SEAT_COLUMNS
             missing = [c for c in names if c not in data.files]
             if missing:
                 raise ValueError(f"it lacks columns {missing}")
             if full:
                 for name in names:
-                    if len(data[name]) != n:
-                        raise ValueError(f"column {name} has {len(data[name])} rows, the header says {n}")
+                    shape = (n,) if named or name in SHARED_COLUMNS else (n, seats)
+                    if data[name].shape != shape:
+                        raise ValueError(f"column {name} has shape {data[name].shape}, the header says {shape}")
     except (OSError, KeyError, json.JSONDecodeError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise ValueError(f"torn or unreadable chunk {path}: {exc}") from exc
-    return n
+    return n, named

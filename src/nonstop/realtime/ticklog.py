@@ -5,7 +5,11 @@ Every metric nonstop reports (τ_I, inaction, delay, lateness, regret) is comput
 columns, so any figure can be traced back to ticks.
 
 **In memory.** Rows are packed into a preallocated float64 block of `CHUNK_ROWS` rows (one
-`struct` pack per tick, no allocation on the per-tick path). A full block is *sealed*: it joins
+`struct` pack per tick, no allocation on the per-tick path). A row holds the columns every seat
+shares, then each per-seat quantity (source, delay, reward, ...) as one block of seats
+(`RowLayout`): over a chunk, a quantity is a (ticks × seats) slice, whatever the seat count, and a
+tick of a several-seat world is one copy of the host's (quantities × seats) array (`append_tick`).
+A several-seat log's chunks hold as many bytes as a one-seat log's, in fewer rows (`chunk_rows_for`). A full block is *sealed*: it joins
 the list of completed chunks and a fresh block is allocated (``np.zeros``, which maps zeroed pages
 lazily: O(1), not a copy). Nothing is ever doubled and copied, so no append stalls the world.
 A streaming log's blocks are paged in off the tick path (the first at construction, the next by
@@ -17,13 +21,19 @@ the writer thread): a first write to a lazily mapped huge page costs millisecond
     D/chunk-000000.npz      the first CHUNK_ROWS rows, one compressed column per name of `COLUMNS`
     D/chunk-000001.npz      ...
 
+A several-seat world's chunk keeps each per-seat quantity as one (rows × seats) array under its
+plain name (``delay``), not a named column per seat: 162 seats make 18 arrays, not 1,458 columns.
+Logs written before that (``seat{i}_delay``, …) read as they always did: ``log["seat1_delay"]``,
+`seat`, `summary` and every reader work on both.
+
 A sealed chunk is handed (a queue put, never a wait) to a background writer thread of the same
 process, which writes it to a temporary file (zlib level 1: ~0.1 s of CPU and ~1 MB for 64k rows),
 fsyncs it and renames it into place. A chunk file is therefore either absent or whole, whatever
 ends the process (SIGKILL and OOM kills included): every chunk completed before the end survives.
 Once written, a chunk leaves memory (read back from its file when asked) and its block is reused
-for the rows to come, so memory holds the open block and the few chunks not yet written: about
-``max_pending`` + 1 blocks while the writer keeps up (a 60 Hz world fills a chunk in 18 minutes).
+for the rows to come, so memory holds the open block, two paged-in spares (`SPARE_BLOCKS`) and the
+few chunks not yet written: about ``max_pending`` + 3 blocks while the writer keeps up (a 60 Hz
+world fills a chunk in 18 minutes).
 A writer that falls further behind is warned about once and its backlog waits in memory: the world
 never waits for the disk. The writer spends its time in compression and I/O, which release the
 GIL; under a SCHED_FIFO host it takes the lowest realtime priority, so no ordinary process can
@@ -40,7 +50,9 @@ A torn or unreadable chunk is skipped with a `RuntimeWarning` naming it. An open
 read-only and loads nothing up front: ``log["delay"]`` reads that column chunk by chunk, and
 `iter_chunks` gives summaries a chunk at a time (`nonstop.realtime.ticksummary.summarize` folds
 every figure chunk by chunk). `TickLog.stitch` joins logs (resume segments) into one timeline without
-loading them. Old single-file logs (``ticklog.npz``, `save`) load as before.
+loading them. Old single-file logs (``ticklog.npz``, `save`) load as before. `iter_blocks` and
+`block` read per-seat quantities as (ticks × seats) arrays, and `summary` folds every seat's figures
+(and, given a team map, every team's) in one pass over the chunks.
 
 `TickLog` (and `SeatLog`, one seat's view) live here; the chunks and their writer thread in
 `nonstop.realtime.tickchunks`, the file formats and atomic writes in `nonstop.realtime.tickfiles`.
@@ -82,15 +94,18 @@ import numpy as np
 from nonstop.realtime.tickcolumns import (
     COLUMNS,
     SEAT_COLUMNS,
+    SHARED_COLUMNS,
     SOURCE_AGENT,
     SOURCE_DEFAULT,
+    RowLayout,
     TickColumns,
     column_dtype,
     column_names,
     seat_column,
 )
-from nonstop.realtime.tickchunks import CHUNK_ROWS, MAX_PENDING, Chunk, ChunkWriter, paged_in_block
+from nonstop.realtime.tickchunks import CHUNK_ROWS, MAX_PENDING, Chunk, ChunkWriter, chunk_arrays, chunk_rows_for, paged_in_block
 from nonstop.realtime.tickfiles import (
+    BLOCK_LOG_FORMAT,
     CHUNK_FILE_RE,
     DIR_FORMAT,
     LOG_FORMAT,
@@ -101,7 +116,7 @@ from nonstop.realtime.tickfiles import (
     save_npz_atomic,
     write_json_atomic,
 )
-from nonstop.realtime.ticksummary import summarize
+from nonstop.realtime.ticksummary import summarize, summarize_seats, summarize_teams
 
 __all__ = [
     "TickLog",
@@ -110,6 +125,8 @@ __all__ = [
     "SOURCE_AGENT",
     "SOURCE_DEFAULT",
     "SEAT_COLUMNS",
+    "SHARED_COLUMNS",
+    "RowLayout",
     "SeatLog",
     "TickColumns",
     "column_names",
@@ -118,9 +135,8 @@ __all__ = [
     "is_ticklog_dir",
 ]
 
-_NAMES: Final = tuple(COLUMNS)
-_INDEX: Final = {name: i for i, name in enumerate(_NAMES)}
-_ROW: Final = struct.Struct(f"={len(_NAMES)}d")  # one row of the float64 block, native byte order
+_ROW: Final = struct.Struct(f"={len(COLUMNS)}d")  # one row of a one-seat log's float64 block, native byte order
+_SHARED_ROW: Final = struct.Struct(f"={len(SHARED_COLUMNS)}d")  # the shared columns that begin every row
 
 
 # ----------------------------------------------------------------------------- the log
@@ -131,8 +147,10 @@ class TickLog:
     facts (env, τ_M, clock, queue counters) that travel with the columns.
 
     ``directory``: stream completed chunks there as they fill (refused if it already holds a
-    tick log). ``chunk_rows``: rows per chunk. ``max_pending``: unwritten chunks beyond which the
+    tick log). ``chunk_rows``: rows per chunk (for several seats, at most what fits a one-seat
+    chunk's bytes: `chunk_rows_for`). ``max_pending``: unwritten chunks beyond which the
     writer is warned about (the appender never waits for it). ``capacity`` is accepted for compatibility and ignored.
+    ``seats``: the world's seat count; each per-seat quantity then keeps a block of ``seats`` values a row.
     """
 
     def __init__(
@@ -153,18 +171,20 @@ class TickLog:
         if not isinstance(max_pending, int) or max_pending < 1:
             raise ValueError(f"max_pending must be a positive integer, got {max_pending!r}")
         self.tau_m = float(tau_m)
-        #: seats of the world (docs/design.md §4b): seat i ≥ 1 adds the `SEAT_COLUMNS` as ``seat{i}_…``
-        self.seats = int(seats)
-        self._names = column_names(seats)
-        self._index = {name: i for i, name in enumerate(self._names)}
-        self._row = struct.Struct(f"={len(self._names)}d")
+        #: where each value sits in a row: the shared columns, then each `SEAT_COLUMNS` quantity's block of seats
+        self.layout = RowLayout(seats)
+        #: seats of the world (docs/design.md §4b)
+        self.seats = self.layout.seats
+        self._width = self.layout.width
+        self._row_bytes = self._width * 8
+        self._seat_values = slice(len(SHARED_COLUMNS), self._width)  # a row's per-seat blocks, in `append_tick`
         self.meta: dict[str, Any] = dict(meta or {})
-        self.chunk_rows = int(chunk_rows)
+        self.chunk_rows = chunk_rows_for(int(chunk_rows), self.layout)
         self._chunk_rows = self.chunk_rows  # the open block's size: 0 once read-only, so an append is refused
         self._chunks: list[Chunk] = []
         # a streaming log (the realtime path) pages its block in now, not on the tick path (see
         # `paged_in_block`); an in-memory one maps it lazily, costing nothing until it fills
-        shape = (self._chunk_rows, len(self._names))
+        shape = (self._chunk_rows, self._width)
         self._block = paged_in_block(shape) if directory is not None else np.zeros(shape, np.float64)
         self._block_buffer = self._block.data  # what `append_row` packs into (a buffer, as struct asks)
         self._n_block = 0  # rows in the open block
@@ -181,8 +201,8 @@ class TickLog:
                 raise FileExistsError(f"{self.directory} already holds a tick log: move it away or choose another directory")
             self.directory.mkdir(parents=True, exist_ok=True)
             self._write_meta(complete=False)
-            # the writer also keeps a paged-in spare block ready, so no seal hands the appender fresh pages
-            self._writer = ChunkWriter(self.directory, max_pending, self._names, self._chunk_rows)
+            # the writer also keeps paged-in spare blocks ready, so no seal hands the appender fresh pages
+            self._writer = ChunkWriter(self.directory, max_pending, self.layout, self._chunk_rows)
 
     def __len__(self) -> int:
         return self._n_done + self._n_block
@@ -238,30 +258,55 @@ class TickLog:
         stale: int,
         step_s: float,
         reset_s: float = 0.0,
-        *seat_values: float,
     ) -> None:
-        """`append` with positional arguments in column order (less ``lateness``): the host's
-        per-tick path. One `struct` pack straight into the open block (~0.3 µs); a full block is
-        sealed first (a list append and a lazily zeroed allocation, no copy). ``seat_values``: the
-        `SEAT_COLUMNS` of seats 1, 2, … in order (several-seat logs only)."""
+        """`append` with positional arguments in `COLUMNS` order (less ``lateness``), for a one-seat
+        log: one `struct` pack straight into the open block (~0.3 µs); a full block is sealed first
+        (a list append and a lazily zeroed allocation, no copy). A log of several seats takes
+        `append_tick`."""
+        if self.seats != 1:
+            raise TypeError(f"append_row writes one seat's values; this log has {self.seats} seats: use append_tick")
         n = self._n_block
         if n == self._chunk_rows:
             self._seal()
             n = 0
-        row = self._row
-        row.pack_into(
-            self._block_buffer, n * row.size, tick, deadline, time, time - deadline, source, worker, delay, obs_tick,
-            action, tau_theta, reward, episode, terminated, truncated, superseded, stale, step_s, reset_s,
-            *seat_values,
+        _ROW.pack_into(
+            self._block_buffer, n * self._row_bytes, tick, deadline, time, time - deadline, episode, terminated,
+            truncated, step_s, reset_s, source, worker, delay, obs_tick, action, tau_theta, reward, superseded, stale,
         )  # fmt: skip
         self._n_block = n + 1
 
+    def append_tick(
+        self, tick: int, deadline: float, time: float, *, episode: int, terminated: bool, truncated: bool,
+        step_s: float, seats: np.ndarray,
+    ) -> None:  # fmt: skip
+        """One tick of a world of any seat count: the shared columns, and ``seats``, every seat's
+        values of this tick as one float64 array of ``len(SEAT_COLUMNS) × seats`` values, quantity by
+        quantity (`RowLayout`; the host's `SeatArrays.values`, flattened). One `struct` pack and one
+        array copy into the open block, whatever the seat count (~1 µs at one seat and at 162).
+
+        >>> log = TickLog(1 / 60, seats=2)
+        >>> values = np.zeros((len(SEAT_COLUMNS), 2))
+        >>> values[SEAT_COLUMNS.index("delay")] = (-1, 3)
+        >>> log.append_tick(1, 1 / 60, 1 / 60, episode=0, terminated=False, truncated=False, step_s=0.0,
+        ...                 seats=values.reshape(-1))
+        >>> log.block("delay").tolist(), log["seat1_delay"].tolist()
+        ([[-1, 3]], [3])
+        """
+        n = self._n_block
+        if n == self._chunk_rows:
+            self._seal()
+            n = 0
+        _SHARED_ROW.pack_into(self._block_buffer, n * self._row_bytes, tick, deadline, time, time - deadline, episode,
+                              terminated, truncated, step_s, 0.0)  # fmt: skip
+        self._block[n, self._seat_values] = seats
+        self._n_block = n + 1
+
     def append_rows(self, rows: np.ndarray) -> None:
-        """Append a block of rows in column order (what `rows` gives): how a process that receives
-        another's log as it goes keeps it in bounded chunks (streamed to its directory, if any)."""
+        """Append a block of rows in row order (`RowLayout`, what `rows` gives): how a process that
+        receives another's log as it goes keeps it in bounded chunks (streamed to its directory, if any)."""
         rows = np.asarray(rows, np.float64)
-        if rows.ndim != 2 or rows.shape[1] != len(self._names):
-            raise ValueError(f"rows must have shape (n, {len(self._names)}), got {rows.shape}")
+        if rows.ndim != 2 or rows.shape[1] != self._width:
+            raise ValueError(f"rows must have shape (n, {self._width}), got {rows.shape}")
         i = 0
         while i < len(rows):
             if self._n_block == self._chunk_rows:
@@ -288,21 +333,23 @@ class TickLog:
         """Amend the newest row (the host adds the reset time after the step)."""
         if not self._n_block:
             raise IndexError("set_last: the log has no open row to amend")
-        self._block[self._n_block - 1, self._index[column]] = value
+        self._block[self._n_block - 1, self.layout[column]] = value
 
     def _seal(self) -> None:
         """The open block becomes a completed chunk (to the writer, if streaming); a fresh one opens."""
         if self._readonly:
             raise RuntimeError("this tick log was read back from disk (or stitched): it is read-only")
         n = self._n_block
-        chunk = Chunk(self._block, None, n, len(self._chunks) + self._released_chunks, self._index)
+        chunk = Chunk(self._block, None, n, len(self._chunks) + self._released_chunks, self.layout)
         self._chunks.append(chunk)
         self._n_done += n
         writer = self._writer
         if writer is not None and writer.free:
             self._block = writer.free.pop()  # rows past the open count are never read: no need to clear
         else:
-            self._block = np.zeros((self._chunk_rows, len(self._names)), np.float64)
+            if writer is not None:
+                writer.fresh_blocks += 1
+            self._block = np.zeros((self._chunk_rows, self._width), np.float64)
         self._block_buffer = self._block.data
         self._n_block = 0
         if writer is not None:
@@ -351,23 +398,48 @@ class TickLog:
     def _all_chunks(self) -> list[Chunk]:
         chunks = list(self._chunks)
         if self._n_block:
-            chunks.append(Chunk(self._block, None, self._n_block, len(chunks), self._index))
+            chunks.append(Chunk(self._block, None, self._n_block, len(chunks), self.layout))
         return chunks
+
+    def _check(self, names: Iterable[str]) -> list[str]:
+        names = list(names)
+        for name in names:
+            if name not in self.layout:
+                raise KeyError(self.layout.unknown(name))
+        return names
 
     def iter_chunks(self, columns: Iterable[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
         """The log a chunk at a time: ``{column: array}`` per chunk, in tick order (each chunk
-        read from its file when it is on disk, so memory holds one chunk at a time)."""
-        names = list(self._names if columns is None else columns)
-        for name in names:
-            if name not in self._index:
-                raise KeyError(f"no column {name!r}; columns are {', '.join(self._names)}")
+        read from its file when it is on disk, so memory holds one chunk at a time). A column is
+        named as in `COLUMNS` (a per-seat one: the first seat's) or ``seat{i}_<quantity>``."""
+        names = self._check(column_names(self.seats) if columns is None else columns)
         for chunk in self._all_chunks():
             if chunk.n:
                 yield chunk.columns(names)
 
+    def iter_blocks(self, columns: Iterable[str] = SHARED_COLUMNS + SEAT_COLUMNS) -> Iterator[dict[str, np.ndarray]]:
+        """The log a chunk at a time, each per-seat quantity (`SEAT_COLUMNS`) as one (ticks × seats)
+        array and each shared column as one value a tick (the same for a log written with named
+        seat columns: its columns are stacked)."""
+        names = list(columns)
+        for name in names:
+            if name not in SEAT_COLUMNS and name not in SHARED_COLUMNS:
+                raise KeyError(f"no column or per-seat quantity {name!r}; they are {', '.join(COLUMNS)}")
+        for chunk in self._all_chunks():
+            if chunk.n:
+                yield chunk.blocks(names)
+
+    def block(self, quantity: str) -> np.ndarray:
+        """Per-seat ``quantity`` (one of `SEAT_COLUMNS`) over the whole log: a (ticks × seats) array."""
+        if quantity not in SEAT_COLUMNS:
+            raise KeyError(f"no per-seat quantity {quantity!r}; they are {', '.join(SEAT_COLUMNS)}")
+        parts = [c[quantity] for c in self.iter_blocks([quantity])]
+        if not parts:
+            return np.zeros((0, self.seats), column_dtype(quantity))
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
     def __getitem__(self, column: str) -> np.ndarray:
-        if column not in self._index:
-            raise KeyError(f"no column {column!r}; columns are {', '.join(self._names)}")
+        self._check([column])
         parts = [c[column] for c in self.iter_chunks([column])]
         if not parts:
             return np.zeros(0, column_dtype(column))
@@ -375,8 +447,7 @@ class TickLog:
 
     def tail(self, column: str, n: int) -> np.ndarray:
         """The last ``n`` values of ``column``, reading only the chunks they lie in."""
-        if column not in _INDEX:
-            raise KeyError(f"no column {column!r}; columns are {', '.join(_NAMES)}")
+        self._check([column])
         parts, have = [], 0
         for chunk in reversed(self._all_chunks()):
             if have >= n:
@@ -385,15 +456,24 @@ class TickLog:
                 parts.append(chunk.columns([column])[column])
                 have += chunk.n
         if not parts:
-            return np.zeros(0, COLUMNS[column][0])
-        return np.concatenate(parts[::-1])[-n:] if n else np.zeros(0, COLUMNS[column][0])
+            return np.zeros(0, column_dtype(column))
+        return np.concatenate(parts[::-1])[-n:] if n else np.zeros(0, column_dtype(column))
 
     def columns(self) -> dict[str, np.ndarray]:
-        return {name: self[name] for name in self._names}
+        """Every column by name (`column_names`: a seat's own as ``seat{i}_…``), as logs always read."""
+        return {name: self[name] for name in column_names(self.seats)}
+
+    def blocks(self) -> dict[str, np.ndarray]:
+        """Every column, each per-seat quantity as one (ticks × seats) array (`iter_blocks`, joined)."""
+        parts = list(self.iter_blocks())
+        names = SHARED_COLUMNS + SEAT_COLUMNS
+        if not parts:
+            return {name: np.zeros((0, self.seats) if name in SEAT_COLUMNS else 0, column_dtype(name)) for name in names}
+        return {name: np.concatenate([p[name] for p in parts]) for name in names}
 
     # ---- moving between processes and disk
     def rows(self, start: int, stop: int | None = None) -> np.ndarray:
-        """A copy of rows ``start:stop`` in column order (`COLUMNS`): what a process that streams its
+        """A copy of rows ``start:stop`` in row order (`RowLayout`): what a process that streams its
         log to another sends as it goes."""
         n = len(self)
         stop = n if stop is None else min(stop, n)
@@ -408,36 +488,33 @@ class TickLog:
             if offset >= stop:
                 break
         if not parts:
-            return np.zeros((0, len(self._names)), np.float64)
+            return np.zeros((0, self._width), np.float64)
         return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
 
     def to_arrays(self) -> tuple[np.ndarray, dict[str, Any], float]:
         """``(rows, meta, tau_m)``: every row as one float64 block (a copy), for a pipe."""
         blocks = list(self.row_blocks())
-        rows = np.concatenate(blocks) if blocks else np.zeros((0, len(self._names)), np.float64)
+        rows = np.concatenate(blocks) if blocks else np.zeros((0, self._width), np.float64)
         return rows, dict(self.meta), self.tau_m
 
     def row_blocks(self) -> Iterator[np.ndarray]:
-        """Each chunk as a float64 row block (a view of the in-memory rows, or read from its file)."""
+        """Each chunk as a float64 row block in `RowLayout` order (a view of the in-memory rows, or read from its file)."""
         for chunk in self._all_chunks():
-            if chunk.rows is not None and not chunk.tick_shift and not chunk.episode_shift:
-                yield chunk.rows[: chunk.n]
-            elif chunk.n:
-                cols = chunk.columns(self._names)
-                yield np.stack([cols[name].astype(np.float64) for name in self._names], axis=1)
+            if chunk.n:
+                yield chunk.row_block()
 
     @classmethod
     def from_row_blocks(
         cls, blocks: Iterable[np.ndarray], meta: dict[str, Any], tau_m: float, seats: int = 1
     ) -> "TickLog":
-        """A log whose completed chunks are ``blocks`` (float64 rows in column order), not copied."""
+        """A log whose completed chunks are ``blocks`` (float64 rows in `RowLayout` order), not copied."""
         log = cls(tau_m, meta=meta, seats=seats)
-        width = len(log._names)
+        width = log._width
         for block in blocks:
             block = np.asarray(block, np.float64)
             if block.ndim != 2 or block.shape[1] != width:
                 raise ValueError(f"row blocks must have shape (n, {width}), got {block.shape}")
-            log._chunks.append(Chunk(block, None, len(block), len(log._chunks), log._index))
+            log._chunks.append(Chunk(block, None, len(block), len(log._chunks), log.layout))
             log._n_done += len(block)
         return log
 
@@ -454,23 +531,30 @@ class TickLog:
         path = Path(path)
         if path.suffix != ".npz":
             path = path.with_suffix(".npz")
-        header = {"format": LOG_FORMAT, "tau_m": self.tau_m, "meta": self.meta}
-        if self.seats > 1:
-            header["seats"] = self.seats
-        return save_npz_atomic(path, header, self.columns())
+        header: dict[str, Any] = {"format": LOG_FORMAT, "tau_m": self.tau_m, "meta": self.meta}
+        if self.seats > 1:  # each per-seat quantity one (ticks × seats) array, as in the chunks
+            header.update(format=BLOCK_LOG_FORMAT, seats=self.seats)
+        rows = np.concatenate(list(self.row_blocks()) or [np.zeros((0, self._width))])
+        return save_npz_atomic(path, header, chunk_arrays(rows, self.layout))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "TickLog":
         """Read a log back: a tick-log directory (`open`) or a single ``.npz`` file (`save`)."""
         if Path(path).is_dir():
             return cls.open(path)
-        header, data = load_npz(path, LOG_FORMAT, "tick log")
-        names = column_names(int(header.get("seats", 1)))
+        header, data = load_npz(path, (LOG_FORMAT, BLOCK_LOG_FORMAT), "tick log")
+        seats = int(header.get("seats", 1))
+        named = header["format"] == LOG_FORMAT  # seats as named columns: logs from before the blocks
+        names = column_names(seats) if named else SHARED_COLUMNS + SEAT_COLUMNS
         missing = [c for c in names if c not in data]
         if missing:
             raise ValueError(f"cannot read tick log {path}: it lacks columns {missing}")
-        rows = np.stack([data[c].astype(np.float64) for c in names], axis=1)
-        return cls.from_arrays(rows, header.get("meta", {}), header["tau_m"], int(header.get("seats", 1)))
+        parts = {name: data[name] for name in SHARED_COLUMNS}
+        for q in SEAT_COLUMNS:
+            parts[q] = np.stack([data[seat_column(q, i)] for i in range(seats)], axis=1) if named else data[q]
+        rows = np.concatenate([parts[name].astype(np.float64).reshape(len(parts["tick"]), -1)
+                               for name in SHARED_COLUMNS + SEAT_COLUMNS], axis=1)  # fmt: skip
+        return cls.from_arrays(rows, header.get("meta", {}), header["tau_m"], seats)
 
     @classmethod
     def open(cls, directory: str | os.PathLike) -> "TickLog":
@@ -496,13 +580,13 @@ class TickLog:
         skipped = []
         for i, (index, path) in enumerate(files):
             try:
-                n = check_chunk(path, full=i == len(files) - 1, names=log._names)
+                n, named = check_chunk(path, full=i == len(files) - 1, seats=log.seats)
             except ValueError as exc:
                 skipped.append(path.name)
                 warnings.warn(f"tick log: skipping {exc} (the log keeps {log._n_done:,} rows before it)",
                               RuntimeWarning, stacklevel=2)  # fmt: skip
                 continue
-            log._chunks.append(Chunk(None, path, n, index, log._index))
+            log._chunks.append(Chunk(None, path, n, index, log.layout, named_seats=named))
             log._n_done += n
         if skipped:
             log.meta["skipped_chunks"] = skipped
@@ -511,7 +595,7 @@ class TickLog:
 
     def _freeze(self) -> None:
         self._readonly = True
-        self._block = np.zeros((0, len(self._names)), np.float64)
+        self._block = np.zeros((0, self._width), np.float64)
         self._block_buffer = self._block.data
         self._n_block = self._chunk_rows = 0
 
@@ -551,13 +635,30 @@ class TickLog:
         out._freeze()
         return out
 
-    def summary(self, **kwargs: Any) -> dict[str, Any]:
+    def summary(self, *, teams: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
         """Metrics computed from the columns, chunk by chunk; see `nonstop.realtime.ticksummary.summarize`
         (also `nonstop.metrics.timing.summarize`). The top-level figures are the first seat's; a
-        several-seat log adds ``seats``: every seat's own summary by name (`seat`)."""
+        several-seat log adds ``seats``: every seat's own summary by name (what `seat` gives, folded
+        for every seat in one pass over the chunks: `summarize_seats`). ``teams``, a map seat name
+        → team, adds ``teams``: each team's figures over its seats (`summarize_teams`).
+
+        >>> log = TickLog(1.0, seats=3, meta={"seats": ["a", "b", "c"]})
+        >>> values = np.zeros((len(SEAT_COLUMNS), 3))
+        >>> values[SEAT_COLUMNS.index("source")] = (SOURCE_AGENT, SOURCE_DEFAULT, SOURCE_AGENT)
+        >>> values[SEAT_COLUMNS.index("reward")] = (1.0, 0.5, -1.0)
+        >>> log.append_tick(1, 1.0, 1.0, episode=0, terminated=False, truncated=False, step_s=0.0,
+        ...                 seats=values.reshape(-1))
+        >>> s = log.summary(teams={"a": "red", "b": "red", "c": "blue"})
+        >>> s["seats"]["b"]["inaction_ticks"], s["teams"]["red"]["reward_total"], s["teams"]["blue"]["seats"]
+        (1, 1.5, ['c'])
+        """
         out = summarize(self, **kwargs)
-        if self.seats > 1:
-            out["seats"] = {name: self.seat(i).summary(**kwargs) for i, name in enumerate(self.seat_names)}
+        if self.seats > 1 or teams is not None:
+            per_seat = dict(zip(self.seat_names, summarize_seats(self, **kwargs)))
+            if self.seats > 1:
+                out["seats"] = per_seat
+            if teams is not None:
+                out["teams"] = summarize_teams(per_seat, teams)
         return out
 
     @property
@@ -587,8 +688,11 @@ class SeatLog:
     under the unprefixed names. Read-only, loads nothing itself.
 
     >>> log = TickLog(1 / 60, seats=2)
-    >>> log.append_row(1, 1 / 60, 1 / 60, SOURCE_DEFAULT, -1, -1, -1, 0, float("nan"), 0.0, 0, 0, 0, 0, 0, 0.0, 0.0,
-    ...                SOURCE_AGENT, 3, 2, -1, 1, 0.01, 1.0, 0, 0)
+    >>> values = np.zeros((len(SEAT_COLUMNS), 2))
+    >>> values[SEAT_COLUMNS.index("source")] = (SOURCE_DEFAULT, SOURCE_AGENT)
+    >>> values[SEAT_COLUMNS.index("delay")] = (-1, 2)
+    >>> log.append_tick(1, 1 / 60, 1 / 60, episode=0, terminated=False, truncated=False, step_s=0.0,
+    ...                 seats=values.reshape(-1))
     >>> log.seat(1)["delay"].tolist(), log.seat(0)["delay"].tolist()
     ([2], [-1])
     """
@@ -606,7 +710,7 @@ class SeatLog:
         return len(self.log)
 
     def iter_chunks(self, columns: Iterable[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
-        names = list(_NAMES if columns is None else columns)
+        names = list(COLUMNS if columns is None else columns)
         real = [seat_column(name, self.index) for name in names]
         for chunk in self.log.iter_chunks(real):
             yield {name: chunk[r] for name, r in zip(names, real)}

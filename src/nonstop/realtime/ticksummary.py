@@ -6,7 +6,8 @@ Symbols follow the paper: τ_M tick period, τ_I time between actions taken by t
 
 They live beside the log, in the realtime core, so that `TickLog.summary` needs nothing above it
 (docs/architecture.md: realtime imports no metrics); `nonstop.metrics.timing` is their public name among
-the metrics. They read a log only through `TickColumns` and import nothing from its storage.
+the metrics. They read a log only through `TickColumns` (`TickBlocks` for every seat at once) and
+import nothing from its storage.
 
 >>> from nonstop.realtime.ticklog import TickLog, SOURCE_AGENT, SOURCE_DEFAULT
 >>> log = TickLog(tau_m=0.5)
@@ -25,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from nonstop.realtime.tickcolumns import SOURCE_AGENT, TickColumns
+from nonstop.realtime.tickcolumns import SOURCE_AGENT, TickBlocks, TickColumns
 
-__all__ = ["summarize", "interaction_intervals", "episode_returns"]
+__all__ = ["summarize", "summarize_seats", "summarize_teams", "interaction_intervals", "episode_returns"]
 
 
 def _window(tick: np.ndarray, warmup_ticks: int, end_tick: int | None) -> np.ndarray:
@@ -101,6 +102,97 @@ _SUMMARY_COLUMNS = ("tick", "source", "delay", "lateness", "reward", "episode", 
                     "superseded", "stale")  # fmt: skip
 
 
+class _Fold:
+    """What `summarize` computes, folded a chunk at a time: counts, sums, the delay histogram (its
+    mean and median are exact from it), τ_I's mean and spread (Chan's parallel update), the episode
+    returns, and the lateness values (the one column its percentiles need whole)."""
+
+    def __init__(self, tau_m: float, warmup_ticks: int, end_tick: int | None) -> None:
+        self.tau_m, self.warmup_ticks, self.end_tick = tau_m, warmup_ticks, end_tick
+        self.n = self.n_agent = self.superseded = self.stale = self.overruns = 0
+        self.reward_total = 0.0
+        self.delay_counts: dict[int, int] = {}
+        self.lateness_parts: list[np.ndarray] = []
+        self.last_agent_tick: int | None = None
+        self.iv_n, self.iv_mean, self.iv_m2 = 0, 0.0, 0.0  # τ_I samples (s): count, mean, sum of squared deviations
+        self.returns = _EpisodeReturns()
+
+    def add(self, c: dict[str, np.ndarray]) -> None:
+        """One chunk of `_SUMMARY_COLUMNS` (one seat's values)."""
+        tick, tau_m = c["tick"], self.tau_m
+        keep = _window(tick, self.warmup_ticks, self.end_tick)
+        self.returns.add(c["episode"], c["reward"], (c["terminated"] | c["truncated"]).astype(bool), keep)
+        k = int(keep.sum())
+        if not k:
+            return
+        self.n += k
+        agent = c["source"][keep] == SOURCE_AGENT
+        self.n_agent += int(agent.sum())
+        keys, counts = np.unique(c["delay"][keep][agent], return_counts=True)
+        for key, count in zip(keys.tolist(), counts.tolist()):
+            self.delay_counts[key] = self.delay_counts.get(key, 0) + count
+        agent_ticks = tick[keep][agent]
+        if agent_ticks.size:
+            if self.last_agent_tick is not None:
+                agent_ticks = np.concatenate([[self.last_agent_tick], agent_ticks])
+            self.last_agent_tick = int(agent_ticks[-1])
+            x = np.diff(agent_ticks) * tau_m
+            if x.size:
+                m = x.mean()
+                m2 = float(((x - m) ** 2).sum())
+                total = self.iv_n + x.size
+                delta = m - self.iv_mean
+                self.iv_m2 += m2 + delta * delta * self.iv_n * x.size / total
+                self.iv_mean = float(m) if not self.iv_n else self.iv_mean + delta * x.size / total
+                self.iv_n = total
+        lateness = c["lateness"][keep]
+        self.lateness_parts.append(lateness)
+        self.overruns += int((lateness >= tau_m).sum())
+        self.superseded += int(c["superseded"][keep].sum())
+        self.stale += int(c["stale"][keep].sum())
+        self.reward_total += float(c["reward"][keep].sum())
+
+    def result(self, queue: Any) -> dict[str, Any]:
+        """The figures; ``queue``: the seat's queue counters from the log's meta, if any."""
+        tau_m, n, n_agent, iv_n, iv_mean = self.tau_m, self.n, self.n_agent, self.iv_n, self.iv_mean
+        lateness = np.concatenate(self.lateness_parts) if self.lateness_parts else np.zeros(0)
+        hist_keys = np.array(sorted(self.delay_counts), np.int64)
+        hist_counts = np.array([self.delay_counts[k] for k in hist_keys.tolist()], np.int64)
+        delay_sum = int((hist_keys * hist_counts).sum())
+        iv_std = float(np.sqrt(self.iv_m2 / iv_n)) if iv_n else float("nan")
+        ep_returns = self.returns.returns(complete_only=True)
+        out: dict[str, Any] = {
+            "ticks": n,
+            "tau_m_s": tau_m,
+            "duration_s": n * tau_m,
+            "agent_ticks": n_agent,
+            "inaction_ticks": n - n_agent,
+            "inaction_fraction": (n - n_agent) / n if n else float("nan"),
+            "tau_i_mean_s": iv_mean if iv_n else float("nan"),
+            "tau_i_mean_ticks": iv_mean / tau_m if iv_n else float("nan"),
+            "tau_i_cv": iv_std / iv_mean if iv_n and iv_mean > 0 else float("nan"),
+            "delay_mean_ticks": delay_sum / n_agent if n_agent else float("nan"),
+            "delay_p50_ticks": _percentile_of_counts(hist_keys, hist_counts, 50) if n_agent else float("nan"),
+            "delay_max_ticks": int(hist_keys[-1]) if n_agent else -1,
+            "delay_histogram": {int(k): int(c) for k, c in zip(hist_keys, hist_counts)},
+            "lateness_p50_us": float(np.percentile(lateness, 50) * 1e6) if n else float("nan"),
+            "lateness_p99_us": float(np.percentile(lateness, 99) * 1e6) if n else float("nan"),
+            "lateness_max_us": float(lateness.max() * 1e6) if n else float("nan"),
+            "overruns": self.overruns,
+            "superseded": self.superseded,
+            "stale": self.stale,
+            "episodes_completed": len(ep_returns),
+            "episode_return_mean": float(np.mean(ep_returns)) if ep_returns else float("nan"),
+            "reward_total": self.reward_total,
+            "actions_per_s": n_agent / (n * tau_m) if n else float("nan"),
+        }
+        if isinstance(queue, dict):
+            out["dropped_full"] = int(queue.get("dropped_full", 0))
+            out["rejected"] = int(queue.get("rejected", 0))
+            out["submitted"] = int(queue.get("submitted", 0))
+        return out
+
+
 def summarize(log: TickColumns, *, warmup_ticks: int = 0, end_tick: int | None = None) -> dict[str, Any]:
     """Everything the tick log says about a run, over the ticks after ``warmup_ticks`` (and up to
     ``end_tick``, when given: e.g. the last tick before the agents were stopped). Every figure,
@@ -111,81 +203,70 @@ def summarize(log: TickColumns, *, warmup_ticks: int = 0, end_tick: int | None =
     (Chan's parallel update) and the episode returns are folded a chunk at a time. Only the
     lateness percentiles need every value: that one column (8 bytes a tick, 17 MB for 10 h at
     60 Hz) is gathered."""
-    tau_m = log.tau_m
-    n = n_agent = superseded = stale = overruns = 0
-    reward_total = 0.0
-    delay_counts: dict[int, int] = {}
-    lateness_parts: list[np.ndarray] = []
-    last_agent_tick: int | None = None
-    iv_n, iv_mean, iv_m2 = 0, 0.0, 0.0  # τ_I samples (s): count, mean, sum of squared deviations
-    returns = _EpisodeReturns()
+    fold = _Fold(log.tau_m, warmup_ticks, end_tick)
     for c in log.iter_chunks(_SUMMARY_COLUMNS):
-        tick = c["tick"]
-        keep = _window(tick, warmup_ticks, end_tick)
-        returns.add(c["episode"], c["reward"], (c["terminated"] | c["truncated"]).astype(bool), keep)
-        k = int(keep.sum())
-        if not k:
-            continue
-        n += k
-        agent = c["source"][keep] == SOURCE_AGENT
-        n_agent += int(agent.sum())
-        keys, counts = np.unique(c["delay"][keep][agent], return_counts=True)
-        for key, count in zip(keys.tolist(), counts.tolist()):
-            delay_counts[key] = delay_counts.get(key, 0) + count
-        agent_ticks = tick[keep][agent]
-        if agent_ticks.size:
-            if last_agent_tick is not None:
-                agent_ticks = np.concatenate([[last_agent_tick], agent_ticks])
-            last_agent_tick = int(agent_ticks[-1])
-            x = np.diff(agent_ticks) * tau_m
-            if x.size:
-                m = x.mean()
-                m2 = float(((x - m) ** 2).sum())
-                total = iv_n + x.size
-                delta = m - iv_mean
-                iv_m2 += m2 + delta * delta * iv_n * x.size / total
-                iv_mean = float(m) if not iv_n else iv_mean + delta * x.size / total
-                iv_n = total
-        lateness = c["lateness"][keep]
-        lateness_parts.append(lateness)
-        overruns += int((lateness >= tau_m).sum())
-        superseded += int(c["superseded"][keep].sum())
-        stale += int(c["stale"][keep].sum())
-        reward_total += float(c["reward"][keep].sum())
-    lateness = np.concatenate(lateness_parts) if lateness_parts else np.zeros(0)
-    hist_keys = np.array(sorted(delay_counts), np.int64)
-    hist_counts = np.array([delay_counts[k] for k in hist_keys.tolist()], np.int64)
-    delay_sum = int((hist_keys * hist_counts).sum())
-    iv_std = float(np.sqrt(iv_m2 / iv_n)) if iv_n else float("nan")
-    ep_returns = returns.returns(complete_only=True)
-    out: dict[str, Any] = {
-        "ticks": n,
-        "tau_m_s": tau_m,
-        "duration_s": n * tau_m,
-        "agent_ticks": n_agent,
-        "inaction_ticks": n - n_agent,
-        "inaction_fraction": (n - n_agent) / n if n else float("nan"),
-        "tau_i_mean_s": iv_mean if iv_n else float("nan"),
-        "tau_i_mean_ticks": iv_mean / tau_m if iv_n else float("nan"),
-        "tau_i_cv": iv_std / iv_mean if iv_n and iv_mean > 0 else float("nan"),
-        "delay_mean_ticks": delay_sum / n_agent if n_agent else float("nan"),
-        "delay_p50_ticks": _percentile_of_counts(hist_keys, hist_counts, 50) if n_agent else float("nan"),
-        "delay_max_ticks": int(hist_keys[-1]) if n_agent else -1,
-        "delay_histogram": {int(k): int(c) for k, c in zip(hist_keys, hist_counts)},
-        "lateness_p50_us": float(np.percentile(lateness, 50) * 1e6) if n else float("nan"),
-        "lateness_p99_us": float(np.percentile(lateness, 99) * 1e6) if n else float("nan"),
-        "lateness_max_us": float(lateness.max() * 1e6) if n else float("nan"),
-        "overruns": overruns,
-        "superseded": superseded,
-        "stale": stale,
-        "episodes_completed": len(ep_returns),
-        "episode_return_mean": float(np.mean(ep_returns)) if ep_returns else float("nan"),
-        "reward_total": reward_total,
-        "actions_per_s": n_agent / (n * tau_m) if n else float("nan"),
-    }
-    queue = log.meta.get("queue")
-    if isinstance(queue, dict):
-        out["dropped_full"] = int(queue.get("dropped_full", 0))
-        out["rejected"] = int(queue.get("rejected", 0))
-        out["submitted"] = int(queue.get("submitted", 0))
+        fold.add(c)
+    return fold.result(log.meta.get("queue"))
+
+
+def summarize_seats(log: TickBlocks, *, warmup_ticks: int = 0, end_tick: int | None = None) -> list[dict[str, Any]]:
+    """`summarize` for every seat, in seat order, in one pass over the chunks (each read once,
+    its per-seat quantities as (ticks × seats) blocks: `TickLog.iter_blocks`), each with ``seat``:
+    its name. The same figures as ``summarize(log.seat(i))``, seat by seat."""
+    folds = [_Fold(log.tau_m, warmup_ticks, end_tick) for _ in range(log.seats)]
+    for c in log.iter_blocks(_SUMMARY_COLUMNS):
+        for i, fold in enumerate(folds):
+            fold.add({name: values[:, i] if values.ndim == 2 else values for name, values in c.items()})
+    queues = log.meta.get("queues")
+    if not (isinstance(queues, list) and len(queues) == log.seats):
+        queues = [log.meta.get("queue")] * log.seats  # as `TickLog.seat` reads them
+    return [{**fold.result(queue), "seat": name} for fold, queue, name in zip(folds, queues, log.seat_names)]
+
+
+def summarize_teams(seats: dict[str, dict[str, Any]], teams: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each team's figures from its seats' summaries (``seats``: seat name → `summarize`'s dict;
+    ``teams``: seat name → team; seats it leaves out belong to no team): its seats, their agent
+    and inaction ticks summed (``inaction_fraction`` over all of them, ``inaction_fraction_max`` the
+    worst seat's), their delay histograms merged (mean, max), rewards, superseded and stale summed,
+    and ``episode_return_mean``: the team's return an episode (every seat shares the world's
+    episodes, so it is the sum of its seats' means).
+
+    >>> one = {"agent_ticks": 3, "inaction_ticks": 1, "delay_histogram": {1: 2, 3: 1}, "reward_total": 2.0,
+    ...        "superseded": 0, "stale": 0, "episodes_completed": 1, "episode_return_mean": 2.0}
+    >>> two = {**one, "agent_ticks": 1, "inaction_ticks": 3, "delay_histogram": {5: 1}}
+    >>> t = summarize_teams({"a": one, "b": two}, {"a": "red", "b": "red"})["red"]
+    >>> t["seats"], t["inaction_fraction"], t["inaction_fraction_max"], t["delay_mean_ticks"], t["episode_return_mean"]
+    (['a', 'b'], 0.5, 0.75, 2.5, 4.0)
+    """
+    unknown = [seat for seat in teams if seat not in seats]
+    if unknown:
+        raise ValueError(f"the team map names seats {unknown} the log does not have; its seats are {list(seats)}")
+    out: dict[str, dict[str, Any]] = {}
+    for team in dict.fromkeys(teams.values()):
+        members = [seat for seat in seats if seat in teams and teams[seat] == team]
+        rows = [seats[seat] for seat in members]
+        agent, inaction = sum(r["agent_ticks"] for r in rows), sum(r["inaction_ticks"] for r in rows)
+        histogram: dict[int, int] = {}
+        for r in rows:
+            for delay, count in r["delay_histogram"].items():
+                histogram[int(delay)] = histogram.get(int(delay), 0) + int(count)
+        delays = sum(d * c for d, c in histogram.items())
+        fractions = [r["inaction_ticks"] / (r["agent_ticks"] + r["inaction_ticks"]) for r in rows
+                     if r["agent_ticks"] + r["inaction_ticks"]]  # fmt: skip
+        means = [r["episode_return_mean"] for r in rows]
+        out[str(team)] = {
+            "seats": members,
+            "agent_ticks": agent,
+            "inaction_ticks": inaction,
+            "inaction_fraction": inaction / (agent + inaction) if agent + inaction else float("nan"),
+            "inaction_fraction_max": max(fractions) if fractions else float("nan"),
+            "delay_mean_ticks": delays / agent if agent else float("nan"),
+            "delay_max_ticks": max(histogram) if histogram else -1,
+            "delay_histogram": dict(sorted(histogram.items())),
+            "reward_total": float(sum(r["reward_total"] for r in rows)),
+            "superseded": sum(r["superseded"] for r in rows),
+            "stale": sum(r["stale"] for r in rows),
+            "episodes_completed": min((r["episodes_completed"] for r in rows), default=0),
+            "episode_return_mean": float(sum(means)) if means and all(m == m for m in means) else float("nan"),
+        }
     return out
