@@ -291,7 +291,8 @@ class FillScheduler(TickGridScheduler):
         self._origin = None if origin is None else check_time("origin", origin)
         self._stay_given = None if p_minimax is None else _check_stay(p_minimax)
         self._fixed_cap = None if cap is None else check_count("cap", cap)
-        plans = {f"{st}{'+fixed' if fx else ''}": (st, fx) for st, fx in PLANS}
+        # "now+fixed" is not tuned among PLANS: it is Algorithm 2's starts with a fixed hold, a rival to measure
+        plans = {f"{st}{'+fixed' if fx else ''}": (st, fx) for st, fx in (*PLANS, ("now", True))}
         if plan is not None and plan not in plans:
             raise ValueError(f"plan must be one of {', '.join(plans)}, got {plan!r}")
         self._plans = [plans[plan]] if plan is not None else list(PLANS)
