@@ -215,12 +215,13 @@ def _fmt_k(k: float) -> str:
 def deep_paper_ticks(k: float, *, game_boy: bool) -> int:
     """The declared inference ticks of the 2xDeep network at the appendix's width ``k``: the paper
     gives none, so the 15-layer model's measured ticks at the same parameter label, scaled by the
-    two networks' floating-point operations (`count_flops`; deeper is slower at the same size).
+    two networks' floating-point operations (`count_flops`; deeper is slower at the same size),
+    both as the authors built them (``ImpalaCNN`` and ``DeepImpalaCNN``: `ARCH_OPTIONS`).
 
     >>> [deep_paper_ticks(k, game_boy=False) for k in (0.75, 4.75, 18.5, 63)]
-    [10, 13, 99, 854]
+    [13, 17, 129, 1119]
     """
-    from nonstop.policies.models import count_flops
+    from nonstop.policies.models import ARCH_OPTIONS, count_flops
 
     label = DEEP_SIZES.get(k)
     base = next((kk for kk, (name, *_) in PAPER_SIZES.items() if name == label), None)
@@ -229,7 +230,7 @@ def deep_paper_ticks(k: float, *, game_boy: bool) -> int:
                          f"{[kk for kk, v in DEEP_SIZES.items() if v != '70k']}, not k={_fmt_k(k)}: pass --latency-source "
                          f"measured or --latency {_fmt_k(k)}=SPEC")  # fmt: skip
     ticks = int(PAPER_SIZES[base][2 if game_boy else 1])
-    return math.ceil(ticks * count_flops(k, depth=6) / count_flops(base))
+    return math.ceil(ticks * count_flops(k, **ARCH_OPTIONS["2xdeep"]) / count_flops(base, **ARCH_OPTIONS["impala"]))
 
 
 def declared_delays(sizes: Iterable[float], source: str, *, game_boy: bool, overrides: dict[float, str],
@@ -243,7 +244,7 @@ def declared_delays(sizes: Iterable[float], source: str, *, game_boy: bool, over
     >>> declared_delays([98], "paper", game_boy=True, overrides={98: "10s"})
     {98: '10s'}
     >>> declared_delays([18.5], "paper", game_boy=False, overrides={}, arch="2xdeep")
-    {18.5: '99t'}
+    {18.5: '129t'}
     """
     out: dict[float, str] = {}
     for k in sizes:
@@ -270,11 +271,12 @@ def _measured_forward_ms(k: float, depth: int = 3) -> float:
         import torch
 
         from nonstop.metrics.capacity import time_forward
-        from nonstop.policies.models import ensure_fits, impala_resnet
+        from nonstop.policies.models import ARCH_OPTIONS, ensure_fits, impala_resnet
 
-        ensure_fits(k, "cpu", n_actions=18, depth=depth)  # a clear error when the model cannot fit in this machine's memory
+        arch = ARCH_OPTIONS["2xdeep" if depth == 6 else "impala"]  # the authors' networks
+        ensure_fits(k, "cpu", n_actions=18, **arch)  # a clear error when the model cannot fit in this machine's memory
         torch.set_num_threads(1)
-        model = impala_resnet(k=k, n_actions=18, depth=depth).eval()
+        model = impala_resnet(k=k, n_actions=18, **arch).eval()
         samples = time_forward(model, torch.zeros(1, 1, 84, 84), torch.device("cpu"), warmup=1, repeats=7, max_seconds=20.0)
         _MEASURED[(k, depth)] = 1000.0 * sorted(samples)[len(samples) // 2]
         del model
