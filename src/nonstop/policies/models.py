@@ -79,6 +79,7 @@ __all__ = [
     "available_memory_bytes",
     "ensure_fits",
     "ImpalaArch",
+    "NetworkChoice",
     "ModelTooLargeError",
 ]
 
@@ -96,6 +97,14 @@ class ImpalaArch(TypedDict, total=False):
     same_padding: bool
     depth: int
 
+class NetworkChoice(TypedDict):
+    """How a named network (`ARCH_OPTIONS`) is built: the `ImpalaResNet` options it fixes."""
+
+    depth: int
+    same_padding: bool
+    fc_hidden: int
+
+
 #: Width multipliers the paper uses for its 1M, 10M, 100M and 1B models.
 PAPER_K: Final = (1, 7, 29, 98)
 #: The paper's nominal parameter counts for `PAPER_K`.
@@ -105,10 +114,10 @@ PAPER_PARAM_LABELS: Final = {1: 1_000_000, 7: 10_000_000, 29: 100_000_000, 98: 1
 #: parameters at k = 1), the paper's network and the default of its experiments; ``impala_padded`` the
 #: standard padded IMPALA network with a 256-wide head (1.09M at k = 1; `ImpalaResNet`'s own defaults);
 #: ``2xdeep`` the authors' ``DeepImpalaCNN``.
-ARCH_OPTIONS: Final[dict[str, ImpalaArch]] = {
-    "impala": ImpalaArch(depth=3, same_padding=False, fc_hidden=512),
-    "impala_padded": ImpalaArch(depth=3, same_padding=True, fc_hidden=256),
-    "2xdeep": ImpalaArch(depth=6, same_padding=False, fc_hidden=512),
+ARCH_OPTIONS: Final[dict[str, NetworkChoice]] = {
+    "impala": NetworkChoice(depth=3, same_padding=False, fc_hidden=512),
+    "impala_padded": NetworkChoice(depth=3, same_padding=True, fc_hidden=256),
+    "2xdeep": NetworkChoice(depth=6, same_padding=False, fc_hidden=512),
 }
 #: Conv sequences per architecture name.
 ARCH_DEPTHS: Final = {name: options["depth"] for name, options in ARCH_OPTIONS.items()}
