@@ -178,11 +178,28 @@ class Cell:
     arch: str = "impala"
     #: an update per this many transitions (None: the game's own cadence, `Game.learn_every`)
     learn_every: int | None = field(default=None, compare=False)
+    #: how an episode's first τ_θ ticks are acted on: ``beta`` (nonstop's realtime cell: β's, the actions in
+    #: flight dropped as stale) or ``zeros`` (the authors' simulation, `nonstop.experiment.delaysim`: the
+    #: policy on zero frames; staggered cells only, the others have no such start)
+    delay_start: str = "beta"
 
     @property
     def name(self) -> str:
         arch = "" if self.arch == "impala" else f"-{self.arch}"
-        return f"{self.game}{arch}-k{_fmt_k(self.k)}-{self.delay}-{self.interaction}-s{self.seed}"
+        zeros = "-zeros" if self.delay_start == "zeros" else ""
+        return f"{self.game}{arch}-k{_fmt_k(self.k)}-{self.delay}-{self.interaction}{zeros}-s{self.seed}"
+
+    def argv(self, out: Path) -> list[str]:
+        """The command that runs this cell into ``out``: ``nonstop train``, or the authors' delay
+        simulation (``python -m nonstop.experiment.delaysim``) for a ``zeros`` cell."""
+        if self.delay_start != "zeros":
+            return [sys.executable, "-m", "nonstop.cli", *self.train_argv(out)]
+        game = GAMES[self.game]
+        every = self.learn_every if self.learn_every is not None else game.learn_every
+        return [sys.executable, "-m", "nonstop.experiment.delaysim", "--env", game.env, *game.train_args, *self.extra,
+                "--delay", str(delay_ticks(self.delay, game_boy=game.game_boy)), "--seed", str(self.seed),
+                "--episodes", str(self.episodes), *(["--learn-every", str(every)] if every else []),
+                "--out", str(out)]  # fmt: skip
 
     def train_argv(self, out: Path) -> list[str]:
         game = GAMES[self.game]
@@ -206,6 +223,27 @@ class Cell:
                 "--seed", str(self.seed), "--episodes", str(self.episodes), "--seconds", f"{seconds:g}",
                 "--progress-every", f"{min(10.0, game.max_episode_s):g}", "--checkpoint-every", "300",
                 "--out", str(out)]  # fmt: skip
+
+
+#: how the sweep's cells start each episode (``--delay-start``)
+DELAY_STARTS: Final = ("beta", "zeros")
+
+
+def delay_ticks(spec: str, *, game_boy: bool) -> int:
+    """A declared delay (``"70t"``, or ``"12.5ms"`` rounded up to whole ticks) in ticks.
+
+    >>> delay_ticks("599t", game_boy=False), delay_ticks("20ms", game_boy=False)
+    (599, 2)
+    """
+    hz = 59.7275 if game_boy else 60.0
+    try:
+        if spec.endswith("ms"):
+            return max(0, math.ceil(float(spec[:-2]) / 1000 * hz - 1e-9))
+        if spec.endswith("t"):
+            return int(spec[:-1])
+    except ValueError:
+        pass
+    raise ValueError(f"--delay-start zeros needs a delay in ticks (70t) or milliseconds (12ms), got {spec!r}")
 
 
 def _fmt_k(k: float) -> str:
@@ -288,8 +326,9 @@ def plan_cells(budget: Budget, *, games: Sequence[str] | None, sizes: Sequence[f
                latency_overrides: dict[float, str], game_args: dict[str, list[str]] | None = None,
                small_replay: bool = False, available: Any = None, archs: Sequence[str] = ("impala",),
                deep_sizes: Sequence[float] | None = None, gb_actions: int = 6,
-               atari_learn_every: int | None = None) -> tuple[list[Cell], list[str]]:
+               atari_learn_every: int | None = None, delay_start: str = "beta") -> tuple[list[Cell], list[str]]:
     """The cells a sweep runs and notes on what it left out (a Game Boy game without its ROM).
+    ``delay_start``: how staggered cells start each episode (`Cell.delay_start`).
 
     ``archs`` adds 2xDeep cells at ``deep_sizes`` (default: the appendix's 1M-1B widths);
     ``gb_actions`` 6 gives the Game Boy agent the paper's six buttons (noop is β's), 7 adds noop;
@@ -311,6 +350,8 @@ def plan_cells(budget: Budget, *, games: Sequence[str] | None, sizes: Sequence[f
     for a in archs:
         if a not in ARCHS:
             raise ValueError(f"unknown network {a!r} for --arch: choose from {', '.join(ARCHS)}")
+    if delay_start not in DELAY_STARTS:
+        raise ValueError(f"--delay-start must be one of {', '.join(DELAY_STARTS)}, got {delay_start!r}")
     if gb_actions not in (6, 7):
         raise ValueError(f"--gb-actions takes 6 (the paper's buttons; noop is β's) or 7 (noop too), got {gb_actions!r}")
     if atari_learn_every is not None and (isinstance(atari_learn_every, bool) or not isinstance(atari_learn_every, int)
@@ -349,7 +390,8 @@ def plan_cells(budget: Budget, *, games: Sequence[str] | None, sizes: Sequence[f
             for k, delay in delays.items():
                 for seed in range(seeds or default_seeds):
                     for interaction in interactions:
-                        cells.append(Cell(g, k, delay, interaction, seed, n_episodes, extra, arch, learn_every))
+                        start = delay_start if interaction == "staggered" else "beta"
+                        cells.append(Cell(g, k, delay, interaction, seed, n_episodes, extra, arch, learn_every, start))
     return cells, notes
 
 
@@ -580,7 +622,7 @@ def _start(cell: Cell, out: Path) -> _Running:
     state = cell_state(cell, run_dir)
     if state == "new" and run_dir.exists():
         shutil.rmtree(run_dir)  # a cell that died before its first checkpoint: nothing in it to keep
-    argv = [sys.executable, "-m", "nonstop.cli", *cell.train_argv(run_dir), *(["--resume"] if state == "resume" else [])]
+    argv = [*cell.argv(run_dir), *(["--resume"] if state == "resume" and cell.delay_start != "zeros" else [])]
     log_path = out / "logs" / f"{cell.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
