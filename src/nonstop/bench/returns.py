@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -388,8 +389,14 @@ def _groups(args: argparse.Namespace, quick: bool) -> list[dict[str, Any]]:
         out += [{"set": "dev", "tau": t, "sigma": args.sigma, "p": p, "seeds": [args.seed + i for i in range(n_seeds)]}
                 for t in taus for p in ps]  # fmt: skip
     if cells in ("held-out", "both"):
+        # --tau-theta / --p-minimax, where given, pick among the held-out settings (to run them in parts)
+        taus = [t for t in HELD_OUT_TAUS if not args.tau_theta or t in parse_positive_list(args.tau_theta, "--tau-theta")]
+        ps = [p for p in HELD_OUT_PS if not args.p_minimax or p in parse_positive_list(args.p_minimax, "--p-minimax")]
+        if not taus or not ps:
+            raise ValueError(f"--cells held-out runs τ̄_θ {HELD_OUT_TAUS} and p {HELD_OUT_PS}: --tau-theta and --p-minimax "
+                             f"pick among them, got {args.tau_theta!r}, {args.p_minimax!r}")
         out += [{"set": "held-out", "tau": t, "sigma": sg, "p": p, "seeds": list(HELD_OUT_SEEDS)}
-                for t in HELD_OUT_TAUS for sg in HELD_OUT_SIGMAS for p in HELD_OUT_PS]  # fmt: skip
+                for t in taus for sg in HELD_OUT_SIGMAS for p in ps]  # fmt: skip
     return out
 
 
@@ -474,6 +481,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             row = {**key, **compare(candidate, here)}
             row["fills"] = {f: compare(f, here) for f in fills if f != candidate}  # fill with p, and fitted, beside it
             comparisons.append(row)
+            print(f"return: {g['set']} τ̄_θ {tau:g} σ {sigma:g} p {p:g} N {n}: {candidate} {row['candidate_return']:.3f}, "
+                  f"{row['best_rival']} {row['best_rival_return']:.3f}, diff {row['difference']:+.3f} ± "
+                  f"{row['difference_se'] or 0:.3f}", file=sys.stderr, flush=True)  # fmt: skip
     margins = [c["margin"] for c in comparisons if c["margin"] is not None]
     all_meet = all(c["meets"] for c in comparisons) if comparisons else None
     held_rows = [c for c in comparisons if c["set"] == "held-out"]
