@@ -1,4 +1,4 @@
-"""``nonstop bench return``: what each scheduler earns, at every N_I from the bound ⌈τ̄_θ/τ_M⌉ to twice it.
+"""``nonstop bench return``: what each scheduler earns, at N_I from the bound ⌈τ̄_θ/τ_M⌉ to twice it.
 
 N_I* and delay say how a scheduler spends workers; the return says what the world pays for it. On
 ``theory/delay-cycle`` (``--n-states`` states, stay probability ``--p-minimax``, a comma list; 1
@@ -28,7 +28,9 @@ met when it meets in every cell and is at least 10 % above the best rival somewh
 
 The cells: the development cells (``--tau-theta`` × ``--p-minimax`` at ``--sigma``, seeds from
 ``--seed``: what fill's plans were chosen on) and the held-out cells (τ̄_θ 8, 70 × σ 0.25, 1 × p 0.9,
-0.99 on seeds 1000–1004, at the bound, 1.5× and 2×), never used in development.
+0.99 on seeds 1000–1004), never used in development; each at the bound, 1.5× and 2× (``--n-workers``
+for others). A full run is long on 2 cores (hours: 12 schedulers × 5 seeds per held-out cell);
+``--cells`` and, for the held-out cells, ``--tau-theta``/``--p-minimax`` run it in parts.
 
 A scheduler shown rewards (`FillScheduler.observe_reward`) is fed every tick's reward and delay by a
 host recorder, so ``fill`` fits the world's cost of delay as it runs.
@@ -48,7 +50,8 @@ from nonstop.bench.common import parse_positive_list
 __all__ = ["DESCRIPTION", "add_arguments", "run", "render", "measure_return", "return_at", "returns_in_two_worlds",
            "RewardFeed"]
 
-DESCRIPTION = "return and regret split (Eq. 1) per scheduler at every N_I from the bound to 2× (theory/delay-cycle, virtual clock)"
+DESCRIPTION = ("return and regret split (Eq. 1) per scheduler, N_I from the bound to 2×; fill without p against the best "
+               "tuned rival, on development and held-out cells (theory/delay-cycle, virtual clock)")
 DEFAULT_SCHEDULERS = "exp_time,quantile_hold,fill"
 #: warm-up ticks before the window, beyond 3 × the 99.9 % point of τ_θ (running estimates settle)
 WARMUP_TICKS = 600
@@ -349,8 +352,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "costs nothing (default 0.97,0.999; quick 0.97)")  # fmt: skip
     parser.add_argument("--sigma", type=float, default=0.5, help="lognormal log-spread of τ_θ (default 0.5)")
     parser.add_argument("--n-workers", default=None,
-                        help="N_I, comma-separated (default: every N from ⌈τ̄_θ/τ_M⌉ to twice it; quick: the bound "
-                        "and 2×; held-out cells: the bound, 1.5× and 2×)")  # fmt: skip
+                        help="N_I, comma-separated (default: the bound ⌈τ̄_θ/τ_M⌉, 1.5× and 2×; quick: the bound "
+                        "and 2×)")  # fmt: skip
     parser.add_argument("--schedulers", default=None,
                         help="comma-separated schedulers, each NAME or NAME@SETTING: quantile_hold@Q, exp_hold@H "
                         "(Algorithm 2, every action held H·τ̄_θ), fill@tolerance|prior|rewards (default: exp_time, "
@@ -389,9 +392,10 @@ def _groups(args: argparse.Namespace, quick: bool) -> list[dict[str, Any]]:
         out += [{"set": "dev", "tau": t, "sigma": args.sigma, "p": p, "seeds": [args.seed + i for i in range(n_seeds)]}
                 for t in taus for p in ps]  # fmt: skip
     if cells in ("held-out", "both"):
-        # --tau-theta / --p-minimax, where given, pick among the held-out settings (to run them in parts)
-        taus = [t for t in HELD_OUT_TAUS if not args.tau_theta or t in parse_positive_list(args.tau_theta, "--tau-theta")]
-        ps = [p for p in HELD_OUT_PS if not args.p_minimax or p in parse_positive_list(args.p_minimax, "--p-minimax")]
+        # with --cells held-out, --tau-theta / --p-minimax pick among the held-out settings (to run them in parts)
+        only = cells == "held-out"
+        taus = [t for t in HELD_OUT_TAUS if not (only and args.tau_theta) or t in parse_positive_list(args.tau_theta, "--tau-theta")]
+        ps = [p for p in HELD_OUT_PS if not (only and args.p_minimax) or p in parse_positive_list(args.p_minimax, "--p-minimax")]
         if not taus or not ps:
             raise ValueError(f"--cells held-out runs τ̄_θ {HELD_OUT_TAUS} and p {HELD_OUT_PS}: --tau-theta and --p-minimax "
                              f"pick among them, got {args.tau_theta!r}, {args.p_minimax!r}")
@@ -464,10 +468,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ns = [int(n) for n in parse_positive_list(args.n_workers, "--n-workers")]
         elif quick:
             ns = sorted({bound, 2 * bound})
-        elif held:
+        else:  # every N from the bound to twice it: --n-workers
             ns = sorted({bound, math.ceil(1.5 * bound), 2 * bound})
-        else:
-            ns = list(range(bound, 2 * bound + 1))
         warm = args.warmup_ticks if args.warmup_ticks is not None else WARMUP_TICKS + 3 * math.ceil(latency.max_hint / tau_m)
         undelayed = {s: undelayed_rate(p, seed=s, window_ticks=window, n_states=args.n_states) for s in seeds}
         for n in ns:
