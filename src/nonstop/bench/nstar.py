@@ -58,8 +58,8 @@ from nonstop.bench.common import machine_info, parse_positive_list
 from nonstop.bench.nstarparts import (
     FORWARD_JITTER,
     STARTED,
-    _epsilons,
-    _jitters,
+    parse_epsilons,
+    parse_jitters,
     in_flight_workers,
     initial_estimate,
     make_latency,
@@ -407,9 +407,9 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
     jitter_text = getattr(args, "jitter", None)
     if jitter_text is not None and kind != "egreedy":
         raise ValueError(f"--jitter is the forward pass's spread of --latency egreedy, not of {kind!r}")
-    jitters = [FORWARD_JITTER] if jitter_text is None else _jitters(str(jitter_text))
+    jitters = [FORWARD_JITTER] if jitter_text is None else parse_jitters(str(jitter_text))
     if kind == "egreedy":
-        sigmas = _epsilons(str(args.sigma))
+        sigmas = parse_epsilons(str(args.sigma))
     else:
         sigmas = parse_positive_list(str(args.sigma), "--sigma") if kind in ("normal", "lognormal") else [0.0]
     variable = kind != "constant"

@@ -11,7 +11,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 __all__ = ["make_latency", "egreedy_latency", "in_flight_workers", "workers_for_inaction", "parse_starts",
-           "initial_estimate", "start_label", "STARTED", "InFlight"]
+           "parse_epsilons", "parse_jitters", "initial_estimate", "start_label", "STARTED", "InFlight"]
 
 #: an ε-greedy policy's random action, as a fraction of its forward pass (Figure 7: "sampling random actions is very fast")
 RANDOM_ACTION_FRACTION = 0.01
@@ -125,7 +125,7 @@ class InFlight(TypedDict):
     target: int  # ⌈E[B] + z·sd[B]⌉ workers
 
 
-def _jitters(text: str) -> list[float]:
+def parse_jitters(text: str) -> list[float]:
     try:
         values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
@@ -135,7 +135,7 @@ def _jitters(text: str) -> list[float]:
     return values
 
 
-def _epsilons(text: str) -> list[float]:
+def parse_epsilons(text: str) -> list[float]:
     try:
         values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
