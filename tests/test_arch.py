@@ -35,8 +35,11 @@ def test_2xdeep_has_thirty_conv_layers_and_the_counted_parameters():
 def test_arch_reaches_the_q_network_and_bad_arch_is_refused():
     net = build_q_network((84, 84), 6, DQNConfig(arch="2xdeep", k=0.25))
     assert len(_convs(net)) == 30
-    assert len(_convs(build_q_network((84, 84), 6, DQNConfig(k=0.25)))) == 15
-    with pytest.raises(ValueError, match="DQNConfig.arch must be impala or 2xdeep"):
+    default = build_q_network((84, 84), 6, DQNConfig(k=1))  # the authors' ImpalaCNN: unpadded, a 512 head
+    assert len(_convs(default)) == 15 and default.fc.in_features == 1568 and default.fc.out_features == 512
+    padded = build_q_network((84, 84), 6, DQNConfig(k=1, arch="impala_padded"))
+    assert padded.fc.in_features == 32 * 11 * 11 and padded.fc.out_features == 256
+    with pytest.raises(ValueError, match="DQNConfig.arch must be impala, impala_padded or 2xdeep"):
         DQNConfig(arch="3xdeep")
     with pytest.raises(ValueError, match="depth must be one of"):
         impala_resnet(1, 18, depth=4)
@@ -48,7 +51,7 @@ def test_train_arch_flag(tmp_path, capsys):
     from nonstop.cli import main
 
     assert main(["train", "--env", "Boxing", "--arch", "3xdeep", "--out", str(tmp_path / "bad")]) == 2
-    assert "impala or 2xdeep" in capsys.readouterr().err
+    assert "impala, impala_padded or 2xdeep" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
     out = tmp_path / "run"
     rc = main(["train", "--env", "Boxing", "--arch", "2xdeep", "--k", "0.25", "--seconds", "1", "--replay-capacity", "2000",
@@ -78,3 +81,47 @@ def test_2xdeep_costs_more_operations_per_parameter_than_the_15_layer_net():
         deep_per_param = count_flops(k_deep, depth=6) / count_parameters(k_deep, depth=6)
         shallow_per_param = count_flops(k_shallow) / count_parameters(k_shallow)
         assert deep_per_param > 1.4 * shallow_per_param, (label, deep_per_param, shallow_per_param)
+
+
+def _released(k: float, n_actions: int, deep: bool) -> int:
+    """Parameters of the authors' released ``ImpalaCNN`` / ``DeepImpalaCNN`` (CERC-AAI/realtime_rl,
+    model/architectures.py) at width ``k``, counted from their layer list: a 3×3 base conv
+    (``in → int(16k)``, then ``int(16k) → int(32k)``, the rest ``int(32k) → int(32k)``) and four 3×3
+    residual convs per sequence (3 sequences, 6 for Deep), then ``Linear(int(k·1568), 512)`` (Deep:
+    ``int(k·2048)``) and ``Linear(512, actions)``."""
+    f1, f2 = int(16 * k), int(32 * k)
+    widths = [1, f1, f2, f2] + [f2] * (3 if deep else 0)
+    conv = sum(9 * a * b + b + 4 * (9 * b * b + b) for a, b in zip(widths, widths[1:]))
+    full = int(k * (2048 if deep else 1568))
+    return conv + full * 512 + 512 + 512 * n_actions + n_actions
+
+
+@pytest.mark.parametrize("k", [1, 7, 29, 98])
+def test_impala_is_the_authors_imp_cnn_parameter_for_parameter(k):
+    """The network named ``impala`` (the default of train, sweep and paper) has the released
+    ``ImpalaCNN``'s parameter count at the paper's four widths: 0.91M at k = 1 (909,874 with 18
+    actions); ``impala_padded``, the standard padded IMPALA net with a 256 head, 1.09M."""
+    from nonstop.policies.models import ARCH_OPTIONS
+
+    for actions in (6, 18):
+        assert count_parameters(k, actions, **ARCH_OPTIONS["impala"]) == _released(k, actions, deep=False)
+    if k == 1:
+        assert count_parameters(1, 18, **ARCH_OPTIONS["impala"]) == 909_874
+        assert count_parameters(1, 18, **ARCH_OPTIONS["impala_padded"]) == 1_093_426
+        assert module_parameters(impala_resnet(1, 18, **ARCH_OPTIONS["impala"])) == 909_874
+
+
+@pytest.mark.parametrize("k", sorted(DEEP_PARAM_LABELS))
+def test_2xdeep_is_the_authors_deep_impala_cnn_at_every_width_of_the_appendix(k):
+    from nonstop.policies.models import ARCH_OPTIONS
+
+    for actions in (6, 18):
+        assert count_parameters(k, actions, **ARCH_OPTIONS["2xdeep"]) == _released(k, actions, deep=True)
+    if k <= 0.75:  # built, not only counted
+        assert module_parameters(impala_resnet(k, 18, **ARCH_OPTIONS["2xdeep"])) == _released(k, 18, deep=True)
+
+
+def test_2xdeeps_declared_delays_scale_against_the_authors_network():
+    from nonstop.experiment.sweep import deep_paper_ticks
+
+    assert [deep_paper_ticks(k, game_boy=False) for k in (0.75, 4.75, 18.5, 63)] == [13, 17, 129, 1119]

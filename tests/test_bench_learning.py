@@ -96,3 +96,18 @@ def test_demo_training_part_shows_learning(tmp_path, capsys, no_shm_leak):
     assert min(last) > 2 * max(first), stag  # staggered: learned, not just acting more
     assert sum(seq[-3:]) / 3 > 1.5 * sum(seq[:2]) / 2, seq  # sequential learns too, slowly
     assert sum(last) / 3 > 2.5 * sum(seq[-3:]) / 3, (stag, seq)
+
+
+@pytest.mark.parametrize("tau_l_ticks, batch", [(10, 4), (9, 2)])
+def test_nlstar_formula_against_whole_runs_on_the_virtual_clock(tau_l_ticks, batch, no_shm_leak):
+    """N_L* = ⌈τ_L/(B·τ_M)⌉ at N_L* ≥ 2, measured by whole training runs (the replay, the learner group and
+    the clock of `nonstop train`) at each N_L with a declared τ_L per update: the formula's N_L learns from
+    every transition, one fewer does not, and each share is N_L·B·τ_M/τ_L within the window's edges."""
+    from nonstop.bench.nlstar import VIRTUAL_SHARE, virtual_nlstar
+
+    row = virtual_nlstar(tau_l_ticks, batch, seconds=10.0)
+    assert row["nlstar_theory"] >= 2 and row["nlstar_measured"] == row["nlstar_theory"]
+    shares = {int(n): v for n, v in row["shares"].items()}
+    assert shares[row["nlstar_measured"] - 1] < VIRTUAL_SHARE
+    for n, share in shares.items():
+        assert share == pytest.approx(n * batch / tau_l_ticks, rel=0.05)

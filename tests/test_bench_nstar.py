@@ -89,10 +89,11 @@ def test_empirical_latency_file_is_rescaled_to_each_mean(tmp_path):
 
 def test_a_scheduler_that_needs_more_than_the_cap_is_reported_above_it(capsys, monkeypatch):
     """Algorithm 1 pads every worker to the largest τ_θ seen: under a heavy tail it needs far more
-    than 4× the bound. With the cap there the row says "> cap" with every trial, instead of searching
-    on to 100,000 workers; rows that pass are unaffected."""
+    than 4× the bound when it starts cold (τ̂max = 0: every new maximum re-spaces it; started from the
+    declared 99.9 % point it needed 188 here). With the cap there the row says "> cap" with every trial,
+    instead of searching on to 100,000 workers; rows that pass are unaffected."""
     result = nstar.run(_args(["--quick", "--latency", "lognormal", "--tau-theta", "4", "--scheduler", "max_time,quantile_hold",
-                              "--max-workers", "0", "--plot", ""]))  # fmt: skip
+                              "--max-workers", "0", "--tau-theta-max", "cold", "--plot", ""]))  # fmt: skip
     rows = {r["scheduler"]: r for r in result["rows"]}
     alg1, hold = rows["max_time"], rows["quantile_hold"]
     assert alg1["nstar_measured"] is None and alg1["nstar_above"] == 256  # the floor of the cap
@@ -191,3 +192,37 @@ def test_wall_formula_counts_the_tau_theta_the_world_saw(monkeypatch):
     assert alg2["nstar_formula"] == 71  # Algorithm 2's mean: ⌈70.6⌉
     assert alg1["nstar_formula"] == 72 and alg1["tau_theta_world_max_ticks"] == pytest.approx(71.05)  # the max
     assert "world_taus_s" not in hold  # the samples feed the formula, not the JSON
+
+
+def test_algorithm_1_started_as_the_authors_start_it_needs_its_formula():
+    """ε-greedy at ε 0.5, τ̄_θ 5 ticks (Figure 7): Algorithm 1 started from the declared maximum with the
+    workers staggered by it over N (the authors' t_theta_max) needs its own formula ⌈τ_θmax/τ_M⌉ (+1 at
+    most); started cold (τ̂max = 0, no stagger) it needs far more. Each start is its own labelled row."""
+    result = nstar.run(_args(["--quick", "--latency", "egreedy", "--sigma", "0.5", "--tau-theta", "5",
+                              "--scheduler", "max_time", "--tau-theta-max", "declared,cold", "--return-seeds", "0",
+                              "--plot", ""]))  # fmt: skip
+    rows = {r["start"]: r for r in result["rows"]}
+    assert set(rows) == {"authors (declared)", "cold (0)"}
+    authors, cold = rows["authors (declared)"], rows["cold (0)"]
+    assert authors["initial_estimate_ticks"] >= authors["tau_theta_max_ticks"] and cold["initial_estimate_ticks"] is None
+    assert authors["nstar_measured"] <= authors["nstar_formula"] + 1
+    assert cold["nstar_measured"] > 2 * cold["nstar_formula"]
+
+
+def test_at_workers_measures_the_inaction_at_each_n_without_a_search():
+    result = nstar.run(_args(["--quick", "--latency", "egreedy", "--sigma", "0", "--tau-theta", "5", "--jitter", "0.01",
+                              "--scheduler", "max_time,exp_time", "--at-workers", "4,6", "--return-seeds", "0",
+                              "--plot", ""]))  # fmt: skip
+    for row in result["rows"]:
+        assert row["fixed_workers"] and set(row["trials"]) == {"4", "6"} and row["nstar_measured"] is None
+        assert row["trials"]["4"] > 0.1  # 4 workers cannot cover 5-tick inferences
+        assert row["jitter"] == 0.01 and row["start"] == "authors (declared)"
+    assert {r["scheduler"]: r["trials"]["6"] for r in result["rows"]}["max_time"] == 0.0
+
+
+@pytest.mark.parametrize("argv, match", [(["--tau-theta-max", "soon"], "--tau-theta-max takes"),
+                                         (["--jitter", "0.1"], "--jitter is the forward pass's spread"),
+                                         (["--at-workers", "2.5"], "--at-workers takes")])  # fmt: skip
+def test_bad_start_jitter_or_workers_fail_before_any_run(argv, match):
+    with pytest.raises(ValueError, match=match):
+        nstar.run(_args(argv + ["--plot", "", "--return-seeds", "0"]))

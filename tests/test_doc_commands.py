@@ -107,6 +107,10 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "nonstop bench nstar --latency lognormal --sigma 0.5 --tau-theta 5 --return-seeds 0 --plot '' --quick",
         "the full run takes ~6 min, its quick form ~40 s; one σ and one τ̄ in ~10 s"),
     "nonstop bench return --sigma 0.05": ("nonstop bench return --sigma 0.05 --quick", "the full run takes ~5 min"),
+    "nonstop bench return --cells held-out": (
+        "nonstop bench return --cells held-out --tau-theta 8 --p-minimax 0.9 --n-workers 8 --seconds 2 "
+        "--schedulers exp_time,fill@prior",
+        "the 24 held-out cells take hours on 2 cores; one of them, short, with two schedulers, in seconds"),
     "nonstop bench lanes --worlds 64 --max-lanes 6": (
         "nonstop bench lanes --worlds 8 --max-lanes 2 --scheduler quantile_hold --quick",
         "64 worlds take minutes even quick (90 s); 8 worlds, 2 lanes, one scheduler take 4 s"),

@@ -263,3 +263,34 @@ def test_device_and_dtype_reach_every_cells_train(monkeypatch, tmp_path, capsys)
     args = argparse.Namespace(device="cuda", dtype="bf16")
     assert sweep_command._placement_args(args) == ("--device", "cuda", "--dtype", "bf16")
     assert sweep_command._placement_args(argparse.Namespace(device="cpu", dtype=None)) == ()
+
+
+def test_delay_start_zeros_runs_the_authors_simulation(tmp_path):
+    """``--delay-start zeros``: a staggered cell runs the authors' delay simulation (the policy on zero
+    frames for the first d steps, every step an agent step), writing what the sweep reads; a sequential
+    cell keeps nonstop's realtime cell; the cells are named apart."""
+    import subprocess
+
+    from nonstop.experiment.delaysim import ZeroStartHistory
+    from nonstop.experiment.sweep import BUDGETS, cell_result, plan_cells
+
+    cells, _ = plan_cells(BUDGETS["tiny"], games=None, sizes=[1], seeds=1, episodes=1, interactions=["staggered", "sequential"],
+                          latency_source="paper", latency_overrides={}, delay_start="zeros")  # fmt: skip
+    stag = next(c for c in cells if c.interaction == "staggered")
+    seq = next(c for c in cells if c.interaction == "sequential")
+    assert stag.delay_start == "zeros" and seq.delay_start == "beta" and "zeros" in stag.name and "zeros" not in seq.name
+    argv = stag.argv(tmp_path / "cell")
+    assert argv[1:3] == ["-m", "nonstop.experiment.delaysim"] and argv[argv.index("--delay") + 1] == "5"
+    argv[argv.index("p_minimax=0.97") + 2] = "max_steps=300"  # a short episode
+    subprocess.run(argv, check=True, timeout=300)
+    got = cell_result(stag, tmp_path / "cell")
+    assert got["complete"] and got["episodes"] == 1 and got["inaction_fraction"] == 0.0 and got["delay_mean_ticks"] == 5.0
+    history = ZeroStartHistory(3, np.ones(2))
+    seen = []
+    for step in range(5):
+        seen.append(float(history.oldest()[0]))
+        history.push(np.full(2, step + 2.0))
+    assert seen == [0.0, 0.0, 0.0, 1.0, 2.0]  # o_{t−3}: zeros for the first 3 steps
+    with pytest.raises(ValueError, match="--delay-start must be one of"):
+        plan_cells(BUDGETS["tiny"], games=None, sizes=[1], seeds=1, episodes=1, interactions=["staggered"],
+                   latency_source="paper", latency_overrides={}, delay_start="ones")  # fmt: skip

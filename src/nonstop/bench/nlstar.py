@@ -45,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", default="1,2", help="IMPALA widths, comma-separated (default 1,2)")
     p.add_argument("--batch", default="16,32", help="batch sizes, comma-separated (default 16,32)")
     p.add_argument("--window", type=float, default=8.0, help="seconds each N_L is measured for")
+    p.add_argument("--declared-tau-l", default=None, metavar="TICKS,TICKS",
+                   help="instead of timing updates: the virtual clock with this declared τ_L per update (ticks), N_L* "
+                        "measured by whole training runs at each N_L, for each --batch")
     p.add_argument("--backend", choices=("process", "ray"), default="process",
                    help="process: learner processes on this machine, up to its cores (default); ray: Ray actors, "
                         "past the local cores (a local 127.0.0.1 cluster without --ray-address)")
@@ -205,7 +208,52 @@ def replay_rates(n: int = 20_000, batch: int = 32) -> dict[str, float]:
     return {"replay_insert_per_s": insert, "replay_sample_per_s": sample}
 
 
+#: world seconds of each virtual-clock trial of `virtual_nlstar`, and the learned share that counts as every transition
+VIRTUAL_SECONDS = 20.0
+VIRTUAL_SHARE = 0.98
+
+
+def learned_share(tau_l_ticks: float, batch: int, n_learners: int, *, seconds: float = VIRTUAL_SECONDS,
+                  seed: int = 0) -> dict[str, Any]:
+    """One measured trial on the virtual clock: a whole training run (`nonstop.experiment.train`) on
+    ``theory/delay-cycle`` at 60 Hz, one worker acting every tick, ``n_learners`` learners each taking
+    the declared ``tau_l_ticks`` per update of ``batch`` transitions, no cap on updates per transition.
+    The share learned from is updates × B over the transitions made after ``learning_starts``: what
+    the run did, through its replay, learner group and clock, not N·B/τ_L computed."""
+    from nonstop.experiment import TrainConfig, train
+    from nonstop.learning.dqn import DQNConfig
+
+    starts = 10
+    cfg = TrainConfig(env="theory/delay-cycle", env_kwargs={"n": 8, "p_minimax": 0.97}, seconds=seconds, latency="1t",
+                      scheduler="exp_time", n_learners=n_learners, tau_l=tau_l_ticks / TICK_HZ, seed=seed,
+                      dqn=DQNConfig(batch_size=batch, updates_per_transition=0, learning_starts=starts, hidden=(16,),
+                                    replay_capacity=5000))  # fmt: skip
+    out = train(cfg)
+    made = max(1, int(out["transitions"]) - starts)
+    return {"updates": int(out["updates"]), "transitions": int(out["transitions"]), "share": int(out["updates"]) * batch / made}
+
+
+def virtual_nlstar(tau_l_ticks: float, batch: int, *, seconds: float = VIRTUAL_SECONDS, seed: int = 0) -> dict[str, Any]:
+    """N_L* measured on the virtual clock for a declared τ_L (ticks per update of ``batch``): the fewest
+    learners whose run learns from every transition (share ≥ `VIRTUAL_SHARE`), found by `find_nstar`
+    from the formula, beside the formula ⌈τ_L/(B·τ_M)⌉ and every trial's share."""
+    from nonstop.metrics.nstar import find_nstar, theoretical_nlstar
+
+    theory = theoretical_nlstar(tau_l_ticks / TICK_HZ, batch, 1 / TICK_HZ)
+    nstar, trials = find_nstar(lambda n: learned_share(tau_l_ticks, batch, n, seconds=seconds, seed=seed), guess=theory,
+                               passes=lambda t: t["share"] >= VIRTUAL_SHARE, limit=64)  # fmt: skip
+    return {"tau_l_ticks": tau_l_ticks, "batch": batch, "nlstar_theory": theory, "nlstar_measured": nstar,
+            "shares": {str(n): round(t["share"], 4) for n, t in sorted(trials.items())}}  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    declared = getattr(args, "declared_tau_l", None)
+    if declared:  # the virtual clock, a declared τ_L per update: N_L* measured by whole runs
+        taus = _numbers(declared, float, "--declared-tau-l")
+        batches = _numbers(args.batch, int, "--batch")
+        rows = [virtual_nlstar(t, b, seconds=10.0 if args.quick else VIRTUAL_SECONDS) for t in taus for b in batches]
+        return {"clock": "virtual", "tick_hz": TICK_HZ, "rows": rows,
+                "all_match_theory": all(r["nlstar_measured"] == r["nlstar_theory"] for r in rows)}  # fmt: skip
     ks = _numbers(args.k, float, "--k")
     batches = _numbers(args.batch, int, "--batch")
     if not args.window > 0:
@@ -297,6 +345,16 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
 def render(result: dict[str, Any]) -> None:
     from nonstop._console import Console
     from rich.table import Table
+
+    if result.get("clock") == "virtual":
+        table = Table(title="N_L* on the virtual clock, declared τ_L (whole training runs per N_L)")
+        for col in ("τ_L/update (ticks)", "B", "N_L* theory", "N_L* measured", "share learned per N_L"):
+            table.add_column(col)
+        for r in result["rows"]:
+            table.add_row(f"{r['tau_l_ticks']:g}", str(r["batch"]), str(r["nlstar_theory"]), str(r["nlstar_measured"]),
+                          ", ".join(f"{n}: {v:.2f}" for n, v in r["shares"].items()))  # fmt: skip
+        Console().print(table)
+        return
 
     table = Table(title=f"N_L* at {result['tick_hz']:g} Hz ({result['cores']} cores, load {result['load_average']:.1f})")
     for col in ("k", "B", "params", "τ_L/update", "τ_L/transition ÷ τ_M", "N_L* theory", "N_L* measured", "scaling 1→2"):

@@ -50,12 +50,23 @@ import os
 import sys
 from functools import partial
 from pathlib import Path
-from statistics import NormalDist
-from typing import Any, TypedDict
+from typing import Any
 
 import numpy as np
 
 from nonstop.bench.common import machine_info, parse_positive_list
+from nonstop.bench.nstarparts import (
+    FORWARD_JITTER,
+    STARTED,
+    parse_epsilons,
+    parse_jitters,
+    in_flight_workers,
+    initial_estimate,
+    make_latency,
+    parse_starts,
+    start_label,
+    workers_for_inaction,
+)
 from nonstop.metrics.nstar import NStarAboveLimit, find_nstar, max_inaction_threshold, theoretical_nstar
 
 DESCRIPTION = "measured N_I* (fewest workers with no inaction) vs the paper's formulas and the bound, per latency (Fig. 7)"
@@ -63,12 +74,6 @@ ENV = "theory/inaction"  # the cheapest world: the env does not matter for N_I*,
 LATENCY_KINDS = ("constant", "normal", "lognormal", "egreedy", "empirical:FILE")
 #: kinds whose ``--sigma`` is a spread the rows carry (egreedy: ε)
 _SPREAD_KINDS = ("normal", "lognormal", "egreedy")
-#: an ε-greedy policy's random action, as a fraction of its forward pass (Figure 7: "sampling random actions is very fast")
-RANDOM_ACTION_FRACTION = 0.01
-#: the log-spread of a forward pass's time (ε = 0: "the variance in T_θ is very small")
-FORWARD_JITTER = 0.01
-#: workers a quantile_hold start may find busy, at this level (the AutoScheduler's default)
-WORKER_QUANTILE = 0.999
 #: ticks of warm-up beyond 3 × the 99.9 % point of τ_θ, for variable latency (full, quick)
 _SETTLE_TICKS = (4096, 1500)
 #: measured ticks for variable latency (full, quick)
@@ -103,6 +108,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="search cap, as a multiple of the lower bound ⌈τ̄/τ_M⌉ (at least 256 workers; default 64): "
                         "a scheduler that still leaves inaction there is reported as needing more (Algorithm 1 under "
                         "heavy tails needs thousands)")  # fmt: skip
+    parser.add_argument("--tau-theta-max", default="declared",
+                        help="how Algorithms 1 and 2 start, a comma list of: declared (default: as the authors start "
+                        "them, from the latency policy's declared maximum, their t_theta_max: Algorithm 1's τ̂max, "
+                        "Algorithm 2's estimate the declared mean, the workers staggered by it over N), cold (from 0, "
+                        "no stagger: the paper's pseudo-code read literally), or a number of ticks (Algorithm 1's τ̂max "
+                        "and both stagger by it); each start is its own row")  # fmt: skip
+    parser.add_argument("--jitter", default=None,
+                        help="with --latency egreedy: the forward pass's log-spread, a comma list (default 0.01; "
+                        "each a row set, e.g. 0.001,0.01,0.05)")  # fmt: skip
+    parser.add_argument("--at-workers", default=None, metavar="N,N",
+                        help="no search: each row measures the inaction at these worker counts (its trials), e.g. "
+                        "Algorithms 1 and 2 at the same N on both clocks")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backend", default="thread", metavar="thread|ray",
                         help="where each worker's policy runs on the wall clock: thread (default) or ray (a Ray actor, "
@@ -121,100 +138,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--return-seconds", type=float, default=None,
                         help="measured world seconds per return run (default 60; quick 20)")
     parser.add_argument("--plot", default="runs/nstar.png", help="where to write the figure ('' for none)")
-
-
-def make_latency(kind: str, mean_s: float, sigma: float, empirical: Any = None) -> Any:
-    """The `Latency` of ``kind`` with mean ``mean_s`` seconds and spread ``sigma``."""
-    from nonstop.policies import Constant, Empirical, LogNormal, Normal
-
-    if kind == "constant":
-        return Constant(mean_s)
-    if kind == "normal":
-        return Normal(mean_s, sigma * mean_s)
-    if kind == "lognormal":
-        return LogNormal(mean_s / math.exp(sigma**2 / 2), sigma)
-    if kind == "egreedy":
-        return egreedy_latency(mean_s, sigma)
-    scale = mean_s / empirical.mean  # the measured shape, at the requested mean
-    return Empirical([x * scale for x in empirical.samples], source=empirical.source)
-
-
-def egreedy_latency(mean_s: float, epsilon: float, *, draws: int = 20_000, seed: int = 0) -> Any:
-    """An ε-greedy policy's inference time, as the paper's Figure 7 has it: w.p. ``epsilon`` a random
-    action (`RANDOM_ACTION_FRACTION` of a forward pass), else the forward pass (`FORWARD_JITTER` lognormal jitter:
-    at ε = 0 "the variance in T_θ is very small"); scaled so that the mean is ``mean_s``.
-
-    >>> d = egreedy_latency(0.1, 0.5)
-    >>> round(d.mean, 6), round(min(d.samples) / max(d.samples), 3) < 0.02
-    (0.1, True)
-    """
-    from nonstop.policies import Empirical
-
-    if not 0.0 <= epsilon < 1.0:
-        raise ValueError(f"--sigma is ε for --latency egreedy: numbers in [0, 1), got {epsilon!r}")
-    rng = np.random.default_rng(seed)
-    forward = np.exp(rng.normal(0.0, FORWARD_JITTER, draws))
-    draws_ = np.where(rng.random(draws) < epsilon, RANDOM_ACTION_FRACTION * forward, forward)
-    return Empirical((draws_ * (mean_s / draws_.mean())).tolist(), source=f"egreedy eps={epsilon:g}")
-
-
-class InFlight(TypedDict):
-    """`in_flight_workers`' answer."""
-
-    mean: float  # E[B]
-    sd: float  # sd[B]
-    target: int  # ⌈E[B] + z·sd[B]⌉ workers
-
-
-def _epsilons(text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values or not all(0.0 <= v < 1.0 for v in values):
-        raise ValueError(f"--sigma is ε for --latency egreedy: comma-separated numbers in [0, 1), got {text!r}")
-    return values
-
-
-def in_flight_workers(latency: Any, tau_m: float, *, draws: int = 200_000, seed: int = 0) -> InFlight:
-    """E[B], sd[B] and ⌈E[B] + z·sd[B]⌉ for B = Σ_j 1[τ_j > j·τ_M], the inferences in flight at a
-    start when one starts per tick (see `nonstop.inference.schedulers.AutoScheduler`)."""
-    rng = np.random.default_rng(seed)
-    p = _still_running(np.array([latency.sample(rng) for _ in range(draws)]), tau_m)
-    mean, sd = float(p.sum()), float(np.sqrt((p * (1 - p)).sum()))
-    z = NormalDist().inv_cdf(WORKER_QUANTILE)
-    return {"mean": mean, "sd": sd, "target": max(1, math.ceil(mean + z * sd - 1e-9))}
-
-
-def _still_running(taus_s: np.ndarray, tau_m: float) -> np.ndarray:
-    """``p[j]`` = P(τ > j·τ_M), j = 0, 1, …: the chance that the inference started j ticks before a
-    start is still running at it (j = 0: that start's own), for τ drawn from ``taus_s``."""
-    taus = np.sort(np.asarray(taus_s, dtype=float))
-    edges = np.arange(math.ceil(taus[-1] / tau_m - 1e-9) + 1) * tau_m * (1.0 + 1e-9)
-    return (taus.size - np.searchsorted(taus, edges, side="right")) / taus.size
-
-
-def workers_for_inaction(taus_s: Any, tau_m: float, max_inaction: float) -> int:
-    """The fewest workers N for which a start finds every worker busy at most ``max_inaction`` of
-    the time, with one start per tick and each τ drawn from ``taus_s`` (seconds): N with
-    P(B > N) ≤ ``max_inaction``, B = Σ_j 1[τ_j > j·τ_M] the inferences in flight at a start, computed
-    exactly (B is a sum of independent Bernoullis). A start that finds all N busy is a tick without
-    an action, so this is N_I* at the bench's own inaction threshold, for the τ_θ its workers took.
-
-    >>> tau_m = 1 / 60
-    >>> workers_for_inaction([70.5 * tau_m] * 99, tau_m, 0.005)  # always 71 in flight
-    71
-    >>> taus = [70.5 * tau_m] * 99 + [71.5 * tau_m]  # 1 % of them past 71 ticks
-    >>> workers_for_inaction(taus, tau_m, 0.005), workers_for_inaction(taus, tau_m, 0.02)
-    (72, 71)
-    """
-    if not 0.0 <= max_inaction < 1.0:
-        raise ValueError(f"max_inaction must be in [0, 1), got {max_inaction!r}")
-    dist = np.array([1.0])  # P(B = n), built one Bernoulli at a time
-    for p in _still_running(np.asarray(taus_s, dtype=float), tau_m):
-        dist = np.convolve(dist, [1.0 - p, p])
-    above = 1.0 - np.cumsum(dist)  # above[n] = P(B > n)
-    return max(1, int(np.argmax(above <= max_inaction + 1e-12)))
 
 
 class _KeptPolicy:
@@ -285,10 +208,13 @@ def trial(
     window_ticks: int,
     backend: str = "thread",
     warm: WarmRayActors | None = None,
+    initial: float | None = None,
 ) -> dict[str, Any]:
     """One run with ``n_workers`` (or ``"auto"``); returns the tick-log summary after warm-up
     (counted from when the workers started: Ray actors take seconds to start). With ``warm`` a
-    Ray trial borrows kept actors instead of starting its own."""
+    Ray trial borrows kept actors instead of starting its own. ``initial``: the estimate (seconds)
+    Algorithm 1 or 2 starts from, staggering the first inferences by it over N (`initial_estimate`)."""
+    from nonstop.inference.schedulers import make_scheduler
     from nonstop.inference.workers import InferencePool
     from nonstop.realtime.host import Session
 
@@ -314,7 +240,10 @@ def trial(
             return factory(i)()
 
         # by name: the pool binds a grid scheduler's period to τ_M and its origin to the tick grid
-        pool = InferencePool(world, policy, scheduler, n_inference=n_workers).start()
+        chosen: Any = scheduler
+        if initial is not None and isinstance(n_workers, int):
+            chosen = make_scheduler(scheduler, n_workers, initial_estimate=initial)
+        pool = InferencePool(world, policy, chosen, n_inference=n_workers).start()
         if backend == "ray":  # the warm-up counts from when the actors are up
             warmup_ticks += int(world.slot.read().tick)
         try:
@@ -470,8 +399,17 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
         kind = "empirical"
     elif kind not in ("constant", "normal", "lognormal", "egreedy"):
         raise ValueError(f"--latency must be one of {', '.join(LATENCY_KINDS)}, got {args.latency!r}")
+    starts = parse_starts(getattr(args, "tau_theta_max", "declared"))
+    at_text = getattr(args, "at_workers", None)
+    at_workers = [] if at_text is None else [int(n) for n in parse_positive_list(str(at_text), "--at-workers")]
+    if at_text is not None and any(n != float(x) for n, x in zip(at_workers, parse_positive_list(str(at_text), "--at-workers"))):
+        raise ValueError(f"--at-workers takes worker counts >= 1, got {at_text!r}")
+    jitter_text = getattr(args, "jitter", None)
+    if jitter_text is not None and kind != "egreedy":
+        raise ValueError(f"--jitter is the forward pass's spread of --latency egreedy, not of {kind!r}")
+    jitters = [FORWARD_JITTER] if jitter_text is None else parse_jitters(str(jitter_text))
     if kind == "egreedy":
-        sigmas = _epsilons(str(args.sigma))
+        sigmas = parse_epsilons(str(args.sigma))
     else:
         sigmas = parse_positive_list(str(args.sigma), "--sigma") if kind in ("normal", "lognormal") else [0.0]
     variable = kind != "constant"
@@ -495,9 +433,9 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
     local_ray = backend == "ray" and getattr(args, "ray_address", None) in (None, "local")
     actor_cap = _local_actor_cap() if local_ray else None
     load_before = os.getloadavg()
-    for sigma in sigmas:
+    for sigma, jitter in ((sg, j) for sg in sigmas for j in jitters):
         for tau in taus:
-            latency = make_latency(kind, tau * tau_m, sigma, empirical)
+            latency = make_latency(kind, tau * tau_m, sigma, empirical, jitter=jitter)
             bound = theoretical_nstar(latency.mean, tau_m)  # ⌈τ̄_θ/τ_M⌉: no scheduler does better
             flight = in_flight_workers(latency, tau_m, seed=args.seed) if variable else None
             if variable:
@@ -516,12 +454,14 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
                 # a window where one missed tick is under a third of the threshold: in 280 ticks (τ_θ = 70)
                 # one tick was 0.36 %, the threshold itself, so a single late call decided a trial
                 window_ticks = max(window_ticks, math.ceil(3 / threshold))
-            for name in schedulers:
+            for name, start in ((nm, st) for nm in schedulers for st in (starts if nm in STARTED else [None])):
 
                 tried: dict[int, Any] = {}
+                initial = initial_estimate(name, start, latency, tau_m)
 
                 def run_n(n: int | str, name: str = name, latency: Any = latency, tau: float = tau,
-                          warmup: int = warmup, window_ticks: int = window_ticks, tried: dict = tried) -> dict[str, Any]:
+                          warmup: int = warmup, window_ticks: int = window_ticks, tried: dict = tried,
+                          initial: float | None = initial) -> dict[str, Any]:
                     if tried and stopwatch() > deadline:  # every row gets its first trial, then the budget rules
                         raise _OutOfTime(dict(tried))
                     began = stopwatch()
@@ -529,6 +469,7 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
                         tried[n] = trial(
                             tau_ticks=tau, n_workers=n, scheduler=name, clock=args.clock, latency=latency,
                             seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend, warm=warm,
+                            initial=initial,
                         )  # fmt: skip
                     except Exception as exc:
                         # a Ray trial can fail for the cluster's reasons (an actor that does not start, a node
@@ -552,7 +493,10 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
 
                 out_of_time, stopped_by = False, None
                 try:
-                    nstar, results = find_nstar(run_n, guess=guess, passes=passes, limit=cap)
+                    if at_workers:  # no search: the inaction at each of these N (the two clocks' table)
+                        nstar, results = None, {n: run_n(n) for n in at_workers}
+                    else:
+                        nstar, results = find_nstar(run_n, guess=guess, passes=passes, limit=cap)
                 except NStarAboveLimit as above:  # honest: more than the cap, with what each trial measured
                     nstar, results = None, above.results
                 except _OutOfTime as late:  # the search stopped early: what the trials showed so far
@@ -575,12 +519,16 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
                     formula = theoretical_nstar(at[f"{taus_of}_mean_ticks"] * tau_m, tau_m) if measured else bound
                 rows.append({
                     "scheduler": name,
+                    "start": start_label(name, start),
+                    # the estimate it started from, in ticks (None: cold, from 0 with no stagger)
+                    "initial_estimate_ticks": None if initial is None else initial / tau_m,
                     "latency": kind,
                     "sigma": sigma if kind in _SPREAD_KINDS else None,
+                    "jitter": jitter if kind == "egreedy" else None,
                     "tau_theta_ticks": tau,
                     "nstar_measured": nstar,
                     # None above: still inaction at this many workers (the search cap)
-                    "nstar_above": None if nstar is not None else max(results),
+                    "nstar_above": None if nstar is not None or at_workers else max(results),
                     "nstar_formula": formula,
                     "nstar_theory": formula,  # the name earlier results used
                     "lower_bound": bound,
@@ -604,6 +552,7 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
                     "warmup_ticks": warmup,
                     "window_ticks": window_ticks,
                     "trials": {str(n): r["inaction_fraction"] for n, r in sorted(results.items())},
+                    "fixed_workers": bool(at_workers),  # --at-workers: inaction at given N, no search
                     "remote_overhead_s": at.get("remote_overhead_s"),
                     "tick_cycle": at.get("tick_cycle"),  # C in ticks where workers held phases (wall clock)
                 })  # fmt: skip
@@ -614,7 +563,7 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
                                     nstar_at_most=min(ok, default=None), stopped_by=stopped_by or "time budget")  # fmt: skip
                 rows[-1]["search_cap"] = cap
                 rows[-1]["return"] = _returns(args, name, nstar, latency, warmup)
-            if variable and "quantile_hold" in schedulers:  # auto: the same scheduler, sizing N_I itself
+            if variable and "quantile_hold" in schedulers and not at_workers:  # auto: the same scheduler, sizing N_I itself
                 auto = trial(tau_ticks=tau, n_workers="auto", scheduler="auto", clock=args.clock, latency=latency,
                              seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend,
                              warm=warm)  # fmt: skip
@@ -679,12 +628,14 @@ def _plot(rows: list[dict[str, Any]], path: Path, args: argparse.Namespace, kind
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6, 4.2))
     sigma0 = rows[0]["sigma"] if rows else None
-    rows = [r for r in rows if r["sigma"] == sigma0]
-    for name in dict.fromkeys(r["scheduler"] for r in rows):
+    jitter0 = rows[0].get("jitter") if rows else None
+    rows = [r for r in rows if r["sigma"] == sigma0 and r.get("jitter") == jitter0]
+    for name, start in dict.fromkeys((r["scheduler"], r.get("start")) for r in rows):
         # rows without a measured N_I* (above the cap, or cut short by the time budget) have no point
-        sub = [r for r in rows if r["scheduler"] == name and r["nstar_measured"] is not None]
+        sub = [r for r in rows if (r["scheduler"], r.get("start")) == (name, start) and r["nstar_measured"] is not None]
         if sub:
-            ax.plot([r["tau_theta_ticks"] for r in sub], [r["nstar_measured"] for r in sub], "o-", label=f"{name} (measured)")
+            label = f"{name}, {start}" if start else name
+            ax.plot([r["tau_theta_ticks"] for r in sub], [r["nstar_measured"] for r in sub], "o-", label=f"{label} (measured)")
     taus = sorted({r["tau_theta_ticks"] for r in rows})
     ax.plot(taus, [r["lower_bound"] for r in rows[: len(taus)]], "k--", alpha=0.6, label="⌈τ̄_θ/τ_M⌉ (bound)")
     ax.set_xscale("log")
@@ -711,11 +662,13 @@ def _plot_sigma(rows: list[dict[str, Any]], path: Path, kind: str) -> Path:
     out = path.with_name(path.stem + "_sigma" + path.suffix)
     taus = sorted({r["tau_theta_ticks"] for r in rows})
     fig, axes = plt.subplots(1, len(taus), figsize=(4.2 * len(taus), 4.0), squeeze=False)
+    jitter0 = rows[0].get("jitter") if rows else None
     for ax, tau in zip(axes[0], taus):
-        sub = [r for r in rows if r["tau_theta_ticks"] == tau and r["nstar_measured"] is not None]
-        for name in dict.fromkeys(r["scheduler"] for r in sub):
-            mine = sorted((r["sigma"], r["nstar_measured"]) for r in sub if r["scheduler"] == name)
-            ax.plot([m[0] for m in mine], [m[1] for m in mine], "o-", label=name)
+        sub = [r for r in rows if r["tau_theta_ticks"] == tau and r["nstar_measured"] is not None
+               and r.get("jitter") == jitter0]  # fmt: skip
+        for name, start in dict.fromkeys((r["scheduler"], r.get("start")) for r in sub):
+            mine = sorted((r["sigma"], r["nstar_measured"]) for r in sub if (r["scheduler"], r.get("start")) == (name, start))
+            ax.plot([m[0] for m in mine], [m[1] for m in mine], "o-", label=f"{name}, {start}" if start else name)
         bound = sorted({(r["sigma"], r["lower_bound"]) for r in sub})
         ax.plot([b[0] for b in bound], [b[1] for b in bound], "k--", label="⌈τ̄_θ/τ_M⌉ bound")
         ax.plot([b[0] for b in bound], [2 * b[1] for b in bound], "k:", alpha=0.5, label="2 × bound")
@@ -740,7 +693,7 @@ def render(result: dict[str, Any]) -> None:
 
     table = Table(title=f"N_I* — {result['clock']} clock, {result['latency']} latency")
     p_ret = next((r["return"]["delay_world"]["p_minimax"] for r in result["rows"] if r.get("return")), None)
-    for col in ("scheduler", "σ", "τ̄_θ (ticks)", "N_I* measured", "formula", "bound", "×bound",
+    for col in ("scheduler", "start", "σ", "jitter", "τ̄_θ (ticks)", "N_I* measured", "formula", "bound", "×bound",
                 "inaction at N_I*", "at N_I*−1", "delay mean", "delay p99", "threshold",
                 f"return, p {p_ret:g}" if p_ret is not None else "return", "return, still"):  # fmt: skip
         table.add_column(col, justify="right")
@@ -760,12 +713,15 @@ def render(result: dict[str, Any]) -> None:
             high = "" if r["nstar_at_most"] is None else f"≤ {r['nstar_at_most']}"
             why = "time" if r.get("budget_exhausted") else "stopped"
             measured, ratio = " ".join(part for part in (low, high, f"({why})") if part), "—"
+        elif r.get("fixed_workers"):  # --at-workers: the inaction at each N
+            measured, ratio = " ".join(f"{n}: {v:.1%}" for n, v in r["trials"].items()), "—"
         elif r.get("nstar_above") is not None:  # still inaction at the search cap
             measured, ratio = f"> {r['nstar_above']}", f"> {r['nstar_above'] / r['lower_bound']:.0f}"
         else:
             measured, ratio = f"auto: {r['n_workers_chosen']}", f"{r['ratio_to_bound']:.2f}"
         table.add_row(
-            r["scheduler"], num(r.get("sigma"), "g"), f"{r['tau_theta_ticks']:g}", measured,
+            r["scheduler"], r.get("start") or "—", num(r.get("sigma"), "g"), num(r.get("jitter"), "g"),
+            f"{r['tau_theta_ticks']:g}", measured,
             num(r["nstar_formula"], "d"), str(r["lower_bound"]), ratio,
             f"{r['inaction_at_nstar']:.2%}",
             "—" if r.get("inaction_at_nstar_minus_1") is None else f"{r['inaction_at_nstar_minus_1']:.2%}",

@@ -631,6 +631,11 @@ def _verdicts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "eq4_host_convention_passes": sum(r["eq4_host_convention_pass"] for r in rows),
         "eq4_paper_convention_passes": sum(r["eq4_paper_convention_pass"] for r in rows),
+        # what the host's law predicts of the paper's check: a row can pass it only where the paper's value lies
+        # within PASS_Z standard errors of the host's expectation, which the measurement is centred on
+        "eq4_paper_convention_expected_passes": sum(
+            _agrees(r["predicted_delay_regret_per_step"], r["eq4_delay_regret_per_step"], r["staggered_delay_regret_per_step_se"] or 0.0)
+            for r in rows),  # fmt: skip
         "remark1_forms_realised": sorted({r["remark1_form_realised"] for r in rows}),
         "eq3_max_relative_error": max(eq3_errors) if eq3_errors else None,
         "staggered_inaction_regret_rate_max": max(r["staggered_inaction_regret_rate"] for r in rows),

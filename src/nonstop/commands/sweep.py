@@ -53,6 +53,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Game Boy agent actions: 6 = the paper's buttons, noop left to β (default); 7 = noop too")
     p.add_argument("--atari-learn-every", type=int, default=4,
                    help="Atari cells: one update per this many transitions, on either clock (default 4, the paper's)")
+    p.add_argument("--delay-start", choices=("beta", "zeros"), default="beta",
+                   help="how staggered cells start each episode: beta (nonstop's realtime cell: the first τ_θ ticks are "
+                        "β's; default) or zeros (the authors' delay simulation: the policy acts on zero frames for the "
+                        "first d steps and stores (o_{t-d}, a, r, o_{t+1}); `nonstop paper` uses it)")
     p.add_argument("--episodes", type=int, default=None, help="training episodes per cell (default: the budget's)")
     p.add_argument("--latency-source", choices=("paper", "measured"), default="paper",
                    help="paper: the authors' measured 5/8/70/599 ticks; measured: this machine's forward time of each k")
@@ -144,7 +148,7 @@ def run_sweep(args: argparse.Namespace) -> int:
                               game_args=_game_args(args.game_arg), small_replay=budget.small_replay,
                               archs=_list_arg(args.arch, "--arch") or ["impala"],
                               deep_sizes=_list_arg(args.deep_sizes, "--deep-sizes", float), gb_actions=args.gb_actions,
-                              atari_learn_every=args.atari_learn_every)  # fmt: skip
+                              atari_learn_every=args.atari_learn_every, delay_start=args.delay_start)  # fmt: skip
     if not cells:
         raise ValueError("nothing to run: " + ("; ".join(notes) if notes else "no cells"))
     placement = _placement_args(args)

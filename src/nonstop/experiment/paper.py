@@ -23,9 +23,14 @@ figure      what it shows                                          machinery
 14          Figure 6 with Rainbow                                  not offered (`NotOffered`)
 ==========  =====================================================  ====================================
 
-The ``tiny`` budget is a smoke test of each pipeline (Figures 5 and 6 then run on the delay world,
-``theory/delay-cycle``, where DQN learns in a minute; the Game Boy figures still need their ROMs);
-``small`` runs the real games briefly; ``paper`` runs the paper's settings (a cluster's work).
+The ``tiny`` budget is a smoke test of each pipeline (Figure 6 then runs on the delay world,
+``theory/delay-cycle``, where DQN learns in a minute; Figure 5 is Tetris at every budget and, like the
+other Game Boy figures, needs the user's ROM); ``small`` runs the real games briefly; ``paper`` runs the
+paper's settings (a cluster's work). Figures 5 and 6 run their staggered cells as the authors simulated
+delay (``sweep --delay-start zeros``: zero frames for the first d steps, `nonstop.experiment.delaysim`);
+the Pokémon figures ran in realtime in the paper and run as nonstop's realtime cells. Figure 7 starts
+Algorithms 1 and 2 as the authors' scripts start them (``bench nstar --tau-theta-max declared``) and
+reports the cold start (τ̂ = 0, no stagger) as its own rows, beside a jitter sweep and both clocks.
 Game Boy figures check for the user's ROM and save states first and raise `MissingInput`, one
 line naming what is missing, before anything runs.
 """
@@ -79,6 +84,8 @@ class Figure:
     costs: dict[str, str] = field(default_factory=dict)
     #: why it is not offered (``kind == "none"``)
     why_not: str = ""
+    #: budget → more commands of the same bench whose rows join the figure's (each row labelled ``part``)
+    more: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = field(default_factory=dict)
 
     def command(self, budget: str) -> tuple[str, ...]:
         if budget not in BUDGET_NAMES:
@@ -95,10 +102,23 @@ _POKEMON: Final = "PokemonBattle,PokemonCatch"
 #: (learn-then-infer), staggered asynchronous inference and learning, and the parallel-learning baseline
 _FIG4_INTERACTIONS: Final = ("--interactions", "infer_then_learn,learn_then_infer,staggered,parallel_learning")
 _PAIR: Final = ("--interactions", "staggered,sequential")
+#: Figures 5 and 6 ran on the authors' delay simulation (zero frames for the first d steps); Pokémon ran in realtime
+_ZEROS: Final = ("--delay-start", "zeros")
 _ATARI: Final = "Boxing,Krull,NameThisGame"
 _DEEP: Final = ("--arch", "impala,2xdeep")
 _NSTAR: Final = ("bench", "nstar", "--latency", "egreedy", "--sigma", "0,0.5", "--scheduler", "max_time,exp_time",
-                 "--return-seeds", "0")  # fmt: skip
+                 "--return-seeds", "0", "--tau-theta-max", "declared,cold")  # fmt: skip
+#: Figure 7's further data: the forward pass's jitter swept at ε 0 (the search, as the authors start), and
+#: Algorithms 1 and 2 at the same N on both clocks (the wall clock holds whole-tick phases, `TickPhases`)
+_NSTAR_ONE: Final = ("bench", "nstar", "--latency", "egreedy", "--sigma", "0", "--scheduler", "max_time,exp_time",
+                     "--return-seeds", "0", "--tau-theta", "5", "--tau-theta-max", "declared")  # fmt: skip
+
+
+def _nstar_more(quick: bool, wall_workers: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    q = ("--quick",) if quick else ()
+    return (("jitter", (*_NSTAR_ONE, "--jitter", "0.001,0.01,0.05", *q)),
+            ("clocks", (*_NSTAR_ONE, "--at-workers", "6,10", *q)),
+            ("clocks", (*_NSTAR_ONE, "--clock", "wall", "--at-workers", wall_workers, *q)))  # fmt: skip
 _NLSTAR: Final = ("bench", "nlstar", "--backend", "ray", "--batch", "16,32,64")
 
 
@@ -117,29 +137,31 @@ FIGURES: Final[dict[int, Figure]] = {f.number: f for f in (
            "over_time", _pokemon("29", _FIG4_INTERACTIONS, "3"), _POKEMON_COSTS),
     Figure(5, "Tetris: mean episodic return vs model size (1M-1B), staggered (Algorithm 1) vs one inference process",
            "sequential cannot beat random from 1M parameters on; staggered keeps a higher reward rate past 1B",
-           "returns", {"tiny": _sweep("small", "Tetris", "--sizes", "1,29", *_PAIR, "--seeds", "1", "--episodes", "1"),
-                       "small": _sweep("small", "Tetris", *_PAIR, "--seeds", "1", "--episodes", "5"),
-                       "paper": _sweep("paper", "Tetris", *_PAIR)},
+           "returns", {"tiny": _sweep("small", "Tetris", "--sizes", "1,29", *_PAIR, *_ZEROS, "--seeds", "1", "--episodes", "1"),
+                       "small": _sweep("small", "Tetris", *_PAIR, *_ZEROS, "--seeds", "1", "--episodes", "5"),
+                       "paper": _sweep("paper", "Tetris", *_PAIR, *_ZEROS)},
            {"tiny": "a few min with a ROM", "small": "~1 h", "paper": "a cluster's weeks"}),
     Figure(6, "Atari Boxing, Krull, NameThisGame: mean episodic return vs model size, staggered vs sequential, the "
               "2xDeep curve, and β's noop and random returns as lines",
            "staggered beats sequential at every size past 1M, more so for 2xDeep; how much return survives delay "
            "depends on the game (Krull keeps human level, Boxing does not)",
            "returns", {"tiny": _sweep("tiny", "delay-world", "--sizes", "1,29", *_DEEP, "--deep-sizes", "0.75,18.5",
-                                      "--seeds", "1", "--episodes", "2"),
+                                      *_ZEROS, "--seeds", "1", "--episodes", "2"),
                        "small": _sweep("small", "Boxing", "--sizes", "1,29", *_DEEP, "--deep-sizes", "0.75,18.5",
-                                       "--seeds", "1", "--episodes", "1"),
-                       "paper": _sweep("paper", _ATARI, *_DEEP)},
+                                       *_ZEROS, "--seeds", "1", "--episodes", "1"),
+                       "paper": _sweep("paper", _ATARI, *_DEEP, *_ZEROS)},
            {"tiny": "~1-2 min (the delay world stands in for Atari)", "small": "~1-2 h (Boxing, one episode, eps ~0.9)",
             "paper": "a cluster's weeks (~80 h per Boxing cell on a core)"}),
     Figure(7, "N_I* vs mean inference time and vs model size, Algorithm 1 (max_time) vs 2 (exp_time), an eps-greedy "
               "policy at eps 0 and 0.5 (random actions are fast: variance)",
            "N_I* grows about linearly with tau_theta and |theta|; at eps 0 both algorithms match, at eps 0.5 "
            "Algorithm 2 needs fewer",
-           "nstar", {"tiny": (*_NSTAR, "--quick", "--tau-theta", "5,8"),
-                     "small": (*_NSTAR, "--tau-theta", "5,8,70"),
-                     "paper": (*_NSTAR, "--tau-theta", "5,8,70,596")},
-           {"tiny": "~1 min", "small": "~10 min", "paper": "~1 h"}),
+           "nstar", {"tiny": (*_NSTAR, "--quick", "--tau-theta", "5,5.5,8"),
+                     "small": (*_NSTAR, "--tau-theta", "5,5.5,8,70"),
+                     "paper": (*_NSTAR, "--tau-theta", "5,5.5,8,70,596")},
+           {"tiny": "~3 min (2 of them the wall clock's)", "small": "~20 min", "paper": "~1-2 h"},
+           more={"tiny": _nstar_more(True, "6"), "small": _nstar_more(False, "6,10"),
+                 "paper": _nstar_more(False, "6,10")}),
     Figure(8, "N_L* vs learning time per transition and vs model size, three batch sizes, learners past the local "
               "cores on Ray actors",
            "N_L* grows about linearly with tau_L and |theta|; larger batches need fewer learners",
@@ -260,6 +282,14 @@ def run_figure(number: int, budget: str, out: Path, *, game_args: dict[str, list
         argv += ["--plot", str(out / f"fig{number}-bench.png")]
     t0 = time.monotonic()
     source = _run_json(argv, out / "logs" / f"fig{number}.log")
+    for row in source.get("rows", []):
+        row.setdefault("part", "search")
+        row.setdefault("clock", source.get("clock"))
+    for i, (part, more) in enumerate(fig.more.get(budget, ())):
+        more_argv = [*more, *extra, "--plot", ""]
+        got = _run_json(more_argv, out / "logs" / f"fig{number}-{part}{i}.log")
+        source["rows"] = source.get("rows", []) + [{**r, "part": part, "clock": got.get("clock")} for r in got.get("rows", [])]
+        argv += ["&&", "nonstop", *more_argv]
     derive = {"returns": _returns, "over_time": _over_time, "over_actions": _over_time, "nstar": _nstar, "nlstar": _nlstar}
     rows, picture = derive[fig.kind](fig, budget, source, out)
     document = {"figure": number, "budget": budget, "shows": fig.shows, "paper": fig.paper,
@@ -438,16 +468,14 @@ def _nstar(fig: Figure, budget: str, source: dict[str, Any], out: Path) -> tuple
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [{"scheduler": r["scheduler"], "algorithm": _ALGORITHM.get(r["scheduler"], r["scheduler"]),
-             "epsilon": r.get("sigma"), "tau_theta_ticks": r["tau_theta_ticks"],
-             "size": _TICKS_TO_SIZE.get(float(r["tau_theta_ticks"])), "nstar_measured": r.get("nstar_measured"),
-             "nstar_formula": r.get("nstar_formula"), "lower_bound": r.get("lower_bound"),
-             "tau_theta_max_ticks": r.get("tau_theta_max_ticks")} for r in source.get("rows", [])]  # fmt: skip
+    rows = [_nstar_row(r) for r in source.get("rows", [])]
     fig_, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for (name, eps), marker in zip(sorted({(r["scheduler"], r["epsilon"]) for r in rows}, key=str), "os^vD<>"):
-        sel = sorted((r for r in rows if (r["scheduler"], r["epsilon"]) == (name, eps) and r["nstar_measured"]),
-                     key=lambda r: r["tau_theta_ticks"])  # fmt: skip
-        label = f"{_ALGORITHM.get(name, name)}, ε={eps:g}"
+    searched = [r for r in rows if r["part"] == "search"]
+    keys = sorted({(r["scheduler"], r["epsilon"], r["start"]) for r in searched}, key=str)
+    for (name, eps, start), marker in zip(keys, "os^vD<>p*hx"):
+        sel = sorted((r for r in searched if (r["scheduler"], r["epsilon"], r["start"]) == (name, eps, start)
+                      and r["nstar_measured"]), key=lambda r: r["tau_theta_ticks"])  # fmt: skip
+        label = f"{_ALGORITHM.get(name, name)}, ε={eps:g}, {start}"
         left.plot([r["tau_theta_ticks"] for r in sel], [r["nstar_measured"] for r in sel], marker=marker, label=label)
         sized = [r for r in sel if r["size"]]
         right.plot([_SIZE_PARAMS[r["size"]] for r in sized], [r["nstar_measured"] for r in sized], marker=marker, label=label)
@@ -455,6 +483,22 @@ def _nstar(fig: Figure, budget: str, source: dict[str, Any], out: Path) -> tuple
     right.set_xlabel("model size |θ| (the paper's inference ticks per size)")
     return rows, _save_pair(fig_, (left, right), "N_I*", f"Figure 7 (nonstop paper --budget {budget}): workers to act "
                             "every tick", out / "fig7.png", legend_size=8)  # fmt: skip
+
+
+def _nstar_row(r: dict[str, Any]) -> dict[str, Any]:
+    """One of Figure 7's rows: a search (``part`` search or jitter: N_I* as the row starts) or a
+    fixed-N trial set on one clock (``part`` clocks: the inaction at each N)."""
+    fixed = bool(r.get("fixed_workers"))
+    measured, formula = r.get("nstar_measured"), r.get("nstar_formula")
+    return {"part": r.get("part", "search"), "clock": r.get("clock"), "scheduler": r["scheduler"],
+            "algorithm": _ALGORITHM.get(r["scheduler"], r["scheduler"]),
+            # the authors' start (τ̂ from the declared maximum, workers staggered by it) or the cold start (0)
+            "start": r.get("start"), "epsilon": r.get("sigma"), "jitter": r.get("jitter"),
+            "tau_theta_ticks": r["tau_theta_ticks"], "size": _TICKS_TO_SIZE.get(float(r["tau_theta_ticks"])),
+            "nstar_measured": measured, "nstar_formula": formula, "lower_bound": r.get("lower_bound"),
+            "within_formula_plus_1": None if fixed else (measured is not None and formula is not None and measured <= formula + 1),
+            "tau_theta_max_ticks": r.get("tau_theta_max_ticks"),
+            "inaction_at_n": {int(n): v for n, v in r["trials"].items()} if fixed else None}  # fmt: skip
 
 
 def _nlstar(fig: Figure, budget: str, source: dict[str, Any], out: Path) -> tuple[list[dict[str, Any]], Path | None]:

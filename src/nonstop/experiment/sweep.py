@@ -178,11 +178,28 @@ class Cell:
     arch: str = "impala"
     #: an update per this many transitions (None: the game's own cadence, `Game.learn_every`)
     learn_every: int | None = field(default=None, compare=False)
+    #: how an episode's first τ_θ ticks are acted on: ``beta`` (nonstop's realtime cell: β's, the actions in
+    #: flight dropped as stale) or ``zeros`` (the authors' simulation, `nonstop.experiment.delaysim`: the
+    #: policy on zero frames; staggered cells only, the others have no such start)
+    delay_start: str = "beta"
 
     @property
     def name(self) -> str:
         arch = "" if self.arch == "impala" else f"-{self.arch}"
-        return f"{self.game}{arch}-k{_fmt_k(self.k)}-{self.delay}-{self.interaction}-s{self.seed}"
+        zeros = "-zeros" if self.delay_start == "zeros" else ""
+        return f"{self.game}{arch}-k{_fmt_k(self.k)}-{self.delay}-{self.interaction}{zeros}-s{self.seed}"
+
+    def argv(self, out: Path) -> list[str]:
+        """The command that runs this cell into ``out``: ``nonstop train``, or the authors' delay
+        simulation (``python -m nonstop.experiment.delaysim``) for a ``zeros`` cell."""
+        if self.delay_start != "zeros":
+            return [sys.executable, "-m", "nonstop.cli", *self.train_argv(out)]
+        game = GAMES[self.game]
+        every = self.learn_every if self.learn_every is not None else game.learn_every
+        return [sys.executable, "-m", "nonstop.experiment.delaysim", "--env", game.env, *game.train_args, *self.extra,
+                "--delay", str(delay_ticks(self.delay, game_boy=game.game_boy)), "--seed", str(self.seed),
+                "--episodes", str(self.episodes), *(["--learn-every", str(every)] if every else []),
+                "--out", str(out)]  # fmt: skip
 
     def train_argv(self, out: Path) -> list[str]:
         game = GAMES[self.game]
@@ -208,6 +225,27 @@ class Cell:
                 "--out", str(out)]  # fmt: skip
 
 
+#: how the sweep's cells start each episode (``--delay-start``)
+DELAY_STARTS: Final = ("beta", "zeros")
+
+
+def delay_ticks(spec: str, *, game_boy: bool) -> int:
+    """A declared delay (``"70t"``, or ``"12.5ms"`` rounded up to whole ticks) in ticks.
+
+    >>> delay_ticks("599t", game_boy=False), delay_ticks("20ms", game_boy=False)
+    (599, 2)
+    """
+    hz = 59.7275 if game_boy else 60.0
+    try:
+        if spec.endswith("ms"):
+            return max(0, math.ceil(float(spec[:-2]) / 1000 * hz - 1e-9))
+        if spec.endswith("t"):
+            return int(spec[:-1])
+    except ValueError:
+        pass
+    raise ValueError(f"--delay-start zeros needs a delay in ticks (70t) or milliseconds (12ms), got {spec!r}")
+
+
 def _fmt_k(k: float) -> str:
     return str(int(k)) if float(k).is_integer() else f"{k:g}"
 
@@ -215,12 +253,13 @@ def _fmt_k(k: float) -> str:
 def deep_paper_ticks(k: float, *, game_boy: bool) -> int:
     """The declared inference ticks of the 2xDeep network at the appendix's width ``k``: the paper
     gives none, so the 15-layer model's measured ticks at the same parameter label, scaled by the
-    two networks' floating-point operations (`count_flops`; deeper is slower at the same size).
+    two networks' floating-point operations (`count_flops`; deeper is slower at the same size),
+    both as the authors built them (``ImpalaCNN`` and ``DeepImpalaCNN``: `ARCH_OPTIONS`).
 
     >>> [deep_paper_ticks(k, game_boy=False) for k in (0.75, 4.75, 18.5, 63)]
-    [10, 13, 99, 854]
+    [13, 17, 129, 1119]
     """
-    from nonstop.policies.models import count_flops
+    from nonstop.policies.models import ARCH_OPTIONS, count_flops
 
     label = DEEP_SIZES.get(k)
     base = next((kk for kk, (name, *_) in PAPER_SIZES.items() if name == label), None)
@@ -229,7 +268,7 @@ def deep_paper_ticks(k: float, *, game_boy: bool) -> int:
                          f"{[kk for kk, v in DEEP_SIZES.items() if v != '70k']}, not k={_fmt_k(k)}: pass --latency-source "
                          f"measured or --latency {_fmt_k(k)}=SPEC")  # fmt: skip
     ticks = int(PAPER_SIZES[base][2 if game_boy else 1])
-    return math.ceil(ticks * count_flops(k, depth=6) / count_flops(base))
+    return math.ceil(ticks * count_flops(k, **ARCH_OPTIONS["2xdeep"]) / count_flops(base, **ARCH_OPTIONS["impala"]))
 
 
 def declared_delays(sizes: Iterable[float], source: str, *, game_boy: bool, overrides: dict[float, str],
@@ -243,7 +282,7 @@ def declared_delays(sizes: Iterable[float], source: str, *, game_boy: bool, over
     >>> declared_delays([98], "paper", game_boy=True, overrides={98: "10s"})
     {98: '10s'}
     >>> declared_delays([18.5], "paper", game_boy=False, overrides={}, arch="2xdeep")
-    {18.5: '99t'}
+    {18.5: '129t'}
     """
     out: dict[float, str] = {}
     for k in sizes:
@@ -270,11 +309,12 @@ def _measured_forward_ms(k: float, depth: int = 3) -> float:
         import torch
 
         from nonstop.metrics.capacity import time_forward
-        from nonstop.policies.models import ensure_fits, impala_resnet
+        from nonstop.policies.models import ARCH_OPTIONS, ensure_fits, impala_resnet
 
-        ensure_fits(k, "cpu", n_actions=18, depth=depth)  # a clear error when the model cannot fit in this machine's memory
+        arch = ARCH_OPTIONS["2xdeep" if depth == 6 else "impala"]  # the authors' networks
+        ensure_fits(k, "cpu", n_actions=18, **arch)  # a clear error when the model cannot fit in this machine's memory
         torch.set_num_threads(1)
-        model = impala_resnet(k=k, n_actions=18, depth=depth).eval()
+        model = impala_resnet(k=k, n_actions=18, **arch).eval()
         samples = time_forward(model, torch.zeros(1, 1, 84, 84), torch.device("cpu"), warmup=1, repeats=7, max_seconds=20.0)
         _MEASURED[(k, depth)] = 1000.0 * sorted(samples)[len(samples) // 2]
         del model
@@ -286,8 +326,9 @@ def plan_cells(budget: Budget, *, games: Sequence[str] | None, sizes: Sequence[f
                latency_overrides: dict[float, str], game_args: dict[str, list[str]] | None = None,
                small_replay: bool = False, available: Any = None, archs: Sequence[str] = ("impala",),
                deep_sizes: Sequence[float] | None = None, gb_actions: int = 6,
-               atari_learn_every: int | None = None) -> tuple[list[Cell], list[str]]:
+               atari_learn_every: int | None = None, delay_start: str = "beta") -> tuple[list[Cell], list[str]]:
     """The cells a sweep runs and notes on what it left out (a Game Boy game without its ROM).
+    ``delay_start``: how staggered cells start each episode (`Cell.delay_start`).
 
     ``archs`` adds 2xDeep cells at ``deep_sizes`` (default: the appendix's 1M-1B widths);
     ``gb_actions`` 6 gives the Game Boy agent the paper's six buttons (noop is β's), 7 adds noop;
@@ -309,6 +350,8 @@ def plan_cells(budget: Budget, *, games: Sequence[str] | None, sizes: Sequence[f
     for a in archs:
         if a not in ARCHS:
             raise ValueError(f"unknown network {a!r} for --arch: choose from {', '.join(ARCHS)}")
+    if delay_start not in DELAY_STARTS:
+        raise ValueError(f"--delay-start must be one of {', '.join(DELAY_STARTS)}, got {delay_start!r}")
     if gb_actions not in (6, 7):
         raise ValueError(f"--gb-actions takes 6 (the paper's buttons; noop is β's) or 7 (noop too), got {gb_actions!r}")
     if atari_learn_every is not None and (isinstance(atari_learn_every, bool) or not isinstance(atari_learn_every, int)
@@ -347,7 +390,8 @@ def plan_cells(budget: Budget, *, games: Sequence[str] | None, sizes: Sequence[f
             for k, delay in delays.items():
                 for seed in range(seeds or default_seeds):
                     for interaction in interactions:
-                        cells.append(Cell(g, k, delay, interaction, seed, n_episodes, extra, arch, learn_every))
+                        start = delay_start if interaction == "staggered" else "beta"
+                        cells.append(Cell(g, k, delay, interaction, seed, n_episodes, extra, arch, learn_every, start))
     return cells, notes
 
 
@@ -580,7 +624,7 @@ def _start(cell: Cell, out: Path) -> _Running:
         shutil.rmtree(run_dir)  # a cell that died before its first checkpoint: nothing in it to keep
     # each cell is `nonstop train` in a process of its own: isolation is the point (cells run `jobs` at a time on
     # their own cores, one SIGTERM makes one checkpoint and stop, a cell resumes or fails alone, its output is its log)
-    argv = [sys.executable, "-m", "nonstop.cli", *cell.train_argv(run_dir), *(["--resume"] if state == "resume" else [])]
+    argv = [*cell.argv(run_dir), *(["--resume"] if state == "resume" and cell.delay_start != "zeros" else [])]
     log_path = out / "logs" / f"{cell.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:

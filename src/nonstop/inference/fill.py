@@ -246,11 +246,12 @@ class FillScheduler(TickGridScheduler):
        neighbouring ticks are correlated, so at p = 0.97 it takes some 10⁴ ticks to learn p to ±0.01);
        before either, `PRIOR_STAY`. ``plan`` and ``cap`` fix either instead.
 
-    What it costs and where it helps is measured by ``nonstop bench return``: on
-    ``theory/delay-cycle`` at every N_I from ⌈τ̄_θ/τ_M⌉ to twice that its return is at or above both
-    Algorithm 2's and quantile_hold's, most where N_I is tight (lognormal σ = 0.5: 10–37 % above the
-    better of the two at p = 0.97; with a narrow spread, σ = 0.05, it ties quantile_hold once N_I
-    exceeds the bound, choosing ``grid+fixed``). With constant τ_θ every action reaches a tick of its
+    What it costs and where it helps is measured by ``nonstop bench return`` (the numbers are in
+    docs/concepts.md, "Which scheduler", stated once there): on ``theory/delay-cycle`` at every N_I from
+    ⌈τ̄_θ/τ_M⌉ to twice that its return is at or above both Algorithm 2's and quantile_hold's, most where
+    N_I is tight; with a narrow spread (σ = 0.05) it ties quantile_hold once N_I exceeds the bound,
+    choosing ``grid+fixed``. The bench holds it, without p, to the best *tuned* rival too (quantile_hold
+    at its best quantile, Algorithm 2 with a fixed hold: plan ``now+fixed``, which `PLANS` does not tune). With constant τ_θ every action reaches a tick of its
     own ⌈τ_θ/τ_M⌉ after its observation, as with Algorithm 2.
 
     The scheduler reads no clock: ``take_delay(worker, now)`` is told the worker's time (and returns
@@ -292,7 +293,8 @@ class FillScheduler(TickGridScheduler):
         self._origin = None if origin is None else check_time("origin", origin)
         self._stay_given = None if p_minimax is None else _check_stay(p_minimax)
         self._fixed_cap = None if cap is None else check_count("cap", cap)
-        plans = {f"{st}{'+fixed' if fx else ''}": (st, fx) for st, fx in PLANS}
+        # "now+fixed" is not tuned among PLANS: it is Algorithm 2's starts with a fixed hold, a rival to measure
+        plans = {f"{st}{'+fixed' if fx else ''}": (st, fx) for st, fx in (*PLANS, ("now", True))}
         if plan is not None and plan not in plans:
             raise ValueError(f"plan must be one of {', '.join(plans)}, got {plan!r}")
         self._plans = [plans[plan]] if plan is not None else list(PLANS)

@@ -65,8 +65,10 @@ class DQNConfig:
     replay_capacity: int = field(default=1_000_000, metadata={"help": "most recent transitions kept (paper: 1M)"})
     hidden: tuple[int, ...] = field(default=(128, 128), metadata={"help": "MLP widths (vector observations)"})
     k: float = field(default=1, metadata={"help": "IMPALA ResNet width factor (image observations)"})
-    arch: str = field(default="impala", metadata={"help": "ResNet for frames: impala (15 conv layers, the paper's) or "
-                                                          "2xdeep (30 layers, the authors' deeper variant)"})
+    arch: str = field(default="impala", metadata={"help": "ResNet for frames: impala (15 conv layers, the authors' "
+                                                          "ImpalaCNN: unpadded, a 512 head), impala_padded (the standard "
+                                                          "padded IMPALA net, a 256 head) or 2xdeep (30 layers, the "
+                                                          "authors' deeper variant)"})
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -82,7 +84,7 @@ class DQNConfig:
         need(self.updates_per_transition >= 0, "updates_per_transition", ">= 0")
         need(0.0 <= self.epsilon_end <= self.epsilon_start <= 1.0, "epsilon_end", "<= epsilon_start, both in [0, 1]")
         self.hidden = tuple(int(h) for h in self.hidden)
-        need(self.arch in ("impala", "2xdeep"), "arch", "impala or 2xdeep")
+        need(self.arch in ("impala", "impala_padded", "2xdeep"), "arch", "impala, impala_padded or 2xdeep")
 
     @classmethod
     def for_family(cls, family: str, **overrides: Any) -> "DQNConfig":
@@ -129,14 +131,14 @@ def epsilon_at(tick: int, cfg: DQNConfig) -> float:
 
 def build_q_network(obs_shape: tuple[int, ...], n_actions: int, cfg: DQNConfig) -> "torch.nn.Module":
     """An MLP for vector observations, the paper's IMPALA ResNet (width ``k``) for frames."""
-    from nonstop.policies.models import ARCH_DEPTHS, MLP, impala_resnet
+    from nonstop.policies.models import ARCH_OPTIONS, MLP, impala_resnet
 
     if len(obs_shape) == 1:
         return MLP(int(obs_shape[0]), n_actions, cfg.hidden)
     if len(obs_shape) in (2, 3):
         side = obs_shape[0] if len(obs_shape) == 2 or obs_shape[-1] <= 4 else obs_shape[1]
         channels = 1 if len(obs_shape) == 2 else min(obs_shape[0], obs_shape[-1])
-        return impala_resnet(cfg.k, n_actions, channels, input_hw=int(side), depth=ARCH_DEPTHS[cfg.arch]).train()
+        return impala_resnet(cfg.k, n_actions, channels, input_hw=int(side), **ARCH_OPTIONS[cfg.arch]).train()
     raise ValueError(f"no Q-network for observations of shape {obs_shape}")
 
 

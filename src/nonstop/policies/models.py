@@ -7,11 +7,13 @@ al. 2025 §5) is three conv sequences with ``16k, 32k, 32k`` channels, each
 
 (15 conv layers in all), then ``relu → flatten → FC(fc_hidden) → relu → FC(n_actions)``.
 
-Parameter counts (84×84×1 input, 18 actions; `PARAM_TABLE`). Default construction
-(``same_padding=True, fc_hidden=256``: the standard IMPALA network, 84 → 42 → 21 → 11),
-next to the authors' released code (CERC-AAI/realtime_rl ``ImpalaCNN``: unpadded base
-convs and pools, 84 → 40 → 18 → 7, and a 512-wide head), which
-``impala_resnet(k, n, same_padding=False, fc_hidden=512)`` rebuilds exactly::
+Parameter counts (84×84×1 input, 18 actions; `PARAM_TABLE`). `ImpalaResNet`'s default construction
+(``same_padding=True, fc_hidden=256``: the standard IMPALA network, 84 → 42 → 21 → 11; the
+network named ``impala_padded``), next to the authors' released code (CERC-AAI/realtime_rl
+``ImpalaCNN``: unpadded base convs and pools, 84 → 40 → 18 → 7, and a 512-wide head: FC(1568k →
+512)), which ``impala_resnet(k, n, same_padding=False, fc_hidden=512)`` rebuilds exactly and which is
+the network named ``impala`` (`ARCH_OPTIONS`: the default of ``nonstop train``, ``sweep`` and
+``paper``)::
 
     k    default          / label    authors' code    / label   paper's label
     1    1,093,426        1.09       909,874          0.91      1M
@@ -69,6 +71,7 @@ __all__ = [
     "PAPER_K",
     "PAPER_PARAM_LABELS",
     "ARCH_DEPTHS",
+    "ARCH_OPTIONS",
     "DEEP_PARAM_LABELS",
     "POOL_STRIDES",
     "PARAM_TABLE",
@@ -76,6 +79,7 @@ __all__ = [
     "available_memory_bytes",
     "ensure_fits",
     "ImpalaArch",
+    "NetworkChoice",
     "ModelTooLargeError",
 ]
 
@@ -93,12 +97,30 @@ class ImpalaArch(TypedDict, total=False):
     same_padding: bool
     depth: int
 
+class NetworkChoice(TypedDict):
+    """How a named network (`ARCH_OPTIONS`) is built: the `ImpalaResNet` options it fixes."""
+
+    depth: int
+    same_padding: bool
+    fc_hidden: int
+
+
 #: Width multipliers the paper uses for its 1M, 10M, 100M and 1B models.
 PAPER_K: Final = (1, 7, 29, 98)
 #: The paper's nominal parameter counts for `PAPER_K`.
 PAPER_PARAM_LABELS: Final = {1: 1_000_000, 7: 10_000_000, 29: 100_000_000, 98: 1_000_000_000}
-#: Conv sequences per architecture name (`DQNConfig.arch`, ``nonstop train --arch``).
-ARCH_DEPTHS: Final = {"impala": 3, "2xdeep": 6}
+#: The networks by name (`DQNConfig.arch`, ``nonstop train --arch``), as `ImpalaResNet` options:
+#: ``impala`` is the authors' ``ImpalaCNN`` (unpadded base convs and pools, a 512-wide head: 0.91M
+#: parameters at k = 1), the paper's network and the default of its experiments; ``impala_padded`` the
+#: standard padded IMPALA network with a 256-wide head (1.09M at k = 1; `ImpalaResNet`'s own defaults);
+#: ``2xdeep`` the authors' ``DeepImpalaCNN``.
+ARCH_OPTIONS: Final[dict[str, NetworkChoice]] = {
+    "impala": NetworkChoice(depth=3, same_padding=False, fc_hidden=512),
+    "impala_padded": NetworkChoice(depth=3, same_padding=True, fc_hidden=256),
+    "2xdeep": NetworkChoice(depth=6, same_padding=False, fc_hidden=512),
+}
+#: Conv sequences per architecture name.
+ARCH_DEPTHS: Final = {name: options["depth"] for name, options in ARCH_OPTIONS.items()}
 #: The appendix's widths and parameter labels of the 2xDeep ResNet (``depth=6``).
 DEEP_PARAM_LABELS: Final = {0.0625: 70_000, 0.75: 1_000_000, 4.75: 10_000_000, 18.5: 100_000_000, 63: 1_000_000_000}
 
