@@ -46,6 +46,17 @@ if TYPE_CHECKING:
 __all__ = ["Algorithm", "AlgoConfig", "ActorPolicy", "algorithm_of", "as_space", "to_tensor", "make_policy"]
 
 
+class EpsilonOf:
+    """The ε a request lane explores with, read from the weights' header per decision (picklable: a child's
+    lane explores as the learners anneal)."""
+
+    def __init__(self, weights: Any) -> None:
+        self.weights = weights
+
+    def __call__(self) -> float:
+        return float(self.weights.epsilon)
+
+
 class AlgoConfig(Protocol):
     """What every algorithm's config dataclass offers (`DQNConfig`, `SACConfig`)."""
 
@@ -196,6 +207,16 @@ class Algorithm:
         """Actions for a batch from the model's outputs (``model(obs)``, as an array): what a
         batching server answers its lanes with (``explore``: as while training)."""
         raise NotImplementedError
+
+    def serve(self, forward: Any, *, seed: int | None = None) -> Any:
+        """The batching server's forward pass, ``batch -> (b,) actions``, over ``forward`` (a
+        `nonstop.inference.device.TorchForward` of `build_model`'s network): what it answers while training."""
+        raise NotImplementedError
+
+    def lane_epsilon(self, weights: Any) -> Any:
+        """What each request lane explores with on top of the server's answer (DQN: ε, read from the weights'
+        header per decision: a picklable callable; an algorithm that explores in its actor: 0)."""
+        return 0.0
 
     def export_module(self, model: "torch.nn.Module") -> "torch.nn.Module":
         """The standalone actor `nonstop export` scripts: observations in (as the env gives them),

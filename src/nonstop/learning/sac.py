@@ -282,6 +282,17 @@ class SAC(Algorithm):
         return squash(output, np.asarray(space.low, np.float32), np.asarray(space.high, np.float32),
                       rng if explore else None)  # fmt: skip
 
+    def serve(self, forward: Any, *, seed: int | None = None) -> Any:
+        rng = np.random.default_rng(seed)
+
+        def sampled(batch: np.ndarray) -> np.ndarray:
+            actions = self.act_batch(forward.q_values(batch).numpy(), rng, explore=True)
+            rows = np.empty(len(actions), dtype=object)  # (b,) answers, each lane's a float32 vector
+            rows[:] = list(actions)
+            return rows
+
+        return sampled
+
     def export_module(self, model: "torch.nn.Module") -> "torch.nn.Module":
         from nonstop.learning.sacnets import DeterministicActor
         from nonstop.policies.models import FromObservations
