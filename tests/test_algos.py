@@ -397,3 +397,33 @@ def test_sac_runs_on_the_batching_server_and_the_device_learner(backend, no_shm_
     assert result["updates"] > 0 and agent.sum() > 30  # one batch at a time: the server answers both lanes per batch
     if backend == "batched":
         assert result["parts"]["batch_server"]["requests"] >= agent.sum()
+
+
+class _Recording(gymnasium.Wrapper):
+    """Pendulum that keeps every action the host applies to it."""
+
+    applied: list = []
+
+    def step(self, action):
+        _Recording.applied.append(np.array(action, np.float32).tolist())
+        return super().step(action)
+
+
+def _recording_pendulum():
+    return _Recording(gymnasium.make("Pendulum-v1"))
+
+
+@pytest.mark.parametrize("beta, between", [("repeat", [1.5]), ("noop", [0.0])])
+def test_beta_on_a_box_world_holds_the_last_action_or_applies_zeros(beta, between, no_shm_leak):
+    """SAC's continuous worlds take today's β: repeat holds the last agent action, noop applies the Box's zeros."""
+    from nonstop.realtime.host import Session
+    from nonstop.realtime.tickcolumns import SOURCE_AGENT
+
+    _Recording.applied = []
+    with Session(env=_recording_pendulum, tick_hz=20, default=beta, clock="virtual") as world:
+        world.run_for(2 / 20)
+        world.queue.submit(np.array([1.5], np.float32), obs_tick=2, episode=0)
+        world.run_for(3 / 20)
+        sources = world.tick_log["source"].tolist()
+    assert sources == [0, 0, SOURCE_AGENT, 0, 0]
+    assert _Recording.applied == [[0.0], [0.0], [1.5], between, between]
