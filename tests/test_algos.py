@@ -427,3 +427,26 @@ def test_beta_on_a_box_world_holds_the_last_action_or_applies_zeros(beta, betwee
         sources = world.tick_log["source"].tolist()
     assert sources == [0, 0, SOURCE_AGENT, 0, 0]
     assert _Recording.applied == [[0.0], [0.0], [1.5], between, between]
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")  # torch 2.13's; export's own
+def test_sac_on_frames_trains_its_impala_encoder_with_the_critics_only():
+    """On frames the IMPALA encoder is the critics' block: J_Q trains it, the actor reads its features held fixed."""
+    from nonstop.learning.dqn import flat_gradient
+
+    algo = SACConfig(k=0.25, features=32, hidden=(32,)).algorithm((84, 84), gymnasium.spaces.Box(-1, 1, (2,), np.float32))
+    online, target = algo.build_model(), algo.build_model()
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 255, size=(4, 84, 84), dtype=np.uint8)
+    batch = Batch(frames, rng.uniform(-1, 1, (4, 2)).astype(np.float32), np.ones(4, np.float32),
+                  np.full(4, 0.99, np.float32), frames[::-1].copy(), np.ones(4, np.int32))  # fmt: skip
+    losses = sac_losses(online, target, batch, target_entropy=algo.target_entropy)
+    encoder = list(online.encoder.parameters())
+    from_actor = torch.autograd.grad(losses.actor, encoder, allow_unused=True)
+    assert all(g is None for g in from_actor)  # the actor loss never reaches the encoder
+    algo.backward(online, target, batch)
+    grad = flat_gradient(online)
+    assert np.isfinite(grad).all() and all(p.grad is not None and p.grad.abs().sum() > 0 for p in encoder)
+    exported = torch.jit.script(algo.export_module(online.eval()))
+    action = exported(torch.from_numpy(frames[0]))
+    assert action.shape == (1, 2) and bool((action.abs() <= 1).all())
