@@ -450,3 +450,23 @@ def test_sac_on_frames_trains_its_impala_encoder_with_the_critics_only():
     exported = torch.jit.script(algo.export_module(online.eval()))
     action = exported(torch.from_numpy(frames[0]))
     assert action.shape == (1, 2) and bool((action.abs() <= 1).all())
+
+
+def test_the_progress_line_shows_each_algorithms_own_exploration_figure(tmp_path):
+    from nonstop.learning.runlog import OPTIONAL_PROGRESS_COLUMNS, PROGRESS_COLUMNS, RunLog, progress_line
+
+    sac = progress_line({"env_ticks": 300, "alpha": 0.25, "recent_return": -150.0})
+    dqn = progress_line({"env_ticks": 300, "epsilon": 0.5})
+    assert "α 0.250" in sac and "ε" not in sac
+    assert "ε 0.500" in dqn and "α" not in dqn
+    # a progress.csv written before the alpha column resumes with its own columns
+    old = [c for c in PROGRESS_COLUMNS if c not in OPTIONAL_PROGRESS_COLUMNS]
+    RunLog(tmp_path, {"env": "CartPole"}, tensorboard=False).close()
+    (tmp_path / "progress.csv").write_text(",".join(old) + "\n" + ",".join(["1"] * len(old)) + "\n")
+    log = RunLog(tmp_path, {"env": "CartPole"}, resume=True, tensorboard=False)
+    try:
+        log.log_progress({"env_ticks": 2, "epsilon": 0.4})
+    finally:
+        log.close()
+    lines = (tmp_path / "progress.csv").read_text().splitlines()
+    assert lines[0] == ",".join(old) and len(lines) == 3 and lines[2].count(",") == len(old) - 1
