@@ -76,7 +76,7 @@ SHORTENED: dict[str, tuple[str, str]] = {
     "nonstop train --algo sac --env Pendulum-v1 --seconds 1000 --out runs/pendulum": (
         "nonstop train --algo sac --env Pendulum-v1 --seconds 10 --learning-starts 100 --batch-size 32 --out runs/pendulum",
         "1000 world seconds of SAC (its 256-wide MLPs, an update a tick) take ~30 min on a loaded 2-core machine; 10 "
-        "seconds with smaller batches take ~20 s"),
+        "seconds with smaller batches take ~35 s"),
     "nonstop train --env Boxing --clock wall --latency 6t --n-learners 2 --out runs/boxing": (
         "nonstop train --env Boxing --clock wall --latency 6t --n-learners 2 --out runs/boxing --seconds 3",
         "the default is 600 s of real time"),
