@@ -173,13 +173,15 @@ class Algorithm:
 
     @property
     def target_every(self) -> int:
-        """Updates between two applications of the target rule."""
-        raise NotImplementedError
+        """Updates between two applications of the target rule (the config's ``target_rule()``)."""
+        every: int = self.cfg.target_rule()[0]
+        return every
 
     @property
     def target_polyak(self) -> float:
-        """ρ of the target rule ``θ_target ← (1 − ρ)·θ_target + ρ·θ`` (1: a copy)."""
-        raise NotImplementedError
+        """ρ of the target rule ``θ_target ← (1 − ρ)·θ_target + ρ·θ`` (1: a copy; the config's ``target_rule()``)."""
+        rho: float = self.cfg.target_rule()[1]
+        return rho
 
     def exploration(self, env_ticks: int, params: np.ndarray) -> float:
         """The exploration figure after ``env_ticks`` ticks with parameters ``params`` (published in the

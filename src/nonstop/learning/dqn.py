@@ -322,14 +322,6 @@ class DQN(Algorithm):
     def backward(self, online: "torch.nn.Module", target: "torch.nn.Module", batch: "Batch") -> "torch.Tensor":
         return dqn_backward(online, target, batch, self.cfg)
 
-    @property
-    def target_every(self) -> int:
-        return self.cfg.target_update
-
-    @property
-    def target_polyak(self) -> float:
-        return 1.0
-
     def exploration(self, env_ticks: int, params: np.ndarray) -> float:
         return epsilon_at(env_ticks, self.cfg)
 

@@ -266,14 +266,6 @@ class SAC(Algorithm):
     def backward(self, online: "torch.nn.Module", target: "torch.nn.Module", batch: "Batch") -> "torch.Tensor":
         return sac_backward(online, target, batch, self.cfg, self.target_entropy)  # type: ignore[arg-type]
 
-    @property
-    def target_every(self) -> int:
-        return 1
-
-    @property
-    def target_polyak(self) -> float:
-        return self.cfg.tau
-
     def exploration(self, env_ticks: int, params: np.ndarray) -> float:
         return float(np.exp(params[-1]))  # α = exp(log α), θ's last number
 
