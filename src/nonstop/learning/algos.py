@@ -116,7 +116,8 @@ class Algorithm:
     name: ClassVar[str] = ""
     #: its config dataclass (an `AlgoConfig` with ``for_family`` and ``from_dict``)
     config_class: ClassVar[Any]
-    #: what its exploration figure is called in progress rows and lines (``epsilon``, ``alpha``)
+    #: what its exploration figure is called in progress rows and lines: ``epsilon`` or ``alpha``, each a
+    #: column of progress.csv (`nonstop.learning.runlog.PROGRESS_COLUMNS`: a new name needs a new column)
     exploration_name: ClassVar[str] = "epsilon"
     #: the `TrainConfig` field its settings are saved in (DQN's: ``dqn``, as before algorithms were parts)
     settings_field: ClassVar[str] = "algo_settings"
