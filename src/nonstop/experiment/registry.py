@@ -47,7 +47,7 @@ __all__ = ["KINDS", "register", "lookup", "names", "Rule", "Constraint", "needs"
            "required", "runs_as"]  # fmt: skip
 
 #: what each kind of part is chosen by (the config's field or property of that name)
-KINDS: Final = ("seating", "driver", "policy_backend", "learners", "cluster", "learning", "policy_host")
+KINDS: Final = ("seating", "driver", "policy_backend", "learners", "cluster", "learning", "policy_host", "algo")
 
 _BUILTIN: dict[str, dict[str, Any]] = {
     # who sits where in the world, and which driver each seat gets
@@ -80,6 +80,11 @@ _BUILTIN: dict[str, dict[str, Any]] = {
         "ray": "nonstop.experiment.raybackend:ray_learners",
         # one learner whose parameters, Adam moments and target live on --device (either clock)
         "device": "nonstop.experiment.devicelearners:device_learners",
+    },
+    # what learns: an `nonstop.learning.algos.Algorithm` class (its config, model, update, actor, export)
+    "algo": {
+        "dqn": "nonstop.learning.dqn:DQN",
+        "sac": "nonstop.learning.sac:SAC",
     },
     # what the run connects to before it starts anything
     "cluster": {
