@@ -388,7 +388,8 @@ def test_sac_runs_on_the_batching_server_and_the_device_learner(backend, no_shm_
     from nonstop.experiment.loop import train
 
     settings = SACConfig(learning_starts=30, batch_size=16, hidden=(16,), replay_capacity=2000)
-    result = train(TrainConfig(env="Pendulum-v1", algo="sac", algo_settings=settings, seconds=3.0, backend=backend,
+    # 6 s: 120 ticks of Pendulum at its 20 Hz control rate (the continuous family's), past learning_starts
+    result = train(TrainConfig(env="Pendulum-v1", algo="sac", algo_settings=settings, seconds=6.0, backend=backend,
                                learner_backend="device", n_inference=2, latency="2t"))  # fmt: skip
     from nonstop.realtime.tickcolumns import SOURCE_AGENT
 
