@@ -147,3 +147,48 @@ def test_buffer_matches_the_tick_log_wall_clock() -> None:
     buf, log, applied = run_pool(lambda tau_m: Constant(3 * tau_m), 3, 3, clock="wall", seconds=3.0)
     checked, bad, _ = check_against_log(buf, log, applied)
     assert checked > 60 and bad <= 0.1 * checked  # threads on a busy machine: a generous bound
+
+
+class SeeingPolicy(RandomPolicy):
+    """A random policy that keeps every observation it was handed (the augmented one)."""
+
+    def __init__(self, space: gym.Space, seed: int, sink: list[np.ndarray]) -> None:
+        super().__init__(space, seed=seed)
+        self.sink = sink
+
+    def act(self, obs: Any) -> Any:
+        self.sink.append(np.array(obs, copy=True))
+        return super().act(obs)
+
+
+def test_the_replay_stores_the_observation_the_actor_saw() -> None:
+    from nonstop.learning.inflight import InFlightRecorder
+    from nonstop.learning.replay import ReplayBuffer
+
+    with Session("CartPole-v1", clock="virtual", seed=0) as probe:
+        space, obs_dim, tau_m = probe.action_space, probe.observation_space.shape[0], probe.tau_m
+    buf = ActionBuffer(space, k=3)
+    replay = ReplayBuffer.create(capacity=4096, obs_shape=buf.augmented_shape((obs_dim,)), dtype=np.float32)
+    try:
+        recorder = InFlightRecorder(replay, buf, gamma=0.99)
+        seen: list[np.ndarray] = []
+        with Session("CartPole-v1", clock="virtual", seed=0, recorder=recorder) as world:
+            pool = InferencePool(world, lambda i: LatencyPolicy(SeeingPolicy(space, i, seen), Constant(3 * tau_m)),
+                                 make_scheduler("max_time", 3), inflight=buf).start()  # fmt: skip
+            world.run_for(400 * tau_m)
+            pool.stop()
+        n = replay.size
+        assert n > 300 and recorder.skipped_old == 0
+        frames = replay.frames[replay.cols["s_frame"][:n] % replay.frame_capacity]
+        actor_saw = {a.tobytes() for a in seen}
+        assert all(f.tobytes() in actor_saw for f in frames)  # every s is an observation an actor acted on
+        in_flight = frames[:, obs_dim:].reshape(n, 3, -1)
+        full = in_flight[(in_flight[:, :, -1] > 0).all(axis=1)]  # episodes are short: after their first ticks
+        settled = (full[:, :, -1] == [1, 2, 3]).all(axis=1) & (full[:, :, -2] == [2, 1, 0]).all(axis=1)
+        assert len(full) > n // 2 and settled.mean() > 0.9  # staggered: due in 2, 1, 0 ticks, computed 1..3 ago
+    finally:
+        replay.unlink()
+    with pytest.raises(TypeError, match="host's own process"):
+        import pickle
+
+        pickle.dumps(recorder)
