@@ -9,7 +9,7 @@ weights (`SharedWeights`). What travels::
     batch_i <- replay.sample(B)
     (v, θ_v ref) <- WeightBroadcast.current()      # θ_v put once into the object store
     ------------- batch_i, v, θ_v ref ------------>  θ <- θ_v (fetched only when v is new)
-                                                     g_i <- ∇ DQN loss(batch_i) at θ_v   # compute_gradient
+                                                     g_i <- ∇ loss(batch_i) at θ_v       # Algorithm.backward
     <------------- g_i, loss, v ------------------
     apply g_i to the master (apply_gradient), in the mode's order; publish θ_{v+1}
 
@@ -43,7 +43,7 @@ import numpy as np
 
 from nonstop.distributed.backends import BackendUnavailable
 from nonstop.distributed.ray_backend import WeightBroadcast, _placement, _ray, overhead_summary, pinned_to
-from nonstop.learning.dqn import DQNConfig
+from nonstop.learning.algos import AlgoConfig
 from nonstop.learning.learners import apply, check_mode, ready_to_learn, updates_ahead
 from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import SharedWeights, TrainingState
@@ -57,15 +57,15 @@ _POLL: Final = 0.02  # seconds between checks of the stop flag while waiting on 
 class _LearnerActor:
     """One learner's networks, in its actor's process; it computes gradients, never applies them."""
 
-    def __init__(self, obs_shape: tuple[int, ...], n_actions: int, cfg_dict: dict[str, Any], torch_threads: int) -> None:
+    def __init__(self, obs_shape: tuple[int, ...], action_space: Any, cfg: AlgoConfig, torch_threads: int) -> None:
         import torch
 
-        from nonstop.learning.dqn import build_q_network
+        from nonstop.learning.algos import algorithm_of
 
         torch.set_num_threads(torch_threads)
-        self.cfg = DQNConfig.from_dict(cfg_dict)
-        self.online = build_q_network(obs_shape, n_actions, self.cfg).train()
-        self.target = build_q_network(obs_shape, n_actions, self.cfg).eval()
+        self.algo = algorithm_of(cfg, obs_shape, action_space)
+        self.online = self.algo.build_model().train()
+        self.target = self.algo.build_model().eval()
         self.version = self.target_version = -1
         self.computed = 0  # gradients returned by this actor (the driver checks none was lost)
 
@@ -74,9 +74,9 @@ class _LearnerActor:
 
     def gradient(self, batch: Any, version: int, params: list[Any], target_version: int,
                  target: list[Any]) -> tuple[np.ndarray, float, int, float]:  # fmt: skip
-        """The clipped DQN gradient of ``batch`` at version ``version``; the parameters (and the
+        """The algorithm's gradient of ``batch`` at version ``version``; the parameters (and the
         target network) are fetched from the object store only when their version is new."""
-        from nonstop.learning.dqn import compute_gradient
+        from nonstop.learning.dqn import flat_gradient
         from nonstop.learning.weights import load_flat
 
         t0 = stopwatch()
@@ -87,7 +87,8 @@ class _LearnerActor:
         if target_version != self.target_version:
             load_flat(self.target, ray.get(target[0]))
             self.target_version = target_version
-        grad, loss = compute_gradient(self.online, self.target, batch, self.cfg)
+        loss = float(self.algo.backward(self.online, self.target, batch))
+        grad = flat_gradient(self.online)
         self.computed += 1
         return grad, loss, version, stopwatch() - t0
 
@@ -125,7 +126,7 @@ class RayLearners:
     ``hogwild`` every returned gradient is applied, so ``applied == gradients``.
     """
 
-    def __init__(self, *, n_learners: int, mode: str, obs_shape: tuple[int, ...], n_actions: int, cfg: DQNConfig,
+    def __init__(self, *, n_learners: int, mode: str, obs_shape: tuple[int, ...], n_actions: Any, cfg: AlgoConfig,
                  state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, broadcast: WeightBroadcast,
                  seed: int | None = None, num_cpus: float = 1, torch_threads: int = 1,
                  restart_budget: RestartBudget | None = None, clock: Any = None, start_timeout: float = 120.0,
@@ -136,7 +137,8 @@ class RayLearners:
         if not isinstance(broadcast, WeightBroadcast):
             raise TypeError(f"broadcast must be the run's WeightBroadcast, got {type(broadcast).__name__}")
         self.n, self.mode = n_learners, mode
-        self.obs_shape, self.n_actions, self.cfg = tuple(obs_shape), int(n_actions), cfg
+        #: ``n_actions``: the action space (or n of a Discrete one); ``cfg``: the algorithm's config
+        self.obs_shape, self.n_actions, self.cfg = tuple(obs_shape), n_actions, cfg
         self.state, self.weights, self.replay, self.broadcast = state, weights, replay, broadcast
         self.num_cpus, self.torch_threads, self.start_timeout, self.tau_m = num_cpus, torch_threads, start_timeout, tau_m
         #: learner i's own random stream for its batches (sampled here, on the replay's host)
@@ -175,7 +177,7 @@ class RayLearners:
         self._give_back(i)
         self._nodes[i] = node = _placement.take(self.num_cpus, exclude)
         actor = _actor_class().options(num_cpus=self.num_cpus, scheduling_strategy=pinned_to(node), max_restarts=0).remote(
-            self.obs_shape, self.n_actions, self.cfg.to_dict(), self.torch_threads
+            self.obs_shape, self.n_actions, self.cfg, self.torch_threads
         )
         self.actors[i] = actor
         return actor

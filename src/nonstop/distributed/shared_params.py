@@ -1,6 +1,6 @@
 """One copy of θ per host: inference workers that compute straight from `SharedWeights` (docs/design.md §5).
 
-A `DQNPolicy` copies every published version into its own model, so N_I process workers hold
+An actor (`DQNPolicy`, `SACPolicy`) copies every published version into its own model, so N_I process workers hold
 N_I copies of θ. `SharedParameters` instead points a model's parameters at the shared-memory
 buffer that holds the newest complete version (a view, no copy), so every worker on a host reads
 the same physical pages and memory grows with |θ|, not N_I·|θ|.
@@ -29,12 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from nonstop.learning.dqn import DQNConfig, DQNPolicy, build_q_network
+from nonstop.learning.algos import Algorithm, make_policy
+from nonstop.learning.dqn import DQNConfig, DQNPolicy
 from nonstop.learning.weights import SharedWeights
 from nonstop.policies.base import Policy
 
-__all__ = ["SharedParameters", "SharedDQNPolicy", "make_shared_dqn_policy", "ObjectStoreDQNPolicy",
-           "make_object_store_dqn_policy"]
+__all__ = ["SharedParameters", "SharedForward", "SharedDQNPolicy", "make_shared_policy", "make_shared_dqn_policy",
+           "ObjectStoreParameters", "ObjectStoreDQNPolicy", "make_object_store_policy", "make_object_store_dqn_policy"]
 
 
 class SharedParameters:
@@ -71,55 +72,77 @@ class SharedParameters:
         return self.weights.intact(self.version)
 
 
-class SharedDQNPolicy(DQNPolicy):
-    """A `DQNPolicy` whose Q-network computes from the host's one shared copy of θ."""
+class SharedForward:
+    """Mixed into an actor (`nonstop.learning.algos.ActorPolicy`): its model computes from the host's one
+    shared copy of θ. The views are re-pointed inside `_forward`, around the pass they must keep whole."""
 
-    def __init__(self, model: Any, weights: SharedWeights, action_space: Any, *, seed: int | None = None,
-                 num_threads: int | None = 1) -> None:  # fmt: skip
-        super().__init__(model, weights, action_space, seed=seed, num_threads=num_threads)
+    model: Any
+    weights: SharedWeights
+    version: int
+
+    def __init__(self, model: Any, weights: SharedWeights, action_space: Any, **kwargs: Any) -> None:
+        super().__init__(model, weights, action_space, **kwargs)  # type: ignore[call-arg]
         self._flat = np.empty(0, np.float32)  # the base class's private copy is not needed
         self.shared = SharedParameters(self.model, weights)
 
     def _refresh(self) -> None:
-        pass  # the views are re-pointed inside `_greedy`, around the pass they must keep whole
+        pass
 
-    def _greedy(self, x: Any) -> int:
+    def _forward(self, x: Any) -> Any:
         import torch
 
         while True:
             self.version = self.shared.refresh()
             with torch.inference_mode():
-                q = self.model(x)
+                out = self.model(x)
             if self.shared.intact():  # else two publishes overtook this pass: compute again
-                return int(q.argmax(1))
+                return out.float()
 
 
-def make_shared_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_dict: dict[str, Any],
-                           weights: SharedWeights, seed: int | None = None, latency: Any = None, *,
-                           device: str = "cpu", dtype: str | None = None) -> Policy:  # fmt: skip
-    """`make_dqn_policy` with one shared copy of θ per host (picklable with functools.partial). On a
+class SharedDQNPolicy(SharedForward, DQNPolicy):
+    """A `DQNPolicy` whose Q-network computes from the host's one shared copy of θ."""
+
+
+#: each actor class's shared-θ variant (made once, on first use)
+_SHARED: dict[type, type] = {DQNPolicy: SharedDQNPolicy}
+
+
+def _variant(table: dict[type, type], mixin: type, cls: type, prefix: str) -> type:
+    if cls not in table:
+        table[cls] = type(prefix + cls.__name__, (mixin, cls), {"__doc__": f"{cls.__name__} reading θ {prefix.lower()}"})
+    return table[cls]
+
+
+def make_shared_policy(algo: Algorithm, weights: SharedWeights, seed: int | None = None, latency: Any = None, *,
+                       device: str = "cpu", dtype: str | None = None) -> Policy:  # fmt: skip
+    """``algo``'s actor with one shared copy of θ per host (picklable with functools.partial). On a
     GPU (``device`` not the CPU) the model cannot compute from host memory: it keeps its own copy on
-    the device, loaded once per version (`make_dqn_policy`); ``dtype`` likewise needs its own copy."""
+    the device, loaded once per version (`make_policy`); ``dtype`` likewise needs its own copy."""
     import gc
 
     from nonstop.inference.device import placement
 
     dev, dt = placement(device, dtype)
     if dev.type != "cpu" or str(dt) != "torch.float32":
-        from nonstop.learning.dqn import make_dqn_policy
-
-        return make_dqn_policy(obs_shape, action_space, cfg_dict, weights, seed, latency, device=device, dtype=dtype)
-
-    cfg = DQNConfig.from_dict(cfg_dict)
-    model = build_q_network(obs_shape, int(action_space.n), cfg).eval()
-    shared = SharedDQNPolicy(model, weights, action_space, seed=seed)
-    shared.shared.refresh()  # drops the freshly initialised parameters for views of the shared copy
+        return make_policy(algo, weights, seed, latency, device=device, dtype=dtype)
+    policy: Any = algo.policy(algo.build_model().eval(), weights, seed=seed,
+                              policy_class=_variant(_SHARED, SharedForward, algo.policy_class, "Shared"))  # fmt: skip
+    policy.shared.refresh()  # drops the freshly initialised parameters for views of the shared copy
     gc.collect()
     if latency is not None:
         from nonstop.policies.latency import LatencyPolicy
 
-        return LatencyPolicy(shared, latency, seed=seed)
-    return shared
+        return LatencyPolicy(policy, latency, seed=seed)
+    out: Policy = policy
+    return out
+
+
+def make_shared_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_dict: dict[str, Any],
+                           weights: SharedWeights, seed: int | None = None, latency: Any = None, *,
+                           device: str = "cpu", dtype: str | None = None) -> Policy:  # fmt: skip
+    """`make_shared_policy` for DQN from its settings' dict."""
+    algo = DQNConfig.from_dict(cfg_dict).algorithm(obs_shape, action_space)
+    return make_shared_policy(algo, weights, seed, latency, device=device, dtype=dtype)
 
 
 def _bind(params: list[Any], flat: Any) -> None:
@@ -130,20 +153,22 @@ def _bind(params: list[Any], flat: Any) -> None:
         offset += p.numel()
 
 
-class ObjectStoreDQNPolicy(DQNPolicy):
-    """A `DQNPolicy` in a Ray actor that computes from the version in the node's object store
-    (`nonstop.distributed.ray_backend.ObjectStoreWeights`): its parameters are views of the array
-    ``ray.get`` maps from the object store, so the actors on one node share one copy of θ per
-    version instead of one each. A Ray object never changes once put, so no pass can tear; the
-    version in use stays pinned while the parameters point at it."""
+class ObjectStoreParameters:
+    """Mixed into an actor (`nonstop.learning.algos.ActorPolicy`) in a Ray actor: it computes from the
+    version in the node's object store (`nonstop.distributed.ray_backend.ObjectStoreWeights`): its
+    parameters are views of the array ``ray.get`` maps from the object store, so the actors on one node
+    share one copy of θ per version instead of one each. A Ray object never changes once put, so no pass
+    can tear; the version in use stays pinned while the parameters point at it."""
 
-    def __init__(self, model: Any, weights: Any, action_space: Any, *, seed: int | None = None,
-                 num_threads: int | None = 1) -> None:  # fmt: skip
+    model: Any
+    version: int
+
+    def __init__(self, model: Any, weights: Any, action_space: Any, **kwargs: Any) -> None:
         if not hasattr(weights, "current"):
             raise TypeError(f"ObjectStoreDQNPolicy reads ObjectStoreWeights (a Ray actor's), got {type(weights).__name__}")
-        super().__init__(model, weights, action_space, seed=seed, num_threads=num_threads)
+        super().__init__(model, weights, action_space, **kwargs)  # type: ignore[call-arg]
         self._flat = np.empty(0, np.float32)  # the base class's private copy is not needed
-        self._store: Any = weights  # ObjectStoreWeights: version, epsilon and current(), as SharedWeights reads
+        self._store: Any = weights  # ObjectStoreWeights: version, exploration and current(), as SharedWeights reads
         self._params = list(self.model.parameters())
         for p in self._params:
             p.requires_grad_(False)
@@ -161,17 +186,30 @@ class ObjectStoreDQNPolicy(DQNPolicy):
             self.version = version
 
 
-def make_object_store_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_dict: dict[str, Any],
-                                 seed: int | None = None, latency: Any = None, *, weights: Any) -> Policy:  # fmt: skip
-    """The Ray actors' factory (`RayPolicy` passes ``weights``): a `ObjectStoreDQNPolicy`."""
+class ObjectStoreDQNPolicy(ObjectStoreParameters, DQNPolicy):
+    """A `DQNPolicy` in a Ray actor computing from the node's object store (`ObjectStoreParameters`)."""
+
+
+_OBJECT_STORE: dict[type, type] = {DQNPolicy: ObjectStoreDQNPolicy}
+
+
+def make_object_store_policy(algo: Algorithm, seed: int | None = None, latency: Any = None, *, weights: Any) -> Policy:
+    """The Ray actors' factory (`RayPolicy` passes ``weights``): ``algo``'s actor on the object store's θ."""
     import gc
 
-    cfg = DQNConfig.from_dict(cfg_dict)
-    model = build_q_network(obs_shape, int(action_space.n), cfg).eval()
-    policy: Policy = ObjectStoreDQNPolicy(model, weights, action_space, seed=seed)
+    policy: Policy = algo.policy(algo.build_model().eval(), weights, seed=seed,
+                                 policy_class=_variant(_OBJECT_STORE, ObjectStoreParameters, algo.policy_class,
+                                                       "ObjectStore"))  # fmt: skip
     gc.collect()
     if latency is not None:
         from nonstop.policies.latency import LatencyPolicy
 
         policy = LatencyPolicy(policy, latency, seed=seed)
     return policy
+
+
+def make_object_store_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_dict: dict[str, Any],
+                                 seed: int | None = None, latency: Any = None, *, weights: Any) -> Policy:  # fmt: skip
+    """`make_object_store_policy` for DQN from its settings' dict."""
+    algo = DQNConfig.from_dict(cfg_dict).algorithm(obs_shape, action_space)
+    return make_object_store_policy(algo, seed, latency, weights=weights)

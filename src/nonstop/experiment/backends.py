@@ -21,12 +21,11 @@ if TYPE_CHECKING:
 __all__ = ["thread_policy", "process_policy", "virtual_learners", "process_learners", "NoCluster", "policy_recipe", "placement_of"]
 
 
-def policy_recipe(run: "Run", i: int) -> tuple[tuple[int, ...], Any, dict[str, Any], int, Any]:
-    """What every backend's DQN policy is built from: the observation shape, the action space, the DQN
-    settings, worker ``i``'s seed and its declared latency (None: the model's own time only)."""
-    spec = run.spec
+def policy_recipe(run: "Run", i: int) -> tuple[Any, int, Any]:
+    """What every backend's policy is built from: the run's algorithm (its actor, for the world's spaces),
+    worker ``i``'s seed and its declared latency (None: the model's own time only)."""
     latency = run.latency if run.latency.max_hint > 0 else None
-    return spec.obs_shape, spec.action_space, run.dqn.to_dict(), run.cfg.seed * 1000 + i, latency
+    return run.algorithm, run.cfg.seed * 1000 + i, latency
 
 
 def placement_of(run: "Run") -> dict[str, Any]:
@@ -35,28 +34,28 @@ def placement_of(run: "Run") -> dict[str, Any]:
 
 
 def thread_policy(run: "Run", i: int) -> Any:
-    """Worker ``i``'s ε-greedy policy in this process, reading the shared weights."""
-    from nonstop.learning.dqn import make_dqn_policy
+    """Worker ``i``'s actor in this process (DQN: ε-greedy; SAC: a sampled action), reading the shared weights."""
+    from nonstop.learning.algos import make_policy
 
-    obs_shape, space, dqn, seed, latency = policy_recipe(run, i)
-    return make_dqn_policy(obs_shape, space, dqn, run.weights, seed, latency, **placement_of(run))
+    algo, seed, latency = policy_recipe(run, i)
+    return make_policy(algo, run.weights, seed, latency, **placement_of(run))
 
 
 def process_policy(run: "Run", i: int) -> Any:
     """Worker ``i``'s model in its own process, one torch thread, computing from the host's one
     shared copy of θ; not waited for here (the pool starts every worker together)."""
-    from nonstop.distributed.shared_params import make_shared_dqn_policy
+    from nonstop.distributed.shared_params import make_shared_policy
     from nonstop.inference.workers import ProcessPolicy
 
-    obs_shape, space, dqn, seed, latency = policy_recipe(run, i)
-    factory = partial(make_shared_dqn_policy, obs_shape, space, dqn, run.weights, seed, latency, **placement_of(run))
+    algo, seed, latency = policy_recipe(run, i)
+    factory = partial(make_shared_policy, algo, run.weights, seed, latency, **placement_of(run))
     return ProcessPolicy(factory, trim_above=run.cfg.trim_above, wait=False)
 
 
 def _learner_args(run: "Run", budget: "RestartBudget") -> dict[str, Any]:
     cfg = run.cfg
     return {"n_learners": cfg.n_learners, "mode": cfg.learner_mode, "obs_shape": run.spec.obs_shape,
-            "n_actions": int(run.spec.action_space.n), "cfg": run.dqn, "state": run.state, "weights": run.weights,
+            "n_actions": run.spec.action_space, "cfg": run.settings, "state": run.state, "weights": run.weights,
             "replay": run.replay, "seed": cfg.seed, "restart_budget": budget, "clock": run.world.clock,
             "device": cfg.device}  # fmt: skip
 
@@ -69,7 +68,7 @@ def virtual_learners(run: "Run", budget: "RestartBudget") -> Any:
     return VirtualLearners(run.world.clock, run.tau_m, n_learners=cfg.n_learners, mode=cfg.learner_mode,
                            tau_l=cfg.tau_l if cfg.tau_l is not None else run.tau_m,
                            learners=[run.learning.learner(i) for i in range(cfg.n_learners)], state=run.state,
-                           weights=run.weights, cfg=run.dqn, restart_budget=budget)  # fmt: skip
+                           weights=run.weights, cfg=run.settings, restart_budget=budget)  # fmt: skip
 
 
 def process_learners(run: "Run", budget: "RestartBudget") -> Any:

@@ -114,6 +114,11 @@ class TrainConfig:
     restart_window: float = field(default=60.0, metadata=_help("the window of --max-restarts, in the run's clock seconds",
                                                                metavar="SECONDS"))
     dqn: DQNConfig | None = field(default=None, metadata=_help("DQN settings (None: the env family's)"))
+    algo: str = field(default="dqn", metadata=_help(
+        "the learning algorithm: dqn (Discrete actions), sac (Box actions); see `nonstop.learning.algos`"))
+    algo_settings: Any = field(default=None, metadata=_help(
+        "the settings of an --algo other than dqn, whose are `dqn` (its config dataclass, or its dict; None: the env "
+        "family's)"))
     self_play: bool = field(default=False, metadata=_help(
         "a two-seat world: the learner plays the first seat, a snapshot of its past self the second; RUN/matches.csv "
         "records every match"))
@@ -170,6 +175,7 @@ class TrainConfig:
             raise ValueError(f"tau_l must be a finite number of seconds >= 0, got {self.tau_l!r}")
         if isinstance(self.dqn, dict):
             self.dqn = DQNConfig.from_dict(self.dqn)
+        _one_of("algo", self.algo, tuple(names("algo")), what="unknown --algo {value!r}: use one of {names}")
         if not isinstance(self.self_play, bool):
             raise TypeError(f"self_play must be True or False, got {self.self_play!r}")
         _one_of("opponents", self.opponents, OPPONENT_WEIGHTINGS)
@@ -227,6 +233,10 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["dqn"] = self.dqn.to_dict() if self.dqn is not None else None
+        if self.algo_settings is not None and not isinstance(self.algo_settings, dict):
+            d["algo_settings"] = self.algo_settings.to_dict()
+        if self.algo == "dqn" and self.algo_settings is None:  # a DQN run keeps the config of runs before --algo
+            del d["algo"], d["algo_settings"]
         if not self.self_play:  # a run without self-play keeps the config (and resumes) of runs before it existed
             for name in SELF_PLAY_KEYS:
                 del d[name]

@@ -83,7 +83,7 @@ def device_learners(run: "Run", budget: "RestartBudget") -> "DeviceLearners":
     from nonstop.learning.devicelearner import DeviceLearner, DeviceLearners
 
     cfg = run.cfg
-    learner = DeviceLearner(run.spec.obs_shape, int(run.spec.action_space.n), run.dqn, device_state_of(run), run.state,
+    learner = DeviceLearner(run.spec.obs_shape, run.spec.action_space, run.settings, device_state_of(run), run.state,
                             run.weights, run.replay, seed=cfg.seed * 7,  # learner 0's sampling seed, as on the host
                             publish_host=cfg.inference_backend not in DEVICE_FED_BACKENDS)  # fmt: skip
     tau_l = cfg.tau_l if cfg.tau_l is not None else run.tau_m

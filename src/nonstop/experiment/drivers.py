@@ -197,7 +197,7 @@ class SequentialLearningAgent:
         learner, run = self.learner, self.run
         out = learner.gradient() if learner.ready else None
         if out is not None:
-            apply(run.state, run.weights, out[0], out[1], run.dqn)
+            apply(run.state, run.weights, out[0], out[1], run.settings)
         clock = run.world.clock
         if clock.is_virtual:
             t += self.tau_l if self.tau_l > 0 else (run.tau_m if out is not None else 0.0)

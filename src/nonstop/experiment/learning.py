@@ -1,9 +1,10 @@
-"""The learning core of a run: the Q-network's parameters, the replay, and the recorder that fills it.
+"""The learning core of a run: the algorithm's parameters, the replay, and the recorder that fills it.
 
 Built before the world (the host's recorder writes the learner's seat into the replay), it owns
 the shared memory that learners and inference workers read: `ReplayBuffer`, `TrainingState`
 (master parameters, Adam moments, target network) and `SharedWeights` (the published version and
-ε). Its checkpoint state is the ``nonstop.train/1`` format's learning keys, unchanged since
+the algorithm's exploration figure: DQN's ε, SAC's α). It knows the algorithm only through
+`nonstop.learning.algos.Algorithm`. Its checkpoint state (flat vectors, whatever the algorithm) is the ``nonstop.train/1`` format's learning keys, unchanged since
 that format was introduced, so runs written before the composition resume after it.
 """
 
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nonstop.experiment.parts import Part
-from nonstop.learning.dqn import DQNConfig, build_q_network, epsilon_at, init_training
+from nonstop.learning.dqn import init_training
 from nonstop.learning.learners import Learner
 from nonstop.learning.replay import ReplayBuffer, ReplayRecorder
 from nonstop.learning.weights import SharedWeights, TrainingState
@@ -36,8 +37,10 @@ class LearningCore(Part):
         import torch
 
         cfg, spec = run.cfg, run.spec
-        self.dqn: DQNConfig = run.dqn
-        self.obs_shape, self.n_actions = spec.obs_shape, int(spec.action_space.n)
+        #: what learns, and its settings (`TrainConfig.dqn` for DQN)
+        self.algorithm = run.algorithm
+        self.settings: Any = run.settings
+        self.obs_shape, self.action_space = spec.obs_shape, spec.action_space
         self.seed = cfg.seed
         self.device = cfg.device  # the learners' (`Learner`): their networks and batches live there
         torch.manual_seed(cfg.seed)
@@ -45,12 +48,12 @@ class LearningCore(Part):
             # everything shares this process: one torch thread each avoids oversubscribing
             # the cores that small networks cannot use anyway
             torch.set_num_threads(1)
-        model = build_q_network(self.obs_shape, self.n_actions, self.dqn)
+        model = self.algorithm.build_model()
         n_params = sum(p.numel() for p in model.parameters())
         self._unlink: list[Any] = []
         try:
-            self.replay = ReplayBuffer.create(capacity=self.dqn.replay_capacity, obs_shape=self.obs_shape,
-                                              dtype=spec.obs_space.dtype)  # fmt: skip
+            self.replay = ReplayBuffer.create(capacity=self.settings.replay_capacity, obs_shape=self.obs_shape,
+                                              dtype=spec.obs_space.dtype, action_shape=self.algorithm.action_shape)  # fmt: skip
             self._unlink.append(self.replay.unlink)
             self.state = TrainingState.create(n_params)
             self._unlink.append(self.state.unlink)
@@ -60,10 +63,10 @@ class LearningCore(Part):
             self.close()
             raise
         init_training(model, self.state, self.weights)
-        self.weights.epsilon = self.dqn.epsilon_start
+        self.weights.exploration = self.algorithm.exploration(0, self.state.params)
         history = max(256, 4 * math.ceil(run.latency.max_hint / spec.tau_m) + 64)
-        self.recorder = ReplayRecorder(self.replay, gamma=self.dqn.gamma, history=history,
-                                       action_start=int(getattr(spec.action_space, "start", 0)))  # fmt: skip
+        self.recorder = ReplayRecorder(self.replay, gamma=self.settings.gamma, history=history,
+                                       action_start=self.algorithm.action_start)  # fmt: skip
         #: whether `load_state_dict` found the replay in the checkpoint
         self.replay_restored = False
         #: called before the host's parameters are read (a learner that keeps them elsewhere writes them back)
@@ -78,9 +81,14 @@ class LearningCore(Part):
         for sync in self._host_syncs:
             sync()
 
+    @property
+    def dqn(self) -> Any:
+        """The learner's settings (`settings`), by their name from before algorithms were parts."""
+        return self.settings
+
     def learner(self, i: int) -> Learner:
         """Learner ``i`` of this run (each with its own sampling seed)."""
-        return Learner(i, self.obs_shape, self.n_actions, self.dqn, self.state, self.weights, self.replay,
+        return Learner(i, self.obs_shape, self.action_space, self.settings, self.state, self.weights, self.replay,
                        seed=self.seed * 7 + i, device=self.device)  # fmt: skip
 
     def current_params(self) -> np.ndarray:
@@ -92,7 +100,8 @@ class LearningCore(Part):
 
     # ------------------------------------------------------------------ the part's hooks
     def before_slice(self, run: "Run") -> None:
-        self.weights.epsilon = epsilon_at(run.env_ticks, self.dqn)  # ε anneals over the run's ticks, resumes included
+        # DQN's ε anneals over the run's ticks, resumes included; SAC's α is read from θ
+        self.weights.exploration = self.algorithm.exploration(run.env_ticks, self.state.params)
 
     def close(self) -> None:
         while self._unlink:

@@ -25,10 +25,10 @@ def ray_policy(run: "Run", i: int) -> Any:
     """Worker ``i`` as a Ray actor: the model is built in the actor and computes from views of the
     version in its node's object store (one copy of θ per node, not per actor)."""
     from nonstop.distributed.ray_backend import RayPolicy
-    from nonstop.distributed.shared_params import make_object_store_dqn_policy
+    from nonstop.distributed.shared_params import make_object_store_policy
 
-    obs_shape, space, dqn, seed, latency = policy_recipe(run, i)
-    factory = partial(make_object_store_dqn_policy, obs_shape, space, dqn, seed=seed, latency=latency)
+    algo, seed, latency = policy_recipe(run, i)
+    factory = partial(make_object_store_policy, algo, seed=seed, latency=latency)
     # not waited for here: the pool starts every actor together, then waits for them all
     return RayPolicy(factory, broadcast=run.cluster.broadcast, num_cpus=0 if latency is not None else 1,
                      trim_above=run.cfg.trim_above, wait=False)  # fmt: skip
@@ -73,8 +73,9 @@ class RayCluster(Part):
             if len(run.spec.obs_shape) > 1 and (inference_cpus or learner_cpus):  # a ResNet each actor builds
                 from nonstop.policies.models import ARCH_DEPTHS
 
-                check_model_fits_nodes(run.dqn.k, n_actions=int(run.spec.action_space.n), depth=ARCH_DEPTHS[run.dqn.arch],
-                                       learner_batch=run.dqn.batch_size if learner_cpus else None)  # fmt: skip
+                outputs = int(getattr(run.spec.action_space, "n", 256))  # a Box's actor: about one ResNet of 256 features
+                check_model_fits_nodes(run.settings.k, n_actions=outputs, depth=ARCH_DEPTHS[run.settings.arch],
+                                       learner_batch=run.settings.batch_size if learner_cpus else None)  # fmt: skip
         except BaseException:
             stack.close()
             raise

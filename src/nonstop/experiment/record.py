@@ -117,7 +117,8 @@ class RunDirectory(Recorder):
             if cfg.seconds - done < run.tau_m / 2:
                 raise ValueError(f"{out} has run {done:g} world seconds of its --seconds {cfg.seconds:g} in all: nothing "
                                  f"is left to run (--seconds is the run's total: pass a larger one)")  # fmt: skip
-        self.replay_bytes = check_replay_fits(run.dqn.replay_capacity, run.obs_shape, run.obs_space.dtype)
+        self.replay_bytes = check_replay_fits(run.settings.replay_capacity, run.obs_shape, run.obs_space.dtype,
+                                              run.algorithm.action_shape)  # fmt: skip
         self.log: Any = None
         self.view: Any = None
         self.rows: ProgressRows | None = None
@@ -134,7 +135,7 @@ class RunDirectory(Recorder):
         from nonstop.learning.runlog import RunLog, RunPaths, begin_ticklog_segment
 
         cfg, rec = run.cfg, self.rec
-        self.say(f"replay: {run.dqn.replay_capacity:,} transitions of {run.obs_shape} {run.obs_space.dtype} → "
+        self.say(f"replay: {run.settings.replay_capacity:,} transitions of {run.obs_shape} {run.obs_space.dtype} → "
                  f"{self.replay_bytes / 2**20:,.1f} MiB of shared memory; N_I={run.n_inference}, N_L={cfg.n_learners}, "
                  f"{cfg.interaction}, clock={cfg.clock}; run dir {self.out}")  # fmt: skip
         for part in run.parts:

@@ -26,7 +26,7 @@ from typing import Any, Final
 __all__ = ["KINDS", "register", "lookup", "names"]
 
 #: what each kind of part is chosen by (the config's field or property of that name)
-KINDS: Final = ("seating", "driver", "policy_backend", "learners", "cluster")
+KINDS: Final = ("seating", "driver", "policy_backend", "learners", "cluster", "algo")
 
 _BUILTIN: dict[str, dict[str, Any]] = {
     # who sits where in the world, and which driver each seat gets
@@ -57,6 +57,10 @@ _BUILTIN: dict[str, dict[str, Any]] = {
         "ray": "nonstop.experiment.raybackend:ray_learners",
         # one learner whose parameters, Adam moments and target live on --device (either clock)
         "device": "nonstop.experiment.devicelearners:device_learners",
+    },
+    # what learns: an `nonstop.learning.algos.Algorithm` class (its config, model, update, actor, export)
+    "algo": {
+        "dqn": "nonstop.learning.dqn:DQN",
     },
     # what the run connects to before it starts anything
     "cluster": {

@@ -35,7 +35,7 @@ from nonstop.experiment.ending import RunEnd
 from nonstop.experiment.learning import LearningCore
 from nonstop.experiment.parts import Part, Recorder
 from nonstop.experiment.registry import lookup
-from nonstop.learning.dqn import DQNConfig
+from nonstop.learning.algos import Algorithm
 from nonstop.realtime.lifeline import RestartBudget
 
 __all__ = ["Run", "CHECKPOINT_FORMAT"]
@@ -52,8 +52,11 @@ class Run:
         self.seating = lookup("seating", cfg.seating)(cfg)
         #: the world probed once (tick rate, spaces, seats) and the learner's settings resolved for it
         self.spec = self.seating.describe()
-        self.dqn: DQNConfig = self.spec.dqn
-        cfg.dqn = self.dqn  # saved resolved: a resumed run keeps the family's values it ran with
+        #: what learns (`nonstop.learning.algos.Algorithm`: its model, update, actor) and its settings
+        self.algorithm: Algorithm = self.spec.algorithm
+        self.settings: Any = self.spec.settings
+        # saved resolved: a resumed run keeps the family's values it ran with
+        setattr(cfg, self.algorithm.settings_field, self.settings)
         self.latency = self.spec.latency
         self.n_inference: int | str = self.spec.n_inference
         self.cluster: Any = lookup("cluster", cfg.cluster)(self)
@@ -70,6 +73,11 @@ class Run:
         self._closed = False
 
     # ------------------------------------------------------------------ what the run is made of
+    @property
+    def dqn(self) -> Any:
+        """The learner's settings (`settings`), by their name from before algorithms were parts."""
+        return self.settings
+
     @property
     def tau_m(self) -> float:
         return self.spec.tau_m

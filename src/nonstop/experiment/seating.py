@@ -32,15 +32,22 @@ class WorldSpec:
     tick_hz: float
     family: str
     obs_space: gym.spaces.Space
-    action_space: gym.spaces.Discrete
+    action_space: gym.spaces.Space
     #: the world's seats (the learner's first), None for a one-seat world
     seats: list[str] | None
     #: what the host builds: the env id, or a factory (a seat world whose frames are shrunk)
     env_source: Any
-    #: the learner's DQN settings (the config's, else the env family's), declared latency and N_I
-    dqn: Any = None
+    #: the learner's algorithm (`nonstop.learning.algos.Algorithm`) and its settings (the config's, else the
+    #: env family's), declared latency and N_I
+    algorithm: Any = None
+    settings: Any = None
     latency: Any = None
     n_inference: int | str = 1
+
+    @property
+    def dqn(self) -> Any:
+        """The learner's settings, by their name from before algorithms were parts."""
+        return self.settings
 
     @property
     def tau_m(self) -> float:
@@ -72,10 +79,7 @@ def probe_world(cfg: "TrainConfig", adapt: Callable[[Any], tuple[Any, Any]] | No
             obs_space, action_space = probe.observation_space, probe.action_space
     finally:
         probe.close()
-    if not isinstance(action_space, gym.spaces.Discrete):
-        raise ValueError(f"DQN needs a Discrete action space; {cfg.env} has {action_space}")
-    if obs_space.shape is None:
-        raise ValueError(f"DQN needs array observations; {cfg.env} has {obs_space}")
+    lookup("algo", cfg.algo).check_spaces(obs_space, action_space, cfg.env)  # one line naming the --algo that fits
     spec = WorldSpec(tick_hz=info.tick_hz, family=info.family, obs_space=obs_space, action_space=action_space,
                      seats=seats, env_source=source)  # fmt: skip
     _learner_settings(cfg, spec)
@@ -87,18 +91,16 @@ def _learner_settings(cfg: "TrainConfig", spec: WorldSpec) -> None:
     a latency that does not parse, fails here, before anything is built."""
     import math
 
-    from nonstop.learning.dqn import DQNConfig
     from nonstop.policies.latency import parse_latency
 
     from nonstop.inference.device import placement
 
     device, _ = placement(cfg.device, cfg.dtype)  # a device this machine lacks is said now, naming what torch finds
-    spec.dqn = cfg.dqn if cfg.dqn is not None else DQNConfig.for_family(spec.family)
+    algo = lookup("algo", cfg.algo)
+    spec.settings = algo.settings(getattr(cfg, algo.settings_field), spec.family)
+    spec.algorithm = spec.settings.algorithm(spec.obs_shape, spec.action_space)
     spec.latency = parse_latency(cfg.latency, tick_hz=spec.tick_hz)
-    if len(spec.obs_shape) > 1:  # a ResNet each worker and learner builds
-        from nonstop.policies.models import ARCH_DEPTHS, ensure_fits
-
-        ensure_fits(spec.dqn.k, str(device), n_actions=int(spec.action_space.n), depth=ARCH_DEPTHS[spec.dqn.arch])
+    spec.algorithm.check_fits(str(device))
     # Algorithm 2's N_I* = ⌈τ̄_θ/τ_M⌉ by default, so the staggered agent acts at every tick
     spec.n_inference = cfg.n_inference or (
         1 if cfg.scheduler == "sequential" else max(1, math.ceil(spec.latency.mean / spec.tau_m - 1e-9)))

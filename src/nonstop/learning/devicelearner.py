@@ -6,9 +6,9 @@ reloads `SharedWeights` once per version. For a 1B-parameter model that is ~4 GB
 per update. A device learner keeps all of it where the update runs::
 
     batch  <- replay.sample(B)                      # host shared memory, pinned, sent without blocking
-    loss   <- DQN loss at θ; backward; clip         # `nonstop.learning.dqn.dqn_backward`
+    loss   <- the algorithm's loss at θ; backward   # `Algorithm.backward` (DQN: clipped)
     θ,m,v  <- Adam(θ, g) on the device              # `adam_step`: the host's numbers, bias correction included
-    θ_target <- θ every `target_update` updates     # a device copy
+    θ_target <- the algorithm's target rule         # DQN: θ every `target_update` updates; SAC: Polyak, on the device
     version += 1                                    # the batching server's model copies θ once per version
 
 `DeviceTrainingState` owns the device's θ, Adam moments and target (flat float32 tensors: the
@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from nonstop.learning.dqn import DQNConfig, adam_step, build_q_network, dqn_backward
+from nonstop.learning.algos import AlgoConfig, algorithm_of
+from nonstop.learning.dqn import adam_step
 from nonstop.learning.learners import ready_to_learn, updates_ahead
 from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import SharedWeights, TrainingState
@@ -158,15 +159,17 @@ class DeviceLearner:
     count and pacing stay the host's) and, with ``publish_host``, ``weights`` gets θ once per version
     for workers that read it."""
 
-    def __init__(self, obs_shape: tuple[int, ...], n_actions: int, cfg: DQNConfig, dstate: DeviceTrainingState,
+    def __init__(self, obs_shape: tuple[int, ...], n_actions: Any, cfg: AlgoConfig, dstate: DeviceTrainingState,
                  state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, seed: int | None, *,
                  publish_host: bool = False) -> None:  # fmt: skip
         import torch
 
-        self.cfg, self.dstate, self.state, self.weights, self.replay = cfg, dstate, state, weights, replay
+        #: the algorithm (``n_actions``: the action space, or n of a Discrete one; ``cfg`` names the algorithm)
+        self.algo = algorithm_of(cfg, obs_shape, n_actions)
+        self.cfg, self.dstate, self.state, self.weights, self.replay = self.algo.cfg, dstate, state, weights, replay
         self.publish_host = publish_host
-        self.online = build_q_network(obs_shape, n_actions, cfg).to(dstate.device).train()
-        self.target = build_q_network(obs_shape, n_actions, cfg).to(dstate.device).eval()
+        self.online = self.algo.build_model().to(dstate.device).train()
+        self.target = self.algo.build_model().to(dstate.device).eval()
         bind_parameters(self.online, dstate.theta)
         bind_parameters(self.target, dstate.target)
         self._grad = torch.zeros_like(dstate.theta)
@@ -193,7 +196,7 @@ class DeviceLearner:
         batch = self.replay.sample(self.cfg.batch_size, self.rng)
         if batch is None:
             return None
-        return dqn_backward(self.online, self.target, batch, self.cfg)
+        return self.algo.backward(self.online, self.target, batch)
 
     def _flat_grad(self) -> "torch.Tensor":
         import torch
@@ -216,8 +219,12 @@ class DeviceLearner:
         with d.lock:
             step = self.state.claim_update()
             adam_step(d.theta, d.adam_m, d.adam_v, self._flat_grad(), step, self.cfg)
-            if step % self.cfg.target_update == 0:
-                d.target.copy_(d.theta)
+            every, polyak = self.cfg.target_rule()
+            if step % every == 0:
+                if polyak == 1.0:
+                    d.target.copy_(d.theta)
+                else:
+                    d.target.lerp_(d.theta, polyak)  # θ_target ← θ_target + ρ·(θ − θ_target), as the host's
                 d.target_syncs += 1
             d.version += 1
         self.updates += 1

@@ -19,21 +19,22 @@ same header, which the trainer anneals 1.0 → 0.05 over the first 100k env tick
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from nonstop.learning.weights import SharedWeights, TrainingState, flat_parameters, load_flat
-from nonstop.policies.base import Decision, Policy
+from nonstop.learning.algos import ActorPolicy, Algorithm, config_from_dict, to_tensor
+from nonstop.learning.weights import SharedWeights, TrainingState, flat_parameters
+from nonstop.policies.base import Policy
 
 if TYPE_CHECKING:
     import torch
 
     from nonstop.learning.replay import Batch
 
-__all__ = ["DQNConfig", "PAPER_PRESETS", "build_q_network", "DQNPolicy", "compute_gradient", "apply_gradient", "epsilon_at",
-           "dqn_backward", "adam_step"]
+__all__ = ["DQNConfig", "DQN", "PAPER_PRESETS", "build_q_network", "DQNPolicy", "compute_gradient", "apply_gradient",
+           "epsilon_at", "dqn_backward", "adam_step", "flat_gradient"]
 
 
 #: What each world family changes in `DQNConfig`'s defaults (`DQNConfig.for_family`): the paper's
@@ -97,11 +98,16 @@ class DQNConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "DQNConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ValueError(f"unknown DQN settings: {sorted(unknown)}")
-        return cls(**d)
+        out: DQNConfig = config_from_dict(cls, d, "DQN")
+        return out
+
+    def target_rule(self) -> tuple[int, float]:
+        """``(every, ρ)``: the target network is a copy of θ (ρ = 1) every ``target_update`` updates."""
+        return self.target_update, 1.0
+
+    def algorithm(self, obs_shape: tuple[int, ...], action_space: Any) -> "DQN":
+        """DQN with these settings, for these observations and actions."""
+        return DQN(self, obs_shape, action_space)
 
 
 #: The settings the paper states (§5 Implementation Details, Appendix A); everything it leaves unsaid
@@ -140,20 +146,8 @@ def build_q_network(obs_shape: tuple[int, ...], n_actions: int, cfg: DQNConfig) 
     raise ValueError(f"no Q-network for observations of shape {obs_shape}")
 
 
-def _to_tensor(x: np.ndarray, device: "torch.device | None" = None) -> "torch.Tensor":
-    """A host batch as the network takes it, on ``device`` (None: the CPU). Bytes travel (pinned,
-    without blocking, to CUDA: `nonstop.inference.device.to_device`) and are scaled there."""
-    import torch
-
-    t = torch.from_numpy(np.ascontiguousarray(x))
-    if device is not None:
-        from nonstop.inference.device import to_device
-
-        t = to_device(t, device)
-    if t.dtype == torch.uint8:
-        t = t.float().div_(255.0)
-        return t.unsqueeze(1) if t.ndim == 3 else t.permute(0, 3, 1, 2) if t.shape[-1] <= 4 else t
-    return t.float()
+#: a host batch as the network takes it (kept under its old name: self-play and tests import it from here)
+_to_tensor = to_tensor
 
 
 def dqn_backward(online: "torch.nn.Module", target: "torch.nn.Module", batch: "Batch", cfg: DQNConfig) -> "torch.Tensor":
@@ -191,13 +185,17 @@ def compute_gradient(
 
     Returns the flat gradient (in ``parameters()`` order), on the host, and the loss.
     """
+    loss = dqn_backward(online, target, batch, cfg)
+    return flat_gradient(online), float(loss)
+
+
+def flat_gradient(model: "torch.nn.Module") -> np.ndarray:
+    """The ``.grad`` of every parameter of ``model`` as one new float32 vector on the host (in
+    ``parameters()`` order; a parameter no loss reached contributes zeros, as the flat layout needs)."""
     import torch
 
-    loss = dqn_backward(online, target, batch, cfg)
-    # a parameter the loss does not reach has no gradient: zero, as the flat layout needs every one
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in online.parameters()]
-    grad = torch.cat([g.reshape(-1) for g in grads]).float().cpu().numpy().copy()  # to the host's master θ
-    return grad, float(loss)
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
+    return torch.cat([g.reshape(-1) for g in grads]).float().cpu().numpy().copy()  # to the host's master θ
 
 
 #: Adam's decay rates (Kingma & Ba's defaults, the paper's)
@@ -205,10 +203,11 @@ ADAM_BETAS: Final = (0.9, 0.999)
 
 
 def adam_step(p: "torch.Tensor", m: "torch.Tensor", v: "torch.Tensor", g: "torch.Tensor", step: int,
-              cfg: DQNConfig) -> None:  # fmt: skip
+              cfg: Any) -> None:  # fmt: skip
     """One Adam step of update number ``step`` (1, 2, …) on flat float32 tensors, in place, wherever
     they live: the host's shared master parameters (`apply_gradient`) or a device learner's
-    (`nonstop.learning.devicelearner`), so both compute the same numbers::
+    (`nonstop.learning.devicelearner`), so both compute the same numbers (``cfg``: any algorithm's
+    config, for its ``lr`` and ``adam_eps``)::
 
         m ← β1·m + (1−β1)·g;   v ← β2·v + (1−β2)·g²
         θ ← θ − lr/(1−β1^t) · m / (√v/√(1−β2^t) + ε)
@@ -220,8 +219,10 @@ def adam_step(p: "torch.Tensor", m: "torch.Tensor", v: "torch.Tensor", g: "torch
     p.addcdiv_(m, denom, value=-cfg.lr / (1 - b1**step))
 
 
-def apply_gradient(state: TrainingState, weights: SharedWeights, grad: np.ndarray, cfg: DQNConfig) -> int:
-    """One Adam step on the master parameters, target sync, publish to workers.
+def apply_gradient(state: TrainingState, weights: SharedWeights, grad: np.ndarray, cfg: Any) -> int:
+    """One Adam step on the master parameters, the target rule, publish to workers. ``cfg``: any
+    algorithm's config (its ``lr``, ``adam_eps`` and ``target_rule()``: DQN's hard copy every
+    ``target_update`` updates, SAC's Polyak averaging after each).
 
     The caller either guarantees exclusive access (round-robin turn) or, for Hogwild,
     deliberately does not: the update number is then still claimed by an atomic fetch-add
@@ -233,8 +234,9 @@ def apply_gradient(state: TrainingState, weights: SharedWeights, grad: np.ndarra
     step = state.claim_update()
     p, m, v = (torch.from_numpy(a) for a in (state.params, state.adam_m, state.adam_v))
     adam_step(p, m, v, torch.from_numpy(grad), step, cfg)
-    if step % cfg.target_update == 0:
-        state.write_target()
+    every, polyak = cfg.target_rule()
+    if step % every == 0:
+        state.write_target(polyak)
     weights.publish(state.params)
     return step
 
@@ -249,7 +251,7 @@ def init_training(model: "torch.nn.Module", state: TrainingState, weights: Share
     weights.publish(flat)
 
 
-class DQNPolicy(Policy):
+class DQNPolicy(ActorPolicy):
     """ε-greedy over a Q-network whose weights come from `SharedWeights`.
 
     Before each action it reloads the weights if a newer version was published
@@ -261,52 +263,20 @@ class DQNPolicy(Policy):
     def __init__(self, model: "torch.nn.Module", weights: SharedWeights, action_space: Any, *,
                  seed: int | None = None, num_threads: int | None = 1, device: str = "cpu",
                  dtype: str | None = None) -> None:  # fmt: skip
-        from nonstop.inference.device import placement
-
-        #: where the model runs and its precision (`nonstop.inference.device.placement`)
-        self.device, self.dtype = placement(device, dtype)
-        self.model = model.to(self.device).eval()
-        self.weights = weights
-        self.action_space = action_space
+        super().__init__(model, weights, action_space, seed=seed, num_threads=num_threads, device=device, dtype=dtype)
         self.n = int(action_space.n)
         #: Q-value i is action ``start + i`` (a ``Discrete(n, start=s)`` space, e.g. Game Boy's six buttons)
         self.start = int(getattr(action_space, "start", 0))
-        self.version = 0
-        self._flat = np.empty(weights.n_params, np.float32)
-        self._rng = np.random.default_rng(seed)
-        self._threads = num_threads
-        self._threads_set = False
 
-    def seed(self, seed: int | None) -> None:
-        self._rng = np.random.default_rng(seed)
-
-    def act(self, obs: np.ndarray) -> Decision:
-        """ε-greedy. Where the weights come from is the subclasses' (`_refresh`, `_greedy`); the
-        thread count, ε and the action space's ``start`` are handled here, once for all of them."""
-        if not self._threads_set and self._threads is not None:
-            import torch
-
-            torch.set_num_threads(self._threads)
-            self._threads_set = True
-        self._refresh()
+    def _decide(self, obs: np.ndarray) -> int:
+        """ε-greedy: ε is read from the weights' header, the action space's ``start`` added."""
         if self._rng.random() < self.weights.epsilon:
-            return Decision(self.start + int(self._rng.integers(self.n)))
-        return Decision(self.start + self._greedy(_to_tensor(np.asarray(obs)[None], self.device)))
-
-    def _refresh(self) -> None:
-        """Load the newest published version into the model, if it is new (a private copy)."""
-        if self.weights.version != self.version:
-            self.version = self.weights.read_into(self._flat)
-            load_flat(self.model, self._flat)
+            return self.start + int(self._rng.integers(self.n))
+        return self.start + self._greedy(to_tensor(obs[None], self.device))
 
     def _greedy(self, x: "torch.Tensor") -> int:
         """The index of the largest Q-value for the batch-of-one ``x``."""
-        import torch
-
-        from nonstop.inference.device import autocast
-
-        with torch.inference_mode(), autocast(self.device, self.dtype):
-            return int(self.model(x).argmax(1))
+        return int(self._forward(x).argmax(1))
 
 
 def make_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_dict: dict[str, Any],
@@ -315,11 +285,65 @@ def make_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_dict: dic
     """Module-level factory (picklable with functools.partial) for worker threads and processes;
     with a ``latency`` (a `nonstop.policies.latency.Latency`) the policy declares it per decision.
     ``device``/``dtype``: where its model runs (`nonstop.inference.device.placement`)."""
-    cfg = DQNConfig.from_dict(cfg_dict)
-    policy: Policy = DQNPolicy(build_q_network(obs_shape, int(action_space.n), cfg), weights, action_space, seed=seed,
-                               device=device, dtype=dtype)  # fmt: skip
-    if latency is not None:
-        from nonstop.policies.latency import LatencyPolicy
+    from nonstop.learning.algos import make_policy
 
-        policy = LatencyPolicy(policy, latency, seed=seed)
-    return policy
+    return make_policy(DQNConfig.from_dict(cfg_dict).algorithm(obs_shape, action_space), weights, seed, latency,
+                       device=device, dtype=dtype)  # fmt: skip
+
+
+class DQN(Algorithm):
+    """Deep Q-learning on the semi-MDP (the module docstring's update), ε-greedy acting."""
+
+    name = "dqn"
+    config_class = DQNConfig
+    exploration_name = "epsilon"
+    settings_field = "dqn"
+    policy_class = DQNPolicy
+    cfg: DQNConfig
+
+    @classmethod
+    def check_spaces(cls, obs_space: Any, action_space: Any, env: str) -> None:
+        import gymnasium
+
+        if not isinstance(action_space, gymnasium.spaces.Discrete):
+            raise ValueError(f"DQN needs a Discrete action space; {env} has {action_space}: use --algo sac")
+        if obs_space.shape is None:
+            raise ValueError(f"DQN needs array observations; {env} has {obs_space}")
+
+    def build_model(self) -> "torch.nn.Module":
+        return build_q_network(self.obs_shape, int(self.action_space.n), self.cfg)
+
+    def check_fits(self, device: str) -> None:
+        if len(self.obs_shape) > 1:  # a ResNet each worker and learner builds
+            from nonstop.policies.models import ARCH_DEPTHS, ensure_fits
+
+            ensure_fits(self.cfg.k, device, n_actions=int(self.action_space.n), depth=ARCH_DEPTHS[self.cfg.arch])
+
+    def backward(self, online: "torch.nn.Module", target: "torch.nn.Module", batch: "Batch") -> "torch.Tensor":
+        return dqn_backward(online, target, batch, self.cfg)
+
+    @property
+    def target_every(self) -> int:
+        return self.cfg.target_update
+
+    @property
+    def target_polyak(self) -> float:
+        return 1.0
+
+    def exploration(self, env_ticks: int, params: np.ndarray) -> float:
+        return epsilon_at(env_ticks, self.cfg)
+
+    def act_batch(self, output: np.ndarray, rng: np.random.Generator, *, explore: bool) -> np.ndarray:
+        # the greedy action; ε is each lane's own (it reads the weights' header)
+        return np.asarray(output).argmax(axis=1) + self.action_start
+
+    def export_module(self, model: "torch.nn.Module") -> "torch.nn.Module":
+        from nonstop.policies.models import FromObservations
+
+        return FromObservations(model, self.obs_shape)
+
+    def export_meta(self, model: "torch.nn.Module") -> dict[str, Any]:
+        n = int(self.action_space.n)
+        return {"output": {"name": "q_values", "shape": ["B", n], "dtype": "float32",
+                           "meaning": f"Q-value of each action; the greedy action is argmax + {self.action_start}"},
+                "action_space": {"type": "Discrete", "n": n, "start": self.action_start}, "n_actions": n}  # fmt: skip

@@ -4,8 +4,12 @@ Every learner loops::
 
     θ_v   <- newest published weights (a complete version v)      # SharedWeights
     batch <- replay.sample(B)
-    g     <- ∇ DQN loss at θ_v                                     # takes τ_L
-    apply g to the master parameters, then publish θ_{v'}          # how: the mode
+    g     <- ∇ the algorithm's loss at θ_v                         # takes τ_L (`Algorithm.backward`)
+    apply g to the master parameters, the target rule,             # how: the mode
+    then publish θ_{v'}
+
+Learners know no algorithm: an `nonstop.learning.algos.Algorithm` builds their networks and writes
+the gradient; the target rule is its data (``target_rule()``).
 
 Modes:
 
@@ -43,7 +47,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from nonstop.learning.dqn import DQNConfig, apply_gradient, build_q_network, compute_gradient
+from nonstop.learning.algos import AlgoConfig, algorithm_of
+from nonstop.learning.dqn import apply_gradient, flat_gradient
 from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import _HDR, SharedWeights, TrainingState, _Segment, load_flat
 from nonstop.realtime.clock import WallClock
@@ -62,12 +67,12 @@ def check_mode(mode: str, n_learners: int) -> None:
         raise ValueError(f"n_learners must be an integer >= 1, got {n_learners!r}")
 
 
-def ready_to_learn(replay: ReplayBuffer, cfg: DQNConfig) -> bool:
+def ready_to_learn(replay: ReplayBuffer, cfg: AlgoConfig) -> bool:
     """Whether the replay holds enough transitions (``learning_starts``, at least 2) to learn from."""
     return replay.transitions_written >= max(cfg.learning_starts, 2)
 
 
-def updates_ahead(state: TrainingState, replay: ReplayBuffer, cfg: DQNConfig, in_flight: int = 0) -> bool:
+def updates_ahead(state: TrainingState, replay: ReplayBuffer, cfg: AlgoConfig, in_flight: int = 0) -> bool:
     """More updates (applied, plus ``in_flight`` gradients that will be) than ``updates_per_transition``
     allows for the transitions so far: learners then pause (on the wall clock leaving the cores to the
     world and to inference; on the virtual clock keeping the updates-per-transition ratio exact)."""
@@ -127,19 +132,23 @@ class GradientSlots(_Segment):
 
 
 class Learner:
-    """One learner's own networks and random stream (lives in the learner's process)."""
+    """One learner's own networks and random stream (lives in the learner's process).
 
-    def __init__(self, index: int, obs_shape: tuple[int, ...], n_actions: int, cfg: DQNConfig,
+    ``action_space``: the world's (an int ``n``: ``Discrete(n)``); ``cfg``: the algorithm's config
+    (`DQNConfig`, `SACConfig`), which names the algorithm."""
+
+    def __init__(self, index: int, obs_shape: tuple[int, ...], action_space: Any, cfg: AlgoConfig,
                  state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, seed: int | None,
                  device: str = "cpu") -> None:  # fmt: skip
         from nonstop.inference.device import resolve_device
 
-        self.index, self.cfg = index, cfg
+        self.algo = algorithm_of(cfg, obs_shape, action_space)
+        self.index, self.cfg = index, self.algo.cfg
         self.state, self.weights, self.replay = state, weights, replay
         #: where the update runs: its online and target networks live there, batches go there from host replay
         self.device = resolve_device(device)
-        self.online = build_q_network(obs_shape, n_actions, cfg).to(self.device).train()
-        self.target = build_q_network(obs_shape, n_actions, cfg).to(self.device).eval()
+        self.online = self.algo.build_model().to(self.device).train()
+        self.target = self.algo.build_model().to(self.device).eval()
         self._flat = np.empty(weights.n_params, np.float32)
         self._target_version = -1
         self.rng = np.random.default_rng(seed)
@@ -164,7 +173,8 @@ class Learner:
             load_flat(self.online, self._flat)
         self._sync_target()
         self.gradients += 1
-        return compute_gradient(self.online, self.target, batch, self.cfg)
+        loss = self.algo.backward(self.online, self.target, batch)
+        return flat_gradient(self.online), float(loss)
 
     def _sync_target(self) -> None:
         for _ in range(100):
@@ -179,7 +189,7 @@ class Learner:
             return
 
 
-def apply(state: TrainingState, weights: SharedWeights, grad: np.ndarray, loss: float, cfg: DQNConfig) -> int:
+def apply(state: TrainingState, weights: SharedWeights, grad: np.ndarray, loss: float, cfg: AlgoConfig) -> int:
     state.loss = loss
     return apply_gradient(state, weights, grad, cfg)
 
@@ -193,7 +203,7 @@ class VirtualLearners:
     learner per tick). Learner i starts ``i·tau_l/N_L`` late, so updates interleave."""
 
     def __init__(self, clock: Any, tau_m: float, *, n_learners: int, mode: str, tau_l: float, learners: list[Learner],
-                 state: TrainingState, weights: SharedWeights, cfg: DQNConfig,
+                 state: TrainingState, weights: SharedWeights, cfg: AlgoConfig,
                  restart_budget: RestartBudget | None = None) -> None:  # fmt: skip
         check_mode(mode, n_learners)
         if not (tau_l >= 0 and np.isfinite(tau_l)):
@@ -302,7 +312,7 @@ class VirtualLearners:
 # ----------------------------------------------------------------------------- wall clock
 
 
-def _learner_main(index: int, n: int, mode: str, obs_shape: tuple[int, ...], n_actions: int, cfg_dict: dict,
+def _learner_main(index: int, n: int, mode: str, obs_shape: tuple[int, ...], action_space: Any, cfg: AlgoConfig,
                   state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, grads: GradientSlots | None,
                   seed: int | None, torch_threads: int, device: str = "cpu") -> None:  # fmt: skip
     hold_lifeline()  # a learner never outlives its trainer (it would pin every shared segment)
@@ -310,8 +320,7 @@ def _learner_main(index: int, n: int, mode: str, obs_shape: tuple[int, ...], n_a
     import torch
 
     torch.set_num_threads(torch_threads)
-    cfg = DQNConfig.from_dict(cfg_dict)
-    learner = Learner(index, obs_shape, n_actions, cfg, state, weights, replay, seed, device=device)
+    learner = Learner(index, obs_shape, action_space, cfg, state, weights, replay, seed, device=device)
     try:
         while not state.stop_requested:
             if not learner.ready or learner.ahead:
@@ -345,7 +354,7 @@ def _learner_main(index: int, n: int, mode: str, obs_shape: tuple[int, ...], n_a
 
 
 def _parallel_step(learner: Learner, index: int, n: int, state: TrainingState, weights: SharedWeights,
-                   grads: GradientSlots, cfg: DQNConfig) -> None:  # fmt: skip
+                   grads: GradientSlots, cfg: AlgoConfig) -> None:  # fmt: skip
     """All learners compute at the same version; learner 0 averages and applies."""
     round_ = state.turn  # counts finished rounds
     out = learner.gradient()
@@ -375,7 +384,7 @@ class LearnerProcesses:
     the others never wait on it.
     """
 
-    def __init__(self, *, n_learners: int, mode: str, obs_shape: tuple[int, ...], n_actions: int, cfg: DQNConfig,
+    def __init__(self, *, n_learners: int, mode: str, obs_shape: tuple[int, ...], n_actions: Any, cfg: AlgoConfig,
                  state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, seed: int | None = None,
                  torch_threads: int = 1, restart: bool = True, restart_budget: RestartBudget | None = None,
                  clock: Any = None, device: str = "cpu") -> None:  # fmt: skip
@@ -407,7 +416,7 @@ class LearnerProcesses:
     def _spawn(self, i: int) -> None:
         seed = None if self.seed is None else self.seed * 1000 + i + 7919 * self.restarts[i]
         target = functools.partial(
-            _learner_main, i, self.n, self.mode, self.obs_shape, self.n_actions, self.cfg.to_dict(),
+            _learner_main, i, self.n, self.mode, self.obs_shape, self.n_actions, self.cfg,
             self.state, self.weights, self.replay, self.grads, seed, self.torch_threads, self.device,
         )  # fmt: skip
         p = self._ctx.Process(target=target, name=f"nonstop-learner-{i}", daemon=True)

@@ -22,6 +22,10 @@ terminal observation, ``γ_i = 0`` when the env terminated (done masking) and
 ``γ^{n_i}`` when it was truncated (a time limit is not a terminal state). The β
 ticks of an episode before its first agent action belong to no decision.
 
+Actions are stored as the algorithm acts: a ``Discrete`` action as its int64 index (from 0), a ``Box``
+action as a float32 vector of the Box's shape (``ReplayBuffer.create(action_shape=...)``); the
+semi-MDP is the same for both.
+
 Frames are stored once: the host keeps a short ring of its recent observations
 (``history`` ticks, enough for the longest delay), and copies a frame into the
 replay only when a decision refers to it; transitions hold frame indices.
@@ -58,7 +62,7 @@ class Transition(NamedTuple):
     """One decision of the semi-MDP, frames named by tick (``TERMINAL``: the episode's terminal observation)."""
 
     s_tick: int
-    action: int
+    action: Any  # an index (Discrete) or a float32 vector (Box)
     reward: float
     discount: float
     n_ticks: int
@@ -85,7 +89,7 @@ class SemiMDPBuilder:
         tick: int,
         *,
         agent: bool,
-        action: int,
+        action: Any,
         obs_tick: int,
         reward: float,
         terminated: bool = False,
@@ -126,7 +130,15 @@ _COUNT, _FRAMES, _EPISODES, _TICKS, _AGENT, _DELAY_SUM = 0, 1, 2, 3, 4, 5
 EPISODE_RING: Final = 1024
 
 
-def _layout(capacity: int, frame_capacity: int, obs_shape: tuple[int, ...], dtype: np.dtype) -> tuple[dict, int]:
+def _action_column(action_shape: tuple[int, ...]) -> tuple[np.dtype, int]:
+    """The action column's dtype and numbers per row: an int64 index, or a float32 vector."""
+    if not action_shape:
+        return np.dtype(np.int64), 1
+    return np.dtype(np.float32), int(np.prod(action_shape, dtype=np.int64))
+
+
+def _layout(capacity: int, frame_capacity: int, obs_shape: tuple[int, ...], dtype: np.dtype,
+            action_shape: tuple[int, ...] = ()) -> tuple[dict, int]:  # fmt: skip
     offsets, off = {}, _HDR * 8
     frame_bytes = int(np.prod(obs_shape, dtype=np.int64)) * dtype.itemsize
 
@@ -139,17 +151,21 @@ def _layout(capacity: int, frame_capacity: int, obs_shape: tuple[int, ...], dtyp
     put("frames", frame_capacity * frame_bytes)
     put("frame_id", frame_capacity * 8)
     for name, dt in _T_COLS:
-        put(name, capacity * np.dtype(dt).itemsize)
+        if name == "action":
+            adt, per_row = _action_column(action_shape)
+            put(name, capacity * per_row * adt.itemsize)
+        else:
+            put(name, capacity * np.dtype(dt).itemsize)
     return offsets, off
 
 
-def replay_bytes(capacity: int, obs_shape: tuple[int, ...], dtype: Any = np.uint8) -> int:
+def replay_bytes(capacity: int, obs_shape: tuple[int, ...], dtype: Any = np.uint8, action_shape: tuple[int, ...] = ()) -> int:
     """Shared memory a replay of ``capacity`` transitions needs (frames stored once).
 
     >>> round(replay_bytes(1_000_000, (84, 84)) / 2**30, 2)  # the paper's 1M transitions of 84x84x1 frames
     7.43
     """
-    return _layout(capacity, _frame_capacity(capacity), tuple(obs_shape), np.dtype(dtype))[1]
+    return _layout(capacity, _frame_capacity(capacity), tuple(obs_shape), np.dtype(dtype), tuple(action_shape))[1]
 
 
 def _frame_capacity(capacity: int) -> int:
@@ -175,11 +191,11 @@ def _available_bytes() -> tuple[int, str]:
     return min(limits) if limits else (1 << 62, "unknown")
 
 
-def check_replay_fits(capacity: int, obs_shape: tuple[int, ...], dtype: Any) -> int:
+def check_replay_fits(capacity: int, obs_shape: tuple[int, ...], dtype: Any, action_shape: tuple[int, ...] = ()) -> int:
     """The replay's size in bytes, or `ReplayTooLargeError` (with the capacity that would fit)
     when it cannot fit in shared memory or RAM on this machine."""
     dtype = np.dtype(dtype)
-    need = replay_bytes(capacity, tuple(obs_shape), dtype)
+    need = replay_bytes(capacity, tuple(obs_shape), dtype, tuple(action_shape))
     have, where = _available_bytes()
     if need > have * 0.9:
         raise ReplayTooLargeError(
@@ -222,40 +238,49 @@ class ReplayBuffer(SharedSegment):
 
     _views = ("_hdr", "_words", "_ids", "frames", "frame_id", "_episodes")
 
-    def __init__(self, name: str, capacity: int, obs_shape: tuple[int, ...], dtype: str, *, _shm: Any = None) -> None:
+    def __init__(self, name: str, capacity: int, obs_shape: tuple[int, ...], dtype: str, *, _shm: Any = None,
+                 action_shape: tuple[int, ...] = ()) -> None:  # fmt: skip
         self.name, self.capacity, self.obs_shape, self.dtype = name, int(capacity), tuple(obs_shape), np.dtype(dtype)
+        #: one action's shape: ``()`` an int64 index (Discrete), ``(d,)`` a float32 vector (Box)
+        self.action_shape = tuple(int(d) for d in action_shape)
         self.frame_capacity = _frame_capacity(self.capacity)
         self._shm = _shm if _shm is not None else _attach(name)
         self._owner = _shm is not None
-        offsets, self.nbytes = _layout(self.capacity, self.frame_capacity, self.obs_shape, self.dtype)
+        offsets, self.nbytes = _layout(self.capacity, self.frame_capacity, self.obs_shape, self.dtype, self.action_shape)
         buf = self._shm.buf
         self._hdr = np.ndarray((_HDR,), np.int64, buf, 0)  # bulk access (checkpoints); ordering goes through _words
         self._words = SharedWords(buf, 0, _HDR)
         self.frames = np.ndarray((self.frame_capacity, *self.obs_shape), self.dtype, buf, offsets["frames"])
         self.frame_id = np.ndarray((self.frame_capacity,), np.int64, buf, offsets["frame_id"])
         self._ids = SharedWords(buf, offsets["frame_id"], self.frame_capacity)
-        self.cols = {n: np.ndarray((self.capacity,), dt, buf, offsets[n]) for n, dt in _T_COLS}
+        self.cols = {n: np.ndarray((self.capacity,), dt, buf, offsets[n]) for n, dt in _T_COLS if n != "action"}
+        self.cols["action"] = np.ndarray((self.capacity, *self.action_shape), _action_column(self.action_shape)[0], buf,
+                                         offsets["action"])  # fmt: skip
         self._episodes = np.ndarray((EPISODE_RING, 3), np.float64, buf, offsets["episodes"])
         self.dropped_recycled = 0
 
     @classmethod
-    def create(cls, *, capacity: int, obs_shape: tuple[int, ...], dtype: Any = np.uint8, check_memory: bool = True) -> "ReplayBuffer":
+    def create(cls, *, capacity: int, obs_shape: tuple[int, ...], dtype: Any = np.uint8, check_memory: bool = True,
+               action_shape: tuple[int, ...] = ()) -> "ReplayBuffer":  # fmt: skip
+        """A new replay (the caller owns it: ``unlink``). ``action_shape``: ``()`` for Discrete actions
+        (int64 indices), a Box's shape for continuous ones (float32 vectors)."""
         if not isinstance(capacity, (int, np.integer)) or isinstance(capacity, bool) or capacity < 1:
             raise ValueError(f"replay capacity must be a positive integer, got {capacity!r}")
         dtype = np.dtype(dtype)
         if dtype.kind not in "biuf":
             raise TypeError(f"replay frames must be numeric, got dtype {dtype}")
-        need = check_replay_fits(int(capacity), tuple(obs_shape), dtype) if check_memory else replay_bytes(
-            int(capacity), tuple(obs_shape), dtype
+        action_shape = tuple(action_shape)
+        need = check_replay_fits(int(capacity), tuple(obs_shape), dtype, action_shape) if check_memory else replay_bytes(
+            int(capacity), tuple(obs_shape), dtype, action_shape
         )
         shm = _new_segment(need, "replay")
-        rb = cls(shm.name, int(capacity), tuple(obs_shape), dtype.str, _shm=shm)
+        rb = cls(shm.name, int(capacity), tuple(obs_shape), dtype.str, _shm=shm, action_shape=action_shape)
         rb._hdr[:] = 0
         rb.frame_id[:] = -1
         return rb
 
     def __reduce__(self) -> tuple:
-        return (type(self), (self.name, self.capacity, self.obs_shape, self.dtype.str))
+        return (_attach_replay, (self.name, self.capacity, self.obs_shape, self.dtype.str, self.action_shape))
 
     # ---------------------------------------------------------------- writer side
     @property
@@ -307,7 +332,7 @@ class ReplayBuffer(SharedSegment):
         rows = self._episodes[[i % EPISODE_RING for i in range(max(first, n - EPISODE_RING), n)]]
         return [(i, int(e), float(r), int(length)) for i, (e, r, length) in zip(range(max(first, n - EPISODE_RING), n), rows)]
 
-    def add_transition(self, s_frame: int, action: int, reward: float, discount: float, n_ticks: int, next_frame: int) -> None:
+    def add_transition(self, s_frame: int, action: Any, reward: float, discount: float, n_ticks: int, next_frame: int) -> None:
         count = self._words.load(_COUNT, RELAXED)  # the one writer's own word
         i = count % self.capacity
         c = self.cols
@@ -380,6 +405,12 @@ class ReplayBuffer(SharedSegment):
         self.cols = {}  # the transition columns' views: no columns once closed
 
 
+def _attach_replay(name: str, capacity: int, obs_shape: tuple[int, ...], dtype: str,
+                   action_shape: tuple[int, ...]) -> ReplayBuffer:  # fmt: skip
+    """A `ReplayBuffer` attached by name in another process (what unpickling one does)."""
+    return ReplayBuffer(name, capacity, obs_shape, dtype, action_shape=action_shape)
+
+
 # ----------------------------------------------------------------------------- host side
 
 
@@ -398,6 +429,8 @@ class ReplayRecorder:
         self.replay, self.gamma, self.history = replay, float(gamma), history
         #: the action space's first action (``Discrete.start``): the replay stores Q-value indices from 0
         self.action_start = int(action_start)
+        #: how an applied agent action is stored: a Discrete index from 0, or a Box's float32 vector
+        self._vector = bool(replay.action_shape)
         self._init()
 
     def _init(self) -> None:
@@ -415,6 +448,7 @@ class ReplayRecorder:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self._vector = bool(self.replay.action_shape)
         self._init()
 
     def on_observation(self, tick: int, obs: np.ndarray) -> None:
@@ -436,7 +470,7 @@ class ReplayRecorder:
             self.replay.add_episode(tick, self._return, self._length)
             self._return, self._length = 0.0, 0
         done = self.builder.on_tick(
-            tick, agent=agent, action=int(action) - self.action_start if agent else 0, obs_tick=obs_tick, reward=reward,
+            tick, agent=agent, action=self._stored_action(action) if agent else 0, obs_tick=obs_tick, reward=reward,
             terminated=terminated, truncated=truncated,
         )  # fmt: skip
         for tr in done:
@@ -453,6 +487,12 @@ class ReplayRecorder:
         elif len(self._stored) > 2 * self.history:
             lo = tick - self.history
             self._stored = {k: v for k, v in self._stored.items() if k >= lo}
+
+    def _stored_action(self, action: Any) -> Any:
+        """The applied action as the replay stores it (a copy: the host may reuse its array)."""
+        if self._vector:
+            return np.array(action, np.float32).reshape(self.replay.action_shape)
+        return int(action) - self.action_start
 
     def _frame(self, tick: int) -> int | None:
         if tick == TERMINAL:

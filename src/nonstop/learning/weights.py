@@ -13,7 +13,8 @@ Two stores, both flat ``float32`` vectors of a model's parameters:
   (the protocol is in `nonstop.realtime.atomics`), and publishers take a
   `RobustLock` in the header, so any number of learners may publish and one
   killed mid-publish cannot stop the others. The header also carries the
-  exploration rate ε the trainer sets.
+  algorithm's exploration figure the trainer sets (``exploration``: DQN's ε,
+  which its workers read; SAC's α, for the progress line).
 * `TrainingState` — what learners update: the master parameters, Adam's two
   moment vectors, the target network's parameters (a seqlock: `write_target`,
   `read_target_into`) and the atomic counters that order updates (``updates``,
@@ -139,7 +140,17 @@ class SharedWeights(_Segment):
         return self._hdr.load(_DONE)
 
     @property
+    def exploration(self) -> float:
+        """The algorithm's exploration figure (`nonstop.learning.algos.Algorithm.exploration`)."""
+        return float(self._hdr_f[_EPS])
+
+    @exploration.setter
+    def exploration(self, value: float) -> None:
+        self._hdr_f[_EPS] = value
+
+    @property
     def epsilon(self) -> float:
+        """DQN's name for `exploration`: the ε its workers explore with."""
         return float(self._hdr_f[_EPS])
 
     @epsilon.setter
@@ -280,15 +291,21 @@ class TrainingState(_Segment):
         self._hdr.store(_TURN, round_ + 1, RELEASE)
 
     # ---------------------------------------------------------------- the target network
-    def write_target(self) -> int:
-        """Copy the master parameters into the target network (a seqlock write; one writer at a
-        time). Returns the new even target version."""
+    def write_target(self, polyak: float = 1.0) -> int:
+        """Move the target network toward the master parameters, ``target ← (1 − ρ)·target + ρ·params``
+        with ``ρ = polyak`` (1: a copy, DQN's; SAC's τ = 0.005: Polyak averaging), as a seqlock write, one
+        writer at a time. Returns the new even target version."""
+        if not 0.0 < polyak <= 1.0:
+            raise ValueError(f"polyak must be in (0, 1], got {polyak!r}")
         hdr = self._hdr
         with self._target_lock:
             odd = hdr.load(_TARGET_VERSION, RELAXED) // 2 * 2 + 1  # from the word: a writer killed mid-copy left it odd
             hdr.store(_TARGET_VERSION, odd, RELAXED)
             fence(RELEASE)
-            self.target[:] = self.params
+            if polyak == 1.0:
+                self.target[:] = self.params
+            else:
+                self.target += np.float32(polyak) * (self.params - self.target)
             hdr.store(_TARGET_VERSION, odd + 1, RELEASE)
         return odd + 1
 
