@@ -192,3 +192,26 @@ def test_the_replay_stores_the_observation_the_actor_saw() -> None:
         import pickle
 
         pickle.dumps(recorder)
+
+
+def test_train_delay_aware_feeds_the_actor_and_the_replay_the_buffer() -> None:
+    from nonstop.experiment.config import TrainConfig
+    from nonstop.experiment.run import Run
+    from nonstop.learning.dqn import DQNConfig
+
+    small = DQNConfig.for_family("classic", replay_capacity=2000, learning_starts=100, batch_size=8, hidden=(16,))
+    cfg = TrainConfig(env="CartPole-v1", clock="virtual", seconds=8.0, latency="3t", delay_aware=True, dqn=small)
+    run = Run(cfg)
+    assert run.spec.inflight_k == 3 and run.obs_shape == (4 + 3 * 4,)  # 3 slots of (one-hot of 2, due, age)
+    try:
+        run.build().start()
+        run.advance(8.0)
+        replay = run.learning.replay
+        n = replay.size
+        assert n > 100
+        ages = replay.frames[replay.cols["s_frame"][:n] % replay.frame_capacity][:, 4:].reshape(n, 3, 4)[:, :, -1]
+        assert (ages == [1, 2, 3]).all(axis=1).mean() > 0.5  # the buffer the pool's workers handed the actor
+    finally:
+        run.teardown()
+    with pytest.raises(ValueError, match="--delay-aware"):
+        TrainConfig(env="CartPole-v1", delay_aware=True, self_play=True)

@@ -22,6 +22,8 @@ HELP = "train DQN in a realtime world: staggered inference, asynchronous learner
 _RUN_FIELDS = ("env", "clock", "seconds", "interaction", "scheduler", "n_inference", "latency", "default", "n_learners",
                "learner_mode", "tau_l", "learner_backend", "backend", "ray_address", "trim_above", "max_restarts",
                "restart_window", "device", "dtype", "batch_curve", "max_batch")  # fmt: skip
+#: learning that pays for delay: the actor and critic see the actions in flight (any --algo)
+_DELAY_FIELDS = ("delay_aware",)
 _SELF_PLAY_FIELDS = ("opponents", "snapshot_every", "pool_size", "opponent_latency")
 _RECORD_FIELDS = ("out", "episodes", "progress_every", "checkpoint_every", "keep_checkpoints",
                   "checkpoint_replay")  # fmt: skip
@@ -53,6 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("self-play (a two-seat world: the learner against a pool of its own past snapshots)")
     add_fields(g, TrainConfig, ("self_play",))
     add_fields(g, TrainConfig, _SELF_PLAY_FIELDS, unset=_SELF_PLAY_FIELDS, shown_as={"opponent_latency": "--latency"})
+    add_fields(p, TrainConfig, _DELAY_FIELDS)
     add_dqn_arguments(p)
     add_fields(p, TrainConfig, ("seed",))
     add_fields(p, RecordConfig, _RECORD_FIELDS, types={"out": str, "episodes": int})
@@ -118,7 +121,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
     family = env_info(args.env, **given_env).family  # with its arguments: a Game Boy world finds its ROM by rom=PATH
     dqn = DQNConfig.for_family(family, **overrides)
     env_kwargs = {**default_env_kwargs(family), **given_env}
-    run = {name: getattr(args, name) for name in _RUN_FIELDS if getattr(args, name, None) is not None}
+    run = {name: getattr(args, name) for name in (*_RUN_FIELDS, *_DELAY_FIELDS) if getattr(args, name, None) is not None}
     run.pop("trim_above", None)
     try:
         scheduler_args = parse_env_args(getattr(args, "scheduler_arg", None))  # KEY=VALUE, values read as JSON
@@ -192,7 +195,7 @@ def resumed_config(args: argparse.Namespace, out: Any) -> tuple[Any, list[str]]:
     saved = read_config(out)
     typed = given_flags(args)
     fresh = config_from_args(args).to_dict()
-    keys = {name for name in (*_RUN_FIELDS, *_SELF_PLAY_FIELDS, "self_play", "seed") if name in typed}
+    keys = {name for name in (*_RUN_FIELDS, *_DELAY_FIELDS, *_SELF_PLAY_FIELDS, "self_play", "seed") if name in typed}
     keys |= {"env_kwargs"} if "env_arg" in typed else set()
     keys |= {"scheduler_args"} if "scheduler_arg" in typed else set()
     merged = {**saved, **{k: fresh[k] for k in keys if k in fresh}}

@@ -119,6 +119,10 @@ class TrainConfig:
     algo_settings: Any = field(default=None, metadata=_help(
         "the settings of an --algo other than dqn, whose are `dqn` (its config dataclass, or its dict; None: the env "
         "family's)"))
+    delay_aware: bool = field(default=False, metadata=_help(
+        "the learner's actor and critic see, beside the observation, the actions in flight (the K = ⌈max latency in "
+        "ticks⌉ newest decisions, each with its ticks to apply and its age; nonstop.inference.inflight), exactly as "
+        "the inference pool knows them; any --algo, vector observations"))
     self_play: bool = field(default=False, metadata=_help(
         "a two-seat world: the learner plays the first seat, a snapshot of its past self the second; RUN/matches.csv "
         "records every match"))
@@ -178,6 +182,11 @@ class TrainConfig:
         _one_of("algo", self.algo, tuple(names("algo")), what="unknown --algo {value!r}: use one of {names}")
         if not isinstance(self.self_play, bool):
             raise TypeError(f"self_play must be True or False, got {self.self_play!r}")
+        if not isinstance(self.delay_aware, bool):
+            raise TypeError(f"delay_aware must be True or False, got {self.delay_aware!r}")
+        if self.delay_aware and (self.self_play or self.inference_backend not in ("thread", "process")):
+            raise ValueError("--delay-aware runs the learner's own pool with thread or process workers (its action "
+                             "buffer lives beside the host): leave out --self-play and --backend batched/ray")  # fmt: skip
         _one_of("opponents", self.opponents, OPPONENT_WEIGHTINGS)
         if not (isinstance(self.snapshot_every, (int, float)) and self.snapshot_every > 0 and math.isfinite(self.snapshot_every)):
             raise ValueError(f"snapshot_every must be a positive number of world seconds, got {self.snapshot_every!r}")

@@ -35,12 +35,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
-from nonstop.inference.inflight import ActionBuffer
+from nonstop.inference.inflight import ActionBuffer, buffer_slots
 from nonstop.learning.replay import TERMINAL, ReplayBuffer, ReplayRecorder
 
-__all__ = ["InFlightRecorder"]
+__all__ = ["InFlightRecorder", "delay_aware_space", "in_flight_recorder"]
 
 
 class InFlightRecorder(ReplayRecorder):
@@ -91,3 +92,27 @@ class InFlightRecorder(ReplayRecorder):
                 return None
             fid = self._stored[tick] = self.replay.add_frame(self._augmented(self._ring[slot], tick))
         return fid
+
+
+def delay_aware_space(obs_space: gym.Space, action_space: gym.Space, max_latency_s: float, tau_m: float
+                      ) -> tuple[gym.spaces.Box, int]:  # fmt: skip
+    """``--delay-aware``: the observation space an actor and its critic see (the world's, flattened, then
+    ``K`` slots of the action buffer, float32) and ``K`` (the latency's declared maximum in ticks)."""
+    k = buffer_slots(max_latency_s, tau_m)
+    buf = ActionBuffer(action_space, k=k)
+    shape = buf.augmented_shape(tuple(obs_space.shape or ()))
+    low = np.full(shape, -np.inf, np.float32)
+    low[: shape[0] - buf.width] = np.asarray(getattr(obs_space, "low", -np.inf), np.float32).reshape(-1)
+    high = np.full(shape, np.inf, np.float32)
+    high[: shape[0] - buf.width] = np.asarray(getattr(obs_space, "high", np.inf), np.float32).reshape(-1)
+    return gym.spaces.Box(low, high, shape, np.float32), k
+
+
+def in_flight_recorder(k: int, action_space: gym.Space, replay: ReplayBuffer, *, gamma: float, history: int,
+                       action_start: int) -> tuple[ActionBuffer | None, ReplayRecorder]:  # fmt: skip
+    """The learner's action buffer and the recorder that fills its replay: with ``k`` slots (``--delay-aware``)
+    an `InFlightRecorder` reading the buffer; with ``k = 0`` no buffer and a plain `ReplayRecorder`."""
+    if not k:
+        return None, ReplayRecorder(replay, gamma=gamma, history=history, action_start=action_start)
+    buf = ActionBuffer(action_space, k=k)
+    return buf, InFlightRecorder(replay, buf, gamma=gamma, history=history, action_start=action_start)
