@@ -215,3 +215,20 @@ def test_train_delay_aware_feeds_the_actor_and_the_replay_the_buffer() -> None:
         run.teardown()
     with pytest.raises(ValueError, match="--delay-aware"):
         TrainConfig(env="CartPole-v1", delay_aware=True, self_play=True)
+
+
+def test_observation_framed_transitions_close_on_the_terminal_observation() -> None:
+    from nonstop.learning.inflight import ObservationFramedBuilder
+    from nonstop.learning.replay import TERMINAL
+
+    b = ObservationFramedBuilder(gamma=0.5)
+    got = []
+    # decisions on observations 0 (lands at 2) and 1 (lands at 3); a late one on 0 (lands at 4); the episode ends at 5
+    for t, r in zip(range(1, 6), [1.0, 2.0, 4.0, 8.0, 16.0]):
+        got += b.on_tick(t, agent=t in (2, 3, 4), action=t, obs_tick={2: 0, 3: 1, 4: 0}.get(t, -1), reward=r,
+                         terminated=t == 5)  # fmt: skip
+    assert [(x.s_tick, x.action, x.reward, x.discount, x.n_ticks, x.next_tick) for x in got] == [
+        (0, 2, 1.0, 0.5, 1, 1),  # the reward of tick 1 only
+        (1, 3, 2.0 + 0.5 * 4.0 + 0.25 * 8.0 + 0.125 * 16.0, 0.0, 4, TERMINAL),  # ticks 2..5, terminated: no bootstrap
+    ]
+    assert b.out_of_order == 1 and b.episode == 1

@@ -69,7 +69,8 @@ class LearningCore(Part):
         #: ``--delay-aware``: the learner's pool's action buffer, which the recorder reads (None: off)
         self.inflight, self.recorder = in_flight_recorder(run.spec.inflight_k, self.action_space, self.replay,
                                                           gamma=self.settings.gamma, history=history,
-                                                          action_start=self.algorithm.action_start)  # fmt: skip
+                                                          action_start=self.algorithm.action_start,
+                                                          framing=getattr(self.algorithm, "reward_framing", "action"))  # fmt: skip
         #: whether `load_state_dict` found the replay in the checkpoint
         self.replay_restored = False
         #: called before the host's parameters are read (a learner that keeps them elsewhere writes them back)

@@ -101,7 +101,8 @@ def _learner_settings(cfg: "TrainConfig", spec: WorldSpec) -> None:
     algo = lookup("algo", cfg.algo)
     spec.settings = algo.settings(getattr(cfg, algo.settings_field), spec.family)
     spec.latency = parse_latency(cfg.latency, tick_hz=spec.tick_hz)
-    if getattr(cfg, "delay_aware", False):  # the actor and critic see the actions in flight
+    # the actor and critic see the actions in flight (RTAC and DCAC always do)
+    if getattr(cfg, "delay_aware", False) or getattr(algo, "needs_action_buffer", False):
         from nonstop.learning.inflight import delay_aware_space
 
         spec.obs_space, spec.inflight_k = delay_aware_space(spec.obs_space, spec.action_space, spec.latency.max_hint,
