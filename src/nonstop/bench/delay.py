@@ -29,7 +29,7 @@ import numpy as np
 
 __all__ = ["DESCRIPTION", "BUDGETS", "add_arguments", "run", "render", "run_cell", "interval", "recovered"]
 
-DESCRIPTION = "return with 95% intervals, inaction and delay of SAC, delay-aware SAC, RTAC and DCAC at model latencies of 1-6 ticks (virtual clock)"
+DESCRIPTION = "return with 95-percent intervals, inaction and delay of SAC, delay-aware SAC, RTAC and DCAC at model latencies of 1-6 ticks (virtual clock)"
 
 #: each budget's grid (a flag given beside ``--budget`` wins)
 BUDGETS: dict[str, dict[str, Any]] = {
