@@ -1,7 +1,8 @@
 """``nonstop train``: a realtime training run a user can start, watch, stop and resume.
 
 The flags are `TrainConfig`'s and `RecordConfig`'s fields (`nonstop.experiment.config`,
-`nonstop.experiment.record`) and `DQNConfig`'s, defaults and help taken from them; the work is
+`nonstop.experiment.record`) and each algorithm's config's (``--algo``: `DQNConfig`, `SACConfig`),
+defaults and help taken from them; the work is
 `nonstop.experiment.record.train_in_directory`. ``nonstop report RUN`` plots a run.
 """
 
@@ -15,9 +16,10 @@ from typing import Any
 
 from nonstop.commands._flags import add_fields, arg_type, shown
 
-__all__ = ["HELP", "add_arguments", "run", "config_from_args", "record_from_args", "add_dqn_arguments"]
+__all__ = ["HELP", "add_arguments", "run", "config_from_args", "record_from_args", "add_dqn_arguments",
+           "add_algo_arguments"]
 
-HELP = "train DQN in a realtime world: staggered inference, asynchronous learners"
+HELP = "train DQN or SAC in a realtime world: staggered inference, asynchronous learners"
 
 _RUN_FIELDS = ("env", "clock", "seconds", "interaction", "scheduler", "n_inference", "latency", "default", "n_learners",
                "learner_mode", "tau_l", "learner_backend", "backend", "ray_address", "trim_above", "max_restarts",
@@ -56,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_fields(g, TrainConfig, ("self_play",))
     add_fields(g, TrainConfig, _SELF_PLAY_FIELDS, unset=_SELF_PLAY_FIELDS, shown_as={"opponent_latency": "--latency"})
     add_fields(p, TrainConfig, _DELAY_FIELDS)
-    add_dqn_arguments(p)
+    add_algo_arguments(p)
     add_fields(p, TrainConfig, ("seed",))
     add_fields(p, RecordConfig, _RECORD_FIELDS, types={"out": str, "episodes": int})
     p.add_argument("--resume", nargs="?", const=True, default=False, metavar="RUN",
@@ -87,39 +89,102 @@ def add_dqn_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: none)")  # fmt: skip
     group = p.add_argument_group("DQN settings (defaults: the paper's; the env family may override, see DQNConfig.for_family)")
     for f in fields(DQNConfig):
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default
         by_family = ", ".join(f"{family} {values[f.name]!r}" for family, values in FAMILY_DEFAULTS.items()
-                              if f.name in values and values[f.name] != default)  # fmt: skip
-        text = f"{f.metadata.get('help', '')} (default: {shown(default)}{'; ' + by_family if by_family else ''})"
-        text = text.replace("%", "%%")
-        if isinstance(default, bool):
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
-        elif isinstance(default, tuple):
-            group.add_argument(flag, type=int, nargs="+", default=None, metavar="N", help=text)
-        else:
-            type_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-            kind = {"float": float, "int": int, "str": str}[type_name]
-            group.add_argument(flag, type=kind, default=None, metavar=kind.__name__.upper(), help=text)
+                              if f.name in values and values[f.name] != f.default)  # fmt: skip
+        _add_setting(group, f, f.default, by_family)
 
 
-def config_from_args(args: argparse.Namespace) -> Any:
-    """The `TrainConfig` the flags describe (the env family's DQN defaults under the flags given)."""
-    from nonstop.envs import env_info
-    from nonstop.envs.registry import parse_env_args
-    from nonstop.experiment.config import TrainConfig, default_env_kwargs
+def add_algo_arguments(p: argparse.ArgumentParser) -> None:
+    """``--algo`` (the registry's algorithms) and one flag per setting of each algorithm's config: DQN's
+    group first (`add_dqn_arguments`), then each other algorithm's settings that no group before it has.
+    A flag left out keeps the env family's value, so every setting's parsed default is None.
+
+    >>> p = argparse.ArgumentParser()
+    >>> add_algo_arguments(p)
+    >>> a = p.parse_args(["--algo", "sac", "--tau", "0.01", "--lr", "1e-3"])
+    >>> (a.algo, a.tau, a.lr, a.gamma)
+    ('sac', 0.01, 0.001, None)
+    """
+    from nonstop.experiment.config import TrainConfig
+    from nonstop.experiment.registry import lookup, names
+
+    add_fields(p, TrainConfig, ("algo",))
+    for action in p._actions:
+        if action.dest == "algo":
+            action.choices = names("algo")
+    add_dqn_arguments(p)
+    taken = {a.dest for a in p._actions}
+    for name in names("algo"):
+        cls = lookup("algo", name).config_class
+        mine = [f for f in fields(cls) if f.name not in taken]
+        shared = [f for f in fields(cls) if f.name in taken and f.name != "algo"]
+        if not mine and not shared:
+            continue
+        defaults = ", ".join(f"{f.name} {shown(f.default)}" for f in shared if f.default is not None)
+        group = p.add_argument_group(f"{name.upper()} settings (--algo {name}; the flags above that it shares take "
+                                     f"its own defaults: {defaults})".replace("%", "%%"))  # fmt: skip
+        for f in mine:
+            _add_setting(group, f, f.default, "")
+            taken.add(f.name)
+
+
+def _add_setting(group: Any, f: Any, default: Any, by_family: str) -> None:
+    """One algorithm setting's flag (its parsed default None: the env family's value stands)."""
+    flag = "--" + f.name.replace("_", "-")
+    text = f"{f.metadata.get('help', '')} (default: {shown(default)}{'; ' + by_family if by_family else ''})"
+    text = text.replace("%", "%%")
+    if isinstance(default, bool):
+        group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+    elif isinstance(default, tuple):
+        group.add_argument(flag, type=int, nargs="+", default=None, metavar="N", help=text)
+    else:
+        type_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        kind = {"float": float, "int": int, "str": str}[type_name]
+        group.add_argument(flag, type=kind, default=None, metavar=kind.__name__.upper(), help=text)
+
+
+def _setting_names() -> set[str]:
+    """Every algorithm's settings' names (each one flag)."""
+    from nonstop.experiment.registry import lookup, names
+
+    return {f.name for name in names("algo") for f in fields(lookup("algo", name).config_class)}
+
+
+def algo_settings_from_args(args: argparse.Namespace, family: str) -> tuple[Any, Any]:
+    """The chosen algorithm and its settings: the env family's defaults under the flags given (and a
+    DQN ``--preset``); a flag of another algorithm's settings is one line."""
+    from nonstop.experiment.registry import lookup
     from nonstop.learning.dqn import PAPER_PRESETS, DQNConfig
 
-    if not (args.seconds > 0 and math.isfinite(args.seconds)):  # named as the flag, before anything is built
-        raise ValueError(f"--seconds must be a positive number of seconds, got {args.seconds}")
-    preset = PAPER_PRESETS[args.preset] if getattr(args, "preset", None) else {}
-    given = {f.name: getattr(args, f.name) for f in fields(DQNConfig) if getattr(args, f.name, None) is not None}
+    algo = lookup("algo", getattr(args, "algo", None) or "dqn")
+    cls = algo.config_class
+    mine = {f.name for f in fields(cls)}
+    given = {n: getattr(args, n) for n in sorted(_setting_names()) if getattr(args, n, None) is not None}
+    foreign = [n for n in given if n not in mine]
+    if foreign:
+        flags = ", ".join("--" + n.replace("_", "-") for n in foreign)
+        raise ValueError(f"{flags}: not a setting of --algo {algo.name} (its settings: {cls.__name__})")
+    preset_name = getattr(args, "preset", None)
+    if preset_name and cls is not DQNConfig:
+        raise ValueError(f"--preset {preset_name} is the paper's DQN settings: it does not apply to --algo {algo.name}")
+    preset = PAPER_PRESETS[preset_name] if preset_name else {}
     overrides = {**preset, **given}
     if isinstance(overrides.get("hidden"), list):
         overrides["hidden"] = tuple(overrides["hidden"])
+    return algo, cls.for_family(family, **overrides)
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    """The `TrainConfig` the flags describe (the env family's defaults of ``--algo``'s settings under the flags given)."""
+    from nonstop.envs import env_info
+    from nonstop.envs.registry import parse_env_args
+    from nonstop.experiment.config import TrainConfig, default_env_kwargs
+
+    if not (args.seconds > 0 and math.isfinite(args.seconds)):  # named as the flag, before anything is built
+        raise ValueError(f"--seconds must be a positive number of seconds, got {args.seconds}")
     given_env = parse_env_args(getattr(args, "env_arg", None))
     family = env_info(args.env, **given_env).family  # with its arguments: a Game Boy world finds its ROM by rom=PATH
-    dqn = DQNConfig.for_family(family, **overrides)
+    algo, settings = algo_settings_from_args(args, family)
     env_kwargs = {**default_env_kwargs(family), **given_env}
     run = {name: getattr(args, name) for name in (*_RUN_FIELDS, *_DELAY_FIELDS) if getattr(args, name, None) is not None}
     run.pop("trim_above", None)
@@ -127,8 +192,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         scheduler_args = parse_env_args(getattr(args, "scheduler_arg", None))  # KEY=VALUE, values read as JSON
     except ValueError as exc:
         raise ValueError(str(exc).replace("--env-arg", "--scheduler-arg")) from None
-    return TrainConfig(**run, env_kwargs=env_kwargs, dqn=dqn, seed=args.seed, scheduler_args=scheduler_args,
-                       **_self_play_settings(args), **_trim_setting(args))  # fmt: skip
+    return TrainConfig(**run, env_kwargs=env_kwargs, algo=algo.name, **{algo.settings_field: settings}, seed=args.seed,
+                       scheduler_args=scheduler_args, **_self_play_settings(args), **_trim_setting(args))  # fmt: skip
 
 
 def record_from_args(args: argparse.Namespace) -> Any:
@@ -189,23 +254,29 @@ def resumed_config(args: argparse.Namespace, out: Any) -> tuple[Any, list[str]]:
     """The run's saved config with the flags the user typed on top, and a line per override
     (``seconds: 4 → 10``). Whether an override is allowed is the run log's check (`check_compatible`)."""
     from nonstop.experiment.config import TrainConfig
-    from nonstop.learning.dqn import DQNConfig
+    from nonstop.experiment.registry import lookup
     from nonstop.learning.runlog import read_config
 
     saved = read_config(out)
     typed = given_flags(args)
+    algo = lookup("algo", saved.get("algo", "dqn"))  # a run written before --algo is a DQN run
+    if "algo" in typed and args.algo != algo.name:
+        raise ValueError(f"{out} is a --algo {algo.name} run: it resumes as one (start a new run for --algo {args.algo})")
+    args.algo = algo.name
     fresh = config_from_args(args).to_dict()
     keys = {name for name in (*_RUN_FIELDS, *_DELAY_FIELDS, *_SELF_PLAY_FIELDS, "self_play", "seed") if name in typed}
     keys |= {"env_kwargs"} if "env_arg" in typed else set()
     keys |= {"scheduler_args"} if "scheduler_arg" in typed else set()
     merged = {**saved, **{k: fresh[k] for k in keys if k in fresh}}
-    dqn_keys = {f.name for f in fields(DQNConfig) if f.name in typed or "preset" in typed}
-    merged["dqn"] = {**(saved.get("dqn") or {}), **{k: fresh["dqn"][k] for k in dqn_keys}}
+    field_name = algo.settings_field  # where the algorithm's settings are saved ("dqn" for DQN)
+    setting_keys = {f.name for f in fields(algo.config_class) if f.name in typed or "preset" in typed}
+    saved_settings = saved.get(field_name) or {}
+    merged[field_name] = {**saved_settings, **{k: fresh[field_name][k] for k in setting_keys}}
     cfg = TrainConfig(**merged)
     now = cfg.to_dict()
     lines = [f"{k}: {saved.get(k)!r} → {now.get(k)!r}" for k in sorted(keys) if saved.get(k) != now.get(k)]
-    lines += [f"dqn.{k}: {(saved.get('dqn') or {}).get(k)!r} → {now['dqn'][k]!r}" for k in sorted(dqn_keys)
-              if (saved.get("dqn") or {}).get(k) != now["dqn"][k]]  # fmt: skip
+    lines += [f"{algo.name}.{k}: {saved_settings.get(k)!r} → {now[field_name][k]!r}" for k in sorted(setting_keys)
+              if saved_settings.get(k) != now[field_name][k]]  # fmt: skip
     return cfg, lines
 
 

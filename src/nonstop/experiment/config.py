@@ -24,7 +24,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
-from nonstop.experiment.registry import names
+from nonstop.experiment.registry import lookup, names
 from nonstop.learning.dqn import DQNConfig
 
 __all__ = ["TrainConfig", "INTERACTIONS", "SELF_PLAY_KEYS", "OPPONENT_WEIGHTINGS", "default_env_kwargs",
@@ -180,6 +180,8 @@ class TrainConfig:
         if isinstance(self.dqn, dict):
             self.dqn = DQNConfig.from_dict(self.dqn)
         _one_of("algo", self.algo, tuple(names("algo")), what="unknown --algo {value!r}: use one of {names}")
+        if isinstance(self.algo_settings, dict):  # read from config.json: the algorithm's own config checks it
+            self.algo_settings = lookup("algo", self.algo).config_class.from_dict(self.algo_settings)
         if not isinstance(self.self_play, bool):
             raise TypeError(f"self_play must be True or False, got {self.self_play!r}")
         if not isinstance(self.delay_aware, bool):

@@ -1,17 +1,19 @@
 """A trained run's policy as an artifact anyone can run without nonstop (what ``nonstop export`` writes).
 
 A checkpoint holds the flat master parameters beside Adam's moments, the replay and nonstop's
-counters, readable only by nonstop. ``export`` rebuilds the run's network (from ``config.json``
-and the env's spaces), loads the newest readable checkpoint's parameters into it and writes
+counters, readable only by nonstop. ``export`` rebuilds the run's networks (its algorithm's, from
+``config.json`` and the env's spaces), loads the newest readable checkpoint's parameters into them and
+writes the actor only (`nonstop.learning.algos.Algorithm.export_module`: DQN's Q-network, SAC's
+deterministic actor ``tanh(μ(s))`` rescaled to the Box):
 
 * ``policy.torchscript.pt``: a TorchScript program, observations as the env gives them in (one, or
-  a batch), Q-values out, its preprocessing inside (``uint8`` frames → float32 ``/ 255``, channels
-  first; vectors cast to float32: `nonstop.policies.models.FromObservations`). ``torch.jit.load``
-  runs it; so does libtorch from C++;
-* ``policy.safetensors``: the network's weights by ``state_dict`` name, for rebuilding it elsewhere;
-* ``policy.json``: what goes in and comes out (observation shape and dtype, the preprocessing,
-  Q-values), the action space (action = ``start + argmax``), the layer recipe (the network, its
-  construction, the forward pass in words and every tensor's shape), the env and the DQN config.
+  a batch), the actor's output out (DQN: Q-values; SAC: the action), its preprocessing inside (``uint8``
+  frames → float32 ``/ 255``, channels first; vectors cast to float32:
+  `nonstop.policies.models.FromObservations`). ``torch.jit.load`` runs it; so does libtorch from C++;
+* ``policy.safetensors``: the actor's weights by ``state_dict`` name, for rebuilding it elsewhere;
+* ``policy.json``: what goes in and comes out (observation shape and dtype, the preprocessing, the
+  output), the action space (DQN: action = ``start + argmax``), the layer recipe (the network, its
+  construction, the forward pass in words and every tensor's shape), the env and the algorithm's config.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ _FORWARD = {
                     "maxpool(3, padded as the conv; stride 2, or 1 in 2xDeep's sequences 2-4 and 6) → 2 × [x + conv3x3(relu(conv3x3(relu(x))))]; "
                     "then relu → flatten → fc → relu → head",
     "MLP": "flatten → (linear → relu) for each hidden width → linear",
+    "DeterministicActor": "encoder (flatten; frames: the ResNet above, fc → relu → head of `features`) → actor: "
+                          "(linear → relu) for each hidden width → linear to 2·|A| → its first |A| are μ → "
+                          "tanh(μ) · scale + bias",
 }  # fmt: skip
 
 
@@ -63,43 +68,44 @@ def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dic
     """Write the run's policy into ``out_dir`` (default ``RUN/export``); return what was written."""
     import warnings
 
-    import gymnasium
     import torch
     from safetensors.torch import save as safetensors_bytes
 
     from nonstop._io import atomic_file, write_atomic
     from nonstop.envs import make_env
     from nonstop.experiment import TrainConfig
+    from nonstop.experiment.registry import lookup
     from nonstop.learning.checkpoint import latest_checkpoint
-    from nonstop.learning.dqn import build_q_network
     from nonstop.learning.runlog import read_config
     from nonstop.learning.weights import load_flat
-    from nonstop.policies.models import FromObservations
 
     root = Path(run_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"no run directory at {root} (write one with `nonstop train --out {root}`)")
     cfg = TrainConfig(**read_config(root))
-    dqn = cfg.dqn
-    if dqn is None:  # a run writes the DQN settings it resolved into config.json
-        raise ValueError(f"{root}/config.json has no DQN settings: it was not written by `nonstop train`")
+    algo_class = lookup("algo", cfg.algo)  # a run written before --algo is a DQN run
+    settings = getattr(cfg, algo_class.settings_field)
+    if settings is None:  # a run writes the settings it resolved into config.json
+        raise ValueError(f"{root}/config.json has no {algo_class.name.upper()} settings: it was not written by "
+                         "`nonstop train`")  # fmt: skip
     ckpt = latest_checkpoint(root)
     if ckpt is None:
         raise FileNotFoundError(f"{root} has no checkpoint to export")
     probe = make_env(cfg.env, **cfg.env_kwargs)
     obs_space, action_space = probe.observation_space, probe.action_space
     probe.close()
-    if obs_space.shape is None or not isinstance(action_space, gymnasium.spaces.Discrete):  # what train accepted
-        raise TypeError(f"{cfg.env}: a DQN policy needs array observations and a Discrete action space, "
-                        f"got {obs_space} and {action_space}")  # fmt: skip
-    obs_shape, n_actions = tuple(obs_space.shape), int(action_space.n)
-    model = build_q_network(obs_shape, n_actions, dqn)
+    algo_class.check_spaces(obs_space, action_space, cfg.env)  # what train accepted
+    obs_shape = tuple(obs_space.shape or ())
+    algo = settings.algorithm(obs_shape, action_space)
+    model = algo.build_model()
     params = ckpt.state["params"]
     n = sum(p.numel() for p in model.parameters())
     if params.numel() != n:
         raise ValueError(f"{ckpt.path} holds {params.numel():,} parameters; the network of {root}/config.json has {n:,}")
     load_flat(model, params.numpy())
     model.eval()
+    exported = algo.export_module(model).eval()  # the actor only, its preprocessing inside
+    actor = exported.net  # what the weights file holds (DQN: the Q-network itself)
     out = Path(out_dir) if out_dir is not None else root / "export"
     out.mkdir(parents=True, exist_ok=True)
     written = {"program": out / PROGRAM, "weights": out / WEIGHTS, "meta": out / META}
@@ -107,11 +113,11 @@ def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dic
         # torch 2.13 marks TorchScript deprecated in favour of torch.export, whose saved programs it does
         # not promise to load in later versions; a TorchScript archive also runs in libtorch (C++)
         warnings.filterwarnings("ignore", message=r".*torch\.jit\.\w+. is deprecated", category=DeprecationWarning)
-        program = torch.jit.script(FromObservations(model, obs_shape))
+        program = torch.jit.script(exported)
         with atomic_file(written["program"]) as f:
             torch.jit.save(program, f)
-    state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
-    write_atomic(written["weights"], safetensors_bytes(state, metadata={"format": "pt", "network": type(model).__name__}))
+    state = {k: v.detach().clone().contiguous() for k, v in actor.state_dict().items()}
+    write_atomic(written["weights"], safetensors_bytes(state, metadata={"format": "pt", "network": type(actor).__name__}))
     dtype = str(obs_space.dtype)
     frames = len(obs_shape) > 1
     if dtype == "uint8" and frames:
@@ -119,18 +125,20 @@ def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dic
                          "channels-first: the network sees (B, C, H, W) in [0, 1]")  # fmt: skip
     else:
         preprocessing = "cast to float32"
+    own = algo.export_meta(model)
     meta = {
         "format": "nonstop-policy/1",
         "program": PROGRAM, "weights": WEIGHTS,
         "input": {"name": "obs", "shape": list(obs_shape), "dtype": dtype,
-                  "batch": "optional leading axis: (B, *shape) gives B rows of Q-values, one observation gives 1",
+                  "batch": "optional leading axis: (B, *shape) gives B rows of output, one observation gives 1",
                   "preprocessing": preprocessing + " (inside the program; do it yourself with the safetensors weights)"},
-        "output": {"name": "q_values", "shape": ["B", n_actions], "dtype": "float32",
-                   "action": "action_space.start + argmax over the last axis (greedy)"},
-        "action_space": {"type": "Discrete", "n": n_actions, "start": int(action_space.start)},
-        "layers": _recipe(model, obs_shape, n_actions),
-        "env": cfg.env, "env_kwargs": cfg.env_kwargs, "obs_shape": list(obs_shape), "n_actions": n_actions,
-        "network": type(model).__name__, "dqn": dqn.to_dict(), "checkpoint": ckpt.path.name, "updates": ckpt.updates,
+        "output": own["output"],
+        "action_space": own["action_space"],
+        "layers": _recipe(actor, obs_shape, int(getattr(action_space, "n", 0))),
+        "env": cfg.env, "env_kwargs": cfg.env_kwargs, "obs_shape": list(obs_shape),
+        **{k: v for k, v in own.items() if k not in ("output", "action_space")},
+        "network": type(actor).__name__, "algo": algo.name, algo.name: settings.to_dict(),
+        "checkpoint": ckpt.path.name, "updates": ckpt.updates,
     }  # fmt: skip
     write_atomic(written["meta"], (json.dumps(meta, indent=2, default=str) + "\n").encode())
     return {"written": {k: str(v) for k, v in written.items()}, **meta}

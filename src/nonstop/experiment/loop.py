@@ -118,6 +118,7 @@ class ProgressRows:
             "updates_per_s": (updates - p_updates) / (now - p_wall) if now > p_wall else nan,
             "transitions": run.replay.transitions_written,
             "recent_return": float(np.mean(self.returns[-20:])) if self.returns else nan,
-            "epsilon": run.weights.epsilon,
+            # the algorithm's exploration figure under its own name: DQN's ε, SAC's α
+            run.algorithm.exploration_name: run.weights.exploration,
             "loss": run.state.loss if updates else nan,
         }

@@ -61,6 +61,7 @@ _BUILTIN: dict[str, dict[str, Any]] = {
     # what learns: an `nonstop.learning.algos.Algorithm` class (its config, model, update, actor, export)
     "algo": {
         "dqn": "nonstop.learning.dqn:DQN",
+        "sac": "nonstop.learning.sac:SAC",
     },
     # what the run connects to before it starts anything
     "cluster": {

@@ -37,6 +37,7 @@ import numpy as np
 from nonstop.learning.runlog import (
     EPISODE_COLUMNS,
     MATCH_COLUMNS,
+    OPTIONAL_PROGRESS_COLUMNS,
     PROGRESS_COLUMNS,
     RunPaths,
     read_columns,
@@ -132,10 +133,12 @@ def episode_figures(episodes: dict[str, np.ndarray]) -> dict[str, Any]:
 
 
 def progress_figures(progress: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Summary of progress.csv: the last interval's counters, mean update rate, last loss and ε."""
+    """Summary of progress.csv: the last interval's counters, mean update rate, last loss and ε (DQN) or α (SAC)."""
     out: dict[str, Any] = {"intervals": len(progress["wall_s"])}
     for column in ("wall_s", "env_ticks", "updates", "transitions", "episodes", "epsilon", "loss", "recent_return"):
         out[f"{column}_last"] = _last_finite(progress[column])
+    if "alpha" in progress:
+        out["alpha_last"] = _last_finite(progress["alpha"])
     out["updates_per_s_mean"] = _mean_finite(progress["updates_per_s"])
     out["inaction_frac_mean"] = _mean_finite(progress["inaction_frac"])
     return out
@@ -178,7 +181,8 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
     else:
         config = {}
     episodes = read_columns(paths.episodes, EPISODE_COLUMNS) if "episodes.csv" not in missing else None
-    progress = read_columns(paths.progress, PROGRESS_COLUMNS) if "progress.csv" not in missing else None
+    required = [c for c in PROGRESS_COLUMNS if c not in OPTIONAL_PROGRESS_COLUMNS]  # a run before SAC has no alpha
+    progress = read_columns(paths.progress, required) if "progress.csv" not in missing else None
     log = read_ticklog(paths.root) if "ticklog" not in missing else None
 
     if episodes is not None:

@@ -345,5 +345,5 @@ class DQN(Algorithm):
     def export_meta(self, model: "torch.nn.Module") -> dict[str, Any]:
         n = int(self.action_space.n)
         return {"output": {"name": "q_values", "shape": ["B", n], "dtype": "float32",
-                           "meaning": f"Q-value of each action; the greedy action is argmax + {self.action_start}"},
+                           "action": "action_space.start + argmax over the last axis (greedy)"},
                 "action_space": {"type": "Discrete", "n": n, "start": self.action_start}, "n_actions": n}  # fmt: skip

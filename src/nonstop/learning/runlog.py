@@ -66,6 +66,7 @@ from nonstop.learning.jsonsafe import json_safe
 
 __all__ = [
     "PROGRESS_COLUMNS",
+    "OPTIONAL_PROGRESS_COLUMNS",
     "EPISODE_COLUMNS",
     "MATCH_COLUMNS",
     "RunPaths",
@@ -80,10 +81,15 @@ __all__ = [
 ]
 
 #: Columns of RUN/progress.csv, in order. τ_I and delay are in ticks, inaction a fraction of ticks.
+#: ``epsilon`` is DQN's exploration rate, ``alpha`` SAC's entropy coefficient (each algorithm fills its own,
+#: `nonstop.learning.algos.Algorithm.exploration_name`; the other is empty). ``alpha`` came last, after runs were
+#: written without it: those resume writing their own columns (`OPTIONAL_PROGRESS_COLUMNS`).
 PROGRESS_COLUMNS: Final = (
     "wall_s", "env_ticks", "episodes", "tau_i_mean_ticks", "inaction_frac", "delay_mean_ticks", "updates",
-    "updates_per_s", "transitions", "recent_return", "epsilon", "loss",
+    "updates_per_s", "transitions", "recent_return", "epsilon", "loss", "alpha",
 )  # fmt: skip
+#: trailing columns of PROGRESS_COLUMNS that a progress.csv written before them lacks
+OPTIONAL_PROGRESS_COLUMNS: Final = ("alpha",)
 _SEGMENT: Final = re.compile(r"ticklog-before-(\d+)(-\d+)?(?:\.npz)?")  # tick, then -2, -3... on a repeat
 #: Columns of RUN/episodes.csv, in order.
 EPISODE_COLUMNS: Final = ("episode", "end_tick", "wall_s", "return", "length_ticks")
@@ -279,6 +285,9 @@ class _CsvAppender:
             data = data[:keep]
         lines = data.decode().splitlines()
         header = tuple(next(csv.reader(lines[:1]), ()))
+        older = self.columns[: len(self.columns) - len(OPTIONAL_PROGRESS_COLUMNS)]
+        if header != self.columns and header == older and self.columns[len(older):] == OPTIONAL_PROGRESS_COLUMNS:
+            self.columns = header  # written before its last columns existed: it goes on with its own
         if header != self.columns:
             raise ValueError(
                 f"cannot resume: {self.path} has columns {list(header)}, this nonstop writes {list(self.columns)}"
@@ -568,13 +577,19 @@ _VIEW: Final = (
     ("updates/s", "updates_per_s", lambda v: f"{v:.1f}"),
     ("recent return", "recent_return", lambda v: f"{v:.2f}"),
     ("ε", "epsilon", lambda v: f"{v:.3f}"),
+    ("α", "alpha", lambda v: f"{v:.3f}"),
 )
+#: figures shown only when the row has them: each algorithm's exploration figure (DQN's ε, SAC's α)
+_OWN_FIGURES: Final = ("epsilon", "alpha")
 
 
 def progress_fields(row: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``(label, text)`` of each figure the live view shows; ``—`` where the row has no finite value."""
+    """``(label, text)`` of each figure the live view shows; ``—`` where the row has no finite value
+    (the exploration figures ε and α only where the row's algorithm has one)."""
     out = []
     for label, column, fmt in _VIEW:
+        if column in _OWN_FIGURES and _number(row, column) is None and (column != "epsilon" or "alpha" in row):
+            continue
         value = _number(row, column)
         out.append((label, "—" if value is None else fmt(value)))
     return out

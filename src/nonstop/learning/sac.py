@@ -1,0 +1,296 @@
+"""Soft Actor-Critic on the induced delayed semi-MDP (Haarnoja et al. 2018, "Soft Actor-Critic
+Algorithms and Applications"), for Box action spaces.
+
+One update, as the learners run it; every line is the paper's, γ_n the semi-MDP's discount of the
+decision's n ticks (`nonstop.learning.replay`: γ^n, 0 at a terminal)::
+
+    (s, a, R, γ_n, s') ~ replay
+    ã' ~ π(·|s')                                           # the current actor, reparameterised
+    y   = R + γ_n · (min_i Q_targ,i(s', ã') − α·log π(ã'|s'))   # clipped double-Q soft target (eq. 3, 5)
+    J_Q = ½·Σ_i (Q_i(s, a) − y)²                           # → the critics' block (eq. 5)
+    ã ~ π(·|s)
+    J_π = α·log π(ã|s) − min_i Q_i(s, ã)                   # critics held fixed → the actor's block (eq. 7)
+    J_α = −α·(log π(ã|s) + H̄),  H̄ = −|A|                   # → log α (eq. 18)
+    θ   ← Adam(θ, [∇J_Q, ∇J_π, ∇J_α])                      # one flat gradient, applied by the learners
+    θ_targ ← (1 − τ)·θ_targ + τ·θ   after every update     # Polyak averaging, τ = 0.005
+
+The actor is a Gaussian squashed by tanh and rescaled to the Box's bounds, ``a = tanh(u)·scale + bias``,
+with log π corrected for the squash and the scale (appendix C). It samples while training and acts
+``tanh(μ)`` for evaluation and export. The networks are in `nonstop.learning.sacnets`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from nonstop.learning.algos import ActorPolicy, Algorithm, config_from_dict, to_tensor
+
+if TYPE_CHECKING:
+    import torch
+
+    from nonstop.learning.replay import Batch
+    from nonstop.learning.sacnets import SACNetworks
+
+__all__ = ["SACConfig", "SAC", "SACPolicy", "SACLosses", "sac_losses", "FAMILY_DEFAULTS"]
+
+#: What each world family changes in `SACConfig`'s defaults (`SACConfig.for_family`); none so far: the defaults
+#: learn Pendulum within 20,000 ticks and are CleanRL's for MuJoCo but for learning_starts (1,000, not 5,000)
+FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {}
+
+
+@dataclass
+class SACConfig:
+    """SAC hyper-parameters. Defaults are the paper's (Table 1) and CleanRL's."""
+
+    gamma: float = field(default=0.99, metadata={"help": "discount per env tick (semi-MDP: γ^n over n ticks)"})
+    batch_size: int = field(default=256, metadata={"help": "transitions per gradient"})
+    lr: float = field(default=3e-4, metadata={"help": "Adam step size of the actor, the critics and α"})
+    adam_eps: float = field(default=1e-8, metadata={"help": "Adam epsilon"})
+    tau: float = field(default=0.005, metadata={"help": "Polyak step of the target critics after each update"})
+    alpha: float = field(default=1.0, metadata={"help": "the entropy coefficient α at the start (learned with --autotune)"})
+    autotune: bool = field(default=True, metadata={"help": "learn α toward the target entropy −|A| (paper §5)"})
+    learning_starts: int = field(default=1000, metadata={"help": "transitions in replay before learning"})
+    updates_per_transition: float = field(default=1.0, metadata={"help": "updates per transition at most: learners pause when ahead of it, on either clock (0: no cap)"})
+    replay_capacity: int = field(default=1_000_000, metadata={"help": "most recent transitions kept"})
+    hidden: tuple[int, ...] = field(default=(256, 256), metadata={"help": "MLP widths of the actor and each critic"})
+    features: int = field(default=256, metadata={"help": "frames: the IMPALA encoder's output width"})
+    k: float = field(default=1, metadata={"help": "IMPALA ResNet width factor of the encoder (image observations)"})
+    arch: str = field(default="impala", metadata={"help": "ResNet for frames: impala (15 conv layers) or 2xdeep (30)"})
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, name: str, what: str) -> None:
+            if not ok:
+                raise ValueError(f"SACConfig.{name} must be {what}, got {getattr(self, name)!r}")
+
+        need(0.0 <= self.gamma <= 1.0, "gamma", "in [0, 1]")
+        for name in ("batch_size", "replay_capacity", "features"):
+            need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "a positive integer")
+        need(isinstance(self.learning_starts, int) and self.learning_starts >= 0, "learning_starts", "an integer >= 0")
+        need(self.lr > 0 and math.isfinite(self.lr), "lr", "a positive number")
+        need(0.0 < self.tau <= 1.0, "tau", "in (0, 1]")
+        need(self.alpha > 0 and math.isfinite(self.alpha), "alpha", "a positive number")
+        need(self.updates_per_transition >= 0, "updates_per_transition", ">= 0")
+        self.hidden = tuple(int(h) for h in self.hidden)
+        need(self.arch in ("impala", "2xdeep"), "arch", "impala or 2xdeep")
+
+    @classmethod
+    def for_family(cls, family: str, **overrides: Any) -> "SACConfig":
+        """The defaults, with what a world family changes (`FAMILY_DEFAULTS`), then ``overrides``."""
+        return cls(**{**FAMILY_DEFAULTS.get(family, {}), **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["hidden"] = list(self.hidden)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SACConfig":
+        out: SACConfig = config_from_dict(cls, d, "SAC")
+        return out
+
+    def target_rule(self) -> tuple[int, float]:
+        """``(every, ρ)``: Polyak averaging with ρ = τ after every update."""
+        return 1, self.tau
+
+    def algorithm(self, obs_shape: tuple[int, ...], action_space: Any) -> "SAC":
+        """SAC with these settings, for these observations and actions."""
+        return SAC(self, obs_shape, action_space)
+
+
+class SACLosses(NamedTuple):
+    """One batch's three losses (scalars) and what the progress line reports."""
+
+    critic: "torch.Tensor"
+    actor: "torch.Tensor"
+    alpha: "torch.Tensor"
+    target: "torch.Tensor"  # y, per transition (for tests)
+
+
+def sac_losses(online: "SACNetworks", target: "SACNetworks", batch: "Batch", *, target_entropy: float,
+               noise_next: "torch.Tensor | None" = None, noise: "torch.Tensor | None" = None) -> SACLosses:  # fmt: skip
+    """The module docstring's losses for one batch. ``noise_next``, ``noise``: the ξ of ã' and ã (None:
+    drawn; a test passes its own to compute the same numbers by hand)."""
+    import torch
+
+    device = online.log_alpha.device  # the learner's device: the batch goes there from host replay
+    obs, next_obs = to_tensor(batch.obs, device), to_tensor(batch.next_obs, device)
+    a = (to_tensor(batch.action, device) - online.bias) / online.scale  # the world's action, normalised to [-1, 1]
+    reward, discount = to_tensor(batch.reward, device), to_tensor(batch.discount, device)
+    log_scale = online.scale.log().sum()  # log π of the world's action = log π of the normalised one − Σ log scale
+    alpha = online.log_alpha.exp().detach()
+
+    with torch.no_grad():
+        a_next, logp_next = online.actor.sample(online.encoder(next_obs), noise_next)  # ã' ~ π(·|s')
+        f_next = target.encoder(next_obs)
+        q_next = torch.min(target.q1(f_next, a_next), target.q2(f_next, a_next))
+        y = reward + discount * (q_next - alpha * (logp_next - log_scale))  # γ_n = 0 at a terminal: done masking
+
+    f = online.encoder(obs)
+    critic = 0.5 * ((online.q1(f, a) - y).pow(2).mean() + (online.q2(f, a) - y).pow(2).mean())  # J_Q
+
+    f_fixed = f.detach()  # the actor trains on the critics' features, never the encoder
+    a_pi, logp = online.actor.sample(f_fixed, noise)  # ã ~ π(·|s)
+    logp = logp - log_scale
+    q_pi = torch.min(online.q1(f_fixed, a_pi), online.q2(f_fixed, a_pi))
+    actor = (alpha * logp - q_pi).mean()  # J_π; only the actor's block takes its gradient
+
+    temperature = (-online.log_alpha.exp() * (logp.detach() + target_entropy)).mean()  # J_α
+    return SACLosses(critic, actor, temperature, y)
+
+
+def sac_backward(online: "SACNetworks", target: "SACNetworks", batch: "Batch", cfg: SACConfig,
+                 target_entropy: float, *, noise_next: "torch.Tensor | None" = None,
+                 noise: "torch.Tensor | None" = None) -> "torch.Tensor":  # fmt: skip
+    """One batch's gradient into each parameter's ``.grad``, each block from its own loss:
+    ∇J_Q into the encoder and critics, ∇J_π into the actor, ∇J_α into log α (zero without autotune).
+    Returns the critic loss (what the progress line shows as the loss). ``noise_next``, ``noise``: as
+    `sac_losses`."""
+    import torch
+
+    losses = sac_losses(online, target, batch, target_entropy=target_entropy, noise_next=noise_next, noise=noise)
+    critic_params = online.critic_parameters()
+    actor_params = list(online.actor.parameters())
+    blocks = [(losses.critic, critic_params), (losses.actor, actor_params)]
+    if cfg.autotune:
+        blocks.append((losses.alpha, [online.log_alpha]))
+    online.zero_grad(set_to_none=False)
+    for loss, params in blocks:
+        grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+        for p, g in zip(params, grads):
+            if g is None:
+                continue
+            if p.grad is None:
+                p.grad = g.detach().clone()
+            else:
+                p.grad.copy_(g)  # in place: a device learner's .grad are views of its flat gradient
+    return losses.critic.detach()
+
+
+class SACPolicy(ActorPolicy):
+    """SAC's actor for a worker: a sampled action ``tanh(μ + σ·ξ)·scale + bias`` while training (ξ from the
+    policy's own generator), ``tanh(μ)·scale + bias`` when ``deterministic``. Returns a float32 vector."""
+
+    def __init__(self, model: "torch.nn.Module", weights: Any, action_space: Any, *, seed: int | None = None,
+                 num_threads: int | None = 1, device: str = "cpu", dtype: str | None = None,
+                 deterministic: bool = False) -> None:  # fmt: skip
+        super().__init__(model, weights, action_space, seed=seed, num_threads=num_threads, device=device, dtype=dtype)
+        self.deterministic = bool(deterministic)
+        self._low, self._high = np.asarray(action_space.low, np.float32), np.asarray(action_space.high, np.float32)
+
+    def _decide(self, obs: np.ndarray) -> np.ndarray:
+        out = self._forward(to_tensor(obs[None], self.device)).cpu().numpy()
+        return squash(out, self._low, self._high, None if self.deterministic else self._rng)[0]
+
+
+def squash(output: np.ndarray, low: np.ndarray, high: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
+    """Actions from the actor's ``(B, 2·|A|)`` outputs (mean, log std): sampled with ``rng``, or ``tanh(μ)``
+    without one, rescaled to ``[low, high]``.
+
+    >>> squash(np.array([[0.0, -1.0]]), np.array([-2.0]), np.array([2.0]), None).tolist()
+    [[0.0]]
+    """
+    mean, log_std = np.split(np.asarray(output, np.float64), 2, axis=-1)
+    u = mean if rng is None else mean + np.exp(log_std) * rng.standard_normal(mean.shape)
+    scale, bias = (high - low) / 2, (high + low) / 2
+    return np.clip(np.tanh(u) * scale + bias, low, high).astype(np.float32)
+
+
+class SAC(Algorithm):
+    """Soft Actor-Critic for Box actions (the module docstring's update), on vectors or frames."""
+
+    name = "sac"
+    config_class = SACConfig
+    exploration_name = "alpha"
+    policy_class = SACPolicy
+    cfg: SACConfig
+
+    @classmethod
+    def check_spaces(cls, obs_space: Any, action_space: Any, env: str) -> None:
+        import gymnasium
+
+        if not isinstance(action_space, gymnasium.spaces.Box) or len(action_space.shape or ()) != 1:
+            raise ValueError(f"SAC needs a Box action space of one axis; {env} has {action_space}: use --algo dqn")
+        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+            raise ValueError(f"SAC rescales its actions to the Box's bounds; {env}'s are unbounded: {action_space}")
+        if obs_space.shape is None:
+            raise ValueError(f"SAC needs array observations; {env} has {obs_space}")
+
+    @property
+    def action_dim(self) -> int:
+        return int(self.action_space.shape[0])
+
+    @property
+    def action_shape(self) -> tuple[int, ...]:
+        return (self.action_dim,)
+
+    @property
+    def action_start(self) -> int:
+        return 0
+
+    @property
+    def target_entropy(self) -> float:
+        """H̄ = −|A| (paper §5)."""
+        return -float(self.action_dim)
+
+    def _encoder(self) -> tuple[Any, int]:
+        """The encoder and its output width: a flatten for vectors, the IMPALA ResNet for frames."""
+        shape = self.obs_shape
+        if len(shape) == 1:
+            return None, int(shape[0])
+        if len(shape) in (2, 3):
+            from nonstop.policies.models import ARCH_DEPTHS, impala_resnet
+
+            side = shape[0] if len(shape) == 2 or shape[-1] <= 4 else shape[1]
+            channels = 1 if len(shape) == 2 else min(shape[0], shape[-1])
+            net = impala_resnet(self.cfg.k, self.cfg.features, channels, input_hw=int(side), depth=ARCH_DEPTHS[self.cfg.arch])
+            return net, self.cfg.features
+        raise ValueError(f"SAC has no encoder for observations of shape {shape}")
+
+    def build_model(self) -> "torch.nn.Module":
+        from nonstop.learning.sacnets import SACNetworks
+
+        encoder, features = self._encoder()
+        return SACNetworks(features, self.action_dim, self.cfg.hidden, low=self.action_space.low.tolist(),
+                           high=self.action_space.high.tolist(), encoder=encoder, alpha=self.cfg.alpha)  # fmt: skip
+
+    def check_fits(self, device: str) -> None:
+        if len(self.obs_shape) > 1:  # the IMPALA encoder each worker and learner builds
+            from nonstop.policies.models import ARCH_DEPTHS, ensure_fits
+
+            ensure_fits(self.cfg.k, device, n_actions=self.cfg.features, depth=ARCH_DEPTHS[self.cfg.arch])
+
+    def backward(self, online: "torch.nn.Module", target: "torch.nn.Module", batch: "Batch") -> "torch.Tensor":
+        return sac_backward(online, target, batch, self.cfg, self.target_entropy)  # type: ignore[arg-type]
+
+    @property
+    def target_every(self) -> int:
+        return 1
+
+    @property
+    def target_polyak(self) -> float:
+        return self.cfg.tau
+
+    def exploration(self, env_ticks: int, params: np.ndarray) -> float:
+        return float(np.exp(params[-1]))  # α = exp(log α), θ's last number
+
+    def act_batch(self, output: np.ndarray, rng: np.random.Generator, *, explore: bool) -> np.ndarray:
+        space = self.action_space
+        return squash(output, np.asarray(space.low, np.float32), np.asarray(space.high, np.float32),
+                      rng if explore else None)  # fmt: skip
+
+    def export_module(self, model: "torch.nn.Module") -> "torch.nn.Module":
+        from nonstop.learning.sacnets import DeterministicActor
+        from nonstop.policies.models import FromObservations
+
+        return FromObservations(DeterministicActor(model), self.obs_shape)  # type: ignore[arg-type]
+
+    def export_meta(self, model: "torch.nn.Module") -> dict[str, Any]:
+        space = self.action_space
+        return {"output": {"name": "action", "shape": ["B", self.action_dim], "dtype": "float32",
+                           "action": "the output itself: tanh(μ(s)) · scale + bias, deterministic, inside the Box"},
+                "action_space": {"type": "Box", "shape": [self.action_dim], "low": space.low.tolist(),
+                                 "high": space.high.tolist()}}  # fmt: skip

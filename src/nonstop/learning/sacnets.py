@@ -1,0 +1,146 @@
+"""SAC's networks (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications"), as one module.
+
+`SACNetworks` holds everything SAC learns, in this ``parameters()`` order (the flat θ's blocks):
+
+* ``encoder`` — observations to features: a flatten for vectors, the IMPALA ResNet for frames
+  (`nonstop.policies.models.ImpalaResNet`, its head giving ``features`` numbers). It belongs to the
+  critics' block: the critic loss trains it, the actor sees its features held fixed (as DrQ does);
+* ``actor`` — the tanh-squashed Gaussian policy π(a|s): a mean and a log standard deviation;
+* ``q1``, ``q2`` — the twin soft Q-functions Q(s, a) of the clipped double-Q target;
+* ``temperature.log_alpha`` — log of the entropy coefficient α, learned (it is θ's last number).
+
+Actions inside the networks are normalised to [-1, 1]: ``a = tanh(u)``; the world's action is
+``a · scale + bias`` with the Box's bounds (`SACNetworks.scale`, `bias`: buffers, not parameters).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Final
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+__all__ = ["SACNetworks", "GaussianActor", "QNetwork", "DeterministicActor", "LOG_STD_MIN", "LOG_STD_MAX"]
+
+#: the range a log standard deviation is squashed into (as CleanRL and Yarats et al. do)
+LOG_STD_MIN: Final = -5.0
+LOG_STD_MAX: Final = 2.0
+
+
+def mlp(n_in: int, n_out: int, hidden: Sequence[int]) -> nn.Sequential:
+    """Linear layers of widths ``hidden`` with ReLUs between (no hidden width: one linear layer)."""
+    widths = [n_in, *hidden]
+    layers: list[nn.Module] = []
+    for cin, cout in zip(widths, widths[1:]):
+        layers += [nn.Linear(cin, cout), nn.ReLU()]
+    layers.append(nn.Linear(widths[-1], n_out))
+    return nn.Sequential(*layers)
+
+
+class GaussianActor(nn.Module):
+    """π(·|s): a Gaussian over u, squashed by tanh into [-1, 1]^|A|."""
+
+    __constants__ = ["log_std_min", "log_std_max"]  # TorchScript reads no module globals
+
+    def __init__(self, features: int, action_dim: int, hidden: Sequence[int]) -> None:
+        super().__init__()
+        self.net = mlp(features, 2 * action_dim, hidden)
+        self.log_std_min, self.log_std_max = LOG_STD_MIN, LOG_STD_MAX
+
+    def forward(self, f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The mean and the log standard deviation of u for features ``f``."""
+        mean, raw = self.net(f).chunk(2, dim=-1)
+        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(raw) + 1)  # into the range
+        return mean, log_std
+
+    def sample(self, f: torch.Tensor, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action ``ã = tanh(μ + σ·ξ)`` (normalised) and its log-probability
+        log π(ã|s) in normalised units (the caller adds the Box's −Σ log scale). ``noise``: ξ (None: drawn)."""
+        mean, log_std = self(f)
+        xi = torch.randn_like(mean) if noise is None else noise
+        u = mean + log_std.exp() * xi  # the reparameterisation trick (paper, eq. 11)
+        # log N(u; μ, σ) − Σ log(1 − tanh²u) (paper, appendix C, eq. 26), with
+        # log(1 − tanh²u) = 2·(log 2 − u − softplus(−2u)) computed stably
+        log_normal = -0.5 * xi.pow(2) - log_std - 0.5 * math.log(2 * math.pi)
+        log_det = 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
+        return torch.tanh(u), (log_normal - log_det).sum(-1)
+
+
+class QNetwork(nn.Module):
+    """Q(s, a) from features and a normalised action."""
+
+    def __init__(self, features: int, action_dim: int, hidden: Sequence[int]) -> None:
+        super().__init__()
+        self.net = mlp(features + action_dim, 1, hidden)
+
+    def forward(self, f: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([f, a], dim=-1)).squeeze(-1)
+
+
+class Temperature(nn.Module):
+    """log α: one learned number (a module of its own, registered after the critics)."""
+
+    def __init__(self, alpha: float) -> None:
+        super().__init__()
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha), dtype=torch.float32))
+
+
+class SACNetworks(nn.Module):
+    """Everything SAC learns, in one module (see the module docstring for the blocks' order).
+
+    ``forward(obs)`` is what a worker computes: the actor's mean and log standard deviation side by side,
+    ``(B, 2·|A|)``; the worker samples (training) or takes ``tanh(μ)`` (evaluation) itself.
+
+    >>> nets = SACNetworks(3, 1, (8,), low=[-2.0], high=[2.0])
+    >>> nets(torch.zeros(4, 3)).shape, [name for name, _ in nets.named_parameters()][-1]
+    (torch.Size([4, 2]), 'temperature.log_alpha')
+    """
+
+    scale: torch.Tensor  # buffers: the Box's half-width and centre
+    bias: torch.Tensor
+
+    def __init__(self, features: int, action_dim: int, hidden: Sequence[int], *, low: Sequence[float],
+                 high: Sequence[float], encoder: nn.Module | None = None, alpha: float = 1.0) -> None:  # fmt: skip
+        super().__init__()
+        self.encoder = encoder if encoder is not None else nn.Flatten()
+        self.actor = GaussianActor(features, action_dim, hidden)
+        self.q1 = QNetwork(features, action_dim, hidden)
+        self.q2 = QNetwork(features, action_dim, hidden)
+        self.temperature = Temperature(alpha)  # a submodule, so that log α comes last in parameters()
+        lo, hi = torch.as_tensor(low, dtype=torch.float32), torch.as_tensor(high, dtype=torch.float32)
+        self.register_buffer("scale", (hi - lo) / 2)  # the world's action = a · scale + bias
+        self.register_buffer("bias", (hi + lo) / 2)
+
+    @property
+    def log_alpha(self) -> nn.Parameter:
+        """log α, the learned entropy coefficient's log (θ's last number)."""
+        return self.temperature.log_alpha
+
+    def critic_parameters(self) -> list[nn.Parameter]:
+        """The critics' block: the encoder and the twin Q-functions."""
+        return [*self.encoder.parameters(), *self.q1.parameters(), *self.q2.parameters()]
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        mean, log_std = self.actor(self.encoder(obs))
+        return torch.cat([mean, log_std], dim=-1)
+
+
+class DeterministicActor(nn.Module):
+    """The evaluation actor `nonstop export` scripts: ``tanh(μ(s)) · scale + bias``, nothing sampled.
+    Takes float32 inputs laid out as the networks take them (`FromObservations` prepares raw ones)."""
+
+    scale: torch.Tensor
+    bias: torch.Tensor
+
+    def __init__(self, nets: SACNetworks) -> None:
+        super().__init__()
+        self.encoder, self.actor = nets.encoder, nets.actor
+        self.register_buffer("scale", nets.scale.clone())
+        self.register_buffer("bias", nets.bias.clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean, _ = self.actor(self.encoder(x))
+        return torch.tanh(mean) * self.scale + self.bias
