@@ -39,9 +39,9 @@ def test_verdicts_judge_recovery_only_where_sac_shows_the_loss() -> None:
 
 
 def test_grid_checks_its_flags() -> None:
-    base = dict(budget=None, quick=True, envs=None, taus=None, algos="dqn", seeds=None, ticks=None, last=None)
+    base = dict(budget=None, quick=True, envs=None, taus=None, algos=None, seeds=None, ticks=None, last=None)
     g = grid(argparse.Namespace(**base))
-    assert g["budget"] == "tiny" and g["taus"] == [1, 6]
+    assert g["budget"] == "tiny" and g["taus"] == [1, 6] and g["algos"] == ["sac", "sac+delay"]
     with pytest.raises(ValueError, match="unknown algorithm"):
         grid(argparse.Namespace(**{**base, "algos": "sac,ppo+delay"}))
     with pytest.raises(ValueError, match="--taus"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -111,3 +112,66 @@ def test_subtrajectories_follow_the_replay_chain() -> None:
         assert sample_subtrajectories(rb, 8, 4, np.random.default_rng(0)) is None  # fewer than 4 transitions
     finally:
         rb.unlink()
+
+
+def _train(algo: str, run, capsys, seconds: str, *more: str) -> dict:
+    import json
+
+    from nonstop.cli import main
+
+    assert main(["train", "--algo", algo, "--env", "Pendulum-v1", "--latency", "3t", "--seconds", seconds,
+                 "--learning-starts", "40", "--batch-size", "16", "--hidden", "16", "--replay-capacity", "5000",
+                 "--progress-every", "2", "--out", str(run), *more]) == 0  # fmt: skip
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("algo", ["rtac", "dcac"])
+def test_rtac_and_dcac_train_resume_and_export(algo, tmp_path, capsys, no_shm_leak) -> None:
+    import json
+
+    from nonstop.cli import main
+
+    run = tmp_path / algo
+    first = _train(algo, run, capsys, "4")
+    config = json.loads((run / "config.json").read_text())
+    assert config["algo"] == algo and config["algo_settings"]["buffer_slots"] == 3  # K from the 3-tick latency
+    assert first["updates"] > 0
+    assert main(["train", "--resume", str(run), "--seconds", "6"]) == 0
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert again["updates"] > first["updates"]
+    # what `nonstop export` rebuilds the actor for: Pendulum's 3 numbers, then 3 slots of (action, due, age)
+    # (the export itself scripts SAC's DeterministicActor, which does not script at the algo branch's 4270057)
+    from nonstop.experiment.config import TrainConfig
+    from nonstop.experiment.export import delay_aware_observations
+    from nonstop.learning.runlog import read_config
+
+    probe = gym.make("Pendulum-v1")
+    space = delay_aware_observations(TrainConfig(**read_config(run)), probe.observation_space, probe.action_space)
+    assert space.shape == (3 + 3 * 3,)
+
+
+def test_dcac_resamples_as_far_as_the_staggered_delay_allows(no_shm_leak) -> None:
+    from nonstop.experiment.config import TrainConfig
+    from nonstop.experiment.run import Run
+    from nonstop.learning.dcac import DCACConfig
+
+    settings = DCACConfig(learning_starts=10**6, hidden=(8,), replay_capacity=4000)  # collect only
+    cfg = TrainConfig(env="Pendulum-v1", clock="virtual", seconds=30.0, latency="3t", n_inference=3, scheduler="max_time",
+                      algo="dcac", algo_settings=settings)  # fmt: skip
+    run = Run(cfg)
+    try:
+        run.build().start()
+        run.advance(30.0)
+        algo = run.algorithm
+        runs = algo.sample(run.learning.replay, 64, np.random.default_rng(0))
+        model, target = algo.build_model(), algo.build_model()
+        loss = algo.backward(model, target, runs)
+        plain = run.learning.replay.sample(4, np.random.default_rng(0))
+    finally:
+        run.teardown()
+    assert runs.obs.shape[1] == 4 and np.isfinite(float(loss))  # runs of K = 3 transitions
+    # one decision per tick, each landing 3 ticks after its observation: a_1 and a_2 are still in flight at x_3
+    assert algo.last_horizon > 2.8
+    assert all(p.grad is not None for p in model.critic_parameters())
+    with pytest.raises(TypeError, match="runs of consecutive transitions"):
+        algo.backward(model, target, plain)

@@ -62,6 +62,9 @@ _BUILTIN: dict[str, dict[str, Any]] = {
     "algo": {
         "dqn": "nonstop.learning.dqn:DQN",
         "sac": "nonstop.learning.sac:SAC",
+        # learning that pays for delay: the actions in flight in the state (nonstop.inference.inflight)
+        "rtac": "nonstop.learning.rtac:RTAC",
+        "dcac": "nonstop.learning.dcac:DCAC",
     },
     # what the run connects to before it starts anything
     "cluster": {

@@ -107,6 +107,10 @@ def _learner_settings(cfg: "TrainConfig", spec: WorldSpec) -> None:
 
         spec.obs_space, spec.inflight_k = delay_aware_space(spec.obs_space, spec.action_space, spec.latency.max_hint,
                                                             spec.tau_m)  # fmt: skip
+        if hasattr(spec.settings, "buffer_slots"):  # RTAC, DCAC: where the buffer sits in their observations
+            import dataclasses
+
+            spec.settings = dataclasses.replace(spec.settings, buffer_slots=spec.inflight_k)
     spec.algorithm = spec.settings.algorithm(spec.obs_shape, spec.action_space)
     spec.algorithm.check_fits(str(device))
     # Algorithm 2's N_I* = ⌈τ̄_θ/τ_M⌉ by default, so the staggered agent acts at every tick

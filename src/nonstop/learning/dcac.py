@@ -23,18 +23,22 @@ applied (its ticks to apply < 1), where the chain of transitions breaks, or at `
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
-from nonstop.learning.rtac import BufferLayout
+from nonstop.learning.algos import config_from_dict
+from nonstop.learning.rtac import BufferLayout, layout_of, write_gradients
+from nonstop.learning.sac import SAC, SACConfig
 
 if TYPE_CHECKING:
     import torch
 
     from nonstop.learning.replay import ReplayBuffer
+    from nonstop.learning.sacnets import SACNetworks
 
-__all__ = ["SubTrajectories", "sample_subtrajectories", "dcac_horizon", "resample", "dcac_target"]
+__all__ = ["SubTrajectories", "sample_subtrajectories", "dcac_horizon", "resample", "dcac_target", "DCAC", "DCACConfig"]
 
 
 class SubTrajectories(NamedTuple):
@@ -149,3 +153,93 @@ def dcac_target(obs: "torch.Tensor", reward: "torch.Tensor", discount: "torch.Te
                 y = y + torch.where(n > j, cum * reward[:, j], torch.zeros_like(y))
                 cum = cum * torch.where(n > j, discount[:, j], torch.ones_like(y))
         return y
+
+
+# ----------------------------------------------------------------------------- the algorithm
+
+
+@dataclass
+class DCACConfig(SACConfig):
+    """DCAC hyper-parameters: SAC's, and the longest resampled horizon."""
+
+    n_steps: int = field(default=0, metadata={"help": "the longest n of the resampled targets (0: K, the buffer's slots)"})
+    buffer_slots: int = field(default=0, metadata={"help": "K, the action buffer's slots in the observation (the run sets it from the latency)"})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("n_steps", "buffer_slots"):
+            if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 0):
+                raise ValueError(f"DCACConfig.{name} must be an integer >= 0, got {getattr(self, name)!r}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "DCACConfig":
+        out: DCACConfig = config_from_dict(cls, d, "DCAC")
+        return out
+
+    def algorithm(self, obs_shape: tuple[int, ...], action_space: Any) -> "DCAC":
+        return DCAC(self, obs_shape, action_space)
+
+
+class DCAC(SAC):
+    """The Delay-Correcting Actor-Critic (the module docstring): SAC's networks on the observation with its
+    actions in flight, learning from runs of consecutive transitions with resampled n-step targets."""
+
+    name = "dcac"
+    config_class = DCACConfig
+    cfg: DCACConfig
+    needs_action_buffer = True
+    reward_framing = "observation"
+
+    @property
+    def layout(self) -> BufferLayout:
+        return layout_of(self.obs_shape, self.action_dim, self.cfg.buffer_slots, "DCAC")
+
+    @property
+    def n_max(self) -> int:
+        k = self.cfg.buffer_slots
+        return max(1, min(self.cfg.n_steps or k, k))
+
+    def sample(self, replay: Any, batch_size: int, rng: np.random.Generator) -> Any:
+        return sample_subtrajectories(replay, batch_size, self.n_max, rng)
+
+    def backward(self, online_module: "torch.nn.Module", target_module: "torch.nn.Module", batch: Any) -> "torch.Tensor":
+        import torch
+
+        from nonstop.learning.algos import to_tensor
+
+        if not isinstance(batch, SubTrajectories):
+            raise TypeError("DCAC learns from runs of consecutive transitions (DCAC.sample); this learner handed it "
+                            f"a {type(batch).__name__}: use --learner-backend virtual, process or device")  # fmt: skip
+        online, target = cast("SACNetworks", online_module), cast("SACNetworks", target_module)
+        device = online.log_alpha.device
+        obs, action = to_tensor(batch.obs, device), to_tensor(batch.action, device)
+        reward, discount = to_tensor(batch.reward, device), to_tensor(batch.discount, device)
+        linked = torch.from_numpy(batch.linked).to(device)
+        scale, bias = online.scale, online.bias
+        log_scale = scale.log().sum()
+        alpha = online.log_alpha.exp().detach()
+
+        def pi(x: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
+            a, logp = online.actor.sample(online.encoder(x))
+            return a * scale + bias, logp - log_scale  # the buffer holds actions as the world takes them
+
+        def q_bar(x: "torch.Tensor", a: "torch.Tensor") -> "torch.Tensor":
+            f, a_n = target.encoder(x), (a - bias) / scale
+            return torch.min(target.q1(f, a_n), target.q2(f, a_n))
+
+        layout = self.layout
+        n = dcac_horizon(obs, action, linked, layout, self.n_max)
+        y = dcac_target(obs, reward, discount, n, layout=layout, sample=pi, q_target=q_bar, alpha=float(alpha))
+        x0, a0 = obs[:, 0], (action[:, 0] - bias) / scale
+        f = online.encoder(x0)
+        critic = 0.5 * ((online.q1(f, a0) - y).pow(2).mean() + (online.q2(f, a0) - y).pow(2).mean())
+        f_fixed = f.detach()
+        a_pi, logp = online.actor.sample(f_fixed)
+        logp = logp - log_scale
+        actor = (alpha * logp - torch.min(online.q1(f_fixed, a_pi), online.q2(f_fixed, a_pi))).mean()
+        blocks = [(critic, online.critic_parameters()), (actor, list(online.actor.parameters()))]
+        if self.cfg.autotune:
+            blocks.append(((-online.log_alpha.exp() * (logp.detach() + self.target_entropy)).mean(), [online.log_alpha]))
+        write_gradients(online, blocks)
+        self.last_horizon = float(n.float().mean())  # what the resampling reached, for tests and curiosity
+        return critic.detach()

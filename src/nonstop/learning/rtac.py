@@ -28,14 +28,21 @@ reward scale 5, entropy scale α 1, 10,000 transitions before learning, one upda
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from nonstop.learning.algos import config_from_dict
+from nonstop.learning.sac import SAC, SACConfig
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["BufferLayout", "with_own_action", "rtac_losses"]
+    from nonstop.learning.replay import Batch
+    from nonstop.learning.rtacnets import RTACNetworks
+
+__all__ = ["BufferLayout", "with_own_action", "rtac_losses", "RTAC", "RTACConfig", "layout_of", "write_gradients"]
 
 
 @dataclass(frozen=True)
@@ -94,3 +101,109 @@ def rtac_losses(
     critic_loss = 0.5 * (value(obs).reshape(-1) - y).pow(2).mean()
     actor_loss = (alpha * log_prob.reshape(-1) - discount * value(x_next).reshape(-1)).mean()
     return critic_loss, actor_loss
+
+
+# ----------------------------------------------------------------------------- the algorithm
+
+
+@dataclass
+class RTACConfig(SACConfig):
+    """RTAC hyper-parameters: SAC's networks and optimiser, with the paper's settings (Table 2 of Ramstedt
+    & Pal 2019) where they differ: a fixed entropy scale, a reward scale, 10,000 transitions first."""
+
+    alpha: float = field(default=1.0, metadata={"help": "the entropy scale α (the paper's: 1, fixed)"})
+    autotune: bool = field(default=False, metadata={"help": "learn α toward the target entropy −|A| instead"})
+    learning_starts: int = field(default=10_000, metadata={"help": "transitions in replay before learning (paper: 10,000)"})
+    reward_scale: float = field(default=5.0, metadata={"help": "rewards are multiplied by this in the value target (paper: 5)"})
+    buffer_slots: int = field(default=0, metadata={"help": "K, the action buffer's slots in the observation (the run sets it from the latency)"})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not (self.reward_scale > 0 and math.isfinite(self.reward_scale)):
+            raise ValueError(f"RTACConfig.reward_scale must be a positive number, got {self.reward_scale!r}")
+        if not (isinstance(self.buffer_slots, int) and self.buffer_slots >= 0):
+            raise ValueError(f"RTACConfig.buffer_slots must be an integer >= 0, got {self.buffer_slots!r}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RTACConfig":
+        out: RTACConfig = config_from_dict(cls, d, "RTAC")
+        return out
+
+    def algorithm(self, obs_shape: tuple[int, ...], action_space: Any) -> "RTAC":
+        return RTAC(self, obs_shape, action_space)
+
+
+def layout_of(obs_shape: tuple[int, ...], action_dim: int, k: int, algo: str) -> BufferLayout:
+    """Where the action buffer sits in an observation of ``obs_shape`` (K slots of ``action_dim`` + 2)."""
+    if k < 1 or len(obs_shape) != 1 or obs_shape[0] <= k * (action_dim + 2):
+        raise ValueError(f"{algo} learns on vector observations carrying the actions in flight; got observations "
+                         f"{obs_shape} with {k} buffer slots (the run sets them: train it with nonstop train)")  # fmt: skip
+    return BufferLayout(obs_dim=obs_shape[0] - k * (action_dim + 2), action_width=action_dim, k=k)
+
+
+class RTAC(SAC):
+    """The Real-Time Actor-Critic (the module docstring's update): SAC's actor, a state-value network
+    instead of twin Q-networks, on the observation with its actions in flight."""
+
+    name = "rtac"
+    config_class = RTACConfig
+    cfg: RTACConfig
+    #: the run gives its actor the actions in flight whatever --delay-aware says
+    needs_action_buffer = True
+    #: transitions run between two decisions' observations (`nonstop.learning.inflight`)
+    reward_framing = "observation"
+
+    @property
+    def layout(self) -> BufferLayout:
+        return layout_of(self.obs_shape, self.action_dim, self.cfg.buffer_slots, "RTAC")
+
+    def build_model(self) -> "torch.nn.Module":
+        from nonstop.learning.rtacnets import RTACNetworks
+
+        encoder, features = self._encoder()
+        return RTACNetworks(features, self.action_dim, self.cfg.hidden, low=self.action_space.low.tolist(),
+                            high=self.action_space.high.tolist(), encoder=encoder, alpha=self.cfg.alpha)  # fmt: skip
+
+    def backward(self, online_module: "torch.nn.Module", target_module: "torch.nn.Module", batch: "Batch") -> "torch.Tensor":
+        from nonstop.learning.algos import to_tensor
+
+        online, target = cast("RTACNetworks", online_module), cast("RTACNetworks", target_module)
+        device = online.log_alpha.device
+        obs, next_obs = to_tensor(batch.obs, device), to_tensor(batch.next_obs, device)
+        reward, discount = to_tensor(batch.reward, device), to_tensor(batch.discount, device)
+        scale, bias = online.scale, online.bias
+        log_scale = scale.log().sum()  # log π of the world's action = log π of the normalised one − Σ log scale
+        alpha = float(online.log_alpha.detach().exp())
+
+        def sample(x: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
+            a, logp = online.actor.sample(online.encoder(x).detach())
+            return a * scale + bias, logp - log_scale  # the buffer holds actions as the world takes them
+
+        critic, actor = rtac_losses(obs, reward, discount, next_obs, sample=sample,
+                                    value=lambda x: online.value(online.encoder(x)).squeeze(-1),
+                                    value_target=lambda x: target.value(target.encoder(x)).squeeze(-1), alpha=alpha,
+                                    layout=self.layout, reward_scale=self.cfg.reward_scale)  # fmt: skip
+        blocks = [(critic, [*online.encoder.parameters(), *online.value.parameters()]),
+                  (actor, list(online.actor.parameters()))]  # fmt: skip
+        if self.cfg.autotune:
+            with_logp = sample(obs)[1].detach()
+            blocks.append(((-online.log_alpha.exp() * (with_logp + self.target_entropy)).mean(), [online.log_alpha]))
+        write_gradients(online, blocks)
+        return critic.detach()
+
+
+def write_gradients(online: "torch.nn.Module", blocks: list[tuple["torch.Tensor", list[Any]]]) -> None:
+    """Each loss's gradient into its own parameters' ``.grad`` (zeroed first, written in place: a device
+    learner's ``.grad`` are views of its flat gradient); a parameter no loss reaches keeps zero."""
+    import torch
+
+    online.zero_grad(set_to_none=False)
+    for loss, params in blocks:
+        grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+        for p, g in zip(params, grads):
+            if g is None:
+                continue
+            if p.grad is None:
+                p.grad = g.detach().clone()
+            else:
+                p.grad.copy_(g)
