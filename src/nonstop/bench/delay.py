@@ -57,6 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=int, default=None, help="seeds per cell (default: the budget's)")
     p.add_argument("--ticks", type=int, default=None, help="agent ticks per run (default: the budget's)")
     p.add_argument("--last", type=int, default=None, help="finished episodes whose mean return is a run's (default: the budget's)")
+    p.add_argument("--algo-arg", action="append", metavar="KEY=VALUE",
+                   help="a setting of every algorithm in the grid, repeatable (hidden=[64,64], batch_size=128; "
+                        "default: each algorithm's own)")  # fmt: skip
     p.add_argument("--plot", default=None, metavar="PATH", help="also write a figure to PATH (.png)")
 
 
@@ -78,6 +81,12 @@ def grid(args: argparse.Namespace) -> dict[str, Any]:
     for key in ("seeds", "ticks", "last"):
         if not (isinstance(g[key], int) and g[key] >= 1):
             raise ValueError(f"--{key} must be a whole number >= 1, got {g[key]!r}")
+    from nonstop.envs.registry import parse_env_args
+
+    try:
+        g["algo_args"] = parse_env_args(getattr(args, "algo_arg", None))  # KEY=VALUE, values read as JSON
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("--env-arg", "--algo-arg")) from None
     from nonstop.experiment.registry import names
 
     known = set(names("algo"))
@@ -87,17 +96,24 @@ def grid(args: argparse.Namespace) -> dict[str, Any]:
     return {**g, "envs": envs, "taus": sorted(set(taus)), "algos": algos}
 
 
-def run_cell(env: str, tau: int, algo: str, seed: int, ticks: int, last: int) -> dict[str, Any]:
-    """One training run on the virtual clock: ``algo`` (``NAME`` or ``NAME+delay``) behind a ``tau``-tick model
-    staggered over ``tau`` workers; its recent return, inaction and delay, and its wall time."""
+def run_cell(env: str, tau: int, algo: str, seed: int, ticks: int, last: int,
+             algo_args: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """One training run on the virtual clock: ``algo`` (``NAME`` or ``NAME+delay``, with the settings
+    ``algo_args`` changes) behind a ``tau``-tick model staggered over ``tau`` workers; its recent
+    return, inaction and delay, and its wall time."""
     from nonstop.envs import env_info
     from nonstop.experiment.config import TrainConfig
     from nonstop.experiment.loop import train
 
     name, aware = algo.removesuffix("+delay"), algo.endswith("+delay")
     tick_hz = env_info(env).tick_hz
+    from nonstop.experiment.registry import lookup
+
+    algo_class = lookup("algo", name)
+    settings = {algo_class.settings_field: algo_class.config_class.for_family(env_info(env).family, **algo_args)
+                } if algo_args else {}  # fmt: skip
     cfg = TrainConfig(env=env, clock="virtual", seconds=(ticks + 0.5) / tick_hz, latency=f"{tau}t", scheduler="max_time",
-                      n_inference=tau, algo=name, delay_aware=aware, seed=seed)  # fmt: skip
+                      n_inference=tau, algo=name, delay_aware=aware, seed=seed, **settings)  # fmt: skip
     started = time.monotonic()
     out = train(cfg, progress_every=max(1.0, cfg.seconds))
     returns = [float(r) for r in out["episode_returns"]]
@@ -143,7 +159,7 @@ def recovered(plain_fast: float, plain_slow: float, other_slow: float) -> float 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     g = grid(args)
     started = time.monotonic()
-    runs = [run_cell(env, tau, algo, seed, g["ticks"], g["last"])
+    runs = [run_cell(env, tau, algo, seed, g["ticks"], g["last"], g["algo_args"])
             for env in g["envs"] for tau in g["taus"] for algo in g["algos"] for seed in range(g["seeds"])]  # fmt: skip
     cells = []
     for env in g["envs"]:
@@ -154,7 +170,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                               "inaction": float(np.mean([r["inaction"] for r in mine])),
                               "delay_ticks": _mean([r["delay_ticks"] for r in mine]),
                               "wall_s": float(sum(r["wall_s"] for r in mine))})  # fmt: skip
-    result: dict[str, Any] = {"grid": {k: g[k] for k in ("budget", "envs", "taus", "algos", "seeds", "ticks", "last")},
+    result: dict[str, Any] = {"grid": {k: g[k] for k in ("budget", "envs", "taus", "algos", "seeds", "ticks", "last",
+                                                         "algo_args")},
                               "cells": cells, "runs": runs, "verdicts": _verdicts(cells, g),
                               "wall_s": time.monotonic() - started}  # fmt: skip
     if args.plot:
