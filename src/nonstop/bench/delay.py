@@ -20,7 +20,9 @@ smoke run under a minute; ``--quick`` is tiny); a flag given beside it wins.
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -159,8 +161,13 @@ def recovered(plain_fast: float, plain_slow: float, other_slow: float) -> float 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     g = grid(args)
     started = time.monotonic()
-    runs = [run_cell(env, tau, algo, seed, g["ticks"], g["last"], g["algo_args"])
-            for env in g["envs"] for tau in g["taus"] for algo in g["algos"] for seed in range(g["seeds"])]  # fmt: skip
+    runs = []
+    for env in g["envs"]:
+        for tau in g["taus"]:
+            for algo in g["algos"]:
+                for seed in range(g["seeds"]):
+                    runs.append(r := run_cell(env, tau, algo, seed, g["ticks"], g["last"], g["algo_args"]))
+                    print(json.dumps(r), file=sys.stderr, flush=True)  # a line per run: a long grid shows its way
     cells = []
     for env in g["envs"]:
         for tau in g["taus"]:
