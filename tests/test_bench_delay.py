@@ -61,3 +61,13 @@ def test_bench_delay_runs_end_to_end_json_last(tmp_path) -> None:
     assert by[(3, "dqn+delay")]["delay_ticks"] == pytest.approx(3.0, abs=0.2)  # every action lands 3 ticks late
     assert by[(1, "dqn")]["delay_ticks"] == pytest.approx(1.0)
     assert (tmp_path / "delay.png").stat().st_size > 0
+
+
+def test_bench_delay_quick_is_the_tiny_budget_of_sac() -> None:
+    cmd = [sys.executable, "-m", "nonstop", "bench", "delay", "--quick", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["grid"]["budget"] == "tiny" and result["quick"] and "quick_note" in result
+    assert {(c["tau"], c["algo"]) for c in result["cells"]} == {(1, "sac"), (1, "sac+delay"), (6, "sac"), (6, "sac+delay")}
+    assert [v["env"] for v in result["verdicts"]] == ["Pendulum-v1"]  # judged (a tiny run's verdict means nothing)
+    assert len(out.stderr.strip().splitlines()) >= 4  # a line per run
