@@ -266,3 +266,207 @@ def test_a_sac_export_acts_without_nonstop_as_nonstop_does(tmp_path, capsys, no_
     policy = SACPolicy(model, _Weights(), BOX, deterministic=True)  # type: ignore[arg-type]
     np.testing.assert_allclose(action, policy.act(obs).action, rtol=1e-5, atol=1e-6)
     assert -2.0 <= action[0] <= 2.0
+
+
+class _SacSetup:
+    """A replay of terminal transitions with Box actions (discount 0: the critics' target is the reward
+    itself), SAC's master state and published weights: what any learner backend learns from."""
+
+    def __init__(self):
+        from nonstop.learning.weights import flat_parameters
+
+        self.cfg = SACConfig(learning_starts=0, updates_per_transition=0, batch_size=32, hidden=(16,), lr=3e-3)
+        self.algo = self.cfg.algorithm((3,), BOX)
+        torch.manual_seed(0)
+        model = self.algo.build_model()
+        n = sum(p.numel() for p in model.parameters())
+        self.replay = ReplayBuffer.create(capacity=256, obs_shape=(3,), dtype=np.float32, action_shape=(1,))
+        self.state, self.weights = TrainingState.create(n), SharedWeights.create(n)
+        init_training(model, self.state, self.weights)
+        self.start = flat_parameters(model)
+        rng = np.random.default_rng(0)
+        for _ in range(200):  # reward = the action, from fixed random observations
+            s, s2 = (self.replay.add_frame(rng.normal(size=3).astype(np.float32)) for _ in range(2))
+            a = rng.uniform(-2, 2, size=1).astype(np.float32)
+            self.replay.add_transition(s, a, float(a[0]), 0.0, 1, s2)
+
+    def critic_loss(self, params: np.ndarray) -> float:
+        from nonstop.learning.weights import load_flat
+
+        online, target = self.algo.build_model(), self.algo.build_model()
+        load_flat(online, np.array(params))
+        load_flat(target, np.array(params))
+        batch = self.replay.sample(256, np.random.default_rng(1))
+        return sac_losses(online, target, batch, target_entropy=-1.0).critic.item()
+
+    def close(self):
+        for seg in (self.replay, self.state, self.weights):
+            seg.unlink()
+
+
+def _learned(setup: _SacSetup, before: float) -> None:
+    """The critics fit the reward, the target critics followed by Polyak steps, and α moved."""
+    params, target = np.array(setup.state.params), np.array(setup.state.target)
+    assert setup.critic_loss(params) < 0.5 * before
+    assert not np.array_equal(target, setup.start) and not np.array_equal(target, params)  # between: averaged
+    assert params[-1] != setup.start[-1]  # log α learned
+
+
+def test_sac_learns_through_the_process_learners(no_shm_leak):
+    import time
+
+    from nonstop.learning.learners import LearnerProcesses
+
+    setup = _SacSetup()
+    try:
+        before = setup.critic_loss(setup.start)
+        group = LearnerProcesses(n_learners=2, mode="round_robin", obs_shape=(3,), n_actions=BOX, cfg=setup.cfg,
+                                 state=setup.state, weights=setup.weights, replay=setup.replay, seed=0).start()  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while setup.state.updates < 150 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            group.stop()
+        assert setup.state.updates >= 150 and group.report()["restarts"] == [0, 0]
+        _learned(setup, before)
+    finally:
+        setup.close()
+
+
+def test_sac_learns_through_the_device_learner(no_shm_leak):
+    from nonstop.learning.devicelearner import DeviceLearner, DeviceTrainingState
+
+    setup = _SacSetup()
+    try:
+        before = setup.critic_loss(setup.start)
+        dstate = DeviceTrainingState.from_host(setup.state, "cpu")
+        learner = DeviceLearner((3,), BOX, setup.cfg, dstate, setup.state, setup.weights, setup.replay, seed=0)
+        for _ in range(150):
+            learner.apply(learner.gradient())
+        learner.close()  # the newest version reaches the host
+        assert dstate.target_syncs == 150  # SAC's rule: a Polyak step after every update
+        _learned(setup, before)
+    finally:
+        setup.close()
+
+
+@pytest.mark.slow
+@pytest.mark.wall
+def test_sac_learns_through_ray_learners(no_shm_leak):
+    pytest.importorskip("ray", reason="the Ray backend needs the [ray] extra")
+    import os
+    import time
+
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    from nonstop.distributed.ray_backend import WeightBroadcast, local_cluster, ray_session
+    from nonstop.distributed.ray_learners import RayLearners
+
+    setup = _SacSetup()
+    try:
+        before = setup.critic_loss(setup.start)
+        with local_cluster(1, num_cpus=2) as c, ray_session(c.address):
+            learners = RayLearners(n_learners=2, mode="round_robin", obs_shape=(3,), n_actions=BOX, cfg=setup.cfg,
+                                   state=setup.state, weights=setup.weights, replay=setup.replay,
+                                   broadcast=WeightBroadcast(setup.weights), seed=0).start()  # fmt: skip
+            try:
+                deadline = time.monotonic() + 120
+                while learners.applied < 150 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            finally:
+                learners.stop()
+        assert learners.applied >= 150
+        _learned(setup, before)
+    finally:
+        setup.close()
+
+
+@pytest.mark.parametrize("backend", ["batched", "thread"])
+def test_sac_runs_on_the_batching_server_and_the_device_learner(backend, no_shm_leak):
+    """The batching server's lanes answer with SAC's sampled vectors (no ε on top), the device learner learns."""
+    from nonstop.experiment.config import TrainConfig
+    from nonstop.experiment.loop import train
+
+    settings = SACConfig(learning_starts=30, batch_size=16, hidden=(16,), replay_capacity=2000)
+    result = train(TrainConfig(env="Pendulum-v1", algo="sac", algo_settings=settings, seconds=3.0, backend=backend,
+                               learner_backend="device", n_inference=2, latency="2t"))  # fmt: skip
+    from nonstop.realtime.tickcolumns import SOURCE_AGENT
+
+    log = result["tick_log"]
+    agent = log["source"] == SOURCE_AGENT
+    assert result["updates"] > 0 and agent.sum() > 30  # one batch at a time: the server answers both lanes per batch
+    if backend == "batched":
+        assert result["parts"]["batch_server"]["requests"] >= agent.sum()
+
+
+class _Recording(gymnasium.Wrapper):
+    """Pendulum that keeps every action the host applies to it."""
+
+    applied: list = []
+
+    def step(self, action):
+        _Recording.applied.append(np.array(action, np.float32).tolist())
+        return super().step(action)
+
+
+def _recording_pendulum():
+    return _Recording(gymnasium.make("Pendulum-v1"))
+
+
+@pytest.mark.parametrize("beta, between", [("repeat", [1.5]), ("noop", [0.0])])
+def test_beta_on_a_box_world_holds_the_last_action_or_applies_zeros(beta, between, no_shm_leak):
+    """SAC's continuous worlds take today's β: repeat holds the last agent action, noop applies the Box's zeros."""
+    from nonstop.realtime.host import Session
+    from nonstop.realtime.tickcolumns import SOURCE_AGENT
+
+    _Recording.applied = []
+    with Session(env=_recording_pendulum, tick_hz=20, default=beta, clock="virtual") as world:
+        world.run_for(2 / 20)
+        world.queue.submit(np.array([1.5], np.float32), obs_tick=2, episode=0)
+        world.run_for(3 / 20)
+        sources = world.tick_log["source"].tolist()
+    assert sources == [0, 0, SOURCE_AGENT, 0, 0]
+    assert _Recording.applied == [[0.0], [0.0], [1.5], between, between]
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")  # torch 2.13's; export's own
+def test_sac_on_frames_trains_its_impala_encoder_with_the_critics_only():
+    """On frames the IMPALA encoder is the critics' block: J_Q trains it, the actor reads its features held fixed."""
+    from nonstop.learning.dqn import flat_gradient
+
+    algo = SACConfig(k=0.25, features=32, hidden=(32,)).algorithm((84, 84), gymnasium.spaces.Box(-1, 1, (2,), np.float32))
+    online, target = algo.build_model(), algo.build_model()
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 255, size=(4, 84, 84), dtype=np.uint8)
+    batch = Batch(frames, rng.uniform(-1, 1, (4, 2)).astype(np.float32), np.ones(4, np.float32),
+                  np.full(4, 0.99, np.float32), frames[::-1].copy(), np.ones(4, np.int32))  # fmt: skip
+    losses = sac_losses(online, target, batch, target_entropy=algo.target_entropy)
+    encoder = list(online.encoder.parameters())
+    from_actor = torch.autograd.grad(losses.actor, encoder, allow_unused=True)
+    assert all(g is None for g in from_actor)  # the actor loss never reaches the encoder
+    algo.backward(online, target, batch)
+    grad = flat_gradient(online)
+    assert np.isfinite(grad).all() and all(p.grad is not None and p.grad.abs().sum() > 0 for p in encoder)
+    exported = torch.jit.script(algo.export_module(online.eval()))
+    action = exported(torch.from_numpy(frames[0]))
+    assert action.shape == (1, 2) and bool((action.abs() <= 1).all())
+
+
+def test_the_progress_line_shows_each_algorithms_own_exploration_figure(tmp_path):
+    from nonstop.learning.runlog import OPTIONAL_PROGRESS_COLUMNS, PROGRESS_COLUMNS, RunLog, progress_line
+
+    sac = progress_line({"env_ticks": 300, "alpha": 0.25, "recent_return": -150.0})
+    dqn = progress_line({"env_ticks": 300, "epsilon": 0.5})
+    assert "α 0.250" in sac and "ε" not in sac
+    assert "ε 0.500" in dqn and "α" not in dqn
+    # a progress.csv written before the alpha column resumes with its own columns
+    old = [c for c in PROGRESS_COLUMNS if c not in OPTIONAL_PROGRESS_COLUMNS]
+    RunLog(tmp_path, {"env": "CartPole"}, tensorboard=False).close()
+    (tmp_path / "progress.csv").write_text(",".join(old) + "\n" + ",".join(["1"] * len(old)) + "\n")
+    log = RunLog(tmp_path, {"env": "CartPole"}, resume=True, tensorboard=False)
+    try:
+        log.log_progress({"env_ticks": 2, "epsilon": 0.4})
+    finally:
+        log.close()
+    lines = (tmp_path / "progress.csv").read_text().splitlines()
+    assert lines[0] == ",".join(old) and len(lines) == 3 and lines[2].count(",") == len(old) - 1

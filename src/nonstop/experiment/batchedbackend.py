@@ -128,18 +128,14 @@ def _curve(run: "Run") -> "LatencyCurve":
 def _build_server(run: "Run") -> tuple["BatchingServer", Any]:
     from nonstop.inference.batching import BatchingServer
     from nonstop.inference.device import default_graph_sizes, placement, torch_forward
-    from nonstop.learning.dqn import build_q_network
 
-    space = run.spec.action_space
-    model = build_q_network(run.spec.obs_shape, int(space.n), run.dqn)
+    model = run.algorithm.build_model()
     max_batch = int(getattr(run.cfg, "max_batch", DEFAULT_MAX_BATCH))
     device, _ = placement(run.cfg.device, run.cfg.dtype)
     q_argmax = torch_forward(model, str(device), dtype=run.cfg.dtype, graph_sizes=default_graph_sizes(device, max_batch),
                              refresh=_refresh(run))  # fmt: skip
-    start = int(getattr(space, "start", 0))  # Q-value i is action start + i (a Discrete(n, start=s) space)
-
-    def forward(batch: np.ndarray) -> np.ndarray:
-        return q_argmax(batch) + start
+    # the algorithm's answers from that forward pass: DQN's greedy action, SAC's sampled one
+    forward = run.algorithm.serve(q_argmax, seed=run.cfg.seed * 1000 + 999)
 
     # overlap: the next batch's frames are staged while a forward runs (wall clock; a no-op on the virtual one)
     return BatchingServer(forward, _curve(run), clock=run.world.clock, max_batch=max_batch, overlap=True), q_argmax
@@ -158,18 +154,7 @@ def batched_policy(run: "Run", i: int) -> "BatchedPolicy":
     part = _server_part(run)
     weights = run.weights
     return part.server.lane(run.spec.action_space, tau_m=run.tau_m, origin=run.world.origin,
-                            epsilon=lambda: weights.epsilon, seed=run.cfg.seed * 1000 + i, tag=i)  # fmt: skip
-
-
-class _Epsilon:
-    """The run's current ε, read from the shared weights' header per decision (picklable: a child's lane
-    explores as the learners anneal)."""
-
-    def __init__(self, weights: "SharedWeights") -> None:
-        self.weights = weights
-
-    def __call__(self) -> float:
-        return float(self.weights.epsilon)
+                            epsilon=run.algorithm.lane_epsilon(weights), seed=run.cfg.seed * 1000 + i, tag=i)  # fmt: skip
 
 
 def _lane_in_this_process(lane: "RemoteLane") -> "RemoteLane":
@@ -212,6 +197,9 @@ def batched_process_policy(run: "Run", i: int) -> _LaneWorker:
     from nonstop.inference.workers import ProcessPolicy
 
     n_lanes = run.n_inference
+    if run.algorithm.action_shape:
+        raise ValueError(f"--backend batched_process answers each lane with one integer action through its ring; "
+                         f"--algo {run.algorithm.name} acts with vectors: use --backend batched, thread or process")
     if not isinstance(n_lanes, int):
         raise ValueError(f"--backend batched_process makes one ring slot a worker: give --n-inference a number "
                          f"(got {n_lanes!r})")  # fmt: skip
@@ -222,7 +210,7 @@ def batched_process_policy(run: "Run", i: int) -> _LaneWorker:
     if not 0 <= i < n_lanes:
         raise ValueError(f"worker {i}: the lane ring has slots 0..{n_lanes - 1} (one a worker)")
     lane = part.remote.lane(i, run.spec.action_space, tau_m=run.tau_m, origin=run.world.origin,
-                            epsilon=_Epsilon(run.weights), seed=run.cfg.seed * 1000 + i)  # fmt: skip
+                            epsilon=run.algorithm.lane_epsilon(run.weights), seed=run.cfg.seed * 1000 + i)  # fmt: skip
     worker = ProcessPolicy(partial(_lane_in_this_process, lane), torch_threads=None, trim_above=run.cfg.trim_above,
                            wait=False)  # no model in it: torch is never imported there
     return _LaneWorker(worker, part)

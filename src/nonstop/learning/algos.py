@@ -46,6 +46,17 @@ if TYPE_CHECKING:
 __all__ = ["Algorithm", "AlgoConfig", "ActorPolicy", "algorithm_of", "as_space", "to_tensor", "make_policy"]
 
 
+class EpsilonOf:
+    """The ε a request lane explores with, read from the weights' header per decision (picklable: a child's
+    lane explores as the learners anneal)."""
+
+    def __init__(self, weights: Any) -> None:
+        self.weights = weights
+
+    def __call__(self) -> float:
+        return float(self.weights.epsilon)
+
+
 class AlgoConfig(Protocol):
     """What every algorithm's config dataclass offers (`DQNConfig`, `SACConfig`)."""
 
@@ -105,7 +116,8 @@ class Algorithm:
     name: ClassVar[str] = ""
     #: its config dataclass (an `AlgoConfig` with ``for_family`` and ``from_dict``)
     config_class: ClassVar[Any]
-    #: what its exploration figure is called in progress rows and lines (``epsilon``, ``alpha``)
+    #: what its exploration figure is called in progress rows and lines: ``epsilon`` or ``alpha``, each a
+    #: column of progress.csv (`nonstop.learning.runlog.PROGRESS_COLUMNS`: a new name needs a new column)
     exploration_name: ClassVar[str] = "epsilon"
     #: the `TrainConfig` field its settings are saved in (DQN's: ``dqn``, as before algorithms were parts)
     settings_field: ClassVar[str] = "algo_settings"
@@ -167,13 +179,15 @@ class Algorithm:
 
     @property
     def target_every(self) -> int:
-        """Updates between two applications of the target rule."""
-        raise NotImplementedError
+        """Updates between two applications of the target rule (the config's ``target_rule()``)."""
+        every: int = self.cfg.target_rule()[0]
+        return every
 
     @property
     def target_polyak(self) -> float:
-        """ρ of the target rule ``θ_target ← (1 − ρ)·θ_target + ρ·θ`` (1: a copy)."""
-        raise NotImplementedError
+        """ρ of the target rule ``θ_target ← (1 − ρ)·θ_target + ρ·θ`` (1: a copy; the config's ``target_rule()``)."""
+        rho: float = self.cfg.target_rule()[1]
+        return rho
 
     def exploration(self, env_ticks: int, params: np.ndarray) -> float:
         """The exploration figure after ``env_ticks`` ticks with parameters ``params`` (published in the
@@ -201,6 +215,16 @@ class Algorithm:
         """Actions for a batch from the model's outputs (``model(obs)``, as an array): what a
         batching server answers its lanes with (``explore``: as while training)."""
         raise NotImplementedError
+
+    def serve(self, forward: Any, *, seed: int | None = None) -> Any:
+        """The batching server's forward pass, ``batch -> (b,) actions``, over ``forward`` (a
+        `nonstop.inference.device.TorchForward` of `build_model`'s network): what it answers while training."""
+        raise NotImplementedError
+
+    def lane_epsilon(self, weights: Any) -> Any:
+        """What each request lane explores with on top of the server's answer (DQN: ε, read from the weights'
+        header per decision: a picklable callable; an algorithm that explores in its actor: 0)."""
+        return 0.0
 
     def export_module(self, model: "torch.nn.Module") -> "torch.nn.Module":
         """The standalone actor `nonstop export` scripts: observations in (as the env gives them),

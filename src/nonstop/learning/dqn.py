@@ -322,20 +322,25 @@ class DQN(Algorithm):
     def backward(self, online: "torch.nn.Module", target: "torch.nn.Module", batch: "Batch") -> "torch.Tensor":
         return dqn_backward(online, target, batch, self.cfg)
 
-    @property
-    def target_every(self) -> int:
-        return self.cfg.target_update
-
-    @property
-    def target_polyak(self) -> float:
-        return 1.0
-
     def exploration(self, env_ticks: int, params: np.ndarray) -> float:
         return epsilon_at(env_ticks, self.cfg)
 
     def act_batch(self, output: np.ndarray, rng: np.random.Generator, *, explore: bool) -> np.ndarray:
         # the greedy action; ε is each lane's own (it reads the weights' header)
         return np.asarray(output).argmax(axis=1) + self.action_start
+
+    def serve(self, forward: Any, *, seed: int | None = None) -> Any:
+        start = self.action_start  # Q-value i is action start + i (a Discrete(n, start=s) space)
+
+        def greedy(batch: np.ndarray) -> np.ndarray:
+            return forward(batch) + start  # the forward's own argmax (a CUDA graph's, where captured)
+
+        return greedy
+
+    def lane_epsilon(self, weights: Any) -> Any:
+        from nonstop.learning.algos import EpsilonOf
+
+        return EpsilonOf(weights)
 
     def export_module(self, model: "torch.nn.Module") -> "torch.nn.Module":
         from nonstop.policies.models import FromObservations

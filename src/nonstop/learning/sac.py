@@ -266,14 +266,6 @@ class SAC(Algorithm):
     def backward(self, online: "torch.nn.Module", target: "torch.nn.Module", batch: "Batch") -> "torch.Tensor":
         return sac_backward(online, target, batch, self.cfg, self.target_entropy)  # type: ignore[arg-type]
 
-    @property
-    def target_every(self) -> int:
-        return 1
-
-    @property
-    def target_polyak(self) -> float:
-        return self.cfg.tau
-
     def exploration(self, env_ticks: int, params: np.ndarray) -> float:
         return float(np.exp(params[-1]))  # α = exp(log α), θ's last number
 
@@ -281,6 +273,17 @@ class SAC(Algorithm):
         space = self.action_space
         return squash(output, np.asarray(space.low, np.float32), np.asarray(space.high, np.float32),
                       rng if explore else None)  # fmt: skip
+
+    def serve(self, forward: Any, *, seed: int | None = None) -> Any:
+        rng = np.random.default_rng(seed)
+
+        def sampled(batch: np.ndarray) -> np.ndarray:
+            actions = self.act_batch(forward.q_values(batch).numpy(), rng, explore=True)
+            rows = np.empty(len(actions), dtype=object)  # (b,) answers, each lane's a float32 vector
+            rows[:] = list(actions)
+            return rows
+
+        return sampled
 
     def export_module(self, model: "torch.nn.Module") -> "torch.nn.Module":
         from nonstop.learning.sacnets import DeterministicActor

@@ -132,14 +132,12 @@ class DeterministicActor(nn.Module):
     """The evaluation actor `nonstop export` scripts: ``tanh(μ(s)) · scale + bias``, nothing sampled.
     Takes float32 inputs laid out as the networks take them (`FromObservations` prepares raw ones)."""
 
-    scale: torch.Tensor
-    bias: torch.Tensor
-
     def __init__(self, nets: SACNetworks) -> None:
         super().__init__()
         self.encoder, self.actor = nets.encoder, nets.actor
-        self.register_buffer("scale", nets.scale.clone())
-        self.register_buffer("bias", nets.bias.clone())
+        # fixed numbers (no gradient), held as parameters so TorchScript and mypy both see tensors
+        self.scale = nn.Parameter(nets.scale.clone(), requires_grad=False)
+        self.bias = nn.Parameter(nets.bias.clone(), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mean, _ = self.actor(self.encoder(x))
