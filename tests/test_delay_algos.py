@@ -139,8 +139,11 @@ def test_rtac_and_dcac_train_resume_and_export(algo, tmp_path, capsys, no_shm_le
     assert main(["train", "--resume", str(run), "--seconds", "6"]) == 0
     again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert again["updates"] > first["updates"]
-    # what `nonstop export` rebuilds the actor for: Pendulum's 3 numbers, then 3 slots of (action, due, age)
-    # (the export itself scripts SAC's DeterministicActor, which does not script at the algo branch's 4270057)
+    # the export's actor takes Pendulum's 3 numbers, then 3 slots of (action, due, age)
+    assert main(["export", str(run)]) == 0
+    program = torch.jit.load(str(run / "export" / "policy.torchscript.pt"))
+    action = program(torch.zeros(3 + 3 * 3))
+    assert action.shape[-1] == 1 and -2.0 <= float(action.reshape(-1)[0]) <= 2.0
     from nonstop.experiment.config import TrainConfig
     from nonstop.experiment.export import delay_aware_observations
     from nonstop.learning.runlog import read_config
