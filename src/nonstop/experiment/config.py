@@ -255,6 +255,8 @@ class TrainConfig:
             del d["learner_backend"]
         if not self.scheduler_args:  # and a run whose scheduler has its defaults
             del d["scheduler_args"]
+        if not self.delay_aware:  # and a run whose actor sees only the observation
+            del d["delay_aware"]
         if self.backend not in _BATCHED_BACKENDS:  # and a run without the batching server
             for name in _BATCHED_KEYS:
                 del d[name]
