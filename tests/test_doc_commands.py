@@ -102,6 +102,12 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "the default is 600 world seconds of Boxing"),
     "nonstop train --self-play": ("nonstop train --self-play --env multi/duel --seconds 10 --out runs/selfplay",
                                   "the flag as the prose names it needs a two-seat world and a length"),
+    "nonstop train --env CartPole --latency 3t --delay-aware --seconds 600 --out runs/cartpole-aware": (
+        "nonstop train --env CartPole --latency 3t --delay-aware --seconds 20 --out runs/cartpole-aware",
+        "600 world seconds; 20 fill the replay with what the actor saw"),
+    "nonstop bench delay --budget small --json --plot runs/delay.png": (
+        "nonstop bench delay --budget small --json --plot runs/delay.png --envs CartPole --algos dqn,dqn+delay "
+        "--taus 1,3 --seeds 1 --ticks 300 --last 1", "the small budget trains 36 runs of 15,000 ticks (hours on 2 cores)"),
     "nonstop train --scheduler fill": (
         "nonstop train --scheduler fill --env theory/delay-cycle --latency lognormal:5t,0.5 --seconds 10 --out runs/fill",
         "the prose names the flag; a world where delay costs, a spread τ_θ and a length make it run"),
@@ -180,7 +186,7 @@ BENCH_TESTS = {
     "duel": "test_bench_duel.py", "models": "test_policies.py", "nstar": "test_bench_nstar.py",
     "return": "test_bench_return.py", "regret": "test_regret.py", "learn": "test_bench_learning.py",
     "nlstar": "test_bench_learning.py", "weights": "test_ray_backend.py", "lanes": "test_bench_lanes.py",
-    "gpu": "test_device.py",
+    "gpu": "test_device.py", "delay": "test_bench_delay.py",
 }
 
 #: A placeholder's sample value, for parsing a synopsis.

@@ -32,6 +32,7 @@ BENCHMARKS = {
     "weights": "nonstop.bench.weights",
     "duel": "nonstop.bench.duel",
     "ray": "nonstop.bench.ray",
+    "delay": "nonstop.bench.delay",
 }
 
 #: The optional packages (top-level modules) a benchmark needs beyond the base install.
@@ -41,5 +42,6 @@ REQUIRES = {
     "learn": ("torch",),
     "nlstar": ("torch",),
     "weights": ("torch",),
+    "delay": ("torch",),
     "server": ("fastapi", "uvicorn", "websockets", "pydantic"),
 }

@@ -24,6 +24,8 @@ HELP = "train DQN or SAC in a realtime world: staggered inference, asynchronous 
 _RUN_FIELDS = ("env", "clock", "seconds", "interaction", "scheduler", "n_inference", "latency", "default", "n_learners",
                "learner_mode", "tau_l", "learner_backend", "backend", "ray_address", "trim_above", "max_restarts",
                "restart_window", "device", "dtype", "batch_curve", "max_batch")  # fmt: skip
+#: learning that pays for delay: the actor and critic see the actions in flight (any --algo)
+_DELAY_FIELDS = ("delay_aware",)
 _SELF_PLAY_FIELDS = ("opponents", "snapshot_every", "pool_size", "opponent_latency")
 _RECORD_FIELDS = ("out", "episodes", "progress_every", "checkpoint_every", "keep_checkpoints",
                   "checkpoint_replay")  # fmt: skip
@@ -59,6 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("self-play (a two-seat world: the learner against a pool of its own past snapshots)")
     add_fields(g, TrainConfig, ("self_play",))
     add_fields(g, TrainConfig, _SELF_PLAY_FIELDS, unset=_SELF_PLAY_FIELDS, shown_as={"opponent_latency": "--latency"})
+    add_fields(p, TrainConfig, _DELAY_FIELDS)
     add_algo_arguments(p)
     add_fields(p, TrainConfig, ("seed",))
     add_fields(p, RecordConfig, _RECORD_FIELDS, types={"out": str, "episodes": int})
@@ -195,7 +198,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         raise ValueError(f"--env-arg: {exc}") from None
     algo, settings = algo_settings_from_args(args, family)
     env_kwargs = {**default_env_kwargs(family), **given_env}
-    run = {name: getattr(args, name) for name in _RUN_FIELDS if getattr(args, name, None) is not None}
+    run = {name: getattr(args, name) for name in (*_RUN_FIELDS, *_DELAY_FIELDS) if getattr(args, name, None) is not None}
     run["env"] = env
     run.pop("trim_above", None)
     try:
@@ -274,7 +277,7 @@ def resumed_config(args: argparse.Namespace, out: Any) -> tuple[Any, list[str]]:
         raise ValueError(f"{out} is a --algo {algo.name} run: it resumes as one (start a new run for --algo {args.algo})")
     args.algo = algo.name
     fresh = config_from_args(args).to_dict()
-    keys = {name for name in (*_RUN_FIELDS, *_SELF_PLAY_FIELDS, "self_play", "seed") if name in typed}
+    keys = {name for name in (*_RUN_FIELDS, *_DELAY_FIELDS, *_SELF_PLAY_FIELDS, "self_play", "seed") if name in typed}
     keys |= {"env_kwargs"} if typed & {"env_arg", "pixels"} else set()
     keys |= {"scheduler_args"} if "scheduler_arg" in typed else set()
     merged = {**saved, **{k: fresh[k] for k in keys if k in fresh}}

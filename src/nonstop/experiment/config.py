@@ -121,6 +121,10 @@ class TrainConfig:
     algo_settings: Any = field(default=None, metadata=_help(
         "the settings of an --algo other than dqn, whose are `dqn` (its config dataclass, or its dict; None: the env "
         "family's)"))
+    delay_aware: bool = field(default=False, metadata=_help(
+        "the learner's actor and critic see, beside the observation, the actions in flight (the K = ⌈max latency in "
+        "ticks⌉ newest decisions, each with its ticks to apply and its age; nonstop.inference.inflight), exactly as "
+        "the inference pool knows them; any --algo, vector observations"))
     self_play: bool = field(default=False, metadata=_help(
         "a two-seat world: the learner plays the first seat, a snapshot of its past self the second; RUN/matches.csv "
         "records every match"))
@@ -182,6 +186,8 @@ class TrainConfig:
             self.algo_settings = lookup("algo", self.algo).config_class.from_dict(self.algo_settings)
         if not isinstance(self.self_play, bool):
             raise TypeError(f"self_play must be True or False, got {self.self_play!r}")
+        if not isinstance(self.delay_aware, bool):
+            raise TypeError(f"delay_aware must be True or False, got {self.delay_aware!r}")
         _one_of("opponents", self.opponents, OPPONENT_WEIGHTINGS)
         if not (isinstance(self.snapshot_every, (int, float)) and self.snapshot_every > 0 and math.isfinite(self.snapshot_every)):
             raise ValueError(f"snapshot_every must be a positive number of world seconds, got {self.snapshot_every!r}")
@@ -207,7 +213,8 @@ class TrainConfig:
         return {"clock": self.clock, "device": self.device.strip().lower(), "interaction": self.interaction,
                 "backend": self.backend, "inference_backend": self.inference_backend,
                 "learner_backend": self.learner_backend, "n_learners": self.n_learners,
-                "ray_address": self.ray_address, "seating": self.seating, "scheduler": self.scheduler}  # fmt: skip
+                "ray_address": self.ray_address, "seating": self.seating, "scheduler": self.scheduler,
+                "delay_aware": self.delay_aware}  # fmt: skip
 
     @property
     def inference_backend(self) -> str:
@@ -251,6 +258,8 @@ class TrainConfig:
             del d["learner_backend"]
         if not self.scheduler_args:  # and a run whose scheduler has its defaults
             del d["scheduler_args"]
+        if not self.delay_aware:  # and a run whose actor sees only the observation
+            del d["delay_aware"]
         used = {s for kind, name in self._parts() for s in registry.constraint(kind, name).settings}
         for name in _PART_SETTINGS:  # and a run without the part that reads them (the batching server)
             if name not in used:

@@ -35,9 +35,10 @@ class InferencePart(Part):
     """An `InferencePool` driving one seat: N_I workers, each with a policy from ``policy(i)``."""
 
     def __init__(self, name: str, policy: Callable[[int], Any], n_inference: int | str, *, seat: str | None,
-                 mark_start: bool = False) -> None:  # fmt: skip
+                 mark_start: bool = False, inflight: Any = None) -> None:  # fmt: skip
         self.name, self.policy, self.n_inference, self.seat = name, policy, n_inference, seat
         self.mark_start = mark_start
+        self.inflight = inflight  # the learner's action buffer (--delay-aware), else None
         self.pool: Any = None
         self._fed = 0  # tick-log rows shown to a scheduler that learns from rewards
         self._next_feed = 0.0
@@ -50,7 +51,7 @@ class InferencePart(Part):
         rule = scheduler(run.cfg, self.n_inference)  # its name, or built with the run's scheduler settings
         n_inference = None if not isinstance(rule, str) else self.n_inference
         self.pool = InferencePool(run.world, self.policy, rule, n_inference=n_inference,
-                                  restart_budget=run.restart_budget(), seat=self.seat)  # fmt: skip
+                                  restart_budget=run.restart_budget(), seat=self.seat, inflight=self.inflight)  # fmt: skip
         self.pool.start()
         if self.mark_start:  # the world ticked (β) while the workers started: the summary says how long
             run.world.annotate("agents_started_at_tick", int(run.world.slot.read().tick))
@@ -137,7 +138,8 @@ class LearnersPart(Part):
 def StaggeredDriver(run: "Run", *, seat: str | None) -> list[Part]:
     """Staggered workers on ``seat`` and the asynchronous learners beside them."""
     policy = lookup("policy_backend", run.cfg.inference_backend)
-    return [InferencePart("pool", lambda i: policy(run, i), run.n_inference, seat=seat, mark_start=True), LearnersPart()]
+    return [InferencePart("pool", lambda i: policy(run, i), run.n_inference, seat=seat, mark_start=True,
+                          inflight=run.learning.inflight), LearnersPart()]  # fmt: skip
 
 
 def SequentialDriver(run: "Run", *, seat: str | None) -> list[Part]:

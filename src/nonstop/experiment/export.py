@@ -95,6 +95,8 @@ def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dic
     obs_space, action_space = probe.observation_space, probe.action_space
     probe.close()
     algo_class.check_spaces(obs_space, action_space, cfg.env)  # what train accepted
+    if cfg.delay_aware or getattr(algo_class, "needs_action_buffer", False):  # the actions in flight follow the observation
+        obs_space = delay_aware_observations(cfg, obs_space, action_space)
     obs_shape = tuple(obs_space.shape or ())
     algo = settings.algorithm(obs_shape, action_space)
     model = algo.build_model()
@@ -142,3 +144,15 @@ def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dic
     }  # fmt: skip
     write_atomic(written["meta"], (json.dumps(meta, indent=2, default=str) + "\n").encode())
     return {"written": {k: str(v) for k, v in written.items()}, **meta}
+
+
+def delay_aware_observations(cfg: Any, obs_space: Any, action_space: Any) -> Any:
+    """What a delay-aware run's actor took: the observation, then its action buffer's K slots
+    (`nonstop.learning.inflight.delay_aware_space`, K from the run's latency)."""
+    from nonstop.envs import env_info
+    from nonstop.learning.inflight import delay_aware_space
+    from nonstop.policies.latency import parse_latency
+
+    tick_hz = env_info(cfg.env, **cfg.env_kwargs).tick_hz
+    space, _ = delay_aware_space(obs_space, action_space, parse_latency(cfg.latency, tick_hz=tick_hz).max_hint, 1.0 / tick_hz)
+    return space

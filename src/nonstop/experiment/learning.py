@@ -19,7 +19,8 @@ import numpy as np
 from nonstop.experiment.parts import Part
 from nonstop.learning.dqn import init_training
 from nonstop.learning.learners import Learner
-from nonstop.learning.replay import ReplayBuffer, ReplayRecorder
+from nonstop.learning.inflight import in_flight_recorder
+from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import SharedWeights, TrainingState
 
 if TYPE_CHECKING:
@@ -65,8 +66,11 @@ class LearningCore(Part):
         init_training(model, self.state, self.weights)
         self.weights.exploration = self.algorithm.exploration(0, self.state.params)
         history = max(256, 4 * math.ceil(run.latency.max_hint / spec.tau_m) + 64)
-        self.recorder = ReplayRecorder(self.replay, gamma=self.settings.gamma, history=history,
-                                       action_start=self.algorithm.action_start)  # fmt: skip
+        #: ``--delay-aware``: the learner's pool's action buffer, which the recorder reads (None: off)
+        self.inflight, self.recorder = in_flight_recorder(run.spec.inflight_k, self.action_space, self.replay,
+                                                          gamma=self.settings.gamma, history=history,
+                                                          action_start=self.algorithm.action_start,
+                                                          framing=getattr(self.algorithm, "reward_framing", "action"))  # fmt: skip
         #: whether `load_state_dict` found the replay in the checkpoint
         self.replay_restored = False
         #: called before the host's parameters are read (a learner that keeps them elsewhere writes them back)

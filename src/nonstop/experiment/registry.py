@@ -85,6 +85,9 @@ _BUILTIN: dict[str, dict[str, Any]] = {
     "algo": {
         "dqn": "nonstop.learning.dqn:DQN",
         "sac": "nonstop.learning.sac:SAC",
+        # learning that pays for delay: the actions in flight in the state (nonstop.inference.inflight)
+        "rtac": "nonstop.learning.rtac:RTAC",
+        "dcac": "nonstop.learning.dcac:DCAC",
     },
     # what the run connects to before it starts anything
     "cluster": {
@@ -202,13 +205,21 @@ _RAY_ON_CPU = ("--device {device} with Ray: Ray's workers and learners run on th
                "process or batched and --learner-backend process")  # fmt: skip
 _BATCHED_SETTINGS: Final = ("batch_curve", "max_batch", "device")
 
+#: --delay-aware: the pool's action buffer lives beside the host, read by the learner's own thread or process workers
+_NO_DELAY_AWARE = refuses("delay_aware", True, why="--delay-aware runs the learner's own pool with thread or process "
+                          "workers (its action buffer lives beside the host): use --backend thread or process, and no "
+                          "--self-play")  # fmt: skip
+
 _CONSTRAINTS: dict[str, dict[str, Constraint]] = {
+    "seating": {
+        "self_play": Constraint((_NO_DELAY_AWARE,)),
+    },
     "policy_backend": {
         "process": Constraint(instead={"clock": {"virtual": "thread"}}),
-        "ray": Constraint((needs("clock", "wall", why=f"--backend ray {_RAY_ON_WALL}"), needs("device", "cpu", why=_RAY_ON_CPU)),
-                          requires={"cluster": "ray"}),  # fmt: skip
-        "batched": Constraint(settings=_BATCHED_SETTINGS),
-        "batched_process": Constraint(instead={"clock": {"virtual": "batched"}}, settings=_BATCHED_SETTINGS),
+        "ray": Constraint((needs("clock", "wall", why=f"--backend ray {_RAY_ON_WALL}"), needs("device", "cpu", why=_RAY_ON_CPU),
+                           _NO_DELAY_AWARE), requires={"cluster": "ray"}),  # fmt: skip
+        "batched": Constraint((_NO_DELAY_AWARE,), settings=_BATCHED_SETTINGS),
+        "batched_process": Constraint((_NO_DELAY_AWARE,), instead={"clock": {"virtual": "batched"}}, settings=_BATCHED_SETTINGS),
     },
     "learners": {
         "virtual": Constraint(offered=False),  # what process and Ray learners are on the virtual clock

@@ -43,6 +43,8 @@ class WorldSpec:
     settings: Any = None
     latency: Any = None
     n_inference: int | str = 1
+    #: ``--delay-aware``: the action buffer's K slots (0: off); ``obs_space`` is then the augmented one
+    inflight_k: int = 0
 
     @property
     def dqn(self) -> Any:
@@ -98,8 +100,18 @@ def _learner_settings(cfg: "TrainConfig", spec: WorldSpec) -> None:
     device, _ = placement(cfg.device, cfg.dtype)  # a device this machine lacks is said now, naming what torch finds
     algo = lookup("algo", cfg.algo)
     spec.settings = algo.settings(getattr(cfg, algo.settings_field), spec.family)
-    spec.algorithm = spec.settings.algorithm(spec.obs_shape, spec.action_space)
     spec.latency = parse_latency(cfg.latency, tick_hz=spec.tick_hz)
+    # the actor and critic see the actions in flight (RTAC and DCAC always do)
+    if getattr(cfg, "delay_aware", False) or getattr(algo, "needs_action_buffer", False):
+        from nonstop.learning.inflight import delay_aware_space
+
+        spec.obs_space, spec.inflight_k = delay_aware_space(spec.obs_space, spec.action_space, spec.latency.max_hint,
+                                                            spec.tau_m)  # fmt: skip
+        if hasattr(spec.settings, "buffer_slots"):  # RTAC, DCAC: where the buffer sits in their observations
+            import dataclasses
+
+            spec.settings = dataclasses.replace(spec.settings, buffer_slots=spec.inflight_k)
+    spec.algorithm = spec.settings.algorithm(spec.obs_shape, spec.action_space)
     spec.algorithm.check_fits(str(device))
     # Algorithm 2's N_I* = ⌈τ̄_θ/τ_M⌉ by default, so the staggered agent acts at every tick
     spec.n_inference = cfg.n_inference or (
@@ -132,8 +144,10 @@ def build_world(run: "Run", log_dir: Any) -> Any:
         source: dict[str, Any] = {"env": cfg.env, "env_kwargs": cfg.env_kwargs}
     else:  # a factory: the registry's facts the Session would look up by id
         source = {"env": spec.env_source, "tick_hz": spec.tick_hz}
+    # a delay-aware recorder shares the pool's action buffer: the host runs in this process
+    host_mode = "thread" if spec.inflight_k else "auto"
     world = Session(**source, clock=cfg.clock, seed=cfg.seed, recorder=run.learning.recorder, log_dir=log_dir,
-                    default=cfg.default)  # fmt: skip
+                    default=cfg.default, host_mode=host_mode)  # fmt: skip
     world.start()
     return world
 

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from nonstop.inference import pacing
+from nonstop.inference.inflight import due_tick_of
 from nonstop.inference.phases import TickPhases
 from nonstop.metrics.overhead import overhead_summary
 from nonstop.policies.memory import DEFAULT_MIN_FREE, check_min_free
@@ -175,6 +176,7 @@ class InferencePool:
         restart_budget: RestartBudget | None = None,
         align_to_ticks: bool | None = None,
         seat: int | str | None = None,
+        inflight: Any = None,
     ) -> None:
         if not session.slots:  # the channels exist from start() on
             raise RuntimeError("start the session before the inference pool")
@@ -224,6 +226,9 @@ class InferencePool:
         self._monitor: Any = None
         self._policies: dict[int, Any] = {}
         self._overhead_s: list[float] = []  # remote policies (Ray): per-action time outside the forward pass
+        #: the actions in flight (`nonstop.inference.inflight.ActionBuffer`, ``--delay-aware``): each
+        #: decision is recorded with its due tick and each policy sees them beside the observation
+        self.inflight = inflight
 
     # ------------------------------------------------------------------ the loop
     def _loop(
@@ -294,6 +299,7 @@ class InferencePool:
                 t = yield from after_tick(deadline, deadline + next_margin)
                 continue
             last_seq = latest.seq
+            obs, decision_key = self._inflight_obs(latest, i)
             if state.killed:
                 state.killed = False
                 raise RuntimeError(f"worker {i} killed")
@@ -304,16 +310,19 @@ class InferencePool:
             state.last_start = started
             t0 = stopwatch()
             if timed is not None:  # a request lane of a batching server waits for its batch (queue + batch)
-                decision = yield from timed(latest.obs, latest.tick)
+                decision = yield from timed(obs, latest.tick)
                 t = clock.now()
                 tau_theta = t - started
             else:
-                decision = policy.act(latest.obs)
+                decision = policy.act(obs)
                 # measured compute (none of the virtual clock's time) plus a declared latency
                 tau_theta = clock.real(stopwatch() - t0) + decision.latency
                 t = started + tau_theta
+                self._inflight_known(decision_key, latest, decision.action, t)  # before a declared latency's wait
                 if decision.latency > 0:  # a declared latency is waited out (measured compute has passed)
                     t = yield from wait_until(t)
+            if timed is not None:
+                self._inflight_known(decision_key, latest, decision.action, t)
             # as the world sees it: plus a late wake-up's lag (real time: none on the virtual clock)
             world_tau = tau_theta + clock.real(max(0.0, clock.now() - started - tau_theta))
             state.world_taus.append(world_tau)
@@ -325,6 +334,7 @@ class InferencePool:
             if self.frees_workers:
                 # the scheduler holds the action, not the worker: a timer submits it at its
                 # release slot while this worker starts its next inference at once
+                self._inflight_due(decision_key, latest, t + pad)
                 self._hold(state, decision.action, latest, tau_theta, t, pad)
                 continue
             if pad > 0:
@@ -334,6 +344,7 @@ class InferencePool:
             # 5. submit (never a hair before a deadline where wake-ups jitter: `pacing.phase_guard`)
             if (guarded := pacing.phase_guard(t, latest.time, tau_m, guard)) != t:
                 t = yield from wait_until(guarded)
+            self._inflight_due(decision_key, latest, t)
             queue.submit(
                 decision.action, obs_tick=latest.tick, episode=latest.episode, worker=i,
                 tau_theta=tau_theta, submit_time=t,
@@ -347,6 +358,23 @@ class InferencePool:
                 # then read the observation it publishes, as a real agent restarting at once
                 # would; `t` stays put, so the next inference still counts from the submit.
                 t = yield from after_tick(deadline, t)
+
+    # ------------------------------------------------------------------ the actions in flight
+    def _inflight_obs(self, latest: Any, worker: int) -> tuple[Any, Any]:
+        """What the policy sees of ``latest`` (with ``inflight``: the observation and the buffer at its
+        tick) and the key its decision is recorded under."""
+        if self.inflight is None:
+            return latest.obs, None
+        return self.inflight.augment(latest.obs, tick=latest.tick, episode=latest.episode), (worker, latest.episode, latest.tick)
+
+    def _inflight_known(self, key: Any, latest: Any, action: Any, submit_at: float) -> None:
+        if key is not None:
+            due = latest.tick + due_tick_of(submit_at, origin=latest.time, tau_m=self.session.tau_m)
+            self.inflight.decided(key, obs_tick=latest.tick, episode=latest.episode, action=action, due_tick=due)
+
+    def _inflight_due(self, key: Any, latest: Any, submit_at: float) -> None:
+        if key is not None:
+            self.inflight.moved(key, latest.tick + due_tick_of(submit_at, origin=latest.time, tau_m=self.session.tau_m))
 
     def _hold(self, state: _WorkerState, action: Any, latest: Any, tau_theta: float, t: float, pad: float) -> None:
         """A scheduler that frees its workers: the action computed at ``t`` is submitted ``pad``

@@ -172,6 +172,11 @@ class Algorithm:
         (zeroed first, in place); returns the loss to report (a tensor on the networks' device)."""
         raise NotImplementedError
 
+    def sample(self, replay: Any, batch_size: int, rng: np.random.Generator) -> Any:
+        """One batch for `backward` from ``replay`` (None: not yet). Transitions drawn uniformly; DCAC
+        draws runs of consecutive transitions (its resampled n-step targets)."""
+        return replay.sample(batch_size, rng)
+
     @property
     def target_every(self) -> int:
         """Updates between two applications of the target rule (the config's ``target_rule()``)."""

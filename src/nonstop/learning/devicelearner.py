@@ -235,7 +235,7 @@ class DeviceLearner:
     def gradient(self) -> "torch.Tensor | None":
         """Back-propagate one fresh batch at the current θ into the flat gradient buffer; returns the
         loss (on the device; ``None``: no batch yet)."""
-        batch = self.replay.sample(self.cfg.batch_size, self.rng)
+        batch = self.algo.sample(self.replay, self.cfg.batch_size, self.rng)
         if batch is None:
             return None
         return self.algo.backward(self.online, self.target, batch)

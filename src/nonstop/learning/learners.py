@@ -165,7 +165,7 @@ class Learner:
 
     def gradient(self) -> tuple[np.ndarray, float] | None:
         """The gradient of one fresh batch at the newest complete weights (``None``: no batch yet)."""
-        batch = self.replay.sample(self.cfg.batch_size, self.rng)
+        batch = self.algo.sample(self.replay, self.cfg.batch_size, self.rng)
         if batch is None:
             return None
         if self.weights.version != self.version or self.gradients == 0:  # to the device once per version
