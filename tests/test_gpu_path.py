@@ -525,3 +525,45 @@ def test_the_device_learners_thread_sets_its_device_and_steps_on_its_own_stream(
     assert mine[0][1] == "set_device"  # before any CUDA work of that thread
     records = [e for e in mine if e[1] == "record"]
     assert records and all(e[3] == str(learner.stream) for e in records)  # each version recorded on its own stream
+
+
+def test_policies_and_host_learners_set_their_device_in_each_thread_that_acts_or_learns(monkeypatch):
+    """cuda:N beyond the server and the device learner: a `TorchPolicy` sets N in the thread that builds it
+    and in each worker thread's first act, a host learner (process, Ray or virtual) where it is built; a
+    bare ``cuda`` or the CPU sets nothing (recorded with ``torch.cuda.set_device`` replaced: no CUDA here)."""
+    from nonstop.policies import placement
+    from nonstop.policies.base import TorchPolicy
+
+    calls: list[tuple[str, int]] = []
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append((str(device), threading.get_ident())))
+    placement.enter_device(torch.device("cuda:1"))
+    placement.enter_device(torch.device("cuda"))
+    placement.enter_device(torch.device("cpu"))
+    assert calls == [("cuda:1", threading.get_ident())]
+
+    entered: list[tuple[str, int]] = []
+    monkeypatch.setattr(placement, "enter_device", lambda device: entered.append((str(device), threading.get_ident())))
+    import gymnasium
+
+    policy = TorchPolicy(torch.nn.Linear(3, 2), gymnasium.spaces.Discrete(2))
+    policy.act(np.zeros(3, np.float32))  # the building thread: set once, not again at its act
+    worker = threading.Thread(target=lambda: [policy.act(np.zeros(3, np.float32)) for _ in range(3)])
+    worker.start()
+    worker.join()
+    assert [d for d, _ in entered] == ["cpu", "cpu"] and entered[0][1] != entered[1][1]
+
+    from nonstop.learning.learners import Learner
+    from nonstop.learning.replay import ReplayBuffer
+    from nonstop.learning.weights import SharedWeights, TrainingState
+
+    cfg = DQNConfig(hidden=(8,))
+    n = sum(p.numel() for p in build_q_network((4,), 2, cfg).parameters())
+    state, weights = TrainingState.create(n), SharedWeights.create(n)
+    replay = ReplayBuffer.create(capacity=16, obs_shape=(4,), dtype=np.float32)
+    try:
+        entered.clear()
+        Learner(0, (4,), gymnasium.spaces.Discrete(2), cfg, state, weights, replay, seed=0)
+        assert [d for d, _ in entered] == ["cpu"]
+    finally:
+        for segment in (state, weights, replay):
+            segment.unlink()

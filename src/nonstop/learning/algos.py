@@ -264,9 +264,11 @@ class ActorPolicy(Policy):
                  seed: int | None = None, num_threads: int | None = 1, device: str = "cpu",
                  dtype: str | None = None) -> None:  # fmt: skip
         from nonstop.inference.device import placement
+        from nonstop.policies.placement import enter_device
 
         #: where the model runs and its precision (`nonstop.inference.device.placement`)
         self.device, self.dtype = placement(device, dtype)
+        enter_device(self.device)  # cuda:N: the building thread's CUDA calls go to N
         self.model = model.to(self.device).eval()
         self.weights = weights
         self.action_space = action_space

@@ -141,12 +141,14 @@ class Learner:
                  state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, seed: int | None,
                  device: str = "cpu") -> None:  # fmt: skip
         from nonstop.inference.device import resolve_device
+        from nonstop.policies.placement import enter_device
 
         self.algo = algorithm_of(cfg, obs_shape, action_space)
         self.index, self.cfg = index, self.algo.cfg
         self.state, self.weights, self.replay = state, weights, replay
         #: where the update runs: its online and target networks live there, batches go there from host replay
         self.device = resolve_device(device)
+        enter_device(self.device)  # cuda:N: this learner's process (or thread) makes its CUDA calls on N
         self.online = self.algo.build_model().to(self.device).train()
         self.target = self.algo.build_model().to(self.device).eval()
         self._flat = np.empty(weights.n_params, np.float32)

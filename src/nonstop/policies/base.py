@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -235,7 +236,7 @@ class TorchPolicy(Policy):
     ) -> None:
         import torch
 
-        from nonstop.policies.placement import resolve_dtype
+        from nonstop.policies.placement import enter_device, resolve_dtype
 
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -250,11 +251,13 @@ class TorchPolicy(Policy):
         self.device: Final = torch.device(device)
         #: the precision the model runs in (autocast; None: bf16 on CUDA, fp32 elsewhere)
         self.dtype: Final = resolve_dtype(dtype, self.device)
+        enter_device(self.device)  # cuda:N: the building thread's CUDA calls go to N (and each acting thread's: `act`)
         self.model = model.to(self.device).eval()
         self.epsilon = float(epsilon)
         self.num_threads: Final = num_threads
         self.channels_last: Final = channels_last
         self._threads_set_in_pid: int | None = None
+        self._device_set_in_thread: int | None = threading.get_ident()
         self._rng = np.random.default_rng()
         self.seed(seed)
 
@@ -265,10 +268,14 @@ class TorchPolicy(Policy):
         """The model's outputs for ``obs``, shape ``(n_actions,)``, on the CPU."""
         import torch
 
+        from nonstop.policies.placement import autocast, enter_device
+
         if self.num_threads is not None and self._threads_set_in_pid != os.getpid():
             torch.set_num_threads(self.num_threads)
             self._threads_set_in_pid = os.getpid()
-        from nonstop.policies.placement import autocast
+        if self._device_set_in_thread != threading.get_ident():  # a worker thread's first act
+            enter_device(self.device)
+            self._device_set_in_thread = threading.get_ident()
 
         with torch.inference_mode(), autocast(self.device, self.dtype):
             x = obs_to_tensor(obs, channels_last=self.channels_last).to(self.device)

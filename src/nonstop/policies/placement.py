@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["resolve_device", "resolve_dtype", "parse_dtype", "parse_device", "DTYPES", "DEVICE_GRAMMAR", "uses_pinned",
-           "to_device", "autocast", "placement", "add_device_arguments"]  # fmt: skip
+           "to_device", "autocast", "placement", "add_device_arguments", "enter_device"]  # fmt: skip
 
 #: the precisions a model may run in (``--dtype``): ``auto`` (None) is bf16 on CUDA, fp32 elsewhere
 DTYPES: Final = ("fp32", "bf16", "fp16")
@@ -122,6 +122,16 @@ def placement(device: str = "cpu", dtype: str | None = None) -> tuple["torch.dev
     """``(resolve_device(device), resolve_dtype(dtype, that device))``: what a model builder takes."""
     dev = resolve_device(device)
     return dev, resolve_dtype(dtype, dev)
+
+
+def enter_device(device: "torch.device") -> None:
+    """Make ``device`` the calling thread's current CUDA device when it names one (``cuda:N``), before
+    that thread's first CUDA call: streams, graphs and pinned memory made without a device go to the
+    current one, which is GPU 0 until set. Nothing on the CPU, or for a bare ``cuda``."""
+    if device.type == "cuda" and device.index is not None:
+        import torch
+
+        torch.cuda.set_device(device)
 
 
 def uses_pinned(device: "torch.device") -> bool:
