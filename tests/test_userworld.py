@@ -127,15 +127,20 @@ def test_a_script_without_a_main_guard_is_told_how_to_guard(beside, no_shm_leak)
     assert "already holds a run" not in done.stderr
 
 
+def _forget_mypkg() -> None:
+    for name in [m for m in sys.modules if m == "mypkg" or m.startswith("mypkg.")]:
+        del sys.modules[name]
+
+
 @pytest.fixture
 def user_module(monkeypatch):
     """The user's package found only beside the current directory; everything it registered is undone after."""
     monkeypatch.chdir(USERWORLD)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(USERWORLD))])
     monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    _forget_mypkg()  # imported by an earlier test of this process: it must be found afresh here
     yield
-    for name in [m for m in sys.modules if m == "mypkg" or m.startswith("mypkg.")]:
-        del sys.modules[name]
+    _forget_mypkg()
     gymnasium.registry.pop("Target1D-v0", None)
     registry._MODULE_IDS.pop("mypkg.worlds", None)
 

@@ -97,7 +97,9 @@ def _learner_settings(cfg: "TrainConfig", spec: WorldSpec) -> None:
 
     from nonstop.inference.device import placement
 
-    device, _ = placement(cfg.device, cfg.dtype)  # a device this machine lacks is said now, naming what torch finds
+    # a model is placed and sized only where something learns: a run of stand-ins (compare's) needs no torch
+    learns = cfg.learning != "none"
+    device = placement(cfg.device, cfg.dtype)[0] if learns else None  # a device this machine lacks is said now
     algo = lookup("algo", cfg.algo)
     spec.settings = algo.settings(getattr(cfg, algo.settings_field), spec.family)
     spec.latency = parse_latency(cfg.latency, tick_hz=spec.tick_hz)
@@ -112,7 +114,8 @@ def _learner_settings(cfg: "TrainConfig", spec: WorldSpec) -> None:
 
             spec.settings = dataclasses.replace(spec.settings, buffer_slots=spec.inflight_k)
     spec.algorithm = spec.settings.algorithm(spec.obs_shape, spec.action_space)
-    spec.algorithm.check_fits(str(device))
+    if learns:
+        spec.algorithm.check_fits(str(device))
     # Algorithm 2's N_I* = ⌈τ̄_θ/τ_M⌉ by default, so the staggered agent acts at every tick
     spec.n_inference = cfg.n_inference or (
         1 if cfg.scheduler == "sequential" else max(1, math.ceil(spec.latency.mean / spec.tau_m - 1e-9)))
