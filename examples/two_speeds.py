@@ -80,8 +80,10 @@ def report(url: str, names: list[str], sids: list[str]) -> None:
         summary = Replay.load(sessions[sid]["replay"]).summary()
         inaction = summary["inaction_ticks"] / max(1, summary["ticks"])
         delay = summary["mean_delay_ticks"]
-        print(f"{name:28} {summary['ticks']:6d} {inaction:9.1%} {delay if delay is None else f'{delay:.1f} ticks':>11} "
-              f"{summary['return']:7.1f}")
+        print(
+            f"{name:28} {summary['ticks']:6d} {inaction:9.1%} {delay if delay is None else f'{delay:.1f} ticks':>11} "
+            f"{summary['return']:7.1f}"
+        )
 
 
 def main() -> None:

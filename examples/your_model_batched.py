@@ -71,12 +71,25 @@ def main() -> None:
     report = server.report()
     worst = max(s["inaction_fraction"] for s in summaries)
     delay = sum(s["delay_mean_ticks"] for s in summaries) / len(summaries)
-    print(f"{args.worlds} worlds, {args.scheduler}, lanes {n_lanes}: inaction (worst world) {worst:.2%}, "
-          f"delay {delay:.2f} ticks, batch mean {report['batch_size_mean']:.2f}")
-    print(json.dumps({"worlds": args.worlds, "scheduler": args.scheduler, "n_inference": n_lanes,
-                      "ticks": [s["ticks"] for s in summaries], "inaction_fraction_worst": worst,
-                      "inaction_fraction": [s["inaction_fraction"] for s in summaries], "delay_mean_ticks": delay,
-                      "batch_size_mean": report["batch_size_mean"], "curve": report["curve"]["measured_s"]}))  # fmt: skip
+    print(
+        f"{args.worlds} worlds, {args.scheduler}, lanes {n_lanes}: inaction (worst world) {worst:.2%}, "
+        f"delay {delay:.2f} ticks, batch mean {report['batch_size_mean']:.2f}"
+    )
+    print(
+        json.dumps(
+            {
+                "worlds": args.worlds,
+                "scheduler": args.scheduler,
+                "n_inference": n_lanes,
+                "ticks": [s["ticks"] for s in summaries],
+                "inaction_fraction_worst": worst,
+                "inaction_fraction": [s["inaction_fraction"] for s in summaries],
+                "delay_mean_ticks": delay,
+                "batch_size_mean": report["batch_size_mean"],
+                "curve": report["curve"]["measured_s"],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

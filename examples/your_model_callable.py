@@ -61,10 +61,29 @@ def main() -> None:
     # the figures from the tick log: after the warm-up (the pool finds its size), up to the last tick
     # before the workers were stopped (the world ticks on while they finish)
     summary = world.tick_log.summary(warmup_ticks=WARMUP_TICKS, end_tick=end)
-    print(f"{args.scheduler} N_I {n_workers}: inaction {summary['inaction_fraction']:.2%}, "
-          f"delay {summary['delay_mean_ticks']:.2f} ticks, τ_I {summary['tau_i_mean_ticks']:.2f} ticks")
-    print(json.dumps({"scheduler": args.scheduler, "n_inference": n_workers, **{k: summary[k] for k in (
-        "ticks", "inaction_fraction", "delay_mean_ticks", "delay_p50_ticks", "tau_i_mean_ticks", "actions_per_s")}}))
+    print(
+        f"{args.scheduler} N_I {n_workers}: inaction {summary['inaction_fraction']:.2%}, "
+        f"delay {summary['delay_mean_ticks']:.2f} ticks, τ_I {summary['tau_i_mean_ticks']:.2f} ticks"
+    )
+    print(
+        json.dumps(
+            {
+                "scheduler": args.scheduler,
+                "n_inference": n_workers,
+                **{
+                    k: summary[k]
+                    for k in (
+                        "ticks",
+                        "inaction_fraction",
+                        "delay_mean_ticks",
+                        "delay_p50_ticks",
+                        "tau_i_mean_ticks",
+                        "actions_per_s",
+                    )
+                },
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -99,11 +99,13 @@ def probe(out_path: str, device: str = "cuda") -> int:
         thread.start()
         time.sleep(0.5)
         sizes = (1, 2, 4, 8, 16, 32, 64)
-        forward = TorchForward(build_q_network((84, 84), 18, cfg), device, dtype="bf16", graph_sizes=sizes,
-                               refresh=DeviceRefresh(dstate))  # fmt: skip
+        forward = TorchForward(
+            build_q_network((84, 84), 18, cfg), device, dtype="bf16", graph_sizes=sizes, refresh=DeviceRefresh(dstate)
+        )
         curve = LatencyCurve.linear(0.002, 0.0001)
-        server = BatchingServer(forward, curve, clock=WallClock(spin=0.0), max_batch=64, measure=True,
-                                example=np.zeros((84, 84), np.uint8))  # fmt: skip
+        server = BatchingServer(
+            forward, curve, clock=WallClock(spin=0.0), max_batch=64, measure=True, example=np.zeros((84, 84), np.uint8)
+        )
         frames = rng.integers(0, 256, (64, 84, 84), dtype=np.uint8)
         try:
             t0 = time.perf_counter()
@@ -128,10 +130,16 @@ def probe(out_path: str, device: str = "cuda") -> int:
             stop.set()
             thread.join(30)
             server.close()
-        res.update(failed_batches=report["failed_batches"], batches=report["batches"], failed_examples=tickets[:3],
-                   learner_updates=updates[0], learner_errors=len(errors), learner_error_kinds=sorted(set(errors))[:3],
-                   versions_taken=len(forward.refresh.loaded) if forward.refresh else 0,  # type: ignore[attr-defined]
-                   curve=report["curve"])  # fmt: skip
+        res.update(
+            failed_batches=report["failed_batches"],
+            batches=report["batches"],
+            failed_examples=tickets[:3],
+            learner_updates=updates[0],
+            learner_errors=len(errors),
+            learner_error_kinds=sorted(set(errors))[:3],
+            versions_taken=len(forward.refresh.loaded) if forward.refresh else 0,  # type: ignore[attr-defined]
+            curve=report["curve"],
+        )
         steady = []
         for _ in range(50 if device == "cuda" else 3):
             t0 = time.perf_counter()
@@ -150,7 +158,9 @@ def probe(out_path: str, device: str = "cuda") -> int:
         res["graph_vs_eager_flips_away_from_ties"] = flips
         res["server_stream_is_own"] = forward.stream is not None
         if device == "cuda" and torch.cuda.device_count() >= 2:
-            one = TorchForward(build_q_network((84, 84), 6, DQNConfig(k=0.25)), "cuda:1", dtype="fp32", graph_sizes=(4,))
+            one = TorchForward(
+                build_q_network((84, 84), 6, DQNConfig(k=0.25)), "cuda:1", dtype="fp32", graph_sizes=(4,)
+            )
             ref = TorchForward(one.model, "cuda:1", dtype="fp32")
             res["cuda1_graph_equals_eager"] = bool((one(frames[:4]) == ref(frames[:4])).all())
     except Exception as exc:  # noqa: BLE001 - the probe's result says what broke
@@ -222,8 +232,12 @@ def summarize(out: str) -> dict[str, Any]:
         suite = root if root.tag == "testsuite" else root.find("testsuite")
         assert suite is not None
         counts = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
-        check("pytest_cuda", counts, counts["tests"] >= 6 and counts["failures"] == counts["errors"] == counts["skipped"] == 0,
-              THRESHOLDS["pytest_cuda"])  # fmt: skip
+        check(
+            "pytest_cuda",
+            counts,
+            counts["tests"] >= 6 and counts["failures"] == counts["errors"] == counts["skipped"] == 0,
+            THRESHOLDS["pytest_cuda"],
+        )
     except (OSError, ET.ParseError, AssertionError):
         check("pytest_cuda", None, None, THRESHOLDS["pytest_cuda"], why or "no junit report")
 
@@ -232,14 +246,36 @@ def summarize(out: str) -> dict[str, Any]:
     why = skipped("probe") or p.get("skipped") or p.get("error")
     if "failed_batches" in p:
         clean = not p.get("prepare_error") and p["failed_batches"] == 0 and p["learner_errors"] == 0
-        check("capture_under_learner", {k: p.get(k) for k in ("graphs_captured", "capture_s", "failed_batches",
-              "learner_updates", "learner_errors", "prepare_error")}, clean, THRESHOLDS["capture_under_learner"])  # fmt: skip
-        check("graphs_agree_with_eager", p.get("graph_vs_eager_flips_away_from_ties"),
-              p.get("graph_vs_eager_flips_away_from_ties") == 0, THRESHOLDS["graphs_agree_with_eager"])  # fmt: skip
+        check(
+            "capture_under_learner",
+            {
+                k: p.get(k)
+                for k in (
+                    "graphs_captured",
+                    "capture_s",
+                    "failed_batches",
+                    "learner_updates",
+                    "learner_errors",
+                    "prepare_error",
+                )
+            },
+            clean,
+            THRESHOLDS["capture_under_learner"],
+        )
+        check(
+            "graphs_agree_with_eager",
+            p.get("graph_vs_eager_flips_away_from_ties"),
+            p.get("graph_vs_eager_flips_away_from_ties") == 0,
+            THRESHOLDS["graphs_agree_with_eager"],
+        )
         server, steady = p.get("server_L1_ms"), p.get("steady_L1_ms")
-        check("curve_unpoisoned", {"server_L1_ms": server, "steady_L1_ms": steady},
-              None if server is None or not steady else server <= 2 * steady, THRESHOLDS["curve_unpoisoned"],
-              "L(1) never measured")  # fmt: skip
+        check(
+            "curve_unpoisoned",
+            {"server_L1_ms": server, "steady_L1_ms": steady},
+            None if server is None or not steady else server <= 2 * steady,
+            THRESHOLDS["curve_unpoisoned"],
+            "L(1) never measured",
+        )
     else:
         for name in ("capture_under_learner", "graphs_agree_with_eager", "curve_unpoisoned"):
             check(name, None, None, THRESHOLDS[name], why or "no result")
@@ -262,13 +298,23 @@ def summarize(out: str) -> dict[str, Any]:
         step = "bench_gpu_k1_k7" if k in (1, 7) else f"bench_gpu_k{k}"
         c = curves.get(k)
         if c is None:
-            check(f"ceiling k={k}", None, None, f"{THRESHOLDS['ceiling']} ({target})", skipped(step) or "no bf16 graph curve")
+            check(
+                f"ceiling k={k}",
+                None,
+                None,
+                f"{THRESHOLDS['ceiling']} ({target})",
+                skipped(step) or "no bf16 graph curve",
+            )
             if k in SERVED_WORLDS:
                 check(f"served k={k}", None, None, THRESHOLDS["served"], skipped(step) or "no curve, no worlds served")
             continue
         ceiling = c["worlds_ceiling"]
-        check(f"ceiling k={k}", {"worlds": ceiling, "at_batch": c.get("ceiling_batch"), "L_ms": c.get("L_ms")},
-              ceiling >= target, f"{THRESHOLDS['ceiling']} ({target})")  # fmt: skip
+        check(
+            f"ceiling k={k}",
+            {"worlds": ceiling, "at_batch": c.get("ceiling_batch"), "L_ms": c.get("L_ms")},
+            ceiling >= target,
+            f"{THRESHOLDS['ceiling']} ({target})",
+        )
         if k not in SERVED_WORLDS:
             continue
         for run in served.get(k, []):
@@ -279,16 +325,31 @@ def summarize(out: str) -> dict[str, Any]:
                 check(name, run["error"], False, THRESHOLDS["served"])
                 continue
             ok = run["inaction_max"] <= 0.01 and (run["worlds"] >= 0.9 * ceiling or run["worlds"] >= target)
-            check(name, {"inaction_max": run["inaction_max"], "delay_p99_ticks": run.get("delay_p99_ticks"),
-                         "late": run.get("late"), "requests": run.get("requests")}, ok, THRESHOLDS["served"])  # fmt: skip
+            check(
+                name,
+                {
+                    "inaction_max": run["inaction_max"],
+                    "delay_p99_ticks": run.get("delay_p99_ticks"),
+                    "late": run.get("late"),
+                    "requests": run.get("requests"),
+                },
+                ok,
+                THRESHOLDS["served"],
+            )
         if not served.get(k):
             check(f"served k={k}", None, None, THRESHOLDS["served"], skipped(step) or "no worlds served")
     if effect:
         a, w = effect["alone"]["p99_ms"], effect["with_learner"]["p99_ms"]
-        check("learner_effect_p99", {"alone_ms": a, "with_learner_ms": w, "updates_per_s": effect["learner_updates_per_s"]},
-              w <= max(2 * a, a + 2.0), THRESHOLDS["learner_effect_p99"])  # fmt: skip
+        check(
+            "learner_effect_p99",
+            {"alone_ms": a, "with_learner_ms": w, "updates_per_s": effect["learner_updates_per_s"]},
+            w <= max(2 * a, a + 2.0),
+            THRESHOLDS["learner_effect_p99"],
+        )
     else:
-        check("learner_effect_p99", None, None, THRESHOLDS["learner_effect_p99"], skipped("bench_gpu_k29") or "no result")
+        check(
+            "learner_effect_p99", None, None, THRESHOLDS["learner_effect_p99"], skipped("bench_gpu_k29") or "no result"
+        )
 
     # train
     for step in ("train_device", "train_host"):
@@ -299,8 +360,17 @@ def summarize(out: str) -> dict[str, Any]:
         bs, lr = s.get("batch_server") or {}, s.get("learners") or {}
         died = any("died" in str(e) for e in (lr.get("events") or []))
         failed = bs.get("failed_batches")
-        check(step, {"failed_batches": failed, "learner_died": died, "updates": s.get("updates"),
-                     "complete": s.get("complete")}, failed == 0 and not died, THRESHOLDS["train_failed_batches"])  # fmt: skip
+        check(
+            step,
+            {
+                "failed_batches": failed,
+                "learner_died": died,
+                "updates": s.get("updates"),
+                "complete": s.get("complete"),
+            },
+            failed == 0 and not died,
+            THRESHOLDS["train_failed_batches"],
+        )
 
     # bench learn
     r = _load(out, "bench_learn.json")
@@ -308,11 +378,17 @@ def summarize(out: str) -> dict[str, Any]:
     if u:
         check("device_learner_rate", u, u["device_over_host"] >= 1.0, THRESHOLDS["device_learner_rate"])
     else:
-        check("device_learner_rate", None, None, THRESHOLDS["device_learner_rate"], skipped("bench_learn") or "no result")
+        check(
+            "device_learner_rate", None, None, THRESHOLDS["device_learner_rate"], skipped("bench_learn") or "no result"
+        )
 
-    return {"steps": steps, "checks": checks, "passed": sum(c["verdict"] == "PASS" for c in checks),
-            "failed": sum(c["verdict"] == "FAIL" for c in checks),
-            "skipped": sum(c["verdict"].startswith("SKIP") for c in checks)}  # fmt: skip
+    return {
+        "steps": steps,
+        "checks": checks,
+        "passed": sum(c["verdict"] == "PASS" for c in checks),
+        "failed": sum(c["verdict"] == "FAIL" for c in checks),
+        "skipped": sum(c["verdict"].startswith("SKIP") for c in checks),
+    }
 
 
 def write_summary(out: str) -> int:
@@ -334,7 +410,10 @@ def write_summary(out: str) -> int:
 
 
 if __name__ == "__main__":
-    if not (len(sys.argv) == 3 or len(sys.argv) == 4 and sys.argv[1] == "probe") or sys.argv[1] not in ("probe", "summary"):
+    if not (len(sys.argv) == 3 or len(sys.argv) == 4 and sys.argv[1] == "probe") or sys.argv[1] not in (
+        "probe",
+        "summary",
+    ):
         print("usage: gpu_check.py probe OUT.json [cuda|cpu] | summary OUT_DIR", file=sys.stderr)
         sys.exit(2)
     sys.exit(probe(*sys.argv[2:]) if sys.argv[1] == "probe" else write_summary(sys.argv[2]))

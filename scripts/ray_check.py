@@ -15,9 +15,9 @@ from typing import Any
 
 THRESHOLDS = {
     "ray_1_actor_per_node": "bench ray: a 1.5-tick model acts at every tick on 1 actor per node (meets_target), "
-                            "no cpu_contention in the diagnosis",
+    "no cpu_contention in the diagnosis",
     "ray_2_actors_per_node": "bench ray --actors-per-node 2 --forward-ticks 3.5: a ~4-tick model acts at every tick "
-                             "on 2 x 2 actors (meets_target)",
+    "on 2 x 2 actors (meets_target)",
     "nstar_on_ray": "bench nstar --backend ray: N_I* = the formula from the world's tau_theta, +-1, at 2, 5 and 12 ticks",
 }
 
@@ -58,19 +58,34 @@ def summarize(out: str) -> dict[str, Any]:
             continue
         met = all(r["meets_target"].values())
         causes = r.get("diagnosis") or []
-        check(name, {"meets_target": r["meets_target"], "diagnosis": causes},
-              met and not any("cpu_contention" in str(c) for c in causes))  # fmt: skip
+        check(
+            name,
+            {"meets_target": r["meets_target"], "diagnosis": causes},
+            met and not any("cpu_contention" in str(c) for c in causes),
+        )
     r = _load(out, "nstar_on_ray.json")
     if not isinstance(r, dict) or "rows" not in r:
         check("nstar_on_ray", None, None, why("nstar_on_ray"))
     else:
-        rows = [{"scheduler": x["scheduler"], "tau_theta_ticks": x["tau_theta_ticks"], "nstar": x["nstar_measured"],
-                 "formula": x["nstar_formula"]} for x in r["rows"] if x.get("nstar_formula") is not None]  # fmt: skip
+        rows = [
+            {
+                "scheduler": x["scheduler"],
+                "tau_theta_ticks": x["tau_theta_ticks"],
+                "nstar": x["nstar_measured"],
+                "formula": x["nstar_formula"],
+            }
+            for x in r["rows"]
+            if x.get("nstar_formula") is not None
+        ]
         ok = bool(rows) and all(x["nstar"] is not None and abs(x["nstar"] - x["formula"]) <= 1 for x in rows)
         check("nstar_on_ray", rows, ok)
-    return {"steps": steps, "checks": checks, "passed": sum(c["verdict"] == "PASS" for c in checks),
-            "failed": sum(c["verdict"] == "FAIL" for c in checks),
-            "skipped": sum(c["verdict"].startswith("SKIP") for c in checks)}  # fmt: skip
+    return {
+        "steps": steps,
+        "checks": checks,
+        "passed": sum(c["verdict"] == "PASS" for c in checks),
+        "failed": sum(c["verdict"] == "FAIL" for c in checks),
+        "skipped": sum(c["verdict"].startswith("SKIP") for c in checks),
+    }
 
 
 def write_summary(out: str) -> int:
@@ -78,8 +93,10 @@ def write_summary(out: str) -> int:
     lines = ["== steps"] + [f"   {name}  {status}" for name, status in result["steps"].items()]
     lines.append("== checks (verdict, check, figure, threshold)")
     for c in result["checks"]:
-        lines.append(f"   {c['verdict']:<6} {c['check']}: {json.dumps(c['value'], default=str)[:400]}  "
-                     f"[threshold: {c['threshold']}]")  # fmt: skip
+        lines.append(
+            f"   {c['verdict']:<6} {c['check']}: {json.dumps(c['value'], default=str)[:400]}  "
+            f"[threshold: {c['threshold']}]"
+        )
     lines.append(f"== {result['passed']} passed, {result['failed']} failed, {result['skipped']} skipped")
     text = "\n".join(lines)
     print(text)

@@ -110,7 +110,9 @@ def shell_commands(page: Path) -> list[DocCommand]:
         logical, pending = pending + stripped, ""
         for text in _split_commands(logical):
             if _is_command(text):
-                found.append(DocCommand(str(page.relative_to(ROOT)), pending_line, text, "block", fence[1], _environment(text)))
+                found.append(
+                    DocCommand(str(page.relative_to(ROOT)), pending_line, text, "block", fence[1], _environment(text))
+                )
     return found
 
 
@@ -145,8 +147,13 @@ def is_synopsis(text: str) -> bool:
     words = text.replace("[", " ").replace("]", " ").split()
     if not words or words[0] != "nonstop":
         return False
-    return ("[" in text or "…" in text or "..." in text or any(_PLACEHOLDER.match(w) for w in words[1:])
-            or any("|" in w for w in words[1:]))  # fmt: skip
+    return (
+        "[" in text
+        or "…" in text
+        or "..." in text
+        or any(_PLACEHOLDER.match(w) for w in words[1:])
+        or any("|" in w for w in words[1:])
+    )
 
 
 def synopsis_argv(text: str, values: dict[str, str]) -> list[str]:

@@ -62,14 +62,27 @@ def _by_hand(s: float, a_env: float, r: float, gamma_n: float, s2: float, xi2: f
     a_pi, logp = sample(s, xi)
     actor_loss = alpha * logp - min(q1(s, a_pi), q2(s, a_pi))
     alpha_loss = -alpha * (logp + (-1.0))  # H̄ = −|A| = −1
-    return {"y": y, "critic": critic, "actor": actor_loss, "alpha": alpha_loss, "q1_err": q1(s, a) - y, "a": a,
-            "logp": logp}  # fmt: skip
+    return {
+        "y": y,
+        "critic": critic,
+        "actor": actor_loss,
+        "alpha": alpha_loss,
+        "q1_err": q1(s, a) - y,
+        "a": a,
+        "logp": logp,
+    }
 
 
 def _batch(s: float, a_env: float, r: float, gamma_n: float, s2: float) -> Batch:
     f = np.float32
-    return Batch(np.array([[s]], f), np.array([[a_env]], f), np.array([r], f), np.array([gamma_n], f),
-                 np.array([[s2]], f), np.array([2], np.int32))  # fmt: skip
+    return Batch(
+        np.array([[s]], f),
+        np.array([[a_env]], f),
+        np.array([r], f),
+        np.array([gamma_n], f),
+        np.array([[s2]], f),
+        np.array([2], np.int32),
+    )
 
 
 def test_sac_losses_and_each_blocks_gradient_match_a_hand_computation():
@@ -128,8 +141,14 @@ def test_dqn_update_matches_a_hand_computation():
     _set(online.net[1], [[0.5, -0.2], [0.1, 0.3]], [0.0, 0.1])
     _set(target.net[1], [[0.2, 0.2], [-0.1, 0.4]], [0.05, 0.0])
     f = np.float32
-    batch = Batch(np.array([[1.0, 2.0]], f), np.array([1]), np.array([0.5], f), np.array([0.81], f),
-                  np.array([[0.5, -1.0]], f), np.array([2], np.int32))  # fmt: skip
+    batch = Batch(
+        np.array([[1.0, 2.0]], f),
+        np.array([1]),
+        np.array([0.5], f),
+        np.array([0.81], f),
+        np.array([[0.5, -1.0]], f),
+        np.array([2], np.int32),
+    )
     q = 0.1 * 1.0 + 0.3 * 2.0 + 0.1  # Q(s, a=1)
     y = 0.5 + 0.81 * max(0.2 * 0.5 - 0.2 + 0.05, -0.1 * 0.5 - 0.4 + 0.0)
     loss = algo.backward(online, target, batch)
@@ -166,8 +185,15 @@ def test_the_replay_keeps_box_actions_as_float32_vectors_in_the_semi_mdp():
         rec = ReplayRecorder(replay, gamma=0.5, history=8)
         for tick in range(4):
             agent = tick in (1, 3)  # tick 2 is β's: its reward belongs to tick 1's decision
-            rec.on_tick(tick, agent=agent, action=np.array([0.25, -1.5]) * tick, obs_tick=tick - 1, reward=1.0,
-                        terminated=False, truncated=False)  # fmt: skip
+            rec.on_tick(
+                tick,
+                agent=agent,
+                action=np.array([0.25, -1.5]) * tick,
+                obs_tick=tick - 1,
+                reward=1.0,
+                terminated=False,
+                truncated=False,
+            )
             rec.on_observation(tick, np.array([tick], np.float32))
         assert replay.transitions_written == 1
         b = replay.sample(1, np.random.default_rng(0))
@@ -179,23 +205,56 @@ def test_the_replay_keeps_box_actions_as_float32_vectors_in_the_semi_mdp():
 
 
 def test_a_mismatched_space_is_refused_in_one_line_naming_the_right_algo(tmp_path, capsys):
-    for argv, said in ((["--algo", "sac", "--env", "CartPole"], "SAC needs a Box action space of one axis; CartPole has "
-                                                                 "Discrete(2): use --algo dqn"),
-                       (["--env", "Pendulum-v1"], "DQN needs a Discrete action space; Pendulum-v1 has Box")):  # fmt: skip
+    for argv, said in (
+        (
+            ["--algo", "sac", "--env", "CartPole"],
+            "SAC needs a Box action space of one axis; CartPole has Discrete(2): use --algo dqn",
+        ),
+        (["--env", "Pendulum-v1"], "DQN needs a Discrete action space; Pendulum-v1 has Box"),
+    ):
         out = tmp_path / argv[-1]
         assert main(["train", *argv, "--seconds", "1", "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and said in err and "--algo" in err
         assert not out.exists()
     # and another algorithm's setting is refused at the door too
-    assert main(["train", "--algo", "sac", "--env", "Pendulum-v1", "--epsilon-ticks", "9", "--out", str(tmp_path / "x")]) == 2
+    assert (
+        main(["train", "--algo", "sac", "--env", "Pendulum-v1", "--epsilon-ticks", "9", "--out", str(tmp_path / "x")])
+        == 2
+    )
     assert "--epsilon-ticks: not a setting of --algo sac" in capsys.readouterr().err
 
 
 def _train_sac(run, capsys, seconds: str, *more: str) -> dict:
-    assert main(["train", "--algo", "sac", "--env", "Pendulum-v1", "--seconds", seconds, "--learning-starts", "40",
-                 "--batch-size", "16", "--hidden", "16", "--replay-capacity", "5000", "--checkpoint-replay", "yes",
-                 "--progress-every", "2", "--out", str(run), *more]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "train",
+                "--algo",
+                "sac",
+                "--env",
+                "Pendulum-v1",
+                "--seconds",
+                seconds,
+                "--learning-starts",
+                "40",
+                "--batch-size",
+                "16",
+                "--hidden",
+                "16",
+                "--replay-capacity",
+                "5000",
+                "--checkpoint-replay",
+                "yes",
+                "--progress-every",
+                "2",
+                "--out",
+                str(run),
+                *more,
+            ]
+        )
+        == 0
+    )
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
@@ -250,8 +309,10 @@ def test_a_sac_export_acts_without_nonstop_as_nonstop_does(tmp_path, capsys, no_
     assert meta["output"]["name"] == "action" and meta["network"] == "DeterministicActor"
     obs = np.array([0.6, -0.8, 1.5], np.float32)
     np.save(tmp_path / "obs.npy", obs)
-    code = (f"import numpy as np, torch\nprogram = torch.jit.load({str(export / 'policy.torchscript.pt')!r})\n"
-            "obs = torch.from_numpy(np.load('obs.npy'))\nprint(program(obs)[0].tolist())\n")  # fmt: skip
+    code = (
+        f"import numpy as np, torch\nprogram = torch.jit.load({str(export / 'policy.torchscript.pt')!r})\n"
+        "obs = torch.from_numpy(np.load('obs.npy'))\nprint(program(obs)[0].tolist())\n"
+    )
     done = _run_without_nonstop(code, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     action = json.loads(done.stdout.strip().splitlines()[-1])
@@ -320,8 +381,17 @@ def test_sac_learns_through_the_process_learners(no_shm_leak):
     setup = _SacSetup()
     try:
         before = setup.critic_loss(setup.start)
-        group = LearnerProcesses(n_learners=2, mode="round_robin", obs_shape=(3,), n_actions=BOX, cfg=setup.cfg,
-                                 state=setup.state, weights=setup.weights, replay=setup.replay, seed=0).start()  # fmt: skip
+        group = LearnerProcesses(
+            n_learners=2,
+            mode="round_robin",
+            obs_shape=(3,),
+            n_actions=BOX,
+            cfg=setup.cfg,
+            state=setup.state,
+            weights=setup.weights,
+            replay=setup.replay,
+            seed=0,
+        ).start()
         try:
             deadline = time.monotonic() + 120
             while setup.state.updates < 150 and time.monotonic() < deadline:
@@ -366,9 +436,18 @@ def test_sac_learns_through_ray_learners(no_shm_leak):
     try:
         before = setup.critic_loss(setup.start)
         with local_cluster(1, num_cpus=2) as c, ray_session(c.address):
-            learners = RayLearners(n_learners=2, mode="round_robin", obs_shape=(3,), n_actions=BOX, cfg=setup.cfg,
-                                   state=setup.state, weights=setup.weights, replay=setup.replay,
-                                   broadcast=WeightBroadcast(setup.weights), seed=0).start()  # fmt: skip
+            learners = RayLearners(
+                n_learners=2,
+                mode="round_robin",
+                obs_shape=(3,),
+                n_actions=BOX,
+                cfg=setup.cfg,
+                state=setup.state,
+                weights=setup.weights,
+                replay=setup.replay,
+                broadcast=WeightBroadcast(setup.weights),
+                seed=0,
+            ).start()
             try:
                 deadline = time.monotonic() + 120
                 while learners.applied < 150 and time.monotonic() < deadline:
@@ -389,8 +468,18 @@ def test_sac_runs_on_the_batching_server_and_the_device_learner(backend, no_shm_
 
     settings = SACConfig(learning_starts=30, batch_size=16, hidden=(16,), replay_capacity=2000)
     # 6 s: 120 ticks of Pendulum at its 20 Hz control rate (the continuous family's), past learning_starts
-    result = train(TrainConfig(env="Pendulum-v1", algo="sac", algo_settings=settings, seconds=6.0, backend=backend,
-                               learner_backend="device", n_inference=2, latency="2t"))  # fmt: skip
+    result = train(
+        TrainConfig(
+            env="Pendulum-v1",
+            algo="sac",
+            algo_settings=settings,
+            seconds=6.0,
+            backend=backend,
+            learner_backend="device",
+            n_inference=2,
+            latency="2t",
+        )
+    )
     from nonstop.realtime.tickcolumns import SOURCE_AGENT
 
     log = result["tick_log"]
@@ -435,12 +524,20 @@ def test_sac_on_frames_trains_its_impala_encoder_with_the_critics_only():
     """On frames the IMPALA encoder is the critics' block: J_Q trains it, the actor reads its features held fixed."""
     from nonstop.learning.dqn import flat_gradient
 
-    algo = SACConfig(k=0.25, features=32, hidden=(32,)).algorithm((84, 84), gymnasium.spaces.Box(-1, 1, (2,), np.float32))
+    algo = SACConfig(k=0.25, features=32, hidden=(32,)).algorithm(
+        (84, 84), gymnasium.spaces.Box(-1, 1, (2,), np.float32)
+    )
     online, target = algo.build_model(), algo.build_model()
     rng = np.random.default_rng(0)
     frames = rng.integers(0, 255, size=(4, 84, 84), dtype=np.uint8)
-    batch = Batch(frames, rng.uniform(-1, 1, (4, 2)).astype(np.float32), np.ones(4, np.float32),
-                  np.full(4, 0.99, np.float32), frames[::-1].copy(), np.ones(4, np.int32))  # fmt: skip
+    batch = Batch(
+        frames,
+        rng.uniform(-1, 1, (4, 2)).astype(np.float32),
+        np.ones(4, np.float32),
+        np.full(4, 0.99, np.float32),
+        frames[::-1].copy(),
+        np.ones(4, np.int32),
+    )
     losses = sac_losses(online, target, batch, target_entropy=algo.target_entropy)
     encoder = list(online.encoder.parameters())
     from_actor = torch.autograd.grad(losses.actor, encoder, allow_unused=True)

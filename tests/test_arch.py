@@ -54,8 +54,27 @@ def test_train_arch_flag(tmp_path, capsys):
     assert "impala, impala_padded or 2xdeep" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
     out = tmp_path / "run"
-    rc = main(["train", "--env", "Boxing", "--arch", "2xdeep", "--k", "0.25", "--seconds", "1", "--replay-capacity", "2000",
-               "--learning-starts", "30", "--out", str(out), "--progress-every", "0.5"])  # fmt: skip
+    rc = main(
+        [
+            "train",
+            "--env",
+            "Boxing",
+            "--arch",
+            "2xdeep",
+            "--k",
+            "0.25",
+            "--seconds",
+            "1",
+            "--replay-capacity",
+            "2000",
+            "--learning-starts",
+            "30",
+            "--out",
+            str(out),
+            "--progress-every",
+            "0.5",
+        ]
+    )
     assert rc == 0
     assert json.loads((out / "config.json").read_text())["dqn"]["arch"] == "2xdeep"
 

@@ -235,8 +235,14 @@ def _grid_lanes(world, server, n: int, hold: int) -> None:
         decision = yield from lane.act_timed(latest.obs, latest.tick)
         free.append(lane)
         yield latest.time + hold * world.tau_m  # its release tick (answers later than that go at once)
-        queue.submit(decision.action, obs_tick=latest.tick, episode=latest.episode, worker=lane.lane,
-                     tau_theta=decision.tau_theta, submit_time=clock.now())  # fmt: skip
+        queue.submit(
+            decision.action,
+            obs_tick=latest.tick,
+            episode=latest.episode,
+            worker=lane.lane,
+            tau_theta=decision.tau_theta,
+            submit_time=clock.now(),
+        )
 
     def ticker():
         tick = 0
@@ -280,12 +286,15 @@ def test_k_worlds_lose_no_tick_once_each_has_enough_lanes_for_the_curve():
         assert inaction > 0.1 and report["late"] > 0.3 * report["requests"], (n, report)
 
 
-@pytest.mark.parametrize("scheduler, n, inaction_at_least, inaction_at_most", [
-    ("quantile_hold", 1, 0.3, 1.0),
-    ("quantile_hold", 2, 0.0, 0.0),
-    ("quantile_hold", 4, 0.0, 0.0),
-    ("exp_time", 4, 0.2, 1.0),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "scheduler, n, inaction_at_least, inaction_at_most",
+    [
+        ("quantile_hold", 1, 0.3, 1.0),
+        ("quantile_hold", 2, 0.0, 0.0),
+        ("quantile_hold", 4, 0.0, 0.0),
+        ("exp_time", 4, 0.2, 1.0),
+    ],
+)
 def test_inference_pools_drive_lanes_of_one_server(scheduler, n, inaction_at_least, inaction_at_most):
     """8 worlds × N lanes, an `InferencePool` each, one server. quantile_hold starts one request a world
     per tick and releases each on a grid: at N = 2 no tick goes to β. exp_time does not get there: a
@@ -431,8 +440,12 @@ def test_wall_clock_inference_pool_drives_batched_lanes_unchanged():
     model = _mlp(n_actions=2)
     with Session("CartPole", clock="wall", seed=0) as world:
         server = BatchingServer(torch_forward(model, "cpu"), LatencyCurve.linear(0.001, 0.0001), clock=world.clock)
-        pool = InferencePool(world, lambda i: server.lane(world.action_space, tau_m=world.tau_m, origin=world.origin),
-                             "exp_time", n_inference=3).start()  # fmt: skip
+        pool = InferencePool(
+            world,
+            lambda i: server.lane(world.action_space, tau_m=world.tau_m, origin=world.origin),
+            "exp_time",
+            n_inference=3,
+        ).start()
         world.run_for(1.5)
         pool.stop()
         server.close()
@@ -525,8 +538,17 @@ def test_batched_backend_serves_a_virtual_clock_run():
     from nonstop.learning.dqn import DQNConfig
 
     dqn = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)
-    run = Run(TrainConfig(env="CartPole", seconds=4.0, latency="0.6t", dqn=dqn, scheduler="quantile_hold", n_inference=2,
-                          backend="batched"))
+    run = Run(
+        TrainConfig(
+            env="CartPole",
+            seconds=4.0,
+            latency="0.6t",
+            dqn=dqn,
+            scheduler="quantile_hold",
+            n_inference=2,
+            backend="batched",
+        )
+    )
     try:
         run.build().start()
         run.advance(4.0)
@@ -548,8 +570,18 @@ def test_the_batch_each_applied_action_rode_in_is_joined_onto_the_tick_log():
     from nonstop.learning.dqn import DQNConfig
 
     dqn = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)
-    run = Run(TrainConfig(env="CartPole", seconds=3.0, latency="1t", dqn=dqn, scheduler="unstaggered", n_inference=8,
-                          backend="batched", batch_curve="linear:0.5t,0.1t"))  # fmt: skip
+    run = Run(
+        TrainConfig(
+            env="CartPole",
+            seconds=3.0,
+            latency="1t",
+            dqn=dqn,
+            scheduler="unstaggered",
+            n_inference=8,
+            backend="batched",
+            batch_curve="linear:0.5t,0.1t",
+        )
+    )
     try:
         run.build().start()
         run.advance(3.0)
@@ -578,12 +610,17 @@ def test_the_gpu_page_example_runs_as_a_saved_script(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    [code] = [b for b in re.findall(r"```python\n(.*?)```", (root / "docs" / "gpu.md").read_text(), flags=re.DOTALL)
-              if "BatchingServer(" in b]  # fmt: skip
+    [code] = [
+        b
+        for b in re.findall(r"```python\n(.*?)```", (root / "docs" / "gpu.md").read_text(), flags=re.DOTALL)
+        if "BatchingServer(" in b
+    ]
     script = tmp_path / "example.py"
     script.write_text(code)
     env = {**os.environ, "PYTHONPATH": str(root / "src")}
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240, cwd=tmp_path, env=env)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=240, cwd=tmp_path, env=env
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     sizes = ast.literal_eval(done.stdout.strip().splitlines()[-1])
     assert isinstance(sizes, dict) and sum(sizes.values()) > 50 and all(1 <= b <= 3 for b in sizes)

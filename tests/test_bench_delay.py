@@ -27,8 +27,12 @@ def cell(env: str, tau: int, algo: str, values: list[float]) -> dict:
 
 def test_verdicts_judge_recovery_only_where_sac_shows_the_loss() -> None:
     g = {"envs": ["P"], "taus": [1, 6], "algos": ["sac", "sac+delay", "dcac"]}
-    cells = [cell("P", 1, "sac", [-170, -180, -175]), cell("P", 6, "sac", [-1300, -1350, -1400]),
-             cell("P", 6, "sac+delay", [-300, -320, -310]), cell("P", 6, "dcac", [-900, -950, -1000])]  # fmt: skip
+    cells = [
+        cell("P", 1, "sac", [-170, -180, -175]),
+        cell("P", 6, "sac", [-1300, -1350, -1400]),
+        cell("P", 6, "sac+delay", [-300, -320, -310]),
+        cell("P", 6, "dcac", [-900, -950, -1000]),
+    ]
     (v,) = _verdicts(cells, g)
     assert v["sac_shows_loss"] and v["meets_target"]
     assert v["recovered"]["sac+delay"] == pytest.approx((-310 + 1350) / (-175 + 1350))
@@ -51,9 +55,28 @@ def test_grid_checks_its_flags() -> None:
 
 
 def test_bench_delay_runs_end_to_end_json_last(tmp_path) -> None:
-    cmd = [sys.executable, "-m", "nonstop", "bench", "delay", "--json", "--envs", "CartPole-v1", "--algos",
-           "dqn,dqn+delay", "--taus", "1,3", "--ticks", "300", "--last", "2", "--seeds", "1",
-           "--plot", str(tmp_path / "delay.png")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "nonstop",
+        "bench",
+        "delay",
+        "--json",
+        "--envs",
+        "CartPole-v1",
+        "--algos",
+        "dqn,dqn+delay",
+        "--taus",
+        "1,3",
+        "--ticks",
+        "300",
+        "--last",
+        "2",
+        "--seeds",
+        "1",
+        "--plot",
+        str(tmp_path / "delay.png"),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1], parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
     assert result["bench"] == "delay" and len(result["cells"]) == 4 and len(result["runs"]) == 4
@@ -68,6 +91,11 @@ def test_bench_delay_quick_is_the_tiny_budget_of_sac() -> None:
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["grid"]["budget"] == "tiny" and result["quick"] and "quick_note" in result
-    assert {(c["tau"], c["algo"]) for c in result["cells"]} == {(1, "sac"), (1, "sac+delay"), (6, "sac"), (6, "sac+delay")}
+    assert {(c["tau"], c["algo"]) for c in result["cells"]} == {
+        (1, "sac"),
+        (1, "sac+delay"),
+        (6, "sac"),
+        (6, "sac+delay"),
+    }
     assert [v["env"] for v in result["verdicts"]] == ["Pendulum-v1"]  # judged (a tiny run's verdict means nothing)
     assert len(out.stderr.strip().splitlines()) >= 4  # a line per run

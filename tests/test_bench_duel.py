@@ -41,8 +41,10 @@ def test_scripted_boxer_beats_a_random_player_from_either_seat(seat):
     other = SEATS[1 - SEATS.index(seat)]
     margins = []
     for match in range(2):
-        players = {seat: ScriptedBoxer(seat, epsilon=0.05, seed=match),
-                   other: RandomPolicy(spaces.Discrete(18), seed=10 + match)}  # fmt: skip
+        players = {
+            seat: ScriptedBoxer(seat, epsilon=0.05, seed=match),
+            other: RandomPolicy(spaces.Discrete(18), seed=10 + match),
+        }
         points, _ = _match(players, 900)
         margins.append(points[SEATS.index(seat)] - points[SEATS.index(other)])
     # a random player lands a point now and then; the script lands dozens in 15 s
@@ -112,11 +114,25 @@ def test_the_slowed_side_plays_both_seats():
 
 
 def test_bench_duel_run_writes_a_table_and_a_plot(tmp_path, capsys):
-    args = argparse.Namespace(env="multi/Boxing", extra="0,6", base_ticks=1, matches=2, match_ticks=120, epsilon=0.05,
-                              rounds=10, seed=0, plot=str(tmp_path / "duel.png"), quick=False)  # fmt: skip
+    args = argparse.Namespace(
+        env="multi/Boxing",
+        extra="0,6",
+        base_ticks=1,
+        matches=2,
+        match_ticks=120,
+        epsilon=0.05,
+        rounds=10,
+        seed=0,
+        plot=str(tmp_path / "duel.png"),
+        quick=False,
+    )
     result = run(args)
     assert [(p["extra_ticks"], p["mode"]) for p in result["pairings"]] == [
-        (0, "sequential"), (0, "staggered"), (6, "sequential"), (6, "staggered")]  # fmt: skip
+        (0, "sequential"),
+        (0, "staggered"),
+        (6, "sequential"),
+        (6, "staggered"),
+    ]
     assert result["match_ticks"] == 120 and result["world_seconds_total"] == pytest.approx(4 * 2 * 120 / 60)
     assert (tmp_path / "duel.png").stat().st_size > 10_000
     json.dumps(result)  # the --json output

@@ -42,7 +42,9 @@ def test_learn_times_host_adam_against_the_device_learner(no_shm_leak):
     u = r["update_rate"]
     assert set(r) == {"update_rate"} and u["device"] == "cpu" and u["params"] > 100_000
     assert u["host_apply_updates_per_s"] > 0 and u["device_learner_updates_per_s"] > 0
-    assert u["device_over_host"] == pytest.approx(u["device_learner_updates_per_s"] / u["host_apply_updates_per_s"], rel=0.01)
+    assert u["device_over_host"] == pytest.approx(
+        u["device_learner_updates_per_s"] / u["host_apply_updates_per_s"], rel=0.01
+    )
     with pytest.raises(ValueError, match="--update-count must be at least 1"):
         _run(learn, ["--updates-only", "--update-count", "0"])
 
@@ -62,14 +64,18 @@ def test_demo_runs_both_parts(tmp_path, capsys, no_shm_leak):
     code = main(["demo", "--clock", "virtual", "--seconds", "2", "--train-seconds", "2", "--out", str(out)])
     assert code == 0
     assert (out / "sequential_vs_staggered.png").exists() and (out / "sequential.npz").exists()
-    assert (out / "train-staggered" / "summary.json").exists() and (out / "train-staggered" / "report" / "report.md").exists()
+    assert (out / "train-staggered" / "summary.json").exists() and (
+        out / "train-staggered" / "report" / "report.md"
+    ).exists()
     assert (out / "train-sequential" / "summary.json").exists()
     assert (out / "learning_staggered_vs_sequential.png").stat().st_size > 0
     first = capsys.readouterr().out
     assert "staggering" in first and "tensorboard" not in first  # the demo writes no TensorBoard events
     from nonstop.learning.checkpoint import latest_checkpoint, load_checkpoint
 
-    assert load_checkpoint(latest_checkpoint(out / "train-staggered").path).get("replay") is None  # the replay stays out
+    assert (
+        load_checkpoint(latest_checkpoint(out / "train-staggered").path).get("replay") is None
+    )  # the replay stays out
 
     # a second demo starts fresh beside the first: no resume, nothing of the first overwritten
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}

@@ -50,8 +50,23 @@ def test_lognormal_quantile_hold_beats_the_paper_and_stays_near_the_bound(tmp_pa
     """Variable latency (σ = 0.5, τ̄ = 4 ticks): quantile_hold's N_I* is within 2× the bound while
     Algorithm 2 needs more; both rows carry the formula, the bound, the delay paid and all trials;
     the auto row reports the workers it chose. A σ sweep also writes the N_I*-against-σ plot."""
-    result = nstar.run(_args(["--quick", "--latency", "lognormal", "--sigma", "0.25,0.5", "--tau-theta", "4",
-                              "--scheduler", "exp_time,quantile_hold", "--plot", str(tmp_path / "n.png")]))
+    result = nstar.run(
+        _args(
+            [
+                "--quick",
+                "--latency",
+                "lognormal",
+                "--sigma",
+                "0.25,0.5",
+                "--tau-theta",
+                "4",
+                "--scheduler",
+                "exp_time,quantile_hold",
+                "--plot",
+                str(tmp_path / "n.png"),
+            ]
+        )
+    )
     rows = {(r["scheduler"], r["sigma"]): r for r in result["rows"]}
     hold, exp = rows[("quantile_hold", 0.5)], rows[("exp_time", 0.5)]
     assert hold["lower_bound"] == exp["lower_bound"] == 4
@@ -77,13 +92,28 @@ def test_lognormal_quantile_hold_beats_the_paper_and_stays_near_the_bound(tmp_pa
 def test_empirical_latency_file_is_rescaled_to_each_mean(tmp_path):
     path = tmp_path / "times.txt"
     path.write_text("# measured seconds\n0.05\n0.05\n0.10\n")
-    result = nstar.run(_args(["--latency", f"empirical:{path}", "--tau-theta", "3", "--scheduler", "quantile_hold",
-                              "--quick", "--plot", ""]))
+    result = nstar.run(
+        _args(
+            [
+                "--latency",
+                f"empirical:{path}",
+                "--tau-theta",
+                "3",
+                "--scheduler",
+                "quantile_hold",
+                "--quick",
+                "--plot",
+                "",
+            ]
+        )
+    )
     (hold, auto) = result["rows"]
     assert result["empirical_source"] == str(path) and hold["lower_bound"] == 3
     assert hold["tau_theta_mean_ticks"] == pytest.approx(3, rel=0.1)
     assert hold["nstar_measured"] <= 6 and hold["inaction_at_nstar"] <= 0.005
-    with pytest.raises(ValueError, match="--latency must be one of constant, normal, lognormal, egreedy, empirical:FILE"):
+    with pytest.raises(
+        ValueError, match="--latency must be one of constant, normal, lognormal, egreedy, empirical:FILE"
+    ):
         nstar.run(_args(["--latency", "gamma", "--plot", ""]))
 
 
@@ -92,8 +122,25 @@ def test_a_scheduler_that_needs_more_than_the_cap_is_reported_above_it(capsys, m
     than 4× the bound when it starts cold (τ̂max = 0: every new maximum re-spaces it; started from the
     declared 99.9 % point it needed 188 here). With the cap there the row says "> cap" with every trial,
     instead of searching on to 100,000 workers; rows that pass are unaffected."""
-    result = nstar.run(_args(["--quick", "--latency", "lognormal", "--tau-theta", "4", "--scheduler", "max_time,quantile_hold",
-                              "--max-workers", "0", "--tau-theta-max", "cold", "--plot", ""]))  # fmt: skip
+    result = nstar.run(
+        _args(
+            [
+                "--quick",
+                "--latency",
+                "lognormal",
+                "--tau-theta",
+                "4",
+                "--scheduler",
+                "max_time,quantile_hold",
+                "--max-workers",
+                "0",
+                "--tau-theta-max",
+                "cold",
+                "--plot",
+                "",
+            ]
+        )
+    )
     rows = {r["scheduler"]: r for r in result["rows"]}
     alg1, hold = rows["max_time"], rows["quantile_hold"]
     assert alg1["nstar_measured"] is None and alg1["nstar_above"] == 256  # the floor of the cap
@@ -110,8 +157,9 @@ def test_a_scheduler_that_needs_more_than_the_cap_is_reported_above_it(capsys, m
 def test_a_spent_time_budget_ends_the_search_with_what_it_showed():
     """Each row gets its first trial; past --time-budget no other starts, and the row says so (a Ray
     search on a loaded machine would otherwise start hundreds of actors)."""
-    result = nstar.run(_args(["--tau-theta", "5", "--scheduler", "exp_time,max_time", "--time-budget", "1e-6",
-                              "--plot", ""]))  # fmt: skip
+    result = nstar.run(
+        _args(["--tau-theta", "5", "--scheduler", "exp_time,max_time", "--time-budget", "1e-6", "--plot", ""])
+    )
     assert result["time_budget_s"] == 1e-6
     for row in result["rows"]:  # the first trial (at the formula, 5) passes; 4 would have been next
         assert row["trials"] == {"5": 0.0} and row["budget_exhausted"]
@@ -125,17 +173,21 @@ def test_a_spent_time_budget_ends_the_search_with_what_it_showed():
 def test_a_search_cut_short_is_not_a_match():
     """A row whose search the time budget stopped has no N_I*: the run must not say that every row
     matches theory (all() over the measured rows alone would)."""
-    result = nstar.run(_args(["--quick", "--tau-theta", "3", "--scheduler", "exp_time", "--time-budget", "1e-9",
-                              "--plot", ""]))
+    result = nstar.run(
+        _args(["--quick", "--tau-theta", "3", "--scheduler", "exp_time", "--time-budget", "1e-9", "--plot", ""])
+    )
     (row,) = result["rows"]
     assert row["budget_exhausted"] and row["nstar_measured"] is None
     assert result["all_match_theory"] is False and result["all_within_theory_plus_1"] is False
 
 
-@pytest.mark.parametrize("argv, match", [
-    (["--nodes", "2"], "needs --backend ray"),
-    (["--nodes", "0"], "--nodes must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--nodes", "2"], "needs --backend ray"),
+        (["--nodes", "0"], "--nodes must be an integer >= 1"),
+    ],
+)
 def test_nodes_needs_a_local_ray_cluster(argv, match):
     with pytest.raises(ValueError, match=match):
         nstar.run(_args(argv + ["--plot", ""]))
@@ -177,14 +229,24 @@ def test_wall_formula_counts_the_tau_theta_the_world_saw(monkeypatch):
 
     def fake_trial(**kw):
         n = kw["n_workers"]
-        return {"inaction_fraction": 0.0 if n >= 72 else 0.01, "tau_i_mean_ticks": 1.0, "tau_i_cv": 0.0,
-                "delay_mean_ticks": 72.0, "delay_p99_ticks": 72.0, "world_taus_s": seen,
-                "tau_theta_max_ticks": float(seen.max() / tau_m) - 0.2, "tau_theta_mean_ticks": float(seen.mean() / tau_m) - 0.2,
-                "tau_theta_world_max_ticks": float(seen.max() / tau_m), "tau_theta_world_mean_ticks": float(seen.mean() / tau_m)}  # fmt: skip
+        return {
+            "inaction_fraction": 0.0 if n >= 72 else 0.01,
+            "tau_i_mean_ticks": 1.0,
+            "tau_i_cv": 0.0,
+            "delay_mean_ticks": 72.0,
+            "delay_p99_ticks": 72.0,
+            "world_taus_s": seen,
+            "tau_theta_max_ticks": float(seen.max() / tau_m) - 0.2,
+            "tau_theta_mean_ticks": float(seen.mean() / tau_m) - 0.2,
+            "tau_theta_world_max_ticks": float(seen.max() / tau_m),
+            "tau_theta_world_mean_ticks": float(seen.mean() / tau_m),
+        }
 
     monkeypatch.setattr(nstar, "trial", fake_trial)
-    result = nstar._run(_args(["--clock", "wall", "--tau-theta", "70", "--scheduler", "quantile_hold,exp_time,max_time",
-                               "--plot", ""]), "ray")  # fmt: skip
+    result = nstar._run(
+        _args(["--clock", "wall", "--tau-theta", "70", "--scheduler", "quantile_hold,exp_time,max_time", "--plot", ""]),
+        "ray",
+    )
     rows = {r["scheduler"]: r for r in result["rows"]}
     hold, alg2, alg1 = rows["quantile_hold"], rows["exp_time"], rows["max_time"]
     assert hold["nstar_measured"] == 72 and hold["formula_tau"] == "world"
@@ -198,21 +260,61 @@ def test_algorithm_1_started_as_the_authors_start_it_needs_its_formula():
     """ε-greedy at ε 0.5, τ̄_θ 5 ticks (Figure 7): Algorithm 1 started from the declared maximum with the
     workers staggered by it over N (the authors' t_theta_max) needs its own formula ⌈τ_θmax/τ_M⌉ (+1 at
     most); started cold (τ̂max = 0, no stagger) it needs far more. Each start is its own labelled row."""
-    result = nstar.run(_args(["--quick", "--latency", "egreedy", "--sigma", "0.5", "--tau-theta", "5",
-                              "--scheduler", "max_time", "--tau-theta-max", "declared,cold", "--return-seeds", "0",
-                              "--plot", ""]))  # fmt: skip
+    result = nstar.run(
+        _args(
+            [
+                "--quick",
+                "--latency",
+                "egreedy",
+                "--sigma",
+                "0.5",
+                "--tau-theta",
+                "5",
+                "--scheduler",
+                "max_time",
+                "--tau-theta-max",
+                "declared,cold",
+                "--return-seeds",
+                "0",
+                "--plot",
+                "",
+            ]
+        )
+    )
     rows = {r["start"]: r for r in result["rows"]}
     assert set(rows) == {"authors (declared)", "cold (0)"}
     authors, cold = rows["authors (declared)"], rows["cold (0)"]
-    assert authors["initial_estimate_ticks"] >= authors["tau_theta_max_ticks"] and cold["initial_estimate_ticks"] is None
+    assert (
+        authors["initial_estimate_ticks"] >= authors["tau_theta_max_ticks"] and cold["initial_estimate_ticks"] is None
+    )
     assert authors["nstar_measured"] <= authors["nstar_formula"] + 1
     assert cold["nstar_measured"] > 2 * cold["nstar_formula"]
 
 
 def test_at_workers_measures_the_inaction_at_each_n_without_a_search():
-    result = nstar.run(_args(["--quick", "--latency", "egreedy", "--sigma", "0", "--tau-theta", "5", "--jitter", "0.01",
-                              "--scheduler", "max_time,exp_time", "--at-workers", "4,6", "--return-seeds", "0",
-                              "--plot", ""]))  # fmt: skip
+    result = nstar.run(
+        _args(
+            [
+                "--quick",
+                "--latency",
+                "egreedy",
+                "--sigma",
+                "0",
+                "--tau-theta",
+                "5",
+                "--jitter",
+                "0.01",
+                "--scheduler",
+                "max_time,exp_time",
+                "--at-workers",
+                "4,6",
+                "--return-seeds",
+                "0",
+                "--plot",
+                "",
+            ]
+        )
+    )
     for row in result["rows"]:
         assert row["fixed_workers"] and set(row["trials"]) == {"4", "6"} and row["nstar_measured"] is None
         assert row["trials"]["4"] > 0.1  # 4 workers cannot cover 5-tick inferences
@@ -220,9 +322,14 @@ def test_at_workers_measures_the_inaction_at_each_n_without_a_search():
     assert {r["scheduler"]: r["trials"]["6"] for r in result["rows"]}["max_time"] == 0.0
 
 
-@pytest.mark.parametrize("argv, match", [(["--tau-theta-max", "soon"], "--tau-theta-max takes"),
-                                         (["--jitter", "0.1"], "--jitter is the forward pass's spread"),
-                                         (["--at-workers", "2.5"], "--at-workers takes")])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--tau-theta-max", "soon"], "--tau-theta-max takes"),
+        (["--jitter", "0.1"], "--jitter is the forward pass's spread"),
+        (["--at-workers", "2.5"], "--at-workers takes"),
+    ],
+)
 def test_bad_start_jitter_or_workers_fail_before_any_run(argv, match):
     with pytest.raises(ValueError, match=match):
         nstar.run(_args(argv + ["--plot", "", "--return-seeds", "0"]))

@@ -48,10 +48,22 @@ def test_bench_plots_default_under_runs() -> None:
 
 
 def _learn_result(reached: int | None) -> dict:
-    row = {"ticks": 1500, "updates": 10, "episodes": 2, "return_last20": 12.0, "inaction_fraction": 0.1,
-           "delay_mean_ticks": 1.0, "wall_s": 1.0}  # fmt: skip
-    return {"zero_latency": {**row, "ticks": 3000}, "target_return": 400, "ticks_to_target": reached,
-            "latency": 5, "ordering": {"staggered": row}}  # fmt: skip
+    row = {
+        "ticks": 1500,
+        "updates": 10,
+        "episodes": 2,
+        "return_last20": 12.0,
+        "inaction_fraction": 0.1,
+        "delay_mean_ticks": 1.0,
+        "wall_s": 1.0,
+    }
+    return {
+        "zero_latency": {**row, "ticks": 3000},
+        "target_return": 400,
+        "ticks_to_target": reached,
+        "latency": 5,
+        "ordering": {"staggered": row},
+    }
 
 
 def test_bench_learn_says_a_missed_target_in_words(capsys) -> None:

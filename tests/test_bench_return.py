@@ -30,8 +30,10 @@ def test_fill_beats_algorithm_2_and_quantile_hold_at_the_bound():
     action ~20 ticks (≈ 0.46); fill measured 0.77. The bound — 15 % above the better of the two — fails
     for quantile_hold itself by a wide margin (it is below Algorithm 2 here)."""
     latency = LogNormal(5 / 60 / math.exp(0.125), 0.5)
-    cells = {name: returns.return_at(name, 5, latency, p_minimax=0.97, seeds=[0], warmup_ticks=650, window_ticks=2400)
-             for name in ("exp_time", "quantile_hold", "fill")}  # fmt: skip
+    cells = {
+        name: returns.return_at(name, 5, latency, p_minimax=0.97, seeds=[0], warmup_ticks=650, window_ticks=2400)
+        for name in ("exp_time", "quantile_hold", "fill")
+    }
     fill, alg2, hold = (cells[n]["return_mean"] for n in ("fill", "exp_time", "quantile_hold"))
     assert fill >= 1.15 * max(alg2, hold)
     assert hold < alg2 < fill  # so the bound is not met by quantile_hold
@@ -54,9 +56,19 @@ def test_equation_1_from_three_measured_runs():
     env, kwargs = returns.world_for(0.97, 64)
     window, seed = 6000, 3
     a = returns.undelayed_rate(0.97, seed=seed, window_ticks=window)
-    runs = {n: returns.measure_return(env=env, env_kwargs=kwargs, scheduler="max_time", n_workers=n,
-                                      latency=Constant(4 / 60), seed=seed, warmup_ticks=60, window_ticks=window)
-            for n in (4, 2)}  # fmt: skip
+    runs = {
+        n: returns.measure_return(
+            env=env,
+            env_kwargs=kwargs,
+            scheduler="max_time",
+            n_workers=n,
+            latency=Constant(4 / 60),
+            seed=seed,
+            warmup_ticks=60,
+            window_ticks=window,
+        )
+        for n in (4, 2)
+    }
     c, b = runs[4], runs[2]
     assert c["agent"].all() and c["summary"]["delay_mean_ticks"] == 4.0 == b["summary"]["delay_mean_ticks"]
     f = 1.0 - float(b["agent"].mean())
@@ -83,8 +95,13 @@ def test_on_the_still_world_delay_costs_nothing():
 
 
 def test_quick_json_has_every_cell_and_a_verdict():
-    out = subprocess.run([sys.executable, "-m", "nonstop.cli", "bench", "return", "--quick", "--json"],
-                         capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "nonstop.cli", "bench", "return", "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["bench"] == "return" and result["machine"]["cpu_count"] and result["quick"]
     names = returns.QUICK_SCHEDULERS.split(",")
@@ -119,7 +136,8 @@ def test_specs_name_each_rivals_setting():
 def test_held_out_cells_are_their_own_seeds_and_settings():
     groups = returns._groups(_args(["--cells", "held-out"]), quick=False)
     assert {(g["tau"], g["sigma"], g["p"]) for g in groups} == {
-        (t, s, p) for t in (8.0, 70.0) for s in (0.25, 1.0) for p in (0.9, 0.99)}
+        (t, s, p) for t in (8.0, 70.0) for s in (0.25, 1.0) for p in (0.9, 0.99)
+    }
     assert all(g["seeds"] == [1000, 1001, 1002, 1003, 1004] and g["set"] == "held-out" for g in groups)
     dev = returns._groups(_args([]), quick=False)
     assert not {s for g in dev if g["set"] == "dev" for s in g["seeds"]} & set(returns.HELD_OUT_SEEDS)

@@ -80,9 +80,7 @@ submit_op = st.fixed_dictionaries(
         "tau_theta": st.sampled_from([0.0, 0.25, 1.5, 1 / 3]),
     }
 )
-operations = st.lists(
-    st.one_of(submit_op, st.just({"op": "take"}), st.just({"op": "new_episode"})), max_size=60
-)
+operations = st.lists(st.one_of(submit_op, st.just({"op": "take"}), st.just({"op": "new_episode"})), max_size=60)
 
 
 @settings(
@@ -111,9 +109,13 @@ def test_action_queue_matches_model(mode, capacity, ops):
                     model.rejected += 1
                     continue
                 seq = queue.submit(
-                    op["action"], obs_tick=entry["obs_tick"], episode=entry["episode"],
-                    worker=entry["worker"], tau_theta=entry["tau_theta"], submit_time=1.0,
-                )  # fmt: skip
+                    op["action"],
+                    obs_tick=entry["obs_tick"],
+                    episode=entry["episode"],
+                    worker=entry["worker"],
+                    tau_theta=entry["tau_theta"],
+                    submit_time=1.0,
+                )
                 assert seq == model.submit(entry)
             else:
                 got = queue.take(episode=episode)
@@ -124,9 +126,13 @@ def test_action_queue_matches_model(mode, capacity, ops):
                 else:
                     rec = got.record
                     assert (rec.action, rec.obs_tick, rec.episode, rec.worker, rec.tau_theta, rec.seq) == (
-                        want["action"], want["obs_tick"], want["episode"], want["worker"],
-                        want["tau_theta"], want["seq"],
-                    )  # fmt: skip
+                        want["action"],
+                        want["obs_tick"],
+                        want["episode"],
+                        want["worker"],
+                        want["tau_theta"],
+                        want["seq"],
+                    )
                     assert type(rec.action) is int
                     applied += 1
                 superseded += got.superseded
@@ -276,10 +282,15 @@ def test_invalid_actions_leave_the_host_unharmed():
 # ----------------------------------------------------------------------------- latest slot
 
 slot_arrays = npst.arrays(
-    dtype=st.one_of(npst.boolean_dtypes(), npst.integer_dtypes(), npst.unsigned_integer_dtypes(),
-                    npst.floating_dtypes(), npst.complex_number_dtypes()),
+    dtype=st.one_of(
+        npst.boolean_dtypes(),
+        npst.integer_dtypes(),
+        npst.unsigned_integer_dtypes(),
+        npst.floating_dtypes(),
+        npst.complex_number_dtypes(),
+    ),
     shape=npst.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=6),
-)  # fmt: skip
+)
 
 
 @settings(max_examples=100, deadline=None, derandomize=True, database=None)
@@ -300,17 +311,31 @@ def test_latest_slot_round_trips_any_array_and_meta(first, data, tick, when, rew
         assert slot.read().tick == -1  # nothing published yet
         for i, arr in enumerate((first, second)):
             slot.publish(
-                arr, tick=tick + i, time=when, reward=float(reward), terminated=flags[0], truncated=flags[1],
-                episode=episode, inaction_ticks=3, agent_ticks=4, last_delay=5, last_action_seq=6, last_end=1,
-            )  # fmt: skip
+                arr,
+                tick=tick + i,
+                time=when,
+                reward=float(reward),
+                terminated=flags[0],
+                truncated=flags[1],
+                episode=episode,
+                inaction_ticks=3,
+                agent_ticks=4,
+                last_delay=5,
+                last_action_seq=6,
+                last_end=1,
+            )
         got = slot.read()
         assert got.obs.dtype == first.dtype and got.obs.shape == first.shape
         assert got.obs.tobytes() == second.tobytes()  # bitwise: NaNs, signed zeros, byte order
         assert (got.tick, got.time, got.reward, got.total_reward) == (tick + 1, when, reward, 2.0 * reward)
         assert (got.terminated, got.truncated, got.episode) == (flags[0], flags[1], episode)
         assert (got.inaction_ticks, got.agent_ticks, got.last_delay, got.last_action_seq, got.last_end) == (
-            3, 4, 5, 6, 1,
-        )  # fmt: skip
+            3,
+            4,
+            5,
+            6,
+            1,
+        )
         assert got.seq == 4 == slot.seq
         out = np.empty_like(first)
         assert slot.read(out=out).obs is out and out.tobytes() == second.tobytes()
@@ -464,8 +489,12 @@ def test_final_observation_survives_the_next_publish():
         slot.publish(np.full(3, 8, np.int32), tick=2, time=0.2, reward=1.0, episode=1)
         final, latest = slot.read_final(), slot.read()
         assert (final.tick, final.episode, final.truncated, final.total_reward, final.obs.tolist()) == (
-            1, 0, True, 2.0, [1, 1, 1],
-        )  # fmt: skip
+            1,
+            0,
+            True,
+            2.0,
+            [1, 1, 1],
+        )
         assert (latest.tick, latest.episode, latest.total_reward, latest.obs.tolist()) == (2, 1, 3.0, [8, 8, 8])
     finally:
         slot.unlink()

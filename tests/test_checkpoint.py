@@ -162,7 +162,11 @@ def test_killed_writer_temp_file_is_ignored_and_pruned(tmp_path):
     orphan.write_bytes(b"NSCKPT\r\n partial")
     assert latest_checkpoint(tmp_path).updates == 40
     removed = keep_last(tmp_path, 2)
-    assert sorted(p.name for p in removed) == [".ckpt-000000050.pt.abc123.tmp", "ckpt-000000010.pt", "ckpt-000000020.pt"]
+    assert sorted(p.name for p in removed) == [
+        ".ckpt-000000050.pt.abc123.tmp",
+        "ckpt-000000010.pt",
+        "ckpt-000000020.pt",
+    ]
     assert [u for u, _ in list_checkpoints(tmp_path)] == [30, 40]
     assert keep_last(tmp_path, 2) == []
     with pytest.raises(ValueError, match="n >= 1"):
@@ -203,8 +207,13 @@ def test_incompatible_config_lists_every_differing_key():
     }
     text = str(err)
     assert text.startswith("cannot resume runs/a: the config differs from the saved one in 5 keys")
-    for line in ('env: saved "Pong", now "Boxing"', "lr: saved 0.0001, now 1e-05", "model.k: saved 7, now 29",
-                 "gone: saved true, now <absent>", "extra: saved <absent>, now [1, 2]"):  # fmt: skip
+    for line in (
+        'env: saved "Pong", now "Boxing"',
+        "lr: saved 0.0001, now 1e-05",
+        "model.k: saved 7, now 29",
+        "gone: saved true, now <absent>",
+        "extra: saved <absent>, now [1, 2]",
+    ):
         assert line in text
     assert "ticks" not in err.differences  # a budget may change on resume
 

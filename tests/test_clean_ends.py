@@ -21,8 +21,22 @@ from nonstop.realtime.lifeline import ORPHAN_EXIT, hold_lifeline, reap
 
 SRC = str(Path(__file__).parents[1] / "src")
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
-TRAIN = [sys.executable, "-m", "nonstop.cli", "train", "--env", "CartPole", "--learning-starts", "50",
-         "--batch-size", "8", "--progress-every", "0.5", "--checkpoint-every", "1000"]  # fmt: skip
+TRAIN = [
+    sys.executable,
+    "-m",
+    "nonstop.cli",
+    "train",
+    "--env",
+    "CartPole",
+    "--learning-starts",
+    "50",
+    "--batch-size",
+    "8",
+    "--progress-every",
+    "0.5",
+    "--checkpoint-every",
+    "1000",
+]
 
 
 def _default_sigint() -> None:
@@ -32,8 +46,9 @@ def _default_sigint() -> None:
 
 
 def _start(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-                            preexec_fn=_default_sigint)  # fmt: skip
+    return subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, preexec_fn=_default_sigint
+    )
 
 
 def _children(pid: int) -> set[int]:
@@ -112,8 +127,21 @@ def test_a_signal_stops_a_virtual_clock_train_with_a_final_checkpoint(tmp_path, 
 @pytest.mark.wall
 def test_sigkill_of_a_wall_clock_train_leaves_no_child_and_no_shared_memory(tmp_path):
     run = tmp_path / "run"
-    proc = _start([*TRAIN, "--clock", "wall", "--n-learners", "2", "--learner-mode", "hogwild", "--seconds", "600",
-                   "--out", str(run)])  # fmt: skip
+    proc = _start(
+        [
+            *TRAIN,
+            "--clock",
+            "wall",
+            "--n-learners",
+            "2",
+            "--learner-mode",
+            "hogwild",
+            "--seconds",
+            "600",
+            "--out",
+            str(run),
+        ]
+    )
     children: set[int] = set()
     try:
         # host + 2 learners + the resource tracker, all up and training
@@ -122,7 +150,9 @@ def test_sigkill_of_a_wall_clock_train_leaves_no_child_and_no_shared_memory(tmp_
         assert segments_of(proc.pid), "the trainer owns no shared memory? the test would prove nothing"
         proc.kill()
         proc.wait(timeout=10)
-        _wait_until(lambda: not any(process_alive(pid) for pid in children), 10, what=f"the children {sorted(children)} to exit")
+        _wait_until(
+            lambda: not any(process_alive(pid) for pid in children), 10, what=f"the children {sorted(children)} to exit"
+        )
         _wait_until(lambda: not segments_of(proc.pid), 10, what="its shared memory to be unlinked")
     finally:
         _kill_all(proc, children)
@@ -133,8 +163,24 @@ def test_sigkill_of_the_server_leaves_no_tick_worker(tmp_path):
     from nonstop.server.app import free_port
 
     port = free_port()
-    proc = _start([sys.executable, "-m", "nonstop.cli", "serve", "--env", "CartPole", "--port", str(port),
-                   "--tick-procs", "2", "--warm-envs", "0", "--log-level", "warning"])  # fmt: skip
+    proc = _start(
+        [
+            sys.executable,
+            "-m",
+            "nonstop.cli",
+            "serve",
+            "--env",
+            "CartPole",
+            "--port",
+            str(port),
+            "--tick-procs",
+            "2",
+            "--warm-envs",
+            "0",
+            "--log-level",
+            "warning",
+        ]
+    )
     children: set[int] = set()
     try:
         names = lambda: [Path(f"/proc/{p}/cmdline").read_bytes() for p in _children(proc.pid) if process_alive(p)]  # noqa: E731
@@ -148,7 +194,11 @@ def test_sigkill_of_the_server_leaves_no_tick_worker(tmp_path):
         children = _children(proc.pid)
         proc.kill()
         proc.wait(timeout=10)
-        _wait_until(lambda: not any(process_alive(pid) for pid in children), 10, what=f"the tick workers {sorted(children)} to exit")
+        _wait_until(
+            lambda: not any(process_alive(pid) for pid in children),
+            10,
+            what=f"the tick workers {sorted(children)} to exit",
+        )
         _wait_until(lambda: not segments_of(proc.pid), 10, what="the session's shared memory to be unlinked")
     finally:
         _kill_all(proc, children)
@@ -210,8 +260,16 @@ def test_hold_lifeline_validates_its_arguments():
 
 @pytest.mark.wall
 def test_reap_climbs_the_ladder_for_a_child_that_ignores_sigterm():
-    child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                              "print('up', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('up', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert child.stdout.readline().strip() == "up"
     started = time.monotonic()
     assert reap(child, timeout=0.2, kill_after=0.2) == -signal.SIGKILL
@@ -236,8 +294,12 @@ def test_a_killed_host_is_named_in_one_line_and_the_run_keeps_its_checkpoint(tmp
     proc = _start([*TRAIN, "--clock", "wall", "--seconds", "600", "--checkpoint-every", "1", "--out", str(run)])
     children: set[int] = set()
     try:
-        _wait_until(lambda: latest_checkpoint(run) is not None and len(_children(proc.pid)) >= 3, 180, proc,
-                    "a first checkpoint")  # fmt: skip
+        _wait_until(
+            lambda: latest_checkpoint(run) is not None and len(_children(proc.pid)) >= 3,
+            180,
+            proc,
+            "a first checkpoint",
+        )
         children = _children(proc.pid)
         spawned = sorted(p for p in children if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes())
         host = spawned[0]  # the world starts before the learners
@@ -254,8 +316,9 @@ def test_a_killed_host_is_named_in_one_line_and_the_run_keeps_its_checkpoint(tmp
     _wait_until(lambda: not any(process_alive(pid) for pid in children), 10, what="the other children to exit")
 
 
-def test_a_full_disk_stops_checkpointing_with_a_warning_and_the_world_keeps_ticking(tmp_path, capsys, monkeypatch,
-                                                                                     no_shm_leak):  # fmt: skip
+def test_a_full_disk_stops_checkpointing_with_a_warning_and_the_world_keeps_ticking(
+    tmp_path, capsys, monkeypatch, no_shm_leak
+):
     import errno
 
     from nonstop.cli import main
@@ -271,8 +334,23 @@ def test_a_full_disk_stops_checkpointing_with_a_warning_and_the_world_keeps_tick
 
     monkeypatch.setattr(checkpoint, "save_checkpoint", save_until_the_disk_fills)
     run = tmp_path / "run"
-    args = ["train", "--env", "CartPole", "--learning-starts", "50", "--batch-size", "8", "--progress-every", "1",
-            "--checkpoint-every", "2", "--seconds", "8", "--out", str(run)]  # fmt: skip
+    args = [
+        "train",
+        "--env",
+        "CartPole",
+        "--learning-starts",
+        "50",
+        "--batch-size",
+        "8",
+        "--progress-every",
+        "1",
+        "--checkpoint-every",
+        "2",
+        "--seconds",
+        "8",
+        "--out",
+        str(run),
+    ]
     assert main(args) == 0
     captured = capsys.readouterr()
     assert len(calls) == 2  # the first one written, the second hit the full disk, then no more tries
@@ -308,7 +386,9 @@ def test_bad_run_directories_end_in_one_clear_line(tmp_path):
 
     for ckpt in (run / "checkpoints").glob("ckpt-*.pt"):
         ckpt.write_bytes(b"NSCKPT garbage")
-    corrupt = subprocess.run([*base, "--out", str(run), "--resume"], capture_output=True, text=True, env=ENV, timeout=300)
+    corrupt = subprocess.run(
+        [*base, "--out", str(run), "--resume"], capture_output=True, text=True, env=ENV, timeout=300
+    )
     assert corrupt.returncode == 1 and "none of the 1 checkpoints loads" in _one_line_error(corrupt.stderr)
 
 
@@ -351,8 +431,23 @@ def test_ctrl_c_again_skips_the_final_checkpoint_and_still_ends_cleanly(tmp_path
     monkeypatch.setattr(TrainingRun, "advance", advance_then_ctrl_c)
     monkeypatch.setattr(trainer.Checkpointer, "save", save_then_ctrl_c_again)
     run = tmp_path / "run"
-    code = main(["train", "--env", "CartPole", "--learning-starts", "50", "--progress-every", "1", "--checkpoint-every", "1",
-                 "--seconds", "60", "--out", str(run)])  # fmt: skip
+    code = main(
+        [
+            "train",
+            "--env",
+            "CartPole",
+            "--learning-starts",
+            "50",
+            "--progress-every",
+            "1",
+            "--checkpoint-every",
+            "1",
+            "--seconds",
+            "60",
+            "--out",
+            str(run),
+        ]
+    )
     assert code == 130
     assert saves == [False, False, True]  # two periodic checkpoints, then the final one that Ctrl-C skipped
     summary = json.loads((run / "summary.json").read_text())
@@ -370,6 +465,7 @@ def test_a_worker_that_is_not_restarted_is_reported_once_and_the_world_ticks_on(
     from nonstop.realtime.host import Session
 
     with Session("theory/inaction", clock="virtual", seed=0) as world:
+
         def policy(i: int) -> LatencyPolicy:
             return LatencyPolicy(ConstantPolicy(world.action_space, 1), Constant(2 / 60), seed=i)
 
@@ -386,12 +482,18 @@ def test_a_worker_that_is_not_restarted_is_reported_once_and_the_world_ticks_on(
 
 def test_a_command_started_with_popen_lifeline_ends_with_its_parent():
     middle = subprocess.Popen(
-        [sys.executable, "-c", "import subprocess, sys, time\n"
-         "from nonstop.realtime.lifeline import popen_lifeline\n"
-         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], preexec_fn=popen_lifeline())\n"
-         "print(child.pid, flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True, env=ENV,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time\n"
+            "from nonstop.realtime.lifeline import popen_lifeline\n"
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], preexec_fn=popen_lifeline())\n"
+            "print(child.pid, flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     try:
         child = int(middle.stdout.readline())
         assert process_alive(child)

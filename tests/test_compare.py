@@ -36,7 +36,9 @@ def test_staggering_beats_sequential_on_the_inaction_mdp(inaction_result):
     assert inaction_result["n_workers"] == 4  # ⌈4 ticks / 1 tick⌉
     assert s["sequential"]["inaction_fraction"] == pytest.approx(0.75, abs=0.005)  # 1 − 1/4, to a tick
     assert s["sequential"]["inaction_fraction"] > s["max_time"]["inaction_fraction"]
-    assert s["unstaggered"]["inaction_fraction"] == pytest.approx(0.75, abs=0.005)  # 4 workers firing together buy nothing
+    assert s["unstaggered"]["inaction_fraction"] == pytest.approx(
+        0.75, abs=0.005
+    )  # 4 workers firing together buy nothing
     for name in ("max_time", "exp_time"):
         assert s[name]["inaction_fraction"] == 0.0
         assert s[name]["tau_i_mean_ticks"] == pytest.approx(1.0)
@@ -137,8 +139,13 @@ def _on_a_loaded_machine(result: dict) -> dict:
     staggered run, its workers acting every 2.2 ticks instead of every tick, and 8 % of ticks late."""
     loaded = {**result, "clock": "wall", "schedulers": {name: dict(s) for name, s in result["schedulers"].items()}}
     staggered = loaded["schedulers"]["exp_time"]
-    staggered.update(tau_i_mean_ticks=2.2, inaction_fraction=0.55, overruns=int(0.08 * staggered["ticks"]),
-                     lateness_p99_us=21_000.0, load_average=3.4)  # fmt: skip
+    staggered.update(
+        tau_i_mean_ticks=2.2,
+        inaction_fraction=0.55,
+        overruns=int(0.08 * staggered["ticks"]),
+        lateness_p99_us=21_000.0,
+        load_average=3.4,
+    )
     loaded["machine_limits"] = machine_diagnosis(loaded, cores=2)
     return loaded
 
@@ -167,12 +174,18 @@ def test_demo_prints_the_machine_diagnosis_under_its_table(inaction_result, tmp_
     from nonstop.commands.demo import add_arguments as demo_arguments
     from nonstop.commands.demo import run_demo
 
-    loaded = _on_a_loaded_machine({**inaction_result, "schedulers": {k: inaction_result["schedulers"][k]
-                                                                      for k in ("sequential", "exp_time")}})  # fmt: skip
+    loaded = _on_a_loaded_machine(
+        {**inaction_result, "schedulers": {k: inaction_result["schedulers"][k] for k in ("sequential", "exp_time")}}
+    )
     monkeypatch.setattr(compare_module, "compare", lambda *a, **k: loaded)
     parser = argparse.ArgumentParser()
     demo_arguments(parser)
-    assert run_demo(parser.parse_args(["--env", "theory/inaction", "--train-seconds", "0", "--out", str(tmp_path / "demo")])) == 0
+    assert (
+        run_demo(
+            parser.parse_args(["--env", "theory/inaction", "--train-seconds", "0", "--out", str(tmp_path / "demo")])
+        )
+        == 0
+    )
     text = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
     for line in loaded["machine_limits"]:
         assert " ".join(line.split()) in text
@@ -190,8 +203,26 @@ def test_any_scheduler_can_be_compared_and_the_return_per_tick_is_reported(capsy
         assert s["reward_per_tick"] == pytest.approx(s["reward_total"] / s["ticks"])
         assert 0.0 < s["reward_per_tick"] <= 1.0 - s["inaction_fraction"] + 1e-12
     monkeypatch.chdir(tmp_path)
-    assert run_compare(parse(["--env", "theory/inaction", "--latency", "4t", "--seconds", "3", "--schedulers",
-                              "exp_time,fill", "--plot", "", "--json"])) == 0  # fmt: skip
+    assert (
+        run_compare(
+            parse(
+                [
+                    "--env",
+                    "theory/inaction",
+                    "--latency",
+                    "4t",
+                    "--seconds",
+                    "3",
+                    "--schedulers",
+                    "exp_time,fill",
+                    "--plot",
+                    "",
+                    "--json",
+                ]
+            )
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "fill" in out and "reward" in out
     assert set(json.loads(out.strip().splitlines()[-1])["schedulers"]) == {"exp_time", "fill"}
@@ -217,7 +248,9 @@ def test_compare_composes_one_run_per_scheduler_on_one_seed_and_latency(monkeypa
     monkeypatch.setattr(run_module, "Run", Counted)
     result = compare("theory/inaction", "4t", seconds=1.0, seed=3, schedulers=("sequential", "exp_time"))
     assert [c.scheduler for c in built] == ["sequential", "exp_time"] and [c.n_inference for c in built] == [1, 4]
-    assert {(c.env, c.seed, c.latency, c.interaction, c.learning) for c in built} == {("theory/inaction", 3, "4t", "stand_in", "none")}
+    assert {(c.env, c.seed, c.latency, c.interaction, c.learning) for c in built} == {
+        ("theory/inaction", 3, "4t", "stand_in", "none")
+    }
     assert result["schedulers"]["exp_time"]["inaction_fraction"] == 0.0
     source = Path(compare_module.__file__).read_text()
     assert "InferencePool" not in source and '"ray"' not in source

@@ -89,8 +89,10 @@ def test_atari_preprocessing_on_boxing():
 def test_record_video_on_boxing(tmp_path):
     env = RecordVideo(
         nonstop.make("Boxing", render_mode="rgb_array", env_kwargs={"max_episode_steps": 40}),
-        video_folder=str(tmp_path / "videos"), episode_trigger=lambda episode: True, disable_logger=True,
-    )  # fmt: skip
+        video_folder=str(tmp_path / "videos"),
+        episode_trigger=lambda episode: True,
+        disable_logger=True,
+    )
     try:
         env.reset(seed=0)
         done = False

@@ -52,15 +52,38 @@ def no_shm_leak_module():
 
 
 #: what pip says when it cannot reach the registry (each retry's warning, then no version at all)
-NO_REGISTRY = ("NewConnectionError", "ConnectionError", "Max retries exceeded", "Temporary failure in name resolution",
-               "Name or service not known", "Network is unreachable", "timed out", "ProxyError", "(from versions: none)")  # fmt: skip
+NO_REGISTRY = (
+    "NewConnectionError",
+    "ConnectionError",
+    "Max retries exceeded",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "Network is unreachable",
+    "timed out",
+    "ProxyError",
+    "(from versions: none)",
+)
 
 
 def install_openenv(target: Path, *pip_args: str, env: dict[str, str] | None = None) -> str | None:
     """Install ``openenv`` 0.10.0 as published into ``target``, without dependencies; None when it is
     there, else why the registry could not be reached (any other failure fails the test)."""
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--retries", "1", "--timeout", "15",
-           "--target", str(target), *pip_args, f"openenv=={OPENENV_VERSION}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--retries",
+        "1",
+        "--timeout",
+        "15",
+        "--target",
+        str(target),
+        *pip_args,
+        f"openenv=={OPENENV_VERSION}",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     if done.returncode == 0:
         return None
@@ -151,8 +174,9 @@ print(json.dumps(out))
 def test_openenv_010_generic_and_mcp_tool_clients_play_unmodified(server, openenv_010) -> None:
     url = server.url.replace("ws://", "http://")
     env = {**os.environ, "PYTHONPATH": str(openenv_010)}
-    done = subprocess.run([sys.executable, "-c", OPENENV_CLIENTS, url], capture_output=True, text=True,
-                          timeout=180, env=env)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", OPENENV_CLIENTS, url], capture_output=True, text=True, timeout=180, env=env
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["version"] == OPENENV_VERSION and out["module"].startswith(str(openenv_010))
@@ -210,7 +234,7 @@ def test_openenv_http_routes(server) -> None:
             (http.post("/reset", content=b"{nope"), 422, "INVALID_JSON"),
             (http.post("/step", json={"action": {"action": 0}, "session_id": "nope"}), 404, "NO_SESSION"),
             (http.get("/state", params={"session_id": "nope"}), 404, "NO_SESSION"),
-        ]  # fmt: skip
+        ]
         for response, status, reason in refusals:
             assert response.status_code == status and reason in response.text, (response.status_code, response.text)
 

@@ -66,14 +66,18 @@ def test_the_readmes_install_line_brings_every_extra_the_default_run_asks_for() 
     from doc_commands import ROOT, shell_commands
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    line = next(c.text for c in shell_commands(ROOT / "README.md") if c.text.startswith("pip install") and "test" not in c.text)
-    named = re.search(r'\.\[([a-z,-]+)\]', line).group(1).split(",")
+    line = next(
+        c.text for c in shell_commands(ROOT / "README.md") if c.text.startswith("pip install") and "test" not in c.text
+    )
+    named = re.search(r"\.\[([a-z,-]+)\]", line).group(1).split(",")
     brought = {re.split(r"[<>=\[]", req)[0] for name in named for req in extras[name]}
     assert {"torch", "matplotlib", "tensorboard"} <= brought, (line, brought)
     assert any(req.startswith("scipy") for req in extras["test"])
 
 
-def test_a_replay_over_the_budget_is_left_out_of_checkpoints_and_said_once(tmp_path, capsys, monkeypatch, no_shm_leak) -> None:
+def test_a_replay_over_the_budget_is_left_out_of_checkpoints_and_said_once(
+    tmp_path, capsys, monkeypatch, no_shm_leak
+) -> None:
     """`--checkpoint-replay auto` keeps the replay only under REPLAY_CHECKPOINT_LIMIT: over it (here the
     limit is shrunk to 1 KiB, below CartPole's 6 MiB) no replay file is written, and the run says so
     once, at its first checkpoint, not at every one."""
@@ -82,8 +86,28 @@ def test_a_replay_over_the_budget_is_left_out_of_checkpoints_and_said_once(tmp_p
 
     monkeypatch.setattr(record, "REPLAY_CHECKPOINT_LIMIT", 1024)
     out = tmp_path / "run"
-    assert main(["train", "--env", "CartPole", "--learning-starts", "50", "--batch-size", "8", "--progress-every", "2",
-                 "--checkpoint-every", "2", "--seconds", "6", "--out", str(out)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "train",
+                "--env",
+                "CartPole",
+                "--learning-starts",
+                "50",
+                "--batch-size",
+                "8",
+                "--progress-every",
+                "2",
+                "--checkpoint-every",
+                "2",
+                "--seconds",
+                "6",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     err = " ".join(capsys.readouterr().err.split())
     assert err.count("checkpoints leave the replay out") == 1, err
     assert list((out / "checkpoints").glob("ckpt-*")) and not list((out / "checkpoints").glob("replay-*"))

@@ -123,7 +123,9 @@ def test_a_bad_tick_hz_is_one_line(bad, capsys, tmp_path):
     with pytest.raises(ValueError, match="tick_hz must be"):
         nonstop.make("Pendulum-v1", tick_hz=bad)
     arg = json.dumps(bad) if not isinstance(bad, str) else bad
-    code = main(["train", "--env", "Pendulum-v1", "--env-arg", f"tick_hz={arg}", "--seconds", "1", "--out", str(tmp_path / "r")])
+    code = main(
+        ["train", "--env", "Pendulum-v1", "--env-arg", f"tick_hz={arg}", "--seconds", "1", "--out", str(tmp_path / "r")]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("nonstop: error:") and "tick_hz must be" in err and "\n" not in err, err
 
@@ -160,7 +162,9 @@ def test_pixels_are_atari_frames_for_the_same_encoder():
     finally:
         boxing.close()
     cfg = DQNConfig(k=1)
-    assert type(build_q_network(PREPROCESSED_SHAPE, 6, cfg)) is type(build_q_network(boxing.observation_space.shape, 6, cfg))
+    assert type(build_q_network(PREPROCESSED_SHAPE, 6, cfg)) is type(
+        build_q_network(boxing.observation_space.shape, 6, cfg)
+    )
 
 
 def test_continuous_arguments_are_checked_at_the_door():
@@ -180,7 +184,10 @@ def test_train_pixels_asks_a_continuous_world_for_its_frames(capsys, tmp_path):
     assert config_from_args(args).env_kwargs == {"pixels": True}
     assert main(["train", "--env", "CartPole", "--pixels", "--seconds", "1", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "nonstop: error: --pixels: CartPole does not offer its frames (the continuous family does: `nonstop envs`)"
+    assert (
+        err
+        == "nonstop: error: --pixels: CartPole does not offer its frames (the continuous family does: `nonstop envs`)"
+    )
 
 
 def test_env_arg_tick_hz_sets_a_trained_worlds_rate(tmp_path, capsys):

@@ -23,8 +23,17 @@ def test_rtac_losses_on_a_tiny_net_by_hand() -> None:
 
     x = torch.tensor([[1.0, 0.2, 1.0, 1.0]])
     x_next = torch.tensor([[2.0, 0.7, 1.0, 1.0]])  # its newest slot holds the behaviour's action, 0.7
-    critic, actor = rtac_losses(x, torch.tensor([1.0]), torch.tensor([0.9]), x_next, sample=sample,
-                                value=lambda v: v @ w, value_target=lambda v: v @ w_bar, alpha=0.1, layout=layout)  # fmt: skip
+    critic, actor = rtac_losses(
+        x,
+        torch.tensor([1.0]),
+        torch.tensor([0.9]),
+        x_next,
+        sample=sample,
+        value=lambda v: v @ w,
+        value_target=lambda v: v @ w_bar,
+        alpha=0.1,
+        layout=layout,
+    )
     # a = 0.3; x'(a) = [2, 0.3, 1, 1]; V̄(x'(a)) = 0.8 + 0.6 = 1.4; y = 1 + 0.9·1.4 − 0.1·(−0.5) = 2.31
     # V(x) = 0.5 + 0.2 = 0.7: L_V = ½ (0.7 − 2.31)² = 1.29605
     assert critic.item() == pytest.approx(1.29605, abs=1e-6)
@@ -35,9 +44,18 @@ def test_rtac_losses_on_a_tiny_net_by_hand() -> None:
     (g_w,) = torch.autograd.grad(critic, w)
     assert g_w.tolist() == pytest.approx([-1.61, -0.322, -1.61, -1.61], abs=1e-6)  # (V − y) · x
     # the target takes no gradient, and scaling rewards scales only the reward term
-    critic5, _ = rtac_losses(x, torch.tensor([1.0]), torch.tensor([0.9]), x_next, sample=sample,
-                             value=lambda v: v @ w, value_target=lambda v: v @ w_bar, alpha=0.1, layout=layout,
-                             reward_scale=5.0)  # fmt: skip
+    critic5, _ = rtac_losses(
+        x,
+        torch.tensor([1.0]),
+        torch.tensor([0.9]),
+        x_next,
+        sample=sample,
+        value=lambda v: v @ w,
+        value_target=lambda v: v @ w_bar,
+        alpha=0.1,
+        layout=layout,
+        reward_scale=5.0,
+    )
     assert critic5.item() == pytest.approx(0.5 * (0.7 - 6.31) ** 2, abs=1e-5)
 
 
@@ -73,8 +91,16 @@ def test_dcac_resamples_a_two_tick_example_by_hand() -> None:
     # x̃_2: a_1 (slot 0) replaced by ã_1, a_0 (slot 1) kept; ã_2 = 0.2, log π = −2
     assert states[1].tolist() == [pytest.approx([2.0, 0.1, 2.0, 1.0, A0, 1.0, 2.0])]
     assert acts[1].item() == pytest.approx(0.2) and logps[1].item() == -2.0
-    y = dcac_target(obs, torch.tensor([[1.0, 3.0]]), torch.tensor([[0.9, 0.8]]), n, layout=LAYOUT, sample=policy,
-                    q_target=q_bar, alpha=0.5)  # fmt: skip
+    y = dcac_target(
+        obs,
+        torch.tensor([[1.0, 3.0]]),
+        torch.tensor([[0.9, 0.8]]),
+        n,
+        layout=LAYOUT,
+        sample=policy,
+        q_target=q_bar,
+        alpha=0.5,
+    )
     # y = r_0 + D_1 r_1 − α D_1 log π_1 + D_2 (Q̄(x̃_2, ã_2) − α log π_2)
     #   = 1 + 0.9·3 − 0.5·0.9·(−1) + 0.72·((8.6 + 0.2) − 0.5·(−2)) = 4.15 + 0.72·9.8 = 11.206
     assert y.item() == pytest.approx(11.206, abs=1e-5)
@@ -86,8 +112,16 @@ def test_dcac_stops_where_resampling_would_be_wrong() -> None:
     # a_1 lands at x_2's tick (0 ticks to apply): x_2's observation already felt it, so n = 1
     landed = two_ticks(a1_due_in_x2=0.0)
     assert dcac_horizon(landed, actions, links, LAYOUT, n_max=2).tolist() == [1]
-    y = dcac_target(landed, torch.tensor([[1.0, 3.0]]), torch.tensor([[0.9, 0.8]]), torch.tensor([1]), layout=LAYOUT,
-                    sample=policy, q_target=q_bar, alpha=0.5)  # fmt: skip
+    y = dcac_target(
+        landed,
+        torch.tensor([[1.0, 3.0]]),
+        torch.tensor([[0.9, 0.8]]),
+        torch.tensor([1]),
+        layout=LAYOUT,
+        sample=policy,
+        q_target=q_bar,
+        alpha=0.5,
+    )
     # y = r_0 + D_1 (Q̄(x_1, ã_1) − α log π_1) = 1 + 0.9·((4.5 + 0.1) + 0.5) = 5.59
     assert y.item() == pytest.approx(5.59, abs=1e-5)
     # x_2's buffer does not hold a_0 where the chain says (another decision came between): n = 1
@@ -119,9 +153,35 @@ def _train(algo: str, run, capsys, seconds: str, *more: str) -> dict:
 
     from nonstop.cli import main
 
-    assert main(["train", "--algo", algo, "--env", "Pendulum-v1", "--latency", "3t", "--seconds", seconds,
-                 "--learning-starts", "40", "--batch-size", "16", "--hidden", "16", "--replay-capacity", "5000",
-                 "--progress-every", "2", "--out", str(run), *more]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "train",
+                "--algo",
+                algo,
+                "--env",
+                "Pendulum-v1",
+                "--latency",
+                "3t",
+                "--seconds",
+                seconds,
+                "--learning-starts",
+                "40",
+                "--batch-size",
+                "16",
+                "--hidden",
+                "16",
+                "--replay-capacity",
+                "5000",
+                "--progress-every",
+                "2",
+                "--out",
+                str(run),
+                *more,
+            ]
+        )
+        == 0
+    )
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
@@ -159,8 +219,16 @@ def test_dcac_resamples_as_far_as_the_staggered_delay_allows(no_shm_leak) -> Non
     from nonstop.learning.dcac import DCACConfig
 
     settings = DCACConfig(learning_starts=10**6, hidden=(8,), replay_capacity=4000)  # collect only
-    cfg = TrainConfig(env="Pendulum-v1", clock="virtual", seconds=30.0, latency="3t", n_inference=3, scheduler="max_time",
-                      algo="dcac", algo_settings=settings)  # fmt: skip
+    cfg = TrainConfig(
+        env="Pendulum-v1",
+        clock="virtual",
+        seconds=30.0,
+        latency="3t",
+        n_inference=3,
+        scheduler="max_time",
+        algo="dcac",
+        algo_settings=settings,
+    )
     run = Run(cfg)
     try:
         run.build().start()

@@ -27,7 +27,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 def _as_on_the_wall_clock(result: dict, staggered_inaction: float, tau_i: float) -> dict:
     wall = {**result, "clock": "wall", "schedulers": {name: dict(s) for name, s in result["schedulers"].items()}}
-    wall["schedulers"]["exp_time"].update(inaction_fraction=staggered_inaction, tau_i_mean_ticks=tau_i, load_average=3.4)
+    wall["schedulers"]["exp_time"].update(
+        inaction_fraction=staggered_inaction, tau_i_mean_ticks=tau_i, load_average=3.4
+    )
     wall["machine_limits"] = machine_diagnosis(wall, cores=2)
     return wall
 
@@ -66,29 +68,46 @@ def test_a_machine_that_cannot_keep_pace_is_named_and_the_lesson_shown_on_the_vi
     assert "starved of CPU" in text  # the machine diagnosis, under the wall clock's table
     assert "On the virtual clock, staggering 6 workers cut inaction from 83% to 0%" in text
     assert "could not show its lesson" not in text
-    assert {p.name for p in out.glob("*.npz")} == {"sequential-wall.npz", "exp_time-wall.npz", "sequential.npz", "exp_time.npz"}
+    assert {p.name for p in out.glob("*.npz")} == {
+        "sequential-wall.npz",
+        "exp_time-wall.npz",
+        "sequential.npz",
+        "exp_time.npz",
+    }
 
 
 def test_a_machine_that_keeps_pace_gets_no_second_run(recorded, tmp_path, capsys):
-    recorded.wall = _as_on_the_wall_clock(recorded.base, staggered_inaction=0.04, tau_i=1.04)  # six busy processes, 2 cores
+    recorded.wall = _as_on_the_wall_clock(
+        recorded.base, staggered_inaction=0.04, tau_i=1.04
+    )  # six busy processes, 2 cores
     assert run_demo(_parse(["--env", ENV, "--seconds", "3", "--train-seconds", "0", "--out", str(tmp_path / "d")])) == 0
     assert recorded.calls == ["wall"]
     text = _text(capsys)
-    assert "could not keep pace" not in text and "On the wall clock, staggering 6 workers cut inaction from 83% to 4%" in text
+    assert (
+        "could not keep pace" not in text
+        and "On the wall clock, staggering 6 workers cut inaction from 83% to 4%" in text
+    )
 
 
 def test_a_lesson_missed_on_the_virtual_clock_too_is_said_plainly(recorded, tmp_path, capsys, monkeypatch):
     recorded.wall = _as_on_the_wall_clock(recorded.base, staggered_inaction=0.55, tau_i=2.2)
     missed = _as_on_the_wall_clock(recorded.base, staggered_inaction=0.5, tau_i=2.0)
     missed["clock"] = "virtual"
-    monkeypatch.setattr(compare_module, "compare", lambda env, latency, *, clock, **k: recorded.wall if clock == "wall" else missed)
+    monkeypatch.setattr(
+        compare_module, "compare", lambda env, latency, *, clock, **k: recorded.wall if clock == "wall" else missed
+    )
     assert run_demo(_parse(["--env", ENV, "--seconds", "3", "--train-seconds", "0", "--out", str(tmp_path / "d")])) == 0
     assert "this demo could not show its lesson here" in _text(capsys)
 
 
 def test_the_lesson_bound():
     def result(sequential: float, staggered: float) -> dict:
-        return {"schedulers": {"sequential": {"inaction_fraction": sequential}, "exp_time": {"inaction_fraction": staggered}}}
+        return {
+            "schedulers": {
+                "sequential": {"inaction_fraction": sequential},
+                "exp_time": {"inaction_fraction": staggered},
+            }
+        }
 
     assert lesson_kept(result(0.83, 0.0)) and lesson_kept(result(0.83, LESSON_INACTION))
     assert not lesson_kept(result(0.83, LESSON_INACTION + 0.01))

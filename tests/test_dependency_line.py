@@ -27,8 +27,11 @@ def imported_parts(part: str) -> set[str]:
     out: set[str] = set()
     for path in (SRC / part).rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])  # fmt: skip
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            )
             out |= {n.split(".")[1] for n in names if n.startswith("nonstop.") and n.split(".")[1] != part}
     return out
 

@@ -126,7 +126,9 @@ def test_the_shared_device_flags_parse_and_refuse_in_one_line(capsys):
 NEAR_TIE = 1e-3
 
 
-def agree_away_from_ties(q: torch.Tensor, actions: np.ndarray, want: np.ndarray, margin: float = NEAR_TIE) -> np.ndarray:
+def agree_away_from_ties(
+    q: torch.Tensor, actions: np.ndarray, want: np.ndarray, margin: float = NEAR_TIE
+) -> np.ndarray:
     """Rows where ``actions`` and ``want`` differ although ``q``'s top two scores are more than ``margin``
     apart (relative): real disagreements. At a near-tie a padded graph and an eager pass may each take
     either action (a different kernel, summation order or TF32 rounding), so those rows are not judged."""
@@ -162,7 +164,9 @@ def test_on_cuda_graphs_bf16_and_pinned_uploads_agree_with_eager():
             assert graphed.last is not None and graphed.last.measurable and graphed.last.device_s is not None
     assert graphed.host_copies == 3 and graphed.describe()["graphs_captured"] == [1, 8, 32]  # no capture while serving
     bf16 = TorchForward(_conv_net(), "cuda", graph_sizes=(32,))
-    assert bf16.dtype == torch.bfloat16 and bf16.describe()["serving_dtype"] == "bfloat16" and bf16(frames).shape == (24,)
+    assert (
+        bf16.dtype == torch.bfloat16 and bf16.describe()["serving_dtype"] == "bfloat16" and bf16(frames).shape == (24,)
+    )
 
 
 # ----------------------------------------------------------------------------- workers and learners
@@ -288,7 +292,9 @@ def test_plan_from_a_linear_curve_gives_the_analytic_worlds():
 
     a, c, tau_m = 0.001, 0.00025, 1 / 60
     for max_batch in (8, 64, 1024):
-        r = plan_curves([("card", LatencyCurve.linear(a, c))], tick_hz=60.0, max_batch=max_batch, worlds=None)["curves"][0]
+        r = plan_curves([("card", LatencyCurve.linear(a, c))], tick_hz=60.0, max_batch=max_batch, worlds=None)[
+            "curves"
+        ][0]
         # b·τ_M/(a + c·b) grows with b, so the largest batch decides: K = ⌊B·τ_M/(a + c·B)⌋ < τ_M/c
         assert r["worlds_ceiling"] == math.floor(max_batch * tau_m / (a + c * max_batch)) < tau_m / c
         k = r["worlds_ceiling"]
@@ -303,8 +309,21 @@ def test_plan_says_which_card_runs_n_worlds(capsys, tmp_path):
     saved = tmp_path / "fast.curve"
     saved.write_text("# measured by hand\n" + curve_table_spec({1: 0.0005, 64: 0.0069}) + "\n")
     assert parse_curve(str(saved))(64) == pytest.approx(0.0069)
-    assert main(["plan", "--batch-curve", "slow=linear:2ms,1ms", "--batch-curve", f"fast={saved}", "--worlds", "100",
-                 "--json"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "plan",
+                "--batch-curve",
+                "slow=linear:2ms,1ms",
+                "--batch-curve",
+                f"fast={saved}",
+                "--worlds",
+                "100",
+                "--json",
+            ]
+        )
+        == 0
+    )
     r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     # slow: b·τ_M/(2 + b) ms < 16.7 worlds; fast: 64 in 6.9 ms keeps up with 64·16.67/6.9 = 154
     assert r["cards_that_keep_up"] == ["fast"] and [c["worlds_ceiling"] for c in r["curves"]] == [16, 154]
@@ -319,11 +338,36 @@ def test_bench_gpu_measures_a_curve_that_train_and_plan_read_back(tmp_path, caps
     from nonstop.cli import main
 
     saved = tmp_path / "cpu.curve"
-    assert main(["bench", "gpu", "--quick", "--device", "cpu", "--dtypes", "fp32,bf16", "--batch-sizes", "1,3",
-                 "--worlds", "1", "--seconds", "1", "--no-baseline", "--no-remote", "--save-curve", str(saved),
-                 "--json"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "bench",
+                "gpu",
+                "--quick",
+                "--device",
+                "cpu",
+                "--dtypes",
+                "fp32,bf16",
+                "--batch-sizes",
+                "1,3",
+                "--worlds",
+                "1",
+                "--seconds",
+                "1",
+                "--no-baseline",
+                "--no-remote",
+                "--save-curve",
+                str(saved),
+                "--json",
+            ]
+        )
+        == 0
+    )
     r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert r["device"] == "cpu" and [(c["dtype"], c["mode"]) for c in r["curves"]] == [("fp32", "eager"), ("bf16", "eager")]
+    assert r["device"] == "cpu" and [(c["dtype"], c["mode"]) for c in r["curves"]] == [
+        ("fp32", "eager"),
+        ("bf16", "eager"),
+    ]
     fp32, bf16 = r["curves"]
     assert fp32["actions_differ_from_fp32"] == 0.0 and 0.0 <= bf16["actions_differ_from_fp32"] <= 1.0
     files = sorted(tmp_path.glob("cpu-k1-*.curve"))
@@ -331,7 +375,10 @@ def test_bench_gpu_measures_a_curve_that_train_and_plan_read_back(tmp_path, caps
     curve = parse_curve(str(files[1]))
     assert [round(curve(b) * 1e3, 3) for b in (1, 3)] == [round(fp32["L_ms"][b], 3) for b in ("1", "3")]
     assert main(["plan", "--batch-curve", str(files[1]), "--max-batch", "3", "--json"]) == 0  # as far as it measured
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["curves"][0]["worlds_ceiling"] == fp32["worlds_ceiling"]
+    assert (
+        json.loads(capsys.readouterr().out.strip().splitlines()[-1])["curves"][0]["worlds_ceiling"]
+        == fp32["worlds_ceiling"]
+    )
     (served,) = r["served"]  # one Boxing world on the real clock, its lanes served by the k=1 model on this CPU
     assert served["design"] == "batched" and served["requests"] > 0 and 0.0 < served["utilisation"] <= 1.0
     assert 0.0 <= served["inaction_max"] <= 1.0 and "worlds_per_process" not in r

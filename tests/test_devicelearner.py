@@ -27,8 +27,9 @@ def _filled_replay(n: int = 300, seed: int = 0) -> ReplayBuffer:
     replay = ReplayBuffer.create(capacity=1000, obs_shape=(4,), dtype=np.float32)
     frames = [replay.add_frame(rng.normal(size=4).astype(np.float32)) for _ in range(n + 1)]
     for i in range(n):
-        replay.add_transition(frames[i], int(rng.integers(2)), float(rng.normal()), 0.0 if i % 17 == 16 else 0.99, 1,
-                              frames[i + 1])  # fmt: skip
+        replay.add_transition(
+            frames[i], int(rng.integers(2)), float(rng.normal()), 0.0 if i % 17 == 16 else 0.99, 1, frames[i + 1]
+        )
     return replay
 
 
@@ -45,7 +46,9 @@ def _host_and_device(cfg: DQNConfig, replay: ReplayBuffer, device: str) -> tuple
     return segs, host, dev
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not CUDA, reason="needs CUDA"))])
+@pytest.mark.parametrize(
+    "device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not CUDA, reason="needs CUDA"))]
+)
 def test_a_device_learner_takes_the_host_learners_adam_steps(device, no_shm_leak):
     """K = 40 updates from the same replay, sampling seed and initial θ: the device learner's θ, Adam moments
     and target (synced every 7 updates) are the host path's, and `to_host` writes them back once."""
@@ -63,7 +66,9 @@ def test_a_device_learner_takes_the_host_learners_adam_steps(device, no_shm_leak
         for name, tensor in (("params", d.theta), ("adam_m", d.adam_m), ("adam_v", d.adam_v), ("target", d.target)):
             np.testing.assert_allclose(tensor.cpu().numpy(), getattr(segs[0], name), rtol=1e-5, atol=1e-6, err_msg=name)
         assert not np.allclose(segs[0].params, start)  # it learned: the comparison is not vacuous
-        assert not np.allclose(segs[0].target, start) and not np.allclose(segs[0].target, segs[0].params)  # synced at 35
+        assert not np.allclose(segs[0].target, start) and not np.allclose(
+            segs[0].target, segs[0].params
+        )  # synced at 35
         assert d.version == 40 and d.target_syncs == 5 and segs[2].updates == 40
         assert d.host_writes == 0 and segs[3].version == 1  # nothing reached the host while it learned
         assert d.to_host(segs[2], segs[3]) and not d.to_host(segs[2], segs[3])  # written once, then up to date
@@ -80,13 +85,27 @@ def test_a_virtual_run_with_the_device_learner_is_the_host_learners_run(no_shm_l
     dqn = DQNConfig.for_family("classic", learning_starts=100, batch_size=16)
     logs = {}
     for backend in ("process", "device"):
-        run = Run(TrainConfig(env="CartPole", seconds=8.0, latency="0.6t", dqn=dqn, scheduler="quantile_hold",
-                              n_inference=2, backend="batched", learner_backend=backend))  # fmt: skip
+        run = Run(
+            TrainConfig(
+                env="CartPole",
+                seconds=8.0,
+                latency="0.6t",
+                dqn=dqn,
+                scheduler="quantile_hold",
+                n_inference=2,
+                backend="batched",
+                learner_backend=backend,
+            )
+        )
         try:
             run.build().start()
             run.advance(8.0)
-            logs[backend] = (np.array(run.world.tick_log["action"]), run.state.updates, run.learning.current_params(),
-                             run.state.adam_v.copy())  # fmt: skip
+            logs[backend] = (
+                np.array(run.world.tick_log["action"]),
+                run.state.updates,
+                run.learning.current_params(),
+                run.state.adam_v.copy(),
+            )
         finally:
             run.teardown()
     assert logs["device"][1] == logs["process"][1] > 100
@@ -101,8 +120,12 @@ class _Counts:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: dict[str, int] = {"publish": 0, "read_into": 0, "load_flat": 0, "to_host": 0}
-        for owner, name in ((SharedWeights, "publish"), (SharedWeights, "read_into"), (weights_module, "load_flat"),
-                            (DeviceTrainingState, "to_host")):  # fmt: skip
+        for owner, name in (
+            (SharedWeights, "publish"),
+            (SharedWeights, "read_into"),
+            (weights_module, "load_flat"),
+            (DeviceTrainingState, "to_host"),
+        ):
             monkeypatch.setattr(owner, name, self._counted(name, getattr(owner, name)))
 
     def _counted(self, name: str, fn):
@@ -122,8 +145,18 @@ def test_the_server_follows_each_version_by_a_device_copy_and_the_run_learns(mon
     order), no weights pass through the host while it runs, its θ is the learner's, and the return rises."""
     counts = _Counts(monkeypatch)
     dqn = DQNConfig.for_family("classic", learning_starts=500)
-    run = Run(TrainConfig(env="CartPole", seconds=90.0, latency="0.6t", dqn=dqn, scheduler="quantile_hold",
-                          n_inference=2, backend="batched", learner_backend="device"))  # fmt: skip
+    run = Run(
+        TrainConfig(
+            env="CartPole",
+            seconds=90.0,
+            latency="0.6t",
+            dqn=dqn,
+            scheduler="quantile_hold",
+            n_inference=2,
+            backend="batched",
+            learner_backend="device",
+        )
+    )
     try:
         run.build().start()
         counts.reset()
@@ -165,8 +198,15 @@ def test_a_checkpoint_keeps_the_device_learners_params_and_moments(no_shm_leak):
     """A snapshot of a device-learner run holds the device's θ, Adam moments and target; a run restored from
     it starts its device learner from exactly those and learns on."""
     dqn = DQNConfig.for_family("classic", learning_starts=50, batch_size=8, target_update=40)
-    cfg = dict(env="CartPole", latency="0.6t", dqn=dqn, scheduler="quantile_hold", n_inference=2, backend="batched",
-               learner_backend="device")  # fmt: skip
+    cfg = dict(
+        env="CartPole",
+        latency="0.6t",
+        dqn=dqn,
+        scheduler="quantile_hold",
+        n_inference=2,
+        backend="batched",
+        learner_backend="device",
+    )
     run = Run(TrainConfig(seconds=6.0, **cfg))
     try:
         run.build().start()
@@ -174,8 +214,10 @@ def test_a_checkpoint_keeps_the_device_learners_params_and_moments(no_shm_leak):
         run.quiesce()
         snap = run.snapshot()
         d = run.part("device_state").dstate
-        before = {name: getattr(d, attr).clone() for name, attr in
-                  (("params", "theta"), ("adam_m", "adam_m"), ("adam_v", "adam_v"), ("target", "target"))}  # fmt: skip
+        before = {
+            name: getattr(d, attr).clone()
+            for name, attr in (("params", "theta"), ("adam_m", "adam_m"), ("adam_v", "adam_v"), ("target", "target"))
+        }
     finally:
         run.teardown()
     assert snap["updates"] > 100 and snap["target_version"] >= 2
@@ -197,11 +239,14 @@ def test_a_checkpoint_keeps_the_device_learners_params_and_moments(no_shm_leak):
         resumed.teardown()
 
 
-@pytest.mark.parametrize("kw, says", [
-    (dict(n_learners=2), "one learner a device"),
-    (dict(interaction="infer_then_learn"), "learns inside its own loop"),
-    (dict(clock="wall", backend="ray"), "with --backend ray"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "kw, says",
+    [
+        (dict(n_learners=2), "one learner a device"),
+        (dict(interaction="infer_then_learn"), "learns inside its own loop"),
+        (dict(clock="wall", backend="ray"), "with --backend ray"),
+    ],
+)
 def test_the_device_learner_refuses_what_it_cannot_do_in_one_line(kw, says):
     with pytest.raises(ValueError, match=says) as err:
         TrainConfig(learner_backend="device", **kw)
@@ -212,8 +257,17 @@ def test_a_wall_clock_run_learns_on_a_device_learner_thread(no_shm_leak):
     """On the wall clock the learner is a thread of the run's process: it updates, the server follows, and the
     run's end writes the newest version to the host once."""
     dqn = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)
-    run = Run(TrainConfig(env="CartPole", clock="wall", seconds=2.0, dqn=dqn, n_inference=2, backend="batched",
-                          learner_backend="device"))  # fmt: skip
+    run = Run(
+        TrainConfig(
+            env="CartPole",
+            clock="wall",
+            seconds=2.0,
+            dqn=dqn,
+            n_inference=2,
+            backend="batched",
+            learner_backend="device",
+        )
+    )
     try:
         run.build().start()
         run.advance(2.0)
@@ -232,8 +286,19 @@ def test_on_cuda_the_learner_and_the_server_share_the_device_with_no_host_copy(m
     each version by a device-to-device copy, and no weights reach the host until the run's end."""
     counts = _Counts(monkeypatch)
     dqn = DQNConfig.for_family("classic", learning_starts=50, batch_size=16)
-    run = Run(TrainConfig(env="CartPole", seconds=6.0, latency="0.6t", dqn=dqn, scheduler="quantile_hold", n_inference=2,
-                          backend="batched", learner_backend="device", device="cuda"))  # fmt: skip
+    run = Run(
+        TrainConfig(
+            env="CartPole",
+            seconds=6.0,
+            latency="0.6t",
+            dqn=dqn,
+            scheduler="quantile_hold",
+            n_inference=2,
+            backend="batched",
+            learner_backend="device",
+            device="cuda",
+        )
+    )
     try:
         run.build().start()
         counts.reset()

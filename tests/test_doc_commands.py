@@ -39,7 +39,16 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from doc_commands import PAGES, ROOT, DocCommand, all_commands, command_words, is_synopsis, shell_commands, synopsis_argv
+from doc_commands import (
+    PAGES,
+    ROOT,
+    DocCommand,
+    all_commands,
+    command_words,
+    is_synopsis,
+    shell_commands,
+    synopsis_argv,
+)
 
 from nonstop import cli
 from nonstop.bench import BENCHMARKS
@@ -71,69 +80,104 @@ AS_WRITTEN = {
 #: Run shortened: the page's command → (what runs instead, why). The stand-in keeps every flag of the
 #: page's command (`test_a_shortened_command_keeps_every_flag`); ``&&`` runs a prerequisite first.
 SHORTENED: dict[str, tuple[str, str]] = {
-    "nonstop demo": ("nonstop demo --quick", "the full demo takes ~30 s; --quick (documented) runs both parts in ~10 s"),
+    "nonstop demo": (
+        "nonstop demo --quick",
+        "the full demo takes ~30 s; --quick (documented) runs both parts in ~10 s",
+    ),
     "nonstop train --env CartPole --seconds 2000 --out runs/cartpole": (
-        "nonstop train --env CartPole --seconds 30 --out runs/cartpole", "2000 world seconds take ~2.5 min; 30 take 5 s"),
+        "nonstop train --env CartPole --seconds 30 --out runs/cartpole",
+        "2000 world seconds take ~2.5 min; 30 take 5 s",
+    ),
     "nonstop train --algo sac --env Pendulum-v1 --seconds 1000 --out runs/pendulum": (
         "nonstop train --algo sac --env Pendulum-v1 --seconds 10 --learning-starts 100 --batch-size 32 --out runs/pendulum",
         "1000 world seconds of SAC (its 256-wide MLPs, an update a tick) take ~30 min on a loaded 2-core machine; 10 "
-        "seconds with smaller batches take ~35 s"),
+        "seconds with smaller batches take ~35 s",
+    ),
     "nonstop train --env Boxing --clock wall --latency 6t --n-learners 2 --out runs/boxing": (
         "nonstop train --env Boxing --clock wall --latency 6t --n-learners 2 --out runs/boxing --seconds 3",
-        "the default is 600 s of real time"),
+        "the default is 600 s of real time",
+    ),
     "nonstop train --resume runs/cartpole --seconds 3000": (
-        "nonstop train --resume runs/cartpole --seconds 40", "continues the 30-s stand-in above, to 40 s in all"),
+        "nonstop train --resume runs/cartpole --seconds 40",
+        "continues the 30-s stand-in above, to 40 s in all",
+    ),
     "WANDB_MODE=offline nonstop train --env CartPole --seconds 600 --out runs/cartpole-tracked --track wandb,mlflow": (
         "WANDB_MODE=offline nonstop train --env CartPole --seconds 20 --out runs/cartpole-tracked --track wandb,mlflow",
-        "600 world seconds take ~45 s; both trackers start, log and finish in 20"),
+        "600 world seconds take ~45 s; both trackers start, log and finish in 20",
+    ),
     "nonstop train --env CartPole --backend batched --latency 0.6t --n-inference 2 --scheduler quantile_hold "
     "--batch-curve linear:0.5t,0.05t --max-batch 64 --seconds 60": (
         "nonstop train --env CartPole --backend batched --latency 0.6t --n-inference 2 --scheduler quantile_hold "
-        "--batch-curve linear:0.5t,0.05t --max-batch 64 --seconds 10", "60 world seconds: 10 are enough to serve a batch"),
+        "--batch-curve linear:0.5t,0.05t --max-batch 64 --seconds 10",
+        "60 world seconds: 10 are enough to serve a batch",
+    ),
     "nonstop train --env multi/duel --self-play --latency 2t --opponent-latency 5t --seconds 600 --out runs/duel": (
         "nonstop train --env multi/duel --self-play --latency 2t --opponent-latency 5t --seconds 20 --out runs/duel",
-        "600 world seconds; 20 play several matches for `nonstop report runs/duel`"),
+        "600 world seconds; 20 play several matches for `nonstop report runs/duel`",
+    ),
     "nonstop train --env multi/Boxing --self-play --opponents latest --snapshot-every 60 --pool-size 16 --out runs/box": (
         "nonstop train --env multi/Boxing --self-play --opponents latest --snapshot-every 60 --pool-size 16 --out runs/box "
-        "--seconds 3", "the default is 600 world seconds of two-player Atari"),
+        "--seconds 3",
+        "the default is 600 world seconds of two-player Atari",
+    ),
     "nonstop compare --clock wall": ("nonstop compare --clock wall --seconds 2", "4 schedulers × 10 s of real time"),
     "nonstop train --latency empirical:data/latency/impala_k98_h100.txt": (
         "nonstop train --latency empirical:data/latency/impala_k98_h100.txt --seconds 3 --out runs/empirical",
-        "the default is 600 world seconds of Boxing"),
-    "nonstop train --self-play": ("nonstop train --self-play --env multi/duel --seconds 10 --out runs/selfplay",
-                                  "the flag as the prose names it needs a two-seat world and a length"),
+        "the default is 600 world seconds of Boxing",
+    ),
+    "nonstop train --self-play": (
+        "nonstop train --self-play --env multi/duel --seconds 10 --out runs/selfplay",
+        "the flag as the prose names it needs a two-seat world and a length",
+    ),
     "nonstop train --env CartPole --latency 3t --delay-aware --seconds 600 --out runs/cartpole-aware": (
         "nonstop train --env CartPole --latency 3t --delay-aware --seconds 20 --out runs/cartpole-aware",
-        "600 world seconds; 20 fill the replay with what the actor saw"),
+        "600 world seconds; 20 fill the replay with what the actor saw",
+    ),
     "nonstop bench delay --budget small --json --plot runs/delay.png": (
         "nonstop bench delay --budget small --json --plot runs/delay.png --envs CartPole --algos dqn,dqn+delay "
-        "--taus 1,3 --seeds 1 --ticks 300 --last 1", "the small budget trains 36 runs of 15,000 ticks (hours on 2 cores)"),
+        "--taus 1,3 --seeds 1 --ticks 300 --last 1",
+        "the small budget trains 36 runs of 15,000 ticks (hours on 2 cores)",
+    ),
     "nonstop train --scheduler fill": (
         "nonstop train --scheduler fill --env theory/delay-cycle --latency lognormal:5t,0.5 --seconds 10 --out runs/fill",
-        "the prose names the flag; a world where delay costs, a spread τ_θ and a length make it run"),
-    "nonstop train --track wandb": ("WANDB_MODE=offline nonstop train --track wandb --env CartPole --seconds 10 --out runs/tracked",
-                                    "offline (CI has no W&B account), and short"),
+        "the prose names the flag; a world where delay costs, a spread τ_θ and a length make it run",
+    ),
+    "nonstop train --track wandb": (
+        "WANDB_MODE=offline nonstop train --track wandb --env CartPole --seconds 10 --out runs/tracked",
+        "offline (CI has no W&B account), and short",
+    ),
     "nonstop bench nstar --latency lognormal --sigma 0.25,0.5,1": (
         "nonstop bench nstar --latency lognormal --sigma 0.5 --tau-theta 5 --return-seeds 0 --plot '' --quick",
-        "the full run takes ~6 min, its quick form ~40 s; one σ and one τ̄ in ~10 s"),
+        "the full run takes ~6 min, its quick form ~40 s; one σ and one τ̄ in ~10 s",
+    ),
     "nonstop bench return --sigma 0.05": ("nonstop bench return --sigma 0.05 --quick", "the full run takes ~5 min"),
     "nonstop bench return --cells held-out": (
         "nonstop bench return --cells held-out --tau-theta 8 --p-minimax 0.9 --n-workers 8 --seconds 2 "
         "--schedulers exp_time,fill@prior",
-        "the 24 held-out cells take hours on 2 cores; one of them, short, with two schedulers, in seconds"),
+        "the 24 held-out cells take hours on 2 cores; one of them, short, with two schedulers, in seconds",
+    ),
     "nonstop bench lanes --worlds 64 --max-lanes 6": (
         "nonstop bench lanes --worlds 8 --max-lanes 2 --scheduler quantile_hold --quick",
-        "64 worlds take minutes even quick (90 s); 8 worlds, 2 lanes, one scheduler take 4 s"),
-    "nonstop sweep --budget small": ("nonstop sweep --budget tiny", "the small budget takes hours; tiny is its ~20-s smoke test"),
-    "nonstop bench server --sessions 64 --json": ("nonstop bench server --sessions 8 --json --quick",
-                                                  "64 sessions for a full minute; 8 in the quick form"),
+        "64 worlds take minutes even quick (90 s); 8 worlds, 2 lanes, one scheduler take 4 s",
+    ),
+    "nonstop sweep --budget small": (
+        "nonstop sweep --budget tiny",
+        "the small budget takes hours; tiny is its ~20-s smoke test",
+    ),
+    "nonstop bench server --sessions 64 --json": (
+        "nonstop bench server --sessions 8 --json --quick",
+        "64 sessions for a full minute; 8 in the quick form",
+    ),
     "nonstop bench regret --quick": ("nonstop bench regret --quick --json", "as written, plus the JSON line checked"),
-    "nonstop bench models --arch 2xdeep": ("nonstop bench models --arch 2xdeep --quick",
-                                           "every width up to 1B parameters takes minutes; quick times the smallest"),
+    "nonstop bench models --arch 2xdeep": (
+        "nonstop bench models --arch 2xdeep --quick",
+        "every width up to 1B parameters takes minutes; quick times the smallest",
+    ),
     "nonstop plan --batch-curve h100=linear:0.862ms,0.238ms --batch-curve cpu=runs/cpu.curve --worlds 64": (
         "nonstop bench gpu --device cpu --k 1 --quick --dtypes fp32 --save-curve runs/cpu.curve --worlds 2 && "
         "nonstop plan --batch-curve h100=linear:0.862ms,0.238ms --batch-curve cpu=runs/cpu.curve --worlds 64",
-        "the page's runs/cpu.curve comes from its bench gpu line above; a quick fp32 curve of 2 worlds stands in"),
+        "the page's runs/cpu.curve comes from its bench gpu line above; a quick fp32 curve of 2 worlds stands in",
+    ),
 }
 
 #: Served: started, asked once for /health, /metadata and the live page, stopped with Ctrl-C (exit 130,
@@ -146,52 +190,67 @@ SERVED = {
 #: Not run here, with why. Each still parses.
 NOT_RUN = {
     "python -m pytest -q": "the suite itself: .ci/run runs the README's line verbatim",
-    "MLFLOW_TRACKING_URI=http://127.0.0.1:5000 nonstop train --env CartPole --seconds 600 --out runs/cartpole-server --track mlflow":
-        "needs an MLflow tracking server on 127.0.0.1:5000 (mlflow-skinny has none); the run to MLflow's file store "
-        "is the tracking block above",
-    "nonstop gameboy record-state --game PokemonBattle --rom pokemon_blue.gb --from pokemon_blue.gb.state --out battle1.state":
-        "needs a Pokémon Blue ROM, which nonstop cannot ship (tests/test_gameboy.py records a state from its test ROM)",
+    "MLFLOW_TRACKING_URI=http://127.0.0.1:5000 nonstop train --env CartPole --seconds 600 --out runs/cartpole-server --track mlflow": "needs an MLflow tracking server on 127.0.0.1:5000 (mlflow-skinny has none); the run to MLflow's file store "
+    "is the tracking block above",
+    "nonstop gameboy record-state --game PokemonBattle --rom pokemon_blue.gb --from pokemon_blue.gb.state --out battle1.state": "needs a Pokémon Blue ROM, which nonstop cannot ship (tests/test_gameboy.py records a state from its test ROM)",
     "python -c \"import nonstop; env = nonstop.make('GameBoy/PokemonBattle', env_kwargs={'rom': 'pokemon_blue.gb', "
     "'state': 'battle1.state'})\"": "needs a Pokémon Blue ROM, which nonstop cannot ship",
-    "nonstop bench gpu --k 29 --dtypes bf16 --save-curve runs/h100-k29.curve --worlds 32,64,72":
-        "a GPU's measurement (its default device is auto: on a CPU k = 29 takes ~1 s a pass): run by "
-        "test_each_gpu_command_runs_where_there_is_one",
+    "nonstop bench gpu --k 29 --dtypes bf16 --save-curve runs/h100-k29.curve --worlds 32,64,72": "a GPU's measurement (its default device is auto: on a CPU k = 29 takes ~1 s a pass): run by "
+    "test_each_gpu_command_runs_where_there_is_one",
     "nonstop paper 6": "the same run as `nonstop paper 6 --budget tiny` (tiny is the default budget), which runs",
     "nonstop paper 4": "needs the user's Pokémon Blue ROM and save states; without them it exits 2 in the one line "
-                       "tests/test_paper.py checks",
+    "tests/test_paper.py checks",
     "nonstop paper 5": "needs the user's Tetris ROM; without it it exits 2 in the one line tests/test_paper.py checks",
     "nonstop paper 8": "5-6 minutes at its tiny budget on 2 cores (Ray learners past the cores): tests/test_paper.py "
-                       "runs its bench on Ray actors",
+    "runs its bench on Ray actors",
     "nonstop paper 14": "exits 2 by design: Rainbow is not offered (tests/test_paper.py checks the message)",
-    "nonstop train --env mypkg.worlds:Target1D-v0 --clock wall --seconds 20 --out runs/target":
-        "needs the user's package mypkg beside the command: tests/test_userworld.py runs it (3 s) in a directory "
-        "holding tests/data/userworld/mypkg, through a launcher that, like the console script, leaves that "
-        "directory off sys.path",
-    "nonstop train --env Target1D-v0 --env-module mypkg.worlds --seconds 20 --out runs/target-again":
-        "needs mypkg beside the command: tests/test_userworld.py runs it (2 s) beside tests/data/userworld/mypkg",
-    "nonstop train --resume runs/target --seconds 40":
-        "resumes the run above: tests/test_userworld.py resumes its runs on both clocks beside mypkg",
+    "nonstop train --env mypkg.worlds:Target1D-v0 --clock wall --seconds 20 --out runs/target": "needs the user's package mypkg beside the command: tests/test_userworld.py runs it (3 s) in a directory "
+    "holding tests/data/userworld/mypkg, through a launcher that, like the console script, leaves that "
+    "directory off sys.path",
+    "nonstop train --env Target1D-v0 --env-module mypkg.worlds --seconds 20 --out runs/target-again": "needs mypkg beside the command: tests/test_userworld.py runs it (2 s) beside tests/data/userworld/mypkg",
+    "nonstop train --resume runs/target --seconds 40": "resumes the run above: tests/test_userworld.py resumes its runs on both clocks beside mypkg",
 }
 
 #: The commands above that need a GPU → what runs where there is one.
 ON_A_GPU = {
-    "nonstop bench gpu --k 29 --dtypes bf16 --save-curve runs/h100-k29.curve --worlds 32,64,72":
-        "nonstop bench gpu --device cuda --k 29 --dtypes bf16 --quick --json",
+    "nonstop bench gpu --k 29 --dtypes bf16 --save-curve runs/h100-k29.curve --worlds 32,64,72": "nonstop bench gpu --device cuda --k 29 --dtypes bf16 --quick --json",
 }
 
 #: A full benchmark takes minutes; its quick form runs in the test named (in-process, smaller still).
 BENCH_TESTS = {
-    "clock": "test_bench_quick.py", "host": "test_bench_quick.py", "channels": "test_bench_quick.py",
-    "ticklog": "test_bench_quick.py", "server": "test_bench_quick.py", "ray": "test_bench_quick.py",
-    "duel": "test_bench_duel.py", "models": "test_policies.py", "nstar": "test_bench_nstar.py",
-    "return": "test_bench_return.py", "regret": "test_regret.py", "learn": "test_bench_learning.py",
-    "nlstar": "test_bench_learning.py", "weights": "test_ray_backend.py", "lanes": "test_bench_lanes.py",
-    "gpu": "test_device.py", "delay": "test_bench_delay.py",
+    "clock": "test_bench_quick.py",
+    "host": "test_bench_quick.py",
+    "channels": "test_bench_quick.py",
+    "ticklog": "test_bench_quick.py",
+    "server": "test_bench_quick.py",
+    "ray": "test_bench_quick.py",
+    "duel": "test_bench_duel.py",
+    "models": "test_policies.py",
+    "nstar": "test_bench_nstar.py",
+    "return": "test_bench_return.py",
+    "regret": "test_regret.py",
+    "learn": "test_bench_learning.py",
+    "nlstar": "test_bench_learning.py",
+    "weights": "test_ray_backend.py",
+    "lanes": "test_bench_lanes.py",
+    "gpu": "test_device.py",
+    "delay": "test_bench_delay.py",
 }
 
 #: A placeholder's sample value, for parsing a synopsis.
-SAMPLE_VALUES = {"RUN": "runs/cartpole", "FIG": "6", "N": "2", "FILE": "replays/session.jsonl", "NAME": "clock", "G": "Tetris", "R": "tetris.gb",
-                 "S": "tetris.state", "ID": "CartPole", "DIR": "replays", "PATH": "token.txt"}
+SAMPLE_VALUES = {
+    "RUN": "runs/cartpole",
+    "FIG": "6",
+    "N": "2",
+    "FILE": "replays/session.jsonl",
+    "NAME": "clock",
+    "G": "Tetris",
+    "R": "tetris.gb",
+    "S": "tetris.state",
+    "ID": "CartPole",
+    "DIR": "replays",
+    "PATH": "token.txt",
+}
 
 COMMANDS = all_commands()
 
@@ -227,7 +286,7 @@ def _verb_path(argv: list[str]) -> tuple[list[str], list[str]]:
         if not subs or word not in subs[0].choices:
             break
         parser, path = subs[0].choices[word], [*path, word]
-    return path, argv[len(path):]
+    return path, argv[len(path) :]
 
 
 def _takes_a_value(path: list[str], flag: str) -> bool:
@@ -268,16 +327,22 @@ def kind(c: DocCommand) -> str:
 def test_the_pages_have_commands():
     """The collector sees what a reader sees: the README's two set-up lines and its first train."""
     readme = [c.text for c in shell_commands(ROOT / "README.md")]
-    assert readme[:4] == ['pip install torch==2.13.0 -e ".[learn,plot,train]"', "nonstop demo", 'pip install torch==2.13.0 -e ".[test]"',
-                          "python -m pytest -q"]  # fmt: skip
+    assert readme[:4] == [
+        'pip install torch==2.13.0 -e ".[learn,plot,train]"',
+        "nonstop demo",
+        'pip install torch==2.13.0 -e ".[test]"',
+        "python -m pytest -q",
+    ]
     assert "nonstop train --env CartPole --seconds 2000 --out runs/cartpole" in readme
     assert len(_unique(COMMANDS)) >= 60
 
 
 def test_every_command_is_run_or_listed():
     unlisted = [f"{c.at()}: {c.text}" for c in _unique(COMMANDS).values() if kind(c) == "unlisted"]
-    assert not unlisted, ("commands in the docs that this test neither runs nor lists (add each to AS_WRITTEN, SHORTENED, "
-                          "SERVED or NOT_RUN with its reason):\n" + "\n".join(unlisted))  # fmt: skip
+    assert not unlisted, (
+        "commands in the docs that this test neither runs nor lists (add each to AS_WRITTEN, SHORTENED, "
+        "SERVED or NOT_RUN with its reason):\n" + "\n".join(unlisted)
+    )
 
 
 def test_no_listed_command_is_stale():
@@ -320,8 +385,9 @@ def _check_pip(command: DocCommand) -> None:
             assert not unknown, f"{command.at()}: `{command.text}` names extras pyproject.toml lacks: {unknown}"
 
 
-@pytest.mark.parametrize("command", [c for c in _unique(COMMANDS).values() if kind(c) in ("shortened",)],
-                         ids=lambda c: c.text[:60])  # fmt: skip
+@pytest.mark.parametrize(
+    "command", [c for c in _unique(COMMANDS).values() if kind(c) in ("shortened",)], ids=lambda c: c.text[:60]
+)
 def test_a_shortened_command_keeps_every_flag(command: DocCommand):
     """The stand-in runs what the page shows with smaller numbers, not another command."""
     stand_in = command_words(SHORTENED[command.text][0].split(" && ")[-1])
@@ -344,9 +410,13 @@ def test_every_benchmark_a_page_shows_is_run_by_a_test():
 
 def test_the_readme_test_line_is_what_ci_runs():
     """The README's second set-up command is .ci/run's, character for character."""
-    install = next(c for c in shell_commands(ROOT / "README.md") if c.argv[:2] == ["pip", "install"] and ".[test]" in c.argv)
+    install = next(
+        c for c in shell_commands(ROOT / "README.md") if c.argv[:2] == ["pip", "install"] and ".[test]" in c.argv
+    )
     line = (ROOT / "README.md").read_text().splitlines()[install.line - 1].strip()
-    assert line in (ROOT / ".ci" / "run").read_text().splitlines(), f"README.md:{install.line}: .ci/run should run `{line}`"
+    assert line in (ROOT / ".ci" / "run").read_text().splitlines(), (
+        f"README.md:{install.line}: .ci/run should run `{line}`"
+    )
 
 
 # -- running them -----------------------------------------------------------------------------------
@@ -363,13 +433,28 @@ def _run(text: str, cwd: Path, where: str) -> None:
     while words and "=" in words[0] and not words[0].startswith("-"):
         key, _, value = words.pop(0).partition("=")
         env[key] = value
-    program = [sys.executable, "-m", "nonstop"] if words[0] == "nonstop" else [sys.executable] if words[0] == "python" else None
+    program = (
+        [sys.executable, "-m", "nonstop"]
+        if words[0] == "nonstop"
+        else [sys.executable]
+        if words[0] == "python"
+        else None
+    )
     assert program is not None, f"{where}: cannot run `{text}`"
     started = time.monotonic()
-    done = subprocess.run([*program, *words[1:]], cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT,
-                          stdin=subprocess.DEVNULL)  # fmt: skip
+    done = subprocess.run(
+        [*program, *words[1:]],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
     took = time.monotonic() - started
-    assert done.returncode == 0, f"{where}: `{text}` exited {done.returncode} after {took:.0f} s:\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, (
+        f"{where}: `{text}` exited {done.returncode} after {took:.0f} s:\n{done.stderr[-3000:]}"
+    )
     if "--json" in words:
         import json
 
@@ -396,8 +481,11 @@ def _blocks() -> list[tuple[str, list[DocCommand]]]:
 
 def _spans() -> list[DocCommand]:
     in_blocks = {c.text for page in PAGES for c in shell_commands(page)}
-    return [c for c in _unique(COMMANDS).values() if c.where == "inline" and c.text not in in_blocks
-            and kind(c) in ("as_written", "shortened")]  # fmt: skip
+    return [
+        c
+        for c in _unique(COMMANDS).values()
+        if c.where == "inline" and c.text not in in_blocks and kind(c) in ("as_written", "shortened")
+    ]
 
 
 @pytest.mark.slow
@@ -436,7 +524,8 @@ def _free_port() -> int:
 
 def _served() -> list[DocCommand]:
     return [c for c in _unique(COMMANDS).values() if kind(c) == "served"] + [
-        c for c in _unique(COMMANDS).values() if kind(c) == "mention" and c.argv[1:] == ["serve"]][:1]
+        c for c in _unique(COMMANDS).values() if kind(c) == "mention" and c.argv[1:] == ["serve"]
+    ][:1]
 
 
 @pytest.mark.slow
@@ -445,8 +534,14 @@ def test_each_serve_command_answers_and_stops(command: DocCommand, tmp_path, no_
     pytest.importorskip("fastapi")
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": SRC}
-    proc = subprocess.Popen([sys.executable, "-m", "nonstop", *command.argv[1:], "--port", str(port)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nonstop", *command.argv[1:], "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline, health = time.monotonic() + 90, None
         while time.monotonic() < deadline and proc.poll() is None:

@@ -85,8 +85,11 @@ def test_the_link_checker_finds_broken_files_and_anchors(tmp_path):
     )
     found = broken_links(page)
     assert [b.split(":")[0] for b in found] == [
-        "docs/missing.md", "docs/there.md#14-observations", "docs/there.md#not-a-heading", "#nowhere",
-    ]  # fmt: skip
+        "docs/missing.md",
+        "docs/there.md#14-observations",
+        "docs/there.md#not-a-heading",
+        "#nowhere",
+    ]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -98,7 +101,9 @@ def test_the_readme_links_every_docs_page_and_the_design_is_in_the_repository():
     readme = ROOT / "README.md"
     linked = {(readme.parent / t.partition("#")[0]).resolve() for t in LINK.findall(_prose(readme.read_text()))}
     assert {p.resolve() for p in PAGES[1:]} <= linked, "a docs page the README does not link"
-    assert (ROOT / "docs" / "design.md").exists() and "DESIGN" + ".md" not in readme.read_text()  # no document outside the repo
+    assert (
+        ROOT / "docs" / "design.md"
+    ).exists() and "DESIGN" + ".md" not in readme.read_text()  # no document outside the repo
 
 
 def test_design_has_every_section_the_code_cites():
@@ -178,7 +183,10 @@ def test_every_command_the_pages_show_parses():
 
 def test_the_readme_quick_start_fits_on_the_first_screen():
     lines = (ROOT / "README.md").read_text().splitlines()
-    first = {verb: next((i for i, line in enumerate(lines) if f"nonstop {verb}" in line), None) for verb in ("demo", "train", "serve")}
+    first = {
+        verb: next((i for i, line in enumerate(lines) if f"nonstop {verb}" in line), None)
+        for verb in ("demo", "train", "serve")
+    }
     assert all(i is not None and i < 80 for i in first.values()), first
 
 
@@ -201,6 +209,10 @@ def test_the_code_cites_only_the_projects_own_docs():
     import re
 
     outside = re.compile("DESIGN" + r"(\.md)? ?§")
-    cited = [f"{p.relative_to(ROOT)}:{n}" for p in sorted((ROOT / "src").rglob("*.py"))
-             for n, line in enumerate(p.read_text().splitlines(), 1) if outside.search(line)]
+    cited = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in sorted((ROOT / "src").rglob("*.py"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if outside.search(line)
+    ]
     assert cited == []

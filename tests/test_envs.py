@@ -206,7 +206,12 @@ def test_builtin_ids_are_listed_with_their_facts():
     assert {"Boxing", "Krull", "NameThisGame", "CartPole", "theory/inaction", "theory/delay-cycle"} <= set(infos)
     assert all(isinstance(info, EnvInfo) for info in infos.values())
     inaction = infos["theory/inaction"]
-    assert (inaction.family, inaction.tick_hz, inaction.noop_action, inaction.default_beta) == ("theory", 60.0, 0, "noop")
+    assert (inaction.family, inaction.tick_hz, inaction.noop_action, inaction.default_beta) == (
+        "theory",
+        60.0,
+        0,
+        "noop",
+    )
     assert (inaction.optimal_reward_rate, inaction.default_reward_rate) == (1.0, 0.0)
     assert env_info("theory/delay-cycle", n=4, p_minimax=0.25).optimal_reward_rate == 1.0
 
@@ -421,5 +426,10 @@ def test_cartpole_ticks_at_its_natural_50_hz():
     assert env.unwrapped.tau == pytest.approx(1 / info.tick_hz)
     assert env.spec.max_episode_steps == 500
     # CartPole-v1's own observation space (gymnasium's, not nonstop's) leaves both velocities unbounded
-    _check(env.unwrapped, {"minimum value is -infinity": "velocities are unbounded in CartPole-v1",
-                           "maximum value is infinity": "velocities are unbounded in CartPole-v1"})
+    _check(
+        env.unwrapped,
+        {
+            "minimum value is -infinity": "velocities are unbounded in CartPole-v1",
+            "maximum value is infinity": "velocities are unbounded in CartPole-v1",
+        },
+    )

@@ -102,7 +102,9 @@ def test_a_new_backend_declares_what_it_refuses_where_it_is_registered(scoped_re
     virtual clock with its line, and config.py names no backend (it asks the chosen parts)."""
     from nonstop.experiment import config
 
-    wall_only = registry.Constraint((registry.needs("clock", "wall", why="--backend scripted replays a recording in real time: use --clock wall"),))
+    wall_only = registry.Constraint(
+        (registry.needs("clock", "wall", why="--backend scripted replays a recording in real time: use --clock wall"),)
+    )
     scoped_registry.register("policy_backend", "scripted", lambda run, i: Always(1), wall_only)
     with pytest.raises(ValueError, match=r"^--backend scripted replays a recording in real time: use --clock wall$"):
         TrainConfig(backend="scripted")
@@ -111,9 +113,13 @@ def test_a_new_backend_declares_what_it_refuses_where_it_is_registered(scoped_re
     import ast
 
     parts = {name for kind in ("policy_backend", "learners", "cluster") for name in registry.names(kind)} - {"none"}
-    compared = [node.value for node in ast.walk(ast.parse(Path(config.__file__).read_text()))
-                if isinstance(node, ast.Compare) for node in [node.left, *node.comparators]
-                if isinstance(node, ast.Constant)]  # fmt: skip
+    compared = [
+        node.value
+        for node in ast.walk(ast.parse(Path(config.__file__).read_text()))
+        if isinstance(node, ast.Compare)
+        for node in [node.left, *node.comparators]
+        if isinstance(node, ast.Constant)
+    ]
     assert not parts & set(compared), "config.py compares a value with a backend's name: that is the part's rule"
 
 
@@ -121,17 +127,25 @@ def test_the_parts_own_rules_refuse_in_one_line():
     cases = [
         (dict(backend="ray"), "--backend ray runs real remote calls, which do not mix with the virtual clock"),
         (dict(clock="wall", backend="ray", device="cuda"), "--device cuda with Ray: Ray's workers and learners run"),
-        (dict(clock="wall", learner_backend="ray", interaction="learn_then_infer"),
-         "--interaction learn_then_infer learns inside its own loop on this host"),
+        (
+            dict(clock="wall", learner_backend="ray", interaction="learn_then_infer"),
+            "--interaction learn_then_infer learns inside its own loop on this host",
+        ),
         (dict(learner_backend="device", n_learners=3), "one learner a device (.*), got --n-learners 3"),
-        (dict(ray_address="h:1"), r"--ray-address 'h:1' needs --backend ray or --learner-backend ray \(got --backend thread\)"),
-    ]  # fmt: skip
+        (
+            dict(ray_address="h:1"),
+            r"--ray-address 'h:1' needs --backend ray or --learner-backend ray \(got --backend thread\)",
+        ),
+    ]
     for kw, says in cases:
         with pytest.raises(ValueError, match=says) as err:
             TrainConfig(**kw)
         assert "\n" not in str(err.value)
     assert TrainConfig(clock="wall", learner_backend="ray").cluster == "ray"
-    assert (TrainConfig(backend="process").inference_backend, TrainConfig(backend="process", clock="wall").inference_backend) == ("thread", "process")
+    assert (
+        TrainConfig(backend="process").inference_backend,
+        TrainConfig(backend="process", clock="wall").inference_backend,
+    ) == ("thread", "process")
     assert TrainConfig(backend="batched_process").inference_backend == "batched"
     assert TrainConfig(learner_backend="device").learner_placement == "device"
 
@@ -152,7 +166,16 @@ def test_the_run_has_no_branch_on_self_play_a_backend_or_a_device():
         for node in ast.walk(tree):
             if isinstance(node, (ast.If, ast.IfExp, ast.While)):
                 text = ast.unparse(node.test)
-                for word in ("self_play", "backend", "ray", "device", "cuda", "seating", "learner_placement", "interaction"):
+                for word in (
+                    "self_play",
+                    "backend",
+                    "ray",
+                    "device",
+                    "cuda",
+                    "seating",
+                    "learner_placement",
+                    "interaction",
+                ):
                     assert word not in text, f"{module.__name__}: `if {text}` branches on {word}"
 
 
@@ -169,9 +192,11 @@ def test_a_config_is_plain_data_that_opens_nothing(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", no_socket)
     cfg = TrainConfig(env="CartPole", clock="wall", backend="ray", learner_backend="ray", ray_address="10.0.0.1:6379")
     assert TrainConfig(**json.loads(json.dumps(cfg.to_dict()))).cluster == "ray"
-    code = ("import sys, nonstop.experiment; from nonstop.experiment import TrainConfig; "
-            "TrainConfig(clock='wall', backend='ray'); "
-            "bad = [m for m in ('ray', 'argparse', 'torch', 'nonstop.commands') if m in sys.modules]; print(bad)")
+    code = (
+        "import sys, nonstop.experiment; from nonstop.experiment import TrainConfig; "
+        "TrainConfig(clock='wall', backend='ray'); "
+        "bad = [m for m in ('ray', 'argparse', 'torch', 'nonstop.commands') if m in sys.modules]; print(bad)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
 
@@ -197,8 +222,27 @@ def test_a_run_written_before_the_composition_resumes(tmp_path, capsys, no_shm_l
     package existed): 4 world seconds of CartPole, 148 updates, 200 ticks."""
     run = tmp_path / "run"
     shutil.copytree(OLD_RUN, run)
-    code = main(["train", "--env", "CartPole", "--seconds", "8", "--checkpoint-every", "4", "--checkpoint-replay", "no",
-                 "--learning-starts", "50", "--hidden", "32", "32", "--out", str(run), "--resume"])  # fmt: skip
+    code = main(
+        [
+            "train",
+            "--env",
+            "CartPole",
+            "--seconds",
+            "8",
+            "--checkpoint-every",
+            "4",
+            "--checkpoint-replay",
+            "no",
+            "--learning-starts",
+            "50",
+            "--hidden",
+            "32",
+            "32",
+            "--out",
+            str(run),
+            "--resume",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 0, err
     assert "resumed from ckpt-000000148.pt: 148 updates, 200 env ticks" in err
@@ -210,7 +254,9 @@ def _rewards_shown(scheduler) -> tuple[int, int]:
     """(β ticks, agent ticks) a `FillScheduler` has been shown through ``observe_reward``."""
     from nonstop.inference.fill import BATCH
 
-    agent = sum(int(b[0]) for b in scheduler._partial.values()) + BATCH * sum(len(q) for q in scheduler._batches.values())
+    agent = sum(int(b[0]) for b in scheduler._partial.values()) + BATCH * sum(
+        len(q) for q in scheduler._batches.values()
+    )
     return int(scheduler._beta[0]), agent
 
 
@@ -219,8 +265,15 @@ def test_a_scheduler_that_learns_from_rewards_is_shown_every_tick_of_a_run():
     reward, and the applied action's delay or β — so `--scheduler fill` in train does not stay on its prior."""
     from nonstop.inference.fill import PRIOR_STAY
 
-    cfg = TrainConfig(env="theory/delay-cycle", env_kwargs={"p_minimax": 0.9}, seconds=30.0,
-                      latency="lognormal:5t,0.5", n_inference=8, scheduler="fill", dqn=DQN)  # fmt: skip
+    cfg = TrainConfig(
+        env="theory/delay-cycle",
+        env_kwargs={"p_minimax": 0.9},
+        seconds=30.0,
+        latency="lognormal:5t,0.5",
+        n_inference=8,
+        scheduler="fill",
+        dqn=DQN,
+    )
     run = Run(cfg)
     try:
         run.build().start()

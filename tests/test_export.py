@@ -28,8 +28,26 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "commands.md"
 
 
 def _train_and_export(run: Path, env: str, capsys) -> Path:
-    assert main(["train", "--env", env, "--seconds", "2", "--learning-starts", "50", "--batch-size", "8",
-                 "--replay-capacity", "2000", "--out", str(run)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "train",
+                "--env",
+                env,
+                "--seconds",
+                "2",
+                "--learning-starts",
+                "50",
+                "--batch-size",
+                "8",
+                "--replay-capacity",
+                "2000",
+                "--out",
+                str(run),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["export", str(run)]) == 0
     out = capsys.readouterr().out
@@ -50,7 +68,9 @@ def _nonstop_policy(run: Path, meta: dict):
 
 
 def _documented_lines() -> str:
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", DOCS.read_text(), flags=re.DOTALL) if "torch.jit.load(" in b]
+    blocks = [
+        b for b in re.findall(r"```python\n(.*?)```", DOCS.read_text(), flags=re.DOTALL) if "torch.jit.load(" in b
+    ]
     assert len(blocks) == 1, "docs/commands.md should show one python block that loads the exported program"
     assert len(blocks[0].strip().splitlines()) <= 14  # about ten lines, as promised
     return blocks[0]
@@ -61,13 +81,16 @@ def _run_without_nonstop(code: str, cwd: Path) -> subprocess.CompletedProcess:
     processes no ``.pth`` file (so not nonstop's editable install), ``-E`` ignores PYTHONPATH."""
     dirs = sorted({str(Path(m.__file__).parents[1]) for m in (torch, np)})
     (cwd / "example.py").write_text(code)
-    bootstrap = (f"import sys; sys.path[1:1] = {dirs!r}\n"
-                 "try:\n    import nonstop\nexcept ModuleNotFoundError:\n    pass\n"
-                 "else:\n    raise SystemExit(f'nonstop is importable here: {nonstop.__file__}')\n"
-                 "import runpy; runpy.run_path('example.py', run_name='__main__')\n")  # fmt: skip
+    bootstrap = (
+        f"import sys; sys.path[1:1] = {dirs!r}\n"
+        "try:\n    import nonstop\nexcept ModuleNotFoundError:\n    pass\n"
+        "else:\n    raise SystemExit(f'nonstop is importable here: {nonstop.__file__}')\n"
+        "import runpy; runpy.run_path('example.py', run_name='__main__')\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    return subprocess.run([sys.executable, "-E", "-S", "-c", bootstrap], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-E", "-S", "-c", bootstrap], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.parametrize("env", ["CartPole", pytest.param("GameBoy/TestROM", marks=pytest.mark.slow)])  # 7 s: a ResNet
@@ -98,7 +121,9 @@ def test_the_documented_lines_act_like_nonstop_without_nonstop(tmp_path, capsys,
     assert int(action) == policy.act(obs).action
 
 
-@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")  # torch 2.13's, on the loader we document
+@pytest.mark.filterwarnings(
+    "ignore:`torch.jit.load` is deprecated:DeprecationWarning"
+)  # torch 2.13's, on the loader we document
 def test_export_writes_weights_a_recipe_and_a_program_that_takes_batches(tmp_path, capsys, no_shm_leak):
     from safetensors.torch import load_file
 
@@ -115,7 +140,9 @@ def test_export_writes_weights_a_recipe_and_a_program_that_takes_batches(tmp_pat
     assert {name: list(t.shape) for name, t in state.items()} == recipe["tensors"]
     model = build_q_network((4,), 2, DQNConfig.from_dict(meta["dqn"]))
     model.load_state_dict(state)
-    assert meta["updates"] > 0 and np.array_equal(flat_parameters(model), latest_checkpoint(run).state["params"].numpy())
+    assert meta["updates"] > 0 and np.array_equal(
+        flat_parameters(model), latest_checkpoint(run).state["params"].numpy()
+    )
     # the program: one observation or a batch, any float dtype
     program = torch.jit.load(export / "policy.torchscript.pt")
     batch = torch.randn(5, 4, dtype=torch.float64)

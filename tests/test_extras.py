@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-BLOCKER = '''
+BLOCKER = """
 import importlib.abc
 import sys
 
@@ -28,7 +28,7 @@ class _Missing(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, _Missing())
-'''
+"""
 
 
 @pytest.fixture
@@ -47,7 +47,8 @@ def without_extras(tmp_path):
 
 
 def test_worlds_server_and_envs_need_neither_torch_nor_matplotlib(without_extras):
-    done = without_extras(code="""
+    done = without_extras(
+        code="""
         import sys
         try:
             import torch  # noqa: F401
@@ -67,7 +68,8 @@ def test_worlds_server_and_envs_need_neither_torch_nor_matplotlib(without_extras
         create_app(None)
         assert not {"torch", "matplotlib"} & set(sys.modules), sorted(m for m in sys.modules if m in ("torch", "matplotlib"))
         print("fine")
-    """)
+    """
+    )
     assert done.returncode == 0 and done.stdout.strip().endswith("fine"), done.stderr[-2000:]
     envs = without_extras("envs")
     assert envs.returncode == 0 and "CartPole" in envs.stdout, envs.stderr[-2000:]

@@ -49,12 +49,20 @@ def _descendants(pid: int) -> set[int]:
     return found
 
 
-def _signal_when_ready(args: list[str], ready: "callable", signum: int) -> tuple[subprocess.Popen, float, set[int], str]:
+def _signal_when_ready(
+    args: list[str], ready: "callable", signum: int
+) -> tuple[subprocess.Popen, float, set[int], str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
     # SIGINT as a terminal gives it, also where pytest itself runs with SIGINT ignored (`nohup ... &`: the
     # child would inherit SIG_IGN, and nonstop leaves an ignored SIGINT ignored)
-    proc = subprocess.Popen([sys.executable, "-m", "nonstop.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=env, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nonstop.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 120
         while not ready():
@@ -84,8 +92,10 @@ def _nothing_left(proc: subprocess.Popen, children: set[int]) -> None:
     assert not left, f"children left running: {left}"
 
 
-@pytest.mark.parametrize("clock, signum, code", [("virtual", signal.SIGINT, 130), ("virtual", signal.SIGTERM, 143),
-                                                  ("wall", signal.SIGINT, 130)])  # fmt: skip
+@pytest.mark.parametrize(
+    "clock, signum, code",
+    [("virtual", signal.SIGINT, 130), ("virtual", signal.SIGTERM, 143), ("wall", signal.SIGINT, 130)],
+)
 def test_train_stops_within_a_second_of_the_signal(tmp_path, clock, signum, code):
     """The wall clock adds a host process and a learner process, reaped before the final
     checkpoint: measured 0.27-0.45 s once a learner leaves with ``os._exit`` (0.86-1.08 s before)."""
@@ -96,8 +106,26 @@ def test_train_stops_within_a_second_of_the_signal(tmp_path, clock, signum, code
         return progress.exists() and len(progress.read_text().splitlines()) > 2
 
     proc, took, children, err = _signal_when_ready(
-        ["train", "--env", "CartPole", "--clock", clock, "--seconds", "3600", "--learning-starts", "50", "--batch-size", "8",
-         "--progress-every", "1", "--out", str(run)], ready, signum)  # fmt: skip
+        [
+            "train",
+            "--env",
+            "CartPole",
+            "--clock",
+            clock,
+            "--seconds",
+            "3600",
+            "--learning-starts",
+            "50",
+            "--batch-size",
+            "8",
+            "--progress-every",
+            "1",
+            "--out",
+            str(run),
+        ],
+        ready,
+        signum,
+    )
     assert proc.returncode == code, err
     assert took < BOUND_S, f"{took:.2f} s from the signal to the exit"
     # what is left once everything is saved (children reaped, shm unlinked: they come before the summary)
@@ -117,7 +145,8 @@ def test_train_stops_within_a_second_of_the_signal(tmp_path, clock, signum, code
 def test_compare_on_the_virtual_clock_stops_within_a_second_of_sigterm(tmp_path):
     started = time.monotonic()
     proc, took, children, err = _signal_when_ready(
-        ["compare", "--env", "CartPole", "--seconds", "3600"], lambda: time.monotonic() - started > 5, signal.SIGTERM)
+        ["compare", "--env", "CartPole", "--seconds", "3600"], lambda: time.monotonic() - started > 5, signal.SIGTERM
+    )
     assert proc.returncode == 143, err
     assert took < BOUND_S, f"{took:.2f} s from the signal to the exit"
     _nothing_left(proc, children)

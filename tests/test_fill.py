@@ -81,8 +81,10 @@ def test_candidate_caps_span_the_mean_to_six_times_it_and_the_largest_tau():
 
 
 def _batches(rewards_by_delay: dict[int, np.ndarray]) -> dict[int, list[float]]:
-    return {d: [float(b.mean()) for b in np.split(r[: len(r) // BATCH * BATCH], len(r) // BATCH)]
-            for d, r in rewards_by_delay.items()}  # fmt: skip
+    return {
+        d: [float(b.mean()) for b in np.split(r[: len(r) // BATCH * BATCH], len(r) // BATCH)]
+        for d, r in rewards_by_delay.items()
+    }
 
 
 @FAST
@@ -147,8 +149,14 @@ def _lognormal(seed: int, mean: float, sigma: float):
 
 
 @FAST
-@given(n=st.integers(1, 12), mean=st.floats(0.5, 12.0), sigma=st.floats(0.05, 1.0), cap=st.integers(1, 40),
-       seed=st.integers(0, 1000), plan=st.sampled_from(["now", "tick", "grid", "grid+fixed"]))  # fmt: skip
+@given(
+    n=st.integers(1, 12),
+    mean=st.floats(0.5, 12.0),
+    sigma=st.floats(0.05, 1.0),
+    cap=st.integers(1, 40),
+    seed=st.integers(0, 1000),
+    plan=st.sampled_from(["now", "tick", "grid", "grid+fixed"]),
+)
 def test_held_actions_own_distinct_ticks_within_the_cap(n, mean, sigma, cap, seed, plan):
     """Every action the rule holds is released on a tick of its own (no two held actions share one, so
     none supersedes another), at most ``cap`` ticks after its observation's tick; an action past the

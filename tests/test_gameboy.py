@@ -302,7 +302,10 @@ def test_rom_from_path_directory_and_env_var(tmp_path, monkeypatch):
     assert find_rom("Tetris", tmp_path).source.endswith("fake_tetris.gb")
     monkeypatch.setenv(gameboy.ROMS_ENV_VAR, str(tmp_path))
     assert find_rom("Tetris").source.endswith("fake_tetris.gb")
-    with pytest.raises(RomError, match=r"no PokemonBattle ROM in .*NONSTOP_ROMS.*notes.gb \(not a Game Boy ROM\), other.gb \('SOMETHING ELSE'\)"):
+    with pytest.raises(
+        RomError,
+        match=r"no PokemonBattle ROM in .*NONSTOP_ROMS.*notes.gb \(not a Game Boy ROM\), other.gb \('SOMETHING ELSE'\)",
+    ):
         find_rom("PokemonBattle")
 
 
@@ -348,7 +351,9 @@ def test_the_missing_rom_and_state_errors_name_flags_that_exist(capsys, monkeypa
 
 def test_wrong_game_and_corrupt_roms_are_refused(tmp_path):
     rom = write_rom(tmp_path / "test.gb")
-    with pytest.raises(RomError, match=r"is not Tetris: its cartridge header title is 'NONSTOP TEST', expected 'TETRIS'"):
+    with pytest.raises(
+        RomError, match=r"is not Tetris: its cartridge header title is 'NONSTOP TEST', expected 'TETRIS'"
+    ):
         make_env("GameBoy/Tetris", rom=str(rom))
     data = bytearray(build_test_rom("TETRIS"))
     data[0x300] ^= 0x55
@@ -479,10 +484,13 @@ def test_press_scripts():
 def _battle(in_battle=1, enemy=30, own=25):
     return {
         POKEMON_IS_IN_BATTLE: in_battle,
-        POKEMON_ENEMY_MON_HP: enemy >> 8, POKEMON_ENEMY_MON_HP + 1: enemy & 0xFF,
-        POKEMON_BATTLE_MON_HP: own >> 8, POKEMON_BATTLE_MON_HP + 1: own & 0xFF,
-        POKEMON_PARTY_COUNT: 2, POKEMON_BOX_COUNT: 0,
-    }  # fmt: skip
+        POKEMON_ENEMY_MON_HP: enemy >> 8,
+        POKEMON_ENEMY_MON_HP + 1: enemy & 0xFF,
+        POKEMON_BATTLE_MON_HP: own >> 8,
+        POKEMON_BATTLE_MON_HP + 1: own & 0xFF,
+        POKEMON_PARTY_COUNT: 2,
+        POKEMON_BOX_COUNT: 0,
+    }
 
 
 def _set_hp(ram, address, hp):
@@ -581,7 +589,9 @@ def test_envs_command_reports_roms(capsys, tmp_path, monkeypatch):
     rows = {row["id"]: row for row in json.loads(capsys.readouterr().out)}
     assert rows["GameBoy/TestROM"]["rom"] == "the built-in test ROM"
     assert rows["GameBoy/Tetris"]["rom"].endswith("t.gb")
-    assert rows["GameBoy/PokemonBattle"]["rom"] is None and "POKEMON BLUE" in rows["GameBoy/PokemonBattle"]["rom_problem"]
+    assert (
+        rows["GameBoy/PokemonBattle"]["rom"] is None and "POKEMON BLUE" in rows["GameBoy/PokemonBattle"]["rom_problem"]
+    )
 
 
 def test_gameboy_commands(capsys, tmp_path):
@@ -656,7 +666,9 @@ def test_without_pyboy_envs_says_not_playable_and_check_fails_in_one_line(monkey
     assert "not playable" in line and "pip install" in line and "found:" not in line
     assert main(["gameboy", "check", "--game", "TestROM"]) == 2
     err = capsys.readouterr().err
-    assert err.strip().splitlines() == ["nonstop: error: Game Boy envs need PyBoy: pip install 'nonstop[gameboy]' (or pyboy>=2.4)"]
+    assert err.strip().splitlines() == [
+        "nonstop: error: Game Boy envs need PyBoy: pip install 'nonstop[gameboy]' (or pyboy>=2.4)"
+    ]
 
 
 def test_with_pyboy_there_is_no_problem_to_report():
@@ -735,7 +747,21 @@ def test_train_finds_the_rom_its_error_names(tmp_path, capsys):
     "no ROM" to the very flag it recommends. A test cartridge titled TETRIS is found and read (then
     refused for not being Tetris, which proves it was opened)."""
     rom = write_rom(tmp_path / "t.gb", title="TETRIS")
-    assert main(["train", "--env", "GameBoy/Tetris", "--env-arg", f"rom={rom}", "--seconds", "1",
-                 "--out", str(tmp_path / "run")]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "train",
+                "--env",
+                "GameBoy/Tetris",
+                "--env-arg",
+                f"rom={rom}",
+                "--seconds",
+                "1",
+                "--out",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert str(rom) in err and "is titled 'TETRIS'" in err, err

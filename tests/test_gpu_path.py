@@ -49,8 +49,13 @@ def _ask(server: BatchingServer, frame: np.ndarray, lane: int = 0) -> batching._
 def test_every_graph_size_is_captured_on_the_servers_thread_and_stream_from_one_pool_before_serving():
     ops = FakeCudaOps()
     forward = TorchForward(_net(), "cpu", dtype="fp32", graph_sizes=(1, 2, 4, 8), ops=ops)
-    server = BatchingServer(forward, LatencyCurve.linear(0.001, 0.0), clock=WallClock(spin=0.0), max_batch=8,
-                            example=np.zeros((84, 84), np.uint8))  # fmt: skip
+    server = BatchingServer(
+        forward,
+        LatencyCurve.linear(0.001, 0.0),
+        clock=WallClock(spin=0.0),
+        max_batch=8,
+        example=np.zeros((84, 84), np.uint8),
+    )
     try:
         assert server.wait_ready(30)
         # every size captured before any request, on the server's thread and the forward's own stream,
@@ -72,13 +77,19 @@ def test_every_graph_size_is_captured_on_the_servers_thread_and_stream_from_one_
 
 def test_a_size_that_runs_out_of_memory_is_named_with_the_largest_that_fits():
     forward = TorchForward(_net(), "cpu", dtype="fp32", graph_sizes=(1, 4, 16, 64), ops=FakeCudaOps(oom_at=16))
-    with pytest.raises(GraphOutOfMemory, match="capturing the CUDA graph for a batch of 16: the largest batch "
-                                               "that fits is 4 .use --max-batch 4.") as err:  # fmt: skip
+    with pytest.raises(
+        GraphOutOfMemory,
+        match="capturing the CUDA graph for a batch of 16: the largest batch that fits is 4 .use --max-batch 4.",
+    ) as err:
         forward.prepare(np.zeros((84, 84), np.uint8))
     assert "\n" not in str(err.value) and err.value.fits == 4
-    server = BatchingServer(TorchForward(_net(), "cpu", dtype="fp32", graph_sizes=(1, 4, 16), ops=FakeCudaOps(oom_at=1)),
-                            LatencyCurve.linear(0.001, 0.0), clock=WallClock(spin=0.0), max_batch=16,
-                            example=np.zeros((84, 84), np.uint8))  # fmt: skip
+    server = BatchingServer(
+        TorchForward(_net(), "cpu", dtype="fp32", graph_sizes=(1, 4, 16), ops=FakeCudaOps(oom_at=1)),
+        LatencyCurve.linear(0.001, 0.0),
+        clock=WallClock(spin=0.0),
+        max_batch=16,
+        example=np.zeros((84, 84), np.uint8),
+    )
     try:
         with pytest.raises(GraphOutOfMemory, match="not even the smallest"):
             server.wait_ready(30)
@@ -108,8 +119,14 @@ def test_the_real_ops_capture_thread_local_from_the_pool_and_set_the_device(monk
     ops = CudaOps(torch.device("cuda:1"))
     ops.set_device()
     assert ops.capture("g", "pool", "stream", lambda: "out") == "out"
-    assert seen == {"device": torch.device("cuda:1"), "graph": "g", "pool": "pool", "stream": "stream",
-                    "capture_error_mode": "thread_local", "inside": True}  # fmt: skip
+    assert seen == {
+        "device": torch.device("cuda:1"),
+        "graph": "g",
+        "pool": "pool",
+        "stream": "stream",
+        "capture_error_mode": "thread_local",
+        "inside": True,
+    }
 
 
 def test_the_server_thread_binds_its_device_before_its_first_batch():
@@ -177,7 +194,9 @@ def test_a_forward_call_that_captured_is_not_measured_and_the_device_time_is_kep
     forward(_frames(1))  # not prepared: this call captures
     assert forward.last is not None and not forward.last.measurable and forward.last.size == 1
     forward(_frames(1))
-    assert forward.last.measurable and forward.last.device_s is not None and forward.last.host_s >= forward.last.device_s
+    assert (
+        forward.last.measurable and forward.last.device_s is not None and forward.last.host_s >= forward.last.device_s
+    )
     curve = LatencyCurve.linear(0.001, 0.0)
     server = BatchingServer(forward, curve, clock=WallClock(spin=0.0), max_batch=2, measure=True)
     try:
@@ -207,7 +226,9 @@ def test_a_bf16_copy_beside_the_fp32_master_is_recast_once_per_version():
     forward = TorchForward(_net(), "cpu", dtype="bf16", refresh=refresh)
     master = {p.dtype for p in forward.model.parameters()}
     serving = {p.dtype for p in forward.serving.parameters()}
-    assert master == {torch.float32} and serving == {torch.bfloat16} and forward.describe()["serving_dtype"] == "bfloat16"
+    assert (
+        master == {torch.float32} and serving == {torch.bfloat16} and forward.describe()["serving_dtype"] == "bfloat16"
+    )
     for _ in range(5):
         forward(frames)
     assert forward.weight_casts == 1  # at construction only: no cast per pass
@@ -225,8 +246,14 @@ def test_a_bf16_copy_beside_the_fp32_master_is_recast_once_per_version():
 def test_frames_go_from_the_request_into_pinned_staging_with_no_other_host_copy():
     ops = FakeCudaOps()
     forward = TorchForward(_net(), "cpu", dtype="fp32", graph_sizes=(1, 2, 4), ops=ops)
-    server = BatchingServer(forward, LatencyCurve.linear(0.001, 0.0), clock=WallClock(spin=0.0), max_batch=4,
-                            overlap=True, example=np.zeros((84, 84), np.uint8))  # fmt: skip
+    server = BatchingServer(
+        forward,
+        LatencyCurve.linear(0.001, 0.0),
+        clock=WallClock(spin=0.0),
+        max_batch=4,
+        overlap=True,
+        example=np.zeros((84, 84), np.uint8),
+    )
     try:
         server.wait_ready(30)
         pinned = [t.numpy() for t in ops.pinned_tensors]
@@ -309,8 +336,9 @@ def test_the_learner_writes_on_its_own_stream_and_the_server_waits_for_its_versi
     segs, learner = _learner_parts(ops)
     try:
         dstate = learner.dstate
-        forward = TorchForward(build_q_network((4,), 2, learner.cfg), "cpu", dtype="fp32", refresh=DeviceRefresh(dstate),
-                               ops=ops)  # fmt: skip
+        forward = TorchForward(
+            build_q_network((4,), 2, learner.cfg), "cpu", dtype="fp32", refresh=DeviceRefresh(dstate), ops=ops
+        )
         assert learner.stream is not None and forward.stream is not None and learner.stream is not forward.stream
         worker = threading.Thread(target=lambda: _steps(learner, 1), name="learner")
         worker.start()
@@ -379,7 +407,12 @@ def test_a_checkpoint_copies_without_holding_the_learners_lock(no_shm_leak):
             """The host state, whose params take a while to write (a large model's download)."""
 
             def __init__(self) -> None:
-                self.updates, self.adam_m, self.adam_v, self.target = state.updates, state.adam_m, state.adam_v, state.target
+                self.updates, self.adam_m, self.adam_v, self.target = (
+                    state.updates,
+                    state.adam_m,
+                    state.adam_v,
+                    state.target,
+                )
                 self.params = self
 
             def __setitem__(self, key: object, value: np.ndarray) -> None:
@@ -411,7 +444,8 @@ def test_a_checkpoint_copies_without_holding_the_learners_lock(no_shm_leak):
 
 
 def test_bench_gpu_starts_worlds_at_once_frees_each_k_serves_at_an_explicit_dtype_within_max_batch(
-        monkeypatch, capsys, no_shm_leak):  # fmt: skip
+    monkeypatch, capsys, no_shm_leak
+):
     """One quick run on the CPU, watched from inside: the worlds' starts overlap, each k's model is gone
     before the next is built, the fp32 reference runs with TF32 off, the ceilings stop at --max-batch,
     the worlds are served at the dtype the result names, the learner's effect is reported, and
@@ -460,9 +494,37 @@ def test_bench_gpu_starts_worlds_at_once_frees_each_k_serves_at_an_explicit_dtyp
     monkeypatch.setattr(models, "impala_resnet", impala)
     monkeypatch.setattr(TorchForward, "q_values", q_values)
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
-    assert main(["bench", "gpu", "--quick", "--device", "cpu", "--dtypes", "fp32", "--k", "0.25,0.5", "--batch-sizes", "1,2,4",
-                 "--worlds", "3", "--seconds", "1", "--no-baseline", "--no-remote", "--max-batch", "2",
-                 "--learner-seconds", "0.3", "--budget-s", "600", "--json"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "bench",
+                "gpu",
+                "--quick",
+                "--device",
+                "cpu",
+                "--dtypes",
+                "fp32",
+                "--k",
+                "0.25,0.5",
+                "--batch-sizes",
+                "1,2,4",
+                "--worlds",
+                "3",
+                "--seconds",
+                "1",
+                "--no-baseline",
+                "--no-remote",
+                "--max-batch",
+                "2",
+                "--learner-seconds",
+                "0.3",
+                "--budget-s",
+                "600",
+                "--json",
+            ]
+        )
+        == 0
+    )
     r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert most[0] == 3  # the three worlds started at once
     assert alive_at_build[1] == [False]  # k=0.25's model was freed before k=0.5's was built
@@ -475,9 +537,35 @@ def test_bench_gpu_starts_worlds_at_once_frees_each_k_serves_at_an_explicit_dtyp
     assert effect["learner_updates_per_s"] > 0 and effect["versions_taken"] >= 1
     assert r["budget"]["budget_s"] == 600 and r["budget"]["skipped"] == []
     # a budget too small for the served part: it is left out and named, the curves still come back
-    assert main(["bench", "gpu", "--quick", "--device", "cpu", "--dtypes", "fp32", "--k", "0.25,0.5", "--batch-sizes", "1",
-                 "--worlds", "2", "--seconds", "30", "--no-baseline", "--no-remote", "--learner-seconds", "0",
-                 "--budget-s", "20", "--json"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "bench",
+                "gpu",
+                "--quick",
+                "--device",
+                "cpu",
+                "--dtypes",
+                "fp32",
+                "--k",
+                "0.25,0.5",
+                "--batch-sizes",
+                "1",
+                "--worlds",
+                "2",
+                "--seconds",
+                "30",
+                "--no-baseline",
+                "--no-remote",
+                "--learner-seconds",
+                "0",
+                "--budget-s",
+                "20",
+                "--json",
+            ]
+        )
+        == 0
+    )
     r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert r["budget"]["skipped"] == ["curves at k=0.5", "batched K=2"] and r["served"] == []
     assert r["curves"][1] == {"k": 0.5, "skipped": "--budget-s: no time left for this k"}
@@ -495,8 +583,9 @@ def test_bench_gpu_captures_the_servers_graphs_before_its_window_and_names_a_siz
     monkeypatch.setattr(device_module, "default_graph_sizes", lambda d, m: (1, 2, 4))
     args = argparse.Namespace(max_batch=4)
     s = {"device": torch.device("cpu"), "serve_k": 0.25, "serve_dtype": "fp32"}
-    server = bench_gpu._build_server(s, args, LatencyCurve.linear(0.001, 0.0), WallClock(spin=0.0), 6, [0.0],
-                                     np.zeros((84, 84), np.uint8))  # fmt: skip
+    server = bench_gpu._build_server(
+        s, args, LatencyCurve.linear(0.001, 0.0), WallClock(spin=0.0), 6, [0.0], np.zeros((84, 84), np.uint8)
+    )
     try:
         assert [g[0] for g in ops.graphs] == [1, 2, 4] and server.requests == 0  # captured before any request
     finally:

@@ -48,7 +48,12 @@ def test_fast_agent_suffers_no_inaction(close_after):
     for t in range(1, 41):
         action = t % 3
         obs, reward, terminated, truncated, info = env.step(action)
-        assert (info["nonstop_ticks_elapsed"], info["nonstop_inaction_ticks"], info["nonstop_agent_ticks"], info["nonstop_delay"]) == (1, 0, 1, 1)
+        assert (
+            info["nonstop_ticks_elapsed"],
+            info["nonstop_inaction_ticks"],
+            info["nonstop_agent_ticks"],
+            info["nonstop_delay"],
+        ) == (1, 0, 1, 1)
         assert obs[0] == t == info["nonstop_tick"] and obs[2] == action  # the tick applied *this* action
         assert reward == action + 1 and not terminated and not truncated
     s = env.tick_log.summary()
@@ -115,9 +120,7 @@ def test_terminal_step_returns_terminal_observation(think_ticks, close_after):
     needs), even though the host reset the world in the same tick; reset() then gives the new
     episode's current observation. A slow agent (1.5 ticks per decision) lets the world run on
     into the next episode before it looks, and still gets the terminal state."""
-    env = make(
-        ScriptedEnv, tick_hz=HZ, think_time=think_ticks / HZ, env_kwargs={"episode_len": 3, "truncate": True}
-    )
+    env = make(ScriptedEnv, tick_hz=HZ, think_time=think_ticks / HZ, env_kwargs={"episode_len": 3, "truncate": True})
     close_after(env)
     env.reset(seed=0)
     truncated, seen = False, 0.0
@@ -225,8 +228,17 @@ def _episode_end_trace(clock: str) -> list[tuple]:
             terminated = truncated = False
             while not (terminated or truncated):
                 obs, reward, terminated, truncated, info = env.step(1)
-                trace.append((obs.tolist(), reward, terminated, truncated, int(info["nonstop_episode"]),
-                              int(info["nonstop_ticks_elapsed"]), int(info["nonstop_delay"])))  # fmt: skip
+                trace.append(
+                    (
+                        obs.tolist(),
+                        reward,
+                        terminated,
+                        truncated,
+                        int(info["nonstop_episode"]),
+                        int(info["nonstop_ticks_elapsed"]),
+                        int(info["nonstop_delay"]),
+                    )
+                )
             obs, info = env.reset()
             trace.append(("reset", obs.tolist(), int(info["nonstop_episode"])))
     finally:

@@ -368,8 +368,13 @@ def test_rule8_tick_log_save_load_round_trip(tmp_path):
     with Session(ScriptedEnv, tick_hz=HZ, env_kwargs={"episode_len": 6}, seed=4) as world:
         for t in range(40):
             if t % 4 == 0:
-                world.queue.submit(t % 3, obs_tick=world.slot.read().tick, episode=world.slot.read().episode,
-                                   worker=t % 2, tau_theta=t / 100)  # fmt: skip
+                world.queue.submit(
+                    t % 3,
+                    obs_tick=world.slot.read().tick,
+                    episode=world.slot.read().episode,
+                    worker=t % 2,
+                    tau_theta=t / 100,
+                )
             run_ticks(world, 1)
         log = world.tick_log
     path = log.save(tmp_path / "run")
@@ -406,10 +411,17 @@ def test_rule8_summarize_hand_built_log():
     for t in range(1, 11):
         src = SOURCE_AGENT if t in agent else SOURCE_DEFAULT
         log.append(
-            tick=t, deadline=t * tau, time=t * tau + (0.002 if t == 10 else 0.0), source=src,
-            delay=agent.get(t, -1), obs_tick=t - agent.get(t, t + 1), reward=1.0 if src else 0.0,
-            episode=0 if t <= 6 else 1, terminated=t == 6, superseded=1 if t == 5 else 0,
-        )  # fmt: skip
+            tick=t,
+            deadline=t * tau,
+            time=t * tau + (0.002 if t == 10 else 0.0),
+            source=src,
+            delay=agent.get(t, -1),
+            obs_tick=t - agent.get(t, t + 1),
+            reward=1.0 if src else 0.0,
+            episode=0 if t <= 6 else 1,
+            terminated=t == 6,
+            superseded=1 if t == 5 else 0,
+        )
     np.testing.assert_allclose(interaction_intervals(log), [0.1, 0.2, 0.3])
     s = summarize(log)
     assert (s["ticks"], s["agent_ticks"], s["inaction_ticks"]) == (10, 4, 6)
@@ -434,9 +446,15 @@ def test_episode_returns_use_the_same_window_as_every_other_figure():
     for t in range(1, 13):  # episodes of 4 ticks; rewards 1, 10, 100 per tick in episodes 0, 1, 2
         episode = (t - 1) // 4
         log.append(
-            tick=t, deadline=t * tau, time=t * tau, source=SOURCE_AGENT, delay=1, reward=10.0**episode,
-            episode=episode, terminated=t % 4 == 0,
-        )  # fmt: skip
+            tick=t,
+            deadline=t * tau,
+            time=t * tau,
+            source=SOURCE_AGENT,
+            delay=1,
+            reward=10.0**episode,
+            episode=episode,
+            terminated=t % 4 == 0,
+        )
     assert summarize(log)["episode_return_mean"] == pytest.approx((4 + 40 + 400) / 3)
     w = summarize(log, warmup_ticks=2)  # episode 0 began in the warm-up
     assert (w["episodes_completed"], w["episode_return_mean"]) == (2, 220.0)

@@ -50,8 +50,13 @@ class Crowd:
         here = self._here()
         rewards = {a: float(actions[a]) + self.possible_agents.index(a) / 100 for a in here}
         end = self.t == 17
-        return ({a: self._obs(a) for a in here}, rewards, {a: end for a in here}, {a: False for a in here},
-                {a: {} for a in here})  # fmt: skip
+        return (
+            {a: self._obs(a) for a in here},
+            rewards,
+            {a: end for a in here},
+            {a: False for a in here},
+            {a: {} for a in here},
+        )
 
     def close(self) -> None:
         pass
@@ -91,7 +96,11 @@ def test_many_seats_some_slow_some_gone_checked_tick_by_tick() -> None:
         assert (reward[~here, i] == 0).all(), name  # gone: no reward
     assert log["terminated"].nonzero()[0].tolist() == [16, 33] and log["episode"][-1] == 2
     for i, seen in enumerate(counters):
-        assert (seen.tick, seen.agent_ticks, seen.inaction_ticks) == (40, int((source[:, i] == 1).sum()), int((source[:, i] == 0).sum()))
+        assert (seen.tick, seen.agent_ticks, seen.inaction_ticks) == (
+            40,
+            int((source[:, i] == 1).sum()),
+            int((source[:, i] == 0).sum()),
+        )
     assert counters[9].obs[1] == 4  # seat 9 left after tick 4 of episode 2: its last observation stays
     summary = log.summary(teams={f"agent_{i}": "fast" if i < 4 else "rest" for i in range(SEATS)})
     assert summary["seats"]["agent_3"]["delay_mean_ticks"] == expected_delay[:, 3].mean()  # it acted every tick

@@ -33,8 +33,9 @@ class AppliedActions:
             self.by_tick[tick] = np.asarray(action, np.float32).reshape(-1)
 
 
-def run_pool(latency: Any, n: int, k: int, *, clock: str, seconds: float, scheduler: str = "max_time"
-             ) -> tuple[ActionBuffer, dict[str, np.ndarray], AppliedActions]:  # fmt: skip
+def run_pool(
+    latency: Any, n: int, k: int, *, clock: str, seconds: float, scheduler: str = "max_time"
+) -> tuple[ActionBuffer, dict[str, np.ndarray], AppliedActions]:
     applied = AppliedActions()
     with Session("Pendulum-v1", clock=clock, seed=0, recorder=applied, host_mode="thread") as world:
         buf = ActionBuffer(world.action_space, k=k)
@@ -49,8 +50,7 @@ def run_pool(latency: Any, n: int, k: int, *, clock: str, seconds: float, schedu
     return buf, world.tick_log.columns(), applied
 
 
-def check_against_log(buf: ActionBuffer, log: dict[str, np.ndarray], applied: AppliedActions
-                      ) -> tuple[int, int, int]:  # fmt: skip
+def check_against_log(buf: ActionBuffer, log: dict[str, np.ndarray], applied: AppliedActions) -> tuple[int, int, int]:
     """Every slot of every encoding a worker saw, against the log. A slot names a decision of the pool
     (its observation tick and action); the log applies that decision at the decision's due tick, with
     that action, unless that tick superseded actions (then it applied another of them) or the episode
@@ -59,8 +59,11 @@ def check_against_log(buf: ActionBuffer, log: dict[str, np.ndarray], applied: Ap
     the buffer at ``t`` (within its K newest). Returns (slots checked, slots that disagree, slots
     whose due tick moved after the read)."""
     agent = log["source"] == SOURCE_AGENT
-    by_tick = {int(t): (int(o), int(s), int(e)) for t, o, s, e, a in
-               zip(log["tick"], log["obs_tick"], log["superseded"], log["episode"], agent) if a}  # fmt: skip
+    by_tick = {
+        int(t): (int(o), int(s), int(e))
+        for t, o, s, e, a in zip(log["tick"], log["obs_tick"], log["superseded"], log["episode"], agent)
+        if a
+    }
     episode_of = dict(zip(log["tick"].tolist(), log["episode"].tolist()))
     episode_of[0] = 0
     final = {(d.episode, d.obs_tick, d.action.tobytes()): d.due_tick for d in buf.decisions()}
@@ -136,8 +139,9 @@ def test_each_buffered_action_carries_its_own_delay_virtual() -> None:
 
 
 def test_fill_moves_due_ticks_to_release_slots_virtual() -> None:
-    buf, log, applied = run_pool(lambda tau_m: LogNormal(3 * tau_m, 0.3), 6, 8, clock="virtual", seconds=20.0,
-                                 scheduler="fill")  # fmt: skip
+    buf, log, applied = run_pool(
+        lambda tau_m: LogNormal(3 * tau_m, 0.3), 6, 8, clock="virtual", seconds=20.0, scheduler="fill"
+    )
     checked, bad, moved = check_against_log(buf, log, applied)
     assert checked > 500 and bad == 0 and moved > 0
 
@@ -173,8 +177,12 @@ def test_the_replay_stores_the_observation_the_actor_saw() -> None:
         recorder = InFlightRecorder(replay, buf, gamma=0.99)
         seen: list[np.ndarray] = []
         with Session("CartPole-v1", clock="virtual", seed=0, recorder=recorder) as world:
-            pool = InferencePool(world, lambda i: LatencyPolicy(SeeingPolicy(space, i, seen), Constant(3 * tau_m)),
-                                 make_scheduler("max_time", 3), inflight=buf).start()  # fmt: skip
+            pool = InferencePool(
+                world,
+                lambda i: LatencyPolicy(SeeingPolicy(space, i, seen), Constant(3 * tau_m)),
+                make_scheduler("max_time", 3),
+                inflight=buf,
+            ).start()
             world.run_for(400 * tau_m)
             pool.stop()
         n = replay.size
@@ -225,8 +233,9 @@ def test_observation_framed_transitions_close_on_the_terminal_observation() -> N
     got = []
     # decisions on observations 0 (lands at 2) and 1 (lands at 3); a late one on 0 (lands at 4); the episode ends at 5
     for t, r in zip(range(1, 6), [1.0, 2.0, 4.0, 8.0, 16.0]):
-        got += b.on_tick(t, agent=t in (2, 3, 4), action=t, obs_tick={2: 0, 3: 1, 4: 0}.get(t, -1), reward=r,
-                         terminated=t == 5)  # fmt: skip
+        got += b.on_tick(
+            t, agent=t in (2, 3, 4), action=t, obs_tick={2: 0, 3: 1, 4: 0}.get(t, -1), reward=r, terminated=t == 5
+        )
     assert [(x.s_tick, x.action, x.reward, x.discount, x.n_ticks, x.next_tick) for x in got] == [
         (0, 2, 1.0, 0.5, 1, 1),  # the reward of tick 1 only
         (1, 3, 2.0 + 0.5 * 4.0 + 0.25 * 8.0 + 0.125 * 16.0, 0.0, 4, TERMINAL),  # ticks 2..5, terminated: no bootstrap

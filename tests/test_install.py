@@ -40,15 +40,26 @@ def _readme_line(predicate) -> list[str]:
 
 def _venv_env(venv: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    return {**env, "VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", "MPLBACKEND": "Agg"}
+    return {
+        **env,
+        "VIRTUAL_ENV": str(venv),
+        "PATH": f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        "MPLBACKEND": "Agg",
+    }
 
 
 def _pip(venv: Path, words: list[str], log: list[str]) -> None:
     """``pip install …`` as the docs give it, run by the venv's pip from the repository root."""
     assert words[:2] == ["pip", "install"], words
     started = time.monotonic()
-    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", *words[1:], "--retries", "2"], cwd=ROOT,
-                          env=_venv_env(venv), capture_output=True, text=True, timeout=INSTALL_TIMEOUT)  # fmt: skip
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", *words[1:], "--retries", "2"],
+        cwd=ROOT,
+        env=_venv_env(venv),
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_TIMEOUT,
+    )
     fetched = [line.split()[1] for line in done.stdout.splitlines() if line.strip().startswith("Downloading ")]
     torch = "torch fetched" if any(name.startswith("torch-") for name in fetched) else "torch not fetched"
     log.append(f"{' '.join(words)}: {time.monotonic() - started:.0f} s, {len(fetched)} files fetched ({torch})")
@@ -86,7 +97,9 @@ def test_quick_start_in_a_fresh_venv(tmp_path):
     envs = _run(venv, [str(bin_ / "nonstop"), "envs"], tmp_path)
     assert envs.returncode == 0 and "Boxing" in envs.stdout, envs.stderr[-2000:]
     refused = _run(venv, [str(bin_ / "nonstop"), "demo"], tmp_path)  # without the learn extra: one line naming it
-    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "pip install" in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "pip install" in refused.stderr, (
+        refused.stderr
+    )
     assert not (tmp_path / "nonstop-demo").exists()
 
     install = _readme_line(lambda argv: argv[:2] == ["pip", "install"] and any(".[learn" in w for w in argv))

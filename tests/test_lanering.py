@@ -108,8 +108,13 @@ def test_two_processes_of_two_lanes_each_get_their_own_frames_answers_from_one_s
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     with RemoteLanes(server, np.zeros(SHAPE, np.uint8), n_lanes=4) as lanes:
-        children = [ctx.Process(target=_lane_seats, args=([lanes.lane(2 * c + j, SPACE, tau_m=1 / 60) for j in range(2)],
-                                                           c, 60, results)) for c in range(2)]  # fmt: skip
+        children = [
+            ctx.Process(
+                target=_lane_seats,
+                args=([lanes.lane(2 * c + j, SPACE, tau_m=1 / 60) for j in range(2)], c, 60, results),
+            )
+            for c in range(2)
+        ]
         for p in children:
             p.start()
         got = sorted(results.get(timeout=120) for _ in children)
@@ -133,8 +138,9 @@ def test_the_request_path_hands_the_server_a_preallocated_view_and_pickles_nothi
     with RemoteLanes(server, np.zeros(SHAPE, np.uint8), n_lanes=2) as lanes:
         seen: list[int] = []
         submit = server.submit
-        monkeypatch.setattr(server, "submit", lambda request, on_settle=None: seen.append(id(request.obs))
-                            or submit(request, on_settle))  # fmt: skip
+        monkeypatch.setattr(
+            server, "submit", lambda request, on_settle=None: seen.append(id(request.obs)) or submit(request, on_settle)
+        )
         lane = lanes.lane(1, SPACE, tau_m=1 / 60)
         rng = np.random.default_rng(0)
         for _ in range(40):
@@ -231,7 +237,9 @@ def test_the_ring_is_unlinked_after_close_even_when_a_child_holding_a_lane_was_s
 
 def test_bad_arguments_are_refused_in_one_line(server):
     with pytest.raises(ValueError, match="wall-clock server"):
-        RemoteLanes(BatchingServer(_scores, LatencyCurve.linear(0.001, 0.0), clock=VirtualClock()), np.zeros(2), n_lanes=1)
+        RemoteLanes(
+            BatchingServer(_scores, LatencyCurve.linear(0.001, 0.0), clock=VirtualClock()), np.zeros(2), n_lanes=1
+        )
     with pytest.raises(ValueError, match="n_lanes must be an int >= 1"):
         RemoteLanes(server, np.zeros(2), n_lanes=0)
     with RemoteLanes(server, np.zeros(SHAPE, np.uint8), n_lanes=2) as lanes:
@@ -350,7 +358,9 @@ def test_a_killed_worker_process_is_restarted_on_its_slot_and_served_again(no_sh
     from nonstop.learning.dqn import DQNConfig
 
     dqn = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)
-    run = Run(TrainConfig(env="CartPole", clock="wall", backend="batched_process", seconds=60.0, dqn=dqn, n_inference=2))
+    run = Run(
+        TrainConfig(env="CartPole", clock="wall", backend="batched_process", seconds=60.0, dqn=dqn, n_inference=2)
+    )
     try:
         run.build().start()
         run.advance(1.5)
@@ -382,20 +392,50 @@ def test_a_signal_ends_a_batched_process_train_with_its_ring_unlinked_and_worker
     src = str(Path(__file__).parents[1] / "src")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     run = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "nonstop.cli", "train", "--env", "CartPole", "--clock", "wall",
-                             "--backend", "batched_process", "--n-inference", "2", "--learning-starts", "50",
-                             "--batch-size", "8", "--progress-every", "0.5", "--seconds", "600", "--out", str(run)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            preexec_fn=_default_sigint)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "nonstop.cli",
+            "train",
+            "--env",
+            "CartPole",
+            "--clock",
+            "wall",
+            "--backend",
+            "batched_process",
+            "--n-inference",
+            "2",
+            "--learning-starts",
+            "50",
+            "--batch-size",
+            "8",
+            "--progress-every",
+            "0.5",
+            "--seconds",
+            "600",
+            "--out",
+            str(run),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=_default_sigint,
+    )
     try:
         deadline = time.monotonic() + 180
-        while not (any("lanes" in n for n in segments_of(proc.pid)) and (run / "progress.csv").exists()
-                   and len((run / "progress.csv").read_text().splitlines()) >= 3):  # fmt: skip
+        while not (
+            any("lanes" in n for n in segments_of(proc.pid))
+            and (run / "progress.csv").exists()
+            and len((run / "progress.csv").read_text().splitlines()) >= 3
+        ):
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "the run never got going"
             time.sleep(0.1)
-        children = {int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
-                    and _parent_of(int(p.name)) == proc.pid}  # fmt: skip
+        children = {
+            int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent_of(int(p.name)) == proc.pid
+        }
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -427,8 +467,28 @@ def test_bench_gpu_serves_worlds_in_processes_of_their_own_through_the_ring(caps
 
     from nonstop.cli import main
 
-    assert main(["bench", "gpu", "--quick", "--device", "cpu", "--dtypes", "fp32", "--batch-sizes", "1,2",
-                 "--worlds", "2", "--seconds", "2", "--no-baseline", "--json"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "bench",
+                "gpu",
+                "--quick",
+                "--device",
+                "cpu",
+                "--dtypes",
+                "fp32",
+                "--batch-sizes",
+                "1,2",
+                "--worlds",
+                "2",
+                "--seconds",
+                "2",
+                "--no-baseline",
+                "--json",
+            ]
+        )
+        == 0
+    )
     r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     remote = [row for row in r["served"] if row["design"] == "batched_remote"]
     assert len(remote) == 1 and remote[0]["worlds"] == 2

@@ -66,7 +66,7 @@ def _find_cycle(edges: dict[str, dict[str, set[str]]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(edges.get(node, {})):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)):
                 return found
         path.pop()
@@ -81,7 +81,9 @@ def _find_cycle(edges: dict[str, dict[str, set[str]]]) -> list[str] | None:
 
 def test_the_scan_sees_lazy_and_relative_imports(tmp_path):
     # the checker itself must be able to fail: an import inside a function and a relative one count
-    assert "nonstop.envs" in _imports(SRC / "realtime" / "host.py")  # host builds envs by id inside a method (a lazy import)
+    assert "nonstop.envs" in _imports(
+        SRC / "realtime" / "host.py"
+    )  # host builds envs by id inside a method (a lazy import)
     assert "nonstop.envs.registry" in _imports(SRC / "envs" / "__init__.py")  # ``from .registry import …``
     cyclic = {"a": {"b": {"nonstop.a.x"}}, "b": {"c": {"nonstop.b.y"}}, "c": {"a": {"nonstop.c.z"}}}
     assert _find_cycle(cyclic) == ["a", "b", "c", "a"]
@@ -136,8 +138,13 @@ def test_a_tick_log_summary_loads_no_metrics():
         "print(sorted(m for m in sys.modules if m.split('.')[:2] in (['nonstop', 'metrics'], ['nonstop', 'run'],"
         " ['nonstop', 'inference'], ['nonstop', 'learning'], ['nonstop', 'server'])))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(SRC.parent)})  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(SRC.parent)},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 
@@ -165,8 +172,14 @@ def _outside_segment_access(path: Path) -> list[tuple[int, str]]:
     found: list[tuple[int, str]] = []
 
     def owns(cls: ast.ClassDef, attr: str) -> bool:
-        return any(isinstance(n, ast.Attribute) and n.attr == attr and isinstance(n.value, ast.Name)
-                   and n.value.id == "self" and isinstance(n.ctx, ast.Store) for n in ast.walk(cls))  # fmt: skip
+        return any(
+            isinstance(n, ast.Attribute)
+            and n.attr == attr
+            and isinstance(n.value, ast.Name)
+            and n.value.id == "self"
+            and isinstance(n.ctx, ast.Store)
+            for n in ast.walk(cls)
+        )
 
     def visit(node: ast.AST, cls: ast.ClassDef | None) -> None:
         if isinstance(node, ast.ClassDef):
@@ -197,5 +210,7 @@ def test_each_shared_buffer_is_laid_out_by_its_owner_alone():
     found = []
     for path in sorted(SRC.rglob("*.py")):
         rel = path.relative_to(SRC).as_posix()
-        found += [f"{rel}:{line} {expr}" for line, expr in _outside_segment_access(path) if (rel, expr) not in KNOWN_OUTSIDE]
+        found += [
+            f"{rel}:{line} {expr}" for line, expr in _outside_segment_access(path) if (rel, expr) not in KNOWN_OUTSIDE
+        ]
     assert not found, "shared-memory header words reached from outside their owner class: " + ", ".join(found)

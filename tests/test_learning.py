@@ -77,8 +77,14 @@ def test_flat_parameters_round_trip():
 def _batch(n: int = 8, discount: float = 0.0, seed: int = 0) -> Batch:
     rng = np.random.default_rng(seed)
     obs = rng.normal(size=(n, 4)).astype(np.float32)
-    return Batch(obs, rng.integers(0, 2, n), rng.normal(size=n).astype(np.float32),
-                 np.full(n, discount, np.float32), rng.normal(size=(n, 4)).astype(np.float32), np.ones(n, np.int32))  # fmt: skip
+    return Batch(
+        obs,
+        rng.integers(0, 2, n),
+        rng.normal(size=n).astype(np.float32),
+        np.full(n, discount, np.float32),
+        rng.normal(size=(n, 4)).astype(np.float32),
+        np.ones(n, np.int32),
+    )
 
 
 def test_done_masking_makes_the_target_the_reward():
@@ -134,7 +140,7 @@ def test_shared_memory_adam_matches_torch_optim_adam(no_shm_leak):
             apply_gradient(state, weights, grad, cfg)
             offset = 0
             for p in reference.parameters():
-                p.grad = torch.from_numpy(grad[offset:offset + p.numel()].copy()).reshape(p.shape)
+                p.grad = torch.from_numpy(grad[offset : offset + p.numel()].copy()).reshape(p.shape)
                 offset += p.numel()
             optimiser.step()
             expected = torch.cat([p.detach().reshape(-1) for p in reference.parameters()]).numpy()
@@ -192,8 +198,9 @@ def parts(no_shm_leak):
 @contextlib.contextmanager
 def _learner_processes(parts, cfg: DQNConfig, **kw):
     state, weights, replay = parts
-    group = LearnerProcesses(obs_shape=(4,), n_actions=2, cfg=cfg, state=state, weights=weights, replay=replay,
-                             seed=0, **kw)  # fmt: skip
+    group = LearnerProcesses(
+        obs_shape=(4,), n_actions=2, cfg=cfg, state=state, weights=weights, replay=replay, seed=0, **kw
+    )
     try:
         yield group.start()
     finally:
@@ -216,8 +223,9 @@ def test_virtual_learners_apply_in_the_mode_order(mode, parts):
     state, weights, replay = parts
     clock = VirtualClock()
     learners = [Learner(i, (4,), 2, TINY, state, weights, replay, seed=i) for i in range(3)]
-    group = VirtualLearners(clock, 1 / 60, n_learners=3, mode=mode, tau_l=0.05, learners=learners,
-                            state=state, weights=weights, cfg=TINY).start()  # fmt: skip
+    group = VirtualLearners(
+        clock, 1 / 60, n_learners=3, mode=mode, tau_l=0.05, learners=learners, state=state, weights=weights, cfg=TINY
+    ).start()
     clock.run_until(1.04)  # learner i applies at i·τ_L/3 + τ_L·j: 20 updates each by now
     if mode == "parallel":  # one averaged update per τ_L, all learners contributing
         assert state.updates == 20 and all(lr.gradients == 21 for lr in learners)
@@ -295,7 +303,9 @@ def test_sequential_baselines_act_every_tau_theta_plus_tau_l(no_shm_leak):
         gaps = np.diff(agent_ticks)
         assert (gaps % 5 == 0).all() and np.median(gaps) == 5, (interaction, gaps)
         inside = (log["tick"] > agent_ticks[0]) & (log["tick"] < agent_ticks[-1])
-        assert int((gaps // 5 - 1).sum()) == int(log["stale"][inside].sum()), interaction  # each lost slot: a stale drop
+        assert int((gaps // 5 - 1).sum()) == int(log["stale"][inside].sum()), (
+            interaction
+        )  # each lost slot: a stale drop
         assert (log["delay"][log["source"] == 1] == delay).all(), interaction
         assert r["updates"] > 20
 
@@ -315,8 +325,14 @@ def test_staggered_learning_never_costs_an_action(no_shm_leak):
 
 
 def test_auto_inference_grows_to_act_at_every_tick(no_shm_leak):
-    cfg = TrainConfig(env="CartPole", seconds=8.0, latency="4t", n_inference="auto", tau_l=0.1,
-                      dqn=DQNConfig.for_family("classic", learning_starts=20, batch_size=8))  # fmt: skip
+    cfg = TrainConfig(
+        env="CartPole",
+        seconds=8.0,
+        latency="4t",
+        n_inference="auto",
+        tau_l=0.1,
+        dqn=DQNConfig.for_family("classic", learning_starts=20, batch_size=8),
+    )
     assert cfg.scheduler == "auto"
     r = train(cfg)
     log = r["tick_log"]
@@ -329,8 +345,13 @@ def test_auto_inference_grows_to_act_at_every_tick(no_shm_leak):
 def test_an_inference_worker_killed_mid_training_is_covered_and_restarted(no_shm_leak):
     from nonstop.experiment import TrainingRun
 
-    cfg = TrainConfig(env="CartPole", seconds=1.0, latency="3t", tau_l=0.04,
-                      dqn=DQNConfig.for_family("classic", learning_starts=20, batch_size=8))  # fmt: skip
+    cfg = TrainConfig(
+        env="CartPole",
+        seconds=1.0,
+        latency="3t",
+        tau_l=0.04,
+        dqn=DQNConfig.for_family("classic", learning_starts=20, batch_size=8),
+    )
     run = TrainingRun(cfg)
     try:
         run.build().start()
@@ -378,8 +399,17 @@ def test_nlstar_formula_matches_a_measured_sweep_of_learners(tau_l_ticks, batch,
         clock, made = VirtualClock(), [0]
         learners = [Learner(i, (4,), 2, cfg, state, weights, replay, seed=i) for i in range(n)]
         clock.spawn(producer(clock, made), name="producer", priority=1)
-        group = VirtualLearners(clock, tau_m, n_learners=n, mode="hogwild", tau_l=tau_l, learners=learners,
-                                state=state, weights=weights, cfg=cfg).start()  # fmt: skip
+        group = VirtualLearners(
+            clock,
+            tau_m,
+            n_learners=n,
+            mode="hogwild",
+            tau_l=tau_l,
+            learners=learners,
+            state=state,
+            weights=weights,
+            cfg=cfg,
+        ).start()
         clock.run_until(start)
         updates, transitions = state.updates, made[0]
         clock.run_until(start + window)

@@ -9,8 +9,14 @@ import pytest
 import nonstop.metrics.limits as limits_module
 from nonstop.metrics.limits import machine_limits
 
-HEALTHY = {"ticks": 3600, "overruns": 3, "lateness_p99_us": 900.0, "inaction_fraction": 0.02,
-           "tau_i_mean_ticks": 1.02, "tau_m_s": 1 / 60}  # fmt: skip
+HEALTHY = {
+    "ticks": 3600,
+    "overruns": 3,
+    "lateness_p99_us": 900.0,
+    "inaction_fraction": 0.02,
+    "tau_i_mean_ticks": 1.02,
+    "tau_m_s": 1 / 60,
+}
 KW = {"clock": "wall", "scheduler": "exp_time", "n_inference": 6, "latency_mean_ticks": 6.0, "processes": 8, "cores": 2}
 
 
@@ -39,7 +45,12 @@ def test_a_slow_declared_latency_is_not_starvation():
     figures = {**HEALTHY, "tau_i_mean_ticks": 4.0, "inaction_fraction": 0.75}
     assert machine_limits(figures, **{**KW, "n_inference": 3, "latency_mean_ticks": 12.0}) == []
     assert machine_limits({**figures, "tau_i_mean_ticks": 6.0}, **{**KW, "n_inference": 3, "latency_mean_ticks": 12.0})
-    assert machine_limits({**HEALTHY, "tau_i_mean_ticks": 6.0, "inaction_fraction": 0.8}, **{**KW, "scheduler": "sequential"}) == []
+    assert (
+        machine_limits(
+            {**HEALTHY, "tau_i_mean_ticks": 6.0, "inaction_fraction": 0.8}, **{**KW, "scheduler": "sequential"}
+        )
+        == []
+    )
 
 
 def test_the_virtual_clock_never_blames_the_machine():
@@ -49,8 +60,12 @@ def test_the_virtual_clock_never_blames_the_machine():
 
 @pytest.mark.parametrize(
     "change,match",
-    [({"clock": "real"}, "clock"), ({"cores": 0}, "cores"), ({"n_inference": True}, "n_inference"),
-     ({"latency_mean_ticks": float("nan")}, "latency_mean_ticks")],
+    [
+        ({"clock": "real"}, "clock"),
+        ({"cores": 0}, "cores"),
+        ({"n_inference": True}, "n_inference"),
+        ({"latency_mean_ticks": float("nan")}, "latency_mean_ticks"),
+    ],
 )
 def test_bad_arguments_are_refused(change, match):
     with pytest.raises(ValueError, match=match):

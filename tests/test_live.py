@@ -28,8 +28,16 @@ from nonstop.server.live import MAX_SPECTATORS, token_subprotocol  # noqa: E402
 pytestmark = pytest.mark.wall
 WORLD = "theory/inaction"  # 60 Hz, Discrete(3), acting earns 1 per tick, β's noop 0
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def _session(url: str, sid: str, token: str | None = None) -> dict:
@@ -152,8 +160,10 @@ def test_spectators_per_session_are_bounded(no_shm_leak) -> None:
         with connect(f"{srv.url}/ws/watch/{sid}") as extra:
             assert json.loads(extra.recv(timeout=30))["data"]["code"] == "BACKPRESSURE"
         watchers[0].close()
-        wait_for(lambda: http_get(srv.url, "/live/sessions")["spectators"].get(sid) == MAX_SPECTATORS - 1,
-                  what="the spectator to be counted out")  # fmt: skip
+        wait_for(
+            lambda: http_get(srv.url, "/live/sessions")["spectators"].get(sid) == MAX_SPECTATORS - 1,
+            what="the spectator to be counted out",
+        )
         with connect(f"{srv.url}/ws/watch/{sid}") as again:
             assert _send(again, "observe")["type"] == "observation"
 
@@ -230,10 +240,26 @@ def test_live_page_in_a_headless_browser(tmp_path) -> None:
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"), NONSTOP_TOKEN=token)
     with server_log.open("w") as log_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "nonstop.cli", "serve", "--env", "Boxing", "--port", str(port),
-             "--tick-procs", "0", "--warm-envs", "0", "--log-level", "info"],
-            env=env, stdout=log_file, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "nonstop.cli",
+                "serve",
+                "--env",
+                "Boxing",
+                "--port",
+                str(port),
+                "--tick-procs",
+                "0",
+                "--warm-envs",
+                "0",
+                "--log-level",
+                "info",
+            ],
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
     stop = threading.Event()
     player = None
     try:
@@ -288,8 +314,9 @@ def test_live_page_in_a_headless_browser(tmp_path) -> None:
                     f"""first => {{ const s = ({state_js})('{view}');
                         return s.tick >= first.tick + 60 && s.columns > first.columns + 5
                             && s.hash !== first.hash; }}""",
-                    arg=first, timeout=60_000,
-                )  # fmt: skip
+                    arg=first,
+                    timeout=60_000,
+                )
                 later = page.evaluate(state_js, view)
                 assert later["tick"] > first["tick"] and later["columns"] > first["columns"]
                 assert later["hash"] != first["hash"]  # the frames drawn changed

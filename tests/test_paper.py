@@ -36,7 +36,9 @@ def test_every_figure_of_the_paper_is_listed_with_a_command_per_budget_that_pars
 def test_the_paper_budget_uses_the_papers_settings():
     commands = {f.number: f.command("paper") for f in FIGURES.values() if f.kind != "none"}
     assert "2xdeep" in " ".join(commands[6]) and "Boxing,Krull,NameThisGame" in commands[6]
-    assert commands[11][commands[11].index("--seeds") + 1] == "10"  # Figures 11-12: "10 runs with different random seeds"
+    assert (
+        commands[11][commands[11].index("--seeds") + 1] == "10"
+    )  # Figures 11-12: "10 runs with different random seeds"
     assert all(i in " ".join(commands[4]) for i in ("infer_then_learn", "learn_then_infer", "parallel_learning"))
     assert "596" in commands[7][commands[7].index("--tau-theta") + 1]  # the 1B model at the Game Boy's rate
     assert commands[8][commands[8].index("--backend") + 1] == "ray"
@@ -110,8 +112,14 @@ def test_figure_6_tiny_shows_staggered_beating_sequential_and_2xdeep_slower(tmp_
         assert float(sequential["inaction_fraction"]) > float(staggered["inaction_fraction"])
     # the 2xDeep network declares a longer delay than the 15-layer one of the same size
     for params in ("1M", "100M"):
-        assert int(by[("2xdeep", params, "staggered")]["delay"][:-1]) > int(by[("impala", params, "staggered")]["delay"][:-1])
-    betas = {r["interaction"]: float(r["mean_return"]) for r in _csv(tmp_path / "fig6.csv") if r["interaction"].startswith("beta")}
+        assert int(by[("2xdeep", params, "staggered")]["delay"][:-1]) > int(
+            by[("impala", params, "staggered")]["delay"][:-1]
+        )
+    betas = {
+        r["interaction"]: float(r["mean_return"])
+        for r in _csv(tmp_path / "fig6.csv")
+        if r["interaction"].startswith("beta")
+    }
     assert set(betas) == {"beta_noop", "beta_random"}
     # at 1M the learned staggered agent beats β's lines
     assert float(by[("impala", "1M", "staggered")]["mean_return"]) > max(betas.values())
@@ -136,7 +144,9 @@ def test_figure_7_tiny_starts_algorithm_1_as_the_authors_do_and_labels_the_cold_
     # the jitter sweep and the two clocks' table
     assert {r["jitter"] for r in rows if r["part"] == "jitter"} == {0.001, 0.01, 0.05}
     clocks = [r for r in rows if r["part"] == "clocks"]
-    assert {(r["clock"], r["scheduler"]) for r in clocks} == {(c, s) for c in ("virtual", "wall") for s in ("max_time", "exp_time")}
+    assert {(r["clock"], r["scheduler"]) for r in clocks} == {
+        (c, s) for c in ("virtual", "wall") for s in ("max_time", "exp_time")
+    }
     assert all(r["inaction_at_n"] and "6" in r["inaction_at_n"] for r in clocks)
 
 
@@ -153,8 +163,28 @@ def test_figure_8s_bench_measures_on_ray_actors_past_the_cores(tmp_path, capsys)
     from nonstop.bench.common import usable_cores
 
     learners = usable_cores() + 1
-    assert main(["bench", "nlstar", "--backend", "ray", "--k", "1", "--batch", "16", "--window", "1",
-                 "--max-learners", str(learners), "--plot", str(tmp_path / "f8.png"), "--json"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "bench",
+                "nlstar",
+                "--backend",
+                "ray",
+                "--k",
+                "1",
+                "--batch",
+                "16",
+                "--window",
+                "1",
+                "--max-learners",
+                str(learners),
+                "--plot",
+                str(tmp_path / "f8.png"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["backend"] == "ray" and result["max_learners"] == learners
     (row,) = result["rows"]
@@ -217,9 +247,21 @@ def test_figure_6_draws_the_published_human_score_on_each_atari_panel(tmp_path, 
     from nonstop.experiment import paper
 
     monkeypatch.setattr(paper, "beta_returns", lambda game, **kw: {"noop": 0.0, "random": 1.0})
-    results = [{"game": g, "arch": "impala", "params": 1_093_426, "k": 1, "delay": "5t", "interaction": i,
-                "mean_return": 2.0, "ci95": 0.5, "seeds": 1} for g in ("Boxing", "delay-world")
-               for i in ("staggered", "sequential")]  # fmt: skip
+    results = [
+        {
+            "game": g,
+            "arch": "impala",
+            "params": 1_093_426,
+            "k": 1,
+            "delay": "5t",
+            "interaction": i,
+            "mean_return": 2.0,
+            "ci95": 0.5,
+            "seeds": 1,
+        }
+        for g in ("Boxing", "delay-world")
+        for i in ("staggered", "sequential")
+    ]
     rows, png = paper._returns(paper.figure(6), "tiny", {"results": results}, tmp_path)
     human = [r for r in rows if r["interaction"].startswith("human")]
     assert [(r["game"], r["mean_return"]) for r in human] == [("Boxing", paper.HUMAN_SCORES["Boxing"])]

@@ -103,8 +103,12 @@ def test_tick_phases_follow_the_rule_and_check_their_arguments():
     mean.record(5)
     assert mean.cycle == 6 and [mean.phase(r) for r in range(3)] == [0, 2, 4]
     assert mean.next_start(1, 13) == 14 and mean.next_start(0, 12) == 12
-    for bad in (lambda: TickPhases(0, "max"), lambda: TickPhases(2, "median"), lambda: worst.record(0),
-                lambda: worst.next_start(3, 0)):  # fmt: skip
+    for bad in (
+        lambda: TickPhases(0, "max"),
+        lambda: TickPhases(2, "median"),
+        lambda: worst.record(0),
+        lambda: worst.next_start(3, 0),
+    ):
         with pytest.raises((TypeError, ValueError)):
             bad()
     assert make_scheduler("max_time", 2).tick_rule == "max" and make_scheduler("exp_time", 2).tick_rule == "mean"

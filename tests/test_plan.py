@@ -22,8 +22,17 @@ SRC = str(Path(__file__).parents[1] / "src")
 
 def test_plan_hand_computed():
     # τ_M = 1/60 s; τ_θ = 0.1 s = 6 ticks -> N_I* = 6; τ_L/B = 0.4/16 = 0.025 s = 1.5 ticks -> N_L* = 2
-    p = plan(forward_s=0.1, update_s=0.4, tick_hz=60, batch_size=16, n_params=1_000_000, obs_bytes=7056,
-             activation_bytes=1000, process_base_bytes=10_000, nodes=2)  # fmt: skip
+    p = plan(
+        forward_s=0.1,
+        update_s=0.4,
+        tick_hz=60,
+        batch_size=16,
+        n_params=1_000_000,
+        obs_bytes=7056,
+        activation_bytes=1000,
+        process_base_bytes=10_000,
+        nodes=2,
+    )
     assert (p["n_inference_star"], p["n_learners_star"], p["cores"]) == (6, 2, 9)
     assert p["memory_bytes"] == {
         "theta": 4_000_000,
@@ -47,11 +56,14 @@ def test_plan_fast_model_needs_one_of_each():
     assert (p["n_inference_star"], p["n_learners_star"], p["cores"]) == (1, 1, 3)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"forward_s": 0.0, "tick_hz": 60}, "forward time"),
-    ({"forward_s": 0.1, "tick_hz": -1}, "tick rate"),
-    ({"forward_s": 0.1, "tick_hz": 60, "batch_size": 0}, "batch size"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"forward_s": 0.0, "tick_hz": 60}, "forward time"),
+        ({"forward_s": 0.1, "tick_hz": -1}, "tick rate"),
+        ({"forward_s": 0.1, "tick_hz": 60, "batch_size": 0}, "batch size"),
+    ],
+)
 def test_plan_rejects_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
         plan(**kwargs)
@@ -114,15 +126,25 @@ def test_python_dash_m_nonstop_is_the_command():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "nonstop", "plan", "--latency", "5t", "--json"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "nonstop", "plan", "--latency", "5t", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1])["n_inference_star"] == 5
 
 
-@pytest.mark.parametrize("k, arch", [
-    (1, {}), (0.5, {"same_padding": False, "fc_hidden": 512}), (0.25, {"depth": 6}), (1.5, {"in_channels": 4, "input_hw": 64}),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "k, arch",
+    [
+        (1, {}),
+        (0.5, {"same_padding": False, "fc_hidden": 512}),
+        (0.25, {"depth": 6}),
+        (1.5, {"in_channels": 4, "input_hw": 64}),
+    ],
+)
 def test_analytic_counts_equal_a_built_model(k, arch):
     """`count_parameters` and `count_flops` (what plan prints for any k without building it) against
     a built model's parameters and torch's own FLOP counter on a forward pass of batch 3."""
@@ -143,15 +165,22 @@ def test_analytic_counts_equal_a_built_model(k, arch):
 def _plan_in_a_child(args: list[str], timeout: float) -> tuple[subprocess.CompletedProcess, float, int]:
     """Run ``nonstop plan ARGS`` under a small Python parent that reports its child's peak RSS
     (RUSAGE_CHILDREN of this test process would count every child the session ever waited for)."""
-    parent = ("import resource, subprocess, sys, time; t0 = time.monotonic(); "
-              "p = subprocess.Popen([sys.executable, '-m', 'nonstop', 'plan', *sys.argv[2:]])\n"
-              "try: code = p.wait(timeout=float(sys.argv[1]))\n"
-              "except subprocess.TimeoutExpired: p.kill(); p.wait(); code = 'timeout'\n"  # never left running
-              "print(time.monotonic() - t0, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
-              "sys.exit(0 if code == 0 else 1)")  # fmt: skip
+    parent = (
+        "import resource, subprocess, sys, time; t0 = time.monotonic(); "
+        "p = subprocess.Popen([sys.executable, '-m', 'nonstop', 'plan', *sys.argv[2:]])\n"
+        "try: code = p.wait(timeout=float(sys.argv[1]))\n"
+        "except subprocess.TimeoutExpired: p.kill(); p.wait(); code = 'timeout'\n"  # never left running
+        "print(time.monotonic() - t0, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
+        "sys.exit(0 if code == 0 else 1)"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", parent, str(timeout), *args], capture_output=True, text=True,
-                         timeout=timeout + 60, env=env)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", parent, str(timeout), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout + 60,
+        env=env,
+    )
     took, peak_kib = out.stderr.strip().splitlines()[-1].split()
     return out, float(took), int(peak_kib) * 1024
 
@@ -180,9 +209,14 @@ def test_plan_ends_soon_after_a_signal_while_timing(signum, code):
     0.02-0.15 s from the signal to the exit here, against 107 s for SIGTERM while k=98 was being built."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
     # SIGINT as a terminal gives it, also where pytest itself runs with SIGINT ignored (`nohup ... &`)
-    proc = subprocess.Popen([sys.executable, "-m", "nonstop", "plan", "--k", "98"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nonstop", "plan", "--k", "98"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()  # blocks until the progress line: the timing has begun

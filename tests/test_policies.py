@@ -195,9 +195,17 @@ def test_truncated_normal_mean_exceeds_mu():
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: Constant(-1.0), lambda: Constant(float("nan")), lambda: Normal(-0.1, 0.01),
-     lambda: Normal(0.1, float("nan")), lambda: LogNormal(-1.0, 0.1), lambda: LogNormal(0.1, -0.1), lambda: Empirical([0.1, -0.2]),
-     lambda: Empirical([float("nan")]), lambda: Empirical([])],
+    [
+        lambda: Constant(-1.0),
+        lambda: Constant(float("nan")),
+        lambda: Normal(-0.1, 0.01),
+        lambda: Normal(0.1, float("nan")),
+        lambda: LogNormal(-1.0, 0.1),
+        lambda: LogNormal(0.1, -0.1),
+        lambda: Empirical([0.1, -0.2]),
+        lambda: Empirical([float("nan")]),
+        lambda: Empirical([]),
+    ],
 )
 def test_bad_distributions_rejected(make):
     with pytest.raises(ValueError):

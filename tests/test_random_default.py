@@ -16,7 +16,9 @@ def _beta_actions(env: str, seed: int, seconds: float = 2.0, **kw) -> dict[str, 
     with Session(env, clock="virtual", seed=seed, default="random", **kw) as world:
         world.run_for(seconds)
         log = world.tick_log
-        return {name: np.asarray(log[name]) for name in log.columns() if name.endswith("action") or name.endswith("source")}
+        return {
+            name: np.asarray(log[name]) for name in log.columns() if name.endswith("action") or name.endswith("source")
+        }
 
 
 def test_random_beta_draws_every_action_of_the_space_reproducibly():
@@ -50,8 +52,25 @@ def test_train_default_random_flag(tmp_path, capsys):
     from nonstop.cli import main
 
     out = tmp_path / "run"
-    rc = main(["train", "--env", "CartPole", "--seconds", "3", "--latency", "5t", "--default", "random", "--out", str(out),
-               "--progress-every", "1", "--learning-starts", "32"])  # fmt: skip
+    rc = main(
+        [
+            "train",
+            "--env",
+            "CartPole",
+            "--seconds",
+            "3",
+            "--latency",
+            "5t",
+            "--default",
+            "random",
+            "--out",
+            str(out),
+            "--progress-every",
+            "1",
+            "--learning-starts",
+            "32",
+        ]
+    )
     assert rc == 0
     assert json.loads((out / "config.json").read_text())["default"] == "random"
     with pytest.raises(SystemExit) as exit_:

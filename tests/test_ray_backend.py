@@ -45,8 +45,9 @@ def _pool(world, n, scheduler="max_time", latency_ticks=3):
 
     dist = Constant(latency_ticks * world.tau_m)
     space = world.action_space
-    return InferencePool(world, lambda i: RayPolicy(partial(_latency_policy, space, dist, i), num_cpus=0),
-                         make_scheduler(scheduler, n))  # fmt: skip
+    return InferencePool(
+        world, lambda i: RayPolicy(partial(_latency_policy, space, dist, i), num_cpus=0), make_scheduler(scheduler, n)
+    )
 
 
 def test_staggered_actors_across_nodes_share_the_ticks(cluster):
@@ -69,7 +70,9 @@ def test_staggered_actors_across_nodes_share_the_ticks(cluster):
         finally:
             pool.stop()
     report = world.tick_log.meta["workers"]
-    assert per_node == [2, 3], f"actors fill the live nodes evenly; nodes now: {[(n['NodeID'][:8], n['Alive']) for n in ray.nodes()]}"
+    assert per_node == [2, 3], (
+        f"actors fill the live nodes evenly; nodes now: {[(n['NodeID'][:8], n['Alive']) for n in ray.nodes()]}"
+    )
     taus = [t for w in pool.workers for t in w.tau_thetas]
     assert min(taus) >= 3 * world.tau_m  # the declared 3 ticks, plus the measured call
     s = world.tick_log.summary(warmup_ticks=started + 40, end_tick=end)
@@ -125,8 +128,9 @@ def test_an_actor_whose_node_is_gone_before_it_starts_is_placed_on_a_live_node(c
         return chosen[-1]
 
     monkeypatch.setattr(ray_backend._placement, "take", first_a_gone_node)
-    policy = ray_backend.RayPolicy(partial(_latency_policy, gym.spaces.Discrete(2), Constant(0.0), 0), num_cpus=0,
-                                   start_timeout=60)  # fmt: skip
+    policy = ray_backend.RayPolicy(
+        partial(_latency_policy, gym.spaces.Discrete(2), Constant(0.0), 0), num_cpus=0, start_timeout=60
+    )
     try:
         live = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
         assert policy.replaced == 1 and chosen[0] == gone
@@ -138,17 +142,43 @@ def test_an_actor_whose_node_is_gone_before_it_starts_is_placed_on_a_live_node(c
 
 def test_train_on_ray_learns_and_resumes(cluster, tmp_path):
     """Inference and learners (two, round-robin) on Ray; a checkpointed run resumes where it stopped."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.abspath("src"), os.environ.get("PYTHONPATH", "")]),
-           "RAY_ADDRESS": cluster[0].address}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([os.path.abspath("src"), os.environ.get("PYTHONPATH", "")]),
+        "RAY_ADDRESS": cluster[0].address,
+    }
     out = tmp_path / "run"
-    base = [sys.executable, "-m", "nonstop.cli", "train", "--env", "CartPole", "--clock", "wall", "--backend", "ray",
-            "--ray-address", cluster[0].address, "--out", str(out), "--progress-every", "1", "--learning-starts", "32",
-            "--learner-backend", "ray", "--n-learners", "2"]  # fmt: skip
+    base = [
+        sys.executable,
+        "-m",
+        "nonstop.cli",
+        "train",
+        "--env",
+        "CartPole",
+        "--clock",
+        "wall",
+        "--backend",
+        "ray",
+        "--ray-address",
+        cluster[0].address,
+        "--out",
+        str(out),
+        "--progress-every",
+        "1",
+        "--learning-starts",
+        "32",
+        "--learner-backend",
+        "ray",
+        "--n-learners",
+        "2",
+    ]
     first = subprocess.run([*base, "--seconds", "10"], env=env, capture_output=True, text=True, timeout=240)
     assert first.returncode == 0, first.stderr[-2000:]
     updates = json.loads(first.stdout.strip().splitlines()[-1])["updates"]
     assert updates > 0
-    assert "--scheduler fill" in first.stderr and "quantile_hold" in first.stderr  # exp_time on Ray: the run says what keeps the stagger
+    assert (
+        "--scheduler fill" in first.stderr and "quantile_hold" in first.stderr
+    )  # exp_time on Ray: the run says what keeps the stagger
     summary = json.loads((out / "summary.json").read_text())
     # the agent acted (the ticks while Ray starts the actor are β's: part of the run's inaction)
     assert summary["inaction_fraction"] < 0.9
@@ -157,7 +187,9 @@ def test_train_on_ray_learns_and_resumes(cluster, tmp_path):
     assert learners["backend"] == "ray" and learners["n_learners"] == 2
     assert learners["applied"] == learners["gradients"] > 0
     assert json.loads((out / "config.json").read_text())["learner_backend"] == "ray"
-    second = subprocess.run([*base, "--seconds", "16", "--resume"], env=env, capture_output=True, text=True, timeout=240)
+    second = subprocess.run(
+        [*base, "--seconds", "16", "--resume"], env=env, capture_output=True, text=True, timeout=240
+    )
     assert second.returncode == 0, second.stderr[-2000:]
     assert json.loads(second.stdout.strip().splitlines()[-1])["updates"] >= updates  # continued, not restarted
     assert "resumed from" in second.stderr
@@ -182,11 +214,42 @@ def test_sigterm_ends_a_ray_run_with_a_final_checkpoint_its_actors_released_and_
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.abspath("src"), os.environ.get("PYTHONPATH", "")])}
     out = tmp_path / "run"
     before = _alive_actors()
-    proc = subprocess.Popen([sys.executable, "-m", "nonstop.cli", "train", "--env", "CartPole", "--clock", "wall",
-                             "--seconds", "600", "--backend", "ray", "--n-inference", "2", "--learner-backend", "ray",
-                             "--n-learners", "2", "--ray-address", cluster[0].address, "--learning-starts", "32",
-                             "--progress-every", "0.5", "--checkpoint-every", "1000", "--out", str(out)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "nonstop.cli",
+            "train",
+            "--env",
+            "CartPole",
+            "--clock",
+            "wall",
+            "--seconds",
+            "600",
+            "--backend",
+            "ray",
+            "--n-inference",
+            "2",
+            "--learner-backend",
+            "ray",
+            "--n-learners",
+            "2",
+            "--ray-address",
+            cluster[0].address,
+            "--learning-starts",
+            "32",
+            "--progress-every",
+            "0.5",
+            "--checkpoint-every",
+            "1000",
+            "--out",
+            str(out),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
     try:
         deadline = time.monotonic() + 180
@@ -232,8 +295,17 @@ class _LearningSetup:
         from nonstop.learning.replay import ReplayBuffer
         from nonstop.learning.weights import SharedWeights, TrainingState
 
-        self.cfg = DQNConfig.for_family("classic", **{"learning_starts": 0, "updates_per_transition": 0, "batch_size": 32,
-                                                      "target_update": 50, "lr": 1e-3, **dqn})  # fmt: skip
+        self.cfg = DQNConfig.for_family(
+            "classic",
+            **{
+                "learning_starts": 0,
+                "updates_per_transition": 0,
+                "batch_size": 32,
+                "target_update": 50,
+                "lr": 1e-3,
+                **dqn,
+            },
+        )
         self.model = build_q_network((4,), 2, self.cfg)
         n = sum(p.numel() for p in self.model.parameters())
         self.replay = ReplayBuffer.create(capacity=256, obs_shape=(4,), dtype=np.float32)
@@ -249,9 +321,19 @@ class _LearningSetup:
         from nonstop.distributed.ray_backend import WeightBroadcast
         from nonstop.distributed.ray_learners import RayLearners
 
-        return RayLearners(n_learners=n, mode=mode, obs_shape=(4,), n_actions=2, cfg=self.cfg, state=self.state,
-                           weights=self.weights, replay=self.replay, broadcast=WeightBroadcast(self.weights), seed=0,
-                           **kwargs)  # fmt: skip
+        return RayLearners(
+            n_learners=n,
+            mode=mode,
+            obs_shape=(4,),
+            n_actions=2,
+            cfg=self.cfg,
+            state=self.state,
+            weights=self.weights,
+            replay=self.replay,
+            broadcast=WeightBroadcast(self.weights),
+            seed=0,
+            **kwargs,
+        )
 
     def regression_loss(self) -> float:
         """Huber loss of Q(s, a) against the reward over the whole replay, at the master parameters."""
@@ -301,7 +383,10 @@ def test_ray_learners_take_round_robin_turns_without_losing_an_update(cluster):
     assert report["max_staleness"] <= 2  # at most N_L - 1 updates between a gradient's version and its update
     # nothing an actor computed went missing: its count = what the driver received + what was in flight at the stop
     for i in range(3):
-        assert learners.actor_counts[i] == learners.received[i] + learners.dropped_at_stop[i], (i, learners.actor_counts)
+        assert learners.actor_counts[i] == learners.received[i] + learners.dropped_at_stop[i], (
+            i,
+            learners.actor_counts,
+        )
     assert report["lost"] == 1 + sum(learners.dropped_at_stop)  # the killed one's gradient in flight, and the stop's
     assert report["restarts"] == [0, 1, 0]
     assert [what.split(" ")[0] for _, i, what in report["events"] if i == 1] == ["died", "restarted"]
@@ -354,8 +439,11 @@ def test_too_many_ray_learners_for_the_cluster_is_one_line(cluster):
     from nonstop.distributed.backends import BackendUnavailable
     from nonstop.distributed.ray_backend import check_placement
 
-    with pytest.raises(BackendUnavailable, match=r"1 Ray workers and 99 Ray learners .* need 100 CPUs but the cluster "
-                                                 r"has \d+: use fewer workers \(--n-inference\) or learners \(--n-learners\)"):
+    with pytest.raises(
+        BackendUnavailable,
+        match=r"1 Ray workers and 99 Ray learners .* need 100 CPUs but the cluster "
+        r"has \d+: use fewer workers \(--n-inference\) or learners \(--n-learners\)",
+    ):
         check_placement(1, 1, n_learners=99)
 
 
@@ -364,9 +452,32 @@ def test_train_with_more_ray_workers_than_the_cluster_places_writes_nothing(clus
     do, and no run directory (no config.json of a run that never ran)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.abspath("src"), os.environ.get("PYTHONPATH", "")])}
     out = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "nonstop.cli", "train", "--env", "CartPole", "--clock", "wall",
-                           "--backend", "ray", "--ray-address", cluster[0].address, "--n-inference", "99",
-                           "--out", str(out), "--seconds", "2"], env=env, capture_output=True, text=True, timeout=240)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nonstop.cli",
+            "train",
+            "--env",
+            "CartPole",
+            "--clock",
+            "wall",
+            "--backend",
+            "ray",
+            "--ray-address",
+            cluster[0].address,
+            "--n-inference",
+            "99",
+            "--out",
+            str(out),
+            "--seconds",
+            "2",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode != 0
     assert "99 Ray workers of 1 CPU each need 99 CPUs but the cluster has" in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
@@ -389,8 +500,11 @@ def test_a_model_no_node_can_hold_is_one_line_naming_k_and_the_largest_node(clus
         return (estimate_memory_bytes(k, 18, batch=32) + 8 * count_parameters(k, 18)) * 1.25
 
     too_wide = next(k for k in range(10, 5000, 5) if actor(k) > largest)
-    with pytest.raises(ModelTooLargeError, match=rf"IMPALA ResNet k={too_wide} needs ~\d+\.\d\d GB per Ray actor .* the "
-                                                 r"largest of the cluster's 2 nodes has \d+\.\d\d GB for actors: use a smaller --k"):
+    with pytest.raises(
+        ModelTooLargeError,
+        match=rf"IMPALA ResNet k={too_wide} needs ~\d+\.\d\d GB per Ray actor .* the "
+        r"largest of the cluster's 2 nodes has \d+\.\d\d GB for actors: use a smaller --k",
+    ):
         check_model_fits_nodes(too_wide, n_actions=18)
     learner_only = next(k for k in range(10, 5000, 5) if learner(k) > largest)
     assert actor(learner_only) <= largest
@@ -515,10 +629,40 @@ def test_ray_learners_improve_cartpole_on_the_wall_clock(cluster, tmp_path):
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.abspath("src"), os.environ.get("PYTHONPATH", "")])}
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "nonstop.cli", "train", "--env", "CartPole", "--clock", "wall", "--seconds", "50",
-           "--backend", "thread", "--learner-backend", "ray", "--n-learners", "2", "--learner-mode", "round_robin",
-           "--ray-address", cluster[0].address, "--epsilon-ticks", "1200", "--learning-starts", "300", "--updates-per-transition", "3", "--seed", "2",
-           "--progress-every", "10", "--out", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "nonstop.cli",
+        "train",
+        "--env",
+        "CartPole",
+        "--clock",
+        "wall",
+        "--seconds",
+        "50",
+        "--backend",
+        "thread",
+        "--learner-backend",
+        "ray",
+        "--n-learners",
+        "2",
+        "--learner-mode",
+        "round_robin",
+        "--ray-address",
+        cluster[0].address,
+        "--epsilon-ticks",
+        "1200",
+        "--learning-starts",
+        "300",
+        "--updates-per-transition",
+        "3",
+        "--seed",
+        "2",
+        "--progress-every",
+        "10",
+        "--out",
+        str(out),
+    ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     returns = [float(r["return"]) for r in csv.DictReader((out / "episodes.csv").open())]
@@ -537,7 +681,14 @@ def test_what_raylets_tell_the_driver_goes_to_stderr_not_into_the_output(cluster
     from ray._private import worker
 
     capsys.readouterr()
-    worker.print_to_stdstream({"lines": ["WARNING: 99 PYTHON worker processes have been started"], "pid": "raylet",
-                               "is_err": False, "ip": "127.0.0.1"}, ignore_prefix=False)  # fmt: skip
+    worker.print_to_stdstream(
+        {
+            "lines": ["WARNING: 99 PYTHON worker processes have been started"],
+            "pid": "raylet",
+            "is_err": False,
+            "ip": "127.0.0.1",
+        },
+        ignore_prefix=False,
+    )
     out, err = capsys.readouterr()
     assert "99 PYTHON worker processes" in err and out == ""

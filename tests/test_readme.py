@@ -42,7 +42,7 @@ def shown_dicts(code: str) -> list[set[str]]:
     for line in code.splitlines():
         text = line.strip()
         if text.startswith("#") and "{" in text and current is None:
-            current = text[text.index("{"):]
+            current = text[text.index("{") :]
         elif text.startswith("#") and current is not None:
             current += " " + text[1:].strip()
         elif current is not None:
@@ -61,8 +61,15 @@ def run_saved(code: str, tmp_path: Path, *args: str, pythonpath: str = SRC) -> s
     script = tmp_path / "example.py"
     script.write_text(code)
     env = {**os.environ, "PYTHONPATH": pythonpath}
-    done = subprocess.run([sys.executable, str(script), *args], check=False, capture_output=True, text=True, timeout=240,
-                          cwd=tmp_path, env=env)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(script), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     return done
 

@@ -40,8 +40,14 @@ def test_the_test_counts_are_about_what_collection_finds() -> None:
     m = re.search(r"leaves\s+out\s+the\s+~([\d,]+)\s+slowest\s+tests\s+and\s+runs\s+the\s+other\s+~([\d,]+)", README)
     assert m, "the README's sentence on the test counts moved: update this test"
     said_slow, said_other = _number(m[1]), _number(m[2])
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow", "-p", "no:cacheprovider"],
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     found = re.search(r"(\d+)/(\d+) tests collected \((\d+) deselected\)", done.stdout)
     assert found, done.stdout[-2000:] + done.stderr[-2000:]
     slow, other = int(found[1]), int(found[3])
@@ -67,12 +73,20 @@ def test_the_demo_prints_what_the_readme_says(tmp_path) -> None:
     within a factor of 6, for a loaded machine)."""
     shown = _table_rows(README.split("(abridged):", 1)[1].split("```", 2)[1])
     assert set(shown) == {"sequential", "exp_time"}
-    m = re.search(r"episode\s+return\s+([\d,]+)\s+→\s+([\d,]+)\s+staggered,\s+([\d,]+)\s+→\s+([\d,]+)\s+sequential", README)
+    m = re.search(
+        r"episode\s+return\s+([\d,]+)\s+→\s+([\d,]+)\s+staggered,\s+([\d,]+)\s+→\s+([\d,]+)\s+sequential", README
+    )
     assert m, "the README's sentence on the demo's learning moved: update this test"
     assert "and run the default job (about half a minute after the install" in README
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "nonstop", "demo", "--out", str(tmp_path / "d")],
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "nonstop", "demo", "--out", str(tmp_path / "d")],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     took = time.monotonic() - t0
     assert done.returncode == 0, done.stderr[-2000:]
     rows = _table_rows(done.stdout)
@@ -84,7 +98,9 @@ def test_the_demo_prints_what_the_readme_says(tmp_path) -> None:
         assert abs(_number(run[4].rstrip("%")) - _number(inaction.rstrip("%"))) <= 3.0, (page, run)
         assert abs(_number(run[5]) - _number(delay)) <= 1.0, (page, run)
         assert abs(_number(run[6]) - _number(acts)) <= 0.05 * _number(acts), (page, run)
-    got = {name: (a, b) for name, a, b in re.findall(r"(staggered|sequential): episode return (\d+) → (\d+)", done.stdout)}
+    got = {
+        name: (a, b) for name, a, b in re.findall(r"(staggered|sequential): episode return (\d+) → (\d+)", done.stdout)
+    }
     assert got == {"staggered": (m[1], m[2]), "sequential": (m[3], m[4])}, (got, m.groups())
     assert took <= 6 * 30, took
 
@@ -98,8 +114,9 @@ def test_the_quick_starts_cartpole_run_ends_where_the_readme_says(tmp_path) -> N
     assert command in README
     out = tmp_path / "cartpole"
     argv = command.split()[1:-1] + [str(out)]
-    done = subprocess.run([sys.executable, "-m", "nonstop", *argv], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                          timeout=3600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "nonstop", *argv], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=3600
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert round(summary["recent_return"], 2) == recent, summary["recent_return"]  # the simulated clock: exact

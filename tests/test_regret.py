@@ -42,9 +42,15 @@ def hand_log(rows: list[tuple[int, float, int]], tau_m: float = TAU_M) -> TickLo
     """A tick log from (source, reward, delay) rows, ticks numbered from 1."""
     log = TickLog(tau_m)
     for t, (source, reward, delay) in enumerate(rows, start=1):
-        log.append(tick=t, deadline=t * tau_m, time=t * tau_m, source=source, reward=reward,
-                   delay=delay if source == SOURCE_AGENT else -1,
-                   obs_tick=t - delay if source == SOURCE_AGENT else -1)  # fmt: skip
+        log.append(
+            tick=t,
+            deadline=t * tau_m,
+            time=t * tau_m,
+            source=source,
+            reward=reward,
+            delay=delay if source == SOURCE_AGENT else -1,
+            obs_tick=t - delay if source == SOURCE_AGENT else -1,
+        )
     return log
 
 
@@ -137,18 +143,24 @@ def policy_for(env) -> ObservedStatePolicy:
 
 @pytest.mark.parametrize("tau_ticks", [2.0, 2.5, 4.0])
 def test_sequential_inaction_regret_matches_equation_3(tau_ticks):
-    log = bench.measure("theory/inaction", tau_ticks=tau_ticks, scheduler="sequential", n_workers=1, seconds=30.0, seed=0)
+    log = bench.measure(
+        "theory/inaction", tau_ticks=tau_ticks, scheduler="sequential", n_workers=1, seconds=30.0, seed=0
+    )
     measured = inaction_regret_rate(log, 1.0, warmup_ticks=bench.warmup_ticks(tau_ticks))
     assert measured == pytest.approx(eq3_inaction_regret_rate(tau_ticks * TAU_M, TAU_M), rel=0.02)
 
 
-@pytest.mark.parametrize("tau_ticks, continuous, ceil_form", [(1.5, 1 / 3, 1 / 2), (2.5, 0.6, 2 / 3), (3.2, 0.6875, 0.75)])
+@pytest.mark.parametrize(
+    "tau_ticks, continuous, ceil_form", [(1.5, 1 / 3, 1 / 2), (2.5, 0.6, 2 / 3), (3.2, 0.6875, 0.75)]
+)
 def test_remark_1_at_non_integer_ratios_is_the_continuous_form(tau_ticks, continuous, ceil_form):
     """Remark 1's inaction for a sequential agent reads 1 − τ_M/τ_θ or, counting whole ticks,
     1 − 1/⌈τ_θ/τ_M⌉; they coincide at integer ratios. The host realises the continuous form: a
     worker restarts at once on the newest observation after each submit, so its actions land
     τ_θ apart (at 2.5 ticks: ticks 3, 5, 8, 10, ... two in five), not every ⌈τ_θ/τ_M⌉ ticks."""
-    log = bench.measure("theory/inaction", tau_ticks=tau_ticks, scheduler="sequential", n_workers=1, seconds=60.0, seed=0)
+    log = bench.measure(
+        "theory/inaction", tau_ticks=tau_ticks, scheduler="sequential", n_workers=1, seconds=60.0, seed=0
+    )
     inaction = log.summary(warmup_ticks=bench.warmup_ticks(tau_ticks))["inaction_fraction"]
     assert inaction == pytest.approx(continuous, abs=0.005)
     assert abs(inaction - ceil_form) > 0.05
@@ -166,15 +178,24 @@ def test_delay_regret_stays_with_staggering_and_follows_equation_4():
     p, tau_ticks = 0.9, 4.0
     cycle = {"n": 64, "p_minimax": p}
     warm = bench.warmup_ticks(tau_ticks)
-    staggered = bench.measure("theory/delay-cycle", tau_ticks=tau_ticks, scheduler="max_time", n_workers=4,
-                              seconds=300.0, seed=1, env_kwargs=cycle)  # fmt: skip
+    staggered = bench.measure(
+        "theory/delay-cycle",
+        tau_ticks=tau_ticks,
+        scheduler="max_time",
+        n_workers=4,
+        seconds=300.0,
+        seed=1,
+        env_kwargs=cycle,
+    )
     est = delay_regret_estimate(staggered, warmup_ticks=warm)
     assert staggered.summary(warmup_ticks=warm)["inaction_ticks"] == 0  # inaction is gone ...
     assert set(staggered["delay"][(staggered["tick"] > warm)].tolist()) == {4}
     assert est.n > 15_000 and 0 < est.stderr < 0.01
     # ... delay regret is not: Equation 4 at the lag the host imposes (d − 1 = 3 transitions)
     assert abs(est.value - eq4_delay_regret_per_step(p, 3)) < 4 * est.stderr
-    assert est.value == pytest.approx(predicted_delay_regret_per_step(staggered, p, warmup_ticks=warm), abs=4 * est.stderr)
+    assert est.value == pytest.approx(
+        predicted_delay_regret_per_step(staggered, p, warmup_ticks=warm), abs=4 * est.stderr
+    )
     # and stays below the paper's ⌈τ_θ/τ_M⌉ = 4 by one factor of p (a worst-case lower bound for its model)
     assert est.value < eq4_delay_regret_per_step(p, 4) - 4 * est.stderr
 
@@ -204,8 +225,11 @@ def test_bench_quick_returns_the_documented_keys(tmp_path):
     # where the host's law says it should — where its value lies within 3 SE of the host's expectation — computed
     # here from each row's own numbers, not a constant
     assert result["eq4_host_convention_passes"] == 4
-    expected = [abs(r["predicted_delay_regret_per_step"] - r["eq4_delay_regret_per_step"])
-                <= bench.PASS_Z * (r["staggered_delay_regret_per_step_se"] or 0.0) for r in result["rows"]]  # fmt: skip
+    expected = [
+        abs(r["predicted_delay_regret_per_step"] - r["eq4_delay_regret_per_step"])
+        <= bench.PASS_Z * (r["staggered_delay_regret_per_step_se"] or 0.0)
+        for r in result["rows"]
+    ]
     assert [r["eq4_paper_convention_pass"] for r in result["rows"]] == expected
     assert result["eq4_paper_convention_passes"] == result["eq4_paper_convention_expected_passes"] == sum(expected)
     # which to trust, and the row that decides it: at τ_θ = 1 tick the paper charges 1 − p, the host and the
@@ -254,8 +278,15 @@ def test_delay_convention_an_agent_within_one_tick_pays_no_delay_regret():
     (d = 1) is never wrong on DelayCycleMDP, whatever p, while Equation 4 read with
     k = ⌈τ_θ/τ_M⌉ = 1 would charge it 1 − p = 0.5 per step."""
     p = 0.5
-    log = bench.measure("theory/delay-cycle", tau_ticks=1.0, scheduler="sequential", n_workers=1,
-                        seconds=20.0, seed=3, env_kwargs={"n": 16, "p_minimax": p})  # fmt: skip
+    log = bench.measure(
+        "theory/delay-cycle",
+        tau_ticks=1.0,
+        scheduler="sequential",
+        n_workers=1,
+        seconds=20.0,
+        seed=3,
+        env_kwargs={"n": 16, "p_minimax": p},
+    )
     warm = bench.warmup_ticks(1.0)
     est = delay_regret_estimate(log, warmup_ticks=warm)
     assert set(log["delay"][(log["source"] == SOURCE_AGENT) & (log["tick"] > warm)].tolist()) == {1}
@@ -284,10 +315,16 @@ def test_bandit_mdp_pays_the_best_arm_more_and_hides_it_from_the_observation():
     assert bests == {1, 2, 3}  # drawn from the seed, every arm possible
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"arms": 1}, "arms must be >= 2"), ({"epsilon": 0.0}, "epsilon must be in"), ({"epsilon": 0.6}, "epsilon"),
-    ({"arms": 2.0}, "arms must be an int"), ({"max_steps": 0}, "max_steps"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"arms": 1}, "arms must be >= 2"),
+        ({"epsilon": 0.0}, "epsilon must be in"),
+        ({"epsilon": 0.6}, "epsilon"),
+        ({"arms": 2.0}, "arms must be an int"),
+        ({"max_steps": 0}, "max_steps"),
+    ],
+)
 def test_bandit_mdp_rejects_bad_arguments(kwargs, match):
     with pytest.raises((TypeError, ValueError), match=match):
         theory.BanditMDP(**kwargs)
@@ -311,15 +348,18 @@ def test_eq2_arithmetic():
         learning_regret_curve(log, [0.5, 0.0])
 
 
-@pytest.mark.parametrize("call, error, match", [
-    (lambda: learned_fraction(0, 1.0, 1.0), ValueError, "n_learners"),
-    (lambda: learned_fraction(1, 0.0, 1.0), ValueError, "tau_l"),
-    (lambda: rescaled_regret([1.0, 2.0], 0.0, 2), ValueError, "fraction"),
-    (lambda: rescaled_regret([1.0, 2.0], 0.5, 3), ValueError, "steps"),
-    (lambda: rescaled_regret([], 0.5, 1), ValueError, "curve"),
-    (lambda: eq2_lower_bound(1, 10), ValueError, "arms"),
-    (lambda: learning_regret_curve(hand_log([(1, 0.0, 1)]), [-1.0]), ValueError, "gap_by_action"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: learned_fraction(0, 1.0, 1.0), ValueError, "n_learners"),
+        (lambda: learned_fraction(1, 0.0, 1.0), ValueError, "tau_l"),
+        (lambda: rescaled_regret([1.0, 2.0], 0.0, 2), ValueError, "fraction"),
+        (lambda: rescaled_regret([1.0, 2.0], 0.5, 3), ValueError, "steps"),
+        (lambda: rescaled_regret([], 0.5, 1), ValueError, "curve"),
+        (lambda: eq2_lower_bound(1, 10), ValueError, "arms"),
+        (lambda: learning_regret_curve(hand_log([(1, 0.0, 1)]), [-1.0]), ValueError, "gap_by_action"),
+    ],
+)
 def test_eq2_bad_inputs_raise_clear_errors(call, error, match):
     with pytest.raises(error, match=match):
         call()
@@ -341,10 +381,14 @@ def test_learners_that_fall_behind_skip_transitions_and_pay_the_rescaled_regret(
     τ_L = τ_M learns from every transition, with τ_L = 4·τ_M from one in four (the rest are counted,
     never learned from); the behind learner pays about Δ_pace(T/4)·4, well above Δ_pace(T)."""
     steps, seeds = 3000, 6
-    pace = [bench.measure_learning(arms=4, epsilon=0.1, n_learners=1, tau_l_ticks=1.0, steps=steps, seed=s)
-            for s in range(seeds)]  # fmt: skip
-    behind = [bench.measure_learning(arms=4, epsilon=0.1, n_learners=1, tau_l_ticks=4.0, steps=steps, seed=s)
-              for s in range(seeds)]  # fmt: skip
+    pace = [
+        bench.measure_learning(arms=4, epsilon=0.1, n_learners=1, tau_l_ticks=1.0, steps=steps, seed=s)
+        for s in range(seeds)
+    ]
+    behind = [
+        bench.measure_learning(arms=4, epsilon=0.1, n_learners=1, tau_l_ticks=4.0, steps=steps, seed=s)
+        for s in range(seeds)
+    ]
     for out in pace:
         assert out["skipped"] == 0 and out["taken"] >= out["transitions"] - 2
         assert out["inaction_fraction"] == 0.0 and out["delay_mean_ticks"] == 1.0
@@ -362,11 +406,13 @@ def test_learners_that_fall_behind_skip_transitions_and_pay_the_rescaled_regret(
 
 def test_bench_eq2_rejects_bad_arguments():
     with pytest.raises(ValueError, match="--learn-seeds"):
-        bench.run(_bench_args(["--quick", "--ticks", "1", "--seconds", "1", "--delay-seconds", "1",
-                               "--learn-seeds", "1"]))  # fmt: skip
+        bench.run(
+            _bench_args(["--quick", "--ticks", "1", "--seconds", "1", "--delay-seconds", "1", "--learn-seeds", "1"])
+        )
     with pytest.raises(ValueError, match="epsilon"):
-        bench.run(_bench_args(["--quick", "--ticks", "1", "--seconds", "1", "--delay-seconds", "1",
-                               "--epsilon", "0.7"]))  # fmt: skip
+        bench.run(
+            _bench_args(["--quick", "--ticks", "1", "--seconds", "1", "--delay-seconds", "1", "--epsilon", "0.7"])
+        )
 
 
 # ----------------------------------------------------------------------------- Equation 1
@@ -391,8 +437,11 @@ def test_regret_split_on_a_hand_built_log():
 
 
 @settings(max_examples=60, deadline=None)
-@given(rows=st.lists(st.tuples(st.floats(-5, 5), st.booleans()), min_size=1, max_size=60),
-       optimal=st.floats(-5, 5), undelayed=st.floats(-5, 5))  # fmt: skip
+@given(
+    rows=st.lists(st.tuples(st.floats(-5, 5), st.booleans()), min_size=1, max_size=60),
+    optimal=st.floats(-5, 5),
+    undelayed=st.floats(-5, 5),
+)
 def test_regret_split_terms_add_up_and_follow_the_ticks(rows, optimal, undelayed):
     rewards, agent = [r for r, _ in rows], [a for _, a in rows]
     s = regret_split(rewards, agent, optimal_rate=optimal, undelayed_rate=undelayed)
@@ -425,8 +474,11 @@ def _cycle_run(tau_ticks: float, scheduler: str, n: int, *, seed: int, seconds: 
     kwargs = {"n": 64, "p_minimax": p, "max_steps": 10**9}
     with Session("theory/delay-cycle", clock="virtual", seed=seed, env_kwargs=kwargs) as world:
         latency = Constant(tau_ticks * world.tau_m)
-        pool = InferencePool(world, lambda i: LatencyPolicy(_SometimesRandom(world.action_space, epsilon, seed * 100 + i),
-                                                            latency), make_scheduler(scheduler, n)).start()  # fmt: skip
+        pool = InferencePool(
+            world,
+            lambda i: LatencyPolicy(_SometimesRandom(world.action_space, epsilon, seed * 100 + i), latency),
+            make_scheduler(scheduler, n),
+        ).start()
         try:
             world.run_for(bench.warmup_ticks(tau_ticks) * world.tau_m + seconds)
         finally:
@@ -465,4 +517,6 @@ def test_equation_1_the_three_terms_measured_apart_sum_to_the_regret():
     # the same run split by `regret_split`, read against the undelayed rate, gives the same terms
     split = tick_log_regret_split(log, optimal_rate=1.0, undelayed_rate=undelayed, warmup_ticks=warm)
     assert split.inaction_fraction == pytest.approx(beta_share, abs=0.002)
-    assert split.inaction == pytest.approx(inaction, abs=0.01) and split.delay == pytest.approx(delay, abs=3 * se + 0.01)
+    assert split.inaction == pytest.approx(inaction, abs=0.01) and split.delay == pytest.approx(
+        delay, abs=3 * se + 0.01
+    )

@@ -45,7 +45,11 @@ def test_staggered_decisions_overlap_in_time():
     for tick in range(3, 8):
         out += b.on_tick(tick, agent=True, action=tick % 2, obs_tick=tick - 3, reward=float(tick))
     assert [(t.s_tick, t.next_tick, t.n_ticks, t.reward) for t in out] == [
-        (0, 1, 1, 3.0), (1, 2, 1, 4.0), (2, 3, 1, 5.0), (3, 4, 1, 6.0)]  # fmt: skip
+        (0, 1, 1, 3.0),
+        (1, 2, 1, 4.0),
+        (2, 3, 1, 5.0),
+        (3, 4, 1, 6.0),
+    ]
 
 
 def test_recorder_in_a_virtual_session_stores_the_right_frames(no_shm_leak):
@@ -54,8 +58,9 @@ def test_recorder_in_a_virtual_session_stores_the_right_frames(no_shm_leak):
     replay = ReplayBuffer.create(capacity=64, obs_shape=(4,), dtype=np.float64)
     recorder = ReplayRecorder(replay, gamma=G, history=32)
     try:
-        with Session(scripted_env, env_kwargs={"episode_len": 7}, clock="virtual", tick_hz=60,
-                     recorder=recorder) as world:
+        with Session(
+            scripted_env, env_kwargs={"episode_len": 7}, clock="virtual", tick_hz=60, recorder=recorder
+        ) as world:
             for _ in range(10):
                 obs = world.slot.read()
                 world.queue.submit(1, obs_tick=obs.tick, episode=obs.episode)
@@ -136,8 +141,13 @@ def test_bad_replay_arguments_fail_clearly():
 def test_recorder_reports_every_finished_episode(no_shm_leak):
     replay = ReplayBuffer.create(capacity=64, obs_shape=(4,), dtype=np.float64)
     try:
-        with Session(scripted_env, env_kwargs={"episode_len": 5}, clock="virtual", tick_hz=60,
-                     recorder=ReplayRecorder(replay, gamma=G)) as world:  # fmt: skip
+        with Session(
+            scripted_env,
+            env_kwargs={"episode_len": 5},
+            clock="virtual",
+            tick_hz=60,
+            recorder=ReplayRecorder(replay, gamma=G),
+        ) as world:
             run_ticks(world, 23)
         # β (noop, action 0) earns 1 per tick: four whole episodes of 5 ticks
         assert replay.episodes_finished == 4

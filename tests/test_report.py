@@ -19,7 +19,14 @@ from nonstop.experiment.report import build_report, render_summary, write_markdo
 TAU_M = 1 / 60
 N_TICKS = 600
 EPISODE_TICKS = 100
-CONFIG = {"env": "theory/inaction", "scheduler": "exp_time", "n_inference": 3, "clock": "virtual", "seed": 7, "lr": 1e-3}
+CONFIG = {
+    "env": "theory/inaction",
+    "scheduler": "exp_time",
+    "n_inference": 3,
+    "clock": "virtual",
+    "seed": 7,
+    "lr": 1e-3,
+}
 RETURNS = [1.0, -2.0, 3.5, 0.0, 4.0, 2.5, -1.0, 6.0, 5.0, 3.0, 7.0, 8.0]
 
 
@@ -36,11 +43,18 @@ def make_ticklog() -> TickLog:
     for t in range(1, N_TICKS + 1):
         agent = is_agent(t)
         log.append(
-            tick=t, deadline=t * TAU_M, time=t * TAU_M + 1e-5, source=SOURCE_AGENT if agent else SOURCE_DEFAULT,
-            worker=t % 3 if agent else -1, delay=tick_delay(t) if agent else -1, obs_tick=t - tick_delay(t) if agent else -1,
-            action=1, reward=1.0 if t % 5 == 0 else 0.0, episode=(t - 1) // EPISODE_TICKS,
+            tick=t,
+            deadline=t * TAU_M,
+            time=t * TAU_M + 1e-5,
+            source=SOURCE_AGENT if agent else SOURCE_DEFAULT,
+            worker=t % 3 if agent else -1,
+            delay=tick_delay(t) if agent else -1,
+            obs_tick=t - tick_delay(t) if agent else -1,
+            action=1,
+            reward=1.0 if t % 5 == 0 else 0.0,
+            episode=(t - 1) // EPISODE_TICKS,
             terminated=t % EPISODE_TICKS == 0,
-        )  # fmt: skip
+        )
     return log
 
 
@@ -48,15 +62,26 @@ def make_run(run, *, progress=True, episodes=True, ticklog=True, summary=True) -
     with RunLog(run, CONFIG, tensorboard=False) as log:
         if progress:
             for i in range(1, 6):
-                log.log_progress({
-                    "wall_s": 2.0 * i, "env_ticks": 120 * i, "episodes": i, "inaction_frac": 0.5 / i,
-                    "delay_mean_ticks": 2.0 + i, "updates": 50 * i, "updates_per_s": 20.0 + i, "transitions": 80 * i,
-                    "recent_return": float(i), "epsilon": 1.0 - 0.1 * i, "loss": None if i == 5 else 1.0 / i,
-                })  # fmt: skip
+                log.log_progress(
+                    {
+                        "wall_s": 2.0 * i,
+                        "env_ticks": 120 * i,
+                        "episodes": i,
+                        "inaction_frac": 0.5 / i,
+                        "delay_mean_ticks": 2.0 + i,
+                        "updates": 50 * i,
+                        "updates_per_s": 20.0 + i,
+                        "transitions": 80 * i,
+                        "recent_return": float(i),
+                        "epsilon": 1.0 - 0.1 * i,
+                        "loss": None if i == 5 else 1.0 / i,
+                    }
+                )
         if episodes:
             for i, ret in enumerate(RETURNS):
-                log.log_episode({"episode": i, "end_tick": 50 * (i + 1), "wall_s": 0.8 * (i + 1), "return": ret,
-                                 "length_ticks": 50})  # fmt: skip
+                log.log_episode(
+                    {"episode": i, "end_tick": 50 * (i + 1), "wall_s": 0.8 * (i + 1), "return": ret, "length_ticks": 50}
+                )
         if ticklog:
             log.save_ticklog(make_ticklog())
         if summary:
@@ -107,7 +132,9 @@ def test_full_run_dir_gives_every_plot_and_right_figures(tmp_path):
     assert progress["intervals"] == 5 and progress["env_ticks_last"] == 600 and progress["updates_last"] == 250
     assert progress["loss_last"] == pytest.approx(1 / 4)  # the last interval logged no loss
     assert progress["updates_per_s_mean"] == pytest.approx(statistics.mean(20.0 + i for i in range(1, 6)))
-    assert report.summary["config"] == {k: CONFIG[k] for k in ("env", "scheduler", "n_inference", "clock", "seed", "lr")}
+    assert report.summary["config"] == {
+        k: CONFIG[k] for k in ("env", "scheduler", "n_inference", "clock", "seed", "lr")
+    }
     assert report.summary["run_summary"] == {"finished": True, "updates": 250}
 
     md = write_markdown(report)
@@ -135,7 +162,9 @@ def test_without_a_tick_log_inaction_comes_from_progress(tmp_path):
     report = build_report(tmp_path)
     assert list(report.plots) == ["inaction_delay"]
     assert report.skipped["return_over_time"] == "episodes.csv is missing"
-    assert report.summary["progress"]["inaction_frac_mean"] == pytest.approx(statistics.mean(0.5 / i for i in range(1, 6)))
+    assert report.summary["progress"]["inaction_frac_mean"] == pytest.approx(
+        statistics.mean(0.5 / i for i in range(1, 6))
+    )
 
 
 def test_no_finished_episode_and_no_agent_tick_are_skipped_with_reasons(tmp_path):
@@ -172,8 +201,10 @@ def test_a_streamed_and_resumed_run_is_reported_whole(tmp_path):
     first, second = TickLog(TAU_M), TickLog(TAU_M, directory=RunPaths(tmp_path).ticklog_dir, chunk_rows=64)
     for r in range(N_TICKS):  # the second segment restarts at tick 1, in a new episode
         seg, base = (first, 0) if r < 300 else (second, 300)
-        seg.append(**{n: cols[n][r].item() for n in cols if n != "lateness"}
-                   | {"tick": int(cols["tick"][r]) - base, "episode": int(cols["episode"][r]) - (3 if base else 0)})
+        seg.append(
+            **{n: cols[n][r].item() for n in cols if n != "lateness"}
+            | {"tick": int(cols["tick"][r]) - base, "episode": int(cols["episode"][r]) - (3 if base else 0)}
+        )
     first.save(tmp_path / "ticklog-before-000000300.npz")
     second._writer.close()  # as if killed: the open block (300 % 64 rows) never reached disk
     second._writer = None
@@ -214,7 +245,10 @@ def test_cli_report(tmp_path, capsys):
     out = capsys.readouterr().out
     last = json.loads(out.strip().splitlines()[-1])
     assert last["summary"]["ticks"]["ticks"] == N_TICKS and set(last["plots"]) == {
-        "return_over_time", "inaction_delay", "delay_histogram"}  # fmt: skip
+        "return_over_time",
+        "inaction_delay",
+        "delay_histogram",
+    }
     assert (tmp_path / "r" / "report.md").is_file() and "inaction_fraction" in out
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "no run directory at" in capsys.readouterr().err
@@ -251,8 +285,11 @@ def test_nested_run_summary_is_shortened_in_the_table_but_whole_in_json(tmp_path
     (tmp_path / "summary.json").write_text(json.dumps({"delay_histogram": histogram}))
     report = build_report(tmp_path)
     write_markdown(report)
-    row = next(line for line in (tmp_path / "report" / "report.md").read_text().splitlines()
-               if "delay_histogram" in line and line.startswith("|"))
+    row = next(
+        line
+        for line in (tmp_path / "report" / "report.md").read_text().splitlines()
+        if "delay_histogram" in line and line.startswith("|")
+    )
     assert row.endswith("… |") and len(row) < 120
     saved = json.loads((tmp_path / "report" / "report.json").read_text())
     assert saved["summary"]["run_summary"]["delay_histogram"] == histogram

@@ -38,7 +38,7 @@ def test_the_first_screen_of_report_html_shows_the_headline_and_the_first_plot(t
                 return {cards, img: img && box(img), loaded: img && img.complete && img.naturalWidth > 0,
                         table: details && box(details), open: details && details.open,
                         width: window.innerWidth, height: window.innerHeight};
-            }""")  # fmt: skip
+            }""")
         finally:
             browser.close()
     assert (seen["width"], seen["height"]) == (1280, 800)

@@ -17,8 +17,21 @@ from nonstop.learning.dqn import DQNConfig
 from nonstop.realtime.lifeline import PartFailed, RestartBudget
 from nonstop.experiment import TrainConfig, TrainingRun
 
-ARGS = ["train", "--env", "CartPole", "--learning-starts", "20", "--batch-size", "8", "--progress-every", "1",
-        "--checkpoint-every", "2", "--seconds", "30"]  # fmt: skip
+ARGS = [
+    "train",
+    "--env",
+    "CartPole",
+    "--learning-starts",
+    "20",
+    "--batch-size",
+    "8",
+    "--progress-every",
+    "1",
+    "--checkpoint-every",
+    "2",
+    "--seconds",
+    "30",
+]
 
 
 def test_restart_budget_counts_only_the_window():
@@ -33,8 +46,9 @@ def test_restart_budget_counts_only_the_window():
 
 
 def _run(**kw) -> TrainingRun:
-    cfg = TrainConfig(env="CartPole", seconds=10.0, dqn=DQNConfig.for_family("classic", learning_starts=20, batch_size=8),
-                      **kw)  # fmt: skip
+    cfg = TrainConfig(
+        env="CartPole", seconds=10.0, dqn=DQNConfig.for_family("classic", learning_starts=20, batch_size=8), **kw
+    )
     return TrainingRun(cfg).build().start()
 
 

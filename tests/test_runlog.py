@@ -34,11 +34,19 @@ CONFIG = {"env": "theory/inaction", "k": 1, "scheduler": "exp_time", "n_inferenc
 
 def progress_row(i: int) -> dict:
     return {
-        "wall_s": 0.5 * i, "env_ticks": 30 * i, "episodes": i // 2, "tau_i_mean_ticks": 1.25,
-        "inaction_frac": 0.1 / i, "delay_mean_ticks": 4.0, "updates": 10 * i, "updates_per_s": 20.0,
-        "transitions": 25 * i, "recent_return": -1.0 + i, "epsilon": 1.0 - 0.01 * i,
+        "wall_s": 0.5 * i,
+        "env_ticks": 30 * i,
+        "episodes": i // 2,
+        "tau_i_mean_ticks": 1.25,
+        "inaction_frac": 0.1 / i,
+        "delay_mean_ticks": 4.0,
+        "updates": 10 * i,
+        "updates_per_s": 20.0,
+        "transitions": 25 * i,
+        "recent_return": -1.0 + i,
+        "epsilon": 1.0 - 0.01 * i,
         "loss": None if i == 1 else np.float32(0.5) / i,
-    }  # fmt: skip
+    }
 
 
 def csv_rows(path) -> list[list[str]]:
@@ -162,7 +170,11 @@ def test_summary_and_ticklog(tmp_path):
         assert log.save_ticklog(tick_log) == RunPaths(tmp_path).ticklog
         log.write_summary({"return_mean": np.float64(2.5), "loss": float("nan"), "path": tmp_path})
     assert TickLog.load(RunPaths(tmp_path).ticklog)["delay"].tolist() == [2]
-    assert json.loads(RunPaths(tmp_path).summary.read_text()) == {"return_mean": 2.5, "loss": None, "path": str(tmp_path)}
+    assert json.loads(RunPaths(tmp_path).summary.read_text()) == {
+        "return_mean": 2.5,
+        "loss": None,
+        "path": str(tmp_path),
+    }
 
 
 def test_tensorboard_mirror(tmp_path):
@@ -201,9 +213,14 @@ def test_without_tensorboard_a_note_not_a_crash(tmp_path, monkeypatch):
 def test_progress_fields_format_and_dash_for_missing():
     fields = dict(progress_fields({**progress_row(2), "wall_s": 3725.0, "env_ticks": torch.tensor(1234567)}))
     assert fields == {
-        "elapsed": "1:02:05", "env ticks": "1,234,567", "τ_I": "1.25t", "inaction": "5.0%",
-        "updates/s": "20.0", "recent return": "1.00", "ε": "0.980",
-    }  # fmt: skip
+        "elapsed": "1:02:05",
+        "env ticks": "1,234,567",
+        "τ_I": "1.25t",
+        "inaction": "5.0%",
+        "updates/s": "20.0",
+        "recent return": "1.00",
+        "ε": "0.980",
+    }
     assert set(dict(progress_fields({"epsilon": float("nan")})).values()) == {"—"}
 
 

@@ -57,8 +57,11 @@ def build(name: str, n: int, **kwargs) -> Scheduler:
 
 
 def test_unknown_name_lists_the_valid_ones():
-    with pytest.raises(ValueError, match="unknown scheduler 'nope': valid names are sequential, unstaggered, "
-                                         "max_time, exp_time, quantile_hold, auto, fill"):
+    with pytest.raises(
+        ValueError,
+        match="unknown scheduler 'nope': valid names are sequential, unstaggered, "
+        "max_time, exp_time, quantile_hold, auto, fill",
+    ):
         make_scheduler("nope", 2)
     with pytest.raises(TypeError, match="name must be a str"):
         make_scheduler(3, 2)  # type: ignore[arg-type]
@@ -226,7 +229,7 @@ def test_constant_latency_spacing_converges_to_tau_over_n(name, n, tau, initial_
     s = make_scheduler(name, n, initial_estimate=initial)
     period = max(tau, initial or 0.0) if name == "max_time" else tau
     its = simulate_iterations(s, constant(tau), 10 * n)
-    warm = its[3 * n:]  # first round plus a margin
+    warm = its[3 * n :]  # first round plus a margin
     assert np.allclose(gaps([it.fire_time for it in warm]), period / n, rtol=0.0, atol=TOL)
     # the cycle order is the worker order, each worker fires once per period
     assert [it.worker for it in warm] == [(warm[0].worker + k) % n for k in range(len(warm))]
@@ -253,7 +256,7 @@ def test_max_time_first_round_then_stagger():
 def test_at_most_one_action_per_tick_when_n_le_tau_over_tau_m(name, n, tau_m, ratio):
     """N ≤ τ/τ_M: once converged, no two workers fire in the same tick [kτ_M, (k+1)τ_M)."""
     tau = n * tau_m * ratio  # so n = τ/(τ_M·ratio) ≤ τ/τ_M
-    times = [t for t, _ in simulate(make_scheduler(name, n), constant(tau), 10 * n)][3 * n:]
+    times = [t for t, _ in simulate(make_scheduler(name, n), constant(tau), 10 * n)][3 * n :]
     # Two points in one half-open interval of length τ_M are less than τ_M apart, so
     # gaps ≥ τ_M put every action in its own tick. Float rounding can make a gap that
     # is exactly τ_M in real arithmetic read τ_M − ε, hence the tolerance.
@@ -268,7 +271,7 @@ def test_at_most_one_action_per_tick_when_n_le_tau_over_tau_m(name, n, tau_m, ra
 def test_unstaggered_fires_all_workers_together_every_tau(n, tau):
     timeline = simulate(make_scheduler("unstaggered", n), constant(tau), 6 * n)
     for k in range(6):
-        batch = timeline[k * n:(k + 1) * n]
+        batch = timeline[k * n : (k + 1) * n]
         assert sorted(w for _, w in batch) == list(range(n))
         assert len({t for t, _ in batch}) == 1  # the very same instant
         assert math.isclose(batch[0][0], (k + 1) * tau, rel_tol=0.0, abs_tol=TOL)
@@ -338,6 +341,7 @@ def test_max_time_new_max_while_another_worker_pads_leaves_unequal_gaps():
     though its current cycle keeps the old length. It ends up off its ideal phase and,
     with nothing to pull it back, stays there: gaps alternate 0.85 / 0.65 instead of
     0.75 (still two actions per τ̂max = 1.5, so the average τ_I is τ̂max/N)."""
+
     def latency(worker, k):
         return 0.2 if worker == 1 else (1.5 if k == 5 else 1.0)
 
@@ -401,7 +405,7 @@ def test_exp_time_waits_vanish_with_lognormal_latencies():
     s = make_scheduler("exp_time", n)
     its = simulate_iterations(s, table(taus), n * (loops - 1))
     waits = np.array([it.delay for it in its])
-    head, tail = waits[2 * n:2 * n + 200].mean(), waits[-200:].mean()
+    head, tail = waits[2 * n : 2 * n + 200].mean(), waits[-200:].mean()
     assert tail < head / 5
     assert tail < 0.01 * s.tau_mean_estimate  # per action, against a τ̄ of ~0.06 s
     assert all(it.wait == 0.0 for it in its)
@@ -414,7 +418,7 @@ def test_exp_time_shrinking_mean_re_spaces_the_cycle(initial):
     n, tau = 4, 0.1
     s = make_scheduler("exp_time", n, initial_estimate=initial)
     times = [t for t, _ in simulate(s, constant(tau), 6 * n)]
-    assert np.allclose(gaps(times[2 * n:]), tau / n, atol=TOL)
+    assert np.allclose(gaps(times[2 * n :]), tau / n, atol=TOL)
 
 
 class _PaperLiteralExpTime(ExpectedTimeScheduler):
@@ -436,7 +440,7 @@ def test_skipping_the_current_worker_when_shrinking_breaks_the_spacing():
     n, tau = 4, 0.1
     literal = _PaperLiteralExpTime(n, initial_estimate=0.35)
     times = [t for t, _ in simulate(literal, constant(tau), 6 * n)]
-    assert not np.allclose(gaps(times[2 * n:]), tau / n, atol=1e-3)
+    assert not np.allclose(gaps(times[2 * n :]), tau / n, atol=1e-3)
 
 
 # --------------------------------------------------------------------------- quantile_hold (beyond the paper)
@@ -683,12 +687,14 @@ def _reset_run(*, early: bool, queue_mode: str = "latest", tau: float = 20.0, se
     from nonstop.policies import ConstantPolicy, LatencyPolicy
     from nonstop.realtime.host import Session
 
-    with Session("theory/inaction", clock="virtual", seed=seed, env_kwargs={"max_steps": 2500},
-                 queue_mode=queue_mode) as world:  # fmt: skip
+    with Session(
+        "theory/inaction", clock="virtual", seed=seed, env_kwargs={"max_steps": 2500}, queue_mode=queue_mode
+    ) as world:
         latency = make_latency("lognormal", tau * world.tau_m, 1.0)
         sched = make_scheduler("auto", 1, max_workers=512, early_release=early)
-        pool = InferencePool(world, lambda i: LatencyPolicy(ConstantPolicy(world.action_space, 1), latency, seed=i),
-                             sched).start()  # fmt: skip
+        pool = InferencePool(
+            world, lambda i: LatencyPolicy(ConstantPolicy(world.action_space, 1), latency, seed=i), sched
+        ).start()
         world.run_for(10_000 * world.tau_m)
         pool.stop()
     return world.tick_log.summary(warmup_ticks=2500), pool, sched
@@ -763,13 +769,16 @@ def test_the_pure_rules_import_alone_and_start_nothing():
 def _tick_inaction(sched, tau: float, jitter: float, horizon: float, warmup: float, seed: int = 0) -> float:
     """The share of ticks (τ_M = 1) after ``warmup`` on which no worker submitted, by `simulate`."""
     rng = np.random.default_rng(seed)
-    fires = simulate(sched, lambda worker, k: tau * math.exp(rng.normal(0.0, jitter)),
-                     int(horizon / tau * sched.n_workers * 1.3) + 50)  # fmt: skip
+    fires = simulate(
+        sched,
+        lambda worker, k: tau * math.exp(rng.normal(0.0, jitter)),
+        int(horizon / tau * sched.n_workers * 1.3) + 50,
+    )
     acted = np.zeros(int(horizon), bool)
     for t, _ in fires:
         if math.ceil(t) < horizon:
             acted[math.ceil(t)] = True
-    return float(1.0 - acted[int(warmup):].mean())
+    return float(1.0 - acted[int(warmup) :].mean())
 
 
 @pytest.mark.parametrize("n", [6, 10, 20])
@@ -820,7 +829,11 @@ def test_a_rule_with_only_the_three_waits_runs_in_a_pool_on_the_interfaces_defau
     src = Path(__file__).resolve().parents[1] / "src" / "nonstop"
     for path in (src / "inference").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr")
+            ):
                 assert "sched" not in ast.unparse(node.args[0]), f"{path.name}: {ast.unparse(node)}"
     for path in (src / "inference" / "workers.py", src / "experiment" / "drivers.py"):
         text = path.read_text()

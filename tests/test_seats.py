@@ -62,8 +62,14 @@ def test_seat_log_round_trips_on_disk_and_in_one_file(tmp_path):
 
 
 def test_each_seat_has_its_own_queue_beta_and_counters():
-    with Session("multi/duel", clock="virtual", seed=1, default={"first_0": "repeat", "second_0": "noop"},
-                 queue_mode={"second_0": "fifo"}, queue_capacity={"second_0": 4}) as world:  # fmt: skip
+    with Session(
+        "multi/duel",
+        clock="virtual",
+        seed=1,
+        default={"first_0": "repeat", "second_0": "noop"},
+        queue_mode={"second_0": "fifo"},
+        queue_capacity={"second_0": 4},
+    ) as world:
         assert world.seats == SEATS and len(world.slots) == len(world.queues) == 2
         assert world.queues[0].mode == "latest" and world.queues[1].mode == "fifo"
         assert world.queues[1].capacity == 4
@@ -194,7 +200,9 @@ def test_duel_closes_without_pettingzoo(tmp_path):
         "print('closed')\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(src)])}
-    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and done.stdout.strip() == "closed", done.stderr[-2000:]
 
 
@@ -225,8 +233,14 @@ def test_parallel_view_plays_in_realtime_per_seat():
     both seats inaction; rewards reach each seat and add up to the tick log's."""
     import nonstop
 
-    env = nonstop.make_parallel("multi/duel", clock="virtual", seed=2, think_time=2.5 * TICK,
-                                defaults={"second_0": "noop"}, env_kwargs={"rounds": 2})  # fmt: skip
+    env = nonstop.make_parallel(
+        "multi/duel",
+        clock="virtual",
+        seed=2,
+        think_time=2.5 * TICK,
+        defaults={"second_0": "noop"},
+        env_kwargs={"rounds": 2},
+    )
     obs, infos = env.reset()
     assert env.agents == SEATS and set(infos["first_0"]) >= {"nonstop_delay", "nonstop_inaction_ticks"}
     totals = {seat: 0.0 for seat in SEATS}
@@ -321,7 +335,9 @@ def test_bench_duel_pairings_show_inaction_removed_and_delay_kept():
     assert even["score_differential"] == 0 and even["win_rate"] == 0.5
     seq, stag = play(4, False, matches=3, rounds=3), play(4, True, matches=3, rounds=3)
     assert seq["score_differential"] == stag["score_differential"] == -3 and seq["win_rate"] == stag["win_rate"] == 0
-    assert seq["inaction_fraction"] == pytest.approx(4 / 5, abs=0.02) and stag["inaction_fraction"] < 0.05  # β only at match starts (stale drops)
+    assert (
+        seq["inaction_fraction"] == pytest.approx(4 / 5, abs=0.02) and stag["inaction_fraction"] < 0.05
+    )  # β only at match starts (stale drops)
     assert seq["delay_mean_ticks"] == 5 and stag["delay_mean_ticks"] == pytest.approx(5, abs=0.05)
     assert stag["n_inference"] == 5
     with pytest.raises(ValueError, match="matches"):

@@ -19,9 +19,32 @@ from nonstop.realtime.ticklog import SOURCE_AGENT  # noqa: E402
 from nonstop.experiment.selfplay import SelfPlay, SnapshotPool, check_two_seats, match_figures  # noqa: E402
 
 # two rounds a match (about half a world second while the learner still false-starts), a snapshot every 2 s
-ARGS = ["train", "--env", "multi/duel", "--env-arg", "rounds=2", "--self-play", "--snapshot-every", "2", "--pool-size", "3",
-        "--latency", "2t", "--opponent-latency", "5t", "--learning-starts", "50", "--batch-size", "16",
-        "--replay-capacity", "20000", "--progress-every", "2", "--checkpoint-every", "4"]  # fmt: skip
+ARGS = [
+    "train",
+    "--env",
+    "multi/duel",
+    "--env-arg",
+    "rounds=2",
+    "--self-play",
+    "--snapshot-every",
+    "2",
+    "--pool-size",
+    "3",
+    "--latency",
+    "2t",
+    "--opponent-latency",
+    "5t",
+    "--learning-starts",
+    "50",
+    "--batch-size",
+    "16",
+    "--replay-capacity",
+    "20000",
+    "--progress-every",
+    "2",
+    "--checkpoint-every",
+    "4",
+]
 
 
 # ----------------------------------------------------------------------------- the pool, pure
@@ -98,7 +121,13 @@ def test_snapshots_fall_on_a_grid_of_ticks():
 def test_match_figures():
     m = {"won": np.array([0, 0, 1, 1.0]), "score": np.array([-1, 0, 2, 1.0]), "opponent": np.array([0, 0, 1, 1.0])}
     f = match_figures(m, window=2)
-    assert (f["matches"], f["win_rate"], f["win_rate_last2"], f["score_last2_mean"], f["opponents_faced"]) == (4, 0.5, 1.0, 1.5, 2)
+    assert (f["matches"], f["win_rate"], f["win_rate_last2"], f["score_last2_mean"], f["opponents_faced"]) == (
+        4,
+        0.5,
+        1.0,
+        1.5,
+        2,
+    )
 
 
 # ----------------------------------------------------------------------------- at the door
@@ -114,7 +143,9 @@ def test_self_play_on_a_one_seat_world_is_refused_before_the_run_dir_exists(tmp_
         check_two_seats("multi/x", ["a", "b", "c"])
     # a two-seat world without --self-play, or a self-play setting without it: said, not ignored
     assert main(["train", "--env", "multi/duel", "--out", str(out)]) == 2
-    assert "multi/duel is a world of 2 seats (first_0, second_0): train on it with --self-play" in capsys.readouterr().err
+    assert (
+        "multi/duel is a world of 2 seats (first_0, second_0): train on it with --self-play" in capsys.readouterr().err
+    )
     assert main(["train", "--env", "multi/duel", "--opponents", "latest", "--pool-size", "2", "--out", str(out)]) == 2
     assert "--opponents, --pool-size set up self-play: add --self-play" in capsys.readouterr().err
     assert main([*ARGS, "--opponent-latency", "6", "--out", str(out)]) == 2  # a latency without a unit
@@ -134,8 +165,17 @@ def test_the_learners_transitions_come_from_its_own_seat_only(no_shm_leak):
     from nonstop.experiment import TrainConfig, TrainingRun
 
     dqn = DQNConfig.for_family("multi", learning_starts=50, batch_size=16, replay_capacity=20_000, gamma=1.0)
-    cfg = TrainConfig(env="multi/duel", env_kwargs={"rounds": 2}, seconds=8, self_play=True, snapshot_every=2, pool_size=3,
-                      latency="2t", opponent_latency="5t", dqn=dqn)  # fmt: skip
+    cfg = TrainConfig(
+        env="multi/duel",
+        env_kwargs={"rounds": 2},
+        seconds=8,
+        self_play=True,
+        snapshot_every=2,
+        pool_size=3,
+        latency="2t",
+        opponent_latency="5t",
+        dqn=dqn,
+    )
     run = TrainingRun(cfg)
     try:
         run.build().start()
@@ -182,7 +222,12 @@ def test_self_play_run_writes_matches_resumes_its_pool_and_reports_the_win_rate(
     assert main([*ARGS, "--seconds", "8", "--out", str(out)]) == 0
     capsys.readouterr()
     config = json.loads((out / "config.json").read_text())
-    assert (config["self_play"], config["opponents"], config["pool_size"], config["opponent_latency"]) == (True, "uniform", 3, "5t")
+    assert (config["self_play"], config["opponents"], config["pool_size"], config["opponent_latency"]) == (
+        True,
+        "uniform",
+        3,
+        "5t",
+    )
     first = latest_checkpoint(out).state["self_play"]
     assert first["ids"].tolist() == [2, 3, 4] and first["next_id"] == 5  # snapshots at 0, 2, 4, 6, 8 s; three kept
     assert first["env_ticks"].tolist() == [240, 360, 480] and first["next_tick"] == 600
@@ -212,7 +257,9 @@ def test_self_play_run_writes_matches_resumes_its_pool_and_reports_the_win_rate(
     assert m2["opponent"][later].min() >= 2
     summary = json.loads((out / "summary.json").read_text())["self_play"]
     assert summary["snapshots"] == [4, 5, 6] and summary["snapshots_taken"] == 7
-    assert summary["opponent_delay_mean_ticks"] >= 5 > json.loads((out / "summary.json").read_text())["delay_mean_ticks"]
+    assert (
+        summary["opponent_delay_mean_ticks"] >= 5 > json.loads((out / "summary.json").read_text())["delay_mean_ticks"]
+    )
 
     report = build_report(out)
     assert report.plots["win_rate"].name == "win_rate_over_time.png" and report.plots["win_rate"].stat().st_size > 5000
@@ -229,7 +276,9 @@ def test_self_play_on_two_player_boxing_learns_from_84x84_gray_frames(no_shm_lea
     from nonstop.experiment.selfplay import SeatFrames
 
     dqn = DQNConfig.for_family("multi", k=0.25, replay_capacity=2000, learning_starts=30, batch_size=8)
-    cfg = TrainConfig(env="multi/Boxing", seconds=1, self_play=True, snapshot_every=0.5, latency="1t", opponent_latency="3t", dqn=dqn)
+    cfg = TrainConfig(
+        env="multi/Boxing", seconds=1, self_play=True, snapshot_every=0.5, latency="1t", opponent_latency="3t", dqn=dqn
+    )
     run = TrainingRun(cfg)
     try:
         run.build().start()

@@ -68,8 +68,9 @@ TICK_PROCS = pytest.mark.parametrize("tick_procs", [0, 1], ids=["threads", "proc
 @pytest.fixture
 def server(request, tmp_path, no_shm_leak):
     tick_procs = getattr(request, "param", 0)
-    with ServerThread(envs=[WORLD, "CartPole"], replay_dir=tmp_path / "replays", idle_timeout=30.0,
-                      tick_procs=tick_procs) as srv:  # fmt: skip
+    with ServerThread(
+        envs=[WORLD, "CartPole"], replay_dir=tmp_path / "replays", idle_timeout=30.0, tick_procs=tick_procs
+    ) as srv:
         yield srv
     if tick_procs:
         assert all(p.process.exitcode is not None for p in srv.manager.procs.procs)  # every worker reaped
@@ -239,11 +240,23 @@ def test_http_endpoints(server) -> None:
     health = http_get(server.url, "/health")
     assert health["status"] == "healthy" and health["ticks_advancing"]
     meta = http_get(server.url, "/metadata")
-    assert meta["default_env"] == WORLD and meta["envs"]["CartPole"]["action"] == {"type": "Discrete", "n": 2,
-                                                                                    "start": 0}
+    assert meta["default_env"] == WORLD and meta["envs"]["CartPole"]["action"] == {
+        "type": "Discrete",
+        "n": 2,
+        "start": 0,
+    }
     schema = http_get(server.url, "/schema")
-    assert set(schema["client_messages"]) == {"reset", "step", "state", "close", "observe", "act", "wait", "subscribe",
-                                             "join"}
+    assert set(schema["client_messages"]) == {
+        "reset",
+        "step",
+        "state",
+        "close",
+        "observe",
+        "act",
+        "wait",
+        "subscribe",
+        "join",
+    }
     assert schema["client_messages"]["act"]["additionalProperties"] is False
     assert set(schema["server_messages"]) == {"observation", "push", "state", "ack", "error"}
     assert http_get(server.url, "/replays") == []
@@ -328,9 +341,24 @@ def test_sigterm_closes_sessions_and_flushes_replays(tmp_path, tick_procs) -> No
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nonstop.cli", "serve", "--env", WORLD, "--port", str(port), "--replay-dir",
-         str(tmp_path), "--log-level", "warning", "--tick-procs", str(tick_procs)], env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "nonstop.cli",
+            "serve",
+            "--env",
+            WORLD,
+            "--port",
+            str(port),
+            "--replay-dir",
+            str(tmp_path),
+            "--log-level",
+            "warning",
+            "--tick-procs",
+            str(tick_procs),
+        ],
+        env=env,
+    )
     try:
         url = f"ws://127.0.0.1:{port}"
 
@@ -438,8 +466,10 @@ class _RawSocket:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
         self.sock.connect(("127.0.0.1", port))
         key = base64.b64encode(os.urandom(16)).decode()
-        self.sock.sendall(f"GET /ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                          f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())  # fmt: skip
+        self.sock.sendall(
+            f"GET /ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
         head = b""
         while b"\r\n\r\n" not in head:
             head += self.sock.recv(1)
@@ -514,8 +544,11 @@ def test_tick_workers_end_their_sessions_and_clean_up(tmp_path, no_shm_leak) -> 
 def test_manager_rejects_bad_tick_pool_settings() -> None:
     from nonstop.server.sessions import SessionManager
 
-    for kwargs, match in (({"tick_procs": -1}, "tick_procs"), ({"tick_procs": True}, "tick_procs"),
-                          ({"tick_sched": "rt"}, "tick_sched")):  # fmt: skip
+    for kwargs, match in (
+        ({"tick_procs": -1}, "tick_procs"),
+        ({"tick_procs": True}, "tick_procs"),
+        ({"tick_sched": "rt"}, "tick_sched"),
+    ):
         with pytest.raises(ValueError, match=match):
             SessionManager([WORLD], **kwargs)
 

@@ -53,8 +53,14 @@ class AlternatingEnds(gymnasium.Env):
 
 
 register("test/alternating-ends", AlternatingEnds, family="classic", tick_hz=SLOW_HZ, description="test world")
-register("test/cartpole-10hz", make_cartpole, family="classic", tick_hz=SLOW_HZ, default_beta="repeat",
-         description="CartPole at 10 Hz")  # fmt: skip
+register(
+    "test/cartpole-10hz",
+    make_cartpole,
+    family="classic",
+    tick_hz=SLOW_HZ,
+    default_beta="repeat",
+    description="CartPole at 10 Hz",
+)
 
 
 def _play(env: gymnasium.Env, seed: int, actions: list[int]) -> list[tuple]:
@@ -74,10 +80,9 @@ def _play(env: gymnasium.Env, seed: int, actions: list[int]) -> list[tuple]:
 
 @pytest.mark.parametrize(
     ("env_id", "actions"),
-    [("test/alternating-ends", [1, 2, 0, 1, 1, 2, 0, 2, 1, 0, 1, 2, 2, 0]),
-     ("test/cartpole-10hz", [1] * 32)],
+    [("test/alternating-ends", [1, 2, 0, 1, 1, 2, 0, 2, 1, 0, 1, 2, 2, 0]), ("test/cartpole-10hz", [1] * 32)],
     ids=["terminated-and-truncated", "cartpole"],
-)  # fmt: skip
+)
 def test_remote_env_matches_the_local_view_at_episode_ends(env_id, actions, no_shm_leak) -> None:
     local = nonstop.make(env_id, clock="virtual")
     try:
@@ -163,12 +168,31 @@ def test_view_reports_each_episode_end_once_with_its_terminal_observation() -> N
     from nonstop.server.connection import _View
 
     def ob(tick, episode, total, *, terminated=False, truncated=False, last_end=0):
-        return Observation(np.array([float(tick)]), tick, 0.0, 0.0, total, terminated, truncated, episode, 0, tick,
-                           1, tick, last_end, 0)  # fmt: skip
+        return Observation(
+            np.array([float(tick)]),
+            tick,
+            0.0,
+            0.0,
+            total,
+            terminated,
+            truncated,
+            episode,
+            0,
+            tick,
+            1,
+            tick,
+            last_end,
+            0,
+        )
 
     final = {}
-    session = SimpleNamespace(tau_m=0.5, sid="s", state=SimpleNamespace(value="running"),
-                              read_final=lambda seat=0: final["obs"], spec=SimpleNamespace(seats=None))  # fmt: skip
+    session = SimpleNamespace(
+        tau_m=0.5,
+        sid="s",
+        state=SimpleNamespace(value="running"),
+        read_final=lambda seat=0: final["obs"],
+        spec=SimpleNamespace(seats=None),
+    )
 
     def reply(view, obs, fresh=False):
         data = view.payload(obs, session, "list", fresh=fresh)

@@ -28,8 +28,25 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-field_names = st.sampled_from(["action", "obs_tick", "ticks", "until", "every", "encoding", "seed", "env", "default",
-                               "queue_mode", "record", "max_ticks", "episode_id", "metadata", "junk"])  # fmt: skip
+field_names = st.sampled_from(
+    [
+        "action",
+        "obs_tick",
+        "ticks",
+        "until",
+        "every",
+        "encoding",
+        "seed",
+        "env",
+        "default",
+        "queue_mode",
+        "record",
+        "max_ticks",
+        "episode_id",
+        "metadata",
+        "junk",
+    ]
+)
 typed = st.builds(
     lambda t, data, extra: {"type": t, "data": data, **extra},
     st.sampled_from(TYPES),
@@ -48,9 +65,13 @@ oversized = st.integers(min_value=MAX_MESSAGE_BYTES + 1, max_value=MAX_MESSAGE_B
     lambda n: json.dumps({"type": "act", "data": {"action": 1, "pad": "x" * n}})
 )
 messages = st.one_of(
-    typed.map(json.dumps), bad_actions.map(json.dumps), raw_text, deep, oversized,
+    typed.map(json.dumps),
+    bad_actions.map(json.dumps),
+    raw_text,
+    deep,
+    oversized,
     json_values.map(json.dumps),
-)  # fmt: skip
+)
 
 
 def _is_harmless_valid(raw: str) -> bool:

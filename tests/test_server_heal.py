@@ -102,8 +102,20 @@ def test_nonstop_serve_takes_the_token_from_a_file_or_env_and_never_logs_it(tmp_
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
     env.pop("NONSTOP_TOKEN", None)
-    args = [sys.executable, "-m", "nonstop.cli", "serve", "--env", WORLD, "--port", str(port), "--log-level", "info",
-            "--tick-procs", "0"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "nonstop.cli",
+        "serve",
+        "--env",
+        WORLD,
+        "--port",
+        str(port),
+        "--log-level",
+        "info",
+        "--tick-procs",
+        "0",
+    ]
     if source == "file":
         (tmp_path / "token").write_text(secret + "\n")
         args += ["--token-file", str(tmp_path / "token")]
@@ -373,12 +385,21 @@ def test_a_killed_tick_worker_is_replaced_and_its_replays_kept(tmp_path, no_shm_
                 victim.step(1)
             assert err.value.code == "SESSION_ENDED" and "tick worker died (killed by signal 9)" in err.value.message
             assert dead.process.exitcode == -signal.SIGKILL  # reaped
-            health = wait_for(lambda: (h := http_get_any(srv.url, "/health"))["status"] == "healthy" and h, 60,
-                               "/health to be 200 again")  # fmt: skip
+            health = wait_for(
+                lambda: (h := http_get_any(srv.url, "/health"))["status"] == "healthy" and h,
+                60,
+                "/health to be 200 again",
+            )
             assert health["tick_procs_replaced"] == 1 and health["tick_procs_silent"] == []
             assert http_get(srv.url, "/health")["ticks_advancing"]  # raises unless 200
-            info = wait_for(lambda: (s := next(x for x in http_get(srv.url, "/sessions") if x["session_id"] == sid))
-                             ["lifecycle"] == "closed" and s, what="the dead session to close")  # fmt: skip
+            info = wait_for(
+                lambda: (
+                    (s := next(x for x in http_get(srv.url, "/sessions") if x["session_id"] == sid))["lifecycle"]
+                    == "closed"
+                    and s
+                ),
+                what="the dead session to close",
+            )
             assert info["summary"]["complete"] is False and info["summary"]["ticks"] >= ticks_before - 15
             replay = Replay.load(info["replay"])
             assert replay.header["complete"] is False and replay.ticks >= 30
@@ -399,8 +420,12 @@ def test_doctests_of_the_new_parts() -> None:
     from nonstop.server import auth, client, tickprocs
 
     runner = doctest.DocTestRunner()
-    for module, obj in ((auth, auth.resolve_token), (auth, auth.RedactToken), (client, client.Backoff),
-                        (tickprocs, tickprocs.SessionRecord)):  # fmt: skip
+    for module, obj in (
+        (auth, auth.resolve_token),
+        (auth, auth.RedactToken),
+        (client, client.Backoff),
+        (tickprocs, tickprocs.SessionRecord),
+    ):
         for test in doctest.DocTestFinder(recurse=False).find(obj, globs=dict(vars(module))):
             runner.run(test)
     assert runner.failures == 0 and runner.tries >= 6

@@ -66,9 +66,10 @@ def test_nonstop_mcp_over_stdio() -> None:
 
     src = str(Path(__file__).resolve().parents[1] / "src")
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "nonstop.cli", "mcp", "--env", "theory/inaction"],
+        command=sys.executable,
+        args=["-m", "nonstop.cli", "mcp", "--env", "theory/inaction"],
         env={**os.environ, "PYTHONPATH": src},
-    )  # fmt: skip
+    )
 
     async def play() -> None:
         async with Client(params) as client:

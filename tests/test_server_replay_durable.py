@@ -38,12 +38,31 @@ def _session(directory: Path, *, seed: int = 4, max_ticks: int | None = None):
     env = ReplayRecorder(make_env(WORLD), directory=directory / "replay", chunk_rows=CHUNK)
     slot = LatestSlot.create(spec.observation_space)
     queue = ActionQueue.create(spec.action_space, capacity=16)
-    host = Host(env, slot, queue, tau_m=1.0 / spec.tick_hz, default=make_default("noop", noop_action=spec.noop_action),
-                seed=seed, max_ticks=max_ticks, meta={"env": WORLD, "clock": "virtual"}, log_dir=directory,
-                log_chunk_rows=CHUNK)  # fmt: skip
-    header = {"env": WORLD, "env_kwargs": {}, "seed": seed, "warm_reset": False, "tick_hz": spec.tick_hz,
-              "default": "noop", "queue_mode": "latest", "session_id": directory.name, "end_reason": "the server died",
-              "complete": True, "server_pid": os.getpid()}  # fmt: skip
+    host = Host(
+        env,
+        slot,
+        queue,
+        tau_m=1.0 / spec.tick_hz,
+        default=make_default("noop", noop_action=spec.noop_action),
+        seed=seed,
+        max_ticks=max_ticks,
+        meta={"env": WORLD, "clock": "virtual"},
+        log_dir=directory,
+        log_chunk_rows=CHUNK,
+    )
+    header = {
+        "env": WORLD,
+        "env_kwargs": {},
+        "seed": seed,
+        "warm_reset": False,
+        "tick_hz": spec.tick_hz,
+        "default": "noop",
+        "queue_mode": "latest",
+        "session_id": directory.name,
+        "end_reason": "the server died",
+        "complete": True,
+        "server_pid": os.getpid(),
+    }
     write_header(directory, header)
     return host, env, slot, queue
 

@@ -46,8 +46,9 @@ def _code(call) -> str:
 @pytest.fixture
 def server(request, tmp_path, no_shm_leak):
     tick_procs = getattr(request, "param", 0)
-    with ServerThread(envs=[DUEL, ONE_SEAT], replay_dir=tmp_path / "replays", idle_timeout=30.0,
-                      tick_procs=tick_procs) as srv:  # fmt: skip
+    with ServerThread(
+        envs=[DUEL, ONE_SEAT], replay_dir=tmp_path / "replays", idle_timeout=30.0, tick_procs=tick_procs
+    ) as srv:
         yield srv
     if tick_procs:
         assert all(p.process.exitcode is not None for p in srv.manager.procs.procs)  # every worker reaped
@@ -270,8 +271,13 @@ def test_readme_seats_example_runs_and_prints_the_info_shown(tmp_path, no_shm_le
     script = tmp_path / "seats_example.py"
     script.write_text(code)
     with ServerThread(envs=[DUEL]) as srv:
-        done = subprocess.run([sys.executable, str(script), srv.url], capture_output=True, text=True, timeout=120,
-                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")})
+        done = subprocess.run(
+            [sys.executable, str(script), srv.url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")},
+        )
     assert done.returncode == 0, done.stderr[-3000:]
     printed = [set(re.findall(r"'(\w+)':", line)) for line in done.stdout.splitlines() if "{" in line]
     assert printed == [info_keys, seat_keys] and "seat" in info_keys and "held" in seat_keys

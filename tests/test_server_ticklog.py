@@ -51,8 +51,9 @@ def test_a_session_tick_log_streams_to_disk_and_is_removed_after_its_replay(
             assert client.observe().tick > 4 * CHUNK
         client.step(1)
         client.close()
-        info = wait_for(lambda: (s := _listed(srv.url, sid))["lifecycle"] == "closed" and s,
-                         what="the session to close")  # fmt: skip
+        info = wait_for(
+            lambda: (s := _listed(srv.url, sid))["lifecycle"] == "closed" and s, what="the session to close"
+        )
         assert not directory.exists()
         replay = Replay.load(info["replay"])
         assert replay.ticks == info["summary"]["ticks"] > 4 * CHUNK

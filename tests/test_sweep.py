@@ -19,7 +19,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nonstop.experiment.sweep import BUDGETS, GAMES, PAPER_SIZES, aggregate, cell_state, declared_delays, plan_cells, t_quantile_95
+from nonstop.experiment.sweep import (
+    BUDGETS,
+    GAMES,
+    PAPER_SIZES,
+    aggregate,
+    cell_state,
+    declared_delays,
+    plan_cells,
+    t_quantile_95,
+)
 
 pytest.importorskip("torch")
 
@@ -27,14 +36,27 @@ PAIR = ("staggered", "sequential")
 
 
 def _plan(budget: str = "small", **kw):
-    args = dict(games=None, sizes=None, seeds=None, episodes=None, interactions=PAIR, latency_source="paper",
-                latency_overrides={}, available=lambda g, a: (False, "no ROM here"))
+    args = dict(
+        games=None,
+        sizes=None,
+        seeds=None,
+        episodes=None,
+        interactions=PAIR,
+        latency_source="paper",
+        latency_overrides={},
+        available=lambda g, a: (False, "no ROM here"),
+    )
     args.update(kw)
     return plan_cells(BUDGETS[budget], **args)
 
 
 def test_the_paper_sizes_declare_the_authors_inference_times():
-    assert declared_delays([1, 7, 29, 98], "paper", game_boy=False, overrides={}) == {1: "5t", 7: "8t", 29: "70t", 98: "599t"}
+    assert declared_delays([1, 7, 29, 98], "paper", game_boy=False, overrides={}) == {
+        1: "5t",
+        7: "8t",
+        29: "70t",
+        98: "599t",
+    }
     assert declared_delays([98], "paper", game_boy=True, overrides={})[98] == "596t"  # 59.7275 Hz
     with pytest.raises(ValueError, match="k=3"):
         declared_delays([3], "paper", game_boy=False, overrides={})
@@ -64,13 +86,16 @@ def test_rom_games_are_left_out_with_a_note_or_refused_when_named():
         _plan("paper", games=["Tetris"])
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(games=["Pong2"]), "unknown game 'Pong2'"),
-    (dict(interactions=("staggered", "lockstep")), "unknown interaction 'lockstep'"),
-    (dict(seeds=0), "--seeds must be >= 1"),
-    (dict(episodes=0), "--episodes must be >= 1"),
-    (dict(game_args={"Pacman": ["x=1"]}), "unknown game 'Pacman' in --game-arg"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(games=["Pong2"]), "unknown game 'Pong2'"),
+        (dict(interactions=("staggered", "lockstep")), "unknown interaction 'lockstep'"),
+        (dict(seeds=0), "--seeds must be >= 1"),
+        (dict(episodes=0), "--episodes must be >= 1"),
+        (dict(game_args={"Pacman": ["x=1"]}), "unknown game 'Pacman' in --game-arg"),
+    ],
+)
 def test_bad_plans_are_refused(kw, match):
     with pytest.raises(ValueError, match=match):
         _plan(**kw)
@@ -85,8 +110,9 @@ def test_pokemon_needs_a_start_state(monkeypatch):
     ok, why = sweep.env_available("PokemonBattle", [])
     assert not ok and "--game-arg PokemonBattle:state=PATH" in why
     assert sweep.env_available("PokemonBattle", ["state=b.state"]) == (True, "")
-    cells, _ = _plan("paper", games=["PokemonBattle"], game_args={"PokemonBattle": ["state=b.state"]},
-                     available=sweep.env_available)  # fmt: skip
+    cells, _ = _plan(
+        "paper", games=["PokemonBattle"], game_args={"PokemonBattle": ["state=b.state"]}, available=sweep.env_available
+    )
     assert cells and all("state=b.state" in c.train_argv(Path("x")) for c in cells)
 
 
@@ -100,8 +126,20 @@ def test_a_rom_given_as_a_game_arg_is_the_one_checked(tmp_path):
 def test_confidence_intervals_are_student_t_over_seeds():
     rng = np.random.default_rng(3)
     values = rng.normal(10, 2, size=5)
-    rows = [{"game": "g", "k": 1, "params": "1M", "delay": "5t", "interaction": "staggered", "mean_return": float(v),
-             "inaction_fraction": 0.1, "delay_mean_ticks": 5.0, "complete": True} for v in values]  # fmt: skip
+    rows = [
+        {
+            "game": "g",
+            "k": 1,
+            "params": "1M",
+            "delay": "5t",
+            "interaction": "staggered",
+            "mean_return": float(v),
+            "inaction_fraction": 0.1,
+            "delay_mean_ticks": 5.0,
+            "complete": True,
+        }
+        for v in values
+    ]
     rows.append(dict(rows[0], mean_return=None, complete=False))  # a cell with no episode yet: not in the mean
     (agg,) = aggregate(rows)
     assert agg["seeds"] == 5 and agg["cells"] == 6 and agg["complete"] == 5
@@ -141,9 +179,27 @@ def test_the_t_quantile_without_scipy_is_scipys():
 
 def _sweep(tmp_path: Path, *extra: str, **popen) -> subprocess.Popen:
     env = dict(os.environ, COLUMNS="160")
-    return subprocess.Popen([sys.executable, "-m", "nonstop.cli", "sweep", "--budget", "tiny", "--out", str(tmp_path / "sw"),
-                             "--jobs", "2", "--json", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, **popen)  # fmt: skip
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "nonstop.cli",
+            "sweep",
+            "--budget",
+            "tiny",
+            "--out",
+            str(tmp_path / "sw"),
+            "--jobs",
+            "2",
+            "--json",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        **popen,
+    )
 
 
 @pytest.mark.slow
@@ -197,8 +253,11 @@ def test_sigterm_checkpoints_the_running_cells_and_leaves_nothing_running(tmp_pa
     proc = _sweep(tmp_path, "--episodes", "40")
     marker = str(tmp_path / "sw")
     deadline = time.monotonic() + 60
+
     def started() -> bool:  # both cells wrote a progress row: their worlds run (they are not still importing)
-        return 2 <= sum(len(p.read_text().splitlines()) >= 2 for p in (tmp_path / "sw" / "cells").glob("*/progress.csv"))
+        return 2 <= sum(
+            len(p.read_text().splitlines()) >= 2 for p in (tmp_path / "sw" / "cells").glob("*/progress.csv")
+        )
 
     while time.monotonic() < deadline and not started():
         time.sleep(0.2)
@@ -209,8 +268,16 @@ def test_sigterm_checkpoints_the_running_cells_and_leaves_nothing_running(tmp_pa
     assert "run the same command again to resume" in err
     time.sleep(0.5)
     assert _children_of(marker) == []
-    cells, _ = plan_cells(BUDGETS["tiny"], games=None, sizes=None, seeds=None, episodes=40, interactions=PAIR,
-                          latency_source="paper", latency_overrides={})  # fmt: skip
+    cells, _ = plan_cells(
+        BUDGETS["tiny"],
+        games=None,
+        sizes=None,
+        seeds=None,
+        episodes=40,
+        interactions=PAIR,
+        latency_source="paper",
+        latency_overrides={},
+    )
     states = [cell_state(c, tmp_path / "sw" / "cells" / c.name) for c in cells]
     assert states.count("resume") >= 2  # the two that were running wrote their final checkpoints
 
@@ -237,11 +304,14 @@ def test_the_papers_settings_are_flags_with_its_defaults(tmp_path):
 
 
 def test_2xdeep_cells_declare_their_own_longer_delays_and_parallel_learning_is_figure_4s_baseline(tmp_path):
-    cells, _ = _plan("tiny", archs=("impala", "2xdeep"), deep_sizes=[0.75, 18.5],
-                     interactions=("staggered", "parallel_learning"))  # fmt: skip
+    cells, _ = _plan(
+        "tiny", archs=("impala", "2xdeep"), deep_sizes=[0.75, 18.5], interactions=("staggered", "parallel_learning")
+    )
     deep = {c.k: c for c in cells if c.arch == "2xdeep" and c.interaction == "staggered"}
     shallow = {c.k: c for c in cells if c.arch == "impala" and c.interaction == "staggered"}
-    assert int(deep[0.75].delay[:-1]) > int(shallow[1].delay[:-1]) and int(deep[18.5].delay[:-1]) > int(shallow[29].delay[:-1])
+    assert int(deep[0.75].delay[:-1]) > int(shallow[1].delay[:-1]) and int(deep[18.5].delay[:-1]) > int(
+        shallow[29].delay[:-1]
+    )
     assert "2xdeep" in deep[0.75].name and len({c.name for c in cells}) == len(cells)
     parallel = next(c for c in cells if c.interaction == "parallel_learning").train_argv(tmp_path)
     last = len(parallel) - 1 - parallel[::-1].index("--batch-size")  # argparse keeps the last
@@ -274,17 +344,30 @@ def test_delay_start_zeros_runs_the_authors_simulation(tmp_path):
     from nonstop.experiment.delaysim import ZeroStartHistory
     from nonstop.experiment.sweep import BUDGETS, cell_result, plan_cells
 
-    cells, _ = plan_cells(BUDGETS["tiny"], games=None, sizes=[1], seeds=1, episodes=1, interactions=["staggered", "sequential"],
-                          latency_source="paper", latency_overrides={}, delay_start="zeros")  # fmt: skip
+    cells, _ = plan_cells(
+        BUDGETS["tiny"],
+        games=None,
+        sizes=[1],
+        seeds=1,
+        episodes=1,
+        interactions=["staggered", "sequential"],
+        latency_source="paper",
+        latency_overrides={},
+        delay_start="zeros",
+    )
     stag = next(c for c in cells if c.interaction == "staggered")
     seq = next(c for c in cells if c.interaction == "sequential")
-    assert stag.delay_start == "zeros" and seq.delay_start == "beta" and "zeros" in stag.name and "zeros" not in seq.name
+    assert (
+        stag.delay_start == "zeros" and seq.delay_start == "beta" and "zeros" in stag.name and "zeros" not in seq.name
+    )
     argv = stag.argv(tmp_path / "cell")
     assert argv[1:3] == ["-m", "nonstop.experiment.delaysim"] and argv[argv.index("--delay") + 1] == "5"
     argv[argv.index("p_minimax=0.97") + 2] = "max_steps=300"  # a short episode
     subprocess.run(argv, check=True, timeout=300)
     got = cell_result(stag, tmp_path / "cell")
-    assert got["complete"] and got["episodes"] == 1 and got["inaction_fraction"] == 0.0 and got["delay_mean_ticks"] == 5.0
+    assert (
+        got["complete"] and got["episodes"] == 1 and got["inaction_fraction"] == 0.0 and got["delay_mean_ticks"] == 5.0
+    )
     history = ZeroStartHistory(3, np.ones(2))
     seen = []
     for step in range(5):
@@ -292,5 +375,14 @@ def test_delay_start_zeros_runs_the_authors_simulation(tmp_path):
         history.push(np.full(2, step + 2.0))
     assert seen == [0.0, 0.0, 0.0, 1.0, 2.0]  # o_{t−3}: zeros for the first 3 steps
     with pytest.raises(ValueError, match="--delay-start must be one of"):
-        plan_cells(BUDGETS["tiny"], games=None, sizes=[1], seeds=1, episodes=1, interactions=["staggered"],
-                   latency_source="paper", latency_overrides={}, delay_start="ones")  # fmt: skip
+        plan_cells(
+            BUDGETS["tiny"],
+            games=None,
+            sizes=[1],
+            seeds=1,
+            episodes=1,
+            interactions=["staggered"],
+            latency_source="paper",
+            latency_overrides={},
+            delay_start="ones",
+        )

@@ -18,9 +18,16 @@ IDLE = {"cores": 16, "busy_cores": 2.0, "steal_cores": 0.0, "idle_cores": 14.0, 
 def parts(forward=25.0, quiet=25.0, overhead=1.0, wait=0.2, together=(), n=40):
     """Constant samples (ms) of each part; the world's τ_θ is their sum."""
     world = wait + overhead + forward
-    return tau_theta_parts(world=[world * MS] * n, forward_world=[forward * MS] * n, forward_quiet=[quiet * MS] * 8,
-                           forward_together=[t * MS for t in together], overhead=[overhead * MS] * n,
-                           overhead_quiet=[0.5 * MS] * 8, wait=[wait * MS] * n, tau_m=1 / 60)  # fmt: skip
+    return tau_theta_parts(
+        world=[world * MS] * n,
+        forward_world=[forward * MS] * n,
+        forward_quiet=[quiet * MS] * 8,
+        forward_together=[t * MS for t in together],
+        overhead=[overhead * MS] * n,
+        overhead_quiet=[0.5 * MS] * 8,
+        wait=[wait * MS] * n,
+        tau_m=1 / 60,
+    )
 
 
 def causes(d):
@@ -55,7 +62,10 @@ def test_busy_cores_and_a_slower_forward_pass_make_the_machine_the_limit():
     d = diagnose(parts(forward=36.0, quiet=24.0), BUSY, target_met=False, cluster_note="2 actors share 2 cores")
     assert causes(d) == ["cpu_contention"]
     assert d.causes[0]["slower"] == pytest.approx(0.5)
-    assert "0.1 of 2 cores idle" in d.machine_limit and "36.00 ms mean in the world against 24.00 ms quiet" in d.machine_limit
+    assert (
+        "0.1 of 2 cores idle" in d.machine_limit
+        and "36.00 ms mean in the world against 24.00 ms quiet" in d.machine_limit
+    )
     assert "2 actors share 2 cores" in d.machine_limit
     assert diagnose(parts(forward=36.0, quiet=24.0), BUSY, target_met=True).machine_limit is None  # nothing missed
 
@@ -83,8 +93,9 @@ def test_actors_that_slow_each_other_without_the_world_are_named():
     assert causes(d) == ["actors_slow_each_other"] and d.machine_limit is None
     assert d.causes[0]["together_ms_mean"] == pytest.approx(32.0) and "took 32.00 ms (+28%)" in d.causes[0]["text"]
     # together as fast as alone: the world, not the actors, slowed the pass
-    assert causes(diagnose(parts(forward=33.0, quiet=25.0, together=[25.5] * 8), IDLE, target_met=False)) == \
-        ["forward_slower_in_world"]
+    assert causes(diagnose(parts(forward=33.0, quiet=25.0, together=[25.5] * 8), IDLE, target_met=False)) == [
+        "forward_slower_in_world"
+    ]
 
 
 def test_an_unmeasured_load_claims_nothing_about_the_machine():

@@ -29,12 +29,22 @@ def fill(log: TickLog, n: int, *, seed: int = 0, first_tick: int = 1) -> None:
     for t in range(first_tick, first_tick + n):
         agent = bool(rng.random() < 0.5)
         ended = bool(rng.random() < 0.05)
-        log.append(tick=t, deadline=t * log.tau_m, time=t * log.tau_m + float(rng.exponential(1e-4)),
-                   source=SOURCE_AGENT if agent else SOURCE_DEFAULT, worker=int(rng.integers(0, 4)) if agent else -1,
-                   delay=int(rng.integers(0, 9)) if agent else -1, obs_tick=t - 3 if agent else -1,
-                   action=float(rng.integers(0, 3)), tau_theta=float(rng.random()) if agent else float("nan"),
-                   reward=float(rng.normal()), episode=episode, terminated=ended, superseded=int(rng.integers(0, 3)),
-                   step_s=float(rng.random() * 1e-5))  # fmt: skip
+        log.append(
+            tick=t,
+            deadline=t * log.tau_m,
+            time=t * log.tau_m + float(rng.exponential(1e-4)),
+            source=SOURCE_AGENT if agent else SOURCE_DEFAULT,
+            worker=int(rng.integers(0, 4)) if agent else -1,
+            delay=int(rng.integers(0, 9)) if agent else -1,
+            obs_tick=t - 3 if agent else -1,
+            action=float(rng.integers(0, 3)),
+            tau_theta=float(rng.random()) if agent else float("nan"),
+            reward=float(rng.normal()),
+            episode=episode,
+            terminated=ended,
+            superseded=int(rng.integers(0, 3)),
+            step_s=float(rng.random() * 1e-5),
+        )
         episode += ended
 
 
@@ -175,8 +185,10 @@ def test_stitching_chunks_and_resume_segments_equals_the_log_written(tmp_path):
         seg = TickLog(tau, chunk_rows=16, directory=tmp_path / f"seg{i}" if i == 1 else None, max_pending=100)
         episode0 = int(cols["episode"][a])
         for r in range(a, b):  # each segment restarts its ticks and episodes from its own start
-            seg.append(**{n: cols[n][r].item() for n in COLUMNS if n != "lateness"}
-                       | {"tick": int(cols["tick"][r]) - a, "episode": int(cols["episode"][r]) - episode0})
+            seg.append(
+                **{n: cols[n][r].item() for n in COLUMNS if n != "lateness"}
+                | {"tick": int(cols["tick"][r]) - a, "episode": int(cols["episode"][r]) - episode0}
+            )
         seg.close()
         segments.append(seg)
     segments[0].save(tmp_path / "seg0.npz")
@@ -204,8 +216,9 @@ def test_stitching_chunks_and_resume_segments_equals_the_log_written(tmp_path):
 @pytest.mark.filterwarnings("ignore:tick log. the writer")  # 25-row chunks, simulated time: the writer lags
 def test_virtual_session_streams_its_log_and_matches_one_without(tmp_path):
     def run(log_dir):
-        with Session(ScriptedEnv, tick_hz=50, env_kwargs={"episode_len": 9}, seed=1, log_dir=log_dir,
-                     log_chunk_rows=25) as world:  # fmt: skip
+        with Session(
+            ScriptedEnv, tick_hz=50, env_kwargs={"episode_len": 9}, seed=1, log_dir=log_dir, log_chunk_rows=25
+        ) as world:
             for t in range(200):
                 if t % 3 == 0:
                     latest = world.slot.read()

@@ -97,10 +97,27 @@ def _fill(log: TickLog, ticks: int, seed: int = 0, first_tick: int = 1) -> dict[
         v[at["superseded"]] = rng.integers(0, 3, seats)
         v[at["stale"]] = rng.integers(0, 2, seats)
         episode, ended = (t - 1) // 23, t % 23 == 0
-        log.append_tick(t, t * TICK, t * TICK + 1e-5, episode=episode, terminated=ended, truncated=False,
-                        step_s=1e-4, seats=v.reshape(-1))  # fmt: skip
-        shared = {"tick": t, "deadline": t * TICK, "time": t * TICK + 1e-5, "lateness": (t * TICK + 1e-5) - t * TICK, "episode": episode,
-                  "terminated": ended, "truncated": False, "step_s": 1e-4, "reset_s": 0.0}  # fmt: skip
+        log.append_tick(
+            t,
+            t * TICK,
+            t * TICK + 1e-5,
+            episode=episode,
+            terminated=ended,
+            truncated=False,
+            step_s=1e-4,
+            seats=v.reshape(-1),
+        )
+        shared = {
+            "tick": t,
+            "deadline": t * TICK,
+            "time": t * TICK + 1e-5,
+            "lateness": (t * TICK + 1e-5) - t * TICK,
+            "episode": episode,
+            "terminated": ended,
+            "truncated": False,
+            "step_s": 1e-4,
+            "reset_s": 0.0,
+        }
         for name in SHARED_COLUMNS:
             written[name].append(shared[name])
         for q in SEAT_COLUMNS:
@@ -123,7 +140,14 @@ def _assert_holds(log: TickLog, written: dict[str, np.ndarray]) -> None:
 
 
 def test_a_fifty_seat_log_round_trips_through_chunks_on_disk(tmp_path: Path) -> None:
-    log = TickLog(TICK, directory=tmp_path / "log", chunk_rows=16, seats=SEATS, max_pending=16, meta={"seats": [f"a{i}" for i in range(SEATS)]})
+    log = TickLog(
+        TICK,
+        directory=tmp_path / "log",
+        chunk_rows=16,
+        seats=SEATS,
+        max_pending=16,
+        meta={"seats": [f"a{i}" for i in range(SEATS)]},
+    )
     written = _fill(log, 70)
     _assert_holds(log, written)  # in memory (and the chunks the writer already has on disk)
     log.close()
@@ -138,7 +162,10 @@ def test_a_fifty_seat_log_round_trips_through_chunks_on_disk(tmp_path: Path) -> 
     assert (len(back), back.seats, back.complete) == (70, SEATS, True)
     assert back.seat_names[-1] == "a49" and back.seat("a49").name == "a49"
     _assert_holds(back, written)
-    assert np.array_equal(back.rows(0), log.rows(0), equal_nan=True) and back.rows(0).shape == (70, RowLayout(SEATS).width)
+    assert np.array_equal(back.rows(0), log.rows(0), equal_nan=True) and back.rows(0).shape == (
+        70,
+        RowLayout(SEATS).width,
+    )
     one = TickLog.load(back.save(tmp_path / "one.npz"))  # one file: blocks as well
     _assert_holds(one, written)
     with np.load(tmp_path / "one.npz") as data:
@@ -171,7 +198,9 @@ def test_an_old_log_and_a_new_one_stitch(tmp_path: Path) -> None:
     joined = TickLog.stitch([old, TickLog.open(tmp_path / "new")])
     assert len(joined) == 60 and joined.seats == 2
     assert joined.block("reward")[50:].tolist() == written["reward"].tolist()
-    assert joined["seat1_delay"].tolist() == EXPECTED["duel"]["columns"]["seat1_delay"] + written["delay"][:, 1].tolist()
+    assert (
+        joined["seat1_delay"].tolist() == EXPECTED["duel"]["columns"]["seat1_delay"] + written["delay"][:, 1].tolist()
+    )
 
 
 def test_a_log_directory_refuses_a_chunk_of_another_seat_count(tmp_path: Path) -> None:
@@ -211,8 +240,14 @@ def test_a_many_seat_chunk_holds_what_a_one_seat_chunk_holds() -> None:
 
 
 def test_every_seat_is_summarized_in_one_pass_as_its_own_view_would_be(tmp_path: Path) -> None:
-    log = TickLog(TICK, directory=tmp_path / "log", chunk_rows=16, seats=12, max_pending=16,
-                  meta={"queues": [{"submitted": i, "dropped_full": 0, "rejected": 0} for i in range(12)]})  # fmt: skip
+    log = TickLog(
+        TICK,
+        directory=tmp_path / "log",
+        chunk_rows=16,
+        seats=12,
+        max_pending=16,
+        meta={"queues": [{"submitted": i, "dropped_full": 0, "rejected": 0} for i in range(12)]},
+    )
     _fill(log, 100, seed=3)
     log.close()
     back = TickLog.open(tmp_path / "log")
@@ -237,7 +272,9 @@ def test_teams_sum_their_seats() -> None:
     assert red["delay_mean_ticks"] == pytest.approx(written["delay"][:, :3][agent[:, :3]].mean())
     assert blue["delay_max_ticks"] == int(written["delay"][:, 3:5][agent[:, 3:5]].max())
     assert red["reward_total"] == pytest.approx(written["reward"][:, :3].sum())
-    assert red["episode_return_mean"] == pytest.approx(written["reward"][:, :3].sum() / 2)  # each episode: the team's sum
+    assert red["episode_return_mean"] == pytest.approx(
+        written["reward"][:, :3].sum() / 2
+    )  # each episode: the team's sum
     worst = max((~agent[:, i]).mean() for i in range(3))
     assert red["inaction_fraction_max"] == pytest.approx(worst)
     with pytest.raises(ValueError, match=r"names seats \['x9'\]"):

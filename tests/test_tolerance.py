@@ -13,8 +13,9 @@ from nonstop.metrics.tolerance import cycle_mode_probability, estimate_predictab
 
 @pytest.mark.parametrize("n,p", [(64, 0.9), (64, 0.6), (4, 0.5)])
 def test_cycle_mdp_matches_the_exact_mode_probability(n, p):
-    est = estimate_predictability("theory/delay-cycle", env_kwargs={"n": n, "p_minimax": p}, horizon=6,
-                                  starts=30, flock=64, seed=1)  # fmt: skip
+    est = estimate_predictability(
+        "theory/delay-cycle", env_kwargs={"n": n, "p_minimax": p}, horizon=6, starts=30, flock=64, seed=1
+    )
     exact = np.array([cycle_mode_probability(n, p, k) for k in range(1, 7)])
     # the mode of 64 copies is biased up by at most a few hundredths where two states nearly tie
     assert np.all(np.abs(est.q - exact) < 4 * est.stderr + 0.05), (est.q, exact)
@@ -47,8 +48,26 @@ def test_bad_input_and_emulators_are_refused():
 def test_tolerance_command(capsys):
     from nonstop.cli import main
 
-    rc = main(["tolerance", "--env", "theory/delay-cycle", "--env-arg", "n=64", "--env-arg", "p_minimax=0.99",
-               "--horizon", "12", "--starts", "10", "--flock", "32", "--max-regret", "0.06", "--json"])  # fmt: skip
+    rc = main(
+        [
+            "tolerance",
+            "--env",
+            "theory/delay-cycle",
+            "--env-arg",
+            "n=64",
+            "--env-arg",
+            "p_minimax=0.99",
+            "--horizon",
+            "12",
+            "--starts",
+            "10",
+            "--flock",
+            "32",
+            "--max-regret",
+            "0.06",
+            "--json",
+        ]
+    )
     assert rc == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     # 1 − 0.99**k ≤ 0.06 up to k = 6: the estimate lands within a step of it

@@ -91,7 +91,9 @@ def wandb_run(run_dir: Path) -> dict:
                 row = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item}
                 out["history"].append({k: v for k, v in row.items() if not k.startswith("_")})
             elif kind == "summary":
-                out["summary"].update({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.summary.update})
+                out["summary"].update(
+                    {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.summary.update}
+                )
             elif kind == "exit":
                 out["exit_code"] = record.exit.exit_code
     return out
@@ -100,10 +102,24 @@ def wandb_run(run_dir: Path) -> dict:
 def _rows(log: RunLog, start: int, n: int) -> None:
     for i in range(n):
         ticks = (start + i + 1) * 60
-        log.log_progress({"wall_s": ticks / 60, "env_ticks": ticks, "inaction_frac": 0.5 / (start + i + 1),
-                          "updates": 10 * (start + i), "loss": None})  # fmt: skip
-        log.log_episode({"episode": start + i, "end_tick": ticks - 5, "wall_s": ticks / 60, "return": float(start + i),
-                         "length_ticks": 55})  # fmt: skip
+        log.log_progress(
+            {
+                "wall_s": ticks / 60,
+                "env_ticks": ticks,
+                "inaction_frac": 0.5 / (start + i + 1),
+                "updates": 10 * (start + i),
+                "loss": None,
+            }
+        )
+        log.log_episode(
+            {
+                "episode": start + i,
+                "end_tick": ticks - 5,
+                "wall_s": ticks / 60,
+                "return": float(start + i),
+                "length_ticks": 55,
+            }
+        )
 
 
 # ----------------------------------------------------------------------------- the flag
@@ -127,8 +143,18 @@ def test_mlflow_gets_the_config_rows_and_summary_and_resume_continues_its_run(tm
     with RunLog(run, config, tensorboard=False, track="mlflow") as log:
         assert log.trackers == ("mlflow",)
         _rows(log, 0, 3)
-        log.log_match({"episode": 2, "end_tick": 175, "wall_s": 3.0, "opponent": 1, "opponent_tick": 60, "pool_size": 2,
-                       "score": -3.0, "won": False})  # fmt: skip
+        log.log_match(
+            {
+                "episode": 2,
+                "end_tick": 175,
+                "wall_s": 3.0,
+                "opponent": 1,
+                "opponent_tick": 60,
+                "pool_size": 2,
+                "score": -3.0,
+                "won": False,
+            }
+        )
         log.write_summary({"complete": True, "inaction_fraction": 0.25, "recent_return": float("nan"), "reason": None})
     run_id = read_tracking(run)["mlflow"]["run_id"]
     client = MlflowClient(tracking_uri=offline)
@@ -175,7 +201,9 @@ def test_mlflow_without_a_tracking_uri_writes_the_file_store_mlruns_here(tmp_pat
         _rows(log, 0, 2)
     record = read_tracking(tmp_path / "run")["mlflow"]
     assert record["tracking_uri"] == (tmp_path / "mlruns").as_uri()
-    history = MlflowClient(tracking_uri=record["tracking_uri"]).get_metric_history(record["run_id"], "progress/env_ticks")
+    history = MlflowClient(tracking_uri=record["tracking_uri"]).get_metric_history(
+        record["run_id"], "progress/env_ticks"
+    )
     assert [m.step for m in history] == [60, 120]
     assert "MLFLOW_ALLOW_FILE_STORE" not in os.environ
 
@@ -183,7 +211,9 @@ def test_mlflow_without_a_tracking_uri_writes_the_file_store_mlruns_here(tmp_pat
 def test_a_tracker_that_cannot_start_leaves_no_run_directory(tmp_path, offline, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "bogus-scheme://nowhere")
     run = tmp_path / "run"
-    with pytest.raises(TrackerError, match="--track mlflow could not start a run at bogus-scheme://nowhere.*MLFLOW_TRACKING_URI"):
+    with pytest.raises(
+        TrackerError, match="--track mlflow could not start a run at bogus-scheme://nowhere.*MLFLOW_TRACKING_URI"
+    ):
         RunLog(run, {"env": "x"}, tensorboard=False, track=("wandb", "mlflow"))
     assert not run.exists()  # the wandb run it had started is finished, and its files went with the directory
     run.mkdir()  # an existing (empty) directory is left as it was found
@@ -202,7 +232,10 @@ def test_a_tracker_failing_mid_run_is_reported_once_and_the_run_goes_on(tmp_path
         assert log.trackers == ()
     failures = [n for n in notes if "--track mlflow stopped" in n]
     assert len(failures) == 1 and "CSVs hold every figure" in failures[0], notes
-    assert len(read_columns(run / "progress.csv")["env_ticks"]) == 4 and len(read_columns(run / "episodes.csv")["return"]) == 4
+    assert (
+        len(read_columns(run / "progress.csv")["env_ticks"]) == 4
+        and len(read_columns(run / "episodes.csv")["return"]) == 4
+    )
 
 
 # ----------------------------------------------------------------------------- Weights & Biases
@@ -214,7 +247,11 @@ def test_wandb_offline_run_holds_the_config_rows_and_summary(tmp_path, offline):
         _rows(log, 0, 3)
         log.write_summary({"complete": True, "inaction_fraction": 0.25, "updates": 20})
     written = wandb_run(run)  # under RUN/wandb/: WANDB_DIR unset, so the run directory keeps it
-    assert written["project"] == "nonstop" and written["name"] == "run" and written["id"] == read_tracking(run)["wandb"]["id"]
+    assert (
+        written["project"] == "nonstop"
+        and written["name"] == "run"
+        and written["id"] == read_tracking(run)["wandb"]["id"]
+    )
     assert written["config"]["env"] == "CartPole" and written["config"]["dqn"] == {"lr": 0.001}
     progress = [r for r in written["history"] if "progress/env_ticks" in r]
     assert [r["progress/env_ticks"] for r in progress] == [60, 120, 180]
@@ -234,8 +271,23 @@ def test_train_track_sends_the_same_progress_rows_to_both(tmp_path, offline, cap
     from nonstop.cli import main
 
     run = tmp_path / "run"
-    argv = ["train", "--env", "CartPole", "--learning-starts", "50", "--batch-size", "8", "--progress-every", "1",
-            "--seconds", "3", "--out", str(run), "--track", "wandb,mlflow"]  # fmt: skip
+    argv = [
+        "train",
+        "--env",
+        "CartPole",
+        "--learning-starts",
+        "50",
+        "--batch-size",
+        "8",
+        "--progress-every",
+        "1",
+        "--seconds",
+        "3",
+        "--out",
+        str(run),
+        "--track",
+        "wandb,mlflow",
+    ]
     assert main(argv) == 0, capsys.readouterr().err
     csv = read_columns(run / "progress.csv")
     client = MlflowClient(tracking_uri=offline)
@@ -251,7 +303,7 @@ def test_train_track_sends_the_same_progress_rows_to_both(tmp_path, offline, cap
     assert written["summary"]["updates"] == summary["updates"] and written["config"]["env"] == "CartPole"
 
 
-BLOCKER = '''
+BLOCKER = """
 import importlib.abc
 import sys
 
@@ -264,7 +316,7 @@ class _Missing(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, _Missing())
-'''
+"""
 
 
 def test_a_missing_tracker_library_names_its_extra_before_the_run_directory_exists(tmp_path):
@@ -275,9 +327,27 @@ def test_a_missing_tracker_library_names_its_extra_before_the_run_directory_exis
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(src), os.environ.get("PYTHONPATH", "")])}
     for tracker, extra in (("wandb", "nonstop[track-wandb]"), ("mlflow", "nonstop[track-mlflow]")):
         out = tmp_path / f"run-{tracker}"
-        done = subprocess.run([sys.executable, "-m", "nonstop.cli", "train", "--env", "CartPole", "--seconds", "1",
-                               "--out", str(out), "--track", tracker], env=env, cwd=tmp_path, capture_output=True,
-                              text=True, timeout=240)  # fmt: skip
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "nonstop.cli",
+                "train",
+                "--env",
+                "CartPole",
+                "--seconds",
+                "1",
+                "--out",
+                str(out),
+                "--track",
+                tracker,
+            ],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 2 and len(lines) == 1 and extra in lines[0], done.stderr[-2000:]
         assert not out.exists()
@@ -288,5 +358,7 @@ def test_a_missing_tracker_library_names_its_extra_before_the_run_directory_exis
         except ModuleNotFoundError as exc:
             print(exc)
     """)
-    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert "nonstop[track-wandb]" in done.stdout and not (tmp_path / "run").exists(), done.stderr[-2000:]

@@ -20,8 +20,19 @@ from nonstop.learning.checkpoint import latest_checkpoint, load_checkpoint
 from nonstop.learning.runlog import read_columns, read_ticklog
 from nonstop.realtime.ticklog import TickLog
 
-ARGS = ["train", "--env", "CartPole", "--learning-starts", "50", "--batch-size", "8", "--progress-every", "2",
-        "--checkpoint-every", "4"]  # fmt: skip
+ARGS = [
+    "train",
+    "--env",
+    "CartPole",
+    "--learning-starts",
+    "50",
+    "--batch-size",
+    "8",
+    "--progress-every",
+    "2",
+    "--checkpoint-every",
+    "4",
+]
 
 
 def test_train_writes_a_run_and_resume_continues_the_counters(tmp_path, capsys, no_shm_leak):
@@ -79,12 +90,32 @@ def test_bad_train_arguments_fail_before_anything_starts(tmp_path, capsys):
 @pytest.mark.slow
 def test_sigterm_on_the_wall_clock_checkpoints_and_leaves_nothing_behind(tmp_path):
     run = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")]),
+    }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nonstop.cli", *ARGS, "--clock", "wall", "--seconds", "120", "--progress-every", "0.5",
-         "--checkpoint-every", "1000", "--out", str(run)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "nonstop.cli",
+            *ARGS,
+            "--clock",
+            "wall",
+            "--seconds",
+            "120",
+            "--progress-every",
+            "0.5",
+            "--checkpoint-every",
+            "1000",
+            "--out",
+            str(run),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -132,9 +163,28 @@ def test_every_dqn_setting_is_a_train_flag_with_its_default_shown():
     text = p.format_help()
     for f in fields(DQNConfig):
         assert "--" + f.name.replace("_", "-") in text
-    args = p.parse_args(["--env", "CartPole", "--gamma", "0.9", "--target-update", "77", "--adam-eps", "1e-8",
-                         "--epsilon-start", "0.05", "--epsilon-end", "0.05", "--updates-per-transition", "4",
-                         "--hidden", "32", "16", "--no-double"])  # fmt: skip
+    args = p.parse_args(
+        [
+            "--env",
+            "CartPole",
+            "--gamma",
+            "0.9",
+            "--target-update",
+            "77",
+            "--adam-eps",
+            "1e-8",
+            "--epsilon-start",
+            "0.05",
+            "--epsilon-end",
+            "0.05",
+            "--updates-per-transition",
+            "4",
+            "--hidden",
+            "32",
+            "16",
+            "--no-double",
+        ]
+    )
     dqn = config_from_args(args).dqn
     assert (dqn.gamma, dqn.target_update, dqn.adam_eps, dqn.updates_per_transition) == (0.9, 77, 1e-8, 4.0)
     assert (dqn.epsilon_start, dqn.epsilon_end, dqn.hidden, dqn.double) == (0.05, 0.05, (32, 16), False)
@@ -173,11 +223,23 @@ def test_help_shows_what_each_env_family_changes(capsys):
     assert DQNConfig.for_family("classic").lr == FAMILY_DEFAULTS["classic"]["lr"] == 5e-4
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--trim-above", "lots"], "--trim-above takes bytes with an optional unit (0, 4MiB, 512KiB, 1GiB) or 'never', got 'lots'"),
-    (["--trim-above", "16MiB"], "--trim-above 16MiB trims worker processes: it needs --clock wall and --backend process or ray"),
-    (["--trim-above", "0", "--clock", "wall"], "needs --clock wall and --backend process or ray"),  # threads: nothing to trim
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--trim-above", "lots"],
+            "--trim-above takes bytes with an optional unit (0, 4MiB, 512KiB, 1GiB) or 'never', got 'lots'",
+        ),
+        (
+            ["--trim-above", "16MiB"],
+            "--trim-above 16MiB trims worker processes: it needs --clock wall and --backend process or ray",
+        ),
+        (
+            ["--trim-above", "0", "--clock", "wall"],
+            "needs --clock wall and --backend process or ray",
+        ),  # threads: nothing to trim
+    ],
+)
 def test_trim_above_is_refused_where_it_would_do_nothing(tmp_path, capsys, argv, message):
     assert main([*ARGS, "--seconds", "1", "--out", str(tmp_path / "a"), *argv]) == 2
     err = capsys.readouterr().err
@@ -224,8 +286,25 @@ def test_resume_continues_the_saved_config_and_says_what_it_overrides(tmp_path, 
     """`train --resume RUN` needs no flag typed again: the saved config goes on; a flag typed now is an
     override said at the start; --seconds is the run's total; summary.json covers every segment."""
     run = tmp_path / "run"
-    first = ["train", "--env", "CartPole", "--latency", "2t", "--learning-starts", "30", "--batch-size", "8", "--lr", "1e-3",
-             "--checkpoint-every", "4", "--seconds", "4", "--out", str(run)]  # fmt: skip
+    first = [
+        "train",
+        "--env",
+        "CartPole",
+        "--latency",
+        "2t",
+        "--learning-starts",
+        "30",
+        "--batch-size",
+        "8",
+        "--lr",
+        "1e-3",
+        "--checkpoint-every",
+        "4",
+        "--seconds",
+        "4",
+        "--out",
+        str(run),
+    ]
     assert main(first) == 0
     capsys.readouterr()
     assert main(["train", "--resume", str(run), "--seconds", "6"]) == 0
@@ -260,8 +339,28 @@ def test_the_batching_server_is_a_backend_of_train_and_a_device_is_checked_at_th
     import torch
 
     out = tmp_path / "run"
-    assert main([*ARGS, "--backend", "batched", "--latency", "0.6t", "--n-inference", "2", "--scheduler", "quantile_hold",
-                 "--batch-curve", "linear:0.5t,0.05t", "--seconds", "4", "--out", str(out)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                *ARGS,
+                "--backend",
+                "batched",
+                "--latency",
+                "0.6t",
+                "--n-inference",
+                "2",
+                "--scheduler",
+                "quantile_hold",
+                "--batch-curve",
+                "linear:0.5t,0.05t",
+                "--seconds",
+                "4",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["batch_server"]["requests"] > 150 and summary["batch_server"]["clock"] == "virtual"
     assert json.loads((out / "config.json").read_text())["batch_curve"] == "linear:0.5t,0.05t"
@@ -275,7 +374,9 @@ def test_the_batching_server_is_a_backend_of_train_and_a_device_is_checked_at_th
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "needs a CUDA GPU, but torch" in err and "finds none" in err
         assert not (tmp_path / "gpu").exists()
-    if not torch.cuda.is_available():  # every backend's workers and learners take --device now, each checked at the door
+    if (
+        not torch.cuda.is_available()
+    ):  # every backend's workers and learners take --device now, each checked at the door
         assert main([*ARGS, "--device", "cuda", "--out", str(tmp_path / "thread")]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "needs a CUDA GPU, but torch" in err and not (tmp_path / "thread").exists()
@@ -289,8 +390,10 @@ def test_a_bad_value_is_one_error_line_under_a_one_line_usage(capsys):
         main(["train", "--n-inference", "0"])
     assert stop.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines == ["usage: nonstop train … (nonstop train --help lists every option)",
-                     "nonstop: error: argument --n-inference: must be >= 1 (or 'auto'), got 0"]  # fmt: skip
+    assert lines == [
+        "usage: nonstop train … (nonstop train --help lists every option)",
+        "nonstop: error: argument --n-inference: must be >= 1 (or 'auto'), got 0",
+    ]
 
 
 @pytest.mark.parametrize("verb", ["", *VERBS])
@@ -335,10 +438,28 @@ def test_a_schedulers_own_settings_reach_the_pool(tmp_path, capsys, no_shm_leak)
     from nonstop.experiment import Run, TrainConfig
 
     out = tmp_path / "run"
-    assert main([*ARGS, "--scheduler", "fill", "--latency", "3t", "--scheduler-arg", "p_minimax=0.972",
-                 "--seconds", "2", "--out", str(out)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                *ARGS,
+                "--scheduler",
+                "fill",
+                "--latency",
+                "3t",
+                "--scheduler-arg",
+                "p_minimax=0.972",
+                "--seconds",
+                "2",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert json.loads((out / "config.json").read_text())["scheduler_args"] == {"p_minimax": 0.972}
-    run = Run(TrainConfig(env="CartPole", scheduler="fill", latency="3t", scheduler_args={"p_minimax": 0.972}, seconds=1))
+    run = Run(
+        TrainConfig(env="CartPole", scheduler="fill", latency="3t", scheduler_args={"p_minimax": 0.972}, seconds=1)
+    )
     try:
         run.build().start()
         rule = run.pool.scheduler

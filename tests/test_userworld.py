@@ -40,8 +40,9 @@ def beside(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(SRC), "USERWORLD_IMPORT_LOG": str(imports)}
 
     def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(launcher), *args], cwd=work, env=env, capture_output=True,
-                              text=True, timeout=timeout)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, str(launcher), *args], cwd=work, env=env, capture_output=True, text=True, timeout=timeout
+        )
 
     run.work = work  # type: ignore[attr-defined]
     run.imports = imports  # type: ignore[attr-defined]
@@ -76,8 +77,20 @@ def test_env_module_names_the_same_world(beside):
 
 
 def test_compare_takes_a_world_of_its_own(beside):
-    done = beside("compare", "--env", "Target1D-v0", "--env-module", "mypkg.worlds", "--latency", "2t", "--seconds", "2",
-                  "--plot", "", "--json")  # fmt: skip
+    done = beside(
+        "compare",
+        "--env",
+        "Target1D-v0",
+        "--env-module",
+        "mypkg.worlds",
+        "--latency",
+        "2t",
+        "--seconds",
+        "2",
+        "--plot",
+        "",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["env"] == ID and result["tick_hz"] == 20.0
@@ -85,7 +98,9 @@ def test_compare_takes_a_world_of_its_own(beside):
 
 @pytest.mark.wall
 def test_trains_and_resumes_on_the_wall_clock_and_its_processes_import_the_module(beside, no_shm_leak):
-    first = beside("train", "--env", ID, "--clock", "wall", "--seconds", "6", "--learning-starts", "20", "--out", "runs/w")
+    first = beside(
+        "train", "--env", ID, "--clock", "wall", "--seconds", "6", "--learning-starts", "20", "--out", "runs/w"
+    )
     assert first.returncode == 0, first.stderr
     importers = set(beside.imports.read_text().split())
     assert len(importers) >= 2, importers  # this command's process and the world's host process, at least
@@ -98,15 +113,22 @@ def test_trains_and_resumes_on_the_wall_clock_and_its_processes_import_the_modul
     assert "kept dying" not in first.stderr + again.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--env", "nosuchpkg.worlds:Target1D-v0"),
-     "cannot import module 'nosuchpkg.worlds' (the world's module in 'nosuchpkg.worlds:…'): it must be on PYTHONPATH "
-     "or in the directory nonstop runs from"),
-    (("--env", "mypkg.worlds:Target2D-v0"), "module 'mypkg.worlds' registered no environment 'Target2D-v0' (it registers "
-                                            "Target1D-v0)"),
-    (("--env", ID, "--env-module", "otherpkg"), "name two modules: give one"),
-    (("--env", "Target1D-v0", "--env-module", "my-pkg"), "--env-module takes a Python module name"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ("--env", "nosuchpkg.worlds:Target1D-v0"),
+            "cannot import module 'nosuchpkg.worlds' (the world's module in 'nosuchpkg.worlds:…'): it must be on PYTHONPATH "
+            "or in the directory nonstop runs from",
+        ),
+        (
+            ("--env", "mypkg.worlds:Target2D-v0"),
+            "module 'mypkg.worlds' registered no environment 'Target2D-v0' (it registers Target1D-v0)",
+        ),
+        (("--env", ID, "--env-module", "otherpkg"), "name two modules: give one"),
+        (("--env", "Target1D-v0", "--env-module", "my-pkg"), "--env-module takes a Python module name"),
+    ],
+)
 def test_refusals_are_one_line(beside, args, message):
     done = beside("train", *args, "--seconds", "1", "--out", "runs/x")
     lines = done.stderr.strip().splitlines()
@@ -119,10 +141,18 @@ def test_a_script_without_a_main_guard_is_told_how_to_guard(beside, no_shm_leak)
     """Every process nonstop spawns imports the calling script afresh: without the guard each child would
     start the run again (issue 30: "learner 0 kept dying"); each says what to do instead."""
     script = beside.work / "unguarded.py"
-    script.write_text("import mypkg.worlds\nfrom nonstop.cli import main\n"
-                      "main(['train', '--env', 'Target1D-v0', '--clock', 'wall', '--seconds', '1', '--out', 'runs/g'])\n")
-    done = subprocess.run([sys.executable, str(script)], cwd=beside.work, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "PYTHONPATH": str(SRC)})  # fmt: skip
+    script.write_text(
+        "import mypkg.worlds\nfrom nonstop.cli import main\n"
+        "main(['train', '--env', 'Target1D-v0', '--clock', 'wall', '--seconds', '1', '--out', 'runs/g'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=beside.work,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
     assert 'put the call under `if __name__ == "__main__":`' in done.stderr, done.stderr
     assert "already holds a run" not in done.stderr
 
@@ -176,9 +206,28 @@ def test_serve_builds_a_world_of_its_own_in_its_tick_processes(beside, tmp_path,
         port = s.getsockname()[1]
     launcher = tmp_path / "bin" / "nonstop_launcher.py"
     env = {**os.environ, "PYTHONPATH": str(SRC), "USERWORLD_IMPORT_LOG": str(beside.imports)}
-    server = subprocess.Popen([sys.executable, str(launcher), "serve", "--env", "Target1D-v0", "--env-module", "mypkg.worlds",
-                               "--port", str(port), "--tick-procs", "1", "--log-level", "warning"],
-                              cwd=beside.work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            str(launcher),
+            "serve",
+            "--env",
+            "Target1D-v0",
+            "--env-module",
+            "mypkg.worlds",
+            "--port",
+            str(port),
+            "--tick-procs",
+            "1",
+            "--log-level",
+            "warning",
+        ],
+        cwd=beside.work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 90
         while True:

@@ -19,6 +19,7 @@ TAU = 1 / 60
 
 def _run(tau_ticks: float, n: int, scheduler: str, seconds: float, *, kill: tuple[float, int] | None = None):
     with Session("theory/inaction", clock="virtual", seed=0) as world:
+
         def policy(i: int) -> LatencyPolicy:
             return LatencyPolicy(ConstantPolicy(world.action_space, 1), Constant(tau_ticks * TAU), seed=i)
 
@@ -112,7 +113,7 @@ def test_process_backend_runs_a_real_model_and_survives_a_killed_process():
     before_kill = log["source"][(log["tick"] > first) & (log["tick"] < first + 40)]
     assert before_kill.mean() > 0.5, "a 1-thread MLP in its own process acts on most 50 Hz ticks"
     assert pool.workers[0].deaths == 1
-    assert ("restarted" in [e.kind for e in pool.events])
+    assert "restarted" in [e.kind for e in pool.events]
     after = log["source"][log["tick"] > kill_tick + 1]
     assert after.sum() > 10, "the restarted process acts again"
     assert np.isfinite(log["tau_theta"][log["source"] == 1]).all()
@@ -127,6 +128,7 @@ def test_wall_pool_stop_wakes_workers_sleeping_a_long_latency():
 
     before = threading.active_count()
     with Session("theory/inaction", clock="wall", seed=0) as world:
+
         def policy(i: int) -> LatencyPolicy:
             return LatencyPolicy(ConstantPolicy(world.action_space, 1), Constant(5.0), seed=i)
 
@@ -179,6 +181,7 @@ def test_auto_pool_grows_from_one_worker_until_inaction_is_gone():
     """n_inference='auto': one worker with a 5-tick latency leaves 4 ticks in 5 to β; after its
     first action the pool grows to ceil(τ̄_θ/τ_M) = 5 workers and inaction falls to zero."""
     with Session("theory/inaction", clock="virtual", seed=0) as world:
+
         def policy(i: int) -> LatencyPolicy:
             return LatencyPolicy(ConstantPolicy(world.action_space, 1), Constant(5 * TAU), seed=i)
 
@@ -227,6 +230,7 @@ def test_quantile_hold_pool_frees_workers_and_releases_one_action_per_tick_virtu
     """Constant 3-tick latency: 3 workers suffice, every tick after warm-up is an agent's, each
     action is 3 ticks old; the scheduler is bound to the session's τ_M and tick grid."""
     with Session("theory/inaction", clock="virtual", seed=0) as world:
+
         def policy(i: int) -> LatencyPolicy:
             return LatencyPolicy(ConstantPolicy(world.action_space, 1), Constant(3 * TAU), seed=i)
 
@@ -243,6 +247,7 @@ def test_quantile_hold_pool_on_the_wall_clock_holds_actions_in_the_releaser():
     """The wall path: held actions are submitted by the clock's timer thread at their release ticks.
     Generous bounds (a loaded 2-core machine wakes threads late): most ticks are the agent's."""
     with Session("theory/inaction", clock="wall", seed=0) as world:
+
         def policy(i: int) -> LatencyPolicy:
             return LatencyPolicy(ConstantPolicy(world.action_space, 1), Constant(3 * TAU), seed=i)
 
@@ -324,6 +329,7 @@ def test_pool_starts_every_policy_before_waiting_for_any():
     4.8 s of β before the first action, 2.6 s started together; 4 Ray actors 5.7 s, 3.5 s."""
     journal, built = [], {}
     with Session("CartPole", clock="virtual", seed=0) as world:
+
         def policy(i):
             built[i] = _StartsLater(i, journal, world.action_space)
             return built[i]
@@ -341,6 +347,7 @@ def test_pool_starts_every_policy_before_waiting_for_any():
 def test_pool_whose_policy_fails_to_start_releases_every_policy_it_built():
     journal, built = [], {}
     with Session("CartPole", clock="virtual", seed=0) as world:
+
         def policy(i):
             built[i] = _StartsLater(i, journal, world.action_space, fail=(i == 1))
             return built[i]
@@ -366,6 +373,7 @@ def _wall_inaction(scheduler: str, n: int, latency, *, seconds: float, warmup: i
     """The tick-log summary of ``n`` thread workers (latency policies: they sleep, no CPU) on the
     wall clock, after ``warmup`` ticks from when they started, with the pool's report."""
     with Session("theory/inaction", clock="wall", seed=0) as world:
+
         def policy(i: int) -> LatencyPolicy:
             return LatencyPolicy(ConstantPolicy(world.action_space, 1), latency, seed=i)
 
@@ -376,7 +384,10 @@ def _wall_inaction(scheduler: str, n: int, latency, *, seconds: float, warmup: i
             end = world.slot.read().tick  # the ticks made while the pool stops are β's
         finally:
             pool.stop()
-    return {**world.tick_log.summary(warmup_ticks=started + warmup, end_tick=end), "pool": world.tick_log.meta["workers"]}
+    return {
+        **world.tick_log.summary(warmup_ticks=started + warmup, end_tick=end),
+        "pool": world.tick_log.meta["workers"],
+    }
 
 
 @pytest.mark.wall

@@ -23,14 +23,18 @@ import pytest
 from doc_commands import ROOT
 
 PAGE = ROOT / "docs" / "your-model.md"
-FIGURES = re.compile(r"(?:N_I (?P<n>\d+)|lanes \[(?P<lanes>[\d, ]+)\]).*?inaction(?: \(worst world\))? "
-                     r"(?P<inaction>[\d.]+)%, delay (?P<delay>[\d.]+) ticks")  # fmt: skip
+FIGURES = re.compile(
+    r"(?:N_I (?P<n>\d+)|lanes \[(?P<lanes>[\d, ]+)\]).*?inaction(?: \(worst world\))? "
+    r"(?P<inaction>[\d.]+)%, delay (?P<delay>[\d.]+) ticks"
+)
 
 
 def page_runs() -> list[tuple[str, str]]:
     """Each ```bash command that runs an examples/your_model_* script, with the ```text line after it."""
     text = PAGE.read_text()
-    pairs = re.findall(r"```bash\n(PYTHONPATH=src python examples/your_model_\S+[^\n]*)\n```\s*```text\n([^\n]+)\n```", text)
+    pairs = re.findall(
+        r"```bash\n(PYTHONPATH=src python examples/your_model_\S+[^\n]*)\n```\s*```text\n([^\n]+)\n```", text
+    )
     return pairs
 
 
@@ -43,7 +47,11 @@ def figures(line: str) -> dict[str, float]:
 
 def test_the_page_shows_a_run_of_each_example() -> None:
     scripts = {shlex.split(cmd)[2] for cmd, _ in page_runs()}
-    assert scripts == {"examples/your_model_torch.py", "examples/your_model_callable.py", "examples/your_model_batched.py"}
+    assert scripts == {
+        "examples/your_model_torch.py",
+        "examples/your_model_callable.py",
+        "examples/your_model_batched.py",
+    }
     assert all(figures(line) for _, line in page_runs())
     batched = [figures(line) for cmd, line in page_runs() if cmd.endswith("your_model_batched.py")]
     assert batched and batched[0]["inaction"] <= 1.0  # the route the page recommends: at most 1 % inaction
@@ -61,13 +69,17 @@ def test_the_page_lists_every_key_a_summary_has() -> None:
     keys = set(world.tick_log.summary(warmup_ticks=10))
     table = PAGE.read_text().split("| key | what it is |", 1)[1].split("\n\n", 1)[0]
     listed = set(re.findall(r"`([a-z_0-9]+)`", "\n".join(line.split("|")[1] for line in table.splitlines()[2:])))
-    assert keys == listed, f"on the page, not in a summary: {sorted(listed - keys)}; in a summary, not on the page: {sorted(keys - listed)}"
+    assert keys == listed, (
+        f"on the page, not in a summary: {sorted(listed - keys)}; in a summary, not on the page: {sorted(keys - listed)}"
+    )
     assert "warmup_ticks" in PAGE.read_text()
 
 
 @pytest.mark.slow
 @pytest.mark.wall
-@pytest.mark.parametrize("command,shown", page_runs(), ids=lambda v: v.split("examples/")[-1] if "examples/" in v else "")
+@pytest.mark.parametrize(
+    "command,shown", page_runs(), ids=lambda v: v.split("examples/")[-1] if "examples/" in v else ""
+)
 def test_each_example_runs_and_gives_the_pages_figures(command: str, shown: str) -> None:
     problems = _compare_a_run(command, shown)
     if problems:  # a load spike on a shared machine stretches every τ_θ of a wall-clock run: one more try

@@ -41,6 +41,15 @@ def make_parallel(
 
 __version__ = "0.1.0"
 __all__ = [
-    "ActionQueue", "HostError", "LatestSlot", "RealtimeEnv", "Session", "TickLog", "VirtualClock",
-    "WallClock", "make", "make_parallel", "__version__",
+    "ActionQueue",
+    "HostError",
+    "LatestSlot",
+    "RealtimeEnv",
+    "Session",
+    "TickLog",
+    "VirtualClock",
+    "WallClock",
+    "make",
+    "make_parallel",
+    "__version__",
 ]

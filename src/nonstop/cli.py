@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     from nonstop.commands import VERBS
 
     parser = _OneLineErrors(
-        prog="nonstop", formatter_class=_HelpWithDefaults,
+        prog="nonstop",
+        formatter_class=_HelpWithDefaults,
         description="Realtime RL: worlds that never wait, staggered asynchronous inference, realtime metrics.",
     )
     parser.add_argument("--version", action="version", version=f"nonstop {__version__}")
@@ -93,8 +94,11 @@ def _refuse_in_bootstrapping_child() -> None:
     import multiprocessing
 
     if getattr(multiprocessing.current_process(), "_inheriting", False):  # multiprocessing's own test of this
-        print("nonstop: error: a child process re-imported the script that calls nonstop's command line: put the "
-              "call under `if __name__ == \"__main__\":` (nonstop starts its processes with spawn)", file=sys.stderr)
+        print(
+            "nonstop: error: a child process re-imported the script that calls nonstop's command line: put the "
+            'call under `if __name__ == "__main__":` (nonstop starts its processes with spawn)',
+            file=sys.stderr,
+        )
         raise SystemExit(2)
 
 
@@ -104,8 +108,12 @@ def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown and not getattr(args, "bench_unavailable", False):  # what parse_args does, but a bench
-        verbs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # that cannot run takes any options
-        (verbs.choices.get(getattr(args, "command", None) or "") or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+        verbs = next(
+            a for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+        )  # that cannot run takes any options
+        (verbs.choices.get(getattr(args, "command", None) or "") or parser).error(
+            f"unrecognized arguments: {' '.join(unknown)}"
+        )
     if getattr(args, "verb", None) is None:
         parser.print_help()
         return 2
@@ -116,7 +124,12 @@ def _run(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         print("interrupted: stopped cleanly", file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError) as exc:  # bad input; a TypeError is a bug
+    except (
+        ValueError,
+        FileNotFoundError,
+        FileExistsError,
+        NotADirectoryError,
+    ) as exc:  # bad input; a TypeError is a bug
         print(f"nonstop: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as exc:

@@ -40,9 +40,7 @@ from nonstop.realtime.clock import stopwatch
 
 __all__ = ["DESCRIPTION", "RESULT_KEYS", "TARGET_P50_US", "add_arguments", "run", "render", "our_segments"]
 
-DESCRIPTION = (
-    "process round trip: LatestSlot and ActionQueue ping-pong vs multiprocessing.Queue (target p50 ≤ 10 µs)"
-)
+DESCRIPTION = "process round trip: LatestSlot and ActionQueue ping-pong vs multiprocessing.Queue (target p50 ≤ 10 µs)"
 
 #: p50 round trip our channels should keep, in microseconds.
 TARGET_P50_US = 10.0
@@ -210,10 +208,18 @@ def _ping_mp(ping: Any, pong: Any, count: int, sent_before: int, payload: Any) -
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--round-trips", type=int, default=None,
-                        help=size_help("measured round trips per kind and round", "round_trips", _QUICK, _FULL))  # fmt: skip
-    parser.add_argument("--rounds", type=int, default=None,
-                        help=size_help("rounds, each running every kind once", "rounds", _QUICK, _FULL))  # fmt: skip
+    parser.add_argument(
+        "--round-trips",
+        type=int,
+        default=None,
+        help=size_help("measured round trips per kind and round", "round_trips", _QUICK, _FULL),
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help=size_help("rounds, each running every kind once", "rounds", _QUICK, _FULL),
+    )
     parser.add_argument("--warmup", type=int, default=200, help="round trips dropped at the start of each phase")
 
 
@@ -331,9 +337,14 @@ def render(result: dict[str, Any]) -> None:
     for kind in KINDS:
         s = result["stats_us"][kind]
         table.add_row(
-            names[kind], f"{result['payload_bytes'][kind]} B", f"{s['p50']:.1f}", f"{s['p90']:.1f}",
-            f"{s['p99']:.1f}", f"{s['min']:.1f}", f"{s['max']:.1f}",
-        )  # fmt: skip
+            names[kind],
+            f"{result['payload_bytes'][kind]} B",
+            f"{s['p50']:.1f}",
+            f"{s['p90']:.1f}",
+            f"{s['p99']:.1f}",
+            f"{s['min']:.1f}",
+            f"{s['max']:.1f}",
+        )
     quick = bool(result.get("quick"))
     table.caption = (
         f"target p50 ≤ {result['target_p50_us']:.0f} µs: slot {verdict(result['slot_meets_target'], quick)}, "

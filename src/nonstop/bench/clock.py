@@ -157,9 +157,11 @@ def _one_session(
         for i in range(readers):
             parent_conn, child_conn = ctx.Pipe(duplex=False)
             proc = ctx.Process(
-                target=_reader_main, args=(session.slot, child_conn, seconds + 120.0),
-                name=f"nonstop-bench-reader-{i}", daemon=True,
-            )  # fmt: skip
+                target=_reader_main,
+                args=(session.slot, child_conn, seconds + 120.0),
+                name=f"nonstop-bench-reader-{i}",
+                daemon=True,
+            )
             proc.start()
             child_conn.close()
             procs.append(proc)
@@ -213,12 +215,14 @@ def _worst_ticks(log: TickLog, skip: int, k: int = 5) -> list[dict[str, Any]]:
     rows = []
     for i in order:
         before = slice(max(i - 1, 0), i)
-        rows.append({
-            "tick": int(tick[i]),
-            "lateness_us": float(lateness[i] * 1e6),
-            "previous_step_us": float(step_s[before].max() * 1e6) if i > 0 else 0.0,
-            "reset_before": bool(reset_s[max(i - 1, 0)] > 0),
-        })  # fmt: skip
+        rows.append(
+            {
+                "tick": int(tick[i]),
+                "lateness_us": float(lateness[i] * 1e6),
+                "previous_step_us": float(step_s[before].max() * 1e6) if i > 0 else 0.0,
+                "reset_before": bool(reset_s[max(i - 1, 0)] > 0),
+            }
+        )
     return rows
 
 
@@ -227,18 +231,28 @@ def _worst_ticks(log: TickLog, skip: int, k: int = 5) -> list[dict[str, Any]]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", default="Boxing", help="env the host ticks (default Boxing)")
-    parser.add_argument("--seconds", type=float, default=None,
-                        help=size_help("measured seconds per clock mode, over all rounds", "seconds", _QUICK, _FULL))  # fmt: skip
-    parser.add_argument("--rounds", type=int, default=None,
-                        help=size_help("alternate the two modes this many times", "rounds", _QUICK, _FULL))  # fmt: skip
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help=size_help("measured seconds per clock mode, over all rounds", "seconds", _QUICK, _FULL),
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help=size_help("alternate the two modes this many times", "rounds", _QUICK, _FULL),
+    )
     parser.add_argument("--hz", type=float, default=60.0, help="tick rate (default 60)")
     parser.add_argument("--spin", type=float, default=0.001, help="spin window of our wall clock in s (default 0.001)")
     parser.add_argument("--readers", type=int, default=1, help="reader processes polling the slot (default 1)")
     parser.add_argument(
-        "--host-sched", choices=HOST_SCHED, default="auto",
+        "--host-sched",
+        choices=HOST_SCHED,
+        default="auto",
         help="host process scheduling: auto (the default of Session: SCHED_FIFO, else nice -10, where permitted), "
         "fifo, nice or normal (no change: shows what the priority buys)",
-    )  # fmt: skip
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -277,21 +291,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             s = summarize(log, warmup_ticks=skip)
             reads = sum(x["reads"] for x in out["readers"])
             seen = sum(x["ticks_seen"] for x in out["readers"])
-            per_round[mode].append({
-                "round": r,
-                "ticks": s["ticks"],
-                "lateness_p50_us": s["lateness_p50_us"],
-                "lateness_p99_us": s["lateness_p99_us"],
-                "lateness_max_us": s["lateness_max_us"],
-                "overruns": s["overruns"],
-                "resets": int((log["reset_s"][keep] > 0).sum()),
-                "reset_ms_max": float(log["reset_s"][keep].max() * 1e3) if keep.any() else 0.0,
-                "reader_reads_per_s": reads / out["measured_s"] if out["measured_s"] > 0 else 0.0,
-                # a fast reader should see every tick the host published while it was polling
-                "reader_ticks_seen": seen,
-                **out["sched"],
-                "loadavg_1min": os.getloadavg()[0],
-            })  # fmt: skip
+            per_round[mode].append(
+                {
+                    "round": r,
+                    "ticks": s["ticks"],
+                    "lateness_p50_us": s["lateness_p50_us"],
+                    "lateness_p99_us": s["lateness_p99_us"],
+                    "lateness_max_us": s["lateness_max_us"],
+                    "overruns": s["overruns"],
+                    "resets": int((log["reset_s"][keep] > 0).sum()),
+                    "reset_ms_max": float(log["reset_s"][keep].max() * 1e3) if keep.any() else 0.0,
+                    "reader_reads_per_s": reads / out["measured_s"] if out["measured_s"] > 0 else 0.0,
+                    # a fast reader should see every tick the host published while it was polling
+                    "reader_ticks_seen": seen,
+                    **out["sched"],
+                    "loadavg_1min": os.getloadavg()[0],
+                }
+            )
             worst[mode].extend(_worst_ticks(log, skip))
 
     result: dict[str, Any] = {"bench": "clock", "env": env_id, "env_source": env_source(env_id)}
@@ -349,9 +365,14 @@ def render(result: dict[str, Any]) -> None:
     for mode in MODES:
         s = result["stats_us"][mode]
         table.add_row(
-            names[mode], str(s["n"]), f"{s['p50']:.1f}", f"{s['p90']:.1f}", f"{s['p99']:.1f}", f"{s['max']:.0f}",
+            names[mode],
+            str(s["n"]),
+            f"{s['p50']:.1f}",
+            f"{s['p90']:.1f}",
+            f"{s['p99']:.1f}",
+            f"{s['max']:.0f}",
             f"{result[f'{mode}_over_target_fraction'] * 100:.2f} %",
-        )  # fmt: skip
+        )
     judged = verdict(result["meets_target"], bool(result.get("quick")))
     table.caption = (
         f"p99 {judged} ≤ {result['target_p99_us']:.0f} µs; plain sleep p99 / ours = {result['p99_ratio']:.1f}×; "

@@ -14,8 +14,10 @@ from nonstop.metrics.limits import machine_info  # noqa: F401  (re-exported: the
 
 
 #: said beside every quick run's figures: its sizes suit a smoke check, not a measurement
-QUICK_NOTE = ("quick run (--quick): sizes small enough for a CI smoke check, not the measurement; "
-              "its meets_target is indicative only: judge the targets on a run without --quick")
+QUICK_NOTE = (
+    "quick run (--quick): sizes small enough for a CI smoke check, not the measurement; "
+    "its meets_target is indicative only: judge the targets on a run without --quick"
+)
 
 
 def verdict(ok: bool, quick: bool = False) -> str:
@@ -95,5 +97,3 @@ def parse_positive_list(text: str, option: str) -> list[float]:
     if not values or any(not (v > 0) or math.isinf(v) for v in values):
         raise ValueError(f"{option} values must be positive finite numbers, got {text!r}")
     return values
-
-

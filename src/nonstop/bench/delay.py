@@ -36,32 +36,89 @@ DESCRIPTION = "return with 95-percent intervals, inaction and delay of SAC, dela
 #: each budget's grid (a flag given beside ``--budget`` wins)
 BUDGETS: dict[str, dict[str, Any]] = {
     "tiny": {"envs": "Pendulum-v1", "taus": "1,6", "algos": "sac,sac+delay", "seeds": 1, "ticks": 400, "last": 1},
-    "small": {"envs": "Pendulum-v1", "taus": "1,3,6", "algos": "sac,sac+delay,rtac,dcac", "seeds": 3,
-              "ticks": 15_000, "last": 10},
-    "full": {"envs": "Pendulum-v1,HalfCheetah-v5", "taus": "1,3,6", "algos": "sac,sac+delay,rtac,dcac", "seeds": 5,
-             "ticks": 100_000, "last": 10},
-}  # fmt: skip
+    "small": {
+        "envs": "Pendulum-v1",
+        "taus": "1,3,6",
+        "algos": "sac,sac+delay,rtac,dcac",
+        "seeds": 3,
+        "ticks": 15_000,
+        "last": 10,
+    },
+    "full": {
+        "envs": "Pendulum-v1,HalfCheetah-v5",
+        "taus": "1,3,6",
+        "algos": "sac,sac+delay,rtac,dcac",
+        "seeds": 5,
+        "ticks": 100_000,
+        "last": 10,
+    },
+}
 #: the share of plain SAC's loss a delay-paying algorithm must recover at the largest τ
 TARGET_RECOVERY = 0.85
 #: Student's t at 97.5 % for 1..30 degrees of freedom (a 95 % two-sided interval)
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--budget", choices=sorted(BUDGETS), default=None,
-                   help="the grid's size: tiny (CI, under a minute), small (Pendulum, 3 seeds, 15k ticks a run), "
-                        "full (and HalfCheetah-v5, 5 seeds, 100k ticks) (default: small; --quick: tiny)")  # fmt: skip
+    p.add_argument(
+        "--budget",
+        choices=sorted(BUDGETS),
+        default=None,
+        help="the grid's size: tiny (CI, under a minute), small (Pendulum, 3 seeds, 15k ticks a run), "
+        "full (and HalfCheetah-v5, 5 seeds, 100k ticks) (default: small; --quick: tiny)",
+    )
     p.add_argument("--envs", default=None, help="comma-separated worlds (default: the budget's)")
-    p.add_argument("--taus", default=None, help="comma-separated model latencies in ticks, staggered (default: the budget's)")
-    p.add_argument("--algos", default=None,
-                   help="comma-separated algorithms, NAME or NAME+delay (with --delay-aware) (default: the budget's)")
+    p.add_argument(
+        "--taus", default=None, help="comma-separated model latencies in ticks, staggered (default: the budget's)"
+    )
+    p.add_argument(
+        "--algos",
+        default=None,
+        help="comma-separated algorithms, NAME or NAME+delay (with --delay-aware) (default: the budget's)",
+    )
     p.add_argument("--seeds", type=int, default=None, help="seeds per cell (default: the budget's)")
     p.add_argument("--ticks", type=int, default=None, help="agent ticks per run (default: the budget's)")
-    p.add_argument("--last", type=int, default=None, help="finished episodes whose mean return is a run's (default: the budget's)")
-    p.add_argument("--algo-arg", action="append", metavar="KEY=VALUE",
-                   help="a setting of every algorithm in the grid, repeatable (hidden=[64,64], batch_size=128; "
-                        "default: each algorithm's own)")  # fmt: skip
+    p.add_argument(
+        "--last", type=int, default=None, help="finished episodes whose mean return is a run's (default: the budget's)"
+    )
+    p.add_argument(
+        "--algo-arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a setting of every algorithm in the grid, repeatable (hidden=[64,64], batch_size=128; "
+        "default: each algorithm's own)",
+    )
     p.add_argument("--plot", default=None, metavar="PATH", help="also write a figure to PATH (.png)")
 
 
@@ -94,12 +151,15 @@ def grid(args: argparse.Namespace) -> dict[str, Any]:
     known = set(names("algo"))
     for a in algos:
         if a.removesuffix("+delay") not in known:
-            raise ValueError(f"unknown algorithm {a!r} in --algos: use NAME or NAME+delay with NAME one of {sorted(known)}")
+            raise ValueError(
+                f"unknown algorithm {a!r} in --algos: use NAME or NAME+delay with NAME one of {sorted(known)}"
+            )
     return {**g, "envs": envs, "taus": sorted(set(taus)), "algos": algos}
 
 
-def run_cell(env: str, tau: int, algo: str, seed: int, ticks: int, last: int,
-             algo_args: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+def run_cell(
+    env: str, tau: int, algo: str, seed: int, ticks: int, last: int, algo_args: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """One training run on the virtual clock: ``algo`` (``NAME`` or ``NAME+delay``, with the settings
     ``algo_args`` changes) behind a ``tau``-tick model staggered over ``tau`` workers; its recent
     return, inaction and delay, and its wall time."""
@@ -112,23 +172,39 @@ def run_cell(env: str, tau: int, algo: str, seed: int, ticks: int, last: int,
     from nonstop.experiment.registry import lookup
 
     algo_class = lookup("algo", name)
-    settings = {algo_class.settings_field: algo_class.config_class.for_family(env_info(env).family, **algo_args)
-                } if algo_args else {}  # fmt: skip
-    cfg = TrainConfig(env=env, clock="virtual", seconds=(ticks + 0.5) / tick_hz, latency=f"{tau}t", scheduler="max_time",
-                      n_inference=tau, algo=name, delay_aware=aware, seed=seed, **settings)  # fmt: skip
+    settings = (
+        {algo_class.settings_field: algo_class.config_class.for_family(env_info(env).family, **algo_args)}
+        if algo_args
+        else {}
+    )
+    cfg = TrainConfig(
+        env=env,
+        clock="virtual",
+        seconds=(ticks + 0.5) / tick_hz,
+        latency=f"{tau}t",
+        scheduler="max_time",
+        n_inference=tau,
+        algo=name,
+        delay_aware=aware,
+        seed=seed,
+        **settings,
+    )
     started = time.monotonic()
     out = train(cfg, progress_every=max(1.0, cfg.seconds))
     returns = [float(r) for r in out["episode_returns"]]
     summary = out["summary"]
     return {
-        "env": env, "tau": tau, "algo": algo, "seed": seed,
+        "env": env,
+        "tau": tau,
+        "algo": algo,
+        "seed": seed,
         "return": float(np.mean(returns[-last:])) if returns else None,
         "episodes": len(returns),
         "inaction": float(summary["inaction_fraction"]),
         "delay_ticks": float(summary["delay_mean_ticks"]) if summary["agent_ticks"] else None,
         "updates": int(out["updates"] or 0),
         "wall_s": time.monotonic() - started,
-    }  # fmt: skip
+    }
 
 
 def interval(values: list[float | None]) -> dict[str, Any]:
@@ -173,14 +249,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for tau in g["taus"]:
             for algo in g["algos"]:
                 mine = [r for r in runs if (r["env"], r["tau"], r["algo"]) == (env, tau, algo)]
-                cells.append({"env": env, "tau": tau, "algo": algo, "return": interval([r["return"] for r in mine]),
-                              "inaction": float(np.mean([r["inaction"] for r in mine])),
-                              "delay_ticks": _mean([r["delay_ticks"] for r in mine]),
-                              "wall_s": float(sum(r["wall_s"] for r in mine))})  # fmt: skip
-    result: dict[str, Any] = {"grid": {k: g[k] for k in ("budget", "envs", "taus", "algos", "seeds", "ticks", "last",
-                                                         "algo_args")},
-                              "cells": cells, "runs": runs, "verdicts": _verdicts(cells, g),
-                              "wall_s": time.monotonic() - started}  # fmt: skip
+                cells.append(
+                    {
+                        "env": env,
+                        "tau": tau,
+                        "algo": algo,
+                        "return": interval([r["return"] for r in mine]),
+                        "inaction": float(np.mean([r["inaction"] for r in mine])),
+                        "delay_ticks": _mean([r["delay_ticks"] for r in mine]),
+                        "wall_s": float(sum(r["wall_s"] for r in mine)),
+                    }
+                )
+    result: dict[str, Any] = {
+        "grid": {k: g[k] for k in ("budget", "envs", "taus", "algos", "seeds", "ticks", "last", "algo_args")},
+        "cells": cells,
+        "runs": runs,
+        "verdicts": _verdicts(cells, g),
+        "wall_s": time.monotonic() - started,
+    }
     if args.plot:
         result["plot"] = str(_plot(result, Path(args.plot)))
     return result
@@ -204,9 +290,14 @@ def _verdicts(cells: list[dict[str, Any]], g: dict[str, Any]) -> list[dict[str, 
             shows_loss = plain_fast["low"] > plain_slow["high"]
         else:  # one seed: no intervals, the means say it
             shows_loss = plain_fast["mean"] > plain_slow["mean"]
-        row: dict[str, Any] = {"env": env, "tau_fast": fast, "tau_slow": slow,
-                               "sac_loss": plain_fast["mean"] - plain_slow["mean"], "sac_shows_loss": bool(shows_loss),
-                               "recovered": {}}  # fmt: skip
+        row: dict[str, Any] = {
+            "env": env,
+            "tau_fast": fast,
+            "tau_slow": slow,
+            "sac_loss": plain_fast["mean"] - plain_slow["mean"],
+            "sac_shows_loss": bool(shows_loss),
+            "recovered": {},
+        }
         for algo in g["algos"]:
             if algo == "sac" or (env, slow, algo) not in at or at[(env, slow, algo)]["mean"] is None:
                 continue
@@ -251,8 +342,10 @@ def render(result: dict[str, Any]) -> None:
 
     console = Console()
     g = result["grid"]
-    console.print(f"[bold]bench delay[/] ({g['budget']}: {g['seeds']} seeds × {g['ticks']:,} agent ticks a run, "
-                  f"virtual clock, {result['wall_s']:.0f} s)")  # fmt: skip
+    console.print(
+        f"[bold]bench delay[/] ({g['budget']}: {g['seeds']} seeds × {g['ticks']:,} agent ticks a run, "
+        f"virtual clock, {result['wall_s']:.0f} s)"
+    )
     console.print(f"{'world':<16}{'τ':>3}  {'algorithm':<12}{'return (95% CI)':>30}{'inaction':>10}{'delay':>8}")
     for c in result["cells"]:
         r = c["return"]
@@ -262,8 +355,10 @@ def render(result: dict[str, Any]) -> None:
         console.print(f"{c['env']:<16}{c['tau']:>3}  {c['algo']:<12}{mean:>12} {ci:>17}{c['inaction']:>9.1%}{delay:>8}")
     for v in result["verdicts"]:
         rec = ", ".join(f"{a} {'—' if x is None else format(x, '.0%')}" for a, x in v["recovered"].items())
-        console.print(f"{v['env']}: SAC loses {v['sac_loss']:.0f} from τ {v['tau_fast']} to {v['tau_slow']} "
-                      f"({'shown' if v['sac_shows_loss'] else 'not shown'} by the intervals); recovered: {rec}; "
-                      f"target ≥ {TARGET_RECOVERY:.0%}: {'meets' if v['meets_target'] else 'misses'}")  # fmt: skip
+        console.print(
+            f"{v['env']}: SAC loses {v['sac_loss']:.0f} from τ {v['tau_fast']} to {v['tau_slow']} "
+            f"({'shown' if v['sac_shows_loss'] else 'not shown'} by the intervals); recovered: {rec}; "
+            f"target ≥ {TARGET_RECOVERY:.0%}: {'meets' if v['meets_target'] else 'misses'}"
+        )
     if "plot" in result:
         console.print(f"figure: {result['plot']}")

@@ -46,36 +46,67 @@ from nonstop.realtime.host import Session
 
 __all__ = ["DESCRIPTION", "RESULT_KEYS", "ENVS", "add_arguments", "run", "render", "play"]
 
-DESCRIPTION = ("same policy both seats (scripted Boxing, or the quick-draw duel), one slowed by 0..30 ticks: "
-               "score differential and win rate, sequential vs staggered")  # fmt: skip
+DESCRIPTION = (
+    "same policy both seats (scripted Boxing, or the quick-draw duel), one slowed by 0..30 ticks: "
+    "score differential and win rate, sequential vs staggered"
+)
 RESULT_KEYS = ("pairings", "world_seconds_total")
 ENVS = ("multi/Boxing", "multi/duel")
 SEATS = ("first_0", "second_0")
 _EXTRA: dict[bool, str] = {False: "0,2,6,15,30", True: "0,6,30"}  # extra ticks of the slowed seat, full and --quick
-_MATCHES: dict[bool, dict[str, int]] = {False: {"multi/Boxing": 40, "multi/duel": 40}, True: {"multi/Boxing": 6, "multi/duel": 12}}
+_MATCHES: dict[bool, dict[str, int]] = {
+    False: {"multi/Boxing": 40, "multi/duel": 40},
+    True: {"multi/Boxing": 6, "multi/duel": 12},
+}
 DEFAULT_MATCH_TICKS = 600
 DEFAULT_EPSILON = 0.05
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", default="multi/Boxing", choices=ENVS,
-                        help="the world: multi/Boxing (scripted boxers; default) or multi/duel (the quick-draw)")
-    parser.add_argument("--extra", default=None, help="extra inference ticks of the slowed seat, comma-separated "
-                        f"(default {_EXTRA[False]}; quick {_EXTRA[True]})")
-    parser.add_argument("--base-ticks", type=int, default=1, help="the reference seat's inference time in ticks (default 1)")
-    parser.add_argument("--matches", type=int, default=None,
-                        help=f"matches per pairing (default Boxing {_MATCHES[False]['multi/Boxing']}, duel {_MATCHES[False]['multi/duel']}; "
-                        f"quick {_MATCHES[True]['multi/Boxing']} and {_MATCHES[True]['multi/duel']})")
-    parser.add_argument("--match-ticks", type=int, default=DEFAULT_MATCH_TICKS,
-                        help=f"Boxing: a match is cut after this many ticks (default {DEFAULT_MATCH_TICKS}: 10 s of the 2-minute bout)")
-    parser.add_argument("--epsilon", type=float, default=DEFAULT_EPSILON,
-                        help=f"Boxing: the scripted boxers' random-action probability (default {DEFAULT_EPSILON})")
+    parser.add_argument(
+        "--env",
+        default="multi/Boxing",
+        choices=ENVS,
+        help="the world: multi/Boxing (scripted boxers; default) or multi/duel (the quick-draw)",
+    )
+    parser.add_argument(
+        "--extra",
+        default=None,
+        help="extra inference ticks of the slowed seat, comma-separated "
+        f"(default {_EXTRA[False]}; quick {_EXTRA[True]})",
+    )
+    parser.add_argument(
+        "--base-ticks", type=int, default=1, help="the reference seat's inference time in ticks (default 1)"
+    )
+    parser.add_argument(
+        "--matches",
+        type=int,
+        default=None,
+        help=f"matches per pairing (default Boxing {_MATCHES[False]['multi/Boxing']}, duel {_MATCHES[False]['multi/duel']}; "
+        f"quick {_MATCHES[True]['multi/Boxing']} and {_MATCHES[True]['multi/duel']})",
+    )
+    parser.add_argument(
+        "--match-ticks",
+        type=int,
+        default=DEFAULT_MATCH_TICKS,
+        help=f"Boxing: a match is cut after this many ticks (default {DEFAULT_MATCH_TICKS}: 10 s of the 2-minute bout)",
+    )
+    parser.add_argument(
+        "--epsilon",
+        type=float,
+        default=DEFAULT_EPSILON,
+        help=f"Boxing: the scripted boxers' random-action probability (default {DEFAULT_EPSILON})",
+    )
     parser.add_argument("--rounds", type=int, default=10, help="duel: rounds per match (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="world and policy seed (default 0)")
-    parser.add_argument("--plot", default="runs/duel.png", help="where to write the figure (default runs/duel.png; '' for none)")
+    parser.add_argument(
+        "--plot", default="runs/duel.png", help="where to write the figure (default runs/duel.png; '' for none)"
+    )
 
 
-def _policy_factory(env: str, seat: str, ticks: int, tau_m: float, epsilon: float, seed: int) -> Callable[[int], Policy]:
+def _policy_factory(
+    env: str, seat: str, ticks: int, tau_m: float, epsilon: float, seed: int
+) -> Callable[[int], Policy]:
     """Worker ``i``'s policy for ``seat``: the env's equal-skill policy, declaring ``ticks`` ticks."""
     latency = Constant(ticks * tau_m)
     if env == "multi/duel":
@@ -97,15 +128,27 @@ def _pool(world: Session, env: str, seat: str, ticks: int, staggered: bool, epsi
     return InferencePool(world, factory, make_scheduler("max_time" if staggered else "sequential", n), seat=seat)
 
 
-def _matches(env: str, slowed: str, matches: int, *, base_ticks: int, slow_ticks: int, staggered: bool,
-             env_kwargs: dict[str, Any], epsilon: float, seed: int) -> tuple[np.ndarray, dict[str, Any], float]:  # fmt: skip
+def _matches(
+    env: str,
+    slowed: str,
+    matches: int,
+    *,
+    base_ticks: int,
+    slow_ticks: int,
+    staggered: bool,
+    env_kwargs: dict[str, Any],
+    epsilon: float,
+    seed: int,
+) -> tuple[np.ndarray, dict[str, Any], float]:
     """``matches`` matches with ``slowed`` as the slowed seat: the slowed side's score differential
     per match, its tick-log summary over those matches, and the world seconds they took."""
     reference = SEATS[1 - SEATS.index(slowed)]
     match_ticks = env_kwargs.get("max_frames") or env_kwargs.get("rounds", 10) * 150
     with Session(env, clock="virtual", seed=seed, env_kwargs=env_kwargs) as world:
-        with _pool(world, env, reference, base_ticks, True, epsilon, seed).start(), \
-             _pool(world, env, slowed, slow_ticks, staggered, epsilon, seed).start():  # fmt: skip
+        with (
+            _pool(world, env, reference, base_ticks, True, epsilon, seed).start(),
+            _pool(world, env, slowed, slow_ticks, staggered, epsilon, seed).start(),
+        ):
             while world.slots[0].read().episode < matches:
                 world.run_for(match_ticks * world.tau_m)
     log = world.tick_log
@@ -117,16 +160,30 @@ def _matches(env: str, slowed: str, matches: int, *, base_ticks: int, slow_ticks
     return differential, log.seat(slowed).summary(end_tick=last), float(window.sum() * log.tau_m)
 
 
-def play(extra: int, staggered: bool, *, env: str = "multi/duel", base_ticks: int = 1, matches: int = 12,
-         rounds: int = 10, match_ticks: int = DEFAULT_MATCH_TICKS, epsilon: float = DEFAULT_EPSILON,
-         seed: int = 0) -> dict[str, Any]:  # fmt: skip
+def play(
+    extra: int,
+    staggered: bool,
+    *,
+    env: str = "multi/duel",
+    base_ticks: int = 1,
+    matches: int = 12,
+    rounds: int = 10,
+    match_ticks: int = DEFAULT_MATCH_TICKS,
+    epsilon: float = DEFAULT_EPSILON,
+    seed: int = 0,
+) -> dict[str, Any]:
     """One pairing: ``matches`` matches of the slowed side (``base_ticks + extra`` ticks per
     inference) against the reference, the slowed side on ``second_0`` in the first ⌈matches/2⌉
     and on ``first_0`` in the rest."""
     if env not in ENVS:
         raise ValueError(f"bench duel plays {list(ENVS)}, not {env!r}")
-    for name, value in (("extra", extra), ("base_ticks", base_ticks - 1), ("matches", matches - 1),
-                        ("rounds", rounds - 1), ("match_ticks", match_ticks - 1)):  # fmt: skip
+    for name, value in (
+        ("extra", extra),
+        ("base_ticks", base_ticks - 1),
+        ("matches", matches - 1),
+        ("rounds", rounds - 1),
+        ("match_ticks", match_ticks - 1),
+    ):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"{name} is out of range: {value + (0 if name == 'extra' else 1)!r}")
     if not isinstance(epsilon, (int, float)) or not 0.0 <= epsilon <= 1.0:
@@ -136,8 +193,17 @@ def play(extra: int, staggered: bool, *, env: str = "multi/duel", base_ticks: in
     parts = [(seat, n) for seat, n in (("second_0", (matches + 1) // 2), ("first_0", matches // 2)) if n]
     differentials, summaries, seconds = [], [], 0.0
     for seat, n in parts:
-        d, summary, t = _matches(env, seat, n, base_ticks=base_ticks, slow_ticks=slow_ticks, staggered=staggered,
-                                 env_kwargs=env_kwargs, epsilon=epsilon, seed=seed)  # fmt: skip
+        d, summary, t = _matches(
+            env,
+            seat,
+            n,
+            base_ticks=base_ticks,
+            slow_ticks=slow_ticks,
+            staggered=staggered,
+            env_kwargs=env_kwargs,
+            epsilon=epsilon,
+            seed=seed,
+        )
         differentials.append(d)
         summaries.append(summary)
         seconds += t
@@ -157,16 +223,22 @@ def play(extra: int, staggered: bool, *, env: str = "multi/duel", base_ticks: in
         return float(x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else float("nan")
 
     return {
-        "extra_ticks": extra, "mode": "staggered" if staggered else "sequential", "slow_ticks": slow_ticks,
-        "n_inference": max(1, slow_ticks) if staggered else 1, "matches": matches,
-        "score_differential": float(differential.mean()), "score_differential_2se": 2 * se(lambda d: d),
-        "win_rate": float(wins.mean()), "win_rate_2se": 2 * se(win),
+        "extra_ticks": extra,
+        "mode": "staggered" if staggered else "sequential",
+        "slow_ticks": slow_ticks,
+        "n_inference": max(1, slow_ticks) if staggered else 1,
+        "matches": matches,
+        "score_differential": float(differential.mean()),
+        "score_differential_2se": 2 * se(lambda d: d),
+        "win_rate": float(wins.mean()),
+        "win_rate_2se": 2 * se(win),
         "inaction_fraction": sum(s["inaction_ticks"] for s in summaries) / sum(s["ticks"] for s in summaries),
         "delay_mean_ticks": sum(s["delay_mean_ticks"] * s["agent_ticks"] for s in summaries if s["agent_ticks"]) / agent
-        if agent else float("nan"),
+        if agent
+        else float("nan"),
         "world_seconds": seconds,
         "differentials": differential.tolist(),
-    }  # fmt: skip
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -175,20 +247,38 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     extras = [int(x) for x in (args.extra or _EXTRA[quick]).split(",") if x.strip()]
     matches = args.matches or _MATCHES[quick][env]
     pairings = [
-        play(extra, staggered, env=env, base_ticks=args.base_ticks, matches=matches, rounds=args.rounds,
-             match_ticks=args.match_ticks, epsilon=args.epsilon, seed=args.seed)
+        play(
+            extra,
+            staggered,
+            env=env,
+            base_ticks=args.base_ticks,
+            matches=matches,
+            rounds=args.rounds,
+            match_ticks=args.match_ticks,
+            epsilon=args.epsilon,
+            seed=args.seed,
+        )
         for extra in extras
         for staggered in (False, True)
-    ]  # fmt: skip
+    ]
     result: dict[str, Any] = {
-        "env": env, "base_ticks": args.base_ticks, "matches": matches, "pairings": pairings,
+        "env": env,
+        "base_ticks": args.base_ticks,
+        "matches": matches,
+        "pairings": pairings,
         "world_seconds_total": sum(p["world_seconds"] for p in pairings),
-    }  # fmt: skip
+    }
     if env == "multi/duel":
         result["rounds"] = args.rounds
     else:
-        result.update({"match_ticks": args.match_ticks, "match_seconds": args.match_ticks / 60.0,
-                       "epsilon": args.epsilon, "policy": "ScriptedBoxer"})  # fmt: skip
+        result.update(
+            {
+                "match_ticks": args.match_ticks,
+                "match_seconds": args.match_ticks / 60.0,
+                "epsilon": args.epsilon,
+                "policy": "ScriptedBoxer",
+            }
+        )
     if getattr(args, "plot", ""):
         result["plot"] = str(_plot(result, Path(args.plot)))
     return result
@@ -197,8 +287,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def _title(result: dict[str, Any]) -> str:
     if result["env"] == "multi/duel":
         return f"quick-draw duel, {result['rounds']} rounds a match"
-    return (f"Boxing, scripted boxers (ε {result['epsilon']}), matches cut at {result['match_ticks']} ticks "
-            f"({result['match_seconds']:.0f} s)")  # fmt: skip
+    return (
+        f"Boxing, scripted boxers (ε {result['epsilon']}), matches cut at {result['match_ticks']} ticks "
+        f"({result['match_seconds']:.0f} s)"
+    )
 
 
 def _plot(result: dict[str, Any], path: Path) -> Path:
@@ -209,12 +301,20 @@ def _plot(result: dict[str, Any], path: Path) -> Path:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.0))
-    for key, ax, label in (("score_differential", axes[0], "score differential (slowed − reference)"),
-                           ("win_rate", axes[1], "win rate of the slowed side")):  # fmt: skip
+    for key, ax, label in (
+        ("score_differential", axes[0], "score differential (slowed − reference)"),
+        ("win_rate", axes[1], "win rate of the slowed side"),
+    ):
         for mode, marker in (("sequential", "o-"), ("staggered", "s-")):
             rows = [p for p in result["pairings"] if p["mode"] == mode]
-            ax.errorbar([p["extra_ticks"] for p in rows], [p[key] for p in rows], yerr=[p[f"{key}_2se"] for p in rows],
-                        fmt=marker, capsize=3, label=f"{mode} (±2 SE)")  # fmt: skip
+            ax.errorbar(
+                [p["extra_ticks"] for p in rows],
+                [p[key] for p in rows],
+                yerr=[p[f"{key}_2se"] for p in rows],
+                fmt=marker,
+                capsize=3,
+                label=f"{mode} (±2 SE)",
+            )
         ax.axhline(0.5 if key == "win_rate" else 0.0, color="k", lw=0.8, alpha=0.5)
         ax.set_xlabel("declared extra inference time of the slowed side (ticks)")
         ax.set_ylabel(label)
@@ -227,12 +327,21 @@ def _plot(result: dict[str, Any], path: Path) -> Path:
 
 
 def render(result: dict[str, Any]) -> None:
-    print(f"{_title(result)}; reference seat {result['base_ticks']} tick(s), {result['matches']} matches a pairing, "
-          "the slowed side on each seat in turn")  # fmt: skip
-    print(f"{'extra':>5} {'mode':>10} {'N_I':>4} {'score diff':>16} {'win rate':>16} {'inaction':>9} {'delay':>6} {'world s':>8}")
+    print(
+        f"{_title(result)}; reference seat {result['base_ticks']} tick(s), {result['matches']} matches a pairing, "
+        "the slowed side on each seat in turn"
+    )
+    print(
+        f"{'extra':>5} {'mode':>10} {'N_I':>4} {'score diff':>16} {'win rate':>16} {'inaction':>9} {'delay':>6} {'world s':>8}"
+    )
     for p in result["pairings"]:
-        print(f"{p['extra_ticks']:>5} {p['mode']:>10} {p['n_inference']:>4} "
-              f"{p['score_differential']:>8.2f} ±{p['score_differential_2se']:<6.2f} "
-              f"{p['win_rate']:>8.2f} ±{p['win_rate_2se']:<6.2f} {p['inaction_fraction']:>9.3f} "
-              f"{p['delay_mean_ticks']:>6.2f} {p['world_seconds']:>8.0f}")  # fmt: skip
-    print(f"world seconds simulated: {result['world_seconds_total']:.0f}" + (f"; plot: {result['plot']}" if "plot" in result else ""))
+        print(
+            f"{p['extra_ticks']:>5} {p['mode']:>10} {p['n_inference']:>4} "
+            f"{p['score_differential']:>8.2f} ±{p['score_differential_2se']:<6.2f} "
+            f"{p['win_rate']:>8.2f} ±{p['win_rate_2se']:<6.2f} {p['inaction_fraction']:>9.3f} "
+            f"{p['delay_mean_ticks']:>6.2f} {p['world_seconds']:>8.0f}"
+        )
+    print(
+        f"world seconds simulated: {result['world_seconds_total']:.0f}"
+        + (f"; plot: {result['plot']}" if "plot" in result else "")
+    )

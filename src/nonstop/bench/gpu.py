@@ -58,8 +58,10 @@ from nonstop.bench.common import parse_positive_list
 
 __all__ = ["DESCRIPTION", "add_arguments", "run", "render", "write_curves"]
 
-DESCRIPTION = ("one device, many worlds: the batch curve per k and dtype (eager vs CUDA graph), then worlds served at "
-               "60 Hz by a batching server against one process per world")  # fmt: skip
+DESCRIPTION = (
+    "one device, many worlds: the batch curve per k and dtype (eager vs CUDA graph), then worlds served at "
+    "60 Hz by a batching server against one process per world"
+)
 _SIZES = {"cuda": "1,2,4,8,16,32,64,128,256", "cpu": "1,2,4,8,16", "quick_cpu": "1,2,4"}
 
 
@@ -67,19 +69,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from nonstop.inference.device import add_device_arguments
 
     add_device_arguments(p, device="auto", what="the model", dtype=False)
-    p.add_argument("--dtypes", default=None, metavar="fp32,bf16,...",
-                   help="precisions timed, comma-separated (default: fp32,bf16 on CUDA; fp32,bf16 on the CPU too, bf16 "
-                        "there only for the disagreement figure)")  # fmt: skip
+    p.add_argument(
+        "--dtypes",
+        default=None,
+        metavar="fp32,bf16,...",
+        help="precisions timed, comma-separated (default: fp32,bf16 on CUDA; fp32,bf16 on the CPU too, bf16 "
+        "there only for the disagreement figure)",
+    )
     p.add_argument("--k", default=None, help="IMPALA widths, comma-separated (default 1,7,29,98 on CUDA; 1 on the CPU)")
-    p.add_argument("--batch-sizes", default=None,
-                   help=f"batch sizes timed (default {_SIZES['cuda']} on CUDA, {_SIZES['cpu']} on the CPU)")
+    p.add_argument(
+        "--batch-sizes",
+        default=None,
+        help=f"batch sizes timed (default {_SIZES['cuda']} on CUDA, {_SIZES['cpu']} on the CPU)",
+    )
     p.add_argument("--repeats", type=int, default=None, help="timed passes per batch size (default 10; quick 3)")
-    p.add_argument("--save-curve", default=None, metavar="FILE",
-                   help="write each measured L(b) as a --batch-curve file (several k or dtypes: FILE-k<K>-<dtype>)")
-    p.add_argument("--worlds", default=None,
-                   help="world counts K served, comma-separated (default 8,16,32,64,128 on CUDA; 1,2,4 on the CPU; "
-                        "quick 1,2; 0: skip this part)")  # fmt: skip
-    p.add_argument("--serve-k", type=float, default=None, help="the width the worlds are served at (default: the first --k)")
+    p.add_argument(
+        "--save-curve",
+        default=None,
+        metavar="FILE",
+        help="write each measured L(b) as a --batch-curve file (several k or dtypes: FILE-k<K>-<dtype>)",
+    )
+    p.add_argument(
+        "--worlds",
+        default=None,
+        help="world counts K served, comma-separated (default 8,16,32,64,128 on CUDA; 1,2,4 on the CPU; "
+        "quick 1,2; 0: skip this part)",
+    )
+    p.add_argument(
+        "--serve-k", type=float, default=None, help="the width the worlds are served at (default: the first --k)"
+    )
     p.add_argument("--env", default="Boxing", help="the worlds' env (default Boxing, 84x84 grey frames)")
     p.add_argument("--seconds", type=float, default=None, help="wall seconds each K runs (default 10; quick 3)")
     p.add_argument("--lanes", type=int, default=2, help="request lanes per world (default 2)")
@@ -88,14 +106,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-inaction", type=float, default=0.01, help="inaction a world may have and count as served")
     p.add_argument("--hz", type=float, default=60.0, help="the worlds' tick rate for the ceilings (default 60)")
     p.add_argument("--no-baseline", action="store_true", help="skip one process per world")
-    p.add_argument("--no-remote", action="store_true",
-                   help="skip the worlds in processes of their own served through a shared-memory lane ring")
-    p.add_argument("--serve-dtype", default=None, metavar="DTYPE",
-                   help="the precision the worlds are served at (default bf16 on CUDA, fp32 on the CPU)")
-    p.add_argument("--learner-seconds", type=float, default=None,
-                   help="seconds the server is timed alone and beside a device learner (default 3; quick 0.5; 0: skip)")
-    p.add_argument("--budget-s", type=float, default=None,
-                   help="the whole run's wall-time budget in seconds: what would not fit is skipped and named")
+    p.add_argument(
+        "--no-remote",
+        action="store_true",
+        help="skip the worlds in processes of their own served through a shared-memory lane ring",
+    )
+    p.add_argument(
+        "--serve-dtype",
+        default=None,
+        metavar="DTYPE",
+        help="the precision the worlds are served at (default bf16 on CUDA, fp32 on the CPU)",
+    )
+    p.add_argument(
+        "--learner-seconds",
+        type=float,
+        default=None,
+        help="seconds the server is timed alone and beside a device learner (default 3; quick 0.5; 0: skip)",
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="the whole run's wall-time budget in seconds: what would not fit is skipped and named",
+    )
 
 
 def _ints(text: str, option: str) -> list[int]:
@@ -114,7 +147,9 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     dtypes = [parse_dtype(d) or "fp32" for d in (args.dtypes or "fp32,bf16").split(",") if d.strip()]
     ks = parse_positive_list(args.k or ("1,7,29,98" if cuda and not quick else "1"), "--k")
     sizes = _ints(args.batch_sizes or _SIZES["cuda" if cuda else "quick_cpu" if quick else "cpu"], "--batch-sizes")
-    worlds_text = args.worlds if args.worlds is not None else ("1,2" if quick else "8,16,32,64,128" if cuda else "1,2,4")
+    worlds_text = (
+        args.worlds if args.worlds is not None else ("1,2" if quick else "8,16,32,64,128" if cuda else "1,2,4")
+    )
     worlds = [] if worlds_text.strip() == "0" else _ints(worlds_text, "--worlds")
     repeats = args.repeats if args.repeats is not None else (3 if quick else 10)
     seconds = args.seconds if args.seconds is not None else (3.0 if quick else 10.0)
@@ -124,16 +159,32 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"--budget-s must be a positive number of seconds, got {args.budget_s!r}")
     if not learner_s >= 0:
         raise ValueError(f"--learner-seconds must be >= 0, got {learner_s!r}")
-    for name, ok in (("--repeats", repeats >= 1), ("--seconds", seconds > 0), ("--lanes", args.lanes >= 1),
-                     ("--max-batch", args.max_batch >= 1), ("--hz", args.hz > 0),
-                     ("--max-inaction", 0.0 <= args.max_inaction < 1.0)):  # fmt: skip
+    for name, ok in (
+        ("--repeats", repeats >= 1),
+        ("--seconds", seconds > 0),
+        ("--lanes", args.lanes >= 1),
+        ("--max-batch", args.max_batch >= 1),
+        ("--hz", args.hz > 0),
+        ("--max-inaction", 0.0 <= args.max_inaction < 1.0),
+    ):
         if not ok:
-            raise ValueError(f"{name} is out of range (repeats, lanes, max-batch >= 1; seconds, hz > 0; "
-                             "max-inaction in [0, 1))")  # fmt: skip
-    return {"device": device, "cuda": cuda, "dtypes": list(dict.fromkeys(dtypes)), "ks": ks, "sizes": sorted(set(sizes)),
-            "worlds": worlds, "repeats": repeats, "seconds": seconds, "serve_dtype": serve_dtype,
-            "learner_s": learner_s, "budget": _Budget(args.budget_s),
-            "serve_k": args.serve_k if args.serve_k is not None else ks[0]}  # fmt: skip
+            raise ValueError(
+                f"{name} is out of range (repeats, lanes, max-batch >= 1; seconds, hz > 0; max-inaction in [0, 1))"
+            )
+    return {
+        "device": device,
+        "cuda": cuda,
+        "dtypes": list(dict.fromkeys(dtypes)),
+        "ks": ks,
+        "sizes": sorted(set(sizes)),
+        "worlds": worlds,
+        "repeats": repeats,
+        "seconds": seconds,
+        "serve_dtype": serve_dtype,
+        "learner_s": learner_s,
+        "budget": _Budget(args.budget_s),
+        "serve_k": args.serve_k if args.serve_k is not None else ks[0],
+    }
 
 
 class _Budget:
@@ -250,8 +301,9 @@ def measure_curves(s: dict[str, Any], args: argparse.Namespace) -> list[dict[str
             fp32_actions = TorchForward(model, str(s["device"]), dtype="fp32").q_values(frames[:64]).argmax(1)
         for dtype in s["dtypes"]:
             for mode in modes:
-                forward = TorchForward(model, str(s["device"]), dtype=dtype,
-                                       graph_sizes=s["sizes"] if mode == "graph" else ())  # fmt: skip
+                forward = TorchForward(
+                    model, str(s["device"]), dtype=dtype, graph_sizes=s["sizes"] if mode == "graph" else ()
+                )
                 row: dict[str, Any] = {**forward.describe(), "k": k, "dtype": dtype, "mode": mode}
                 row.update(_time_forward(forward, frames, s["sizes"], s["repeats"], clock))
                 times = row.pop("L_s")
@@ -265,10 +317,14 @@ def measure_curves(s: dict[str, Any], args: argparse.Namespace) -> list[dict[str
                     ceiling, at = worlds_ceiling(curve, tau_m, cap)
                     row["worlds_ceiling_any_batch"] = worlds_ceiling(curve, tau_m, max(times))[0]
                     within = [b for b, t in times.items() if t <= tau_m and b <= args.max_batch]
-                    row.update(L_ms={str(b): t * 1e3 for b, t in times.items()},
-                               actions_per_s={str(b): b / t for b, t in times.items()},
-                               best_batch_within_tick=max(within) if within else None,
-                               worlds_ceiling=ceiling, ceiling_batch=at, _table=times)  # fmt: skip
+                    row.update(
+                        L_ms={str(b): t * 1e3 for b, t in times.items()},
+                        actions_per_s={str(b): b / t for b, t in times.items()},
+                        best_batch_within_tick=max(within) if within else None,
+                        worlds_ceiling=ceiling,
+                        ceiling_batch=at,
+                        _table=times,
+                    )
                 rows.append(row)
         del model, fp32_actions
         gc.collect()  # a forward's captured graphs hold it in a cycle: freed here, before the next k is built
@@ -298,8 +354,10 @@ def write_curves(rows: list[dict[str, Any]], path: str) -> list[str]:
     stem, suffix = os.path.splitext(path)
     for (k, dtype), r in best.items():
         target = path if len(best) == 1 else f"{stem}-k{k:g}-{dtype}{suffix}"
-        text = (f"# nonstop bench gpu: IMPALA ResNet k={k:g}, {dtype}, {r['mode']}, on {r['device']}: seconds per "
-                f"batch, host frames to host actions\n{curve_table_spec(r['_table'])}\n")  # fmt: skip
+        text = (
+            f"# nonstop bench gpu: IMPALA ResNet k={k:g}, {dtype}, {r['mode']}, on {r['device']}: seconds per "
+            f"batch, host frames to host actions\n{curve_table_spec(r['_table'])}\n"
+        )
         with atomic_file(target, durable=False) as f:
             f.write(text.encode())
         written.append(target)
@@ -317,9 +375,12 @@ def _world_figures(sessions: list[Any], begins: list[int], ends: list[int]) -> d
         keep = (log["tick"] > warmup_ticks) & (log["tick"] <= end) & (log["source"] == 1)
         delays.append(np.asarray(log["delay"][keep], dtype=float))
     d = np.concatenate(delays) if delays else np.zeros(0)
-    return {"inaction_max": max(inaction), "inaction_mean": float(np.mean(inaction)),
-            "delay_p50_ticks": float(np.percentile(d, 50)) if d.size else None,
-            "delay_p99_ticks": float(np.percentile(d, 99)) if d.size else None}  # fmt: skip
+    return {
+        "inaction_max": max(inaction),
+        "inaction_mean": float(np.mean(inaction)),
+        "delay_p50_ticks": float(np.percentile(d, 50)) if d.size else None,
+        "delay_p99_ticks": float(np.percentile(d, 99)) if d.size else None,
+    }
 
 
 def _process_policy(k: float, space: Any) -> Any:
@@ -361,8 +422,15 @@ class _Timed:
         return getattr(self._forward, name)
 
 
-def _build_server(s: dict[str, Any], args: argparse.Namespace, curve: Any, clock: Any, n_actions: int,
-                  busy: list[float], example: np.ndarray) -> Any:  # fmt: skip
+def _build_server(
+    s: dict[str, Any],
+    args: argparse.Namespace,
+    curve: Any,
+    clock: Any,
+    n_actions: int,
+    busy: list[float],
+    example: np.ndarray,
+) -> Any:
     """The batching server of the model at ``--serve-k`` and ``--serve-dtype`` on the device, its graphs
     captured before it returns (outside any measured window: `GraphOutOfMemory` names a size that did
     not fit); ``busy[0]`` sums its forward time."""
@@ -370,10 +438,15 @@ def _build_server(s: dict[str, Any], args: argparse.Namespace, curve: Any, clock
     from nonstop.inference.device import TorchForward, default_graph_sizes
     from nonstop.policies.models import impala_resnet
 
-    forward = TorchForward(impala_resnet(s["serve_k"], n_actions, device=s["device"]), str(s["device"]),
-                           dtype=s["serve_dtype"], graph_sizes=default_graph_sizes(s["device"], args.max_batch))  # fmt: skip
-    server = BatchingServer(_Timed(forward, clock, busy), curve, clock=clock, max_batch=args.max_batch, overlap=True,
-                            example=example)  # fmt: skip
+    forward = TorchForward(
+        impala_resnet(s["serve_k"], n_actions, device=s["device"]),
+        str(s["device"]),
+        dtype=s["serve_dtype"],
+        graph_sizes=default_graph_sizes(s["device"], args.max_batch),
+    )
+    server = BatchingServer(
+        _Timed(forward, clock, busy), curve, clock=clock, max_batch=args.max_batch, overlap=True, example=example
+    )
     try:
         server.wait_ready(600)
     except Exception:
@@ -406,8 +479,17 @@ def _remote_world(conn: Any, env: str, seed: int, scheduler: str, n_lanes: int, 
         lanes = conn.recv()
         assert isinstance(world.clock, WallClock)
         origin = world.clock.origin + world.origin - lanes[0].clock_origin  # the world's tick 0 on the server's clock
-        mine = [RemoteLane(lane.ring, lane.index, world.action_space, tau_m=world.tau_m, origin=origin,
-                           clock_origin=lane.clock_origin) for lane in lanes]  # fmt: skip
+        mine = [
+            RemoteLane(
+                lane.ring,
+                lane.index,
+                world.action_space,
+                tau_m=world.tau_m,
+                origin=origin,
+                clock_origin=lane.clock_origin,
+            )
+            for lane in lanes
+        ]
         pool = InferencePool(world, lambda i: mine[i], scheduler, n_inference=n_lanes).start()
         conn.send(("started",))
         conn.recv()  # go
@@ -442,8 +524,11 @@ def serve_remote(k_worlds: int, s: dict[str, Any], args: argparse.Namespace, cur
     try:
         for j in range(k_worlds):
             mine, theirs = ctx.Pipe()
-            proc = ctx.Process(target=_remote_world, args=(theirs, args.env, j, args.scheduler, args.lanes, args.hz,
-                                                           s["seconds"]), daemon=True)  # fmt: skip
+            proc = ctx.Process(
+                target=_remote_world,
+                args=(theirs, args.env, j, args.scheduler, args.lanes, args.hz, s["seconds"]),
+                daemon=True,
+            )
             proc.start()
             theirs.close()
             conns.append(mine)
@@ -475,12 +560,19 @@ def serve_remote(k_worlds: int, s: dict[str, Any], args: argparse.Namespace, cur
     delays = np.concatenate([np.asarray(r[2], dtype=float) for r in results]) if results else np.zeros(0)
     inaction = [r[1] for r in results]
     report = server.report()
-    figures = {"inaction_max": max(inaction), "inaction_mean": float(np.mean(inaction)),
-               "delay_p50_ticks": float(np.percentile(delays, 50)) if delays.size else None,
-               "delay_p99_ticks": float(np.percentile(delays, 99)) if delays.size else None,
-               "design": "batched_remote", "worlds": k_worlds, "seconds": s["seconds"],
-               "utilisation": min(1.0, busy[0] / wall), "batch_size_mean": report["batch_size_mean"],
-               "late": report["late"], "requests": report["requests"]}  # fmt: skip
+    figures = {
+        "inaction_max": max(inaction),
+        "inaction_mean": float(np.mean(inaction)),
+        "delay_p50_ticks": float(np.percentile(delays, 50)) if delays.size else None,
+        "delay_p99_ticks": float(np.percentile(delays, 99)) if delays.size else None,
+        "design": "batched_remote",
+        "worlds": k_worlds,
+        "seconds": s["seconds"],
+        "utilisation": min(1.0, busy[0] / wall),
+        "batch_size_mean": report["batch_size_mean"],
+        "late": report["late"],
+        "requests": report["requests"],
+    }
     figures["served"] = figures["inaction_max"] <= args.max_inaction
     return figures
 
@@ -514,8 +606,9 @@ def lane_round_trip(shape: tuple[int, ...], n: int = 400) -> dict[str, Any]:
         return {"p50": float(np.percentile(took, 50) * 1e6), "p99": float(np.percentile(took, 99) * 1e6)}
 
     frame = np.zeros(shape, np.uint8)
-    with BatchingServer(lambda b: np.zeros(len(b), np.int64), LatencyCurve.linear(0.0, 0.0), clock=WallClock(spin=0.0),
-                        max_batch=8) as server:  # fmt: skip
+    with BatchingServer(
+        lambda b: np.zeros(len(b), np.int64), LatencyCurve.linear(0.0, 0.0), clock=WallClock(spin=0.0), max_batch=8
+    ) as server:
         lane, local = server.lane(tau_m=1 / 60), []
         for _ in range(n):
             t0 = stopwatch()
@@ -568,6 +661,7 @@ def serve(design: str, k_worlds: int, s: dict[str, Any], args: argparse.Namespac
             for w in sessions:
                 pools.append(InferencePool(w, _lanes_of(server, w), args.scheduler, n_inference=args.lanes).start())
         else:
+
             def start_pool(w: Any) -> None:
                 factory = partial(_process_policy, s["serve_k"], w.action_space)
                 pools.append(InferencePool(w, partial(_one_process, factory), "sequential").start())
@@ -590,8 +684,12 @@ def serve(design: str, k_worlds: int, s: dict[str, Any], args: argparse.Namespac
     figures.update(design=design, worlds=k_worlds, seconds=s["seconds"])
     if server is not None:
         report = server.report()
-        figures.update(utilisation=min(1.0, busy[0] / wall), batch_size_mean=report["batch_size_mean"],
-                       late=report["late"], requests=report["requests"])  # fmt: skip
+        figures.update(
+            utilisation=min(1.0, busy[0] / wall),
+            batch_size_mean=report["batch_size_mean"],
+            late=report["late"],
+            requests=report["requests"],
+        )
     figures["served"] = figures["inaction_max"] <= args.max_inaction
     return figures
 
@@ -603,8 +701,15 @@ def _serve_or_say(fn: Callable[..., dict[str, Any]], design: str, k_worlds: int,
     try:
         return fn(*a)
     except GraphOutOfMemory as exc:
-        return {"design": design, "worlds": k_worlds, "served": False, "error": str(exc), "inaction_max": 1.0,
-                "delay_p50_ticks": None, "delay_p99_ticks": None}  # fmt: skip
+        return {
+            "design": design,
+            "worlds": k_worlds,
+            "served": False,
+            "error": str(exc),
+            "inaction_max": 1.0,
+            "delay_p50_ticks": None,
+            "delay_p99_ticks": None,
+        }
     finally:
         gc.collect()  # the server's model and graphs go before the next run builds its own
 
@@ -615,17 +720,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     s = _settings(args)
     budget = s["budget"]
     rows = measure_curves(s, args)
-    result: dict[str, Any] = {"device": str(s["device"]), "dtypes": s["dtypes"], "batch_sizes": s["sizes"],
-                              "tick_hz": args.hz, "max_batch": args.max_batch, "serve_dtype": s["serve_dtype"],
-                              "curves": rows}  # fmt: skip
+    result: dict[str, Any] = {
+        "device": str(s["device"]),
+        "dtypes": s["dtypes"],
+        "batch_sizes": s["sizes"],
+        "tick_hz": args.hz,
+        "max_batch": args.max_batch,
+        "serve_dtype": s["serve_dtype"],
+        "curves": rows,
+    }
     if args.save_curve:
         result["saved_curves"] = write_curves(rows, args.save_curve)
     served = [r for r in rows if r.get("k") == s["serve_k"] and r.get("dtype") == s["serve_dtype"] and "_table" in r]
     served = served or [r for r in rows if r.get("k") == s["serve_k"] and "_table" in r]  # the dtype not timed: any
     if s["worlds"] and served:
         curve = LatencyCurve.table(served[-1]["_table"])  # the graph's where one ran (it comes last)
-        result["serve"] = {"k": s["serve_k"], "dtype": s["serve_dtype"], "env": args.env, "lanes": args.lanes,
-                           "scheduler": args.scheduler, "ceiling": served[-1]["worlds_ceiling"]}  # fmt: skip
+        result["serve"] = {
+            "k": s["serve_k"],
+            "dtype": s["serve_dtype"],
+            "env": args.env,
+            "lanes": args.lanes,
+            "scheduler": args.scheduler,
+            "ceiling": served[-1]["worlds_ceiling"],
+        }
         runs = []
         for k_worlds in s["worlds"]:
             need = s["seconds"] + 15.0
@@ -634,25 +751,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if not args.no_remote and budget.allows(need, f"batched_remote K={k_worlds}"):
                 runs.append(_serve_or_say(serve_remote, "batched_remote", k_worlds, k_worlds, s, args, curve))
             if not args.no_baseline and budget.allows(need, f"process_per_world K={k_worlds}"):
-                runs.append(_serve_or_say(serve, "process_per_world", k_worlds, "process_per_world", k_worlds, s, args,
-                                          curve))  # fmt: skip
+                runs.append(
+                    _serve_or_say(serve, "process_per_world", k_worlds, "process_per_world", k_worlds, s, args, curve)
+                )
         result["served"] = runs
         if not args.no_remote and budget.allows(10.0, "lane_round_trip"):
             result["lane_round_trip"] = lane_round_trip((84, 84))  # the frames the curve was timed on
-        best = {d: max((r["worlds"] for r in runs if r["design"] == d and r["served"]), default=0)
-                for d in ("batched", "batched_remote", "process_per_world")}  # fmt: skip
+        best = {
+            d: max((r["worlds"] for r in runs if r["design"] == d and r["served"]), default=0)
+            for d in ("batched", "batched_remote", "process_per_world")
+        }
         result["worlds_batched"] = best["batched"]
         if not args.no_remote:
             result["worlds_batched_remote"] = best["batched_remote"]
         if not args.no_baseline:
             result["worlds_per_process"] = best["process_per_world"]
-            result["batched_over_per_process"] = (best["batched"] / best["process_per_world"]
-                                                  if best["process_per_world"] else None)  # fmt: skip
+            result["batched_over_per_process"] = (
+                best["batched"] / best["process_per_world"] if best["process_per_world"] else None
+            )
     if s["learner_s"] and budget.allows(2 * s["learner_s"] + 10.0, "learner_effect"):
         from nonstop.bench.gpulearner import learner_effect
 
-        result["learner_effect"] = learner_effect(s["device"], s["serve_k"], s["serve_dtype"], min(16, args.max_batch),
-                                                  s["learner_s"])  # fmt: skip
+        result["learner_effect"] = learner_effect(
+            s["device"], s["serve_k"], s["serve_dtype"], min(16, args.max_batch), s["learner_s"]
+        )
     if budget.seconds is not None:
         result["budget"] = {"budget_s": budget.seconds, "left_s": round(budget.left(), 1), "skipped": budget.skipped}
     for r in rows:
@@ -676,8 +798,15 @@ def render(result: dict[str, Any]) -> None:
         if r.get("out_of_memory_at_batch"):
             curve += f" (out of memory at {r['out_of_memory_at_batch']})"
         differ = r.get("actions_differ_from_fp32")
-        t.add_row(f"{r['k']:g}", r["dtype"], r["mode"], curve, str(r.get("best_batch_within_tick") or "—"),
-                  str(r.get("worlds_ceiling", "—")), "" if differ is None else f"{differ:.1%}")  # fmt: skip
+        t.add_row(
+            f"{r['k']:g}",
+            r["dtype"],
+            r["mode"],
+            curve,
+            str(r.get("best_batch_within_tick") or "—"),
+            str(r.get("worlds_ceiling", "—")),
+            "" if differ is None else f"{differ:.1%}",
+        )
     console.print(t)
     if result.get("served"):
         t = Table(title=f"worlds served at 60 Hz: {result['serve']['env']}, k={result['serve']['k']:g}")
@@ -688,26 +817,45 @@ def render(result: dict[str, Any]) -> None:
                 t.add_row(r["design"], str(r["worlds"]), r["error"][:80], "", "", "", "no")
                 continue
             delay = "—" if r["delay_p50_ticks"] is None else f"{r['delay_p50_ticks']:.0f}/{r['delay_p99_ticks']:.0f}"
-            t.add_row(r["design"], str(r["worlds"]), f"{r['inaction_max']:.1%}", delay,
-                      f"{r['utilisation']:.0%}" if "utilisation" in r else "—",
-                      f"{r['batch_size_mean']:.1f}" if r.get("batch_size_mean") else "—", "yes" if r["served"] else "no")  # fmt: skip
+            t.add_row(
+                r["design"],
+                str(r["worlds"]),
+                f"{r['inaction_max']:.1%}",
+                delay,
+                f"{r['utilisation']:.0%}" if "utilisation" in r else "—",
+                f"{r['batch_size_mean']:.1f}" if r.get("batch_size_mean") else "—",
+                "yes" if r["served"] else "no",
+            )
         console.print(t)
         if "lane_round_trip" in result:
             trip = result["lane_round_trip"]
-            console.print(f"a request's round trip, no forward: lane in this process p50 {trip['in_process_us']['p50']:.0f} µs "
-                          f"(p99 {trip['in_process_us']['p99']:.0f}), lane in another process through the ring "
-                          f"p50 {trip['remote_us']['p50']:.0f} µs (p99 {trip['remote_us']['p99']:.0f})", markup=False)  # fmt: skip
-        console.print(f"most worlds served: batched {result['worlds_batched']}"
-                      + (f", batched with worlds in their own processes {result['worlds_batched_remote']}"
-                         if "worlds_batched_remote" in result else "")
-                      + (f", one process per world {result['worlds_per_process']}" if "worlds_per_process" in result else ""),
-                      markup=False)  # fmt: skip
+            console.print(
+                f"a request's round trip, no forward: lane in this process p50 {trip['in_process_us']['p50']:.0f} µs "
+                f"(p99 {trip['in_process_us']['p99']:.0f}), lane in another process through the ring "
+                f"p50 {trip['remote_us']['p50']:.0f} µs (p99 {trip['remote_us']['p99']:.0f})",
+                markup=False,
+            )
+        console.print(
+            f"most worlds served: batched {result['worlds_batched']}"
+            + (
+                f", batched with worlds in their own processes {result['worlds_batched_remote']}"
+                if "worlds_batched_remote" in result
+                else ""
+            )
+            + (f", one process per world {result['worlds_per_process']}" if "worlds_per_process" in result else ""),
+            markup=False,
+        )
     effect = result.get("learner_effect")
     if effect:
-        console.print(f"the server beside a device learner (k={effect['k']:g}, {effect['dtype']}, b={effect['batch']}): p99 "
-                      f"{effect['with_learner']['p99_ms']:.3g} ms against {effect['alone']['p99_ms']:.3g} ms alone "
-                      f"(x{effect['p99_ratio'] or float('nan'):.2f}); {effect['learner_updates_per_s']:.0f} updates/s",
-                      markup=False)  # fmt: skip
+        console.print(
+            f"the server beside a device learner (k={effect['k']:g}, {effect['dtype']}, b={effect['batch']}): p99 "
+            f"{effect['with_learner']['p99_ms']:.3g} ms against {effect['alone']['p99_ms']:.3g} ms alone "
+            f"(x{effect['p99_ratio'] or float('nan'):.2f}); {effect['learner_updates_per_s']:.0f} updates/s",
+            markup=False,
+        )
     if result.get("budget", {}).get("skipped"):
-        console.print(f"left out to keep to --budget-s {result['budget']['budget_s']:g}: "
-                      + ", ".join(result["budget"]["skipped"]), markup=False)
+        console.print(
+            f"left out to keep to --budget-s {result['budget']['budget_s']:g}: "
+            + ", ".join(result["budget"]["skipped"]),
+            markup=False,
+        )

@@ -41,8 +41,13 @@ def learner_effect(device: Any, k: float, dtype: str, b: int, seconds: float) ->
         dstate = DeviceTrainingState.from_host(state, device)
         learner = DeviceLearner((84, 84), 18, cfg, dstate, state, weights, replay, seed=0)
         refresh = DeviceRefresh(dstate)
-        forward = TorchForward(build_q_network((84, 84), 18, cfg), str(device), dtype=dtype,
-                               graph_sizes=default_graph_sizes(device, b), refresh=refresh)  # fmt: skip
+        forward = TorchForward(
+            build_q_network((84, 84), 18, cfg),
+            str(device),
+            dtype=dtype,
+            graph_sizes=default_graph_sizes(device, b),
+            refresh=refresh,
+        )
         forward.prepare(frames[0])
 
         def timed() -> list[float]:
@@ -74,10 +79,22 @@ def learner_effect(device: Any, k: float, dtype: str, b: int, seconds: float) ->
             seg.unlink()
 
     def ms(took: list[float]) -> dict[str, float]:
-        return {"p50_ms": float(np.percentile(took, 50) * 1e3), "p99_ms": float(np.percentile(took, 99) * 1e3),
-                "passes": len(took)}  # fmt: skip
+        return {
+            "p50_ms": float(np.percentile(took, 50) * 1e3),
+            "p99_ms": float(np.percentile(took, 99) * 1e3),
+            "passes": len(took),
+        }
 
     a, w = ms(alone), ms(beside)
-    return {"k": k, "dtype": dtype, "device": str(device), "batch": b, "seconds": seconds, "alone": a, "with_learner": w,
-            "p99_ratio": w["p99_ms"] / a["p99_ms"] if a["p99_ms"] > 0 else None,
-            "learner_updates_per_s": updates[0] / seconds, "versions_taken": len(refresh.loaded)}  # fmt: skip
+    return {
+        "k": k,
+        "dtype": dtype,
+        "device": str(device),
+        "batch": b,
+        "seconds": seconds,
+        "alone": a,
+        "with_learner": w,
+        "p99_ratio": w["p99_ms"] / a["p99_ms"] if a["p99_ms"] > 0 else None,
+        "learner_updates_per_s": updates[0] / seconds,
+        "versions_taken": len(refresh.loaded),
+    }

@@ -213,9 +213,13 @@ def raw_loop(env_id: str, steps: int, action: int = 0) -> dict[str, float]:
 def host_loop(env_id: str, steps: int, *, profile: cProfile.Profile | None = None) -> dict[str, float]:
     """Steps per second of the host, unthrottled on the virtual clock, plus where the time went."""
     session = Session(
-        functools.partial(_stamped_env, env_id, profile), clock="virtual", tick_hz=60.0, seed=0,
-        max_ticks=steps, unthrottled=True,
-    )  # fmt: skip
+        functools.partial(_stamped_env, env_id, profile),
+        clock="virtual",
+        tick_hz=60.0,
+        seed=0,
+        max_ticks=steps,
+        unthrottled=True,
+    )
     with session:  # start(): unthrottled on a VirtualClock, the host runs to max_ticks right here
         if profile is not None:
             profile.disable()
@@ -249,12 +253,14 @@ def _profile_host(env_id: str, steps: int, top: int = 15) -> list[dict[str, Any]
     stats = pstats.Stats(profile, stream=io.StringIO())
     rows = []
     for (filename, line, name), (_, calls, tottime, cumtime, _) in stats.stats.items():  # type: ignore[attr-defined]  # Stats.stats, the raw table, is not in typeshed
-        rows.append({
-            "function": f"{filename.rsplit('/', 2)[-1]}:{line}({name})",
-            "calls_per_tick": calls / steps,
-            "own_us_per_tick": tottime / steps * 1e6,
-            "cum_us_per_tick": cumtime / steps * 1e6,
-        })  # fmt: skip
+        rows.append(
+            {
+                "function": f"{filename.rsplit('/', 2)[-1]}:{line}({name})",
+                "calls_per_tick": calls / steps,
+                "own_us_per_tick": tottime / steps * 1e6,
+                "cum_us_per_tick": cumtime / steps * 1e6,
+            }
+        )
     rows.sort(key=lambda r: r["own_us_per_tick"], reverse=True)
     return rows[:top]
 
@@ -265,17 +271,22 @@ def _profile_host(env_id: str, steps: int, top: int = 15) -> list[dict[str, Any]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", default="Boxing", help="env id (default Boxing)")
     parser.add_argument(
-        "--steps", type=int, default=None,
+        "--steps",
+        type=int,
+        default=None,
         help=f"steps per timed run (default {_FULL['steps']}, quick {_QUICK['steps']})",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--repeats", type=int, default=None,
+        "--repeats",
+        type=int,
+        default=None,
         help=f"interleaved raw/host pairs (default {_FULL['repeats']}, quick {_QUICK['repeats']})",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--profile", action="store_true",
+        "--profile",
+        action="store_true",
         help="also cProfile one host run and report the top functions (µs per tick; slows that run)",
-    )  # fmt: skip
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -336,26 +347,32 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     if pyboy_runs:
         pyboy_sps = median(pyboy_runs, "steps_per_s")
-        result.update({
-            "pyboy_steps_per_s": pyboy_sps,
-            "pyboy_cpu_steps_per_s": median(pyboy_runs, "cpu_steps_per_s"),
-            "pyboy_tick_only_steps_per_s": median(pyboy_runs, "tick_only_steps_per_s"),
-            "ratio_vs_pyboy": host_sps / pyboy_sps,
-            "ratio_cpu_vs_pyboy": host_cpu / median(pyboy_runs, "cpu_steps_per_s"),
-            "meets_target_vs_pyboy": bool(host_sps / pyboy_sps >= TARGET_RATIO),
-            "pyboy_runs": percentiles([r["steps_per_s"] for r in pyboy_runs]),
-        })  # fmt: skip
+        result.update(
+            {
+                "pyboy_steps_per_s": pyboy_sps,
+                "pyboy_cpu_steps_per_s": median(pyboy_runs, "cpu_steps_per_s"),
+                "pyboy_tick_only_steps_per_s": median(pyboy_runs, "tick_only_steps_per_s"),
+                "ratio_vs_pyboy": host_sps / pyboy_sps,
+                "ratio_cpu_vs_pyboy": host_cpu / median(pyboy_runs, "cpu_steps_per_s"),
+                "meets_target_vs_pyboy": bool(host_sps / pyboy_sps >= TARGET_RATIO),
+                "pyboy_runs": percentiles([r["steps_per_s"] for r in pyboy_runs]),
+            }
+        )
     if ale_runs:
         ale_sps, ale_cpu = median(ale_runs, "steps_per_s"), median(ale_runs, "cpu_steps_per_s")
-        result.update({
-            "ale_steps_per_s": ale_sps,
-            "ale_cpu_steps_per_s": ale_cpu,
-            "ratio_vs_ale": host_sps / ale_sps,
-            "ratio_cpu_vs_ale": host_cpu / ale_cpu,
-            "meets_target_vs_ale": bool(host_sps / ale_sps >= TARGET_RATIO),
-            "ratio_pairs_vs_ale": percentiles([h["steps_per_s"] / a["steps_per_s"] for h, a in zip(host_runs, ale_runs)]),
-            "ale_runs": percentiles([r["steps_per_s"] for r in ale_runs]),
-        })  # fmt: skip
+        result.update(
+            {
+                "ale_steps_per_s": ale_sps,
+                "ale_cpu_steps_per_s": ale_cpu,
+                "ratio_vs_ale": host_sps / ale_sps,
+                "ratio_cpu_vs_ale": host_cpu / ale_cpu,
+                "meets_target_vs_ale": bool(host_sps / ale_sps >= TARGET_RATIO),
+                "ratio_pairs_vs_ale": percentiles(
+                    [h["steps_per_s"] / a["steps_per_s"] for h, a in zip(host_runs, ale_runs)]
+                ),
+                "ale_runs": percentiles([r["steps_per_s"] for r in ale_runs]),
+            }
+        )
     if getattr(args, "profile", False):
         result["profile_top"] = _profile_host(env_id, steps)
     return result
@@ -395,12 +412,18 @@ def render(result: dict[str, Any]) -> None:
     )
     if "pyboy_steps_per_s" in result:
         pyboy = result["pyboy_runs"]
-        table.add_row("plain PyBoy, same obs", f"{result['pyboy_steps_per_s']:,.0f}", f"{pyboy['min']:,.0f}",
-                      f"{pyboy['max']:,.0f}")  # fmt: skip
+        table.add_row(
+            "plain PyBoy, same obs",
+            f"{result['pyboy_steps_per_s']:,.0f}",
+            f"{pyboy['min']:,.0f}",
+            f"{pyboy['max']:,.0f}",
+        )
         table.add_row("plain PyBoy, tick only", f"{result['pyboy_tick_only_steps_per_s']:,.0f}", "", "")
     if "ale_steps_per_s" in result:
         ale = result["ale_runs"]
-        table.add_row("plain multi-agent-ale-py", f"{result['ale_steps_per_s']:,.0f}", f"{ale['min']:,.0f}", f"{ale['max']:,.0f}")
+        table.add_row(
+            "plain multi-agent-ale-py", f"{result['ale_steps_per_s']:,.0f}", f"{ale['min']:,.0f}", f"{ale['max']:,.0f}"
+        )
     table.add_row("raw, CPU time", f"{result['raw_cpu_steps_per_s']:,.0f}", "", "")
     table.add_row("host, CPU time", f"{result['host_cpu_steps_per_s']:,.0f}", "", "")
     pairs = result["ratio_pairs"]
@@ -414,11 +437,15 @@ def render(result: dict[str, Any]) -> None:
         f"{result['steps']} steps × {result['repeats']} interleaved repeats"
     )
     if "ratio_vs_pyboy" in result:
-        table.caption += f"; host vs plain PyBoy {result['ratio_vs_pyboy']:.3f} (CPU {result['ratio_cpu_vs_pyboy']:.3f})"
+        table.caption += (
+            f"; host vs plain PyBoy {result['ratio_vs_pyboy']:.3f} (CPU {result['ratio_cpu_vs_pyboy']:.3f})"
+        )
     if "ratio_vs_ale" in result:
         judged_ale = verdict(result["meets_target_vs_ale"], bool(result.get("quick")))
-        table.caption += (f"; host vs plain multi-agent-ale-py {result['ratio_vs_ale']:.3f} ({judged_ale} ≥ "
-                          f"{result['target_ratio']:.2f}; CPU {result['ratio_cpu_vs_ale']:.3f})")  # fmt: skip
+        table.caption += (
+            f"; host vs plain multi-agent-ale-py {result['ratio_vs_ale']:.3f} ({judged_ale} ≥ "
+            f"{result['target_ratio']:.2f}; CPU {result['ratio_cpu_vs_ale']:.3f})"
+        )
     console = Console()
     console.print(table)
     if "profile_top" in result:
@@ -427,8 +454,9 @@ def render(result: dict[str, Any]) -> None:
             prof.add_column(col, justify="left" if col == "function" else "right")
         for row in result["profile_top"]:
             prof.add_row(
-                row["function"], f"{row['calls_per_tick']:.2f}", f"{row['own_us_per_tick']:.2f}",
+                row["function"],
+                f"{row['calls_per_tick']:.2f}",
+                f"{row['own_us_per_tick']:.2f}",
                 f"{row['cum_us_per_tick']:.2f}",
-            )  # fmt: skip
+            )
         console.print(prof)
-

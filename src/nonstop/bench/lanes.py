@@ -44,7 +44,9 @@ import numpy as np
 
 from nonstop.bench.common import machine_info
 
-DESCRIPTION = "K worlds × N request lanes on one batching server: fewest lanes per world with no inaction, per scheduler"
+DESCRIPTION = (
+    "K worlds × N request lanes on one batching server: fewest lanes per world with no inaction, per scheduler"
+)
 ENV = "theory/inaction"
 TICK_HZ = 60.0
 #: H100, IMPALA ResNet k = 29, bf16, CUDA graph: L(1) = 1.1 ms, L(64) = 16.1 ms, as a line
@@ -56,20 +58,39 @@ _TICKS = ((120, 600), (60, 120))
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--worlds", type=int, default=8, help="worlds sharing the server (default 8)")
-    parser.add_argument("--batch-curve", default=DEFAULT_CURVE,
-                        help=f"L(b): linear:A,C or table:b=T,... with units (ms, s, t = ticks at 60 Hz; "
-                        f"default {DEFAULT_CURVE}, the H100 k=29 bf16 figures)")  # fmt: skip
-    parser.add_argument("--scheduler", default=DEFAULT_SCHEDULERS,
-                        help=f"comma-separated schedulers (default {DEFAULT_SCHEDULERS})")
+    parser.add_argument(
+        "--batch-curve",
+        default=DEFAULT_CURVE,
+        help=f"L(b): linear:A,C or table:b=T,... with units (ms, s, t = ticks at 60 Hz; "
+        f"default {DEFAULT_CURVE}, the H100 k=29 bf16 figures)",
+    )
+    parser.add_argument(
+        "--scheduler", default=DEFAULT_SCHEDULERS, help=f"comma-separated schedulers (default {DEFAULT_SCHEDULERS})"
+    )
     parser.add_argument("--max-batch", type=int, default=64, help="largest batch the server forms (default 64)")
-    parser.add_argument("--max-lanes", type=int, default=None, help="lanes per world the scan stops at (default 12; quick 6)")
-    parser.add_argument("--max-inaction", type=float, default=0.0,
-                        help="inaction fraction allowed in every world after warm-up (default 0)")
+    parser.add_argument(
+        "--max-lanes", type=int, default=None, help="lanes per world the scan stops at (default 12; quick 6)"
+    )
+    parser.add_argument(
+        "--max-inaction",
+        type=float,
+        default=0.0,
+        help="inaction fraction allowed in every world after warm-up (default 0)",
+    )
     parser.add_argument("--seed", type=int, default=0)
 
 
-def trial(*, scheduler: str, n: int, curve_spec: str, worlds: int, max_batch: int, seed: int,
-          warmup_ticks: int, window_ticks: int) -> dict[str, Any]:  # fmt: skip
+def trial(
+    *,
+    scheduler: str,
+    n: int,
+    curve_spec: str,
+    worlds: int,
+    max_batch: int,
+    seed: int,
+    warmup_ticks: int,
+    window_ticks: int,
+) -> dict[str, Any]:
     """K worlds × ``n`` lanes under ``scheduler`` on one virtual server; the figures after warm-up."""
     from nonstop.inference.batching import BatchingServer
     from nonstop.inference.batchsize import parse_curve
@@ -167,48 +188,71 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         trials: dict[int, dict[str, Any]] = {}
         nstar = None
         for n in range(1, max_lanes + 1):
-            trials[n] = trial(scheduler=name, n=n, curve_spec=args.batch_curve, worlds=args.worlds,
-                              max_batch=args.max_batch, seed=args.seed, warmup_ticks=warmup, window_ticks=window)  # fmt: skip
+            trials[n] = trial(
+                scheduler=name,
+                n=n,
+                curve_spec=args.batch_curve,
+                worlds=args.worlds,
+                max_batch=args.max_batch,
+                seed=args.seed,
+                warmup_ticks=warmup,
+                window_ticks=window,
+            )
             if trials[n]["inaction_max"] <= args.max_inaction:
                 nstar = n
                 break
         if nstar is not None:  # does zero hold one lane on?
-            trials[nstar + 1] = trial(scheduler=name, n=nstar + 1, curve_spec=args.batch_curve, worlds=args.worlds,
-                                      max_batch=args.max_batch, seed=args.seed, warmup_ticks=warmup,
-                                      window_ticks=window)  # fmt: skip
+            trials[nstar + 1] = trial(
+                scheduler=name,
+                n=nstar + 1,
+                curve_spec=args.batch_curve,
+                worlds=args.worlds,
+                max_batch=args.max_batch,
+                seed=args.seed,
+                warmup_ticks=warmup,
+                window_ticks=window,
+            )
         at = trials[nstar] if nstar is not None else trials[max_lanes]
         b_mean = at["batch_size_mean"] or 1.0
         formula_batch = _ceil_ticks(curve(max(1, math.ceil(b_mean - 1e-9))) / tau_m)
         formula_tau = _ceil_ticks(at["tau_theta_max_ticks"]) if at["tau_theta_max_ticks"] is not None else None
         formula_mean = _ceil_ticks(at["tau_theta_mean_ticks"]) if at["tau_theta_mean_ticks"] is not None else None
         above = trials.get(nstar + 1) if nstar is not None else None
-        rows.append({
-            "scheduler": name,
-            "nstar_lanes": nstar,
-            "nstar_above": None if nstar is not None else max_lanes,  # still inaction at this many lanes
-            "formula_batch": formula_batch,
-            "formula_tau": formula_tau,
-            "formula_tau_mean": formula_mean,
-            "matches_formula_tau": nstar is not None and nstar == formula_tau,
-            "between_formulas": nstar is not None and formula_mean is not None and formula_tau is not None
-            and formula_mean <= nstar <= formula_tau,
-            "holds_at_n_plus_1": None if above is None else above["inaction_max"] <= args.max_inaction,
-            "inaction_at_nstar": at["inaction_max"],
-            "inaction_at_nstar_minus_1": trials[nstar - 1]["inaction_max"] if nstar is not None and nstar > 1 else None,
-            "delay_mean_ticks": at["delay_mean_ticks"],
-            "delay_p99_ticks": at["delay_p99_ticks"],
-            "tau_theta_mean_ticks": at["tau_theta_mean_ticks"],
-            "tau_theta_max_ticks": at["tau_theta_max_ticks"],
-            "late": at["late"],
-            "late_fraction": at["late_fraction"],
-            "requests": at["requests"],
-            "batch_size_mean": at["batch_size_mean"],
-            "batch_sizes": at["batch_sizes"],
-            "deaths": at["deaths"],
-            "trials": {str(n): r["inaction_max"] for n, r in sorted(trials.items())},
-            # the most worlds held at --max-inaction at one N of the scan (all of them where nstar_lanes is set)
-            "worlds_served": max(sum(x <= args.max_inaction for x in r["inaction_by_world"]) for r in trials.values()),
-        })  # fmt: skip
+        rows.append(
+            {
+                "scheduler": name,
+                "nstar_lanes": nstar,
+                "nstar_above": None if nstar is not None else max_lanes,  # still inaction at this many lanes
+                "formula_batch": formula_batch,
+                "formula_tau": formula_tau,
+                "formula_tau_mean": formula_mean,
+                "matches_formula_tau": nstar is not None and nstar == formula_tau,
+                "between_formulas": nstar is not None
+                and formula_mean is not None
+                and formula_tau is not None
+                and formula_mean <= nstar <= formula_tau,
+                "holds_at_n_plus_1": None if above is None else above["inaction_max"] <= args.max_inaction,
+                "inaction_at_nstar": at["inaction_max"],
+                "inaction_at_nstar_minus_1": trials[nstar - 1]["inaction_max"]
+                if nstar is not None and nstar > 1
+                else None,
+                "delay_mean_ticks": at["delay_mean_ticks"],
+                "delay_p99_ticks": at["delay_p99_ticks"],
+                "tau_theta_mean_ticks": at["tau_theta_mean_ticks"],
+                "tau_theta_max_ticks": at["tau_theta_max_ticks"],
+                "late": at["late"],
+                "late_fraction": at["late_fraction"],
+                "requests": at["requests"],
+                "batch_size_mean": at["batch_size_mean"],
+                "batch_sizes": at["batch_sizes"],
+                "deaths": at["deaths"],
+                "trials": {str(n): r["inaction_max"] for n, r in sorted(trials.items())},
+                # the most worlds held at --max-inaction at one N of the scan (all of them where nstar_lanes is set)
+                "worlds_served": max(
+                    sum(x <= args.max_inaction for x in r["inaction_by_world"]) for r in trials.values()
+                ),
+            }
+        )
     by = {r["scheduler"]: r for r in rows}
     hold = by.get("quantile_hold")
     reached = [r for r in rows if r["nstar_lanes"] is not None]
@@ -250,24 +294,46 @@ def render(result: dict[str, Any]) -> None:
     def num(v: Any, fmt: str) -> str:
         return "—" if v is None else format(v, fmt)
 
-    title = (f"lanes per world with no inaction — {result['worlds']} worlds, L(b) {result['batch_curve']}, "
-             f"L({min(result['worlds'], result['max_batch'])}) = {result['L_of_worlds_ticks']:.2f} tick")  # fmt: skip
+    title = (
+        f"lanes per world with no inaction — {result['worlds']} worlds, L(b) {result['batch_curve']}, "
+        f"L({min(result['worlds'], result['max_batch'])}) = {result['L_of_worlds_ticks']:.2f} tick"
+    )
     table = Table(title=title)
-    for col in ("scheduler", "N lanes", "⌈L(b̄)/τ_M⌉", "⌈τ̄_θ/τ_M⌉", "⌈τ_θmax/τ_M⌉", "inaction at N", "at N−1", "at N+1 holds",
-                "delay mean", "delay p99", "late", "batch mean"):  # fmt: skip
+    for col in (
+        "scheduler",
+        "N lanes",
+        "⌈L(b̄)/τ_M⌉",
+        "⌈τ̄_θ/τ_M⌉",
+        "⌈τ_θmax/τ_M⌉",
+        "inaction at N",
+        "at N−1",
+        "at N+1 holds",
+        "delay mean",
+        "delay p99",
+        "late",
+        "batch mean",
+    ):
         table.add_column(col, justify="right")
     for r in result["rows"]:
         measured = str(r["nstar_lanes"]) if r["nstar_lanes"] is not None else f"> {r['nstar_above']}"
         table.add_row(
-            r["scheduler"], measured, str(r["formula_batch"]), num(r["formula_tau_mean"], "d"), num(r["formula_tau"], "d"),
+            r["scheduler"],
+            measured,
+            str(r["formula_batch"]),
+            num(r["formula_tau_mean"], "d"),
+            num(r["formula_tau"], "d"),
             f"{r['inaction_at_nstar']:.2%}",
             "—" if r["inaction_at_nstar_minus_1"] is None else f"{r['inaction_at_nstar_minus_1']:.2%}",
             "—" if r["holds_at_n_plus_1"] is None else ("yes" if r["holds_at_n_plus_1"] else "no"),
-            num(r["delay_mean_ticks"], ".2f"), num(r["delay_p99_ticks"], ".0f"),
-            f"{r['late']}/{r['requests']}", num(r["batch_size_mean"], ".1f"),
-        )  # fmt: skip
+            num(r["delay_mean_ticks"], ".2f"),
+            num(r["delay_p99_ticks"], ".0f"),
+            f"{r['late']}/{r['requests']}",
+            num(r["batch_size_mean"], ".1f"),
+        )
     Console().print(table)
     steady = result["steady_batch"]
     keeps = f"yes, steady batch {steady}: L = {result['L_steady_ticks']:.2f} tick" if steady else "no"
-    print(f"device keeps up (some L(b) ≤ b·τ_M/K): {keeps}; consistent with it: {result['consistent']}; "
-          f"worlds served at the target: {result['worlds_served']} of {result['worlds']} (meets_target: {result['meets_target']})")
+    print(
+        f"device keeps up (some L(b) ≤ b·τ_M/K): {keeps}; consistent with it: {result['consistent']}; "
+        f"worlds served at the target: {result['worlds_served']} of {result['worlds']} (meets_target: {result['meets_target']})"
+    )

@@ -25,8 +25,10 @@ import numpy as np
 
 __all__ = ["DESCRIPTION", "add_arguments", "run", "render", "first_reaching", "update_rates"]
 
-DESCRIPTION = ("DQN on realtime CartPole: return within 100k ticks, staggered vs sequential baselines; updates/s of "
-               "host Adam vs the device learner")
+DESCRIPTION = (
+    "DQN on realtime CartPole: return within 100k ticks, staggered vs sequential baselines; updates/s of "
+    "host Adam vs the device learner"
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,8 +38,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latency", default="5t", help="model latency of the ordering comparison (default 5 ticks)")
     p.add_argument("--compare-ticks", type=int, default=30_000, help="env ticks of each ordering run")
     p.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="env keyword argument, repeatable")
-    p.add_argument("--learning-starts", type=int, default=None, help="transitions before learning (default: the family's)")
-    p.add_argument("--tau-l", type=float, default=None, help="virtual seconds per update (default τ_M; ~0.25 for k=1 on 2 CPU cores)")
+    p.add_argument(
+        "--learning-starts", type=int, default=None, help="transitions before learning (default: the family's)"
+    )
+    p.add_argument(
+        "--tau-l",
+        type=float,
+        default=None,
+        help="virtual seconds per update (default τ_M; ~0.25 for k=1 on 2 CPU cores)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--update-k", type=float, default=1, help="ResNet width k of the update-rate part (default 1)")
     p.add_argument("--update-count", type=int, default=30, help="timed updates per path (default 30; --quick: 3)")
@@ -66,8 +75,9 @@ def _episodes(log: Any) -> tuple[list[float], list[int]]:
     return episode_returns(log), log["tick"][ended].astype(int).tolist()
 
 
-def _train(env: str, ticks: int, seed: int, env_args: list[str] | None = None, learning_starts: int | None = None,
-           **kw: Any) -> dict[str, Any]:  # fmt: skip
+def _train(
+    env: str, ticks: int, seed: int, env_args: list[str] | None = None, learning_starts: int | None = None, **kw: Any
+) -> dict[str, Any]:
     from nonstop.envs import env_info
     from nonstop.learning.dqn import DQNConfig
     from nonstop.envs.registry import parse_env_args
@@ -75,8 +85,14 @@ def _train(env: str, ticks: int, seed: int, env_args: list[str] | None = None, l
 
     info = env_info(env)
     overrides = {} if learning_starts is None else {"learning_starts": learning_starts}
-    cfg = TrainConfig(env=env, env_kwargs={**default_env_kwargs(info.family), **parse_env_args(env_args)},
-                      seconds=ticks / info.tick_hz, seed=seed, dqn=DQNConfig.for_family(info.family, **overrides), **kw)  # fmt: skip
+    cfg = TrainConfig(
+        env=env,
+        env_kwargs={**default_env_kwargs(info.family), **parse_env_args(env_args)},
+        seconds=ticks / info.tick_hz,
+        seed=seed,
+        dqn=DQNConfig.for_family(info.family, **overrides),
+        **kw,
+    )
     result = train(cfg, progress_every=max(1.0, ticks / info.tick_hz / 20))
     returns, ends = _episodes(result["tick_log"])
     s = result["summary"]
@@ -131,8 +147,9 @@ def update_rates(k: float, device: str, count: int, *, batch_size: int = 16, see
         for state, weights in ((host_state, host_weights), (dev_state, dev_weights)):
             init_training(model, state, weights)
         host = Learner(0, (84, 84), 18, cfg, host_state, host_weights, replay, seed, device=str(dev))
-        learner = DeviceLearner((84, 84), 18, cfg, DeviceTrainingState.from_host(dev_state, dev), dev_state, dev_weights,
-                                replay, seed)  # fmt: skip
+        learner = DeviceLearner(
+            (84, 84), 18, cfg, DeviceTrainingState.from_host(dev_state, dev), dev_state, dev_weights, replay, seed
+        )
 
         def host_update() -> None:
             out = host.gradient()
@@ -165,9 +182,16 @@ def update_rates(k: float, device: str, count: int, *, batch_size: int = 16, see
     finally:
         for seg in segments:
             seg.unlink()
-    return {"k": k, "params": n, "device": str(dev), "batch_size": batch_size, "updates_timed": count,
-            "host_apply_updates_per_s": round(host_rate, 2), "device_learner_updates_per_s": round(device_rate, 2),
-            "device_over_host": round(device_rate / host_rate, 3)}  # fmt: skip
+    return {
+        "k": k,
+        "params": n,
+        "device": str(dev),
+        "batch_size": batch_size,
+        "updates_timed": count,
+        "host_apply_updates_per_s": round(host_rate, 2),
+        "device_learner_updates_per_s": round(device_rate, 2),
+        "device_over_host": round(device_rate / host_rate, 3),
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -181,8 +205,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rates = update_rates(args.update_k, getattr(args, "device", "cpu"), count, seed=args.seed)
     if args.updates_only:
         return {"update_rate": rates}
-    common = {"env_args": args.env_arg, "learning_starts": args.learning_starts, "tau_l": args.tau_l,
-              "device": getattr(args, "device", "cpu"), "dtype": getattr(args, "dtype", None)}  # fmt: skip
+    common = {
+        "env_args": args.env_arg,
+        "learning_starts": args.learning_starts,
+        "tau_l": args.tau_l,
+        "device": getattr(args, "device", "cpu"),
+        "dtype": getattr(args, "dtype", None),
+    }
     zero = _train(args.env, ticks, args.seed, **common)
     reached = first_reaching(zero.pop("_returns"), zero.pop("_ends"), args.target)
     ordering = {}
@@ -208,16 +237,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def render(result: dict[str, Any]) -> None:
     u = result.get("update_rate")  # absent from a result saved before the device learner was timed
     if u:
-        print(f"updates/s at k={u['k']:g} ({u['params']:,} parameters) on {u['device']}, batch {u['batch_size']}: "
-              f"host Adam {u['host_apply_updates_per_s']}, device learner {u['device_learner_updates_per_s']} "
-              f"(x{u['device_over_host']})")  # fmt: skip
+        print(
+            f"updates/s at k={u['k']:g} ({u['params']:,} parameters) on {u['device']}, batch {u['batch_size']}: "
+            f"host Adam {u['host_apply_updates_per_s']}, device learner {u['device_learner_updates_per_s']} "
+            f"(x{u['device_over_host']})"
+        )
     if "zero_latency" not in result:
         return
     z = result["zero_latency"]
     reached = result["ticks_to_target"]
-    target = (f"reached at tick {reached:,}" if reached is not None else f"not reached in {z['ticks']:,} ticks")
-    print(f"zero latency, {z['ticks']:,} ticks: last-20 return {z['return_last20']}, "
-          f"target {result['target_return']} {target} ({z['wall_s']} s)")  # fmt: skip
+    target = f"reached at tick {reached:,}" if reached is not None else f"not reached in {z['ticks']:,} ticks"
+    print(
+        f"zero latency, {z['ticks']:,} ticks: last-20 return {z['return_last20']}, "
+        f"target {result['target_return']} {target} ({z['wall_s']} s)"
+    )
     from nonstop._console import Console
     from rich.table import Table
 
@@ -225,6 +258,12 @@ def render(result: dict[str, Any]) -> None:
     for col in ("interaction", "return (last 20)", "inaction", "delay (ticks)", "updates", "episodes"):
         table.add_column(col)
     for name, r in result["ordering"].items():
-        table.add_row(name, f"{r['return_last20']:.1f}" if r["return_last20"] is not None else "—",
-                      f"{r['inaction_fraction']:.1%}", f"{r['delay_mean_ticks']:.2f}", f"{r['updates']:,}", str(r["episodes"]))  # fmt: skip
+        table.add_row(
+            name,
+            f"{r['return_last20']:.1f}" if r["return_last20"] is not None else "—",
+            f"{r['inaction_fraction']:.1%}",
+            f"{r['delay_mean_ticks']:.2f}",
+            f"{r['updates']:,}",
+            str(r["episodes"]),
+        )
     Console().print(table)

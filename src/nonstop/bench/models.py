@@ -48,24 +48,35 @@ def _k_list(text: str) -> list[float]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--k", type=_k_list, default=None,
-                        help="comma-separated widths (default 1,7; the paper's sizes are 1,7,29,98)")
+    parser.add_argument(
+        "--k", type=_k_list, default=None, help="comma-separated widths (default 1,7; the paper's sizes are 1,7,29,98)"
+    )
     from nonstop.inference.device import add_device_arguments
 
     add_device_arguments(parser)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: one core per worker)")
     parser.add_argument("--repeats", type=int, default=None, help="timed passes per k (default 30; 5 with --quick)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed passes first (default 3; 1 with --quick)")
-    parser.add_argument("--max-seconds", type=float, default=30.0,
-                        help="stop timing a k after this long (at least 3 passes are kept)")
+    parser.add_argument(
+        "--max-seconds", type=float, default=30.0, help="stop timing a k after this long (at least 3 passes are kept)"
+    )
     parser.add_argument("--n-actions", type=int, default=18, help="output size (18: full Atari action set)")
     parser.add_argument("--tick-hz", type=float, default=60.0, help="environment rate for the ticks column")
-    parser.add_argument("--construction", "--arch", choices=tuple(_CONSTRUCTIONS), default="impala",
-                        help="impala: padded convs, FC 256 (default); authors: the released code's variant; "
-                             "2xdeep: the 30-layer ResNet of the paper's Figure 6")
-    parser.add_argument("--save", metavar="PATH", default=None,
-                        help="write each k's forward times (seconds, one per line) as an empirical latency file; "
-                             "'{k}' in PATH is replaced by k, else _k<k> is added when several k are measured")
+    parser.add_argument(
+        "--construction",
+        "--arch",
+        choices=tuple(_CONSTRUCTIONS),
+        default="impala",
+        help="impala: padded convs, FC 256 (default); authors: the released code's variant; "
+        "2xdeep: the 30-layer ResNet of the paper's Figure 6",
+    )
+    parser.add_argument(
+        "--save",
+        metavar="PATH",
+        default=None,
+        help="write each k's forward times (seconds, one per line) as an empirical latency file; "
+        "'{k}' in PATH is replaced by k, else _k<k> is added when several k are measured",
+    )
     if "--quick" not in parser._option_string_actions:  # the CLI adds it; a bare parser needs it too
         parser.add_argument("--quick", action="store_true", help="k=1 only, few repeats")
 
@@ -122,8 +133,10 @@ def run(args: argparse.Namespace) -> dict:
     if args.device.startswith("cuda"):
         if not torch.cuda.is_available():
             result["note"] = "CUDA is not available on this machine: nothing measured (use --device cpu)"
-            result["models"] = [{"k": k, "params": count_parameters(k, args.n_actions, **arch),
-                                 "skipped": "CUDA not available"} for k in ks]
+            result["models"] = [
+                {"k": k, "params": count_parameters(k, args.n_actions, **arch), "skipped": "CUDA not available"}
+                for k in ks
+            ]
             return result
         result["device"] = f"{args.device} ({torch.cuda.get_device_name(torch.device(args.device))})"
     device = torch.device(args.device)
@@ -135,8 +148,12 @@ def run(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     try:
         for k in ks:
-            row: dict = {"k": k, "params": count_parameters(k, args.n_actions, **arch),
-                         "channels": list(impala_channels(k)), "flops": count_flops(k, args.n_actions, **arch)}
+            row: dict = {
+                "k": k,
+                "params": count_parameters(k, args.n_actions, **arch),
+                "channels": list(impala_channels(k)),
+                "flops": count_flops(k, args.n_actions, **arch),
+            }
             row["flops_per_param"] = row["flops"] / row["params"]  # 2xDeep: more work per parameter (Figure 6)
             try:
                 row["memory_bytes_estimate"] = ensure_fits(k, device, n_actions=args.n_actions, **arch)
@@ -156,27 +173,37 @@ def run(args: argparse.Namespace) -> dict:
             with autocast(device, dtype):
                 seconds = time_forward(model, x, device, warmup, repeats, args.max_seconds)
             ms = percentiles(seconds, 1e3)
-            row.update({
-                "n": ms["n"],
-                "forward_ms_p50": ms["p50"], "forward_ms_p90": ms["p90"],
-                "forward_ms_min": ms["min"], "forward_ms_max": ms["max"],
-                "forward_ms_mean": float(np.mean(seconds) * 1e3),
-                "forward_ticks_p50": ms["p50"] / 1e3 * args.tick_hz,
-                "forward_ticks_p90": ms["p90"] / 1e3 * args.tick_hz,
-                "forward_ticks_max": ms["max"] / 1e3 * args.tick_hz,
-                "forward_us_per_mparam": ms["p50"] * 1e3 / (row["params"] / 1e6),  # deeper is slower at the same size
-            })
+            row.update(
+                {
+                    "n": ms["n"],
+                    "forward_ms_p50": ms["p50"],
+                    "forward_ms_p90": ms["p90"],
+                    "forward_ms_min": ms["min"],
+                    "forward_ms_max": ms["max"],
+                    "forward_ms_mean": float(np.mean(seconds) * 1e3),
+                    "forward_ticks_p50": ms["p50"] / 1e3 * args.tick_hz,
+                    "forward_ticks_p90": ms["p90"] / 1e3 * args.tick_hz,
+                    "forward_ticks_max": ms["max"] / 1e3 * args.tick_hz,
+                    "forward_us_per_mparam": ms["p50"]
+                    * 1e3
+                    / (row["params"] / 1e6),  # deeper is slower at the same size
+                }
+            )
             first = next((m for m in result["models"] if "forward_ms_p50" in m), None)
             if first is not None:  # a ratio within one run survives a noisy machine
                 row["p50_vs_k" + str(first["k"])] = ms["p50"] / first["forward_ms_p50"]
             if args.save:
                 path = _save_path(args.save, k, len(ks) > 1)
-                _write_samples(path, seconds, [
-                    f"nonstop bench models: IMPALA ResNet k={k} ({row['params']} parameters, "
-                    f"construction {args.construction}), batch-1 forward on 1x84x84",
-                    f"device {result['device']}, {args.threads} torch thread(s), {len(seconds)} passes "
-                    f"after {warmup} warm-up; seconds, one per line (Empirical.from_file)",
-                ])
+                _write_samples(
+                    path,
+                    seconds,
+                    [
+                        f"nonstop bench models: IMPALA ResNet k={k} ({row['params']} parameters, "
+                        f"construction {args.construction}), batch-1 forward on 1x84x84",
+                        f"device {result['device']}, {args.threads} torch thread(s), {len(seconds)} passes "
+                        f"after {warmup} warm-up; seconds, one per line (Empirical.from_file)",
+                    ],
+                )
                 row["saved"] = str(path)
                 saved.append(str(path))
             result["models"].append(row)
@@ -190,16 +217,22 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def render(result: dict) -> None:
-    print(f"device {result['device']}, {result['threads']} thread(s), ticks at {result['tick_hz']:g} Hz, "
-          f"construction {result['construction']}")
-    print(f"{'k':>5} {'params':>15} {'p50 ms':>9} {'p90 ms':>9} {'min ms':>9} {'max ms':>9} {'p50 ticks':>10} "
-          f"{'GFLOP':>7} {'us/Mparam':>10}")
+    print(
+        f"device {result['device']}, {result['threads']} thread(s), ticks at {result['tick_hz']:g} Hz, "
+        f"construction {result['construction']}"
+    )
+    print(
+        f"{'k':>5} {'params':>15} {'p50 ms':>9} {'p90 ms':>9} {'min ms':>9} {'max ms':>9} {'p50 ticks':>10} "
+        f"{'GFLOP':>7} {'us/Mparam':>10}"
+    )
     for m in result["models"]:
         if "skipped" in m:
             print(f"{m['k']:>5} {m['params']:>15,}  skipped: {m['skipped']}")
             continue
-        print(f"{m['k']:>5} {m['params']:>15,} {m['forward_ms_p50']:>9.2f} {m['forward_ms_p90']:>9.2f} "
-              f"{m['forward_ms_min']:>9.2f} {m['forward_ms_max']:>9.2f} {m['forward_ticks_p50']:>10.2f} "
-              f"{m['flops'] / 1e9:>7.2f} {m['forward_us_per_mparam']:>10.0f}")
+        print(
+            f"{m['k']:>5} {m['params']:>15,} {m['forward_ms_p50']:>9.2f} {m['forward_ms_p90']:>9.2f} "
+            f"{m['forward_ms_min']:>9.2f} {m['forward_ms_max']:>9.2f} {m['forward_ticks_p50']:>10.2f} "
+            f"{m['flops'] / 1e9:>7.2f} {m['forward_us_per_mparam']:>10.0f}"
+        )
     for path in result.get("saved", []):
         print(f"saved {path}")

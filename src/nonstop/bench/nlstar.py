@@ -45,18 +45,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k", default="1,2", help="IMPALA widths, comma-separated (default 1,2)")
     p.add_argument("--batch", default="16,32", help="batch sizes, comma-separated (default 16,32)")
     p.add_argument("--window", type=float, default=8.0, help="seconds each N_L is measured for")
-    p.add_argument("--declared-tau-l", default=None, metavar="TICKS,TICKS",
-                   help="instead of timing updates: the virtual clock with this declared τ_L per update (ticks), N_L* "
-                        "measured by whole training runs at each N_L, for each --batch")
-    p.add_argument("--backend", choices=("process", "ray"), default="process",
-                   help="process: learner processes on this machine, up to its cores (default); ray: Ray actors, "
-                        "past the local cores (a local 127.0.0.1 cluster without --ray-address)")
+    p.add_argument(
+        "--declared-tau-l",
+        default=None,
+        metavar="TICKS,TICKS",
+        help="instead of timing updates: the virtual clock with this declared τ_L per update (ticks), N_L* "
+        "measured by whole training runs at each N_L, for each --batch",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("process", "ray"),
+        default="process",
+        help="process: learner processes on this machine, up to its cores (default); ray: Ray actors, "
+        "past the local cores (a local 127.0.0.1 cluster without --ray-address)",
+    )
     p.add_argument("--ray-address", default=None, metavar="HOST:PORT", help="Ray cluster for --backend ray")
-    p.add_argument("--nodes", type=int, default=2, help="nodes of the local Ray cluster without --ray-address (default 2)")
-    p.add_argument("--max-learners", type=int, default=None,
-                   help="largest N_L measured (default: this machine's cores; with --backend ray 2x them)")
-    p.add_argument("--plot", default="runs/nlstar.png",
-                   help="where to write the Figure 8 plot (default runs/nlstar.png, beside bench nstar's; '' for none)")
+    p.add_argument(
+        "--nodes", type=int, default=2, help="nodes of the local Ray cluster without --ray-address (default 2)"
+    )
+    p.add_argument(
+        "--max-learners",
+        type=int,
+        default=None,
+        help="largest N_L measured (default: this machine's cores; with --backend ray 2x them)",
+    )
+    p.add_argument(
+        "--plot",
+        default="runs/nlstar.png",
+        help="where to write the Figure 8 plot (default runs/nlstar.png, beside bench nstar's; '' for none)",
+    )
     from nonstop.inference.device import add_device_arguments
 
     add_device_arguments(p, what="each learner's update", dtype=False)
@@ -79,8 +96,9 @@ def _parts(k: float, batch: int, capacity: int = 2048) -> tuple[Any, ...]:
     from nonstop.learning.replay import ReplayBuffer
     from nonstop.learning.weights import SharedWeights, TrainingState
 
-    cfg = DQNConfig.for_family("atari", k=k, batch_size=batch, learning_starts=0, replay_capacity=capacity,
-                               updates_per_transition=0)  # throughput: learners never pause
+    cfg = DQNConfig.for_family(
+        "atari", k=k, batch_size=batch, learning_starts=0, replay_capacity=capacity, updates_per_transition=0
+    )  # throughput: learners never pause
     torch.manual_seed(0)
     model = build_q_network((84, 84), 18, cfg)
     n = sum(p.numel() for p in model.parameters())
@@ -127,9 +145,18 @@ def _throughput(k: float, batch: int, n_learners: int, window: float, device: st
     cfg, _, _, state, weights, replay = _parts(k, batch)
     group = None
     try:
-        group = LearnerProcesses(n_learners=n_learners, mode="round_robin", obs_shape=(84, 84), n_actions=18,
-                                 cfg=cfg, state=state, weights=weights, replay=replay, seed=0,
-                                 device=device).start()  # fmt: skip
+        group = LearnerProcesses(
+            n_learners=n_learners,
+            mode="round_robin",
+            obs_shape=(84, 84),
+            n_actions=18,
+            cfg=cfg,
+            state=state,
+            weights=weights,
+            replay=replay,
+            seed=0,
+            device=device,
+        ).start()
         return _learned_per_s(state, n_learners, batch, window)
     finally:
         if group is not None:
@@ -146,9 +173,19 @@ def _throughput_ray(k: float, batch: int, n_learners: int, window: float, device
     cfg, _, _, state, weights, replay = _parts(k, batch)
     group = None
     try:
-        group = RayLearners(n_learners=n_learners, mode="round_robin", obs_shape=(84, 84), n_actions=18, cfg=cfg,
-                            state=state, weights=weights, replay=replay, broadcast=WeightBroadcast(weights),
-                            seed=0, start_timeout=300.0).start()  # fmt: skip
+        group = RayLearners(
+            n_learners=n_learners,
+            mode="round_robin",
+            obs_shape=(84, 84),
+            n_actions=18,
+            cfg=cfg,
+            state=state,
+            weights=weights,
+            replay=replay,
+            broadcast=WeightBroadcast(weights),
+            seed=0,
+            start_timeout=300.0,
+        ).start()
         return _learned_per_s(state, n_learners, batch, window, failure=lambda: group.failure)
     finally:
         if group is not None:
@@ -157,8 +194,9 @@ def _throughput_ray(k: float, batch: int, n_learners: int, window: float, device
             seg.unlink()
 
 
-def _learned_per_s(state: Any, n_learners: int, batch: int, window: float,
-                   failure: Callable[[], BaseException | None] = lambda: None) -> float:
+def _learned_per_s(
+    state: Any, n_learners: int, batch: int, window: float, failure: Callable[[], BaseException | None] = lambda: None
+) -> float:
     """Transitions learned per second over ``window``, once every learner is up and learning (two
     updates each, or two minutes); a learner group's failure is raised, not measured as slowness."""
     deadline = time.monotonic() + 120
@@ -213,8 +251,9 @@ VIRTUAL_SECONDS = 20.0
 VIRTUAL_SHARE = 0.98
 
 
-def learned_share(tau_l_ticks: float, batch: int, n_learners: int, *, seconds: float = VIRTUAL_SECONDS,
-                  seed: int = 0) -> dict[str, Any]:
+def learned_share(
+    tau_l_ticks: float, batch: int, n_learners: int, *, seconds: float = VIRTUAL_SECONDS, seed: int = 0
+) -> dict[str, Any]:
     """One measured trial on the virtual clock: a whole training run (`nonstop.experiment.train`) on
     ``theory/delay-cycle`` at 60 Hz, one worker acting every tick, ``n_learners`` learners each taking
     the declared ``tau_l_ticks`` per update of ``batch`` transitions, no cap on updates per transition.
@@ -224,26 +263,50 @@ def learned_share(tau_l_ticks: float, batch: int, n_learners: int, *, seconds: f
     from nonstop.learning.dqn import DQNConfig
 
     starts = 10
-    cfg = TrainConfig(env="theory/delay-cycle", env_kwargs={"n": 8, "p_minimax": 0.97}, seconds=seconds, latency="1t",
-                      scheduler="exp_time", n_learners=n_learners, tau_l=tau_l_ticks / TICK_HZ, seed=seed,
-                      dqn=DQNConfig(batch_size=batch, updates_per_transition=0, learning_starts=starts, hidden=(16,),
-                                    replay_capacity=5000))  # fmt: skip
+    cfg = TrainConfig(
+        env="theory/delay-cycle",
+        env_kwargs={"n": 8, "p_minimax": 0.97},
+        seconds=seconds,
+        latency="1t",
+        scheduler="exp_time",
+        n_learners=n_learners,
+        tau_l=tau_l_ticks / TICK_HZ,
+        seed=seed,
+        dqn=DQNConfig(
+            batch_size=batch, updates_per_transition=0, learning_starts=starts, hidden=(16,), replay_capacity=5000
+        ),
+    )
     out = train(cfg)
     made = max(1, int(out["transitions"]) - starts)
-    return {"updates": int(out["updates"]), "transitions": int(out["transitions"]), "share": int(out["updates"]) * batch / made}
+    return {
+        "updates": int(out["updates"]),
+        "transitions": int(out["transitions"]),
+        "share": int(out["updates"]) * batch / made,
+    }
 
 
-def virtual_nlstar(tau_l_ticks: float, batch: int, *, seconds: float = VIRTUAL_SECONDS, seed: int = 0) -> dict[str, Any]:
+def virtual_nlstar(
+    tau_l_ticks: float, batch: int, *, seconds: float = VIRTUAL_SECONDS, seed: int = 0
+) -> dict[str, Any]:
     """N_L* measured on the virtual clock for a declared τ_L (ticks per update of ``batch``): the fewest
     learners whose run learns from every transition (share ≥ `VIRTUAL_SHARE`), found by `find_nstar`
     from the formula, beside the formula ⌈τ_L/(B·τ_M)⌉ and every trial's share."""
     from nonstop.metrics.nstar import find_nstar, theoretical_nlstar
 
     theory = theoretical_nlstar(tau_l_ticks / TICK_HZ, batch, 1 / TICK_HZ)
-    nstar, trials = find_nstar(lambda n: learned_share(tau_l_ticks, batch, n, seconds=seconds, seed=seed), guess=theory,
-                               passes=lambda t: t["share"] >= VIRTUAL_SHARE, limit=64)  # fmt: skip
-    return {"tau_l_ticks": tau_l_ticks, "batch": batch, "nlstar_theory": theory, "nlstar_measured": nstar,
-            "shares": {str(n): round(t["share"], 4) for n, t in sorted(trials.items())}}  # fmt: skip
+    nstar, trials = find_nstar(
+        lambda n: learned_share(tau_l_ticks, batch, n, seconds=seconds, seed=seed),
+        guess=theory,
+        passes=lambda t: t["share"] >= VIRTUAL_SHARE,
+        limit=64,
+    )
+    return {
+        "tau_l_ticks": tau_l_ticks,
+        "batch": batch,
+        "nlstar_theory": theory,
+        "nlstar_measured": nstar,
+        "shares": {str(n): round(t["share"], 4) for n, t in sorted(trials.items())},
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -252,8 +315,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         taus = _numbers(declared, float, "--declared-tau-l")
         batches = _numbers(args.batch, int, "--batch")
         rows = [virtual_nlstar(t, b, seconds=10.0 if args.quick else VIRTUAL_SECONDS) for t in taus for b in batches]
-        return {"clock": "virtual", "tick_hz": TICK_HZ, "rows": rows,
-                "all_match_theory": all(r["nlstar_measured"] == r["nlstar_theory"] for r in rows)}  # fmt: skip
+        return {
+            "clock": "virtual",
+            "tick_hz": TICK_HZ,
+            "rows": rows,
+            "all_match_theory": all(r["nlstar_measured"] == r["nlstar_theory"] for r in rows),
+        }
     ks = _numbers(args.k, float, "--k")
     batches = _numbers(args.batch, int, "--batch")
     if not args.window > 0:
@@ -267,7 +334,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cores = usable_cores()
     backend = getattr(args, "backend", "process")
     if backend == "ray" and device != "cpu":
-        raise ValueError(f"--device {device} with --backend ray: Ray learners update on their nodes' CPUs; use --backend process")
+        raise ValueError(
+            f"--device {device} with --backend ray: Ray learners update on their nodes' CPUs; use --backend process"
+        )
     max_learners = getattr(args, "max_learners", None)
     if max_learners is None:
         max_learners = cores if backend == "process" else 2 * cores
@@ -277,22 +346,45 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"--max-learners {max_learners} is past this machine's {cores} cores: use --backend ray")
     tau_m = 1 / TICK_HZ
     rows = []
-    with (_ray_cluster(getattr(args, "ray_address", None), getattr(args, "nodes", 2), max_learners)
-          if backend == "ray" else contextlib.nullcontext()):  # fmt: skip
+    with (
+        _ray_cluster(getattr(args, "ray_address", None), getattr(args, "nodes", 2), max_learners)
+        if backend == "ray"
+        else contextlib.nullcontext()
+    ):
         for k in ks:
             for batch in batches:
-                rows.append(_row(k, batch, window, max_learners, backend, quick=bool(args.quick), tau_m=tau_m, device=device))
+                rows.append(
+                    _row(k, batch, window, max_learners, backend, quick=bool(args.quick), tau_m=tau_m, device=device)
+                )
     rates = replay_rates(5_000 if args.quick else 50_000)
-    result = {"tick_hz": TICK_HZ, "device": device, "cores": cores, "backend": backend, "max_learners": max_learners, "window_s": window,
-              "load_average": os.getloadavg()[0], "rows": rows,
-              **rates, "replay_rates_over_one_session": {k: v / TICK_HZ for k, v in rates.items()}}  # fmt: skip
+    result = {
+        "tick_hz": TICK_HZ,
+        "device": device,
+        "cores": cores,
+        "backend": backend,
+        "max_learners": max_learners,
+        "window_s": window,
+        "load_average": os.getloadavg()[0],
+        "rows": rows,
+        **rates,
+        "replay_rates_over_one_session": {k: v / TICK_HZ for k, v in rates.items()},
+    }
     if args.plot:
         result["plot"] = str(_plot(rows, Path(args.plot)))
     return result
 
 
-def _row(k: float, batch: int, window: float, max_learners: int, backend: str, *, quick: bool, tau_m: float,
-         device: str = "cpu") -> dict[str, Any]:
+def _row(
+    k: float,
+    batch: int,
+    window: float,
+    max_learners: int,
+    backend: str,
+    *,
+    quick: bool,
+    tau_m: float,
+    device: str = "cpu",
+) -> dict[str, Any]:
     """One (k, B): the update time, N_L* in theory, and the measured N_L* (throughput per N_L up to ``max_learners``)."""
     tau_update, n_params = _update_time(k, batch, repeats=3 if quick else 10, device=device)
     per_transition = tau_update / batch
@@ -308,13 +400,19 @@ def _row(k: float, batch: int, window: float, max_learners: int, backend: str, *
         if measured is not None and n_l >= 2:
             break
     return {
-        "k": k, "batch": batch, "params": n_params, "tau_l_update_s": tau_update,
-        "tau_l_per_transition_s": per_transition, "tau_l_over_tau_m": per_transition / tau_m,
-        "nlstar_theory": theory, "nlstar_measured": measured, "window_s": window,
+        "k": k,
+        "batch": batch,
+        "params": n_params,
+        "tau_l_update_s": tau_update,
+        "tau_l_per_transition_s": per_transition,
+        "tau_l_over_tau_m": per_transition / tau_m,
+        "nlstar_theory": theory,
+        "nlstar_measured": measured,
+        "window_s": window,
         "measured_beyond_cores": measured is None,  # past the N_L measured (the cores, or --max-learners)
         "throughput_transitions_per_s": {str(n): round(v, 1) for n, v in throughputs.items()},
         "scaling_1_to_2": throughputs[2] / throughputs[1] if 2 in throughputs and throughputs[1] > 0 else None,
-    }  # fmt: skip
+    }
 
 
 def _plot(rows: list[dict[str, Any]], path: Path) -> Path:
@@ -351,21 +449,51 @@ def render(result: dict[str, Any]) -> None:
         for col in ("τ_L/update (ticks)", "B", "N_L* theory", "N_L* measured", "share learned per N_L"):
             table.add_column(col)
         for r in result["rows"]:
-            table.add_row(f"{r['tau_l_ticks']:g}", str(r["batch"]), str(r["nlstar_theory"]), str(r["nlstar_measured"]),
-                          ", ".join(f"{n}: {v:.2f}" for n, v in r["shares"].items()))  # fmt: skip
+            table.add_row(
+                f"{r['tau_l_ticks']:g}",
+                str(r["batch"]),
+                str(r["nlstar_theory"]),
+                str(r["nlstar_measured"]),
+                ", ".join(f"{n}: {v:.2f}" for n, v in r["shares"].items()),
+            )
         Console().print(table)
         return
 
-    table = Table(title=f"N_L* at {result['tick_hz']:g} Hz ({result['cores']} cores, load {result['load_average']:.1f})")
-    for col in ("k", "B", "params", "τ_L/update", "τ_L/transition ÷ τ_M", "N_L* theory", "N_L* measured", "scaling 1→2"):
+    table = Table(
+        title=f"N_L* at {result['tick_hz']:g} Hz ({result['cores']} cores, load {result['load_average']:.1f})"
+    )
+    for col in (
+        "k",
+        "B",
+        "params",
+        "τ_L/update",
+        "τ_L/transition ÷ τ_M",
+        "N_L* theory",
+        "N_L* measured",
+        "scaling 1→2",
+    ):
         table.add_column(col)
     for r in result["rows"]:
-        measured = str(r["nlstar_measured"]) if r["nlstar_measured"] is not None else f"> {result.get('max_learners', result['cores'])}"
+        measured = (
+            str(r["nlstar_measured"])
+            if r["nlstar_measured"] is not None
+            else f"> {result.get('max_learners', result['cores'])}"
+        )
         scaling = f"{r['scaling_1_to_2']:.2f}x" if r["scaling_1_to_2"] else "—"
-        table.add_row(f"{r['k']:g}", str(r["batch"]), f"{r['params']:,}", f"{r['tau_l_update_s'] * 1e3:.1f} ms",
-                      f"{r['tau_l_over_tau_m']:.3f}", str(r["nlstar_theory"]), measured, scaling)  # fmt: skip
+        table.add_row(
+            f"{r['k']:g}",
+            str(r["batch"]),
+            f"{r['params']:,}",
+            f"{r['tau_l_update_s'] * 1e3:.1f} ms",
+            f"{r['tau_l_over_tau_m']:.3f}",
+            str(r["nlstar_theory"]),
+            measured,
+            scaling,
+        )
     Console().print(table)
-    print(f"replay: {result['replay_insert_per_s']:,.0f} inserts/s, {result['replay_sample_per_s']:,.0f} samples/s "
-          f"(one realtime session produces {result['tick_hz']:g}/s)")  # fmt: skip
+    print(
+        f"replay: {result['replay_insert_per_s']:,.0f} inserts/s, {result['replay_sample_per_s']:,.0f} samples/s "
+        f"(one realtime session produces {result['tick_hz']:g}/s)"
+    )
     if result.get("plot"):
         print(f"plot: {result['plot']}")

@@ -69,7 +69,9 @@ from nonstop.bench.nstarparts import (
 )
 from nonstop.metrics.nstar import NStarAboveLimit, find_nstar, max_inaction_threshold, theoretical_nstar
 
-DESCRIPTION = "measured N_I* (fewest workers with no inaction) vs the paper's formulas and the bound, per latency (Fig. 7)"
+DESCRIPTION = (
+    "measured N_I* (fewest workers with no inaction) vs the paper's formulas and the bound, per latency (Fig. 7)"
+)
 ENV = "theory/inaction"  # the cheapest world: the env does not matter for N_I*, only the tick rate
 LATENCY_KINDS = ("constant", "normal", "lognormal", "egreedy", "empirical:FILE")
 #: kinds whose ``--sigma`` is a spread the rows carry (egreedy: ε)
@@ -83,60 +85,119 @@ DEFAULT_SCHEDULERS = "max_time,exp_time,quantile_hold"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clock", choices=("virtual", "wall"), default="virtual")
-    parser.add_argument("--scheduler", default=DEFAULT_SCHEDULERS,
-                        help=f"comma-separated schedulers (default {DEFAULT_SCHEDULERS}; also unstaggered)")  # fmt: skip
-    parser.add_argument("--tau-theta", default=None,
-                        help="mean inference times in ticks, comma-separated (default: constant 1,2,5,8,70,600 "
-                        "virtual, 1,5,8,70 wall; variable 5,8,20,70, quick 5)")  # fmt: skip
-    parser.add_argument("--latency", default="constant",
-                        help="constant | normal (std = sigma·mean) | lognormal (log-spread sigma, mean = τ_θ) | "
-                        "egreedy (Figure 7: an ε-greedy policy, ε = sigma: a random action w.p. ε takes 1 %% of "
-                        "the forward pass, which jitters by 1 %%; mean = τ_θ) | "
-                        "empirical:FILE (one measured seconds value per line; its shape rescaled to each mean, "
-                        "or its own mean without --tau-theta)")  # fmt: skip
-    parser.add_argument("--sigma", default="0.5",
-                        help="spread: lognormal sigma or normal coefficient of variation; a comma list sweeps it "
-                        "and plots N_I* against sigma (default 0.5)")  # fmt: skip
-    parser.add_argument("--max-inaction", type=float, default=None,
-                        help="inaction fraction allowed after warm-up (default: 0 on the virtual clock with constant "
-                        "latency, else 0.5%% capped at 1/(4·theory))")  # fmt: skip
-    parser.add_argument("--window", type=float, default=None,
-                        help="measurement window in cycles of τ_θ for constant latency (default 4, and on the wall "
-                        "clock at least 3 / the inaction threshold ticks, so that one missed tick does not decide a "
-                        "trial); variable latency measures 4000 ticks (quick 1500)")  # fmt: skip
-    parser.add_argument("--max-workers", type=float, default=64,
-                        help="search cap, as a multiple of the lower bound ⌈τ̄/τ_M⌉ (at least 256 workers; default 64): "
-                        "a scheduler that still leaves inaction there is reported as needing more (Algorithm 1 under "
-                        "heavy tails needs thousands)")  # fmt: skip
-    parser.add_argument("--tau-theta-max", default="declared",
-                        help="how Algorithms 1 and 2 start, a comma list of: declared (default: as the authors start "
-                        "them, from the latency policy's declared maximum, their t_theta_max: Algorithm 1's τ̂max, "
-                        "Algorithm 2's estimate the declared mean, the workers staggered by it over N), cold (from 0, "
-                        "no stagger: the paper's pseudo-code read literally), or a number of ticks (Algorithm 1's τ̂max "
-                        "and both stagger by it); each start is its own row")  # fmt: skip
-    parser.add_argument("--jitter", default=None,
-                        help="with --latency egreedy: the forward pass's log-spread, a comma list (default 0.01; "
-                        "each a row set, e.g. 0.001,0.01,0.05)")  # fmt: skip
-    parser.add_argument("--at-workers", default=None, metavar="N,N",
-                        help="no search: each row measures the inaction at these worker counts (its trials), e.g. "
-                        "Algorithms 1 and 2 at the same N on both clocks")  # fmt: skip
+    parser.add_argument(
+        "--scheduler",
+        default=DEFAULT_SCHEDULERS,
+        help=f"comma-separated schedulers (default {DEFAULT_SCHEDULERS}; also unstaggered)",
+    )
+    parser.add_argument(
+        "--tau-theta",
+        default=None,
+        help="mean inference times in ticks, comma-separated (default: constant 1,2,5,8,70,600 "
+        "virtual, 1,5,8,70 wall; variable 5,8,20,70, quick 5)",
+    )
+    parser.add_argument(
+        "--latency",
+        default="constant",
+        help="constant | normal (std = sigma·mean) | lognormal (log-spread sigma, mean = τ_θ) | "
+        "egreedy (Figure 7: an ε-greedy policy, ε = sigma: a random action w.p. ε takes 1 %% of "
+        "the forward pass, which jitters by 1 %%; mean = τ_θ) | "
+        "empirical:FILE (one measured seconds value per line; its shape rescaled to each mean, "
+        "or its own mean without --tau-theta)",
+    )
+    parser.add_argument(
+        "--sigma",
+        default="0.5",
+        help="spread: lognormal sigma or normal coefficient of variation; a comma list sweeps it "
+        "and plots N_I* against sigma (default 0.5)",
+    )
+    parser.add_argument(
+        "--max-inaction",
+        type=float,
+        default=None,
+        help="inaction fraction allowed after warm-up (default: 0 on the virtual clock with constant "
+        "latency, else 0.5%% capped at 1/(4·theory))",
+    )
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=None,
+        help="measurement window in cycles of τ_θ for constant latency (default 4, and on the wall "
+        "clock at least 3 / the inaction threshold ticks, so that one missed tick does not decide a "
+        "trial); variable latency measures 4000 ticks (quick 1500)",
+    )
+    parser.add_argument(
+        "--max-workers",
+        type=float,
+        default=64,
+        help="search cap, as a multiple of the lower bound ⌈τ̄/τ_M⌉ (at least 256 workers; default 64): "
+        "a scheduler that still leaves inaction there is reported as needing more (Algorithm 1 under "
+        "heavy tails needs thousands)",
+    )
+    parser.add_argument(
+        "--tau-theta-max",
+        default="declared",
+        help="how Algorithms 1 and 2 start, a comma list of: declared (default: as the authors start "
+        "them, from the latency policy's declared maximum, their t_theta_max: Algorithm 1's τ̂max, "
+        "Algorithm 2's estimate the declared mean, the workers staggered by it over N), cold (from 0, "
+        "no stagger: the paper's pseudo-code read literally), or a number of ticks (Algorithm 1's τ̂max "
+        "and both stagger by it); each start is its own row",
+    )
+    parser.add_argument(
+        "--jitter",
+        default=None,
+        help="with --latency egreedy: the forward pass's log-spread, a comma list (default 0.01; "
+        "each a row set, e.g. 0.001,0.01,0.05)",
+    )
+    parser.add_argument(
+        "--at-workers",
+        default=None,
+        metavar="N,N",
+        help="no search: each row measures the inaction at these worker counts (its trials), e.g. "
+        "Algorithms 1 and 2 at the same N on both clocks",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--backend", default="thread", metavar="thread|ray",
-                        help="where each worker's policy runs on the wall clock: thread (default) or ray (a Ray actor, "
-                        "spread over the cluster's nodes; theory then counts the measured τ_θ, remote overhead included)")
+    parser.add_argument(
+        "--backend",
+        default="thread",
+        metavar="thread|ray",
+        help="where each worker's policy runs on the wall clock: thread (default) or ray (a Ray actor, "
+        "spread over the cluster's nodes; theory then counts the measured τ_θ, remote overhead included)",
+    )
     parser.add_argument("--ray-address", default=None, metavar="HOST:PORT", help="Ray cluster (default: a local Ray)")
-    parser.add_argument("--nodes", type=int, default=1,
-                        help="with --backend ray and no --ray-address: nodes of the local cluster started on this "
-                        "machine (127.0.0.1, each actor pinned to the least filled node; default 1: one local Ray)")  # fmt: skip
-    parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
-                        help="wall seconds for the whole search: past it no new trial starts (default: 120 quick, "
-                        "1200 full with --backend ray, where every worker is an actor to start; none for threads)")  # fmt: skip
-    parser.add_argument("--return-p", type=float, default=0.97,
-                        help="stay probability of the delay-cycle world each row's return is measured on (default 0.97)")
-    parser.add_argument("--return-seeds", type=int, default=None,
-                        help="seeds for each row's return (default 2; quick 1; 0: no return measured)")
-    parser.add_argument("--return-seconds", type=float, default=None,
-                        help="measured world seconds per return run (default 60; quick 20)")
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="with --backend ray and no --ray-address: nodes of the local cluster started on this "
+        "machine (127.0.0.1, each actor pinned to the least filled node; default 1: one local Ray)",
+    )
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="wall seconds for the whole search: past it no new trial starts (default: 120 quick, "
+        "1200 full with --backend ray, where every worker is an actor to start; none for threads)",
+    )
+    parser.add_argument(
+        "--return-p",
+        type=float,
+        default=0.97,
+        help="stay probability of the delay-cycle world each row's return is measured on (default 0.97)",
+    )
+    parser.add_argument(
+        "--return-seeds",
+        type=int,
+        default=None,
+        help="seeds for each row's return (default 2; quick 1; 0: no return measured)",
+    )
+    parser.add_argument(
+        "--return-seconds",
+        type=float,
+        default=None,
+        help="measured world seconds per return run (default 60; quick 20)",
+    )
     parser.add_argument("--plot", default="runs/nstar.png", help="where to write the figure ('' for none)")
 
 
@@ -280,7 +341,9 @@ def _latency_policy(space: Any, latency: Any, seed: int) -> Any:
     return LatencyPolicy(ConstantPolicy(space, 1), latency, seed=seed)
 
 
-def _returns(args: argparse.Namespace, name: str, n: int | str | None, latency: Any, warmup: int) -> dict[str, Any] | None:
+def _returns(
+    args: argparse.Namespace, name: str, n: int | str | None, latency: Any, warmup: int
+) -> dict[str, Any] | None:
     """The row's return in the two worlds (`nonstop.bench.returns.returns_in_two_worlds`), at ``n`` workers;
     None without a measured N_I* or with ``--return-seeds 0``."""
     from nonstop.bench.returns import returns_in_two_worlds
@@ -291,9 +354,15 @@ def _returns(args: argparse.Namespace, name: str, n: int | str | None, latency: 
     seconds = getattr(args, "return_seconds", None) or (20.0 if quick else 60.0)
     if n is None or n_seeds < 1:
         return None
-    return returns_in_two_worlds(name, n, latency, p_minimax=getattr(args, "return_p", 0.97),
-                                 seeds=[args.seed + i for i in range(n_seeds)], warmup_ticks=warmup,
-                                 window_ticks=int(round(seconds * 60)))  # fmt: skip
+    return returns_in_two_worlds(
+        name,
+        n,
+        latency,
+        p_minimax=getattr(args, "return_p", 0.97),
+        seeds=[args.seed + i for i in range(n_seeds)],
+        warmup_ticks=warmup,
+        window_ticks=int(round(seconds * 60)),
+    )
 
 
 def _finite(x: Any) -> Any:
@@ -328,8 +397,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 cluster_info = {"local": True, "nodes": nodes, "cpus_per_node": cpus, "address": cluster.address}
             else:
                 ray = stack.enter_context(ray_session(ray_address))
-                cluster_info = {"local": ray_address in (None, "local"), "address": ray_address,
-                                "nodes": sum(1 for n in ray.nodes() if n.get("Alive"))}  # fmt: skip
+                cluster_info = {
+                    "local": ray_address in (None, "local"),
+                    "address": ray_address,
+                    "nodes": sum(1 for n in ray.nodes() if n.get("Alive")),
+                }
             warm = WarmRayActors()  # one set of actors for every trial of a latency, not one per trial
             try:
                 result = _run(args, backend, warm)
@@ -385,7 +457,9 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
 
     schedulers = [s.strip() for s in args.scheduler.split(",") if s.strip()]
     return_seeds = getattr(args, "return_seeds", None)
-    if return_seeds is not None and (isinstance(return_seeds, bool) or not isinstance(return_seeds, int) or return_seeds < 0):
+    if return_seeds is not None and (
+        isinstance(return_seeds, bool) or not isinstance(return_seeds, int) or return_seeds < 0
+    ):
         raise ValueError(f"--return-seeds must be an int >= 0, got {return_seeds!r}")
     if return_seeds != 0:
         from nonstop.envs.theory import check_delay_cycle_args
@@ -402,7 +476,9 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
     starts = parse_starts(getattr(args, "tau_theta_max", "declared"))
     at_text = getattr(args, "at_workers", None)
     at_workers = [] if at_text is None else [int(n) for n in parse_positive_list(str(at_text), "--at-workers")]
-    if at_text is not None and any(n != float(x) for n, x in zip(at_workers, parse_positive_list(str(at_text), "--at-workers"))):
+    if at_text is not None and any(
+        n != float(x) for n, x in zip(at_workers, parse_positive_list(str(at_text), "--at-workers"))
+    ):
         raise ValueError(f"--at-workers takes worker counts >= 1, got {at_text!r}")
     jitter_text = getattr(args, "jitter", None)
     if jitter_text is not None and kind != "egreedy":
@@ -455,39 +531,62 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
                 # one tick was 0.36 %, the threshold itself, so a single late call decided a trial
                 window_ticks = max(window_ticks, math.ceil(3 / threshold))
             for name, start in ((nm, st) for nm in schedulers for st in (starts if nm in STARTED else [None])):
-
                 tried: dict[int, Any] = {}
                 initial = initial_estimate(name, start, latency, tau_m)
 
-                def run_n(n: int | str, name: str = name, latency: Any = latency, tau: float = tau,
-                          warmup: int = warmup, window_ticks: int = window_ticks, tried: dict = tried,
-                          initial: float | None = initial) -> dict[str, Any]:
+                def run_n(
+                    n: int | str,
+                    name: str = name,
+                    latency: Any = latency,
+                    tau: float = tau,
+                    warmup: int = warmup,
+                    window_ticks: int = window_ticks,
+                    tried: dict = tried,
+                    initial: float | None = initial,
+                ) -> dict[str, Any]:
                     if tried and stopwatch() > deadline:  # every row gets its first trial, then the budget rules
                         raise _OutOfTime(dict(tried))
                     began = stopwatch()
                     try:
                         tried[n] = trial(
-                            tau_ticks=tau, n_workers=n, scheduler=name, clock=args.clock, latency=latency,
-                            seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend, warm=warm,
+                            tau_ticks=tau,
+                            n_workers=n,
+                            scheduler=name,
+                            clock=args.clock,
+                            latency=latency,
+                            seed=args.seed,
+                            warmup_ticks=warmup,
+                            window_ticks=window_ticks,
+                            backend=backend,
+                            warm=warm,
                             initial=initial,
-                        )  # fmt: skip
+                        )
                     except Exception as exc:
                         # a Ray trial can fail for the cluster's reasons (an actor that does not start, a node
                         # out of memory): keep what the row's trials measured instead of losing the whole run
                         if backend != "ray" or not tried:
                             raise
-                        print(f"nstar: {name} τ̄_θ={tau:g} ticks, N_I={n}: trial failed ({exc}); the row keeps "
-                              f"its {len(tried)} trial(s)", file=sys.stderr, flush=True)  # fmt: skip
+                        print(
+                            f"nstar: {name} τ̄_θ={tau:g} ticks, N_I={n}: trial failed ({exc}); the row keeps "
+                            f"its {len(tried)} trial(s)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                         raise _OutOfTime(dict(tried), f"trial of {n} workers failed: {exc}") from exc
                     if args.clock == "wall":  # a long search shows where it is (stderr: stdout ends with the JSON)
-                        print(f"nstar: {name} τ̄_θ={tau:g} ticks, N_I={n}: inaction {tried[n]['inaction_fraction']:.2%} "
-                              f"({stopwatch() - began:.0f} s; {stopwatch() - started:.0f} s in all)", file=sys.stderr, flush=True)  # fmt: skip
+                        print(
+                            f"nstar: {name} τ̄_θ={tau:g} ticks, N_I={n}: inaction {tried[n]['inaction_fraction']:.2%} "
+                            f"({stopwatch() - began:.0f} s; {stopwatch() - started:.0f} s in all)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                     return tried[n]
 
                 guess = flight["target"] if (name == "quantile_hold" and flight) else bound
                 cap = max(256, math.ceil(args.max_workers * bound), guess)
                 if actor_cap is not None:  # Ray actors on this machine: no more than its memory holds
                     cap = max(guess, min(cap, actor_cap))
+
                 def passes(s: dict[str, Any], th: float = threshold) -> bool:
                     return s["inaction_fraction"] <= th
 
@@ -517,67 +616,95 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
                     formula = flight["target"]
                 else:  # Algorithm 2 (and the rest): the mean
                     formula = theoretical_nstar(at[f"{taus_of}_mean_ticks"] * tau_m, tau_m) if measured else bound
-                rows.append({
-                    "scheduler": name,
-                    "start": start_label(name, start),
-                    # the estimate it started from, in ticks (None: cold, from 0 with no stagger)
-                    "initial_estimate_ticks": None if initial is None else initial / tau_m,
-                    "latency": kind,
-                    "sigma": sigma if kind in _SPREAD_KINDS else None,
-                    "jitter": jitter if kind == "egreedy" else None,
-                    "tau_theta_ticks": tau,
-                    "nstar_measured": nstar,
-                    # None above: still inaction at this many workers (the search cap)
-                    "nstar_above": None if nstar is not None or at_workers else max(results),
-                    "nstar_formula": formula,
-                    "nstar_theory": formula,  # the name earlier results used
-                    "lower_bound": bound,
-                    "ratio_to_bound": nstar / bound if nstar is not None else None,
-                    "matches_theory": nstar == formula,
-                    "within_theory_plus_1": nstar is not None and nstar <= formula + 1,
-                    "max_inaction": threshold,
-                    "inaction_at_nstar": at["inaction_fraction"],
-                    "inaction_at_nstar_minus_1": results[nstar - 1]["inaction_fraction"] if nstar is not None and nstar > 1 else None,
-                    "tau_i_mean_ticks": _finite(at["tau_i_mean_ticks"]),
-                    "tau_i_cv": _finite(at["tau_i_cv"]),
-                    "delay_mean_ticks": _finite(at["delay_mean_ticks"]),
-                    "delay_p99_ticks": _finite(at["delay_p99_ticks"]),
-                    "tau_theta_max_ticks": _finite(at["tau_theta_max_ticks"]),
-                    "tau_theta_mean_ticks": _finite(at["tau_theta_mean_ticks"]),
-                    "tau_theta_world_max_ticks": _finite(at["tau_theta_world_max_ticks"]),
-                    "tau_theta_world_mean_ticks": _finite(at["tau_theta_world_mean_ticks"]),
-                    "formula_tau": ("world" if args.clock == "wall" else "sampled") if measured else "declared",
-                    "in_flight_mean": flight["mean"] if flight else None,
-                    "in_flight_sd": flight["sd"] if flight else None,
-                    "warmup_ticks": warmup,
-                    "window_ticks": window_ticks,
-                    "trials": {str(n): r["inaction_fraction"] for n, r in sorted(results.items())},
-                    "fixed_workers": bool(at_workers),  # --at-workers: inaction at given N, no search
-                    "remote_overhead_s": at.get("remote_overhead_s"),
-                    "tick_cycle": at.get("tick_cycle"),  # C in ticks where workers held phases (wall clock)
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "scheduler": name,
+                        "start": start_label(name, start),
+                        # the estimate it started from, in ticks (None: cold, from 0 with no stagger)
+                        "initial_estimate_ticks": None if initial is None else initial / tau_m,
+                        "latency": kind,
+                        "sigma": sigma if kind in _SPREAD_KINDS else None,
+                        "jitter": jitter if kind == "egreedy" else None,
+                        "tau_theta_ticks": tau,
+                        "nstar_measured": nstar,
+                        # None above: still inaction at this many workers (the search cap)
+                        "nstar_above": None if nstar is not None or at_workers else max(results),
+                        "nstar_formula": formula,
+                        "nstar_theory": formula,  # the name earlier results used
+                        "lower_bound": bound,
+                        "ratio_to_bound": nstar / bound if nstar is not None else None,
+                        "matches_theory": nstar == formula,
+                        "within_theory_plus_1": nstar is not None and nstar <= formula + 1,
+                        "max_inaction": threshold,
+                        "inaction_at_nstar": at["inaction_fraction"],
+                        "inaction_at_nstar_minus_1": results[nstar - 1]["inaction_fraction"]
+                        if nstar is not None and nstar > 1
+                        else None,
+                        "tau_i_mean_ticks": _finite(at["tau_i_mean_ticks"]),
+                        "tau_i_cv": _finite(at["tau_i_cv"]),
+                        "delay_mean_ticks": _finite(at["delay_mean_ticks"]),
+                        "delay_p99_ticks": _finite(at["delay_p99_ticks"]),
+                        "tau_theta_max_ticks": _finite(at["tau_theta_max_ticks"]),
+                        "tau_theta_mean_ticks": _finite(at["tau_theta_mean_ticks"]),
+                        "tau_theta_world_max_ticks": _finite(at["tau_theta_world_max_ticks"]),
+                        "tau_theta_world_mean_ticks": _finite(at["tau_theta_world_mean_ticks"]),
+                        "formula_tau": ("world" if args.clock == "wall" else "sampled") if measured else "declared",
+                        "in_flight_mean": flight["mean"] if flight else None,
+                        "in_flight_sd": flight["sd"] if flight else None,
+                        "warmup_ticks": warmup,
+                        "window_ticks": window_ticks,
+                        "trials": {str(n): r["inaction_fraction"] for n, r in sorted(results.items())},
+                        "fixed_workers": bool(at_workers),  # --at-workers: inaction at given N, no search
+                        "remote_overhead_s": at.get("remote_overhead_s"),
+                        "tick_cycle": at.get("tick_cycle"),  # C in ticks where workers held phases (wall clock)
+                    }
+                )
                 if out_of_time:
                     ok = [n for n, r in results.items() if r["inaction_fraction"] <= threshold]
                     failed = [n for n, r in results.items() if r["inaction_fraction"] > threshold]
-                    rows[-1].update(budget_exhausted=stopped_by is None, nstar_above=max(failed, default=None),
-                                    nstar_at_most=min(ok, default=None), stopped_by=stopped_by or "time budget")  # fmt: skip
+                    rows[-1].update(
+                        budget_exhausted=stopped_by is None,
+                        nstar_above=max(failed, default=None),
+                        nstar_at_most=min(ok, default=None),
+                        stopped_by=stopped_by or "time budget",
+                    )
                 rows[-1]["search_cap"] = cap
                 rows[-1]["return"] = _returns(args, name, nstar, latency, warmup)
-            if variable and "quantile_hold" in schedulers and not at_workers:  # auto: the same scheduler, sizing N_I itself
-                auto = trial(tau_ticks=tau, n_workers="auto", scheduler="auto", clock=args.clock, latency=latency,
-                             seed=args.seed, warmup_ticks=warmup, window_ticks=window_ticks, backend=backend,
-                             warm=warm)  # fmt: skip
-                rows.append({
-                    "scheduler": "auto", "latency": kind, "sigma": sigma if kind in _SPREAD_KINDS else None,
-                    "tau_theta_ticks": tau, "nstar_measured": None, "n_workers_chosen": auto["n_workers_final"],
-                    "nstar_formula": flight["target"] if flight else None, "lower_bound": bound,
-                    "ratio_to_bound": auto["n_workers_final"] / bound, "max_inaction": threshold,
-                    "inaction_at_nstar": auto["inaction_fraction"],
-                    "delay_mean_ticks": _finite(auto["delay_mean_ticks"]),
-                    "delay_p99_ticks": _finite(auto["delay_p99_ticks"]),
-                    "warmup_ticks": warmup, "window_ticks": window_ticks,
-                    "return": _returns(args, "auto", "auto", latency, warmup),
-                })  # fmt: skip
+            if (
+                variable and "quantile_hold" in schedulers and not at_workers
+            ):  # auto: the same scheduler, sizing N_I itself
+                auto = trial(
+                    tau_ticks=tau,
+                    n_workers="auto",
+                    scheduler="auto",
+                    clock=args.clock,
+                    latency=latency,
+                    seed=args.seed,
+                    warmup_ticks=warmup,
+                    window_ticks=window_ticks,
+                    backend=backend,
+                    warm=warm,
+                )
+                rows.append(
+                    {
+                        "scheduler": "auto",
+                        "latency": kind,
+                        "sigma": sigma if kind in _SPREAD_KINDS else None,
+                        "tau_theta_ticks": tau,
+                        "nstar_measured": None,
+                        "n_workers_chosen": auto["n_workers_final"],
+                        "nstar_formula": flight["target"] if flight else None,
+                        "lower_bound": bound,
+                        "ratio_to_bound": auto["n_workers_final"] / bound,
+                        "max_inaction": threshold,
+                        "inaction_at_nstar": auto["inaction_fraction"],
+                        "delay_mean_ticks": _finite(auto["delay_mean_ticks"]),
+                        "delay_p99_ticks": _finite(auto["delay_p99_ticks"]),
+                        "warmup_ticks": warmup,
+                        "window_ticks": window_ticks,
+                        "return": _returns(args, "auto", "auto", latency, warmup),
+                    }
+                )
     # every searched row counts: one whose search hit the cap or the time budget has no N_I* and so
     # does not match (all() over no rows would say True)
     searched = [r for r in rows if r["scheduler"] != "auto"]
@@ -592,21 +719,49 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
         "all_match_theory": all(r["matches_theory"] for r in searched) if searched else None,
         "all_within_theory_plus_1": all(r["within_theory_plus_1"] for r in searched) if searched else None,
         # rows whose scheduler still left inaction at the search cap (--max-workers): N_I* is above it
-        "above_cap": [{"scheduler": r["scheduler"], "tau_theta_ticks": r["tau_theta_ticks"], "sigma": r["sigma"],
-                       "nstar_above": r["nstar_above"]} for r in rows
-                      if r.get("nstar_above") is not None and not r.get("stopped_by")],  # fmt: skip
+        "above_cap": [
+            {
+                "scheduler": r["scheduler"],
+                "tau_theta_ticks": r["tau_theta_ticks"],
+                "sigma": r["sigma"],
+                "nstar_above": r["nstar_above"],
+            }
+            for r in rows
+            if r.get("nstar_above") is not None and not r.get("stopped_by")
+        ],
         # rows whose search the --time-budget cut short (what their trials showed is in the row)
         "time_budget_s": budget,
-        "budget_exhausted": [{"scheduler": r["scheduler"], "tau_theta_ticks": r["tau_theta_ticks"], "sigma": r["sigma"],
-                              "nstar_above": r["nstar_above"], "nstar_at_most": r["nstar_at_most"]}
-                             for r in rows if r.get("budget_exhausted")],  # fmt: skip
+        "budget_exhausted": [
+            {
+                "scheduler": r["scheduler"],
+                "tau_theta_ticks": r["tau_theta_ticks"],
+                "sigma": r["sigma"],
+                "nstar_above": r["nstar_above"],
+                "nstar_at_most": r["nstar_at_most"],
+            }
+            for r in rows
+            if r.get("budget_exhausted")
+        ],
         # rows whose search a failed Ray trial stopped (the reason, and what the trials before it showed)
-        "stopped": [{"scheduler": r["scheduler"], "tau_theta_ticks": r["tau_theta_ticks"], "sigma": r["sigma"],
-                     "stopped_by": r["stopped_by"], "nstar_above": r["nstar_above"], "nstar_at_most": r["nstar_at_most"]}
-                    for r in rows if r.get("stopped_by") and not r.get("budget_exhausted")],  # fmt: skip
+        "stopped": [
+            {
+                "scheduler": r["scheduler"],
+                "tau_theta_ticks": r["tau_theta_ticks"],
+                "sigma": r["sigma"],
+                "stopped_by": r["stopped_by"],
+                "nstar_above": r["nstar_above"],
+                "nstar_at_most": r["nstar_at_most"],
+            }
+            for r in rows
+            if r.get("stopped_by") and not r.get("budget_exhausted")
+        ],
         # issue 10's target: the new scheduler within 2× the bound, inaction held
-        "quantile_hold_within_2x_bound": all(r["ratio_to_bound"] is not None and r["ratio_to_bound"] <= 2 for r in hold) if hold else None,
-        "quantile_hold_max_ratio_to_bound": max((r["ratio_to_bound"] for r in hold if r["ratio_to_bound"] is not None), default=None),
+        "quantile_hold_within_2x_bound": all(r["ratio_to_bound"] is not None and r["ratio_to_bound"] <= 2 for r in hold)
+        if hold
+        else None,
+        "quantile_hold_max_ratio_to_bound": max(
+            (r["ratio_to_bound"] for r in hold if r["ratio_to_bound"] is not None), default=None
+        ),
         # the machine is shared: wall-clock figures are only as quiet as it was
         "loadavg_before": list(load_before),
         "loadavg_after": list(os.getloadavg()),
@@ -635,7 +790,12 @@ def _plot(rows: list[dict[str, Any]], path: Path, args: argparse.Namespace, kind
         sub = [r for r in rows if (r["scheduler"], r.get("start")) == (name, start) and r["nstar_measured"] is not None]
         if sub:
             label = f"{name}, {start}" if start else name
-            ax.plot([r["tau_theta_ticks"] for r in sub], [r["nstar_measured"] for r in sub], "o-", label=f"{label} (measured)")
+            ax.plot(
+                [r["tau_theta_ticks"] for r in sub],
+                [r["nstar_measured"] for r in sub],
+                "o-",
+                label=f"{label} (measured)",
+            )
     taus = sorted({r["tau_theta_ticks"] for r in rows})
     ax.plot(taus, [r["lower_bound"] for r in rows[: len(taus)]], "k--", alpha=0.6, label="⌈τ̄_θ/τ_M⌉ (bound)")
     ax.set_xscale("log")
@@ -664,10 +824,15 @@ def _plot_sigma(rows: list[dict[str, Any]], path: Path, kind: str) -> Path:
     fig, axes = plt.subplots(1, len(taus), figsize=(4.2 * len(taus), 4.0), squeeze=False)
     jitter0 = rows[0].get("jitter") if rows else None
     for ax, tau in zip(axes[0], taus):
-        sub = [r for r in rows if r["tau_theta_ticks"] == tau and r["nstar_measured"] is not None
-               and r.get("jitter") == jitter0]  # fmt: skip
+        sub = [
+            r
+            for r in rows
+            if r["tau_theta_ticks"] == tau and r["nstar_measured"] is not None and r.get("jitter") == jitter0
+        ]
         for name, start in dict.fromkeys((r["scheduler"], r.get("start")) for r in sub):
-            mine = sorted((r["sigma"], r["nstar_measured"]) for r in sub if (r["scheduler"], r.get("start")) == (name, start))
+            mine = sorted(
+                (r["sigma"], r["nstar_measured"]) for r in sub if (r["scheduler"], r.get("start")) == (name, start)
+            )
             ax.plot([m[0] for m in mine], [m[1] for m in mine], "o-", label=f"{name}, {start}" if start else name)
         bound = sorted({(r["sigma"], r["lower_bound"]) for r in sub})
         ax.plot([b[0] for b in bound], [b[1] for b in bound], "k--", label="⌈τ̄_θ/τ_M⌉ bound")
@@ -693,9 +858,24 @@ def render(result: dict[str, Any]) -> None:
 
     table = Table(title=f"N_I* — {result['clock']} clock, {result['latency']} latency")
     p_ret = next((r["return"]["delay_world"]["p_minimax"] for r in result["rows"] if r.get("return")), None)
-    for col in ("scheduler", "start", "σ", "jitter", "τ̄_θ (ticks)", "N_I* measured", "formula", "bound", "×bound",
-                "inaction at N_I*", "at N_I*−1", "delay mean", "delay p99", "threshold",
-                f"return, p {p_ret:g}" if p_ret is not None else "return", "return, still"):  # fmt: skip
+    for col in (
+        "scheduler",
+        "start",
+        "σ",
+        "jitter",
+        "τ̄_θ (ticks)",
+        "N_I* measured",
+        "formula",
+        "bound",
+        "×bound",
+        "inaction at N_I*",
+        "at N_I*−1",
+        "delay mean",
+        "delay p99",
+        "threshold",
+        f"return, p {p_ret:g}" if p_ret is not None else "return",
+        "return, still",
+    ):
         table.add_column(col, justify="right")
 
     def ret(r: dict[str, Any], world: str) -> str:
@@ -720,14 +900,23 @@ def render(result: dict[str, Any]) -> None:
         else:
             measured, ratio = f"auto: {r['n_workers_chosen']}", f"{r['ratio_to_bound']:.2f}"
         table.add_row(
-            r["scheduler"], r.get("start") or "—", num(r.get("sigma"), "g"), num(r.get("jitter"), "g"),
-            f"{r['tau_theta_ticks']:g}", measured,
-            num(r["nstar_formula"], "d"), str(r["lower_bound"]), ratio,
+            r["scheduler"],
+            r.get("start") or "—",
+            num(r.get("sigma"), "g"),
+            num(r.get("jitter"), "g"),
+            f"{r['tau_theta_ticks']:g}",
+            measured,
+            num(r["nstar_formula"], "d"),
+            str(r["lower_bound"]),
+            ratio,
             f"{r['inaction_at_nstar']:.2%}",
             "—" if r.get("inaction_at_nstar_minus_1") is None else f"{r['inaction_at_nstar_minus_1']:.2%}",
-            num(r["delay_mean_ticks"], ".1f"), num(r["delay_p99_ticks"], ".0f"), f"{r['max_inaction']:.2%}",
-            ret(r, "delay_world"), ret(r, "still_world"),
-        )  # fmt: skip
+            num(r["delay_mean_ticks"], ".1f"),
+            num(r["delay_p99_ticks"], ".0f"),
+            f"{r['max_inaction']:.2%}",
+            ret(r, "delay_world"),
+            ret(r, "still_world"),
+        )
     Console().print(table)
     for key in ("plot", "plot_sigma"):
         if result.get(key):

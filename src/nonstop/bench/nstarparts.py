@@ -10,8 +10,19 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-__all__ = ["make_latency", "egreedy_latency", "in_flight_workers", "workers_for_inaction", "parse_starts",
-           "parse_epsilons", "parse_jitters", "initial_estimate", "start_label", "STARTED", "InFlight"]
+__all__ = [
+    "make_latency",
+    "egreedy_latency",
+    "in_flight_workers",
+    "workers_for_inaction",
+    "parse_starts",
+    "parse_epsilons",
+    "parse_jitters",
+    "initial_estimate",
+    "start_label",
+    "STARTED",
+    "InFlight",
+]
 
 #: an ε-greedy policy's random action, as a fraction of its forward pass (Figure 7: "sampling random actions is very fast")
 RANDOM_ACTION_FRACTION = 0.01
@@ -38,8 +49,9 @@ def make_latency(kind: str, mean_s: float, sigma: float, empirical: Any = None, 
     return Empirical([x * scale for x in empirical.samples], source=empirical.source)
 
 
-def egreedy_latency(mean_s: float, epsilon: float, *, draws: int = 20_000, seed: int = 0,
-                    jitter: float = FORWARD_JITTER) -> Any:
+def egreedy_latency(
+    mean_s: float, epsilon: float, *, draws: int = 20_000, seed: int = 0, jitter: float = FORWARD_JITTER
+) -> Any:
     """An ε-greedy policy's inference time, as the paper's Figure 7 has it: w.p. ``epsilon`` a random
     action (`RANDOM_ACTION_FRACTION` of a forward pass), else the forward pass (``jitter``: its lognormal
     log-spread, default `FORWARD_JITTER`; at ε = 0 "the variance in T_θ is very small"); scaled so that the

@@ -39,8 +39,10 @@ import numpy as np
 from nonstop.bench.common import percentiles, run_sizes, size_help, usable_cores, verdict
 from nonstop.metrics.tau_parts import Diagnosis, diagnose, part_summary, tau_theta_parts
 
-DESCRIPTION = ("Ray actor vs process worker: per-action overhead (k=1 ResNet), and a 2-tick model on actors on each node, "
-               "with its τ_θ broken down and diagnosed")
+DESCRIPTION = (
+    "Ray actor vs process worker: per-action overhead (k=1 ResNet), and a 2-tick model on actors on each node, "
+    "with its τ_θ broken down and diagnosed"
+)
 
 _QUICK = {"calls": 60, "seconds": 4.0, "passes": 4, "probe_calls": 8}
 _FULL = {"calls": 600, "seconds": 30.0, "passes": 12, "probe_calls": 40}
@@ -49,31 +51,71 @@ _CALIBRATION_K = (1.0, 2.0, 3.0)  # widths timed to fit forward time ∝ k^b
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--calls", type=int, default=None, help=size_help("timed calls per backend (overhead)", "calls", _QUICK, _FULL))
-    parser.add_argument("--seconds", type=float, default=None,
-                        help=size_help("world seconds per configuration (2-tick model)", "seconds", _QUICK, _FULL))
-    parser.add_argument("--passes", type=int, default=None, help=size_help("timed forward passes per width (calibration)", "passes", _QUICK, _FULL))
-    parser.add_argument("--forward-ticks", type=float, default=1.5,
-                        help="the slow model's forward pass, in ticks on one core (default 1.5: more than one tick, "
-                             "so one worker cannot act at every tick, and room below two for the call's overhead and "
-                             "jitter, so N_I = 2 can; at 1.8 the model took 2.3 ticks in the world on 16 vCPUs)")
-    parser.add_argument("--k", type=float, default=None,
-                        help="the slow model's width, fixed (default: picked for --forward-ticks in each run, which varies "
-                             "with the machine's load: fix it to compare runs)")
-    parser.add_argument("--nodes", type=int, default=2, help="nodes of the local cluster (or used of --ray-address's), "
-                                                              "--actors-per-node actors on each (default 2)")
-    parser.add_argument("--actors-per-node", type=int, default=1,
-                        help="Ray actors of the slow model on each node, one CPU each (default 1; a local cluster's nodes "
-                             "get that many CPUs)")
-    parser.add_argument("--probe-calls", type=int, default=None,
-                        help=size_help("calls timing each actor before the world starts, alone and then all at once", "probe_calls",
-                                       _QUICK, _FULL))
-    parser.add_argument("--scheduler", default="exp_time", choices=("exp_time", "max_time", "quantile_hold"),
-                        help="how the slow model's workers are staggered, in every configuration (default exp_time; on 2 "
-                             "cores quantile_hold took two processes from 30 %% to 10 %% inaction)")
+    parser.add_argument(
+        "--calls", type=int, default=None, help=size_help("timed calls per backend (overhead)", "calls", _QUICK, _FULL)
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help=size_help("world seconds per configuration (2-tick model)", "seconds", _QUICK, _FULL),
+    )
+    parser.add_argument(
+        "--passes",
+        type=int,
+        default=None,
+        help=size_help("timed forward passes per width (calibration)", "passes", _QUICK, _FULL),
+    )
+    parser.add_argument(
+        "--forward-ticks",
+        type=float,
+        default=1.5,
+        help="the slow model's forward pass, in ticks on one core (default 1.5: more than one tick, "
+        "so one worker cannot act at every tick, and room below two for the call's overhead and "
+        "jitter, so N_I = 2 can; at 1.8 the model took 2.3 ticks in the world on 16 vCPUs)",
+    )
+    parser.add_argument(
+        "--k",
+        type=float,
+        default=None,
+        help="the slow model's width, fixed (default: picked for --forward-ticks in each run, which varies "
+        "with the machine's load: fix it to compare runs)",
+    )
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        default=2,
+        help="nodes of the local cluster (or used of --ray-address's), --actors-per-node actors on each (default 2)",
+    )
+    parser.add_argument(
+        "--actors-per-node",
+        type=int,
+        default=1,
+        help="Ray actors of the slow model on each node, one CPU each (default 1; a local cluster's nodes "
+        "get that many CPUs)",
+    )
+    parser.add_argument(
+        "--probe-calls",
+        type=int,
+        default=None,
+        help=size_help(
+            "calls timing each actor before the world starts, alone and then all at once", "probe_calls", _QUICK, _FULL
+        ),
+    )
+    parser.add_argument(
+        "--scheduler",
+        default="exp_time",
+        choices=("exp_time", "max_time", "quantile_hold"),
+        help="how the slow model's workers are staggered, in every configuration (default exp_time; on 2 "
+        "cores quantile_hold took two processes from 30 %% to 10 %% inaction)",
+    )
     parser.add_argument("--tick-hz", type=float, default=60.0, help="world rate (default 60)")
-    parser.add_argument("--ray-address", default=None, metavar="HOST:PORT",
-                        help="a running Ray cluster (default: start a local one of --nodes nodes)")  # fmt: skip
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="a running Ray cluster (default: start a local one of --nodes nodes)",
+    )
 
 
 # ----------------------------------------------------------------------------- the model
@@ -200,9 +242,13 @@ def _overhead(policy: Any, calls: int, tau_m: float) -> dict[str, Any]:
         forwards.append(decision.action[1])
     over = np.maximum(np.array(trips) - np.array(forwards), 0.0)
     ms = percentiles(over, 1e3)
-    return {"calls": calls, "forward_ms_p50": float(np.median(forwards) * 1e3), "round_trip_ms_p50": float(np.median(trips) * 1e3),
-            "overhead_ms": {"p50": ms["p50"], "p99": ms["p99"], "max": ms["max"]},
-            "overhead_ticks": {"p50": ms["p50"] / 1e3 / tau_m, "p99": ms["p99"] / 1e3 / tau_m}}  # fmt: skip
+    return {
+        "calls": calls,
+        "forward_ms_p50": float(np.median(forwards) * 1e3),
+        "round_trip_ms_p50": float(np.median(trips) * 1e3),
+        "overhead_ms": {"p50": ms["p50"], "p99": ms["p99"], "max": ms["max"]},
+        "overhead_ticks": {"p50": ms["p50"] / 1e3 / tau_m, "p99": ms["p99"] / 1e3 / tau_m},
+    }
 
 
 # ----------------------------------------------------------------------------- 2. the slow model
@@ -219,7 +265,9 @@ def _cpu_reading() -> dict[int, tuple[int, int, int]] | None:
         return None
 
 
-def _cpu_between(before: dict[int, tuple[int, int, int]] | None, after: dict[int, tuple[int, int, int]] | None) -> dict[str, Any]:
+def _cpu_between(
+    before: dict[int, tuple[int, int, int]] | None, after: dict[int, tuple[int, int, int]] | None
+) -> dict[str, Any]:
     """The cores this process may use, busy and idle on average between two readings (`cpu_use`);
     without /proc/stat, the 1-minute load average stands in for the busy cores."""
     import os
@@ -233,8 +281,13 @@ def _cpu_between(before: dict[int, tuple[int, int, int]] | None, after: dict[int
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     if load is None:
         return {"cores": cores, "busy_cores": None, "steal_cores": None, "idle_cores": None, "source": None}
-    return {"cores": cores, "busy_cores": round(min(load, cores), 3), "steal_cores": None,
-            "idle_cores": round(max(0.0, cores - load), 3), "source": "loadavg"}  # fmt: skip
+    return {
+        "cores": cores,
+        "busy_cores": round(min(load, cores), 3),
+        "steal_cores": None,
+        "idle_cores": round(max(0.0, cores - load), 3),
+        "source": "loadavg",
+    }
 
 
 def _act_in_world(make_policy: Any, n_workers: int, scheduler: str, seconds: float, tick_hz: float) -> dict[str, Any]:
@@ -257,13 +310,20 @@ def _act_in_world(make_policy: Any, n_workers: int, scheduler: str, seconds: flo
             pool.stop()
     s = world.tick_log.summary(warmup_ticks=start, end_tick=end)
     taus = np.array([t for w in pool.workers for t in w.tau_thetas]) / tau_m
-    out = {"n_workers": n_workers, "scheduler": scheduler, "ticks": end - start,
-           "inaction_fraction": float(s["inaction_fraction"]), "tau_i_mean_ticks": s.get("tau_i_mean_ticks"),
-           "delay_mean_ticks": s.get("delay_mean_ticks"),
-           "tau_theta_ticks": {"mean": float(taus.mean()), "p99": float(np.percentile(taus, 99))} if taus.size else None,
-           "cpu": _cpu_between(before, after),
-           "_samples": {"world": [t for w in pool.workers for t in w.world_taus],
-                        "wait": [t for w in pool.workers for t in w.call_waits]}}  # fmt: skip
+    out = {
+        "n_workers": n_workers,
+        "scheduler": scheduler,
+        "ticks": end - start,
+        "inaction_fraction": float(s["inaction_fraction"]),
+        "tau_i_mean_ticks": s.get("tau_i_mean_ticks"),
+        "delay_mean_ticks": s.get("delay_mean_ticks"),
+        "tau_theta_ticks": {"mean": float(taus.mean()), "p99": float(np.percentile(taus, 99))} if taus.size else None,
+        "cpu": _cpu_between(before, after),
+        "_samples": {
+            "world": [t for w in pool.workers for t in w.world_taus],
+            "wait": [t for w in pool.workers for t in w.call_waits],
+        },
+    }
     overhead = world.tick_log.meta.get("workers", {}).get("remote_overhead_s")
     if overhead is not None:
         out["remote_overhead_ticks"] = {"p50": overhead["p50_ticks"], "p99": overhead["p99_ticks"]}
@@ -306,8 +366,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from nonstop.inference.workers import ProcessPolicy
 
     sizes = run_sizes(args, _QUICK, _FULL)
-    calls, seconds, passes, probe_calls = (int(sizes["calls"]), float(sizes["seconds"]), int(sizes["passes"]),
-                                           int(sizes["probe_calls"]))  # fmt: skip
+    calls, seconds, passes, probe_calls = (
+        int(sizes["calls"]),
+        float(sizes["seconds"]),
+        int(sizes["passes"]),
+        int(sizes["probe_calls"]),
+    )
     for name in ("forward_ticks", "tick_hz") + (("k",) if args.k is not None else ()):
         value = getattr(args, name)
         if not (value > 0 and math.isfinite(value)):
@@ -327,16 +391,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     # the slow model's width, timed on this core before anything else runs
     slow = pick_k(args.forward_ticks * tau_m, passes) if args.k is None else time_k(args.k, passes)
-    result["slow_model"] = {"k": slow["k"], "forward_ms": slow["forward_s"] * 1e3, "forward_ticks": slow["forward_s"] / tau_m,
-                            "target_ticks": args.forward_ticks if args.k is None else None,
-                            "calibration_ms": {k: t * 1e3 for k, t in slow["calibration"].items()},
-                            "time_exponent": slow["exponent"]}  # fmt: skip
+    result["slow_model"] = {
+        "k": slow["k"],
+        "forward_ms": slow["forward_s"] * 1e3,
+        "forward_ticks": slow["forward_s"] / tau_m,
+        "target_ticks": args.forward_ticks if args.k is None else None,
+        "calibration_ms": {k: t * 1e3 for k, t in slow["calibration"].items()},
+        "time_exponent": slow["exponent"],
+    }
     phases["calibration"] = stopwatch() - t0
 
     with ExitStack() as stack:
         if args.ray_address is None:
             cluster = stack.enter_context(local_cluster(args.nodes, num_cpus=per_node))
-            result["cluster"] = {"local": True, "nodes": args.nodes, "cpus_per_node": per_node, "address": cluster.address}
+            result["cluster"] = {
+                "local": True,
+                "nodes": args.nodes,
+                "cpus_per_node": per_node,
+                "address": cluster.address,
+            }
         else:
             ray = stack.enter_context(ray_session(args.ray_address))
             alive = [n for n in ray.nodes() if n.get("Alive")]
@@ -347,7 +420,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # 1. overhead per action, k=1
         result["overhead"] = {"k": 1}
         factory = partial(_resnet_policy, 18, 1.0, 0, True)
-        for name, make in (("process", lambda: ProcessPolicy(factory)), ("ray", lambda: RayPolicy(factory, num_cpus=1))):
+        for name, make in (
+            ("process", lambda: ProcessPolicy(factory)),
+            ("ray", lambda: RayPolicy(factory, num_cpus=1)),
+        ):
             policy = make()
             try:
                 result["overhead"][name] = _overhead(policy, calls, tau_m)
@@ -363,10 +439,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         obs = probe.reset(seed=0)[0]  # the quiet probe sends what the world will
         probe.close()
         slow_factory = partial(_resnet_policy, n_actions, slow["k"], 0, False)
-        result["one_process"] = _act_in_world(lambda i: ProcessPolicy(slow_factory), 1, args.scheduler, seconds, args.tick_hz)
+        result["one_process"] = _act_in_world(
+            lambda i: ProcessPolicy(slow_factory), 1, args.scheduler, seconds, args.tick_hz
+        )
         if not args.quick:  # the same staggering without Ray, on this host's cores: what the calls themselves cost
-            result["processes_on_this_host"] = _act_in_world(lambda i: ProcessPolicy(slow_factory), n_actors, args.scheduler,
-                                                             seconds, args.tick_hz)  # fmt: skip
+            result["processes_on_this_host"] = _act_in_world(
+                lambda i: ProcessPolicy(slow_factory), n_actors, args.scheduler, seconds, args.tick_hz
+            )
         # the actors start first (the least filled node each: actors_per_node per node), and each is
         # timed quietly, alone, before the world starts; the world's workers take them over
         actors = RayPolicy.start_many([slow_factory] * n_actors, num_cpus=1)
@@ -388,15 +467,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         phases["worlds"] = stopwatch() - t0 - sum(phases.values())
     result["phase_s"] = {**phases, "total": stopwatch() - t0}
 
-    samples = {name: result[name].pop("_samples") for name in ("one_process", "processes_on_this_host", "ray_actor_per_node")
-               if name in result}  # fmt: skip
+    samples = {
+        name: result[name].pop("_samples")
+        for name in ("one_process", "processes_on_this_host", "ray_actor_per_node")
+        if name in result
+    }
     for name, sample in samples.items():
         result[name]["wait_before_call"] = part_summary(sample["wait"], tau_m)
     result["tau_theta_parts"] = tau_theta_parts(
-        world=samples["ray_actor_per_node"]["world"], wait=samples["ray_actor_per_node"]["wait"],
-        forward_world=[t for p in made for t in p.compute_s], overhead=[t for p in made for t in p.overhead_s],
-        forward_quiet=quiet["forward"], forward_together=quiet["together"], overhead_quiet=quiet["overhead"],
-        tau_m=tau_m)  # fmt: skip
+        world=samples["ray_actor_per_node"]["world"],
+        wait=samples["ray_actor_per_node"]["wait"],
+        forward_world=[t for p in made for t in p.compute_s],
+        overhead=[t for p in made for t in p.overhead_s],
+        forward_quiet=quiet["forward"],
+        forward_together=quiet["together"],
+        overhead_quiet=quiet["overhead"],
+        tau_m=tau_m,
+    )
     result["ray_actor_per_node"]["actor_niceness"] = sorted({p.niceness for p in made if p.niceness is not None})
     ray_inaction = result["ray_actor_per_node"]["inaction_fraction"]
     one_inaction = result["one_process"]["inaction_fraction"]
@@ -424,11 +511,20 @@ def diagnose_result(result: dict[str, Any], n_actors: int, *, local: bool) -> Di
     """
     cpu = result["ray_actor_per_node"].get("cpu") or {}
     cores = cpu.get("cores") or usable_cores()
-    note = (f"this local cluster's {n_actors} actors share {cores} cores with the world's host and the driver "
-            f"(it needs {n_actors + 2})" if local and cores < n_actors + 2 else "")  # fmt: skip
+    note = (
+        f"this local cluster's {n_actors} actors share {cores} cores with the world's host and the driver "
+        f"(it needs {n_actors + 2})"
+        if local and cores < n_actors + 2
+        else ""
+    )
     nice = max(result["ray_actor_per_node"].get("actor_niceness") or [0])
-    return diagnose(result["tau_theta_parts"], cpu, target_met=all(result["meets_target"].values()), cluster_note=note,
-                    actor_niceness=nice)  # fmt: skip
+    return diagnose(
+        result["tau_theta_parts"],
+        cpu,
+        target_met=all(result["meets_target"].values()),
+        cluster_note=note,
+        actor_niceness=nice,
+    )
 
 
 def render(result: dict[str, Any]) -> None:
@@ -438,25 +534,51 @@ def render(result: dict[str, Any]) -> None:
     console = Console()
     hz = result["tick_hz"]
     t = Table(title=f"per-action overhead outside the forward pass, k=1 ResNet, ticks at {hz:g} Hz")
-    for col in ("backend", "forward p50 (ms)", "round trip p50 (ms)", "overhead p50 (ms)", "p99 (ms)", "p50 (ticks)", "p99 (ticks)"):
+    for col in (
+        "backend",
+        "forward p50 (ms)",
+        "round trip p50 (ms)",
+        "overhead p50 (ms)",
+        "p99 (ms)",
+        "p50 (ticks)",
+        "p99 (ticks)",
+    ):
         t.add_column(col, justify="right")
     for name in ("process", "ray"):
         r = result["overhead"][name]
-        t.add_row(name, f"{r['forward_ms_p50']:.2f}", f"{r['round_trip_ms_p50']:.2f}", f"{r['overhead_ms']['p50']:.2f}",
-                  f"{r['overhead_ms']['p99']:.2f}", f"{r['overhead_ticks']['p50']:.3f}", f"{r['overhead_ticks']['p99']:.3f}")
+        t.add_row(
+            name,
+            f"{r['forward_ms_p50']:.2f}",
+            f"{r['round_trip_ms_p50']:.2f}",
+            f"{r['overhead_ms']['p50']:.2f}",
+            f"{r['overhead_ms']['p99']:.2f}",
+            f"{r['overhead_ticks']['p50']:.3f}",
+            f"{r['overhead_ticks']['p99']:.3f}",
+        )
     console.print(t)
     slow = result["slow_model"]
-    t = Table(title=f"k={slow['k']:g} ResNet: forward {slow['forward_ms']:.1f} ms = {slow['forward_ticks']:.2f} ticks on one core, "
-                    f"acting at {hz:g} Hz, staggered by {result['scheduler']}")  # fmt: skip
+    t = Table(
+        title=f"k={slow['k']:g} ResNet: forward {slow['forward_ms']:.1f} ms = {slow['forward_ticks']:.2f} ticks on one core, "
+        f"acting at {hz:g} Hz, staggered by {result['scheduler']}"
+    )
     for col in ("configuration", "N_I", "inaction", "τ_θ mean (ticks)", "τ_I mean (ticks)"):
         t.add_column(col, justify="right")
-    for name, label in (("one_process", "one process"), ("processes_on_this_host", "processes on this host"),
-                        ("ray_actor_per_node", "one Ray actor per node")):  # fmt: skip
+    for name, label in (
+        ("one_process", "one process"),
+        ("processes_on_this_host", "processes on this host"),
+        ("ray_actor_per_node", "one Ray actor per node"),
+    ):
         if name not in result:
             continue
         r = result[name]
         tau = r["tau_theta_ticks"]["mean"] if r.get("tau_theta_ticks") else float("nan")
-        t.add_row(label, str(r["n_workers"]), f"{r['inaction_fraction']:.1%}", f"{tau:.2f}", f"{r['tau_i_mean_ticks'] or float('nan'):.2f}")
+        t.add_row(
+            label,
+            str(r["n_workers"]),
+            f"{r['inaction_fraction']:.1%}",
+            f"{tau:.2f}",
+            f"{r['tau_i_mean_ticks'] or float('nan'):.2f}",
+        )
     console.print(t)
     parts = result["tau_theta_parts"]
     per_node = result["ray_actor_per_node"].get("actors_per_node", 1)
@@ -464,21 +586,44 @@ def render(result: dict[str, Any]) -> None:
     for col in ("part", "n", "p50 ms", "p99 ms", "mean ms", "mean ticks", "of τ_θ"):
         t.add_column(col, justify="right")
     world = parts["world"]["mean_ms"]
-    for name, label in (("world", "τ_θ (world)"), ("wait_before_call", "  wait before call"), ("ray_overhead", "  Ray overhead"),
-                        ("forward_in_actor", "  forward in actor"), ("forward_quiet", "forward quiet, alone"),
-                        ("forward_together", "forward quiet, together"), ("ray_overhead_quiet", "Ray overhead quiet")):  # fmt: skip
+    for name, label in (
+        ("world", "τ_θ (world)"),
+        ("wait_before_call", "  wait before call"),
+        ("ray_overhead", "  Ray overhead"),
+        ("forward_in_actor", "  forward in actor"),
+        ("forward_quiet", "forward quiet, alone"),
+        ("forward_together", "forward quiet, together"),
+        ("ray_overhead_quiet", "Ray overhead quiet"),
+    ):
         r = parts[name]
         if not r["n"]:
             continue
-        share = f"{r['mean_ms'] / world:.0%}" if world and name in ("wait_before_call", "ray_overhead", "forward_in_actor") else ""
-        t.add_row(label, str(r["n"]), f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}", f"{r['mean_ms']:.2f}", f"{r['mean_ticks']:.2f}", share)
+        share = (
+            f"{r['mean_ms'] / world:.0%}"
+            if world and name in ("wait_before_call", "ray_overhead", "forward_in_actor")
+            else ""
+        )
+        t.add_row(
+            label,
+            str(r["n"]),
+            f"{r['p50_ms']:.2f}",
+            f"{r['p99_ms']:.2f}",
+            f"{r['mean_ms']:.2f}",
+            f"{r['mean_ticks']:.2f}",
+            share,
+        )
     console.print(t)
     cpu = result["ray_actor_per_node"].get("cpu") or {}
     if cpu.get("idle_cores") is not None:
-        console.print(f"CPU during the actors' world: {cpu['busy_cores']:.2f} of {cpu['cores']} cores busy, "
-                      f"{cpu['idle_cores']:.2f} idle ({cpu['source']})", markup=False)  # fmt: skip
+        console.print(
+            f"CPU during the actors' world: {cpu['busy_cores']:.2f} of {cpu['cores']} cores busy, "
+            f"{cpu['idle_cores']:.2f} idle ({cpu['source']})",
+            markup=False,
+        )
     ok = result["meets_target"]["actor_per_node_acts_every_tick"]
-    console.print(f"one actor per node acts at every tick (inaction ≤ 1 %) where one process cannot: {verdict(ok, result.get('quick', False))}")
+    console.print(
+        f"one actor per node acts at every tick (inaction ≤ 1 %) where one process cannot: {verdict(ok, result.get('quick', False))}"
+    )
     for cause in result.get("diagnosis") or []:
         console.print(f"- {cause['text']}", markup=False)
     if result.get("machine_limit"):

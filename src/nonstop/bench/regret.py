@@ -61,7 +61,9 @@ from nonstop.metrics.regret import (
 
 __all__ = ["DESCRIPTION", "ROW_KEYS", "add_arguments", "run", "render", "measure"]
 
-DESCRIPTION = "Theorem 1 on its worst-case MDPs: inaction regret vs Eq. 3 (sequential, staggered), delay regret vs Eq. 4"
+DESCRIPTION = (
+    "Theorem 1 on its worst-case MDPs: inaction regret vs Eq. 3 (sequential, staggered), delay regret vs Eq. 4"
+)
 
 #: Keys of every row of the result (all finite numbers, or None for an undefined ratio).
 ROW_KEYS = (
@@ -107,27 +109,48 @@ _NEVER_TRUNCATE = 10**12
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ticks", default=None,
-                        help="inference times τ_θ in ticks, comma-separated (default 1,2,4,8,16; quick 1,4,8)")  # fmt: skip
-    parser.add_argument("--p-minimax", type=float, default=0.9,
-                        help="delay-cycle MDP: probability that the state stays put per tick (default 0.9)")  # fmt: skip
+    parser.add_argument(
+        "--ticks", default=None, help="inference times τ_θ in ticks, comma-separated (default 1,2,4,8,16; quick 1,4,8)"
+    )
+    parser.add_argument(
+        "--p-minimax",
+        type=float,
+        default=0.9,
+        help="delay-cycle MDP: probability that the state stays put per tick (default 0.9)",
+    )
     parser.add_argument("--n-states", type=int, default=64, help="delay-cycle MDP: states on the cycle (default 64)")
-    parser.add_argument("--seconds", type=float, default=None,
-                        help="measured world seconds per inaction run (default 300; quick 60)")  # fmt: skip
-    parser.add_argument("--delay-seconds", type=float, default=None,
-                        help="measured world seconds per delay-cycle run (default 2000; quick 400)")  # fmt: skip
-    parser.add_argument("--seed", type=int, default=0,
-                        help="base seed (default 0); the runs for the i-th τ_θ use seed + i")  # fmt: skip
-    parser.add_argument("--learn-steps", type=int, default=None,
-                        help="Eq. 2: agent steps per bandit run (default 20000; quick 6000)")  # fmt: skip
-    parser.add_argument("--learn-seeds", type=int, default=None,
-                        help="Eq. 2: bandit runs per learner setting, paired across settings (default 8; quick 4)")  # fmt: skip
+    parser.add_argument(
+        "--seconds", type=float, default=None, help="measured world seconds per inaction run (default 300; quick 60)"
+    )
+    parser.add_argument(
+        "--delay-seconds",
+        type=float,
+        default=None,
+        help="measured world seconds per delay-cycle run (default 2000; quick 400)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="base seed (default 0); the runs for the i-th τ_θ use seed + i"
+    )
+    parser.add_argument(
+        "--learn-steps", type=int, default=None, help="Eq. 2: agent steps per bandit run (default 20000; quick 6000)"
+    )
+    parser.add_argument(
+        "--learn-seeds",
+        type=int,
+        default=None,
+        help="Eq. 2: bandit runs per learner setting, paired across settings (default 8; quick 4)",
+    )
     parser.add_argument("--arms", type=int, default=4, help="Eq. 2: arms of the bandit (default 4)")
-    parser.add_argument("--epsilon", type=float, default=0.1,
-                        help="Eq. 2: the best arm's edge over the others (default 0.1)")  # fmt: skip
-    parser.add_argument("--real-env", choices=("auto", "on", "off"), default="auto",
-                        help="Eq. 2 on CartPole with nonstop's DQN, keeping pace vs a quarter of the updates "
-                        "(~2 min; auto: on in a full run, off with --quick)")  # fmt: skip
+    parser.add_argument(
+        "--epsilon", type=float, default=0.1, help="Eq. 2: the best arm's edge over the others (default 0.1)"
+    )
+    parser.add_argument(
+        "--real-env",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="Eq. 2 on CartPole with nonstop's DQN, keeping pace vs a quarter of the updates "
+        "(~2 min; auto: on in a full run, off with --quick)",
+    )
     parser.add_argument("--plot", default=None, metavar="PATH", help="also write a figure to PATH (.png)")
 
 
@@ -192,7 +215,9 @@ def measure(
                 return ObservedStatePolicy(world.action_space)
 
         pool = InferencePool(
-            world, lambda i: LatencyPolicy(base(), latency, seed=seed * 100_003 + i), make_scheduler(scheduler, n_workers)
+            world,
+            lambda i: LatencyPolicy(base(), latency, seed=seed * 100_003 + i),
+            make_scheduler(scheduler, n_workers),
         ).start()
         try:
             world.run_for(warmup_ticks(tau_ticks) * world.tau_m + seconds)
@@ -271,8 +296,18 @@ class _TransitionStream:
     def on_observation(self, tick: int, obs: np.ndarray) -> None:
         pass
 
-    def on_tick(self, tick: int, *, agent: bool, action: Any, obs_tick: int, reward: float,
-                terminated: bool, truncated: bool, terminal_obs: np.ndarray | None = None) -> None:  # fmt: skip
+    def on_tick(
+        self,
+        tick: int,
+        *,
+        agent: bool,
+        action: Any,
+        obs_tick: int,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        terminal_obs: np.ndarray | None = None,
+    ) -> None:
         if agent:
             self.arms.append(int(action) - 1)
             self.rewards.append(float(reward))
@@ -287,8 +322,17 @@ class _TransitionStream:
         return newest
 
 
-def _learner_process(clock: Any, stream: _TransitionStream, learner: BanditLearner, *, index: int, n_learners: int,
-                     tau_l: float, tau_m: float, stop: list[bool]) -> Any:  # fmt: skip
+def _learner_process(
+    clock: Any,
+    stream: _TransitionStream,
+    learner: BanditLearner,
+    *,
+    index: int,
+    n_learners: int,
+    tau_l: float,
+    tau_m: float,
+    stop: list[bool],
+) -> Any:
     """One of ``n_learners`` learners: each takes ``tau_l`` per transition, staggered by ``tau_l/N_L``."""
     t = clock.now() + index * tau_l / n_learners
     yield (t, 3)  # priority 3: after the host's tick at the same instant (priority 1)
@@ -303,7 +347,9 @@ def _learner_process(clock: Any, stream: _TransitionStream, learner: BanditLearn
         learner.learn(stream.arms[i], stream.rewards[i])
 
 
-def measure_learning(*, arms: int, epsilon: float, n_learners: int, tau_l_ticks: float, steps: int, seed: int) -> dict[str, Any]:
+def measure_learning(
+    *, arms: int, epsilon: float, n_learners: int, tau_l_ticks: float, steps: int, seed: int
+) -> dict[str, Any]:
     """One virtual-clock run on `BanditMDP`: one worker with τ_θ = τ_M (an action every tick, computed
     on the newest observation: no inaction, no delay) and ``n_learners`` learners taking
     ``tau_l_ticks`` each per transition. Returns the learning-regret curve over ``steps`` agent steps
@@ -319,14 +365,28 @@ def measure_learning(*, arms: int, epsilon: float, n_learners: int, tau_l_ticks:
     kwargs = {"arms": arms, "epsilon": epsilon, "max_steps": _NEVER_TRUNCATE}
     with Session("theory/bandit", clock="virtual", seed=seed, env_kwargs=kwargs, recorder=stream) as world:
         tau_m = world.tau_m
-        pool = InferencePool(world, lambda i: LatencyPolicy(_LearnedArmPolicy(world.action_space, learner),
-                                                            Constant(tau_m)), make_scheduler("sequential", 1)).start()  # fmt: skip
+        pool = InferencePool(
+            world,
+            lambda i: LatencyPolicy(_LearnedArmPolicy(world.action_space, learner), Constant(tau_m)),
+            make_scheduler("sequential", 1),
+        ).start()
         clock = world.clock
         assert isinstance(clock, VirtualClock)  # clock="virtual" above
         for i in range(n_learners):
-            clock.spawn(_learner_process(clock, stream, learner, index=i, n_learners=n_learners,
-                                               tau_l=tau_l_ticks * tau_m, tau_m=tau_m, stop=stop),
-                              name=f"bandit-learner-{i}", priority=3)  # fmt: skip
+            clock.spawn(
+                _learner_process(
+                    clock,
+                    stream,
+                    learner,
+                    index=i,
+                    n_learners=n_learners,
+                    tau_l=tau_l_ticks * tau_m,
+                    tau_m=tau_m,
+                    stop=stop,
+                ),
+                name=f"bandit-learner-{i}",
+                priority=3,
+            )
         try:
             world.run_for((steps + 4) * tau_m)
         finally:
@@ -354,11 +414,28 @@ def measure_learning(*, arms: int, epsilon: float, n_learners: int, tau_l_ticks:
 EQ2_SETTINGS = ((1, 1.0), (2, 4.0), (1, 4.0), (1, 8.0), (4, 4.0))
 #: keys of each Equation 2 row
 EQ2_ROW_KEYS = (
-    "n_learners", "tau_l_ticks", "nl_star", "learned_fraction_predicted", "learned_fraction_measured",
-    "never_learned_fraction", "learned_fraction_pass", "steps", "seeds", "inaction_fraction", "delay_mean_ticks",
-    "learning_regret", "learning_regret_se", "predicted_regret", "prediction_error", "prediction_error_se",
-    "prediction_pass", "gap_to_keep_pace", "gap_to_keep_pace_se", "gap_z", "sqrt_law_regret",
-)  # fmt: skip
+    "n_learners",
+    "tau_l_ticks",
+    "nl_star",
+    "learned_fraction_predicted",
+    "learned_fraction_measured",
+    "never_learned_fraction",
+    "learned_fraction_pass",
+    "steps",
+    "seeds",
+    "inaction_fraction",
+    "delay_mean_ticks",
+    "learning_regret",
+    "learning_regret_se",
+    "predicted_regret",
+    "prediction_error",
+    "prediction_error_se",
+    "prediction_pass",
+    "gap_to_keep_pace",
+    "gap_to_keep_pace_se",
+    "gap_z",
+    "sqrt_law_regret",
+)
 
 
 def _mean_se(values: list[float]) -> tuple[float, float | None]:
@@ -372,8 +449,15 @@ def learning_rows(*, arms: int, epsilon: float, steps: int, seeds: int, seed: in
     from nonstop.metrics.regret import eq2_hard_epsilon, eq2_lower_bound, learned_fraction, rescaled_regret
 
     tau_m = 1.0 / 60.0
-    runs = {cfg: [measure_learning(arms=arms, epsilon=epsilon, n_learners=cfg[0], tau_l_ticks=cfg[1], steps=steps,
-                                   seed=seed + k) for k in range(seeds)] for cfg in EQ2_SETTINGS}  # fmt: skip
+    runs = {
+        cfg: [
+            measure_learning(
+                arms=arms, epsilon=epsilon, n_learners=cfg[0], tau_l_ticks=cfg[1], steps=steps, seed=seed + k
+            )
+            for k in range(seeds)
+        ]
+        for cfg in EQ2_SETTINGS
+    }
     pace = [r["curve"] for r in runs[EQ2_SETTINGS[0]]]
     rows = []
     for (n_l, tau_l), outs in runs.items():
@@ -386,26 +470,43 @@ def learning_rows(*, arms: int, epsilon: float, steps: int, seeds: int, seed: in
         err, err_se = _mean_se([a - b for a, b in zip(final, predicted)])
         gap, gap_se = _mean_se([a - float(c[-1]) for a, c in zip(final, pace)])
         reg, reg_se = _mean_se(final)
-        rows.append({
-            "n_learners": n_l, "tau_l_ticks": tau_l, "nl_star": math.ceil(tau_l - 1e-9),
-            "learned_fraction_predicted": f, "learned_fraction_measured": measured_f,
-            "never_learned_fraction": skipped / (taken + skipped),
-            # the last transition or two may still be in a learner's hands when the run ends
-            "learned_fraction_pass": bool(abs(measured_f - f) <= 2.0 * n_l * seeds / (taken + skipped) + 1e-9),
-            "steps": steps, "seeds": seeds,
-            "inaction_fraction": float(np.mean([o["inaction_fraction"] for o in outs])),
-            "delay_mean_ticks": float(np.mean([o["delay_mean_ticks"] for o in outs])),
-            "learning_regret": reg, "learning_regret_se": reg_se,
-            "predicted_regret": None if reference else float(np.mean(predicted)),
-            "prediction_error": None if reference else err, "prediction_error_se": None if reference else err_se,
-            "prediction_pass": None if reference else _agrees(err, 0.0, err_se if err_se is not None else float("nan")),
-            "gap_to_keep_pace": None if reference else gap, "gap_to_keep_pace_se": None if reference else gap_se,
-            "gap_z": (gap / gap_se) if gap_se and not reference else None,
-            "sqrt_law_regret": float(np.mean([c[-1] for c in pace])) / math.sqrt(f),
-        })  # fmt: skip
+        rows.append(
+            {
+                "n_learners": n_l,
+                "tau_l_ticks": tau_l,
+                "nl_star": math.ceil(tau_l - 1e-9),
+                "learned_fraction_predicted": f,
+                "learned_fraction_measured": measured_f,
+                "never_learned_fraction": skipped / (taken + skipped),
+                # the last transition or two may still be in a learner's hands when the run ends
+                "learned_fraction_pass": bool(abs(measured_f - f) <= 2.0 * n_l * seeds / (taken + skipped) + 1e-9),
+                "steps": steps,
+                "seeds": seeds,
+                "inaction_fraction": float(np.mean([o["inaction_fraction"] for o in outs])),
+                "delay_mean_ticks": float(np.mean([o["delay_mean_ticks"] for o in outs])),
+                "learning_regret": reg,
+                "learning_regret_se": reg_se,
+                "predicted_regret": None if reference else float(np.mean(predicted)),
+                "prediction_error": None if reference else err,
+                "prediction_error_se": None if reference else err_se,
+                "prediction_pass": None
+                if reference
+                else _agrees(err, 0.0, err_se if err_se is not None else float("nan")),
+                "gap_to_keep_pace": None if reference else gap,
+                "gap_to_keep_pace_se": None if reference else gap_se,
+                "gap_z": (gap / gap_se) if gap_se and not reference else None,
+                "sqrt_law_regret": float(np.mean([c[-1] for c in pace])) / math.sqrt(f),
+            }
+        )
     hard_eps = eq2_hard_epsilon(arms, steps)
-    hard = [float(measure_learning(arms=arms, epsilon=hard_eps, n_learners=1, tau_l_ticks=1.0, steps=steps,
-                                   seed=seed + 1000 + k)["curve"][-1]) for k in range(seeds)]  # fmt: skip
+    hard = [
+        float(
+            measure_learning(
+                arms=arms, epsilon=hard_eps, n_learners=1, tau_l_ticks=1.0, steps=steps, seed=seed + 1000 + k
+            )["curve"][-1]
+        )
+        for k in range(seeds)
+    ]
     hard_mean, hard_se = _mean_se(hard)
     bound = eq2_lower_bound(arms, steps)
     return {
@@ -418,8 +519,11 @@ def learning_rows(*, arms: int, epsilon: float, steps: int, seeds: int, seed: in
         "prediction_passes": sum(bool(r["prediction_pass"]) for r in rows),
         "prediction_checks": sum(r["prediction_pass"] is not None for r in rows),
         "hard_instance": {
-            "epsilon": hard_eps, "learning_regret": hard_mean, "learning_regret_se": hard_se,
-            "lower_bound": bound, "lower_bound_holds": bool(hard_mean >= bound),
+            "epsilon": hard_eps,
+            "learning_regret": hard_mean,
+            "learning_regret_se": hard_se,
+            "lower_bound": bound,
+            "lower_bound_holds": bool(hard_mean >= bound),
             "regret_over_sqrt_steps": hard_mean / math.sqrt(steps),
         },
     }
@@ -448,12 +552,16 @@ def real_env_learning(*, seconds: float, seed: int) -> dict[str, Any]:
         f = learned_fraction(1, tau_l_ticks * tau_m, tau_m)
         measured = result["updates"] / learnable
         out[name] = {
-            "tau_l_ticks": tau_l_ticks, "updates": result["updates"], "ticks": result["ticks"],
-            "updates_per_transition": measured, "learned_fraction_predicted": f,
+            "tau_l_ticks": tau_l_ticks,
+            "updates": result["updates"],
+            "ticks": result["ticks"],
+            "updates_per_transition": measured,
+            "learned_fraction_predicted": f,
             "learned_fraction_pass": bool(abs(measured - f) <= 0.01),
-            "episodes": int(returns.size), "last_quarter_mean_return": float(late.mean()) if late.size else None,
+            "episodes": int(returns.size),
+            "last_quarter_mean_return": float(late.mean()) if late.size else None,
             "last_quarter_episodes": int(late.size),
-        }  # fmt: skip
+        }
     a, b = out["keep_pace"]["last_quarter_mean_return"], out["behind"]["last_quarter_mean_return"]
     out["return_gap"] = None if a is None or b is None else a - b
     out["seconds"], out["seed"], out["env"] = seconds, seed, "CartPole"
@@ -490,12 +598,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         seed = args.seed + row_index
         n_stag = theoretical_nstar(tau * tau_m, tau_m)
         warm = warmup_ticks(tau)
-        seq_i = measure("theory/inaction", tau_ticks=tau, scheduler="sequential", n_workers=1, seconds=inaction_s, seed=seed)
-        stag_i = measure("theory/inaction", tau_ticks=tau, scheduler="max_time", n_workers=n_stag, seconds=inaction_s, seed=seed)
-        stag_d = measure("theory/delay-cycle", tau_ticks=tau, scheduler="max_time", n_workers=n_stag,
-                         seconds=delay_s, seed=seed, env_kwargs=cycle)  # fmt: skip
-        seq_d = measure("theory/delay-cycle", tau_ticks=tau, scheduler="sequential", n_workers=1,
-                        seconds=delay_s, seed=seed, env_kwargs=cycle)  # fmt: skip
+        seq_i = measure(
+            "theory/inaction", tau_ticks=tau, scheduler="sequential", n_workers=1, seconds=inaction_s, seed=seed
+        )
+        stag_i = measure(
+            "theory/inaction", tau_ticks=tau, scheduler="max_time", n_workers=n_stag, seconds=inaction_s, seed=seed
+        )
+        stag_d = measure(
+            "theory/delay-cycle",
+            tau_ticks=tau,
+            scheduler="max_time",
+            n_workers=n_stag,
+            seconds=delay_s,
+            seed=seed,
+            env_kwargs=cycle,
+        )
+        seq_d = measure(
+            "theory/delay-cycle",
+            tau_ticks=tau,
+            scheduler="sequential",
+            n_workers=1,
+            seconds=delay_s,
+            seed=seed,
+            env_kwargs=cycle,
+        )
         seq_est = inaction_regret_estimate(seq_i, 1.0, warmup_ticks=warm)
         stag_est = inaction_regret_estimate(stag_i, 1.0, warmup_ticks=warm)
         stag_sum = stag_i.summary(warmup_ticks=warm)
@@ -506,37 +632,41 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         seq_delay_est = delay_regret_estimate(seq_d, 1.0, warmup_ticks=warm)
         eq4 = eq4_delay_regret_per_step(p, theoretical_nstar(tau * tau_m, tau_m))
         predicted = predicted_delay_regret_per_step(stag_d, p, warmup_ticks=warm)
-        rows.append({
-            "tau_theta_ticks": tau,
-            "n_workers_staggered": n_stag,
-            "sequential_inaction_regret_rate": seq_est.value,
-            "sequential_inaction_regret_rate_se": _finite(seq_est.stderr),
-            "sequential_inaction_fraction": seq_inaction,
-            "eq3_inaction_regret_rate": eq3,
-            "sequential_ratio_to_eq3": _ratio(seq_est.value, eq3),
-            "staggered_inaction_regret_rate": stag_est.value,
-            "staggered_inaction_regret_rate_se": _finite(stag_est.stderr),
-            "staggered_inaction_fraction": stag_sum["inaction_fraction"],
-            "staggered_tau_i_mean_ticks": _finite(stag_sum["tau_i_mean_ticks"]),
-            # Remark 1 for a sequential agent: 1 − τ_M/τ_θ (it restarts at once after each submit)
-            # or 1 − 1/⌈τ_θ/τ_M⌉ (it would wait for a fresh tick); equal at integer ratios
-            "remark1_inaction_continuous": continuous,
-            "remark1_inaction_ceil": ceil_form,
-            "remark1_form_realised": _closest(seq_inaction, {"continuous": continuous, "ceil": ceil_form}),
-            "staggered_delay_regret_per_step": delay_est.value,
-            "staggered_delay_regret_per_step_se": _finite(delay_est.stderr),
-            "staggered_delay_mean_ticks": _finite(stag_d.summary(warmup_ticks=warm)["delay_mean_ticks"]),
-            "staggered_agent_steps": delay_est.n,
-            "eq4_delay_regret_per_step": eq4,
-            "staggered_ratio_to_eq4": _ratio(delay_est.value, eq4),
-            "predicted_delay_regret_per_step": predicted,
-            "staggered_ratio_to_predicted": _ratio(delay_est.value, predicted),
-            "eq4_paper_convention_pass": _agrees(delay_est.value, eq4, delay_est.stderr),
-            "eq4_host_convention_pass": _agrees(delay_est.value, predicted, delay_est.stderr),
-            "eq4_paper_lower_bound_holds": bool(delay_est.value >= eq4 - PASS_Z * (_finite(delay_est.stderr) or 0.0) - 1e-9),
-            "sequential_delay_regret_per_step": seq_delay_est.value,
-            "sequential_delay_regret_per_step_se": _finite(seq_delay_est.stderr),
-        })  # fmt: skip
+        rows.append(
+            {
+                "tau_theta_ticks": tau,
+                "n_workers_staggered": n_stag,
+                "sequential_inaction_regret_rate": seq_est.value,
+                "sequential_inaction_regret_rate_se": _finite(seq_est.stderr),
+                "sequential_inaction_fraction": seq_inaction,
+                "eq3_inaction_regret_rate": eq3,
+                "sequential_ratio_to_eq3": _ratio(seq_est.value, eq3),
+                "staggered_inaction_regret_rate": stag_est.value,
+                "staggered_inaction_regret_rate_se": _finite(stag_est.stderr),
+                "staggered_inaction_fraction": stag_sum["inaction_fraction"],
+                "staggered_tau_i_mean_ticks": _finite(stag_sum["tau_i_mean_ticks"]),
+                # Remark 1 for a sequential agent: 1 − τ_M/τ_θ (it restarts at once after each submit)
+                # or 1 − 1/⌈τ_θ/τ_M⌉ (it would wait for a fresh tick); equal at integer ratios
+                "remark1_inaction_continuous": continuous,
+                "remark1_inaction_ceil": ceil_form,
+                "remark1_form_realised": _closest(seq_inaction, {"continuous": continuous, "ceil": ceil_form}),
+                "staggered_delay_regret_per_step": delay_est.value,
+                "staggered_delay_regret_per_step_se": _finite(delay_est.stderr),
+                "staggered_delay_mean_ticks": _finite(stag_d.summary(warmup_ticks=warm)["delay_mean_ticks"]),
+                "staggered_agent_steps": delay_est.n,
+                "eq4_delay_regret_per_step": eq4,
+                "staggered_ratio_to_eq4": _ratio(delay_est.value, eq4),
+                "predicted_delay_regret_per_step": predicted,
+                "staggered_ratio_to_predicted": _ratio(delay_est.value, predicted),
+                "eq4_paper_convention_pass": _agrees(delay_est.value, eq4, delay_est.stderr),
+                "eq4_host_convention_pass": _agrees(delay_est.value, predicted, delay_est.stderr),
+                "eq4_paper_lower_bound_holds": bool(
+                    delay_est.value >= eq4 - PASS_Z * (_finite(delay_est.stderr) or 0.0) - 1e-9
+                ),
+                "sequential_delay_regret_per_step": seq_delay_est.value,
+                "sequential_delay_regret_per_step_se": _finite(seq_delay_est.stderr),
+            }
+        )
     result: dict[str, Any] = {
         "rows": rows,
         "p_minimax": p,
@@ -634,8 +764,13 @@ def _verdicts(rows: list[dict[str, Any]]) -> dict[str, Any]:
         # what the host's law predicts of the paper's check: a row can pass it only where the paper's value lies
         # within PASS_Z standard errors of the host's expectation, which the measurement is centred on
         "eq4_paper_convention_expected_passes": sum(
-            _agrees(r["predicted_delay_regret_per_step"], r["eq4_delay_regret_per_step"], r["staggered_delay_regret_per_step_se"] or 0.0)
-            for r in rows),  # fmt: skip
+            _agrees(
+                r["predicted_delay_regret_per_step"],
+                r["eq4_delay_regret_per_step"],
+                r["staggered_delay_regret_per_step_se"] or 0.0,
+            )
+            for r in rows
+        ),
         "remark1_forms_realised": sorted({r["remark1_form_realised"] for r in rows}),
         "eq3_max_relative_error": max(eq3_errors) if eq3_errors else None,
         "staggered_inaction_regret_rate_max": max(r["staggered_inaction_regret_rate"] for r in rows),
@@ -670,8 +805,14 @@ def _plot(result: dict[str, Any], path: Path) -> Path:
     b.plot(fine, 1 - p**k, "k--", label="Equation 4: 1 − p^⌈τ_θ/τ_M⌉")
     b.plot(fine, 1 - p ** (k - 1.0), ":", color="grey", label="host expectation: 1 − p^(d−1)")
     se = [r["staggered_delay_regret_per_step_se"] or 0.0 for r in rows]
-    b.errorbar(tau, [r["staggered_delay_regret_per_step"] for r in rows], yerr=[2 * s for s in se], fmt="s",
-               capsize=3, label="max_time (measured, ±2 SE)")  # fmt: skip
+    b.errorbar(
+        tau,
+        [r["staggered_delay_regret_per_step"] for r in rows],
+        yerr=[2 * s for s in se],
+        fmt="s",
+        capsize=3,
+        label="max_time (measured, ±2 SE)",
+    )
     b.plot(tau, [r["sequential_delay_regret_per_step"] for r in rows], "o", mfc="none", label="sequential (measured)")
     b.set_xscale("log", base=2)
     b.set_xlabel("τ_θ (ticks)")
@@ -698,68 +839,115 @@ def render(result: dict[str, Any]) -> None:
         inaction.add_column(col, justify="right")
     for r in result["rows"]:
         inaction.add_row(
-            f"{r['tau_theta_ticks']:g}", f"{r['sequential_inaction_regret_rate']:.3f}",
-            f"{r['eq3_inaction_regret_rate']:.3f}", num(r["sequential_ratio_to_eq3"], ".4f"),
-            f"{r['staggered_inaction_regret_rate']:.3f}", str(r["n_workers_staggered"]),
-        )  # fmt: skip
+            f"{r['tau_theta_ticks']:g}",
+            f"{r['sequential_inaction_regret_rate']:.3f}",
+            f"{r['eq3_inaction_regret_rate']:.3f}",
+            num(r["sequential_ratio_to_eq3"], ".4f"),
+            f"{r['staggered_inaction_regret_rate']:.3f}",
+            str(r["n_workers_staggered"]),
+        )
     console.print(inaction)
-    delay = Table(title=f"Delay regret (per agent step) on DelayCycleMDP, n={result['n_states']}, "
-                        f"p_minimax={result['p_minimax']:g}")  # fmt: skip
-    for col in ("τ_θ (ticks)", "max_time ± SE", "Eq 4", "ratio", "pass", "1−p^(d−1)", "ratio", "pass",
-                "sequential ± SE"):  # fmt: skip
+    delay = Table(
+        title=f"Delay regret (per agent step) on DelayCycleMDP, n={result['n_states']}, "
+        f"p_minimax={result['p_minimax']:g}"
+    )
+    for col in (
+        "τ_θ (ticks)",
+        "max_time ± SE",
+        "Eq 4",
+        "ratio",
+        "pass",
+        "1−p^(d−1)",
+        "ratio",
+        "pass",
+        "sequential ± SE",
+    ):
         delay.add_column(col, justify="right")
     for r in result["rows"]:
         delay.add_row(
             f"{r['tau_theta_ticks']:g}",
             f"{r['staggered_delay_regret_per_step']:.4f} ± {num(r['staggered_delay_regret_per_step_se'], '.4f')}",
-            f"{r['eq4_delay_regret_per_step']:.4f}", num(r["staggered_ratio_to_eq4"], ".3f"),
+            f"{r['eq4_delay_regret_per_step']:.4f}",
+            num(r["staggered_ratio_to_eq4"], ".3f"),
             "yes" if r["eq4_paper_convention_pass"] else "no",
-            f"{r['predicted_delay_regret_per_step']:.4f}", num(r["staggered_ratio_to_predicted"], ".3f"),
+            f"{r['predicted_delay_regret_per_step']:.4f}",
+            num(r["staggered_ratio_to_predicted"], ".3f"),
             "yes" if r["eq4_host_convention_pass"] else "no",
             f"{r['sequential_delay_regret_per_step']:.4f} ± {num(r['sequential_delay_regret_per_step_se'], '.4f')}",
-        )  # fmt: skip
+        )
     console.print(delay)
     print(result["convention"])
     acc = result.get("eq4_account")
     if acc:
         case = acc["separating_case"]
-        decided = "" if case is None else (
-            f" The case that separates them, τ_θ = {case['tau_theta_ticks']:g} tick: paper {case['paper']:.4f}, host "
-            f"{case['host']:.4f}, measured {case['measured']:.4f}.")  # fmt: skip
-        print(f"Which Eq. 4 to trust: the host's 1 − p^(d−1) (passes {acc['host_passes']}/{acc['rows']} rows; the paper's "
-              f"k = ⌈τ_θ/τ_M⌉ passes {acc['paper_passes']}/{acc['rows']} and fails as a lower bound in "
-              f"{acc['paper_lower_bound_fails']}).{decided} The paper's world moves on the tick the observation is "
-              "taken; the host's does not (docs/paper.md#equation-4-the-papers-timing-and-the-hosts).")  # fmt: skip
+        decided = (
+            ""
+            if case is None
+            else (
+                f" The case that separates them, τ_θ = {case['tau_theta_ticks']:g} tick: paper {case['paper']:.4f}, host "
+                f"{case['host']:.4f}, measured {case['measured']:.4f}."
+            )
+        )
+        print(
+            f"Which Eq. 4 to trust: the host's 1 − p^(d−1) (passes {acc['host_passes']}/{acc['rows']} rows; the paper's "
+            f"k = ⌈τ_θ/τ_M⌉ passes {acc['paper_passes']}/{acc['rows']} and fails as a lower bound in "
+            f"{acc['paper_lower_bound_fails']}).{decided} The paper's world moves on the tick the observation is "
+            "taken; the host's does not (docs/paper.md#equation-4-the-papers-timing-and-the-hosts)."
+        )
     eq2 = result.get("eq2")
     if eq2:
-        learn = Table(title=f"Learning regret (Eq. 2) on BanditMDP, K={eq2['arms']}, ε={eq2['epsilon']:g}, "
-                            f"{eq2['steps']} steps × {eq2['seeds']} seeds (UCB1; one action per tick)")  # fmt: skip
-        for col in ("N_L", "τ_L (ticks)", "f predicted", "f measured", "pass", "Δ_learn ± SE", "Δ_pace(f·T)/f",
-                    "error ± SE", "pass", "gap to pace ± SE", "√ law"):  # fmt: skip
+        learn = Table(
+            title=f"Learning regret (Eq. 2) on BanditMDP, K={eq2['arms']}, ε={eq2['epsilon']:g}, "
+            f"{eq2['steps']} steps × {eq2['seeds']} seeds (UCB1; one action per tick)"
+        )
+        for col in (
+            "N_L",
+            "τ_L (ticks)",
+            "f predicted",
+            "f measured",
+            "pass",
+            "Δ_learn ± SE",
+            "Δ_pace(f·T)/f",
+            "error ± SE",
+            "pass",
+            "gap to pace ± SE",
+            "√ law",
+        ):
             learn.add_column(col, justify="right")
         for r in eq2["rows"]:
             learn.add_row(
-                str(r["n_learners"]), f"{r['tau_l_ticks']:g}", f"{r['learned_fraction_predicted']:.3f}",
-                f"{r['learned_fraction_measured']:.3f}", "yes" if r["learned_fraction_pass"] else "no",
-                f"{r['learning_regret']:.1f} ± {num(r['learning_regret_se'], '.1f')}", num(r["predicted_regret"], ".1f"),
-                "reference" if r["prediction_error"] is None else
-                f"{r['prediction_error']:+.1f} ± {num(r['prediction_error_se'], '.1f')}",
+                str(r["n_learners"]),
+                f"{r['tau_l_ticks']:g}",
+                f"{r['learned_fraction_predicted']:.3f}",
+                f"{r['learned_fraction_measured']:.3f}",
+                "yes" if r["learned_fraction_pass"] else "no",
+                f"{r['learning_regret']:.1f} ± {num(r['learning_regret_se'], '.1f')}",
+                num(r["predicted_regret"], ".1f"),
+                "reference"
+                if r["prediction_error"] is None
+                else f"{r['prediction_error']:+.1f} ± {num(r['prediction_error_se'], '.1f')}",
                 "—" if r["prediction_pass"] is None else ("yes" if r["prediction_pass"] else "no"),
-                "—" if r["gap_to_keep_pace"] is None else
-                f"{r['gap_to_keep_pace']:+.1f} ± {num(r['gap_to_keep_pace_se'], '.1f')}", f"{r['sqrt_law_regret']:.1f}",
-            )  # fmt: skip
+                "—"
+                if r["gap_to_keep_pace"] is None
+                else f"{r['gap_to_keep_pace']:+.1f} ± {num(r['gap_to_keep_pace_se'], '.1f')}",
+                f"{r['sqrt_law_regret']:.1f}",
+            )
         console.print(learn)
         h = eq2["hard_instance"]
-        print(f"Eq. 2's hard instance (ε = ¼√(K/T) = {h['epsilon']:.4f}): Δ_learn = {h['learning_regret']:.1f} ± "
-              f"{num(h['learning_regret_se'], '.1f')} ≥ √(KT)/20 = {h['lower_bound']:.1f}: "
-              f"{'holds' if h['lower_bound_holds'] else 'FAILS'}")  # fmt: skip
+        print(
+            f"Eq. 2's hard instance (ε = ¼√(K/T) = {h['epsilon']:.4f}): Δ_learn = {h['learning_regret']:.1f} ± "
+            f"{num(h['learning_regret_se'], '.1f')} ≥ √(KT)/20 = {h['lower_bound']:.1f}: "
+            f"{'holds' if h['lower_bound_holds'] else 'FAILS'}"
+        )
         real = eq2.get("real_env")
         if real:
             for name in ("keep_pace", "behind"):
                 x = real[name]
-                print(f"CartPole DQN {name}: τ_L = {x['tau_l_ticks']} ticks, updates/transition "
-                      f"{x['updates_per_transition']:.3f} (predicted {x['learned_fraction_predicted']:.3f}, "
-                      f"{'pass' if x['learned_fraction_pass'] else 'FAIL'}), last-quarter mean return "
-                      f"{num(x['last_quarter_mean_return'], '.1f')} over {x['last_quarter_episodes']} episodes")  # fmt: skip
+                print(
+                    f"CartPole DQN {name}: τ_L = {x['tau_l_ticks']} ticks, updates/transition "
+                    f"{x['updates_per_transition']:.3f} (predicted {x['learned_fraction_predicted']:.3f}, "
+                    f"{'pass' if x['learned_fraction_pass'] else 'FAIL'}), last-quarter mean return "
+                    f"{num(x['last_quarter_mean_return'], '.1f')} over {x['last_quarter_episodes']} episodes"
+                )
     if result.get("plot"):
         print(f"plot: {result['plot']}")

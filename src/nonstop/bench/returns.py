@@ -47,11 +47,21 @@ import numpy as np
 
 from nonstop.bench.common import parse_positive_list
 
-__all__ = ["DESCRIPTION", "add_arguments", "run", "render", "measure_return", "return_at", "returns_in_two_worlds",
-           "RewardFeed"]
+__all__ = [
+    "DESCRIPTION",
+    "add_arguments",
+    "run",
+    "render",
+    "measure_return",
+    "return_at",
+    "returns_in_two_worlds",
+    "RewardFeed",
+]
 
-DESCRIPTION = ("return and regret split (Eq. 1) per scheduler, N_I from the bound to 2×; fill without p against the best "
-               "tuned rival, on development and held-out cells (theory/delay-cycle, virtual clock)")
+DESCRIPTION = (
+    "return and regret split (Eq. 1) per scheduler, N_I from the bound to 2×; fill without p against the best "
+    "tuned rival, on development and held-out cells (theory/delay-cycle, virtual clock)"
+)
 DEFAULT_SCHEDULERS = "exp_time,quantile_hold,fill"
 #: warm-up ticks before the window, beyond 3 × the 99.9 % point of τ_θ (running estimates settle)
 WARMUP_TICKS = 600
@@ -70,8 +80,16 @@ FILL_FROM = ("tolerance", "prior", "rewards")
 #: the paired difference a candidate must reach over the best tuned rival to *lead* a cell (in standard errors)
 LEAD_Z = 3.0
 #: the development cells' schedulers: every rival at every setting, and fill with and without p
-FULL_SCHEDULERS = ",".join(["exp_time", *(f"quantile_hold@{q:g}" for q in QUANTILES),
-                            *(f"exp_hold@{h:g}" for h in HOLDS), "fill", "fill@prior", "fill@rewards"])  # fmt: skip
+FULL_SCHEDULERS = ",".join(
+    [
+        "exp_time",
+        *(f"quantile_hold@{q:g}" for q in QUANTILES),
+        *(f"exp_hold@{h:g}" for h in HOLDS),
+        "fill",
+        "fill@prior",
+        "fill@rewards",
+    ]
+)
 QUICK_SCHEDULERS = "exp_time,quantile_hold@0.9,quantile_hold@0.999,exp_hold@1.5,fill,fill@prior"
 #: held-out cells, never used while fill was developed: τ̄_θ, σ, p, and their own seeds
 HELD_OUT_TAUS, HELD_OUT_SIGMAS, HELD_OUT_PS = (8.0, 70.0), (0.25, 1.0), (0.9, 0.99)
@@ -124,8 +142,18 @@ class RewardFeed:
     def on_observation(self, tick: int, obs: Any) -> None:
         pass
 
-    def on_tick(self, tick: int, *, agent: bool, action: Any, obs_tick: int, reward: float, terminated: bool,
-                truncated: bool, terminal_obs: Any = None) -> None:  # fmt: skip
+    def on_tick(
+        self,
+        tick: int,
+        *,
+        agent: bool,
+        action: Any,
+        obs_tick: int,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        terminal_obs: Any = None,
+    ) -> None:
         if self.observe is not None:
             self.observe(float(reward), int(tick - obs_tick) if agent else None)
 
@@ -172,10 +200,13 @@ def measure_return(
     else:
         given = {"p_minimax": fill_p} if scheduler == "fill" and fill_p is not None else {}
         sched = make_scheduler(scheduler, n_workers, **given, **(options or {}))
-    with Session(env, clock="virtual", seed=seed, env_kwargs=env_kwargs, recorder=RewardFeed(sched) if show_rewards else None) as world:
+    with Session(
+        env, clock="virtual", seed=seed, env_kwargs=env_kwargs, recorder=RewardFeed(sched) if show_rewards else None
+    ) as world:
         space = world.action_space
-        pool = InferencePool(world, lambda i: LatencyPolicy(ObservedStatePolicy(space), latency, seed=seed * 100_003 + i),
-                             sched).start()  # fmt: skip
+        pool = InferencePool(
+            world, lambda i: LatencyPolicy(ObservedStatePolicy(space), latency, seed=seed * 100_003 + i), sched
+        ).start()
         try:
             world.run_for((warmup_ticks + window_ticks + 0.5) * world.tau_m)
         finally:
@@ -239,9 +270,19 @@ def return_at(
         if seed not in undelayed:
             undelayed[seed] = undelayed_rate(p_minimax, seed=seed, window_ticks=window_ticks, n_states=n_states)
         p_given = world_tolerance(p_minimax, n_states) if fill_p == "tolerance" else None
-        got = measure_return(env=env, env_kwargs=kwargs, scheduler=name, n_workers=n_workers, latency=latency,
-                             seed=seed, warmup_ticks=warmup_ticks, window_ticks=window_ticks, fill_p=p_given,
-                             show_rewards=fill_p != "prior", options=options)  # fmt: skip
+        got = measure_return(
+            env=env,
+            env_kwargs=kwargs,
+            scheduler=name,
+            n_workers=n_workers,
+            latency=latency,
+            seed=seed,
+            warmup_ticks=warmup_ticks,
+            window_ticks=window_ticks,
+            fill_p=p_given,
+            show_rewards=fill_p != "prior",
+            options=options,
+        )
         runs.append(got)
         # Equation 1 against the optimum (1 per tick on these worlds), the undelayed rate between
         splits.append(regret_split(got["rewards"], got["agent"], optimal_rate=1.0, undelayed_rate=undelayed[seed]))
@@ -275,8 +316,19 @@ def return_at(
 
 
 #: the figures of a `return_at` cell that `returns_in_two_worlds` keeps
-_TWO_WORLD_KEYS = ("return_mean", "return_sd", "return_se", "inaction_fraction", "delay_mean_ticks", "undelayed_rate",
-                   "regret", "regret_learning", "regret_inaction", "regret_delay", "seeds")  # fmt: skip
+_TWO_WORLD_KEYS = (
+    "return_mean",
+    "return_sd",
+    "return_se",
+    "inaction_fraction",
+    "delay_mean_ticks",
+    "undelayed_rate",
+    "regret",
+    "regret_learning",
+    "regret_inaction",
+    "regret_delay",
+    "seeds",
+)
 
 
 def returns_in_two_worlds(
@@ -294,8 +346,15 @@ def returns_in_two_worlds(
     N_I*."""
     out: dict[str, Any] = {}
     for key, p in (("delay_world", p_minimax), ("still_world", 1.0)):
-        cell = return_at(scheduler, n_workers, latency, p_minimax=p, seeds=seeds, warmup_ticks=warmup_ticks,
-                         window_ticks=window_ticks)  # fmt: skip
+        cell = return_at(
+            scheduler,
+            n_workers,
+            latency,
+            p_minimax=p,
+            seeds=seeds,
+            warmup_ticks=warmup_ticks,
+            window_ticks=window_ticks,
+        )
         out[key] = {"p_minimax": p, **{k: cell[k] for k in _TWO_WORLD_KEYS}}
     return out
 
@@ -324,8 +383,16 @@ def undelayed_rate(p_minimax: float, *, seed: int, window_ticks: int, n_states: 
     from nonstop.policies import Constant
 
     env, kwargs = world_for(p_minimax, n_states)
-    got = measure_return(env=env, env_kwargs=kwargs, scheduler="sequential", n_workers=1, latency=Constant(1 / 60),
-                         seed=seed, warmup_ticks=30, window_ticks=window_ticks)  # fmt: skip
+    got = measure_return(
+        env=env,
+        env_kwargs=kwargs,
+        scheduler="sequential",
+        n_workers=1,
+        latency=Constant(1 / 60),
+        seed=seed,
+        warmup_ticks=30,
+        window_ticks=window_ticks,
+    )
     return float(got["rewards"].mean())
 
 
@@ -347,34 +414,61 @@ def _finite(x: Any) -> Any:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tau-theta", default=None, help="mean τ_θ in ticks, comma-separated (default 5,20; quick 5)")
-    parser.add_argument("--p-minimax", default=None,
-                        help="the world's stay probability per tick, comma-separated; 1 is theory/still, where delay "
-                        "costs nothing (default 0.97,0.999; quick 0.97)")  # fmt: skip
+    parser.add_argument(
+        "--p-minimax",
+        default=None,
+        help="the world's stay probability per tick, comma-separated; 1 is theory/still, where delay "
+        "costs nothing (default 0.97,0.999; quick 0.97)",
+    )
     parser.add_argument("--sigma", type=float, default=0.5, help="lognormal log-spread of τ_θ (default 0.5)")
-    parser.add_argument("--n-workers", default=None,
-                        help="N_I, comma-separated (default: the bound ⌈τ̄_θ/τ_M⌉, 1.5× and 2×; quick: the bound "
-                        "and 2×)")  # fmt: skip
-    parser.add_argument("--schedulers", default=None,
-                        help="comma-separated schedulers, each NAME or NAME@SETTING: quantile_hold@Q, exp_hold@H "
-                        "(Algorithm 2, every action held H·τ̄_θ), fill@tolerance|prior|rewards (default: exp_time, "
-                        "quantile_hold at each q of 0.5,0.7,0.9,0.99,0.999, exp_hold at 1.25,1.5,2, fill with and "
-                        "without p; quick a few)")  # fmt: skip
-    parser.add_argument("--candidate", default=None,
-                        help="the scheduler held to the best tuned rival (default fill@prior: fill without p; with "
-                        "fill@rewards and fill beside it)")  # fmt: skip
-    parser.add_argument("--fill-p", choices=FILL_FROM, default="tolerance",
-                        help="where plain `fill` gets the cost of delay: the world's p̂ as `nonstop tolerance` measures "
-                        "it (default), fitted to the rewards it is shown as it runs, or neither (its prior, as in "
-                        "`nonstop train`); fill@FROM names one explicitly")  # fmt: skip
-    parser.add_argument("--cells", choices=("dev", "held-out", "both"), default=None,
-                        help="dev: the --tau-theta × --p-minimax cells fill was developed on (seeds from --seed); "
-                        "held-out: τ̄_θ 8,70 × σ 0.25,1 × p 0.9,0.99 on seeds 1000-1004, never used in development; "
-                        "both (default; quick: dev)")  # fmt: skip
+    parser.add_argument(
+        "--n-workers",
+        default=None,
+        help="N_I, comma-separated (default: the bound ⌈τ̄_θ/τ_M⌉, 1.5× and 2×; quick: the bound and 2×)",
+    )
+    parser.add_argument(
+        "--schedulers",
+        default=None,
+        help="comma-separated schedulers, each NAME or NAME@SETTING: quantile_hold@Q, exp_hold@H "
+        "(Algorithm 2, every action held H·τ̄_θ), fill@tolerance|prior|rewards (default: exp_time, "
+        "quantile_hold at each q of 0.5,0.7,0.9,0.99,0.999, exp_hold at 1.25,1.5,2, fill with and "
+        "without p; quick a few)",
+    )
+    parser.add_argument(
+        "--candidate",
+        default=None,
+        help="the scheduler held to the best tuned rival (default fill@prior: fill without p; with "
+        "fill@rewards and fill beside it)",
+    )
+    parser.add_argument(
+        "--fill-p",
+        choices=FILL_FROM,
+        default="tolerance",
+        help="where plain `fill` gets the cost of delay: the world's p̂ as `nonstop tolerance` measures "
+        "it (default), fitted to the rewards it is shown as it runs, or neither (its prior, as in "
+        "`nonstop train`); fill@FROM names one explicitly",
+    )
+    parser.add_argument(
+        "--cells",
+        choices=("dev", "held-out", "both"),
+        default=None,
+        help="dev: the --tau-theta × --p-minimax cells fill was developed on (seeds from --seed); "
+        "held-out: τ̄_θ 8,70 × σ 0.25,1 × p 0.9,0.99 on seeds 1000-1004, never used in development; "
+        "both (default; quick: dev)",
+    )
     parser.add_argument("--seeds", type=int, default=None, help="seeds per dev cell (default 2; quick 1)")
-    parser.add_argument("--seconds", type=float, default=None,
-                        help="measured world seconds per run (default 120, held-out 60; quick 20)")
-    parser.add_argument("--warmup-ticks", type=int, default=None,
-                        help=f"ticks before the window (default {WARMUP_TICKS} + 3 × the 99.9 %% point of τ_θ)")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="measured world seconds per run (default 120, held-out 60; quick 20)",
+    )
+    parser.add_argument(
+        "--warmup-ticks",
+        type=int,
+        default=None,
+        help=f"ticks before the window (default {WARMUP_TICKS} + 3 × the 99.9 %% point of τ_θ)",
+    )
     parser.add_argument("--n-states", type=int, default=64, help="states on the cycle (default 64)")
     parser.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
 
@@ -384,23 +478,46 @@ def _groups(args: argparse.Namespace, quick: bool) -> list[dict[str, Any]]:
     cells = args.cells or ("dev" if quick else "both")
     out = []
     if cells in ("dev", "both"):
-        taus = parse_positive_list(args.tau_theta, "--tau-theta") if args.tau_theta else ([5.0] if quick else [5.0, 20.0])
-        ps = parse_positive_list(args.p_minimax, "--p-minimax") if args.p_minimax else ([0.97] if quick else [0.97, 0.999])
+        taus = (
+            parse_positive_list(args.tau_theta, "--tau-theta") if args.tau_theta else ([5.0] if quick else [5.0, 20.0])
+        )
+        ps = (
+            parse_positive_list(args.p_minimax, "--p-minimax")
+            if args.p_minimax
+            else ([0.97] if quick else [0.97, 0.999])
+        )
         n_seeds = args.seeds if args.seeds is not None else (1 if quick else 2)
         if isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 1:
             raise ValueError(f"--seeds must be an int >= 1, got {n_seeds!r}")
-        out += [{"set": "dev", "tau": t, "sigma": args.sigma, "p": p, "seeds": [args.seed + i for i in range(n_seeds)]}
-                for t in taus for p in ps]  # fmt: skip
+        out += [
+            {"set": "dev", "tau": t, "sigma": args.sigma, "p": p, "seeds": [args.seed + i for i in range(n_seeds)]}
+            for t in taus
+            for p in ps
+        ]
     if cells in ("held-out", "both"):
         # with --cells held-out, --tau-theta / --p-minimax pick among the held-out settings (to run them in parts)
         only = cells == "held-out"
-        taus = [t for t in HELD_OUT_TAUS if not (only and args.tau_theta) or t in parse_positive_list(args.tau_theta, "--tau-theta")]
-        ps = [p for p in HELD_OUT_PS if not (only and args.p_minimax) or p in parse_positive_list(args.p_minimax, "--p-minimax")]
+        taus = [
+            t
+            for t in HELD_OUT_TAUS
+            if not (only and args.tau_theta) or t in parse_positive_list(args.tau_theta, "--tau-theta")
+        ]
+        ps = [
+            p
+            for p in HELD_OUT_PS
+            if not (only and args.p_minimax) or p in parse_positive_list(args.p_minimax, "--p-minimax")
+        ]
         if not taus or not ps:
-            raise ValueError(f"--cells held-out runs τ̄_θ {HELD_OUT_TAUS} and p {HELD_OUT_PS}: --tau-theta and --p-minimax "
-                             f"pick among them, got {args.tau_theta!r}, {args.p_minimax!r}")
-        out += [{"set": "held-out", "tau": t, "sigma": sg, "p": p, "seeds": list(HELD_OUT_SEEDS)}
-                for t in taus for sg in HELD_OUT_SIGMAS for p in ps]  # fmt: skip
+            raise ValueError(
+                f"--cells held-out runs τ̄_θ {HELD_OUT_TAUS} and p {HELD_OUT_PS}: --tau-theta and --p-minimax "
+                f"pick among them, got {args.tau_theta!r}, {args.p_minimax!r}"
+            )
+        out += [
+            {"set": "held-out", "tau": t, "sigma": sg, "p": p, "seeds": list(HELD_OUT_SEEDS)}
+            for t in taus
+            for sg in HELD_OUT_SIGMAS
+            for p in ps
+        ]
     return out
 
 
@@ -422,14 +539,18 @@ def compare(candidate: str, here: dict[str, dict[str, Any]], z: float = PASS_Z) 
     se_ = se if math.isfinite(se) else 0.0
     rival_mean = rivals[best]["return_mean"]
     return {
-        "candidate": candidate, "candidate_return": cand["return_mean"],
-        "best_rival": best, "best_rival_return": rival_mean,
+        "candidate": candidate,
+        "candidate_return": cand["return_mean"],
+        "best_rival": best,
+        "best_rival_return": rival_mean,
         "best_per_family": {f: {"setting": k, "return": rivals[k]["return_mean"]} for f, k in by_family.items()},
-        "difference": diff, "difference_se": _finite(se), "z": diff / se if se > 0 and math.isfinite(se) else None,
+        "difference": diff,
+        "difference_se": _finite(se),
+        "z": diff / se if se > 0 and math.isfinite(se) else None,
         "margin": cand["return_mean"] / rival_mean - 1 if rival_mean > 0 else None,
         "meets": bool(diff >= -z * se_ - 1e-12),
         "leads": bool(diff >= LEAD_Z * se_ and diff > 0),
-    }  # fmt: skip
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -442,14 +563,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     groups = _groups(args, quick)
     for g in groups:
         check_delay_cycle_args(args.n_states, min(g["p"], 1.0))
-    names = [s.strip() for s in (args.schedulers or (QUICK_SCHEDULERS if quick else FULL_SCHEDULERS)).split(",") if s.strip()]
+    names = [
+        s.strip() for s in (args.schedulers or (QUICK_SCHEDULERS if quick else FULL_SCHEDULERS)).split(",") if s.strip()
+    ]
     for name in names:
         make_scheduler(parse_spec(name, 5.0)[0], 2)  # an unknown name or setting fails before any run
     candidate = args.candidate or ("fill@prior" if "fill@prior" in names else "fill")
     if candidate not in names:
         raise ValueError(f"--candidate {candidate!r} must be one of --schedulers ({', '.join(names)})")
     if not any(not n.startswith("fill") for n in names):
-        raise ValueError("--schedulers needs at least one rival that is not fill (exp_time, quantile_hold@Q, exp_hold@H)")
+        raise ValueError(
+            "--schedulers needs at least one rival that is not fill (exp_time, quantile_hold@Q, exp_hold@H)"
+        )
     fills = [n for n in names if n.startswith("fill")]
     seconds = args.seconds if args.seconds is not None else (20.0 if quick else None)
     if seconds is not None and not (seconds > 0 and math.isfinite(seconds)):
@@ -470,22 +595,49 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ns = sorted({bound, 2 * bound})
         else:  # every N from the bound to twice it: --n-workers
             ns = sorted({bound, math.ceil(1.5 * bound), 2 * bound})
-        warm = args.warmup_ticks if args.warmup_ticks is not None else WARMUP_TICKS + 3 * math.ceil(latency.max_hint / tau_m)
+        warm = (
+            args.warmup_ticks
+            if args.warmup_ticks is not None
+            else WARMUP_TICKS + 3 * math.ceil(latency.max_hint / tau_m)
+        )
         undelayed = {s: undelayed_rate(p, seed=s, window_ticks=window, n_states=args.n_states) for s in seeds}
         for n in ns:
-            here = {name: return_at(name, n, latency, p_minimax=p, seeds=seeds, warmup_ticks=warm, window_ticks=window,
-                                    n_states=args.n_states, undelayed=undelayed, fill_p=args.fill_p)
-                    for name in names}  # fmt: skip
-            key = {"set": g["set"], "tau_theta_ticks": tau, "sigma": sigma, "p_minimax": p, "n_workers": n, "bound": bound,
-                   "seeds": seeds}  # fmt: skip
+            here = {
+                name: return_at(
+                    name,
+                    n,
+                    latency,
+                    p_minimax=p,
+                    seeds=seeds,
+                    warmup_ticks=warm,
+                    window_ticks=window,
+                    n_states=args.n_states,
+                    undelayed=undelayed,
+                    fill_p=args.fill_p,
+                )
+                for name in names
+            }
+            key = {
+                "set": g["set"],
+                "tau_theta_ticks": tau,
+                "sigma": sigma,
+                "p_minimax": p,
+                "n_workers": n,
+                "bound": bound,
+                "seeds": seeds,
+            }
             for cell in here.values():
                 cells.append({**key, **public(cell), "scheduler": cell["scheduler"]})
             row = {**key, **compare(candidate, here)}
             row["fills"] = {f: compare(f, here) for f in fills if f != candidate}  # fill with p, and fitted, beside it
             comparisons.append(row)
-            print(f"return: {g['set']} τ̄_θ {tau:g} σ {sigma:g} p {p:g} N {n}: {candidate} {row['candidate_return']:.3f}, "
-                  f"{row['best_rival']} {row['best_rival_return']:.3f}, diff {row['difference']:+.3f} ± "
-                  f"{row['difference_se'] or 0:.3f}", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"return: {g['set']} τ̄_θ {tau:g} σ {sigma:g} p {p:g} N {n}: {candidate} {row['candidate_return']:.3f}, "
+                f"{row['best_rival']} {row['best_rival_return']:.3f}, diff {row['difference']:+.3f} ± "
+                f"{row['difference_se'] or 0:.3f}",
+                file=sys.stderr,
+                flush=True,
+            )
     margins = [c["margin"] for c in comparisons if c["margin"] is not None]
     all_meet = all(c["meets"] for c in comparisons) if comparisons else None
     held_rows = [c for c in comparisons if c["set"] == "held-out"]
@@ -497,15 +649,32 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "schedulers": names,
         "candidate": candidate,
         "fill_p": args.fill_p,
-        "tolerance_p": ({str(g["p"]): world_tolerance(g["p"], args.n_states) for g in groups}
-                        if "fill" in names and args.fill_p == "tolerance" else None),  # fmt: skip
+        "tolerance_p": (
+            {str(g["p"]): world_tolerance(g["p"], args.n_states) for g in groups}
+            if "fill" in names and args.fill_p == "tolerance"
+            else None
+        ),
         "cells": cells,
         "comparisons": comparisons,
         "candidate_meets_everywhere": all_meet,
         # where the candidate (fill without p, by default) does not meet the best tuned rival
-        "candidate_short_of_best": [{k: c[k] for k in ("set", "tau_theta_ticks", "sigma", "p_minimax", "n_workers",
-                                                        "best_rival", "difference", "difference_se")}
-                                    for c in comparisons if not c["meets"]],  # fmt: skip
+        "candidate_short_of_best": [
+            {
+                k: c[k]
+                for k in (
+                    "set",
+                    "tau_theta_ticks",
+                    "sigma",
+                    "p_minimax",
+                    "n_workers",
+                    "best_rival",
+                    "difference",
+                    "difference_se",
+                )
+            }
+            for c in comparisons
+            if not c["meets"]
+        ],
         "held_out_meets": all(c["meets"] for c in held_rows) if held_rows else None,
         "candidate_leads_in": sum(c["leads"] for c in comparisons),
         "candidate_max_margin": max(margins) if margins else None,
@@ -525,23 +694,53 @@ def render(result: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console()
-    table = Table(title=f"{result['candidate']} against the best tuned rival, per cell (reward per tick; paired "
-                        f"difference ± its SE; virtual clock, theory/delay-cycle)")  # fmt: skip
-    for col in ("set", "τ̄_θ", "σ", "p", "N_I", result["candidate"], "best rival", "its return", "diff ± SE", "meets",
-                "leads", "others of fill (diff ± SE)"):  # fmt: skip
+    table = Table(
+        title=f"{result['candidate']} against the best tuned rival, per cell (reward per tick; paired "
+        f"difference ± its SE; virtual clock, theory/delay-cycle)"
+    )
+    for col in (
+        "set",
+        "τ̄_θ",
+        "σ",
+        "p",
+        "N_I",
+        result["candidate"],
+        "best rival",
+        "its return",
+        "diff ± SE",
+        "meets",
+        "leads",
+        "others of fill (diff ± SE)",
+    ):
         table.add_column(col, justify="right")
     for c in result["comparisons"]:
-        others = "; ".join(f"{f}: {o['difference']:+.3f} ± {o['difference_se'] or 0:.3f}" for f, o in c["fills"].items())
-        table.add_row(c["set"], f"{c['tau_theta_ticks']:g}", f"{c['sigma']:g}", f"{c['p_minimax']:g}", str(c["n_workers"]),
-                      f"{c['candidate_return']:.3f}", c["best_rival"], f"{c['best_rival_return']:.3f}",
-                      f"{c['difference']:+.3f} ± {c['difference_se'] or 0:.3f}", "yes" if c["meets"] else "NO",
-                      "yes" if c["leads"] else "no", others or "—")  # fmt: skip
+        others = "; ".join(
+            f"{f}: {o['difference']:+.3f} ± {o['difference_se'] or 0:.3f}" for f, o in c["fills"].items()
+        )
+        table.add_row(
+            c["set"],
+            f"{c['tau_theta_ticks']:g}",
+            f"{c['sigma']:g}",
+            f"{c['p_minimax']:g}",
+            str(c["n_workers"]),
+            f"{c['candidate_return']:.3f}",
+            c["best_rival"],
+            f"{c['best_rival_return']:.3f}",
+            f"{c['difference']:+.3f} ± {c['difference_se'] or 0:.3f}",
+            "yes" if c["meets"] else "NO",
+            "yes" if c["leads"] else "no",
+            others or "—",
+        )
     console.print(table)
     short = result["candidate_short_of_best"]
-    print(f"{result['candidate']}: meets the best tuned rival in {len(result['comparisons']) - len(short)} of "
-          f"{len(result['comparisons'])} cells (held-out: {result['held_out_meets']}), leads in "
-          f"{result['candidate_leads_in']}, largest margin {(result['candidate_max_margin'] or 0):+.1%}; "
-          f"{result['judged_by']}")  # fmt: skip
+    print(
+        f"{result['candidate']}: meets the best tuned rival in {len(result['comparisons']) - len(short)} of "
+        f"{len(result['comparisons'])} cells (held-out: {result['held_out_meets']}), leads in "
+        f"{result['candidate_leads_in']}, largest margin {(result['candidate_max_margin'] or 0):+.1%}; "
+        f"{result['judged_by']}"
+    )
     for c in short:
-        print(f"  short: {c['set']} τ̄_θ {c['tau_theta_ticks']:g} σ {c['sigma']:g} p {c['p_minimax']:g} N {c['n_workers']}: "
-              f"{c['difference']:+.3f} ± {c['difference_se'] or 0:.3f} against {c['best_rival']}")
+        print(
+            f"  short: {c['set']} τ̄_θ {c['tau_theta_ticks']:g} σ {c['sigma']:g} p {c['p_minimax']:g} N {c['n_workers']}: "
+            f"{c['difference']:+.3f} ± {c['difference_se'] or 0:.3f} against {c['best_rival']}"
+        )

@@ -111,16 +111,21 @@ RESULT_KEYS = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sessions", type=int, default=64, help="sessions (one client each); default 64")
     parser.add_argument("--env", default=None, help="env id (default Boxing, 60 Hz ALE; with --seats 2+, multi/Boxing)")
-    parser.add_argument("--seats", type=int, default=1, help="clients per session, one per seat (a several-seat "
-                        "env's seats); default 1")
+    parser.add_argument(
+        "--seats", type=int, default=1, help="clients per session, one per seat (a several-seat env's seats); default 1"
+    )
     parser.add_argument("--seconds", type=float, default=20.0, help="how long every client plays")
     parser.add_argument("--every", type=int, default=6, help="each client waits this many ticks between actions")
     parser.add_argument("--encoding", choices=("none", "b64"), default="none", help="what observations carry")
     parser.add_argument("--ramp", type=float, default=2.0, help="clients arrive spread over this many seconds")
     parser.add_argument("--tick-threads", type=int, default=2, help="server tick pool threads (with --tick-procs 0)")
     parser.add_argument("--tick-procs", type=int, default=2, help="server tick worker processes (0: tick on threads)")
-    parser.add_argument("--tick-sched", choices=("auto", "fifo", "nice", "normal"), default="auto",
-                        help="scheduling of the tick workers' tick threads (as `nonstop serve --tick-sched`)")
+    parser.add_argument(
+        "--tick-sched",
+        choices=("auto", "fifo", "nice", "normal"),
+        default="auto",
+        help="scheduling of the tick workers' tick threads (as `nonstop serve --tick-sched`)",
+    )
     parser.add_argument("--switch-interval", type=float, default=0.0005, help="server's GIL switch interval (s)")
 
 
@@ -172,8 +177,16 @@ def _rss_mb(pid: int) -> tuple[float, float]:
     return rss, peak
 
 
-async def _client(url: str, delay: float, args: argparse.Namespace, start_gate: asyncio.Event,
-                  close_gate: asyncio.Event, out: dict, seat: int, session: asyncio.Future) -> None:  # fmt: skip
+async def _client(
+    url: str,
+    delay: float,
+    args: argparse.Namespace,
+    start_gate: asyncio.Event,
+    close_gate: asyncio.Event,
+    out: dict,
+    seat: int,
+    session: asyncio.Future,
+) -> None:
     """One client: seat 0 creates its session (``reset``) and hands its id to the others through
     ``session``; seat k > 0 joins that session's k-th seat. Then each plays its own seat."""
     from nonstop.server.client import AsyncClient
@@ -223,10 +236,20 @@ async def _play(url: str, args: argparse.Namespace) -> tuple[list[dict], list[di
     loop = asyncio.get_running_loop()
     sids = [loop.create_future() for _ in range(args.sessions)]
     tasks = [
-        asyncio.create_task(_client(url, args.ramp * (i // args.seats) / max(1, args.sessions), args, gate, close_gate,
-                                    outs[i], i % args.seats, sids[i // args.seats]))
+        asyncio.create_task(
+            _client(
+                url,
+                args.ramp * (i // args.seats) / max(1, args.sessions),
+                args,
+                gate,
+                close_gate,
+                outs[i],
+                i % args.seats,
+                sids[i // args.seats],
+            )
+        )
         for i in range(clients)
-    ]  # fmt: skip
+    ]
 
     async def open_gate() -> None:
         while sum("sid" in o for o in outs) < clients and not any(t.done() for t in tasks):
@@ -264,10 +287,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     # the server in a process of its own: isolation is the point (its CPU and memory are measured apart from the
     # clients', which share no GIL with its tick pool); it runs the library's `serve`, as `nonstop serve` does
-    settings = {"port": port, "max_sessions": args.sessions, "tick_threads": args.tick_threads,
-                "tick_procs": args.tick_procs, "tick_sched": args.tick_sched, "warm_envs": args.sessions,
-                "switch_interval": args.switch_interval, "log_level": "warning"}  # fmt: skip
-    server = mp.get_context("spawn").Process(target=_serve, args=([args.env],), kwargs=settings, name="nonstop-bench-server")
+    settings = {
+        "port": port,
+        "max_sessions": args.sessions,
+        "tick_threads": args.tick_threads,
+        "tick_procs": args.tick_procs,
+        "tick_sched": args.tick_sched,
+        "warm_envs": args.sessions,
+        "switch_interval": args.switch_interval,
+        "log_level": "warning",
+    }
+    server = mp.get_context("spawn").Process(
+        target=_serve, args=([args.env],), kwargs=settings, name="nonstop-bench-server"
+    )
     server.start()
     pid = server.pid
     assert pid is not None  # started
@@ -285,7 +317,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         desc = http_get(url, "/metadata")["envs"][args.env]
         seat_spaces = desc.get("seats") or {"agent": {"action": desc["action"]}}
         if args.seats > len(seat_spaces):
-            raise ValueError(f"--seats {args.seats}: {args.env} has {len(seat_spaces)} seat(s) ({', '.join(seat_spaces)})")
+            raise ValueError(
+                f"--seats {args.seats}: {args.env} has {len(seat_spaces)} seat(s) ({', '.join(seat_spaces)})"
+            )
         args.seat_names = list(seat_spaces)
         args.n_actions = [int(seat_spaces[name]["action"].get("n", 2)) for name in args.seat_names]
         while sum(http_get(url, "/health")["warm_envs_ready"].values()) < args.sessions:
@@ -310,14 +344,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         reap(server, timeout=0, kill_after=60)  # SIGTERM: it ends its sessions and exits; killed after 60 s
     p99s = np.array([s["summary"]["lateness_p99_ms"] for s in infos if "lateness_p99_ms" in s.get("summary", {})])
-    steady = np.array([s["recent_lateness_ms"]["p99"] for s in live if s["session_id"] in sids and
-                       "recent_lateness_ms" in s])  # fmt: skip
+    steady = np.array(
+        [s["recent_lateness_ms"]["p99"] for s in live if s["session_id"] in sids and "recent_lateness_ms" in s]
+    )
     t_start = max(o["window_start"][0] for o in outs)
     t_end = min(o["window_end"][0] for o in outs)
     # ticks each session advanced over its own window, scaled to the common window's length
     # (each session once: its creator's window; the clients who joined it see the same ticks)
-    rates = np.array([(o["window_end"][1] - o["window_start"][1]) / (o["window_end"][0] - o["window_start"][0])
-                      for o in outs if "reset_s" in o])  # fmt: skip
+    rates = np.array(
+        [
+            (o["window_end"][1] - o["window_start"][1]) / (o["window_end"][0] - o["window_start"][0])
+            for o in outs
+            if "reset_s" in o
+        ]
+    )
     ticks_per_s = float(rates.sum())
     target = 60.0 * args.sessions
     reset_ms = np.array([o["reset_s"] for o in outs if "reset_s" in o]) * 1e3
@@ -381,14 +421,20 @@ def render(result: dict[str, Any]) -> None:
     rows = [
         ("lateness p99 (ms), median session", f"{result['lateness_p99_ms_median']:.3f}", ""),
         ("lateness p99 (ms), worst session", f"{result['lateness_p99_ms_worst']:.3f}", f"≤ {TARGET_LATENESS_P99_MS}"),
-        ("aggregate ticks/s", f"{result['ticks_per_s']:.0f} ({100 * result['ticks_fraction']:.1f} %)",
-         f"≥ {TARGET_TICKS_FRACTION:.0%} of {result['ticks_per_s_target']:.0f}"),
-        ("server RSS (MB), now / peak", f"{result['server_rss_mb']:.0f} / {result['server_peak_rss_mb']:.0f}",
-         f"≤ {TARGET_RSS_MB:.0f}"),
+        (
+            "aggregate ticks/s",
+            f"{result['ticks_per_s']:.0f} ({100 * result['ticks_fraction']:.1f} %)",
+            f"≥ {TARGET_TICKS_FRACTION:.0%} of {result['ticks_per_s_target']:.0f}",
+        ),
+        (
+            "server RSS (MB), now / peak",
+            f"{result['server_rss_mb']:.0f} / {result['server_peak_rss_mb']:.0f}",
+            f"≤ {TARGET_RSS_MB:.0f}",
+        ),
         ("reset latency p50 (ms)", f"{result['reset_p50_ms']:.1f}", f"≤ {TARGET_RESET_P50_MS}"),
         *([("join latency p50 (ms)", f"{result['join_ms']['p50']:.1f}", "")] if result.get("join_ms") else []),
         ("client inaction (median)", f"{result['client_inaction_fraction_median']:.3f}", ""),
-    ]  # fmt: skip
+    ]
     for row in rows:
         table.add_row(*row)
     Console().print(table)

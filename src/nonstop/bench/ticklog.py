@@ -63,7 +63,9 @@ from nonstop.realtime.lifeline import reap
 
 __all__ = ["DESCRIPTION", "add_arguments", "run", "render", "RESULT_KEYS"]
 
-DESCRIPTION = "tick-log append cost (p99, max) over 5M rows and resident memory: chunked/streamed vs the old doubling log"
+DESCRIPTION = (
+    "tick-log append cost (p99, max) over 5M rows and resident memory: chunked/streamed vs the old doubling log"
+)
 
 QUICK = {"rows": 300_000, "rss_at": 100_000}
 FULL = {"rows": 5_000_000, "rss_at": 1_000_000}
@@ -82,24 +84,55 @@ RSS_FLAT_TARGET = 0.10
 
 #: flat figures of the result (tests/test_bench_quick.py checks them)
 RESULT_KEYS = (
-    "rows", "streamed_p99_us", "streamed_max_ms", "streamed_seal_max_ms", "chunked_max_ms", "doubling_max_ms",
-    "doubling_seal_max_ms", "floor_max_ms", "streamed_rss_growth", "streamed_writer_backlog", "meets_target",
-    "seats", "bytes_per_tick", "memory_per_tick_vs_one_seat", "meets_memory_target",
-)  # fmt: skip
+    "rows",
+    "streamed_p99_us",
+    "streamed_max_ms",
+    "streamed_seal_max_ms",
+    "chunked_max_ms",
+    "doubling_max_ms",
+    "doubling_seal_max_ms",
+    "floor_max_ms",
+    "streamed_rss_growth",
+    "streamed_writer_backlog",
+    "meets_target",
+    "seats",
+    "bytes_per_tick",
+    "memory_per_tick_vs_one_seat",
+    "meets_memory_target",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rows", type=int, default=None,
-                   help=size_help("rows appended per variant", "rows", QUICK, FULL) + "; with --seats: 50000, quick 20000")  # fmt: skip
-    p.add_argument("--rss-at", type=int, default=None,
-                   help=size_help("rows at the first memory reading", "rss_at", QUICK, FULL) + "; with --seats: 10000, quick 5000")  # fmt: skip
-    p.add_argument("--variants", default=None,
-                   help=f"comma-separated, of {', '.join(VARIANTS)} (default all; with --seats, all but doubling)")  # fmt: skip
-    p.add_argument("--rate", type=float, default=None,
-                   help="appends per second, paced per millisecond (default 200000, or the same bytes a second with --seats; 0: unpaced)")  # fmt: skip
+    p.add_argument(
+        "--rows",
+        type=int,
+        default=None,
+        help=size_help("rows appended per variant", "rows", QUICK, FULL) + "; with --seats: 50000, quick 20000",
+    )
+    p.add_argument(
+        "--rss-at",
+        type=int,
+        default=None,
+        help=size_help("rows at the first memory reading", "rss_at", QUICK, FULL) + "; with --seats: 10000, quick 5000",
+    )
+    p.add_argument(
+        "--variants",
+        default=None,
+        help=f"comma-separated, of {', '.join(VARIANTS)} (default all; with --seats, all but doubling)",
+    )
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="appends per second, paced per millisecond (default 200000, or the same bytes a second with --seats; 0: unpaced)",
+    )
     p.add_argument("--seats", type=int, default=1, help="seats of the logged world (default 1; MAgent2's battle: 162)")
-    p.add_argument("--sched", choices=("auto", "fifo", "nice", "normal"), default="auto",
-                   help="scheduling of the measuring process, as the host's (default auto)")
+    p.add_argument(
+        "--sched",
+        choices=("auto", "fifo", "nice", "normal"),
+        default="auto",
+        help="scheduling of the measuring process, as the host's (default auto)",
+    )
 
 
 _SHARED = struct.Struct("=9d")  # a row's shared columns, as `TickLog.append_tick` packs them
@@ -119,14 +152,35 @@ class _DoublingLog:
         """1-based indices of the appends that double the block."""
         return 4096 * 2 ** np.arange(max(1, int(np.ceil(np.log2(max(rows, 1) / 4096))) + 1)) + 1
 
-    def append_tick(self, tick: int, deadline: float, time_: float, *, episode: int, terminated: bool, truncated: bool,
-                    step_s: float, seats: np.ndarray) -> None:  # fmt: skip
+    def append_tick(
+        self,
+        tick: int,
+        deadline: float,
+        time_: float,
+        *,
+        episode: int,
+        terminated: bool,
+        truncated: bool,
+        step_s: float,
+        seats: np.ndarray,
+    ) -> None:
         n = self.n
         if n == len(self.rows):
             self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
             self._buffer = self.rows.data
-        _SHARED.pack_into(self._buffer, n * self._row_bytes, tick, deadline, time_, time_ - deadline, episode, terminated,
-                          truncated, step_s, 0.0)  # fmt: skip
+        _SHARED.pack_into(
+            self._buffer,
+            n * self._row_bytes,
+            tick,
+            deadline,
+            time_,
+            time_ - deadline,
+            episode,
+            terminated,
+            truncated,
+            step_s,
+            0.0,
+        )
         self.rows[n, 9:] = seats
         self.n = n + 1
 
@@ -138,9 +192,21 @@ class _Floor:
         self.row = np.zeros((1, width), np.float64)
         self.buf = self.row.data
 
-    def append_tick(self, tick: int, deadline: float, time_: float, *, episode: int, terminated: bool, truncated: bool,
-                    step_s: float, seats: np.ndarray) -> None:  # fmt: skip
-        _SHARED.pack_into(self.buf, 0, tick, deadline, time_, time_ - deadline, episode, terminated, truncated, step_s, 0.0)
+    def append_tick(
+        self,
+        tick: int,
+        deadline: float,
+        time_: float,
+        *,
+        episode: int,
+        terminated: bool,
+        truncated: bool,
+        step_s: float,
+        seats: np.ndarray,
+    ) -> None:
+        _SHARED.pack_into(
+            self.buf, 0, tick, deadline, time_, time_ - deadline, episode, terminated, truncated, step_s, 0.0
+        )
         self.row[0, 9:] = seats
 
     def grows_at(self, rows: int) -> np.ndarray:
@@ -157,14 +223,22 @@ def _seat_values(seats: int) -> np.ndarray:
     from nonstop.realtime.ticklog import SEAT_COLUMNS
 
     values = np.zeros((len(SEAT_COLUMNS), seats))
-    for name, value in {"source": 1, "worker": 0, "delay": 3, "obs_tick": 7, "action": 1.0, "tau_theta": 0.01,
-                        "reward": 1.0}.items():  # fmt: skip
+    for name, value in {
+        "source": 1,
+        "worker": 0,
+        "delay": 3,
+        "obs_tick": 7,
+        "action": 1.0,
+        "tau_theta": 0.01,
+        "reward": 1.0,
+    }.items():
         values[SEAT_COLUMNS.index(name)] = value
     return values.reshape(-1)
 
 
-def _measure(variant: str, rows: int, rss_at: int, rate: float, sched: str, seats: int, directory: str | None,
-             conn: Any) -> None:  # fmt: skip
+def _measure(
+    variant: str, rows: int, rss_at: int, rate: float, sched: str, seats: int, directory: str | None, conn: Any
+) -> None:
     """Child process: append ``rows`` rows to one log, timing each; send the figures back."""
     from nonstop.realtime.host import raise_priority
     from nonstop.realtime.ticklog import RowLayout, TickLog
@@ -202,7 +276,9 @@ def _measure(variant: str, rows: int, rss_at: int, rate: float, sched: str, seat
     for t in range(1, rows + 1):
         deadline = t * tau
         t0 = clock()
-        append(t, deadline, deadline + 1e-5, episode=t >> 12, terminated=False, truncated=False, step_s=1e-5, seats=values)
+        append(
+            t, deadline, deadline + 1e-5, episode=t >> 12, terminated=False, truncated=False, step_s=1e-5, seats=values
+        )
         cost = costs[t - 1] = clock() - t0
         if cost > SLOW_NS:
             slow.append((t, t0, cost))
@@ -224,29 +300,32 @@ def _measure(variant: str, rows: int, rss_at: int, rate: float, sched: str, seat
     worst = np.argsort(costs)[-5:][::-1]
     stats = percentiles(costs, 1e-3)  # ns -> µs
     grows = grows[grows <= rows]
-    conn.send({
-        "sched": policy,
-        "append_us": stats,
-        "max_ms": stats["max"] / 1e3,
-        "seal_max_ms": float(costs[grows - 1].max()) / 1e6 if grows.size else 0.0,
-        "seals": int(grows.size),
-        "over_1ms": int((costs > 1_000_000).sum()),
-        "worst": [{"row": int(i) + 1, "ms": float(costs[i]) / 1e6} for i in worst],
-        "rss_mb_at_first": rss_first / 2**20,
-        "rss_mb_at_end": rss_end / 2**20,
-        "rss_growth": (rss_end - rss_first) / rss_first if rss_first else None,
-        "appends_per_s": rows / wall,
-        "wall_s": wall,
-        "writer_backlog": backlog,
-        "fresh_blocks": fresh,
-        "chunk_rows": int(getattr(log, "chunk_rows", 0)),
-        "slow_appends": _attribute(slow, grows, busy, gcs),
-    })  # fmt: skip
+    conn.send(
+        {
+            "sched": policy,
+            "append_us": stats,
+            "max_ms": stats["max"] / 1e3,
+            "seal_max_ms": float(costs[grows - 1].max()) / 1e6 if grows.size else 0.0,
+            "seals": int(grows.size),
+            "over_1ms": int((costs > 1_000_000).sum()),
+            "worst": [{"row": int(i) + 1, "ms": float(costs[i]) / 1e6} for i in worst],
+            "rss_mb_at_first": rss_first / 2**20,
+            "rss_mb_at_end": rss_end / 2**20,
+            "rss_growth": (rss_end - rss_first) / rss_first if rss_first else None,
+            "appends_per_s": rows / wall,
+            "wall_s": wall,
+            "writer_backlog": backlog,
+            "fresh_blocks": fresh,
+            "chunk_rows": int(getattr(log, "chunk_rows", 0)),
+            "slow_appends": _attribute(slow, grows, busy, gcs),
+        }
+    )
     conn.close()
 
 
-def _attribute(slow: list[tuple[int, int, int]], grows: np.ndarray, busy: list[tuple[int, int]],
-               gcs: list[tuple[int, int]]) -> dict[str, Any]:
+def _attribute(
+    slow: list[tuple[int, int, int]], grows: np.ndarray, busy: list[tuple[int, int]], gcs: list[tuple[int, int]]
+) -> dict[str, Any]:
     """Where the appends over `SLOW_NS` happened: sealing a chunk, while the writer thread was
     writing one (it shares the GIL), during a garbage collection, or none of these (the machine:
     another process or the hypervisor held the core). Counts, and the worst few with their cause."""
@@ -267,16 +346,22 @@ def _attribute(slow: list[tuple[int, int, int]], grows: np.ndarray, busy: list[t
     for _, _, why in tagged:
         counts[why] = counts.get(why, 0) + 1
     worst = sorted(tagged, key=lambda x: -x[1])[:5]
-    return {"over_ms": SLOW_NS / 1e6, "counts": counts,
-            "worst": [{"row": row, "ms": cost / 1e6, "cause": why} for row, cost, why in worst]}  # fmt: skip
+    return {
+        "over_ms": SLOW_NS / 1e6,
+        "counts": counts,
+        "worst": [{"row": row, "ms": cost / 1e6, "cause": why} for row, cost, why in worst],
+    }
 
 
 def _run_variant(variant: str, rows: int, rss_at: int, rate: float, sched: str, seats: int) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     tmp = tempfile.mkdtemp(prefix="nonstop-bench-ticklog-") if variant == "streamed" else None
-    process = ctx.Process(target=_measure, args=(variant, rows, rss_at, rate, sched, seats, tmp and str(Path(tmp) / "log"), child),
-                          name=f"nonstop-bench-ticklog-{variant}")  # fmt: skip
+    process = ctx.Process(
+        target=_measure,
+        args=(variant, rows, rss_at, rate, sched, seats, tmp and str(Path(tmp) / "log"), child),
+        name=f"nonstop-bench-ticklog-{variant}",
+    )
     process.start()
     child.close()
     try:
@@ -320,7 +405,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     s = per["streamed"]
     chunked = per.get("chunked")
     # resident bytes a tick adds, in memory (the chunked log keeps every row): between the two readings
-    bytes_per_tick = (chunked["rss_mb_at_end"] - chunked["rss_mb_at_first"]) * 2**20 / (rows - rss_at) if chunked else float(row)
+    bytes_per_tick = (
+        (chunked["rss_mb_at_end"] - chunked["rss_mb_at_first"]) * 2**20 / (rows - rss_at) if chunked else float(row)
+    )
     out: dict[str, Any] = {
         "bench": "ticklog",
         "machine": machine_info(),
@@ -347,8 +434,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "streamed_fresh_blocks": s["fresh_blocks"],
         "streamed_slow_appends": s["slow_appends"],
         "floor_slow_appends": per["floor"]["slow_appends"] if "floor" in per else None,
-        "targets": {"max_append_ms": MAX_APPEND_TARGET_MS, "rss_growth": RSS_FLAT_TARGET,
-                    "memory_per_tick_vs_one_seat": MEMORY_PER_TICK_TARGET},
+        "targets": {
+            "max_append_ms": MAX_APPEND_TARGET_MS,
+            "rss_growth": RSS_FLAT_TARGET,
+            "memory_per_tick_vs_one_seat": MEMORY_PER_TICK_TARGET,
+        },
         "meets_strict_max": bool(s["max_ms"] <= MAX_APPEND_TARGET_MS),
         "meets_target": bool(
             s["seal_max_ms"] <= MAX_APPEND_TARGET_MS
@@ -367,22 +457,50 @@ def render(result: dict[str, Any]) -> None:
 
     seats = f", {result['seats']} seats" if result.get("seats", 1) > 1 else ""
     table = Table(title=f"nonstop bench ticklog: {result['rows']:,} appends per variant{seats}")
-    for col in ("variant", "p50 µs", "p99 µs", "max ms", "growth appends max ms", "appends > 1 ms", f"RSS MB at {result['rss_at_rows']:,}",
-                "RSS MB at end", "growth", "writer backlog"):  # fmt: skip
+    for col in (
+        "variant",
+        "p50 µs",
+        "p99 µs",
+        "max ms",
+        "growth appends max ms",
+        "appends > 1 ms",
+        f"RSS MB at {result['rss_at_rows']:,}",
+        "RSS MB at end",
+        "growth",
+        "writer backlog",
+    ):
         table.add_column(col, justify="right")
     for name, v in result["variants"].items():
-        table.add_row(name, f"{v['append_us']['p50']:.2f}", f"{v['append_us']['p99']:.2f}", f"{v['max_ms']:.3f}",
-                      f"{v['seal_max_ms']:.3f}", f"{v['over_1ms']:,}", f"{v['rss_mb_at_first']:.0f}", f"{v['rss_mb_at_end']:.0f}",
-                      f"{v['rss_growth']:+.1%}", str(v["writer_backlog"]))  # fmt: skip
+        table.add_row(
+            name,
+            f"{v['append_us']['p50']:.2f}",
+            f"{v['append_us']['p99']:.2f}",
+            f"{v['max_ms']:.3f}",
+            f"{v['seal_max_ms']:.3f}",
+            f"{v['over_1ms']:,}",
+            f"{v['rss_mb_at_first']:.0f}",
+            f"{v['rss_mb_at_end']:.0f}",
+            f"{v['rss_growth']:+.1%}",
+            str(v["writer_backlog"]),
+        )
     Console().print(table)
     for name, v in result["variants"].items():
         slow = v.get("slow_appends") or {}
         if slow.get("counts"):
-            print(f"{name}: appends over {slow['over_ms']} ms by cause: " + ", ".join(f"{k} {n}" for k, n in slow["counts"].items()))
-    print(f"memory per tick: {result['bytes_per_tick']:,.0f} B (row {result['row_bytes']:,} B), "
-          f"{result['memory_per_tick_vs_one_seat']:.2f}x the one-seat row times {result['seats']} seat(s) "
-          f"(target ≤ {MEMORY_PER_TICK_TARGET:g}x)")  # fmt: skip
+            print(
+                f"{name}: appends over {slow['over_ms']} ms by cause: "
+                + ", ".join(f"{k} {n}" for k, n in slow["counts"].items())
+            )
+    print(
+        f"memory per tick: {result['bytes_per_tick']:,.0f} B (row {result['row_bytes']:,} B), "
+        f"{result['memory_per_tick_vs_one_seat']:.2f}x the one-seat row times {result['seats']} seat(s) "
+        f"(target ≤ {MEMORY_PER_TICK_TARGET:g}x)"
+    )
     verdict = "meets" if result["meets_target"] else "misses"
-    print(f"streamed {verdict} the targets (max append ≤ {MAX_APPEND_TARGET_MS} ms, memory flat within "
-          f"{RSS_FLAT_TARGET:.0%}); worst doubling appends: "
-          + ", ".join(f"row {w['row']:,}: {w['ms']:.0f} ms" for w in result["variants"].get("doubling", {}).get("worst", [])[:3]))  # fmt: skip
+    print(
+        f"streamed {verdict} the targets (max append ≤ {MAX_APPEND_TARGET_MS} ms, memory flat within "
+        f"{RSS_FLAT_TARGET:.0%}); worst doubling appends: "
+        + ", ".join(
+            f"row {w['row']:,}: {w['ms']:.0f} ms" for w in result["variants"].get("doubling", {}).get("worst", [])[:3]
+        )
+    )

@@ -42,11 +42,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", default=None, help="worker counts, comma-separated (default 1,4,8; quick 1,8)")
     from nonstop.inference.device import add_device_arguments
 
-    add_device_arguments(parser, what="each process worker's model (off the CPU each holds its own copy there: "
-                                      "the host memory measured is then the process's, not θ's)")  # fmt: skip
-    parser.add_argument("--backend", choices=("process", "ray"), default="process",
-                        help="process: ProcessPolicy workers (default); ray: Ray actors on one node of a local Ray, "
-                             "each a copy of θ vs views of the node's object store")  # fmt: skip
+    add_device_arguments(
+        parser,
+        what="each process worker's model (off the CPU each holds its own copy there: "
+        "the host memory measured is then the process's, not θ's)",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("process", "ray"),
+        default="process",
+        help="process: ProcessPolicy workers (default); ray: Ray actors on one node of a local Ray, "
+        "each a copy of θ vs views of the node's object store",
+    )
 
 
 def _memory(pid: int | None) -> dict[str, int]:
@@ -102,7 +109,9 @@ _SETTLE_S = 0.3
 _MODES = {"copies": DEFAULT_MIN_FREE, "shared": DEFAULT_MIN_FREE, "shared_kept": None}
 
 
-def _measure(factory: Any, n: int, segment: str | None = None, trim_above: int | None = DEFAULT_MIN_FREE) -> dict[str, Any]:
+def _measure(
+    factory: Any, n: int, segment: str | None = None, trim_above: int | None = DEFAULT_MIN_FREE
+) -> dict[str, Any]:
     from nonstop.inference.workers import ProcessPolicy
 
     workers: list[ProcessPolicy] = []
@@ -144,11 +153,17 @@ def _measure_ray(factory: Any, n: int, broadcast: Any, trim_above: int | None = 
     finally:
         for a in actors:
             a.close()
-    return {"n": n, "uss_total": sum(m["uss"] for m in mem), "pss_total": sum(m["pss"] for m in mem),
-            "rss_total": sum(m["rss"] for m in mem)}  # fmt: skip
+    return {
+        "n": n,
+        "uss_total": sum(m["uss"] for m in mem),
+        "pss_total": sum(m["pss"] for m in mem),
+        "rss_total": sum(m["rss"] for m in mem),
+    }
 
 
-def _run_ray(counts: list[int], cfg: Any, flat: np.ndarray, weights: Any) -> tuple[dict[int, int], list[dict[str, Any]], dict[str, Any]]:
+def _run_ray(
+    counts: list[int], cfg: Any, flat: np.ndarray, weights: Any
+) -> tuple[dict[int, int], list[dict[str, Any]], dict[str, Any]]:
     """Ray actors on one node: a copy of θ each (`DQNPolicy` over `ObjectStoreWeights`) vs views of
     the node's object store (`ObjectStoreDQNPolicy`, what ``train --backend ray`` builds). The
     object store holds each version once in both modes (θ is added once to each total)."""
@@ -163,7 +178,11 @@ def _run_ray(counts: list[int], cfg: Any, flat: np.ndarray, weights: Any) -> tup
         broadcast = WeightBroadcast(weights)
         bare = {n: _measure_ray(_BareActor, n, broadcast)["uss_total"] for n in counts}
         shared = partial(make_object_store_dqn_policy, obs_shape, space, cfg.to_dict(), seed=0)
-        modes = {"copies": partial(make_dqn_policy, obs_shape, space, cfg.to_dict(), seed=0), "shared": shared, "shared_kept": shared}
+        modes = {
+            "copies": partial(make_dqn_policy, obs_shape, space, cfg.to_dict(), seed=0),
+            "shared": shared,
+            "shared_kept": shared,
+        }
         rows = []
         for mode, factory in modes.items():
             for n in counts:
@@ -180,8 +199,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from nonstop.learning.dqn import DQNConfig, build_q_network
     from nonstop.learning.weights import SharedWeights, flat_parameters
 
-    counts = [int(n) for n in parse_positive_list(args.workers, "--workers")] if args.workers else (
-        [1, 8] if args.quick else [1, 4, 8])  # fmt: skip
+    counts = (
+        [int(n) for n in parse_positive_list(args.workers, "--workers")]
+        if args.workers
+        else ([1, 8] if args.quick else [1, 4, 8])
+    )
     cfg = DQNConfig.for_family("atari", k=args.k)
     obs_shape, space = (84, 84), gym.spaces.Discrete(18)
     model = build_q_network(obs_shape, 18, cfg)
@@ -211,8 +233,14 @@ def _placement(args: argparse.Namespace) -> dict[str, Any]:
     return {"device": device, "dtype": getattr(args, "dtype", None)}
 
 
-def _run_processes(counts: list[int], cfg: Any, obs_shape: tuple[int, ...], space: Any,
-                   weights: Any, where: dict[str, Any] | None = None) -> tuple[dict[int, int], list[dict[str, Any]], dict[str, Any]]:  # fmt: skip
+def _run_processes(
+    counts: list[int],
+    cfg: Any,
+    obs_shape: tuple[int, ...],
+    space: Any,
+    weights: Any,
+    where: dict[str, Any] | None = None,
+) -> tuple[dict[int, int], list[dict[str, Any]], dict[str, Any]]:
     """Process workers: a copy of θ each vs views of the host's shared copy; PSS, with the driver's
     share of the weights segment added so θ counts whole in both modes."""
     from nonstop.distributed.shared_params import make_shared_dqn_policy
@@ -222,8 +250,11 @@ def _run_processes(counts: list[int], cfg: Any, obs_shape: tuple[int, ...], spac
     bare = {n: _measure(_Bare, n)["pss_total"] for n in counts}
     where = where or {}
     shared = partial(make_shared_dqn_policy, obs_shape, space, cfg.to_dict(), weights, 0, **where)
-    modes = {"copies": partial(make_dqn_policy, obs_shape, space, cfg.to_dict(), weights, 0, **where), "shared": shared,
-             "shared_kept": shared}  # fmt: skip
+    modes = {
+        "copies": partial(make_dqn_policy, obs_shape, space, cfg.to_dict(), weights, 0, **where),
+        "shared": shared,
+        "shared_kept": shared,
+    }
     rows = []
     for mode, factory in modes.items():
         for n in counts:
@@ -233,8 +264,14 @@ def _run_processes(counts: list[int], cfg: Any, obs_shape: tuple[int, ...], spac
     return bare, rows, modes
 
 
-def _result(args: argparse.Namespace, counts: list[int], flat: np.ndarray, bare: dict[int, int], rows: list[dict[str, Any]],
-            modes: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+def _result(
+    args: argparse.Namespace,
+    counts: list[int],
+    flat: np.ndarray,
+    bare: dict[int, int],
+    rows: list[dict[str, Any]],
+    modes: dict[str, Any],
+) -> dict[str, Any]:
     mib = 2**20
     result: dict[str, Any] = {
         "backend": getattr(args, "backend", "process"),
@@ -247,8 +284,15 @@ def _result(args: argparse.Namespace, counts: list[int], flat: np.ndarray, bare:
         # copies and shared hand each pass's working set back above this many free bytes; shared_kept never
         "trim_above_bytes": DEFAULT_MIN_FREE,
         "bare_workers_pss_mib": {str(n): b / mib for n, b in bare.items()},
-        "rows": [{**r, "pss_total_mib": r["pss_total"] / mib, "rss_total_mib": r["rss_total"] / mib,
-                  "model_pss_mib": r["model_pss"] / mib} for r in rows],  # fmt: skip
+        "rows": [
+            {
+                **r,
+                "pss_total_mib": r["pss_total"] / mib,
+                "rss_total_mib": r["rss_total"] / mib,
+                "model_pss_mib": r["model_pss"] / mib,
+            }
+            for r in rows
+        ],
     }
     lo, hi = min(counts), max(counts)
     for mode in modes:
@@ -264,12 +308,20 @@ def render(result: dict[str, Any]) -> None:
     from nonstop._console import Console
     from rich.table import Table
 
-    t = Table(title=f"memory of N_I workers, k={result['k']:g} (|θ| = {result['theta_mib']:.1f} MiB; "
-                    f"bare workers {', '.join(f'{n}: {b:.0f}' for n, b in result['bare_workers_pss_mib'].items())} MiB PSS)")  # fmt: skip
+    t = Table(
+        title=f"memory of N_I workers, k={result['k']:g} (|θ| = {result['theta_mib']:.1f} MiB; "
+        f"bare workers {', '.join(f'{n}: {b:.0f}' for n, b in result['bare_workers_pss_mib'].items())} MiB PSS)"
+    )
     for col in ("θ", "N_I", "PSS total (MiB)", "models' PSS (MiB)", "RSS total (MiB)"):
         t.add_column(col, justify="right")
     for r in result["rows"]:
-        t.add_row(r["mode"], str(r["n"]), f"{r['pss_total_mib']:.0f}", f"{r['model_pss_mib']:.0f}", f"{r['rss_total_mib']:.0f}")
+        t.add_row(
+            r["mode"],
+            str(r["n"]),
+            f"{r['pss_total_mib']:.0f}",
+            f"{r['model_pss_mib']:.0f}",
+            f"{r['rss_total_mib']:.0f}",
+        )
     Console().print(t)
     for key, value in result.items():
         if "ratio" in key or key.startswith("target"):

@@ -9,7 +9,19 @@ __all__ = ["VERBS"]
 
 #: verb -> its module under nonstop.commands (each has ``HELP``, ``add_arguments(parser)`` and ``run(args)``)
 VERBS: Final = {
-    "envs": "envs", "demo": "demo", "gameboy": "gameboy", "compare": "compare", "train": "train",
-    "sweep": "sweep", "plan": "plan", "tolerance": "tolerance", "report": "report", "export": "export",
-    "serve": "serve", "mcp": "mcp", "replay": "replay", "bench": "bench", "paper": "paper",
-}  # fmt: skip
+    "envs": "envs",
+    "demo": "demo",
+    "gameboy": "gameboy",
+    "compare": "compare",
+    "train": "train",
+    "sweep": "sweep",
+    "plan": "plan",
+    "tolerance": "tolerance",
+    "report": "report",
+    "export": "export",
+    "serve": "serve",
+    "mcp": "mcp",
+    "replay": "replay",
+    "bench": "bench",
+    "paper": "paper",
+}

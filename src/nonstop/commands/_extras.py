@@ -11,14 +11,21 @@ __all__ = ["EXTRA_OF", "missing_modules", "needs_line", "require_extras", "one_l
 
 #: the optional extras a command may need, by the module that is missing
 EXTRA_OF: dict[str, tuple[str, str]] = {
-    "torch": ("PyTorch (the learning stack)",
-              "pip install 'nonstop[learn]' (CPU-only machine: pip install torch==2.13.0 -e '.[learn]')"),
-    "safetensors": ("safetensors (the weights `nonstop export` writes)", "pip install 'nonstop[learn]' (or pip install safetensors)"),
+    "torch": (
+        "PyTorch (the learning stack)",
+        "pip install 'nonstop[learn]' (CPU-only machine: pip install torch==2.13.0 -e '.[learn]')",
+    ),
+    "safetensors": (
+        "safetensors (the weights `nonstop export` writes)",
+        "pip install 'nonstop[learn]' (or pip install safetensors)",
+    ),
     "matplotlib": ("matplotlib (the pictures)", "pip install 'nonstop[plot]'"),
     "PIL": ("Pillow (PNG frames)", "pip install 'nonstop[server]'"),
-    **{module: ("the server stack (fastapi, uvicorn, websockets, pydantic)", "pip install 'nonstop[server]'")
-       for module in ("fastapi", "uvicorn", "websockets", "pydantic", "httpx")},
-}  # fmt: skip
+    **{
+        module: ("the server stack (fastapi, uvicorn, websockets, pydantic)", "pip install 'nonstop[server]'")
+        for module in ("fastapi", "uvicorn", "websockets", "pydantic", "httpx")
+    },
+}
 
 
 def missing_modules(modules: tuple[str, ...]) -> list[ModuleNotFoundError]:
@@ -44,7 +51,13 @@ def needs_line(exc: ImportError) -> str:
 
 def require_extras(args: argparse.Namespace) -> None:
     """Raise ModuleNotFoundError for the first optional package the command will need and lacks."""
-    needs = {"train": ("torch",), "sweep": ("torch",), "export": ("torch", "safetensors"), "demo": ("torch", "matplotlib"), "report": ("matplotlib",)}
+    needs = {
+        "train": ("torch",),
+        "sweep": ("torch",),
+        "export": ("torch", "safetensors"),
+        "demo": ("torch", "matplotlib"),
+        "report": ("matplotlib",),
+    }
     wanted = list(needs.get(args.command, ()))
     if args.command == "compare" and getattr(args, "plot", None) != "":
         wanted.append("matplotlib")

@@ -48,8 +48,15 @@ def _field_default(f: Field[Any]) -> Any:
 _TYPES: dict[str, Callable[[str], Any]] = {"str": str, "float": float, "int": int}
 
 
-def add_fields(group: Any, cls: type, names: Iterable[str], *, types: dict[str, Callable[[str], Any]] | None = None,
-               unset: Iterable[str] = (), shown_as: dict[str, str] | None = None) -> None:  # fmt: skip
+def add_fields(
+    group: Any,
+    cls: type,
+    names: Iterable[str],
+    *,
+    types: dict[str, Callable[[str], Any]] | None = None,
+    unset: Iterable[str] = (),
+    shown_as: dict[str, str] | None = None,
+) -> None:
     """Add a flag for each field of ``cls`` in ``names``. ``types``: a parser for a field whose
     annotation is not a plain str/int/float; ``unset``: fields whose parsed default is None (given or
     not can then be told apart) while the help still shows the config's default; ``shown_as``: a
@@ -87,10 +94,14 @@ def add_device_arguments(group: Any, *, device: str = "cpu", what: str = "the mo
 
 def add_env_module_argument(group: Any) -> None:
     """``--env-module MODULE``: the module that registers the ``--env`` id, imported first (as ``--env MODULE:ID``)."""
-    group.add_argument("--env-module", default=None, metavar="MODULE",
-                       help="import MODULE before looking the env id up: a world your own module registers (the same "
-                            "as --env MODULE:ID; it must be on PYTHONPATH or in the directory nonstop runs from; "
-                            "every process that builds the world imports it)")  # fmt: skip
+    group.add_argument(
+        "--env-module",
+        default=None,
+        metavar="MODULE",
+        help="import MODULE before looking the env id up: a world your own module registers (the same "
+        "as --env MODULE:ID; it must be on PYTHONPATH or in the directory nonstop runs from; "
+        "every process that builds the world imports it)",
+    )
 
 
 def env_of(env: str, args: argparse.Namespace) -> str:

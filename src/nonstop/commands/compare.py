@@ -35,29 +35,59 @@ def n_workers_arg(text: str) -> int | str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``nonstop compare``."""
-    parser.add_argument("--env", default="Boxing", help="env id (default Boxing; see `nonstop envs`), or MODULE:ID for "
-                                                       "a world your own module registers")  # fmt: skip
+    parser.add_argument(
+        "--env",
+        default="Boxing",
+        help="env id (default Boxing; see `nonstop envs`), or MODULE:ID for a world your own module registers",
+    )
     from nonstop.commands._flags import add_env_module_argument
 
     add_env_module_argument(parser)
-    parser.add_argument("--latency", default="6t", metavar="SPEC",
-                        help="model inference time: constant:V | V | normal:MEAN,STD | lognormal:MEDIAN,SIGMA | "
-                             "empirical:PATH; units s, ms or t (ticks of the env). Default 6t")  # fmt: skip
-    parser.add_argument("--n-workers", type=n_workers_arg, default="auto", metavar="N|auto",
-                        help="workers for unstaggered, max_time and exp_time (default auto = ⌈τ̄_θ/τ_M⌉)")  # fmt: skip
+    parser.add_argument(
+        "--latency",
+        default="6t",
+        metavar="SPEC",
+        help="model inference time: constant:V | V | normal:MEAN,STD | lognormal:MEDIAN,SIGMA | "
+        "empirical:PATH; units s, ms or t (ticks of the env). Default 6t",
+    )
+    parser.add_argument(
+        "--n-workers",
+        type=n_workers_arg,
+        default="auto",
+        metavar="N|auto",
+        help="workers for unstaggered, max_time and exp_time (default auto = ⌈τ̄_θ/τ_M⌉)",
+    )
     parser.add_argument("--seconds", type=float, default=10.0, help="world seconds per scheduler (default 10)")
-    parser.add_argument("--clock", choices=CLOCKS, default="virtual",
-                        help="virtual (default: fast, reproducible) or wall (real time: seconds × 4 in all)")  # fmt: skip
+    parser.add_argument(
+        "--clock",
+        choices=CLOCKS,
+        default="virtual",
+        help="virtual (default: fast, reproducible) or wall (real time: seconds × 4 in all)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="env and policy seed, the same for every scheduler")
-    parser.add_argument("--backend", default="thread", metavar="thread|ray",
-                        help="where each worker's policy runs: thread (default) or ray (a Ray actor; needs --clock wall)")
-    parser.add_argument("--ray-address", default=None, metavar="HOST:PORT",
-                        help="Ray cluster to use with --backend ray (default: start a local Ray)")
-    parser.add_argument("--plot", default=None, metavar="PATH",
-                        help="figure path (default runs/compare-<env>.png; '' for none)")  # fmt: skip
-    parser.add_argument("--schedulers", type=schedulers_arg, default=SCHEDULERS, metavar="A,B,…",
-                        help=f"schedulers to compare, comma-separated, from {', '.join(_scheduler_names())} "
-                        f"(default {','.join(SCHEDULERS)})")  # fmt: skip
+    parser.add_argument(
+        "--backend",
+        default="thread",
+        metavar="thread|ray",
+        help="where each worker's policy runs: thread (default) or ray (a Ray actor; needs --clock wall)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="Ray cluster to use with --backend ray (default: start a local Ray)",
+    )
+    parser.add_argument(
+        "--plot", default=None, metavar="PATH", help="figure path (default runs/compare-<env>.png; '' for none)"
+    )
+    parser.add_argument(
+        "--schedulers",
+        type=schedulers_arg,
+        default=SCHEDULERS,
+        metavar="A,B,…",
+        help=f"schedulers to compare, comma-separated, from {', '.join(_scheduler_names())} "
+        f"(default {','.join(SCHEDULERS)})",
+    )
     parser.add_argument("--json", action="store_true", help="also print the summaries as one JSON object (last line)")
 
 
@@ -76,8 +106,11 @@ def schedulers_arg(text: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     unknown = [n for n in names if n not in _scheduler_names()]
     if not names or unknown:
-        raise argparse.ArgumentTypeError(f"unknown scheduler {unknown[0]!r}: valid names are "
-                                         f"{', '.join(_scheduler_names())}" if unknown else "name at least one scheduler")  # fmt: skip
+        raise argparse.ArgumentTypeError(
+            f"unknown scheduler {unknown[0]!r}: valid names are {', '.join(_scheduler_names())}"
+            if unknown
+            else "name at least one scheduler"
+        )
     return names
 
 
@@ -103,18 +136,35 @@ def render_table(result: dict[str, Any], console: Any = None) -> None:
         pad_edge=False,
     )
     table.add_column("scheduler", no_wrap=True)
-    for col in ("N_I", "mean τ_I (ticks)", "τ_I CV", "inaction", "mean delay (ticks)", "acts/s", "reward /tick", "return"):
-        table.add_column(col, justify="right", min_width=max(len(word) for word in col.split()))  # whole words at 80 columns
+    for col in (
+        "N_I",
+        "mean τ_I (ticks)",
+        "τ_I CV",
+        "inaction",
+        "mean delay (ticks)",
+        "acts/s",
+        "reward /tick",
+        "return",
+    ):
+        table.add_column(
+            col, justify="right", min_width=max(len(word) for word in col.split())
+        )  # whole words at 80 columns
     for name, s in result["schedulers"].items():
         if s["episode_return_kind"] == "mean_completed":
             ret = f"{s['episode_return']:.1f} (mean, {s['episodes_ended']} ep.)"
         else:
             ret = f"{s['episode_return']:.1f} (total)"
         table.add_row(
-            name, str(s["n_workers"]), cell(s["tau_i_mean_ticks"], ".2f"), cell(s["tau_i_cv"], ".3f"),
-            cell(s["inaction_fraction"], ".1%"), cell(s["delay_mean_ticks"], ".2f"),
-            cell(s["actions_per_s"], ".1f"), cell(s.get("reward_per_tick"), ".3f"), ret,
-        )  # fmt: skip
+            name,
+            str(s["n_workers"]),
+            cell(s["tau_i_mean_ticks"], ".2f"),
+            cell(s["tau_i_cv"], ".3f"),
+            cell(s["inaction_fraction"], ".1%"),
+            cell(s["delay_mean_ticks"], ".2f"),
+            cell(s["actions_per_s"], ".1f"),
+            cell(s.get("reward_per_tick"), ".3f"),
+            ret,
+        )
     console.print(table)
     for name, s in result["schedulers"].items():
         if s["stale"]:
@@ -133,10 +183,17 @@ def run_compare(args: argparse.Namespace) -> int:
     console = Console()
     with console.status("running…") as status:
         result = compare(
-            args.env, args.latency, n_workers=args.n_workers, seconds=args.seconds, clock=args.clock,
-            seed=args.seed, backend=args.backend, ray_address=args.ray_address, schedulers=tuple(args.schedulers),
+            args.env,
+            args.latency,
+            n_workers=args.n_workers,
+            seconds=args.seconds,
+            clock=args.clock,
+            seed=args.seed,
+            backend=args.backend,
+            ray_address=args.ray_address,
+            schedulers=tuple(args.schedulers),
             progress=lambda name: status.update(f"running {name} on the {args.clock} clock…"),
-        )  # fmt: skip
+        )
     render_table(result, console)
     render_machine_limits(result, console)
     plot = default_plot_path(args.env) if args.plot is None else (Path(args.plot) if args.plot else None)
@@ -148,7 +205,7 @@ def run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-HELP = 'schedulers side by side on one env and latency: inaction, delay, return (default sequential, unstaggered, max_time, exp_time; --schedulers adds quantile_hold, auto, fill)'
+HELP = "schedulers side by side on one env and latency: inaction, delay, return (default sequential, unstaggered, max_time, exp_time; --schedulers adds quantile_hold, auto, fill)"
 
 
 run = run_compare

@@ -52,9 +52,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clock", choices=("wall", "virtual"), default="wall", help="clock of the comparison")
     p.add_argument("--train-seconds", type=float, default=60.0, help="world seconds of each training run (0: skip)")
     p.add_argument("--out", default="nonstop-demo", help="where the plot, tick logs and the run directory go")
-    p.add_argument("--quick", action="store_true",
-                   help=f"a smoke check (11 s against the full demo's 32 s on a loaded 2-core machine): at most {QUICK['seconds']:g} world seconds per comparison "
-                        f"run and {QUICK['train_seconds']:g} per training run (noisier figures)")  # fmt: skip
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a smoke check (11 s against the full demo's 32 s on a loaded 2-core machine): at most {QUICK['seconds']:g} world seconds per comparison "
+        f"run and {QUICK['train_seconds']:g} per training run (noisier figures)",
+    )
 
 
 def lesson_kept(result: dict[str, Any], staggered: str = "exp_time", sequential: str = "sequential") -> bool:
@@ -109,16 +112,22 @@ def run_demo(args: argparse.Namespace) -> int:
         console.print(f"{args.out} holds an earlier demo, kept as it is; this one goes to {out}")
     out.mkdir(parents=True, exist_ok=True)
     console.rule(f"[bold]1. one slow model ({args.slow_ticks:g} ticks per inference), sequential vs staggered")
-    console.print(f"realtime {args.env} on the {args.clock} clock, {args.seconds:g} s each; the world never waits.\n"
-                  f"The slow model is a random policy that declares {args.slow_ticks:g} ticks of inference per action "
-                  f"(a LatencyPolicy: it sleeps on the wall clock, jumps on the virtual one), so the comparison is about "
-                  f"time, not about what the model knows; β (noop) fills every tick without a fresh action.")  # fmt: skip
+    console.print(
+        f"realtime {args.env} on the {args.clock} clock, {args.seconds:g} s each; the world never waits.\n"
+        f"The slow model is a random policy that declares {args.slow_ticks:g} ticks of inference per action "
+        f"(a LatencyPolicy: it sleeps on the wall clock, jumps on the virtual one), so the comparison is about "
+        f"time, not about what the model knows; β (noop) fills every tick without a fresh action."
+    )
 
     def run_comparison(clock: str) -> dict[str, Any]:
         return compare(
-            args.env, f"{args.slow_ticks:g}t", seconds=args.seconds, clock=clock,
-            schedulers=("sequential", "exp_time"), progress=lambda name: console.print(f"  running {name} …"),
-        )  # fmt: skip
+            args.env,
+            f"{args.slow_ticks:g}t",
+            seconds=args.seconds,
+            clock=clock,
+            schedulers=("sequential", "exp_time"),
+            progress=lambda name: console.print(f"  running {name} …"),
+        )
 
     result = run_comparison(args.clock)
     render_table(result, console)
@@ -129,39 +138,51 @@ def run_demo(args: argparse.Namespace) -> int:
         log.save(out / f"{name}{suffix}.npz")
     if not kept and result["clock"] == "wall":
         e = result["schedulers"]["exp_time"]
-        console.print(f"This machine could not keep pace with the wall clock: the staggered workers acted every "
-                      f"{e['tau_i_mean_ticks']:.2f} ticks where every tick was due and left {e['inaction_fraction']:.0%} of "
-                      f"ticks to β. That is the load on this machine, not the schedule (these tick logs: *-wall.npz). "
-                      f"The same slow model and schedules on the virtual clock, which no load holds back:",
-                      style="yellow")  # fmt: skip
+        console.print(
+            f"This machine could not keep pace with the wall clock: the staggered workers acted every "
+            f"{e['tau_i_mean_ticks']:.2f} ticks where every tick was due and left {e['inaction_fraction']:.0%} of "
+            f"ticks to β. That is the load on this machine, not the schedule (these tick logs: *-wall.npz). "
+            f"The same slow model and schedules on the virtual clock, which no load holds back:",
+            style="yellow",
+        )
         result = run_comparison("virtual")
         render_table(result, console)
         kept = lesson_kept(result)
         for name, log in result["logs"].items():
             log.save(out / f"{name}.npz")
     if not kept:
-        console.print(f"The staggered run left {result['schedulers']['exp_time']['inaction_fraction']:.0%} of ticks to β on "
-                      f"the {result['clock']} clock: this demo could not show its lesson here (--env {args.env}, "
-                      f"--slow-ticks {args.slow_ticks:g}).", style="bold red")  # fmt: skip
+        console.print(
+            f"The staggered run left {result['schedulers']['exp_time']['inaction_fraction']:.0%} of ticks to β on "
+            f"the {result['clock']} clock: this demo could not show its lesson here (--env {args.env}, "
+            f"--slow-ticks {args.slow_ticks:g}).",
+            style="bold red",
+        )
     plot = plot_compare(result, out / "sequential_vs_staggered.png")
     s, e = result["schedulers"]["sequential"], result["schedulers"]["exp_time"]
     console.print(
         f"On the {result['clock']} clock, staggering {result['n_workers']} workers cut inaction from {s['inaction_fraction']:.0%} to "
         f"{e['inaction_fraction']:.0%} at the same delay ({s['delay_mean_ticks']:.1f} vs {e['delay_mean_ticks']:.1f} ticks). "
         f"Plot: {plot}"
-    )  # fmt: skip
+    )
     if result["clock"] == "wall":
-        console.print(f"On the wall clock the delay reads about one tick more than {args.slow_ticks:g}: an action finished "
-                      "during a tick is applied at the next tick boundary, and the worker's own overhead (reading the "
-                      "observation, writing the action) pushes an exact-length inference just past one. The virtual "
-                      "clock has no overhead, so it shows the declared latency exactly.", style="dim")  # fmt: skip
+        console.print(
+            f"On the wall clock the delay reads about one tick more than {args.slow_ticks:g}: an action finished "
+            "during a tick is applied at the next tick boundary, and the worker's own overhead (reading the "
+            "observation, writing the action) pushes an exact-length inference just past one. The virtual "
+            "clock has no overhead, so it shows the declared latency exactly.",
+            style="dim",
+        )
     if args.train_seconds == 0:
         return 0
-    console.rule(f"[bold]2. learning through the slow model: staggered vs sequential ({args.slow_ticks:g} ticks per inference)")
-    console.print(f"DQN learns {LEARN_ENV} (8 states; reward 1 when the action names the current one; the state stays put "
-                  f"w.p. {LEARN_P:g} per tick), on the virtual clock, {args.train_seconds:g} world seconds per run, 5-s "
-                  f"episodes (300 ticks, so at most 300 per episode). Each action is {args.slow_ticks:g} ticks late either "
-                  "way; the sequential agent also leaves the ticks between its actions to β (noop, reward 0).")  # fmt: skip
+    console.rule(
+        f"[bold]2. learning through the slow model: staggered vs sequential ({args.slow_ticks:g} ticks per inference)"
+    )
+    console.print(
+        f"DQN learns {LEARN_ENV} (8 states; reward 1 when the action names the current one; the state stays put "
+        f"w.p. {LEARN_P:g} per tick), on the virtual clock, {args.train_seconds:g} world seconds per run, 5-s "
+        f"episodes (300 ticks, so at most 300 per episode). Each action is {args.slow_ticks:g} ticks late either "
+        "way; the sequential agent also leaves the ticks between its actions to β (noop, reward 0)."
+    )
     from nonstop.commands import train as trainer
 
     codes = {}
@@ -169,34 +190,75 @@ def run_demo(args: argparse.Namespace) -> int:
         console.print(f"  training {name} …")
         parser = argparse.ArgumentParser()
         trainer.add_arguments(parser)
-        targs = parser.parse_args([
-            "--env", LEARN_ENV, "--env-arg", f"p_minimax={LEARN_P}", "--env-arg", "max_steps=300",
-            "--seconds", f"{args.train_seconds:g}", "--latency", f"{args.slow_ticks:g}t", "--scheduler", scheduler,
-            "--lr", "1e-3", "--batch-size", "32", "--epsilon-ticks", "1500", "--epsilon-end", "0.02",
-            "--learning-starts", "200", "--target-update", "200", "--replay-capacity", "20000",
-            "--progress-every", f"{max(args.train_seconds / 6, 1):g}", "--checkpoint-every", f"{args.train_seconds:g}",
-            "--checkpoint-replay", "no", "--out", str(out / f"train-{name}"),
-        ])  # fmt: skip
+        targs = parser.parse_args(
+            [
+                "--env",
+                LEARN_ENV,
+                "--env-arg",
+                f"p_minimax={LEARN_P}",
+                "--env-arg",
+                "max_steps=300",
+                "--seconds",
+                f"{args.train_seconds:g}",
+                "--latency",
+                f"{args.slow_ticks:g}t",
+                "--scheduler",
+                scheduler,
+                "--lr",
+                "1e-3",
+                "--batch-size",
+                "32",
+                "--epsilon-ticks",
+                "1500",
+                "--epsilon-end",
+                "0.02",
+                "--learning-starts",
+                "200",
+                "--target-update",
+                "200",
+                "--replay-capacity",
+                "20000",
+                "--progress-every",
+                f"{max(args.train_seconds / 6, 1):g}",
+                "--checkpoint-every",
+                f"{args.train_seconds:g}",
+                "--checkpoint-replay",
+                "no",
+                "--out",
+                str(out / f"train-{name}"),
+            ]
+        )
         targs.tensorboard = False
         with _without_json_line():  # train's last line is JSON for scripts; the demo is read by a person
             codes[name] = trainer.run(targs)
-    picture = plot_learning({name: out / f"train-{name}" for name in codes}, out / "learning_staggered_vs_sequential.png")
+    picture = plot_learning(
+        {name: out / f"train-{name}" for name in codes}, out / "learning_staggered_vs_sequential.png"
+    )
     curves = {name: learning_curve(out / f"train-{name}") for name in codes}
     for name, (_, returns) in curves.items():
         if len(returns):
-            head, tail = returns[: max(1, len(returns) // 4)], returns[-max(1, len(returns) // 4):]
-            console.print(f"  {name}: episode return {sum(head) / len(head):.0f} → {sum(tail) / len(tail):.0f} "
-                          f"(first vs last quarter of {len(returns)} episodes)")  # fmt: skip
-    console.print(f"Both agents learn the world; staggering makes the slow model act at every tick, so it earns its return "
-                  f"on every tick instead of one in {args.slow_ticks:g}. Picture: {picture}")  # fmt: skip
+            head, tail = returns[: max(1, len(returns) // 4)], returns[-max(1, len(returns) // 4) :]
+            console.print(
+                f"  {name}: episode return {sum(head) / len(head):.0f} → {sum(tail) / len(tail):.0f} "
+                f"(first vs last quarter of {len(returns)} episodes)"
+            )
+    console.print(
+        f"Both agents learn the world; staggering makes the slow model act at every tick, so it earns its return "
+        f"on every tick instead of one in {args.slow_ticks:g}. Picture: {picture}"
+    )
     from nonstop.experiment.report import build_report, render_headline, write_html, write_markdown
 
     staggered = build_report(out / "train-staggered")
     write_markdown(staggered)
-    console.print(f"The staggered run in five figures (every figure: {write_html(staggered)}, or `nonstop report "
-                  f"{out / 'train-staggered'}`):", markup=False)  # fmt: skip
+    console.print(
+        f"The staggered run in five figures (every figure: {write_html(staggered)}, or `nonstop report "
+        f"{out / 'train-staggered'}`):",
+        markup=False,
+    )
     render_headline(staggered, console)
-    console.print("A slow model acts at every tick when its inference is staggered; learning runs beside it and never blocks an action.")
+    console.print(
+        "A slow model acts at every tick when its inference is staggered; learning runs beside it and never blocks an action."
+    )
     code = max(codes.values())
     return code
 

@@ -25,10 +25,25 @@ def run(args: argparse.Namespace) -> int:
     envs = list_envs()
     roms = {e.env_id: rom_status(e.env_id.removeprefix("GameBoy/")) for e in envs if e.family == "gameboy"}
     if args.json:
-        print(json.dumps([{"id": e.env_id, "family": e.family, "tick_hz": e.tick_hz, "default": e.default_beta,
-                           "description": e.description,
-                           **({"rom": roms[e.env_id][0], "rom_problem": roms[e.env_id][1] or None}
-                              if e.env_id in roms else {})} for e in envs]))  # fmt: skip
+        print(
+            json.dumps(
+                [
+                    {
+                        "id": e.env_id,
+                        "family": e.family,
+                        "tick_hz": e.tick_hz,
+                        "default": e.default_beta,
+                        "description": e.description,
+                        **(
+                            {"rom": roms[e.env_id][0], "rom_problem": roms[e.env_id][1] or None}
+                            if e.env_id in roms
+                            else {}
+                        ),
+                    }
+                    for e in envs
+                ]
+            )
+        )
         return 0
     table = Table(title="Registered realtime environments")
     for col in ("id", "family", "tick Hz", "β default", "description"):
@@ -37,8 +52,10 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(e.env_id, e.family, f"{e.tick_hz:g}", e.default_beta, e.description)
     Console().print(table)
     print("Any ALE game also works as ALE/<Game>-v5 (paper defaults: 60 Hz, no frame skip, no sticky actions).")
-    print("Any Gymnasium id works too (tick_hz=RATE where it declares none), and a world your own module registers as "
-          "--env MODULE:ID.")  # fmt: skip
+    print(
+        "Any Gymnasium id works too (tick_hz=RATE where it declares none), and a world your own module registers as "
+        "--env MODULE:ID."
+    )
     print(f"Game Boy ROMs (found with rom=PATH or in ${ROMS_ENV_VAR}; nonstop ships none):")
     no_pyboy = pyboy_problem() if roms else ""
     for env_id, (source, problem) in roms.items():

@@ -16,7 +16,9 @@ __all__ = ["HELP", "add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", metavar="RUN", help="run directory written by `nonstop train --out RUN`")
-    parser.add_argument("--out", metavar="DIR", help=f"where to write {PROGRAM}, {WEIGHTS} and {META} (default RUN/export)")
+    parser.add_argument(
+        "--out", metavar="DIR", help=f"where to write {PROGRAM}, {WEIGHTS} and {META} (default RUN/export)"
+    )
 
 
 def run_export(args: argparse.Namespace) -> int:

@@ -20,9 +20,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     q = gb.add_parser("record-state", help="record a start state (e.g. a Pokémon encounter) tied to your ROM")
     q.add_argument("--game", required=True, choices=list(GAMES))
     q.add_argument("--rom", help="ROM file or directory (default: $NONSTOP_ROMS)")
-    q.add_argument("--from", dest="from_state", help="start from this PyBoy state (in PyBoy's window, Z saves one; default: power-on)")
-    q.add_argument("--press", default="", help="buttons to play first, e.g. 'a*2,wait*60,down' (frames held; default: none)")
-    q.add_argument("--boot-frames", type=int, default=None, help="frames to run from power-on when not --from (default: the game's own)")
+    q.add_argument(
+        "--from",
+        dest="from_state",
+        help="start from this PyBoy state (in PyBoy's window, Z saves one; default: power-on)",
+    )
+    q.add_argument(
+        "--press", default="", help="buttons to play first, e.g. 'a*2,wait*60,down' (frames held; default: none)"
+    )
+    q.add_argument(
+        "--boot-frames",
+        type=int,
+        default=None,
+        help="frames to run from power-on when not --from (default: the game's own)",
+    )
     q.add_argument("--out", required=True, help="where to write the nonstop save state")
 
 
@@ -33,12 +44,16 @@ def run(args: argparse.Namespace) -> int:
         found = gameboy.find_rom(args.game, args.rom)
         gameboy.check_gameboy_kwargs(args.game, rom=args.rom, state=args.state)
         header = found.header
-        print(f"{args.game}: {found.source}, title {header.title!r}, {header.rom_banks} banks, header and "
-              f"global checksums OK, sha1 {header.sha1}" + (f"; state {args.state} matches" if args.state else ""))  # fmt: skip
+        print(
+            f"{args.game}: {found.source}, title {header.title!r}, {header.rom_banks} banks, header and "
+            f"global checksums OK, sha1 {header.sha1}" + (f"; state {args.state} matches" if args.state else "")
+        )
         return 0
     report = gameboy.record_state(
         args.game, args.out, rom=args.rom, from_state=args.from_state, presses=args.press, boot_frames=args.boot_frames
     )
-    print(f"recorded {report['out']}: {report['game']} on {report['rom']} ({report['title']!r}), "
-          f"{report['frames_played']} frames of presses played")  # fmt: skip
+    print(
+        f"recorded {report['out']}: {report['game']} on {report['rom']} ({report['title']!r}), "
+        f"{report['frames_played']} frames of presses played"
+    )
     return 0

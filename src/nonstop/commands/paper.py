@@ -15,21 +15,44 @@ HELP = "make one of the paper's figures (4-8, 11-14) at a budget: PNG, CSV and J
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("fig", nargs="?", type=int, default=None, metavar="FIG",
-                   help="the paper's figure: 4, 5, 6, 7, 8, 11, 12, 13 or 14 (`--list` says what each is)")
-    p.add_argument("--list", action="store_true", help="list each figure, what it shows, its command and cost per budget")
-    p.add_argument("--budget", choices=("tiny", "small", "paper"), default="tiny",
-                   help="tiny: a smoke test of the pipeline (default); small: the real games briefly; paper: the paper's settings")
+    p.add_argument(
+        "fig",
+        nargs="?",
+        type=int,
+        default=None,
+        metavar="FIG",
+        help="the paper's figure: 4, 5, 6, 7, 8, 11, 12, 13 or 14 (`--list` says what each is)",
+    )
+    p.add_argument(
+        "--list", action="store_true", help="list each figure, what it shows, its command and cost per budget"
+    )
+    p.add_argument(
+        "--budget",
+        choices=("tiny", "small", "paper"),
+        default="tiny",
+        help="tiny: a smoke test of the pipeline (default); small: the real games briefly; paper: the paper's settings",
+    )
     p.add_argument("--out", default="runs/paper", help="where the figure's PNG, CSV and JSON go (default runs/paper)")
-    p.add_argument("--game-arg", action="append", default=[], metavar="GAME:KEY=VALUE",
-                   help="a Game Boy game's ROM or save state, e.g. PokemonBattle:state=battle.state or Tetris:rom=PATH")
-    p.add_argument("--ray-address", default=None, metavar="HOST:PORT",
-                   help="Figure 8: the Ray cluster its learners run on (default: a local 127.0.0.1 cluster)")
+    p.add_argument(
+        "--game-arg",
+        action="append",
+        default=[],
+        metavar="GAME:KEY=VALUE",
+        help="a Game Boy game's ROM or save state, e.g. PokemonBattle:state=battle.state or Tetris:rom=PATH",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="Figure 8: the Ray cluster its learners run on (default: a local 127.0.0.1 cluster)",
+    )
     from nonstop.inference.device import add_device_arguments
 
     add_device_arguments(p, what="the figure's models")
-    p.epilog = ("--device and --dtype reach every sweep cell of Figures 4-6 and 11-13; Figure 8's learners take "
-                "--device only (they update in fp32); Figure 7's theory world runs no model.")
+    p.epilog = (
+        "--device and --dtype reach every sweep cell of Figures 4-6 and 11-13; Figure 8's learners take "
+        "--device only (they update in fp32); Figure 7's theory world runs no model."
+    )
     p.add_argument("--json", action="store_true", help="one JSON object on the last line of stdout")
 
 
@@ -49,9 +72,17 @@ def run(args: argparse.Namespace) -> int:
     except (MissingInput, NotOffered) as why:
         print(f"nonstop paper {args.fig}: {why}", file=sys.stderr)
         if args.json:
-            print(json.dumps({"figure": args.fig, "budget": args.budget, "offered": not isinstance(why, NotOffered),
-                              "missing": str(why) if isinstance(why, MissingInput) else None,
-                              "not_offered": str(why) if isinstance(why, NotOffered) else None}))  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "figure": args.fig,
+                        "budget": args.budget,
+                        "offered": not isinstance(why, NotOffered),
+                        "missing": str(why) if isinstance(why, MissingInput) else None,
+                        "not_offered": str(why) if isinstance(why, NotOffered) else None,
+                    }
+                )
+            )
         return 2
     _print_rows(document)
     if args.json:
@@ -78,8 +109,14 @@ def _print_listing(listing: list[dict[str, Any]], *, as_json: bool) -> int:
     from nonstop._console import Console
     from rich.table import Table
 
-    table = Table("fig", "shows", "command (tiny / small / paper)", "cost (tiny / small / paper)",
-                  title="the paper's figures: nonstop paper FIG --budget tiny|small|paper", show_lines=True)  # fmt: skip
+    table = Table(
+        "fig",
+        "shows",
+        "command (tiny / small / paper)",
+        "cost (tiny / small / paper)",
+        title="the paper's figures: nonstop paper FIG --budget tiny|small|paper",
+        show_lines=True,
+    )
     for f in listing:
         commands = "\n".join(f"{b}: {c}" for b, c in f["commands"].items()) or f"not offered: {f['why_not']}"
         costs = "\n".join(f"{b}: {c}" for b, c in f["costs"].items()) or "—"
@@ -96,14 +133,18 @@ def _print_rows(document: dict[str, Any]) -> None:
 
     rows = document["rows"]
     columns = [c for c in (rows[0] if rows else {}) if any(r.get(c) is not None for r in rows)]
-    table = Table(*columns, title=f"Figure {document['figure']} (--budget {document['budget']}): {document['shows']}",
-                  caption=f"the paper: {document['paper']}")  # fmt: skip
+    table = Table(
+        *columns,
+        title=f"Figure {document['figure']} (--budget {document['budget']}): {document['shows']}",
+        caption=f"the paper: {document['paper']}",
+    )
     for r in rows:
         table.add_row(*[_cell(r.get(c)) for c in columns])
     console = Console(stderr=True)
     console.print(table)
-    console.print(f"{document['png']} · {document['csv']} · took {document['wall_s']:.0f} s · {document['command']}",
-                  markup=False)
+    console.print(
+        f"{document['png']} · {document['csv']} · took {document['wall_s']:.0f} s · {document['command']}", markup=False
+    )
 
 
 def _cell(value: Any) -> str:

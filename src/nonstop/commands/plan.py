@@ -21,23 +21,40 @@ __all__ = ["HELP", "add_arguments", "run"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--k", type=float, default=None, help="IMPALA ResNet width (k=1,7,29,98 ≈ 1M,10M,100M,1B parameters)")
-    p.add_argument("--latency", default=None, help="declared forward time instead of a model, with its unit: 80ms, 5t or 0.2s")
+    p.add_argument(
+        "--k", type=float, default=None, help="IMPALA ResNet width (k=1,7,29,98 ≈ 1M,10M,100M,1B parameters)"
+    )
+    p.add_argument(
+        "--latency", default=None, help="declared forward time instead of a model, with its unit: 80ms, 5t or 0.2s"
+    )
     p.add_argument("--forward-ms", type=float, default=None, help="forward time measured elsewhere (ms, batch 1)")
-    p.add_argument("--update-ms", type=float, default=None, help="one learner update of --batch-size, measured elsewhere (ms)")
+    p.add_argument(
+        "--update-ms", type=float, default=None, help="one learner update of --batch-size, measured elsewhere (ms)"
+    )
     add_device_arguments(p, what="--k's model (its times measured there: one CPU core, or this machine's GPU)")
-    p.add_argument("--batch-curve", action="append", default=None, metavar="[NAME=]SPEC|FILE",
-                   help="a measured batch latency curve L(b) (linear:A,C, table:b=T,..., or a file `nonstop bench gpu "
-                        "--save-curve` wrote): how many worlds one device runs at --hz, the batch they settle on and the "
-                        "lanes a world needs; repeat with NAME= per card to ask which card runs --worlds")  # fmt: skip
-    p.add_argument("--worlds", type=int, default=None, help="with --batch-curve: the worlds to run (which curve keeps up)")
+    p.add_argument(
+        "--batch-curve",
+        action="append",
+        default=None,
+        metavar="[NAME=]SPEC|FILE",
+        help="a measured batch latency curve L(b) (linear:A,C, table:b=T,..., or a file `nonstop bench gpu "
+        "--save-curve` wrote): how many worlds one device runs at --hz, the batch they settle on and the "
+        "lanes a world needs; repeat with NAME= per card to ask which card runs --worlds",
+    )
+    p.add_argument(
+        "--worlds", type=int, default=None, help="with --batch-curve: the worlds to run (which curve keeps up)"
+    )
     p.add_argument("--max-batch", type=int, default=64, help="with --batch-curve: the largest batch (default 64)")
     p.add_argument("--hz", type=float, default=60.0, help="tick rate of the world (default 60)")
     p.add_argument("--batch-size", type=int, default=16, help="learner batch size B (paper: 16)")
     p.add_argument("--nodes", type=int, default=1, help="nodes the inference workers spread over (weights reach each)")
     p.add_argument("--weights-every", type=int, default=1, help="updates between weight broadcasts (default 1)")
-    p.add_argument("--process-mb", type=float, default=PROCESS_BASE_BYTES / 2**20,
-                   help="resident memory of a worker process without its model (MiB, default 300)")
+    p.add_argument(
+        "--process-mb",
+        type=float,
+        default=PROCESS_BASE_BYTES / 2**20,
+        help="resident memory of a worker process without its model (MiB, default 300)",
+    )
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
 
 
@@ -76,8 +93,9 @@ def run_plan(args: argparse.Namespace) -> int:
             try:
                 device, dtype = placement(args.device, args.dtype)  # CUDA asked of a machine without: one line
             except ValueError as exc:
-                raise ValueError(f"--device {args.device}: {exc}; or plan from --forward-ms/--update-ms measured on "
-                                 "the GPU machine") from None  # fmt: skip
+                raise ValueError(
+                    f"--device {args.device}: {exc}; or plan from --forward-ms/--update-ms measured on the GPU machine"
+                ) from None
             if device.type == "cuda":
                 import torch
 
@@ -92,12 +110,24 @@ def run_plan(args: argparse.Namespace) -> int:
             update = timing.update_s if update is None else update
             source = timing.describe(args.k, args.batch_size)
     assert forward is not None, "a model (--k, --latency or --forward-ms) was required above"
-    result = plan(forward_s=forward, update_s=update, tick_hz=args.hz, batch_size=args.batch_size, n_params=n_params,
-                  activation_bytes=activation or 0, process_base_bytes=int(args.process_mb * 2**20), nodes=args.nodes,
-                  weights_every=args.weights_every)  # fmt: skip
+    result = plan(
+        forward_s=forward,
+        update_s=update,
+        tick_hz=args.hz,
+        batch_size=args.batch_size,
+        n_params=n_params,
+        activation_bytes=activation or 0,
+        process_base_bytes=int(args.process_mb * 2**20),
+        nodes=args.nodes,
+        weights_every=args.weights_every,
+    )
     result.update(k=args.k, times=source, flops_forward=flops)
     if timing is not None:
-        result["sample"] = {"k": timing.sample_k, "update_batch": timing.sample_batch, "extrapolated": timing.extrapolated}
+        result["sample"] = {
+            "k": timing.sample_k,
+            "update_batch": timing.sample_batch,
+            "extrapolated": timing.extrapolated,
+        }
         if args.device == "cuda":
             # each worker and learner ran on a GPU of its own at the measured speed (CPU cores stay for the processes)
             result["gpus"] = result["n_inference_star"] + (result["n_learners_star"] or 0)
@@ -139,8 +169,14 @@ def plan_curves(curves: list[tuple[str, Any]], *, tick_hz: float, max_batch: int
     rows = []
     for name, curve in curves:
         ceiling, at = worlds_ceiling(curve, tau_m, max_batch)
-        row: dict[str, Any] = {"name": name, "curve": curve.description, "worlds_ceiling": ceiling, "ceiling_batch": at,
-                               "L1_ms": curve(1) * 1e3, "L_max_batch_ms": curve(max_batch) * 1e3}  # fmt: skip
+        row: dict[str, Any] = {
+            "name": name,
+            "curve": curve.description,
+            "worlds_ceiling": ceiling,
+            "ceiling_batch": at,
+            "L1_ms": curve(1) * 1e3,
+            "L_max_batch_ms": curve(max_batch) * 1e3,
+        }
         k = worlds if worlds is not None else ceiling
         b = steady_batch(curve, tau_m, k, max_batch) if k >= 1 else None
         row["worlds"] = k
@@ -148,8 +184,11 @@ def plan_curves(curves: list[tuple[str, Any]], *, tick_hz: float, max_batch: int
         row["steady_batch"] = b
         if b is not None:
             ticks = curve(b) / tau_m
-            row.update(L_steady_ticks=ticks, lanes_forward=max(1, math.ceil(ticks - 1e-9)),
-                       lanes_with_queue=max(1, math.ceil(2 * ticks - 1e-9)))  # fmt: skip
+            row.update(
+                L_steady_ticks=ticks,
+                lanes_forward=max(1, math.ceil(ticks - 1e-9)),
+                lanes_with_queue=max(1, math.ceil(2 * ticks - 1e-9)),
+            )
         rows.append(row)
     out: dict[str, Any] = {"tick_hz": tick_hz, "max_batch": max_batch, "worlds": worlds, "curves": rows}
     if worlds is not None:
@@ -176,8 +215,16 @@ def _plan_curves(args: argparse.Namespace) -> int:
         t.add_column(col, justify="left" if col == "curve" else "right")
     for r in result["curves"]:
         lanes = f"{r['lanes_forward']}–{r['lanes_with_queue']}" if r["keeps_up"] else "—"
-        t.add_row(r["name"], f"{r['L1_ms']:.3g}", str(r["worlds_ceiling"]), str(r["ceiling_batch"]), str(r["worlds"]),
-                  "yes" if r["keeps_up"] else "no", str(r["steady_batch"] or "—"), lanes)  # fmt: skip
+        t.add_row(
+            r["name"],
+            f"{r['L1_ms']:.3g}",
+            str(r["worlds_ceiling"]),
+            str(r["ceiling_batch"]),
+            str(r["worlds"]),
+            "yes" if r["keeps_up"] else "no",
+            str(r["steady_batch"] or "—"),
+            lanes,
+        )
     Console().print(t)
     if args.worlds is not None:
         keep = result["cards_that_keep_up"]
@@ -197,7 +244,9 @@ def _render(r: dict[str, Any]) -> None:
     from nonstop._console import Console
     from rich.table import Table
 
-    t = Table(title=f"nonstop plan — {'k=' + format(r['k'], 'g') if r['k'] else 'declared latency'} at {r['tick_hz']:g} Hz")
+    t = Table(
+        title=f"nonstop plan — {'k=' + format(r['k'], 'g') if r['k'] else 'declared latency'} at {r['tick_hz']:g} Hz"
+    )
     t.add_column("figure")
     t.add_column("value", justify="right")
     if r.get("flops_forward"):
@@ -207,7 +256,9 @@ def _render(r: dict[str, Any]) -> None:
         t.add_row(f"τ_L (update of {r['batch_size']})", f"{r['tau_l_update_s'] * 1e3:.2f} ms")
     t.add_row("times", r["times"])
     t.add_row("N_I* = ⌈τ_θ/τ_M⌉", str(r["n_inference_star"]))
-    t.add_row("N_L* = ⌈(τ_L/B)/τ_M⌉", "— (give --update-ms)" if r["n_learners_star"] is None else str(r["n_learners_star"]))
+    t.add_row(
+        "N_L* = ⌈(τ_L/B)/τ_M⌉", "— (give --update-ms)" if r["n_learners_star"] is None else str(r["n_learners_star"])
+    )
     t.add_row("cores (workers + learners + host)", str(r["cores"]))
     if "gpus" in r:
         t.add_row("GPUs (workers + learners, each as fast as the one measured)", str(r["gpus"]))
@@ -221,7 +272,7 @@ def _render(r: dict[str, Any]) -> None:
     Console().print(t)
 
 
-HELP = 'capacity planner: N_I*, N_L*, cores, memory and traffic a model needs at a tick rate'
+HELP = "capacity planner: N_I*, N_L*, cores, memory and traffic a model needs at a tick rate"
 
 
 run = run_plan

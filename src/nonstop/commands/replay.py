@@ -12,9 +12,11 @@ HELP = "verify, plot or render a session replay"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     rsub = p.add_subparsers(dest="replay_command", metavar="ACTION", required=True)
-    for name, help_text in (("verify", "re-simulate and check every observation hash (exit 1 on mismatch)"),
-                            ("plot", "timeline PNG: agent vs β ticks, delay, return"),
-                            ("video", "GIF (or MP4 with imageio[ffmpeg]) of the re-simulated frames")):  # fmt: skip
+    for name, help_text in (
+        ("verify", "re-simulate and check every observation hash (exit 1 on mismatch)"),
+        ("plot", "timeline PNG: agent vs β ticks, delay, return"),
+        ("video", "GIF (or MP4 with imageio[ffmpeg]) of the re-simulated frames"),
+    ):
         rp = rsub.add_parser(name, help=help_text)
         rp.add_argument("file", help="replay .npz written by the server")
         if name != "verify":

@@ -15,8 +15,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", metavar="RUN", help="run directory written by `nonstop train --out RUN`")
     parser.add_argument("--out", metavar="DIR", help="where to write the plots and report.md (default RUN/report)")
     parser.add_argument("--json", action="store_true", help="also print report.json on the last line")
-    parser.add_argument("--html", action="store_true",
-                        help="also write report.html: the summary and plots as one self-contained page")
+    parser.add_argument(
+        "--html", action="store_true", help="also write report.html: the summary and plots as one self-contained page"
+    )
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -34,5 +35,5 @@ def run_report(args: argparse.Namespace) -> int:
     return 0
 
 
-HELP = 'plots and a summary of a training run directory (nonstop train --out RUN)'
+HELP = "plots and a summary of a training run directory (nonstop train --out RUN)"
 run = run_report

@@ -10,38 +10,77 @@ HELP = "serve realtime worlds over WebSocket (OpenEnv protocol + realtime verbs)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", action="append", help="env id to serve (repeat for several; first is the default; Boxing), "
-                                                  "or MODULE:ID for a world your own module registers")  # fmt: skip
+    p.add_argument(
+        "--env",
+        action="append",
+        help="env id to serve (repeat for several; first is the default; Boxing), "
+        "or MODULE:ID for a world your own module registers",
+    )
     from nonstop.commands._flags import add_env_module_argument
 
     add_env_module_argument(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--token", help="require 'Authorization: Bearer TOKEN' on every request and socket (visible to "
-                                    "every user in ps: prefer --token-file or $NONSTOP_TOKEN)")
+    p.add_argument(
+        "--token",
+        help="require 'Authorization: Bearer TOKEN' on every request and socket (visible to "
+        "every user in ps: prefer --token-file or $NONSTOP_TOKEN)",
+    )
     p.add_argument("--token-file", help="read the token from this file's first line (else $NONSTOP_TOKEN, if set)")
     p.add_argument("--max-sessions", type=int, default=64)
-    p.add_argument("--max-connections", type=int, default=256,
-                   help="open WebSocket connections allowed at once; one more is refused (close code 1013)")
-    p.add_argument("--connect-timeout", type=float, default=30.0,
-                   help="close a WebSocket connection that has started no session within this many seconds")
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=256,
+        help="open WebSocket connections allowed at once; one more is refused (close code 1013)",
+    )
+    p.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=30.0,
+        help="close a WebSocket connection that has started no session within this many seconds",
+    )
     p.add_argument("--idle-timeout", type=float, default=60.0, help="end a session after this many silent seconds")
     p.add_argument("--replay-dir", help="record a replay of every session into this directory")
-    p.add_argument("--replay-keep", type=int, default=1000,
-                   help="keep at most this many replays in --replay-dir, pruning the oldest first (0: no limit)")
-    p.add_argument("--replay-max-mb", type=float, default=0.0,
-                   help="keep at most this many MB of replays in --replay-dir, oldest pruned first (0: no limit)")
+    p.add_argument(
+        "--replay-keep",
+        type=int,
+        default=1000,
+        help="keep at most this many replays in --replay-dir, pruning the oldest first (0: no limit)",
+    )
+    p.add_argument(
+        "--replay-max-mb",
+        type=float,
+        default=0.0,
+        help="keep at most this many MB of replays in --replay-dir, oldest pruned first (0: no limit)",
+    )
     p.add_argument("--tick-threads", type=int, default=2, help="threads of the tick pool")
-    p.add_argument("--tick-procs", type=int, default=2,
-                   help="tick sessions on this many worker processes, past the one core of one GIL (default 2; "
-                        "0: on threads of the server process); the server process still owns every session")
-    p.add_argument("--tick-sched", choices=("auto", "fifo", "nice", "normal"), default="auto",
-                   help="scheduling of the tick workers' tick threads (auto: SCHED_FIFO, else nice -10, where "
-                        "permitted, like every wall-clock host)")
-    p.add_argument("--warm-envs", type=int, default=2,
-                   help="envs per env id built and seeded ahead, for fast starts of unseeded sessions")  # fmt: skip
-    p.add_argument("--switch-interval", type=float, default=0.0005,
-                   help="Python's GIL switch interval (s): how long the request loop can hold a due tick back")
+    p.add_argument(
+        "--tick-procs",
+        type=int,
+        default=2,
+        help="tick sessions on this many worker processes, past the one core of one GIL (default 2; "
+        "0: on threads of the server process); the server process still owns every session",
+    )
+    p.add_argument(
+        "--tick-sched",
+        choices=("auto", "fifo", "nice", "normal"),
+        default="auto",
+        help="scheduling of the tick workers' tick threads (auto: SCHED_FIFO, else nice -10, where "
+        "permitted, like every wall-clock host)",
+    )
+    p.add_argument(
+        "--warm-envs",
+        type=int,
+        default=2,
+        help="envs per env id built and seeded ahead, for fast starts of unseeded sessions",
+    )
+    p.add_argument(
+        "--switch-interval",
+        type=float,
+        default=0.0005,
+        help="Python's GIL switch interval (s): how long the request loop can hold a due tick back",
+    )
     p.add_argument("--log-level", default="info")
 
 
@@ -50,10 +89,21 @@ def run(args: argparse.Namespace) -> int:
     from nonstop.server.app import resolve_token, serve
 
     return serve(
-        [env_of(env, args) for env in args.env or ["Boxing"]], host=args.host, port=args.port, token=resolve_token(args.token, args.token_file),
-        max_sessions=args.max_sessions, idle_timeout=args.idle_timeout, replay_dir=args.replay_dir,
-        tick_threads=args.tick_threads, tick_procs=args.tick_procs, tick_sched=args.tick_sched,
-        warm_envs=args.warm_envs, switch_interval=args.switch_interval, log_level=args.log_level,
-        connect_timeout=args.connect_timeout, max_connections=args.max_connections,
-        replay_keep=args.replay_keep, replay_max_mb=args.replay_max_mb,
-    )  # fmt: skip
+        [env_of(env, args) for env in args.env or ["Boxing"]],
+        host=args.host,
+        port=args.port,
+        token=resolve_token(args.token, args.token_file),
+        max_sessions=args.max_sessions,
+        idle_timeout=args.idle_timeout,
+        replay_dir=args.replay_dir,
+        tick_threads=args.tick_threads,
+        tick_procs=args.tick_procs,
+        tick_sched=args.tick_sched,
+        warm_envs=args.warm_envs,
+        switch_interval=args.switch_interval,
+        log_level=args.log_level,
+        connect_timeout=args.connect_timeout,
+        max_connections=args.max_connections,
+        replay_keep=args.replay_keep,
+        replay_max_mb=args.replay_max_mb,
+    )

@@ -35,35 +35,83 @@ __all__ = ["HELP", "add_arguments", "run"]
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = BUDGET_HELP
-    p.add_argument("--budget", choices=tuple(BUDGETS), default="small",
-                   help="what to run (default small); the budgets are listed below")
-    p.add_argument("--games", default=None, metavar="G,G",
-                   help=f"worlds (default: the budget's): {', '.join(GAMES)}")
-    p.add_argument("--sizes", default=None, metavar="K,K", help="ResNet widths k the declared times stand for (default 1,7,29,98)")
-    p.add_argument("--interactions", default="staggered,sequential", metavar="I,I",
-                   help=f"how the agent acts, compared per cell: {', '.join(INTERACTIONS)} (default staggered,sequential)")
-    p.add_argument("--seeds", type=int, default=None,
-                   help="seeds per (game, size, interaction) (default: the budget's; the paper's 3 at --budget paper)")
-    p.add_argument("--arch", default="impala", metavar="A,A",
-                   help=f"networks whose declared delays the cells take: {', '.join(ARCHS)} (2xdeep: Figure 6's "
-                        "30-layer curve at the appendix's widths; default impala)")
-    p.add_argument("--deep-sizes", default=None, metavar="K,K",
-                   help="2xDeep widths (default 0.75,4.75,18.5,63: the appendix's 1M-1B)")
-    p.add_argument("--gb-actions", type=int, choices=(6, 7), default=6,
-                   help="Game Boy agent actions: 6 = the paper's buttons, noop left to β (default); 7 = noop too")
-    p.add_argument("--atari-learn-every", type=int, default=4,
-                   help="Atari cells: one update per this many transitions, on either clock (default 4, the paper's)")
-    p.add_argument("--delay-start", choices=("beta", "zeros"), default="beta",
-                   help="how staggered cells start each episode: beta (nonstop's realtime cell: the first τ_θ ticks are "
-                        "β's; default) or zeros (the authors' delay simulation: the policy acts on zero frames for the "
-                        "first d steps and stores (o_{t-d}, a, r, o_{t+1}); `nonstop paper` uses it)")
+    p.add_argument(
+        "--budget",
+        choices=tuple(BUDGETS),
+        default="small",
+        help="what to run (default small); the budgets are listed below",
+    )
+    p.add_argument("--games", default=None, metavar="G,G", help=f"worlds (default: the budget's): {', '.join(GAMES)}")
+    p.add_argument(
+        "--sizes", default=None, metavar="K,K", help="ResNet widths k the declared times stand for (default 1,7,29,98)"
+    )
+    p.add_argument(
+        "--interactions",
+        default="staggered,sequential",
+        metavar="I,I",
+        help=f"how the agent acts, compared per cell: {', '.join(INTERACTIONS)} (default staggered,sequential)",
+    )
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="seeds per (game, size, interaction) (default: the budget's; the paper's 3 at --budget paper)",
+    )
+    p.add_argument(
+        "--arch",
+        default="impala",
+        metavar="A,A",
+        help=f"networks whose declared delays the cells take: {', '.join(ARCHS)} (2xdeep: Figure 6's "
+        "30-layer curve at the appendix's widths; default impala)",
+    )
+    p.add_argument(
+        "--deep-sizes",
+        default=None,
+        metavar="K,K",
+        help="2xDeep widths (default 0.75,4.75,18.5,63: the appendix's 1M-1B)",
+    )
+    p.add_argument(
+        "--gb-actions",
+        type=int,
+        choices=(6, 7),
+        default=6,
+        help="Game Boy agent actions: 6 = the paper's buttons, noop left to β (default); 7 = noop too",
+    )
+    p.add_argument(
+        "--atari-learn-every",
+        type=int,
+        default=4,
+        help="Atari cells: one update per this many transitions, on either clock (default 4, the paper's)",
+    )
+    p.add_argument(
+        "--delay-start",
+        choices=("beta", "zeros"),
+        default="beta",
+        help="how staggered cells start each episode: beta (nonstop's realtime cell: the first τ_θ ticks are "
+        "β's; default) or zeros (the authors' delay simulation: the policy acts on zero frames for the "
+        "first d steps and stores (o_{t-d}, a, r, o_{t+1}); `nonstop paper` uses it)",
+    )
     p.add_argument("--episodes", type=int, default=None, help="training episodes per cell (default: the budget's)")
-    p.add_argument("--latency-source", choices=("paper", "measured"), default="paper",
-                   help="paper: the authors' measured 5/8/70/599 ticks; measured: this machine's forward time of each k")
-    p.add_argument("--latency", action="append", default=[], metavar="K=SPEC",
-                   help="declare size k's inference time yourself, e.g. 98=empirical:times.txt or 29=1.2s (repeatable)")
-    p.add_argument("--game-arg", action="append", default=[], metavar="GAME:KEY=VALUE",
-                   help="an env argument for one game's cells, e.g. PokemonBattle:state=battle1.state (repeatable)")
+    p.add_argument(
+        "--latency-source",
+        choices=("paper", "measured"),
+        default="paper",
+        help="paper: the authors' measured 5/8/70/599 ticks; measured: this machine's forward time of each k",
+    )
+    p.add_argument(
+        "--latency",
+        action="append",
+        default=[],
+        metavar="K=SPEC",
+        help="declare size k's inference time yourself, e.g. 98=empirical:times.txt or 29=1.2s (repeatable)",
+    )
+    p.add_argument(
+        "--game-arg",
+        action="append",
+        default=[],
+        metavar="GAME:KEY=VALUE",
+        help="an env argument for one game's cells, e.g. PokemonBattle:state=battle1.state (repeatable)",
+    )
     p.add_argument("--jobs", type=int, default=None, help="cells run at once (default: the cores this process may use)")
     p.add_argument("--out", default="runs/sweep", help="sweep directory (default runs/sweep); run again to resume")
     from nonstop.inference.device import add_device_arguments
@@ -134,7 +182,13 @@ def run_sweep(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     budget = BUDGETS[args.budget]
-    jobs = args.jobs if args.jobs is not None else len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    jobs = (
+        args.jobs
+        if args.jobs is not None
+        else len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else (os.cpu_count() or 1)
+    )
     if jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
     sizes = _list_arg(args.sizes, "--sizes", float)
@@ -142,13 +196,23 @@ def run_sweep(args: argparse.Namespace) -> int:
         if any(not (k * 16 >= 1) for k in sizes):
             raise ValueError(f"--sizes takes widths k >= 1/16 such as 1,7,29,98, got {args.sizes!r}")
         sizes = [int(k) if k.is_integer() else k for k in sizes]
-    cells, notes = plan_cells(budget, games=_list_arg(args.games, "--games"), sizes=sizes, seeds=args.seeds,
-                              episodes=args.episodes, interactions=_list_arg(args.interactions, "--interactions") or [],
-                              latency_source=args.latency_source, latency_overrides=_latency_overrides(args.latency),
-                              game_args=_game_args(args.game_arg), small_replay=budget.small_replay,
-                              archs=_list_arg(args.arch, "--arch") or ["impala"],
-                              deep_sizes=_list_arg(args.deep_sizes, "--deep-sizes", float), gb_actions=args.gb_actions,
-                              atari_learn_every=args.atari_learn_every, delay_start=args.delay_start)  # fmt: skip
+    cells, notes = plan_cells(
+        budget,
+        games=_list_arg(args.games, "--games"),
+        sizes=sizes,
+        seeds=args.seeds,
+        episodes=args.episodes,
+        interactions=_list_arg(args.interactions, "--interactions") or [],
+        latency_source=args.latency_source,
+        latency_overrides=_latency_overrides(args.latency),
+        game_args=_game_args(args.game_arg),
+        small_replay=budget.small_replay,
+        archs=_list_arg(args.arch, "--arch") or ["impala"],
+        deep_sizes=_list_arg(args.deep_sizes, "--deep-sizes", float),
+        gb_actions=args.gb_actions,
+        atari_learn_every=args.atari_learn_every,
+        delay_start=args.delay_start,
+    )
     if not cells:
         raise ValueError("nothing to run: " + ("; ".join(notes) if notes else "no cells"))
     placement = _placement_args(args)
@@ -159,16 +223,22 @@ def run_sweep(args: argparse.Namespace) -> int:
     for note in notes + ([budget.note] if budget.note and not args.games else []):
         console.print(f"note: {note}", style="yellow", markup=False)
     # the longest cells first, so the last minutes are not one long cell running alone
-    todo = sorted((c for c in cells if states[c.name] != "done"), key=lambda c: -c.episodes * GAMES[c.game].max_episode_s)
-    console.print(f"sweep ({args.budget}): {len(cells)} cells, {len(cells) - len(todo)} done, "
-                  f"{sum(states[c.name] == 'resume' for c in todo)} to resume, {jobs} at a time; {out}")  # fmt: skip
+    todo = sorted(
+        (c for c in cells if states[c.name] != "done"), key=lambda c: -c.episodes * GAMES[c.game].max_episode_s
+    )
+    console.print(
+        f"sweep ({args.budget}): {len(cells)} cells, {len(cells) - len(todo)} done, "
+        f"{sum(states[c.name] == 'resume' for c in todo)} to resume, {jobs} at a time; {out}"
+    )
     if args.dry_run:
         table = Table("cell", "episodes", "state", box=None)
         for c in cells:
             table.add_row(c.name, str(c.episodes), states[c.name])
         console.print(table)
         if args.json:
-            print(json.dumps({"sweep": args.budget, "cells": [{"cell": c.name, "state": states[c.name]} for c in cells]}))
+            print(
+                json.dumps({"sweep": args.budget, "cells": [{"cell": c.name, "state": states[c.name]} for c in cells]})
+            )
         return 0
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -182,30 +252,58 @@ def run_sweep(args: argparse.Namespace) -> int:
     picture = None
     if results:
         try:
-            picture = plot(results, out / "sweep.png",
-                           title=f"nonstop sweep --budget {args.budget}: mean episodic return over each cell's episodes "
-                                 "(95 % t interval over seeds)")  # fmt: skip
+            picture = plot(
+                results,
+                out / "sweep.png",
+                title=f"nonstop sweep --budget {args.budget}: mean episodic return over each cell's episodes "
+                "(95 % t interval over seeds)",
+            )
         except ImportError:
             console.print("no plot: matplotlib is not installed (pip install 'nonstop[plot]')", style="yellow")
     _print_results(console, results)
     return _finish(args, console, cells, rows, results, failed, picture, t0, cpu_s, jobs, out)
 
 
-def _finish(args: argparse.Namespace, console: Any, cells: list[Any], rows: list[dict[str, Any]],
-            results: list[dict[str, Any]], failed: list[tuple[str, str]], picture: Any, t0: float, cpu_s: float,
-            jobs: int, out: Path) -> int:
+def _finish(
+    args: argparse.Namespace,
+    console: Any,
+    cells: list[Any],
+    rows: list[dict[str, Any]],
+    results: list[dict[str, Any]],
+    failed: list[tuple[str, str]],
+    picture: Any,
+    t0: float,
+    cpu_s: float,
+    jobs: int,
+    out: Path,
+) -> int:
     elapsed = time.monotonic() - t0
-    console.print(f"{len(rows)} of {len(cells)} cells have episodes; tables in {out}/results.csv and cells.csv"
-                  + (f", picture {picture}" if picture else "") + f"; this run took {elapsed / 60:.1f} min, its cells "
-                  f"{cpu_s / 60:.1f} CPU-min (≥ {cpu_s / 60 / jobs:.1f} min on {jobs} idle cores)")  # fmt: skip
+    console.print(
+        f"{len(rows)} of {len(cells)} cells have episodes; tables in {out}/results.csv and cells.csv"
+        + (f", picture {picture}" if picture else "")
+        + f"; this run took {elapsed / 60:.1f} min, its cells "
+        f"{cpu_s / 60:.1f} CPU-min (≥ {cpu_s / 60 / jobs:.1f} min on {jobs} idle cores)"
+    )
     for name, why in failed:
-        console.print(f"cell {name} failed: {why} (log: {out}/logs/{name}.log; run the sweep again to retry)",
-                      style="red", markup=False)  # fmt: skip
+        console.print(
+            f"cell {name} failed: {why} (log: {out}/logs/{name}.log; run the sweep again to retry)",
+            style="red",
+            markup=False,
+        )
     from nonstop.bench.common import machine_info
 
-    document = {"sweep": args.budget, "cells": len(cells), "cells_complete": sum(bool(r["complete"]) for r in rows),
-                "failed": [n for n, _ in failed], "results": results, "plot": str(picture) if picture else None,
-                "elapsed_s": round(elapsed, 1), "cells_cpu_s": round(cpu_s, 1), "jobs": jobs, "machine": machine_info()}  # fmt: skip
+    document = {
+        "sweep": args.budget,
+        "cells": len(cells),
+        "cells_complete": sum(bool(r["complete"]) for r in rows),
+        "failed": [n for n, _ in failed],
+        "results": results,
+        "plot": str(picture) if picture else None,
+        "elapsed_s": round(elapsed, 1),
+        "cells_cpu_s": round(cpu_s, 1),
+        "jobs": jobs,
+        "machine": machine_info(),
+    }
     (out / "sweep.json").write_text(json.dumps(document, indent=1) + "\n")
     if args.json:
         print(json.dumps(document))
@@ -218,15 +316,29 @@ def _print_results(console: Any, results: Sequence[dict[str, Any]]) -> None:
     if not results:
         return
     interactions = [i for i in INTERACTIONS if any(r["interaction"] == i for r in results)]
-    short = {"staggered": "stag.", "sequential": "seq.", "infer_then_learn": "i→l", "learn_then_infer": "l→i",
-             "parallel_learning": "par."}
-    table = Table("game", "|θ|", "τ_θ", *[f"{short[i]} return" for i in interactions],
-                  *[f"{short[i]} inaction" for i in interactions],
-                  title="mean episodic return ± 95 % CI (seeds) vs model size", caption=" · ".join(
-                      f"{short[i]} = {i.replace('_', '-')}" for i in interactions))  # fmt: skip
+    short = {
+        "staggered": "stag.",
+        "sequential": "seq.",
+        "infer_then_learn": "i→l",
+        "learn_then_infer": "l→i",
+        "parallel_learning": "par.",
+    }
+    table = Table(
+        "game",
+        "|θ|",
+        "τ_θ",
+        *[f"{short[i]} return" for i in interactions],
+        *[f"{short[i]} inaction" for i in interactions],
+        title="mean episodic return ± 95 % CI (seeds) vs model size",
+        caption=" · ".join(f"{short[i]} = {i.replace('_', '-')}" for i in interactions),
+    )
     keys = sorted({(r["game"], r.get("arch", "impala"), r["k"]) for r in results})
     for game, arch, k in keys:
-        by = {r["interaction"]: r for r in results if r["game"] == game and r["k"] == k and r.get("arch", "impala") == arch}
+        by = {
+            r["interaction"]: r
+            for r in results
+            if r["game"] == game and r["k"] == k and r.get("arch", "impala") == arch
+        }
         any_row = next(iter(by.values()))
 
         def ret(r: dict[str, Any] | None) -> str:
@@ -238,8 +350,13 @@ def _print_results(console: Any, results: Sequence[dict[str, Any]]) -> None:
         def idle(r: dict[str, Any] | None) -> str:
             return "—" if r is None or r["inaction_fraction"] is None else f"{r['inaction_fraction']:.1%}"
 
-        table.add_row(game + ("" if arch == "impala" else f" ({arch})"), any_row["params"], any_row["delay"], *[ret(by.get(i)) for i in interactions],
-                      *[idle(by.get(i)) for i in interactions])  # fmt: skip
+        table.add_row(
+            game + ("" if arch == "impala" else f" ({arch})"),
+            any_row["params"],
+            any_row["delay"],
+            *[ret(by.get(i)) for i in interactions],
+            *[idle(by.get(i)) for i in interactions],
+        )
     console.print(table)
 
 

@@ -10,14 +10,22 @@ HELP = "how large a delay a world tolerates: its stochasticity over the inferenc
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", required=True, help="env id (see `nonstop envs`; any Gymnasium id whose randomness is np_random)")
+    p.add_argument(
+        "--env", required=True, help="env id (see `nonstop envs`; any Gymnasium id whose randomness is np_random)"
+    )
     p.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="env keyword argument, repeatable")
-    p.add_argument("--max-regret", type=float, default=0.05,
-                   help="delay regret per step allowed, as a fraction of a right action's reward (default 0.05)")
+    p.add_argument(
+        "--max-regret",
+        type=float,
+        default=0.05,
+        help="delay regret per step allowed, as a fraction of a right action's reward (default 0.05)",
+    )
     p.add_argument("--horizon", type=int, default=32, help="largest delay k measured, in steps (default 32)")
     p.add_argument("--starts", type=int, default=50, help="start states (default 50)")
     p.add_argument("--flock", type=int, default=32, help="copies of the env per start state (default 32)")
-    p.add_argument("--decimals", type=int, default=None, help="round float observations first (worlds with continuous noise)")
+    p.add_argument(
+        "--decimals", type=int, default=None, help="round float observations first (worlds with continuous noise)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
 
@@ -31,16 +39,31 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-regret must be a fraction in [0, 1], got {args.max_regret}")
     from nonstop.metrics.tolerance import estimate_predictability, tolerable_delay
 
-    est = estimate_predictability(args.env, env_kwargs=parse_env_args(args.env_arg), horizon=args.horizon,
-                                  starts=args.starts, flock=args.flock, decimals=args.decimals, seed=args.seed)  # fmt: skip
+    est = estimate_predictability(
+        args.env,
+        env_kwargs=parse_env_args(args.env_arg),
+        horizon=args.horizon,
+        starts=args.starts,
+        flock=args.flock,
+        decimals=args.decimals,
+        seed=args.seed,
+    )
     k = tolerable_delay(est, args.max_regret)
     ms = None if est.tick_hz is None else k / est.tick_hz * 1000
     result = {
-        "env": args.env, "max_regret": args.max_regret, "tolerable_delay_steps": k,
-        "tolerable_delay_ms": ms, "at_least": k == args.horizon, "tick_hz": est.tick_hz,
-        "p_minimax_hat": float(est.q[0]), "q": [float(x) for x in est.q], "stderr": [float(x) for x in est.stderr],
-        "delay_regret": [float(x) for x in est.delay_regret], "starts": est.starts, "flock": est.flock,
-    }  # fmt: skip
+        "env": args.env,
+        "max_regret": args.max_regret,
+        "tolerable_delay_steps": k,
+        "tolerable_delay_ms": ms,
+        "at_least": k == args.horizon,
+        "tick_hz": est.tick_hz,
+        "p_minimax_hat": float(est.q[0]),
+        "q": [float(x) for x in est.q],
+        "stderr": [float(x) for x in est.stderr],
+        "delay_regret": [float(x) for x in est.delay_regret],
+        "starts": est.starts,
+        "flock": est.flock,
+    }
     from nonstop._console import Console
     from rich.table import Table
 
@@ -53,8 +76,11 @@ def run(args: argparse.Namespace) -> int:
     console.print(table)
     when = f" (= {ms:.0f} ms at {est.tick_hz:g} Hz)" if ms is not None else ""
     more = " or more: raise --horizon to see where it ends" if k == args.horizon else ""
-    console.print(f"one-step p_minimax ≈ {est.q[0]:.3f}; with delay regret ≤ {args.max_regret:g} per step, this world "
-                  f"tolerates a delay of {k} steps{when}{more}", markup=False)  # fmt: skip
+    console.print(
+        f"one-step p_minimax ≈ {est.q[0]:.3f}; with delay regret ≤ {args.max_regret:g} per step, this world "
+        f"tolerates a delay of {k} steps{when}{more}",
+        markup=False,
+    )
     if args.json:
         print(json.dumps(result))
     return 0

@@ -16,19 +16,45 @@ from typing import Any
 
 from nonstop.commands._flags import add_env_module_argument, add_fields, arg_type, env_of, shown
 
-__all__ = ["HELP", "add_arguments", "run", "config_from_args", "record_from_args", "add_dqn_arguments",
-           "add_algo_arguments"]
+__all__ = [
+    "HELP",
+    "add_arguments",
+    "run",
+    "config_from_args",
+    "record_from_args",
+    "add_dqn_arguments",
+    "add_algo_arguments",
+]
 
 HELP = "train DQN or SAC in a realtime world: staggered inference, asynchronous learners"
 
-_RUN_FIELDS = ("env", "clock", "seconds", "interaction", "scheduler", "n_inference", "latency", "default", "n_learners",
-               "learner_mode", "tau_l", "learner_backend", "backend", "ray_address", "trim_above", "max_restarts",
-               "restart_window", "device", "dtype", "batch_curve", "max_batch")  # fmt: skip
+_RUN_FIELDS = (
+    "env",
+    "clock",
+    "seconds",
+    "interaction",
+    "scheduler",
+    "n_inference",
+    "latency",
+    "default",
+    "n_learners",
+    "learner_mode",
+    "tau_l",
+    "learner_backend",
+    "backend",
+    "ray_address",
+    "trim_above",
+    "max_restarts",
+    "restart_window",
+    "device",
+    "dtype",
+    "batch_curve",
+    "max_batch",
+)
 #: learning that pays for delay: the actor and critic see the actions in flight (any --algo)
 _DELAY_FIELDS = ("delay_aware",)
 _SELF_PLAY_FIELDS = ("opponents", "snapshot_every", "pool_size", "opponent_latency")
-_RECORD_FIELDS = ("out", "episodes", "progress_every", "checkpoint_every", "keep_checkpoints",
-                  "checkpoint_replay")  # fmt: skip
+_RECORD_FIELDS = ("out", "episodes", "progress_every", "checkpoint_every", "keep_checkpoints", "checkpoint_replay")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -40,19 +66,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_fields(p, TrainConfig, _RUN_FIELDS[:1])
     add_env_module_argument(p)
-    p.add_argument("--env-arg", action="append", metavar="KEY=VALUE",
-                   help="env keyword argument, repeatable (max_episode_steps=900; tick_hz=20: the world's rate)")  # fmt: skip
-    p.add_argument("--pixels", action="store_true",
-                   help="a continuous world's frames instead of its state: 84x84 grayscale, as Atari's, for the same "
-                        "encoder (the same as --env-arg pixels=true)")  # fmt: skip
-    p.add_argument("--scheduler-arg", action="append", metavar="KEY=VALUE",
-                   help="a setting of the scheduler, repeatable (fill: p_minimax=0.972 from `nonstop tolerance`, "
-                        "cap=8; quantile_hold: quantile=0.99; default: the scheduler's own)")  # fmt: skip
-    add_fields(p, TrainConfig, _RUN_FIELDS[1:], types={"n_inference": arg_type(parse_n_workers), "trim_above": str,
-                                                        "default": str, "device": arg_type(parse_device),
-                                                        "dtype": arg_type(parse_dtype)},
-               unset=("trim_above", "dtype"), shown_as={"trim_above": "4MiB", "n_inference": "⌈τ̄_θ/τ_M⌉",
-                                                        "default": "the env's own", "dtype": "auto"})  # fmt: skip
+    p.add_argument(
+        "--env-arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="env keyword argument, repeatable (max_episode_steps=900; tick_hz=20: the world's rate)",
+    )
+    p.add_argument(
+        "--pixels",
+        action="store_true",
+        help="a continuous world's frames instead of its state: 84x84 grayscale, as Atari's, for the same "
+        "encoder (the same as --env-arg pixels=true)",
+    )
+    p.add_argument(
+        "--scheduler-arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a setting of the scheduler, repeatable (fill: p_minimax=0.972 from `nonstop tolerance`, "
+        "cap=8; quantile_hold: quantile=0.99; default: the scheduler's own)",
+    )
+    add_fields(
+        p,
+        TrainConfig,
+        _RUN_FIELDS[1:],
+        types={
+            "n_inference": arg_type(parse_n_workers),
+            "trim_above": str,
+            "default": str,
+            "device": arg_type(parse_device),
+            "dtype": arg_type(parse_dtype),
+        },
+        unset=("trim_above", "dtype"),
+        shown_as={"trim_above": "4MiB", "n_inference": "⌈τ̄_θ/τ_M⌉", "default": "the env's own", "dtype": "auto"},
+    )
     for action in p._actions:  # the choices that live with the parts they choose
         if action.dest == "scheduler":
             action.choices = SCHEDULER_NAMES
@@ -65,14 +111,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_algo_arguments(p)
     add_fields(p, TrainConfig, ("seed",))
     add_fields(p, RecordConfig, _RECORD_FIELDS, types={"out": str, "episodes": int})
-    p.add_argument("--resume", nargs="?", const=True, default=False, metavar="RUN",
-                   help="continue RUN (or the run in --out) from its newest checkpoint, with its saved config: a flag "
-                        "typed now overrides it and is said at the start (--seconds and --episodes are the run's "
-                        "totals, earlier segments included)")  # fmt: skip
-    p.add_argument("--track", action="append", metavar="wandb|mlflow",
-                   help="also send the progress rows, episodes, config and summary to Weights & Biases or MLflow "
-                        "(repeat, or a comma list; pip install 'nonstop[track]'; see nonstop.learning.tracking; "
-                        "default: none)")  # fmt: skip
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="RUN",
+        help="continue RUN (or the run in --out) from its newest checkpoint, with its saved config: a flag "
+        "typed now overrides it and is said at the start (--seconds and --episodes are the run's "
+        "totals, earlier segments included)",
+    )
+    p.add_argument(
+        "--track",
+        action="append",
+        metavar="wandb|mlflow",
+        help="also send the progress rows, episodes, config and summary to Weights & Biases or MLflow "
+        "(repeat, or a comma list; pip install 'nonstop[track]'; see nonstop.learning.tracking; "
+        "default: none)",
+    )
 
 
 def add_dqn_arguments(p: argparse.ArgumentParser) -> None:
@@ -88,13 +144,22 @@ def add_dqn_arguments(p: argparse.ArgumentParser) -> None:
     """
     from nonstop.learning.dqn import FAMILY_DEFAULTS, PAPER_PRESETS, DQNConfig
 
-    p.add_argument("--preset", choices=sorted(PAPER_PRESETS), default=None,
-                   help="the paper's stated DQN settings (γ, batch, Adam step, replay, k); flags given beside it win "
-                        "(default: none)")  # fmt: skip
-    group = p.add_argument_group("DQN settings (defaults: the paper's; the env family may override, see DQNConfig.for_family)")
+    p.add_argument(
+        "--preset",
+        choices=sorted(PAPER_PRESETS),
+        default=None,
+        help="the paper's stated DQN settings (γ, batch, Adam step, replay, k); flags given beside it win "
+        "(default: none)",
+    )
+    group = p.add_argument_group(
+        "DQN settings (defaults: the paper's; the env family may override, see DQNConfig.for_family)"
+    )
     for f in fields(DQNConfig):
-        by_family = ", ".join(f"{family} {values[f.name]!r}" for family, values in FAMILY_DEFAULTS.items()
-                              if f.name in values and values[f.name] != f.default)  # fmt: skip
+        by_family = ", ".join(
+            f"{family} {values[f.name]!r}"
+            for family, values in FAMILY_DEFAULTS.items()
+            if f.name in values and values[f.name] != f.default
+        )
         _add_setting(group, f, f.default, by_family)
 
 
@@ -125,8 +190,10 @@ def add_algo_arguments(p: argparse.ArgumentParser) -> None:
         if not mine and not shared:
             continue
         defaults = ", ".join(f"{f.name} {shown(f.default)}" for f in shared if f.default is not None)
-        group = p.add_argument_group(f"{name.upper()} settings (--algo {name}; the flags above that it shares take "
-                                     f"its own defaults: {defaults})".replace("%", "%%"))  # fmt: skip
+        group = p.add_argument_group(
+            f"{name.upper()} settings (--algo {name}; the flags above that it shares take "
+            f"its own defaults: {defaults})".replace("%", "%%")
+        )
         for f in mine:
             _add_setting(group, f, f.default, "")
             taken.add(f.name)
@@ -194,19 +261,31 @@ def config_from_args(args: argparse.Namespace) -> Any:
         family = env_info(env, **given_env).family  # with its arguments: a Game Boy world finds its ROM by rom=PATH
     except TypeError as exc:  # an argument the world does not take: bad input, said as the flag
         if getattr(args, "pixels", False) and "'pixels'" in str(exc):
-            raise ValueError(f"--pixels: {env} does not offer its frames (the continuous family does: `nonstop envs`)") from None
+            raise ValueError(
+                f"--pixels: {env} does not offer its frames (the continuous family does: `nonstop envs`)"
+            ) from None
         raise ValueError(f"--env-arg: {exc}") from None
     algo, settings = algo_settings_from_args(args, family)
     env_kwargs = {**default_env_kwargs(family), **given_env}
-    run = {name: getattr(args, name) for name in (*_RUN_FIELDS, *_DELAY_FIELDS) if getattr(args, name, None) is not None}
+    run = {
+        name: getattr(args, name) for name in (*_RUN_FIELDS, *_DELAY_FIELDS) if getattr(args, name, None) is not None
+    }
     run["env"] = env
     run.pop("trim_above", None)
     try:
         scheduler_args = parse_env_args(getattr(args, "scheduler_arg", None))  # KEY=VALUE, values read as JSON
     except ValueError as exc:
         raise ValueError(str(exc).replace("--env-arg", "--scheduler-arg")) from None
-    return TrainConfig(**run, env_kwargs=env_kwargs, algo=algo.name, **{algo.settings_field: settings}, seed=args.seed,
-                       scheduler_args=scheduler_args, **_self_play_settings(args), **_trim_setting(args))  # fmt: skip
+    return TrainConfig(
+        **run,
+        env_kwargs=env_kwargs,
+        algo=algo.name,
+        **{algo.settings_field: settings},
+        seed=args.seed,
+        scheduler_args=scheduler_args,
+        **_self_play_settings(args),
+        **_trim_setting(args),
+    )
 
 
 def record_from_args(args: argparse.Namespace) -> Any:
@@ -244,8 +323,10 @@ def _trim_setting(args: argparse.Namespace) -> dict[str, Any]:
         return {}
     value = parse_min_free(text)
     if args.clock != "wall" or args.backend not in ("process", "ray"):
-        raise ValueError(f"--trim-above {text} trims worker processes: it needs --clock wall and --backend process or ray "
-                         f"(these workers are threads of this process, which keeps its heap)")  # fmt: skip
+        raise ValueError(
+            f"--trim-above {text} trims worker processes: it needs --clock wall and --backend process or ray "
+            f"(these workers are threads of this process, which keeps its heap)"
+        )
     return {"trim_above": value}
 
 
@@ -274,7 +355,9 @@ def resumed_config(args: argparse.Namespace, out: Any) -> tuple[Any, list[str]]:
     typed = given_flags(args)
     algo = lookup("algo", saved.get("algo", "dqn"))  # a run written before --algo is a DQN run
     if "algo" in typed and args.algo != algo.name:
-        raise ValueError(f"{out} is a --algo {algo.name} run: it resumes as one (start a new run for --algo {args.algo})")
+        raise ValueError(
+            f"{out} is a --algo {algo.name} run: it resumes as one (start a new run for --algo {args.algo})"
+        )
     args.algo = algo.name
     fresh = config_from_args(args).to_dict()
     keys = {name for name in (*_RUN_FIELDS, *_DELAY_FIELDS, *_SELF_PLAY_FIELDS, "self_play", "seed") if name in typed}
@@ -291,8 +374,11 @@ def resumed_config(args: argparse.Namespace, out: Any) -> tuple[Any, list[str]]:
     cfg = TrainConfig(**merged)
     now = cfg.to_dict()
     lines = [f"{k}: {saved.get(k)!r} → {now.get(k)!r}" for k in sorted(keys) if saved.get(k) != now.get(k)]
-    lines += [f"{algo.name}.{k}: {saved_settings.get(k)!r} → {now[field_name][k]!r}" for k in sorted(setting_keys)
-              if saved_settings.get(k) != now[field_name][k]]  # fmt: skip
+    lines += [
+        f"{algo.name}.{k}: {saved_settings.get(k)!r} → {now[field_name][k]!r}"
+        for k in sorted(setting_keys)
+        if saved_settings.get(k) != now[field_name][k]
+    ]
     return cfg, lines
 
 
@@ -304,8 +390,10 @@ def run(args: argparse.Namespace) -> int:
     rec = record_from_args(args)
     if rec.resume:  # the run goes on as it was: only the flags typed now change it, each said
         cfg, overrides = resumed_config(args, rec.out)
-        console.print(f"resuming {rec.out} with its saved config" + (f"; overriding {', '.join(overrides)}" if overrides
-                                                                    else ""), markup=False)  # fmt: skip
+        console.print(
+            f"resuming {rec.out} with its saved config" + (f"; overriding {', '.join(overrides)}" if overrides else ""),
+            markup=False,
+        )
     else:
         cfg = config_from_args(args)
     summary, end, out = train_in_directory(cfg, rec, console=console)
@@ -314,15 +402,29 @@ def run(args: argparse.Namespace) -> int:
         segment = summary.get("this_segment", summary)  # start-up belongs to this segment
         after = segment.get("inaction_fraction_after_startup")
         where = " in this segment" if segment is not summary else ""
-        startup = "" if after is None else \
-            f" ({after:.1%}{where} after the workers' first {segment['startup_ticks']:,} ticks of starting up)"
-        console.print(f"{'done' if end.complete else 'stopped'}: {summary['env_ticks_total']:,} env ticks, "
-                      f"{summary['updates']:,} updates, inaction {summary['inaction_fraction']:.1%}{startup}, recent "
-                      f"return {recent}; `nonstop report {out}` draws the plots", markup=False)  # fmt: skip
+        startup = (
+            ""
+            if after is None
+            else f" ({after:.1%}{where} after the workers' first {segment['startup_ticks']:,} ticks of starting up)"
+        )
+        console.print(
+            f"{'done' if end.complete else 'stopped'}: {summary['env_ticks_total']:,} env ticks, "
+            f"{summary['updates']:,} updates, inaction {summary['inaction_fraction']:.1%}{startup}, recent "
+            f"return {recent}; `nonstop report {out}` draws the plots",
+            markup=False,
+        )
     for line in summary.get("machine_limits") or []:
         console.print(line, style="yellow", markup=False)
-    print(json.dumps({"run_dir": str(out), "updates": summary.get("updates"), "recent_return": summary.get("recent_return"),
-                      "complete": end.complete}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "run_dir": str(out),
+                "updates": summary.get("updates"),
+                "recent_return": summary.get("recent_return"),
+                "complete": end.complete,
+            }
+        )
+    )
     if end.error is not None:
         raise end.error  # the CLI names it in one line and exits non-zero
     return end.exit_code

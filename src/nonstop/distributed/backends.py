@@ -16,8 +16,15 @@ from __future__ import annotations
 
 import socket
 
-__all__ = ["BACKENDS", "LEARNER_BACKENDS", "BackendUnavailable", "check_backend", "check_learner_backend",
-           "check_ray_address", "RAY_INSTALL_HINT"]  # fmt: skip
+__all__ = [
+    "BACKENDS",
+    "LEARNER_BACKENDS",
+    "BackendUnavailable",
+    "check_backend",
+    "check_learner_backend",
+    "check_ray_address",
+    "RAY_INSTALL_HINT",
+]
 
 BACKENDS = ("thread", "process", "ray")
 #: where wall-clock learners run: spawned processes on this host, or Ray actors on any node
@@ -42,8 +49,9 @@ def check_backend(backend: str, *, ray_address: str | None = None, clock: str = 
         raise BackendUnavailable(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
     if backend != "ray":
         if ray_address is not None:
-            raise BackendUnavailable(f"--ray-address {ray_address!r} needs --backend ray or --learner-backend ray "
-                                     f"(got --backend {backend})")
+            raise BackendUnavailable(
+                f"--ray-address {ray_address!r} needs --backend ray or --learner-backend ray (got --backend {backend})"
+            )
         return backend
     if clock != "wall":
         raise BackendUnavailable(
@@ -58,8 +66,9 @@ def check_backend(backend: str, *, ray_address: str | None = None, clock: str = 
     return backend
 
 
-def check_learner_backend(backend: str, *, ray_address: str | None = None, clock: str = "wall",
-                          interaction: str = "staggered") -> str:  # fmt: skip
+def check_learner_backend(
+    backend: str, *, ray_address: str | None = None, clock: str = "wall", interaction: str = "staggered"
+) -> str:
     """``backend`` for the learners if they can run there, else a one-line `BackendUnavailable`.
 
     >>> check_learner_backend("process")
@@ -85,7 +94,9 @@ def check_learner_backend(backend: str, *, ray_address: str | None = None, clock
     try:
         import ray  # noqa: F401
     except ImportError:
-        raise BackendUnavailable(f"--learner-backend ray needs Ray, which is not installed: {RAY_INSTALL_HINT}") from None
+        raise BackendUnavailable(
+            f"--learner-backend ray needs Ray, which is not installed: {RAY_INSTALL_HINT}"
+        ) from None
     if ray_address not in (None, "local"):
         check_ray_address(ray_address)
     return backend

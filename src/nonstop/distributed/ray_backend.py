@@ -33,8 +33,17 @@ from nonstop.metrics.overhead import overhead_summary  # re-exported: it moved b
 from nonstop.policies.memory import DEFAULT_MIN_FREE, WorkingSetRelease, check_min_free
 from nonstop.realtime.clock import stopwatch
 
-__all__ = ["RayPolicy", "ray_session", "local_cluster", "WeightBroadcast", "ObjectStoreWeights", "check_placement",
-           "choose_node", "pinned_to", "overhead_summary"]  # fmt: skip
+__all__ = [
+    "RayPolicy",
+    "ray_session",
+    "local_cluster",
+    "WeightBroadcast",
+    "ObjectStoreWeights",
+    "check_placement",
+    "choose_node",
+    "pinned_to",
+    "overhead_summary",
+]
 
 
 def _ray() -> Any:
@@ -125,9 +134,16 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
         # address="local": a new Ray of our own. With None, ray.init joins whatever RAY_ADDRESS or
         # /tmp/ray/ray_current_cluster names (any test cluster started on this machine writes it, and
         # leaves it behind), and a dead one there is retried for minutes
-        _init(ray, address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-              _node_ip_address="127.0.0.1", configure_logging=False,
-              _system_config={"worker_niceness": WORKER_NICENESS})  # fmt: skip
+        _init(
+            ray,
+            address="local",
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            _node_ip_address="127.0.0.1",
+            configure_logging=False,
+            _system_config={"worker_niceness": WORKER_NICENESS},
+        )
     else:
         _init(ray, address=address, log_to_driver=False, configure_logging=False)
     try:
@@ -172,25 +188,37 @@ def local_cluster(n_nodes: int = 2, *, num_cpus: int = 1, timeout: float = 120.0
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     (gcs,) = _free_ports(1)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": num_cpus, "include_dashboard": False,
-                                                            "node_ip_address": "127.0.0.1", "redis_port": gcs,
-                                                            "_system_config": {"worker_niceness": WORKER_NICENESS},
-                                                            **_node_ports()})  # fmt: skip
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": num_cpus,
+            "include_dashboard": False,
+            "node_ip_address": "127.0.0.1",
+            "redis_port": gcs,
+            "_system_config": {"worker_niceness": WORKER_NICENESS},
+            **_node_ports(),
+        },
+    )
     try:
+
         def node_args() -> dict[str, Any]:  # fresh free ports for each node
             return {"num_cpus": num_cpus, "node_ip_address": "127.0.0.1", **_node_ports()}
 
         nodes: list[Any] = [cluster.head_node] + [cluster.add_node(**node_args()) for _ in range(n_nodes - 1)]
         if not cluster.address.startswith("127.0.0.1:"):
-            raise RuntimeError(f"the local cluster advertises {cluster.address}, not loopback: set "
-                               "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 before anything imports Ray")  # fmt: skip
+            raise RuntimeError(
+                f"the local cluster advertises {cluster.address}, not loopback: set "
+                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 before anything imports Ray"
+            )
         _init(ray, address=cluster.address, log_to_driver=False, configure_logging=False)
         cluster.wait_for_nodes()
         # a node is listed alive before the scheduler has its resources: a task pinned to each node
         # returns once that node can take actors
         here = ray.remote(num_cpus=0)(lambda: ray.get_runtime_context().get_node_id())
-        pinned = [here.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n.node_id, soft=False)).remote()
-                  for n in nodes]  # fmt: skip
+        pinned = [
+            here.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=n.node_id, soft=False)).remote()
+            for n in nodes
+        ]
         ray.get(pinned, timeout=timeout)
         yield cluster
     finally:
@@ -232,16 +260,20 @@ def check_placement(n_actors: int, num_cpus: float, *, n_learners: int = 0) -> N
     if need > places:
         what = f"{n_actors} Ray workers" + (f" and {n_learners} Ray learners" if n_learners else "")
         fewer = "fewer workers (--n-inference)" + (" or learners (--n-learners)" if n_learners else "")
-        room = f"the cluster has {total:g}" if places * num_cpus >= total - 1e-9 else \
-            f"the cluster's {total:g}, split over {len(nodes)} nodes, hold only {places} such actors"
+        room = (
+            f"the cluster has {total:g}"
+            if places * num_cpus >= total - 1e-9
+            else f"the cluster's {total:g}, split over {len(nodes)} nodes, hold only {places} such actors"
+        )
         raise BackendUnavailable(
             f"{what} of {num_cpus:g} CPU each need {need * num_cpus:g} CPUs but {room}: use {fewer}, "
             "or add nodes to the cluster"
         )
 
 
-def check_model_fits_nodes(k: float, *, n_actions: int, depth: int = 3, headroom: float = 1.25,
-                           learner_batch: int | None = None) -> int:
+def check_model_fits_nodes(
+    k: float, *, n_actions: int, depth: int = 3, headroom: float = 1.25, learner_batch: int | None = None
+) -> int:
     """A one-line error if the width-``k`` ResNet fits in no live node's memory for actors (Ray's
     ``memory`` resource): every actor would die building it. An inference actor holds θ and a
     forward pass's activations (`estimate_memory_bytes`, times ``headroom`` as `ensure_fits`
@@ -322,8 +354,13 @@ class WeightBroadcast:
 class _PolicyActor:
     """The actor: one policy, built once in the actor's process from ``factory``."""
 
-    def __init__(self, factory: Callable[..., Any], torch_threads: int, n_params: int | None,
-                 trim_above: int | None = DEFAULT_MIN_FREE) -> None:  # fmt: skip
+    def __init__(
+        self,
+        factory: Callable[..., Any],
+        torch_threads: int,
+        n_params: int | None,
+        trim_above: int | None = DEFAULT_MIN_FREE,
+    ) -> None:
         try:
             import torch
 
@@ -350,8 +387,12 @@ class _PolicyActor:
 _ACTOR_CLASS: Any = None
 
 
-def choose_node(nodes: list[dict[str, Any]], held: dict[str, tuple[int, float]], num_cpus: float,
-                exclude: frozenset[str] = frozenset()) -> str:
+def choose_node(
+    nodes: list[dict[str, Any]],
+    held: dict[str, tuple[int, float]],
+    num_cpus: float,
+    exclude: frozenset[str] = frozenset(),
+) -> str:
     """The node for the next actor of ``num_cpus`` CPUs: among the live nodes (``ray.nodes()``
     rows) that could ever hold it, the one least filled by the actors this process holds there
     (``held``: node -> (actors, CPUs)), counting CPUs against the node's own, then actors, then
@@ -372,8 +413,10 @@ def choose_node(nodes: list[dict[str, Any]], held: dict[str, tuple[int, float]],
     fit = [n for n in live if _cpus(n) + 1e-9 >= num_cpus]
     if not fit:
         have = ", ".join(f"{n['NodeID'][:8]}: {_cpus(n):g}" for n in live) or "none"
-        raise BackendUnavailable(f"no live node of the cluster can hold an actor of {num_cpus:g} CPU (live nodes' CPUs: "
-                                 f"{have}): add a node with {num_cpus:g} CPUs or more, or reserve fewer")  # fmt: skip
+        raise BackendUnavailable(
+            f"no live node of the cluster can hold an actor of {num_cpus:g} CPU (live nodes' CPUs: "
+            f"{have}): add a node with {num_cpus:g} CPUs or more, or reserve fewer"
+        )
 
     def fill(node: dict[str, Any]) -> tuple[float, int, str]:
         count, cpus = held.get(node["NodeID"], (0, 0.0))
@@ -441,9 +484,17 @@ class RayPolicy:
     Needs a connected Ray (`ray_session`).
     """
 
-    def __init__(self, factory: Callable[..., Any], *, num_cpus: float = 1, torch_threads: int = 1,
-                 broadcast: WeightBroadcast | None = None, start_timeout: float = 120.0, wait: bool = True,
-                 trim_above: int | None = DEFAULT_MIN_FREE) -> None:  # fmt: skip
+    def __init__(
+        self,
+        factory: Callable[..., Any],
+        *,
+        num_cpus: float = 1,
+        torch_threads: int = 1,
+        broadcast: WeightBroadcast | None = None,
+        start_timeout: float = 120.0,
+        wait: bool = True,
+        trim_above: int | None = DEFAULT_MIN_FREE,
+    ) -> None:
         ray = _ray()
         if not ray.is_initialized():
             raise RuntimeError("RayPolicy needs a connected Ray: use nonstop.distributed.ray_backend.ray_session()")
@@ -461,7 +512,9 @@ class RayPolicy:
         self.pid: int | None = None
         self.niceness: int | None = None  # the actor process's, once started (a cluster's worker_niceness)
         self.overhead_s: list[float] = []
-        self.compute_s: list[float] = []  # per call, the actor's own time (the forward pass; a weights fetch when behind)
+        self.compute_s: list[
+            float
+        ] = []  # per call, the actor's own time (the forward pass; a weights fetch when behind)
         self.replaced = 0  # starts moved to another node because the chosen one died first
         self._node: str | None = None
         self._place()
@@ -471,8 +524,11 @@ class RayPolicy:
     def _place(self, exclude: frozenset[str] = frozenset()) -> None:
         """Create the actor on the least filled live node (not one of ``exclude``), pinned there."""
         self._node = _placement.take(self.num_cpus, exclude)
-        self._actor = _actor_class().options(num_cpus=self.num_cpus, scheduling_strategy=pinned_to(self._node),
-                                             max_restarts=0).remote(*self._args)  # fmt: skip
+        self._actor = (
+            _actor_class()
+            .options(num_cpus=self.num_cpus, scheduling_strategy=pinned_to(self._node), max_restarts=0)
+            .remote(*self._args)
+        )
         self._probe = self._actor.where.remote()
 
     def wait_started(self, timeout: float | None = None) -> "RayPolicy":
@@ -489,7 +545,9 @@ class RayPolicy:
         try:
             while True:
                 try:
-                    self.node_id, self.pid, self.niceness = ray.get(self._probe, timeout=max(0.0, deadline - stopwatch()))
+                    self.node_id, self.pid, self.niceness = ray.get(
+                        self._probe, timeout=max(0.0, deadline - stopwatch())
+                    )
                     return self
                 except ray.exceptions.ActorUnschedulableError:
                     assert self._node is not None
@@ -543,4 +601,3 @@ class RayPolicy:
         if self._node is not None:
             _placement.give_back(self._node, self.num_cpus)
             self._node = None
-

@@ -72,8 +72,9 @@ class _LearnerActor:
     def where(self) -> tuple[str, int]:
         return _ray().get_runtime_context().get_node_id(), os.getpid()
 
-    def gradient(self, batch: Any, version: int, params: list[Any], target_version: int,
-                 target: list[Any]) -> tuple[np.ndarray, float, int, float]:  # fmt: skip
+    def gradient(
+        self, batch: Any, version: int, params: list[Any], target_version: int, target: list[Any]
+    ) -> tuple[np.ndarray, float, int, float]:
         """The algorithm's gradient of ``batch`` at version ``version``; the parameters (and the
         target network) are fetched from the object store only when their version is new."""
         from nonstop.learning.dqn import flat_gradient
@@ -126,11 +127,26 @@ class RayLearners:
     ``hogwild`` every returned gradient is applied, so ``applied == gradients``.
     """
 
-    def __init__(self, *, n_learners: int, mode: str, obs_shape: tuple[int, ...], n_actions: Any, cfg: AlgoConfig,
-                 state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, broadcast: WeightBroadcast,
-                 seed: int | None = None, num_cpus: float = 1, torch_threads: int = 1,
-                 restart_budget: RestartBudget | None = None, clock: Any = None, start_timeout: float = 120.0,
-                 tau_m: float = 1 / 60) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        n_learners: int,
+        mode: str,
+        obs_shape: tuple[int, ...],
+        n_actions: Any,
+        cfg: AlgoConfig,
+        state: TrainingState,
+        weights: SharedWeights,
+        replay: ReplayBuffer,
+        broadcast: WeightBroadcast,
+        seed: int | None = None,
+        num_cpus: float = 1,
+        torch_threads: int = 1,
+        restart_budget: RestartBudget | None = None,
+        clock: Any = None,
+        start_timeout: float = 120.0,
+        tau_m: float = 1 / 60,
+    ) -> None:
         check_mode(mode, n_learners)
         if not (num_cpus >= 0):
             raise ValueError(f"num_cpus must be >= 0, got {num_cpus!r}")
@@ -140,7 +156,12 @@ class RayLearners:
         #: ``n_actions``: the action space (or n of a Discrete one); ``cfg``: the algorithm's config
         self.obs_shape, self.n_actions, self.cfg = tuple(obs_shape), n_actions, cfg
         self.state, self.weights, self.replay, self.broadcast = state, weights, replay, broadcast
-        self.num_cpus, self.torch_threads, self.start_timeout, self.tau_m = num_cpus, torch_threads, start_timeout, tau_m
+        self.num_cpus, self.torch_threads, self.start_timeout, self.tau_m = (
+            num_cpus,
+            torch_threads,
+            start_timeout,
+            tau_m,
+        )
         #: learner i's own random stream for its batches (sampled here, on the replay's host)
         self.rngs = [np.random.default_rng(None if seed is None else seed * 1000 + i) for i in range(n_learners)]
         self.budget = restart_budget if restart_budget is not None else RestartBudget()
@@ -176,8 +197,10 @@ class RayLearners:
         """Learner ``i``'s actor, pinned to the least filled live node (not one of ``exclude``)."""
         self._give_back(i)
         self._nodes[i] = node = _placement.take(self.num_cpus, exclude)
-        actor = _actor_class().options(num_cpus=self.num_cpus, scheduling_strategy=pinned_to(node), max_restarts=0).remote(
-            self.obs_shape, self.n_actions, self.cfg, self.torch_threads
+        actor = (
+            _actor_class()
+            .options(num_cpus=self.num_cpus, scheduling_strategy=pinned_to(node), max_restarts=0)
+            .remote(self.obs_shape, self.n_actions, self.cfg, self.torch_threads)
         )
         self.actors[i] = actor
         return actor
@@ -196,7 +219,9 @@ class RayLearners:
             self.where = list(ray.get(probes, timeout=self.start_timeout))
         except Exception as exc:
             self._kill_all()
-            raise RuntimeError(f"{self.n} Ray learner actors did not all start within {self.start_timeout:g}s: {exc}") from exc
+            raise RuntimeError(
+                f"{self.n} Ray learner actors did not all start within {self.start_timeout:g}s: {exc}"
+            ) from exc
         self._thread = threading.Thread(target=self._dispatch, name="nonstop-ray-learners", daemon=True)
         self._thread.start()
         return self
@@ -245,8 +270,10 @@ class RayLearners:
             self.events.append((self._clock.now(), i, "restarted"))
         else:
             self.actors[i] = None
-            self.failure = PartFailed(f"Ray learner {i} kept dying: {sum(self.restarts) + 1} deaths, more than "
-                                      f"{self.budget.describe()} (last: {why})")  # fmt: skip
+            self.failure = PartFailed(
+                f"Ray learner {i} kept dying: {sum(self.restarts) + 1} deaths, more than "
+                f"{self.budget.describe()} (last: {why})"
+            )
             self.events.append((self._clock.now(), i, "gave up"))
 
     # ------------------------------------------------------------------ one gradient
@@ -332,7 +359,9 @@ class RayLearners:
 
     # ------------------------------------------------------------------ the dispatcher
     def _dispatch(self) -> None:
-        step = {"round_robin": self._round_robin_step, "hogwild": self._hogwild_step, "parallel": self._parallel_step}[self.mode]
+        step = {"round_robin": self._round_robin_step, "hogwild": self._hogwild_step, "parallel": self._parallel_step}[
+            self.mode
+        ]
         try:
             while not self._stop.is_set() and self.failure is None:
                 if not step():
@@ -421,7 +450,15 @@ class RayLearners:
         return self.state.loss
 
     def report(self) -> dict[str, Any]:
-        return {"n_learners": self.n, "mode": self.mode, "backend": "ray", "restarts": list(self.restarts),
-                "events": [(round(t, 3), i, what) for t, i, what in self.events],
-                "applied": self.applied, "gradients": self.gradients, "lost": self.lost,
-                "max_staleness": self.max_staleness, "outside_compute_s": overhead_summary(self.outside_s, self.tau_m)}  # fmt: skip
+        return {
+            "n_learners": self.n,
+            "mode": self.mode,
+            "backend": "ray",
+            "restarts": list(self.restarts),
+            "events": [(round(t, 3), i, what) for t, i, what in self.events],
+            "applied": self.applied,
+            "gradients": self.gradients,
+            "lost": self.lost,
+            "max_staleness": self.max_staleness,
+            "outside_compute_s": overhead_summary(self.outside_s, self.tau_m),
+        }

@@ -34,8 +34,17 @@ from nonstop.learning.dqn import DQNConfig, DQNPolicy
 from nonstop.learning.weights import SharedWeights
 from nonstop.policies.base import Policy
 
-__all__ = ["SharedParameters", "SharedForward", "SharedDQNPolicy", "make_shared_policy", "make_shared_dqn_policy",
-           "ObjectStoreParameters", "ObjectStoreDQNPolicy", "make_object_store_policy", "make_object_store_dqn_policy"]
+__all__ = [
+    "SharedParameters",
+    "SharedForward",
+    "SharedDQNPolicy",
+    "make_shared_policy",
+    "make_shared_dqn_policy",
+    "ObjectStoreParameters",
+    "ObjectStoreDQNPolicy",
+    "make_object_store_policy",
+    "make_object_store_dqn_policy",
+]
 
 
 class SharedParameters:
@@ -109,12 +118,21 @@ _SHARED: dict[type, type] = {DQNPolicy: SharedDQNPolicy}
 
 def _variant(table: dict[type, type], mixin: type, cls: type, prefix: str) -> type:
     if cls not in table:
-        table[cls] = type(prefix + cls.__name__, (mixin, cls), {"__doc__": f"{cls.__name__} reading θ {prefix.lower()}"})
+        table[cls] = type(
+            prefix + cls.__name__, (mixin, cls), {"__doc__": f"{cls.__name__} reading θ {prefix.lower()}"}
+        )
     return table[cls]
 
 
-def make_shared_policy(algo: Algorithm, weights: SharedWeights, seed: int | None = None, latency: Any = None, *,
-                       device: str = "cpu", dtype: str | None = None) -> Policy:  # fmt: skip
+def make_shared_policy(
+    algo: Algorithm,
+    weights: SharedWeights,
+    seed: int | None = None,
+    latency: Any = None,
+    *,
+    device: str = "cpu",
+    dtype: str | None = None,
+) -> Policy:
     """``algo``'s actor with one shared copy of θ per host (picklable with functools.partial). On a
     GPU (``device`` not the CPU) the model cannot compute from host memory: it keeps its own copy on
     the device, loaded once per version (`make_policy`); ``dtype`` likewise needs its own copy."""
@@ -125,8 +143,12 @@ def make_shared_policy(algo: Algorithm, weights: SharedWeights, seed: int | None
     dev, dt = placement(device, dtype)
     if dev.type != "cpu" or str(dt) != "torch.float32":
         return make_policy(algo, weights, seed, latency, device=device, dtype=dtype)
-    policy: Any = algo.policy(algo.build_model().eval(), weights, seed=seed,
-                              policy_class=_variant(_SHARED, SharedForward, algo.policy_class, "Shared"))  # fmt: skip
+    policy: Any = algo.policy(
+        algo.build_model().eval(),
+        weights,
+        seed=seed,
+        policy_class=_variant(_SHARED, SharedForward, algo.policy_class, "Shared"),
+    )
     policy.shared.refresh()  # drops the freshly initialised parameters for views of the shared copy
     gc.collect()
     if latency is not None:
@@ -137,9 +159,17 @@ def make_shared_policy(algo: Algorithm, weights: SharedWeights, seed: int | None
     return out
 
 
-def make_shared_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_dict: dict[str, Any],
-                           weights: SharedWeights, seed: int | None = None, latency: Any = None, *,
-                           device: str = "cpu", dtype: str | None = None) -> Policy:  # fmt: skip
+def make_shared_dqn_policy(
+    obs_shape: tuple[int, ...],
+    action_space: Any,
+    cfg_dict: dict[str, Any],
+    weights: SharedWeights,
+    seed: int | None = None,
+    latency: Any = None,
+    *,
+    device: str = "cpu",
+    dtype: str | None = None,
+) -> Policy:
     """`make_shared_policy` for DQN from its settings' dict."""
     algo = DQNConfig.from_dict(cfg_dict).algorithm(obs_shape, action_space)
     return make_shared_policy(algo, weights, seed, latency, device=device, dtype=dtype)
@@ -165,7 +195,9 @@ class ObjectStoreParameters:
 
     def __init__(self, model: Any, weights: Any, action_space: Any, **kwargs: Any) -> None:
         if not hasattr(weights, "current"):
-            raise TypeError(f"ObjectStoreDQNPolicy reads ObjectStoreWeights (a Ray actor's), got {type(weights).__name__}")
+            raise TypeError(
+                f"ObjectStoreDQNPolicy reads ObjectStoreWeights (a Ray actor's), got {type(weights).__name__}"
+            )
         super().__init__(model, weights, action_space, **kwargs)  # type: ignore[call-arg]
         self._flat = np.empty(0, np.float32)  # the base class's private copy is not needed
         self._store: Any = weights  # ObjectStoreWeights: version, exploration and current(), as SharedWeights reads
@@ -197,9 +229,12 @@ def make_object_store_policy(algo: Algorithm, seed: int | None = None, latency: 
     """The Ray actors' factory (`RayPolicy` passes ``weights``): ``algo``'s actor on the object store's θ."""
     import gc
 
-    policy: Policy = algo.policy(algo.build_model().eval(), weights, seed=seed,
-                                 policy_class=_variant(_OBJECT_STORE, ObjectStoreParameters, algo.policy_class,
-                                                       "ObjectStore"))  # fmt: skip
+    policy: Policy = algo.policy(
+        algo.build_model().eval(),
+        weights,
+        seed=seed,
+        policy_class=_variant(_OBJECT_STORE, ObjectStoreParameters, algo.policy_class, "ObjectStore"),
+    )
     gc.collect()
     if latency is not None:
         from nonstop.policies.latency import LatencyPolicy
@@ -208,8 +243,15 @@ def make_object_store_policy(algo: Algorithm, seed: int | None = None, latency: 
     return policy
 
 
-def make_object_store_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_dict: dict[str, Any],
-                                 seed: int | None = None, latency: Any = None, *, weights: Any) -> Policy:  # fmt: skip
+def make_object_store_dqn_policy(
+    obs_shape: tuple[int, ...],
+    action_space: Any,
+    cfg_dict: dict[str, Any],
+    seed: int | None = None,
+    latency: Any = None,
+    *,
+    weights: Any,
+) -> Policy:
     """`make_object_store_policy` for DQN from its settings' dict."""
     algo = DQNConfig.from_dict(cfg_dict).algorithm(obs_shape, action_space)
     return make_object_store_policy(algo, seed, latency, weights=weights)

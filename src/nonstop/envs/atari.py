@@ -43,9 +43,7 @@ PREPROCESSED_SHAPE: Final = (84, 84)
 _AtariRenderMode = Literal["rgb_array", "human"]
 
 
-class AreaResize(
-    gymnasium.ObservationWrapper[np.ndarray, Any, np.ndarray], gymnasium.utils.RecordConstructorArgs
-):
+class AreaResize(gymnasium.ObservationWrapper[np.ndarray, Any, np.ndarray], gymnasium.utils.RecordConstructorArgs):
     """Shrink 2-D ``uint8`` frames by area averaging (what ``cv2.INTER_AREA`` does), in numpy.
 
     Why not gymnasium's ``AtariPreprocessing``/``ResizeObservation``: both need OpenCV, which nonstop

@@ -33,11 +33,23 @@ SEATS: Final = ("first_0", "second_0")
 #: nonstop id suffix -> ale-py ROM name, the games with a two-player mode (checked with
 #: ``getAvailableModes(2)`` on the ROMs of ale-py 0.12)
 TWO_PLAYER_GAMES: Final = {
-    "Boxing": "boxing", "Pong": "pong", "Tennis": "tennis", "IceHockey": "ice_hockey", "DoubleDunk": "double_dunk",
-    "MarioBros": "mario_bros", "Joust": "joust", "Surround": "surround", "SpaceInvaders": "space_invaders",
-    "Combat": "combat", "FlagCapture": "flag_capture", "Entombed": "entombed", "SpaceWar": "space_war",
-    "Othello": "othello", "VideoCheckers": "video_checkers", "WizardOfWor": "wizard_of_wor",
-}  # fmt: skip
+    "Boxing": "boxing",
+    "Pong": "pong",
+    "Tennis": "tennis",
+    "IceHockey": "ice_hockey",
+    "DoubleDunk": "double_dunk",
+    "MarioBros": "mario_bros",
+    "Joust": "joust",
+    "Surround": "surround",
+    "SpaceInvaders": "space_invaders",
+    "Combat": "combat",
+    "FlagCapture": "flag_capture",
+    "Entombed": "entombed",
+    "SpaceWar": "space_war",
+    "Othello": "othello",
+    "VideoCheckers": "video_checkers",
+    "WizardOfWor": "wizard_of_wor",
+}
 DEFAULT_MAX_FRAMES: Final = 108_000  # 30 minutes at 60 Hz, ALE's usual cap
 
 
@@ -58,8 +70,9 @@ class TwoPlayerAtari(_Base):
             import multi_agent_ale_py
             from ale_py import roms
         except ImportError as exc:
-            raise ImportError(f"two-player Atari needs multi-agent-ale-py and ale-py ({exc}): "
-                              "pip install 'nonstop[multi-atari]'") from exc  # fmt: skip
+            raise ImportError(
+                f"two-player Atari needs multi-agent-ale-py and ale-py ({exc}): pip install 'nonstop[multi-atari]'"
+            ) from exc
         self.game, self.max_frames = game, max_frames
         self.ale = ale = multi_agent_ale_py.ALEInterface()
         ale.setFloat(b"repeat_action_probability", 0.0)  # no sticky actions
@@ -156,7 +169,9 @@ class TwoPlayerAtari(_Base):
         pass
 
 
-def plain_ale_loop(game: str, steps: int, *, timers: tuple[Callable[[], float], Callable[[], float]]) -> dict[str, float]:
+def plain_ale_loop(
+    game: str, steps: int, *, timers: tuple[Callable[[], float], Callable[[], float]]
+) -> dict[str, float]:
     """The baseline a hand-written ``multi-agent-ale-py`` loop reaches on ``game`` (a key of
     `TWO_PLAYER_GAMES`): the same ROM, mode and settings as the env, then the library's own calls
     per frame, both seats NOOP: ``act(joint)``, ``getScreenRGB()`` (the observation),
@@ -208,5 +223,12 @@ def _factory(game: str) -> Any:
 for _game in TWO_PLAYER_GAMES:
     _make = _factory(_game)
     globals()[_make.__name__] = _make  # module-level, so a wall-clock host process can rebuild it
-    register(f"multi/{_game}", _make, family="multi", tick_hz=ATARI_TICK_HZ, noop_action=0, default_beta="noop",
-             description=f"two-player Atari {_game} (multi-agent-ale-py, ale-py's ROM, 60 Hz, no frame skip)")  # fmt: skip
+    register(
+        f"multi/{_game}",
+        _make,
+        family="multi",
+        tick_hz=ATARI_TICK_HZ,
+        noop_action=0,
+        default_beta="noop",
+        description=f"two-player Atari {_game} (multi-agent-ale-py, ale-py's ROM, 60 Hz, no frame skip)",
+    )

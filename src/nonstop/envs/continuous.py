@@ -70,7 +70,9 @@ class GrayFrames(gymnasium.ObservationWrapper[np.ndarray, Any, Any], gymnasium.u
 
     def __init__(self, env: gymnasium.Env, shape: tuple[int, int]) -> None:
         if env.render_mode != "rgb_array":
-            raise ValueError(f"GrayFrames needs an env that renders rgb_array frames, got render_mode={env.render_mode!r}")
+            raise ValueError(
+                f"GrayFrames needs an env that renders rgb_array frames, got render_mode={env.render_mode!r}"
+            )
         gymnasium.utils.RecordConstructorArgs.__init__(self, shape=shape)
         gymnasium.ObservationWrapper.__init__(self, env)
         self.observation_space = gymnasium.spaces.Box(0, 255, shape, np.uint8)
@@ -107,15 +109,18 @@ def make_continuous(
         raise ValueError(f"render_mode must be None, 'rgb_array' or 'human', got {render_mode!r}")
     mujoco = gym_id != "Pendulum-v1"
     if mujoco and importlib.util.find_spec("mujoco") is None:
-        raise ModuleNotFoundError(f"{gym_id} needs MuJoCo, which is not installed: pip install 'nonstop[mujoco]'",
-                                  name="mujoco")  # fmt: skip
+        raise ModuleNotFoundError(
+            f"{gym_id} needs MuJoCo, which is not installed: pip install 'nonstop[mujoco]'", name="mujoco"
+        )
     if mujoco:
         _mujoco_warnings_as_python_warnings()
     kwargs: dict[str, Any] = {"max_episode_steps": max_episode_steps} if max_episode_steps is not None else {}
     if not pixels:
         return gymnasium.make(gym_id, render_mode=render_mode, **kwargs)
     if render_mode == "human":
-        raise ValueError("pixels=True observes the rendered frames (rgb_array); it does not combine with render_mode='human'")
+        raise ValueError(
+            "pixels=True observes the rendered frames (rgb_array); it does not combine with render_mode='human'"
+        )
     if mujoco:
         if not os.environ.get("MUJOCO_GL") and not os.environ.get("DISPLAY"):
             os.environ["MUJOCO_GL"] = "egl"  # off-screen drawing on a machine without a display

@@ -59,8 +59,13 @@ class QuickDrawDuel(_Base):
     def __init__(
         self, rounds: int = 10, min_wait: int = 30, max_wait: int = 90, timeout: int = 60, holster: int = 15
     ) -> None:
-        for name, value in (("rounds", rounds), ("min_wait", min_wait), ("max_wait", max_wait), ("timeout", timeout),
-                            ("holster", holster + 1)):  # fmt: skip
+        for name, value in (
+            ("rounds", rounds),
+            ("min_wait", min_wait),
+            ("max_wait", max_wait),
+            ("timeout", timeout),
+            ("holster", holster + 1),
+        ):
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if max_wait < min_wait:
@@ -68,7 +73,12 @@ class QuickDrawDuel(_Base):
         if holster >= min_wait:
             raise ValueError(f"holster ({holster}) must be below min_wait ({min_wait}): the signal comes after it")
         self.holster = int(holster)
-        self.rounds, self.min_wait, self.max_wait, self.timeout = int(rounds), int(min_wait), int(max_wait), int(timeout)
+        self.rounds, self.min_wait, self.max_wait, self.timeout = (
+            int(rounds),
+            int(min_wait),
+            int(max_wait),
+            int(timeout),
+        )
         self.possible_agents = list(SEATS)
         self.agents: list[str] = []
         self._obs_space = spaces.Box(0.0, 1.0, (2,), np.float32)

@@ -160,7 +160,11 @@ GAMES: Final[Mapping[str, GameSpec]] = {
             "Tetris",
             ("TETRIS",),
             functools.partial(
-                ScoreDelta, TETRIS_SCORE, 3, game_over_address=TETRIS_GAME_STATE, game_over_values=TETRIS_GAME_OVER_STATES
+                ScoreDelta,
+                TETRIS_SCORE,
+                3,
+                game_over_address=TETRIS_GAME_STATE,
+                game_over_values=TETRIS_GAME_OVER_STATES,
             ),
             "pyboy-wrapper",
             "Tetris at 59.7275 Hz, reward = change in score (paper Fig. 5); needs your ROM",
@@ -368,9 +372,14 @@ def _start_pyboy(rom: FoundRom) -> Any:
     pyboy, _ = _import_pyboy()
     # A file-like ROM: PyBoy then reads and writes no .ram/.rtc files next to the user's ROM.
     emulator = pyboy.PyBoy(
-        io.BytesIO(rom.data), window="null", sound_emulated=False, no_input=True, log_level="ERROR",
-        color_palette=_GRAY_PALETTE, cgb=False,
-    )  # fmt: skip
+        io.BytesIO(rom.data),
+        window="null",
+        sound_emulated=False,
+        no_input=True,
+        log_level="ERROR",
+        color_palette=_GRAY_PALETTE,
+        cgb=False,
+    )
     emulator.set_emulation_speed(0)  # 0 = unlimited: the host's clock governs time
     return emulator
 
@@ -423,7 +432,11 @@ class GameBoyEnv(gymnasium.Env[np.ndarray, np.int64]):
         self.render_mode = render_mode
         self.action_set = action_set
         #: the agent's actions: all seven, or (``paper``) the six buttons, noop left to β
-        self.action_space = gymnasium.spaces.Discrete(len(ACTIONS)) if action_set == "full" else gymnasium.spaces.Discrete(len(ACTIONS) - 1, start=1)
+        self.action_space = (
+            gymnasium.spaces.Discrete(len(ACTIONS))
+            if action_set == "full"
+            else gymnasium.spaces.Discrete(len(ACTIONS) - 1, start=1)
+        )
         #: actions the env takes from β but no agent may choose (nonstop's `Session` reads it)
         self.beta_only_actions: tuple[int, ...] = () if action_set == "full" else (0,)
         if obs_type == "gray":
@@ -595,8 +608,10 @@ def check_gameboy_kwargs(
 
 def _check_action_set(action_set: str) -> None:
     if action_set not in ("full", "paper"):
-        raise ValueError(f"action_set must be 'full' (noop + six buttons) or 'paper' (the six buttons; noop is β's), "
-                         f"got {action_set!r}")  # fmt: skip
+        raise ValueError(
+            f"action_set must be 'full' (noop + six buttons) or 'paper' (the six buttons; noop is β's), "
+            f"got {action_set!r}"
+        )
 
 
 def _needs_state(spec: GameSpec) -> str:
@@ -621,11 +636,13 @@ def make_gameboy(
     ``obs_type="gray84"`` (default) is the paper's preprocessing: the grayscale screen area-averaged
     to 84×84 ``uint8`` (the same :class:`~nonstop.envs.atari.AreaResize` the Atari envs use).
     """
-    check_gameboy_kwargs(game, rom=rom, state=state, obs_type=obs_type, max_episode_steps=max_episode_steps,
-                         action_set=action_set)  # fmt: skip
+    check_gameboy_kwargs(
+        game, rom=rom, state=state, obs_type=obs_type, max_episode_steps=max_episode_steps, action_set=action_set
+    )
     raw = "gray" if obs_type == "gray84" else obs_type
-    env = GameBoyEnv(game, rom=rom, state=state, obs_type=raw, max_episode_steps=max_episode_steps,
-                     action_set=action_set)  # fmt: skip
+    env = GameBoyEnv(
+        game, rom=rom, state=state, obs_type=raw, max_episode_steps=max_episode_steps, action_set=action_set
+    )
     return AreaResize(env, PREPROCESSED_SHAPE) if obs_type == "gray84" else env
 
 
@@ -689,7 +706,9 @@ def record_state(
             try:
                 emulator.load_state(io.BytesIO(payload))
             except Exception as error:
-                raise RomError(f"{from_state} is not a PyBoy save state PyBoy {_pyboy_version()} can load: {error}") from None
+                raise RomError(
+                    f"{from_state} is not a PyBoy save state PyBoy {_pyboy_version()} can load: {error}"
+                ) from None
             _release_all(emulator)
         else:
             emulator.tick(spec.boot_frames if boot_frames is None else boot_frames, True, False)
@@ -704,7 +723,13 @@ def record_state(
     finally:
         emulator.stop(save=False)
     write_state(out, buffer.getvalue(), found, spec.name)
-    return {"game": spec.name, "rom": found.source, "title": found.header.title, "frames_played": frames, "out": str(out)}
+    return {
+        "game": spec.name,
+        "rom": found.source,
+        "title": found.header.title,
+        "frames_played": frames,
+        "out": str(out),
+    }
 
 
 def _pyboy_version() -> str:
@@ -743,7 +768,11 @@ def plain_pyboy_loop(
         tick_only = wall() - start
     finally:
         env.close()
-    return {"steps_per_s": steps / elapsed, "cpu_steps_per_s": steps / elapsed_cpu, "tick_only_steps_per_s": steps / tick_only}
+    return {
+        "steps_per_s": steps / elapsed,
+        "cpu_steps_per_s": steps / elapsed_cpu,
+        "tick_only_steps_per_s": steps / tick_only,
+    }
 
 
 class _FrameStub(gymnasium.Env):

@@ -49,7 +49,14 @@ __all__ = [
 
 TEST_ROM_TITLE: Final = "NONSTOP TEST"
 #: Work-RAM addresses the test ROM's program keeps (see the module docstring).
-TEST_ROM_RAM: Final = {"frame": 0xC000, "joypad": 0xC001, "x": 0xC002, "y": 0xC003, "game_over": 0xC004, "score": 0xC0A0}
+TEST_ROM_RAM: Final = {
+    "frame": 0xC000,
+    "joypad": 0xC001,
+    "x": 0xC002,
+    "y": 0xC003,
+    "game_over": 0xC004,
+    "score": 0xC0A0,
+}
 #: x at which the test ROM's game ends.
 TEST_ROM_GAME_OVER_X: Final = 64
 

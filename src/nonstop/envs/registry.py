@@ -37,8 +37,17 @@ import gymnasium
 
 from .spec import ALE_ID, REGISTRY, EnvInfo, check_positive_real, is_int, is_real, register
 
-__all__ = ["EnvInfo", "register", "make_env", "env_info", "list_envs", "parse_env_args", "split_env_id",
-           "qualify_env_id", "import_env_module"]
+__all__ = [
+    "EnvInfo",
+    "register",
+    "make_env",
+    "env_info",
+    "list_envs",
+    "parse_env_args",
+    "split_env_id",
+    "qualify_env_id",
+    "import_env_module",
+]
 
 # Legacy ale-py ids (BoxingNoFrameskip-v4, Pong-v0) only exist in gymnasium.registry after
 # ale_py registers them; this pattern tells us when that import is worth paying for.
@@ -141,8 +150,10 @@ def split_env_id(env_id: str) -> tuple[str | None, str]:
     if not sep:
         return None, env_id
     if not _MODULE_NAME.fullmatch(module) or not bare or ":" in bare:
-        raise ValueError(f"environment {env_id!r}: the module:Id form takes a Python module name, one ':' and an id "
-                         "(mypkg.worlds:Target1D-v0)")  # fmt: skip
+        raise ValueError(
+            f"environment {env_id!r}: the module:Id form takes a Python module name, one ':' and an id "
+            "(mypkg.worlds:Target1D-v0)"
+        )
     return module, bare
 
 
@@ -160,8 +171,10 @@ def qualify_env_id(env_id: str, env_module: str | None) -> str:
     if not isinstance(env_module, str) or not _MODULE_NAME.fullmatch(env_module):
         raise ValueError(f"--env-module takes a Python module name (mypkg.worlds), got {env_module!r}")
     if module is not None and module != env_module:
-        raise ValueError(f"--env {env_id} and --env-module {env_module} name two modules: give one "
-                         f"(--env {module}:{bare}, or --env {bare} --env-module {env_module})")  # fmt: skip
+        raise ValueError(
+            f"--env {env_id} and --env-module {env_module} name two modules: give one "
+            f"(--env {module}:{bare}, or --env {bare} --env-module {env_module})"
+        )
     return f"{env_module}:{bare}"
 
 
@@ -189,8 +202,10 @@ def import_env_module(module: str) -> None:
         else:
             os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), here) if p)
             return
-    raise ValueError(f"cannot import module {module!r} (the world's module in '{module}:…'): it must be on "
-                     f"PYTHONPATH or in the directory nonstop runs from ({here})")  # fmt: skip
+    raise ValueError(
+        f"cannot import module {module!r} (the world's module in '{module}:…'): it must be on "
+        f"PYTHONPATH or in the directory nonstop runs from ({here})"
+    )
 
 
 _MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -217,8 +232,11 @@ def _resolve_module(env_id: str) -> str:
     if bare in REGISTRY or bare in gymnasium.registry or ALE_ID.match(bare):
         return bare
     made = _MODULE_IDS[module] or _ids_from(module)
-    listed = f"it registers {', '.join(made)}" if made else \
-        "it registers none: call gymnasium.register(...) or nonstop.envs.register(...) when it is imported"
+    listed = (
+        f"it registers {', '.join(made)}"
+        if made
+        else "it registers none: call gymnasium.register(...) or nonstop.envs.register(...) when it is imported"
+    )
     raise ValueError(f"module {module!r} registered no environment {bare!r} ({listed})")
 
 
@@ -360,9 +378,7 @@ def _render_fps(spec: Any) -> float | None:
 # --- keyword validation at the door ---------------------------------------------------------------
 
 
-def _check_kwargs(
-    env_id: str, factory: Callable[..., Any], kwargs: dict[str, Any], skip: tuple[str, ...] = ()
-) -> None:
+def _check_kwargs(env_id: str, factory: Callable[..., Any], kwargs: dict[str, Any], skip: tuple[str, ...] = ()) -> None:
     """Reject unknown names and values of the wrong simple type, naming the culprit."""
     target: Any = factory.func if isinstance(factory, functools.partial) else factory  # a class or a function
     signature = inspect.signature(factory)
@@ -376,8 +392,7 @@ def _check_kwargs(
         if unknown:
             accepted = ", ".join(params) or "no keyword arguments"
             raise TypeError(
-                f"{env_id!r} got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
-                f"it accepts: {accepted}"
+                f"{env_id!r} got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; it accepts: {accepted}"
             )
     try:
         hints = typing.get_type_hints(target.__init__ if inspect.isclass(target) else target)

@@ -13,8 +13,18 @@ from typing import Any, Callable
 
 import gymnasium
 
-__all__ = ["EnvInfo", "Entry", "register", "REGISTRY", "ALE_ID", "FAMILIES", "DEFAULT_BETAS", "is_int", "is_real",
-           "check_positive_real"]
+__all__ = [
+    "EnvInfo",
+    "Entry",
+    "register",
+    "REGISTRY",
+    "ALE_ID",
+    "FAMILIES",
+    "DEFAULT_BETAS",
+    "is_int",
+    "is_real",
+    "check_positive_real",
+]
 
 FAMILIES = ("atari", "gameboy", "theory", "classic", "continuous", "gymnasium", "multi")
 DEFAULT_BETAS = ("noop", "repeat")

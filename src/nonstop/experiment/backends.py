@@ -19,8 +19,17 @@ if TYPE_CHECKING:
     from nonstop.experiment.run import Run
     from nonstop.realtime.lifeline import RestartBudget
 
-__all__ = ["thread_policy", "process_policy", "virtual_learners", "process_learners", "NoCluster", "policy_recipe", "placement_of",
-           "in_thread", "in_process"]  # fmt: skip
+__all__ = [
+    "thread_policy",
+    "process_policy",
+    "virtual_learners",
+    "process_learners",
+    "NoCluster",
+    "policy_recipe",
+    "placement_of",
+    "in_thread",
+    "in_process",
+]
 
 
 def policy_recipe(run: "Run", i: int) -> tuple[Any, int, Any]:
@@ -68,10 +77,20 @@ def in_process(run: "Run", factory: Callable[[], Any]) -> Any:
 
 def _learner_args(run: "Run", budget: "RestartBudget") -> dict[str, Any]:
     cfg = run.cfg
-    return {"n_learners": cfg.n_learners, "mode": cfg.learner_mode, "obs_shape": run.spec.obs_shape,
-            "n_actions": run.spec.action_space, "cfg": run.settings, "state": run.state, "weights": run.weights,
-            "replay": run.replay, "seed": cfg.seed, "restart_budget": budget, "clock": run.world.clock,
-            "device": cfg.device}  # fmt: skip
+    return {
+        "n_learners": cfg.n_learners,
+        "mode": cfg.learner_mode,
+        "obs_shape": run.spec.obs_shape,
+        "n_actions": run.spec.action_space,
+        "cfg": run.settings,
+        "state": run.state,
+        "weights": run.weights,
+        "replay": run.replay,
+        "seed": cfg.seed,
+        "restart_budget": budget,
+        "clock": run.world.clock,
+        "device": cfg.device,
+    }
 
 
 def virtual_learners(run: "Run", budget: "RestartBudget") -> Any:
@@ -79,10 +98,18 @@ def virtual_learners(run: "Run", budget: "RestartBudget") -> Any:
     from nonstop.learning.learners import VirtualLearners
 
     cfg = run.cfg
-    return VirtualLearners(run.world.clock, run.tau_m, n_learners=cfg.n_learners, mode=cfg.learner_mode,
-                           tau_l=cfg.tau_l if cfg.tau_l is not None else run.tau_m,
-                           learners=[run.learning.learner(i) for i in range(cfg.n_learners)], state=run.state,
-                           weights=run.weights, cfg=run.settings, restart_budget=budget)  # fmt: skip
+    return VirtualLearners(
+        run.world.clock,
+        run.tau_m,
+        n_learners=cfg.n_learners,
+        mode=cfg.learner_mode,
+        tau_l=cfg.tau_l if cfg.tau_l is not None else run.tau_m,
+        learners=[run.learning.learner(i) for i in range(cfg.n_learners)],
+        state=run.state,
+        weights=run.weights,
+        cfg=run.settings,
+        restart_budget=budget,
+    )
 
 
 def process_learners(run: "Run", budget: "RestartBudget") -> Any:

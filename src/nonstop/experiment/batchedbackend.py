@@ -81,8 +81,9 @@ class BatchServerPart(Part):
         if self.remote is not None:
             report["remote_lanes"] = self.remote.report()
         if tick_log is not None and len(tick_log):
-            sizes = applied_batch_sizes(tick_log["worker"], tick_log["obs_tick"], tick_log["source"],
-                                        self.server.answered_by)  # fmt: skip
+            sizes = applied_batch_sizes(
+                tick_log["worker"], tick_log["obs_tick"], tick_log["source"], self.server.answered_by
+            )
             applied = sizes[sizes > 0]
             values, counts = np.unique(applied, return_counts=True)
             report["applied_batch_sizes"] = {int(b): int(n) for b, n in zip(values, counts)}
@@ -158,15 +159,21 @@ def _build_server(run: "Run") -> tuple["BatchingServer", Any]:
     model = run.algorithm.build_model()
     max_batch = int(getattr(run.cfg, "max_batch", DEFAULT_MAX_BATCH))
     device, _ = placement(run.cfg.device, run.cfg.dtype)
-    q_argmax = torch_forward(model, str(device), dtype=run.cfg.dtype, graph_sizes=default_graph_sizes(device, max_batch),
-                             refresh=_refresh(run))  # fmt: skip
+    q_argmax = torch_forward(
+        model,
+        str(device),
+        dtype=run.cfg.dtype,
+        graph_sizes=default_graph_sizes(device, max_batch),
+        refresh=_refresh(run),
+    )
     # the algorithm's answers from that forward pass: DQN's greedy action (its space's start added), SAC's sampled one
     forward = _Served(q_argmax, run.algorithm.serve(q_argmax, seed=run.cfg.seed * 1000 + 999))
     # overlap: the next batch's frames are staged while a forward runs (wall clock; a no-op on the virtual one);
     # example: every CUDA graph is captured on the server's thread as it starts, before any batch
     example = np.zeros(run.spec.obs_shape, run.spec.obs_space.dtype)
-    server = BatchingServer(forward, _curve(run), clock=run.world.clock, max_batch=max_batch, overlap=True,
-                            example=example)  # fmt: skip
+    server = BatchingServer(
+        forward, _curve(run), clock=run.world.clock, max_batch=max_batch, overlap=True, example=example
+    )
     return server, q_argmax
 
 
@@ -182,8 +189,14 @@ def batched_policy(run: "Run", i: int) -> "BatchedPolicy":
     """Worker ``i``'s request lane of the run's batching server (built by the first call)."""
     part = _server_part(run)
     weights = run.weights
-    return part.server.lane(run.spec.action_space, tau_m=run.tau_m, origin=run.world.origin,
-                            epsilon=run.algorithm.lane_epsilon(weights), seed=run.cfg.seed * 1000 + i, tag=i)  # fmt: skip
+    return part.server.lane(
+        run.spec.action_space,
+        tau_m=run.tau_m,
+        origin=run.world.origin,
+        epsilon=run.algorithm.lane_epsilon(weights),
+        seed=run.cfg.seed * 1000 + i,
+        tag=i,
+    )
 
 
 def _lane_in_this_process(lane: "RemoteLane") -> "RemoteLane":
@@ -227,19 +240,29 @@ def batched_process_policy(run: "Run", i: int) -> _LaneWorker:
 
     n_lanes = run.n_inference
     if run.algorithm.action_shape:
-        raise ValueError(f"--backend batched_process answers each lane with one integer action through its ring; "
-                         f"--algo {run.algorithm.name} acts with vectors: use --backend batched, thread or process")
+        raise ValueError(
+            f"--backend batched_process answers each lane with one integer action through its ring; "
+            f"--algo {run.algorithm.name} acts with vectors: use --backend batched, thread or process"
+        )
     if not isinstance(n_lanes, int):
-        raise ValueError(f"--backend batched_process makes one ring slot a worker: give --n-inference a number "
-                         f"(got {n_lanes!r})")  # fmt: skip
+        raise ValueError(
+            f"--backend batched_process makes one ring slot a worker: give --n-inference a number (got {n_lanes!r})"
+        )
     part = _server_part(run)
     if part.remote is None:
         example = np.zeros(run.spec.obs_shape, run.spec.obs_space.dtype)  # the frames the world publishes
         part.remote = RemoteLanes(part.server, example, n_lanes=n_lanes)
     if not 0 <= i < n_lanes:
         raise ValueError(f"worker {i}: the lane ring has slots 0..{n_lanes - 1} (one a worker)")
-    lane = part.remote.lane(i, run.spec.action_space, tau_m=run.tau_m, origin=run.world.origin,
-                            epsilon=run.algorithm.lane_epsilon(run.weights), seed=run.cfg.seed * 1000 + i)  # fmt: skip
-    worker = ProcessPolicy(partial(_lane_in_this_process, lane), torch_threads=None, trim_above=run.cfg.trim_above,
-                           wait=False)  # no model in it: torch is never imported there
+    lane = part.remote.lane(
+        i,
+        run.spec.action_space,
+        tau_m=run.tau_m,
+        origin=run.world.origin,
+        epsilon=run.algorithm.lane_epsilon(run.weights),
+        seed=run.cfg.seed * 1000 + i,
+    )
+    worker = ProcessPolicy(
+        partial(_lane_in_this_process, lane), torch_threads=None, trim_above=run.cfg.trim_above, wait=False
+    )  # no model in it: torch is never imported there
     return _LaneWorker(worker, part)

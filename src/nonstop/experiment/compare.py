@@ -34,7 +34,20 @@ from typing import Any
 
 from nonstop.metrics.timing import episode_returns
 
-__all__ = ["cell", 'SCHEDULERS', 'CLOCKS', 'TIMELINE_TICKS', 'COMPARE_REMEDY', 'resolve_n_workers', 'default_plot_path', 'run_scheduler', 'compare', 'machine_diagnosis', 'plot_compare', 'to_json']
+__all__ = [
+    "cell",
+    "SCHEDULERS",
+    "CLOCKS",
+    "TIMELINE_TICKS",
+    "COMPARE_REMEDY",
+    "resolve_n_workers",
+    "default_plot_path",
+    "run_scheduler",
+    "compare",
+    "machine_diagnosis",
+    "plot_compare",
+    "to_json",
+]
 
 
 #: The schedulers compared, in table order.
@@ -49,8 +62,10 @@ TIMELINE_TICKS = 240
 
 
 #: What a user of `nonstop compare` or `nonstop demo` can change when the machine is the limit.
-COMPARE_REMEDY = ("use --clock virtual (the same schedulers, exact on any machine), or run it on an idle machine "
-                  "or one with more cores")  # fmt: skip
+COMPARE_REMEDY = (
+    "use --clock virtual (the same schedulers, exact on any machine), or run it on an idle machine "
+    "or one with more cores"
+)
 
 
 def resolve_n_workers(n_workers: Any, latency_mean_s: float, tau_m: float) -> int:
@@ -75,7 +90,11 @@ def resolve_n_workers(n_workers: Any, latency_mean_s: float, tau_m: float) -> in
 
 
 def _check_seconds(seconds: Any) -> float:
-    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not (math.isfinite(seconds) and float(seconds) > 0):
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, numbers.Real)
+        or not (math.isfinite(seconds) and float(seconds) > 0)
+    ):
         raise ValueError(f"seconds must be a positive number of world seconds, got {seconds!r}")
     return float(seconds)
 
@@ -122,8 +141,19 @@ def run_scheduler(
     ticks before every worker started and after the measured window ends belong to no scheduler:
     the log's meta marks both (``agents_started_at_tick``, ``agents_stopped_at_tick``).
     """
-    return _run(_config(env, scheduler, latency=latency, n_workers=n_workers, seconds=seconds, clock=clock, seed=seed,
-                        backend=backend, ray_address=ray_address))  # fmt: skip
+    return _run(
+        _config(
+            env,
+            scheduler,
+            latency=latency,
+            n_workers=n_workers,
+            seconds=seconds,
+            clock=clock,
+            seed=seed,
+            backend=backend,
+            ray_address=ray_address,
+        )
+    )
 
 
 def _run(cfg: Any) -> Any:
@@ -142,13 +172,33 @@ def _run(cfg: Any) -> Any:
     return run.world.tick_log
 
 
-def _config(env: str, scheduler: str, *, latency: str, n_workers: int, seconds: float, clock: str, seed: int,
-            backend: str, ray_address: str | None) -> Any:  # fmt: skip
+def _config(
+    env: str,
+    scheduler: str,
+    *,
+    latency: str,
+    n_workers: int,
+    seconds: float,
+    clock: str,
+    seed: int,
+    backend: str,
+    ray_address: str | None,
+) -> Any:
     """One scheduler's run: stand-ins under ``scheduler``, their policies where ``backend`` hosts them."""
     from nonstop.experiment.config import TrainConfig
 
-    return TrainConfig(env=env, clock=clock, seconds=seconds, interaction="stand_in", scheduler=scheduler,
-                       n_inference=n_workers, latency=latency, seed=seed, backend=backend, ray_address=ray_address)  # fmt: skip
+    return TrainConfig(
+        env=env,
+        clock=clock,
+        seconds=seconds,
+        interaction="stand_in",
+        scheduler=scheduler,
+        n_inference=n_workers,
+        latency=latency,
+        seed=seed,
+        backend=backend,
+        ray_address=ray_address,
+    )
 
 
 def _episode_return(log: Any) -> tuple[float, str, int]:
@@ -201,8 +251,17 @@ def compare(
     for name in schedulers:  # unknown names, and a backend that cannot host stand-ins, fail before any run
         workers = 1 if name == "sequential" else n
         make_scheduler(name, workers)
-        configs[name] = _config(env, name, latency=latency, n_workers=workers, seconds=seconds, clock=clock, seed=seed,
-                                backend=backend, ray_address=ray_address)  # fmt: skip
+        configs[name] = _config(
+            env,
+            name,
+            latency=latency,
+            n_workers=workers,
+            seconds=seconds,
+            clock=clock,
+            seed=seed,
+            backend=backend,
+            ray_address=ray_address,
+        )
     total_ticks = int(seconds * info.tick_hz)
     # The first round (all workers start together) plus two cycles to settle, at most a quarter of the run.
     warmup = min(3 * math.ceil(dist.max_hint / tau_m - 1e-9) + 30, total_ticks // 4)
@@ -215,8 +274,13 @@ def compare(
         started = log.meta.get("agents_started_at_tick", 0)
         summary = log.summary(warmup_ticks=started + warmup, end_tick=log.meta.get("agents_stopped_at_tick"))
         value, kind, ended = _episode_return(log)
-        summary.update(n_workers=workers, episode_return=value, episode_return_kind=kind, episodes_ended=ended,
-                       reward_per_tick=summary["reward_total"] / summary["ticks"] if summary["ticks"] else None)  # fmt: skip
+        summary.update(
+            n_workers=workers,
+            episode_return=value,
+            episode_return_kind=kind,
+            episodes_ended=ended,
+            reward_per_tick=summary["reward_total"] / summary["ticks"] if summary["ticks"] else None,
+        )
         overhead = log.meta.get("workers", {}).get("remote_overhead_s")
         if overhead is not None:
             summary["remote_overhead_s"] = overhead
@@ -267,17 +331,33 @@ def machine_diagnosis(result: dict[str, Any], *, cores: int | None = None) -> li
     for name, s in result["schedulers"].items():
         # by design unstaggered workers act together (once per τ_θ, as sequential) and Algorithm 1 spaces
         # its N workers by the largest latency: neither is starved for acting less than every tick
-        spacing = result.get("latency_max_ticks", result["latency_mean_ticks"]) if name == "max_time" else result["latency_mean_ticks"]
-        found = limit_findings(s, clock=result["clock"], scheduler="sequential" if name == "unstaggered" else name,
-                               n_inference=int(s["n_workers"]), latency_mean_ticks=float(spacing))  # fmt: skip
+        spacing = (
+            result.get("latency_max_ticks", result["latency_mean_ticks"])
+            if name == "max_time"
+            else result["latency_mean_ticks"]
+        )
+        found = limit_findings(
+            s,
+            clock=result["clock"],
+            scheduler="sequential" if name == "unstaggered" else name,
+            n_inference=int(s["n_workers"]),
+            latency_mean_ticks=float(spacing),
+        )
         lines += [f"{name}: {line}" for line in found]
     if not lines:
         return []
     loads = [s["load_average"] for s in result["schedulers"].values() if s.get("load_average") is not None]
     # this process (the worker threads) and the host's, and any the workers run in (Ray actors, processes)
     processes = 2 + int(result.get("worker_processes", 0))
-    return [*lines, limit_remedy(processes=processes, cores=cores or _usable_cores(), remedy=COMPARE_REMEDY,
-                                 load_average=max(loads) if loads else None)]  # fmt: skip
+    return [
+        *lines,
+        limit_remedy(
+            processes=processes,
+            cores=cores or _usable_cores(),
+            remedy=COMPARE_REMEDY,
+            load_average=max(loads) if loads else None,
+        ),
+    ]
 
 
 def plot_compare(result: dict[str, Any], path: str | Path) -> Path:
@@ -301,13 +381,17 @@ def plot_compare(result: dict[str, Any], path: str | Path) -> Path:
     colors = [f"C{i}" for i in range(len(names))]
     ax = fig.add_subplot(grid[0, 0])
     inaction = [100 * np.nan_to_num(summaries[n]["inaction_fraction"]) for n in names]
-    ax.bar_label(ax.bar(names, inaction, color=colors), labels=[cell(summaries[n]["inaction_fraction"], ".1%") for n in names])
+    ax.bar_label(
+        ax.bar(names, inaction, color=colors), labels=[cell(summaries[n]["inaction_fraction"], ".1%") for n in names]
+    )
     ax.margins(y=0.15)
     ax.set_ylabel("inaction (% of ticks)")
     ax.set_title("Inaction (β ticks)")
     ax = fig.add_subplot(grid[0, 1])
     delays = [np.nan_to_num(summaries[n]["delay_mean_ticks"]) for n in names]  # no agent tick: no bar, "—"
-    ax.bar_label(ax.bar(names, delays, color=colors), labels=[cell(summaries[n]["delay_mean_ticks"], ".2f") for n in names])
+    ax.bar_label(
+        ax.bar(names, delays, color=colors), labels=[cell(summaries[n]["delay_mean_ticks"], ".2f") for n in names]
+    )
     ax.margins(y=0.15)
     ax.set_ylabel("mean delay (ticks)")
     ax.set_title("Delay of applied actions")
@@ -320,18 +404,31 @@ def plot_compare(result: dict[str, Any], path: str | Path) -> Path:
         ax = fig.add_subplot(grid[1 + row, :])
         shown = tick[window]
         if shown.size:
-            ax.imshow(source[window][None, :], aspect="auto", cmap=cmap, vmin=0, vmax=1, interpolation="nearest",
-                      extent=(shown[0] - 0.5, shown[-1] + 0.5, 0, 1))  # fmt: skip
+            ax.imshow(
+                source[window][None, :],
+                aspect="auto",
+                cmap=cmap,
+                vmin=0,
+                vmax=1,
+                interpolation="nearest",
+                extent=(shown[0] - 0.5, shown[-1] + 0.5, 0, 1),
+            )
         ax.set_yticks([])
-        n_i = result['schedulers'][name]['n_workers']
+        n_i = result["schedulers"][name]["n_workers"]
         ax.set_ylabel(f"{name}\n{n_i} worker{'' if n_i == 1 else 's'} ($N_I$)", rotation=0, ha="right", va="center")
         if row < len(names) - 1:
             ax.set_xticklabels([])
     ax.set_xlabel(f"tick (the first {TIMELINE_TICKS} after the warm-up)")
-    fig.legend(handles=[Patch(color="#2ca02c", label="agent action"), Patch(color="#d62728", label="β (inaction)")],
-               loc="lower center", bbox_to_anchor=(0.5, -0.04), ncol=2)  # fmt: skip
-    fig.suptitle(f"{result['env']}: {latency_words(result['latency'])}, {result['clock']} clock "
-                 "(inference workers $N_I$ per scheduler, left)")  # fmt: skip
+    fig.legend(
+        handles=[Patch(color="#2ca02c", label="agent action"), Patch(color="#d62728", label="β (inaction)")],
+        loc="lower center",
+        bbox_to_anchor=(0.5, -0.04),
+        ncol=2,
+    )
+    fig.suptitle(
+        f"{result['env']}: {latency_words(result['latency'])}, {result['clock']} clock "
+        "(inference workers $N_I$ per scheduler, left)"
+    )
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path

@@ -29,8 +29,14 @@ from nonstop.experiment import registry
 from nonstop.experiment.registry import lookup, names
 from nonstop.learning.dqn import DQNConfig
 
-__all__ = ["TrainConfig", "INTERACTIONS", "SELF_PLAY_KEYS", "OPPONENT_WEIGHTINGS", "default_env_kwargs",
-           "parse_n_workers"]  # fmt: skip
+__all__ = [
+    "TrainConfig",
+    "INTERACTIONS",
+    "SELF_PLAY_KEYS",
+    "OPPONENT_WEIGHTINGS",
+    "default_env_kwargs",
+    "parse_n_workers",
+]
 
 INTERACTIONS: Final = ("staggered", "infer_then_learn", "learn_then_infer")
 #: how a self-play match's snapshot is drawn from the pool (`nonstop.experiment.selfplay.SnapshotPool`)
@@ -74,94 +80,178 @@ def _help(text: str, **more: Any) -> dict[str, Any]:
 class TrainConfig:
     """Everything that defines a run (saved as the run's config.json). Each field's help is its flag's."""
 
-    env: str = field(default="CartPole", metadata=_help(
-        "env id (see `nonstop envs`), or MODULE:ID for a world your own module registers (saved so, resume finds it)"))
+    env: str = field(
+        default="CartPole",
+        metadata=_help(
+            "env id (see `nonstop envs`), or MODULE:ID for a world your own module registers (saved so, resume finds it)"
+        ),
+    )
     env_kwargs: dict[str, Any] = field(default_factory=dict, metadata=_help("keyword arguments for the env"))
-    clock: str = field(default="virtual", metadata=_help("virtual: simulated time (fast, exact); wall: real time",
-                                                         choices=_CLOCKS))
+    clock: str = field(
+        default="virtual", metadata=_help("virtual: simulated time (fast, exact); wall: real time", choices=_CLOCKS)
+    )
     seconds: float = field(default=600.0, metadata=_help("world seconds to run"))
-    interaction: str = field(default="staggered", metadata=_help("staggered, or a sequential baseline", choices=INTERACTIONS))
+    interaction: str = field(
+        default="staggered", metadata=_help("staggered, or a sequential baseline", choices=INTERACTIONS)
+    )
     scheduler: str = field(default="exp_time", metadata=_help("inference scheduler (staggered)"))
-    scheduler_args: dict[str, Any] = field(default_factory=dict, metadata=_help(
-        "the scheduler's own settings (fill: p_minimax from `nonstop tolerance`, cap, plan; quantile_hold: quantile)"))
-    n_inference: int | str | None = field(default=None, metadata=_help(
-        "N_I (None: ⌈τ̄_θ/τ_M⌉), or 'auto': grown and shrunk online"))
+    scheduler_args: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=_help(
+            "the scheduler's own settings (fill: p_minimax from `nonstop tolerance`, cap, plan; quantile_hold: quantile)"
+        ),
+    )
+    n_inference: int | str | None = field(
+        default=None, metadata=_help("N_I (None: ⌈τ̄_θ/τ_M⌉), or 'auto': grown and shrunk online")
+    )
     latency: str = field(default="0", metadata=_help("declared model latency: 5t, 80ms, lognormal:6t,0.5"))
     n_learners: int = field(default=1, metadata=_help("N_L learners"))
-    learner_mode: str = field(default="round_robin", metadata=_help("how learners' gradients are applied",
-                                                                     choices=_LEARNER_MODES))
+    learner_mode: str = field(
+        default="round_robin", metadata=_help("how learners' gradients are applied", choices=_LEARNER_MODES)
+    )
     tau_l: float | None = field(default=None, metadata=_help("virtual seconds per update (None: τ_M)"))
-    learner_backend: str = field(default=_LEARNERS_HERE, metadata=_help(
-        "wall-clock learners: processes on this host, or Ray actors on any node; the replay and the master "
-        "parameters stay here, batches go out and gradients come back. device (either clock): one learner whose "
-        "parameters, Adam moments and target live on --device, its weights to --backend batched's server by a "
-        "device copy", metavar="process|ray|device"))
-    backend: str = field(default="thread", metadata=_help(
-        "wall-clock inference workers: threads, processes, or Ray actors on any node (pip install -e '.[ray]'); "
-        "batched: request lanes of one batching inference server that owns the model (either clock); batched_process: "
-        "its lanes in worker processes, frames to the server through shared memory (wall clock)",
-        metavar="thread|process|ray|batched|batched_process"))
-    ray_address: str | None = field(default=None, metadata=_help(
-        "Ray cluster HOST:PORT for --backend ray (None: start a local Ray)", metavar="HOST:PORT"))
-    trim_above: int | None = field(default=_DEFAULT_TRIM, metadata=_help(
-        "process and Ray workers: after each forward pass, hand its working set back to the OS when the heap "
-        "holds more than this many bytes free (None: never; see nonstop.policies.memory)"))
-    default: str | None = field(default=None, metadata=_help(
-        "β, applied on every tick without an agent action: noop, repeat the last action, or a uniformly random "
-        "action (None: the env's own, noop for Atari)"))
+    learner_backend: str = field(
+        default=_LEARNERS_HERE,
+        metadata=_help(
+            "wall-clock learners: processes on this host, or Ray actors on any node; the replay and the master "
+            "parameters stay here, batches go out and gradients come back. device (either clock): one learner whose "
+            "parameters, Adam moments and target live on --device, its weights to --backend batched's server by a "
+            "device copy",
+            metavar="process|ray|device",
+        ),
+    )
+    backend: str = field(
+        default="thread",
+        metadata=_help(
+            "wall-clock inference workers: threads, processes, or Ray actors on any node (pip install -e '.[ray]'); "
+            "batched: request lanes of one batching inference server that owns the model (either clock); batched_process: "
+            "its lanes in worker processes, frames to the server through shared memory (wall clock)",
+            metavar="thread|process|ray|batched|batched_process",
+        ),
+    )
+    ray_address: str | None = field(
+        default=None,
+        metadata=_help("Ray cluster HOST:PORT for --backend ray (None: start a local Ray)", metavar="HOST:PORT"),
+    )
+    trim_above: int | None = field(
+        default=_DEFAULT_TRIM,
+        metadata=_help(
+            "process and Ray workers: after each forward pass, hand its working set back to the OS when the heap "
+            "holds more than this many bytes free (None: never; see nonstop.policies.memory)"
+        ),
+    )
+    default: str | None = field(
+        default=None,
+        metadata=_help(
+            "β, applied on every tick without an agent action: noop, repeat the last action, or a uniformly random "
+            "action (None: the env's own, noop for Atari)"
+        ),
+    )
     seed: int = field(default=0, metadata=_help("seed for env, model, exploration and replay sampling"))
-    max_restarts: int = field(default=5, metadata=_help(
-        "restarts of dead learners, and apart of dead inference workers, allowed within --restart-window; one more "
-        "death ends the run (summary incomplete, exit 1)"))
-    restart_window: float = field(default=60.0, metadata=_help("the window of --max-restarts, in the run's clock seconds",
-                                                               metavar="SECONDS"))
+    max_restarts: int = field(
+        default=5,
+        metadata=_help(
+            "restarts of dead learners, and apart of dead inference workers, allowed within --restart-window; one more "
+            "death ends the run (summary incomplete, exit 1)"
+        ),
+    )
+    restart_window: float = field(
+        default=60.0, metadata=_help("the window of --max-restarts, in the run's clock seconds", metavar="SECONDS")
+    )
     dqn: DQNConfig | None = field(default=None, metadata=_help("DQN settings (None: the env family's)"))
-    algo: str = field(default="dqn", metadata=_help(
-        "the learning algorithm: dqn (Discrete actions), sac (Box actions); see `nonstop.learning.algos`"))
-    algo_settings: Any = field(default=None, metadata=_help(
-        "the settings of an --algo other than dqn, whose are `dqn` (its config dataclass, or its dict; None: the env "
-        "family's)"))
-    delay_aware: bool = field(default=False, metadata=_help(
-        "the learner's actor and critic see, beside the observation, the actions in flight (the K = ⌈max latency in "
-        "ticks⌉ newest decisions, each with its ticks to apply and its age; nonstop.inference.inflight), exactly as "
-        "the inference pool knows them; any --algo, vector observations"))
-    self_play: bool = field(default=False, metadata=_help(
-        "a two-seat world: the learner plays the first seat, a snapshot of its past self the second; RUN/matches.csv "
-        "records every match"))
-    opponents: str = field(default="uniform", metadata=_help(
-        "self-play: how each match's snapshot is drawn: uniform over the pool, or latest (weight ∝ rank: the newest "
-        "most often)", choices=OPPONENT_WEIGHTINGS))
-    snapshot_every: float = field(default=30.0, metadata=_help("self-play: world seconds between snapshots of the learner",
-                                                               metavar="SECONDS"))
+    algo: str = field(
+        default="dqn",
+        metadata=_help(
+            "the learning algorithm: dqn (Discrete actions), sac (Box actions); see `nonstop.learning.algos`"
+        ),
+    )
+    algo_settings: Any = field(
+        default=None,
+        metadata=_help(
+            "the settings of an --algo other than dqn, whose are `dqn` (its config dataclass, or its dict; None: the env "
+            "family's)"
+        ),
+    )
+    delay_aware: bool = field(
+        default=False,
+        metadata=_help(
+            "the learner's actor and critic see, beside the observation, the actions in flight (the K = ⌈max latency in "
+            "ticks⌉ newest decisions, each with its ticks to apply and its age; nonstop.inference.inflight), exactly as "
+            "the inference pool knows them; any --algo, vector observations"
+        ),
+    )
+    self_play: bool = field(
+        default=False,
+        metadata=_help(
+            "a two-seat world: the learner plays the first seat, a snapshot of its past self the second; RUN/matches.csv "
+            "records every match"
+        ),
+    )
+    opponents: str = field(
+        default="uniform",
+        metadata=_help(
+            "self-play: how each match's snapshot is drawn: uniform over the pool, or latest (weight ∝ rank: the newest "
+            "most often)",
+            choices=OPPONENT_WEIGHTINGS,
+        ),
+    )
+    snapshot_every: float = field(
+        default=30.0, metadata=_help("self-play: world seconds between snapshots of the learner", metavar="SECONDS")
+    )
     pool_size: int = field(default=8, metadata=_help("self-play: snapshots kept, the newest"))
-    device: str = field(default="cpu", metadata=_help(
-        "where every model of the run runs: the thread or process workers' (on a GPU each its own copy), the batching "
-        "server's (--backend batched), the learners' and self-play's opponents': cpu, cuda, cuda:N or auto (CUDA when "
-        "present)",
-        metavar="cpu|cuda|cuda:N|auto"))
-    dtype: str | None = field(default=None, metadata=_help(
-        "the inference precision: fp32, bf16 or fp16 (None/auto: bf16 on CUDA, fp32 on the CPU); learners update "
-        "in fp32", metavar="fp32|bf16|fp16|auto"))
-    batch_curve: str | None = field(default=None, metadata=_help(
-        "--backend batched: the batch latency curve L(b), linear:A,C (A + C·b) or table:b=T,... with units "
-        "(linear:5t,0.25t); None: the --latency mean for any batch size"))
+    device: str = field(
+        default="cpu",
+        metadata=_help(
+            "where every model of the run runs: the thread or process workers' (on a GPU each its own copy), the batching "
+            "server's (--backend batched), the learners' and self-play's opponents': cpu, cuda, cuda:N or auto (CUDA when "
+            "present)",
+            metavar="cpu|cuda|cuda:N|auto",
+        ),
+    )
+    dtype: str | None = field(
+        default=None,
+        metadata=_help(
+            "the inference precision: fp32, bf16 or fp16 (None/auto: bf16 on CUDA, fp32 on the CPU); learners update "
+            "in fp32",
+            metavar="fp32|bf16|fp16|auto",
+        ),
+    )
+    batch_curve: str | None = field(
+        default=None,
+        metadata=_help(
+            "--backend batched: the batch latency curve L(b), linear:A,C (A + C·b) or table:b=T,... with units "
+            "(linear:5t,0.25t); None: the --latency mean for any batch size"
+        ),
+    )
     max_batch: int = field(default=64, metadata=_help("--backend batched: the largest batch the server forms"))
-    opponent_latency: str | None = field(default=None, metadata=_help(
-        "self-play: the pool side's declared latency (None: --latency)"))
+    opponent_latency: str | None = field(
+        default=None, metadata=_help("self-play: the pool side's declared latency (None: --latency)")
+    )
 
     def __post_init__(self) -> None:
         _one_of("clock", self.clock, _CLOCKS)
         _one_of("interaction", self.interaction, tuple(names("driver")))
         _one_of("learner_mode", self.learner_mode, _LEARNER_MODES)
-        _one_of("backend", self.backend, tuple(names("policy_backend")), what="unknown backend {value!r}: use one of {names}")
-        _one_of("learner_backend", self.learner_backend, tuple(names("learners")),
-                what="unknown learner backend {value!r}: use one of {names}")
+        _one_of(
+            "backend",
+            self.backend,
+            tuple(names("policy_backend")),
+            what="unknown backend {value!r}: use one of {names}",
+        )
+        _one_of(
+            "learner_backend",
+            self.learner_backend,
+            tuple(names("learners")),
+            what="unknown learner backend {value!r}: use one of {names}",
+        )
         if not (isinstance(self.seconds, (int, float)) and self.seconds > 0 and math.isfinite(self.seconds)):
             raise ValueError(f"seconds must be a positive number, got {self.seconds!r}")
         if self.n_inference == "auto":
             self.scheduler = "auto"  # only the auto scheduler sizes the pool online
         if self.scheduler == "sequential" and self.n_inference not in (None, 1):
-            raise ValueError(f"the sequential scheduler runs exactly 1 inference worker, got n_inference={self.n_inference!r}")
+            raise ValueError(
+                f"the sequential scheduler runs exactly 1 inference worker, got n_inference={self.n_inference!r}"
+            )
         for name in ("n_inference", "n_learners"):
             v = getattr(self, name)
             if name == "n_inference" and v == "auto":
@@ -172,11 +262,18 @@ class TrainConfig:
             raise ValueError(f"default must be one of noop, repeat, random, got {self.default!r}")
         if not isinstance(self.max_restarts, int) or isinstance(self.max_restarts, bool) or self.max_restarts < 0:
             raise ValueError(f"max_restarts must be an integer >= 0, got {self.max_restarts!r}")
-        if not (isinstance(self.restart_window, (int, float)) and self.restart_window > 0 and math.isfinite(self.restart_window)):
+        if not (
+            isinstance(self.restart_window, (int, float))
+            and self.restart_window > 0
+            and math.isfinite(self.restart_window)
+        ):
             raise ValueError(f"restart_window must be a positive number of seconds, got {self.restart_window!r}")
-        if self.trim_above is not None and (not isinstance(self.trim_above, int) or isinstance(self.trim_above, bool)
-                                            or self.trim_above < 0):
-            raise ValueError(f"trim_above must be a whole number of bytes >= 0 or None (never), got {self.trim_above!r}")
+        if self.trim_above is not None and (
+            not isinstance(self.trim_above, int) or isinstance(self.trim_above, bool) or self.trim_above < 0
+        ):
+            raise ValueError(
+                f"trim_above must be a whole number of bytes >= 0 or None (never), got {self.trim_above!r}"
+            )
         if self.tau_l is not None and not (self.tau_l >= 0 and math.isfinite(self.tau_l)):
             raise ValueError(f"tau_l must be a finite number of seconds >= 0, got {self.tau_l!r}")
         if isinstance(self.dqn, dict):
@@ -189,7 +286,11 @@ class TrainConfig:
         if not isinstance(self.delay_aware, bool):
             raise TypeError(f"delay_aware must be True or False, got {self.delay_aware!r}")
         _one_of("opponents", self.opponents, OPPONENT_WEIGHTINGS)
-        if not (isinstance(self.snapshot_every, (int, float)) and self.snapshot_every > 0 and math.isfinite(self.snapshot_every)):
+        if not (
+            isinstance(self.snapshot_every, (int, float))
+            and self.snapshot_every > 0
+            and math.isfinite(self.snapshot_every)
+        ):
             raise ValueError(f"snapshot_every must be a positive number of world seconds, got {self.snapshot_every!r}")
         if not isinstance(self.pool_size, int) or isinstance(self.pool_size, bool) or self.pool_size < 1:
             raise ValueError(f"pool_size must be an integer >= 1, got {self.pool_size!r}")
@@ -204,17 +305,30 @@ class TrainConfig:
     # ------------------------------------------------------------------ the keys the parts are chosen by
     def _parts(self) -> list[tuple[str, str]]:
         """The parts this config chose, by kind, as named (before any stands in for another)."""
-        return [("seating", self.seating), ("driver", self.interaction), ("policy_backend", self.backend),
-                ("learners", self.learner_backend), ("cluster", self.cluster)]  # fmt: skip
+        return [
+            ("seating", self.seating),
+            ("driver", self.interaction),
+            ("policy_backend", self.backend),
+            ("learners", self.learner_backend),
+            ("cluster", self.cluster),
+        ]
 
     def _facts(self) -> dict[str, Any]:
         """What the chosen parts may ask of the run (`registry.Rule`): its plain values, and what its other
         parts are."""
-        return {"clock": self.clock, "device": self.device.strip().lower(), "interaction": self.interaction,
-                "backend": self.backend, "inference_backend": self.inference_backend,
-                "learner_backend": self.learner_backend, "n_learners": self.n_learners,
-                "ray_address": self.ray_address, "seating": self.seating, "scheduler": self.scheduler,
-                "delay_aware": self.delay_aware}  # fmt: skip
+        return {
+            "clock": self.clock,
+            "device": self.device.strip().lower(),
+            "interaction": self.interaction,
+            "backend": self.backend,
+            "inference_backend": self.inference_backend,
+            "learner_backend": self.learner_backend,
+            "n_learners": self.n_learners,
+            "ray_address": self.ray_address,
+            "seating": self.seating,
+            "scheduler": self.scheduler,
+            "delay_aware": self.delay_aware,
+        }
 
     @property
     def inference_backend(self) -> str:
@@ -236,7 +350,9 @@ class TrainConfig:
     @property
     def cluster(self) -> str:
         """The cluster a run connects to before it starts: the one a chosen part needs (Ray's), else ``none``."""
-        return registry.required("cluster", [("policy_backend", self.backend), ("learners", self.learner_backend)], "none")
+        return registry.required(
+            "cluster", [("policy_backend", self.backend), ("learners", self.learner_backend)], "none"
+        )
 
     @property
     def learning(self) -> str:
@@ -283,7 +399,9 @@ def _check_placement(cfg: TrainConfig) -> None:
         cfg.dtype = parse_dtype(cfg.dtype)
 
 
-def _one_of(name: str, value: Any, allowed: tuple[str, ...], what: str = "{name} must be one of {names}, got {value!r}") -> None:
+def _one_of(
+    name: str, value: Any, allowed: tuple[str, ...], what: str = "{name} must be one of {names}, got {value!r}"
+) -> None:
     if value not in allowed:
         raise ValueError(what.format(name=name, names=", ".join(allowed), value=value))
 

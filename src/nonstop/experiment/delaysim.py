@@ -61,21 +61,45 @@ def _dqn_settings(argv: list[str], family: str) -> Any:
     from nonstop.learning.dqn import PAPER_PRESETS, DQNConfig
 
     p = argparse.ArgumentParser(add_help=False)
-    names = {"--lr": float, "--batch-size": int, "--epsilon-ticks": int, "--epsilon-start": float, "--epsilon-end": float,
-             "--learning-starts": int, "--target-update": int, "--replay-capacity": int, "--gamma": float,
-             "--updates-per-transition": float, "--k": float}  # fmt: skip
+    names = {
+        "--lr": float,
+        "--batch-size": int,
+        "--epsilon-ticks": int,
+        "--epsilon-start": float,
+        "--epsilon-end": float,
+        "--learning-starts": int,
+        "--target-update": int,
+        "--replay-capacity": int,
+        "--gamma": float,
+        "--updates-per-transition": float,
+        "--k": float,
+    }
     for flag, kind in names.items():
         p.add_argument(flag, type=kind, default=None)
     p.add_argument("--preset", default=None)
     args, _ = p.parse_known_args(argv)
     overrides: dict[str, Any] = dict(PAPER_PRESETS.get(args.preset or "", {}))
-    overrides.update({flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_"))
-                      for flag in names if getattr(args, flag[2:].replace("-", "_")) is not None})  # fmt: skip
+    overrides.update(
+        {
+            flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_"))
+            for flag in names
+            if getattr(args, flag[2:].replace("-", "_")) is not None
+        }
+    )
     return DQNConfig.for_family(family, **overrides)
 
 
-def simulate(env_id: str, env_kwargs: dict[str, Any], *, delay: int, episodes: int, seed: int, out: Path,
-             dqn_argv: Sequence[str] = (), learn_every: int | None = None) -> dict[str, Any]:
+def simulate(
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    *,
+    delay: int,
+    episodes: int,
+    seed: int,
+    out: Path,
+    dqn_argv: Sequence[str] = (),
+    learn_every: int | None = None,
+) -> dict[str, Any]:
     """Train ``episodes`` episodes of the authors' delay simulation at ``delay`` steps into ``out``;
     returns the summary it writes. ``learn_every``: an update per this many steps (default: the
     DQN settings' ``updates_per_transition``, 1 when it is 0)."""
@@ -100,9 +124,13 @@ def simulate(env_id: str, env_kwargs: dict[str, Any], *, delay: int, episodes: i
     target = copy.deepcopy(online)
     optimiser = torch.optim.Adam(online.parameters(), lr=cfg.lr)
     capacity = cfg.replay_capacity
-    store = {"obs": np.zeros((capacity, *obs.shape), obs.dtype), "next": np.zeros((capacity, *obs.shape), obs.dtype),
-             "action": np.zeros(capacity, np.int64), "reward": np.zeros(capacity, np.float32),
-             "done": np.zeros(capacity, np.float32)}  # fmt: skip
+    store = {
+        "obs": np.zeros((capacity, *obs.shape), obs.dtype),
+        "next": np.zeros((capacity, *obs.shape), obs.dtype),
+        "action": np.zeros(capacity, np.int64),
+        "reward": np.zeros(capacity, np.float32),
+        "done": np.zeros(capacity, np.float32),
+    }
     size = head = steps = updates = 0
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
@@ -138,7 +166,10 @@ def simulate(env_id: str, env_kwargs: dict[str, Any], *, delay: int, episodes: i
                     q = q_of(store["obs"][idx], online).gather(1, torch.as_tensor(store["action"][idx])[:, None])[:, 0]
                     with torch.no_grad():
                         best = q_of(store["next"][idx], target).max(1).values
-                        goal = torch.as_tensor(store["reward"][idx]) + cfg.gamma * (1 - torch.as_tensor(store["done"][idx])) * best
+                        goal = (
+                            torch.as_tensor(store["reward"][idx])
+                            + cfg.gamma * (1 - torch.as_tensor(store["done"][idx])) * best
+                        )
                     loss = torch.nn.functional.smooth_l1_loss(q, goal)
                     optimiser.zero_grad()
                     loss.backward()
@@ -154,9 +185,17 @@ def simulate(env_id: str, env_kwargs: dict[str, Any], *, delay: int, episodes: i
         writer = csv.DictWriter(f, fieldnames=["episode", "return", "ticks"])
         writer.writeheader()
         writer.writerows(rows)
-    summary = {"delay_start": "zeros", "inaction_fraction": 0.0, "delay_mean_ticks": float(delay), "n_inference": None,
-               "updates": updates, "ticks": steps, "wall_s": round(time.monotonic() - t0, 2), "complete": True,
-               "episodes": len(rows)}  # fmt: skip
+    summary = {
+        "delay_start": "zeros",
+        "inaction_fraction": 0.0,
+        "delay_mean_ticks": float(delay),
+        "n_inference": None,
+        "updates": updates,
+        "ticks": steps,
+        "wall_s": round(time.monotonic() - t0, 2),
+        "complete": True,
+        "episodes": len(rows),
+    }
     (out / "summary.json").write_text(json.dumps(summary) + "\n")
     return summary
 
@@ -174,8 +213,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     args, rest = p.parse_known_args(argv)
     try:
-        simulate(args.env, parse_env_args(args.env_arg), delay=args.delay, episodes=args.episodes, seed=args.seed,
-                 out=Path(args.out), dqn_argv=rest, learn_every=args.learn_every)  # fmt: skip
+        simulate(
+            args.env,
+            parse_env_args(args.env_arg),
+            delay=args.delay,
+            episodes=args.episodes,
+            seed=args.seed,
+            out=Path(args.out),
+            dqn_argv=rest,
+            learn_every=args.learn_every,
+        )
     except ValueError as exc:
         print(f"delaysim: {exc}", file=sys.stderr)
         return 2

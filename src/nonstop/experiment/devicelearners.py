@@ -86,9 +86,18 @@ def device_learners(run: "Run", budget: "RestartBudget") -> "DeviceLearners":
     from nonstop.learning.devicelearner import DeviceLearner, DeviceLearners
 
     cfg = run.cfg
-    learner = DeviceLearner(run.spec.obs_shape, run.spec.action_space, run.settings, device_state_of(run), run.state,
-                            run.weights, run.replay, seed=cfg.seed * 7,  # learner 0's sampling seed, as on the host
-                            publish_host=cfg.inference_backend not in DEVICE_FED_BACKENDS)  # fmt: skip
+    learner = DeviceLearner(
+        run.spec.obs_shape,
+        run.spec.action_space,
+        run.settings,
+        device_state_of(run),
+        run.state,
+        run.weights,
+        run.replay,
+        seed=cfg.seed * 7,  # learner 0's sampling seed, as on the host
+        publish_host=cfg.inference_backend not in DEVICE_FED_BACKENDS,
+    )
     tau_l = cfg.tau_l if cfg.tau_l is not None else run.tau_m
-    return DeviceLearners(learner, run.world.clock, run.tau_m, tau_l=tau_l, mode=cfg.learner_mode,
-                          restart_budget=budget)  # fmt: skip
+    return DeviceLearners(
+        learner, run.world.clock, run.tau_m, tau_l=tau_l, mode=cfg.learner_mode, restart_budget=budget
+    )

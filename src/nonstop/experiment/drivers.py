@@ -34,8 +34,16 @@ _NEXT_OBSERVATION: Final = 2e-4  # on the wall clock, how long after a deadline 
 class InferencePart(Part):
     """An `InferencePool` driving one seat: N_I workers, each with a policy from ``policy(i)``."""
 
-    def __init__(self, name: str, policy: Callable[[int], Any], n_inference: int | str, *, seat: str | None,
-                 mark_start: bool = False, inflight: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        name: str,
+        policy: Callable[[int], Any],
+        n_inference: int | str,
+        *,
+        seat: str | None,
+        mark_start: bool = False,
+        inflight: Any = None,
+    ) -> None:
         self.name, self.policy, self.n_inference, self.seat = name, policy, n_inference, seat
         self.mark_start = mark_start
         self.inflight = inflight  # the learner's action buffer (--delay-aware), else None
@@ -50,8 +58,15 @@ class InferencePart(Part):
 
         rule = scheduler(run.cfg, self.n_inference)  # its name, or built with the run's scheduler settings
         n_inference = None if not isinstance(rule, str) else self.n_inference
-        self.pool = InferencePool(run.world, self.policy, rule, n_inference=n_inference,
-                                  restart_budget=run.restart_budget(), seat=self.seat, inflight=self.inflight)  # fmt: skip
+        self.pool = InferencePool(
+            run.world,
+            self.policy,
+            rule,
+            n_inference=n_inference,
+            restart_budget=run.restart_budget(),
+            seat=self.seat,
+            inflight=self.inflight,
+        )
         self.pool.start()
         if self.mark_start:  # the world ticked (β) while the workers started: the summary says how long
             run.world.annotate("agents_started_at_tick", int(run.world.slot.read().tick))
@@ -138,8 +153,17 @@ class LearnersPart(Part):
 def StaggeredDriver(run: "Run", *, seat: str | None) -> list[Part]:
     """Staggered workers on ``seat`` and the asynchronous learners beside them."""
     policy = lookup("policy_backend", run.cfg.inference_backend)
-    return [InferencePart("pool", lambda i: policy(run, i), run.n_inference, seat=seat, mark_start=True,
-                          inflight=run.learning.inflight), LearnersPart()]  # fmt: skip
+    return [
+        InferencePart(
+            "pool",
+            lambda i: policy(run, i),
+            run.n_inference,
+            seat=seat,
+            mark_start=True,
+            inflight=run.learning.inflight,
+        ),
+        LearnersPart(),
+    ]
 
 
 def SequentialDriver(run: "Run", *, seat: str | None) -> list[Part]:
@@ -200,7 +224,9 @@ class SequentialLearningAgent:
             apply(run.state, run.weights, out[0], out[1], run.settings)
         # an update takes what it took (the wall clock's time; none of the virtual clock's), then ``tau_l``;
         # with none given, τ_M stands in for an update the virtual clock cannot measure
-        t = _caught_up(clock, t) + (self.tau_l if self.tau_l > 0 else clock.unmeasured(run.tau_m if out is not None else 0.0))
+        t = _caught_up(clock, t) + (
+            self.tau_l if self.tau_l > 0 else clock.unmeasured(run.tau_m if out is not None else 0.0)
+        )
         if t > clock.now():
             yield t
         return _caught_up(clock, t)
@@ -240,8 +266,14 @@ class SequentialLearningAgent:
                 if t > clock.now():
                     yield t
             t = _caught_up(clock, t)
-            queue.submit(decision.action, obs_tick=latest.tick, episode=latest.episode, worker=0,
-                         tau_theta=t - started, submit_time=t)  # fmt: skip
+            queue.submit(
+                decision.action,
+                obs_tick=latest.tick,
+                episode=latest.episode,
+                worker=0,
+                tau_theta=t - started,
+                submit_time=t,
+            )
             if self.order == "infer_then_learn":
                 t = yield from self._learn(t)
 

@@ -64,8 +64,12 @@ class RunEnd:
         return world is not None and world.running
 
     def as_dict(self) -> dict[str, Any]:
-        return {"complete": self.complete, "interrupted": self.exit_code in (130, 143), "reason": self.reason,
-                **({"notes": self.notes} if self.notes else {})}  # fmt: skip
+        return {
+            "complete": self.complete,
+            "interrupted": self.exit_code in (130, 143),
+            "reason": self.reason,
+            **({"notes": self.notes} if self.notes else {}),
+        }
 
     @contextlib.contextmanager
     def second_signal_skips(self) -> Iterator[None]:
@@ -74,7 +78,11 @@ class RunEnd:
         try:
             yield
         except (KeyboardInterrupt, SystemExit) as exc:
-            self.note("final checkpoint skipped: " + ("Ctrl-C" if isinstance(exc, KeyboardInterrupt) else "SIGTERM") + " again")
+            self.note(
+                "final checkpoint skipped: "
+                + ("Ctrl-C" if isinstance(exc, KeyboardInterrupt) else "SIGTERM")
+                + " again"
+            )
             if self.complete:
                 self.failed(exc)
         except Exception as exc:  # noqa: BLE001 - the teardown must still run; the failure is reported
@@ -115,8 +123,9 @@ class Checkpointer:
         self.out, self.keep, self.warn = out, keep, warn
         self.disabled: str | None = None
 
-    def save(self, snapshot: Callable[[], dict[str, Any]], updates: int,
-             replay: Callable[[], dict[str, Any]] | None = None) -> Path | None:  # fmt: skip
+    def save(
+        self, snapshot: Callable[[], dict[str, Any]], updates: int, replay: Callable[[], dict[str, Any]] | None = None
+    ) -> Path | None:
         """Write ``snapshot()`` as the checkpoint of ``updates``; with ``replay``, the replay's arrays go
         beside it into ``replay-<updates>.npz`` (compressed, written first), which the checkpoint names
         under ``replay_file``. Keeps the newest whole checkpoints and the replays they name."""
@@ -135,8 +144,10 @@ class Checkpointer:
         except OSError as exc:
             self.disabled = exc.strerror or str(exc)
             why = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else f"{exc.strerror or exc}"
-            self.warn(f"warning: cannot write checkpoint {path.name} ({why}); checkpointing stops, the run goes on "
-                      "(the older checkpoints are intact; free space and resume from them)")  # fmt: skip
+            self.warn(
+                f"warning: cannot write checkpoint {path.name} ({why}); checkpointing stops, the run goes on "
+                "(the older checkpoints are intact; free space and resume from them)"
+            )
             return None
         return path
 

@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ['PROGRAM', 'WEIGHTS', 'META', 'export_policy']
+__all__ = ["PROGRAM", "WEIGHTS", "META", "export_policy"]
 
 
 PROGRAM = "policy.torchscript.pt"
@@ -37,13 +37,13 @@ META = "policy.json"
 #: the forward pass of each network `nonstop.learning.dqn.build_q_network` builds, in words
 _FORWARD = {
     "ImpalaResNet": "for each conv sequence (channels c): conv3x3(c, padding 1, or 0 when same_padding is false) → "
-                    "maxpool(3, padded as the conv; stride 2, or 1 in 2xDeep's sequences 2-4 and 6) → 2 × [x + conv3x3(relu(conv3x3(relu(x))))]; "
-                    "then relu → flatten → fc → relu → head",
+    "maxpool(3, padded as the conv; stride 2, or 1 in 2xDeep's sequences 2-4 and 6) → 2 × [x + conv3x3(relu(conv3x3(relu(x))))]; "
+    "then relu → flatten → fc → relu → head",
     "MLP": "flatten → (linear → relu) for each hidden width → linear",
     "DeterministicActor": "encoder (flatten; frames: the ResNet above, fc → relu → head of `features`) → actor: "
-                          "(linear → relu) for each hidden width → linear to 2·|A| → its first |A| are μ → "
-                          "tanh(μ) · scale + bias",
-}  # fmt: skip
+    "(linear → relu) for each hidden width → linear to 2·|A| → its first |A| are μ → "
+    "tanh(μ) · scale + bias",
+}
 
 
 def _recipe(model: Any, obs_shape: tuple[int, ...], n_actions: int) -> dict[str, Any]:
@@ -55,8 +55,15 @@ def _recipe(model: Any, obs_shape: tuple[int, ...], n_actions: int) -> dict[str,
         sequence = model.sequences[0]
         assert isinstance(sequence, ConvSequence), "an ImpalaResNet starts with a ConvSequence"
         first = sequence.conv
-        recipe.update(k=model.k, depth=model.depth, channels=list(impala_channels(model.k)), in_channels=first.in_channels,
-                      same_padding=first.padding == (1, 1), fc_hidden=model.fc.out_features, n_actions=n_actions)  # fmt: skip
+        recipe.update(
+            k=model.k,
+            depth=model.depth,
+            channels=list(impala_channels(model.k)),
+            in_channels=first.in_channels,
+            same_padding=first.padding == (1, 1),
+            fc_hidden=model.fc.out_features,
+            n_actions=n_actions,
+        )
     else:
         linears = [m for m in model.modules() if type(m).__name__ == "Linear"]
         recipe.update(widths=[linears[0].in_features, *(m.out_features for m in linears)])
@@ -86,8 +93,9 @@ def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dic
     algo_class = lookup("algo", cfg.algo)  # a run written before --algo is a DQN run
     settings = getattr(cfg, algo_class.settings_field)
     if settings is None:  # a run writes the settings it resolved into config.json
-        raise ValueError(f"{root}/config.json has no {algo_class.name.upper()} settings: it was not written by "
-                         "`nonstop train`")  # fmt: skip
+        raise ValueError(
+            f"{root}/config.json has no {algo_class.name.upper()} settings: it was not written by `nonstop train`"
+        )
     ckpt = latest_checkpoint(root)
     if ckpt is None:
         raise FileNotFoundError(f"{root} has no checkpoint to export")
@@ -95,7 +103,9 @@ def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dic
     obs_space, action_space = probe.observation_space, probe.action_space
     probe.close()
     algo_class.check_spaces(obs_space, action_space, cfg.env)  # what train accepted
-    if cfg.delay_aware or getattr(algo_class, "needs_action_buffer", False):  # the actions in flight follow the observation
+    if cfg.delay_aware or getattr(
+        algo_class, "needs_action_buffer", False
+    ):  # the actions in flight follow the observation
         obs_space = delay_aware_observations(cfg, obs_space, action_space)
     obs_shape = tuple(obs_space.shape or ())
     algo = settings.algorithm(obs_shape, action_space)
@@ -103,7 +113,9 @@ def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dic
     params = ckpt.state["params"]
     n = sum(p.numel() for p in model.parameters())
     if params.numel() != n:
-        raise ValueError(f"{ckpt.path} holds {params.numel():,} parameters; the network of {root}/config.json has {n:,}")
+        raise ValueError(
+            f"{ckpt.path} holds {params.numel():,} parameters; the network of {root}/config.json has {n:,}"
+        )
     load_flat(model, params.numpy())
     model.eval()
     exported = algo.export_module(model).eval()  # the actor only, its preprocessing inside
@@ -119,29 +131,43 @@ def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dic
         with atomic_file(written["program"]) as f:
             torch.jit.save(program, f)
     state = {k: v.detach().clone().contiguous() for k, v in actor.state_dict().items()}
-    write_atomic(written["weights"], safetensors_bytes(state, metadata={"format": "pt", "network": type(actor).__name__}))
+    write_atomic(
+        written["weights"], safetensors_bytes(state, metadata={"format": "pt", "network": type(actor).__name__})
+    )
     dtype = str(obs_space.dtype)
     frames = len(obs_shape) > 1
     if dtype == "uint8" and frames:
-        preprocessing = ("float32 / 255; (H, W) frames gain a channel axis, (H, W, C) ones with C <= 4 are moved "
-                         "channels-first: the network sees (B, C, H, W) in [0, 1]")  # fmt: skip
+        preprocessing = (
+            "float32 / 255; (H, W) frames gain a channel axis, (H, W, C) ones with C <= 4 are moved "
+            "channels-first: the network sees (B, C, H, W) in [0, 1]"
+        )
     else:
         preprocessing = "cast to float32"
     own = algo.export_meta(model)
     meta = {
         "format": "nonstop-policy/1",
-        "program": PROGRAM, "weights": WEIGHTS,
-        "input": {"name": "obs", "shape": list(obs_shape), "dtype": dtype,
-                  "batch": "optional leading axis: (B, *shape) gives B rows of output, one observation gives 1",
-                  "preprocessing": preprocessing + " (inside the program; do it yourself with the safetensors weights)"},
+        "program": PROGRAM,
+        "weights": WEIGHTS,
+        "input": {
+            "name": "obs",
+            "shape": list(obs_shape),
+            "dtype": dtype,
+            "batch": "optional leading axis: (B, *shape) gives B rows of output, one observation gives 1",
+            "preprocessing": preprocessing + " (inside the program; do it yourself with the safetensors weights)",
+        },
         "output": own["output"],
         "action_space": own["action_space"],
         "layers": _recipe(actor, obs_shape, int(getattr(action_space, "n", 0))),
-        "env": cfg.env, "env_kwargs": cfg.env_kwargs, "obs_shape": list(obs_shape),
+        "env": cfg.env,
+        "env_kwargs": cfg.env_kwargs,
+        "obs_shape": list(obs_shape),
         **{k: v for k, v in own.items() if k not in ("output", "action_space")},
-        "network": type(actor).__name__, "algo": algo.name, algo.name: settings.to_dict(),
-        "checkpoint": ckpt.path.name, "updates": ckpt.updates,
-    }  # fmt: skip
+        "network": type(actor).__name__,
+        "algo": algo.name,
+        algo.name: settings.to_dict(),
+        "checkpoint": ckpt.path.name,
+        "updates": ckpt.updates,
+    }
     write_atomic(written["meta"], (json.dumps(meta, indent=2, default=str) + "\n").encode())
     return {"written": {k: str(v) for k, v in written.items()}, **meta}
 
@@ -154,5 +180,7 @@ def delay_aware_observations(cfg: Any, obs_space: Any, action_space: Any) -> Any
     from nonstop.policies.latency import parse_latency
 
     tick_hz = env_info(cfg.env, **cfg.env_kwargs).tick_hz
-    space, _ = delay_aware_space(obs_space, action_space, parse_latency(cfg.latency, tick_hz=tick_hz).max_hint, 1.0 / tick_hz)
+    space, _ = delay_aware_space(
+        obs_space, action_space, parse_latency(cfg.latency, tick_hz=tick_hz).max_hint, 1.0 / tick_hz
+    )
     return space

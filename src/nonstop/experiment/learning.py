@@ -53,8 +53,12 @@ class LearningCore(Part):
         n_params = sum(p.numel() for p in model.parameters())
         self._unlink: list[Any] = []
         try:
-            self.replay = ReplayBuffer.create(capacity=self.settings.replay_capacity, obs_shape=self.obs_shape,
-                                              dtype=spec.obs_space.dtype, action_shape=self.algorithm.action_shape)  # fmt: skip
+            self.replay = ReplayBuffer.create(
+                capacity=self.settings.replay_capacity,
+                obs_shape=self.obs_shape,
+                dtype=spec.obs_space.dtype,
+                action_shape=self.algorithm.action_shape,
+            )
             self._unlink.append(self.replay.unlink)
             self.state = TrainingState.create(n_params)
             self._unlink.append(self.state.unlink)
@@ -67,10 +71,15 @@ class LearningCore(Part):
         self.weights.exploration = self.algorithm.exploration(0, self.state.params)
         history = max(256, 4 * math.ceil(run.latency.max_hint / spec.tau_m) + 64)
         #: ``--delay-aware``: the learner's pool's action buffer, which the recorder reads (None: off)
-        self.inflight, self.recorder = in_flight_recorder(run.spec.inflight_k, self.action_space, self.replay,
-                                                          gamma=self.settings.gamma, history=history,
-                                                          action_start=self.algorithm.action_start,
-                                                          framing=getattr(self.algorithm, "reward_framing", "action"))  # fmt: skip
+        self.inflight, self.recorder = in_flight_recorder(
+            run.spec.inflight_k,
+            self.action_space,
+            self.replay,
+            gamma=self.settings.gamma,
+            history=history,
+            action_start=self.algorithm.action_start,
+            framing=getattr(self.algorithm, "reward_framing", "action"),
+        )
         #: whether `load_state_dict` found the replay in the checkpoint
         self.replay_restored = False
         #: called before the host's parameters are read (a learner that keeps them elsewhere writes them back)
@@ -92,8 +101,17 @@ class LearningCore(Part):
 
     def learner(self, i: int) -> Learner:
         """Learner ``i`` of this run (each with its own sampling seed)."""
-        return Learner(i, self.obs_shape, self.action_space, self.settings, self.state, self.weights, self.replay,
-                       seed=self.seed * 7 + i, device=self.device)  # fmt: skip
+        return Learner(
+            i,
+            self.obs_shape,
+            self.action_space,
+            self.settings,
+            self.state,
+            self.weights,
+            self.replay,
+            seed=self.seed * 7 + i,
+            device=self.device,
+        )
 
     def current_params(self) -> np.ndarray:
         """One whole published version of the parameters, even while learners publish."""
@@ -122,9 +140,11 @@ class LearningCore(Part):
         snap: dict[str, Any] = {
             "updates": state.updates,
             "target_version": state.target_version // 2 * 2,
-            "params": t(self.current_params()), "adam_m": t(state.adam_m), "adam_v": t(state.adam_v),
+            "params": t(self.current_params()),
+            "adam_m": t(state.adam_m),
+            "adam_v": t(state.adam_v),
             "target": t(state.target),
-        }  # fmt: skip
+        }
         if include_replay:  # taken while the host may write: see ReplayBuffer.snapshot
             snap["replay"] = {name: torch.from_numpy(a) for name, a in self.replay.snapshot().items()}
         return snap

@@ -93,8 +93,15 @@ class ProgressRows:
         out = []
         run = self.run
         for i, end_tick, ret, length in run.replay.episodes_since(self.seen_episodes):
-            out.append({"episode": run.episode_offset + i, "end_tick": run.tick_offset + end_tick,
-                        "wall_s": round(time.monotonic() - self.wall0, 3), "return": ret, "length_ticks": length})  # fmt: skip
+            out.append(
+                {
+                    "episode": run.episode_offset + i,
+                    "end_tick": run.tick_offset + end_tick,
+                    "wall_s": round(time.monotonic() - self.wall0, 3),
+                    "return": ret,
+                    "length_ticks": length,
+                }
+            )
             self.returns.append(ret)
         self.seen_episodes = run.replay.episodes_finished
         return out

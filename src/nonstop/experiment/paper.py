@@ -52,8 +52,20 @@ import numpy as np
 
 from nonstop.experiment.sweep import GAMES, INTERACTIONS, PAPER_SIZES, env_available, plot, t_quantile_95
 
-__all__ = ["BUDGET_NAMES", "FIGURES", "HUMAN_SCORES", "Figure", "MissingInput", "NotOffered", "beta_returns", "check_inputs",
-           "encounter_series", "figure", "figure_listing", "run_figure"]  # fmt: skip
+__all__ = [
+    "BUDGET_NAMES",
+    "FIGURES",
+    "HUMAN_SCORES",
+    "Figure",
+    "MissingInput",
+    "NotOffered",
+    "beta_returns",
+    "check_inputs",
+    "encounter_series",
+    "figure",
+    "figure_listing",
+    "run_figure",
+]
 
 BUDGET_NAMES: Final = ("tiny", "small", "paper")
 
@@ -106,95 +118,223 @@ _PAIR: Final = ("--interactions", "staggered,sequential")
 _ZEROS: Final = ("--delay-start", "zeros")
 _ATARI: Final = "Boxing,Krull,NameThisGame"
 _DEEP: Final = ("--arch", "impala,2xdeep")
-_NSTAR: Final = ("bench", "nstar", "--latency", "egreedy", "--sigma", "0,0.5", "--scheduler", "max_time,exp_time",
-                 "--return-seeds", "0", "--tau-theta-max", "declared,cold")  # fmt: skip
+_NSTAR: Final = (
+    "bench",
+    "nstar",
+    "--latency",
+    "egreedy",
+    "--sigma",
+    "0,0.5",
+    "--scheduler",
+    "max_time,exp_time",
+    "--return-seeds",
+    "0",
+    "--tau-theta-max",
+    "declared,cold",
+)
 #: Figure 7's further data: the forward pass's jitter swept at ε 0 (the search, as the authors start), and
 #: Algorithms 1 and 2 at the same N on both clocks (the wall clock holds whole-tick phases, `TickPhases`)
-_NSTAR_ONE: Final = ("bench", "nstar", "--latency", "egreedy", "--sigma", "0", "--scheduler", "max_time,exp_time",
-                     "--return-seeds", "0", "--tau-theta", "5", "--tau-theta-max", "declared")  # fmt: skip
+_NSTAR_ONE: Final = (
+    "bench",
+    "nstar",
+    "--latency",
+    "egreedy",
+    "--sigma",
+    "0",
+    "--scheduler",
+    "max_time,exp_time",
+    "--return-seeds",
+    "0",
+    "--tau-theta",
+    "5",
+    "--tau-theta-max",
+    "declared",
+)
 
 
 def _nstar_more(quick: bool, wall_workers: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     q = ("--quick",) if quick else ()
-    return (("jitter", (*_NSTAR_ONE, "--jitter", "0.001,0.01,0.05", *q)),
-            ("clocks", (*_NSTAR_ONE, "--at-workers", "6,10", *q)),
-            ("clocks", (*_NSTAR_ONE, "--clock", "wall", "--at-workers", wall_workers, *q)))  # fmt: skip
+    return (
+        ("jitter", (*_NSTAR_ONE, "--jitter", "0.001,0.01,0.05", *q)),
+        ("clocks", (*_NSTAR_ONE, "--at-workers", "6,10", *q)),
+        ("clocks", (*_NSTAR_ONE, "--clock", "wall", "--at-workers", wall_workers, *q)),
+    )
+
+
 _NLSTAR: Final = ("bench", "nlstar", "--backend", "ray", "--batch", "16,32,64")
 
 
 def _pokemon(k: str, interactions: tuple[str, ...], paper_seeds: str) -> dict[str, tuple[str, ...]]:
-    return {"tiny": _sweep("small", _POKEMON, "--sizes", k, *interactions, "--seeds", "1", "--episodes", "2"),
-            "small": _sweep("small", _POKEMON, "--sizes", k, *interactions, "--seeds", "2", "--episodes", "20"),
-            "paper": _sweep("paper", _POKEMON, "--sizes", k, *interactions, "--seeds", paper_seeds)}  # fmt: skip
+    return {
+        "tiny": _sweep("small", _POKEMON, "--sizes", k, *interactions, "--seeds", "1", "--episodes", "2"),
+        "small": _sweep("small", _POKEMON, "--sizes", k, *interactions, "--seeds", "2", "--episodes", "20"),
+        "paper": _sweep("paper", _POKEMON, "--sizes", k, *interactions, "--seeds", paper_seeds),
+    }
 
 
 _POKEMON_COSTS: Final = {"tiny": "a few min with ROM and states", "small": "hours", "paper": "a cluster's days"}
 
-FIGURES: Final[dict[int, Figure]] = {f.number: f for f in (
-    Figure(4, "Pokémon Blue: battles won and wild Pokémon caught over time at 100M (k = 29, 70 ticks): sequential "
-              "(infer-then-learn), learn-then-infer, staggered, and a parallel-learning baseline (33x batch, 33x fewer updates)",
-           "staggered asynchronous inference and learning win the most battles and catch the most Pokémon over time",
-           "over_time", _pokemon("29", _FIG4_INTERACTIONS, "3"), _POKEMON_COSTS),
-    Figure(5, "Tetris: mean episodic return vs model size (1M-1B), staggered (Algorithm 1) vs one inference process",
-           "sequential cannot beat random from 1M parameters on; staggered keeps a higher reward rate past 1B",
-           "returns", {"tiny": _sweep("small", "Tetris", "--sizes", "1,29", *_PAIR, *_ZEROS, "--seeds", "1", "--episodes", "1"),
-                       "small": _sweep("small", "Tetris", *_PAIR, *_ZEROS, "--seeds", "1", "--episodes", "5"),
-                       "paper": _sweep("paper", "Tetris", *_PAIR, *_ZEROS)},
-           {"tiny": "a few min with a ROM", "small": "~1 h", "paper": "a cluster's weeks"}),
-    Figure(6, "Atari Boxing, Krull, NameThisGame: mean episodic return vs model size, staggered vs sequential, the "
-              "2xDeep curve, and β's noop and random returns as lines",
-           "staggered beats sequential at every size past 1M, more so for 2xDeep; how much return survives delay "
-           "depends on the game (Krull keeps human level, Boxing does not)",
-           "returns", {"tiny": _sweep("tiny", "delay-world", "--sizes", "1,29", *_DEEP, "--deep-sizes", "0.75,18.5",
-                                      *_ZEROS, "--seeds", "1", "--episodes", "2"),
-                       "small": _sweep("small", "Boxing", "--sizes", "1,29", *_DEEP, "--deep-sizes", "0.75,18.5",
-                                       *_ZEROS, "--seeds", "1", "--episodes", "1"),
-                       "paper": _sweep("paper", _ATARI, *_DEEP, *_ZEROS)},
-           {"tiny": "~1-2 min (the delay world stands in for Atari)", "small": "~1-2 h (Boxing, one episode, eps ~0.9)",
-            "paper": "a cluster's weeks (~80 h per Boxing cell on a core)"}),
-    Figure(7, "N_I* vs mean inference time and vs model size, Algorithm 1 (max_time) vs 2 (exp_time), an eps-greedy "
-              "policy at eps 0 and 0.5 (random actions are fast: variance)",
-           "N_I* grows about linearly with tau_theta and |theta|; at eps 0 both algorithms match, at eps 0.5 "
-           "Algorithm 2 needs fewer",
-           "nstar", {"tiny": (*_NSTAR, "--quick", "--tau-theta", "5,5.5,8"),
-                     "small": (*_NSTAR, "--tau-theta", "5,5.5,8,70"),
-                     "paper": (*_NSTAR, "--tau-theta", "5,5.5,8,70,596")},
-           {"tiny": "~3 min (2 of them the wall clock's)", "small": "~20 min", "paper": "~1-2 h"},
-           more={"tiny": _nstar_more(True, "6"), "small": _nstar_more(False, "6,10"),
-                 "paper": _nstar_more(False, "6,10")}),
-    Figure(8, "N_L* vs learning time per transition and vs model size, three batch sizes, learners past the local "
-              "cores on Ray actors",
-           "N_L* grows about linearly with tau_L and |theta|; larger batches need fewer learners",
-           "nlstar", {"tiny": (*_NLSTAR, "--k", "1,3", "--window", "2", "--max-learners", "4"),
-                      "small": (*_NLSTAR, "--k", "1,2,4", "--window", "5", "--max-learners", "6"),
-                      "paper": (*_NLSTAR, "--k", "1,7,29", "--window", "10", "--max-learners", "64")},
-           {"tiny": "~5-8 min", "small": "~30-60 min", "paper": "a Ray cluster (--ray-address)"}),
-    Figure(11, "Figure 4 at 1M (k = 1, 5 ticks): staggered vs sequential",
-           "little difference: the game takes up to 17 frames to register an action", "over_time",
-           _pokemon("1", _PAIR, "10"), _POKEMON_COSTS),
-    Figure(12, "Figure 4 at 10M (k = 7, 8 ticks): staggered vs sequential",
-           "little difference below the 17-frame response time", "over_time", _pokemon("7", _PAIR, "10"), _POKEMON_COSTS),
-    Figure(13, "Figure 4 at 100M against non-noop actions taken instead of time",
-           "per non-noop action, sequential and staggered progress alike (no significant difference)",
-           "over_actions", _pokemon("29", _PAIR, "3"), _POKEMON_COSTS),
-    Figure(14, "Figure 6 with Rainbow learning instead of DQN", "the same trend as DQN", "none",
-           why_not="nonstop learns with DQN only: no distributional (C51), noisy-net, dueling or n-step learner, so "
-                   "Rainbow is not offered (and a DQN run under its name would be a different figure); "
-                   "`nonstop paper 6` is the DQN figure in the same setting"),
-)}  # fmt: skip
+FIGURES: Final[dict[int, Figure]] = {
+    f.number: f
+    for f in (
+        Figure(
+            4,
+            "Pokémon Blue: battles won and wild Pokémon caught over time at 100M (k = 29, 70 ticks): sequential "
+            "(infer-then-learn), learn-then-infer, staggered, and a parallel-learning baseline (33x batch, 33x fewer updates)",
+            "staggered asynchronous inference and learning win the most battles and catch the most Pokémon over time",
+            "over_time",
+            _pokemon("29", _FIG4_INTERACTIONS, "3"),
+            _POKEMON_COSTS,
+        ),
+        Figure(
+            5,
+            "Tetris: mean episodic return vs model size (1M-1B), staggered (Algorithm 1) vs one inference process",
+            "sequential cannot beat random from 1M parameters on; staggered keeps a higher reward rate past 1B",
+            "returns",
+            {
+                "tiny": _sweep(
+                    "small", "Tetris", "--sizes", "1,29", *_PAIR, *_ZEROS, "--seeds", "1", "--episodes", "1"
+                ),
+                "small": _sweep("small", "Tetris", *_PAIR, *_ZEROS, "--seeds", "1", "--episodes", "5"),
+                "paper": _sweep("paper", "Tetris", *_PAIR, *_ZEROS),
+            },
+            {"tiny": "a few min with a ROM", "small": "~1 h", "paper": "a cluster's weeks"},
+        ),
+        Figure(
+            6,
+            "Atari Boxing, Krull, NameThisGame: mean episodic return vs model size, staggered vs sequential, the "
+            "2xDeep curve, and β's noop and random returns as lines",
+            "staggered beats sequential at every size past 1M, more so for 2xDeep; how much return survives delay "
+            "depends on the game (Krull keeps human level, Boxing does not)",
+            "returns",
+            {
+                "tiny": _sweep(
+                    "tiny",
+                    "delay-world",
+                    "--sizes",
+                    "1,29",
+                    *_DEEP,
+                    "--deep-sizes",
+                    "0.75,18.5",
+                    *_ZEROS,
+                    "--seeds",
+                    "1",
+                    "--episodes",
+                    "2",
+                ),
+                "small": _sweep(
+                    "small",
+                    "Boxing",
+                    "--sizes",
+                    "1,29",
+                    *_DEEP,
+                    "--deep-sizes",
+                    "0.75,18.5",
+                    *_ZEROS,
+                    "--seeds",
+                    "1",
+                    "--episodes",
+                    "1",
+                ),
+                "paper": _sweep("paper", _ATARI, *_DEEP, *_ZEROS),
+            },
+            {
+                "tiny": "~1-2 min (the delay world stands in for Atari)",
+                "small": "~1-2 h (Boxing, one episode, eps ~0.9)",
+                "paper": "a cluster's weeks (~80 h per Boxing cell on a core)",
+            },
+        ),
+        Figure(
+            7,
+            "N_I* vs mean inference time and vs model size, Algorithm 1 (max_time) vs 2 (exp_time), an eps-greedy "
+            "policy at eps 0 and 0.5 (random actions are fast: variance)",
+            "N_I* grows about linearly with tau_theta and |theta|; at eps 0 both algorithms match, at eps 0.5 "
+            "Algorithm 2 needs fewer",
+            "nstar",
+            {
+                "tiny": (*_NSTAR, "--quick", "--tau-theta", "5,5.5,8"),
+                "small": (*_NSTAR, "--tau-theta", "5,5.5,8,70"),
+                "paper": (*_NSTAR, "--tau-theta", "5,5.5,8,70,596"),
+            },
+            {"tiny": "~3 min (2 of them the wall clock's)", "small": "~20 min", "paper": "~1-2 h"},
+            more={
+                "tiny": _nstar_more(True, "6"),
+                "small": _nstar_more(False, "6,10"),
+                "paper": _nstar_more(False, "6,10"),
+            },
+        ),
+        Figure(
+            8,
+            "N_L* vs learning time per transition and vs model size, three batch sizes, learners past the local "
+            "cores on Ray actors",
+            "N_L* grows about linearly with tau_L and |theta|; larger batches need fewer learners",
+            "nlstar",
+            {
+                "tiny": (*_NLSTAR, "--k", "1,3", "--window", "2", "--max-learners", "4"),
+                "small": (*_NLSTAR, "--k", "1,2,4", "--window", "5", "--max-learners", "6"),
+                "paper": (*_NLSTAR, "--k", "1,7,29", "--window", "10", "--max-learners", "64"),
+            },
+            {"tiny": "~5-8 min", "small": "~30-60 min", "paper": "a Ray cluster (--ray-address)"},
+        ),
+        Figure(
+            11,
+            "Figure 4 at 1M (k = 1, 5 ticks): staggered vs sequential",
+            "little difference: the game takes up to 17 frames to register an action",
+            "over_time",
+            _pokemon("1", _PAIR, "10"),
+            _POKEMON_COSTS,
+        ),
+        Figure(
+            12,
+            "Figure 4 at 10M (k = 7, 8 ticks): staggered vs sequential",
+            "little difference below the 17-frame response time",
+            "over_time",
+            _pokemon("7", _PAIR, "10"),
+            _POKEMON_COSTS,
+        ),
+        Figure(
+            13,
+            "Figure 4 at 100M against non-noop actions taken instead of time",
+            "per non-noop action, sequential and staggered progress alike (no significant difference)",
+            "over_actions",
+            _pokemon("29", _PAIR, "3"),
+            _POKEMON_COSTS,
+        ),
+        Figure(
+            14,
+            "Figure 6 with Rainbow learning instead of DQN",
+            "the same trend as DQN",
+            "none",
+            why_not="nonstop learns with DQN only: no distributional (C51), noisy-net, dueling or n-step learner, so "
+            "Rainbow is not offered (and a DQN run under its name would be a different figure); "
+            "`nonstop paper 6` is the DQN figure in the same setting",
+        ),
+    )
+}
 
 
 def figure(number: int) -> Figure:
     if number not in FIGURES:
-        raise ValueError(f"FIG must be one of {', '.join(map(str, FIGURES))} (the paper's figures nonstop maps), got {number}")
+        raise ValueError(
+            f"FIG must be one of {', '.join(map(str, FIGURES))} (the paper's figures nonstop maps), got {number}"
+        )
     return FIGURES[number]
 
 
 def figure_listing() -> list[dict[str, Any]]:
     """Each figure: what it shows, what the paper found, its command and cost per budget."""
-    return [{"figure": f.number, "shows": f.shows, "paper": f.paper, "offered": f.kind != "none",
-             "commands": {b: "nonstop " + " ".join(f.command(b)) for b in BUDGET_NAMES if f.command(b)},
-             "costs": f.costs, "why_not": f.why_not or None} for f in FIGURES.values()]  # fmt: skip
+    return [
+        {
+            "figure": f.number,
+            "shows": f.shows,
+            "paper": f.paper,
+            "offered": f.kind != "none",
+            "commands": {b: "nonstop " + " ".join(f.command(b)) for b in BUDGET_NAMES if f.command(b)},
+            "costs": f.costs,
+            "why_not": f.why_not or None,
+        }
+        for f in FIGURES.values()
+    ]
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -231,13 +371,17 @@ def _missing(game: str, kvs: Sequence[str]) -> list[str]:
     except RomError as error:
         titles = " or ".join(repr(t) for t in spec.titles)
         found = f"; {str(error).partition(':')[0]}" if "rom" in given else ""
-        out.append(f"your {spec.name.removesuffix('Battle').removesuffix('Catch')} ROM (a .gb whose header title is "
-                   f"{titles}{found}): set NONSTOP_ROMS=DIR or pass --game-arg GAME:rom=PATH")  # fmt: skip
+        out.append(
+            f"your {spec.name.removesuffix('Battle').removesuffix('Catch')} ROM (a .gb whose header title is "
+            f"{titles}{found}): set NONSTOP_ROMS=DIR or pass --game-arg GAME:rom=PATH"
+        )
     if pyboy_problem():
         out.append(pyboy_problem())
     if spec.start == "state" and "state" not in given:
         where = "a battle" if game == "PokemonBattle" else "a wild encounter"
-        out.append(f"a save state at the start of {where}: --game-arg {game}:state=PATH (`nonstop gameboy record-state`)")
+        out.append(
+            f"a save state at the start of {where}: --game-arg {game}:state=PATH (`nonstop gameboy record-state`)"
+        )
     return out or [f"{game} (it cannot run here)"]
 
 
@@ -264,8 +408,15 @@ def _run_json(argv: Sequence[str], log: Path) -> dict[str, Any]:
     return document
 
 
-def run_figure(number: int, budget: str, out: Path, *, game_args: dict[str, list[str]] | None = None,
-               extra: Sequence[str] = (), available: Any = None) -> dict[str, Any]:
+def run_figure(
+    number: int,
+    budget: str,
+    out: Path,
+    *,
+    game_args: dict[str, list[str]] | None = None,
+    extra: Sequence[str] = (),
+    available: Any = None,
+) -> dict[str, Any]:
     """Make figure ``number`` at ``budget`` into ``out``; returns its document (also ``out/figN.json``).
     ``extra``: more flags for the command it runs (e.g. ``--ray-address``)."""
     from nonstop.metrics.limits import machine_info
@@ -274,7 +425,9 @@ def run_figure(number: int, budget: str, out: Path, *, game_args: dict[str, list
     game_args = game_args or {}
     check_inputs(fig, budget, game_args, available)
     out.mkdir(parents=True, exist_ok=True)
-    argv = list(fig.command(budget)) + [a for g, kvs in game_args.items() for kv in kvs for a in ("--game-arg", f"{g}:{kv}")]
+    argv = list(fig.command(budget)) + [
+        a for g, kvs in game_args.items() for kv in kvs for a in ("--game-arg", f"{g}:{kv}")
+    ]
     argv += list(extra)
     if argv[0] == "sweep":
         argv += ["--out", str(out / f"fig{number}-sweep")]
@@ -288,14 +441,31 @@ def run_figure(number: int, budget: str, out: Path, *, game_args: dict[str, list
     for i, (part, more) in enumerate(fig.more.get(budget, ())):
         more_argv = [*more, *extra, "--plot", ""]
         got = _run_json(more_argv, out / "logs" / f"fig{number}-{part}{i}.log")
-        source["rows"] = source.get("rows", []) + [{**r, "part": part, "clock": got.get("clock")} for r in got.get("rows", [])]
+        source["rows"] = source.get("rows", []) + [
+            {**r, "part": part, "clock": got.get("clock")} for r in got.get("rows", [])
+        ]
         argv += ["&&", "nonstop", *more_argv]
-    derive = {"returns": _returns, "over_time": _over_time, "over_actions": _over_time, "nstar": _nstar, "nlstar": _nlstar}
+    derive = {
+        "returns": _returns,
+        "over_time": _over_time,
+        "over_actions": _over_time,
+        "nstar": _nstar,
+        "nlstar": _nlstar,
+    }
     rows, picture = derive[fig.kind](fig, budget, source, out)
-    document = {"figure": number, "budget": budget, "shows": fig.shows, "paper": fig.paper,
-                "command": "nonstop " + " ".join(argv), "returncode": source.pop("_returncode"),
-                "wall_s": round(time.monotonic() - t0, 1), "rows": rows, "png": str(picture) if picture else None,
-                "csv": str(out / f"fig{number}.csv"), "machine": machine_info()}  # fmt: skip
+    document = {
+        "figure": number,
+        "budget": budget,
+        "shows": fig.shows,
+        "paper": fig.paper,
+        "command": "nonstop " + " ".join(argv),
+        "returncode": source.pop("_returncode"),
+        "wall_s": round(time.monotonic() - t0, 1),
+        "rows": rows,
+        "png": str(picture) if picture else None,
+        "csv": str(out / f"fig{number}.csv"),
+        "machine": machine_info(),
+    }
     _write_csv(out / f"fig{number}.csv", rows)
     (out / f"fig{number}.json").write_text(json.dumps(document, indent=1, default=str) + "\n")
     return document
@@ -318,7 +488,9 @@ def _write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 _BETA_EPISODES: Final = {"tiny": (2, 1_200), "small": (5, 20_000), "paper": (30, 200_000)}
 
 
-def beta_returns(game: str, *, episodes: int, max_ticks: int, seed: int = 0, env_args: Sequence[str] = ()) -> dict[str, float]:
+def beta_returns(
+    game: str, *, episodes: int, max_ticks: int, seed: int = 0, env_args: Sequence[str] = ()
+) -> dict[str, float]:
     """The mean episodic return of β alone in ``game``'s world: ``noop`` (the env's noop at every
     tick: the default behaviour's return, the paper's β) and ``random`` (a uniformly random agent
     action at every tick). Episodes past ``max_ticks`` are cut there (their return so far counts).
@@ -362,26 +534,64 @@ HUMAN_SCORES: Final[dict[str, float]] = {"Boxing": 4.3, "Krull": 2395.0, "NameTh
 def _returns(fig: Figure, budget: str, source: dict[str, Any], out: Path) -> tuple[list[dict[str, Any]], Path | None]:
     results = source.get("results") or []
     episodes, max_ticks = _BETA_EPISODES[budget]
-    lines = {game: beta_returns(game, episodes=episodes, max_ticks=max_ticks)
-             for game in sorted({r["game"] for r in results})}  # fmt: skip
-    rows = [{k: r.get(k) for k in ("game", "arch", "params", "k", "delay", "interaction", "mean_return", "ci95", "seeds",
-                                   "inaction_fraction", "delay_mean_ticks")} for r in results]  # fmt: skip
-    rows += [{"game": game, "interaction": f"beta_{name}", "mean_return": value, "seeds": episodes}
-             for game, by in lines.items() for name, value in by.items()]  # fmt: skip
+    lines = {
+        game: beta_returns(game, episodes=episodes, max_ticks=max_ticks)
+        for game in sorted({r["game"] for r in results})
+    }
+    rows = [
+        {
+            k: r.get(k)
+            for k in (
+                "game",
+                "arch",
+                "params",
+                "k",
+                "delay",
+                "interaction",
+                "mean_return",
+                "ci95",
+                "seeds",
+                "inaction_fraction",
+                "delay_mean_ticks",
+            )
+        }
+        for r in results
+    ]
+    rows += [
+        {"game": game, "interaction": f"beta_{name}", "mean_return": value, "seeds": episodes}
+        for game, by in lines.items()
+        for name, value in by.items()
+    ]
     for game, by in lines.items():
         if game in HUMAN_SCORES:
             by["human"] = HUMAN_SCORES[game]
             rows.append({"game": game, "interaction": "human (Mnih et al. 2015)", "mean_return": HUMAN_SCORES[game]})
-    picture = plot(results, out / f"fig{fig.number}.png", lines=lines,
-                   title=f"Figure {fig.number} (--budget {budget}): return vs model size") if results else None  # fmt: skip
+    picture = (
+        plot(
+            results,
+            out / f"fig{fig.number}.png",
+            lines=lines,
+            title=f"Figure {fig.number} (--budget {budget}): return vs model size",
+        )
+        if results
+        else None
+    )
     return rows, picture
 
 
 # ----------------------------------------------------------------------------- over time (Figs 4, 11-13)
 
 
-def encounter_series(game: str, tick: np.ndarray, episode: np.ndarray, reward: np.ndarray, source: np.ndarray,
-                     action: np.ndarray, *, noop: int = 0) -> list[dict[str, Any]]:
+def encounter_series(
+    game: str,
+    tick: np.ndarray,
+    episode: np.ndarray,
+    reward: np.ndarray,
+    source: np.ndarray,
+    action: np.ndarray,
+    *,
+    noop: int = 0,
+) -> list[dict[str, Any]]:
     """Per finished encounter (episode) of a Pokémon cell: the tick it ended, whether it was won
     (``PokemonBattle``: the last faint of the battle was the opponent's, reward +1) or caught
     (``PokemonCatch``: a +1), and the non-noop agent actions taken so far (Figure 13's axis).
@@ -409,8 +619,14 @@ def _cell_series(cell_dir: Path, game: str) -> list[dict[str, Any]]:
     from nonstop.learning.runlog import read_ticklog
 
     log = read_ticklog(cell_dir)
-    return encounter_series(game, np.asarray(log["tick"]), np.asarray(log["episode"]), np.asarray(log["reward"]),
-                            np.asarray(log["source"]), np.asarray(log["action"]).astype(int))  # fmt: skip
+    return encounter_series(
+        game,
+        np.asarray(log["tick"]),
+        np.asarray(log["episode"]),
+        np.asarray(log["reward"]),
+        np.asarray(log["source"]),
+        np.asarray(log["action"]).astype(int),
+    )
 
 
 def _over_time(fig: Figure, budget: str, source: dict[str, Any], out: Path) -> tuple[list[dict[str, Any]], Path | None]:
@@ -434,13 +650,26 @@ def _over_time(fig: Figure, budget: str, source: dict[str, Any], out: Path) -> t
             grid = np.linspace(0, end, 50)
             counts = np.array([[sum(e["success"] for e in s if e[axis] <= x) for x in grid] for s in seeds], float)
             mean = counts.mean(0)
-            ci = t_quantile_95(len(seeds) - 1) * counts.std(0, ddof=1) / math.sqrt(len(seeds)) if len(seeds) > 1 else 0 * mean
+            ci = (
+                t_quantile_95(len(seeds) - 1) * counts.std(0, ddof=1) / math.sqrt(len(seeds))
+                if len(seeds) > 1
+                else 0 * mean
+            )
             xs = grid / 59.7275 / 3600 if axis == "end_tick" else grid
             (line,) = ax.plot(xs, mean, label=interaction.replace("_", "-"))
             ax.fill_between(xs, mean - ci, mean + ci, color=line.get_color(), alpha=0.2, linewidth=0)
-            rows.append({"game": game, "interaction": interaction, "seeds": len(seeds), "x": axis, "x_end": float(end),
-                         "successes_at_end": float(mean[-1]), "ci95": float(ci[-1]),
-                         "encounters": float(np.mean([len(s) for s in seeds]))})  # fmt: skip
+            rows.append(
+                {
+                    "game": game,
+                    "interaction": interaction,
+                    "seeds": len(seeds),
+                    "x": axis,
+                    "x_end": float(end),
+                    "successes_at_end": float(mean[-1]),
+                    "ci95": float(ci[-1]),
+                    "encounters": float(np.mean([len(s) for s in seeds])),
+                }
+            )
         ax.set_xlabel("game hours" if axis == "end_tick" else "non-noop actions taken")
         ax.set_ylabel("battles won" if game == "PokemonBattle" else "wild Pokémon caught")
         ax.set_title(game)
@@ -457,7 +686,9 @@ def _over_time(fig: Figure, budget: str, source: dict[str, Any], out: Path) -> t
 # ----------------------------------------------------------------------------- N_I* and N_L* (Figs 7, 8)
 
 #: the paper's Game Boy inference ticks → the size they stand for
-_TICKS_TO_SIZE: Final = {float(v[2]): v[0] for v in PAPER_SIZES.values()} | {float(v[1]): v[0] for v in PAPER_SIZES.values()}
+_TICKS_TO_SIZE: Final = {float(v[2]): v[0] for v in PAPER_SIZES.values()} | {
+    float(v[1]): v[0] for v in PAPER_SIZES.values()
+}
 _SIZE_PARAMS: Final = {"1M": 1e6, "10M": 1e7, "100M": 1e8, "1B": 1e9}
 _ALGORITHM: Final = {"max_time": "Algorithm 1", "exp_time": "Algorithm 2"}
 
@@ -473,16 +704,30 @@ def _nstar(fig: Figure, budget: str, source: dict[str, Any], out: Path) -> tuple
     searched = [r for r in rows if r["part"] == "search"]
     keys = sorted({(r["scheduler"], r["epsilon"], r["start"]) for r in searched}, key=str)
     for (name, eps, start), marker in zip(keys, "os^vD<>p*hx"):
-        sel = sorted((r for r in searched if (r["scheduler"], r["epsilon"], r["start"]) == (name, eps, start)
-                      and r["nstar_measured"]), key=lambda r: r["tau_theta_ticks"])  # fmt: skip
+        sel = sorted(
+            (
+                r
+                for r in searched
+                if (r["scheduler"], r["epsilon"], r["start"]) == (name, eps, start) and r["nstar_measured"]
+            ),
+            key=lambda r: r["tau_theta_ticks"],
+        )
         label = f"{_ALGORITHM.get(name, name)}, ε={eps:g}, {start}"
         left.plot([r["tau_theta_ticks"] for r in sel], [r["nstar_measured"] for r in sel], marker=marker, label=label)
         sized = [r for r in sel if r["size"]]
-        right.plot([_SIZE_PARAMS[r["size"]] for r in sized], [r["nstar_measured"] for r in sized], marker=marker, label=label)
+        right.plot(
+            [_SIZE_PARAMS[r["size"]] for r in sized], [r["nstar_measured"] for r in sized], marker=marker, label=label
+        )
     left.set_xlabel("mean inference time τ̄_θ (ticks)")
     right.set_xlabel("model size |θ| (the paper's inference ticks per size)")
-    return rows, _save_pair(fig_, (left, right), "N_I*", f"Figure 7 (nonstop paper --budget {budget}): workers to act "
-                            "every tick", out / "fig7.png", legend_size=8)  # fmt: skip
+    return rows, _save_pair(
+        fig_,
+        (left, right),
+        "N_I*",
+        f"Figure 7 (nonstop paper --budget {budget}): workers to act every tick",
+        out / "fig7.png",
+        legend_size=8,
+    )
 
 
 def _nstar_row(r: dict[str, Any]) -> dict[str, Any]:
@@ -490,15 +735,26 @@ def _nstar_row(r: dict[str, Any]) -> dict[str, Any]:
     fixed-N trial set on one clock (``part`` clocks: the inaction at each N)."""
     fixed = bool(r.get("fixed_workers"))
     measured, formula = r.get("nstar_measured"), r.get("nstar_formula")
-    return {"part": r.get("part", "search"), "clock": r.get("clock"), "scheduler": r["scheduler"],
-            "algorithm": _ALGORITHM.get(r["scheduler"], r["scheduler"]),
-            # the authors' start (τ̂ from the declared maximum, workers staggered by it) or the cold start (0)
-            "start": r.get("start"), "epsilon": r.get("sigma"), "jitter": r.get("jitter"),
-            "tau_theta_ticks": r["tau_theta_ticks"], "size": _TICKS_TO_SIZE.get(float(r["tau_theta_ticks"])),
-            "nstar_measured": measured, "nstar_formula": formula, "lower_bound": r.get("lower_bound"),
-            "within_formula_plus_1": None if fixed else (measured is not None and formula is not None and measured <= formula + 1),
-            "tau_theta_max_ticks": r.get("tau_theta_max_ticks"),
-            "inaction_at_n": {int(n): v for n, v in r["trials"].items()} if fixed else None}  # fmt: skip
+    return {
+        "part": r.get("part", "search"),
+        "clock": r.get("clock"),
+        "scheduler": r["scheduler"],
+        "algorithm": _ALGORITHM.get(r["scheduler"], r["scheduler"]),
+        # the authors' start (τ̂ from the declared maximum, workers staggered by it) or the cold start (0)
+        "start": r.get("start"),
+        "epsilon": r.get("sigma"),
+        "jitter": r.get("jitter"),
+        "tau_theta_ticks": r["tau_theta_ticks"],
+        "size": _TICKS_TO_SIZE.get(float(r["tau_theta_ticks"])),
+        "nstar_measured": measured,
+        "nstar_formula": formula,
+        "lower_bound": r.get("lower_bound"),
+        "within_formula_plus_1": None
+        if fixed
+        else (measured is not None and formula is not None and measured <= formula + 1),
+        "tau_theta_max_ticks": r.get("tau_theta_max_ticks"),
+        "inaction_at_n": {int(n): v for n, v in r["trials"].items()} if fixed else None,
+    }
 
 
 def _nlstar(fig: Figure, budget: str, source: dict[str, Any], out: Path) -> tuple[list[dict[str, Any]], Path | None]:
@@ -507,11 +763,20 @@ def _nlstar(fig: Figure, budget: str, source: dict[str, Any], out: Path) -> tupl
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [{"k": r["k"], "batch": r["batch"], "params": r["params"], "tau_l_over_tau_m": r["tau_l_over_tau_m"],
-             "nlstar_theory": r["nlstar_theory"], "nlstar_measured": r["nlstar_measured"],
-             "measured_up_to": source.get("max_learners"), "backend": source.get("backend"),
-             "best_transitions_per_s": max(map(float, (r.get("throughput_transitions_per_s") or {"0": 0}).values()))}
-            for r in source.get("rows", [])]  # fmt: skip
+    rows = [
+        {
+            "k": r["k"],
+            "batch": r["batch"],
+            "params": r["params"],
+            "tau_l_over_tau_m": r["tau_l_over_tau_m"],
+            "nlstar_theory": r["nlstar_theory"],
+            "nlstar_measured": r["nlstar_measured"],
+            "measured_up_to": source.get("max_learners"),
+            "backend": source.get("backend"),
+            "best_transitions_per_s": max(map(float, (r.get("throughput_transitions_per_s") or {"0": 0}).values())),
+        }
+        for r in source.get("rows", [])
+    ]
     fig_, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     for batch in sorted({r["batch"] for r in rows}):
         sel = sorted((r for r in rows if r["batch"] == batch), key=lambda r: r["params"])
@@ -519,14 +784,27 @@ def _nlstar(fig: Figure, budget: str, source: dict[str, Any], out: Path) -> tupl
             (line,) = ax.plot([r[x] for r in sel], [r["nlstar_theory"] for r in sel], "--", label=f"theory, B={batch}")
             meas = [(r[x], r["nlstar_measured"]) for r in sel if r["nlstar_measured"] is not None]
             if meas:
-                ax.plot(*zip(*meas), "s", color=line.get_color(), fillstyle="none", markersize=9, label=f"measured, B={batch}")
+                ax.plot(
+                    *zip(*meas),
+                    "s",
+                    color=line.get_color(),
+                    fillstyle="none",
+                    markersize=9,
+                    label=f"measured, B={batch}",
+                )
             above = [(r[x], r["measured_up_to"]) for r in sel if r["nlstar_measured"] is None and r["measured_up_to"]]
             if above:  # none of the learners measured kept up: N_L* is above the most tried
                 ax.plot(*zip(*above), "^", color=line.get_color(), markersize=9, label=f"measured > N, B={batch}")
     left.set_xlabel("τ_L per transition / τ_M")
     right.set_xlabel("model size |θ|")
-    return rows, _save_pair(fig_, (left, right), "N_L*", f"Figure 8 (nonstop paper --budget {budget}): learners to "
-                            "learn from every transition at 60 Hz", out / "fig8.png", legend_size=7)  # fmt: skip
+    return rows, _save_pair(
+        fig_,
+        (left, right),
+        "N_L*",
+        f"Figure 8 (nonstop paper --budget {budget}): learners to learn from every transition at 60 Hz",
+        out / "fig8.png",
+        legend_size=7,
+    )
 
 
 def _save_pair(fig_: Any, axes: tuple[Any, Any], ylabel: str, title: str, path: Path, *, legend_size: int) -> Path:

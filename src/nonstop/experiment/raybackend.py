@@ -31,8 +31,13 @@ def ray_policy(run: "Run", i: int) -> Any:
     algo, seed, latency = policy_recipe(run, i)
     factory = partial(make_object_store_policy, algo, seed=seed, latency=latency)
     # not waited for here: the pool starts every actor together, then waits for them all
-    return RayPolicy(factory, broadcast=run.cluster.broadcast, num_cpus=0 if latency is not None else 1,
-                     trim_above=run.cfg.trim_above, wait=False)  # fmt: skip
+    return RayPolicy(
+        factory,
+        broadcast=run.cluster.broadcast,
+        num_cpus=0 if latency is not None else 1,
+        trim_above=run.cfg.trim_above,
+        wait=False,
+    )
 
 
 def in_ray_actor(run: "Run", factory: Callable[[], Any]) -> Any:
@@ -86,15 +91,23 @@ class RayCluster(Part):
         try:
             stack.enter_context(ray_session(cfg.ray_address))
             workers = run.n_inference if isinstance(run.n_inference, int) else 1
-            inference_cpus = workers if _on_ray("policy_backend", cfg.inference_backend) and run.latency.max_hint <= 0 else 0
+            inference_cpus = (
+                workers if _on_ray("policy_backend", cfg.inference_backend) and run.latency.max_hint <= 0 else 0
+            )
             learner_cpus = cfg.n_learners if _on_ray("learners", cfg.learner_placement) else 0
             check_placement(inference_cpus, 1, n_learners=learner_cpus)
             if len(run.spec.obs_shape) > 1 and (inference_cpus or learner_cpus):  # a ResNet each actor builds
                 from nonstop.policies.models import ARCH_DEPTHS
 
-                outputs = int(getattr(run.spec.action_space, "n", 256))  # a Box's actor: about one ResNet of 256 features
-                check_model_fits_nodes(run.settings.k, n_actions=outputs, depth=ARCH_DEPTHS[run.settings.arch],
-                                       learner_batch=run.settings.batch_size if learner_cpus else None)  # fmt: skip
+                outputs = int(
+                    getattr(run.spec.action_space, "n", 256)
+                )  # a Box's actor: about one ResNet of 256 features
+                check_model_fits_nodes(
+                    run.settings.k,
+                    n_actions=outputs,
+                    depth=ARCH_DEPTHS[run.settings.arch],
+                    learner_batch=run.settings.batch_size if learner_cpus else None,
+                )
         except BaseException:
             stack.close()
             raise
@@ -106,8 +119,10 @@ class RayCluster(Part):
         if staggered and _on_ray("policy_backend", cfg.inference_backend):
             # measured (docs/scale.md): a Ray call's overhead varies, and the paper's schedulers lose their
             # stagger under any spread; quantile_hold keeps it
-            return [f"note: Ray workers' calls vary in time, and {cfg.scheduler} loses its stagger under that spread "
-                    "(more inaction at the same N_I); --scheduler fill (the best return measured) or quantile_hold keeps it"]
+            return [
+                f"note: Ray workers' calls vary in time, and {cfg.scheduler} loses its stagger under that spread "
+                "(more inaction at the same N_I); --scheduler fill (the best return measured) or quantile_hold keeps it"
+            ]
         return []
 
     def start(self, run: "Run") -> None:

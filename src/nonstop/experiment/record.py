@@ -47,21 +47,36 @@ def _positive(name: str, value: Any) -> None:
 class RecordConfig:
     """How a run is recorded (not part of what is learned: free to change on resume)."""
 
-    out: Path | None = field(default=None, metadata={"help": "run directory (default runs/<env>-<time>)", "metavar": "RUN"})
+    out: Path | None = field(
+        default=None, metadata={"help": "run directory (default runs/<env>-<time>)", "metavar": "RUN"}
+    )
     resume: bool = field(default=False, metadata={"help": "continue the run in --out from its newest checkpoint"})
     track: tuple[str, ...] = field(default=(), metadata={"help": "experiment trackers (wandb, mlflow)"})
-    episodes: int | None = field(default=None, metadata={"help": (
-        "also stop once the run has N finished episodes in all (a resumed run counts its earlier segments'), "
-        "whichever of --seconds and --episodes comes first (default: --seconds alone)"), "metavar": "N"})
+    episodes: int | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "also stop once the run has N finished episodes in all (a resumed run counts its earlier segments'), "
+                "whichever of --seconds and --episodes comes first (default: --seconds alone)"
+            ),
+            "metavar": "N",
+        },
+    )
     progress_every: float = field(default=5.0, metadata={"help": "world seconds between progress rows"})
     checkpoint_every: float = field(default=120.0, metadata={"help": "world seconds between checkpoints"})
     keep_checkpoints: int = field(default=3, metadata={"help": "checkpoints kept, the newest"})
-    checkpoint_replay: str = field(default="auto", metadata={"help": (
-        "keep the replay beside each checkpoint, compressed (replay-<updates>.npz), so a resume goes on with what "
-        f"the run learned from: auto (the default: when it is at most {REPLAY_CHECKPOINT_LIMIT >> 20} MiB and the "
-        "disk has 4 times that free; CartPole's is 6 MiB, a million Atari frames are not), yes or no; without it a "
-        "resumed run's replay refills from empty"),
-        "choices": _CHECKPOINT_REPLAY})  # fmt: skip
+    checkpoint_replay: str = field(
+        default="auto",
+        metadata={
+            "help": (
+                "keep the replay beside each checkpoint, compressed (replay-<updates>.npz), so a resume goes on with what "
+                f"the run learned from: auto (the default: when it is at most {REPLAY_CHECKPOINT_LIMIT >> 20} MiB and the "
+                "disk has 4 times that free; CartPole's is 6 MiB, a million Atari frames are not), yes or no; without it a "
+                "resumed run's replay refills from empty"
+            ),
+            "choices": _CHECKPOINT_REPLAY,
+        },
+    )
     tensorboard: bool = field(default=True, metadata={"help": "write TensorBoard events to RUN/tb"})
 
     def __post_init__(self) -> None:
@@ -72,7 +87,9 @@ class RecordConfig:
         if not isinstance(self.keep_checkpoints, int) or self.keep_checkpoints < 1:
             raise ValueError(f"--keep-checkpoints must be a whole number >= 1, got {self.keep_checkpoints}")
         if self.checkpoint_replay not in _CHECKPOINT_REPLAY:
-            raise ValueError(f"--checkpoint-replay must be one of {', '.join(_CHECKPOINT_REPLAY)}, got {self.checkpoint_replay!r}")
+            raise ValueError(
+                f"--checkpoint-replay must be one of {', '.join(_CHECKPOINT_REPLAY)}, got {self.checkpoint_replay!r}"
+            )
         if self.resume and self.out is None:
             raise ValueError("--resume needs --out RUN: the run directory to continue")
         if self.out is not None:
@@ -80,7 +97,9 @@ class RecordConfig:
 
 
 def default_out(env: str) -> Path:
-    return Path("runs") / f"{env.replace('/', '_').replace(':', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"  # mypkg.worlds:Id
+    return (
+        Path("runs") / f"{env.replace('/', '_').replace(':', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )  # mypkg.worlds:Id
 
 
 def train_in_directory(cfg: TrainConfig, rec: RecordConfig, *, console: Any) -> tuple[dict[str, Any], RunEnd, Path]:
@@ -116,10 +135,13 @@ class RunDirectory(Recorder):
                 raise FileNotFoundError(f"{out} has no checkpoint to resume from")
             done = Run.seconds_in(self.ckpt.state, run.tau_m)  # --seconds is the run's total
             if cfg.seconds - done < run.tau_m / 2:
-                raise ValueError(f"{out} has run {done:g} world seconds of its --seconds {cfg.seconds:g} in all: nothing "
-                                 f"is left to run (--seconds is the run's total: pass a larger one)")  # fmt: skip
-        self.replay_bytes = check_replay_fits(run.settings.replay_capacity, run.obs_shape, run.obs_space.dtype,
-                                              run.algorithm.action_shape)  # fmt: skip
+                raise ValueError(
+                    f"{out} has run {done:g} world seconds of its --seconds {cfg.seconds:g} in all: nothing "
+                    f"is left to run (--seconds is the run's total: pass a larger one)"
+                )
+        self.replay_bytes = check_replay_fits(
+            run.settings.replay_capacity, run.obs_shape, run.obs_space.dtype, run.algorithm.action_shape
+        )
         self.log: Any = None
         self.view: Any = None
         self.rows: ProgressRows | None = None
@@ -137,14 +159,22 @@ class RunDirectory(Recorder):
         from nonstop.learning.runlog import RunLog, RunPaths, begin_ticklog_segment
 
         cfg, rec = run.cfg, self.rec
-        self.say(f"replay: {run.settings.replay_capacity:,} transitions of {run.obs_shape} {run.obs_space.dtype} → "
-                 f"{self.replay_bytes / 2**20:,.1f} MiB of shared memory; N_I={run.n_inference}, N_L={cfg.n_learners}, "
-                 f"{cfg.interaction}, clock={cfg.clock}; run dir {self.out}")  # fmt: skip
+        self.say(
+            f"replay: {run.settings.replay_capacity:,} transitions of {run.obs_shape} {run.obs_space.dtype} → "
+            f"{self.replay_bytes / 2**20:,.1f} MiB of shared memory; N_I={run.n_inference}, N_L={cfg.n_learners}, "
+            f"{cfg.interaction}, clock={cfg.clock}; run dir {self.out}"
+        )
         for part in run.parts:
             for note in part.notes(run):
                 self.say(note, "yellow")
-        self.log = RunLog(self.out, cfg.to_dict(), resume=rec.resume, note=lambda msg: self.say(msg, "dim"),
-                          tensorboard=rec.tensorboard, track=rec.track).__enter__()  # fmt: skip
+        self.log = RunLog(
+            self.out,
+            cfg.to_dict(),
+            resume=rec.resume,
+            note=lambda msg: self.say(msg, "dim"),
+            tensorboard=rec.tensorboard,
+            track=rec.track,
+        ).__enter__()
         # the tick log streams to RUN/ticklog/ as the world runs; a resumed run keeps the earlier segment beside it
         if self.ckpt is not None:
             return begin_ticklog_segment(self.out, self.ckpt.state["env_ticks"])
@@ -185,8 +215,14 @@ class RunDirectory(Recorder):
 
     def failing(self, run: Run, end: RunEnd) -> None:
         self._close_view()
-        self.say(f"{end.reason}: " + ("writing a final checkpoint and stopping cleanly (Ctrl-C again skips the checkpoint)"
-                                      if end.world_alive(run) else "keeping the newest checkpoint and stopping"))
+        self.say(
+            f"{end.reason}: "
+            + (
+                "writing a final checkpoint and stopping cleanly (Ctrl-C again skips the checkpoint)"
+                if end.world_alive(run)
+                else "keeping the newest checkpoint and stopping"
+            )
+        )
 
     def stopped(self, run: Run) -> None:
         self._close_view()
@@ -207,10 +243,15 @@ class RunDirectory(Recorder):
         include = _replay_in_checkpoint(self.rec.checkpoint_replay, run, self.out)
         if not include and self.rec.checkpoint_replay == "auto" and not self._replay_noted:
             self._replay_noted = True
-            self.say(f"checkpoints leave the replay out ({run.replay.nbytes / 2**20:,.0f} MiB: over --checkpoint-replay "
-                     f"auto's {REPLAY_CHECKPOINT_LIMIT >> 20} MiB, or the disk lacks 4 times that): a resume refills "
-                     "it from empty (--checkpoint-replay yes keeps it anyway)", "yellow")  # fmt: skip
-        replay = run.replay.snapshot if include else None  # beside the checkpoint, compressed (taken while the host writes)
+            self.say(
+                f"checkpoints leave the replay out ({run.replay.nbytes / 2**20:,.0f} MiB: over --checkpoint-replay "
+                f"auto's {REPLAY_CHECKPOINT_LIMIT >> 20} MiB, or the disk lacks 4 times that): a resume refills "
+                "it from empty (--checkpoint-replay yes keeps it anyway)",
+                "yellow",
+            )
+        replay = (
+            run.replay.snapshot if include else None
+        )  # beside the checkpoint, compressed (taken while the host writes)
         self.checkpoints.save(lambda: run.snapshot(include_replay=False), run.state.updates, replay=replay)
 
     def _close_view(self) -> None:
@@ -232,10 +273,12 @@ def empty_replay_line(learning_starts: int, capacity: int, tau_m: float) -> str:
     >>> "waits for 1,000 new transitions (about 20 world s" in line, "holds 100,000 again (about 2,000 world s)" in line
     (True, True)
     """
-    return (f"the checkpoint holds no replay (saved with --checkpoint-replay no, or over its budget): this run's replay "
-            f"starts empty, so learning waits for {learning_starts:,} new transitions (about {learning_starts * tau_m:,.0f} "
-            f"world s at one a tick) and learns from new transitions only until the replay holds {capacity:,} again "
-            f"(about {capacity * tau_m:,.0f} world s); the policy it resumes may get worse meanwhile")  # fmt: skip
+    return (
+        f"the checkpoint holds no replay (saved with --checkpoint-replay no, or over its budget): this run's replay "
+        f"starts empty, so learning waits for {learning_starts:,} new transitions (about {learning_starts * tau_m:,.0f} "
+        f"world s at one a tick) and learns from new transitions only until the replay holds {capacity:,} again "
+        f"(about {capacity * tau_m:,.0f} world s); the policy it resumes may get worse meanwhile"
+    )
 
 
 def _replay_in_checkpoint(choice: str, run: Run, out: Path) -> bool:
@@ -275,9 +318,15 @@ def _machine_limits(run: Run, figures: dict[str, Any]) -> list[str]:
 
     cfg = run.cfg
     n_inference = int(run.n_inference) if isinstance(run.n_inference, int) else 1
-    return machine_limits(figures, clock=cfg.clock, scheduler=cfg.scheduler if run.pool is not None else "sequential",
-                          n_inference=max(1, n_inference), latency_mean_ticks=float(run.latency.mean / run.tau_m),
-                          processes=max(1, run.processes()) + 1, cores=max(1, usable_cores()))  # fmt: skip
+    return machine_limits(
+        figures,
+        clock=cfg.clock,
+        scheduler=cfg.scheduler if run.pool is not None else "sequential",
+        n_inference=max(1, n_inference),
+        latency_mean_ticks=float(run.latency.mean / run.tau_m),
+        processes=max(1, run.processes()) + 1,
+        cores=max(1, usable_cores()),
+    )
 
 
 def _finish_log(run: Run, log: Any, out: Path, end: RunEnd, last_row: dict[str, Any], wall0: float) -> dict[str, Any]:
@@ -287,8 +336,12 @@ def _finish_log(run: Run, log: Any, out: Path, end: RunEnd, last_row: dict[str, 
     from nonstop.learning.runlog import read_ticklog
     from nonstop.metrics.timing import episode_returns, summarize
 
-    summary: dict[str, Any] = {"updates": run.final_updates, "env_ticks_total": int(last_row.get("env_ticks", run.tick_offset)),
-                               "recent_return": None, "n_inference": run.n_inference}  # fmt: skip
+    summary: dict[str, Any] = {
+        "updates": run.final_updates,
+        "env_ticks_total": int(last_row.get("env_ticks", run.tick_offset)),
+        "recent_return": None,
+        "n_inference": run.n_inference,
+    }
     try:
         tick_log = run.world.tick_log
         tick_log.meta["tick_offset"] = run.tick_offset  # this segment's tick 0 is the run's tick `tick_offset`
@@ -297,7 +350,9 @@ def _finish_log(run: Run, log: Any, out: Path, end: RunEnd, last_row: dict[str, 
         started = tick_log.meta.get("agents_started_at_tick")
         if started and started < len(tick_log):  # β alone while the workers started: the rest, apart
             segment["startup_ticks"] = int(started)
-            segment["inaction_fraction_after_startup"] = tick_log.summary(warmup_ticks=int(started))["inaction_fraction"]
+            segment["inaction_fraction_after_startup"] = tick_log.summary(warmup_ticks=int(started))[
+                "inaction_fraction"
+            ]
         whole = tick_log
         if run.tick_offset:  # a resumed run: the figures cover every segment, stitched; this one's apart
             whole = read_ticklog(out)
@@ -307,8 +362,10 @@ def _finish_log(run: Run, log: Any, out: Path, end: RunEnd, last_row: dict[str, 
         else:
             summary.update(segment)
         returns = episode_returns(whole)
-        summary.update(env_ticks_total=run.tick_offset + len(tick_log),
-                       recent_return=float(np.mean(returns[-20:])) if returns else None)  # fmt: skip
+        summary.update(
+            env_ticks_total=run.tick_offset + len(tick_log),
+            recent_return=float(np.mean(returns[-20:])) if returns else None,
+        )
         summary["machine_limits"] = _machine_limits(run, segment)  # this machine's, in this segment
         summary.update(run.summary(tick_log))  # the parts' own figures (self-play: the pool side's seat)
     except BaseException as exc:  # noqa: BLE001 - a dead host's log, a full disk: said in the summary

@@ -43,8 +43,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-__all__ = ["KINDS", "register", "lookup", "names", "Rule", "Constraint", "needs", "refuses", "constraint", "check",
-           "required", "runs_as"]  # fmt: skip
+__all__ = [
+    "KINDS",
+    "register",
+    "lookup",
+    "names",
+    "Rule",
+    "Constraint",
+    "needs",
+    "refuses",
+    "constraint",
+    "check",
+    "required",
+    "runs_as",
+]
 
 #: what each kind of part is chosen by (the config's field or property of that name)
 KINDS: Final = ("seating", "driver", "policy_backend", "learners", "cluster", "learning", "policy_host", "algo")
@@ -201,14 +213,20 @@ class Constraint:
 
 
 _RAY_ON_WALL = "runs real remote calls, which do not mix with the virtual clock: use --clock wall"
-_RAY_ON_CPU = ("--device {device} with Ray: Ray's workers and learners run on their nodes' CPUs; use --backend thread, "
-               "process or batched and --learner-backend process")  # fmt: skip
+_RAY_ON_CPU = (
+    "--device {device} with Ray: Ray's workers and learners run on their nodes' CPUs; use --backend thread, "
+    "process or batched and --learner-backend process"
+)
 _BATCHED_SETTINGS: Final = ("batch_curve", "max_batch", "device")
 
 #: --delay-aware: the pool's action buffer lives beside the host, read by the learner's own thread or process workers
-_NO_DELAY_AWARE = refuses("delay_aware", True, why="--delay-aware runs the learner's own pool with thread or process "
-                          "workers (its action buffer lives beside the host): use --backend thread or process, and no "
-                          "--self-play")  # fmt: skip
+_NO_DELAY_AWARE = refuses(
+    "delay_aware",
+    True,
+    why="--delay-aware runs the learner's own pool with thread or process "
+    "workers (its action buffer lives beside the host): use --backend thread or process, and no "
+    "--self-play",
+)
 
 _CONSTRAINTS: dict[str, dict[str, Constraint]] = {
     "seating": {
@@ -216,44 +234,91 @@ _CONSTRAINTS: dict[str, dict[str, Constraint]] = {
     },
     "policy_backend": {
         "process": Constraint(instead={"clock": {"virtual": "thread"}}),
-        "ray": Constraint((needs("clock", "wall", why=f"--backend ray {_RAY_ON_WALL}"), needs("device", "cpu", why=_RAY_ON_CPU),
-                           _NO_DELAY_AWARE), requires={"cluster": "ray"}),  # fmt: skip
+        "ray": Constraint(
+            (
+                needs("clock", "wall", why=f"--backend ray {_RAY_ON_WALL}"),
+                needs("device", "cpu", why=_RAY_ON_CPU),
+                _NO_DELAY_AWARE,
+            ),
+            requires={"cluster": "ray"},
+        ),
         "batched": Constraint((_NO_DELAY_AWARE,), settings=_BATCHED_SETTINGS),
-        "batched_process": Constraint((_NO_DELAY_AWARE,), instead={"clock": {"virtual": "batched"}}, settings=_BATCHED_SETTINGS),
+        "batched_process": Constraint(
+            (_NO_DELAY_AWARE,), instead={"clock": {"virtual": "batched"}}, settings=_BATCHED_SETTINGS
+        ),
     },
     "learners": {
         "virtual": Constraint(offered=False),  # what process and Ray learners are on the virtual clock
         "process": Constraint(instead={"clock": {"virtual": "virtual"}}),
-        "ray": Constraint((
-            needs("clock", "wall", why=f"--learner-backend ray {_RAY_ON_WALL}"),
-            needs("interaction", "staggered", why="--learner-backend ray runs the learners of a staggered run; --interaction "
-                  "{interaction} learns inside its own loop on this host: use --interaction staggered, or leave out "
-                  "--learner-backend"),
-            needs("device", "cpu", why=_RAY_ON_CPU),
-        ), instead={"clock": {"virtual": "virtual"}}, requires={"cluster": "ray"}),  # fmt: skip
-        "device": Constraint((
-            needs("n_learners", 1, why="--learner-backend device runs one learner a device (its parameters and Adam "
-                  "moments are one writer's), got --n-learners {n_learners}: use --n-learners 1, or --learner-backend process"),
-            needs("interaction", "staggered", why="--learner-backend device runs the learner of a staggered run; "
-                  "--interaction {interaction} learns inside its own loop: use --interaction staggered, or leave out "
-                  "--learner-backend"),
-            refuses("backend", "ray", why="--learner-backend device with --backend ray: Ray's workers take the weights on "
-                    "their own nodes; use --backend batched (the server takes them by a device copy), thread or process"),
-        )),  # fmt: skip
+        "ray": Constraint(
+            (
+                needs("clock", "wall", why=f"--learner-backend ray {_RAY_ON_WALL}"),
+                needs(
+                    "interaction",
+                    "staggered",
+                    why="--learner-backend ray runs the learners of a staggered run; --interaction "
+                    "{interaction} learns inside its own loop on this host: use --interaction staggered, or leave out "
+                    "--learner-backend",
+                ),
+                needs("device", "cpu", why=_RAY_ON_CPU),
+            ),
+            instead={"clock": {"virtual": "virtual"}},
+            requires={"cluster": "ray"},
+        ),
+        "device": Constraint(
+            (
+                needs(
+                    "n_learners",
+                    1,
+                    why="--learner-backend device runs one learner a device (its parameters and Adam "
+                    "moments are one writer's), got --n-learners {n_learners}: use --n-learners 1, or --learner-backend process",
+                ),
+                needs(
+                    "interaction",
+                    "staggered",
+                    why="--learner-backend device runs the learner of a staggered run; "
+                    "--interaction {interaction} learns inside its own loop: use --interaction staggered, or leave out "
+                    "--learner-backend",
+                ),
+                refuses(
+                    "backend",
+                    "ray",
+                    why="--learner-backend device with --backend ray: Ray's workers take the weights on "
+                    "their own nodes; use --backend batched (the server takes them by a device copy), thread or process",
+                ),
+            )
+        ),
     },
     "driver": {
-        "stand_in": Constraint((
-            needs("inference_backend", "thread", "process", "ray", why="--interaction stand_in runs policies that need no "
-                  "model (a random action after the declared latency): use --backend thread, process or ray"),
-        ), requires={"learning": "none"}),  # fmt: skip
+        "stand_in": Constraint(
+            (
+                needs(
+                    "inference_backend",
+                    "thread",
+                    "process",
+                    "ray",
+                    why="--interaction stand_in runs policies that need no "
+                    "model (a random action after the declared latency): use --backend thread, process or ray",
+                ),
+            ),
+            requires={"learning": "none"},
+        ),
     },
     "policy_host": {
         "process": Constraint(processes_per_worker=1),
         "ray": Constraint(processes_per_worker=1),  # an actor (on this machine, with a local Ray)
     },
     "cluster": {
-        "none": Constraint((needs("ray_address", None, why="--ray-address {ray_address!r} needs --backend ray or "
-                                  "--learner-backend ray (got --backend {backend})"),)),  # fmt: skip
+        "none": Constraint(
+            (
+                needs(
+                    "ray_address",
+                    None,
+                    why="--ray-address {ray_address!r} needs --backend ray or "
+                    "--learner-backend ray (got --backend {backend})",
+                ),
+            )
+        ),
     },
 }
 

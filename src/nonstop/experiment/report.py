@@ -63,10 +63,22 @@ WINDOWS: Final = 200
 CONFIG_KEYS: Final = ("env", "k", "scheduler", "n_inference", "n_learners", "clock", "seed", "lr", "batch_size")
 #: Tick-log figures (from `nonstop.metrics.timing.summarize`) shown in the summary.
 TICK_KEYS: Final = (
-    "ticks", "duration_s", "agent_ticks", "inaction_fraction", "tau_i_mean_ticks", "tau_i_cv", "delay_mean_ticks",
-    "delay_p50_ticks", "delay_max_ticks", "lateness_p99_us", "overruns", "superseded", "stale",
-    "episodes_completed", "episode_return_mean",
-)  # fmt: skip
+    "ticks",
+    "duration_s",
+    "agent_ticks",
+    "inaction_fraction",
+    "tau_i_mean_ticks",
+    "tau_i_cv",
+    "delay_mean_ticks",
+    "delay_p50_ticks",
+    "delay_max_ticks",
+    "lateness_p99_us",
+    "overruns",
+    "superseded",
+    "stale",
+    "episodes_completed",
+    "episode_return_mean",
+)
 
 PLOT_FILES: Final = {
     "return_over_time": "return_over_time.png",
@@ -94,10 +106,16 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         """Strict-JSON form (NaN becomes null)."""
-        return _jsonable({
-            "run_dir": str(self.run_dir), "out_dir": str(self.out_dir), "summary": self.summary,
-            "plots": {k: str(v) for k, v in self.plots.items()}, "skipped": self.skipped, "missing": self.missing,
-        })  # fmt: skip
+        return _jsonable(
+            {
+                "run_dir": str(self.run_dir),
+                "out_dir": str(self.out_dir),
+                "summary": self.summary,
+                "plots": {k: str(v) for k, v in self.plots.items()},
+                "skipped": self.skipped,
+                "missing": self.missing,
+            }
+        )
 
 
 def _jsonable(value: Any) -> Any:
@@ -168,17 +186,28 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
     paths = RunPaths(run_dir)
     if not paths.root.is_dir():
         raise FileNotFoundError(f"no run directory at {paths.root} (write one with `nonstop train --out {paths.root}`)")
-    data_files = {"progress.csv": paths.progress.is_file(), "episodes.csv": paths.episodes.is_file(),
-                  "ticklog": bool(paths.ticklog_segments())}  # fmt: skip
-    missing = [name for name, present in {"config.json": paths.config.is_file(), **data_files,
-                                          "summary.json": paths.summary.is_file()}.items() if not present]  # fmt: skip
+    data_files = {
+        "progress.csv": paths.progress.is_file(),
+        "episodes.csv": paths.episodes.is_file(),
+        "ticklog": bool(paths.ticklog_segments()),
+    }
+    missing = [
+        name
+        for name, present in {
+            "config.json": paths.config.is_file(),
+            **data_files,
+            "summary.json": paths.summary.is_file(),
+        }.items()
+        if not present
+    ]
     if all(name in missing for name in data_files):
         raise FileNotFoundError(
             f"{paths.root} holds none of {', '.join(data_files)}: nothing to report (is it a run dir written by "
             "`nonstop train --out`?)"
         )
-    report = Report(run_dir=paths.root, out_dir=Path(out_dir) if out_dir is not None else paths.root / "report",
-                    missing=missing)  # fmt: skip
+    report = Report(
+        run_dir=paths.root, out_dir=Path(out_dir) if out_dir is not None else paths.root / "report", missing=missing
+    )
     out = report.out_dir
 
     if "config.json" not in missing:
@@ -212,8 +241,10 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
         # the whole (stitched) run, so only what no other section shows is listed here
         server = run_summary.get("batch_server")
         if isinstance(server, dict):  # --backend batched: the batches the applied actions rode in
-            report.summary["batch_server"] = {k: server.get(k) for k in (
-                "requests", "batch_size_mean", "late", "applied_batch_size_mean", "applied_batch_sizes")}  # fmt: skip
+            report.summary["batch_server"] = {
+                k: server.get(k)
+                for k in ("requests", "batch_size_mean", "late", "applied_batch_size_mean", "applied_batch_sizes")
+            }
         shown = {key for figures in report.summary.values() for key in figures}
         report.summary["run_summary"] = {k: v for k, v in run_summary.items() if k not in shown and k != "n_inference"}
 
@@ -226,27 +257,35 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
     else:
         world = tau_m is not None
         report.plots["return_over_time"] = plots.plot_return_over_time(
-            episodes["end_tick"] * tau_m if world else episodes["wall_s"], episodes["return"],
-            out / PLOT_FILES["return_over_time"], smooth=RECENT_EPISODES,
+            episodes["end_tick"] * tau_m if world else episodes["wall_s"],
+            episodes["return"],
+            out / PLOT_FILES["return_over_time"],
+            smooth=RECENT_EPISODES,
             xlabel="world time (s)" if world else "wall time (s; the world's tick period is unknown)",
-        )  # fmt: skip
+        )
 
     # inaction and delay over time: the tick log first, progress.csv otherwise
     if log is not None and len(log):
         w = plots.windowed_ticks(log, max(1, len(log) // WINDOWS))
         report.plots["inaction_delay"] = plots.plot_inaction_delay(
-            w["time_s"], w["inaction_frac"], w["delay_mean_ticks"], out / PLOT_FILES["inaction_delay"],
-            xlabel="world time (s)", title="Inaction and delay over world time (tick log)",
+            w["time_s"],
+            w["inaction_frac"],
+            w["delay_mean_ticks"],
+            out / PLOT_FILES["inaction_delay"],
+            xlabel="world time (s)",
+            title="Inaction and delay over world time (tick log)",
             resets_s=plots.episode_starts(log),
-        )  # fmt: skip
+        )
     elif progress is not None and len(progress["wall_s"]):
         world = tau_m is not None
         report.plots["inaction_delay"] = plots.plot_inaction_delay(
-            progress["env_ticks"] * tau_m if world else progress["wall_s"], progress["inaction_frac"],
-            progress["delay_mean_ticks"], out / PLOT_FILES["inaction_delay"],
+            progress["env_ticks"] * tau_m if world else progress["wall_s"],
+            progress["inaction_frac"],
+            progress["delay_mean_ticks"],
+            out / PLOT_FILES["inaction_delay"],
             xlabel="world time (s)" if world else "wall time (s; the world's tick period is unknown)",
             title="Inaction and delay over time (progress.csv)",
-        )  # fmt: skip
+        )
     else:
         report.skipped["inaction_delay"] = "neither the tick log nor progress.csv has any row"
 
@@ -325,17 +364,32 @@ def headline(report: Report) -> list[tuple[str, str, str]]:
         return "—" if value is None else format(value, spec)
 
     return [
-        ("return", num(recent, ",.5g"), recent_words
-         + (f" ({episodes:,} finished; best {best:,.5g})" if episodes and best is not None else "")),
-        ("inaction", "—" if inaction is None else f"{inaction:.2%}",
-         "of the world's ticks went to β, the default action, for want of an agent's action"),
-        ("delay", num(delay, ".2f") + ("" if delay is None else " ticks"),
-         "from the observation an action was computed on to the tick it was applied (mean)"),
-        ("τ_I", num(tau_i, ".2f") + ("" if tau_i is None else " ticks"),
-         "between the agent's actions (mean; 1 tick: an action every tick)"),
-        ("updates/s", num(updates, ".3g"), "learner updates per second (mean)"
-         + (f"; {total:,.0f} in all" if total is not None else "")),
-    ]  # fmt: skip
+        (
+            "return",
+            num(recent, ",.5g"),
+            recent_words + (f" ({episodes:,} finished; best {best:,.5g})" if episodes and best is not None else ""),
+        ),
+        (
+            "inaction",
+            "—" if inaction is None else f"{inaction:.2%}",
+            "of the world's ticks went to β, the default action, for want of an agent's action",
+        ),
+        (
+            "delay",
+            num(delay, ".2f") + ("" if delay is None else " ticks"),
+            "from the observation an action was computed on to the tick it was applied (mean)",
+        ),
+        (
+            "τ_I",
+            num(tau_i, ".2f") + ("" if tau_i is None else " ticks"),
+            "between the agent's actions (mean; 1 tick: an action every tick)",
+        ),
+        (
+            "updates/s",
+            num(updates, ".3g"),
+            "learner updates per second (mean)" + (f"; {total:,.0f} in all" if total is not None else ""),
+        ),
+    ]
 
 
 def render_headline(report: Report, console: Any) -> None:
@@ -366,7 +420,9 @@ def _format(key: str, value: Any) -> str:
 
 def _rows(report: Report) -> list[tuple[str, str, str]]:
     return [
-        (source, key, _format(key, value)) for source, figures in report.summary.items() for key, value in figures.items()
+        (source, key, _format(key, value))
+        for source, figures in report.summary.items()
+        for key, value in figures.items()
     ]
 
 
@@ -400,9 +456,18 @@ def write_markdown(report: Report) -> Path:
     lines = [f"# Run report: {report.run_dir}", ""]
     lines += [f"- **{name} {value}** {words}" for name, value, words in headline(report)] + [""]
     for name, path in report.plots.items():
-        lines += [f"## {HTML_TITLES.get(name, name.replace('_', ' '))}", "", f"![{name}]({os.path.relpath(path, out)})", ""]
-    lines += ["<details><summary>Every figure, by the file it comes from</summary>", "",
-              "| source | figure | value |", "| --- | --- | ---: |"]  # fmt: skip
+        lines += [
+            f"## {HTML_TITLES.get(name, name.replace('_', ' '))}",
+            "",
+            f"![{name}]({os.path.relpath(path, out)})",
+            "",
+        ]
+    lines += [
+        "<details><summary>Every figure, by the file it comes from</summary>",
+        "",
+        "| source | figure | value |",
+        "| --- | --- | ---: |",
+    ]
     lines += [f"| {source} | {key} | {text} |" for source, key, text in _rows(report)]
     lines += ["", "</details>", ""]
     if report.skipped:
@@ -416,9 +481,12 @@ def write_markdown(report: Report) -> Path:
 
 
 #: headings of the plots in report.html
-HTML_TITLES: Final = {"return_over_time": "Return over world time", "inaction_delay": "Inaction and delay over world time",
-                      "delay_histogram": "Delay of the agent's actions",
-                      "win_rate": "Self-play: win rate and score against the pool"}  # fmt: skip
+HTML_TITLES: Final = {
+    "return_over_time": "Return over world time",
+    "inaction_delay": "Inaction and delay over world time",
+    "delay_histogram": "Delay of the agent's actions",
+    "win_rate": "Self-play: win rate and score against the pool",
+}
 #: the HTML report's style: inline, so the page is one file
 HTML_STYLE: Final = """
 body { margin: 0 auto; max-width: 980px; padding: 24px; color: #1d2330; background: #fff;
@@ -456,25 +524,37 @@ def write_html(report: Report) -> Path:
     for source, key, text in _rows(report):
         first = source != previous
         opening = '<tr class="first">' if first and previous is not None else "<tr>"
-        rows.append(f"{opening}<td>{escape(source) if first else ''}</td><td>{escape(key)}</td>"
-                    f'<td class="value">{escape(text)}</td></tr>')  # fmt: skip
+        rows.append(
+            f"{opening}<td>{escape(source) if first else ''}</td><td>{escape(key)}</td>"
+            f'<td class="value">{escape(text)}</td></tr>'
+        )
         previous = source
-    cards = [f'<div data-figure="{escape(name)}"><i>{escape(name)}</i><b>{escape(value)}</b><span>{escape(words)}</span></div>'
-             for name, value, words in headline(report)]  # fmt: skip
+    cards = [
+        f'<div data-figure="{escape(name)}"><i>{escape(name)}</i><b>{escape(value)}</b><span>{escape(words)}</span></div>'
+        for name, value, words in headline(report)
+    ]
     parts = [
-        "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8">',
         f"<title>nonstop report {escape(report.run_dir.name)}</title><style>{HTML_STYLE}</style></head><body>",
         f'<h1>Run report</h1><p class="dim"><code>{escape(str(report.run_dir))}</code></p>',
-        '<section id="headline">', *cards, "</section>",
-    ]  # fmt: skip
+        '<section id="headline">',
+        *cards,
+        "</section>",
+    ]
     for name, path in report.plots.items():
         data = base64.b64encode(Path(path).read_bytes()).decode()
         title = escape(HTML_TITLES.get(name, name.replace("_", " ")))
-        parts.append(f'<h2>{title}</h2><figure><img alt="{title}" data-plot="{escape(name)}" '
-                     f'src="data:image/png;base64,{data}"></figure>')  # fmt: skip
-    parts += ['<details id="figures"><summary>Every figure, by the file it comes from</summary>',
-              "<table><thead><tr><th>source</th><th>figure</th><th>value</th></tr></thead><tbody>",
-              *rows, "</tbody></table></details>"]  # fmt: skip
+        parts.append(
+            f'<h2>{title}</h2><figure><img alt="{title}" data-plot="{escape(name)}" '
+            f'src="data:image/png;base64,{data}"></figure>'
+        )
+    parts += [
+        '<details id="figures"><summary>Every figure, by the file it comes from</summary>',
+        "<table><thead><tr><th>source</th><th>figure</th><th>value</th></tr></thead><tbody>",
+        *rows,
+        "</tbody></table></details>",
+    ]
     if report.skipped:
         parts.append("<h2>Skipped</h2><ul>")
         parts += [f"<li>{escape(name)}: {escape(reason)}</li>" for name, reason in report.skipped.items()]

@@ -181,8 +181,9 @@ class Run:
         for part in self.parts:
             part.before_slice(self)
 
-    def run_for(self, seconds: float, *, every: float, on_slice: Callable[[float], None],
-                episodes: int | None = None) -> float:  # fmt: skip
+    def run_for(
+        self, seconds: float, *, every: float, on_slice: Callable[[float], None], episodes: int | None = None
+    ) -> float:
         """The one training loop: advance by ``seconds`` world seconds in slices of ``every`` (the last
         one shorter), calling ``on_slice(done)`` after each; stop early once the run has ``episodes``
         finished episodes in all (earlier segments included). Returns the world seconds run."""
@@ -194,8 +195,9 @@ class Run:
             on_slice(done)
         return done
 
-    def execute(self, recorders: Sequence[Recorder], *, seconds: float, every: float,
-                episodes: int | None = None) -> RunEnd:  # fmt: skip
+    def execute(
+        self, recorders: Sequence[Recorder], *, seconds: float, every: float, episodes: int | None = None
+    ) -> RunEnd:
         """Run to ``seconds`` world seconds in all (earlier segments included), recorded by ``recorders``,
         and end it the one way every end takes — Ctrl-C, SIGTERM, a part that kept dying, a dead world
         or the last tick: quiesce, the recorders' last rows and checkpoint (Ctrl-C again skips it),
@@ -286,8 +288,13 @@ class Run:
     def snapshot(self, *, include_replay: bool = True) -> dict[str, Any]:
         """Everything `restore` needs to continue: each part's state, the config and the run's
         counters. Tensors and plain values only."""
-        snap: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "config": self.cfg.to_dict(), "env_ticks": self.env_ticks,
-                                "episodes": self.episodes_total, "seconds_run": self.seconds_run}  # fmt: skip
+        snap: dict[str, Any] = {
+            "format": CHECKPOINT_FORMAT,
+            "config": self.cfg.to_dict(),
+            "env_ticks": self.env_ticks,
+            "episodes": self.episodes_total,
+            "seconds_run": self.seconds_run,
+        }
         for part in self.parts:
             snap.update(part.state_dict(include_replay=include_replay))
         return snap

@@ -82,8 +82,14 @@ def probe_world(cfg: "TrainConfig", adapt: Callable[[Any], tuple[Any, Any]] | No
     finally:
         probe.close()
     lookup("algo", cfg.algo).check_spaces(obs_space, action_space, cfg.env)  # one line naming the --algo that fits
-    spec = WorldSpec(tick_hz=info.tick_hz, family=info.family, obs_space=obs_space, action_space=action_space,
-                     seats=seats, env_source=source)  # fmt: skip
+    spec = WorldSpec(
+        tick_hz=info.tick_hz,
+        family=info.family,
+        obs_space=obs_space,
+        action_space=action_space,
+        seats=seats,
+        env_source=source,
+    )
     _learner_settings(cfg, spec)
     return spec
 
@@ -107,8 +113,9 @@ def _learner_settings(cfg: "TrainConfig", spec: WorldSpec) -> None:
     if getattr(cfg, "delay_aware", False) or getattr(algo, "needs_action_buffer", False):
         from nonstop.learning.inflight import delay_aware_space
 
-        spec.obs_space, spec.inflight_k = delay_aware_space(spec.obs_space, spec.action_space, spec.latency.max_hint,
-                                                            spec.tau_m)  # fmt: skip
+        spec.obs_space, spec.inflight_k = delay_aware_space(
+            spec.obs_space, spec.action_space, spec.latency.max_hint, spec.tau_m
+        )
         if hasattr(spec.settings, "buffer_slots"):  # RTAC, DCAC: where the buffer sits in their observations
             import dataclasses
 
@@ -118,7 +125,8 @@ def _learner_settings(cfg: "TrainConfig", spec: WorldSpec) -> None:
         spec.algorithm.check_fits(str(device))
     # Algorithm 2's N_I* = ⌈τ̄_θ/τ_M⌉ by default, so the staggered agent acts at every tick
     spec.n_inference = cfg.n_inference or (
-        1 if cfg.scheduler == "sequential" else max(1, math.ceil(spec.latency.mean / spec.tau_m - 1e-9)))
+        1 if cfg.scheduler == "sequential" else max(1, math.ceil(spec.latency.mean / spec.tau_m - 1e-9))
+    )
     scheduler(cfg, spec.n_inference)  # the scheduler's own settings are checked now, before anything is built
 
 
@@ -149,8 +157,15 @@ def build_world(run: "Run", log_dir: Any) -> Any:
         source = {"env": spec.env_source, "tick_hz": spec.tick_hz}
     # a delay-aware recorder shares the pool's action buffer: the host runs in this process
     host_mode = "thread" if spec.inflight_k else "auto"
-    world = Session(**source, clock=cfg.clock, seed=cfg.seed, recorder=run.learning.recorder, log_dir=log_dir,
-                    default=cfg.default, host_mode=host_mode)  # fmt: skip
+    world = Session(
+        **source,
+        clock=cfg.clock,
+        seed=cfg.seed,
+        recorder=run.learning.recorder,
+        log_dir=log_dir,
+        default=cfg.default,
+        host_mode=host_mode,
+    )
     world.start()
     return world
 
@@ -166,8 +181,10 @@ class SoloSeating:
     def describe(self) -> WorldSpec:
         spec = probe_world(self.cfg)
         if spec.seats is not None:
-            raise ValueError(f"{self.cfg.env} is a world of {len(spec.seats)} seats ({', '.join(spec.seats)}): train on "
-                             "it with --self-play (the learner against its own past snapshots)")  # fmt: skip
+            raise ValueError(
+                f"{self.cfg.env} is a world of {len(spec.seats)} seats ({', '.join(spec.seats)}): train on "
+                "it with --self-play (the learner against its own past snapshots)"
+            )
         return spec
 
     def world(self, run: "Run", log_dir: Any) -> Any:

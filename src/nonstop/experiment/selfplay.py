@@ -52,8 +52,22 @@ if TYPE_CHECKING:
     from nonstop.experiment.run import Run
     from nonstop.experiment.seating import WorldSpec
 
-__all__ = ["SelfPlaySeating", "SelfPlayPart", "OPPONENT_WEIGHTINGS", "MATCH_COLUMNS", "Snapshot", "SnapshotPool", "SnapshotPolicy", "SelfPlay",
-           "SeatFrames", "check_two_seats", "match_figures", "plot_matches", "needs_seat_frames", "seat_frames"]  # fmt: skip
+__all__ = [
+    "SelfPlaySeating",
+    "SelfPlayPart",
+    "OPPONENT_WEIGHTINGS",
+    "MATCH_COLUMNS",
+    "Snapshot",
+    "SnapshotPool",
+    "SnapshotPolicy",
+    "SelfPlay",
+    "SeatFrames",
+    "check_two_seats",
+    "match_figures",
+    "plot_matches",
+    "needs_seat_frames",
+    "seat_frames",
+]
 
 #: matches in the rolling win rate of the report
 WIN_WINDOW: Final = 20
@@ -106,8 +120,10 @@ class SnapshotPool:
         """Add a copy of ``params`` as the newest snapshot; the oldest leaves past ``max_size``."""
         params = np.array(params, np.float32, copy=True).reshape(-1)
         if self.snapshots and params.shape != self.snapshots[0].params.shape:
-            raise ValueError(f"a snapshot of {params.size} parameters does not fit a pool of "
-                             f"{self.snapshots[0].params.size}-parameter snapshots")  # fmt: skip
+            raise ValueError(
+                f"a snapshot of {params.size} parameters does not fit a pool of "
+                f"{self.snapshots[0].params.size}-parameter snapshots"
+            )
         sid = self.next_id if id is None else int(id)
         if sid < self.next_id:
             raise ValueError(f"snapshot id {sid} is not newer than the pool's ({self.next_id - 1})")
@@ -157,11 +173,14 @@ class SnapshotPool:
         """Plain arrays and numbers (a checkpoint's ``self_play`` entry turns them into tensors)."""
         n_params = self.snapshots[0].params.size if self.snapshots else 0
         return {
-            "ids": np.array(self.ids, np.int64), "env_ticks": np.array([s.env_tick for s in self.snapshots], np.int64),
+            "ids": np.array(self.ids, np.int64),
+            "env_ticks": np.array([s.env_tick for s in self.snapshots], np.int64),
             "updates": np.array([s.updates for s in self.snapshots], np.int64),
-            "params": np.stack([s.params for s in self.snapshots]) if self.snapshots else np.zeros((0, n_params), np.float32),
+            "params": np.stack([s.params for s in self.snapshots])
+            if self.snapshots
+            else np.zeros((0, n_params), np.float32),
             "next_id": self.next_id,
-        }  # fmt: skip
+        }
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Replace the pool with a `state` (newest ``max_size`` kept if this pool is smaller)."""
@@ -188,8 +207,10 @@ def check_two_seats(env_id: str, seats: list[str] | None) -> list[str]:
     """
     if seats is None or len(seats) == 1:
         names = "agent_0" if seats is None else seats[0]
-        raise ValueError(f"--self-play needs a world with two seats; {env_id} has one seat ({names}): choose a "
-                         "two-player world such as multi/duel or multi/Boxing (`nonstop envs`)")  # fmt: skip
+        raise ValueError(
+            f"--self-play needs a world with two seats; {env_id} has one seat ({names}): choose a "
+            "two-player world such as multi/duel or multi/Boxing (`nonstop envs`)"
+        )
     if len(seats) != 2:
         raise ValueError(f"--self-play needs a world with two seats; {env_id} has {len(seats)}: {', '.join(seats)}")
     return list(seats)
@@ -282,8 +303,18 @@ class SnapshotPolicy(Policy):
     seat's slot); the network's parameters are reloaded only when the snapshot changes.
     """
 
-    def __init__(self, model: Any, pool: SnapshotPool, episode_of: Callable[[], int], action_space: Any, *,
-                 epsilon: float, seed: int | None = None, device: str = "cpu", dtype: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: Any,
+        pool: SnapshotPool,
+        episode_of: Callable[[], int],
+        action_space: Any,
+        *,
+        epsilon: float,
+        seed: int | None = None,
+        device: str = "cpu",
+        dtype: str | None = None,
+    ) -> None:
         from nonstop.inference.device import placement
 
         if not (isinstance(epsilon, (int, float)) and 0.0 <= epsilon <= 1.0):
@@ -350,9 +381,18 @@ class SelfPlay:
         for ep in episode_rows:
             snap, pool_size = self.pool.settle(int(ep["episode"]) - episode_offset)  # the host counts this segment's
             score = float(ep["return"])
-            out.append({"episode": ep["episode"], "end_tick": ep["end_tick"], "wall_s": ep["wall_s"], "opponent": snap.id,
-                        "opponent_tick": snap.env_tick, "pool_size": pool_size, "score": score,
-                        "won": int(score > 0)})  # fmt: skip
+            out.append(
+                {
+                    "episode": ep["episode"],
+                    "end_tick": ep["end_tick"],
+                    "wall_s": ep["wall_s"],
+                    "opponent": snap.id,
+                    "opponent_tick": snap.env_tick,
+                    "pool_size": pool_size,
+                    "score": score,
+                    "won": int(score > 0),
+                }
+            )
         return out
 
     def state(self) -> dict[str, Any]:
@@ -382,8 +422,9 @@ class SelfPlayPart(Part):
         from nonstop.experiment.drivers import InferencePart
 
         self.before_slice(run)
-        self.inference = InferencePart("opponent_pool", lambda i: self._policy(run, i), self.n_inference,
-                                       seat=self.self_play.opponent_seat)  # fmt: skip
+        self.inference = InferencePart(
+            "opponent_pool", lambda i: self._policy(run, i), self.n_inference, seat=self.self_play.opponent_seat
+        )
         self.inference.start(run)
 
     def _policy(self, run: "Run", i: int) -> Any:
@@ -401,9 +442,16 @@ class SelfPlayPart(Part):
             raise TypeError(f"the opponent seat needs a Discrete action space, got {space}")
         model = build_q_network(run.spec.obs_shape, int(space.n), run.dqn)
         seed = run.cfg.seed * 1000 + 500 + i
-        policy: Any = SnapshotPolicy(model, self.self_play.pool, lambda: int(slot.read().episode), space,
-                                     epsilon=run.dqn.epsilon_end, seed=seed, device=run.cfg.device,
-                                     dtype=run.cfg.dtype)  # fmt: skip
+        policy: Any = SnapshotPolicy(
+            model,
+            self.self_play.pool,
+            lambda: int(slot.read().episode),
+            space,
+            epsilon=run.dqn.epsilon_end,
+            seed=seed,
+            device=run.cfg.device,
+            dtype=run.cfg.dtype,
+        )
         if self.latency.max_hint > 0:
             policy = LatencyPolicy(policy, self.latency, seed=seed)
         return policy
@@ -429,8 +477,11 @@ class SelfPlayPart(Part):
     def state_dict(self, *, include_replay: bool) -> dict[str, Any]:
         import torch
 
-        return {"self_play": {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
-                              for k, v in self.self_play.state().items()}}  # fmt: skip
+        return {
+            "self_play": {
+                k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in self.self_play.state().items()
+            }
+        }
 
     def load_state_dict(self, snap: dict[str, Any]) -> None:
         pool = snap.get("self_play")
@@ -444,10 +495,18 @@ class SelfPlayPart(Part):
     def summary(self, run: "Run", tick_log: Any) -> dict[str, Any]:
         sp = self.self_play
         theirs = tick_log.seat(sp.opponent_seat).summary()
-        return {"self_play": {"learner_seat": sp.learner_seat, "opponent_seat": sp.opponent_seat,
-                              "snapshots": sp.pool.ids, "snapshots_taken": sp.pool.next_id,
-                              **{f"opponent_{k}": theirs[k] for k in ("agent_ticks", "inaction_fraction",
-                                                                      "tau_i_mean_ticks", "delay_mean_ticks")}}}  # fmt: skip
+        return {
+            "self_play": {
+                "learner_seat": sp.learner_seat,
+                "opponent_seat": sp.opponent_seat,
+                "snapshots": sp.pool.ids,
+                "snapshots_taken": sp.pool.next_id,
+                **{
+                    f"opponent_{k}": theirs[k]
+                    for k in ("agent_ticks", "inaction_fraction", "tau_i_mean_ticks", "delay_mean_ticks")
+                },
+            }
+        }
 
     def processes(self) -> int:
         return self.n_inference if isinstance(self.n_inference, int) else 1
@@ -504,14 +563,19 @@ class SelfPlaySeating:
 
     def parts(self, run: "Run") -> list[Part]:
         assert run.spec.seats is not None  # describe() checked the two seats
-        return [SelfPlayPart(run, run.spec.seats, self.opponent_latency), *lookup("driver", self.cfg.interaction)(run, seat=self.learner_seat)]
+        return [
+            SelfPlayPart(run, run.spec.seats, self.opponent_latency),
+            *lookup("driver", self.cfg.interaction)(run, seat=self.learner_seat),
+        ]
 
     def announce(self, run: "Run") -> str | None:
         cfg, seats = self.cfg, run.spec.seats or []
         part = next(p for p in run.parts if isinstance(p, SelfPlayPart))
-        return (f"self-play: the learner on {seats[0]}, a snapshot of it on {seats[1]} (N_I={part.n_inference}, latency "
-                f"{cfg.opponent_latency or cfg.latency}); a snapshot every {cfg.snapshot_every:g} world s, the newest "
-                f"{cfg.pool_size} kept, drawn {cfg.opponents}")  # fmt: skip
+        return (
+            f"self-play: the learner on {seats[0]}, a snapshot of it on {seats[1]} (N_I={part.n_inference}, latency "
+            f"{cfg.opponent_latency or cfg.latency}); a snapshot every {cfg.snapshot_every:g} world s, the newest "
+            f"{cfg.pool_size} kept, drawn {cfg.opponents}"
+        )
 
 
 # ----------------------------------------------------------------------------- the report's figures

@@ -70,7 +70,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ['ARCHS', 'BUDGETS', 'BUDGET_HELP', 'Budget', 'Cell', 'DEEP_SIZES', 'GAMES', 'Game', 'INTERACTIONS', 'PAPER_SIZES', 'aggregate', 'cell_result', 'cell_state', 'children_cpu_s', 'declared_delays', 'deep_paper_ticks', 'env_available', 'plan_cells', 'plot', 'run_cells', 't_quantile_95', 'write_tables']
+__all__ = [
+    "ARCHS",
+    "BUDGETS",
+    "BUDGET_HELP",
+    "Budget",
+    "Cell",
+    "DEEP_SIZES",
+    "GAMES",
+    "Game",
+    "INTERACTIONS",
+    "PAPER_SIZES",
+    "aggregate",
+    "cell_result",
+    "cell_state",
+    "children_cpu_s",
+    "declared_delays",
+    "deep_paper_ticks",
+    "env_available",
+    "plan_cells",
+    "plot",
+    "run_cells",
+    "t_quantile_95",
+    "write_tables",
+]
 
 #: k → (parameters, declared inference ticks at 60 Hz, at the Game Boy's 59.7275 Hz): the paper's Figure 7 / Appendix A
 PAPER_SIZES: Final[dict[float, tuple[str, int, int]]] = {
@@ -117,27 +140,72 @@ class Game:
     tau_l: float | None = None
 
 
-_ATARI_ARGS: Final = ("--preset", "paper-atari")  # the cadence: `Cell.learn_every` ("we now learn every 4 environment steps")
+_ATARI_ARGS: Final = (
+    "--preset",
+    "paper-atari",
+)  # the cadence: `Cell.learn_every` ("we now learn every 4 environment steps")
 
 
 GAMES: Final[dict[str, Game]] = {
-    "delay-world": Game("theory/delay-cycle",
-                        ("--env-arg", "p_minimax=0.97", "--env-arg", "max_steps=1200", "--lr", "1e-3", "--batch-size", "32",
-                         "--epsilon-ticks", "1500", "--epsilon-end", "0.02", "--learning-starts", "200",
-                         "--target-update", "200", "--replay-capacity", "20000"), max_episode_s=20.0, batch_size=32),
-    "Boxing": Game("Boxing", _ATARI_ARGS, max_episode_s=1800.0, small_args=("--replay-capacity", "50000"), learn_every=4),
+    "delay-world": Game(
+        "theory/delay-cycle",
+        (
+            "--env-arg",
+            "p_minimax=0.97",
+            "--env-arg",
+            "max_steps=1200",
+            "--lr",
+            "1e-3",
+            "--batch-size",
+            "32",
+            "--epsilon-ticks",
+            "1500",
+            "--epsilon-end",
+            "0.02",
+            "--learning-starts",
+            "200",
+            "--target-update",
+            "200",
+            "--replay-capacity",
+            "20000",
+        ),
+        max_episode_s=20.0,
+        batch_size=32,
+    ),
+    "Boxing": Game(
+        "Boxing", _ATARI_ARGS, max_episode_s=1800.0, small_args=("--replay-capacity", "50000"), learn_every=4
+    ),
     "Krull": Game("Krull", _ATARI_ARGS, max_episode_s=1800.0, small_args=("--replay-capacity", "50000"), learn_every=4),
-    "NameThisGame": Game("NameThisGame", _ATARI_ARGS, max_episode_s=1800.0, small_args=("--replay-capacity", "50000"),
-                         learn_every=4),
+    "NameThisGame": Game(
+        "NameThisGame", _ATARI_ARGS, max_episode_s=1800.0, small_args=("--replay-capacity", "50000"), learn_every=4
+    ),
     # Figure 5: a fixed ε of 0.05 and "one update on the replay buffer for each action taken"
-    "Tetris": Game("GameBoy/Tetris", ("--preset", "paper-tetris", "--epsilon-start", "0.05", "--epsilon-end", "0.05"),
-                   max_episode_s=3600.0, game_boy=True, needs_rom=True, learn_every=1),
+    "Tetris": Game(
+        "GameBoy/Tetris",
+        ("--preset", "paper-tetris", "--epsilon-start", "0.05", "--epsilon-end", "0.05"),
+        max_episode_s=3600.0,
+        game_boy=True,
+        needs_rom=True,
+        learn_every=1,
+    ),
     # Figure 4: "enough learning threads to learn every 5 environment steps"
-    "PokemonBattle": Game("GameBoy/PokemonBattle", ("--preset", "paper-pokemon", "--tau-l", f"{5 / 59.7275:.6f}"),
-                          max_episode_s=3600.0, game_boy=True, needs_rom=True, tau_l=5 / 59.7275),
-    "PokemonCatch": Game("GameBoy/PokemonCatch", ("--preset", "paper-pokemon", "--tau-l", f"{5 / 59.7275:.6f}"),
-                         max_episode_s=3600.0, game_boy=True, needs_rom=True, tau_l=5 / 59.7275),
-}  # fmt: skip
+    "PokemonBattle": Game(
+        "GameBoy/PokemonBattle",
+        ("--preset", "paper-pokemon", "--tau-l", f"{5 / 59.7275:.6f}"),
+        max_episode_s=3600.0,
+        game_boy=True,
+        needs_rom=True,
+        tau_l=5 / 59.7275,
+    ),
+    "PokemonCatch": Game(
+        "GameBoy/PokemonCatch",
+        ("--preset", "paper-pokemon", "--tau-l", f"{5 / 59.7275:.6f}"),
+        max_episode_s=3600.0,
+        game_boy=True,
+        needs_rom=True,
+        tau_l=5 / 59.7275,
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -152,16 +220,27 @@ class Budget:
 
 
 BUDGETS: Final[dict[str, Budget]] = {
-    "tiny": Budget({"delay-world": (2, 1)}, sizes=(1, 29), note="a smoke test of the whole pipeline",
-                   small_replay=True),
-    "small": Budget({"delay-world": (6, 3), "Boxing": (1, 1)},
-                    note="Boxing: one episode while ε is still ~0.9, so its cells measure acting (inaction, delay), not learning",
-                    small_replay=True),
+    "tiny": Budget(
+        {"delay-world": (2, 1)}, sizes=(1, 29), note="a smoke test of the whole pipeline", small_replay=True
+    ),
+    "small": Budget(
+        {"delay-world": (6, 3), "Boxing": (1, 1)},
+        note="Boxing: one episode while ε is still ~0.9, so its cells measure acting (inaction, delay), not learning",
+        small_replay=True,
+    ),
     "medium": Budget({"delay-world": (40, 5), "Boxing": (20, 3), "Krull": (20, 3), "NameThisGame": (20, 3)}),
-    "paper": Budget({"Boxing": (2000, 3), "Krull": (2000, 3), "NameThisGame": (2000, 3), "Tetris": (2000, 3),
-                     "PokemonBattle": (2000, 3), "PokemonCatch": (2000, 3)},
-                    note="the paper's 2,000 episodes per cell; Game Boy games where their ROMs are found"),
-}  # fmt: skip
+    "paper": Budget(
+        {
+            "Boxing": (2000, 3),
+            "Krull": (2000, 3),
+            "NameThisGame": (2000, 3),
+            "Tetris": (2000, 3),
+            "PokemonBattle": (2000, 3),
+            "PokemonCatch": (2000, 3),
+        },
+        note="the paper's 2,000 episodes per cell; Game Boy games where their ROMs are found",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -196,10 +275,24 @@ class Cell:
             return [sys.executable, "-m", "nonstop.cli", *self.train_argv(out)]
         game = GAMES[self.game]
         every = self.learn_every if self.learn_every is not None else game.learn_every
-        return [sys.executable, "-m", "nonstop.experiment.delaysim", "--env", game.env, *game.train_args, *self.extra,
-                "--delay", str(delay_ticks(self.delay, game_boy=game.game_boy)), "--seed", str(self.seed),
-                "--episodes", str(self.episodes), *(["--learn-every", str(every)] if every else []),
-                "--out", str(out)]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "nonstop.experiment.delaysim",
+            "--env",
+            game.env,
+            *game.train_args,
+            *self.extra,
+            "--delay",
+            str(delay_ticks(self.delay, game_boy=game.game_boy)),
+            "--seed",
+            str(self.seed),
+            "--episodes",
+            str(self.episodes),
+            *(["--learn-every", str(every)] if every else []),
+            "--out",
+            str(out),
+        ]
 
     def train_argv(self, out: Path) -> list[str]:
         game = GAMES[self.game]
@@ -219,10 +312,28 @@ class Cell:
             if learn_every is not None:
                 how += ["--updates-per-transition", f"{1 / (f * learn_every):.6g}"]
         seconds = 1.5 * self.episodes * game.max_episode_s + 60  # a cap only: --episodes ends the cell
-        return ["train", "--env", game.env, *game.train_args, *self.extra, "--latency", self.delay, *how,
-                "--seed", str(self.seed), "--episodes", str(self.episodes), "--seconds", f"{seconds:g}",
-                "--progress-every", f"{min(10.0, game.max_episode_s):g}", "--checkpoint-every", "300",
-                "--out", str(out)]  # fmt: skip
+        return [
+            "train",
+            "--env",
+            game.env,
+            *game.train_args,
+            *self.extra,
+            "--latency",
+            self.delay,
+            *how,
+            "--seed",
+            str(self.seed),
+            "--episodes",
+            str(self.episodes),
+            "--seconds",
+            f"{seconds:g}",
+            "--progress-every",
+            f"{min(10.0, game.max_episode_s):g}",
+            "--checkpoint-every",
+            "300",
+            "--out",
+            str(out),
+        ]
 
 
 #: how the sweep's cells start each episode (``--delay-start``)
@@ -264,15 +375,18 @@ def deep_paper_ticks(k: float, *, game_boy: bool) -> int:
     label = DEEP_SIZES.get(k)
     base = next((kk for kk, (name, *_) in PAPER_SIZES.items() if name == label), None)
     if base is None:
-        raise ValueError(f"the paper's 2xDeep sizes with a 15-layer time to scale are k in "
-                         f"{[kk for kk, v in DEEP_SIZES.items() if v != '70k']}, not k={_fmt_k(k)}: pass --latency-source "
-                         f"measured or --latency {_fmt_k(k)}=SPEC")  # fmt: skip
+        raise ValueError(
+            f"the paper's 2xDeep sizes with a 15-layer time to scale are k in "
+            f"{[kk for kk, v in DEEP_SIZES.items() if v != '70k']}, not k={_fmt_k(k)}: pass --latency-source "
+            f"measured or --latency {_fmt_k(k)}=SPEC"
+        )
     ticks = int(PAPER_SIZES[base][2 if game_boy else 1])
     return math.ceil(ticks * count_flops(k, **ARCH_OPTIONS["2xdeep"]) / count_flops(base, **ARCH_OPTIONS["impala"]))
 
 
-def declared_delays(sizes: Iterable[float], source: str, *, game_boy: bool, overrides: dict[float, str],
-                    arch: str = "impala") -> dict[float, str]:
+def declared_delays(
+    sizes: Iterable[float], source: str, *, game_boy: bool, overrides: dict[float, str], arch: str = "impala"
+) -> dict[float, str]:
     """Size k → latency spec. ``source``: ``paper`` (the paper's measured steps; for 2xDeep
     `deep_paper_ticks`) or ``measured`` (this machine's batch-1 forward time of the k network, one
     torch thread); ``overrides`` win.
@@ -289,11 +403,17 @@ def declared_delays(sizes: Iterable[float], source: str, *, game_boy: bool, over
         if k in overrides:
             out[k] = overrides[k]
         elif arch == "2xdeep":
-            out[k] = f"{deep_paper_ticks(k, game_boy=game_boy)}t" if source == "paper" else f"{_measured_forward_ms(k, 6):.3f}ms"
+            out[k] = (
+                f"{deep_paper_ticks(k, game_boy=game_boy)}t"
+                if source == "paper"
+                else f"{_measured_forward_ms(k, 6):.3f}ms"
+            )
         elif source == "paper":
             if k not in PAPER_SIZES:
-                raise ValueError(f"the paper gives inference times for k in {sorted(PAPER_SIZES)}, not k={_fmt_k(k)}: "
-                                 f"pass --latency-source measured or --latency {_fmt_k(k)}=SPEC")  # fmt: skip
+                raise ValueError(
+                    f"the paper gives inference times for k in {sorted(PAPER_SIZES)}, not k={_fmt_k(k)}: "
+                    f"pass --latency-source measured or --latency {_fmt_k(k)}=SPEC"
+                )
             out[k] = f"{PAPER_SIZES[k][2 if game_boy else 1]}t"
         else:
             out[k] = f"{_measured_forward_ms(k):.3f}ms"
@@ -315,18 +435,33 @@ def _measured_forward_ms(k: float, depth: int = 3) -> float:
         ensure_fits(k, "cpu", n_actions=18, **arch)  # a clear error when the model cannot fit in this machine's memory
         torch.set_num_threads(1)
         model = impala_resnet(k=k, n_actions=18, **arch).eval()
-        samples = time_forward(model, torch.zeros(1, 1, 84, 84), torch.device("cpu"), warmup=1, repeats=7, max_seconds=20.0)
+        samples = time_forward(
+            model, torch.zeros(1, 1, 84, 84), torch.device("cpu"), warmup=1, repeats=7, max_seconds=20.0
+        )
         _MEASURED[(k, depth)] = 1000.0 * sorted(samples)[len(samples) // 2]
         del model
     return _MEASURED[(k, depth)]
 
 
-def plan_cells(budget: Budget, *, games: Sequence[str] | None, sizes: Sequence[float] | None, seeds: int | None,
-               episodes: int | None, interactions: Sequence[str], latency_source: str,
-               latency_overrides: dict[float, str], game_args: dict[str, list[str]] | None = None,
-               small_replay: bool = False, available: Any = None, archs: Sequence[str] = ("impala",),
-               deep_sizes: Sequence[float] | None = None, gb_actions: int = 6,
-               atari_learn_every: int | None = None, delay_start: str = "beta") -> tuple[list[Cell], list[str]]:
+def plan_cells(
+    budget: Budget,
+    *,
+    games: Sequence[str] | None,
+    sizes: Sequence[float] | None,
+    seeds: int | None,
+    episodes: int | None,
+    interactions: Sequence[str],
+    latency_source: str,
+    latency_overrides: dict[float, str],
+    game_args: dict[str, list[str]] | None = None,
+    small_replay: bool = False,
+    available: Any = None,
+    archs: Sequence[str] = ("impala",),
+    deep_sizes: Sequence[float] | None = None,
+    gb_actions: int = 6,
+    atari_learn_every: int | None = None,
+    delay_start: str = "beta",
+) -> tuple[list[Cell], list[str]]:
     """The cells a sweep runs and notes on what it left out (a Game Boy game without its ROM).
     ``delay_start``: how staggered cells start each episode (`Cell.delay_start`).
 
@@ -354,9 +489,12 @@ def plan_cells(budget: Budget, *, games: Sequence[str] | None, sizes: Sequence[f
         raise ValueError(f"--delay-start must be one of {', '.join(DELAY_STARTS)}, got {delay_start!r}")
     if gb_actions not in (6, 7):
         raise ValueError(f"--gb-actions takes 6 (the paper's buttons; noop is β's) or 7 (noop too), got {gb_actions!r}")
-    if atari_learn_every is not None and (isinstance(atari_learn_every, bool) or not isinstance(atari_learn_every, int)
-                                          or atari_learn_every < 1):  # fmt: skip
-        raise ValueError(f"--atari-learn-every must be an integer >= 1 (transitions per update), got {atari_learn_every!r}")
+    if atari_learn_every is not None and (
+        isinstance(atari_learn_every, bool) or not isinstance(atari_learn_every, int) or atari_learn_every < 1
+    ):
+        raise ValueError(
+            f"--atari-learn-every must be an integer >= 1 (transitions per update), got {atari_learn_every!r}"
+        )
     if seeds is not None and seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     if episodes is not None and episodes < 1:
@@ -379,14 +517,25 @@ def plan_cells(budget: Budget, *, games: Sequence[str] | None, sizes: Sequence[f
         # a game the budget does not name (asked for with --games) gets the budget's first game's length
         default_episodes, default_seeds = budget.games.get(g, next(iter(budget.games.values())))
         n_episodes = episodes or default_episodes
-        extra = (game.small_args if small_replay else ()) + tuple(a for kv in game_args.get(g, []) for a in ("--env-arg", kv))
+        extra = (game.small_args if small_replay else ()) + tuple(
+            a for kv in game_args.get(g, []) for a in ("--env-arg", kv)
+        )
         if game.game_boy and gb_actions == 6 and not any(kv.startswith("action_set=") for kv in game_args.get(g, [])):
             extra += ("--env-arg", "action_set=paper")  # Appendix A: "six discrete actions"
         learn_every = atari_learn_every if game.learn_every == 4 else None
         for arch in archs:
-            arch_sizes = (sizes or budget.sizes) if arch == "impala" else (deep_sizes or [k for k, v in DEEP_SIZES.items() if v != "70k"])
-            delays = declared_delays(arch_sizes, latency_source, game_boy=game.game_boy,
-                                     overrides=latency_overrides if arch == "impala" else {}, arch=arch)  # fmt: skip
+            arch_sizes = (
+                (sizes or budget.sizes)
+                if arch == "impala"
+                else (deep_sizes or [k for k, v in DEEP_SIZES.items() if v != "70k"])
+            )
+            delays = declared_delays(
+                arch_sizes,
+                latency_source,
+                game_boy=game.game_boy,
+                overrides=latency_overrides if arch == "impala" else {},
+                arch=arch,
+            )
             for k, delay in delays.items():
                 for seed in range(seeds or default_seeds):
                     for interaction in interactions:
@@ -408,8 +557,10 @@ def env_available(game: str, game_args: Sequence[str]) -> tuple[bool, str]:
     if pyboy_problem():
         return False, pyboy_problem()
     if game.startswith("Pokemon") and not any(a.startswith("state=") for a in game_args):
-        return False, (f"{env_id} starts from a save state of yours: pass --game-arg {game}:state=PATH "
-                       "(see `nonstop gameboy record-state`)")
+        return False, (
+            f"{env_id} starts from a save state of yours: pass --game-arg {game}:state=PATH "
+            "(see `nonstop gameboy record-state`)"
+        )
     return True, ""
 
 
@@ -421,7 +572,10 @@ def _betacf(a: float, b: float, x: float) -> float:
     d = 1.0 / (d if abs(d) > tiny else tiny)
     h = d
     for m in range(1, 1000):
-        for num in (m * (b - m) * x / ((qam + 2 * m) * (a + 2 * m)), -(a + m) * (qab + m) * x / ((a + 2 * m) * (qap + 2 * m))):
+        for num in (
+            m * (b - m) * x / ((qam + 2 * m) * (a + 2 * m)),
+            -(a + m) * (qab + m) * x / ((a + 2 * m) * (qap + 2 * m)),
+        ):
             d = 1.0 + num * d
             d = 1.0 / (d if abs(d) > tiny else tiny)
             c = 1.0 + num / c
@@ -449,6 +603,7 @@ def _t_quantile_exact(p: float, df: float) -> float:
     >>> round(_t_quantile_exact(0.975, 1), 3), round(_t_quantile_exact(0.975, 40), 3)
     (12.706, 2.021)
     """
+
     def upper_tail(t: float) -> float:  # P(T > t), t > 0
         return 0.5 * _incomplete_beta(df / 2, 0.5, df / (df + t * t))
 
@@ -494,12 +649,25 @@ def cell_result(cell: Cell, run_dir: Path) -> dict[str, Any] | None:
             summary = json.loads((run_dir / "summary.json").read_text())
         except json.JSONDecodeError:
             summary = {}
-    return {"cell": cell.name, "game": cell.game, "arch": cell.arch, "k": cell.k, "params": _params(cell.k, cell.arch), "delay": cell.delay,
-            "interaction": cell.interaction, "seed": cell.seed, "episodes": len(returns), "episodes_target": cell.episodes,
-            "mean_return": sum(returns) / len(returns) if returns else None,
-            "inaction_fraction": summary.get("inaction_fraction"), "delay_mean_ticks": summary.get("delay_mean_ticks"),
-            "n_inference": summary.get("n_inference"), "updates": summary.get("updates"), "wall_s": summary.get("wall_s"),
-            "complete": bool(summary.get("complete")) and len(returns) >= cell.episodes}  # fmt: skip
+    return {
+        "cell": cell.name,
+        "game": cell.game,
+        "arch": cell.arch,
+        "k": cell.k,
+        "params": _params(cell.k, cell.arch),
+        "delay": cell.delay,
+        "interaction": cell.interaction,
+        "seed": cell.seed,
+        "episodes": len(returns),
+        "episodes_target": cell.episodes,
+        "mean_return": sum(returns) / len(returns) if returns else None,
+        "inaction_fraction": summary.get("inaction_fraction"),
+        "delay_mean_ticks": summary.get("delay_mean_ticks"),
+        "n_inference": summary.get("n_inference"),
+        "updates": summary.get("updates"),
+        "wall_s": summary.get("wall_s"),
+        "complete": bool(summary.get("complete")) and len(returns) >= cell.episodes,
+    }
 
 
 def _params(k: float, arch: str = "impala") -> str:
@@ -523,7 +691,8 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         groups.setdefault((row["game"], row.get("arch", "impala"), row["k"], row["interaction"]), []).append(row)
     out = []
     for (game, arch, k, interaction), members in sorted(
-            groups.items(), key=lambda kv: (kv[0][0], ARCHS.index(kv[0][1]), kv[0][2], INTERACTIONS.index(kv[0][3]))):
+        groups.items(), key=lambda kv: (kv[0][0], ARCHS.index(kv[0][1]), kv[0][2], INTERACTIONS.index(kv[0][3]))
+    ):
         done = [m for m in members if m.get("mean_return") is not None]
         values = [float(m["mean_return"]) for m in done]
         n = len(values)
@@ -537,15 +706,29 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             xs = [float(m[key]) for m in done if m.get(key) is not None]
             return sum(xs) / len(xs) if xs else None
 
-        out.append({"game": game, "arch": arch, "k": k, "params": members[0]["params"], "delay": members[0]["delay"],
-                    "interaction": interaction, "mean_return": mean, "ci95": ci, "seeds": n, "cells": len(members),
-                    "complete": sum(bool(m.get("complete")) for m in members),
-                    "inaction_fraction": avg("inaction_fraction"), "delay_mean_ticks": avg("delay_mean_ticks")})  # fmt: skip
+        out.append(
+            {
+                "game": game,
+                "arch": arch,
+                "k": k,
+                "params": members[0]["params"],
+                "delay": members[0]["delay"],
+                "interaction": interaction,
+                "mean_return": mean,
+                "ci95": ci,
+                "seeds": n,
+                "cells": len(members),
+                "complete": sum(bool(m.get("complete")) for m in members),
+                "inaction_fraction": avg("inaction_fraction"),
+                "delay_mean_ticks": avg("delay_mean_ticks"),
+            }
+        )
     return out
 
 
-def plot(results: Sequence[dict[str, Any]], path: Path, *, title: str,
-         lines: dict[str, dict[str, float]] | None = None) -> Path | None:
+def plot(
+    results: Sequence[dict[str, Any]], path: Path, *, title: str, lines: dict[str, dict[str, float]] | None = None
+) -> Path | None:
     """Return vs model size, a panel per game, a line and its 95 % band per interaction and network
     (Figure 6's layout); ``lines`` (game → label → return) are drawn across, e.g. β's noop and random, and
     ``human``: the published human score the paper draws."""
@@ -560,8 +743,14 @@ def plot(results: Sequence[dict[str, Any]], path: Path, *, title: str,
     fig, axes = plt.subplots(1, len(games), figsize=(4.2 * len(games), 3.6), squeeze=False)
     for ax, game in zip(axes[0], games):
         for arch, interaction in ((a, i) for a in ARCHS for i in INTERACTIONS):
-            pts = sorted((r["k"], r) for r in results if r["game"] == game and r["interaction"] == interaction
-                         and r.get("arch", "impala") == arch and r["mean_return"] is not None)  # fmt: skip
+            pts = sorted(
+                (r["k"], r)
+                for r in results
+                if r["game"] == game
+                and r["interaction"] == interaction
+                and r.get("arch", "impala") == arch
+                and r["mean_return"] is not None
+            )
             if not pts:
                 continue
             xs = [_PARAMS.get(r["params"], r["k"] * 1e6) for _, r in pts]
@@ -575,7 +764,9 @@ def plot(results: Sequence[dict[str, Any]], path: Path, *, title: str,
             if name == "human":  # a reference score, not a policy of nonstop's
                 ax.axhline(value, color="black", linestyle="--", linewidth=1, label="human (Mnih et al. 2015)")
             else:
-                ax.axhline(value, color="grey", linestyle=":" if name == "noop" else "-.", linewidth=1, label=f"{name} (β)")
+                ax.axhline(
+                    value, color="grey", linestyle=":" if name == "noop" else "-.", linewidth=1, label=f"{name} (β)"
+                )
         ax.set_xscale("log")
         ax.set_xlabel("model size |θ| (declared inference time)")
         ax.set_ylabel("mean episodic return")
@@ -633,8 +824,14 @@ def _start(cell: Cell, out: Path) -> _Running:
         # the cell dies with the sweep (SIGTERM: it checkpoints and stops as on `kill`); in its own process
         # group, so a terminal's Ctrl-C reaches the sweep alone, which stops each cell with one SIGTERM
         # (a second signal would make a cell skip its final checkpoint)
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   preexec_fn=popen_lifeline(signal.SIGTERM), start_new_session=True)  # fmt: skip
+        process = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=popen_lifeline(signal.SIGTERM),
+            start_new_session=True,
+        )
     return _Running(cell, run_dir, process, log_path)
 
 
@@ -674,8 +871,14 @@ def run_cells(todo: list[Cell], out: Path, jobs: int, console: Any) -> list[tupl
     from nonstop.realtime.lifeline import reap
 
     pending, running, failed = list(todo), list[_Running](), list[tuple[str, str]]()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as view:  # fmt: skip
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as view:
         overall = view.add_task("cells", total=len(todo))
         tasks: dict[str, Any] = {}
         try:
@@ -694,13 +897,20 @@ def run_cells(todo: list[Cell], out: Path, jobs: int, console: Any) -> list[tupl
                     view.advance(overall)
                     result = cell_result(r.cell, r.run_dir)
                     if code != 0 or result is None or not result["complete"]:
-                        why = _last_line(r.log_path) if code != 0 else f"ended with {result['episodes'] if result else 0} of {r.cell.episodes} episodes"
+                        why = (
+                            _last_line(r.log_path)
+                            if code != 0
+                            else f"ended with {result['episodes'] if result else 0} of {r.cell.episodes} episodes"
+                        )
                         failed.append((r.cell.name, f"exit {code}: {why}" if code != 0 else why))
                     else:
                         ret = result["mean_return"]
-                        console.print(f"  done {r.cell.name}: mean return {ret:.2f} over {result['episodes']} episodes, "
-                                      f"inaction {result['inaction_fraction'] or 0:.1%}, "
-                                      f"{(time.monotonic() - r.started) / 60:.1f} min", markup=False)  # fmt: skip
+                        console.print(
+                            f"  done {r.cell.name}: mean return {ret:.2f} over {result['episodes']} episodes, "
+                            f"inaction {result['inaction_fraction'] or 0:.1%}, "
+                            f"{(time.monotonic() - r.started) / 60:.1f} min",
+                            markup=False,
+                        )
                 time.sleep(0.25)
         except BaseException:
             for r in running:  # their final checkpoints, then nothing left running (SIGTERM: SIGINT may be ignored

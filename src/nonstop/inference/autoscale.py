@@ -66,9 +66,15 @@ class AutoScheduler(QuantileHoldScheduler):
         early_release: bool = True,
     ) -> None:
         super().__init__(
-            n_workers, period=period, quantile=quantile, window=window, hold_hysteresis=hold_hysteresis,
-            initial_estimate=initial_estimate, origin=origin, early_release=early_release,
-        )  # fmt: skip
+            n_workers,
+            period=period,
+            quantile=quantile,
+            window=window,
+            hold_hysteresis=hold_hysteresis,
+            initial_estimate=initial_estimate,
+            origin=origin,
+            early_release=early_release,
+        )
         self._hysteresis = check_fraction("hysteresis", hysteresis)
         self._min = check_count("min_workers", min_workers)
         self._max = None if max_workers is None else check_count("max_workers", max_workers)

@@ -68,7 +68,16 @@ from nonstop.inference.batchsize import LatencyCurve, choose_batch_size
 from nonstop.policies.base import Decision, Policy, _check_seed
 from nonstop.realtime.clock import Clock, VirtualClock, Wake, stopwatch
 
-__all__ = ["BatchingServer", "BatchedPolicy", "LaneDecision", "Request", "Answer", "ServerClosed", "applied_batch_sizes", "check_lane_settings"]
+__all__ = [
+    "BatchingServer",
+    "BatchedPolicy",
+    "LaneDecision",
+    "Request",
+    "Answer",
+    "ServerClosed",
+    "applied_batch_sizes",
+    "check_lane_settings",
+]
 
 #: Virtual-clock priorities at one instant: workers 0 (after a tick 2), the host 1, learners 3; a batch
 #: starts and ends at 4, after every request of its instant; a waiting lane looks at 5, after the server.
@@ -122,8 +131,9 @@ class _Ticket:
 
     __slots__ = ("request", "answer", "error", "event", "on_settle")
 
-    def __init__(self, request: Request, event: threading.Event | None,
-                 on_settle: Callable[["_Ticket"], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, request: Request, event: threading.Event | None, on_settle: Callable[["_Ticket"], None] | None = None
+    ) -> None:
         self.request = request
         self.answer: Answer | None = None
         self.error: BaseException | None = None
@@ -181,9 +191,17 @@ class BatchingServer:
     one wake-up for many); a forward's start wakes the stager once. Never a wake-up per request per thread.
     """
 
-    def __init__(self, forward: Callable[[np.ndarray], Any], curve: LatencyCurve, *, clock: Clock,
-                 max_batch: int = 64, measure: bool | None = None, overlap: bool = False,
-                 example: np.ndarray | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        forward: Callable[[np.ndarray], Any],
+        curve: LatencyCurve,
+        *,
+        clock: Clock,
+        max_batch: int = 64,
+        measure: bool | None = None,
+        overlap: bool = False,
+        example: np.ndarray | None = None,
+    ) -> None:
         if not callable(forward):
             raise TypeError(f"forward must be a callable batch -> actions, got {type(forward).__name__}")
         if not isinstance(curve, LatencyCurve):
@@ -259,14 +277,31 @@ class BatchingServer:
             self._stager.start()
 
     # ------------------------------------------------------------------ lanes and requests
-    def lane(self, action_space: gymnasium.Space | None = None, *, tau_m: float, origin: float = 0.0,
-             due_ticks: int | None = None, epsilon: float | Callable[[], float] = 0.0,
-             seed: int | None = None, tag: Hashable | None = None) -> "BatchedPolicy":  # fmt: skip
+    def lane(
+        self,
+        action_space: gymnasium.Space | None = None,
+        *,
+        tau_m: float,
+        origin: float = 0.0,
+        due_ticks: int | None = None,
+        epsilon: float | Callable[[], float] = 0.0,
+        seed: int | None = None,
+        tag: Hashable | None = None,
+    ) -> "BatchedPolicy":
         """A new request lane (a `Policy`) for a world ticking every ``tau_m`` from ``origin``. ``tag`` (the
         tick log's worker index of the lane; a restarted worker's new lane keeps it): its answers' batch
         sizes are kept in `answered_by` under it."""
-        return BatchedPolicy(self, next(self._lanes), action_space, tau_m=tau_m, origin=origin, due_ticks=due_ticks,
-                             epsilon=epsilon, seed=seed, tag=tag)  # fmt: skip
+        return BatchedPolicy(
+            self,
+            next(self._lanes),
+            action_space,
+            tau_m=tau_m,
+            origin=origin,
+            due_ticks=due_ticks,
+            epsilon=epsilon,
+            seed=seed,
+            tag=tag,
+        )
 
     def _make_staging(self, shape: tuple[int, ...], dtype: Any) -> None:
         """The staging buffer(s): the forward's pinned ones where it offers them."""
@@ -308,8 +343,10 @@ class BatchingServer:
                 self._make_staging(obs.shape, obs.dtype)
             assert self._staging is not None
             if obs.shape != self._staging.shape[1:] or obs.dtype != self._staging.dtype:
-                raise ValueError(f"lane {request.lane}: observation {obs.dtype}{list(obs.shape)} does not match the "
-                                 f"server's {self._staging.dtype}{list(self._staging.shape[1:])} (one model, one input)")  # fmt: skip
+                raise ValueError(
+                    f"lane {request.lane}: observation {obs.dtype}{list(obs.shape)} does not match the "
+                    f"server's {self._staging.dtype}{list(self._staging.shape[1:])} (one model, one input)"
+                )
             if self._closed:
                 ticket.settle(None, ServerClosed("the batching server is closed"))
                 self.answered_closed += 1
@@ -355,8 +392,9 @@ class BatchingServer:
     def _take(self, now: float) -> list[_Ticket]:
         """The next batch, EDF order (under the lock)."""
         head = heapq.nsmallest(self.max_batch, self._queue)
-        b = choose_batch_size(now, [due for due, _, _ in head], self.curve, max_batch=self.max_batch,
-                              tolerance=self.clock.tick_grace)  # fmt: skip
+        b = choose_batch_size(
+            now, [due for due, _, _ in head], self.curve, max_batch=self.max_batch, tolerance=self.clock.tick_grace
+        )
         batch = [heapq.heappop(self._queue)[2] for _ in range(b)]
         self._in_flight = batch
         return batch
@@ -390,8 +428,9 @@ class BatchingServer:
             if out.ndim == 2 and out.shape[0] == b:
                 out = out.argmax(axis=1)
             if out.shape != (b,):
-                raise ValueError(f"forward returned shape {out.shape} for a batch of {b}: want ({b},) actions "
-                                 f"or ({b}, n) scores")  # fmt: skip
+                raise ValueError(
+                    f"forward returned shape {out.shape} for a batch of {b}: want ({b},) actions or ({b}, n) scores"
+                )
             return out
         except Exception as exc:  # noqa: BLE001 - handed to the lanes of this batch
             return exc
@@ -414,7 +453,9 @@ class BatchingServer:
                 self.late += 1
                 self.late_by_total += late_by
                 self.late_by_max = max(self.late_by_max, late_by)
-            ticket.settle(Answer(req.lane, action, req.obs_tick, req.due_tick, req.submitted, started, ended, b, late_by))
+            ticket.settle(
+                Answer(req.lane, action, req.obs_tick, req.due_tick, req.submitted, started, ended, b, late_by)
+            )
 
     def _busy_period(self) -> Generator[Wake, float, None]:
         """Virtual clock: serve batches back to back while requests wait; a batch of b takes L(b)."""
@@ -600,7 +641,9 @@ def check_lane_settings(tau_m: Any, due_ticks: Any, epsilon: Any, action_space: 
     if isinstance(tau_m, bool) or not isinstance(tau_m, (int, float)) or not (tau_m > 0 and math.isfinite(tau_m)):
         raise ValueError(f"tau_m must be a positive number of seconds, got {tau_m!r}")
     if due_ticks is not None and (isinstance(due_ticks, bool) or not isinstance(due_ticks, int) or due_ticks < 1):
-        raise ValueError(f"due_ticks must be an int >= 1 or None (the first tick a batch of one makes), got {due_ticks!r}")
+        raise ValueError(
+            f"due_ticks must be an int >= 1 or None (the first tick a batch of one makes), got {due_ticks!r}"
+        )
     if not callable(epsilon) and not (isinstance(epsilon, (int, float)) and 0.0 <= epsilon <= 1.0):
         raise ValueError(f"epsilon must be a probability in [0, 1] or a callable returning one, got {epsilon!r}")
     if epsilon != 0.0 and not isinstance(action_space, gymnasium.spaces.Discrete):
@@ -622,10 +665,19 @@ class BatchedPolicy(Policy):
     lane.act_timed(obs)`` (see the module docstring for why ``act`` cannot declare the time instead).
     """
 
-    def __init__(self, server: BatchingServer, lane: int, action_space: gymnasium.Space | None = None, *,
-                 tau_m: float, origin: float = 0.0, due_ticks: int | None = None,
-                 epsilon: float | Callable[[], float] = 0.0, seed: int | None = None,
-                 tag: Hashable | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        server: BatchingServer,
+        lane: int,
+        action_space: gymnasium.Space | None = None,
+        *,
+        tau_m: float,
+        origin: float = 0.0,
+        due_ticks: int | None = None,
+        epsilon: float | Callable[[], float] = 0.0,
+        seed: int | None = None,
+        tag: Hashable | None = None,
+    ) -> None:
         if not isinstance(server, BatchingServer):
             raise TypeError(f"server must be a BatchingServer, got {type(server).__name__}")
         check_lane_settings(tau_m, due_ticks, epsilon, action_space)
@@ -665,8 +717,10 @@ class BatchedPolicy(Policy):
     def act(self, obs: np.ndarray, obs_tick: int | None = None) -> LaneDecision:
         """Wall clock: submit and block until the batch is done."""
         if self.server.virtual:
-            raise TypeError("on the virtual clock a request lane waits for its batch as a timed process: "
-                            "`yield from lane.act_timed(obs)` (an InferencePool needs its lane hook: docs/gpu.md)")  # fmt: skip
+            raise TypeError(
+                "on the virtual clock a request lane waits for its batch as a timed process: "
+                "`yield from lane.act_timed(obs)` (an InferencePool needs its lane hook: docs/gpu.md)"
+            )
         answer = self.server.wait(self.server.submit(self.request(obs, obs_tick)))
         return self._decide(answer, latency=0.0)
 
@@ -703,8 +757,9 @@ class BatchedPolicy(Policy):
         return f"BatchedPolicy(lane={self.lane}, tau_m={self.tau_m:g}, due_ticks={self.due_ticks})"
 
 
-def applied_batch_sizes(worker: np.ndarray, obs_tick: np.ndarray, source: np.ndarray,
-                        answered_by: Mapping[Hashable, Mapping[int, int]]) -> np.ndarray:  # fmt: skip
+def applied_batch_sizes(
+    worker: np.ndarray, obs_tick: np.ndarray, source: np.ndarray, answered_by: Mapping[Hashable, Mapping[int, int]]
+) -> np.ndarray:
     """The batch size of the action applied at each tick of a tick log (its ``worker``, ``obs_tick`` and
     ``source`` columns), from a server's `BatchingServer.answered_by`; 0 where β acted or no tagged lane
     answered (a worker of its own: no batch).

@@ -30,8 +30,16 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
-__all__ = ["LatencyCurve", "choose_batch_size", "parse_curve", "CURVE_GRAMMAR", "steady_batch", "worlds_ceiling",
-           "curve_table_spec", "read_curve_file"]
+__all__ = [
+    "LatencyCurve",
+    "choose_batch_size",
+    "parse_curve",
+    "CURVE_GRAMMAR",
+    "steady_batch",
+    "worlds_ceiling",
+    "curve_table_spec",
+    "read_curve_file",
+]
 
 CURVE_GRAMMAR: Final = (
     "linear:A,C (L(b) = A + C·b) | table:B=L,B=L,... (b observations take L; interpolated between entries), "
@@ -124,7 +132,9 @@ class LatencyCurve:
                     return times[j - 1] + (times[j] - times[j - 1]) * (b - lo) / (hi - lo)
             if len(sizes) == 1:
                 return times[0] * b / sizes[0]
-            slope = max(0.0, (times[-1] - times[-2]) / (sizes[-1] - sizes[-2]))  # a noisy table never falls past its end
+            slope = max(
+                0.0, (times[-1] - times[-2]) / (sizes[-1] - sizes[-2])
+            )  # a noisy table never falls past its end
             return times[-1] + slope * (b - sizes[-1])
 
         return cls(given, alpha=alpha, describe="table:" + ",".join(f"{b}={s:g}s" for b, s in zip(sizes, times)))
@@ -159,18 +169,21 @@ class LatencyCurve:
 
     def describe(self) -> dict[str, object]:
         """The given curve and the measured table, for a report."""
-        return {"given": self.description,
-                "measured_s": {b: round(ema, 9) for b, (ema, _) in sorted(self.measured.items())},
-                "measurements": {b: n for b, (_, n) in sorted(self.measured.items())},
-                "device_s": {b: round(s, 9) for b, s in sorted(self.device_measured.items())},
-                "padding": list(self.padding)}  # fmt: skip
+        return {
+            "given": self.description,
+            "measured_s": {b: round(ema, 9) for b, (ema, _) in sorted(self.measured.items())},
+            "measurements": {b: n for b, (_, n) in sorted(self.measured.items())},
+            "device_s": {b: round(s, 9) for b, s in sorted(self.device_measured.items())},
+            "padding": list(self.padding),
+        }
 
     def __repr__(self) -> str:
         return f"LatencyCurve({self.description}, measured sizes={sorted(self.measured)})"
 
 
-def choose_batch_size(now: float, deadlines: Sequence[float], curve: Callable[[int], float], *, max_batch: int,
-                      tolerance: float = 0.0) -> int:  # fmt: skip
+def choose_batch_size(
+    now: float, deadlines: Sequence[float], curve: Callable[[int], float], *, max_batch: int, tolerance: float = 0.0
+) -> int:
     """The size of the next batch: its requests are the first ``b`` of ``deadlines`` (earliest first).
 
     ``b`` is the largest size (up to ``max_batch`` and the queue) whose batch, started ``now`` and done
@@ -237,7 +250,9 @@ def parse_curve(spec: str, tick_hz: float | None = None) -> LatencyCurve:
         for entry in rest.split(","):
             b, eq, seconds = entry.partition("=")
             if not eq or not b.strip().isdigit() or int(b) < 1:
-                raise ValueError(f"{bad}: {entry.strip()!r} is not B=L with B a batch size >= 1. Expected {CURVE_GRAMMAR}")
+                raise ValueError(
+                    f"{bad}: {entry.strip()!r} is not B=L with B a batch size >= 1. Expected {CURVE_GRAMMAR}"
+                )
             table[int(b)] = _quantity(seconds, f"L({int(b)})", spec, tick_hz)
         return LatencyCurve.table(table)
     raise ValueError(f"{bad}: unknown kind {kind!r}. Expected {CURVE_GRAMMAR}")

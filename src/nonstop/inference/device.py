@@ -48,10 +48,28 @@ from nonstop.policies.placement import (  # re-exported: placement is the polici
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["resolve_device", "resolve_dtype", "parse_dtype", "DTYPES", "DEVICE_GRAMMAR", "uses_pinned", "to_device",
-           "autocast", "frames_to_float", "padded_size", "TorchForward", "torch_forward", "placement", "parse_device",
-           "default_graph_sizes", "add_device_arguments", "GraphOutOfMemory", "BatchTiming", "bind_flat",
-           "flat_parameters"]  # fmt: skip
+__all__ = [
+    "resolve_device",
+    "resolve_dtype",
+    "parse_dtype",
+    "DTYPES",
+    "DEVICE_GRAMMAR",
+    "uses_pinned",
+    "to_device",
+    "autocast",
+    "frames_to_float",
+    "padded_size",
+    "TorchForward",
+    "torch_forward",
+    "placement",
+    "parse_device",
+    "default_graph_sizes",
+    "add_device_arguments",
+    "GraphOutOfMemory",
+    "BatchTiming",
+    "bind_flat",
+    "flat_parameters",
+]
 
 
 def default_graph_sizes(device: "str | torch.device", max_batch: int) -> tuple[int, ...]:
@@ -102,8 +120,11 @@ class GraphOutOfMemory(ValueError):
 
     def __init__(self, size: int, fits: int | None) -> None:
         self.size, self.fits = int(size), fits
-        hint = (f"the largest batch that fits is {fits} (use --max-batch {fits})" if fits is not None
-                else "not even the smallest batch size fits: a smaller model (--k) or another device")  # fmt: skip
+        hint = (
+            f"the largest batch that fits is {fits} (use --max-batch {fits})"
+            if fits is not None
+            else "not even the smallest batch size fits: a smaller model (--k) or another device"
+        )
         super().__init__(f"out of device memory capturing the CUDA graph for a batch of {size}: {hint}")
 
 
@@ -182,10 +203,19 @@ class TorchForward:
     ((3,), {8: 1}, 8)
     """
 
-    def __init__(self, model: "torch.nn.Module", device: str = "cpu", *, dtype: str | None = None,
-                 channels_last: bool | None = None, graph_sizes: Sequence[int] = (), graphs: bool | None = None,
-                 refresh: Callable[["torch.nn.Module"], Any] | None = None, ops: HostOps | None = None,
-                 offset: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: "torch.nn.Module",
+        device: str = "cpu",
+        *,
+        dtype: str | None = None,
+        channels_last: bool | None = None,
+        graph_sizes: Sequence[int] = (),
+        graphs: bool | None = None,
+        refresh: Callable[["torch.nn.Module"], Any] | None = None,
+        ops: HostOps | None = None,
+        offset: int = 0,
+    ) -> None:
         import torch
 
         sizes = tuple(sorted({int(s) for s in graph_sizes}))
@@ -199,7 +229,9 @@ class TorchForward:
         self.graph_sizes = sizes
         self.graphs = bool(cuda and sizes) if graphs is None else bool(graphs)
         if self.graphs and not cuda:
-            raise ValueError(f"CUDA graphs need a CUDA device, got {self.device}: leave graphs out or use device='cuda'")
+            raise ValueError(
+                f"CUDA graphs need a CUDA device, got {self.device}: leave graphs out or use device='cuda'"
+            )
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = True  # the fastest algorithm per shape: the shapes are few
         self.model = model.to(self.device).eval()
@@ -259,12 +291,19 @@ class TorchForward:
         """Where and how it runs, for a report."""
         import torch
 
-        return {"device": str(self.device), "dtype": str(self.dtype).removeprefix("torch."),
-                "serving_dtype": str(next(self.serving.parameters(), torch.empty(0, dtype=self.dtype)).dtype
-                                     ).removeprefix("torch."),
-                "channels_last": self.channels_last, "graph_sizes": list(self.graph_sizes), "graphs": self.graphs,
-                "graphs_captured": sorted({k[0] for k in self._captured}), "weight_casts": self.weight_casts,
-                "own_stream": self.stream is not None}  # fmt: skip
+        return {
+            "device": str(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "serving_dtype": str(next(self.serving.parameters(), torch.empty(0, dtype=self.dtype)).dtype).removeprefix(
+                "torch."
+            ),
+            "channels_last": self.channels_last,
+            "graph_sizes": list(self.graph_sizes),
+            "graphs": self.graphs,
+            "graphs_captured": sorted({k[0] for k in self._captured}),
+            "weight_casts": self.weight_casts,
+            "own_stream": self.stream is not None,
+        }
 
     def staging(self, rows: int, shape: Sequence[int], dtype: Any) -> np.ndarray:
         """A host buffer ``(rows, *shape)`` of ``dtype`` in pinned memory (on CUDA) that this forward
@@ -283,8 +322,12 @@ class TorchForward:
         import torch
 
         for tensor, array in self._stagings:
-            if (batch.dtype == array.dtype and batch.shape[1:] == array.shape[1:] and batch.flags.c_contiguous
-                    and batch.ctypes.data == array.ctypes.data):  # fmt: skip
+            if (
+                batch.dtype == array.dtype
+                and batch.shape[1:] == array.shape[1:]
+                and batch.flags.c_contiguous
+                and batch.ctypes.data == array.ctypes.data
+            ):
                 return tensor[: batch.shape[0]]
         host = torch.from_numpy(np.ascontiguousarray(batch))
         if not self.ops.is_cuda:
@@ -309,7 +352,9 @@ class TorchForward:
             x = x.contiguous(memory_format=torch.channels_last)
         out = self.serving(x)
         if out.ndim != 2 or out.shape[0] != x.shape[0]:
-            raise ValueError(f"the model returned shape {tuple(out.shape)} for a batch of {x.shape[0]}: want (b, n) scores")
+            raise ValueError(
+                f"the model returned shape {tuple(out.shape)} for a batch of {x.shape[0]}: want (b, n) scores"
+            )
         return out
 
     def q_values(self, batch: np.ndarray) -> "torch.Tensor":
@@ -405,9 +450,17 @@ class TorchForward:
         return actions + self.offset if self.offset else actions
 
 
-def torch_forward(model: "torch.nn.Module", device: str = "cpu", *, dtype: str | None = None,
-                  channels_last: bool | None = None, graph_sizes: Sequence[int] = (),
-                  refresh: Callable[["torch.nn.Module"], Any] | None = None, offset: int = 0) -> TorchForward:  # fmt: skip
+def torch_forward(
+    model: "torch.nn.Module",
+    device: str = "cpu",
+    *,
+    dtype: str | None = None,
+    channels_last: bool | None = None,
+    graph_sizes: Sequence[int] = (),
+    refresh: Callable[["torch.nn.Module"], Any] | None = None,
+    offset: int = 0,
+) -> TorchForward:
     """A `TorchForward` for ``model`` on ``device`` (CUDA graphs for ``graph_sizes`` where CUDA runs)."""
-    return TorchForward(model, device, dtype=dtype, channels_last=channels_last, graph_sizes=graph_sizes,
-                        refresh=refresh, offset=offset)  # fmt: skip
+    return TorchForward(
+        model, device, dtype=dtype, channels_last=channels_last, graph_sizes=graph_sizes, refresh=refresh, offset=offset
+    )

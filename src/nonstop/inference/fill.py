@@ -455,13 +455,15 @@ class FillScheduler(TickGridScheduler):
         self.tunes += 1
         return taus, caps, self._stay(), seed, list(self._plans)
 
-    def _choose(self, taus: list[float], caps: list[int], stay: float, seed: int,
-                plans: list[tuple[str, bool]]) -> tuple[str, bool, int]:  # fmt: skip
+    def _choose(
+        self, taus: list[float], caps: list[int], stay: float, seed: int, plans: list[tuple[str, bool]]
+    ) -> tuple[str, bool, int]:
         """The start plan and cap with the best predicted return (pure: it reads no state of the scheduler)."""
         options: list[tuple[float, str, bool, int]] = []
         for starts, fixed in plans:
-            predicted = predict_fill_returns(taus, self._n, caps, stay, ticks=self._model_ticks, seed=seed,
-                                             starts=starts, fixed=fixed)  # fmt: skip
+            predicted = predict_fill_returns(
+                taus, self._n, caps, stay, ticks=self._model_ticks, seed=seed, starts=starts, fixed=fixed
+            )
             best = max(predicted)
             i = next(j for j, v in enumerate(predicted) if v >= best - TIE)  # within TIE: the smaller cap
             options.append((best, starts, fixed, caps[i]))

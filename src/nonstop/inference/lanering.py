@@ -107,8 +107,9 @@ class LaneRing(SharedSegment):
         self.records_at = _align(8 * (_HDR + 2 * self.n_lanes))
         first_frame = self.records_at + _RECORDS * self.n_lanes
         self._frame_stride = _align(frame)
-        self._frames = [np.ndarray(self.shape, self.dtype, buf, first_frame + i * self._frame_stride)
-                        for i in range(self.n_lanes)]  # fmt: skip
+        self._frames = [
+            np.ndarray(self.shape, self.dtype, buf, first_frame + i * self._frame_stride) for i in range(self.n_lanes)
+        ]
 
     @classmethod
     def nbytes(cls, n_lanes: int, example: np.ndarray) -> int:
@@ -186,10 +187,20 @@ class RemoteLane(Policy):
     or a picklable callable) explores on the answer, as a `BatchedPolicy` lane does.
     """
 
-    def __init__(self, ring: LaneRing, index: int, action_space: gymnasium.Space | None = None, *,
-                 tau_m: float, origin: float = 0.0, clock_origin: float, due_ticks: int | None = None,
-                 epsilon: float | Callable[[], float] = 0.0, seed: int | None = None,
-                 wait_s: float | None = 10.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        ring: LaneRing,
+        index: int,
+        action_space: gymnasium.Space | None = None,
+        *,
+        tau_m: float,
+        origin: float = 0.0,
+        clock_origin: float,
+        due_ticks: int | None = None,
+        epsilon: float | Callable[[], float] = 0.0,
+        seed: int | None = None,
+        wait_s: float | None = 10.0,
+    ) -> None:
         if not isinstance(ring, LaneRing):
             raise TypeError(f"ring must be a LaneRing, got {type(ring).__name__}")
         ring._check(index)
@@ -215,8 +226,15 @@ class RemoteLane(Policy):
         self.late = 0
 
     def __reduce__(self) -> tuple:
-        kwargs = {"tau_m": self.tau_m, "origin": self.origin, "clock_origin": self.clock_origin,
-                  "due_ticks": self.due_ticks, "epsilon": self.epsilon, "seed": self._seed, "wait_s": self.wait_s}  # fmt: skip
+        kwargs = {
+            "tau_m": self.tau_m,
+            "origin": self.origin,
+            "clock_origin": self.clock_origin,
+            "due_ticks": self.due_ticks,
+            "epsilon": self.epsilon,
+            "seed": self._seed,
+            "wait_s": self.wait_s,
+        }
         return (_rebuild_lane, (self.ring, self.index, getattr(self, "action_space", None), kwargs))
 
     def seed(self, seed: int | None) -> None:
@@ -232,12 +250,21 @@ class RemoteLane(Policy):
             raise ServerClosed("the batching server of this lane's ring is closed")
         buf, frame = ring._buf, self._frame
         if obs.shape != frame.shape:
-            raise ValueError(f"lane {self.index}: observation {obs.dtype}{list(obs.shape)} does not fit the ring's "
-                             f"{frame.dtype}{list(frame.shape)} frames (one model, one input)")  # fmt: skip
+            raise ValueError(
+                f"lane {self.index}: observation {obs.dtype}{list(obs.shape)} does not fit the ring's "
+                f"{frame.dtype}{list(frame.shape)} frames (one model, one input)"
+            )
         np.copyto(frame, obs, casting="same_kind")
         submitted = self._clock.now()
-        _REQUEST.pack_into(buf, self._req_at, -1 if obs_tick is None else int(obs_tick), self.due_ticks or 0,
-                           submitted, self.tau_m, self.origin)  # fmt: skip
+        _REQUEST.pack_into(
+            buf,
+            self._req_at,
+            -1 if obs_tick is None else int(obs_tick),
+            self.due_ticks or 0,
+            submitted,
+            self.tau_m,
+            self.origin,
+        )
         seq = self._seq = self._seq + 1
         self._req.store(seq, RELEASE)  # the frame and the record are visible before the sequence
         ring._bell.fetch_add(1)
@@ -310,8 +337,9 @@ class RemoteLanes:
     ring (idempotent; a context manager does it on exit).
     """
 
-    def __init__(self, server: BatchingServer, example: np.ndarray, *, n_lanes: int,
-                 tags: Sequence[Hashable] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, server: BatchingServer, example: np.ndarray, *, n_lanes: int, tags: Sequence[Hashable] | None = None
+    ) -> None:
         if not isinstance(server, BatchingServer):
             raise TypeError(f"server must be a BatchingServer, got {type(server).__name__}")
         if server.virtual:
@@ -331,7 +359,9 @@ class RemoteLanes:
             self._answerers = [self._answerer(i) for i in range(n_lanes)]
             self.fed = 0
             self.reread = 0
-            self.error: str | None = None  # what stopped the feeder, if anything did before `close`  # requests read again because their lane wrote under the copy
+            self.error: str | None = (
+                None  # what stopped the feeder, if anything did before `close`  # requests read again because their lane wrote under the copy
+            )
             self._stopped = threading.Event()
             self._thread = threading.Thread(target=self._feed, name="nonstop-lane-feeder", daemon=True)
             self._thread.start()
@@ -339,15 +369,33 @@ class RemoteLanes:
             self.ring.unlink()
             raise
 
-    def lane(self, index: int, action_space: gymnasium.Space | None = None, *, tau_m: float, origin: float = 0.0,
-             due_ticks: int | None = None, epsilon: float | Callable[[], float] = 0.0, seed: int | None = None,
-             wait_s: float | None = 10.0) -> RemoteLane:  # fmt: skip
+    def lane(
+        self,
+        index: int,
+        action_space: gymnasium.Space | None = None,
+        *,
+        tau_m: float,
+        origin: float = 0.0,
+        due_ticks: int | None = None,
+        epsilon: float | Callable[[], float] = 0.0,
+        seed: int | None = None,
+        wait_s: float | None = 10.0,
+    ) -> RemoteLane:
         """The `RemoteLane` of slot ``index`` for a world ticking every ``tau_m`` from ``origin`` (on the
         server's clock). One lane a slot at a time: a restarted worker's new lane may take its slot."""
         assert isinstance(self.server.clock, WallClock)
-        return RemoteLane(self.ring, index, action_space, tau_m=tau_m, origin=origin,
-                          clock_origin=self.server.clock.origin, due_ticks=due_ticks, epsilon=epsilon, seed=seed,
-                          wait_s=wait_s)  # fmt: skip
+        return RemoteLane(
+            self.ring,
+            index,
+            action_space,
+            tau_m=tau_m,
+            origin=origin,
+            clock_origin=self.server.clock.origin,
+            due_ticks=due_ticks,
+            epsilon=epsilon,
+            seed=seed,
+            wait_s=wait_s,
+        )
 
     # ------------------------------------------------------------------ the feeder
     def _feed(self) -> None:
@@ -412,8 +460,18 @@ class RemoteLanes:
                     _ANSWER.pack_into(buf, at, status, -1, 0, req.obs_tick, req.due_tick, 0.0, 0.0, 0.0)
                 else:
                     server.answered_by.setdefault(tag, {})[a.obs_tick] = a.batch_size
-                    _ANSWER.pack_into(buf, at, _OK, int(a.action), a.batch_size, a.obs_tick, a.due_tick, a.started,
-                                      a.answered, a.late_by)  # fmt: skip
+                    _ANSWER.pack_into(
+                        buf,
+                        at,
+                        _OK,
+                        int(a.action),
+                        a.batch_size,
+                        a.obs_tick,
+                        a.due_tick,
+                        a.started,
+                        a.answered,
+                        a.late_by,
+                    )
                 self._busy[i] = False
                 ring._ans_cells[i].store(self._picked[i], RELEASE)  # the record is visible before the sequence
                 ring._bell.fetch_add(1)  # the feeder looks again: the lane may have asked anew
@@ -424,8 +482,13 @@ class RemoteLanes:
 
     # ------------------------------------------------------------------ the end
     def report(self) -> dict[str, Any]:
-        return {"ring": self.ring.name, "lanes": self.ring.n_lanes,
-                "fed": self.fed, "reread": self.reread, "error": self.error}  # fmt: skip
+        return {
+            "ring": self.ring.name,
+            "lanes": self.ring.n_lanes,
+            "fed": self.fed,
+            "reread": self.reread,
+            "error": self.error,
+        }
 
     def close(self) -> None:
         """Stop feeding, tell every waiting lane the server is gone, unlink the ring (idempotent)."""

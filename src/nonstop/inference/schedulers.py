@@ -60,8 +60,13 @@ __all__ = [
 _REGISTRY: dict[str, type[Scheduler]] = {
     cls.name: cls
     for cls in (
-        SequentialScheduler, UnstaggeredScheduler, MaxTimeScheduler, ExpectedTimeScheduler, QuantileHoldScheduler,
-        AutoScheduler, FillScheduler,
+        SequentialScheduler,
+        UnstaggeredScheduler,
+        MaxTimeScheduler,
+        ExpectedTimeScheduler,
+        QuantileHoldScheduler,
+        AutoScheduler,
+        FillScheduler,
     )
 }
 #: Valid names for `make_scheduler`.

@@ -191,7 +191,9 @@ class InferencePool:
         self.scheduler = scheduler = _resolve_scheduler(scheduler, n_inference)
         # grid schedulers start one inference per tick: just after its publish (on the virtual clock,
         # which needs no margin, at the deadline: the loop then waits for that tick's observation)
-        scheduler.bind(period=session.tau_m, origin=session.origin + self.clock.real(pacing.alignment_margin(session.tau_m)))
+        scheduler.bind(
+            period=session.tau_m, origin=session.origin + self.clock.real(pacing.alignment_margin(session.tau_m))
+        )
         self.frees_workers = scheduler.frees_workers
         #: episode catch-up copies (`QuantileHoldScheduler.early_release`): only into a ``latest``
         #: queue, where applying one decision twice is holding a control; never into a command stream
@@ -346,9 +348,13 @@ class InferencePool:
                 t = yield from wait_until(guarded)
             self._inflight_due(decision_key, latest, t)
             queue.submit(
-                decision.action, obs_tick=latest.tick, episode=latest.episode, worker=i,
-                tau_theta=tau_theta, submit_time=t,
-            )  # fmt: skip
+                decision.action,
+                obs_tick=latest.tick,
+                episode=latest.episode,
+                worker=i,
+                tau_theta=tau_theta,
+                submit_time=t,
+            )
             state.actions += 1
             state.tau_thetas.append(tau_theta)
             if self.resizable:
@@ -365,7 +371,11 @@ class InferencePool:
         tick) and the key its decision is recorded under."""
         if self.inflight is None:
             return latest.obs, None
-        return self.inflight.augment(latest.obs, tick=latest.tick, episode=latest.episode), (worker, latest.episode, latest.tick)
+        return self.inflight.augment(latest.obs, tick=latest.tick, episode=latest.episode), (
+            worker,
+            latest.episode,
+            latest.tick,
+        )
 
     def _inflight_known(self, key: Any, latest: Any, action: Any, submit_at: float) -> None:
         if key is not None:
@@ -390,10 +400,12 @@ class InferencePool:
         if self.resizable:
             self._maybe_resize(anchor=state.index)
 
-    def _release_at(self, when: float, action: Any, latest: Any, state: _WorkerState, tau_theta: float,
-                    copy: bool = False) -> None:  # fmt: skip
+    def _release_at(
+        self, when: float, action: Any, latest: Any, state: _WorkerState, tau_theta: float, copy: bool = False
+    ) -> None:
         """Submit ``action`` (computed on ``latest``) at ``when``, without holding its worker
         (``copy``: an episode catch-up copy, not counted as a new action of the worker)."""
+
         def release() -> None:
             if not self._stop.is_set():
                 self._submit(action, latest, state, tau_theta, when, copy)
@@ -403,12 +415,17 @@ class InferencePool:
         at = pacing.phase_guard(when, self.session.origin, tau_m, self.clock.real(pacing.phase_guard_width(tau_m)))
         self._timing.call_at(at, release, isolate=True)
 
-    def _submit(self, action: Any, latest: Any, state: _WorkerState, tau_theta: float, when: float,
-                copy: bool = False) -> None:  # fmt: skip
+    def _submit(
+        self, action: Any, latest: Any, state: _WorkerState, tau_theta: float, when: float, copy: bool = False
+    ) -> None:
         self.session.queues[self.seat].submit(
-            action, obs_tick=latest.tick, episode=latest.episode, worker=state.index,
-            tau_theta=tau_theta, submit_time=when,
-        )  # fmt: skip
+            action,
+            obs_tick=latest.tick,
+            episode=latest.episode,
+            worker=state.index,
+            tau_theta=tau_theta,
+            submit_time=when,
+        )
         if not copy:
             state.actions += 1
 
@@ -423,7 +440,9 @@ class InferencePool:
             if new == old or anchor >= old:
                 return
             sched.resize(new, anchor=anchor)
-            self.events.append(WorkerEvent(self.clock.now(), anchor, "grew" if new > old else "shrank", f"{old}->{new}"))
+            self.events.append(
+                WorkerEvent(self.clock.now(), anchor, "grew" if new > old else "shrank", f"{old}->{new}")
+            )
             for m in range(old, new):
                 if m < len(self.workers):
                     state = self.workers[m]
@@ -644,12 +663,21 @@ class ProcessPolicy:
     imports torch (a policy without a model, a `nonstop.inference.lanering.RemoteLane`).
     """
 
-    def __init__(self, factory: Callable[[], Any], *, torch_threads: int | None = 1, start_timeout: float = 120.0,
-                 trim_above: int | None = DEFAULT_MIN_FREE, wait: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        factory: Callable[[], Any],
+        *,
+        torch_threads: int | None = 1,
+        start_timeout: float = 120.0,
+        trim_above: int | None = DEFAULT_MIN_FREE,
+        wait: bool = True,
+    ) -> None:
         check_min_free(trim_above, "trim_above")  # at the door, not in the child
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(target=_policy_process, args=(child, factory, torch_threads, trim_above), daemon=True)
+        self._process = ctx.Process(
+            target=_policy_process, args=(child, factory, torch_threads, trim_above), daemon=True
+        )
         self._process.start()
         child.close()
         self.start_timeout = start_timeout

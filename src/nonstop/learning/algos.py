@@ -202,14 +202,30 @@ class Algorithm:
         """What `policy_class` takes beside the model, the weights and the action space."""
         return {}
 
-    def policy(self, model: "torch.nn.Module", weights: Any, *, seed: int | None = None,
-               num_threads: int | None = 1, device: str = "cpu", dtype: str | None = None,
-               policy_class: type["ActorPolicy"] | None = None) -> "ActorPolicy":  # fmt: skip
+    def policy(
+        self,
+        model: "torch.nn.Module",
+        weights: Any,
+        *,
+        seed: int | None = None,
+        num_threads: int | None = 1,
+        device: str = "cpu",
+        dtype: str | None = None,
+        policy_class: type["ActorPolicy"] | None = None,
+    ) -> "ActorPolicy":
         """The actor a worker runs: ``model`` (from `build_model`) reading ``weights`` before it acts.
         ``policy_class``: a subclass of `policy_class` that reads the weights its own way (shared θ)."""
         cls = policy_class or self.policy_class
-        return cls(model, weights, self.action_space, seed=seed, num_threads=num_threads, device=device, dtype=dtype,
-                   **self.policy_kwargs())  # fmt: skip
+        return cls(
+            model,
+            weights,
+            self.action_space,
+            seed=seed,
+            num_threads=num_threads,
+            device=device,
+            dtype=dtype,
+            **self.policy_kwargs(),
+        )
 
     def act_batch(self, output: np.ndarray, rng: np.random.Generator, *, explore: bool) -> np.ndarray:
         """Actions for a batch from the model's outputs (``model(obs)``, as an array): what a
@@ -260,9 +276,17 @@ class ActorPolicy(Policy):
     object store. Build it with its algorithm's `Algorithm.policy` in the worker's own process.
     """
 
-    def __init__(self, model: "torch.nn.Module", weights: SharedWeights, action_space: Any, *,
-                 seed: int | None = None, num_threads: int | None = 1, device: str = "cpu",
-                 dtype: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: "torch.nn.Module",
+        weights: SharedWeights,
+        action_space: Any,
+        *,
+        seed: int | None = None,
+        num_threads: int | None = 1,
+        device: str = "cpu",
+        dtype: str | None = None,
+    ) -> None:
         from nonstop.inference.device import placement
         from nonstop.policies.placement import enter_device
 
@@ -311,8 +335,15 @@ class ActorPolicy(Policy):
             return out.float()
 
 
-def make_policy(algo: Algorithm, weights: Any, seed: int | None = None, latency: Any = None, *, device: str = "cpu",
-                dtype: str | None = None) -> Policy:  # fmt: skip
+def make_policy(
+    algo: Algorithm,
+    weights: Any,
+    seed: int | None = None,
+    latency: Any = None,
+    *,
+    device: str = "cpu",
+    dtype: str | None = None,
+) -> Policy:
     """A worker's actor for ``algo`` (module-level and picklable with functools.partial: worker threads and
     processes build it where they run); with a ``latency`` (a `nonstop.policies.latency.Latency`) the policy
     declares it per decision. ``device``/``dtype``: where its model runs (`nonstop.inference.device.placement`)."""

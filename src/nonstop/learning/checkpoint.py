@@ -70,11 +70,31 @@ HEADER_SIZE: Final = _HEADER.size  # 52 bytes
 _NAME: Final = re.compile(r"^ckpt-(\d{9,})\.pt$")
 #: Config keys that may change on resume: budgets and where things are written, not what is learned.
 DEFAULT_MAY_DIFFER: Final = (
-    "duration", "duration_s", "seconds", "ticks", "max_ticks", "total_ticks", "env_ticks", "budget",
-    "updates", "max_updates", "out", "run_dir", "resume", "progress_every", "progress_interval_s",
-    "checkpoint_every", "keep_checkpoints", "quiet", "verbose", "max_restarts", "restart_window", "trim_above",
-    "device", "dtype",  # the same model, placed elsewhere: a run may move to (or off) a GPU
-)  # fmt: skip
+    "duration",
+    "duration_s",
+    "seconds",
+    "ticks",
+    "max_ticks",
+    "total_ticks",
+    "env_ticks",
+    "budget",
+    "updates",
+    "max_updates",
+    "out",
+    "run_dir",
+    "resume",
+    "progress_every",
+    "progress_interval_s",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "quiet",
+    "verbose",
+    "max_restarts",
+    "restart_window",
+    "trim_above",
+    "device",
+    "dtype",  # the same model, placed elsewhere: a run may move to (or off) a GPU
+)
 
 
 class CheckpointError(RuntimeError):
@@ -221,7 +241,9 @@ def _check_header(path: Path, f: BinaryIO) -> int:
     length. Raises CheckpointError saying what is wrong."""
     head = f.read(HEADER_SIZE)
     if head[: len(MAGIC)] != MAGIC[: len(head)]:
-        raise CheckpointError(path, "wrong format: not a nonstop checkpoint (no NSCKPT header; a bare torch.save file?)")
+        raise CheckpointError(
+            path, "wrong format: not a nonstop checkpoint (no NSCKPT header; a bare torch.save file?)"
+        )
     if len(head) < HEADER_SIZE:
         raise CheckpointError(path, f"truncated: {len(head)} bytes, shorter than the {HEADER_SIZE}-byte header")
     _, version, length, digest = _HEADER.unpack(head)
@@ -240,9 +262,7 @@ def _check_header(path: Path, f: BinaryIO) -> int:
     return length
 
 
-def load_checkpoint(
-    path: str | os.PathLike, *, map_location: Any = "cpu", weights_only: bool = True
-) -> dict[str, Any]:
+def load_checkpoint(path: str | os.PathLike, *, map_location: Any = "cpu", weights_only: bool = True) -> dict[str, Any]:
     """Load a checkpoint written by `save_checkpoint`, after verifying it is whole.
 
     ``weights_only=True`` (the default) unpickles only tensors and plain containers/numbers/strings,
@@ -308,7 +328,9 @@ def latest_checkpoint(
         return Checkpoint(path=path, updates=updates, state=state, skipped=skipped)
     if skipped:
         listing = "\n".join(f"  {p.name}: {problem}" for p, problem in skipped)
-        raise CheckpointError(Path(run_dir) / CHECKPOINT_DIR, f"none of the {len(skipped)} checkpoints loads:\n{listing}")
+        raise CheckpointError(
+            Path(run_dir) / CHECKPOINT_DIR, f"none of the {len(skipped)} checkpoints loads:\n{listing}"
+        )
     return None
 
 

@@ -53,8 +53,9 @@ class SubTrajectories(NamedTuple):
     linked: np.ndarray
 
 
-def sample_subtrajectories(replay: "ReplayBuffer", batch_size: int, n: int, rng: np.random.Generator
-                           ) -> SubTrajectories | None:  # fmt: skip
+def sample_subtrajectories(
+    replay: "ReplayBuffer", batch_size: int, n: int, rng: np.random.Generator
+) -> SubTrajectories | None:
     """Runs of ``n`` consecutive transitions drawn uniformly from the replay (None until it holds ``n``).
     A run whose frames or slots the writer recycled while they were copied is dropped."""
     from nonstop.realtime.atomics import ACQUIRE, fence
@@ -81,12 +82,14 @@ def sample_subtrajectories(replay: "ReplayBuffer", batch_size: int, n: int, rng:
         return None
     if action.ndim == 2:
         action = action[:, :, None].astype(np.float32)  # Discrete indices: one column
-    return SubTrajectories(obs[keep].astype(np.float32), action[keep].astype(np.float32), reward[keep],
-                           discount[keep], linked[keep])  # fmt: skip
+    return SubTrajectories(
+        obs[keep].astype(np.float32), action[keep].astype(np.float32), reward[keep], discount[keep], linked[keep]
+    )
 
 
-def dcac_horizon(obs: "torch.Tensor", action: "torch.Tensor", linked: "torch.Tensor", layout: BufferLayout,
-                 n_max: int) -> "torch.Tensor":  # fmt: skip
+def dcac_horizon(
+    obs: "torch.Tensor", action: "torch.Tensor", linked: "torch.Tensor", layout: BufferLayout, n_max: int
+) -> "torch.Tensor":
     """Per run, the longest ``n ≤ n_max`` over which resampling is exact: for every ``1 < j ≤ n`` the run
     is linked up to ``x_j``, slot ``j − 1 − m`` of ``x_j`` holds the replayed ``a_m`` (m < j), and every
     resampled one (m ≥ 1) is still ≥ 1 tick from being applied. ``(B,)`` int64, at least 1."""
@@ -108,9 +111,12 @@ def dcac_horizon(obs: "torch.Tensor", action: "torch.Tensor", linked: "torch.Ten
     return n
 
 
-def resample(obs: "torch.Tensor", layout: BufferLayout, n: int,
-             sample: Callable[["torch.Tensor"], tuple["torch.Tensor", "torch.Tensor"]]
-             ) -> tuple[list["torch.Tensor"], list["torch.Tensor"], list["torch.Tensor"]]:  # fmt: skip
+def resample(
+    obs: "torch.Tensor",
+    layout: BufferLayout,
+    n: int,
+    sample: Callable[["torch.Tensor"], tuple["torch.Tensor", "torch.Tensor"]],
+) -> tuple[list["torch.Tensor"], list["torch.Tensor"], list["torch.Tensor"]]:
     """``(x̃_1 … x̃_n, ã_1 … ã_n, log π(ã_j|x̃_j))``: the states with ``a_1 … a_{j−1}`` replaced in their
     buffers by the current policy's ``ã_1 … ã_{j−1}``, and its action and log-probability at each."""
     from nonstop.learning.rtac import with_own_action
@@ -129,11 +135,17 @@ def resample(obs: "torch.Tensor", layout: BufferLayout, n: int,
     return states, actions, log_probs
 
 
-def dcac_target(obs: "torch.Tensor", reward: "torch.Tensor", discount: "torch.Tensor", n: "torch.Tensor", *,
-                layout: BufferLayout,
-                sample: Callable[["torch.Tensor"], tuple["torch.Tensor", "torch.Tensor"]],
-                q_target: Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"],
-                alpha: float) -> "torch.Tensor":  # fmt: skip
+def dcac_target(
+    obs: "torch.Tensor",
+    reward: "torch.Tensor",
+    discount: "torch.Tensor",
+    n: "torch.Tensor",
+    *,
+    layout: BufferLayout,
+    sample: Callable[["torch.Tensor"], tuple["torch.Tensor", "torch.Tensor"]],
+    q_target: Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"],
+    alpha: float,
+) -> "torch.Tensor":
     """The resampled n-step soft target ``y`` of each run (the module docstring), ``n`` per run from
     `dcac_horizon`; ``q_target(x, a)`` is the smaller of the target critics, ``(B,)``. No gradient."""
     import torch
@@ -162,8 +174,13 @@ def dcac_target(obs: "torch.Tensor", reward: "torch.Tensor", discount: "torch.Te
 class DCACConfig(SACConfig):
     """DCAC hyper-parameters: SAC's, and the longest resampled horizon."""
 
-    n_steps: int = field(default=0, metadata={"help": "the longest n of the resampled targets (0: K, the buffer's slots)"})
-    buffer_slots: int = field(default=0, metadata={"help": "K, the action buffer's slots in the observation (the run sets it from the latency)"})
+    n_steps: int = field(
+        default=0, metadata={"help": "the longest n of the resampled targets (0: K, the buffer's slots)"}
+    )
+    buffer_slots: int = field(
+        default=0,
+        metadata={"help": "K, the action buffer's slots in the observation (the run sets it from the latency)"},
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -202,14 +219,18 @@ class DCAC(SAC):
     def sample(self, replay: Any, batch_size: int, rng: np.random.Generator) -> Any:
         return sample_subtrajectories(replay, batch_size, self.n_max, rng)
 
-    def backward(self, online_module: "torch.nn.Module", target_module: "torch.nn.Module", batch: Any) -> "torch.Tensor":
+    def backward(
+        self, online_module: "torch.nn.Module", target_module: "torch.nn.Module", batch: Any
+    ) -> "torch.Tensor":
         import torch
 
         from nonstop.learning.algos import to_tensor
 
         if not isinstance(batch, SubTrajectories):
-            raise TypeError("DCAC learns from runs of consecutive transitions (DCAC.sample); this learner handed it "
-                            f"a {type(batch).__name__}: use --learner-backend virtual, process or device")  # fmt: skip
+            raise TypeError(
+                "DCAC learns from runs of consecutive transitions (DCAC.sample); this learner handed it "
+                f"a {type(batch).__name__}: use --learner-backend virtual, process or device"
+            )
         online, target = cast("SACNetworks", online_module), cast("SACNetworks", target_module)
         device = online.log_alpha.device
         obs, action = to_tensor(batch.obs, device), to_tensor(batch.action, device)
@@ -239,7 +260,9 @@ class DCAC(SAC):
         actor = (alpha * logp - torch.min(online.q1(f_fixed, a_pi), online.q2(f_fixed, a_pi))).mean()
         blocks = [(critic, online.critic_parameters()), (actor, list(online.actor.parameters()))]
         if self.cfg.autotune:
-            blocks.append(((-online.log_alpha.exp() * (logp.detach() + self.target_entropy)).mean(), [online.log_alpha]))
+            blocks.append(
+                ((-online.log_alpha.exp() * (logp.detach() + self.target_entropy)).mean(), [online.log_alpha])
+            )
         write_gradients(online, blocks)
         self.last_horizon = float(n.float().mean())  # what the resampling reached, for tests and curiosity
         return critic.detach()

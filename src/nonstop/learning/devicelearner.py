@@ -85,8 +85,9 @@ class DeviceTrainingState:
     >>> host.unlink()
     """
 
-    def __init__(self, theta: "torch.Tensor", adam_m: "torch.Tensor", adam_v: "torch.Tensor",
-                 target: "torch.Tensor") -> None:  # fmt: skip
+    def __init__(
+        self, theta: "torch.Tensor", adam_m: "torch.Tensor", adam_v: "torch.Tensor", target: "torch.Tensor"
+    ) -> None:
         self.theta, self.adam_m, self.adam_v, self.target = theta, adam_m, adam_v, target
         self.device = theta.device
         self.lock = threading.Lock()
@@ -106,8 +107,9 @@ class DeviceTrainingState:
         self._host_lock = threading.Lock()  # one host write at a time (the snapshot is one buffer)
 
     @classmethod
-    def from_host(cls, state: TrainingState, device: "str | torch.device", *,
-                  ops: HostOps | None = None) -> "DeviceTrainingState":  # fmt: skip
+    def from_host(
+        cls, state: TrainingState, device: "str | torch.device", *, ops: HostOps | None = None
+    ) -> "DeviceTrainingState":
         """The host state uploaded to ``device`` once (a run's start, or a resume); ``ops`` (a test's fake)
         for the device's own (`nonstop.inference.cudaops`)."""
         import torch
@@ -117,8 +119,12 @@ class DeviceTrainingState:
         dev = resolve_device(str(device))
         ops = ops if ops is not None else device_ops(dev)
         ops.set_device()  # cuda:N: before the upload
-        out = cls(*(torch.from_numpy(np.array(getattr(state, name), copy=True)).to(dev)
-                    for name in ("params", "adam_m", "adam_v", "target")))  # fmt: skip
+        out = cls(
+            *(
+                torch.from_numpy(np.array(getattr(state, name), copy=True)).to(dev)
+                for name in ("params", "adam_m", "adam_v", "target")
+            )
+        )
         out._target_base = state.target_version // 2 * 2
         out.ops, out.handoff = ops, VersionHandoff(ops)
         return out
@@ -180,8 +186,13 @@ class DeviceTrainingState:
         return True
 
     def report(self) -> dict[str, Any]:
-        return {"device": str(self.device), "versions": self.version, "target_syncs": self.target_syncs,
-                "device_copies": self.device_copies, "host_writes": self.host_writes}  # fmt: skip
+        return {
+            "device": str(self.device),
+            "versions": self.version,
+            "target_syncs": self.target_syncs,
+            "device_copies": self.device_copies,
+            "host_writes": self.host_writes,
+        }
 
 
 class DeviceLearner:
@@ -193,9 +204,19 @@ class DeviceLearner:
     count and pacing stay the host's) and, with ``publish_host``, ``weights`` gets θ once per version
     for workers that read it."""
 
-    def __init__(self, obs_shape: tuple[int, ...], n_actions: Any, cfg: AlgoConfig, dstate: DeviceTrainingState,
-                 state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, seed: int | None, *,
-                 publish_host: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        n_actions: Any,
+        cfg: AlgoConfig,
+        dstate: DeviceTrainingState,
+        state: TrainingState,
+        weights: SharedWeights,
+        replay: ReplayBuffer,
+        seed: int | None,
+        *,
+        publish_host: bool = False,
+    ) -> None:
         import torch
 
         #: the algorithm (``n_actions``: the action space, or n of a Discrete one; ``cfg`` names the algorithm)
@@ -247,7 +268,9 @@ class DeviceLearner:
         if [p.grad.data_ptr() if p.grad is not None else 0 for p in params] != self._grad_ptrs:
             # autograd replaced a view (it may, where layouts differ): gather into the buffer, on the device
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-            self._grad.copy_(torch.cat([g.reshape(-1) for g in grads]))  # a new tensor first: some inputs view the buffer
+            self._grad.copy_(
+                torch.cat([g.reshape(-1) for g in grads])
+            )  # a new tensor first: some inputs view the buffer
             offset = 0
             for p in params:
                 p.grad = self._grad[offset : offset + p.numel()].view_as(p)
@@ -294,8 +317,16 @@ class DeviceLearners:
     raises is the learner's death: it goes on from the device state it left while ``budget`` allows,
     else ``failure`` is set and the run must end."""
 
-    def __init__(self, learner: DeviceLearner, clock: Any, tau_m: float, *, tau_l: float, mode: str = "round_robin",
-                 restart_budget: RestartBudget | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        learner: DeviceLearner,
+        clock: Any,
+        tau_m: float,
+        *,
+        tau_l: float,
+        mode: str = "round_robin",
+        restart_budget: RestartBudget | None = None,
+    ) -> None:
         if not (tau_l >= 0 and np.isfinite(tau_l)):
             raise ValueError(f"tau_l must be a finite number of seconds >= 0, got {tau_l!r}")
         self.learner, self.clock, self.tau_m, self.mode = learner, clock, tau_m, mode
@@ -372,8 +403,9 @@ class DeviceLearners:
             self.restarts[0] += 1
             self.events.append((self.clock.now(), 0, "restarted"))
         else:
-            self.failure = PartFailed(f"learner 0 kept dying: {self.restarts[0] + 1} deaths, more than "
-                                      f"{self.budget.describe()} (last: {why})")  # fmt: skip
+            self.failure = PartFailed(
+                f"learner 0 kept dying: {self.restarts[0] + 1} deaths, more than {self.budget.describe()} (last: {why})"
+            )
             self._stop.set()
 
     def _threaded(self) -> None:
@@ -390,6 +422,12 @@ class DeviceLearners:
         self.learner.close()
 
     def report(self) -> dict[str, Any]:
-        return {"n_learners": 1, "mode": self.mode, "backend": "device", "updates": self.learner.updates,
-                "restarts": list(self.restarts), "events": [(round(t, 6), i, what) for t, i, what in self.events],
-                **self.learner.dstate.report()}  # fmt: skip
+        return {
+            "n_learners": 1,
+            "mode": self.mode,
+            "backend": "device",
+            "updates": self.learner.updates,
+            "restarts": list(self.restarts),
+            "events": [(round(t, 6), i, what) for t, i, what in self.events],
+            **self.learner.dstate.report(),
+        }

@@ -33,8 +33,19 @@ if TYPE_CHECKING:
 
     from nonstop.learning.replay import Batch
 
-__all__ = ["DQNConfig", "DQN", "PAPER_PRESETS", "build_q_network", "DQNPolicy", "compute_gradient", "apply_gradient",
-           "epsilon_at", "dqn_backward", "adam_step", "flat_gradient"]
+__all__ = [
+    "DQNConfig",
+    "DQN",
+    "PAPER_PRESETS",
+    "build_q_network",
+    "DQNPolicy",
+    "compute_gradient",
+    "apply_gradient",
+    "epsilon_at",
+    "dqn_backward",
+    "adam_step",
+    "flat_gradient",
+]
 
 
 #: What each world family changes in `DQNConfig`'s defaults (`DQNConfig.for_family`): the paper's
@@ -42,9 +53,16 @@ __all__ = ["DQNConfig", "DQN", "PAPER_PRESETS", "build_q_network", "DQNPolicy", 
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "atari": {"lr": 1e-5},
     "gameboy": {"lr": 1e-3},
-    "classic": {"lr": 5e-4, "batch_size": 64, "target_update": 500, "epsilon_ticks": 10_000,
-                "learning_starts": 1000, "replay_capacity": 100_000, "double": True},
-}  # fmt: skip
+    "classic": {
+        "lr": 5e-4,
+        "batch_size": 64,
+        "target_update": 500,
+        "epsilon_ticks": 10_000,
+        "learning_starts": 1000,
+        "replay_capacity": 100_000,
+        "double": True,
+    },
+}
 
 
 @dataclass
@@ -62,14 +80,24 @@ class DQNConfig:
     max_grad_norm: float = field(default=10.0, metadata={"help": "global gradient-norm clip"})
     double: bool = field(default=False, metadata={"help": "double DQN target"})
     learning_starts: int = field(default=1000, metadata={"help": "transitions in replay before learning"})
-    updates_per_transition: float = field(default=1.0, metadata={"help": "updates per transition at most: learners pause when ahead of it, on either clock (0: no cap)"})
+    updates_per_transition: float = field(
+        default=1.0,
+        metadata={
+            "help": "updates per transition at most: learners pause when ahead of it, on either clock (0: no cap)"
+        },
+    )
     replay_capacity: int = field(default=1_000_000, metadata={"help": "most recent transitions kept (paper: 1M)"})
     hidden: tuple[int, ...] = field(default=(128, 128), metadata={"help": "MLP widths (vector observations)"})
     k: float = field(default=1, metadata={"help": "IMPALA ResNet width factor (image observations)"})
-    arch: str = field(default="impala", metadata={"help": "ResNet for frames: impala (15 conv layers, the authors' "
-                                                          "ImpalaCNN: unpadded, a 512 head), impala_padded (the standard "
-                                                          "padded IMPALA net, a 256 head) or 2xdeep (30 layers, the "
-                                                          "authors' deeper variant)"})
+    arch: str = field(
+        default="impala",
+        metadata={
+            "help": "ResNet for frames: impala (15 conv layers, the authors' "
+            "ImpalaCNN: unpadded, a 512 head), impala_padded (the standard "
+            "padded IMPALA net, a 256 head) or 2xdeep (30 layers, the "
+            "authors' deeper variant)"
+        },
+    )
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -118,9 +146,15 @@ class DQNConfig:
 PAPER_PRESETS: dict[str, dict[str, Any]] = {
     "paper-atari": {"gamma": 0.99, "batch_size": 16, "lr": 1e-5, "replay_capacity": 1_000_000, "k": 1},
     "paper-pokemon": {"gamma": 0.99, "batch_size": 16, "lr": 1e-3, "replay_capacity": 1_000_000, "k": 1},
-    "paper-tetris": {"gamma": 0.99, "batch_size": 16, "lr": 1e-3, "replay_capacity": 1_000_000, "k": 1,
-                     "updates_per_transition": 1.0},
-}  # fmt: skip
+    "paper-tetris": {
+        "gamma": 0.99,
+        "batch_size": 16,
+        "lr": 1e-3,
+        "replay_capacity": 1_000_000,
+        "k": 1,
+        "updates_per_transition": 1.0,
+    },
+}
 
 
 def epsilon_at(tick: int, cfg: DQNConfig) -> float:
@@ -152,7 +186,9 @@ def build_q_network(obs_shape: tuple[int, ...], n_actions: int, cfg: DQNConfig) 
 _to_tensor = to_tensor
 
 
-def dqn_backward(online: "torch.nn.Module", target: "torch.nn.Module", batch: "Batch", cfg: DQNConfig) -> "torch.Tensor":
+def dqn_backward(
+    online: "torch.nn.Module", target: "torch.nn.Module", batch: "Batch", cfg: DQNConfig
+) -> "torch.Tensor":
     """The DQN loss of one batch at ``online``'s current parameters, back-propagated into each
     parameter's ``.grad`` (zeroed first, in place) and clipped to global norm ``max_grad_norm``.
     Returns the loss (a tensor on the network's device: reading it waits for the device)."""
@@ -204,8 +240,7 @@ def flat_gradient(model: "torch.nn.Module") -> np.ndarray:
 ADAM_BETAS: Final = (0.9, 0.999)
 
 
-def adam_step(p: "torch.Tensor", m: "torch.Tensor", v: "torch.Tensor", g: "torch.Tensor", step: int,
-              cfg: Any) -> None:  # fmt: skip
+def adam_step(p: "torch.Tensor", m: "torch.Tensor", v: "torch.Tensor", g: "torch.Tensor", step: int, cfg: Any) -> None:
     """One Adam step of update number ``step`` (1, 2, …) on flat float32 tensors, in place, wherever
     they live: the host's shared master parameters (`apply_gradient`) or a device learner's
     (`nonstop.learning.devicelearner`), so both compute the same numbers (``cfg``: any algorithm's
@@ -262,9 +297,17 @@ class DQNPolicy(ActorPolicy):
     process (it is a module-level factory, so `ProcessPolicy` can spawn it).
     """
 
-    def __init__(self, model: "torch.nn.Module", weights: SharedWeights, action_space: Any, *,
-                 seed: int | None = None, num_threads: int | None = 1, device: str = "cpu",
-                 dtype: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: "torch.nn.Module",
+        weights: SharedWeights,
+        action_space: Any,
+        *,
+        seed: int | None = None,
+        num_threads: int | None = 1,
+        device: str = "cpu",
+        dtype: str | None = None,
+    ) -> None:
         super().__init__(model, weights, action_space, seed=seed, num_threads=num_threads, device=device, dtype=dtype)
         self.n = int(action_space.n)
         #: Q-value i is action ``start + i`` (a ``Discrete(n, start=s)`` space, e.g. Game Boy's six buttons)
@@ -281,16 +324,30 @@ class DQNPolicy(ActorPolicy):
         return int(self._forward(x).argmax(1))
 
 
-def make_dqn_policy(obs_shape: tuple[int, ...], action_space: Any, cfg_dict: dict[str, Any],
-                    weights: SharedWeights, seed: int | None = None, latency: Any = None, *, device: str = "cpu",
-                    dtype: str | None = None) -> Policy:  # fmt: skip
+def make_dqn_policy(
+    obs_shape: tuple[int, ...],
+    action_space: Any,
+    cfg_dict: dict[str, Any],
+    weights: SharedWeights,
+    seed: int | None = None,
+    latency: Any = None,
+    *,
+    device: str = "cpu",
+    dtype: str | None = None,
+) -> Policy:
     """Module-level factory (picklable with functools.partial) for worker threads and processes;
     with a ``latency`` (a `nonstop.policies.latency.Latency`) the policy declares it per decision.
     ``device``/``dtype``: where its model runs (`nonstop.inference.device.placement`)."""
     from nonstop.learning.algos import make_policy
 
-    return make_policy(DQNConfig.from_dict(cfg_dict).algorithm(obs_shape, action_space), weights, seed, latency,
-                       device=device, dtype=dtype)  # fmt: skip
+    return make_policy(
+        DQNConfig.from_dict(cfg_dict).algorithm(obs_shape, action_space),
+        weights,
+        seed,
+        latency,
+        device=device,
+        dtype=dtype,
+    )
 
 
 class DQN(Algorithm):
@@ -351,6 +408,13 @@ class DQN(Algorithm):
 
     def export_meta(self, model: "torch.nn.Module") -> dict[str, Any]:
         n = int(self.action_space.n)
-        return {"output": {"name": "q_values", "shape": ["B", n], "dtype": "float32",
-                           "action": "action_space.start + argmax over the last axis (greedy)"},
-                "action_space": {"type": "Discrete", "n": n, "start": self.action_start}, "n_actions": n}  # fmt: skip
+        return {
+            "output": {
+                "name": "q_values",
+                "shape": ["B", n],
+                "dtype": "float32",
+                "action": "action_space.start + argmax over the last axis (greedy)",
+            },
+            "action_space": {"type": "Discrete", "n": n, "start": self.action_start},
+            "n_actions": n,
+        }

@@ -81,10 +81,21 @@ class ObservationFramedBuilder:
 
     def _reward(self, start: int, stop: int) -> float:
         """Σ_{k=start+1}^{stop} γ^{k−start−1} r(k)."""
-        return float(sum(self.gamma ** (k - start - 1) * self._rewards[k % self.history] for k in range(start + 1, stop + 1)))
+        return float(
+            sum(self.gamma ** (k - start - 1) * self._rewards[k % self.history] for k in range(start + 1, stop + 1))
+        )
 
-    def on_tick(self, tick: int, *, agent: bool, action: Any, obs_tick: int, reward: float,
-                terminated: bool = False, truncated: bool = False) -> list[Transition]:  # fmt: skip
+    def on_tick(
+        self,
+        tick: int,
+        *,
+        agent: bool,
+        action: Any,
+        obs_tick: int,
+        reward: float,
+        terminated: bool = False,
+        truncated: bool = False,
+    ) -> list[Transition]:
         self._rewards[tick % self.history] = reward
         out: list[Transition] = []
         if agent:
@@ -100,8 +111,11 @@ class ObservationFramedBuilder:
             if self._open is not None:
                 o, a = self._open
                 n = tick - o
-                out.append(Transition(o, a, self._reward(o, tick), 0.0 if terminated else self.gamma**n, n, TERMINAL,
-                                      self.episode))  # fmt: skip
+                out.append(
+                    Transition(
+                        o, a, self._reward(o, tick), 0.0 if terminated else self.gamma**n, n, TERMINAL, self.episode
+                    )
+                )
             self._open = None
             self.episode += 1
         return out
@@ -110,8 +124,16 @@ class ObservationFramedBuilder:
 class InFlightRecorder(ReplayRecorder):
     """A `ReplayRecorder` whose frames are the observations its actors saw, actions in flight included."""
 
-    def __init__(self, replay: ReplayBuffer, inflight: ActionBuffer, *, gamma: float, history: int = 4096,
-                 action_start: int = 0, framing: str = "action") -> None:  # fmt: skip
+    def __init__(
+        self,
+        replay: ReplayBuffer,
+        inflight: ActionBuffer,
+        *,
+        gamma: float,
+        history: int = 4096,
+        action_start: int = 0,
+        framing: str = "action",
+    ) -> None:
         if framing not in FRAMINGS:
             raise ValueError(f"framing must be one of {FRAMINGS}, got {framing!r}")
         self.inflight, self.framing = inflight, framing
@@ -124,8 +146,10 @@ class InFlightRecorder(ReplayRecorder):
             self.builder = ObservationFramedBuilder(self.gamma, self.history)  # type: ignore[assignment]
 
     def __getstate__(self) -> dict:
-        raise TypeError("a delay-aware replay recorder shares its action buffer with the pool: it runs in the "
-                        "host's own process (the virtual clock, or a wall-clock host as a thread)")  # fmt: skip
+        raise TypeError(
+            "a delay-aware replay recorder shares its action buffer with the pool: it runs in the "
+            "host's own process (the virtual clock, or a wall-clock host as a thread)"
+        )
 
     def on_observation(self, tick: int, obs: np.ndarray) -> None:
         if self._ring is None:
@@ -134,12 +158,30 @@ class InFlightRecorder(ReplayRecorder):
         self._ring[slot] = obs
         self._ring_tick[slot] = tick
 
-    def on_tick(self, tick: int, *, agent: bool, action: Any, obs_tick: int, reward: float,
-                terminated: bool, truncated: bool, terminal_obs: np.ndarray | None = None) -> None:  # fmt: skip
+    def on_tick(
+        self,
+        tick: int,
+        *,
+        agent: bool,
+        action: Any,
+        obs_tick: int,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        terminal_obs: np.ndarray | None = None,
+    ) -> None:
         if terminated or truncated:  # its terminal frame carries this episode's buffer at this tick
             self._terminal_tick, self._terminal_episode = tick, self.builder.episode
-        super().on_tick(tick, agent=agent, action=action, obs_tick=obs_tick, reward=reward, terminated=terminated,
-                        truncated=truncated, terminal_obs=terminal_obs)  # fmt: skip
+        super().on_tick(
+            tick,
+            agent=agent,
+            action=action,
+            obs_tick=obs_tick,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            terminal_obs=terminal_obs,
+        )
 
     def _augmented(self, obs: np.ndarray, tick: int, episode: int | None = None) -> np.ndarray:
         seen = self.inflight.seen(tick) if episode is None else None
@@ -151,8 +193,9 @@ class InFlightRecorder(ReplayRecorder):
         if tick == TERMINAL:
             if self._terminal_obs is None:
                 return None
-            return self.replay.add_frame(self._augmented(self._terminal_obs, self._terminal_tick,
-                                                         self._terminal_episode))
+            return self.replay.add_frame(
+                self._augmented(self._terminal_obs, self._terminal_tick, self._terminal_episode)
+            )
         fid = self._stored.get(tick)
         if fid is None:
             slot = tick % self.history
@@ -162,8 +205,9 @@ class InFlightRecorder(ReplayRecorder):
         return fid
 
 
-def delay_aware_space(obs_space: gym.Space, action_space: gym.Space, max_latency_s: float, tau_m: float
-                      ) -> tuple[gym.spaces.Box, int]:  # fmt: skip
+def delay_aware_space(
+    obs_space: gym.Space, action_space: gym.Space, max_latency_s: float, tau_m: float
+) -> tuple[gym.spaces.Box, int]:
     """``--delay-aware``: the observation space an actor and its critic see (the world's, flattened, then
     ``K`` slots of the action buffer, float32) and ``K`` (the latency's declared maximum in ticks)."""
     k = buffer_slots(max_latency_s, tau_m)
@@ -176,8 +220,16 @@ def delay_aware_space(obs_space: gym.Space, action_space: gym.Space, max_latency
     return gym.spaces.Box(low, high, shape, np.float32), k
 
 
-def in_flight_recorder(k: int, action_space: gym.Space, replay: ReplayBuffer, *, gamma: float, history: int,
-                       action_start: int, framing: str = "action") -> tuple[ActionBuffer | None, ReplayRecorder]:  # fmt: skip
+def in_flight_recorder(
+    k: int,
+    action_space: gym.Space,
+    replay: ReplayBuffer,
+    *,
+    gamma: float,
+    history: int,
+    action_start: int,
+    framing: str = "action",
+) -> tuple[ActionBuffer | None, ReplayRecorder]:
     """The learner's action buffer and the recorder that fills its replay: with ``k`` slots (``--delay-aware``)
     an `InFlightRecorder` reading the buffer, its rewards framed as the algorithm learns them; with
     ``k = 0`` no buffer and a plain `ReplayRecorder`."""

@@ -137,9 +137,18 @@ class Learner:
     ``action_space``: the world's (an int ``n``: ``Discrete(n)``); ``cfg``: the algorithm's config
     (`DQNConfig`, `SACConfig`), which names the algorithm."""
 
-    def __init__(self, index: int, obs_shape: tuple[int, ...], action_space: Any, cfg: AlgoConfig,
-                 state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, seed: int | None,
-                 device: str = "cpu") -> None:  # fmt: skip
+    def __init__(
+        self,
+        index: int,
+        obs_shape: tuple[int, ...],
+        action_space: Any,
+        cfg: AlgoConfig,
+        state: TrainingState,
+        weights: SharedWeights,
+        replay: ReplayBuffer,
+        seed: int | None,
+        device: str = "cpu",
+    ) -> None:
         from nonstop.inference.device import resolve_device
         from nonstop.policies.placement import enter_device
 
@@ -204,9 +213,20 @@ class VirtualLearners:
     ``tau_l`` seconds of virtual time (0: as fast as the env ticks, one update per
     learner per tick). Learner i starts ``i·tau_l/N_L`` late, so updates interleave."""
 
-    def __init__(self, clock: Any, tau_m: float, *, n_learners: int, mode: str, tau_l: float, learners: list[Learner],
-                 state: TrainingState, weights: SharedWeights, cfg: AlgoConfig,
-                 restart_budget: RestartBudget | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        clock: Any,
+        tau_m: float,
+        *,
+        n_learners: int,
+        mode: str,
+        tau_l: float,
+        learners: list[Learner],
+        state: TrainingState,
+        weights: SharedWeights,
+        cfg: AlgoConfig,
+        restart_budget: RestartBudget | None = None,
+    ) -> None:
         check_mode(mode, n_learners)
         if not (tau_l >= 0 and np.isfinite(tau_l)):
             raise ValueError(f"tau_l must be a finite number of seconds >= 0, got {tau_l!r}")
@@ -237,7 +257,9 @@ class VirtualLearners:
         # isolated: a learner's error is its death (restarted below), not the end of the world
         if self.mode == "parallel":
             return self.clock.spawn(self._parallel(), name="learners", priority=3, isolate=True)
-        return self.clock.spawn(self._loop(self.learners[i], first=first), name=f"learner-{i}", priority=3, isolate=True)
+        return self.clock.spawn(
+            self._loop(self.learners[i], first=first), name=f"learner-{i}", priority=3, isolate=True
+        )
 
     def _supervise(self) -> Iterator[float]:
         while not self._stop and self.failure is None:
@@ -254,8 +276,10 @@ class VirtualLearners:
                     self.events.append((self.clock.now(), i, "restarted"))
                 else:
                     self._handles[i] = None
-                    self.failure = PartFailed(f"learner {i} kept dying: {sum(self.restarts) + 1} deaths, more than "
-                                              f"{self.budget.describe()} (last: {why})")  # fmt: skip
+                    self.failure = PartFailed(
+                        f"learner {i} kept dying: {sum(self.restarts) + 1} deaths, more than "
+                        f"{self.budget.describe()} (last: {why})"
+                    )
                     self.events.append((self.clock.now(), i, "gave up"))
 
     def kill(self, i: int) -> None:
@@ -269,8 +293,12 @@ class VirtualLearners:
             raise RuntimeError(f"learner {i} killed")
 
     def report(self) -> dict[str, Any]:
-        return {"n_learners": self.n, "mode": self.mode, "restarts": list(self.restarts),
-                "events": [(round(t, 6), i, what) for t, i, what in self.events]}  # fmt: skip
+        return {
+            "n_learners": self.n,
+            "mode": self.mode,
+            "restarts": list(self.restarts),
+            "events": [(round(t, 6), i, what) for t, i, what in self.events],
+        }
 
     def stop(self) -> None:
         self._stop = True
@@ -300,8 +328,11 @@ class VirtualLearners:
         t = self.clock.now()
         while not self._stop:
             self._check_killed(0)
-            outs = [o for o in (learner.gradient() for learner in self.learners if learner.ready and not learner.ahead)
-                    if o is not None]
+            outs = [
+                o
+                for o in (learner.gradient() for learner in self.learners if learner.ready and not learner.ahead)
+                if o is not None
+            ]
             t += self.period
             yield t
             if outs:
@@ -314,9 +345,21 @@ class VirtualLearners:
 # ----------------------------------------------------------------------------- wall clock
 
 
-def _learner_main(index: int, n: int, mode: str, obs_shape: tuple[int, ...], action_space: Any, cfg: AlgoConfig,
-                  state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, grads: GradientSlots | None,
-                  seed: int | None, torch_threads: int, device: str = "cpu") -> None:  # fmt: skip
+def _learner_main(
+    index: int,
+    n: int,
+    mode: str,
+    obs_shape: tuple[int, ...],
+    action_space: Any,
+    cfg: AlgoConfig,
+    state: TrainingState,
+    weights: SharedWeights,
+    replay: ReplayBuffer,
+    grads: GradientSlots | None,
+    seed: int | None,
+    torch_threads: int,
+    device: str = "cpu",
+) -> None:
     hold_lifeline()  # a learner never outlives its trainer (it would pin every shared segment)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer decides when learners stop
     import torch
@@ -355,8 +398,15 @@ def _learner_main(index: int, n: int, mode: str, obs_shape: tuple[int, ...], act
     os._exit(0)
 
 
-def _parallel_step(learner: Learner, index: int, n: int, state: TrainingState, weights: SharedWeights,
-                   grads: GradientSlots, cfg: AlgoConfig) -> None:  # fmt: skip
+def _parallel_step(
+    learner: Learner,
+    index: int,
+    n: int,
+    state: TrainingState,
+    weights: SharedWeights,
+    grads: GradientSlots,
+    cfg: AlgoConfig,
+) -> None:
     """All learners compute at the same version; learner 0 averages and applies."""
     round_ = state.turn  # counts finished rounds
     out = learner.gradient()
@@ -386,10 +436,24 @@ class LearnerProcesses:
     the others never wait on it.
     """
 
-    def __init__(self, *, n_learners: int, mode: str, obs_shape: tuple[int, ...], n_actions: Any, cfg: AlgoConfig,
-                 state: TrainingState, weights: SharedWeights, replay: ReplayBuffer, seed: int | None = None,
-                 torch_threads: int = 1, restart: bool = True, restart_budget: RestartBudget | None = None,
-                 clock: Any = None, device: str = "cpu") -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        n_learners: int,
+        mode: str,
+        obs_shape: tuple[int, ...],
+        n_actions: Any,
+        cfg: AlgoConfig,
+        state: TrainingState,
+        weights: SharedWeights,
+        replay: ReplayBuffer,
+        seed: int | None = None,
+        torch_threads: int = 1,
+        restart: bool = True,
+        restart_budget: RestartBudget | None = None,
+        clock: Any = None,
+        device: str = "cpu",
+    ) -> None:
         check_mode(mode, n_learners)
         self.device = device  # each learner process's device (cpu, cuda, cuda:N, auto)
         if mode == "parallel" and n_learners > GradientSlots.MAX_LEARNERS:
@@ -418,9 +482,21 @@ class LearnerProcesses:
     def _spawn(self, i: int) -> None:
         seed = None if self.seed is None else self.seed * 1000 + i + 7919 * self.restarts[i]
         target = functools.partial(
-            _learner_main, i, self.n, self.mode, self.obs_shape, self.n_actions, self.cfg,
-            self.state, self.weights, self.replay, self.grads, seed, self.torch_threads, self.device,
-        )  # fmt: skip
+            _learner_main,
+            i,
+            self.n,
+            self.mode,
+            self.obs_shape,
+            self.n_actions,
+            self.cfg,
+            self.state,
+            self.weights,
+            self.replay,
+            self.grads,
+            seed,
+            self.torch_threads,
+            self.device,
+        )
         p = self._ctx.Process(target=target, name=f"nonstop-learner-{i}", daemon=True)
         p.start()
         self.processes[i] = p
@@ -456,8 +532,10 @@ class LearnerProcesses:
                     if self.grads is not None:
                         self.grads.mark_dead(i)
                     if self.restart and self.failure is None:  # restarts are on, but spent: the run must end
-                        self.failure = PartFailed(f"learner {i} kept dying: {sum(self.restarts) + 1} deaths, more than "
-                                                  f"{self.budget.describe()} (last: exit code {p.exitcode})")  # fmt: skip
+                        self.failure = PartFailed(
+                            f"learner {i} kept dying: {sum(self.restarts) + 1} deaths, more than "
+                            f"{self.budget.describe()} (last: exit code {p.exitcode})"
+                        )
                         self.events.append((time.monotonic(), i, "gave up"))
 
     def kill(self, i: int) -> None:
@@ -485,5 +563,9 @@ class LearnerProcesses:
             self.grads.unlink()
 
     def report(self) -> dict[str, Any]:
-        return {"n_learners": self.n, "mode": self.mode, "restarts": list(self.restarts),
-                "events": [(round(t, 3), i, what) for t, i, what in self.events]}  # fmt: skip
+        return {
+            "n_learners": self.n,
+            "mode": self.mode,
+            "restarts": list(self.restarts),
+            "events": [(round(t, 3), i, what) for t, i, what in self.events],
+        }

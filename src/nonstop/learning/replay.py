@@ -53,7 +53,16 @@ import numpy as np
 from nonstop.realtime.atomics import ACQUIRE, RELAXED, RELEASE, SharedWords, fence
 from nonstop.realtime.channels import SharedSegment, _attach, _new_segment
 
-__all__ = ["SemiMDPBuilder", "Transition", "ReplayBuffer", "ReplayRecorder", "Batch", "replay_bytes", "check_replay_fits", "ReplayTooLargeError"]
+__all__ = [
+    "SemiMDPBuilder",
+    "Transition",
+    "ReplayBuffer",
+    "ReplayRecorder",
+    "Batch",
+    "replay_bytes",
+    "check_replay_fits",
+    "ReplayTooLargeError",
+]
 
 TERMINAL: Final = -2  # `next_tick` of a transition that ends at an episode end: its next frame is the terminal one
 
@@ -122,8 +131,14 @@ class ReplayTooLargeError(MemoryError, ValueError):
     """The replay would not fit in shared memory or RAM on this machine."""
 
 
-_T_COLS: Final = (("s_frame", np.int64), ("next_frame", np.int64), ("action", np.int64),
-                  ("reward", np.float32), ("discount", np.float32), ("n_ticks", np.int32))  # fmt: skip
+_T_COLS: Final = (
+    ("s_frame", np.int64),
+    ("next_frame", np.int64),
+    ("action", np.int64),
+    ("reward", np.float32),
+    ("discount", np.float32),
+    ("n_ticks", np.int32),
+)
 _HDR: Final = 8  # int64 words: transitions, frames, episodes; ticks, agent ticks, delay sum; spare
 _COUNT, _FRAMES, _EPISODES, _TICKS, _AGENT, _DELAY_SUM = 0, 1, 2, 3, 4, 5
 #: finished episodes kept for the trainer to read (end tick, return, length in ticks)
@@ -137,8 +152,9 @@ def _action_column(action_shape: tuple[int, ...]) -> tuple[np.dtype, int]:
     return np.dtype(np.float32), int(np.prod(action_shape, dtype=np.int64))
 
 
-def _layout(capacity: int, frame_capacity: int, obs_shape: tuple[int, ...], dtype: np.dtype,
-            action_shape: tuple[int, ...] = ()) -> tuple[dict, int]:  # fmt: skip
+def _layout(
+    capacity: int, frame_capacity: int, obs_shape: tuple[int, ...], dtype: np.dtype, action_shape: tuple[int, ...] = ()
+) -> tuple[dict, int]:
     offsets, off = {}, _HDR * 8
     frame_bytes = int(np.prod(obs_shape, dtype=np.int64)) * dtype.itemsize
 
@@ -159,7 +175,9 @@ def _layout(capacity: int, frame_capacity: int, obs_shape: tuple[int, ...], dtyp
     return offsets, off
 
 
-def replay_bytes(capacity: int, obs_shape: tuple[int, ...], dtype: Any = np.uint8, action_shape: tuple[int, ...] = ()) -> int:
+def replay_bytes(
+    capacity: int, obs_shape: tuple[int, ...], dtype: Any = np.uint8, action_shape: tuple[int, ...] = ()
+) -> int:
     """Shared memory a replay of ``capacity`` transitions needs (frames stored once).
 
     >>> round(replay_bytes(1_000_000, (84, 84)) / 2**30, 2)  # the paper's 1M transitions of 84x84x1 frames
@@ -238,15 +256,25 @@ class ReplayBuffer(SharedSegment):
 
     _views = ("_hdr", "_words", "_ids", "frames", "frame_id", "_episodes")
 
-    def __init__(self, name: str, capacity: int, obs_shape: tuple[int, ...], dtype: str, *, _shm: Any = None,
-                 action_shape: tuple[int, ...] = ()) -> None:  # fmt: skip
+    def __init__(
+        self,
+        name: str,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        dtype: str,
+        *,
+        _shm: Any = None,
+        action_shape: tuple[int, ...] = (),
+    ) -> None:
         self.name, self.capacity, self.obs_shape, self.dtype = name, int(capacity), tuple(obs_shape), np.dtype(dtype)
         #: one action's shape: ``()`` an int64 index (Discrete), ``(d,)`` a float32 vector (Box)
         self.action_shape = tuple(int(d) for d in action_shape)
         self.frame_capacity = _frame_capacity(self.capacity)
         self._shm = _shm if _shm is not None else _attach(name)
         self._owner = _shm is not None
-        offsets, self.nbytes = _layout(self.capacity, self.frame_capacity, self.obs_shape, self.dtype, self.action_shape)
+        offsets, self.nbytes = _layout(
+            self.capacity, self.frame_capacity, self.obs_shape, self.dtype, self.action_shape
+        )
         buf = self._shm.buf
         self._hdr = np.ndarray((_HDR,), np.int64, buf, 0)  # bulk access (checkpoints); ordering goes through _words
         self._words = SharedWords(buf, 0, _HDR)
@@ -254,14 +282,22 @@ class ReplayBuffer(SharedSegment):
         self.frame_id = np.ndarray((self.frame_capacity,), np.int64, buf, offsets["frame_id"])
         self._ids = SharedWords(buf, offsets["frame_id"], self.frame_capacity)
         self.cols = {n: np.ndarray((self.capacity,), dt, buf, offsets[n]) for n, dt in _T_COLS if n != "action"}
-        self.cols["action"] = np.ndarray((self.capacity, *self.action_shape), _action_column(self.action_shape)[0], buf,
-                                         offsets["action"])  # fmt: skip
+        self.cols["action"] = np.ndarray(
+            (self.capacity, *self.action_shape), _action_column(self.action_shape)[0], buf, offsets["action"]
+        )
         self._episodes = np.ndarray((EPISODE_RING, 3), np.float64, buf, offsets["episodes"])
         self.dropped_recycled = 0
 
     @classmethod
-    def create(cls, *, capacity: int, obs_shape: tuple[int, ...], dtype: Any = np.uint8, check_memory: bool = True,
-               action_shape: tuple[int, ...] = ()) -> "ReplayBuffer":  # fmt: skip
+    def create(
+        cls,
+        *,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        dtype: Any = np.uint8,
+        check_memory: bool = True,
+        action_shape: tuple[int, ...] = (),
+    ) -> "ReplayBuffer":
         """A new replay (the caller owns it: ``unlink``). ``action_shape``: ``()`` for Discrete actions
         (int64 indices), a Box's shape for continuous ones (float32 vectors)."""
         if not isinstance(capacity, (int, np.integer)) or isinstance(capacity, bool) or capacity < 1:
@@ -270,8 +306,10 @@ class ReplayBuffer(SharedSegment):
         if dtype.kind not in "biuf":
             raise TypeError(f"replay frames must be numeric, got dtype {dtype}")
         action_shape = tuple(action_shape)
-        need = check_replay_fits(int(capacity), tuple(obs_shape), dtype, action_shape) if check_memory else replay_bytes(
-            int(capacity), tuple(obs_shape), dtype, action_shape
+        need = (
+            check_replay_fits(int(capacity), tuple(obs_shape), dtype, action_shape)
+            if check_memory
+            else replay_bytes(int(capacity), tuple(obs_shape), dtype, action_shape)
         )
         shm = _new_segment(need, "replay")
         rb = cls(shm.name, int(capacity), tuple(obs_shape), dtype.str, _shm=shm, action_shape=action_shape)
@@ -330,9 +368,14 @@ class ReplayBuffer(SharedSegment):
         """``(index, end_tick, return, length)`` of finished episodes ``first…`` still in the ring."""
         n = self._words.load(_EPISODES)
         rows = self._episodes[[i % EPISODE_RING for i in range(max(first, n - EPISODE_RING), n)]]
-        return [(i, int(e), float(r), int(length)) for i, (e, r, length) in zip(range(max(first, n - EPISODE_RING), n), rows)]
+        return [
+            (i, int(e), float(r), int(length))
+            for i, (e, r, length) in zip(range(max(first, n - EPISODE_RING), n), rows)
+        ]
 
-    def add_transition(self, s_frame: int, action: Any, reward: float, discount: float, n_ticks: int, next_frame: int) -> None:
+    def add_transition(
+        self, s_frame: int, action: Any, reward: float, discount: float, n_ticks: int, next_frame: int
+    ) -> None:
         count = self._words.load(_COUNT, RELAXED)  # the one writer's own word
         i = count % self.capacity
         c = self.cols
@@ -381,8 +424,11 @@ class ReplayBuffer(SharedSegment):
         out) and the frame-id counter after them, past every id copied, so a run resumed from it never
         issues a frame id twice."""
         count = int(self._hdr[_COUNT])
-        copies = {"frames": self.frames.copy(), "frame_id": self.frame_id.copy(),
-                  **{name: col.copy() for name, col in self.cols.items()}}  # fmt: skip
+        copies = {
+            "frames": self.frames.copy(),
+            "frame_id": self.frame_id.copy(),
+            **{name: col.copy() for name, col in self.cols.items()},
+        }
         frames = max(int(self._hdr[_FRAMES]), int(copies["frame_id"].max()) + 1)
         return {"header": np.array([count, frames], np.int64), **copies}
 
@@ -390,8 +436,9 @@ class ReplayBuffer(SharedSegment):
         """Load a `snapshot` into this buffer before anyone writes or samples it (same frame shape
         and capacity, or a ``ValueError`` naming the difference)."""
         if snapshot["frames"].shape != self.frames.shape:
-            raise ValueError(f"the replay snapshot holds frames of shape {snapshot['frames'].shape}, "
-                             f"this replay {self.frames.shape}")  # fmt: skip
+            raise ValueError(
+                f"the replay snapshot holds frames of shape {snapshot['frames'].shape}, this replay {self.frames.shape}"
+            )
         self.frames[:] = snapshot["frames"]
         self.frame_id[:] = snapshot["frame_id"]
         for name, col in self.cols.items():
@@ -405,8 +452,9 @@ class ReplayBuffer(SharedSegment):
         self.cols = {}  # the transition columns' views: no columns once closed
 
 
-def _attach_replay(name: str, capacity: int, obs_shape: tuple[int, ...], dtype: str,
-                   action_shape: tuple[int, ...]) -> ReplayBuffer:  # fmt: skip
+def _attach_replay(
+    name: str, capacity: int, obs_shape: tuple[int, ...], dtype: str, action_shape: tuple[int, ...]
+) -> ReplayBuffer:
     """A `ReplayBuffer` attached by name in another process (what unpickling one does)."""
     return ReplayBuffer(name, capacity, obs_shape, dtype, action_shape=action_shape)
 
@@ -459,8 +507,18 @@ class ReplayRecorder:
         self._ring[slot] = obs
         self._ring_tick[slot] = tick
 
-    def on_tick(self, tick: int, *, agent: bool, action: Any, obs_tick: int, reward: float,
-                terminated: bool, truncated: bool, terminal_obs: np.ndarray | None = None) -> None:  # fmt: skip
+    def on_tick(
+        self,
+        tick: int,
+        *,
+        agent: bool,
+        action: Any,
+        obs_tick: int,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        terminal_obs: np.ndarray | None = None,
+    ) -> None:
         """One host tick, before ``on_observation`` of the same tick."""
         self._return += reward
         self._length += 1
@@ -470,9 +528,14 @@ class ReplayRecorder:
             self.replay.add_episode(tick, self._return, self._length)
             self._return, self._length = 0.0, 0
         done = self.builder.on_tick(
-            tick, agent=agent, action=self._stored_action(action) if agent else 0, obs_tick=obs_tick, reward=reward,
-            terminated=terminated, truncated=truncated,
-        )  # fmt: skip
+            tick,
+            agent=agent,
+            action=self._stored_action(action) if agent else 0,
+            obs_tick=obs_tick,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+        )
         for tr in done:
             s = self._frame(tr.s_tick)
             nxt = self._frame(tr.next_tick)

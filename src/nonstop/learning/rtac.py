@@ -113,9 +113,16 @@ class RTACConfig(SACConfig):
 
     alpha: float = field(default=1.0, metadata={"help": "the entropy scale α (the paper's: 1, fixed)"})
     autotune: bool = field(default=False, metadata={"help": "learn α toward the target entropy −|A| instead"})
-    learning_starts: int = field(default=10_000, metadata={"help": "transitions in replay before learning (paper: 10,000)"})
-    reward_scale: float = field(default=5.0, metadata={"help": "rewards are multiplied by this in the value target (paper: 5)"})
-    buffer_slots: int = field(default=0, metadata={"help": "K, the action buffer's slots in the observation (the run sets it from the latency)"})
+    learning_starts: int = field(
+        default=10_000, metadata={"help": "transitions in replay before learning (paper: 10,000)"}
+    )
+    reward_scale: float = field(
+        default=5.0, metadata={"help": "rewards are multiplied by this in the value target (paper: 5)"}
+    )
+    buffer_slots: int = field(
+        default=0,
+        metadata={"help": "K, the action buffer's slots in the observation (the run sets it from the latency)"},
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -136,8 +143,10 @@ class RTACConfig(SACConfig):
 def layout_of(obs_shape: tuple[int, ...], action_dim: int, k: int, algo: str) -> BufferLayout:
     """Where the action buffer sits in an observation of ``obs_shape`` (K slots of ``action_dim`` + 2)."""
     if k < 1 or len(obs_shape) != 1 or obs_shape[0] <= k * (action_dim + 2):
-        raise ValueError(f"{algo} learns on vector observations carrying the actions in flight; got observations "
-                         f"{obs_shape} with {k} buffer slots (the run sets them: train it with nonstop train)")  # fmt: skip
+        raise ValueError(
+            f"{algo} learns on vector observations carrying the actions in flight; got observations "
+            f"{obs_shape} with {k} buffer slots (the run sets them: train it with nonstop train)"
+        )
     return BufferLayout(obs_dim=obs_shape[0] - k * (action_dim + 2), action_width=action_dim, k=k)
 
 
@@ -161,10 +170,19 @@ class RTAC(SAC):
         from nonstop.learning.rtacnets import RTACNetworks
 
         encoder, features = self._encoder()
-        return RTACNetworks(features, self.action_dim, self.cfg.hidden, low=self.action_space.low.tolist(),
-                            high=self.action_space.high.tolist(), encoder=encoder, alpha=self.cfg.alpha)  # fmt: skip
+        return RTACNetworks(
+            features,
+            self.action_dim,
+            self.cfg.hidden,
+            low=self.action_space.low.tolist(),
+            high=self.action_space.high.tolist(),
+            encoder=encoder,
+            alpha=self.cfg.alpha,
+        )
 
-    def backward(self, online_module: "torch.nn.Module", target_module: "torch.nn.Module", batch: "Batch") -> "torch.Tensor":
+    def backward(
+        self, online_module: "torch.nn.Module", target_module: "torch.nn.Module", batch: "Batch"
+    ) -> "torch.Tensor":
         from nonstop.learning.algos import to_tensor
 
         online, target = cast("RTACNetworks", online_module), cast("RTACNetworks", target_module)
@@ -179,12 +197,22 @@ class RTAC(SAC):
             a, logp = online.actor.sample(online.encoder(x).detach())
             return a * scale + bias, logp - log_scale  # the buffer holds actions as the world takes them
 
-        critic, actor = rtac_losses(obs, reward, discount, next_obs, sample=sample,
-                                    value=lambda x: online.value(online.encoder(x)).squeeze(-1),
-                                    value_target=lambda x: target.value(target.encoder(x)).squeeze(-1), alpha=alpha,
-                                    layout=self.layout, reward_scale=self.cfg.reward_scale)  # fmt: skip
-        blocks = [(critic, [*online.encoder.parameters(), *online.value.parameters()]),
-                  (actor, list(online.actor.parameters()))]  # fmt: skip
+        critic, actor = rtac_losses(
+            obs,
+            reward,
+            discount,
+            next_obs,
+            sample=sample,
+            value=lambda x: online.value(online.encoder(x)).squeeze(-1),
+            value_target=lambda x: target.value(target.encoder(x)).squeeze(-1),
+            alpha=alpha,
+            layout=self.layout,
+            reward_scale=self.cfg.reward_scale,
+        )
+        blocks = [
+            (critic, [*online.encoder.parameters(), *online.value.parameters()]),
+            (actor, list(online.actor.parameters())),
+        ]
         if self.cfg.autotune:
             with_logp = sample(obs)[1].detach()
             blocks.append(((-online.log_alpha.exp() * (with_logp + self.target_entropy)).mean(), [online.log_alpha]))

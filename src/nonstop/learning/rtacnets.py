@@ -27,8 +27,17 @@ class RTACNetworks(nn.Module):
     scale: torch.Tensor  # buffers: the Box's half-width and centre
     bias: torch.Tensor
 
-    def __init__(self, features: int, action_dim: int, hidden: Sequence[int], *, low: Sequence[float],
-                 high: Sequence[float], encoder: nn.Module | None = None, alpha: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        features: int,
+        action_dim: int,
+        hidden: Sequence[int],
+        *,
+        low: Sequence[float],
+        high: Sequence[float],
+        encoder: nn.Module | None = None,
+        alpha: float = 1.0,
+    ) -> None:
         super().__init__()
         self.encoder = encoder if encoder is not None else nn.Flatten()
         self.actor = GaussianActor(features, action_dim, hidden)

@@ -85,9 +85,20 @@ __all__ = [
 #: `nonstop.learning.algos.Algorithm.exploration_name`; the other is empty). ``alpha`` came last, after runs were
 #: written without it: those resume writing their own columns (`OPTIONAL_PROGRESS_COLUMNS`).
 PROGRESS_COLUMNS: Final = (
-    "wall_s", "env_ticks", "episodes", "tau_i_mean_ticks", "inaction_frac", "delay_mean_ticks", "updates",
-    "updates_per_s", "transitions", "recent_return", "epsilon", "loss", "alpha",
-)  # fmt: skip
+    "wall_s",
+    "env_ticks",
+    "episodes",
+    "tau_i_mean_ticks",
+    "inaction_frac",
+    "delay_mean_ticks",
+    "updates",
+    "updates_per_s",
+    "transitions",
+    "recent_return",
+    "epsilon",
+    "loss",
+    "alpha",
+)
 #: trailing columns of PROGRESS_COLUMNS that a progress.csv written before them lacks
 OPTIONAL_PROGRESS_COLUMNS: Final = ("alpha",)
 _SEGMENT: Final = re.compile(r"ticklog-before-(\d+)(-\d+)?(?:\.npz)?")  # tick, then -2, -3... on a repeat
@@ -139,9 +150,10 @@ class RunPaths:
         """Every tick-log segment of the run, oldest first: ``ticklog-before-<tick>`` (directories or
         ``.npz``) by tick, then the newest (``ticklog/`` or ``ticklog.npz``)."""
         earlier = sorted(
-            (int(m.group(1)), int(m.group(2) or "-1") * -1, p) for p in self.root.glob("ticklog-before-*")
+            (int(m.group(1)), int(m.group(2) or "-1") * -1, p)
+            for p in self.root.glob("ticklog-before-*")
             if (m := _SEGMENT.fullmatch(p.name)) and (p.is_dir() or p.suffix == ".npz")
-        )  # fmt: skip
+        )
         newest = [p for p in (self.ticklog_dir, self.ticklog) if p.exists()]
         return [p for _, _, p in earlier] + newest
 
@@ -286,7 +298,7 @@ class _CsvAppender:
         lines = data.decode().splitlines()
         header = tuple(next(csv.reader(lines[:1]), ()))
         older = self.columns[: len(self.columns) - len(OPTIONAL_PROGRESS_COLUMNS)]
-        if header != self.columns and header == older and self.columns[len(older):] == OPTIONAL_PROGRESS_COLUMNS:
+        if header != self.columns and header == older and self.columns[len(older) :] == OPTIONAL_PROGRESS_COLUMNS:
             self.columns = header  # written before its last columns existed: it goes on with its own
         if header != self.columns:
             raise ValueError(
@@ -379,8 +391,15 @@ class RunLog:
                 raise FileNotFoundError(f"cannot resume: {root} holds no config.json (no run was started there)")
             check_compatible(read_config(root), self.config, may_differ, where=str(root))
         else:
-            files = (self.paths.config, self.paths.progress, self.paths.episodes, self.paths.matches,
-                     self.paths.ticklog, self.paths.ticklog_dir, self.paths.summary)  # fmt: skip
+            files = (
+                self.paths.config,
+                self.paths.progress,
+                self.paths.episodes,
+                self.paths.matches,
+                self.paths.ticklog,
+                self.paths.ticklog_dir,
+                self.paths.summary,
+            )
             taken = [p.name for p in files if p.exists()]
             if self.paths.checkpoints.is_dir() and any(self.paths.checkpoints.iterdir()):
                 taken.append(f"{CHECKPOINT_DIR}/")

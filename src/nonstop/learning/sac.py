@@ -51,10 +51,17 @@ class SACConfig:
     lr: float = field(default=3e-4, metadata={"help": "Adam step size of the actor, the critics and α"})
     adam_eps: float = field(default=1e-8, metadata={"help": "Adam epsilon"})
     tau: float = field(default=0.005, metadata={"help": "Polyak step of the target critics after each update"})
-    alpha: float = field(default=1.0, metadata={"help": "the entropy coefficient α at the start (learned with --autotune)"})
+    alpha: float = field(
+        default=1.0, metadata={"help": "the entropy coefficient α at the start (learned with --autotune)"}
+    )
     autotune: bool = field(default=True, metadata={"help": "learn α toward the target entropy −|A| (paper §5)"})
     learning_starts: int = field(default=1000, metadata={"help": "transitions in replay before learning"})
-    updates_per_transition: float = field(default=1.0, metadata={"help": "updates per transition at most: learners pause when ahead of it, on either clock (0: no cap)"})
+    updates_per_transition: float = field(
+        default=1.0,
+        metadata={
+            "help": "updates per transition at most: learners pause when ahead of it, on either clock (0: no cap)"
+        },
+    )
     replay_capacity: int = field(default=1_000_000, metadata={"help": "most recent transitions kept"})
     hidden: tuple[int, ...] = field(default=(256, 256), metadata={"help": "MLP widths of the actor and each critic"})
     features: int = field(default=256, metadata={"help": "frames: the IMPALA encoder's output width"})
@@ -110,8 +117,15 @@ class SACLosses(NamedTuple):
     target: "torch.Tensor"  # y, per transition (for tests)
 
 
-def sac_losses(online: "SACNetworks", target: "SACNetworks", batch: "Batch", *, target_entropy: float,
-               noise_next: "torch.Tensor | None" = None, noise: "torch.Tensor | None" = None) -> SACLosses:  # fmt: skip
+def sac_losses(
+    online: "SACNetworks",
+    target: "SACNetworks",
+    batch: "Batch",
+    *,
+    target_entropy: float,
+    noise_next: "torch.Tensor | None" = None,
+    noise: "torch.Tensor | None" = None,
+) -> SACLosses:
     """The module docstring's losses for one batch. ``noise_next``, ``noise``: the ξ of ã' and ã (None:
     drawn; a test passes its own to compute the same numbers by hand)."""
     import torch
@@ -142,9 +156,16 @@ def sac_losses(online: "SACNetworks", target: "SACNetworks", batch: "Batch", *, 
     return SACLosses(critic, actor, temperature, y)
 
 
-def sac_backward(online: "SACNetworks", target: "SACNetworks", batch: "Batch", cfg: SACConfig,
-                 target_entropy: float, *, noise_next: "torch.Tensor | None" = None,
-                 noise: "torch.Tensor | None" = None) -> "torch.Tensor":  # fmt: skip
+def sac_backward(
+    online: "SACNetworks",
+    target: "SACNetworks",
+    batch: "Batch",
+    cfg: SACConfig,
+    target_entropy: float,
+    *,
+    noise_next: "torch.Tensor | None" = None,
+    noise: "torch.Tensor | None" = None,
+) -> "torch.Tensor":
     """One batch's gradient into each parameter's ``.grad``, each block from its own loss:
     ∇J_Q into the encoder and critics, ∇J_π into the actor, ∇J_α into log α (zero without autotune).
     Returns the critic loss (what the progress line shows as the loss). ``noise_next``, ``noise``: as
@@ -174,9 +195,18 @@ class SACPolicy(ActorPolicy):
     """SAC's actor for a worker: a sampled action ``tanh(μ + σ·ξ)·scale + bias`` while training (ξ from the
     policy's own generator), ``tanh(μ)·scale + bias`` when ``deterministic``. Returns a float32 vector."""
 
-    def __init__(self, model: "torch.nn.Module", weights: Any, action_space: Any, *, seed: int | None = None,
-                 num_threads: int | None = 1, device: str = "cpu", dtype: str | None = None,
-                 deterministic: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: "torch.nn.Module",
+        weights: Any,
+        action_space: Any,
+        *,
+        seed: int | None = None,
+        num_threads: int | None = 1,
+        device: str = "cpu",
+        dtype: str | None = None,
+        deterministic: bool = False,
+    ) -> None:
         super().__init__(model, weights, action_space, seed=seed, num_threads=num_threads, device=device, dtype=dtype)
         self.deterministic = bool(deterministic)
         self._low, self._high = np.asarray(action_space.low, np.float32), np.asarray(action_space.high, np.float32)
@@ -246,7 +276,9 @@ class SAC(Algorithm):
 
             side = shape[0] if len(shape) == 2 or shape[-1] <= 4 else shape[1]
             channels = 1 if len(shape) == 2 else min(shape[0], shape[-1])
-            net = impala_resnet(self.cfg.k, self.cfg.features, channels, input_hw=int(side), depth=ARCH_DEPTHS[self.cfg.arch])
+            net = impala_resnet(
+                self.cfg.k, self.cfg.features, channels, input_hw=int(side), depth=ARCH_DEPTHS[self.cfg.arch]
+            )
             return net, self.cfg.features
         raise ValueError(f"SAC has no encoder for observations of shape {shape}")
 
@@ -254,8 +286,15 @@ class SAC(Algorithm):
         from nonstop.learning.sacnets import SACNetworks
 
         encoder, features = self._encoder()
-        return SACNetworks(features, self.action_dim, self.cfg.hidden, low=self.action_space.low.tolist(),
-                           high=self.action_space.high.tolist(), encoder=encoder, alpha=self.cfg.alpha)  # fmt: skip
+        return SACNetworks(
+            features,
+            self.action_dim,
+            self.cfg.hidden,
+            low=self.action_space.low.tolist(),
+            high=self.action_space.high.tolist(),
+            encoder=encoder,
+            alpha=self.cfg.alpha,
+        )
 
     def check_fits(self, device: str) -> None:
         if len(self.obs_shape) > 1:  # the IMPALA encoder each worker and learner builds
@@ -271,8 +310,9 @@ class SAC(Algorithm):
 
     def act_batch(self, output: np.ndarray, rng: np.random.Generator, *, explore: bool) -> np.ndarray:
         space = self.action_space
-        return squash(output, np.asarray(space.low, np.float32), np.asarray(space.high, np.float32),
-                      rng if explore else None)  # fmt: skip
+        return squash(
+            output, np.asarray(space.low, np.float32), np.asarray(space.high, np.float32), rng if explore else None
+        )
 
     def serve(self, forward: Any, *, seed: int | None = None) -> Any:
         rng = np.random.default_rng(seed)
@@ -293,7 +333,17 @@ class SAC(Algorithm):
 
     def export_meta(self, model: "torch.nn.Module") -> dict[str, Any]:
         space = self.action_space
-        return {"output": {"name": "action", "shape": ["B", self.action_dim], "dtype": "float32",
-                           "action": "the output itself: tanh(μ(s)) · scale + bias, deterministic, inside the Box"},
-                "action_space": {"type": "Box", "shape": [self.action_dim], "low": space.low.tolist(),
-                                 "high": space.high.tolist()}}  # fmt: skip
+        return {
+            "output": {
+                "name": "action",
+                "shape": ["B", self.action_dim],
+                "dtype": "float32",
+                "action": "the output itself: tanh(μ(s)) · scale + bias, deterministic, inside the Box",
+            },
+            "action_space": {
+                "type": "Box",
+                "shape": [self.action_dim],
+                "low": space.low.tolist(),
+                "high": space.high.tolist(),
+            },
+        }

@@ -53,7 +53,9 @@ class GaussianActor(nn.Module):
     def forward(self, f: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The mean and the log standard deviation of u for features ``f``."""
         mean, raw = self.net(f).chunk(2, dim=-1)
-        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(raw) + 1)  # into the range
+        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (
+            torch.tanh(raw) + 1
+        )  # into the range
         return mean, log_std
 
     def sample(self, f: torch.Tensor, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,8 +104,17 @@ class SACNetworks(nn.Module):
     scale: torch.Tensor  # buffers: the Box's half-width and centre
     bias: torch.Tensor
 
-    def __init__(self, features: int, action_dim: int, hidden: Sequence[int], *, low: Sequence[float],
-                 high: Sequence[float], encoder: nn.Module | None = None, alpha: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        features: int,
+        action_dim: int,
+        hidden: Sequence[int],
+        *,
+        low: Sequence[float],
+        high: Sequence[float],
+        encoder: nn.Module | None = None,
+        alpha: float = 1.0,
+    ) -> None:
         super().__init__()
         self.encoder = encoder if encoder is not None else nn.Flatten()
         self.actor = GaussianActor(features, action_dim, hidden)

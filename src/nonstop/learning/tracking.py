@@ -52,8 +52,19 @@ from typing import Any, Final
 from nonstop._io import write_atomic
 from nonstop.learning.jsonsafe import json_safe  # one way to make a summary JSON-safe, shared with the run log
 
-__all__ = ["TRACKERS", "END_STATES", "Tracker", "TrackerError", "parse_track", "require_trackers", "open_tracker",
-           "read_tracking", "end_state", "allow_mlflow_file_store", "mlflow_store"]
+__all__ = [
+    "TRACKERS",
+    "END_STATES",
+    "Tracker",
+    "TrackerError",
+    "parse_track",
+    "require_trackers",
+    "open_tracker",
+    "read_tracking",
+    "end_state",
+    "allow_mlflow_file_store",
+    "mlflow_store",
+]
 
 #: tracker name -> (the module it imports, the pip extra that installs it, what it is)
 TRACKERS: Final = {
@@ -88,9 +99,11 @@ def parse_track(values: str | Iterable[str] | None) -> tuple[str, ...]:
             if name not in TRACKERS:
                 hint = difflib.get_close_matches(name, TRACKERS, n=1)
                 also = " (TensorBoard is always on when installed)" if "tensor" in name or name == "tb" else ""
-                raise ValueError(f"--track {name!r} is not a tracker: "
-                                 + (f"did you mean {hint[0]!r}? " if hint and not also else "")
-                                 + f"choose from {', '.join(TRACKERS)}{also}")  # fmt: skip
+                raise ValueError(
+                    f"--track {name!r} is not a tracker: "
+                    + (f"did you mean {hint[0]!r}? " if hint and not also else "")
+                    + f"choose from {', '.join(TRACKERS)}{also}"
+                )
             if name not in names:
                 names.append(name)
     return tuple(names)
@@ -190,8 +203,10 @@ class Tracker:
         except Exception as exc:  # noqa: BLE001 - a mirror's failure must not end the run it mirrors
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             if self.failed is None:
-                self._note(f"warning: --track {self.name} stopped: {type(exc).__name__}: {first} "
-                           "(the run goes on; its CSVs hold every figure)")  # fmt: skip
+                self._note(
+                    f"warning: --track {self.name} stopped: {type(exc).__name__}: {first} "
+                    "(the run goes on; its CSVs hold every figure)"
+                )
             self.failed = f"{type(exc).__name__}: {first}"
 
     def _log(self, group: str, values: dict[str, float], step: int) -> None:
@@ -220,14 +235,20 @@ class WandbTracker(Tracker):
         directory = None if os.environ.get("WANDB_DIR") else str(run_dir)
         try:
             self.run = wandb.init(
-                project=project, name=run_dir.name, dir=directory, config=json_safe(config),
-                id=run_id, resume="allow" if run_id else None,
+                project=project,
+                name=run_dir.name,
+                dir=directory,
+                config=json_safe(config),
+                id=run_id,
+                resume="allow" if run_id else None,
                 settings=wandb.Settings(console="off"),  # nonstop's console is its own (a live table)
-            )  # fmt: skip
+            )
         except Exception as exc:  # noqa: BLE001 - wandb raises many kinds; each becomes one line
-            raise TrackerError(f"--track wandb could not start a run (WANDB_MODE={os.environ.get('WANDB_MODE', 'online')}): "
-                               f"{type(exc).__name__}: {_first_line(exc)} (`wandb login` for W&B's service, or "
-                               "WANDB_MODE=offline to keep the run on this machine)") from exc  # fmt: skip
+            raise TrackerError(
+                f"--track wandb could not start a run (WANDB_MODE={os.environ.get('WANDB_MODE', 'online')}): "
+                f"{type(exc).__name__}: {_first_line(exc)} (`wandb login` for W&B's service, or "
+                "WANDB_MODE=offline to keep the run on this machine)"
+            ) from exc
         for group, step_key in STEP_KEYS.items():
             self.run.define_metric(f"{group}/{step_key}")
             self.run.define_metric(f"{group}/*", step_metric=f"{group}/{step_key}")
@@ -322,7 +343,9 @@ class MlflowTracker(Tracker):
             self.run_id = previous["run_id"]
             self.client.update_run(self.run_id, status="RUNNING")
             return
-        run = self.client.create_run(self.experiment_id, run_name=run_dir.name, tags={"nonstop.run_dir": str(run_dir.resolve())})
+        run = self.client.create_run(
+            self.experiment_id, run_name=run_dir.name, tags={"nonstop.run_dir": str(run_dir.resolve())}
+        )
         self.run_id = run.info.run_id
         params = [Param(k, v[:6000]) for k, v in _flatten(config).items()]
         for i in range(0, len(params), self._BATCH):
@@ -377,7 +400,11 @@ _OPENERS: Final[dict[str, Callable[..., Tracker]]] = {"wandb": WandbTracker, "ml
 
 
 def open_tracker(
-    name: str, run_dir: str | os.PathLike, config: Mapping[str, Any], *, resume: bool = False,
+    name: str,
+    run_dir: str | os.PathLike,
+    config: Mapping[str, Any],
+    *,
+    resume: bool = False,
     note: Callable[[str], None] = print,
 ) -> Tracker:
     """Start (or, on ``resume``, continue) the ``name`` tracker's run for ``run_dir`` (which must exist).

@@ -30,7 +30,16 @@ import math
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["time_forward", 'PROCESS_BASE_BYTES', 'ACTION_BYTES', 'plan', 'SAMPLE_K', 'CALL_BUDGET_S', 'Timing', 'measure_times']
+__all__ = [
+    "time_forward",
+    "PROCESS_BASE_BYTES",
+    "ACTION_BYTES",
+    "plan",
+    "SAMPLE_K",
+    "CALL_BUDGET_S",
+    "Timing",
+    "measure_times",
+]
 
 
 #: Resident memory of a worker process before its model (Python, torch, numpy), declared default.
@@ -147,12 +156,23 @@ class Timing:
     def describe(self, k: float, batch_size: int) -> str:
         if not self.extrapolated:
             return f"measured on this machine ({self.where})"
-        sample = f"k={self.sample_k:g}" + (f", update at batch {self.sample_batch}" if self.sample_batch != batch_size else "")
+        sample = f"k={self.sample_k:g}" + (
+            f", update at batch {self.sample_batch}" if self.sample_batch != batch_size else ""
+        )
         return f"extrapolated by FLOPs to k={k:g}, batch {batch_size} from {sample} measured on this machine ({self.where})"
 
 
-def measure_times(k: float, batch_size: int, *, device: str = "cpu", n_actions: int = 18, repeats: int = 5,
-                  sample_k: float = SAMPLE_K, call_budget_s: float = CALL_BUDGET_S, dtype: Any = None) -> Timing:  # fmt: skip
+def measure_times(
+    k: float,
+    batch_size: int,
+    *,
+    device: str = "cpu",
+    n_actions: int = 18,
+    repeats: int = 5,
+    sample_k: float = SAMPLE_K,
+    call_budget_s: float = CALL_BUDGET_S,
+    dtype: Any = None,
+) -> Timing:
     """Forward time (batch 1) and update time (batch ``batch_size``: forward, backward, Adam step)
     of the width-``k`` ResNet on one core of this machine (``device="cpu"``) or on its GPU (``"cuda"``:
     each pass timed to its end with ``torch.cuda.synchronize``).
@@ -175,8 +195,10 @@ def measure_times(k: float, batch_size: int, *, device: str = "cpu", n_actions: 
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: CUDA is not available on this machine (use --device cpu, or --forward-ms/--update-ms "
-                         "measured on the GPU machine)")  # fmt: skip
+        raise ValueError(
+            "--device cuda: CUDA is not available on this machine (use --device cpu, or --forward-ms/--update-ms "
+            "measured on the GPU machine)"
+        )
     clock = WallClock(spin=0.0)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     k_s = k if device == "cuda" else min(k, sample_k)
@@ -220,7 +242,9 @@ def measure_times(k: float, batch_size: int, *, device: str = "cpu", n_actions: 
     return Timing(
         forward_s=forward * flops,
         update_s=float(np.median(passes)) * batch_size / b_s * flops + float(np.median(steps)) * params,
-        sample_k=k_s, sample_batch=b_s, extrapolated=(k_s != k or b_s != batch_size),
+        sample_k=k_s,
+        sample_batch=b_s,
+        extrapolated=(k_s != k or b_s != batch_size),
         where="one core" if device == "cpu" else _gpu_name(),
     )
 

@@ -27,8 +27,16 @@ import sys
 from collections.abc import Mapping
 from typing import Any, Final
 
-__all__ = ["machine_info", "LATE_FRACTION", "STARVED_INACTION", "STARVED_RATIO", "TRAIN_REMEDY", "machine_limits", "limit_findings",
-           "limit_remedy"]
+__all__ = [
+    "machine_info",
+    "LATE_FRACTION",
+    "STARVED_INACTION",
+    "STARVED_RATIO",
+    "TRAIN_REMEDY",
+    "machine_limits",
+    "limit_findings",
+    "limit_remedy",
+]
 
 #: Above this fraction of ticks started a whole tick late, the host is said to run late.
 LATE_FRACTION: Final = 0.01
@@ -36,8 +44,10 @@ LATE_FRACTION: Final = 0.01
 STARVED_RATIO: Final = 1.25
 STARVED_INACTION: Final = 0.10
 #: What `nonstop train` can change when its machine is the limit (`limit_remedy`'s default).
-TRAIN_REMEDY: Final = ("use --clock virtual (exact, any machine), fewer learners (--n-learners 1), a narrower model "
-                       "(--k), or a machine with more cores")  # fmt: skip
+TRAIN_REMEDY: Final = (
+    "use --clock virtual (exact, any machine), fewer learners (--n-learners 1), a narrower model "
+    "(--k), or a machine with more cores"
+)
 
 
 def limit_findings(
@@ -59,7 +69,9 @@ def limit_findings(
         raise ValueError(f"clock must be 'wall' or 'virtual', got {clock!r}")
     if isinstance(n_inference, bool) or not isinstance(n_inference, int) or n_inference < 1:
         raise ValueError(f"n_inference must be an int >= 1, got {n_inference!r}")
-    if not (isinstance(latency_mean_ticks, (int, float)) and math.isfinite(latency_mean_ticks) and latency_mean_ticks >= 0):
+    if not (
+        isinstance(latency_mean_ticks, (int, float)) and math.isfinite(latency_mean_ticks) and latency_mean_ticks >= 0
+    ):
         raise ValueError(f"latency_mean_ticks must be a finite number >= 0, got {latency_mean_ticks!r}")
     if clock == "virtual":
         return []
@@ -67,14 +79,26 @@ def limit_findings(
     ticks, overruns = int(figures.get("ticks", 0) or 0), int(figures.get("overruns", 0) or 0)
     if ticks and overruns / ticks > LATE_FRACTION:
         p99 = float(figures.get("lateness_p99_us", math.nan)) / 1000
-        lines.append(f"the world ran late: {overruns:,} of {ticks:,} ticks ({overruns / ticks:.1%}) started a whole "
-                     f"tick late or more (p99 lateness {p99:.1f} ms)")  # fmt: skip
-    tau_i, inaction = float(figures.get("tau_i_mean_ticks", math.nan)), float(figures.get("inaction_fraction", math.nan))
+        lines.append(
+            f"the world ran late: {overruns:,} of {ticks:,} ticks ({overruns / ticks:.1%}) started a whole "
+            f"tick late or more (p99 lateness {p99:.1f} ms)"
+        )
+    tau_i, inaction = (
+        float(figures.get("tau_i_mean_ticks", math.nan)),
+        float(figures.get("inaction_fraction", math.nan)),
+    )
     expected = max(1.0, latency_mean_ticks / n_inference)
-    if (scheduler != "sequential" and math.isfinite(tau_i) and tau_i > STARVED_RATIO * expected
-            and math.isfinite(inaction) and inaction >= STARVED_INACTION):  # fmt: skip
-        lines.append(f"staggered workers acted every {tau_i:.2f} ticks where {n_inference} workers of "
-                     f"{latency_mean_ticks:.1f}-tick latency should act every {expected:.2f}: they are starved of CPU")  # fmt: skip
+    if (
+        scheduler != "sequential"
+        and math.isfinite(tau_i)
+        and tau_i > STARVED_RATIO * expected
+        and math.isfinite(inaction)
+        and inaction >= STARVED_INACTION
+    ):
+        lines.append(
+            f"staggered workers acted every {tau_i:.2f} ticks where {n_inference} workers of "
+            f"{latency_mean_ticks:.1f}-tick latency should act every {expected:.2f}: they are starved of CPU"
+        )
     return lines
 
 
@@ -105,8 +129,9 @@ def machine_limits(
 ) -> list[str]:
     """The sentences saying the machine limits this run (`limit_findings`) and what to change
     (`limit_remedy`), or ``[]``. Only the wall clock can run late: a virtual-clock run always gets ``[]``."""
-    lines = limit_findings(figures, clock=clock, scheduler=scheduler, n_inference=n_inference,
-                           latency_mean_ticks=latency_mean_ticks)  # fmt: skip
+    lines = limit_findings(
+        figures, clock=clock, scheduler=scheduler, n_inference=n_inference, latency_mean_ticks=latency_mean_ticks
+    )
     remedy_line = limit_remedy(processes=processes, cores=cores, remedy=remedy, load_average=load_average)
     return [*lines, remedy_line] if lines else []
 

@@ -28,5 +28,11 @@ def overhead_summary(samples: list[float], tau_m: float) -> dict[str, Any]:
         return {"n": 0, "mean_s": None, "p50_s": None, "p99_s": None, "p50_ticks": None, "p99_ticks": None}
     a = np.asarray(samples, dtype=float)
     p50, p99 = (float(v) for v in np.percentile(a, [50, 99]))
-    return {"n": int(a.size), "mean_s": float(a.mean()), "p50_s": p50, "p99_s": p99,
-            "p50_ticks": p50 / tau_m, "p99_ticks": p99 / tau_m}  # fmt: skip
+    return {
+        "n": int(a.size),
+        "mean_s": float(a.mean()),
+        "p50_s": p50,
+        "p99_s": p99,
+        "p50_ticks": p50 / tau_m,
+        "p99_ticks": p99 / tau_m,
+    }

@@ -27,8 +27,16 @@ import numpy as np
 
 from nonstop.realtime.ticklog import SOURCE_AGENT, TickLog
 
-__all__ = ["windowed_ticks", "episode_starts", "rolling_mean", "plot_return_over_time", "plot_inaction_delay",
-           "plot_delay_histogram", "latency_words", "seconds_words"]
+__all__ = [
+    "windowed_ticks",
+    "episode_starts",
+    "rolling_mean",
+    "plot_return_over_time",
+    "plot_inaction_delay",
+    "plot_delay_histogram",
+    "latency_words",
+    "seconds_words",
+]
 
 
 def seconds_words(seconds: float) -> str:
@@ -149,7 +157,12 @@ def _save(fig: Any, path: str | os.PathLike) -> Path:
 
 
 def plot_return_over_time(
-    time_s: np.ndarray, returns: np.ndarray, path: str | os.PathLike, *, smooth: int = 10, title: str = "",
+    time_s: np.ndarray,
+    returns: np.ndarray,
+    path: str | os.PathLike,
+    *,
+    smooth: int = 10,
+    title: str = "",
     xlabel: str = "world time (s)",
 ) -> Path:
     """Each episode's return at the time it ended (world seconds, ``end_tick·τ_M``, unless ``xlabel``
@@ -200,8 +213,16 @@ def plot_inaction_delay(
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
         if resets.size:  # a rug along the bottom of each strip: one mark per reset
-            ax.plot(resets, np.zeros_like(resets), "|", color="0.45", markersize=9, clip_on=False, transform=ax.get_xaxis_transform(),
-                    label=f"episode reset ({resets.size:,})")  # fmt: skip
+            ax.plot(
+                resets,
+                np.zeros_like(resets),
+                "|",
+                color="0.45",
+                markersize=9,
+                clip_on=False,
+                transform=ax.get_xaxis_transform(),
+                label=f"episode reset ({resets.size:,})",
+            )
     if resets.size:
         top.legend(loc="upper right", fontsize=8)
     return _save(fig, path)

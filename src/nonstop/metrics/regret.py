@@ -213,8 +213,12 @@ def tick_log_regret_split(
     keep = tick > _check_warmup(warmup_ticks)
     if end_tick is not None:
         keep &= tick <= end_tick
-    return regret_split(log["reward"][keep], log["source"][keep] == SOURCE_AGENT, optimal_rate=optimal_rate,
-                        undelayed_rate=undelayed_rate)  # fmt: skip
+    return regret_split(
+        log["reward"][keep],
+        log["source"][keep] == SOURCE_AGENT,
+        optimal_rate=optimal_rate,
+        undelayed_rate=undelayed_rate,
+    )
 
 
 # ----------------------------------------------------------------------------- Equation 3
@@ -320,7 +324,11 @@ def predicted_delay_regret_per_step(log: TickLog, p_minimax: float, *, warmup_ti
 
 
 def _check_positive_seconds(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(float(value)) and float(value) > 0):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not (math.isfinite(float(value)) and float(value) > 0)
+    ):
         raise ValueError(f"{name} must be a positive, finite number of seconds, got {value!r}")
     return float(value)
 
@@ -451,7 +459,5 @@ class ObservedStatePolicy(Policy):
     def act(self, obs: np.ndarray) -> Decision:
         x = np.asarray(obs)
         if x.ndim != 1 or x.size + 1 != self.action_space.n:
-            raise ValueError(
-                f"expected a one-hot observation of {self.action_space.n - 1} states, got shape {x.shape}"
-            )
+            raise ValueError(f"expected a one-hot observation of {self.action_space.n - 1} states, got shape {x.shape}")
         return Decision(int(np.argmax(x)) + 1)

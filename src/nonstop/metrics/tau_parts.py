@@ -33,8 +33,17 @@ from typing import Any, Final, NamedTuple
 
 import numpy as np
 
-__all__ = ["BUSY_IDLE_CORES", "FORWARD_INFLATED", "MIN_SHARE", "Diagnosis", "cpu_use", "diagnose", "parse_proc_stat",
-           "part_summary", "tau_theta_parts"]  # fmt: skip
+__all__ = [
+    "BUSY_IDLE_CORES",
+    "FORWARD_INFLATED",
+    "MIN_SHARE",
+    "Diagnosis",
+    "cpu_use",
+    "diagnose",
+    "parse_proc_stat",
+    "part_summary",
+    "tau_theta_parts",
+]
 
 #: The forward pass counts as slower in the world than quiet above this ratio of their means (noise below).
 FORWARD_INFLATED: Final = 1.2
@@ -43,8 +52,15 @@ MIN_SHARE: Final = 0.10
 #: The machine's cores count as busy when fewer than this many stayed idle, on average, during the world.
 BUSY_IDLE_CORES: Final = 1.0
 
-_PARTS: Final = ("world", "forward_in_actor", "forward_quiet", "forward_together", "ray_overhead", "ray_overhead_quiet",
-                  "wait_before_call")  # fmt: skip
+_PARTS: Final = (
+    "world",
+    "forward_in_actor",
+    "forward_quiet",
+    "forward_together",
+    "ray_overhead",
+    "ray_overhead_quiet",
+    "wait_before_call",
+)
 
 
 def part_summary(samples_s: Sequence[float] | np.ndarray, tau_m: float) -> dict[str, Any]:
@@ -59,20 +75,40 @@ def part_summary(samples_s: Sequence[float] | np.ndarray, tau_m: float) -> dict[
     if a.size == 0:
         return {"n": 0, "p50_ms": None, "p99_ms": None, "mean_ms": None, "mean_ticks": None}
     p50, p99 = (float(v) * 1e3 for v in np.percentile(a, [50, 99]))
-    return {"n": int(a.size), "p50_ms": p50, "p99_ms": p99, "mean_ms": float(a.mean()) * 1e3, "mean_ticks": float(a.mean()) / tau_m}
+    return {
+        "n": int(a.size),
+        "p50_ms": p50,
+        "p99_ms": p99,
+        "mean_ms": float(a.mean()) * 1e3,
+        "mean_ticks": float(a.mean()) / tau_m,
+    }
 
 
-def tau_theta_parts(*, world: Sequence[float], forward_world: Sequence[float], forward_quiet: Sequence[float],
-                    overhead: Sequence[float], wait: Sequence[float], tau_m: float, forward_together: Sequence[float] = (),
-                    overhead_quiet: Sequence[float] = ()) -> dict[str, dict[str, Any]]:  # fmt: skip
+def tau_theta_parts(
+    *,
+    world: Sequence[float],
+    forward_world: Sequence[float],
+    forward_quiet: Sequence[float],
+    overhead: Sequence[float],
+    wait: Sequence[float],
+    tau_m: float,
+    forward_together: Sequence[float] = (),
+    overhead_quiet: Sequence[float] = (),
+) -> dict[str, dict[str, Any]]:
     """Each part of τ_θ summarised (`part_summary`), keyed by part: ``world`` (τ_θ as the world
     sees it: wait + call), ``forward_in_actor`` (in the world), ``forward_quiet`` (the probe before
     the world, each actor alone), ``forward_together`` (the probe with every actor computing at
     once), ``ray_overhead`` (call round trip less the actor's time), ``ray_overhead_quiet`` (the
     probe's, alone) and ``wait_before_call``. Samples in seconds, one per action (or probe call)."""
-    samples = {"world": world, "forward_in_actor": forward_world, "forward_quiet": forward_quiet,
-               "forward_together": forward_together, "ray_overhead": overhead, "ray_overhead_quiet": overhead_quiet,
-               "wait_before_call": wait}  # fmt: skip
+    samples = {
+        "world": world,
+        "forward_in_actor": forward_world,
+        "forward_quiet": forward_quiet,
+        "forward_together": forward_together,
+        "ray_overhead": overhead,
+        "ray_overhead_quiet": overhead_quiet,
+        "wait_before_call": wait,
+    }
     return {name: part_summary(samples[name], tau_m) for name in _PARTS}
 
 
@@ -94,8 +130,9 @@ def parse_proc_stat(text: str) -> dict[int, tuple[int, int, int]]:
     return out
 
 
-def cpu_use(before: Mapping[int, tuple[int, int, int]], after: Mapping[int, tuple[int, int, int]],
-            cpus: Sequence[int]) -> dict[str, Any]:  # fmt: skip
+def cpu_use(
+    before: Mapping[int, tuple[int, int, int]], after: Mapping[int, tuple[int, int, int]], cpus: Sequence[int]
+) -> dict[str, Any]:
     """The cores of ``cpus`` busy, stolen (by the hypervisor: not ours to use) and idle, on average,
     between two `parse_proc_stat` readings.
 
@@ -111,8 +148,13 @@ def cpu_use(before: Mapping[int, tuple[int, int, int]], after: Mapping[int, tupl
     n = len(cpus)
     if total <= 0:
         return {"cores": n, "busy_cores": None, "steal_cores": None, "idle_cores": None, "source": "/proc/stat"}
-    return {"cores": n, "busy_cores": round(n * busy / total, 3), "steal_cores": round(n * steal / total, 3),
-            "idle_cores": round(n * (total - busy - steal) / total, 3), "source": "/proc/stat"}  # fmt: skip
+    return {
+        "cores": n,
+        "busy_cores": round(n * busy / total, 3),
+        "steal_cores": round(n * steal / total, 3),
+        "idle_cores": round(n * (total - busy - steal) / total, 3),
+        "source": "/proc/stat",
+    }
 
 
 class Diagnosis(NamedTuple):
@@ -129,8 +171,14 @@ def _mean(parts: Mapping[str, Mapping[str, Any]], name: str) -> float:
     return float(value) if value is not None else math.nan
 
 
-def diagnose(parts: Mapping[str, Mapping[str, Any]], cpu: Mapping[str, Any], *, target_met: bool,
-             cluster_note: str = "", actor_niceness: int = 0) -> Diagnosis:  # fmt: skip
+def diagnose(
+    parts: Mapping[str, Mapping[str, Any]],
+    cpu: Mapping[str, Any],
+    *,
+    target_met: bool,
+    cluster_note: str = "",
+    actor_niceness: int = 0,
+) -> Diagnosis:
     """Name each part that made the world's τ_θ (``parts``: `tau_theta_parts`) longer than the quiet
     forward pass by `MIN_SHARE` of it or more, largest first:
 
@@ -166,55 +214,111 @@ def diagnose(parts: Mapping[str, Mapping[str, Any]], cpu: Mapping[str, Any], *, 
         return Diagnosis([], None)
     cores, idle = cpu.get("cores"), cpu.get("idle_cores")
     busy = idle is not None and float(idle) < BUSY_IDLE_CORES
-    load = (f"{float(idle):.1f} of {cores} cores idle during the world" if idle is not None
-            else "the machine's load unmeasured")  # fmt: skip
+    load = (
+        f"{float(idle):.1f} of {cores} cores idle during the world"
+        if idle is not None
+        else "the machine's load unmeasured"
+    )
     causes: list[dict[str, Any]] = []
 
     fw, fq, ft = _mean(parts, "forward_in_actor"), _mean(parts, "forward_quiet"), _mean(parts, "forward_together")
     how = ""
     if fw > FORWARD_INFLATED * fq:  # False when either is missing (NaN)
         gain = fw - fq
-        fig = {"forward_ms_mean": fw, "quiet_ms_mean": fq, "together_ms_mean": None if math.isnan(ft) else ft,
-               "slower": fw / fq - 1, "share_of_tau_theta": gain / world, "idle_cores": idle, "cores": cores,
-               "actor_niceness": actor_niceness}  # fmt: skip
-        how = (f"the forward pass in the actors took {fw:.2f} ms mean in the world against {fq:.2f} ms quiet on the "
-               f"same nodes (+{fw / fq - 1:.0%}, {gain / world:.0%} of τ_θ)")  # fmt: skip
-        nice = (f"; the actors run at nice {actor_niceness}, behind every process of default priority (start the "
-                "cluster with RAY_worker_niceness=0)" if actor_niceness > 0 else "")  # fmt: skip
+        fig = {
+            "forward_ms_mean": fw,
+            "quiet_ms_mean": fq,
+            "together_ms_mean": None if math.isnan(ft) else ft,
+            "slower": fw / fq - 1,
+            "share_of_tau_theta": gain / world,
+            "idle_cores": idle,
+            "cores": cores,
+            "actor_niceness": actor_niceness,
+        }
+        how = (
+            f"the forward pass in the actors took {fw:.2f} ms mean in the world against {fq:.2f} ms quiet on the "
+            f"same nodes (+{fw / fq - 1:.0%}, {gain / world:.0%} of τ_θ)"
+        )
+        nice = (
+            f"; the actors run at nice {actor_niceness}, behind every process of default priority (start the "
+            "cluster with RAY_worker_niceness=0)"
+            if actor_niceness > 0
+            else ""
+        )
         if busy:
             causes.append({"cause": "cpu_contention", **fig, "text": f"CPU contention: {how} with {load}{nice}"})
         elif ft > FORWARD_INFLATED * fq and fw <= FORWARD_INFLATED * ft:
-            causes.append({"cause": "actors_slow_each_other", **fig,
-                           "text": f"{how}, with {load}; computing at once without the world they took {ft:.2f} ms "
-                                   f"(+{ft / fq - 1:.0%}): the actors share physical cores (SMT siblings?), caches or "
-                                   f"memory bandwidth: fewer actors per node, or nodes with more cores{nice}"})  # fmt: skip
+            causes.append(
+                {
+                    "cause": "actors_slow_each_other",
+                    **fig,
+                    "text": f"{how}, with {load}; computing at once without the world they took {ft:.2f} ms "
+                    f"(+{ft / fq - 1:.0%}): the actors share physical cores (SMT siblings?), caches or "
+                    f"memory bandwidth: fewer actors per node, or nodes with more cores{nice}",
+                }
+            )
         elif idle is None:
-            causes.append({"cause": "forward_slower_in_world", **fig,
-                           "text": f"{how}, with {load}: contention cannot be told from thread counts{nice}"})
+            causes.append(
+                {
+                    "cause": "forward_slower_in_world",
+                    **fig,
+                    "text": f"{how}, with {load}: contention cannot be told from thread counts{nice}",
+                }
+            )
         else:
-            causes.append({"cause": "forward_slower_in_world", **fig,
-                           "text": f"{how}, with {load}: not the machine's load, nor the actors on each other (thread "
-                                   f"counts? the world's host or the driver on the actors' cores?){nice}"})  # fmt: skip
+            causes.append(
+                {
+                    "cause": "forward_slower_in_world",
+                    **fig,
+                    "text": f"{how}, with {load}: not the machine's load, nor the actors on each other (thread "
+                    f"counts? the world's host or the driver on the actors' cores?){nice}",
+                }
+            )
     over = parts.get("ray_overhead", {})
     if over.get("mean_ms") is not None and over["mean_ms"] / world >= MIN_SHARE:
         quiet = parts.get("ray_overhead_quiet", {}).get("p50_ms")
-        text = (f"Ray call overhead: {over['p50_ms']:.2f} ms p50 / {over['p99_ms']:.2f} ms p99 per call "
-                f"({over['mean_ms'] / world:.0%} of τ_θ" + (f"; {quiet:.2f} ms p50 quiet)" if quiet is not None else ")"))
-        causes.append({"cause": "ray_call_overhead", "p50_ms": over["p50_ms"], "p99_ms": over["p99_ms"], "quiet_p50_ms": quiet,
-                       "share_of_tau_theta": over["mean_ms"] / world, "text": text})  # fmt: skip
+        text = (
+            f"Ray call overhead: {over['p50_ms']:.2f} ms p50 / {over['p99_ms']:.2f} ms p99 per call "
+            f"({over['mean_ms'] / world:.0%} of τ_θ" + (f"; {quiet:.2f} ms p50 quiet)" if quiet is not None else ")")
+        )
+        causes.append(
+            {
+                "cause": "ray_call_overhead",
+                "p50_ms": over["p50_ms"],
+                "p99_ms": over["p99_ms"],
+                "quiet_p50_ms": quiet,
+                "share_of_tau_theta": over["mean_ms"] / world,
+                "text": text,
+            }
+        )
     wait = parts.get("wait_before_call", {})
     if wait.get("mean_ms") is not None and wait["mean_ms"] / world >= MIN_SHARE:
-        causes.append({"cause": "wait_before_call", "p50_ms": wait["p50_ms"], "p99_ms": wait["p99_ms"],
-                       "share_of_tau_theta": wait["mean_ms"] / world,
-                       "text": f"actions waited {wait['p50_ms']:.2f} ms p50 / {wait['p99_ms']:.2f} ms p99 in the driver's "
-                               f"worker thread before their call ({wait['mean_ms'] / world:.0%} of τ_θ, {load})"})  # fmt: skip
+        causes.append(
+            {
+                "cause": "wait_before_call",
+                "p50_ms": wait["p50_ms"],
+                "p99_ms": wait["p99_ms"],
+                "share_of_tau_theta": wait["mean_ms"] / world,
+                "text": f"actions waited {wait['p50_ms']:.2f} ms p50 / {wait['p99_ms']:.2f} ms p99 in the driver's "
+                f"worker thread before their call ({wait['mean_ms'] / world:.0%} of τ_θ, {load})",
+            }
+        )
     causes.sort(key=lambda c: -c["share_of_tau_theta"])
     if not target_met and not causes:
-        causes.append({"cause": "unexplained", "world_ms_mean": world, "quiet_ms_mean": fq,
-                       "text": f"τ_θ in the world ({world:.2f} ms mean) is the quiet forward pass ({fq:.2f} ms) plus no "
-                               "part large enough to name: the miss is not τ_θ's growth (the stagger? the model's size?)"})  # fmt: skip
+        causes.append(
+            {
+                "cause": "unexplained",
+                "world_ms_mean": world,
+                "quiet_ms_mean": fq,
+                "text": f"τ_θ in the world ({world:.2f} ms mean) is the quiet forward pass ({fq:.2f} ms) plus no "
+                "part large enough to name: the miss is not τ_θ's growth (the stagger? the model's size?)",
+            }
+        )
     limit = None
     if not target_met and any(c["cause"] == "cpu_contention" for c in causes):
-        limit = (f"the machine is the limit: {load}, and {how}" + (f"; {cluster_note}" if cluster_note else "")
-                 + ": measure on one with free cores (or --ray-address a cluster)")  # fmt: skip
+        limit = (
+            f"the machine is the limit: {load}, and {how}"
+            + (f"; {cluster_note}" if cluster_note else "")
+            + ": measure on one with free cores (or --ray-address a cluster)"
+        )
     return Diagnosis(causes, limit)

@@ -91,7 +91,9 @@ def estimate_predictability(
     copies that ended alike still agree."""
     from nonstop.envs import env_info, make_env
 
-    horizon, starts, flock = (_positive_int(n, v) for n, v in (("horizon", horizon), ("starts", starts), ("flock", flock)))
+    horizon, starts, flock = (
+        _positive_int(n, v) for n, v in (("horizon", horizon), ("starts", starts), ("flock", flock))
+    )
     if flock < 2:
         raise ValueError(f"flock must be at least 2 copies to compare, got {flock}")
     if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, numbers.Integral) or warmup_steps < 0:
@@ -128,8 +130,10 @@ def estimate_predictability(
             try:
                 copies = [copy.deepcopy(env) for _ in range(flock)]
             except Exception as exc:  # noqa: BLE001 - any failure to copy means the same thing here
-                raise ValueError(f"cannot copy {env_id!r} ({type(exc).__name__}: {exc}): this estimate needs "
-                                 "envs that copy.deepcopy can duplicate") from None  # fmt: skip
+                raise ValueError(
+                    f"cannot copy {env_id!r} ({type(exc).__name__}: {exc}): this estimate needs "
+                    "envs that copy.deepcopy can duplicate"
+                ) from None
             for c in copies:
                 c.unwrapped.np_random = np.random.default_rng(int(rng.integers(2**63)))
             finals: list[bytes | None] = [None] * flock
@@ -153,9 +157,15 @@ def estimate_predictability(
     stderr = q.std(axis=0, ddof=1) / math.sqrt(starts) if starts > 1 else np.full(horizon, np.nan)
     ks = np.arange(1, horizon + 1)
     return Predictability(
-        env_id=env_id, q=mean, stderr=stderr, delay_regret=1.0 - mean,
-        p_hat=np.where(mean > 0, mean ** (1.0 / ks), 0.0), starts=starts, flock=flock, tick_hz=info.tick_hz,
-    )  # fmt: skip
+        env_id=env_id,
+        q=mean,
+        stderr=stderr,
+        delay_regret=1.0 - mean,
+        p_hat=np.where(mean > 0, mean ** (1.0 / ks), 0.0),
+        starts=starts,
+        flock=flock,
+        tick_hz=info.tick_hz,
+    )
 
 
 def tolerable_delay(est: Predictability, max_regret: float) -> int:

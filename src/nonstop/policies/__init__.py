@@ -52,15 +52,37 @@ if TYPE_CHECKING:
     )
 
 _MODELS = (
-    "MLP", "PAPER_K", "PAPER_PARAM_LABELS", "PARAM_TABLE", "ImpalaResNet", "ModelTooLargeError",
-    "available_memory_bytes", "count_parameters", "ensure_fits", "estimate_memory_bytes",
-    "impala_resnet", "module_parameters",
+    "MLP",
+    "PAPER_K",
+    "PAPER_PARAM_LABELS",
+    "PARAM_TABLE",
+    "ImpalaResNet",
+    "ModelTooLargeError",
+    "available_memory_bytes",
+    "count_parameters",
+    "ensure_fits",
+    "estimate_memory_bytes",
+    "impala_resnet",
+    "module_parameters",
 )
 
 __all__ = [
-    "Decision", "Policy", "RandomPolicy", "NoopPolicy", "ConstantPolicy", "TorchPolicy", "obs_to_tensor",
-    "Latency", "Constant", "Normal", "LogNormal", "Empirical", "LatencyPolicy", "parse_latency",
-    "LATENCY_GRAMMAR", *_MODELS,
+    "Decision",
+    "Policy",
+    "RandomPolicy",
+    "NoopPolicy",
+    "ConstantPolicy",
+    "TorchPolicy",
+    "obs_to_tensor",
+    "Latency",
+    "Constant",
+    "Normal",
+    "LogNormal",
+    "Empirical",
+    "LatencyPolicy",
+    "parse_latency",
+    "LATENCY_GRAMMAR",
+    *_MODELS,
 ]
 
 

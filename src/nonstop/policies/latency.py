@@ -311,20 +311,26 @@ def _quantity(text: str, what: str, spec: str, tick_hz: float | None) -> float:
     """
     m = _QUANTITY.match(text)
     if m is None:
-        raise ValueError(f"bad latency spec {spec!r}: {what} {text.strip()!r} is not a number with unit s, ms or t. "
-                         f"Expected {LATENCY_GRAMMAR}")
+        raise ValueError(
+            f"bad latency spec {spec!r}: {what} {text.strip()!r} is not a number with unit s, ms or t. "
+            f"Expected {LATENCY_GRAMMAR}"
+        )
     value, unit = float(m.group(1)), (m.group(2) or "s").lower()
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"bad latency spec {spec!r}: {what} must be a finite duration >= 0, got {text.strip()!r}")
     if m.group(2) is None and value != 0:
-        raise ValueError(f"bad latency spec {spec!r}: {what} {text.strip()!r} has no unit; say {m.group(1)}t (ticks), "
-                         f"{m.group(1)}ms or {m.group(1)}s. Expected {LATENCY_GRAMMAR}")
+        raise ValueError(
+            f"bad latency spec {spec!r}: {what} {text.strip()!r} has no unit; say {m.group(1)}t (ticks), "
+            f"{m.group(1)}ms or {m.group(1)}s. Expected {LATENCY_GRAMMAR}"
+        )
     if unit == "ms":
         return value / 1000.0
     if unit == "t":
         if tick_hz is None:
-            raise ValueError(f"bad latency spec {spec!r}: {what} {text.strip()!r} is in ticks, "
-                             f"which needs tick_hz (the environment's tick rate)")
+            raise ValueError(
+                f"bad latency spec {spec!r}: {what} {text.strip()!r} is in ticks, "
+                f"which needs tick_hz (the environment's tick rate)"
+            )
         return value / tick_hz
     return value
 
@@ -375,8 +381,10 @@ def parse_latency(spec: str, tick_hz: float | None = None) -> Latency:
         try:
             sigma_value = float(sigma)
         except ValueError:
-            raise ValueError(f"bad latency spec {spec!r}: SIGMA {sigma.strip()!r} must be a unitless number "
-                             f"(the spread of log-latency). Expected {LATENCY_GRAMMAR}") from None
+            raise ValueError(
+                f"bad latency spec {spec!r}: SIGMA {sigma.strip()!r} must be a unitless number "
+                f"(the spread of log-latency). Expected {LATENCY_GRAMMAR}"
+            ) from None
         if not math.isfinite(sigma_value) or sigma_value < 0:
             raise ValueError(f"bad latency spec {spec!r}: SIGMA must be a finite number >= 0, got {sigma.strip()!r}")
         return LogNormal(_quantity(median, "MEDIAN", spec, tick_hz), sigma_value)

@@ -29,8 +29,21 @@ DEFAULT_MIN_FREE = 4 * 2**20
 
 
 class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]  # fmt: skip
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 def _glibc() -> tuple[Any, Any] | None:
@@ -69,13 +82,15 @@ def parse_min_free(text: str) -> int | None:
     if raw in ("never", "none"):
         return None
     number = raw.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = raw[len(number):]
+    unit = raw[len(number) :]
     try:
         value = float(number) * _UNITS[unit]
     except (ValueError, KeyError):
         value = -1.0
     if not (value >= 0 and value == value and value < 2**63):
-        raise ValueError(f"--trim-above takes bytes with an optional unit (0, 4MiB, 512KiB, 1GiB) or 'never', got {text!r}")
+        raise ValueError(
+            f"--trim-above takes bytes with an optional unit (0, 4MiB, 512KiB, 1GiB) or 'never', got {text!r}"
+        )
     return int(value)
 
 

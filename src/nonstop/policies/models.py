@@ -97,6 +97,7 @@ class ImpalaArch(TypedDict, total=False):
     same_padding: bool
     depth: int
 
+
 class NetworkChoice(TypedDict):
     """How a named network (`ARCH_OPTIONS`) is built: the `ImpalaResNet` options it fixes."""
 
@@ -145,7 +146,9 @@ def _arch_defaults(depth: int, same_padding: bool | None, fc_hidden: int | None)
     """The construction a depth gets when ``same_padding``/``fc_hidden`` are not given: the
     standard IMPALA network at depth 3, the authors' released 2xDeep at depth 6."""
     deep = depth != 3
-    return (not deep if same_padding is None else same_padding), ((512 if deep else 256) if fc_hidden is None else fc_hidden)
+    return (not deep if same_padding is None else same_padding), (
+        (512 if deep else 256) if fc_hidden is None else fc_hidden
+    )
 
 
 def _sequence_sizes(input_hw: int, same_padding: bool, depth: int) -> list[tuple[int, int]]:
@@ -224,10 +227,12 @@ class ImpalaResNet(nn.Module):
         self.n_actions: Final = n_actions
         self.depth: Final = depth
         channels = [in_channels, c1, c2, c3, *([c3] * (depth - 3))]
-        self.sequences = nn.Sequential(*(
-            ConvSequence(cin, cout, same_padding=same_padding, pool_stride=stride)
-            for cin, cout, stride in zip(channels, channels[1:], POOL_STRIDES[depth])
-        ))  # fmt: skip
+        self.sequences = nn.Sequential(
+            *(
+                ConvSequence(cin, cout, same_padding=same_padding, pool_stride=stride)
+                for cin, cout, stride in zip(channels, channels[1:], POOL_STRIDES[depth])
+            )
+        )
         side = _feature_size(input_hw, same_padding, depth)
         self.fc = nn.Linear(c3 * side * side, fc_hidden)
         self.head = nn.Linear(fc_hidden, n_actions)
@@ -243,8 +248,10 @@ def _check_arch(n_actions: int, in_channels: int, input_hw: int, fc_hidden: int,
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if depth not in ARCH_DEPTHS.values():
-        raise ValueError(f"depth must be one of {sorted(ARCH_DEPTHS.values())} conv sequences "
-                         f"({', '.join(f'{n}: {d}' for n, d in ARCH_DEPTHS.items())}), got {depth!r}")  # fmt: skip
+        raise ValueError(
+            f"depth must be one of {sorted(ARCH_DEPTHS.values())} conv sequences "
+            f"({', '.join(f'{n}: {d}' for n, d in ARCH_DEPTHS.items())}), got {depth!r}"
+        )
 
 
 def impala_resnet(
@@ -268,7 +275,9 @@ def impala_resnet(
     False
     """
     same_padding, fc_hidden = _arch_defaults(depth, same_padding, fc_hidden)
-    arch = ImpalaArch(in_channels=in_channels, input_hw=input_hw, fc_hidden=fc_hidden, same_padding=same_padding, depth=depth)
+    arch = ImpalaArch(
+        in_channels=in_channels, input_hw=input_hw, fc_hidden=fc_hidden, same_padding=same_padding, depth=depth
+    )
     if check_memory:
         ensure_fits(k, device, n_actions=n_actions, **arch)
     with torch.device(device):
@@ -513,14 +522,18 @@ class FromObservations(nn.Module):
     (torch.Size([1, 6]), torch.Size([5, 6]))
     """
 
-    __constants__ = ["obs_ndim"]  # (a Final annotation is a string under `from __future__ import annotations`: unscriptable)
+    __constants__ = [
+        "obs_ndim"
+    ]  # (a Final annotation is a string under `from __future__ import annotations`: unscriptable)
 
     def __init__(self, net: nn.Module, obs_shape: Sequence[int]) -> None:
         super().__init__()
         if not isinstance(net, nn.Module):
             raise TypeError(f"net must be a torch.nn.Module, got {type(net).__name__}")
         if len(obs_shape) not in (1, 2, 3):
-            raise ValueError(f"observations must be vectors (D,) or frames (H, W), (H, W, C), (C, H, W), got {tuple(obs_shape)}")
+            raise ValueError(
+                f"observations must be vectors (D,) or frames (H, W), (H, W, C), (C, H, W), got {tuple(obs_shape)}"
+            )
         self.net = net
         self.obs_ndim = len(obs_shape)
 

@@ -25,8 +25,20 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["resolve_device", "resolve_dtype", "parse_dtype", "parse_device", "DTYPES", "DEVICE_GRAMMAR", "uses_pinned",
-           "to_device", "autocast", "placement", "add_device_arguments", "enter_device"]  # fmt: skip
+__all__ = [
+    "resolve_device",
+    "resolve_dtype",
+    "parse_dtype",
+    "parse_device",
+    "DTYPES",
+    "DEVICE_GRAMMAR",
+    "uses_pinned",
+    "to_device",
+    "autocast",
+    "placement",
+    "add_device_arguments",
+    "enter_device",
+]
 
 #: the precisions a model may run in (``--dtype``): ``auto`` (None) is bf16 on CUDA, fp32 elsewhere
 DTYPES: Final = ("fp32", "bf16", "fp16")
@@ -64,10 +76,14 @@ def resolve_device(device: str = "auto") -> "torch.device":
         return torch.device("cpu")
     if not found:
         build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "no CUDA"
-        raise ValueError(f"device {device!r} needs a CUDA GPU, but torch {torch.__version__} ({build}) finds none: "
-                           "use cpu (or auto), or install a CUDA build of torch on a machine with a GPU")  # fmt: skip
+        raise ValueError(
+            f"device {device!r} needs a CUDA GPU, but torch {torch.__version__} ({build}) finds none: "
+            "use cpu (or auto), or install a CUDA build of torch on a machine with a GPU"
+        )
     if index is not None and int(index) >= found:
-        raise ValueError(f"device {device!r} does not exist: torch finds {found} CUDA device(s), cuda:0..cuda:{found - 1}")
+        raise ValueError(
+            f"device {device!r} does not exist: torch finds {found} CUDA device(s), cuda:0..cuda:{found - 1}"
+        )
     return torch.device("cuda" if index is None else f"cuda:{index}")
 
 
@@ -186,11 +202,19 @@ def add_device_arguments(group: Any, *, device: str = "cpu", what: str = "the mo
     >>> p.parse_args([]).dtype is None
     True
     """
-    group.add_argument("--device", type=_flag(parse_device), default=device, metavar="cpu|cuda|cuda:N|auto",
-                       help=f"the device for {what}: cpu, cuda, cuda:N, or auto (CUDA when torch finds one) "
-                            f"(default: {device})")  # fmt: skip
+    group.add_argument(
+        "--device",
+        type=_flag(parse_device),
+        default=device,
+        metavar="cpu|cuda|cuda:N|auto",
+        help=f"the device for {what}: cpu, cuda, cuda:N, or auto (CUDA when torch finds one) (default: {device})",
+    )
     if not dtype:
         return
-    group.add_argument("--dtype", type=_flag(parse_dtype), default=None, metavar="fp32|bf16|fp16|auto",
-                       help=f"the precision for {what} (autocast): auto is bf16 on CUDA, fp32 on the CPU "
-                            "(default: auto)")  # fmt: skip
+    group.add_argument(
+        "--dtype",
+        type=_flag(parse_dtype),
+        default=None,
+        metavar="fp32|bf16|fp16|auto",
+        help=f"the precision for {what} (autocast): auto is bf16 on CUDA, fp32 on the CPU (default: auto)",
+    )

@@ -43,10 +43,25 @@ _RING_MIDDLE_ROW: Final = 81.0  # ring coordinates: the opponent below it -> tak
 # the ALE's 18 actions (Boxing's minimal action set is all of them, in this order), by
 # (horizontal, vertical, fire): -1 left/up, +1 right/down
 _ACTIONS: Final = {
-    (0, 0, 0): 0, (0, 0, 1): 1, (0, -1, 0): 2, (1, 0, 0): 3, (-1, 0, 0): 4, (0, 1, 0): 5,
-    (1, -1, 0): 6, (-1, -1, 0): 7, (1, 1, 0): 8, (-1, 1, 0): 9, (0, -1, 1): 10, (1, 0, 1): 11,
-    (-1, 0, 1): 12, (0, 1, 1): 13, (1, -1, 1): 14, (-1, -1, 1): 15, (1, 1, 1): 16, (-1, 1, 1): 17,
-}  # fmt: skip
+    (0, 0, 0): 0,
+    (0, 0, 1): 1,
+    (0, -1, 0): 2,
+    (1, 0, 0): 3,
+    (-1, 0, 0): 4,
+    (0, 1, 0): 5,
+    (1, -1, 0): 6,
+    (-1, -1, 0): 7,
+    (1, 1, 0): 8,
+    (-1, 1, 0): 9,
+    (0, -1, 1): 10,
+    (1, 0, 1): 11,
+    (-1, 0, 1): 12,
+    (0, 1, 1): 13,
+    (1, -1, 1): 14,
+    (-1, -1, 1): 15,
+    (1, 1, 1): 16,
+    (-1, 1, 1): 17,
+}
 N_ACTIONS: Final = 18
 
 
@@ -78,8 +93,10 @@ def boxer_positions(screen: np.ndarray) -> dict[str, tuple[float, float]] | None
         return None
     white_left = white[2] + white[3] <= black[2] + black[3]
     out = {}
-    for seat, (top, bottom, left, right), facing_right in (("first_0", white, white_left),
-                                                           ("second_0", black, not white_left)):  # fmt: skip
+    for seat, (top, bottom, left, right), facing_right in (
+        ("first_0", white, white_left),
+        ("second_0", black, not white_left),
+    ):
         column = left + _BACK_TO_BODY_FACING_RIGHT if facing_right else right + _BACK_TO_BODY_FACING_LEFT
         out[seat] = ((top + bottom) / 2 + _ROW_CORRECTION[seat], column)
     return out
@@ -105,8 +122,16 @@ class ScriptedBoxer(Policy):
     ValueError: ScriptedBoxer seat must be one of ['first_0', 'second_0'], got 'third_0'
     """
 
-    def __init__(self, seat: str, *, epsilon: float = 0.0, seed: int | None = None, reach: float = 16.0,
-                 offset: float = 14.0, tolerance: float = 4.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        seat: str,
+        *,
+        epsilon: float = 0.0,
+        seed: int | None = None,
+        reach: float = 16.0,
+        offset: float = 14.0,
+        tolerance: float = 4.0,
+    ) -> None:
         if seat not in BOXER_COLOURS:
             raise ValueError(f"ScriptedBoxer seat must be one of {sorted(BOXER_COLOURS)}, got {seat!r}")
         if not isinstance(epsilon, (int, float)) or not 0.0 <= epsilon <= 1.0:
@@ -117,7 +142,12 @@ class ScriptedBoxer(Policy):
         self.action_space = spaces.Discrete(N_ACTIONS)
         self.seat: Final = seat
         self._opponent: Final = "second_0" if seat == "first_0" else "first_0"
-        self.epsilon, self.reach, self.offset, self.tolerance = float(epsilon), float(reach), float(offset), float(tolerance)
+        self.epsilon, self.reach, self.offset, self.tolerance = (
+            float(epsilon),
+            float(reach),
+            float(offset),
+            float(tolerance),
+        )
         self._rng = np.random.default_rng()
         self.seed(seed)
 

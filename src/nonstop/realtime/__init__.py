@@ -8,7 +8,22 @@ from nonstop.realtime.host import Host, HostError, Session
 from nonstop.realtime.ticklog import SOURCE_AGENT, SOURCE_DEFAULT, TickLog
 
 __all__ = [
-    "ActionQueue", "ActionRecord", "LatestSlot", "Observation", "Clock", "VirtualClock", "WallClock",
-    "make_clock", "DefaultBehaviour", "make_default", "RealtimeEnv", "make", "Host", "HostError",
-    "Session", "SOURCE_AGENT", "SOURCE_DEFAULT", "TickLog",
+    "ActionQueue",
+    "ActionRecord",
+    "LatestSlot",
+    "Observation",
+    "Clock",
+    "VirtualClock",
+    "WallClock",
+    "make_clock",
+    "DefaultBehaviour",
+    "make_default",
+    "RealtimeEnv",
+    "make",
+    "Host",
+    "HostError",
+    "Session",
+    "SOURCE_AGENT",
+    "SOURCE_DEFAULT",
+    "TickLog",
 ]

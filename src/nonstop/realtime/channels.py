@@ -108,7 +108,9 @@ class SharedSegment:
             if name in cls._views or (hasattr(cls, name) and self.closed):
                 raise SegmentClosedError(
                     f"{cls.__name__} {self.__dict__.get('name', '?')!r} is closed in this process "
-                    f"(its views of the mapping are dropped; used: {name})", name=name, obj=self,
+                    f"(its views of the mapping are dropped; used: {name})",
+                    name=name,
+                    obj=self,
                 )
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}", name=name, obj=self)
 
@@ -295,9 +297,20 @@ class LatestSlot(SharedSegment):
         """Publish ``obs`` as the newest observation (and, with ``final=True``, also as the
         final one: see `read_final`). Integers must be ints (Python or numpy)."""
         self.write(
-            obs, tick, time, reward, terminated, truncated, episode, inaction_ticks, agent_ticks, last_delay,
-            last_action_seq, last_end, final,
-        )  # fmt: skip
+            obs,
+            tick,
+            time,
+            reward,
+            terminated,
+            truncated,
+            episode,
+            inaction_ticks,
+            agent_ticks,
+            last_delay,
+            last_action_seq,
+            last_end,
+            final,
+        )
 
     def write(
         self,
@@ -323,9 +336,21 @@ class LatestSlot(SharedSegment):
         seq.store(odd, RELAXED)
         fence(RELEASE)  # the odd sequence is visible before any byte of the data
         _META.pack_into(
-            buf, _META_OFF, tick, time, reward, total, terminated, truncated, episode, inaction_ticks,
-            agent_ticks, last_delay, last_action_seq, last_end,
-        )  # fmt: skip
+            buf,
+            _META_OFF,
+            tick,
+            time,
+            reward,
+            total,
+            terminated,
+            truncated,
+            episode,
+            inaction_ticks,
+            agent_ticks,
+            last_delay,
+            last_action_seq,
+            last_end,
+        )
         self._obs[...] = obs
         if final:
             buf[_FINAL_META_OFF : _FINAL_META_OFF + _META.size] = buf[_META_OFF:_FINAL_META_OFF]
@@ -417,9 +442,7 @@ class ActionCodec:
         elif isinstance(space, (gym.spaces.Box, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
             self.width = int(np.prod(space.shape))
         else:
-            raise TypeError(
-                f"nonstop supports Discrete, MultiDiscrete, MultiBinary and Box action spaces, got {space}"
-            )
+            raise TypeError(f"nonstop supports Discrete, MultiDiscrete, MultiBinary and Box action spaces, got {space}")
         self.space = space
         self.discrete = isinstance(space, gym.spaces.Discrete)
         self.fmt = "q" if self.discrete else f"{self.width}d"

@@ -53,7 +53,17 @@ Wake: TypeAlias = float | tuple[float, int]
 #: A timed process: yields `Wake`s, receives the time it actually woke.
 TimedProcess: TypeAlias = Generator[Wake, float, None]
 
-__all__ = ["Clock", "WallClock", "VirtualClock", "ProcessThread", "Handle", "TimedProcess", "Wake", "make_clock", "stopwatch"]
+__all__ = [
+    "Clock",
+    "WallClock",
+    "VirtualClock",
+    "ProcessThread",
+    "Handle",
+    "TimedProcess",
+    "Wake",
+    "make_clock",
+    "stopwatch",
+]
 
 #: Measures how long a piece of work took (an env step, a forward pass). It is
 #: not the world's time: under a VirtualClock the world's time is `clock.now()`.
@@ -82,7 +92,9 @@ class Clock(ABC):
         """Block the caller until time ``t``; return the time actually woken."""
 
     @abstractmethod
-    def spawn(self, process: TimedProcess, *, name: str = "process", priority: int = 0, isolate: bool = False) -> "Handle":
+    def spawn(
+        self, process: TimedProcess, *, name: str = "process", priority: int = 0, isolate: bool = False
+    ) -> "Handle":
         """Run a timed process on this clock; return its handle. ``priority`` orders wake-ups due at the
         same virtual instant; ``isolate``: an error ends the process alone (kept on its handle)."""
 
@@ -238,7 +250,9 @@ class WallClock(Clock):
                     time.sleep(left)
         return time.perf_counter() - self.origin
 
-    def spawn(self, process: TimedProcess, *, name: str = "process", priority: int = 0, isolate: bool = False) -> ProcessThread:
+    def spawn(
+        self, process: TimedProcess, *, name: str = "process", priority: int = 0, isolate: bool = False
+    ) -> ProcessThread:
         """Drive ``process`` on a daemon thread. Exceptions are kept on the
         thread object as ``thread.error`` for the supervisor to read (every thread is isolated;
         ``priority`` orders only virtual instants). Setting the clock's ``interrupt`` event ends

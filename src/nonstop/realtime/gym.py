@@ -31,12 +31,15 @@ __all__ = ["RealtimeEnv", "make", "INFO_KEYS", "step_info", "register_envs", "wo
 
 #: What nonstop adds to ``info`` (all numpy int64; the README has the table).
 INFO_KEYS: Final = (
-    "nonstop_tick", "nonstop_episode", "nonstop_ticks_elapsed", "nonstop_inaction_ticks", "nonstop_agent_ticks",
+    "nonstop_tick",
+    "nonstop_episode",
+    "nonstop_ticks_elapsed",
+    "nonstop_inaction_ticks",
+    "nonstop_agent_ticks",
     "nonstop_delay",
 )
 #: What the in-process world env answers through `RealtimeEnv` on every host mechanism (static facts)
 _STATIC_QUERIES: Final = ("get_action_meanings", "get_keys_to_action")
-
 
 
 def step_info(latest: Any, prev: Any, seq: int | None) -> dict[str, Any]:
@@ -53,6 +56,7 @@ def step_info(latest: Any, prev: Any, seq: int | None) -> dict[str, Any]:
         "nonstop_agent_ticks": np.int64(latest.agent_ticks - prev.agent_ticks),
         "nonstop_delay": np.int64(delay),
     }
+
 
 class RealtimeEnv(gym.Env):
     """A `Session` seen as a ``gymnasium.Env`` driven by one agent (worker 0).
@@ -138,7 +142,9 @@ class RealtimeEnv(gym.Env):
         """The running session: the world exists from ``__init__`` until `close`."""
         session = self.session
         if session is None:
-            raise gym.error.ClosedEnvironmentError("this env is closed: make a new env (nonstop.make or gymnasium.make)")
+            raise gym.error.ClosedEnvironmentError(
+                "this env is closed: make a new env (nonstop.make or gymnasium.make)"
+            )
         return session
 
     def _world_env(self) -> gym.Env | None:
@@ -188,7 +194,9 @@ class RealtimeEnv(gym.Env):
 
     def _check_open(self, what: str) -> None:
         if self._closed:
-            raise gym.error.ClosedEnvironmentError(f"{what}() after close(): make a new env (nonstop.make or gymnasium.make)")
+            raise gym.error.ClosedEnvironmentError(
+                f"{what}() after close(): make a new env (nonstop.make or gymnasium.make)"
+            )
 
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
@@ -219,7 +227,12 @@ class RealtimeEnv(gym.Env):
             self._clock.run_until(self._last_step_time + self.think_time)
         now = self._clock.now()
         seq = session.queue.submit(
-            action, obs_tick=prev.tick, episode=prev.episode, worker=0, tau_theta=now - self._last_step_time, submit_time=now
+            action,
+            obs_tick=prev.tick,
+            episode=prev.episode,
+            worker=0,
+            tau_theta=now - self._last_step_time,
+            submit_time=now,
         )
         current_tick = session.slot.read().tick
         latest = self._next_tick_boundary(current_tick)
@@ -309,9 +322,12 @@ def gymnasium_id(env_id: str) -> str:
 def _spec_for(env_id: str, kwargs: dict[str, Any]) -> gym.envs.registration.EnvSpec:
     clean = {k: v for k, v in kwargs.items() if not isinstance(v, Clock)}
     return gym.envs.registration.EnvSpec(
-        id=gymnasium_id(env_id), entry_point="nonstop.realtime.gym:RealtimeEnv", kwargs=dict(clean, env=env_id),
-        order_enforce=False, disable_env_checker=True,
-    )  # fmt: skip
+        id=gymnasium_id(env_id),
+        entry_point="nonstop.realtime.gym:RealtimeEnv",
+        kwargs=dict(clean, env=env_id),
+        order_enforce=False,
+        disable_env_checker=True,
+    )
 
 
 def register_envs() -> list[str]:

@@ -190,7 +190,9 @@ class Session:
         self.tau_m = 1.0 / self.tick_hz
         self.noop_action = noop_action
         self.default_spec = default if default is not None else default_name
-        for spec in default.values() if isinstance(default, dict) else [default if default is not None else default_name]:  # validate at the door
+        for spec in (
+            default.values() if isinstance(default, dict) else [default if default is not None else default_name]
+        ):  # validate at the door
             make_default(spec, noop_action=0 if noop_action is None else noop_action)
         self.queue_mode, self.queue_capacity = queue_mode, queue_capacity
         #: the seats' names in a seat world (PettingZoo's agent names), None for a gymnasium env
@@ -221,8 +223,9 @@ class Session:
     # ------------------------------------------------------------------ channels (from start() on)
     def _built(self, value: Any, what: str) -> Any:
         if value is None:
-            raise RuntimeError(f"the session of {self.env_id!r} has no {what} before start(): call start() "
-                               "or use it in a `with` block")  # fmt: skip
+            raise RuntimeError(
+                f"the session of {self.env_id!r} has no {what} before start(): call start() or use it in a `with` block"
+            )
         return value
 
     @property
@@ -283,9 +286,15 @@ class Session:
             if is_seat_world(probe):
                 self._open_seats(probe)
             else:
-                if isinstance(self.default_spec, dict) or isinstance(self.queue_mode, dict) or isinstance(self.queue_capacity, dict):
-                    raise TypeError(f"env {self.env_id!r} has one seat: per-seat default/queue_mode/queue_capacity "
-                                    "(a dict) need a seat world (a PettingZoo ParallelEnv)")  # fmt: skip
+                if (
+                    isinstance(self.default_spec, dict)
+                    or isinstance(self.queue_mode, dict)
+                    or isinstance(self.queue_capacity, dict)
+                ):
+                    raise TypeError(
+                        f"env {self.env_id!r} has one seat: per-seat default/queue_mode/queue_capacity "
+                        "(a dict) need a seat world (a PettingZoo ParallelEnv)"
+                    )
                 self._observation_space, self._action_space = probe.observation_space, probe.action_space
                 if not isinstance(self._observation_space, (gym.spaces.Box, gym.spaces.Discrete)):
                     raise TypeError(f"nonstop needs a Box or Discrete observation space, got {self._observation_space}")
@@ -302,17 +311,29 @@ class Session:
                 self.render_slot = LatestSlot.create(np.asarray(frame))
             if isinstance(self.clock, VirtualClock):  # is_virtual
                 if self.seats is not None:
-                    default: Any = [make_default(d, noop_action=n) for d, n in zip(self._seat_defaults, self._seat_noops)]
+                    default: Any = [
+                        make_default(d, noop_action=n) for d, n in zip(self._seat_defaults, self._seat_noops)
+                    ]
                 else:
                     spec = self.default_spec
                     assert not isinstance(spec, dict), "start() refuses per-seat defaults for a one-seat world"
                     default = make_default(spec, noop_action=self.noop_action)
                 self.host = Host(
-                    probe, self._host_slots(), self._host_queues(), tau_m=self.tau_m, default=default, seed=self.seed,
-                    max_ticks=self.max_ticks, unthrottled=self.unthrottled, meta=self.meta(),
-                    recorder=self.recorder, render_slot=self.render_slot,
-                    log_dir=self.log_dir, log_chunk_rows=self.log_chunk_rows, seats=self.seats,
-                )  # fmt: skip
+                    probe,
+                    self._host_slots(),
+                    self._host_queues(),
+                    tau_m=self.tau_m,
+                    default=default,
+                    seed=self.seed,
+                    max_ticks=self.max_ticks,
+                    unthrottled=self.unthrottled,
+                    meta=self.meta(),
+                    recorder=self.recorder,
+                    render_slot=self.render_slot,
+                    log_dir=self.log_dir,
+                    log_chunk_rows=self.log_chunk_rows,
+                    seats=self.seats,
+                )
                 # priority 1: at equal times, agents' events come before the tick
                 self._vproc = self.clock.spawn(self.host.run(self.clock), name="host", priority=1)
             else:
@@ -373,8 +394,9 @@ class Session:
             return int(seat)
         raise KeyError(f"no seat {seat!r} in {self.env_id!r}; its seats are {names}")
 
-    def _resolve_noop(self, queue: ActionQueue | None = None, space: gym.Space | None = None, *,
-                      beta_only: Any = ()) -> Any:  # fmt: skip
+    def _resolve_noop(
+        self, queue: ActionQueue | None = None, space: gym.Space | None = None, *, beta_only: Any = ()
+    ) -> Any:
         """β's no-op for this action space: the declared one (checked), else the space's own. An env
         whose ``beta_only_actions`` holds the declared noop takes it from β although its agents
         cannot choose it (Game Boy's ``action_set="paper"``: the six buttons, noop left to β)."""
@@ -402,8 +424,10 @@ class Session:
 
     def _start_process(self) -> None:
         if not isinstance(self.clock, WallClock):
-            raise TypeError(f"a wall-clock session runs on a WallClock (its origin is shared with the host), "
-                            f"got {type(self.clock).__name__}")  # fmt: skip
+            raise TypeError(
+                f"a wall-clock session runs on a WallClock (its origin is shared with the host), "
+                f"got {type(self.clock).__name__}"
+            )
         self.mechanism = host_mechanism(self.host_mode)
         ctx = mp.get_context("spawn")
         parent_conn, child_conn = ctx.Pipe(duplex=False)
@@ -461,7 +485,8 @@ class Session:
         except EOFError:
             raise HostError(
                 f"host process for {self.env_id!r} died while starting (its stderr says why)",
-                tick_log=None, env_traceback="(no traceback: the process ended before the host began)",
+                tick_log=None,
+                env_traceback="(no traceback: the process ended before the host began)",
             ) from None
         if kind != "ready":
             self._collect(kind, payload)
@@ -529,8 +554,11 @@ class Session:
             pid = process.pid if process is not None else "?"
         self._stopped = True
         self._cleanup()
-        raise HostError(f"host process {pid} of {self.env_id!r} died ({how})", tick_log=self._log_on_disk(),
-                        env_traceback="(none: the process was killed)")  # fmt: skip
+        raise HostError(
+            f"host process {pid} of {self.env_id!r} died ({how})",
+            tick_log=self._log_on_disk(),
+            env_traceback="(none: the process was killed)",
+        )
 
     def _fail_virtual(self, exc: BaseException) -> None:
         if not isinstance(exc, Exception):  # Ctrl-C or SIGTERM's SystemExit: the user's stop, not the env's failure

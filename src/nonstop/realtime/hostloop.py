@@ -93,8 +93,17 @@ class SeatArrays:
         #: ``values`` as one row of the log's per-seat blocks (a view: what `TickLog.append_tick` copies)
         self.flat = self.values.reshape(-1)
         rows: list[Any] = [self.flat.data[k * n : (k + 1) * n] for k in range(len(SEAT_COLUMNS))]  # format "d": Any
-        (self.source, self.worker, self.delay, self.obs_tick, self.action, self.tau_theta, self.reward,
-         self.superseded, self.stale) = rows  # fmt: skip
+        (
+            self.source,
+            self.worker,
+            self.delay,
+            self.obs_tick,
+            self.action,
+            self.tau_theta,
+            self.reward,
+            self.superseded,
+            self.stale,
+        ) = rows
         self.obs: list[Any] = [None] * n
         self.actions: list[Any] = [None] * n
         self.agent_ticks, self.inaction_ticks = [0] * n, [0] * n
@@ -119,7 +128,12 @@ class SeatArrays:
                 self.agent_ticks[i] += 1
                 self.last_delay[i] = delay[i] = tick - record.obs_tick
                 self.last_seq[i] = record.seq
-                source[i], worker[i], obs_tick[i], tau_theta[i] = SOURCE_AGENT, record.worker, record.obs_tick, record.tau_theta
+                source[i], worker[i], obs_tick[i], tau_theta[i] = (
+                    SOURCE_AGENT,
+                    record.worker,
+                    record.obs_tick,
+                    record.tau_theta,
+                )
             else:
                 a = self._choose[i](self.obs[i])
                 self.inaction_ticks[i] += 1
@@ -127,13 +141,22 @@ class SeatArrays:
             actions[i] = a
             action[i] = a if logged[i] else NAN  # a number of any kind: the memoryview converts it
 
-    def publish(self, tick: int, time: float, episode: int, last_end: int, ended: tuple[bool, bool] | None = None) -> None:
+    def publish(
+        self, tick: int, time: float, episode: int, last_end: int, ended: tuple[bool, bool] | None = None
+    ) -> None:
         """Each seat's observation into its slot, with its reward and counters. ``ended``: how the
         episode ended (``(terminated, truncated)``), for its terminal observation, published as final."""
         terminated, truncated = ended or (False, False)
         final = ended is not None
-        per_seat = zip(self._writes, self.obs, self.reward.tolist(), self.inaction_ticks, self.agent_ticks,
-                       self.last_delay, self.last_seq)  # fmt: skip
+        per_seat = zip(
+            self._writes,
+            self.obs,
+            self.reward.tolist(),
+            self.inaction_ticks,
+            self.agent_ticks,
+            self.last_delay,
+            self.last_seq,
+        )
         for write, obs, reward, inaction, agent, delay, seq in per_seat:
             # `LatestSlot.write`: `LatestSlot.publish` without its keywords, which cost ~0.4 µs a seat a tick
             write(obs, tick, time, reward, terminated, truncated, episode, inaction, agent, delay, seq, last_end, final)
@@ -243,8 +266,10 @@ class Host:
         self.defaults = list(default) if isinstance(default, (list, tuple)) else [default]
         n = 1 if self.seats is None else len(self.seats)
         if not n or not len(self.slots) == len(self.queues) == len(self.defaults) == n:
-            raise ValueError(f"need one slot, queue and default per seat ({n}), got {len(self.slots)}, "
-                             f"{len(self.queues)} and {len(self.defaults)}")  # fmt: skip
+            raise ValueError(
+                f"need one slot, queue and default per seat ({n}), got {len(self.slots)}, "
+                f"{len(self.queues)} and {len(self.defaults)}"
+            )
         self.slot, self.queue, self.default = self.slots[0], self.queues[0], self.defaults[0]
         for i, (beta, q) in enumerate(zip(self.defaults, self.queues)):  # a random β draws from its seat's space
             beta.bind(q.space, None if seed is None else seed * 7919 + i)
@@ -305,8 +330,16 @@ class Host:
             episode = self.episode
             seats.act(tick, episode)
             terminated, truncated, step_s = world.step(seats)
-            log.append_tick(tick, deadline, now, episode=episode, terminated=terminated, truncated=truncated,
-                            step_s=step_s, seats=seats.flat)  # fmt: skip
+            log.append_tick(
+                tick,
+                deadline,
+                now,
+                episode=episode,
+                terminated=terminated,
+                truncated=truncated,
+                step_s=step_s,
+                seats=seats.flat,
+            )
             if control.reset_requests != resets_seen:  # a Gymnasium reset() asked to end the episode
                 resets_seen, truncated = control.reset_requests, True
                 log.set_last("truncated", 1)
@@ -334,9 +367,15 @@ class Host:
         seats = self.seat_arrays
         assert self.recorder is not None
         self.recorder.on_tick(
-            tick, agent=bool(seats.source[0] == SOURCE_AGENT), action=seats.actions[0], obs_tick=int(seats.obs_tick[0]),
-            reward=float(seats.reward[0]), terminated=terminated, truncated=truncated, terminal_obs=seats.obs[0],
-        )  # fmt: skip
+            tick,
+            agent=bool(seats.source[0] == SOURCE_AGENT),
+            action=seats.actions[0],
+            obs_tick=int(seats.obs_tick[0]),
+            reward=float(seats.reward[0]),
+            terminated=terminated,
+            truncated=truncated,
+            terminal_obs=seats.obs[0],
+        )
 
     def _new_episode(self) -> int:
         """Reset the world (its cost in the log's ``reset_s``); the new episode's number."""

@@ -22,8 +22,15 @@ from nonstop.realtime.hostloop import STATE_FAILED, Host
 from nonstop.realtime.lifeline import hold_lifeline
 from nonstop.realtime.worlds import EnvSource, build_env
 
-__all__ = ["HOST_SCHED", "HOST_MODES", "raise_priority", "main_reimport_safe", "host_mechanism", "host_main",
-           "flat_channels"]
+__all__ = [
+    "HOST_SCHED",
+    "HOST_MODES",
+    "raise_priority",
+    "main_reimport_safe",
+    "host_mechanism",
+    "host_main",
+    "flat_channels",
+]
 
 #: How the wall-clock host process may be scheduled (``Session(host_sched=...)``).
 HOST_SCHED: Final = ("auto", "fifo", "nice", "normal")
@@ -140,11 +147,21 @@ def host_main(conn: Any, env: EnvSource, env_kwargs: dict, slot: LatestSlot, que
         else:
             default = make_default(cfg["default"], noop_action=cfg["noop_action"])
         host = Host(
-            world, slot, queue, tau_m=cfg["tau_m"], default=default, seed=cfg["seed"],
-            max_ticks=cfg["max_ticks"], unthrottled=cfg["unthrottled"], meta=cfg["meta"],
-            recorder=cfg.get("recorder"), render_slot=cfg.get("render_slot"),
-            log_dir=cfg["log_dir"], log_chunk_rows=cfg["log_chunk_rows"], seats=cfg.get("seats"),
-        )  # fmt: skip
+            world,
+            slot,
+            queue,
+            tau_m=cfg["tau_m"],
+            default=default,
+            seed=cfg["seed"],
+            max_ticks=cfg["max_ticks"],
+            unthrottled=cfg["unthrottled"],
+            meta=cfg["meta"],
+            recorder=cfg.get("recorder"),
+            render_slot=cfg.get("render_slot"),
+            log_dir=cfg["log_dir"],
+            log_chunk_rows=cfg["log_chunk_rows"],
+            seats=cfg.get("seats"),
+        )
         clock = WallClock(origin=cfg["origin"], spin=cfg["spin"])
         # an unthrottled host never sleeps: at realtime priority it would take a core outright
         host.log.meta["host_sched"] = raise_priority(cfg["host_sched"]) if not cfg["unthrottled"] else "normal"

@@ -47,7 +47,17 @@ import threading
 import time
 from typing import Any, Final
 
-__all__ = ["hold_lifeline", "popen_lifeline", "reap", "RestartBudget", "PartFailed", "ORPHAN_EXIT", "stop_requested", "raise_if_stop_requested", "pending_stop"]
+__all__ = [
+    "hold_lifeline",
+    "popen_lifeline",
+    "reap",
+    "RestartBudget",
+    "PartFailed",
+    "ORPHAN_EXIT",
+    "stop_requested",
+    "raise_if_stop_requested",
+    "pending_stop",
+]
 
 #: Exit status of a child that left because its parent died: 128 + SIGHUP, as if the signal had killed it.
 ORPHAN_EXIT: Final = 128 + int(signal.SIGHUP)

@@ -125,8 +125,9 @@ class RealtimeParallelEnv(ParallelEnv):
         seqs: list[int | None] = []
         for i, seat in enumerate(self.possible_agents):
             if seat in actions and actions[seat] is not None:
-                seqs.append(session.queues[i].submit(actions[seat], obs_tick=prev[i].tick, episode=prev[i].episode,
-                                                     worker=0))  # fmt: skip
+                seqs.append(
+                    session.queues[i].submit(actions[seat], obs_tick=prev[i].tick, episode=prev[i].episode, worker=0)
+                )
             else:
                 seqs.append(None)
         latest = self._run_past(session.slot.read().tick)  # the next tick boundary after the submit
@@ -138,7 +139,12 @@ class RealtimeParallelEnv(ParallelEnv):
             if ended:
                 final = session.slots[i].read_final()
                 if final.episode == self._episode:  # the terminal observation, kept for us
-                    o, r, term, trunc = final.obs, final.total_reward - before.total_reward, final.terminated, final.truncated
+                    o, r, term, trunc = (
+                        final.obs,
+                        final.total_reward - before.total_reward,
+                        final.terminated,
+                        final.truncated,
+                    )
                 else:  # several episodes went by: the terminal one is gone
                     term, trunc = now.last_end == END_TERMINATED, now.last_end == END_TRUNCATED
                 if not (term or trunc):
@@ -168,8 +174,12 @@ class RealtimeParallelEnv(ParallelEnv):
 
 
 def make_parallel(
-    env_id: EnvSource, *, clock: str | Clock = "virtual", defaults: dict[str, Any] | None = None,
-    env_module: str | None = None, **kwargs: Any
+    env_id: EnvSource,
+    *,
+    clock: str | Clock = "virtual",
+    defaults: dict[str, Any] | None = None,
+    env_module: str | None = None,
+    **kwargs: Any,
 ) -> RealtimeParallelEnv:
     """A realtime ``pettingzoo.ParallelEnv`` of a seat world: ``nonstop.make_parallel("multi/duel")``.
 

@@ -18,11 +18,26 @@ from typing import Final
 
 import numpy as np
 
-from nonstop.realtime.tickcolumns import SEAT_COLUMNS, SHARED_COLUMNS, RowLayout, column_dtype, parse_seat_column, seat_column
+from nonstop.realtime.tickcolumns import (
+    SEAT_COLUMNS,
+    SHARED_COLUMNS,
+    RowLayout,
+    column_dtype,
+    parse_seat_column,
+    seat_column,
+)
 from nonstop.realtime.tickfiles import BLOCK_CHUNK_FORMAT, CHUNK_FORMAT, save_npz_atomic
 
-__all__ = ["CHUNK_ROWS", "MAX_PENDING", "Chunk", "ChunkWriter", "chunk_arrays", "chunk_header", "chunk_rows_for",
-           "paged_in_block"]
+__all__ = [
+    "CHUNK_ROWS",
+    "MAX_PENDING",
+    "Chunk",
+    "ChunkWriter",
+    "chunk_arrays",
+    "chunk_header",
+    "chunk_rows_for",
+    "paged_in_block",
+]
 
 _ONE_SEAT: Final = RowLayout(1)
 
@@ -46,8 +61,16 @@ class Chunk:
 
     __slots__ = ("rows", "path", "n", "index", "tick_shift", "episode_shift", "layout", "named_seats")
 
-    def __init__(self, rows: np.ndarray | None, path: Path | None, n: int, index: int, layout: RowLayout = _ONE_SEAT,
-                 *, named_seats: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        rows: np.ndarray | None,
+        path: Path | None,
+        n: int,
+        index: int,
+        layout: RowLayout = _ONE_SEAT,
+        *,
+        named_seats: bool = False,
+    ) -> None:
         self.rows, self.path, self.n, self.index = rows, path, n, index
         self.layout = layout
         self.named_seats = named_seats
@@ -86,13 +109,21 @@ class Chunk:
         """Shared columns by name (one value per row) and per-seat quantities as (rows × seats) blocks."""
         rows, seats = self.rows, self.layout.seats
         if rows is not None:
-            out = {name: rows[: self.n, self.layout.block(name) if name in SEAT_COLUMNS else self.layout[name]]
-                   .astype(column_dtype(name)) for name in names}  # fmt: skip
+            out = {
+                name: rows[: self.n, self.layout.block(name) if name in SEAT_COLUMNS else self.layout[name]].astype(
+                    column_dtype(name)
+                )
+                for name in names
+            }
         elif self.named_seats or seats == 1:
             wanted = [seat_column(name, i) for name in names for i in range(seats if name in SEAT_COLUMNS else 1)]
             stored = self._read(wanted)
-            out = {name: np.stack([stored[seat_column(name, i)] for i in range(seats)], axis=1)
-                   if name in SEAT_COLUMNS else stored[name] for name in names}  # fmt: skip
+            out = {
+                name: np.stack([stored[seat_column(name, i)] for i in range(seats)], axis=1)
+                if name in SEAT_COLUMNS
+                else stored[name]
+                for name in names
+            }
         else:
             out = self._read(names)
         return self._shift(out)
@@ -109,8 +140,9 @@ class Chunk:
         if self.rows is not None and not self.tick_shift and not self.episode_shift:
             return self.rows[: self.n]
         cols = self.blocks(SHARED_COLUMNS + SEAT_COLUMNS)
-        return np.concatenate([cols[name].astype(np.float64).reshape(self.n, -1) for name in SHARED_COLUMNS + SEAT_COLUMNS],
-                              axis=1)  # fmt: skip
+        return np.concatenate(
+            [cols[name].astype(np.float64).reshape(self.n, -1) for name in SHARED_COLUMNS + SEAT_COLUMNS], axis=1
+        )
 
 
 def chunk_arrays(rows: np.ndarray, layout: RowLayout = _ONE_SEAT) -> dict[str, np.ndarray]:
@@ -160,7 +192,9 @@ class ChunkWriter:
     ``max_pending`` chunks behind (a disk or a CPU far slower than the ticks) is warned about once
     and its backlog waits in memory until it catches up; ``max_backlog`` records the worst."""
 
-    def __init__(self, directory: Path, max_pending: int, layout: RowLayout = _ONE_SEAT, block_rows: int = CHUNK_ROWS) -> None:
+    def __init__(
+        self, directory: Path, max_pending: int, layout: RowLayout = _ONE_SEAT, block_rows: int = CHUNK_ROWS
+    ) -> None:
         self.directory = directory
         self.block_shape = (block_rows, layout.width)
         self.layout = layout
@@ -189,8 +223,12 @@ class ChunkWriter:
         backlog = self.queue.qsize()
         if backlog > self.max_backlog:
             if backlog > self.max_pending >= self.max_backlog:
-                warnings.warn(f"tick log: the writer to {self.directory} is {backlog} chunks behind; they wait in "
-                              "memory until it catches up (the world does not wait)", RuntimeWarning, stacklevel=3)  # fmt: skip
+                warnings.warn(
+                    f"tick log: the writer to {self.directory} is {backlog} chunks behind; they wait in "
+                    "memory until it catches up (the world does not wait)",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
             self.max_backlog = backlog
 
     def close(self) -> None:
@@ -221,8 +259,11 @@ class ChunkWriter:
                 save_npz_atomic(path, header, chunk_arrays(rows[: chunk.n], self.layout), fsync=True, compresslevel=1)
             except Exception as exc:  # keep the rows in memory: nothing is lost while the process lives
                 if self.error is None:
-                    warnings.warn(f"tick log: cannot write {path} ({exc}); keeping its rows in memory",
-                                  RuntimeWarning, stacklevel=1)  # fmt: skip
+                    warnings.warn(
+                        f"tick log: cannot write {path} ({exc}); keeping its rows in memory",
+                        RuntimeWarning,
+                        stacklevel=1,
+                    )
                 self.error = exc
                 continue
             finally:

@@ -23,8 +23,20 @@ import numpy as np
 from nonstop._io import atomic_file, write_atomic
 from nonstop.realtime.tickcolumns import SEAT_COLUMNS, SHARED_COLUMNS, column_names
 
-__all__ = ["LOG_FORMAT", "BLOCK_LOG_FORMAT", "DIR_FORMAT", "CHUNK_FORMAT", "BLOCK_CHUNK_FORMAT", "META_FILE",
-           "CHUNK_FILE_RE", "save_npz_atomic", "load_npz", "write_json_atomic", "is_ticklog_dir", "check_chunk"]
+__all__ = [
+    "LOG_FORMAT",
+    "BLOCK_LOG_FORMAT",
+    "DIR_FORMAT",
+    "CHUNK_FORMAT",
+    "BLOCK_CHUNK_FORMAT",
+    "META_FILE",
+    "CHUNK_FILE_RE",
+    "save_npz_atomic",
+    "load_npz",
+    "write_json_atomic",
+    "is_ticklog_dir",
+    "check_chunk",
+]
 
 LOG_FORMAT: Final = "nonstop.ticklog/1"  # a whole log in one .npz (`save`); seats as named columns
 BLOCK_LOG_FORMAT: Final = "nonstop.ticklog/2"  # the same, a several-seat world's quantities as (ticks × seats) blocks
@@ -36,7 +48,11 @@ CHUNK_FILE_RE: Final = re.compile(r"chunk-(\d{6,})\.npz")
 
 
 def save_npz_atomic(
-    path: Path, header: dict[str, Any], arrays: dict[str, np.ndarray], *, fsync: bool = False,
+    path: Path,
+    header: dict[str, Any],
+    arrays: dict[str, np.ndarray],
+    *,
+    fsync: bool = False,
     compresslevel: int | None = None,
 ) -> Path:
     """Write a compressed ``.npz`` of ``arrays`` plus a JSON ``__header__`` atomically (a temp
@@ -57,7 +73,9 @@ def save_npz_atomic(
     return path
 
 
-def load_npz(path: str | os.PathLike, fmt: str | tuple[str, ...], what: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def load_npz(
+    path: str | os.PathLike, fmt: str | tuple[str, ...], what: str
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Read back a `save_npz_atomic` file whose header says ``format: fmt`` (or one of ``fmt``): ``(header, arrays)``.
     Every failure is a ``ValueError`` (``FileNotFoundError`` if absent) naming the file and ``what``."""
     path = Path(path)

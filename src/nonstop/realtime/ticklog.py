@@ -103,7 +103,15 @@ from nonstop.realtime.tickcolumns import (
     column_names,
     seat_column,
 )
-from nonstop.realtime.tickchunks import CHUNK_ROWS, MAX_PENDING, Chunk, ChunkWriter, chunk_arrays, chunk_rows_for, paged_in_block
+from nonstop.realtime.tickchunks import (
+    CHUNK_ROWS,
+    MAX_PENDING,
+    Chunk,
+    ChunkWriter,
+    chunk_arrays,
+    chunk_rows_for,
+    paged_in_block,
+)
 from nonstop.realtime.tickfiles import (
     BLOCK_LOG_FORMAT,
     CHUNK_FILE_RE,
@@ -197,8 +205,12 @@ class TickLog:
         self._writer: ChunkWriter | None = None
         if directory is not None:
             self.directory = Path(directory)
-            if self.directory.exists() and (any(self.directory.glob("chunk-*.npz")) or (self.directory / META_FILE).exists()):
-                raise FileExistsError(f"{self.directory} already holds a tick log: move it away or choose another directory")
+            if self.directory.exists() and (
+                any(self.directory.glob("chunk-*.npz")) or (self.directory / META_FILE).exists()
+            ):
+                raise FileExistsError(
+                    f"{self.directory} already holds a tick log: move it away or choose another directory"
+                )
             self.directory.mkdir(parents=True, exist_ok=True)
             self._write_meta(complete=False)
             # the writer also keeps paged-in spare blocks ready, so no seal hands the appender fresh pages
@@ -209,7 +221,9 @@ class TickLog:
 
     def __repr__(self) -> str:
         where = f", directory={str(self.directory)!r}" if self.directory is not None else ""
-        return f"TickLog({len(self)} rows in {len(self._chunks) + bool(self._n_block)} chunks, tau_m={self.tau_m}{where})"
+        return (
+            f"TickLog({len(self)} rows in {len(self._chunks) + bool(self._n_block)} chunks, tau_m={self.tau_m}{where})"
+        )
 
     # ---- writing
     def append(
@@ -235,9 +249,24 @@ class TickLog:
     ) -> None:
         """Add one tick by column name (see `COLUMNS`); ``lateness`` is computed."""
         self.append_row(
-            tick, deadline, time, source, worker, delay, obs_tick, action, tau_theta, reward, episode,
-            terminated, truncated, superseded, stale, step_s, reset_s,
-        )  # fmt: skip
+            tick,
+            deadline,
+            time,
+            source,
+            worker,
+            delay,
+            obs_tick,
+            action,
+            tau_theta,
+            reward,
+            episode,
+            terminated,
+            truncated,
+            superseded,
+            stale,
+            step_s,
+            reset_s,
+        )
 
     def append_row(
         self,
@@ -270,15 +299,41 @@ class TickLog:
             self._seal()
             n = 0
         _ROW.pack_into(
-            self._block_buffer, n * self._row_bytes, tick, deadline, time, time - deadline, episode, terminated,
-            truncated, step_s, reset_s, source, worker, delay, obs_tick, action, tau_theta, reward, superseded, stale,
-        )  # fmt: skip
+            self._block_buffer,
+            n * self._row_bytes,
+            tick,
+            deadline,
+            time,
+            time - deadline,
+            episode,
+            terminated,
+            truncated,
+            step_s,
+            reset_s,
+            source,
+            worker,
+            delay,
+            obs_tick,
+            action,
+            tau_theta,
+            reward,
+            superseded,
+            stale,
+        )
         self._n_block = n + 1
 
     def append_tick(
-        self, tick: int, deadline: float, time: float, *, episode: int, terminated: bool, truncated: bool,
-        step_s: float, seats: np.ndarray,
-    ) -> None:  # fmt: skip
+        self,
+        tick: int,
+        deadline: float,
+        time: float,
+        *,
+        episode: int,
+        terminated: bool,
+        truncated: bool,
+        step_s: float,
+        seats: np.ndarray,
+    ) -> None:
         """One tick of a world of any seat count: the shared columns, and ``seats``, every seat's
         values of this tick as one float64 array of ``len(SEAT_COLUMNS) × seats`` values, quantity by
         quantity (`RowLayout`; the host's `SeatArrays.values`, flattened). One `struct` pack and one
@@ -296,8 +351,19 @@ class TickLog:
         if n == self._chunk_rows:
             self._seal()
             n = 0
-        _SHARED_ROW.pack_into(self._block_buffer, n * self._row_bytes, tick, deadline, time, time - deadline, episode,
-                              terminated, truncated, step_s, 0.0)  # fmt: skip
+        _SHARED_ROW.pack_into(
+            self._block_buffer,
+            n * self._row_bytes,
+            tick,
+            deadline,
+            time,
+            time - deadline,
+            episode,
+            terminated,
+            truncated,
+            step_s,
+            0.0,
+        )
         self._block[n, self._seat_values] = seats
         self._n_block = n + 1
 
@@ -364,8 +430,13 @@ class TickLog:
 
     def _write_meta(self, *, complete: bool) -> None:
         assert self.directory is not None
-        record = {"format": DIR_FORMAT, "tau_m": self.tau_m, "chunk_rows": self.chunk_rows, "complete": complete,
-                  "meta": self.meta}  # fmt: skip
+        record = {
+            "format": DIR_FORMAT,
+            "tau_m": self.tau_m,
+            "chunk_rows": self.chunk_rows,
+            "complete": complete,
+            "meta": self.meta,
+        }
         if self.seats > 1:  # one-seat directories stay exactly as before
             record["seats"] = self.seats
         if complete:
@@ -392,7 +463,11 @@ class TickLog:
     @property
     def writer_backlog(self) -> int:
         """The most chunks that waited for the writer at once (a few while it keeps up)."""
-        return self._writer.max_backlog if self._writer is not None else int(self.meta.get("ticklog_writer_max_backlog", 0))
+        return (
+            self._writer.max_backlog
+            if self._writer is not None
+            else int(self.meta.get("ticklog_writer_max_backlog", 0))
+        )
 
     # ---- reading
     def _all_chunks(self) -> list[Chunk]:
@@ -468,7 +543,9 @@ class TickLog:
         parts = list(self.iter_blocks())
         names = SHARED_COLUMNS + SEAT_COLUMNS
         if not parts:
-            return {name: np.zeros((0, self.seats) if name in SEAT_COLUMNS else 0, column_dtype(name)) for name in names}
+            return {
+                name: np.zeros((0, self.seats) if name in SEAT_COLUMNS else 0, column_dtype(name)) for name in names
+            }
         return {name: np.concatenate([p[name] for p in parts]) for name in names}
 
     # ---- moving between processes and disk
@@ -552,8 +629,10 @@ class TickLog:
         parts = {name: data[name] for name in SHARED_COLUMNS}
         for q in SEAT_COLUMNS:
             parts[q] = np.stack([data[seat_column(q, i)] for i in range(seats)], axis=1) if named else data[q]
-        rows = np.concatenate([parts[name].astype(np.float64).reshape(len(parts["tick"]), -1)
-                               for name in SHARED_COLUMNS + SEAT_COLUMNS], axis=1)  # fmt: skip
+        rows = np.concatenate(
+            [parts[name].astype(np.float64).reshape(len(parts["tick"]), -1) for name in SHARED_COLUMNS + SEAT_COLUMNS],
+            axis=1,
+        )
         return cls.from_arrays(rows, header.get("meta", {}), header["tau_m"], seats)
 
     @classmethod
@@ -583,8 +662,11 @@ class TickLog:
                 n, named = check_chunk(path, full=i == len(files) - 1, seats=log.seats)
             except ValueError as exc:
                 skipped.append(path.name)
-                warnings.warn(f"tick log: skipping {exc} (the log keeps {log._n_done:,} rows before it)",
-                              RuntimeWarning, stacklevel=2)  # fmt: skip
+                warnings.warn(
+                    f"tick log: skipping {exc} (the log keeps {log._n_done:,} rows before it)",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
                 continue
             log._chunks.append(Chunk(None, path, n, index, log.layout, named_seats=named))
             log._n_done += n
@@ -619,8 +701,14 @@ class TickLog:
         tick_shift = episode_shift = 0
         segments = []
         for i, log in enumerate(logs):
-            segments.append({"name": names[i] if names is not None else str(i), "first_row": out._n_done,
-                             "rows": len(log), "tick_shift": tick_shift})  # fmt: skip
+            segments.append(
+                {
+                    "name": names[i] if names is not None else str(i),
+                    "first_row": out._n_done,
+                    "rows": len(log),
+                    "tick_shift": tick_shift,
+                }
+            )
             last_tick, last_episode = None, None
             for chunk in log._all_chunks():
                 if not chunk.n:

@@ -68,8 +68,9 @@ class _EpisodeReturns:
                 entry[2] = entry[2] and bool(inside_all[i])
 
     def returns(self, complete_only: bool) -> list[float]:
-        return [ret for _, (ret, ended, inside) in sorted(self.episodes.items())
-                if inside and (ended or not complete_only)]  # fmt: skip
+        return [
+            ret for _, (ret, ended, inside) in sorted(self.episodes.items()) if inside and (ended or not complete_only)
+        ]
 
 
 def episode_returns(
@@ -83,8 +84,12 @@ def episode_returns(
     """
     acc = _EpisodeReturns()
     for c in log.iter_chunks(("tick", "episode", "reward", "terminated", "truncated")):
-        acc.add(c["episode"], c["reward"], (c["terminated"] | c["truncated"]).astype(bool),
-                _window(c["tick"], warmup_ticks, end_tick))  # fmt: skip
+        acc.add(
+            c["episode"],
+            c["reward"],
+            (c["terminated"] | c["truncated"]).astype(bool),
+            _window(c["tick"], warmup_ticks, end_tick),
+        )
     return acc.returns(complete_only)
 
 
@@ -94,12 +99,25 @@ def _percentile_of_counts(values: np.ndarray, counts: np.ndarray, q: float) -> f
     h = (n - 1) * q / 100
     lo, hi = int(np.floor(h)), int(np.ceil(h))
     ends = np.cumsum(counts)
-    a, b = float(values[np.searchsorted(ends, lo, side="right")]), float(values[np.searchsorted(ends, hi, side="right")])
+    a, b = (
+        float(values[np.searchsorted(ends, lo, side="right")]),
+        float(values[np.searchsorted(ends, hi, side="right")]),
+    )
     return a + (h - lo) * (b - a)
 
 
-_SUMMARY_COLUMNS = ("tick", "source", "delay", "lateness", "reward", "episode", "terminated", "truncated",
-                    "superseded", "stale")  # fmt: skip
+_SUMMARY_COLUMNS = (
+    "tick",
+    "source",
+    "delay",
+    "lateness",
+    "reward",
+    "episode",
+    "terminated",
+    "truncated",
+    "superseded",
+    "stale",
+)
 
 
 class _Fold:
@@ -251,8 +269,11 @@ def summarize_teams(seats: dict[str, dict[str, Any]], teams: dict[str, Any]) -> 
             for delay, count in r["delay_histogram"].items():
                 histogram[int(delay)] = histogram.get(int(delay), 0) + int(count)
         delays = sum(d * c for d, c in histogram.items())
-        fractions = [r["inaction_ticks"] / (r["agent_ticks"] + r["inaction_ticks"]) for r in rows
-                     if r["agent_ticks"] + r["inaction_ticks"]]  # fmt: skip
+        fractions = [
+            r["inaction_ticks"] / (r["agent_ticks"] + r["inaction_ticks"])
+            for r in rows
+            if r["agent_ticks"] + r["inaction_ticks"]
+        ]
         means = [r["episode_return_mean"] for r in rows]
         out[str(team)] = {
             "seats": members,

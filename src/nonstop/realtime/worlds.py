@@ -45,7 +45,9 @@ def build_env(env: EnvSource, env_kwargs: dict[str, Any]) -> gym.Env:
         return make_env(env, **env_kwargs)
     built = env(**env_kwargs)
     if not isinstance(built, gym.Env) and not is_seat_world(built):
-        raise TypeError(f"env factory must return a gymnasium.Env or a PettingZoo ParallelEnv, got {type(built).__name__}")
+        raise TypeError(
+            f"env factory must return a gymnasium.Env or a PettingZoo ParallelEnv, got {type(built).__name__}"
+        )
     return built
 
 

@@ -37,11 +37,27 @@ from fastapi.responses import JSONResponse
 from nonstop.server.auth import TOKEN_ENV, RedactToken, authorized, refuse_socket, resolve_token
 from nonstop.server.connection import Connection
 from nonstop.server.live import is_public, mount_live
-from nonstop.server.protocol import MESSAGE_TYPES, CloseMessage, ErrorReply, ProtocolError, message_schemas, parse_message
+from nonstop.server.protocol import (
+    MESSAGE_TYPES,
+    CloseMessage,
+    ErrorReply,
+    ProtocolError,
+    message_schemas,
+    parse_message,
+)
 from nonstop.server.sessions import SessionManager
 
-__all__ = ["create_app", "serve", "ServerThread", "free_port", "resolve_token", "RedactToken", "QuietPolling",
-           "DEFAULT_PORT", "TOKEN_ENV"]
+__all__ = [
+    "create_app",
+    "serve",
+    "ServerThread",
+    "free_port",
+    "resolve_token",
+    "RedactToken",
+    "QuietPolling",
+    "DEFAULT_PORT",
+    "TOKEN_ENV",
+]
 
 log = logging.getLogger("nonstop.server")
 DEFAULT_PORT = 8000
@@ -157,10 +173,14 @@ def create_app(
             "ready the default behaviour β acts and the tick counts as inaction.",
             "default_env": m.default_env,
             "envs": {
-                env_id: {"tick_hz": spec.tick_hz, "default_beta": spec.default_beta,
-                         "description": spec.description, **spec.spaces()}
+                env_id: {
+                    "tick_hz": spec.tick_hz,
+                    "default_beta": spec.default_beta,
+                    "description": spec.description,
+                    **spec.spaces(),
+                }
                 for env_id, spec in m.specs.items()
-            },  # fmt: skip
+            },
             "messages": list(MESSAGE_TYPES),
             "max_sessions": m.max_sessions,
             "idle_timeout_s": m.idle_timeout,
@@ -298,19 +318,29 @@ def free_port(host: str = "127.0.0.1") -> int:
 class ServerThread:
     """A real uvicorn server on a background thread of this process (tests, examples, notebooks)::
 
-        with ServerThread(envs=["theory/inaction"]) as server:
-            Client(server.url).reset()
+    with ServerThread(envs=["theory/inaction"]) as server:
+        Client(server.url).reset()
     """
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int | None = None, token: str | None = None,
-                 start_timeout: float = 30.0, connect_timeout: float = 30.0, max_connections: int = 256,
-                 log_level: str = "warning", **manager_kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        token: str | None = None,
+        start_timeout: float = 30.0,
+        connect_timeout: float = 30.0,
+        max_connections: int = 256,
+        log_level: str = "warning",
+        **manager_kwargs: Any,
+    ) -> None:
         import uvicorn
 
         self.manager = SessionManager(**manager_kwargs)
         try:
-            self.app = create_app(self.manager, token=token, connect_timeout=connect_timeout,
-                                  max_connections=max_connections, host=host)  # fmt: skip
+            self.app = create_app(
+                self.manager, token=token, connect_timeout=connect_timeout, max_connections=max_connections, host=host
+            )
         except BaseException:
             self.manager.shutdown()
             raise

@@ -22,8 +22,9 @@ __all__ = ["TOKEN_ENV", "resolve_token", "RedactToken", "authorized", "refuse_so
 TOKEN_ENV = "NONSTOP_TOKEN"
 
 
-def resolve_token(token: str | None = None, token_file: str | os.PathLike | None = None,
-                  environ: dict[str, str] | None = None) -> str | None:  # fmt: skip
+def resolve_token(
+    token: str | None = None, token_file: str | os.PathLike | None = None, environ: dict[str, str] | None = None
+) -> str | None:
     """The server's bearer token: ``token`` (the command line: visible to every user in ``ps``), else
     the first line of ``token_file``, else ``$NONSTOP_TOKEN``; ``None`` when none is given.
 

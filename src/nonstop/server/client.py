@@ -38,8 +38,17 @@ import numpy as np
 
 from nonstop.server.protocol import decode_array
 
-__all__ = ["ServerError", "ServerGone", "RemoteObservation", "AsyncClient", "Client", "RemoteEnv", "space_from_json", "Backoff",
-           "RETRYABLE"]
+__all__ = [
+    "ServerError",
+    "ServerGone",
+    "RemoteObservation",
+    "AsyncClient",
+    "Client",
+    "RemoteEnv",
+    "space_from_json",
+    "Backoff",
+    "RETRYABLE",
+]
 
 T = TypeVar("T")
 #: error codes that mean "not now": the client retries them with jittered backoff up to its deadline
@@ -67,15 +76,22 @@ class ServerGone(ConnectionError):
     def __init__(self, url: str, code: int | None, reason: str) -> None:
         meaning = _CLOSE_MEANINGS.get(code, reason or "no reason given") if code is not None else "no close frame"
         tail = "start it again and reconnect" if code in (1001, 1012, None) else "reconnect to start a new session"
-        super().__init__(f"the server at {url} went away (close code {code}: {meaning}); {tail}"
-                         if code is not None else f"the server at {url} went away ({meaning}); {tail}")  # fmt: skip
+        super().__init__(
+            f"the server at {url} went away (close code {code}: {meaning}); {tail}"
+            if code is not None
+            else f"the server at {url} went away ({meaning}); {tail}"
+        )
         self.url, self.code, self.reason = url, code, reason
 
 
 _CLOSE_MEANINGS: Final = {
-    1000: "closed normally", 1001: "the server is going away", 1006: "the connection dropped",
-    1008: "policy: the server closed it", 1011: "the server hit an internal error",
-    1012: "it was stopped or is restarting", 1013: "try again later",
+    1000: "closed normally",
+    1001: "the server is going away",
+    1006: "the connection dropped",
+    1008: "policy: the server closed it",
+    1011: "the server hit an internal error",
+    1012: "it was stopped or is restarting",
+    1013: "try again later",
 }
 
 
@@ -106,8 +122,9 @@ class RemoteObservation:
     def from_message(cls, data: dict[str, Any]) -> "RemoteObservation":
         fields = dict(data["observation"])
         obs = decode_array(fields.pop("obs"))
-        return cls(obs=obs, tick=int(fields["tick"]), reward=data.get("reward"), done=bool(data.get("done")),
-                   info=fields)  # fmt: skip
+        return cls(
+            obs=obs, tick=int(fields["tick"]), reward=data.get("reward"), done=bool(data.get("done")), info=fields
+        )
 
 
 class Backoff:
@@ -172,8 +189,16 @@ class AsyncClient:
         seconds, then the refusal is raised; 0 never retries. ``retries`` counts the retries made.
     """
 
-    def __init__(self, url: str = "ws://127.0.0.1:8000", *, token: str | None = None, timeout: float = 60.0,
-                 retry_deadline: float = 5.0, retry_base: float = 0.05, retry_cap: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str = "ws://127.0.0.1:8000",
+        *,
+        token: str | None = None,
+        timeout: float = 60.0,
+        retry_deadline: float = 5.0,
+        retry_base: float = 0.05,
+        retry_cap: float = 1.0,
+    ) -> None:
         if not isinstance(url, str) or not url:
             raise ValueError(f"url must be a non-empty string, got {url!r}")
         if not timeout > 0:
@@ -308,7 +333,9 @@ class AsyncClient:
         checked to be this client's own seat (``SEAT_NOT_HELD`` otherwise)."""
         return (await self.request({"type": "act", "data": _action(action, obs_tick, seat)}))["data"]
 
-    async def wait(self, ticks: int | None = None, *, until: int | None = None, encoding: str | None = None) -> RemoteObservation:
+    async def wait(
+        self, ticks: int | None = None, *, until: int | None = None, encoding: str | None = None
+    ) -> RemoteObservation:
         """Wait ``ticks`` ticks from now, or until absolute tick ``until``; returns that observation."""
         n = ticks if ticks is not None else max(0, (until or 0) - (self.last.tick if self.last else 0))
         data = _drop_none(ticks=ticks, until=until, encoding=encoding)
@@ -353,13 +380,26 @@ def _action(action: Any, obs_tick: int | None, seat: str | None = None) -> dict[
 class Client:
     """`AsyncClient` with blocking methods (its event loop runs on a private daemon thread)."""
 
-    def __init__(self, url: str = "ws://127.0.0.1:8000", *, token: str | None = None, timeout: float = 60.0,
-                 retry_deadline: float = 5.0, retry_base: float = 0.05, retry_cap: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str = "ws://127.0.0.1:8000",
+        *,
+        token: str | None = None,
+        timeout: float = 60.0,
+        retry_deadline: float = 5.0,
+        retry_base: float = 0.05,
+        retry_cap: float = 1.0,
+    ) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="nonstop-client", daemon=True)
         self._thread.start()
-        kwargs = {"token": token, "timeout": timeout, "retry_deadline": retry_deadline, "retry_base": retry_base,
-                  "retry_cap": retry_cap}  # fmt: skip
+        kwargs = {
+            "token": token,
+            "timeout": timeout,
+            "retry_deadline": retry_deadline,
+            "retry_base": retry_base,
+            "retry_cap": retry_cap,
+        }
         try:
             self._async = self._run(self._make(url, kwargs))
         except BaseException:
@@ -412,7 +452,9 @@ class Client:
     def act(self, action: Any, *, obs_tick: int | None = None, seat: str | None = None) -> dict[str, Any]:
         return self._run(self._async.act(action, obs_tick=obs_tick, seat=seat))
 
-    def wait(self, ticks: int | None = None, *, until: int | None = None, encoding: str | None = None) -> RemoteObservation:
+    def wait(
+        self, ticks: int | None = None, *, until: int | None = None, encoding: str | None = None
+    ) -> RemoteObservation:
         return self._run(self._async.wait(ticks, until=until, encoding=encoding))
 
     def subscribe(self, every: int, *, encoding: str | None = None) -> None:
@@ -449,8 +491,12 @@ def space_from_json(desc: dict[str, Any]) -> gym.Space:
         shape = tuple(desc["shape"])
         low = np.asarray(desc["low"], dtype=np.float64)
         high = np.asarray(desc["high"], dtype=np.float64)
-        return gym.spaces.Box(low.astype(dtype) if low.ndim else low.item(), high.astype(dtype) if high.ndim else
-                              high.item(), shape=shape, dtype=dtype)  # fmt: skip
+        return gym.spaces.Box(
+            low.astype(dtype) if low.ndim else low.item(),
+            high.astype(dtype) if high.ndim else high.item(),
+            shape=shape,
+            dtype=dtype,
+        )
     if kind == "MultiDiscrete":
         return gym.spaces.MultiDiscrete(desc["nvec"])
     if kind == "MultiBinary":
@@ -473,8 +519,9 @@ class RemoteEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, url: str = "ws://127.0.0.1:8000", *, env: str | None = None, token: str | None = None,
-                 **config: Any) -> None:  # fmt: skip
+    def __init__(
+        self, url: str = "ws://127.0.0.1:8000", *, env: str | None = None, token: str | None = None, **config: Any
+    ) -> None:
         meta = http_get(url, "/metadata", token=token)
         env_id = env or meta["default_env"]
         if env_id not in meta["envs"]:

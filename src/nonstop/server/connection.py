@@ -172,8 +172,10 @@ class Connection:
         if isinstance(msg, WaitMessage):
             target = msg.data.target(session.tick)
             if target - session.tick > MAX_WAIT_TICKS:
-                raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"until={target} is more than {MAX_WAIT_TICKS} ticks "
-                                    f"ahead of tick {session.tick}")  # fmt: skip
+                raise ProtocolError(
+                    ErrorCode.VALIDATION_ERROR,
+                    f"until={target} is more than {MAX_WAIT_TICKS} ticks ahead of tick {session.tick}",
+                )
             return await self.observe_at(target, msg.data.encoding)
         if isinstance(msg, SubscribeMessage):
             return self.subscribe(msg.data.every, msg.data.encoding)
@@ -193,8 +195,11 @@ class Connection:
         """An action naming ``seat`` must be for this connection's own seat."""
         index = session.seat_index(seat)  # UNKNOWN_SEAT for a seat the env lacks
         if index != self.seat or session.holders[index] is not self:
-            raise ProtocolError(ErrorCode.SEAT_NOT_HELD, f"cannot {verb} for seat {seat!r} of session {session.sid}: "
-                                f"this connection holds seat {session.seat_names[self.seat]!r}")  # fmt: skip
+            raise ProtocolError(
+                ErrorCode.SEAT_NOT_HELD,
+                f"cannot {verb} for seat {seat!r} of session {session.sid}: "
+                f"this connection holds seat {session.seat_names[self.seat]!r}",
+            )
 
     def leave(self, reason: str) -> None:
         """Give up this connection's seat: β plays it from now; the session ends with ``reason`` if
@@ -205,7 +210,9 @@ class Connection:
         if session.release(self) == 0:
             self.manager.end(session, reason)
         else:
-            log.info("session %s: seat %s left (%s); its β plays it", session.sid, session.seat_names[self.seat], reason)
+            log.info(
+                "session %s: seat %s left (%s); its β plays it", session.sid, session.seat_names[self.seat], reason
+            )
 
     async def join(self, msg: JoinMessage) -> dict[str, Any]:
         """Take a seat (named, or the first free one) of another client's running session."""
@@ -214,10 +221,14 @@ class Connection:
         if session is None:
             if self.manager.ended(data.session_id) is not None:
                 raise ProtocolError(ErrorCode.SESSION_ENDED, f"session {data.session_id} has ended: nothing to join")
-            raise ProtocolError(ErrorCode.NO_SESSION, f"no session {data.session_id!r} to join (GET /sessions lists them)")
+            raise ProtocolError(
+                ErrorCode.NO_SESSION, f"no session {data.session_id!r} to join (GET /sessions lists them)"
+            )
         if session is self.session and session.holders[self.seat] is self:
-            raise ProtocolError(ErrorCode.SESSION_ERROR, f"this connection already holds seat "
-                                f"{session.seat_names[self.seat]!r} of session {session.sid}")  # fmt: skip
+            raise ProtocolError(
+                ErrorCode.SESSION_ERROR,
+                f"this connection already holds seat {session.seat_names[self.seat]!r} of session {session.sid}",
+            )
         index = session.claim(self, data.seat)
         if self.session is not None:  # the seat this connection held elsewhere is given up
             self.stop_subscription()
@@ -234,9 +245,12 @@ class Connection:
         data = msg.data
         config = SessionConfig(**data.model_dump(include=set(SessionConfig.model_fields)))
         session = self.session
-        restart = session is None or not session.live or data.seed is not None or (
-            config != self.config and config != SessionConfig()
-        )  # fmt: skip
+        restart = (
+            session is None
+            or not session.live
+            or data.seed is not None
+            or (config != self.config and config != SessionConfig())
+        )
         if restart:
             if session is not None:
                 self.stop_subscription()
@@ -279,14 +293,24 @@ class Connection:
             raise ProtocolError(ErrorCode.NO_SESSION, "no session on this connection: send 'reset' first")
         seat = self.seat
         obs = session.read(seat) if session.state is Lifecycle.RUNNING else None
-        ended = session.summary if seat == 0 else next(
-            (row for row in session.summary.get("seats", []) if row["seat"] == session.seat_names[seat]), {})
+        ended = (
+            session.summary
+            if seat == 0
+            else next((row for row in session.summary.get("seats", []) if row["seat"] == session.seat_names[seat]), {})
+        )
         seats = None
         if session.spec.seats is not None:
-            seats = [{"seat": row["seat"], "held": row["held"], "agent_ticks": row["agent_ticks"],
-                      "inaction_ticks": row["inaction_ticks"], "last_delay": row["last_delay"] if
-                      row["last_delay"] is not None else -1, "total_reward": row.get("total_reward") or 0.0}
-                     for row in session.seat_rows()]  # fmt: skip
+            seats = [
+                {
+                    "seat": row["seat"],
+                    "held": row["held"],
+                    "agent_ticks": row["agent_ticks"],
+                    "inaction_ticks": row["inaction_ticks"],
+                    "last_delay": row["last_delay"] if row["last_delay"] is not None else -1,
+                    "total_reward": row.get("total_reward") or 0.0,
+                }
+                for row in session.seat_rows()
+            ]
         queue = session.queues[seat] if obs and seat < len(session.queues) else None
         return StateReply(
             data={

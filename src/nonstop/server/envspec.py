@@ -67,10 +67,24 @@ class EnvSpec:
         for i, space in enumerate(obs_spaces):
             if not isinstance(space, (gym.spaces.Box, gym.spaces.Discrete)):
                 where = f" (seat {seats[i]!r})" if seats else ""
-                raise TypeError(f"env {env_id!r}: the server needs a Box or Discrete observation space, got {space}{where}")
+                raise TypeError(
+                    f"env {env_id!r}: the server needs a Box or Discrete observation space, got {space}{where}"
+                )
         noops = tuple(_seat_noop(info.noop_action, space) for space in act_spaces) if seats else ()
-        return cls(env_id, info.tick_hz, info.noop_action, info.default_beta, info.description, obs_space, act_space,
-                   meanings, seats, obs_spaces if seats else (), act_spaces if seats else (), noops)  # fmt: skip
+        return cls(
+            env_id,
+            info.tick_hz,
+            info.noop_action,
+            info.default_beta,
+            info.description,
+            obs_space,
+            act_space,
+            meanings,
+            seats,
+            obs_spaces if seats else (),
+            act_spaces if seats else (),
+            noops,
+        )
 
     @property
     def seat_names(self) -> list[str]:
@@ -78,11 +92,15 @@ class EnvSpec:
         return list(self.seats) if self.seats is not None else [SINGLE_SEAT]
 
     def spaces(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"observation": describe_space(self.observation_space),
-                               "action": describe_space(self.action_space)}  # fmt: skip
+        out: dict[str, Any] = {
+            "observation": describe_space(self.observation_space),
+            "action": describe_space(self.action_space),
+        }
         if self.seats is not None:
-            out["seats"] = {seat: {"observation": describe_space(o), "action": describe_space(a)}
-                            for seat, o, a in zip(self.seats, self.seat_observation_spaces, self.seat_action_spaces)}
+            out["seats"] = {
+                seat: {"observation": describe_space(o), "action": describe_space(a)}
+                for seat, o, a in zip(self.seats, self.seat_observation_spaces, self.seat_action_spaces)
+            }
         return out
 
 
@@ -112,8 +130,13 @@ def describe_space(space: gym.Space) -> dict[str, Any]:
                 return _finite(arr.flat[0])
             return [_finite(v) for v in arr.ravel().tolist()]
 
-        return {"type": "Box", "shape": list(space.shape), "dtype": space.dtype.str, "low": bound(low),
-                "high": bound(high)}  # fmt: skip
+        return {
+            "type": "Box",
+            "shape": list(space.shape),
+            "dtype": space.dtype.str,
+            "low": bound(low),
+            "high": bound(high),
+        }
     if isinstance(space, gym.spaces.MultiDiscrete):
         return {"type": "MultiDiscrete", "nvec": space.nvec.tolist()}
     if isinstance(space, gym.spaces.MultiBinary):

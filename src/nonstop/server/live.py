@@ -116,7 +116,7 @@ def token_from_subprotocols(offered: list[str]) -> str | None:
     """The token carried by one of the ``offered`` subprotocols, or None."""
     for proto in offered:
         if proto.startswith(BEARER_PREFIX):
-            encoded = proto[len(BEARER_PREFIX):]
+            encoded = proto[len(BEARER_PREFIX) :]
             try:
                 return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
             except (binascii.Error, UnicodeDecodeError, ValueError):
@@ -152,23 +152,30 @@ def session_rows(manager: SessionManager) -> list[dict[str, Any]]:
             agent, inaction = summary.get("agent_ticks", 0), summary.get("inaction_ticks", 0)
             delay, total, episode, tick = None, summary.get("total_reward", 0.0), None, info["tick"]
             lateness = summary.get("lateness_p99_ms")
-        seats = info.get("seats") or [{
-            "seat": SINGLE_SEAT, "agent_ticks": agent, "inaction_ticks": inaction,
-            "inaction_fraction": inaction / (agent + inaction) if agent + inaction else None, "last_delay": delay,
-        }]  # fmt: skip
-        rows.append({
-            "session_id": info["session_id"],
-            "env": info["env"],
-            "lifecycle": info["lifecycle"],
-            "end_reason": info["end_reason"],
-            "tick": tick,
-            "tick_hz": spec.tick_hz if spec is not None else None,
-            "episode": episode,
-            "total_reward": total,
-            "lateness_p99_ms": lateness,
-            "age_s": info["age_s"],
-            "seats": seats,
-        })  # fmt: skip
+        seats = info.get("seats") or [
+            {
+                "seat": SINGLE_SEAT,
+                "agent_ticks": agent,
+                "inaction_ticks": inaction,
+                "inaction_fraction": inaction / (agent + inaction) if agent + inaction else None,
+                "last_delay": delay,
+            }
+        ]
+        rows.append(
+            {
+                "session_id": info["session_id"],
+                "env": info["env"],
+                "lifecycle": info["lifecycle"],
+                "end_reason": info["end_reason"],
+                "tick": tick,
+                "tick_hz": spec.tick_hz if spec is not None else None,
+                "episode": episode,
+                "total_reward": total,
+                "lateness_p99_ms": lateness,
+                "age_s": info["age_s"],
+                "seats": seats,
+            }
+        )
     order = {Lifecycle.RUNNING.value: 0, Lifecycle.STARTING.value: 1, Lifecycle.CREATED.value: 1}
     rows.sort(key=lambda r: (order.get(r["lifecycle"], 2), -r["age_s"] if r["lifecycle"] == "running" else r["age_s"]))
     return rows
@@ -208,8 +215,10 @@ class SpectatorConnection:
         if isinstance(msg, WaitMessage):
             target = msg.data.target(session.tick)
             if target - session.tick > MAX_WAIT_TICKS:
-                raise ProtocolError(ErrorCode.VALIDATION_ERROR,
-                                    f"until={target} is more than {MAX_WAIT_TICKS} ticks ahead of tick {session.tick}")
+                raise ProtocolError(
+                    ErrorCode.VALIDATION_ERROR,
+                    f"until={target} is more than {MAX_WAIT_TICKS} ticks ahead of tick {session.tick}",
+                )
             return await reader.observe_at(target, msg.data.encoding)
         if isinstance(msg, SubscribeMessage):
             ack = reader.subscribe(msg.data.every, msg.data.encoding)
@@ -233,16 +242,18 @@ class SpectatorConnection:
         self._end_sent = True
         reason = self.session.end_reason or self.session.state.value
         with contextlib.suppress(Exception):
-            await self.send(ProtocolError(ErrorCode.SESSION_ENDED, f"session {self.session.sid} has ended ({reason})")
-                            .reply())  # fmt: skip
+            await self.send(
+                ProtocolError(ErrorCode.SESSION_ENDED, f"session {self.session.sid} has ended ({reason})").reply()
+            )
             await self.ws.close(code=1000, reason="session ended")
 
     def close(self) -> None:
         self.reader.stop_subscription()
 
 
-def mount_live(app: FastAPI, manager: Callable[[], SessionManager], token: str | None, *,
-               max_connections: int | None = None) -> None:  # fmt: skip
+def mount_live(
+    app: FastAPI, manager: Callable[[], SessionManager], token: str | None, *, max_connections: int | None = None
+) -> None:
     """Add the page (``/``, ``/live/static/*``), ``GET /live/sessions`` and ``/ws/watch/{sid}`` to ``app``.
 
     Spectator sockets count among the app's open connections (``app.state.connections``) and are
@@ -261,14 +272,21 @@ def mount_live(app: FastAPI, manager: Callable[[], SessionManager], token: str |
     @app.get("/live/sessions")
     def live_sessions() -> JSONResponse:
         m = manager()
-        return JSONResponse({"sessions": session_rows(m), "envs": list(m.specs), "max_sessions": m.max_sessions,
-                             "spectators": dict(app.state.spectators)})  # fmt: skip
+        return JSONResponse(
+            {
+                "sessions": session_rows(m),
+                "envs": list(m.specs),
+                "max_sessions": m.max_sessions,
+                "spectators": dict(app.state.spectators),
+            }
+        )
 
     @app.websocket("/ws/watch/{sid}")
     async def watch(ws: WebSocket, sid: str) -> None:
         offered = list(ws.scope.get("subprotocols") or [])
-        if token is not None and not authorized(ws.headers.get("authorization"), token_from_subprotocols(offered),
-                                                token):  # fmt: skip
+        if token is not None and not authorized(
+            ws.headers.get("authorization"), token_from_subprotocols(offered), token
+        ):
             await ws.close(code=1008, reason="missing or wrong bearer token")
             return
         if max_connections is not None and app.state.connections >= max_connections:

@@ -50,8 +50,15 @@ SessionId = Annotated[str, Field(min_length=1, max_length=64, description="a ses
 Seed = Annotated[int | None, Field(ge=0, le=2**31 - 1, description="seed of the world's RNG (0 .. 2**31-1)")]
 Ticks = Annotated[int, Field(ge=1, le=MAX_WAIT_TICKS, description=f"ticks to wait (1 .. {MAX_WAIT_TICKS})")]
 Action = Annotated[int | list[float], Field(description="a Discrete action index, or a list of floats for a Box")]
-Seat = Annotated[str | None, Field(min_length=1, max_length=64, description="a seat name (several-seat worlds: "
-                                   "first_0, second_0, ...); absent: the only seat you hold in that session")]
+Seat = Annotated[
+    str | None,
+    Field(
+        min_length=1,
+        max_length=64,
+        description="a seat name (several-seat worlds: "
+        "first_0, second_0, ...); absent: the only seat you hold in that session",
+    ),
+]
 
 
 #: players kept before ended sessions are forgotten (an ended one still answers SESSION_ENDED until then)
@@ -65,6 +72,7 @@ def tool_error_text(exc: ValidationError) -> str:
         where = ".".join(str(p) for p in err["loc"]) or "arguments"
         parts.append(f"{where}: {err['msg']} (got {err.get('input')!r})")
     return "invalid arguments: " + "; ".join(parts)
+
 
 INSTRUCTIONS = (
     "These tools drive realtime worlds: a world ticks on its own clock (e.g. 60 ticks per second) and never "
@@ -89,8 +97,9 @@ def _png(frame: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def _describe(fields: dict[str, Any], reward: float | None, obs: np.ndarray | None, tick_hz: float,
-              done: bool = False) -> str:  # fmt: skip
+def _describe(
+    fields: dict[str, Any], reward: float | None, obs: np.ndarray | None, tick_hz: float, done: bool = False
+) -> str:
     tick = fields["tick"]
     lines = [
         f"tick {tick} ({tick / tick_hz:.2f} s of world time), episode {fields['episode']}",
@@ -100,8 +109,10 @@ def _describe(fields: dict[str, Any], reward: float | None, obs: np.ndarray | No
     ]
     if done:
         how = "terminated" if fields["terminated"] else "truncated" if fields["truncated"] else "ended"
-        lines.append(f"the episode {how} since your last look (this is its final observation); "
-                     "the world has already started the next one")  # fmt: skip
+        lines.append(
+            f"the episode {how} since your last look (this is its final observation); "
+            "the world has already started the next one"
+        )
     if fields["last_delay"] >= 0:
         lines.append(f"your last applied action was computed from an observation {fields['last_delay']} ticks old")
     if obs is not None:
@@ -131,12 +142,15 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
         mine = {name: conn for (sid, name), conn in players.items() if sid == session_id}
         if not mine:
             open_ = sorted({sid for sid, _ in players})
-            raise ToolError(f"NO_SESSION: no session {session_id!r} played here; start one with start_session or "
-                            f"join one with join_session (open: {open_})")  # fmt: skip
+            raise ToolError(
+                f"NO_SESSION: no session {session_id!r} played here; start one with start_session or "
+                f"join one with join_session (open: {open_})"
+            )
         if seat is None:
             if len(mine) > 1:
-                raise ToolError(f"VALIDATION_ERROR: you hold seats {sorted(mine)} of session {session_id}: "
-                                "say which with seat=")  # fmt: skip
+                raise ToolError(
+                    f"VALIDATION_ERROR: you hold seats {sorted(mine)} of session {session_id}: say which with seat="
+                )
             return next(iter(mine.values()))
         if seat not in mine:
             raise ToolError(f"SEAT_NOT_HELD: you hold seats {sorted(mine)} of session {session_id}, not {seat!r}")
@@ -172,11 +186,14 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
             import base64
 
             content.append(ImageContent(type="image", data=base64.b64encode(_png(obs)).decode(), mime_type="image/png"))
-        return CallToolResult(content=content, structured_content={**fields, "reward": data["reward"],
-                                                                   "done": data["done"]})  # fmt: skip
+        return CallToolResult(
+            content=content, structured_content={**fields, "reward": data["reward"], "done": data["done"]}
+        )
 
-    @server.tool(description="Start a realtime session. env: one of the served env ids (default: the first); "
-                 "seed: 0 .. 2**31-1 (default: a random one, recorded in the replay).")
+    @server.tool(
+        description="Start a realtime session. env: one of the served env ids (default: the first); "
+        "seed: 0 .. 2**31-1 (default: a random one, recorded in the replay)."
+    )
     async def start_session(
         env: Annotated[str | None, Field(max_length=200)] = None, seed: Seed = None
     ) -> dict[str, Any]:
@@ -198,17 +215,23 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
             "tick": reply["data"]["observation"]["tick"],
         }
         if spec.seats is not None:
-            out.update(seat=seat_name(conn), seats=list(spec.seats),
-                       action_space=spec.spaces()["seats"][seat_name(conn)]["action"])  # fmt: skip
+            out.update(
+                seat=seat_name(conn),
+                seats=list(spec.seats),
+                action_space=spec.spaces()["seats"][seat_name(conn)]["action"],
+            )
         return out
 
-    @server.tool(description="Join a running session another player started (over MCP or WebSocket) by its "
-                 "session_id, taking `seat` (e.g. second_0) or, absent, the first free seat. You then act for that "
-                 "seat against the other players; the world does not wait for any of you.")
+    @server.tool(
+        description="Join a running session another player started (over MCP or WebSocket) by its "
+        "session_id, taking `seat` (e.g. second_0) or, absent, the first free seat. You then act for that "
+        "seat against the other players; the world does not wait for any of you."
+    )
     async def join_session(session_id: SessionId, seat: Seat = None) -> dict[str, Any]:
         conn = Connection(None, sessions(), start_timeout)  # no socket: no pushes
-        reply = await run(conn, message(JoinMessage, data=message(JoinData, session_id=session_id, seat=seat,
-                                                                  encoding="b64")))  # fmt: skip
+        reply = await run(
+            conn, message(JoinMessage, data=message(JoinData, session_id=session_id, seat=seat, encoding="b64"))
+        )
         remember(conn)
         return seated(conn, reply)
 
@@ -222,21 +245,27 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
         conn = player(session_id, seat)
         return (await run(conn, message(ActMessage, data=message(ActionData, action=action)))).data.model_dump()
 
-    @server.tool(description=f"Wait until `ticks` more ticks have passed (1 .. {MAX_WAIT_TICKS}; the world does "
-                 "not stop), then observe.")
+    @server.tool(
+        description=f"Wait until `ticks` more ticks have passed (1 .. {MAX_WAIT_TICKS}; the world does "
+        "not stop), then observe."
+    )
     async def wait(session_id: SessionId, ticks: Ticks = 1, image: bool = False, seat: Seat = None) -> Any:
         conn = player(session_id, seat)
         msg = message(WaitMessage, data=message(WaitData, ticks=ticks, encoding="b64"))
         return result(conn, await run(conn, msg), image)
 
-    @server.tool(description="Session stats: tick, your agent ticks vs inaction ticks, total reward, queue counters "
-                 "(several-seat worlds: every seat's under `seats`).")
+    @server.tool(
+        description="Session stats: tick, your agent ticks vs inaction ticks, total reward, queue counters "
+        "(several-seat worlds: every seat's under `seats`)."
+    )
     async def stats(session_id: SessionId, seat: Seat = None) -> dict[str, Any]:
         conn = player(session_id, seat)
         return (await run(conn, StateMessage())).data.model_dump()
 
-    @server.tool(description="Stop a session (a joined seat: give it up, the others play on); returns its summary "
-                 "(and replay path when recording).")
+    @server.tool(
+        description="Stop a session (a joined seat: give it up, the others play on); returns its summary "
+        "(and replay path when recording)."
+    )
     async def stop_session(session_id: SessionId, seat: Seat = None) -> dict[str, Any]:
         try:
             conn = player(session_id, seat)

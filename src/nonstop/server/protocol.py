@@ -161,7 +161,9 @@ class SessionConfig(_Strict):
     """How a session is built. Every field is optional; the server fills its defaults."""
 
     env: str | None = Field(default=None, max_length=200, description="env id among those the server serves")
-    default: Literal["noop", "repeat", "random"] | None = Field(default=None, description="β; the env's own choice if absent")
+    default: Literal["noop", "repeat", "random"] | None = Field(
+        default=None, description="β; the env's own choice if absent"
+    )
     queue_mode: Literal["latest", "fifo"] = "latest"
     record: bool | None = Field(default=None, description="record a replay (server default if absent)")
     encoding: Encoding | None = Field(default=None, description="how observations travel (server default if absent)")
@@ -285,8 +287,15 @@ class JoinMessage(_Strict):
 
 
 ClientMessage = Annotated[
-    ResetMessage | StepMessage | StateMessage | CloseMessage | ObserveMessage | ActMessage | WaitMessage
-    | SubscribeMessage | JoinMessage,
+    ResetMessage
+    | StepMessage
+    | StateMessage
+    | CloseMessage
+    | ObserveMessage
+    | ActMessage
+    | WaitMessage
+    | SubscribeMessage
+    | JoinMessage,
     Field(discriminator="type"),
 ]
 _CLIENT: Final[TypeAdapter[Any]] = TypeAdapter(ClientMessage)
@@ -427,9 +436,18 @@ def message_schemas() -> dict[str, Any]:
         "state": StateData.model_json_schema(),
         "client_messages": {
             m.model_fields["type"].default: m.model_json_schema()
-            for m in (ResetMessage, StepMessage, StateMessage, CloseMessage, ObserveMessage, ActMessage, WaitMessage,
-                      SubscribeMessage, JoinMessage)
-        },  # fmt: skip
+            for m in (
+                ResetMessage,
+                StepMessage,
+                StateMessage,
+                CloseMessage,
+                ObserveMessage,
+                ActMessage,
+                WaitMessage,
+                SubscribeMessage,
+                JoinMessage,
+            )
+        },
         "server_messages": {
             m.model_fields["type"].default: m.model_json_schema()
             for m in (ObservationReply, PushReply, StateReply, AckReply, ErrorReply)

@@ -52,7 +52,19 @@ import numpy as np
 
 from nonstop.realtime.ticklog import SOURCE_AGENT, TickLog, load_npz, save_npz_atomic
 
-__all__ = ["obs_hash", "seats_obs_hash", "ReplayColumns", "ReplayRecorder", "SeatReplayRecorder", "Replay", "write_header", "VerifyResult", "verify", "plot_replay", "write_video"]
+__all__ = [
+    "obs_hash",
+    "seats_obs_hash",
+    "ReplayColumns",
+    "ReplayRecorder",
+    "SeatReplayRecorder",
+    "Replay",
+    "write_header",
+    "VerifyResult",
+    "verify",
+    "plot_replay",
+    "write_video",
+]
 
 FORMAT: Final = "nonstop.replay/1"
 #: tick-log columns kept in a replay
@@ -118,7 +130,9 @@ class ReplayColumns:
     [100, 101, 102, 103, 104, 105, 106, 107]
     """
 
-    def __init__(self, action_width: int = 1, *, directory: str | os.PathLike | None = None, chunk_rows: int = 8192) -> None:
+    def __init__(
+        self, action_width: int = 1, *, directory: str | os.PathLike | None = None, chunk_rows: int = 8192
+    ) -> None:
         if not isinstance(action_width, int) or isinstance(action_width, bool) or action_width < 1:
             raise ValueError(f"action_width must be a positive integer, got {action_width!r}")
         if not isinstance(chunk_rows, int) or isinstance(chunk_rows, bool) or chunk_rows < 1:
@@ -222,17 +236,26 @@ class ReplayColumns:
         if self.directory is not None:
             disk, _ = _read_files(self.directory)
             if len(disk["step_hashes"]) < self.flushed_steps or len(disk["reset_steps"]) < self.flushed_resets:
-                raise ValueError(f"replay columns in {self.directory} hold {len(disk['step_hashes'])} steps, "
-                                 f"{self.flushed_steps} were written")  # fmt: skip
+                raise ValueError(
+                    f"replay columns in {self.directory} hold {len(disk['step_hashes'])} steps, "
+                    f"{self.flushed_steps} were written"
+                )
             # past what was flushed whole lies at most a failed write's part (a full disk): its rows are still held
-            limits = {"actions": self.flushed_steps * self.action_width, "step_hashes": self.flushed_steps,
-                      "reset_steps": self.flushed_resets, "reset_hashes": self.flushed_resets}  # fmt: skip
+            limits = {
+                "actions": self.flushed_steps * self.action_width,
+                "step_hashes": self.flushed_steps,
+                "reset_steps": self.flushed_resets,
+                "reset_hashes": self.flushed_resets,
+            }
             disk = {name: disk[name][: limits[name]] for name in _STREAMS}
         elif self.flushed_steps:
             raise ValueError("this recording was handed over by take(): read it where it was taken to")
         else:
             disk = {name: np.zeros(0, dt) for name, dt in _STREAMS.items()}
-        cols = {name: np.concatenate([disk[name], np.asarray(getattr(self, name), dtype=dt)]) for name, dt in _STREAMS.items()}
+        cols = {
+            name: np.concatenate([disk[name], np.asarray(getattr(self, name), dtype=dt)])
+            for name, dt in _STREAMS.items()
+        }
         return _cut(cols, self.action_width, steps)
 
     @staticmethod
@@ -271,9 +294,13 @@ def _cut(cols: dict[str, np.ndarray], width: int, steps: int | None) -> dict[str
         n = min(n, steps)
     r = min(len(cols["reset_steps"]), len(cols["reset_hashes"]))
     keep = int(np.searchsorted(cols["reset_steps"][:r], n, side="right"))
-    return {"actions": actions[: n * width].reshape(n, width), "step_hashes": cols["step_hashes"][:n],
-            "reset_steps": cols["reset_steps"][:keep], "reset_hashes": cols["reset_hashes"][:keep],
-            "action_width": width}  # fmt: skip
+    return {
+        "actions": actions[: n * width].reshape(n, width),
+        "step_hashes": cols["step_hashes"][:n],
+        "reset_steps": cols["reset_steps"][:keep],
+        "reset_hashes": cols["reset_hashes"][:keep],
+        "action_width": width,
+    }
 
 
 class ReplayRecorder(gym.Wrapper):
@@ -342,7 +369,9 @@ class SeatReplayRecorder:
         self.columns.add_reset(seats_obs_hash(obs, self.seats))
         return obs, info
 
-    def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    def step(
+        self, actions: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
         obs, rewards, terms, truncs, infos = self.env.step(actions)
         row: list[float] = []
         for seat, width, scalar in zip(self.seats, self.action_widths, self._scalar):
@@ -372,8 +401,9 @@ class Replay:
     reset_hashes: np.ndarray
 
     @classmethod
-    def from_session(cls, recorder: "ReplayRecorder | SeatReplayRecorder | ReplayColumns", log: TickLog,
-                     header: dict[str, Any]) -> "Replay":  # fmt: skip
+    def from_session(
+        cls, recorder: "ReplayRecorder | SeatReplayRecorder | ReplayColumns", log: TickLog, header: dict[str, Any]
+    ) -> "Replay":
         """The replay of a session from its recording (a `ReplayRecorder`, `SeatReplayRecorder` or
         their `ReplayColumns`) and tick log: the ticks both have (equal unless the env raised
         mid-tick or a writer died)."""
@@ -404,9 +434,11 @@ class Replay:
         return cls(
             header={"format": FORMAT, "ticks": n, "action_width": cols["action_width"], **header},
             columns={name: log[name][:n] for name in seat_log_columns(getattr(log, "seats", 1))},
-            actions=cols["actions"], step_hashes=cols["step_hashes"],
-            reset_steps=cols["reset_steps"], reset_hashes=cols["reset_hashes"],
-        )  # fmt: skip
+            actions=cols["actions"],
+            step_hashes=cols["step_hashes"],
+            reset_steps=cols["reset_steps"],
+            reset_hashes=cols["reset_hashes"],
+        )
 
     @property
     def ticks(self) -> int:
@@ -440,8 +472,13 @@ class Replay:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write atomically (a crash never leaves half a replay)."""
-        arrays = {"actions": self.actions, "step_hashes": self.step_hashes, "reset_steps": self.reset_steps,
-                  "reset_hashes": self.reset_hashes, **{f"col_{k}": v for k, v in self.columns.items()}}  # fmt: skip
+        arrays = {
+            "actions": self.actions,
+            "step_hashes": self.step_hashes,
+            "reset_steps": self.reset_steps,
+            "reset_hashes": self.reset_hashes,
+            **{f"col_{k}": v for k, v in self.columns.items()},
+        }
         return save_npz_atomic(Path(path), self.header, arrays)
 
     @classmethod
@@ -537,8 +574,13 @@ class VerifyResult:
         return not self.mismatches and self.checked > 0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "ticks": self.ticks, "checked": self.checked, "mismatches": self.mismatches[:20],
-                "n_mismatches": len(self.mismatches)}  # fmt: skip
+        return {
+            "ok": self.ok,
+            "ticks": self.ticks,
+            "checked": self.checked,
+            "mismatches": self.mismatches[:20],
+            "n_mismatches": len(self.mismatches),
+        }
 
 
 def verify(replay: Replay, *, max_mismatches: int = 100) -> VerifyResult:
@@ -574,8 +616,7 @@ def plot_replay(replay: Replay, out: str | os.PathLike) -> Path:
     tick, source, delay = cols["tick"], cols["source"], cols["delay"]
     agent = source == SOURCE_AGENT
     fig, axes = plt.subplots(3, 1, figsize=(10, 6), sharex=True, constrained_layout=True)
-    axes[0].eventplot([tick[agent], tick[~agent]], lineoffsets=[1, 0], linelengths=0.8,
-                      colors=["tab:blue", "tab:red"])  # fmt: skip
+    axes[0].eventplot([tick[agent], tick[~agent]], lineoffsets=[1, 0], linelengths=0.8, colors=["tab:blue", "tab:red"])
     axes[0].set_yticks([0, 1], ["β (inaction)", "agent"])
     axes[0].set_title(
         f"{replay.header.get('env')} · session {replay.header.get('session_id', '?')} · "
@@ -639,6 +680,8 @@ def write_video(replay: Replay, out: str | os.PathLike, *, every: int = 2, max_f
     try:
         import imageio.v2 as imageio
     except ImportError:
-        raise ValueError(f"writing {out.suffix} needs imageio (pip install imageio[ffmpeg]); .gif works without it") from None
+        raise ValueError(
+            f"writing {out.suffix} needs imageio (pip install imageio[ffmpeg]); .gif works without it"
+        ) from None
     imageio.mimsave(out, frames, fps=fps)
     return out

@@ -141,8 +141,10 @@ class ServerSession:
         try:
             return self.seat_names.index(seat)
         except ValueError:
-            raise ProtocolError(ErrorCode.UNKNOWN_SEAT, f"session {self.sid} ({self.spec.env_id}) has no seat "
-                                f"{seat!r}; its seats are {self.seat_names}") from None  # fmt: skip
+            raise ProtocolError(
+                ErrorCode.UNKNOWN_SEAT,
+                f"session {self.sid} ({self.spec.env_id}) has no seat {seat!r}; its seats are {self.seat_names}",
+            ) from None
 
     def claim(self, holder: Any, seat: str | None = None) -> int:
         """Seat ``holder`` at ``seat`` (a name) or, with None, at the first free seat; returns the
@@ -154,13 +156,17 @@ class ServerSession:
                 index = self.seat_index(seat)
                 other = self.holders[index]
                 if other is not None and other is not holder:
-                    raise ProtocolError(ErrorCode.SEAT_TAKEN, f"seat {seat!r} of session {self.sid} is held by another "
-                                        f"client; free seats: {self.free_seats()}")  # fmt: skip
+                    raise ProtocolError(
+                        ErrorCode.SEAT_TAKEN,
+                        f"seat {seat!r} of session {self.sid} is held by another "
+                        f"client; free seats: {self.free_seats()}",
+                    )
             else:
                 free = [i for i, h in enumerate(self.holders) if h is None]
                 if not free:
-                    raise ProtocolError(ErrorCode.SESSION_FULL, f"session {self.sid} is full: its seats "
-                                        f"{self.seat_names} are all held")  # fmt: skip
+                    raise ProtocolError(
+                        ErrorCode.SESSION_FULL, f"session {self.sid} is full: its seats {self.seat_names} are all held"
+                    )
                 index = free[0]
             self.holders[index] = holder
         return index
@@ -213,17 +219,25 @@ class ServerSession:
             if s.record:  # its columns stream beside the tick log: bounded memory, durable chunks
                 recorder = SeatReplayRecorder if spec.seats is not None else ReplayRecorder
                 ticklogs = self.manager.ticklog_dir(self.sid)  # set: recording needs a replay directory
-                env = self.recorder = recorder(env, directory=ticklogs / "replay" if ticklogs is not None else None,
-                                               chunk_rows=SESSION_CHUNK_ROWS)  # fmt: skip
+                env = self.recorder = recorder(
+                    env, directory=ticklogs / "replay" if ticklogs is not None else None, chunk_rows=SESSION_CHUNK_ROWS
+                )
             self._open_channels()  # one slot and queue per seat (a one-seat world: lists of one, as Host takes)
             noops = spec.seat_noops if spec.seats is not None else (spec.noop_action,)
             default = [make_default(s.default, noop_action=noop) for noop in noops]
             self.host = Host(
-                env, self.slots, self.queues, tau_m=1.0 / spec.tick_hz, default=default, seed=host_seed, max_ticks=s.max_ticks,
+                env,
+                self.slots,
+                self.queues,
+                tau_m=1.0 / spec.tick_hz,
+                default=default,
+                seed=host_seed,
+                max_ticks=s.max_ticks,
                 meta={"env": spec.env_id, "session": self.sid, "clock": "wall", "default": s.default},
-                log_dir=self.manager.ticklog_dir(self.sid), log_chunk_rows=SESSION_CHUNK_ROWS,
+                log_dir=self.manager.ticklog_dir(self.sid),
+                log_chunk_rows=SESSION_CHUNK_ROWS,
                 seats=None if spec.seats is None else list(spec.seats),
-            )  # fmt: skip
+            )
             pool = self.manager.pool
             self.clock = WallClock(origin=pool.clock.origin, spin=0.0)
             self._phases = pool.phases
@@ -259,16 +273,36 @@ class ServerSession:
                 self.board = TickBoard.create()
             origin = self.manager.pool.clock.origin
             self.clock = WallClock(origin=origin, spin=0.0)
-            self.record = SessionRecord(self.tau_m, directory=self.manager.ticklog_dir(self.sid),
-                                        chunk_rows=SESSION_CHUNK_ROWS, seats=len(self.seat_names))  # fmt: skip
+            self.record = SessionRecord(
+                self.tau_m,
+                directory=self.manager.ticklog_dir(self.sid),
+                chunk_rows=SESSION_CHUNK_ROWS,
+                seats=len(self.seat_names),
+            )
             self._phases = proc.phases
             self._phase_slot, phase = proc.phases.acquire(self.tau_m)
-            self._meta = {"env": spec.env_id, "session": self.sid, "clock": "wall", "default": s.default,
-                          "tick_proc": proc.index}  # fmt: skip
-            cfg = {"env": spec.env_id, "seed": s.seed, "record": s.record, "tau_m": self.tau_m, "default": s.default,
-                   "noop_action": spec.noop_action, "max_ticks": s.max_ticks, "origin": origin, "phase": phase,
-                   "meta": self._meta, "log_chunk_rows": SESSION_CHUNK_ROWS,
-                   "seats": None if spec.seats is None else list(spec.seats), "seat_noops": list(spec.seat_noops)}  # fmt: skip
+            self._meta = {
+                "env": spec.env_id,
+                "session": self.sid,
+                "clock": "wall",
+                "default": s.default,
+                "tick_proc": proc.index,
+            }
+            cfg = {
+                "env": spec.env_id,
+                "seed": s.seed,
+                "record": s.record,
+                "tau_m": self.tau_m,
+                "default": s.default,
+                "noop_action": spec.noop_action,
+                "max_ticks": s.max_ticks,
+                "origin": origin,
+                "phase": phase,
+                "meta": self._meta,
+                "log_chunk_rows": SESSION_CHUNK_ROWS,
+                "seats": None if spec.seats is None else list(spec.seats),
+                "seat_noops": list(spec.seat_noops),
+            }
             slots, queues = (self.slot, self.queue) if spec.seats is None else (self.slots, self.queues)
             started = proc.call("start", self.sid, cfg, slots, queues, self.board)
             s.seed, self.warm, self.origin = started["seed"], started["warm"], started["origin"]
@@ -341,8 +375,11 @@ class ServerSession:
             try:
                 return self.slots[seat].read(timeout=READ_PATIENCE)
             except TimeoutError:
-                raise ProtocolError(ErrorCode.BACKPRESSURE, f"session {self.sid}: its tick worker is not finishing "
-                                    "an observation (stopped or overloaded?): retry shortly") from None  # fmt: skip
+                raise ProtocolError(
+                    ErrorCode.BACKPRESSURE,
+                    f"session {self.sid}: its tick worker is not finishing "
+                    "an observation (stopped or overloaded?): retry shortly",
+                ) from None
 
     def read_final(self, seat: int = 0) -> Observation:
         """Seat ``seat``'s terminal observation of the last episode that ended (tick -1 if none yet)."""
@@ -364,8 +401,9 @@ class ServerSession:
         host = self.host
         return host.log.tail("lateness", RECENT_TICKS) if host is not None else np.zeros(0)
 
-    def submit(self, action: Any, obs_tick: int, episode: int, *, lock_timeout: float | None = None,
-               seat: int = 0) -> tuple[int, int]:  # fmt: skip
+    def submit(
+        self, action: Any, obs_tick: int, episode: int, *, lock_timeout: float | None = None, seat: int = 0
+    ) -> tuple[int, int]:
         """Enqueue ``action`` for seat ``seat``; `TimeoutError` when the queue's lock is not free
         within ``lock_timeout``; ``ACTION_OUT_OF_RANGE`` for an action outside that seat's space."""
         with self._chan:
@@ -376,8 +414,9 @@ class ServerSession:
             if obs_tick > tick:
                 raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"obs_tick {obs_tick} is in the future (tick {tick})")
             try:
-                seq = self.queues[seat].submit(action, obs_tick=obs_tick, episode=episode,
-                                               submit_time=clock.now(), lock_timeout=lock_timeout)  # fmt: skip
+                seq = self.queues[seat].submit(
+                    action, obs_tick=obs_tick, episode=episode, submit_time=clock.now(), lock_timeout=lock_timeout
+                )
             except ValueError as exc:
                 where = f" (seat {self.seat_names[seat]!r})" if self.spec.seats is not None else ""
                 raise ProtocolError(ErrorCode.ACTION_OUT_OF_RANGE, f"{exc}{where}") from None
@@ -395,8 +434,11 @@ class ServerSession:
                 return self.submit(action, obs_tick, episode, lock_timeout=0, seat=seat)
             except TimeoutError:
                 if loop.time() > give_up:
-                    raise ProtocolError(ErrorCode.BACKPRESSURE, f"session {self.sid}: its tick worker holds the "
-                                        "action queue (stopped or overloaded?): retry shortly") from None  # fmt: skip
+                    raise ProtocolError(
+                        ErrorCode.BACKPRESSURE,
+                        f"session {self.sid}: its tick worker holds the "
+                        "action queue (stopped or overloaded?): retry shortly",
+                    ) from None
             await asyncio.sleep(pause)
             pause = min(2 * pause, 0.02)
 
@@ -461,8 +503,9 @@ class ServerSession:
         directory = self.manager.ticklog_dir(self.sid)
         if self.settings.record and directory is not None:
             try:
-                write_header(directory, {**self.replay_header(), "end_reason": "the server died",
-                                         "server_pid": os.getpid()})  # fmt: skip
+                write_header(
+                    directory, {**self.replay_header(), "end_reason": "the server died", "server_pid": os.getpid()}
+                )
             except OSError as exc:  # a full disk: the session runs on; only a recovery would miss it
                 log.warning("session %s: cannot write its replay header (%s)", self.sid, exc)
 
@@ -474,8 +517,11 @@ class ServerSession:
             try:
                 tail = self.proc.call("stop", self.sid, timeout=STOP_PATIENCE)
             except (RuntimeError, TimeoutError) as exc:  # died meanwhile, or stopped: keep what it streamed
-                log.warning("session %s: its tick worker did not stop it (%s); keeping what it recorded", self.sid,
-                            str(exc) or f"no reply within {STOP_PATIENCE:g}s")  # fmt: skip
+                log.warning(
+                    "session %s: its tick worker did not stop it (%s); keeping what it recorded",
+                    self.sid,
+                    str(exc) or f"no reply within {STOP_PATIENCE:g}s",
+                )
                 tail = None
         record = self.record
         assert record is not None, "_start_remote made it"
@@ -492,10 +538,18 @@ class ServerSession:
 
     def replay_header(self) -> dict[str, Any]:
         s = self.settings
-        header: dict[str, Any] = {"env": self.spec.env_id, "env_kwargs": {}, "seed": s.seed, "warm_reset": self.warm,
-                  "tick_hz": self.spec.tick_hz,
-                  "default": s.default, "queue_mode": s.queue_mode, "session_id": self.sid,
-                  "end_reason": self.end_reason, "complete": not self.incomplete}  # fmt: skip
+        header: dict[str, Any] = {
+            "env": self.spec.env_id,
+            "env_kwargs": {},
+            "seed": s.seed,
+            "warm_reset": self.warm,
+            "tick_hz": self.spec.tick_hz,
+            "default": s.default,
+            "queue_mode": s.queue_mode,
+            "session_id": self.sid,
+            "end_reason": self.end_reason,
+            "complete": not self.incomplete,
+        }
         if self.spec.seats is not None:
             header["seats"] = list(self.spec.seats)
             header["action_widths"] = [int(np.prod(a.shape)) if a.shape else 1 for a in self.spec.seat_action_spaces]
@@ -519,9 +573,12 @@ class ServerSession:
             info["worker_held_rows"] = self.record.worker_held
         recent = self.recent_lateness() if self.state is Lifecycle.RUNNING and self._process is not None else None
         if recent is not None and recent.size:
-            info["recent_lateness_ms"] = {"ticks": int(recent.size), "p50": float(np.percentile(recent, 50) * 1e3),
-                                          "p99": float(np.percentile(recent, 99) * 1e3),
-                                          "max": float(recent.max() * 1e3)}  # fmt: skip
+            info["recent_lateness_ms"] = {
+                "ticks": int(recent.size),
+                "p50": float(np.percentile(recent, 50) * 1e3),
+                "p99": float(np.percentile(recent, 99) * 1e3),
+                "max": float(recent.max() * 1e3),
+            }
         info["seats"] = self.seat_rows()
         if self.summary:
             info["summary"] = self.summary
@@ -551,9 +608,16 @@ class ServerSession:
                     if key in done:
                         row[key] = done[key]
             acted = agent + inaction
-            rows.append({"seat": name, "held": self.holders[i] is not None, "agent_ticks": agent,
-                         "inaction_ticks": inaction, "inaction_fraction": inaction / acted if acted else None,
-                         **row})  # fmt: skip
+            rows.append(
+                {
+                    "seat": name,
+                    "held": self.holders[i] is not None,
+                    "agent_ticks": agent,
+                    "inaction_ticks": inaction,
+                    "inaction_fraction": inaction / acted if acted else None,
+                    **row,
+                }
+            )
         return rows
 
 
@@ -576,11 +640,14 @@ def _tick_summary(tick_log: Any, seats: list[str] | None = None) -> dict[str, An
             prefix = "" if i == 0 else f"seat{i}_"
             src, delay = tick_log[prefix + "source"], tick_log[prefix + "delay"]
             agent = delay[src == SOURCE_AGENT]
-            out["seats"].append({
-                "seat": name, "agent_ticks": int(src.sum()), "inaction_ticks": int(len(src) - src.sum()),
-                "delay_mean_ticks": float(agent.mean()) if agent.size else None,
-                "delay_p99_ticks": float(np.percentile(agent, 99)) if agent.size else None,
-                "total_reward": float(tick_log[prefix + "reward"].sum()),
-            })  # fmt: skip
+            out["seats"].append(
+                {
+                    "seat": name,
+                    "agent_ticks": int(src.sum()),
+                    "inaction_ticks": int(len(src) - src.sum()),
+                    "delay_mean_ticks": float(agent.mean()) if agent.size else None,
+                    "delay_p99_ticks": float(np.percentile(agent, 99)) if agent.size else None,
+                    "total_reward": float(tick_log[prefix + "reward"].sum()),
+                }
+            )
     return out
-

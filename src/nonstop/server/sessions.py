@@ -51,8 +51,16 @@ from nonstop.server.session import (
 from nonstop.server.ticking import TickPool, WarmEnvs, WorkQueue
 from nonstop.server.tickprocs import TickProcs
 
-__all__ = ["Lifecycle", "TRANSITIONS", "TickPool", "WorkQueue", "EnvSpec", "ServerSession", "SessionManager",
-           "SINGLE_SEAT"]
+__all__ = [
+    "Lifecycle",
+    "TRANSITIONS",
+    "TickPool",
+    "WorkQueue",
+    "EnvSpec",
+    "ServerSession",
+    "SessionManager",
+    "SINGLE_SEAT",
+]
 
 log = logging.getLogger("nonstop.server")
 
@@ -157,9 +165,15 @@ class SessionManager:
         self.refused_capacity = 0
         self.procs: TickProcs | None = None
         if tick_procs:
-            self.procs = TickProcs(tick_procs, list(self.specs), warm=warm_envs, sched=tick_sched,
-                                   on_note=self._on_note, on_exit=self._on_proc_exit,
-                                   on_records=self._on_records)  # fmt: skip
+            self.procs = TickProcs(
+                tick_procs,
+                list(self.specs),
+                warm=warm_envs,
+                sched=tick_sched,
+                on_note=self._on_note,
+                on_exit=self._on_proc_exit,
+                on_records=self._on_records,
+            )
             if not self.procs.wait_ready():  # a crowd arriving at once must not wait on imports
                 log.warning("tick workers still silent after startup; sessions may start slowly")
             warm_envs = 0  # the workers keep the spares
@@ -207,7 +221,9 @@ class SessionManager:
             shutil.rmtree(directory, ignore_errors=True)
             recovered += 1
         if recovered:
-            log.info("recovered %d replays of sessions a dead server left in %s", recovered, self.replay_dir / "ticklogs")
+            log.info(
+                "recovered %d replays of sessions a dead server left in %s", recovered, self.replay_dir / "ticklogs"
+            )
         return recovered
 
     def ticklog_dir(self, sid: str) -> Path | None:
@@ -397,8 +413,10 @@ class SessionManager:
             total = sum(f[2] for f in found)
             deleted = 0
             for _, _, size, path in found[:-1]:  # the newest always stays
-                if not ((self.replay_keep and len(found) - deleted > self.replay_keep)
-                        or (self.replay_max_bytes and total > self.replay_max_bytes)):  # fmt: skip
+                if not (
+                    (self.replay_keep and len(found) - deleted > self.replay_keep)
+                    or (self.replay_max_bytes and total > self.replay_max_bytes)
+                ):
                     break
                 try:
                     path.unlink()

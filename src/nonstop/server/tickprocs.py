@@ -222,7 +222,9 @@ class SessionRecord:
             if "actions" in delta:
                 if self.columns is None:
                     where = None if self.directory is None else Path(self.directory) / "replay"
-                    self.columns = ReplayColumns(int(delta["action_width"]), directory=where, chunk_rows=self.chunk_rows)
+                    self.columns = ReplayColumns(
+                        int(delta["action_width"]), directory=where, chunk_rows=self.chunk_rows
+                    )
                 self.columns.extend(delta)
 
     def finish(self, meta: dict[str, Any]) -> TickLog:
@@ -328,8 +330,13 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
     jobs: dict[str, _WorkerJob] = {}
     spares = WarmEnvs(warm, env_ids, idle=lambda: not jobs)
 
-    def start(sid: str, cfg: dict, slot: LatestSlot | list[LatestSlot], queue: ActionQueue | list[ActionQueue],
-              board: TickBoard) -> dict:  # fmt: skip
+    def start(
+        sid: str,
+        cfg: dict,
+        slot: LatestSlot | list[LatestSlot],
+        queue: ActionQueue | list[ActionQueue],
+        board: TickBoard,
+    ) -> dict:
         """Build the env and host of session ``sid`` (a several-seat world: ``cfg["seats"]``, one
         slot, queue and β per seat) and put it on the lane."""
         env: Any = None  # a gymnasium.Env, or a seat world (PettingZoo's parallel API)
@@ -347,9 +354,18 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
                 default: Any = make_default(cfg["default"], noop_action=cfg["noop_action"])
             else:
                 default = [make_default(cfg["default"], noop_action=noop) for noop in cfg["seat_noops"]]
-            host = Host(env, slot, queue, tau_m=cfg["tau_m"], default=default, seed=None if warmed else seed,
-                        max_ticks=cfg["max_ticks"], meta=cfg["meta"], seats=seats,
-                        log_chunk_rows=cfg.get("log_chunk_rows", CHUNK_ROWS))  # fmt: skip
+            host = Host(
+                env,
+                slot,
+                queue,
+                tau_m=cfg["tau_m"],
+                default=default,
+                seed=None if warmed else seed,
+                max_ticks=cfg["max_ticks"],
+                meta=cfg["meta"],
+                seats=seats,
+                log_chunk_rows=cfg.get("log_chunk_rows", CHUNK_ROWS),
+            )
             process = host.run(PhasedClock(cfg["origin"], cfg["tau_m"], cfg["phase"]))
             job = _WorkerJob(sid, host, process, board, WallClock(origin=cfg["origin"], spin=0.0), note)
             job.env, job.recorder = env, env if cfg["record"] else None
@@ -431,15 +447,27 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
 class TickProc:
     """The server's handle on one worker: commands with replies, notes dispatched to callbacks."""
 
-    def __init__(self, index: int, env_ids: list[str], warm: int, sched: str, on_note: Callable[[tuple], None],
-                 on_exit: Callable[["TickProc"], None], on_records: Callable[[dict], None]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        index: int,
+        env_ids: list[str],
+        warm: int,
+        sched: str,
+        on_note: Callable[[tuple], None],
+        on_exit: Callable[["TickProc"], None],
+        on_records: Callable[[dict], None],
+    ) -> None:
 
         self.args = (index, env_ids, warm, sched, on_note, on_exit, on_records)  # a replacement's
 
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe(duplex=True)
-        self.process = ctx.Process(target=_worker_main, args=(child, index, env_ids, warm, sched),
-                                   name=f"nonstop-tick-proc-{index}", daemon=True)  # fmt: skip
+        self.process = ctx.Process(
+            target=_worker_main,
+            args=(child, index, env_ids, warm, sched),
+            name=f"nonstop-tick-proc-{index}",
+            daemon=True,
+        )
         self.process.start()
         child.close()
         self.index = index
@@ -533,9 +561,17 @@ class TickProcs:
     gets each worker's periodic ``{sid: record delta}`` (see `SessionRecord`).
     """
 
-    def __init__(self, n: int, env_ids: list[str], *, warm: int = 0, sched: str = "auto",
-                 on_note: Callable[[tuple], None], on_exit: Callable[[TickProc], None],
-                 on_records: Callable[[dict], None] = lambda deltas: None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        n: int,
+        env_ids: list[str],
+        *,
+        warm: int = 0,
+        sched: str = "auto",
+        on_note: Callable[[tuple], None],
+        on_exit: Callable[[TickProc], None],
+        on_records: Callable[[dict], None] = lambda deltas: None,
+    ) -> None:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"tick processes must be a positive integer, got {n!r}")
         share = [warm // n + (1 if i < warm % n else 0) for i in range(n)]
@@ -579,8 +615,9 @@ class TickProcs:
             now = _CLOCK.now()
             self._replaced_at = [t for t in self._replaced_at if now - t < 60.0]
             if len(self._replaced_at) >= MAX_REPLACEMENTS:
-                log.error("tick worker %d not replaced: %d workers died within a minute", dead.index,
-                          len(self._replaced_at))  # fmt: skip
+                log.error(
+                    "tick worker %d not replaced: %d workers died within a minute", dead.index, len(self._replaced_at)
+                )
                 return None
             self._replaced_at.append(now)
             fresh = TickProc(*dead.args)

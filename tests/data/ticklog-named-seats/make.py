@@ -22,10 +22,17 @@ TICK = 1 / 60
 
 
 def describe(log: TickLog) -> dict:
-    out = {"rows": len(log), "seats": log.seats, "seat_names": log.seat_names,
-           "columns": {name: values.tolist() for name, values in log.columns().items()
-                       if name not in ("step_s", "reset_s", "time", "lateness", "deadline")},
-           "summary": log.summary()}
+    out = {
+        "rows": len(log),
+        "seats": log.seats,
+        "seat_names": log.seat_names,
+        "columns": {
+            name: values.tolist()
+            for name, values in log.columns().items()
+            if name not in ("step_s", "reset_s", "time", "lateness", "deadline")
+        },
+        "summary": log.summary(),
+    }
     out["seat_summaries"] = {name: log.seat(name).summary() for name in log.seat_names}
     return out
 
@@ -35,8 +42,15 @@ def main() -> None:
         path = HERE / name
         shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
     kwargs = {"rounds": 2, "min_wait": 4, "max_wait": 6, "timeout": 5, "holster": 0}
-    with Session("multi/duel", clock="virtual", seed=3, env_kwargs=kwargs, default={"first_0": "repeat"},
-                 log_dir=HERE / "duel", log_chunk_rows=16) as duel:
+    with Session(
+        "multi/duel",
+        clock="virtual",
+        seed=3,
+        env_kwargs=kwargs,
+        default={"first_0": "repeat"},
+        log_dir=HERE / "duel",
+        log_chunk_rows=16,
+    ) as duel:
         for t in range(50):
             if t % 7 == 3:
                 duel.queues[1].submit(1, obs_tick=duel.slots[1].read().tick, episode=duel.slots[1].read().episode)
@@ -49,8 +63,11 @@ def main() -> None:
             if t % 3 == 0:
                 solo.queue.submit(1, obs_tick=solo.slot.read().tick, episode=solo.slot.read().episode)
             solo.run_for(TICK)
-    expected = {"duel": describe(TickLog.open(HERE / "duel")), "duel.npz": describe(TickLog.load(HERE / "duel.npz")),
-                "solo": describe(TickLog.open(HERE / "solo"))}
+    expected = {
+        "duel": describe(TickLog.open(HERE / "duel")),
+        "duel.npz": describe(TickLog.load(HERE / "duel.npz")),
+        "solo": describe(TickLog.open(HERE / "solo")),
+    }
     (HERE / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
 
 

@@ -30,7 +30,9 @@ class Target1D(gymnasium.Env[np.ndarray, int]):
     def _obs(self) -> np.ndarray:
         return np.array([self._x, self._target], dtype=np.float32)
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         self._x, self._target = 0.0, float(self.np_random.uniform(-0.8, 0.8))
         return self._obs(), {}
