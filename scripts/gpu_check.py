@@ -382,6 +382,11 @@ def summarize(out: str) -> dict[str, Any]:
             "device_learner_rate", None, None, THRESHOLDS["device_learner_rate"], skipped("bench_learn") or "no result"
         )
 
+    return tally(steps, checks)
+
+
+def tally(steps: Any, checks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The steps, the checks and how many passed, failed and were skipped (ray_check.py's too)."""
     return {
         "steps": steps,
         "checks": checks,
@@ -391,14 +396,12 @@ def summarize(out: str) -> dict[str, Any]:
     }
 
 
-def write_summary(out: str) -> int:
-    result = summarize(out)
-    lines = ["== steps (name, status, seconds, limit)"]
-    lines += [f"   {name}  {st['status']}  {st['seconds']}s  {st['limit']}" for name, st in result["steps"].items()]
-    lines.append("== checks (verdict, check, figure, threshold)")
+def write_report(out: str, result: dict[str, Any], steps_lines: list[str]) -> int:
+    """Print the summary and write OUT/summary.txt and summary.json (ray_check.py's too)."""
+    lines = steps_lines + ["== checks (verdict, check, figure, threshold)"]
     for c in result["checks"]:
         value = json.dumps(c["value"], default=str)
-        lines.append(f"   {c['verdict']:<6} {c['check']}: {value[:300]}  [threshold: {c['threshold']}]")
+        lines.append(f"   {c['verdict']:<6} {c['check']}: {value[:400]}  [threshold: {c['threshold']}]")
     lines.append(f"== {result['passed']} passed, {result['failed']} failed, {result['skipped']} skipped")
     text = "\n".join(lines)
     print(text)
@@ -407,6 +410,13 @@ def write_summary(out: str) -> int:
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(result, f, indent=1, default=str)
     return 0
+
+
+def write_summary(out: str) -> int:
+    result = summarize(out)
+    steps = ["== steps (name, status, seconds, limit)"]
+    steps += [f"   {name}  {st['status']}  {st['seconds']}s  {st['limit']}" for name, st in result["steps"].items()]
+    return write_report(out, result, steps)
 
 
 if __name__ == "__main__":

@@ -8,10 +8,12 @@ OUT/summary.txt and summary.json, each check PASS, FAIL or SKIP with the reason.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any
+
+# the loader and the report are gpu_check.py's (this script runs beside it, from scripts/)
+from gpu_check import _load, tally, write_report
 
 THRESHOLDS = {
     "ray_1_actor_per_node": "bench ray: a 1.5-tick model acts at every tick on 1 actor per node (meets_target), "
@@ -20,15 +22,6 @@ THRESHOLDS = {
     "on 2 x 2 actors (meets_target)",
     "nstar_on_ray": "bench nstar --backend ray: N_I* = the formula from the world's tau_theta, +-1, at 2, 5 and 12 ticks",
 }
-
-
-def _load(out: str, name: str) -> Any:
-    try:
-        with open(os.path.join(out, name)) as f:
-            lines = f.read().strip().splitlines()
-        return json.loads(lines[-1]) if lines else None
-    except (OSError, ValueError):
-        return None
 
 
 def summarize(out: str) -> dict[str, Any]:
@@ -79,32 +72,14 @@ def summarize(out: str) -> dict[str, Any]:
         ]
         ok = bool(rows) and all(x["nstar"] is not None and abs(x["nstar"] - x["formula"]) <= 1 for x in rows)
         check("nstar_on_ray", rows, ok)
-    return {
-        "steps": steps,
-        "checks": checks,
-        "passed": sum(c["verdict"] == "PASS" for c in checks),
-        "failed": sum(c["verdict"] == "FAIL" for c in checks),
-        "skipped": sum(c["verdict"].startswith("SKIP") for c in checks),
-    }
+    return tally(steps, checks)
 
 
 def write_summary(out: str) -> int:
     result = summarize(out)
-    lines = ["== steps"] + [f"   {name}  {status}" for name, status in result["steps"].items()]
-    lines.append("== checks (verdict, check, figure, threshold)")
-    for c in result["checks"]:
-        lines.append(
-            f"   {c['verdict']:<6} {c['check']}: {json.dumps(c['value'], default=str)[:400]}  "
-            f"[threshold: {c['threshold']}]"
-        )
-    lines.append(f"== {result['passed']} passed, {result['failed']} failed, {result['skipped']} skipped")
-    text = "\n".join(lines)
-    print(text)
-    with open(os.path.join(out, "summary.txt"), "w") as f:
-        f.write(text + "\n")
-    with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump(result, f, indent=1, default=str)
-    return 0
+    return write_report(
+        out, result, ["== steps"] + [f"   {name}  {status}" for name, status in result["steps"].items()]
+    )
 
 
 if __name__ == "__main__":
