@@ -24,11 +24,11 @@ from nonstop.experiment.sweep import (
     GAMES,
     PAPER_SIZES,
     aggregate,
-    cell_state,
     declared_delays,
     plan_cells,
     t_quantile_95,
 )
+from nonstop.experiment.cellrun import cell_state
 
 pytest.importorskip("torch")
 
@@ -170,7 +170,7 @@ def test_t_quantiles_match_published_values_with_or_without_scipy(scipy_installe
 
 def test_the_t_quantile_without_scipy_is_scipys():
     stats = pytest.importorskip("scipy.stats")
-    from nonstop.experiment.sweep import _t_quantile_exact
+    from nonstop.experiment.tquantile import _t_quantile_exact
 
     for p in (0.6, 0.9, 0.975, 0.999):
         for df in (1, 2, 3, 7, 31, 59, 200, 10_000):

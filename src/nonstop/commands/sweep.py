@@ -22,12 +22,10 @@ from nonstop.experiment.sweep import (
     cell_result,
     aggregate,
     plot,
-    cell_state,
     BUDGET_HELP,
-    children_cpu_s,
-    run_cells,
     write_tables,
 )
+from nonstop.experiment.cellrun import cell_state, children_cpu_s, run_cells
 
 __all__ = ["HELP", "add_arguments", "run"]
 

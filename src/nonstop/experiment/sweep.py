@@ -60,15 +60,13 @@ import csv
 import json
 import math
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+
+from nonstop.experiment.tquantile import t_quantile_95
 
 __all__ = [
     "ARCHS",
@@ -83,14 +81,11 @@ __all__ = [
     "PAPER_SIZES",
     "aggregate",
     "cell_result",
-    "cell_state",
-    "children_cpu_s",
     "declared_delays",
     "deep_paper_ticks",
     "env_available",
     "plan_cells",
     "plot",
-    "run_cells",
     "t_quantile_95",
     "write_tables",
 ]
@@ -564,76 +559,6 @@ def env_available(game: str, game_args: Sequence[str]) -> tuple[bool, str]:
     return True, ""
 
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """The continued fraction of the regularized incomplete beta function (modified Lentz;
-    Numerical Recipes §6.4), converging fast for ``x < (a + 1) / (a + b + 2)``."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 1000):
-        for num in (
-            m * (b - m) * x / ((qam + 2 * m) * (a + 2 * m)),
-            -(a + m) * (qab + m) * x / ((a + 2 * m) * (qap + 2 * m)),
-        ):
-            d = 1.0 + num * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + num / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _incomplete_beta(a: float, b: float, x: float) -> float:
-    """I_x(a, b), the regularized incomplete beta function, for 0 <= x <= 1."""
-    if x <= 0.0 or x >= 1.0:
-        return 0.0 if x <= 0.0 else 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1) / (a + b + 2):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def _t_quantile_exact(p: float, df: float) -> float:
-    """Student's t quantile without scipy: bisection on its CDF, ``1 - I_{df/(df+t²)}(df/2, 1/2) / 2``
-    for ``t > 0`` (to 1e-12; 0.5 <= p < 1).
-
-    >>> round(_t_quantile_exact(0.975, 1), 3), round(_t_quantile_exact(0.975, 40), 3)
-    (12.706, 2.021)
-    """
-
-    def upper_tail(t: float) -> float:  # P(T > t), t > 0
-        return 0.5 * _incomplete_beta(df / 2, 0.5, df / (df + t * t))
-
-    lo, hi = 0.0, 1.0
-    while upper_tail(hi) > 1 - p:
-        lo, hi = hi, 2 * hi
-    while hi - lo > 1e-12 * hi:
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if upper_tail(mid) > 1 - p else (lo, mid)
-    return (lo + hi) / 2
-
-
-def t_quantile_95(df: int) -> float:
-    """The 97.5 % point of Student's t with ``df`` degrees of freedom (a 95 % two-sided interval):
-    ``scipy.stats.t.ppf`` where scipy is installed, else the same computed here (`_t_quantile_exact`).
-    (It replaced a table that stopped at df 30 and used the normal's 1.96 after it: 2-4 % narrow
-    bands for df 31-59.)
-
-    >>> [round(t_quantile_95(df), 3) for df in (1, 4, 30, 60, 1000)]
-    [12.706, 2.776, 2.042, 2.0, 1.962]
-    """
-    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
-        raise ValueError(f"degrees of freedom must be an integer >= 1, got {df!r}")
-    try:
-        from scipy.stats import t as student_t
-    except ImportError:
-        return _t_quantile_exact(0.975, df)
-    return float(student_t.ppf(0.975, df))
-
-
 def cell_result(cell: Cell, run_dir: Path) -> dict[str, Any] | None:
     """One finished (or partly run) cell's figures: the mean return over its first ``episodes``
     episodes (the paper's "average episodic return over the training period"), inaction and delay."""
@@ -781,69 +706,6 @@ def plot(
     return path
 
 
-def cell_state(cell: Cell, run_dir: Path) -> str:
-    """``done`` (finished its episodes), ``resume`` (has a checkpoint), ``new`` (nothing usable)."""
-    from nonstop.learning.checkpoint import list_checkpoints
-
-    result = cell_result(cell, run_dir) if run_dir.exists() else None
-    if result is not None and result["complete"]:
-        return "done"
-    if run_dir.exists() and (run_dir / "config.json").exists() and list_checkpoints(run_dir):
-        return "resume"
-    return "new"
-
-
-class _Running:
-    def __init__(self, cell: Cell, run_dir: Path, process: subprocess.Popen[bytes], log_path: Path) -> None:
-        self.cell, self.run_dir, self.process, self.log_path = cell, run_dir, process, log_path
-        self.started = time.monotonic()
-
-    def episodes_so_far(self) -> int:
-        try:
-            with (self.run_dir / "episodes.csv").open() as f:
-                return max(0, sum(1 for _ in f) - 1)
-        except OSError:
-            return 0
-
-
-def _start(cell: Cell, out: Path) -> _Running:
-    from nonstop.realtime.lifeline import popen_lifeline
-
-    run_dir = out / "cells" / cell.name
-    state = cell_state(cell, run_dir)
-    if state == "new" and run_dir.exists():
-        shutil.rmtree(run_dir)  # a cell that died before its first checkpoint: nothing in it to keep
-    # each cell is `nonstop train` in a process of its own: isolation is the point (cells run `jobs` at a time on
-    # their own cores, one SIGTERM makes one checkpoint and stop, a cell resumes or fails alone, its output is its log)
-    argv = [*cell.argv(run_dir), *(["--resume"] if state == "resume" and cell.delay_start != "zeros" else [])]
-    log_path = out / "logs" / f"{cell.name}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as log:
-        log.write(f"$ {' '.join(argv[1:])}\n".encode())
-        log.flush()
-        # the cell dies with the sweep (SIGTERM: it checkpoints and stops as on `kill`); in its own process
-        # group, so a terminal's Ctrl-C reaches the sweep alone, which stops each cell with one SIGTERM
-        # (a second signal would make a cell skip its final checkpoint)
-        process = subprocess.Popen(
-            argv,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=popen_lifeline(signal.SIGTERM),
-            start_new_session=True,
-        )
-    return _Running(cell, run_dir, process, log_path)
-
-
-def _last_line(path: Path) -> str:
-    try:
-        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return ""
-    errors = [line for line in lines if line.startswith("nonstop: error:")]
-    return (errors or lines or [""])[-1].strip()
-
-
 BUDGET_HELP: Final = """budgets (--games, --sizes, --seeds, --episodes override them):
   tiny    the delay world, k = 1 and 29, 1 seed, 2 episodes: a smoke test (~20 s)
   small   the delay world at k = 1, 7, 29, 98 x 3 seeds x 6 episodes, and Boxing x 1 seed x 1 episode
@@ -853,76 +715,6 @@ BUDGET_HELP: Final = """budgets (--games, --sizes, --seeds, --episodes override 
           2,000 episodes: a cluster's work
 the paper's settings, each a flag: --seeds (3), --gb-actions (6), --atari-learn-every (4 transitions),
 --arch impala,2xdeep (Figure 6's 2xDeep curve)"""
-
-
-def children_cpu_s() -> float:
-    """User + system CPU seconds of this process's reaped children so far."""
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def run_cells(todo: list[Cell], out: Path, jobs: int, console: Any) -> list[tuple[str, str]]:
-    """Run the cells, ``jobs`` at a time, with a live view; returns (cell, why) for each that failed.
-    Ctrl-C/SIGTERM: every running cell gets one SIGTERM (it writes its final checkpoint) and is reaped."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from nonstop.realtime.lifeline import reap
-
-    pending, running, failed = list(todo), list[_Running](), list[tuple[str, str]]()
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    ) as view:
-        overall = view.add_task("cells", total=len(todo))
-        tasks: dict[str, Any] = {}
-        try:
-            while pending or running:
-                while pending and len(running) < jobs:
-                    cell = pending.pop(0)
-                    running.append(_start(cell, out))
-                    tasks[cell.name] = view.add_task(f"  {cell.name}", total=cell.episodes)
-                for r in list(running):
-                    view.update(tasks[r.cell.name], completed=min(r.episodes_so_far(), r.cell.episodes))
-                    code = r.process.poll()
-                    if code is None:
-                        continue
-                    running.remove(r)
-                    view.remove_task(tasks.pop(r.cell.name))
-                    view.advance(overall)
-                    result = cell_result(r.cell, r.run_dir)
-                    if code != 0 or result is None or not result["complete"]:
-                        why = (
-                            _last_line(r.log_path)
-                            if code != 0
-                            else f"ended with {result['episodes'] if result else 0} of {r.cell.episodes} episodes"
-                        )
-                        failed.append((r.cell.name, f"exit {code}: {why}" if code != 0 else why))
-                    else:
-                        ret = result["mean_return"]
-                        console.print(
-                            f"  done {r.cell.name}: mean return {ret:.2f} over {result['episodes']} episodes, "
-                            f"inaction {result['inaction_fraction'] or 0:.1%}, "
-                            f"{(time.monotonic() - r.started) / 60:.1f} min",
-                            markup=False,
-                        )
-                time.sleep(0.25)
-        except BaseException:
-            for r in running:  # their final checkpoints, then nothing left running (SIGTERM: SIGINT may be ignored
-                try:  # by a sweep started in the background, and its cells inherit that)
-                    r.process.send_signal(signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-            for r in running:
-                reap(r.process, timeout=60.0)
-            console.print(f"stopped: {len(running)} running cells checkpointed; run the same command again to resume")
-            raise
-    return failed
 
 
 def write_tables(out: Path, rows: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> None:
