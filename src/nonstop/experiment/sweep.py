@@ -38,7 +38,15 @@ medium    the delay world (5 seeds, 40 episodes), Boxing, Krull,               ~
           NameThisGame (3 seeds, 20 episodes)
 paper     Boxing, Krull, NameThisGame, Tetris and Pokémon where their ROMs     far beyond 2 cores:
           are found; 3 seeds (0, 1, 2), 2,000 episodes (the paper's)           for a cluster
+learned   with ``--schedulers``: the learned-policy table, the delay world    ~1 h
+          (5 seeds, 10 episodes) and Boxing (5 seeds, 1 episode, a k = 0.25
+          network), τ_θ of k = 1's mean (5 ticks)
 ========  ==================================================================  =====================
+
+``--schedulers fill,exp_time,quantile_hold@0.9 --workers bound,2x --latency-sigma 0.5`` turns each
+staggered cell into one per scheduler and per N_I (`Cell.scheduler`, `Cell.workers`) with τ_θ lognormal
+of the declared mean, as remote workers see it: which scheduler a learning agent should act with, each
+(scheduler, N_I) its own row of return with its 95 % interval over seeds.
 
 The *delay world* is ``theory/delay-cycle`` (8 states; reward 1 when the action names the current
 state, which stays put w.p. 0.97 per tick; 1,200-tick episodes, longer than the 1B model's 599-tick delay): the world of the paper's Theorem 1
@@ -57,6 +65,7 @@ checkpoints and leaves nothing running.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -201,6 +210,8 @@ class Budget:
     note: str = ""
     #: the Atari replay at 50k transitions, more than any cell of the budget stores (so a cell's checkpoint can hold it)
     small_replay: bool = False
+    #: per game, more `nonstop train` flags this budget's cells take (after the game's own)
+    train_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 BUDGETS: Final[dict[str, Budget]] = {
@@ -224,7 +235,24 @@ BUDGETS: Final[dict[str, Budget]] = {
         },
         note="the paper's 2,000 episodes per cell; Game Boy games where their ROMs are found",
     ),
+    # the learned-policy table (`--schedulers`): DQN learning as it acts, per scheduler and N_I, 5 seeds
+    "learned": Budget(
+        {"delay-world": (10, 5), "Boxing": (1, 5)},
+        sizes=(1,),
+        note="Boxing learns a small network (ImpalaCNN at k = 0.25) at lr 1e-4 with ε annealed over the first "
+        "half of its one episode: one episode of DQN, far from the paper's 2,000",
+        small_replay=True,
+        train_args={
+            "Boxing": (
+                *("--k", "0.25", "--lr", "1e-4", "--epsilon-ticks", "3500", "--epsilon-end", "0.05"),
+                *("--learning-starts", "1000", "--target-update", "500", "--replay-capacity", "20000"),
+            )
+        },
+    ),
 }
+
+#: the schedulers a ``--schedulers`` cell may act with (``quantile_hold@Q``: at hold quantile Q)
+CELL_SCHEDULERS: Final = ("max_time", "exp_time", "quantile_hold", "fill", "auto")
 
 
 @dataclass(frozen=True)
@@ -245,12 +273,31 @@ class Cell:
     #: flight dropped as stale) or ``zeros`` (the authors' simulation, `nonstop.experiment.delaysim`: the
     #: policy on zero frames; staggered cells only, the others have no such start)
     delay_start: str = "beta"
+    #: a staggered cell's scheduler (``--schedulers``; ``quantile_hold@0.9``), empty: the interaction's own
+    scheduler: str = ""
+    #: N_I of a ``scheduler`` cell (None: ⌈τ̄_θ/τ_M⌉)
+    workers: int | None = None
+    #: τ_θ lognormal with the declared mean and this σ (0: constant, the paper's cells)
+    sigma: float = 0.0
 
     @property
     def name(self) -> str:
         arch = "" if self.arch == "impala" else f"-{self.arch}"
         zeros = "-zeros" if self.delay_start == "zeros" else ""
-        return f"{self.game}{arch}-k{fmt_k(self.k)}-{self.delay}-{self.interaction}{zeros}-s{self.seed}"
+        how = f"{self.scheduler}-n{self.workers}" if self.scheduler else self.interaction
+        sd = f"-sd{self.sigma:g}" if self.sigma else ""
+        return f"{self.game}{arch}-k{fmt_k(self.k)}-{self.delay}{sd}-{how}{zeros}-s{self.seed}"
+
+    def latency(self) -> str:
+        """The cell's ``--latency``: its declared delay, or a lognormal τ_θ of that mean and ``sigma``.
+
+        >>> Cell("delay-world", 1, "5t", "staggered", 0, 1, sigma=0.5).latency()
+        'lognormal:4.4125t,0.5'
+        """
+        if not self.sigma:
+            return self.delay
+        mean = delay_ticks(self.delay, game_boy=GAMES[self.game].game_boy)
+        return f"lognormal:{mean / math.exp(self.sigma**2 / 2):.5g}t,{self.sigma:g}"  # median = mean·e^(−σ²/2)
 
     def argv(self, out: Path) -> list[str]:
         """The command that runs this cell into ``out``: ``nonstop train``, or the authors' delay
@@ -281,7 +328,11 @@ class Cell:
     def train_argv(self, out: Path) -> list[str]:
         game = GAMES[self.game]
         how: list[str]
-        if self.interaction in ("staggered", "parallel_learning"):
+        if self.scheduler:
+            name, _, quantile = self.scheduler.partition("@")
+            how = ["--scheduler", name, *(["--scheduler-arg", f"quantile={quantile}"] if quantile else [])]
+            how += ["--n-inference", str(self.workers)] if self.workers else []
+        elif self.interaction in ("staggered", "parallel_learning"):
             how = ["--scheduler", "max_time"]  # Algorithm 1 at N_I* = ⌈τ_θ/τ_M⌉ (nonstop train's default N_I)
         elif self.interaction == "sequential":
             how = ["--scheduler", "sequential"]  # one inference process; β on the ticks between its actions
@@ -303,7 +354,7 @@ class Cell:
             *game.train_args,
             *self.extra,
             "--latency",
-            self.delay,
+            self.latency(),
             *how,
             "--seed",
             str(self.seed),
@@ -342,13 +393,18 @@ def plan_cells(
     gb_actions: int = 6,
     atari_learn_every: int | None = None,
     delay_start: str = "beta",
+    schedulers: Sequence[str] = (),
+    workers: Sequence[str] = ("bound",),
+    sigma: float = 0.0,
 ) -> tuple[list[Cell], list[str]]:
     """The cells a sweep runs and notes on what it left out (a Game Boy game without its ROM).
     ``delay_start``: how staggered cells start each episode (`Cell.delay_start`).
 
     ``archs`` adds 2xDeep cells at ``deep_sizes`` (default: the appendix's 1M-1B widths);
     ``gb_actions`` 6 gives the Game Boy agent the paper's six buttons (noop is β's), 7 adds noop;
-    ``atari_learn_every`` overrides the Atari games' update per 4 transitions.
+    ``atari_learn_every`` overrides the Atari games' update per 4 transitions. ``schedulers`` (e.g.
+    ``fill``, ``quantile_hold@0.9``) make each staggered cell one per scheduler and per N_I in ``workers``
+    (``bound``: ⌈τ̄_θ/τ_M⌉, ``2x``: twice it, or a number); ``sigma`` > 0 makes τ_θ lognormal (`Cell.latency`).
 
     >>> cells, notes = plan_cells(BUDGETS["tiny"], games=None, sizes=None, seeds=None, episodes=None,
     ...                           interactions=("staggered", "sequential"), latency_source="paper", latency_overrides={})
@@ -380,6 +436,15 @@ def plan_cells(
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     if episodes is not None and episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {episodes}")
+    for name in schedulers:
+        base, at, q = name.partition("@")
+        if base not in CELL_SCHEDULERS or (at and (base != "quantile_hold" or not _is_fraction(q))):
+            raise ValueError(
+                f"--schedulers takes {', '.join(CELL_SCHEDULERS)} (quantile_hold@Q with 0 < Q < 1), got {name!r}"
+            )
+    multiples = [_workers_multiple(w) for w in workers]
+    if not (sigma >= 0 and math.isfinite(sigma)):
+        raise ValueError(f"--latency-sigma must be a finite number >= 0, got {sigma!r}")
     available = available if available is not None else env_available
     game_args = game_args or {}
     for g in game_args:
@@ -398,8 +463,10 @@ def plan_cells(
         # a game the budget does not name (asked for with --games) gets the budget's first game's length
         default_episodes, default_seeds = budget.games.get(g, next(iter(budget.games.values())))
         n_episodes = episodes or default_episodes
-        extra = (game.small_args if small_replay else ()) + tuple(
-            a for kv in game_args.get(g, []) for a in ("--env-arg", kv)
+        extra = (
+            (game.small_args if small_replay else ())
+            + budget.train_args.get(g, ())
+            + tuple(a for kv in game_args.get(g, []) for a in ("--env-arg", kv))
         )
         if game.game_boy and gb_actions == 6 and not any(kv.startswith("action_set=") for kv in game_args.get(g, [])):
             extra += ("--env-arg", "action_set=paper")  # Appendix A: "six discrete actions"
@@ -421,8 +488,42 @@ def plan_cells(
                 for seed in range(seeds or default_seeds):
                     for interaction in interactions:
                         start = delay_start if interaction == "staggered" else "beta"
-                        cells.append(Cell(g, k, delay, interaction, seed, n_episodes, extra, arch, learn_every, start))
+                        cell = Cell(g, k, delay, interaction, seed, n_episodes, extra, arch, learn_every, start)
+                        if interaction != "staggered" or not schedulers:
+                            cells.append(dataclasses.replace(cell, sigma=sigma))
+                            continue
+                        bound = math.ceil(delay_ticks(delay, game_boy=game.game_boy) - 1e-9)
+                        cells += [
+                            dataclasses.replace(cell, scheduler=s, workers=w(bound), sigma=sigma)
+                            for w in multiples
+                            for s in schedulers
+                        ]
     return cells, notes
+
+
+def _is_fraction(text: str) -> bool:
+    try:
+        return 0 < float(text) < 1
+    except ValueError:
+        return False
+
+
+def _workers_multiple(token: str) -> Any:
+    """``bound`` → N_I = the bound, ``2x`` → twice it, ``7`` → 7 (a function of the bound).
+
+    >>> [_workers_multiple(t)(5) for t in ("bound", "2x", "1.5x", "7")]
+    [5, 10, 8, 7]
+    """
+    try:
+        if token == "bound":
+            return lambda bound: bound
+        if token.endswith("x") and float(token[:-1]) > 0:
+            return lambda bound: max(1, math.ceil(float(token[:-1]) * bound - 1e-9))
+        if int(token) >= 1:
+            return lambda bound: int(token)
+    except ValueError:
+        pass
+    raise ValueError(f"--workers takes bound, a multiple of it (2x) or a number of workers, got {token!r}")
 
 
 def env_available(game: str, game_args: Sequence[str]) -> tuple[bool, str]:
@@ -468,6 +569,9 @@ def cell_result(cell: Cell, run_dir: Path) -> dict[str, Any] | None:
         "params": _params(cell.k, cell.arch),
         "delay": cell.delay,
         "interaction": cell.interaction,
+        "scheduler": cell.scheduler or None,
+        "workers": cell.workers,
+        "sigma": cell.sigma,
         "seed": cell.seed,
         "episodes": len(returns),
         "episodes_target": cell.episodes,
@@ -497,12 +601,14 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     >>> agg["mean_return"], round(agg["ci95"], 3), agg["seeds"]
     (2.0, 12.706, 2)
     """
-    groups: dict[tuple[str, str, float, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, float, str, str, int], list[dict[str, Any]]] = {}
     for row in rows:
-        groups.setdefault((row["game"], row.get("arch", "impala"), row["k"], row["interaction"]), []).append(row)
+        key = (row["game"], row.get("arch", "impala"), row["k"], row["interaction"])
+        groups.setdefault((*key, row.get("scheduler") or "", row.get("workers") or 0), []).append(row)
     out = []
-    for (game, arch, k, interaction), members in sorted(
-        groups.items(), key=lambda kv: (kv[0][0], ARCHS.index(kv[0][1]), kv[0][2], INTERACTIONS.index(kv[0][3]))
+    for (game, arch, k, interaction, scheduler, workers), members in sorted(
+        groups.items(),
+        key=lambda kv: (kv[0][0], ARCHS.index(kv[0][1]), kv[0][2], INTERACTIONS.index(kv[0][3]), kv[0][5], kv[0][4]),
     ):
         done = [m for m in members if m.get("mean_return") is not None]
         values = [float(m["mean_return"]) for m in done]
@@ -525,6 +631,9 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "params": members[0]["params"],
                 "delay": members[0]["delay"],
                 "interaction": interaction,
+                "scheduler": scheduler or None,
+                "workers": workers or None,
+                "sigma": members[0].get("sigma") or 0.0,
                 "mean_return": mean,
                 "ci95": ci,
                 "seeds": n,
@@ -599,6 +708,8 @@ BUDGET_HELP: Final = """budgets (--games, --sizes, --seeds, --episodes override 
   medium  the delay world (5 seeds, 40 episodes); Boxing, Krull, NameThisGame (3 seeds, 20 episodes): days
   paper   Boxing, Krull, NameThisGame, Tetris and Pokemon where found; 3 seeds (the paper's 0, 1, 2),
           2,000 episodes: a cluster's work
+  learned the learned-policy table (with --schedulers): the delay world x 5 seeds x 10 episodes and
+          Boxing x 5 seeds x 1 episode (a k = 0.25 network), at k = 1's 5 ticks
 the paper's settings, each a flag: --seeds (3), --gb-actions (6), --atari-learn-every (4 transitions),
 --arch impala,2xdeep (Figure 6's 2xDeep curve)"""
 
