@@ -39,7 +39,7 @@ medium    the delay world (5 seeds, 40 episodes), Boxing, Krull,               ~
 paper     Boxing, Krull, NameThisGame, Tetris and Pokémon where their ROMs     far beyond 2 cores:
           are found; 3 seeds (0, 1, 2), 2,000 episodes (the paper's)           for a cluster
 learned   with ``--schedulers``: the learned-policy table, the delay world    ~1 h
-          (5 seeds, 10 episodes) and Boxing (5 seeds, 1 episode, a k = 0.25
+          (5 seeds, 5 episodes) and Boxing (5 seeds, 1 episode, a k = 0.25
           network), τ_θ of k = 1's mean (5 ticks)
 ========  ==================================================================  =====================
 
@@ -237,7 +237,7 @@ BUDGETS: Final[dict[str, Budget]] = {
     ),
     # the learned-policy table (`--schedulers`): DQN learning as it acts, per scheduler and N_I, 5 seeds
     "learned": Budget(
-        {"delay-world": (10, 5), "Boxing": (1, 5)},
+        {"delay-world": (5, 5), "Boxing": (1, 5)},
         sizes=(1,),
         note="Boxing learns a small network (ImpalaCNN at k = 0.25) at lr 1e-4 with ε annealed over the first "
         "half of its one episode: one episode of DQN, far from the paper's 2,000",
@@ -708,7 +708,7 @@ BUDGET_HELP: Final = """budgets (--games, --sizes, --seeds, --episodes override 
   medium  the delay world (5 seeds, 40 episodes); Boxing, Krull, NameThisGame (3 seeds, 20 episodes): days
   paper   Boxing, Krull, NameThisGame, Tetris and Pokemon where found; 3 seeds (the paper's 0, 1, 2),
           2,000 episodes: a cluster's work
-  learned the learned-policy table (with --schedulers): the delay world x 5 seeds x 10 episodes and
+  learned the learned-policy table (with --schedulers): the delay world x 5 seeds x 5 episodes and
           Boxing x 5 seeds x 1 episode (a k = 0.25 network), at k = 1's 5 ticks
 the paper's settings, each a flag: --seeds (3), --gb-actions (6), --atari-learn-every (4 transitions),
 --arch impala,2xdeep (Figure 6's 2xDeep curve)"""
