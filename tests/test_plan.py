@@ -73,11 +73,11 @@ def test_cli_paper_1b_model_at_60hz_with_declared_times(capsys):
     # the paper's k=98 (1B) model, times declared for other hardware: 700 ms forward, 5 s per update of 16
     assert main(["plan", "--k", "98", "--forward-ms", "700", "--update-ms", "5000", "--hz", "60", "--json"]) == 0
     p = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert p["n_params"] == 1_026_558_802
+    assert p["n_params"] == 1_008_098_898
     assert p["n_inference_star"] == 42  # ⌈0.7 · 60⌉
     assert p["n_learners_star"] == 19  # ⌈(5/16) · 60⌉ = ⌈18.75⌉
     assert p["times"] == "declared"
-    theta = 4 * 1_026_558_802
+    theta = 4 * 1_008_098_898
     assert p["memory_bytes"]["theta"] == theta
     assert p["memory_bytes"]["inference_separate_copies"] - p["memory_bytes"]["inference_shared_weights"] == 41 * theta
 
@@ -195,7 +195,7 @@ def test_plan_of_the_1b_model_answers_in_seconds_and_little_memory():
     assert peak < 1.5 * 2**30, f"peak RSS {peak / 2**30:.2f} GiB"
     assert "timing the ResNet at k=7, to extrapolate to k=98" in out.stderr  # the progress line comes first
     p = json.loads(out.stdout.strip().splitlines()[-1])
-    assert p["n_params"] == 1_026_558_802 and p["flops_forward"] == 944_800_090_112
+    assert p["n_params"] == 1_008_098_898 and p["flops_forward"] == 720_822_325_504
     assert p["times"].startswith("extrapolated by FLOPs to k=98, batch 16 from k=7")
     assert p["sample"]["k"] == SAMPLE_K and p["sample"]["extrapolated"] is True
     # a k=98 forward pass costs ~195x k=7's FLOPs: whatever this machine's speed, it is over 10 ticks

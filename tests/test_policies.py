@@ -40,8 +40,8 @@ from nonstop.policies import (
     parse_latency,
 )
 
-# The paper's sizes are order-of-magnitude labels (1M, 10M, 100M, 1B); both our default
-# construction (1.09, 1.17, 1.10, 1.03 x) and the authors' released code (0.91, 1.04, 1.05,
+# The paper's sizes are order-of-magnitude labels (1M, 10M, 100M, 1B); both the padded
+# construction (1.09, 1.17, 1.10, 1.03 x) and the authors' released code, our default (0.91, 1.04, 1.05,
 # 1.01 x) land within this factor of them.
 PARAM_TOLERANCE = 0.20
 
@@ -386,3 +386,26 @@ def test_wrapping_a_seeded_policy_in_a_latency_policy_keeps_its_draws():
         return [p.act(None).action for _ in range(20)]
 
     assert draws() == draws()
+
+
+@pytest.mark.parametrize("arch", ["impala", "impala_padded", "2xdeep"])
+def test_the_memory_check_counts_the_network_the_run_builds(arch, monkeypatch):
+    """A DQN run's check (what seating asks before any worker builds its net) sizes the network
+    `build_q_network` builds: the authors' ``impala`` by default, not the padded one."""
+    import dataclasses
+
+    import nonstop.policies.models as models
+    from gymnasium import spaces
+
+    from nonstop.learning.dqn import DQNConfig, build_q_network
+
+    seen: dict = {}
+    monkeypatch.setattr(models, "ensure_fits", lambda k, device, **kw: seen.update(kw, k=k) or 0)
+    cfg = dataclasses.replace(DQNConfig(), arch=arch, k=0.5)
+    algo = cfg.algorithm((4, 84, 84), spaces.Discrete(6))
+    algo.check_fits("cpu")
+    built = build_q_network((4, 84, 84), 6, cfg)
+    k = seen.pop("k")
+    assert k == 0.5 and models.count_parameters(k, **seen) == models.module_parameters(built)
+    assert models.ImpalaResNet(1, 18).fc.out_features == 512  # the constructor's default is the authors' net
+    assert models.module_parameters(models.ImpalaResNet(1, 18)) == 909_874

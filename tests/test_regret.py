@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nonstop.bench import regret as bench
+from nonstop.bench import regretlearn
 from nonstop.metrics.regret import (
     ObservedStatePolicy,
     RegretEstimate,
@@ -253,7 +254,7 @@ def test_bench_quick_returns_the_documented_keys(tmp_path):
     # Equation 2: every learner setting learns from the predicted share and follows Δ_pace(f·T)/f
     eq2 = result["eq2"]
     assert "real_env" not in eq2  # CartPole's DQN runs only in a full run
-    assert [(r["n_learners"], r["tau_l_ticks"]) for r in eq2["rows"]] == list(bench.EQ2_SETTINGS)
+    assert [(r["n_learners"], r["tau_l_ticks"]) for r in eq2["rows"]] == list(regretlearn.EQ2_SETTINGS)
     for row in eq2["rows"]:
         assert set(bench.EQ2_ROW_KEYS) <= set(row)
         assert row["inaction_fraction"] == 0.0 and row["delay_mean_ticks"] == 1.0  # all regret is learning
@@ -366,7 +367,7 @@ def test_eq2_bad_inputs_raise_clear_errors(call, error, match):
 
 
 def test_bandit_learner_is_ucb1():
-    lr = bench.BanditLearner(3)
+    lr = regretlearn.BanditLearner(3)
     for arm, reward in ((0, 1.0), (1, 0.0), (2, 0.0)):
         assert lr.choose() == arm  # every arm once, lowest first
         lr.learn(arm, reward)
@@ -382,11 +383,11 @@ def test_learners_that_fall_behind_skip_transitions_and_pay_the_rescaled_regret(
     never learned from); the behind learner pays about Δ_pace(T/4)·4, well above Δ_pace(T)."""
     steps, seeds = 3000, 6
     pace = [
-        bench.measure_learning(arms=4, epsilon=0.1, n_learners=1, tau_l_ticks=1.0, steps=steps, seed=s)
+        regretlearn.measure_learning(arms=4, epsilon=0.1, n_learners=1, tau_l_ticks=1.0, steps=steps, seed=s)
         for s in range(seeds)
     ]
     behind = [
-        bench.measure_learning(arms=4, epsilon=0.1, n_learners=1, tau_l_ticks=4.0, steps=steps, seed=s)
+        regretlearn.measure_learning(arms=4, epsilon=0.1, n_learners=1, tau_l_ticks=4.0, steps=steps, seed=s)
         for s in range(seeds)
     ]
     for out in pace:

@@ -24,11 +24,11 @@ from nonstop.experiment.sweep import (
     GAMES,
     PAPER_SIZES,
     aggregate,
-    cell_state,
     declared_delays,
     plan_cells,
     t_quantile_95,
 )
+from nonstop.experiment.cellrun import cell_state
 
 pytest.importorskip("torch")
 
@@ -170,7 +170,7 @@ def test_t_quantiles_match_published_values_with_or_without_scipy(scipy_installe
 
 def test_the_t_quantile_without_scipy_is_scipys():
     stats = pytest.importorskip("scipy.stats")
-    from nonstop.experiment.sweep import _t_quantile_exact
+    from nonstop.experiment.tquantile import _t_quantile_exact
 
     for p in (0.6, 0.9, 0.975, 0.999):
         for df in (1, 2, 3, 7, 31, 59, 200, 10_000):
@@ -386,3 +386,80 @@ def test_delay_start_zeros_runs_the_authors_simulation(tmp_path):
             latency_overrides={},
             delay_start="ones",
         )
+
+
+def _plan_axes(**kw):
+    base = dict(
+        games=None,
+        sizes=[1],
+        seeds=2,
+        episodes=1,
+        interactions=("staggered",),
+        latency_source="paper",
+        latency_overrides={},
+    )
+    return plan_cells(BUDGETS["tiny"], **{**base, **kw})[0]
+
+
+def test_scheduler_cells_act_with_each_scheduler_at_each_n_on_a_lognormal_latency_of_the_declared_mean(tmp_path):
+    cells = _plan_axes(schedulers=("fill", "exp_time", "quantile_hold@0.9"), workers=("bound", "2x"), sigma=0.5)
+    assert len(cells) == 2 * 3 * 2  # seeds x schedulers x N
+    assert {(c.scheduler, c.workers) for c in cells} == {
+        (s, n) for s in ("fill", "exp_time", "quantile_hold@0.9") for n in (5, 10)
+    }  # the bound of a 5-tick mean is 5
+    assert len({c.name for c in cells}) == len(cells)
+    argv = next(c for c in cells if c.scheduler == "quantile_hold@0.9" and c.workers == 10).train_argv(tmp_path)
+    at = argv.index("--scheduler")
+    assert argv[at : at + 6] == [
+        "--scheduler",
+        "quantile_hold",
+        "--scheduler-arg",
+        "quantile=0.9",
+        "--n-inference",
+        "10",
+    ]
+    spec = argv[argv.index("--latency") + 1]
+    median = float(spec.removeprefix("lognormal:").partition("t,")[0])
+    assert spec.endswith(",0.5") and math.isclose(median * math.exp(0.5**2 / 2), 5.0, rel_tol=1e-4)  # mean 5 ticks
+    fill = next(c for c in cells if c.scheduler == "fill").train_argv(tmp_path)
+    assert "--scheduler-arg" not in fill  # fill is given no p: it starts from its prior and fits p from rewards
+    plain = _plan_axes()  # without --schedulers: Algorithm 1 at its bound, the declared constant delay
+    assert [c.scheduler for c in plain] == ["", ""] and plain[0].train_argv(tmp_path)[
+        plain[0].train_argv(tmp_path).index("--latency") + 1
+    ] == "5t"
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"schedulers": ("fil",)}, "--schedulers takes"),
+        ({"schedulers": ("fill@0.9",)}, "--schedulers takes"),
+        ({"schedulers": ("quantile_hold@1.5",)}, "--schedulers takes"),
+        ({"schedulers": ("fill",), "workers": ("twice",)}, "--workers takes"),
+        ({"schedulers": ("fill",), "workers": ("0",)}, "--workers takes"),
+        ({"sigma": -0.5}, "--latency-sigma"),
+    ],
+)
+def test_bad_scheduler_axes_are_refused(kw, match):
+    with pytest.raises(ValueError, match=match):
+        _plan_axes(**kw)
+
+
+def test_the_learned_table_keeps_schedulers_and_n_apart_with_intervals_over_seeds(tmp_path):
+    """A tiny learned-policy table end to end: two schedulers at the bound, two seeds each, one
+    episode of the delay world; each (scheduler, N) its own row with a 95 % t interval."""
+    proc = _sweep(
+        tmp_path,
+        *("--sizes", "1", "--schedulers", "fill,exp_time", "--workers", "bound", "--latency-sigma", "0.5"),
+        *("--seeds", "2", "--episodes", "1"),
+    )
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    doc = json.loads(out.strip().splitlines()[-1])
+    assert doc["cells"] == 4 and doc["cells_complete"] == 4  # no sequential cells beside --schedulers
+    rows = {(r["scheduler"], r["workers"]): r for r in doc["results"]}
+    assert set(rows) == {("fill", 5), ("exp_time", 5)}
+    for r in rows.values():
+        assert r["seeds"] == 2 and r["ci95"] is not None and r["ci95"] >= 0 and r["sigma"] == 0.5
+        assert 0 < r["mean_return"] <= 1200
+    assert "learned policies" in err  # the table printed per scheduler

@@ -31,8 +31,9 @@ if TYPE_CHECKING:  # the models need torch (the learn extra); this module's impo
 DESCRIPTION = "IMPALA ResNet width k: parameters and batch-1 forward latency (ms, ticks) on 84x84x1"
 
 _CONSTRUCTIONS: dict[str, ImpalaArch] = {
-    "impala": {"same_padding": True, "fc_hidden": 256},  # standard IMPALA network (our default)
-    "authors": {"same_padding": False, "fc_hidden": 512},  # CERC-AAI/realtime_rl ImpalaCNN
+    "impala": {"same_padding": False, "fc_hidden": 512},  # CERC-AAI/realtime_rl ImpalaCNN (the default)
+    "authors": {"same_padding": False, "fc_hidden": 512},  # the same, by its old name here
+    "impala_padded": {"same_padding": True, "fc_hidden": 256},  # the standard padded IMPALA network
     "2xdeep": {"depth": 6},  # the authors' 30-layer DeepImpalaCNN (Figure 6): unpadded, pooled, FC 512
 }
 
@@ -67,8 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--arch",
         choices=tuple(_CONSTRUCTIONS),
         default="impala",
-        help="impala: padded convs, FC 256 (default); authors: the released code's variant; "
-        "2xdeep: the 30-layer ResNet of the paper's Figure 6",
+        help="impala: the authors' released ImpalaCNN, unpadded, FC 512 (default; 'authors' names it too); "
+        "impala_padded: padded convs, FC 256; 2xdeep: the 30-layer ResNet of the paper's Figure 6",
     )
     parser.add_argument(
         "--save",

@@ -48,11 +48,9 @@ import argparse
 import math
 import os
 import sys
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from nonstop.bench.common import machine_info, parse_positive_list
 from nonstop.bench.nstarparts import (
@@ -67,12 +65,13 @@ from nonstop.bench.nstarparts import (
     start_label,
     workers_for_inaction,
 )
+from nonstop.bench.nstartrial import TRIAL_ENV, WarmRayActors, trial
 from nonstop.metrics.nstar import NStarAboveLimit, find_nstar, max_inaction_threshold, theoretical_nstar
 
 DESCRIPTION = (
     "measured N_I* (fewest workers with no inaction) vs the paper's formulas and the bound, per latency (Fig. 7)"
 )
-ENV = "theory/inaction"  # the cheapest world: the env does not matter for N_I*, only the tick rate
+ENV = TRIAL_ENV
 LATENCY_KINDS = ("constant", "normal", "lognormal", "egreedy", "empirical:FILE")
 #: kinds whose ``--sigma`` is a spread the rows carry (egreedy: ε)
 _SPREAD_KINDS = ("normal", "lognormal", "egreedy")
@@ -199,146 +198,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="measured world seconds per return run (default 60; quick 20)",
     )
     parser.add_argument("--plot", default="runs/nstar.png", help="where to write the figure ('' for none)")
-
-
-class _KeptPolicy:
-    """A warm Ray actor lent to one trial: its pool's stop leaves it running, and it reports only
-    this trial's call overheads."""
-
-    def __init__(self, policy: Any) -> None:
-        self.policy, self.overhead_s = policy, list[float]()
-        self.node_id = policy.node_id
-
-    def act(self, obs: Any) -> Any:
-        seen = len(self.policy.overhead_s)
-        decision = self.policy.act(obs)
-        self.overhead_s.extend(self.policy.overhead_s[seen:])
-        return decision
-
-    def kill(self) -> None:
-        self.policy.kill()
-
-    def close(self) -> None:
-        pass  # `WarmRayActors.close` ends it
-
-
-class WarmRayActors:
-    """Ray actors kept across the trials of one latency (a search runs many, each a few more
-    workers): a trial of N workers borrows actors 0..N−1 and starts only those missing, together.
-    A worker's latency draws then continue from trial to trial instead of restarting from its seed."""
-
-    def __init__(self) -> None:
-        self.key: Any = None
-        self.actors: dict[int, Any] = {}
-        self.started = 0
-        self.per_node: dict[str, int] = {}  # actors started on each node (node id → count)
-
-    def borrow(self, key: Any, factory: Any, n: int) -> None:
-        """Have actors 0..n−1 of ``factory(i)`` for ``key`` started (a new key ends the old ones)."""
-        from nonstop.distributed.ray_backend import RayPolicy
-
-        if key != self.key:
-            self.close()
-            self.key = key
-        missing = [i for i in range(n) if i not in self.actors]
-        for i, policy in zip(missing, RayPolicy.start_many([factory(i) for i in missing], num_cpus=0)):
-            self.actors[i] = policy  # num_cpus 0: a latency policy sleeps, it reserves no core
-            self.per_node[str(policy.node_id)] = self.per_node.get(str(policy.node_id), 0) + 1
-        self.started += len(missing)
-
-    def get(self, key: Any, factory: Any, i: int) -> _KeptPolicy:
-        if key != self.key or i not in self.actors:
-            self.borrow(key, factory, i + 1)
-        return _KeptPolicy(self.actors[i])
-
-    def close(self) -> None:
-        for policy in self.actors.values():
-            policy.close()
-        self.actors.clear()
-
-
-def trial(
-    *,
-    tau_ticks: float,
-    n_workers: int | str,
-    scheduler: str,
-    clock: str,
-    latency: Any,
-    seed: int,
-    warmup_ticks: int,
-    window_ticks: int,
-    backend: str = "thread",
-    warm: WarmRayActors | None = None,
-    initial: float | None = None,
-) -> dict[str, Any]:
-    """One run with ``n_workers`` (or ``"auto"``); returns the tick-log summary after warm-up
-    (counted from when the workers started: Ray actors take seconds to start). With ``warm`` a
-    Ray trial borrows kept actors instead of starting its own. ``initial``: the estimate (seconds)
-    Algorithm 1 or 2 starts from, staggering the first inferences by it over N (`initial_estimate`)."""
-    from nonstop.inference.schedulers import make_scheduler
-    from nonstop.inference.workers import InferencePool
-    from nonstop.realtime.host import Session
-
-    with Session(ENV, clock=clock, seed=seed) as world:
-        tau_m = world.tau_m
-
-        space = world.action_space
-
-        def factory(i: int) -> Any:
-            return partial(_latency_policy, space, latency, seed * 100_003 + i)
-
-        key = (repr(latency), seed)
-        if warm is not None and isinstance(n_workers, int):
-            warm.borrow(key, factory, n_workers)  # all of them at once, before the world counts
-
-        def policy(i: int) -> Any:
-            if backend == "ray":
-                from nonstop.distributed.ray_backend import RayPolicy
-
-                if warm is not None:
-                    return warm.get(key, factory, i)
-                return RayPolicy(factory(i), num_cpus=0)  # it sleeps: no core reserved
-            return factory(i)()
-
-        # by name: the pool binds a grid scheduler's period to τ_M and its origin to the tick grid
-        chosen: Any = scheduler
-        if initial is not None and isinstance(n_workers, int):
-            chosen = make_scheduler(scheduler, n_workers, initial_estimate=initial)
-        pool = InferencePool(world, policy, chosen, n_inference=n_workers).start()
-        if backend == "ray":  # the warm-up counts from when the actors are up
-            warmup_ticks += int(world.slot.read().tick)
-        try:
-            world.run_for((warmup_ticks + window_ticks + 1) * tau_m)
-            # the window ends here: the ticks the host goes on making while the pool stops are β's
-            end_tick = world.slot.read().tick
-        finally:
-            pool.stop()
-    summary = world.tick_log.summary(warmup_ticks=warmup_ticks, end_tick=end_tick)
-    log = world.tick_log
-    keep = (log["tick"] > warmup_ticks) & (log["tick"] <= end_tick) & (log["source"] == 1)
-    delays = log["delay"][keep]
-    summary["delay_p99_ticks"] = float(np.percentile(delays, 99)) if delays.size else float("nan")
-    taus = np.array([t for w in pool.workers for t in w.tau_thetas])
-    summary["tau_theta_max_ticks"] = float(taus.max() / tau_m) if taus.size else float("nan")
-    summary["tau_theta_mean_ticks"] = float(taus.mean() / tau_m) if taus.size else float("nan")
-    # as the world sees it: from the start the schedule counts to the action in hand (the wake-up lag too)
-    seen = np.array([t for w in pool.workers for t in w.world_taus])
-    summary["world_taus_s"] = seen  # for the measured in-flight formula; not part of the row
-    summary["tau_theta_world_max_ticks"] = float(seen.max() / tau_m) if seen.size else float("nan")
-    summary["tau_theta_world_mean_ticks"] = float(seen.mean() / tau_m) if seen.size else float("nan")
-    summary["n_workers_final"] = pool.n_inference
-    overhead = world.tick_log.meta.get("workers", {}).get("remote_overhead_s")
-    if overhead is not None:
-        summary["remote_overhead_s"] = overhead
-    # Algorithms 1 and 2 on the wall clock: the whole-tick cycle C their workers held phases of
-    summary["tick_cycle"] = world.tick_log.meta.get("workers", {}).get("tick_cycle")
-    return summary
-
-
-def _latency_policy(space: Any, latency: Any, seed: int) -> Any:
-    from nonstop.policies import ConstantPolicy, LatencyPolicy
-
-    return LatencyPolicy(ConstantPolicy(space, 1), latency, seed=seed)
 
 
 def _returns(

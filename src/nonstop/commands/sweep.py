@@ -22,12 +22,10 @@ from nonstop.experiment.sweep import (
     cell_result,
     aggregate,
     plot,
-    cell_state,
     BUDGET_HELP,
-    children_cpu_s,
-    run_cells,
     write_tables,
 )
+from nonstop.experiment.cellrun import cell_state, children_cpu_s, run_cells
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -47,9 +45,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--interactions",
-        default="staggered,sequential",
+        default=None,
         metavar="I,I",
-        help=f"how the agent acts, compared per cell: {', '.join(INTERACTIONS)} (default staggered,sequential)",
+        help=f"how the agent acts, compared per cell: {', '.join(INTERACTIONS)} (default staggered,sequential; "
+        "with --schedulers staggered)",
     )
     p.add_argument(
         "--seeds",
@@ -92,6 +91,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "first d steps and stores (o_{t-d}, a, r, o_{t+1}); `nonstop paper` uses it)",
     )
     p.add_argument("--episodes", type=int, default=None, help="training episodes per cell (default: the budget's)")
+    p.add_argument(
+        "--schedulers",
+        default=None,
+        metavar="S,S",
+        help="the learned-policy table: each staggered cell once per scheduler (max_time, exp_time, fill, "
+        "quantile_hold@Q, auto) and per --workers, in place of Algorithm 1 (default: none)",
+    )
+    p.add_argument(
+        "--workers",
+        default="bound",
+        metavar="W,W",
+        help="N_I of --schedulers cells: bound (⌈τ̄_θ/τ_M⌉), a multiple of it (2x) or a number (default bound)",
+    )
+    p.add_argument(
+        "--latency-sigma",
+        type=float,
+        default=0.0,
+        metavar="SIGMA",
+        help="τ_θ lognormal with the declared mean and this σ, as remote workers see it (default 0: constant)",
+    )
     p.add_argument(
         "--latency-source",
         choices=("paper", "measured"),
@@ -202,7 +221,8 @@ def run_sweep(args: argparse.Namespace) -> int:
         sizes=sizes,
         seeds=args.seeds,
         episodes=args.episodes,
-        interactions=_list_arg(args.interactions, "--interactions") or [],
+        interactions=_list_arg(args.interactions, "--interactions")
+        or (["staggered"] if args.schedulers else ["staggered", "sequential"]),
         latency_source=args.latency_source,
         latency_overrides=_latency_overrides(args.latency),
         game_args=_game_args(args.game_arg),
@@ -212,6 +232,9 @@ def run_sweep(args: argparse.Namespace) -> int:
         gb_actions=args.gb_actions,
         atari_learn_every=args.atari_learn_every,
         delay_start=args.delay_start,
+        schedulers=_list_arg(args.schedulers, "--schedulers") or (),
+        workers=_list_arg(args.workers, "--workers") or ["bound"],
+        sigma=args.latency_sigma,
     )
     if not cells:
         raise ValueError("nothing to run: " + ("; ".join(notes) if notes else "no cells"))
@@ -250,10 +273,11 @@ def run_sweep(args: argparse.Namespace) -> int:
     results = aggregate(rows)
     write_tables(out, rows, results)
     picture = None
-    if results:
+    curves = [r for r in results if not r.get("scheduler")]  # the learned-policy table is a table, not a curve
+    if curves:
         try:
             picture = plot(
-                results,
+                curves,
                 out / "sweep.png",
                 title=f"nonstop sweep --budget {args.budget}: mean episodic return over each cell's episodes "
                 "(95 % t interval over seeds)",
@@ -310,9 +334,40 @@ def _finish(
     return 1 if failed else 0
 
 
+def _print_scheduler_results(console: Any, results: Sequence[dict[str, Any]]) -> None:
+    """The learned-policy table: per (game, N_I) a column per scheduler, mean return ± 95 % t interval."""
+    from rich.table import Table
+
+    schedulers = list(dict.fromkeys(r["scheduler"] for r in results))
+    table = Table(
+        "game", "τ_θ", "N_I", *schedulers, title="mean episodic return ± 95 % CI over seeds (learned policies)"
+    )
+    for game, delay, workers in dict.fromkeys((r["game"], r["delay"], r["workers"]) for r in results):
+        by = {r["scheduler"]: r for r in results if (r["game"], r["delay"], r["workers"]) == (game, delay, workers)}
+        cells = [by.get(s) for s in schedulers]
+        table.add_row(
+            game,
+            delay
+            + (f" σ {by[schedulers[0]]['sigma']:g}" if schedulers[0] in by and by[schedulers[0]]["sigma"] else ""),
+            str(workers),
+            *[
+                "—"
+                if r is None or r["mean_return"] is None
+                else f"{r['mean_return']:.2f}"
+                + (f" ± {r['ci95']:.2f}" if r["ci95"] is not None else "")
+                + f" ({r['seeds']})"
+                for r in cells
+            ],
+        )
+    console.print(table)
+
+
 def _print_results(console: Any, results: Sequence[dict[str, Any]]) -> None:
     from rich.table import Table
 
+    if any(r.get("scheduler") for r in results):
+        _print_scheduler_results(console, [r for r in results if r.get("scheduler")])
+        results = [r for r in results if not r.get("scheduler")]
     if not results:
         return
     interactions = [i for i in INTERACTIONS if any(r["interaction"] == i for r in results)]

@@ -272,22 +272,36 @@ def check_placement(n_actors: int, num_cpus: float, *, n_learners: int = 0) -> N
 
 
 def check_model_fits_nodes(
-    k: float, *, n_actions: int, depth: int = 3, headroom: float = 1.25, learner_batch: int | None = None
+    k: float,
+    *,
+    n_actions: int,
+    depth: int = 3,
+    headroom: float = 1.25,
+    learner_batch: int | None = None,
+    same_padding: bool | None = None,
+    fc_hidden: int | None = None,
 ) -> int:
     """A one-line error if the width-``k`` ResNet fits in no live node's memory for actors (Ray's
     ``memory`` resource): every actor would die building it. An inference actor holds θ and a
     forward pass's activations (`estimate_memory_bytes`, times ``headroom`` as `ensure_fits`
     counts it); with ``learner_batch`` a learner actor is checked too, which holds at least the
     online network, the target network and a gradient (3·|θ|) and a batch's activations. Both are
-    lower bounds, so what this refuses could not have run. Returns the largest node's bytes."""
+    lower bounds, so what this refuses could not have run. ``depth``, ``same_padding``, ``fc_hidden``: the
+    network the run builds (`ARCH_OPTIONS`; by default the authors' ``impala``). Returns the largest node's bytes."""
     from nonstop.policies.models import ModelTooLargeError, count_parameters, estimate_memory_bytes
 
     nodes = [n for n in _ray().nodes() if n.get("Alive")]
     largest = max((int(n.get("Resources", {}).get("memory", 0)) for n in nodes), default=0)
-    needs = [("Ray actor", int(estimate_memory_bytes(k, n_actions, depth=depth) * headroom))]
+
+    def estimate(batch: int = 1) -> int:
+        return estimate_memory_bytes(
+            k, n_actions, batch=batch, depth=depth, same_padding=same_padding, fc_hidden=fc_hidden
+        )
+
+    needs = [("Ray actor", int(estimate() * headroom))]
     if learner_batch is not None:
-        theta = 4 * count_parameters(k, n_actions, depth=depth)
-        forward = estimate_memory_bytes(k, n_actions, depth=depth, batch=learner_batch)
+        theta = 4 * count_parameters(k, n_actions, depth=depth, same_padding=same_padding, fc_hidden=fc_hidden)
+        forward = estimate(learner_batch)
         needs.append((f"Ray learner (batch {learner_batch})", int((forward + 2 * theta) * headroom)))
     for role, needed in needs:
         if needed > largest:

@@ -97,7 +97,7 @@ class RayCluster(Part):
             learner_cpus = cfg.n_learners if _on_ray("learners", cfg.learner_placement) else 0
             check_placement(inference_cpus, 1, n_learners=learner_cpus)
             if len(run.spec.obs_shape) > 1 and (inference_cpus or learner_cpus):  # a ResNet each actor builds
-                from nonstop.policies.models import ARCH_DEPTHS
+                from nonstop.policies.models import ARCH_OPTIONS
 
                 outputs = int(
                     getattr(run.spec.action_space, "n", 256)
@@ -105,8 +105,8 @@ class RayCluster(Part):
                 check_model_fits_nodes(
                     run.settings.k,
                     n_actions=outputs,
-                    depth=ARCH_DEPTHS[run.settings.arch],
                     learner_batch=run.settings.batch_size if learner_cpus else None,
+                    **ARCH_OPTIONS[run.settings.arch],  # the network the run builds, counted as built
                 )
         except BaseException:
             stack.close()

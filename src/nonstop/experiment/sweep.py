@@ -38,7 +38,15 @@ medium    the delay world (5 seeds, 40 episodes), Boxing, Krull,               ~
           NameThisGame (3 seeds, 20 episodes)
 paper     Boxing, Krull, NameThisGame, Tetris and Pokémon where their ROMs     far beyond 2 cores:
           are found; 3 seeds (0, 1, 2), 2,000 episodes (the paper's)           for a cluster
+learned   with ``--schedulers``: the learned-policy table, the delay world    ~1 h
+          (5 seeds, 5 episodes) and Boxing (5 seeds, 1 episode, a k = 0.25
+          network), τ_θ of k = 1's mean (5 ticks)
 ========  ==================================================================  =====================
+
+``--schedulers fill,exp_time,quantile_hold@0.9 --workers bound,2x --latency-sigma 0.5`` turns each
+staggered cell into one per scheduler and per N_I (`Cell.scheduler`, `Cell.workers`) with τ_θ lognormal
+of the declared mean, as remote workers see it: which scheduler a learning agent should act with, each
+(scheduler, N_I) its own row of return with its 95 % interval over seeds.
 
 The *delay world* is ``theory/delay-cycle`` (8 states; reward 1 when the action names the current
 state, which stays put w.p. 0.97 per tick; 1,200-tick episodes, longer than the 1B model's 599-tick delay): the world of the paper's Theorem 1
@@ -57,18 +65,18 @@ checkpoints and leaves nothing running.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import os
-import shutil
-import signal
-import subprocess
 import sys
-import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+
+from nonstop.experiment.delays import DEEP_SIZES, PAPER_SIZES, declared_delays, deep_paper_ticks, delay_ticks, fmt_k
+from nonstop.experiment.tquantile import t_quantile_95
 
 __all__ = [
     "ARCHS",
@@ -83,29 +91,14 @@ __all__ = [
     "PAPER_SIZES",
     "aggregate",
     "cell_result",
-    "cell_state",
-    "children_cpu_s",
     "declared_delays",
     "deep_paper_ticks",
     "env_available",
     "plan_cells",
     "plot",
-    "run_cells",
     "t_quantile_95",
     "write_tables",
 ]
-
-#: k → (parameters, declared inference ticks at 60 Hz, at the Game Boy's 59.7275 Hz): the paper's Figure 7 / Appendix A
-PAPER_SIZES: Final[dict[float, tuple[str, int, int]]] = {
-    1: ("1M", 5, 5),
-    7: ("10M", 8, 8),
-    29: ("100M", 70, 70),
-    98: ("1B", 599, 596),
-}
-
-
-#: 2xDeep width k → its parameter label (the appendix's "Training Procedure for Atari")
-DEEP_SIZES: Final[dict[float, str]] = {0.0625: "70k", 0.75: "1M", 4.75: "10M", 18.5: "100M", 63: "1B"}
 
 _PARAMS: Final = {"70k": 7e4, "1M": 1e6, "10M": 1e7, "100M": 1e8, "1B": 1e9}
 
@@ -217,6 +210,8 @@ class Budget:
     note: str = ""
     #: the Atari replay at 50k transitions, more than any cell of the budget stores (so a cell's checkpoint can hold it)
     small_replay: bool = False
+    #: per game, more `nonstop train` flags this budget's cells take (after the game's own)
+    train_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 BUDGETS: Final[dict[str, Budget]] = {
@@ -240,7 +235,24 @@ BUDGETS: Final[dict[str, Budget]] = {
         },
         note="the paper's 2,000 episodes per cell; Game Boy games where their ROMs are found",
     ),
+    # the learned-policy table (`--schedulers`): DQN learning as it acts, per scheduler and N_I, 5 seeds
+    "learned": Budget(
+        {"delay-world": (5, 5), "Boxing": (1, 5)},
+        sizes=(1,),
+        note="Boxing learns a small network (ImpalaCNN at k = 0.25) at lr 1e-4 with ε annealed over the first "
+        "half of its one episode: one episode of DQN, far from the paper's 2,000",
+        small_replay=True,
+        train_args={
+            "Boxing": (
+                *("--k", "0.25", "--lr", "1e-4", "--epsilon-ticks", "3500", "--epsilon-end", "0.05"),
+                *("--learning-starts", "1000", "--target-update", "500", "--replay-capacity", "20000"),
+            )
+        },
+    ),
 }
+
+#: the schedulers a ``--schedulers`` cell may act with (``quantile_hold@Q``: at hold quantile Q)
+CELL_SCHEDULERS: Final = ("max_time", "exp_time", "quantile_hold", "fill", "auto")
 
 
 @dataclass(frozen=True)
@@ -261,12 +273,31 @@ class Cell:
     #: flight dropped as stale) or ``zeros`` (the authors' simulation, `nonstop.experiment.delaysim`: the
     #: policy on zero frames; staggered cells only, the others have no such start)
     delay_start: str = "beta"
+    #: a staggered cell's scheduler (``--schedulers``; ``quantile_hold@0.9``), empty: the interaction's own
+    scheduler: str = ""
+    #: N_I of a ``scheduler`` cell (None: ⌈τ̄_θ/τ_M⌉)
+    workers: int | None = None
+    #: τ_θ lognormal with the declared mean and this σ (0: constant, the paper's cells)
+    sigma: float = 0.0
 
     @property
     def name(self) -> str:
         arch = "" if self.arch == "impala" else f"-{self.arch}"
         zeros = "-zeros" if self.delay_start == "zeros" else ""
-        return f"{self.game}{arch}-k{_fmt_k(self.k)}-{self.delay}-{self.interaction}{zeros}-s{self.seed}"
+        how = f"{self.scheduler}-n{self.workers}" if self.scheduler else self.interaction
+        sd = f"-sd{self.sigma:g}" if self.sigma else ""
+        return f"{self.game}{arch}-k{fmt_k(self.k)}-{self.delay}{sd}-{how}{zeros}-s{self.seed}"
+
+    def latency(self) -> str:
+        """The cell's ``--latency``: its declared delay, or a lognormal τ_θ of that mean and ``sigma``.
+
+        >>> Cell("delay-world", 1, "5t", "staggered", 0, 1, sigma=0.5).latency()
+        'lognormal:4.4125t,0.5'
+        """
+        if not self.sigma:
+            return self.delay
+        mean = delay_ticks(self.delay, game_boy=GAMES[self.game].game_boy)
+        return f"lognormal:{mean / math.exp(self.sigma**2 / 2):.5g}t,{self.sigma:g}"  # median = mean·e^(−σ²/2)
 
     def argv(self, out: Path) -> list[str]:
         """The command that runs this cell into ``out``: ``nonstop train``, or the authors' delay
@@ -297,7 +328,11 @@ class Cell:
     def train_argv(self, out: Path) -> list[str]:
         game = GAMES[self.game]
         how: list[str]
-        if self.interaction in ("staggered", "parallel_learning"):
+        if self.scheduler:
+            name, _, quantile = self.scheduler.partition("@")
+            how = ["--scheduler", name, *(["--scheduler-arg", f"quantile={quantile}"] if quantile else [])]
+            how += ["--n-inference", str(self.workers)] if self.workers else []
+        elif self.interaction in ("staggered", "parallel_learning"):
             how = ["--scheduler", "max_time"]  # Algorithm 1 at N_I* = ⌈τ_θ/τ_M⌉ (nonstop train's default N_I)
         elif self.interaction == "sequential":
             how = ["--scheduler", "sequential"]  # one inference process; β on the ticks between its actions
@@ -319,7 +354,7 @@ class Cell:
             *game.train_args,
             *self.extra,
             "--latency",
-            self.delay,
+            self.latency(),
             *how,
             "--seed",
             str(self.seed),
@@ -340,109 +375,6 @@ class Cell:
 DELAY_STARTS: Final = ("beta", "zeros")
 
 
-def delay_ticks(spec: str, *, game_boy: bool) -> int:
-    """A declared delay (``"70t"``, or ``"12.5ms"`` rounded up to whole ticks) in ticks.
-
-    >>> delay_ticks("599t", game_boy=False), delay_ticks("20ms", game_boy=False)
-    (599, 2)
-    """
-    hz = 59.7275 if game_boy else 60.0
-    try:
-        if spec.endswith("ms"):
-            return max(0, math.ceil(float(spec[:-2]) / 1000 * hz - 1e-9))
-        if spec.endswith("t"):
-            return int(spec[:-1])
-    except ValueError:
-        pass
-    raise ValueError(f"--delay-start zeros needs a delay in ticks (70t) or milliseconds (12ms), got {spec!r}")
-
-
-def _fmt_k(k: float) -> str:
-    return str(int(k)) if float(k).is_integer() else f"{k:g}"
-
-
-def deep_paper_ticks(k: float, *, game_boy: bool) -> int:
-    """The declared inference ticks of the 2xDeep network at the appendix's width ``k``: the paper
-    gives none, so the 15-layer model's measured ticks at the same parameter label, scaled by the
-    two networks' floating-point operations (`count_flops`; deeper is slower at the same size),
-    both as the authors built them (``ImpalaCNN`` and ``DeepImpalaCNN``: `ARCH_OPTIONS`).
-
-    >>> [deep_paper_ticks(k, game_boy=False) for k in (0.75, 4.75, 18.5, 63)]
-    [13, 17, 129, 1119]
-    """
-    from nonstop.policies.models import ARCH_OPTIONS, count_flops
-
-    label = DEEP_SIZES.get(k)
-    base = next((kk for kk, (name, *_) in PAPER_SIZES.items() if name == label), None)
-    if base is None:
-        raise ValueError(
-            f"the paper's 2xDeep sizes with a 15-layer time to scale are k in "
-            f"{[kk for kk, v in DEEP_SIZES.items() if v != '70k']}, not k={_fmt_k(k)}: pass --latency-source "
-            f"measured or --latency {_fmt_k(k)}=SPEC"
-        )
-    ticks = int(PAPER_SIZES[base][2 if game_boy else 1])
-    return math.ceil(ticks * count_flops(k, **ARCH_OPTIONS["2xdeep"]) / count_flops(base, **ARCH_OPTIONS["impala"]))
-
-
-def declared_delays(
-    sizes: Iterable[float], source: str, *, game_boy: bool, overrides: dict[float, str], arch: str = "impala"
-) -> dict[float, str]:
-    """Size k → latency spec. ``source``: ``paper`` (the paper's measured steps; for 2xDeep
-    `deep_paper_ticks`) or ``measured`` (this machine's batch-1 forward time of the k network, one
-    torch thread); ``overrides`` win.
-
-    >>> declared_delays([1, 98], "paper", game_boy=False, overrides={})
-    {1: '5t', 98: '599t'}
-    >>> declared_delays([98], "paper", game_boy=True, overrides={98: "10s"})
-    {98: '10s'}
-    >>> declared_delays([18.5], "paper", game_boy=False, overrides={}, arch="2xdeep")
-    {18.5: '129t'}
-    """
-    out: dict[float, str] = {}
-    for k in sizes:
-        if k in overrides:
-            out[k] = overrides[k]
-        elif arch == "2xdeep":
-            out[k] = (
-                f"{deep_paper_ticks(k, game_boy=game_boy)}t"
-                if source == "paper"
-                else f"{_measured_forward_ms(k, 6):.3f}ms"
-            )
-        elif source == "paper":
-            if k not in PAPER_SIZES:
-                raise ValueError(
-                    f"the paper gives inference times for k in {sorted(PAPER_SIZES)}, not k={_fmt_k(k)}: "
-                    f"pass --latency-source measured or --latency {_fmt_k(k)}=SPEC"
-                )
-            out[k] = f"{PAPER_SIZES[k][2 if game_boy else 1]}t"
-        else:
-            out[k] = f"{_measured_forward_ms(k):.3f}ms"
-    return out
-
-
-_MEASURED: dict[tuple[float, int], float] = {}
-
-
-def _measured_forward_ms(k: float, depth: int = 3) -> float:
-    """Median batch-1 forward time of the width-k IMPALA ResNet (``depth`` 6: 2xDeep) here (one torch thread), in ms."""
-    if (k, depth) not in _MEASURED:
-        import torch
-
-        from nonstop.metrics.capacity import time_forward
-        from nonstop.policies.models import ARCH_OPTIONS, ensure_fits, impala_resnet
-
-        arch = ARCH_OPTIONS["2xdeep" if depth == 6 else "impala"]  # the authors' networks
-        ensure_fits(k, "cpu", n_actions=18, **arch)  # a clear error when the model cannot fit in this machine's memory
-        torch.set_num_threads(1)
-        model = impala_resnet(k=k, n_actions=18, **arch).eval()
-        samples = time_forward(
-            model, torch.zeros(1, 1, 84, 84), torch.device("cpu"), warmup=1, repeats=7, max_seconds=20.0
-        )
-        _MEASURED[(k, depth)] = 1000.0 * sorted(samples)[len(samples) // 2]
-        del model
-    return _MEASURED[(k, depth)]
-
-
 def plan_cells(
     budget: Budget,
     *,
@@ -461,13 +393,18 @@ def plan_cells(
     gb_actions: int = 6,
     atari_learn_every: int | None = None,
     delay_start: str = "beta",
+    schedulers: Sequence[str] = (),
+    workers: Sequence[str] = ("bound",),
+    sigma: float = 0.0,
 ) -> tuple[list[Cell], list[str]]:
     """The cells a sweep runs and notes on what it left out (a Game Boy game without its ROM).
     ``delay_start``: how staggered cells start each episode (`Cell.delay_start`).
 
     ``archs`` adds 2xDeep cells at ``deep_sizes`` (default: the appendix's 1M-1B widths);
     ``gb_actions`` 6 gives the Game Boy agent the paper's six buttons (noop is β's), 7 adds noop;
-    ``atari_learn_every`` overrides the Atari games' update per 4 transitions.
+    ``atari_learn_every`` overrides the Atari games' update per 4 transitions. ``schedulers`` (e.g.
+    ``fill``, ``quantile_hold@0.9``) make each staggered cell one per scheduler and per N_I in ``workers``
+    (``bound``: ⌈τ̄_θ/τ_M⌉, ``2x``: twice it, or a number); ``sigma`` > 0 makes τ_θ lognormal (`Cell.latency`).
 
     >>> cells, notes = plan_cells(BUDGETS["tiny"], games=None, sizes=None, seeds=None, episodes=None,
     ...                           interactions=("staggered", "sequential"), latency_source="paper", latency_overrides={})
@@ -499,6 +436,15 @@ def plan_cells(
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     if episodes is not None and episodes < 1:
         raise ValueError(f"--episodes must be >= 1, got {episodes}")
+    for name in schedulers:
+        base, at, q = name.partition("@")
+        if base not in CELL_SCHEDULERS or (at and (base != "quantile_hold" or not _is_fraction(q))):
+            raise ValueError(
+                f"--schedulers takes {', '.join(CELL_SCHEDULERS)} (quantile_hold@Q with 0 < Q < 1), got {name!r}"
+            )
+    multiples = [_workers_multiple(w) for w in workers]
+    if not (sigma >= 0 and math.isfinite(sigma)):
+        raise ValueError(f"--latency-sigma must be a finite number >= 0, got {sigma!r}")
     available = available if available is not None else env_available
     game_args = game_args or {}
     for g in game_args:
@@ -517,8 +463,10 @@ def plan_cells(
         # a game the budget does not name (asked for with --games) gets the budget's first game's length
         default_episodes, default_seeds = budget.games.get(g, next(iter(budget.games.values())))
         n_episodes = episodes or default_episodes
-        extra = (game.small_args if small_replay else ()) + tuple(
-            a for kv in game_args.get(g, []) for a in ("--env-arg", kv)
+        extra = (
+            (game.small_args if small_replay else ())
+            + budget.train_args.get(g, ())
+            + tuple(a for kv in game_args.get(g, []) for a in ("--env-arg", kv))
         )
         if game.game_boy and gb_actions == 6 and not any(kv.startswith("action_set=") for kv in game_args.get(g, [])):
             extra += ("--env-arg", "action_set=paper")  # Appendix A: "six discrete actions"
@@ -540,8 +488,42 @@ def plan_cells(
                 for seed in range(seeds or default_seeds):
                     for interaction in interactions:
                         start = delay_start if interaction == "staggered" else "beta"
-                        cells.append(Cell(g, k, delay, interaction, seed, n_episodes, extra, arch, learn_every, start))
+                        cell = Cell(g, k, delay, interaction, seed, n_episodes, extra, arch, learn_every, start)
+                        if interaction != "staggered" or not schedulers:
+                            cells.append(dataclasses.replace(cell, sigma=sigma))
+                            continue
+                        bound = math.ceil(delay_ticks(delay, game_boy=game.game_boy) - 1e-9)
+                        cells += [
+                            dataclasses.replace(cell, scheduler=s, workers=w(bound), sigma=sigma)
+                            for w in multiples
+                            for s in schedulers
+                        ]
     return cells, notes
+
+
+def _is_fraction(text: str) -> bool:
+    try:
+        return 0 < float(text) < 1
+    except ValueError:
+        return False
+
+
+def _workers_multiple(token: str) -> Any:
+    """``bound`` → N_I = the bound, ``2x`` → twice it, ``7`` → 7 (a function of the bound).
+
+    >>> [_workers_multiple(t)(5) for t in ("bound", "2x", "1.5x", "7")]
+    [5, 10, 8, 7]
+    """
+    try:
+        if token == "bound":
+            return lambda bound: bound
+        if token.endswith("x") and float(token[:-1]) > 0:
+            return lambda bound: max(1, math.ceil(float(token[:-1]) * bound - 1e-9))
+        if int(token) >= 1:
+            return lambda bound: int(token)
+    except ValueError:
+        pass
+    raise ValueError(f"--workers takes bound, a multiple of it (2x) or a number of workers, got {token!r}")
 
 
 def env_available(game: str, game_args: Sequence[str]) -> tuple[bool, str]:
@@ -562,76 +544,6 @@ def env_available(game: str, game_args: Sequence[str]) -> tuple[bool, str]:
             "(see `nonstop gameboy record-state`)"
         )
     return True, ""
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """The continued fraction of the regularized incomplete beta function (modified Lentz;
-    Numerical Recipes §6.4), converging fast for ``x < (a + 1) / (a + b + 2)``."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 1000):
-        for num in (
-            m * (b - m) * x / ((qam + 2 * m) * (a + 2 * m)),
-            -(a + m) * (qab + m) * x / ((a + 2 * m) * (qap + 2 * m)),
-        ):
-            d = 1.0 + num * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + num / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _incomplete_beta(a: float, b: float, x: float) -> float:
-    """I_x(a, b), the regularized incomplete beta function, for 0 <= x <= 1."""
-    if x <= 0.0 or x >= 1.0:
-        return 0.0 if x <= 0.0 else 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1) / (a + b + 2):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def _t_quantile_exact(p: float, df: float) -> float:
-    """Student's t quantile without scipy: bisection on its CDF, ``1 - I_{df/(df+t²)}(df/2, 1/2) / 2``
-    for ``t > 0`` (to 1e-12; 0.5 <= p < 1).
-
-    >>> round(_t_quantile_exact(0.975, 1), 3), round(_t_quantile_exact(0.975, 40), 3)
-    (12.706, 2.021)
-    """
-
-    def upper_tail(t: float) -> float:  # P(T > t), t > 0
-        return 0.5 * _incomplete_beta(df / 2, 0.5, df / (df + t * t))
-
-    lo, hi = 0.0, 1.0
-    while upper_tail(hi) > 1 - p:
-        lo, hi = hi, 2 * hi
-    while hi - lo > 1e-12 * hi:
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if upper_tail(mid) > 1 - p else (lo, mid)
-    return (lo + hi) / 2
-
-
-def t_quantile_95(df: int) -> float:
-    """The 97.5 % point of Student's t with ``df`` degrees of freedom (a 95 % two-sided interval):
-    ``scipy.stats.t.ppf`` where scipy is installed, else the same computed here (`_t_quantile_exact`).
-    (It replaced a table that stopped at df 30 and used the normal's 1.96 after it: 2-4 % narrow
-    bands for df 31-59.)
-
-    >>> [round(t_quantile_95(df), 3) for df in (1, 4, 30, 60, 1000)]
-    [12.706, 2.776, 2.042, 2.0, 1.962]
-    """
-    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
-        raise ValueError(f"degrees of freedom must be an integer >= 1, got {df!r}")
-    try:
-        from scipy.stats import t as student_t
-    except ImportError:
-        return _t_quantile_exact(0.975, df)
-    return float(student_t.ppf(0.975, df))
 
 
 def cell_result(cell: Cell, run_dir: Path) -> dict[str, Any] | None:
@@ -657,6 +569,9 @@ def cell_result(cell: Cell, run_dir: Path) -> dict[str, Any] | None:
         "params": _params(cell.k, cell.arch),
         "delay": cell.delay,
         "interaction": cell.interaction,
+        "scheduler": cell.scheduler or None,
+        "workers": cell.workers,
+        "sigma": cell.sigma,
         "seed": cell.seed,
         "episodes": len(returns),
         "episodes_target": cell.episodes,
@@ -672,8 +587,8 @@ def cell_result(cell: Cell, run_dir: Path) -> dict[str, Any] | None:
 
 def _params(k: float, arch: str = "impala") -> str:
     if arch == "2xdeep":
-        return DEEP_SIZES.get(k, f"k={_fmt_k(k)}")
-    return PAPER_SIZES[k][0] if k in PAPER_SIZES else f"k={_fmt_k(k)}"
+        return DEEP_SIZES.get(k, f"k={fmt_k(k)}")
+    return PAPER_SIZES[k][0] if k in PAPER_SIZES else f"k={fmt_k(k)}"
 
 
 def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -686,12 +601,14 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     >>> agg["mean_return"], round(agg["ci95"], 3), agg["seeds"]
     (2.0, 12.706, 2)
     """
-    groups: dict[tuple[str, str, float, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, float, str, str, int], list[dict[str, Any]]] = {}
     for row in rows:
-        groups.setdefault((row["game"], row.get("arch", "impala"), row["k"], row["interaction"]), []).append(row)
+        key = (row["game"], row.get("arch", "impala"), row["k"], row["interaction"])
+        groups.setdefault((*key, row.get("scheduler") or "", row.get("workers") or 0), []).append(row)
     out = []
-    for (game, arch, k, interaction), members in sorted(
-        groups.items(), key=lambda kv: (kv[0][0], ARCHS.index(kv[0][1]), kv[0][2], INTERACTIONS.index(kv[0][3]))
+    for (game, arch, k, interaction, scheduler, workers), members in sorted(
+        groups.items(),
+        key=lambda kv: (kv[0][0], ARCHS.index(kv[0][1]), kv[0][2], INTERACTIONS.index(kv[0][3]), kv[0][5], kv[0][4]),
     ):
         done = [m for m in members if m.get("mean_return") is not None]
         values = [float(m["mean_return"]) for m in done]
@@ -714,6 +631,9 @@ def aggregate(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "params": members[0]["params"],
                 "delay": members[0]["delay"],
                 "interaction": interaction,
+                "scheduler": scheduler or None,
+                "workers": workers or None,
+                "sigma": members[0].get("sigma") or 0.0,
                 "mean_return": mean,
                 "ci95": ci,
                 "seeds": n,
@@ -781,69 +701,6 @@ def plot(
     return path
 
 
-def cell_state(cell: Cell, run_dir: Path) -> str:
-    """``done`` (finished its episodes), ``resume`` (has a checkpoint), ``new`` (nothing usable)."""
-    from nonstop.learning.checkpoint import list_checkpoints
-
-    result = cell_result(cell, run_dir) if run_dir.exists() else None
-    if result is not None and result["complete"]:
-        return "done"
-    if run_dir.exists() and (run_dir / "config.json").exists() and list_checkpoints(run_dir):
-        return "resume"
-    return "new"
-
-
-class _Running:
-    def __init__(self, cell: Cell, run_dir: Path, process: subprocess.Popen[bytes], log_path: Path) -> None:
-        self.cell, self.run_dir, self.process, self.log_path = cell, run_dir, process, log_path
-        self.started = time.monotonic()
-
-    def episodes_so_far(self) -> int:
-        try:
-            with (self.run_dir / "episodes.csv").open() as f:
-                return max(0, sum(1 for _ in f) - 1)
-        except OSError:
-            return 0
-
-
-def _start(cell: Cell, out: Path) -> _Running:
-    from nonstop.realtime.lifeline import popen_lifeline
-
-    run_dir = out / "cells" / cell.name
-    state = cell_state(cell, run_dir)
-    if state == "new" and run_dir.exists():
-        shutil.rmtree(run_dir)  # a cell that died before its first checkpoint: nothing in it to keep
-    # each cell is `nonstop train` in a process of its own: isolation is the point (cells run `jobs` at a time on
-    # their own cores, one SIGTERM makes one checkpoint and stop, a cell resumes or fails alone, its output is its log)
-    argv = [*cell.argv(run_dir), *(["--resume"] if state == "resume" and cell.delay_start != "zeros" else [])]
-    log_path = out / "logs" / f"{cell.name}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as log:
-        log.write(f"$ {' '.join(argv[1:])}\n".encode())
-        log.flush()
-        # the cell dies with the sweep (SIGTERM: it checkpoints and stops as on `kill`); in its own process
-        # group, so a terminal's Ctrl-C reaches the sweep alone, which stops each cell with one SIGTERM
-        # (a second signal would make a cell skip its final checkpoint)
-        process = subprocess.Popen(
-            argv,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=popen_lifeline(signal.SIGTERM),
-            start_new_session=True,
-        )
-    return _Running(cell, run_dir, process, log_path)
-
-
-def _last_line(path: Path) -> str:
-    try:
-        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return ""
-    errors = [line for line in lines if line.startswith("nonstop: error:")]
-    return (errors or lines or [""])[-1].strip()
-
-
 BUDGET_HELP: Final = """budgets (--games, --sizes, --seeds, --episodes override them):
   tiny    the delay world, k = 1 and 29, 1 seed, 2 episodes: a smoke test (~20 s)
   small   the delay world at k = 1, 7, 29, 98 x 3 seeds x 6 episodes, and Boxing x 1 seed x 1 episode
@@ -851,78 +708,10 @@ BUDGET_HELP: Final = """budgets (--games, --sizes, --seeds, --episodes override 
   medium  the delay world (5 seeds, 40 episodes); Boxing, Krull, NameThisGame (3 seeds, 20 episodes): days
   paper   Boxing, Krull, NameThisGame, Tetris and Pokemon where found; 3 seeds (the paper's 0, 1, 2),
           2,000 episodes: a cluster's work
+  learned the learned-policy table (with --schedulers): the delay world x 5 seeds x 5 episodes and
+          Boxing x 5 seeds x 1 episode (a k = 0.25 network), at k = 1's 5 ticks
 the paper's settings, each a flag: --seeds (3), --gb-actions (6), --atari-learn-every (4 transitions),
 --arch impala,2xdeep (Figure 6's 2xDeep curve)"""
-
-
-def children_cpu_s() -> float:
-    """User + system CPU seconds of this process's reaped children so far."""
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def run_cells(todo: list[Cell], out: Path, jobs: int, console: Any) -> list[tuple[str, str]]:
-    """Run the cells, ``jobs`` at a time, with a live view; returns (cell, why) for each that failed.
-    Ctrl-C/SIGTERM: every running cell gets one SIGTERM (it writes its final checkpoint) and is reaped."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from nonstop.realtime.lifeline import reap
-
-    pending, running, failed = list(todo), list[_Running](), list[tuple[str, str]]()
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    ) as view:
-        overall = view.add_task("cells", total=len(todo))
-        tasks: dict[str, Any] = {}
-        try:
-            while pending or running:
-                while pending and len(running) < jobs:
-                    cell = pending.pop(0)
-                    running.append(_start(cell, out))
-                    tasks[cell.name] = view.add_task(f"  {cell.name}", total=cell.episodes)
-                for r in list(running):
-                    view.update(tasks[r.cell.name], completed=min(r.episodes_so_far(), r.cell.episodes))
-                    code = r.process.poll()
-                    if code is None:
-                        continue
-                    running.remove(r)
-                    view.remove_task(tasks.pop(r.cell.name))
-                    view.advance(overall)
-                    result = cell_result(r.cell, r.run_dir)
-                    if code != 0 or result is None or not result["complete"]:
-                        why = (
-                            _last_line(r.log_path)
-                            if code != 0
-                            else f"ended with {result['episodes'] if result else 0} of {r.cell.episodes} episodes"
-                        )
-                        failed.append((r.cell.name, f"exit {code}: {why}" if code != 0 else why))
-                    else:
-                        ret = result["mean_return"]
-                        console.print(
-                            f"  done {r.cell.name}: mean return {ret:.2f} over {result['episodes']} episodes, "
-                            f"inaction {result['inaction_fraction'] or 0:.1%}, "
-                            f"{(time.monotonic() - r.started) / 60:.1f} min",
-                            markup=False,
-                        )
-                time.sleep(0.25)
-        except BaseException:
-            for r in running:  # their final checkpoints, then nothing left running (SIGTERM: SIGINT may be ignored
-                try:  # by a sweep started in the background, and its cells inherit that)
-                    r.process.send_signal(signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-            for r in running:
-                reap(r.process, timeout=60.0)
-            console.print(f"stopped: {len(running)} running cells checkpointed; run the same command again to resume")
-            raise
-    return failed
 
 
 def write_tables(out: Path, rows: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]]) -> None:

@@ -176,10 +176,19 @@ def build_q_network(obs_shape: tuple[int, ...], n_actions: int, cfg: DQNConfig) 
     if len(obs_shape) == 1:
         return MLP(int(obs_shape[0]), n_actions, cfg.hidden)
     if len(obs_shape) in (2, 3):
-        side = obs_shape[0] if len(obs_shape) == 2 or obs_shape[-1] <= 4 else obs_shape[1]
-        channels = 1 if len(obs_shape) == 2 else min(obs_shape[0], obs_shape[-1])
-        return impala_resnet(cfg.k, n_actions, channels, input_hw=int(side), **ARCH_OPTIONS[cfg.arch]).train()
+        channels, side = frame_dims(obs_shape)
+        return impala_resnet(cfg.k, n_actions, channels, input_hw=side, **ARCH_OPTIONS[cfg.arch]).train()
     raise ValueError(f"no Q-network for observations of shape {obs_shape}")
+
+
+def frame_dims(obs_shape: tuple[int, ...]) -> tuple[int, int]:
+    """(channels, side) of a frame observation, as the ResNet takes it.
+
+    >>> frame_dims((84, 84)), frame_dims((4, 84, 84)), frame_dims((84, 84, 3))
+    ((1, 84), (4, 84), (3, 84))
+    """
+    side = obs_shape[0] if len(obs_shape) == 2 or obs_shape[-1] <= 4 else obs_shape[1]
+    return (1 if len(obs_shape) == 2 else int(min(obs_shape[0], obs_shape[-1]))), int(side)
 
 
 #: a host batch as the network takes it (kept under its old name: self-play and tests import it from here)
@@ -374,9 +383,13 @@ class DQN(Algorithm):
 
     def check_fits(self, device: str) -> None:
         if len(self.obs_shape) > 1:  # a ResNet each worker and learner builds
-            from nonstop.policies.models import ARCH_DEPTHS, ensure_fits
+            from nonstop.policies.models import ARCH_OPTIONS, ensure_fits
 
-            ensure_fits(self.cfg.k, device, n_actions=int(self.action_space.n), depth=ARCH_DEPTHS[self.cfg.arch])
+            channels, side = frame_dims(self.obs_shape)  # the network `build_q_network` builds, counted as built
+            n = int(self.action_space.n)
+            ensure_fits(
+                self.cfg.k, device, n_actions=n, in_channels=channels, input_hw=side, **ARCH_OPTIONS[self.cfg.arch]
+            )
 
     def backward(self, online: "torch.nn.Module", target: "torch.nn.Module", batch: "Batch") -> "torch.Tensor":
         return dqn_backward(online, target, batch, self.cfg)

@@ -8,18 +8,17 @@ al. 2025 §5) is three conv sequences with ``16k, 32k, 32k`` channels, each
 (15 conv layers in all), then ``relu → flatten → FC(fc_hidden) → relu → FC(n_actions)``.
 
 Parameter counts (84×84×1 input, 18 actions; `PARAM_TABLE`). `ImpalaResNet`'s default construction
-(``same_padding=True, fc_hidden=256``: the standard IMPALA network, 84 → 42 → 21 → 11; the
-network named ``impala_padded``), next to the authors' released code (CERC-AAI/realtime_rl
-``ImpalaCNN``: unpadded base convs and pools, 84 → 40 → 18 → 7, and a 512-wide head: FC(1568k →
-512)), which ``impala_resnet(k, n, same_padding=False, fc_hidden=512)`` rebuilds exactly and which is
-the network named ``impala`` (`ARCH_OPTIONS`: the default of ``nonstop train``, ``sweep`` and
-``paper``)::
+is the authors' released code (CERC-AAI/realtime_rl ``ImpalaCNN``: unpadded base convs and pools,
+84 → 40 → 18 → 7, and a 512-wide head: FC(1568k → 512)), the network named ``impala``
+(`ARCH_OPTIONS`: the default of ``nonstop train``, ``sweep``, ``paper`` and ``plan``, and what the memory
+checks count); next to it the standard padded IMPALA network (``same_padding=True, fc_hidden=256``,
+84 → 42 → 21 → 11), named ``impala_padded``::
 
-    k    default          / label    authors' code    / label   paper's label
-    1    1,093,426        1.09       909,874          0.91      1M
-    7    11,688,946       1.17       10,374,898       1.04      10M
-    29   110,148,274      1.10       104,689,074      1.05      100M
-    98   1,026,558,802    1.03       1,008,098,898    1.01      1B
+    k    authors' code    / label   padded           / label    paper's label
+    1    909,874          0.91      1,093,426        1.09       1M
+    7    10,374,898       1.04      11,688,946       1.17       10M
+    29   104,689,074      1.05      110,148,274      1.10       100M
+    98   1,008,098,898    1.01      1,026,558,802    1.03       1B
 
 The FC hidden width stays fixed. The convs grow as ``k²`` (≈ 96,768 k²: 9,216 k² in
 the first sequence, 41,472 k² and 46,080 k² in the other two) and the FC input only
@@ -36,7 +35,7 @@ sequences, the first at ``16k`` channels and the other five at ``32k``, each an 
 then a max-pool of 3 whose stride is 2 in sequences 1 and 5 and 1 in sequences 2, 3, 4 and 6, then
 two residual blocks; the map shrinks 84 → 40 → 36 → 32 → 28 → 12 → 8, and the head is
 ``FC(32k·8·8 → 512) → FC(n_actions)``. So ``depth=6`` defaults to ``same_padding=False,
-fc_hidden=512`` (the 15-layer network keeps ``True, 256``). Its parameters land on the appendix's
+fc_hidden=512``, as the 15-layer network does. Its parameters land on the appendix's
 labels (`DEEP_PARAM_LABELS`: 76k, 0.93M, 10.3M, 99.9M, 0.999B for k = 0.0625 … 63), and because
 sequences 2-4 work at 32k channels on 28-36 pixel maps where the 15-layer net has 11-21, it costs
 more floating-point operations per parameter (`count_flops`: 2.5x the 15-layer net's at 1M
@@ -112,8 +111,8 @@ PAPER_K: Final = (1, 7, 29, 98)
 PAPER_PARAM_LABELS: Final = {1: 1_000_000, 7: 10_000_000, 29: 100_000_000, 98: 1_000_000_000}
 #: The networks by name (`DQNConfig.arch`, ``nonstop train --arch``), as `ImpalaResNet` options:
 #: ``impala`` is the authors' ``ImpalaCNN`` (unpadded base convs and pools, a 512-wide head: 0.91M
-#: parameters at k = 1), the paper's network and the default of its experiments; ``impala_padded`` the
-#: standard padded IMPALA network with a 256-wide head (1.09M at k = 1; `ImpalaResNet`'s own defaults);
+#: parameters at k = 1), the paper's network and `ImpalaResNet`'s defaults; ``impala_padded`` the
+#: standard padded IMPALA network with a 256-wide head (1.09M at k = 1);
 #: ``2xdeep`` the authors' ``DeepImpalaCNN``.
 ARCH_OPTIONS: Final[dict[str, NetworkChoice]] = {
     "impala": NetworkChoice(depth=3, same_padding=False, fc_hidden=512),
@@ -143,12 +142,9 @@ POOL_STRIDES: Final[dict[int, tuple[int, ...]]] = {3: (2, 2, 2), 6: (2, 1, 1, 1,
 
 
 def _arch_defaults(depth: int, same_padding: bool | None, fc_hidden: int | None) -> tuple[bool, int]:
-    """The construction a depth gets when ``same_padding``/``fc_hidden`` are not given: the
-    standard IMPALA network at depth 3, the authors' released 2xDeep at depth 6."""
-    deep = depth != 3
-    return (not deep if same_padding is None else same_padding), (
-        (512 if deep else 256) if fc_hidden is None else fc_hidden
-    )
+    """The construction a depth gets when ``same_padding``/``fc_hidden`` are not given: the authors'
+    released networks (``ImpalaCNN`` at depth 3, ``DeepImpalaCNN`` at 6), unpadded with a 512-wide head."""
+    return (False if same_padding is None else same_padding), (512 if fc_hidden is None else fc_hidden)
 
 
 def _sequence_sizes(input_hw: int, same_padding: bool, depth: int) -> list[tuple[int, int]]:
@@ -297,8 +293,8 @@ def count_parameters(
 ) -> int:
     """Parameters of `ImpalaResNet` at width ``k``, computed without building it.
 
-    >>> count_parameters(98)
-    1026558802
+    >>> count_parameters(98), count_parameters(98, same_padding=True, fc_hidden=256)
+    (1008098898, 1026558802)
     >>> {k: round(count_parameters(k, depth=6) / label, 2) for k, label in DEEP_PARAM_LABELS.items()}
     {0.0625: 1.09, 0.75: 0.93, 4.75: 1.03, 18.5: 1.0, 63: 1.0}
     """
@@ -333,11 +329,13 @@ def count_flops(
     """Floating-point operations of one forward pass of `ImpalaResNet` at width ``k``, computed
     without building it: 2 × the multiply-accumulates of its convs and linear layers (what
     ``torch.utils.flop_counter.FlopCounterMode`` counts; biases, ReLUs, pools and skip additions
-    are left out, under 1 % of the total). They grow as ``k²`` (≈ 98.4M k² at 84×84): a backward
-    pass costs about twice as much again.
+    are left out, under 1 % of the total). They grow as ``k²`` (≈ 75M k² at 84×84 for the authors'
+    network, ≈ 98.4M k² for the padded one): a backward pass costs about twice as much again.
 
     >>> round(count_flops(1) / 1e6), round(count_flops(98) / 1e9)
-    (102, 945)
+    (79, 721)
+    >>> round(count_flops(98, same_padding=True, fc_hidden=256) / 1e9)
+    945
     >>> round(count_flops(1, depth=6) / 1e6)  # the authors' 2xDeep: ~2.8x the operations per parameter
     343
     """
@@ -382,7 +380,7 @@ def estimate_memory_bytes(
     ``16k × H × W`` output) per batch element: inference keeps at most a few maps alive.
 
     >>> round(estimate_memory_bytes(98) / 1e9, 2)
-    4.28
+    4.2
     """
     same_padding, fc_hidden = _arch_defaults(depth, same_padding, fc_hidden)
     params = count_parameters(
@@ -463,7 +461,7 @@ def ensure_fits(
     >>> ensure_fits(98, available_bytes=2**30)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    nonstop.policies.models.ModelTooLargeError: IMPALA ResNet k=98 (1.03B parameters) needs ~5.35 GB ...
+    nonstop.policies.models.ModelTooLargeError: IMPALA ResNet k=98 (1.01B parameters) needs ~5.25 GB ...
     """
     if not (isinstance(headroom, (int, float)) and headroom >= 1.0):
         raise ValueError(f"headroom must be a factor >= 1, got {headroom!r}")
