@@ -12,7 +12,9 @@ decide when each lane reads the latest observation; the lane's forward pass is a
 * A lane's τ_θ is its request's whole time, queue + batch: the `LaneDecision` it gets reports it with
   the batch size it was served in, so staggering, N_I* and delay keep their meaning.
 * The forward pass is injected: ``forward(batch) -> actions`` (or Q-values, one row per observation:
-  the argmax is taken). `nonstop.inference.device.torch_forward` builds one for a torch model.
+  the argmax is taken). `nonstop.inference.device.torch_forward` builds one for a torch model. A
+  forward with ``takes_lanes = True`` is called ``forward(batch, lanes)``, each row's lane beside it
+  (one θ per team: `nonstop.inference.seatlanes.TeamForward`).
 
 **Two clocks.** On the wall clock the server is a thread and a lane blocks on its request's event,
 so an `InferencePool` drives `BatchedPolicy` lanes unchanged (``act`` blocks; the pool measures τ_θ,
@@ -215,6 +217,7 @@ class BatchingServer:
         if not isinstance(overlap, bool):
             raise TypeError(f"overlap must be True or False, got {overlap!r}")
         self.forward: Final = forward
+        self._takes_lanes: Final = getattr(forward, "takes_lanes", False) is True  # forward(batch, lanes)
         self.curve: Final = curve
         self.clock: Final = clock
         self.max_batch: Final = max_batch
@@ -420,7 +423,10 @@ class BatchingServer:
                     self._forward_running = True
                     self._stage_wake.notify()  # the stager's one wake-up a batch
             try:
-                out = np.asarray(self.forward(staging[:b]))
+                if self._takes_lanes:
+                    out = np.asarray(self.forward(staging[:b], [t.request.lane for t in batch]))  # type: ignore[call-arg]
+                else:
+                    out = np.asarray(self.forward(staging[:b]))
             finally:
                 if self.overlap:
                     with self._stage_lock, self._cond:  # the stager is between copies
