@@ -26,6 +26,8 @@ from typing import Any, Final
 
 import numpy as np
 
+from nonstop.realtime.worlds import team_of
+
 __all__ = ["team_of", "team_rows", "world_frame", "seat_positions", "world_view", "encode_frame"]
 
 #: the largest frame side sent to the page (bigger frames are subsampled: the page wants a map, not pixels)
@@ -43,12 +45,6 @@ _PALETTE: Final = np.array(
         (0.60, 0.35, 0.80),
     ]
 )
-
-
-def team_of(seat: str) -> str:
-    """The team ``seat`` plays for: its name up to the last ``_`` (the whole name without one)."""
-    head, sep, _ = seat.rpartition("_")
-    return head if sep and head else seat
 
 
 def team_rows(rows: list[dict[str, Any]], alive: dict[str, bool] | None = None) -> list[dict[str, Any]]:
