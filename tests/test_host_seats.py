@@ -9,6 +9,7 @@ from gymnasium import spaces
 
 from nonstop.realtime.host import Session
 from nonstop.realtime.ticklog import SOURCE_AGENT, SOURCE_DEFAULT
+from nonstop.realtime.tickcolumns import SOURCE_ABSENT
 
 SEATS = 12
 TICK = 1 / 20
@@ -64,8 +65,9 @@ class Crowd:
 
 def test_many_seats_some_slow_some_gone_checked_tick_by_tick() -> None:
     """Seats 0-3 act every tick (delay 1 + i), seats 4-7 every third tick, 8-11 never (β: noop, or
-    repeat for seat 8); the log's blocks hold each seat's applied action, delay and reward as the
-    world saw them, and each seat's slot its own counters."""
+    repeat for seat 8); seats 9-11 leave the world mid-episode and are absent until it resets. The
+    log's blocks hold each seat's applied action, delay and reward as the world saw them, and each
+    seat's slot its own counters."""
     default = {f"agent_{i}": "noop" for i in range(SEATS)} | {"agent_8": "repeat"}
     expected_delay = np.full((40, SEATS), -1)
     with Session(Crowd, clock="virtual", tick_hz=1 / TICK, seed=0, default=default) as world:
@@ -84,16 +86,21 @@ def test_many_seats_some_slow_some_gone_checked_tick_by_tick() -> None:
     assert len(log) == 40 and log.seats == SEATS
     source, delay, action, reward = log.block("source"), log.block("delay"), log.block("action"), log.block("reward")
     assert source.shape == (40, SEATS)
-    applied = np.array([[step[a] for a in env.possible_agents] for step in env.steps])
-    assert np.array_equal(action, applied)  # what the log says was applied is what the world got
+    applied = np.array([[step.get(a, np.nan) for a in env.possible_agents] for step in env.steps])
+    assert np.array_equal(action, applied, equal_nan=True)  # what the log says was applied is what the world got
     assert np.array_equal(source == SOURCE_AGENT, expected_delay >= 0)
     assert np.array_equal(delay, expected_delay)
-    assert (applied[:, 9:] == 0).all() and (applied[source[:, 8] == SOURCE_DEFAULT, 8] == 0).all()  # nobody acted
     ticks_in_episode = (log["tick"] - 1) % 17 + 1
     for i, name in enumerate(env.possible_agents):
         here = ticks_in_episode < env.gone.get(name, 10**9)
         assert np.allclose(reward[here, i], applied[here, i] + i / 100), name
         assert (reward[~here, i] == 0).all(), name  # gone: no reward
+        # it left after the step that first lacked it: absent (no action sent, no inaction) until the reset
+        absent = ticks_in_episode > env.gone.get(name, 10**9)
+        assert np.array_equal(source[:, i] == SOURCE_ABSENT, absent), name
+        assert np.isnan(applied[absent, i]).all(), name
+    assert (applied[:, 9:][source[:, 9:] == SOURCE_DEFAULT] == 0).all()  # nobody acted: β's noop
+    assert (applied[source[:, 8] == SOURCE_DEFAULT, 8] == 0).all()
     assert log["terminated"].nonzero()[0].tolist() == [16, 33] and log["episode"][-1] == 2
     for i, seen in enumerate(counters):
         assert (seen.tick, seen.agent_ticks, seen.inaction_ticks) == (
@@ -102,10 +109,14 @@ def test_many_seats_some_slow_some_gone_checked_tick_by_tick() -> None:
             int((source[:, i] == 0).sum()),
         )
     assert counters[9].obs[1] == 4  # seat 9 left after tick 4 of episode 2: its last observation stays
+    assert counters[9].terminated and not counters[0].terminated  # marked as gone until the reset
     summary = log.summary(teams={f"agent_{i}": "fast" if i < 4 else "rest" for i in range(SEATS)})
     assert summary["seats"]["agent_3"]["delay_mean_ticks"] == expected_delay[:, 3].mean()  # it acted every tick
     assert summary["teams"]["fast"]["inaction_ticks"] == 0 and summary["teams"]["fast"]["delay_max_ticks"] == 4
     assert summary["seats"]["agent_11"]["agent_ticks"] == 0
+    gone_11 = int((ticks_in_episode > 13).sum())
+    assert summary["seats"]["agent_11"]["absent_ticks"] == gone_11
+    assert summary["seats"]["agent_11"]["inaction_ticks"] == 40 - gone_11  # absent ticks are no inaction
 
 
 def test_one_seat_and_many_seats_run_the_same_loop() -> None:

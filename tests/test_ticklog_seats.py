@@ -42,6 +42,16 @@ def _same(a, b) -> bool:
     return a == b
 
 
+def _as_before(summary: dict) -> dict:
+    """A summary with only the figures the code before the blocks gave: ``absent_ticks`` (ticks a
+    seat's agent had left the world, counted since) must be 0 in every log of that code's time."""
+    summary = dict(summary)
+    assert summary.pop("absent_ticks") == 0
+    if "seats" in summary:
+        summary["seats"] = {name: _as_before(seat) for name, seat in summary["seats"].items()}
+    return summary
+
+
 def _old(name: str) -> TickLog:
     path = OLD / name
     return TickLog.load(path) if name.endswith(".npz") else TickLog.open(path)
@@ -62,9 +72,9 @@ def test_logs_written_with_named_seat_columns_read_unchanged(name: str) -> None:
     for column, values in expected["columns"].items():
         assert _same(columns[column].tolist(), values), column
         assert columns[column].dtype == DTYPES[column.split("_", 1)[1] if column.startswith("seat1_") else column]
-    assert _same(log.summary(), expected["summary"])
+    assert _same(_as_before(log.summary()), expected["summary"])
     for seat, summary in expected["seat_summaries"].items():
-        assert _same(log.seat(seat).summary(), summary), seat
+        assert _same(_as_before(log.seat(seat).summary()), summary), seat
 
 
 def test_an_old_two_seat_log_reads_as_blocks_and_by_seat() -> None:

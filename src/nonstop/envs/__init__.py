@@ -10,7 +10,7 @@ or Game Boy env is built, so the import stays light.
 
 from __future__ import annotations
 
-from . import atari, atari_multi, classic, continuous, duel, gameboy, theory  # noqa: F401  (importing registers their ids)
+from . import atari, atari_multi, classic, continuous, duel, gameboy, magent, theory  # noqa: F401  (importing registers their ids)
 from .registry import EnvInfo, env_info, list_envs, make_env, parse_env_args, register
 
 __all__ = ["EnvInfo", "env_info", "list_envs", "make_env", "parse_env_args", "register"]

@@ -24,6 +24,7 @@ import numpy as np
 from nonstop.realtime.channels import ActionQueue, LatestSlot
 from nonstop.realtime.clock import Clock, stopwatch
 from nonstop.realtime.defaults import DefaultBehaviour
+from nonstop.realtime.tickcolumns import SOURCE_ABSENT
 from nonstop.realtime.ticklog import CHUNK_ROWS, SEAT_COLUMNS, SOURCE_AGENT, SOURCE_DEFAULT, TickLog
 
 __all__ = ["Host", "HostError", "SeatArrays", "OneSeatWorld", "ParallelWorld", "scalar_actions"]
@@ -71,7 +72,11 @@ class SeatArrays:
     single value is written or read through one at half a numpy item's cost). ``obs`` and ``actions``: each seat's newest
     observation and the action applied this tick. ``agent_ticks``, ``inaction_ticks``,
     ``last_delay`` and ``last_seq``: what each seat's slot publishes besides (plain lists of ints,
-    read every tick). Owned by the host: one writer, in the host's thread.
+    read every tick). ``present``: whether each seat's agent is still in the world this episode; a
+    seat whose agent has left (died) is absent until the world resets: no action reaches the world
+    for it, its log values say so (``source`` `SOURCE_ABSENT`, no inaction counted), whatever its
+    agent still submits is drained and counted ``stale``, and its slot keeps its last observation,
+    marked terminated (``left``: 1) or truncated (2). Owned by the host: one writer, in the host's thread.
 
     >>> from nonstop.realtime.defaults import make_default
     >>> space = gym.spaces.Discrete(2)
@@ -108,6 +113,9 @@ class SeatArrays:
         self.actions: list[Any] = [None] * n
         self.agent_ticks, self.inaction_ticks = [0] * n, [0] * n
         self.last_delay, self.last_seq = [-1] * n, [-1] * n
+        self.present = [True] * n
+        self.left = [0] * n  # how each absent seat's agent left: 1 terminated, 2 truncated
+        self._all_present = True
         self._writes, self._takes, self._betas = [s.write for s in slots], [q.take for q in queues], defaults
         self._logged = [scalar_actions(q.codec.space) for q in queues]  # whether the log holds the action
         #: each seat's β as the loop calls it: a callable β's action is checked against its seat's space
@@ -119,9 +127,15 @@ class SeatArrays:
         ``tick − obs_tick``) or, with none ready, its β's (inaction); this tick's log values with it."""
         source, worker, delay, obs_tick, action = self.source, self.worker, self.delay, self.obs_tick, self.action
         tau_theta, superseded, stale = self.tau_theta, self.superseded, self.stale
-        actions, logged = self.actions, self._logged
+        actions, logged, present = self.actions, self._logged, self.present
         for i, take in enumerate(self._takes):
             record, superseded[i], stale[i] = take(episode=episode)
+            if not present[i]:  # its agent has left: what it still sends is dropped, and counted
+                stale[i] += superseded[i] + (record is not None)
+                superseded[i] = 0
+                source[i], worker[i], delay[i], obs_tick[i], tau_theta[i] = SOURCE_ABSENT, -1, -1, -1, NAN
+                actions[i], action[i] = None, NAN
+                continue
             if record is not None:
                 a = record.action
                 self._betas[i].observe_agent_action(a)
@@ -157,13 +171,37 @@ class SeatArrays:
             self.last_delay,
             self.last_seq,
         )
-        for write, obs, reward, inaction, agent, delay, seq in per_seat:
-            # `LatestSlot.write`: `LatestSlot.publish` without its keywords, which cost ~0.4 µs a seat a tick
-            write(obs, tick, time, reward, terminated, truncated, episode, inaction, agent, delay, seq, last_end, final)
+        if final or self._all_present:
+            for write, obs, reward, inaction, agent, delay, seq in per_seat:
+                # `LatestSlot.write`: `LatestSlot.publish` without its keywords, which cost ~0.4 µs a seat a tick
+                write(
+                    obs,
+                    tick,
+                    time,
+                    reward,
+                    terminated,
+                    truncated,
+                    episode,
+                    inaction,
+                    agent,
+                    delay,
+                    seq,
+                    last_end,
+                    final,
+                )
+            return
+        for (write, obs, reward, inaction, agent, delay, seq), how in zip(per_seat, self.left):
+            # a seat whose agent has left reads how it left, until the world resets
+            write(obs, tick, time, reward, how == 1, how == 2, episode, inaction, agent, delay, seq, last_end, False)
+
+    def leave(self, i: int, how: int) -> None:
+        """Seat ``i``'s agent has left the world this tick (``how``: 1 terminated, 2 truncated)."""
+        self.present[i], self.left[i], self._all_present = False, how, False
 
     def new_episode(self) -> None:
         """The world reset: no reward yet, and every β starts afresh (``repeat`` has no last action)."""
         self.values[_REWARD] = 0.0
+        self.present[:], self.left[:], self._all_present = [True] * self.n, [0] * self.n, True
         for beta in self._betas:
             beta.reset()
 
@@ -193,8 +231,10 @@ class OneSeatWorld:
 
 class ParallelWorld:
     """A seat world (PettingZoo's parallel API: ``reset`` and ``step`` take and give dicts by seat
-    name) as arrays by seat index. A seat absent from a step's dicts (its agent is done) keeps its
-    last observation and gets no reward; the episode ends for every seat when any seat's ends."""
+    name) as arrays by seat index. A seat's agent that is terminated or truncated while others play
+    on, or that is absent from a step's dicts, leaves its seat (`SeatArrays.leave`): from the next tick
+    no action is sent for it and it gets no reward; its slot keeps its last observation. The episode
+    ends for every seat when no seat is left (terminated if any seat's last step said so)."""
 
     def __init__(self, env: Any, names: list[str]) -> None:
         self.env, self.names = env, names
@@ -209,15 +249,32 @@ class ParallelWorld:
         seats.obs[:] = [obs[name] for name in self.names]
 
     def step(self, seats: SeatArrays) -> tuple[bool, bool, float]:
-        """Step with every seat's action; ``(terminated, truncated, seconds the env's step took)``."""
+        """Step with every present seat's action; ``(terminated, truncated, seconds the env's step took)``."""
+        names, present = self.names, seats.present
+        joint = dict(zip(names, seats.actions))
+        if not all(present):
+            joint = {name: a for name, a, here in zip(names, seats.actions, present) if here}
         t0 = stopwatch()
-        obs, rewards, terminated, truncated, _ = self._step(dict(zip(self.names, seats.actions)))
+        obs, rewards, terminated, truncated, _ = self._step(joint)
         step_s = stopwatch() - t0
         last, reward = seats.obs, seats.reward
-        for i, name in enumerate(self.names):
-            last[i] = obs.get(name, last[i])
+        for i, name in enumerate(names):
+            if not present[i]:
+                reward[i] = 0.0
+                continue
+            o = obs.get(name)
+            if o is None:  # gone without a word
+                reward[i] = rewards.get(name, 0.0)
+                seats.leave(i, 1)
+                continue
+            last[i] = o
             reward[i] = rewards.get(name, 0.0)
-        return any(terminated.values()), any(truncated.values()), step_s
+            if terminated.get(name) or truncated.get(name):
+                seats.leave(i, 1 if terminated.get(name) else 2)
+        if any(present):
+            return False, False, step_s
+        ended_terminated = any(terminated.values())
+        return ended_terminated, not ended_terminated, step_s
 
 
 class Host:
@@ -228,8 +285,9 @@ class Host:
     sequences, one per seat: each seat reads its own observations, reward and counters from its
     slot, has its own queue (mode, capacity) and β, and its own values in the tick log (each per-seat
     quantity a block of seats: `TickLog.append_tick`). A plain ``gymnasium.Env`` is the one-seat case
-    of the same loop: `SeatArrays` of one seat, stepped through `OneSeatWorld`. A seat world's
-    episode ends for every seat at once, when any seat is terminated or truncated. The first seat's
+    of the same loop: `SeatArrays` of one seat, stepped through `OneSeatWorld`. A seat world's agent
+    that is done while others play on leaves its seat (`ParallelWorld`); the episode ends for every
+    seat at once when none is left. The first seat's
     slot carries the session's requests (stop, reset); ``slot``, ``queue`` and ``default`` are the
     first seat's.
 

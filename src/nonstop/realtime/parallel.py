@@ -34,9 +34,10 @@ class RealtimeParallelEnv(ParallelEnv):
 
     ``reset(seed=s)`` (re)starts the world with that seed (the world keeps its clock and starts
     ticking at once); ``reset()`` without a seed starts the next episode the world is already in,
-    asking the host to end the current one if it is still running. After the last step of an
-    episode every seat is terminated or truncated and ``agents`` is empty, as PettingZoo requires;
-    the world has already moved on. ``think_time`` (virtual clock only): seconds each joint
+    asking the host to end the current one if it is still running. An agent that leaves the world
+    mid-episode (dies) is reported terminated (or truncated) once and leaves ``agents``; after the
+    last step of an episode every seat is terminated or truncated and ``agents`` is empty, as
+    PettingZoo requires; the world has already moved on. ``think_time`` (virtual clock only): seconds each joint
     decision takes before it is submitted.
     """
 
@@ -123,8 +124,9 @@ class RealtimeParallelEnv(ParallelEnv):
         if isinstance(self._clock, VirtualClock) and self.think_time:  # is_virtual
             self._clock.run_until(prev[0].time + self.think_time)
         seqs: list[int | None] = []
+        live = set(self.agents)
         for i, seat in enumerate(self.possible_agents):
-            if seat in actions and actions[seat] is not None:
+            if seat in live and seat in actions and actions[seat] is not None:
                 seqs.append(
                     session.queues[i].submit(actions[seat], obs_tick=prev[i].tick, episode=prev[i].episode, worker=0)
                 )
@@ -134,8 +136,10 @@ class RealtimeParallelEnv(ParallelEnv):
         ended = latest[0].episode != self._episode
         obs, rewards, terms, truncs, infos = {}, {}, {}, {}, {}
         for i, seat in enumerate(self.possible_agents):
+            if seat not in live:  # its agent left earlier in this episode: PettingZoo reports it no more
+                continue
             now, before = latest[i], prev[i]
-            o, r, term, trunc = now.obs, now.total_reward - before.total_reward, False, False
+            o, r, term, trunc = now.obs, now.total_reward - before.total_reward, now.terminated, now.truncated
             if ended:
                 final = session.slots[i].read_final()
                 if final.episode == self._episode:  # the terminal observation, kept for us
@@ -155,6 +159,8 @@ class RealtimeParallelEnv(ParallelEnv):
         if ended:
             self._episode = latest[0].episode
             self.agents = []
+        else:  # agents that left the world (died) while the others play on
+            self.agents = [seat for seat in self.agents if not (terms[seat] or truncs[seat])]
         return obs, rewards, terms, truncs, infos
 
     def render(self) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "RowLayout",
     "TickBlocks",
     "parse_seat_column",
+    "SOURCE_ABSENT",
     "SOURCE_AGENT",
     "SOURCE_DEFAULT",
     "TickColumns",
@@ -38,6 +39,7 @@ __all__ = [
 
 SOURCE_DEFAULT: Final = 0  # β acted: inaction
 SOURCE_AGENT: Final = 1
+SOURCE_ABSENT: Final = -1  # the seat's agent has left the world (died): no action, no inaction
 
 #: column name -> (dtype on disk, meaning)
 COLUMNS: Final[dict[str, tuple[str, str]]] = {
@@ -45,7 +47,7 @@ COLUMNS: Final[dict[str, tuple[str, str]]] = {
     "deadline": ("f8", "when the tick was due (s, clock time)"),
     "time": ("f8", "when the host processed it (s, clock time)"),
     "lateness": ("f8", "time - deadline (s)"),
-    "source": ("i1", "1 agent action, 0 default behaviour β (inaction)"),
+    "source": ("i1", "1 agent action, 0 default behaviour β (inaction), -1 the seat's agent has left (died)"),
     "worker": ("i4", "worker that computed the applied action, -1 for β"),
     "delay": ("i4", "ticks from the observation the action was computed on to this tick, -1 for β"),
     "obs_tick": ("i8", "tick of the observation the action was computed on, -1 for β"),
@@ -56,7 +58,10 @@ COLUMNS: Final[dict[str, tuple[str, str]]] = {
     "terminated": ("i1", "episode terminated at this tick"),
     "truncated": ("i1", "episode truncated at this tick"),
     "superseded": ("i2", "pending actions discarded in favour of a newer one"),
-    "stale": ("i2", "actions dropped because they came from an earlier episode"),
+    "stale": (
+        "i2",
+        "actions dropped because they came from an earlier episode (or reached a seat whose agent has left)",
+    ),
     "step_s": ("f4", "wall time the env step took (s)"),
     "reset_s": ("f4", "wall time the automatic reset after this tick took (s), 0 if none"),
 }

@@ -54,7 +54,7 @@ loading them. Old single-file logs (``ticklog.npz``, `save`) load as before. `it
 `block` read per-seat quantities as (ticks × seats) arrays, and `summary` folds every seat's figures
 (and, given a team map, every team's) in one pass over the chunks.
 
-`TickLog` (and `SeatLog`, one seat's view) live here; the chunks and their writer thread in
+`TickLog` lives here, `SeatLog` (one seat's view) in `nonstop.realtime.tickseat`; the chunks and their writer thread in
 `nonstop.realtime.tickchunks`, the file formats and atomic writes in `nonstop.realtime.tickfiles`.
 
 >>> log = TickLog(tau_m=1 / 60)
@@ -124,6 +124,7 @@ from nonstop.realtime.tickfiles import (
     save_npz_atomic,
     write_json_atomic,
 )
+from nonstop.realtime.tickseat import SeatLog
 from nonstop.realtime.ticksummary import summarize, summarize_seats, summarize_teams
 
 __all__ = [
@@ -768,46 +769,3 @@ class TickLog:
         if not isinstance(seat, (int, np.integer)) or isinstance(seat, bool) or not 0 <= seat < self.seats:
             raise IndexError(f"seat must be a name or an index in [0, {self.seats}), got {seat!r}")
         return SeatLog(self, int(seat))
-
-
-class SeatLog:
-    """One seat's view of a several-seat `TickLog`: the same read interface (``log[column]``,
-    `iter_chunks`, `summary`, ``meta`` with that seat's queue counters), the seat's own columns
-    under the unprefixed names. Read-only, loads nothing itself.
-
-    >>> log = TickLog(1 / 60, seats=2)
-    >>> values = np.zeros((len(SEAT_COLUMNS), 2))
-    >>> values[SEAT_COLUMNS.index("source")] = (SOURCE_DEFAULT, SOURCE_AGENT)
-    >>> values[SEAT_COLUMNS.index("delay")] = (-1, 2)
-    >>> log.append_tick(1, 1 / 60, 1 / 60, episode=0, terminated=False, truncated=False, step_s=0.0,
-    ...                 seats=values.reshape(-1))
-    >>> log.seat(1)["delay"].tolist(), log.seat(0)["delay"].tolist()
-    ([2], [-1])
-    """
-
-    def __init__(self, log: TickLog, seat: int) -> None:
-        self.log, self.index = log, seat
-        self.tau_m = log.tau_m
-        self.meta = dict(log.meta)
-        queues = log.meta.get("queues")
-        if isinstance(queues, list) and len(queues) == log.seats:
-            self.meta["queue"] = queues[seat]
-        self.name = log.seat_names[seat]
-
-    def __len__(self) -> int:
-        return len(self.log)
-
-    def iter_chunks(self, columns: Iterable[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
-        names = list(COLUMNS if columns is None else columns)
-        real = [seat_column(name, self.index) for name in names]
-        for chunk in self.log.iter_chunks(real):
-            yield {name: chunk[r] for name, r in zip(names, real)}
-
-    def __getitem__(self, column: str) -> np.ndarray:
-        return self.log[seat_column(column, self.index)]
-
-    def summary(self, **kwargs: Any) -> dict[str, Any]:
-        """This seat's `summarize`, with ``seat``: its name."""
-        out = summarize(self, **kwargs)
-        out["seat"] = self.name
-        return out

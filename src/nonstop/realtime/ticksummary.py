@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from nonstop.realtime.tickcolumns import SOURCE_AGENT, TickBlocks, TickColumns
+from nonstop.realtime.tickcolumns import SOURCE_ABSENT, SOURCE_AGENT, TickBlocks, TickColumns
 
 __all__ = ["summarize", "summarize_seats", "summarize_teams", "interaction_intervals", "episode_returns"]
 
@@ -127,7 +127,7 @@ class _Fold:
 
     def __init__(self, tau_m: float, warmup_ticks: int, end_tick: int | None) -> None:
         self.tau_m, self.warmup_ticks, self.end_tick = tau_m, warmup_ticks, end_tick
-        self.n = self.n_agent = self.superseded = self.stale = self.overruns = 0
+        self.n = self.n_agent = self.n_absent = self.superseded = self.stale = self.overruns = 0
         self.reward_total = 0.0
         self.delay_counts: dict[int, int] = {}
         self.lateness_parts: list[np.ndarray] = []
@@ -144,8 +144,10 @@ class _Fold:
         if not k:
             return
         self.n += k
-        agent = c["source"][keep] == SOURCE_AGENT
+        source = c["source"][keep]
+        agent = source == SOURCE_AGENT
         self.n_agent += int(agent.sum())
+        self.n_absent += int((source == SOURCE_ABSENT).sum())  # the seat's agent had left: neither acted nor idle
         keys, counts = np.unique(c["delay"][keep][agent], return_counts=True)
         for key, count in zip(keys.tolist(), counts.tolist()):
             self.delay_counts[key] = self.delay_counts.get(key, 0) + count
@@ -173,6 +175,7 @@ class _Fold:
     def result(self, queue: Any) -> dict[str, Any]:
         """The figures; ``queue``: the seat's queue counters from the log's meta, if any."""
         tau_m, n, n_agent, iv_n, iv_mean = self.tau_m, self.n, self.n_agent, self.iv_n, self.iv_mean
+        present = n - self.n_absent  # ticks the seat's agent was in the world
         lateness = np.concatenate(self.lateness_parts) if self.lateness_parts else np.zeros(0)
         hist_keys = np.array(sorted(self.delay_counts), np.int64)
         hist_counts = np.array([self.delay_counts[k] for k in hist_keys.tolist()], np.int64)
@@ -184,8 +187,9 @@ class _Fold:
             "tau_m_s": tau_m,
             "duration_s": n * tau_m,
             "agent_ticks": n_agent,
-            "inaction_ticks": n - n_agent,
-            "inaction_fraction": (n - n_agent) / n if n else float("nan"),
+            "inaction_ticks": present - n_agent,
+            "inaction_fraction": (present - n_agent) / present if present else float("nan"),
+            "absent_ticks": self.n_absent,
             "tau_i_mean_s": iv_mean if iv_n else float("nan"),
             "tau_i_mean_ticks": iv_mean / tau_m if iv_n else float("nan"),
             "tau_i_cv": iv_std / iv_mean if iv_n and iv_mean > 0 else float("nan"),

@@ -1,0 +1,106 @@
+"""MAgent2's many-agent grid worlds as realtime seat worlds (docs/multi-agent.md, docs/design.md §4b).
+
+``multi/battle``: two teams (``red_*`` against ``blue_*``), 81 agents each on the default 45×45 map
+(``map_size`` 12 gives 2 against 2, 20 gives 12 against 12); each agent sees a 13×13×5 float32 window
+and moves or attacks (``Discrete(21)``). ``multi/gather``: 495 ``omnivore_*`` agents on a 200×200
+map of food (15×15×5 windows, ``Discrete(33)``). Every agent is a seat: its own queue, β, reward,
+inaction and delay. An agent that dies is terminated and leaves its seat while the others fight on
+(`nonstop.realtime.hostloop.ParallelWorld`); the episode ends when one side is wiped out or after
+``max_cycles`` ticks. The worlds declare no tick rate: nonstop's is 20 Hz, and the user's
+(``--env-arg tick_hz=60``, ``Session(..., env_kwargs={"tick_hz": 60})``) wins. β's no-op is the
+move to the agent's own cell (index 6 in battle, 14 in gather: the centre of the move range).
+
+A seat's team is its name up to the last ``_`` (`team_of`), so teams read from any PettingZoo
+seat names alike. magent2 is imported only when a world is built (``pip install nonstop[magent]``).
+
+>>> from nonstop.envs import env_info
+>>> info = env_info("multi/battle", map_size=12)
+>>> info.tick_hz, info.noop_action
+(20.0, 6)
+>>> env_info("multi/battle", map_size=12, tick_hz=60).tick_hz
+60.0
+>>> team_of("red_17"), team_of("first_0")
+('red', 'first')
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from .spec import is_int, register
+
+__all__ = ["MAGENT_TICK_HZ", "make_battle", "make_gather", "team_of", "teams_of"]
+
+MAGENT_TICK_HZ: Final = 20.0
+BATTLE_NOOP: Final = 6  # the centre of battle's 13 moves: stay
+GATHER_NOOP: Final = 14  # the centre of gather's 29 moves: stay
+
+
+def team_of(seat: str) -> str:
+    """A seat's team: its name up to the last ``_`` (``red_17`` → ``red``); a name without one is its own team."""
+    return seat.rsplit("_", 1)[0] if "_" in seat else seat
+
+
+def teams_of(seats: list[str]) -> dict[str, str]:
+    """``{seat: team}`` for every seat (`team_of`)."""
+    return {seat: team_of(seat) for seat in seats}
+
+
+def _magent() -> Any:
+    try:
+        from magent2.environments import battle_v4, gather_v5
+    except ImportError as exc:
+        raise ImportError(f"MAgent2 worlds need magent2 ({exc}): pip install 'nonstop[magent]'") from exc
+    return battle_v4, gather_v5
+
+
+def _check_cycles(max_cycles: Any) -> None:
+    if not is_int(max_cycles) or max_cycles < 1:
+        raise ValueError(f"max_cycles must be a positive integer, got {max_cycles!r}")
+
+
+def check_battle(map_size: Any = 45, max_cycles: Any = 1000, **_: Any) -> None:
+    """A one-line `ValueError` for a map battle cannot have."""
+    if not is_int(map_size) or map_size < 12:
+        raise ValueError(
+            f"map_size must be an integer of at least 12 (MAgent2's smallest battle map), got {map_size!r}"
+        )
+    _check_cycles(max_cycles)
+
+
+def check_gather(max_cycles: Any = 500, **_: Any) -> None:
+    _check_cycles(max_cycles)
+
+
+def make_battle(map_size: int = 45, max_cycles: int = 1000, minimap_mode: bool = False, seed: int | None = None) -> Any:
+    """MAgent2's battle as a PettingZoo parallel env (see the module docstring)."""
+    battle_v4, _ = _magent()
+    return battle_v4.parallel_env(map_size=map_size, max_cycles=max_cycles, minimap_mode=minimap_mode, seed=seed)
+
+
+def make_gather(max_cycles: int = 500, minimap_mode: bool = False, seed: int | None = None) -> Any:
+    """MAgent2's gather as a PettingZoo parallel env (see the module docstring)."""
+    _, gather_v5 = _magent()
+    return gather_v5.parallel_env(max_cycles=max_cycles, minimap_mode=minimap_mode, seed=seed)
+
+
+register(
+    "multi/battle",
+    make_battle,
+    family="multi",
+    tick_hz=MAGENT_TICK_HZ,
+    noop_action=BATTLE_NOOP,
+    default_beta="noop",
+    description="MAgent2 battle: 81 red against 81 blue agents, a seat each (magent2; 20 Hz unless tick_hz=)",
+    check=check_battle,
+)
+register(
+    "multi/gather",
+    make_gather,
+    family="multi",
+    tick_hz=MAGENT_TICK_HZ,
+    noop_action=GATHER_NOOP,
+    default_beta="noop",
+    description="MAgent2 gather: 495 agents foraging, a seat each (magent2; 20 Hz unless tick_hz=)",
+    check=check_gather,
+)
