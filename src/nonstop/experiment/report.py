@@ -449,7 +449,11 @@ def _format(key: str, value: Any) -> str:
         if key.endswith(("_fraction", "_frac", "_frac_mean")):
             return f"{value:.2%}"
         return f"{value:,.0f}" if value.is_integer() and abs(value) < 1e15 else f"{value:.4g}"
-    if isinstance(value, dict) and value and all(isinstance(v, (int, float)) for v in value.values()):
+    if (
+        isinstance(value, dict)
+        and 0 < len(value) <= 6
+        and all(isinstance(k, str) and not k.isdigit() and isinstance(v, (int, float)) for k, v in value.items())
+    ):
         return ", ".join(f"{k} {_format(k, v)}" for k, v in value.items())  # a seat's or team's figures
     text = json.dumps(value, default=str)  # nested figures of summary.json: whole in report.json
     return text if len(text) <= 60 else text[:59] + "…"
