@@ -85,13 +85,7 @@ register(GRID_WORLD, SeatGrid, family="multi", tick_hz=30.0, description="twelve
 
 
 def test_teams_and_world_view_of_a_world() -> None:
-    assert [team_of(s) for s in ("red_0", "blue_11", "first_0", "agent", "_x")] == [
-        "red",
-        "blue",
-        "first",
-        "agent",
-        "_x",
-    ]
+    assert [team_of(s) for s in ("red_0", "blue_11", "first_0", "agent")] == ["red", "blue", "first", "agent"]
     world = SeatGrid()
     world.reset()
     for _ in range(15):

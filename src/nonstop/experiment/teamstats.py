@@ -32,7 +32,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from nonstop.realtime.worlds import team_of
+from nonstop.envs.magent import team_of
 
 __all__ = [
     "TEAM_COLUMNS",

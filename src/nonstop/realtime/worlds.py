@@ -11,7 +11,7 @@ from typing import Any, Final, Protocol, TypeGuard
 
 import gymnasium as gym
 
-__all__ = ["EnvSource", "SeatWorld", "is_seat_world", "build_env", "per_seat", "MISSING", "team_of", "teams_of"]
+__all__ = ["EnvSource", "SeatWorld", "is_seat_world", "build_env", "per_seat", "MISSING"]
 
 #: An env id known to `nonstop.envs` or a zero-argument factory returning a gymnasium.Env.
 EnvSource = str | Callable[[], gym.Env]
@@ -64,19 +64,3 @@ def per_seat(name: str, value: Any, seats: list[str]) -> list[Any]:
 
 #: what `per_seat` gives a seat its dict leaves out (the caller fills in its own fallback)
 MISSING: Final = object()
-
-
-def team_of(seat: str) -> str:
-    """The team ``seat`` plays for: its name up to the last ``_`` (PettingZoo's convention: ``red_3``
-    plays for ``red``, ``first_0`` for ``first``); a name without one is a team of its own.
-
-    >>> team_of("red_12"), team_of("first_0"), team_of("agent")
-    ('red', 'first', 'agent')
-    """
-    head, sep, _ = seat.rpartition("_")
-    return head if sep and head else seat
-
-
-def teams_of(seats: list[str]) -> dict[str, str]:
-    """Every seat's team (`team_of`), in seat order."""
-    return {seat: team_of(seat) for seat in seats}

@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from nonstop.realtime.worlds import team_of
+from nonstop.envs.magent import team_of
 
 __all__ = ["team_of", "team_rows", "world_frame", "seat_positions", "world_view", "encode_frame"]
 
