@@ -10,6 +10,9 @@ Reads what ``nonstop train --out RUN`` wrote (layout in `nonstop.learning.runlog
 * ``delay_histogram.png``  — delay of the agent-applied ticks (from the tick log);
 * ``win_rate_over_time.png`` — self-play runs: the learner's win rate (rolling) and score against
   its pool of past snapshots over the run (from matches.csv, `nonstop.experiment.selfplay`);
+* ``team_rates_over_time.png`` — team worlds: each team's win, kill and survival rates (rolling)
+  over world time (from teams.csv, `nonstop.experiment.teamstats`); a several-seat tick log also
+  gives every seat's inaction and delay (``seats``) and each team's (``teams``) in the summary;
 * ``report.md`` and ``report.json`` — the headline, the plots, the summary below, and what was skipped and why;
 * ``report.html`` (with ``--html``) — the same as one self-contained page (the PNGs inlined as base64,
   no file or address outside it), to mail or attach as it is.
@@ -40,6 +43,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from nonstop.experiment.teamstats import TEAMS_FILE, plot_team_rates, read_team_rows, team_figures
 from nonstop.learning.runlog import (
     EPISODE_COLUMNS,
     MATCH_COLUMNS,
@@ -50,6 +54,7 @@ from nonstop.learning.runlog import (
     read_config,
     read_ticklog,
 )
+from nonstop.envs.magent import teams_of
 
 __all__ = ["Report", "build_report", "headline", "render_headline", "render_summary", "write_html", "write_markdown"]
 
@@ -80,11 +85,23 @@ TICK_KEYS: Final = (
     "episode_return_mean",
 )
 
+#: Each seat's figures shown (a several-seat tick log), and each team's (a seat's team: `team_of`).
+SEAT_KEYS: Final = ("inaction_fraction", "delay_mean_ticks", "delay_max_ticks", "reward_total")
+TEAM_KEYS: Final = (
+    "inaction_fraction",
+    "inaction_fraction_max",
+    "delay_mean_ticks",
+    "delay_max_ticks",
+    "reward_total",
+    "episode_return_mean",
+)
+
 PLOT_FILES: Final = {
     "return_over_time": "return_over_time.png",
     "inaction_delay": "inaction_delay.png",
     "delay_histogram": "delay_histogram.png",
     "win_rate": "win_rate_over_time.png",
+    "team_rates": "team_rates_over_time.png",
 }
 
 
@@ -227,8 +244,11 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
     if progress is not None:
         report.summary["progress"] = progress_figures(progress)
     if log is not None:
-        figures = log.summary()
+        figures = log.summary(teams=teams_of(log.seat_names) if log.seats > 1 else None)
         report.summary["ticks"] = {k: figures[k] for k in TICK_KEYS}
+        if log.seats > 1:  # every seat's inaction and delay, and each team's over its seats
+            report.summary["seats"] = {name: _picked(f, SEAT_KEYS) for name, f in figures["seats"].items()}
+            report.summary["teams"] = {team: _picked(f, TEAM_KEYS) for team, f in figures["teams"].items()}
     if "summary.json" not in missing:
         try:
             run_summary = json.loads(paths.summary.read_text())
@@ -309,9 +329,24 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
             report.plots["win_rate"] = plot_matches(matches, out / PLOT_FILES["win_rate"])
         else:
             report.skipped["win_rate"] = "matches.csv has no finished match yet"
-    elif config.get("self_play"):
+    elif config.get("self_play") and not (paths.root / TEAMS_FILE).is_file():
         report.skipped["win_rate"] = "matches.csv is missing (no match finished yet)"
+
+    # team worlds: each team's win, kill and survival rates over time (teams.csv: team self-play)
+    if (paths.root / TEAMS_FILE).is_file():
+        rows = read_team_rows(paths.root / TEAMS_FILE)
+        if rows:
+            report.summary["team_matches"] = {
+                f"{team}.{key}": value for team, figures in team_figures(rows).items() for key, value in figures.items()
+            }
+            report.plots["team_rates"] = plot_team_rates(rows, out / PLOT_FILES["team_rates"], tau_m)
+        else:
+            report.skipped["team_rates"] = "teams.csv has no finished episode yet"
     return report
+
+
+def _picked(figures: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: figures[k] for k in keys if k in figures}
 
 
 def _tau_m(log: Any, config: dict[str, Any]) -> float | None:
@@ -414,6 +449,12 @@ def _format(key: str, value: Any) -> str:
         if key.endswith(("_fraction", "_frac", "_frac_mean")):
             return f"{value:.2%}"
         return f"{value:,.0f}" if value.is_integer() and abs(value) < 1e15 else f"{value:.4g}"
+    if (
+        isinstance(value, dict)
+        and 0 < len(value) <= 6
+        and all(isinstance(k, str) and not k.isdigit() and isinstance(v, (int, float)) for k, v in value.items())
+    ):
+        return ", ".join(f"{k} {_format(k, v)}" for k, v in value.items())  # a seat's or team's figures
     text = json.dumps(value, default=str)  # nested figures of summary.json: whole in report.json
     return text if len(text) <= 60 else text[:59] + "…"
 

@@ -46,6 +46,7 @@ from fastapi.staticfiles import StaticFiles
 
 from nonstop.server.auth import authorized, refuse_socket
 from nonstop.server.connection import Connection
+from nonstop.server.liveworld import team_of, team_rows
 from nonstop.server.protocol import (
     MAX_WAIT_TICKS,
     ActMessage,
@@ -73,6 +74,7 @@ __all__ = [
     "SpectatorConnection",
     "is_public",
     "mount_live",
+    "seats_view",
     "session_rows",
     "token_from_subprotocols",
     "token_subprotocol",
@@ -181,6 +183,31 @@ def session_rows(manager: SessionManager) -> list[dict[str, Any]]:
     return rows
 
 
+def seats_view(session: ServerSession) -> dict[str, Any]:
+    """Every seat of ``session`` at once, as the page's seat grid reads it: each seat's counters
+    (`ServerSession.seat_rows`) with its ``team`` and, where the world offers positions, its
+    ``position`` and whether it is ``alive`` (a seat the world no longer places has died); each
+    team's summary (`team_rows`); the world's ``frame`` (None when it offers no picture)."""
+    rows = session.seat_rows()
+    world = session.world_view() or {"frame": None, "positions": None}
+    positions = world["positions"]
+    for row in rows:
+        row["team"] = team_of(row["seat"])
+        if positions is not None:
+            row["position"] = positions.get(row["seat"])
+            row["alive"] = row["position"] is not None
+    alive = None if positions is None else {row["seat"]: row["alive"] for row in rows}
+    return {
+        "session_id": session.sid,
+        "env": session.spec.env_id,
+        "lifecycle": session.state.value,
+        "tick": session.tick if session.state is Lifecycle.RUNNING else None,
+        "seats": rows,
+        "teams": team_rows(rows, alive),
+        "frame": world["frame"],
+    }
+
+
 # ----------------------------------------------------------------------------- the spectator socket
 
 
@@ -280,6 +307,13 @@ def mount_live(
                 "spectators": dict(app.state.spectators),
             }
         )
+
+    @app.get("/live/sessions/{sid}/seats")
+    def live_seats(sid: str) -> JSONResponse:
+        session = manager().get(sid)
+        if session is None:
+            return JSONResponse({"error": f"no session {sid}"}, status_code=404)
+        return JSONResponse(seats_view(session))
 
     @app.websocket("/ws/watch/{sid}")
     async def watch(ws: WebSocket, sid: str) -> None:

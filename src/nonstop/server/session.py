@@ -34,6 +34,7 @@ from nonstop.realtime.hostloop import Host
 from nonstop.realtime.ticklog import SOURCE_AGENT, TickLog
 from nonstop.server.envspec import EnvSpec
 from nonstop.server.lifecycle import LIVE, TRANSITIONS, Lifecycle
+from nonstop.server.liveworld import world_view
 from nonstop.server.loopwaker import LoopWaker
 from nonstop.server.protocol import ErrorCode, ProtocolError
 from nonstop.server.replay import Replay, ReplayRecorder, SeatReplayRecorder, write_header
@@ -55,6 +56,8 @@ READ_PATIENCE: Final = 0.02
 STOP_PATIENCE: Final = 30.0
 #: how long a submit retries, yielding to the event loop, while a tick worker holds the action queue (s)
 SUBMIT_PATIENCE: Final = 1.0
+#: how long the live page waits for a tick worker's picture of a world (s)
+WORLD_VIEW_TIMEOUT_S: Final = 2.0
 
 
 @dataclass
@@ -619,6 +622,20 @@ class ServerSession:
                 }
             )
         return rows
+
+    def world_view(self) -> dict[str, Any] | None:
+        """The world's frame and its seats' positions (`nonstop.server.liveworld.world_view`), taken
+        between ticks; None when the session is not ticking."""
+        if self.state is not Lifecycle.RUNNING:
+            return None
+        if self.proc is not None:  # the env lives on a tick worker: ask it
+            try:
+                return self.proc.call("world", self.sid, timeout=WORLD_VIEW_TIMEOUT_S)
+            except Exception:  # noqa: BLE001 - a busy or gone worker costs the page one picture
+                return None
+        with self._drive:
+            host = self.host
+            return None if host is None else world_view(host.env)
 
 
 def _tick_summary(tick_log: Any, seats: list[str] | None = None) -> dict[str, Any]:

@@ -304,6 +304,7 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
     from nonstop.envs import make_env
     from nonstop.realtime.defaults import make_default
     from nonstop.realtime.host import Host, raise_priority
+    from nonstop.server.liveworld import world_view
     from nonstop.server.replay import ReplayRecorder, SeatReplayRecorder
 
     hold_lifeline()  # a killed server leaves no worker behind, even one busy ticking
@@ -407,7 +408,15 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
                 deltas[sid] = delta
         note(("records", deltas))  # also the worker's heartbeat
 
-    handlers: dict[str, Callable[..., Any]] = {"start": start, "stop": stop}
+    def world(sid: str) -> dict | None:
+        """The live page's picture of session ``sid``'s world (`nonstop.server.liveworld.world_view`)."""
+        job = jobs.get(sid)
+        if job is None:
+            return None
+        with job.drive:  # between ticks: the env is not stepping
+            return world_view(job.env)
+
+    handlers: dict[str, Callable[..., Any]] = {"start": start, "stop": stop, "world": world}
     sent_ready: dict[str, int] = {}
     last_records = _CLOCK.now()
     try:

@@ -38,6 +38,13 @@
     return x === null || x === undefined || !Number.isFinite(x) ? "–" : `${(100 * x).toFixed(0)}%`;
   }
 
+  function pooled(seats) {
+    // the inaction fraction over every seat's ticks
+    const idle = seats.reduce((n, s) => n + s.inaction_ticks, 0);
+    const all = seats.reduce((n, s) => n + s.agent_ticks + s.inaction_ticks, 0);
+    return all ? idle / all : null;
+  }
+
   function fmtNum(x, digits = 0) {
     if (x === null || x === undefined || !Number.isFinite(x)) return "–";
     return x.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: 0 });
@@ -98,14 +105,15 @@
     const live = r.lifecycle !== "ended" && r.lifecycle !== "closed";
     if (!live) tr.className = "ended";
     const seats = r.seats || [];
+    const many = seats.length > 4; // one cell per seat would not fit the table: the view has them all
     const cells = [
       ["code", r.session_id.slice(0, 8), r.session_id],
       ["", r.env],
-      ["", seats.map((s) => s.seat).join(", ")],
+      ["", many ? `${seats.length} seats` : seats.map((s) => s.seat).join(", "), many ? seats.map((s) => s.seat).join(", ") : ""],
       ["badge", r.lifecycle, r.end_reason || ""],
       ["num", fmtNum(r.tick)],
-      ["num", seats.map((s) => fmtPct(s.inaction_fraction)).join(" / ")],
-      ["num", seats.map((s) => (s.last_delay === null ? "–" : `${s.last_delay} t`)).join(" / ")],
+      ["num", many ? `${fmtPct(pooled(seats))} all seats` : seats.map((s) => fmtPct(s.inaction_fraction)).join(" / ")],
+      ["num", many ? "see view" : seats.map((s) => (s.last_delay === null || s.last_delay < 0 ? "–" : `${s.last_delay} t`)).join(" / ")],
       ["num", r.lateness_p99_ms === null || r.lateness_p99_ms === undefined ? "–" : `${r.lateness_p99_ms.toFixed(2)} ms`],
       ["num", fmtNum(r.total_reward, 2)],
     ];
@@ -170,8 +178,119 @@
       this.closedAt = 0;
       this.endedAt = 0;
       this.setState("connecting");
+      // a several-seat world: every seat in a grid, the world's frame with its agents, each team
+      this.multi = (row.seats || []).length > 1;
+      this.seatPrev = new Map(); // seat -> {agent, inaction}: the counters at the last poll
+      this.seatPolls = 0;
+      this.fetching = false;
+      if (this.multi) {
+        $(".seats", this.el).hidden = false;
+        this.el.classList.toggle("wide", row.seats.length > 16); // a big grid takes the page's width
+        $(".seat-of-view", this.el).hidden = false;
+        $(".shown-seat", this.el).textContent = row.seats[0].seat; // the pushed frame and counters are its
+      }
       $("#views").append(this.el);
       this.connect();
+    }
+
+    async refreshSeats() {
+      if (!this.multi || this.fetching || this.endedAt) return;
+      this.fetching = true;
+      try {
+        const reply = await getJSON(`/live/sessions/${encodeURIComponent(this.sid)}/seats`);
+        if (reply.status === 200) this.drawSeats(reply.body);
+      } catch (err) {
+        if (err instanceof NeedsToken) askForToken();
+      } finally {
+        this.fetching = false;
+      }
+    }
+
+    drawSeats(view) {
+      this.seatPolls += 1;
+      const seats = view.seats;
+      const grid = $(".seat-grid", this.el);
+      grid.classList.toggle("few", seats.length <= 16);
+      $(".seat-count", this.el).textContent = `${seats.length} seats`;
+      const delays = seats.map((s) => (s.last_delay !== null && s.last_delay >= 0 ? s.last_delay : 0));
+      const maxDelay = Math.max(1, ...delays);
+      if (grid.children.length !== seats.length) grid.replaceChildren(...seats.map(() => seatCell()));
+      seats.forEach((s, i) => {
+        const cell = grid.children[i];
+        const prev = this.seatPrev.get(s.seat);
+        const dAgent = prev ? s.agent_ticks - prev.agent : 0;
+        const dIdle = prev ? s.inaction_ticks - prev.inaction : 0;
+        // inaction since the last poll (what the seat does now); its whole fraction before a second poll
+        const inaction = dAgent + dIdle > 0 ? dIdle / (dAgent + dIdle) : s.inaction_fraction;
+        this.seatPrev.set(s.seat, { agent: s.agent_ticks, inaction: s.inaction_ticks });
+        const delay = s.last_delay !== null && s.last_delay >= 0 ? s.last_delay : null;
+        const dead = s.alive === false;
+        cell.dataset.seat = s.seat;
+        cell.dataset.team = s.team;
+        cell.dataset.inaction = inaction === null || inaction === undefined ? "" : inaction.toFixed(3);
+        cell.dataset.delay = delay === null ? "" : String(delay);
+        cell.dataset.alive = String(!dead);
+        cell.classList.toggle("dead", dead);
+        cell.classList.toggle("held", !!s.held);
+        cell.style.background = dead || inaction === null || inaction === undefined ? "" : mix(inaction);
+        $(".bar", cell).style.width = delay === null ? "0" : `${Math.max(8, (100 * delay) / maxDelay)}%`;
+        const text = `${s.seat} (${s.team}${s.held ? ", held by a client" : ", played by β"}${dead ? ", gone" : ""}): ` +
+          `inaction ${fmtPct(inaction)}, delay ${delay === null ? "–" : delay + " t"}, return ${fmtNum(s.total_reward, 2)}`;
+        cell.title = text;
+        $(".label", cell).textContent = seats.length <= 16 ? `${s.seat} · ${fmtPct(inaction)} · ${delay === null ? "–" : delay + " t"}` : "";
+      });
+      grid.dataset.seats = String(seats.length);
+      grid.dataset.polls = String(this.seatPolls);
+      $(".teams tbody", this.el).replaceChildren(...view.teams.map(teamRow));
+      this.drawWorld(view.frame, seats);
+    }
+
+    drawWorld(frame, seats) {
+      const box = $(".world-box", this.el);
+      const canvas = $("canvas.world", this.el);
+      if (!frame) {
+        box.hidden = true;
+        return;
+      }
+      box.hidden = false;
+      const [h, w] = frame.shape;
+      const c = frame.shape.length === 3 ? frame.shape[2] : 1;
+      const scale = Math.max(1, Math.floor(FRAME_PX / Math.max(w, h)));
+      if (canvas.width !== w * scale || canvas.height !== h * scale) {
+        canvas.width = w * scale;
+        canvas.height = h * scale;
+      }
+      const bytes = b64ToBytes(frame.b64);
+      const ctx = canvas.getContext("2d");
+      const small = new ImageData(w, h);
+      for (let i = 0, j = 0; i < w * h; i++, j += c) {
+        const k = 4 * i;
+        small.data[k] = bytes[j];
+        small.data[k + 1] = bytes[c >= 3 ? j + 1 : j];
+        small.data[k + 2] = bytes[c >= 3 ? j + 2 : j];
+        small.data[k + 3] = 255;
+      }
+      createImageBitmap(small).then((bitmap) => {
+        ctx.imageSmoothingEnabled = false;
+        ctx.clearRect(0, 0, canvas.width, canvas.height);
+        ctx.drawImage(bitmap, 0, 0, canvas.width, canvas.height);
+        const teams = [...new Set(seats.map((s) => s.team))];
+        let marks = 0;
+        for (const s of seats) {
+          if (!s.position) continue;
+          const [r, col] = s.position;
+          ctx.beginPath();
+          ctx.arc((col + 0.5) * scale, (r + 0.5) * scale, Math.max(2, scale * 0.45), 0, 2 * Math.PI);
+          ctx.fillStyle = TEAM_COLOURS[teams.indexOf(s.team) % TEAM_COLOURS.length];
+          ctx.fill();
+          ctx.strokeStyle = "#fff";
+          ctx.lineWidth = 1;
+          ctx.stroke();
+          marks += 1;
+        }
+        canvas.dataset.marks = String(marks);
+        canvas.dataset.hash = fnv1a(bytes);
+      });
     }
 
     setState(text) {
@@ -380,6 +499,47 @@
     }
   }
 
+  const TEAM_COLOURS = ["#e0493e", "#3b6fd8", "#2e9e5b", "#d9822b", "#8a4fd1", "#1aa3a3"];
+
+  function mix(fraction) {
+    // a seat's fill: --agent's green at no inaction, --beta's orange at all
+    const a = [0x2e, 0x9e, 0x5b];
+    const b = [0xd9, 0x82, 0x2b];
+    const f = Math.min(1, Math.max(0, fraction));
+    return `rgb(${a.map((x, i) => Math.round(x + (b[i] - x) * f)).join(", ")})`;
+  }
+
+  function seatCell() {
+    const cell = document.createElement("div");
+    cell.className = "seat";
+    const label = document.createElement("span");
+    label.className = "label";
+    const bar = document.createElement("span");
+    bar.className = "bar";
+    cell.append(label, bar);
+    return cell;
+  }
+
+  function teamRow(t) {
+    const tr = document.createElement("tr");
+    tr.dataset.team = t.team;
+    const cells = [
+      [t.team, ""],
+      [fmtNum(t.seats), "num"],
+      [t.alive === null ? "–" : fmtNum(t.alive), "num"],
+      [fmtPct(t.inaction_fraction), "num"],
+      [t.delay_mean_ticks === null ? "–" : `${fmtNum(t.delay_mean_ticks, 1)} t`, "num"],
+      [fmtNum(t.total_reward, 2), "num"],
+    ];
+    for (const [text, kind] of cells) {
+      const td = document.createElement("td");
+      td.textContent = text;
+      if (kind) td.className = kind;
+      tr.append(td);
+    }
+    return tr;
+  }
+
   function formatValues(values) {
     const shown = values.slice(0, 32).map((v) => (Number.isInteger(v) ? String(v) : v.toFixed(4)));
     const rows = [];
@@ -403,6 +563,7 @@
       } else if (live && !view.ws && now - view.closedAt > RECONNECT_MS) {
         view.connect();
       }
+      if (live) view.refreshSeats();
     }
     for (const row of rows) {
       if (row.lifecycle !== "running" || views.has(row.session_id)) continue;
