@@ -36,6 +36,21 @@ def test_verdicts_judge_recovery_only_where_sac_shows_the_loss() -> None:
     (v,) = _verdicts(cells, g)
     assert v["sac_shows_loss"] and v["meets_target"]
     assert v["recovered"]["sac+delay"] == pytest.approx((-310 + 1350) / (-175 + 1350))
+    # with the runs: the loss and each share also over seeds, paired by seed
+    runs = [
+        {"env": "P", "tau": t, "algo": a, "seed": k, "return": r}
+        for t, a, values in (
+            (1, "sac", [-170, -180, -175]),
+            (6, "sac", [-1300, -1350, -1400]),
+            (6, "sac+delay", [-300, -320, -310]),
+        )
+        for k, r in enumerate(values)
+    ]
+    (v,) = _verdicts(cells, g, runs)
+    shares = [(-300 + 1300) / (-170 + 1300), (-320 + 1350) / (-180 + 1350), (-310 + 1400) / (-175 + 1400)]
+    assert v["sac_loss_interval"]["mean"] == pytest.approx(1175.0) and v["sac_loss_interval"]["n"] == 3
+    assert v["recovered_interval"]["sac+delay"] == interval(shares)
+    assert v["recovered_interval"]["dcac"]["n"] == 0  # dcac ran no seed here: no share, no interval
     # plain SAC not worse at τ 6 within its intervals: the bench cannot judge a recovery
     cells[1] = cell("P", 6, "sac", [-100, -400, -250])
     (v,) = _verdicts(cells, g)

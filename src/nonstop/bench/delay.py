@@ -13,7 +13,9 @@ tick log's inaction and delay.
 The judged figure, per delay-paying algorithm at the largest τ: the share of plain SAC's loss it
 recovers, ``(R_algo(τ) − R_sac(τ)) / (R_sac(τ_min) − R_sac(τ))`` (target: ≥ 85 % for ``sac+delay`` or
 ``dcac``). Plain SAC must show the loss: its interval at τ_min lies above its interval at τ_max, or the
-bench says it cannot judge. ``--budget`` sizes the whole grid as ``nonstop paper`` does (tiny: a CI
+bench says it cannot judge. Beside the shares of the means, the loss and each share come with a 95 %
+interval over seeds paired by seed (the same seed runs every cell: its loss ``R_sac,s(τ_min) − R_sac,s(τ)``
+and its share, Student's t over the seeds that ran all three). ``--budget`` sizes the whole grid as ``nonstop paper`` does (tiny: a CI
 smoke run under a minute; ``--quick`` is tiny); a flag given beside it wins.
 """
 
@@ -264,7 +266,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "grid": {k: g[k] for k in ("budget", "envs", "taus", "algos", "seeds", "ticks", "last", "algo_args")},
         "cells": cells,
         "runs": runs,
-        "verdicts": _verdicts(cells, g),
+        "verdicts": _verdicts(cells, g, runs),
         "wall_s": time.monotonic() - started,
     }
     if args.plot:
@@ -277,10 +279,14 @@ def _mean(values: list[float | None]) -> float | None:
     return float(np.mean(known)) if known else None
 
 
-def _verdicts(cells: list[dict[str, Any]], g: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per world: plain SAC's loss from the fastest to the slowest τ, and each delay-paying algorithm's recovery."""
+def _verdicts(
+    cells: list[dict[str, Any]], g: dict[str, Any], runs: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Per world: plain SAC's loss from the fastest to the slowest τ, and each delay-paying algorithm's
+    recovery; with ``runs``, each also as a 95 % interval over seeds, paired by seed."""
     fast, slow = g["taus"][0], g["taus"][-1]
     at = {(c["env"], c["tau"], c["algo"]): c["return"] for c in cells}
+    seeded = {(r["env"], r["tau"], r["algo"], r["seed"]): r["return"] for r in runs or [] if r["return"] is not None}
     out = []
     for env in g["envs"]:
         plain_fast, plain_slow = at.get((env, fast, "sac")), at.get((env, slow, "sac"))
@@ -298,10 +304,26 @@ def _verdicts(cells: list[dict[str, Any]], g: dict[str, Any]) -> list[dict[str, 
             "sac_shows_loss": bool(shows_loss),
             "recovered": {},
         }
+        seeds = sorted({s for (e, t, a, s) in seeded if (e, t, a) == (env, fast, "sac") and (e, slow, a, s) in seeded})
+        if seeds:
+            row["sac_loss_interval"] = interval(
+                [seeded[(env, fast, "sac", s)] - seeded[(env, slow, "sac", s)] for s in seeds]
+            )
+            row["recovered_interval"] = {}
         for algo in g["algos"]:
             if algo == "sac" or (env, slow, algo) not in at or at[(env, slow, algo)]["mean"] is None:
                 continue
             row["recovered"][algo] = recovered(plain_fast["mean"], plain_slow["mean"], at[(env, slow, algo)]["mean"])
+            if seeds:
+                row["recovered_interval"][algo] = interval(
+                    [
+                        recovered(
+                            seeded[(env, fast, "sac", s)], seeded[(env, slow, "sac", s)], seeded[(env, slow, algo, s)]
+                        )
+                        for s in seeds
+                        if (env, slow, algo, s) in seeded
+                    ]
+                )
         judged = [v for a, v in row["recovered"].items() if a in ("sac+delay", "dcac") and v is not None]
         row["meets_target"] = bool(shows_loss and judged and max(judged) >= TARGET_RECOVERY)
         out.append(row)
@@ -354,11 +376,22 @@ def render(result: dict[str, Any]) -> None:
         delay = "—" if c["delay_ticks"] is None else f"{c['delay_ticks']:.1f}t"
         console.print(f"{c['env']:<16}{c['tau']:>3}  {c['algo']:<12}{mean:>12} {ci:>17}{c['inaction']:>9.1%}{delay:>8}")
     for v in result["verdicts"]:
-        rec = ", ".join(f"{a} {'—' if x is None else format(x, '.0%')}" for a, x in v["recovered"].items())
+        rec = ", ".join(
+            f"{a} {'—' if x is None else format(x, '.0%')}{_ci(v.get('recovered_interval', {}).get(a), '.0%')}"
+            for a, x in v["recovered"].items()
+        )
         console.print(
-            f"{v['env']}: SAC loses {v['sac_loss']:.0f} from τ {v['tau_fast']} to {v['tau_slow']} "
+            f"{v['env']}: SAC loses {v['sac_loss']:.0f}{_ci(v.get('sac_loss_interval'), '.0f')} "
+            f"from τ {v['tau_fast']} to {v['tau_slow']} "
             f"({'shown' if v['sac_shows_loss'] else 'not shown'} by the intervals); recovered: {rec}; "
             f"target ≥ {TARGET_RECOVERY:.0%}: {'meets' if v['meets_target'] else 'misses'}"
         )
     if "plot" in result:
         console.print(f"figure: {result['plot']}")
+
+
+def _ci(iv: dict[str, Any] | None, fmt: str) -> str:
+    """`` [low, high]`` of a paired-by-seed interval, or nothing where there is none."""
+    if not iv or iv["low"] is None:
+        return ""
+    return f" [{format(iv['low'], fmt)}, {format(iv['high'], fmt)}]"
