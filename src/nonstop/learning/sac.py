@@ -318,10 +318,7 @@ class SAC(Algorithm):
         rng = np.random.default_rng(seed)
 
         def sampled(batch: np.ndarray) -> np.ndarray:
-            actions = self.act_batch(forward.q_values(batch).numpy(), rng, explore=True)
-            rows = np.empty(len(actions), dtype=object)  # (b,) answers, each lane's a float32 vector
-            rows[:] = list(actions)
-            return rows
+            return self.act_batch(forward.q_values(batch).numpy(), rng, explore=True)  # (b, d) float32
 
         return sampled
 
