@@ -67,6 +67,8 @@ def test_grid_checks_its_flags() -> None:
         grid(argparse.Namespace(**{**base, "taus": "1,x"}))
     with pytest.raises(ValueError, match="--seeds"):
         grid(argparse.Namespace(**{**base, "seeds": 0}))
+    with pytest.raises(ValueError, match="--jobs"):
+        grid(argparse.Namespace(**{**base, "jobs": 0}))
 
 
 def test_bench_delay_runs_end_to_end_json_last(tmp_path) -> None:
@@ -114,3 +116,14 @@ def test_bench_delay_quick_is_the_tiny_budget_of_sac() -> None:
     }
     assert [v["env"] for v in result["verdicts"]] == ["Pendulum-v1"]  # judged (a tiny run's verdict means nothing)
     assert len(out.stderr.strip().splitlines()) >= 4  # a line per run
+
+
+def test_judged_cells_in_parallel_runs_plain_sac_at_every_tau_and_the_others_at_the_largest() -> None:
+    cmd = [sys.executable, "-m", "nonstop", "bench", "delay", "--quick", "--judged-cells", "--jobs", "2", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["jobs"] == 2 and result["grid"]["judged_cells"]
+    assert [(r["tau"], r["algo"]) for r in result["runs"]] == [(1, "sac"), (6, "sac"), (6, "sac+delay")]  # plan order
+    assert [(c["tau"], c["algo"]) for c in result["cells"]] == [(1, "sac"), (6, "sac"), (6, "sac+delay")]
+    assert "sac+delay" in result["verdicts"][0]["recovered"]
+    assert len(out.stderr.strip().splitlines()) >= 3  # a line per run, as each ends
