@@ -620,3 +620,28 @@ def test_the_progress_line_shows_each_algorithms_own_exploration_figure(tmp_path
         log.close()
     lines = (tmp_path / "progress.csv").read_text().splitlines()
     assert lines[0] == ",".join(old) and len(lines) == 3 and lines[2].count(",") == len(old) - 1
+
+
+def test_sacs_actor_takes_a_device_and_dtype() -> None:
+    """--dtype bf16 on the CPU: SAC's worker actor runs its forward in bfloat16 and still answers a float32
+    action inside the Box, close to the fp32 actor's (the deterministic tanh(μ) of the same weights)."""
+    from nonstop.learning.sac import SAC
+    from nonstop.learning.weights import flat_parameters
+
+    space = gymnasium.spaces.Box(-2.0, 2.0, (2,), np.float32)
+    algo = SAC(SACConfig(hidden=(32, 32)), (3,), space)
+    model = algo.build_model()
+    weights = SharedWeights.create(sum(p.numel() for p in model.parameters()))
+    try:
+        weights.publish(flat_parameters(model))
+        obs = np.array([0.3, -0.2, 0.9], np.float32)
+        actions = {}
+        for dtype in ("fp32", "bf16"):
+            policy = algo.policy(algo.build_model(), weights, seed=0, device="cpu", dtype=dtype)
+            policy.deterministic = True
+            assert policy.dtype == {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+            actions[dtype] = policy.act(obs).action
+            assert actions[dtype].dtype == np.float32 and actions[dtype].shape == (2,)
+        assert np.abs(actions["bf16"] - actions["fp32"]).max() < 0.05 and np.abs(actions["bf16"]).max() <= 2.0
+    finally:
+        weights.unlink()
