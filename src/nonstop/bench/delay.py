@@ -297,8 +297,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_all(plan: list[tuple[Any, ...]], jobs: int) -> list[dict[str, Any]]:
-    """Every run of ``plan`` (`run_cell`'s arguments), ``jobs`` at once in fresh processes (1: here, in
-    turn); a JSON line per run to stderr as each ends (a long grid shows its way), the runs in plan order."""
+    """Every run of ``plan`` (`run_cell`'s arguments), ``jobs`` at once in fresh processes, started seed by
+    seed (1: here, in turn); a JSON line per run to stderr as each ends (a long grid shows its way, and one
+    cut short keeps whole seeds), the runs in plan order."""
     if jobs == 1:
         runs = []
         for spec in plan:
@@ -310,7 +311,9 @@ def _run_all(plan: list[tuple[Any, ...]], jobs: int) -> list[dict[str, Any]]:
 
     done: dict[int, dict[str, Any]] = {}
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(run_cell, *spec): k for k, spec in enumerate(plan)}
+        # seed by seed (a seed's cells all start before the next seed's): a grid cut short has whole seeds
+        order = sorted(range(len(plan)), key=lambda k: (plan[k][3], k))
+        futures = {pool.submit(run_cell, *plan[k]): k for k in order}
         for future in as_completed(futures):
             done[futures[future]] = r = future.result()
             print(json.dumps(r), file=sys.stderr, flush=True)
