@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -310,13 +311,22 @@ def _run_all(plan: list[tuple[Any, ...]], jobs: int) -> list[dict[str, Any]]:
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     done: dict[int, dict[str, Any]] = {}
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    # each run in a session of its own: where the kernel shares the CPU by session (Linux's autogroup), N
+    # jobs get N shares, as N separate commands would; the runs are ended here if the bench is
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=os.setsid)
+    try:
         # seed by seed (a seed's cells all start before the next seed's): a grid cut short has whole seeds
         order = sorted(range(len(plan)), key=lambda k: (plan[k][3], k))
         futures = {pool.submit(run_cell, *plan[k]): k for k in order}
         for future in as_completed(futures):
             done[futures[future]] = r = future.result()
             print(json.dumps(r), file=sys.stderr, flush=True)
+    except BaseException:
+        for process in list(getattr(pool, "_processes", {}).values()):  # not in our process group any more
+            process.terminate()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     return [done[k] for k in range(len(plan))]
 
 
