@@ -486,7 +486,59 @@ def test_sac_runs_on_the_batching_server_and_the_device_learner(backend, no_shm_
     agent = log["source"] == SOURCE_AGENT
     assert result["updates"] > 0 and agent.sum() > 30  # one batch at a time: the server answers both lanes per batch
     if backend == "batched":
-        assert result["parts"]["batch_server"]["requests"] >= agent.sum()
+        server = result["parts"]["batch_server"]
+        assert (
+            server["requests"] >= agent.sum() and server["failed_batches"] == 0
+        )  # (b, 1) float answers, each lane its row
+
+
+def test_sacs_server_answers_are_a_float_array_of_the_box_shape() -> None:
+    """What the batching server's forward gives: SAC's sampled actions as one (b, d) float32 array inside the Box
+    (no object array of vectors), each row drawn anew."""
+    from nonstop.learning.sac import SAC
+
+    space = gymnasium.spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([1.0, 4.0], np.float32))
+    algo = SAC(SACConfig(hidden=(8,)), (3,), space)
+
+    class Forward:  # a TorchForward's q_values: the actor's (b, 2·|A|) outputs
+        @staticmethod
+        def q_values(batch: np.ndarray) -> torch.Tensor:
+            return torch.zeros(len(batch), 4)
+
+    answers = algo.serve(Forward(), seed=3)(np.zeros((5, 3), np.float32))
+    assert answers.dtype == np.float32 and answers.shape == (5, 2) and algo.action_shape == (2,)
+    assert ((answers >= space.low) & (answers <= space.high)).all() and len({tuple(a) for a in answers.tolist()}) == 5
+
+
+@pytest.mark.wall
+def test_sac_on_batched_process_workers_gets_vectors_through_the_ring(no_shm_leak):
+    """Wall clock, 2 workers in processes of their own, remote lanes of the run's server: SAC's vectors cross
+    the lane ring (its action slots of the Box's shape and dtype) and are applied; nothing failed or died."""
+    from nonstop.experiment import Run, TrainConfig
+    from nonstop.realtime.tickcolumns import SOURCE_AGENT
+
+    settings = SACConfig(learning_starts=20, batch_size=8, hidden=(16,), replay_capacity=2000)
+    cfg = TrainConfig(
+        env="Pendulum-v1",
+        algo="sac",
+        algo_settings=settings,
+        clock="wall",
+        backend="batched_process",
+        seconds=3.0,
+        n_inference=2,
+    )
+    run = Run(cfg)
+    try:
+        run.build().start()
+        run.advance(3.0)
+        ring = run.part("batch_server").remote.ring
+        assert ring.action_shape == (1,) and ring.action_dtype == np.float32
+    finally:
+        run.teardown()
+    report = run.summary(run.world.tick_log)["batch_server"]
+    assert sum(run.pool.report()["deaths"]) == 0, run.pool.report()["events"]
+    assert report["failed_batches"] == 0 and report["remote_lanes"]["fed"] == report["requests"] > 10
+    assert (run.world.tick_log["source"] == SOURCE_AGENT).sum() > 10
 
 
 class _Recording(gymnasium.Wrapper):
@@ -568,3 +620,28 @@ def test_the_progress_line_shows_each_algorithms_own_exploration_figure(tmp_path
         log.close()
     lines = (tmp_path / "progress.csv").read_text().splitlines()
     assert lines[0] == ",".join(old) and len(lines) == 3 and lines[2].count(",") == len(old) - 1
+
+
+def test_sacs_actor_takes_a_device_and_dtype() -> None:
+    """--dtype bf16 on the CPU: SAC's worker actor runs its forward in bfloat16 and still answers a float32
+    action inside the Box, close to the fp32 actor's (the deterministic tanh(μ) of the same weights)."""
+    from nonstop.learning.sac import SAC
+    from nonstop.learning.weights import flat_parameters
+
+    space = gymnasium.spaces.Box(-2.0, 2.0, (2,), np.float32)
+    algo = SAC(SACConfig(hidden=(32, 32)), (3,), space)
+    model = algo.build_model()
+    weights = SharedWeights.create(sum(p.numel() for p in model.parameters()))
+    try:
+        weights.publish(flat_parameters(model))
+        obs = np.array([0.3, -0.2, 0.9], np.float32)
+        actions = {}
+        for dtype in ("fp32", "bf16"):
+            policy = algo.policy(algo.build_model(), weights, seed=0, device="cpu", dtype=dtype)
+            policy.deterministic = True
+            assert policy.dtype == {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+            actions[dtype] = policy.act(obs).action
+            assert actions[dtype].dtype == np.float32 and actions[dtype].shape == (2,)
+        assert np.abs(actions["bf16"] - actions["fp32"]).max() < 0.05 and np.abs(actions["bf16"]).max() <= 2.0
+    finally:
+        weights.unlink()

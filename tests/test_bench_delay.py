@@ -36,6 +36,21 @@ def test_verdicts_judge_recovery_only_where_sac_shows_the_loss() -> None:
     (v,) = _verdicts(cells, g)
     assert v["sac_shows_loss"] and v["meets_target"]
     assert v["recovered"]["sac+delay"] == pytest.approx((-310 + 1350) / (-175 + 1350))
+    # with the runs: the loss and each share also over seeds, paired by seed
+    runs = [
+        {"env": "P", "tau": t, "algo": a, "seed": k, "return": r}
+        for t, a, values in (
+            (1, "sac", [-170, -180, -175]),
+            (6, "sac", [-1300, -1350, -1400]),
+            (6, "sac+delay", [-300, -320, -310]),
+        )
+        for k, r in enumerate(values)
+    ]
+    (v,) = _verdicts(cells, g, runs)
+    shares = [(-300 + 1300) / (-170 + 1300), (-320 + 1350) / (-180 + 1350), (-310 + 1400) / (-175 + 1400)]
+    assert v["sac_loss_interval"]["mean"] == pytest.approx(1175.0) and v["sac_loss_interval"]["n"] == 3
+    assert v["recovered_interval"]["sac+delay"] == interval(shares)
+    assert v["recovered_interval"]["dcac"]["n"] == 0  # dcac ran no seed here: no share, no interval
     # plain SAC not worse at τ 6 within its intervals: the bench cannot judge a recovery
     cells[1] = cell("P", 6, "sac", [-100, -400, -250])
     (v,) = _verdicts(cells, g)
@@ -52,6 +67,8 @@ def test_grid_checks_its_flags() -> None:
         grid(argparse.Namespace(**{**base, "taus": "1,x"}))
     with pytest.raises(ValueError, match="--seeds"):
         grid(argparse.Namespace(**{**base, "seeds": 0}))
+    with pytest.raises(ValueError, match="--jobs"):
+        grid(argparse.Namespace(**{**base, "jobs": 0}))
 
 
 def test_bench_delay_runs_end_to_end_json_last(tmp_path) -> None:
@@ -99,3 +116,14 @@ def test_bench_delay_quick_is_the_tiny_budget_of_sac() -> None:
     }
     assert [v["env"] for v in result["verdicts"]] == ["Pendulum-v1"]  # judged (a tiny run's verdict means nothing)
     assert len(out.stderr.strip().splitlines()) >= 4  # a line per run
+
+
+def test_judged_cells_in_parallel_runs_plain_sac_at_every_tau_and_the_others_at_the_largest() -> None:
+    cmd = [sys.executable, "-m", "nonstop", "bench", "delay", "--quick", "--judged-cells", "--jobs", "2", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["jobs"] == 2 and result["grid"]["judged_cells"]
+    assert [(r["tau"], r["algo"]) for r in result["runs"]] == [(1, "sac"), (6, "sac"), (6, "sac+delay")]  # plan order
+    assert [(c["tau"], c["algo"]) for c in result["cells"]] == [(1, "sac"), (6, "sac"), (6, "sac+delay")]
+    assert "sac+delay" in result["verdicts"][0]["recovered"]
+    assert len(out.stderr.strip().splitlines()) >= 3  # a line per run, as each ends

@@ -246,3 +246,15 @@ def test_dcac_resamples_as_far_as_the_staggered_delay_allows(no_shm_leak) -> Non
     assert all(p.grad is not None for p in model.critic_parameters())
     with pytest.raises(TypeError, match="runs of consecutive transitions"):
         algo.backward(model, target, plain)
+
+
+@pytest.mark.parametrize("algo", ["rtac", "dcac"])
+def test_algorithms_that_see_the_actions_in_flight_are_refused_where_delay_aware_is(algo) -> None:
+    """RTAC and DCAC always see the buffer, so they go where --delay-aware goes: thread or process workers
+    (on batching lanes the pool's due ticks were measured a tick off the tick log), and no self-play."""
+    from nonstop.experiment.config import TrainConfig
+
+    for kwargs in ({"backend": "batched"}, {"backend": "batched_process", "clock": "wall"}, {"self_play": True}):
+        with pytest.raises(ValueError, match=r"^--delay-aware \(and --algo rtac or dcac"):
+            TrainConfig(env="Pendulum-v1", algo=algo, latency="3t", **kwargs)
+    assert TrainConfig(env="Pendulum-v1", algo=algo, latency="3t", backend="process").inference_backend == "thread"

@@ -251,6 +251,79 @@ def test_bad_arguments_are_refused_in_one_line(server):
             lanes.lane(0, SPACE, tau_m=0)
 
 
+# ----------------------------------------------------------------------------- vector actions (SAC's)
+
+BOX = gym.spaces.Box(-2.0, 2.0, (3,), np.float32)
+
+
+def _vectors(batch: np.ndarray) -> np.ndarray:
+    """A model that answers each frame with a float32 vector of its own: (its mean, its first pixel, -1.5)."""
+    flat = batch.reshape(len(batch), -1).astype(np.float32)
+    return np.stack([flat.mean(axis=1) / 128 - 1, flat[:, 0] / 256, np.full(len(batch), -1.5, np.float32)], axis=1)
+
+
+def _vector_seat(lanes: list[RemoteLane], n: int, results: mp.Queue) -> None:
+    """A child process: each lane acts ``n`` times on frames of its own; the largest error of an answer
+    against the model's vector for that very frame, and the answers' dtypes and shapes."""
+    worst, kinds = 0.0, set()
+    rng = np.random.default_rng(5)
+    for _ in range(n):
+        for lane in lanes:
+            frame = rng.integers(0, 256, SHAPE, dtype=np.uint8)
+            action = lane.act(frame).action
+            kinds.add((str(action.dtype), action.shape))
+            worst = max(worst, float(np.abs(action - _vectors(frame[None])[0]).max()))
+    for lane in lanes:
+        lane.close()
+    results.put((worst, sorted(kinds)))
+
+
+@pytest.mark.wall
+def test_a_ring_carries_each_lanes_float_vector_to_a_process_of_its_own(no_shm_leak):
+    """A server whose answers are (b, 3) float32 vectors (a Box's shape and dtype): two lanes in a child
+    process get exactly their own frame's vector, as float32 arrays of the space's shape."""
+    server = BatchingServer(_vectors, LatencyCurve.linear(0.002, 0.0), clock=WallClock(), action_shape=(3,))
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    try:
+        with RemoteLanes(server, np.zeros(SHAPE, np.uint8), n_lanes=2, action_space=BOX) as lanes:
+            assert lanes.ring.action_shape == (3,) and lanes.ring.action_dtype == np.float32
+            child = ctx.Process(
+                target=_vector_seat, args=([lanes.lane(j, BOX, tau_m=1 / 60) for j in range(2)], 30, results)
+            )
+            child.start()
+            worst, kinds = results.get(timeout=120)
+            child.join(timeout=10)
+    finally:
+        server.close()
+    assert worst == 0.0 and kinds == [("float32", (3,))]
+    assert child.exitcode == 0 and server.report()["failed_batches"] == 0
+
+
+def test_a_vector_server_refuses_a_wrong_answer_and_a_ring_of_another_shape(no_shm_leak):
+    server = BatchingServer(_vectors, LatencyCurve.linear(0.001, 0.0), clock=WallClock(), action_shape=(3,))
+    try:
+        with pytest.raises(ValueError, match=r"actions of shape \(3,\), the lanes' space .* has \(2,\)"):
+            RemoteLanes(server, np.zeros(SHAPE, np.uint8), n_lanes=1, action_space=gym.spaces.Box(-1, 1, (2,)))
+        with RemoteLanes(server, np.zeros(SHAPE, np.uint8), n_lanes=1, action_space=BOX) as lanes:
+            action = lanes.lane(0, BOX, tau_m=1 / 60).act(np.full(SHAPE, 7, np.uint8)).action
+            assert action.dtype == np.float32 and action.tolist() == pytest.approx([7 / 128 - 1, 7 / 256, -1.5])
+    finally:
+        server.close()
+    objects = BatchingServer(
+        lambda b: np.array([None] * len(b), object),
+        LatencyCurve.linear(0.001, 0.0),
+        clock=WallClock(),
+        action_shape=(3,),
+    )
+    try:
+        lane = objects.lane(BOX, tau_m=1 / 60)
+        with pytest.raises(RuntimeError, match=r"want \(1, 3\) actions"):
+            lane.act(np.zeros(SHAPE, np.uint8))
+    finally:
+        objects.close()
+
+
 # ----------------------------------------------------------------------------- overlap: staging the next batch
 
 

@@ -362,3 +362,23 @@ def test_a_missing_tracker_library_names_its_extra_before_the_run_directory_exis
         [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert "nonstop[track-wandb]" in done.stdout and not (tmp_path / "run").exists(), done.stderr[-2000:]
+
+
+def test_a_sac_run_tracks_its_alpha_and_its_own_settings(tmp_path, offline, capsys, no_shm_leak):
+    """SAC's progress rows carry α where DQN's carry ε, and the tracker gets them as they are in progress.csv,
+    with SAC's settings (not DQN's) as the run's parameters."""
+    from nonstop.cli import main
+
+    run = tmp_path / "run"
+    argv = ["train", "--env", "Pendulum-v1", "--algo", "sac", "--learning-starts", "40", "--batch-size", "8"]
+    argv += ["--hidden", "16", "--progress-every", "2", "--seconds", "8", "--out", str(run), "--track", "mlflow"]
+    assert main(argv) == 0, capsys.readouterr().err
+    csv = read_columns(run / "progress.csv")
+    client = MlflowClient(tracking_uri=offline)
+    run_id = read_tracking(run)["mlflow"]["run_id"]
+    alpha = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "progress/alpha"))
+    assert alpha == pytest.approx(list(zip(csv["env_ticks"].tolist(), csv["alpha"].tolist(), strict=True)))
+    assert alpha[-1][1] < 1.0  # α was tuned once learning began
+    params = client.get_run(run_id).data.params
+    assert params["algo"] == "sac" and params["algo_settings.tau"] == "0.005"
+    assert not any(k.startswith("dqn.") for k in params)

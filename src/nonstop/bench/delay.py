@@ -13,7 +13,9 @@ tick log's inaction and delay.
 The judged figure, per delay-paying algorithm at the largest τ: the share of plain SAC's loss it
 recovers, ``(R_algo(τ) − R_sac(τ)) / (R_sac(τ_min) − R_sac(τ))`` (target: ≥ 85 % for ``sac+delay`` or
 ``dcac``). Plain SAC must show the loss: its interval at τ_min lies above its interval at τ_max, or the
-bench says it cannot judge. ``--budget`` sizes the whole grid as ``nonstop paper`` does (tiny: a CI
+bench says it cannot judge. Beside the shares of the means, the loss and each share come with a 95 %
+interval over seeds paired by seed (the same seed runs every cell: its loss ``R_sac,s(τ_min) − R_sac,s(τ)``
+and its share, Student's t over the seeds that ran all three). ``--budget`` sizes the whole grid as ``nonstop paper`` does (tiny: a CI
 smoke run under a minute; ``--quick`` is tiny); a flag given beside it wins.
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -120,6 +123,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "default: each algorithm's own)",
     )
     p.add_argument("--plot", default=None, metavar="PATH", help="also write a figure to PATH (.png)")
+    p.add_argument(
+        "--judged-cells",
+        action="store_true",
+        help="run the cells the verdict reads only: plain SAC at every τ, the other algorithms at the largest "
+        "(a third fewer runs at two τ)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs at once, each in a process of its own (default: 1, one after another; a run's figures do not "
+        "depend on it: the virtual clock)",
+    )
 
 
 def grid(args: argparse.Namespace) -> dict[str, Any]:
@@ -137,7 +153,9 @@ def grid(args: argparse.Namespace) -> dict[str, Any]:
     algos = [a.strip() for a in str(g["algos"]).split(",") if a.strip()]
     if not envs or not algos or not taus or min(taus) < 1:
         raise ValueError("--envs, --algos and --taus need at least one value each, and every τ at least 1 tick")
-    for key in ("seeds", "ticks", "last"):
+    g["jobs"] = getattr(args, "jobs", 1)
+    g["judged_cells"] = bool(getattr(args, "judged_cells", False))
+    for key in ("seeds", "ticks", "last", "jobs"):
         if not (isinstance(g[key], int) and g[key] >= 1):
             raise ValueError(f"--{key} must be a whole number >= 1, got {g[key]!r}")
     from nonstop.envs.registry import parse_env_args
@@ -237,18 +255,22 @@ def recovered(plain_fast: float, plain_slow: float, other_slow: float) -> float 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     g = grid(args)
     started = time.monotonic()
-    runs = []
-    for env in g["envs"]:
-        for tau in g["taus"]:
-            for algo in g["algos"]:
-                for seed in range(g["seeds"]):
-                    runs.append(r := run_cell(env, tau, algo, seed, g["ticks"], g["last"], g["algo_args"]))
-                    print(json.dumps(r), file=sys.stderr, flush=True)  # a line per run: a long grid shows its way
+    plan = [
+        (env, tau, algo, seed, g["ticks"], g["last"], g["algo_args"])
+        for env in g["envs"]
+        for tau in g["taus"]
+        for algo in g["algos"]
+        if not g["judged_cells"] or algo == "sac" or tau == g["taus"][-1]
+        for seed in range(g["seeds"])
+    ]
+    runs = _run_all(plan, g["jobs"])
     cells = []
     for env in g["envs"]:
         for tau in g["taus"]:
             for algo in g["algos"]:
                 mine = [r for r in runs if (r["env"], r["tau"], r["algo"]) == (env, tau, algo)]
+                if not mine:
+                    continue
                 cells.append(
                     {
                         "env": env,
@@ -261,10 +283,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     }
                 )
     result: dict[str, Any] = {
-        "grid": {k: g[k] for k in ("budget", "envs", "taus", "algos", "seeds", "ticks", "last", "algo_args")},
+        "grid": {
+            k: g[k] for k in ("budget", "envs", "taus", "algos", "seeds", "ticks", "last", "algo_args", "judged_cells")
+        },
+        "jobs": g["jobs"],
         "cells": cells,
         "runs": runs,
-        "verdicts": _verdicts(cells, g),
+        "verdicts": _verdicts(cells, g, runs),
         "wall_s": time.monotonic() - started,
     }
     if args.plot:
@@ -272,15 +297,52 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def _run_all(plan: list[tuple[Any, ...]], jobs: int) -> list[dict[str, Any]]:
+    """Every run of ``plan`` (`run_cell`'s arguments), ``jobs`` at once in fresh processes, started seed by
+    seed (1: here, in turn); a JSON line per run to stderr as each ends (a long grid shows its way, and one
+    cut short keeps whole seeds), the runs in plan order."""
+    if jobs == 1:
+        runs = []
+        for spec in plan:
+            runs.append(r := run_cell(*spec))
+            print(json.dumps(r), file=sys.stderr, flush=True)
+        return runs
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    done: dict[int, dict[str, Any]] = {}
+    # each run in a session of its own: where the kernel shares the CPU by session (Linux's autogroup), N
+    # jobs get N shares, as N separate commands would; the runs are ended here if the bench is
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"), initializer=os.setsid)
+    try:
+        # seed by seed (a seed's cells all start before the next seed's): a grid cut short has whole seeds
+        order = sorted(range(len(plan)), key=lambda k: (plan[k][3], k))
+        futures = {pool.submit(run_cell, *plan[k]): k for k in order}
+        for future in as_completed(futures):
+            done[futures[future]] = r = future.result()
+            print(json.dumps(r), file=sys.stderr, flush=True)
+    except BaseException:
+        for process in list(getattr(pool, "_processes", {}).values()):  # not in our process group any more
+            process.terminate()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return [done[k] for k in range(len(plan))]
+
+
 def _mean(values: list[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return float(np.mean(known)) if known else None
 
 
-def _verdicts(cells: list[dict[str, Any]], g: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per world: plain SAC's loss from the fastest to the slowest τ, and each delay-paying algorithm's recovery."""
+def _verdicts(
+    cells: list[dict[str, Any]], g: dict[str, Any], runs: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Per world: plain SAC's loss from the fastest to the slowest τ, and each delay-paying algorithm's
+    recovery; with ``runs``, each also as a 95 % interval over seeds, paired by seed."""
     fast, slow = g["taus"][0], g["taus"][-1]
     at = {(c["env"], c["tau"], c["algo"]): c["return"] for c in cells}
+    seeded = {(r["env"], r["tau"], r["algo"], r["seed"]): r["return"] for r in runs or [] if r["return"] is not None}
     out = []
     for env in g["envs"]:
         plain_fast, plain_slow = at.get((env, fast, "sac")), at.get((env, slow, "sac"))
@@ -298,10 +360,26 @@ def _verdicts(cells: list[dict[str, Any]], g: dict[str, Any]) -> list[dict[str, 
             "sac_shows_loss": bool(shows_loss),
             "recovered": {},
         }
+        seeds = sorted({s for (e, t, a, s) in seeded if (e, t, a) == (env, fast, "sac") and (e, slow, a, s) in seeded})
+        if seeds:
+            row["sac_loss_interval"] = interval(
+                [seeded[(env, fast, "sac", s)] - seeded[(env, slow, "sac", s)] for s in seeds]
+            )
+            row["recovered_interval"] = {}
         for algo in g["algos"]:
             if algo == "sac" or (env, slow, algo) not in at or at[(env, slow, algo)]["mean"] is None:
                 continue
             row["recovered"][algo] = recovered(plain_fast["mean"], plain_slow["mean"], at[(env, slow, algo)]["mean"])
+            if seeds:
+                row["recovered_interval"][algo] = interval(
+                    [
+                        recovered(
+                            seeded[(env, fast, "sac", s)], seeded[(env, slow, "sac", s)], seeded[(env, slow, algo, s)]
+                        )
+                        for s in seeds
+                        if (env, slow, algo, s) in seeded
+                    ]
+                )
         judged = [v for a, v in row["recovered"].items() if a in ("sac+delay", "dcac") and v is not None]
         row["meets_target"] = bool(shows_loss and judged and max(judged) >= TARGET_RECOVERY)
         out.append(row)
@@ -354,11 +432,22 @@ def render(result: dict[str, Any]) -> None:
         delay = "—" if c["delay_ticks"] is None else f"{c['delay_ticks']:.1f}t"
         console.print(f"{c['env']:<16}{c['tau']:>3}  {c['algo']:<12}{mean:>12} {ci:>17}{c['inaction']:>9.1%}{delay:>8}")
     for v in result["verdicts"]:
-        rec = ", ".join(f"{a} {'—' if x is None else format(x, '.0%')}" for a, x in v["recovered"].items())
+        rec = ", ".join(
+            f"{a} {'—' if x is None else format(x, '.0%')}{_ci(v.get('recovered_interval', {}).get(a), '.0%')}"
+            for a, x in v["recovered"].items()
+        )
         console.print(
-            f"{v['env']}: SAC loses {v['sac_loss']:.0f} from τ {v['tau_fast']} to {v['tau_slow']} "
+            f"{v['env']}: SAC loses {v['sac_loss']:.0f}{_ci(v.get('sac_loss_interval'), '.0f')} "
+            f"from τ {v['tau_fast']} to {v['tau_slow']} "
             f"({'shown' if v['sac_shows_loss'] else 'not shown'} by the intervals); recovered: {rec}; "
             f"target ≥ {TARGET_RECOVERY:.0%}: {'meets' if v['meets_target'] else 'misses'}"
         )
     if "plot" in result:
         console.print(f"figure: {result['plot']}")
+
+
+def _ci(iv: dict[str, Any] | None, fmt: str) -> str:
+    """`` [low, high]`` of a paired-by-seed interval, or nothing where there is none."""
+    if not iv or iv["low"] is None:
+        return ""
+    return f" [{format(iv['low'], fmt)}, {format(iv['high'], fmt)}]"

@@ -172,7 +172,13 @@ def _build_server(run: "Run") -> tuple["BatchingServer", Any]:
     # example: every CUDA graph is captured on the server's thread as it starts, before any batch
     example = np.zeros(run.spec.obs_shape, run.spec.obs_space.dtype)
     server = BatchingServer(
-        forward, _curve(run), clock=run.world.clock, max_batch=max_batch, overlap=True, example=example
+        forward,
+        _curve(run),
+        clock=run.world.clock,
+        max_batch=max_batch,
+        overlap=True,
+        example=example,
+        action_shape=run.algorithm.action_shape,  # SAC's (d,) float vectors; DQN's ints: ()
     )
     return server, q_argmax
 
@@ -239,11 +245,6 @@ def batched_process_policy(run: "Run", i: int) -> _LaneWorker:
     from nonstop.inference.workers import ProcessPolicy
 
     n_lanes = run.n_inference
-    if run.algorithm.action_shape:
-        raise ValueError(
-            f"--backend batched_process answers each lane with one integer action through its ring; "
-            f"--algo {run.algorithm.name} acts with vectors: use --backend batched, thread or process"
-        )
     if not isinstance(n_lanes, int):
         raise ValueError(
             f"--backend batched_process makes one ring slot a worker: give --n-inference a number (got {n_lanes!r})"
@@ -251,7 +252,7 @@ def batched_process_policy(run: "Run", i: int) -> _LaneWorker:
     part = _server_part(run)
     if part.remote is None:
         example = np.zeros(run.spec.obs_shape, run.spec.obs_space.dtype)  # the frames the world publishes
-        part.remote = RemoteLanes(part.server, example, n_lanes=n_lanes)
+        part.remote = RemoteLanes(part.server, example, n_lanes=n_lanes, action_space=run.spec.action_space)
     if not 0 <= i < n_lanes:
         raise ValueError(f"worker {i}: the lane ring has slots 0..{n_lanes - 1} (one a worker)")
     lane = part.remote.lane(

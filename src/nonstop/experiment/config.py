@@ -327,7 +327,8 @@ class TrainConfig:
             "ray_address": self.ray_address,
             "seating": self.seating,
             "scheduler": self.scheduler,
-            "delay_aware": self.delay_aware,
+            # the actor sees the actions in flight: --delay-aware, or an algorithm that always does (RTAC, DCAC)
+            "delay_aware": self.delay_aware or bool(getattr(lookup("algo", self.algo), "needs_action_buffer", False)),
         }
 
     @property

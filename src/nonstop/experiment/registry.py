@@ -223,9 +223,9 @@ _BATCHED_SETTINGS: Final = ("batch_curve", "max_batch", "device")
 _NO_DELAY_AWARE = refuses(
     "delay_aware",
     True,
-    why="--delay-aware runs the learner's own pool with thread or process "
-    "workers (its action buffer lives beside the host): use --backend thread or process, and no "
-    "--self-play",
+    why="--delay-aware (and --algo rtac or dcac, whose actors always see the actions in flight) runs the "
+    "learner's own pool with thread or process workers (its action buffer is exact there, tested against the "
+    "tick log): use --backend thread or process, and no --self-play",
 )
 
 _CONSTRAINTS: dict[str, dict[str, Constraint]] = {

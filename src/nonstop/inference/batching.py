@@ -166,7 +166,8 @@ class BatchingServer:
     """One model serving many request lanes, in batches sized by its latency curve (module docstring).
 
     ``forward(batch) -> ndarray`` takes ``(b, *obs_shape)`` and returns ``b`` actions or ``(b, n)``
-    scores (argmax per row). ``curve`` is L(b); on the wall clock it is re-measured as the server runs
+    scores (argmax per row); with ``action_shape`` (a vector action's, e.g. a `Box`'s ``(d,)``) it returns
+    ``(b, *action_shape)`` actions, each lane answered with its row. ``curve`` is L(b); on the wall clock it is re-measured as the server runs
     (``measure``, default: on the wall clock only), on the virtual clock it *is* the time a batch takes.
     ``max_batch`` bounds a batch (and the staging buffer). `lane` makes a `BatchedPolicy` per lane;
     `close` answers every waiting lane with `ServerClosed` and stops the thread.
@@ -203,6 +204,7 @@ class BatchingServer:
         measure: bool | None = None,
         overlap: bool = False,
         example: np.ndarray | None = None,
+        action_shape: tuple[int, ...] = (),
     ) -> None:
         if not callable(forward):
             raise TypeError(f"forward must be a callable batch -> actions, got {type(forward).__name__}")
@@ -218,6 +220,7 @@ class BatchingServer:
             raise TypeError(f"overlap must be True or False, got {overlap!r}")
         self.forward: Final = forward
         self._takes_lanes: Final = getattr(forward, "takes_lanes", False) is True  # forward(batch, lanes)
+        self.action_shape: Final = tuple(int(d) for d in action_shape)
         self.curve: Final = curve
         self.clock: Final = clock
         self.max_batch: Final = max_batch
@@ -431,6 +434,13 @@ class BatchingServer:
                 if self.overlap:
                     with self._stage_lock, self._cond:  # the stager is between copies
                         self._forward_running = False
+            if self.action_shape:
+                if out.shape != (b, *self.action_shape) or out.dtype == object:
+                    raise ValueError(
+                        f"forward returned {out.dtype}{list(out.shape)} for a batch of {b}: want "
+                        f"({b}, {', '.join(map(str, self.action_shape))}) actions"
+                    )
+                return out
             if out.ndim == 2 and out.shape[0] == b:
                 out = out.argmax(axis=1)
             if out.shape != (b,):
@@ -452,7 +462,7 @@ class BatchingServer:
                 ticket.settle(None, error)
             return
         grace = self.clock.tick_grace
-        for ticket, action in zip(batch, outcome.tolist()):
+        for ticket, action in zip(batch, list(outcome) if self.action_shape else outcome.tolist()):
             req = ticket.request
             late_by = ended - req.due if ended > req.due + grace else 0.0
             if late_by > 0:

@@ -10,7 +10,9 @@ into a `Request` for the server (whose staging copy then reads the frame) and wr
 **Layout** (one segment, `nonstop_lanes_*`): a header of atomic words (stop, doorbell, two per lane:
 the request's and the answer's sequence numbers), then per lane a request record (observation tick,
 due ticks, submit time, the lane's tick grid), an answer record (status, action, batch size, obs and
-due ticks, batch start and end, lateness), and one frame of the observation's shape and dtype.
+due ticks, batch start and end, lateness), and one frame of the observation's shape and dtype; a ring made
+for vector actions (a `Box`'s shape and dtype: SAC's) also holds one action per lane after the frames,
+written before the answer's sequence as the record is (the record's action is then 0).
 
 **Protocol** (`nonstop.realtime.atomics`). The lane copies its frame and record into its slot, then
 release-stores the next request sequence and bumps the doorbell. The feeder acquire-loads a lane's
@@ -86,9 +88,19 @@ class LaneRing(SharedSegment):
     ``dtype`` (the module docstring has the layout and the protocol). Made by `create` in the server's
     process (its owner, which unlinks it); a pickled ring attaches by name."""
 
-    _views = ("_buf", "_words", "_frames", "_req_cells", "_ans_cells", "_stop", "_bell")
+    _views = ("_buf", "_words", "_frames", "_actions", "_req_cells", "_ans_cells", "_stop", "_bell")
 
-    def __init__(self, name: str, n_lanes: int, shape: tuple[int, ...], dtype: str, *, _shm: Any = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        n_lanes: int,
+        shape: tuple[int, ...],
+        dtype: str,
+        action_shape: tuple[int, ...] = (),
+        action_dtype: str = "<i8",
+        *,
+        _shm: Any = None,
+    ) -> None:
         self.name = name
         self.n_lanes = int(n_lanes)
         self.shape = tuple(int(s) for s in shape)
@@ -110,27 +122,48 @@ class LaneRing(SharedSegment):
         self._frames = [
             np.ndarray(self.shape, self.dtype, buf, first_frame + i * self._frame_stride) for i in range(self.n_lanes)
         ]
+        #: a vector action's shape and dtype (``()``: an integer action, carried in the answer record)
+        self.action_shape = tuple(int(d) for d in action_shape)
+        self.action_dtype = np.dtype(action_dtype)
+        first_action = first_frame + self.n_lanes * self._frame_stride
+        stride = _align(int(np.prod(self.action_shape, dtype=np.int64)) * self.action_dtype.itemsize)
+        self._actions = (
+            [
+                np.ndarray(self.action_shape, self.action_dtype, buf, first_action + i * stride)
+                for i in range(self.n_lanes)
+            ]
+            if self.action_shape
+            else []
+        )
 
     @classmethod
-    def nbytes(cls, n_lanes: int, example: np.ndarray) -> int:
-        return _align(8 * (_HDR + 2 * n_lanes)) + n_lanes * (_RECORDS + _align(example.nbytes))
+    def nbytes(cls, n_lanes: int, example: np.ndarray, action: np.ndarray | None = None) -> int:
+        actions = 0 if action is None or not action.shape else _align(action.nbytes)
+        return _align(8 * (_HDR + 2 * n_lanes)) + n_lanes * (_RECORDS + _align(example.nbytes) + actions)
 
     @classmethod
-    def create(cls, n_lanes: int, example: np.ndarray) -> "LaneRing":
-        """A ring of ``n_lanes`` slots for frames like ``example`` (its shape and dtype, fixed)."""
+    def create(cls, n_lanes: int, example: np.ndarray, action: np.ndarray | None = None) -> "LaneRing":
+        """A ring of ``n_lanes`` slots for frames like ``example`` (its shape and dtype, fixed), and for
+        actions like ``action`` (a vector's shape and dtype; None or a scalar: integer actions)."""
         if isinstance(n_lanes, bool) or not isinstance(n_lanes, int) or n_lanes < 1:
             raise ValueError(f"n_lanes must be an int >= 1, got {n_lanes!r}")
         example = np.asarray(example)
         if example.dtype == object or example.dtype.hasobject:
             raise TypeError(f"a lane ring carries fixed-size numeric frames, got dtype {example.dtype}")
-        shm = _new_segment(cls.nbytes(n_lanes, example), "lanes")
-        ring = cls(shm.name, n_lanes, example.shape, example.dtype.str, _shm=shm)
+        act = np.zeros((), np.int64) if action is None or np.asarray(action).shape == () else np.asarray(action)
+        if act.dtype.kind not in "fiub":
+            raise TypeError(f"a lane ring carries numeric actions, got dtype {act.dtype}")
+        shm = _new_segment(cls.nbytes(n_lanes, example, act), "lanes")
+        ring = cls(shm.name, n_lanes, example.shape, example.dtype.str, act.shape, act.dtype.str, _shm=shm)
         for i in range(ring._words.count):
             ring._words.store(i, 0)
         return ring
 
     def __reduce__(self) -> tuple:
-        return (LaneRing, (self.name, self.n_lanes, self.shape, self.dtype.str))
+        return (
+            LaneRing,
+            (self.name, self.n_lanes, self.shape, self.dtype.str, self.action_shape, self.action_dtype.str),
+        )
 
     def _check(self, lane: int) -> int:
         if isinstance(lane, bool) or not isinstance(lane, int) or not 0 <= lane < self.n_lanes:
@@ -284,6 +317,8 @@ class RemoteLane(Policy):
             space = self.action_space
             assert isinstance(space, gymnasium.spaces.Discrete)
             action = int(space.start + self._rng.integers(space.n))
+        elif ring.action_shape:  # the vector written beside the record, before the sequence
+            action = ring._actions[self.index].copy()
         tau_theta = answered - submitted
         return LaneDecision(action, 0.0, tau_theta, batch_size, late_by)
 
@@ -338,7 +373,13 @@ class RemoteLanes:
     """
 
     def __init__(
-        self, server: BatchingServer, example: np.ndarray, *, n_lanes: int, tags: Sequence[Hashable] | None = None
+        self,
+        server: BatchingServer,
+        example: np.ndarray,
+        *,
+        n_lanes: int,
+        tags: Sequence[Hashable] | None = None,
+        action_space: gymnasium.Space | None = None,
     ) -> None:
         if not isinstance(server, BatchingServer):
             raise TypeError(f"server must be a BatchingServer, got {type(server).__name__}")
@@ -348,8 +389,18 @@ class RemoteLanes:
             raise TypeError(f"remote lanes share the server's WallClock, got {type(server.clock).__name__}")
         if tags is not None and len(tags) != n_lanes:
             raise ValueError(f"tags names {len(tags)} lanes, the ring has {n_lanes}")
+        action = None  # integer actions in the answer record; a Box's vectors in slots of its shape and dtype
+        if isinstance(action_space, gymnasium.spaces.Box):
+            action = np.zeros(action_space.shape, action_space.dtype)
+        elif server.action_shape:
+            action = np.zeros(server.action_shape, np.float32)
+        if (() if action is None else action.shape) != server.action_shape:
+            raise ValueError(
+                f"the server answers actions of shape {server.action_shape}, the lanes' space "
+                f"{action_space} has {() if action is None else action.shape}"
+            )
         self.server: Final = server
-        self.ring: Final = LaneRing.create(n_lanes, np.asarray(example))
+        self.ring: Final = LaneRing.create(n_lanes, np.asarray(example), action)
         try:
             ring = self.ring
             self._private = [np.empty(ring.shape, ring.dtype) for _ in range(n_lanes)]
@@ -460,11 +511,13 @@ class RemoteLanes:
                     _ANSWER.pack_into(buf, at, status, -1, 0, req.obs_tick, req.due_tick, 0.0, 0.0, 0.0)
                 else:
                     server.answered_by.setdefault(tag, {})[a.obs_tick] = a.batch_size
+                    if ring.action_shape:
+                        np.copyto(ring._actions[i], a.action, casting="same_kind")
                     _ANSWER.pack_into(
                         buf,
                         at,
                         _OK,
-                        int(a.action),
+                        0 if ring.action_shape else int(a.action),
                         a.batch_size,
                         a.obs_tick,
                         a.due_tick,

@@ -30,7 +30,7 @@ processes and Ray actors.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 import gymnasium
 import numpy as np
@@ -43,7 +43,16 @@ if TYPE_CHECKING:
 
     from nonstop.learning.replay import Batch
 
-__all__ = ["Algorithm", "AlgoConfig", "ActorPolicy", "algorithm_of", "as_space", "to_tensor", "make_policy"]
+__all__ = [
+    "Algorithm",
+    "AlgoConfig",
+    "ConfigBase",
+    "ActorPolicy",
+    "algorithm_of",
+    "as_space",
+    "to_tensor",
+    "make_policy",
+]
 
 
 class EpsilonOf:
@@ -71,6 +80,33 @@ class AlgoConfig(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
     def algorithm(self, obs_shape: tuple[int, ...], action_space: Any) -> "Algorithm": ...
+
+
+class ConfigBase:
+    """What every algorithm's config dataclass shares: its defaults per world family (``family_defaults``),
+    its plain-data form (tuples as lists, for JSON) and back, and the one-line refusal of a bad value.
+    A subclass is a ``@dataclass``; its name less ``Config`` names it in errors (``DQNConfig``: DQN)."""
+
+    #: what each world family changes in the defaults (`for_family`)
+    family_defaults: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    @classmethod
+    def for_family(cls, family: str, **overrides: Any) -> Self:
+        """The defaults, with what a world family changes (``family_defaults``), then ``overrides``."""
+        return cls(**{**cls.family_defaults.get(family, {}), **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Self:
+        out: Self = config_from_dict(cls, d, cls.__name__.removesuffix("Config"))
+        return out
+
+    def _need(self, ok: bool, name: str, what: str) -> None:
+        """``__post_init__``'s check: ``name`` must be ``what``, or one line saying so."""
+        if not ok:
+            raise ValueError(f"{type(self).__name__}.{name} must be {what}, got {getattr(self, name)!r}")
 
 
 def as_space(action_space: Any) -> gymnasium.Space:

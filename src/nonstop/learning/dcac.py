@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
-from nonstop.learning.algos import config_from_dict
 from nonstop.learning.rtac import BufferLayout, layout_of, write_gradients
 from nonstop.learning.sac import SAC, SACConfig
 
@@ -187,11 +186,6 @@ class DCACConfig(SACConfig):
         for name in ("n_steps", "buffer_slots"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 0):
                 raise ValueError(f"DCACConfig.{name} must be an integer >= 0, got {getattr(self, name)!r}")
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "DCACConfig":
-        out: DCACConfig = config_from_dict(cls, d, "DCAC")
-        return out
 
     def algorithm(self, obs_shape: tuple[int, ...], action_space: Any) -> "DCAC":
         return DCAC(self, obs_shape, action_space)

@@ -19,12 +19,12 @@ same header, which the trainer anneals 1.0 → 0.05 over the first 100k env tick
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import numpy as np
 
-from nonstop.learning.algos import ActorPolicy, Algorithm, config_from_dict, to_tensor
+from nonstop.learning.algos import ActorPolicy, Algorithm, ConfigBase, to_tensor
 from nonstop.learning.weights import SharedWeights, TrainingState, flat_parameters
 from nonstop.policies.base import Policy
 
@@ -66,8 +66,10 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 @dataclass
-class DQNConfig:
+class DQNConfig(ConfigBase):
     """DQN hyper-parameters. Defaults are the paper's (Implementation Details, §5)."""
+
+    family_defaults: ClassVar[dict[str, dict[str, Any]]] = FAMILY_DEFAULTS
 
     gamma: float = field(default=0.99, metadata={"help": "discount per env tick (semi-MDP: γ^n over n ticks)"})
     batch_size: int = field(default=16, metadata={"help": "transitions per gradient"})
@@ -100,10 +102,7 @@ class DQNConfig:
     )
 
     def __post_init__(self) -> None:
-        def need(ok: bool, name: str, what: str) -> None:
-            if not ok:
-                raise ValueError(f"DQNConfig.{name} must be {what}, got {getattr(self, name)!r}")
-
+        need = self._need
         need(0.0 <= self.gamma <= 1.0, "gamma", "in [0, 1]")
         for name in ("batch_size", "target_update", "replay_capacity", "epsilon_ticks"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "a positive integer")
@@ -114,22 +113,6 @@ class DQNConfig:
         need(0.0 <= self.epsilon_end <= self.epsilon_start <= 1.0, "epsilon_end", "<= epsilon_start, both in [0, 1]")
         self.hidden = tuple(int(h) for h in self.hidden)
         need(self.arch in ("impala", "impala_padded", "2xdeep"), "arch", "impala, impala_padded or 2xdeep")
-
-    @classmethod
-    def for_family(cls, family: str, **overrides: Any) -> "DQNConfig":
-        """The paper's settings for a world family, plus what a small classic-control
-        world needs to learn within 100k ticks."""
-        return cls(**{**FAMILY_DEFAULTS.get(family, {}), **overrides})
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["hidden"] = list(self.hidden)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "DQNConfig":
-        out: DQNConfig = config_from_dict(cls, d, "DQN")
-        return out
 
     def target_rule(self) -> tuple[int, float]:
         """``(every, ρ)``: the target network is a copy of θ (ρ = 1) every ``target_update`` updates."""

@@ -33,7 +33,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from nonstop.learning.algos import config_from_dict
 from nonstop.learning.sac import SAC, SACConfig
 
 if TYPE_CHECKING:
@@ -130,11 +129,6 @@ class RTACConfig(SACConfig):
             raise ValueError(f"RTACConfig.reward_scale must be a positive number, got {self.reward_scale!r}")
         if not (isinstance(self.buffer_slots, int) and self.buffer_slots >= 0):
             raise ValueError(f"RTACConfig.buffer_slots must be an integer >= 0, got {self.buffer_slots!r}")
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RTACConfig":
-        out: RTACConfig = config_from_dict(cls, d, "RTAC")
-        return out
 
     def algorithm(self, obs_shape: tuple[int, ...], action_space: Any) -> "RTAC":
         return RTAC(self, obs_shape, action_space)

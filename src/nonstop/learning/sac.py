@@ -22,12 +22,12 @@ with log π corrected for the squash and the scale (appendix C). It samples whil
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from nonstop.learning.algos import ActorPolicy, Algorithm, config_from_dict, to_tensor
+from nonstop.learning.algos import ActorPolicy, Algorithm, ConfigBase, to_tensor
 
 if TYPE_CHECKING:
     import torch
@@ -43,8 +43,10 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {}
 
 
 @dataclass
-class SACConfig:
+class SACConfig(ConfigBase):
     """SAC hyper-parameters. Defaults are the paper's (Table 1) and CleanRL's."""
+
+    family_defaults: ClassVar[dict[str, dict[str, Any]]] = FAMILY_DEFAULTS
 
     gamma: float = field(default=0.99, metadata={"help": "discount per env tick (semi-MDP: γ^n over n ticks)"})
     batch_size: int = field(default=256, metadata={"help": "transitions per gradient"})
@@ -69,10 +71,7 @@ class SACConfig:
     arch: str = field(default="impala", metadata={"help": "ResNet for frames: impala (15 conv layers) or 2xdeep (30)"})
 
     def __post_init__(self) -> None:
-        def need(ok: bool, name: str, what: str) -> None:
-            if not ok:
-                raise ValueError(f"SACConfig.{name} must be {what}, got {getattr(self, name)!r}")
-
+        need = self._need
         need(0.0 <= self.gamma <= 1.0, "gamma", "in [0, 1]")
         for name in ("batch_size", "replay_capacity", "features"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "a positive integer")
@@ -83,21 +82,6 @@ class SACConfig:
         need(self.updates_per_transition >= 0, "updates_per_transition", ">= 0")
         self.hidden = tuple(int(h) for h in self.hidden)
         need(self.arch in ("impala", "2xdeep"), "arch", "impala or 2xdeep")
-
-    @classmethod
-    def for_family(cls, family: str, **overrides: Any) -> "SACConfig":
-        """The defaults, with what a world family changes (`FAMILY_DEFAULTS`), then ``overrides``."""
-        return cls(**{**FAMILY_DEFAULTS.get(family, {}), **overrides})
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["hidden"] = list(self.hidden)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SACConfig":
-        out: SACConfig = config_from_dict(cls, d, "SAC")
-        return out
 
     def target_rule(self) -> tuple[int, float]:
         """``(every, ρ)``: Polyak averaging with ρ = τ after every update."""
@@ -318,10 +302,7 @@ class SAC(Algorithm):
         rng = np.random.default_rng(seed)
 
         def sampled(batch: np.ndarray) -> np.ndarray:
-            actions = self.act_batch(forward.q_values(batch).numpy(), rng, explore=True)
-            rows = np.empty(len(actions), dtype=object)  # (b,) answers, each lane's a float32 vector
-            rows[:] = list(actions)
-            return rows
+            return self.act_batch(forward.q_values(batch).numpy(), rng, explore=True)  # (b, d) float32
 
         return sampled
 

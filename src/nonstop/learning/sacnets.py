@@ -23,7 +23,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["SACNetworks", "GaussianActor", "QNetwork", "DeterministicActor", "LOG_STD_MIN", "LOG_STD_MAX"]
+__all__ = [
+    "SACNetworks",
+    "GaussianHead",
+    "GaussianActor",
+    "QNetwork",
+    "DeterministicActor",
+    "LOG_STD_MIN",
+    "LOG_STD_MAX",
+]
 
 #: the range a log standard deviation is squashed into (as CleanRL and Yarats et al. do)
 LOG_STD_MIN: Final = -5.0
@@ -90,15 +98,13 @@ class Temperature(nn.Module):
         self.log_alpha = nn.Parameter(torch.tensor(math.log(alpha), dtype=torch.float32))
 
 
-class SACNetworks(nn.Module):
-    """Everything SAC learns, in one module (see the module docstring for the blocks' order).
+class GaussianHead(nn.Module):
+    """What SAC's, RTAC's and DCAC's networks share, in this ``parameters()`` order: the encoder, the
+    squashed-Gaussian actor, the critics a subclass adds (`add_critics`), log α last; and the Box's scale
+    and bias as buffers.
 
     ``forward(obs)`` is what a worker computes: the actor's mean and log standard deviation side by side,
     ``(B, 2·|A|)``; the worker samples (training) or takes ``tanh(μ)`` (evaluation) itself.
-
-    >>> nets = SACNetworks(3, 1, (8,), low=[-2.0], high=[2.0])
-    >>> nets(torch.zeros(4, 3)).shape, [name for name, _ in nets.named_parameters()][-1]
-    (torch.Size([4, 2]), 'temperature.log_alpha')
     """
 
     scale: torch.Tensor  # buffers: the Box's half-width and centre
@@ -118,32 +124,55 @@ class SACNetworks(nn.Module):
         super().__init__()
         self.encoder = encoder if encoder is not None else nn.Flatten()
         self.actor = GaussianActor(features, action_dim, hidden)
-        self.q1 = QNetwork(features, action_dim, hidden)
-        self.q2 = QNetwork(features, action_dim, hidden)
+        self.add_critics(features, action_dim, hidden)
         self.temperature = Temperature(alpha)  # a submodule, so that log α comes last in parameters()
         lo, hi = torch.as_tensor(low, dtype=torch.float32), torch.as_tensor(high, dtype=torch.float32)
         self.register_buffer("scale", (hi - lo) / 2)  # the world's action = a · scale + bias
         self.register_buffer("bias", (hi + lo) / 2)
+
+    def add_critics(self, features: int, action_dim: int, hidden: Sequence[int]) -> None:
+        """Register the critics (after the actor, before log α)."""
+        raise NotImplementedError
 
     @property
     def log_alpha(self) -> nn.Parameter:
         """log α, the learned entropy coefficient's log (θ's last number)."""
         return self.temperature.log_alpha
 
-    def critic_parameters(self) -> list[nn.Parameter]:
-        """The critics' block: the encoder and the twin Q-functions."""
-        return [*self.encoder.parameters(), *self.q1.parameters(), *self.q2.parameters()]
+    def sample_world(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action for observations ``x`` as the world takes it (``a · scale + bias``) and
+        its log-probability in the world's units (log π of the normalised action − Σ log scale); the
+        actor sees the encoder's features held fixed."""
+        a, logp = self.actor.sample(self.encoder(x).detach())
+        return a * self.scale + self.bias, logp - self.scale.log().sum()
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         mean, log_std = self.actor(self.encoder(obs))
         return torch.cat([mean, log_std], dim=-1)
 
 
+class SACNetworks(GaussianHead):
+    """Everything SAC learns, in one module (see the module docstring for the blocks' order).
+
+    >>> nets = SACNetworks(3, 1, (8,), low=[-2.0], high=[2.0])
+    >>> nets(torch.zeros(4, 3)).shape, [name for name, _ in nets.named_parameters()][-1]
+    (torch.Size([4, 2]), 'temperature.log_alpha')
+    """
+
+    def add_critics(self, features: int, action_dim: int, hidden: Sequence[int]) -> None:
+        self.q1 = QNetwork(features, action_dim, hidden)
+        self.q2 = QNetwork(features, action_dim, hidden)
+
+    def critic_parameters(self) -> list[nn.Parameter]:
+        """The critics' block: the encoder and the twin Q-functions."""
+        return [*self.encoder.parameters(), *self.q1.parameters(), *self.q2.parameters()]
+
+
 class DeterministicActor(nn.Module):
     """The evaluation actor `nonstop export` scripts: ``tanh(μ(s)) · scale + bias``, nothing sampled.
     Takes float32 inputs laid out as the networks take them (`FromObservations` prepares raw ones)."""
 
-    def __init__(self, nets: SACNetworks) -> None:
+    def __init__(self, nets: GaussianHead) -> None:
         super().__init__()
         self.encoder, self.actor = nets.encoder, nets.actor
         # fixed numbers (no gradient), held as parameters so TorchScript and mypy both see tensors
