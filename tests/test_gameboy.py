@@ -29,10 +29,8 @@ from nonstop.envs.gameboy import (  # noqa: E402
     RomError,
     find_rom,
     make_gameboy,
-    parse_presses,
-    plain_pyboy_loop,
-    record_state,
 )
+from nonstop.envs.gbtools import parse_presses, plain_pyboy_loop, record_state  # noqa: E402
 from nonstop.envs.gbrewards import (  # noqa: E402
     POKEMON_BATTLE_MON_HP,
     POKEMON_BOX_COUNT,

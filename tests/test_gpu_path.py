@@ -576,6 +576,7 @@ def test_bench_gpu_captures_the_servers_graphs_before_its_window_and_names_a_siz
     import argparse
 
     from nonstop.bench import gpu as bench_gpu
+    from nonstop.bench import gpuserve as bench_gpuserve
     from nonstop.inference import device as device_module
 
     ops = FakeCudaOps()
@@ -583,7 +584,7 @@ def test_bench_gpu_captures_the_servers_graphs_before_its_window_and_names_a_siz
     monkeypatch.setattr(device_module, "default_graph_sizes", lambda d, m: (1, 2, 4))
     args = argparse.Namespace(max_batch=4)
     s = {"device": torch.device("cpu"), "serve_k": 0.25, "serve_dtype": "fp32"}
-    server = bench_gpu._build_server(
+    server = bench_gpuserve._build_server(
         s, args, LatencyCurve.linear(0.001, 0.0), WallClock(spin=0.0), 6, [0.0], np.zeros((84, 84), np.uint8)
     )
     try:

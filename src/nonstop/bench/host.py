@@ -17,7 +17,7 @@ the core away (``ratio_cpu``: the cost of the two loops, less noisy than the wal
 
 For a Game Boy env (``--env GameBoy/TestROM``) the same run also times plain PyBoy, interleaved:
 ``tick(1)`` and the same observation, from the env's own start state, no Gymnasium and no host
-(`nonstop.envs.gameboy.plain_pyboy_loop`). ``ratio_vs_pyboy`` = host / plain PyBoy (target ≥ 0.9);
+(`nonstop.envs.gbtools.plain_pyboy_loop`). ``ratio_vs_pyboy`` = host / plain PyBoy (target ≥ 0.9);
 ``pyboy_tick_only_steps_per_s`` is the bare emulator's ceiling, for scale.
 
 For a two-player Atari seat world (``--env multi/Boxing``) the same run also times plain
@@ -379,7 +379,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _plain_pyboy(env_id: str, steps: int) -> dict[str, float]:
-    from nonstop.envs.gameboy import plain_pyboy_loop
+    from nonstop.envs.gbtools import plain_pyboy_loop
 
     return plain_pyboy_loop(env_id.removeprefix("GameBoy/"), steps, timers=(stopwatch, cpu_stopwatch))
 

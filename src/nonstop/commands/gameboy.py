@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nonstop.envs import gameboy
+    from nonstop.envs import gameboy, gbtools
 
     if args.gameboy_command == "check":
         found = gameboy.find_rom(args.game, args.rom)
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             f"global checksums OK, sha1 {header.sha1}" + (f"; state {args.state} matches" if args.state else "")
         )
         return 0
-    report = gameboy.record_state(
+    report = gbtools.record_state(
         args.game, args.out, rom=args.rom, from_state=args.from_state, presses=args.press, boot_frames=args.boot_frames
     )
     print(
