@@ -292,3 +292,53 @@ def test_a_scheduler_that_learns_from_rewards_is_shown_every_tick_of_a_run():
         assert report["plan"] in ("now", "tick", "grid") and (report["cap"] is None or report["cap"] >= 1)
     finally:
         run.teardown()
+
+
+def test_a_backend_that_takes_device_weights_says_so_where_it_is_registered(scoped_registry, no_shm_leak):
+    """Whether the device learner writes each version to host memory is the chosen parts' declared
+    capability (`Constraint.takes_device_weights`), not a list of backend names: a scripted backend that
+    declares it gets no host copy while the run goes on, the same backend undeclared one
+    a version."""
+    from nonstop.learning.dqn import DQNConfig
+
+    def run_with(name: str) -> tuple[int, int]:
+        dqn = DQNConfig.for_family("classic", learning_starts=50, batch_size=8)
+        run = Run(TrainConfig(env="CartPole", seconds=3.0, dqn=dqn, backend=name, learner_backend="device"))
+        try:
+            run.build().start()
+            run.advance(3.0)
+            dstate = run.part("device_state").dstate
+            return dstate.version, dstate.host_writes
+        finally:
+            run.teardown()
+
+    scripted = lambda run, i: Always(1)  # noqa: E731
+    scoped_registry.register("policy_backend", "fed", scripted, registry.Constraint(takes_device_weights=True))
+    scoped_registry.register("policy_backend", "unfed", scripted)
+    fed_versions, fed_writes = run_with("fed")
+    unfed_versions, unfed_writes = run_with("unfed")
+    assert fed_versions > 10 and fed_writes <= 1, (fed_versions, fed_writes)  # at most the end of the run's
+    assert unfed_versions > 10 and unfed_writes == unfed_versions, (unfed_versions, unfed_writes)
+
+
+def test_no_module_of_experiment_compares_a_value_with_a_backends_name():
+    """Which backend runs is asked of the registered parts (their `Constraint`), never spelled in a branch."""
+    import ast
+
+    import nonstop.experiment as experiment
+
+    backends = {name for kind in ("policy_backend", "learners") for name in registry.names(kind)}
+    found = []
+    for path in sorted(Path(experiment.__file__).parent.glob("*.py")):
+        if path.name == "registry.py":  # the table itself names them
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                for side in (node.left, *node.comparators):
+                    values = side.elts if isinstance(side, ast.Tuple) else [side]
+                    found += [
+                        f"{path.name}:{node.lineno} {v.value!r}"
+                        for v in values
+                        if isinstance(v, ast.Constant) and v.value in backends
+                    ]
+    assert not found, found

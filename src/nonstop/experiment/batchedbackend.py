@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nonstop.experiment.parts import Part
+from nonstop.experiment.registry import constraint
 
 if TYPE_CHECKING:
     import torch
@@ -121,7 +122,7 @@ class _WeightsRefresh:
 def _refresh(run: "Run") -> Any:
     """How new weights reach the server's model: from a device learner's θ by a device copy, else from the
     host's `SharedWeights`; either way once per version."""
-    if run.cfg.learner_placement == "device":
+    if constraint("learners", run.cfg.learner_placement).keeps_weights_on_device:
         from nonstop.experiment.devicelearners import DeviceRefresh, device_state_of
 
         return DeviceRefresh(device_state_of(run))

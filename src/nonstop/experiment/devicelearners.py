@@ -15,9 +15,10 @@ get each version published there by the learner: one host copy a version.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from nonstop.experiment.parts import Part
+from nonstop.experiment.registry import constraint
 
 if TYPE_CHECKING:
     import torch
@@ -26,10 +27,7 @@ if TYPE_CHECKING:
     from nonstop.learning.devicelearner import DeviceLearners, DeviceTrainingState
     from nonstop.realtime.lifeline import RestartBudget
 
-__all__ = ["device_learners", "device_state_of", "DeviceStatePart", "DeviceRefresh", "DEVICE_FED_BACKENDS"]
-
-#: the policy backends whose one model (the batching server's, in the run's process) takes θ from the device
-DEVICE_FED_BACKENDS: Final = ("batched", "batched_process")
+__all__ = ["device_learners", "device_state_of", "DeviceStatePart", "DeviceRefresh"]
 
 
 class DeviceStatePart(Part):
@@ -95,7 +93,7 @@ def device_learners(run: "Run", budget: "RestartBudget") -> "DeviceLearners":
         run.weights,
         run.replay,
         seed=cfg.seed * 7,  # learner 0's sampling seed, as on the host
-        publish_host=cfg.inference_backend not in DEVICE_FED_BACKENDS,
+        publish_host=not constraint("policy_backend", cfg.inference_backend).takes_device_weights,
     )
     tau_l = cfg.tau_l if cfg.tau_l is not None else run.tau_m
     return DeviceLearners(

@@ -61,7 +61,9 @@ def train(
         "config": cfg.to_dict(),
         "ticks": len(log),
         "updates": run.final_updates,
-        "transitions": run.recorder.transitions if run.world.is_virtual else None,
+        # the recorder counts where the host runs: here when it runs in this process (the virtual clock's
+        # simulation), else in the host's own process, whose count this one never sees
+        "transitions": run.recorder.transitions if run.world.host is not None else None,
         "episode_returns": episode_returns(log),
         "summary": summarize(log),
         "tick_log": log,

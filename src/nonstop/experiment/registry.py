@@ -210,6 +210,11 @@ class Constraint:
     offered: bool = True
     #: processes of this machine each worker it hosts keeps busy beside the run's own (a thread: none)
     processes_per_worker: int = 0
+    #: learners: θ lives on the device (its newest version is there before any copy reaches host memory)
+    keeps_weights_on_device: bool = False
+    #: a policy backend: its model takes such a learner's θ by a device copy (the learner then writes no
+    #: host copy for it)
+    takes_device_weights: bool = False
 
 
 _RAY_ON_WALL = "runs real remote calls, which do not mix with the virtual clock: use --clock wall"
@@ -242,9 +247,12 @@ _CONSTRAINTS: dict[str, dict[str, Constraint]] = {
             ),
             requires={"cluster": "ray"},
         ),
-        "batched": Constraint((_NO_DELAY_AWARE,), settings=_BATCHED_SETTINGS),
+        "batched": Constraint((_NO_DELAY_AWARE,), settings=_BATCHED_SETTINGS, takes_device_weights=True),
         "batched_process": Constraint(
-            (_NO_DELAY_AWARE,), instead={"clock": {"virtual": "batched"}}, settings=_BATCHED_SETTINGS
+            (_NO_DELAY_AWARE,),
+            instead={"clock": {"virtual": "batched"}},
+            settings=_BATCHED_SETTINGS,
+            takes_device_weights=True,
         ),
     },
     "learners": {
@@ -286,7 +294,8 @@ _CONSTRAINTS: dict[str, dict[str, Constraint]] = {
                     why="--learner-backend device with --backend ray: Ray's workers take the weights on "
                     "their own nodes; use --backend batched (the server takes them by a device copy), thread or process",
                 ),
-            )
+            ),
+            keeps_weights_on_device=True,
         ),
     },
     "driver": {

@@ -35,6 +35,8 @@ __all__ = [
     "TakeResult",
     "ActionCodec",
     "SEGMENT_PREFIX",
+    "SeatCounts",
+    "TickStamp",
 ]
 
 #: Every segment nonstop creates starts with this, so leaks are easy to find in /dev/shm.
@@ -205,6 +207,28 @@ class Observation(NamedTuple):
 _new_tuple = tuple.__new__
 
 
+class TickStamp(NamedTuple):
+    """What one publish says about the tick, the same for every seat of the world."""
+
+    tick: int
+    time: float
+    episode: int
+    last_end: int = 0
+    terminated: bool = False
+    truncated: bool = False
+    final: bool = False  # also the final observation (`LatestSlot.read_final`)
+
+
+class SeatCounts(NamedTuple):
+    """What one publish says about one seat: its reward this tick and its counters."""
+
+    reward: float = 0.0
+    inaction_ticks: int = 0
+    agent_ticks: int = 0
+    last_delay: int = -1
+    last_action_seq: int = -1
+
+
 class LatestSlot(SharedSegment):
     """Capacity-one, newest-wins observation slot in shared memory.
 
@@ -298,37 +322,21 @@ class LatestSlot(SharedSegment):
         final one: see `read_final`). Integers must be ints (Python or numpy)."""
         self.write(
             obs,
-            tick,
-            time,
-            reward,
-            terminated,
-            truncated,
-            episode,
-            inaction_ticks,
-            agent_ticks,
-            last_delay,
-            last_action_seq,
-            last_end,
-            final,
+            TickStamp(tick, time, episode, last_end, terminated, truncated, final),
+            SeatCounts(reward, inaction_ticks, agent_ticks, last_delay, last_action_seq),
         )
 
     def write(
         self,
         obs: np.ndarray,
-        tick: int,
-        time: float,
-        reward: float,
-        terminated: bool,
-        truncated: bool,
-        episode: int,
-        inaction_ticks: int,
-        agent_ticks: int,
-        last_delay: int,
-        last_action_seq: int,
-        last_end: int,
-        final: bool = False,
+        stamp: tuple[int, float, int, int, bool, bool, bool],
+        seat: tuple[float, int, int, int, int],
     ) -> None:
-        """`publish` with positional arguments, for the host's per-tick path (no keyword parsing)."""
+        """`publish` with its two records, for the host's per-tick path (no keyword parsing): ``stamp`` holds
+        a `TickStamp`'s fields and ``seat`` a `SeatCounts`'s, in their order; the host passes plain tuples
+        (a NamedTuple's constructor costs a microsecond a seat a tick here)."""
+        tick, time, episode, last_end, terminated, truncated, final = stamp
+        reward, inaction_ticks, agent_ticks, last_delay, last_action_seq = seat
         self._total_reward = total = self._total_reward + reward
         buf, seq = self._buf, self._seq
         # odd: write in progress. From the word, not +1: a writer killed mid-write left it odd

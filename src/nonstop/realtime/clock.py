@@ -15,7 +15,8 @@ same code runs reproducibly and far faster than realtime.
 
 A timed process runs the same lines on both clocks; what differs is the clock's to say
 (`Clock.real`: real-world margins and measured work count on the wall clock, not on the virtual
-one; `Clock.resync`, `Clock.for_threads`, `Clock.call_at`, `Clock.timed_call`).
+one; `Clock.resync`, `Clock.for_threads`, `Clock.call_at`, `Clock.timed_call`, `Clock.restarted`,
+`Clock.arrival`, `Clock.look_ahead`).
 
 What is not the world's time reads the machine's clock where it is needed, not through a clock:
 how long a piece of work took (`stopwatch`), a timeout on a pipe, a socket or a spin on shared
@@ -81,6 +82,8 @@ class Clock(ABC):
     """
 
     is_virtual: bool = False
+    #: What a run's description calls this clock (``"wall"`` or ``"virtual"``).
+    kind: str = "wall"
     tick_grace: float = 0.0
 
     @abstractmethod
@@ -127,6 +130,23 @@ class Clock(ABC):
         """The clock for timed processes that share one interpreter (inference workers, their timers):
         on the wall clock threads that sleep, never spin (they share the GIL), and wake once
         ``interrupt`` is set; the virtual clock simulates them all itself."""
+
+    @abstractmethod
+    def restarted(self) -> "Clock":
+        """The clock a restarted world runs on: this one on the wall clock (time goes on); a fresh
+        simulation from 0 on the virtual clock (the new world's run is reproducible on its own)."""
+
+    @abstractmethod
+    def arrival(self, t: float) -> float:
+        """When what was published for time ``t`` reaches a reader outside any timed process (a
+        Gymnasium agent): now on the wall clock (the time it took to arrive has passed); ``t`` itself on
+        the virtual clock (its tick grace is the simulator's, not the reader's)."""
+
+    @abstractmethod
+    def look_ahead(self, due: float, poll: float, *, late: float) -> float:
+        """How far a reader outside any timed process runs a world that owes it something at ``due``:
+        to ``due`` on the virtual clock (it happens exactly then); on the wall clock at most ``poll``
+        from now and ``late`` past ``due`` (it may come late, and the reader looks again)."""
 
     def timed_call(self, policy: object) -> Callable[..., Generator[Wake, float, Any]] | None:
         """How a timed process on this clock calls ``policy`` that takes time: None for a plain blocking
@@ -210,6 +230,15 @@ class WallClock(Clock):
 
     def for_threads(self, interrupt: threading.Event) -> "WallClock":
         return WallClock(origin=self.origin, spin=0.0, interrupt=interrupt)
+
+    def restarted(self) -> "WallClock":
+        return self
+
+    def arrival(self, t: float) -> float:
+        return self.now()
+
+    def look_ahead(self, due: float, poll: float, *, late: float) -> float:
+        return min(self.now() + poll, due + late)
 
     def call_at(self, t: float, fn: Callable[[], None], *, priority: int = 0, isolate: bool = False) -> "_Timers":
         """Run ``fn`` at ``t`` on this clock's timer thread (one for all its calls; ``fn`` must be quick)."""
@@ -373,6 +402,7 @@ class VirtualClock(Clock):
     """
 
     is_virtual = True
+    kind = "virtual"
     tick_grace = 1e-6
 
     def __init__(self) -> None:
@@ -445,6 +475,15 @@ class VirtualClock(Clock):
 
     def for_threads(self, interrupt: threading.Event) -> "VirtualClock":
         return self
+
+    def restarted(self) -> "VirtualClock":
+        return VirtualClock()
+
+    def arrival(self, t: float) -> float:
+        return t
+
+    def look_ahead(self, due: float, poll: float, *, late: float) -> float:
+        return due
 
     def timed_call(self, policy: object) -> Callable[..., Generator[Wake, float, Any]] | None:
         timed = getattr(policy, "act_timed", None)

@@ -23,7 +23,7 @@ from typing import Any, Final, SupportsFloat
 import gymnasium as gym
 import numpy as np
 
-from nonstop.realtime.clock import Clock, VirtualClock
+from nonstop.realtime.clock import Clock
 from nonstop.realtime.ticklog import TickLog
 from nonstop.realtime.host import END_TERMINATED, END_TRUNCATED, EnvSource, Session
 
@@ -101,7 +101,7 @@ class RealtimeEnv(gym.Env):
         self.think_time = float(think_time)
         self.render_mode = render_mode
         probe = Session(env, **self._session_kwargs)  # validates every argument now, starts nothing
-        if think_time and not probe.is_virtual:
+        if think_time and not probe.clock.unmeasured(think_time):
             raise ValueError("think_time applies to the virtual clock; on the wall clock the agent's own time counts")
         self._clock: Clock = probe.clock
         self._session_kwargs["clock"] = self._clock
@@ -121,8 +121,7 @@ class RealtimeEnv(gym.Env):
         if self.session is not None:
             self.session.stop()
         kwargs = dict(self._session_kwargs, seed=seed)
-        if self._clock.is_virtual:
-            self._clock = kwargs["clock"] = VirtualClock()
+        self._clock = kwargs["clock"] = self._clock.restarted()
         self.session = session = Session(self._env_source, **kwargs).start()
         if "action_space" not in self.__dict__:  # kept across restarts: its seeding must hold
             self.observation_space = session.observation_space
@@ -163,9 +162,7 @@ class RealtimeEnv(gym.Env):
         only ever shows the second, so the wall clock waits for it too."""
         session = self._world
         slot = session.slot
-        if self._clock.is_virtual:
-            session.run_until(session.origin + (after_tick + 1) * self.tau_m)
-            return slot.read()
+        due = session.origin + (after_tick + 1) * self.tau_m  # the tick's deadline, on the grid
         while True:
             seq = slot.seq
             latest = slot.read()
@@ -174,8 +171,7 @@ class RealtimeEnv(gym.Env):
                     return latest
                 self._await_publish(latest.seq)  # the reset observation follows at once
                 continue
-            next_deadline = latest.time + (after_tick + 1 - latest.tick) * self.tau_m
-            session.run_until(max(self._clock.now(), next_deadline))
+            session.run_until(max(self._clock.now(), due))
             self._await_publish(seq, spins=2000)
 
     def _await_publish(self, seq: int, spins: int | None = None) -> None:
@@ -213,7 +209,7 @@ class RealtimeEnv(gym.Env):
                     latest = self._next_tick_boundary(latest.tick)
             self._last, self._episode = latest, latest.episode
         self._between_episodes = self._needs_reset = self._ended = False
-        self._last_step_time = self._last.time if self._clock.is_virtual else self._clock.now()
+        self._last_step_time = self._clock.arrival(self._last.time)
         return self._last.obs, step_info(self._last, self._last, None)
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
@@ -222,9 +218,9 @@ class RealtimeEnv(gym.Env):
             raise gym.error.ResetNeeded("call reset() before step()")
         session = self._world
         prev = self._last
-        if isinstance(self._clock, VirtualClock) and self.think_time:
+        if self.think_time:  # a virtual clock's alone (refused on the wall clock, where thinking takes its own time)
             # up to the instant the decision is ready, not past it: a tick due then still takes it
-            self._clock.run_until(self._last_step_time + self.think_time)
+            self._clock.sleep_until(self._last_step_time + self.think_time)
         now = self._clock.now()
         seq = session.queue.submit(
             action,
@@ -237,7 +233,7 @@ class RealtimeEnv(gym.Env):
         current_tick = session.slot.read().tick
         latest = self._next_tick_boundary(current_tick)
         # virtual: the agent sees the observation at its tick's deadline, not `grace` later
-        self._last_step_time = latest.time if self._clock.is_virtual else self._clock.now()
+        self._last_step_time = self._clock.arrival(latest.time)
         obs, reward = latest.obs, latest.total_reward - prev.total_reward
         terminated = truncated = False
         if latest.episode != self._episode:

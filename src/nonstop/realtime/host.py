@@ -270,7 +270,7 @@ class Session:
             "env": self.env_id,
             "env_kwargs": self.env_kwargs,
             "tick_hz": self.tick_hz,
-            "clock": "virtual" if self.is_virtual else "wall",
+            "clock": self.clock.kind,
             "default": _describe_default(self.default_spec),
             "queue_mode": self.queue_mode,
             "queue_capacity": self.queue_capacity,
@@ -494,7 +494,7 @@ class Session:
 
     # ------------------------------------------------------------------ running
     def now(self) -> float:
-        if self.is_virtual and self._nominal is not None:
+        if self._nominal is not None:  # set by a simulated run_until alone
             return max(self._nominal, self.clock.now() - self.clock.tick_grace)
         return self.clock.now()
 
@@ -512,10 +512,10 @@ class Session:
     def run_until(self, t: float) -> None:
         if not self._started or self._stopped:
             raise RuntimeError("session is not running")
-        if isinstance(self.clock, VirtualClock):  # is_virtual
+        if self.host is not None:  # the host runs in this process, a timed process of the simulation
             try:
                 # a tick due at t is processed `tick_grace` after it: include it
-                self.clock.run_until(t + self.clock.tick_grace)
+                self.clock.sleep_until(t + self.clock.tick_grace)
             except BaseException as exc:
                 self._fail_virtual(exc)
             self._nominal = t
@@ -634,12 +634,11 @@ class Session:
         try:
             if self._slot is not None:
                 self._slot.request_stop()
-            if self.is_virtual:
+            if self.host is not None:  # the host runs in this process
                 if self._vproc is not None:
                     self._vproc.cancel()
-                if self.host is not None:
-                    self.host.finish_log().meta.update(self._notes)
-                    self._log = self.host.close_log()
+                self.host.finish_log().meta.update(self._notes)
+                self._log = self.host.close_log()
             elif self._process is not None:
                 if self._conn.poll(timeout):
                     try:

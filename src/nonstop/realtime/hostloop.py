@@ -161,38 +161,15 @@ class SeatArrays:
         """Each seat's observation into its slot, with its reward and counters. ``ended``: how the
         episode ended (``(terminated, truncated)``), for its terminal observation, published as final."""
         terminated, truncated = ended or (False, False)
-        final = ended is not None
-        per_seat = zip(
-            self._writes,
-            self.obs,
-            self.reward.tolist(),
-            self.inaction_ticks,
-            self.agent_ticks,
-            self.last_delay,
-            self.last_seq,
-        )
-        if final or self._all_present:
-            for write, obs, reward, inaction, agent, delay, seq in per_seat:
-                # `LatestSlot.write`: `LatestSlot.publish` without its keywords, which cost ~0.4 µs a seat a tick
-                write(
-                    obs,
-                    tick,
-                    time,
-                    reward,
-                    terminated,
-                    truncated,
-                    episode,
-                    inaction,
-                    agent,
-                    delay,
-                    seq,
-                    last_end,
-                    final,
-                )
+        stamp = (tick, time, episode, last_end, terminated, truncated, ended is not None)  # a TickStamp's fields
+        counts = zip(self.reward.tolist(), self.inaction_ticks, self.agent_ticks, self.last_delay, self.last_seq)
+        if ended is not None or self._all_present:
+            for write, obs, seat in zip(self._writes, self.obs, counts):  # seat: a SeatCounts's fields
+                write(obs, stamp, seat)  # `LatestSlot.write`: `LatestSlot.publish` without its keywords
             return
-        for (write, obs, reward, inaction, agent, delay, seq), how in zip(per_seat, self.left):
+        for write, obs, seat, how in zip(self._writes, self.obs, counts, self.left):
             # a seat whose agent has left reads how it left, until the world resets
-            write(obs, tick, time, reward, how == 1, how == 2, episode, inaction, agent, delay, seq, last_end, False)
+            write(obs, (tick, time, episode, last_end, how == 1, how == 2, False), seat)
 
     def leave(self, i: int, how: int) -> None:
         """Seat ``i``'s agent has left the world this tick (``how``: 1 terminated, 2 truncated)."""

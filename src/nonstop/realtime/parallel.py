@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from nonstop.realtime.clock import Clock, VirtualClock
+from nonstop.realtime.clock import Clock
 from nonstop.realtime.gym import step_info, world_arguments
 from nonstop.realtime.host import END_TERMINATED, END_TRUNCATED, EnvSource, Session
 from nonstop.realtime.ticklog import TickLog
@@ -48,7 +48,7 @@ class RealtimeParallelEnv(ParallelEnv):
             raise ValueError(f"think_time must be a non-negative number of seconds, got {think_time!r}")
         self._env_source, self._kwargs, self.think_time = env, dict(session_kwargs), float(think_time)
         probe = Session(env, **self._kwargs)  # validates every argument now
-        if think_time and not probe.is_virtual:
+        if think_time and not probe.clock.unmeasured(think_time):
             raise ValueError("think_time applies to the virtual clock; on the wall clock the agents' own time counts")
         self._clock: Clock = probe.clock
         self.session: Session | None = None
@@ -71,7 +71,7 @@ class RealtimeParallelEnv(ParallelEnv):
         if self.session is not None:
             self.session.stop()
         kwargs = dict(self._kwargs, seed=seed)
-        kwargs["clock"] = VirtualClock() if self._clock.is_virtual else self._clock
+        kwargs["clock"] = self._clock.restarted()
         session = Session(self._env_source, **kwargs).start()
         if session.seats is None:
             session.stop()
@@ -88,11 +88,9 @@ class RealtimeParallelEnv(ParallelEnv):
         if session is None:
             raise RuntimeError("this env is closed: make a new env")
         slots = session.slots
-        if self._clock.is_virtual:
-            session.run_until(session.origin + (tick + 1) * self.tau_m)
-        else:
-            while slots[-1].read().tick <= tick:
-                session.run_until(min(self._clock.now() + self.tau_m / 4, session.origin + (tick + 1.05) * self.tau_m))
+        due = session.origin + (tick + 1) * self.tau_m
+        while slots[-1].read().tick <= tick:  # the virtual clock simulates to `due` at once; the wall clock watches
+            session.run_until(self._clock.look_ahead(due, self.tau_m / 4, late=0.05 * self.tau_m))
         return [slot.read() for slot in slots]
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
@@ -121,8 +119,8 @@ class RealtimeParallelEnv(ParallelEnv):
         if unknown:
             raise KeyError(f"no seat {unknown} in {self.session.env_id!r}; its seats are {self.possible_agents}")
         session, prev = self.session, self._last
-        if isinstance(self._clock, VirtualClock) and self.think_time:  # is_virtual
-            self._clock.run_until(prev[0].time + self.think_time)
+        if self.think_time:  # a virtual clock's alone (refused on the wall clock)
+            self._clock.sleep_until(prev[0].time + self.think_time)
         seqs: list[int | None] = []
         live = set(self.agents)
         for i, seat in enumerate(self.possible_agents):
