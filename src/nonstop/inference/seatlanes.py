@@ -162,17 +162,25 @@ class SeatLanes:
         slots = [world.slots[i] for i in self.index]
         queues = [world.queues[i] for i in self.index]
         last_seq = [-1] * len(lanes)
+        newest = world.slots[-1]  # the host publishes the seats in order: this one's publish ends a tick's
+        seen = -1
         tick = k
         try:
             while not self._stop.is_set():
-                yield (origin + tick * tau_m + grace + clock.real(_NEXT_OBSERVATION), _AFTER_TICK)
-                waiting = []
+                due = origin + tick * tau_m + grace
+                yield (due + clock.real(_NEXT_OBSERVATION), _AFTER_TICK)
+                while wall and newest.seq == seen and clock.now() < due + tau_m and not self._stop.is_set():
+                    yield (clock.now() + _NEXT_OBSERVATION, _AFTER_TICK)  # the world's step outlasted the wait
+                seen = newest.seq
+                fresh = []
                 for j, slot in enumerate(slots):
                     latest = slot.read()
                     if latest.seq == last_seq[j] or latest.terminated or latest.truncated:
                         continue  # nothing new, or its agent has left (or the episode is between its publishes)
                     last_seq[j] = latest.seq
-                    waiting.append((j, latest, server.submit(lanes[j].request(latest.obs, latest.tick))))
+                    fresh.append((j, latest, lanes[j].request(latest.obs, latest.tick)))
+                with server.together():  # every seat's request queued before a batch is taken: one batch
+                    waiting = [(j, latest, server.submit(request)) for j, latest, request in fresh]
                 self.requests += len(waiting)
                 for j, latest, ticket in waiting:
                     answer = server.wait(ticket) if wall else (yield from server.wait_timed(ticket))
