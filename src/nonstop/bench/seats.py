@@ -29,7 +29,9 @@ once in threads (GIL waits included), so it can pass τ_M while the seats still 
 from __future__ import annotations
 
 import argparse
+import gc
 import math
+import time
 from typing import Any
 
 import numpy as np
@@ -206,7 +208,11 @@ def _one_run(mode: str, n: int, args: argparse.Namespace, seconds: float, warmup
                 )  # one model a team, called by every worker of the team's pools
                 parts.append(InferencePool(world, _always(policy), "sequential", seat=seat).start())
         started = int(world.slots[-1].read().tick)  # the world ticked (β) while the agents started
-        world.run_for(warmup + seconds)
+        gc.freeze()  # what exists now (torch's objects, the world's) is never scanned again by the collector
+        world.run_for(warmup)
+        cpu0, ticks0 = time.process_time(), int(world.slots[-1].read().tick)
+        world.run_for(seconds)
+        cpu_s, cpu_ticks = time.process_time() - cpu0, int(world.slots[-1].read().tick) - ticks0
         for part in parts:
             part.stop()
         if server is not None:
@@ -245,6 +251,8 @@ def _one_run(mode: str, n: int, args: argparse.Namespace, seconds: float, warmup
         "lateness_ms": percentiles(lateness, 1e3),
         "lateness_p99_ms": float(np.percentile(lateness, 99) * 1e3) if lateness.size else float("nan"),
         "overruns": summary["overruns"],
+        # CPU of this process (every agent thread, the server's, the model's) a tick: the world's host has its own
+        "agents_cpu_ms_per_tick": 1e3 * cpu_s / max(cpu_ticks, 1),
     }
     if curve is not None:  # virtual: the forward's time is the declared one, the stand-in's CPU time beside it
         out["forward_cpu_ms_per_tick"] = out["forward_ms_per_tick"]

@@ -162,6 +162,9 @@ class SeatLanes:
         slots = [world.slots[i] for i in self.index]
         queues = [world.queues[i] for i in self.index]
         last_seq = [-1] * len(lanes)
+        # each seat's frame is read into its own row (no allocation a tick); a request holds its row until
+        # answered, and the row is read into again only after that (the next round)
+        frames = [np.empty(slot.shape, slot.dtype) for slot in slots]
         newest = world.slots[-1]  # the host publishes the seats in order: this one's publish ends a tick's
         seen = -1
         tick = k
@@ -174,7 +177,7 @@ class SeatLanes:
                 seen = newest.seq
                 fresh = []
                 for j, slot in enumerate(slots):
-                    latest = slot.read()
+                    latest = slot.read(frames[j])
                     if latest.seq == last_seq[j] or latest.terminated or latest.truncated:
                         continue  # nothing new, or its agent has left (or the episode is between its publishes)
                     last_seq[j] = latest.seq
