@@ -40,6 +40,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from nonstop.envs.magent import team_of  # a seat's team: its name up to the last "_"
 from nonstop.inference.batching import BatchedPolicy, BatchingServer
 from nonstop.realtime.clock import Wake
 
@@ -47,11 +48,6 @@ __all__ = ["SeatLanes", "TeamForward", "team_of"]
 
 _AFTER_TICK: Final = 2  # virtual priority: wake after the host's tick at the same instant
 _NEXT_OBSERVATION: Final = 2e-4  # on the wall clock, how long after a deadline its observation is surely out
-
-
-def team_of(seat: str) -> str:
-    """A seat's team: its name up to the last ``_`` (``red_17`` → ``red``, ``first_0`` → ``first``)."""
-    return seat.rsplit("_", 1)[0] if "_" in seat else seat
 
 
 class TeamForward:
