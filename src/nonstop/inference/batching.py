@@ -196,7 +196,7 @@ class BatchingServer:
 
     def __init__(
         self,
-        forward: Callable[[np.ndarray], Any],
+        forward: Callable[..., Any],  # (batch) -> actions; (batch, lanes) where it takes lanes
         curve: LatencyCurve,
         *,
         clock: Clock,
@@ -375,6 +375,11 @@ class BatchingServer:
                 self.clock.spawn(self._busy_period(), name="batch-server", priority=_SERVE)
         return ticket
 
+    def together(self) -> threading.Condition:
+        """``with server.together(): submit(...)…``: requests submitted inside are queued before any batch
+        is taken from them (the server's lock, re-entrant), so one batch can hold them all."""
+        return self._cond
+
     def wait_timed(self, ticket: _Ticket) -> Generator[Wake, float, Answer]:
         """Virtual clock: wait for ``ticket`` as a timed process (``yield from``); return its answer.
         A request not in the running batch is answered at that batch's end at the earliest, so the
@@ -427,7 +432,7 @@ class BatchingServer:
                     self._stage_wake.notify()  # the stager's one wake-up a batch
             try:
                 if self._takes_lanes:
-                    out = np.asarray(self.forward(staging[:b], [t.request.lane for t in batch]))  # type: ignore[call-arg]
+                    out = np.asarray(self.forward(staging[:b], [t.request.lane for t in batch]))
                 else:
                     out = np.asarray(self.forward(staging[:b]))
             finally:
