@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import pickle
+import time
 
 import numpy as np
 import pytest
 from conftest import run_ticks, scripted_env
 
+import nonstop.learning.replay as replay_module
 from nonstop.learning.replay import TERMINAL, ReplayBuffer, ReplayRecorder, ReplayTooLargeError, SemiMDPBuilder
+from nonstop.realtime.atomics import FUTEX
 from nonstop.realtime.host import Session
 
 G = 0.5
@@ -201,3 +204,73 @@ def test_a_snapshot_restores_into_a_fresh_buffer_and_issues_no_frame_id_twice(no
     finally:
         for b in (rb, fresh, other):
             b.unlink()
+
+
+def _write_one_later(rb: ReplayBuffer, written, delay: float) -> None:
+    time.sleep(delay)
+    f0, f1 = rb.add_frame(np.zeros(1, np.uint8)), rb.add_frame(np.ones(1, np.uint8))
+    written.value = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine
+    rb.add_transition(f0, 1, 1.0, 0.9, 1, f1)
+    rb.close()
+
+
+@pytest.mark.wall
+def test_a_sampler_waiting_for_transitions_wakes_when_another_process_writes(no_shm_leak):
+    rb = ReplayBuffer.create(capacity=8, obs_shape=(1,), dtype=np.uint8)
+    ctx = mp.get_context("spawn")
+    written = ctx.Value("d", 0.0)
+    try:
+        p = ctx.Process(target=_write_one_later, args=(pickle.loads(pickle.dumps(rb)), written, 0.3))
+        p.start()
+        try:
+            deadline, rounds, count = time.monotonic() + 60.0, 0, 0
+            while count == 0 and time.monotonic() < deadline:  # a wait may return early (a signal)
+                count = rb.wait_for_transitions(0, timeout=30.0)
+                rounds += 1
+            woke = time.monotonic()
+        finally:
+            p.join(30)
+        assert p.exitcode == 0 and count == 1 and written.value > 0
+        assert woke - written.value < 2.0  # woken by the write, not by the 30 s timeout
+        if FUTEX:  # slept in the kernel until the write: not a polling loop's hundreds of rounds
+            assert rounds <= 3
+        assert rb._words.load(replay_module._WAITERS) == 0  # the waiter is no longer counted
+    finally:
+        rb.unlink()
+
+
+@pytest.mark.wall
+def test_a_wait_for_transitions_times_out_when_nothing_comes_and_returns_at_once_when_some_did(no_shm_leak):
+    rb = ReplayBuffer.create(capacity=8, obs_shape=(1,), dtype=np.uint8)
+    try:
+        start = time.monotonic()
+        assert rb.wait_for_transitions(0, timeout=0.2) == 0
+        took = time.monotonic() - start
+        assert took < 5.0
+        if FUTEX:
+            assert took >= 0.19  # slept the whole timeout: nothing wakes it
+        f0, f1 = rb.add_frame(np.zeros(1, np.uint8)), rb.add_frame(np.ones(1, np.uint8))
+        rb.add_transition(f0, 1, 1.0, 0.9, 1, f1)
+        start = time.monotonic()
+        assert rb.wait_for_transitions(0, timeout=30.0) == 1  # more than it saw: no wait at all
+        assert time.monotonic() - start < 5.0
+        assert rb._words.load(replay_module._WAITERS) == 0
+    finally:
+        rb.unlink()
+
+
+def test_the_writer_makes_no_wake_call_while_nobody_waits(no_shm_leak, monkeypatch):
+    wakes: list[int] = []
+    monkeypatch.setattr(replay_module, "futex_wake", wakes.append)
+    rb = ReplayBuffer.create(capacity=8, obs_shape=(1,), dtype=np.uint8)
+    try:
+        f0, f1 = rb.add_frame(np.zeros(1, np.uint8)), rb.add_frame(np.ones(1, np.uint8))
+        for _ in range(5):
+            rb.add_transition(f0, 1, 1.0, 0.9, 1, f1)
+        assert wakes == []  # the host's per-transition cost stays one store and one load
+        rb._words.store(replay_module._WAITERS, 1)  # as a sampler does while it sleeps
+        rb.add_transition(f0, 1, 1.0, 0.9, 1, f1)
+        assert wakes == [rb._count_address]
+        rb._words.store(replay_module._WAITERS, 0)
+    finally:
+        rb.unlink()

@@ -58,6 +58,9 @@ __all__ = ["LEARNER_MODES", "Learner", "VirtualLearners", "LearnerProcesses"]
 
 LEARNER_MODES: Final = ("round_robin", "hogwild", "parallel")
 DEAD: Final = -1  # a parallel-mode gradient slot whose learner died and will not come back
+#: the longest a wall-clock learner sleeps waiting for transitions before it looks again (a write
+#: from the host wakes it at once; this bounds a missed wake-up and how late it sees a stop)
+IDLE_WAIT: Final = 0.05
 
 
 def check_mode(mode: str, n_learners: int) -> None:
@@ -368,8 +371,9 @@ def _learner_main(
     learner = Learner(index, obs_shape, action_space, cfg, state, weights, replay, seed, device=device)
     try:
         while not state.stop_requested:
+            seen = replay.transitions_written  # before the checks: a transition after them ends the wait
             if not learner.ready or learner.ahead:
-                time.sleep(0.002)
+                replay.wait_for_transitions(seen, IDLE_WAIT)  # too few transitions, or updates at the cap
                 continue
             if mode == "parallel":
                 assert grads is not None, "the parallel mode's learners are given gradient slots"
@@ -555,6 +559,7 @@ class LearnerProcesses:
         if self._monitor is not None:
             self._monitor.join(timeout=2)
         self.state.request_stop()
+        self.replay.wake_waiters()  # learners waiting for transitions see the stop now
         for p in self.processes:
             if p is None:
                 continue

@@ -46,11 +46,12 @@ pickling the buffer and only ``sample``.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Final, NamedTuple
 
 import numpy as np
 
-from nonstop.realtime.atomics import ACQUIRE, RELAXED, RELEASE, SharedWords, fence
+from nonstop.realtime.atomics import ACQUIRE, RELAXED, RELEASE, SEQ_CST, SharedWords, fence, futex_wait, futex_wake
 from nonstop.realtime.channels import SharedSegment, _attach, _new_segment
 
 __all__ = [
@@ -139,8 +140,10 @@ _T_COLS: Final = (
     ("discount", np.float32),
     ("n_ticks", np.int32),
 )
-_HDR: Final = 8  # int64 words: transitions, frames, episodes; ticks, agent ticks, delay sum; spare
-_COUNT, _FRAMES, _EPISODES, _TICKS, _AGENT, _DELAY_SUM = 0, 1, 2, 3, 4, 5
+_HDR: Final = 8  # int64 words: transitions, frames, episodes; ticks, agent ticks, delay sum; waiters; spare
+_COUNT, _FRAMES, _EPISODES, _TICKS, _AGENT, _DELAY_SUM, _WAITERS = 0, 1, 2, 3, 4, 5, 6
+#: byte offset of the transition count's low 32 bits: the futex word samplers sleep on
+_COUNT_LOW: Final = 8 * _COUNT + (0 if sys.byteorder == "little" else 4)
 #: finished episodes kept for the trainer to read (end tick, return, length in ticks)
 EPISODE_RING: Final = 1024
 
@@ -286,6 +289,8 @@ class ReplayBuffer(SharedSegment):
             (self.capacity, *self.action_shape), _action_column(self.action_shape)[0], buf, offsets["action"]
         )
         self._episodes = np.ndarray((EPISODE_RING, 3), np.float64, buf, offsets["episodes"])
+        #: where the transition count's low half lives in this process's mapping (`wait_for_transitions`)
+        self._count_address = self._hdr.ctypes.data + _COUNT_LOW
         self.dropped_recycled = 0
 
     @classmethod
@@ -382,7 +387,36 @@ class ReplayBuffer(SharedSegment):
         fence(RELEASE)  # the count that retires this slot's old transition is seen before the new one lands
         c["s_frame"][i], c["next_frame"][i], c["action"][i] = s_frame, next_frame, action
         c["reward"][i], c["discount"][i], c["n_ticks"][i] = reward, discount, n_ticks
-        self._words.store(_COUNT, count + 1, RELEASE)
+        # sequentially consistent store, then load: with the waiter's own pair (`wait_for_transitions`)
+        # either it sees this count or this sees it waiting; no system call while nobody waits
+        words = self._words
+        words.store(_COUNT, count + 1, SEQ_CST)
+        if words.load(_WAITERS, SEQ_CST):
+            futex_wake(self._count_address)
+
+    def wait_for_transitions(self, seen: int, timeout: float) -> int:
+        """Sleep until the replay holds more than ``seen`` transitions (a write from any process wakes
+        it: the count is a futex word), or ``timeout`` seconds pass, or `wake_waiters`; returns the
+        transitions written. It may return early, so callers re-check what they wait for. Where there
+        is no futex (`nonstop.realtime.atomics.FUTEX`) it sleeps a 2 ms slice instead."""
+        words = self._words
+        count = words.load(_COUNT)
+        if count != seen:
+            return count
+        words.fetch_add(_WAITERS, 1, SEQ_CST)
+        try:
+            count = words.load(_COUNT, SEQ_CST)
+            if count == seen:  # the kernel re-checks the word, so a write after this load is not missed
+                futex_wait(self._count_address, seen, timeout)
+                count = words.load(_COUNT)
+        finally:
+            words.fetch_add(_WAITERS, -1, SEQ_CST)
+        return count
+
+    def wake_waiters(self) -> None:
+        """Wake every sampler in `wait_for_transitions` now (stopping: they re-check and see the stop)."""
+        if not self.closed:  # closed in this process: its address is no longer mapped
+            futex_wake(self._count_address)
 
     # ---------------------------------------------------------------- sampler side
     def sample(self, batch_size: int, rng: np.random.Generator) -> Batch | None:

@@ -65,7 +65,11 @@ True
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
+import platform
+import sys
 import time
 from types import ModuleType
 from typing import Any, Final
@@ -89,6 +93,9 @@ __all__ = [
     "fence",
     "pid_alive",
     "require_atomics",
+    "FUTEX",
+    "futex_wait",
+    "futex_wake",
 ]
 
 RELAXED: Final[int] = _backend.RELAXED if _backend else 0
@@ -318,3 +325,69 @@ class RobustLock:
         held = self._cas(_pid, 0, RELEASE, RELAXED)
         if held != _pid:
             raise RuntimeError(f"release of a lock held by pid {held}, not by this process ({_pid})")
+
+
+# ----------------------------------------------------------------------------- futex wake-ups
+
+#: the futex system call's number on the Linux architectures nonstop runs on
+_SYS_FUTEX: Final = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
+_FUTEX_WAIT, _FUTEX_WAKE = 0, 1  # not the _PRIVATE forms: the word lives in memory several processes map
+_WAKE_ALL: Final = 0x7FFFFFFF
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def _futex_syscall() -> Any:
+    """libc's ``syscall`` set up for futex, or None where there is no Linux futex to call."""
+    nr = _SYS_FUTEX.get(platform.machine().lower())
+    if not sys.platform.startswith("linux") or nr is None:
+        return None
+    try:
+        call = ctypes.CDLL(None, use_errno=True).syscall  # a CDLL call releases the GIL while it sleeps
+    except (OSError, AttributeError):  # pragma: no cover - a libc without syscall()
+        return None
+    call.restype = ctypes.c_long
+    call.argtypes = [
+        ctypes.c_long,
+        ctypes.c_void_p,
+        ctypes.c_int,
+        ctypes.c_uint32,
+        ctypes.POINTER(_Timespec),
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+    ]
+    return functools.partial(call, nr)
+
+
+_futex = _futex_syscall()
+#: whether `futex_wait` really sleeps in the kernel until a `futex_wake` (Linux on x86-64 and arm64);
+#: elsewhere it sleeps a short slice and the waiter re-checks, as a polling loop would
+FUTEX: Final = _futex is not None
+#: the slice `futex_wait` sleeps where there is no futex (the polling loop it replaces)
+POLL_SLICE: Final = 0.002
+
+
+def futex_wait(address: int, expected: int, timeout: float) -> None:
+    """Sleep while the 32-bit word at ``address`` (in memory shared by the processes that wake it)
+    holds ``expected``, until a `futex_wake` on it or ``timeout`` seconds pass, whichever is first.
+
+    It returns at once if the word already differs, so a waiter that read the word, found nothing
+    to do and then calls this cannot miss a change made in between. It may also return early (a
+    signal, a spurious wake-up): callers re-check their condition and wait again. Without a futex
+    it sleeps ``min(timeout, POLL_SLICE)``."""
+    if _futex is None:
+        time.sleep(min(max(timeout, 0.0), POLL_SLICE))
+        return
+    timeout = max(timeout, 0.0)
+    sec = int(timeout)
+    ts = _Timespec(sec, int((timeout - sec) * 1e9))
+    _futex(address, _FUTEX_WAIT, expected & 0xFFFFFFFF, ctypes.byref(ts), None, 0)  # EAGAIN/ETIMEDOUT/EINTR: return
+
+
+def futex_wake(address: int, count: int = _WAKE_ALL) -> None:
+    """Wake up to ``count`` processes sleeping in `futex_wait` on the word at ``address`` (all of
+    them by default); nothing where there is no futex."""
+    if _futex is not None:
+        _futex(address, _FUTEX_WAKE, count, None, None, 0)
