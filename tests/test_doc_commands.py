@@ -235,6 +235,7 @@ BENCH_TESTS = {
     "lanes": "test_bench_lanes.py",
     "gpu": "test_device.py",
     "delay": "test_bench_delay.py",
+    "seats": "test_bench_seats.py",
 }
 
 #: A placeholder's sample value, for parsing a synopsis.

@@ -33,6 +33,7 @@ BENCHMARKS = {
     "duel": "nonstop.bench.duel",
     "ray": "nonstop.bench.ray",
     "delay": "nonstop.bench.delay",
+    "seats": "nonstop.bench.seats",
 }
 
 #: The optional packages (top-level modules) a benchmark needs beyond the base install.
@@ -43,5 +44,6 @@ REQUIRES = {
     "nlstar": ("torch",),
     "weights": ("torch",),
     "delay": ("torch",),
+    "seats": ("torch", "magent2"),
     "server": ("fastapi", "uvicorn", "websockets", "pydantic"),
 }

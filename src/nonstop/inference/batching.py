@@ -12,7 +12,9 @@ decide when each lane reads the latest observation; the lane's forward pass is a
 * A lane's τ_θ is its request's whole time, queue + batch: the `LaneDecision` it gets reports it with
   the batch size it was served in, so staggering, N_I* and delay keep their meaning.
 * The forward pass is injected: ``forward(batch) -> actions`` (or Q-values, one row per observation:
-  the argmax is taken). `nonstop.inference.device.torch_forward` builds one for a torch model.
+  the argmax is taken). `nonstop.inference.device.torch_forward` builds one for a torch model. A
+  forward with ``takes_lanes = True`` is called ``forward(batch, lanes)``, each row's lane beside it
+  (one θ per team: `nonstop.inference.seatlanes.TeamForward`).
 
 **Two clocks.** On the wall clock the server is a thread and a lane blocks on its request's event,
 so an `InferencePool` drives `BatchedPolicy` lanes unchanged (``act`` blocks; the pool measures τ_θ,
@@ -193,7 +195,7 @@ class BatchingServer:
 
     def __init__(
         self,
-        forward: Callable[[np.ndarray], Any],
+        forward: Callable[..., Any],  # (batch) -> actions; (batch, lanes) where it takes lanes
         curve: LatencyCurve,
         *,
         clock: Clock,
@@ -215,6 +217,7 @@ class BatchingServer:
         if not isinstance(overlap, bool):
             raise TypeError(f"overlap must be True or False, got {overlap!r}")
         self.forward: Final = forward
+        self._takes_lanes: Final = getattr(forward, "takes_lanes", False) is True  # forward(batch, lanes)
         self.curve: Final = curve
         self.clock: Final = clock
         self.max_batch: Final = max_batch
@@ -369,6 +372,11 @@ class BatchingServer:
                 self.clock.spawn(self._busy_period(), name="batch-server", priority=_SERVE)
         return ticket
 
+    def together(self) -> threading.Condition:
+        """``with server.together(): submit(...)…``: requests submitted inside are queued before any batch
+        is taken from them (the server's lock, re-entrant), so one batch can hold them all."""
+        return self._cond
+
     def wait_timed(self, ticket: _Ticket) -> Generator[Wake, float, Answer]:
         """Virtual clock: wait for ``ticket`` as a timed process (``yield from``); return its answer.
         A request not in the running batch is answered at that batch's end at the earliest, so the
@@ -420,7 +428,10 @@ class BatchingServer:
                     self._forward_running = True
                     self._stage_wake.notify()  # the stager's one wake-up a batch
             try:
-                out = np.asarray(self.forward(staging[:b]))
+                if self._takes_lanes:
+                    out = np.asarray(self.forward(staging[:b], [t.request.lane for t in batch]))
+                else:
+                    out = np.asarray(self.forward(staging[:b]))
             finally:
                 if self.overlap:
                     with self._stage_lock, self._cond:  # the stager is between copies

@@ -1,0 +1,331 @@
+"""``nonstop bench seats``: how many seats of one world are acted for at every tick, one batching server
+against one inference pool per seat (issue 32 item 6; docs/multi-agent.md).
+
+The world is MAgent2's `multi/battle` on its default map (162 agents, 81 a team) at ``--tick-hz``
+(20) on the **wall clock**, its host in a process of its own. For each seat count of ``--seats``
+(2, 18, 81, 162) the first that many seats, alternately red and blue, are acted for by a small conv
+policy (`nonstop.policies.gridconv.GridConv`, one θ per team, torch on one thread of this CPU); the
+others keep β (stay). Each count runs twice in the same process, one after the other:
+
+* ``server``: one `BatchingServer` with a lane per seat (`nonstop.inference.seatlanes.SeatLanes`,
+  one driver thread for every seat, one forward pass per team per batch: `TeamForward`);
+* ``pools``: one `InferencePool` per seat (one worker thread each, batch-of-one forward passes,
+  the sequential scheduler), the composition docs/multi-agent.md showed before.
+
+Reported per run, over the ticks after ``--warmup-s``, from the tick log: the seats acted for at
+every tick (no inaction), inaction (worst and mean seat; absent ticks of dead agents excluded),
+delay (mean and p99, ticks), the batch sizes formed, the forward passes' time per tick (ms of the
+model's calls summed over a tick) and the host's lateness (p50, p99, ms). The judged figure:
+``server`` at 162 seats holds every seat at ≤ 1 % inaction with lateness p99 < 2 ms
+(``meets_target``). ``--clock virtual`` runs the same on the virtual clock with the forward's
+time declared by ``--batch-curve`` (default: the H100 k=1 figures of docs/gpu.md, L(1) = 0.32 ms,
+L(64) = 0.64 ms) and the pools' batch-of-one at L(1): what the same composition gives on that card.
+There each pool's pass is declared as if it had the card to itself; ``device_busy_fraction`` (the
+forward time a tick asks of one device, over τ_M) says whether one card could serve them at all.
+On the wall clock, the pools' ``forward_ms_per_tick`` sums the wall time of passes that run at
+once in threads (GIL waits included), so it can pass τ_M while the seats still act.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from nonstop.bench.common import percentiles, verdict
+
+DESCRIPTION = "seats of multi/battle acted for at every tick: one batching server against a pool per seat"
+ENV = "multi/battle"
+DEFAULT_SEATS = "2,18,81,162"
+QUICK_SEATS = "2,18"
+#: H100, IMPALA ResNet k=1 (CUDA graph): b=1 0.32 ms, b=64 0.64 ms, as a line (docs/gpu.md)
+DEFAULT_CURVE = "linear:0.315ms,0.005ms"
+#: (measured seconds, warm-up seconds): full, quick
+_SECONDS = ((20.0, 3.0), (3.0, 1.0))
+TARGET_INACTION = 0.01
+OBS_SHAPE = (13, 13, 5)  # battle's window of each agent
+N_ACTIONS = 21
+TARGET_LATENESS_P99_MS = 2.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--seats", default=None, help=f"seat counts acted for (default {DEFAULT_SEATS}; quick {QUICK_SEATS})"
+    )
+    parser.add_argument("--tick-hz", type=float, default=20.0, help="the world's tick rate (default 20)")
+    parser.add_argument("--seconds", type=float, default=None, help="measured seconds per run (default 20; quick 3)")
+    parser.add_argument(
+        "--warmup-s", type=float, default=None, help="seconds left out at the start (default 3; quick 1)"
+    )
+    parser.add_argument("--mode", default="server,pools", help="what to run: server, pools or both (default both)")
+    parser.add_argument("--clock", choices=("wall", "virtual"), default="wall", help="the world's clock (default wall)")
+    parser.add_argument(
+        "--batch-curve",
+        default=DEFAULT_CURVE,
+        help=f"virtual clock: the forward's declared L(b) (default {DEFAULT_CURVE}, the H100 k=1 figures)",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        counts = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"--seats takes comma-separated seat counts, got {text!r}") from None
+    if not counts or any(not 1 <= n <= 162 for n in counts):
+        raise ValueError(f"--seats: each count must be 1..162 (battle's agents), got {text!r}")
+    return counts
+
+
+def _driven(seats: list[str], n: int) -> list[str]:
+    """The first ``n`` seats, alternately red and blue."""
+    red = [s for s in seats if s.startswith("red_")]
+    blue = [s for s in seats if s.startswith("blue_")]
+    both = [s for pair in zip(red, blue) for s in pair]
+    return both[:n]
+
+
+class _Timed:
+    """A forward pass whose calls are timed (seconds summed), so the bench reports the model's time per tick."""
+
+    def __init__(self, forward: Any, stopwatch: Any) -> None:
+        self.forward, self.stopwatch = forward, stopwatch
+        self.seconds, self.calls = 0.0, 0
+
+    def __call__(self, batch: np.ndarray) -> Any:
+        t0 = self.stopwatch()
+        out = self.forward(batch)
+        self.seconds += self.stopwatch() - t0
+        self.calls += 1
+        return out
+
+
+def _team_models(obs_shape: tuple[int, ...], n_actions: int, seed: int) -> dict[str, Any]:
+    import torch
+
+    from nonstop.policies.gridconv import GridConv
+
+    torch.set_num_threads(1)
+    models = {}
+    for k, team in enumerate(("red", "blue")):
+        torch.manual_seed(seed * 2 + k)
+        models[team] = GridConv(obs_shape, n_actions).eval()
+    return models
+
+
+def _numpy_forward(model: Any) -> Any:
+    import torch
+
+    def forward(batch: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return model(torch.from_numpy(np.ascontiguousarray(batch))).argmax(dim=1).numpy()
+
+    return forward
+
+
+class _ModelPolicy:
+    """A pool worker's policy: its team's model on a batch of one (the pools baseline)."""
+
+    def __init__(self, forward: Any) -> None:
+        self.forward = forward
+
+    def act(self, obs: np.ndarray) -> Any:
+        from nonstop.policies.base import Decision
+
+        return Decision(int(self.forward(obs[None])[0]))
+
+
+class _DeclaredPolicy:
+    """Virtual clock: the pools baseline's batch-of-one pass, declared to take L(1)."""
+
+    def __init__(self, forward: Any, seconds: float) -> None:
+        self.forward, self.seconds = forward, seconds
+
+    def act(self, obs: np.ndarray) -> Any:
+        from nonstop.policies.base import Decision
+
+        return Decision(int(self.forward(obs[None])[0]), latency=self.seconds)
+
+
+def _always(policy: Any) -> Any:
+    """A pool's policy factory: every worker gets ``policy``."""
+
+    def make(i: int) -> Any:
+        return policy
+
+    return make
+
+
+def _one_run(mode: str, n: int, args: argparse.Namespace, seconds: float, warmup: float) -> dict[str, Any]:
+    from nonstop.inference.batching import BatchingServer
+    from nonstop.inference.batchsize import LatencyCurve, parse_curve
+    from nonstop.inference.seatlanes import SeatLanes, TeamForward, team_of
+    from nonstop.inference.workers import InferencePool
+    from nonstop.realtime.clock import stopwatch
+    from nonstop.realtime.host import Session
+
+    virtual = args.clock == "virtual"
+    models = _team_models(OBS_SHAPE, N_ACTIONS, args.seed)  # before the world ticks: importing torch takes seconds
+    timed = {team: _Timed(_numpy_forward(m), stopwatch) for team, m in models.items()}
+    for forward in timed.values():  # the first call of a model pays its warm-up, outside the measure
+        forward.forward(np.zeros((1, *OBS_SHAPE), np.float32))
+    world = Session(
+        ENV,
+        clock=args.clock,
+        seed=args.seed,
+        env_kwargs={"max_cycles": 1_000_000, "tick_hz": args.tick_hz},
+        default="noop",
+    ).start()
+    parts: list[Any] = []
+    server = None
+    try:
+        assert world.seats is not None
+        seats = _driven(world.seats, n)
+        space = world.observation_spaces[seats[0]]
+        assert space.shape == OBS_SHAPE and getattr(world.action_spaces[seats[0]], "n", None) == N_ACTIONS, (
+            "battle changed its spaces"
+        )
+        curve = parse_curve(args.batch_curve, tick_hz=args.tick_hz) if virtual else None
+        if mode == "server":
+            team_forward = TeamForward(timed)
+            server = BatchingServer(
+                team_forward,
+                curve if curve is not None else LatencyCurve.linear(0.001, 0.00005),
+                clock=world.clock,
+                max_batch=max(n, 1),
+            )
+            lanes = SeatLanes(world, server, seats=seats, forward=team_forward, seed=args.seed)
+            parts.append(lanes.start())
+        else:
+            for seat in seats:
+                forward = timed[team_of(seat)]
+                policy = (
+                    _DeclaredPolicy(forward, curve(1)) if curve is not None else _ModelPolicy(forward)
+                )  # one model a team, called by every worker of the team's pools
+                parts.append(InferencePool(world, _always(policy), "sequential", seat=seat).start())
+        started = int(world.slots[-1].read().tick)  # the world ticked (β) while the agents started
+        gc.freeze()  # what exists now (torch's objects, the world's) is never scanned again by the collector
+        world.run_for(warmup)
+        cpu0, ticks0 = time.process_time(), int(world.slots[-1].read().tick)
+        world.run_for(seconds)
+        cpu_s, cpu_ticks = time.process_time() - cpu0, int(world.slots[-1].read().tick) - ticks0
+        for part in parts:
+            part.stop()
+        if server is not None:
+            server.close()
+        log = world.stop()
+    finally:
+        for part in parts:
+            part.stop()
+        if server is not None:
+            server.close()
+        world.stop()
+    assert log is not None
+    warm_ticks = started + int(round(warmup * args.tick_hz))
+    summary = log.summary(warmup_ticks=warm_ticks)
+    per_seat = [summary["seats"][s] for s in seats]
+    inaction = [s["inaction_fraction"] for s in per_seat if s["agent_ticks"] + s["inaction_ticks"]]
+    delays: dict[int, int] = {}
+    for s in per_seat:
+        for d, c in s["delay_histogram"].items():
+            delays[int(d)] = delays.get(int(d), 0) + int(c)
+    delay_values = np.repeat(np.array(sorted(delays), float), [delays[d] for d in sorted(delays)])
+    ticks = summary["ticks"]
+    lateness = log["lateness"][log["tick"] > warm_ticks]
+    out: dict[str, Any] = {
+        "mode": mode,
+        "seats": n,
+        "ticks": ticks,
+        "seats_acted_every_tick": sum(1 for s in per_seat if s["inaction_ticks"] == 0 and s["agent_ticks"]),
+        "seats_died": sum(1 for s in per_seat if s["absent_ticks"]),
+        "inaction_max": max(inaction) if inaction else float("nan"),
+        "inaction_mean": float(np.mean(inaction)) if inaction else float("nan"),
+        "delay_mean_ticks": float(delay_values.mean()) if delay_values.size else float("nan"),
+        "delay_p99_ticks": float(np.percentile(delay_values, 99)) if delay_values.size else float("nan"),
+        "forward_ms_per_tick": 1e3 * sum(f.seconds for f in timed.values()) / max(len(log), 1),
+        "forward_calls_per_tick": sum(f.calls for f in timed.values()) / max(len(log), 1),
+        "lateness_ms": percentiles(lateness, 1e3),
+        "lateness_p99_ms": float(np.percentile(lateness, 99) * 1e3) if lateness.size else float("nan"),
+        "overruns": summary["overruns"],
+        # CPU of this process (every agent thread, the server's, the model's) a tick: the world's host has its own
+        "agents_cpu_ms_per_tick": 1e3 * cpu_s / max(cpu_ticks, 1),
+    }
+    if curve is not None:  # virtual: the forward's time is the declared one, the stand-in's CPU time beside it
+        out["forward_cpu_ms_per_tick"] = out["forward_ms_per_tick"]
+        passes = server.report()["batch_sizes"] if server is not None else {1: sum(f.calls for f in timed.values())}
+        out["forward_ms_per_tick"] = 1e3 * sum(curve(b) * c for b, c in passes.items()) / max(len(log), 1)
+    # the share of each tick one device (or one core) spends in forward passes: above 1, one cannot serve them
+    out["device_busy_fraction"] = out["forward_ms_per_tick"] * args.tick_hz / 1e3
+    if server is not None:
+        report = server.report()
+        out["batch_size_mean"] = report["batch_size_mean"]
+        out["batch_sizes"] = {str(b): c for b, c in report["batch_sizes"].items()}
+        out["late_answers"] = report["late"]
+    else:
+        out["batch_size_mean"] = 1.0 if out["forward_calls_per_tick"] else None
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        import magent2  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(f"bench seats runs MAgent2's battle ({exc}): pip install 'nonstop[magent]'") from exc
+    counts = _counts(args.seats or (QUICK_SEATS if args.quick else DEFAULT_SEATS))
+    modes = [m.strip() for m in args.mode.split(",") if m.strip()]
+    if not modes or any(m not in ("server", "pools") for m in modes):
+        raise ValueError(f"--mode takes server, pools or both (comma-separated), got {args.mode!r}")
+    if not (args.tick_hz > 0 and math.isfinite(args.tick_hz)):
+        raise ValueError(f"--tick-hz must be a positive rate, got {args.tick_hz!r}")
+    seconds, warmup = _SECONDS[1 if args.quick else 0]
+    seconds = args.seconds if args.seconds is not None else seconds
+    warmup = args.warmup_s if args.warmup_s is not None else warmup
+    if seconds <= 0 or warmup < 0:
+        raise ValueError(f"--seconds must be positive and --warmup-s non-negative, got {seconds!r}, {warmup!r}")
+    results = [_one_run(mode, n, args, seconds, warmup) for n in counts for mode in modes]
+    judged = next((r for r in results if r["mode"] == "server" and r["seats"] == max(counts)), None)
+    meets = (
+        judged is not None
+        and judged["inaction_max"] <= TARGET_INACTION
+        and judged["lateness_p99_ms"] < TARGET_LATENESS_P99_MS
+    )
+    return {
+        "env": ENV,
+        "clock": args.clock,
+        "tick_hz": args.tick_hz,
+        "seconds": seconds,
+        "warmup_s": warmup,
+        "batch_curve": args.batch_curve if args.clock == "virtual" else None,
+        "policy": "GridConv (87k parameters, one θ per team), torch on one thread",
+        "results": results,
+        "judged": {
+            "seats": None if judged is None else judged["seats"],
+            "target": f"server: inaction ≤ {TARGET_INACTION:.0%} for every seat, host lateness p99 < "
+            f"{TARGET_LATENESS_P99_MS} ms",
+            "inaction_max": None if judged is None else judged["inaction_max"],
+            "lateness_p99_ms": None if judged is None else judged["lateness_p99_ms"],
+        },
+        "meets_target": bool(meets),
+        "verdict": verdict(bool(meets), args.quick),
+    }
+
+
+def render(result: dict[str, Any]) -> None:
+    print(f"{result['env']} at {result['tick_hz']:g} Hz, {result['clock']} clock, {result['seconds']:g} s measured")
+    head = (
+        f"{'seats':>5} {'mode':>6} {'every tick':>10} {'inaction max':>12} {'delay':>6} {'p99':>5} "
+        f"{'batch':>6} {'fwd ms/tick':>11} {'late p99 ms':>11}"
+    )
+    print(head)
+    for r in result["results"]:
+        batch = r.get("batch_size_mean")
+        print(
+            f"{r['seats']:>5} {r['mode']:>6} {r['seats_acted_every_tick']:>10} {r['inaction_max']:>12.4f} "
+            f"{r['delay_mean_ticks']:>6.2f} {r['delay_p99_ticks']:>5.1f} {batch if batch is None else round(batch, 1)!s:>6} "
+            f"{r['forward_ms_per_tick']:>11.2f} {r['lateness_p99_ms']:>11.3f}"
+        )
+    print(f"judged: {result['judged']['target']}: {result['verdict']}")

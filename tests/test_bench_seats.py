@@ -1,0 +1,62 @@
+"""``nonstop bench seats`` (issue 32 item 6) runs end to end: quick, on the virtual clock (its figures
+exact) through the command line with JSON last, and on the wall clock in a short run. Its speed
+target is judged by the benchmark's own full run, never asserted here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nonstop.bench.channels import our_segments
+
+pytest.importorskip("magent2")
+pytest.importorskip("torch")
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _bench(*argv: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "nonstop", "bench", "seats", "--quick", "--json", *argv]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_bench_seats_quick_on_the_virtual_clock_one_batch_a_tick_across_seats() -> None:
+    before = set(our_segments())
+    result = _bench("--clock", "virtual", "--seats", "2,18", "--seconds", "1", "--warmup-s", "0.5")
+    assert set(our_segments()) - before == set()  # every seat's slot and queue unlinked
+    assert result["bench"] == "seats" and result["clock"] == "virtual" and result["meets_target"] is True
+    runs = {(r["mode"], r["seats"]): r for r in result["results"]}
+    assert set(runs) == {("server", 2), ("pools", 2), ("server", 18), ("pools", 18)}
+    for n in (2, 18):
+        server, pools = runs["server", n], runs["pools", n]
+        assert server["batch_sizes"] == {str(n): server["batch_sizes"][str(n)]}  # every batch: every seat
+        assert server["seats_acted_every_tick"] == n == pools["seats_acted_every_tick"]
+        assert server["inaction_max"] == 0.0 and server["delay_mean_ticks"] == 1.0
+        # declared H100 k=1 line: one batch of n against n passes of one
+        assert server["forward_ms_per_tick"] == pytest.approx(0.315 + 0.005 * n)
+        assert pools["forward_ms_per_tick"] == pytest.approx(n * 0.32, rel=0.1)  # a pass a seat a tick
+
+
+@pytest.mark.wall
+def test_bench_seats_quick_on_the_wall_clock_reports_every_figure() -> None:
+    result = _bench("--seats", "2", "--seconds", "1.5", "--warmup-s", "0.5")
+    assert result["clock"] == "wall" and {r["mode"] for r in result["results"]} == {"server", "pools"}
+    for r in result["results"]:
+        for key in ("inaction_max", "delay_mean_ticks", "forward_ms_per_tick", "lateness_p99_ms", "batch_size_mean"):
+            assert isinstance(r[key], float), (r["mode"], key)
+        assert r["ticks"] >= 25
+    assert isinstance(result["meets_target"], bool) and result["judged"]["seats"] == 2
+
+
+def test_bench_seats_refuses_bad_counts() -> None:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    cmd = [sys.executable, "-m", "nonstop", "bench", "seats", "--seats", "0,500"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode != 0 and "--seats" in out.stderr and "Traceback" not in out.stderr
