@@ -165,3 +165,13 @@ def test_team_self_play_on_battle_writes_teams_csv_and_report(tmp_path) -> None:
     assert report.summary["teams"]["red"]["delay_mean_ticks"] == pytest.approx(2.0, abs=0.2)  # τ_θ = 2 ticks
     assert "red.win_rate" in report.summary["team_matches"] and report.plots["team_rates"].is_file()
     assert json.loads((tmp_path / "summary.json").read_text())["learning_team"] == "red"
+
+
+def test_the_train_command_routes_a_team_world_to_team_self_play(tmp_path, capsys) -> None:
+    pytest.importorskip("magent2")
+    from nonstop.cli import main
+
+    argv = ["train", "--env", "multi/battle", "--env-arg", "map_size=12", "--self-play", "--seconds", "1"]
+    assert main([*argv, "--clock", "wall", "--out", str(tmp_path / "a")]) != 0
+    assert "runs on the virtual clock: add --clock virtual" in capsys.readouterr().err
+    assert main([*argv, "--clock", "virtual", "--algo", "sac", "--out", str(tmp_path / "b")]) != 0
