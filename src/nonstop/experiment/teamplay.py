@@ -109,7 +109,7 @@ class TeamPlayConfig:
             epsilon_ticks=dqn.epsilon_ticks,
             target_update=dqn.target_update,
             learning_starts=dqn.learning_starts,
-            replay_capacity=min(dqn.replay_capacity, 200_000),
+            replay_capacity=min(dqn.replay_capacity, cls.replay_capacity),  # float16 windows: 50k of 13×13×5 is 170 MB
             hidden=int(dqn.hidden[0]) if dqn.hidden else 128,
         )
 
