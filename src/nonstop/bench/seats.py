@@ -68,6 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_CURVE,
         help=f"virtual clock: the forward's declared L(b) (default {DEFAULT_CURVE}, the H100 k=1 figures)",
     )
+    parser.add_argument(
+        "--lanes-per-seat",
+        type=int,
+        default=1,
+        help="server: N_I staggered lanes a seat (lane k from tick k; default 1)",
+    )
     parser.add_argument("--seed", type=int, default=0)
 
 
@@ -196,9 +202,11 @@ def _one_run(mode: str, n: int, args: argparse.Namespace, seconds: float, warmup
                 team_forward,
                 curve if curve is not None else LatencyCurve.linear(0.001, 0.00005),
                 clock=world.clock,
-                max_batch=max(n, 1),
+                max_batch=max(n, 1) * args.lanes_per_seat,
             )
-            lanes = SeatLanes(world, server, seats=seats, forward=team_forward, seed=args.seed)
+            lanes = SeatLanes(
+                world, server, seats=seats, forward=team_forward, n_inference=args.lanes_per_seat, seed=args.seed
+            )
             parts.append(lanes.start())
         else:
             for seat in seats:
@@ -279,6 +287,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     modes = [m.strip() for m in args.mode.split(",") if m.strip()]
     if not modes or any(m not in ("server", "pools") for m in modes):
         raise ValueError(f"--mode takes server, pools or both (comma-separated), got {args.mode!r}")
+    if isinstance(args.lanes_per_seat, bool) or args.lanes_per_seat < 1:
+        raise ValueError(f"--lanes-per-seat must be at least 1, got {args.lanes_per_seat!r}")
     if not (args.tick_hz > 0 and math.isfinite(args.tick_hz)):
         raise ValueError(f"--tick-hz must be a positive rate, got {args.tick_hz!r}")
     seconds, warmup = _SECONDS[1 if args.quick else 0]
@@ -300,6 +310,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "seconds": seconds,
         "warmup_s": warmup,
         "batch_curve": args.batch_curve if args.clock == "virtual" else None,
+        "lanes_per_seat": args.lanes_per_seat,
         "policy": "GridConv (87k parameters, one θ per team), torch on one thread",
         "results": results,
         "judged": {

@@ -7,7 +7,10 @@ clock, a process of the simulator on the virtual one), never a thread per seat: 
 reads every present seat's newest observation, submits one request per seat, and hands each answer
 to its seat's action queue as it comes (``worker`` ``k``, τ_θ its request's whole time). The
 server batches those requests, EDF and sized by its latency curve, so the seats of a world ride one
-forward pass per batch where the curve allows. A seat whose agent has left the world (its slot
+forward pass per batch where the curve allows. Each lane index acts again at the first tick after
+its answers came, so more lanes a seat pay only where a round outlasts a tick (they pipeline over
+it); where a round fits in a tick, a second lane index doubles the requests and each seat's newest
+action wins (the others are counted superseded). A seat whose agent has left the world (its slot
 reads terminated mid-episode) gets no request.
 
 **One θ per team.** `TeamForward` is the server's forward over one model per team: each lane
@@ -37,6 +40,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from nonstop.envs.magent import team_of  # a seat's team: its name up to the last "_"
 from nonstop.inference.batching import BatchedPolicy, BatchingServer
 from nonstop.realtime.clock import Wake
 
@@ -44,11 +48,6 @@ __all__ = ["SeatLanes", "TeamForward", "team_of"]
 
 _AFTER_TICK: Final = 2  # virtual priority: wake after the host's tick at the same instant
 _NEXT_OBSERVATION: Final = 2e-4  # on the wall clock, how long after a deadline its observation is surely out
-
-
-def team_of(seat: str) -> str:
-    """A seat's team: its name up to the last ``_`` (``red_17`` → ``red``, ``first_0`` → ``first``)."""
-    return seat.rsplit("_", 1)[0] if "_" in seat else seat
 
 
 class TeamForward:
