@@ -207,3 +207,17 @@ def test_the_page_shows_every_seat_of_a_team_world_and_marks_its_agents(tmp_path
     assert all(float(c["inaction"]) == 1.0 for c in cells.values())  # nobody plays: β everywhere
     teams = {row[0]: row for row in seen["teams"]}
     assert teams["red"][1:3] == ["6", "4"] and teams["blue"][1:3] == ["6", "4"]
+
+
+def test_the_seats_feed_of_battle_has_its_map_and_every_agent(no_shm_leak) -> None:
+    """MAgent2's battle (162 seats): the frame is its state map, the marks its grid's agents."""
+    pytest.importorskip("magent2")
+    with ServerThread(envs=["multi/battle"], tick_procs=0) as srv, Client(srv.url) as owner:
+        sid = owner.reset(seed=1).info["session_id"]
+        owner.wait(3)
+        feed = http_get(srv.url, f"/live/sessions/{sid}/seats")
+    assert len(feed["seats"]) == 162 and feed["frame"]["shape"] == [45, 45, 3]
+    assert all(s["alive"] and 0 <= min(s["position"]) and max(s["position"]) < 45 for s in feed["seats"])
+    red = {tuple(s["position"]) for s in feed["seats"] if s["team"] == "red"}
+    assert len(red) == 81 and not red & {tuple(s["position"]) for s in feed["seats"] if s["team"] == "blue"}
+    assert [(t["team"], t["seats"], t["alive"]) for t in feed["teams"]] == [("red", 81, 81), ("blue", 81, 81)]

@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 from nonstop.commands._flags import add_env_module_argument, add_fields, arg_type, env_of, shown
@@ -382,6 +383,34 @@ def resumed_config(args: argparse.Namespace, out: Any) -> tuple[Any, list[str]]:
     return cfg, lines
 
 
+def _team_world(cfg: Any) -> bool:
+    from nonstop.experiment.teamplay import is_team_world
+
+    return is_team_world(cfg.env, cfg.env_kwargs)
+
+
+def _train_teams(cfg: Any, rec: Any, console: Any) -> int:
+    """``--self-play`` on a team world: `nonstop.experiment.teamplay` (virtual clock, its own loop)."""
+    from nonstop.envs import env_info
+    from nonstop.experiment.teamplay import TeamPlayConfig, train_teams
+
+    if rec.out is None:
+        raise ValueError("--self-play on a team world writes a run directory: add --out RUN")
+    if (Path(rec.out) / "ticklog").exists():
+        raise ValueError(f"{rec.out} already holds a run: choose a new --out")
+    team_cfg = TeamPlayConfig.from_train_config(cfg, env_info(cfg.env, **cfg.env_kwargs).tick_hz)
+    summary = train_teams(team_cfg, rec.out, echo=lambda line: console.print(line, markup=False, highlight=False))
+    won = summary["judged_win_rate"]
+    console.print(
+        f"done: {summary['env_ticks_total']:,} env ticks, {summary['episodes']} episodes, {summary['updates']:,} "
+        f"updates, {summary['wall_s']} s; against a random team in the last {summary['judged_episodes']}: won "
+        f"{'—' if won is None else f'{won:.0%}'}; `nonstop report {rec.out}` draws the plots",
+        markup=False,
+    )
+    print(json.dumps({"run_dir": str(rec.out), **summary}))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from nonstop._console import Console
     from nonstop.experiment.record import train_in_directory
@@ -396,6 +425,8 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         cfg = config_from_args(args)
+        if cfg.self_play and _team_world(cfg):  # a learning team against its snapshots (docs/multi-agent.md)
+            return _train_teams(cfg, rec, console)
     summary, end, out = train_in_directory(cfg, rec, console=console)
     if summary.get("inaction_fraction") is not None:
         recent = "—" if summary["recent_return"] is None else f"{summary['recent_return']:.2f}"

@@ -2,8 +2,10 @@
 
 What counts (docs/multi-agent.md, "Team self-play"):
 
-* an agent **dies** when the world reports it terminated (PettingZoo's ``terminations[agent]``)
-  before its episode ends for everyone; an agent still in the world when the episode ends (the
+* an agent **dies** when it leaves the world before the episode's end: a MAgent2 world counts
+  each team's living agents on its grid (``get_num``), and a team's deaths are its agents missing
+  from that count; another world's dead are the agents it reports terminated (PettingZoo's
+  ``terminations[agent]``, not truncated). An agent still in the world when the episode ends (the
   world's time limit truncates it, or its side has won) **survives**;
 * a team's **kills** in an episode are the deaths of every other team in it (in MAgent2's battle,
   the only way an agent dies is at the other team's hands);
@@ -140,10 +142,25 @@ class TeamTally:
         self.stepped = True
         for agent, reward in rewards.items():
             self.returns[self.team[str(agent)]] += float(reward)
-        for agent, done in terminated.items():
-            if done and not truncated.get(agent, False):
-                self.deaths[self.team[str(agent)]] += 1
+        counts = self._living()
+        if counts is not None:  # the world counts its living agents: deaths are what is missing
+            for team, alive in zip(self.teams, counts):
+                self.deaths[team] = self.sizes[team] - alive
+        else:
+            for agent, done in terminated.items():
+                if done and not truncated.get(agent, False):
+                    self.deaths[self.team[str(agent)]] += 1
         return obs, rewards, terminated, truncated, infos
+
+    def _living(self) -> list[int] | None:
+        """Each team's living agents as a MAgent2 world counts them (its grid's ``get_num`` per
+        team handle, teams in seat order), or None for a world that does not: a world that
+        terminates every agent when it ends (MAgent2 does) must not count its survivors as dead."""
+        world = getattr(self.env, "unwrapped", self.env)
+        grid, handles = getattr(world, "env", None), getattr(world, "handles", None)
+        if grid is None or handles is None or not hasattr(grid, "get_num") or len(handles) != len(self.teams):
+            return None
+        return [int(grid.get_num(h)) for h in handles]
 
     def take_finished(self) -> list[tuple[dict[str, int], dict[str, float]]]:
         done, self.finished = self.finished, []

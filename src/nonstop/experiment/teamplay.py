@@ -1,0 +1,505 @@
+"""Team self-play: a learning team against snapshots of itself in a many-seat world (issue 32, item 4).
+
+``nonstop train --self-play`` on a world of more than two seats in teams (``multi/battle``: ``red_*``
+against ``blue_*``; a seat's team is `nonstop.envs.magent.team_of`) runs here, on the virtual clock:
+
+* **One θ per team, one forward pass per tick for the team.** The learning team (the first team) is
+  acted for by one `TeamActor`: at every tick it reads every living seat's newest observation,
+  computes all their actions in one batched forward pass of the team's Q-network, and submits each
+  seat's action to be applied ``latency`` ticks later (the declared τ_θ). One pass a tick whose
+  actions land τ_θ later is N_I = ⌈τ_θ/τ_M⌉ staggered lanes per seat (the paper's N_I*): no seat
+  is idle, every action is τ_θ late. The tick log records it seat by seat.
+* **Every agent's transitions in one replay.** Each seat's experience is its own induced delayed
+  semi-MDP (Definition 1 at one-tick decisions): the decision computed on the observation of tick
+  k is applied at tick k + d, so its transition is ``(o_k, a_k, r_{k+d}, o_{k+1})``, done when the
+  agent died at tick k + d; a seat's pending decisions are dropped when its agent leaves the
+  world or the episode ends. All seats of the team write into one replay and one DQN learns from
+  it (Huber loss, target network, Adam; updates inline on the virtual clock, which times inference
+  only).
+* **Snapshots.** Every ``snapshot_every`` world seconds the team's parameters join a pool of the
+  newest ``pool_size`` (snapshot 0: the untrained network); each episode the other team is played
+  by one snapshot, drawn ``uniform`` or ``latest`` (`nonstop.experiment.selfplay.SnapshotPool`),
+  acting ε-greedily (the learner's final ε) with the same latency.
+* **Judged against a random team.** After ``seconds`` of self-play the run plays
+  `nonstop.experiment.teamstats.RECENT_MATCHES` more episodes against a uniformly random team
+  (the learner greedy but for ε_end), so the report's last figures are the bar.
+
+``RUN/teams.csv`` (`nonstop.experiment.teamstats`) gets a row per team and episode: kills, deaths,
+survivors, return, won; ``RUN/ticklog/`` the tick log (every seat's inaction and delay);
+``RUN/config.json`` and ``RUN/summary.json``. ``nonstop report RUN`` draws each team's rates over time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from nonstop.envs.magent import team_of
+from nonstop.experiment.selfplay import SnapshotPool
+from nonstop.experiment.teamstats import RECENT_MATCHES, TEAMS_FILE, TeamTally, team_row, write_team_rows
+
+__all__ = ["TeamPlayConfig", "TeamReplay", "TeamActor", "team_seats", "train_teams", "is_team_world"]
+
+#: after the host's tick (priority 1): the actor reads what that tick published
+READ_PRIORITY: Final = 2
+#: before the host's tick: a submission due at a tick is applied at it
+SUBMIT_PRIORITY: Final = 0
+
+
+@dataclass
+class TeamPlayConfig:
+    """What a team self-play run needs (``nonstop train`` builds it from its flags: `from_train_config`)."""
+
+    env: str
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 300.0  #: world seconds of self-play (then the judged episodes against random)
+    latency_ticks: int = 1  #: τ_θ of the team's forward pass, in ticks (>= 1)
+    opponents: str = "uniform"
+    pool_size: int = 8
+    snapshot_every: float = 30.0  #: world seconds between snapshots
+    seed: int = 0
+    gamma: float = 0.99
+    lr: float = 1e-3
+    batch_size: int = 64
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.05
+    epsilon_ticks: int = 20_000
+    target_update: int = 500
+    learning_starts: int = 1_000
+    update_every: int = 4  #: ticks between DQN updates (one batch each)
+    replay_capacity: int = 50_000
+    hidden: int = 128
+    arch: str = "mlp"  #: ``mlp`` (flattened window: cheapest on a CPU) or ``conv`` (two 3×3 convolutions)
+    judge_episodes: int = RECENT_MATCHES
+
+    @classmethod
+    def from_train_config(cls, cfg: Any, tick_hz: float) -> "TeamPlayConfig":
+        """From a `nonstop.experiment.config.TrainConfig` (its DQN settings, self-play flags, latency)."""
+        from nonstop.policies.latency import parse_latency
+
+        if cfg.clock != "virtual":
+            raise ValueError("--self-play on a team world runs on the virtual clock: add --clock virtual")
+        if cfg.algo != "dqn":
+            raise ValueError(f"--self-play on a team world learns with DQN: --algo {cfg.algo} is not offered there")
+        latency = parse_latency(cfg.latency, tick_hz=tick_hz)
+        ticks = max(1, math.ceil(float(latency.mean) * tick_hz - 1e-9))
+        dqn = cfg.dqn
+        return cls(
+            env=cfg.env,
+            env_kwargs=dict(cfg.env_kwargs),
+            seconds=float(cfg.seconds),
+            latency_ticks=ticks,
+            opponents=cfg.opponents,
+            pool_size=cfg.pool_size,
+            snapshot_every=cfg.snapshot_every,
+            seed=int(cfg.seed),
+            gamma=dqn.gamma,
+            lr=dqn.lr,
+            batch_size=dqn.batch_size,
+            epsilon_start=dqn.epsilon_start,
+            epsilon_end=dqn.epsilon_end,
+            epsilon_ticks=dqn.epsilon_ticks,
+            target_update=dqn.target_update,
+            learning_starts=dqn.learning_starts,
+            replay_capacity=min(dqn.replay_capacity, cls.replay_capacity),  # float16 windows: 50k of 13×13×5 is 170 MB
+            hidden=int(dqn.hidden[0]) if dqn.hidden else 128,
+        )
+
+
+def team_seats(seats: list[str]) -> dict[str, list[int]]:
+    """Each team's seat indices, teams in order of first seat (`team_of`)."""
+    out: dict[str, list[int]] = {}
+    for i, seat in enumerate(seats):
+        out.setdefault(team_of(seat), []).append(i)
+    return out
+
+
+def is_team_world(env_id: str, env_kwargs: dict[str, Any]) -> bool:
+    """Whether ``env_id`` is a world of more than two seats in at least two teams (built once to ask)."""
+    from nonstop.envs import make_env
+
+    kwargs = {k: v for k, v in env_kwargs.items() if k != "tick_hz"}
+    env = make_env(env_id, **kwargs)
+    try:
+        seats = [str(a) for a in getattr(env, "possible_agents", [])]
+    finally:
+        env.close()
+    return len(seats) > 2 and len(team_seats(seats)) >= 2
+
+
+# ----------------------------------------------------------------------------- the network and its replay
+
+
+def build_qnet(obs_shape: tuple[int, ...], n_actions: int, hidden: int, arch: str = "mlp") -> Any:
+    """A small Q-network: an MLP over the flattened observation, or (``conv``, an (H, W, C) window)
+    two 3×3 convolutions and a hidden layer."""
+    import torch
+    from torch import nn
+
+    if arch not in ("mlp", "conv"):
+        raise ValueError(f"arch must be mlp or conv, got {arch!r}")
+    if arch == "conv" and len(obs_shape) == 3:
+        h, w, c = obs_shape
+
+        class Conv(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.body = nn.Sequential(
+                    nn.Conv2d(c, 16, 3),
+                    nn.ReLU(),
+                    nn.Conv2d(16, 16, 3, stride=2),
+                    nn.ReLU(),
+                    nn.Flatten(),
+                )
+                with torch.no_grad():
+                    n = self.body(torch.zeros(1, c, h, w)).shape[1]
+                self.head = nn.Sequential(nn.Linear(n, hidden), nn.ReLU(), nn.Linear(hidden, n_actions))
+
+            def forward(self, x: Any) -> Any:
+                return self.head(self.body(x.permute(0, 3, 1, 2)))
+
+        return Conv()
+    n = int(np.prod(obs_shape))
+    return nn.Sequential(nn.Flatten(), nn.Linear(n, hidden), nn.ReLU(), nn.Linear(hidden, n_actions))
+
+
+class TeamReplay:
+    """Every agent's transitions of one team in one ring (observations as float16: MAgent2's windows
+    hold 0/1 and hit-point fractions)."""
+
+    def __init__(self, capacity: int, obs_shape: tuple[int, ...]) -> None:
+        self.capacity = int(capacity)
+        self.obs = np.zeros((capacity, *obs_shape), np.float16)
+        self.next_obs = np.zeros((capacity, *obs_shape), np.float16)
+        self.action = np.zeros(capacity, np.int64)
+        self.reward = np.zeros(capacity, np.float32)
+        self.done = np.zeros(capacity, np.float32)
+        self.size = 0
+        self.written = 0
+
+    def add(self, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray, done: bool) -> None:
+        i = self.written % self.capacity
+        self.obs[i], self.action[i], self.reward[i], self.next_obs[i], self.done[i] = (
+            obs,
+            action,
+            reward,
+            next_obs,
+            done,
+        )
+        self.written += 1
+        self.size = min(self.size + 1, self.capacity)
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+        idx = rng.integers(0, self.size, n)
+        return self.obs[idx], self.action[idx], self.reward[idx], self.next_obs[idx], self.done[idx]
+
+
+# ----------------------------------------------------------------------------- the team's actor
+
+
+class TeamActor:
+    """Acts for every living seat of one team, one batched forward pass a tick (see the module docstring).
+
+    ``choose(obs_batch, episode) -> actions`` picks the team's actions; ``learn``: with a replay,
+    every seat's transitions go into it (`on_transition`). A timed process on the world's clock.
+    """
+
+    def __init__(
+        self,
+        world: Any,
+        seats: list[int],
+        choose: Callable[[np.ndarray, int], np.ndarray],
+        latency_ticks: int,
+        *,
+        on_transition: Callable[[np.ndarray, int, float, np.ndarray, bool], None] | None = None,
+        on_tick: Callable[[int], None] | None = None,
+    ) -> None:
+        if latency_ticks < 1:
+            raise ValueError(f"latency_ticks must be >= 1, got {latency_ticks}")
+        self.world, self.seats, self.choose, self.d = world, seats, choose, latency_ticks
+        self.on_transition, self.on_tick = on_transition, on_tick
+        # per seat: decisions awaiting their reward, (obs tick, obs, action), oldest first
+        self.pending: list[deque[tuple[int, np.ndarray, int]]] = [deque() for _ in seats]
+        self.totals = [0.0] * len(seats)
+        self.episode = -1
+        self.forwards = 0
+
+    def process(self) -> Generator[Any, float, None]:
+        world, tau_m = self.world, self.world.tau_m
+        slots = [world.slots[i] for i in self.seats]
+        queues = [world.queues[i] for i in self.seats]
+        clock = world.clock
+        wake = clock.now()
+        last_tick = -1
+        while True:
+            woke = yield (wake, READ_PRIORITY)
+            wake = woke + tau_m
+            reads = [slot.read() for slot in slots]
+            if reads[0].tick == last_tick:  # no tick since the last read (the world has not started)
+                continue
+            last_tick = reads[0].tick
+            now_tick = reads[0].tick
+            episode = reads[0].episode
+            if episode != self.episode:  # a new world: whatever was pending belonged to the last one
+                self.episode = episode
+                for p in self.pending:
+                    p.clear()
+                self.totals = [r.total_reward for r in reads]
+            live = []
+            for j, r in enumerate(reads):
+                reward = r.total_reward - self.totals[j]
+                self.totals[j] = r.total_reward
+                gone = r.terminated or r.truncated
+                self._settle(j, r, reward, gone)
+                if not gone:
+                    live.append(j)
+            if live:
+                batch = np.stack([reads[j].obs for j in live])
+                actions = self.choose(batch, episode)
+                self.forwards += 1
+                # tick j is stepped at origin + j·τ_M, after submissions due then: applied at tick now_tick + d
+                due = max(clock.now(), world.origin + (now_tick + self.d) * tau_m)
+                for j, a in zip(live, actions):
+                    self.pending[j].append((now_tick, reads[j].obs, int(a)))
+                    clock.call_at(
+                        due, _submitter(queues[j], int(a), now_tick, episode, self.d * tau_m), priority=SUBMIT_PRIORITY
+                    )
+            if self.on_tick is not None:
+                self.on_tick(now_tick)
+
+    def _settle(self, j: int, read: Any, reward: float, gone: bool) -> None:
+        """Seat ``j``'s decision whose action was applied at this tick gets this tick's reward."""
+        pending = self.pending[j]
+        if self.on_transition is None:
+            pending.clear()
+            return
+        while pending and pending[0][0] + self.d < read.tick:
+            pending.popleft()  # applied before this tick without a read between (cannot happen at one read a tick)
+        if pending and pending[0][0] + self.d == read.tick:
+            _, obs, action = pending.popleft()
+            next_obs = pending[0][1] if pending else read.obs
+            self.on_transition(obs, action, reward, next_obs, bool(read.terminated))
+        if gone:
+            pending.clear()
+
+
+def _submitter(queue: Any, action: int, obs_tick: int, episode: int, tau_theta: float) -> Callable[[], None]:
+    def submit() -> None:
+        queue.submit(action, obs_tick=obs_tick, episode=episode, tau_theta=tau_theta)
+
+    return submit
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+class _Learner:
+    """The learning team's DQN: θ, its target, Adam, the replay, ε."""
+
+    def __init__(self, cfg: TeamPlayConfig, obs_shape: tuple[int, ...], n_actions: int) -> None:
+        import torch
+
+        torch.manual_seed(cfg.seed)
+        self.cfg, self.n_actions = cfg, n_actions
+        self.q = build_qnet(obs_shape, n_actions, cfg.hidden, cfg.arch)
+        self.target = build_qnet(obs_shape, n_actions, cfg.hidden, cfg.arch)
+        self.target.load_state_dict(self.q.state_dict())
+        self.opt = torch.optim.Adam(self.q.parameters(), lr=cfg.lr, foreach=True)
+        self.replay = TeamReplay(cfg.replay_capacity, obs_shape)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.updates = 0
+        self.ticks = 0
+        self.losses: deque[float] = deque(maxlen=200)
+
+    def epsilon(self) -> float:
+        c = self.cfg
+        f = min(1.0, self.ticks / max(1, c.epsilon_ticks))
+        return c.epsilon_start + f * (c.epsilon_end - c.epsilon_start)
+
+    def greedy(self, net: Any, obs: np.ndarray) -> np.ndarray:
+        import torch
+
+        with torch.no_grad():
+            return net(torch.as_tensor(obs, dtype=torch.float32)).argmax(1).numpy()
+
+    def act(self, obs: np.ndarray, eps: float) -> np.ndarray:
+        actions = self.greedy(self.q, obs)
+        explore = self.rng.random(len(actions)) < eps
+        actions[explore] = self.rng.integers(0, self.n_actions, int(explore.sum()))
+        return actions
+
+    def update(self) -> None:
+        import torch
+        import torch.nn.functional as F
+
+        c = self.cfg
+        if self.replay.size < max(c.learning_starts, c.batch_size):
+            return
+        obs, action, reward, next_obs, done = (torch.as_tensor(x) for x in self.replay.sample(c.batch_size, self.rng))
+        obs, next_obs = obs.float(), next_obs.float()
+        with torch.no_grad():
+            target = reward + c.gamma * (1.0 - done) * self.target(next_obs).max(1).values
+        q = self.q(obs).gather(1, action[:, None]).squeeze(1)
+        loss = F.smooth_l1_loss(q, target)
+        self.opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.q.parameters(), 10.0)
+        self.opt.step()
+        self.updates += 1
+        self.losses.append(float(loss.detach()))
+        if self.updates % c.target_update == 0:
+            self.target.load_state_dict(self.q.state_dict())
+
+    def flat(self) -> np.ndarray:
+        from torch.nn.utils import parameters_to_vector
+
+        return parameters_to_vector(self.q.parameters()).detach().numpy().copy()
+
+
+def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Team self-play for ``cfg.seconds`` world seconds, then ``cfg.judge_episodes`` episodes against
+    a uniformly random team; writes the run directory ``out`` and returns its summary."""
+    import torch
+    from torch.nn.utils import vector_to_parameters
+
+    from nonstop.envs import make_env
+    from nonstop.realtime.host import Session
+
+    torch.set_num_threads(1)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps({"team_self_play": True, **cfg.__dict__}, indent=2, default=str))
+    teams_file = out / TEAMS_FILE
+    if teams_file.exists():
+        teams_file.unlink()
+    tallies: list[TeamTally] = []
+
+    def build(**kwargs: Any) -> Any:  # a seat world (Session's EnvSource names gymnasium's Env)
+        tally = TeamTally(make_env(cfg.env, **kwargs))
+        tallies.append(tally)
+        return tally
+
+    build.__name__ = cfg.env  # the tick log's env id
+    from nonstop.envs import env_info
+
+    kwargs = dict(cfg.env_kwargs)
+    tick_hz = float(kwargs.pop("tick_hz", None) or env_info(cfg.env, **cfg.env_kwargs).tick_hz)
+    world = Session(build, clock="virtual", seed=cfg.seed, env_kwargs=kwargs, tick_hz=tick_hz, log_dir=out / "ticklog")
+    started = time.perf_counter()
+    with world:
+        seats = list(world.seats or [])
+        teams = team_seats(seats)
+        if len(teams) < 2:
+            raise ValueError(f"--self-play on a team world needs two teams; {cfg.env}'s seats are all {seats[0]}'s")
+        names = list(teams)
+        mine, theirs = names[0], names[1]
+        space: Any = world.action_spaces[seats[teams[mine][0]]]
+        obs_shape = tuple(world.observation_spaces[seats[teams[mine][0]]].shape or ())
+        learner = _Learner(cfg, obs_shape, int(space.n))
+        opponent_net = build_qnet(obs_shape, int(space.n), cfg.hidden, cfg.arch)
+        pool = SnapshotPool(cfg.pool_size, cfg.opponents, seed=cfg.seed)
+        pool.add(learner.flat(), env_tick=0, updates=0)
+        # judge_from: the first world episode played against a random team (set when self-play ends)
+        state: dict[str, Any] = {"judge_from": None, "loaded": -1, "episode": 0}
+        players: dict[int, str] = {}  # world episode -> who played the other team
+        snapshot_ticks = max(1, round(cfg.snapshot_every * tick_hz))
+        rows: list[dict[str, Any]] = []
+
+        def judged(episode: int) -> bool:
+            return state["judge_from"] is not None and episode >= state["judge_from"]
+
+        def choose_mine(obs: np.ndarray, episode: int) -> np.ndarray:
+            return learner.act(obs, cfg.epsilon_end if judged(episode) else learner.epsilon())
+
+        def choose_theirs(obs: np.ndarray, episode: int) -> np.ndarray:
+            if judged(episode):
+                players[episode] = "random"
+                return learner.rng.integers(0, learner.n_actions, len(obs))
+            snap = pool.opponent_for(episode)
+            if state["loaded"] != snap.id:
+                vector_to_parameters(torch.as_tensor(snap.params), opponent_net.parameters())
+                state["loaded"] = snap.id
+            players[episode] = f"snapshot {snap.id}"
+            actions = learner.greedy(opponent_net, obs)
+            explore = learner.rng.random(len(actions)) < cfg.epsilon_end
+            actions[explore] = learner.rng.integers(0, learner.n_actions, int(explore.sum()))
+            return actions
+
+        def on_tick(tick: int) -> None:
+            learner.ticks = tick
+            if tick % cfg.update_every == 0:
+                learner.update()
+            if state["judge_from"] is None and tick and tick % snapshot_ticks == 0:
+                pool.add(learner.flat(), env_tick=tick, updates=learner.updates)
+            for deaths, returns in tallies[-1].take_finished():
+                kills = tallies[-1].kills(deaths)
+                who = {mine: "learner", theirs: players.pop(state["episode"], "β")}
+                new = [
+                    team_row(
+                        state["episode"],
+                        tick,
+                        time.perf_counter() - started,
+                        team,
+                        who.get(team, "β"),
+                        seats=len(teams[team]),
+                        deaths=deaths[team],
+                        kills=kills[team],
+                        score=returns[team],
+                    )
+                    for team in names
+                ]
+                write_team_rows(teams_file, new)
+                rows.extend(new)
+                state["episode"] += 1
+                me = new[0]
+                echo(
+                    f"episode {me['episode']}: {mine} (learner) {me['kills']} kills, {me['deaths']} deaths against "
+                    f"{who[theirs]}; ε {learner.epsilon():.2f}, {learner.updates:,} updates, "
+                    f"{time.perf_counter() - started:.0f} s"
+                )
+
+        actors = [
+            TeamActor(
+                world, teams[mine], choose_mine, cfg.latency_ticks, on_transition=learner.replay.add, on_tick=on_tick
+            ),
+            TeamActor(world, teams[theirs], choose_theirs, cfg.latency_ticks),
+        ]
+        for actor, name in zip(actors, (mine, theirs)):
+            world.clock.spawn(actor.process(), name=f"team {name}", priority=READ_PRIORITY)
+        world.run_for(cfg.seconds)
+        self_play_episodes = state["episode"]
+        state["judge_from"] = world.slots[0].read().episode + 1  # the episode under way ends as it began
+        budget = world.now() + 3600.0  # a world that never ends an episode still ends the run
+        while state["episode"] < state["judge_from"] + cfg.judge_episodes and world.now() < budget:
+            world.run_for(10.0)
+    log = world.tick_log
+    wall = time.perf_counter() - started
+    random_episodes = {r["episode"] for r in rows if r["team"] == theirs and r["player"] == "random"}
+    judged_rows = [r for r in rows if r["team"] == mine and r["episode"] in random_episodes][-cfg.judge_episodes :]
+    summary = {
+        "finished": True,
+        "wall_s": round(wall, 1),
+        "world_s": round(len(log) / tick_hz, 1),
+        "env_ticks_total": len(log),
+        "episodes": state["episode"],
+        "self_play_episodes": self_play_episodes,
+        "updates": learner.updates,
+        "transitions": learner.replay.written,
+        "snapshots": pool.next_id,
+        "learning_team": mine,
+        "judged_episodes": len(judged_rows),
+        "judged_win_rate": float(np.mean([r["won"] for r in judged_rows])) if judged_rows else None,
+        "judged_kills_mean": float(np.mean([r["kills"] for r in judged_rows])) if judged_rows else None,
+        "judged_deaths_mean": float(np.mean([r["deaths"] for r in judged_rows])) if judged_rows else None,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    torch.save({"q": learner.q.state_dict(), "pool": pool.state()}, out / "team_q.pt")
+    return summary

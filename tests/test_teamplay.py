@@ -1,0 +1,177 @@
+"""Team self-play (`nonstop.experiment.teamplay`) and each team's matches (`nonstop.experiment.teamstats`):
+the team's one forward pass a tick lands every seat's action τ_θ later, every agent's transitions
+form its own delayed semi-MDP in one replay, kills and deaths are counted from the world, and
+``nonstop report`` shows every seat, every team and each team's rates over time. Virtual clock."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from nonstop.experiment.report import build_report
+from nonstop.experiment.teamplay import TeamActor, TeamPlayConfig, is_team_world, team_seats, train_teams
+from nonstop.experiment.teamstats import TEAMS_FILE, TeamTally, read_team_rows, team_figures, write_team_rows
+from nonstop.realtime.host import Session
+from nonstop.realtime.ticklog import SOURCE_AGENT
+
+DEATH_TICK = 7  # a_1 dies at this step
+
+
+class ActionEcho:
+    """Two teams of two (``a_0``, ``a_1`` against ``b_0``, ``b_1``). Each seat's observation is
+    [the world's step count]; its reward at a step is the action applied to it then (so a reward names
+    the action). ``a_1`` is terminated at step `DEATH_TICK`; the episode is truncated at step 40."""
+
+    metadata: dict[str, Any] = {"name": "action_echo"}
+
+    def __init__(self) -> None:
+        self.possible_agents = ["a_0", "a_1", "b_0", "b_1"]
+        self.agents = list(self.possible_agents)
+        self.t = 0
+
+    def observation_space(self, agent: str) -> gym.Space:
+        return gym.spaces.Box(0, 1e6, (1,), np.float32)
+
+    def action_space(self, agent: str) -> gym.Space:
+        return gym.spaces.Discrete(5)
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        return {a: np.array([self.t], np.float32) for a in self.agents}
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self.t, self.agents = 0, list(self.possible_agents)
+        return self._obs(), {a: {} for a in self.agents}
+
+    def step(self, actions: dict) -> tuple[dict, dict, dict, dict, dict]:
+        self.t += 1
+        rewards = {a: float(actions.get(a, 0)) for a in self.agents}
+        terminated = {a: a == "a_1" and self.t == DEATH_TICK for a in self.agents}
+        truncated = {a: self.t >= 40 for a in self.agents}
+        obs = self._obs()
+        self.agents = [a for a in self.agents if not (terminated[a] or truncated[a])]
+        return obs, rewards, terminated, truncated, {a: {} for a in obs}
+
+    def close(self) -> None:
+        pass
+
+
+def test_team_seats_group_by_name() -> None:
+    assert team_seats(["red_0", "red_1", "blue_0", "blue_1", "blue_2"]) == {"red": [0, 1], "blue": [2, 3, 4]}
+
+
+@pytest.mark.parametrize("d", [1, 3])
+def test_one_pass_a_tick_lands_every_action_d_ticks_later_and_forms_each_agents_semi_mdp(d: int) -> None:
+    transitions: list[tuple[np.ndarray, int, float, np.ndarray, bool]] = []
+    batches: list[int] = []
+
+    def choose(obs: np.ndarray, episode: int) -> np.ndarray:
+        batches.append(len(obs))
+        return (obs[:, 0].astype(int) % 4) + 1  # 1..4, never 0: a reward of 0 is β's no-op
+
+    tally = TeamTally(ActionEcho())
+    with Session(lambda: tally, clock="virtual", seed=0, tick_hz=20, default="noop") as world:
+        actor = TeamActor(
+            world, [0, 1], choose, d, on_transition=lambda *t: transitions.append(t)
+        )  # team a; team b is β's
+        world.clock.spawn(actor.process(), name="team a", priority=2)
+        world.run_for(30 / 20)
+    log = world.tick_log
+    delay, source = log.block("delay"), log.block("source")
+    steady = slice(d + 2, 30)
+    a0 = source[steady, 0] == SOURCE_AGENT
+    assert a0.all() and (delay[steady, 0] == d).all()  # no inaction, every action d ticks late
+    assert (source[DEATH_TICK + 1 : 30, 1] != SOURCE_AGENT).all()  # a_1 left: nothing applied for it
+    assert (source[steady, 2:] != SOURCE_AGENT).all()  # team b is nobody's
+    assert max(batches) == 2 and min(batches[DEATH_TICK + 2 :]) == 1  # one pass for the team; a_1 gone from it
+    # each transition: the decision on tick k's observation, rewarded by the tick it was applied at (k + d)
+    for obs, action, reward, next_obs, done in transitions:
+        k = int(obs[0])
+        assert action == k % 4 + 1 and reward == action  # the reward of tick k + d is this action's
+        assert int(next_obs[0]) == k + 1 and not done or done
+    dones = [t for t in transitions if t[4]]
+    assert len(dones) == 1 and int(dones[0][0][0]) == DEATH_TICK - d  # a_1's last decision, applied as it died
+    assert tally.deaths == {"a": 1, "b": 0} or tally.finished  # counted from the world's terminations
+
+
+def test_tally_and_team_figures_round_trip(tmp_path) -> None:
+    tally = TeamTally(ActionEcho())
+    tally.reset()
+    for _ in range(40):
+        tally.step({a: 1 for a in tally.env.agents})
+    tally.reset()
+    ((deaths, returns),) = tally.take_finished()
+    assert deaths == {"a": 1, "b": 0} and tally.kills(deaths) == {"a": 0, "b": 1}
+    assert returns == {"a": 40.0 + DEATH_TICK, "b": 80.0}
+    from nonstop.experiment.teamstats import team_row
+
+    rows = [
+        team_row(e, 40 * (e + 1), 1.0, t, "learner" if t == "a" else "random", seats=2, deaths=d, kills=k, score=0.0)
+        for e in range(4)
+        for t, d, k in (("a", e % 2, 1), ("b", 1, e % 2))
+    ]
+    write_team_rows(tmp_path / TEAMS_FILE, rows[:4])
+    write_team_rows(tmp_path / TEAMS_FILE, rows[4:])
+    back = read_team_rows(tmp_path / TEAMS_FILE)
+    assert back == rows
+    figures = team_figures(back, recent=2)
+    assert figures["a"]["win_rate"] == 0.5 and figures["a"]["kill_rate"] == 0.5  # 1 of b's 2 seats a match
+    assert figures["b"]["survival_rate"] == 0.5 and figures["b"]["players"] == {"random": 4}
+
+
+def test_magent_tally_counts_the_living_not_the_terminated() -> None:
+    """MAgent2 terminates every agent when a side is wiped out: survivors are read off its grid."""
+    pytest.importorskip("magent2")
+    from nonstop.envs import make_env
+
+    tally = TeamTally(make_env("multi/battle", map_size=12, max_cycles=30))
+    tally.reset(seed=0)
+    grid = tally.env.unwrapped.env
+    handles = tally.env.unwrapped.handles
+    assert tally._living() == [int(grid.get_num(h)) for h in handles] == [2, 2]
+    rng = np.random.default_rng(0)
+    while tally.env.agents:
+        tally.step({a: int(rng.integers(21)) for a in tally.env.agents})
+    assert tally.deaths == {t: 2 - n for t, n in zip(("red", "blue"), tally._living())}
+
+
+def test_team_self_play_on_battle_writes_teams_csv_and_report(tmp_path) -> None:
+    pytest.importorskip("magent2")
+    pytest.importorskip("torch")
+    assert is_team_world("multi/battle", {"map_size": 12}) and not is_team_world("multi/duel", {})
+    cfg = TeamPlayConfig(
+        env="multi/battle",
+        env_kwargs={"map_size": 12, "max_cycles": 20},
+        seconds=2.0,
+        judge_episodes=3,
+        learning_starts=50,
+        batch_size=16,
+        latency_ticks=2,
+        snapshot_every=1.0,
+        update_every=2,
+    )
+    summary = train_teams(cfg, tmp_path, echo=lambda _: None)
+    assert summary["judged_episodes"] == 3 and summary["updates"] > 0 and summary["snapshots"] >= 2
+    rows = read_team_rows(tmp_path / TEAMS_FILE)
+    assert {r["team"] for r in rows} == {"red", "blue"}
+    assert [r["player"] for r in rows if r["team"] == "blue"][-3:] == ["random"] * 3
+    assert all(r["player"] == "learner" for r in rows if r["team"] == "red")
+    report = build_report(tmp_path)
+    assert set(report.summary["seats"]) == {"red_0", "red_1", "blue_0", "blue_1"}
+    assert set(report.summary["teams"]) == {"red", "blue"}
+    assert report.summary["teams"]["red"]["delay_mean_ticks"] == pytest.approx(2.0, abs=0.2)  # τ_θ = 2 ticks
+    assert "red.win_rate" in report.summary["team_matches"] and report.plots["team_rates"].is_file()
+    assert json.loads((tmp_path / "summary.json").read_text())["learning_team"] == "red"
+
+
+def test_the_train_command_routes_a_team_world_to_team_self_play(tmp_path, capsys) -> None:
+    pytest.importorskip("magent2")
+    from nonstop.cli import main
+
+    argv = ["train", "--env", "multi/battle", "--env-arg", "map_size=12", "--self-play", "--seconds", "1"]
+    assert main([*argv, "--clock", "wall", "--out", str(tmp_path / "a")]) != 0
+    assert "runs on the virtual clock: add --clock virtual" in capsys.readouterr().err
+    assert main([*argv, "--clock", "virtual", "--algo", "sac", "--out", str(tmp_path / "b")]) != 0
