@@ -263,7 +263,7 @@ def test_the_config_keeps_a_placement_and_leaves_the_defaults_out():
 
 def test_a_resumed_run_keeps_its_device_and_an_old_run_resumes(tmp_path, no_shm_leak):
     from nonstop.cli import build_parser
-    from nonstop.commands.train import resumed_config
+    from nonstop.commands.train import settings_from_args
 
     base = ["train", "--env", "CartPole", "--seconds", "1", "--learning-starts", "50", "--progress-every", "0.5"]
     out = tmp_path / "run"
@@ -275,7 +275,8 @@ def test_a_resumed_run_keeps_its_device_and_an_old_run_resumes(tmp_path, no_shm_
     argv = ["train", "--resume", str(out), "--seconds", "2"]
     args = build_parser().parse_args(argv)
     args.argv = argv
-    cfg, lines = resumed_config(args, out)
+    cfg, rec, lines = settings_from_args(args)
+    assert rec.resume and str(rec.out) == str(out)
     assert (cfg.device, cfg.dtype) == ("auto", "fp32") and lines == ["seconds: 1.0 → 2.0"]
     assert main(argv) == 0  # and it runs on
     old = tmp_path / "old"  # a run saved before the fields existed: neither key in its config

@@ -205,7 +205,7 @@ def test_the_cli_defaults_are_the_configs(tmp_path):
     """One source of defaults: `nonstop train` with no flags describes TrainConfig() (and RecordConfig())."""
     import argparse
 
-    from nonstop.commands.train import add_arguments, config_from_args, record_from_args
+    from nonstop.commands.train import add_arguments, config_from_args, settings_from_args
     from nonstop.experiment.record import RecordConfig
 
     p = argparse.ArgumentParser()
@@ -214,7 +214,7 @@ def test_the_cli_defaults_are_the_configs(tmp_path):
     from_cli, default = config_from_args(args).to_dict(), TrainConfig().to_dict()
     from_cli.pop("dqn"), default.pop("dqn")  # the env family's, resolved by the command
     assert from_cli == default
-    assert record_from_args(args) == RecordConfig()
+    assert settings_from_args(args)[1:] == (RecordConfig(), [])
 
 
 def test_a_run_written_before_the_composition_resumes(tmp_path, capsys, no_shm_leak):

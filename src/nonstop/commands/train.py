@@ -11,18 +11,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from nonstop.commands._flags import add_env_module_argument, add_fields, arg_type, env_of, shown
+from nonstop.commands._flags import add_env_module_argument, add_fields, arg_type, shown
 
 __all__ = [
     "HELP",
     "add_arguments",
     "run",
+    "settings_from_args",
     "config_from_args",
-    "record_from_args",
     "add_dqn_arguments",
     "add_algo_arguments",
 ]
@@ -222,87 +222,154 @@ def _setting_names() -> set[str]:
     return {f.name for name in names("algo") for f in fields(lookup("algo", name).config_class)}
 
 
-def algo_settings_from_args(args: argparse.Namespace, family: str) -> tuple[Any, Any]:
-    """The chosen algorithm and its settings: the env family's defaults under the flags given (and a
-    DQN ``--preset``); a flag of another algorithm's settings is one line."""
+def settings_from_args(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
+    """The run the flags describe: its `TrainConfig`, its `RecordConfig` and, under ``--resume``, a line per
+    saved setting that a flag typed now overrides (``seconds: 4 → 10``; whether an override is allowed is
+    the run log's check, `check_compatible`). A resumed run keeps its saved config and its algorithm.
+
+    ``args`` is read here and nowhere below: the flags become plain values first (`_read_flags`), then each
+    lower layer is asked once, in a straight line, and hands back a value: the trackers, the saved config,
+    the algorithm, the world's arguments and id, its family."""
+    from nonstop.envs import env_info
+    from nonstop.envs.registry import parse_env_args, qualify_env_id
+    from nonstop.experiment.config import TrainConfig, default_env_kwargs
+    from nonstop.experiment.record import RecordConfig
     from nonstop.experiment.registry import lookup
     from nonstop.learning.dqn import PAPER_PRESETS, DQNConfig
+    from nonstop.learning.runlog import read_config
+    from nonstop.learning.tracking import parse_track
 
-    algo = lookup("algo", getattr(args, "algo", None) or "dqn")
-    cls = algo.config_class
-    mine = {f.name for f in fields(cls)}
-    given = {n: getattr(args, n) for n in sorted(_setting_names()) if getattr(args, n, None) is not None}
-    foreign = [n for n in given if n not in mine]
-    if foreign:
-        flags = ", ".join("--" + n.replace("_", "-") for n in foreign)
-        raise ValueError(f"{flags}: not a setting of --algo {algo.name} (its settings: {cls.__name__})")
-    preset_name = getattr(args, "preset", None)
-    if preset_name and cls is not DQNConfig:
-        raise ValueError(f"--preset {preset_name} is the paper's DQN settings: it does not apply to --algo {algo.name}")
-    preset = PAPER_PRESETS[preset_name] if preset_name else {}
-    overrides = {**preset, **given}
-    if isinstance(overrides.get("hidden"), list):
-        overrides["hidden"] = tuple(overrides["hidden"])
-    return algo, cls.for_family(family, **overrides)
-
-
-def config_from_args(args: argparse.Namespace) -> Any:
-    """The `TrainConfig` the flags describe (the env family's defaults of ``--algo``'s settings under the flags given)."""
-    from nonstop.envs import env_info
-    from nonstop.envs.registry import parse_env_args
-    from nonstop.experiment.config import TrainConfig, default_env_kwargs
-
-    if not (args.seconds > 0 and math.isfinite(args.seconds)):  # named as the flag, before anything is built
-        raise ValueError(f"--seconds must be a positive number of seconds, got {args.seconds}")
-    given_env = parse_env_args(getattr(args, "env_arg", None))
-    if getattr(args, "pixels", False):
+    f = _read_flags(args)
+    rec = RecordConfig(**f.record, track=parse_track(f.track), resume=f.resume, tensorboard=f.tensorboard)
+    saved = read_config(rec.out) if rec.resume and rec.out is not None else None  # RecordConfig asks for RUN
+    algo = lookup("algo", (saved.get("algo", "dqn") if saved is not None else f.algo) or "dqn")  # an old run is DQN
+    if saved is not None and "algo" in f.typed and f.algo != algo.name:
+        raise ValueError(
+            f"{rec.out} is a --algo {algo.name} run: it resumes as one (start a new run for --algo {f.algo})"
+        )
+    given_env = parse_env_args(f.env_args)
+    if f.pixels:
         given_env["pixels"] = True
-    env = env_of(args.env, args)  # MODULE:ID: the module travels with the id to every process, and into config.json
+    env = qualify_env_id(f.env, f.env_module)  # MODULE:ID: the module travels with the id to every process
     try:
         family = env_info(env, **given_env).family  # with its arguments: a Game Boy world finds its ROM by rom=PATH
     except TypeError as exc:  # an argument the world does not take: bad input, said as the flag
-        if getattr(args, "pixels", False) and "'pixels'" in str(exc):
+        if f.pixels and "'pixels'" in str(exc):
             raise ValueError(
                 f"--pixels: {env} does not offer its frames (the continuous family does: `nonstop envs`)"
             ) from None
         raise ValueError(f"--env-arg: {exc}") from None
-    algo, settings = algo_settings_from_args(args, family)
-    env_kwargs = {**default_env_kwargs(family), **given_env}
+    cls = algo.config_class
+    foreign = [n for n in f.settings if n not in {x.name for x in fields(cls)}]
+    if foreign:
+        flags = ", ".join("--" + n.replace("_", "-") for n in foreign)
+        raise ValueError(f"{flags}: not a setting of --algo {algo.name} (its settings: {cls.__name__})")
+    if f.preset and cls is not DQNConfig:
+        raise ValueError(f"--preset {f.preset} is the paper's DQN settings: it does not apply to --algo {algo.name}")
+    settings = cls.for_family(family, **{**(PAPER_PRESETS[f.preset] if f.preset else {}), **f.settings})
+    try:
+        scheduler_args = parse_env_args(f.scheduler_args)  # KEY=VALUE, values read as JSON
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("--env-arg", "--scheduler-arg")) from None
+    cfg = TrainConfig(
+        **{**f.run, "env": env},
+        env_kwargs={**default_env_kwargs(family), **given_env},
+        algo=algo.name,
+        **{algo.settings_field: settings},
+        seed=f.seed,
+        scheduler_args=scheduler_args,
+        **f.self_play,
+        **f.trim,
+    )
+    if saved is None:
+        return cfg, rec, []
+    fresh = cfg.to_dict()
+    keys = {name for name in (*_RUN_FIELDS, *_DELAY_FIELDS, *_SELF_PLAY_FIELDS, "self_play", "seed") if name in f.typed}
+    keys |= {"env_kwargs"} if f.typed & {"env_arg", "pixels"} else set()
+    keys |= {"scheduler_args"} if "scheduler_arg" in f.typed else set()
+    merged = {**saved, **{k: fresh[k] for k in keys if k in fresh}}
+    if "env_module" in f.typed and "env" not in f.typed:  # the saved world, its module named now
+        keys.add("env")
+        merged["env"] = qualify_env_id(saved.get("env", fresh["env"]), f.env_module)
+    field_name = algo.settings_field  # where the algorithm's settings are saved ("dqn" for DQN)
+    setting_keys = {x.name for x in fields(cls) if x.name in f.typed or "preset" in f.typed}
+    saved_settings = saved.get(field_name) or {}
+    merged[field_name] = {**saved_settings, **{k: fresh[field_name][k] for k in setting_keys}}
+    resumed = TrainConfig(**merged)
+    now = resumed.to_dict()
+    lines = [f"{k}: {saved.get(k)!r} → {now.get(k)!r}" for k in sorted(keys) if saved.get(k) != now.get(k)]
+    lines += [
+        f"{algo.name}.{k}: {saved_settings.get(k)!r} → {now[field_name][k]!r}"
+        for k in sorted(setting_keys)
+        if saved_settings.get(k) != now[field_name][k]
+    ]
+    return resumed, rec, lines
+
+
+@dataclass(frozen=True)
+class _Flags:
+    """The flags of one `nonstop train`, as plain values (`_read_flags`)."""
+
+    record: dict[str, Any]  # RecordConfig's fields given, --out resolved with --resume RUN
+    track: Any  # --track as typed (the trackers are learning.tracking's to parse)
+    resume: bool
+    tensorboard: bool
+    typed: set[str]  # the flags typed (under --resume, where they override the saved config; else empty)
+    algo: str | None
+    preset: str | None
+    settings: dict[str, Any]  # every algorithm setting given (which algorithm's is checked once it is known)
+    env: str
+    env_module: str | None
+    env_args: Any  # --env-arg's KEY=VALUE items
+    pixels: bool
+    scheduler_args: Any  # --scheduler-arg's KEY=VALUE items
+    run: dict[str, Any]  # TrainConfig's run fields given
+    seed: int
+    self_play: dict[str, Any]
+    trim: dict[str, Any]
+
+
+def _read_flags(args: argparse.Namespace) -> _Flags:
+    """Every flag of ``args`` as a plain value, and the checks that need no lower layer."""
+    record = {name: getattr(args, name) for name in _RECORD_FIELDS if getattr(args, name, None) is not None}
+    resume = getattr(args, "resume", False)
+    if isinstance(resume, str):  # --resume RUN
+        if record.get("out") not in (None, resume):
+            raise ValueError(f"--resume {resume} and --out {record['out']} name two runs: give one")
+        record["out"] = resume
+    if not (args.seconds > 0 and math.isfinite(args.seconds)):  # named as the flag, before anything is built
+        raise ValueError(f"--seconds must be a positive number of seconds, got {args.seconds}")
+    settings = {n: getattr(args, n) for n in sorted(_setting_names()) if getattr(args, n, None) is not None}
+    if isinstance(settings.get("hidden"), list):
+        settings["hidden"] = tuple(settings["hidden"])
     run = {
         name: getattr(args, name) for name in (*_RUN_FIELDS, *_DELAY_FIELDS) if getattr(args, name, None) is not None
     }
-    run["env"] = env
     run.pop("trim_above", None)
-    try:
-        scheduler_args = parse_env_args(getattr(args, "scheduler_arg", None))  # KEY=VALUE, values read as JSON
-    except ValueError as exc:
-        raise ValueError(str(exc).replace("--env-arg", "--scheduler-arg")) from None
-    return TrainConfig(
-        **run,
-        env_kwargs=env_kwargs,
-        algo=algo.name,
-        **{algo.settings_field: settings},
+    return _Flags(
+        record=record,
+        track=getattr(args, "track", None),
+        resume=bool(resume),
+        tensorboard=getattr(args, "tensorboard", True),
+        typed=given_flags(args) if resume else set(),
+        algo=getattr(args, "algo", None),
+        preset=getattr(args, "preset", None),
+        settings=settings,
+        env=args.env,
+        env_module=getattr(args, "env_module", None),
+        env_args=getattr(args, "env_arg", None),
+        pixels=bool(getattr(args, "pixels", False)),
+        scheduler_args=getattr(args, "scheduler_arg", None),
+        run=run,
         seed=args.seed,
-        scheduler_args=scheduler_args,
-        **_self_play_settings(args),
-        **_trim_setting(args),
+        self_play=_self_play_settings(args),
+        trim=_trim_setting(args),
     )
 
 
-def record_from_args(args: argparse.Namespace) -> Any:
-    """The `RecordConfig` the flags describe."""
-    from nonstop.experiment.record import RecordConfig
-    from nonstop.learning.tracking import parse_track
-
-    given = {name: getattr(args, name) for name in _RECORD_FIELDS if getattr(args, name, None) is not None}
-    given["track"] = parse_track(getattr(args, "track", None))
-    resume = getattr(args, "resume", False)
-    if isinstance(resume, str):  # --resume RUN
-        if given.get("out") not in (None, resume):
-            raise ValueError(f"--resume {resume} and --out {given['out']} name two runs: give one")
-        given["out"] = resume
-    given["resume"] = bool(resume)
-    return RecordConfig(**given, tensorboard=getattr(args, "tensorboard", True))
+def config_from_args(args: argparse.Namespace) -> Any:
+    """The `TrainConfig` the flags describe, as a new run (`settings_from_args` without ``--resume``)."""
+    return settings_from_args(argparse.Namespace(**{**vars(args), "resume": False}))[0]
 
 
 def _self_play_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -345,44 +412,6 @@ def given_flags(args: argparse.Namespace) -> set[str]:
     return set(vars(typed))
 
 
-def resumed_config(args: argparse.Namespace, out: Any) -> tuple[Any, list[str]]:
-    """The run's saved config with the flags the user typed on top, and a line per override
-    (``seconds: 4 → 10``). Whether an override is allowed is the run log's check (`check_compatible`)."""
-    from nonstop.experiment.config import TrainConfig
-    from nonstop.experiment.registry import lookup
-    from nonstop.learning.runlog import read_config
-
-    saved = read_config(out)
-    typed = given_flags(args)
-    algo = lookup("algo", saved.get("algo", "dqn"))  # a run written before --algo is a DQN run
-    if "algo" in typed and args.algo != algo.name:
-        raise ValueError(
-            f"{out} is a --algo {algo.name} run: it resumes as one (start a new run for --algo {args.algo})"
-        )
-    args.algo = algo.name
-    fresh = config_from_args(args).to_dict()
-    keys = {name for name in (*_RUN_FIELDS, *_DELAY_FIELDS, *_SELF_PLAY_FIELDS, "self_play", "seed") if name in typed}
-    keys |= {"env_kwargs"} if typed & {"env_arg", "pixels"} else set()
-    keys |= {"scheduler_args"} if "scheduler_arg" in typed else set()
-    merged = {**saved, **{k: fresh[k] for k in keys if k in fresh}}
-    if "env_module" in typed and "env" not in typed:  # the saved world, its module named now
-        keys.add("env")
-        merged["env"] = env_of(saved.get("env", fresh["env"]), args)
-    field_name = algo.settings_field  # where the algorithm's settings are saved ("dqn" for DQN)
-    setting_keys = {f.name for f in fields(algo.config_class) if f.name in typed or "preset" in typed}
-    saved_settings = saved.get(field_name) or {}
-    merged[field_name] = {**saved_settings, **{k: fresh[field_name][k] for k in setting_keys}}
-    cfg = TrainConfig(**merged)
-    now = cfg.to_dict()
-    lines = [f"{k}: {saved.get(k)!r} → {now.get(k)!r}" for k in sorted(keys) if saved.get(k) != now.get(k)]
-    lines += [
-        f"{algo.name}.{k}: {saved_settings.get(k)!r} → {now[field_name][k]!r}"
-        for k in sorted(setting_keys)
-        if saved_settings.get(k) != now[field_name][k]
-    ]
-    return cfg, lines
-
-
 def _team_world(cfg: Any) -> bool:
     from nonstop.experiment.teamplay import is_team_world
 
@@ -416,17 +445,14 @@ def run(args: argparse.Namespace) -> int:
     from nonstop.experiment.record import train_in_directory
 
     console = Console(stderr=True)
-    rec = record_from_args(args)
+    cfg, rec, overrides = settings_from_args(args)
     if rec.resume:  # the run goes on as it was: only the flags typed now change it, each said
-        cfg, overrides = resumed_config(args, rec.out)
         console.print(
             f"resuming {rec.out} with its saved config" + (f"; overriding {', '.join(overrides)}" if overrides else ""),
             markup=False,
         )
-    else:
-        cfg = config_from_args(args)
-        if cfg.self_play and _team_world(cfg):  # a learning team against its snapshots (docs/multi-agent.md)
-            return _train_teams(cfg, rec, console)
+    elif cfg.self_play and _team_world(cfg):  # a learning team against its snapshots (docs/multi-agent.md)
+        return _train_teams(cfg, rec, console)
     summary, end, out = train_in_directory(cfg, rec, console=console)
     if summary.get("inaction_fraction") is not None:
         recent = "—" if summary["recent_return"] is None else f"{summary['recent_return']:.2f}"
