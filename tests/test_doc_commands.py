@@ -164,6 +164,13 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "nonstop sweep --budget tiny",
         "the small budget takes hours; tiny is its ~20-s smoke test",
     ),
+    "nonstop sweep --budget learned --schedulers fill,exp_time,quantile_hold@0.9 --workers bound,2x "
+    "--latency-sigma 0.5 --out runs/learned": (
+        "nonstop sweep --budget tiny --sizes 1 --schedulers fill,exp_time,quantile_hold@0.9 --workers bound,2x "
+        "--latency-sigma 0.5 --seeds 2 --episodes 1 --out runs/learned",
+        "the learned-policy table takes about an hour on 2 busy cores; the same table on the delay world, "
+        "2 seeds of one episode, in about a minute",
+    ),
     "nonstop bench server --sessions 64 --json": (
         "nonstop bench server --sessions 8 --json --quick",
         "64 sessions for a full minute; 8 in the quick form",
