@@ -138,6 +138,18 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "--taus 1,3 --seeds 1 --ticks 300 --last 1",
         "the small budget trains 36 runs of 15,000 ticks (hours on 2 cores)",
     ),
+    "nonstop bench delay --envs Pendulum-v1 --taus 1,6 --algos sac,sac+delay --seeds 3 --ticks 15000 --judged-cells "
+    "--jobs 3 --json --plot runs/delay.png": (
+        "nonstop bench delay --envs Pendulum-v1 --taus 1,6 --algos sac,sac+delay --seeds 3 --ticks 15000 --judged-cells "
+        "--jobs 3 --json --plot runs/delay.png --seeds 1 --ticks 300 --last 1 --jobs 2",
+        "the judged grid: 9 runs of 15,000 ticks (an hour on a loaded 2-core machine); one seed of 300 ticks, 2 at once",
+    ),
+    "nonstop train --algo sac --env HalfCheetah-v5 --latency 1t --scheduler max_time --n-inference 1 --seconds 5000 "
+    "--out runs/cheetah": (
+        "nonstop train --algo sac --env HalfCheetah-v5 --latency 1t --scheduler max_time --n-inference 1 --seconds 5000 "
+        "--out runs/cheetah --seconds 5",
+        "100,000 ticks of SAC take hours on 2 cores; 100 ticks start the world and the learner",
+    ),
     "nonstop train --scheduler fill": (
         "nonstop train --scheduler fill --env theory/delay-cycle --latency lognormal:5t,0.5 --seconds 10 --out runs/fill",
         "the prose names the flag; a world where delay costs, a spread τ_θ and a length make it run",

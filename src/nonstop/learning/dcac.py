@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
-from nonstop.learning.rtac import BufferLayout, layout_of, write_gradients
+from nonstop.learning.rtac import BufferLayout, layout_of
+from nonstop.learning.sac import soft_actor_losses, twin_critic_loss, write_gradients
 from nonstop.learning.sac import SAC, SACConfig
 
 if TYPE_CHECKING:
@@ -231,12 +232,7 @@ class DCAC(SAC):
         reward, discount = to_tensor(batch.reward, device), to_tensor(batch.discount, device)
         linked = torch.from_numpy(batch.linked).to(device)
         scale, bias = online.scale, online.bias
-        log_scale = scale.log().sum()
         alpha = online.log_alpha.exp().detach()
-
-        def pi(x: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
-            a, logp = online.actor.sample(online.encoder(x))
-            return a * scale + bias, logp - log_scale  # the buffer holds actions as the world takes them
 
         def q_bar(x: "torch.Tensor", a: "torch.Tensor") -> "torch.Tensor":
             f, a_n = target.encoder(x), (a - bias) / scale
@@ -244,19 +240,16 @@ class DCAC(SAC):
 
         layout = self.layout
         n = dcac_horizon(obs, action, linked, layout, self.n_max)
-        y = dcac_target(obs, reward, discount, n, layout=layout, sample=pi, q_target=q_bar, alpha=float(alpha))
-        x0, a0 = obs[:, 0], (action[:, 0] - bias) / scale
-        f = online.encoder(x0)
-        critic = 0.5 * ((online.q1(f, a0) - y).pow(2).mean() + (online.q2(f, a0) - y).pow(2).mean())
-        f_fixed = f.detach()
-        a_pi, logp = online.actor.sample(f_fixed)
-        logp = logp - log_scale
-        actor = (alpha * logp - torch.min(online.q1(f_fixed, a_pi), online.q2(f_fixed, a_pi))).mean()
+        # the buffer holds actions as the world takes them: resampled in the world's units
+        y = dcac_target(
+            obs, reward, discount, n, layout=layout, sample=online.sample_world, q_target=q_bar, alpha=float(alpha)
+        )
+        f = online.encoder(obs[:, 0])
+        critic = twin_critic_loss(online, f, (action[:, 0] - bias) / scale, y)
+        actor, temperature = soft_actor_losses(online, f, self.target_entropy)
         blocks = [(critic, online.critic_parameters()), (actor, list(online.actor.parameters()))]
         if self.cfg.autotune:
-            blocks.append(
-                ((-online.log_alpha.exp() * (logp.detach() + self.target_entropy)).mean(), [online.log_alpha])
-            )
+            blocks.append((temperature, [online.log_alpha]))
         write_gradients(online, blocks)
         self.last_horizon = float(n.float().mean())  # what the resampling reached, for tests and curiosity
         return critic.detach()

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from nonstop.learning.sac import SAC, SACConfig
+from nonstop.learning.sac import SAC, SACConfig, write_gradients
 
 if TYPE_CHECKING:
     import torch
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from nonstop.learning.replay import Batch
     from nonstop.learning.rtacnets import RTACNetworks
 
-__all__ = ["BufferLayout", "with_own_action", "rtac_losses", "RTAC", "RTACConfig", "layout_of", "write_gradients"]
+__all__ = ["BufferLayout", "with_own_action", "rtac_losses", "RTAC", "RTACConfig", "layout_of"]
 
 
 @dataclass(frozen=True)
@@ -183,14 +183,8 @@ class RTAC(SAC):
         device = online.log_alpha.device
         obs, next_obs = to_tensor(batch.obs, device), to_tensor(batch.next_obs, device)
         reward, discount = to_tensor(batch.reward, device), to_tensor(batch.discount, device)
-        scale, bias = online.scale, online.bias
-        log_scale = scale.log().sum()  # log π of the world's action = log π of the normalised one − Σ log scale
         alpha = float(online.log_alpha.detach().exp())
-
-        def sample(x: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
-            a, logp = online.actor.sample(online.encoder(x).detach())
-            return a * scale + bias, logp - log_scale  # the buffer holds actions as the world takes them
-
+        sample = online.sample_world  # the buffer holds actions as the world takes them
         critic, actor = rtac_losses(
             obs,
             reward,
@@ -212,20 +206,3 @@ class RTAC(SAC):
             blocks.append(((-online.log_alpha.exp() * (with_logp + self.target_entropy)).mean(), [online.log_alpha]))
         write_gradients(online, blocks)
         return critic.detach()
-
-
-def write_gradients(online: "torch.nn.Module", blocks: list[tuple["torch.Tensor", list[Any]]]) -> None:
-    """Each loss's gradient into its own parameters' ``.grad`` (zeroed first, written in place: a device
-    learner's ``.grad`` are views of its flat gradient); a parameter no loss reaches keeps zero."""
-    import torch
-
-    online.zero_grad(set_to_none=False)
-    for loss, params in blocks:
-        grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
-        for p, g in zip(params, grads):
-            if g is None:
-                continue
-            if p.grad is None:
-                p.grad = g.detach().clone()
-            else:
-                p.grad.copy_(g)

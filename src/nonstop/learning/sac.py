@@ -35,7 +35,17 @@ if TYPE_CHECKING:
     from nonstop.learning.replay import Batch
     from nonstop.learning.sacnets import SACNetworks
 
-__all__ = ["SACConfig", "SAC", "SACPolicy", "SACLosses", "sac_losses", "FAMILY_DEFAULTS"]
+__all__ = [
+    "SACConfig",
+    "SAC",
+    "SACPolicy",
+    "SACLosses",
+    "sac_losses",
+    "twin_critic_loss",
+    "soft_actor_losses",
+    "write_gradients",
+    "FAMILY_DEFAULTS",
+]
 
 #: What each world family changes in `SACConfig`'s defaults (`SACConfig.for_family`); none so far: the defaults
 #: learn Pendulum within 20,000 ticks and are CleanRL's for MuJoCo but for learning_starts (1,000, not 5,000)
@@ -128,16 +138,48 @@ def sac_losses(
         y = reward + discount * (q_next - alpha * (logp_next - log_scale))  # γ_n = 0 at a terminal: done masking
 
     f = online.encoder(obs)
-    critic = 0.5 * ((online.q1(f, a) - y).pow(2).mean() + (online.q2(f, a) - y).pow(2).mean())  # J_Q
-
-    f_fixed = f.detach()  # the actor trains on the critics' features, never the encoder
-    a_pi, logp = online.actor.sample(f_fixed, noise)  # ã ~ π(·|s)
-    logp = logp - log_scale
-    q_pi = torch.min(online.q1(f_fixed, a_pi), online.q2(f_fixed, a_pi))
-    actor = (alpha * logp - q_pi).mean()  # J_π; only the actor's block takes its gradient
-
-    temperature = (-online.log_alpha.exp() * (logp.detach() + target_entropy)).mean()  # J_α
+    critic = twin_critic_loss(online, f, a, y)  # J_Q
+    actor, temperature = soft_actor_losses(online, f, target_entropy, noise)  # J_π, J_α
     return SACLosses(critic, actor, temperature, y)
+
+
+def twin_critic_loss(online: "SACNetworks", f: "torch.Tensor", a: "torch.Tensor", y: "torch.Tensor") -> "torch.Tensor":
+    """J_Q: both critics' squared error to the target ``y`` at features ``f`` and normalised actions ``a``
+    (SAC's one-step ``y``, DCAC's resampled n-step one)."""
+    return 0.5 * ((online.q1(f, a) - y).pow(2).mean() + (online.q2(f, a) - y).pow(2).mean())
+
+
+def soft_actor_losses(
+    online: "SACNetworks", f: "torch.Tensor", target_entropy: float, noise: "torch.Tensor | None" = None
+) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """``(J_π, J_α)`` at features ``f``: the actor against the smaller critic (the features held fixed:
+    the actor never trains the encoder), and α toward the target entropy. ``noise``: ξ of ã (None: drawn)."""
+    import torch
+
+    f_fixed = f.detach()
+    a_pi, logp = online.actor.sample(f_fixed, noise)  # ã ~ π(·|s)
+    logp = logp - online.scale.log().sum()  # in the world's units
+    alpha = online.log_alpha.exp().detach()
+    actor = (alpha * logp - torch.min(online.q1(f_fixed, a_pi), online.q2(f_fixed, a_pi))).mean()
+    temperature = (-online.log_alpha.exp() * (logp.detach() + target_entropy)).mean()
+    return actor, temperature
+
+
+def write_gradients(online: "torch.nn.Module", blocks: list[tuple["torch.Tensor", list[Any]]]) -> None:
+    """Each loss's gradient into its own parameters' ``.grad`` (zeroed first, written in place: a device
+    learner's ``.grad`` are views of its flat gradient); a parameter no loss reaches keeps zero."""
+    import torch
+
+    online.zero_grad(set_to_none=False)
+    for loss, params in blocks:
+        grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+        for p, g in zip(params, grads):
+            if g is None:
+                continue
+            if p.grad is None:
+                p.grad = g.detach().clone()
+            else:
+                p.grad.copy_(g)
 
 
 def sac_backward(
@@ -154,24 +196,11 @@ def sac_backward(
     ∇J_Q into the encoder and critics, ∇J_π into the actor, ∇J_α into log α (zero without autotune).
     Returns the critic loss (what the progress line shows as the loss). ``noise_next``, ``noise``: as
     `sac_losses`."""
-    import torch
-
     losses = sac_losses(online, target, batch, target_entropy=target_entropy, noise_next=noise_next, noise=noise)
-    critic_params = online.critic_parameters()
-    actor_params = list(online.actor.parameters())
-    blocks = [(losses.critic, critic_params), (losses.actor, actor_params)]
+    blocks = [(losses.critic, online.critic_parameters()), (losses.actor, list(online.actor.parameters()))]
     if cfg.autotune:
         blocks.append((losses.alpha, [online.log_alpha]))
-    online.zero_grad(set_to_none=False)
-    for loss, params in blocks:
-        grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
-        for p, g in zip(params, grads):
-            if g is None:
-                continue
-            if p.grad is None:
-                p.grad = g.detach().clone()
-            else:
-                p.grad.copy_(g)  # in place: a device learner's .grad are views of its flat gradient
+    write_gradients(online, blocks)
     return losses.critic.detach()
 
 
