@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from nonstop.bench.common import percentiles, verdict
+from nonstop._console import Console
 
 DESCRIPTION = "seats of multi/battle acted for at every tick: one batching server against a pool per seat"
 ENV = "multi/battle"
@@ -321,7 +322,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "lateness_p99_ms": None if judged is None else judged["lateness_p99_ms"],
         },
         "meets_target": bool(meets),
-        "verdict": verdict(bool(meets), args.quick),
     }
 
 
@@ -339,4 +339,5 @@ def render(result: dict[str, Any]) -> None:
             f"{r['delay_mean_ticks']:>6.2f} {r['delay_p99_ticks']:>5.1f} {batch if batch is None else round(batch, 1)!s:>6} "
             f"{r['forward_ms_per_tick']:>11.2f} {r['lateness_p99_ms']:>11.3f}"
         )
-    print(f"judged: {result['judged']['target']}: {result['verdict']}")
+    judged = verdict(result["meets_target"], bool(result["quick"]))  # rich markup: for the terminal, not the JSON
+    Console().print(f"judged: {result['judged']['target']}: {judged}", highlight=False)
