@@ -60,3 +60,13 @@ def test_bench_seats_refuses_bad_counts() -> None:
     cmd = [sys.executable, "-m", "nonstop", "bench", "seats", "--seats", "0,500"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode != 0 and "--seats" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_bench_seats_json_carries_the_verdict_as_a_flag_and_the_table_renders_it(capsys: pytest.CaptureFixture) -> None:
+    from nonstop.bench import seats
+
+    result = _bench("--clock", "virtual", "--seats", "2")
+    assert result["meets_target"] is True and "verdict" not in result  # rich markup stays out of the JSON
+    seats.render(result)
+    shown = capsys.readouterr().out
+    assert "judged:" in shown and "meets" in shown and "[green]" not in shown

@@ -133,6 +133,14 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "nonstop train --env CartPole --latency 3t --delay-aware --seconds 20 --out runs/cartpole-aware",
         "600 world seconds; 20 fill the replay with what the actor saw",
     ),
+    "nonstop bench seats --seats 162 --json": (
+        "nonstop bench seats --seats 162 --json --quick --clock virtual --seconds 1",
+        "20 s of 162 seats against 162 pools on the wall clock; one virtual second",
+    ),
+    "nonstop bench seats --clock virtual": (
+        "nonstop bench seats --clock virtual --quick --seconds 1",
+        "10 s at 2 to 162 seats; the quick counts for one virtual second",
+    ),
     "nonstop bench delay --budget small --json --plot runs/delay.png": (
         "nonstop bench delay --budget small --json --plot runs/delay.png --envs CartPole --algos dqn,dqn+delay "
         "--taus 1,3 --seeds 1 --ticks 300 --last 1",
