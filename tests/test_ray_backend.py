@@ -41,7 +41,7 @@ def _pool(world, n, scheduler="max_time", latency_ticks=3):
     from nonstop.inference.schedulers import make_scheduler
     from nonstop.inference.workers import InferencePool
     from nonstop.policies import Constant
-    from nonstop.bench.nstar import _latency_policy
+    from nonstop.bench.nstartrial import _latency_policy
 
     dist = Constant(latency_ticks * world.tau_m)
     space = world.action_space
@@ -116,7 +116,7 @@ def test_an_actor_whose_node_is_gone_before_it_starts_is_placed_on_a_live_node(c
 
     from nonstop.distributed import ray_backend
     from nonstop.policies import Constant
-    from nonstop.bench.nstar import _latency_policy
+    from nonstop.bench.nstartrial import _latency_policy
     import gymnasium as gym
 
     gone = "ab" * 28  # a node id no node of the cluster has: as a node removed a moment ago

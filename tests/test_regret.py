@@ -256,7 +256,7 @@ def test_bench_quick_returns_the_documented_keys(tmp_path):
     assert "real_env" not in eq2  # CartPole's DQN runs only in a full run
     assert [(r["n_learners"], r["tau_l_ticks"]) for r in eq2["rows"]] == list(regretlearn.EQ2_SETTINGS)
     for row in eq2["rows"]:
-        assert set(bench.EQ2_ROW_KEYS) <= set(row)
+        assert set(regretlearn.EQ2_ROW_KEYS) <= set(row)
         assert row["inaction_fraction"] == 0.0 and row["delay_mean_ticks"] == 1.0  # all regret is learning
     assert eq2["learned_fraction_passes"] == len(eq2["rows"])
     assert eq2["prediction_checks"] == len(eq2["rows"]) - 1  # the reference is not compared with itself
