@@ -39,8 +39,12 @@ def test_arch_reaches_the_q_network_and_bad_arch_is_refused():
     assert len(_convs(default)) == 15 and default.fc.in_features == 1568 and default.fc.out_features == 512
     padded = build_q_network((84, 84), 6, DQNConfig(k=1, arch="impala_padded"))
     assert padded.fc.in_features == 32 * 11 * 11 and padded.fc.out_features == 256
-    with pytest.raises(ValueError, match="DQNConfig.arch must be impala, impala_padded or 2xdeep"):
+    with pytest.raises(ValueError, match="DQNConfig.arch must be impala, impala_padded, 2xdeep or grid"):
         DQNConfig(arch="3xdeep")
+    grid = build_q_network((13, 13, 5), 21, DQNConfig(arch="grid"))  # a many-agent world's window: GridConv
+    assert type(grid).__name__ == "GridConv"
+    with pytest.raises(ValueError, match=r"GridConv takes \(H, W, C\) windows"):
+        build_q_network((84, 84), 6, DQNConfig(arch="grid"))
     with pytest.raises(ValueError, match="depth must be one of"):
         impala_resnet(1, 18, depth=4)
 
@@ -51,7 +55,7 @@ def test_train_arch_flag(tmp_path, capsys):
     from nonstop.cli import main
 
     assert main(["train", "--env", "Boxing", "--arch", "3xdeep", "--out", str(tmp_path / "bad")]) == 2
-    assert "impala, impala_padded or 2xdeep" in capsys.readouterr().err
+    assert "impala, impala_padded, 2xdeep or grid" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
     out = tmp_path / "run"
     rc = main(

@@ -43,10 +43,18 @@ if TYPE_CHECKING:
     from nonstop.inference.batching import BatchedPolicy, BatchingServer
     from nonstop.inference.batchsize import LatencyCurve
     from nonstop.inference.lanering import RemoteLane, RemoteLanes
+    from nonstop.inference.seatlanes import TeamForward
     from nonstop.inference.workers import ProcessPolicy
     from nonstop.learning.weights import SharedWeights
 
-__all__ = ["batched_policy", "batched_process_policy", "BatchServerPart", "DEFAULT_MAX_BATCH"]
+__all__ = [
+    "batched_policy",
+    "batched_process_policy",
+    "BatchServerPart",
+    "DEFAULT_MAX_BATCH",
+    "served_forward",
+    "team_server",
+]
 
 DEFAULT_MAX_BATCH = 64
 
@@ -153,11 +161,16 @@ class _Served:
         return getattr(self._device_forward, name)
 
 
-def _build_server(run: "Run") -> tuple["BatchingServer", Any]:
-    from nonstop.inference.batching import BatchingServer
+def served_forward(run: "Run", params: np.ndarray | None = None, *, seed: int = 999) -> tuple[Any, Any]:
+    """The algorithm's answers over a forward pass of a model of the run (the learner's θ, taken once per
+    published version; with ``params``, those fixed parameters: a team that does not learn), and that
+    forward pass (a `TorchForward`)."""
     from nonstop.inference.device import default_graph_sizes, placement, torch_forward
+    from nonstop.learning.weights import load_flat
 
     model = run.algorithm.build_model()
+    if params is not None:
+        load_flat(model, params)
     max_batch = int(getattr(run.cfg, "max_batch", DEFAULT_MAX_BATCH))
     device, _ = placement(run.cfg.device, run.cfg.dtype)
     q_argmax = torch_forward(
@@ -165,10 +178,20 @@ def _build_server(run: "Run") -> tuple["BatchingServer", Any]:
         str(device),
         dtype=run.cfg.dtype,
         graph_sizes=default_graph_sizes(device, max_batch),
-        refresh=_refresh(run),
+        refresh=_refresh(run) if params is None else None,
     )
     # the algorithm's answers from that forward pass: DQN's greedy action (its space's start added), SAC's sampled one
-    forward = _Served(q_argmax, run.algorithm.serve(q_argmax, seed=run.cfg.seed * 1000 + 999))
+    return _Served(q_argmax, run.algorithm.serve(q_argmax, seed=run.cfg.seed * 1000 + seed)), q_argmax
+
+
+def _build_server(run: "Run", forward: Any = None) -> tuple["BatchingServer", Any]:
+    """The run's server over ``forward`` (default: the learner's, `served_forward`) and the learner's device forward."""
+    from nonstop.inference.batching import BatchingServer
+
+    q_argmax = None
+    if forward is None:
+        forward, q_argmax = served_forward(run)
+    max_batch = int(getattr(run.cfg, "max_batch", DEFAULT_MAX_BATCH))
     # overlap: the next batch's frames are staged while a forward runs (wall clock; a no-op on the virtual one);
     # example: every CUDA graph is captured on the server's thread as it starts, before any batch
     example = np.zeros(run.spec.obs_shape, run.spec.obs_space.dtype)
@@ -184,12 +207,19 @@ def _build_server(run: "Run") -> tuple["BatchingServer", Any]:
     return server, q_argmax
 
 
-def _server_part(run: "Run") -> BatchServerPart:
+def _server_part(run: "Run", forward: Any = None) -> BatchServerPart:
+    """The run's server part, built (over ``forward``, default the learner's) by the first call."""
     part = run.part("batch_server")
     if part is None:
-        part = BatchServerPart(*_build_server(run))
+        part = BatchServerPart(*_build_server(run, forward))
         run.parts.append(part)  # closed with the run; appended, so a start loop in progress only calls its no-op start
     return part
+
+
+def team_server(run: "Run", forward: "TeamForward") -> BatchServerPart:
+    """The run's one server for a world of teams, over ``forward`` (a `TeamForward` of each team's
+    `served_forward`): one pass a team present in a batch."""
+    return _server_part(run, forward)
 
 
 def batched_policy(run: "Run", i: int) -> "BatchedPolicy":

@@ -33,7 +33,7 @@ yet known refuses nothing):
 >>> lookup("seating", "duet")
 Traceback (most recent call last):
 ...
-ValueError: unknown seating 'duet': use one of self_play, solo
+ValueError: unknown seating 'duet': use one of self_play, solo, teams
 """
 
 from __future__ import annotations
@@ -66,6 +66,8 @@ _BUILTIN: dict[str, dict[str, Any]] = {
     "seating": {
         "solo": "nonstop.experiment.seating:SoloSeating",
         "self_play": "nonstop.experiment.selfplay:SelfPlaySeating",
+        # what the solo seating becomes on a world of more than two seats: every team seated
+        "teams": "nonstop.experiment.teamseats:TeamSeats",
     },
     # what drives the learner's seat: staggered workers beside asynchronous learners, or one loop that
     # infers and learns in turn (the paper's sequential baselines)
@@ -215,6 +217,9 @@ class Constraint:
     #: a policy backend: its model takes such a learner's θ by a device copy (the learner then writes no
     #: host copy for it)
     takes_device_weights: bool = False
+    #: a policy backend: on a world of many seats one part of it acts for every seat (each a lane of one
+    #: batching server); otherwise each seat gets a pool of its workers
+    serves_seats: bool = False
 
 
 _RAY_ON_WALL = "runs real remote calls, which do not mix with the virtual clock: use --clock wall"
@@ -236,6 +241,31 @@ _NO_DELAY_AWARE = refuses(
 _CONSTRAINTS: dict[str, dict[str, Constraint]] = {
     "seating": {
         "self_play": Constraint((_NO_DELAY_AWARE,)),
+        "teams": Constraint(
+            (
+                needs(
+                    "interaction",
+                    "staggered",
+                    why="--interaction {interaction} is one loop for one seat: a world of many seats is acted "
+                    "for by staggered lanes or pools (leave out --interaction)",
+                ),
+                needs(
+                    "inference_backend",
+                    "batched",
+                    "thread",
+                    "process",
+                    why="--backend {backend} on a world of many seats: use --backend batched (every seat a lane "
+                    "of one batching server), thread or process (a pool a seat)",
+                ),
+                refuses(
+                    "delay_aware",
+                    True,
+                    why="--delay-aware (and --algo rtac or dcac) reads one seat's actions in flight: on a "
+                    "world of many seats train without it",
+                ),
+            ),
+            offered=False,
+        ),
     },
     "policy_backend": {
         "process": Constraint(instead={"clock": {"virtual": "thread"}}),
@@ -247,7 +277,9 @@ _CONSTRAINTS: dict[str, dict[str, Constraint]] = {
             ),
             requires={"cluster": "ray"},
         ),
-        "batched": Constraint((_NO_DELAY_AWARE,), settings=_BATCHED_SETTINGS, takes_device_weights=True),
+        "batched": Constraint(
+            (_NO_DELAY_AWARE,), settings=_BATCHED_SETTINGS, takes_device_weights=True, serves_seats=True
+        ),
         "batched_process": Constraint(
             (_NO_DELAY_AWARE,),
             instead={"clock": {"virtual": "batched"}},

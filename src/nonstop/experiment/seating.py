@@ -61,9 +61,14 @@ class WorldSpec:
         return tuple(self.obs_space.shape)
 
 
-def probe_world(cfg: "TrainConfig", adapt: Callable[[Any], tuple[Any, Any]] | None = None) -> WorldSpec:
+def probe_world(
+    cfg: "TrainConfig",
+    adapt: Callable[[Any], tuple[Any, Any]] | None = None,
+    settings: Callable[[WorldSpec, Any], Any] | None = None,
+) -> WorldSpec:
     """Build the env once to read its spaces and seats, then close it. ``adapt(probe)`` may wrap a
-    seat world and return ``(probe, env_source)`` (self-play shrinks two-player Atari frames)."""
+    seat world and return ``(probe, env_source)`` (self-play shrinks two-player Atari frames);
+    ``settings(spec, s)`` may change the learner's settings ``s`` for the world before its model is built."""
     from nonstop.envs import env_info, make_env
     from nonstop.realtime.host import is_seat_world
 
@@ -90,11 +95,28 @@ def probe_world(cfg: "TrainConfig", adapt: Callable[[Any], tuple[Any, Any]] | No
         seats=seats,
         env_source=source,
     )
-    _learner_settings(cfg, spec)
+    _learner_settings(cfg, spec, settings)
     return spec
 
 
-def _learner_settings(cfg: "TrainConfig", spec: WorldSpec) -> None:
+def many_seat_settings(spec: WorldSpec, settings: Any) -> Any:
+    """A world of more than two seats whose agents see small (H, W, C) windows (MAgent2's 13×13×5): each
+    seat's window through GridConv (``arch`` ``grid``) where the default IMPALA ResNet was left in place."""
+    import dataclasses
+
+    if (
+        spec.seats is None
+        or len(spec.seats) <= 2
+        or len(spec.obs_shape) != 3
+        or getattr(settings, "arch", None) != "impala"
+    ):
+        return settings
+    return dataclasses.replace(settings, arch="grid")
+
+
+def _learner_settings(
+    cfg: "TrainConfig", spec: WorldSpec, adjust: Callable[[WorldSpec, Any], Any] | None = None
+) -> None:
     """The learner's DQN settings, declared latency and N_I, in ``spec``; a model that cannot fit, or
     a latency that does not parse, fails here, before anything is built."""
     import math
@@ -108,6 +130,8 @@ def _learner_settings(cfg: "TrainConfig", spec: WorldSpec) -> None:
     device = placement(cfg.device, cfg.dtype)[0] if learns else None  # a device this machine lacks is said now
     algo = lookup("algo", cfg.algo)
     spec.settings = algo.settings(getattr(cfg, algo.settings_field), spec.family)
+    if adjust is not None:
+        spec.settings = adjust(spec, spec.settings)
     spec.latency = parse_latency(cfg.latency, tick_hz=spec.tick_hz)
     # the actor and critic see the actions in flight (RTAC and DCAC always do)
     if getattr(cfg, "delay_aware", False) or getattr(algo, "needs_action_buffer", False):
@@ -145,9 +169,9 @@ def scheduler(cfg: "TrainConfig", n_inference: int | str) -> Any:
         raise ValueError(f"--scheduler-arg: {exc}") from None
 
 
-def build_world(run: "Run", log_dir: Any) -> Any:
-    """The run's world: a `Session` on the config's clock, its recorder filling the learner's replay;
-    ``log_dir``: stream the tick log there."""
+def build_world(run: "Run", log_dir: Any, recorder: Any = None) -> Any:
+    """The run's world: a `Session` on the config's clock, its recorder (default the learner's) filling
+    the learner's replay; ``log_dir``: stream the tick log there."""
     from nonstop.realtime.host import Session
 
     cfg, spec = run.cfg, run.spec
@@ -161,7 +185,7 @@ def build_world(run: "Run", log_dir: Any) -> Any:
         **source,
         clock=cfg.clock,
         seed=cfg.seed,
-        recorder=run.learning.recorder,
+        recorder=run.learning.recorder if recorder is None else recorder,
         log_dir=log_dir,
         default=cfg.default,
         host_mode=host_mode,
@@ -171,28 +195,36 @@ def build_world(run: "Run", log_dir: Any) -> Any:
 
 
 class SoloSeating:
-    """The learner alone in a one-seat world (a seat world is refused: it needs a seating for the others)."""
+    """The learner alone in a one-seat world; on a world of more than two seats, the learner's team
+    beside the others (registry seating ``teams``: `nonstop.experiment.teamseats.TeamSeats`). A
+    two-seat world is refused: it takes --self-play."""
 
     def __init__(self, cfg: "TrainConfig") -> None:
         self.cfg = cfg
         #: the seat the learner plays (None: the one seat of a one-seat world)
         self.learner_seat: str | None = None
+        #: on a world of many seats, who sits where (None: a one-seat world)
+        self.teams: Any = None
 
     def describe(self) -> WorldSpec:
-        spec = probe_world(self.cfg)
-        if spec.seats is not None:
+        spec = probe_world(self.cfg, settings=many_seat_settings)
+        if spec.seats is not None and len(spec.seats) <= 2:
             raise ValueError(
                 f"{self.cfg.env} is a world of {len(spec.seats)} seats ({', '.join(spec.seats)}): train on "
                 "it with --self-play (the learner against its own past snapshots)"
             )
+        if spec.seats is not None:
+            self.teams = lookup("seating", "teams")(self.cfg, spec)
         return spec
 
     def world(self, run: "Run", log_dir: Any) -> Any:
-        return build_world(run, log_dir)
+        return build_world(run, log_dir, recorder=None if self.teams is None else self.teams.recorder(run))
 
     def parts(self, run: "Run") -> list["Part"]:
+        if self.teams is not None:
+            return list(self.teams.parts(run))
         return list(lookup("driver", self.cfg.interaction)(run, seat=self.learner_seat))
 
     def announce(self, run: "Run") -> str | None:
         """A line for the user about the seating (None: nothing to say)."""
-        return None
+        return None if self.teams is None else str(self.teams.announce(run))

@@ -99,7 +99,8 @@ class SeatLanes:
     """``n_inference`` request lanes of ``server`` for each of ``seats`` (default: every seat) of
     ``world`` (a started seat-world `Session`), driven as the module docstring says. ``forward``: the
     server's `TeamForward`, told each lane's team (``teams``: seat → team; default `team_of`).
-    `start`, then `stop` (idempotent); `failure` holds a driver's error."""
+    ``epsilon``: each lane's exploration (a number or a callable read per answer), or ``{team: that}``
+    (every team named). `start`, then `stop` (idempotent); `failure` holds a driver's error."""
 
     def __init__(
         self,
@@ -110,7 +111,7 @@ class SeatLanes:
         n_inference: int = 1,
         forward: TeamForward | None = None,
         teams: Mapping[str, str] | None = None,
-        epsilon: float | Callable[[], float] = 0.0,
+        epsilon: float | Callable[[], float] | Mapping[str, float | Callable[[], float]] = 0.0,
         seed: int = 0,
     ) -> None:
         if world.seats is None:
@@ -124,7 +125,11 @@ class SeatLanes:
         self.world, self.server, self.n_inference = world, server, n_inference
         self.seats: Final = names
         self.index: Final = [world.seat_index(s) for s in names]
-        team = teams or {}
+        team = {name: (teams or {}).get(name, team_of(name)) for name in names}
+        if isinstance(epsilon, Mapping):
+            missing = sorted({t for t in team.values() if t not in epsilon})
+            if missing:
+                raise ValueError(f"epsilon names no value for team(s) {missing}; it names {sorted(epsilon)}")
         #: lanes[k][j]: lane k of seat j
         self.lanes: list[list[BatchedPolicy]] = []
         for k in range(n_inference):
@@ -134,11 +139,11 @@ class SeatLanes:
                     world.action_spaces[name],
                     tau_m=world.tau_m,
                     origin=world.origin,
-                    epsilon=epsilon,
+                    epsilon=epsilon[team[name]] if isinstance(epsilon, Mapping) else epsilon,
                     seed=seed * 100_003 + k * 10_007 + j,
                 )
                 if forward is not None:
-                    forward.assign(lane.lane, team.get(name, team_of(name)))
+                    forward.assign(lane.lane, team[name])
                 row.append(lane)
             self.lanes.append(row)
         self.requests = 0

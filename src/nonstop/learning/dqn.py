@@ -48,6 +48,9 @@ __all__ = [
 ]
 
 
+#: the Q-networks for frames (`build_q_network`): the IMPALA ResNets, and GridConv for grid windows
+ARCHS: Final = ("impala", "impala_padded", "2xdeep", "grid")
+
 #: What each world family changes in `DQNConfig`'s defaults (`DQNConfig.for_family`): the paper's
 #: Adam step per family, and what a small classic-control world needs to learn within 100k ticks.
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -96,8 +99,9 @@ class DQNConfig(ConfigBase):
         metadata={
             "help": "ResNet for frames: impala (15 conv layers, the authors' "
             "ImpalaCNN: unpadded, a 512 head), impala_padded (the standard "
-            "padded IMPALA net, a 256 head) or 2xdeep (30 layers, the "
-            "authors' deeper variant)"
+            "padded IMPALA net, a 256 head), 2xdeep (30 layers, the "
+            "authors' deeper variant) or grid (two 3x3 convolutions for a many-agent world's small "
+            "windows, GridConv: the default there)"
         },
     )
 
@@ -112,7 +116,7 @@ class DQNConfig(ConfigBase):
         need(self.updates_per_transition >= 0, "updates_per_transition", ">= 0")
         need(0.0 <= self.epsilon_end <= self.epsilon_start <= 1.0, "epsilon_end", "<= epsilon_start, both in [0, 1]")
         self.hidden = tuple(int(h) for h in self.hidden)
-        need(self.arch in ("impala", "impala_padded", "2xdeep"), "arch", "impala, impala_padded or 2xdeep")
+        need(self.arch in ARCHS, "arch", "impala, impala_padded, 2xdeep or grid")
 
     def target_rule(self) -> tuple[int, float]:
         """``(every, ρ)``: the target network is a copy of θ (ρ = 1) every ``target_update`` updates."""
@@ -158,6 +162,10 @@ def build_q_network(obs_shape: tuple[int, ...], n_actions: int, cfg: DQNConfig) 
 
     if len(obs_shape) == 1:
         return MLP(int(obs_shape[0]), n_actions, cfg.hidden)
+    if cfg.arch == "grid":  # an agent's (H, W, C) window of a grid world
+        from nonstop.policies.gridconv import GridConv
+
+        return GridConv(obs_shape, n_actions)  # it refuses any other shape in one line
     if len(obs_shape) in (2, 3):
         channels, side = frame_dims(obs_shape)
         return impala_resnet(cfg.k, n_actions, channels, input_hw=side, **ARCH_OPTIONS[cfg.arch]).train()
@@ -365,7 +373,7 @@ class DQN(Algorithm):
         return build_q_network(self.obs_shape, int(self.action_space.n), self.cfg)
 
     def check_fits(self, device: str) -> None:
-        if len(self.obs_shape) > 1:  # a ResNet each worker and learner builds
+        if len(self.obs_shape) > 1 and self.cfg.arch != "grid":  # a ResNet each worker and learner builds
             from nonstop.policies.models import ARCH_OPTIONS, ensure_fits
 
             channels, side = frame_dims(self.obs_shape)  # the network `build_q_network` builds, counted as built

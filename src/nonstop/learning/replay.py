@@ -505,12 +505,17 @@ class ReplayRecorder:
     Picklable: a wall-clock host process receives it with the buffer's name.
     """
 
-    def __init__(self, replay: ReplayBuffer, *, gamma: float, history: int = 4096, action_start: int = 0) -> None:
+    def __init__(
+        self, replay: ReplayBuffer, *, gamma: float, history: int = 4096, action_start: int = 0, tally: bool = True
+    ) -> None:
         if not isinstance(history, int) or history < 2:
             raise ValueError(f"history must be an integer >= 2 ticks, got {history!r}")
         self.replay, self.gamma, self.history = replay, float(gamma), history
         #: the action space's first action (``Discrete.start``): the replay stores Q-value indices from 0
         self.action_start = int(action_start)
+        #: whether it counts the host's ticks and episodes into the replay's header (one seat of many
+        #: leaves that to the recorder of all its seats, `nonstop.learning.seatreplay.SeatsRecorder`)
+        self.tally = bool(tally)
         #: how an applied agent action is stored: a Discrete index from 0, or a Box's float32 vector
         self._vector = bool(replay.action_shape)
         self._init()
@@ -526,7 +531,13 @@ class ReplayRecorder:
         self._return, self._length = 0.0, 0
 
     def __getstate__(self) -> dict:
-        return {"replay": self.replay, "gamma": self.gamma, "history": self.history, "action_start": self.action_start}
+        return {
+            "replay": self.replay,
+            "gamma": self.gamma,
+            "history": self.history,
+            "action_start": self.action_start,
+            "tally": self.tally,
+        }
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -554,12 +565,14 @@ class ReplayRecorder:
         terminal_obs: np.ndarray | None = None,
     ) -> None:
         """One host tick, before ``on_observation`` of the same tick."""
-        self._return += reward
-        self._length += 1
-        self.replay.count_tick(agent, tick - obs_tick)
+        if self.tally:
+            self._return += reward
+            self._length += 1
+            self.replay.count_tick(agent, tick - obs_tick)
         if terminated or truncated:
             self._terminal_obs = terminal_obs
-            self.replay.add_episode(tick, self._return, self._length)
+            if self.tally:
+                self.replay.add_episode(tick, self._return, self._length)
             self._return, self._length = 0.0, 0
         done = self.builder.on_tick(
             tick,

@@ -324,8 +324,10 @@ class Host:
         self.seat_arrays = SeatArrays(self.slots, self.queues, self.defaults)
         self.world = OneSeatWorld(env) if self.seats is None else ParallelWorld(env, self.seats)
         #: optional per-tick observer (``nonstop.learning.replay.ReplayRecorder``): it sees the first
-        #: seat's applied action, reward and observation of every tick, in the host's own process
+        #: seat's applied action, reward and observation of every tick, in the host's own process; one
+        #: that ``records_seats`` (`nonstop.learning.seatreplay.SeatsRecorder`) sees every seat's
         self.recorder = recorder
+        self._records_seats = getattr(recorder, "records_seats", False) is True
         #: where ``env.render()``'s frame of every tick goes (``render_mode="rgb_array"``), or None
         self.render_slot = render_slot
 
@@ -349,7 +351,7 @@ class Host:
         frames = self.render_slot is not None
         world.start(seats, self.seed)
         if recorder is not None:
-            recorder.on_observation(0, seats.obs[0])
+            self._record_observation(0)
         self.origin = origin = clock.now()
         last_end, resets_seen = END_NONE, control.reset_requests
         seats.publish(0, origin, 0, last_end)
@@ -392,15 +394,19 @@ class Host:
             if frames:
                 self._publish_frame(tick, deadline, episode)
             if recorder is not None:
-                recorder.on_observation(tick, seats.obs[0])
+                self._record_observation(tick)
             self.tick = tick
         for s in self.slots:
             s.host_state = STATE_STOPPED
 
     def _record_tick(self, tick: int, terminated: bool, truncated: bool) -> None:
-        """The recorder's view of this tick: the first seat's action, reward and observation."""
+        """The recorder's view of this tick: the first seat's action, reward and observation (every
+        seat's, to a recorder that ``records_seats``)."""
         seats = self.seat_arrays
         assert self.recorder is not None
+        if self._records_seats:
+            self.recorder.on_seats_tick(tick, seats, terminated=terminated, truncated=truncated)
+            return
         self.recorder.on_tick(
             tick,
             agent=bool(seats.source[0] == SOURCE_AGENT),
@@ -411,6 +417,14 @@ class Host:
             truncated=truncated,
             terminal_obs=seats.obs[0],
         )
+
+    def _record_observation(self, tick: int) -> None:
+        """The recorder's view of the observation published for ``tick`` (after any reset at it)."""
+        assert self.recorder is not None
+        if self._records_seats:
+            self.recorder.on_seats_observation(tick, self.seat_arrays)
+        else:
+            self.recorder.on_observation(tick, self.seat_arrays.obs[0])
 
     def _new_episode(self) -> int:
         """Reset the world (its cost in the log's ``reset_s``); the new episode's number."""
