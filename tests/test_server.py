@@ -258,7 +258,7 @@ def test_http_endpoints(server) -> None:
         "join",
     }
     assert schema["client_messages"]["act"]["additionalProperties"] is False
-    assert set(schema["server_messages"]) == {"observation", "push", "state", "ack", "error"}
+    assert set(schema["server_messages"]) == {"observation", "push", "team_observation", "state", "ack", "error"}
     assert http_get(server.url, "/replays") == []
 
 

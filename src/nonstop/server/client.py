@@ -20,6 +20,14 @@ another joins it by session id, taking a named seat or the first free one::
     with Client(url) as first, Client(url) as second:
         sid = first.reset(env="multi/duel").info["session_id"]
         second.join(sid)                 # second_0: each client acts for its own seat
+
+A whole team of a many-seat world (``multi/battle``): every seat's actions in one message, every
+seat's observations in one reply (`TeamObservation`)::
+
+    with Client(url) as red, Client(url) as blue:
+        sid = red.reset_team("red", env="multi/battle").session_id
+        blue.join_team(sid, "blue")
+        seen = red.step_team({seat: 6 for seat in red.observe_team().seats})
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ __all__ = [
     "ServerError",
     "ServerGone",
     "RemoteObservation",
+    "TeamObservation",
     "AsyncClient",
     "Client",
     "RemoteEnv",
@@ -125,6 +134,31 @@ class RemoteObservation:
         return cls(
             obs=obs, tick=int(fields["tick"]), reward=data.get("reward"), done=bool(data.get("done")), info=fields
         )
+
+
+@dataclass
+class TeamObservation:
+    """A ``team_observation`` reply: every seat of the team this client holds, each a
+    `RemoteObservation` (its ``reward`` and ``done`` since this client's previous look at that seat),
+    by seat name; ``tick``: the newest tick among them."""
+
+    team: str
+    tick: int
+    seats: dict[str, RemoteObservation]
+    session_id: str
+
+    @classmethod
+    def from_message(cls, data: dict[str, Any]) -> "TeamObservation":
+        seats = {name: RemoteObservation.from_message(seat) for name, seat in data["seats"].items()}
+        return cls(team=data["team"], tick=int(data["tick"]), seats=seats, session_id=data["session_id"])
+
+    @property
+    def obs(self) -> dict[str, np.ndarray | None]:
+        return {name: seat.obs for name, seat in self.seats.items()}
+
+    @property
+    def rewards(self) -> dict[str, float | None]:
+        return {name: seat.reward for name, seat in self.seats.items()}
 
 
 class Backoff:
@@ -216,6 +250,7 @@ class AsyncClient:
         self._push_event = asyncio.Event()
         self.pushes_received = 0
         self.last: RemoteObservation | None = None
+        self.last_team: TeamObservation | None = None
 
     async def connect(self) -> "AsyncClient":
         from websockets.asyncio.client import connect
@@ -304,8 +339,46 @@ class AsyncClient:
 
     async def _observation(self, message: dict[str, Any], extra_timeout: float = 0.0) -> RemoteObservation:
         reply = await self.request(message, extra_timeout=extra_timeout)
+        if reply.get("type") == "team_observation":
+            raise ServerError("SESSION_ERROR", "this client holds a team: use the team verbs (observe_team, …)")
         self.last = RemoteObservation.from_message(reply["data"])
         return self.last
+
+    async def _team(self, message: dict[str, Any], extra_timeout: float = 0.0) -> TeamObservation:
+        reply = await self.request(message, extra_timeout=extra_timeout)
+        if reply.get("type") != "team_observation":
+            raise ServerError("SESSION_ERROR", "this client holds one seat: use reset, observe, … (not the team verbs)")
+        self.last_team = TeamObservation.from_message(reply["data"])
+        return self.last_team
+
+    # ---- a whole team (many-seat worlds): every seat's actions in one message, every seat's observations in one
+    async def reset_team(self, team: str, **config: Any) -> TeamObservation:
+        """Start a session (``config`` as `reset`'s) holding every seat of ``team``."""
+        return await self._team({"type": "reset", "data": {**config, "team": team}})
+
+    async def join_team(self, session_id: str, team: str, *, encoding: str | None = None) -> TeamObservation:
+        """Take every seat of ``team`` in the running session ``session_id``."""
+        return await self._team(
+            {"type": "join", "data": _drop_none(session_id=session_id, team=team, encoding=encoding)}
+        )
+
+    async def act_team(self, actions: dict[str, Any], *, obs_tick: int | None = None) -> dict[str, Any]:
+        """Enqueue each seat's action (``{seat: action}``) and return the ack at once."""
+        return (await self.request({"type": "act", "data": _team_actions(actions, obs_tick)}))["data"]
+
+    async def step_team(self, actions: dict[str, Any], *, obs_tick: int | None = None) -> TeamObservation:
+        """Enqueue each seat's action; returns the team's observation of the tick that applies them."""
+        return await self._team({"type": "step", "data": _team_actions(actions, obs_tick)})
+
+    async def observe_team(self, *, encoding: str | None = None) -> TeamObservation:
+        return await self._team({"type": "observe", "data": _drop_none(encoding=encoding)})
+
+    async def wait_team(
+        self, ticks: int | None = None, *, until: int | None = None, encoding: str | None = None
+    ) -> TeamObservation:
+        n = ticks if ticks is not None else max(0, (until or 0) - (self.last_team.tick if self.last_team else 0))
+        data = _drop_none(ticks=ticks, until=until, encoding=encoding)
+        return await self._team({"type": "wait", "data": data}, extra_timeout=n / 10.0)
 
     # ---- OpenEnv verbs
     async def reset(self, **config: Any) -> RemoteObservation:
@@ -375,6 +448,14 @@ def _drop_none(**kwargs: Any) -> dict[str, Any]:
 def _action(action: Any, obs_tick: int | None, seat: str | None = None) -> dict[str, Any]:
     value = np.asarray(action).tolist() if isinstance(action, (np.ndarray, np.generic)) else action
     return _drop_none(action=value, obs_tick=obs_tick, seat=seat)
+
+
+def _team_actions(actions: dict[str, Any], obs_tick: int | None) -> dict[str, Any]:
+    values = {
+        str(seat): np.asarray(a).tolist() if isinstance(a, (np.ndarray, np.generic)) else a
+        for seat, a in actions.items()
+    }
+    return _drop_none(actions=values, obs_tick=obs_tick)
 
 
 class Client:
@@ -462,6 +543,26 @@ class Client:
 
     def next_push(self, timeout: float | None = None) -> RemoteObservation:
         return self._run(self._async.next_push(timeout))
+
+    def reset_team(self, team: str, **config: Any) -> TeamObservation:
+        return self._run(self._async.reset_team(team, **config))
+
+    def join_team(self, session_id: str, team: str, *, encoding: str | None = None) -> TeamObservation:
+        return self._run(self._async.join_team(session_id, team, encoding=encoding))
+
+    def act_team(self, actions: dict[str, Any], *, obs_tick: int | None = None) -> dict[str, Any]:
+        return self._run(self._async.act_team(actions, obs_tick=obs_tick))
+
+    def step_team(self, actions: dict[str, Any], *, obs_tick: int | None = None) -> TeamObservation:
+        return self._run(self._async.step_team(actions, obs_tick=obs_tick))
+
+    def observe_team(self, *, encoding: str | None = None) -> TeamObservation:
+        return self._run(self._async.observe_team(encoding=encoding))
+
+    def wait_team(
+        self, ticks: int | None = None, *, until: int | None = None, encoding: str | None = None
+    ) -> TeamObservation:
+        return self._run(self._async.wait_team(ticks, until=until, encoding=encoding))
 
     def close(self) -> None:
         if self._loop.is_running():

@@ -103,6 +103,43 @@ class _View:
         }
 
 
+class TeamHold:
+    """The seats of one team that a connection holds (``reset`` or ``join`` with ``team``): their
+    indices, a `_View` each (what that seat's reader was last sent), and the one-message reply that
+    carries every seat's observation (`nonstop.server.protocol.TeamObservationReply`)."""
+
+    def __init__(self, name: str, indices: list[int], session: ServerSession) -> None:
+        self.name, self.indices = name, indices
+        self.views = {i: _View(seat=i) for i in indices}
+        self.by_name = {session.seat_names[i]: i for i in indices}
+
+    def seat(self, session: ServerSession, name: str) -> int:
+        """The index of this team's seat ``name``: ``UNKNOWN_SEAT`` for a seat the env lacks,
+        ``SEAT_NOT_HELD`` for another team's."""
+        index = session.seat_index(name)
+        if name not in self.by_name:
+            raise ProtocolError(
+                ErrorCode.SEAT_NOT_HELD, f"seat {name!r} of session {session.sid} is not team {self.name!r}'s"
+            )
+        return index
+
+    def reply(self, session: ServerSession, encoding: str, *, fresh: bool = False) -> dict[str, Any]:
+        """Every seat's observation in one ``team_observation`` (``fresh``: a reset's or join's, which
+        starts each seat's view: no reward yet, nothing done)."""
+        seats: dict[str, Any] = {}
+        tick = -1
+        for name, i in self.by_name.items():
+            data = self.views[i].payload(session.read(i), session, encoding, fresh=fresh)
+            if fresh:
+                data["reward"], data["done"] = None, False
+            tick = max(tick, data["observation"]["tick"])
+            seats[name] = data
+        return {
+            "type": "team_observation",
+            "data": {"team": self.name, "session_id": session.sid, "tick": tick, "seats": seats},
+        }
+
+
 class Connection:
     """One client and its session (at most one at a time): the protocol's verbs, transport-free.
 
@@ -122,6 +159,8 @@ class Connection:
         self.session: ServerSession | None = None
         self.seat = 0  # the index of the seat this connection holds in its session
         self.view = _View()
+        #: the team this connection holds (all its seats: one message acts for them, one observes them), or None
+        self.team: TeamHold | None = None
         self.config: SessionConfig | None = None
         self._send_lock = asyncio.Lock()
         self._subscription: asyncio.Task | None = None
@@ -159,6 +198,8 @@ class Connection:
         if isinstance(msg, JoinMessage):
             return await self.join(msg)
         session = self.running()
+        if isinstance(msg, (StepMessage, ActMessage)) and (msg.data.actions is not None or self.team is not None):
+            return await self._act_team(session, msg)
         if isinstance(msg, (StepMessage, ActMessage)):
             if msg.data.seat is not None:
                 self._check_seat(session, msg.data.seat, msg.type)
@@ -178,13 +219,55 @@ class Connection:
                 )
             return await self.observe_at(target, msg.data.encoding)
         if isinstance(msg, SubscribeMessage):
+            if self.team is not None:
+                raise ProtocolError(
+                    ErrorCode.SESSION_ERROR,
+                    f"this connection holds team {self.team.name!r}: it observes every seat with observe or wait "
+                    "(pushes are one seat's)",
+                )
             return self.subscribe(msg.data.every, msg.data.encoding)
         raise ProtocolError(ErrorCode.UNKNOWN_TYPE, f"Unknown message type: {msg.type}")
 
     def observation(self, obs: Observation, encoding: str | None, *, fresh: bool = False) -> dict[str, Any]:
-        """An `ObservationReply`, as a dict (``fresh``: a reset's, which starts the reader's view)."""
+        """An `ObservationReply`, as a dict (``fresh``: a reset's, which starts the reader's view); a
+        connection holding a team gets every seat's instead (`TeamHold.reply`; ``obs`` is not used)."""
+        if self.team is not None:
+            return self.team.reply(self.current(), self._encoding(encoding), fresh=fresh)
         data = self.view.payload(obs, self.current(), self._encoding(encoding), fresh=fresh)
         return {"type": "observation", "data": data}
+
+    async def _act_team(self, session: ServerSession, msg: StepMessage | ActMessage) -> Any:
+        """A team's actions, ``{seat: action}``, each into its seat's queue (every seat named and every
+        action checked before any is enqueued); a ``step`` answers with the team's observation of the
+        tick that applies them."""
+        team, actions = self.team, msg.data.actions
+        if team is not None and actions is None:
+            raise ProtocolError(
+                ErrorCode.SESSION_ERROR,
+                f"this connection holds team {team.name!r}: send 'actions' {{seat: action}}, not 'action'",
+            )
+        if team is None or actions is None:
+            held = f"seat {session.seat_names[self.seat]!r}" if session.spec.seats is not None else "a one-seat world"
+            raise ProtocolError(
+                ErrorCode.SESSION_ERROR,
+                f"'actions' is a team's: this connection holds {held}; reset or join with team=... to hold a team",
+            )
+        chosen = []
+        for name, action in actions.items():
+            index = team.seat(session, name)
+            try:
+                session.queues[index].codec.validate(action)
+            except ValueError as exc:
+                raise ProtocolError(ErrorCode.ACTION_OUT_OF_RANGE, f"{exc} (seat {name!r})") from None
+            chosen.append((index, action))
+        seq = tick = obs_tick = 0
+        for index, action in chosen:
+            view = team.views[index]
+            obs_tick = msg.data.obs_tick if msg.data.obs_tick is not None else max(view.tick, 0)
+            seq, tick = await session.submit_async(action, obs_tick, view.episode, index)
+        if isinstance(msg, ActMessage):
+            return AckReply(data={"seq": seq, "tick": tick, "obs_tick": obs_tick, "seats": len(chosen)})
+        return await self.observe_at(tick + 1, None)  # the tick that applies them
 
     async def observe_at(self, target: int, encoding: str | None) -> dict[str, Any]:
         session = self.running()
@@ -224,6 +307,8 @@ class Connection:
             raise ProtocolError(
                 ErrorCode.NO_SESSION, f"no session {data.session_id!r} to join (GET /sessions lists them)"
             )
+        if data.team is not None:
+            return await self._join_team(session, data.team, data.encoding)
         if session is self.session and session.holders[self.seat] is self:
             raise ProtocolError(
                 ErrorCode.SESSION_ERROR,
@@ -233,13 +318,35 @@ class Connection:
         if self.session is not None:  # the seat this connection held elsewhere is given up
             self.stop_subscription()
             self.leave("its client joined another session")
-        self.session, self.seat, self.config = session, index, None
+        self.session, self.seat, self.config, self.team = session, index, None, None
         self.view = _View(seat=index)
         session.touch()
         reply = self.observation(session.read(index), data.encoding, fresh=True)
         reply["data"]["reward"] = None
         reply["data"]["done"] = False
         return reply
+
+    async def _join_team(self, session: ServerSession, team: str, encoding: str | None) -> dict[str, Any]:
+        """Take every seat of ``team`` in ``session`` (another client's, or this connection's own)."""
+        if self.team is not None and session is self.session and self.team.name == team:
+            raise ProtocolError(
+                ErrorCode.SESSION_ERROR, f"this connection already holds team {team!r} of session {session.sid}"
+            )
+        if session is not self.session and self.session is not None:
+            indices = session.claim_team(self, team)
+            self.stop_subscription()
+            self.leave("its client joined another session")
+        else:
+            indices = session.claim_team(self, team)  # its own session: its other seats are given up
+        self._hold_team(session, team, indices)
+        session.touch()
+        return self.observation(session.read(indices[0]), encoding, fresh=True)
+
+    def _hold_team(self, session: ServerSession, team: str, indices: list[int]) -> None:
+        self.session, self.config = session, self.config if session is self.session else None
+        self.team = TeamHold(team, indices, session)
+        self.seat = indices[0]  # `state` reports this seat's counters (and every seat's under ``seats``)
+        self.view = _View(seat=indices[0])
 
     async def reset(self, msg: ResetMessage) -> dict[str, Any]:
         data = msg.data
@@ -250,6 +357,7 @@ class Connection:
             or not session.live
             or data.seed is not None
             or (config != self.config and config != SessionConfig())
+            or data.team != (self.team.name if self.team is not None else None)
         )
         if restart:
             if session is not None:
@@ -257,16 +365,23 @@ class Connection:
                 self.leave("restarted by reset")
             self.session = session = self.manager.create(config, seed=data.seed, episode_id=data.episode_id)
             session.holders[0] = self  # its creator takes the first seat, before anyone can join
-            self.config, self.seat = config, 0
+            self.config, self.seat, self.team = config, 0, None
             self.view = _View()
             await self.manager.start(session, timeout=self.start_timeout)
-            obs = session.read()
+            if data.team is not None:  # its creator takes a whole team instead
+                try:
+                    self._hold_team(session, data.team, session.claim_team(self, data.team))
+                except ProtocolError:
+                    self.leave("its creator named a team it does not have")
+                    self.session = None
+                    raise
+            obs = session.read(self.seat)
         else:
             assert session is not None  # restarted above when there is none
             obs = session.read(self.seat)
             if obs.terminated or obs.truncated:  # between the two publishes of an episode's end
                 obs = await self._next_episode(obs.episode)
-            elif not self.view.ended and sum(h is not None for h in session.holders) <= 1:
+            elif not self.view.ended and not any(h is not None and h is not self for h in session.holders):
                 # the client is inside an episode: end it (at the next tick); a match others play
                 # in is not this client's to end: its reset answers its seat's current observation
                 session.request_reset()

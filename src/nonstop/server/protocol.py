@@ -13,6 +13,9 @@ seat per agent. The client whose ``reset`` creates it takes the first seat; othe
 session id, naming a seat or taking the first free one, and each connection then observes, acts and
 reads its counters (inaction, delay) for its own seat only. A seat whose client leaves is played by
 its β; the session ends when its last seated client leaves (or by timeout, ``max_ticks``, error).
+A client may hold a whole **team** instead (``reset`` or ``join`` with ``team``: every seat whose name
+up to the last ``_`` is that team): it sends every seat's action in one ``act`` or ``step``
+(``actions``: ``{seat: action}``) and observes every seat in one ``team_observation`` reply.
 
 Spectators: ``/ws/watch/{session_id}`` speaks the same messages about another client's session,
 read-only (`nonstop.server.live`): ``observe``, ``state``, ``wait`` and ``subscribe`` are answered
@@ -56,6 +59,7 @@ __all__ = [
     "ActionData",
     "ObservationReply",
     "PushReply",
+    "TeamObservationReply",
     "StateReply",
     "SeatState",
     "AckReply",
@@ -100,6 +104,7 @@ class ErrorCode(str, Enum):
     UNKNOWN_SEAT = "UNKNOWN_SEAT"  # a seat name the session's env does not have
     SEAT_TAKEN = "SEAT_TAKEN"  # join named a seat another client holds
     SESSION_FULL = "SESSION_FULL"  # join named no seat and every seat is held
+    UNKNOWN_TEAM = "UNKNOWN_TEAM"  # a team the session's env does not have (a seat's team: its name up to the last _)
 
 
 class ProtocolError(Exception):
@@ -155,6 +160,7 @@ def decode_array(value: Any) -> np.ndarray | None:
 
 Encoding = Literal["b64", "list", "none"]
 ActionValue = int | float | list[int] | list[float] | list[list[float]]
+SeatName = Annotated[str, Field(min_length=1, max_length=64)]
 
 
 class SessionConfig(_Strict):
@@ -180,6 +186,10 @@ class ResetData(SessionConfig):
 
     seed: int | None = Field(default=None, ge=0, le=2**31 - 1)
     episode_id: str | None = Field(default=None, max_length=255)
+    team: SeatName | None = Field(
+        default=None,
+        description="a new session of a many-seat world: take every seat of this team (replies: team_observation)",
+    )
 
 
 class ResetMessage(_Strict):
@@ -187,18 +197,28 @@ class ResetMessage(_Strict):
     data: ResetData = Field(default_factory=ResetData)
 
 
-SeatName = Annotated[str, Field(min_length=1, max_length=64)]
-
-
 class ActionData(_Strict):
     """An action. ``obs_tick`` is the tick of the observation it was computed from (default: the
     newest observation this connection was sent), so the server measures its delay. ``seat``, if
-    given, must be the seat this connection holds (a check: a connection acts for its own seat only)."""
+    given, must be the seat this connection holds (a check: a connection acts for its own seat only).
+    A connection holding a team sends ``actions`` instead: ``{seat: action}`` for any of its seats
+    (one message for the whole team; a seat left out gets nothing this time, so its β acts)."""
 
-    action: ActionValue
+    action: ActionValue | None = None
+    actions: dict[SeatName, ActionValue] | None = Field(
+        default=None, min_length=1, description="a team's actions by seat (a connection holding a team)"
+    )
     obs_tick: int | None = Field(default=None, ge=0)
     seat: SeatName | None = Field(default=None, description="the seat this action is for: the connection's own")
     metadata: dict[str, Any] | None = Field(default=None, description="accepted for OpenEnv's typed actions; unused")
+
+    @model_validator(mode="after")
+    def _one_of_action_or_actions(self) -> "ActionData":
+        if (self.action is None) == (self.actions is None):
+            raise ValueError("give exactly one of 'action' (one seat) or 'actions' ({seat: action}, a team)")
+        if self.actions is not None and self.seat is not None:
+            raise ValueError("'actions' names its seats: leave out 'seat'")
+        return self
 
 
 class StepMessage(_Strict):
@@ -278,7 +298,14 @@ class JoinData(_Strict):
 
     session_id: str = Field(min_length=1, max_length=64, description="the session to join (its session_id)")
     seat: SeatName | None = Field(default=None, description="the seat to take; absent: the first free one")
+    team: SeatName | None = Field(default=None, description="take every seat of this team (instead of one seat)")
     encoding: Encoding | None = None
+
+    @model_validator(mode="after")
+    def _seat_or_team(self) -> "JoinData":
+        if self.seat is not None and self.team is not None:
+            raise ValueError("give 'seat' (one seat) or 'team' (all of a team's seats), not both")
+        return self
 
 
 class JoinMessage(_Strict):
@@ -368,6 +395,23 @@ class PushReply(_Strict):
     data: ObservationData
 
 
+class TeamObservationData(_Strict):
+    """A team's observations in one message (a connection holding a team: its ``reset``, ``join``,
+    ``observe``, ``wait``, ``step`` and pushes): each of its seats' `ObservationData` by seat name, each
+    ``reward`` and ``done`` since this connection's previous look at that seat (an agent that died
+    reports ``done`` once, its ``terminated`` set; the world goes on for the others)."""
+
+    team: str
+    session_id: str
+    tick: int
+    seats: dict[str, ObservationData]
+
+
+class TeamObservationReply(_Strict):
+    type: Literal["team_observation"] = "team_observation"
+    data: TeamObservationData
+
+
 class SeatState(_Strict):
     """One seat's counters in a ``state`` reply: who holds it, its inaction and its delay."""
 
@@ -411,6 +455,7 @@ class AckData(_Strict):
     seq: int = Field(description="the action's sequence number in the session's queue")
     tick: int = Field(description="the world's tick when the action was enqueued")
     obs_tick: int
+    seats: int | None = Field(default=None, description="a team's act: how many seats' actions were enqueued")
 
 
 class AckReply(_Strict):
@@ -450,6 +495,6 @@ def message_schemas() -> dict[str, Any]:
         },
         "server_messages": {
             m.model_fields["type"].default: m.model_json_schema()
-            for m in (ObservationReply, PushReply, StateReply, AckReply, ErrorReply)
+            for m in (ObservationReply, PushReply, TeamObservationReply, StateReply, AckReply, ErrorReply)
         },
     }

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from nonstop.envs.magent import team_of
 from nonstop.realtime.channels import ActionQueue, LatestSlot, Observation
 from nonstop.realtime.clock import WallClock
 from nonstop.realtime.defaults import make_default
@@ -173,6 +174,35 @@ class ServerSession:
                 index = free[0]
             self.holders[index] = holder
         return index
+
+    def team_seats(self, team: str) -> list[int]:
+        """The indices of the seats of ``team`` (a seat's team: its name up to the last ``_``);
+        ``UNKNOWN_TEAM`` for a team the env lacks (a one-seat world has none)."""
+        teams = list(dict.fromkeys(team_of(name) for name in self.seat_names)) if self.spec.seats is not None else []
+        if team not in teams:
+            where = f"its teams are {teams}" if teams else "it is a one-seat world"
+            raise ProtocolError(
+                ErrorCode.UNKNOWN_TEAM, f"session {self.sid} ({self.spec.env_id}) has no team {team!r}; {where}"
+            )
+        return [i for i, name in enumerate(self.seat_names) if team_of(name) == team]
+
+    def claim_team(self, holder: Any, team: str) -> list[int]:
+        """Seat ``holder`` at every seat of ``team`` at once (any other seat it held is freed for its β);
+        returns their indices. ``UNKNOWN_TEAM``, ``SEAT_TAKEN`` (naming the seats another client holds),
+        or the session's own state, with nothing claimed."""
+        indices = self.team_seats(team)
+        with self._state_lock:
+            self._require_running()
+            taken = [self.seat_names[i] for i in indices if self.holders[i] not in (None, holder)]
+            if taken:
+                raise ProtocolError(
+                    ErrorCode.SEAT_TAKEN,
+                    f"team {team!r} of session {self.sid}: seats {taken} are held by another client",
+                )
+            self.holders = [None if h is holder else h for h in self.holders]
+            for i in indices:
+                self.holders[i] = holder
+        return indices
 
     def release(self, holder: Any) -> int:
         """Unseat ``holder`` (its seats are played by their β from now); returns how many seats

@@ -1,0 +1,109 @@
+"""A whole team in one served session (issue 32 item 3; docs/server.md): a client opens a session of a
+many-seat world naming a team and takes every seat of it, another takes the other team; each sends all
+its seats' actions in one message and observes all its seats in one reply, over the WebSocket
+(`nonstop.server.client.Client`, the real client path) and over OpenEnv's HTTP routes. Every bad input
+is one error with its code, and the match plays on.
+
+Wall clock (a server is realtime by nature): the assertions are counts, codes and states, never a
+tick-exact timing.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+from conftest import wait_for
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+pytest.importorskip("magent2")
+
+from nonstop.envs.magent import BATTLE_NOOP, MAGENT_TICK_HZ, make_battle  # noqa: E402
+from nonstop.envs.spec import register  # noqa: E402
+from nonstop.server.app import ServerThread  # noqa: E402
+from nonstop.server.client import Client, ServerError, http_get  # noqa: E402
+
+pytestmark = pytest.mark.wall
+BATTLE = "multi/battle-16"  # 6 red against 6 blue (MAgent2's battle on a 16×16 map)
+RED = [f"red_{i}" for i in range(6)]
+BLUE = [f"blue_{i}" for i in range(6)]
+STAY, ATTACK_FIRST = BATTLE_NOOP, 13  # battle's moves are 0..12 (12: stay at 6), attacks 13..20
+
+register(
+    BATTLE,
+    partial(make_battle, map_size=16),
+    family="multi",
+    tick_hz=MAGENT_TICK_HZ,
+    noop_action=BATTLE_NOOP,
+    default_beta="noop",
+    description="MAgent2 battle on a 16x16 map (tests)",
+)
+
+
+def _code(call) -> str:
+    with pytest.raises(ServerError) as err:
+        call()
+    return err.value.code
+
+
+@pytest.fixture
+def server(tmp_path, no_shm_leak):
+    with ServerThread(envs=[BATTLE, "theory/inaction"], idle_timeout=30.0) as srv:
+        yield srv
+
+
+def test_each_client_holds_a_team_and_acts_for_all_its_seats_in_one_message(server) -> None:
+    with Client(server.url) as red, Client(server.url) as blue:
+        opened = red.reset_team("red", env=BATTLE, seed=1, encoding="list")
+        sid = opened.session_id
+        assert sorted(opened.seats) == sorted(RED) and opened.team == "red"
+        assert all(seat.reward is None and seat.done is False for seat in opened.seats.values())
+        assert opened.seats["red_3"].obs.shape == (13, 13, 5) and opened.seats["red_3"].info["seat"] == "red_3"
+        joined = blue.join_team(sid, "blue")
+        assert sorted(joined.seats) == sorted(BLUE) and joined.session_id == sid
+
+        ack = red.act_team({seat: STAY for seat in RED})  # every red seat's action in one message
+        assert ack["seats"] == 6
+        seen = red.wait_team(3)
+        for seat in RED:  # each seat's own counters: its action applied, at its own delay
+            info = seen.seats[seat].info
+            assert info["agent_ticks"] >= 1 and info["last_delay"] >= 1 and info["seat"] == seat
+        stepped = blue.step_team({seat: ATTACK_FIRST for seat in BLUE[:4]})  # a seat left out: its β acts
+        assert stepped.tick >= seen.tick and set(stepped.seats) == set(BLUE)
+        assert all(stepped.seats[s].info["agent_ticks"] >= 1 for s in BLUE[:4])
+
+        # the other team's seats, a team the world lacks, a seat already held, one action: each refused
+        assert _code(lambda: red.act_team({"blue_0": STAY})) == "SEAT_NOT_HELD"
+        assert _code(lambda: red.act_team({"red_0": 99})) == "ACTION_OUT_OF_RANGE"
+        assert _code(lambda: red.act(STAY)) == "SESSION_ERROR"
+        assert _code(lambda: red.observe()) == "SESSION_ERROR"  # a team's client reads with observe_team
+        with Client(server.url) as third:
+            assert _code(lambda: third.join_team(sid, "green")) == "UNKNOWN_TEAM"
+            assert _code(lambda: third.join_team(sid, "red")) == "SEAT_TAKEN"
+            assert _code(lambda: third.reset_team("green", env=BATTLE)) == "UNKNOWN_TEAM"
+            assert _code(lambda: third.reset_team("red", env="theory/inaction")) == "UNKNOWN_TEAM"
+        later = red.wait_team(2)  # the match played on through every refusal
+        assert later.tick > stepped.tick - 5 and set(later.seats) == set(RED)
+
+        held = {row["seat"]: row["held"] for row in red.state()["seats"]}
+        assert all(held.values()) and len(held) == 12
+    # both teams left: the session ended, and the refused resets left no session behind
+    wait_for(lambda: all(s["lifecycle"] == "closed" for s in http_get(server.url, "/sessions")), what="all closed")
+
+
+def test_a_team_over_openenv_http(server) -> None:
+    import httpx
+
+    http = server.url.replace("ws://", "http://")
+    opened = httpx.post(f"{http}/reset", json={"env": BATTLE, "team": "blue", "encoding": "none"}, timeout=30).json()
+    assert sorted(opened["seats"]) == sorted(BLUE) and opened["team"] == "blue"
+    sid = opened["session_id"]
+    body = {"session_id": sid, "action": {"actions": {seat: STAY for seat in BLUE}}}
+    stepped = httpx.post(f"{http}/step", json=body, timeout=30).json()
+    assert set(stepped["seats"]) == set(BLUE) and stepped["tick"] >= 1
+    assert all(seat["observation"]["agent_ticks"] >= 1 for seat in stepped["seats"].values())
+    bad = httpx.post(f"{http}/step", json={"session_id": sid, "action": {"actions": {"red_0": STAY}}}, timeout=30)
+    assert bad.status_code >= 400 and bad.json()["data"]["code"] == "SEAT_NOT_HELD"
+    both = httpx.post(f"{http}/step", json={"session_id": sid, "action": {"action": 1, "actions": {}}}, timeout=30)
+    assert both.status_code == 422
