@@ -80,6 +80,18 @@ AS_WRITTEN = {
 #: Run shortened: the page's command → (what runs instead, why). The stand-in keeps every flag of the
 #: page's command (`test_a_shortened_command_keeps_every_flag`); ``&&`` runs a prerequisite first.
 SHORTENED: dict[str, tuple[str, str]] = {
+    "nonstop train --env multi/battle --env-arg map_size=20 --clock virtual --backend batched --n-inference 1 "
+    "--batch-curve linear:0.5t,0.01t --seconds 60 --replay-capacity 100000 --out runs/battle-lanes": (
+        "nonstop train --env multi/battle --env-arg map_size=20 --clock virtual --backend batched --n-inference 1 "
+        "--batch-curve linear:0.5t,0.01t --seconds 5 --replay-capacity 100000 --out runs/battle-lanes",
+        "60 world s are ~40 s of this machine; 5 run every part (tests/test_team_train.py checks what they do)",
+    ),
+    "nonstop train --env multi/battle --env-arg map_size=20 --clock virtual --backend thread --latency 2t "
+    "--seconds 60 --replay-capacity 100000 --out runs/battle-pools": (
+        "nonstop train --env multi/battle --env-arg map_size=20 --clock virtual --backend thread --latency 2t "
+        "--seconds 5 --replay-capacity 100000 --out runs/battle-pools",
+        "60 world s are ~50 s of this machine; 5 run every part",
+    ),
     "nonstop demo": (
         "nonstop demo --quick",
         "the full demo takes ~30 s; --quick (documented) runs both parts in ~10 s",
@@ -211,6 +223,7 @@ SHORTENED: dict[str, tuple[str, str]] = {
 #: as docs/commands.md says of every command).
 SERVED = {
     "nonstop serve --env multi/duel",
+    "nonstop serve --env multi/battle",
     "nonstop serve --env multi/duel --env multi/Boxing",
 }
 

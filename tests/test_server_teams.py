@@ -107,3 +107,29 @@ def test_a_team_over_openenv_http(server) -> None:
     assert bad.status_code >= 400 and bad.json()["data"]["code"] == "SEAT_NOT_HELD"
     both = httpx.post(f"{http}/step", json={"session_id": sid, "action": {"action": 1, "actions": {}}}, timeout=30)
     assert both.status_code == 422
+
+
+def test_the_team_example_of_the_server_page_runs_and_prints_what_it_shows(tmp_path, no_shm_leak) -> None:
+    """docs/server.md's team example, saved as a script, against a server serving the full battle (81
+    against 81): one message acts for 81 seats, one reply observes them."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_readme import block
+
+    code = block("red.act_team(")
+    shown = next(line for line in code.splitlines() if "print(" in line).split("#")[1].strip()
+    script = tmp_path / "team_example.py"
+    script.write_text(code)
+    with ServerThread(envs=["multi/battle"]) as srv:
+        done = subprocess.run(
+            [sys.executable, str(script), srv.url],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")},
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == shown == "1 81"
