@@ -160,3 +160,21 @@ def test_seat_lanes_epsilon_by_team_names_every_team():
     finally:
         server.close()
         world.stop()
+
+
+def test_a_resumed_many_seat_run_plays_the_same_other_team(tmp_path, no_shm_leak):
+    """The other team's fixed θ is saved with the run: resumed after the learner has moved on, it is the
+    θ the run started with, not the learner's newer one."""
+    import torch
+
+    from nonstop.learning.checkpoint import load_checkpoint
+
+    out = tmp_path / "run"
+    args = ["train", "--env", "multi/battle", "--env-arg", "map_size=12", "--clock", "virtual", "--backend", "batched"]
+    args += ["--n-inference", "1", "--replay-capacity", "2000", "--learning-starts", "20", "--batch-size", "8"]
+    assert main([*args, "--seconds", "2", "--out", str(out)]) == 0
+    assert main(["train", "--resume", str(out), "--seconds", "4"]) == 0
+    first, second = (load_checkpoint(p) for p in sorted((out / "checkpoints").glob("ckpt-*.pt")))
+    assert torch.equal(first["frozen_team_params"], second["frozen_team_params"])
+    assert not torch.equal(second["frozen_team_params"], second["params"])  # the learner has moved on
+    assert json.loads((out / "summary.json").read_text())["env_ticks_total"] == 80
