@@ -178,3 +178,19 @@ def test_a_resumed_many_seat_run_plays_the_same_other_team(tmp_path, no_shm_leak
     assert torch.equal(first["frozen_team_params"], second["frozen_team_params"])
     assert not torch.equal(second["frozen_team_params"], second["params"])  # the learner has moved on
     assert json.loads((out / "summary.json").read_text())["env_ticks_total"] == 80
+
+
+def test_staggered_lanes_a_seat_on_one_server(tmp_path, no_shm_leak):
+    """N_I = 2 lanes a seat (τ_θ's mean of 2 ticks), all on one server: where a round fits in a tick the
+    two lane indices ask at the same ticks, so a batch carries both lanes of all 4 seats and each seat's
+    newest answer wins (the other counted superseded), every seat acting at every tick."""
+    out = tmp_path / "run"
+    args = ["train", "--env", "multi/battle", "--env-arg", "map_size=12", "--clock", "virtual", "--backend", "batched"]
+    args += ["--latency", "2t", "--batch-curve", "linear:0.5t,0.01t", "--replay-capacity", "2000", "--seconds", "3"]
+    assert main([*args, "--out", str(out)]) == 0
+    summary, log = json.loads((out / "summary.json").read_text()), read_ticklog(out)
+    lanes = summary["seat_lanes"]
+    assert summary["n_inference"] == 2 and lanes["n_inference"] == 2 and lanes["requests"] >= 2 * 4 * 55
+    assert max(int(b) for b in summary["batch_server"]["batch_sizes"]) == 8  # 2 lanes × 4 seats in one batch
+    seats = log.summary()["seats"]
+    assert all(f["inaction_ticks"] <= 2 and f["superseded"] > 0 for f in seats.values())
