@@ -138,7 +138,7 @@ def test_train_thread_backend_on_a_many_seat_world_gives_each_seat_a_pool(tmp_pa
 @pytest.mark.parametrize(
     "flags, said",
     [
-        (["--interaction", "infer_then_learn"], "--interaction infer_then_learn is one loop for one seat"),
+        (["--interaction", "infer_then_learn"], "--interaction infer_then_learn drives one seat"),
         (["--backend", "batched_process", "--clock", "wall"], "--backend batched_process on a world of many seats"),
     ],
 )

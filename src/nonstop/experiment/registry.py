@@ -246,8 +246,8 @@ _CONSTRAINTS: dict[str, dict[str, Constraint]] = {
                 needs(
                     "interaction",
                     "staggered",
-                    why="--interaction {interaction} is one loop for one seat: a world of many seats is acted "
-                    "for by staggered lanes or pools (leave out --interaction)",
+                    why="--interaction {interaction} drives one seat: a world of many seats is acted for by "
+                    "staggered lanes or pools (leave out --interaction)",
                 ),
                 needs(
                     "inference_backend",
