@@ -127,6 +127,12 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "nonstop train --env multi/duel --self-play --latency 2t --opponent-latency 5t --seconds 20 --out runs/duel",
         "600 world seconds; 20 play several matches for `nonstop report runs/duel`",
     ),
+    "nonstop train --algo sac --env multi/duel-continuous --self-play --clock virtual --latency 2t --seconds 600 "
+    "--out runs/duel-sac": (
+        "nonstop train --algo sac --env multi/duel-continuous --self-play --clock virtual --latency 2t --seconds 8 "
+        "--out runs/duel-sac",
+        "600 world seconds of SAC; 8 reach its first updates and snapshots",
+    ),
     "nonstop train --env multi/Boxing --self-play --opponents latest --snapshot-every 60 --pool-size 16 --out runs/box": (
         "nonstop train --env multi/Boxing --self-play --opponents latest --snapshot-every 60 --pool-size 16 --out runs/box "
         "--seconds 3",

@@ -692,3 +692,27 @@ def test_what_raylets_tell_the_driver_goes_to_stderr_not_into_the_output(cluster
     )
     out, err = capsys.readouterr()
     assert "99 PYTHON worker processes" in err and out == ""
+
+
+@pytest.mark.parametrize("algo", ["rtac", "dcac"])
+def test_rtac_and_dcac_learn_on_ray_learners(cluster, tmp_path, algo):
+    """The algorithms that see the actions in flight run with their learners on Ray (their workers stay
+    threads beside the host, whose action buffer they read): the driver draws each batch as the
+    algorithm does (DCAC: runs of consecutive transitions, which a plain sample is refused by its
+    update), every gradient returned is applied, and no learner dies."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.abspath("src"), os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "run"
+    cmd = [
+        *(sys.executable, "-m", "nonstop.cli", "train", "--algo", algo, "--env", "Pendulum-v1"),
+        *("--clock", "wall", "--seconds", "10", "--latency", "2t", "--backend", "thread"),
+        *("--learner-backend", "ray", "--ray-address", cluster[0].address),
+        *("--learning-starts", "40", "--batch-size", "16", "--hidden", "16", "16", "--out", str(out)),
+    ]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    learners = summary["learners"]
+    assert learners["backend"] == "ray" and learners["restarts"] == [0] and not learners["events"], learners
+    assert learners["applied"] == learners["gradients"] > 20, learners
+    config = json.loads((out / "config.json").read_text())
+    assert config["algo"] == algo and config["learner_backend"] == "ray"

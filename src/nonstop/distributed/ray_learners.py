@@ -6,7 +6,7 @@ weights (`SharedWeights`). What travels::
 
     driver                                         learner actor i (any node)
     ------                                         --------------------------
-    batch_i <- replay.sample(B)
+    batch_i <- Algorithm.sample(replay, B)         # DCAC: runs of consecutive transitions
     (v, θ_v ref) <- WeightBroadcast.current()      # θ_v put once into the object store
     ------------- batch_i, v, θ_v ref ------------>  θ <- θ_v (fetched only when v is new)
                                                      g_i <- ∇ loss(batch_i) at θ_v       # Algorithm.backward
@@ -43,7 +43,7 @@ import numpy as np
 
 from nonstop.distributed.backends import BackendUnavailable
 from nonstop.distributed.ray_backend import WeightBroadcast, _placement, _ray, overhead_summary, pinned_to
-from nonstop.learning.algos import AlgoConfig
+from nonstop.learning.algos import AlgoConfig, algorithm_of
 from nonstop.learning.learners import apply, check_mode, ready_to_learn, updates_ahead
 from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import SharedWeights, TrainingState
@@ -156,6 +156,8 @@ class RayLearners:
         #: ``n_actions``: the action space (or n of a Discrete one); ``cfg``: the algorithm's config
         self.obs_shape, self.n_actions, self.cfg = tuple(obs_shape), n_actions, cfg
         self.state, self.weights, self.replay, self.broadcast = state, weights, replay, broadcast
+        #: the algorithm, here for how it draws a batch (DCAC: runs of consecutive transitions)
+        self.algo = algorithm_of(cfg, self.obs_shape, n_actions)
         self.num_cpus, self.torch_threads, self.start_timeout, self.tau_m = (
             num_cpus,
             torch_threads,
@@ -298,7 +300,7 @@ class RayLearners:
 
     def _send(self, i: int, weights: tuple[int, float, list[Any]] | None = None) -> bool:
         """Sample learner ``i``'s next batch here and send it, with the newest version, to its actor."""
-        batch = self.replay.sample(self.cfg.batch_size, self.rngs[i])
+        batch = self.algo.sample(self.replay, self.cfg.batch_size, self.rngs[i])
         if batch is None:
             return False
         version, _, refs = weights if weights is not None else self.broadcast.current()

@@ -39,7 +39,7 @@ from nonstop.policies.base import Decision, Policy
 
 from .spec import register
 
-__all__ = ["QuickDrawDuel", "DrawOnSignal", "DUEL_TICK_HZ", "SEATS"]
+__all__ = ["QuickDrawDuel", "ContinuousQuickDraw", "DrawOnSignal", "DUEL_TICK_HZ", "SEATS"]
 
 DUEL_TICK_HZ: Final = 60.0
 SEATS: Final = ("first_0", "second_0")
@@ -82,9 +82,9 @@ class QuickDrawDuel(_Base):
         self.possible_agents = list(SEATS)
         self.agents: list[str] = []
         self._obs_space = spaces.Box(0.0, 1.0, (2,), np.float32)
-        self._act_space = spaces.Discrete(2)
+        self._act_space: spaces.Space = spaces.Discrete(2)
         self.observation_spaces = {a: self._obs_space for a in SEATS}
-        self.action_spaces = {a: self._act_space for a in SEATS}
+        self.action_spaces: dict[str, spaces.Space] = {a: self._act_space for a in SEATS}
         self._rng = np.random.default_rng()
         self.round = self.countdown = self.since = self.elapsed = 0
 
@@ -93,6 +93,10 @@ class QuickDrawDuel(_Base):
 
     def action_space(self, agent: str) -> spaces.Space:
         return self.action_spaces[agent]
+
+    def draws(self, action: Any) -> bool:
+        """Whether ``action`` is a draw (the discrete duel: action 1)."""
+        return int(action) == DRAW
 
     def _new_round(self) -> None:
         self.countdown = int(self._rng.integers(self.min_wait, self.max_wait + 1))
@@ -118,7 +122,7 @@ class QuickDrawDuel(_Base):
         unknown = set(actions) - set(self.agents)
         if unknown:
             raise KeyError(f"no seat {sorted(unknown)}; the seats are {self.agents}")
-        a, b = (int(actions.get(seat, HOLD)) == DRAW for seat in SEATS)
+        a, b = (self.draws(actions[seat]) if seat in actions else False for seat in SEATS)
         if self.elapsed < self.holster:
             a = b = False
         self.elapsed += 1
@@ -164,6 +168,50 @@ register(
     noop_action=HOLD,
     default_beta="noop",
     description="two seats, quick-draw duel: first to draw after a random signal wins the round (+1/−1)",
+)
+
+
+class ContinuousQuickDraw(QuickDrawDuel):
+    """The quick-draw duel with a Box action, for continuous learners (SAC's self-play seats).
+
+    Action: ``Box(-1, 1, (1,))``, a draw when it is above 0; β's no-op is the space's zeros, a hold.
+    Everything else is `QuickDrawDuel`'s: the same rounds, signal, holster and rewards, drawn from the
+    same seeded generator, so a seed gives the same signals in both worlds.
+
+    >>> env = ContinuousQuickDraw(rounds=1, min_wait=2, max_wait=2, holster=0)
+    >>> _ = env.reset(seed=0)
+    >>> for _ in range(2):
+    ...     _ = env.step({"first_0": np.zeros(1, np.float32), "second_0": np.full(1, -0.5, np.float32)})
+    >>> obs, rewards, term, trunc, _ = env.step({"first_0": np.full(1, 0.3, np.float32), "second_0": np.zeros(1)})
+    >>> rewards, term["first_0"]
+    ({'first_0': 1.0, 'second_0': -1.0}, True)
+    """
+
+    metadata = {"name": "quick_draw_duel_continuous_v0", "render_modes": [], "is_parallelizable": True}
+
+    def __init__(
+        self, rounds: int = 10, min_wait: int = 30, max_wait: int = 90, timeout: int = 60, holster: int = 15
+    ) -> None:
+        super().__init__(rounds, min_wait, max_wait, timeout, holster)
+        self._act_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.action_spaces = {a: self._act_space for a in SEATS}
+
+    def draws(self, action: Any) -> bool:
+        """Whether ``action`` (one number, as an array or a float) is a draw: above 0."""
+        value = np.asarray(action, np.float64).reshape(-1)
+        if value.size != 1 or not np.isfinite(value[0]):
+            raise ValueError(f"a continuous duel's action is one finite number in [-1, 1], got {action!r}")
+        return bool(value[0] > 0.0)
+
+
+register(
+    "multi/duel-continuous",
+    ContinuousQuickDraw,
+    family="multi",
+    tick_hz=DUEL_TICK_HZ,
+    noop_action=None,  # the Box's zeros: a hold
+    default_beta="noop",
+    description="the quick-draw duel with a Box(-1, 1, (1,)) action, a draw above 0 (continuous learners: --algo sac)",
 )
 
 

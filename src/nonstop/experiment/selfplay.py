@@ -9,8 +9,10 @@ side in realtime with its own latency and its own `InferencePool`. The world nev
 * Each episode (a match) is played against one snapshot, drawn when the opponent first acts in it:
   ``uniform`` over the pool, or ``latest``: weight ∝ rank, 1 for the oldest … n for the newest.
   The draw depends only on the seed, the episode and the pool as it stands, so a run repeats.
-* The opponent acts greedily on its snapshot's Q-network, with probability ε (the learner's final
-  ε) a random action, so no two matches against one snapshot are forced to be the same.
+* The opponent is the learner's own actor (`nonstop.learning.algos.Algorithm.policy`) reading its
+  snapshot's parameters (`SnapshotWeights`): DQN's acts greedily on the snapshot's Q-network, with
+  probability ε (the learner's final ε) a random action; SAC's samples from the snapshot's squashed
+  Gaussian. Either way no two matches against one snapshot are forced to be the same.
 * The learner's transitions are its own seat's induced delayed semi-MDP: the host's recorder
   (`nonstop.learning.replay.ReplayRecorder`) sees the first seat only; the opponent's ticks,
   actions and delays never reach the replay.
@@ -19,8 +21,8 @@ side in realtime with its own latency and its own `InferencePool`. The world nev
 * Each finished match is a row of ``RUN/matches.csv`` (`MATCH_COLUMNS`): the learner's score (its
   seat's episode return) and whether it won (score > 0); ``nonstop report`` plots the win rate.
 
-The pool logic is pure (`SnapshotPool`: numbers and arrays in, choices out); `SnapshotPolicy` is
-the opponent's policy; `SelfPlay` keeps them between slices of a run; `SelfPlayPart` is self-play's part of a run
+The pool logic is pure (`SnapshotPool`: numbers and arrays in, choices out); `SnapshotWeights` is
+what the opponent's actor reads; `SelfPlay` keeps them between slices of a run; `SelfPlayPart` is self-play's part of a run
 (`nonstop.experiment.run.Run`), and `SelfPlaySeating` the seating that puts it on the second seat.
 
 >>> pool = SnapshotPool(max_size=2, weighting="latest", seed=0)
@@ -46,7 +48,6 @@ from nonstop.experiment.config import OPPONENT_WEIGHTINGS
 from nonstop.experiment.parts import Part
 from nonstop.experiment.registry import lookup
 from nonstop.learning.runlog import MATCH_COLUMNS
-from nonstop.policies.base import Decision, Policy
 
 if TYPE_CHECKING:
     from nonstop.experiment.run import Run
@@ -59,7 +60,7 @@ __all__ = [
     "MATCH_COLUMNS",
     "Snapshot",
     "SnapshotPool",
-    "SnapshotPolicy",
+    "SnapshotWeights",
     "SelfPlay",
     "SeatFrames",
     "check_two_seats",
@@ -296,57 +297,52 @@ def seat_frames(env_id: str, **env_kwargs: Any) -> SeatFrames:
     return SeatFrames(make_env(env_id, **env_kwargs))
 
 
-class SnapshotPolicy(Policy):
-    """The opponent: ε-greedy on the Q-network of the snapshot that plays the current episode.
+class SnapshotWeights:
+    """The weights an opponent's actor reads: the parameters of the snapshot that plays the current episode.
 
-    ``episode_of()`` says which episode the observation being acted on belongs to (the opponent
-    seat's slot); the network's parameters are reloaded only when the snapshot changes.
+    It speaks `SharedWeights`' reading side (``n_params``, ``version``, ``read_into``, ``exploration``), so
+    the opponent is the learner's own actor class (`nonstop.learning.algos.Algorithm.policy`: DQN's
+    ε-greedy, SAC's sampled tanh-Gaussian) over a snapshot instead of the learner's newest θ. The version is
+    the snapshot's id + 1 (0 is "nothing loaded"): the actor reloads only when the snapshot changes.
+    ``episode_of()`` says which episode the observation being acted on belongs to (the opponent seat's slot).
+    ``exploration``: the figure a frozen opponent acts with (`Algorithm.opponent_exploration`: DQN's final ε).
+
+    >>> pool = SnapshotPool(max_size=2, seed=0)
+    >>> _ = pool.add(np.zeros(3, np.float32), env_tick=0, updates=0)
+    >>> weights = SnapshotWeights(pool, lambda: 0, exploration=0.05)
+    >>> out = np.empty(3, np.float32)
+    >>> weights.version, weights.read_into(out), weights.epsilon
+    (1, 1, 0.05)
     """
 
-    def __init__(
-        self,
-        model: Any,
-        pool: SnapshotPool,
-        episode_of: Callable[[], int],
-        action_space: Any,
-        *,
-        epsilon: float,
-        seed: int | None = None,
-        device: str = "cpu",
-        dtype: str | None = None,
-    ) -> None:
-        from nonstop.inference.device import placement
+    def __init__(self, pool: SnapshotPool, episode_of: Callable[[], int], *, exploration: float) -> None:
+        if not (isinstance(exploration, (int, float)) and 0.0 <= exploration <= 1.0):
+            raise ValueError(f"an opponent's exploration must be in [0, 1], got {exploration!r}")
+        self.pool, self.episode_of = pool, episode_of
+        self.exploration = float(exploration)
 
-        if not (isinstance(epsilon, (int, float)) and 0.0 <= epsilon <= 1.0):
-            raise ValueError(f"opponent epsilon must be in [0, 1], got {epsilon!r}")
-        self.device, self.dtype = placement(device, dtype)  # the run's: a snapshot loads onto it once per match
-        self.model, self.pool, self.episode_of = model.to(self.device).eval(), pool, episode_of
-        self.action_space = action_space
-        self.n = int(action_space.n)
-        self.start = int(getattr(action_space, "start", 0))
-        self.epsilon = float(epsilon)
-        self.loaded: int | None = None
-        self._rng = np.random.default_rng(seed)
+    @property
+    def n_params(self) -> int:
+        return self.pool.snapshots[0].params.size if self.pool.snapshots else 0
 
-    def seed(self, seed: int | None) -> None:
-        self._rng = np.random.default_rng(seed)
+    @property
+    def epsilon(self) -> float:
+        """DQN's name for `exploration` (what `nonstop.learning.dqn.DQNPolicy` reads)."""
+        return self.exploration
 
-    def act(self, obs: np.ndarray) -> Decision:
-        import torch
+    def current(self) -> Snapshot:
+        """The snapshot playing the episode now acted in (drawn on the first call for it)."""
+        return self.pool.opponent_for(self.episode_of())
 
-        from nonstop.inference.device import autocast
-        from nonstop.learning.dqn import _to_tensor
-        from nonstop.learning.weights import load_flat
+    @property
+    def version(self) -> int:
+        return self.current().id + 1
 
-        snap = self.pool.opponent_for(self.episode_of())
-        if snap.id != self.loaded:
-            load_flat(self.model, snap.params)
-            self.loaded = snap.id
-        if self._rng.random() < self.epsilon:
-            return Decision(self.start + int(self._rng.integers(self.n)))
-        with torch.inference_mode(), autocast(self.device, self.dtype):
-            q = self.model(_to_tensor(np.asarray(obs)[None], self.device))
-        return Decision(self.start + int(q.argmax(1)))
+    def read_into(self, out: np.ndarray) -> int:
+        """Copy the current snapshot's parameters into ``out``; return its version (id + 1)."""
+        snap = self.current()
+        out[...] = snap.params
+        return snap.id + 1
 
 
 class SelfPlay:
@@ -428,29 +424,20 @@ class SelfPlayPart(Part):
         self.inference.start(run)
 
     def _policy(self, run: "Run", i: int) -> Any:
-        """An opponent worker: ε-greedy on the snapshot playing the current match (always in this
-        process: snapshots live here), with the pool side's declared latency."""
-        import gymnasium as gym
-
-        from nonstop.learning.dqn import build_q_network
+        """An opponent worker: the learner's actor class over the snapshot playing the current match (always
+        in this process: snapshots live here), with the pool side's declared latency."""
         from nonstop.policies.latency import LatencyPolicy
 
         seat = self.self_play.opponent_seat
         slot = run.world.slots[run.world.seat_index(seat)]
-        space = run.world.action_spaces[seat]
-        if not isinstance(space, gym.spaces.Discrete):  # check_two_seats: both seats as the learner's
-            raise TypeError(f"the opponent seat needs a Discrete action space, got {space}")
-        model = build_q_network(run.spec.obs_shape, int(space.n), run.dqn)
+        algo = run.algorithm
+        algo.check_spaces(run.world.observation_spaces[seat], run.world.action_spaces[seat], run.cfg.env)
+        weights = SnapshotWeights(
+            self.self_play.pool, lambda: int(slot.read().episode), exploration=algo.opponent_exploration()
+        )
         seed = run.cfg.seed * 1000 + 500 + i
-        policy: Any = SnapshotPolicy(
-            model,
-            self.self_play.pool,
-            lambda: int(slot.read().episode),
-            space,
-            epsilon=run.dqn.epsilon_end,
-            seed=seed,
-            device=run.cfg.device,
-            dtype=run.cfg.dtype,
+        policy: Any = algo.policy(
+            algo.build_model(), weights, seed=seed, num_threads=None, device=run.cfg.device, dtype=run.cfg.dtype
         )
         if self.latency.max_hint > 0:
             policy = LatencyPolicy(policy, self.latency, seed=seed)

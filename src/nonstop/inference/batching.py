@@ -482,19 +482,22 @@ class BatchingServer:
         """Virtual clock: serve batches back to back while requests wait; a batch of b takes L(b)."""
         try:
             while True:
-                now = yield (self.clock.now(), _SERVE)  # every request of this instant is in
+                yield (self.clock.now(), _SERVE)  # every request of this instant is in
                 with self._cond:
                     if self._closed or not self._queue:
                         return
-                    batch = self._take(now)
+                    # the batch starts when its requests were made, as their lanes count it (a request on a
+                    # tick's publish counts from the deadline: `BatchedPolicy.request`), not before the last ends
+                    start = max(self._busy_until, max(t.request.submitted for _, _, t in self._queue))
+                    batch = self._take(start)
                 outcome = self._compute(batch)  # with the weights of the batch's start
-                self._busy_until = end = now + self.curve(len(batch))
+                self._busy_until = end = start + self.curve(len(batch))
                 yield (end, _SERVE)
                 with self._cond:
                     self._in_flight = []
                     if self._closed:
                         return
-                    self._finish(batch, outcome, now, end)
+                    self._finish(batch, outcome, start, end)
         finally:
             self._serving = False
 
@@ -729,6 +732,14 @@ class BatchedPolicy(Policy):
         now = clock.now()
         if obs_tick is None:  # the newest tick published by now (a tick is published `tick_grace` after its deadline)
             obs_tick = max(0, math.floor((now - origin - clock.tick_grace / 2) / tau_m))
+        if clock.is_virtual:
+            # a tick is published `tick_grace` after its deadline: a request made on that publish counts from
+            # the deadline, as a worker's declared latency does (`Clock.resync`), so a batch of L = k ticks
+            # started on tick t's observation lands on tick t + k, as k ticks of a thread worker's latency do
+            # (counted from the publish, its answer came `tick_grace` after the host's tick t + k: a tick late)
+            deadline = origin + round((now - origin) / tau_m) * tau_m
+            if 0.0 <= now - deadline <= 2 * clock.tick_grace:
+                now = deadline
         if self.due_ticks is not None:
             due_tick = obs_tick + self.due_ticks
         else:

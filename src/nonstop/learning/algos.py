@@ -273,6 +273,11 @@ class Algorithm:
         `nonstop.inference.device.TorchForward` of `build_model`'s network): what it answers while training."""
         raise NotImplementedError
 
+    def opponent_exploration(self) -> float:
+        """The exploration figure a frozen snapshot of this learner acts with as a self-play opponent (the
+        header its actor reads: DQN's final ε); an actor that explores by sampling reads none (0)."""
+        return 0.0
+
     def lane_epsilon(self, weights: Any) -> Any:
         """What each request lane explores with on top of the server's answer (DQN: ε, read from the weights'
         header per decision: a picklable callable; an algorithm that explores in its actor: 0)."""

@@ -400,6 +400,9 @@ class DQN(Algorithm):
 
         return greedy
 
+    def opponent_exploration(self) -> float:
+        return float(self.cfg.epsilon_end)  # a snapshot opponent: ε-greedy at the learner's final ε
+
     def lane_epsilon(self, weights: Any) -> Any:
         from nonstop.learning.algos import EpsilonOf
 
