@@ -210,22 +210,15 @@ def _learner_policy(policy: Any, run: "Run", first: int, i: int) -> Any:
 
 def _frozen_policy(run: "Run", frozen: FrozenTeams, seat: str, first: int, i: int) -> Any:
     """Worker ``i`` of the other team's seat ``seat``: ε-greedy on the fixed θ, with the run's latency."""
-    from nonstop.experiment.selfplay import SnapshotPolicy, SnapshotPool
+    from nonstop.experiment.selfplay import SnapshotPool, SnapshotWeights
     from nonstop.policies.latency import LatencyPolicy
 
     pool = SnapshotPool(1, seed=run.cfg.seed)
     pool.add(frozen.parameters(), env_tick=0, updates=0)
-    space = run.world.action_spaces[seat]
+    weights = SnapshotWeights(pool, lambda: 0, exploration=frozen.epsilon)  # one snapshot plays every episode
     seed = run.cfg.seed * 1000 + 500_000 + first + i
-    policy: Any = SnapshotPolicy(
-        run.algorithm.build_model(),
-        pool,
-        lambda: 0,  # one snapshot plays every episode
-        space,
-        epsilon=frozen.epsilon,
-        seed=seed,
-        device=run.cfg.device,
-        dtype=run.cfg.dtype,
+    policy: Any = run.algorithm.policy(
+        run.algorithm.build_model(), weights, seed=seed, num_threads=None, device=run.cfg.device, dtype=run.cfg.dtype
     )
     if run.latency.max_hint > 0:
         policy = LatencyPolicy(policy, run.latency, seed=seed)
