@@ -42,6 +42,7 @@ from nonstop.learning.dqn import adam_step
 from nonstop.learning.learners import ready_to_learn, updates_ahead
 from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import SharedWeights, TrainingState
+from nonstop.realtime.clock import Clock, TimedProcess
 from nonstop.realtime.lifeline import PartFailed, RestartBudget
 
 if TYPE_CHECKING:
@@ -320,7 +321,7 @@ class DeviceLearners:
     def __init__(
         self,
         learner: DeviceLearner,
-        clock: Any,
+        clock: Clock,
         tau_m: float,
         *,
         tau_l: float,
@@ -342,7 +343,7 @@ class DeviceLearners:
     local_processes: Final = 0  # a thread or a timed process of the run's own process
 
     def start(self) -> "DeviceLearners":
-        if getattr(self.clock, "is_virtual", False):
+        if not self.clock.waits_block:  # a timed process the clock's simulation drives
             self.clock.spawn(self._timed(), name="device-learner", priority=3)
         else:
             self._thread = threading.Thread(target=self._threaded, name="nonstop-device-learner", daemon=True)
@@ -373,7 +374,7 @@ class DeviceLearners:
             self._died(exc)
             return False
 
-    def _timed(self) -> Iterator[float]:
+    def _timed(self) -> TimedProcess:
         # the same cadence as VirtualLearners: the gradient at t, applied one period later
         t = self.clock.now()
         yield t
