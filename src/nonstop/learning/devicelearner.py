@@ -39,7 +39,7 @@ from nonstop.inference.cudaops import HostOps, VersionHandoff, device_ops
 from nonstop.inference.device import flat_parameters
 from nonstop.learning.algos import AlgoConfig, algorithm_of
 from nonstop.learning.dqn import adam_step
-from nonstop.learning.learners import ready_to_learn, updates_ahead
+from nonstop.learning.learners import IDLE_WAIT, ready_to_learn, updates_ahead
 from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import SharedWeights, TrainingState
 from nonstop.realtime.clock import Clock, TimedProcess
@@ -410,15 +410,18 @@ class DeviceLearners:
             self._stop.set()
 
     def _threaded(self) -> None:
+        replay = self.learner.replay
         with self.learner.on_stream():
             while not self._stop.is_set():
-                if not self._update():
-                    self._stop.wait(0.002)
+                seen = replay.transitions_written  # before the checks: a transition after them ends the wait
+                if not self._update():  # too few transitions, at the cap, no batch: the next transition wakes it
+                    replay.wait_for_transitions(seen, IDLE_WAIT)
 
     def stop(self) -> None:
         """Stop updating (the thread is joined); the newest version and the last loss reach the host."""
         self._stop.set()
         if self._thread is not None:
+            self.learner.replay.wake_waiters()  # the thread waiting for transitions sees the stop now
             self._thread.join(timeout=30)
         self.learner.close()
 
