@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import doctest
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -232,6 +233,16 @@ def test_make_clock_and_validation():
         WallClock(spin=float("nan"))
     assert VirtualClock.is_virtual and not WallClock.is_virtual
     assert WallClock.tick_grace == 0.0 and 0 < VirtualClock.tick_grace <= 1e-6
+
+
+def test_each_clock_says_what_it_offers_a_part():
+    """What a part asks instead of which clock it is: a thread of its own where waits block (the wall clock), a
+    timed process the clock drives where it simulates them; a child process shares only a wall clock's time."""
+    wall, virtual = WallClock(spin=0.0), VirtualClock()
+    assert wall.waits_block and wall.spans_processes
+    assert not virtual.waits_block and not virtual.spans_processes
+    assert wall.for_threads(threading.Event()).waits_block  # a worker thread's clock still blocks
+    assert virtual.restarted().waits_block is False
 
 
 @pytest.mark.wall

@@ -8,6 +8,7 @@ module. Imports under ``if TYPE_CHECKING:`` are left out: they never run."""
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,3 +230,29 @@ def test_one_formatter_few_skips() -> None:
         for line in path.read_text(encoding="utf-8").splitlines()
     )
     assert marks <= 20, f"{marks} `# fmt: skip` markers: let ruff format the code"
+
+
+#: the question `test_no_part_asks_which_clock_it_runs_on` forbids (the issue's grep, as a pattern)
+ASKS_WHICH_CLOCK = re.compile(r"is_virtual|isinstance\(.*VirtualClock")
+
+
+def test_no_part_asks_which_clock_it_runs_on() -> None:
+    """A timed process runs the same lines on both clocks; where a part takes another shape it asks the clock
+    what it offers (`Clock.waits_block`, `Clock.spans_processes`, ...), never whether it is virtual. Only the
+    clocks themselves and the benchmarks (which measure one clock against the other) may ask (issue 31)."""
+    found = [
+        f"{path.relative_to(SRC)}:{n}: {line.strip()}"
+        for path in sorted(SRC.rglob("*.py"))
+        if path != SRC / "realtime" / "clock.py" and "bench" not in path.relative_to(SRC).parts
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if ASKS_WHICH_CLOCK.search(line)
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_the_clock_question_scan_sees_a_question() -> None:
+    """The scan above is not vacuous: it matches the forms it forbids, and not a clock's capability."""
+    asks = ASKS_WHICH_CLOCK.search
+    assert asks("if clock.is_virtual:") and asks('getattr(clock, "is_virtual", False)')
+    assert asks("if isinstance(self.clock, VirtualClock):")
+    assert not asks("if clock.waits_block:") and not asks("clock = VirtualClock()")

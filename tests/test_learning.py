@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import threading
 import time
 
 import numpy as np
@@ -11,10 +12,12 @@ import pytest
 import torch
 
 from nonstop.learning.dqn import DQNConfig, apply_gradient, compute_gradient, epsilon_at, init_training
-from nonstop.learning.learners import Learner, LearnerProcesses, VirtualLearners
+from nonstop.learning import weights as weights_module
+from nonstop.learning.learners import GradientSlots, Learner, LearnerProcesses, VirtualLearners
 from nonstop.learning.replay import Batch, ReplayBuffer
 from nonstop.learning.weights import SharedWeights, TrainingState, flat_parameters, load_flat
 from nonstop.policies.models import MLP
+from nonstop.realtime.atomics import FUTEX
 from nonstop.realtime.clock import VirtualClock
 from nonstop.experiment import TrainConfig, train
 
@@ -281,6 +284,86 @@ def test_a_learner_dead_for_good_does_not_stall_the_round_robin(parts):
         _wait(lambda: state.updates >= before + 30)
         assert state.updates >= before + 30, group.report()  # the other two keep taking turns
         assert group.processes[1] is None and group.restarts[1] == 0
+
+
+def _pass_turn_later(state: TrainingState, passed, delay: float) -> None:
+    time.sleep(delay)
+    passed.value = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine
+    state.pass_turn(0)
+    state.close()
+
+
+@pytest.mark.wall
+def test_a_learner_waiting_for_its_turn_wakes_when_another_process_passes_it(no_shm_leak):
+    state = TrainingState.create(4)
+    ctx = mp.get_context("spawn")
+    passed = ctx.Value("d", 0.0)
+    try:
+        p = ctx.Process(target=_pass_turn_later, args=(state, passed, 0.3))
+        p.start()
+        try:
+            deadline, rounds = time.monotonic() + 60.0, 0
+            while state.turn == 0 and time.monotonic() < deadline:  # a wait may return early (a signal)
+                state.wait_turn(0, timeout=30.0)
+                rounds += 1
+            woke = time.monotonic()
+        finally:
+            p.join(30)
+        assert p.exitcode == 0 and state.turn == 1 and passed.value > 0
+        assert woke - passed.value < 2.0  # woken by the pass, not by the 30 s timeout
+        if FUTEX:  # slept in the kernel until the pass: not a polling loop's thousands of rounds
+            assert rounds <= 3
+    finally:
+        state.unlink()
+
+
+def _took(wait, move) -> float:
+    """Seconds ``wait()`` took while ``move()`` ran on another thread 0.2 s after the wait began."""
+    timer = threading.Timer(0.2, move)
+    timer.start()
+    t0 = time.monotonic()
+    try:
+        wait()
+    finally:
+        timer.join()
+    return time.monotonic() - t0
+
+
+@pytest.mark.wall
+def test_the_turn_the_round_a_gradient_a_death_and_a_stop_each_wake_who_waits_for_them(no_shm_leak):
+    """Each waits 30 s at most; what it waits for wakes it (a sleep loop would poll; a wait that missed
+    its wake-up would take the 30 s). A wait whose event has come returns at once."""
+    state, grads, alone = TrainingState.create(4), GradientSlots.create(2 * 3), GradientSlots.create(2 * 3)
+    ones = np.ones(3, np.float32)
+    try:
+        assert _took(lambda: state.wait_turn(0, 30.0), lambda: state.finish_round(0)) < 5.0 and state.turn == 1
+        assert _took(lambda: state.wait_turn(1, 30.0), state.request_stop) < 5.0 and state.stop_requested
+        assert _took(lambda: state.wait_turn(0, 30.0), lambda: None) < 1.0  # the turn is 1 already
+        grads.hand_in(0, 0, ones)
+        assert _took(lambda: grads.wait_for_hand_in(0, 2, 30.0), lambda: grads.hand_in(1, 0, ones)) < 5.0
+        assert not grads.missing(0, 2)
+        grads.hand_in(0, 1, ones)
+        assert _took(lambda: grads.wait_for_hand_in(1, 2, 30.0), lambda: grads.mark_dead(1)) < 5.0
+        assert not grads.missing(1, 2) and grads.handed_in(1, 2) == [0]
+        assert _took(lambda: grads.wait_for_hand_in(1, 2, 30.0), lambda: None) < 1.0  # none missing
+        alone.hand_in(0, 0, ones)
+        assert _took(lambda: alone.wait_for_hand_in(0, 2, 30.0), alone.wake_waiters) < 5.0  # stopping
+        assert alone.missing(0, 2)
+    finally:
+        for seg in (state, grads, alone):
+            seg.unlink()
+
+
+@pytest.mark.wall
+def test_a_learner_waits_for_a_target_copy_being_written_to_end(no_shm_leak):
+    state = TrainingState.create(4)
+    try:
+        assert _took(lambda: state.wait_for_target(30.0), lambda: None) < 1.0  # complete: no wait
+        state._hdr.store(weights_module._TARGET_VERSION, 1)  # a writer killed mid-copy left the version odd
+        assert _took(lambda: state.wait_for_target(30.0), state.write_target) < 5.0  # the next copy ends it
+        assert state.target_version == 2
+    finally:
+        state.unlink()
 
 
 # ----------------------------------------------------------------------------- whole runs

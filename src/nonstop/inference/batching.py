@@ -68,7 +68,7 @@ import numpy as np
 
 from nonstop.inference.batchsize import LatencyCurve, choose_batch_size
 from nonstop.policies.base import Decision, Policy, _check_seed
-from nonstop.realtime.clock import Clock, VirtualClock, Wake, stopwatch
+from nonstop.realtime.clock import Clock, Wake, stopwatch
 
 __all__ = [
     "BatchingServer",
@@ -212,8 +212,6 @@ class BatchingServer:
             raise TypeError(f"curve must be a LatencyCurve, got {type(curve).__name__}")
         if not isinstance(clock, Clock):
             raise TypeError(f"clock must be a nonstop Clock, got {type(clock).__name__}")
-        if clock.is_virtual and not isinstance(clock, VirtualClock):
-            raise TypeError(f"a virtual server runs on a VirtualClock, got {type(clock).__name__}")
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
         if not isinstance(overlap, bool):
@@ -224,8 +222,10 @@ class BatchingServer:
         self.curve: Final = curve
         self.clock: Final = clock
         self.max_batch: Final = max_batch
-        self.virtual: Final = clock.is_virtual
-        self.measure: Final = (not self.virtual) if measure is None else bool(measure)
+        #: the server serves on a thread of its own (the clock's waits block in wall time); else each busy
+        #: period is a timed process the clock drives, a batch of b taking L(b) of its time
+        self.threaded: Final = clock.waits_block
+        self.measure: Final = self.threaded if measure is None else bool(measure)
         self._cond = threading.Condition()  # the lock, and the server thread's wake-up
         self._stage_wake = threading.Condition(self._cond._lock)  # type: ignore[attr-defined]  # the stager's, same lock
         self._server_idle = False  # the server thread sleeps for want of a request: the next one wakes it
@@ -242,7 +242,7 @@ class BatchingServer:
         self._staging: np.ndarray | None = None  # the buffer the next batch is stacked in
         self._spare: np.ndarray | None = None  # overlap: the other one (the running batch's)
         self._staged: list[_Ticket | None] = [None] * max_batch  # whose frame each row of `_staging` holds
-        self.overlap: Final = overlap and not clock.is_virtual
+        self.overlap: Final = overlap and clock.waits_block  # a stager copying beside the forward needs threads
         self._stage_lock = threading.Lock()  # held by the stager while it copies; the server takes it to swap
         self._forward_running = False
         self._arrivals = 0  # requests queued so far: the stager looks again when it moves
@@ -270,12 +270,12 @@ class BatchingServer:
         if example is not None:
             example = np.asarray(example)
             self._make_staging(example.shape, example.dtype)
-            if self.virtual and not self._prepared:
+            if not self.threaded and not self._prepared:
                 self._prepare(example)
         self._example = example
         self._thread: threading.Thread | None = None
         self._stager: threading.Thread | None = None
-        if not self.virtual:
+        if self.threaded:
             self._thread = threading.Thread(target=self._serve_wall, name="nonstop-batch-server", daemon=True)
             self._thread.start()
         if self.overlap:
@@ -330,7 +330,7 @@ class BatchingServer:
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Wall clock: wait until the server has captured its forward's graphs (if any) and serves;
         returns whether it did within ``timeout``. Raises the capture's error, if it failed."""
-        if self.virtual or self._prepared and self._example is not None:
+        if not self.threaded or self._prepared and self._example is not None:
             ok = True
         else:
             ok = self._ready.wait(timeout)
@@ -343,7 +343,7 @@ class BatchingServer:
         ``on_settle(ticket)`` is called then, on the settling thread (a lane of another process is
         answered so: `nonstop.inference.lanering`); without it a wall-clock ticket carries an event."""
         obs = request.obs
-        ticket = _Ticket(request, None if self.virtual or on_settle is not None else threading.Event(), on_settle)
+        ticket = _Ticket(request, threading.Event() if self.threaded and on_settle is None else None, on_settle)
         with self._cond:
             if self._staging is None:
                 self._make_staging(obs.shape, obs.dtype)
@@ -360,7 +360,7 @@ class BatchingServer:
             self.requests += 1
             self._arrivals += 1
             heapq.heappush(self._queue, (request.due, next(self._order), ticket))
-            if not self.virtual:
+            if self.threaded:
                 if self._server_idle:  # one wake-up, and only for a server asleep for want of work
                     self._server_idle = False
                     self.wakeups += 1
@@ -371,7 +371,6 @@ class BatchingServer:
                     self._stage_wake.notify()
             elif not self._serving:
                 self._serving = True
-                assert isinstance(self.clock, VirtualClock)
                 self.clock.spawn(self._busy_period(), name="batch-server", priority=_SERVE)
         return ticket
 
@@ -622,7 +621,7 @@ class BatchingServer:
         batches = sum(self.batch_sizes.values())
         served = sum(b * n for b, n in self.batch_sizes.items())
         return {
-            "clock": "virtual" if self.virtual else "wall",
+            "clock": self.clock.kind,
             "max_batch": self.max_batch,
             "requests": self.requests,
             "batches": batches,
@@ -748,7 +747,7 @@ class BatchedPolicy(Policy):
 
     def act(self, obs: np.ndarray, obs_tick: int | None = None) -> LaneDecision:
         """Wall clock: submit and block until the batch is done."""
-        if self.server.virtual:
+        if not self.server.threaded:
             raise TypeError(
                 "on the virtual clock a request lane waits for its batch as a timed process: "
                 "`yield from lane.act_timed(obs)` (an InferencePool needs its lane hook: docs/gpu.md)"
@@ -759,7 +758,7 @@ class BatchedPolicy(Policy):
     def act_timed(self, obs: np.ndarray, obs_tick: int | None = None) -> Generator[Wake, float, LaneDecision]:
         """Virtual clock: submit, wait for the batch as a timed process, return the decision (its
         ``latency`` is τ_θ, already waited)."""
-        if not self.server.virtual:
+        if self.server.threaded:
             raise TypeError("act_timed is the virtual clock's; on the wall clock call act(obs)")
         answer = yield from self.server.wait_timed(self.server.submit(self.request(obs, obs_tick)))
         return self._decide(answer, latency=answer.tau_theta)

@@ -383,7 +383,7 @@ class RemoteLanes:
     ) -> None:
         if not isinstance(server, BatchingServer):
             raise TypeError(f"server must be a BatchingServer, got {type(server).__name__}")
-        if server.virtual:
+        if not server.clock.spans_processes:
             raise ValueError("lanes in other processes need a wall-clock server: a virtual clock is one process's")
         if not isinstance(server.clock, WallClock):
             raise TypeError(f"remote lanes share the server's WallClock, got {type(server.clock).__name__}")

@@ -162,7 +162,7 @@ class SeatLanes:
         per present seat with something new; each answer to its seat's queue."""
         world, server, lanes = self.world, self.server, self.lanes[k]
         clock, tau_m, origin = world.clock, world.tau_m, world.origin
-        grace, wall = clock.tick_grace, not server.virtual
+        grace, threaded = clock.tick_grace, server.threaded
         slots = [world.slots[i] for i in self.index]
         queues = [world.queues[i] for i in self.index]
         last_seq = [-1] * len(lanes)
@@ -176,7 +176,7 @@ class SeatLanes:
             while not self._stop.is_set():
                 due = origin + tick * tau_m + grace
                 yield (due + clock.real(_NEXT_OBSERVATION), _AFTER_TICK)
-                while wall and newest.seq == seen and clock.now() < due + tau_m and not self._stop.is_set():
+                while threaded and newest.seq == seen and clock.now() < due + tau_m and not self._stop.is_set():
                     yield (clock.now() + _NEXT_OBSERVATION, _AFTER_TICK)  # the world's step outlasted the wait
                 seen = newest.seq
                 fresh = []
@@ -190,7 +190,7 @@ class SeatLanes:
                     waiting = [(j, latest, server.submit(request)) for j, latest, request in fresh]
                 self.requests += len(waiting)
                 for j, latest, ticket in waiting:
-                    answer = server.wait(ticket) if wall else (yield from server.wait_timed(ticket))
+                    answer = server.wait(ticket) if threaded else (yield from server.wait_timed(ticket))
                     decision = lanes[j]._decide(answer, latency=0.0)
                     queues[j].submit(
                         decision.action,

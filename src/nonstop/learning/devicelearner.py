@@ -39,9 +39,10 @@ from nonstop.inference.cudaops import HostOps, VersionHandoff, device_ops
 from nonstop.inference.device import flat_parameters
 from nonstop.learning.algos import AlgoConfig, algorithm_of
 from nonstop.learning.dqn import adam_step
-from nonstop.learning.learners import ready_to_learn, updates_ahead
+from nonstop.learning.learners import IDLE_WAIT, ready_to_learn, updates_ahead
 from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import SharedWeights, TrainingState
+from nonstop.realtime.clock import Clock, TimedProcess
 from nonstop.realtime.lifeline import PartFailed, RestartBudget
 
 if TYPE_CHECKING:
@@ -320,7 +321,7 @@ class DeviceLearners:
     def __init__(
         self,
         learner: DeviceLearner,
-        clock: Any,
+        clock: Clock,
         tau_m: float,
         *,
         tau_l: float,
@@ -342,7 +343,7 @@ class DeviceLearners:
     local_processes: Final = 0  # a thread or a timed process of the run's own process
 
     def start(self) -> "DeviceLearners":
-        if getattr(self.clock, "is_virtual", False):
+        if not self.clock.waits_block:  # a timed process the clock's simulation drives
             self.clock.spawn(self._timed(), name="device-learner", priority=3)
         else:
             self._thread = threading.Thread(target=self._threaded, name="nonstop-device-learner", daemon=True)
@@ -373,7 +374,7 @@ class DeviceLearners:
             self._died(exc)
             return False
 
-    def _timed(self) -> Iterator[float]:
+    def _timed(self) -> TimedProcess:
         # the same cadence as VirtualLearners: the gradient at t, applied one period later
         t = self.clock.now()
         yield t
@@ -409,15 +410,18 @@ class DeviceLearners:
             self._stop.set()
 
     def _threaded(self) -> None:
+        replay = self.learner.replay
         with self.learner.on_stream():
             while not self._stop.is_set():
-                if not self._update():
-                    self._stop.wait(0.002)
+                seen = replay.transitions_written  # before the checks: a transition after them ends the wait
+                if not self._update():  # too few transitions, at the cap, no batch: the next transition wakes it
+                    replay.wait_for_transitions(seen, IDLE_WAIT)
 
     def stop(self) -> None:
         """Stop updating (the thread is joined); the newest version and the last loss reach the host."""
         self._stop.set()
         if self._thread is not None:
+            self.learner.replay.wake_waiters()  # the thread waiting for transitions sees the stop now
             self._thread.join(timeout=30)
         self.learner.close()
 

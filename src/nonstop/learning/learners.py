@@ -58,9 +58,13 @@ __all__ = ["LEARNER_MODES", "Learner", "VirtualLearners", "LearnerProcesses"]
 
 LEARNER_MODES: Final = ("round_robin", "hogwild", "parallel")
 DEAD: Final = -1  # a parallel-mode gradient slot whose learner died and will not come back
-#: the longest a wall-clock learner sleeps waiting for transitions before it looks again (a write
-#: from the host wakes it at once; this bounds a missed wake-up and how late it sees a stop)
+#: the longest a wall-clock learner sleeps waiting (for transitions, its turn, a round, another learner's
+#: gradient) before it looks again: the event it waits for wakes it at once (a futex on the word that
+#: changes), and so does a stop; this bounds a missed wake-up
 IDLE_WAIT: Final = 0.05
+#: the longest a learner waits for a target copy being written to end before it learns on with the target
+#: it has (a writer killed mid-copy leaves the copy unfinished until the next writer)
+TARGET_WAIT: Final = 0.01
 
 
 def check_mode(mode: str, n_learners: int) -> None:
@@ -113,13 +117,29 @@ class GradientSlots(_Segment):
 
     def hand_in(self, learner: int, round_: int, grad: np.ndarray) -> None:
         """Learner ``learner``'s gradient for round ``round_`` (rounds finished before it): copied
-        into its slot, then marked in place (a release store)."""
+        into its slot, then marked in place (a release store) and learner 0 woken if it waits for it."""
         self.slot(learner, grad.size)[:] = grad
         self._hdr.store(learner, round_ + 1)
+        self._wake_word(learner)
 
     def missing(self, round_: int, n_learners: int) -> bool:
         """Whether a live learner has not yet handed in its gradient for round ``round_``."""
         return any(self._hdr.load(i) not in (round_ + 1, DEAD) for i in range(n_learners))
+
+    def wait_for_hand_in(self, round_: int, n_learners: int, timeout: float) -> None:
+        """Sleep until the first live learner still missing from round ``round_`` hands in or is marked dead
+        (its word changes, and its writer wakes this one), or ``timeout`` seconds; at once if none is
+        missing. It may return early: callers re-check `missing`."""
+        for i in range(n_learners):
+            word = self._hdr.load(i)
+            if word not in (round_ + 1, DEAD):
+                self._wait_word(i, word, timeout)
+                return
+
+    def wake_waiters(self) -> None:
+        """Wake a learner waiting in `wait_for_hand_in` (stopping: it re-checks and sees the stop)."""
+        for i in range(self.MAX_LEARNERS):
+            self._wake_word(i)
 
     def handed_in(self, round_: int, n_learners: int) -> list[int]:
         """The learners whose gradient for round ``round_`` is in place."""
@@ -132,6 +152,7 @@ class GradientSlots(_Segment):
     def mark_dead(self, learner: int) -> None:
         """Learner ``learner`` will not come back: rounds stop waiting for it."""
         self._hdr.store(learner, DEAD)
+        self._wake_word(learner)
 
 
 class Learner:
@@ -191,16 +212,19 @@ class Learner:
         return flat_gradient(self.online), float(loss)
 
     def _sync_target(self) -> None:
-        for _ in range(100):
-            if self.state.target_version == self._target_version:
-                return
+        """Load the newest complete target network. A copy being written is waited for (its writer's end
+        wakes this learner), at most `TARGET_WAIT` in all; then the learner goes on with the target it has."""
+        give_up = time.monotonic() + TARGET_WAIT
+        while self.state.target_version != self._target_version:
             v = self.state.read_target_into(self._flat)  # a seqlock read: None if a sync overlapped it
-            if v is None:
-                time.sleep(0.0001)
-                continue
-            load_flat(self.target, self._flat)
-            self._target_version = v
-            return
+            if v is not None:
+                load_flat(self.target, self._flat)
+                self._target_version = v
+                return
+            left = give_up - time.monotonic()
+            if left <= 0:
+                return
+            self.state.wait_for_target(left)
 
 
 def apply(state: TrainingState, weights: SharedWeights, grad: np.ndarray, loss: float, cfg: AlgoConfig) -> int:
@@ -380,12 +404,12 @@ def _learner_main(
                 _parallel_step(learner, index, n, state, weights, grads, cfg)
                 continue
             out = learner.gradient()
-            if out is None:
-                time.sleep(0.001)
+            if out is None:  # no batch to draw (its frames recycled meanwhile): a new transition may bring one
+                replay.wait_for_transitions(seen, IDLE_WAIT)
                 continue
             if mode == "round_robin":
                 while (t := state.turn) % n != index and not state.stop_requested:
-                    time.sleep(0.0001)
+                    state.wait_turn(t, IDLE_WAIT)  # whoever passes the turn on wakes this learner
                 if state.stop_requested:
                     break
                 apply(state, weights, out[0], out[1], cfg)
@@ -413,15 +437,16 @@ def _parallel_step(
 ) -> None:
     """All learners compute at the same version; learner 0 averages and applies."""
     round_ = state.turn  # counts finished rounds
+    seen = learner.replay.transitions_written
     out = learner.gradient()
-    if out is None:
-        time.sleep(0.001)
+    if out is None:  # no batch to draw: a new transition may bring one
+        learner.replay.wait_for_transitions(seen, IDLE_WAIT)
         return
     grads.hand_in(index, round_, out[0])
     if index == 0:
-        # wait for every learner still alive (the supervisor marks a dead one DEAD)
+        # wait for every learner still alive (the supervisor marks a dead one DEAD); a hand-in wakes it
         while not state.stop_requested and grads.missing(round_, n):
-            time.sleep(0.0001)
+            grads.wait_for_hand_in(round_, n, IDLE_WAIT)
         if state.stop_requested:
             return  # never apply an average that mixes rounds
         grad = grads.average(grads.handed_in(round_, n), weights.n_params)
@@ -429,7 +454,7 @@ def _parallel_step(
         state.finish_round(round_)
     else:
         while not state.stop_requested and state.turn == round_:
-            time.sleep(0.0001)
+            state.wait_turn(round_, IDLE_WAIT)  # learner 0's `finish_round` wakes this one
 
 
 class LearnerProcesses:
@@ -558,8 +583,10 @@ class LearnerProcesses:
         self._stop.set()
         if self._monitor is not None:
             self._monitor.join(timeout=2)
-        self.state.request_stop()
+        self.state.request_stop()  # it wakes the learners waiting for their turn or a round
         self.replay.wake_waiters()  # learners waiting for transitions see the stop now
+        if self.grads is not None:
+            self.grads.wake_waiters()  # and learner 0 waiting for the others' gradients
         for p in self.processes:
             if p is None:
                 continue

@@ -34,12 +34,22 @@ only ``close``s.
 
 from __future__ import annotations
 
+import sys
 import time
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import numpy as np
 
-from nonstop.realtime.atomics import ACQUIRE, RELAXED, RELEASE, RobustLock, SharedWords, fence
+from nonstop.realtime.atomics import (
+    ACQUIRE,
+    RELAXED,
+    RELEASE,
+    RobustLock,
+    SharedWords,
+    fence,
+    futex_wait,
+    futex_wake,
+)
 from nonstop.realtime.channels import SharedSegment, _attach, _new_segment
 
 if TYPE_CHECKING:
@@ -48,6 +58,8 @@ if TYPE_CHECKING:
 __all__ = ["SharedWeights", "TrainingState", "flat_parameters", "load_flat"]
 
 _BEGUN, _DONE, _EPS, _PUBLISH_LOCK, _HDR = 0, 1, 2, 3, 8  # header words (int64; word 2 holds a float64)
+#: byte offset of an int64 header word's low 32 bits within it: the futex word its waiters sleep on
+_LOW_HALF: Final = 0 if sys.byteorder == "little" else 4
 
 
 def flat_parameters(model: "torch.nn.Module") -> np.ndarray:
@@ -103,6 +115,8 @@ class _Segment(SharedSegment):
         for vec in self._vectors:
             setattr(self, vec, np.ndarray((self.n_params,), np.float32, buf, off))
             off += self.n_params * 4
+        #: where header word 0's low half lives in this process's mapping (`_wait_word`, `_wake_word`)
+        self._futex_base = self._hdr_f.ctypes.data + _LOW_HALF
 
     @classmethod
     def create(cls, n_params: int) -> Any:
@@ -120,6 +134,18 @@ class _Segment(SharedSegment):
     def _release_views(self) -> None:
         if "_hdr" in self.__dict__:
             self._hdr.close()
+
+    def _wait_word(self, i: int, seen: int, timeout: float) -> None:
+        """Sleep while header word ``i`` still holds ``seen`` (its low 32 bits, which the kernel re-checks:
+        a store made after the caller read ``seen`` is not missed), until its writer's `_wake_word` or
+        ``timeout`` seconds. It may return early: callers re-check what they wait for."""
+        futex_wait(self._futex_base + 8 * i, seen, timeout)
+
+    def _wake_word(self, i: int) -> None:
+        """Wake every process sleeping in `_wait_word` on header word ``i`` (its writer, after the store);
+        nothing once this process has closed the segment."""
+        if not self.closed:
+            futex_wake(self._futex_base + 8 * i)
 
 
 class SharedWeights(_Segment):
@@ -278,17 +304,28 @@ class TrainingState(_Segment):
 
     def advance_turn(self) -> int:
         """Move the turn on by one (an indivisible add); returns the new turn."""
-        return self._hdr.fetch_add(_TURN, 1) + 1
+        turn = self._hdr.fetch_add(_TURN, 1) + 1
+        self._wake_word(_TURN)
+        return turn
 
     def pass_turn(self, turn: int) -> bool:
         """Move the round-robin turn from ``turn`` to ``turn + 1``, only if it still is ``turn``
         (a supervisor skipping a dead learner can never skip a live one's turn)."""
-        return self._hdr.compare_exchange(_TURN, turn, turn + 1)
+        passed = self._hdr.compare_exchange(_TURN, turn, turn + 1)
+        if passed:
+            self._wake_word(_TURN)
+        return passed
 
     def finish_round(self, round_: int) -> None:
         """Parallel mode: round ``round_``'s averaged update is applied; the round count becomes
         ``round_ + 1`` (a release store: the learners waiting on it see the update)."""
         self._hdr.store(_TURN, round_ + 1, RELEASE)
+        self._wake_word(_TURN)
+
+    def wait_turn(self, seen: int, timeout: float) -> None:
+        """Sleep until the turn moves on from ``seen`` (whoever moves it wakes its waiters, and so does
+        `request_stop`), or ``timeout`` seconds; it may return early: callers re-check the turn and the stop."""
+        self._wait_word(_TURN, seen, timeout)
 
     # ---------------------------------------------------------------- the target network
     def write_target(self, polyak: float = 1.0) -> int:
@@ -307,6 +344,7 @@ class TrainingState(_Segment):
             else:
                 self.target += np.float32(polyak) * (self.params - self.target)
             hdr.store(_TARGET_VERSION, odd + 1, RELEASE)
+        self._wake_word(_TARGET_VERSION)  # learners waiting for this copy to end (`wait_for_target`)
         return odd + 1
 
     def read_target_into(self, out: np.ndarray) -> int | None:
@@ -325,13 +363,23 @@ class TrainingState(_Segment):
         """The target network's seqlock version: even when complete, odd while being written."""
         return self._hdr.load(_TARGET_VERSION, ACQUIRE)
 
+    def wait_for_target(self, timeout: float) -> None:
+        """While a copy is being written (the version odd), sleep until its writer ends it or ``timeout``
+        seconds pass (a writer killed mid-copy leaves the version odd until the next one); at once otherwise."""
+        version = self._hdr.load(_TARGET_VERSION, ACQUIRE)
+        if version % 2:
+            self._wait_word(_TARGET_VERSION, version, timeout)
+
     # ---------------------------------------------------------------- stop, loss
     @property
     def stop_requested(self) -> bool:
         return bool(self._hdr.load(_STOP, ACQUIRE))
 
     def request_stop(self) -> None:
+        """Ask the learners to stop; those waiting for their turn or for a target copy are woken to see it."""
         self._hdr.store(_STOP, 1, RELEASE)
+        self._wake_word(_TURN)
+        self._wake_word(_TARGET_VERSION)
 
     @property
     def loss(self) -> float:

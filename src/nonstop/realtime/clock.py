@@ -16,7 +16,9 @@ same code runs reproducibly and far faster than realtime.
 A timed process runs the same lines on both clocks; what differs is the clock's to say
 (`Clock.real`: real-world margins and measured work count on the wall clock, not on the virtual
 one; `Clock.resync`, `Clock.for_threads`, `Clock.call_at`, `Clock.timed_call`, `Clock.restarted`,
-`Clock.arrival`, `Clock.look_ahead`).
+`Clock.arrival`, `Clock.look_ahead`). Where a part itself takes another shape, it asks the clock
+what it offers, not which clock it is: `Clock.waits_block` (a thread of its own, or a timed process
+the clock drives) and `Clock.spans_processes` (whether a child process can share the time).
 
 What is not the world's time reads the machine's clock where it is needed, not through a clock:
 how long a piece of work took (`stopwatch`), a timeout on a pipe, a socket or a spin on shared
@@ -85,6 +87,16 @@ class Clock(ABC):
     #: What a run's description calls this clock (``"wall"`` or ``"virtual"``).
     kind: str = "wall"
     tick_grace: float = 0.0
+    #: Whether a wait blocks its thread for that long in wall time (the wall clock): a part that waits (a
+    #: batching server, a device learner) runs on a thread of its own, and other threads run meanwhile (a
+    #: server's stager copies frames while a forward pass runs). False where the clock simulates every wait
+    #: on the caller's thread (the virtual clock): such a part is a timed process the clock drives, and
+    #: nothing runs beside a computation.
+    waits_block: bool = True
+    #: Whether another process can read this clock's time (a child builds its own clock from this one's
+    #: origin: the wall clock's CLOCK_MONOTONIC is the machine's). False where the time is a simulation
+    #: inside this interpreter (the virtual clock): a host, or a lane, on it stays in this process.
+    spans_processes: bool = True
 
     @abstractmethod
     def now(self) -> float:
@@ -404,6 +416,8 @@ class VirtualClock(Clock):
     is_virtual = True
     kind = "virtual"
     tick_grace = 1e-6
+    waits_block = False
+    spans_processes = False
 
     def __init__(self) -> None:
         self._now = 0.0

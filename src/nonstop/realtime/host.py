@@ -32,7 +32,7 @@ import gymnasium as gym
 import numpy as np
 
 from nonstop.realtime.channels import ActionQueue, LatestSlot
-from nonstop.realtime.clock import Clock, VirtualClock, WallClock, make_clock
+from nonstop.realtime.clock import Clock, WallClock, make_clock
 from nonstop.realtime.defaults import make_default, space_noop
 from nonstop.realtime.hostloop import (
     END_NONE as END_NONE,
@@ -205,7 +205,9 @@ class Session:
         self._queue: ActionQueue | None = None
         #: ``render_mode="rgb_array"``: the frame of the newest tick (and, as final, of the last episode end)
         self.render_slot: LatestSlot | None = None
-        self.mechanism = "virtual" if self.clock.is_virtual else None
+        # a clock no child process can read runs the host in this process, a timed process of its own
+        # simulation ("virtual"); else `start` picks the mechanism (`host_mechanism`)
+        self.mechanism = None if self.clock.spans_processes else self.clock.kind
         self.host: Host | None = None
         self._process: Any = None
         self._conn: Any = None
@@ -257,10 +259,6 @@ class Session:
         self.stop()
 
     @property
-    def is_virtual(self) -> bool:
-        return self.clock.is_virtual
-
-    @property
     def running(self) -> bool:
         """Started and neither stopped nor failed (its channels can still be read)."""
         return self._started and not self._stopped
@@ -309,7 +307,7 @@ class Session:
                 if frame is None:
                     raise TypeError(f"env {self.env_id!r} rendered nothing with render_mode='rgb_array'")
                 self.render_slot = LatestSlot.create(np.asarray(frame))
-            if isinstance(self.clock, VirtualClock):  # is_virtual
+            if not self.clock.spans_processes:  # the host is a timed process of this clock's simulation
                 if self.seats is not None:
                     default: Any = [
                         make_default(d, noop_action=n) for d, n in zip(self._seat_defaults, self._seat_noops)
