@@ -731,14 +731,7 @@ class BatchedPolicy(Policy):
         now = clock.now()
         if obs_tick is None:  # the newest tick published by now (a tick is published `tick_grace` after its deadline)
             obs_tick = max(0, math.floor((now - origin - clock.tick_grace / 2) / tau_m))
-        if clock.is_virtual:
-            # a tick is published `tick_grace` after its deadline: a request made on that publish counts from
-            # the deadline, as a worker's declared latency does (`Clock.resync`), so a batch of L = k ticks
-            # started on tick t's observation lands on tick t + k, as k ticks of a thread worker's latency do
-            # (counted from the publish, its answer came `tick_grace` after the host's tick t + k: a tick late)
-            deadline = origin + round((now - origin) / tau_m) * tau_m
-            if 0.0 <= now - deadline <= 2 * clock.tick_grace:
-                now = deadline
+        now = clock.request_time(now, origin, tau_m)  # a request made on a tick's publish counts from its deadline
         if self.due_ticks is not None:
             due_tick = obs_tick + self.due_ticks
         else:

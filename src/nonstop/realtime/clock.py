@@ -160,6 +160,13 @@ class Clock(ABC):
         to ``due`` on the virtual clock (it happens exactly then); on the wall clock at most ``poll``
         from now and ``late`` past ``due`` (it may come late, and the reader looks again)."""
 
+    def request_time(self, now: float, origin: float, period: float) -> float:
+        """When a request made at ``now`` on a grid of ``period`` from ``origin`` starts counting its
+        latency: ``now`` on the wall clock; on the virtual clock a request made on a tick's publish
+        (``tick_grace`` after its deadline) counts from the deadline, as a worker's declared latency does
+        (`resync`), so k ticks of latency started on tick t's observation land on tick t + k."""
+        return now
+
     def timed_call(self, policy: object) -> Callable[..., Generator[Wake, float, Any]] | None:
         """How a timed process on this clock calls ``policy`` that takes time: None for a plain blocking
         ``act`` (a thread blocks in it); the policy's ``act_timed`` where the call must be waited for as
@@ -498,6 +505,10 @@ class VirtualClock(Clock):
 
     def look_ahead(self, due: float, poll: float, *, late: float) -> float:
         return due
+
+    def request_time(self, now: float, origin: float, period: float) -> float:
+        deadline = origin + round((now - origin) / period) * period
+        return deadline if 0.0 <= now - deadline <= 2 * self.tick_grace else now
 
     def timed_call(self, policy: object) -> Callable[..., Generator[Wake, float, Any]] | None:
         timed = getattr(policy, "act_timed", None)
