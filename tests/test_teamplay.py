@@ -6,6 +6,7 @@ form its own delayed semi-MDP in one replay, kills and deaths are counted from t
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import gymnasium as gym
@@ -75,7 +76,7 @@ def test_one_pass_a_tick_lands_every_action_d_ticks_later_and_forms_each_agents_
     tally = TeamTally(ActionEcho())
     with Session(lambda: tally, clock="virtual", seed=0, tick_hz=20, default="noop") as world:
         actor = TeamActor(
-            world, [0, 1], choose, d, on_transition=lambda *t: transitions.append(t)
+            world, [0, 1], choose, d, on_transition=lambda j, *t: transitions.append(t)
         )  # team a; team b is β's
         world.clock.spawn(actor.process(), name="team a", priority=2)
         world.run_for(30 / 20)
@@ -153,8 +154,13 @@ def test_team_self_play_on_battle_writes_teams_csv_and_report(tmp_path) -> None:
         snapshot_every=1.0,
         update_every=2,
     )
-    summary = train_teams(cfg, tmp_path, echo=lambda _: None)
+    lines: list[str] = []
+    summary = train_teams(cfg, tmp_path, echo=lines.append)
     assert summary["judged_episodes"] == 3 and summary["updates"] > 0 and summary["snapshots"] >= 2
+    # the judged episodes measure what self-play learned: nothing learns from the random team
+    judged_updates = [re.search(r"([\d,]+) updates", line) for line in lines if "against random" in line]
+    assert len(judged_updates) >= 3
+    assert {int(m.group(1).replace(",", "")) for m in judged_updates if m} == {summary["updates"]}
     rows = read_team_rows(tmp_path / TEAMS_FILE)
     assert {r["team"] for r in rows} == {"red", "blue"}
     assert [r["player"] for r in rows if r["team"] == "blue"][-3:] == ["random"] * 3

@@ -44,6 +44,7 @@ import numpy as np
 
 from nonstop.envs.magent import team_of
 from nonstop.experiment.selfplay import SnapshotPool
+from nonstop.experiment.teamlearn import TeamLearner, TeamReplay, build_qnet
 from nonstop.experiment.teamstats import RECENT_MATCHES, TEAMS_FILE, TeamTally, team_row, write_team_rows
 
 __all__ = ["TeamPlayConfig", "TeamReplay", "TeamActor", "team_seats", "train_teams", "is_team_world"]
@@ -77,7 +78,9 @@ class TeamPlayConfig:
     update_every: int = 4  #: ticks between DQN updates (one batch each)
     replay_capacity: int = 50_000
     hidden: int = 128
-    arch: str = "mlp"  #: ``mlp`` (flattened window: cheapest on a CPU) or ``conv`` (two 3×3 convolutions)
+    arch: str = "mlp"  #: the Q-network (`nonstop.experiment.teamlearn.build_qnet`): ``mlp``, ``conv``, ``gridconv``
+    n_step: int = 1  #: each agent's returns over n ticks (`nonstop.experiment.teamlearn.NStepReturns`)
+    double: bool = False  #: double DQN targets
     judge_episodes: int = RECENT_MATCHES
 
     @classmethod
@@ -111,6 +114,7 @@ class TeamPlayConfig:
             learning_starts=dqn.learning_starts,
             replay_capacity=min(dqn.replay_capacity, cls.replay_capacity),  # float16 windows: 50k of 13×13×5 is 170 MB
             hidden=int(dqn.hidden[0]) if dqn.hidden else 128,
+            double=bool(dqn.double),
         )
 
 
@@ -135,81 +139,16 @@ def is_team_world(env_id: str, env_kwargs: dict[str, Any]) -> bool:
     return len(seats) > 2 and len(team_seats(seats)) >= 2
 
 
-# ----------------------------------------------------------------------------- the network and its replay
-
-
-def build_qnet(obs_shape: tuple[int, ...], n_actions: int, hidden: int, arch: str = "mlp") -> Any:
-    """A small Q-network: an MLP over the flattened observation, or (``conv``, an (H, W, C) window)
-    two 3×3 convolutions and a hidden layer."""
-    import torch
-    from torch import nn
-
-    if arch not in ("mlp", "conv"):
-        raise ValueError(f"arch must be mlp or conv, got {arch!r}")
-    if arch == "conv" and len(obs_shape) == 3:
-        h, w, c = obs_shape
-
-        class Conv(nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.body = nn.Sequential(
-                    nn.Conv2d(c, 16, 3),
-                    nn.ReLU(),
-                    nn.Conv2d(16, 16, 3, stride=2),
-                    nn.ReLU(),
-                    nn.Flatten(),
-                )
-                with torch.no_grad():
-                    n = self.body(torch.zeros(1, c, h, w)).shape[1]
-                self.head = nn.Sequential(nn.Linear(n, hidden), nn.ReLU(), nn.Linear(hidden, n_actions))
-
-            def forward(self, x: Any) -> Any:
-                return self.head(self.body(x.permute(0, 3, 1, 2)))
-
-        return Conv()
-    n = int(np.prod(obs_shape))
-    return nn.Sequential(nn.Flatten(), nn.Linear(n, hidden), nn.ReLU(), nn.Linear(hidden, n_actions))
-
-
-class TeamReplay:
-    """Every agent's transitions of one team in one ring (observations as float16: MAgent2's windows
-    hold 0/1 and hit-point fractions)."""
-
-    def __init__(self, capacity: int, obs_shape: tuple[int, ...]) -> None:
-        self.capacity = int(capacity)
-        self.obs = np.zeros((capacity, *obs_shape), np.float16)
-        self.next_obs = np.zeros((capacity, *obs_shape), np.float16)
-        self.action = np.zeros(capacity, np.int64)
-        self.reward = np.zeros(capacity, np.float32)
-        self.done = np.zeros(capacity, np.float32)
-        self.size = 0
-        self.written = 0
-
-    def add(self, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray, done: bool) -> None:
-        i = self.written % self.capacity
-        self.obs[i], self.action[i], self.reward[i], self.next_obs[i], self.done[i] = (
-            obs,
-            action,
-            reward,
-            next_obs,
-            done,
-        )
-        self.written += 1
-        self.size = min(self.size + 1, self.capacity)
-
-    def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-        idx = rng.integers(0, self.size, n)
-        return self.obs[idx], self.action[idx], self.reward[idx], self.next_obs[idx], self.done[idx]
-
-
 # ----------------------------------------------------------------------------- the team's actor
 
 
 class TeamActor:
     """Acts for every living seat of one team, one batched forward pass a tick (see the module docstring).
 
-    ``choose(obs_batch, episode) -> actions`` picks the team's actions; ``learn``: with a replay,
-    every seat's transitions go into it (`on_transition`). A timed process on the world's clock.
+    ``choose(obs_batch, episode) -> actions`` picks the team's actions. With ``on_transition``, every
+    seat's one-tick transitions go to it as ``(seat, obs, action, reward, next_obs, died)``, each seat's
+    in order, and ``on_seat_end(seat, died)`` follows a seat's last one of an episode (its agent left
+    the world, or the episode ended). A timed process on the world's clock.
     """
 
     def __init__(
@@ -219,13 +158,14 @@ class TeamActor:
         choose: Callable[[np.ndarray, int], np.ndarray],
         latency_ticks: int,
         *,
-        on_transition: Callable[[np.ndarray, int, float, np.ndarray, bool], None] | None = None,
+        on_transition: Callable[[int, np.ndarray, int, float, np.ndarray, bool], None] | None = None,
+        on_seat_end: Callable[[int, bool], None] | None = None,
         on_tick: Callable[[int], None] | None = None,
     ) -> None:
         if latency_ticks < 1:
             raise ValueError(f"latency_ticks must be >= 1, got {latency_ticks}")
         self.world, self.seats, self.choose, self.d = world, seats, choose, latency_ticks
-        self.on_transition, self.on_tick = on_transition, on_tick
+        self.on_transition, self.on_seat_end, self.on_tick = on_transition, on_seat_end, on_tick
         # per seat: decisions awaiting their reward, (obs tick, obs, action), oldest first
         self.pending: list[deque[tuple[int, np.ndarray, int]]] = [deque() for _ in seats]
         self.totals = [0.0] * len(seats)
@@ -250,8 +190,10 @@ class TeamActor:
             episode = reads[0].episode
             if episode != self.episode:  # a new world: whatever was pending belonged to the last one
                 self.episode = episode
-                for p in self.pending:
+                for j, p in enumerate(self.pending):
                     p.clear()
+                    if self.on_seat_end is not None:
+                        self.on_seat_end(j, False)
                 self.totals = [r.total_reward for r in reads]
             live = []
             for j, r in enumerate(reads):
@@ -286,9 +228,11 @@ class TeamActor:
         if pending and pending[0][0] + self.d == read.tick:
             _, obs, action = pending.popleft()
             next_obs = pending[0][1] if pending else read.obs
-            self.on_transition(obs, action, reward, next_obs, bool(read.terminated))
+            self.on_transition(j, obs, action, reward, next_obs, bool(read.terminated))
         if gone:
             pending.clear()
+            if self.on_seat_end is not None:
+                self.on_seat_end(j, bool(read.terminated))
 
 
 def _submitter(queue: Any, action: int, obs_tick: int, episode: int, tau_theta: float) -> Callable[[], None]:
@@ -299,69 +243,6 @@ def _submitter(queue: Any, action: int, obs_tick: int, episode: int, tau_theta: 
 
 
 # ----------------------------------------------------------------------------- the run
-
-
-class _Learner:
-    """The learning team's DQN: θ, its target, Adam, the replay, ε."""
-
-    def __init__(self, cfg: TeamPlayConfig, obs_shape: tuple[int, ...], n_actions: int) -> None:
-        import torch
-
-        torch.manual_seed(cfg.seed)
-        self.cfg, self.n_actions = cfg, n_actions
-        self.q = build_qnet(obs_shape, n_actions, cfg.hidden, cfg.arch)
-        self.target = build_qnet(obs_shape, n_actions, cfg.hidden, cfg.arch)
-        self.target.load_state_dict(self.q.state_dict())
-        self.opt = torch.optim.Adam(self.q.parameters(), lr=cfg.lr, foreach=True)
-        self.replay = TeamReplay(cfg.replay_capacity, obs_shape)
-        self.rng = np.random.default_rng(cfg.seed)
-        self.updates = 0
-        self.ticks = 0
-        self.losses: deque[float] = deque(maxlen=200)
-
-    def epsilon(self) -> float:
-        c = self.cfg
-        f = min(1.0, self.ticks / max(1, c.epsilon_ticks))
-        return c.epsilon_start + f * (c.epsilon_end - c.epsilon_start)
-
-    def greedy(self, net: Any, obs: np.ndarray) -> np.ndarray:
-        import torch
-
-        with torch.no_grad():
-            return net(torch.as_tensor(obs, dtype=torch.float32)).argmax(1).numpy()
-
-    def act(self, obs: np.ndarray, eps: float) -> np.ndarray:
-        actions = self.greedy(self.q, obs)
-        explore = self.rng.random(len(actions)) < eps
-        actions[explore] = self.rng.integers(0, self.n_actions, int(explore.sum()))
-        return actions
-
-    def update(self) -> None:
-        import torch
-        import torch.nn.functional as F
-
-        c = self.cfg
-        if self.replay.size < max(c.learning_starts, c.batch_size):
-            return
-        obs, action, reward, next_obs, done = (torch.as_tensor(x) for x in self.replay.sample(c.batch_size, self.rng))
-        obs, next_obs = obs.float(), next_obs.float()
-        with torch.no_grad():
-            target = reward + c.gamma * (1.0 - done) * self.target(next_obs).max(1).values
-        q = self.q(obs).gather(1, action[:, None]).squeeze(1)
-        loss = F.smooth_l1_loss(q, target)
-        self.opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.q.parameters(), 10.0)
-        self.opt.step()
-        self.updates += 1
-        self.losses.append(float(loss.detach()))
-        if self.updates % c.target_update == 0:
-            self.target.load_state_dict(self.q.state_dict())
-
-    def flat(self) -> np.ndarray:
-        from torch.nn.utils import parameters_to_vector
-
-        return parameters_to_vector(self.q.parameters()).detach().numpy().copy()
 
 
 def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], None] = print) -> dict[str, Any]:
@@ -403,7 +284,7 @@ def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], N
         mine, theirs = names[0], names[1]
         space: Any = world.action_spaces[seats[teams[mine][0]]]
         obs_shape = tuple(world.observation_spaces[seats[teams[mine][0]]].shape or ())
-        learner = _Learner(cfg, obs_shape, int(space.n))
+        learner = TeamLearner(cfg, obs_shape, int(space.n))
         opponent_net = build_qnet(obs_shape, int(space.n), cfg.hidden, cfg.arch)
         pool = SnapshotPool(cfg.pool_size, cfg.opponents, seed=cfg.seed)
         pool.add(learner.flat(), env_tick=0, updates=0)
@@ -433,10 +314,22 @@ def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], N
             actions[explore] = learner.rng.integers(0, learner.n_actions, int(explore.sum()))
             return actions
 
+        def learning() -> bool:  # self-play only: the judged episodes measure what it learned, frozen
+            return state["judge_from"] is None
+
+        def record(seat: int, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray, died: bool) -> None:
+            if learning():
+                learner.nstep.add(seat, obs, action, reward, next_obs, died)
+
+        def seat_end(seat: int, died: bool) -> None:
+            if learning():
+                learner.nstep.end(seat, died)
+
         def on_tick(tick: int) -> None:
-            learner.ticks = tick
-            if tick % cfg.update_every == 0:
-                learner.update()
+            if learning():
+                learner.ticks = tick
+                if tick % cfg.update_every == 0:
+                    learner.update()
             if state["judge_from"] is None and tick and tick % snapshot_ticks == 0:
                 pool.add(learner.flat(), env_tick=tick, updates=learner.updates)
             for deaths, returns in tallies[-1].take_finished():
@@ -468,7 +361,13 @@ def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], N
 
         actors = [
             TeamActor(
-                world, teams[mine], choose_mine, cfg.latency_ticks, on_transition=learner.replay.add, on_tick=on_tick
+                world,
+                teams[mine],
+                choose_mine,
+                cfg.latency_ticks,
+                on_transition=record,
+                on_seat_end=seat_end,
+                on_tick=on_tick,
             ),
             TeamActor(world, teams[theirs], choose_theirs, cfg.latency_ticks),
         ]
