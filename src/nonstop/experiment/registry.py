@@ -33,7 +33,7 @@ yet known refuses nothing):
 >>> lookup("seating", "duet")
 Traceback (most recent call last):
 ...
-ValueError: unknown seating 'duet': use one of self_play, solo
+ValueError: unknown seating 'duet': use one of self_play, solo, team_self_play
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ __all__ = [
     "check",
     "required",
     "runs_as",
+    "alone",
 ]
 
 #: what each kind of part is chosen by (the config's field or property of that name)
@@ -66,6 +67,8 @@ _BUILTIN: dict[str, dict[str, Any]] = {
     "seating": {
         "solo": "nonstop.experiment.seating:SoloSeating",
         "self_play": "nonstop.experiment.selfplay:SelfPlaySeating",
+        # self-play in a world of teams: a learning team against its snapshots, its own loop (virtual clock)
+        "team_self_play": "nonstop.experiment.teamplay:TeamSelfPlaySeating",
     },
     # what drives the learner's seat: staggered workers beside asynchronous learners, or one loop that
     # infers and learns in turn (the paper's sequential baselines)
@@ -215,6 +218,9 @@ class Constraint:
     #: a policy backend: its model takes such a learner's θ by a device copy (the learner then writes no
     #: host copy for it)
     takes_device_weights: bool = False
+    #: a seating that runs the whole run itself, not as a `nonstop.experiment.run.Run`: its own loop and
+    #: run directory (``seating(cfg).train(rec, console) -> (summary, end, out)``)
+    runs_alone: bool = False
 
 
 _RAY_ON_WALL = "runs real remote calls, which do not mix with the virtual clock: use --clock wall"
@@ -235,7 +241,20 @@ _NO_DELAY_AWARE = refuses(
 
 _CONSTRAINTS: dict[str, dict[str, Constraint]] = {
     "seating": {
-        "self_play": Constraint((_NO_DELAY_AWARE,)),
+        # in a world of teams (a fact asked of the world only here: `seating.seating_for`), team self-play
+        "self_play": Constraint((_NO_DELAY_AWARE,), instead={"team_world": {True: "team_self_play"}}),
+        "team_self_play": Constraint(
+            (
+                needs(
+                    "clock", "virtual", why="--self-play on a team world runs on the virtual clock: add --clock virtual"
+                ),
+                needs(
+                    "algo", "dqn", why="--self-play on a team world learns with DQN: --algo {algo} is not offered there"
+                ),
+            ),
+            offered=False,
+            runs_alone=True,
+        ),
     },
     "policy_backend": {
         "process": Constraint(instead={"clock": {"virtual": "thread"}}),
@@ -348,6 +367,11 @@ def check(kind: str, name: str, facts: Mapping[str, Any]) -> None:
 def required(kind: str, chosen: list[tuple[str, str]], default: str) -> str:
     """The part of ``kind`` that one of the ``chosen`` ``(kind, name)`` parts requires, else ``default``."""
     return next((need for k, name in chosen if (need := constraint(k, name).requires.get(kind))), default)
+
+
+def alone(kind: str, name: str) -> Any:
+    """The part ``name`` of ``kind`` where it runs the whole run itself (`Constraint.runs_alone`), else None."""
+    return lookup(kind, name) if constraint(kind, name).runs_alone else None
 
 
 def runs_as(kind: str, name: str, facts: Mapping[str, Any]) -> str:

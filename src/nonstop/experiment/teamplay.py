@@ -42,12 +42,20 @@ from typing import Any, Final
 
 import numpy as np
 
-from nonstop.envs.magent import team_of
+from nonstop.experiment.seating import is_team_world, team_seats
 from nonstop.experiment.selfplay import SnapshotPool
 from nonstop.experiment.teamlearn import TeamLearner, TeamReplay, build_qnet
 from nonstop.experiment.teamstats import RECENT_MATCHES, TEAMS_FILE, TeamTally, team_row, write_team_rows
 
-__all__ = ["TeamPlayConfig", "TeamReplay", "TeamActor", "team_seats", "train_teams", "is_team_world"]
+__all__ = [
+    "TeamPlayConfig",
+    "TeamReplay",
+    "TeamActor",
+    "TeamSelfPlaySeating",
+    "team_seats",
+    "train_teams",
+    "is_team_world",
+]
 
 #: after the host's tick (priority 1): the actor reads what that tick published
 READ_PRIORITY: Final = 2
@@ -78,20 +86,19 @@ class TeamPlayConfig:
     update_every: int = 4  #: ticks between DQN updates (one batch each)
     replay_capacity: int = 50_000
     hidden: int = 128
-    arch: str = "mlp"  #: the Q-network (`nonstop.experiment.teamlearn.build_qnet`): ``mlp``, ``conv``, ``gridconv``
+    arch: str = (
+        "gridconv"  #: the Q-network (`nonstop.experiment.teamlearn.build_qnet`): ``mlp``, ``conv``, ``gridconv``
+    )
     n_step: int = 1  #: each agent's returns over n ticks (`nonstop.experiment.teamlearn.NStepReturns`)
     double: bool = False  #: double DQN targets
     judge_episodes: int = RECENT_MATCHES
 
     @classmethod
     def from_train_config(cls, cfg: Any, tick_hz: float) -> "TeamPlayConfig":
-        """From a `nonstop.experiment.config.TrainConfig` (its DQN settings, self-play flags, latency)."""
+        """From a `nonstop.experiment.config.TrainConfig` (its DQN settings, self-play flags, latency); the
+        registry's ``team_self_play`` seating refuses a config it cannot run (the wall clock, another --algo)."""
         from nonstop.policies.latency import parse_latency
 
-        if cfg.clock != "virtual":
-            raise ValueError("--self-play on a team world runs on the virtual clock: add --clock virtual")
-        if cfg.algo != "dqn":
-            raise ValueError(f"--self-play on a team world learns with DQN: --algo {cfg.algo} is not offered there")
         latency = parse_latency(cfg.latency, tick_hz=tick_hz)
         ticks = max(1, math.ceil(float(latency.mean) * tick_hz - 1e-9))
         dqn = cfg.dqn
@@ -116,30 +123,6 @@ class TeamPlayConfig:
             hidden=int(dqn.hidden[0]) if dqn.hidden else 128,
             double=bool(dqn.double),
         )
-
-
-def team_seats(seats: list[str]) -> dict[str, list[int]]:
-    """Each team's seat indices, teams in order of first seat (`team_of`)."""
-    out: dict[str, list[int]] = {}
-    for i, seat in enumerate(seats):
-        out.setdefault(team_of(seat), []).append(i)
-    return out
-
-
-def is_team_world(env_id: str, env_kwargs: dict[str, Any]) -> bool:
-    """Whether ``env_id`` is a world of more than two seats in at least two teams (built once to ask)."""
-    from nonstop.envs import make_env
-
-    kwargs = {k: v for k, v in env_kwargs.items() if k != "tick_hz"}
-    env = make_env(env_id, **kwargs)
-    try:
-        seats = [str(a) for a in getattr(env, "possible_agents", [])]
-    finally:
-        env.close()
-    return len(seats) > 2 and len(team_seats(seats)) >= 2
-
-
-# ----------------------------------------------------------------------------- the team's actor
 
 
 class TeamActor:
@@ -402,3 +385,36 @@ def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], N
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     torch.save({"q": learner.q.state_dict(), "pool": pool.state()}, out / "team_q.pt")
     return summary
+
+
+class TeamSelfPlaySeating:
+    """Team self-play as the registry's ``team_self_play`` seating: what ``--self-play`` runs in a world of
+    teams (`nonstop.experiment.seating.seating_for`). It runs alone (`train`), not as a
+    `nonstop.experiment.run.Run`: its own loop on the virtual clock and its own run directory."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+
+    def train(self, rec: Any, console: Any) -> tuple[dict[str, Any], Any, Path]:
+        """Run ``train_teams`` into ``rec.out``; ``(summary, end, out)`` as
+        `nonstop.experiment.record.train_in_directory` returns them."""
+        from nonstop.envs import env_info
+        from nonstop.experiment.ending import RunEnd
+
+        if rec.resume:
+            raise ValueError("team self-play does not resume (it keeps no checkpoints): start a new --out")
+        if rec.out is None:
+            raise ValueError("--self-play on a team world writes a run directory: add --out RUN")
+        out = Path(rec.out)
+        if (out / "ticklog").exists():
+            raise ValueError(f"{out} already holds a run: choose a new --out")
+        team_cfg = TeamPlayConfig.from_train_config(self.cfg, env_info(self.cfg.env, **self.cfg.env_kwargs).tick_hz)
+        summary = train_teams(team_cfg, out, echo=lambda line: console.print(line, markup=False, highlight=False))
+        won = summary["judged_win_rate"]
+        console.print(
+            f"done: {summary['env_ticks_total']:,} env ticks, {summary['episodes']} episodes, {summary['updates']:,} "
+            f"updates, {summary['wall_s']} s; against a random team in the last {summary['judged_episodes']}: won "
+            f"{'—' if won is None else f'{won:.0%}'}; `nonstop report {out}` draws the plots",
+            markup=False,
+        )
+        return summary, RunEnd(), out
