@@ -13,16 +13,18 @@ against ``blue_*``; a seat's team is `nonstop.envs.magent.team_of`) runs here, o
   semi-MDP (Definition 1 at one-tick decisions): the decision computed on the observation of tick
   k is applied at tick k + d, so its transition is ``(o_k, a_k, r_{k+d}, o_{k+1})``, done when the
   agent died at tick k + d; a seat's pending decisions are dropped when its agent leaves the
-  world or the episode ends. All seats of the team write into one replay and one DQN learns from
-  it (Huber loss, target network, Adam; updates inline on the virtual clock, which times inference
-  only).
+  world or the episode ends. All seats of the team write into one replay (each agent's returns over
+  ``n_step`` ticks) and one DQN learns from it (`nonstop.experiment.teamlearn`: by default GridConv
+  over the agent's whole view; Huber loss, target network, Adam; updates inline on the virtual
+  clock, which times inference only).
 * **Snapshots.** Every ``snapshot_every`` world seconds the team's parameters join a pool of the
   newest ``pool_size`` (snapshot 0: the untrained network); each episode the other team is played
   by one snapshot, drawn ``uniform`` or ``latest`` (`nonstop.experiment.selfplay.SnapshotPool`),
   acting ε-greedily (the learner's final ε) with the same latency.
 * **Judged against a random team.** After ``seconds`` of self-play the run plays
   `nonstop.experiment.teamstats.RECENT_MATCHES` more episodes against a uniformly random team
-  (the learner greedy but for ε_end), so the report's last figures are the bar.
+  (the learner greedy but for ε_end, and frozen: nothing it sees of the random team reaches the
+  replay or an update), so the report's last figures are the bar.
 
 ``RUN/teams.csv`` (`nonstop.experiment.teamstats`) gets a row per team and episode: kills, deaths,
 survivors, return, won; ``RUN/ticklog/`` the tick log (every seat's inaction and delay);
@@ -89,7 +91,7 @@ class TeamPlayConfig:
     arch: str = (
         "gridconv"  #: the Q-network (`nonstop.experiment.teamlearn.build_qnet`): ``mlp``, ``conv``, ``gridconv``
     )
-    n_step: int = 1  #: each agent's returns over n ticks (`nonstop.experiment.teamlearn.NStepReturns`)
+    n_step: int = 3  #: each agent's returns over n ticks (`nonstop.experiment.teamlearn.NStepReturns`)
     double: bool = False  #: double DQN targets
     judge_episodes: int = RECENT_MATCHES
 
