@@ -241,10 +241,11 @@ SERVED = {
 
 #: Not run here, with why. Each still parses.
 NOT_RUN = {
-    "nonstop train --env multi/battle --env-arg map_size=20 --env-arg max_cycles=150 --self-play --clock virtual "
-    "--latency 2t --seconds 600 --lr 1e-3 --batch-size 64 --epsilon-ticks 6000 --learning-starts 1000 --out runs/battle": (
-        "minutes of learning; tests/test_teamplay.py runs the same team self-play (train_teams, and its report) on a "
-        "12-cell battle map"
+    "nonstop train --env multi/battle --env-arg map_size=20 --env-arg max_cycles=300 --env-arg minimap_mode=true "
+    "--self-play --clock virtual --latency 2t --seconds 1200 --lr 1e-3 --batch-size 64 --epsilon-ticks 6000 "
+    "--learning-starts 1000 --target-update 250 --out runs/battle": (
+        "minutes of learning; tests/test_teamplay.py runs the same team self-play (train_teams, its report, and the "
+        "command itself) on a 12-cell battle map"
     ),
     "nonstop report runs/battle": "reports the run above, which is not run here (tests/test_teamplay.py reports its own)",
     "python -m pytest -q": "the suite itself: .ci/run runs the README's line verbatim",

@@ -6,6 +6,7 @@ form its own delayed semi-MDP in one replay, kills and deaths are counted from t
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import gymnasium as gym
@@ -75,7 +76,7 @@ def test_one_pass_a_tick_lands_every_action_d_ticks_later_and_forms_each_agents_
     tally = TeamTally(ActionEcho())
     with Session(lambda: tally, clock="virtual", seed=0, tick_hz=20, default="noop") as world:
         actor = TeamActor(
-            world, [0, 1], choose, d, on_transition=lambda *t: transitions.append(t)
+            world, [0, 1], choose, d, on_transition=lambda j, *t: transitions.append(t)
         )  # team a; team b is β's
         world.clock.spawn(actor.process(), name="team a", priority=2)
         world.run_for(30 / 20)
@@ -153,8 +154,13 @@ def test_team_self_play_on_battle_writes_teams_csv_and_report(tmp_path) -> None:
         snapshot_every=1.0,
         update_every=2,
     )
-    summary = train_teams(cfg, tmp_path, echo=lambda _: None)
+    lines: list[str] = []
+    summary = train_teams(cfg, tmp_path, echo=lines.append)
     assert summary["judged_episodes"] == 3 and summary["updates"] > 0 and summary["snapshots"] >= 2
+    # the judged episodes measure what self-play learned: nothing learns from the random team
+    judged_updates = [re.search(r"([\d,]+) updates", line) for line in lines if "against random" in line]
+    assert len(judged_updates) >= 3
+    assert {int(m.group(1).replace(",", "")) for m in judged_updates if m} == {summary["updates"]}
     rows = read_team_rows(tmp_path / TEAMS_FILE)
     assert {r["team"] for r in rows} == {"red", "blue"}
     assert [r["player"] for r in rows if r["team"] == "blue"][-3:] == ["random"] * 3
@@ -175,3 +181,31 @@ def test_the_train_command_routes_a_team_world_to_team_self_play(tmp_path, capsy
     assert main([*argv, "--clock", "wall", "--out", str(tmp_path / "a")]) != 0
     assert "runs on the virtual clock: add --clock virtual" in capsys.readouterr().err
     assert main([*argv, "--clock", "virtual", "--algo", "sac", "--out", str(tmp_path / "b")]) != 0
+    assert "--self-play on a team world learns with DQN: --algo sac" in capsys.readouterr().err
+
+
+def test_team_self_play_is_the_registered_seating_that_stands_in_for_self_play_in_a_world_of_teams(
+    tmp_path, capsys
+) -> None:
+    pytest.importorskip("magent2")
+    from nonstop.cli import main
+    from nonstop.experiment import registry
+    from nonstop.experiment.config import TrainConfig
+    from nonstop.experiment.seating import seating_for
+
+    assert registry.runs_as("seating", "self_play", {"team_world": True}) == "team_self_play"
+    assert registry.runs_as("seating", "self_play", {"team_world": False}) == "self_play"
+    assert "team_self_play" not in registry.names("seating")  # it only stands in: no config names it
+    assert registry.alone("seating", "team_self_play").__name__ == "TeamSelfPlaySeating"
+    assert registry.alone("seating", "self_play") is None
+    assert seating_for(TrainConfig(env="multi/duel", self_play=True, clock="virtual")) == "self_play"
+    team = TrainConfig(env="multi/battle", env_kwargs={"map_size": 12}, self_play=True, clock="virtual")
+    assert seating_for(team) == "team_self_play" and seating_for(TrainConfig(env="multi/battle")) == "solo"
+    argv = ["train", "--env", "multi/battle", "--env-arg", "map_size=12", "--env-arg", "max_cycles=20"]
+    argv += ["--self-play", "--clock", "virtual", "--seconds", "2", "--learning-starts", "50", "--batch-size", "16"]
+    assert main([*argv, "--out", str(tmp_path / "run")]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["run_dir"] == str(tmp_path / "run") and out["complete"] and out["judged_episodes"] == 20
+    assert 0.0 <= out["judged_win_rate"] <= 1.0 and (tmp_path / "run" / TEAMS_FILE).is_file()
+    assert main([*argv, "--out", str(tmp_path / "run")]) != 0  # a second run into it is refused in one line
+    assert "already holds a run: choose a new --out" in capsys.readouterr().err

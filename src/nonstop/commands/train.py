@@ -12,7 +12,6 @@ import argparse
 import json
 import math
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any
 
 from nonstop.commands._flags import add_env_module_argument, add_fields, arg_type, shown
@@ -412,34 +411,6 @@ def given_flags(args: argparse.Namespace) -> set[str]:
     return set(vars(typed))
 
 
-def _team_world(cfg: Any) -> bool:
-    from nonstop.experiment.teamplay import is_team_world
-
-    return is_team_world(cfg.env, cfg.env_kwargs)
-
-
-def _train_teams(cfg: Any, rec: Any, console: Any) -> int:
-    """``--self-play`` on a team world: `nonstop.experiment.teamplay` (virtual clock, its own loop)."""
-    from nonstop.envs import env_info
-    from nonstop.experiment.teamplay import TeamPlayConfig, train_teams
-
-    if rec.out is None:
-        raise ValueError("--self-play on a team world writes a run directory: add --out RUN")
-    if (Path(rec.out) / "ticklog").exists():
-        raise ValueError(f"{rec.out} already holds a run: choose a new --out")
-    team_cfg = TeamPlayConfig.from_train_config(cfg, env_info(cfg.env, **cfg.env_kwargs).tick_hz)
-    summary = train_teams(team_cfg, rec.out, echo=lambda line: console.print(line, markup=False, highlight=False))
-    won = summary["judged_win_rate"]
-    console.print(
-        f"done: {summary['env_ticks_total']:,} env ticks, {summary['episodes']} episodes, {summary['updates']:,} "
-        f"updates, {summary['wall_s']} s; against a random team in the last {summary['judged_episodes']}: won "
-        f"{'—' if won is None else f'{won:.0%}'}; `nonstop report {rec.out}` draws the plots",
-        markup=False,
-    )
-    print(json.dumps({"run_dir": str(rec.out), **summary}))
-    return 0
-
-
 def run(args: argparse.Namespace) -> int:
     from nonstop._console import Console
     from nonstop.experiment.record import train_in_directory
@@ -451,8 +422,6 @@ def run(args: argparse.Namespace) -> int:
             f"resuming {rec.out} with its saved config" + (f"; overriding {', '.join(overrides)}" if overrides else ""),
             markup=False,
         )
-    elif cfg.self_play and _team_world(cfg):  # a learning team against its snapshots (docs/multi-agent.md)
-        return _train_teams(cfg, rec, console)
     summary, end, out = train_in_directory(cfg, rec, console=console)
     if summary.get("inaction_fraction") is not None:
         recent = "—" if summary["recent_return"] is None else f"{summary['recent_return']:.2f}"
@@ -479,6 +448,8 @@ def run(args: argparse.Namespace) -> int:
                 "updates": summary.get("updates"),
                 "recent_return": summary.get("recent_return"),
                 "complete": end.complete,
+                # a run judged against a reference (team self-play: the episodes against a random team)
+                **{key: value for key, value in summary.items() if key.startswith("judged_")},
             }
         )
     )

@@ -300,7 +300,7 @@ class TrainConfig:
         if not isinstance(self.max_batch, int) or isinstance(self.max_batch, bool) or self.max_batch < 1:
             raise ValueError(f"max_batch must be an integer >= 1, got {self.max_batch!r}")
         for kind, name in self._parts():  # what goes with what is each chosen part's to say
-            registry.check(kind, name, self._facts())
+            registry.check(kind, name, self.facts())
 
     # ------------------------------------------------------------------ the keys the parts are chosen by
     def _parts(self) -> list[tuple[str, str]]:
@@ -313,11 +313,12 @@ class TrainConfig:
             ("cluster", self.cluster),
         ]
 
-    def _facts(self) -> dict[str, Any]:
+    def facts(self) -> dict[str, Any]:
         """What the chosen parts may ask of the run (`registry.Rule`): its plain values, and what its other
         parts are."""
         return {
             "clock": self.clock,
+            "algo": self.algo,
             "device": self.device.strip().lower(),
             "interaction": self.interaction,
             "backend": self.backend,

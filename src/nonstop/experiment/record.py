@@ -23,11 +23,13 @@ from typing import Any, Final
 
 import numpy as np
 
+from nonstop.experiment import registry
 from nonstop.experiment.config import TrainConfig
 from nonstop.experiment.ending import Checkpointer, RunEnd, load_replay
 from nonstop.experiment.loop import ProgressRows
 from nonstop.experiment.parts import Recorder
 from nonstop.experiment.run import Run
+from nonstop.experiment.seating import seating_for
 
 __all__ = ["RecordConfig", "train_in_directory", "REPLAY_CHECKPOINT_LIMIT", "empty_replay_line"]
 
@@ -105,6 +107,10 @@ def default_out(env: str) -> Path:
 def train_in_directory(cfg: TrainConfig, rec: RecordConfig, *, console: Any) -> tuple[dict[str, Any], RunEnd, Path]:
     """Run ``cfg``, recorded in its directory as ``rec`` says; returns the summary, how the run ended and
     the directory. ``console``: a rich console for the notes and the live progress view (stderr)."""
+    alone = registry.alone("seating", seating_for(cfg))
+    if alone is not None:  # a part with its own loop and directory (team self-play)
+        ran: tuple[dict[str, Any], RunEnd, Path] = alone(cfg).train(rec, console)
+        return ran
     out = rec.out if rec.out is not None else default_out(cfg.env)
     run = Run(cfg)
     recorders = [make(run, rec, out, console) for make in RECORDERS]  # each checks what it needs, writing nothing yet

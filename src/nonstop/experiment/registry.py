@@ -33,7 +33,7 @@ yet known refuses nothing):
 >>> lookup("seating", "duet")
 Traceback (most recent call last):
 ...
-ValueError: unknown seating 'duet': use one of self_play, solo, teams
+ValueError: unknown seating 'duet': use one of self_play, solo, team_self_play, teams
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ __all__ = [
     "check",
     "required",
     "runs_as",
+    "alone",
 ]
 
 #: what each kind of part is chosen by (the config's field or property of that name)
@@ -68,6 +69,8 @@ _BUILTIN: dict[str, dict[str, Any]] = {
         "self_play": "nonstop.experiment.selfplay:SelfPlaySeating",
         # what the solo seating becomes on a world of more than two seats: every team seated
         "teams": "nonstop.experiment.teamseats:TeamSeats",
+        # self-play in a world of teams: a learning team against its snapshots, its own loop (virtual clock)
+        "team_self_play": "nonstop.experiment.teamplay:TeamSelfPlaySeating",
     },
     # what drives the learner's seat: staggered workers beside asynchronous learners, or one loop that
     # infers and learns in turn (the paper's sequential baselines)
@@ -220,6 +223,9 @@ class Constraint:
     #: a policy backend: on a world of many seats one part of it acts for every seat (each a lane of one
     #: batching server); otherwise each seat gets a pool of its workers
     serves_seats: bool = False
+    #: a seating that runs the whole run itself, not as a `nonstop.experiment.run.Run`: its own loop and
+    #: run directory (``seating(cfg).train(rec, console) -> (summary, end, out)``)
+    runs_alone: bool = False
 
 
 _RAY_ON_WALL = "runs real remote calls, which do not mix with the virtual clock: use --clock wall"
@@ -240,7 +246,20 @@ _NO_DELAY_AWARE = refuses(
 
 _CONSTRAINTS: dict[str, dict[str, Constraint]] = {
     "seating": {
-        "self_play": Constraint((_NO_DELAY_AWARE,)),
+        # in a world of teams (a fact asked of the world only here: `seating.seating_for`), team self-play
+        "self_play": Constraint((_NO_DELAY_AWARE,), instead={"team_world": {True: "team_self_play"}}),
+        "team_self_play": Constraint(
+            (
+                needs(
+                    "clock", "virtual", why="--self-play on a team world runs on the virtual clock: add --clock virtual"
+                ),
+                needs(
+                    "algo", "dqn", why="--self-play on a team world learns with DQN: --algo {algo} is not offered there"
+                ),
+            ),
+            offered=False,
+            runs_alone=True,
+        ),
         "teams": Constraint(
             (
                 needs(
@@ -380,6 +399,11 @@ def check(kind: str, name: str, facts: Mapping[str, Any]) -> None:
 def required(kind: str, chosen: list[tuple[str, str]], default: str) -> str:
     """The part of ``kind`` that one of the ``chosen`` ``(kind, name)`` parts requires, else ``default``."""
     return next((need for k, name in chosen if (need := constraint(k, name).requires.get(kind))), default)
+
+
+def alone(kind: str, name: str) -> Any:
+    """The part ``name`` of ``kind`` where it runs the whole run itself (`Constraint.runs_alone`), else None."""
+    return lookup(kind, name) if constraint(kind, name).runs_alone else None
 
 
 def runs_as(kind: str, name: str, facts: Mapping[str, Any]) -> str:

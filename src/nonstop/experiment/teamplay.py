@@ -13,16 +13,18 @@ against ``blue_*``; a seat's team is `nonstop.envs.magent.team_of`) runs here, o
   semi-MDP (Definition 1 at one-tick decisions): the decision computed on the observation of tick
   k is applied at tick k + d, so its transition is ``(o_k, a_k, r_{k+d}, o_{k+1})``, done when the
   agent died at tick k + d; a seat's pending decisions are dropped when its agent leaves the
-  world or the episode ends. All seats of the team write into one replay and one DQN learns from
-  it (Huber loss, target network, Adam; updates inline on the virtual clock, which times inference
-  only).
+  world or the episode ends. All seats of the team write into one replay (each agent's returns over
+  ``n_step`` ticks) and one DQN learns from it (`nonstop.experiment.teamlearn`: by default GridConv
+  over the agent's whole view; Huber loss, target network, Adam; updates inline on the virtual
+  clock, which times inference only).
 * **Snapshots.** Every ``snapshot_every`` world seconds the team's parameters join a pool of the
   newest ``pool_size`` (snapshot 0: the untrained network); each episode the other team is played
   by one snapshot, drawn ``uniform`` or ``latest`` (`nonstop.experiment.selfplay.SnapshotPool`),
   acting ε-greedily (the learner's final ε) with the same latency.
 * **Judged against a random team.** After ``seconds`` of self-play the run plays
   `nonstop.experiment.teamstats.RECENT_MATCHES` more episodes against a uniformly random team
-  (the learner greedy but for ε_end), so the report's last figures are the bar.
+  (the learner greedy but for ε_end, and frozen: nothing it sees of the random team reaches the
+  replay or an update), so the report's last figures are the bar.
 
 ``RUN/teams.csv`` (`nonstop.experiment.teamstats`) gets a row per team and episode: kills, deaths,
 survivors, return, won; ``RUN/ticklog/`` the tick log (every seat's inaction and delay);
@@ -42,11 +44,20 @@ from typing import Any, Final
 
 import numpy as np
 
-from nonstop.envs.magent import team_of
+from nonstop.experiment.seating import is_team_world, team_seats
 from nonstop.experiment.selfplay import SnapshotPool
+from nonstop.experiment.teamlearn import TeamLearner, TeamReplay, build_qnet
 from nonstop.experiment.teamstats import RECENT_MATCHES, TEAMS_FILE, TeamTally, team_row, write_team_rows
 
-__all__ = ["TeamPlayConfig", "TeamReplay", "TeamActor", "team_seats", "train_teams", "is_team_world"]
+__all__ = [
+    "TeamPlayConfig",
+    "TeamReplay",
+    "TeamActor",
+    "TeamSelfPlaySeating",
+    "team_seats",
+    "train_teams",
+    "is_team_world",
+]
 
 #: after the host's tick (priority 1): the actor reads what that tick published
 READ_PRIORITY: Final = 2
@@ -77,18 +88,19 @@ class TeamPlayConfig:
     update_every: int = 4  #: ticks between DQN updates (one batch each)
     replay_capacity: int = 50_000
     hidden: int = 128
-    arch: str = "mlp"  #: ``mlp`` (flattened window: cheapest on a CPU) or ``conv`` (two 3×3 convolutions)
+    arch: str = (
+        "gridconv"  #: the Q-network (`nonstop.experiment.teamlearn.build_qnet`): ``mlp``, ``conv``, ``gridconv``
+    )
+    n_step: int = 3  #: each agent's returns over n ticks (`nonstop.experiment.teamlearn.NStepReturns`)
+    double: bool = False  #: double DQN targets
     judge_episodes: int = RECENT_MATCHES
 
     @classmethod
     def from_train_config(cls, cfg: Any, tick_hz: float) -> "TeamPlayConfig":
-        """From a `nonstop.experiment.config.TrainConfig` (its DQN settings, self-play flags, latency)."""
+        """From a `nonstop.experiment.config.TrainConfig` (its DQN settings, self-play flags, latency); the
+        registry's ``team_self_play`` seating refuses a config it cannot run (the wall clock, another --algo)."""
         from nonstop.policies.latency import parse_latency
 
-        if cfg.clock != "virtual":
-            raise ValueError("--self-play on a team world runs on the virtual clock: add --clock virtual")
-        if cfg.algo != "dqn":
-            raise ValueError(f"--self-play on a team world learns with DQN: --algo {cfg.algo} is not offered there")
         latency = parse_latency(cfg.latency, tick_hz=tick_hz)
         ticks = max(1, math.ceil(float(latency.mean) * tick_hz - 1e-9))
         dqn = cfg.dqn
@@ -111,105 +123,17 @@ class TeamPlayConfig:
             learning_starts=dqn.learning_starts,
             replay_capacity=min(dqn.replay_capacity, cls.replay_capacity),  # float16 windows: 50k of 13×13×5 is 170 MB
             hidden=int(dqn.hidden[0]) if dqn.hidden else 128,
+            double=bool(dqn.double),
         )
-
-
-def team_seats(seats: list[str]) -> dict[str, list[int]]:
-    """Each team's seat indices, teams in order of first seat (`team_of`)."""
-    out: dict[str, list[int]] = {}
-    for i, seat in enumerate(seats):
-        out.setdefault(team_of(seat), []).append(i)
-    return out
-
-
-def is_team_world(env_id: str, env_kwargs: dict[str, Any]) -> bool:
-    """Whether ``env_id`` is a world of more than two seats in at least two teams (built once to ask)."""
-    from nonstop.envs import make_env
-
-    kwargs = {k: v for k, v in env_kwargs.items() if k != "tick_hz"}
-    env = make_env(env_id, **kwargs)
-    try:
-        seats = [str(a) for a in getattr(env, "possible_agents", [])]
-    finally:
-        env.close()
-    return len(seats) > 2 and len(team_seats(seats)) >= 2
-
-
-# ----------------------------------------------------------------------------- the network and its replay
-
-
-def build_qnet(obs_shape: tuple[int, ...], n_actions: int, hidden: int, arch: str = "mlp") -> Any:
-    """A small Q-network: an MLP over the flattened observation, or (``conv``, an (H, W, C) window)
-    two 3×3 convolutions and a hidden layer."""
-    import torch
-    from torch import nn
-
-    if arch not in ("mlp", "conv"):
-        raise ValueError(f"arch must be mlp or conv, got {arch!r}")
-    if arch == "conv" and len(obs_shape) == 3:
-        h, w, c = obs_shape
-
-        class Conv(nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.body = nn.Sequential(
-                    nn.Conv2d(c, 16, 3),
-                    nn.ReLU(),
-                    nn.Conv2d(16, 16, 3, stride=2),
-                    nn.ReLU(),
-                    nn.Flatten(),
-                )
-                with torch.no_grad():
-                    n = self.body(torch.zeros(1, c, h, w)).shape[1]
-                self.head = nn.Sequential(nn.Linear(n, hidden), nn.ReLU(), nn.Linear(hidden, n_actions))
-
-            def forward(self, x: Any) -> Any:
-                return self.head(self.body(x.permute(0, 3, 1, 2)))
-
-        return Conv()
-    n = int(np.prod(obs_shape))
-    return nn.Sequential(nn.Flatten(), nn.Linear(n, hidden), nn.ReLU(), nn.Linear(hidden, n_actions))
-
-
-class TeamReplay:
-    """Every agent's transitions of one team in one ring (observations as float16: MAgent2's windows
-    hold 0/1 and hit-point fractions)."""
-
-    def __init__(self, capacity: int, obs_shape: tuple[int, ...]) -> None:
-        self.capacity = int(capacity)
-        self.obs = np.zeros((capacity, *obs_shape), np.float16)
-        self.next_obs = np.zeros((capacity, *obs_shape), np.float16)
-        self.action = np.zeros(capacity, np.int64)
-        self.reward = np.zeros(capacity, np.float32)
-        self.done = np.zeros(capacity, np.float32)
-        self.size = 0
-        self.written = 0
-
-    def add(self, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray, done: bool) -> None:
-        i = self.written % self.capacity
-        self.obs[i], self.action[i], self.reward[i], self.next_obs[i], self.done[i] = (
-            obs,
-            action,
-            reward,
-            next_obs,
-            done,
-        )
-        self.written += 1
-        self.size = min(self.size + 1, self.capacity)
-
-    def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-        idx = rng.integers(0, self.size, n)
-        return self.obs[idx], self.action[idx], self.reward[idx], self.next_obs[idx], self.done[idx]
-
-
-# ----------------------------------------------------------------------------- the team's actor
 
 
 class TeamActor:
     """Acts for every living seat of one team, one batched forward pass a tick (see the module docstring).
 
-    ``choose(obs_batch, episode) -> actions`` picks the team's actions; ``learn``: with a replay,
-    every seat's transitions go into it (`on_transition`). A timed process on the world's clock.
+    ``choose(obs_batch, episode) -> actions`` picks the team's actions. With ``on_transition``, every
+    seat's one-tick transitions go to it as ``(seat, obs, action, reward, next_obs, died)``, each seat's
+    in order, and ``on_seat_end(seat, died)`` follows a seat's last one of an episode (its agent left
+    the world, or the episode ended). A timed process on the world's clock.
     """
 
     def __init__(
@@ -219,13 +143,14 @@ class TeamActor:
         choose: Callable[[np.ndarray, int], np.ndarray],
         latency_ticks: int,
         *,
-        on_transition: Callable[[np.ndarray, int, float, np.ndarray, bool], None] | None = None,
+        on_transition: Callable[[int, np.ndarray, int, float, np.ndarray, bool], None] | None = None,
+        on_seat_end: Callable[[int, bool], None] | None = None,
         on_tick: Callable[[int], None] | None = None,
     ) -> None:
         if latency_ticks < 1:
             raise ValueError(f"latency_ticks must be >= 1, got {latency_ticks}")
         self.world, self.seats, self.choose, self.d = world, seats, choose, latency_ticks
-        self.on_transition, self.on_tick = on_transition, on_tick
+        self.on_transition, self.on_seat_end, self.on_tick = on_transition, on_seat_end, on_tick
         # per seat: decisions awaiting their reward, (obs tick, obs, action), oldest first
         self.pending: list[deque[tuple[int, np.ndarray, int]]] = [deque() for _ in seats]
         self.totals = [0.0] * len(seats)
@@ -250,8 +175,10 @@ class TeamActor:
             episode = reads[0].episode
             if episode != self.episode:  # a new world: whatever was pending belonged to the last one
                 self.episode = episode
-                for p in self.pending:
+                for j, p in enumerate(self.pending):
                     p.clear()
+                    if self.on_seat_end is not None:
+                        self.on_seat_end(j, False)
                 self.totals = [r.total_reward for r in reads]
             live = []
             for j, r in enumerate(reads):
@@ -286,9 +213,11 @@ class TeamActor:
         if pending and pending[0][0] + self.d == read.tick:
             _, obs, action = pending.popleft()
             next_obs = pending[0][1] if pending else read.obs
-            self.on_transition(obs, action, reward, next_obs, bool(read.terminated))
+            self.on_transition(j, obs, action, reward, next_obs, bool(read.terminated))
         if gone:
             pending.clear()
+            if self.on_seat_end is not None:
+                self.on_seat_end(j, bool(read.terminated))
 
 
 def _submitter(queue: Any, action: int, obs_tick: int, episode: int, tau_theta: float) -> Callable[[], None]:
@@ -299,69 +228,6 @@ def _submitter(queue: Any, action: int, obs_tick: int, episode: int, tau_theta: 
 
 
 # ----------------------------------------------------------------------------- the run
-
-
-class _Learner:
-    """The learning team's DQN: θ, its target, Adam, the replay, ε."""
-
-    def __init__(self, cfg: TeamPlayConfig, obs_shape: tuple[int, ...], n_actions: int) -> None:
-        import torch
-
-        torch.manual_seed(cfg.seed)
-        self.cfg, self.n_actions = cfg, n_actions
-        self.q = build_qnet(obs_shape, n_actions, cfg.hidden, cfg.arch)
-        self.target = build_qnet(obs_shape, n_actions, cfg.hidden, cfg.arch)
-        self.target.load_state_dict(self.q.state_dict())
-        self.opt = torch.optim.Adam(self.q.parameters(), lr=cfg.lr, foreach=True)
-        self.replay = TeamReplay(cfg.replay_capacity, obs_shape)
-        self.rng = np.random.default_rng(cfg.seed)
-        self.updates = 0
-        self.ticks = 0
-        self.losses: deque[float] = deque(maxlen=200)
-
-    def epsilon(self) -> float:
-        c = self.cfg
-        f = min(1.0, self.ticks / max(1, c.epsilon_ticks))
-        return c.epsilon_start + f * (c.epsilon_end - c.epsilon_start)
-
-    def greedy(self, net: Any, obs: np.ndarray) -> np.ndarray:
-        import torch
-
-        with torch.no_grad():
-            return net(torch.as_tensor(obs, dtype=torch.float32)).argmax(1).numpy()
-
-    def act(self, obs: np.ndarray, eps: float) -> np.ndarray:
-        actions = self.greedy(self.q, obs)
-        explore = self.rng.random(len(actions)) < eps
-        actions[explore] = self.rng.integers(0, self.n_actions, int(explore.sum()))
-        return actions
-
-    def update(self) -> None:
-        import torch
-        import torch.nn.functional as F
-
-        c = self.cfg
-        if self.replay.size < max(c.learning_starts, c.batch_size):
-            return
-        obs, action, reward, next_obs, done = (torch.as_tensor(x) for x in self.replay.sample(c.batch_size, self.rng))
-        obs, next_obs = obs.float(), next_obs.float()
-        with torch.no_grad():
-            target = reward + c.gamma * (1.0 - done) * self.target(next_obs).max(1).values
-        q = self.q(obs).gather(1, action[:, None]).squeeze(1)
-        loss = F.smooth_l1_loss(q, target)
-        self.opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.q.parameters(), 10.0)
-        self.opt.step()
-        self.updates += 1
-        self.losses.append(float(loss.detach()))
-        if self.updates % c.target_update == 0:
-            self.target.load_state_dict(self.q.state_dict())
-
-    def flat(self) -> np.ndarray:
-        from torch.nn.utils import parameters_to_vector
-
-        return parameters_to_vector(self.q.parameters()).detach().numpy().copy()
 
 
 def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], None] = print) -> dict[str, Any]:
@@ -403,7 +269,7 @@ def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], N
         mine, theirs = names[0], names[1]
         space: Any = world.action_spaces[seats[teams[mine][0]]]
         obs_shape = tuple(world.observation_spaces[seats[teams[mine][0]]].shape or ())
-        learner = _Learner(cfg, obs_shape, int(space.n))
+        learner = TeamLearner(cfg, obs_shape, int(space.n))
         opponent_net = build_qnet(obs_shape, int(space.n), cfg.hidden, cfg.arch)
         pool = SnapshotPool(cfg.pool_size, cfg.opponents, seed=cfg.seed)
         pool.add(learner.flat(), env_tick=0, updates=0)
@@ -433,10 +299,22 @@ def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], N
             actions[explore] = learner.rng.integers(0, learner.n_actions, int(explore.sum()))
             return actions
 
+        def learning() -> bool:  # self-play only: the judged episodes measure what it learned, frozen
+            return state["judge_from"] is None
+
+        def record(seat: int, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray, died: bool) -> None:
+            if learning():
+                learner.nstep.add(seat, obs, action, reward, next_obs, died)
+
+        def seat_end(seat: int, died: bool) -> None:
+            if learning():
+                learner.nstep.end(seat, died)
+
         def on_tick(tick: int) -> None:
-            learner.ticks = tick
-            if tick % cfg.update_every == 0:
-                learner.update()
+            if learning():
+                learner.ticks = tick
+                if tick % cfg.update_every == 0:
+                    learner.update()
             if state["judge_from"] is None and tick and tick % snapshot_ticks == 0:
                 pool.add(learner.flat(), env_tick=tick, updates=learner.updates)
             for deaths, returns in tallies[-1].take_finished():
@@ -468,7 +346,13 @@ def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], N
 
         actors = [
             TeamActor(
-                world, teams[mine], choose_mine, cfg.latency_ticks, on_transition=learner.replay.add, on_tick=on_tick
+                world,
+                teams[mine],
+                choose_mine,
+                cfg.latency_ticks,
+                on_transition=record,
+                on_seat_end=seat_end,
+                on_tick=on_tick,
             ),
             TeamActor(world, teams[theirs], choose_theirs, cfg.latency_ticks),
         ]
@@ -503,3 +387,36 @@ def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], N
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     torch.save({"q": learner.q.state_dict(), "pool": pool.state()}, out / "team_q.pt")
     return summary
+
+
+class TeamSelfPlaySeating:
+    """Team self-play as the registry's ``team_self_play`` seating: what ``--self-play`` runs in a world of
+    teams (`nonstop.experiment.seating.seating_for`). It runs alone (`train`), not as a
+    `nonstop.experiment.run.Run`: its own loop on the virtual clock and its own run directory."""
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+
+    def train(self, rec: Any, console: Any) -> tuple[dict[str, Any], Any, Path]:
+        """Run ``train_teams`` into ``rec.out``; ``(summary, end, out)`` as
+        `nonstop.experiment.record.train_in_directory` returns them."""
+        from nonstop.envs import env_info
+        from nonstop.experiment.ending import RunEnd
+
+        if rec.resume:
+            raise ValueError("team self-play does not resume (it keeps no checkpoints): start a new --out")
+        if rec.out is None:
+            raise ValueError("--self-play on a team world writes a run directory: add --out RUN")
+        out = Path(rec.out)
+        if (out / "ticklog").exists():
+            raise ValueError(f"{out} already holds a run: choose a new --out")
+        team_cfg = TeamPlayConfig.from_train_config(self.cfg, env_info(self.cfg.env, **self.cfg.env_kwargs).tick_hz)
+        summary = train_teams(team_cfg, out, echo=lambda line: console.print(line, markup=False, highlight=False))
+        won = summary["judged_win_rate"]
+        console.print(
+            f"done: {summary['env_ticks_total']:,} env ticks, {summary['episodes']} episodes, {summary['updates']:,} "
+            f"updates, {summary['wall_s']} s; against a random team in the last {summary['judged_episodes']}: won "
+            f"{'—' if won is None else f'{won:.0%}'}; `nonstop report {out}` draws the plots",
+            markup=False,
+        )
+        return summary, RunEnd(), out
