@@ -48,7 +48,7 @@ class TeamSeats:
     seating once its probe finds more than two seats (registry seating ``teams``)."""
 
     def __init__(self, cfg: Any, spec: "WorldSpec") -> None:
-        check("seating", "teams", cfg._facts())  # what a world of many seats is trained with, one line each
+        check("seating", "teams", cfg.facts())  # what a world of many seats is trained with, one line each
         assert spec.seats is not None
         self.cfg, self.seats = cfg, list(spec.seats)
         self.teams: dict[str, list[str]] = {}
