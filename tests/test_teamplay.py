@@ -191,7 +191,10 @@ def test_team_self_play_is_the_registered_seating_that_stands_in_for_self_play_i
     from nonstop.cli import main
     from nonstop.experiment import registry
     from nonstop.experiment.config import TrainConfig
-    from nonstop.experiment.seating import seating_for
+    from nonstop.experiment.registry import stand_in
+
+    def seating_for(cfg):
+        return stand_in("seating", cfg.seating, cfg)
 
     assert registry.runs_as("seating", "self_play", {"team_world": True}) == "team_self_play"
     assert registry.runs_as("seating", "self_play", {"team_world": False}) == "self_play"

@@ -29,7 +29,6 @@ from nonstop.experiment.ending import Checkpointer, RunEnd, load_replay
 from nonstop.experiment.loop import ProgressRows
 from nonstop.experiment.parts import Recorder
 from nonstop.experiment.run import Run
-from nonstop.experiment.seating import seating_for
 
 __all__ = ["RecordConfig", "train_in_directory", "REPLAY_CHECKPOINT_LIMIT", "empty_replay_line"]
 
@@ -107,7 +106,7 @@ def default_out(env: str) -> Path:
 def train_in_directory(cfg: TrainConfig, rec: RecordConfig, *, console: Any) -> tuple[dict[str, Any], RunEnd, Path]:
     """Run ``cfg``, recorded in its directory as ``rec`` says; returns the summary, how the run ended and
     the directory. ``console``: a rich console for the notes and the live progress view (stderr)."""
-    alone = registry.alone("seating", seating_for(cfg))
+    alone = registry.alone("seating", registry.stand_in("seating", cfg.seating, cfg))
     if alone is not None:  # a part with its own loop and directory (team self-play)
         ran: tuple[dict[str, Any], RunEnd, Path] = alone(cfg).train(rec, console)
         return ran

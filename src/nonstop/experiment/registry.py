@@ -116,6 +116,11 @@ _BUILTIN: dict[str, dict[str, Any]] = {
         "core": "nonstop.experiment.learning:LearningCore",
         "none": "nonstop.experiment.standins:NoLearning",
     },
+    # what a world is, asked of it (it is built once to ask) only where a chosen part has another stand in for
+    # it on that fact (`Constraint.instead`, `stand_in`): each takes the run's config
+    "world_fact": {
+        "team_world": "nonstop.experiment.seating:team_world",
+    },
     # where a policy built by any picklable factory runs (a driver's own policies: `nonstop compare`'s stand-ins)
     "policy_host": {
         "thread": "nonstop.experiment.backends:in_thread",
@@ -246,7 +251,7 @@ _NO_DELAY_AWARE = refuses(
 
 _CONSTRAINTS: dict[str, dict[str, Constraint]] = {
     "seating": {
-        # in a world of teams (a fact asked of the world only here: `seating.seating_for`), team self-play
+        # in a world of teams (a fact asked of the world only here: `registry.stand_in`), team self-play
         "self_play": Constraint((_NO_DELAY_AWARE,), instead={"team_world": {True: "team_self_play"}}),
         "team_self_play": Constraint(
             (
@@ -412,3 +417,15 @@ def runs_as(kind: str, name: str, facts: Mapping[str, Any]) -> str:
         if fact in facts and facts[fact] in instead:
             return instead[facts[fact]]
     return name
+
+
+def stand_in(kind: str, name: str, cfg: Any) -> str:
+    """The part of ``kind`` that runs ``cfg`` in place of the chosen ``name``: ``name`` itself, or the part it
+    names under a fact of the world (a registered ``world_fact``, asked only then: self-play in a world of
+    teams runs as ``team_self_play``), checked against the run's facts."""
+    asks = [fact for fact in constraint(kind, name).instead if fact in _BUILTIN["world_fact"]]
+    if not asks:
+        return name
+    part = runs_as(kind, name, {fact: lookup("world_fact", fact)(cfg) for fact in asks})
+    check(kind, part, cfg.facts())
+    return part

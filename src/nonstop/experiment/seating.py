@@ -5,8 +5,8 @@ world once (`WorldSpec`: tick rate, the learner's spaces, the seats) and names t
 drive each seat. `SoloSeating` puts the learner alone in a one-seat world; the self-play seating
 (`nonstop.experiment.selfplay.SelfPlaySeating`) puts a pool of its past snapshots on the second
 seat of a two-seat world. In a world of teams, team self-play
-(`nonstop.experiment.teamplay.TeamSelfPlaySeating`) stands in for self-play (`seating_for`): the
-registry's ``instead`` on the world's ``team_world`` fact, asked of the world only then.
+(`nonstop.experiment.teamplay.TeamSelfPlaySeating`) stands in for self-play (`registry.stand_in`): the
+registry's ``instead`` on the world's ``team_world`` fact (`team_world`), asked of the world only then.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
-from nonstop.experiment import registry
 from nonstop.experiment.registry import lookup
 
 if TYPE_CHECKING:
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
     from nonstop.experiment.parts import Part
     from nonstop.experiment.run import Run
 
-__all__ = ["WorldSpec", "probe_world", "SoloSeating", "seating_for", "team_seats", "is_team_world"]
+__all__ = ["WorldSpec", "probe_world", "SoloSeating", "team_world", "team_seats", "is_team_world"]
 
 
 def team_seats(seats: list[str]) -> dict[str, list[int]]:
@@ -51,22 +50,9 @@ def is_team_world(env_id: str, env_kwargs: dict[str, Any]) -> bool:
     return len(seats) > 2 and len(team_seats(seats)) >= 2
 
 
-#: the facts of the world a seating may stand in on (`registry.Constraint.instead`), each asked only then
-_WORLD_FACTS: dict[str, Callable[["TrainConfig"], Any]] = {
-    "team_world": lambda cfg: is_team_world(cfg.env, cfg.env_kwargs),
-}
-
-
-def seating_for(cfg: "TrainConfig") -> str:
-    """The seating that runs ``cfg``: ``cfg.seating``, or the part that stands in for it in this world
-    (self-play in a world of teams: ``team_self_play``), checked against the run's facts."""
-    name = cfg.seating
-    asks = [fact for fact in registry.constraint("seating", name).instead if fact in _WORLD_FACTS]
-    if not asks:
-        return name
-    name = registry.runs_as("seating", name, {fact: _WORLD_FACTS[fact](cfg) for fact in asks})
-    registry.check("seating", name, cfg.facts())
-    return name
+def team_world(cfg: "TrainConfig") -> bool:
+    """The world fact ``team_world`` (registry ``world_fact``): whether ``cfg``'s world is a world of teams."""
+    return is_team_world(cfg.env, cfg.env_kwargs)
 
 
 @dataclass

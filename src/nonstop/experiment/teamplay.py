@@ -391,7 +391,7 @@ def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], N
 
 class TeamSelfPlaySeating:
     """Team self-play as the registry's ``team_self_play`` seating: what ``--self-play`` runs in a world of
-    teams (`nonstop.experiment.seating.seating_for`). It runs alone (`train`), not as a
+    teams (`nonstop.experiment.registry.stand_in`). It runs alone (`train`), not as a
     `nonstop.experiment.run.Run`: its own loop on the virtual clock and its own run directory."""
 
     def __init__(self, cfg: Any) -> None:
