@@ -601,6 +601,9 @@ def test_each_serve_command_answers_and_stops(command: DocCommand, tmp_path, no_
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # SIGINT as a terminal gives it, also where pytest runs with SIGINT ignored (`nohup ... &`: the child
+        # would inherit SIG_IGN, nonstop leaves an ignored SIGINT ignored, and uvicorn's own stop exits 0)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline, health = time.monotonic() + 90, None
