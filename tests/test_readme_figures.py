@@ -23,6 +23,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from doc_commands import ROOT
@@ -70,7 +71,9 @@ def _table_rows(text: str) -> dict[str, list[str]]:
 def test_the_demo_prints_what_the_readme_says(tmp_path) -> None:
     """`nonstop demo` as the README runs it: its table (within the tolerances above), its learning
     returns (exact: part two runs on the simulated clock) and its time ("about half a minute":
-    within a factor of 6, for a loaded machine)."""
+    within a factor of 6, for a loaded machine). A table outside the tolerances is run once more, as
+    the other wall-clock figure tests do (a load spike stretches every τ_θ of a wall-clock run); the
+    second must agree."""
     shown = _table_rows(README.split("(abridged):", 1)[1].split("```", 2)[1])
     assert set(shown) == {"sequential", "exp_time"}
     m = re.search(
@@ -78,9 +81,20 @@ def test_the_demo_prints_what_the_readme_says(tmp_path) -> None:
     )
     assert m, "the README's sentence on the demo's learning moved: update this test"
     assert "and run the default job (about half a minute after the install" in README
+    stdout, took, problems = _run_the_demo(tmp_path / "d", shown)
+    if problems:
+        stdout, took, problems = _run_the_demo(tmp_path / "again", shown)
+    assert not problems, problems
+    got = {name: (a, b) for name, a, b in re.findall(r"(staggered|sequential): episode return (\d+) → (\d+)", stdout)}
+    assert got == {"staggered": (m[1], m[2]), "sequential": (m[3], m[4])}, (got, m.groups())
+    assert took <= 6 * 30, took
+
+
+def _run_the_demo(out: Path, shown: dict[str, list[str]]) -> tuple[str, float, list[str]]:
+    """Run `nonstop demo`; its stdout, its seconds, and each table row outside the tolerances."""
     t0 = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "nonstop", "demo", "--out", str(tmp_path / "d")],
+        [sys.executable, "-m", "nonstop", "demo", "--out", str(out)],
         cwd=ROOT,
         env=ENV,
         capture_output=True,
@@ -90,19 +104,19 @@ def test_the_demo_prints_what_the_readme_says(tmp_path) -> None:
     took = time.monotonic() - t0
     assert done.returncode == 0, done.stderr[-2000:]
     rows = _table_rows(done.stdout)
+    problems = []
     for name, page in shown.items():
         run = rows[name]  # scheduler, N_I, τ_I, τ_I CV, inaction, delay, acts/s, ...
         n_i, tau_i, inaction, delay, acts = page[1:6]
-        assert run[1] == n_i, (page, run)
-        assert abs(_number(run[2]) - _number(tau_i)) <= 0.05 * _number(tau_i), (page, run)
-        assert abs(_number(run[4].rstrip("%")) - _number(inaction.rstrip("%"))) <= 3.0, (page, run)
-        assert abs(_number(run[5]) - _number(delay)) <= 1.0, (page, run)
-        assert abs(_number(run[6]) - _number(acts)) <= 0.05 * _number(acts), (page, run)
-    got = {
-        name: (a, b) for name, a, b in re.findall(r"(staggered|sequential): episode return (\d+) → (\d+)", done.stdout)
-    }
-    assert got == {"staggered": (m[1], m[2]), "sequential": (m[3], m[4])}, (got, m.groups())
-    assert took <= 6 * 30, took
+        if not (
+            run[1] == n_i
+            and abs(_number(run[2]) - _number(tau_i)) <= 0.05 * _number(tau_i)
+            and abs(_number(run[4].rstrip("%")) - _number(inaction.rstrip("%"))) <= 3.0
+            and abs(_number(run[5]) - _number(delay)) <= 1.0
+            and abs(_number(run[6]) - _number(acts)) <= 0.05 * _number(acts)
+        ):
+            problems.append(f"{name}: README {page}, run {run}")
+    return done.stdout, took, problems
 
 
 @pytest.mark.slow
