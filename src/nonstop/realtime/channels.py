@@ -330,11 +330,12 @@ class LatestSlot(SharedSegment):
         self,
         obs: np.ndarray,
         stamp: tuple[int, float, int, int, bool, bool, bool],
-        seat: tuple[float, int, int, int, int],
+        seat: tuple[float, int, int, int, int] | list[Any],
     ) -> None:
         """`publish` with its two records, for the host's per-tick path (no keyword parsing): ``stamp`` holds
-        a `TickStamp`'s fields and ``seat`` a `SeatCounts`'s, in their order; the host passes plain tuples
-        (a NamedTuple's constructor costs a microsecond a seat a tick here)."""
+        a `TickStamp`'s fields and ``seat`` a `SeatCounts`'s, in their order; the host passes a plain tuple
+        and each seat's list of counts, kept in place (a NamedTuple's constructor costs a microsecond a seat a
+        tick here)."""
         tick, time, episode, last_end, terminated, truncated, final = stamp
         reward, inaction_ticks, agent_ticks, last_delay, last_action_seq = seat
         self._total_reward = total = self._total_reward + reward

@@ -35,6 +35,10 @@ STATE_STARTING, STATE_RUNNING, STATE_STOPPED, STATE_FAILED = 0, 1, 2, 3
 END_NONE, END_TERMINATED, END_TRUNCATED = 0, 1, 2
 NAN: Final = float("nan")
 _REWARD: Final = SEAT_COLUMNS.index("reward")  # the reward's row of `SeatArrays.values`
+# the log's codes as floats: a memoryview of float64 takes a float a third faster than an int
+_AGENT, _DEFAULT, _ABSENT, _NONE = float(SOURCE_AGENT), float(SOURCE_DEFAULT), float(SOURCE_ABSENT), -1.0
+#: the places in each seat's `SeatArrays.counts`: a `SeatCounts`'s fields, in its order
+COUNT_REWARD, COUNT_INACTION, COUNT_AGENT, COUNT_DELAY, COUNT_SEQ = range(5)
 
 
 class HostError(RuntimeError):
@@ -65,18 +69,18 @@ def _checked(beta: DefaultBehaviour, validate: Any) -> Any:
 class SeatArrays:
     """Every seat's part of the tick loop, as arrays indexed by seat (one seat or 162, the same code).
 
-    ``values`` is this tick's log values of every seat: a (quantities × seats) float64 array in
-    `SEAT_COLUMNS` order, which the tick log copies whole (`TickLog.append_tick`, through ``flat``).
-    Its rows are ``source``, ``worker``, ``delay``, ``obs_tick``, ``action``, ``tau_theta``,
-    ``reward``, ``superseded`` and ``stale``: each a memoryview of its row, indexed by seat (a
-    single value is written or read through one at half a numpy item's cost). ``obs`` and ``actions``: each seat's newest
-    observation and the action applied this tick. ``agent_ticks``, ``inaction_ticks``,
-    ``last_delay`` and ``last_seq``: what each seat's slot publishes besides (plain lists of ints,
-    read every tick). ``present``: whether each seat's agent is still in the world this episode; a
-    seat whose agent has left (died) is absent until the world resets: no action reaches the world
-    for it, its log values say so (``source`` `SOURCE_ABSENT`, no inaction counted), whatever its
-    agent still submits is drained and counted ``stale``, and its slot keeps its last observation,
-    marked terminated (``left``: 1) or truncated (2). Owned by the host: one writer, in the host's thread.
+    ``values`` is this tick's log values of every seat: a (quantities × seats) float64 array in `SEAT_COLUMNS`
+    order, which the tick log copies whole (`TickLog.append_tick`, through ``flat``). Its rows are ``source``,
+    ``worker``, ``delay``, ``obs_tick``, ``action``, ``tau_theta``, ``reward``, ``superseded`` and ``stale``: each a
+    memoryview of its row, indexed by seat (a single value is written or read through one at half a numpy item's
+    cost). ``obs`` and ``actions``: each seat's newest observation and the action applied this tick. ``counts``:
+    what each seat's slot publishes besides, a `SeatCounts`'s fields as one list per seat (``[reward,
+    inaction_ticks, agent_ticks, last_delay, last_seq]``, indexed by `COUNT_REWARD` …; updated in place, so a
+    publish passes it as it is). ``present``: whether each seat's agent is still in the world this episode; a seat
+    whose agent has left (died) is absent until the world resets: no action reaches the world for it, its log values
+    say so (``source`` `SOURCE_ABSENT`, no inaction counted), whatever its agent still submits is drained and
+    counted ``stale``, and its slot keeps its last observation, marked terminated (``left``: 1) or truncated (2).
+    Owned by the host: one writer, in the host's thread.
 
     >>> from nonstop.realtime.defaults import make_default
     >>> space = gym.spaces.Discrete(2)
@@ -85,8 +89,8 @@ class SeatArrays:
     >>> seats = SeatArrays(slots, queues, [make_default("noop", noop_action=0) for _ in queues])
     >>> _ = queues[1].submit(1, obs_tick=0, episode=0)
     >>> seats.act(3, episode=0)
-    >>> seats.actions, seats.source.tolist(), seats.delay.tolist(), seats.inaction_ticks
-    ([0, 1], [0.0, 1.0], [-1.0, 3.0], [1, 0])
+    >>> seats.actions, seats.source.tolist(), seats.delay.tolist(), seats.counts
+    ([0, 1], [0.0, 1.0], [-1.0, 3.0], [[0.0, 1, 0, -1, -1], [0.0, 0, 1, 3, 0]])
     >>> for channel in (*queues, *slots):
     ...     channel.unlink()
     """
@@ -111,65 +115,82 @@ class SeatArrays:
         ) = rows
         self.obs: list[Any] = [None] * n
         self.actions: list[Any] = [None] * n
-        self.agent_ticks, self.inaction_ticks = [0] * n, [0] * n
-        self.last_delay, self.last_seq = [-1] * n, [-1] * n
+        self.counts: list[list[Any]] = [[0.0, 0, 0, -1, -1] for _ in range(n)]
         self.present = [True] * n
         self.left = [0] * n  # how each absent seat's agent left: 1 terminated, 2 truncated
         self._all_present = True
-        self._writes, self._takes, self._betas = [s.write for s in slots], [q.take for q in queues], defaults
-        self._logged = [scalar_actions(q.codec.space) for q in queues]  # whether the log holds the action
-        #: each seat's β as the loop calls it: a callable β's action is checked against its seat's space
-        #: (a built-in β's is right by construction)
-        self._choose = [_checked(b, q.codec.validate) if b.kind == "callable" else b for q, b in zip(queues, defaults)]
+        self._rows = tuple(rows)
+        self._betas_row = [False] * n  # whether seat i's source … tau_theta hold β's values already
+        self._writes, self._betas = [s.write for s in slots], defaults
+        # what `act` reads of each seat, in one tuple a seat: its index, its queue's take, its β, its β as the
+        # loop calls it (a callable β's action is checked against its seat's space; a built-in β's is
+        # right by construction), its counts, and whether the log holds its action (one number)
+        self._per_seat = [
+            (
+                i,
+                q.take,
+                b,
+                _checked(b, q.codec.validate) if b.kind == "callable" else b,
+                c,
+                scalar_actions(q.codec.space),
+            )
+            for i, (q, b, c) in enumerate(zip(queues, defaults, self.counts))
+        ]
+        self._publishes = [(i, write, c) for i, (write, c) in enumerate(zip(self._writes, self.counts))]
 
     def act(self, tick: int, episode: int) -> None:
         """Each seat's action for ``tick`` into ``actions``: its agent's newest (counted; its delay is
         ``tick − obs_tick``) or, with none ready, its β's (inaction); this tick's log values with it."""
-        source, worker, delay, obs_tick, action = self.source, self.worker, self.delay, self.obs_tick, self.action
-        tau_theta, superseded, stale = self.tau_theta, self.superseded, self.stale
-        actions, logged, present = self.actions, self._logged, self.present
-        for i, take in enumerate(self._takes):
+        source, worker, delay, obs_tick, action, tau_theta, _, superseded, stale = self._rows
+        actions, present, obs, betas_row = self.actions, self.present, self.obs, self._betas_row
+        for i, take, beta, choose, counts, logged in self._per_seat:
             record, superseded[i], stale[i] = take(episode=episode)
             if not present[i]:  # its agent has left: what it still sends is dropped, and counted
                 stale[i] += superseded[i] + (record is not None)
                 superseded[i] = 0
-                source[i], worker[i], delay[i], obs_tick[i], tau_theta[i] = SOURCE_ABSENT, -1, -1, -1, NAN
-                actions[i], action[i] = None, NAN
+                source[i], worker[i], delay[i], obs_tick[i], tau_theta[i] = _ABSENT, _NONE, _NONE, _NONE, NAN
+                actions[i], action[i], betas_row[i] = None, NAN, False
                 continue
             if record is not None:
                 a = record.action
-                self._betas[i].observe_agent_action(a)
-                self.agent_ticks[i] += 1
-                self.last_delay[i] = delay[i] = tick - record.obs_tick
-                self.last_seq[i] = record.seq
+                beta.observe_agent_action(a)
+                counts[COUNT_AGENT] += 1
+                counts[COUNT_DELAY] = delay[i] = tick - record.obs_tick
+                counts[COUNT_SEQ] = record.seq
                 source[i], worker[i], obs_tick[i], tau_theta[i] = (
-                    SOURCE_AGENT,
+                    _AGENT,
                     record.worker,
                     record.obs_tick,
                     record.tau_theta,
                 )
+                betas_row[i] = False
             else:
-                a = self._choose[i](self.obs[i])
-                self.inaction_ticks[i] += 1
-                source[i], worker[i], delay[i], obs_tick[i], tau_theta[i] = SOURCE_DEFAULT, -1, -1, -1, NAN
+                a = choose(obs[i])
+                counts[COUNT_INACTION] += 1
+                if not betas_row[i]:  # a run of β ticks writes β's values once: the row keeps them
+                    source[i], worker[i], delay[i], obs_tick[i], tau_theta[i] = _DEFAULT, _NONE, _NONE, _NONE, NAN
+                    betas_row[i] = True
             actions[i] = a
-            action[i] = a if logged[i] else NAN  # a number of any kind: the memoryview converts it
+            action[i] = a if logged else NAN  # a number of any kind: the memoryview converts it
 
     def publish(
         self, tick: int, time: float, episode: int, last_end: int, ended: tuple[bool, bool] | None = None
     ) -> None:
         """Each seat's observation into its slot, with its reward and counters. ``ended``: how the
         episode ended (``(terminated, truncated)``), for its terminal observation, published as final."""
-        terminated, truncated = ended or (False, False)
-        stamp = (tick, time, episode, last_end, terminated, truncated, ended is not None)  # a TickStamp's fields
-        counts = zip(self.reward.tolist(), self.inaction_ticks, self.agent_ticks, self.last_delay, self.last_seq)
+        if ended is None:
+            stamp = (tick, time, episode, last_end, False, False, False)  # a TickStamp's fields
+        else:
+            stamp = (tick, time, episode, last_end, ended[0], ended[1], True)
         if ended is not None or self._all_present:
-            for write, obs, seat in zip(self._writes, self.obs, counts):  # seat: a SeatCounts's fields
-                write(obs, stamp, seat)  # `LatestSlot.write`: `LatestSlot.publish` without its keywords
+            obs, reward = self.obs, self.reward
+            for i, write, counts in self._publishes:
+                counts[COUNT_REWARD] = reward[i]
+                write(obs[i], stamp, counts)  # `LatestSlot.write`: `LatestSlot.publish` without its keywords
             return
-        for write, obs, seat, how in zip(self._writes, self.obs, counts, self.left):
-            # a seat whose agent has left reads how it left, until the world resets
-            write(obs, (tick, time, episode, last_end, how == 1, how == 2, False), seat)
+        for write, obs, counts, reward, how in zip(self._writes, self.obs, self.counts, self.reward, self.left):
+            counts[COUNT_REWARD] = reward  # a seat whose agent has left reads how it left, until the world resets
+            write(obs, (tick, time, episode, last_end, how == 1, how == 2, False), counts)
 
     def leave(self, i: int, how: int) -> None:
         """Seat ``i``'s agent has left the world this tick (``how``: 1 terminated, 2 truncated)."""
