@@ -1,20 +1,37 @@
 """The MCP tools, driven in-process by the official SDK's client: a session starts, the world
-ticks between tool calls, actions are applied with their delay measured, frames come as PNG."""
+ticks between tool calls, actions are applied with their delay measured, frames come as PNG; on a
+many-seat world an LLM holds a whole team, acts for every seat in one call and reads them all."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+from functools import partial
 
 import pytest
 
 pytest.importorskip("mcp")
 from mcp import Client  # noqa: E402
 
-from nonstop.server.mcp import build_mcp_server  # noqa: E402
+from nonstop.envs.magent import BATTLE_NOOP, MAGENT_TICK_HZ, make_battle  # noqa: E402
+from nonstop.envs.spec import register  # noqa: E402
+from nonstop.server.mcp import TEXT_SEATS, _describe_team, build_mcp_server, team_view  # noqa: E402
 from nonstop.server.sessions import SessionManager  # noqa: E402
 
 pytestmark = pytest.mark.wall
+BATTLE = "multi/battle-16"  # 6 red against 6 blue, as tests/test_server_teams.py registers it (the same facts)
+RED = [f"red_{i}" for i in range(6)]
+BLUE = [f"blue_{i}" for i in range(6)]
+STAY = BATTLE_NOOP
+register(
+    BATTLE,
+    partial(make_battle, map_size=16),
+    family="multi",
+    tick_hz=MAGENT_TICK_HZ,
+    noop_action=BATTLE_NOOP,
+    default_beta="noop",
+    description="MAgent2 battle on a 16x16 map (tests)",
+)
 
 
 def test_mcp_tools_drive_a_realtime_session(tmp_path, no_shm_leak) -> None:
@@ -121,3 +138,119 @@ def test_mcp_tools_declare_bounds_and_answer_bad_arguments_with_reasons(no_shm_l
         asyncio.run(play())
     finally:
         manager.shutdown()
+
+
+def test_an_llm_over_mcp_holds_a_whole_team_acts_for_every_seat_and_gives_it_up(no_shm_leak) -> None:
+    """Two MCP servers on one manager (two LLM agents): one starts a battle holding team red, the other
+    joins it as team blue. One act reaches every red seat (each seat's agent_ticks counts it); observe,
+    wait and stats answer for all held seats; seat/team mix-ups are tool errors with their codes; and
+    stop_session gives the whole team up, so a third agent can take it."""
+    pytest.importorskip("magent2")
+    manager = SessionManager([BATTLE, "theory/inaction"])
+    red_server, blue_server, third_server = (build_mcp_server(manager) for _ in range(3))
+
+    async def refused(client: Client, name: str, args: dict, *reasons: str) -> None:
+        answer = await client.call_tool(name, args)
+        assert answer.is_error, f"{name}({args}) was accepted"
+        text = answer.content[0].text
+        assert all(r in text for r in reasons), f"{name}({args}): {text!r} does not say {reasons}"
+
+    async def play() -> None:
+        async with Client(red_server) as red, Client(blue_server) as blue, Client(third_server) as third:
+            started = await red.call_tool("start_session", {"env": BATTLE, "seed": 1, "team": "red"})
+            assert "you hold team red" in started.content[0].text and len(started.content[0].text) < 600
+            opened = started.structured_content
+            sid = opened["session_id"]
+            assert opened["team"] == "red" and opened["held"] == RED and "seat" not in opened
+            assert sorted(opened["seats"]) == sorted(RED + BLUE) and opened["action_space"]["n"] == 21
+            joined = (await blue.call_tool("join_session", {"session_id": sid, "team": "blue"})).structured_content
+            assert joined["held"] == BLUE and joined["session_id"] == sid
+
+            await refused(third, "join_session", {"session_id": sid, "seat": "red_0", "team": "red"}, "not both")
+            await refused(third, "join_session", {"session_id": sid, "team": "green"}, "UNKNOWN_TEAM", "'red'")
+            await refused(third, "join_session", {"session_id": sid, "team": "red"}, "SEAT_TAKEN", "red_0")
+            await refused(third, "start_session", {"env": "theory/inaction", "team": "red"}, "UNKNOWN_TEAM")
+
+            ack = (
+                await red.call_tool("act", {"session_id": sid, "actions": {s: STAY for s in RED}})
+            ).structured_content
+            assert ack["seats"] == 6
+            waited = await red.call_tool("wait", {"session_id": sid, "ticks": 3})
+            seen = waited.structured_content
+            assert seen["team"] == "red" and seen["seats_held"] == 6 and set(seen["seats"]) == set(RED)
+            assert seen["tick"] >= ack["tick"] + 3
+            assert {s: row["agent_ticks"] for s, row in seen["seats"].items()} == dict.fromkeys(RED, 1)
+            assert seen["agent_ticks"] == 6 and all(row["last_delay"] >= 1 for row in seen["seats"].values())
+            text = waited.content[0].text
+            assert "you hold 6 seats" in text and "red_5: reward" in text and "13x13x5" in text
+
+            await refused(red, "act", {"session_id": sid, "actions": {"blue_0": STAY}}, "SEAT_NOT_HELD", "blue_0")
+            await refused(red, "act", {"session_id": sid, "actions": {"red_0": 99}}, "ACTION_OUT_OF_RANGE", "red_0")
+            await refused(red, "act", {"session_id": sid, "action": STAY}, "SESSION_ERROR", "actions")
+            await refused(red, "act", {"session_id": sid, "action": 1, "actions": {"red_0": 1}}, "exactly one")
+            await refused(red, "observe", {"session_id": sid, "seat": "red_0"}, "SEAT_NOT_HELD", "team='red'")
+            await refused(red, "observe", {"session_id": sid, "team": "blue"}, "SEAT_NOT_HELD", "team 'red'")
+            await refused(red, "observe", {"session_id": sid, "seat": "red_0", "team": "red"}, "not both")
+            await refused(red, "observe", {"session_id": sid, "image": True}, "VALIDATION_ERROR", "image")
+
+            looked = (await red.call_tool("observe", {"session_id": sid, "team": "red"})).structured_content
+            assert set(looked["seats"]) == set(RED) and looked["tick"] >= seen["tick"]
+            stats = await red.call_tool("stats", {"session_id": sid})
+            state = stats.structured_content
+            assert state["team"]["name"] == "red" and state["team"]["seats"] == RED
+            assert state["team"]["agent_ticks"] == 6  # the act counted once per red seat, none by the refused ones
+            rows = {row["seat"]: row for row in state["seats"]}
+            assert all(rows[s]["held"] and rows[s]["agent_ticks"] == 0 for s in BLUE)
+            assert "you hold 6 seats" in stats.content[0].text and len(stats.content[0].text) < 800
+
+            left = (await blue.call_tool("stop_session", {"session_id": sid})).structured_content
+            held = {row["seat"]: row["held"] for row in left["seats"]}
+            assert left["lifecycle"] == "running" and held == {**dict.fromkeys(RED, True), **dict.fromkeys(BLUE, False)}
+            await refused(blue, "observe", {"session_id": sid}, "NO_SESSION")
+            retaken = (await third.call_tool("join_session", {"session_id": sid, "team": "blue"})).structured_content
+            assert retaken["held"] == BLUE  # the seats blue gave up are free again
+            await third.call_tool("stop_session", {"session_id": sid, "team": "blue"})
+            ended = (await red.call_tool("stop_session", {"session_id": sid, "team": "red"})).structured_content
+            assert ended["lifecycle"] == "closed" and not any(row["held"] for row in ended["seats"])
+            assert not red_server.players and not blue_server.players and not third_server.players
+
+    try:
+        asyncio.run(play())
+    finally:
+        manager.shutdown()
+
+
+def test_a_big_team_is_summarised_in_a_few_lines_and_given_whole_in_structured_content() -> None:
+    """81 seats: the text has the totals, the seats whose episodes ended and `TEXT_SEATS` seats; the
+    structured content has every seat's counters, reward and done."""
+    import numpy as np
+
+    def seat(i: int) -> dict:
+        observation = {
+            "obs": None,
+            "tick": 40,
+            "time": 2.0,
+            "episode": 0,
+            "terminated": i == 7,
+            "truncated": False,
+            "total_reward": 0.5,
+            "inaction_ticks": 30,
+            "agent_ticks": 10,
+            "last_delay": 1 + i % 3,
+            "session_id": "abc",
+            "lifecycle": "running",
+            "seat": f"red_{i}",
+        }
+        return {"observation": observation, "reward": 0.25, "done": i == 7}
+
+    data = {"team": "red", "session_id": "abc", "tick": 40, "seats": {f"red_{i}": seat(i) for i in range(81)}}
+    view = team_view(data)
+    assert view["seats_held"] == 81 and len(view["seats"]) == 81 and view["done_seats"] == ["red_7"]
+    assert view["agent_ticks"] == 810 and view["reward"] == pytest.approx(81 * 0.25) and view["done"] is True
+    assert "obs" not in view["seats"]["red_3"] and view["seats"]["red_3"]["reward"] == 0.25
+    frames = {name: np.zeros((13, 13, 5), np.float32) for name in view["seats"]}
+    text = _describe_team(view, frames, tick_hz=20.0)
+    lines = text.splitlines()
+    assert len(lines) <= TEXT_SEATS + 7, text
+    assert f"the first {TEXT_SEATS} of your 81 seats" in text and "red_7" in text and "1 to 3 ticks" in text
+    assert "red_80" not in text and "13x13x5 float32" in text

@@ -10,6 +10,7 @@ tick-exact timing.
 
 from __future__ import annotations
 
+import asyncio
 from functools import partial
 
 import pytest
@@ -107,6 +108,39 @@ def test_a_team_over_openenv_http(server) -> None:
     assert bad.status_code >= 400 and bad.json()["data"]["code"] == "SEAT_NOT_HELD"
     both = httpx.post(f"{http}/step", json={"session_id": sid, "action": {"action": 1, "actions": {}}}, timeout=30)
     assert both.status_code == 422
+
+
+def test_an_llm_over_mcp_holds_the_other_team_of_a_websocket_bots_match(server) -> None:
+    """The official MCP SDK client on ``/mcp`` joins, as team blue, the battle a WebSocket client opened as
+    team red: one tool call acts for every blue seat, the bot sees each blue seat's action counted, and
+    stopping the team frees its seats while the bot's match plays on."""
+    pytest.importorskip("mcp")
+    from mcp import Client as McpClient
+
+    with Client(server.url) as red:
+        sid = red.reset_team("red", env=BATTLE, seed=2, encoding="none").session_id
+
+        async def play() -> None:
+            async with McpClient(server.url.replace("ws://", "http://") + "/mcp") as llm:
+                joined = (await llm.call_tool("join_session", {"session_id": sid, "team": "blue"})).structured_content
+                assert joined["team"] == "blue" and joined["held"] == BLUE
+                taken = await llm.call_tool("join_session", {"session_id": sid, "team": "red"})
+                assert taken.is_error and "SEAT_TAKEN" in taken.content[0].text
+                ack = await llm.call_tool("act", {"session_id": sid, "actions": {seat: STAY for seat in BLUE}})
+                assert ack.structured_content["seats"] == 6
+                seen = (await llm.call_tool("wait", {"session_id": sid, "ticks": 3})).structured_content
+                assert [seen["seats"][seat]["agent_ticks"] for seat in BLUE] == [1] * 6
+                left = (await llm.call_tool("stop_session", {"session_id": sid})).structured_content
+                assert left["lifecycle"] == "running"
+
+        asyncio.run(play())
+        state = red.state()
+        assert state["lifecycle"] == "running"
+        rows = {row["seat"]: row for row in state["seats"]}
+        assert [rows[seat]["agent_ticks"] for seat in BLUE] == [1] * 6 and [rows[s]["agent_ticks"] for s in RED] == [
+            0
+        ] * 6
+        assert [rows[seat]["held"] for seat in BLUE] == [False] * 6 and all(rows[s]["held"] for s in RED)
 
 
 def test_the_team_example_of_the_server_page_runs_and_prints_what_it_shows(tmp_path, no_shm_leak) -> None:

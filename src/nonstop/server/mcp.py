@@ -12,11 +12,18 @@ that another client started, over MCP or over the WebSocket on the same server (
 ``/ws``), so an LLM plays against a bot in one match. The other tools then act for that seat; where
 this MCP server plays several seats of one session, they take ``seat`` to say which. ``stop_session``
 on a joined seat gives the seat up (its β plays it); the session ends with its last seated client.
+
+Teams: on a many-seat world (``multi/battle``: 81 ``red_*`` against 81 ``blue_*``) ``start_session`` and
+``join_session`` take ``team`` instead of ``seat`` and hold every seat of it, through the protocol's
+team verbs (`nonstop.server.connection.TeamHold`). ``act`` then takes ``actions`` (``{seat: action}``),
+``observe``, ``wait`` and ``stats`` answer for every held seat (all of them in the structured content,
+totals and a few seats in the text), and ``stop_session`` gives the whole team up.
 """
 
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -59,6 +66,23 @@ Seat = Annotated[
         "first_0, second_0, ...); absent: the only seat you hold in that session",
     ),
 ]
+Team = Annotated[
+    str | None,
+    Field(
+        min_length=1,
+        max_length=64,
+        description="a team name (many-seat worlds: red, blue, ...; a seat's team is its name up to the last _): "
+        "every seat of that team; give seat or team, not both",
+    ),
+]
+Actions = Annotated[
+    dict[Annotated[str, Field(min_length=1, max_length=64)], Action] | None,
+    Field(
+        min_length=1,
+        description="a team's actions by seat, {seat: action} (when you hold a team; give action or actions, "
+        "not both); a seat left out gets nothing this time, so its beta acts",
+    ),
+]
 
 
 #: players kept before ended sessions are forgotten (an ended one still answers SESSION_ENDED until then)
@@ -79,8 +103,14 @@ INSTRUCTIONS = (
     "waits for you. When you have no action queued, a default behaviour (beta) acts and the tick counts as "
     "inaction. Start a session (or join a seat of another player's session with join_session), observe, act "
     "(returns at once), wait a number of ticks if useful, and read stats to see your inaction and delay. Stop "
-    "the session when done."
+    "the session when done. On a many-seat world, start or join with team=NAME to hold every seat of a team: "
+    "act then takes actions={seat: action}, and observe, wait and stats answer for all your seats."
 )
+
+#: seats a team's text summary shows one by one (its structured content has every seat)
+TEXT_SEATS = 6
+#: an observation of at most this many values is written out in the text
+TEXT_OBS_VALUES = 64
 
 
 def _png(frame: np.ndarray) -> bytes:
@@ -116,11 +146,129 @@ def _describe(
     if fields["last_delay"] >= 0:
         lines.append(f"your last applied action was computed from an observation {fields['last_delay']} ticks old")
     if obs is not None:
-        if obs.size <= 64:
+        if obs.size <= TEXT_OBS_VALUES:
             lines.append(f"observation: {np.round(obs, 4).tolist()}")
         else:
             lines.append(f"observation: a {'x'.join(map(str, obs.shape))} {obs.dtype} frame (observe with image=true)")
     return "\n".join(lines)
+
+
+def _few(names: list[str]) -> str:
+    """``a, b, c``, or past `TEXT_SEATS` names the first few and how many more."""
+    if len(names) <= TEXT_SEATS:
+        return ", ".join(names)
+    return f"{', '.join(names[:TEXT_SEATS])}, ... ({len(names) - TEXT_SEATS} more)"
+
+
+def team_view(data: dict[str, Any]) -> dict[str, Any]:
+    """A ``team_observation`` reply's data as a tool's structured content: each held seat's counters (its
+    observation's fields but the array), ``reward`` and ``done`` since the previous look, and the
+    team's totals."""
+    seats: dict[str, dict[str, Any]] = {}
+    for name, seen in data["seats"].items():
+        fields = {k: v for k, v in seen["observation"].items() if k not in ("obs", "session_id", "lifecycle", "seat")}
+        seats[name] = {**fields, "reward": seen["reward"], "done": seen["done"]}
+    done = [name for name, row in seats.items() if row["done"]]
+    return {
+        "team": data["team"],
+        "session_id": data["session_id"],
+        "lifecycle": next(iter(data["seats"].values()))["observation"]["lifecycle"],
+        "tick": data["tick"],
+        "seats_held": len(seats),
+        "reward": sum(row["reward"] or 0.0 for row in seats.values()),
+        "done": bool(done),
+        "done_seats": done,
+        "total_reward": sum(row["total_reward"] for row in seats.values()),
+        "agent_ticks": sum(row["agent_ticks"] for row in seats.values()),
+        "inaction_ticks": sum(row["inaction_ticks"] for row in seats.values()),
+        "seats": seats,
+    }
+
+
+def _describe_team(view: dict[str, Any], obs: dict[str, np.ndarray | None], tick_hz: float) -> str:
+    """A team's observation for a model to read: totals, the seats whose episodes ended, and the first
+    `TEXT_SEATS` seats one by one (81 seats' full observations would drown it)."""
+    seats, tick, n = view["seats"], view["tick"], view["seats_held"]
+    lines = [
+        f"team {view['team']}: you hold {n} seats; tick {tick} ({tick / tick_hz:.2f} s of world time)",
+        f"reward since your last look: {view['reward']:+g} over your seats; total reward: {view['total_reward']:g}",
+        f"ticks your seats acted on: {view['agent_ticks']}; ticks beta acted on (your inaction): "
+        f"{view['inaction_ticks']} (summed over your {n} seats)",
+    ]
+    delays = [row["last_delay"] for row in seats.values() if row["last_delay"] >= 0]
+    if delays:
+        span = f"{min(delays)}" if min(delays) == max(delays) else f"{min(delays)} to {max(delays)}"
+        lines.append(
+            f"your last applied actions were computed from observations {span} ticks old "
+            f"({len(delays)} of {n} seats have acted)"
+        )
+    if view["done_seats"]:
+        lines.append(
+            f"episodes ended since your last look (each such seat shows its final observation; an agent that died "
+            f"leaves its seat to beta): {_few(view['done_seats'])}"
+        )
+    lines.append(
+        "your seats:" if n <= TEXT_SEATS else f"the first {TEXT_SEATS} of your {n} seats (all in structured content):"
+    )
+    for name in list(seats)[:TEXT_SEATS]:
+        row, arr = seats[name], obs.get(name)
+        delay = row["last_delay"] if row["last_delay"] >= 0 else "none yet"
+        line = (
+            f"  {name}: reward {row['reward'] or 0.0:+g}, total {row['total_reward']:g}, acted {row['agent_ticks']}, "
+            f"inaction {row['inaction_ticks']}, delay {delay}{', episode ended' if row['done'] else ''}"
+        )
+        if arr is not None and arr.size <= TEXT_OBS_VALUES:
+            line += f", observation {np.round(arr, 4).tolist()}"
+        lines.append(line)
+    big = next((a for a in obs.values() if a is not None and a.size > TEXT_OBS_VALUES), None)
+    if big is not None:
+        lines.append(f"observations: a {'x'.join(map(str, big.shape))} {big.dtype} array per seat (not shown as text)")
+    return "\n".join(lines)
+
+
+def _describe_held(out: dict[str, Any]) -> str:
+    """A team start's or join's reply for a model to read (its structured content lists every seat)."""
+    space = out["action_space"]
+    spaces = f"each seat's action space: {json.dumps(space)}" if space else "action spaces by seat: see action_spaces"
+    return "\n".join(
+        [
+            f"you hold team {out['team']} of session {out['session_id']} ({out['env']}, {out['tick_hz']:g} ticks/s, "
+            f"tick {out['tick']}): {len(out['held'])} seats ({_few(out['held'])}) of the world's {len(out['seats'])}",
+            spaces,
+            "act with actions={seat: action} for any of your seats; a seat you leave out is played by its beta "
+            f"({out['default_behaviour']}) until your action comes",
+        ]
+    )
+
+
+def team_stats(state: dict[str, Any], team: str, held: list[str]) -> tuple[dict[str, Any], str]:
+    """``stats`` for a team holder: the session's state with the team's totals under ``team``, and a
+    short text (every seat's counters stay in the structured content's ``seats``)."""
+    rows = {row["seat"]: row for row in state.get("seats") or []}
+    mine = [rows[name] for name in held if name in rows]
+    others = [row for name, row in rows.items() if name not in set(held)]
+    totals = {
+        "name": team,
+        "seats": held,
+        "agent_ticks": sum(row["agent_ticks"] for row in mine),
+        "inaction_ticks": sum(row["inaction_ticks"] for row in mine),
+        "total_reward": sum(row["total_reward"] for row in mine),
+    }
+    ended = f" ({state['end_reason']})" if state.get("end_reason") else ""
+    tick = state["tick"]
+    text = "\n".join(
+        [
+            f"session {state['session_id']} ({state['env']}): {state['lifecycle']}{ended}, tick {tick} "
+            f"({tick / state['tick_hz']:.2f} s of world time)",
+            f"team {team}: you hold {len(held)} seats ({_few(held)})",
+            f"ticks your seats acted on: {totals['agent_ticks']}; ticks beta acted on (your inaction): "
+            f"{totals['inaction_ticks']}; total reward: {totals['total_reward']:g}",
+            f"the world's other {len(others)} seats: {sum(r['held'] for r in others)} held by other clients, "
+            f"the rest played by their beta",
+            "every seat's counters are in the structured content (seats; your team's totals under team)",
+        ]
+    )
+    return {**state, "team": totals}, text
 
 
 def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, start_timeout: float = 60.0) -> Any:
@@ -132,13 +280,31 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
     from mcp_types import CallToolResult, ImageContent, TextContent
 
     server = MCPServer(name="nonstop", instructions=INSTRUCTIONS)
-    #: every seat this MCP server plays: (session_id, seat name) -> its connection
+    #: every seat this MCP server plays: (session_id, seat name) -> its connection (a team's: each of its seats)
     players: dict[tuple[str, str], Connection] = {}
 
     def seat_name(conn: Connection) -> str:
         return conn.current().seat_names[conn.seat]
 
-    def player(session_id: str, seat: str | None = None) -> Connection:
+    def seat_or_team(seat: str | None, team: str | None) -> None:
+        if seat is not None and team is not None:
+            raise ToolError("VALIDATION_ERROR: give seat (one seat) or team (all of a team's seats), not both")
+
+    def held(conn: Connection) -> list[str]:
+        """The seats ``conn`` holds: its team's, or its one seat."""
+        return list(conn.team.by_name) if conn.team is not None else [seat_name(conn)]
+
+    def holding(conn: Connection) -> str:
+        if conn.team is not None:
+            return f"team {conn.team.name!r} ({len(conn.team.by_name)} seats)"
+        return f"seat {seat_name(conn)!r}"
+
+    def player(
+        session_id: str, seat: str | None = None, team: str | None = None, named: str | None = None
+    ) -> Connection:
+        """The connection that plays ``seat`` or ``team`` of ``session_id`` (neither: the only one this
+        server plays there, or the one holding ``named``, the first seat an act's ``actions`` names)."""
+        seat_or_team(seat, team)
         mine = {name: conn for (sid, name), conn in players.items() if sid == session_id}
         if not mine:
             open_ = sorted({sid for sid, _ in players})
@@ -146,22 +312,35 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
                 f"NO_SESSION: no session {session_id!r} played here; start one with start_session or "
                 f"join one with join_session (open: {open_})"
             )
-        if seat is None:
-            if len(mine) > 1:
+        holdings = list({id(conn): conn for conn in mine.values()}.values())
+        yours = f"you hold {', '.join(holding(c) for c in holdings)} of session {session_id}"
+        if team is not None:
+            teams = [c for c in holdings if c.team is not None and c.team.name == team]
+            if not teams:
+                raise ToolError(f"SEAT_NOT_HELD: {yours}, not team {team!r}")
+            return teams[0]
+        if seat is not None:
+            if seat not in mine:
+                raise ToolError(f"SEAT_NOT_HELD: {yours}, not seat {seat!r}")
+            if (team_ := mine[seat].team) is not None:
                 raise ToolError(
-                    f"VALIDATION_ERROR: you hold seats {sorted(mine)} of session {session_id}: say which with seat="
+                    f"SEAT_NOT_HELD: seat {seat!r} is held as part of team {team_.name!r}: pass team={team_.name!r} "
+                    "(the tools answer for every seat of it)"
                 )
-            return next(iter(mine.values()))
-        if seat not in mine:
-            raise ToolError(f"SEAT_NOT_HELD: you hold seats {sorted(mine)} of session {session_id}, not {seat!r}")
-        return mine[seat]
+            return mine[seat]
+        if named is not None and named in mine:
+            return mine[named]
+        if len(holdings) > 1:
+            raise ToolError(f"VALIDATION_ERROR: {yours}: say which with seat= or team=")
+        return holdings[0]
 
     def remember(conn: Connection) -> None:
         if len(players) >= MAX_ENDED_PLAYERS:  # forget closed sessions (HTTP servers run for long)
             ended = [k for k, c in players.items() if c.session is not None and not c.session.live]
             for old in ended[: len(players) // 2]:
                 players.pop(old, None)
-        players[(conn.current().sid, seat_name(conn))] = conn
+        for name in held(conn):
+            players[(conn.current().sid, name)] = conn
 
     async def run(conn: Connection, msg: Any) -> Any:
         try:
@@ -176,11 +355,24 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
         except ValidationError as exc:
             raise ToolError(f"VALIDATION_ERROR: {tool_error_text(exc)}") from None
 
+    def no_team_image(conn: Connection, image: bool) -> None:
+        if image and conn.team is not None:
+            raise ToolError(
+                f"VALIDATION_ERROR: image=true shows one seat's frame; you hold team {conn.team.name!r}, whose "
+                "seats are read as text and structured content (join one seat to see its frames)"
+            )
+
     def result(conn: Connection, reply: dict[str, Any], image: bool = False) -> Any:
+        tick_hz = conn.current().spec.tick_hz
+        if reply["type"] == "team_observation":  # a team holder: every seat in one reply
+            view = team_view(reply["data"])
+            arrays = {name: decode_array(seen["observation"]["obs"]) for name, seen in reply["data"]["seats"].items()}
+            text = _describe_team(view, arrays, tick_hz)
+            return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=view)
         data = reply["data"]
         fields = {k: v for k, v in data["observation"].items() if k != "obs"}
         obs = decode_array(data["observation"]["obs"])
-        text = _describe(fields, data["reward"], obs, conn.current().spec.tick_hz, bool(data["done"]))
+        text = _describe(fields, data["reward"], obs, tick_hz, bool(data["done"]))
         content: list[Any] = [TextContent(type="text", text=text)]
         if image and obs is not None:
             import base64
@@ -192,19 +384,24 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
 
     @server.tool(
         description="Start a realtime session. env: one of the served env ids (default: the first); "
-        "seed: 0 .. 2**31-1 (default: a random one, recorded in the replay)."
+        "seed: 0 .. 2**31-1 (default: a random one, recorded in the replay); team: on a many-seat world, "
+        "hold every seat of that team (e.g. red) instead of the first seat."
     )
     async def start_session(
-        env: Annotated[str | None, Field(max_length=200)] = None, seed: Seed = None
-    ) -> dict[str, Any]:
+        env: Annotated[str | None, Field(max_length=200)] = None, seed: Seed = None, team: Team = None
+    ) -> Any:
         conn = Connection(None, sessions(), start_timeout)  # no socket: no pushes
-        reply = await run(conn, message(ResetMessage, data=message(ResetData, env=env, seed=seed, encoding="b64")))
+        data = message(ResetData, env=env, seed=seed, team=team, encoding="b64")
+        reply = await run(conn, message(ResetMessage, data=data))
         remember(conn)
         return seated(conn, reply)
 
-    def seated(conn: Connection, reply: dict[str, Any]) -> dict[str, Any]:
+    def seated(conn: Connection, reply: dict[str, Any]) -> Any:
+        """A start's or join's reply: the session and the seats held (a team's: a short text; its
+        structured content lists every seat)."""
         session = conn.current()
         spec = session.spec
+        team = reply["type"] == "team_observation"
         out = {
             "session_id": session.sid,
             "env": spec.env_id,
@@ -212,66 +409,96 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
             "action_space": spec.spaces()["action"],
             "action_meanings": spec.action_meanings,
             "default_behaviour": session.settings.default,
-            "tick": reply["data"]["observation"]["tick"],
+            "tick": reply["data"]["tick"] if team else reply["data"]["observation"]["tick"],
         }
         if spec.seats is not None:
-            out.update(
-                seat=seat_name(conn),
-                seats=list(spec.seats),
-                action_space=spec.spaces()["seats"][seat_name(conn)]["action"],
-            )
-        return out
+            spaces = {name: spec.spaces()["seats"][name]["action"] for name in held(conn)}
+            out.update(seats=list(spec.seats), action_space=next(iter(spaces.values())))
+            if conn.team is None:
+                out.update(seat=seat_name(conn))
+            else:  # every held seat, and each one's action space where they differ
+                out.update(team=conn.team.name, held=held(conn))
+                if any(space != out["action_space"] for space in spaces.values()):
+                    out.update(action_space=None, action_spaces=spaces)
+        text = _describe_held(out) if conn.team is not None else json.dumps(out, indent=2)
+        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=out)
 
     @server.tool(
         description="Join a running session another player started (over MCP or WebSocket) by its "
-        "session_id, taking `seat` (e.g. second_0) or, absent, the first free seat. You then act for that "
-        "seat against the other players; the world does not wait for any of you."
+        "session_id, taking `seat` (e.g. second_0) or, absent, the first free seat; or, with `team` (e.g. "
+        "red, on a many-seat world), every seat of that team (the reply's `held` lists them). You then act "
+        "for those seats against the other players; the world does not wait for any of you."
     )
-    async def join_session(session_id: SessionId, seat: Seat = None) -> dict[str, Any]:
+    async def join_session(session_id: SessionId, seat: Seat = None, team: Team = None) -> Any:
+        seat_or_team(seat, team)
         conn = Connection(None, sessions(), start_timeout)  # no socket: no pushes
-        reply = await run(
-            conn, message(JoinMessage, data=message(JoinData, session_id=session_id, seat=seat, encoding="b64"))
-        )
+        data = message(JoinData, session_id=session_id, seat=seat, team=team, encoding="b64")
+        reply = await run(conn, message(JoinMessage, data=data))
         remember(conn)
         return seated(conn, reply)
 
-    @server.tool(description="The newest observation (text; image=true adds a PNG frame). The world keeps ticking.")
-    async def observe(session_id: SessionId, image: bool = False, seat: Seat = None) -> Any:
-        conn = player(session_id, seat)
+    @server.tool(
+        description="The newest observation (text; image=true adds a PNG frame). The world keeps ticking. "
+        "Holding a team: every seat's counters, reward and done in the structured content (seats), totals "
+        "and a few seats in the text."
+    )
+    async def observe(session_id: SessionId, image: bool = False, seat: Seat = None, team: Team = None) -> Any:
+        conn = player(session_id, seat, team)
+        no_team_image(conn, image)
         return result(conn, await run(conn, ObserveMessage(data=ObserveData(encoding="b64"))), image)
 
-    @server.tool(description="Queue an action; returns at once. It is applied at the next tick (its delay counted).")
-    async def act(session_id: SessionId, action: Action, seat: Seat = None) -> dict[str, Any]:
-        conn = player(session_id, seat)
-        return (await run(conn, message(ActMessage, data=message(ActionData, action=action)))).data.model_dump()
+    @server.tool(
+        description="Queue an action; returns at once. It is applied at the next tick (its delay counted). "
+        "Holding a team: give actions={seat: action} (any of your seats) instead of action."
+    )
+    async def act(
+        session_id: SessionId,
+        action: Action | None = None,
+        seat: Seat = None,
+        team: Team = None,
+        actions: Actions = None,
+    ) -> dict[str, Any]:
+        conn = player(session_id, seat, team, named=next(iter(actions), None) if actions else None)
+        return (
+            await run(conn, message(ActMessage, data=message(ActionData, action=action, actions=actions)))
+        ).data.model_dump()
 
     @server.tool(
         description=f"Wait until `ticks` more ticks have passed (1 .. {MAX_WAIT_TICKS}; the world does "
-        "not stop), then observe."
+        "not stop), then observe (holding a team: every seat, as observe)."
     )
-    async def wait(session_id: SessionId, ticks: Ticks = 1, image: bool = False, seat: Seat = None) -> Any:
-        conn = player(session_id, seat)
+    async def wait(
+        session_id: SessionId, ticks: Ticks = 1, image: bool = False, seat: Seat = None, team: Team = None
+    ) -> Any:
+        conn = player(session_id, seat, team)
+        no_team_image(conn, image)
         msg = message(WaitMessage, data=message(WaitData, ticks=ticks, encoding="b64"))
         return result(conn, await run(conn, msg), image)
 
     @server.tool(
         description="Session stats: tick, your agent ticks vs inaction ticks, total reward, queue counters "
-        "(several-seat worlds: every seat's under `seats`)."
+        "(several-seat worlds: every seat's under `seats`; holding a team: its totals under `team`)."
     )
-    async def stats(session_id: SessionId, seat: Seat = None) -> dict[str, Any]:
-        conn = player(session_id, seat)
-        return (await run(conn, StateMessage())).data.model_dump()
+    async def stats(session_id: SessionId, seat: Seat = None, team: Team = None) -> Any:
+        conn = player(session_id, seat, team)
+        state = (await run(conn, StateMessage())).data.model_dump()
+        if conn.team is not None:
+            state, text = team_stats(state, conn.team.name, held(conn))
+        else:
+            text = json.dumps(state, indent=2)
+        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=state)
 
     @server.tool(
-        description="Stop a session (a joined seat: give it up, the others play on); returns its summary "
-        "(and replay path when recording)."
+        description="Stop a session (a joined seat or team: give it up, the others play on; its beta plays "
+        "it); returns its summary (and replay path when recording)."
     )
-    async def stop_session(session_id: SessionId, seat: Seat = None) -> dict[str, Any]:
+    async def stop_session(session_id: SessionId, seat: Seat = None, team: Team = None) -> dict[str, Any]:
         try:
-            conn = player(session_id, seat)
+            conn = player(session_id, seat, team)
         except ToolError as exc:
             raise ToolError(f"{exc} (open: {sorted({sid for sid, _ in players})})") from None
-        players.pop((session_id, seat_name(conn)), None)
+        for name in held(conn):
+            players.pop((session_id, name), None)
         session = conn.current()
         conn.close("stopped by stop_session")
         if not session.live:  # it was the last seated client: wait for its replay
