@@ -6,32 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from functools import partial
 
 import pytest
 
 pytest.importorskip("mcp")
 from mcp import Client  # noqa: E402
 
-from nonstop.envs.magent import BATTLE_NOOP, MAGENT_TICK_HZ, make_battle  # noqa: E402
-from nonstop.envs.spec import register  # noqa: E402
+from battle16 import BATTLE, BLUE, RED, STAY  # noqa: E402
 from nonstop.server.mcp import TEXT_SEATS, _describe_team, build_mcp_server, team_view  # noqa: E402
 from nonstop.server.sessions import SessionManager  # noqa: E402
 
 pytestmark = pytest.mark.wall
-BATTLE = "multi/battle-16"  # 6 red against 6 blue, as tests/test_server_teams.py registers it (the same facts)
-RED = [f"red_{i}" for i in range(6)]
-BLUE = [f"blue_{i}" for i in range(6)]
-STAY = BATTLE_NOOP
-register(
-    BATTLE,
-    partial(make_battle, map_size=16),
-    family="multi",
-    tick_hz=MAGENT_TICK_HZ,
-    noop_action=BATTLE_NOOP,
-    default_beta="noop",
-    description="MAgent2 battle on a 16x16 map (tests)",
-)
 
 
 def test_mcp_tools_drive_a_realtime_session(tmp_path, no_shm_leak) -> None:

@@ -11,7 +11,6 @@ tick-exact timing.
 from __future__ import annotations
 
 import asyncio
-from functools import partial
 
 import pytest
 from conftest import wait_for
@@ -20,26 +19,12 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("magent2")
 
-from nonstop.envs.magent import BATTLE_NOOP, MAGENT_TICK_HZ, make_battle  # noqa: E402
-from nonstop.envs.spec import register  # noqa: E402
+from battle16 import BATTLE, BLUE, RED, STAY  # noqa: E402
 from nonstop.server.app import ServerThread  # noqa: E402
 from nonstop.server.client import Client, ServerError, http_get  # noqa: E402
 
 pytestmark = pytest.mark.wall
-BATTLE = "multi/battle-16"  # 6 red against 6 blue (MAgent2's battle on a 16×16 map)
-RED = [f"red_{i}" for i in range(6)]
-BLUE = [f"blue_{i}" for i in range(6)]
-STAY, ATTACK_FIRST = BATTLE_NOOP, 13  # battle's moves are 0..12 (12: stay at 6), attacks 13..20
-
-register(
-    BATTLE,
-    partial(make_battle, map_size=16),
-    family="multi",
-    tick_hz=MAGENT_TICK_HZ,
-    noop_action=BATTLE_NOOP,
-    default_beta="noop",
-    description="MAgent2 battle on a 16x16 map (tests)",
-)
+ATTACK_FIRST = 13  # battle's moves are 0..12 (12: stay at 6), attacks 13..20
 
 
 def _code(call) -> str:
