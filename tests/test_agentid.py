@@ -226,8 +226,8 @@ def test_where_an_agent_id_cannot_apply_is_one_line(seat_roles, tmp_path, capsys
 # ----------------------------------------------------------------------------- the reason for the option
 
 
-def _train(world: str, out: Path, agent_id: str, seconds: float = 40.0) -> None:
-    args = ["train", "--env", world, "--clock", "virtual", "--backend", "thread", "--seconds", str(seconds)]
+def _train(world: str, out: Path, agent_id: str, seconds: float = 40.0, backend: str = "thread") -> None:
+    args = ["train", "--env", world, "--clock", "virtual", "--backend", backend, "--seconds", str(seconds)]
     args += ["--lr", "1e-3", "--gamma", "0.5", "--batch-size", "32", "--learning-starts", "100"]
     args += ["--epsilon-ticks", "300", "--epsilon-end", "0.05", "--target-update", "50", "--hidden", "32"]
     args += ["--replay-capacity", "5000", "--seed", "1", "--agent-id", agent_id, "--out", str(out)]
@@ -251,16 +251,19 @@ def _greedy_reward(out: Path) -> tuple[float, dict[str, Any]]:
     return reward, meta
 
 
-def test_a_shared_theta_serves_every_seat_only_when_it_sees_who_it_acts_for(seat_roles, tmp_path, no_shm_leak):
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("backend", ["thread", "batched"])
+def test_a_shared_theta_serves_every_seat_only_when_it_sees_who_it_acts_for(backend, seat_roles, tmp_path, no_shm_leak):
     """Same observation for a_0 and a_1, each rewarded for its own action. Without the id the one θ
     answers both seats alike: at most half the optimal reward. With ``--agent-id onehot`` it learns both
-    within 40 world seconds (800 ticks); the tick log's reward rate at the end says so too."""
+    within 40 world seconds (800 ticks); the tick log's reward rate at the end says so too. Acted for by
+    a pool a seat (``thread``) or by one batching server for every seat (``batched``: `TeamForward`)."""
     from nonstop.learning.runlog import read_ticklog
 
     rates = {}
     for mode in ("none", "onehot"):
         out = tmp_path / mode
-        _train(seat_roles, out, mode)
+        _train(seat_roles, out, mode, backend=backend)
         reward, meta = _greedy_reward(out)
         rates[mode] = reward
         log = read_ticklog(out)
@@ -275,6 +278,7 @@ def test_a_shared_theta_serves_every_seat_only_when_it_sees_who_it_acts_for(seat
     assert rates["none_log"] < 1.2 < 1.7 < rates["onehot_log"], rates
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 def test_resume_keeps_the_agent_id_and_refuses_another(seat_roles, tmp_path, capsys, no_shm_leak):
     out = tmp_path / "run"
     _train(seat_roles, out, "index", seconds=3.0)
@@ -289,3 +293,46 @@ def test_resume_keeps_the_agent_id_and_refuses_another(seat_roles, tmp_path, cap
     _, meta = _greedy_reward(out)
     assert meta["agent_id"] == {"mode": "index", "n_agents": 2, "layout": meta["agent_id"]["layout"]}
     assert meta["input"]["shape"] == [4]
+
+
+# ----------------------------------------------------------------------------- (H, W, C) windows: MAgent2's battle
+
+
+def test_battle_windows_get_id_channels_in_team_training_and_team_self_play(tmp_path, no_shm_leak):
+    """multi/battle's 13×13×5 windows, --arch grid: the batched server's team passes, the replay's
+    samples and the exported network take 13×13×(5 + 2) with ``onehot`` on 2 seats a team; team self-play
+    runs with it and saves it beside its Q-network."""
+    pytest.importorskip("magent2")
+    import torch
+
+    from nonstop.experiment.teamplay import TeamPlayConfig, train_teams
+
+    out = tmp_path / "run"
+    args = ["train", "--env", "multi/battle", "--env-arg", "map_size=12", "--clock", "virtual", "--backend"]
+    args += ["batched", "--n-inference", "1", "--replay-capacity", "2000", "--learning-starts", "20"]
+    args += ["--batch-size", "8", "--seconds", "2", "--agent-id", "onehot", "--out", str(out)]
+    assert main(args) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["complete"] and summary["updates"] > 0
+    assert summary["seat_lanes"]["team_passes"] > 0
+    assert main(["export", str(out)]) == 0
+    meta = json.loads((out / "export" / "policy.json").read_text())
+    assert meta["input"]["shape"] == [13, 13, 7] and meta["agent_id"]["n_agents"] == 2
+
+    cfg = TeamPlayConfig(
+        env="multi/battle",
+        env_kwargs={"map_size": 12, "max_cycles": 20},
+        seconds=2.0,
+        judge_episodes=1,
+        learning_starts=50,
+        batch_size=16,
+        latency_ticks=2,
+        update_every=2,
+        agent_id="index",
+    )
+    team = train_teams(cfg, tmp_path / "team", echo=lambda line: None)
+    assert team["updates"] > 0
+    saved = torch.load(tmp_path / "team" / "team_q.pt", weights_only=False)
+    assert saved["agent_id"] == {"mode": "index", "n_agents": 2}
+    first = next(v for k, v in saved["q"].items() if k.endswith("weight") and v.ndim == 4)
+    assert first.shape[1] == 6  # the first convolution takes the window's 5 channels and the id's 1
