@@ -17,6 +17,11 @@
   once. Otherwise (``thread``, ``process``) each seat gets an `InferencePool` of its own, the
   baseline of one pool per seat.
 
+* **Who is acting** (``--agent-id index|onehot``): each team's network sees each seat's place in its
+  team beside its observation (`nonstop.policies.agentid.AgentId`): `TeamForward` adds it to each
+  lane's row, a pool's workers act through `IdentifiedPolicy`, and the replay adds it to the frames it
+  samples from each transition's seat index (`SeatsRecorder`).
+
 Everything else is the solo run's: the learners, checkpoints (the other teams' θ saved with them),
 the tick log (every seat's inaction and delay), ``summary.json`` (each team's figures under
 ``teams``, every seat's inaction and mean delay under ``seats``).
