@@ -53,6 +53,8 @@ _RUN_FIELDS = (
 )
 #: learning that pays for delay: the actor and critic see the actions in flight (any --algo)
 _DELAY_FIELDS = ("delay_aware",)
+#: a team's seats sharing one θ: who each is, in what its network sees
+_TEAM_FIELDS = ("agent_id",)
 _SELF_PLAY_FIELDS = ("opponents", "snapshot_every", "pool_size", "opponent_latency")
 _RECORD_FIELDS = ("out", "episodes", "progress_every", "checkpoint_every", "keep_checkpoints", "checkpoint_replay")
 
@@ -108,6 +110,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_fields(g, TrainConfig, ("self_play",))
     add_fields(g, TrainConfig, _SELF_PLAY_FIELDS, unset=_SELF_PLAY_FIELDS, shown_as={"opponent_latency": "--latency"})
     add_fields(p, TrainConfig, _DELAY_FIELDS)
+    add_fields(p, TrainConfig, _TEAM_FIELDS)
     add_algo_arguments(p)
     add_fields(p, TrainConfig, ("seed",))
     add_fields(p, RecordConfig, _RECORD_FIELDS, types={"out": str, "episodes": int})
@@ -286,6 +289,11 @@ def settings_from_args(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
     keys = {name for name in (*_RUN_FIELDS, *_DELAY_FIELDS, *_SELF_PLAY_FIELDS, "self_play", "seed") if name in f.typed}
     keys |= {"env_kwargs"} if f.typed & {"env_arg", "pixels"} else set()
     keys |= {"scheduler_args"} if "scheduler_arg" in f.typed else set()
+    if "agent_id" in f.typed and fresh.get("agent_id", "none") != saved.get("agent_id", "none"):
+        raise ValueError(
+            f"--agent-id {fresh.get('agent_id', 'none')}: the run was trained with --agent-id "
+            f"{saved.get('agent_id', 'none')}, which its network's input depends on"
+        )
     merged = {**saved, **{k: fresh[k] for k in keys if k in fresh}}
     if "env_module" in f.typed and "env" not in f.typed:  # the saved world, its module named now
         keys.add("env")
@@ -342,7 +350,9 @@ def _read_flags(args: argparse.Namespace) -> _Flags:
     if isinstance(settings.get("hidden"), list):
         settings["hidden"] = tuple(settings["hidden"])
     run = {
-        name: getattr(args, name) for name in (*_RUN_FIELDS, *_DELAY_FIELDS) if getattr(args, name, None) is not None
+        name: getattr(args, name)
+        for name in (*_RUN_FIELDS, *_DELAY_FIELDS, *_TEAM_FIELDS)
+        if getattr(args, name, None) is not None
     }
     run.pop("trim_above", None)
     return _Flags(

@@ -80,7 +80,7 @@ def _learner_args(run: "Run", budget: "RestartBudget") -> dict[str, Any]:
     return {
         "n_learners": cfg.n_learners,
         "mode": cfg.learner_mode,
-        "obs_shape": run.spec.obs_shape,
+        "obs_shape": run.spec.model_obs_shape,
         "n_actions": run.spec.action_space,
         "cfg": run.settings,
         "state": run.state,

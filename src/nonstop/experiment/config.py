@@ -28,6 +28,7 @@ from typing import Any, Final
 from nonstop.experiment import registry
 from nonstop.experiment.registry import lookup, names
 from nonstop.learning.dqn import DQNConfig
+from nonstop.policies.agentid import AGENT_ID_MODES
 
 __all__ = [
     "TrainConfig",
@@ -180,6 +181,15 @@ class TrainConfig:
             "the inference pool knows them; any --algo, vector observations"
         ),
     )
+    agent_id: str = field(
+        default="none",
+        metadata=_help(
+            "a world of many seats whose team shares one θ: each seat's identity added to what the network sees "
+            "(index: one feature or channel, k/(n-1); onehot: n of them), when acting and when learning; none: "
+            "agents are interchangeable",
+            choices=AGENT_ID_MODES,
+        ),
+    )
     self_play: bool = field(
         default=False,
         metadata=_help(
@@ -286,6 +296,16 @@ class TrainConfig:
         if not isinstance(self.delay_aware, bool):
             raise TypeError(f"delay_aware must be True or False, got {self.delay_aware!r}")
         _one_of("opponents", self.opponents, OPPONENT_WEIGHTINGS)
+        _one_of(
+            "agent_id",
+            self.agent_id,
+            AGENT_ID_MODES,
+            what="--agent-id must be one of {names}, got {value!r}",
+        )
+        if self.agent_id != "none" and self.facts()["delay_aware"]:
+            raise ValueError(
+                f"--agent-id {self.agent_id} does not combine with an actor that sees the actions in flight"
+            )
         if not (
             isinstance(self.snapshot_every, (int, float))
             and self.snapshot_every > 0
@@ -378,6 +398,8 @@ class TrainConfig:
             del d["scheduler_args"]
         if not self.delay_aware:  # and a run whose actor sees only the observation
             del d["delay_aware"]
+        if self.agent_id == "none":  # and a run whose seats do not say who they are
+            del d["agent_id"]
         used = {s for kind, name in self._parts() for s in registry.constraint(kind, name).settings}
         for name in _PART_SETTINGS:  # and a run without the part that reads them (the batching server)
             if name not in used:

@@ -85,7 +85,7 @@ def device_learners(run: "Run", budget: "RestartBudget") -> "DeviceLearners":
 
     cfg = run.cfg
     learner = DeviceLearner(
-        run.spec.obs_shape,
+        run.spec.model_obs_shape,
         run.spec.action_space,
         run.settings,
         device_state_of(run),

@@ -14,6 +14,10 @@ deterministic actor ``tanh(μ(s))`` rescaled to the Box):
 * ``policy.json``: what goes in and comes out (observation shape and dtype, the preprocessing, the
   output), the action space (DQN: action = ``start + argmax``), the layer recipe (the network, its
   construction, the forward pass in words and every tensor's shape), the env and the algorithm's config.
+
+A run of a world of many seats exports its learning team's network; under ``--agent-id`` that network
+takes each agent's observation with the agent's identity added (``policy.json``'s ``agent_id``: the
+mode, the number of agents, and how the features are laid out; the input shape is the widened one).
 """
 
 from __future__ import annotations
@@ -99,15 +103,25 @@ def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dic
     ckpt = latest_checkpoint(root)
     if ckpt is None:
         raise FileNotFoundError(f"{root} has no checkpoint to export")
-    probe = make_env(cfg.env, **cfg.env_kwargs)
-    obs_space, action_space = probe.observation_space, probe.action_space
+    from nonstop.experiment.seating import agent_ids
+    from nonstop.realtime.host import is_seat_world
+
+    probe: Any = make_env(cfg.env, **cfg.env_kwargs)
+    seats = [str(a) for a in probe.possible_agents] if is_seat_world(probe) else None
+    if seats is not None:  # a seat world: its first team's network (the learning team's)
+        obs_space, action_space = probe.observation_space(seats[0]), probe.action_space(seats[0])
+    else:
+        obs_space, action_space = probe.observation_space, probe.action_space
     probe.close()
+    ids = agent_ids(cfg.agent_id, seats, cfg.env)
     algo_class.check_spaces(obs_space, action_space, cfg.env)  # what train accepted
     if cfg.delay_aware or getattr(
         algo_class, "needs_action_buffer", False
     ):  # the actions in flight follow the observation
         obs_space = delay_aware_observations(cfg, obs_space, action_space)
     obs_shape = tuple(obs_space.shape or ())
+    if ids is not None:  # the network's input: each agent's observation and its id
+        obs_shape = ids.obs_shape(obs_shape)
     algo = settings.algorithm(obs_shape, action_space)
     model = algo.build_model()
     params = ckpt.state["params"]
@@ -161,6 +175,7 @@ def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dic
         "env": cfg.env,
         "env_kwargs": cfg.env_kwargs,
         "obs_shape": list(obs_shape),
+        **({} if ids is None else {"agent_id": {**ids.to_dict(), "layout": _ID_LAYOUT[ids.mode]}}),
         **{k: v for k, v in own.items() if k not in ("output", "action_space")},
         "network": type(actor).__name__,
         "algo": algo.name,
@@ -170,6 +185,15 @@ def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dic
     }
     write_atomic(written["meta"], (json.dumps(meta, indent=2, default=str) + "\n").encode())
     return {"written": {k: str(v) for k, v in written.items()}, **meta}
+
+
+#: how ``--agent-id`` widens an observation, for ``policy.json``
+_ID_LAYOUT = {
+    "index": "one more entry on the last axis (a constant channel of (H, W, C) frames): k / (n_agents - 1) for "
+    "agent k, times 255 for uint8 frames",
+    "onehot": "n_agents more entries on the last axis (constant channels of (H, W, C) frames): 1 at agent k, 0 "
+    "elsewhere, times 255 for uint8 frames",
+}
 
 
 def delay_aware_observations(cfg: Any, obs_space: Any, action_space: Any) -> Any:

@@ -41,7 +41,8 @@ class LearningCore(Part):
         #: what learns, and its settings (`TrainConfig.dqn` for DQN)
         self.algorithm = run.algorithm
         self.settings: Any = run.settings
-        self.obs_shape, self.action_space = spec.obs_shape, spec.action_space
+        #: what the learner's network takes (the world's observation, widened under ``--agent-id``)
+        self.obs_shape, self.action_space = spec.model_obs_shape, spec.action_space
         self.seed = cfg.seed
         self.device = cfg.device  # the learners' (`Learner`): their networks and batches live there
         torch.manual_seed(cfg.seed)
@@ -55,9 +56,10 @@ class LearningCore(Part):
         try:
             self.replay = ReplayBuffer.create(
                 capacity=self.settings.replay_capacity,
-                obs_shape=self.obs_shape,
+                obs_shape=spec.obs_shape,  # the world's frames; the agent's id is added as it samples
                 dtype=spec.obs_space.dtype,
                 action_shape=self.algorithm.action_shape,
+                agent_id=spec.agent_id,
             )
             self._unlink.append(self.replay.unlink)
             self.state = TrainingState.create(n_params)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from nonstop.experiment.parts import Part
     from nonstop.experiment.run import Run
 
-__all__ = ["WorldSpec", "probe_world", "SoloSeating", "team_world", "team_seats", "is_team_world"]
+__all__ = ["WorldSpec", "probe_world", "SoloSeating", "team_world", "team_seats", "is_team_world", "agent_ids"]
 
 
 def team_seats(seats: list[str]) -> dict[str, list[int]]:
@@ -35,6 +35,25 @@ def team_seats(seats: list[str]) -> dict[str, list[int]]:
     for i, seat in enumerate(seats):
         out.setdefault(team_of(seat), []).append(i)
     return out
+
+
+def agent_ids(mode: str, seats: list[str] | None, env: str) -> Any:
+    """What ``--agent-id mode`` adds for a world of ``seats`` (`nonstop.policies.agentid.AgentId`, ``n`` the
+    largest team's seats), None for ``none``; one line where no team's seats share a θ."""
+    from nonstop.policies.agentid import AgentId
+
+    if mode == "none":
+        return None
+    if seats is None:
+        raise ValueError(f"--agent-id {mode}: {env} is a one-seat world, so no seats share a θ to tell apart")
+    teams = team_seats(seats)
+    largest = max(len(t) for t in teams.values())
+    if len(seats) <= 2 or largest < 2:
+        raise ValueError(
+            f"--agent-id {mode}: {env}'s seats ({', '.join(seats)}) are one agent a side, so no seats of a team "
+            "share a θ to tell apart"
+        )
+    return AgentId(mode, largest)
 
 
 def is_team_world(env_id: str, env_kwargs: dict[str, Any]) -> bool:
@@ -75,6 +94,9 @@ class WorldSpec:
     n_inference: int | str = 1
     #: ``--delay-aware``: the action buffer's K slots (0: off); ``obs_space`` is then the augmented one
     inflight_k: int = 0
+    #: ``--agent-id``: each seat's identity that a team's shared network sees (None: off); ``obs_space`` stays
+    #: the world's, the network's input is ``model_obs_shape``
+    agent_id: Any = None
 
     @property
     def dqn(self) -> Any:
@@ -89,6 +111,11 @@ class WorldSpec:
     def obs_shape(self) -> tuple[int, ...]:
         assert self.obs_space.shape is not None  # probe_world refuses a world without array observations
         return tuple(self.obs_space.shape)
+
+    @property
+    def model_obs_shape(self) -> tuple[int, ...]:
+        """What the learner's network takes: the observation, widened by the agent's id under ``--agent-id``."""
+        return self.obs_shape if self.agent_id is None else tuple(self.agent_id.obs_shape(self.obs_shape))
 
 
 def probe_world(
@@ -125,6 +152,9 @@ def probe_world(
         seats=seats,
         env_source=source,
     )
+    spec.agent_id = agent_ids(getattr(cfg, "agent_id", "none"), seats, cfg.env)
+    if spec.agent_id is not None:
+        spec.agent_id.obs_shape(spec.obs_shape)  # a shape that takes no id is said now
     _learner_settings(cfg, spec, settings)
     return spec
 
@@ -174,7 +204,7 @@ def _learner_settings(
             import dataclasses
 
             spec.settings = dataclasses.replace(spec.settings, buffer_slots=spec.inflight_k)
-    spec.algorithm = spec.settings.algorithm(spec.obs_shape, spec.action_space)
+    spec.algorithm = spec.settings.algorithm(spec.model_obs_shape, spec.action_space)
     if learns:
         spec.algorithm.check_fits(str(device))
     # Algorithm 2's N_I* = ⌈τ̄_θ/τ_M⌉ by default, so the staggered agent acts at every tick

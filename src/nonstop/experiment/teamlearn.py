@@ -11,7 +11,9 @@ replay for every agent's transitions, n-step returns per agent, and the update.
   episode) bootstraps its shorter windows from the last observation it had (discount γ^m for m
   steps). n = 1 is the one-tick transition unchanged.
 * **Replay** (`TeamReplay`): one ring of ``(obs, action, return, next_obs, discount)`` for the whole
-  team, observations as float16 (MAgent2's windows hold 0/1, hit-point fractions and densities).
+  team, observations as float16 (MAgent2's windows hold 0/1, hit-point fractions and densities), and
+  each transition's agent (its seat's place in the team): under ``--agent-id`` the Q-network sees the
+  agent's identity (`nonstop.policies.agentid.AgentId`), added to the frames as they are sampled.
 * **Update** (`TeamLearner.update`): Huber loss on ``return + discount · max_a Q̄(next_obs, a)``
   (double DQN: Q̄ of the online net's argmax), Adam, a target network synced every
   ``target_update`` updates.
@@ -79,10 +81,13 @@ def build_qnet(obs_shape: tuple[int, ...], n_actions: int, hidden: int, arch: st
 
 class TeamReplay:
     """Every agent's transitions of one team in one ring: ``(obs, action, return, next_obs, discount)``,
-    the discount 0 where the agent died (observations as float16)."""
+    the discount 0 where the agent died (observations as float16), and the agent's index; with
+    ``agent_id``, `sample` adds each agent's identity to its observations."""
 
-    def __init__(self, capacity: int, obs_shape: tuple[int, ...]) -> None:
+    def __init__(self, capacity: int, obs_shape: tuple[int, ...], agent_id: Any = None) -> None:
         self.capacity = int(capacity)
+        self.agent_id = agent_id if agent_id is not None and agent_id.active else None
+        self.agent = np.zeros(capacity, np.int16)
         self.obs = np.zeros((capacity, *obs_shape), np.float16)
         self.next_obs = np.zeros((capacity, *obs_shape), np.float16)
         self.action = np.zeros(capacity, np.int64)
@@ -91,8 +96,11 @@ class TeamReplay:
         self.size = 0
         self.written = 0
 
-    def add(self, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray, discount: float) -> None:
+    def add(
+        self, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray, discount: float, agent: int = 0
+    ) -> None:
         i = self.written % self.capacity
+        self.agent[i] = agent
         self.obs[i] = obs
         self.next_obs[i] = next_obs
         self.action[i], self.reward[i], self.discount[i] = action, reward, discount
@@ -101,7 +109,10 @@ class TeamReplay:
 
     def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
         idx = rng.integers(0, self.size, n)
-        return self.obs[idx], self.action[idx], self.reward[idx], self.next_obs[idx], self.discount[idx]
+        obs, next_obs = self.obs[idx], self.next_obs[idx]
+        if self.agent_id is not None:
+            obs, next_obs = self.agent_id(obs, self.agent[idx]), self.agent_id(next_obs, self.agent[idx])
+        return obs, self.action[idx], self.reward[idx], next_obs, self.discount[idx]
 
 
 class NStepReturns:
@@ -146,23 +157,42 @@ class NStepReturns:
 
 class TeamLearner:
     """The learning team's DQN: θ, its target, Adam, the replay, ε (see the module docstring).
-    ``cfg`` is a `nonstop.experiment.teamplay.TeamPlayConfig`."""
+    ``cfg`` is a `nonstop.experiment.teamplay.TeamPlayConfig`; ``agent_id`` (an `AgentId`, or None): the
+    identity the Q-network sees beside each agent's observation (``obs_shape`` is the world's). An agent's
+    transitions come in through `add` and `end`."""
 
-    def __init__(self, cfg: Any, obs_shape: tuple[int, ...], n_actions: int) -> None:
+    def __init__(self, cfg: Any, obs_shape: tuple[int, ...], n_actions: int, agent_id: Any = None) -> None:
         import torch
 
         torch.manual_seed(cfg.seed)
         self.cfg, self.n_actions = cfg, n_actions
-        self.q = build_qnet(obs_shape, n_actions, cfg.hidden, cfg.arch)
-        self.target = build_qnet(obs_shape, n_actions, cfg.hidden, cfg.arch)
+        self.agent_id = agent_id
+        #: what the Q-network takes: the observation, widened by the agent's id where one is added
+        self.net_shape = tuple(obs_shape) if agent_id is None else agent_id.obs_shape(obs_shape)
+        self.q = build_qnet(self.net_shape, n_actions, cfg.hidden, cfg.arch)
+        self.target = build_qnet(self.net_shape, n_actions, cfg.hidden, cfg.arch)
         self.target.load_state_dict(self.q.state_dict())
         self.opt = torch.optim.Adam(self.q.parameters(), lr=cfg.lr, foreach=True)
-        self.replay = TeamReplay(cfg.replay_capacity, obs_shape)
-        self.nstep = NStepReturns(cfg.n_step, cfg.gamma, self.replay.add)
+        self.replay = TeamReplay(cfg.replay_capacity, obs_shape, agent_id)
+        self._agent = 0  # whose window NStepReturns is folding (it emits only inside add and end)
+        self.nstep = NStepReturns(cfg.n_step, cfg.gamma, self._store)
         self.rng = np.random.default_rng(cfg.seed)
         self.updates = 0
         self.ticks = 0
         self.losses: deque[float] = deque(maxlen=200)
+
+    def _store(self, obs: np.ndarray, action: int, ret: float, next_obs: np.ndarray, discount: float) -> None:
+        self.replay.add(obs, action, ret, next_obs, discount, self._agent)
+
+    def add(self, agent: int, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray, died: bool) -> None:
+        """Agent ``agent``'s next one-tick transition (its n-step returns into the replay)."""
+        self._agent = agent
+        self.nstep.add(agent, obs, action, reward, next_obs, died)
+
+    def end(self, agent: int, died: bool = False) -> None:
+        """Agent ``agent``'s episode ended (`NStepReturns.end`)."""
+        self._agent = agent
+        self.nstep.end(agent, died)
 
     def epsilon(self) -> float:
         c = self.cfg

@@ -44,7 +44,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from nonstop.experiment.seating import is_team_world, team_seats
+from nonstop.experiment.seating import agent_ids, is_team_world, team_seats
 from nonstop.experiment.selfplay import SnapshotPool
 from nonstop.experiment.teamlearn import TeamLearner, TeamReplay, build_qnet
 from nonstop.experiment.teamstats import RECENT_MATCHES, TEAMS_FILE, TeamTally, team_row, write_team_rows
@@ -94,6 +94,7 @@ class TeamPlayConfig:
     n_step: int = 3  #: each agent's returns over n ticks (`nonstop.experiment.teamlearn.NStepReturns`)
     double: bool = False  #: double DQN targets
     judge_episodes: int = RECENT_MATCHES
+    agent_id: str = "none"  #: ``--agent-id``: each seat's identity beside its observation (none, index, onehot)
 
     @classmethod
     def from_train_config(cls, cfg: Any, tick_hz: float) -> "TeamPlayConfig":
@@ -124,6 +125,7 @@ class TeamPlayConfig:
             replay_capacity=min(dqn.replay_capacity, cls.replay_capacity),  # float16 windows: 50k of 13×13×5 is 170 MB
             hidden=int(dqn.hidden[0]) if dqn.hidden else 128,
             double=bool(dqn.double),
+            agent_id=getattr(cfg, "agent_id", "none"),
         )
 
 
@@ -133,7 +135,9 @@ class TeamActor:
     ``choose(obs_batch, episode) -> actions`` picks the team's actions. With ``on_transition``, every
     seat's one-tick transitions go to it as ``(seat, obs, action, reward, next_obs, died)``, each seat's
     in order, and ``on_seat_end(seat, died)`` follows a seat's last one of an episode (its agent left
-    the world, or the episode ended). A timed process on the world's clock.
+    the world, or the episode ended). ``agent_id`` (an `AgentId`): the batch ``choose`` gets carries each
+    seat's identity (its place in ``seats``); the transitions keep the world's observations. A timed
+    process on the world's clock.
     """
 
     def __init__(
@@ -146,11 +150,13 @@ class TeamActor:
         on_transition: Callable[[int, np.ndarray, int, float, np.ndarray, bool], None] | None = None,
         on_seat_end: Callable[[int, bool], None] | None = None,
         on_tick: Callable[[int], None] | None = None,
+        agent_id: Any = None,
     ) -> None:
         if latency_ticks < 1:
             raise ValueError(f"latency_ticks must be >= 1, got {latency_ticks}")
         self.world, self.seats, self.choose, self.d = world, seats, choose, latency_ticks
         self.on_transition, self.on_seat_end, self.on_tick = on_transition, on_seat_end, on_tick
+        self.agent_id = agent_id if agent_id is not None and agent_id.active else None
         # per seat: decisions awaiting their reward, (obs tick, obs, action), oldest first
         self.pending: list[deque[tuple[int, np.ndarray, int]]] = [deque() for _ in seats]
         self.totals = [0.0] * len(seats)
@@ -190,6 +196,8 @@ class TeamActor:
                     live.append(j)
             if live:
                 batch = np.stack([reads[j].obs for j in live])
+                if self.agent_id is not None:  # the team's one network told which seat each row is
+                    batch = self.agent_id(batch, np.array(live))
                 actions = self.choose(batch, episode)
                 self.forwards += 1
                 # tick j is stepped at origin + j·τ_M, after submissions due then: applied at tick now_tick + d
@@ -269,8 +277,9 @@ def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], N
         mine, theirs = names[0], names[1]
         space: Any = world.action_spaces[seats[teams[mine][0]]]
         obs_shape = tuple(world.observation_spaces[seats[teams[mine][0]]].shape or ())
-        learner = TeamLearner(cfg, obs_shape, int(space.n))
-        opponent_net = build_qnet(obs_shape, int(space.n), cfg.hidden, cfg.arch)
+        ids = agent_ids(cfg.agent_id, seats, cfg.env)  # each seat's place in its team, where --agent-id asks
+        learner = TeamLearner(cfg, obs_shape, int(space.n), agent_id=ids)
+        opponent_net = build_qnet(learner.net_shape, int(space.n), cfg.hidden, cfg.arch)
         pool = SnapshotPool(cfg.pool_size, cfg.opponents, seed=cfg.seed)
         pool.add(learner.flat(), env_tick=0, updates=0)
         # judge_from: the first world episode played against a random team (set when self-play ends)
@@ -304,11 +313,11 @@ def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], N
 
         def record(seat: int, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray, died: bool) -> None:
             if learning():
-                learner.nstep.add(seat, obs, action, reward, next_obs, died)
+                learner.add(seat, obs, action, reward, next_obs, died)
 
         def seat_end(seat: int, died: bool) -> None:
             if learning():
-                learner.nstep.end(seat, died)
+                learner.end(seat, died)
 
         def on_tick(tick: int) -> None:
             if learning():
@@ -353,8 +362,9 @@ def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], N
                 on_transition=record,
                 on_seat_end=seat_end,
                 on_tick=on_tick,
+                agent_id=ids,
             ),
-            TeamActor(world, teams[theirs], choose_theirs, cfg.latency_ticks),
+            TeamActor(world, teams[theirs], choose_theirs, cfg.latency_ticks, agent_id=ids),
         ]
         for actor, name in zip(actors, (mine, theirs)):
             world.clock.spawn(actor.process(), name=f"team {name}", priority=READ_PRIORITY)
@@ -385,7 +395,10 @@ def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], N
         "judged_deaths_mean": float(np.mean([r["deaths"] for r in judged_rows])) if judged_rows else None,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    torch.save({"q": learner.q.state_dict(), "pool": pool.state()}, out / "team_q.pt")
+    torch.save(
+        {"q": learner.q.state_dict(), "pool": pool.state(), "agent_id": None if ids is None else ids.to_dict()},
+        out / "team_q.pt",
+    )
     return summary
 
 

@@ -17,6 +17,11 @@
   once. Otherwise (``thread``, ``process``) each seat gets an `InferencePool` of its own, the
   baseline of one pool per seat.
 
+* **Who is acting** (``--agent-id index|onehot``): each team's network sees each seat's place in its
+  team beside its observation (`nonstop.policies.agentid.AgentId`): `TeamForward` adds it to each
+  lane's row, a pool's workers act through `IdentifiedPolicy`, and the replay adds it to the frames it
+  samples from each transition's seat index (`SeatsRecorder`).
+
 Everything else is the solo run's: the learners, checkpoints (the other teams' θ saved with them),
 the tick log (every seat's inaction and delay), ``summary.json`` (each team's figures under
 ``teams``, every seat's inaction and mean delay under ``seats``).
@@ -59,9 +64,15 @@ class TeamSeats:
         self.learner_seats = self.teams[self.learner_team]
         self.learner_indices = [self.seats.index(s) for s in self.learner_seats]
         self.other_seats = [s for s in self.seats if team_of(s) != self.learner_team]
+        #: ``--agent-id``: each seat's identity its team's network sees (None: off)
+        self.agent_id = spec.agent_id
         self.serves_seats = constraint("policy_backend", cfg.inference_backend).serves_seats
         if self.serves_seats and not isinstance(spec.n_inference, int):
             raise ValueError("--n-inference auto grows a pool; every seat's lanes of one server take a number")
+
+    def agent_index(self, seat: str) -> int:
+        """``seat``'s place in its team: the agent index its team's network is shown under ``--agent-id``."""
+        return self.teams[team_of(seat)].index(seat)
 
     def recorder(self, run: "Run") -> Any:
         """The host's recorder: every seat of the learning team into the run's one replay."""
@@ -146,7 +157,7 @@ class SeatLanesPart(Part):
         forwards = {seating.learner_team: served_forward(run)[0]}
         for k, team in enumerate(self.frozen.teams):
             forwards[team] = served_forward(run, self.frozen.parameters(), seed=990 - k)[0]
-        forwarder = TeamForward(forwards)
+        forwarder = TeamForward(forwards, agent_id=run.spec.agent_id)  # each seat's id, where --agent-id asks
         part = team_server(run, forwarder)
         epsilon: dict[str, Any] = {team: self.frozen.epsilon for team in self.frozen.teams}
         epsilon[seating.learner_team] = run.algorithm.lane_epsilon(run.weights)  # the learner's annealed ε
@@ -188,7 +199,7 @@ def seat_pools(run: "Run", seating: TeamSeats, frozen: FrozenTeams) -> list[Part
         parts.append(
             InferencePart(
                 "pool" if j == 0 else f"pool {seat}",
-                partial(_learner_policy, policy, run, j * per_seat),
+                partial(_learner_policy, policy, run, j * per_seat, j),
                 run.n_inference,
                 seat=seat,
                 mark_start=j == 0,
@@ -197,19 +208,32 @@ def seat_pools(run: "Run", seating: TeamSeats, frozen: FrozenTeams) -> list[Part
     for j, seat in enumerate(seating.other_seats):
         parts.append(
             InferencePart(
-                f"pool {seat}", partial(_frozen_policy, run, frozen, seat, j * per_seat), run.n_inference, seat=seat
+                f"pool {seat}",
+                partial(_frozen_policy, run, frozen, seat, j * per_seat, seating.agent_index(seat)),
+                run.n_inference,
+                seat=seat,
             )
         )
     return parts
 
 
-def _learner_policy(policy: Any, run: "Run", first: int, i: int) -> Any:
-    """Worker ``i`` of a learning seat whose workers are numbered from ``first`` (their seeds, their lanes)."""
-    return policy(run, first + i)
+def _identified(run: "Run", policy: Any, agent: int) -> Any:
+    """``policy`` acting for agent ``agent`` of its team: under ``--agent-id`` it sees the agent's identity."""
+    from nonstop.policies.agentid import IdentifiedPolicy
+
+    ids = run.spec.agent_id
+    return policy if ids is None or not ids.active else IdentifiedPolicy(policy, ids, agent)
 
 
-def _frozen_policy(run: "Run", frozen: FrozenTeams, seat: str, first: int, i: int) -> Any:
-    """Worker ``i`` of the other team's seat ``seat``: ε-greedy on the fixed θ, with the run's latency."""
+def _learner_policy(policy: Any, run: "Run", first: int, agent: int, i: int) -> Any:
+    """Worker ``i`` of the learning team's agent ``agent``, whose workers are numbered from ``first`` (their
+    seeds, their lanes)."""
+    return _identified(run, policy(run, first + i), agent)
+
+
+def _frozen_policy(run: "Run", frozen: FrozenTeams, seat: str, first: int, agent: int, i: int) -> Any:
+    """Worker ``i`` of the other team's seat ``seat`` (its agent ``agent``): ε-greedy on the fixed θ, with the
+    run's latency."""
     from nonstop.experiment.selfplay import SnapshotPool, SnapshotWeights
     from nonstop.policies.latency import LatencyPolicy
 
@@ -222,7 +246,7 @@ def _frozen_policy(run: "Run", frozen: FrozenTeams, seat: str, first: int, i: in
     )
     if run.latency.max_hint > 0:
         policy = LatencyPolicy(policy, run.latency, seed=seed)
-    return policy
+    return _identified(run, policy, agent)
 
 
 class TeamFigures(Part):

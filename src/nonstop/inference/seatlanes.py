@@ -15,7 +15,9 @@ reads terminated mid-episode) gets no request.
 
 **One θ per team.** `TeamForward` is the server's forward over one model per team: each lane
 belongs to its seat's team, a batch's rows are grouped by team and each team's model answers its
-rows, one pass per team present in the batch (one pass when a single team is served).
+rows, one pass per team present in the batch (one pass when a single team is served). Where the
+team's model is told which seat it acts for (``agent_id``, `nonstop.policies.agentid.AgentId`), each
+row gets its lane's agent index (the seat's place in its team) added before the pass.
 
 >>> from nonstop.inference.batching import BatchingServer
 >>> from nonstop.inference.batchsize import LatencyCurve
@@ -53,11 +55,12 @@ _NEXT_OBSERVATION: Final = 2e-4  # on the wall clock, how long after a deadline 
 class TeamForward:
     """A batching server's forward pass over one model per team (``forwards``: team → ``forward(batch)``),
     each row answered by its lane's team's model (`assign`). Called ``forward(batch, lanes)`` by the
-    server (``takes_lanes``); ``passes`` counts the model calls, ``batches`` the server's calls."""
+    server (``takes_lanes``); ``passes`` counts the model calls, ``batches`` the server's calls. ``agent_id``:
+    each row's agent identity added before its team's model sees it (see the module docstring)."""
 
     takes_lanes: Final = True
 
-    def __init__(self, forwards: Mapping[str, Callable[[np.ndarray], Any]]) -> None:
+    def __init__(self, forwards: Mapping[str, Callable[[np.ndarray], Any]], *, agent_id: Any = None) -> None:
         if not forwards:
             raise ValueError("TeamForward needs at least one team's forward")
         for team, forward in forwards.items():
@@ -65,17 +68,22 @@ class TeamForward:
                 raise TypeError(f"team {team!r}: forward must be callable, got {type(forward).__name__}")
         self.forwards: Final = dict(forwards)
         self._team: dict[int, str] = {}
+        self._agent: dict[int, int] = {}
+        self.agent_id: Final = agent_id if agent_id is not None and agent_id.active else None
         self.passes = 0
         self.batches = 0
 
-    def assign(self, lane: int, team: str) -> None:
-        """Lane ``lane`` is answered by ``team``'s model."""
+    def assign(self, lane: int, team: str, agent: int = 0) -> None:
+        """Lane ``lane`` is answered by ``team``'s model, for the team's agent ``agent``."""
         if team not in self.forwards:
             raise ValueError(f"no model for team {team!r}; the teams are {sorted(self.forwards)}")
         self._team[lane] = team
+        self._agent[lane] = int(agent)
 
     def __call__(self, batch: np.ndarray, lanes: Sequence[int]) -> np.ndarray:
         self.batches += 1
+        if self.agent_id is not None:
+            batch = self.agent_id(batch, np.array([self._agent[lane] for lane in lanes]))
         teams = [self._team[lane] for lane in lanes]
         first = teams[0]
         if all(team == first for team in teams):
@@ -126,6 +134,10 @@ class SeatLanes:
         self.seats: Final = names
         self.index: Final = [world.seat_index(s) for s in names]
         team = {name: (teams or {}).get(name, team_of(name)) for name in names}
+        members: dict[str, list[str]] = {}
+        for name in names:
+            members.setdefault(team[name], []).append(name)
+        agent = {name: members[team[name]].index(name) for name in names}  # its place in its team
         if isinstance(epsilon, Mapping):
             missing = sorted({t for t in team.values() if t not in epsilon})
             if missing:
@@ -143,7 +155,7 @@ class SeatLanes:
                     seed=seed * 100_003 + k * 10_007 + j,
                 )
                 if forward is not None:
-                    forward.assign(lane.lane, team[name])
+                    forward.assign(lane.lane, team[name], agent[name])
                 row.append(lane)
             self.lanes.append(row)
         self.requests = 0

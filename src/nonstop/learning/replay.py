@@ -30,6 +30,10 @@ Frames are stored once: the host keeps a short ring of its recent observations
 (``history`` ticks, enough for the longest delay), and copies a frame into the
 replay only when a decision refers to it; transitions hold frame indices.
 
+Where a team's seats share one θ and the network is told which seat it acts for (``--agent-id``), each
+transition keeps its seat's index (two bytes) and the replay adds the seat's identity to the frames it
+samples (`nonstop.policies.agentid.AgentId`): the frames are stored as the world published them.
+
 Ownership: `ReplayBuffer.create` owns the shared memory and must ``unlink``; the
 host process holds the only writer (`ReplayRecorder`); learners attach by
 pickling the buffer and only ``sample``.
@@ -139,6 +143,7 @@ _T_COLS: Final = (
     ("reward", np.float32),
     ("discount", np.float32),
     ("n_ticks", np.int32),
+    ("agent", np.int16),  # which seat of a team recorded it (`nonstop.learning.seatreplay`): its id, added as sampled
 )
 _HDR: Final = 8  # int64 words: transitions, frames, episodes; ticks, agent ticks, delay sum; waiters; spare
 _COUNT, _FRAMES, _EPISODES, _TICKS, _AGENT, _DELAY_SUM, _WAITERS = 0, 1, 2, 3, 4, 5, 6
@@ -184,7 +189,7 @@ def replay_bytes(
     """Shared memory a replay of ``capacity`` transitions needs (frames stored once).
 
     >>> round(replay_bytes(1_000_000, (84, 84)) / 2**30, 2)  # the paper's 1M transitions of 84x84x1 frames
-    7.43
+    7.44
     """
     return _layout(capacity, _frame_capacity(capacity), tuple(obs_shape), np.dtype(dtype), tuple(action_shape))[1]
 
@@ -268,7 +273,10 @@ class ReplayBuffer(SharedSegment):
         *,
         _shm: Any = None,
         action_shape: tuple[int, ...] = (),
+        agent_id: Any = None,
     ) -> None:
+        #: adds each sampled transition's agent identity to its frames (an `AgentId`; None: frames as stored)
+        self.agent_id = agent_id if agent_id is not None and agent_id.active else None
         self.name, self.capacity, self.obs_shape, self.dtype = name, int(capacity), tuple(obs_shape), np.dtype(dtype)
         #: one action's shape: ``()`` an int64 index (Discrete), ``(d,)`` a float32 vector (Box)
         self.action_shape = tuple(int(d) for d in action_shape)
@@ -302,9 +310,11 @@ class ReplayBuffer(SharedSegment):
         dtype: Any = np.uint8,
         check_memory: bool = True,
         action_shape: tuple[int, ...] = (),
+        agent_id: Any = None,
     ) -> "ReplayBuffer":
         """A new replay (the caller owns it: ``unlink``). ``action_shape``: ``()`` for Discrete actions
-        (int64 indices), a Box's shape for continuous ones (float32 vectors)."""
+        (int64 indices), a Box's shape for continuous ones (float32 vectors). ``agent_id``: an
+        `nonstop.policies.agentid.AgentId` whose identity `sample` adds to each transition's frames."""
         if not isinstance(capacity, (int, np.integer)) or isinstance(capacity, bool) or capacity < 1:
             raise ValueError(f"replay capacity must be a positive integer, got {capacity!r}")
         dtype = np.dtype(dtype)
@@ -317,13 +327,16 @@ class ReplayBuffer(SharedSegment):
             else replay_bytes(int(capacity), tuple(obs_shape), dtype, action_shape)
         )
         shm = _new_segment(need, "replay")
-        rb = cls(shm.name, int(capacity), tuple(obs_shape), dtype.str, _shm=shm, action_shape=action_shape)
+        rb = cls(
+            shm.name, int(capacity), tuple(obs_shape), dtype.str, _shm=shm, action_shape=action_shape, agent_id=agent_id
+        )
         rb._hdr[:] = 0
         rb.frame_id[:] = -1
         return rb
 
     def __reduce__(self) -> tuple:
-        return (_attach_replay, (self.name, self.capacity, self.obs_shape, self.dtype.str, self.action_shape))
+        ids = None if self.agent_id is None else self.agent_id.to_dict()
+        return (_attach_replay, (self.name, self.capacity, self.obs_shape, self.dtype.str, self.action_shape, ids))
 
     # ---------------------------------------------------------------- writer side
     @property
@@ -379,14 +392,14 @@ class ReplayBuffer(SharedSegment):
         ]
 
     def add_transition(
-        self, s_frame: int, action: Any, reward: float, discount: float, n_ticks: int, next_frame: int
+        self, s_frame: int, action: Any, reward: float, discount: float, n_ticks: int, next_frame: int, agent: int = 0
     ) -> None:
         count = self._words.load(_COUNT, RELAXED)  # the one writer's own word
         i = count % self.capacity
         c = self.cols
         fence(RELEASE)  # the count that retires this slot's old transition is seen before the new one lands
         c["s_frame"][i], c["next_frame"][i], c["action"][i] = s_frame, next_frame, action
-        c["reward"][i], c["discount"][i], c["n_ticks"][i] = reward, discount, n_ticks
+        c["reward"][i], c["discount"][i], c["n_ticks"][i], c["agent"][i] = reward, discount, n_ticks, agent
         # sequentially consistent store, then load: with the waiter's own pair (`wait_for_transitions`)
         # either it sees this count or this sees it waiting; no system call while nobody waits
         words = self._words
@@ -434,7 +447,7 @@ class ReplayBuffer(SharedSegment):
         # columns first, then frames, then check that the writer reached none of these slots meanwhile
         s_f, n_f = c["s_frame"][idx], c["next_frame"][idx]
         action, reward = c["action"][idx], c["reward"][idx]
-        discount, n_ticks = c["discount"][idx], c["n_ticks"][idx]
+        discount, n_ticks, agent = c["discount"][idx], c["n_ticks"][idx], c["agent"][idx]
         obs = self.frames[s_f % self.frame_capacity]
         next_obs = self.frames[n_f % self.frame_capacity]
         fence(ACQUIRE)  # the copies are complete before the ids and the count are checked
@@ -445,9 +458,11 @@ class ReplayBuffer(SharedSegment):
             keep = np.flatnonzero(ok)
             if keep.size == 0:
                 return None
-            obs, next_obs, action, reward, discount, n_ticks = (
-                a[keep] for a in (obs, next_obs, action, reward, discount, n_ticks)
+            obs, next_obs, action, reward, discount, n_ticks, agent = (
+                a[keep] for a in (obs, next_obs, action, reward, discount, n_ticks, agent)
             )
+        if self.agent_id is not None:  # the network of a team's seats sees whose transition it is
+            obs, next_obs = self.agent_id(obs, agent), self.agent_id(next_obs, agent)
         return Batch(obs, action, reward, discount, next_obs, n_ticks)
 
     # ---------------------------------------------------------------- checkpoints
@@ -476,7 +491,7 @@ class ReplayBuffer(SharedSegment):
         self.frames[:] = snapshot["frames"]
         self.frame_id[:] = snapshot["frame_id"]
         for name, col in self.cols.items():
-            col[:] = snapshot[name]
+            col[:] = snapshot[name] if name in snapshot else 0  # a column newer than the checkpoint: its default
         self._hdr[[_COUNT, _FRAMES]] = snapshot["header"]
 
     def _release_views(self) -> None:
@@ -487,10 +502,18 @@ class ReplayBuffer(SharedSegment):
 
 
 def _attach_replay(
-    name: str, capacity: int, obs_shape: tuple[int, ...], dtype: str, action_shape: tuple[int, ...]
+    name: str,
+    capacity: int,
+    obs_shape: tuple[int, ...],
+    dtype: str,
+    action_shape: tuple[int, ...],
+    agent_id: dict[str, Any] | None = None,
 ) -> ReplayBuffer:
     """A `ReplayBuffer` attached by name in another process (what unpickling one does)."""
-    return ReplayBuffer(name, capacity, obs_shape, dtype, action_shape=action_shape)
+    from nonstop.policies.agentid import AgentId
+
+    ids = None if agent_id is None else AgentId.from_dict(agent_id)
+    return ReplayBuffer(name, capacity, obs_shape, dtype, action_shape=action_shape, agent_id=ids)
 
 
 # ----------------------------------------------------------------------------- host side
@@ -506,7 +529,14 @@ class ReplayRecorder:
     """
 
     def __init__(
-        self, replay: ReplayBuffer, *, gamma: float, history: int = 4096, action_start: int = 0, tally: bool = True
+        self,
+        replay: ReplayBuffer,
+        *,
+        gamma: float,
+        history: int = 4096,
+        action_start: int = 0,
+        tally: bool = True,
+        agent: int = 0,
     ) -> None:
         if not isinstance(history, int) or history < 2:
             raise ValueError(f"history must be an integer >= 2 ticks, got {history!r}")
@@ -516,6 +546,8 @@ class ReplayRecorder:
         #: whether it counts the host's ticks and episodes into the replay's header (one seat of many
         #: leaves that to the recorder of all its seats, `nonstop.learning.seatreplay.SeatsRecorder`)
         self.tally = bool(tally)
+        #: the seat index its transitions carry (`ReplayBuffer.add_transition`): which agent of a team it records
+        self.agent = int(agent)
         #: how an applied agent action is stored: a Discrete index from 0, or a Box's float32 vector
         self._vector = bool(replay.action_shape)
         self._init()
@@ -537,10 +569,11 @@ class ReplayRecorder:
             "history": self.history,
             "action_start": self.action_start,
             "tally": self.tally,
+            "agent": self.agent,
         }
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"agent": 0, **state})
         self._vector = bool(self.replay.action_shape)
         self._init()
 
@@ -589,7 +622,7 @@ class ReplayRecorder:
             if s is None or nxt is None:
                 self.skipped_old += 1
                 continue
-            self.replay.add_transition(s, tr.action, tr.reward, tr.discount, tr.n_ticks, nxt)
+            self.replay.add_transition(s, tr.action, tr.reward, tr.discount, tr.n_ticks, nxt, self.agent)
             self.transitions += 1
         if terminated or truncated:
             self._stored.clear()

@@ -4,7 +4,8 @@ The host hands a recorder that ``records_seats`` every seat's part of each tick 
 first seat's alone. `SeatsRecorder` keeps one `ReplayRecorder` per recorded seat, all writing into
 one `ReplayBuffer`: seat ``i``'s decisions, rewards and observations form its own transitions
 (`nonstop.learning.replay`'s construction, Definition 1 of the paper), and the learner samples them
-all alike. A seat whose agent leaves the world (dies) closes its open decision on the tick it left,
+all alike. Each transition carries its seat's place ``j`` among the recorded seats, the agent index
+that ``--agent-id`` shows the team's network (the replay adds it as it samples). A seat whose agent leaves the world (dies) closes its open decision on the tick it left,
 as at an episode's end (γ = 0 when terminated: done masking; γ^n when truncated), and records
 nothing more until the world resets.
 
@@ -67,8 +68,8 @@ class SeatsRecorder:
             raise ValueError(f"seats must be distinct seat indices >= 0, got {list(seats)!r}")
         self.replay, self.seats = replay, indices
         self.recorders = [
-            ReplayRecorder(replay, gamma=gamma, history=history, action_start=action_start, tally=False)
-            for _ in indices
+            ReplayRecorder(replay, gamma=gamma, history=history, action_start=action_start, tally=False, agent=j)
+            for j in range(len(indices))
         ]
         self._here = [True] * len(indices)  # whether each recorded seat's agent is still in this episode
         self._return, self._length = 0.0, 0
