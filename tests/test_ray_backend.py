@@ -466,6 +466,42 @@ def test_idle_ray_learners_that_die_are_seen_at_once_and_restarted(cluster):
     assert learners.report()["alive_at_stop"] == 2
 
 
+def test_round_robin_sees_another_learners_death_before_its_turn(cluster):
+    """While the dispatcher waits for the learner whose turn it is (a large model's gradient takes
+    seconds), another learner's death is handled at once, not a cycle later: here the turn's call
+    takes 20 s, and learner 1, killed, is seen and (no restart allowed) stops the learners within seconds."""
+    import time
+
+    from nonstop.distributed.ray_learners import _InFlight
+    from nonstop.realtime.lifeline import RestartBudget
+
+    setup = _LearningSetup()
+    said = []
+    learners = setup.learners(2, "round_robin", restart_budget=RestartBudget(0, 60.0), say=said.append)
+
+    def long_gradient():
+        import time
+
+        time.sleep(20)
+
+    slow = ray.remote(num_cpus=0)(long_gradient).remote()  # learner 0's turn
+    try:  # the actors alone, no dispatcher thread: this test drives the wait itself
+        learners.where = ray.get([learners._spawn(i).where.remote() for i in range(2)], timeout=60)
+        assert not ray.wait([slow], timeout=0.5)[0]
+        learners.kill(1)
+        learners._in_flight[1] = _InFlight(learners.actors[1].count.remote(), 0, 0.0)  # its call fails
+        t0 = time.monotonic()
+        assert learners._wait_turn(0, slow) is False  # the run failed meanwhile
+        waited = time.monotonic() - t0
+    finally:
+        ray.cancel(slow, force=True)
+        learners.stop()
+        setup.close()
+    assert waited < 10, waited
+    assert [i for _, i, what in learners.events] == [1, 1] and learners.events[-1][2] == "gave up"
+    assert "so the run stops (1 of 2 learners left)" in str(learners.failure) and len(said) == 1, said
+
+
 def test_a_train_whose_ray_learners_all_die_stops_and_exits_1(cluster, tmp_path, capfd, monkeypatch):
     """`nonstop train` whose learner actors are all killed (ray.kill) while it learns, with no restart
     allowed: each death is one line on stderr as it is seen, the run stops at once instead of acting on

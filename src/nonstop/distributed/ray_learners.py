@@ -467,6 +467,26 @@ class RayLearners:
                 return done
         return []
 
+    def _wait_turn(self, i: int, mine: Any) -> bool:
+        """Wait for learner ``i``'s gradient (``mine``: its turn is next), handling meanwhile the death
+        of any other learner whose call failed: told now, not when its own turn comes round (a cycle
+        of N_L gradients of a large model takes seconds). False: stopping, or the run failed."""
+        ray = _ray()
+        returned: set[int] = set()  # others whose gradient came back well: their turns will take it
+        while not self._stop.is_set() and self.failure is None:
+            others = {f.ref: j for j, f in enumerate(self._in_flight) if f is not None and j != i and j not in returned}
+            done, _ = ray.wait([mine, *others], num_returns=1, timeout=_POLL)
+            if any(ref == mine for ref in done):
+                return True
+            for ref in done:
+                j = others[ref]
+                try:
+                    ray.get(ref, timeout=0)
+                    returned.add(j)
+                except ray.exceptions.RayError as exc:  # its actor died: count it, restart it (or stop)
+                    self._died(j, exc)
+        return False
+
     # ------------------------------------------------------------------ the dispatcher
     def _dispatch(self) -> None:
         step = {"round_robin": self._round_robin_step, "hogwild": self._hogwild_step, "parallel": self._parallel_step}[
@@ -501,8 +521,8 @@ class RayLearners:
         flight = self._in_flight[i]
         if flight is None:
             return True  # nothing of learner i's to apply (paused, or restarting): its turn passes
-        if not self._wait([flight.ref]):
-            return False  # stopping
+        if not self._wait_turn(i, flight.ref):
+            return False  # stopping, or the run failed meanwhile
         out = self._receive(i)
         if out is not None:
             self._apply(i, *out)
