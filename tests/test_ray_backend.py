@@ -430,9 +430,125 @@ def test_a_ray_learner_dying_past_its_budget_ends_the_run(cluster):
         learners.stop()
         setup.close()
     assert isinstance(learners.failure, PartFailed)
-    assert "Ray learner 0 kept dying: 2 deaths, more than 1 restarts within 60 s" in str(learners.failure)
+    message = str(learners.failure)
+    assert message.startswith("Ray learner 0 (pid ") and "died: ActorDiedError" in message, message
+    assert (
+        "not restarted (2 deaths, more than 1 restarts within 60 s), so the run stops (1 of 2 learners left)" in message
+    )
     assert learners.restarts == [1, 0]
     assert [what.split(" ")[0] for _, i, what in learners.events] == ["died", "restarted", "died", "gave"]  # gave up
+
+
+def test_idle_ray_learners_that_die_are_seen_at_once_and_restarted(cluster):
+    """Learners with nothing to compute (the replay is short of ``learning_starts``) are killed: each death
+    is told at once in one line (which learner, where it ran, Ray's cause) with its restart, not found
+    only when learning starts; the restarted actors answer."""
+    from nonstop.realtime.lifeline import RestartBudget
+
+    setup = _LearningSetup(learning_starts=10**6)  # never ready: no gradient is ever in flight
+    said = []
+    learners = setup.learners(2, "round_robin", restart_budget=RestartBudget(2, 60.0), say=said.append).start()
+    try:
+        first = list(learners.where)
+        for i in range(2):
+            learners.kill(i)
+        assert _until(lambda: len([e for e in learners.events if e[2] == "restarted"]) == 2, 20), learners.report()
+        assert _until(lambda: all(w is not None for w in learners.where), 60), learners.report()  # both back up
+    finally:
+        learners.stop()
+        setup.close()
+    assert learners.failure is None and learners.restarts == [1, 1] and learners.applied == 0
+    assert len(said) == 2, said
+    for i in range(2):
+        line = next(line for line in said if line.startswith(f"Ray learner {i} "))
+        assert f"(pid {first[i][1]} on node {first[i][0][:8]}) died: ActorDiedError" in line, line
+        assert "ray.kill" in line and line.endswith("restarting it (restart 1 of it; 2 restarts within 60 s allowed)")
+    assert learners.report()["alive_at_stop"] == 2
+
+
+def test_round_robin_sees_another_learners_death_before_its_turn(cluster):
+    """While the dispatcher waits for the learner whose turn it is (a large model's gradient takes
+    seconds), another learner's death is handled at once, not a cycle later: here the turn's call
+    takes 20 s, and learner 1, killed, is seen and (no restart allowed) stops the learners within seconds."""
+    import time
+
+    from nonstop.distributed.ray_learners import _InFlight
+    from nonstop.realtime.lifeline import RestartBudget
+
+    setup = _LearningSetup()
+    said = []
+    learners = setup.learners(2, "round_robin", restart_budget=RestartBudget(0, 60.0), say=said.append)
+
+    def long_gradient():
+        import time
+
+        time.sleep(20)
+
+    slow = ray.remote(num_cpus=0)(long_gradient).remote()  # learner 0's turn
+    try:  # the actors alone, no dispatcher thread: this test drives the wait itself
+        learners.where = ray.get([learners._spawn(i).where.remote() for i in range(2)], timeout=60)
+        assert not ray.wait([slow], timeout=0.5)[0]
+        learners.kill(1)
+        learners._in_flight[1] = _InFlight(learners.actors[1].count.remote(), 0, 0.0)  # its call fails
+        t0 = time.monotonic()
+        assert learners._wait_turn(0, slow) is False  # the run failed meanwhile
+        waited = time.monotonic() - t0
+    finally:
+        ray.cancel(slow, force=True)
+        learners.stop()
+        setup.close()
+    assert waited < 10, waited
+    assert [i for _, i, what in learners.events] == [1, 1] and learners.events[-1][2] == "gave up"
+    assert "so the run stops (1 of 2 learners left)" in str(learners.failure) and len(said) == 1, said
+
+
+def test_a_train_whose_ray_learners_all_die_stops_and_exits_1(cluster, tmp_path, capfd, monkeypatch):
+    """`nonstop train` whose learner actors are all killed (ray.kill) while it learns, with no restart
+    allowed: each death is one line on stderr as it is seen, the run stops at once instead of acting on
+    frozen weights, the command exits 1 with the reason in one line (and in summary.json), and nothing
+    the run started is left: no actor alive, no shared memory."""
+    from conftest import segments_of
+
+    from nonstop import cli
+    from nonstop.experiment import record
+    from nonstop.experiment.parts import Recorder
+
+    killed = []
+
+    class KillTheLearners(Recorder):  # a fault drill: every learner's actor, once the run has learned
+        def __init__(self, run, rec, out, console):
+            pass
+
+        def slice(self, run, done):
+            if not killed and run.updates > 0:
+                killed.append((done, run.updates))
+                for i in range(run.learners.n):
+                    run.learners.kill(i)
+
+    monkeypatch.setattr(record, "RECORDERS", (*record.RECORDERS, KillTheLearners))
+    before = _alive_actors()
+    out = tmp_path / "run"
+    args = ["train", "--env", "CartPole", "--clock", "wall", "--seconds", "120", "--backend", "thread"]
+    args += ["--learner-backend", "ray", "--n-learners", "2", "--max-restarts", "0", "--learning-starts", "32"]
+    args += ["--ray-address", cluster[0].address, "--progress-every", "0.5", "--checkpoint-every", "1000"]
+    code = cli.main([*args, "--out", str(out)])
+    err = capfd.readouterr().err
+    assert killed, err[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert code == 1, err[-3000:]
+    # stopped within seconds of the kill, not at --seconds
+    assert summary["complete"] is False and summary["env_ticks_total"] < (killed[0][0] + 15) * 60, summary
+    died = [line for line in err.splitlines() if " died: " in line and line.startswith("nonstop: Ray learner")]
+    assert sorted(line.split()[3] for line in died) == ["0", "1"], err[-3000:]  # each learner, once
+    assert all("ray.kill" in line and "not restarted" in line for line in died), died
+    reason = summary["reason"]
+    assert reason.startswith("no Ray learner is left (learner ") and "not restarted (1 death, more than 0" in reason
+    assert f"nonstop: error: {reason}" in err  # the command's last word, one line
+    learners = summary["learners"]
+    assert learners["alive_at_stop"] == 0 and learners["failure"] == reason and learners["restarts"] == [0, 0]
+    assert sorted(i for _, i, what in learners["events"] if what.startswith("died")) == [0, 1]
+    assert not (_alive_actors() - before), "the run left actors alive"
+    assert not segments_of(os.getpid())
 
 
 def test_too_many_ray_learners_for_the_cluster_is_one_line(cluster):

@@ -27,16 +27,24 @@ results, so the mode is an order of application:
 * ``parallel``: all learners compute on the same version, the driver averages their gradients
   and applies one large-batch update per round.
 
-A learner actor that dies (killed, its node removed) loses only the gradient it was computing
-(counted as ``lost``): the dispatcher counts the death and starts a fresh actor on a live node
-while the restart budget allows, else the run ends with `PartFailed`. Weights reach inference
-actors through the same `WeightBroadcast` (one put per version, shared by both).
+A learner actor that dies (killed, out of memory, its node removed) loses only the gradient it
+was computing (counted as ``lost``). The dispatcher sees the death at once, even of a learner with
+nothing in flight (paused, or before learning starts: it is asked where it runs every
+`_PING_EVERY` s), says so in one line (``say``: stderr by default) naming the learner, where it ran
+and the error, and starts a fresh actor on a live node while the restart budget allows; a restarted
+actor that does not answer within ``start_timeout`` counts as one more death. Past the budget the
+learner is not restarted and the run ends with `PartFailed` (its message says which learners are
+left, none when every one died): a run never goes on acting on frozen weights as if it trained.
+Weights reach inference actors through the same `WeightBroadcast` (one put per version, shared by
+both).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
+from collections.abc import Callable
 from typing import Any, Final
 
 import numpy as np
@@ -52,6 +60,29 @@ from nonstop.realtime.lifeline import PartFailed, RestartBudget
 
 __all__ = ["RayLearners"]
 _POLL: Final = 0.02  # seconds between checks of the stop flag while waiting on a result
+_PING_EVERY: Final = 0.5  # seconds between liveness checks of a learner with no gradient in flight
+
+
+def _to_stderr(line: str) -> None:
+    print(f"nonstop: {line}", file=sys.stderr, flush=True)
+
+
+def _cause(exc: BaseException) -> str:
+    """Why a learner's actor died, in one line: Ray's own cause (killed by ``ray.kill``, its worker
+    exited, out of memory) rather than its generic first line; the learner's own error if its
+    gradient raised.
+
+    >>> _cause(TimeoutError("its restarted actor did not start within 120 s"))
+    'TimeoutError: its restarted actor did not start within 120 s'
+    """
+    inner = getattr(exc, "cause", None)  # a RayTaskError: what the gradient raised
+    if isinstance(inner, BaseException) and inner is not exc:
+        return _cause(inner)
+    base = getattr(type(exc), "BASE_ERROR_MSG", None)  # an ActorDiedError: the cause follows its fields
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not ln.startswith("\t")]
+    told = [ln for ln in lines if ln != base] or lines
+    text = f"{type(exc).__name__}: {told[0].rstrip('.')}" if told else type(exc).__name__
+    return text if len(text) <= 200 else text[:199] + "…"
 
 
 class _LearnerActor:
@@ -146,6 +177,7 @@ class RayLearners:
         clock: Any = None,
         start_timeout: float = 120.0,
         tau_m: float = 1 / 60,
+        say: Callable[[str], None] | None = None,
     ) -> None:
         check_mode(mode, n_learners)
         if not (num_cpus >= 0):
@@ -168,6 +200,8 @@ class RayLearners:
         self.rngs = [np.random.default_rng(None if seed is None else seed * 1000 + i) for i in range(n_learners)]
         self.budget = restart_budget if restart_budget is not None else RestartBudget()
         self._clock = clock if clock is not None else WallClock(spin=0.0)
+        #: where a learner's death (and its restart, or why not) is told at once, one line each
+        self._say = say if say is not None else _to_stderr
         self.actors: list[Any] = [None] * n_learners
         self._nodes: list[str | None] = [None] * n_learners  # the node each actor is pinned to
         self.where: list[tuple[str, int] | None] = [None] * n_learners
@@ -186,6 +220,9 @@ class RayLearners:
         self.outside_s: list[float] = []
         self._in_flight: list[_InFlight | None] = [None] * n_learners
         self._probe: list[Any] = [None] * n_learners  # a restarted actor's `where` call, until it answers
+        self._spawned_at = [0.0] * n_learners  # when each actor was started (stopwatch): a restart has a deadline
+        self._ping: list[Any] = [None] * n_learners  # an idle actor's `where` call: is it still alive?
+        self._pinged_at = [0.0] * n_learners
         self._turn = 0
         self._target: tuple[int, list[Any]] = (-1, [])
         self._target_flat = np.empty(weights.n_params, np.float32)
@@ -193,12 +230,14 @@ class RayLearners:
         self._stopped = False
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None  # what ended the dispatcher, if not a stop
+        self.alive: int | None = None  # learners whose actor was alive at the stop (None: not stopped)
 
     # ------------------------------------------------------------------ actors
     def _spawn(self, i: int, exclude: frozenset[str] = frozenset()) -> Any:
         """Learner ``i``'s actor, pinned to the least filled live node (not one of ``exclude``)."""
         self._give_back(i)
         self._nodes[i] = node = _placement.take(self.num_cpus, exclude)
+        self._spawned_at[i], self._ping[i] = stopwatch(), None
         actor = (
             _actor_class()
             .options(num_cpus=self.num_cpus, scheduling_strategy=pinned_to(node), max_restarts=0)
@@ -245,38 +284,107 @@ class RayLearners:
             except Exception:  # already dead, or Ray already shut down
                 pass
 
+    def _where_text(self, i: int) -> str:
+        where = self.where[i]
+        return "not started yet" if where is None else f"pid {where[1]} on node {where[0][:8]}"
+
     def _died(self, i: int, exc: BaseException) -> None:
-        """Learner ``i``'s actor died (or its gradient raised): count it, and restart it within the
-        budget, else fail the run."""
+        """Learner ``i``'s actor died (or its gradient raised): count it, say so at once, and restart it
+        within the budget, else stop the learners and fail the run (`PartFailed`)."""
         try:
             _ray().kill(self.actors[i], no_restart=True)  # one that raised is alive: it goes too
         except Exception:
             pass
-        self.lost += self._in_flight[i] is not None
-        self._in_flight[i] = None
-        self.received[i] = 0
-        why = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        self.events.append((self._clock.now(), i, f"died ({why})"))
+        why, now = _cause(exc), self._clock.now()
+        head = f"Ray learner {i} ({self._where_text(i)}) died: {why}"
+        self._lose(i, why)
         # a node that died before the actor could start there: the next goes elsewhere
         unplaced = self._nodes[i] if isinstance(exc, _ray().exceptions.ActorUnschedulableError) else None
-        if self.budget.spend(self._clock.now()):
-            self.restarts[i] += 1
-            try:  # not awaited: until it answers, its turns pass and the other learners go on
-                self._probe[i] = self._spawn(i, frozenset({unplaced} if unplaced else ())).where.remote()
-            except BackendUnavailable as lost:  # no live node left that can hold a learner
-                self.actors[i] = None
-                self.failure = PartFailed(f"Ray learner {i} cannot be restarted: {lost}")
-                self.events.append((self._clock.now(), i, "gave up"))
-                return
-            self.where[i] = None
-            self.events.append((self._clock.now(), i, "restarted"))
-        else:
-            self.actors[i] = None
+        if not self.budget.spend(now):
+            deaths = sum(self.restarts) + 1
+            return self._give_up(i, head, f"{deaths} death{'s' * (deaths > 1)}, more than {self.budget.describe()}")
+        self.restarts[i] += 1
+        try:  # not awaited: until it answers, its turns pass and the other learners go on
+            self._probe[i] = self._spawn(i, frozenset({unplaced} if unplaced else ())).where.remote()
+        except BackendUnavailable as lost:  # no live node left that can hold a learner
+            return self._give_up(i, head, f"no live node can hold it: {lost}")
+        self.where[i] = None
+        self.events.append((now, i, "restarted"))
+        self._say(f"{head}; restarting it (restart {self.restarts[i]} of it; {self.budget.describe()} allowed)")
+
+    def _lose(self, i: int, why: str) -> None:
+        """Count learner ``i``'s death: its gradient in flight is lost, its calls forgotten."""
+        self.lost += self._in_flight[i] is not None
+        self._in_flight[i] = self._ping[i] = self._probe[i] = None
+        self.received[i] = 0
+        self.events.append((self._clock.now(), i, f"died ({why})"))
+
+    def _give_up(self, i: int, head: str, why_not: str) -> None:
+        """Learner ``i`` cannot be restarted: the run stops, and its reason says whether any learner is left."""
+        self.actors[i] = None
+        self.events.append((self._clock.now(), i, "gave up"))
+        self._say(f"{head}; not restarted ({why_not}): the run stops")
+        others = self._dead_too(timeout=1.0)
+        left = [j for j in range(self.n) if self.actors[j] is not None]
+        if left:
             self.failure = PartFailed(
-                f"Ray learner {i} kept dying: {sum(self.restarts) + 1} deaths, more than "
-                f"{self.budget.describe()} (last: {why})"
+                f"{head}; not restarted ({why_not}), so the run stops ({len(left)} of {self.n} learners left)"
             )
-            self.events.append((self._clock.now(), i, "gave up"))
+        else:
+            too = f" (learner{'s' * (len(others) > 1)} {', '.join(map(str, others))} died too)" if others else ""
+            self.failure = PartFailed(f"no Ray learner is left{too}: {head}; not restarted ({why_not})")
+
+    def _dead_too(self, timeout: float) -> list[int]:
+        """The other learners found dead now (a call to each fails within ``timeout`` s; one busy
+        computing counts as alive), each counted and said; the run stops, so none is restarted."""
+        ray = _ray()
+        self._stop.wait(0.25)  # deaths of one cause (a node lost, every actor killed) land together
+        calls: dict[int, Any] = {}
+        for j, actor in enumerate(self.actors):
+            if actor is not None:
+                calls[j] = self._probe[j] if self._probe[j] is not None else actor.where.remote()
+        if not calls:
+            return []
+        done, _ = ray.wait(list(calls.values()), num_returns=len(calls), timeout=timeout)
+        dead = []
+        for j, ref in calls.items():
+            if ref not in done:
+                continue  # busy computing: alive as far as anyone knows
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                why = _cause(exc)
+                self._say(f"Ray learner {j} ({self._where_text(j)}) died: {why}; not restarted: the run stops")
+                self._lose(j, why)
+                self.actors[j] = None
+                dead.append(j)
+        return dead
+
+    def _watch(self) -> None:
+        """See a death at once, not at the learner's next batch: every idle actor (nothing in flight:
+        paused, or before learning starts) is asked where it runs every `_PING_EVERY` s; a restarted
+        actor that has not answered within ``start_timeout`` counts as dead."""
+        ray, now = _ray(), stopwatch()
+        for i, actor in enumerate(self.actors):
+            if actor is None or self.failure is not None:
+                continue
+            if self._probe[i] is not None:
+                if now - self._spawned_at[i] > self.start_timeout and not ray.wait([self._probe[i]], timeout=0)[0]:
+                    self._died(i, TimeoutError(f"its restarted actor did not start within {self.start_timeout:g} s"))
+                continue
+            if self._in_flight[i] is not None:  # its gradient's own result will say
+                self._ping[i] = None
+                continue
+            ping = self._ping[i]
+            if ping is None:
+                if now - self._pinged_at[i] >= _PING_EVERY:
+                    self._ping[i], self._pinged_at[i] = actor.where.remote(), now
+            elif ray.wait([ping], timeout=0)[0]:
+                self._ping[i] = None
+                try:
+                    ray.get(ping)
+                except ray.exceptions.RayError as exc:
+                    self._died(i, exc)
 
     # ------------------------------------------------------------------ one gradient
     def _target_ref(self) -> tuple[int, list[Any]]:
@@ -322,7 +430,7 @@ class RayLearners:
         self._probe[i] = None
         try:
             self.where[i] = ray.get(probe)
-        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
+        except ray.exceptions.RayError as exc:  # died, never placed (its node gone), out of memory
             self._died(i, exc)
             return False
         return True
@@ -333,7 +441,7 @@ class RayLearners:
         assert flight is not None
         try:
             grad, loss, _version, compute = ray.get(flight.ref)
-        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
+        except ray.exceptions.RayError as exc:  # its actor died, or its gradient raised
             self._died(i, exc)
             return None
         self._in_flight[i] = None
@@ -359,13 +467,38 @@ class RayLearners:
                 return done
         return []
 
+    def _wait_turn(self, i: int, mine: Any) -> bool:
+        """Wait for learner ``i``'s gradient (``mine``: its turn is next), handling meanwhile the death
+        of any other learner whose call failed: told now, not when its own turn comes round (a cycle
+        of N_L gradients of a large model takes seconds). False: stopping, or the run failed."""
+        ray = _ray()
+        returned: set[int] = set()  # others whose gradient came back well: their turns will take it
+        while not self._stop.is_set() and self.failure is None:
+            others = {f.ref: j for j, f in enumerate(self._in_flight) if f is not None and j != i and j not in returned}
+            done, _ = ray.wait([mine, *others], num_returns=1, timeout=_POLL)
+            if any(ref == mine for ref in done):
+                return True
+            for ref in done:
+                j = others[ref]
+                try:
+                    ray.get(ref, timeout=0)
+                    returned.add(j)
+                except ray.exceptions.RayError as exc:  # its actor died: count it, restart it (or stop)
+                    self._died(j, exc)
+        return False
+
     # ------------------------------------------------------------------ the dispatcher
     def _dispatch(self) -> None:
         step = {"round_robin": self._round_robin_step, "hogwild": self._hogwild_step, "parallel": self._parallel_step}[
             self.mode
         ]
+        next_watch = 0.0
         try:
             while not self._stop.is_set() and self.failure is None:
+                if stopwatch() >= next_watch:
+                    self._watch()
+                    next_watch = stopwatch() + _POLL
+                    continue
                 if not step():
                     self._stop.wait(0.002)  # nothing to do yet: no batch, or ahead of the transitions
         except BaseException as exc:  # noqa: BLE001 - a dispatcher that died ends the run, with its cause
@@ -388,8 +521,8 @@ class RayLearners:
         flight = self._in_flight[i]
         if flight is None:
             return True  # nothing of learner i's to apply (paused, or restarting): its turn passes
-        if not self._wait([flight.ref]):
-            return False  # stopping
+        if not self._wait_turn(i, flight.ref):
+            return False  # stopping, or the run failed meanwhile
         out = self._receive(i)
         if out is not None:
             self._apply(i, *out)
@@ -443,8 +576,16 @@ class RayLearners:
         for i, actor in enumerate(self.actors):
             try:
                 self.actor_counts[i] = ray.get(actor.count.remote(), timeout=2.0) if actor is not None else None
-            except Exception:  # dead, or not answering: no count
+            except ray.exceptions.GetTimeoutError:  # not answering (starting, or stuck): no count
                 self.actor_counts[i] = None
+            except ray.exceptions.RayError as exc:  # died since the dispatcher last looked: said, not restarted
+                why = _cause(exc)
+                self._say(f"Ray learner {i} ({self._where_text(i)}) died: {why}; found as the learners stopped")
+                self._lose(i, why)
+                self.actors[i] = None
+            except Exception:  # Ray itself gone: no count
+                self.actor_counts[i] = None
+        self.alive = sum(actor is not None for actor in self.actors)
         self._kill_all()
 
     @property
@@ -458,6 +599,8 @@ class RayLearners:
             "backend": "ray",
             "restarts": list(self.restarts),
             "events": [(round(t, 3), i, what) for t, i, what in self.events],
+            "alive_at_stop": self.alive,  # learners whose actor was alive when they stopped
+            "failure": None if self.failure is None else str(self.failure),
             "applied": self.applied,
             "gradients": self.gradients,
             "lost": self.lost,
