@@ -4,10 +4,11 @@ figure the page quotes is checked against that run.
 Tolerances (these are wall-clock runs on a shared machine, so a fresh run differs from the page's):
 inaction within 2 percentage points where the page quotes under 5 % (the page's own figure for the
 batching route must be at most 1 %: `test_the_page_shows_a_run_of_each_example`); for the routes the
-page shows failing, what the page claims: the run fails too (at least 5 % inaction) and by no more
-than 12 points beyond the page's figure. How far such a route fails is not a property of the code:
-τ_θ sits a hair above a whole number of ticks, and where the overhead lands against the tick boundary
-differs between machines (8 % on the CI machine, 25 to 32 % on the one the page was written on); delay within 2 ticks (3 for the batching route, whose τ_θ
+page shows failing, what the page claims: the run fails too (at least 5 % inaction). How far such a
+route fails is not a property of the code: τ_θ sits a hair above a whole number of ticks, where the
+overhead lands against the tick boundary differs between machines, and the workers' phases drift
+together or apart as the run goes (8 % and 55 % on the CI machine, 25 to 32 % on the one the page
+was written on, each run with the same delay, 4 ticks); delay within 2 ticks (3 for the batching route, whose τ_θ
 spans two batches); N_I (and lanes) within 3 of the page's. A run outside them is repeated once (a
 load spike on a shared machine stretches every τ_θ of a wall-clock run); the second must agree.
 The keys table is checked exactly against what a summary has.
@@ -103,9 +104,7 @@ def _compare_a_run(command: str, shown: str) -> list[str]:
     assert abs(run["inaction"] - 100 * worst) < 0.01  # the printed line is the JSON's figure
     problems = []
     fails = page["inaction"] >= 5  # a route the page shows failing
-    if (not fails and abs(run["inaction"] - page["inaction"]) > 2.0) or (
-        fails and not 5.0 <= run["inaction"] <= page["inaction"] + 12.0
-    ):
+    if (not fails and abs(run["inaction"] - page["inaction"]) > 2.0) or (fails and run["inaction"] < 5.0):
         problems.append(f"inaction: page {shown!r}, run {human!r}")
     if abs(run["delay"] - page["delay"]) > (3.0 if "batched" in command else 2.0):
         problems.append(f"delay: page {shown!r}, run {human!r}")
