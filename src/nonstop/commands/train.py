@@ -446,7 +446,9 @@ def run(args: argparse.Namespace) -> int:
         console.print(
             f"{'done' if end.complete else 'stopped'}: {summary['env_ticks_total']:,} env ticks, "
             f"{summary['updates']:,} updates, inaction {summary['inaction_fraction']:.1%}{startup}, recent "
-            f"return {recent}; `nonstop report {out}` draws the plots",
+            f"return {recent}"
+            + (f" (no update: {summary['no_updates_reason']})" if summary.get("no_updates_reason") else "")
+            + f"; `nonstop report {out}` draws the plots",
             markup=False,
         )
     for line in summary.get("machine_limits") or []:

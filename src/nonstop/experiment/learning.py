@@ -86,6 +86,8 @@ class LearningCore(Part):
         self.replay_restored = False
         #: called before the host's parameters are read (a learner that keeps them elsewhere writes them back)
         self._host_syncs: list[Callable[[], None]] = []
+        #: (updates, transitions written) when the run stopped, for `summary` (the shared memory is gone by then)
+        self._end_counts: tuple[int, int] | None = None
 
     def add_host_sync(self, sync: Callable[[], None]) -> None:
         """Have ``sync()`` bring the host's `TrainingState` and `SharedWeights` up to date before they are
@@ -123,6 +125,38 @@ class LearningCore(Part):
         return params
 
     # ------------------------------------------------------------------ the part's hooks
+    def notes(self, run: "Run") -> list[str]:
+        """What this run's budget cannot reach, said before the first tick: fewer transitions than
+        learning starts at (a one-seat world writes at most one a tick), a schedule that outlasts it."""
+        ticks = math.ceil(run.cfg.seconds / run.tau_m)
+        starts = self.settings.learning_starts
+        lines = []
+        if run.seats is None and ticks < starts:
+            lines.append(
+                f"this run's {ticks:,} ticks give at most {ticks:,} transitions, fewer than the {starts:,} learning "
+                f"waits for: it will make no update; --learning-starts {max(2, self.settings.batch_size, ticks // 10):,} "
+                f"(or a longer --seconds) lets it learn"
+            )
+        return lines + self.algorithm.budget_notes(ticks)
+
+    def stop(self) -> None:
+        if not self.state.closed:  # what `summary` says of a run that never learned, read before the unlink
+            self._end_counts = (int(self.state.updates), int(self.replay.transitions_written))
+
+    def summary(self, run: "Run", tick_log: Any) -> dict[str, Any]:
+        if self._end_counts is None or self._end_counts[0] != 0:
+            return {}
+        written = self._end_counts[1]
+        starts = max(self.settings.learning_starts, 2)
+        if written < starts:
+            why = (
+                f"the replay got {written:,} transitions, fewer than the {starts:,} learning starts at: lower "
+                f"--learning-starts or raise --seconds"
+            )
+        else:
+            why = f"the replay held {written:,} transitions (learning starts at {starts:,}) but no learner updated"
+        return {"no_updates_reason": why}
+
     def before_slice(self, run: "Run") -> None:
         # DQN's ε anneals over the run's ticks, resumes included; SAC's α is read from θ
         self.weights.exploration = self.algorithm.exploration(run.env_ticks, self.state.params)

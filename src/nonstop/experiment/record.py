@@ -130,6 +130,7 @@ class RunDirectory(Recorder):
 
         cfg = run.cfg
         self.rec, self.out, self.console = rec, out, console
+        self._noted: list[Any] = []  # the parts whose notes were said
         _positive("seconds", cfg.seconds)
         require_trackers(rec.track)  # a missing tracker library is named before anything runs or is written
         self.ckpt: Any = None
@@ -169,9 +170,7 @@ class RunDirectory(Recorder):
             f"{self.replay_bytes / 2**20:,.1f} MiB of shared memory; N_I={run.n_inference}, N_L={cfg.n_learners}, "
             f"{cfg.interaction}, clock={cfg.clock}; run dir {self.out}"
         )
-        for part in run.parts:
-            for note in part.notes(run):
-                self.say(note, "yellow")
+        self._say_notes(run)  # the parts built so far (the cluster); `restore` says the rest
         self.log = RunLog(
             self.out,
             cfg.to_dict(),
@@ -185,7 +184,15 @@ class RunDirectory(Recorder):
             return begin_ticklog_segment(self.out, self.ckpt.state["env_ticks"])
         return RunPaths(self.out).ticklog_dir
 
+    def _say_notes(self, run: Run) -> None:
+        for part in run.parts:
+            if part not in self._noted:
+                self._noted.append(part)
+                for note in part.notes(run):
+                    self.say(note, "yellow")
+
     def restore(self, run: Run) -> None:
+        self._say_notes(run)  # every part is built now, and no tick has run
         if self.ckpt is None:
             return
         state = self.ckpt.state

@@ -230,6 +230,11 @@ class Algorithm:
         weights' header for the workers and the progress line)."""
         raise NotImplementedError
 
+    def budget_notes(self, ticks: int) -> list[str]:
+        """What this algorithm's settings cannot do in a run of ``ticks`` env ticks (a schedule that
+        outlasts it), one line each with the numbers and the flag that changes it; said before it starts."""
+        return []
+
     # ------------------------------------------------------------------ acting
     #: the actor a worker runs (an `ActorPolicy` subclass), built by `policy`
     policy_class: ClassVar[type["ActorPolicy"]]

@@ -388,6 +388,16 @@ class DQN(Algorithm):
     def exploration(self, env_ticks: int, params: np.ndarray) -> float:
         return epsilon_at(env_ticks, self.cfg)
 
+    def budget_notes(self, ticks: int) -> list[str]:
+        cfg = self.cfg
+        if cfg.epsilon_ticks <= ticks or epsilon_at(ticks, cfg) == cfg.epsilon_end:
+            return []
+        return [
+            f"ε anneals over {cfg.epsilon_ticks:,} ticks but this run has {ticks:,}: it ends at ε "
+            f"{epsilon_at(ticks, cfg):.3f}, not {cfg.epsilon_end:g}; --epsilon-ticks {max(1, ticks // 10):,} anneals "
+            f"over a tenth of the run"
+        ]
+
     def act_batch(self, output: np.ndarray, rng: np.random.Generator, *, explore: bool) -> np.ndarray:
         # the greedy action; ε is each lane's own (it reads the weights' header)
         return np.asarray(output).argmax(axis=1) + self.action_start
