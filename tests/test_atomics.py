@@ -193,6 +193,7 @@ def test_robust_lock_excludes_threads_of_one_process():
     words.close()
 
 
+@pytest.mark.wall
 def test_robust_lock_timeout_and_release_by_a_non_holder():
     words = SharedWords(np.zeros(1, np.int64))
     lock = RobustLock(words, 0)
@@ -223,6 +224,7 @@ def _hold_and_hang(name: str, ready: mp.Event) -> None:
     time.sleep(600)  # killed while holding the lock
 
 
+@pytest.mark.wall
 @pytest.mark.parametrize("reaped", [False, True], ids=["zombie", "reaped"])
 def test_lock_of_a_sigkilled_holder_is_recovered(reaped):
     shm = shared_memory.SharedMemory(create=True, size=64)

@@ -596,6 +596,7 @@ def test_bench_gpu_captures_the_servers_graphs_before_its_window_and_names_a_siz
     assert out["out_of_memory_at_batch"] == 4 and out["largest_batch_that_fit"] == 2 and sorted(out["L_s"]) == [1, 2]
 
 
+@pytest.mark.wall
 def test_the_device_learners_thread_sets_its_device_and_steps_on_its_own_stream(no_shm_leak):
     from nonstop.learning.devicelearner import DeviceLearners
 

@@ -182,6 +182,7 @@ def test_an_answer_to_a_request_the_lane_gave_up_on_is_never_taken_for_the_next(
     assert got and got[0].action == _expected(second) != _expected(first)
 
 
+@pytest.mark.wall
 def test_a_lane_waiting_when_the_server_closes_raises_server_closed_at_once(no_shm_leak):
     gate = threading.Event()
     srv = BatchingServer(lambda b: gate.wait(10) and _scores(b), LatencyCurve.linear(0.001, 0.0), clock=WallClock())
@@ -327,6 +328,7 @@ def test_a_vector_server_refuses_a_wrong_answer_and_a_ring_of_another_shape(no_s
 # ----------------------------------------------------------------------------- overlap: staging the next batch
 
 
+@pytest.mark.wall
 @pytest.mark.parametrize("overlap", [True, False])
 def test_the_next_batch_is_staged_during_the_forward_without_touching_the_running_one(overlap):
     """The first batch (one frame of 1s) holds its forward until three more requests (frames of 2s, 3s, 4s)
@@ -580,6 +582,7 @@ def test_an_exception_in_the_servers_process_still_unlinks_the_ring(server, no_s
     assert not any("lanes" in name for name in segments_of(os.getpid()))
 
 
+@pytest.mark.wall
 def test_a_feeder_that_fails_tells_the_waiting_lanes_at_once(server, monkeypatch, no_shm_leak):
     """A request the feeder cannot read (here: its submit raises) stops the ring: the lane raises
     ServerClosed at once rather than waiting out its wait_s, and the report names what happened."""

@@ -143,6 +143,7 @@ def test_wall_pool_stop_wakes_workers_sleeping_a_long_latency():
     assert not [e for e in pool.events if e.kind == "stuck"]
 
 
+@pytest.mark.wall
 def test_wall_clock_interrupt_ends_a_sleeping_process():
     import threading
 
@@ -243,6 +244,7 @@ def test_quantile_hold_pool_frees_workers_and_releases_one_action_per_tick_virtu
     assert pool.scheduler.skipped_slots == 0
 
 
+@pytest.mark.wall
 def test_quantile_hold_pool_on_the_wall_clock_holds_actions_in_the_releaser():
     """The wall path: held actions are submitted by the clock's timer thread at their release ticks.
     Generous bounds (a loaded 2-core machine wakes threads late): most ticks are the agent's."""
@@ -261,6 +263,7 @@ def test_quantile_hold_pool_on_the_wall_clock_holds_actions_in_the_releaser():
     assert sum(w.actions for w in pool.workers) > 40
 
 
+@pytest.mark.wall
 def test_wall_tau_theta_as_the_world_sees_it_counts_the_lag_before_the_call():
     """τ_θ is the call; the world's τ_θ runs from the start the schedule counts (a tick's publish,
     for an aligned pool) to the action in hand, so a worker that reaches its call late is busy for
