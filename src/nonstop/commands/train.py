@@ -60,61 +60,79 @@ _RECORD_FIELDS = ("out", "episodes", "progress_every", "checkpoint_every", "keep
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """``nonstop train``'s flags, in the groups ``--help`` shows: the world, realtime and its clock,
+    inference, learners, the algorithm (``--algo NAME --help`` shows only its settings), self-play and
+    seats, the run's files."""
     from nonstop.experiment.config import TrainConfig, parse_n_workers
     from nonstop.experiment.record import RecordConfig
     from nonstop.inference.device import parse_device, parse_dtype
     from nonstop.inference.schedulers import SCHEDULER_NAMES
     from nonstop.realtime.defaults import DEFAULT_NAMES
 
-    add_fields(p, TrainConfig, _RUN_FIELDS[:1])
-    add_env_module_argument(p)
-    p.add_argument(
+    helps = [a for a in p._actions if type(a) is argparse._HelpAction]
+    for action in helps:  # the parser's own -h: the same action, aware of --algo
+        action.__class__ = _AlgoHelp
+        action.help = "show this help and exit (after --algo NAME: only that algorithm's settings)"
+    if not helps:
+        p.add_argument("-h", "--help", action=_AlgoHelp, help="show this help (after --algo NAME: its settings only)")
+    types = {
+        "n_inference": arg_type(parse_n_workers),
+        "trim_above": str,
+        "default": str,
+        "device": arg_type(parse_device),
+        "dtype": arg_type(parse_dtype),
+    }
+    shown_as = {"trim_above": "4MiB", "n_inference": "⌈τ̄_θ/τ_M⌉", "default": "the env's own", "dtype": "auto"}
+
+    def run_fields(group: Any, names: tuple[str, ...]) -> None:
+        add_fields(group, TrainConfig, names, types=types, unset=("trim_above", "dtype"), shown_as=shown_as)
+
+    world = p.add_argument_group("world")
+    run_fields(world, ("env",))
+    add_env_module_argument(world)
+    world.add_argument(
         "--env-arg",
         action="append",
         metavar="KEY=VALUE",
         help="env keyword argument, repeatable (max_episode_steps=900; tick_hz=20: the world's rate)",
     )
-    p.add_argument(
+    world.add_argument(
         "--pixels",
         action="store_true",
         help="a continuous world's frames instead of its state: 84x84 grayscale, as Atari's, for the same "
         "encoder (the same as --env-arg pixels=true)",
     )
-    p.add_argument(
+    run_fields(p.add_argument_group("realtime and clock"), ("clock", "seconds", "default"))
+    inference = p.add_argument_group("inference and scheduler")
+    run_fields(inference, ("interaction", "scheduler", "n_inference", "latency"))
+    inference.add_argument(
         "--scheduler-arg",
         action="append",
         metavar="KEY=VALUE",
         help="a setting of the scheduler, repeatable (fill: p_minimax=0.972 from `nonstop tolerance`, "
         "cap=8; quantile_hold: quantile=0.99; default: the scheduler's own)",
     )
-    add_fields(
-        p,
-        TrainConfig,
-        _RUN_FIELDS[1:],
-        types={
-            "n_inference": arg_type(parse_n_workers),
-            "trim_above": str,
-            "default": str,
-            "device": arg_type(parse_device),
-            "dtype": arg_type(parse_dtype),
-        },
-        unset=("trim_above", "dtype"),
-        shown_as={"trim_above": "4MiB", "n_inference": "⌈τ̄_θ/τ_M⌉", "default": "the env's own", "dtype": "auto"},
-    )
+    run_fields(inference, ("backend", "ray_address", "trim_above", "device", "dtype", "batch_curve", "max_batch"))
+    learners = p.add_argument_group("learners and backends")
+    run_fields(learners, ("n_learners", "learner_mode", "tau_l", "learner_backend", "max_restarts", "restart_window"))
     for action in p._actions:  # the choices that live with the parts they choose
         if action.dest == "scheduler":
             action.choices = SCHEDULER_NAMES
         elif action.dest == "default":
             action.choices = DEFAULT_NAMES
-    g = p.add_argument_group("self-play (a two-seat world: the learner against a pool of its own past snapshots)")
-    add_fields(g, TrainConfig, ("self_play",))
-    add_fields(g, TrainConfig, _SELF_PLAY_FIELDS, unset=_SELF_PLAY_FIELDS, shown_as={"opponent_latency": "--latency"})
-    add_fields(p, TrainConfig, _DELAY_FIELDS)
-    add_fields(p, TrainConfig, _TEAM_FIELDS)
     add_algo_arguments(p)
-    add_fields(p, TrainConfig, ("seed",))
-    add_fields(p, RecordConfig, _RECORD_FIELDS, types={"out": str, "episodes": int})
-    p.add_argument(
+    seats = p.add_argument_group(
+        "self-play and seats (self-play: a two-seat world, the learner against a pool of its own past snapshots)"
+    )
+    add_fields(seats, TrainConfig, ("self_play",))
+    add_fields(
+        seats, TrainConfig, _SELF_PLAY_FIELDS, unset=_SELF_PLAY_FIELDS, shown_as={"opponent_latency": "--latency"}
+    )
+    add_fields(seats, TrainConfig, _TEAM_FIELDS)
+    files = p.add_argument_group("run files")
+    add_fields(files, TrainConfig, ("seed",))
+    add_fields(files, RecordConfig, _RECORD_FIELDS, types={"out": str, "episodes": int})
+    files.add_argument(
         "--resume",
         nargs="?",
         const=True,
@@ -124,7 +142,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "typed now overrides it and is said at the start (--seconds and --episodes are the run's "
         "totals, earlier segments included)",
     )
-    p.add_argument(
+    files.add_argument(
         "--track",
         action="append",
         metavar="wandb|mlflow",
@@ -132,6 +150,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(repeat, or a comma list; pip install 'nonstop[track]'; see nonstop.learning.tracking; "
         "default: none)",
     )
+
+
+class _AlgoHelp(argparse._HelpAction):
+    """``--help``; after ``--algo NAME``, the settings only other algorithms read are left out, so
+    ``--algo sac --help`` shows SAC's and not DQN's."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None) -> None:
+        algo = getattr(namespace, "algo", None)
+        if algo is not None:
+            readers = _setting_readers()
+            for action in parser._actions:
+                if action.dest in readers and algo not in readers[action.dest]:
+                    action.help = argparse.SUPPRESS
+            if algo != "dqn":
+                for action in parser._actions:
+                    if action.dest == "preset":  # the paper's DQN settings
+                        action.help = argparse.SUPPRESS
+        parser.print_help()
+        parser.exit()
+
+
+def _setting_readers() -> dict[str, set[str]]:
+    """Each algorithm setting's name, and the algorithms whose config has it."""
+    from nonstop.experiment.registry import lookup, names
+
+    readers: dict[str, set[str]] = {}
+    for name in names("algo"):
+        for f in fields(lookup("algo", name).config_class):
+            readers.setdefault(f.name, set()).add(name)
+    return readers
 
 
 def add_dqn_arguments(p: argparse.ArgumentParser) -> None:
@@ -147,15 +195,15 @@ def add_dqn_arguments(p: argparse.ArgumentParser) -> None:
     """
     from nonstop.learning.dqn import FAMILY_DEFAULTS, PAPER_PRESETS, DQNConfig
 
-    p.add_argument(
+    group = p.add_argument_group(
+        "DQN settings (defaults: the paper's; the env family may override, see DQNConfig.for_family)"
+    )
+    group.add_argument(
         "--preset",
         choices=sorted(PAPER_PRESETS),
         default=None,
         help="the paper's stated DQN settings (γ, batch, Adam step, replay, k); flags given beside it win "
         "(default: none)",
-    )
-    group = p.add_argument_group(
-        "DQN settings (defaults: the paper's; the env family may override, see DQNConfig.for_family)"
     )
     for f in fields(DQNConfig):
         by_family = ", ".join(
@@ -180,7 +228,8 @@ def add_algo_arguments(p: argparse.ArgumentParser) -> None:
     from nonstop.experiment.config import TrainConfig
     from nonstop.experiment.registry import lookup, names
 
-    add_fields(p, TrainConfig, ("algo",))
+    algorithm = p.add_argument_group("algorithm (each setting's help ends with the --algo that read it)")
+    add_fields(algorithm, TrainConfig, ("algo", *_DELAY_FIELDS))
     for action in p._actions:
         if action.dest == "algo":
             action.choices = names("algo")
@@ -200,6 +249,10 @@ def add_algo_arguments(p: argparse.ArgumentParser) -> None:
         for f in mine:
             _add_setting(group, f, f.default, "")
             taken.add(f.name)
+    readers = _setting_readers()
+    for action in p._actions:
+        if action.dest in readers and action.help:
+            action.help += f" [--algo {', '.join(sorted(readers[action.dest]))}]"
 
 
 def _add_setting(group: Any, f: Any, default: Any, by_family: str) -> None:
