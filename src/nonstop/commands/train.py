@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 from dataclasses import dataclass, fields
+from collections.abc import Callable
 from typing import Any
 
 from nonstop.commands._flags import add_env_module_argument, add_fields, arg_type, shown
@@ -70,12 +71,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from nonstop.realtime.defaults import DEFAULT_NAMES
 
     helps = [a for a in p._actions if type(a) is argparse._HelpAction]
-    for action in helps:  # the parser's own -h: the same action, aware of --algo
-        action.__class__ = _AlgoHelp
-        action.help = "show this help and exit (after --algo NAME: only that algorithm's settings)"
+    for own in helps:  # the parser's own -h: the same action, aware of --algo
+        own.__class__ = _AlgoHelp
+        own.help = "show this help and exit (after --algo NAME: only that algorithm's settings)"
     if not helps:
         p.add_argument("-h", "--help", action=_AlgoHelp, help="show this help (after --algo NAME: its settings only)")
-    types = {
+    types: dict[str, Callable[[str], Any]] = {
         "n_inference": arg_type(parse_n_workers),
         "trim_above": str,
         "default": str,
