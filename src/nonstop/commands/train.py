@@ -234,6 +234,13 @@ def add_algo_arguments(p: argparse.ArgumentParser) -> None:
     for action in p._actions:
         if action.dest == "algo":
             action.choices = names("algo")
+    algorithm.add_argument(
+        "--hyperparams",
+        metavar="FILE",
+        help="settings per world for this --algo, in the layout of the shipped nonstop/hyperparams/<algo>.yml "
+        "(a world id, then its settings): read instead of the shipped file; flags typed win over it "
+        "(default: the shipped file)",
+    )
     add_dqn_arguments(p)
     taken = {a.dest for a in p._actions}
     for name in names("algo"):
@@ -292,6 +299,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
     from nonstop.experiment.record import RecordConfig
     from nonstop.experiment.registry import lookup
     from nonstop.learning.dqn import PAPER_PRESETS, DQNConfig
+    from nonstop.learning.hyperparams import world_entry
     from nonstop.learning.runlog import read_config
     from nonstop.learning.tracking import parse_track
 
@@ -322,7 +330,16 @@ def settings_from_args(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
         raise ValueError(f"{flags}: not a setting of --algo {algo.name} (its settings: {cls.__name__})")
     if f.preset and cls is not DQNConfig:
         raise ValueError(f"--preset {f.preset} is the paper's DQN settings: it does not apply to --algo {algo.name}")
-    settings = cls.for_family(family, **{**(PAPER_PRESETS[f.preset] if f.preset else {}), **f.settings})
+    if saved is not None and f.hyperparams is not None:
+        raise ValueError(
+            f"--hyperparams {f.hyperparams} sets a new run's settings: {rec.out} resumes with its saved ones"
+        )
+    # the world's known settings (`nonstop.learning.hyperparams`), under the preset and the flags typed
+    known = world_entry(algo.name, env, f.hyperparams, cls) if saved is None else None
+    settings = cls.for_family(
+        family,
+        **{**(known.settings if known else {}), **(PAPER_PRESETS[f.preset] if f.preset else {}), **f.settings},
+    )
     try:
         scheduler_args = parse_env_args(f.scheduler_args)  # KEY=VALUE, values read as JSON
     except ValueError as exc:
@@ -388,6 +405,7 @@ class _Flags:
     seed: int
     self_play: dict[str, Any]
     trim: dict[str, Any]
+    hyperparams: str | None  # --hyperparams FILE: the user's known settings per world
 
 
 def _read_flags(args: argparse.Namespace) -> _Flags:
@@ -427,6 +445,7 @@ def _read_flags(args: argparse.Namespace) -> _Flags:
         seed=args.seed,
         self_play=_self_play_settings(args),
         trim=_trim_setting(args),
+        hyperparams=getattr(args, "hyperparams", None),
     )
 
 
@@ -481,6 +500,12 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     cfg, rec, overrides = settings_from_args(args)
+    if not rec.resume:
+        from nonstop.learning.hyperparams import world_entry
+
+        known = world_entry(cfg.algo, cfg.env, getattr(args, "hyperparams", None))
+        if known is not None:
+            console.print(known.line() + " (a flag typed wins over it)", markup=False)
     if rec.resume:  # the run goes on as it was: only the flags typed now change it, each said
         console.print(
             f"resuming {rec.out} with its saved config" + (f"; overriding {', '.join(overrides)}" if overrides else ""),
