@@ -70,10 +70,10 @@ def check_against_log(buf: ActionBuffer, log: dict[str, np.ndarray], applied: Ap
     last = int(log["tick"][-1])
     checked = bad = moved = 0
     for t in range(0, last + 1 - 3 * buf.k):  # at the end, decisions were still in their workers' hands
-        enc = buf.seen(t)
+        episode = episode_of[t]
+        enc = buf.seen(t, episode=episode)
         if enc is None:
             continue
-        episode = episode_of[t]
         slots = [s for s in enc.reshape(buf.k, buf.slot_width) if s[-1] > 0]  # padding has no observation age
         seen = set()
         for s in slots:
@@ -109,7 +109,7 @@ def test_encoding_by_hand() -> None:
     ]
     assert buf.encode(3, episode=0).reshape(3, 5)[:, -1].tolist() == [1, 0, 0]  # obs tick 3 is not before tick 3
     out = buf.augment(np.ones(2, np.float32), tick=4, episode=0)
-    assert out.shape == (2 + 15,) and np.array_equal(buf.seen(4), out[2:])
+    assert out.shape == (2 + 15,) and np.array_equal(buf.seen(4, episode=0), out[2:])
     assert buf.augmented_shape((3,)) == (18,)
     with pytest.raises(ValueError, match="vector observations"):
         buf.augmented_shape((84, 84))
@@ -123,7 +123,7 @@ def test_buffer_matches_the_tick_log_at_every_tick_virtual() -> None:
     checked, bad, moved = check_against_log(buf, log, applied)
     assert bad == 0 and moved == 0 and checked > 6 * 500
     # staggered and settled: at each tick the six slots are due in 0..5 ticks, computed 6..1 ticks ago
-    enc = buf.seen(300).reshape(6, buf.slot_width)
+    enc = buf.seen(300, episode=int(log["episode"][300])).reshape(6, buf.slot_width)
     assert enc[:, -2].tolist() == [5, 4, 3, 2, 1, 0] and enc[:, -1].tolist() == [1, 2, 3, 4, 5, 6]
     assert (log["delay"][log["source"] == SOURCE_AGENT][-100:] == 6).all()
 
@@ -241,3 +241,70 @@ def test_observation_framed_transitions_close_on_the_terminal_observation() -> N
         (1, 3, 2.0 + 0.5 * 4.0 + 0.25 * 8.0 + 0.125 * 16.0, 0.0, 4, TERMINAL),  # ticks 2..5, terminated: no bootstrap
     ]
     assert b.out_of_order == 1 and b.episode == 1
+
+
+# ---------------------------------------------------------------- issue 39's smaller defects, each on today's code
+
+
+def test_a_truncated_episode_under_delay_bootstraps_where_its_rewards_stop() -> None:
+    """With a 3-tick delay the value at a decision observation counts rewards from 3 ticks later:
+    the last decision before a time limit at tick 10 continues from obs(8), not obs(10)."""
+    from nonstop.learning.replay import TERMINAL, SemiMDPBuilder
+
+    b = SemiMDPBuilder(gamma=0.5)
+    out = []
+    for t in range(3, 11):  # an agent action on every tick, each computed 3 ticks before
+        out += b.on_tick(t, agent=True, action=t, obs_tick=t - 3, reward=1.0, truncated=t == 10)
+    last = out[-1]
+    assert (last.s_tick, last.n_ticks, last.discount, last.next_tick) == (7, 1, 0.5, 8)
+    b = SemiMDPBuilder(gamma=0.5)  # a 1-tick delay: obs(T) is the one, the terminal observation
+    out = [
+        x for t in range(1, 4) for x in b.on_tick(t, agent=True, action=t, obs_tick=t - 1, reward=1.0, truncated=t == 3)
+    ]
+    assert out[-1].next_tick == TERMINAL
+    b = SemiMDPBuilder(gamma=0.5)  # terminated: no bootstrap at all, whatever the delay
+    out = [
+        x
+        for t in range(3, 6)
+        for x in b.on_tick(t, agent=True, action=t, obs_tick=t - 3, reward=1.0, terminated=t == 5)
+    ]
+    assert (out[-1].discount, out[-1].next_tick) == (0.0, TERMINAL)
+
+
+def test_the_next_episodes_first_observation_carries_its_own_buffer_not_the_last_ones() -> None:
+    """The terminal observation and the reset one share a tick; a worker that read the first must
+    not fix what the replay stores for the second."""
+    buf = ActionBuffer(gym.spaces.Discrete(2), k=2)
+    buf.decided("a", obs_tick=8, episode=0, action=1, due_tick=11)
+    old = buf.augment(np.zeros(1, np.float32), tick=10, episode=0)
+    new = buf.augment(np.zeros(1, np.float32), tick=10, episode=1)
+    assert old[1:].any() and not new[1:].any()  # episode 1 has nothing in flight
+    assert np.array_equal(buf.seen(10, episode=1), new[1:]) and np.array_equal(buf.seen(10, episode=0), old[1:])
+
+
+def test_a_superseded_decision_is_not_in_flight() -> None:
+    """Two decisions due on tick 9: the host applies the one on observation 4 (submitted last) and
+    supersedes the other, which then never shows as an action that acted."""
+    buf = ActionBuffer(gym.spaces.Box(-1.0, 1.0, (1,)), k=3)
+    buf.decided("a", obs_tick=4, episode=0, action=[-0.5], due_tick=9)
+    buf.decided("b", obs_tick=5, episode=0, action=[0.5], due_tick=9)
+    buf.decided("c", obs_tick=6, episode=0, action=[0.25], due_tick=10)
+    buf.landed(9, episode=0, obs_tick=4)
+    enc = buf.encode(10, episode=0).reshape(3, buf.slot_width)
+    assert enc[:, 0].tolist() == [0.25, -0.5, 0.0] and enc[:, -2].tolist() == [0, -1, 0]
+    buf.landed(10, episode=0, obs_tick=None)  # β acted at 10: c was dropped too
+    assert buf.encode(11, episode=0).reshape(3, buf.slot_width)[:, 0].tolist() == [-0.5, 0.0, 0.0]
+
+
+def test_observation_framed_rewards_stay_exact_however_long_between_two_decisions() -> None:
+    """600 ticks of β between two decisions (more than any ring the builder once kept): the reward is
+    every one of them, discounted."""
+    from nonstop.learning.inflight import ObservationFramedBuilder
+
+    b = ObservationFramedBuilder(gamma=1.0)
+    out = []
+    for t in range(1, 603):
+        out += b.on_tick(t, agent=t in (1, 602), action=t, obs_tick={1: 0, 602: 601}.get(t, -1), reward=float(t))
+    assert len(out) == 1 and (out[0].s_tick, out[0].n_ticks, out[0].next_tick) == (0, 601, 601)
+    assert out[0].reward == sum(range(1, 602))
+    assert len(b._rewards) == 1  # only what the open decision can still need is kept

@@ -19,7 +19,7 @@ zero-padded to ``K`` slots. Where the delay varies (a lognormal ``τ_θ``, the `
 each decision carries its own due tick, and a due tick that moves (Algorithm 1 pads an inference
 to ``τ̂_θmax``; ``fill`` holds a decision to its release slot) moves in the record as the pool
 decides it. ``augment`` appends that encoding to the observation a worker hands its policy, and
-remembers it by tick (`seen`), so the replay stores the very observation the actor saw.
+remembers it by episode and tick (`seen`), so the replay stores the very observation the actor saw.
 
 >>> import gymnasium as gym
 >>> buf = ActionBuffer(gym.spaces.Box(-2.0, 2.0, (1,)), k=2)
@@ -106,7 +106,9 @@ class ActionBuffer:
         self.width = self.k * self.slot_width
         self._lock = threading.Lock()
         self._decisions: OrderedDict[Hashable, InFlightAction] = OrderedDict()
-        self._seen: dict[int, np.ndarray] = {}
+        self._unlanded: dict[Hashable, InFlightAction] = {}  # decided, and neither applied nor superseded yet
+        self._seen: dict[tuple[int, int], np.ndarray] = {}  # (episode, tick): an episode's end and the
+        # next one's start share a tick (the terminal and the reset observation), each with its own buffer
 
     # ------------------------------------------------------------------ what the pool tells it
     def _vector(self, action: Any) -> np.ndarray:
@@ -120,10 +122,11 @@ class ActionBuffer:
         """A decision is known (``key``: unique per decision, e.g. ``(worker, obs_tick)``)."""
         entry = InFlightAction(int(obs_tick), int(episode), self._vector(action), int(due_tick))
         with self._lock:
-            self._decisions[key] = entry
+            self._decisions[key] = self._unlanded[key] = entry
             self._decisions.move_to_end(key)
             while len(self._decisions) > self.history:
-                self._decisions.popitem(last=False)
+                old, _ = self._decisions.popitem(last=False)
+                self._unlanded.pop(old, None)
 
     def moved(self, key: Hashable, due_tick: int) -> None:
         """A known decision's due tick changed (its submit was padded or held)."""
@@ -131,6 +134,27 @@ class ActionBuffer:
             entry = self._decisions.get(key)
             if entry is not None and entry.due_tick != due_tick:
                 self._decisions[key] = entry._replace(due_tick=int(due_tick))
+                if key in self._unlanded:
+                    self._unlanded[key] = self._decisions[key]
+
+    def landed(self, tick: int, *, episode: int, obs_tick: int | None) -> None:
+        """The host's tick ``tick``: it applied ``episode``'s decision computed on ``obs_tick`` (None: β
+        acted). Every other decision due by then was superseded by a newer one in the action queue, or
+        dropped, and never acts: it leaves the record, so no actor sees it as in flight. (The host's
+        recorder calls this in the host's process; O(decisions not yet landed) a tick.)"""
+        with self._lock:
+            applied = None
+            if obs_tick is not None:
+                applied = next(
+                    (k for k, d in self._unlanded.items() if d.episode == episode and d.obs_tick == obs_tick), None
+                )
+                if applied is not None:  # what happened, exactly: it landed now
+                    d = self._unlanded.pop(applied)
+                    if d.due_tick != tick:
+                        self._decisions[applied] = d._replace(due_tick=int(tick))
+            for key in [k for k, d in self._unlanded.items() if d.due_tick <= tick]:
+                del self._unlanded[key]
+                self._decisions.pop(key, None)
 
     def decisions(self) -> list[InFlightAction]:
         """Every decision kept, in the order they became known, with its latest due tick."""
@@ -139,7 +163,8 @@ class ActionBuffer:
 
     # ------------------------------------------------------------------ what it tells the actor
     def in_flight(self, tick: int, *, episode: int) -> list[InFlightAction]:
-        """The ``K`` most recent decisions of ``episode`` on observations before ``tick``, newest first."""
+        """The ``K`` most recent decisions of ``episode`` on observations before ``tick``, newest first.
+        A decision the host superseded (or dropped) is no longer kept (`landed`)."""
         with self._lock:
             chosen = [d for d in self._decisions.values() if d.episode == episode and d.obs_tick < tick]
         chosen.sort(key=lambda d: d.obs_tick, reverse=True)  # stable: equal ticks keep the newest known first
@@ -156,19 +181,19 @@ class ActionBuffer:
 
     def augment(self, obs: np.ndarray, *, tick: int, episode: int) -> np.ndarray:
         """``obs`` (flattened, float32) followed by the buffer at ``tick``; the encoding is remembered
-        as ``seen[tick]`` (the first worker to read a tick fixes it: the replay stores that one)."""
+        as ``seen[episode, tick]`` (the first worker to read it fixes it: the replay stores that one)."""
         enc = self.encode(tick, episode=episode)
         with self._lock:
-            seen = self._seen.setdefault(int(tick), enc)
+            seen = self._seen.setdefault((int(episode), int(tick)), enc)
             if len(self._seen) > 2 * self.history:
                 low = tick - self.history
-                self._seen = {t: e for t, e in self._seen.items() if t >= low}
+                self._seen = {key: e for key, e in self._seen.items() if key[1] >= low}
         return np.concatenate([np.asarray(obs, np.float32).reshape(-1), seen])
 
-    def seen(self, tick: int) -> np.ndarray | None:
-        """The encoding an actor saw beside the observation of ``tick`` (None: no worker read it)."""
+    def seen(self, tick: int, *, episode: int) -> np.ndarray | None:
+        """The encoding an actor saw beside ``episode``'s observation of ``tick`` (None: no worker read it)."""
         with self._lock:
-            return self._seen.get(int(tick))
+            return self._seen.get((int(episode), int(tick)))
 
     def augmented_shape(self, obs_shape: tuple[int, ...]) -> tuple[int, ...]:
         """The shape of an augmented observation (vector observations only)."""

@@ -70,20 +70,29 @@ class ObservationFramedBuilder:
     [(0, 2, 2.0, 2, 2)]
     """
 
-    def __init__(self, gamma: float, history: int = 4096) -> None:
+    def __init__(self, gamma: float) -> None:
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
-        self.gamma, self.history = float(gamma), int(history)
+        self.gamma = float(gamma)
         self.episode = 0
         self.out_of_order = 0
-        self._rewards = np.zeros(self.history, np.float64)
+        # r(k) for every tick k from `_base` on: all a transition can still need (none before the open
+        # decision's observation), however many ticks lie between two decisions
+        self._rewards: list[float] = []
+        self._base: int | None = None
         self._open: tuple[int, Any] | None = None
 
     def _reward(self, start: int, stop: int) -> float:
         """Σ_{k=start+1}^{stop} γ^{k−start−1} r(k)."""
-        return float(
-            sum(self.gamma ** (k - start - 1) * self._rewards[k % self.history] for k in range(start + 1, stop + 1))
-        )
+        assert self._base is not None and start + 1 >= self._base, (start, self._base)
+        first = start + 1 - self._base
+        return float(sum(self.gamma**i * r for i, r in enumerate(self._rewards[first : stop + 1 - self._base])))
+
+    def _forget_through(self, tick: int) -> None:
+        """Drop the rewards of ticks up to ``tick`` (no transition to come starts before it)."""
+        if self._base is not None and tick >= self._base:
+            del self._rewards[: tick + 1 - self._base]
+            self._base = tick + 1
 
     def on_tick(
         self,
@@ -96,7 +105,9 @@ class ObservationFramedBuilder:
         terminated: bool = False,
         truncated: bool = False,
     ) -> list[Transition]:
-        self._rewards[tick % self.history] = reward
+        if self._base is None:
+            self._base = tick
+        self._rewards.append(float(reward))
         out: list[Transition] = []
         if agent:
             if self._open is None or obs_tick > self._open[0]:
@@ -105,6 +116,7 @@ class ObservationFramedBuilder:
                     n = obs_tick - o
                     out.append(Transition(o, a, self._reward(o, obs_tick), self.gamma**n, n, obs_tick, self.episode))
                 self._open = (obs_tick, action)
+                self._forget_through(obs_tick)
             else:
                 self.out_of_order += 1
         if terminated or truncated:
@@ -118,6 +130,7 @@ class ObservationFramedBuilder:
                 )
             self._open = None
             self.episode += 1
+            self._rewards, self._base = [], None  # the next episode's rewards start at the next tick
         return out
 
 
@@ -143,7 +156,7 @@ class InFlightRecorder(ReplayRecorder):
         super()._init()
         self._terminal_tick = self._terminal_episode = -1
         if self.framing == "observation":  # RTAC, DCAC: rewards between two decisions' observations
-            self.builder = ObservationFramedBuilder(self.gamma, self.history)  # type: ignore[assignment]
+            self.builder = ObservationFramedBuilder(self.gamma)  # type: ignore[assignment]
 
     def __getstate__(self) -> dict:
         raise TypeError(
@@ -170,6 +183,8 @@ class InFlightRecorder(ReplayRecorder):
         truncated: bool,
         terminal_obs: np.ndarray | None = None,
     ) -> None:
+        # the pool's record learns what the host did: the applied decision landed, the rest due by now never will
+        self.inflight.landed(tick, episode=self.builder.episode, obs_tick=obs_tick if agent else None)
         if terminated or truncated:  # its terminal frame carries this episode's buffer at this tick
             self._terminal_tick, self._terminal_episode = tick, self.builder.episode
         super().on_tick(
@@ -183,25 +198,25 @@ class InFlightRecorder(ReplayRecorder):
             terminal_obs=terminal_obs,
         )
 
-    def _augmented(self, obs: np.ndarray, tick: int, episode: int | None = None) -> np.ndarray:
-        seen = self.inflight.seen(tick) if episode is None else None
+    def _augmented(self, obs: np.ndarray, tick: int, episode: int, *, terminal: bool = False) -> np.ndarray:
+        seen = None if terminal else self.inflight.seen(tick, episode=episode)
         if seen is None:  # no worker read it (an episode's terminal observation): the buffer as known now
-            seen = self.inflight.encode(tick, episode=self.builder.episode if episode is None else episode)
+            seen = self.inflight.encode(tick, episode=episode)
         return np.concatenate([np.asarray(obs, np.float32).reshape(-1), seen])
 
-    def _frame(self, tick: int) -> int | None:
+    def _frame(self, tick: int, episode: int) -> int | None:
         if tick == TERMINAL:
             if self._terminal_obs is None:
                 return None
             return self.replay.add_frame(
-                self._augmented(self._terminal_obs, self._terminal_tick, self._terminal_episode)
+                self._augmented(self._terminal_obs, self._terminal_tick, self._terminal_episode, terminal=True)
             )
         fid = self._stored.get(tick)
         if fid is None:
             slot = tick % self.history
             if self._ring is None or self._ring_tick[slot] != tick:
                 return None
-            fid = self._stored[tick] = self.replay.add_frame(self._augmented(self._ring[slot], tick))
+            fid = self._stored[tick] = self.replay.add_frame(self._augmented(self._ring[slot], tick, episode))
         return fid
 
 

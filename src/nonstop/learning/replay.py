@@ -20,7 +20,11 @@ staggered agent acting every tick value the same stream of rewards equally. At
 an episode end at tick ``T`` the open decision closes there: ``s'`` is the
 terminal observation, ``γ_i = 0`` when the env terminated (done masking) and
 ``γ^{n_i}`` when it was truncated (a time limit is not a terminal state). The β
-ticks of an episode before its first agent action belong to no decision.
+ticks of an episode before its first agent action belong to no decision. A truncated episode's
+last decision under a delay ``d ≥ 2`` bootstraps from ``obs(T + 1 − d)``, not the terminal one: the
+value learned at a decision observation counts the rewards from when its action lands, so only
+that one continues exactly where the transition's rewards stop (``obs(T)`` would skip ``d − 1``
+ticks of reward and discount).
 
 Actions are stored as the algorithm acts: a ``Discrete`` action as its int64 index (from 0), a ``Box``
 action as a float32 vector of the Box's shape (``ReplayBuffer.create(action_shape=...)``); the
@@ -96,7 +100,7 @@ class SemiMDPBuilder:
             raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
         self.gamma = float(gamma)
         self.episode = 0
-        self._open: list[Any] | None = None  # [s_tick, action, reward_sum, n_ticks]
+        self._open: list[Any] | None = None  # [s_tick, action, reward_sum, n_ticks, delay]
 
     def on_tick(
         self,
@@ -113,17 +117,22 @@ class SemiMDPBuilder:
         pending = self._open
         if agent:
             if pending is not None:  # the decision before this one ends here; this action's obs is its s'
-                s, a, ret, n = pending
+                s, a, ret, n, _ = pending
                 out.append(Transition(s, a, ret, self.gamma**n, n, obs_tick, self.episode))
-            self._open = pending = [obs_tick, action, float(reward), 1]
+            self._open = pending = [obs_tick, action, float(reward), 1, tick - obs_tick]
         elif pending is not None:  # β tick inside a decision: its reward belongs to that decision
             pending[2] += self.gamma ** pending[3] * float(reward)
             pending[3] += 1
         if terminated or truncated:
             if pending is not None:
-                s, a, ret, n = pending
-                discount = 0.0 if terminated else self.gamma**n
-                out.append(Transition(s, a, ret, discount, n, TERMINAL, self.episode))
+                s, a, ret, n, delay = pending
+                if terminated:
+                    out.append(Transition(s, a, ret, 0.0, n, TERMINAL, self.episode))
+                else:
+                    # A time limit is not a terminal state: the value goes on from tick+1, which the action
+                    # decided on obs(tick + 1 − delay) would have reached (obs(T) itself for a 1-tick delay)
+                    nxt = TERMINAL if delay <= 1 else tick + 1 - delay
+                    out.append(Transition(s, a, ret, self.gamma**n, n, nxt, self.episode))
             self._open = None
             self.episode += 1
         return out
@@ -617,8 +626,8 @@ class ReplayRecorder:
             truncated=truncated,
         )
         for tr in done:
-            s = self._frame(tr.s_tick)
-            nxt = self._frame(tr.next_tick)
+            s = self._frame(tr.s_tick, tr.episode)
+            nxt = self._frame(tr.next_tick, tr.episode)
             if s is None or nxt is None:
                 self.skipped_old += 1
                 continue
@@ -637,7 +646,8 @@ class ReplayRecorder:
             return np.array(action, np.float32).reshape(self.replay.action_shape)
         return int(action) - self.action_start
 
-    def _frame(self, tick: int) -> int | None:
+    def _frame(self, tick: int, episode: int) -> int | None:
+        """The replay's frame of ``tick`` of ``episode`` (copied in the first time it is asked for)."""
         if tick == TERMINAL:
             return None if self._terminal_obs is None else self.replay.add_frame(self._terminal_obs)
         fid = self._stored.get(tick)
