@@ -59,6 +59,7 @@ def _rows(path: Path) -> int:
         return 0
 
 
+@pytest.mark.wall
 def test_a_killed_learner_process_and_model_process_each_say_so_and_the_summary_lists_them(
     tmp_path, capfd, no_shm_leak
 ):
