@@ -267,7 +267,7 @@ NOT_RUN = {
     "holding tests/data/userworld/mypkg, through a launcher that, like the console script, leaves that "
     "directory off sys.path",
     "nonstop train --env Target1D-v0 --env-module mypkg.worlds --seconds 20 --out runs/target-again": "needs mypkg beside the command: tests/test_userworld.py runs it (2 s) beside tests/data/userworld/mypkg",
-    "nonstop train --resume runs/target --seconds 40": "resumes the run above: tests/test_userworld.py resumes its runs on both clocks beside mypkg",
+    "nonstop train --resume runs/target --env-module mypkg.worlds --seconds 40": "resumes the run above: tests/test_userworld.py resumes its runs on both clocks beside mypkg",
 }
 
 #: The commands above that need a GPU → what runs where there is one.

@@ -547,6 +547,9 @@ def test_a_train_whose_ray_learners_all_die_stops_and_exits_1(cluster, tmp_path,
     learners = summary["learners"]
     assert learners["alive_at_stop"] == 0 and learners["failure"] == reason and learners["restarts"] == [0, 0]
     assert sorted(i for _, i, what in learners["events"] if what.startswith("died")) == [0, 1]
+    deaths = summary["deaths"]  # every backend's deaths, in one list
+    assert sorted(d["part"] for d in deaths) == ["Ray learner 0", "Ray learner 1"], deaths
+    assert all(not d["restarted"] and "ray.kill" in d["cause"] and " on node " in d["where"] for d in deaths), deaths
     assert not (_alive_actors() - before), "the run left actors alive"
     assert not segments_of(os.getpid())
 

@@ -39,9 +39,15 @@ def beside(tmp_path):
     imports = tmp_path / "imports.log"
     env = {**os.environ, "PYTHONPATH": str(SRC), "USERWORLD_IMPORT_LOG": str(imports)}
 
-    def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    def run(*args: str, timeout: float = 240, pythonpath: str = "") -> subprocess.CompletedProcess:
+        path = {"PYTHONPATH": os.pathsep.join((str(SRC), pythonpath))} if pythonpath else {}
         return subprocess.run(
-            [sys.executable, str(launcher), *args], cwd=work, env=env, capture_output=True, text=True, timeout=timeout
+            [sys.executable, str(launcher), *args],
+            cwd=work,
+            env={**env, **path},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
     run.work = work  # type: ignore[attr-defined]
@@ -60,12 +66,15 @@ def test_trains_and_resumes_a_world_of_its_own_on_the_virtual_clock(beside):
     assert json.loads((run_dir / "config.json").read_text())["env"] == ID  # the module is saved with the id
     learned = _summary(run_dir)
     assert learned["env_ticks_total"] == 200 and learned["updates"] > 0  # 10 s at the world's own 20 Hz, learning
-    again = beside("train", "--resume", "runs/v", "--seconds", "20")
+    refused = beside("train", "--resume", "runs/v", "--seconds", "20")  # a file imports nothing by itself
+    assert refused.returncode == 2 and "runs/v/config.json names the module 'mypkg.worlds'" in refused.stderr
+    again = beside("train", "--resume", "runs/v", "--seconds", "20", "--env-module", "mypkg.worlds")  # named now
     assert again.returncode == 0, again.stderr
     assert "resuming runs/v" in again.stderr
     resumed = _summary(run_dir)
     assert resumed["env_ticks_total"] == 400 and resumed["updates"] > learned["updates"]
-    exported = beside("export", "runs/v", "--out", "exported")  # export rebuilds the world from the saved id
+    # export rebuilds the world from the saved id: trusted, from PYTHONPATH
+    exported = beside("export", "runs/v", "--out", "exported", "--trust-module", pythonpath=str(beside.work))
     assert exported.returncode == 0, exported.stderr
     assert json.loads((beside.work / "exported" / "policy.json").read_text())["env"] == ID
 
@@ -105,7 +114,9 @@ def test_trains_and_resumes_on_the_wall_clock_and_its_processes_import_the_modul
     importers = set(beside.imports.read_text().split())
     assert len(importers) >= 2, importers  # this command's process and the world's host process, at least
     learned = _summary(beside.work / "runs" / "w")["updates"]
-    again = beside("train", "--resume", "runs/w", "--seconds", "11")  # a learner process takes seconds to start
+    again = beside(  # a learner process takes seconds to start
+        "train", "--resume", "runs/w", "--seconds", "11", "--trust-module", pythonpath=str(beside.work)
+    )
     assert again.returncode == 0, again.stderr
     resumed = _summary(beside.work / "runs" / "w")
     # the learner processes learned (each segment's take a few seconds to start on a loaded machine)

@@ -19,10 +19,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", metavar="DIR", help=f"where to write {PROGRAM}, {WEIGHTS} and {META} (default RUN/export)"
     )
+    parser.add_argument(
+        "--trust-module",
+        action="store_true",
+        help="import the module the run's world names (module:Id), from PYTHONPATH; without it such a run is "
+        "refused (a file runs no code)",
+    )
 
 
 def run_export(args: argparse.Namespace) -> int:
-    result = export_policy(args.run, args.out)
+    result = export_policy(args.run, args.out, trust_module=args.trust_module)
     for what, path in result["written"].items():
         print(f"{what}: {path}")
     return 0

@@ -23,12 +23,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             rp.add_argument("--out", help="output file (default: next to FILE)")
         if name == "video":
             rp.add_argument("--every", type=int, default=2, help="keep one frame in EVERY ticks")
+        if name != "plot":  # verify and video re-simulate: they build the world the replay names
+            rp.add_argument(
+                "--trust-module",
+                action="store_true",
+                help="import the module the replay's world names (module:Id), from PYTHONPATH; without it a "
+                "replay that names one is refused (a file from elsewhere runs no code)",
+            )
 
 
 def run(args: argparse.Namespace) -> int:
+    from nonstop.envs.registry import import_file_module
     from nonstop.server import replay
 
     rec = replay.Replay.load(args.file)
+    if args.replay_command != "plot":  # re-simulating builds the world: its module only if trusted
+        import_file_module(str(rec.header.get("env", "")), f"replay {args.file}", trust=args.trust_module)
     if args.replay_command == "verify":
         result = replay.verify(rec)
         print(json.dumps({**result.as_dict(), **rec.summary()}))

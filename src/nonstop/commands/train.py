@@ -144,6 +144,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "totals, earlier segments included)",
     )
     files.add_argument(
+        "--trust-module",
+        action="store_true",
+        help="with --resume: import the module the saved config's world names (module:Id), from PYTHONPATH; "
+        "without it such a run is refused (a file runs no code), unless --env-module names the module now",
+    )
+    files.add_argument(
         "--track",
         action="append",
         metavar="wandb|mlflow",
@@ -294,7 +300,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
     lower layer is asked once, in a straight line, and hands back a value: the trackers, the saved config,
     the algorithm, the world's arguments and id, its family."""
     from nonstop.envs import env_info
-    from nonstop.envs.registry import parse_env_args, qualify_env_id
+    from nonstop.envs.registry import import_file_module, parse_env_args, qualify_env_id, split_env_id
     from nonstop.experiment.config import TrainConfig, default_env_kwargs
     from nonstop.experiment.record import RecordConfig
     from nonstop.experiment.registry import lookup
@@ -304,6 +310,11 @@ def settings_from_args(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
     from nonstop.learning.tracking import parse_track
 
     f = _read_flags(args)
+    if f.trust_module and not f.resume:
+        raise ValueError(
+            "--trust-module trusts the module a resumed run's config.json names: it goes with --resume "
+            "(a world typed as --env MODULE:ID is imported as it is)"
+        )
     rec = RecordConfig(**f.record, track=parse_track(f.track), resume=f.resume, tensorboard=f.tensorboard)
     saved = read_config(rec.out) if rec.resume and rec.out is not None else None  # RecordConfig asks for RUN
     algo = lookup("algo", (saved.get("algo", "dqn") if saved is not None else f.algo) or "dqn")  # an old run is DQN
@@ -369,6 +380,14 @@ def settings_from_args(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
     if "env_module" in f.typed and "env" not in f.typed:  # the saved world, its module named now
         keys.add("env")
         merged["env"] = qualify_env_id(saved.get("env", fresh["env"]), f.env_module)
+    elif "env" not in f.typed:  # the world the file names: its module is imported only if trusted
+        module = split_env_id(str(merged.get("env", "")))[0]
+        import_file_module(
+            str(merged.get("env", "")),
+            f"{rec.out}/config.json",
+            trust=f.trust_module,
+            instead=f", or name it yourself: --env-module {module}",
+        )
     field_name = algo.settings_field  # where the algorithm's settings are saved ("dqn" for DQN)
     setting_keys = {x.name for x in fields(cls) if x.name in f.typed or "preset" in f.typed}
     saved_settings = saved.get(field_name) or {}
@@ -398,6 +417,7 @@ class _Flags:
     settings: dict[str, Any]  # every algorithm setting given (which algorithm's is checked once it is known)
     env: str
     env_module: str | None
+    trust_module: bool  # --trust-module: a resumed config's module:Id may be imported
     env_args: Any  # --env-arg's KEY=VALUE items
     pixels: bool
     scheduler_args: Any  # --scheduler-arg's KEY=VALUE items
@@ -438,6 +458,7 @@ def _read_flags(args: argparse.Namespace) -> _Flags:
         settings=settings,
         env=args.env,
         env_module=getattr(args, "env_module", None),
+        trust_module=bool(getattr(args, "trust_module", False)),
         env_args=getattr(args, "env_arg", None),
         pixels=bool(getattr(args, "pixels", False)),
         scheduler_args=getattr(args, "scheduler_arg", None),

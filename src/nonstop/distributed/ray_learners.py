@@ -56,6 +56,7 @@ from nonstop.learning.learners import apply, check_mode, ready_to_learn, updates
 from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import SharedWeights, TrainingState
 from nonstop.realtime.clock import WallClock, stopwatch
+from nonstop.realtime.deaths import Death
 from nonstop.realtime.lifeline import PartFailed, RestartBudget
 
 __all__ = ["RayLearners"]
@@ -208,6 +209,8 @@ class RayLearners:
         self.restarts = [0] * n_learners
         self.events: list[tuple[float, int, str]] = []
         self.failure: PartFailed | None = None
+        #: every learner death, for the run's summary (each is said at once: ``say``)
+        self.deaths: list[Death] = []
         self.applied = self.gradients = self.lost = 0
         self.received = [0] * n_learners  # gradients returned by learner i's current actor
         self.dropped_at_stop = [0] * n_learners  # its gradients in flight when the learners stopped
@@ -302,15 +305,33 @@ class RayLearners:
         unplaced = self._nodes[i] if isinstance(exc, _ray().exceptions.ActorUnschedulableError) else None
         if not self.budget.spend(now):
             deaths = sum(self.restarts) + 1
-            return self._give_up(i, head, f"{deaths} death{'s' * (deaths > 1)}, more than {self.budget.describe()}")
+            return self._give_up(
+                i, head, why, f"{deaths} death{'s' * (deaths > 1)}, more than {self.budget.describe()}"
+            )
         self.restarts[i] += 1
         try:  # not awaited: until it answers, its turns pass and the other learners go on
             self._probe[i] = self._spawn(i, frozenset({unplaced} if unplaced else ())).where.remote()
         except BackendUnavailable as lost:  # no live node left that can hold a learner
-            return self._give_up(i, head, f"no live node can hold it: {lost}")
+            return self._give_up(i, head, why, f"no live node can hold it: {lost}")
+        self._record(i, why, now, restarted=True)
         self.where[i] = None
         self.events.append((now, i, "restarted"))
         self._say(f"{head}; restarting it (restart {self.restarts[i]} of it; {self.budget.describe()} allowed)")
+
+    def _record(self, i: int, why: str, now: float, *, restarted: bool, why_not: str = "") -> None:
+        """Keep learner ``i``'s death for the run's summary (its line is said where it is seen)."""
+        self.deaths.append(
+            Death(
+                f"Ray learner {i}",
+                self._where_text(i),
+                why,
+                restarted=restarted,
+                budget_left=self.budget.left(now),
+                budget=self.budget.describe(),
+                why_not=why_not,
+                time=now,
+            )
+        )
 
     def _lose(self, i: int, why: str) -> None:
         """Count learner ``i``'s death: its gradient in flight is lost, its calls forgotten."""
@@ -319,8 +340,9 @@ class RayLearners:
         self.received[i] = 0
         self.events.append((self._clock.now(), i, f"died ({why})"))
 
-    def _give_up(self, i: int, head: str, why_not: str) -> None:
+    def _give_up(self, i: int, head: str, why: str, why_not: str) -> None:
         """Learner ``i`` cannot be restarted: the run stops, and its reason says whether any learner is left."""
+        self._record(i, why, self._clock.now(), restarted=False, why_not=why_not)
         self.actors[i] = None
         self.events.append((self._clock.now(), i, "gave up"))
         self._say(f"{head}; not restarted ({why_not}): the run stops")
@@ -355,6 +377,7 @@ class RayLearners:
             except ray.exceptions.RayError as exc:
                 why = _cause(exc)
                 self._say(f"Ray learner {j} ({self._where_text(j)}) died: {why}; not restarted: the run stops")
+                self._record(j, why, self._clock.now(), restarted=False, why_not="the run stops")
                 self._lose(j, why)
                 self.actors[j] = None
                 dead.append(j)
@@ -581,6 +604,7 @@ class RayLearners:
             except ray.exceptions.RayError as exc:  # died since the dispatcher last looked: said, not restarted
                 why = _cause(exc)
                 self._say(f"Ray learner {i} ({self._where_text(i)}) died: {why}; found as the learners stopped")
+                self._record(i, why, self._clock.now(), restarted=False, why_not="found as the learners stopped")
                 self._lose(i, why)
                 self.actors[i] = None
             except Exception:  # Ray itself gone: no count

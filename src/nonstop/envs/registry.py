@@ -47,6 +47,8 @@ __all__ = [
     "split_env_id",
     "qualify_env_id",
     "import_env_module",
+    "import_file_module",
+    "TRUST_FLAG",
 ]
 
 # Legacy ale-py ids (BoxingNoFrameskip-v4, Pong-v0) only exist in gymnasium.registry after
@@ -178,12 +180,14 @@ def qualify_env_id(env_id: str, env_module: str | None) -> str:
     return f"{env_module}:{bare}"
 
 
-def import_env_module(module: str) -> None:
+def import_env_module(module: str, *, search_cwd: bool = True) -> None:
     """Import the user's ``module`` so that the ids it registers exist in this process (every
     process that builds the world calls this through `make_env`). Where it is not found on
     ``sys.path``, the current directory is tried too (a package beside the command, which the
     console script's ``sys.path`` lacks) and, when it is found there, added to ``PYTHONPATH`` so
-    any process started from here finds it as well (spawned children inherit ``sys.path``)."""
+    any process started from here finds it as well (spawned children inherit ``sys.path``).
+    ``search_cwd=False``: ``sys.path`` as it stands, nothing added (a module a file names,
+    `import_file_module`)."""
     try:
         importlib.import_module(module)
         return
@@ -191,7 +195,7 @@ def import_env_module(module: str) -> None:
         if not _is_missing(module, exc):
             raise  # the module was found, and something it imports is missing: the user's to see whole
     here = os.getcwd()
-    if here not in sys.path:
+    if search_cwd and here not in sys.path:
         sys.path.append(here)
         try:
             importlib.import_module(module)
@@ -202,10 +206,38 @@ def import_env_module(module: str) -> None:
         else:
             os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), here) if p)
             return
-    raise ValueError(
-        f"cannot import module {module!r} (the world's module in '{module}:…'): it must be on "
-        f"PYTHONPATH or in the directory nonstop runs from ({here})"
-    )
+    where = f"PYTHONPATH or in the directory nonstop runs from ({here})" if search_cwd else "PYTHONPATH"
+    raise ValueError(f"cannot import module {module!r} (the world's module in '{module}:…'): it must be on {where}")
+
+
+#: the flag that lets a command import the module a file's world id names (`import_file_module`)
+TRUST_FLAG: Final = "--trust-module"
+
+
+def import_file_module(env_id: str, source: str, *, trust: bool, instead: str = "") -> None:
+    """Import the module that ``env_id``, read from a file (``source``: a replay, a run's ``config.json``),
+    names (``module:Id``), only where the user said to trust it (``trust``: `TRUST_FLAG`).
+
+    A file is not the user's command: a downloaded replay beside an ``evil.py`` must run nothing. Without
+    ``trust`` the module is refused in one line naming it and the flag (``instead``: another way the
+    command offers); with it, the module is imported from ``sys.path`` as it stands: the current
+    directory is never added for it. An id that names no module imports nothing and needs no trust.
+
+    >>> import_file_module("CartPole", "replay x.npz", trust=False)
+    >>> import_file_module("evil:Env-v0", "replay x.npz", trust=False)
+    Traceback (most recent call last):
+    ...
+    ValueError: replay x.npz names the module 'evil' (its world is 'evil:Env-v0'), and nonstop imports no code a file names: pass --trust-module to import it (from PYTHONPATH; the current directory is never searched)
+    """
+    module, _ = split_env_id(env_id)
+    if module is None:
+        return
+    if not trust:
+        raise ValueError(
+            f"{source} names the module {module!r} (its world is {env_id!r}), and nonstop imports no code a file "
+            f"names: pass {TRUST_FLAG} to import it (from PYTHONPATH; the current directory is never searched){instead}"
+        )
+    _import_registering(module, search_cwd=False)
 
 
 _MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -225,10 +257,7 @@ def _resolve_module(env_id: str) -> str:
     module, bare = split_env_id(env_id)
     if module is None:
         return env_id
-    if module not in _MODULE_IDS:
-        before = set(REGISTRY) | set(gymnasium.registry)
-        import_env_module(module)
-        _MODULE_IDS[module] = sorted((set(REGISTRY) | set(gymnasium.registry)) - before)
+    _import_registering(module, search_cwd=True)
     if bare in REGISTRY or bare in gymnasium.registry or ALE_ID.match(bare):
         return bare
     made = _MODULE_IDS[module] or _ids_from(module)
@@ -238,6 +267,15 @@ def _resolve_module(env_id: str) -> str:
         else "it registers none: call gymnasium.register(...) or nonstop.envs.register(...) when it is imported"
     )
     raise ValueError(f"module {module!r} registered no environment {bare!r} ({listed})")
+
+
+def _import_registering(module: str, *, search_cwd: bool) -> None:
+    """Import ``module`` once (`import_env_module`), noting the ids it registered (what a refusal lists)."""
+    if module in _MODULE_IDS:
+        return
+    before = set(REGISTRY) | set(gymnasium.registry)
+    import_env_module(module, search_cwd=search_cwd)
+    _MODULE_IDS[module] = sorted((set(REGISTRY) | set(gymnasium.registry)) - before)
 
 
 def _ids_from(module: str) -> list[str]:

@@ -116,6 +116,9 @@ class InferencePart(Part):
     def processes(self) -> int:
         return self.n_inference if isinstance(self.n_inference, int) else 1
 
+    def deaths(self) -> list[Any]:
+        return list(getattr(self.pool, "deaths", []))
+
 
 class LearnersPart(Part):
     """The run's N_L learners, built by the learner backend the config names."""
@@ -145,6 +148,9 @@ class LearnersPart(Part):
 
     def summary(self, run: "Run", tick_log: Any) -> dict[str, Any]:
         return {} if self.learners is None else {"learners": self.learners.report()}
+
+    def deaths(self) -> list[Any]:
+        return list(getattr(self.learners, "deaths", []))
 
     def processes(self) -> int:
         return int(getattr(self.learners, "local_processes", 0))

@@ -75,8 +75,11 @@ def _recipe(model: Any, obs_shape: tuple[int, ...], n_actions: int) -> dict[str,
     return recipe
 
 
-def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dict[str, Any]:
-    """Write the run's policy into ``out_dir`` (default ``RUN/export``); return what was written."""
+def export_policy(
+    run_dir: str | Path, out_dir: str | Path | None = None, *, trust_module: bool = False
+) -> dict[str, Any]:
+    """Write the run's policy into ``out_dir`` (default ``RUN/export``); return what was written. A world its
+    config names as ``module:Id`` is built only with ``trust_module`` (`nonstop.envs.registry.import_file_module`)."""
     import warnings
 
     import torch
@@ -84,6 +87,7 @@ def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dic
 
     from nonstop._io import atomic_file, write_atomic
     from nonstop.envs import make_env
+    from nonstop.envs.registry import import_file_module
     from nonstop.experiment import TrainConfig
     from nonstop.experiment.registry import lookup
     from nonstop.learning.checkpoint import latest_checkpoint
@@ -106,6 +110,7 @@ def export_policy(run_dir: str | Path, out_dir: str | Path | None = None) -> dic
     from nonstop.experiment.seating import agent_ids
     from nonstop.realtime.host import is_seat_world
 
+    import_file_module(cfg.env, f"{root}/config.json", trust=trust_module)
     probe: Any = make_env(cfg.env, **cfg.env_kwargs)
     seats = [str(a) for a in probe.possible_agents] if is_seat_world(probe) else None
     if seats is not None:  # a seat world: its first team's network (the learning team's)

@@ -7,7 +7,8 @@ do nothing.
 
 Order of calls: ``start`` (in list order, after the world started), then between slices of world
 time ``before_slice`` and ``ticks_to_next``, and at the end ``stop`` (quiesce, reverse order) and
-``close`` (release, reverse order). ``state_dict`` / ``load_state_dict`` carry what a checkpoint keeps.
+``close`` (release, reverse order). ``state_dict`` / ``load_state_dict`` carry what a checkpoint keeps;
+``deaths`` lists what died on the way, for ``summary.json``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nonstop.experiment.run import Run
+    from nonstop.realtime.deaths import Death
 
 __all__ = ["Part", "Recorder"]
 
@@ -61,6 +63,10 @@ class Part:
     def processes(self) -> int:
         """Processes of this machine the part keeps busy (for the machine-limit diagnosis)."""
         return 0
+
+    def deaths(self) -> list["Death"]:
+        """Every death of the part's workers or learners in this run (each said on stderr as it happened)."""
+        return []
 
     def notes(self, run: "Run") -> list[str]:
         """What the measurements say of this part in this run, for the user before it starts."""

@@ -383,6 +383,7 @@ def _finish_log(run: Run, log: Any, out: Path, end: RunEnd, last_row: dict[str, 
     except BaseException as exc:  # noqa: BLE001 - a dead host's log, a full disk: said in the summary
         end.note(f"tick log not saved: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     summary["episodes_total"] = run.final_episodes  # earlier segments of a resumed run included
+    summary["deaths"] = run.deaths()  # this segment's: whatever else failed, a death is recorded
     summary.update(end.as_dict(), wall_s=round(time.monotonic() - wall0, 2))
     try:
         log.write_summary(summary)

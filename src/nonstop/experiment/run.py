@@ -275,6 +275,12 @@ class Run:
             out.update(part.summary(self, tick_log))
         return out
 
+    def deaths(self) -> list[dict[str, Any]]:
+        """Every death of a part's worker or learner in this segment, in the order they happened (each was
+        said on stderr when its supervisor saw it), as ``summary.json`` lists them."""
+        found = [death for part in self.parts for death in part.deaths()]
+        return [death.as_dict() for death in sorted(found, key=lambda d: d.time)]
+
     def processes(self) -> int:
         """Processes of this machine the parts keep busy."""
         return sum(part.processes() for part in self.parts)

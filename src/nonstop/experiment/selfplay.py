@@ -447,6 +447,9 @@ class SelfPlayPart(Part):
     def failure(self) -> BaseException | None:  # type: ignore[override]  # the opponent pool's, read when asked
         return None if self.inference is None else self.inference.failure
 
+    def deaths(self) -> list[Any]:
+        return [] if self.inference is None else self.inference.deaths()
+
     def stop(self) -> None:
         if self.inference is not None:
             self.inference.stop()

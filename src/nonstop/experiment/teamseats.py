@@ -176,6 +176,9 @@ class SeatLanesPart(Part):
     def failure(self) -> BaseException | None:  # type: ignore[override]  # the lanes', read when asked
         return None if self.lanes is None else self.lanes.failure
 
+    def deaths(self) -> list[Any]:
+        return list(getattr(self.lanes, "deaths", []))
+
     def stop(self) -> None:
         if self.lanes is not None:
             self.lanes.stop()

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import threading
+import traceback
 from collections.abc import Callable, Generator, Hashable, Mapping, Sequence
 from typing import Any, Final
 
@@ -45,6 +46,7 @@ import numpy as np
 from nonstop.envs.magent import team_of  # a seat's team: its name up to the last "_"
 from nonstop.inference.batching import BatchedPolicy, BatchingServer
 from nonstop.realtime.clock import Wake
+from nonstop.realtime.deaths import Death, in_this_process, tell
 
 __all__ = ["SeatLanes", "TeamForward", "team_of"]
 
@@ -160,6 +162,8 @@ class SeatLanes:
             self.lanes.append(row)
         self.requests = 0
         self.failure: BaseException | None = None
+        #: a driver's death (it ends the run), said at once on stderr
+        self.deaths: list[Death] = []
         self._stop = threading.Event()
         self._handles: list[Any] = []
 
@@ -217,6 +221,12 @@ class SeatLanes:
         except BaseException as exc:
             if not self._stop.is_set() and not server.closed:
                 self.failure = exc
+                cause = "".join(traceback.format_exception_only(exc)).strip()
+                death = Death(
+                    f"seat lane driver {k}", in_this_process(), cause, restarted=False, why_not="the run stops"
+                )
+                self.deaths.append(death)
+                tell(death.line())
             raise
 
     def stop(self) -> None:

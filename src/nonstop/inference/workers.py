@@ -47,6 +47,7 @@ from nonstop.inference.phases import TickPhases
 from nonstop.metrics.overhead import overhead_summary
 from nonstop.policies.memory import DEFAULT_MIN_FREE, check_min_free
 from nonstop.realtime.clock import Clock, TimedProcess, Wake, stopwatch
+from nonstop.realtime.deaths import Death, exit_cause, in_this_process, tell
 from nonstop.realtime.host import Session
 from nonstop.realtime.lifeline import PartFailed, RestartBudget, hold_lifeline, reap
 
@@ -177,6 +178,7 @@ class InferencePool:
         align_to_ticks: bool | None = None,
         seat: int | str | None = None,
         inflight: Any = None,
+        say: Callable[[str], None] = tell,
     ) -> None:
         if not session.slots:  # the channels exist from start() on
             raise RuntimeError("start the session before the inference pool")
@@ -220,6 +222,9 @@ class InferencePool:
         self.budget = restart_budget
         self.failure: PartFailed | None = None
         self.events: list[WorkerEvent] = []
+        #: every worker death, each said at once on stderr (``say``) when the supervisor sees it
+        self.deaths: list[Death] = []
+        self._say = say
         self.workers = [_WorkerState(i) for i in range(scheduler.n_workers)]
         self._stop = threading.Event()
         #: the clock the workers, their timers and the supervisor run on: the session's, as threads
@@ -508,13 +513,17 @@ class InferencePool:
                 continue
             state.deaths += 1
             detail = "".join(traceback.format_exception_only(error)).strip() if error else "exited"
-            self.events.append(WorkerEvent(self.clock.now(), state.index, "died", detail))
-            self._release(self._policies.pop(state.index, None))
+            now = self.clock.now()
+            self.events.append(WorkerEvent(now, state.index, "died", detail))
+            policy = self._policies.pop(state.index, None)
+            where, cause = _where_and_cause(policy, detail)
+            self._release(policy)
             may = self.restart and state.deaths <= self.max_restarts
-            within = not may or self.budget is None or self.budget.spend(self.clock.now())
+            within = not may or self.budget is None or self.budget.spend(now)
+            why = ""
             if may and within:
                 self._spawn(state, first=False)
-                self.events.append(WorkerEvent(self.clock.now(), state.index, "restarted"))
+                self.events.append(WorkerEvent(now, state.index, "restarted"))
             else:
                 state.handle = _Dead()
                 why = "restarts are off" if not self.restart else f"it died {state.deaths} times"
@@ -523,7 +532,21 @@ class InferencePool:
                     deaths = sum(w.deaths for w in self.workers)
                     why = f"the pool's workers died {deaths} times, more than {budget.describe()}"
                     self.failure = PartFailed(f"inference worker {state.index} kept dying: {why} (last: {detail})")
-                self.events.append(WorkerEvent(self.clock.now(), state.index, "gave up", f"not restarted: {why}"))
+                    why += ": the run stops"
+                self.events.append(WorkerEvent(now, state.index, "gave up", f"not restarted: {why}"))
+            seat = "" if self._seat_name is None else f" of seat {self._seat_name}"
+            death = Death(
+                f"inference worker {state.index}{seat}",
+                where,
+                cause,
+                restarted=not why,
+                budget_left=None if self.budget is None else self.budget.left(now),
+                budget="" if self.budget is None else self.budget.describe(),
+                why_not=why,
+                time=now,
+            )
+            self.deaths.append(death)
+            self._say(death.line())
 
     def _supervise(self) -> TimedProcess:
         tau_m = self.session.tau_m
@@ -608,6 +631,18 @@ class InferencePool:
         self.stop()
 
 
+def _where_and_cause(policy: Any, detail: str) -> tuple[str, str]:
+    """Where a dead worker's policy ran and what ended it: a model process's pid and its exit (a signal,
+    an exit code), else this process's thread and the error its loop raised."""
+    pid = getattr(policy, "pid", None)
+    if not isinstance(pid, int):
+        return in_this_process(), detail
+    node = getattr(policy, "node_id", None)  # a Ray actor: its node, and the error Ray gave
+    where = f"pid {pid}" if not isinstance(node, str) else f"pid {pid} on node {node[:8]}"
+    ended = policy.exit_cause() if callable(getattr(policy, "exit_cause", None)) else None
+    return where, detail if ended is None else ended
+
+
 class _Dead:
     """A worker given up on."""
 
@@ -676,12 +711,13 @@ class ProcessPolicy:
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(
-            target=_policy_process, args=(child, factory, torch_threads, trim_above), daemon=True
+            target=_policy_process, args=(child, factory, torch_threads, trim_above), name="nonstop-policy", daemon=True
         )
         self._process.start()
         child.close()
         self.start_timeout = start_timeout
         self._ready = False
+        self._lost = False  # its pipe closed under `act`: the process is dead or dying
         if wait:
             self.wait_started()
 
@@ -713,10 +749,25 @@ class ProcessPolicy:
             self._conn.send(obs)
             kind, payload = self._conn.recv()
         except (EOFError, BrokenPipeError, ConnectionResetError, OSError) as exc:
+            self._lost = True
             raise RuntimeError(f"policy process {self._process.pid} died") from exc
         if kind == "error":
             raise RuntimeError(f"policy raised in its process:\n{payload}")
         return payload
+
+    @property
+    def pid(self) -> int | None:
+        """The model process's pid."""
+        return self._process.pid
+
+    def exit_cause(self, wait: float = 1.0) -> str | None:
+        """What ended the model process (`nonstop.realtime.deaths.exit_cause`): None while it runs; for
+        one whose pipe closed (`act` saw it die), up to ``wait`` seconds for the kernel to finish its exit."""
+        if not self._lost and self._process.is_alive():
+            return None
+        self._process.join(wait)
+        code = self._process.exitcode
+        return None if code is None else exit_cause(code)
 
     def kill(self) -> None:
         self._process.kill()

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -43,6 +43,7 @@ from nonstop.learning.learners import IDLE_WAIT, ready_to_learn, updates_ahead
 from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import SharedWeights, TrainingState
 from nonstop.realtime.clock import Clock, TimedProcess
+from nonstop.realtime.deaths import Death, in_this_process, tell
 from nonstop.realtime.lifeline import PartFailed, RestartBudget
 
 if TYPE_CHECKING:
@@ -327,6 +328,7 @@ class DeviceLearners:
         tau_l: float,
         mode: str = "round_robin",
         restart_budget: RestartBudget | None = None,
+        say: Callable[[str], None] = tell,
     ) -> None:
         if not (tau_l >= 0 and np.isfinite(tau_l)):
             raise ValueError(f"tau_l must be a finite number of seconds >= 0, got {tau_l!r}")
@@ -336,6 +338,9 @@ class DeviceLearners:
         self.restarts = [0]
         self.events: list[tuple[float, int, str]] = []
         self.failure: PartFailed | None = None
+        #: every death of the learner, each said at once on stderr (``say``)
+        self.deaths: list[Death] = []
+        self._say = say
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._killed = False
@@ -399,15 +404,29 @@ class DeviceLearners:
     def _died(self, exc: BaseException) -> None:
         """The learner died: it goes on while the budget allows (from the device state it left), else the run ends."""
         why = "".join(traceback.format_exception_only(exc)).strip()
-        self.events.append((self.clock.now(), 0, f"died ({why})"))
-        if self.budget.spend(self.clock.now()):
+        now = self.clock.now()
+        self.events.append((now, 0, f"died ({why})"))
+        why_not = ""
+        if self.budget.spend(now):
             self.restarts[0] += 1
-            self.events.append((self.clock.now(), 0, "restarted"))
+            self.events.append((now, 0, "restarted"))
         else:
-            self.failure = PartFailed(
-                f"learner 0 kept dying: {self.restarts[0] + 1} deaths, more than {self.budget.describe()} (last: {why})"
-            )
+            spent = f"{self.restarts[0] + 1} deaths, more than {self.budget.describe()}"
+            self.failure = PartFailed(f"learner 0 kept dying: {spent} (last: {why})")
+            why_not = f"{spent}: the run stops"
             self._stop.set()
+        death = Death(
+            "device learner 0",
+            in_this_process(),
+            why,
+            restarted=not why_not,
+            budget_left=self.budget.left(now),
+            budget=self.budget.describe(),
+            why_not=why_not,
+            time=now,
+        )
+        self.deaths.append(death)
+        self._say(death.line())
 
     def _threaded(self) -> None:
         replay = self.learner.replay

@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import numpy as np
@@ -52,6 +52,7 @@ from nonstop.learning.dqn import apply_gradient, flat_gradient
 from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import _HDR, SharedWeights, TrainingState, _Segment, load_flat
 from nonstop.realtime.clock import WallClock
+from nonstop.realtime.deaths import Death, exit_cause, in_this_process, tell
 from nonstop.realtime.lifeline import PartFailed, RestartBudget, hold_lifeline, reap
 
 __all__ = ["LEARNER_MODES", "Learner", "VirtualLearners", "LearnerProcesses"]
@@ -253,6 +254,7 @@ class VirtualLearners:
         weights: SharedWeights,
         cfg: AlgoConfig,
         restart_budget: RestartBudget | None = None,
+        say: Callable[[str], None] = tell,
     ) -> None:
         check_mode(mode, n_learners)
         if not (tau_l >= 0 and np.isfinite(tau_l)):
@@ -269,6 +271,9 @@ class VirtualLearners:
         self.events: list[tuple[float, int, str]] = []
         #: set when a learner kept dying past the budget: the run must end (`PartFailed`)
         self.failure: PartFailed | None = None
+        #: every learner death, each said at once on stderr (``say``)
+        self.deaths: list[Death] = []
+        self._say = say
         self._handles: list[Any] = []
         self._killed: set[int] = set()
 
@@ -295,19 +300,32 @@ class VirtualLearners:
                 if handle is None or handle.alive or self._stop:
                     continue
                 why = "".join(traceback.format_exception_only(handle.error)).strip() if handle.error else "exited"
-                self.events.append((self.clock.now(), i, f"died ({why})"))
-                if self.budget.spend(self.clock.now()):
+                now = self.clock.now()
+                self.events.append((now, i, f"died ({why})"))
+                why_not = ""
+                if self.budget.spend(now):
                     self.restarts[i] += 1
                     self._killed.discard(i)
                     self._handles[i] = self._spawn(i, first=False)
-                    self.events.append((self.clock.now(), i, "restarted"))
+                    self.events.append((now, i, "restarted"))
                 else:
                     self._handles[i] = None
-                    self.failure = PartFailed(
-                        f"learner {i} kept dying: {sum(self.restarts) + 1} deaths, more than "
-                        f"{self.budget.describe()} (last: {why})"
-                    )
-                    self.events.append((self.clock.now(), i, "gave up"))
+                    spent = f"{sum(self.restarts) + 1} deaths, more than {self.budget.describe()}"
+                    self.failure = PartFailed(f"learner {i} kept dying: {spent} (last: {why})")
+                    why_not = f"{spent}: the run stops"
+                    self.events.append((now, i, "gave up"))
+                death = Death(
+                    f"learner {i}",
+                    in_this_process(),
+                    why,
+                    restarted=not why_not,
+                    budget_left=self.budget.left(now),
+                    budget=self.budget.describe(),
+                    why_not=why_not,
+                    time=now,
+                )
+                self.deaths.append(death)
+                self._say(death.line())
 
     def kill(self, i: int) -> None:
         """Kill learner ``i`` as a crash would (tests and drills): it dies at its next wake-up."""
@@ -482,6 +500,7 @@ class LearnerProcesses:
         restart_budget: RestartBudget | None = None,
         clock: Any = None,
         device: str = "cpu",
+        say: Callable[[str], None] = tell,
     ) -> None:
         check_mode(mode, n_learners)
         self.device = device  # each learner process's device (cpu, cuda, cuda:N, auto)
@@ -502,6 +521,9 @@ class LearnerProcesses:
         self.budget = restart_budget if restart_budget is not None else RestartBudget()
         self._clock = clock if clock is not None else WallClock(spin=0.0)
         self.failure: PartFailed | None = None
+        #: every learner death, each said at once on stderr (``say``) as the supervisor saw it
+        self.deaths: list[Death] = []
+        self._say = say
 
     @property
     def local_processes(self) -> int:
@@ -550,9 +572,11 @@ class LearnerProcesses:
                     continue
                 self.events.append((time.monotonic(), i, f"died (exit code {p.exitcode})"))
                 p.join()
+                cause, now = exit_cause(p.exitcode), self._clock.now()
                 if self.mode == "round_robin" and (t := self.state.turn) % self.n == i:
                     self.state.pass_turn(t)  # skip its turn
-                if self.restart and self.budget.spend(self._clock.now()):
+                why_not = ""
+                if self.restart and self.budget.spend(now):
                     self.restarts[i] += 1
                     self._spawn(i)
                     self.events.append((time.monotonic(), i, "restarted"))
@@ -560,12 +584,31 @@ class LearnerProcesses:
                     self.processes[i] = None
                     if self.grads is not None:
                         self.grads.mark_dead(i)
-                    if self.restart and self.failure is None:  # restarts are on, but spent: the run must end
-                        self.failure = PartFailed(
-                            f"learner {i} kept dying: {sum(self.restarts) + 1} deaths, more than "
-                            f"{self.budget.describe()} (last: exit code {p.exitcode})"
-                        )
-                        self.events.append((time.monotonic(), i, "gave up"))
+                    why_not = "restarts are off"
+                    if self.restart:  # restarts are on, but spent: the run must end
+                        deaths = sum(self.restarts) + 1
+                        spent = f"{deaths} deaths, more than {self.budget.describe()}"
+                        why_not = f"{spent}: the run stops"
+                        if self.failure is None:
+                            self.failure = PartFailed(f"learner {i} kept dying: {spent} (last: {cause})")
+                            self.events.append((time.monotonic(), i, "gave up"))
+                self._tell(
+                    Death(
+                        f"learner {i}",
+                        f"pid {p.pid}",
+                        cause,
+                        restarted=not why_not,
+                        budget_left=self.budget.left(now) if self.restart else None,
+                        budget=self.budget.describe(),
+                        why_not=why_not,
+                        time=now,
+                    )
+                )
+
+    def _tell(self, death: Death) -> None:
+        """Keep ``death`` for the run's summary and say it at once."""
+        self.deaths.append(death)
+        self._say(death.line())
 
     def kill(self, i: int) -> None:
         """Kill learner ``i`` as a crash would (tests and drills)."""

@@ -219,6 +219,8 @@ class RestartBudget:
     True
     >>> RestartBudget(0, window_s=1.0).spend(0.0)  # 0: never restart
     False
+    >>> budget.left(13.0)  # what a death's line says of it
+    1
     """
 
     def __init__(self, max_restarts: int = 5, window_s: float = 60.0) -> None:
@@ -236,6 +238,10 @@ class RestartBudget:
             return False
         self._times.append(now)
         return True
+
+    def left(self, now: float) -> int:
+        """Restarts still allowed at ``now`` (the ones granted within the window counted)."""
+        return max(0, self.max_restarts - sum(t > now - self.window_s for t in self._times))
 
     def describe(self) -> str:
         return f"{self.max_restarts} restarts within {self.window_s:g} s"
