@@ -521,18 +521,19 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     cfg, rec, overrides = settings_from_args(args)
+    intro: tuple[str, ...] = ()
     if not rec.resume:
         from nonstop.learning.hyperparams import world_entry
 
         known = world_entry(cfg.algo, cfg.env, getattr(args, "hyperparams", None))
         if known is not None:
-            console.print(known.line() + " (a flag typed wins over it)", markup=False)
+            intro = (known.line() + " (a flag typed wins over it)",)
     if rec.resume:  # the run goes on as it was: only the flags typed now change it, each said
         console.print(
             f"resuming {rec.out} with its saved config" + (f"; overriding {', '.join(overrides)}" if overrides else ""),
             markup=False,
         )
-    summary, end, out = train_in_directory(cfg, rec, console=console)
+    summary, end, out = train_in_directory(cfg, rec, console=console, intro=intro)
     if summary.get("inaction_fraction") is not None:
         recent = "—" if summary["recent_return"] is None else f"{summary['recent_return']:.2f}"
         segment = summary.get("this_segment", summary)  # start-up belongs to this segment

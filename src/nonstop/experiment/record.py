@@ -103,9 +103,12 @@ def default_out(env: str) -> Path:
     )  # mypkg.worlds:Id
 
 
-def train_in_directory(cfg: TrainConfig, rec: RecordConfig, *, console: Any) -> tuple[dict[str, Any], RunEnd, Path]:
+def train_in_directory(
+    cfg: TrainConfig, rec: RecordConfig, *, console: Any, intro: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], RunEnd, Path]:
     """Run ``cfg``, recorded in its directory as ``rec`` says; returns the summary, how the run ended and
-    the directory. ``console``: a rich console for the notes and the live progress view (stderr)."""
+    the directory. ``console``: a rich console for the notes and the live progress view (stderr);
+    ``intro``: lines said first once every check has passed (where the settings came from)."""
     alone = registry.alone("seating", registry.stand_in("seating", cfg.seating, cfg))
     if alone is not None:  # a part with its own loop and directory (team self-play)
         ran: tuple[dict[str, Any], RunEnd, Path] = alone(cfg).train(rec, console)
@@ -113,6 +116,7 @@ def train_in_directory(cfg: TrainConfig, rec: RecordConfig, *, console: Any) -> 
     out = rec.out if rec.out is not None else default_out(cfg.env)
     run = Run(cfg)
     recorders = [make(run, rec, out, console) for make in RECORDERS]  # each checks what it needs, writing nothing yet
+    recorders[0].intro = intro
     end = run.execute(recorders, seconds=cfg.seconds, every=rec.progress_every, episodes=rec.episodes)
     return recorders[0].summary, end, out
 
@@ -131,6 +135,7 @@ class RunDirectory(Recorder):
         cfg = run.cfg
         self.rec, self.out, self.console = rec, out, console
         self._noted: list[Any] = []  # the parts whose notes were said
+        self.intro: tuple[str, ...] = ()  # said first, when the directory opens
         _positive("seconds", cfg.seconds)
         require_trackers(rec.track)  # a missing tracker library is named before anything runs or is written
         self.ckpt: Any = None
@@ -165,6 +170,8 @@ class RunDirectory(Recorder):
         from nonstop.learning.runlog import RunLog, RunPaths, begin_ticklog_segment
 
         cfg, rec = run.cfg, self.rec
+        for line in self.intro:
+            self.say(line)
         self.say(
             f"replay: {run.settings.replay_capacity:,} transitions of {run.obs_shape} {run.obs_space.dtype} → "
             f"{self.replay_bytes / 2**20:,.1f} MiB of shared memory; N_I={run.n_inference}, N_L={cfg.n_learners}, "
