@@ -83,7 +83,7 @@ def resolve_token(
             raise ValueError(f"cannot read the token file {token_file}: {why}") from None
         token = line.strip()
         if not token:
-            raise ValueError(f"the token file {token_file} has no token on its first line")
+            raise ValueError(f"the token file {token_file} is empty on its first line, where the token goes")
     if token is None:
         token = (os.environ if environ is None else environ).get(TOKEN_ENV) or None
     return token
