@@ -6,14 +6,15 @@ form to it, open a WebSocket to it, or rebind its own DNS name to 127.0.0.1 and 
 dialects alike), refuses those before any route runs:
 
 * **Host** (421): the ``Host`` header must name this server: ``localhost``, a loopback address,
-  the address it binds, on a non-loopback bind any IP address and this machine's name, or a
-  name given with ``--allow-host``. A DNS-rebinding page sends its own name, so it is refused.
+  the address it binds (on a non-loopback bind, any IP address; on ``0.0.0.0``, this machine's
+  name too), or a name given with ``--allow-host``. A DNS-rebinding page sends its own name, so
+  it is refused.
 * **Origin** (403): a request from a browser page carries ``Origin``; it must be this server's own
   origin (the live page), a loopback origin on this server's port, or one given with
   ``--allow-origin``. No ``Origin`` (curl, httpx, websockets, the MCP SDK) passes.
-* **JSON only** (415): a request that declares a ``Content-Type`` other than JSON, or sends a body
-  without one, is refused: a cross-site form (``text/plain``, urlencoded, multipart) or a
-  ``no-cors`` fetch cannot send ``application/json``.
+* **JSON only** (415): a POST (or PUT, PATCH, DELETE) that declares a ``Content-Type`` other
+  than JSON, or sends a body without one, is refused: a cross-site form (``text/plain``,
+  urlencoded, multipart) or a ``no-cors`` fetch cannot send ``application/json``.
 
 Each refusal is one JSON error naming the flag that would allow it. The checks read a few headers
 once per request or socket handshake: nothing on a socket's frames.
@@ -49,6 +50,8 @@ LOOPBACK_NAMES: Final = frozenset({"localhost"})
 #: bind addresses that mean "every interface"
 WILDCARDS: Final = frozenset({"0.0.0.0", "::", ""})
 DEFAULT_PORTS: Final = {"http": 80, "ws": 80, "https": 443, "wss": 443}
+#: methods that change nothing here: their bodies are never read, so their type is not checked
+READS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def split_host(value: str) -> tuple[str, int | None]:
@@ -240,7 +243,7 @@ class EdgeGuard:
                     f"a page from {origin} may not use this server (only its own page may): start it "
                     f"with --allow-origin {origin} to allow that page",
                 )
-        if scope["type"] == "http" and (content_type is not None or has_body):
+        if scope["type"] == "http" and scope["method"] not in READS and (content_type is not None or has_body):
             if content_type is None or not _is_json(content_type):
                 return (
                     415,
