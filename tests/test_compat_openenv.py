@@ -231,7 +231,7 @@ def test_openenv_http_routes(server) -> None:
             (http.post("/step", json={"action": {"action": 7}, "session_id": sid}), 422, "ACTION_OUT_OF_RANGE"),
             (http.post("/step", json={"action": 1}), 422, "VALIDATION_ERROR"),
             (http.post("/reset", json={"seed": -1}), 422, "seed"),
-            (http.post("/reset", content=b"{nope"), 422, "INVALID_JSON"),
+            (http.post("/reset", content=b"{nope", headers={"content-type": "application/json"}), 422, "INVALID_JSON"),
             (http.post("/step", json={"action": {"action": 0}, "session_id": "nope"}), 404, "NO_SESSION"),
             (http.get("/state", params={"session_id": "nope"}), 404, "NO_SESSION"),
         ]

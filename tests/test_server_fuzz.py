@@ -101,7 +101,8 @@ def harness(no_shm_leak):
     errors = _Errors()
     logging.getLogger("nonstop.server").addHandler(errors)
     try:
-        with TestClient(create_app(manager)) as http:
+        # Starlette's TestClient addresses the app as "testserver" (its WebSocket URL is fixed)
+        with TestClient(create_app(manager, allow_hosts=["testserver"])) as http:
             with http.websocket_connect("/ws") as victim, http.websocket_connect("/ws") as fuzz:
                 victim.send_json({"type": "reset", "data": {"seed": 0}})
                 victim.receive_json()

@@ -19,14 +19,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from nonstop.commands._flags import add_env_module_argument
 
     add_env_module_argument(p)
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1: this machine only; any other needs a token or --insecure-no-token)",
+    )
     p.add_argument("--port", type=int, default=8000)
     p.add_argument(
         "--token",
-        help="require 'Authorization: Bearer TOKEN' on every request and socket (visible to "
-        "every user in ps: prefer --token-file or $NONSTOP_TOKEN)",
+        help="require 'Authorization: Bearer TOKEN' on every request and socket; 'generate': a fresh random "
+        "token, printed as the live page's address /#token=... (a token typed here is visible to every "
+        "user in ps: prefer --token-file or $NONSTOP_TOKEN)",
     )
     p.add_argument("--token-file", help="read the token from this file's first line (else $NONSTOP_TOKEN, if set)")
+    p.add_argument(
+        "--insecure-no-token",
+        action="store_true",
+        help="serve a non-loopback --host without a token: anyone who reaches it can drive every session",
+    )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests addressed to this host name (repeat; e.g. the name a reverse proxy "
+        "forwards; '*': any); loopback names and the bind address are always allowed",
+    )
+    p.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="also let web pages of this origin use the server (repeat; e.g. https://game.example.com); "
+        "the server's own page is always allowed",
+    )
     p.add_argument("--max-sessions", type=int, default=64)
     p.add_argument(
         "--max-connections",
@@ -87,12 +113,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from nonstop.commands._flags import env_of
     from nonstop.server.app import resolve_token, serve
+    from nonstop.server.auth import GENERATE, generate_token
 
+    if args.token == GENERATE:
+        if args.token_file is not None:
+            raise ValueError("give the token once: --token generate or --token-file, not both")
+        token: str | None = generate_token()
+    else:
+        token = resolve_token(args.token, args.token_file)
     return serve(
         [env_of(env, args) for env in args.env or ["Boxing"]],
         host=args.host,
         port=args.port,
-        token=resolve_token(args.token, args.token_file),
+        token=token,
+        allow_hosts=args.allow_host,
+        allow_origins=args.allow_origin,
+        insecure_no_token=args.insecure_no_token,
+        show_token=args.token == GENERATE,
         max_sessions=args.max_sessions,
         idle_timeout=args.idle_timeout,
         replay_dir=args.replay_dir,

@@ -7,13 +7,18 @@ tick pool resolves; worlds tick on the pool (`nonstop.server.sessions`). Every r
 an ``error`` reply with a code; the connection and every other session carry on.
 
 HTTP: ``/health`` (503 when ticks stop advancing), ``/metadata``, ``/schema``, ``/sessions``,
-``/sessions/{id}``, ``/replays``; OpenEnv's ``POST /reset``, ``POST /step``, ``GET /state`` and
+``/sessions/{id}``, ``/replays`` (names in the replay directory); OpenEnv's ``POST /reset``, ``POST /step``, ``GET /state`` and
 the MCP endpoint ``/mcp`` (`nonstop.server.openenv_http`). With a token, every request needs
 ``Authorization: Bearer TOKEN`` (WebSockets may pass ``?token=TOKEN`` instead, for clients that
 cannot set headers). The token is read from a file or the environment (`resolve_token`) and never
 logged: `RedactToken` rewrites ``token=`` in every uvicorn log line. The live page (``/``, its
 static files, ``/live/sessions`` and read-only spectator sockets ``/ws/watch/{id}``) is
 `nonstop.server.live`; only the page's files are served without the token.
+
+Before any route, `nonstop.server.guard.EdgeGuard` refuses what a web page the user visits could
+send: a ``Host`` that does not name this server (421: DNS rebinding), an ``Origin`` other than the
+server's own page (403, HTTP and WebSocket alike), a body that is not JSON (415). A non-loopback
+bind without a token is refused unless ``insecure_no_token`` says so.
 
 The protocol's verbs, transport-free, are `nonstop.server.connection.Connection` (which the
 WebSocket endpoint, the HTTP routes, the MCP tools and the spectators all drive); the token's
@@ -28,14 +33,15 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse
 
-from nonstop.server.auth import TOKEN_ENV, RedactToken, authorized, refuse_socket, resolve_token
+from nonstop.server.auth import TOKEN_ENV, RedactToken, authorized, page_address, refuse_socket, resolve_token
 from nonstop.server.connection import Connection
+from nonstop.server.guard import DenialNoise, EdgeGuard, EdgePolicy, is_loopback
 from nonstop.server.live import is_public, mount_live
 from nonstop.server.protocol import (
     MESSAGE_TYPES,
@@ -105,11 +111,15 @@ def create_app(
     connect_timeout: float = 30.0,
     max_connections: int = 256,
     host: str = "127.0.0.1",
+    allow_hosts: Iterable[str] = (),
+    allow_origins: Iterable[str] = (),
+    insecure_no_token: bool = False,
     **manager_kwargs: Any,
 ) -> FastAPI:
     """The FastAPI app. It owns ``manager`` (built from ``manager_kwargs`` if not given) and shuts
     it down, flushing every replay, when the app stops. ``host``: the address it will be served
-    on (``/mcp`` checks that requests to a loopback server come from a local page).
+    on; a non-loopback one needs a ``token`` unless ``insecure_no_token``. ``allow_hosts`` and
+    ``allow_origins`` add to the `EdgePolicy`'s own (``--allow-host``, ``--allow-origin``).
 
     A WebSocket connection that has started no session ``connect_timeout`` seconds after it opened
     is closed (code 1008); past ``max_connections`` open WebSocket connections, one more is refused
@@ -121,14 +131,22 @@ def create_app(
         raise ValueError(f"connect_timeout must be a positive number of seconds, got {connect_timeout!r}")
     if not isinstance(max_connections, int) or isinstance(max_connections, bool) or max_connections < 1:
         raise ValueError(f"max_connections must be a positive integer, got {max_connections!r}")
+    if token is None and not insecure_no_token and not is_loopback(host):
+        raise ValueError(
+            f"refusing to serve on {host} without a token: anyone who reaches it could drive every session; "
+            "pass --token generate (or --token-file PATH, $NONSTOP_TOKEN), or --insecure-no-token to serve it open"
+        )
+    policy = EdgePolicy.build(host, allow_hosts, allow_origins)
 
     RedactToken.install()
     QuietPolling.install()
+    DenialNoise.install()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         RedactToken.install()  # again: uvicorn configures its loggers when it starts
         QuietPolling.install()
+        DenialNoise.install()
         if app.state.manager is None:
             app.state.manager = SessionManager(**manager_kwargs)
         try:
@@ -156,6 +174,8 @@ def create_app(
                     headers={"WWW-Authenticate": "Bearer"},
                 )
             return await call_next(request)
+
+    app.add_middleware(EdgeGuard, policy=policy)  # added last: outermost, before the token's check
 
     @app.get("/health")
     def health() -> JSONResponse:
@@ -203,12 +223,14 @@ def create_app(
         return JSONResponse({"type": "error", "data": {"message": f"no session {sid}", "code": "NO_SESSION"}}, 404)
 
     @app.get("/replays")
-    def replays() -> list[dict[str, Any]]:
-        return mgr().list_replays()
+    def replays() -> list[dict[str, Any]]:  # names in the replay directory: where it lies is no client's business
+        return [{"name": r["name"], "bytes": r["bytes"]} for r in mgr().list_replays()]
 
     from nonstop.server.openenv_http import add_openenv_routes
 
-    add_openenv_routes(app, mgr, start_timeout=start_timeout, host=host)  # POST /reset, /step, GET /state, /mcp
+    # POST /reset, /step, GET /state, /mcp. EdgeGuard checks /mcp's two dialects alike, so the MCP
+    # SDK's own Host check (which knows no --allow-host) is left off: "0.0.0.0" tells it so.
+    add_openenv_routes(app, mgr, start_timeout=start_timeout, host="0.0.0.0")
     mount_live(app, mgr, token, max_connections=max_connections)  # the page at /, spectator sockets /ws/watch/{id}
 
     @app.websocket("/ws")
@@ -281,15 +303,33 @@ def serve(
     switch_interval: float = 0.0005,
     connect_timeout: float = 30.0,
     max_connections: int = 256,
+    allow_hosts: Iterable[str] = (),
+    allow_origins: Iterable[str] = (),
+    insecure_no_token: bool = False,
+    show_token: bool = False,
     **manager_kwargs: Any,
 ) -> int:
-    """Run the server until SIGINT/SIGTERM; sessions are ended and replays flushed before exit."""
+    """Run the server until SIGINT/SIGTERM; sessions are ended and replays flushed before exit.
+    ``show_token``: print the live page's address with the token (a generated one) on stderr."""
     import uvicorn
 
     # The tick pool shares the GIL with the event loop; a short switch interval bounds how long
     # a JSON encode on the loop can hold a due tick back (the default 5 ms would blow a 2 ms budget).
     sys.setswitchinterval(switch_interval)
-    app = create_app(None, token=token, connect_timeout=connect_timeout, max_connections=max_connections, host=host)
+    app = create_app(
+        None,
+        token=token,
+        connect_timeout=connect_timeout,
+        max_connections=max_connections,
+        host=host,
+        allow_hosts=allow_hosts,
+        allow_origins=allow_origins,
+        insecure_no_token=insecure_no_token,
+    )
+    if show_token and token is not None:  # the user's terminal only, never a log (the page keeps it out of URLs)
+        print(
+            f"nonstop serve: the live page, with this run's token: {page_address(host, port, token)}", file=sys.stderr
+        )
     # the app's own settings are checked (above) before the manager starts a process
     app.state.manager = SessionManager(list(envs or ["Boxing"]), **manager_kwargs)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, **UVICORN_WS)
@@ -332,6 +372,8 @@ class ServerThread:
         connect_timeout: float = 30.0,
         max_connections: int = 256,
         log_level: str = "warning",
+        allow_hosts: Iterable[str] = (),
+        allow_origins: Iterable[str] = (),
         **manager_kwargs: Any,
     ) -> None:
         import uvicorn
@@ -339,7 +381,13 @@ class ServerThread:
         self.manager = SessionManager(**manager_kwargs)
         try:
             self.app = create_app(
-                self.manager, token=token, connect_timeout=connect_timeout, max_connections=max_connections, host=host
+                self.manager,
+                token=token,
+                connect_timeout=connect_timeout,
+                max_connections=max_connections,
+                host=host,
+                allow_hosts=allow_hosts,
+                allow_origins=allow_origins,
             )
         except BaseException:
             self.manager.shutdown()

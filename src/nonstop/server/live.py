@@ -23,6 +23,10 @@ headers on a WebSocket, so the spectator socket also accepts the token as a subp
 ``nonstop.bearer.<base64url of the token>`` offered beside ``nonstop`` (`token_subprotocol`):
 unlike ``?token=``, a subprotocol is never written into an access log.
 
+Host and Origin: the page, its files, its polls and its spectator sockets pass the app's
+`nonstop.server.guard.EdgeGuard` like every route: a spectator socket opened by a page of another
+origin, or addressed to a name that is not this server's, is refused before it is accepted.
+
 >>> token_subprotocol("s3cret-token")
 'nonstop.bearer.czNjcmV0LXRva2Vu'
 >>> token_from_subprotocols(["nonstop", token_subprotocol("s3cret-token")])
