@@ -156,12 +156,11 @@ def test_the_run_has_no_branch_on_self_play_a_backend_or_a_device():
 
     import nonstop.experiment.learning as learning
     import nonstop.experiment.loop as loop
-    import nonstop.experiment.parts as parts
     import nonstop.experiment.record as record
     import nonstop.experiment.run as run
     import nonstop.experiment.seating as seating
 
-    for module in (run, loop, record, parts, learning, seating):
+    for module in (run, loop, record, learning, seating):
         tree = ast.parse(Path(module.__file__).read_text())
         for node in ast.walk(tree):
             if isinstance(node, (ast.If, ast.IfExp, ast.While)):

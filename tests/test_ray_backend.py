@@ -511,7 +511,7 @@ def test_a_train_whose_ray_learners_all_die_stops_and_exits_1(cluster, tmp_path,
 
     from nonstop import cli
     from nonstop.experiment import record
-    from nonstop.experiment.parts import Recorder
+    from nonstop.experiment.run import Recorder
 
     killed = []
 

@@ -1,7 +1,7 @@
 """The composition: a training run built from parts chosen by its config, run, saved and resumed.
 
 `TrainConfig` is the run's plain data; `Run` composes the parts (`nonstop.experiment.registry`
-names them, `nonstop.experiment.parts.Part` is what each offers); `train` runs one to the end and
+names them, `nonstop.experiment.run.Part` is what each offers); `train` runs one to the end and
 returns what happened; `nonstop.experiment.record.train_in_directory` records one in a run
 directory (what ``nonstop train`` does). No command-line code is imported from here.
 """

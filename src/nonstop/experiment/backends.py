@@ -13,7 +13,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from nonstop.experiment.parts import Part
+from nonstop.experiment.run import Part
 
 if TYPE_CHECKING:
     from nonstop.experiment.run import Run

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nonstop.experiment.parts import Part
+from nonstop.experiment.run import Part
 from nonstop.experiment.registry import constraint
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nonstop.experiment.parts import Part
+from nonstop.experiment.run import Part
 from nonstop.experiment.registry import constraint
 
 if TYPE_CHECKING:

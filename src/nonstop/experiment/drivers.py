@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Final
 
-from nonstop.experiment.parts import Part
+from nonstop.experiment.run import Part
 from nonstop.experiment.registry import lookup
 from nonstop.learning.learners import apply
 from nonstop.realtime.clock import TimedProcess, Wake

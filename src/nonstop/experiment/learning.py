@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nonstop.experiment.parts import Part
+from nonstop.experiment.run import Part
 from nonstop.learning.dqn import init_training
 from nonstop.learning.learners import Learner
 from nonstop.learning.inflight import in_flight_recorder

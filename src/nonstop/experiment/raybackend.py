@@ -13,7 +13,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from nonstop.experiment.backends import _learner_args, policy_recipe
-from nonstop.experiment.parts import Part
+from nonstop.experiment.run import Part
 
 if TYPE_CHECKING:
     from nonstop.experiment.run import Run

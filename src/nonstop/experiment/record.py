@@ -27,7 +27,7 @@ from nonstop.experiment import registry
 from nonstop.experiment.config import TrainConfig
 from nonstop.experiment.ending import Checkpointer, RunEnd, load_replay
 from nonstop.experiment.loop import ProgressRows
-from nonstop.experiment.parts import Recorder
+from nonstop.experiment.run import Recorder
 from nonstop.experiment.run import Run
 
 __all__ = ["RecordConfig", "train_in_directory", "REPLAY_CHECKPOINT_LIMIT", "empty_replay_line"]

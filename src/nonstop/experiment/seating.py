@@ -21,7 +21,7 @@ from nonstop.experiment.registry import lookup
 
 if TYPE_CHECKING:
     from nonstop.experiment.config import TrainConfig
-    from nonstop.experiment.parts import Part
+    from nonstop.experiment.run import Part
     from nonstop.experiment.run import Run
 
 __all__ = ["WorldSpec", "probe_world", "SoloSeating", "team_world", "team_seats", "is_team_world", "agent_ids"]

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from nonstop.experiment.config import OPPONENT_WEIGHTINGS
-from nonstop.experiment.parts import Part
+from nonstop.experiment.run import Part
 from nonstop.experiment.registry import lookup
 from nonstop.learning.runlog import MATCH_COLUMNS
 

@@ -25,7 +25,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from nonstop.experiment.drivers import InferencePart
-from nonstop.experiment.parts import Part
+from nonstop.experiment.run import Part
 from nonstop.experiment.registry import lookup
 
 if TYPE_CHECKING:

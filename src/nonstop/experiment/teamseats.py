@@ -37,7 +37,7 @@ import numpy as np
 
 from nonstop.envs.magent import team_of
 from nonstop.experiment.drivers import InferencePart, LearnersPart
-from nonstop.experiment.parts import Part
+from nonstop.experiment.run import Part
 from nonstop.experiment.registry import check, constraint, lookup
 
 if TYPE_CHECKING:
