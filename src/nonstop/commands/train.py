@@ -149,6 +149,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --resume: import the module the saved config's world names (module:Id), from PYTHONPATH; "
         "without it such a run is refused (a file runs no code), unless --env-module names the module now",
     )
+    p.set_defaults(tensorboard=True, argv=None)  # set by other callers (the demo; the CLI: what was typed)
     files.add_argument(
         "--track",
         action="append",
@@ -430,43 +431,40 @@ class _Flags:
 
 def _read_flags(args: argparse.Namespace) -> _Flags:
     """Every flag of ``args`` as a plain value, and the checks that need no lower layer."""
-    record = {name: getattr(args, name) for name in _RECORD_FIELDS if getattr(args, name, None) is not None}
-    resume = getattr(args, "resume", False)
+    given = vars(args)  # every flag the parser defines is set (add_arguments), typed or not
+    record = {name: given[name] for name in _RECORD_FIELDS if given[name] is not None}
+    resume = args.resume
     if isinstance(resume, str):  # --resume RUN
         if record.get("out") not in (None, resume):
             raise ValueError(f"--resume {resume} and --out {record['out']} name two runs: give one")
         record["out"] = resume
     if not (args.seconds > 0 and math.isfinite(args.seconds)):  # named as the flag, before anything is built
         raise ValueError(f"--seconds must be a positive number of seconds, got {args.seconds}")
-    settings = {n: getattr(args, n) for n in sorted(_setting_names()) if getattr(args, n, None) is not None}
+    settings = {n: given[n] for n in sorted(_setting_names()) if given[n] is not None}
     if isinstance(settings.get("hidden"), list):
         settings["hidden"] = tuple(settings["hidden"])
-    run = {
-        name: getattr(args, name)
-        for name in (*_RUN_FIELDS, *_DELAY_FIELDS, *_TEAM_FIELDS)
-        if getattr(args, name, None) is not None
-    }
+    run = {name: given[name] for name in (*_RUN_FIELDS, *_DELAY_FIELDS, *_TEAM_FIELDS) if given[name] is not None}
     run.pop("trim_above", None)
     return _Flags(
         record=record,
-        track=getattr(args, "track", None),
+        track=args.track,
         resume=bool(resume),
-        tensorboard=getattr(args, "tensorboard", True),
+        tensorboard=args.tensorboard,
         typed=given_flags(args) if resume else set(),
-        algo=getattr(args, "algo", None),
-        preset=getattr(args, "preset", None),
+        algo=args.algo,
+        preset=args.preset,
         settings=settings,
         env=args.env,
-        env_module=getattr(args, "env_module", None),
-        trust_module=bool(getattr(args, "trust_module", False)),
-        env_args=getattr(args, "env_arg", None),
-        pixels=bool(getattr(args, "pixels", False)),
-        scheduler_args=getattr(args, "scheduler_arg", None),
+        env_module=args.env_module,
+        trust_module=args.trust_module,
+        env_args=args.env_arg,
+        pixels=args.pixels,
+        scheduler_args=args.scheduler_arg,
         run=run,
         seed=args.seed,
         self_play=_self_play_settings(args),
         trim=_trim_setting(args),
-        hyperparams=getattr(args, "hyperparams", None),
+        hyperparams=args.hyperparams,
     )
 
 
@@ -476,8 +474,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 def _self_play_settings(args: argparse.Namespace) -> dict[str, Any]:
-    given = {n: getattr(args, n) for n in _SELF_PLAY_FIELDS if getattr(args, n, None) is not None}
-    if not getattr(args, "self_play", False):
+    given = {n: vars(args)[n] for n in _SELF_PLAY_FIELDS if vars(args)[n] is not None}
+    if not args.self_play:
         if given:
             flags = ", ".join("--" + n.replace("_", "-") for n in given)
             raise ValueError(f"{flags} set{'s' if len(given) == 1 else ''} up self-play: add --self-play")
@@ -489,7 +487,7 @@ def _trim_setting(args: argparse.Namespace) -> dict[str, Any]:
     """``trim_above`` from ``--trim-above``, refused where no worker process exists to trim."""
     from nonstop.policies.memory import parse_min_free
 
-    text = getattr(args, "trim_above", None)
+    text = args.trim_above
     if text is None:
         return {}
     value = parse_min_free(text)
@@ -506,13 +504,13 @@ def given_flags(args: argparse.Namespace) -> set[str]:
     ones whose value differs from the flag's default."""
     parser = argparse.ArgumentParser(add_help=False)
     add_arguments(parser)
-    argv = getattr(args, "argv", None)
+    argv = args.argv  # what the user typed (the CLI sets it; None: compare with the defaults)
     if argv is None:
-        return {a.dest for a in parser._actions if getattr(args, a.dest, None) != a.default}
+        return {a.dest for a in parser._actions if vars(args).get(a.dest) != a.default}
     for action in parser._actions:
         action.default = argparse.SUPPRESS
     typed, _ = parser.parse_known_args([a for a in argv if a != "train"])
-    return set(vars(typed))
+    return set(vars(typed)) - {"tensorboard", "argv"}  # the parser's own defaults, never typed
 
 
 def run(args: argparse.Namespace) -> int:
@@ -525,7 +523,7 @@ def run(args: argparse.Namespace) -> int:
     if not rec.resume:
         from nonstop.learning.hyperparams import world_entry
 
-        known = world_entry(cfg.algo, cfg.env, getattr(args, "hyperparams", None))
+        known = world_entry(cfg.algo, cfg.env, args.hyperparams)
         if known is not None:
             intro = (known.line() + " (a flag typed wins over it)",)
     if rec.resume:  # the run goes on as it was: only the flags typed now change it, each said
