@@ -176,6 +176,7 @@ class Connection:
         self.waits = 0  # waits pending on this connection (at most MAX_WAITS_PER_CONNECTION)
         self._closer: asyncio.Task | None = None  # closes the socket some time after its session ended
         self.seated = False  # it has taken a seat (a spectator's reader never does: it only reads)
+        self.closed = False  # its client left (`close`): nothing more to watch
         self.session: ServerSession | None = None
         self.seat = 0  # the index of the seat this connection holds in its session
         self.view = _View()
@@ -482,7 +483,7 @@ class Connection:
 
     def _session_ended(self, session: ServerSession) -> None:
         """``session`` ended (event loop): close this socket unless it starts another in time."""
-        if self.session is session and self._closer is None:
+        if self.session is session and self._closer is None and not self.closed:
             self._closer = asyncio.ensure_future(self._close_unless_restarted(session))
 
     async def _close_unless_restarted(self, session: ServerSession) -> None:
@@ -578,6 +579,7 @@ class Connection:
             self._subscription = None
 
     def close(self, reason: str) -> None:
+        self.closed = True
         self.stop_subscription()
         if self._closer is not None:
             self._closer.cancel()

@@ -18,6 +18,10 @@ Teams: on a many-seat world (``multi/battle``: 81 ``red_*`` against 81 ``blue_*`
 team verbs (`nonstop.server.connection.TeamHold`). ``act`` then takes ``actions`` (``{seat: action}``),
 ``observe``, ``wait`` and ``stats`` answer for every held seat (all of them in the structured content,
 totals and a few seats in the text), and ``stop_session`` gives the whole team up.
+
+Players: each MCP client has its own (`build_mcp_server`'s ``caller``): its tools reach only the worlds
+it started or joined, whatever session ids it knows. A player silent for the manager's idle timeout
+gives its seats up (no disconnect tells an HTTP server that a client left).
 """
 
 from __future__ import annotations

@@ -92,8 +92,9 @@ class SessionManager:
         worker processes (`nonstop.server.tickprocs`): past one core, since one GIL holds ALE steps,
         while this process still owns every session, its channels and its replay.
     tick_sched: the workers' tick lanes' scheduling (`nonstop.realtime.host.raise_priority`).
-    idle_timeout: a running session whose client sent nothing for this long is ended (this is how
-        a vanished client's session ends when no disconnect ever arrives).
+    idle_timeout: a running session whose clients sent nothing for this long, and wait for nothing,
+        is ended (this is how a vanished client's session ends when no disconnect ever arrives); a
+        player without a socket (HTTP, MCP) silent this long gives its seats up to their β.
     replay_dir: where replays go; ``None`` disables recording.
     replay_keep, replay_max_mb: the replay directory's retention: after each replay is written (and
         once at start), the oldest ``*.npz`` files are deleted until at most ``replay_keep`` files and
