@@ -181,6 +181,37 @@ def test_waits_are_bounded_per_connection_and_dropped_when_their_caller_goes(ser
     wait_for(lambda: (s := server.manager.get(sid)) is None or not s._waiters, timeout=15, what="waits dropped")
 
 
+def test_spectators_waits_never_refuse_a_players_step(no_shm_leak) -> None:
+    """Waits parked by others (spectators, up to the session's ``max_waiters``) leave a seated
+    player's ``step`` and ``wait`` alone: its waits are bounded per connection instead."""
+    import websockets
+
+    with ServerThread(envs=[ONE_SEAT], idle_timeout=30.0, max_waiters=2) as srv:
+        with Client(srv.url, retry_deadline=0.0) as player:
+            sid = player.reset(seed=0).info["session_id"]
+
+            async def crowd_then_step() -> tuple[str, int]:
+                watchers = [await websockets.connect(f"{srv.url}/ws/watch/{sid}") for _ in range(3)]
+                try:
+                    for ws in watchers:
+                        await ws.send(json.dumps({"type": "wait", "data": {"ticks": 36_000}}))
+                    replies = [asyncio.ensure_future(ws.recv()) for ws in watchers]
+                    done, pending = await asyncio.wait(replies, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+                    for task in pending:
+                        task.cancel()
+                    assert len(done) == 1  # two waits park, the one over the cap is refused
+                    refused = json.loads(done.pop().result())
+                    stepped = await asyncio.get_running_loop().run_in_executor(None, player.step, 1)
+                    return refused["data"]["code"], stepped.info["agent_ticks"]
+                finally:
+                    for ws in watchers:
+                        await ws.close()
+
+            code, acted = asyncio.run(crowd_then_step())
+            assert code == "BACKPRESSURE" and acted == 1
+            assert player.wait(2).info["lifecycle"] == "running"
+
+
 def test_a_cancelled_wait_leaves_the_session(server) -> None:
     """A wait whose caller is cancelled is removed from the session at once (not at its target tick)."""
     from nonstop.server.connection import Connection

@@ -324,7 +324,7 @@ class Connection:
         self.waits += 1
         session.parked += active
         try:
-            await session.wait_tick(target, asyncio.get_running_loop())
+            await session.wait_tick(target, asyncio.get_running_loop(), capped=not active)
         finally:
             self.waits -= 1
             session.parked -= active

@@ -390,14 +390,17 @@ class ServerSession:
             return clock.origin + wake
 
     # ---- waiting for ticks (event loop side parks a future, the pool resolves it)
-    def wait_tick(self, target: int, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
-        """A future resolved once tick ``target`` has been processed (or the session ended)."""
+    def wait_tick(self, target: int, loop: asyncio.AbstractEventLoop, *, capped: bool = True) -> asyncio.Future:
+        """A future resolved once tick ``target`` has been processed (or the session ended).
+        ``capped``: refused with ``BACKPRESSURE`` past the manager's ``max_waiters`` (spectators,
+        pushes); a player's waits are bounded per connection instead, so that others' waits never
+        refuse a seat's ``step``."""
         fut = loop.create_future()
         board = self.board
         with self._state_lock:
             done = self.state is not Lifecycle.RUNNING or self._process is None or self.tick >= target
             if not done:
-                if len(self._waiters) >= self.manager.max_waiters:
+                if capped and len(self._waiters) >= self.manager.max_waiters:
                     raise ProtocolError(ErrorCode.BACKPRESSURE, f"more than {self.manager.max_waiters} waits pending")
                 heapq.heappush(self._waiters, (target, next(self._wait_order), self.manager.waker(loop), fut))
                 self._next_wake = self._waiters[0][0]
