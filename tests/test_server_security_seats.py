@@ -137,6 +137,8 @@ def test_an_http_client_cannot_step_or_reset_another_clients_session(server) -> 
         hijack = other.post("/reset", json={"session_id": sid, "seed": 4})
         assert hijack.status_code == 403 and "SEAT_NOT_HELD" in hijack.text, hijack.text
         assert other.post("/step", json={"action": {"action": 1}, "session_id": sid}).status_code == 403
+        refused = owner.post("/reset", json={"session_id": sid, "env": "no/such-env"})
+        assert refused.status_code == 422  # a refused reset changes nothing: the session stays the owner's
         # the owner's session was neither stepped nor restarted
         mine = owner.post("/step", json={"action": {"action": 1}, "session_id": sid})
         assert mine.status_code == 200 and mine.json()["observation"]["session_id"] == sid
