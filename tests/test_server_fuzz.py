@@ -53,10 +53,15 @@ typed = st.builds(
     st.dictionaries(field_names, json_values, max_size=4) | json_values,
     st.dictionaries(st.sampled_from(["extra", "id", "data2"]), json_values, max_size=1),
 )
+#: integers past int64 and past every float (10**400: numpy cannot convert it; json keeps it exact)
+huge_ints = st.integers(min_value=-(10**400), max_value=10**400) | st.sampled_from(
+    [10**400, -(10**400), 2**64, 2**1024]
+)
+numbers = st.integers(min_value=-(2**70), max_value=2**70) | huge_ints | st.floats()  # floats: inf and nan too
 bad_actions = st.builds(
     lambda t, a, tick: {"type": t, "data": {"action": a, **({"obs_tick": tick} if tick is not None else {})}},
     st.sampled_from(["act", "step"]),
-    st.integers(min_value=-(2**70), max_value=2**70) | st.floats() | st.lists(st.integers(), max_size=3) | st.text(),
+    numbers | st.lists(numbers, max_size=3) | st.lists(st.lists(numbers, max_size=2), max_size=2) | st.text(),
     st.none() | st.integers(min_value=-5, max_value=10**12),
 )
 raw_text = st.text(max_size=200) | st.binary(max_size=64).map(lambda b: b.decode("latin-1"))
@@ -165,3 +170,50 @@ def _http_one(harness, method: str, path: str, body: bytes) -> None:
 def test_http_fuzz_never_5xx(harness) -> None:
     _http_one(harness)
     assert harness[3].live_count() == 2
+
+
+@pytest.fixture
+def box_harness(no_shm_leak):
+    """A Box world (Pendulum's torque, Box(-2, 2, (1,))) for the numbers fuzz: a client fuzzing its
+    own session and one HTTP session, the errors logged meanwhile."""
+    from fastapi.testclient import TestClient
+
+    manager = SessionManager(["Pendulum-v1"], max_sessions=4, idle_timeout=600)
+    errors = _Errors()
+    logging.getLogger("nonstop.server").addHandler(errors)
+    try:
+        with TestClient(create_app(manager)) as http:
+            with http.websocket_connect("/ws") as fuzz:
+                fuzz.send_json({"type": "reset", "data": {"seed": 1, "default": "random"}})
+                fuzz.receive_json()
+                assert http.post("/reset", json={"seed": 2, "default": "random"}).status_code == 200
+                yield http, fuzz, errors
+    finally:
+        logging.getLogger("nonstop.server").removeHandler(errors)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(msg=bad_actions)
+def _fuzz_box_one(box_harness, msg: dict) -> None:
+    http, fuzz, _ = box_harness
+    raw = json.dumps(msg)  # inf and nan travel as Infinity and NaN, which are not JSON
+    fuzz.send_text(raw)
+    reply = fuzz.receive_json()
+    assert reply["type"] in ("error", "ack", "observation"), reply
+    if reply["type"] == "error":
+        assert reply["data"]["code"] in ("ACTION_OUT_OF_RANGE", "INVALID_JSON", "VALIDATION_ERROR"), reply
+    stepped = http.post("/step", content=json.dumps({"action": {"action": msg["data"]["action"]}}))
+    assert stepped.status_code in (200, 422), (stepped.status_code, stepped.text)
+    if stepped.status_code == 422:
+        assert stepped.json()["data"]["code"] in ("ACTION_OUT_OF_RANGE", "INVALID_JSON", "VALIDATION_ERROR")
+
+
+def test_huge_and_overflowing_numbers_on_a_box_world_are_bad_actions(box_harness) -> None:
+    """Integers past every float, infinities and NaN, alone or in lists, over the WebSocket and HTTP:
+    each a bad action (422 over HTTP), never a crash, never a traceback in the log."""
+    _fuzz_box_one(box_harness)
+    http, fuzz, errors = box_harness
+    fuzz.send_json({"type": "act", "data": {"action": [0.5]}})
+    assert fuzz.receive_json()["type"] == "ack"
+    assert http.post("/step", json={"action": {"action": [0.5]}}).status_code == 200
+    assert not errors.records, [r.getMessage() for r in errors.records[:3]]

@@ -81,18 +81,19 @@ def test_each_client_holds_a_team_and_acts_for_all_its_seats_in_one_message(serv
 def test_a_team_over_openenv_http(server) -> None:
     import httpx
 
-    http = server.url.replace("ws://", "http://")
-    opened = httpx.post(f"{http}/reset", json={"env": BATTLE, "team": "blue", "encoding": "none"}, timeout=30).json()
-    assert sorted(opened["seats"]) == sorted(BLUE) and opened["team"] == "blue"
-    sid = opened["session_id"]
-    body = {"session_id": sid, "action": {"actions": {seat: STAY for seat in BLUE}}}
-    stepped = httpx.post(f"{http}/step", json=body, timeout=30).json()
-    assert set(stepped["seats"]) == set(BLUE) and stepped["tick"] >= 1
-    assert all(seat["observation"]["agent_ticks"] >= 1 for seat in stepped["seats"].values())
-    bad = httpx.post(f"{http}/step", json={"session_id": sid, "action": {"actions": {"red_0": STAY}}}, timeout=30)
-    assert bad.status_code >= 400 and bad.json()["data"]["code"] == "SEAT_NOT_HELD"
-    both = httpx.post(f"{http}/step", json={"session_id": sid, "action": {"action": 1, "actions": {}}}, timeout=30)
-    assert both.status_code == 422
+    # one HTTP client: its key (the cookie its /reset sets) is what reaches its session
+    with httpx.Client(base_url=server.url.replace("ws://", "http://"), timeout=30) as http:
+        opened = http.post("/reset", json={"env": BATTLE, "team": "blue", "encoding": "none"}).json()
+        assert sorted(opened["seats"]) == sorted(BLUE) and opened["team"] == "blue"
+        sid = opened["session_id"]
+        body = {"session_id": sid, "action": {"actions": {seat: STAY for seat in BLUE}}}
+        stepped = http.post("/step", json=body).json()
+        assert set(stepped["seats"]) == set(BLUE) and stepped["tick"] >= 1
+        assert all(seat["observation"]["agent_ticks"] >= 1 for seat in stepped["seats"].values())
+        bad = http.post("/step", json={"session_id": sid, "action": {"actions": {"red_0": STAY}}})
+        assert bad.status_code >= 400 and bad.json()["data"]["code"] == "SEAT_NOT_HELD"
+        both = http.post("/step", json={"session_id": sid, "action": {"action": 1, "actions": {}}})
+        assert both.status_code == 422
 
 
 def test_an_llm_over_mcp_holds_the_other_team_of_a_websocket_bots_match(server) -> None:

@@ -8,6 +8,7 @@ spectators (`nonstop.server.live`) all drive a `Connection`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -39,9 +40,11 @@ from nonstop.server.protocol import (
 from nonstop.server.session import ServerSession
 from nonstop.server.sessions import SessionManager
 
-__all__ = ["Connection"]
+__all__ = ["Connection", "MAX_WAITS_PER_CONNECTION"]
 
 log = logging.getLogger("nonstop.server")
+#: waits (``wait``, ``step``'s wait for its tick) one connection may have pending at once
+MAX_WAITS_PER_CONNECTION = 4
 
 
 @dataclass
@@ -148,14 +151,32 @@ class Connection:
     that starts another session, a join elsewhere) frees the seat for its β; the session ends when
     its last seated client leaves.
 
+    One controller per seat: the session's ``holders`` name this very object at each seat it holds,
+    and every verb but ``state`` checks that it still does (``SEAT_NOT_HELD`` once its seat was given
+    up). A reset that restarts the world starts the new session before it leaves the old one, so a
+    refused or failed reset changes nothing. A connection without a socket (HTTP, MCP) has no
+    disconnect to say it left: it ``expires``, and the manager's reaper frees its seats once it has
+    sent nothing for the idle timeout (`last_activity`) and waits for nothing (`waits`).
+
     The WebSocket endpoint feeds it parsed messages and sends what `handle` returns; the MCP tools
-    (`nonstop.server.mcp`) drive it the same way with ``ws=None`` (then there are no pushes).
+    (`nonstop.server.mcp`) drive it the same way with ``ws=None`` (then there are no pushes). A
+    socket whose session ends (reaped, ``max_ticks``, an env error) is closed (code 1008) unless it
+    starts or joins another within ``end_grace`` seconds (default: the manager's idle timeout).
     """
 
-    def __init__(self, ws: WebSocket | None, manager: SessionManager, start_timeout: float) -> None:
+    def __init__(
+        self, ws: WebSocket | None, manager: SessionManager, start_timeout: float, *, end_grace: float | None = None
+    ) -> None:
         self.ws = ws
         self.manager = manager
         self.start_timeout = start_timeout
+        self.end_grace = manager.idle_timeout if end_grace is None else end_grace
+        self.expires = ws is None  # no disconnect will tell that it left: its seats expire when it goes silent
+        self.last_activity = manager.clock.now()
+        self.waits = 0  # waits pending on this connection (at most MAX_WAITS_PER_CONNECTION)
+        self._closer: asyncio.Task | None = None  # closes the socket some time after its session ended
+        self.seated = False  # it has taken a seat (a spectator's reader never does: it only reads)
+        self.closed = False  # its client left (`close`): nothing more to watch
         self.session: ServerSession | None = None
         self.seat = 0  # the index of the seat this connection holds in its session
         self.view = _View()
@@ -174,10 +195,22 @@ class Connection:
             await self.ws.send_text(text)
 
     def running(self) -> ServerSession:
-        if self.session is None:
+        """This connection's running session, which it must still hold a seat of."""
+        session = self.session
+        if session is None:
             raise ProtocolError(ErrorCode.NO_SESSION, "no session on this connection: send 'reset' first")
-        self.session._require_running()
-        return self.session
+        session._require_running()
+        if self.seated and not self.holds(session):
+            raise ProtocolError(
+                ErrorCode.SEAT_NOT_HELD,
+                f"this connection no longer holds a seat of session {session.sid} (given up after "
+                f"{self.manager.idle_timeout:g}s without a message): join it again or reset",
+            )
+        return session
+
+    def holds(self, session: ServerSession) -> bool:
+        """Whether this connection still holds its seat (a team: its first seat) of ``session``."""
+        return self.seat < len(session.holders) and session.holders[self.seat] is self
 
     def current(self) -> ServerSession:
         """This connection's session, in whatever state (`running`: a running one)."""
@@ -189,6 +222,7 @@ class Connection:
         return requested or self.current().settings.encoding
 
     async def handle(self, msg: Any) -> Any:
+        self.last_activity = self.manager.clock.now()
         if self.session is not None:
             self.session.touch()
         if isinstance(msg, ResetMessage):
@@ -255,10 +289,16 @@ class Connection:
         chosen = []
         for name, action in actions.items():
             index = team.seat(session, name)
+            if session.holders[index] is not self:
+                raise ProtocolError(
+                    ErrorCode.SEAT_NOT_HELD, f"seat {name!r} of session {session.sid} is no longer this connection's"
+                )
             try:
                 session.queues[index].codec.validate(action)
-            except ValueError as exc:
-                raise ProtocolError(ErrorCode.ACTION_OUT_OF_RANGE, f"{exc} (seat {name!r})") from None
+            except (ValueError, OverflowError) as exc:  # a number past every float overflows: out of range too
+                raise ProtocolError(
+                    ErrorCode.ACTION_OUT_OF_RANGE, f"action out of range: {exc} (seat {name!r})"
+                ) from None
             chosen.append((index, action))
         seq = tick = obs_tick = 0
         for index, action in chosen:
@@ -270,8 +310,27 @@ class Connection:
         return await self.observe_at(tick + 1, None)  # the tick that applies them
 
     async def observe_at(self, target: int, encoding: str | None) -> dict[str, Any]:
+        """The observation of tick ``target``, once it has come. A parked wait counts as this
+        connection's activity (a wait may outlast the idle timeout); at most
+        `MAX_WAITS_PER_CONNECTION` at once, and one whose caller is cancelled leaves the session."""
         session = self.running()
-        await session.wait_tick(target, asyncio.get_running_loop())
+        if self.waits >= MAX_WAITS_PER_CONNECTION:
+            raise ProtocolError(
+                ErrorCode.BACKPRESSURE,
+                f"this connection has {self.waits} waits pending already (at most {MAX_WAITS_PER_CONNECTION} "
+                "at once): wait for one of them to answer",
+            )
+        active = self.seated  # a spectator's waits are not its owner's activity
+        self.waits += 1
+        session.parked += active
+        try:
+            await session.wait_tick(target, asyncio.get_running_loop(), capped=not active)
+        finally:
+            self.waits -= 1
+            session.parked -= active
+            if active:
+                self.last_activity = self.manager.clock.now()
+                session.touch()
         return self.observation(session.read(self.seat), encoding)
 
     def _check_seat(self, session: ServerSession, seat: str, verb: str) -> None:
@@ -315,12 +374,12 @@ class Connection:
                 f"this connection already holds seat {session.seat_names[self.seat]!r} of session {session.sid}",
             )
         index = session.claim(self, data.seat)
-        if self.session is not None:  # the seat this connection held elsewhere is given up
+        if self.session is not None and self.session is not session:  # its seat elsewhere is given up
             self.stop_subscription()
             self.leave("its client joined another session")
         self.session, self.seat, self.config, self.team = session, index, None, None
         self.view = _View(seat=index)
-        session.touch()
+        self._adopt(session)
         reply = self.observation(session.read(index), data.encoding, fresh=True)
         reply["data"]["reward"] = None
         reply["data"]["done"] = False
@@ -339,7 +398,7 @@ class Connection:
         else:
             indices = session.claim_team(self, team)  # its own session: its other seats are given up
         self._hold_team(session, team, indices)
-        session.touch()
+        self._adopt(session)
         return self.observation(session.read(indices[0]), encoding, fresh=True)
 
     def _hold_team(self, session: ServerSession, team: str, indices: list[int]) -> None:
@@ -358,23 +417,10 @@ class Connection:
             or data.seed is not None
             or (config != self.config and config != SessionConfig())
             or data.team != (self.team.name if self.team is not None else None)
+            or not self.holds(session)  # its seat was given up (expired): start afresh
         )
         if restart:
-            if session is not None:
-                self.stop_subscription()
-                self.leave("restarted by reset")
-            self.session = session = self.manager.create(config, seed=data.seed, episode_id=data.episode_id)
-            session.holders[0] = self  # its creator takes the first seat, before anyone can join
-            self.config, self.seat, self.team = config, 0, None
-            self.view = _View()
-            await self.manager.start(session, timeout=self.start_timeout)
-            if data.team is not None:  # its creator takes a whole team instead
-                try:
-                    self._hold_team(session, data.team, session.claim_team(self, data.team))
-                except ProtocolError:
-                    self.leave("its creator named a team it does not have")
-                    self.session = None
-                    raise
+            session = await self._restart(config, data)
             obs = session.read(self.seat)
         else:
             assert session is not None  # restarted above when there is none
@@ -391,6 +437,62 @@ class Connection:
         reply["data"]["reward"] = None
         reply["data"]["done"] = False
         return reply
+
+    async def _restart(self, config: SessionConfig, data: Any) -> ServerSession:
+        """Start a new session for this connection, then leave the old one: a reset that is refused
+        or fails (an env not served, capacity, the env's factory, a team the env lacks) leaves the
+        connection holding exactly what it held, so a seat never has two controllers."""
+        old = self.session
+        alone = old is not None and old.live and all(h is None or h is self for h in old.holders)
+        # a session this connection alone plays ends when it leaves: it does not count against capacity
+        session = self.manager.create(
+            config, seed=data.seed, episode_id=data.episode_id, replacing=old if alone else None
+        )
+        session.holders[0] = self  # its creator takes the first seat, before anyone can join
+        try:
+            await self.manager.start(session, timeout=self.start_timeout)
+            indices = session.claim_team(self, data.team) if data.team is not None else None
+        except BaseException:
+            session.release(self)
+            self.manager.end(session, "its reset failed")  # (already ended if it failed to start)
+            raise
+        if old is not None:
+            self.stop_subscription()
+            self.leave("restarted by reset")
+        self.session, self.config, self.seat, self.team = session, config, 0, None
+        self.view = _View()
+        if indices is not None and data.team is not None:  # its creator takes a whole team instead
+            self._hold_team(session, data.team, indices)
+        self._adopt(session)
+        return session
+
+    def _adopt(self, session: ServerSession) -> None:
+        """This connection now plays ``session``: mark it active, and (a socket) watch for its end."""
+        session.touch()
+        self.seated = True
+        if self._closer is not None:
+            self._closer.cancel()
+            self._closer = None
+        if self.ws is not None:
+            loop = asyncio.get_running_loop()
+
+            def ended() -> None:  # whichever thread ends it: hand over to this socket's loop
+                loop.call_soon_threadsafe(self._session_ended, session)
+
+            session.on_end(ended)
+
+    def _session_ended(self, session: ServerSession) -> None:
+        """``session`` ended (event loop): close this socket unless it starts another in time."""
+        if self.session is session and self._closer is None and not self.closed:
+            self._closer = asyncio.ensure_future(self._close_unless_restarted(session))
+
+    async def _close_unless_restarted(self, session: ServerSession) -> None:
+        await asyncio.sleep(self.end_grace)
+        if self.session is not session or self.ws is None:
+            return
+        log.info("session %s ended and its socket started no other within %gs: closing it", session.sid, self.end_grace)
+        with contextlib.suppress(Exception):
+            await self.ws.close(code=1008, reason=f"session ended; none started within {self.end_grace:g}s")
 
     async def _next_episode(self, episode: int) -> Observation:
         """The first observation of an episode after ``episode`` (waits tick by tick)."""
@@ -477,5 +579,9 @@ class Connection:
             self._subscription = None
 
     def close(self, reason: str) -> None:
+        self.closed = True
         self.stop_subscription()
+        if self._closer is not None:
+            self._closer.cancel()
+            self._closer = None
         self.leave(reason)

@@ -18,6 +18,10 @@ Teams: on a many-seat world (``multi/battle``: 81 ``red_*`` against 81 ``blue_*`
 team verbs (`nonstop.server.connection.TeamHold`). ``act`` then takes ``actions`` (``{seat: action}``),
 ``observe``, ``wait`` and ``stats`` answer for every held seat (all of them in the structured content,
 totals and a few seats in the text), and ``stop_session`` gives the whole team up.
+
+Players: each MCP client has its own (`build_mcp_server`'s ``caller``): its tools reach only the worlds
+it started or joined, whatever session ids it knows. A player silent for the manager's idle timeout
+gives its seats up (no disconnect tells an HTTP server that a client left).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Annotated, Any
 
 import numpy as np
@@ -49,7 +54,11 @@ from nonstop.server.protocol import (
 )
 from nonstop.server.sessions import SessionManager
 
-__all__ = ["build_mcp_server", "run_stdio", "tool_error_text"]
+__all__ = ["build_mcp_server", "run_stdio", "tool_error_text", "PLAYER"]
+
+#: who calls the tools when no MCP session says so: OpenEnv's HTTP dialect sets its own session here
+#: (`nonstop.server.openenv_http`), so that each OpenEnv session has its own players too
+PLAYER: ContextVar[Any] = ContextVar("nonstop_mcp_player", default=None)
 
 #: The tools' argument types: their bounds travel in each tool's JSON Schema, and the SDK checks
 #: them before a tool runs, answering a bad value with the bound it broke.
@@ -279,9 +288,45 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import CallToolResult, ImageContent, TextContent
 
+    from mcp.server.mcpserver import Context
+
     server = MCPServer(name="nonstop", instructions=INSTRUCTIONS)
-    #: every seat this MCP server plays: (session_id, seat name) -> its connection (a team's: each of its seats)
-    players: dict[tuple[str, str], Connection] = {}
+    #: the seats each MCP client plays, by client (its MCP session; an OpenEnv session; None for calls
+    #: from this process): (session_id, seat name) -> its connection (a team's: each of its seats).
+    #: One client's tools never reach another's worlds, whatever ids it knows.
+    players: dict[Any, dict[tuple[str, str], Connection]] = {}
+
+    def caller(ctx: Any) -> Any:
+        """The client calling a tool: OpenEnv's session if its dialect says so; over streamable HTTP,
+        the MCP session where the protocol has one (its ``Mcp-Session-Id``, which the SDK checks), else
+        the client's key (the ``nonstop_key`` cookie ``/mcp`` sets: the stateless protocol has no
+        session). None: stdio (one client per server) or in memory, and a client that keeps no
+        cookie on the stateless protocol (such clients share one table)."""
+        forced = PLAYER.get()
+        if forced is not None:
+            return forced
+        try:
+            context = ctx.request_context
+        except ValueError:  # called from this process, outside any request
+            return None
+        request = context.request
+        if request is None:  # stdio: this server's only client (MCP's stateless protocol names none)
+            return None
+        if session_id := request.headers.get("mcp-session-id"):
+            return ("mcp", session_id)
+        key = getattr(request, "cookies", {}).get("nonstop_key")  # set by /mcp (openenv_http._keyed)
+        return ("key", key) if key else None
+
+    def tool(description: str) -> Callable[[Callable], Any]:
+        """``server.tool`` for a tool taking ``ctx``: its annotation names the SDK's `Context`, which
+        the SDK finds by type among the tool's hints (resolved in this module, which imports the SDK
+        lazily, so it is set here)."""
+
+        def register(fn: Callable) -> Any:
+            fn.__annotations__["ctx"] = Context
+            return server.tool(description=description)(fn)
+
+        return register
 
     def seat_name(conn: Connection) -> str:
         return conn.current().seat_names[conn.seat]
@@ -300,14 +345,16 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
         return f"seat {seat_name(conn)!r}"
 
     def player(
-        session_id: str, seat: str | None = None, team: str | None = None, named: str | None = None
+        ctx: Any, session_id: str, seat: str | None = None, team: str | None = None, named: str | None = None
     ) -> Connection:
-        """The connection that plays ``seat`` or ``team`` of ``session_id`` (neither: the only one this
-        server plays there, or the one holding ``named``, the first seat an act's ``actions`` names)."""
+        """The connection that plays ``seat`` or ``team`` of ``session_id`` for the client calling
+        (neither: the only one it plays there, or the one holding ``named``, the first seat an act's
+        ``actions`` names)."""
         seat_or_team(seat, team)
-        mine = {name: conn for (sid, name), conn in players.items() if sid == session_id}
+        table = players.get(caller(ctx), {})
+        mine = {name: conn for (sid, name), conn in table.items() if sid == session_id}
         if not mine:
-            open_ = sorted({sid for sid, _ in players})
+            open_ = sorted({sid for sid, _ in table})
             raise ToolError(
                 f"NO_SESSION: no session {session_id!r} played here; start one with start_session or "
                 f"join one with join_session (open: {open_})"
@@ -334,13 +381,24 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
             raise ToolError(f"VALIDATION_ERROR: {yours}: say which with seat= or team=")
         return holdings[0]
 
-    def remember(conn: Connection) -> None:
-        if len(players) >= MAX_ENDED_PLAYERS:  # forget closed sessions (HTTP servers run for long)
-            ended = [k for k, c in players.items() if c.session is not None and not c.session.live]
-            for old in ended[: len(players) // 2]:
-                players.pop(old, None)
+    def remember(ctx: Any, conn: Connection) -> None:
+        if sum(map(len, players.values())) >= MAX_ENDED_PLAYERS:  # forget closed sessions (servers run long)
+            for who, table in list(players.items()):
+                for key in [k for k, c in table.items() if c.session is not None and not c.session.live]:
+                    table.pop(key, None)
+                if not table:
+                    players.pop(who, None)
+        table = players.setdefault(caller(ctx), {})
         for name in held(conn):
-            players[(conn.current().sid, name)] = conn
+            table[(conn.current().sid, name)] = conn
+
+    def forget(ctx: Any, session_id: str, names: list[str]) -> None:
+        who = caller(ctx)
+        table = players.get(who, {})
+        for name in names:
+            table.pop((session_id, name), None)
+        if not table:
+            players.pop(who, None)
 
     async def run(conn: Connection, msg: Any) -> Any:
         try:
@@ -382,18 +440,18 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
             content=content, structured_content={**fields, "reward": data["reward"], "done": data["done"]}
         )
 
-    @server.tool(
+    @tool(
         description="Start a realtime session. env: one of the served env ids (default: the first); "
         "seed: 0 .. 2**31-1 (default: a random one, recorded in the replay); team: on a many-seat world, "
         "hold every seat of that team (e.g. red) instead of the first seat."
     )
     async def start_session(
-        env: Annotated[str | None, Field(max_length=200)] = None, seed: Seed = None, team: Team = None
+        ctx: Any, env: Annotated[str | None, Field(max_length=200)] = None, seed: Seed = None, team: Team = None
     ) -> Any:
         conn = Connection(None, sessions(), start_timeout)  # no socket: no pushes
         data = message(ResetData, env=env, seed=seed, team=team, encoding="b64")
         reply = await run(conn, message(ResetMessage, data=data))
-        remember(conn)
+        remember(ctx, conn)
         return seated(conn, reply)
 
     def seated(conn: Connection, reply: dict[str, Any]) -> Any:
@@ -423,64 +481,72 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
         text = _describe_held(out) if conn.team is not None else json.dumps(out, indent=2)
         return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=out)
 
-    @server.tool(
+    @tool(
         description="Join a running session another player started (over MCP or WebSocket) by its "
         "session_id, taking `seat` (e.g. second_0) or, absent, the first free seat; or, with `team` (e.g. "
         "red, on a many-seat world), every seat of that team (the reply's `held` lists them). You then act "
         "for those seats against the other players; the world does not wait for any of you."
     )
-    async def join_session(session_id: SessionId, seat: Seat = None, team: Team = None) -> Any:
+    async def join_session(ctx: Any, session_id: SessionId, seat: Seat = None, team: Team = None) -> Any:
         seat_or_team(seat, team)
         conn = Connection(None, sessions(), start_timeout)  # no socket: no pushes
         data = message(JoinData, session_id=session_id, seat=seat, team=team, encoding="b64")
         reply = await run(conn, message(JoinMessage, data=data))
-        remember(conn)
+        remember(ctx, conn)
         return seated(conn, reply)
 
-    @server.tool(
+    @tool(
         description="The newest observation (text; image=true adds a PNG frame). The world keeps ticking. "
         "Holding a team: every seat's counters, reward and done in the structured content (seats), totals "
         "and a few seats in the text."
     )
-    async def observe(session_id: SessionId, image: bool = False, seat: Seat = None, team: Team = None) -> Any:
-        conn = player(session_id, seat, team)
+    async def observe(
+        ctx: Any, session_id: SessionId, image: bool = False, seat: Seat = None, team: Team = None
+    ) -> Any:
+        conn = player(ctx, session_id, seat, team)
         no_team_image(conn, image)
         return result(conn, await run(conn, ObserveMessage(data=ObserveData(encoding="b64"))), image)
 
-    @server.tool(
+    @tool(
         description="Queue an action; returns at once. It is applied at the next tick (its delay counted). "
         "Holding a team: give actions={seat: action} (any of your seats) instead of action."
     )
     async def act(
+        ctx: Any,
         session_id: SessionId,
         action: Action | None = None,
         seat: Seat = None,
         team: Team = None,
         actions: Actions = None,
     ) -> dict[str, Any]:
-        conn = player(session_id, seat, team, named=next(iter(actions), None) if actions else None)
+        conn = player(ctx, session_id, seat, team, named=next(iter(actions), None) if actions else None)
         return (
             await run(conn, message(ActMessage, data=message(ActionData, action=action, actions=actions)))
         ).data.model_dump()
 
-    @server.tool(
+    @tool(
         description=f"Wait until `ticks` more ticks have passed (1 .. {MAX_WAIT_TICKS}; the world does "
         "not stop), then observe (holding a team: every seat, as observe)."
     )
     async def wait(
-        session_id: SessionId, ticks: Ticks = 1, image: bool = False, seat: Seat = None, team: Team = None
+        ctx: Any,
+        session_id: SessionId,
+        ticks: Ticks = 1,
+        image: bool = False,
+        seat: Seat = None,
+        team: Team = None,
     ) -> Any:
-        conn = player(session_id, seat, team)
+        conn = player(ctx, session_id, seat, team)
         no_team_image(conn, image)
         msg = message(WaitMessage, data=message(WaitData, ticks=ticks, encoding="b64"))
         return result(conn, await run(conn, msg), image)
 
-    @server.tool(
+    @tool(
         description="Session stats: tick, your agent ticks vs inaction ticks, total reward, queue counters "
         "(several-seat worlds: every seat's under `seats`; holding a team: its totals under `team`)."
     )
-    async def stats(session_id: SessionId, seat: Seat = None, team: Team = None) -> Any:
-        conn = player(session_id, seat, team)
+    async def stats(ctx: Any, session_id: SessionId, seat: Seat = None, team: Team = None) -> Any:
+        conn = player(ctx, session_id, seat, team)
         state = (await run(conn, StateMessage())).data.model_dump()
         if conn.team is not None:
             state, text = team_stats(state, conn.team.name, held(conn))
@@ -488,17 +554,13 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
             text = json.dumps(state, indent=2)
         return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=state)
 
-    @server.tool(
+    @tool(
         description="Stop a session (a joined seat or team: give it up, the others play on; its beta plays "
         "it); returns its summary (and replay path when recording)."
     )
-    async def stop_session(session_id: SessionId, seat: Seat = None, team: Team = None) -> dict[str, Any]:
-        try:
-            conn = player(session_id, seat, team)
-        except ToolError as exc:
-            raise ToolError(f"{exc} (open: {sorted({sid for sid, _ in players})})") from None
-        for name in held(conn):
-            players.pop((session_id, name), None)
+    async def stop_session(ctx: Any, session_id: SessionId, seat: Seat = None, team: Team = None) -> dict[str, Any]:
+        conn = player(ctx, session_id, seat, team)  # (its refusal lists the sessions this client plays)
+        forget(ctx, session_id, held(conn))
         session = conn.current()
         conn.close("stopped by stop_session")
         if not session.live:  # it was the last seated client: wait for its replay

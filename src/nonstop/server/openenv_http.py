@@ -2,9 +2,13 @@
 the MCP endpoint ``/mcp``.
 
 HTTP sessions. OpenEnv's HTTP routes carry no connection, so a session started by ``POST /reset``
-is named by the ``session_id`` in its replies; ``/step``, ``/state`` and a later ``/reset`` take
-it as ``session_id`` (a body field, or a query parameter of ``/state``) and, without one, act on
-the most recent HTTP session, as OpenEnv's one-env HTTP server does. Bodies are OpenEnv's shapes
+is named by the ``session_id`` in its replies and bound to its client's **key**: a secret that the
+first ``/reset`` sets as the ``nonstop_key`` cookie (HTTP clients with a cookie jar, such as an
+``httpx.Client`` or a ``requests.Session``, send it back unasked) and that a client may send as the
+``X-Nonstop-Key`` header instead. ``/step``, ``/state`` and a later ``/reset`` take ``session_id``
+(a body field, or a query parameter of ``/state``) and, without one, act on the most recent session
+of the key they present, as OpenEnv's one-env HTTP server does; a session of another key is refused
+(403, ``SEAT_NOT_HELD``): one client can neither step nor restart another's. Bodies are OpenEnv's shapes
 (``{"seed": 7}``; ``{"action": {"action": 1}}``) and so are replies (``observation``, ``reward``,
 ``done``). Refusals keep the protocol's codes, with an HTTP status: 422 for a bad value, 404 for
 an unknown session, 410 for an ended one, 503 (``Retry-After``) at capacity or under backpressure.
@@ -25,7 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
+import secrets
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
@@ -44,6 +50,7 @@ from nonstop.server.protocol import (
     ResetMessage,
     StateMessage,
     StepMessage,
+    loads_json,
 )
 from nonstop.server.sessions import SessionManager
 
@@ -63,7 +70,14 @@ HTTP_STATUS: dict[str, int] = {
     ErrorCode.FACTORY_ERROR.value: 500,
     ErrorCode.EXECUTION_ERROR.value: 500,
     ErrorCode.SESSION_ERROR.value: 409,
+    ErrorCode.SEAT_NOT_HELD.value: 403,
+    ErrorCode.SEAT_TAKEN.value: 409,
+    ErrorCode.SESSION_FULL.value: 409,
+    ErrorCode.UNKNOWN_SEAT.value: 422,
+    ErrorCode.UNKNOWN_TEAM.value: 422,
 }
+#: the cookie (or header) that binds OpenEnv HTTP sessions to the client that started them
+KEY_COOKIE, KEY_HEADER = "nonstop_key", "x-nonstop-key"
 #: OpenEnv MCP sessions open at once (each is only a name and the worlds it started)
 MAX_OPENENV_SESSIONS = 1024
 #: largest /mcp request body read here (MCP tool calls are small)
@@ -87,41 +101,89 @@ def _validation(exc: ValidationError, what: str) -> ProtocolError:
 
 
 class HttpPlayers:
-    """The connections that HTTP clients drive (no socket), by session id, newest last."""
+    """The connections that HTTP clients drive (no socket), by session id, newest last, each with
+    the key of the client that started it (its connection's holder identity on the wire)."""
 
     def __init__(self, manager: Callable[[], SessionManager], start_timeout: float) -> None:
         self._manager = manager
         self.start_timeout = start_timeout
-        self._conns: OrderedDict[str, Any] = OrderedDict()
+        self._conns: OrderedDict[str, tuple[str, Connection]] = OrderedDict()
 
-    def get(self, sid: str | None) -> Any:
+    def get(self, sid: str | None, key: str | None) -> Connection:
+        """The connection of session ``sid`` (None: the newest of ``key``'s), if ``key`` started it."""
         if sid is None:
-            if not self._conns:
-                raise ProtocolError(ErrorCode.NO_SESSION, "no HTTP session: POST /reset first")
-            return next(reversed(self._conns.values()))
-        conn = self._conns.get(sid)
-        if conn is None:
+            mine = [conn for owner, conn in self._conns.values() if key is not None and _same(owner, key)]
+            if not mine:
+                raise ProtocolError(
+                    ErrorCode.NO_SESSION,
+                    "no HTTP session of yours: POST /reset first (its reply sets the nonstop_key cookie, "
+                    "which later calls present, or send it as the X-Nonstop-Key header)",
+                )
+            return mine[-1]
+        entry = self._conns.get(sid)
+        if entry is None:
             raise ProtocolError(ErrorCode.NO_SESSION, f"no HTTP session {sid!r}: POST /reset starts one")
+        owner, conn = entry
+        if key is None or not _same(owner, key):
+            raise ProtocolError(
+                ErrorCode.SEAT_NOT_HELD,
+                f"HTTP session {sid} was started by another client: only the key its /reset set "
+                "(the nonstop_key cookie, or the X-Nonstop-Key header) reaches it",
+            )
         return conn
 
-    async def reset(self, sid: str | None, data: ResetData) -> dict[str, Any]:
+    async def reset(self, sid: str | None, key: str | None, data: ResetData) -> tuple[dict[str, Any], str]:
+        """Reset ``sid`` (None: start a new session) for the client with ``key`` (None: a new client,
+        given a fresh key); returns the reply's data and the key."""
         self._prune()
         if sid is not None:
-            conn = self.get(sid)
-        else:  # a connection with no socket (no pushes)
+            conn = self.get(sid, key)
+        else:
             conn = Connection(None, self._manager(), self.start_timeout)  # no socket: no pushes
+        key = key or secrets.token_urlsafe(24)
         old = conn.session.sid if conn.session is not None else None
         reply = await conn.handle(ResetMessage(data=data))
-        if old is not None and old != conn.session.sid:
+        session = conn.current()
+        if old is not None and old != session.sid:
             self._conns.pop(old, None)
-        self._conns[conn.session.sid] = conn
-        self._conns.move_to_end(conn.session.sid)
-        return reply["data"]
+        self._conns[session.sid] = (key, conn)
+        self._conns.move_to_end(session.sid)
+        return reply["data"], key
 
     def _prune(self) -> None:
-        for sid, conn in list(self._conns.items()):
+        for sid, (_, conn) in list(self._conns.items()):
             if conn.session is None or not conn.session.live:
                 del self._conns[sid]
+
+
+def _keyed(scope: dict, send: Callable) -> tuple[dict, Callable]:
+    """``scope`` and ``send`` of an ``/mcp`` request that carries its client's key: MCP's stateless
+    streamable HTTP has no session to say which client calls a tool, so a request without the
+    ``nonstop_key`` cookie is given one (in its scope, for the tools, and as ``Set-Cookie`` on its
+    reply, which the SDK's HTTP client and browsers send back)."""
+    headers = [(k, v) for k, v in scope.get("headers", [])]
+    cookies = b"; ".join(v for k, v in headers if k == b"cookie").decode("latin-1")
+    if any(part.strip().startswith(f"{KEY_COOKIE}=") for part in cookies.split(";")):
+        return scope, send
+    key = secrets.token_urlsafe(24)
+    headers.append((b"cookie", f"{KEY_COOKIE}={key}".encode()))
+    cookie = f"{KEY_COOKIE}={key}; HttpOnly; Path=/; SameSite=strict".encode()
+
+    async def send_keyed(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie)]}
+        await send(message)
+
+    return {**scope, "headers": headers}, send_keyed
+
+
+def _same(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode(), b.encode())
+
+
+def _key(request: Request) -> str | None:
+    """The client's key: the ``X-Nonstop-Key`` header, else the ``nonstop_key`` cookie."""
+    return request.headers.get(KEY_HEADER) or request.cookies.get(KEY_COOKIE) or None
 
 
 class OpenEnvMcpSessions:
@@ -231,11 +293,14 @@ class McpEndpoint:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
+        scope, send = _keyed(scope, send)
         await self.mcp.session_manager.asgi_app(scope, replay, send)
 
     async def openenv_call(self, request: dict) -> JSONResponse:
         """One request of OpenEnv's dialect (``MCPToolClient`` in production mode)."""
         from mcp.server.mcpserver.exceptions import ToolError
+
+        from nonstop.server.mcp import PLAYER
 
         rid, method, params = request.get("id"), request["method"], request.get("params") or {}
         if not isinstance(params, dict):
@@ -249,6 +314,15 @@ class McpEndpoint:
         worlds = self.openenv.worlds.get(sid) if isinstance(sid, str) else None
         if worlds is None or not isinstance(sid, str):  # (sid is a str wherever worlds were found)
             return _rpc_error(rid, INVALID_PARAMS, f"Unknown session_id: {sid!r} (openenv/session/create opens one)")
+        owner = PLAYER.set(("openenv", sid))  # the tools' players are this OpenEnv session's own
+        try:
+            return await self._openenv_session_call(rid, method, params, sid, worlds, ToolError)
+        finally:
+            PLAYER.reset(owner)
+
+    async def _openenv_session_call(
+        self, rid: Any, method: str, params: dict, sid: str, worlds: set[str], ToolError: type[Exception]
+    ) -> JSONResponse:
         if method == "openenv/session/close":
             for world in list(self.openenv.worlds.pop(sid)):
                 with contextlib.suppress(Exception):
@@ -296,10 +370,7 @@ def add_openenv_routes(
         raw = await request.body()
         if not raw:
             return {}
-        try:
-            data = json.loads(raw)
-        except ValueError as exc:
-            raise ProtocolError(ErrorCode.INVALID_JSON, f"the body is not JSON: {exc}") from None
+        data = loads_json(raw)
         if not isinstance(data, dict):
             raise ProtocolError(ErrorCode.VALIDATION_ERROR, "the body must be a JSON object")
         return data
@@ -320,7 +391,10 @@ def add_openenv_routes(
                 reset_data = ResetData(**data)
             except ValidationError as exc:
                 raise _validation(exc, "reset") from None
-            return JSONResponse(await players.reset(sid, reset_data))
+            reply, key = await players.reset(sid, _key(request), reset_data)
+            response = JSONResponse(reply)
+            response.set_cookie(KEY_COOKIE, key, httponly=True, samesite="strict")
+            return response
         except ProtocolError as exc:
             return _refusal(exc)
 
@@ -340,16 +414,17 @@ def add_openenv_routes(
                 msg = StepMessage(data=ActionData(**action))
             except ValidationError as exc:
                 raise _validation(exc, "action") from None
-            reply = await players.get(sid).handle(msg)
+            reply = await players.get(sid, _key(request)).handle(msg)
             return JSONResponse(reply["data"])
         except ProtocolError as exc:
             return _refusal(exc)
 
     @app.get("/state")
-    async def state(session_id: str | None = None) -> JSONResponse:
+    async def state(request: Request, session_id: str | None = None) -> JSONResponse:
         """OpenEnv's state (``episode_id``, ``step_count``) and the session's realtime counters."""
         try:
-            return JSONResponse((await players.get(session_id).handle(StateMessage())).data.model_dump())
+            conn = players.get(session_id, _key(request))
+            return JSONResponse((await conn.handle(StateMessage())).data.model_dump())
         except ProtocolError as exc:
             return _refusal(exc)
 

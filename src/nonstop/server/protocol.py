@@ -67,6 +67,7 @@ __all__ = [
     "EncodedArray",
     "SessionConfig",
     "parse_message",
+    "loads_json",
     "encode_array",
     "decode_array",
     "message_schemas",
@@ -329,14 +330,41 @@ _CLIENT: Final[TypeAdapter[Any]] = TypeAdapter(ClientMessage)
 MESSAGE_TYPES: Final = ("reset", "step", "state", "close", "observe", "act", "wait", "subscribe", "join")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"the number {text[:40]} overflows a float")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (RFC 8259 has no NaN or Infinity)")
+
+
+def loads_json(raw: str | bytes) -> Any:
+    """``json.loads`` of standard JSON only: ``NaN``, ``Infinity`` and numbers past a float (``1e400``,
+    which Python would read as infinity) are refused with ``INVALID_JSON``. Integers stay exact; one
+    too big for an action's space is refused when the action is checked (``ACTION_OUT_OF_RANGE``).
+
+    >>> loads_json('{"action": [0.5, 2]}')
+    {'action': [0.5, 2]}
+    >>> try:
+    ...     loads_json('{"action": [1e400]}')
+    ... except ProtocolError as err:
+    ...     err.code
+    'INVALID_JSON'
+    """
+    try:
+        return json.loads(raw, parse_float=_finite_float, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ProtocolError(ErrorCode.INVALID_JSON, f"invalid JSON: {exc}") from None
+
+
 def parse_message(raw: str | bytes) -> Any:
     """Parse and validate one client message or raise `ProtocolError` with the OpenEnv code."""
     if len(raw) > MAX_MESSAGE_BYTES:
         raise ProtocolError(ErrorCode.MESSAGE_TOO_LARGE, f"message of {len(raw)} bytes exceeds {MAX_MESSAGE_BYTES}")
-    try:
-        obj = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise ProtocolError(ErrorCode.INVALID_JSON, f"invalid JSON: {exc}") from None
+    obj = loads_json(raw)
     if not isinstance(obj, dict):
         raise ProtocolError(ErrorCode.VALIDATION_ERROR, f"a message is a JSON object, got {type(obj).__name__}")
     kind = obj.get("type")

@@ -23,6 +23,7 @@ import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -108,6 +109,8 @@ class ServerSession:
         self._drive = threading.Lock()
         self._chan = threading.Lock()
         self._waiters: list[tuple[int, int, LoopWaker, asyncio.Future]] = []
+        self.parked = 0  # waits its players have pending (event loop): activity, for the idle reaper
+        self._end_listeners: list[Callable[[], None]] = []
         self._wait_order = itertools.count()
         self._next_wake = float("inf")
         self.slots: list[LatestSlot] = []
@@ -210,6 +213,29 @@ class ServerSession:
         with self._state_lock:
             self.holders = [None if h is holder else h for h in self.holders]
             return sum(h is not None for h in self.holders)
+
+    def release_all(self) -> None:
+        """Unseat everyone (the session has ended: no seat of it is held any more)."""
+        with self._state_lock:
+            self.holders = [None] * len(self.holders)
+
+    def on_end(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (from whichever thread ends it) once this session ends; at once if it has."""
+        with self._state_lock:
+            if self.state in LIVE:
+                self._end_listeners.append(listener)
+                return
+        listener()
+
+    def _ended(self) -> None:
+        """Tell the listeners that this session ended (`SessionManager.end`)."""
+        with self._state_lock:
+            listeners, self._end_listeners = self._end_listeners, []
+        for listener in listeners:
+            try:
+                listener()
+            except Exception:  # noqa: BLE001 - a closed loop, a gone client: the others must hear it
+                log.debug("session %s: an end listener failed\n%s", self.sid, traceback.format_exc())
 
     def free_seats(self) -> list[str]:
         return [name for name, h in zip(self.seat_names, self.holders) if h is None]
@@ -364,14 +390,17 @@ class ServerSession:
             return clock.origin + wake
 
     # ---- waiting for ticks (event loop side parks a future, the pool resolves it)
-    def wait_tick(self, target: int, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
-        """A future resolved once tick ``target`` has been processed (or the session ended)."""
+    def wait_tick(self, target: int, loop: asyncio.AbstractEventLoop, *, capped: bool = True) -> asyncio.Future:
+        """A future resolved once tick ``target`` has been processed (or the session ended).
+        ``capped``: refused with ``BACKPRESSURE`` past the manager's ``max_waiters`` (spectators,
+        pushes); a player's waits are bounded per connection instead, so that others' waits never
+        refuse a seat's ``step``."""
         fut = loop.create_future()
         board = self.board
         with self._state_lock:
             done = self.state is not Lifecycle.RUNNING or self._process is None or self.tick >= target
             if not done:
-                if len(self._waiters) >= self.manager.max_waiters:
+                if capped and len(self._waiters) >= self.manager.max_waiters:
                     raise ProtocolError(ErrorCode.BACKPRESSURE, f"more than {self.manager.max_waiters} waits pending")
                 heapq.heappush(self._waiters, (target, next(self._wait_order), self.manager.waker(loop), fut))
                 self._next_wake = self._waiters[0][0]
@@ -379,9 +408,25 @@ class ServerSession:
                     board.next_wake = self._next_wake
         if done:
             fut.set_result(None)
-        elif board is not None and board.tick >= target:  # the worker passed it before it saw the wake
+            return fut
+        fut.add_done_callback(self._forget_waiter)
+        if board is not None and board.tick >= target:  # the worker passed it before it saw the wake
             self._release_waiters(board.tick)
         return fut
+
+    def _forget_waiter(self, fut: asyncio.Future) -> None:
+        """A wait whose caller went away (its future cancelled) leaves the heap at once, not at its tick."""
+        if not fut.cancelled():
+            return
+        with self._state_lock:
+            kept = [w for w in self._waiters if w[3] is not fut]
+            if len(kept) == len(self._waiters):
+                return
+            heapq.heapify(kept)
+            self._waiters = kept
+            self._next_wake = kept[0][0] if kept else float("inf")
+            if self.board is not None and self.state is Lifecycle.RUNNING:
+                self.board.next_wake = self._next_wake
 
     def _release_waiters(self, tick: float) -> None:
         with self._state_lock:
@@ -450,9 +495,9 @@ class ServerSession:
                 seq = self.queues[seat].submit(
                     action, obs_tick=obs_tick, episode=episode, submit_time=clock.now(), lock_timeout=lock_timeout
                 )
-            except ValueError as exc:
+            except (ValueError, OverflowError) as exc:  # a number past every float overflows: out of range too
                 where = f" (seat {self.seat_names[seat]!r})" if self.spec.seats is not None else ""
-                raise ProtocolError(ErrorCode.ACTION_OUT_OF_RANGE, f"{exc}{where}") from None
+                raise ProtocolError(ErrorCode.ACTION_OUT_OF_RANGE, f"action out of range: {exc}{where}") from None
         self.step_count += 1
         return seq, tick
 

@@ -92,8 +92,9 @@ class SessionManager:
         worker processes (`nonstop.server.tickprocs`): past one core, since one GIL holds ALE steps,
         while this process still owns every session, its channels and its replay.
     tick_sched: the workers' tick lanes' scheduling (`nonstop.realtime.host.raise_priority`).
-    idle_timeout: a running session whose client sent nothing for this long is ended (this is how
-        a vanished client's session ends when no disconnect ever arrives).
+    idle_timeout: a running session whose clients sent nothing for this long, and wait for nothing,
+        is ended (this is how a vanished client's session ends when no disconnect ever arrives); a
+        player without a socket (HTTP, MCP) silent this long gives its seats up to their β.
     replay_dir: where replays go; ``None`` disables recording.
     replay_keep, replay_max_mb: the replay directory's retention: after each replay is written (and
         once at start), the oldest ``*.npz`` files are deleted until at most ``replay_keep`` files and
@@ -260,8 +261,17 @@ class SessionManager:
     def live_count(self) -> int:
         return sum(1 for s in list(self.sessions.values()) if s.live)
 
-    def create(self, config: Any, *, seed: int | None = None, episode_id: str | None = None) -> ServerSession:
-        """Admit a session (state *created*) or raise CAPACITY_REACHED / VALIDATION_ERROR."""
+    def create(
+        self,
+        config: Any,
+        *,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        replacing: ServerSession | None = None,
+    ) -> ServerSession:
+        """Admit a session (state *created*) or raise CAPACITY_REACHED / VALIDATION_ERROR.
+        ``replacing``: a live session that ends once this one has started (a client's restart),
+        not counted against capacity."""
         env_id = config.env or self.default_env
         spec = self.specs.get(env_id)
         if spec is None:
@@ -285,7 +295,8 @@ class SessionManager:
         with self._lock:
             if self._shutdown.is_set():
                 raise ProtocolError(ErrorCode.SESSION_ERROR, "the server is shutting down")
-            if self.live_count() >= self.max_sessions:
+            live = self.live_count() - (replacing is not None and replacing.live)
+            if live >= self.max_sessions:
                 self.refused_capacity += 1
                 raise ProtocolError(
                     ErrorCode.CAPACITY_REACHED, f"server at capacity ({self.max_sessions} sessions): retry later"
@@ -333,6 +344,8 @@ class SessionManager:
             session._next_wake = float("inf")
         for _, _, waker, fut in waiters:
             waker.resolve(fut)
+        session.release_all()  # nobody holds a seat of an ended session
+        session._ended()
         try:
             self._closer.submit(self._finalize, session)
         except RuntimeError:  # closer already shut down: finalize here
@@ -348,8 +361,28 @@ class SessionManager:
         while not self._shutdown.wait(interval):
             now = self.clock.now()
             for session in list(self.sessions.values()):
-                if session.live and now - session.last_activity > self.idle_timeout:
+                if not session.live:
+                    continue
+                if not session.parked and now - session.last_activity > self.idle_timeout:
                     self.end(session, f"idle timeout ({self.idle_timeout:g}s without a message)")
+                else:
+                    self._expire_holders(session, now)
+
+    def _expire_holders(self, session: ServerSession, now: float) -> None:
+        """Free the seats of holders without a socket (HTTP, MCP) that sent nothing for the idle
+        timeout and wait for nothing: no disconnect will ever say they left."""
+        gone = {
+            id(h): h
+            for h in list(session.holders)
+            if getattr(h, "expires", False) and not h.waits and now - h.last_activity > self.idle_timeout
+        }
+        for holder in gone.values():
+            if session.release(holder) == 0:
+                self.end(session, f"idle timeout ({self.idle_timeout:g}s without a message from its players)")
+                return
+            log.info(
+                "session %s: a player silent for %gs gave its seats up; β plays them", session.sid, self.idle_timeout
+            )
 
     # ---- views
     def list_sessions(self) -> list[dict[str, Any]]:
