@@ -3,7 +3,8 @@ however far round (a lazy import inside a function counts: it runs all the same)
 grows past `MAX_LINES` (a module that long holds more than one concern: split it).
 
 ``test_layers`` checks the same at the level of parts (realtime, server, …); this one checks every
-module. Imports under ``if TYPE_CHECKING:`` are left out: they never run."""
+module. Imports under ``if TYPE_CHECKING:`` never run, but a cycle through one is still two modules
+that each need the other to be read: the cycle test counts them too (``type_only=True``)."""
 
 from __future__ import annotations
 
@@ -46,18 +47,18 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _run_imports(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+def _run_imports(node: ast.AST, type_only: bool = False) -> Iterator[ast.Import | ast.ImportFrom]:
     """Every import statement under ``node`` that can run, at any depth (functions, methods, try
-    blocks), less the bodies of ``if TYPE_CHECKING:`` (their ``else`` runs)."""
+    blocks), less the bodies of ``if TYPE_CHECKING:`` (their ``else`` runs) unless ``type_only``."""
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         yield node
         return
-    if isinstance(node, ast.If) and _is_type_checking(node.test):
+    if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_only:
         for child in node.orelse:
             yield from _run_imports(child)
         return
     for child in ast.iter_child_nodes(node):
-        yield from _run_imports(child)
+        yield from _run_imports(child, type_only)
 
 
 def _targets(node: ast.Import | ast.ImportFrom, importer: str, is_package: bool, modules: set[str]) -> set[str]:
@@ -81,15 +82,16 @@ def _targets(node: ast.Import | ast.ImportFrom, importer: str, is_package: bool,
     return out
 
 
-def import_edges(root: Path) -> tuple[dict[str, Path], list[Edge]]:
-    """Every module under the package directory ``root`` and every import between two of them."""
+def import_edges(root: Path, type_only: bool = False) -> tuple[dict[str, Path], list[Edge]]:
+    """Every module under the package directory ``root`` and every import between two of them (with
+    ``type_only``, those under ``if TYPE_CHECKING:`` too)."""
     files = {module_name(path, root): path for path in sorted(root.rglob("*.py"))}
     modules = set(files)
     edges = []
     for name, path in files.items():
         text = path.read_text(encoding="utf-8")
         lines = text.splitlines()
-        for node in _run_imports(ast.parse(text, str(path))):
+        for node in _run_imports(ast.parse(text, str(path)), type_only):
             statement = " ".join(line.strip() for line in lines[node.lineno - 1 : node.end_lineno])
             for target in sorted(_targets(node, name, path.name == "__init__.py", modules)):
                 edges.append(Edge(name, target, node.lineno, statement))
@@ -152,7 +154,7 @@ def _known(cycle: list[str]) -> bool:
 
 
 def test_no_import_cycles() -> None:
-    _, edges = import_edges(SRC)
+    _, edges = import_edges(SRC, type_only=True)
     cycles = [c for c in import_cycles(edges) if not _known(c)]
     if cycles:
         pytest.fail(
@@ -186,7 +188,8 @@ def test_graph_finds_a_cycle(tmp_path: Path) -> None:
     )
     (root / "c.py").write_text("import pkg.b\n")
     _, edges = import_edges(root)
-    assert import_cycles(edges) == [["pkg.a", "pkg.b"]]  # b → c is type-only: c is in no cycle
+    assert import_cycles(edges) == [["pkg.a", "pkg.b"]]  # b → c is type-only: c is in no running cycle
+    assert import_cycles(import_edges(root, type_only=True)[1]) == [["pkg.a", "pkg.b", "pkg.c"]]  # but c ↔ b
     report = describe_cycle(["pkg.a", "pkg.b"], edges)
     assert "pkg.a:1 → pkg.b: from pkg.b import helper" in report
     assert "pkg.b:5 → pkg.a: from . import a" in report

@@ -7,7 +7,7 @@ with a heap of ``(deadline, session)``, drives every host on the wall clock. The
 event loop never ticks a world; it only reads slots, submits actions and parks futures that the
 pool resolves when a tick arrives (`ServerSession.wait_tick`).
 
-Its lifecycle is `nonstop.server.lifecycle`; `nonstop.server.sessions.SessionManager` admits,
+Its lifecycle is `nonstop.server.lifecycle`; `nonstop.server.sessions.SessionManager` (a `SessionHost`) admits,
 tracks and ends many of them.
 """
 
@@ -24,7 +24,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import numpy as np
 
@@ -43,8 +43,26 @@ from nonstop.server.replay import Replay, ReplayRecorder, SeatReplayRecorder, wr
 from nonstop.server.ticking import PhasedClock, PhaseSlots
 from nonstop.server.tickprocs import RECENT_TICKS, SessionRecord
 
-if TYPE_CHECKING:  # the manager owns its sessions; a session only calls back into it
-    from nonstop.server.sessions import SessionManager
+
+class SessionHost(Protocol):
+    """What a session asks of the manager that owns it (`nonstop.server.sessions.SessionManager`), the
+    only calls it makes back into it: declared here, so this module never names the manager's."""
+
+    clock: WallClock
+    pool: Any  # the tick threads (`nonstop.server.ticking.TickPool`)
+    procs: Any  # the tick worker processes (`nonstop.server.tickprocs.TickProcs`), None: ticks run on `pool`
+    warm: Any  # worlds built ahead of need (`nonstop.server.sessions.WarmEnvs`)
+    max_waiters: int
+    replay_dir: Path | None
+
+    def ticklog_dir(self, sid: str) -> Path | None: ...
+
+    def waker(self, loop: asyncio.AbstractEventLoop) -> LoopWaker: ...
+
+    def end(self, session: "ServerSession", reason: str) -> None: ...
+
+    def prune_replays(self) -> int: ...
+
 
 __all__ = ["ServerSession", "Settings", "SESSION_CHUNK_ROWS"]
 
@@ -88,7 +106,7 @@ class ServerSession:
     `submit` and `read_final` take the seat's index; `claim` and `release` seat and unseat clients.
     """
 
-    def __init__(self, sid: str, settings: Settings, spec: EnvSpec, manager: "SessionManager") -> None:
+    def __init__(self, sid: str, settings: Settings, spec: EnvSpec, manager: SessionHost) -> None:
         self.sid = sid
         self.settings = settings
         self.spec = spec
