@@ -182,7 +182,7 @@ def box_harness(no_shm_leak):
     errors = _Errors()
     logging.getLogger("nonstop.server").addHandler(errors)
     try:
-        with TestClient(create_app(manager)) as http:
+        with TestClient(create_app(manager, allow_hosts=["testserver"])) as http:
             with http.websocket_connect("/ws") as fuzz:
                 fuzz.send_json({"type": "reset", "data": {"seed": 1, "default": "random"}})
                 fuzz.receive_json()
@@ -202,7 +202,8 @@ def _fuzz_box_one(box_harness, msg: dict) -> None:
     assert reply["type"] in ("error", "ack", "observation"), reply
     if reply["type"] == "error":
         assert reply["data"]["code"] in ("ACTION_OUT_OF_RANGE", "INVALID_JSON", "VALIDATION_ERROR"), reply
-    stepped = http.post("/step", content=json.dumps({"action": {"action": msg["data"]["action"]}}))
+    body = json.dumps({"action": {"action": msg["data"]["action"]}})
+    stepped = http.post("/step", content=body, headers={"Content-Type": "application/json"})
     assert stepped.status_code in (200, 422), (stepped.status_code, stepped.text)
     if stepped.status_code == 422:
         assert stepped.json()["data"]["code"] in ("ACTION_OUT_OF_RANGE", "INVALID_JSON", "VALIDATION_ERROR")

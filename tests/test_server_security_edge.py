@@ -196,12 +196,12 @@ def test_a_body_that_is_not_json_gets_415(srv, headers, body) -> None:
 
 
 def test_json_bodies_and_empty_posts_still_play(srv) -> None:
-    http = _http(srv)
-    assert httpx.post(http + "/reset", timeout=30).status_code == 200  # curl -X POST: no body, no type
-    assert httpx.get(http + "/sessions", headers={"Content-Type": "text/plain"}, timeout=30).status_code == 200
-    charset = {"Content-Type": "application/json; charset=utf-8"}
-    response = httpx.post(http + "/step", content=b'{"action": {"action": 1}}', headers=charset, timeout=30)
-    assert response.status_code == 200
+    with httpx.Client(base_url=_http(srv), timeout=30) as http:  # one client: its session's key is its cookie
+        assert http.post("/reset").status_code == 200  # curl -X POST: no body, no type
+        assert http.get("/sessions", headers={"Content-Type": "text/plain"}).status_code == 200
+        charset = {"Content-Type": "application/json; charset=utf-8"}
+        response = http.post("/step", content=b'{"action": {"action": 1}}', headers=charset)
+        assert response.status_code == 200
 
 
 def test_the_mcp_sdk_client_still_plays(srv) -> None:

@@ -293,9 +293,10 @@ def test_an_overflowing_action_is_a_bad_action(server, action, code) -> None:
 def test_an_overflowing_action_is_out_of_range_over_http_and_for_a_team(server) -> None:
     with _http(server.url) as http:
         http.post("/reset", json={"env": BOX, "seed": 0, "default": "random"})
-        stepped = http.post("/step", content=json.dumps({"action": {"action": [HUGE]}}))
+        as_json = {"Content-Type": "application/json"}  # raw bodies: json= would refuse to write them
+        stepped = http.post("/step", content=json.dumps({"action": {"action": [HUGE]}}), headers=as_json)
         assert stepped.status_code == 422 and "ACTION_OUT_OF_RANGE" in stepped.text, stepped.text
-        past_float = http.post("/step", content=b'{"action": {"action": [1e400]}}')  # Python would read inf
+        past_float = http.post("/step", content=b'{"action": {"action": [1e400]}}', headers=as_json)  # read as inf
         assert past_float.status_code == 422 and "INVALID_JSON" in past_float.text, past_float.text
         assert http.post("/step", json={"action": {"action": [0.5]}}).status_code == 200
     with Client(server.url) as client:

@@ -28,6 +28,7 @@ handling is `nonstop.server.auth`. Both stay importable from here.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import signal
@@ -69,6 +70,9 @@ log = logging.getLogger("nonstop.server")
 DEFAULT_PORT = 8000
 #: uvicorn closes the socket above this; below it and above MAX_MESSAGE_BYTES we answer with an error
 WS_FRAME_LIMIT = 1 << 20
+#: frames a WebSocket client may send while its previous message is handled (a long wait), read and
+#: kept in order; past them the socket is not read until that message is answered
+_EARLY_FRAMES = 16
 #: uvicorn settings of every server: no per-message deflate (compressing a 100 KB frame costs
 #: milliseconds of GIL-held CPU that the tick pool needs; frames travel on a LAN or loopback)
 UVICORN_WS: dict[str, Any] = {"ws_max_size": WS_FRAME_LIMIT, "ws_per_message_deflate": False, "lifespan": "on"}
@@ -122,8 +126,11 @@ def create_app(
     ``allow_origins`` add to the `EdgePolicy`'s own (``--allow-host``, ``--allow-origin``).
 
     A WebSocket connection that has started no session ``connect_timeout`` seconds after it opened
-    is closed (code 1008); past ``max_connections`` open WebSocket connections, one more is refused
-    with HTTP 503 and a ``CAPACITY_REACHED`` error body before the handshake completes.
+    (or whose session ended that long ago) is closed (code 1008); past ``max_connections`` open
+    WebSocket connections, one more is refused with HTTP 503 and a ``CAPACITY_REACHED`` error body
+    before the handshake completes, and so is one more from a remote address that holds
+    ``max_connections // 8`` already (one host cannot take every socket; this machine's own clients
+    share 127.0.0.1 and are counted only in the total).
     """
     if token is not None and (not isinstance(token, str) or len(token) < 8):
         raise ValueError("token must be a string of at least 8 characters")
@@ -157,6 +164,8 @@ def create_app(
     app = FastAPI(title="nonstop", description="Realtime worlds for agents of any latency", lifespan=lifespan)
     app.state.manager = manager
     app.state.connections = 0  # open WebSocket connections (the event loop's own count: no lock)
+    app.state.by_address = {}  # the same, by remote address (loopback ones not counted)
+    per_address = max(1, max_connections // 8)
 
     def mgr() -> SessionManager:
         if app.state.manager is None:
@@ -241,29 +250,52 @@ def create_app(
         if app.state.connections >= max_connections:
             await refuse_socket(ws, f"too many open connections ({max_connections}): retry later")
             return
+        address = ws.client.host if ws.client is not None else ""
+        counted = bool(address) and not is_loopback(address)
+        held = app.state.by_address.get(address, 0)
+        if counted and held >= per_address:
+            await refuse_socket(ws, f"too many open connections from {address} ({per_address}): retry later")
+            return
         app.state.connections += 1
+        if counted:
+            app.state.by_address[address] = held + 1
         try:
             await _serve_socket(ws)
         finally:
             app.state.connections -= 1
+            if counted:
+                left = app.state.by_address.pop(address) - 1
+                if left:
+                    app.state.by_address[address] = left
 
     async def _serve_socket(ws: WebSocket) -> None:
         await ws.accept()
-        conn = Connection(ws, mgr(), start_timeout)
+        conn = Connection(ws, mgr(), start_timeout, end_grace=connect_timeout)
         reason = "connection lost"
         loop = asyncio.get_running_loop()
         connect_deadline = loop.time() + connect_timeout
+        # frames read while a message was handled (a wait can take minutes): the socket is read all the
+        # while, so a client that hangs up mid-wait is seen at once and its wait dropped
+        early: collections.deque[dict[str, Any]] = collections.deque()
+        receiving: asyncio.Future[Any] | None = None
         try:
             while True:
-                if conn.session is None:  # a connection must start a session in time, or make room
-                    try:
-                        frame = await asyncio.wait_for(ws.receive(), max(0.0, connect_deadline - loop.time()))
-                    except asyncio.TimeoutError:
-                        reason = f"no session started within {connect_timeout:g}s"
-                        await ws.close(code=1008, reason=reason)
-                        break
+                if early:
+                    frame = early.popleft()
                 else:
-                    frame = await ws.receive()
+                    receiving = receiving or asyncio.ensure_future(ws.receive())
+                    if conn.session is None:  # a connection must start a session in time, or make room
+                        try:
+                            frame = await asyncio.wait_for(
+                                asyncio.shield(receiving), max(0.0, connect_deadline - loop.time())
+                            )
+                        except asyncio.TimeoutError:
+                            reason = f"no session started within {connect_timeout:g}s"
+                            await ws.close(code=1008, reason=reason)
+                            break
+                    else:
+                        frame = await receiving
+                    receiving = None
                 if frame["type"] == "websocket.disconnect":
                     break
                 raw = frame.get("text")
@@ -274,10 +306,26 @@ def create_app(
                     if isinstance(msg, CloseMessage):
                         reason = "closed by client"
                         break
-                    reply = await conn.handle(msg)
+                    handling = asyncio.ensure_future(conn.handle(msg))
+                    gone = False
+                    while not handling.done() and len(early) < _EARLY_FRAMES:
+                        receiving = receiving or asyncio.ensure_future(ws.receive())
+                        await asyncio.wait((handling, receiving), return_when=asyncio.FIRST_COMPLETED)
+                        if receiving.done():
+                            early.append(receiving.result())
+                            receiving = None
+                            gone = early[-1]["type"] == "websocket.disconnect"
+                            if gone:
+                                handling.cancel()  # its caller hung up: a wait leaves the session now
+                                break
+                    if gone:
+                        with contextlib.suppress(asyncio.CancelledError, Exception):
+                            await handling
+                        break
+                    reply = await handling
                 except ProtocolError as exc:
                     reply = exc.reply()
-                except Exception as exc:  # noqa: BLE001 - a bug must cost one reply, not the connection
+                except Exception as exc:  # a bug must cost one reply, not the connection
                     log.exception("unexpected error handling a message")
                     reply = ErrorReply(data={"message": f"{type(exc).__name__}: {exc}", "code": "EXECUTION_ERROR"})
                 await conn.send(reply)
@@ -286,6 +334,8 @@ def create_app(
         except RuntimeError as exc:  # the socket closed under us
             log.debug("websocket ended: %s", exc)
         finally:
+            if receiving is not None:
+                receiving.cancel()
             conn.close(reason)
             with contextlib.suppress(Exception):
                 await ws.close()

@@ -9,6 +9,8 @@ the wire carries (`describe_space`; `nonstop.server.client` turns it back into a
 
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -71,10 +73,14 @@ class EnvSpec:
                     f"env {env_id!r}: the server needs a Box or Discrete observation space, got {space}{where}"
                 )
         noops = tuple(_seat_noop(info.noop_action, space) for space in act_spaces) if seats else ()
+        noop = info.noop_action
+        if not seats:  # a world that declares none (a Box world: Pendulum) gets its space's own, as each seat does
+            with contextlib.suppress(TypeError):
+                noop = _seat_noop(info.noop_action, act_space)
         return cls(
             env_id,
             info.tick_hz,
-            info.noop_action,
+            noop,
             info.default_beta,
             info.description,
             obs_space,
