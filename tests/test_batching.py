@@ -412,7 +412,7 @@ def test_wall_clock_server_answers_each_lane_with_its_own_frames_argmax():
                 got[i, k] = decision.action
                 taus.append(decision.tau_theta)
                 assert decision.latency == 0.0  # on the wall clock the pool measures the time itself
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=lane_thread, args=(i,)) for i in range(8)]

@@ -205,7 +205,7 @@ def test_sigkill_of_the_server_leaves_no_tick_worker(tmp_path):
         if "client" in locals():
             try:
                 client.close()
-            except Exception:  # noqa: BLE001 - its server is gone on purpose
+            except Exception:  # its server is gone on purpose
                 pass
 
 

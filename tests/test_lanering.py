@@ -193,7 +193,7 @@ def test_a_lane_waiting_when_the_server_closes_raises_server_closed_at_once(no_s
     def act() -> None:
         try:
             lane.act(np.zeros(SHAPE, np.uint8))
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     t = threading.Thread(target=act)

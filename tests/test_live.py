@@ -267,7 +267,7 @@ def test_live_page_in_a_headless_browser(tmp_path) -> None:
         def up() -> bool:
             try:
                 return http_get(url, "/health", token=token, timeout=1)["status"] == "healthy"
-            except Exception:  # noqa: BLE001 - not listening yet
+            except Exception:  # not listening yet
                 return False
 
         wait_for(up, timeout=90, what="the server to come up")
@@ -284,7 +284,7 @@ def test_live_page_in_a_headless_browser(tmp_path) -> None:
                     while not stop.is_set():
                         client.act(rng.randrange(18))
                         client.wait(8)
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
+            except BaseException as exc:  # reported by the test
                 failures.append(exc)
                 started.set()
 

@@ -32,7 +32,7 @@ def _parallel(fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
     def one(j: int) -> None:
         try:
             results[j] = fn(items[j])
-        except BaseException as exc:  # noqa: BLE001 - raised below, after every start has ended
+        except BaseException as exc:  # raised below, after every start has ended
             errors.append(exc)
 
     threads = [threading.Thread(target=one, args=(j,), daemon=True) for j in range(len(items))]

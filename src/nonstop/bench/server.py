@@ -309,7 +309,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 if http_get(url, "/health", timeout=1)["status"] == "healthy":
                     break
-            except Exception:  # noqa: BLE001 - not up yet
+            except Exception:  # not up yet
                 pass
             if server.exitcode is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the server did not start (exit code {server.exitcode})")

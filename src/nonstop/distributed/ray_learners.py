@@ -524,7 +524,7 @@ class RayLearners:
                     continue
                 if not step():
                     self._stop.wait(0.002)  # nothing to do yet: no batch, or ahead of the transitions
-        except BaseException as exc:  # noqa: BLE001 - a dispatcher that died ends the run, with its cause
+        except BaseException as exc:  # a dispatcher that died ends the run, with its cause
             self.error = exc
             self.failure = PartFailed(f"the Ray learners' dispatcher failed: {type(exc).__name__}: {exc}")
 

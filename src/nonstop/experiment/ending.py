@@ -85,7 +85,7 @@ class RunEnd:
             )
             if self.complete:
                 self.failed(exc)
-        except Exception as exc:  # noqa: BLE001 - the teardown must still run; the failure is reported
+        except Exception as exc:  # the teardown must still run; the failure is reported
             self.note(f"final checkpoint failed: {type(exc).__name__}: {exc}")
             if self.complete:
                 self.failed(exc)

@@ -387,7 +387,7 @@ def _finish_log(run: Run, log: Any, out: Path, end: RunEnd, last_row: dict[str, 
         )
         summary["machine_limits"] = _machine_limits(run, segment)  # this machine's, in this segment
         summary.update(run.summary(tick_log))  # the parts' own figures (self-play: the pool side's seat)
-    except BaseException as exc:  # noqa: BLE001 - a dead host's log, a full disk: said in the summary
+    except BaseException as exc:  # a dead host's log, a full disk: said in the summary
         end.note(f"tick log not saved: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     summary["episodes_total"] = run.final_episodes  # earlier segments of a resumed run included
     summary["deaths"] = run.deaths()  # this segment's: whatever else failed, a death is recorded

@@ -361,7 +361,7 @@ def _tau_m(log: Any, config: dict[str, Any]) -> float | None:
             if split_env_id(config["env"])[0] is not None:  # a report imports no module its files name
                 return None
             hz = env_info(config["env"], **(config.get("env_kwargs") or {})).tick_hz
-        except Exception:  # noqa: BLE001 - an env this machine cannot build: the plots fall back to wall time
+        except Exception:  # an env this machine cannot build: the plots fall back to wall time
             return None
         return 1.0 / hz if hz else None
     return None

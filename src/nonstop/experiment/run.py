@@ -330,7 +330,7 @@ class Run:
         with end.signals_held():  # nothing may stop the teardown: reap and unlink everything, then say what happened
             try:
                 self.teardown()
-            except Exception as exc:  # noqa: BLE001 - the run's own end is the news; the teardown's is a note
+            except Exception as exc:  # the run's own end is the news; the teardown's is a note
                 end.note(f"teardown: {type(exc).__name__}: {exc}")
             for r in recorders:
                 r.finish(self, end)

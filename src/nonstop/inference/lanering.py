@@ -466,7 +466,7 @@ class RemoteLanes:
                     spins += 1
                     _backoff(spins)
                 spins = 0
-        except Exception as exc:  # noqa: BLE001 - kept for the report; the lanes are told at once
+        except Exception as exc:  # kept for the report; the lanes are told at once
             if self._stopped.is_set():
                 return  # the ring was closed under the feeder at the end
             self.error = f"{type(exc).__name__}: {exc}"

@@ -279,7 +279,7 @@ def load_checkpoint(path: str | os.PathLike, *, map_location: Any = "cpu", weigh
             try:
                 payload = _PayloadView(f, HEADER_SIZE)
                 state = torch.load(payload, map_location=map_location, weights_only=weights_only)  # type: ignore[arg-type]  # torch.load reads any seekable file-like (its docs); its annotation says IO[bytes]
-            except Exception as exc:  # noqa: BLE001 - the hash matched, so this is about content, not bytes
+            except Exception as exc:  # the hash matched, so this is about content, not bytes
                 raise CheckpointError(path, f"wrong format: verified bytes but torch.load failed: {exc}") from exc
     except FileNotFoundError:
         raise CheckpointError(path, "no such file") from None

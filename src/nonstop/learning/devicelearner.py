@@ -375,7 +375,7 @@ class DeviceLearners:
                 return False
             learner.apply(loss)
             return True
-        except Exception as exc:  # noqa: BLE001 - a learner's error is its death, restarted under the budget
+        except Exception as exc:  # a learner's error is its death, restarted under the budget
             self._died(exc)
             return False
 
@@ -391,14 +391,14 @@ class DeviceLearners:
                     self._killed = False
                     raise RuntimeError("learner 0 killed")
                 loss = learner.gradient() if learner.ready and not learner.ahead else None
-            except Exception as exc:  # noqa: BLE001 - a death, restarted under the budget
+            except Exception as exc:  # a death, restarted under the budget
                 self._died(exc)
             t += self.period
             yield t
             if loss is not None and not self._stop.is_set():
                 try:
                     learner.apply(loss)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     self._died(exc)
 
     def _died(self, exc: BaseException) -> None:

@@ -200,7 +200,7 @@ class Tracker:
             return
         try:
             call()
-        except Exception as exc:  # noqa: BLE001 - a mirror's failure must not end the run it mirrors
+        except Exception as exc:  # a mirror's failure must not end the run it mirrors
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             if self.failed is None:
                 self._note(
@@ -243,7 +243,7 @@ class WandbTracker(Tracker):
                 resume="allow" if run_id else None,
                 settings=wandb.Settings(console="off"),  # nonstop's console is its own (a live table)
             )
-        except Exception as exc:  # noqa: BLE001 - wandb raises many kinds; each becomes one line
+        except Exception as exc:  # wandb raises many kinds; each becomes one line
             raise TrackerError(
                 f"--track wandb could not start a run (WANDB_MODE={os.environ.get('WANDB_MODE', 'online')}): "
                 f"{type(exc).__name__}: {_first_line(exc)} (`wandb login` for W&B's service, or "
@@ -322,7 +322,7 @@ class MlflowTracker(Tracker):
             uri = mlflow_store()
             with allow_mlflow_file_store():
                 self._start(uri, run_dir, config, resume)
-        except Exception as exc:  # noqa: BLE001 - MLflow raises many kinds; each becomes one line
+        except Exception as exc:  # MLflow raises many kinds; each becomes one line
             raise TrackerError(
                 f"--track mlflow could not start a run at {uri or 'the default store'}: {type(exc).__name__}: "
                 f"{_first_line(exc)}; set MLFLOW_TRACKING_URI to a tracking server (http://HOST:5000) or a file "

@@ -129,7 +129,7 @@ def estimate_predictability(
                 obs, _ = env.reset(seed=int(rng.integers(2**31)))
             try:
                 copies = [copy.deepcopy(env) for _ in range(flock)]
-            except Exception as exc:  # noqa: BLE001 - any failure to copy means the same thing here
+            except Exception as exc:  # any failure to copy means the same thing here
                 raise ValueError(
                     f"cannot copy {env_id!r} ({type(exc).__name__}: {exc}): this estimate needs "
                     "envs that copy.deepcopy can duplicate"

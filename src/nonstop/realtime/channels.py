@@ -130,7 +130,7 @@ class SharedSegment:
         # before SharedMemory's own __del__ tries to unmap (the name stays for the owner's unlink).
         try:
             self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown or a half-built instance
+        except Exception:  # interpreter shutdown or a half-built instance
             pass
 
     def unlink(self) -> None:

@@ -319,7 +319,7 @@ class WallClock(Clock):
                     wake = process.send(woke)
             except StopIteration:
                 pass
-            except BaseException as exc:  # noqa: BLE001 - handed to the supervisor
+            except BaseException as exc:  # handed to the supervisor
                 thread.error = exc
 
         thread = ProcessThread(target=drive, name=name, daemon=True)
@@ -373,7 +373,7 @@ class _Timers:
                 return
             try:
                 fn()
-            except BaseException as exc:  # noqa: BLE001 - kept, as a process thread keeps its error
+            except BaseException as exc:  # kept, as a process thread keeps its error
                 self.error = exc
 
     def stop(self) -> None:

@@ -307,7 +307,7 @@ class AsyncClient:
                     fut = self._replies.popleft()
                     if not fut.done():
                         fut.set_result(msg)
-        except Exception as exc:  # noqa: BLE001 - hand the failure to whoever waits
+        except Exception as exc:  # hand the failure to whoever waits
             error = _server_gone(self.url, exc)
         else:
             error = ServerGone(self.url, 1000, "")
@@ -327,7 +327,7 @@ class AsyncClient:
         self._replies.append(fut)
         try:
             await self._ws.send(json.dumps(message))
-        except Exception as exc:  # noqa: BLE001 - a closed connection reads as one line
+        except Exception as exc:  # a closed connection reads as one line
             gone = _server_gone(self.url, exc)
             if gone is exc:
                 raise
@@ -429,7 +429,7 @@ class AsyncClient:
         if self._ws is not None:
             try:
                 await self._ws.send(json.dumps({"type": "close"}))
-            except Exception:  # noqa: BLE001 - already gone
+            except Exception:  # already gone
                 pass
             await self._ws.close()
             self._ws = None

@@ -373,7 +373,7 @@ def mount_live(
                     reply = await spectator.handle(msg)
                 except ProtocolError as exc:
                     reply = exc.reply()
-                except Exception as exc:  # noqa: BLE001 - a bug must cost one reply, not the socket
+                except Exception as exc:  # a bug must cost one reply, not the socket
                     log.exception("unexpected error handling a spectator's message")
                     reply = ErrorReply(data={"message": f"{type(exc).__name__}: {exc}", "code": "EXECUTION_ERROR"})
                 await spectator.send(reply)

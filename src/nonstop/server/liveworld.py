@@ -115,7 +115,7 @@ def world_frame(env: Any) -> np.ndarray | None:
             continue
         try:
             image = _as_image(np.asarray(method()))
-        except Exception:  # noqa: BLE001 - a world without a picture of itself (PettingZoo's state() may raise)
+        except Exception:  # a world without a picture of itself (PettingZoo's state() may raise)
             image = None
         if image is not None:
             return image

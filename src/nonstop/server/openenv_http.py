@@ -339,7 +339,7 @@ class McpEndpoint:
                 result = await self.mcp.call_tool(name, arguments)
             except ToolError as exc:
                 return _rpc_error(rid, INVALID_PARAMS, str(exc))
-            except Exception as exc:  # noqa: BLE001 - an unexpected failure costs this call only
+            except Exception as exc:  # an unexpected failure costs this call only
                 return _rpc_error(rid, SERVER_ERROR, f"tool {name!r} failed: {type(exc).__name__}")
             payload = result.model_dump(mode="json", by_alias=True, exclude_none=True)
             if payload.get("isError"):

@@ -252,7 +252,7 @@ class ServerSession:
         for listener in listeners:
             try:
                 listener()
-            except Exception:  # noqa: BLE001 - a closed loop, a gone client: the others must hear it
+            except Exception:  # a closed loop, a gone client: the others must hear it
                 log.debug("session %s: an end listener failed\n%s", self.sid, traceback.format_exc())
 
     def free_seats(self) -> list[str]:
@@ -398,7 +398,7 @@ class ServerSession:
             except StopIteration:
                 self.manager.end(self, "max_ticks reached")
                 return None
-            except BaseException as exc:  # noqa: BLE001 - the env raised: end this session only
+            except BaseException as exc:  # the env raised: end this session only
                 self.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
                 log.error("session %s: env raised\n%s", self.sid, traceback.format_exc())
                 self.manager.end(self, f"env error: {self.error}")
@@ -573,7 +573,7 @@ class ServerSession:
             ticklog_dir = self.manager.ticklog_dir(self.sid)
             if ticklog_dir is not None:  # the replay (if recorded) keeps the session now
                 shutil.rmtree(ticklog_dir, ignore_errors=True)
-        except Exception:  # noqa: BLE001 - cleanup below must still run
+        except Exception:  # cleanup below must still run
             log.error("session %s: finalize failed\n%s", self.sid, traceback.format_exc())
         finally:
             with self._chan:
@@ -585,7 +585,7 @@ class ServerSession:
                 if self.host is not None:
                     try:
                         self.host.env.close()
-                    except Exception:  # noqa: BLE001
+                    except Exception:
                         pass
                 for channel in (*self.slots, *self.queues, self.board):
                     if channel is not None:
@@ -724,7 +724,7 @@ class ServerSession:
         if self.proc is not None:  # the env lives on a tick worker: ask it
             try:
                 return self.proc.call("world", self.sid, timeout=WORLD_VIEW_TIMEOUT_S)
-            except Exception:  # noqa: BLE001 - a busy or gone worker costs the page one picture
+            except Exception:  # a busy or gone worker costs the page one picture
                 return None
         with self._drive:
             host = self.host

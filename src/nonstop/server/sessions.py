@@ -246,7 +246,7 @@ class SessionManager:
         assert self.procs is not None, "only tick workers report their exit"
         try:
             self.procs.replace(proc)
-        except Exception:  # noqa: BLE001 - /health stays unhealthy and says why
+        except Exception:  # /health stays unhealthy and says why
             log.error("could not start a replacement for tick worker %d\n%s", proc.index, traceback.format_exc())
 
     def waker(self, loop: asyncio.AbstractEventLoop) -> LoopWaker:
@@ -317,7 +317,7 @@ class SessionManager:
         except asyncio.TimeoutError:
             self.end(session, "start timeout")
             raise ProtocolError(ErrorCode.FACTORY_ERROR, f"session did not start within {timeout}s") from None
-        except Exception as exc:  # noqa: BLE001 - the env factory failed
+        except Exception as exc:  # the env factory failed
             self.end(session, f"start failed: {exc}")
             message = f"could not start env {session.spec.env_id!r}: {exc}"
             raise ProtocolError(ErrorCode.FACTORY_ERROR, message) from None

@@ -293,7 +293,7 @@ class WarmEnvs:
             try:
                 env = make_env(env_id)
                 env.reset(seed=seed)
-            except Exception:  # noqa: BLE001 - sessions fall back to building their own
+            except Exception:  # sessions fall back to building their own
                 log.error("warm env %s failed to build\n%s", env_id, traceback.format_exc())
                 return
             with self._cond:

@@ -280,7 +280,7 @@ class _WorkerJob:
                 self.cancelled = True
                 self.note(("ended", self.sid, "max_ticks reached"))
                 return None
-            except BaseException as exc:  # noqa: BLE001 - the env raised: end this session only
+            except BaseException as exc:  # the env raised: end this session only
                 self.cancelled = True
                 error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
                 log.error("session %s: env raised\n%s", self.sid, traceback.format_exc())
@@ -394,7 +394,7 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
         out: dict[str, Any] = {"tail": job.record_delta(), "meta": dict(log.meta), "tau_m": log.tau_m}
         try:
             job.env.close()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
         for channel in (*job.host.slots, *job.host.queues, job.board):
             channel.close()
@@ -439,7 +439,7 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
             kind, request, args = message
             try:
                 reply = ("reply", request, True, handlers[kind](*args))
-            except BaseException as exc:  # noqa: BLE001 - the server turns it into a session error
+            except BaseException as exc:  # the server turns it into a session error
                 reply = ("reply", request, False, f"{type(exc).__name__}: {exc}")
             note(reply)
     finally:
@@ -527,7 +527,7 @@ class TickProc:
                 else:
                     try:
                         self._on_note(message)
-                    except Exception:  # noqa: BLE001 - one bad note must not cut the worker off
+                    except Exception:  # one bad note must not cut the worker off
                         log.error("tick worker %d: note %r failed\n%s", self.index, message, traceback.format_exc())
         except (EOFError, OSError):
             pass
