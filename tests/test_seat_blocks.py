@@ -1,0 +1,110 @@
+"""A thousand seats through one batching server (issue 43 item 2): a team's seats travel as one
+**block** request (a row a seat), served whole in one batch, so the driver makes a request a team a
+tick, not one a seat; dead agents' rows leave the block. Virtual clock: every figure exact."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nonstop.inference.batching import BatchingServer, Request
+from nonstop.inference.batchsize import LatencyCurve
+from nonstop.inference.seatlanes import SeatLanes, TeamForward
+from nonstop.realtime.clock import VirtualClock
+from nonstop.realtime.host import Session
+from nonstop.realtime.tickcolumns import SOURCE_AGENT
+
+STAY = 6
+
+
+def _serve(server: BatchingServer, clock: VirtualClock, requests: list[Request]) -> list:
+    """Submit ``requests`` at one instant, as one lane's timed process; their answers in order."""
+    answers: list = []
+
+    def lane():
+        with server.together():
+            tickets = [server.submit(r) for r in requests]
+        for ticket in tickets:
+            answers.append((yield from server.wait_timed(ticket)))
+
+    clock.spawn(lane())
+    clock.run()
+    return answers
+
+
+def _block(server: BatchingServer, rows: np.ndarray) -> Request:
+    lanes = np.array([server.lane(tau_m=1.0).lane for _ in rows], np.int64)
+    return Request(int(lanes[0]), rows, 0, 1, 1.0, 0.0, lanes)
+
+
+def test_a_block_is_answered_row_by_row_in_one_batch_beside_single_rows() -> None:
+    clock = VirtualClock()
+    seen: list[tuple[int, list[int]]] = []
+
+    def forward(batch: np.ndarray, lanes: list[int]) -> np.ndarray:
+        seen.append((len(batch), list(lanes)))
+        return batch.sum(axis=1)
+
+    forward.takes_lanes = True  # type: ignore[attr-defined]
+    server = BatchingServer(forward, LatencyCurve.linear(0.01, 0.001), clock=clock, max_batch=8)
+    block = _block(server, np.arange(6).reshape(3, 2))
+    single = server.lane(tau_m=1.0)
+    one = Request(single.lane, np.array([10, 1]), 0, 1, 1.0, 0.0)
+    answers = _serve(server, clock, [block, one])
+    assert seen == [(4, [*block.lanes.tolist(), single.lane])]  # one pass: the block's rows, then the row
+    assert answers[0].action.tolist() == [1, 5, 9] and answers[1].action == 11
+    assert answers[0].batch_size == answers[1].batch_size == 4
+    assert server.report()["batch_sizes"] == {4: 1} and server.report()["requests"] == 2
+    server.close()
+
+
+def test_a_block_is_taken_whole_and_refused_past_max_batch() -> None:
+    clock = VirtualClock()
+    # L(1) = 0.3, L(2) = 0.6, L(3) = 0.9: a deadline at 1.0 fits no more than 3 rows, the block's three
+    server = BatchingServer(lambda x: x[:, 0], LatencyCurve.linear(0.0, 0.3), clock=clock, max_batch=4)
+    block = _block(server, np.ones((3, 2)))
+    late = server.lane(tau_m=1.0)
+    after = Request(late.lane, np.zeros(2), 0, 1, 1.0, 0.0)
+    answers = _serve(server, clock, [block, after])
+    assert [a.batch_size for a in answers] == [3, 1]  # the block whole, the row in the next batch
+    with pytest.raises(ValueError, match="1..4 rows"):
+        server.submit(_block(server, np.ones((5, 2))))
+    server.close()
+
+
+def test_seat_lanes_make_one_request_a_team_a_tick() -> None:
+    pytest.importorskip("magent2")
+    world = Session("multi/battle", clock="virtual", seed=0, env_kwargs={"map_size": 20}).start()
+    forward = TeamForward({"red": lambda x: np.full(len(x), STAY), "blue": lambda x: np.full(len(x), STAY)})
+    server = BatchingServer(forward, LatencyCurve.linear(0.005, 0.0001), clock=world.clock, max_batch=8)
+    lanes = SeatLanes(world, server, forward=forward).start()
+    assert [len(b) for b in lanes.blocks] == [8, 4, 8, 4]  # 12 a team, in blocks of max_batch rows
+    world.run_for(2.0)
+    lanes.stop()
+    server.close()
+    world.stop()
+    report, source = server.report(), world.tick_log.block("source")
+    rounds = lanes.requests // 24  # a row a seat a tick
+    assert lanes.requests == 24 * rounds and rounds >= 38
+    assert report["requests"] == 4 * rounds  # a request a block (the old driver: one a seat, 24 a tick)
+    assert set(report["batch_sizes"]) <= {4, 8}  # a block is never split, nor two of 8 and 4 joined past 8
+    assert (source[1:] == SOURCE_AGENT).all()
+
+
+def test_epsilon_explores_each_teams_rows_at_its_rate() -> None:
+    pytest.importorskip("magent2")
+    world = Session("multi/battle", clock="virtual", seed=0, env_kwargs={"map_size": 45}).start()
+    stay = lambda x: np.full(len(x), STAY)  # noqa: E731
+    forward = TeamForward({"red": stay, "blue": stay})
+    server = BatchingServer(forward, LatencyCurve.linear(0.005, 0.0), clock=world.clock, max_batch=256)
+    lanes = SeatLanes(world, server, forward=forward, epsilon={"red": 0.0, "blue": 0.5}, seed=3).start()
+    world.run_for(2.0)
+    lanes.stop()
+    server.close()
+    world.stop()
+    action, seats = world.tick_log.block("action")[2:], world.seats
+    red = [i for i, s in enumerate(seats) if s.startswith("red_")]
+    blue = [i for i, s in enumerate(seats) if s.startswith("blue_")]
+    assert (action[:, red] == STAY).all()
+    explored = (action[:, blue] != STAY).mean()  # ε 0.5, a uniform draw of 21 that is STAY 1 time in 21
+    assert explored == pytest.approx(0.5 * 20 / 21, abs=0.03)
