@@ -108,3 +108,26 @@ def test_epsilon_explores_each_teams_rows_at_its_rate() -> None:
     assert (action[:, red] == STAY).all()
     explored = (action[:, blue] != STAY).mean()  # ε 0.5, a uniform draw of 21 that is STAY 1 time in 21
     assert explored == pytest.approx(0.5 * 20 / 21, abs=0.03)
+
+
+def test_a_lone_block_is_the_forward_input_itself_no_copy_into_staging() -> None:
+    """The copy of observations into the server: a team's block, read from the seats' slots into its
+    rows, is the batch when it rides alone; beside other requests it is copied into the staging buffer."""
+    clock = VirtualClock()
+    inputs: list[np.ndarray] = []
+
+    def forward(batch: np.ndarray) -> np.ndarray:
+        inputs.append(batch)
+        return batch[:, 0]
+
+    server = BatchingServer(forward, LatencyCurve.linear(0.01, 0.0), clock=clock, max_batch=8)
+    block = _block(server, np.arange(8.0).reshape(4, 2))
+    (answer,) = _serve(server, clock, [block])
+    assert np.shares_memory(inputs[-1], block.obs) and answer.action.tolist() == [0.0, 2.0, 4.0, 6.0]
+    other = _block(server, np.ones((2, 2)))
+    _serve(server, clock, [block, other])
+    assert not np.shares_memory(inputs[-1], block.obs) and inputs[-1].shape == (
+        6,
+        2,
+    )  # two requests: stacked in staging
+    server.close()

@@ -211,6 +211,8 @@ class BatchingServer:
         self._spare: np.ndarray | None = None  # overlap: the other one (the running batch's)
         self._staged: list[_Ticket | None] = [None] * max_batch  # whose frame each row of `_staging` holds
         self.overlap: Final = overlap and clock.waits_block  # a stager copying beside the forward needs threads
+        #: a lone block may be the forward's input as it is: no pinned buffers, no stager swapping them
+        self._unpinned: Final = not callable(getattr(forward, "staging", None)) and not self.overlap
         self._stage_lock = threading.Lock()  # held by the stager while it copies; the server takes it to swap
         self._forward_running = False
         self._arrivals = 0  # requests queued so far: the stager looks again when it moves
@@ -388,14 +390,17 @@ class BatchingServer:
 
     def _compute(self, batch: list[_Ticket]) -> np.ndarray | BaseException:
         """Stack the batch's frames into the staging buffer (rows the stager filled during the last
-        forward are in place already) and run the forward pass."""
+        forward are in place already) and run the forward pass. A batch of one block is its own input:
+        its rows are contiguous already (unless the forward reads pinned buffers: they are the staging)."""
         staging, staged = self._staging, self._staged
         assert staging is not None
         b = 0
         try:
             if self.prepare_error is not None:
                 raise self.prepare_error
-            for ticket in batch:
+            if len(batch) == 1 and batch[0].request.lanes is not None and self._unpinned:
+                staging, b = batch[0].request.obs, batch[0].request.rows  # read during the call only, like staging
+            for ticket in batch if b == 0 else ():
                 k = ticket.request.rows
                 if staged[b] is ticket:
                     self.staged_ahead += k
