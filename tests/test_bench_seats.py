@@ -103,3 +103,13 @@ def test_bench_seats_refuses_more_seats_than_the_world_has(argv: list[str], said
         [sys.executable, "-m", "nonstop", "bench", "seats", *argv], capture_output=True, text=True, timeout=120, env=env
     )
     assert out.returncode != 0 and said in out.stderr and "Traceback" not in out.stderr
+
+
+def test_bench_seats_runs_no_pool_a_seat_past_162_and_says_so(capsys: pytest.CaptureFixture) -> None:
+    from nonstop.bench import seats
+
+    result = _bench("--clock", "virtual", "--seats", "170", "--seconds", "0.5", "--warmup-s", "0.2")
+    assert [(r["mode"], r["seats"], r["map_size"]) for r in result["results"]] == [("server", 170, 50)]
+    assert result["skipped"] == [{"mode": "pools", "seats": 170, "why": result["skipped"][0]["why"]}]
+    seats.render(result)
+    assert "170 seats, pools: skipped" in capsys.readouterr().out

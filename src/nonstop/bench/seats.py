@@ -12,7 +12,8 @@ others keep β (stay). Each count runs twice in the same process, one after the 
   then re-measured as it runs) with a lane per seat (`nonstop.inference.seatlanes.SeatLanes`,
   one driver thread for every seat, one forward pass per team per batch: `TeamForward`);
 * ``pools``: one `InferencePool` per seat (one worker thread each, batch-of-one forward passes,
-  the sequential scheduler), the composition docs/multi-agent.md showed before.
+  the sequential scheduler), the composition docs/multi-agent.md showed before; up to 162 seats
+  (`POOLS_MAX_SEATS`: past it the run is listed under ``skipped``, with why).
 
 Reported per run, over the ticks after ``--warmup-s``, from the tick log: the seats acted for at
 every tick (no inaction), inaction (worst and mean seat; absent ticks of dead agents excluded),
@@ -61,6 +62,9 @@ TARGET_INACTION = 0.01
 OBS_SHAPE = (13, 13, 5)  # battle's window of each agent
 N_ACTIONS = 21
 TARGET_LATENESS_P99_MS = 2.0
+#: the most seats the pools baseline runs for: at 162 its threads already left 54-75 % of ticks to β and
+#: spent 1.5 ticks of CPU a tick (docs/multi-agent.md); a thousand threads would measure only the machine
+POOLS_MAX_SEATS = 162
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -428,7 +432,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     warmup = args.warmup_s if args.warmup_s is not None else warmup
     if seconds <= 0 or warmup < 0:
         raise ValueError(f"--seconds must be positive and --warmup-s non-negative, got {seconds!r}, {warmup!r}")
-    results = [_one_run(mode, n, args, seconds, warmup) for n in counts for mode in modes]
+    runs = [(mode, n) for n in counts for mode in modes]
+    skipped = [
+        {"mode": mode, "seats": n, "why": f"a pool a seat is a thread a seat: not run past {POOLS_MAX_SEATS} seats"}
+        for mode, n in runs
+        if mode == "pools" and n > POOLS_MAX_SEATS
+    ]
+    results = [_one_run(mode, n, args, seconds, warmup) for mode, n in runs if mode == "server" or n <= POOLS_MAX_SEATS]
     judged = next((r for r in results if r["mode"] == "server" and r["seats"] == max(counts)), None)
     meets = (
         judged is not None
@@ -446,6 +456,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "policy": "GridConv (87k parameters, one θ per team), torch on one thread",
         "map_size": args.map_size,
         "results": results,
+        "skipped": skipped,
         "judged": {
             "seats": None if judged is None else judged["seats"],
             "target": f"server: inaction ≤ {TARGET_INACTION:.0%} for every seat, host lateness p99 < "
@@ -473,5 +484,15 @@ def render(result: dict[str, Any]) -> None:
             f"{r['delay_mean_ticks']:>6.2f} {r['delay_p99_ticks']:>5.1f} {batch if batch is None else round(batch, 1)!s:>6} "
             f"{r['forward_ms_per_tick']:>11.2f} {r['lateness_p99_ms']:>11.3f}"
         )
+    for r in result["results"]:
+        fit = r.get("forward_fit")
+        if fit and fit.get("batches"):
+            host = r.get("host_cpu_ms_per_tick")
+            print(
+                f"{r['seats']} seats: {fit['how']}; CPU a tick: agents {r['agents_cpu_ms_per_tick']:.1f} ms, host "
+                f"{'?' if host is None else f'{host:.1f}'} ms (load average {r['load_average'][0]:.1f})"
+            )
+    for skip in result.get("skipped", []):
+        print(f"{skip['seats']} seats, {skip['mode']}: skipped ({skip['why']})")
     judged = verdict(result["meets_target"], bool(result["quick"]))  # rich markup: for the terminal, not the JSON
     Console().print(f"judged: {result['judged']['target']}: {judged}", highlight=False)
