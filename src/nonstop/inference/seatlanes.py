@@ -10,7 +10,10 @@ most the server's ``max_batch`` rows; `nonstop.inference.batching.Request`'s ``l
 each row's answer to its seat's action queue (``worker`` ``k``, τ_θ its request's whole time). The
 server batches those blocks, EDF and sized by its latency curve (a block whole), so the seats of a
 world ride one forward pass a team where the curve allows: at a thousand seats the driver makes
-two requests a tick, not a thousand, and draws each team's exploration at once. Each lane index acts again at the first tick after
+two requests a tick, not a thousand, and draws each team's exploration at once. Where the server
+takes every block in one batch (its ``max_batch``), the blocks are queued together; where it takes
+fewer, each block is submitted as soon as it is read, so one team's pass runs while the next team's
+windows are read, and its actions reach their seats while the next pass runs. Each lane index acts again at the first tick after
 its answers came, so more lanes a seat pay only where a round outlasts a tick (they pipeline over
 it); where a round fits in a tick, a second lane index doubles the requests and each seat's newest
 action wins (the others are counted superseded). A seat whose agent has left the world (its slot
@@ -211,6 +214,9 @@ class SeatLanes:
         frames = [np.empty((len(block), *first.shape), first.dtype) for block in self.blocks]
         lane_ids = [np.array([lanes[j].lane for j in block], np.int64) for block in self.blocks]
         rngs = [np.random.default_rng([self._seed, k, b]) for b in range(len(self.blocks))]
+        # where the server takes every block in one batch they are queued together; where it takes fewer
+        # (its max_batch), each goes as soon as it is read
+        one_batch = sum(len(block) for block in self.blocks) <= server.max_batch
         newest = world.slots[-1]  # the host publishes the seats in order: this one's publish ends a tick's
         seen = -1
         tick = k
@@ -222,6 +228,7 @@ class SeatLanes:
                     yield (clock.now() + _NEXT_OBSERVATION, _AFTER_TICK)  # the world's step outlasted the wait
                 seen = newest.seq
                 fresh = []  # (block, its rows' seats, (tick, episode) of each row, the request)
+                waiting = []  # the same, with the request's ticket once submitted
                 for b, block in enumerate(self.blocks):
                     rows: list[int] = []
                     read: list[tuple[int, int]] = []
@@ -239,9 +246,12 @@ class SeatLanes:
                         request = Request(
                             lane.lane, lane.obs, lane.obs_tick, lane.due_tick, lane.due, lane.submitted, ids
                         )
-                        fresh.append((b, rows, read, request))
+                        if one_batch:
+                            fresh.append((b, rows, read, request))
+                        else:  # its pass runs while the next block's windows are read
+                            waiting.append((b, rows, read, server.submit(request)))
                 with server.together():  # every team's block queued before a batch is taken: one batch
-                    waiting = [(b, rows, read, server.submit(request)) for b, rows, read, request in fresh]
+                    waiting += [(b, rows, read, server.submit(request)) for b, rows, read, request in fresh]
                 self.requests += sum(len(rows) for _, rows, _, _ in waiting)
                 for b, rows, read, ticket in waiting:
                     answer = server.wait(ticket) if threaded else (yield from server.wait_timed(ticket))
