@@ -12,7 +12,7 @@ from nonstop.inference.batchsize import LatencyCurve
 from nonstop.inference.seatlanes import SeatLanes, TeamForward
 from nonstop.realtime.clock import VirtualClock
 from nonstop.realtime.host import Session
-from nonstop.realtime.tickcolumns import SOURCE_AGENT
+from nonstop.realtime.tickcolumns import SOURCE_ABSENT, SOURCE_AGENT
 
 STAY = 6
 
@@ -131,3 +131,36 @@ def test_a_lone_block_is_the_forward_input_itself_no_copy_into_staging() -> None
         2,
     )  # two requests: stacked in staging
     server.close()
+
+
+def test_a_thousand_seats_whose_agents_die_leave_their_teams_blocks() -> None:
+    """1,058 agents of `multi/battle-1000` advance on each other and attack when an enemy is next to
+    them: agents die, their rows leave their team's block (the batches shrink), their log says absent,
+    and every seat still in the world acts at every tick (no inaction), one tick late."""
+    pytest.importorskip("magent2")
+    rng = np.random.default_rng(0)
+
+    def advance(step: int):
+        def forward(batch: np.ndarray) -> np.ndarray:
+            near = batch[:, 5:8, 5:8, 3].sum(axis=(1, 2)) > 0  # channel 3: the other team, the agent at (6, 6)
+            return np.where(near, rng.integers(13, 21, len(batch)), step)
+
+        return forward
+
+    world = Session("multi/battle-1000", clock="virtual", seed=0).start()
+    forward = TeamForward({"red": advance(7), "blue": advance(5)})  # 7: a step right, 5: a step left
+    server = BatchingServer(forward, LatencyCurve.linear(0.005, 0.00001), clock=world.clock, max_batch=1058)
+    lanes = SeatLanes(world, server, forward=forward).start()
+    world.run_for(3.0)
+    lanes.stop()
+    server.close()
+    world.stop()
+    log = world.tick_log
+    source, delay = log.block("source"), log.block("delay")
+    sizes = server.report()["batch_sizes"]
+    assert source.shape[1] == 1058 and (source == SOURCE_ABSENT).any(axis=0).sum() >= 5, "too few died to show it"
+    served = sum(b * n for b, n in sizes.items())
+    assert min(sizes) < 1058 == max(sizes) and 0 <= lanes.requests - served <= 1058  # the last round: unserved
+    present = source[1:] != SOURCE_ABSENT
+    assert (source[1:][present] == SOURCE_AGENT).all() and (delay[1:][present] == 1).all()
+    assert (delay[source == SOURCE_ABSENT] == -1).all()
