@@ -306,6 +306,7 @@ def _measure(
     tau = 1 / 60
     rss_first = 0
     burst = max(1, round(rate / 1000)) if rate > 0 else rows + 1
+    period = burst / rate if rate > 0 else 0.0  # a burst a millisecond, or one append a 1/rate below 1,000 a second
     t_start = time.perf_counter()
     next_burst = t_start
     for t in range(1, rows + 1):
@@ -326,8 +327,8 @@ def _measure(
             slow.append((t, t0, cost))
         if t == rss_at:
             rss_first = _rss_bytes()
-        if t % burst == 0:  # the next burst is due a millisecond after this one began
-            next_burst += 0.001
+        if t % burst == 0:  # the next burst is due a period after this one began
+            next_burst += period
             pause = next_burst - time.perf_counter()
             if pause > 0:
                 sleep(pause)
