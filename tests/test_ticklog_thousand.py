@@ -120,3 +120,25 @@ def test_an_in_memory_log_of_a_thousand_seats_fills_blocks_refused_huge_pages() 
     if Path("/proc/self/smaps").is_file():
         block = log._block  # the open block, the one appends write
         assert "nh" in _vm_flags(block.__array_interface__["data"][0])
+
+
+def test_bench_ticklog_sizes_a_thousand_seats_by_bytes_and_times_the_reports_sections(tmp_path, monkeypatch) -> None:
+    """Past 162 seats the default rows keep 162 seats' bytes (50,000 rows of 1,000 seats' 72 KB would
+    be 3.6 GB in the chunked variant); the result times the report's seat and team sections on the
+    streamed log (its target in the JSON, never asserted here)."""
+    import argparse
+
+    from nonstop.bench import ticklog
+
+    quick = argparse.Namespace(quick=True, rows=None, rss_at=None)
+    assert ticklog._sizes(quick, 1000) == {"rows": 3240, "rss_at": 810}
+    assert ticklog._sizes(argparse.Namespace(quick=False, rows=None, rss_at=None), 162) == ticklog.FULL_SEATS
+    assert ticklog._sizes(quick, 1) == ticklog.QUICK
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    args = argparse.Namespace(
+        quick=True, rows=300, rss_at=150, seats=1000, variants="streamed", rate=0.0, sched="normal"
+    )  # fmt: skip
+    result = ticklog.run(args)
+    assert result["report_s"] > 0 and result["report_s_per_hour_at_20hz"] == result["report_s"] * 72_000 / 300
+    assert isinstance(result["meets_report_target"], bool) and result["targets"]["report_s_per_hour_at_20hz"] > 0
+    assert result["variants"]["streamed"]["append_us"]["n"] == 300

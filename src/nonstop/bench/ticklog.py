@@ -426,21 +426,26 @@ def _run_variant(variant: str, rows: int, rss_at: int, rate: float, sched: str, 
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _sizes(args: Any, seats: int) -> dict[str, Any]:
+    """Rows and the first memory reading: the options', else the defaults for one seat or for several
+    (past 162 seats, the rows of 162 seats' bytes: a thousand seats' row is 72 KB)."""
+    if seats == 1:
+        return run_sizes(args, QUICK, FULL)
+    scale = min(1.0, SEATS_AT_FULL_ROWS / seats)
+    return run_sizes(
+        args,
+        {k: max(1, round(v * scale)) for k, v in QUICK_SEATS.items()},
+        {k: max(1, round(v * scale)) for k, v in FULL_SEATS.items()},
+    )
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from nonstop.realtime.ticklog import RowLayout
 
     seats = getattr(args, "seats", 1)
     if not isinstance(seats, int) or seats < 1:
         raise ValueError(f"--seats must be a positive integer, got {seats!r}")
-    if seats > 1:  # past 162 seats, the rows of 162 seats' bytes (a thousand seats' row is 72 KB)
-        scale = min(1.0, SEATS_AT_FULL_ROWS / seats)
-        sizes = run_sizes(
-            args,
-            {k: max(1, round(v * scale)) for k, v in QUICK_SEATS.items()},
-            {k: max(1, round(v * scale)) for k, v in FULL_SEATS.items()},
-        )
-    else:
-        sizes = run_sizes(args, QUICK, FULL)
+    sizes = _sizes(args, seats)
     rows, rss_at = int(sizes["rows"]), int(sizes["rss_at"])
     if rss_at >= rows:
         raise ValueError(f"--rss-at ({rss_at:,}) must be below --rows ({rows:,})")
