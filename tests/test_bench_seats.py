@@ -70,3 +70,46 @@ def test_bench_seats_json_carries_the_verdict_as_a_flag_and_the_table_renders_it
     seats.render(result)
     shown = capsys.readouterr().out
     assert "judged:" in shown and "meets" in shown and "[green]" not in shown
+
+
+def test_bench_seats_acts_for_a_thousand_seats_on_a_map_sized_for_them() -> None:
+    """Issue 43: ``--seats 1000`` runs battle on the smallest map holding 1,000 agents (115: 1,058),
+    every seat acted for at every tick in one batch a tick (two blocks, a team each)."""
+    result = _bench("--clock", "virtual", "--seats", "1000", "--mode", "server", "--seconds", "1", "--warmup-s", "0.5")
+    (run,) = result["results"]
+    assert (run["seats"], run["map_size"], run["agents"]) == (1000, 115, 1058)
+    assert run["seats_acted_every_tick"] == 1000 and run["inaction_max"] == 0.0 and run["delay_mean_ticks"] == 1.0
+    assert run["batch_sizes"] == {"1000": run["batch_sizes"]["1000"]}
+    assert result["judged"]["seats"] == 1000 and result["meets_target"] is True
+
+
+@pytest.mark.wall
+def test_bench_seats_says_how_the_forward_fits_the_tick_and_what_the_host_costs() -> None:
+    result = _bench("--seats", "4", "--mode", "server", "--seconds", "1", "--warmup-s", "0.5")
+    (run,) = result["results"]
+    fit = run["forward_fit"]
+    assert fit["tau_m_ms"] == 50.0 and isinstance(fit["fits"], bool) and fit["batch_ms"]["p99"] > 0
+    assert "of the 50 ms tick" in fit["how"] and result["judged"]["forward_fit"] == fit
+    assert run["host_cpu_ms_per_tick"] > 0 and len(run["load_average"]) == 3
+
+
+@pytest.mark.parametrize(
+    "argv,said",
+    [(["--seats", "4000"], "1..3200"), (["--seats", "200", "--map-size", "45"], "162 agents")],
+)
+def test_bench_seats_refuses_more_seats_than_the_world_has(argv: list[str], said: str) -> None:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    out = subprocess.run(
+        [sys.executable, "-m", "nonstop", "bench", "seats", *argv], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode != 0 and said in out.stderr and "Traceback" not in out.stderr
+
+
+def test_bench_seats_runs_no_pool_a_seat_past_162_and_says_so(capsys: pytest.CaptureFixture) -> None:
+    from nonstop.bench import seats
+
+    result = _bench("--clock", "virtual", "--seats", "170", "--seconds", "0.5", "--warmup-s", "0.2")
+    assert [(r["mode"], r["seats"], r["map_size"]) for r in result["results"]] == [("server", 170, 50)]
+    assert result["skipped"] == [{"mode": "pools", "seats": 170, "why": result["skipped"][0]["why"]}]
+    seats.render(result)
+    assert "170 seats, pools: skipped" in capsys.readouterr().out

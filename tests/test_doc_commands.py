@@ -155,6 +155,26 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "nonstop bench seats --seats 162 --json --quick --clock virtual --seconds 1",
         "20 s of 162 seats against 162 pools on the wall clock; one virtual second",
     ),
+    "nonstop bench seats --seats 1000": (
+        "nonstop bench seats --seats 1000 --quick --clock virtual --seconds 1 --warmup-s 0.5",
+        "20 s of 1,000 seats on the wall clock; one virtual second",
+    ),
+    "nonstop bench seats --seats 1000 --json": (
+        "nonstop bench seats --seats 1000 --json --quick --clock virtual --seconds 1 --warmup-s 0.5",
+        "20 s of 1,000 seats on the wall clock; one virtual second",
+    ),
+    "nonstop bench seats --seats 162,1000 --mode server --json": (
+        "nonstop bench seats --seats 162,1000 --mode server --json --quick --clock virtual --seconds 1 --warmup-s 0.5",
+        "20 s of 162 and of 1,000 seats on the wall clock; one virtual second each",
+    ),
+    "nonstop bench ticklog --seats 1000": (
+        "nonstop bench ticklog --seats 1000 --rows 300 --rss-at 150 --rate 0",
+        "8,100 appends of 1,000 seats a variant at 400 a second; 300 unpaced",
+    ),
+    "nonstop bench ticklog --seats 1000 --json": (
+        "nonstop bench ticklog --seats 1000 --json --rows 300 --rss-at 150 --rate 0",
+        "8,100 appends of 1,000 seats a variant at 400 a second; 300 unpaced",
+    ),
     "nonstop bench seats --clock virtual": (
         "nonstop bench seats --clock virtual --quick --seconds 1",
         "10 s at 2 to 162 seats; the quick counts for one virtual second",

@@ -138,3 +138,36 @@ def test_gather_runs_its_495_seats() -> None:
     log = world.tick_log
     assert log.seats == 495 and log["truncated"].nonzero()[0].tolist() == [9]
     assert (log.block("source")[:10] == SOURCE_DEFAULT).all()  # nobody acted: β everywhere, nobody absent
+
+
+def test_battle_agents_counts_what_magent2_places_and_the_map_for_a_thousand() -> None:
+    """`battle_agents` agrees with the agents MAgent2 puts on a map (small maps lose border cells);
+    `battle_map_for` gives the smallest map of at least n (45, the default, at least)."""
+    from nonstop.envs.magent import BATTLE_1000_MAP, battle_agents, battle_map_for
+
+    for map_size in (12, 15, 16, 20, 33):
+        assert battle_agents(map_size) == len(make_env("multi/battle", map_size=map_size).possible_agents)
+    assert [battle_agents(m) for m in (45, 80, 110, 115)] == [162, 512, 968, 1058]
+    assert battle_map_for(162) == 45 and battle_map_for(163) == 50 and battle_map_for(1000) == BATTLE_1000_MAP
+    with pytest.raises(ValueError, match="agents must be a positive integer"):
+        battle_map_for(0)
+    with pytest.raises(ValueError, match="no battle map"):
+        battle_map_for(10**6)
+
+
+@pytest.mark.parametrize("env_id,agents", [("multi/battle-1000", 1058), ("multi/gather", 495)])
+def test_parallel_api_test_on_the_worlds_of_hundreds_of_agents(env_id: str, agents: int) -> None:
+    """PettingZoo's checks on the realtime view of the ~1,000-agent battle (a 115×115 map) and of
+    gather's 495 agents: a few cycles each, episodes cut short so a reset is checked too."""
+    from pettingzoo.test import parallel_api_test
+
+    import nonstop
+
+    env = nonstop.make_parallel(env_id, clock="virtual", seed=0, env_kwargs={"max_cycles": 5})
+    try:
+        assert len(env.possible_agents) == agents
+        parallel_api_test(env, num_cycles=8)
+    finally:
+        env.close()
+    with pytest.raises(TypeError, match="map_size"):  # its map is fixed: another is multi/battle's map_size
+        env_info("multi/battle-1000", map_size=80)

@@ -1,23 +1,33 @@
 """``nonstop bench seats``: how many seats of one world are acted for at every tick, one batching server
 against one inference pool per seat (issue 32 item 6; docs/multi-agent.md).
 
-The world is MAgent2's `multi/battle` on its default map (162 agents, 81 a team) at ``--tick-hz``
-(20) on the **wall clock**, its host in a process of its own. For each seat count of ``--seats``
-(2, 18, 81, 162) the first that many seats, alternately red and blue, are acted for by a small conv
+The world is MAgent2's `multi/battle` at ``--tick-hz`` (20) on the **wall clock**, its host in a
+process of its own, on the smallest map that holds the seat count (`nonstop.envs.magent.battle_map_for`:
+its default 45×45, 162 agents, up to 162 seats; 115×115, 1,058 agents, for 1,000; issue 43). For each
+seat count of ``--seats`` (2, 18, 81, 162) the first that many seats, alternately red and blue, are acted for by a small conv
 policy (`nonstop.policies.gridconv.GridConv`, one θ per team, torch on one thread of this CPU); the
 others keep β (stay). Each count runs twice in the same process, one after the other:
 
-* ``server``: one `BatchingServer` with a lane per seat (`nonstop.inference.seatlanes.SeatLanes`,
+* ``server``: one `BatchingServer` (its L(b) timed here at b = 1 and b = the count before the run,
+  then re-measured as it runs) with a lane per seat (`nonstop.inference.seatlanes.SeatLanes`,
   one driver thread for every seat, one forward pass per team per batch: `TeamForward`);
 * ``pools``: one `InferencePool` per seat (one worker thread each, batch-of-one forward passes,
-  the sequential scheduler), the composition docs/multi-agent.md showed before.
+  the sequential scheduler), the composition docs/multi-agent.md showed before; up to 162 seats
+  (`POOLS_MAX_SEATS`: past it the run is listed under ``skipped``, with why).
 
 Reported per run, over the ticks after ``--warmup-s``, from the tick log: the seats acted for at
 every tick (no inaction), inaction (worst and mean seat; absent ticks of dead agents excluded),
 delay (mean and p99, ticks), the batch sizes formed, the forward passes' time per tick (ms of the
 model's calls summed over a tick) and the host's lateness (p50, p99, ms). The judged figure:
 ``server`` at 162 seats holds every seat at ≤ 1 % inaction with lateness p99 < 2 ms
-(``meets_target``). ``--clock virtual`` runs the same on the virtual clock with the forward's
+(``meets_target``); issue 43 asks the same of 1,000 seats (``--seats 1000``).
+
+**How the forward fits the tick** (``forward_fit`` of each server run): a batch's passes (one a
+team) timed on the wall, their p50/p99/max beside τ_M, the share of each tick they take, and what to
+do where one batch outlasts a tick (staggered lanes, ``--lanes-per-seat`` ⌈batch/τ_M⌉, or a smaller
+network). The CPU each tick costs: ``agents_cpu_ms_per_tick`` (this process: the lanes' driver, the
+server, the model) and ``host_cpu_ms_per_tick`` (the world's host process: the env's step, every
+seat's queue and slot, the tick log); ``load_average`` says how loaded the machine was. ``--clock virtual`` runs the same on the virtual clock with the forward's
 time declared by ``--batch-curve`` (default: the H100 k=1 figures of docs/gpu.md, L(1) = 0.32 ms,
 L(64) = 0.64 ms) and the pools' batch-of-one at L(1): what the same composition gives on that card.
 There each pool's pass is declared as if it had the card to itself; ``device_busy_fraction`` (the
@@ -31,6 +41,7 @@ from __future__ import annotations
 import argparse
 import gc
 import math
+import os
 import time
 from typing import Any
 
@@ -51,6 +62,9 @@ TARGET_INACTION = 0.01
 OBS_SHAPE = (13, 13, 5)  # battle's window of each agent
 N_ACTIONS = 21
 TARGET_LATENESS_P99_MS = 2.0
+#: the most seats the pools baseline runs for: at 162 its threads already left 54-75 % of ticks to β and
+#: spent 1.5 ticks of CPU a tick (docs/multi-agent.md); a thousand threads would measure only the machine
+POOLS_MAX_SEATS = 162
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,15 +90,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="server: N_I staggered lanes a seat (lane k from tick k; default 1)",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--map-size",
+        type=int,
+        default=None,
+        help="battle's map (default: the smallest holding the count, at least 45: battle_map_for)",
+    )
 
 
 def _counts(text: str) -> list[int]:
+    from nonstop.envs.magent import BATTLE_MAX_MAP, battle_agents
+
+    most = battle_agents(BATTLE_MAX_MAP)
     try:
         counts = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise ValueError(f"--seats takes comma-separated seat counts, got {text!r}") from None
-    if not counts or any(not 1 <= n <= 162 for n in counts):
-        raise ValueError(f"--seats: each count must be 1..162 (battle's agents), got {text!r}")
+    if not counts or any(not 1 <= n <= most for n in counts):
+        raise ValueError(f"--seats: each count must be 1..{most} (battle's agents on its largest map), got {text!r}")
     return counts
 
 
@@ -94,6 +117,90 @@ def _driven(seats: list[str], n: int) -> list[str]:
     blue = [s for s in seats if s.startswith("blue_")]
     both = [s for pair in zip(red, blue) for s in pair]
     return both[:n]
+
+
+class _TimedBatches:
+    """The server's forward (a `TeamForward`), each batch's wall time and rows kept: how the forward fits the tick."""
+
+    takes_lanes = True
+
+    def __init__(self, forward: Any, stopwatch: Any) -> None:
+        self.forward, self.stopwatch = forward, stopwatch
+        self.seconds: list[float] = []
+        self.rows: list[int] = []
+
+    def __call__(self, batch: np.ndarray, lanes: Any) -> Any:
+        t0 = self.stopwatch()
+        out = self.forward(batch, lanes)
+        self.seconds.append(self.stopwatch() - t0)
+        self.rows.append(len(batch))
+        return out
+
+
+def _forward_fit(batches: _TimedBatches, tau_m: float, ticks: int) -> dict[str, Any]:
+    """How a tick's batches (a team's pass each, or one batch of a pass a team) fit in a tick on this
+    machine, and what to do where they do not: a round is the tick's batches, one after the other."""
+    took = np.asarray(batches.seconds[1:] or batches.seconds, float)  # the first batch bears the warm-up
+    if not took.size:
+        return {"batches": 0}
+    per_tick = len(batches.seconds) / max(ticks, 1)
+    p50, p99 = float(np.median(took)), float(np.percentile(took, 99))
+    round_p99 = max(1.0, round(per_tick)) * p99
+    fits = round_p99 <= tau_m
+    return {
+        "tau_m_ms": 1e3 * tau_m,
+        "batches": len(batches.seconds),
+        "batches_per_tick": per_tick,
+        "rows_mean": float(np.mean(batches.rows)),
+        "batch_ms": percentiles(took, 1e3),
+        "batch_ms_per_tick": 1e3 * float(np.sum(batches.seconds)) / max(ticks, 1),
+        "round_ms_p99": 1e3 * round_p99,
+        "share_of_tick_p99": round_p99 / tau_m,
+        "fits": bool(fits),
+        "how": (
+            f"{per_tick:.1f} batches a tick of {np.mean(batches.rows):.0f} rows, each {1e3 * p50:.1f} ms "
+            f"(p99 {1e3 * p99:.1f}): a round takes {1e3 * round_p99:.1f} ms of the {1e3 * tau_m:.0f} ms tick at p99"
+            + (
+                ""
+                if fits
+                else f"; it outlasts the tick: --lanes-per-seat {math.ceil(round_p99 / tau_m)} (staggered lanes) "
+                "or a smaller network"
+            )
+        ),
+    }
+
+
+def _measured_curve(forwards: dict[str, Any], n: int, stopwatch: Any) -> Any:
+    """The server's L(b) to start from, timed here before the run: a batch of one (one team's pass) and
+    of all ``n`` seats (each team's pass on its share), the median of three; the server re-measures it."""
+    from nonstop.inference.batchsize import LatencyCurve
+
+    def timed(rows: dict[str, int]) -> float:
+        runs = []
+        for _ in range(3):
+            t0 = stopwatch()
+            for team, b in rows.items():
+                forwards[team](np.zeros((b, *OBS_SHAPE), np.float32))
+            runs.append(stopwatch() - t0)
+        return float(np.median(runs))
+
+    teams = list(forwards)
+    table = {1: timed({teams[0]: 1})}
+    if n > 1:
+        table[n] = max(table[1], timed({team: -(-n // len(teams)) for team in teams}))  # past n: its slope
+    return LatencyCurve.table(table)
+
+
+def _cpu_seconds(pid: int | None) -> float | None:
+    """A process's user + system CPU seconds (Linux's /proc), None where it cannot be read."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class _Timed:
@@ -169,8 +276,9 @@ def _always(policy: Any) -> Any:
 
 def _one_run(mode: str, n: int, args: argparse.Namespace, seconds: float, warmup: float) -> dict[str, Any]:
     from nonstop.inference.batching import BatchingServer
-    from nonstop.inference.batchsize import LatencyCurve, parse_curve
+    from nonstop.inference.batchsize import parse_curve
     from nonstop.inference.seatlanes import SeatLanes, TeamForward, team_of
+    from nonstop.envs.magent import battle_map_for
     from nonstop.inference.workers import InferencePool
     from nonstop.realtime.clock import stopwatch
     from nonstop.realtime.host import Session
@@ -180,15 +288,18 @@ def _one_run(mode: str, n: int, args: argparse.Namespace, seconds: float, warmup
     timed = {team: _Timed(_numpy_forward(m), stopwatch) for team, m in models.items()}
     for forward in timed.values():  # the first call of a model pays its warm-up, outside the measure
         forward.forward(np.zeros((1, *OBS_SHAPE), np.float32))
+    map_size = args.map_size if args.map_size is not None else battle_map_for(n)
     world = Session(
         ENV,
         clock=args.clock,
         seed=args.seed,
-        env_kwargs={"max_cycles": 1_000_000, "tick_hz": args.tick_hz},
+        env_kwargs={"map_size": map_size, "max_cycles": 1_000_000, "tick_hz": args.tick_hz},
         default="noop",
     ).start()
     parts: list[Any] = []
     server = None
+    batches = None
+    host = getattr(getattr(world, "_process", None), "pid", None)  # the host's process (None: it runs here)
     try:
         assert world.seats is not None
         seats = _driven(world.seats, n)
@@ -197,13 +308,19 @@ def _one_run(mode: str, n: int, args: argparse.Namespace, seconds: float, warmup
             "battle changed its spaces"
         )
         curve = parse_curve(args.batch_curve, tick_hz=args.tick_hz) if virtual else None
+        if len(world.seats) < n:
+            raise ValueError(f"--seats {n}: battle on a {map_size}x{map_size} map has {len(world.seats)} agents")
         if mode == "server":
             team_forward = TeamForward(timed)
+            batches = _TimedBatches(team_forward, stopwatch)
             server = BatchingServer(
-                team_forward,
-                curve if curve is not None else LatencyCurve.linear(0.001, 0.00005),
+                batches,
+                curve if curve is not None else _measured_curve(timed, n, stopwatch),
                 clock=world.clock,
-                max_batch=max(n, 1) * args.lanes_per_seat,
+                # on this CPU a batch a team at most: the same passes as one batch of both (a θ each), and
+                # red's actions go to their seats while blue's pass runs (torch releases the GIL); the
+                # declared device of the virtual clock takes every seat in one batch
+                max_batch=(n if virtual else max(-(-n // 2), 1)) * args.lanes_per_seat,
             )
             lanes = SeatLanes(
                 world, server, seats=seats, forward=team_forward, n_inference=args.lanes_per_seat, seed=args.seed
@@ -219,9 +336,10 @@ def _one_run(mode: str, n: int, args: argparse.Namespace, seconds: float, warmup
         started = int(world.slots[-1].read().tick)  # the world ticked (β) while the agents started
         gc.freeze()  # what exists now (torch's objects, the world's) is never scanned again by the collector
         world.run_for(warmup)
-        cpu0, ticks0 = time.process_time(), int(world.slots[-1].read().tick)
+        cpu0, host0, ticks0 = time.process_time(), _cpu_seconds(host), int(world.slots[-1].read().tick)
         world.run_for(seconds)
-        cpu_s, cpu_ticks = time.process_time() - cpu0, int(world.slots[-1].read().tick) - ticks0
+        cpu_s, host1 = time.process_time() - cpu0, _cpu_seconds(host)
+        cpu_ticks = int(world.slots[-1].read().tick) - ticks0
         for part in parts:
             part.stop()
         if server is not None:
@@ -248,6 +366,8 @@ def _one_run(mode: str, n: int, args: argparse.Namespace, seconds: float, warmup
     out: dict[str, Any] = {
         "mode": mode,
         "seats": n,
+        "map_size": map_size,
+        "agents": len(world.seats),
         "ticks": ticks,
         "seats_acted_every_tick": sum(1 for s in per_seat if s["inaction_ticks"] == 0 and s["agent_ticks"]),
         "seats_died": sum(1 for s in per_seat if s["absent_ticks"]),
@@ -262,6 +382,9 @@ def _one_run(mode: str, n: int, args: argparse.Namespace, seconds: float, warmup
         "overruns": summary["overruns"],
         # CPU of this process (every agent thread, the server's, the model's) a tick: the world's host has its own
         "agents_cpu_ms_per_tick": 1e3 * cpu_s / max(cpu_ticks, 1),
+        # the world's host process a tick: the env's step, every seat's queue and slot, the tick log
+        "host_cpu_ms_per_tick": None if host0 is None or host1 is None else 1e3 * (host1 - host0) / max(cpu_ticks, 1),
+        "load_average": list(os.getloadavg()),  # the machine's, at the run's end: how much else ran beside it
     }
     if curve is not None:  # virtual: the forward's time is the declared one, the stand-in's CPU time beside it
         out["forward_cpu_ms_per_tick"] = out["forward_ms_per_tick"]
@@ -269,6 +392,8 @@ def _one_run(mode: str, n: int, args: argparse.Namespace, seconds: float, warmup
         out["forward_ms_per_tick"] = 1e3 * sum(curve(b) * c for b, c in passes.items()) / max(len(log), 1)
     # the share of each tick one device (or one core) spends in forward passes: above 1, one cannot serve them
     out["device_busy_fraction"] = out["forward_ms_per_tick"] * args.tick_hz / 1e3
+    if batches is not None and not virtual:
+        out["forward_fit"] = _forward_fit(batches, 1 / args.tick_hz, len(log))
     if server is not None:
         report = server.report()
         out["batch_size_mean"] = report["batch_size_mean"]
@@ -285,6 +410,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     except ImportError as exc:
         raise ImportError(f"bench seats runs MAgent2's battle ({exc}): pip install 'nonstop[magent]'") from exc
     counts = _counts(args.seats or (QUICK_SEATS if args.quick else DEFAULT_SEATS))
+    map_size = getattr(args, "map_size", None)
+    if map_size is not None:
+        from nonstop.envs.magent import battle_agents
+
+        try:
+            agents = battle_agents(map_size)
+        except ValueError as exc:
+            raise ValueError(f"--map-size: {exc}") from None
+        if max(counts) > agents:
+            raise ValueError(f"--seats {max(counts)}: battle on a {map_size}x{map_size} map has {agents} agents")
     modes = [m.strip() for m in args.mode.split(",") if m.strip()]
     if not modes or any(m not in ("server", "pools") for m in modes):
         raise ValueError(f"--mode takes server, pools or both (comma-separated), got {args.mode!r}")
@@ -297,7 +432,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     warmup = args.warmup_s if args.warmup_s is not None else warmup
     if seconds <= 0 or warmup < 0:
         raise ValueError(f"--seconds must be positive and --warmup-s non-negative, got {seconds!r}, {warmup!r}")
-    results = [_one_run(mode, n, args, seconds, warmup) for n in counts for mode in modes]
+    runs = [(mode, n) for n in counts for mode in modes]
+    skipped = [
+        {"mode": mode, "seats": n, "why": f"a pool a seat is a thread a seat: not run past {POOLS_MAX_SEATS} seats"}
+        for mode, n in runs
+        if mode == "pools" and n > POOLS_MAX_SEATS
+    ]
+    results = [_one_run(mode, n, args, seconds, warmup) for mode, n in runs if mode == "server" or n <= POOLS_MAX_SEATS]
     judged = next((r for r in results if r["mode"] == "server" and r["seats"] == max(counts)), None)
     meets = (
         judged is not None
@@ -313,13 +454,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "batch_curve": args.batch_curve if args.clock == "virtual" else None,
         "lanes_per_seat": args.lanes_per_seat,
         "policy": "GridConv (87k parameters, one θ per team), torch on one thread",
+        "map_size": args.map_size,
         "results": results,
+        "skipped": skipped,
         "judged": {
             "seats": None if judged is None else judged["seats"],
             "target": f"server: inaction ≤ {TARGET_INACTION:.0%} for every seat, host lateness p99 < "
             f"{TARGET_LATENESS_P99_MS} ms",
             "inaction_max": None if judged is None else judged["inaction_max"],
             "lateness_p99_ms": None if judged is None else judged["lateness_p99_ms"],
+            "forward_fit": None if judged is None else judged.get("forward_fit"),
+            "load_average": None if judged is None else judged["load_average"],
         },
         "meets_target": bool(meets),
     }
@@ -339,5 +484,15 @@ def render(result: dict[str, Any]) -> None:
             f"{r['delay_mean_ticks']:>6.2f} {r['delay_p99_ticks']:>5.1f} {batch if batch is None else round(batch, 1)!s:>6} "
             f"{r['forward_ms_per_tick']:>11.2f} {r['lateness_p99_ms']:>11.3f}"
         )
+    for r in result["results"]:
+        fit = r.get("forward_fit")
+        if fit and fit.get("batches"):
+            host = r.get("host_cpu_ms_per_tick")
+            print(
+                f"{r['seats']} seats: {fit['how']}; CPU a tick: agents {r['agents_cpu_ms_per_tick']:.1f} ms, host "
+                f"{'?' if host is None else f'{host:.1f}'} ms (load average {r['load_average'][0]:.1f})"
+            )
+    for skip in result.get("skipped", []):
+        print(f"{skip['seats']} seats, {skip['mode']}: skipped ({skip['why']})")
     judged = verdict(result["meets_target"], bool(result["quick"]))  # rich markup: for the terminal, not the JSON
     Console().print(f"judged: {result['judged']['target']}: {judged}", highlight=False)

@@ -37,10 +37,17 @@ to back, as fast as they go, and shows where the writer stops keeping up on this
 ``--seats N`` logs a world of N seats (issue 32: 162 for MAgent2's battle): each append is one tick
 of every seat, its per-seat quantities one (quantities × seats) block. The defaults then keep the
 one-seat run's bytes (``--rate`` scaled to the same bytes a second, 20,000 rows quick and 50,000
-full, no ``doubling`` variant unless named), and the result adds what a tick costs in memory:
+full up to 162 seats, and past 162 the bytes of 162 seats' rows: 3,240 and 8,100 rows at 1,000 seats,
+issue 43; no ``doubling`` variant unless named), and the result adds what a tick costs in memory:
 ``bytes_per_tick`` (the ``chunked`` variant's resident growth per row between the two readings),
 ``row_bytes`` (the row's own size) and ``memory_per_tick_vs_one_seat``: bytes per tick over the
-one-seat row times the seat count (issue 32's target: ≤ 2, ``meets_memory_target``).
+one-seat row times the seat count (issue 32's target: ≤ 2, ``meets_memory_target``). Its seats are
+named as battle's (``red_*``, then ``blue_*``) and each append is one of 64 rows of varied values (what
+a run's log compresses like, not one repeated row), so that ``report_s`` can say what `nonstop report`'s
+seat and team sections cost (issue 43): the ``streamed`` log reopened from its directory and every
+seat and team summarized (`TickLog.summary` with the teams, as the report does), its wall seconds,
+ticks a second, and ``report_s_per_hour_at_20hz`` for an hour of a 20 Hz world (target: seconds,
+``REPORT_TARGET_S``).
 """
 
 from __future__ import annotations
@@ -72,6 +79,8 @@ FULL = {"rows": 5_000_000, "rss_at": 1_000_000}
 #: the sizes with ``--seats`` above 1 (a 162-seat row is 81 times a one-seat row)
 QUICK_SEATS = {"rows": 20_000, "rss_at": 5_000}
 FULL_SEATS = {"rows": 50_000, "rss_at": 10_000}
+#: past this many seats the default rows shrink to keep this many seats' bytes (MAgent2's default battle)
+SEATS_AT_FULL_ROWS = 162
 VARIANTS = ("floor", "doubling", "chunked", "streamed")
 MAX_APPEND_TARGET_MS = 1.0
 #: memory per tick at most this many times the one-seat row times the seat count (issue 32)
@@ -81,6 +90,10 @@ DEFAULT_RATE = 200_000.0
 #: appends slower than this (ns) are attributed to a cause (``slow_appends`` of each variant)
 SLOW_NS = 500_000
 RSS_FLAT_TARGET = 0.10
+#: `nonstop report`'s seat and team sections on an hour of a 20 Hz world's log, at most (issue 43: "in seconds")
+REPORT_TARGET_S = 30.0
+#: distinct rows the appends cycle through
+VARIETY = 64
 
 #: flat figures of the result (tests/test_bench_quick.py checks them)
 RESULT_KEYS = (
@@ -99,6 +112,8 @@ RESULT_KEYS = (
     "bytes_per_tick",
     "memory_per_tick_vs_one_seat",
     "meets_memory_target",
+    "report_s",
+    "meets_report_target",
 )
 
 
@@ -219,21 +234,40 @@ def _rss_bytes() -> int:
 
 
 def _seat_values(seats: int) -> np.ndarray:
-    """A tick's per-seat values as the host hands them over: (quantities × seats), flattened."""
+    """`VARIETY` ticks' per-seat values as the host hands them over, each (quantities × seats) flattened:
+    most seats act, some idle, a few are gone (absent); delays of one to three ticks, varied rewards."""
     from nonstop.realtime.ticklog import SEAT_COLUMNS
 
-    values = np.zeros((len(SEAT_COLUMNS), seats))
-    for name, value in {
-        "source": 1,
-        "worker": 0,
-        "delay": 3,
-        "obs_tick": 7,
-        "action": 1.0,
-        "tau_theta": 0.01,
-        "reward": 1.0,
-    }.items():
-        values[SEAT_COLUMNS.index(name)] = value
-    return values.reshape(-1)
+    rng = np.random.default_rng(0)
+    values = np.zeros((VARIETY, len(SEAT_COLUMNS), seats))
+    draw = rng.random((VARIETY, seats))
+    source = np.where(draw < 0.95, 1, np.where(draw < 0.99, 0, -1))
+    at = SEAT_COLUMNS.index
+    values[:, at("source")] = source
+    values[:, at("worker")] = np.where(source == 1, 0, -1)
+    values[:, at("delay")] = np.where(source == 1, rng.integers(1, 4, (VARIETY, seats)), -1)
+    values[:, at("obs_tick")] = 7
+    values[:, at("action")] = rng.integers(0, 21, (VARIETY, seats))
+    values[:, at("tau_theta")] = np.where(source == 1, 0.01, np.nan)
+    values[:, at("reward")] = np.round(rng.normal(0, 0.1, (VARIETY, seats)), 3)
+    return values.reshape(VARIETY, -1)
+
+
+def _seat_names(seats: int) -> list[str]:
+    """Battle's seat names: the first half red, the rest blue."""
+    half = (seats + 1) // 2
+    return [f"red_{i}" for i in range(half)] + [f"blue_{i}" for i in range(seats - half)]
+
+
+def _report_seconds(directory: str) -> float:
+    """What `nonstop report` spends on a log's seat and team sections: reopen it, summarize every seat and team."""
+    from nonstop.envs.magent import teams_of
+    from nonstop.realtime.ticklog import TickLog
+
+    t0 = time.perf_counter()
+    log = TickLog.open(directory)
+    log.summary(teams=teams_of(log.seat_names) if log.seats > 1 else None)
+    return time.perf_counter() - t0
 
 
 def _measure(
@@ -252,7 +286,8 @@ def _measure(
         log = _Floor(width)
         grows = log.grows_at(rows)
     else:
-        log = TickLog(1 / 60, directory=directory if variant == "streamed" else None, seats=seats)
+        meta = {"seats": _seat_names(seats)} if seats > 1 else {}
+        log = TickLog(1 / 60, directory=directory if variant == "streamed" else None, seats=seats, meta=meta)
         grows = np.arange(log.chunk_rows + 1, rows + 1, log.chunk_rows)  # the appends that seal a chunk
     values = _seat_values(seats)
     policy = raise_priority(sched) if sched != "normal" else "normal"  # after the writer thread started
@@ -271,21 +306,29 @@ def _measure(
     tau = 1 / 60
     rss_first = 0
     burst = max(1, round(rate / 1000)) if rate > 0 else rows + 1
+    period = burst / rate if rate > 0 else 0.0  # a burst a millisecond, or one append a 1/rate below 1,000 a second
     t_start = time.perf_counter()
     next_burst = t_start
     for t in range(1, rows + 1):
         deadline = t * tau
         t0 = clock()
         append(
-            t, deadline, deadline + 1e-5, episode=t >> 12, terminated=False, truncated=False, step_s=1e-5, seats=values
+            t,
+            deadline,
+            deadline + 1e-5,
+            episode=t >> 12,
+            terminated=False,
+            truncated=False,
+            step_s=1e-5,
+            seats=values[t % VARIETY],
         )
         cost = costs[t - 1] = clock() - t0
         if cost > SLOW_NS:
             slow.append((t, t0, cost))
         if t == rss_at:
             rss_first = _rss_bytes()
-        if t % burst == 0:  # the next burst is due a millisecond after this one began
-            next_burst += 0.001
+        if t % burst == 0:  # the next burst is due a period after this one began
+            next_burst += period
             pause = next_burst - time.perf_counter()
             if pause > 0:
                 sleep(pause)
@@ -295,8 +338,11 @@ def _measure(
     backlog = log.writer_backlog if variant == "streamed" else 0
     fresh = log._writer.fresh_blocks if variant == "streamed" else 0
     busy = list(log._writer.busy) if variant == "streamed" else []  # read before close() drops the writer
+    report_s = None
     if variant == "streamed":
         log.close()
+        assert directory is not None
+        report_s = _report_seconds(directory)
     worst = np.argsort(costs)[-5:][::-1]
     stats = percentiles(costs, 1e-3)  # ns -> µs
     grows = grows[grows <= rows]
@@ -318,6 +364,7 @@ def _measure(
             "fresh_blocks": fresh,
             "chunk_rows": int(getattr(log, "chunk_rows", 0)),
             "slow_appends": _attribute(slow, grows, busy, gcs),
+            "report_s": report_s,
         }
     )
     conn.close()
@@ -379,13 +426,26 @@ def _run_variant(variant: str, rows: int, rss_at: int, rate: float, sched: str, 
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _sizes(args: Any, seats: int) -> dict[str, Any]:
+    """Rows and the first memory reading: the options', else the defaults for one seat or for several
+    (past 162 seats, the rows of 162 seats' bytes: a thousand seats' row is 72 KB)."""
+    if seats == 1:
+        return run_sizes(args, QUICK, FULL)
+    scale = min(1.0, SEATS_AT_FULL_ROWS / seats)
+    return run_sizes(
+        args,
+        {k: max(1, round(v * scale)) for k, v in QUICK_SEATS.items()},
+        {k: max(1, round(v * scale)) for k, v in FULL_SEATS.items()},
+    )
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from nonstop.realtime.ticklog import RowLayout
 
     seats = getattr(args, "seats", 1)
     if not isinstance(seats, int) or seats < 1:
         raise ValueError(f"--seats must be a positive integer, got {seats!r}")
-    sizes = run_sizes(args, QUICK_SEATS, FULL_SEATS) if seats > 1 else run_sizes(args, QUICK, FULL)
+    sizes = _sizes(args, seats)
     rows, rss_at = int(sizes["rows"]), int(sizes["rss_at"])
     if rss_at >= rows:
         raise ValueError(f"--rss-at ({rss_at:,}) must be below --rows ({rows:,})")
@@ -433,11 +493,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "streamed_writer_backlog": s["writer_backlog"],
         "streamed_fresh_blocks": s["fresh_blocks"],
         "streamed_slow_appends": s["slow_appends"],
+        "report_s": s["report_s"],
+        "report_ticks_per_s": rows / s["report_s"] if s["report_s"] else None,
+        "report_s_per_hour_at_20hz": s["report_s"] * 72_000 / rows if s["report_s"] else None,
+        "meets_report_target": bool(s["report_s"] is not None and s["report_s"] * 72_000 / rows <= REPORT_TARGET_S),
         "floor_slow_appends": per["floor"]["slow_appends"] if "floor" in per else None,
         "targets": {
             "max_append_ms": MAX_APPEND_TARGET_MS,
             "rss_growth": RSS_FLAT_TARGET,
             "memory_per_tick_vs_one_seat": MEMORY_PER_TICK_TARGET,
+            "report_s_per_hour_at_20hz": REPORT_TARGET_S,
         },
         "meets_strict_max": bool(s["max_ms"] <= MAX_APPEND_TARGET_MS),
         "meets_target": bool(
@@ -496,6 +561,12 @@ def render(result: dict[str, Any]) -> None:
         f"{result['memory_per_tick_vs_one_seat']:.2f}x the one-seat row times {result['seats']} seat(s) "
         f"(target ≤ {MEMORY_PER_TICK_TARGET:g}x)"
     )
+    if result.get("report_s") is not None:
+        print(
+            f"report's seat and team sections: {result['report_s']:.2f} s for {result['rows']:,} ticks "
+            f"({result['report_ticks_per_s']:,.0f} ticks/s; an hour at 20 Hz: {result['report_s_per_hour_at_20hz']:.1f} s, "
+            f"target ≤ {REPORT_TARGET_S:g} s)"
+        )
     verdict = "meets" if result["meets_target"] else "misses"
     print(
         f"streamed {verdict} the targets (max append ≤ {MAX_APPEND_TARGET_MS} ms, memory flat within "

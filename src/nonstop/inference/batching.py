@@ -9,6 +9,9 @@ decide when each lane reads the latest observation; the lane's forward pass is a
   curve L(b) allows while the most urgent one that can still be met is met
   (`nonstop.inference.batchsize.choose_batch_size`). A request that misses its tick anyway is
   answered late and counted (how many, by how much), never dropped.
+* A **block** request carries many lanes' rows at once (``lanes``: row i is lane ``lanes[i]``'s;
+  `nonstop.inference.seatlanes.SeatLanes` sends one a team a tick): it is served whole, in one batch,
+  its answer an array of actions, one a row. A thousand seats are then a few requests, not a thousand.
 * A lane's τ_θ is its request's whole time, queue + batch: the `LaneDecision` it gets reports it with
   the batch size it was served in, so staggering, N_I* and delay keep their meaning.
 * The forward pass is injected: ``forward(batch) -> actions`` (or Q-values, one row per observation:
@@ -59,13 +62,14 @@ import heapq
 import itertools
 import math
 import threading
-from collections.abc import Callable, Generator, Hashable, Mapping
+from collections.abc import Callable, Generator, Hashable
 from dataclasses import dataclass
 from typing import Any, Final
 
 import gymnasium
 import numpy as np
 
+from nonstop.inference.batchrows import Answer, Request, applied_batch_sizes, per_ticket, row_lanes
 from nonstop.inference.batchsize import LatencyCurve, choose_batch_size
 from nonstop.policies.base import Decision, Policy, _check_seed
 from nonstop.realtime.clock import Clock, Wake, stopwatch
@@ -89,42 +93,6 @@ _LANE: Final = 5
 
 class ServerClosed(RuntimeError):
     """The server was closed while a request waited (or after): no action comes, β covers the tick."""
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One lane's request. ``due`` is the clock time its action is due (the due tick's deadline)."""
-
-    lane: int
-    obs: np.ndarray  # by reference: the lane's, unwritten until answered (module docstring)
-    obs_tick: int
-    due_tick: int
-    due: float
-    submitted: float
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """What the server did with one request: its action, the batch it rode in, and when."""
-
-    lane: int
-    action: Any
-    obs_tick: int
-    due_tick: int
-    submitted: float
-    started: float  # its batch's start
-    answered: float  # its batch's end
-    batch_size: int
-    late_by: float  # seconds past ``due`` (0.0: on time)
-
-    @property
-    def tau_theta(self) -> float:
-        """The lane's τ_θ: queue + batch."""
-        return self.answered - self.submitted
-
-    @property
-    def queue_s(self) -> float:
-        return self.started - self.submitted
 
 
 class _Ticket:
@@ -243,6 +211,8 @@ class BatchingServer:
         self._spare: np.ndarray | None = None  # overlap: the other one (the running batch's)
         self._staged: list[_Ticket | None] = [None] * max_batch  # whose frame each row of `_staging` holds
         self.overlap: Final = overlap and clock.waits_block  # a stager copying beside the forward needs threads
+        #: a lone block may be the forward's input as it is: no pinned buffers, no stager swapping them
+        self._unpinned: Final = not callable(getattr(forward, "staging", None)) and not self.overlap
         self._stage_lock = threading.Lock()  # held by the stager while it copies; the server takes it to swap
         self._forward_running = False
         self._arrivals = 0  # requests queued so far: the stager looks again when it moves
@@ -343,6 +313,13 @@ class BatchingServer:
         ``on_settle(ticket)`` is called then, on the settling thread (a lane of another process is
         answered so: `nonstop.inference.lanering`); without it a wall-clock ticket carries an event."""
         obs = request.obs
+        if request.lanes is not None:  # a block: its rows are what the staging buffer holds
+            if not 1 <= request.rows <= self.max_batch or len(obs) != request.rows:
+                raise ValueError(
+                    f"a block request needs 1..{self.max_batch} rows (max_batch), one a lane: got {len(obs)} "
+                    f"rows for {request.rows} lanes"
+                )
+            obs = obs[0]
         ticket = _Ticket(request, threading.Event() if self.threaded and on_settle is None else None, on_settle)
         with self._cond:
             if self._staging is None:
@@ -400,29 +377,36 @@ class BatchingServer:
 
     # ------------------------------------------------------------------ serving
     def _take(self, now: float) -> list[_Ticket]:
-        """The next batch, EDF order (under the lock)."""
+        """The next batch, EDF order (under the lock); a block is taken whole (the first always)."""
         head = heapq.nsmallest(self.max_batch, self._queue)
-        b = choose_batch_size(
-            now, [due for due, _, _ in head], self.curve, max_batch=self.max_batch, tolerance=self.clock.tick_grace
-        )
-        batch = [heapq.heappop(self._queue)[2] for _ in range(b)]
+        dues = [due for due, _, ticket in head for _ in range(ticket.request.rows)]
+        b = choose_batch_size(now, dues, self.curve, max_batch=self.max_batch, tolerance=self.clock.tick_grace)
+        batch, rows = [heapq.heappop(self._queue)[2]], head[0][2].request.rows
+        while self._queue and rows + self._queue[0][2].request.rows <= b:
+            rows += self._queue[0][2].request.rows
+            batch.append(heapq.heappop(self._queue)[2])
         self._in_flight = batch
         return batch
 
     def _compute(self, batch: list[_Ticket]) -> np.ndarray | BaseException:
         """Stack the batch's frames into the staging buffer (rows the stager filled during the last
-        forward are in place already) and run the forward pass."""
+        forward are in place already) and run the forward pass. A batch of one block is its own input:
+        its rows are contiguous already (unless the forward reads pinned buffers: they are the staging)."""
         staging, staged = self._staging, self._staged
         assert staging is not None
-        b = len(batch)
+        b = 0
         try:
             if self.prepare_error is not None:
                 raise self.prepare_error
-            for j, ticket in enumerate(batch):
-                if staged[j] is ticket:
-                    self.staged_ahead += 1
-                else:
-                    staging[j] = ticket.request.obs
+            if len(batch) == 1 and batch[0].request.lanes is not None and self._unpinned:
+                staging, b = batch[0].request.obs, batch[0].request.rows  # read during the call only, like staging
+            for ticket in batch if b == 0 else ():
+                k = ticket.request.rows
+                if staged[b] is ticket:
+                    self.staged_ahead += k
+                else:  # a row's frame, or a block's rows
+                    staging[b : b + k] = ticket.request.obs
+                b += k
             if self.overlap:  # the stager fills the other buffer while this one is read
                 with self._stage_lock, self._cond:
                     self._staging, self._spare = self._spare, staging
@@ -431,7 +415,7 @@ class BatchingServer:
                     self._stage_wake.notify()  # the stager's one wake-up a batch
             try:
                 if self._takes_lanes:
-                    out = np.asarray(self.forward(staging[:b], [t.request.lane for t in batch]))
+                    out = np.asarray(self.forward(staging[:b], row_lanes(batch)))
                 else:
                     out = np.asarray(self.forward(staging[:b]))
             finally:
@@ -456,7 +440,7 @@ class BatchingServer:
             return exc
 
     def _finish(self, batch: list[_Ticket], outcome: np.ndarray | BaseException, started: float, ended: float) -> None:
-        b = len(batch)
+        b = sum(ticket.request.rows for ticket in batch)
         self.batch_sizes[b] = self.batch_sizes.get(b, 0) + 1
         if isinstance(outcome, BaseException):
             self.failed_batches += 1
@@ -466,7 +450,7 @@ class BatchingServer:
                 ticket.settle(None, error)
             return
         grace = self.clock.tick_grace
-        for ticket, action in zip(batch, list(outcome) if self.action_shape else outcome.tolist()):
+        for ticket, action in zip(batch, per_ticket(batch, outcome, self.action_shape)):
             req = ticket.request
             late_by = ended - req.due if ended > req.due + grace else 0.0
             if late_by > 0:
@@ -565,10 +549,15 @@ class BatchingServer:
                     order = [t for _, _, t in heapq.nsmallest(self.max_batch, self._queue)]
                 staging, staged = self._staging, self._staged
                 assert staging is not None
-                for j, ticket in enumerate(order):  # each frame is its lane's, unwritten until answered
+                j = 0
+                for ticket in order:  # each frame is its lane's, unwritten until answered
+                    k = ticket.request.rows
+                    if j + k > self.max_batch:
+                        break
                     if staged[j] is not ticket:
-                        staging[j] = ticket.request.obs
+                        staging[j : j + k] = ticket.request.obs  # one row's frame broadcasts into its row
                         staged[j] = ticket
+                    j += k
 
     # ------------------------------------------------------------------ the end
     def close(self) -> None:
@@ -779,20 +768,3 @@ class BatchedPolicy(Policy):
 
     def __repr__(self) -> str:
         return f"BatchedPolicy(lane={self.lane}, tau_m={self.tau_m:g}, due_ticks={self.due_ticks})"
-
-
-def applied_batch_sizes(
-    worker: np.ndarray, obs_tick: np.ndarray, source: np.ndarray, answered_by: Mapping[Hashable, Mapping[int, int]]
-) -> np.ndarray:
-    """The batch size of the action applied at each tick of a tick log (its ``worker``, ``obs_tick`` and
-    ``source`` columns), from a server's `BatchingServer.answered_by`; 0 where β acted or no tagged lane
-    answered (a worker of its own: no batch).
-
-    >>> applied_batch_sizes(np.array([0, 1, -1, 0]), np.array([4, 4, -1, 6]), np.array([1, 1, 0, 1]),
-    ...                     {0: {4: 3, 6: 1}, 1: {4: 3}}).tolist()
-    [3, 3, 0, 1]
-    """
-    out = np.zeros(len(worker), np.int32)
-    for j in np.flatnonzero(np.asarray(source) == 1):
-        out[j] = answered_by.get(int(worker[j]), {}).get(int(obs_tick[j]), 0)
-    return out

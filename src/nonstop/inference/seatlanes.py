@@ -4,10 +4,16 @@ At scale a seat is not a pool: it is a **lane** of one `BatchingServer`. `SeatLa
 seat of a `Session` ``n_inference`` request lanes (N_I staggered lanes per seat: lane ``k`` of every
 seat starts at tick ``k``), and drives them from one timed process per ``k`` (a thread on the wall
 clock, a process of the simulator on the virtual one), never a thread per seat: at each tick it
-reads every present seat's newest observation, submits one request per seat, and hands each answer
-to its seat's action queue as it comes (``worker`` ``k``, τ_θ its request's whole time). The
-server batches those requests, EDF and sized by its latency curve, so the seats of a world ride one
-forward pass per batch where the curve allows. Each lane index acts again at the first tick after
+reads every present seat's newest observation straight into its team's block (one array a team,
+a row a seat: no copy per seat beyond the slot's own), submits **one block request a team** (at
+most the server's ``max_batch`` rows; `nonstop.inference.batching.Request`'s ``lanes``), and hands
+each row's answer to its seat's action queue (``worker`` ``k``, τ_θ its request's whole time). The
+server batches those blocks, EDF and sized by its latency curve (a block whole), so the seats of a
+world ride one forward pass a team where the curve allows: at a thousand seats the driver makes
+two requests a tick, not a thousand, and draws each team's exploration at once. Where the server
+takes every block in one batch (its ``max_batch``), the blocks are queued together; where it takes
+fewer, each block is submitted as soon as it is read, so one team's pass runs while the next team's
+windows are read, and its actions reach their seats while the next pass runs. Each lane index acts again at the first tick after
 its answers came, so more lanes a seat pay only where a round outlasts a tick (they pipeline over
 it); where a round fits in a tick, a second lane index doubles the requests and each seat's newest
 action wins (the others are counted superseded). A seat whose agent has left the world (its slot
@@ -41,10 +47,11 @@ import traceback
 from collections.abc import Callable, Generator, Hashable, Mapping, Sequence
 from typing import Any, Final
 
+import gymnasium
 import numpy as np
 
 from nonstop.envs.magent import team_of  # a seat's team: its name up to the last "_"
-from nonstop.inference.batching import BatchedPolicy, BatchingServer
+from nonstop.inference.batching import BatchedPolicy, BatchingServer, Request
 from nonstop.realtime.clock import Wake
 from nonstop.realtime.deaths import Death, in_this_process, tell
 
@@ -69,8 +76,10 @@ class TeamForward:
             if not callable(forward):
                 raise TypeError(f"team {team!r}: forward must be callable, got {type(forward).__name__}")
         self.forwards: Final = dict(forwards)
-        self._team: dict[int, str] = {}
-        self._agent: dict[int, int] = {}
+        self._teams: Final = list(self.forwards)
+        #: by lane: its team's index in `_teams` (-1: no team assigned) and its agent's place in that team
+        self._team = np.full(0, -1, np.int64)
+        self._agent = np.zeros(0, np.int64)
         self.agent_id: Final = agent_id if agent_id is not None and agent_id.active else None
         self.passes = 0
         self.batches = 0
@@ -79,24 +88,30 @@ class TeamForward:
         """Lane ``lane`` is answered by ``team``'s model, for the team's agent ``agent``."""
         if team not in self.forwards:
             raise ValueError(f"no model for team {team!r}; the teams are {sorted(self.forwards)}")
-        self._team[lane] = team
+        if lane >= len(self._team):  # grown by doubling: a lane's entries are array reads in __call__
+            grow = max(lane + 1, 2 * len(self._team)) - len(self._team)
+            self._team = np.concatenate([self._team, np.full(grow, -1, np.int64)])
+            self._agent = np.concatenate([self._agent, np.zeros(grow, np.int64)])
+        self._team[lane] = self._teams.index(team)
         self._agent[lane] = int(agent)
 
     def __call__(self, batch: np.ndarray, lanes: Sequence[int]) -> np.ndarray:
         self.batches += 1
+        rows_lanes = np.asarray(lanes, np.int64)
+        if rows_lanes.size and (rows_lanes.max() >= len(self._team) or (self._team[rows_lanes] < 0).any()):
+            unknown = sorted({int(lane) for lane in rows_lanes if lane >= len(self._team) or self._team[lane] < 0})
+            raise KeyError(f"lanes {unknown} have no team: TeamForward.assign each lane first")
         if self.agent_id is not None:
-            batch = self.agent_id(batch, np.array([self._agent[lane] for lane in lanes]))
-        teams = [self._team[lane] for lane in lanes]
-        first = teams[0]
-        if all(team == first for team in teams):
+            batch = self.agent_id(batch, self._agent[rows_lanes])
+        teams = self._team[rows_lanes]
+        if (teams == teams[0]).all():
             self.passes += 1
-            return self._actions(self.forwards[first](batch))
-        out = np.zeros(len(lanes), np.int64)
-        names = np.array(teams)
-        for team in dict.fromkeys(teams):
-            rows = np.flatnonzero(names == team)
+            return self._actions(self.forwards[self._teams[teams[0]]](batch))
+        out = np.zeros(len(rows_lanes), np.int64)
+        for index in dict.fromkeys(teams.tolist()):  # the teams in the order the batch first names them
+            rows = np.flatnonzero(teams == index)
             self.passes += 1
-            out[rows] = self._actions(self.forwards[team](batch[rows]))
+            out[rows] = self._actions(self.forwards[self._teams[index]](batch[rows]))
         return out
 
     @staticmethod
@@ -144,6 +159,17 @@ class SeatLanes:
             missing = sorted({t for t in team.values() if t not in epsilon})
             if missing:
                 raise ValueError(f"epsilon names no value for team(s) {missing}; it names {sorted(epsilon)}")
+        #: each team's seats (their places in ``seats``), cut to blocks of at most the server's max_batch rows
+        self.blocks: Final = [
+            [names.index(name) for name in team_seats[i : i + server.max_batch]]
+            for team_seats in members.values()
+            for i in range(0, len(team_seats), server.max_batch)
+        ]
+        #: each block's exploration: its team's ε (a number, or a callable read per answer)
+        self._epsilon = [
+            epsilon[team[names[block[0]]]] if isinstance(epsilon, Mapping) else epsilon for block in self.blocks
+        ]
+        self._seed = seed
         #: lanes[k][j]: lane k of seat j
         self.lanes: list[list[BatchedPolicy]] = []
         for k in range(n_inference):
@@ -174,17 +200,23 @@ class SeatLanes:
         return self
 
     def _drive(self, k: int) -> Generator[Wake, float, None]:
-        """Lane ``k`` of every seat: from tick ``k`` on, at each tick whose observation is out, a request
-        per present seat with something new; each answer to its seat's queue."""
+        """Lane ``k`` of every seat: from tick ``k`` on, at each tick whose observation is out, a block
+        request a team of its present seats with something new; each row's answer to its seat's queue."""
         world, server, lanes = self.world, self.server, self.lanes[k]
         clock, tau_m, origin = world.clock, world.tau_m, world.origin
         grace, threaded = clock.tick_grace, server.threaded
         slots = [world.slots[i] for i in self.index]
         queues = [world.queues[i] for i in self.index]
         last_seq = [-1] * len(lanes)
-        # each seat's frame is read into its own row (no allocation a tick); a request holds its row until
-        # answered, and the row is read into again only after that (the next round)
-        frames = [np.empty(slot.shape, slot.dtype) for slot in slots]
+        # each block's frames are read into its rows (no allocation a tick); a request holds its rows until
+        # answered, and they are read into again only after that (the next round)
+        first = slots[0]
+        frames = [np.empty((len(block), *first.shape), first.dtype) for block in self.blocks]
+        lane_ids = [np.array([lanes[j].lane for j in block], np.int64) for block in self.blocks]
+        rngs = [np.random.default_rng([self._seed, k, b]) for b in range(len(self.blocks))]
+        # where the server takes every block in one batch they are queued together; where it takes fewer
+        # (its max_batch), each goes as soon as it is read
+        one_batch = sum(len(block) for block in self.blocks) <= server.max_batch
         newest = world.slots[-1]  # the host publishes the seats in order: this one's publish ends a tick's
         seen = -1
         tick = k
@@ -195,27 +227,45 @@ class SeatLanes:
                 while threaded and newest.seq == seen and clock.now() < due + tau_m and not self._stop.is_set():
                     yield (clock.now() + _NEXT_OBSERVATION, _AFTER_TICK)  # the world's step outlasted the wait
                 seen = newest.seq
-                fresh = []
-                for j, slot in enumerate(slots):
-                    latest = slot.read(frames[j])
-                    if latest.seq == last_seq[j] or latest.terminated or latest.truncated:
-                        continue  # nothing new, or its agent has left (or the episode is between its publishes)
-                    last_seq[j] = latest.seq
-                    fresh.append((j, latest, lanes[j].request(latest.obs, latest.tick)))
-                with server.together():  # every seat's request queued before a batch is taken: one batch
-                    waiting = [(j, latest, server.submit(request)) for j, latest, request in fresh]
-                self.requests += len(waiting)
-                for j, latest, ticket in waiting:
+                fresh = []  # (block, its rows' seats, (tick, episode) of each row, the request)
+                waiting = []  # the same, with the request's ticket once submitted
+                for b, block in enumerate(self.blocks):
+                    rows: list[int] = []
+                    read: list[tuple[int, int]] = []
+                    for j in block:
+                        latest = slots[j].read(frames[b][len(rows)])
+                        if latest.seq == last_seq[j] or latest.terminated or latest.truncated:
+                            continue  # nothing new, or its agent has left (or the episode is between its publishes)
+                        last_seq[j] = latest.seq
+                        rows.append(j)
+                        read.append((latest.tick, latest.episode))
+                    if rows:
+                        n = len(rows)
+                        lane = lanes[rows[0]].request(frames[b][:n], min(t for t, _ in read))
+                        ids = lane_ids[b] if n == len(block) else np.array([lanes[j].lane for j in rows], np.int64)
+                        request = Request(
+                            lane.lane, lane.obs, lane.obs_tick, lane.due_tick, lane.due, lane.submitted, ids
+                        )
+                        if one_batch:
+                            fresh.append((b, rows, read, request))
+                        else:  # its pass runs while the next block's windows are read
+                            waiting.append((b, rows, read, server.submit(request)))
+                with server.together():  # every team's block queued before a batch is taken: one batch
+                    waiting += [(b, rows, read, server.submit(request)) for b, rows, read, request in fresh]
+                self.requests += sum(len(rows) for _, rows, _, _ in waiting)
+                for b, rows, read, ticket in waiting:
                     answer = server.wait(ticket) if threaded else (yield from server.wait_timed(ticket))
-                    decision = lanes[j]._decide(answer, latency=0.0)
-                    queues[j].submit(
-                        decision.action,
-                        obs_tick=latest.tick,
-                        episode=latest.episode,
-                        worker=k,
-                        tau_theta=answer.tau_theta,
-                        submit_time=clock.now(),
-                    )
+                    actions = self._explore(b, np.asarray(answer.action), rngs[b], lanes[rows[0]])
+                    handed = clock.now()
+                    for j, action, (obs_tick, episode) in zip(rows, actions.tolist(), read):
+                        queues[j].submit(
+                            action,
+                            obs_tick=obs_tick,
+                            episode=episode,
+                            worker=k,
+                            tau_theta=answer.tau_theta,
+                            submit_time=handed,
+                        )
                 # the next tick whose observation is not yet out
                 tick = max(tick + 1, math.floor((clock.now() - origin - grace) / tau_m) + 1)
         except BaseException as exc:
@@ -228,6 +278,19 @@ class SeatLanes:
                 self.deaths.append(death)
                 tell(death.line())
             raise
+
+    def _explore(self, b: int, actions: np.ndarray, rng: np.random.Generator, lane: BatchedPolicy) -> np.ndarray:
+        """Block ``b``'s actions with its team's ε: each row, with probability ε, a uniform action instead."""
+        epsilon = self._epsilon[b]
+        epsilon = epsilon() if callable(epsilon) else epsilon
+        if epsilon <= 0:
+            return actions
+        space = lane.action_space
+        assert isinstance(space, gymnasium.spaces.Discrete)  # the lane refused ε > 0 on any other space
+        explore = rng.random(len(actions)) < epsilon
+        actions = actions.copy()
+        actions[explore] = space.start + rng.integers(space.n, size=int(explore.sum()))
+        return actions
 
     def stop(self) -> None:
         """Stop every driver and close the lanes (a retired server closes with its last one)."""

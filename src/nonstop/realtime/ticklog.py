@@ -110,6 +110,7 @@ from nonstop.realtime.tickchunks import (
     ChunkWriter,
     chunk_arrays,
     chunk_rows_for,
+    lazy_block,
     paged_in_block,
 )
 from nonstop.realtime.tickfiles import (
@@ -192,9 +193,9 @@ class TickLog:
         self._chunk_rows = self.chunk_rows  # the open block's size: 0 once read-only, so an append is refused
         self._chunks: list[Chunk] = []
         # a streaming log (the realtime path) pages its block in now, not on the tick path (see
-        # `paged_in_block`); an in-memory one maps it lazily, costing nothing until it fills
+        # `paged_in_block`); an in-memory one maps it lazily, in small pages, costing nothing until it fills
         shape = (self._chunk_rows, self._width)
-        self._block = paged_in_block(shape) if directory is not None else np.zeros(shape, np.float64)
+        self._block = paged_in_block(shape) if directory is not None else lazy_block(shape)
         self._block_buffer = self._block.data  # what `append_row` packs into (a buffer, as struct asks)
         # the block's values in one flat view: `append_tick` copies a row's seat values into a slice of it
         # (a memoryview slice takes an array at a third of numpy's cost for a few values)
@@ -420,7 +421,7 @@ class TickLog:
         else:
             if writer is not None:
                 writer.fresh_blocks += 1
-            self._block = np.zeros((self._chunk_rows, self._width), np.float64)
+            self._block = lazy_block((self._chunk_rows, self._width))
         self._block_buffer = self._block.data
         self._block_values = self._block.reshape(-1).data
         self._n_block = 0

@@ -172,11 +172,21 @@ class _Fold:
         self.stale += int(c["stale"][keep].sum())
         self.reward_total += float(c["reward"][keep].sum())
 
-    def result(self, queue: Any) -> dict[str, Any]:
-        """The figures; ``queue``: the seat's queue counters from the log's meta, if any."""
+    def lateness_figures(self) -> dict[str, float]:
+        """The lateness percentiles (µs): the world's, the same for every seat."""
+        lateness = np.concatenate(self.lateness_parts) if self.lateness_parts else np.zeros(0)
+        n = self.n
+        return {
+            "lateness_p50_us": float(np.percentile(lateness, 50) * 1e6) if n else float("nan"),
+            "lateness_p99_us": float(np.percentile(lateness, 99) * 1e6) if n else float("nan"),
+            "lateness_max_us": float(lateness.max() * 1e6) if n else float("nan"),
+        }
+
+    def result(self, queue: Any, lateness: dict[str, float] | None = None) -> dict[str, Any]:
+        """The figures; ``queue``: the seat's queue counters from the log's meta, if any; ``lateness``:
+        `lateness_figures`, where they were computed once for many seats."""
         tau_m, n, n_agent, iv_n, iv_mean = self.tau_m, self.n, self.n_agent, self.iv_n, self.iv_mean
         present = n - self.n_absent  # ticks the seat's agent was in the world
-        lateness = np.concatenate(self.lateness_parts) if self.lateness_parts else np.zeros(0)
         hist_keys = np.array(sorted(self.delay_counts), np.int64)
         hist_counts = np.array([self.delay_counts[k] for k in hist_keys.tolist()], np.int64)
         delay_sum = int((hist_keys * hist_counts).sum())
@@ -197,9 +207,7 @@ class _Fold:
             "delay_p50_ticks": _percentile_of_counts(hist_keys, hist_counts, 50) if n_agent else float("nan"),
             "delay_max_ticks": int(hist_keys[-1]) if n_agent else -1,
             "delay_histogram": {int(k): int(c) for k, c in zip(hist_keys, hist_counts)},
-            "lateness_p50_us": float(np.percentile(lateness, 50) * 1e6) if n else float("nan"),
-            "lateness_p99_us": float(np.percentile(lateness, 99) * 1e6) if n else float("nan"),
-            "lateness_max_us": float(lateness.max() * 1e6) if n else float("nan"),
+            **(lateness if lateness is not None else self.lateness_figures()),
             "overruns": self.overruns,
             "superseded": self.superseded,
             "stale": self.stale,
@@ -234,15 +242,140 @@ def summarize(log: TickColumns, *, warmup_ticks: int = 0, end_tick: int | None =
 def summarize_seats(log: TickBlocks, *, warmup_ticks: int = 0, end_tick: int | None = None) -> list[dict[str, Any]]:
     """`summarize` for every seat, in seat order, in one pass over the chunks (each read once,
     its per-seat quantities as (ticks × seats) blocks: `TickLog.iter_blocks`), each with ``seat``:
-    its name. The same figures as ``summarize(log.seat(i))``, seat by seat."""
-    folds = [_Fold(log.tau_m, warmup_ticks, end_tick) for _ in range(log.seats)]
+    its name. The same figures as ``summarize(log.seat(i))``, seat by seat, to the last bit: every
+    seat is folded at once (`_SeatsFold`), a thousand seats in numpy calls, not a loop a seat a chunk."""
+    fold = _SeatsFold(log.seats, log.tau_m, warmup_ticks, end_tick)
     for c in log.iter_blocks(_SUMMARY_COLUMNS):
-        for i, fold in enumerate(folds):
-            fold.add({name: values[:, i] if values.ndim == 2 else values for name, values in c.items()})
+        fold.add(c)
     queues = log.meta.get("queues")
     if not (isinstance(queues, list) and len(queues) == log.seats):
         queues = [log.meta.get("queue")] * log.seats  # as `TickLog.seat` reads them
-    return [{**fold.result(queue), "seat": name} for fold, queue, name in zip(folds, queues, log.seat_names)]
+    return [{**fold.result(i, queue), "seat": name} for i, (queue, name) in enumerate(zip(queues, log.seat_names))]
+
+
+def _rows_sum(values: np.ndarray) -> np.ndarray:
+    """Each seat's sum over a chunk's rows of a (rows × seats) block, as a one-seat column's ``.sum()``
+    adds them (numpy's pairwise sum along a contiguous row: the same bits for one seat or a thousand)."""
+    return np.ascontiguousarray(values.T).sum(axis=1)
+
+
+class _SeatsFold:
+    """`_Fold` for every seat at once: the same arithmetic, each step on a (seats,) array instead of a
+    number, so each seat's figures are the bits `_Fold` gives its column. The shared columns (lateness,
+    episodes) are folded once. τ_I's samples differ in count from seat to seat: seats with as many
+    samples in a chunk are stacked and reduced together (most seats act alike: a few groups a chunk)."""
+
+    def __init__(self, seats: int, tau_m: float, warmup_ticks: int, end_tick: int | None) -> None:
+        self.seats, self.tau_m, self.warmup_ticks, self.end_tick = seats, tau_m, warmup_ticks, end_tick
+        self.n = self.overruns = 0
+        zeros = np.zeros(seats, np.int64)
+        self.n_agent, self.n_absent, self.superseded, self.stale = (
+            zeros.copy(),
+            zeros.copy(),
+            zeros.copy(),
+            zeros.copy(),
+        )
+        self.reward_total = np.zeros(seats)
+        self.delay_counts: dict[int, np.ndarray] = {}
+        self.lateness_parts: list[np.ndarray] = []
+        self.last_agent_tick = np.full(seats, -1, np.int64)  # -1: none yet (ticks start at 1)
+        self.has_last = np.zeros(seats, bool)
+        self.iv_n, self.iv_mean, self.iv_m2 = zeros.copy(), np.zeros(seats), np.zeros(seats)
+        #: episode -> [each seat's return so far, ended, inside], as `_EpisodeReturns` keeps it for one seat
+        self.episodes: dict[int, list] = {}
+        self._lateness: dict[str, float] | None = None
+
+    def _returns(self, episode: np.ndarray, reward: np.ndarray, ended: np.ndarray, inside: np.ndarray) -> None:
+        if not episode.size:
+            return
+        starts = np.flatnonzero(np.diff(episode)) + 1
+        bounds = np.concatenate([[0], starts, [episode.size]])
+        ended_any = np.logical_or.reduceat(ended, bounds[:-1])
+        inside_all = np.logical_and.reduceat(inside, bounds[:-1])
+        by_seat = np.ascontiguousarray(reward.T)
+        for i, (a, b) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
+            part = by_seat[:, a:b].sum(axis=1)
+            entry = self.episodes.get(ep := int(episode[a]))
+            if entry is None:
+                self.episodes[ep] = [part, bool(ended_any[i]), bool(inside_all[i])]
+            else:
+                entry[0] = entry[0] + part
+                entry[1] = entry[1] or bool(ended_any[i])
+                entry[2] = entry[2] and bool(inside_all[i])
+
+    def add(self, c: dict[str, np.ndarray]) -> None:
+        """One chunk of `_SUMMARY_COLUMNS`: shared columns one value a tick, per-seat ones (ticks × seats)."""
+        tick, tau_m = c["tick"], self.tau_m
+        keep = _window(tick, self.warmup_ticks, self.end_tick)
+        self._returns(c["episode"], c["reward"], (c["terminated"] | c["truncated"]).astype(bool), keep)
+        k = int(keep.sum())
+        if not k:
+            return
+        self.n += k
+        source = c["source"][keep]
+        agent = source == SOURCE_AGENT
+        self.n_agent += agent.sum(axis=0)
+        self.n_absent += (source == SOURCE_ABSENT).sum(axis=0)
+        delay = c["delay"][keep]
+        for key in np.unique(delay[agent]).tolist():
+            counts = ((delay == key) & agent).sum(axis=0)
+            self.delay_counts[key] = self.delay_counts.get(key, 0) + counts
+        self._intervals(tick[keep], agent)
+        lateness = c["lateness"][keep]
+        self.lateness_parts.append(lateness)
+        self.overruns += int((lateness >= tau_m).sum())
+        self.superseded += c["superseded"][keep].sum(axis=0).astype(np.int64)
+        self.stale += c["stale"][keep].sum(axis=0).astype(np.int64)
+        self.reward_total += _rows_sum(c["reward"][keep])
+
+    def _intervals(self, tick: np.ndarray, agent: np.ndarray) -> None:
+        """τ_I's samples of the chunk (gaps between a seat's agent ticks, the last one before it first),
+        merged into each seat's mean and spread as `_Fold` merges them (Chan's parallel update)."""
+        acted = agent.sum(axis=0)
+        samples = acted - 1 + self.has_last  # the gaps each seat's agent ticks make, with the one before
+        for count, with_last in set(zip(acted.tolist(), self.has_last.tolist())):
+            if not count:
+                continue
+            seats = np.flatnonzero((acted == count) & (self.has_last == with_last))
+            ticks = np.broadcast_to(tick, (len(seats), len(tick)))[agent[:, seats].T].reshape(len(seats), count)
+            if with_last:
+                ticks = np.concatenate([self.last_agent_tick[seats, None], ticks], axis=1)
+            self.last_agent_tick[seats] = ticks[:, -1]
+            size = int(samples[seats[0]])
+            if not size:
+                continue
+            x = np.diff(ticks, axis=1) * self.tau_m
+            m = x.mean(axis=1)
+            m2 = ((x - m[:, None]) ** 2).sum(axis=1)
+            n_before = self.iv_n[seats]
+            total = n_before + size
+            delta = m - self.iv_mean[seats]
+            self.iv_m2[seats] += m2 + delta * delta * n_before * size / total
+            self.iv_mean[seats] = np.where(n_before == 0, m, self.iv_mean[seats] + delta * size / total)
+            self.iv_n[seats] = total
+        self.has_last |= acted > 0
+
+    def result(self, seat: int, queue: Any) -> dict[str, Any]:
+        """Seat ``seat``'s figures, as `_Fold.result` gives them for its column."""
+        fold = _Fold(self.tau_m, self.warmup_ticks, self.end_tick)
+        fold.n, fold.overruns = self.n, self.overruns
+        fold.n_agent, fold.n_absent = int(self.n_agent[seat]), int(self.n_absent[seat])
+        fold.superseded, fold.stale = int(self.superseded[seat]), int(self.stale[seat])
+        fold.reward_total = float(self.reward_total[seat])
+        fold.delay_counts = {key: int(counts[seat]) for key, counts in self.delay_counts.items() if counts[seat]}
+        fold.iv_n, fold.iv_mean, fold.iv_m2 = int(self.iv_n[seat]), float(self.iv_mean[seat]), float(self.iv_m2[seat])
+        fold.returns.episodes = {
+            ep: [float(ret[seat]), ended, inside] for ep, (ret, ended, inside) in self.episodes.items()
+        }
+        return fold.result(queue, self._lateness_figures())
+
+    def _lateness_figures(self) -> dict[str, float]:
+        """The lateness percentiles, computed once for every seat (the column is the world's, not a seat's)."""
+        if self._lateness is None:
+            fold = _Fold(self.tau_m, self.warmup_ticks, self.end_tick)
+            fold.n, fold.lateness_parts = self.n, self.lateness_parts
+            self._lateness = fold.lateness_figures()
+        return self._lateness
 
 
 def summarize_teams(seats: dict[str, dict[str, Any]], teams: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -264,8 +397,11 @@ def summarize_teams(seats: dict[str, dict[str, Any]], teams: dict[str, Any]) -> 
     if unknown:
         raise ValueError(f"the team map names seats {unknown} the log does not have; its seats are {list(seats)}")
     out: dict[str, dict[str, Any]] = {}
-    for team in dict.fromkeys(teams.values()):
-        members = [seat for seat in seats if seat in teams and teams[seat] == team]
+    by_team: dict[Any, list[str]] = {team: [] for team in teams.values()}
+    for seat in seats:  # one pass: a thousand seats in a thousand teams is not a million comparisons
+        if seat in teams:
+            by_team[teams[seat]].append(seat)
+    for team, members in by_team.items():
         rows = [seats[seat] for seat in members]
         agent, inaction = sum(r["agent_ticks"] for r in rows), sum(r["inaction_ticks"] for r in rows)
         histogram: dict[int, int] = {}
