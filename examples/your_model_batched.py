@@ -32,7 +32,7 @@ from nonstop.inference.device import torch_forward
 from nonstop.inference.workers import InferencePool
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from your_model_torch import SlowNet  # noqa: E402 - the same model, 50 ms a forward pass
+from your_model_torch import SlowNet
 
 
 def _tick_now(world: Session) -> int:

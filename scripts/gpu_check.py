@@ -91,7 +91,7 @@ def probe(out_path: str, device: str = "cuda") -> int:
                         if loss is not None:
                             learner.apply(loss)
                             updates[0] += 1
-                    except Exception as exc:  # noqa: BLE001 - counted: a run would count a learner death
+                    except Exception as exc:
                         errors.append(f"{type(exc).__name__}: {str(exc)[:160]}")
                         time.sleep(0.01)
 
@@ -111,7 +111,7 @@ def probe(out_path: str, device: str = "cuda") -> int:
             t0 = time.perf_counter()
             try:
                 server.wait_ready(120)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 res["prepare_error"] = str(exc)
             res["capture_s"] = round(time.perf_counter() - t0, 2)
             res["graphs_captured"] = forward.describe()["graphs_captured"]
@@ -123,7 +123,7 @@ def probe(out_path: str, device: str = "cuda") -> int:
                     for t in batch:
                         try:
                             server.wait(t)
-                        except Exception as exc:  # noqa: BLE001
+                        except Exception as exc:
                             tickets.append(str(exc)[:160])
             report = server.report()
         finally:
@@ -163,14 +163,14 @@ def probe(out_path: str, device: str = "cuda") -> int:
             )
             ref = TorchForward(one.model, "cuda:1", dtype="fp32")
             res["cuda1_graph_equals_eager"] = bool((one(frames[:4]) == ref(frames[:4])).all())
-    except Exception as exc:  # noqa: BLE001 - the probe's result says what broke
+    except Exception as exc:
         res["error"] = f"{type(exc).__name__}: {exc}"
         res["traceback"] = traceback.format_exc()[-2000:]
     finally:
         for seg in segments:
             try:
                 seg.unlink()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
         with open(out_path, "w") as f:
             json.dump(res, f, indent=1, default=str)

@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from nonstop.experiment.config import TrainConfig  # noqa: E402
-from nonstop.experiment.loop import train  # noqa: E402
-from nonstop.learning.dqn import DQNConfig  # noqa: E402
+from nonstop.experiment.config import TrainConfig
+from nonstop.experiment.loop import train
+from nonstop.learning.dqn import DQNConfig
 
 # theory/inaction at 60 Hz, its episodes long; nothing learns (no update is due), so only the timing is run
 SECONDS = 6.0

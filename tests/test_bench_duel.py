@@ -12,10 +12,10 @@ from gymnasium import spaces
 
 pytest.importorskip("multi_agent_ale_py")
 
-from nonstop.bench.duel import play, render, run  # noqa: E402
-from nonstop.envs.atari_multi import TwoPlayerAtari  # noqa: E402
-from nonstop.policies import RandomPolicy  # noqa: E402
-from nonstop.policies.scripted import ScriptedBoxer, boxer_positions  # noqa: E402
+from nonstop.bench.duel import play, render, run
+from nonstop.envs.atari_multi import TwoPlayerAtari
+from nonstop.policies import RandomPolicy
+from nonstop.policies.scripted import ScriptedBoxer, boxer_positions
 
 SEATS = ("first_0", "second_0")
 

@@ -27,7 +27,7 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("mcp")
 
-from nonstop.server.app import ServerThread  # noqa: E402
+from nonstop.server.app import ServerThread
 
 pytestmark = pytest.mark.wall
 WORLD = "theory/inaction"  # 60 Hz, Discrete(3), acting earns 1 per tick, β's noop 0

@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from nonstop.server.app import ServerThread  # noqa: E402
-from nonstop.server.client import Client, ServerGone, http_get  # noqa: E402
+from nonstop.server.app import ServerThread
+from nonstop.server.client import Client, ServerGone, http_get
 
 WORLD = "theory/inaction"
 

@@ -13,13 +13,13 @@ import pytest
 
 pytest.importorskip("torch")
 
-from nonstop.cli import main  # noqa: E402
-from nonstop.experiment import TrainConfig, Run, train  # noqa: E402
-from nonstop.experiment import registry  # noqa: E402
-from nonstop.experiment.drivers import InferencePart  # noqa: E402
-from nonstop.learning.dqn import DQNConfig  # noqa: E402
-from nonstop.policies.base import Decision, Policy  # noqa: E402
-from nonstop.realtime.ticklog import SOURCE_AGENT  # noqa: E402
+from nonstop.cli import main
+from nonstop.experiment import TrainConfig, Run, train
+from nonstop.experiment import registry
+from nonstop.experiment.drivers import InferencePart
+from nonstop.learning.dqn import DQNConfig
+from nonstop.policies.base import Decision, Policy
+from nonstop.realtime.ticklog import SOURCE_AGENT
 
 OLD_RUN = Path(__file__).parent / "data" / "run-before-composition"
 DQN = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)

@@ -17,12 +17,12 @@ import pytest
 
 pytest.importorskip("pyboy")  # the test extra installs it; only a bare install lacks it
 
-from conftest import run_ticks  # noqa: E402
+from conftest import run_ticks
 
-from nonstop.cli import main  # noqa: E402
-from nonstop.envs import env_info, list_envs, make_env  # noqa: E402
-from nonstop.envs import gameboy, gbrewards, gbrom  # noqa: E402
-from nonstop.envs.gameboy import (  # noqa: E402
+from nonstop.cli import main
+from nonstop.envs import env_info, list_envs, make_env
+from nonstop.envs import gameboy, gbrewards, gbrom
+from nonstop.envs.gameboy import (
     ACTIONS,
     GAMEBOY_TICK_HZ,
     GameBoyEnv,
@@ -30,8 +30,8 @@ from nonstop.envs.gameboy import (  # noqa: E402
     find_rom,
     make_gameboy,
 )
-from nonstop.envs.gbtools import parse_presses, plain_pyboy_loop, record_state  # noqa: E402
-from nonstop.envs.gbrewards import (  # noqa: E402
+from nonstop.envs.gbtools import parse_presses, plain_pyboy_loop, record_state
+from nonstop.envs.gbrewards import (
     POKEMON_BATTLE_MON_HP,
     POKEMON_BOX_COUNT,
     POKEMON_ENEMY_MON_HP,
@@ -44,7 +44,7 @@ from nonstop.envs.gbrewards import (  # noqa: E402
     ScoreDelta,
     bcd_le,
 )
-from nonstop.envs.gbrom import (  # noqa: E402
+from nonstop.envs.gbrom import (
     TEST_ROM_GAME_OVER_X,
     TEST_ROM_RAM,
     CartridgeHeader,
@@ -52,7 +52,7 @@ from nonstop.envs.gbrom import (  # noqa: E402
     global_checksum,
     header_checksum,
 )
-from nonstop.realtime.host import Session  # noqa: E402
+from nonstop.realtime.host import Session
 
 A, B, LEFT, UP, RIGHT, DOWN = (ACTIONS.index(name) for name in ("A", "B", "LEFT", "UP", "RIGHT", "DOWN"))
 SCORE = TEST_ROM_RAM["score"]

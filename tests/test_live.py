@@ -21,9 +21,9 @@ from conftest import wait_for
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from nonstop.server.app import ServerThread, free_port  # noqa: E402
-from nonstop.server.client import Client, http_get  # noqa: E402
-from nonstop.server.live import MAX_SPECTATORS, token_subprotocol  # noqa: E402
+from nonstop.server.app import ServerThread, free_port
+from nonstop.server.client import Client, http_get
+from nonstop.server.live import MAX_SPECTATORS, token_subprotocol
 
 pytestmark = pytest.mark.wall
 WORLD = "theory/inaction"  # 60 Hz, Discrete(3), acting earns 1 per tick, β's noop 0

@@ -20,10 +20,10 @@ from test_live import CHROMIUM, CHROMIUM_ARGS, _browser_or_reason
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from nonstop.envs import register  # noqa: E402
-from nonstop.server.app import ServerThread  # noqa: E402
-from nonstop.server.client import Client, http_get  # noqa: E402
-from nonstop.server.liveworld import team_of, team_rows, world_view  # noqa: E402
+from nonstop.envs import register
+from nonstop.server.app import ServerThread
+from nonstop.server.client import Client, http_get
+from nonstop.server.liveworld import team_of, team_rows, world_view
 
 pytestmark = pytest.mark.wall
 GRID_WORLD = "test/seat-grid"

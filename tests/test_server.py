@@ -23,10 +23,10 @@ from conftest import wait_for
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from nonstop.server.app import ServerThread, free_port  # noqa: E402
-from nonstop.server.client import AsyncClient, Client, RemoteEnv, ServerError, http_get  # noqa: E402
-from nonstop.server.replay import Replay, verify  # noqa: E402
-from nonstop.server.sessions import TRANSITIONS, Lifecycle  # noqa: E402
+from nonstop.server.app import ServerThread, free_port
+from nonstop.server.client import AsyncClient, Client, RemoteEnv, ServerError, http_get
+from nonstop.server.replay import Replay, verify
+from nonstop.server.sessions import TRANSITIONS, Lifecycle
 
 pytestmark = pytest.mark.wall
 WORLD = "theory/inaction"  # 60 Hz, Discrete(3), acting earns 1 per tick, β's noop 0

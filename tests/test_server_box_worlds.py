@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-from nonstop.server.client import Client  # noqa: E402
-from nonstop.server.app import ServerThread  # noqa: E402
-from nonstop.server.envspec import EnvSpec  # noqa: E402
+from nonstop.server.client import Client
+from nonstop.server.app import ServerThread
+from nonstop.server.envspec import EnvSpec
 
 
 def test_a_box_world_without_a_declared_noop_gets_its_spaces_zero() -> None:

@@ -18,11 +18,11 @@ import pytest
 
 pytest.importorskip("fastapi")
 
-import nonstop  # noqa: E402
-from nonstop.envs.classic import make_cartpole  # noqa: E402
-from nonstop.envs.registry import register  # noqa: E402
-from nonstop.server.app import ServerThread  # noqa: E402
-from nonstop.server.client import AsyncClient, RemoteEnv  # noqa: E402
+import nonstop
+from nonstop.envs.classic import make_cartpole
+from nonstop.envs.registry import register
+from nonstop.server.app import ServerThread
+from nonstop.server.client import AsyncClient, RemoteEnv
 
 pytestmark = pytest.mark.wall
 SLOW_HZ = 10.0

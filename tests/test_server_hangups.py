@@ -13,8 +13,8 @@ from conftest import wait_for
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from nonstop.server.app import ServerThread, create_app  # noqa: E402
-from nonstop.server.client import http_get  # noqa: E402
+from nonstop.server.app import ServerThread, create_app
+from nonstop.server.client import http_get
 
 ONE_SEAT = "theory/inaction"  # 60 Hz, Discrete(3)
 

@@ -23,9 +23,9 @@ from conftest import wait_for
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from nonstop.server.app import RedactToken, ServerThread, resolve_token  # noqa: E402
-from nonstop.server.client import AsyncClient, Client, ServerError, http_get  # noqa: E402
-from nonstop.server.replay import Replay, verify  # noqa: E402
+from nonstop.server.app import RedactToken, ServerThread, resolve_token
+from nonstop.server.client import AsyncClient, Client, ServerError, http_get
+from nonstop.server.replay import Replay, verify
 
 pytestmark = pytest.mark.wall
 WORLD = "theory/inaction"  # 60 Hz, Discrete(3)

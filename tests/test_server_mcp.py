@@ -10,11 +10,11 @@ import base64
 import pytest
 
 pytest.importorskip("mcp")
-from mcp import Client  # noqa: E402
+from mcp import Client
 
-from battle16 import BATTLE, BLUE, RED, STAY  # noqa: E402
-from nonstop.server.mcp import TEXT_SEATS, _describe_team, build_mcp_server, team_view  # noqa: E402
-from nonstop.server.sessions import SessionManager  # noqa: E402
+from battle16 import BATTLE, BLUE, RED, STAY
+from nonstop.server.mcp import TEXT_SEATS, _describe_team, build_mcp_server, team_view
+from nonstop.server.sessions import SessionManager
 
 pytestmark = pytest.mark.wall
 

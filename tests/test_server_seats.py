@@ -19,10 +19,10 @@ from conftest import wait_for
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from nonstop.server.app import ServerThread  # noqa: E402
-from nonstop.server.client import Client, ServerError, http_get  # noqa: E402
-from nonstop.server.protocol import ErrorCode, message_schemas, parse_message  # noqa: E402
-from nonstop.server.replay import Replay, verify  # noqa: E402
+from nonstop.server.app import ServerThread
+from nonstop.server.client import Client, ServerError, http_get
+from nonstop.server.protocol import ErrorCode, message_schemas, parse_message
+from nonstop.server.replay import Replay, verify
 
 pytestmark = pytest.mark.wall
 DUEL = "multi/duel"  # two seats (first_0, second_0), Discrete(2): 0 holds, 1 draws; 60 Hz

@@ -21,13 +21,13 @@ from hypothesis import strategies as st
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-import httpx  # noqa: E402
-from websockets.exceptions import InvalidStatus  # noqa: E402
-from websockets.sync.client import connect  # noqa: E402
+import httpx
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
-from nonstop.server.app import ServerThread, create_app, free_port  # noqa: E402
-from nonstop.server.auth import RedactToken, resolve_token  # noqa: E402
-from nonstop.server.guard import EdgePolicy, normal_origin, split_host  # noqa: E402
+from nonstop.server.app import ServerThread, create_app, free_port
+from nonstop.server.auth import RedactToken, resolve_token
+from nonstop.server.guard import EdgePolicy, normal_origin, split_host
 
 pytestmark = pytest.mark.wall
 WORLD = "theory/inaction"  # 60 Hz, Discrete(3)

@@ -22,9 +22,9 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("mcp")
 
-from nonstop.server.app import ServerThread  # noqa: E402
-from nonstop.server.client import Client, ServerError, http_get  # noqa: E402
-from nonstop.server.connection import MAX_WAITS_PER_CONNECTION  # noqa: E402
+from nonstop.server.app import ServerThread
+from nonstop.server.client import Client, ServerError, http_get
+from nonstop.server.connection import MAX_WAITS_PER_CONNECTION
 
 pytestmark = pytest.mark.wall
 DUEL = "multi/duel"  # two seats (first_0, second_0), Discrete(2), 60 Hz; teams "first" and "second"

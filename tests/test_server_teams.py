@@ -19,9 +19,9 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("magent2")
 
-from battle16 import BATTLE, BLUE, RED, STAY  # noqa: E402
-from nonstop.server.app import ServerThread  # noqa: E402
-from nonstop.server.client import Client, ServerError, http_get  # noqa: E402
+from battle16 import BATTLE, BLUE, RED, STAY
+from nonstop.server.app import ServerThread
+from nonstop.server.client import Client, ServerError, http_get
 
 pytestmark = pytest.mark.wall
 ATTACK_FIRST = 13  # battle's moves are 0..12 (12: stay at 6), attacks 13..20

@@ -14,11 +14,11 @@ from conftest import wait_for
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from nonstop.realtime.ticklog import TickLog  # noqa: E402
-from nonstop.server import session as server_session  # noqa: E402
-from nonstop.server.app import ServerThread  # noqa: E402
-from nonstop.server.client import Client, http_get  # noqa: E402
-from nonstop.server.replay import Replay, verify  # noqa: E402
+from nonstop.realtime.ticklog import TickLog
+from nonstop.server import session as server_session
+from nonstop.server.app import ServerThread
+from nonstop.server.client import Client, http_get
+from nonstop.server.replay import Replay, verify
 
 pytestmark = pytest.mark.wall
 WORLD = "theory/inaction"  # 60 Hz

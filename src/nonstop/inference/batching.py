@@ -293,7 +293,7 @@ class BatchingServer:
         """Capture the forward's graphs (once); an error is kept and fails every batch after."""
         try:
             self.forward.prepare(example)  # type: ignore[attr-defined]  # present: checked in __init__
-        except Exception as exc:  # noqa: BLE001 - said by every batch's error (one line: the size that did not fit)
+        except Exception as exc:  # said by every batch's error (one line: the size that did not fit)
             self.prepare_error = exc
         self._prepared = True
 
@@ -436,7 +436,7 @@ class BatchingServer:
                     f"forward returned shape {out.shape} for a batch of {b}: want ({b},) actions or ({b}, n) scores"
                 )
             return out
-        except Exception as exc:  # noqa: BLE001 - handed to the lanes of this batch
+        except Exception as exc:  # handed to the lanes of this batch
             return exc
 
     def _finish(self, batch: list[_Ticket], outcome: np.ndarray | BaseException, started: float, ended: float) -> None:
