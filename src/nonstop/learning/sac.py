@@ -67,7 +67,16 @@ class SACConfig(ConfigBase):
         default=1.0, metadata={"help": "the entropy coefficient α at the start (learned with --autotune)"}
     )
     autotune: bool = field(default=True, metadata={"help": "learn α toward the target entropy −|A| (paper §5)"})
-    learning_starts: int = field(default=1000, metadata={"help": "transitions in replay before learning"})
+    learning_starts: int = field(
+        default=5000,
+        metadata={"help": "transitions in replay before learning (with --random-start, uniformly random ones)"},
+    )
+    random_start: bool = field(
+        default=True,
+        metadata={
+            "help": "act uniformly at random over the Box until the first update, as CleanRL, SB3 and Tianshou do"
+        },
+    )
     updates_per_transition: float = field(
         default=1.0,
         metadata={
@@ -219,14 +228,29 @@ class SACPolicy(ActorPolicy):
         device: str = "cpu",
         dtype: str | None = None,
         deterministic: bool = False,
+        random_start: bool = False,
     ) -> None:
         super().__init__(model, weights, action_space, seed=seed, num_threads=num_threads, device=device, dtype=dtype)
         self.deterministic = bool(deterministic)
+        #: act uniformly over the Box until the learners' first update (`SACConfig.random_start`)
+        self.random_start = bool(random_start)
+        self._first_version: int | None = None
         self._low, self._high = np.asarray(action_space.low, np.float32), np.asarray(action_space.high, np.float32)
 
     def _decide(self, obs: np.ndarray) -> np.ndarray:
-        out = self._forward(to_tensor(obs[None], self.device)).cpu().numpy()
+        out = self._forward(to_tensor(obs[None], self.device)).cpu().numpy()  # also brings `version` up to date
+        if self.random_start and not self.deterministic and self._untrained():
+            return self._rng.uniform(self._low, self._high).astype(np.float32)
         return squash(out, self._low, self._high, None if self.deterministic else self._rng)[0]
+
+    def _untrained(self) -> bool:
+        """Whether the weights are still the first version this actor loaded, in a run that learns (the
+        header's figure is α > 0; a frozen opponent's is 0: `Algorithm.opponent_exploration`). A fresh run
+        publishes its initial θ once, and its learners publish the next version only after their first
+        update, which waits for ``learning_starts`` transitions; so until then the actor acts uniformly."""
+        if self._first_version is None:
+            self._first_version = self.version
+        return self.version == self._first_version and float(getattr(self.weights, "epsilon", 0.0)) > 0.0
 
 
 def squash(output: np.ndarray, low: np.ndarray, high: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
@@ -329,11 +353,22 @@ class SAC(Algorithm):
 
     def serve(self, forward: Any, *, seed: int | None = None) -> Any:
         rng = np.random.default_rng(seed)
+        refresh = getattr(forward, "refresh", None)  # how the learner's versions reach it (None: fixed θ)
+        first: list[int] = []
 
         def sampled(batch: np.ndarray) -> np.ndarray:
-            return self.act_batch(forward.q_values(batch).numpy(), rng, explore=True)  # (b, d) float32
+            out = forward.q_values(batch).numpy()  # refreshes first: the version is current
+            if self.cfg.random_start and refresh is not None:
+                first[:] = first or [refresh.version]
+                if refresh.version == first[0]:  # the learners have not updated yet: uniform over the Box
+                    space = self.action_space
+                    return rng.uniform(space.low, space.high, (len(out), self.action_dim)).astype(np.float32)
+            return self.act_batch(out, rng, explore=True)  # (b, d) float32
 
         return sampled
+
+    def policy_kwargs(self) -> dict[str, Any]:
+        return {"random_start": self.cfg.random_start}
 
     def export_module(self, model: "torch.nn.Module") -> "torch.nn.Module":
         from nonstop.learning.sacnets import DeterministicActor
