@@ -193,6 +193,7 @@ def _learner_settings(
     if adjust is not None:
         spec.settings = adjust(spec, spec.settings)
     spec.latency = parse_latency(cfg.latency, tick_hz=spec.tick_hz)
+    algo.check_timing(spec.latency.mean / spec.tau_m, cfg.scheduler)  # RTAC refuses a delay under 2 ticks
     # the actor and critic see the actions in flight (RTAC and DCAC always do)
     if getattr(cfg, "delay_aware", False) or getattr(algo, "needs_action_buffer", False):
         from nonstop.learning.inflight import delay_aware_space

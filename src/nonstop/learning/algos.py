@@ -185,6 +185,12 @@ class Algorithm:
             raise ValueError(f"--algo {cls.name} takes {cls.config_class.__name__} settings, got {type(cfg).__name__}")
         return cfg
 
+    @classmethod
+    def check_timing(cls, delay_ticks: float, scheduler: str) -> None:
+        """Refuse, in one line, a run whose timing breaks this algorithm's premise: ``delay_ticks`` is the
+        model's mean latency in ticks, ``scheduler`` the run's (`nonstop.learning.rtac.RTAC` needs the
+        action just decided to land 2 ticks on or later). Most algorithms learn under any timing."""
+
     def check_fits(self, device: str) -> None:
         """Refuse (`nonstop.policies.models.ModelTooLargeError`) a model this machine cannot hold."""
 

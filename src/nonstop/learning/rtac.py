@@ -156,6 +156,23 @@ class RTAC(SAC):
     #: transitions run between two decisions' observations (`nonstop.learning.inflight`)
     reward_framing = "observation"
 
+    @classmethod
+    def check_timing(cls, delay_ticks: float, scheduler: str) -> None:
+        """RTAC's premise: the reward between two decisions' observations does not depend on the action
+        just decided, which holds only when that action lands 2 ticks on or later (and never when the
+        sequential scheduler applies each action before the next observation)."""
+        if scheduler == "sequential":
+            raise ValueError(
+                "RTAC needs the world to move on while the model computes; the sequential scheduler applies each "
+                "action before the next observation, so the reward depends on it: use --scheduler max_time"
+            )
+        ticks = math.ceil(delay_ticks - 1e-9)
+        if ticks < 2:
+            raise ValueError(
+                f"RTAC needs a delay of at least 2 ticks (the reward must not depend on the action just decided); "
+                f"this --latency gives {ticks} tick{'' if ticks == 1 else 's'}: use 2t or more, or --algo sac"
+            )
+
     @property
     def layout(self) -> BufferLayout:
         return layout_of(self.obs_shape, self.action_dim, self.cfg.buffer_slots, "RTAC")
