@@ -14,6 +14,18 @@ decision's n ticks (`nonstop.learning.replay`: γ^n, 0 at a terminal)::
     θ   ← Adam(θ, [∇J_Q, ∇J_π, ∇J_α])                      # one flat gradient, applied by the learners
     θ_targ ← (1 − τ)·θ_targ + τ·θ   after every update     # Polyak averaging, τ = 0.005
 
+The three losses are taken at the same θ and applied as one Adam step on the flat θ: the learners'
+contract is one gradient per update (round-robin learners compute theirs elsewhere and apply them in
+turn), and the blocks are disjoint, so each block's Adam is its own. SB3 and CleanRL step the critic
+first and take the actor's loss against the freshly stepped critic; here the actor's loss at update k
+sees the critic after k critic steps where theirs sees k + 1, so the actor lags the critic by one Adam
+step (a change of about ``lr`` in each weight). `nonstop bench reference` shows no gap from it.
+
+Acting: until the learners' first update (``learning_starts`` transitions) the actor draws its actions
+uniformly over the Box (``random_start``), as CleanRL, SB3 and Tianshou do: a fresh actor's samples
+(σ ≈ 0.22 of the half-width, log σ starting mid-range) cover a sliver of the Box. Every backend's actor sees it the same way:
+its weights are still the first version it loaded (`SACPolicy`, and the batching server's `SAC.serve`).
+
 The actor is a Gaussian squashed by tanh and rescaled to the Box's bounds, ``a = tanh(u)·scale + bias``,
 with log π corrected for the squash and the scale (appendix C). It samples while training and acts
 ``tanh(μ)`` for evaluation and export. The networks are in `nonstop.learning.sacnets`.
@@ -48,7 +60,9 @@ __all__ = [
 ]
 
 #: What each world family changes in `SACConfig`'s defaults (`SACConfig.for_family`); none so far: the defaults
-#: learn Pendulum within 20,000 ticks and are CleanRL's for MuJoCo but for learning_starts (1,000, not 5,000)
+#: are SB3's and the RL Zoo's for MuJoCo (Adam 3e-4 everywhere, α from 1, learned; 10,000 uniformly random
+#: steps first, as the RL Zoo's and Tianshou's HalfCheetah, Hopper and Walker2d), and learn Pendulum within
+#: 20,000 ticks; a shorter run starts sooner with ``learning_starts`` (bench reference's Pendulum: 1,000)
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {}
 
 
@@ -68,7 +82,7 @@ class SACConfig(ConfigBase):
     )
     autotune: bool = field(default=True, metadata={"help": "learn α toward the target entropy −|A| (paper §5)"})
     learning_starts: int = field(
-        default=5000,
+        default=10_000,
         metadata={"help": "transitions in replay before learning (with --random-start, uniformly random ones)"},
     )
     random_start: bool = field(
