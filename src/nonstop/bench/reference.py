@@ -43,10 +43,10 @@ REFERENCES: dict[tuple[str, str], dict[str, Any]] = {
     ("sac", "Pendulum-v1"): {
         "settings": {"learning_starts": 1000},
         "steps": 10_000,
-        # quick: small enough for CI, yet both sides must learn the swing-up (Adam 1e-3, as the RL Zoo's Pendulum)
+        # quick: small enough for CI, yet both sides learn the swing-up (small networks, a larger Adam step)
         "quick": {
-            "steps": 3000,
-            "settings": {"learning_starts": 300, "hidden": (64, 64), "batch_size": 64, "lr": 1e-3},
+            "steps": 4000,
+            "settings": {"learning_starts": 250, "hidden": (64, 64), "batch_size": 64, "lr": 2e-3},
         },
     },
     ("sac", "HalfCheetah-v5"): {
@@ -94,7 +94,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--jobs", type=int, default=1, help="runs at once, each in a process of its own (default 1)")
     p.add_argument("--checkpoints", type=int, default=5, help="evenly spaced steps the returns are read at (default 5)")
-    p.add_argument("--last", type=int, default=10, help="finished episodes whose mean is a run's return (default 10)")
+    p.add_argument(
+        "--last", type=int, default=None, help="finished episodes whose mean is a run's return (default 10, quick 5)"
+    )
     p.add_argument(
         "--algo-arg",
         action="append",
@@ -316,7 +318,8 @@ def plan_of(args: argparse.Namespace) -> dict[str, Any]:
     sides = [s.strip() for s in str(args.sides).split(",") if s.strip()]
     if not sides or set(sides) - {"nonstop", "sb3"}:
         raise ValueError(f"--sides takes nonstop, sb3 or both, comma-separated, got {args.sides!r}")
-    for name, value in (("steps", steps), ("jobs", args.jobs), ("checkpoints", args.checkpoints), ("last", args.last)):
+    last = args.last if args.last is not None else 5 if quick else 10
+    for name, value in (("steps", steps), ("jobs", args.jobs), ("checkpoints", args.checkpoints), ("last", last)):
         if not (isinstance(value, int) and value >= 1):
             raise ValueError(f"--{name} must be a whole number >= 1, got {value!r}")
     from nonstop.envs.registry import parse_env_args
@@ -326,7 +329,16 @@ def plan_of(args: argparse.Namespace) -> dict[str, Any]:
     except ValueError as exc:
         raise ValueError(str(exc).replace("--env-arg", "--algo-arg")) from None
     cfg = settings_for(algo, env, quick, extra)
-    return {"algo": algo, "env": env, "steps": steps, "seeds": list(seeds), "sides": sides, "cfg": cfg, "quick": quick}
+    return {
+        "algo": algo,
+        "env": env,
+        "steps": steps,
+        "seeds": list(seeds),
+        "sides": sides,
+        "cfg": cfg,
+        "quick": quick,
+        "last": last,
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -345,7 +357,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         mine = [r for r in runs if r["side"] == side]
         sides[side] = {
             "returns": [
-                {"step": c, **interval([return_at(r["returns"], r["ends"], c, args.last) for r in mine])}
+                {"step": c, **interval([return_at(r["returns"], r["ends"], c, plan["last"]) for r in mine])}
                 for c in checkpoints
             ],
             "updates": [r["updates"] for r in mine],
@@ -358,7 +370,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "env": plan["env"],
         "steps": plan["steps"],
         "seeds": plan["seeds"],
-        "last": args.last,
+        "last": plan["last"],
         "settings": plan["cfg"].to_dict(),
         "model": "1-tick model (--latency 1t --scheduler max_time --n-inference 1), virtual clock",
         "random_return": random,
@@ -372,8 +384,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result["ratio_per_seed"] = interval(
             [
                 ratio(
-                    return_at(a["returns"], a["ends"], plan["steps"], args.last),
-                    return_at(b["returns"], b["ends"], plan["steps"], args.last),
+                    return_at(a["returns"], a["ends"], plan["steps"], plan["last"]),
+                    return_at(b["returns"], b["ends"], plan["steps"], plan["last"]),
                     random,
                 )
                 for a in runs
