@@ -23,13 +23,14 @@ def _args(argv: list[str]) -> argparse.Namespace:
 
 
 def test_the_settings_are_one_source_for_both_sides() -> None:
-    cfg = reference.settings_for("sac", "Pendulum-v1", quick=False)
+    cfg = reference.settings_for("sac", "Pendulum-v1", quick=False, steps=10_000)
     kw = reference.sb3_kwargs("sac", cfg, 10_000)
-    assert cfg.learning_starts == kw["learning_starts"] == 1000 and cfg.random_start
+    assert cfg.learning_starts == kw["learning_starts"] == 1000 and cfg.random_start  # a tenth of the run
     assert kw["learning_rate"] == cfg.lr and kw["batch_size"] == cfg.batch_size and kw["tau"] == cfg.tau
     assert kw["ent_coef"] == f"auto_{cfg.alpha}" and kw["policy_kwargs"]["net_arch"] == list(cfg.hidden)
     assert kw["train_freq"] == kw["gradient_steps"] == 1  # one update a step, as nonstop's cap
-    dqn = reference.settings_for("dqn", "CartPole-v1", quick=False)
+    assert reference.settings_for("sac", "HalfCheetah-v5", quick=False, steps=100_000).learning_starts == 10_000
+    dqn = reference.settings_for("dqn", "CartPole-v1", quick=False, steps=50_000)
     kw = reference.sb3_kwargs("dqn", dqn, 50_000)
     assert kw["gradient_steps"] / kw["train_freq"] == dqn.updates_per_transition == 0.5
     assert kw["exploration_fraction"] == pytest.approx(0.16) and kw["target_update_interval"] == dqn.target_update

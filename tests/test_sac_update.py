@@ -103,3 +103,19 @@ def test_random_start_is_a_setting_saved_with_the_run() -> None:
     cfg = SACConfig()
     assert cfg.random_start and cfg.to_dict()["random_start"] is True
     assert SACConfig.from_dict({**cfg.to_dict(), "random_start": False}).random_start is False
+
+
+def test_learning_starts_left_unset_is_a_tenth_of_the_run_up_to_the_rl_zoos_10000(no_shm_leak) -> None:
+    from nonstop.experiment.config import TrainConfig
+    from nonstop.experiment.run import Run
+
+    assert SACConfig().learning_starts is None and SACConfig().for_run(100_000).learning_starts == 10_000
+    assert SACConfig(learning_starts=7).for_run(100_000).learning_starts == 7  # given: kept
+    cfg = TrainConfig(env="Pendulum-v1", clock="virtual", seconds=100.0, algo="sac", latency="1t")
+    run = Run(cfg)
+    try:
+        run.build()
+        assert run.settings.learning_starts == 256  # 2,000 ticks: a tenth is 200, at least a batch
+        assert cfg.algo_settings.learning_starts == 256  # saved with the run: a resume keeps it
+    finally:
+        run.teardown()

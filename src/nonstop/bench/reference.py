@@ -41,7 +41,7 @@ TARGET_RATIO = 0.9
 #: per (algorithm, world): what the bench changes in nonstop's defaults, on both sides; a quick run's sizes
 REFERENCES: dict[tuple[str, str], dict[str, Any]] = {
     ("sac", "Pendulum-v1"): {
-        "settings": {"learning_starts": 1000},
+        "settings": {},
         "steps": 10_000,
         # quick: small enough for CI, yet both sides learn the swing-up (small networks, a larger Adam step)
         "quick": {
@@ -113,16 +113,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 # ----------------------------------------------------------------------------- settings
 
 
-def settings_for(algo: str, env: str, quick: bool, extra: dict[str, Any] | None = None) -> Any:
+def settings_for(algo: str, env: str, quick: bool, steps: int, extra: dict[str, Any] | None = None) -> Any:
     """nonstop's config for ``algo`` on ``env`` with the bench's changes (``quick``: its small sizes) and
-    ``extra`` (``--algo-arg``): the one source both sides take their hyper-parameters from."""
+    ``extra`` (``--algo-arg``), for a run of ``steps`` (what nonstop leaves to a run's length, SAC's random
+    steps first, filled in): the one source both sides take their hyper-parameters from."""
     from nonstop.envs import env_info
     from nonstop.experiment.registry import lookup
 
     ref = reference_of(algo, env)
     changes = {**ref["settings"], **(ref["quick"]["settings"] if quick else {}), **(extra or {})}
     algo_class = lookup("algo", algo)
-    return algo_class.config_class.for_family(env_info(env).family, **changes)
+    return algo_class.config_class.for_family(env_info(env).family, **changes).for_run(steps)
 
 
 def reference_of(algo: str, env: str) -> dict[str, Any]:
@@ -328,7 +329,7 @@ def plan_of(args: argparse.Namespace) -> dict[str, Any]:
         extra = parse_env_args(getattr(args, "algo_arg", None))
     except ValueError as exc:
         raise ValueError(str(exc).replace("--env-arg", "--algo-arg")) from None
-    cfg = settings_for(algo, env, quick, extra)
+    cfg = settings_for(algo, env, quick, steps, extra)
     return {
         "algo": algo,
         "env": env,

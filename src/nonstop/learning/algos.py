@@ -95,6 +95,11 @@ class ConfigBase:
         """The defaults, with what a world family changes (``family_defaults``), then ``overrides``."""
         return cls(**{**cls.family_defaults.get(family, {}), **overrides})
 
+    def for_run(self, ticks: int) -> Self:
+        """These settings for a run of ``ticks`` ticks (a setting left to the run's length is filled in:
+        SAC's ``learning_starts``); as they are by default."""
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}  # type: ignore[call-overload]
 

@@ -112,7 +112,7 @@ class RTACConfig(SACConfig):
 
     alpha: float = field(default=1.0, metadata={"help": "the entropy scale α (the paper's: 1, fixed)"})
     autotune: bool = field(default=False, metadata={"help": "learn α toward the target entropy −|A| instead"})
-    learning_starts: int = field(
+    learning_starts: int | None = field(
         default=10_000, metadata={"help": "transitions in replay before learning (paper: 10,000)"}
     )
     reward_scale: float = field(

@@ -33,9 +33,10 @@ with log π corrected for the squash and the scale (appendix C). It samples whil
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Self
 
 import numpy as np
 
@@ -57,12 +58,13 @@ __all__ = [
     "soft_actor_losses",
     "write_gradients",
     "FAMILY_DEFAULTS",
+    "learning_starts_for",
 ]
 
 #: What each world family changes in `SACConfig`'s defaults (`SACConfig.for_family`); none so far: the defaults
-#: are SB3's and the RL Zoo's for MuJoCo (Adam 3e-4 everywhere, α from 1, learned; 10,000 uniformly random
-#: steps first, as the RL Zoo's and Tianshou's HalfCheetah, Hopper and Walker2d), and learn Pendulum within
-#: 20,000 ticks; a shorter run starts sooner with ``learning_starts`` (bench reference's Pendulum: 1,000)
+#: are SB3's for MuJoCo (Adam 3e-4 everywhere, α from 1, learned), with uniformly random steps first, a tenth
+#: of the run's ticks up to the RL Zoo's and Tianshou's 10,000 (HalfCheetah, Hopper, Walker2d: 100k ticks and
+#: more), so a 10,000-tick Pendulum run starts learning at 1,000 (`learning_starts_for`)
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {}
 
 
@@ -81,9 +83,12 @@ class SACConfig(ConfigBase):
         default=1.0, metadata={"help": "the entropy coefficient α at the start (learned with --autotune)"}
     )
     autotune: bool = field(default=True, metadata={"help": "learn α toward the target entropy −|A| (paper §5)"})
-    learning_starts: int = field(
-        default=10_000,
-        metadata={"help": "transitions in replay before learning (with --random-start, uniformly random ones)"},
+    learning_starts: int | None = field(
+        default=None,
+        metadata={
+            "help": "transitions in replay before learning, uniformly random ones with --random-start "
+            "(default: a tenth of the run's ticks, at most 10,000)"
+        },
     )
     random_start: bool = field(
         default=True,
@@ -108,13 +113,23 @@ class SACConfig(ConfigBase):
         need(0.0 <= self.gamma <= 1.0, "gamma", "in [0, 1]")
         for name in ("batch_size", "replay_capacity", "features"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "a positive integer")
-        need(isinstance(self.learning_starts, int) and self.learning_starts >= 0, "learning_starts", "an integer >= 0")
+        need(
+            self.learning_starts is None or (isinstance(self.learning_starts, int) and self.learning_starts >= 0),
+            "learning_starts",
+            "an integer >= 0 (or None: a tenth of the run's ticks)",
+        )
         need(self.lr > 0 and math.isfinite(self.lr), "lr", "a positive number")
         need(0.0 < self.tau <= 1.0, "tau", "in (0, 1]")
         need(self.alpha > 0 and math.isfinite(self.alpha), "alpha", "a positive number")
         need(self.updates_per_transition >= 0, "updates_per_transition", ">= 0")
         self.hidden = tuple(int(h) for h in self.hidden)
         need(self.arch in ("impala", "2xdeep"), "arch", "impala or 2xdeep")
+
+    def for_run(self, ticks: int) -> Self:
+        """These settings for a run of ``ticks`` ticks: ``learning_starts`` unset is `learning_starts_for` it."""
+        if self.learning_starts is not None:
+            return self
+        return dataclasses.replace(self, learning_starts=learning_starts_for(ticks, self.batch_size))
 
     def target_rule(self) -> tuple[int, float]:
         """``(every, ρ)``: Polyak averaging with ρ = τ after every update."""
@@ -123,6 +138,21 @@ class SACConfig(ConfigBase):
     def algorithm(self, obs_shape: tuple[int, ...], action_space: Any) -> "SAC":
         """SAC with these settings, for these observations and actions."""
         return SAC(self, obs_shape, action_space)
+
+
+#: the most uniformly random steps a run starts with (the RL Zoo's and Tianshou's MuJoCo figure)
+MAX_LEARNING_STARTS = 10_000
+
+
+def learning_starts_for(ticks: int, batch_size: int = 1) -> int:
+    """The random steps a run of ``ticks`` ticks starts with when ``learning_starts`` is unset: a tenth of
+    the run, at most `MAX_LEARNING_STARTS`, at least a batch. HalfCheetah's 100,000 ticks start with the
+    RL Zoo's 10,000; a 10,000-tick Pendulum run with 1,000.
+
+    >>> learning_starts_for(100_000), learning_starts_for(10_000), learning_starts_for(2_000_000), learning_starts_for(400, 256)
+    (10000, 1000, 10000, 256)
+    """
+    return max(int(batch_size), min(MAX_LEARNING_STARTS, int(ticks) // 10))
 
 
 class SACLosses(NamedTuple):
