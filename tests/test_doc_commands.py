@@ -159,6 +159,11 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "nonstop bench seats --clock virtual --quick --seconds 1",
         "10 s at 2 to 162 seats; the quick counts for one virtual second",
     ),
+    "nonstop bench reference --algo sac --env Pendulum-v1 --steps 10000 --seeds 0 1 2 --jobs 2": (
+        "nonstop bench reference --algo sac --env Pendulum-v1 --steps 10000 --seeds 0 1 2 --jobs 2 --quick --steps 400 "
+        "--seeds 0 --jobs 1",
+        "six runs of 10,000 steps take ~10 min on 2 cores; one quick run of 400 steps a side, in turn",
+    ),
     "nonstop bench delay --budget small --json --plot runs/delay.png": (
         "nonstop bench delay --budget small --json --plot runs/delay.png --envs CartPole --algos dqn,dqn+delay "
         "--taus 1,3 --seeds 1 --ticks 300 --last 1",
@@ -295,6 +300,7 @@ BENCH_TESTS = {
     "gpu": "test_device.py",
     "delay": "test_bench_delay.py",
     "seats": "test_bench_seats.py",
+    "reference": "test_bench_reference.py",
 }
 
 #: A placeholder's sample value, for parsing a synopsis.
