@@ -54,9 +54,10 @@ REFERENCES: dict[tuple[str, str], dict[str, Any]] = {
         "steps": 100_000,
         "quick": {"steps": 1200, "settings": {"learning_starts": 500, "hidden": (64, 64), "batch_size": 64}},
     },
-    # the RL Zoo's CartPole-v1 settings (hyperparams/dqn.yml): 2.3e-3, batch 64, 1,000 steps first, the
-    # target every 10 updates, 128 updates each 256 steps (nonstop: at most 0.5 a transition), ε to 0.04 over
-    # 16 % of 50,000 steps, 2 × 256; plain DQN and Adam's ε 1e-8 as SB3's
+    # the RL Zoo's CartPole-v1 settings (hyperparams/dqn.yml): 2.3e-3, batch 64, 1,000 steps first, 128
+    # updates each 256 steps (nonstop: at most 0.5 a transition), ε to 0.04 over 16 % of 50,000 steps, 2 × 256;
+    # plain DQN and Adam's ε 1e-8 as SB3's. Its target every 10 env steps copies only between two bursts of
+    # 128 updates (SB3 counts env steps, and learns only at a rollout's end): nonstop's every 128 updates
     ("dqn", "CartPole-v1"): {
         "settings": {
             "lr": 2.3e-3,
@@ -64,7 +65,7 @@ REFERENCES: dict[tuple[str, str], dict[str, Any]] = {
             "replay_capacity": 100_000,
             "learning_starts": 1000,
             "gamma": 0.99,
-            "target_update": 10,
+            "target_update": 128,
             "updates_per_transition": 0.5,
             "epsilon_end": 0.04,
             "epsilon_ticks": 8000,
@@ -155,7 +156,7 @@ def sb3_kwargs(algo: str, cfg: Any, steps: int) -> dict[str, Any]:
     every = 256  # the RL Zoo's: 128 updates each 256 steps, nonstop's updates_per_transition 0.5
     return {
         **common,
-        "target_update_interval": cfg.target_update,
+        "target_update_interval": max(1, round(cfg.target_update / cfg.updates_per_transition)),  # env steps
         "train_freq": every,
         "gradient_steps": max(1, round(cfg.updates_per_transition * every)),
         "exploration_initial_eps": cfg.epsilon_start,

@@ -110,6 +110,7 @@ class RTACConfig(SACConfig):
     """RTAC hyper-parameters: SAC's networks and optimiser, with the paper's settings (Table 2 of Ramstedt
     & Pal 2019) where they differ: a fixed entropy scale, a reward scale, 10,000 transitions first."""
 
+    lr: float = field(default=3e-4, metadata={"help": "Adam step size of the actor, the value and α (paper: 3e-4)"})
     alpha: float = field(default=1.0, metadata={"help": "the entropy scale α (the paper's: 1, fixed)"})
     autotune: bool = field(default=False, metadata={"help": "learn α toward the target entropy −|A| instead"})
     learning_starts: int | None = field(
