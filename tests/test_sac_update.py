@@ -119,3 +119,19 @@ def test_learning_starts_left_unset_is_a_tenth_of_the_run_up_to_the_rl_zoos_1000
         assert cfg.algo_settings.learning_starts == 256  # saved with the run: a resume keeps it
     finally:
         run.teardown()
+
+
+def test_a_process_workers_actor_on_the_hosts_shared_theta_starts_uniform_too(weights) -> None:
+    """Process workers compute from the host's one shared copy of θ (`make_shared_policy`): its version
+    moves inside the forward pass, and the actor reads it there."""
+    from nonstop.distributed.shared_params import make_shared_policy
+
+    algo = _algo()
+    flat = _pushed_high(algo)
+    weights.publish(flat)
+    weights.exploration = 1.0
+    policy = make_shared_policy(algo, weights, 0)
+    before = _actions(policy)
+    assert before.min() < -1.5 and before.max() > 1.5
+    weights.publish(flat)
+    assert np.allclose(_actions(policy, 20), 2.0, atol=1e-3)
