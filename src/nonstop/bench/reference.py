@@ -377,7 +377,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "model": "1-tick model (--latency 1t --scheduler max_time --n-inference 1), virtual clock",
         "random_return": random,
         "sides": sides,
-        "runs": [{k: v for k, v in r.items() if k not in ("returns", "ends")} for r in runs],
+        "runs": [
+            {
+                **{k: v for k, v in r.items() if k not in ("returns", "ends")},
+                "return": return_at(r["returns"], r["ends"], plan["steps"], plan["last"]),
+            }
+            for r in runs
+        ],
         "wall_s": time.monotonic() - started,
     }
     if "nonstop" in sides and "sb3" in sides:
