@@ -179,6 +179,17 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "nonstop bench seats --clock virtual --quick --seconds 1",
         "10 s at 2 to 162 seats; the quick counts for one virtual second",
     ),
+    "nonstop bench reference --algo sac --env Pendulum-v1 --steps 10000 --seeds 0 1 2 --jobs 2": (
+        "nonstop bench reference --algo sac --env Pendulum-v1 --steps 10000 --seeds 0 1 2 --jobs 2 --quick --steps 400 "
+        "--seeds 0 --jobs 1",
+        "six runs of 10,000 steps take ~10 min on 2 cores; one quick run of 400 steps a side, in turn",
+    ),
+    "nonstop bench reference --algo sac --env HalfCheetah-v5 --steps 30000 --seeds 0 1 2 --jobs 2 --checkpoints 6 "
+    "--algo-arg learning_starts=10000": (
+        "nonstop bench reference --algo sac --env HalfCheetah-v5 --steps 30000 --seeds 0 1 2 --jobs 2 --checkpoints 6 "
+        "--algo-arg learning_starts=10000 --quick --steps 400 --seeds 0 --algo-arg learning_starts=200 --jobs 1",
+        "six runs of 30,000 HalfCheetah steps take ~30 min on 2 cores; 400 quick steps a side, one seed, in turn",
+    ),
     "nonstop bench delay --budget small --json --plot runs/delay.png": (
         "nonstop bench delay --budget small --json --plot runs/delay.png --envs CartPole --algos dqn,dqn+delay "
         "--taus 1,3 --seeds 1 --ticks 300 --last 1",
@@ -315,6 +326,7 @@ BENCH_TESTS = {
     "gpu": "test_device.py",
     "delay": "test_bench_delay.py",
     "seats": "test_bench_seats.py",
+    "reference": "test_bench_reference.py",
 }
 
 #: A placeholder's sample value, for parsing a synopsis.

@@ -34,6 +34,7 @@ BENCHMARKS = {
     "ray": "nonstop.bench.ray",
     "delay": "nonstop.bench.delay",
     "seats": "nonstop.bench.seats",
+    "reference": "nonstop.bench.reference",
 }
 
 #: The optional packages (top-level modules) a benchmark needs beyond the base install.
@@ -45,5 +46,6 @@ REQUIRES = {
     "weights": ("torch",),
     "delay": ("torch",),
     "seats": ("torch", "magent2"),
+    "reference": ("torch", "stable_baselines3"),
     "server": ("fastapi", "uvicorn", "websockets", "pydantic"),
 }

@@ -8,7 +8,8 @@ any registered ``--algo`` with or without ``+delay``), ``nonstop train`` runs on
 for ``--ticks`` agent ticks, for each seed of ``--seeds``. A run's return is the mean of its last
 ``--last`` finished training episodes (the policy as it trains, exploring); per cell the bench
 reports the mean over seeds with a 95 % confidence interval (Student's t over the seeds), and the
-tick log's inaction and delay.
+tick log's inaction and delay. A cell whose algorithm refuses its τ (`Algorithm.check_timing`: RTAC
+needs 2 ticks or more) is not run, and the output says so (``skipped``).
 
 The judged figure, per delay-paying algorithm at the largest τ: the share of plain SAC's loss it
 recovers, ``(R_algo(τ) − R_sac(τ)) / (R_sac(τ_min) − R_sac(τ))`` (target: ≥ 85 % for ``sac+delay`` or
@@ -263,6 +264,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if not g["judged_cells"] or algo == "sac" or tau == g["taus"][-1]
         for seed in range(g["seeds"])
     ]
+    plan, skipped = _premised(plan)
     runs = _run_all(plan, g["jobs"])
     cells = []
     for env in g["envs"]:
@@ -288,6 +290,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         "jobs": g["jobs"],
         "cells": cells,
+        "skipped": skipped,
         "runs": runs,
         "verdicts": _verdicts(cells, g, runs),
         "wall_s": time.monotonic() - started,
@@ -295,6 +298,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.plot:
         result["plot"] = str(_plot(result, Path(args.plot)))
     return result
+
+
+def _premised(plan: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]]]:
+    """The runs whose algorithm accepts their τ (`Algorithm.check_timing`: RTAC needs 2 ticks or more),
+    and one line per cell left out, saying why."""
+    from nonstop.experiment.registry import lookup
+
+    kept, skipped = [], []
+    for spec in plan:
+        env, tau, algo = spec[:3]
+        try:
+            lookup("algo", algo.removesuffix("+delay")).check_timing(float(tau), "max_time")
+        except ValueError as exc:
+            cell = {"env": env, "tau": tau, "algo": algo, "why": str(exc)}
+            if cell not in skipped:
+                skipped.append(cell)
+            continue
+        kept.append(spec)
+    return kept, skipped
 
 
 def _run_all(plan: list[tuple[Any, ...]], jobs: int) -> list[dict[str, Any]]:
@@ -431,6 +453,8 @@ def render(result: dict[str, Any]) -> None:
         mean = "—" if r["mean"] is None else f"{r['mean']:.1f}"
         delay = "—" if c["delay_ticks"] is None else f"{c['delay_ticks']:.1f}t"
         console.print(f"{c['env']:<16}{c['tau']:>3}  {c['algo']:<12}{mean:>12} {ci:>17}{c['inaction']:>9.1%}{delay:>8}")
+    for c in result.get("skipped", []):
+        console.print(f"{c['env']} τ {c['tau']} {c['algo']}: not run: {c['why']}")
     for v in result["verdicts"]:
         rec = ", ".join(
             f"{a} {'—' if x is None else format(x, '.0%')}{_ci(v.get('recovered_interval', {}).get(a), '.0%')}"

@@ -192,7 +192,10 @@ def _learner_settings(
     spec.settings = algo.settings(getattr(cfg, algo.settings_field), spec.family)
     if adjust is not None:
         spec.settings = adjust(spec, spec.settings)
+    if hasattr(spec.settings, "for_run"):  # a setting left to the run's length (SAC's learning_starts)
+        spec.settings = spec.settings.for_run(round(cfg.seconds * spec.tick_hz))
     spec.latency = parse_latency(cfg.latency, tick_hz=spec.tick_hz)
+    algo.check_timing(spec.latency.mean / spec.tau_m, cfg.scheduler)  # RTAC refuses a delay under 2 ticks
     # the actor and critic see the actions in flight (RTAC and DCAC always do)
     if getattr(cfg, "delay_aware", False) or getattr(algo, "needs_action_buffer", False):
         from nonstop.learning.inflight import delay_aware_space

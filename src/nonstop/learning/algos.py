@@ -95,6 +95,11 @@ class ConfigBase:
         """The defaults, with what a world family changes (``family_defaults``), then ``overrides``."""
         return cls(**{**cls.family_defaults.get(family, {}), **overrides})
 
+    def for_run(self, ticks: int) -> Self:
+        """These settings for a run of ``ticks`` ticks (a setting left to the run's length is filled in:
+        SAC's ``learning_starts``); as they are by default."""
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}  # type: ignore[call-overload]
 
@@ -184,6 +189,12 @@ class Algorithm:
         if not isinstance(cfg, cls.config_class):
             raise ValueError(f"--algo {cls.name} takes {cls.config_class.__name__} settings, got {type(cfg).__name__}")
         return cfg
+
+    @classmethod
+    def check_timing(cls, delay_ticks: float, scheduler: str) -> None:
+        """Refuse, in one line, a run whose timing breaks this algorithm's premise: ``delay_ticks`` is the
+        model's mean latency in ticks, ``scheduler`` the run's (`nonstop.learning.rtac.RTAC` needs the
+        action just decided to land 2 ticks on or later). Most algorithms learn under any timing."""
 
     def check_fits(self, device: str) -> None:
         """Refuse (`nonstop.policies.models.ModelTooLargeError`) a model this machine cannot hold."""

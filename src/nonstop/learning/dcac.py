@@ -174,6 +174,8 @@ def dcac_target(
 class DCACConfig(SACConfig):
     """DCAC hyper-parameters: SAC's, and the longest resampled horizon."""
 
+    lr: float = field(default=3e-4, metadata={"help": "Adam step size of the actor, the critics and α (paper: 3e-4)"})
+
     n_steps: int = field(
         default=0, metadata={"help": "the longest n of the resampled targets (0: K, the buffer's slots)"}
     )

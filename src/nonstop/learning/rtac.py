@@ -110,9 +110,10 @@ class RTACConfig(SACConfig):
     """RTAC hyper-parameters: SAC's networks and optimiser, with the paper's settings (Table 2 of Ramstedt
     & Pal 2019) where they differ: a fixed entropy scale, a reward scale, 10,000 transitions first."""
 
+    lr: float = field(default=3e-4, metadata={"help": "Adam step size of the actor, the value and α (paper: 3e-4)"})
     alpha: float = field(default=1.0, metadata={"help": "the entropy scale α (the paper's: 1, fixed)"})
     autotune: bool = field(default=False, metadata={"help": "learn α toward the target entropy −|A| instead"})
-    learning_starts: int = field(
+    learning_starts: int | None = field(
         default=10_000, metadata={"help": "transitions in replay before learning (paper: 10,000)"}
     )
     reward_scale: float = field(
@@ -155,6 +156,23 @@ class RTAC(SAC):
     needs_action_buffer = True
     #: transitions run between two decisions' observations (`nonstop.learning.inflight`)
     reward_framing = "observation"
+
+    @classmethod
+    def check_timing(cls, delay_ticks: float, scheduler: str) -> None:
+        """RTAC's premise: the reward between two decisions' observations does not depend on the action
+        just decided, which holds only when that action lands 2 ticks on or later (and never when the
+        sequential scheduler applies each action before the next observation)."""
+        if scheduler == "sequential":
+            raise ValueError(
+                "RTAC needs the world to move on while the model computes; the sequential scheduler applies each "
+                "action before the next observation, so the reward depends on it: use --scheduler max_time"
+            )
+        ticks = math.ceil(delay_ticks - 1e-9)
+        if ticks < 2:
+            raise ValueError(
+                f"RTAC needs a delay of at least 2 ticks (the reward must not depend on the action just decided); "
+                f"this --latency gives {ticks} tick{'' if ticks == 1 else 's'}: use 2t or more, or --algo sac"
+            )
 
     @property
     def layout(self) -> BufferLayout:

@@ -14,6 +14,18 @@ decision's n ticks (`nonstop.learning.replay`: γ^n, 0 at a terminal)::
     θ   ← Adam(θ, [∇J_Q, ∇J_π, ∇J_α])                      # one flat gradient, applied by the learners
     θ_targ ← (1 − τ)·θ_targ + τ·θ   after every update     # Polyak averaging, τ = 0.005
 
+The three losses are taken at the same θ and applied as one Adam step on the flat θ: the learners'
+contract is one gradient per update (round-robin learners compute theirs elsewhere and apply them in
+turn), and the blocks are disjoint, so each block's Adam is its own. SB3 and CleanRL step the critic
+first and take the actor's loss against the freshly stepped critic; here the actor's loss at update k
+sees the critic after k critic steps where theirs sees k + 1, so the actor lags the critic by one Adam
+step (a change of about ``lr`` in each weight). `nonstop bench reference` shows no gap from it.
+
+Acting: until the learners' first update (``learning_starts`` transitions) the actor draws its actions
+uniformly over the Box (``random_start``), as CleanRL, SB3 and Tianshou do: a fresh actor's samples
+(σ ≈ 0.22 of the half-width, log σ starting mid-range) cover a sliver of the Box. Every backend's actor sees it the same way:
+its weights are still the first version it loaded (`SACPolicy`, and the batching server's `SAC.serve`).
+
 The actor is a Gaussian squashed by tanh and rescaled to the Box's bounds, ``a = tanh(u)·scale + bias``,
 with log π corrected for the squash and the scale (appendix C). It samples while training and acts
 ``tanh(μ)`` for evaluation and export. The networks are in `nonstop.learning.sacnets`.
@@ -21,9 +33,10 @@ with log π corrected for the squash and the scale (appendix C). It samples whil
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Self
 
 import numpy as np
 
@@ -45,10 +58,15 @@ __all__ = [
     "soft_actor_losses",
     "write_gradients",
     "FAMILY_DEFAULTS",
+    "learning_starts_for",
 ]
 
 #: What each world family changes in `SACConfig`'s defaults (`SACConfig.for_family`); none so far: the defaults
-#: learn Pendulum within 20,000 ticks and are CleanRL's for MuJoCo but for learning_starts (1,000, not 5,000)
+#: are Tianshou's for MuJoCo and the RL Zoo's for Pendulum (Adam 1e-3 everywhere; α from 1, learned, as SB3's
+#: and CleanRL's; HalfCheetah, seed 0, 30k steps: 2,071 at 1e-3 against 306 at 3e-4; SB3 2,728 and 297), with
+#: uniformly random steps first, a tenth
+#: of the run's ticks up to the RL Zoo's and Tianshou's 10,000 (HalfCheetah, Hopper, Walker2d: 100k ticks and
+#: more), so a 10,000-tick Pendulum run starts learning at 1,000 (`learning_starts_for`)
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {}
 
 
@@ -60,14 +78,31 @@ class SACConfig(ConfigBase):
 
     gamma: float = field(default=0.99, metadata={"help": "discount per env tick (semi-MDP: γ^n over n ticks)"})
     batch_size: int = field(default=256, metadata={"help": "transitions per gradient"})
-    lr: float = field(default=3e-4, metadata={"help": "Adam step size of the actor, the critics and α"})
+    lr: float = field(
+        default=1e-3,
+        metadata={
+            "help": "Adam step size of the actor, the critics and α (Tianshou's MuJoCo and the RL Zoo's Pendulum)"
+        },
+    )
     adam_eps: float = field(default=1e-8, metadata={"help": "Adam epsilon"})
     tau: float = field(default=0.005, metadata={"help": "Polyak step of the target critics after each update"})
     alpha: float = field(
         default=1.0, metadata={"help": "the entropy coefficient α at the start (learned with --autotune)"}
     )
     autotune: bool = field(default=True, metadata={"help": "learn α toward the target entropy −|A| (paper §5)"})
-    learning_starts: int = field(default=1000, metadata={"help": "transitions in replay before learning"})
+    learning_starts: int | None = field(
+        default=None,
+        metadata={
+            "help": "transitions in replay before learning, uniformly random ones with --random-start "
+            "(default: a tenth of the run's ticks, at most 10,000)"
+        },
+    )
+    random_start: bool = field(
+        default=True,
+        metadata={
+            "help": "act uniformly at random over the Box until the first update, as CleanRL, SB3 and Tianshou do"
+        },
+    )
     updates_per_transition: float = field(
         default=1.0,
         metadata={
@@ -85,13 +120,23 @@ class SACConfig(ConfigBase):
         need(0.0 <= self.gamma <= 1.0, "gamma", "in [0, 1]")
         for name in ("batch_size", "replay_capacity", "features"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "a positive integer")
-        need(isinstance(self.learning_starts, int) and self.learning_starts >= 0, "learning_starts", "an integer >= 0")
+        need(
+            self.learning_starts is None or (isinstance(self.learning_starts, int) and self.learning_starts >= 0),
+            "learning_starts",
+            "an integer >= 0 (or None: a tenth of the run's ticks)",
+        )
         need(self.lr > 0 and math.isfinite(self.lr), "lr", "a positive number")
         need(0.0 < self.tau <= 1.0, "tau", "in (0, 1]")
         need(self.alpha > 0 and math.isfinite(self.alpha), "alpha", "a positive number")
         need(self.updates_per_transition >= 0, "updates_per_transition", ">= 0")
         self.hidden = tuple(int(h) for h in self.hidden)
         need(self.arch in ("impala", "2xdeep"), "arch", "impala or 2xdeep")
+
+    def for_run(self, ticks: int) -> Self:
+        """These settings for a run of ``ticks`` ticks: ``learning_starts`` unset is `learning_starts_for` it."""
+        if self.learning_starts is not None:
+            return self
+        return dataclasses.replace(self, learning_starts=learning_starts_for(ticks, self.batch_size))
 
     def target_rule(self) -> tuple[int, float]:
         """``(every, ρ)``: Polyak averaging with ρ = τ after every update."""
@@ -100,6 +145,21 @@ class SACConfig(ConfigBase):
     def algorithm(self, obs_shape: tuple[int, ...], action_space: Any) -> "SAC":
         """SAC with these settings, for these observations and actions."""
         return SAC(self, obs_shape, action_space)
+
+
+#: the most uniformly random steps a run starts with (the RL Zoo's and Tianshou's MuJoCo figure)
+MAX_LEARNING_STARTS = 10_000
+
+
+def learning_starts_for(ticks: int, batch_size: int = 1) -> int:
+    """The random steps a run of ``ticks`` ticks starts with when ``learning_starts`` is unset: a tenth of
+    the run, at most `MAX_LEARNING_STARTS`, at least a batch. HalfCheetah's 100,000 ticks start with the
+    RL Zoo's 10,000; a 10,000-tick Pendulum run with 1,000.
+
+    >>> learning_starts_for(100_000), learning_starts_for(10_000), learning_starts_for(2_000_000), learning_starts_for(400, 256)
+    (10000, 1000, 10000, 256)
+    """
+    return max(int(batch_size), min(MAX_LEARNING_STARTS, int(ticks) // 10))
 
 
 class SACLosses(NamedTuple):
@@ -219,14 +279,29 @@ class SACPolicy(ActorPolicy):
         device: str = "cpu",
         dtype: str | None = None,
         deterministic: bool = False,
+        random_start: bool = False,
     ) -> None:
         super().__init__(model, weights, action_space, seed=seed, num_threads=num_threads, device=device, dtype=dtype)
         self.deterministic = bool(deterministic)
+        #: act uniformly over the Box until the learners' first update (`SACConfig.random_start`)
+        self.random_start = bool(random_start)
+        self._first_version: int | None = None
         self._low, self._high = np.asarray(action_space.low, np.float32), np.asarray(action_space.high, np.float32)
 
     def _decide(self, obs: np.ndarray) -> np.ndarray:
-        out = self._forward(to_tensor(obs[None], self.device)).cpu().numpy()
+        out = self._forward(to_tensor(obs[None], self.device)).cpu().numpy()  # also brings `version` up to date
+        if self.random_start and not self.deterministic and self._untrained():
+            return self._rng.uniform(self._low, self._high).astype(np.float32)
         return squash(out, self._low, self._high, None if self.deterministic else self._rng)[0]
+
+    def _untrained(self) -> bool:
+        """Whether the weights are still the first version this actor loaded, in a run that learns (the
+        header's figure is α > 0; a frozen opponent's is 0: `Algorithm.opponent_exploration`). A fresh run
+        publishes its initial θ once, and its learners publish the next version only after their first
+        update, which waits for ``learning_starts`` transitions; so until then the actor acts uniformly."""
+        if self._first_version is None:
+            self._first_version = self.version
+        return self.version == self._first_version and float(getattr(self.weights, "epsilon", 0.0)) > 0.0
 
 
 def squash(output: np.ndarray, low: np.ndarray, high: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
@@ -329,11 +404,22 @@ class SAC(Algorithm):
 
     def serve(self, forward: Any, *, seed: int | None = None) -> Any:
         rng = np.random.default_rng(seed)
+        refresh = getattr(forward, "refresh", None)  # how the learner's versions reach it (None: fixed θ)
+        first: list[int] = []
 
         def sampled(batch: np.ndarray) -> np.ndarray:
-            return self.act_batch(forward.q_values(batch).numpy(), rng, explore=True)  # (b, d) float32
+            out = forward.q_values(batch).numpy()  # refreshes first: the version is current
+            if self.cfg.random_start and refresh is not None:
+                first[:] = first or [refresh.version]
+                if refresh.version == first[0]:  # the learners have not updated yet: uniform over the Box
+                    space = self.action_space
+                    return rng.uniform(space.low, space.high, (len(out), self.action_dim)).astype(np.float32)
+            return self.act_batch(out, rng, explore=True)  # (b, d) float32
 
         return sampled
+
+    def policy_kwargs(self) -> dict[str, Any]:
+        return {"random_start": self.cfg.random_start}
 
     def export_module(self, model: "torch.nn.Module") -> "torch.nn.Module":
         from nonstop.learning.sacnets import DeterministicActor
