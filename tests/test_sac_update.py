@@ -135,3 +135,17 @@ def test_a_process_workers_actor_on_the_hosts_shared_theta_starts_uniform_too(we
     assert before.min() < -1.5 and before.max() > 1.5
     weights.publish(flat)
     assert np.allclose(_actions(policy, 20), 2.0, atol=1e-3)
+
+
+def test_a_resumed_run_acts_from_its_restored_theta_not_uniformly(weights) -> None:
+    """A resume publishes the initial θ and then the checkpoint's at once (version 2): its actors act from
+    the trained weights while the learners wait for their first new update."""
+    algo = _algo()
+    flat = _pushed_high(algo)
+    weights.publish(flat)  # init_training
+    weights.publish(flat)  # the checkpoint's θ, restored before any worker starts
+    weights.exploration = 1.0
+    assert np.allclose(_actions(algo.policy(algo.build_model(), weights, seed=0), 20), 2.0, atol=1e-3)
+    forward = _Forward(algo)
+    forward.refresh.version = 2  # the batching server's model took the restored θ
+    assert np.allclose(algo.serve(forward, seed=0)(np.zeros((8, 3), np.float32)), 2.0, atol=1e-3)

@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, Self
 
 import numpy as np
 
@@ -67,6 +67,9 @@ __all__ = [
 #: uniformly random steps first, a tenth
 #: of the run's ticks up to the RL Zoo's and Tianshou's 10,000 (HalfCheetah, Hopper, Walker2d: 100k ticks and
 #: more), so a 10,000-tick Pendulum run starts learning at 1,000 (`learning_starts_for`)
+#: the version of a run's weights that holds its initial θ (`init_training` publishes it first); a resumed
+#: run publishes its restored θ next, so an actor that first sees a later version acts from its weights
+_INITIAL_VERSION: Final = 1
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {}
 
 
@@ -298,10 +301,15 @@ class SACPolicy(ActorPolicy):
         """Whether the weights are still the first version this actor loaded, in a run that learns (the
         header's figure is α > 0; a frozen opponent's is 0: `Algorithm.opponent_exploration`). A fresh run
         publishes its initial θ once, and its learners publish the next version only after their first
-        update, which waits for ``learning_starts`` transitions; so until then the actor acts uniformly."""
+        update, which waits for ``learning_starts`` transitions; so until then the actor acts uniformly. A
+        resumed run republishes its trained θ at once (version 2 of its weights), so it acts from it."""
         if self._first_version is None:
             self._first_version = self.version
-        return self.version == self._first_version and float(getattr(self.weights, "epsilon", 0.0)) > 0.0
+        return (
+            self._first_version <= _INITIAL_VERSION
+            and self.version == self._first_version
+            and float(getattr(self.weights, "epsilon", 0.0)) > 0.0
+        )
 
 
 def squash(output: np.ndarray, low: np.ndarray, high: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
@@ -411,7 +419,7 @@ class SAC(Algorithm):
             out = forward.q_values(batch).numpy()  # refreshes first: the version is current
             if self.cfg.random_start and refresh is not None:
                 first[:] = first or [refresh.version]
-                if refresh.version == first[0]:  # the learners have not updated yet: uniform over the Box
+                if first[0] <= _INITIAL_VERSION and refresh.version == first[0]:  # no update yet: uniform over the Box
                     space = self.action_space
                     return rng.uniform(space.low, space.high, (len(out), self.action_dim)).astype(np.float32)
             return self.act_batch(out, rng, explore=True)  # (b, d) float32
