@@ -244,7 +244,7 @@ def add_algo_arguments(p: argparse.ArgumentParser) -> None:
     algorithm.add_argument(
         "--hyperparams",
         metavar="FILE",
-        help="settings per world for this --algo, in the layout of the shipped nonstop/hyperparams/<algo>.yml "
+        help="settings per world for this --algo, in the layout of the shipped nonstop/learning/hyperparams/<algo>.yml "
         "(a world id, then its settings): read instead of the shipped file; flags typed win over it "
         "(default: the shipped file)",
     )

@@ -1,6 +1,6 @@
 """Settings known to learn, per world and algorithm: the files `nonstop train` reads before its flags.
 
-The package ships one file per algorithm, ``nonstop/hyperparams/<algo>.yml``, in the layout RL Zoo's
+The package ships one file per algorithm, ``nonstop/learning/hyperparams/<algo>.yml``, in the layout RL Zoo's
 users know (a world's id, then its settings), with two more keys that every shipped entry must
 have: ``reached`` (the figure the settings reached) and ``command`` (the command that reached it).
 ``nonstop train --hyperparams FILE`` reads the user's own file instead (``reached`` and
@@ -47,7 +47,7 @@ class WorldEntry:
 
 def shipped_file(algo: str) -> Any:
     """The file the package ships for ``algo`` (a traversable; it may not exist)."""
-    return resources.files("nonstop.hyperparams").joinpath(f"{algo}.yml")
+    return resources.files("nonstop.learning").joinpath("hyperparams", f"{algo}.yml")
 
 
 def read_file(text: str, source: str, *, shipped: bool) -> dict[str, dict[str, Any]]:
@@ -86,7 +86,7 @@ def world_entry(algo: str, env: str, path: str | Path | None = None, config_clas
         file = shipped_file(algo)
         if not file.is_file():
             return None
-        source = f"nonstop/hyperparams/{algo}.yml"
+        source = f"nonstop/learning/hyperparams/{algo}.yml"
         entries = read_file(file.read_text(encoding="utf-8"), source, shipped=True)
     entry = entries.get(env)
     if entry is None:
