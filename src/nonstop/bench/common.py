@@ -97,3 +97,22 @@ def parse_positive_list(text: str, option: str) -> list[float]:
     if not values or any(not (v > 0) or math.isinf(v) for v in values):
         raise ValueError(f"{option} values must be positive finite numbers, got {text!r}")
     return values
+
+
+def interval(values: list[float | None]) -> dict[str, Any]:
+    """Mean and 95 % interval over seeds (Student's t; one seed: no interval).
+
+    >>> {k: round(v, 3) for k, v in interval([1.0, 2.0, 3.0]).items()}
+    {'mean': 2.0, 'low': -0.484, 'high': 4.484, 'n': 3}
+    """
+    from nonstop.experiment.tquantile import t_quantile_95
+
+    arr = np.asarray([v for v in values if v is not None and math.isfinite(v)], np.float64)
+    n = int(arr.size)
+    if n == 0:
+        return {"mean": None, "low": None, "high": None, "n": 0}
+    mean = float(arr.mean())
+    if n == 1:
+        return {"mean": mean, "low": None, "high": None, "n": 1}
+    half = t_quantile_95(n - 1) * float(arr.std(ddof=1)) / math.sqrt(n)
+    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}

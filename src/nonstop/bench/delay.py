@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -32,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from nonstop.bench.common import interval
 
 __all__ = ["DESCRIPTION", "BUDGETS", "add_arguments", "run", "render", "run_cell", "interval", "recovered"]
 
@@ -59,7 +60,6 @@ BUDGETS: dict[str, dict[str, Any]] = {
 }
 #: the share of plain SAC's loss a delay-paying algorithm must recover at the largest τ
 TARGET_RECOVERY = 0.85
-#: Student's t at 97.5 % for 1..30 degrees of freedom (a 95 % two-sided interval)
 _T975 = (
     12.706,
     4.303,
@@ -224,23 +224,6 @@ def run_cell(
         "updates": int(out["updates"] or 0),
         "wall_s": time.monotonic() - started,
     }
-
-
-def interval(values: list[float | None]) -> dict[str, Any]:
-    """Mean and its 95 % confidence interval over seeds (Student's t; one seed: no interval, None).
-
-    >>> {k: round(v, 3) for k, v in interval([1.0, 2.0, 3.0]).items()}
-    {'mean': 2.0, 'low': -0.484, 'high': 4.484, 'n': 3}
-    """
-    arr = np.asarray([v for v in values if v is not None and math.isfinite(v)], np.float64)
-    n = int(arr.size)
-    if n == 0:
-        return {"mean": None, "low": None, "high": None, "n": 0}
-    mean = float(arr.mean())
-    if n == 1:
-        return {"mean": mean, "low": None, "high": None, "n": 1}
-    half = _T975[min(n - 1, len(_T975)) - 1] * float(arr.std(ddof=1)) / math.sqrt(n)
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
 
 
 def recovered(plain_fast: float, plain_slow: float, other_slow: float) -> float | None:

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
 from typing import Any
 
 import numpy as np
+
+from nonstop.bench.common import interval
 
 __all__ = ["DESCRIPTION", "REFERENCES", "add_arguments", "run", "render", "settings_for", "return_at", "interval"]
 
@@ -274,25 +275,6 @@ def return_at(returns: list[float], ends: list[int], step: int, last: int) -> fl
     """
     done = [r for r, e in zip(returns, ends) if e <= step]
     return float(np.mean(done[-last:])) if done else None
-
-
-def interval(values: list[float | None]) -> dict[str, Any]:
-    """Mean and 95 % interval over seeds (Student's t; one seed: no interval).
-
-    >>> {k: round(v, 3) for k, v in interval([1.0, 2.0, 3.0]).items()}
-    {'mean': 2.0, 'low': -0.484, 'high': 4.484, 'n': 3}
-    """
-    from nonstop.experiment.tquantile import t_quantile_95
-
-    arr = np.asarray([v for v in values if v is not None and math.isfinite(v)], np.float64)
-    n = int(arr.size)
-    if n == 0:
-        return {"mean": None, "low": None, "high": None, "n": 0}
-    mean = float(arr.mean())
-    if n == 1:
-        return {"mean": mean, "low": None, "high": None, "n": 1}
-    half = t_quantile_95(n - 1) * float(arr.std(ddof=1)) / math.sqrt(n)
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
 
 
 def ratio(ours: float | None, theirs: float | None, random: float) -> float | None:

@@ -415,16 +415,7 @@ class DeviceLearners:
             self.failure = PartFailed(f"learner 0 kept dying: {spent} (last: {why})")
             why_not = f"{spent}: the run stops"
             self._stop.set()
-        death = Death(
-            "device learner 0",
-            in_this_process(),
-            why,
-            restarted=not why_not,
-            budget_left=self.budget.left(now),
-            budget=self.budget.describe(),
-            why_not=why_not,
-            time=now,
-        )
+        death = Death.under(self.budget, "device learner 0", in_this_process(), why, why_not=why_not, now=now)
         self.deaths.append(death)
         self._say(death.line())
 

@@ -314,16 +314,7 @@ class VirtualLearners:
                     self.failure = PartFailed(f"learner {i} kept dying: {spent} (last: {why})")
                     why_not = f"{spent}: the run stops"
                     self.events.append((now, i, "gave up"))
-                death = Death(
-                    f"learner {i}",
-                    in_this_process(),
-                    why,
-                    restarted=not why_not,
-                    budget_left=self.budget.left(now),
-                    budget=self.budget.describe(),
-                    why_not=why_not,
-                    time=now,
-                )
+                death = Death.under(self.budget, f"learner {i}", in_this_process(), why, why_not=why_not, now=now)
                 self.deaths.append(death)
                 self._say(death.line())
 

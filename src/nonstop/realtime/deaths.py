@@ -47,6 +47,21 @@ class Death:
     #: when, on the run's clock (virtual or wall seconds)
     time: float = 0.0
 
+    @classmethod
+    def under(cls, budget: Any, part: str, where: str, cause: str, *, why_not: str, now: float) -> "Death":
+        """A death of a part a `RestartBudget` restarts: restarted unless ``why_not`` says why not, with the
+        budget's restarts left at ``now``."""
+        return cls(
+            part,
+            where,
+            cause,
+            restarted=not why_not,
+            budget_left=budget.left(now),
+            budget=budget.describe(),
+            why_not=why_not,
+            time=now,
+        )
+
     def line(self) -> str:
         """The one line that tells this death (without the ``nonstop:`` prefix `tell` adds)."""
         head = f"{self.part} ({self.where}) died: {self.cause}"
