@@ -16,7 +16,7 @@ def test_interval_and_recovery() -> None:
     one = interval([-200.0])
     assert one == {"mean": -200.0, "low": None, "high": None, "n": 1}  # no interval from one seed
     three = interval([-100.0, -200.0, -300.0])
-    assert three["low"] == pytest.approx(-200.0 - 4.303 * 100.0 / 3**0.5)
+    assert three["low"] == pytest.approx(-200.0 - 4.30265 * 100.0 / 3**0.5)  # t(0.975, 2 dof)
     assert recovered(-169.0, -1352.0, -267.0) == pytest.approx(0.9172, abs=1e-4)
     assert recovered(-200.0, -100.0, -50.0) is None  # no loss: nothing to recover
 
