@@ -1,10 +1,11 @@
 """The live page for several seats: every seat of a session in one view (a grid coloured by
 inaction and delay), each team's summary, and the world's frame with its agents marked.
 
-The feed (`nonstop.server.live.seats_view`, ``GET /live/sessions/{sid}/seats``) is checked on the
-wire; the page in Debian's chromium driven by Playwright, as tests/test_live.py does: the two-seat
-duel (one seat held by a client, the other played by β) and a generic twelve-seat world of two
-teams that marks its agents and loses some of them.
+The JSON view (`nonstop.server.live.seats_view`, ``GET /live/sessions/{sid}/seats``) is checked on
+the wire; the page (fed by ``/ws/seats/{sid}``: tests/test_live_feed.py) in Debian's chromium driven
+by Playwright, as tests/test_live.py does: the two-seat duel (one seat held by a client, the other
+played by β) and a generic twelve-seat world of two teams that marks its agents and loses some of
+them. The grid is a canvas: the page's ``seatCells()`` on the view says what it drew for each seat.
 """
 
 from __future__ import annotations
@@ -144,16 +145,14 @@ def _watch(url: str, sid: str, check: Any, tmp_path: Any, shot: str) -> dict:
     return value
 
 
-SEATS_JS = """v => { const cells = [...v.querySelectorAll('.seat-grid .seat')];
-    const grid = v.querySelector('.seat-grid');
-    if (Number(grid.dataset.polls || 0) < CHECK_POLLS) return null;
-    return {polls: Number(grid.dataset.polls), section: !v.querySelector('.seats').hidden,
+SEATS_JS = """v => { const cells = v.seatCells ? v.seatCells() : [];
+    const grid = v.querySelector('canvas.seat-grid');
+    if (Number(grid.dataset.drawn || 0) < CHECK_POLLS) return null;
+    return {polls: Number(grid.dataset.drawn), section: !v.querySelector('.seats').hidden,
             shown: v.querySelector('.shown-seat').textContent,
             world: !v.querySelector('.world-box').hidden,
             marks: Number(v.querySelector('canvas.world').dataset.marks || -1),
-            cells: cells.map(c => ({seat: c.dataset.seat, team: c.dataset.team, inaction: c.dataset.inaction,
-                                    delay: c.dataset.delay, alive: c.dataset.alive, held: c.classList.contains('held'),
-                                    dead: c.classList.contains('dead'), fill: c.style.background})),
+            cells,
             teams: [...v.querySelectorAll('table.teams tbody tr')].map(
                 r => [...r.querySelectorAll('td')].map(td => td.textContent))}; }"""
 
@@ -196,7 +195,7 @@ def test_the_page_shows_every_seat_of_a_team_world_and_marks_its_agents(tmp_path
         sid = owner.reset(seed=0).info["session_id"]
         owner.wait(40)  # past tick 20: red_0, red_1, blue_0, blue_1 have left
         check = SEATS_JS.replace("CHECK_POLLS", "2").replace(
-            "return {polls", "if (!cells.some(c => c.dataset.alive === 'false')) return null; return {polls"
+            "return {polls", "if (!cells.some(c => c.alive === 'false')) return null; return {polls"
         )
         seen = _watch(srv.url, sid, check, tmp_path, "grid.png")
     cells = {c["seat"]: c for c in seen["cells"]}

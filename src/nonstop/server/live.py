@@ -40,16 +40,17 @@ import base64
 import binascii
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
-from fastapi import WebSocket, WebSocketDisconnect
+from fastapi import Query, WebSocket, WebSocketDisconnect
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from nonstop.server.auth import authorized, refuse_socket
 from nonstop.server.connection import Connection
+from nonstop.server.livefeed import MAX_SEAT_FEEDS, FeedPacer, SnapshotCache, serve_seats
 from nonstop.server.liveworld import team_of, team_rows
 from nonstop.server.protocol import (
     MAX_WAIT_TICKS,
@@ -133,58 +134,68 @@ def token_from_subprotocols(offered: list[str]) -> str | None:
 # ----------------------------------------------------------------------------- the sessions table
 
 
-def session_rows(manager: SessionManager) -> list[dict[str, Any]]:
+def session_rows(manager: SessionManager, max_seats: int | None = None) -> list[dict[str, Any]]:
     """One row per session (running, then the recently ended), with what the page's table shows.
 
     ``seats`` lists each seat's counters (`ServerSession.seat_rows`: one seat, `SINGLE_SEAT`, for a
-    one-seat world; a several-seat world's own seats, each held by a client or played by its β);
-    ``lateness_p99_ms`` is over the session's recent ticks while it runs, over the whole
-    run once it has ended.
+    one-seat world; a several-seat world's own seats, each held by a client or played by its β),
+    the first ``max_seats`` of them when given (the page asks for 4: a thousand seats' rows every
+    second were 150 KB); ``seat_count`` says how many there are and ``inaction_fraction`` is over
+    all their ticks. ``lateness_p99_ms`` is over the session's recent ticks while it runs, over the
+    whole run once it has ended.
     """
-    rows = []
-    for info in manager.list_sessions():
-        summary = info.get("summary") or {}
-        session = manager.get(info["session_id"])
-        obs = None
-        if session is not None and session.state is Lifecycle.RUNNING:
-            with contextlib.suppress(ProtocolError):
-                obs = session.read()
-        spec = manager.specs.get(info["env"])
-        if obs is not None:
-            agent, inaction, delay, total = obs.agent_ticks, obs.inaction_ticks, obs.last_delay, obs.total_reward
-            episode, tick = obs.episode, obs.tick
-            lateness = (info.get("recent_lateness_ms") or {}).get("p99")
-        else:
-            agent, inaction = summary.get("agent_ticks", 0), summary.get("inaction_ticks", 0)
-            delay, total, episode, tick = None, summary.get("total_reward", 0.0), None, info["tick"]
-            lateness = summary.get("lateness_p99_ms")
-        seats = info.get("seats") or [
-            {
-                "seat": SINGLE_SEAT,
-                "agent_ticks": agent,
-                "inaction_ticks": inaction,
-                "inaction_fraction": inaction / (agent + inaction) if agent + inaction else None,
-                "last_delay": delay,
-            }
-        ]
-        rows.append(
-            {
-                "session_id": info["session_id"],
-                "env": info["env"],
-                "lifecycle": info["lifecycle"],
-                "end_reason": info["end_reason"],
-                "tick": tick,
-                "tick_hz": spec.tick_hz if spec is not None else None,
-                "episode": episode,
-                "total_reward": total,
-                "lateness_p99_ms": lateness,
-                "age_s": info["age_s"],
-                "seats": seats,
-            }
-        )
+    rows = [_session_row(manager, info) for info in manager.list_sessions()]
+    for row in rows:
+        seats = row["seats"]
+        idle = sum(int(s.get("inaction_ticks") or 0) for s in seats)
+        ticks = idle + sum(int(s.get("agent_ticks") or 0) for s in seats)
+        row["seat_count"], row["inaction_fraction"] = len(seats), idle / ticks if ticks else None
+        if max_seats is not None:
+            row["seats"] = seats[:max_seats]
     order = {Lifecycle.RUNNING.value: 0, Lifecycle.STARTING.value: 1, Lifecycle.CREATED.value: 1}
     rows.sort(key=lambda r: (order.get(r["lifecycle"], 2), -r["age_s"] if r["lifecycle"] == "running" else r["age_s"]))
     return rows
+
+
+def _session_row(manager: SessionManager, info: dict[str, Any]) -> dict[str, Any]:
+    """The table's row of the session ``info`` describes (`ServerSession.info`)."""
+    summary = info.get("summary") or {}
+    session = manager.get(info["session_id"])
+    obs = None
+    if session is not None and session.state is Lifecycle.RUNNING:
+        with contextlib.suppress(ProtocolError):
+            obs = session.read()
+    spec = manager.specs.get(info["env"])
+    if obs is not None:
+        agent, inaction, delay, total = obs.agent_ticks, obs.inaction_ticks, obs.last_delay, obs.total_reward
+        episode, tick = obs.episode, obs.tick
+        lateness = (info.get("recent_lateness_ms") or {}).get("p99")
+    else:
+        agent, inaction = summary.get("agent_ticks", 0), summary.get("inaction_ticks", 0)
+        delay, total, episode, tick = None, summary.get("total_reward", 0.0), None, info["tick"]
+        lateness = summary.get("lateness_p99_ms")
+    seats = info.get("seats") or [
+        {
+            "seat": SINGLE_SEAT,
+            "agent_ticks": agent,
+            "inaction_ticks": inaction,
+            "inaction_fraction": inaction / (agent + inaction) if agent + inaction else None,
+            "last_delay": delay,
+        }
+    ]
+    return {
+        "session_id": info["session_id"],
+        "env": info["env"],
+        "lifecycle": info["lifecycle"],
+        "end_reason": info["end_reason"],
+        "tick": tick,
+        "tick_hz": spec.tick_hz if spec is not None else None,
+        "episode": episode,
+        "total_reward": total,
+        "lateness_p99_ms": lateness,
+        "age_s": info["age_s"],
+        "seats": seats,
+    }
 
 
 def seats_view(session: ServerSession) -> dict[str, Any]:
@@ -285,14 +296,17 @@ class SpectatorConnection:
 def mount_live(
     app: FastAPI, manager: Callable[[], SessionManager], token: str | None, *, max_connections: int | None = None
 ) -> None:
-    """Add the page (``/``, ``/live/static/*``), ``GET /live/sessions`` and ``/ws/watch/{sid}`` to ``app``.
+    """Add the page (``/``, ``/live/static/*``), ``GET /live/sessions``, ``GET /live/sessions/{sid}/seats``,
+    the spectator socket ``/ws/watch/{sid}`` and the seats feed ``/ws/seats/{sid}``
+    (`nonstop.server.livefeed`) to ``app``.
 
-    Spectator sockets count among the app's open connections (``app.state.connections``) and are
-    refused past ``max_connections`` like any other socket.
+    Both sockets count among the app's open connections (``app.state.connections``) and are
+    refused past ``max_connections`` like any other socket; each is bounded per session.
     """
-    app.state.spectators = {}
+    app.state.spectators, app.state.seat_feeds = {}, {}
     if not hasattr(app.state, "connections"):
         app.state.connections = 0
+    cache, pacer = SnapshotCache(), FeedPacer()
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:
@@ -301,11 +315,11 @@ def mount_live(
     app.mount("/live/static", StaticFiles(directory=STATIC_DIR), name="live-static")
 
     @app.get("/live/sessions")
-    def live_sessions() -> JSONResponse:
+    def live_sessions(max_seats: Annotated[int | None, Query(ge=0)] = None) -> JSONResponse:
         m = manager()
         return JSONResponse(
             {
-                "sessions": session_rows(m),
+                "sessions": session_rows(m, max_seats),
                 "envs": list(m.specs),
                 "max_sessions": m.max_sessions,
                 "spectators": dict(app.state.spectators),
@@ -321,70 +335,106 @@ def mount_live(
 
     @app.websocket("/ws/watch/{sid}")
     async def watch(ws: WebSocket, sid: str) -> None:
-        offered = list(ws.scope.get("subprotocols") or [])
-        if token is not None and not authorized(
-            ws.headers.get("authorization"), token_from_subprotocols(offered), token
-        ):
-            await ws.close(code=1008, reason="missing or wrong bearer token")
-            return
-        if max_connections is not None and app.state.connections >= max_connections:
-            await refuse_socket(ws, f"too many open connections ({max_connections}): retry later")
-            return
-        app.state.connections += 1
-        try:
-            await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
-            await _spectate(ws, sid)
-        finally:
-            app.state.connections -= 1
+        async with _admitted(app, ws, token, max_connections) as admitted:
+            if admitted:
+                async with _watching(ws, manager(), sid, app.state.spectators, MAX_SPECTATORS, "spectators") as session:
+                    if session is not None:
+                        await _spectate(ws, SpectatorConnection(ws, manager(), session))
 
-    async def _spectate(ws: WebSocket, sid: str) -> None:
-        session = manager().get(sid)
-        refusal = None
-        if session is None or session.state is not Lifecycle.RUNNING:
-            refusal = ProtocolError(ErrorCode.NO_SESSION, f"no running session {sid} to watch")
-        elif app.state.spectators.get(sid, 0) >= MAX_SPECTATORS:
-            refusal = ProtocolError(ErrorCode.BACKPRESSURE, f"session {sid} already has {MAX_SPECTATORS} spectators")
-        if refusal is not None:
-            with contextlib.suppress(Exception):
-                await ws.send_text(refusal.reply().model_dump_json())
-                await ws.close(code=1000, reason=refusal.code)
-            return
-        assert session is not None  # refused above otherwise
-        app.state.spectators[sid] = app.state.spectators.get(sid, 0) + 1
-        spectator = SpectatorConnection(ws, manager(), session)
-        try:
-            while True:
-                try:  # wake now and then: a spectator that never subscribed still hears the end
-                    frame = await asyncio.wait_for(ws.receive(), SPECTATOR_CHECK_S)
-                except asyncio.TimeoutError:
-                    if session.state is not Lifecycle.RUNNING:
-                        await spectator.report_end()
-                        break
-                    continue
-                if frame["type"] == "websocket.disconnect":
+    @app.websocket("/ws/seats/{sid}")
+    async def seats_feed(ws: WebSocket, sid: str) -> None:
+        async with _admitted(app, ws, token, max_connections) as admitted:
+            if admitted:
+                async with _watching(
+                    ws, manager(), sid, app.state.seat_feeds, MAX_SEAT_FEEDS, "seats feeds"
+                ) as session:
+                    if session is not None:
+                        await serve_seats(ws, session, cache, pacer)
+                if sid not in app.state.seat_feeds:
+                    cache.forget(sid)
+
+
+@contextlib.asynccontextmanager
+async def _admitted(app: FastAPI, ws: WebSocket, token: str | None, max_connections: int | None) -> AsyncIterator[bool]:
+    """Accept ``ws`` (True) when its token is right and the app has room for one more connection,
+    counted while it lasts; refuse it (False) otherwise."""
+    offered = list(ws.scope.get("subprotocols") or [])
+    if token is not None and not authorized(ws.headers.get("authorization"), token_from_subprotocols(offered), token):
+        await ws.close(code=1008, reason="missing or wrong bearer token")
+        yield False
+        return
+    if max_connections is not None and app.state.connections >= max_connections:
+        await refuse_socket(ws, f"too many open connections ({max_connections}): retry later")
+        yield False
+        return
+    app.state.connections += 1
+    try:
+        await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+        yield True
+    finally:
+        app.state.connections -= 1
+
+
+@contextlib.asynccontextmanager
+async def _watching(
+    ws: WebSocket, manager: SessionManager, sid: str, counts: dict[str, int], bound: int, kind: str
+) -> AsyncIterator[ServerSession | None]:
+    """The running session ``sid``, counted in ``counts`` while watched; None (after telling the
+    socket why and closing it) when there is none or it already has ``bound`` ``kind``."""
+    session = manager.get(sid)
+    refusal = None
+    if session is None or session.state is not Lifecycle.RUNNING:
+        refusal = ProtocolError(ErrorCode.NO_SESSION, f"no running session {sid} to watch")
+    elif counts.get(sid, 0) >= bound:
+        refusal = ProtocolError(ErrorCode.BACKPRESSURE, f"session {sid} already has {bound} {kind}")
+    if refusal is not None:
+        with contextlib.suppress(Exception):
+            await ws.send_text(refusal.reply().model_dump_json())
+            await ws.close(code=1000, reason=refusal.code)
+        yield None
+        return
+    counts[sid] = counts.get(sid, 0) + 1
+    try:
+        yield session
+    finally:
+        left = counts.get(sid, 1) - 1
+        if left > 0:
+            counts[sid] = left
+        else:
+            counts.pop(sid, None)
+        with contextlib.suppress(Exception):
+            await ws.close()
+
+
+async def _spectate(ws: WebSocket, spectator: SpectatorConnection) -> None:
+    """Answer a spectator's messages until it leaves or its session ends."""
+    session = spectator.session
+    try:
+        while True:
+            try:  # wake now and then: a spectator that never subscribed still hears the end
+                frame = await asyncio.wait_for(ws.receive(), SPECTATOR_CHECK_S)
+            except asyncio.TimeoutError:
+                if session.state is not Lifecycle.RUNNING:
+                    await spectator.report_end()
                     break
-                raw = frame.get("text")
-                if raw is None:
-                    raw = frame.get("bytes") or b""
-                try:
-                    msg = parse_message(raw)
-                    if isinstance(msg, CloseMessage):
-                        break
-                    reply = await spectator.handle(msg)
-                except ProtocolError as exc:
-                    reply = exc.reply()
-                except Exception as exc:  # a bug must cost one reply, not the socket
-                    log.exception("unexpected error handling a spectator's message")
-                    reply = ErrorReply(data={"message": f"{type(exc).__name__}: {exc}", "code": "EXECUTION_ERROR"})
-                await spectator.send(reply)
-        except (WebSocketDisconnect, RuntimeError):
-            pass
-        finally:
-            spectator.close()
-            left = app.state.spectators.get(sid, 1) - 1
-            if left > 0:
-                app.state.spectators[sid] = left
-            else:
-                app.state.spectators.pop(sid, None)
-            with contextlib.suppress(Exception):
-                await ws.close()
+                continue
+            if frame["type"] == "websocket.disconnect":
+                break
+            raw = frame.get("text")
+            if raw is None:
+                raw = frame.get("bytes") or b""
+            try:
+                msg = parse_message(raw)
+                if isinstance(msg, CloseMessage):
+                    break
+                reply = await spectator.handle(msg)
+            except ProtocolError as exc:
+                reply = exc.reply()
+            except Exception as exc:  # a bug must cost one reply, not the socket
+                log.exception("unexpected error handling a spectator's message")
+                reply = ErrorReply(data={"message": f"{type(exc).__name__}: {exc}", "code": "EXECUTION_ERROR"})
+            await spectator.send(reply)
+    except (WebSocketDisconnect, RuntimeError):
+        pass
+    finally:
+        spectator.close()

@@ -10,6 +10,7 @@
   const POLL_MS = 1000;
   const MAX_VIEWS = 8; // live views open at once; more sessions are listed in the table only
   const ENDED_ROWS = 8; // ended sessions kept in the table
+  const TABLE_SEATS = 4; // seats a table row names (a row of a thousand seats was 150 KB a second)
   const STRIP_COLUMNS = 150; // pushes shown in a view's strip
   const ENDED_VIEW_MS = 20000; // how long an ended session's view stays on the page
   const RECONNECT_MS = 3000;
@@ -36,13 +37,6 @@
 
   function fmtPct(x) {
     return x === null || x === undefined || !Number.isFinite(x) ? "–" : `${(100 * x).toFixed(0)}%`;
-  }
-
-  function pooled(seats) {
-    // the inaction fraction over every seat's ticks
-    const idle = seats.reduce((n, s) => n + s.inaction_ticks, 0);
-    const all = seats.reduce((n, s) => n + s.agent_ticks + s.inaction_ticks, 0);
-    return all ? idle / all : null;
   }
 
   function fmtNum(x, digits = 0) {
@@ -87,6 +81,14 @@
     return "nonstop.bearer." + btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
   }
 
+  function openSocket(kind, sid) {
+    // a read-only socket of this server (/ws/watch or /ws/seats), with the token as a subprotocol
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    const protocols = ["nonstop"];
+    if (token) protocols.push(tokenSubprotocol(token));
+    return new WebSocket(`${scheme}${location.host}/ws/${kind}/${encodeURIComponent(sid)}`, protocols);
+  }
+
   // ---------------------------------------------------------------- the sessions table
 
   function renderTable(rows) {
@@ -105,14 +107,14 @@
     const live = r.lifecycle !== "ended" && r.lifecycle !== "closed";
     if (!live) tr.className = "ended";
     const seats = r.seats || [];
-    const many = seats.length > 4; // one cell per seat would not fit the table: the view has them all
+    const many = (r.seat_count ?? seats.length) > 4; // one cell per seat would not fit: the view has them all
     const cells = [
       ["code", r.session_id.slice(0, 8), r.session_id],
       ["", r.env],
-      ["", many ? `${seats.length} seats` : seats.map((s) => s.seat).join(", "), many ? seats.map((s) => s.seat).join(", ") : ""],
+      ["", many ? `${fmtNum(r.seat_count)} seats` : seats.map((s) => s.seat).join(", ")],
       ["badge", r.lifecycle, r.end_reason || ""],
       ["num", fmtNum(r.tick)],
-      ["num", many ? `${fmtPct(pooled(seats))} all seats` : seats.map((s) => fmtPct(s.inaction_fraction)).join(" / ")],
+      ["num", many ? `${fmtPct(r.inaction_fraction)} all seats` : seats.map((s) => fmtPct(s.inaction_fraction)).join(" / ")],
       ["num", many ? "see view" : seats.map((s) => (s.last_delay === null || s.last_delay < 0 ? "–" : `${s.last_delay} t`)).join(" / ")],
       ["num", r.lateness_p99_ms === null || r.lateness_p99_ms === undefined ? "–" : `${r.lateness_p99_ms.toFixed(2)} ms`],
       ["num", fmtNum(r.total_reward, 2)],
@@ -160,6 +162,267 @@
                   "<u4": Uint32Array, "<i4": Int32Array, "<f4": Float32Array, "<f8": Float64Array,
                   "<i8": BigInt64Array, "<u8": BigUint64Array, "|b1": Uint8Array };
 
+  // ---------------------------------------------------------------- every seat of a several-seat world
+
+  const SEAT_GAP = 2; // px between cells
+  const FEW_SEATS = 16; // up to this many seats, each cell is labelled
+  const NONE_U8 = 255; // the feed's "none" (no tick yet, no delay)
+  const ALIVE = 1, HELD = 2, PLACED = 4; // a seat's flags in the feed
+  const DEAD_FILL = "#c9ced8";
+  const EMPTY_FILL = "#e2e5eb";
+  // a seat's fill by its inaction in 1/254ths: --agent's green at none, --beta's orange at all
+  const FILLS = Array.from({ length: 255 }, (_, i) => mix(i / 254));
+
+  function decodeUpdate(buffer) {
+    // one binary update of /ws/seats (layout: nonstop.server.livefeed)
+    const view = new DataView(buffer);
+    const length = view.getUint32(0, true);
+    const header = JSON.parse(new TextDecoder().decode(new Uint8Array(buffer, 4, length)));
+    const n = header.seats;
+    let at = 4 + length;
+    at += (4 - (at % 4)) % 4;
+    const update = { header, returns: new Float32Array(buffer, at, n) };
+    at += 4 * n;
+    update.inaction = new Uint8Array(buffer, at, n);
+    update.delay = new Uint8Array(buffer, at + n, n);
+    update.flags = new Uint8Array(buffer, at + 2 * n, n);
+    at += 3 * n;
+    update.positions = header.positions ? new Uint8Array(buffer, at, 2 * n) : null;
+    if (header.positions) at += 2 * n;
+    update.frame = header.frame ? new Uint8Array(buffer, at, header.frame.bytes) : null;
+    return update;
+  }
+
+  async function inflate(bytes) {
+    // zlib-deflated bytes, inflated by the browser's own DecompressionStream
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
+    return new Uint8Array(await new Response(stream).arrayBuffer());
+  }
+
+  class SeatsPanel {
+    // The seats section of a view: a canvas grid of every seat and the world's frame, drawn at most
+    // once an animation frame from the newest update of the session's seats feed (/ws/seats/{id}).
+    constructor(owner, count) {
+      this.owner = owner;
+      this.el = $(".seats", owner.el);
+      this.el.hidden = false;
+      owner.el.classList.toggle("wide", count > FEW_SEATS); // a big grid takes the page's width
+      this.canvas = $("canvas.seat-grid", owner.el);
+      this.world = $("canvas.world", owner.el);
+      this.hello = null; // seat names and teams, sent once by the feed
+      this.latest = null; // the newest update not yet drawn
+      this.shown = null; // the update on screen
+      this.updates = 0;
+      this.drawn = 0;
+      this.frames = 0;
+      this.layout = null;
+      this.ws = null;
+      this.closedAt = 0;
+      this.canvas.addEventListener("mousemove", (event) => this.hover(event));
+      owner.el.seatCells = () => this.cells(); // every seat as drawn (for tests and the console)
+    }
+
+    connect() {
+      const ws = openSocket("seats", this.owner.sid);
+      ws.binaryType = "arraybuffer";
+      this.ws = ws;
+      ws.onmessage = (event) => {
+        if (typeof event.data !== "string") return this.receive(decodeUpdate(event.data));
+        const msg = JSON.parse(event.data);
+        if (msg.type === "hello") this.hello = msg;
+        else if (msg.type === "error") this.owner.error(msg.data);
+      };
+      ws.onclose = () => {
+        this.ws = null;
+        this.closedAt = Date.now();
+      };
+    }
+
+    close() {
+      if (this.ws) this.ws.close();
+    }
+
+    receive(update) {
+      this.updates += 1;
+      this.canvas.dataset.updates = String(this.updates);
+      const queued = this.latest !== null;
+      this.latest = update; // newest wins: an update that arrives before the next paint replaces this one
+      if (!queued) requestAnimationFrame(() => this.draw());
+    }
+
+    draw() {
+      const update = this.latest;
+      this.latest = null;
+      if (!update || !this.hello || update.header.seats !== this.hello.seats.length) return;
+      this.shown = update;
+      this.drawGrid(update);
+      this.drawTeams(update.header);
+      if (update.frame) this.drawWorld(update);
+      else $(".world-box", this.owner.el).hidden = true;
+      this.drawn += 1;
+      this.canvas.dataset.drawn = String(this.drawn);
+      $(".seat-count", this.owner.el).textContent = `${fmtNum(update.header.seats)} seats · tick ${fmtNum(update.header.tick)}`;
+    }
+
+    place(n) {
+      // cells in rows as wide as the box allows; labelled cells when there are few seats
+      const width = Math.max(160, Math.floor(this.canvas.parentElement.clientWidth) || 600);
+      if (this.layout && this.layout.n === n && this.layout.width === width) return this.layout;
+      const few = n <= FEW_SEATS;
+      const w = few ? 150 : n > 600 ? 12 : n > 150 ? 16 : 22;
+      const h = few ? 30 : w;
+      const cols = Math.max(1, Math.min(n, Math.floor((width + SEAT_GAP) / (w + SEAT_GAP))));
+      const rows = Math.ceil(n / cols);
+      const dpr = window.devicePixelRatio || 1;
+      const cssW = cols * (w + SEAT_GAP) - SEAT_GAP;
+      const cssH = rows * (h + SEAT_GAP) - SEAT_GAP;
+      this.canvas.style.width = `${cssW}px`;
+      this.canvas.style.height = `${cssH}px`;
+      this.canvas.width = Math.round(cssW * dpr);
+      this.canvas.height = Math.round(cssH * dpr);
+      this.layout = { n, width, few, w, h, cols, dpr };
+      return this.layout;
+    }
+
+    drawGrid(update) {
+      const n = update.header.seats;
+      const { few, w, h, cols, dpr } = this.place(n);
+      const ctx = this.canvas.getContext("2d");
+      ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+      ctx.clearRect(0, 0, this.canvas.width, this.canvas.height);
+      const maxDelay = Math.max(1, Math.min(254, update.header.max_delay));
+      const bar = few ? 4 : Math.max(2, Math.round(h / 5));
+      ctx.font = "12px system-ui, sans-serif";
+      ctx.textBaseline = "middle";
+      for (let i = 0; i < n; i++) {
+        const x = (i % cols) * (w + SEAT_GAP);
+        const y = Math.floor(i / cols) * (h + SEAT_GAP);
+        const cell = this.cell(update, i);
+        ctx.fillStyle = cell.fill;
+        ctx.fillRect(x, y, w, h);
+        if (cell.delay !== null) {
+          ctx.fillStyle = "#3b6fd8";
+          ctx.fillRect(x, y + h - bar, Math.max(0.08, cell.delay / maxDelay) * w, bar);
+        }
+        if (cell.held) {
+          ctx.strokeStyle = "#1d2433";
+          ctx.lineWidth = 2;
+          ctx.strokeRect(x + 1, y + 1, w - 2, h - 2);
+        }
+        if (few) {
+          ctx.fillStyle = cell.dead ? "#6b7385" : "#fff";
+          const label = `${this.hello.seats[i]} · ${fmtPct(cell.inaction)} · ${cell.delay === null ? "–" : cell.delay + " t"}`;
+          ctx.fillText(label, x + 6, y + (h - bar) / 2, w - 10);
+        }
+      }
+    }
+
+    cell(update, i) {
+      // seat i of an update: its inaction (0..1 or null), delay (ticks or null), flags and fill
+      const f = update.flags[i];
+      const dead = (f & PLACED) !== 0 && (f & ALIVE) === 0;
+      const q = update.inaction[i];
+      const d = update.delay[i];
+      const inaction = q === NONE_U8 ? null : q / 254;
+      return { inaction, delay: d === NONE_U8 ? null : d, dead, held: (f & HELD) !== 0,
+               fill: dead ? DEAD_FILL : q === NONE_U8 ? EMPTY_FILL : FILLS[q], ret: update.returns[i] };
+    }
+
+    cells() {
+      // every seat of the update on screen, as the grid draws it
+      const update = this.shown;
+      if (!update) return [];
+      return this.hello.seats.map((seat, i) => {
+        const c = this.cell(update, i);
+        return { seat, team: this.hello.teams[this.hello.team[i]], inaction: c.inaction === null ? "" : c.inaction.toFixed(3),
+                 delay: c.delay === null ? "" : String(c.delay), alive: String(!c.dead), dead: c.dead, held: c.held,
+                 fill: c.fill, total_reward: c.ret };
+      });
+    }
+
+    hover(event) {
+      // the seat under the pointer, in the canvas's tooltip
+      const { layout, shown } = this;
+      if (!layout || !shown) return;
+      const box = this.canvas.getBoundingClientRect();
+      const col = Math.floor((event.clientX - box.left) / (layout.w + SEAT_GAP));
+      const i = Math.floor((event.clientY - box.top) / (layout.h + SEAT_GAP)) * layout.cols + col;
+      if (col < 0 || col >= layout.cols || i < 0 || i >= shown.header.seats) return;
+      const c = this.cell(shown, i);
+      const team = this.hello.teams[this.hello.team[i]];
+      this.canvas.title = `${this.hello.seats[i]} (${team}${c.held ? ", held by a client" : ", played by β"}${c.dead ? ", gone" : ""}): ` +
+        `inaction ${fmtPct(c.inaction)}, delay ${c.delay === null ? "–" : c.delay + " t"}, return ${fmtNum(c.ret, 2)}`;
+    }
+
+    drawTeams(header) {
+      const rows = header.teams.map(teamRow);
+      if (header.teams_more > 0) {
+        const tr = document.createElement("tr");
+        const td = document.createElement("td");
+        td.colSpan = 6;
+        td.className = "dim";
+        td.textContent = `… ${fmtNum(header.teams_more)} more teams`;
+        tr.append(td);
+        rows.push(tr);
+      }
+      $(".teams tbody", this.owner.el).replaceChildren(...rows);
+    }
+
+    async drawWorld(update) {
+      const frameNo = ++this.frames;
+      const pixels = await inflate(update.frame);
+      if (frameNo !== this.frames) return; // a newer frame is on its way
+      const box = $(".world-box", this.owner.el);
+      const canvas = this.world;
+      box.hidden = false;
+      const [h, w] = update.header.frame.shape;
+      const c = update.header.frame.shape.length === 3 ? update.header.frame.shape[2] : 1;
+      const scale = Math.max(1, Math.floor(FRAME_PX / Math.max(w, h)));
+      if (canvas.width !== w * scale || canvas.height !== h * scale) {
+        canvas.width = w * scale;
+        canvas.height = h * scale;
+      }
+      const small = new ImageData(w, h);
+      for (let i = 0, j = 0; i < w * h; i++, j += c) {
+        const k = 4 * i;
+        small.data[k] = pixels[j];
+        small.data[k + 1] = pixels[c >= 3 ? j + 1 : j];
+        small.data[k + 2] = pixels[c >= 3 ? j + 2 : j];
+        small.data[k + 3] = 255;
+      }
+      const bitmap = await createImageBitmap(small);
+      if (frameNo !== this.frames) return;
+      const ctx = canvas.getContext("2d");
+      ctx.imageSmoothingEnabled = false;
+      ctx.drawImage(bitmap, 0, 0, canvas.width, canvas.height);
+      canvas.dataset.marks = String(update.positions ? this.mark(ctx, update, scale) : 0);
+      canvas.dataset.hash = fnv1a(pixels);
+    }
+
+    mark(ctx, update, scale) {
+      // a dot on every living agent, one path a team (a thousand arcs, a few fills)
+      const radius = Math.max(2, scale * 0.45);
+      let marks = 0;
+      this.hello.teams.forEach((_, t) => {
+        ctx.beginPath();
+        for (let i = 0; i < update.header.seats; i++) {
+          if (this.hello.team[i] !== t || !(update.flags[i] & ALIVE)) continue;
+          const x = (update.positions[2 * i + 1] + 0.5) * scale;
+          const y = (update.positions[2 * i] + 0.5) * scale;
+          ctx.moveTo(x + radius, y);
+          ctx.arc(x, y, radius, 0, 2 * Math.PI);
+          marks += 1;
+        }
+        ctx.fillStyle = TEAM_COLOURS[t % TEAM_COLOURS.length];
+        ctx.fill();
+        ctx.strokeStyle = "#fff";
+        ctx.lineWidth = 1;
+        ctx.stroke();
+      });
+      return marks;
+    }
+  }
+
   class View {
     constructor(row) {
       this.sid = row.session_id;
@@ -178,119 +441,16 @@
       this.closedAt = 0;
       this.endedAt = 0;
       this.setState("connecting");
-      // a several-seat world: every seat in a grid, the world's frame with its agents, each team
-      this.multi = (row.seats || []).length > 1;
-      this.seatPrev = new Map(); // seat -> {agent, inaction}: the counters at the last poll
-      this.seatPolls = 0;
-      this.fetching = false;
-      if (this.multi) {
-        $(".seats", this.el).hidden = false;
-        this.el.classList.toggle("wide", row.seats.length > 16); // a big grid takes the page's width
+      // a several-seat world: every seat on a canvas grid, the world's frame, each team (fed by /ws/seats)
+      const seatCount = row.seat_count ?? (row.seats || []).length;
+      this.seats = seatCount > 1 ? new SeatsPanel(this, seatCount) : null;
+      if (this.seats) {
         $(".seat-of-view", this.el).hidden = false;
         $(".shown-seat", this.el).textContent = row.seats[0].seat; // the pushed frame and counters are its
       }
       $("#views").append(this.el);
       this.connect();
-    }
-
-    async refreshSeats() {
-      if (!this.multi || this.fetching || this.endedAt) return;
-      this.fetching = true;
-      try {
-        const reply = await getJSON(`/live/sessions/${encodeURIComponent(this.sid)}/seats`);
-        if (reply.status === 200) this.drawSeats(reply.body);
-      } catch (err) {
-        if (err instanceof NeedsToken) askForToken();
-      } finally {
-        this.fetching = false;
-      }
-    }
-
-    drawSeats(view) {
-      this.seatPolls += 1;
-      const seats = view.seats;
-      const grid = $(".seat-grid", this.el);
-      grid.classList.toggle("few", seats.length <= 16);
-      $(".seat-count", this.el).textContent = `${seats.length} seats`;
-      const delays = seats.map((s) => (s.last_delay !== null && s.last_delay >= 0 ? s.last_delay : 0));
-      const maxDelay = Math.max(1, ...delays);
-      if (grid.children.length !== seats.length) grid.replaceChildren(...seats.map(() => seatCell()));
-      seats.forEach((s, i) => {
-        const cell = grid.children[i];
-        const prev = this.seatPrev.get(s.seat);
-        const dAgent = prev ? s.agent_ticks - prev.agent : 0;
-        const dIdle = prev ? s.inaction_ticks - prev.inaction : 0;
-        // inaction since the last poll (what the seat does now); its whole fraction before a second poll
-        const inaction = dAgent + dIdle > 0 ? dIdle / (dAgent + dIdle) : s.inaction_fraction;
-        this.seatPrev.set(s.seat, { agent: s.agent_ticks, inaction: s.inaction_ticks });
-        const delay = s.last_delay !== null && s.last_delay >= 0 ? s.last_delay : null;
-        const dead = s.alive === false;
-        cell.dataset.seat = s.seat;
-        cell.dataset.team = s.team;
-        cell.dataset.inaction = inaction === null || inaction === undefined ? "" : inaction.toFixed(3);
-        cell.dataset.delay = delay === null ? "" : String(delay);
-        cell.dataset.alive = String(!dead);
-        cell.classList.toggle("dead", dead);
-        cell.classList.toggle("held", !!s.held);
-        cell.style.background = dead || inaction === null || inaction === undefined ? "" : mix(inaction);
-        $(".bar", cell).style.width = delay === null ? "0" : `${Math.max(8, (100 * delay) / maxDelay)}%`;
-        const text = `${s.seat} (${s.team}${s.held ? ", held by a client" : ", played by β"}${dead ? ", gone" : ""}): ` +
-          `inaction ${fmtPct(inaction)}, delay ${delay === null ? "–" : delay + " t"}, return ${fmtNum(s.total_reward, 2)}`;
-        cell.title = text;
-        $(".label", cell).textContent = seats.length <= 16 ? `${s.seat} · ${fmtPct(inaction)} · ${delay === null ? "–" : delay + " t"}` : "";
-      });
-      grid.dataset.seats = String(seats.length);
-      grid.dataset.polls = String(this.seatPolls);
-      $(".teams tbody", this.el).replaceChildren(...view.teams.map(teamRow));
-      this.drawWorld(view.frame, seats);
-    }
-
-    drawWorld(frame, seats) {
-      const box = $(".world-box", this.el);
-      const canvas = $("canvas.world", this.el);
-      if (!frame) {
-        box.hidden = true;
-        return;
-      }
-      box.hidden = false;
-      const [h, w] = frame.shape;
-      const c = frame.shape.length === 3 ? frame.shape[2] : 1;
-      const scale = Math.max(1, Math.floor(FRAME_PX / Math.max(w, h)));
-      if (canvas.width !== w * scale || canvas.height !== h * scale) {
-        canvas.width = w * scale;
-        canvas.height = h * scale;
-      }
-      const bytes = b64ToBytes(frame.b64);
-      const ctx = canvas.getContext("2d");
-      const small = new ImageData(w, h);
-      for (let i = 0, j = 0; i < w * h; i++, j += c) {
-        const k = 4 * i;
-        small.data[k] = bytes[j];
-        small.data[k + 1] = bytes[c >= 3 ? j + 1 : j];
-        small.data[k + 2] = bytes[c >= 3 ? j + 2 : j];
-        small.data[k + 3] = 255;
-      }
-      createImageBitmap(small).then((bitmap) => {
-        ctx.imageSmoothingEnabled = false;
-        ctx.clearRect(0, 0, canvas.width, canvas.height);
-        ctx.drawImage(bitmap, 0, 0, canvas.width, canvas.height);
-        const teams = [...new Set(seats.map((s) => s.team))];
-        let marks = 0;
-        for (const s of seats) {
-          if (!s.position) continue;
-          const [r, col] = s.position;
-          ctx.beginPath();
-          ctx.arc((col + 0.5) * scale, (r + 0.5) * scale, Math.max(2, scale * 0.45), 0, 2 * Math.PI);
-          ctx.fillStyle = TEAM_COLOURS[teams.indexOf(s.team) % TEAM_COLOURS.length];
-          ctx.fill();
-          ctx.strokeStyle = "#fff";
-          ctx.lineWidth = 1;
-          ctx.stroke();
-          marks += 1;
-        }
-        canvas.dataset.marks = String(marks);
-        canvas.dataset.hash = fnv1a(bytes);
-      });
+      if (this.seats) this.seats.connect();
     }
 
     setState(text) {
@@ -304,10 +464,7 @@
     }
 
     connect() {
-      const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-      const protocols = ["nonstop"];
-      if (token) protocols.push(tokenSubprotocol(token));
-      const ws = new WebSocket(`${scheme}${location.host}/ws/watch/${encodeURIComponent(this.sid)}`, protocols);
+      const ws = openSocket("watch", this.sid);
       this.ws = ws;
       ws.onopen = () => {
         this.setState("watching");
@@ -495,6 +652,7 @@
 
     close() {
       if (this.ws) this.ws.close();
+      if (this.seats) this.seats.close();
       this.el.remove();
     }
   }
@@ -507,17 +665,6 @@
     const b = [0xd9, 0x82, 0x2b];
     const f = Math.min(1, Math.max(0, fraction));
     return `rgb(${a.map((x, i) => Math.round(x + (b[i] - x) * f)).join(", ")})`;
-  }
-
-  function seatCell() {
-    const cell = document.createElement("div");
-    cell.className = "seat";
-    const label = document.createElement("span");
-    label.className = "label";
-    const bar = document.createElement("span");
-    bar.className = "bar";
-    cell.append(label, bar);
-    return cell;
   }
 
   function teamRow(t) {
@@ -563,7 +710,7 @@
       } else if (live && !view.ws && now - view.closedAt > RECONNECT_MS) {
         view.connect();
       }
-      if (live) view.refreshSeats();
+      if (live && view.seats && !view.seats.ws && now - view.seats.closedAt > RECONNECT_MS) view.seats.connect();
     }
     for (const row of rows) {
       if (row.lifecycle !== "running" || views.has(row.session_id)) continue;
@@ -575,7 +722,7 @@
 
   async function poll() {
     try {
-      const sessions = await getJSON("/live/sessions");
+      const sessions = await getJSON(`/live/sessions?max_seats=${TABLE_SEATS}`);
       renderTable(sessions.body.sessions);
       syncViews(sessions.body.sessions);
       const health = await getJSON("/health");
