@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import time
 from contextlib import ExitStack
 from typing import Any
@@ -44,6 +45,14 @@ pytestmark = pytest.mark.wall
 THOUSAND = "multi/battle-1000"
 SEATS = 1058
 WINDOW_S = 5.0  # how long each measurement lasts
+
+
+def _magent_or_reason() -> None:
+    """Skip (locally) or fail (in CI, ``CI=true``: the test extra installs it) without magent2."""
+    if os.environ.get("CI") == "true":
+        import magent2  # noqa: F401
+    else:
+        pytest.importorskip("magent2")
 
 
 def _rows(n: int, agent: int, inaction: int, teams: int = 2) -> list[dict[str, Any]]:
@@ -137,7 +146,7 @@ def _feed(url: str, sid: str, seconds: float) -> tuple[dict, list[bytes], float]
 def test_the_feed_of_a_thousand_seats_is_paced_and_bounded(no_shm_leak) -> None:
     """``multi/battle-1000`` over the wire: every seat and the map in each update, at no more than
     MAX_FEED_HZ updates and MAX_FEED_BYTES_PER_S bytes a second; the table's poll stays small."""
-    pytest.importorskip("magent2")
+    _magent_or_reason()
     with ServerThread(envs=[THOUSAND], tick_procs=0) as srv, Client(srv.url) as owner:
         sid = owner.reset(seed=1).info["session_id"]
         hello, updates, seconds = _feed(srv.url, sid, WINDOW_S)
@@ -166,6 +175,8 @@ def test_seats_feeds_are_refused_without_a_session_past_their_bound_and_without_
             auth = {"Authorization": "Bearer feed-token"}
             with pytest.raises(InvalidStatus, match="403"):  # no token: refused at the handshake
                 connect(f"{srv.url}/ws/seats/{sid}")
+            with pytest.raises(InvalidStatus, match="403"):  # opened by another site's page
+                connect(f"{srv.url}/ws/seats/{sid}", origin="http://evil.example", additional_headers=auth)
             with connect(f"{srv.url}/ws/seats/nope", additional_headers=auth) as ws:
                 assert json.loads(ws.recv(timeout=30))["data"]["code"] == "NO_SESSION"
             feeds = [
@@ -206,11 +217,12 @@ RAF_PROBE = """(() => { window.rafGaps = []; let last = performance.now();
 
 
 def test_the_page_at_a_thousand_seats_stays_responsive_and_its_feed_bounded(tmp_path, no_shm_leak) -> None:
-    """1,058 seats, nobody playing: over WINDOW_S seconds the page draws at least half the feed's
-    rate of grid updates, no animation frame waits a second or more (the page never freezes), every
-    seat is on the grid and every living agent marked on the map, and what the page receives stays
-    within the feed's bound (its socket) and twice that (everything: polls, pushes, feed)."""
-    pytest.importorskip("magent2")
+    """1,058 seats, nobody playing: over WINDOW_S seconds the page draws the grid and the map at
+    least at half the feed's rate, no animation frame waits a second or more (the page never
+    freezes), every seat is on the grid and every living agent marked on the map, and what the page
+    receives stays within the feed's bound (its socket) and twice that (everything: polls, pushes,
+    feed). In CI (``CI=true``) a missing browser or magent2 fails the test, never skips it."""
+    _magent_or_reason()
     _browser_or_reason()
     from playwright.sync_api import sync_playwright
 
@@ -226,8 +238,9 @@ def test_the_page_at_a_thousand_seats_stays_responsive_and_its_feed_bounded(tmp_
                 page.add_init_script(RAF_PROBE)
                 page.goto(srv.url.replace("ws://", "http://") + "/")
                 view = f'article.view[data-session="{sid}"]'
-                drawn = f"() => Number(document.querySelector('{view} canvas.seat-grid')?.dataset.drawn || 0)"
-                page.wait_for_function(f"() => ({drawn})() >= 2", timeout=60_000)
+                drawn = f"""() => [...document.querySelectorAll('{view} canvas.seat-grid, {view} canvas.world')]
+                                  .map(c => Number(c.dataset.drawn || 0))"""
+                page.wait_for_function(f"() => Math.min(...({drawn})()) >= 2", timeout=60_000)
                 page.evaluate("() => { window.rafGaps = []; }")
                 wire.reset()
                 drawn_before, start = page.evaluate(drawn), time.monotonic()
@@ -245,13 +258,14 @@ def test_the_page_at_a_thousand_seats_stays_responsive_and_its_feed_bounded(tmp_
             finally:
                 browser.close()
     assert not errors, f"the page raised: {errors}"
-    rate = (drawn_after - drawn_before) / seconds
+    grid_rate, map_rate = ((after - before) / seconds for before, after in zip(drawn_before, drawn_after))
     feed_rate, total_rate = wire.feed_bytes / seconds, wire.total_bytes / seconds
     figures = (
-        f"{rate:.2f} updates/s, max frame gap {max(gaps):.0f} ms, feed {feed_rate:.0f} B/s, all {total_rate:.0f} B/s"
+        f"grid {grid_rate:.2f} and map {map_rate:.2f} updates/s, longest frame gap {max(gaps):.0f} ms, "
+        f"feed {feed_rate:.0f} B/s, all {total_rate:.0f} B/s"
     )
     print(figures)
-    assert rate >= 0.5 * MAX_FEED_HZ, figures
+    assert grid_rate >= 0.5 * MAX_FEED_HZ and map_rate >= 0.5 * MAX_FEED_HZ, figures
     assert len(gaps) >= 10 * seconds and max(gaps) < 1000, figures
     assert wire.feed_bytes <= MAX_FEED_BYTES_PER_S * seconds + wire.largest_feed_message, figures
     assert wire.total_bytes <= 2 * MAX_FEED_BYTES_PER_S * seconds, figures

@@ -15,6 +15,13 @@ tick, a strip of agent vs β ticks and delay, and the return. It is fed by the p
   (at once when subscribed, within `SPECTATOR_CHECK_S` otherwise);
 * spectator sockets count among the server's open connections (``max_connections``).
 
+A several-seat session's view also opens its **seats feed**, ``/ws/seats/{session_id}``
+(`nonstop.server.livefeed`): every seat packed in 9 bytes, the world's frame deflated, at most
+`nonstop.server.livefeed.MAX_FEED_HZ` updates and `nonstop.server.livefeed.MAX_FEED_BYTES_PER_S`
+bytes a second a socket, `nonstop.server.livefeed.MAX_SEAT_FEEDS` sockets a session (counted apart
+from its spectators, admitted as they are). ``GET /live/sessions?max_seats=4`` keeps the table's
+poll small at a thousand seats; ``GET /live/sessions/{id}/seats`` is the same view as JSON.
+
 Tokens (``nonstop serve --token``): the page and its static files are public (they hold no data and
 no secret); every data request still needs the token. The page takes it from its URL fragment
 (``/#token=T``: a fragment never reaches the server or its logs) or asks for it, keeps it in the
@@ -23,7 +30,7 @@ headers on a WebSocket, so the spectator socket also accepts the token as a subp
 ``nonstop.bearer.<base64url of the token>`` offered beside ``nonstop`` (`token_subprotocol`):
 unlike ``?token=``, a subprotocol is never written into an access log.
 
-Host and Origin: the page, its files, its polls and its spectator sockets pass the app's
+Host and Origin: the page, its files, its polls and its sockets pass the app's
 `nonstop.server.guard.EdgeGuard` like every route: a spectator socket opened by a page of another
 origin, or addressed to a name that is not this server's, is refused before it is accepted.
 

@@ -214,7 +214,8 @@
       this.shown = null; // the update on screen
       this.updates = 0;
       this.drawn = 0;
-      this.frames = 0;
+      this.frames = 0; // frames received (a frame still inflating when a newer comes is dropped)
+      this.framesDrawn = 0;
       this.layout = null;
       this.ws = null;
       this.closedAt = 0;
@@ -280,6 +281,7 @@
       this.canvas.style.height = `${cssH}px`;
       this.canvas.width = Math.round(cssW * dpr);
       this.canvas.height = Math.round(cssH * dpr);
+      this.canvas.setAttribute("aria-label", `${n} seats, a cell each, filled by inaction; hover a seat for its counters`);
       this.layout = { n, width, few, w, h, cols, dpr };
       return this.layout;
     }
@@ -397,6 +399,8 @@
       ctx.drawImage(bitmap, 0, 0, canvas.width, canvas.height);
       canvas.dataset.marks = String(update.positions ? this.mark(ctx, update, scale) : 0);
       canvas.dataset.hash = fnv1a(pixels);
+      this.framesDrawn += 1;
+      canvas.dataset.drawn = String(this.framesDrawn);
     }
 
     mark(ctx, update, scale) {
