@@ -3,13 +3,14 @@ packs every seat into a few bytes and is paced so that its bytes per second are 
 construction; the page draws the grid and the world's frame on canvases, at most once an animation
 frame, and stays responsive in Chromium on ``multi/battle-1000`` (1,058 seats).
 
-Wall-clock tests (a server is realtime by nature): the rates they ask for are a half of what an
-idle machine gives, the bounds the feed's own (a loaded machine only sends less).
+Wall-clock tests (a server is realtime by nature): the rates they ask for are a quarter of the
+feed's cap, the bounds the feed's own (a loaded machine only sends less).
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import time
@@ -27,6 +28,7 @@ pytest.importorskip("uvicorn")
 
 from nonstop.server.app import ServerThread
 from nonstop.server.client import Client, http_get
+from nonstop.server.sessions import Lifecycle
 from nonstop.server.livefeed import (
     ALIVE,
     HELD,
@@ -37,6 +39,7 @@ from nonstop.server.livefeed import (
     PLACED,
     FeedPacer,
     SeatsSnapshot,
+    SnapshotCache,
     pack_update,
     unpack_update,
 )
@@ -45,6 +48,9 @@ pytestmark = pytest.mark.wall
 THOUSAND = "multi/battle-1000"
 SEATS = 1058
 WINDOW_S = 5.0  # how long each measurement lasts
+#: the fewest updates a second asked for: a quarter of the feed's cap (a quiet 2-core machine gives
+#: 3.5 to 3.8; one loaded to 16 runnable processes, 1.1 to 2)
+MIN_UPDATES_PER_S = 1.0
 
 
 def _magent_or_reason() -> None:
@@ -129,18 +135,33 @@ def test_paced_messages_never_carry_more_than_the_cap_in_any_window(
         FeedPacer(max_hz=0)
 
 
-def _feed(url: str, sid: str, seconds: float) -> tuple[dict, list[bytes], float]:
-    """The hello and every update of ``seconds`` of the seats feed, and the seconds measured."""
+@dataclasses.dataclass
+class _Fed:
+    """What a client read of the seats feed: everything since before it connected (``since_s``
+    seconds before the last message: the sender cannot have sent more than the pacing allows in
+    that time, however the reads were delayed), and the updates of the timed window."""
+
+    hello: dict
+    messages: list[bytes | str]
+    since_s: float
+    window: list[bytes]
+    window_s: float
+
+
+def _feed(url: str, sid: str, seconds: float) -> _Fed:
+    """Read the seats feed for ``seconds`` after its first update."""
     from websockets.sync.client import connect
 
+    before = time.monotonic()
     with connect(f"{url}/ws/seats/{sid}", subprotocols=["nonstop"], max_size=None) as ws:
-        hello = json.loads(ws.recv(timeout=30))
-        first = ws.recv(timeout=30)
-        assert isinstance(first, bytes)
-        updates, start = [], time.monotonic()
+        messages = [ws.recv(timeout=30), ws.recv(timeout=30)]
+        window: list[bytes] = []
+        start = time.monotonic()
         while time.monotonic() - start < seconds:
-            updates.append(ws.recv(timeout=30))
-        return hello, updates, time.monotonic() - start
+            window.append(ws.recv(timeout=30))
+        end = time.monotonic()
+    hello = json.loads(messages[0])
+    return _Fed(hello, [*messages, *window], end - before, window, end - start)
 
 
 def test_the_feed_of_a_thousand_seats_is_paced_and_bounded(no_shm_leak) -> None:
@@ -149,19 +170,20 @@ def test_the_feed_of_a_thousand_seats_is_paced_and_bounded(no_shm_leak) -> None:
     _magent_or_reason()
     with ServerThread(envs=[THOUSAND], tick_procs=0) as srv, Client(srv.url) as owner:
         sid = owner.reset(seed=1).info["session_id"]
-        hello, updates, seconds = _feed(srv.url, sid, WINDOW_S)
+        fed = _feed(srv.url, sid, WINDOW_S)
         table = http_get(srv.url, "/live/sessions?max_seats=4")["sessions"][0]
+    hello, updates = fed.hello, fed.window
     assert hello["type"] == "hello" and len(hello["seats"]) == SEATS and hello["teams"] == ["red", "blue"]
     assert (hello["max_hz"], hello["max_bytes_per_s"]) == (MAX_FEED_HZ, MAX_FEED_BYTES_PER_S)
-    carried = sum(len(u) for u in updates)
-    assert carried <= MAX_FEED_BYTES_PER_S * seconds + max(len(u) for u in updates)
-    assert len(updates) <= MAX_FEED_HZ * seconds + 1
-    assert len(updates) >= 0.5 * MAX_FEED_HZ * seconds, f"{len(updates)} updates in {seconds:.1f} s"
+    sizes = [len(m.encode() if isinstance(m, str) else m) for m in fed.messages]
+    assert sum(sizes) <= MAX_FEED_BYTES_PER_S * fed.since_s + max(sizes)
+    assert len(sizes) <= MAX_FEED_HZ * fed.since_s + 1  # messages at least 1 / MAX_FEED_HZ apart
+    assert len(updates) >= MIN_UPDATES_PER_S * fed.window_s, f"{len(updates)} updates in {fed.window_s:.1f} s"
     last = unpack_update(updates[-1])
     assert last["header"]["seats"] == SEATS and last["frame"].shape == (115, 115, 3)
     assert sum(p is not None for p in last["positions"]) == sum(f & ALIVE > 0 for f in last["flags"])
     assert [(t["team"], t["seats"]) for t in last["header"]["teams"]] == [("red", 529), ("blue", 529)]
-    assert all(v == 1.0 for v in last["inaction"])  # nobody plays: β on every seat
+    assert set(last["inaction"]) == {1.0}, sorted(set(map(str, last["inaction"])))  # nobody plays: β everywhere
     assert table["seat_count"] == SEATS and len(table["seats"]) == 4 and table["inaction_fraction"] == 1.0
 
 
@@ -218,7 +240,7 @@ RAF_PROBE = """(() => { window.rafGaps = []; let last = performance.now();
 
 def test_the_page_at_a_thousand_seats_stays_responsive_and_its_feed_bounded(tmp_path, no_shm_leak) -> None:
     """1,058 seats, nobody playing: over WINDOW_S seconds the page draws the grid and the map at
-    least at half the feed's rate, no animation frame waits a second or more (the page never
+    least MIN_UPDATES_PER_S times a second, no animation frame waits a second or more (the page never
     freezes), every seat is on the grid and every living agent marked on the map, and what the page
     receives stays within the feed's bound (its socket) and twice that (everything: polls, pushes,
     feed). In CI (``CI=true``) a missing browser or magent2 fails the test, never skips it."""
@@ -236,16 +258,19 @@ def test_the_page_at_a_thousand_seats_stays_responsive_and_its_feed_bounded(tmp_
                 page.on("pageerror", lambda exc: errors.append(str(exc)))
                 wire = _Wire(page)
                 page.add_init_script(RAF_PROBE)
+                opened = time.monotonic()
                 page.goto(srv.url.replace("ws://", "http://") + "/")
                 view = f'article.view[data-session="{sid}"]'
                 drawn = f"""() => [...document.querySelectorAll('{view} canvas.seat-grid, {view} canvas.world')]
                                   .map(c => Number(c.dataset.drawn || 0))"""
                 page.wait_for_function(f"() => Math.min(...({drawn})()) >= 2", timeout=60_000)
                 page.evaluate("() => { window.rafGaps = []; }")
-                wire.reset()
+                wire.window()
+                feed_before = wire.feed_bytes
                 drawn_before, start = page.evaluate(drawn), time.monotonic()
                 page.wait_for_timeout(WINDOW_S * 1000)
                 drawn_after, seconds = page.evaluate(drawn), time.monotonic() - start
+                feed_bytes, total_bytes, since_open = wire.feed_bytes, wire.total_bytes, time.monotonic() - opened
                 gaps = page.evaluate("() => window.rafGaps")
                 seen = page.evaluate(
                     f"""() => {{ const v = document.querySelector('{view}');
@@ -259,34 +284,35 @@ def test_the_page_at_a_thousand_seats_stays_responsive_and_its_feed_bounded(tmp_
                 browser.close()
     assert not errors, f"the page raised: {errors}"
     grid_rate, map_rate = ((after - before) / seconds for before, after in zip(drawn_before, drawn_after))
-    feed_rate, total_rate = wire.feed_bytes / seconds, wire.total_bytes / seconds
+    feed_rate, total_rate = (feed_bytes - feed_before) / seconds, total_bytes / seconds
     figures = (
         f"grid {grid_rate:.2f} and map {map_rate:.2f} updates/s, longest frame gap {max(gaps):.0f} ms, "
         f"feed {feed_rate:.0f} B/s, all {total_rate:.0f} B/s"
     )
     print(figures)
-    assert grid_rate >= 0.5 * MAX_FEED_HZ and map_rate >= 0.5 * MAX_FEED_HZ, figures
+    assert grid_rate >= MIN_UPDATES_PER_S and map_rate >= MIN_UPDATES_PER_S, figures
     assert len(gaps) >= 10 * seconds and max(gaps) < 1000, figures
-    assert wire.feed_bytes <= MAX_FEED_BYTES_PER_S * seconds + wire.largest_feed_message, figures
-    assert wire.total_bytes <= 2 * MAX_FEED_BYTES_PER_S * seconds, figures
+    assert feed_bytes <= MAX_FEED_BYTES_PER_S * since_open + wire.largest_feed_message, figures
+    assert total_bytes <= 2 * MAX_FEED_BYTES_PER_S * seconds, figures
     assert seen["cells"] == SEATS and seen["teams"] == ["red", "blue"] and seen["marks"] == seen["alive"] > 0
 
 
 class _Wire:
     """What the page receives, as Chromium's network layer reports it (DevTools protocol): the
-    seats feed's frames apart, and everything (HTTP bodies, every socket's frames)."""
+    seats feed's frames since the page opened (``feed_bytes``, ``largest_feed_message``), and
+    everything since `window` (``total_bytes``: HTTP bodies and every socket's frames)."""
 
     def __init__(self, page: Any) -> None:
         self.feeds: set[str] = set()
-        self.reset()
+        self.feed_bytes = self.largest_feed_message = self.total_bytes = 0
         cdp = page.context.new_cdp_session(page)
         cdp.on("Network.webSocketCreated", self._created)
         cdp.on("Network.webSocketFrameReceived", self._frame)
         cdp.on("Network.dataReceived", self._data)
         cdp.send("Network.enable")
 
-    def reset(self) -> None:
-        self.feed_bytes = self.total_bytes = self.largest_feed_message = 0
+    def window(self) -> None:
+        self.total_bytes = 0
 
     def _created(self, event: dict) -> None:
         if "/ws/seats/" in event["url"]:
@@ -303,3 +329,29 @@ class _Wire:
 
     def _data(self, event: dict) -> None:
         self.total_bytes += event.get("encodedDataLength") or event.get("dataLength", 0)
+
+
+def test_sockets_share_a_reading_but_never_get_the_one_they_sent_again() -> None:
+    """Two sockets of a session read its seats once between them; a socket that asks again while
+    that reading is fresh, having sent it, gets a new one (its inaction is since the last)."""
+
+    class Seats:
+        sid, tick, state, seat_names = "s1", 5, Lifecycle.RUNNING, ["red_0", "blue_0"]
+        reads = 0
+
+        def seat_rows(self) -> list[dict[str, Any]]:
+            Seats.reads += 1
+            return _rows(2, Seats.reads, 0)
+
+        def world_view(self) -> None:
+            return None
+
+    cache, session = SnapshotCache(max_age=1.0), Seats()
+    first = cache.take(session, 0.0)
+    assert cache.take(session, 0.5) is first and Seats.reads == 1
+    again = cache.take(session, 0.5, after=first)
+    assert again is not first and Seats.reads == 2
+    assert cache.take(session, 2.0) is not again and Seats.reads == 3
+    Seats.reads = -1  # the next reading finds every slot busy: zeros, as seat_rows says then
+    kept = cache.take(session, 4.0)
+    assert Seats.reads == 0 and kept.agent.tolist() == [3, 3]  # the last counters, not a flash of "none"

@@ -135,6 +135,28 @@ class SeatsSnapshot:
             frame=frame,
         )
 
+    def carried(self, before: SeatsSnapshot | None) -> SeatsSnapshot:
+        """This reading with each seat that read as no ticks at all (its slot busy past the
+        server's read patience: `ServerSession.seat_rows` then says zeros) given its counters,
+        delay and return from ``before``, when ``before`` had them: a seat's counters never fall.
+
+        >>> rows = [{"seat": "a_0", "agent_ticks": 2, "inaction_ticks": 1, "last_delay": 1, "total_reward": 1.0}]
+        >>> before = SeatsSnapshot.of_rows(rows, None, tick=3)
+        >>> missed = SeatsSnapshot.of_rows([{"seat": "a_0", "agent_ticks": 0, "inaction_ticks": 0}], None, tick=4)
+        >>> missed.carried(before).agent.tolist(), missed.carried(before).tick
+        ([2], 4)
+        """
+        if before is None or len(before.agent) != len(self.agent):
+            return self
+        missed = (self.agent + self.inaction == 0) & (before.agent + before.inaction > 0)
+        if not missed.any():
+            return self
+        keep = {
+            name: np.where(missed, getattr(before, name), getattr(self, name))
+            for name in ("agent", "inaction", "delay", "returns")
+        }
+        return dataclasses.replace(self, **keep)
+
     @classmethod
     def of_session(cls, session: ServerSession) -> SeatsSnapshot:
         running = session.state is Lifecycle.RUNNING
@@ -263,12 +285,14 @@ class SnapshotCache:
         self._taken: dict[str, tuple[float, SeatsSnapshot]] = {}
         self._lock = threading.Lock()
 
-    def take(self, session: ServerSession, now: float) -> SeatsSnapshot:
+    def take(self, session: ServerSession, now: float, after: SeatsSnapshot | None = None) -> SeatsSnapshot:
+        """A reading of ``session``'s seats taken at ``now`` or less than ``max_age`` before it, and
+        never ``after`` itself (the reading a socket already sent: inaction is since it)."""
         with self._lock:
             taken = self._taken.get(session.sid)
-            if taken is not None and now - taken[0] < self.max_age:
+            if taken is not None and now - taken[0] < self.max_age and taken[1] is not after:
                 return taken[1]
-            snap = SeatsSnapshot.of_session(session)
+            snap = SeatsSnapshot.of_session(session).carried(None if taken is None else taken[1])
             self._taken[session.sid] = (now, snap)
             return snap
 
@@ -294,7 +318,7 @@ async def serve_seats(ws: WebSocket, session: ServerSession, cache: SnapshotCach
         next_at, lead, prev, update = pacer.after(loop.time(), len(text)), 0.0, None, 0
         while session.state is Lifecycle.RUNNING and await until(next_at - lead):
             started = loop.time()
-            snap = await asyncio.to_thread(cache.take, session, started)
+            snap = await asyncio.to_thread(cache.take, session, started, prev)
             lead = min(loop.time() - started, 0.5 / pacer.max_hz)
             update += 1
             data = pack_update(snap, prev, update)
