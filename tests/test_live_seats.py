@@ -195,7 +195,9 @@ def test_the_page_shows_every_seat_of_a_team_world_and_marks_its_agents(tmp_path
         sid = owner.reset(seed=0).info["session_id"]
         owner.wait(40)  # past tick 20: red_0, red_1, blue_0, blue_1 have left
         check = SEATS_JS.replace("CHECK_POLLS", "2").replace(
-            "return {polls", "if (!cells.some(c => c.alive === 'false')) return null; return {polls"
+            "return {polls",
+            "if (!cells.some(c => c.alive === 'false') || !v.querySelector('canvas.world').dataset.drawn) return null; "
+            "return {polls",
         )
         seen = _watch(srv.url, sid, check, tmp_path, "grid.png")
     cells = {c["seat"]: c for c in seen["cells"]}

@@ -214,7 +214,8 @@
       this.shown = null; // the update on screen
       this.updates = 0;
       this.drawn = 0;
-      this.frames = 0; // frames received (a frame still inflating when a newer comes is dropped)
+      this.pendingFrame = null; // the newest update with a frame not yet painted
+      this.painting = false;
       this.framesDrawn = 0;
       this.layout = null;
       this.ws = null;
@@ -296,27 +297,47 @@
       const bar = few ? 4 : Math.max(2, Math.round(h / 5));
       ctx.font = "12px system-ui, sans-serif";
       ctx.textBaseline = "middle";
+      const at = (i) => [(i % cols) * (w + SEAT_GAP), Math.floor(i / cols) * (h + SEAT_GAP)];
+      // cells by fill, then every delay bar: a few colour changes a draw, not one a seat
+      const byFill = new Map();
       for (let i = 0; i < n; i++) {
-        const x = (i % cols) * (w + SEAT_GAP);
-        const y = Math.floor(i / cols) * (h + SEAT_GAP);
-        const cell = this.cell(update, i);
-        ctx.fillStyle = cell.fill;
-        ctx.fillRect(x, y, w, h);
-        if (cell.delay !== null) {
-          ctx.fillStyle = "#3b6fd8";
-          ctx.fillRect(x, y + h - bar, Math.max(0.08, cell.delay / maxDelay) * w, bar);
-        }
-        if (cell.held) {
-          ctx.strokeStyle = "#1d2433";
-          ctx.lineWidth = 2;
-          ctx.strokeRect(x + 1, y + 1, w - 2, h - 2);
-        }
-        if (few) {
-          ctx.fillStyle = cell.dead ? "#6b7385" : "#fff";
-          const label = `${this.hello.seats[i]} · ${fmtPct(cell.inaction)} · ${cell.delay === null ? "–" : cell.delay + " t"}`;
-          ctx.fillText(label, x + 6, y + (h - bar) / 2, w - 10);
-        }
+        const fill = this.fill(update, i);
+        if (!byFill.has(fill)) byFill.set(fill, []);
+        byFill.get(fill).push(i);
       }
+      for (const [fill, seats] of byFill) {
+        ctx.fillStyle = fill;
+        for (const i of seats) ctx.fillRect(...at(i), w, h);
+      }
+      ctx.fillStyle = "#3b6fd8";
+      for (let i = 0; i < n; i++) {
+        const d = update.delay[i];
+        if (d === NONE_U8) continue;
+        const [x, y] = at(i);
+        ctx.fillRect(x, y + h - bar, Math.max(0.08, d / maxDelay) * w, bar);
+      }
+      ctx.strokeStyle = "#1d2433";
+      ctx.lineWidth = 2;
+      for (let i = 0; i < n; i++) {
+        if (!(update.flags[i] & HELD)) continue;
+        const [x, y] = at(i);
+        ctx.strokeRect(x + 1, y + 1, w - 2, h - 2);
+      }
+      if (!few) return;
+      for (let i = 0; i < n; i++) {
+        const cell = this.cell(update, i);
+        const [x, y] = at(i);
+        ctx.fillStyle = cell.dead ? "#6b7385" : "#fff";
+        const label = `${this.hello.seats[i]} · ${fmtPct(cell.inaction)} · ${cell.delay === null ? "–" : cell.delay + " t"}`;
+        ctx.fillText(label, x + 6, y + (h - bar) / 2, w - 10);
+      }
+    }
+
+    fill(update, i) {
+      const f = update.flags[i];
+      const q = update.inaction[i];
+      if ((f & PLACED) !== 0 && (f & ALIVE) === 0) return DEAD_FILL;
+      return q === NONE_U8 ? EMPTY_FILL : FILLS[q];
     }
 
     cell(update, i) {
@@ -327,7 +348,7 @@
       const d = update.delay[i];
       const inaction = q === NONE_U8 ? null : q / 254;
       return { inaction, delay: d === NONE_U8 ? null : d, dead, held: (f & HELD) !== 0,
-               fill: dead ? DEAD_FILL : q === NONE_U8 ? EMPTY_FILL : FILLS[q], ret: update.returns[i] };
+               fill: this.fill(update, i), ret: update.returns[i] };
     }
 
     cells() {
@@ -370,10 +391,28 @@
       $(".teams tbody", this.owner.el).replaceChildren(...rows);
     }
 
-    async drawWorld(update) {
-      const frameNo = ++this.frames;
+    drawWorld(update) {
+      // newest wins, but a frame in flight is always finished: under load, dropping it for a newer
+      // one could leave the map never drawn
+      this.pendingFrame = update;
+      if (!this.painting) this.paintFrames();
+    }
+
+    async paintFrames() {
+      this.painting = true;
+      try {
+        while (this.pendingFrame) {
+          const update = this.pendingFrame;
+          this.pendingFrame = null;
+          await this.paintFrame(update);
+        }
+      } finally {
+        this.painting = false;
+      }
+    }
+
+    async paintFrame(update) {
       const pixels = await inflate(update.frame);
-      if (frameNo !== this.frames) return; // a newer frame is on its way
       const box = $(".world-box", this.owner.el);
       const canvas = this.world;
       box.hidden = false;
@@ -393,7 +432,6 @@
         small.data[k + 3] = 255;
       }
       const bitmap = await createImageBitmap(small);
-      if (frameNo !== this.frames) return;
       const ctx = canvas.getContext("2d");
       ctx.imageSmoothingEnabled = false;
       ctx.drawImage(bitmap, 0, 0, canvas.width, canvas.height);
@@ -600,8 +638,7 @@
       const pad = 4;
       const colW = W / STRIP_COLUMNS;
       const x0 = W - this.columns.length * colW; // newest at the right edge
-      const css = getComputedStyle(document.documentElement);
-      const color = (name) => css.getPropertyValue(name).trim();
+      const color = cssColour;
       ctx.clearRect(0, 0, W, H);
       const cols = this.columns;
       const maxDelay = Math.max(1, ...cols.map((c) => c.delay ?? 0));
@@ -659,6 +696,12 @@
       if (this.seats) this.seats.close();
       this.el.remove();
     }
+  }
+
+  const cssColours = new Map(); // the page's palette (--agent, --beta, ...), read once each
+  function cssColour(name) {
+    if (!cssColours.has(name)) cssColours.set(name, getComputedStyle(document.documentElement).getPropertyValue(name).trim());
+    return cssColours.get(name);
   }
 
   const TEAM_COLOURS = ["#e0493e", "#3b6fd8", "#2e9e5b", "#d9822b", "#8a4fd1", "#1aa3a3"];
