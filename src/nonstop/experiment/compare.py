@@ -235,7 +235,6 @@ def compare(
     """
     from nonstop.envs import env_info
     from nonstop.experiment.registry import constraint
-    from nonstop.inference.schedulers import make_scheduler
 
     if not isinstance(env, str):
         raise TypeError(f"env must be an env id string, got {type(env).__name__} {env!r}")
@@ -247,21 +246,22 @@ def compare(
         raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
     tau_m = 1.0 / info.tick_hz
     n = resolve_n_workers(n_workers, dist.mean, tau_m)
-    configs = {}
-    for name in schedulers:  # unknown names, and a backend that cannot host stand-ins, fail before any run
-        workers = 1 if name == "sequential" else n
-        make_scheduler(name, workers)
-        configs[name] = _config(
+    _check_schedulers(schedulers, n)
+    # a backend that cannot host stand-ins fails here, before any run
+    configs = {
+        name: _config(
             env,
             name,
             latency=latency,
-            n_workers=workers,
+            n_workers=1 if name == "sequential" else n,
             seconds=seconds,
             clock=clock,
             seed=seed,
             backend=backend,
             ray_address=ray_address,
         )
+        for name in schedulers
+    }
     total_ticks = int(seconds * info.tick_hz)
     # The first round (all workers start together) plus two cycles to settle, at most a quarter of the run.
     warmup = min(3 * math.ceil(dist.max_hint / tau_m - 1e-9) + 30, total_ticks // 4)
@@ -269,24 +269,8 @@ def compare(
     for name in schedulers:
         if progress is not None:
             progress(name)
-        workers = configs[name].n_inference
-        log = _run(configs[name])
-        started = log.meta.get("agents_started_at_tick", 0)
-        summary = log.summary(warmup_ticks=started + warmup, end_tick=log.meta.get("agents_stopped_at_tick"))
-        value, kind, ended = _episode_return(log)
-        summary.update(
-            n_workers=workers,
-            episode_return=value,
-            episode_return_kind=kind,
-            episodes_ended=ended,
-            reward_per_tick=summary["reward_total"] / summary["ticks"] if summary["ticks"] else None,
-        )
-        overhead = log.meta.get("workers", {}).get("remote_overhead_s")
-        if overhead is not None:
-            summary["remote_overhead_s"] = overhead
-        if clock == "wall" and hasattr(os, "getloadavg"):
-            summary["load_average"] = os.getloadavg()[0]  # the last minute's, as the run ends
-        logs[name], summaries[name] = log, summary
+        logs[name] = _run(configs[name])
+        summaries[name] = _scheduler_summary(logs[name], configs[name].n_inference, warmup, clock)
     result = {
         "env": env,
         "tick_hz": info.tick_hz,
@@ -306,6 +290,36 @@ def compare(
     }
     result["machine_limits"] = machine_diagnosis(result)
     return result
+
+
+def _check_schedulers(schedulers: tuple[str, ...], n: int) -> None:
+    """Build each scheduler once, so that an unknown name fails before any run."""
+    from nonstop.inference.schedulers import make_scheduler
+
+    for name in schedulers:
+        make_scheduler(name, 1 if name == "sequential" else n)
+
+
+def _scheduler_summary(log: Any, workers: int, warmup: int, clock: str) -> dict[str, Any]:
+    """One scheduler's row: the tick log's figures after the warm-up, its return, and the machine's load."""
+    started = log.meta.get("agents_started_at_tick", 0)
+    summary: dict[str, Any] = log.summary(
+        warmup_ticks=started + warmup, end_tick=log.meta.get("agents_stopped_at_tick")
+    )
+    value, kind, ended = _episode_return(log)
+    summary.update(
+        n_workers=workers,
+        episode_return=value,
+        episode_return_kind=kind,
+        episodes_ended=ended,
+        reward_per_tick=summary["reward_total"] / summary["ticks"] if summary["ticks"] else None,
+    )
+    overhead = log.meta.get("workers", {}).get("remote_overhead_s")
+    if overhead is not None:
+        summary["remote_overhead_s"] = overhead
+    if clock == "wall" and hasattr(os, "getloadavg"):
+        summary["load_average"] = os.getloadavg()[0]  # the last minute's, as the run ends
+    return summary
 
 
 def _usable_cores() -> int:
