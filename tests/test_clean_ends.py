@@ -469,7 +469,7 @@ def test_a_worker_that_is_not_restarted_is_reported_once_and_the_world_ticks_on(
         def policy(i: int) -> LatencyPolicy:
             return LatencyPolicy(ConstantPolicy(world.action_space, 1), Constant(2 / 60), seed=i)
 
-        pool = InferencePool(world, policy, make_scheduler("max_time", 2), restart=False).start()
+        pool = InferencePool(world, policy, make_scheduler("max_time", 2), max_restarts=0).start()
         world.run_for(1.0)
         pool.kill(0)
         world.run_for(2.0)

@@ -116,8 +116,14 @@ def test_n_workers_resolution():
     ],
 )
 def test_bad_inputs_raise_clear_errors(kwargs, error, match):
+    """Each setting of the shared run (`CompareRun`) is checked as ``compare`` takes it, before anything runs."""
     with pytest.raises(error, match=match):
         compare(**{"seconds": 1.0, **kwargs})
+
+
+def test_a_setting_compare_does_not_have_is_refused():
+    with pytest.raises(TypeError, match="unexpected keyword argument 'secs'"):
+        compare("theory/inaction", "4t", secs=1.0)
 
 
 @pytest.mark.parametrize("value, match", [("0", "must be >= 1"), ("many", "positive integer or 'auto'")])

@@ -433,3 +433,11 @@ def test_cartpole_ticks_at_its_natural_50_hz():
             "maximum value is infinity": "velocities are unbounded in CartPole-v1",
         },
     )
+
+
+def test_register_takes_the_facts_of_env_info_and_refuses_any_other_by_name():
+    with pytest.raises(TypeError, match="register\\(\\) got an unexpected keyword argument 'hz'"):
+        register("test/facts", gymnasium.Env, family="classic", hz=30.0)
+    with pytest.raises(ValueError, match="family must be one of"):
+        register("test/facts", gymnasium.Env, tick_hz=30.0)
+    assert "test/facts" not in [info.env_id for info in list_envs()]

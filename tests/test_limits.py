@@ -70,3 +70,11 @@ def test_the_virtual_clock_never_blames_the_machine():
 def test_bad_arguments_are_refused(change, match):
     with pytest.raises(ValueError, match=match):
         machine_limits(HEALTHY, **{**KW, **change})
+
+
+def test_the_run_is_named_by_its_fields_and_a_missing_or_misspelt_one_is_refused():
+    """``machine_limits`` reads the run as `RunShape` (what `limit_findings` takes): each field by name."""
+    with pytest.raises(TypeError, match="scheduler"):
+        machine_limits(HEALTHY, **{k: v for k, v in KW.items() if k != "scheduler"})
+    with pytest.raises(TypeError, match="schedular"):
+        machine_limits(HEALTHY, **KW, schedular="exp_time")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nonstop.cli import main
-from nonstop.metrics.capacity import PROCESS_BASE_BYTES, SAMPLE_K, plan
+from nonstop.metrics.capacity import PROCESS_BASE_BYTES, SAMPLE_K, Deployment, plan
 
 SRC = str(Path(__file__).parents[1] / "src")
 
@@ -27,11 +27,8 @@ def test_plan_hand_computed():
         update_s=0.4,
         tick_hz=60,
         batch_size=16,
-        n_params=1_000_000,
         obs_bytes=7056,
-        activation_bytes=1000,
-        process_base_bytes=10_000,
-        nodes=2,
+        deployment=Deployment(n_params=1_000_000, activation_bytes=1000, process_base_bytes=10_000, nodes=2),
     )
     assert (p["n_inference_star"], p["n_learners_star"], p["cores"]) == (6, 2, 9)
     assert p["memory_bytes"] == {

@@ -149,6 +149,15 @@ def test_forward_shapes():
         count_parameters(0)
 
 
+def test_a_shape_option_the_network_does_not_have_is_refused_by_name():
+    """The shape options travel as typed keywords (`ImpalaShape`): a misspelt one is refused, not ignored."""
+    with pytest.raises(TypeError, match=r"impala_resnet\(\) got an unexpected keyword argument 'dpth'.*depth"):
+        impala_resnet(1, 6, dpth=6)
+    with pytest.raises(TypeError, match=r"estimate_memory_bytes\(\) got an unexpected keyword argument 'hw'"):
+        estimate_memory_bytes(1, hw=64)
+    assert estimate_memory_bytes(1, input_hw=64) < estimate_memory_bytes(1)  # a known one still counts
+
+
 def test_ensure_fits_rejects_big_model_on_small_budget():
     with pytest.raises(ModelTooLargeError, match=r"k=98 .*GB.*given budget") as info:
         ensure_fits(98, available_bytes=64 * 2**20)

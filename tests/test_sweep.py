@@ -25,6 +25,7 @@ from nonstop.experiment.sweep import (
     PAPER_SIZES,
     aggregate,
     declared_delays,
+    SweepPlan,
     plan_cells,
     t_quantile_95,
 )
@@ -47,7 +48,8 @@ def _plan(budget: str = "small", **kw):
         available=lambda g, a: (False, "no ROM here"),
     )
     args.update(kw)
-    return plan_cells(BUDGETS[budget], **args)
+    available = args.pop("available")
+    return plan_cells(BUDGETS[budget], SweepPlan(**args), available)
 
 
 def test_the_paper_sizes_declare_the_authors_inference_times():
@@ -268,16 +270,7 @@ def test_sigterm_checkpoints_the_running_cells_and_leaves_nothing_running(tmp_pa
     assert "run the same command again to resume" in err
     time.sleep(0.5)
     assert _children_of(marker) == []
-    cells, _ = plan_cells(
-        BUDGETS["tiny"],
-        games=None,
-        sizes=None,
-        seeds=None,
-        episodes=40,
-        interactions=PAIR,
-        latency_source="paper",
-        latency_overrides={},
-    )
+    cells, _ = plan_cells(BUDGETS["tiny"], SweepPlan(episodes=40, interactions=PAIR))
     states = [cell_state(c, tmp_path / "sw" / "cells" / c.name) for c in cells]
     assert states.count("resume") >= 2  # the two that were running wrote their final checkpoints
 
@@ -342,18 +335,11 @@ def test_delay_start_zeros_runs_the_authors_simulation(tmp_path):
     import subprocess
 
     from nonstop.experiment.delaysim import ZeroStartHistory
-    from nonstop.experiment.sweep import BUDGETS, cell_result, plan_cells
+    from nonstop.experiment.sweep import BUDGETS, SweepPlan, cell_result, plan_cells
 
     cells, _ = plan_cells(
         BUDGETS["tiny"],
-        games=None,
-        sizes=[1],
-        seeds=1,
-        episodes=1,
-        interactions=["staggered", "sequential"],
-        latency_source="paper",
-        latency_overrides={},
-        delay_start="zeros",
+        SweepPlan(sizes=[1], seeds=1, episodes=1, interactions=["staggered", "sequential"], delay_start="zeros"),
     )
     stag = next(c for c in cells if c.interaction == "staggered")
     seq = next(c for c in cells if c.interaction == "sequential")
@@ -375,17 +361,7 @@ def test_delay_start_zeros_runs_the_authors_simulation(tmp_path):
         history.push(np.full(2, step + 2.0))
     assert seen == [0.0, 0.0, 0.0, 1.0, 2.0]  # o_{t−3}: zeros for the first 3 steps
     with pytest.raises(ValueError, match="--delay-start must be one of"):
-        plan_cells(
-            BUDGETS["tiny"],
-            games=None,
-            sizes=[1],
-            seeds=1,
-            episodes=1,
-            interactions=["staggered"],
-            latency_source="paper",
-            latency_overrides={},
-            delay_start="ones",
-        )
+        SweepPlan(sizes=[1], seeds=1, episodes=1, interactions=["staggered"], delay_start="ones")
 
 
 def _plan_axes(**kw):
@@ -398,7 +374,7 @@ def _plan_axes(**kw):
         latency_source="paper",
         latency_overrides={},
     )
-    return plan_cells(BUDGETS["tiny"], **{**base, **kw})[0]
+    return plan_cells(BUDGETS["tiny"], SweepPlan(**{**base, **kw}))[0]
 
 
 def test_scheduler_cells_act_with_each_scheduler_at_each_n_on_a_lognormal_latency_of_the_declared_mean(tmp_path):

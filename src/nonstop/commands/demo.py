@@ -29,7 +29,10 @@ import io
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from nonstop._console import Console
 
 __all__ = ["run_demo", "add_arguments", "learning_curve", "plot_learning", "lesson_kept", "LESSON_INACTION", "QUICK"]
 
@@ -96,8 +99,20 @@ def fresh_dir(out: Path) -> Path:
 def run_demo(args: argparse.Namespace) -> int:
     from nonstop._console import Console
 
-    from nonstop.commands.compare import compare, plot_compare, render_machine_limits, render_table
+    _check_and_cap(args)
+    console = Console()
+    out = fresh_dir(Path(args.out))
+    if out != Path(args.out):
+        console.print(f"{args.out} holds an earlier demo, kept as it is; this one goes to {out}")
+    out.mkdir(parents=True, exist_ok=True)
+    _compare_part(args, console, out)
+    if args.train_seconds == 0:
+        return 0
+    return _learning_part(args, console, out)
 
+
+def _check_and_cap(args: argparse.Namespace) -> None:
+    """Refuse non-positive durations, then apply ``--quick``'s caps."""
     for name in ("seconds", "slow_ticks"):
         if not getattr(args, name) > 0:
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
@@ -106,11 +121,12 @@ def run_demo(args: argparse.Namespace) -> int:
     if getattr(args, "quick", False):
         for name, cap in QUICK.items():
             setattr(args, name, min(getattr(args, name), cap))
-    console = Console()
-    out = fresh_dir(Path(args.out))
-    if out != Path(args.out):
-        console.print(f"{args.out} holds an earlier demo, kept as it is; this one goes to {out}")
-    out.mkdir(parents=True, exist_ok=True)
+
+
+def _compare_part(args: argparse.Namespace, console: Console, out: Path) -> None:
+    """Part 1: the slow model sequential vs staggered, rerun on the virtual clock if the machine cannot keep pace."""
+    from nonstop.commands.compare import compare, plot_compare, render_machine_limits, render_table
+
     console.rule(f"[bold]1. one slow model ({args.slow_ticks:g} ticks per inference), sequential vs staggered")
     console.print(
         f"realtime {args.env} on the {args.clock} clock, {args.seconds:g} s each; the world never waits.\n"
@@ -157,7 +173,10 @@ def run_demo(args: argparse.Namespace) -> int:
             f"--slow-ticks {args.slow_ticks:g}).",
             style="bold red",
         )
-    plot = plot_compare(result, out / "sequential_vs_staggered.png")
+    _summarise_comparison(args, console, result, plot_compare(result, out / "sequential_vs_staggered.png"))
+
+
+def _summarise_comparison(args: argparse.Namespace, console: Console, result: dict[str, Any], plot: Path) -> None:
     s, e = result["schedulers"]["sequential"], result["schedulers"]["exp_time"]
     console.print(
         f"On the {result['clock']} clock, staggering {result['n_workers']} workers cut inaction from {s['inaction_fraction']:.0%} to "
@@ -172,8 +191,10 @@ def run_demo(args: argparse.Namespace) -> int:
             "clock has no overhead, so it shows the declared latency exactly.",
             style="dim",
         )
-    if args.train_seconds == 0:
-        return 0
+
+
+def _learning_part(args: argparse.Namespace, console: Console, out: Path) -> int:
+    """Part 2: DQN learns the delay world through the slow model, staggered and sequential; the worst exit code."""
     console.rule(
         f"[bold]2. learning through the slow model: staggered vs sequential ({args.slow_ticks:g} ticks per inference)"
     )
@@ -190,51 +211,60 @@ def run_demo(args: argparse.Namespace) -> int:
         console.print(f"  training {name} …")
         parser = argparse.ArgumentParser()
         trainer.add_arguments(parser)
-        targs = parser.parse_args(
-            [
-                "--env",
-                LEARN_ENV,
-                "--env-arg",
-                f"p_minimax={LEARN_P}",
-                "--env-arg",
-                "max_steps=300",
-                "--seconds",
-                f"{args.train_seconds:g}",
-                "--latency",
-                f"{args.slow_ticks:g}t",
-                "--scheduler",
-                scheduler,
-                "--lr",
-                "1e-3",
-                "--batch-size",
-                "32",
-                "--epsilon-ticks",
-                "1500",
-                "--epsilon-end",
-                "0.02",
-                "--learning-starts",
-                "200",
-                "--target-update",
-                "200",
-                "--replay-capacity",
-                "20000",
-                "--progress-every",
-                f"{max(args.train_seconds / 6, 1):g}",
-                "--checkpoint-every",
-                f"{args.train_seconds:g}",
-                "--checkpoint-replay",
-                "no",
-                "--out",
-                str(out / f"train-{name}"),
-            ]
-        )
+        targs = parser.parse_args(_train_flags(args, scheduler, out / f"train-{name}"))
         targs.tensorboard = False
         with _without_json_line():  # train's last line is JSON for scripts; the demo is read by a person
             codes[name] = trainer.run(targs)
+    _show_learning(args, console, out, list(codes))
+    return max(codes.values())
+
+
+def _train_flags(args: argparse.Namespace, scheduler: str, run_dir: Path) -> list[str]:
+    """The `nonstop train` command line of one part-2 run."""
+    return [
+        "--env",
+        LEARN_ENV,
+        "--env-arg",
+        f"p_minimax={LEARN_P}",
+        "--env-arg",
+        "max_steps=300",
+        "--seconds",
+        f"{args.train_seconds:g}",
+        "--latency",
+        f"{args.slow_ticks:g}t",
+        "--scheduler",
+        scheduler,
+        "--lr",
+        "1e-3",
+        "--batch-size",
+        "32",
+        "--epsilon-ticks",
+        "1500",
+        "--epsilon-end",
+        "0.02",
+        "--learning-starts",
+        "200",
+        "--target-update",
+        "200",
+        "--replay-capacity",
+        "20000",
+        "--progress-every",
+        f"{max(args.train_seconds / 6, 1):g}",
+        "--checkpoint-every",
+        f"{args.train_seconds:g}",
+        "--checkpoint-replay",
+        "no",
+        "--out",
+        str(run_dir),
+    ]
+
+
+def _show_learning(args: argparse.Namespace, console: Console, out: Path, names: list[str]) -> None:
+    """The two return curves, their first vs last quarter, and the staggered run's report headline."""
     picture = plot_learning(
-        {name: out / f"train-{name}" for name in codes}, out / "learning_staggered_vs_sequential.png"
+        {name: out / f"train-{name}" for name in names}, out / "learning_staggered_vs_sequential.png"
     )
-    curves = {name: learning_curve(out / f"train-{name}") for name in codes}
+    curves = {name: learning_curve(out / f"train-{name}") for name in names}
     for name, (_, returns) in curves.items():
         if len(returns):
             head, tail = returns[: max(1, len(returns) // 4)], returns[-max(1, len(returns) // 4) :]
@@ -259,8 +289,6 @@ def run_demo(args: argparse.Namespace) -> int:
     console.print(
         "A slow model acts at every tick when its inference is staggered; learning runs beside it and never blocks an action."
     )
-    code = max(codes.values())
-    return code
 
 
 class _DropJsonLine(io.TextIOBase):

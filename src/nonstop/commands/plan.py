@@ -10,6 +10,7 @@ from typing import Any
 from nonstop.commands._flags import add_device_arguments
 from nonstop.metrics.capacity import (
     PROCESS_BASE_BYTES,
+    Deployment,
     positive_number,
     plan,
     SAMPLE_K,
@@ -115,11 +116,13 @@ def run_plan(args: argparse.Namespace) -> int:
         update_s=update,
         tick_hz=args.hz,
         batch_size=args.batch_size,
-        n_params=n_params,
-        activation_bytes=activation or 0,
-        process_base_bytes=int(args.process_mb * 2**20),
-        nodes=args.nodes,
-        weights_every=args.weights_every,
+        deployment=Deployment(
+            n_params=n_params,
+            activation_bytes=activation or 0,
+            process_base_bytes=int(args.process_mb * 2**20),
+            nodes=args.nodes,
+            weights_every=args.weights_every,
+        ),
     )
     result.update(k=args.k, times=source, flops_forward=flops)
     if timing is not None:

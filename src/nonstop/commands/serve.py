@@ -10,6 +10,15 @@ HELP = "serve realtime worlds over WebSocket (OpenEnv protocol + realtime verbs)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    _add_what_arguments(p)
+    _add_access_arguments(p)
+    _add_limit_arguments(p)
+    _add_tick_arguments(p)
+    p.add_argument("--log-level", default="info")
+
+
+def _add_what_arguments(p: argparse.ArgumentParser) -> None:
+    """What is served: the envs and their module."""
     p.add_argument(
         "--env",
         action="append",
@@ -19,6 +28,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from nonstop.commands._flags import add_env_module_argument
 
     add_env_module_argument(p)
+
+
+def _add_access_arguments(p: argparse.ArgumentParser) -> None:
+    """Who may reach the server: its address, token, and the hosts and origins it answers."""
     p.add_argument(
         "--host",
         default="127.0.0.1",
@@ -53,6 +66,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also let web pages of this origin use the server (repeat; e.g. https://game.example.com); "
         "the server's own page is always allowed",
     )
+
+
+def _add_limit_arguments(p: argparse.ArgumentParser) -> None:
+    """How much it holds: sessions, connections, their timeouts, and the replays it keeps."""
     p.add_argument("--max-sessions", type=int, default=64)
     p.add_argument(
         "--max-connections",
@@ -80,6 +97,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=0.0,
         help="keep at most this many MB of replays in --replay-dir, oldest pruned first (0: no limit)",
     )
+
+
+def _add_tick_arguments(p: argparse.ArgumentParser) -> None:
+    """Where and how sessions tick: threads, worker processes, their scheduling, warm envs, the GIL."""
     p.add_argument("--tick-threads", type=int, default=2, help="threads of the tick pool")
     p.add_argument(
         "--tick-procs",
@@ -107,7 +128,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=0.0005,
         help="Python's GIL switch interval (s): how long the request loop can hold a due tick back",
     )
-    p.add_argument("--log-level", default="info")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ from nonstop.experiment.sweep import (
     INTERACTIONS,
     GAMES,
     BUDGETS,
+    SweepPlan,
     plan_cells,
     cell_result,
     aggregate,
@@ -33,6 +34,13 @@ __all__ = ["HELP", "add_arguments", "run"]
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = BUDGET_HELP
+    _add_cell_arguments(p)
+    _add_setting_arguments(p)
+    _add_run_arguments(p)
+
+
+def _add_cell_arguments(p: argparse.ArgumentParser) -> None:
+    """Which cells: the budget, its games, sizes, interactions, seeds and networks."""
     p.add_argument(
         "--budget",
         choices=tuple(BUDGETS),
@@ -69,6 +77,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="K,K",
         help="2xDeep widths (default 0.75,4.75,18.5,63: the appendix's 1M-1B)",
     )
+
+
+def _add_setting_arguments(p: argparse.ArgumentParser) -> None:
+    """How each cell learns and acts: the paper's settings, schedulers, latencies and env arguments."""
     p.add_argument(
         "--gb-actions",
         type=int,
@@ -131,6 +143,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="GAME:KEY=VALUE",
         help="an env argument for one game's cells, e.g. PokemonBattle:state=battle1.state (repeatable)",
     )
+
+
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """How the sweep runs: jobs, its directory, where models go, and what it prints."""
     p.add_argument("--jobs", type=int, default=None, help="cells run at once (default: the cores this process may use)")
     p.add_argument("--out", default="runs/sweep", help="sweep directory (default runs/sweep); run again to resume")
     from nonstop.inference.device import add_device_arguments
@@ -195,12 +211,53 @@ def _placement_args(args: argparse.Namespace) -> tuple[str, ...]:
     return (*(("--device", device) if device != "cpu" else ()), *(("--dtype", dtype) if dtype else ()))
 
 
+@dataclasses.dataclass(frozen=True)
+class _Outcome:
+    """What a sweep ran and found: every planned cell, the rows of those with episodes, their aggregate."""
+
+    cells: list[Any]
+    rows: list[dict[str, Any]]
+    results: list[dict[str, Any]]
+    failed: list[tuple[str, str]]
+    picture: Any
+    elapsed_s: float
+    cpu_s: float
+    jobs: int
+
+
 def run_sweep(args: argparse.Namespace) -> int:
     from nonstop._console import Console
-    from rich.table import Table
 
     console = Console(stderr=True)
     budget = BUDGETS[args.budget]
+    jobs = _jobs(args)
+    cells, notes = plan_cells(budget, _plan(args, budget))
+    if not cells:
+        raise ValueError("nothing to run: " + ("; ".join(notes) if notes else "no cells"))
+    placement = _placement_args(args)
+    if placement:  # every cell's train places its models there (a resumed cell may move)
+        cells = [dataclasses.replace(c, extra=c.extra + placement) for c in cells]
+    out = Path(args.out)
+    states = {c.name: cell_state(c, out / "cells" / c.name) for c in cells}
+    for note in notes + ([budget.note] if budget.note and not args.games else []):
+        console.print(f"note: {note}", style="yellow", markup=False)
+    # the longest cells first, so the last minutes are not one long cell running alone
+    todo = sorted(
+        (c for c in cells if states[c.name] != "done"), key=lambda c: -c.episodes * GAMES[c.game].max_episode_s
+    )
+    console.print(
+        f"sweep ({args.budget}): {len(cells)} cells, {len(cells) - len(todo)} done, "
+        f"{sum(states[c.name] == 'resume' for c in todo)} to resume, {jobs} at a time; {out}"
+    )
+    if args.dry_run:
+        return _dry_run(args, console, cells, states)
+    outcome = _run_and_collect(args, console, cells, todo, jobs)
+    _print_results(console, outcome.results)
+    return _finish(args, console, outcome)
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    """``--jobs``, or the cores this process may use."""
     jobs = (
         args.jobs
         if args.jobs is not None
@@ -210,13 +267,17 @@ def run_sweep(args: argparse.Namespace) -> int:
     )
     if jobs < 1:
         raise ValueError(f"--jobs must be >= 1, got {jobs}")
+    return jobs
+
+
+def _plan(args: argparse.Namespace, budget: Any) -> SweepPlan:
+    """The sweep's flags as the settings `plan_cells` takes beyond the budget."""
     sizes = _list_arg(args.sizes, "--sizes", float)
     if sizes is not None:
         if any(not (k * 16 >= 1) for k in sizes):
             raise ValueError(f"--sizes takes widths k >= 1/16 such as 1,7,29,98, got {args.sizes!r}")
         sizes = [int(k) if k.is_integer() else k for k in sizes]
-    cells, notes = plan_cells(
-        budget,
+    return SweepPlan(
         games=_list_arg(args.games, "--games"),
         sizes=sizes,
         seeds=args.seeds,
@@ -236,33 +297,24 @@ def run_sweep(args: argparse.Namespace) -> int:
         workers=_list_arg(args.workers, "--workers") or ["bound"],
         sigma=args.latency_sigma,
     )
-    if not cells:
-        raise ValueError("nothing to run: " + ("; ".join(notes) if notes else "no cells"))
-    placement = _placement_args(args)
-    if placement:  # every cell's train places its models there (a resumed cell may move)
-        cells = [dataclasses.replace(c, extra=c.extra + placement) for c in cells]
+
+
+def _dry_run(args: argparse.Namespace, console: Any, cells: list[Any], states: dict[str, str]) -> int:
+    """List the cells and their state; run nothing."""
+    from rich.table import Table
+
+    table = Table("cell", "episodes", "state", box=None)
+    for c in cells:
+        table.add_row(c.name, str(c.episodes), states[c.name])
+    console.print(table)
+    if args.json:
+        print(json.dumps({"sweep": args.budget, "cells": [{"cell": c.name, "state": states[c.name]} for c in cells]}))
+    return 0
+
+
+def _run_and_collect(args: argparse.Namespace, console: Any, cells: list[Any], todo: list[Any], jobs: int) -> _Outcome:
+    """Run the cells not yet done, then aggregate every cell with episodes into tables and the plot."""
     out = Path(args.out)
-    states = {c.name: cell_state(c, out / "cells" / c.name) for c in cells}
-    for note in notes + ([budget.note] if budget.note and not args.games else []):
-        console.print(f"note: {note}", style="yellow", markup=False)
-    # the longest cells first, so the last minutes are not one long cell running alone
-    todo = sorted(
-        (c for c in cells if states[c.name] != "done"), key=lambda c: -c.episodes * GAMES[c.game].max_episode_s
-    )
-    console.print(
-        f"sweep ({args.budget}): {len(cells)} cells, {len(cells) - len(todo)} done, "
-        f"{sum(states[c.name] == 'resume' for c in todo)} to resume, {jobs} at a time; {out}"
-    )
-    if args.dry_run:
-        table = Table("cell", "episodes", "state", box=None)
-        for c in cells:
-            table.add_row(c.name, str(c.episodes), states[c.name])
-        console.print(table)
-        if args.json:
-            print(
-                json.dumps({"sweep": args.budget, "cells": [{"cell": c.name, "state": states[c.name]} for c in cells]})
-            )
-        return 0
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     cpu0 = children_cpu_s()
@@ -284,24 +336,13 @@ def run_sweep(args: argparse.Namespace) -> int:
             )
         except ImportError:
             console.print("no plot: matplotlib is not installed (pip install 'nonstop[plot]')", style="yellow")
-    _print_results(console, results)
-    return _finish(args, console, cells, rows, results, failed, picture, t0, cpu_s, jobs, out)
+    return _Outcome(cells, rows, results, failed, picture, time.monotonic() - t0, cpu_s, jobs)
 
 
-def _finish(
-    args: argparse.Namespace,
-    console: Any,
-    cells: list[Any],
-    rows: list[dict[str, Any]],
-    results: list[dict[str, Any]],
-    failed: list[tuple[str, str]],
-    picture: Any,
-    t0: float,
-    cpu_s: float,
-    jobs: int,
-    out: Path,
-) -> int:
-    elapsed = time.monotonic() - t0
+def _finish(args: argparse.Namespace, console: Any, outcome: _Outcome) -> int:
+    out = Path(args.out)
+    cells, rows, failed, picture, jobs = outcome.cells, outcome.rows, outcome.failed, outcome.picture, outcome.jobs
+    elapsed, cpu_s = outcome.elapsed_s, outcome.cpu_s
     console.print(
         f"{len(rows)} of {len(cells)} cells have episodes; tables in {out}/results.csv and cells.csv"
         + (f", picture {picture}" if picture else "")
@@ -321,7 +362,7 @@ def _finish(
         "cells": len(cells),
         "cells_complete": sum(bool(r["complete"]) for r in rows),
         "failed": [n for n, _ in failed],
-        "results": results,
+        "results": outcome.results,
         "plot": str(picture) if picture else None,
         "elapsed_s": round(elapsed, 1),
         "cells_cpu_s": round(cpu_s, 1),

@@ -9,12 +9,16 @@ import math
 import numbers
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Required, TypedDict
 
 import gymnasium
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack for **kwargs is Python 3.12's
+
 __all__ = [
     "EnvInfo",
+    "EnvFacts",
     "Entry",
     "register",
     "REGISTRY",
@@ -71,6 +75,19 @@ class EnvInfo:
                 raise TypeError(f"{name} must be a real number or None, got {value!r}")
 
 
+class EnvFacts(TypedDict, total=False):
+    """The facts `register` takes about an id: `EnvInfo`'s fields beside ``env_id`` (a ``family`` and a
+    ``tick_hz`` always; ``noop_action`` 0, ``default_beta`` ``"noop"`` and ``description`` empty unless given)."""
+
+    family: Required[str]
+    tick_hz: Required[float]
+    noop_action: Any
+    default_beta: str
+    description: str
+    optimal_reward_rate: float | None
+    default_reward_rate: float | None
+
+
 @dataclass(frozen=True)
 class Entry:
     factory: Callable[..., gymnasium.Env]
@@ -86,16 +103,11 @@ def register(
     env_id: str,
     factory: Callable[..., gymnasium.Env],
     *,
-    family: str,
-    tick_hz: float,
-    noop_action: Any = 0,
-    default_beta: str = "noop",
-    description: str = "",
-    optimal_reward_rate: float | None = None,
-    default_reward_rate: float | None = None,
     check: Callable[..., None] | None = None,
+    **facts: Unpack[EnvFacts],
 ) -> None:
-    """Register ``factory`` under ``env_id`` so :func:`make_env` can build it.
+    """Register ``factory`` under ``env_id`` so :func:`make_env` can build it; ``facts``: the id's
+    `EnvFacts` (``family``, ``tick_hz``, ``noop_action``, ``default_beta``, ``description``, the reward rates).
 
     ``factory(**kwargs)`` must return a fresh env. Keep it a module-level callable: worker processes
     rebuild envs from the id alone. ``check(**kwargs)``, if given, validates argument *values* for
@@ -109,16 +121,20 @@ def register(
         raise TypeError(f"check must be callable or None, got {check!r}")
     if isinstance(env_id, str) and ALE_ID.match(env_id):
         raise ValueError(f"{env_id!r} is reserved for ALE games; pick another name")
+    for name in facts:
+        if name not in EnvFacts.__required_keys__ | EnvFacts.__optional_keys__:
+            raise TypeError(f"register() got an unexpected keyword argument {name!r} (an EnvFacts field?)")
+    tick_hz = facts.get("tick_hz")
     check_positive_real("tick_hz", tick_hz)  # before float(): float(True) would pass as 1 Hz
     info = EnvInfo(
         env_id=env_id,
-        family=family,
-        tick_hz=float(tick_hz),
-        noop_action=noop_action,
-        default_beta=default_beta,
-        description=description,
-        optimal_reward_rate=optimal_reward_rate,
-        default_reward_rate=default_reward_rate,
+        family=facts.get("family"),  # a missing one is refused by EnvInfo, naming its field
+        tick_hz=float(tick_hz),  # checked above
+        noop_action=facts.get("noop_action", 0),
+        default_beta=facts.get("default_beta", "noop"),
+        description=facts.get("description", ""),
+        optimal_reward_rate=facts.get("optimal_reward_rate"),
+        default_reward_rate=facts.get("default_reward_rate"),
     )
     existing = REGISTRY.get(env_id)
     # Same facts again means the module was imported twice (reload, doctest collection): harmless.

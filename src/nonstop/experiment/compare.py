@@ -29,6 +29,7 @@ import math
 import numbers
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ __all__ = [
     "COMPARE_REMEDY",
     "resolve_n_workers",
     "default_plot_path",
+    "CompareRun",
     "run_scheduler",
     "compare",
     "machine_diagnosis",
@@ -122,38 +124,59 @@ def default_plot_path(env: str) -> Path:
     return Path("runs") / f"compare-{re.sub(r'[^A-Za-z0-9._-]+', '_', env)}.png"
 
 
-def run_scheduler(
-    env: str,
-    scheduler: str,
-    *,
-    latency: str,
-    n_workers: int,
-    seconds: float,
-    clock: str = "virtual",
-    seed: int = 0,
-    backend: str = "thread",
-    ray_address: str | None = None,
-) -> Any:
-    """Run ``env`` for ``seconds`` with ``n_workers`` workers under ``scheduler``; return the tick log.
+@dataclass(frozen=True)
+class CompareRun:
+    """What every scheduler's run of a comparison shares: the world ``env``, the declared ``latency``,
+    the run's world ``seconds``, its ``clock`` and ``seed``, and where the workers' policies run
+    (``backend``, ``ray_address``). Checked at the door.
+
+    >>> CompareRun("theory/inaction", "4t", clock="sundial")
+    Traceback (most recent call last):
+    ...
+    ValueError: clock must be one of ('virtual', 'wall'), got 'sundial'
+    """
+
+    env: str
+    latency: str
+    seconds: float = 10.0
+    clock: str = "virtual"
+    seed: int = 0
+    backend: str = "thread"
+    ray_address: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seconds", _check_seconds(self.seconds))
+        object.__setattr__(self, "seed", _check_seed(self.seed))
+        if self.clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {CLOCKS}, got {self.clock!r}")
+
+    def config(self, scheduler: str, n_workers: int) -> Any:
+        """One scheduler's run: stand-ins under ``scheduler``, their policies where ``backend`` hosts them."""
+        from nonstop.experiment.config import TrainConfig
+
+        return TrainConfig(
+            env=self.env,
+            clock=self.clock,
+            seconds=self.seconds,
+            interaction="stand_in",
+            scheduler=scheduler,
+            n_inference=n_workers,
+            latency=self.latency,
+            seed=self.seed,
+            backend=self.backend,
+            ray_address=self.ray_address,
+        )
+
+
+def run_scheduler(run: CompareRun, scheduler: str, n_workers: int) -> Any:
+    """Run ``run.env`` for ``run.seconds`` with ``n_workers`` workers under ``scheduler``; return the tick log.
 
     One `Run` of stand-ins (`nonstop.experiment.standins`: each worker a random action after the
-    declared ``latency``, nothing learning), its workers' policies where ``backend`` puts them. The
+    declared latency, nothing learning), its workers' policies where ``run.backend`` puts them. The
     ticks before every worker started and after the measured window ends belong to no scheduler:
     the log's meta marks both (``agents_started_at_tick``, ``agents_stopped_at_tick``).
     """
-    return _run(
-        _config(
-            env,
-            scheduler,
-            latency=latency,
-            n_workers=n_workers,
-            seconds=seconds,
-            clock=clock,
-            seed=seed,
-            backend=backend,
-            ray_address=ray_address,
-        )
-    )
+    return _run(run.config(scheduler, n_workers))
 
 
 def _run(cfg: Any) -> Any:
@@ -172,35 +195,6 @@ def _run(cfg: Any) -> Any:
     return run.world.tick_log
 
 
-def _config(
-    env: str,
-    scheduler: str,
-    *,
-    latency: str,
-    n_workers: int,
-    seconds: float,
-    clock: str,
-    seed: int,
-    backend: str,
-    ray_address: str | None,
-) -> Any:
-    """One scheduler's run: stand-ins under ``scheduler``, their policies where ``backend`` hosts them."""
-    from nonstop.experiment.config import TrainConfig
-
-    return TrainConfig(
-        env=env,
-        clock=clock,
-        seconds=seconds,
-        interaction="stand_in",
-        scheduler=scheduler,
-        n_inference=n_workers,
-        latency=latency,
-        seed=seed,
-        backend=backend,
-        ray_address=ray_address,
-    )
-
-
 def _episode_return(log: Any) -> tuple[float, str, int]:
     """(value, kind, completed): the mean return of completed episodes, or, if none completed,
     the reward total of the whole run."""
@@ -215,13 +209,9 @@ def compare(
     latency: str = "6t",
     *,
     n_workers: int | str | None = "auto",
-    seconds: float = 10.0,
-    clock: str = "virtual",
-    seed: int = 0,
     schedulers: tuple[str, ...] = SCHEDULERS,
     progress: Any = None,
-    backend: str = "thread",
-    ray_address: str | None = None,
+    **run: Any,
 ) -> dict[str, Any]:
     """Run every scheduler in ``schedulers`` on ``env`` with the same latency and seed.
 
@@ -231,37 +221,24 @@ def compare(
     the machine's ``load_average`` as its run ended). A summary is
     `nonstop.metrics.timing.summarize` after the warm-up plus ``n_workers``, ``episode_return``,
     ``episode_return_kind`` (``"mean_completed"`` or ``"total"``) and ``episodes_ended``.
+    ``run``: what every scheduler's run shares besides ``env`` and ``latency``, the fields of
+    `CompareRun` (``seconds``, ``clock``, ``seed``, ``backend``, ``ray_address``).
     Bad inputs raise ``ValueError``/``TypeError`` before anything runs.
     """
     from nonstop.envs import env_info
     from nonstop.experiment.registry import constraint
-    from nonstop.inference.schedulers import make_scheduler
 
     if not isinstance(env, str):
         raise TypeError(f"env must be an env id string, got {type(env).__name__} {env!r}")
     info = env_info(env)  # an unknown id fails here with the registry's message
     dist = _latency(latency, info.tick_hz)
-    seconds = _check_seconds(seconds)
-    seed = _check_seed(seed)
-    if clock not in CLOCKS:
-        raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
+    shared = CompareRun(env, latency, **run)
+    seconds, clock = shared.seconds, shared.clock
     tau_m = 1.0 / info.tick_hz
     n = resolve_n_workers(n_workers, dist.mean, tau_m)
-    configs = {}
-    for name in schedulers:  # unknown names, and a backend that cannot host stand-ins, fail before any run
-        workers = 1 if name == "sequential" else n
-        make_scheduler(name, workers)
-        configs[name] = _config(
-            env,
-            name,
-            latency=latency,
-            n_workers=workers,
-            seconds=seconds,
-            clock=clock,
-            seed=seed,
-            backend=backend,
-            ray_address=ray_address,
-        )
+    _check_schedulers(schedulers, n)
+    # a backend that cannot host stand-ins fails here, before any run
+    configs = {name: shared.config(name, 1 if name == "sequential" else n) for name in schedulers}
     total_ticks = int(seconds * info.tick_hz)
     # The first round (all workers start together) plus two cycles to settle, at most a quarter of the run.
     warmup = min(3 * math.ceil(dist.max_hint / tau_m - 1e-9) + 30, total_ticks // 4)
@@ -269,24 +246,8 @@ def compare(
     for name in schedulers:
         if progress is not None:
             progress(name)
-        workers = configs[name].n_inference
-        log = _run(configs[name])
-        started = log.meta.get("agents_started_at_tick", 0)
-        summary = log.summary(warmup_ticks=started + warmup, end_tick=log.meta.get("agents_stopped_at_tick"))
-        value, kind, ended = _episode_return(log)
-        summary.update(
-            n_workers=workers,
-            episode_return=value,
-            episode_return_kind=kind,
-            episodes_ended=ended,
-            reward_per_tick=summary["reward_total"] / summary["ticks"] if summary["ticks"] else None,
-        )
-        overhead = log.meta.get("workers", {}).get("remote_overhead_s")
-        if overhead is not None:
-            summary["remote_overhead_s"] = overhead
-        if clock == "wall" and hasattr(os, "getloadavg"):
-            summary["load_average"] = os.getloadavg()[0]  # the last minute's, as the run ends
-        logs[name], summaries[name] = log, summary
+        logs[name] = _run(configs[name])
+        summaries[name] = _scheduler_summary(logs[name], configs[name].n_inference, warmup, clock)
     result = {
         "env": env,
         "tick_hz": info.tick_hz,
@@ -296,16 +257,46 @@ def compare(
         "n_workers": n,
         "seconds": seconds,
         "clock": clock,
-        "seed": seed,
-        "backend": backend,
+        "seed": shared.seed,
+        "backend": shared.backend,
         # processes the workers keep busy beside this one and the host's (threads: none)
-        "worker_processes": n * constraint("policy_host", backend).processes_per_worker,
+        "worker_processes": n * constraint("policy_host", shared.backend).processes_per_worker,
         "warmup_ticks": warmup,
         "schedulers": summaries,
         "logs": logs,
     }
     result["machine_limits"] = machine_diagnosis(result)
     return result
+
+
+def _check_schedulers(schedulers: tuple[str, ...], n: int) -> None:
+    """Build each scheduler once, so that an unknown name fails before any run."""
+    from nonstop.inference.schedulers import make_scheduler
+
+    for name in schedulers:
+        make_scheduler(name, 1 if name == "sequential" else n)
+
+
+def _scheduler_summary(log: Any, workers: int, warmup: int, clock: str) -> dict[str, Any]:
+    """One scheduler's row: the tick log's figures after the warm-up, its return, and the machine's load."""
+    started = log.meta.get("agents_started_at_tick", 0)
+    summary: dict[str, Any] = log.summary(
+        warmup_ticks=started + warmup, end_tick=log.meta.get("agents_stopped_at_tick")
+    )
+    value, kind, ended = _episode_return(log)
+    summary.update(
+        n_workers=workers,
+        episode_return=value,
+        episode_return_kind=kind,
+        episodes_ended=ended,
+        reward_per_tick=summary["reward_total"] / summary["ticks"] if summary["ticks"] else None,
+    )
+    overhead = log.meta.get("workers", {}).get("remote_overhead_s")
+    if overhead is not None:
+        summary["remote_overhead_s"] = overhead
+    if clock == "wall" and hasattr(os, "getloadavg"):
+        summary["load_average"] = os.getloadavg()[0]  # the last minute's, as the run ends
+    return summary
 
 
 def _usable_cores() -> int:

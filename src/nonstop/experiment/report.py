@@ -197,10 +197,31 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
     episodes.csv and a tick log; ValueError (naming the file) when a file is there but unreadable.
     Writes no report.md/report.json: see `write_markdown` and `run_report`.
     """
-    from nonstop.metrics import plots
-    from nonstop.realtime.ticklog import SOURCE_AGENT
-
     paths = RunPaths(run_dir)
+    missing = _missing_files(paths)
+    report = Report(
+        run_dir=paths.root, out_dir=Path(out_dir) if out_dir is not None else paths.root / "report", missing=missing
+    )
+    config = _summarise_config(report, paths) if "config.json" not in missing else {}
+    episodes = read_columns(paths.episodes, EPISODE_COLUMNS) if "episodes.csv" not in missing else None
+    required = [c for c in PROGRESS_COLUMNS if c not in OPTIONAL_PROGRESS_COLUMNS]  # a run before SAC has no alpha
+    progress = read_columns(paths.progress, required) if "progress.csv" not in missing else None
+    log = read_ticklog(paths.root) if "ticklog" not in missing else None
+    _summarise_data(report, episodes, progress, log)
+    if "summary.json" not in missing:
+        _summarise_run_summary(report, paths)
+
+    tau_m = _tau_m(log, config)
+    _plot_return(report, episodes, tau_m)
+    _plot_inaction_delay(report, progress, log, tau_m)
+    _plot_delay_histogram(report, log)
+    _report_matches(report, paths, config)
+    _report_teams(report, paths, tau_m)
+    return report
+
+
+def _missing_files(paths: RunPaths) -> list[str]:
+    """The run files absent from ``paths``; FileNotFoundError when there is no run or nothing to report."""
     if not paths.root.is_dir():
         raise FileNotFoundError(f"no run directory at {paths.root} (write one with `nonstop train --out {paths.root}`)")
     data_files = {
@@ -222,23 +243,20 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
             f"{paths.root} holds none of {', '.join(data_files)}: nothing to report (is it a run dir written by "
             "`nonstop train --out`?)"
         )
-    report = Report(
-        run_dir=paths.root, out_dir=Path(out_dir) if out_dir is not None else paths.root / "report", missing=missing
-    )
-    out = report.out_dir
+    return missing
 
-    if "config.json" not in missing:
-        config = read_config(paths.root)
-        report.summary["config"] = {k: config[k] for k in CONFIG_KEYS if k in config}
-        if config.get("self_play"):
-            report.summary["config"].update({k: config.get(k) for k in ("opponents", "pool_size", "snapshot_every")})
-    else:
-        config = {}
-    episodes = read_columns(paths.episodes, EPISODE_COLUMNS) if "episodes.csv" not in missing else None
-    required = [c for c in PROGRESS_COLUMNS if c not in OPTIONAL_PROGRESS_COLUMNS]  # a run before SAC has no alpha
-    progress = read_columns(paths.progress, required) if "progress.csv" not in missing else None
-    log = read_ticklog(paths.root) if "ticklog" not in missing else None
 
+def _summarise_config(report: Report, paths: RunPaths) -> dict[str, Any]:
+    """The run's config (returned whole) and the keys of it the report shows."""
+    config = read_config(paths.root)
+    report.summary["config"] = {k: config[k] for k in CONFIG_KEYS if k in config}
+    if config.get("self_play"):
+        report.summary["config"].update({k: config.get(k) for k in ("opponents", "pool_size", "snapshot_every")})
+    return config
+
+
+def _summarise_data(report: Report, episodes: Any, progress: Any, log: Any) -> None:
+    """The figures of episodes.csv, progress.csv and the tick log (per seat and team in a world of several)."""
     if episodes is not None:
         report.summary["episodes"] = episode_figures(episodes)
     if progress is not None:
@@ -249,27 +267,33 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
         if log.seats > 1:  # every seat's inaction and delay, and each team's over its seats
             report.summary["seats"] = {name: _picked(f, SEAT_KEYS) for name, f in figures["seats"].items()}
             report.summary["teams"] = {team: _picked(f, TEAM_KEYS) for team, f in figures["teams"].items()}
-    if "summary.json" not in missing:
-        try:
-            run_summary = json.loads(paths.summary.read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{paths.summary} is not valid JSON: {exc}") from exc
-        config_shown = report.summary.get("config", {})
-        if config_shown.get("n_inference") is None and run_summary.get("n_inference") is not None:
-            config_shown["n_inference"] = run_summary["n_inference"]  # the N_I the run resolved (⌈τ̄_θ/τ_M⌉)
-        # summary.json repeats the tick figures of the newest segment; the "ticks" section above has them for
-        # the whole (stitched) run, so only what no other section shows is listed here
-        server = run_summary.get("batch_server")
-        if isinstance(server, dict):  # --backend batched: the batches the applied actions rode in
-            report.summary["batch_server"] = {
-                k: server.get(k)
-                for k in ("requests", "batch_size_mean", "late", "applied_batch_size_mean", "applied_batch_sizes")
-            }
-        shown = {key for figures in report.summary.values() for key in figures}
-        report.summary["run_summary"] = {k: v for k, v in run_summary.items() if k not in shown and k != "n_inference"}
 
-    tau_m = _tau_m(log, config)
-    # return over world time (wall time only for a run whose tick period is not known)
+
+def _summarise_run_summary(report: Report, paths: RunPaths) -> None:
+    """What summary.json adds: the resolved N_I, the batch server's figures, and what no other section shows."""
+    try:
+        run_summary = json.loads(paths.summary.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{paths.summary} is not valid JSON: {exc}") from exc
+    config_shown = report.summary.get("config", {})
+    if config_shown.get("n_inference") is None and run_summary.get("n_inference") is not None:
+        config_shown["n_inference"] = run_summary["n_inference"]  # the N_I the run resolved (⌈τ̄_θ/τ_M⌉)
+    # summary.json repeats the tick figures of the newest segment; the "ticks" section above has them for
+    # the whole (stitched) run, so only what no other section shows is listed here
+    server = run_summary.get("batch_server")
+    if isinstance(server, dict):  # --backend batched: the batches the applied actions rode in
+        report.summary["batch_server"] = {
+            k: server.get(k)
+            for k in ("requests", "batch_size_mean", "late", "applied_batch_size_mean", "applied_batch_sizes")
+        }
+    shown = {key for figures in report.summary.values() for key in figures}
+    report.summary["run_summary"] = {k: v for k, v in run_summary.items() if k not in shown and k != "n_inference"}
+
+
+def _plot_return(report: Report, episodes: Any, tau_m: float | None) -> None:
+    """Return over world time (wall time only for a run whose tick period is not known)."""
+    from nonstop.metrics import plots
+
     if episodes is None:
         report.skipped["return_over_time"] = "episodes.csv is missing"
     elif not len(episodes["return"]):
@@ -279,12 +303,17 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
         report.plots["return_over_time"] = plots.plot_return_over_time(
             episodes["end_tick"] * tau_m if world else episodes["wall_s"],
             episodes["return"],
-            out / PLOT_FILES["return_over_time"],
+            report.out_dir / PLOT_FILES["return_over_time"],
             smooth=RECENT_EPISODES,
             xlabel="world time (s)" if world else "wall time (s; the world's tick period is unknown)",
         )
 
-    # inaction and delay over time: the tick log first, progress.csv otherwise
+
+def _plot_inaction_delay(report: Report, progress: Any, log: Any, tau_m: float | None) -> None:
+    """Inaction and delay over time: the tick log first, progress.csv otherwise."""
+    from nonstop.metrics import plots
+
+    out = report.out_dir
     if log is not None and len(log):
         w = plots.windowed_ticks(log, max(1, len(log) // WINDOWS))
         report.plots["inaction_delay"] = plots.plot_inaction_delay(
@@ -309,40 +338,50 @@ def build_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None =
     else:
         report.skipped["inaction_delay"] = "neither the tick log nor progress.csv has any row"
 
-    # delay histogram
+
+def _plot_delay_histogram(report: Report, log: Any) -> None:
+    from nonstop.metrics import plots
+    from nonstop.realtime.ticklog import SOURCE_AGENT
+
     if log is None:
         report.skipped["delay_histogram"] = "the tick log is missing (no ticklog/ nor ticklog.npz)"
+        return
+    delays = log["delay"][log["source"] == SOURCE_AGENT]
+    if delays.size:
+        report.plots["delay_histogram"] = plots.plot_delay_histogram(
+            delays, report.out_dir / PLOT_FILES["delay_histogram"]
+        )
     else:
-        delays = log["delay"][log["source"] == SOURCE_AGENT]
-        if delays.size:
-            report.plots["delay_histogram"] = plots.plot_delay_histogram(delays, out / PLOT_FILES["delay_histogram"])
-        else:
-            report.skipped["delay_histogram"] = "the tick log has no agent-applied tick (β acted throughout)"
+        report.skipped["delay_histogram"] = "the tick log has no agent-applied tick (β acted throughout)"
 
-    # self-play: win rate and score against the pool
+
+def _report_matches(report: Report, paths: RunPaths, config: dict[str, Any]) -> None:
+    """Self-play: win rate and score against the pool."""
     if paths.matches.is_file():
         from nonstop.experiment.selfplay import match_figures, plot_matches
 
         matches = read_columns(paths.matches, MATCH_COLUMNS)
         report.summary["matches"] = match_figures(matches)
         if len(matches["won"]):
-            report.plots["win_rate"] = plot_matches(matches, out / PLOT_FILES["win_rate"])
+            report.plots["win_rate"] = plot_matches(matches, report.out_dir / PLOT_FILES["win_rate"])
         else:
             report.skipped["win_rate"] = "matches.csv has no finished match yet"
     elif config.get("self_play") and not (paths.root / TEAMS_FILE).is_file():
         report.skipped["win_rate"] = "matches.csv is missing (no match finished yet)"
 
-    # team worlds: each team's win, kill and survival rates over time (teams.csv: team self-play)
-    if (paths.root / TEAMS_FILE).is_file():
-        rows = read_team_rows(paths.root / TEAMS_FILE)
-        if rows:
-            report.summary["team_matches"] = {
-                f"{team}.{key}": value for team, figures in team_figures(rows).items() for key, value in figures.items()
-            }
-            report.plots["team_rates"] = plot_team_rates(rows, out / PLOT_FILES["team_rates"], tau_m)
-        else:
-            report.skipped["team_rates"] = "teams.csv has no finished episode yet"
-    return report
+
+def _report_teams(report: Report, paths: RunPaths, tau_m: float | None) -> None:
+    """Team worlds: each team's win, kill and survival rates over time (teams.csv: team self-play)."""
+    if not (paths.root / TEAMS_FILE).is_file():
+        return
+    rows = read_team_rows(paths.root / TEAMS_FILE)
+    if rows:
+        report.summary["team_matches"] = {
+            f"{team}.{key}": value for team, figures in team_figures(rows).items() for key, value in figures.items()
+        }
+        report.plots["team_rates"] = plot_team_rates(rows, report.out_dir / PLOT_FILES["team_rates"], tau_m)
+    else:
+        report.skipped["team_rates"] = "teams.csv has no finished episode yet"
 
 
 def _picked(figures: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:

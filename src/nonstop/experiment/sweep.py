@@ -94,6 +94,7 @@ __all__ = [
     "declared_delays",
     "deep_paper_ticks",
     "env_available",
+    "SweepPlan",
     "plan_cells",
     "plot",
     "t_quantile_95",
@@ -375,130 +376,157 @@ class Cell:
 DELAY_STARTS: Final = ("beta", "zeros")
 
 
-def plan_cells(
-    budget: Budget,
-    *,
-    games: Sequence[str] | None,
-    sizes: Sequence[float] | None,
-    seeds: int | None,
-    episodes: int | None,
-    interactions: Sequence[str],
-    latency_source: str,
-    latency_overrides: dict[float, str],
-    game_args: dict[str, list[str]] | None = None,
-    small_replay: bool = False,
-    available: Any = None,
-    archs: Sequence[str] = ("impala",),
-    deep_sizes: Sequence[float] | None = None,
-    gb_actions: int = 6,
-    atari_learn_every: int | None = None,
-    delay_start: str = "beta",
-    schedulers: Sequence[str] = (),
-    workers: Sequence[str] = ("bound",),
-    sigma: float = 0.0,
-) -> tuple[list[Cell], list[str]]:
+@dataclass(frozen=True)
+class SweepPlan:
+    """What a sweep runs beyond its budget (each field a ``nonstop sweep`` flag; None: the budget's),
+    checked at the door with the flag's name in the error.
+
+    ``delay_start``: how staggered cells start each episode (`Cell.delay_start`). ``archs`` adds 2xDeep
+    cells at ``deep_sizes`` (default: the appendix's 1M-1B widths); ``gb_actions`` 6 gives the Game Boy
+    agent the paper's six buttons (noop is β's), 7 adds noop; ``atari_learn_every`` overrides the Atari
+    games' update per 4 transitions. ``schedulers`` (e.g. ``fill``, ``quantile_hold@0.9``) make each
+    staggered cell one per scheduler and per N_I in ``workers`` (``bound``: ⌈τ̄_θ/τ_M⌉, ``2x``: twice
+    it, or a number); ``sigma`` > 0 makes τ_θ lognormal (`Cell.latency`).
+
+    >>> SweepPlan(gb_actions=5)
+    Traceback (most recent call last):
+    ...
+    ValueError: --gb-actions takes 6 (the paper's buttons; noop is β's) or 7 (noop too), got 5
+    """
+
+    games: Sequence[str] | None = None
+    sizes: Sequence[float] | None = None
+    seeds: int | None = None
+    episodes: int | None = None
+    interactions: Sequence[str] = ("staggered", "sequential")
+    latency_source: str = "paper"
+    latency_overrides: dict[float, str] = field(default_factory=dict)
+    game_args: dict[str, list[str]] = field(default_factory=dict)
+    small_replay: bool = False
+    archs: Sequence[str] = ("impala",)
+    deep_sizes: Sequence[float] | None = None
+    gb_actions: int = 6
+    atari_learn_every: int | None = None
+    delay_start: str = "beta"
+    schedulers: Sequence[str] = ()
+    workers: Sequence[str] = ("bound",)
+    sigma: float = 0.0
+
+    def __post_init__(self) -> None:
+        for g in self.games or ():
+            if g not in GAMES:
+                raise ValueError(f"unknown game {g!r} for --games: choose from {', '.join(GAMES)}")
+        for i in self.interactions:
+            if i not in INTERACTIONS:
+                raise ValueError(f"unknown interaction {i!r} for --interactions: choose from {', '.join(INTERACTIONS)}")
+        for a in self.archs:
+            if a not in ARCHS:
+                raise ValueError(f"unknown network {a!r} for --arch: choose from {', '.join(ARCHS)}")
+        if self.delay_start not in DELAY_STARTS:
+            raise ValueError(f"--delay-start must be one of {', '.join(DELAY_STARTS)}, got {self.delay_start!r}")
+        if self.gb_actions not in (6, 7):
+            raise ValueError(
+                f"--gb-actions takes 6 (the paper's buttons; noop is β's) or 7 (noop too), got {self.gb_actions!r}"
+            )
+        every = self.atari_learn_every
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+            raise ValueError(f"--atari-learn-every must be an integer >= 1 (transitions per update), got {every!r}")
+        if self.seeds is not None and self.seeds < 1:
+            raise ValueError(f"--seeds must be >= 1, got {self.seeds}")
+        if self.episodes is not None and self.episodes < 1:
+            raise ValueError(f"--episodes must be >= 1, got {self.episodes}")
+        for name in self.schedulers:
+            base, at, q = name.partition("@")
+            if base not in CELL_SCHEDULERS or (at and (base != "quantile_hold" or not _is_fraction(q))):
+                raise ValueError(
+                    f"--schedulers takes {', '.join(CELL_SCHEDULERS)} (quantile_hold@Q with 0 < Q < 1), got {name!r}"
+                )
+        for w in self.workers:
+            _workers_multiple(w)
+        if not (self.sigma >= 0 and math.isfinite(self.sigma)):
+            raise ValueError(f"--latency-sigma must be a finite number >= 0, got {self.sigma!r}")
+        for g in self.game_args:
+            if g not in GAMES:
+                raise ValueError(f"unknown game {g!r} in --game-arg: choose from {', '.join(GAMES)}")
+
+
+def plan_cells(budget: Budget, plan: SweepPlan, available: Any = None) -> tuple[list[Cell], list[str]]:
     """The cells a sweep runs and notes on what it left out (a Game Boy game without its ROM).
-    ``delay_start``: how staggered cells start each episode (`Cell.delay_start`).
+    ``available(game, game_args)`` says whether a ROM-backed game can run (default `env_available`).
 
-    ``archs`` adds 2xDeep cells at ``deep_sizes`` (default: the appendix's 1M-1B widths);
-    ``gb_actions`` 6 gives the Game Boy agent the paper's six buttons (noop is β's), 7 adds noop;
-    ``atari_learn_every`` overrides the Atari games' update per 4 transitions. ``schedulers`` (e.g.
-    ``fill``, ``quantile_hold@0.9``) make each staggered cell one per scheduler and per N_I in ``workers``
-    (``bound``: ⌈τ̄_θ/τ_M⌉, ``2x``: twice it, or a number); ``sigma`` > 0 makes τ_θ lognormal (`Cell.latency`).
-
-    >>> cells, notes = plan_cells(BUDGETS["tiny"], games=None, sizes=None, seeds=None, episodes=None,
-    ...                           interactions=("staggered", "sequential"), latency_source="paper", latency_overrides={})
+    >>> cells, notes = plan_cells(BUDGETS["tiny"], SweepPlan())
     >>> [c.name for c in cells]  # doctest: +NORMALIZE_WHITESPACE
     ['delay-world-k1-5t-staggered-s0', 'delay-world-k1-5t-sequential-s0',
      'delay-world-k29-70t-staggered-s0', 'delay-world-k29-70t-sequential-s0']
     """
-    chosen = list(games) if games else list(budget.games)
-    for g in chosen:
-        if g not in GAMES:
-            raise ValueError(f"unknown game {g!r} for --games: choose from {', '.join(GAMES)}")
-    for i in interactions:
-        if i not in INTERACTIONS:
-            raise ValueError(f"unknown interaction {i!r} for --interactions: choose from {', '.join(INTERACTIONS)}")
-    for a in archs:
-        if a not in ARCHS:
-            raise ValueError(f"unknown network {a!r} for --arch: choose from {', '.join(ARCHS)}")
-    if delay_start not in DELAY_STARTS:
-        raise ValueError(f"--delay-start must be one of {', '.join(DELAY_STARTS)}, got {delay_start!r}")
-    if gb_actions not in (6, 7):
-        raise ValueError(f"--gb-actions takes 6 (the paper's buttons; noop is β's) or 7 (noop too), got {gb_actions!r}")
-    if atari_learn_every is not None and (
-        isinstance(atari_learn_every, bool) or not isinstance(atari_learn_every, int) or atari_learn_every < 1
-    ):
-        raise ValueError(
-            f"--atari-learn-every must be an integer >= 1 (transitions per update), got {atari_learn_every!r}"
-        )
-    if seeds is not None and seeds < 1:
-        raise ValueError(f"--seeds must be >= 1, got {seeds}")
-    if episodes is not None and episodes < 1:
-        raise ValueError(f"--episodes must be >= 1, got {episodes}")
-    for name in schedulers:
-        base, at, q = name.partition("@")
-        if base not in CELL_SCHEDULERS or (at and (base != "quantile_hold" or not _is_fraction(q))):
-            raise ValueError(
-                f"--schedulers takes {', '.join(CELL_SCHEDULERS)} (quantile_hold@Q with 0 < Q < 1), got {name!r}"
-            )
-    multiples = [_workers_multiple(w) for w in workers]
-    if not (sigma >= 0 and math.isfinite(sigma)):
-        raise ValueError(f"--latency-sigma must be a finite number >= 0, got {sigma!r}")
     available = available if available is not None else env_available
-    game_args = game_args or {}
-    for g in game_args:
-        if g not in GAMES:
-            raise ValueError(f"unknown game {g!r} in --game-arg: choose from {', '.join(GAMES)}")
-    notes, cells = [], []
-    for g in chosen:
-        game = GAMES[g]
-        if game.needs_rom:
-            ok, why = available(g, game_args.get(g, []))
+    notes: list[str] = []
+    cells: list[Cell] = []
+    for g in list(plan.games) if plan.games else list(budget.games):
+        if GAMES[g].needs_rom:
+            ok, why = available(g, plan.game_args.get(g, []))
             if not ok:
-                if games:  # asked for by name: say so plainly
+                if plan.games:  # asked for by name: say so plainly
                     raise FileNotFoundError(f"--games {g}: {why}")
                 notes.append(f"{g} left out: {why}")
                 continue
-        # a game the budget does not name (asked for with --games) gets the budget's first game's length
-        default_episodes, default_seeds = budget.games.get(g, next(iter(budget.games.values())))
-        n_episodes = episodes or default_episodes
-        extra = (
-            (game.small_args if small_replay else ())
-            + budget.train_args.get(g, ())
-            + tuple(a for kv in game_args.get(g, []) for a in ("--env-arg", kv))
-        )
-        if game.game_boy and gb_actions == 6 and not any(kv.startswith("action_set=") for kv in game_args.get(g, [])):
-            extra += ("--env-arg", "action_set=paper")  # Appendix A: "six discrete actions"
-        learn_every = atari_learn_every if game.learn_every == 4 else None
-        for arch in archs:
-            arch_sizes = (
-                (sizes or budget.sizes)
-                if arch == "impala"
-                else (deep_sizes or [k for k, v in DEEP_SIZES.items() if v != "70k"])
-            )
-            delays = declared_delays(
-                arch_sizes,
-                latency_source,
-                game_boy=game.game_boy,
-                overrides=latency_overrides if arch == "impala" else {},
-                arch=arch,
-            )
-            for k, delay in delays.items():
-                for seed in range(seeds or default_seeds):
-                    for interaction in interactions:
-                        start = delay_start if interaction == "staggered" else "beta"
-                        cell = Cell(g, k, delay, interaction, seed, n_episodes, extra, arch, learn_every, start)
-                        if interaction != "staggered" or not schedulers:
-                            cells.append(dataclasses.replace(cell, sigma=sigma))
-                            continue
-                        bound = math.ceil(delay_ticks(delay, game_boy=game.game_boy) - 1e-9)
-                        cells += [
-                            dataclasses.replace(cell, scheduler=s, workers=w(bound), sigma=sigma)
-                            for w in multiples
-                            for s in schedulers
-                        ]
+        cells += _game_cells(budget, plan, g)
     return cells, notes
+
+
+def _game_cells(budget: Budget, plan: SweepPlan, g: str) -> list[Cell]:
+    """One game's cells: per network, declared delay, seed and interaction (and scheduler × N_I)."""
+    game = GAMES[g]
+    # a game the budget does not name (asked for with --games) gets the budget's first game's length
+    default_episodes, default_seeds = budget.games.get(g, next(iter(budget.games.values())))
+    n_episodes = plan.episodes or default_episodes
+    extra = _game_train_args(budget, plan, g)
+    learn_every = plan.atari_learn_every if game.learn_every == 4 else None
+    cells: list[Cell] = []
+    for arch in plan.archs:
+        for k, delay in _arch_delays(budget, plan, game, arch).items():
+            for seed in range(plan.seeds or default_seeds):
+                for interaction in plan.interactions:
+                    start = plan.delay_start if interaction == "staggered" else "beta"
+                    cell = Cell(g, k, delay, interaction, seed, n_episodes, extra, arch, learn_every, start)
+                    cells += _scheduled(cell, plan, game)
+    return cells
+
+
+def _game_train_args(budget: Budget, plan: SweepPlan, g: str) -> tuple[str, ...]:
+    """The `nonstop train` flags every cell of game ``g`` adds: replay size, the budget's, ``--game-arg``'s."""
+    game, game_args = GAMES[g], plan.game_args.get(g, [])
+    extra = (
+        (game.small_args if plan.small_replay else ())
+        + budget.train_args.get(g, ())
+        + tuple(a for kv in game_args for a in ("--env-arg", kv))
+    )
+    if game.game_boy and plan.gb_actions == 6 and not any(kv.startswith("action_set=") for kv in game_args):
+        extra += ("--env-arg", "action_set=paper")  # Appendix A: "six discrete actions"
+    return extra
+
+
+def _arch_delays(budget: Budget, plan: SweepPlan, game: Game, arch: str) -> dict[float, str]:
+    """Each width k of network ``arch`` and the inference time it declares."""
+    if arch == "impala":
+        sizes = plan.sizes or budget.sizes
+    else:
+        sizes = plan.deep_sizes or [k for k, v in DEEP_SIZES.items() if v != "70k"]
+    overrides = plan.latency_overrides if arch == "impala" else {}
+    return declared_delays(sizes, plan.latency_source, game_boy=game.game_boy, overrides=overrides, arch=arch)
+
+
+def _scheduled(cell: Cell, plan: SweepPlan, game: Game) -> list[Cell]:
+    """``cell`` as it runs: one per scheduler and N_I when it is staggered and schedulers are asked for."""
+    if cell.interaction != "staggered" or not plan.schedulers:
+        return [dataclasses.replace(cell, sigma=plan.sigma)]
+    bound = math.ceil(delay_ticks(cell.delay, game_boy=game.game_boy) - 1e-9)
+    multiples = [_workers_multiple(token) for token in plan.workers]
+    return [
+        dataclasses.replace(cell, scheduler=s, workers=w(bound), sigma=plan.sigma)
+        for w in multiples
+        for s in plan.schedulers
+    ]
 
 
 def _is_fraction(text: str) -> bool:

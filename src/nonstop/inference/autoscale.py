@@ -34,7 +34,8 @@ class AutoScheduler(QuantileHoldScheduler):
     ``resize(n)`` is simple because workers have no phases here: a new worker takes the next
     free slot when it starts; a retired worker (index >= n) stops at its next loop top, and an
     inference it still has in flight keeps its release slot (its ``after_inference`` still
-    answers). ``anchor`` is accepted for the pool's sake and only checked.
+    answers). ``anchor`` is accepted for the pool's sake and only checked. ``hold``: the settings of
+    the `QuantileHoldScheduler` it is (``period``, ``quantile``, ``window``, ``initial_estimate``, …).
 
     >>> s = AutoScheduler(1, period=1 / 60, max_workers=64)
     >>> s.take_delay(0, now=0.0), s.after_inference(0, 0.1)     # 6 ticks
@@ -57,24 +58,9 @@ class AutoScheduler(QuantileHoldScheduler):
         max_workers: int | None = None,
         hysteresis: float = 0.1,
         worker_quantile: float = 0.999,
-        period: float | None = None,
-        quantile: float = 0.999,
-        window: int = 4096,
-        hold_hysteresis: float = 0.5,
-        initial_estimate: float | None = None,
-        origin: float | None = None,
-        early_release: bool = True,
+        **hold: Any,
     ) -> None:
-        super().__init__(
-            n_workers,
-            period=period,
-            quantile=quantile,
-            window=window,
-            hold_hysteresis=hold_hysteresis,
-            initial_estimate=initial_estimate,
-            origin=origin,
-            early_release=early_release,
-        )
+        super().__init__(n_workers, **hold)
         self._hysteresis = check_fraction("hysteresis", hysteresis)
         self._min = check_count("min_workers", min_workers)
         self._max = None if max_workers is None else check_count("max_workers", max_workers)

@@ -78,6 +78,7 @@ __all__ = [
     "BatchingServer",
     "BatchedPolicy",
     "LaneDecision",
+    "LaneSettings",
     "Request",
     "Answer",
     "ServerClosed",
@@ -174,16 +175,7 @@ class BatchingServer:
         example: np.ndarray | None = None,
         action_shape: tuple[int, ...] = (),
     ) -> None:
-        if not callable(forward):
-            raise TypeError(f"forward must be a callable batch -> actions, got {type(forward).__name__}")
-        if not isinstance(curve, LatencyCurve):
-            raise TypeError(f"curve must be a LatencyCurve, got {type(curve).__name__}")
-        if not isinstance(clock, Clock):
-            raise TypeError(f"clock must be a nonstop Clock, got {type(clock).__name__}")
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-            raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
-        if not isinstance(overlap, bool):
-            raise TypeError(f"overlap must be True or False, got {overlap!r}")
+        _check_server_args(forward, curve, clock, max_batch, overlap)
         self.forward: Final = forward
         self._takes_lanes: Final = getattr(forward, "takes_lanes", False) is True  # forward(batch, lanes)
         self.action_shape: Final = tuple(int(d) for d in action_shape)
@@ -194,6 +186,23 @@ class BatchingServer:
         #: period is a timed process the clock drives, a batch of b taking L(b) of its time
         self.threaded: Final = clock.waits_block
         self.measure: Final = self.threaded if measure is None else bool(measure)
+        self.overlap: Final = overlap and clock.waits_block  # a stager copying beside the forward needs threads
+        #: a lone block may be the forward's input as it is: no pinned buffers, no stager swapping them
+        self._unpinned: Final = not callable(getattr(forward, "staging", None)) and not self.overlap
+        self._init_queue(max_batch)
+        self._init_report()
+        self._init_forward(example)
+        self._thread: threading.Thread | None = None
+        self._stager: threading.Thread | None = None
+        if self.threaded:
+            self._thread = threading.Thread(target=self._serve_wall, name="nonstop-batch-server", daemon=True)
+            self._thread.start()
+        if self.overlap:
+            self._stager = threading.Thread(target=self._stage_ahead, name="nonstop-batch-stager", daemon=True)
+            self._stager.start()
+
+    def _init_queue(self, max_batch: int) -> None:
+        """The request queue, the staging buffers and the flags the server, the stager and the lanes share."""
         self._cond = threading.Condition()  # the lock, and the server thread's wake-up
         self._stage_wake = threading.Condition(self._cond._lock)  # type: ignore[attr-defined]  # the stager's, same lock
         self._server_idle = False  # the server thread sleeps for want of a request: the next one wakes it
@@ -210,14 +219,13 @@ class BatchingServer:
         self._staging: np.ndarray | None = None  # the buffer the next batch is stacked in
         self._spare: np.ndarray | None = None  # overlap: the other one (the running batch's)
         self._staged: list[_Ticket | None] = [None] * max_batch  # whose frame each row of `_staging` holds
-        self.overlap: Final = overlap and clock.waits_block  # a stager copying beside the forward needs threads
-        #: a lone block may be the forward's input as it is: no pinned buffers, no stager swapping them
-        self._unpinned: Final = not callable(getattr(forward, "staging", None)) and not self.overlap
         self._stage_lock = threading.Lock()  # held by the stager while it copies; the server takes it to swap
         self._forward_running = False
         self._arrivals = 0  # requests queued so far: the stager looks again when it moves
         self.staged_ahead = 0
-        # what the report says
+
+    def _init_report(self) -> None:
+        """What the report says: requests, batch sizes, late answers, failures and wake-ups."""
         self.requests = 0
         self.batch_sizes: dict[int, int] = {}
         #: the batch each answer rode in, by the lane's tag (its worker index) and observation tick: what
@@ -229,6 +237,10 @@ class BatchingServer:
         self.failed_batches = 0
         self.answered_closed = 0
         self.wakeups = 0  # times a request woke the server thread or the stager
+
+    def _init_forward(self, example: np.ndarray | None) -> None:
+        """The device forward's offers: its padded sizes, and with ``example`` its staging and graphs now."""
+        forward = self.forward
         #: the padded sizes seen (their first batch is not measured), and why a server could not start
         self._warm: set[int] = set()
         self.prepare_error: BaseException | None = None
@@ -236,21 +248,13 @@ class BatchingServer:
         self._prepared = not callable(getattr(forward, "prepare", None))
         sizes = getattr(forward, "graph_sizes", ())
         if sizes:
-            curve.set_padding(sizes)
+            self.curve.set_padding(sizes)
         if example is not None:
             example = np.asarray(example)
             self._make_staging(example.shape, example.dtype)
             if not self.threaded and not self._prepared:
                 self._prepare(example)
         self._example = example
-        self._thread: threading.Thread | None = None
-        self._stager: threading.Thread | None = None
-        if self.threaded:
-            self._thread = threading.Thread(target=self._serve_wall, name="nonstop-batch-server", daemon=True)
-            self._thread.start()
-        if self.overlap:
-            self._stager = threading.Thread(target=self._stage_ahead, name="nonstop-batch-stager", daemon=True)
-            self._stager.start()
 
     # ------------------------------------------------------------------ lanes and requests
     def lane(
@@ -267,17 +271,8 @@ class BatchingServer:
         """A new request lane (a `Policy`) for a world ticking every ``tau_m`` from ``origin``. ``tag`` (the
         tick log's worker index of the lane; a restarted worker's new lane keeps it): its answers' batch
         sizes are kept in `answered_by` under it."""
-        return BatchedPolicy(
-            self,
-            next(self._lanes),
-            action_space,
-            tau_m=tau_m,
-            origin=origin,
-            due_ticks=due_ticks,
-            epsilon=epsilon,
-            seed=seed,
-            tag=tag,
-        )
+        settings = LaneSettings(tau_m, origin=origin, due_ticks=due_ticks, epsilon=epsilon)
+        return BatchedPolicy(self, next(self._lanes), action_space, settings, seed=seed, tag=tag)
 
     def _make_staging(self, shape: tuple[int, ...], dtype: Any) -> None:
         """The staging buffer(s): the forward's pinned ones where it offers them."""
@@ -647,6 +642,20 @@ class LaneDecision(Decision):
     late_by: float = 0.0
 
 
+def _check_server_args(forward: Any, curve: Any, clock: Any, max_batch: Any, overlap: Any) -> None:
+    """`BatchingServer`'s arguments, checked at the door with one line each."""
+    if not callable(forward):
+        raise TypeError(f"forward must be a callable batch -> actions, got {type(forward).__name__}")
+    if not isinstance(curve, LatencyCurve):
+        raise TypeError(f"curve must be a LatencyCurve, got {type(curve).__name__}")
+    if not isinstance(clock, Clock):
+        raise TypeError(f"clock must be a nonstop Clock, got {type(clock).__name__}")
+    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+        raise ValueError(f"max_batch must be an int >= 1, got {max_batch!r}")
+    if not isinstance(overlap, bool):
+        raise TypeError(f"overlap must be True or False, got {overlap!r}")
+
+
 def check_lane_settings(tau_m: Any, due_ticks: Any, epsilon: Any, action_space: Any) -> None:
     """The settings every request lane takes (`BatchedPolicy` here, `RemoteLane` in another process),
     checked at the door with one line each."""
@@ -660,6 +669,19 @@ def check_lane_settings(tau_m: Any, due_ticks: Any, epsilon: Any, action_space: 
         raise ValueError(f"epsilon must be a probability in [0, 1] or a callable returning one, got {epsilon!r}")
     if epsilon != 0.0 and not isinstance(action_space, gymnasium.spaces.Discrete):
         raise TypeError(f"exploring (epsilon > 0) draws from a Discrete action space, got {action_space!r}")
+
+
+@dataclass(frozen=True)
+class LaneSettings:
+    """A lane's world grid (ticks every ``tau_m`` from ``origin``), the tick its requests are due
+    (``due_ticks`` after the observation's; None: the first a batch of one makes) and its exploration
+    (``epsilon``: a probability, or a callable read per decision). Checked with the action space, by
+    `check_lane_settings`, where a lane is made."""
+
+    tau_m: float
+    origin: float = 0.0
+    due_ticks: int | None = None
+    epsilon: float | Callable[[], float] = 0.0
 
 
 class BatchedPolicy(Policy):
@@ -681,26 +703,24 @@ class BatchedPolicy(Policy):
         self,
         server: BatchingServer,
         lane: int,
-        action_space: gymnasium.Space | None = None,
+        action_space: gymnasium.Space | None,
+        settings: LaneSettings,
         *,
-        tau_m: float,
-        origin: float = 0.0,
-        due_ticks: int | None = None,
-        epsilon: float | Callable[[], float] = 0.0,
         seed: int | None = None,
         tag: Hashable | None = None,
     ) -> None:
         if not isinstance(server, BatchingServer):
             raise TypeError(f"server must be a BatchingServer, got {type(server).__name__}")
-        check_lane_settings(tau_m, due_ticks, epsilon, action_space)
+        check_lane_settings(settings.tau_m, settings.due_ticks, settings.epsilon, action_space)
         self.server: Final = server
         self.lane: Final = lane
         if action_space is not None:
             self.action_space = action_space
-        self.tau_m: Final = float(tau_m)
-        self.origin: Final = float(origin)
-        self.due_ticks: Final = due_ticks
-        self.epsilon: Final = epsilon
+        # each a plain attribute: a request reads them with no hop through ``settings``
+        self.tau_m: Final = float(settings.tau_m)
+        self.origin: Final = float(settings.origin)
+        self.due_ticks: Final = settings.due_ticks
+        self.epsilon: Final = settings.epsilon
         self.tag: Final = tag
         self.answers = 0
         self.late = 0

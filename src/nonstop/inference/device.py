@@ -211,7 +211,6 @@ class TorchForward:
         dtype: str | None = None,
         channels_last: bool | None = None,
         graph_sizes: Sequence[int] = (),
-        graphs: bool | None = None,
         refresh: Callable[["torch.nn.Module"], Any] | None = None,
         ops: HostOps | None = None,
         offset: int = 0,
@@ -227,11 +226,7 @@ class TorchForward:
         cuda = self.ops.is_cuda
         self.channels_last = self.device.type == "cuda" if channels_last is None else bool(channels_last)
         self.graph_sizes = sizes
-        self.graphs = bool(cuda and sizes) if graphs is None else bool(graphs)
-        if self.graphs and not cuda:
-            raise ValueError(
-                f"CUDA graphs need a CUDA device, got {self.device}: leave graphs out or use device='cuda'"
-            )
+        self.graphs = bool(cuda and sizes)  # off CUDA the sizes only pad (what a graph would run at)
         if self.device.type == "cuda":
             torch.backends.cudnn.benchmark = True  # the fastest algorithm per shape: the shapes are few
         self.model = model.to(self.device).eval()

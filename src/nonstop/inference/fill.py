@@ -114,41 +114,7 @@ def predict_fill_returns(
     values = [p**d for d in range(total + 2)]  # worth of an action d + 1 ticks after its observation
     out = []
     for cap in caps:
-        held: dict[int, int] = {}  # tick -> observation tick of the action held for it
-        loose: dict[int, int] = {}  # the same for actions released at once (a held one supersedes)
-        events = []
-        next_slot = 0
-        for w in range(n):
-            start = w * mean / n
-            k = math.floor(start + _EPS)
-            if starts == "grid":
-                k = next_slot = max(next_slot, math.ceil(start - _EPS))
-                start, next_slot = float(k), k + 1
-            events.append((start + draws[w][0], w, 0, k))
-        heapq.heapify(events)
-        while events:
-            done, w, i, k = heapq.heappop(events)
-            first = math.ceil(done - _EPS)
-            tick = max(first, k + cap) if fixed else first
-            while tick in held:
-                tick += 1
-            if tick - k <= cap:
-                held[tick] = k
-            elif first not in held:
-                loose[first] = k  # released at once: the later one wins the tick
-            if starts == "grid":  # the first tick no other start has taken
-                nxt = max(next_slot, math.ceil(done - _EPS))
-                start, next_slot = float(nxt), nxt + 1
-            elif starts == "tick":  # the next tick's observation, fresh
-                nxt = math.ceil(done - _EPS)
-                start = float(nxt)
-            else:
-                start, nxt = done, math.floor(done + _EPS)
-            if nxt == k:  # this worker just used that observation: the next tick's
-                nxt += 1
-                start = float(nxt)
-            if start < total:
-                heapq.heappush(events, (start + draws[w][i + 1], w, i + 1, nxt))
+        held, loose = _fill_ticks(cap, draws, mean, total, starts, fixed)
         got = 0.0
         for tick in range(warm + 1, total + 1):
             owner = held.get(tick, loose.get(tick))
@@ -156,6 +122,50 @@ def predict_fill_returns(
                 got += values[tick - owner - 1]
         out.append(got / ticks)
     return out
+
+
+def _fill_ticks(
+    cap: float, draws: list[list[float]], mean: float, total: int, starts: str, fixed: bool
+) -> tuple[dict[float, int], dict[float, int]]:
+    """One cap's run of `predict_fill_returns`' workers (one row of ``draws`` each) to tick ``total``:
+    the observation tick of the action held for each tick, and of the one released at once."""
+    n = len(draws)
+    held: dict[float, int] = {}  # tick -> observation tick of the action held for it (a fixed cap's may be fractional)
+    loose: dict[float, int] = {}  # the same for actions released at once (a held one supersedes)
+    events = []
+    next_slot = 0
+    for w in range(n):
+        start = w * mean / n
+        k = math.floor(start + _EPS)
+        if starts == "grid":
+            k = next_slot = max(next_slot, math.ceil(start - _EPS))
+            start, next_slot = float(k), k + 1
+        events.append((start + draws[w][0], w, 0, k))
+    heapq.heapify(events)
+    while events:
+        done, w, i, k = heapq.heappop(events)
+        first = math.ceil(done - _EPS)
+        tick = max(first, k + cap) if fixed else first
+        while tick in held:
+            tick += 1
+        if tick - k <= cap:
+            held[tick] = k
+        elif first not in held:
+            loose[first] = k  # released at once: the later one wins the tick
+        if starts == "grid":  # the first tick no other start has taken
+            nxt = max(next_slot, math.ceil(done - _EPS))
+            start, next_slot = float(nxt), nxt + 1
+        elif starts == "tick":  # the next tick's observation, fresh
+            nxt = math.ceil(done - _EPS)
+            start = float(nxt)
+        else:
+            start, nxt = done, math.floor(done + _EPS)
+        if nxt == k:  # this worker just used that observation: the next tick's
+            nxt += 1
+            start = float(nxt)
+        if start < total:
+            heapq.heappush(events, (start + draws[w][i + 1], w, i + 1, nxt))
+    return held, loose
 
 
 def fit_stay_probability(

@@ -32,7 +32,6 @@ staggered pools additionally align each start to a tick's publish
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import threading
 import traceback
 from collections.abc import Callable, Generator
@@ -44,12 +43,12 @@ import numpy as np
 from nonstop.inference import pacing
 from nonstop.inference.inflight import due_tick_of
 from nonstop.inference.phases import TickPhases
+from nonstop.inference.processpolicy import ProcessPolicy
 from nonstop.metrics.overhead import overhead_summary
-from nonstop.policies.memory import DEFAULT_MIN_FREE, check_min_free
 from nonstop.realtime.clock import Clock, TimedProcess, Wake, stopwatch
-from nonstop.realtime.deaths import Death, exit_cause, in_this_process, tell
+from nonstop.realtime.deaths import Death, in_this_process, tell
 from nonstop.realtime.host import Session
-from nonstop.realtime.lifeline import PartFailed, RestartBudget, hold_lifeline, reap
+from nonstop.realtime.lifeline import PartFailed, RestartBudget
 
 __all__ = ["InferencePool", "WorkerEvent", "ProcessPolicy"]
 
@@ -127,8 +126,10 @@ class InferencePool:
     is a `nonstop.inference.schedulers.Scheduler`, or its name with
     ``n_inference`` (N_I: an int, or ``"auto"`` with the ``auto`` scheduler).
 
-    ``align_to_ticks`` (default: on for staggered schedulers on the wall clock, off otherwise)
-    starts each inference at a tick's publish: one the scheduler would start up to a quarter tick
+    ``max_restarts``: how often each worker is restarted after it dies (0: never); past it the worker
+    stays dead and β covers it, and ``restart_budget`` caps the restarts of the whole pool.
+
+    ``align_to_ticks`` (on for staggered schedulers on the wall clock, off otherwise) starts each inference at a tick's publish: one the scheduler would start up to a quarter tick
     into a tick counts as started at that tick's publish (the next waits are aimed from there),
     one due later waits for the next observation (it would compute on the same, older one
     anyway). Every cycle is then a whole number of ticks and every worker's action arrives at the
@@ -172,13 +173,10 @@ class InferencePool:
         scheduler: Any,
         *,
         n_inference: int | str | None = None,
-        restart: bool = True,
         max_restarts: int = 100,
         restart_budget: RestartBudget | None = None,
-        align_to_ticks: bool | None = None,
         seat: int | str | None = None,
         inflight: Any = None,
-        say: Callable[[str], None] = tell,
     ) -> None:
         if not session.slots:  # the channels exist from start() on
             raise RuntimeError("start the session before the inference pool")
@@ -203,15 +201,12 @@ class InferencePool:
         self.early_copies = 0
         self.resizable = scheduler.resizable
         self._resize_lock = threading.Lock()
-        self.restart = restart
-        if align_to_ticks is not None and not isinstance(align_to_ticks, bool):
-            raise TypeError(f"align_to_ticks must be a bool or None, got {align_to_ticks!r}")
-        # default: on for staggered workers on the wall clock (see the class docstring)
+        # aligned: staggered workers on the wall clock (see the class docstring)
         # (a scheduler that frees its workers places starts on the tick grid itself)
         # (a clock that needs no margin past a publish wakes exactly: nothing to align against)
         staggered = scheduler.name not in ("sequential", "unstaggered") and not self.frees_workers
         wakes_late = self.clock.real(pacing.alignment_margin(session.tau_m)) > 0
-        self.align_to_ticks = (staggered if align_to_ticks is None else align_to_ticks) and wakes_late
+        self.align_to_ticks = staggered and wakes_late
         # Algorithms 1 and 2 where starts align to ticks: each worker on its phase of a whole-tick cycle
         rule = scheduler.tick_rule
         self._phases = TickPhases(scheduler.n_workers, rule) if rule is not None and self.align_to_ticks else None
@@ -224,7 +219,7 @@ class InferencePool:
         self.events: list[WorkerEvent] = []
         #: every worker death, each said at once on stderr (``say``) when the supervisor sees it
         self.deaths: list[Death] = []
-        self._say = say
+        self._say = tell  # every death is said at once on stderr
         self.workers = [_WorkerState(i) for i in range(scheduler.n_workers)]
         self._stop = threading.Event()
         #: the clock the workers, their timers and the supervisor run on: the session's, as threads
@@ -247,55 +242,29 @@ class InferencePool:
         clock, sched = self.clock, self.scheduler
         slot, queue = self.session.slots[self.seat], self.session.queues[self.seat]
         i, generation = state.index, state.generation
-        policy = self._policies.get(i)
-        if policy is None:
-            policy = self._policies[i] = self.policy_factory(i)
-        tau_m, grace, origin = self.session.tau_m, clock.tick_grace, self.session.origin
-        # what differs between the clocks is theirs: the margins a real wake-up needs are none on the
-        # virtual clock (`Clock.real`), and a wait there ends exactly on time (`Clock.resync`)
-        guard = clock.real(pacing.phase_guard_width(tau_m))
-        next_margin = clock.real(pacing.NEXT_OBSERVATION_MARGIN)
-        align = self.align_to_ticks
-        margin, window = pacing.alignment_margin(tau_m), 0.25 * tau_m
-        phases = self._phases
+        policy = self._worker_policy(i)
+        tau_m, grace, origin, guard, next_margin, margin, window = self._pacing_constants()
+        align, phases = self.align_to_ticks, self._phases
         timed = clock.timed_call(policy)  # a policy that waits as a timed process on this clock (a batching lane)
-
-        def wait_until(target: float, wake: Wake | None = None) -> Generator[Wake, float, float]:
-            return clock.resync(target, (yield target if wake is None else wake), tau_m)
-
-        def after_tick(deadline: float, counted: float) -> Generator[Wake, float, float]:
-            # the host first makes that tick's observation; the worker's time is then ``counted``
-            return (yield from wait_until(counted, (self._tick_event(deadline) + next_margin, _AFTER_TICK)))
-
-        # every worker of a pool counts its initial stagger from the same instant, however long
-        # its thread took to start (70 threads take ~5 ticks to spawn on a busy 2-core machine)
-        t = clock.now() if start_at is None else start_at
-        if first:
-            start = sched.start_delay(i)  # the initial stagger
-            if start > 0:
-                t = yield from wait_until(t + start)
-        elif resume_at is not None:
-            sched.take_delay(i)  # delays owed to the dead worker are void: it resumes its old phase
-            t = yield from wait_until(resume_at)
+        wait_until, after_tick = self._waits(next_margin)
+        begin, record_world_tau, submit = self._begin_inference, self._record_world_tau, self._submit_now
+        inflight_obs, inflight_known = self._inflight_obs, self._inflight_known
+        stopped, frees = self._stop.is_set, self.frees_workers  # bound once: a pass looks up no method nor flag
+        t = yield from self._first_wait(i, first, resume_at, start_at, wait_until)
         last_seq = -1
-        while not self._stop.is_set():
+        while not stopped():
             if i >= sched.n_workers or state.generation != generation:
                 return  # retired by a resize (or superseded by a newer loop of this index)
-            # 1. wait the delays other workers' new maxima pushed onto this one (on aligned ticks
-            # Algorithms 1 and 2 hold phases instead: step 2 waits for this worker's tick)
+            # 1. wait the delays other workers' new maxima pushed onto this one (aligned: step 2 holds phases)
             wait = sched.take_delay(i, now=t)
             if wait > 0 and phases is None:
                 t = yield from wait_until(t + wait)
-            if self.frees_workers and (deadline := pacing.deadline_at(t, origin, tau_m, grace)) is not None:
+            if frees and (deadline := pacing.deadline_at(t, origin, tau_m, grace)) is not None:
                 t = yield from after_tick(deadline, t)  # a start on a deadline reads that tick's observation
             # 2. read the newest observation (on a tick's publish, when aligned)
             latest = slot.read()
             if align:
-                aligned, must_wait = pacing.align_start(t, latest.time, tau_m, margin=margin, window=window)
-                if phases is not None:  # not before this worker's next tick of the cycle
-                    tick = latest.tick + round((aligned - margin - latest.time) / tau_m)
-                    if (ahead := phases.next_start(i, tick) - tick) > 0:
-                        aligned, must_wait = aligned + ahead * tau_m, True
+                aligned, must_wait = _aligned_start(t, latest, i, phases, tau_m, margin, window)
                 if must_wait:  # before the observation is out, or too late into a tick: the next publish
                     t = yield from wait_until(aligned)
                     latest = slot.read()
@@ -306,69 +275,127 @@ class InferencePool:
                 t = yield from after_tick(deadline, deadline + next_margin)
                 continue
             last_seq = latest.seq
-            obs, decision_key = self._inflight_obs(latest, i)
-            if state.killed:
-                state.killed = False
-                raise RuntimeError(f"worker {i} killed")
+            obs, decision_key = inflight_obs(latest, i)
             # 3. infer: τ_θ measured (wall) or declared (virtual)
-            started = t
-            if state.last_start is not None:
-                state.cycle = started - state.last_start
-            state.last_start = started
+            started = begin(state, t)
             t0 = stopwatch()
             if timed is not None:  # a request lane of a batching server waits for its batch (queue + batch)
                 decision = yield from timed(obs, latest.tick)
                 t = clock.now()
                 tau_theta = t - started
+                inflight_known(decision_key, latest, decision.action, t)
             else:
                 decision = policy.act(obs)
                 # measured compute (none of the virtual clock's time) plus a declared latency
                 tau_theta = clock.real(stopwatch() - t0) + decision.latency
                 t = started + tau_theta
-                self._inflight_known(decision_key, latest, decision.action, t)  # before a declared latency's wait
+                inflight_known(decision_key, latest, decision.action, t)  # before a declared latency's wait
                 if decision.latency > 0:  # a declared latency is waited out (measured compute has passed)
                     t = yield from wait_until(t)
-            if timed is not None:
-                self._inflight_known(decision_key, latest, decision.action, t)
-            # as the world sees it: plus a late wake-up's lag (real time: none on the virtual clock)
-            world_tau = tau_theta + clock.real(max(0.0, clock.now() - started - tau_theta))
-            state.world_taus.append(world_tau)
-            state.call_waits.append(world_tau - tau_theta)
+            record_world_tau(state, started, tau_theta)
             # 4. the scheduler's rule: Algorithm 1 pads the cycle to τ̂_θmax; the others return 0
             pad = sched.after_inference(i, tau_theta)
             if phases is not None:  # the rule's estimate in whole ticks: this inference's aligned cycle
                 phases.record(pacing.aligned_cycle_ticks(tau_theta, tau_m, margin=margin, window=window))
-            if self.frees_workers:
-                # the scheduler holds the action, not the worker: a timer submits it at its
-                # release slot while this worker starts its next inference at once
-                self._inflight_due(decision_key, latest, t + pad)
-                self._hold(state, decision.action, latest, tau_theta, t, pad)
+            if frees:
+                # the scheduler holds the action: a timer submits it while this worker starts its next inference
+                self._hold(state, decision.action, latest, tau_theta, t, pad, decision_key)
                 continue
             if pad > 0:
                 t = yield from wait_until(t + pad)
-            if self._stop.is_set():
+            if stopped():
                 return
             # 5. submit (never a hair before a deadline where wake-ups jitter: `pacing.phase_guard`)
             if (guarded := pacing.phase_guard(t, latest.time, tau_m, guard)) != t:
                 t = yield from wait_until(guarded)
-            self._inflight_due(decision_key, latest, t)
-            queue.submit(
-                decision.action,
-                obs_tick=latest.tick,
-                episode=latest.episode,
-                worker=i,
-                tau_theta=tau_theta,
-                submit_time=t,
-            )
-            state.actions += 1
-            state.tau_thetas.append(tau_theta)
-            if self.resizable:
-                self._maybe_resize(anchor=i)
+            submit(queue, state, decision.action, latest, tau_theta, t, decision_key)
             if (deadline := pacing.deadline_at(t, origin, tau_m, grace)) is not None:
-                # Submitted on a deadline: the host processes that tick `grace` later. Let it,
-                # then read the observation it publishes, as a real agent restarting at once
-                # would; `t` stays put, so the next inference still counts from the submit.
+                # Submitted on a deadline: the host processes that tick `grace` later. Let it, then read the
+                # observation it publishes, as a real agent would; `t` stays put (the next τ_θ counts from here).
                 t = yield from after_tick(deadline, t)
+
+    def _pacing_constants(self) -> tuple[float, float, float, float, float, float, float]:
+        """τ_M, the clock's tick grace, the origin, and the margins a worker's waits keep: the phase guard's
+        width, past a tick's publish, the alignment margin and its window. What differs between the clocks is
+        theirs: the margins a real wake-up needs are none on the virtual clock (`Clock.real`)."""
+        clock, tau_m = self.clock, self.session.tau_m
+        guard = clock.real(pacing.phase_guard_width(tau_m))
+        next_margin = clock.real(pacing.NEXT_OBSERVATION_MARGIN)
+        return (
+            tau_m,
+            clock.tick_grace,
+            self.session.origin,
+            guard,
+            next_margin,
+            pacing.alignment_margin(tau_m),
+            0.25 * tau_m,
+        )
+
+    def _begin_inference(self, state: _WorkerState, t: float) -> float:
+        """Note an inference starting at ``t`` (the worker's phase and cycle); a killed worker dies here."""
+        if state.killed:
+            state.killed = False
+            raise RuntimeError(f"worker {state.index} killed")
+        if state.last_start is not None:
+            state.cycle = t - state.last_start
+        state.last_start = t
+        return t
+
+    def _record_world_tau(self, state: _WorkerState, started: float, tau_theta: float) -> None:
+        """τ_θ as the world sees it: plus a late wake-up's lag (real time: none on the virtual clock)."""
+        clock = self.clock
+        world_tau = tau_theta + clock.real(max(0.0, clock.now() - started - tau_theta))
+        state.world_taus.append(world_tau)
+        state.call_waits.append(world_tau - tau_theta)
+
+    def _submit_now(
+        self, queue: Any, state: _WorkerState, action: Any, latest: Any, tau_theta: float, t: float, key: Any
+    ) -> None:
+        """Submit worker ``state``'s action computed on ``latest`` at ``t``, count it, and let an auto pool resize."""
+        self._inflight_due(key, latest, t)
+        queue.submit(
+            action, obs_tick=latest.tick, episode=latest.episode, worker=state.index, tau_theta=tau_theta, submit_time=t
+        )
+        state.actions += 1
+        state.tau_thetas.append(tau_theta)
+        if self.resizable:
+            self._maybe_resize(anchor=state.index)
+
+    def _worker_policy(self, i: int) -> Any:
+        """Worker ``i``'s policy: the one it had (a restart keeps it where it survived), else a new one."""
+        policy = self._policies.get(i)
+        if policy is None:
+            policy = self._policies[i] = self.policy_factory(i)
+        return policy
+
+    def _waits(self, next_margin: float) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        """A worker's two waits on the session's clock: until a time, and until just after a tick."""
+        clock, tau_m = self.clock, self.session.tau_m
+
+        def wait_until(target: float, wake: Wake | None = None) -> Generator[Wake, float, float]:
+            return clock.resync(target, (yield target if wake is None else wake), tau_m)
+
+        def after_tick(deadline: float, counted: float) -> Generator[Wake, float, float]:
+            # the host first makes that tick's observation; the worker's time is then ``counted``
+            return (yield from wait_until(counted, (self._tick_event(deadline) + next_margin, _AFTER_TICK)))
+
+        return wait_until, after_tick
+
+    def _first_wait(
+        self, i: int, first: bool, resume_at: float | None, start_at: float | None, wait_until: Callable[..., Any]
+    ) -> Generator[Wake, float, float]:
+        """Worker ``i``'s time as its loop starts: after its initial stagger, or, restarted, at its old phase."""
+        # every worker of a pool counts its initial stagger from the same instant, however long
+        # its thread took to start (70 threads take ~5 ticks to spawn on a busy 2-core machine)
+        t = self.clock.now() if start_at is None else start_at
+        if first:
+            start = self.scheduler.start_delay(i)  # the initial stagger
+            if start > 0:
+                t = yield from wait_until(t + start)
+        elif resume_at is not None:
+            self.scheduler.take_delay(i)  # delays owed to the dead worker are void: it resumes its old phase
+            t = yield from wait_until(resume_at)
+        return t
 
     # ------------------------------------------------------------------ the actions in flight
     def _inflight_obs(self, latest: Any, worker: int) -> tuple[Any, Any]:
@@ -391,9 +418,12 @@ class InferencePool:
         if key is not None:
             self.inflight.moved(key, latest.tick + due_tick_of(submit_at, origin=latest.time, tau_m=self.session.tau_m))
 
-    def _hold(self, state: _WorkerState, action: Any, latest: Any, tau_theta: float, t: float, pad: float) -> None:
+    def _hold(
+        self, state: _WorkerState, action: Any, latest: Any, tau_theta: float, t: float, pad: float, key: Any
+    ) -> None:
         """A scheduler that frees its workers: the action computed at ``t`` is submitted ``pad``
         later by a timer (and, for an episode's catch-up, a copy earlier)."""
+        self._inflight_due(key, latest, t + pad)
         state.tau_thetas.append(tau_theta)
         if self._copies_allowed:
             # episode catch-up: a copy fills a tick the new episode's grid has not reached
@@ -518,7 +548,7 @@ class InferencePool:
             policy = self._policies.pop(state.index, None)
             where, cause = _where_and_cause(policy, detail)
             self._release(policy)
-            may = self.restart and state.deaths <= self.max_restarts
+            may = state.deaths <= self.max_restarts
             within = not may or self.budget is None or self.budget.spend(now)
             why = ""
             if may and within:
@@ -526,9 +556,9 @@ class InferencePool:
                 self.events.append(WorkerEvent(now, state.index, "restarted"))
             else:
                 state.handle = _Dead()
-                why = "restarts are off" if not self.restart else f"it died {state.deaths} times"
+                why = "restarts are off" if self.max_restarts == 0 else f"it died {state.deaths} times"
                 budget = self.budget  # set whenever `within` is False
-                if self.restart and not within and self.failure is None and budget is not None:
+                if not within and self.failure is None and budget is not None:
                     deaths = sum(w.deaths for w in self.workers)
                     why = f"the pool's workers died {deaths} times, more than {budget.describe()}"
                     self.failure = PartFailed(f"inference worker {state.index} kept dying: {why} (last: {detail})")
@@ -631,6 +661,19 @@ class InferencePool:
         self.stop()
 
 
+def _aligned_start(
+    t: float, latest: Any, i: int, phases: TickPhases | None, tau_m: float, margin: float, window: float
+) -> tuple[float, bool]:
+    """Where worker ``i``'s inference due at ``t`` starts, aligned to a tick's publish (`pacing.align_start`)
+    and, with ``phases``, not before this worker's next tick of the cycle; and whether it must wait for it."""
+    start = pacing.align_start(t, latest.time, tau_m, margin=margin, window=window)
+    if phases is not None:
+        tick = latest.tick + round((start[0] - margin - latest.time) / tau_m)
+        if (ahead := phases.next_start(i, tick) - tick) > 0:
+            return start[0] + ahead * tau_m, True
+    return start
+
+
 def _where_and_cause(policy: Any, detail: str) -> tuple[str, str]:
     """Where a dead worker's policy ran and what ended it: a model process's pid and its exit (a signal,
     an exit code), else this process's thread and the error its loop raised."""
@@ -654,129 +697,3 @@ class _Dead:
 
 
 # ----------------------------------------------------------------------------- process backend
-
-
-def _policy_process(conn: Any, factory: Callable[[], Any], torch_threads: int | None, trim_above: int | None) -> None:
-    import signal
-
-    from nonstop.policies.memory import WorkingSetRelease
-
-    hold_lifeline()  # a model process never outlives the pool that asked for it
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
-    if torch_threads is not None:  # None: a policy with no model here (a remote lane) never imports torch
-        try:
-            import torch
-
-            torch.set_num_threads(torch_threads)
-        except ImportError:
-            pass
-    policy = factory()
-    release = WorkingSetRelease(trim_above)
-    conn.send(("ready", None))
-    while True:
-        msg = conn.recv()
-        if msg is None:
-            break
-        try:
-            conn.send(("ok", policy.act(msg)))
-        except Exception:
-            conn.send(("error", traceback.format_exc()))
-        release.after_pass()  # the decision is out: the pass's working set goes back in the background
-    release.close()
-
-
-class ProcessPolicy:
-    """A policy running in its own process (real models: one torch thread per
-    process by default, so N_I processes use N_I cores, not N_I × all cores).
-
-    ``factory`` must be picklable (a module-level function or a
-    ``functools.partial`` of one). ``act`` ships the observation over a pipe
-    (~100 µs, small next to a model's inference) and returns its `Decision`.
-    After each pass the process hands its forward pass's working set back to the OS when it
-    holds more than ``trim_above`` bytes free (`nonstop.policies.memory`; None: never), so N
-    workers sharing one θ do not also keep N working sets. ``torch_threads=None``: the process never
-    imports torch (a policy without a model, a `nonstop.inference.lanering.RemoteLane`).
-    """
-
-    def __init__(
-        self,
-        factory: Callable[[], Any],
-        *,
-        torch_threads: int | None = 1,
-        start_timeout: float = 120.0,
-        trim_above: int | None = DEFAULT_MIN_FREE,
-        wait: bool = True,
-    ) -> None:
-        check_min_free(trim_above, "trim_above")  # at the door, not in the child
-        ctx = mp.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(
-            target=_policy_process, args=(child, factory, torch_threads, trim_above), name="nonstop-policy", daemon=True
-        )
-        self._process.start()
-        child.close()
-        self.start_timeout = start_timeout
-        self._ready = False
-        self._lost = False  # its pipe closed under `act`: the process is dead or dying
-        if wait:
-            self.wait_started()
-
-    def wait_started(self, timeout: float | None = None) -> "ProcessPolicy":
-        """Block until the process has built its policy (``timeout``: ``start_timeout``). With
-        ``wait=False`` N processes start together (`InferencePool.start` waits for all of them after
-        spawning all): on N cores about one start's time, not N. A failed start stops the process
-        and raises."""
-        if self._ready:
-            return self
-        timeout = self.start_timeout if timeout is None else timeout
-        try:
-            if not self._conn.poll(timeout):
-                raise TimeoutError(f"policy process did not start within {timeout:g}s")
-            self._conn.recv()
-        except (EOFError, OSError) as exc:
-            self.close()
-            raise RuntimeError(f"policy process {self._process.pid} died while building its policy") from exc
-        except TimeoutError:
-            self.close()
-            raise
-        self._ready = True
-        return self
-
-    def act(self, obs: np.ndarray) -> Any:
-        if not self._ready:
-            self.wait_started()
-        try:
-            self._conn.send(obs)
-            kind, payload = self._conn.recv()
-        except (EOFError, BrokenPipeError, ConnectionResetError, OSError) as exc:
-            self._lost = True
-            raise RuntimeError(f"policy process {self._process.pid} died") from exc
-        if kind == "error":
-            raise RuntimeError(f"policy raised in its process:\n{payload}")
-        return payload
-
-    @property
-    def pid(self) -> int | None:
-        """The model process's pid."""
-        return self._process.pid
-
-    def exit_cause(self, wait: float = 1.0) -> str | None:
-        """What ended the model process (`nonstop.realtime.deaths.exit_cause`): None while it runs; for
-        one whose pipe closed (`act` saw it die), up to ``wait`` seconds for the kernel to finish its exit."""
-        if not self._lost and self._process.is_alive():
-            return None
-        self._process.join(wait)
-        code = self._process.exitcode
-        return None if code is None else exit_cause(code)
-
-    def kill(self) -> None:
-        self._process.kill()
-
-    def close(self) -> None:
-        try:
-            if self._process.is_alive():
-                self._conn.send(None)
-        except (BrokenPipeError, OSError):
-            pass
-        reap(self._process, timeout=2)
-        self._conn.close()

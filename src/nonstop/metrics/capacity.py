@@ -19,7 +19,8 @@ hardware), a tick rate and a batch size, it computes with the paper's formulas:
 short sample of a model no wider than `SAMPLE_K`, scaled by FLOPs (`measure_times`), so any k is
 planned in seconds and ~0.6 GB, and Ctrl-C or SIGTERM ends it at once.
 
->>> p = plan(forward_s=0.1, update_s=0.4, tick_hz=60, batch_size=16, n_params=1_000_000, obs_bytes=7056)
+>>> p = plan(forward_s=0.1, update_s=0.4, tick_hz=60, batch_size=16, obs_bytes=7056,
+...          deployment=Deployment(n_params=1_000_000))
 >>> p["n_inference_star"], p["n_learners_star"], p["cores"]
 (6, 2, 9)
 """
@@ -27,6 +28,7 @@ planned in seconds and ~0.6 GB, and Ctrl-C or SIGTERM ends it at once.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -35,6 +37,7 @@ __all__ = [
     "PROCESS_BASE_BYTES",
     "ACTION_BYTES",
     "plan",
+    "Deployment",
     "SAMPLE_K",
     "CALL_BUDGET_S",
     "Timing",
@@ -59,33 +62,53 @@ def positive_number(name: str, value: Any) -> float:
     return float(value)
 
 
+@dataclass(frozen=True)
+class Deployment:
+    """How the model is laid out over the machines, for `plan`'s memory and weight traffic.
+
+    ``n_params`` is |θ| (None: memory and weight traffic unknown); each worker holds
+    ``activation_bytes`` + ``process_base_bytes`` beside θ; the inference workers spread over
+    ``nodes`` (weights reach each node once per broadcast), and the weights go out once per
+    ``weights_every`` updates.
+
+    >>> Deployment(nodes=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: nodes must be a positive integer, got 0
+    """
+
+    n_params: int | None = None
+    activation_bytes: int = 0
+    process_base_bytes: int = PROCESS_BASE_BYTES
+    nodes: int = 1
+    weights_every: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1:
+            raise ValueError(f"nodes must be a positive integer, got {self.nodes!r}")
+        every = self.weights_every
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"weights_every must be a positive integer of updates, got {every!r}")
+
+
 def plan(
     *,
     forward_s: float,
     tick_hz: float,
     batch_size: int = 16,
     update_s: float | None = None,
-    n_params: int | None = None,
     obs_bytes: int = 84 * 84,
-    activation_bytes: int = 0,
-    process_base_bytes: int = PROCESS_BASE_BYTES,
-    nodes: int = 1,
-    weights_every: int = 1,
+    deployment: Deployment = Deployment(),
 ) -> dict[str, Any]:
     """The plan as a dict (all sizes in bytes, rates per second of the world); pure arithmetic.
 
-    ``update_s`` is one learner update of ``batch_size`` transitions (None: N_L* unknown).
-    ``n_params`` is |θ| (None: memory and weight traffic unknown). ``nodes`` is how many nodes
-    the inference workers spread over (weights reach each node once per broadcast).
+    ``update_s`` is one learner update of ``batch_size`` transitions (None: N_L* unknown);
+    ``deployment`` says how θ is laid out (`Deployment`; default: |θ| unknown, one node).
     """
     tau_theta = positive_number("forward time", forward_s)
     hz = positive_number("tick rate (--hz)", tick_hz)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch size must be a positive integer, got {batch_size!r}")
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise ValueError(f"nodes must be a positive integer, got {nodes!r}")
-    if isinstance(weights_every, bool) or not isinstance(weights_every, int) or weights_every < 1:
-        raise ValueError(f"weights_every must be a positive integer of updates, got {weights_every!r}")
     tau_m = 1.0 / hz
     n_i = max(1, math.ceil(tau_theta / tau_m - _EPS))
     n_l = None
@@ -106,15 +129,16 @@ def plan(
         "n_inference_star": n_i,
         "n_learners_star": n_l,
         "cores": n_i + (n_l or 0) + 1,  # + the host and its env
-        "n_params": n_params,
+        "n_params": deployment.n_params,
         "traffic_bytes_per_s": {
             "observations": actions_per_s * obs_bytes,
             "actions": actions_per_s * ACTION_BYTES,
         },
     }
-    if n_params is not None:
-        theta = 4 * int(n_params)  # float32
-        per_worker = activation_bytes + process_base_bytes
+    if deployment.n_params is not None:
+        theta = 4 * int(deployment.n_params)  # float32
+        per_worker = deployment.activation_bytes + deployment.process_base_bytes
+        nodes = deployment.nodes
         result["memory_bytes"] = {
             "theta": theta,
             "inference_separate_copies": n_i * (theta + per_worker),
@@ -123,7 +147,7 @@ def plan(
         if n_l is not None:
             # weights reach the workers once per `weights_every` updates; learners learning from every
             # transition make hz/B updates per second
-            versions_per_s = hz / batch_size / weights_every
+            versions_per_s = hz / batch_size / deployment.weights_every
             result["weight_versions_per_s"] = versions_per_s
             result["traffic_bytes_per_s"]["weights"] = versions_per_s * theta * nodes
     return result
@@ -188,7 +212,6 @@ def measure_times(
     import numpy as np
     import torch
 
-    from nonstop.policies.placement import autocast
     from nonstop.policies.models import count_flops, count_parameters, impala_resnet
     from nonstop.realtime.clock import WallClock
 
@@ -206,35 +229,10 @@ def measure_times(
     torch.set_num_threads(1)
     try:
         model = impala_resnet(k_s, n_actions, device=device)  # a model that cannot fit fails here, naming the budget
-        x1 = torch.zeros(1, 1, 84, 84, device=device)
-        forwards: list[float] = []
-        with torch.inference_mode(), autocast(torch.device(device), dtype or torch.float32):
-            for _ in range(2 if device == "cuda" else 1):  # warm: allocations, cuDNN's algorithm choice
-                model(x1)
-            sync()
-            for _ in range(repeats):
-                t0 = clock.now()
-                model(x1)
-                sync()
-                forwards.append(clock.now() - t0)
-        forward = float(np.median(forwards))
+        forward = _median_forward_s(model, device, dtype, repeats, clock.now, sync)
         # a forward and backward pass costs about three forward passes' FLOPs per transition
         b_s = batch_size if device == "cuda" else max(1, min(batch_size, int(call_budget_s / (3 * forward))))
-        xb = torch.zeros(b_s, 1, 84, 84, device=device)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-        model.train()
-        passes, steps = [], []
-        for i in range(max(2, repeats // 2) + 1):
-            t0 = clock.now()
-            opt.zero_grad()
-            model(xb).max(1).values.mean().backward()
-            sync()
-            t1 = clock.now()
-            opt.step()
-            sync()
-            if i:  # the first update allocates the gradients and Adam's moments: not timed
-                passes.append(t1 - t0)
-                steps.append(clock.now() - t1)
+        passes, steps = _update_times(model, b_s, device, max(2, repeats // 2), clock.now, sync)
     finally:
         torch.set_num_threads(threads)
     flops = count_flops(k, n_actions) / count_flops(k_s, n_actions)
@@ -247,6 +245,53 @@ def measure_times(
         extrapolated=(k_s != k or b_s != batch_size),
         where="one core" if device == "cpu" else _gpu_name(),
     )
+
+
+def _median_forward_s(
+    model: Any, device: str, dtype: Any, repeats: int, now: Callable[[], float], sync: Callable[[], Any]
+) -> float:
+    """The median of ``repeats`` timed batch-1 forward passes, after warming (allocations, cuDNN's choice)."""
+    import numpy as np
+    import torch
+
+    from nonstop.policies.placement import autocast
+
+    x1 = torch.zeros(1, 1, 84, 84, device=device)
+    forwards: list[float] = []
+    with torch.inference_mode(), autocast(torch.device(device), dtype or torch.float32):
+        for _ in range(2 if device == "cuda" else 1):  # warm: allocations, cuDNN's algorithm choice
+            model(x1)
+        sync()
+        for _ in range(repeats):
+            t0 = now()
+            model(x1)
+            sync()
+            forwards.append(now() - t0)
+    return float(np.median(forwards))
+
+
+def _update_times(
+    model: Any, batch: int, device: str, timed: int, now: Callable[[], float], sync: Callable[[], Any]
+) -> tuple[list[float], list[float]]:
+    """``timed`` updates of ``batch`` transitions: each forward and backward pass, and each Adam step."""
+    import torch
+
+    xb = torch.zeros(batch, 1, 84, 84, device=device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    model.train()
+    passes, steps = [], []
+    for i in range(timed + 1):
+        t0 = now()
+        opt.zero_grad()
+        model(xb).max(1).values.mean().backward()
+        sync()
+        t1 = now()
+        opt.step()
+        sync()
+        if i:  # the first update allocates the gradients and Adam's moments: not timed
+            passes.append(t1 - t0)
+            steps.append(now() - t1)
+    return passes, steps
 
 
 def _gpu_name() -> str:

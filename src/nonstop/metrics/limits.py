@@ -25,7 +25,10 @@ import os
 import platform
 import sys
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypedDict
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack for **kwargs is Python 3.12's
 
 __all__ = [
     "machine_info",
@@ -36,6 +39,7 @@ __all__ = [
     "machine_limits",
     "limit_findings",
     "limit_remedy",
+    "RunShape",
 ]
 
 #: Above this fraction of ticks started a whole tick late, the host is said to run late.
@@ -48,6 +52,15 @@ TRAIN_REMEDY: Final = (
     "use --clock virtual (exact, any machine), fewer learners (--n-learners 1), a narrower model "
     "(--k), or a machine with more cores"
 )
+
+
+class RunShape(TypedDict):
+    """What `limit_findings` reads a run's figures against: its clock, scheduler, N_I and mean τ_θ in ticks."""
+
+    clock: str
+    scheduler: str
+    n_inference: int
+    latency_mean_ticks: float
 
 
 def limit_findings(
@@ -118,20 +131,16 @@ def limit_remedy(*, processes: int, cores: int, remedy: str = TRAIN_REMEDY, load
 def machine_limits(
     figures: Mapping[str, Any],
     *,
-    clock: str,
-    scheduler: str,
-    n_inference: int,
-    latency_mean_ticks: float,
     processes: int,
     cores: int,
     remedy: str = TRAIN_REMEDY,
     load_average: float | None = None,
+    **run: Unpack[RunShape],
 ) -> list[str]:
-    """The sentences saying the machine limits this run (`limit_findings`) and what to change
-    (`limit_remedy`), or ``[]``. Only the wall clock can run late: a virtual-clock run always gets ``[]``."""
-    lines = limit_findings(
-        figures, clock=clock, scheduler=scheduler, n_inference=n_inference, latency_mean_ticks=latency_mean_ticks
-    )
+    """The sentences saying the machine limits this run (`limit_findings` of ``figures`` for ``run``, its
+    `RunShape`) and what to change (`limit_remedy`), or ``[]``. Only the wall clock can run late: a
+    virtual-clock run always gets ``[]``."""
+    lines = limit_findings(figures, **run)
     remedy_line = limit_remedy(processes=processes, cores=cores, remedy=remedy, load_average=load_average)
     return [*lines, remedy_line] if lines else []
 

@@ -212,68 +212,88 @@ def diagnose(
     world = _mean(parts, "world")
     if not (world > 0):
         return Diagnosis([], None)
-    cores, idle = cpu.get("cores"), cpu.get("idle_cores")
-    busy = idle is not None and float(idle) < BUSY_IDLE_CORES
+    idle = cpu.get("idle_cores")
     load = (
-        f"{float(idle):.1f} of {cores} cores idle during the world"
+        f"{float(idle):.1f} of {cpu.get('cores')} cores idle during the world"
         if idle is not None
         else "the machine's load unmeasured"
     )
-    causes: list[dict[str, Any]] = []
+    forward, how = _forward_cause(parts, world, cpu, load, actor_niceness)
+    causes = ([forward] if forward else []) + _call_causes(parts, world, load)
+    causes.sort(key=lambda c: -c["share_of_tau_theta"])
+    if not target_met and not causes:
+        fq = _mean(parts, "forward_quiet")
+        causes.append(
+            {
+                "cause": "unexplained",
+                "world_ms_mean": world,
+                "quiet_ms_mean": fq,
+                "text": f"τ_θ in the world ({world:.2f} ms mean) is the quiet forward pass ({fq:.2f} ms) plus no "
+                "part large enough to name: the miss is not τ_θ's growth (the stagger? the model's size?)",
+            }
+        )
+    limit = None
+    if not target_met and any(c["cause"] == "cpu_contention" for c in causes):
+        limit = (
+            f"the machine is the limit: {load}, and {how}"
+            + (f"; {cluster_note}" if cluster_note else "")
+            + ": measure on one with free cores (or --ray-address a cluster)"
+        )
+    return Diagnosis(causes, limit)
 
+
+def _forward_cause(
+    parts: Mapping[str, Mapping[str, Any]], world: float, cpu: Mapping[str, Any], load: str, actor_niceness: int
+) -> tuple[dict[str, Any] | None, str]:
+    """The forward pass slower in the world than quiet, and why (the cause, and its figures in words);
+    (None, "") when it is not slower by `FORWARD_INFLATED`."""
     fw, fq, ft = _mean(parts, "forward_in_actor"), _mean(parts, "forward_quiet"), _mean(parts, "forward_together")
-    how = ""
-    if fw > FORWARD_INFLATED * fq:  # False when either is missing (NaN)
-        gain = fw - fq
-        fig = {
-            "forward_ms_mean": fw,
-            "quiet_ms_mean": fq,
-            "together_ms_mean": None if math.isnan(ft) else ft,
-            "slower": fw / fq - 1,
-            "share_of_tau_theta": gain / world,
-            "idle_cores": idle,
-            "cores": cores,
-            "actor_niceness": actor_niceness,
-        }
-        how = (
-            f"the forward pass in the actors took {fw:.2f} ms mean in the world against {fq:.2f} ms quiet on the "
-            f"same nodes (+{fw / fq - 1:.0%}, {gain / world:.0%} of τ_θ)"
+    if not fw > FORWARD_INFLATED * fq:  # also when either is missing (NaN)
+        return None, ""
+    cores, idle = cpu.get("cores"), cpu.get("idle_cores")
+    gain = fw - fq
+    fig = {
+        "forward_ms_mean": fw,
+        "quiet_ms_mean": fq,
+        "together_ms_mean": None if math.isnan(ft) else ft,
+        "slower": fw / fq - 1,
+        "share_of_tau_theta": gain / world,
+        "idle_cores": idle,
+        "cores": cores,
+        "actor_niceness": actor_niceness,
+    }
+    how = (
+        f"the forward pass in the actors took {fw:.2f} ms mean in the world against {fq:.2f} ms quiet on the "
+        f"same nodes (+{fw / fq - 1:.0%}, {gain / world:.0%} of τ_θ)"
+    )
+    nice = (
+        f"; the actors run at nice {actor_niceness}, behind every process of default priority (start the "
+        "cluster with RAY_worker_niceness=0)"
+        if actor_niceness > 0
+        else ""
+    )
+    if idle is not None and float(idle) < BUSY_IDLE_CORES:
+        return {"cause": "cpu_contention", **fig, "text": f"CPU contention: {how} with {load}{nice}"}, how
+    if ft > FORWARD_INFLATED * fq and fw <= FORWARD_INFLATED * ft:
+        text = (
+            f"{how}, with {load}; computing at once without the world they took {ft:.2f} ms "
+            f"(+{ft / fq - 1:.0%}): the actors share physical cores (SMT siblings?), caches or "
+            f"memory bandwidth: fewer actors per node, or nodes with more cores{nice}"
         )
-        nice = (
-            f"; the actors run at nice {actor_niceness}, behind every process of default priority (start the "
-            "cluster with RAY_worker_niceness=0)"
-            if actor_niceness > 0
-            else ""
+        return {"cause": "actors_slow_each_other", **fig, "text": text}, how
+    if idle is None:
+        text = f"{how}, with {load}: contention cannot be told from thread counts{nice}"
+    else:
+        text = (
+            f"{how}, with {load}: not the machine's load, nor the actors on each other (thread "
+            f"counts? the world's host or the driver on the actors' cores?){nice}"
         )
-        if busy:
-            causes.append({"cause": "cpu_contention", **fig, "text": f"CPU contention: {how} with {load}{nice}"})
-        elif ft > FORWARD_INFLATED * fq and fw <= FORWARD_INFLATED * ft:
-            causes.append(
-                {
-                    "cause": "actors_slow_each_other",
-                    **fig,
-                    "text": f"{how}, with {load}; computing at once without the world they took {ft:.2f} ms "
-                    f"(+{ft / fq - 1:.0%}): the actors share physical cores (SMT siblings?), caches or "
-                    f"memory bandwidth: fewer actors per node, or nodes with more cores{nice}",
-                }
-            )
-        elif idle is None:
-            causes.append(
-                {
-                    "cause": "forward_slower_in_world",
-                    **fig,
-                    "text": f"{how}, with {load}: contention cannot be told from thread counts{nice}",
-                }
-            )
-        else:
-            causes.append(
-                {
-                    "cause": "forward_slower_in_world",
-                    **fig,
-                    "text": f"{how}, with {load}: not the machine's load, nor the actors on each other (thread "
-                    f"counts? the world's host or the driver on the actors' cores?){nice}",
-                }
-            )
+    return {"cause": "forward_slower_in_world", **fig, "text": text}, how
+
+
+def _call_causes(parts: Mapping[str, Mapping[str, Any]], world: float, load: str) -> list[dict[str, Any]]:
+    """The Ray call's round trip and the wait before it, each where it is `MIN_SHARE` of τ_θ or more."""
+    causes: list[dict[str, Any]] = []
     over = parts.get("ray_overhead", {})
     if over.get("mean_ms") is not None and over["mean_ms"] / world >= MIN_SHARE:
         quiet = parts.get("ray_overhead_quiet", {}).get("p50_ms")
@@ -303,22 +323,4 @@ def diagnose(
                 f"worker thread before their call ({wait['mean_ms'] / world:.0%} of τ_θ, {load})",
             }
         )
-    causes.sort(key=lambda c: -c["share_of_tau_theta"])
-    if not target_met and not causes:
-        causes.append(
-            {
-                "cause": "unexplained",
-                "world_ms_mean": world,
-                "quiet_ms_mean": fq,
-                "text": f"τ_θ in the world ({world:.2f} ms mean) is the quiet forward pass ({fq:.2f} ms) plus no "
-                "part large enough to name: the miss is not τ_θ's growth (the stagger? the model's size?)",
-            }
-        )
-    limit = None
-    if not target_met and any(c["cause"] == "cpu_contention" for c in causes):
-        limit = (
-            f"the machine is the limit: {load}, and {how}"
-            + (f"; {cluster_note}" if cluster_note else "")
-            + ": measure on one with free cores (or --ray-address a cluster)"
-        )
-    return Diagnosis(causes, limit)
+    return causes

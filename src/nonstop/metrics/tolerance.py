@@ -89,7 +89,7 @@ def estimate_predictability(
     ``warmup_steps`` random actions after a seeded reset), ``flock`` copies per start (module
     docstring). A copy whose episode ends before ``k`` counts as its own final state, so two
     copies that ended alike still agree."""
-    from nonstop.envs import env_info, make_env
+    from nonstop.envs import make_env
 
     horizon, starts, flock = (
         _positive_int(n, v) for n, v in (("horizon", horizon), ("starts", starts), ("flock", flock))
@@ -101,16 +101,7 @@ def estimate_predictability(
     if decimals is not None and (isinstance(decimals, bool) or not isinstance(decimals, numbers.Integral)):
         raise ValueError(f"decimals must be an integer or None, got {decimals!r}")
     kwargs = dict(env_kwargs or {})
-    info = env_info(env_id, **kwargs)  # unknown ids fail here, with the registry's suggestions
-    if info.family == "multi":
-        raise ValueError(f"{env_id!r} is a seat world (several agents); this estimate takes one-agent worlds")
-    if info.family in _EMULATED:
-        raise ValueError(
-            f"{env_id!r} is an emulator, deterministic given its whole state (the paper's setting has no sticky "
-            "actions): copies of it never part, so this estimate would say 1 whatever the world hides. Its "
-            "stochasticity for an agent lives in state the agent cannot see; measure delay's cost there by "
-            "training at the delay (nonstop train --latency)"
-        )
+    tick_hz = _one_agent_world_hz(env_id, kwargs)
     rng = np.random.default_rng(seed)
     q = np.zeros((starts, horizon))
     env = make_env(env_id, **kwargs)
@@ -118,37 +109,9 @@ def estimate_predictability(
         actions_space = copy.deepcopy(env.action_space)
         actions_space.seed(int(rng.integers(2**31)))
         for start in range(starts):
-            obs, _ = env.reset(seed=int(rng.integers(2**31)))
-            ended = False
-            for _ in range(int(rng.integers(warmup_steps + 1))):
-                obs, _, terminated, truncated, _ = env.step(actions_space.sample())
-                if terminated or truncated:
-                    ended = True
-                    break
-            if ended:
-                obs, _ = env.reset(seed=int(rng.integers(2**31)))
-            try:
-                copies = [copy.deepcopy(env) for _ in range(flock)]
-            except Exception as exc:  # any failure to copy means the same thing here
-                raise ValueError(
-                    f"cannot copy {env_id!r} ({type(exc).__name__}: {exc}): this estimate needs "
-                    "envs that copy.deepcopy can duplicate"
-                ) from None
-            for c in copies:
-                c.unwrapped.np_random = np.random.default_rng(int(rng.integers(2**63)))
-            finals: list[bytes | None] = [None] * flock
-            for k in range(horizon):
-                action = actions_space.sample()
-                keys = []
-                for i, c in enumerate(copies):
-                    key = finals[i]  # an ended copy stays at its final state
-                    if key is None:
-                        obs_i, _, terminated, truncated, _ = c.step(action)
-                        key = _key(obs_i, decimals)
-                        if terminated or truncated:
-                            key = finals[i] = b"end:" + key
-                    keys.append(key)
-                q[start, k] = Counter(keys).most_common(1)[0][1] / flock
+            _reach_start(env, actions_space, rng, warmup_steps)
+            copies = _flock_of(env, env_id, flock, rng)
+            q[start] = _agreement(copies, actions_space, horizon, decimals)
             for c in copies:
                 c.close()
     finally:
@@ -164,8 +127,69 @@ def estimate_predictability(
         p_hat=np.where(mean > 0, mean ** (1.0 / ks), 0.0),
         starts=starts,
         flock=flock,
-        tick_hz=info.tick_hz,
+        tick_hz=tick_hz,
     )
+
+
+def _one_agent_world_hz(env_id: str, kwargs: dict[str, Any]) -> float:
+    """The tick rate of ``env_id``; ValueError for a seat world or an emulator, which this estimate cannot read."""
+    from nonstop.envs import env_info
+
+    info = env_info(env_id, **kwargs)  # unknown ids fail here, with the registry's suggestions
+    if info.family == "multi":
+        raise ValueError(f"{env_id!r} is a seat world (several agents); this estimate takes one-agent worlds")
+    if info.family in _EMULATED:
+        raise ValueError(
+            f"{env_id!r} is an emulator, deterministic given its whole state (the paper's setting has no sticky "
+            "actions): copies of it never part, so this estimate would say 1 whatever the world hides. Its "
+            "stochasticity for an agent lives in state the agent cannot see; measure delay's cost there by "
+            "training at the delay (nonstop train --latency)"
+        )
+    return info.tick_hz
+
+
+def _reach_start(env: Any, actions_space: Any, rng: np.random.Generator, warmup_steps: int) -> None:
+    """A seeded reset and up to ``warmup_steps`` random actions (reset again if the episode ended)."""
+    env.reset(seed=int(rng.integers(2**31)))
+    for _ in range(int(rng.integers(warmup_steps + 1))):
+        _, _, terminated, truncated, _ = env.step(actions_space.sample())
+        if terminated or truncated:
+            env.reset(seed=int(rng.integers(2**31)))
+            return
+
+
+def _flock_of(env: Any, env_id: str, flock: int, rng: np.random.Generator) -> list[Any]:
+    """``flock`` copies of ``env`` as it stands, each with its own random stream."""
+    try:
+        copies = [copy.deepcopy(env) for _ in range(flock)]
+    except Exception as exc:  # any failure to copy means the same thing here
+        raise ValueError(
+            f"cannot copy {env_id!r} ({type(exc).__name__}: {exc}): this estimate needs "
+            "envs that copy.deepcopy can duplicate"
+        ) from None
+    for c in copies:
+        c.unwrapped.np_random = np.random.default_rng(int(rng.integers(2**63)))
+    return copies
+
+
+def _agreement(copies: list[Any], actions_space: Any, horizon: int, decimals: int | None) -> np.ndarray:
+    """q_k for k = 1..``horizon``: the largest share of ``copies`` in one state after the same k actions."""
+    flock = len(copies)
+    finals: list[bytes | None] = [None] * flock
+    q = np.zeros(horizon)
+    for k in range(horizon):
+        action = actions_space.sample()
+        keys = []
+        for i, c in enumerate(copies):
+            key = finals[i]  # an ended copy stays at its final state
+            if key is None:
+                obs_i, _, terminated, truncated, _ = c.step(action)
+                key = _key(obs_i, decimals)
+                if terminated or truncated:
+                    key = finals[i] = b"end:" + key
+            keys.append(key)
+        q[k] = Counter(keys).most_common(1)[0][1] / flock
+    return q
 
 
 def tolerable_delay(est: Predictability, max_regret: float) -> int:

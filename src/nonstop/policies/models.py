@@ -51,7 +51,7 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, TypedDict
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 import torch
 from torch import nn
@@ -78,6 +78,7 @@ __all__ = [
     "available_memory_bytes",
     "ensure_fits",
     "ImpalaArch",
+    "ImpalaShape",
     "NetworkChoice",
     "ModelTooLargeError",
 ]
@@ -86,15 +87,21 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack  # typing.Unpack for **kwargs is Python 3.12's
 
 
-class ImpalaArch(TypedDict, total=False):
+class ImpalaShape(TypedDict, total=False):
+    """The shape options of `ImpalaResNet` beside its width and its input's channels (each optional: an
+    84×84 input, 3 conv sequences, and the released networks' padding and head, `_arch_defaults`)."""
+
+    input_hw: int
+    fc_hidden: int | None
+    same_padding: bool | None
+    depth: int
+
+
+class ImpalaArch(ImpalaShape, total=False):
     """The construction options of `ImpalaResNet` beside ``k`` and ``n_actions`` (each optional),
     as `count_parameters`, `estimate_memory_bytes` and `ensure_fits` take them."""
 
     in_channels: int
-    input_hw: int
-    fc_hidden: int
-    same_padding: bool
-    depth: int
 
 
 class NetworkChoice(TypedDict):
@@ -145,6 +152,20 @@ def _arch_defaults(depth: int, same_padding: bool | None, fc_hidden: int | None)
     """The construction a depth gets when ``same_padding``/``fc_hidden`` are not given: the authors'
     released networks (``ImpalaCNN`` at depth 3, ``DeepImpalaCNN`` at 6), unpadded with a 512-wide head."""
     return (False if same_padding is None else same_padding), (512 if fc_hidden is None else fc_hidden)
+
+
+def _check_shape(function: str, shape: Any) -> None:
+    """Refuse an option `ImpalaShape` does not name, as a keyword argument would be refused.
+
+    >>> _check_shape("impala_resnet", {"depth": 3, "width": 2})
+    Traceback (most recent call last):
+    ...
+    TypeError: impala_resnet() got an unexpected keyword argument 'width' (its shape options: depth, fc_hidden, input_hw, same_padding)
+    """
+    for name in shape:
+        if name not in ImpalaShape.__optional_keys__:
+            known = ", ".join(sorted(ImpalaShape.__optional_keys__))
+            raise TypeError(f"{function}() got an unexpected keyword argument {name!r} (its shape options: {known})")
 
 
 def _sequence_sizes(input_hw: int, same_padding: bool, depth: int) -> list[tuple[int, int]]:
@@ -255,14 +276,12 @@ def impala_resnet(
     n_actions: int,
     in_channels: int = 1,
     *,
-    input_hw: int = 84,
-    fc_hidden: int | None = None,
-    same_padding: bool | None = None,
-    depth: int = 3,
     device: str | torch.device = "cpu",
     check_memory: bool = True,
+    **shape: Unpack[ImpalaShape],
 ) -> ImpalaResNet:
-    """Build the paper's ResNet at width ``k`` directly on ``device``, in eval mode.
+    """Build the paper's ResNet at width ``k`` directly on ``device``, in eval mode; ``shape``: its
+    `ImpalaShape` options (``input_hw``, ``fc_hidden``, ``same_padding``, ``depth``).
 
     With ``check_memory`` (default) `ensure_fits` runs first, so a model that
     cannot fit raises `ModelTooLargeError` before anything is allocated.
@@ -270,9 +289,15 @@ def impala_resnet(
     >>> impala_resnet(1, 6).training
     False
     """
-    same_padding, fc_hidden = _arch_defaults(depth, same_padding, fc_hidden)
+    _check_shape("impala_resnet", shape)
+    depth = shape.get("depth", 3)
+    same_padding, fc_hidden = _arch_defaults(depth, shape.get("same_padding"), shape.get("fc_hidden"))
     arch = ImpalaArch(
-        in_channels=in_channels, input_hw=input_hw, fc_hidden=fc_hidden, same_padding=same_padding, depth=depth
+        in_channels=in_channels,
+        input_hw=shape.get("input_hw", 84),
+        fc_hidden=fc_hidden,
+        same_padding=same_padding,
+        depth=depth,
     )
     if check_memory:
         ensure_fits(k, device, n_actions=n_actions, **arch)
@@ -369,12 +394,10 @@ def estimate_memory_bytes(
     *,
     batch: int = 1,
     bytes_per_value: int = 4,
-    input_hw: int = 84,
-    fc_hidden: int | None = None,
-    same_padding: bool | None = None,
-    depth: int = 3,
+    **shape: Unpack[ImpalaShape],
 ) -> int:
-    """Bytes to hold the fp32 weights plus an activation margin for a forward pass.
+    """Bytes to hold the fp32 weights plus an activation margin for a forward pass (``shape``: the
+    network's `ImpalaShape` options).
 
     The margin is four copies of the largest feature map (the first conv's
     ``16k × H × W`` output) per batch element: inference keeps at most a few maps alive.
@@ -382,7 +405,9 @@ def estimate_memory_bytes(
     >>> round(estimate_memory_bytes(98) / 1e9, 2)
     4.2
     """
-    same_padding, fc_hidden = _arch_defaults(depth, same_padding, fc_hidden)
+    _check_shape("estimate_memory_bytes", shape)
+    depth, input_hw = shape.get("depth", 3), shape.get("input_hw", 84)
+    same_padding, fc_hidden = _arch_defaults(depth, shape.get("same_padding"), shape.get("fc_hidden"))
     params = count_parameters(
         k, n_actions, in_channels, input_hw=input_hw, fc_hidden=fc_hidden, same_padding=same_padding, depth=depth
     )

@@ -70,6 +70,34 @@ def _describe_default(spec: Any) -> Any:
     return spec if isinstance(spec, str) else "callable"
 
 
+def _check_session_args(env: Any, tick_hz: Any, max_ticks: Any, seed: Any, host_mode: Any, render_mode: Any) -> None:
+    """`Session`'s arguments that need no env to check, each refused at the door in one line."""
+    if not isinstance(env, str) and not callable(env):
+        raise TypeError(f"env must be an env id or a factory, got {type(env).__name__}")
+    if tick_hz is not None and not (isinstance(tick_hz, (int, float)) and tick_hz > 0 and tick_hz == tick_hz):
+        raise ValueError(f"tick_hz must be a positive number, got {tick_hz!r}")
+    if max_ticks is not None and (not isinstance(max_ticks, int) or max_ticks < 0):
+        raise ValueError(f"max_ticks must be a non-negative integer, got {max_ticks!r}")
+    if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool)):
+        raise TypeError(f"seed must be an integer, got {seed!r}")
+    if host_mode not in HOST_MODES:
+        raise ValueError(f"host_mode must be one of {HOST_MODES}, got {host_mode!r}")
+    if render_mode not in RENDER_MODES:
+        raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
+
+
+def _checked_log_dir(log_dir: Any, log_chunk_rows: Any) -> str | None:
+    """``log_dir`` as a path string (None: the tick log stays in memory), refused if it already holds a log."""
+    if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
+        raise TypeError(f"log_dir must be a path, got {type(log_dir).__name__}")
+    path = None if log_dir is None else os.fspath(log_dir)
+    if not isinstance(log_chunk_rows, int) or isinstance(log_chunk_rows, bool) or log_chunk_rows < 1:
+        raise ValueError(f"log_chunk_rows must be a positive integer, got {log_chunk_rows!r}")
+    if path is not None and is_ticklog_dir(path):
+        raise FileExistsError(f"{path} already holds a tick log: move it away or choose another log_dir")
+    return path
+
+
 class Session:
     """A realtime world for agents: channels + host on a clock.
 
@@ -137,18 +165,7 @@ class Session:
         log_dir: str | os.PathLike | None = None,
         log_chunk_rows: int = CHUNK_ROWS,
     ) -> None:
-        if not isinstance(env, str) and not callable(env):
-            raise TypeError(f"env must be an env id or a factory, got {type(env).__name__}")
-        if tick_hz is not None and not (isinstance(tick_hz, (int, float)) and tick_hz > 0 and tick_hz == tick_hz):
-            raise ValueError(f"tick_hz must be a positive number, got {tick_hz!r}")
-        if max_ticks is not None and (not isinstance(max_ticks, int) or max_ticks < 0):
-            raise ValueError(f"max_ticks must be a non-negative integer, got {max_ticks!r}")
-        if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool)):
-            raise TypeError(f"seed must be an integer, got {seed!r}")
-        if host_mode not in HOST_MODES:
-            raise ValueError(f"host_mode must be one of {HOST_MODES}, got {host_mode!r}")
-        if render_mode not in RENDER_MODES:
-            raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
+        _check_session_args(env, tick_hz, max_ticks, seed, host_mode, render_mode)
         self.env_source = env
         self.env_kwargs = dict(env_kwargs or {})
         self.host_mode, self.render_mode = host_mode, render_mode
@@ -162,27 +179,12 @@ class Session:
         if host_sched not in HOST_SCHED:
             raise ValueError(f"host_sched must be one of {HOST_SCHED}, got {host_sched!r}")
         self.host_sched = host_sched
-        if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
-            raise TypeError(f"log_dir must be a path, got {type(log_dir).__name__}")
-        self.log_dir = None if log_dir is None else os.fspath(log_dir)
-        if not isinstance(log_chunk_rows, int) or isinstance(log_chunk_rows, bool) or log_chunk_rows < 1:
-            raise ValueError(f"log_chunk_rows must be a positive integer, got {log_chunk_rows!r}")
+        self.log_dir = _checked_log_dir(log_dir, log_chunk_rows)
         self.log_chunk_rows = log_chunk_rows
-        if self.log_dir is not None and is_ticklog_dir(self.log_dir):
-            raise FileExistsError(f"{self.log_dir} already holds a tick log: move it away or choose another log_dir")
         self.start_timeout = start_timeout
         self.recorder = recorder
         self.env_id = env if isinstance(env, str) else getattr(env, "__name__", "custom")
-        # None: the action space's own no-op (`space_noop`), known once the env is built
-        noop_action, default_name, natural_hz = None, "noop", None
-        self._noop_declared = False
-        if isinstance(env, str):
-            from nonstop.envs import env_info
-
-            info = env_info(env, **self.env_kwargs)
-            default_name, natural_hz = info.default_beta, info.tick_hz
-            if info.family != "gymnasium" or "noop_action" in self.env_kwargs:
-                noop_action, self._noop_declared = info.noop_action, True
+        noop_action, default_name, natural_hz = self._env_defaults(env)
         hz = tick_hz if tick_hz is not None else natural_hz
         if hz is None:
             raise ValueError(f"env {self.env_id!r} has no natural tick rate: pass tick_hz=")
@@ -195,6 +197,24 @@ class Session:
         ):  # validate at the door
             make_default(spec, noop_action=0 if noop_action is None else noop_action)
         self.queue_mode, self.queue_capacity = queue_mode, queue_capacity
+        self._init_channels()
+
+    def _env_defaults(self, env: EnvSource) -> tuple[Any, str, float | None]:
+        """What the registry says of ``env``: its no-op action (None: the action space's own, `space_noop`,
+        known once the env is built), its default β's name and its natural tick rate (None for a factory)."""
+        self._noop_declared = False
+        if not isinstance(env, str):
+            return None, "noop", None
+        from nonstop.envs import env_info
+
+        info = env_info(env, **self.env_kwargs)
+        noop_action = None
+        if info.family != "gymnasium" or "noop_action" in self.env_kwargs:
+            noop_action, self._noop_declared = info.noop_action, True
+        return noop_action, info.default_beta, info.tick_hz
+
+    def _init_channels(self) -> None:
+        """The seats, their channels and the host's handles: none until `start` makes them."""
         #: the seats' names in a seat world (PettingZoo's agent names), None for a gymnasium env
         self.seats: list[str] | None = None
         self.slots: list[LatestSlot] = []
