@@ -1,4 +1,5 @@
-"""The edge's settings: one dataclass for what `create_app`, `serve` and `ServerThread` share.
+"""The server's settings: the edge's (`EdgeSettings`: what `create_app`, `serve` and `ServerThread`
+share) and the session manager's (`ManagerSettings`), each one dataclass checked at construction.
 
 The app's options used to travel as ten keyword arguments through three functions; they are one
 `EdgeSettings` now, checked once at construction. `split_options` sorts a caller's keywords into the
@@ -17,13 +18,15 @@ ValueError: max_connections must be a positive integer, got 0
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from nonstop.realtime.hostproc import HOST_SCHED
 from nonstop.server.guard import is_loopback
 
-__all__ = ["EdgeSettings", "split_options"]
+__all__ = ["EdgeSettings", "ManagerSettings", "split_options"]
 
 
 @dataclass(frozen=True)
@@ -82,3 +85,66 @@ def split_options(options: dict[str, Any], base: EdgeSettings | None = None) -> 
     edge = {k: v for k, v in options.items() if k in _FIELDS}
     rest = {k: v for k, v in options.items() if k not in _FIELDS}
     return dataclasses.replace(base or EdgeSettings(), **edge), rest
+
+
+def _count(name: str, value: Any, least: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        what = "a positive integer" if least == 1 else "a non-negative integer"
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ManagerSettings:
+    """How a `nonstop.server.sessions.SessionManager` admits, ticks, reaps and records sessions.
+
+    max_sessions: live sessions allowed at once; one more gets ``CAPACITY_REACHED``.
+    idle_timeout: a running session whose clients sent nothing for this long, and wait for nothing,
+        is ended; a player without a socket (HTTP, MCP) silent this long gives its seats up to their β.
+    replay_dir: where replays go; ``None`` disables recording (``record``: False records nothing).
+    encoding: how observations travel unless a client says (``b64``, ``list``, ``none``).
+    tick_threads: threads of the in-process tick pool (``tick_procs=0``).
+    tick_procs: 0 ticks every session on threads of this process; ``n > 0`` on ``n`` worker processes.
+    tick_sched: the workers' tick lanes' scheduling (`nonstop.realtime.host.raise_priority`).
+    work_workers, max_pending_work: the slow-work queue's threads and its bound (past it: ``BACKPRESSURE``).
+    max_waiters: pending waits one session holds at most.
+    reap_interval: seconds between the reaper's rounds; keep_closed: ended sessions still listed.
+    warm_envs: envs per env id kept built and seeded ahead of time (split over tick processes).
+    replay_keep, replay_max_mb: the replay directory's retention (0: no limit); the newest is kept.
+
+    >>> ManagerSettings(tick_sched="often")
+    Traceback (most recent call last):
+    ...
+    ValueError: tick_sched must be one of ('auto', 'fifo', 'nice', 'normal'), got 'often'
+    """
+
+    max_sessions: int = 64
+    idle_timeout: float = 60.0
+    replay_dir: str | os.PathLike | None = None
+    record: bool = True
+    encoding: str = "b64"
+    tick_threads: int = 2
+    tick_procs: int = 0
+    tick_sched: str = "auto"
+    work_workers: int = 2
+    max_pending_work: int = 16
+    max_waiters: int = 64
+    reap_interval: float = 0.25
+    keep_closed: int = 256
+    warm_envs: int = 0
+    replay_keep: int = 1000
+    replay_max_mb: float = 0.0
+
+    def __post_init__(self) -> None:
+        _count("max_sessions", self.max_sessions, 1)
+        if not self.idle_timeout > 0:
+            raise ValueError(f"idle_timeout must be a positive number of seconds, got {self.idle_timeout!r}")
+        if self.encoding not in ("b64", "list", "none"):
+            raise ValueError(f"encoding must be 'b64', 'list' or 'none', got {self.encoding!r}")
+        _count("tick_procs", self.tick_procs, 0)
+        if self.tick_sched not in HOST_SCHED:
+            raise ValueError(f"tick_sched must be one of {HOST_SCHED}, got {self.tick_sched!r}")
+        if not isinstance(self.replay_keep, int) or isinstance(self.replay_keep, bool) or self.replay_keep < 0:
+            raise ValueError(f"replay_keep must be a non-negative integer (0: no limit), got {self.replay_keep!r}")
+        mb = self.replay_max_mb
+        if isinstance(mb, bool) or not isinstance(mb, (int, float)) or not mb >= 0:
+            raise ValueError(f"replay_max_mb must be a non-negative number (0: no limit), got {mb!r}")
