@@ -45,8 +45,9 @@ from starlette.middleware.base import BaseHTTPMiddleware
 from nonstop.server.auth import TOKEN_ENV, RedactToken, authorized, page_address, resolve_token
 from nonstop.server.guard import DenialNoise, EdgeGuard, EdgePolicy
 from nonstop.server.live import is_public, mount_live
-from nonstop.server.openenv_http import add_openenv_routes
-from nonstop.server.routes import admin, manager_of, ws
+from nonstop.server.openenv_http import HttpPlayers
+from nonstop.server.routes import admin, manager_of, openenv, ws
+from nonstop.server.routes.mcp import mount_mcp
 from nonstop.server.sessions import SessionManager
 from nonstop.server.settings import EdgeSettings, split_options
 
@@ -133,9 +134,11 @@ def create_app(manager: SessionManager | None = None, settings: EdgeSettings | N
         return manager_of(app)
 
     app.include_router(admin.router)
-    # POST /reset, /step, GET /state, /mcp. EdgeGuard checks /mcp's two dialects alike, so the MCP
-    # SDK's own Host check (which knows no --allow-host) is left off: "0.0.0.0" tells it so.
-    add_openenv_routes(app, mgr, start_timeout=edge.start_timeout, host="0.0.0.0")
+    app.state.http_players = HttpPlayers(mgr, edge.start_timeout)
+    app.include_router(openenv.router)  # POST /reset, /step, GET /state
+    # EdgeGuard checks /mcp's two dialects alike, so the MCP SDK's own Host check (which knows no
+    # --allow-host) is left off: "0.0.0.0" tells it so.
+    mount_mcp(app, mgr, start_timeout=edge.start_timeout, host="0.0.0.0")
     mount_live(app, mgr, edge.token, max_connections=edge.max_connections)  # the page at /, /ws/watch/{id}
     app.include_router(ws.router)
     return app

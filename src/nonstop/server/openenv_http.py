@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
@@ -36,7 +36,6 @@ from nonstop.server.protocol import ErrorCode, ProtocolError, ResetData, ResetMe
 from nonstop.server.sessions import SessionManager
 
 __all__ = [
-    "add_openenv_routes",
     "HttpPlayers",
     "HTTP_STATUS",
     "KEY_COOKIE",
@@ -144,20 +143,3 @@ def _same(a: str, b: str) -> bool:
 def client_key(request: Request) -> str | None:
     """The client's key: the ``X-Nonstop-Key`` header, else the ``nonstop_key`` cookie."""
     return request.headers.get(KEY_HEADER) or request.cookies.get(KEY_COOKIE) or None
-
-
-def add_openenv_routes(
-    app: FastAPI, manager: Callable[[], SessionManager], *, start_timeout: float, host: str = "127.0.0.1"
-) -> None:
-    """Add ``POST /reset``, ``POST /step``, ``GET /state`` and ``/mcp`` to ``app``.
-
-    ``host`` is the address the server binds: on a loopback address ``/mcp`` refuses requests
-    whose ``Host``/``Origin`` is not local (the MCP SDK's DNS-rebinding protection); elsewhere
-    protect the server with a token.
-    """
-    from nonstop.server.routes.mcp import mount_mcp
-    from nonstop.server.routes.openenv import router
-
-    app.state.http_players = HttpPlayers(manager, start_timeout)
-    app.include_router(router)
-    mount_mcp(app, manager, start_timeout=start_timeout, host=host)

@@ -667,6 +667,8 @@ class ServerSession:
         }
         if self.record is not None:  # rows the tick worker still holds in memory (bounded: about a chunk)
             info["worker_held_rows"] = self.record.worker_held
+        if self.state is Lifecycle.RUNNING:  # tick t is due at this + t·τ_M on CLOCK_MONOTONIC (time.perf_counter)
+            info["tick0_monotonic_s"] = self.manager.pool.clock.origin + self.origin
         recent = self.recent_lateness() if self.state is Lifecycle.RUNNING and self._process is not None else None
         if recent is not None and recent.size:
             info["recent_lateness_ms"] = {
