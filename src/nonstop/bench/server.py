@@ -63,6 +63,10 @@ per-session lateness p99 ≤ 2 ms): the env defaults to ``multi/Boxing``; each s
 creates it (``reset``: the reset latency) and the others ``join`` its other seats (the *join
 latency*), then every client plays its own seat as above (a random action of its seat's space
 every ``--every`` ticks). Lateness is per session, as above; inaction per client (its seat's).
+
+A whole team (``--team``, issue 43): one client holds a team of ``multi/battle-1000`` (529 seats),
+one message a tick each way; `nonstop.bench.serverteam` says what it measures. The server's
+process (started, measured, reaped) is `nonstop.bench.serverproc`, shared by both.
 """
 
 from __future__ import annotations
