@@ -250,6 +250,10 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "nonstop bench server --sessions 8 --json --quick",
         "64 sessions for a full minute; 8 in the quick form",
     ),
+    "nonstop bench server --team --seats 500 --json": (
+        "nonstop bench server --team --env multi/battle --seats 80 --seconds 2 --json --quick",
+        "529 seats of the 1,058-agent battle for 20 s; the 162-agent battle's team of 81 for 2 s",
+    ),
     "nonstop bench regret --quick": ("nonstop bench regret --quick --json", "as written, plus the JSON line checked"),
     "nonstop bench models --arch 2xdeep": (
         "nonstop bench models --arch 2xdeep --quick",

@@ -180,7 +180,7 @@ def test_an_llm_over_mcp_holds_a_whole_team_acts_for_every_seat_and_gives_it_up(
 
             looked = (await red.call_tool("observe", {"session_id": sid, "team": "red"})).structured_content
             assert set(looked["seats"]) == set(RED) and looked["tick"] >= seen["tick"]
-            stats = await red.call_tool("stats", {"session_id": sid})
+            stats = await red.call_tool("stats", {"session_id": sid, "all_seats": True})
             state = stats.structured_content
             assert state["team"]["name"] == "red" and state["team"]["seats"] == RED
             assert state["team"]["agent_ticks"] == 6  # the act counted once per red seat, none by the refused ones

@@ -80,9 +80,10 @@ def test_two_clients_play_one_duel_each_for_its_seat(server) -> None:
         theirs = second.wait(3)
         assert theirs.info["agent_ticks"] == 1 and theirs.info["last_delay"] >= 1
 
-        state = second.state()  # the counters are the asking seat's; every seat's under "seats"
+        state = second.state()  # the counters are the asking seat's, and so is the one row under "seats"
         assert state["seat"] == "second_0" and state["agent_ticks"] == 1
-        seats = {row["seat"]: row for row in state["seats"]}
+        assert [row["seat"] for row in state["seats"]] == ["second_0"]
+        seats = {row["seat"]: row for row in second.state(seats="all")["seats"]}  # every seat's, when asked
         assert seats["first_0"]["agent_ticks"] == 1 and seats["first_0"]["held"] and seats["second_0"]["held"]
         assert seats["first_0"]["last_delay"] >= 1 and seats["second_0"]["last_delay"] >= 1
 
@@ -183,7 +184,7 @@ def test_a_seat_whose_client_leaves_is_played_by_its_beta(server) -> None:
         assert row["lifecycle"] == "running"
         after = first.wait(10)
         assert after.info["lifecycle"] == "running"
-        state = {r["seat"]: r for r in first.state()["seats"]}
+        state = {r["seat"]: r for r in first.state(seats="all")["seats"]}
         assert state["second_0"]["held"] is False and state["second_0"]["agent_ticks"] == 1
         assert state["second_0"]["inaction_ticks"] >= after.tick - 1  # β plays every other tick of it
         with Client(server.url) as third:
@@ -241,12 +242,14 @@ def test_an_llm_through_mcp_joins_a_match_a_websocket_bot_created(server) -> Non
                 seen = (await llm.call_tool("wait", {"session_id": sid, "ticks": 3})).structured_content
                 assert seen["seat"] == "second_0" and seen["agent_ticks"] == 1 and seen["tick"] >= ack["tick"] + 3
                 stats = (await llm.call_tool("stats", {"session_id": sid})).structured_content
-                assert stats["seat"] == "second_0" and [s["held"] for s in stats["seats"]] == [True, True]
+                assert stats["seat"] == "second_0" and [s["seat"] for s in stats["seats"]] == ["second_0"]
+                stats = (await llm.call_tool("stats", {"session_id": sid, "all_seats": True})).structured_content
+                assert [s["held"] for s in stats["seats"]] == [True, True]
                 left = (await llm.call_tool("stop_session", {"session_id": sid})).structured_content
                 assert left["lifecycle"] == "running" and [s["held"] for s in left["seats"]] == [True, False]
 
         asyncio.run(play())
-        state = bot.state()
+        state = bot.state(seats="all")
         assert state["lifecycle"] == "running" and state["agent_ticks"] == 0
         assert {r["seat"]: r["agent_ticks"] for r in state["seats"]} == {"first_0": 0, "second_0": 1}
     assert _closed(server.url, sid)["end_reason"] == "closed by client"

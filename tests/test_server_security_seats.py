@@ -326,7 +326,7 @@ def test_a_silent_mcp_holder_gives_its_seat_up_after_the_idle_timeout(no_shm_lea
 
             def seat_freed() -> bool:
                 bot.act(0)  # the bot stays active: the session lives on
-                return [s["held"] for s in bot.state()["seats"]] == [True, False]
+                return [s["held"] for s in bot.state(seats="all")["seats"]] == [True, False]
 
             wait_for(seat_freed, timeout=15, what="the silent MCP holder's seat freed")
             with Client(srv.url) as newcomer:
@@ -339,4 +339,4 @@ def test_an_ended_session_shows_no_seat_held(server) -> None:
         second.join(sid)
         closed = wait_for(lambda: (s := _info(server.url, sid))["lifecycle"] == "closed" and s, what="closed")
         assert [s["held"] for s in closed["seats"]] == [False, False]
-        assert [s["held"] for s in first.state()["seats"]] == [False, False]
+        assert [s["held"] for s in first.state(seats="all")["seats"]] == [False, False]

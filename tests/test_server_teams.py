@@ -72,7 +72,7 @@ def test_each_client_holds_a_team_and_acts_for_all_its_seats_in_one_message(serv
         later = red.wait_team(2)  # the match played on through every refusal
         assert later.tick > stepped.tick - 5 and set(later.seats) == set(RED)
 
-        held = {row["seat"]: row["held"] for row in red.state()["seats"]}
+        held = {row["seat"]: row["held"] for row in red.state(seats="all")["seats"]}
         assert all(held.values()) and len(held) == 12
     # both teams left: the session ended, and the refused resets left no session behind
     wait_for(lambda: all(s["lifecycle"] == "closed" for s in http_get(server.url, "/sessions")), what="all closed")
@@ -120,7 +120,7 @@ def test_an_llm_over_mcp_holds_the_other_team_of_a_websocket_bots_match(server) 
                 assert left["lifecycle"] == "running"
 
         asyncio.run(play())
-        state = red.state()
+        state = red.state(seats="all")
         assert state["lifecycle"] == "running"
         rows = {row["seat"]: row for row in state["seats"]}
         assert [rows[seat]["agent_ticks"] for seat in BLUE] == [1] * 6 and [rows[s]["agent_ticks"] for s in RED] == [

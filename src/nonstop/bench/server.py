@@ -63,23 +63,25 @@ per-session lateness p99 ≤ 2 ms): the env defaults to ``multi/Boxing``; each s
 creates it (``reset``: the reset latency) and the others ``join`` its other seats (the *join
 latency*), then every client plays its own seat as above (a random action of its seat's space
 every ``--every`` ticks). Lateness is per session, as above; inaction per client (its seat's).
+
+A whole team (``--team``, issue 43): one client holds a team of ``multi/battle-1000`` (529 seats),
+one message a tick each way; `nonstop.bench.serverteam` says what it measures. The server's
+process (started, measured, reaped) is `nonstop.bench.serverproc`, shared by both.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing as mp
 import os
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from nonstop.bench.common import machine_info, percentiles, verdict
-from nonstop.realtime.lifeline import hold_lifeline, reap
+from nonstop.bench.serverproc import closed_sessions, cpu_s, launch, rss_mb, server_health
+from nonstop.realtime.lifeline import reap
 
 __all__ = ["DESCRIPTION", "RESULT_KEYS", "add_arguments", "run", "render"]
 
@@ -127,54 +129,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="scheduling of the tick workers' tick threads (as `nonstop serve --tick-sched`)",
     )
     parser.add_argument("--switch-interval", type=float, default=0.0005, help="server's GIL switch interval (s)")
-
-
-def _tree(pid: int) -> list[int]:
-    """``pid`` and every live descendant (the server's tick workers and its resource tracker)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):  # exited meanwhile
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` and its live descendants so far (all threads)."""
-    total = 0.0
-    for p in _tree(pid):
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
-def _rss_mb(pid: int) -> tuple[float, float]:
-    """RSS and peak RSS (MB) of process ``pid`` plus its live descendants (the peak: the sum of each
-    process's own peak, an upper bound)."""
-    rss = peak = 0.0
-    for p in _tree(pid):
-        try:
-            lines = Path(f"/proc/{p}/status").read_text().splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            key, _, value = line.partition(":")
-            if key == "VmRSS":
-                rss += float(value.split()[0]) / 1024.0
-            elif key == "VmHWM":
-                peak += float(value.split()[0]) / 1024.0
-    return rss, peak
+    parser.add_argument(
+        "--team",
+        action="store_true",
+        help="one client holds a whole team of a many-seat world (default multi/battle-1000, 529 seats a team; "
+        "--seats: the least team size, default 500) and sends one message a tick, receiving one: their bytes and "
+        "latency, the host's lateness (nonstop.bench.serverteam)",
+    )
 
 
 async def _client(
@@ -264,31 +225,40 @@ async def _play(url: str, args: argparse.Namespace) -> tuple[list[dict], list[di
     return outs, live
 
 
-def _serve(envs: list[str], **settings: Any) -> None:
-    """The benchmarked server (in its own process): no server outlives the bench."""
-    from nonstop.server.app import serve
-
-    hold_lifeline()
-    sys.exit(serve(envs, **settings))
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from nonstop.server.app import free_port
-    from nonstop.server.client import http_get
+    if getattr(args, "team", False):
+        from nonstop.bench.serverteam import run_team
 
+        return run_team(args)
     if args.quick:
         args.sessions, args.seconds, args.ramp = min(args.sessions, 4), min(args.seconds, 3.0), min(args.ramp, 0.5)
     if args.sessions < 1 or args.every < 1 or not args.seconds > 0 or args.seats < 1:
         raise ValueError("need --sessions >= 1, --seats >= 1, --every >= 1 and --seconds > 0")
     if args.env is None:
         args.env = "Boxing" if args.seats == 1 else "multi/Boxing"
-    port = free_port()
-    url = f"ws://127.0.0.1:{port}"
     load_before = os.getloadavg()[0]
     # the server in a process of its own: isolation is the point (its CPU and memory are measured apart from the
     # clients', which share no GIL with its tick pool); it runs the library's `serve`, as `nonstop serve` does
-    settings = {
-        "port": port,
+    server, url = launch(args.env, _settings(args), warm=args.sessions)
+    pid = server.pid
+    assert pid is not None  # started
+    try:
+        _seat_spaces(url, args)
+        idle_rss, _ = rss_mb(pid)
+        cpu0, client_cpu0, wall0 = cpu_s(pid), time.process_time(), time.perf_counter()
+        outs, live = asyncio.run(_play(url, args))
+        wall = time.perf_counter() - wall0
+        cpu = {"server": (cpu_s(pid) - cpu0) / wall, "clients": (time.process_time() - client_cpu0) / wall}
+        rss = (*rss_mb(pid), idle_rss)
+        health = server_health(url)
+        infos = closed_sessions(url, {o["sid"] for o in outs})
+    finally:
+        reap(server, timeout=0, kill_after=60)  # SIGTERM: it ends its sessions and exits; killed after 60 s
+    return _result(args, outs, live, infos, cpu, rss, health, load_before)
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    return {
         "max_sessions": args.sessions,
         "tick_threads": args.tick_threads,
         "tick_procs": args.tick_procs,
@@ -297,52 +267,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "switch_interval": args.switch_interval,
         "log_level": "warning",
     }
-    server = mp.get_context("spawn").Process(
-        target=_serve, args=([args.env],), kwargs=settings, name="nonstop-bench-server"
-    )
-    server.start()
-    pid = server.pid
-    assert pid is not None  # started
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if http_get(url, "/health", timeout=1)["status"] == "healthy":
-                    break
-            except Exception:  # not up yet
-                pass
-            if server.exitcode is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not start (exit code {server.exitcode})")
-            time.sleep(0.1)
-        desc = http_get(url, "/metadata")["envs"][args.env]
-        seat_spaces = desc.get("seats") or {"agent": {"action": desc["action"]}}
-        if args.seats > len(seat_spaces):
-            raise ValueError(
-                f"--seats {args.seats}: {args.env} has {len(seat_spaces)} seat(s) ({', '.join(seat_spaces)})"
-            )
-        args.seat_names = list(seat_spaces)
-        args.n_actions = [int(seat_spaces[name]["action"].get("n", 2)) for name in args.seat_names]
-        while sum(http_get(url, "/health")["warm_envs_ready"].values()) < args.sessions:
-            if server.exitcode is not None or time.monotonic() > deadline + 600:
-                raise RuntimeError("the server's warm envs did not get ready")
-            time.sleep(0.2)
-        idle_rss, _ = _rss_mb(pid)
-        cpu0, client_cpu0, wall0 = _cpu_s(pid), time.process_time(), time.perf_counter()
-        outs, live = asyncio.run(_play(url, args))
-        wall = time.perf_counter() - wall0
-        server_cpu = (_cpu_s(pid) - cpu0) / wall
-        client_cpu = (time.process_time() - client_cpu0) / wall
-        rss, peak = _rss_mb(pid)
-        health = http_get(url, "/health")
-        sids = {o["sid"] for o in outs}
-        deadline = time.monotonic() + 60
-        while True:
-            infos = [s for s in http_get(url, "/sessions") if s["session_id"] in sids]
-            if all(s["lifecycle"] == "closed" for s in infos) or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-    finally:
-        reap(server, timeout=0, kill_after=60)  # SIGTERM: it ends its sessions and exits; killed after 60 s
+
+
+def _seat_spaces(url: str, args: argparse.Namespace) -> None:
+    """``args.seat_names`` and ``args.n_actions`` from the server's metadata (``--seats`` checked)."""
+    from nonstop.server.client import http_get
+
+    desc = http_get(url, "/metadata")["envs"][args.env]
+    seat_spaces = desc.get("seats") or {"agent": {"action": desc["action"]}}
+    if args.seats > len(seat_spaces):
+        raise ValueError(f"--seats {args.seats}: {args.env} has {len(seat_spaces)} seat(s) ({', '.join(seat_spaces)})")
+    args.seat_names = list(seat_spaces)
+    args.n_actions = [int(seat_spaces[name]["action"].get("n", 2)) for name in args.seat_names]
+
+
+def _result(
+    args: argparse.Namespace,
+    outs: list[dict],
+    live: list[dict],
+    infos: list[dict],
+    cpu: dict[str, float],
+    rss: tuple[float, float, float],
+    health: dict[str, Any],
+    load_before: float,
+) -> dict[str, Any]:
+    sids = {o["sid"] for o in outs}
     p99s = np.array([s["summary"]["lateness_p99_ms"] for s in infos if "lateness_p99_ms" in s.get("summary", {})])
     steady = np.array(
         [s["recent_lateness_ms"]["p99"] for s in live if s["session_id"] in sids and "recent_lateness_ms" in s]
@@ -386,15 +335,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ticks_per_s_target": target,
         "ticks_fraction": ticks_per_s / target,
         "common_window_s": max(0.0, t_end - t_start),
-        "server_rss_mb": rss,
-        "server_peak_rss_mb": peak,
-        "server_idle_rss_mb": idle_rss,
+        "server_rss_mb": rss[0],
+        "server_peak_rss_mb": rss[1],
+        "server_idle_rss_mb": rss[2],
         "reset_p50_ms": float(np.median(reset_ms)),
         "reset_ms": percentiles(reset_ms),
         "join_ms": percentiles(join_ms) if join_ms.size else None,
         "client_inaction_fraction_median": float(np.median(inaction)),
-        "server_cpu_cores": server_cpu,
-        "clients_cpu_cores": client_cpu,
+        "server_cpu_cores": cpu["server"],
+        "clients_cpu_cores": cpu["clients"],
         "health_after": health["status"],
         "tick_sched_in_force": health.get("tick_sched", []),
         "loadavg_1min": [load_before, os.getloadavg()[0]],
@@ -409,6 +358,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> None:
+    if result.get("mode") == "team":
+        from nonstop.bench.serverteam import render_team
+
+        render_team(result)
+        return
     from nonstop._console import Console
     from rich.table import Table
 

@@ -8,7 +8,9 @@ an ``error`` reply with a code; the connection and every other session carry on.
 
 HTTP: ``/health`` (503 when ticks stop advancing), ``/metadata``, ``/schema``, ``/sessions``,
 ``/sessions/{id}``, ``/replays`` (names in the replay directory); OpenEnv's ``POST /reset``, ``POST /step``, ``GET /state`` and
-the MCP endpoint ``/mcp`` (`nonstop.server.openenv_http`). With a token, every request needs
+the MCP endpoint ``/mcp`` (`nonstop.server.openenv_http`). Each area is a router of its own under
+`nonstop.server.routes` (``admin``, ``ws``, ``openenv``, ``mcp``); `create_app` composes them, and
+its options are one `EdgeSettings` (`nonstop.server.settings`). With a token, every request needs
 ``Authorization: Bearer TOKEN`` (WebSockets may pass ``?token=TOKEN`` instead, for clients that
 cannot set headers). The token is read from a file or the environment (`resolve_token`) and never
 logged: `RedactToken` rewrites ``token=`` in every uvicorn log line. The live page (``/``, its
@@ -28,34 +30,30 @@ handling is `nonstop.server.auth`. Both stay importable from here.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import FastAPI, Request, WebSocket, WebSocketDisconnect
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from starlette.middleware.base import BaseHTTPMiddleware
 
-from nonstop.server.auth import TOKEN_ENV, RedactToken, authorized, page_address, refuse_socket, resolve_token
-from nonstop.server.connection import Connection
-from nonstop.server.guard import DenialNoise, EdgeGuard, EdgePolicy, is_loopback
+from nonstop.server.auth import TOKEN_ENV, RedactToken, authorized, page_address, resolve_token
+from nonstop.server.guard import DenialNoise, EdgeGuard, EdgePolicy
 from nonstop.server.live import is_public, mount_live
-from nonstop.server.protocol import (
-    MESSAGE_TYPES,
-    CloseMessage,
-    ErrorReply,
-    ProtocolError,
-    message_schemas,
-    parse_message,
-)
+from nonstop.server.openenv_http import HttpPlayers
+from nonstop.server.routes import admin, manager_of, openenv, ws
+from nonstop.server.routes.mcp import mount_mcp
 from nonstop.server.sessions import SessionManager
+from nonstop.server.settings import EdgeSettings, split_options
 
 __all__ = [
     "create_app",
+    "EdgeSettings",
     "serve",
     "ServerThread",
     "free_port",
@@ -70,9 +68,6 @@ log = logging.getLogger("nonstop.server")
 DEFAULT_PORT = 8000
 #: uvicorn closes the socket above this; below it and above MAX_MESSAGE_BYTES we answer with an error
 WS_FRAME_LIMIT = 1 << 20
-#: frames a WebSocket client may send while its previous message is handled (a long wait), read and
-#: kept in order; past them the socket is not read until that message is answered
-_EARLY_FRAMES = 16
 #: uvicorn settings of every server: no per-message deflate (compressing a 100 KB frame costs
 #: milliseconds of GIL-held CPU that the tick pool needs; frames travel on a LAN or loopback)
 UVICORN_WS: dict[str, Any] = {"ws_max_size": WS_FRAME_LIMIT, "ws_per_message_deflate": False, "lifespan": "on"}
@@ -107,23 +102,13 @@ class QuietPolling(logging.Filter):
             logger.addFilter(cls())
 
 
-def create_app(
-    manager: SessionManager | None = None,
-    *,
-    token: str | None = None,
-    start_timeout: float = 30.0,
-    connect_timeout: float = 30.0,
-    max_connections: int = 256,
-    host: str = "127.0.0.1",
-    allow_hosts: Iterable[str] = (),
-    allow_origins: Iterable[str] = (),
-    insecure_no_token: bool = False,
-    **manager_kwargs: Any,
-) -> FastAPI:
-    """The FastAPI app. It owns ``manager`` (built from ``manager_kwargs`` if not given) and shuts
-    it down, flushing every replay, when the app stops. ``host``: the address it will be served
-    on; a non-loopback one needs a ``token`` unless ``insecure_no_token``. ``allow_hosts`` and
-    ``allow_origins`` add to the `EdgePolicy`'s own (``--allow-host``, ``--allow-origin``).
+def create_app(manager: SessionManager | None = None, settings: EdgeSettings | None = None, **options: Any) -> FastAPI:
+    """The FastAPI app: the edge's middleware around the routers of `nonstop.server.routes`.
+
+    It owns ``manager`` (built at startup from the options that are not `EdgeSettings` fields, if
+    not given) and shuts it down, flushing every replay, when the app stops. ``settings`` (or the
+    options named like its fields, over it): the token, the timeouts, the connection limits, the
+    address served and the Host and Origin allowances (`nonstop.server.settings.EdgeSettings`).
 
     A WebSocket connection that has started no session ``connect_timeout`` seconds after it opened
     (or whose session ended that long ago) is closed (code 1008); past ``max_connections`` open
@@ -132,257 +117,90 @@ def create_app(
     ``max_connections // 8`` already (one host cannot take every socket; this machine's own clients
     share 127.0.0.1 and are counted only in the total).
     """
-    if token is not None and (not isinstance(token, str) or len(token) < 8):
-        raise ValueError("token must be a string of at least 8 characters")
-    if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, (int, float)) or not connect_timeout > 0:
-        raise ValueError(f"connect_timeout must be a positive number of seconds, got {connect_timeout!r}")
-    if not isinstance(max_connections, int) or isinstance(max_connections, bool) or max_connections < 1:
-        raise ValueError(f"max_connections must be a positive integer, got {max_connections!r}")
-    if token is None and not insecure_no_token and not is_loopback(host):
-        raise ValueError(
-            f"refusing to serve on {host} without a token: anyone who reaches it could drive every session; "
-            "pass --token generate (or --token-file PATH, $NONSTOP_TOKEN), or --insecure-no-token to serve it open"
-        )
-    policy = EdgePolicy.build(host, allow_hosts, allow_origins)
+    edge, manager_options = split_options(options, settings)
+    policy = EdgePolicy.build(edge.host, edge.allow_hosts, edge.allow_origins)
+    _install_log_filters()
+    app = FastAPI(title="nonstop", description="Realtime worlds for agents of any latency", lifespan=_lifespan)
+    app.state.manager = manager
+    app.state.manager_options = manager_options
+    app.state.settings = edge
+    app.state.connections = 0  # open WebSocket connections (the event loop's own count: no lock)
+    app.state.by_address = {}  # the same, by remote address (loopback ones not counted)
+    if edge.token is not None:
+        app.add_middleware(BaseHTTPMiddleware, dispatch=_TokenCheck(edge.token))
+    app.add_middleware(EdgeGuard, policy=policy)  # added last: outermost, before the token's check
 
+    def mgr() -> SessionManager:
+        return manager_of(app)
+
+    app.include_router(admin.router)
+    app.state.http_players = HttpPlayers(mgr, edge.start_timeout)
+    app.include_router(openenv.router)  # POST /reset, /step, GET /state
+    # EdgeGuard checks /mcp's two dialects alike, so the MCP SDK's own Host check (which knows no
+    # --allow-host) is left off: "0.0.0.0" tells it so.
+    mount_mcp(app, mgr, start_timeout=edge.start_timeout, host="0.0.0.0")
+    mount_live(app, mgr, edge.token, max_connections=edge.max_connections)  # the page at /, /ws/watch/{id}
+    app.include_router(ws.router)
+    return app
+
+
+def _install_log_filters() -> None:
     RedactToken.install()
     QuietPolling.install()
     DenialNoise.install()
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        RedactToken.install()  # again: uvicorn configures its loggers when it starts
-        QuietPolling.install()
-        DenialNoise.install()
-        if app.state.manager is None:
-            app.state.manager = SessionManager(**manager_kwargs)
-        try:
-            yield
-        finally:
-            await asyncio.get_running_loop().run_in_executor(None, app.state.manager.shutdown)
 
-    app = FastAPI(title="nonstop", description="Realtime worlds for agents of any latency", lifespan=lifespan)
-    app.state.manager = manager
-    app.state.connections = 0  # open WebSocket connections (the event loop's own count: no lock)
-    app.state.by_address = {}  # the same, by remote address (loopback ones not counted)
-    per_address = max(1, max_connections // 8)
+@contextlib.asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    _install_log_filters()  # again: uvicorn configures its loggers when it starts
+    manager_of(app)
+    try:
+        yield
+    finally:
+        await asyncio.get_running_loop().run_in_executor(None, app.state.manager.shutdown)
 
-    def mgr() -> SessionManager:
-        if app.state.manager is None:
-            app.state.manager = SessionManager(**manager_kwargs)
-        return app.state.manager
 
-    if token is not None:
+class _TokenCheck:
+    """Every request but the live page's files needs ``Authorization: Bearer TOKEN`` (401 without)."""
 
-        @app.middleware("http")
-        async def require_token(request: Request, call_next: Any) -> Any:
-            if not is_public(request.url.path) and not authorized(request.headers.get("authorization"), None, token):
-                return JSONResponse(
-                    {"type": "error", "data": {"message": "missing or wrong bearer token", "code": "UNAUTHORIZED"}},
-                    status_code=401,
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-            return await call_next(request)
+    def __init__(self, token: str) -> None:
+        self.token = token
 
-    app.add_middleware(EdgeGuard, policy=policy)  # added last: outermost, before the token's check
-
-    @app.get("/health")
-    def health() -> JSONResponse:
-        report = mgr().health()
-        report["connections"] = app.state.connections
-        report["max_connections"] = max_connections
-        return JSONResponse(report, status_code=200 if report["ticks_advancing"] else 503)
-
-    @app.get("/metadata")
-    def metadata() -> dict[str, Any]:
-        m = mgr()
-        return {
-            "name": "nonstop",
-            "description": "Realtime worlds that never wait: the world ticks on its own clock; when no action is "
-            "ready the default behaviour β acts and the tick counts as inaction.",
-            "default_env": m.default_env,
-            "envs": {
-                env_id: {
-                    "tick_hz": spec.tick_hz,
-                    "default_beta": spec.default_beta,
-                    "description": spec.description,
-                    **spec.spaces(),
-                }
-                for env_id, spec in m.specs.items()
-            },
-            "messages": list(MESSAGE_TYPES),
-            "max_sessions": m.max_sessions,
-            "idle_timeout_s": m.idle_timeout,
-            "records_replays": m.record,
-        }
-
-    @app.get("/schema")
-    def schema() -> dict[str, Any]:
-        return message_schemas()
-
-    @app.get("/sessions")
-    def sessions() -> list[dict[str, Any]]:
-        return mgr().list_sessions()
-
-    @app.get("/sessions/{sid}")
-    def session(sid: str) -> JSONResponse:
-        for info in mgr().list_sessions():
-            if info["session_id"] == sid:
-                return JSONResponse(info)
-        return JSONResponse({"type": "error", "data": {"message": f"no session {sid}", "code": "NO_SESSION"}}, 404)
-
-    @app.get("/replays")
-    def replays() -> list[dict[str, Any]]:  # names in the replay directory: where it lies is no client's business
-        return [{"name": r["name"], "bytes": r["bytes"]} for r in mgr().list_replays()]
-
-    from nonstop.server.openenv_http import add_openenv_routes
-
-    # POST /reset, /step, GET /state, /mcp. EdgeGuard checks /mcp's two dialects alike, so the MCP
-    # SDK's own Host check (which knows no --allow-host) is left off: "0.0.0.0" tells it so.
-    add_openenv_routes(app, mgr, start_timeout=start_timeout, host="0.0.0.0")
-    mount_live(app, mgr, token, max_connections=max_connections)  # the page at /, spectator sockets /ws/watch/{id}
-
-    @app.websocket("/ws")
-    async def websocket(ws: WebSocket) -> None:
-        if token is not None and not authorized(ws.headers.get("authorization"), ws.query_params.get("token"), token):
-            await ws.close(code=1008, reason="missing or wrong bearer token")
-            return
-        if app.state.connections >= max_connections:
-            await refuse_socket(ws, f"too many open connections ({max_connections}): retry later")
-            return
-        address = ws.client.host if ws.client is not None else ""
-        counted = bool(address) and not is_loopback(address)
-        held = app.state.by_address.get(address, 0)
-        if counted and held >= per_address:
-            await refuse_socket(ws, f"too many open connections from {address} ({per_address}): retry later")
-            return
-        app.state.connections += 1
-        if counted:
-            app.state.by_address[address] = held + 1
-        try:
-            await _serve_socket(ws)
-        finally:
-            app.state.connections -= 1
-            if counted:
-                left = app.state.by_address.pop(address) - 1
-                if left:
-                    app.state.by_address[address] = left
-
-    async def _serve_socket(ws: WebSocket) -> None:
-        await ws.accept()
-        conn = Connection(ws, mgr(), start_timeout, end_grace=connect_timeout)
-        reason = "connection lost"
-        loop = asyncio.get_running_loop()
-        connect_deadline = loop.time() + connect_timeout
-        # frames read while a message was handled (a wait can take minutes): the socket is read all the
-        # while, so a client that hangs up mid-wait is seen at once and its wait dropped
-        early: collections.deque[dict[str, Any]] = collections.deque()
-        receiving: asyncio.Future[Any] | None = None
-        try:
-            while True:
-                if early:
-                    frame = early.popleft()
-                else:
-                    receiving = receiving or asyncio.ensure_future(ws.receive())
-                    if conn.session is None:  # a connection must start a session in time, or make room
-                        try:
-                            frame = await asyncio.wait_for(
-                                asyncio.shield(receiving), max(0.0, connect_deadline - loop.time())
-                            )
-                        except asyncio.TimeoutError:
-                            reason = f"no session started within {connect_timeout:g}s"
-                            await ws.close(code=1008, reason=reason)
-                            break
-                    else:
-                        frame = await receiving
-                    receiving = None
-                if frame["type"] == "websocket.disconnect":
-                    break
-                raw = frame.get("text")
-                if raw is None:
-                    raw = frame.get("bytes") or b""
-                try:
-                    msg = parse_message(raw)
-                    if isinstance(msg, CloseMessage):
-                        reason = "closed by client"
-                        break
-                    handling = asyncio.ensure_future(conn.handle(msg))
-                    gone = False
-                    while not handling.done() and len(early) < _EARLY_FRAMES:
-                        receiving = receiving or asyncio.ensure_future(ws.receive())
-                        await asyncio.wait((handling, receiving), return_when=asyncio.FIRST_COMPLETED)
-                        if receiving.done():
-                            early.append(receiving.result())
-                            receiving = None
-                            gone = early[-1]["type"] == "websocket.disconnect"
-                            if gone:
-                                handling.cancel()  # its caller hung up: a wait leaves the session now
-                                break
-                    if gone:
-                        with contextlib.suppress(asyncio.CancelledError, Exception):
-                            await handling
-                        break
-                    reply = await handling
-                except ProtocolError as exc:
-                    reply = exc.reply()
-                except Exception as exc:  # a bug must cost one reply, not the connection
-                    log.exception("unexpected error handling a message")
-                    reply = ErrorReply(data={"message": f"{type(exc).__name__}: {exc}", "code": "EXECUTION_ERROR"})
-                await conn.send(reply)
-        except WebSocketDisconnect:
-            pass
-        except RuntimeError as exc:  # the socket closed under us
-            log.debug("websocket ended: %s", exc)
-        finally:
-            if receiving is not None:
-                receiving.cancel()
-            conn.close(reason)
-            with contextlib.suppress(Exception):
-                await ws.close()
-
-    return app
+    async def __call__(self, request: Request, call_next: Any) -> Any:
+        if not is_public(request.url.path) and not authorized(request.headers.get("authorization"), None, self.token):
+            return JSONResponse(
+                {"type": "error", "data": {"message": "missing or wrong bearer token", "code": "UNAUTHORIZED"}},
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        return await call_next(request)
 
 
 def serve(
     envs: list[str] | None = None,
     *,
-    host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
-    token: str | None = None,
     log_level: str = "info",
     switch_interval: float = 0.0005,
-    connect_timeout: float = 30.0,
-    max_connections: int = 256,
-    allow_hosts: Iterable[str] = (),
-    allow_origins: Iterable[str] = (),
-    insecure_no_token: bool = False,
     show_token: bool = False,
-    **manager_kwargs: Any,
+    **options: Any,
 ) -> int:
     """Run the server until SIGINT/SIGTERM; sessions are ended and replays flushed before exit.
+    ``options``: `EdgeSettings` fields (``host``, ``token``, ...) and the `SessionManager`'s.
     ``show_token``: print the live page's address with the token (a generated one) on stderr."""
     import uvicorn
 
     # The tick pool shares the GIL with the event loop; a short switch interval bounds how long
     # a JSON encode on the loop can hold a due tick back (the default 5 ms would blow a 2 ms budget).
     sys.setswitchinterval(switch_interval)
-    app = create_app(
-        None,
-        token=token,
-        connect_timeout=connect_timeout,
-        max_connections=max_connections,
-        host=host,
-        allow_hosts=allow_hosts,
-        allow_origins=allow_origins,
-        insecure_no_token=insecure_no_token,
-    )
-    if show_token and token is not None:  # the user's terminal only, never a log (the page keeps it out of URLs)
-        print(
-            f"nonstop serve: the live page, with this run's token: {page_address(host, port, token)}", file=sys.stderr
-        )
+    edge, manager_options = split_options(options)
+    app = create_app(None, edge)
+    if show_token and edge.token is not None:  # the user's terminal only, never a log (the page keeps it out of URLs)
+        address = page_address(edge.host, port, edge.token)
+        print(f"nonstop serve: the live page, with this run's token: {address}", file=sys.stderr)
     # the app's own settings are checked (above) before the manager starts a process
-    app.state.manager = SessionManager(list(envs or ["Boxing"]), **manager_kwargs)
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, **UVICORN_WS)
+    app.state.manager = SessionManager(list(envs or ["Boxing"]), **manager_options)
+    config = uvicorn.Config(app, host=edge.host, port=port, log_level=log_level, **UVICORN_WS)
     server = uvicorn.Server(config)
     # uvicorn shuts down gracefully on SIGTERM, then re-raises it; by then the sessions are closed and
     # replays written, so the re-raised signal is ignored and the command exits 0.
@@ -413,38 +231,22 @@ class ServerThread:
     """
 
     def __init__(
-        self,
-        *,
-        host: str = "127.0.0.1",
-        port: int | None = None,
-        token: str | None = None,
-        start_timeout: float = 30.0,
-        connect_timeout: float = 30.0,
-        max_connections: int = 256,
-        log_level: str = "warning",
-        allow_hosts: Iterable[str] = (),
-        allow_origins: Iterable[str] = (),
-        **manager_kwargs: Any,
+        self, *, port: int | None = None, start_timeout: float = 30.0, log_level: str = "warning", **options: Any
     ) -> None:
+        """``options``: `EdgeSettings` fields (but ``start_timeout``: here how long the server may take
+        to start) and the `SessionManager`'s."""
         import uvicorn
 
-        self.manager = SessionManager(**manager_kwargs)
+        edge, manager_options = split_options(options)
+        self.manager = SessionManager(**manager_options)
         try:
-            self.app = create_app(
-                self.manager,
-                token=token,
-                connect_timeout=connect_timeout,
-                max_connections=max_connections,
-                host=host,
-                allow_hosts=allow_hosts,
-                allow_origins=allow_origins,
-            )
+            self.app = create_app(self.manager, edge)
         except BaseException:
             self.manager.shutdown()
             raise
-        self.port = port or free_port(host)
-        self.url = f"ws://{host}:{self.port}"
-        config = uvicorn.Config(self.app, host=host, port=self.port, log_level=log_level, **UVICORN_WS)
+        self.port = port or free_port(edge.host)
+        self.url = f"ws://{edge.host}:{self.port}"
+        config = uvicorn.Config(self.app, host=edge.host, port=self.port, log_level=log_level, **UVICORN_WS)
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, name="nonstop-uvicorn", daemon=True)
         self.start_timeout = start_timeout

@@ -394,8 +394,11 @@ class AsyncClient:
     async def step(self, action: Any, *, obs_tick: int | None = None, seat: str | None = None) -> RemoteObservation:
         return await self._observation({"type": "step", "data": _action(action, obs_tick, seat)})
 
-    async def state(self) -> dict[str, Any]:
-        return (await self.request({"type": "state"}))["data"]
+    async def state(self, *, seats: str | None = None) -> dict[str, Any]:
+        """The session's counters; on a several-seat world ``seats`` lists the seats this client holds,
+        or every seat's with ``seats="all"``."""
+        message: dict[str, Any] = {"type": "state"} if seats is None else {"type": "state", "data": {"seats": seats}}
+        return (await self.request(message))["data"]
 
     # ---- realtime verbs
     async def observe(self, *, encoding: str | None = None) -> RemoteObservation:
@@ -524,8 +527,8 @@ class Client:
     def step(self, action: Any, *, obs_tick: int | None = None, seat: str | None = None) -> RemoteObservation:
         return self._run(self._async.step(action, obs_tick=obs_tick, seat=seat))
 
-    def state(self) -> dict[str, Any]:
-        return self._run(self._async.state())
+    def state(self, *, seats: str | None = None) -> dict[str, Any]:
+        return self._run(self._async.state(seats=seats))
 
     def observe(self, *, encoding: str | None = None) -> RemoteObservation:
         return self._run(self._async.observe(encoding=encoding))

@@ -228,7 +228,7 @@ class Connection:
         if isinstance(msg, ResetMessage):
             return await self.reset(msg)
         if isinstance(msg, StateMessage):
-            return self.state()
+            return self.state(msg.data.seats)
         if isinstance(msg, JoinMessage):
             return await self.join(msg)
         session = self.running()
@@ -504,7 +504,13 @@ class Connection:
             obs = self.running().read(self.seat)
         return obs
 
-    def state(self) -> StateReply:
+    def held_seats(self) -> list[int]:
+        """The seat indices this connection plays: its team's, or its one seat."""
+        return list(self.team.by_name.values()) if self.team is not None else [self.seat]
+
+    def state(self, seats_of: str = "all") -> StateReply:
+        """The session's counters; ``seats_of``: ``mine`` lists only the seats this connection holds
+        (its seat, or its team's), so one seat's reply does not grow with the world; ``all``: every seat."""
         session = self.session
         if session is None:
             raise ProtocolError(ErrorCode.NO_SESSION, "no session on this connection: send 'reset' first")
@@ -526,7 +532,7 @@ class Connection:
                     "last_delay": row["last_delay"] if row["last_delay"] is not None else -1,
                     "total_reward": row.get("total_reward") or 0.0,
                 }
-                for row in session.seat_rows()
+                for row in session.seat_rows(None if seats_of == "all" else self.held_seats())
             ]
         queue = session.queues[seat] if obs and seat < len(session.queues) else None
         return StateReply(

@@ -26,13 +26,13 @@ gives its seats up (no disconnect tells an HTTP server that a client left).
 
 from __future__ import annotations
 
-import io
+import asyncio
+import base64
 import json
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Annotated, Any
 
-import numpy as np
 from pydantic import Field, ValidationError
 
 from nonstop.server.connection import Connection
@@ -48,13 +48,27 @@ from nonstop.server.protocol import (
     ResetData,
     ResetMessage,
     StateMessage,
+    StateQuery,
     WaitData,
     WaitMessage,
     decode_array,
 )
+from nonstop.server.mcptext import (
+    TEXT_OBS_VALUES as TEXT_OBS_VALUES,
+    TEXT_SEATS as TEXT_SEATS,
+    describe,
+    describe_held,
+    describe_team,
+    png,
+    team_stats,
+    team_view,
+)
 from nonstop.server.sessions import SessionManager
 
-__all__ = ["build_mcp_server", "run_stdio", "tool_error_text", "PLAYER"]
+# the text's renderers under their former names (tests and notebooks import them from here)
+_describe_team, _describe = describe_team, describe
+
+__all__ = ["build_mcp_server", "run_stdio", "tool_error_text", "team_view", "team_stats", "PLAYER", "Toolkit"]
 
 #: who calls the tools when no MCP session says so: OpenEnv's HTTP dialect sets its own session here
 #: (`nonstop.server.openenv_http`), so that each OpenEnv session has its own players too
@@ -116,186 +130,21 @@ INSTRUCTIONS = (
     "act then takes actions={seat: action}, and observe, wait and stats answer for all your seats."
 )
 
-#: seats a team's text summary shows one by one (its structured content has every seat)
-TEXT_SEATS = 6
-#: an observation of at most this many values is written out in the text
-TEXT_OBS_VALUES = 64
 
+class Toolkit:
+    """What the tools share: the manager, the players' table and the SDK's result types.
 
-def _png(frame: np.ndarray) -> bytes:
-    from PIL import Image
+    ``players``: the seats each MCP client plays, by client (its MCP session; an OpenEnv session;
+    None for calls from this process): (session_id, seat name) -> its connection (a team's: each of
+    its seats). One client's tools never reach another's worlds, whatever ids it knows."""
 
-    arr = np.asarray(frame)
-    if arr.ndim == 3 and arr.shape[-1] == 1:
-        arr = arr[..., 0]
-    if arr.dtype != np.uint8:
-        lo, hi = float(arr.min()), float(arr.max())
-        arr = ((arr - lo) / (hi - lo or 1.0) * 255).astype(np.uint8)
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format="PNG")
-    return buf.getvalue()
+    def __init__(self, sessions: Callable[[], SessionManager], start_timeout: float) -> None:
+        from mcp.server.mcpserver.exceptions import ToolError
 
+        self.sessions, self.start_timeout, self.ToolError = sessions, start_timeout, ToolError
+        self.players: dict[Any, dict[tuple[str, str], Connection]] = {}
 
-def _describe(
-    fields: dict[str, Any], reward: float | None, obs: np.ndarray | None, tick_hz: float, done: bool = False
-) -> str:
-    tick = fields["tick"]
-    lines = [
-        f"tick {tick} ({tick / tick_hz:.2f} s of world time), episode {fields['episode']}",
-        f"reward since your last look: {reward if reward is not None else 0.0:+g}; "
-        f"total reward: {fields['total_reward']:g}",
-        f"ticks you acted on: {fields['agent_ticks']}; ticks beta acted on (your inaction): {fields['inaction_ticks']}",
-    ]
-    if done:
-        how = "terminated" if fields["terminated"] else "truncated" if fields["truncated"] else "ended"
-        lines.append(
-            f"the episode {how} since your last look (this is its final observation); "
-            "the world has already started the next one"
-        )
-    if fields["last_delay"] >= 0:
-        lines.append(f"your last applied action was computed from an observation {fields['last_delay']} ticks old")
-    if obs is not None:
-        if obs.size <= TEXT_OBS_VALUES:
-            lines.append(f"observation: {np.round(obs, 4).tolist()}")
-        else:
-            lines.append(f"observation: a {'x'.join(map(str, obs.shape))} {obs.dtype} frame (observe with image=true)")
-    return "\n".join(lines)
-
-
-def _few(names: list[str]) -> str:
-    """``a, b, c``, or past `TEXT_SEATS` names the first few and how many more."""
-    if len(names) <= TEXT_SEATS:
-        return ", ".join(names)
-    return f"{', '.join(names[:TEXT_SEATS])}, ... ({len(names) - TEXT_SEATS} more)"
-
-
-def team_view(data: dict[str, Any]) -> dict[str, Any]:
-    """A ``team_observation`` reply's data as a tool's structured content: each held seat's counters (its
-    observation's fields but the array), ``reward`` and ``done`` since the previous look, and the
-    team's totals."""
-    seats: dict[str, dict[str, Any]] = {}
-    for name, seen in data["seats"].items():
-        fields = {k: v for k, v in seen["observation"].items() if k not in ("obs", "session_id", "lifecycle", "seat")}
-        seats[name] = {**fields, "reward": seen["reward"], "done": seen["done"]}
-    done = [name for name, row in seats.items() if row["done"]]
-    return {
-        "team": data["team"],
-        "session_id": data["session_id"],
-        "lifecycle": next(iter(data["seats"].values()))["observation"]["lifecycle"],
-        "tick": data["tick"],
-        "seats_held": len(seats),
-        "reward": sum(row["reward"] or 0.0 for row in seats.values()),
-        "done": bool(done),
-        "done_seats": done,
-        "total_reward": sum(row["total_reward"] for row in seats.values()),
-        "agent_ticks": sum(row["agent_ticks"] for row in seats.values()),
-        "inaction_ticks": sum(row["inaction_ticks"] for row in seats.values()),
-        "seats": seats,
-    }
-
-
-def _describe_team(view: dict[str, Any], obs: dict[str, np.ndarray | None], tick_hz: float) -> str:
-    """A team's observation for a model to read: totals, the seats whose episodes ended, and the first
-    `TEXT_SEATS` seats one by one (81 seats' full observations would drown it)."""
-    seats, tick, n = view["seats"], view["tick"], view["seats_held"]
-    lines = [
-        f"team {view['team']}: you hold {n} seats; tick {tick} ({tick / tick_hz:.2f} s of world time)",
-        f"reward since your last look: {view['reward']:+g} over your seats; total reward: {view['total_reward']:g}",
-        f"ticks your seats acted on: {view['agent_ticks']}; ticks beta acted on (your inaction): "
-        f"{view['inaction_ticks']} (summed over your {n} seats)",
-    ]
-    delays = [row["last_delay"] for row in seats.values() if row["last_delay"] >= 0]
-    if delays:
-        span = f"{min(delays)}" if min(delays) == max(delays) else f"{min(delays)} to {max(delays)}"
-        lines.append(
-            f"your last applied actions were computed from observations {span} ticks old "
-            f"({len(delays)} of {n} seats have acted)"
-        )
-    if view["done_seats"]:
-        lines.append(
-            f"episodes ended since your last look (each such seat shows its final observation; an agent that died "
-            f"leaves its seat to beta): {_few(view['done_seats'])}"
-        )
-    lines.append(
-        "your seats:" if n <= TEXT_SEATS else f"the first {TEXT_SEATS} of your {n} seats (all in structured content):"
-    )
-    for name in list(seats)[:TEXT_SEATS]:
-        row, arr = seats[name], obs.get(name)
-        delay = row["last_delay"] if row["last_delay"] >= 0 else "none yet"
-        line = (
-            f"  {name}: reward {row['reward'] or 0.0:+g}, total {row['total_reward']:g}, acted {row['agent_ticks']}, "
-            f"inaction {row['inaction_ticks']}, delay {delay}{', episode ended' if row['done'] else ''}"
-        )
-        if arr is not None and arr.size <= TEXT_OBS_VALUES:
-            line += f", observation {np.round(arr, 4).tolist()}"
-        lines.append(line)
-    big = next((a for a in obs.values() if a is not None and a.size > TEXT_OBS_VALUES), None)
-    if big is not None:
-        lines.append(f"observations: a {'x'.join(map(str, big.shape))} {big.dtype} array per seat (not shown as text)")
-    return "\n".join(lines)
-
-
-def _describe_held(out: dict[str, Any]) -> str:
-    """A team start's or join's reply for a model to read (its structured content lists every seat)."""
-    space = out["action_space"]
-    spaces = f"each seat's action space: {json.dumps(space)}" if space else "action spaces by seat: see action_spaces"
-    return "\n".join(
-        [
-            f"you hold team {out['team']} of session {out['session_id']} ({out['env']}, {out['tick_hz']:g} ticks/s, "
-            f"tick {out['tick']}): {len(out['held'])} seats ({_few(out['held'])}) of the world's {len(out['seats'])}",
-            spaces,
-            "act with actions={seat: action} for any of your seats; a seat you leave out is played by its beta "
-            f"({out['default_behaviour']}) until your action comes",
-        ]
-    )
-
-
-def team_stats(state: dict[str, Any], team: str, held: list[str]) -> tuple[dict[str, Any], str]:
-    """``stats`` for a team holder: the session's state with the team's totals under ``team``, and a
-    short text (every seat's counters stay in the structured content's ``seats``)."""
-    rows = {row["seat"]: row for row in state.get("seats") or []}
-    mine = [rows[name] for name in held if name in rows]
-    others = [row for name, row in rows.items() if name not in set(held)]
-    totals = {
-        "name": team,
-        "seats": held,
-        "agent_ticks": sum(row["agent_ticks"] for row in mine),
-        "inaction_ticks": sum(row["inaction_ticks"] for row in mine),
-        "total_reward": sum(row["total_reward"] for row in mine),
-    }
-    ended = f" ({state['end_reason']})" if state.get("end_reason") else ""
-    tick = state["tick"]
-    text = "\n".join(
-        [
-            f"session {state['session_id']} ({state['env']}): {state['lifecycle']}{ended}, tick {tick} "
-            f"({tick / state['tick_hz']:.2f} s of world time)",
-            f"team {team}: you hold {len(held)} seats ({_few(held)})",
-            f"ticks your seats acted on: {totals['agent_ticks']}; ticks beta acted on (your inaction): "
-            f"{totals['inaction_ticks']}; total reward: {totals['total_reward']:g}",
-            f"the world's other {len(others)} seats: {sum(r['held'] for r in others)} held by other clients, "
-            f"the rest played by their beta",
-            "every seat's counters are in the structured content (seats; your team's totals under team)",
-        ]
-    )
-    return {**state, "team": totals}, text
-
-
-def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, start_timeout: float = 60.0) -> Any:
-    """An `mcp.server.mcpserver.MCPServer` whose tools drive sessions on ``manager`` (or on the
-    manager a callable returns when a session starts: an app whose manager is built at startup)."""
-    sessions = manager if callable(manager) else lambda: manager
-    from mcp.server.mcpserver import MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
-    from mcp_types import CallToolResult, ImageContent, TextContent
-
-    from mcp.server.mcpserver import Context
-
-    server = MCPServer(name="nonstop", instructions=INSTRUCTIONS)
-    #: the seats each MCP client plays, by client (its MCP session; an OpenEnv session; None for calls
-    #: from this process): (session_id, seat name) -> its connection (a team's: each of its seats).
-    #: One client's tools never reach another's worlds, whatever ids it knows.
-    players: dict[Any, dict[tuple[str, str], Connection]] = {}
-
+    @staticmethod
     def caller(ctx: Any) -> Any:
         """The client calling a tool: OpenEnv's session if its dialect says so; over streamable HTTP,
         the MCP session where the protocol has one (its ``Mcp-Session-Id``, which the SDK checks), else
@@ -314,149 +163,135 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
             return None
         if session_id := request.headers.get("mcp-session-id"):
             return ("mcp", session_id)
-        key = getattr(request, "cookies", {}).get("nonstop_key")  # set by /mcp (openenv_http._keyed)
+        key = getattr(request, "cookies", {}).get("nonstop_key")  # set by /mcp (routes.mcp._keyed)
         return ("key", key) if key else None
 
-    def tool(description: str) -> Callable[[Callable], Any]:
-        """``server.tool`` for a tool taking ``ctx``: its annotation names the SDK's `Context`, which
-        the SDK finds by type among the tool's hints (resolved in this module, which imports the SDK
-        lazily, so it is set here)."""
+    def connection(self) -> Connection:
+        return Connection(None, self.sessions(), self.start_timeout)  # no socket: no pushes
 
-        def register(fn: Callable) -> Any:
-            fn.__annotations__["ctx"] = Context
-            return server.tool(description=description)(fn)
-
-        return register
-
+    @staticmethod
     def seat_name(conn: Connection) -> str:
         return conn.current().seat_names[conn.seat]
 
-    def seat_or_team(seat: str | None, team: str | None) -> None:
+    def seat_or_team(self, seat: str | None, team: str | None) -> None:
         if seat is not None and team is not None:
-            raise ToolError("VALIDATION_ERROR: give seat (one seat) or team (all of a team's seats), not both")
+            raise self.ToolError("VALIDATION_ERROR: give seat (one seat) or team (all of a team's seats), not both")
 
-    def held(conn: Connection) -> list[str]:
+    def held(self, conn: Connection) -> list[str]:
         """The seats ``conn`` holds: its team's, or its one seat."""
-        return list(conn.team.by_name) if conn.team is not None else [seat_name(conn)]
+        return list(conn.team.by_name) if conn.team is not None else [self.seat_name(conn)]
 
-    def holding(conn: Connection) -> str:
+    def holding(self, conn: Connection) -> str:
         if conn.team is not None:
             return f"team {conn.team.name!r} ({len(conn.team.by_name)} seats)"
-        return f"seat {seat_name(conn)!r}"
+        return f"seat {self.seat_name(conn)!r}"
 
     def player(
-        ctx: Any, session_id: str, seat: str | None = None, team: str | None = None, named: str | None = None
+        self, ctx: Any, session_id: str, seat: str | None = None, team: str | None = None, named: str | None = None
     ) -> Connection:
         """The connection that plays ``seat`` or ``team`` of ``session_id`` for the client calling
         (neither: the only one it plays there, or the one holding ``named``, the first seat an act's
         ``actions`` names)."""
-        seat_or_team(seat, team)
-        table = players.get(caller(ctx), {})
+        self.seat_or_team(seat, team)
+        table = self.players.get(self.caller(ctx), {})
         mine = {name: conn for (sid, name), conn in table.items() if sid == session_id}
         if not mine:
             open_ = sorted({sid for sid, _ in table})
-            raise ToolError(
+            raise self.ToolError(
                 f"NO_SESSION: no session {session_id!r} played here; start one with start_session or "
                 f"join one with join_session (open: {open_})"
             )
         holdings = list({id(conn): conn for conn in mine.values()}.values())
-        yours = f"you hold {', '.join(holding(c) for c in holdings)} of session {session_id}"
+        yours = f"you hold {', '.join(self.holding(c) for c in holdings)} of session {session_id}"
         if team is not None:
             teams = [c for c in holdings if c.team is not None and c.team.name == team]
             if not teams:
-                raise ToolError(f"SEAT_NOT_HELD: {yours}, not team {team!r}")
+                raise self.ToolError(f"SEAT_NOT_HELD: {yours}, not team {team!r}")
             return teams[0]
         if seat is not None:
-            if seat not in mine:
-                raise ToolError(f"SEAT_NOT_HELD: {yours}, not seat {seat!r}")
-            if (team_ := mine[seat].team) is not None:
-                raise ToolError(
-                    f"SEAT_NOT_HELD: seat {seat!r} is held as part of team {team_.name!r}: pass team={team_.name!r} "
-                    "(the tools answer for every seat of it)"
-                )
-            return mine[seat]
+            return self._seat(mine, seat, yours)
         if named is not None and named in mine:
             return mine[named]
         if len(holdings) > 1:
-            raise ToolError(f"VALIDATION_ERROR: {yours}: say which with seat= or team=")
+            raise self.ToolError(f"VALIDATION_ERROR: {yours}: say which with seat= or team=")
         return holdings[0]
 
-    def remember(ctx: Any, conn: Connection) -> None:
+    def _seat(self, mine: dict[str, Connection], seat: str, yours: str) -> Connection:
+        if seat not in mine:
+            raise self.ToolError(f"SEAT_NOT_HELD: {yours}, not seat {seat!r}")
+        if (team_ := mine[seat].team) is not None:
+            raise self.ToolError(
+                f"SEAT_NOT_HELD: seat {seat!r} is held as part of team {team_.name!r}: pass team={team_.name!r} "
+                "(the tools answer for every seat of it)"
+            )
+        return mine[seat]
+
+    def remember(self, ctx: Any, conn: Connection) -> None:
+        players = self.players
         if sum(map(len, players.values())) >= MAX_ENDED_PLAYERS:  # forget closed sessions (servers run long)
             for who, table in list(players.items()):
                 for key in [k for k, c in table.items() if c.session is not None and not c.session.live]:
                     table.pop(key, None)
                 if not table:
                     players.pop(who, None)
-        table = players.setdefault(caller(ctx), {})
-        for name in held(conn):
+        table = players.setdefault(self.caller(ctx), {})
+        for name in self.held(conn):
             table[(conn.current().sid, name)] = conn
 
-    def forget(ctx: Any, session_id: str, names: list[str]) -> None:
-        who = caller(ctx)
-        table = players.get(who, {})
+    def forget(self, ctx: Any, session_id: str, names: list[str]) -> None:
+        who = self.caller(ctx)
+        table = self.players.get(who, {})
         for name in names:
             table.pop((session_id, name), None)
         if not table:
-            players.pop(who, None)
+            self.players.pop(who, None)
 
-    async def run(conn: Connection, msg: Any) -> Any:
+    async def run(self, conn: Connection, msg: Any) -> Any:
         try:
             return await conn.handle(msg)
         except ProtocolError as exc:
-            raise ToolError(f"{exc.code}: {exc.message}") from None  # reaches the model as an error result
+            raise self.ToolError(f"{exc.code}: {exc.message}") from None  # reaches the model as an error result
 
-    def message(cls: Any, **data: Any) -> Any:
+    def message(self, cls: Any, **data: Any) -> Any:
         """Build a protocol message; a value the protocol refuses becomes a ToolError with its reason."""
         try:
             return cls(**data)
         except ValidationError as exc:
-            raise ToolError(f"VALIDATION_ERROR: {tool_error_text(exc)}") from None
+            raise self.ToolError(f"VALIDATION_ERROR: {tool_error_text(exc)}") from None
 
-    def no_team_image(conn: Connection, image: bool) -> None:
+    def no_team_image(self, conn: Connection, image: bool) -> None:
         if image and conn.team is not None:
-            raise ToolError(
+            raise self.ToolError(
                 f"VALIDATION_ERROR: image=true shows one seat's frame; you hold team {conn.team.name!r}, whose "
                 "seats are read as text and structured content (join one seat to see its frames)"
             )
 
-    def result(conn: Connection, reply: dict[str, Any], image: bool = False) -> Any:
+    def result(self, conn: Connection, reply: dict[str, Any], image: bool = False) -> Any:
+        """An observation's (or a team's) reply as a tool result: text, structured content, a PNG."""
+        from mcp_types import CallToolResult, ImageContent, TextContent
+
         tick_hz = conn.current().spec.tick_hz
         if reply["type"] == "team_observation":  # a team holder: every seat in one reply
             view = team_view(reply["data"])
             arrays = {name: decode_array(seen["observation"]["obs"]) for name, seen in reply["data"]["seats"].items()}
-            text = _describe_team(view, arrays, tick_hz)
+            text = describe_team(view, arrays, tick_hz)
             return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=view)
         data = reply["data"]
         fields = {k: v for k, v in data["observation"].items() if k != "obs"}
         obs = decode_array(data["observation"]["obs"])
-        text = _describe(fields, data["reward"], obs, tick_hz, bool(data["done"]))
+        text = describe(fields, data["reward"], obs, tick_hz, bool(data["done"]))
         content: list[Any] = [TextContent(type="text", text=text)]
         if image and obs is not None:
-            import base64
-
-            content.append(ImageContent(type="image", data=base64.b64encode(_png(obs)).decode(), mime_type="image/png"))
+            content.append(ImageContent(type="image", data=base64.b64encode(png(obs)).decode(), mime_type="image/png"))
         return CallToolResult(
             content=content, structured_content={**fields, "reward": data["reward"], "done": data["done"]}
         )
 
-    @tool(
-        description="Start a realtime session. env: one of the served env ids (default: the first); "
-        "seed: 0 .. 2**31-1 (default: a random one, recorded in the replay); team: on a many-seat world, "
-        "hold every seat of that team (e.g. red) instead of the first seat."
-    )
-    async def start_session(
-        ctx: Any, env: Annotated[str | None, Field(max_length=200)] = None, seed: Seed = None, team: Team = None
-    ) -> Any:
-        conn = Connection(None, sessions(), start_timeout)  # no socket: no pushes
-        data = message(ResetData, env=env, seed=seed, team=team, encoding="b64")
-        reply = await run(conn, message(ResetMessage, data=data))
-        remember(ctx, conn)
-        return seated(conn, reply)
-
-    def seated(conn: Connection, reply: dict[str, Any]) -> Any:
+    def seated(self, conn: Connection, reply: dict[str, Any]) -> Any:
         """A start's or join's reply: the session and the seats held (a team's: a short text; its
         structured content lists every seat)."""
+        from mcp_types import CallToolResult, TextContent
+
         session = conn.current()
         spec = session.spec
         team = reply["type"] == "team_observation"
@@ -470,45 +305,123 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
             "tick": reply["data"]["tick"] if team else reply["data"]["observation"]["tick"],
         }
         if spec.seats is not None:
-            spaces = {name: spec.spaces()["seats"][name]["action"] for name in held(conn)}
+            spaces = {name: spec.spaces()["seats"][name]["action"] for name in self.held(conn)}
             out.update(seats=list(spec.seats), action_space=next(iter(spaces.values())))
             if conn.team is None:
-                out.update(seat=seat_name(conn))
+                out.update(seat=self.seat_name(conn))
             else:  # every held seat, and each one's action space where they differ
-                out.update(team=conn.team.name, held=held(conn))
+                out.update(team=conn.team.name, held=self.held(conn))
                 if any(space != out["action_space"] for space in spaces.values()):
                     out.update(action_space=None, action_spaces=spaces)
-        text = _describe_held(out) if conn.team is not None else json.dumps(out, indent=2)
+        text = describe_held(out) if conn.team is not None else json.dumps(out, indent=2)
         return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=out)
 
+    def stats(self, conn: Connection, state: dict[str, Any]) -> Any:
+        """A ``state`` reply as the stats tool's result (a team's: its totals and a short text)."""
+        from mcp_types import CallToolResult, TextContent
+
+        if conn.team is not None:
+            session = conn.current()
+            mine = set(conn.team.by_name.values())
+            others = [i for i in range(len(session.seat_names)) if i not in mine]
+            held_by_others = sum(session.holders[i] is not None for i in others)
+            state, text = team_stats(state, conn.team.name, self.held(conn), (len(others), held_by_others))
+        else:
+            text = json.dumps(state, indent=2)
+        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=state)
+
+
+def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, start_timeout: float = 60.0) -> Any:
+    """An `mcp.server.mcpserver.MCPServer` whose tools drive sessions on ``manager`` (or on the
+    manager a callable returns when a session starts: an app whose manager is built at startup)."""
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer(name="nonstop", instructions=INSTRUCTIONS)
+    kit = Toolkit(manager if callable(manager) else lambda: manager, start_timeout)
+    _session_tools(_registrar(server), kit)
+    _play_tools(_registrar(server), kit)
+    server.players = kit.players  # type: ignore[attr-defined]  # for tests and shutdown
+    return server
+
+
+def _registrar(server: Any) -> Callable[[str], Callable[[Callable], Any]]:
+    """``server.tool`` for a tool taking ``ctx``: its annotation names the SDK's `Context`, which the
+    SDK finds by type among the tool's hints (resolved in this module, which imports the SDK lazily,
+    so it is set here)."""
+    from mcp.server.mcpserver import Context
+
+    def tool(description: str) -> Callable[[Callable], Any]:
+        def register(fn: Callable) -> Any:
+            fn.__annotations__["ctx"] = Context
+            return server.tool(description=description)(fn)
+
+        return register
+
+    return tool
+
+
+def _session_tools(tool: Callable[[str], Callable[[Callable], Any]], kit: Toolkit) -> None:
+    """start_session, join_session and stop_session: taking seats and giving them up."""
+
     @tool(
-        description="Join a running session another player started (over MCP or WebSocket) by its "
+        "Start a realtime session. env: one of the served env ids (default: the first); "
+        "seed: 0 .. 2**31-1 (default: a random one, recorded in the replay); team: on a many-seat world, "
+        "hold every seat of that team (e.g. red) instead of the first seat."
+    )
+    async def start_session(
+        ctx: Any, env: Annotated[str | None, Field(max_length=200)] = None, seed: Seed = None, team: Team = None
+    ) -> Any:
+        conn = kit.connection()
+        data = kit.message(ResetData, env=env, seed=seed, team=team, encoding="b64")
+        reply = await kit.run(conn, kit.message(ResetMessage, data=data))
+        kit.remember(ctx, conn)
+        return kit.seated(conn, reply)
+
+    @tool(
+        "Join a running session another player started (over MCP or WebSocket) by its "
         "session_id, taking `seat` (e.g. second_0) or, absent, the first free seat; or, with `team` (e.g. "
         "red, on a many-seat world), every seat of that team (the reply's `held` lists them). You then act "
         "for those seats against the other players; the world does not wait for any of you."
     )
     async def join_session(ctx: Any, session_id: SessionId, seat: Seat = None, team: Team = None) -> Any:
-        seat_or_team(seat, team)
-        conn = Connection(None, sessions(), start_timeout)  # no socket: no pushes
-        data = message(JoinData, session_id=session_id, seat=seat, team=team, encoding="b64")
-        reply = await run(conn, message(JoinMessage, data=data))
-        remember(ctx, conn)
-        return seated(conn, reply)
+        kit.seat_or_team(seat, team)
+        conn = kit.connection()
+        data = kit.message(JoinData, session_id=session_id, seat=seat, team=team, encoding="b64")
+        reply = await kit.run(conn, kit.message(JoinMessage, data=data))
+        kit.remember(ctx, conn)
+        return kit.seated(conn, reply)
 
     @tool(
-        description="The newest observation (text; image=true adds a PNG frame). The world keeps ticking. "
+        "Stop a session (a joined seat or team: give it up, the others play on; its beta plays "
+        "it); returns its summary (and replay path when recording)."
+    )
+    async def stop_session(ctx: Any, session_id: SessionId, seat: Seat = None, team: Team = None) -> dict[str, Any]:
+        conn = kit.player(ctx, session_id, seat, team)  # (its refusal lists the sessions this client plays)
+        kit.forget(ctx, session_id, kit.held(conn))
+        session = conn.current()
+        conn.close("stopped by stop_session")
+        if not session.live:  # it was the last seated client: wait for its replay
+            await asyncio.get_running_loop().run_in_executor(None, session.finalized.wait, 30.0)
+        return session.info()
+
+
+def _play_tools(tool: Callable[[str], Callable[[Callable], Any]], kit: Toolkit) -> None:
+    """observe, act, wait and stats: playing the seats held."""
+
+    @tool(
+        "The newest observation (text; image=true adds a PNG frame). The world keeps ticking. "
         "Holding a team: every seat's counters, reward and done in the structured content (seats), totals "
         "and a few seats in the text."
     )
     async def observe(
         ctx: Any, session_id: SessionId, image: bool = False, seat: Seat = None, team: Team = None
     ) -> Any:
-        conn = player(ctx, session_id, seat, team)
-        no_team_image(conn, image)
-        return result(conn, await run(conn, ObserveMessage(data=ObserveData(encoding="b64"))), image)
+        conn = kit.player(ctx, session_id, seat, team)
+        kit.no_team_image(conn, image)
+        return kit.result(conn, await kit.run(conn, ObserveMessage(data=ObserveData(encoding="b64"))), image)
 
     @tool(
-        description="Queue an action; returns at once. It is applied at the next tick (its delay counted). "
+        "Queue an action; returns at once. It is applied at the next tick (its delay counted). "
         "Holding a team: give actions={seat: action} (any of your seats) instead of action."
     )
     async def act(
@@ -519,58 +432,33 @@ def build_mcp_server(manager: SessionManager | Callable[[], SessionManager], *, 
         team: Team = None,
         actions: Actions = None,
     ) -> dict[str, Any]:
-        conn = player(ctx, session_id, seat, team, named=next(iter(actions), None) if actions else None)
-        return (
-            await run(conn, message(ActMessage, data=message(ActionData, action=action, actions=actions)))
-        ).data.model_dump()
+        conn = kit.player(ctx, session_id, seat, team, named=next(iter(actions), None) if actions else None)
+        msg = kit.message(ActMessage, data=kit.message(ActionData, action=action, actions=actions))
+        return (await kit.run(conn, msg)).data.model_dump()
 
     @tool(
-        description=f"Wait until `ticks` more ticks have passed (1 .. {MAX_WAIT_TICKS}; the world does "
+        f"Wait until `ticks` more ticks have passed (1 .. {MAX_WAIT_TICKS}; the world does "
         "not stop), then observe (holding a team: every seat, as observe)."
     )
     async def wait(
-        ctx: Any,
-        session_id: SessionId,
-        ticks: Ticks = 1,
-        image: bool = False,
-        seat: Seat = None,
-        team: Team = None,
+        ctx: Any, session_id: SessionId, ticks: Ticks = 1, image: bool = False, seat: Seat = None, team: Team = None
     ) -> Any:
-        conn = player(ctx, session_id, seat, team)
-        no_team_image(conn, image)
-        msg = message(WaitMessage, data=message(WaitData, ticks=ticks, encoding="b64"))
-        return result(conn, await run(conn, msg), image)
+        conn = kit.player(ctx, session_id, seat, team)
+        kit.no_team_image(conn, image)
+        msg = kit.message(WaitMessage, data=kit.message(WaitData, ticks=ticks, encoding="b64"))
+        return kit.result(conn, await kit.run(conn, msg), image)
 
     @tool(
-        description="Session stats: tick, your agent ticks vs inaction ticks, total reward, queue counters "
-        "(several-seat worlds: every seat's under `seats`; holding a team: its totals under `team`)."
+        "Session stats: tick, your agent ticks vs inaction ticks, total reward, queue counters "
+        "(several-seat worlds: the seats you hold under `seats`, every seat's with all_seats=true; holding a "
+        "team: its totals under `team`)."
     )
-    async def stats(ctx: Any, session_id: SessionId, seat: Seat = None, team: Team = None) -> Any:
-        conn = player(ctx, session_id, seat, team)
-        state = (await run(conn, StateMessage())).data.model_dump()
-        if conn.team is not None:
-            state, text = team_stats(state, conn.team.name, held(conn))
-        else:
-            text = json.dumps(state, indent=2)
-        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=state)
-
-    @tool(
-        description="Stop a session (a joined seat or team: give it up, the others play on; its beta plays "
-        "it); returns its summary (and replay path when recording)."
-    )
-    async def stop_session(ctx: Any, session_id: SessionId, seat: Seat = None, team: Team = None) -> dict[str, Any]:
-        conn = player(ctx, session_id, seat, team)  # (its refusal lists the sessions this client plays)
-        forget(ctx, session_id, held(conn))
-        session = conn.current()
-        conn.close("stopped by stop_session")
-        if not session.live:  # it was the last seated client: wait for its replay
-            import asyncio
-
-            await asyncio.get_running_loop().run_in_executor(None, session.finalized.wait, 30.0)
-        return session.info()
-
-    server.players = players  # type: ignore[attr-defined]  # for tests and shutdown
-    return server
+    async def stats(
+        ctx: Any, session_id: SessionId, seat: Seat = None, team: Team = None, all_seats: bool = False
+    ) -> Any:
+        conn = kit.player(ctx, session_id, seat, team)
+        msg = StateMessage(data=StateQuery(seats="all" if all_seats else "mine"))
+        return kit.stats(conn, (await kit.run(conn, msg)).data.model_dump())
 
 
 def run_stdio(envs: list[str], *, replay_dir: str | None = None) -> int:

@@ -229,8 +229,19 @@ class StepMessage(_Strict):
     data: ActionData
 
 
+class StateQuery(_Strict):
+    seats: Literal["mine", "all"] = Field(
+        default="mine",
+        description="several-seat worlds: the reply's seats lists the seats this client holds (mine: one row for "
+        "a seat, a team's rows for a team) or every seat of the world (all)",
+    )
+
+
 class StateMessage(_Strict):
+    """The session's counters; ``data.seats`` says whose seat rows come back (``mine`` by default)."""
+
     type: Literal["state"] = "state"
+    data: StateQuery = Field(default_factory=StateQuery)
 
 
 class CloseMessage(_Strict):
@@ -453,7 +464,8 @@ class SeatState(_Strict):
 
 class StateData(BaseModel):
     """OpenEnv's State (``episode_id``, ``step_count``) plus the realtime facts. The counters are
-    this connection's seat's; ``seats`` lists every seat's (several-seat worlds)."""
+    this connection's seat's; ``seats`` lists the held seats' rows, or every seat's when the request
+    asked ``{"seats": "all"}`` (several-seat worlds)."""
 
     model_config = ConfigDict(extra="forbid")
     episode_id: str | None = None

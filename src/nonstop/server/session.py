@@ -667,6 +667,8 @@ class ServerSession:
         }
         if self.record is not None:  # rows the tick worker still holds in memory (bounded: about a chunk)
             info["worker_held_rows"] = self.record.worker_held
+        if self.state is Lifecycle.RUNNING:  # tick t is due at this + t·τ_M on CLOCK_MONOTONIC (time.perf_counter)
+            info["tick0_monotonic_s"] = self.manager.pool.clock.origin + self.origin
         recent = self.recent_lateness() if self.state is Lifecycle.RUNNING and self._process is not None else None
         if recent is not None and recent.size:
             info["recent_lateness_ms"] = {
@@ -680,13 +682,15 @@ class ServerSession:
             info["summary"] = self.summary
         return info
 
-    def seat_rows(self) -> list[dict[str, Any]]:
-        """Each seat's counters: who holds it, its agent and inaction ticks, its last delay and
-        return; while running from its slot, once ended from the tick log's summary."""
+    def seat_rows(self, indices: list[int] | None = None) -> list[dict[str, Any]]:
+        """Each seat's counters (``indices``: only those seats', in that order): who holds it, its
+        agent and inaction ticks, its last delay and return; while running from its slot, once ended
+        from the tick log's summary."""
         running = self.state is Lifecycle.RUNNING and self._process is not None
         ended = {row["seat"]: row for row in self.summary.get("seats", [])} if self.summary else {}
         rows = []
-        for i, name in enumerate(self.seat_names):
+        for i in range(len(self.seat_names)) if indices is None else indices:
+            name = self.seat_names[i]
             obs = None
             if running:
                 try:

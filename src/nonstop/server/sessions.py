@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import json
 import logging
 import os
@@ -34,12 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from nonstop.realtime.clock import WallClock
-from nonstop.realtime.hostproc import HOST_SCHED
 from nonstop.server.envspec import SINGLE_SEAT, EnvSpec
 from nonstop.server.lifecycle import LIVE as LIVE, TRANSITIONS, Lifecycle
 from nonstop.server.loopwaker import LoopWaker
 from nonstop.server.protocol import ErrorCode, ProtocolError
 from nonstop.server.replay import Replay
+from nonstop.server.settings import ManagerSettings
 from nonstop.server.session import (
     READ_PATIENCE as READ_PATIENCE,
     SESSION_CHUNK_ROWS as SESSION_CHUNK_ROWS,
@@ -59,6 +60,7 @@ __all__ = [
     "EnvSpec",
     "ServerSession",
     "SessionManager",
+    "ManagerSettings",
     "SINGLE_SEAT",
 ]
 
@@ -81,106 +83,67 @@ def _process_alive(pid: int) -> bool:
 class SessionManager:
     """Owns every session, the tick pool, the work queue and the idle reaper.
 
-    Parameters
-    ----------
-    envs: env ids clients may choose (the first is the default); each is probed once here.
-    max_sessions: live sessions allowed at once; one more gets ``CAPACITY_REACHED``.
-    warm_envs: envs per env id kept built and seeded ahead of time (see `WarmEnvs`); with tick
-        processes, split over them (each builds its share: an env cannot move between processes).
-    tick_threads: threads of the in-process tick pool (``tick_procs=0``).
-    tick_procs: 0 ticks every session on threads of this process; ``n > 0`` ticks them on ``n``
-        worker processes (`nonstop.server.tickprocs`): past one core, since one GIL holds ALE steps,
-        while this process still owns every session, its channels and its replay.
-    tick_sched: the workers' tick lanes' scheduling (`nonstop.realtime.host.raise_priority`).
-    idle_timeout: a running session whose clients sent nothing for this long, and wait for nothing,
-        is ended (this is how a vanished client's session ends when no disconnect ever arrives); a
-        player without a socket (HTTP, MCP) silent this long gives its seats up to their β.
-    replay_dir: where replays go; ``None`` disables recording.
-    replay_keep, replay_max_mb: the replay directory's retention: after each replay is written (and
-        once at start), the oldest ``*.npz`` files are deleted until at most ``replay_keep`` files and
-        ``replay_max_mb`` MB remain (0: no limit). The newest replay is always kept.
+    ``envs``: env ids clients may choose (the first is the default); each is probed once here.
+    ``settings`` (or the options named like its fields, over it): admission, ticking, reaping and
+    recording (`nonstop.server.settings.ManagerSettings`). Past one core, ``tick_procs=n`` ticks the
+    sessions on ``n`` worker processes (`nonstop.server.tickprocs`), since one GIL holds ALE steps,
+    while this process still owns every session, its channels and its replay.
     """
 
     def __init__(
-        self,
-        envs: list[str] | tuple[str, ...] = ("Boxing",),
-        *,
-        max_sessions: int = 64,
-        idle_timeout: float = 60.0,
-        replay_dir: str | os.PathLike | None = None,
-        record: bool = True,
-        encoding: str = "b64",
-        tick_threads: int = 2,
-        tick_procs: int = 0,
-        tick_sched: str = "auto",
-        work_workers: int = 2,
-        max_pending_work: int = 16,
-        max_waiters: int = 64,
-        reap_interval: float = 0.25,
-        keep_closed: int = 256,
-        warm_envs: int = 0,
-        replay_keep: int = 1000,
-        replay_max_mb: float = 0.0,
+        self, envs: list[str] | tuple[str, ...] = ("Boxing",), settings: ManagerSettings | None = None, **options: Any
     ) -> None:
         if not envs or not all(isinstance(e, str) and e for e in envs):
             raise ValueError(f"envs must be a non-empty list of env ids, got {envs!r}")
-        if not isinstance(max_sessions, int) or isinstance(max_sessions, bool) or max_sessions < 1:
-            raise ValueError(f"max_sessions must be a positive integer, got {max_sessions!r}")
-        if not idle_timeout > 0:
-            raise ValueError(f"idle_timeout must be a positive number of seconds, got {idle_timeout!r}")
-        if encoding not in ("b64", "list", "none"):
-            raise ValueError(f"encoding must be 'b64', 'list' or 'none', got {encoding!r}")
-        if not isinstance(tick_procs, int) or isinstance(tick_procs, bool) or tick_procs < 0:
-            raise ValueError(f"tick_procs must be a non-negative integer, got {tick_procs!r}")
-        if tick_sched not in HOST_SCHED:
-            raise ValueError(f"tick_sched must be one of {HOST_SCHED}, got {tick_sched!r}")
-        if not isinstance(replay_keep, int) or isinstance(replay_keep, bool) or replay_keep < 0:
-            raise ValueError(f"replay_keep must be a non-negative integer (0: no limit), got {replay_keep!r}")
-        if isinstance(replay_max_mb, bool) or not isinstance(replay_max_mb, (int, float)) or not replay_max_mb >= 0:
-            raise ValueError(f"replay_max_mb must be a non-negative number (0: no limit), got {replay_max_mb!r}")
-        self.replay_keep = replay_keep
-        self.replay_max_bytes = int(replay_max_mb * 1e6)
+        self.settings = conf = dataclasses.replace(settings or ManagerSettings(), **options)
+        self.replay_keep = conf.replay_keep
+        self.replay_max_bytes = int(conf.replay_max_mb * 1e6)
         self._prune_lock = threading.Lock()
         self.replays_pruned = 0
         self.specs = {env_id: EnvSpec.probe(env_id) for env_id in dict.fromkeys(envs)}  # loaded once, shared
         self.default_env = envs[0]
-        self.max_sessions = max_sessions
-        self.idle_timeout = float(idle_timeout)
-        self.replay_dir = Path(replay_dir) if replay_dir is not None else None
+        self.max_sessions = conf.max_sessions
+        self.idle_timeout = float(conf.idle_timeout)
+        self.replay_dir = Path(conf.replay_dir) if conf.replay_dir is not None else None
         if self.replay_dir is not None:
             self.replay_dir.mkdir(parents=True, exist_ok=True)
-        self.record = bool(record) and self.replay_dir is not None
+        self.record = bool(conf.record) and self.replay_dir is not None
         self.replays_recovered = self.recover_replays()
         self.prune_replays()
-        self.encoding = encoding
-        self.max_waiters = max_waiters
+        self.encoding = conf.encoding
+        self.max_waiters = conf.max_waiters
         self.clock = WallClock(spin=0.0)
-        self.pool = TickPool(tick_threads)
-        self.work = WorkQueue(work_workers, max_pending_work)
+        self.pool = TickPool(conf.tick_threads)
+        self.work = WorkQueue(conf.work_workers, conf.max_pending_work)
         self._closer = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="nonstop-close")
         self._lock = threading.Lock()
         self.sessions: dict[str, ServerSession] = {}
         self._wakers: dict[int, LoopWaker] = {}
-        self._closed: deque[ServerSession] = deque(maxlen=keep_closed)
+        self._closed: deque[ServerSession] = deque(maxlen=conf.keep_closed)
         self._shutdown = threading.Event()
         self.refused_capacity = 0
         self.procs: TickProcs | None = None
-        if tick_procs:
-            self.procs = TickProcs(
-                tick_procs,
-                list(self.specs),
-                warm=warm_envs,
-                sched=tick_sched,
-                on_note=self._on_note,
-                on_exit=self._on_proc_exit,
-                on_records=self._on_records,
-            )
-            if not self.procs.wait_ready():  # a crowd arriving at once must not wait on imports
-                log.warning("tick workers still silent after startup; sessions may start slowly")
-            warm_envs = 0  # the workers keep the spares
-        self.warm = WarmEnvs(warm_envs, list(self.specs), idle=lambda: self.live_count() == 0)
-        self._reaper = threading.Thread(target=self._reap, args=(reap_interval,), name="nonstop-reaper", daemon=True)
+        if conf.tick_procs:
+            self._start_procs(conf)
+        warm = 0 if self.procs is not None else conf.warm_envs  # with tick workers, the workers keep the spares
+        self.warm = WarmEnvs(warm, list(self.specs), idle=lambda: self.live_count() == 0)
+        self._reaper = threading.Thread(
+            target=self._reap, args=(conf.reap_interval,), name="nonstop-reaper", daemon=True
+        )
         self._reaper.start()
+
+    def _start_procs(self, conf: ManagerSettings) -> None:
+        self.procs = procs = TickProcs(
+            conf.tick_procs,
+            list(self.specs),
+            warm=conf.warm_envs,
+            sched=conf.tick_sched,
+            on_note=self._on_note,
+            on_exit=self._on_proc_exit,
+            on_records=self._on_records,
+        )
+        if not procs.wait_ready():  # a crowd arriving at once must not wait on imports
+            log.warning("tick workers still silent after startup; sessions may start slowly")
 
     def _on_note(self, note: tuple) -> None:
         """A tick worker's note (its reader thread): an awaited tick came, or a host stopped."""

@@ -301,37 +301,88 @@ def _listed(item: Any) -> list[Any]:
 
 def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: str) -> None:
     """Entry point of a tick worker: a command loop on the main thread, one tick lane beside it."""
-    from nonstop.envs import make_env
-    from nonstop.realtime.defaults import make_default
-    from nonstop.realtime.host import Host, raise_priority
-    from nonstop.server.liveworld import world_view
-    from nonstop.server.replay import ReplayRecorder, SeatReplayRecorder
-
     hold_lifeline()  # a killed server leaves no worker behind, even one busy ticking
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server owns shutdown
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    send_lock = threading.Lock()
+    worker = _Worker(conn, index, env_ids, warm, sched)
+    try:
+        worker.serve()
+    finally:
+        worker.close()
 
-    def note(message: tuple) -> None:
-        with send_lock:
+
+class _RealtimeLane(_Lane):
+    """A worker's tick lane, its thread raised to ``sched`` (Linux schedules threads: env builds and
+    commands stay at normal priority) and the priority in force noted to the server."""
+
+    def __init__(self, index: int, clock: WallClock, sched: str, note: Callable[[tuple], None]) -> None:
+        super().__init__(index, clock)
+        self.sched, self.note = sched, note
+
+    def run(self) -> None:
+        from nonstop.realtime.host import raise_priority
+
+        self.note(("sched", raise_priority(self.sched)))
+        super().run()
+
+
+class _Worker:
+    """One tick worker's state: its sessions' jobs on one lane, its warm envs, and the pipe to the
+    server (commands in, notes and replies out, sent under one lock: the lane notes ticks too)."""
+
+    def __init__(self, conn: Any, index: int, env_ids: list[str], warm: int, sched: str) -> None:
+        self.conn = conn
+        self.send_lock = threading.Lock()
+        self.lane = _RealtimeLane(index, WallClock(spin=0.0), sched, self.note)
+        self.lane.start()
+        self.jobs: dict[str, _WorkerJob] = {}
+        self.spares = WarmEnvs(warm, env_ids, idle=lambda: not self.jobs)
+
+    def note(self, message: tuple) -> None:
+        with self.send_lock:
             try:
-                conn.send(message)
+                self.conn.send(message)
             except (OSError, ValueError):  # the server is gone; the command loop exits on EOF
                 pass
 
-    class RealtimeLane(_Lane):
-        def run(self) -> None:
-            # this thread only (Linux schedules threads): env builds and commands stay at normal priority
-            note(("sched", raise_priority(sched)))
-            super().run()
+    def serve(self) -> None:
+        """Answer commands until the server says exit or goes away; between them, stream records
+        (the worker's heartbeat) and say when the warm envs' readiness changes."""
+        handlers: dict[str, Callable[..., Any]] = {"start": self.start, "stop": self.stop, "world": self.world}
+        sent_ready: dict[str, int] = {}
+        last_records = _CLOCK.now()
+        while True:
+            if _CLOCK.now() - last_records >= RECORD_EVERY:
+                self.send_records()
+                last_records = _CLOCK.now()
+            if not self.conn.poll(RECORD_EVERY):
+                ready = self.spares.ready()
+                if ready != sent_ready:
+                    sent_ready = ready
+                    self.note(("warm", ready))
+                continue
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                return  # the server is gone
+            if message[0] == "exit":
+                return
+            kind, request, args = message
+            try:
+                reply = ("reply", request, True, handlers[kind](*args))
+            except BaseException as exc:  # the server turns it into a session error
+                reply = ("reply", request, False, f"{type(exc).__name__}: {exc}")
+            self.note(reply)
 
-    clock = WallClock(spin=0.0)
-    lane = RealtimeLane(index, clock)
-    lane.start()
-    jobs: dict[str, _WorkerJob] = {}
-    spares = WarmEnvs(warm, env_ids, idle=lambda: not jobs)
+    def close(self) -> None:
+        self.lane.stop()
+        self.lane.join(timeout=5)
+        for sid in list(self.jobs):
+            self.stop(sid)
+        self.spares.close()
 
     def start(
+        self,
         sid: str,
         cfg: dict,
         slot: LatestSlot | list[LatestSlot],
@@ -340,35 +391,20 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
     ) -> dict:
         """Build the env and host of session ``sid`` (a several-seat world: ``cfg["seats"]``, one
         slot, queue and β per seat) and put it on the lane."""
+        from nonstop.envs import make_env
+
         env: Any = None  # a gymnasium.Env, or a seat world (PettingZoo's parallel API)
         seed, warmed = cfg["seed"], False
-        seats = cfg.get("seats")
         try:
             if seed is None:  # the client left the seed to us: a warm env, already reset with its seed
-                env, seed = spares.take(cfg["env"])
+                env, seed = self.spares.take(cfg["env"])
                 warmed = env is not None
             if env is None:
                 env = make_env(cfg["env"])
-            if cfg["record"]:
-                env = ReplayRecorder(env) if seats is None else SeatReplayRecorder(env)
-            if seats is None:
-                default: Any = make_default(cfg["default"], noop_action=cfg["noop_action"])
-            else:
-                default = [make_default(cfg["default"], noop_action=noop) for noop in cfg["seat_noops"]]
-            host = Host(
-                env,
-                slot,
-                queue,
-                tau_m=cfg["tau_m"],
-                default=default,
-                seed=None if warmed else seed,
-                max_ticks=cfg["max_ticks"],
-                meta=cfg["meta"],
-                seats=seats,
-                log_chunk_rows=cfg.get("log_chunk_rows", CHUNK_ROWS),
-            )
+            env = _recorded(env, cfg)
+            host = _session_host(env, cfg, slot, queue, None if warmed else seed)
             process = host.run(PhasedClock(cfg["origin"], cfg["tau_m"], cfg["phase"]))
-            job = _WorkerJob(sid, host, process, board, WallClock(origin=cfg["origin"], spin=0.0), note)
+            job = _WorkerJob(sid, host, process, board, WallClock(origin=cfg["origin"], spin=0.0), self.note)
             job.env, job.recorder = env, env if cfg["record"] else None
             job.due = first = next(process)  # env.reset happens here
         except BaseException:
@@ -378,12 +414,12 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
                 channel.close()
             raise
         board.set_origin(host.origin)
-        jobs[sid] = job
-        lane.add(job, cfg["origin"] + first)
+        self.jobs[sid] = job
+        self.lane.add(job, cfg["origin"] + first)
         return {"seed": seed, "warm": warmed, "origin": host.origin}
 
-    def stop(sid: str) -> dict | None:
-        job = jobs.pop(sid, None)
+    def stop(self, sid: str) -> dict | None:
+        job = self.jobs.pop(sid, None)
         if job is None:
             return None
         with job.drive:  # waits for a tick in progress
@@ -400,54 +436,56 @@ def _worker_main(conn: Any, index: int, env_ids: list[str], warm: int, sched: st
             channel.close()
         return out
 
-    def send_records() -> None:
+    def send_records(self) -> None:
         deltas = {}
-        for sid, job in list(jobs.items()):
+        for sid, job in list(self.jobs.items()):
             delta = job.record_delta()
             if len(delta["rows"]) or delta.get("reset_steps"):
                 deltas[sid] = delta
-        note(("records", deltas))  # also the worker's heartbeat
+        self.note(("records", deltas))  # also the worker's heartbeat
 
-    def world(sid: str) -> dict | None:
+    def world(self, sid: str) -> dict | None:
         """The live page's picture of session ``sid``'s world (`nonstop.server.liveworld.world_view`)."""
-        job = jobs.get(sid)
+        from nonstop.server.liveworld import world_view
+
+        job = self.jobs.get(sid)
         if job is None:
             return None
         with job.drive:  # between ticks: the env is not stepping
             return world_view(job.env)
 
-    handlers: dict[str, Callable[..., Any]] = {"start": start, "stop": stop, "world": world}
-    sent_ready: dict[str, int] = {}
-    last_records = _CLOCK.now()
-    try:
-        while True:
-            if _CLOCK.now() - last_records >= RECORD_EVERY:
-                send_records()
-                last_records = _CLOCK.now()
-            if not conn.poll(RECORD_EVERY):
-                ready = spares.ready()
-                if ready != sent_ready:
-                    sent_ready = ready
-                    note(("warm", ready))
-                continue
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                return  # the server is gone
-            if message[0] == "exit":
-                return
-            kind, request, args = message
-            try:
-                reply = ("reply", request, True, handlers[kind](*args))
-            except BaseException as exc:  # the server turns it into a session error
-                reply = ("reply", request, False, f"{type(exc).__name__}: {exc}")
-            note(reply)
-    finally:
-        lane.stop()
-        lane.join(timeout=5)
-        for sid in list(jobs):
-            stop(sid)
-        spares.close()
+
+def _recorded(env: Any, cfg: dict) -> Any:
+    """``env`` wrapped in a recorder if session ``cfg`` records."""
+    from nonstop.server.replay import ReplayRecorder, SeatReplayRecorder
+
+    if cfg["record"]:
+        env = ReplayRecorder(env) if cfg.get("seats") is None else SeatReplayRecorder(env)
+    return env
+
+
+def _session_host(env: Any, cfg: dict, slot: Any, queue: Any, seed: int | None) -> Any:
+    """The `Host` that ticks ``env`` for session ``cfg`` (β per seat on a several-seat world)."""
+    from nonstop.realtime.defaults import make_default
+    from nonstop.realtime.host import Host
+
+    seats = cfg.get("seats")
+    if seats is None:
+        default: Any = make_default(cfg["default"], noop_action=cfg["noop_action"])
+    else:
+        default = [make_default(cfg["default"], noop_action=noop) for noop in cfg["seat_noops"]]
+    return Host(
+        env,
+        slot,
+        queue,
+        tau_m=cfg["tau_m"],
+        default=default,
+        seed=seed,
+        max_ticks=cfg["max_ticks"],
+        meta=cfg["meta"],
+        seats=seats,
+        log_chunk_rows=cfg.get("log_chunk_rows", CHUNK_ROWS),
+    )
 
 
 # ----------------------------------------------------------------------------- server side
