@@ -371,7 +371,9 @@ def test_a_learner_waits_for_a_target_copy_being_written_to_end(no_shm_leak):
 
 def _run(interaction: str, **kw):
     dqn = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)
-    cfg = TrainConfig(env="CartPole", seconds=6.0, interaction=interaction, latency="3t", tau_l=2 / 50, dqn=dqn, **kw)
+    cfg = TrainConfig(
+        env="CartPole", seconds=6.0, interaction=interaction, latency="3t", tau_l=2 / 50, algo_settings=dqn, **kw
+    )
     return train(cfg)
 
 
@@ -414,7 +416,7 @@ def test_auto_inference_grows_to_act_at_every_tick(no_shm_leak):
         latency="4t",
         n_inference="auto",
         tau_l=0.1,
-        dqn=DQNConfig.for_family("classic", learning_starts=20, batch_size=8),
+        algo_settings=DQNConfig.for_family("classic", learning_starts=20, batch_size=8),
     )
     assert cfg.scheduler == "auto"
     r = train(cfg)
@@ -433,7 +435,7 @@ def test_an_inference_worker_killed_mid_training_is_covered_and_restarted(no_shm
         seconds=1.0,
         latency="3t",
         tau_l=0.04,
-        dqn=DQNConfig.for_family("classic", learning_starts=20, batch_size=8),
+        algo_settings=DQNConfig.for_family("classic", learning_starts=20, batch_size=8),
     )
     run = TrainingRun(cfg)
     try:

@@ -104,7 +104,7 @@ class TeamPlayConfig:
 
         latency = parse_latency(cfg.latency, tick_hz=tick_hz)
         ticks = max(1, math.ceil(float(latency.mean) * tick_hz - 1e-9))
-        dqn = cfg.dqn
+        dqn = cfg.algo_settings  # a DQNConfig: the team_self_play seating is offered for --algo dqn only
         return cls(
             env=cfg.env,
             env_kwargs=dict(cfg.env_kwargs),
@@ -125,7 +125,7 @@ class TeamPlayConfig:
             replay_capacity=min(dqn.replay_capacity, cls.replay_capacity),  # float16 windows: 50k of 13×13×5 is 170 MB
             hidden=int(dqn.hidden[0]) if dqn.hidden else 128,
             double=bool(dqn.double),
-            agent_id=getattr(cfg, "agent_id", "none"),
+            agent_id=cfg.agent_id,
         )
 
 
