@@ -64,10 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     inference, learners, the algorithm (``--algo NAME --help`` shows only its settings), self-play and
     seats, the run's files."""
     from nonstop.experiment.config import TrainConfig, parse_n_workers
-    from nonstop.experiment.record import RecordConfig
     from nonstop.inference.device import parse_device, parse_dtype
-    from nonstop.inference.schedulers import SCHEDULER_NAMES
-    from nonstop.realtime.defaults import DEFAULT_NAMES
 
     helps = [a for a in p._actions if type(a) is argparse._HelpAction]
     for own in helps:  # the parser's own -h: the same action, aware of --algo
@@ -86,6 +83,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     def run_fields(group: Any, names: tuple[str, ...]) -> None:
         add_fields(group, TrainConfig, names, types=types, unset=("trim_above", "dtype"), shown_as=shown_as)
+
+    _world_and_run_flags(p, run_fields)
+    add_algo_arguments(p)
+    _seat_flags(p)
+    _file_flags(p)
+
+
+def _world_and_run_flags(p: argparse.ArgumentParser, run_fields: Callable[[Any, tuple[str, ...]], None]) -> None:
+    """The world, realtime and its clock, inference and the scheduler, learners and backends."""
+    from nonstop.inference.schedulers import SCHEDULER_NAMES
+    from nonstop.realtime.defaults import DEFAULT_NAMES
 
     world = p.add_argument_group("world")
     run_fields(world, ("env",))
@@ -120,7 +128,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             action.choices = SCHEDULER_NAMES
         elif action.dest == "default":
             action.choices = DEFAULT_NAMES
-    add_algo_arguments(p)
+
+
+def _seat_flags(p: argparse.ArgumentParser) -> None:
+    """Self-play and the seats' identities."""
+    from nonstop.experiment.config import TrainConfig
+
     seats = p.add_argument_group(
         "self-play and seats (self-play: a two-seat world, the learner against a pool of its own past snapshots)"
     )
@@ -129,6 +142,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         seats, TrainConfig, _SELF_PLAY_FIELDS, unset=_SELF_PLAY_FIELDS, shown_as={"opponent_latency": "--latency"}
     )
     add_fields(seats, TrainConfig, _TEAM_FIELDS)
+
+
+def _file_flags(p: argparse.ArgumentParser) -> None:
+    """The run's files: seed, output, checkpoints, resume, trackers."""
+    from nonstop.experiment.config import TrainConfig
+    from nonstop.experiment.record import RecordConfig
+
     files = p.add_argument_group("run files")
     add_fields(files, TrainConfig, ("seed",))
     add_fields(files, RecordConfig, _RECORD_FIELDS, types={"out": str, "episodes": int})

@@ -81,8 +81,8 @@ class RecordConfig:
     tensorboard: bool = field(default=True, metadata={"help": "write TensorBoard events to RUN/tb"})
 
     def __post_init__(self) -> None:
-        for name in ("progress_every", "checkpoint_every"):
-            _positive(name, getattr(self, name))
+        _positive("progress_every", self.progress_every)
+        _positive("checkpoint_every", self.checkpoint_every)
         if self.episodes is not None and (not isinstance(self.episodes, int) or self.episodes < 1):
             raise ValueError(f"--episodes must be a whole number >= 1, got {self.episodes}")
         if not isinstance(self.keep_checkpoints, int) or self.keep_checkpoints < 1:
