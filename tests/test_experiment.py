@@ -211,7 +211,7 @@ def test_the_cli_defaults_are_the_configs(tmp_path):
     add_arguments(p)
     args = p.parse_args([])
     from_cli, default = config_from_args(args).to_dict(), TrainConfig().to_dict()
-    from_cli.pop("dqn"), default.pop("dqn")  # the env family's, resolved by the command
+    from_cli.pop("algo_settings"), default.pop("algo_settings")  # the env family's, resolved by the command
     assert from_cli == default
     assert settings_from_args(args)[1:] == (RecordConfig(), [])
 
