@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from nonstop.cli import main
-from nonstop.learning.dqn import DQNConfig, apply_gradient, init_training
+from nonstop.learning.dqn import DQNConfig
+from nonstop.learning.optim import apply_gradient, init_training
 from nonstop.learning.replay import Batch, ReplayBuffer, ReplayRecorder
 from nonstop.learning.sac import SACConfig, sac_backward, sac_losses
 from nonstop.learning.weights import SharedWeights, TrainingState
@@ -121,7 +122,7 @@ def test_sac_without_autotune_keeps_alpha_and_the_critics_take_no_actor_gradient
     algo = SACConfig(hidden=(), autotune=False).algorithm((1,), BOX)
     online, target = algo.build_model(), algo.build_model()
     batch = _batch(0.5, 1.0, -1.0, 0.9, -0.5)
-    from nonstop.learning.dqn import flat_gradient
+    from nonstop.learning.optim import flat_gradient
 
     xi2, xi = torch.tensor([[0.7]]), torch.tensor([[-1.1]])
     sac_backward(online, target, batch, algo.cfg, algo.target_entropy, noise_next=xi2, noise=xi)
@@ -587,7 +588,7 @@ def test_beta_on_a_box_world_holds_the_last_action_or_applies_zeros(beta, betwee
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")  # torch 2.13's; export's own
 def test_sac_on_frames_trains_its_impala_encoder_with_the_critics_only():
     """On frames the IMPALA encoder is the critics' block: J_Q trains it, the actor reads its features held fixed."""
-    from nonstop.learning.dqn import flat_gradient
+    from nonstop.learning.optim import flat_gradient
 
     algo = SACConfig(k=0.25, features=32, hidden=(32,)).algorithm(
         (84, 84), gymnasium.spaces.Box(-1, 1, (2,), np.float32)

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from nonstop.learning.dqn import DQNConfig, apply_gradient, compute_gradient, epsilon_at, init_training
+from nonstop.learning.dqn import DQNConfig, compute_gradient, epsilon_at
+from nonstop.learning.optim import apply_gradient, init_training
 from nonstop.learning import weights as weights_module
 from nonstop.learning.learners import GradientSlots, Learner, LearnerProcesses, VirtualLearners
 from nonstop.learning.replay import Batch, ReplayBuffer

@@ -180,7 +180,7 @@ def served_forward(run: "Run", params: np.ndarray | None = None, *, seed: int = 
         graph_sizes=default_graph_sizes(device, max_batch),
         refresh=_refresh(run) if params is None else None,
     )
-    # the algorithm's answers from that forward pass: DQN's greedy action (its space's start added), SAC's sampled one
+    # the algorithm's answers from that forward pass (`Algorithm.serve`: a greedy index, a sampled vector)
     return _Served(q_argmax, run.algorithm.serve(q_argmax, seed=run.cfg.seed * 1000 + seed)), q_argmax
 
 
@@ -202,7 +202,7 @@ def _build_server(run: "Run", forward: Any = None) -> tuple["BatchingServer", An
         max_batch=max_batch,
         overlap=True,
         example=example,
-        action_shape=run.algorithm.action_shape,  # SAC's (d,) float vectors; DQN's ints: ()
+        action_shape=run.algorithm.action_shape,  # (d,) float vectors for a Box, () ints for Discrete
     )
     return server, q_argmax
 
