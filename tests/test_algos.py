@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from nonstop.cli import main
-from nonstop.learning.dqn import DQNConfig, apply_gradient, init_training
+from nonstop.learning.dqn import DQNConfig
+from nonstop.learning.optim import apply_gradient, init_training
 from nonstop.learning.replay import Batch, ReplayBuffer, ReplayRecorder
 from nonstop.learning.sac import SACConfig, sac_backward, sac_losses
 from nonstop.learning.weights import SharedWeights, TrainingState
@@ -121,7 +122,7 @@ def test_sac_without_autotune_keeps_alpha_and_the_critics_take_no_actor_gradient
     algo = SACConfig(hidden=(), autotune=False).algorithm((1,), BOX)
     online, target = algo.build_model(), algo.build_model()
     batch = _batch(0.5, 1.0, -1.0, 0.9, -0.5)
-    from nonstop.learning.dqn import flat_gradient
+    from nonstop.learning.optim import flat_gradient
 
     xi2, xi = torch.tensor([[0.7]]), torch.tensor([[-1.1]])
     sac_backward(online, target, batch, algo.cfg, algo.target_entropy, noise_next=xi2, noise=xi)
@@ -265,7 +266,7 @@ def test_a_sac_run_learns_checkpoints_resumes_and_reports_alpha(tmp_path, capsys
     run = tmp_path / "sac"
     first = _train_sac(run, capsys, "4")
     config = json.loads((run / "config.json").read_text())
-    assert config["algo"] == "sac" and config["algo_settings"]["hidden"] == [16] and config["dqn"] is None
+    assert config["algo"] == "sac" and config["algo_settings"]["hidden"] == [16] and "dqn" not in config
     ckpt = latest_checkpoint(run)
     assert first["updates"] > 0 and ckpt.updates == first["updates"]
     alpha = math.exp(ckpt.state["params"][-1].item())
@@ -283,13 +284,26 @@ def test_a_sac_run_learns_checkpoints_resumes_and_reports_alpha(tmp_path, capsys
     assert "is a --algo sac run" in capsys.readouterr().err
 
 
-def test_a_dqn_run_keeps_the_config_of_runs_before_algorithms_were_parts(tmp_path, capsys, no_shm_leak):
+def test_a_run_saved_with_a_dqn_key_before_algorithms_were_parts_still_exports_and_resumes(
+    tmp_path, capsys, no_shm_leak
+):
+    from nonstop.experiment.config import TrainConfig
+    from nonstop.experiment.export import export_policy
+
     run = tmp_path / "dqn"
     assert main(["train", "--env", "CartPole", "--seconds", "1", "--learning-starts", "20", "--out", str(run)]) == 0
     config = json.loads((run / "config.json").read_text())
-    assert "algo" not in config and "algo_settings" not in config and config["dqn"]["batch_size"] == 64
+    assert config["algo"] == "dqn" and config["algo_settings"]["batch_size"] == 64 and "dqn" not in config
+    old = {k: v for k, v in config.items() if k not in ("algo", "algo_settings")} | {"dqn": config["algo_settings"]}
+    (run / "config.json").write_text(json.dumps(old))  # as runs were saved before --algo existed
+    assert TrainConfig.from_dict(old).algo_settings.batch_size == 64
+    assert export_policy(run)["algo"] == "dqn"  # an old run exports
     capsys.readouterr()
-    assert main(["train", "--resume", str(run), "--seconds", "2"]) == 0  # no algo key: resumed as dqn
+    assert main(["train", "--resume", str(run), "--seconds", "2"]) == 0  # and resumes, as dqn
+    again = json.loads((run / "config.json").read_text())
+    assert again["algo"] == "dqn" and again["algo_settings"] == config["algo_settings"] and "dqn" not in again
+    with pytest.raises(ValueError, match="unknown config keys"):
+        TrainConfig.from_dict({**old, "dqn_typo": 1})
 
 
 def test_a_sac_export_acts_without_nonstop_as_nonstop_does(tmp_path, capsys, no_shm_leak):
@@ -574,7 +588,7 @@ def test_beta_on_a_box_world_holds_the_last_action_or_applies_zeros(beta, betwee
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")  # torch 2.13's; export's own
 def test_sac_on_frames_trains_its_impala_encoder_with_the_critics_only():
     """On frames the IMPALA encoder is the critics' block: J_Q trains it, the actor reads its features held fixed."""
-    from nonstop.learning.dqn import flat_gradient
+    from nonstop.learning.optim import flat_gradient
 
     algo = SACConfig(k=0.25, features=32, hidden=(32,)).algorithm(
         (84, 84), gymnasium.spaces.Box(-1, 1, (2,), np.float32)

@@ -80,7 +80,7 @@ def test_train_arch_flag(tmp_path, capsys):
         ]
     )
     assert rc == 0
-    assert json.loads((out / "config.json").read_text())["dqn"]["arch"] == "2xdeep"
+    assert json.loads((out / "config.json").read_text())["algo_settings"]["arch"] == "2xdeep"
 
 
 def test_2xdeep_costs_more_operations_per_parameter_than_the_15_layer_net():

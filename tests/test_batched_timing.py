@@ -20,7 +20,9 @@ WARMUP = 60  # ticks before the staggered workers are in step
 def _run(backend: str, latency: str, **kwargs: object) -> dict:
     dqn = DQNConfig.for_family("theory", learning_starts=10**6, replay_capacity=1000)
     result = train(
-        TrainConfig(env="theory/inaction", seconds=SECONDS, backend=backend, latency=latency, dqn=dqn, **kwargs)
+        TrainConfig(
+            env="theory/inaction", seconds=SECONDS, backend=backend, latency=latency, algo_settings=dqn, **kwargs
+        )
     )
     log = result["tick_log"]
     return log.summary(warmup_ticks=WARMUP) | {"server": result["parts"].get("batch_server")}

@@ -516,7 +516,9 @@ def test_batched_backend_serves_a_wall_clock_run_from_one_server():
     from nonstop.learning.dqn import DQNConfig
 
     dqn = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)
-    run = Run(TrainConfig(env="CartPole", clock="wall", backend="batched", seconds=1.5, dqn=dqn, n_inference=3))
+    run = Run(
+        TrainConfig(env="CartPole", clock="wall", backend="batched", seconds=1.5, algo_settings=dqn, n_inference=3)
+    )
     try:
         run.build().start()
         run.advance(1.5)
@@ -543,7 +545,7 @@ def test_batched_backend_serves_a_virtual_clock_run():
             env="CartPole",
             seconds=4.0,
             latency="0.6t",
-            dqn=dqn,
+            algo_settings=dqn,
             scheduler="quantile_hold",
             n_inference=2,
             backend="batched",
@@ -575,7 +577,7 @@ def test_the_batch_each_applied_action_rode_in_is_joined_onto_the_tick_log():
             env="CartPole",
             seconds=3.0,
             latency="1t",
-            dqn=dqn,
+            algo_settings=dqn,
             scheduler="unstaggered",
             n_inference=8,
             backend="batched",

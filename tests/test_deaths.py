@@ -133,7 +133,7 @@ def test_a_virtual_learner_past_its_budget_says_it_was_not_restarted(capsys, no_
     cfg = TrainConfig(
         env="CartPole",
         seconds=10.0,
-        dqn=DQNConfig.for_family("classic", learning_starts=20, batch_size=8),
+        algo_settings=DQNConfig.for_family("classic", learning_starts=20, batch_size=8),
         max_restarts=1,
         restart_window=60.0,
     )

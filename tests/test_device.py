@@ -231,7 +231,7 @@ def test_a_learner_on_cuda_matches_the_cpu_gradient(frame_parts):
 def test_dqn_policies_take_a_device_and_dtype(frame_parts):
     from gymnasium import spaces
 
-    from nonstop.distributed.shared_params import SharedDQNPolicy, make_shared_dqn_policy
+    from nonstop.distributed.shared_params import SharedForward, make_shared_policy
 
     cfg, _, weights, _ = frame_parts
     space = spaces.Discrete(3)
@@ -241,9 +241,10 @@ def test_dqn_policies_take_a_device_and_dtype(frame_parts):
     weights.epsilon = 0.0
     assert 0 <= policy.act(obs).action < 3
     # one shared host copy of θ serves fp32 on the CPU; another precision needs the policy's own copy
-    assert isinstance(make_shared_dqn_policy((84, 84), space, cfg.to_dict(), weights, seed=0), SharedDQNPolicy)
-    own = make_shared_dqn_policy((84, 84), space, cfg.to_dict(), weights, seed=0, dtype="bf16")
-    assert not isinstance(own, SharedDQNPolicy) and own.act(obs).action in (0, 1, 2)
+    algo = cfg.algorithm((84, 84), space)
+    assert isinstance(make_shared_policy(algo, weights, seed=0), SharedForward)
+    own = make_shared_policy(algo, weights, seed=0, dtype="bf16")
+    assert not isinstance(own, SharedForward) and own.act(obs).action in (0, 1, 2)
 
 
 # ----------------------------------------------------------------------------- the run's config

@@ -90,7 +90,7 @@ def test_a_virtual_run_with_the_device_learner_is_the_host_learners_run(no_shm_l
                 env="CartPole",
                 seconds=8.0,
                 latency="0.6t",
-                dqn=dqn,
+                algo_settings=dqn,
                 scheduler="quantile_hold",
                 n_inference=2,
                 backend="batched",
@@ -150,7 +150,7 @@ def test_the_server_follows_each_version_by_a_device_copy_and_the_run_learns(mon
             env="CartPole",
             seconds=90.0,
             latency="0.6t",
-            dqn=dqn,
+            algo_settings=dqn,
             scheduler="quantile_hold",
             n_inference=2,
             backend="batched",
@@ -182,7 +182,7 @@ def test_thread_workers_get_each_version_through_the_host(no_shm_leak):
     """With workers that read `SharedWeights` (``--backend thread``) the device learner publishes each version
     there: one host copy a version, documented, and the workers act on it."""
     dqn = DQNConfig.for_family("classic", learning_starts=50, batch_size=8)
-    run = Run(TrainConfig(env="CartPole", seconds=4.0, dqn=dqn, learner_backend="device"))
+    run = Run(TrainConfig(env="CartPole", seconds=4.0, algo_settings=dqn, learner_backend="device"))
     try:
         run.build().start()
         run.advance(4.0)
@@ -201,7 +201,7 @@ def test_a_checkpoint_keeps_the_device_learners_params_and_moments(no_shm_leak):
     cfg = dict(
         env="CartPole",
         latency="0.6t",
-        dqn=dqn,
+        algo_settings=dqn,
         scheduler="quantile_hold",
         n_inference=2,
         backend="batched",
@@ -262,7 +262,7 @@ def test_a_wall_clock_run_learns_on_a_device_learner_thread(no_shm_leak):
             env="CartPole",
             clock="wall",
             seconds=2.0,
-            dqn=dqn,
+            algo_settings=dqn,
             n_inference=2,
             backend="batched",
             learner_backend="device",
@@ -291,7 +291,7 @@ def test_on_cuda_the_learner_and_the_server_share_the_device_with_no_host_copy(m
             env="CartPole",
             seconds=6.0,
             latency="0.6t",
-            dqn=dqn,
+            algo_settings=dqn,
             scheduler="quantile_hold",
             n_inference=2,
             backend="batched",
@@ -321,7 +321,7 @@ def test_a_device_learner_that_dies_goes_on_under_the_restart_budget_and_then_en
     from nonstop.realtime.lifeline import PartFailed
 
     dqn = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)
-    run = Run(TrainConfig(env="CartPole", seconds=10.0, dqn=dqn, learner_backend="device", max_restarts=1))
+    run = Run(TrainConfig(env="CartPole", seconds=10.0, algo_settings=dqn, learner_backend="device", max_restarts=1))
     try:
         run.build().start()
         run.advance(2.0)

@@ -59,7 +59,7 @@ def test_a_new_driver_is_one_registration(scoped_registry, no_shm_leak):
         return [InferencePart("pool", policy, 2, seat=seat)]
 
     scoped_registry.register("driver", "always_right", always_right)
-    result = train(TrainConfig(env="CartPole", seconds=2.0, interaction="always_right", dqn=DQN))
+    result = train(TrainConfig(env="CartPole", seconds=2.0, interaction="always_right", algo_settings=DQN))
     log = result["tick_log"]
     agent = log["source"] == SOURCE_AGENT
     assert len(made) == 2 and all(p.calls > 20 for p in made)  # both workers acted
@@ -86,7 +86,7 @@ def test_a_new_policy_backend_is_one_registration(scoped_registry, no_shm_leak):
         built.append(i)
         return thread_policy(run, i)
 
-    cfg = TrainConfig(env="CartPole", seconds=1.0, latency="3t", dqn=DQN)
+    cfg = TrainConfig(env="CartPole", seconds=1.0, latency="3t", algo_settings=DQN)
     scoped_registry.register("policy_backend", cfg.inference_backend, counting)  # the virtual clock's: threads
     run = Run(cfg)
     try:
@@ -211,7 +211,7 @@ def test_the_cli_defaults_are_the_configs(tmp_path):
     add_arguments(p)
     args = p.parse_args([])
     from_cli, default = config_from_args(args).to_dict(), TrainConfig().to_dict()
-    from_cli.pop("dqn"), default.pop("dqn")  # the env family's, resolved by the command
+    from_cli.pop("algo_settings"), default.pop("algo_settings")  # the env family's, resolved by the command
     assert from_cli == default
     assert settings_from_args(args)[1:] == (RecordConfig(), [])
 
@@ -271,7 +271,7 @@ def test_a_scheduler_that_learns_from_rewards_is_shown_every_tick_of_a_run():
         latency="lognormal:5t,0.5",
         n_inference=8,
         scheduler="fill",
-        dqn=DQN,
+        algo_settings=DQN,
     )
     run = Run(cfg)
     try:
@@ -302,7 +302,7 @@ def test_a_backend_that_takes_device_weights_says_so_where_it_is_registered(scop
 
     def run_with(name: str) -> tuple[int, int]:
         dqn = DQNConfig.for_family("classic", learning_starts=50, batch_size=8)
-        run = Run(TrainConfig(env="CartPole", seconds=3.0, dqn=dqn, backend=name, learner_backend="device"))
+        run = Run(TrainConfig(env="CartPole", seconds=3.0, algo_settings=dqn, backend=name, learner_backend="device"))
         try:
             run.build().start()
             run.advance(3.0)

@@ -702,7 +702,8 @@ def test_dqn_acts_and_learns_in_a_space_that_starts_at_one():
     import gymnasium
     import torch
 
-    from nonstop.learning.dqn import DQNConfig, DQNPolicy, build_q_network, flat_parameters
+    from nonstop.learning.dqn import DQNConfig, DQNPolicy, build_q_network
+    from nonstop.learning.weights import flat_parameters
     from nonstop.learning.replay import ReplayBuffer, ReplayRecorder
     from nonstop.learning.weights import SharedWeights
 

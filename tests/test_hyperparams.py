@@ -46,10 +46,10 @@ def test_every_shipped_entry_says_what_it_reached_and_how_and_builds_its_algorit
 def test_a_users_file_replaces_the_shipped_one_and_a_typed_flag_wins_over_both(tmp_path):
     mine = tmp_path / "mine.yml"
     mine.write_text("CartPole:\n  lr: 0.002\n  batch_size: 32\n  hidden: [16, 16]\n")
-    dqn = _config("--env", "CartPole", "--hyperparams", str(mine), "--batch-size", "8").dqn
+    dqn = _config("--env", "CartPole", "--hyperparams", str(mine), "--batch-size", "8").algo_settings
     assert (dqn.lr, dqn.batch_size, dqn.hidden) == (0.002, 8, (16, 16))
     assert dqn.target_update == 500  # not in the file: the classic family's value
-    shipped = _config("--env", "CartPole").dqn
+    shipped = _config("--env", "CartPole").algo_settings
     assert (shipped.lr, shipped.batch_size) == (5e-4, 64)
 
 
@@ -74,7 +74,7 @@ def test_the_run_says_where_its_settings_came_from_and_keeps_them_in_config_json
     assert main(["train", "--env", "CartPole", "--seconds", "2", "--hyperparams", str(mine), "--out", str(run)]) == 0
     err = capsys.readouterr().err
     assert f"settings for CartPole from {mine}: learning_starts 60, batch_size 8" in err
-    saved = json.loads((run / "config.json").read_text())["dqn"]
+    saved = json.loads((run / "config.json").read_text())["algo_settings"]
     assert (saved["learning_starts"], saved["batch_size"]) == (60, 8)
     argv = ["train", "--resume", str(run), "--seconds", "3", "--hyperparams", str(mine)]
     assert main(argv) == 2

@@ -208,7 +208,9 @@ def test_train_delay_aware_feeds_the_actor_and_the_replay_the_buffer() -> None:
     from nonstop.learning.dqn import DQNConfig
 
     small = DQNConfig.for_family("classic", replay_capacity=2000, learning_starts=100, batch_size=8, hidden=(16,))
-    cfg = TrainConfig(env="CartPole-v1", clock="virtual", seconds=8.0, latency="3t", delay_aware=True, dqn=small)
+    cfg = TrainConfig(
+        env="CartPole-v1", clock="virtual", seconds=8.0, latency="3t", delay_aware=True, algo_settings=small
+    )
     run = Run(cfg)
     assert run.spec.inflight_k == 3 and run.obs_shape == (4 + 3 * 4,)  # 3 slots of (one-hot of 2, due, age)
     try:

@@ -397,7 +397,11 @@ def test_a_wall_clock_run_serves_its_process_workers_as_remote_lanes(no_shm_leak
     from nonstop.learning.dqn import DQNConfig
 
     dqn = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)
-    run = Run(TrainConfig(env="CartPole", clock="wall", backend="batched_process", seconds=3.0, dqn=dqn, n_inference=2))
+    run = Run(
+        TrainConfig(
+            env="CartPole", clock="wall", backend="batched_process", seconds=3.0, algo_settings=dqn, n_inference=2
+        )
+    )
     try:
         run.build().start()
         run.advance(3.0)
@@ -434,7 +438,9 @@ def test_a_killed_worker_process_is_restarted_on_its_slot_and_served_again(no_sh
 
     dqn = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)
     run = Run(
-        TrainConfig(env="CartPole", clock="wall", backend="batched_process", seconds=60.0, dqn=dqn, n_inference=2)
+        TrainConfig(
+            env="CartPole", clock="wall", backend="batched_process", seconds=60.0, algo_settings=dqn, n_inference=2
+        )
     )
     try:
         run.build().start()

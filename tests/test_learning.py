@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from nonstop.learning.dqn import DQNConfig, apply_gradient, compute_gradient, epsilon_at, init_training
+from nonstop.learning.dqn import DQNConfig, compute_gradient, epsilon_at
+from nonstop.learning.optim import apply_gradient, init_training
 from nonstop.learning import weights as weights_module
 from nonstop.learning.learners import GradientSlots, Learner, LearnerProcesses, VirtualLearners
 from nonstop.learning.replay import Batch, ReplayBuffer
@@ -371,7 +372,9 @@ def test_a_learner_waits_for_a_target_copy_being_written_to_end(no_shm_leak):
 
 def _run(interaction: str, **kw):
     dqn = DQNConfig.for_family("classic", learning_starts=20, batch_size=8)
-    cfg = TrainConfig(env="CartPole", seconds=6.0, interaction=interaction, latency="3t", tau_l=2 / 50, dqn=dqn, **kw)
+    cfg = TrainConfig(
+        env="CartPole", seconds=6.0, interaction=interaction, latency="3t", tau_l=2 / 50, algo_settings=dqn, **kw
+    )
     return train(cfg)
 
 
@@ -414,7 +417,7 @@ def test_auto_inference_grows_to_act_at_every_tick(no_shm_leak):
         latency="4t",
         n_inference="auto",
         tau_l=0.1,
-        dqn=DQNConfig.for_family("classic", learning_starts=20, batch_size=8),
+        algo_settings=DQNConfig.for_family("classic", learning_starts=20, batch_size=8),
     )
     assert cfg.scheduler == "auto"
     r = train(cfg)
@@ -433,7 +436,7 @@ def test_an_inference_worker_killed_mid_training_is_covered_and_restarted(no_shm
         seconds=1.0,
         latency="3t",
         tau_l=0.04,
-        dqn=DQNConfig.for_family("classic", learning_starts=20, batch_size=8),
+        algo_settings=DQNConfig.for_family("classic", learning_starts=20, batch_size=8),
     )
     run = TrainingRun(cfg)
     try:

@@ -675,7 +675,7 @@ def test_removed_node_actors_restart_on_a_live_node(cluster):
 
 
 def test_ray_actor_policy_computes_from_the_object_store_copy(cluster):
-    """`ObjectStoreDQNPolicy` (what `train --backend ray` builds in each actor) points its parameters
+    """`make_object_store_policy`'s actor (what `train --backend ray` builds in each actor) points its parameters
     at the array ``ray.get`` maps from the node's object store, read-only and not copied, and acts
     exactly as a policy holding a private copy of the same version does; a new version rebinds them."""
     import gymnasium as gym
@@ -683,14 +683,14 @@ def test_ray_actor_policy_computes_from_the_object_store_copy(cluster):
     import torch
 
     from nonstop.distributed.ray_backend import ObjectStoreWeights
-    from nonstop.distributed.shared_params import make_object_store_dqn_policy
+    from nonstop.distributed.shared_params import make_object_store_policy
     from nonstop.learning.dqn import DQNConfig, build_q_network, make_dqn_policy
     from nonstop.learning.weights import SharedWeights, flat_parameters
 
     cfg, space = DQNConfig.for_family("classic"), gym.spaces.Discrete(2)
     flat = flat_parameters(build_q_network((4,), 2, cfg))
     weights = ObjectStoreWeights(flat.size)
-    policy = make_object_store_dqn_policy((4,), space, cfg.to_dict(), seed=0, weights=weights)
+    policy = make_object_store_policy(cfg.algorithm((4,), space), seed=0, weights=weights)
     reference = SharedWeights.create(flat.size)
     try:
         copy_policy = make_dqn_policy((4,), space, cfg.to_dict(), reference, 0)

@@ -47,7 +47,10 @@ def test_restart_budget_counts_only_the_window():
 
 def _run(**kw) -> TrainingRun:
     cfg = TrainConfig(
-        env="CartPole", seconds=10.0, dqn=DQNConfig.for_family("classic", learning_starts=20, batch_size=8), **kw
+        env="CartPole",
+        seconds=10.0,
+        algo_settings=DQNConfig.for_family("classic", learning_starts=20, batch_size=8),
+        **kw,
     )
     return TrainingRun(cfg).build().start()
 

@@ -174,7 +174,7 @@ def test_the_learners_transitions_come_from_its_own_seat_only(no_shm_leak):
         pool_size=3,
         latency="2t",
         opponent_latency="5t",
-        dqn=dqn,
+        algo_settings=dqn,
     )
     run = TrainingRun(cfg)
     try:
@@ -277,7 +277,13 @@ def test_self_play_on_two_player_boxing_learns_from_84x84_gray_frames(no_shm_lea
 
     dqn = DQNConfig.for_family("multi", k=0.25, replay_capacity=2000, learning_starts=30, batch_size=8)
     cfg = TrainConfig(
-        env="multi/Boxing", seconds=1, self_play=True, snapshot_every=0.5, latency="1t", opponent_latency="3t", dqn=dqn
+        env="multi/Boxing",
+        seconds=1,
+        self_play=True,
+        snapshot_every=0.5,
+        latency="1t",
+        opponent_latency="3t",
+        algo_settings=dqn,
     )
     run = TrainingRun(cfg)
     try:

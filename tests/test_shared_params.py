@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from nonstop.distributed.shared_params import SharedParameters, make_shared_dqn_policy
+from nonstop.distributed.shared_params import SharedParameters, make_shared_policy
 from nonstop.learning.dqn import DQNConfig, build_q_network, make_dqn_policy
 from nonstop.learning.weights import SharedWeights, flat_parameters
 
@@ -56,7 +56,7 @@ def test_shared_policy_acts_like_the_copying_policy():
     try:
         w.publish(flat_parameters(model))
         w.epsilon = 0.0
-        shared = make_shared_dqn_policy((4,), space, cfg.to_dict(), w, 0)
+        shared = make_shared_policy(cfg.algorithm((4,), space), w, 0)
         copying = make_dqn_policy((4,), space, cfg.to_dict(), w, 0)
         rng = np.random.default_rng(0)
         for _ in range(20):
@@ -83,7 +83,7 @@ def test_shared_policy_acts_in_a_space_that_starts_at_one(epsilon):
     try:
         w.publish(flat_parameters(model))
         w.epsilon = epsilon
-        shared = make_shared_dqn_policy((4,), space, cfg.to_dict(), w, 0)
+        shared = make_shared_policy(cfg.algorithm((4,), space), w, 0)
         copying = make_dqn_policy((4,), space, cfg.to_dict(), w, 0)
         rng = np.random.default_rng(0)
         for _ in range(50):

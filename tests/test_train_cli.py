@@ -185,7 +185,7 @@ def test_every_dqn_setting_is_a_train_flag_with_its_default_shown():
             "--no-double",
         ]
     )
-    dqn = config_from_args(args).dqn
+    dqn = config_from_args(args).algo_settings
     assert (dqn.gamma, dqn.target_update, dqn.adam_eps, dqn.updates_per_transition) == (0.9, 77, 1e-8, 4.0)
     assert (dqn.epsilon_start, dqn.epsilon_end, dqn.hidden, dqn.double) == (0.05, 0.05, (32, 16), False)
     assert dqn.lr == DQNConfig.for_family("classic").lr  # not given: the family's value stays
@@ -200,7 +200,9 @@ def test_paper_preset_sets_the_papers_stated_values_and_flags_beside_it_win():
 
     p = argparse.ArgumentParser()
     add_arguments(p)
-    dqn = config_from_args(p.parse_args(["--env", "CartPole", "--preset", "paper-pokemon", "--batch-size", "8"])).dqn
+    dqn = config_from_args(
+        p.parse_args(["--env", "CartPole", "--preset", "paper-pokemon", "--batch-size", "8"])
+    ).algo_settings
     assert (dqn.lr, dqn.gamma, dqn.replay_capacity, dqn.batch_size) == (1e-3, 0.99, 1_000_000, 8)
     with pytest.raises(SystemExit):
         p.parse_args(["--preset", "paper-nope"])
@@ -311,7 +313,9 @@ def test_resume_continues_the_saved_config_and_says_what_it_overrides(tmp_path, 
     err = " ".join(capsys.readouterr().err.split())
     assert "resuming" in err and "overriding seconds: 4.0 → 6.0" in err, err
     config = json.loads((run / "config.json").read_text())
-    assert config["latency"] == "2t" and config["dqn"]["lr"] == 1e-3 and config["seconds"] == 6.0  # kept, not defaults
+    assert (
+        config["latency"] == "2t" and config["algo_settings"]["lr"] == 1e-3 and config["seconds"] == 6.0
+    )  # kept, not defaults
     summary = json.loads((run / "summary.json").read_text())
     assert summary["env_ticks_total"] == 300 and summary["segments"] == 2
     assert summary["this_segment"]["ticks"] == 100 and summary["ticks"] == 300  # the figures cover both segments

@@ -90,7 +90,7 @@ def _train(
         env_kwargs={**default_env_kwargs(info.family), **parse_env_args(env_args)},
         seconds=ticks / info.tick_hz,
         seed=seed,
-        dqn=DQNConfig.for_family(info.family, **overrides),
+        algo_settings=DQNConfig.for_family(info.family, **overrides),
         **kw,
     )
     result = train(cfg, progress_every=max(1.0, ticks / info.tick_hz / 20))

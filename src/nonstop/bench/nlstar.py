@@ -272,7 +272,7 @@ def learned_share(
         n_learners=n_learners,
         tau_l=tau_l_ticks / TICK_HZ,
         seed=seed,
-        dqn=DQNConfig(
+        algo_settings=DQNConfig(
             batch_size=batch, updates_per_transition=0, learning_starts=starts, hidden=(16,), replay_capacity=5000
         ),
     )

@@ -346,7 +346,9 @@ def real_env_learning(*, seconds: float, seed: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, tau_l_ticks in (("keep_pace", 1), ("behind", 4)):
         dqn = DQNConfig.for_family("classic")
-        result = train(TrainConfig(env="CartPole", seconds=seconds, tau_l=tau_l_ticks * tau_m, seed=seed, dqn=dqn))
+        result = train(
+            TrainConfig(env="CartPole", seconds=seconds, tau_l=tau_l_ticks * tau_m, seed=seed, algo_settings=dqn)
+        )
         log = result["tick_log"]
         ends = log["tick"][(log["terminated"] == 1) | (log["truncated"] == 1)]
         returns = np.asarray(result["episode_returns"], dtype=np.float64)[: ends.size]

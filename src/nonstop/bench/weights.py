@@ -1,5 +1,5 @@
 """``nonstop bench weights``: memory of N_I process workers of one model, with one copy of θ per
-worker (`DQNPolicy`, today's process backend) and with one shared copy per host (`SharedDQNPolicy`).
+worker (`DQNPolicy`, today's process backend) and with one shared copy per host (`make_shared_policy`'s actor).
 
 Each worker is a real `ProcessPolicy` holding the paper's ResNet at width ``--k`` that has made
 one forward pass. Memory is the **PSS** (proportional set size, /proc/PID/smaps_rollup) summed over
@@ -12,7 +12,7 @@ whole in both modes. Target: 8 workers of k=7 at
 
 ``--backend ray`` measures Ray actors on one node of a local Ray instead: a copy of θ each
 (`DQNPolicy` over the fetched version) against views of the node's object store
-(`ObjectStoreDQNPolicy`, what ``train --backend ray`` builds). Memory is then the actors' USS
+(`make_object_store_policy`'s actor, what ``train --backend ray`` builds). Memory is then the actors' USS
 (private pages; the object store's are shared) less N bare actors', plus θ once for the object
 store's copy.
 
@@ -165,19 +165,19 @@ def _run_ray(
     counts: list[int], cfg: Any, flat: np.ndarray, weights: Any
 ) -> tuple[dict[int, int], list[dict[str, Any]], dict[str, Any]]:
     """Ray actors on one node: a copy of θ each (`DQNPolicy` over `ObjectStoreWeights`) vs views of
-    the node's object store (`ObjectStoreDQNPolicy`, what ``train --backend ray`` builds). The
+    the node's object store (`make_object_store_policy`'s actor, what ``train --backend ray`` builds). The
     object store holds each version once in both modes (θ is added once to each total)."""
     import gymnasium as gym
 
     from nonstop.distributed.ray_backend import WeightBroadcast, ray_session
-    from nonstop.distributed.shared_params import make_object_store_dqn_policy
+    from nonstop.distributed.shared_params import make_object_store_policy
     from nonstop.learning.dqn import make_dqn_policy
 
     obs_shape, space = (84, 84), gym.spaces.Discrete(18)
     with ray_session(None):
         broadcast = WeightBroadcast(weights)
         bare = {n: _measure_ray(_BareActor, n, broadcast)["uss_total"] for n in counts}
-        shared = partial(make_object_store_dqn_policy, obs_shape, space, cfg.to_dict(), seed=0)
+        shared = partial(make_object_store_policy, cfg.algorithm(obs_shape, space), seed=0)
         modes = {
             "copies": partial(make_dqn_policy, obs_shape, space, cfg.to_dict(), seed=0),
             "shared": shared,
@@ -243,13 +243,13 @@ def _run_processes(
 ) -> tuple[dict[int, int], list[dict[str, Any]], dict[str, Any]]:
     """Process workers: a copy of θ each vs views of the host's shared copy; PSS, with the driver's
     share of the weights segment added so θ counts whole in both modes."""
-    from nonstop.distributed.shared_params import make_shared_dqn_policy
+    from nonstop.distributed.shared_params import make_shared_policy
     from nonstop.learning.dqn import make_dqn_policy
 
     # N bare workers share the libraries' pages N ways too: the baseline is measured per N
     bare = {n: _measure(_Bare, n)["pss_total"] for n in counts}
     where = where or {}
-    shared = partial(make_shared_dqn_policy, obs_shape, space, cfg.to_dict(), weights, 0, **where)
+    shared = partial(make_shared_policy, cfg.algorithm(obs_shape, space), weights, 0, **where)
     modes = {
         "copies": partial(make_dqn_policy, obs_shape, space, cfg.to_dict(), weights, 0, **where),
         "shared": shared,

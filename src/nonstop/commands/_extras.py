@@ -59,13 +59,14 @@ def require_extras(args: argparse.Namespace) -> None:
         "report": ("matplotlib",),
     }
     wanted = list(needs.get(args.command, ()))
-    if args.command == "compare" and getattr(args, "plot", None) != "":
+    given = vars(args)  # the flags of this command (only some of them define --plot)
+    if args.command == "compare" and args.plot != "":
         wanted.append("matplotlib")
-    if args.command == "bench" and getattr(args, "bench", None):
+    if args.command == "bench" and args.bench:
         from nonstop.bench import REQUIRES
 
         wanted += REQUIRES.get(args.bench, ())
-        if getattr(args, "plot", None):  # a figure asked for (nstar and nlstar draw one unless --plot '')
+        if given.get("plot"):  # a figure asked for (nstar and nlstar draw one unless --plot '')
             wanted.append("matplotlib")
     for module in wanted:
         if importlib.util.find_spec(module) is None:

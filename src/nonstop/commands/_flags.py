@@ -77,7 +77,7 @@ def add_fields(
             continue
         if "choices" in meta:
             kw["choices"] = meta["choices"]
-        annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "str")
+        annotation = f.type if isinstance(f.type, str) else f.type.__name__
         kind = types.get(name) or _TYPES.get(annotation.replace(" | None", ""))
         if kind is None:
             raise TypeError(f"{cls.__name__}.{name} ({annotation}) needs a parser in types=")
@@ -108,4 +108,4 @@ def env_of(env: str, args: argparse.Namespace) -> str:
     """``env`` with ``--env-module``'s module, as one id (``MODULE:ID``); two different modules are refused."""
     from nonstop.envs.registry import qualify_env_id
 
-    return qualify_env_id(env, getattr(args, "env_module", None))
+    return qualify_env_id(env, args.env_module)  # every parser that calls this adds --env-module

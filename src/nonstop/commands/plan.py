@@ -62,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run_plan(args: argparse.Namespace) -> int:
     from nonstop.policies.models import count_flops, count_parameters, estimate_memory_bytes
 
-    if getattr(args, "batch_curve", None):
+    if args.batch_curve:
         return _plan_curves(args)
     if args.k is None and args.latency is None and args.forward_ms is None:
         raise ValueError("give a model: --k WIDTH (the paper's ResNet), or --latency / --forward-ms, or --batch-curve")

@@ -28,7 +28,7 @@ def run_report(args: argparse.Namespace) -> int:
     markdown = write_markdown(report)
     render_summary(report, Console())
     print(f"report: {markdown}")
-    if getattr(args, "html", False):
+    if args.html:
         print(f"html: {write_html(report)}")
     if args.json:
         print(json.dumps(report.to_json(), allow_nan=False))

@@ -1,9 +1,9 @@
 """``nonstop train``: a realtime training run a user can start, watch, stop and resume.
 
 The flags are `TrainConfig`'s and `RecordConfig`'s fields (`nonstop.experiment.config`,
-`nonstop.experiment.record`) and each algorithm's config's (``--algo``: `DQNConfig`, `SACConfig`),
-defaults and help taken from them; the work is
-`nonstop.experiment.record.train_in_directory`. ``nonstop report RUN`` plots a run.
+`nonstop.experiment.record`) and each algorithm's config's (``--algo``: its ``config_class``), defaults
+and help taken from them; a resumed run's saved config is merged with the flags typed in the library
+(`nonstop.experiment.resume`); the work is `nonstop.experiment.record.train_in_directory`. ``nonstop report RUN`` plots a run.
 """
 
 from __future__ import annotations
@@ -23,11 +23,10 @@ __all__ = [
     "run",
     "settings_from_args",
     "config_from_args",
-    "add_dqn_arguments",
     "add_algo_arguments",
 ]
 
-HELP = "train DQN or SAC in a realtime world: staggered inference, asynchronous learners"
+HELP = "train an algorithm (--algo) in a realtime world: staggered inference, asynchronous learners"
 
 _RUN_FIELDS = (
     "env",
@@ -65,10 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     inference, learners, the algorithm (``--algo NAME --help`` shows only its settings), self-play and
     seats, the run's files."""
     from nonstop.experiment.config import TrainConfig, parse_n_workers
-    from nonstop.experiment.record import RecordConfig
     from nonstop.inference.device import parse_device, parse_dtype
-    from nonstop.inference.schedulers import SCHEDULER_NAMES
-    from nonstop.realtime.defaults import DEFAULT_NAMES
 
     helps = [a for a in p._actions if type(a) is argparse._HelpAction]
     for own in helps:  # the parser's own -h: the same action, aware of --algo
@@ -87,6 +83,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     def run_fields(group: Any, names: tuple[str, ...]) -> None:
         add_fields(group, TrainConfig, names, types=types, unset=("trim_above", "dtype"), shown_as=shown_as)
+
+    _world_and_run_flags(p, run_fields)
+    add_algo_arguments(p)
+    _seat_flags(p)
+    _file_flags(p)
+
+
+def _world_and_run_flags(p: argparse.ArgumentParser, run_fields: Callable[[Any, tuple[str, ...]], None]) -> None:
+    """The world, realtime and its clock, inference and the scheduler, learners and backends."""
+    from nonstop.inference.schedulers import SCHEDULER_NAMES
+    from nonstop.realtime.defaults import DEFAULT_NAMES
 
     world = p.add_argument_group("world")
     run_fields(world, ("env",))
@@ -121,7 +128,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             action.choices = SCHEDULER_NAMES
         elif action.dest == "default":
             action.choices = DEFAULT_NAMES
-    add_algo_arguments(p)
+
+
+def _seat_flags(p: argparse.ArgumentParser) -> None:
+    """Self-play and the seats' identities."""
+    from nonstop.experiment.config import TrainConfig
+
     seats = p.add_argument_group(
         "self-play and seats (self-play: a two-seat world, the learner against a pool of its own past snapshots)"
     )
@@ -130,6 +142,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         seats, TrainConfig, _SELF_PLAY_FIELDS, unset=_SELF_PLAY_FIELDS, shown_as={"opponent_latency": "--latency"}
     )
     add_fields(seats, TrainConfig, _TEAM_FIELDS)
+
+
+def _file_flags(p: argparse.ArgumentParser) -> None:
+    """The run's files: seed, output, checkpoints, resume, trackers."""
+    from nonstop.experiment.config import TrainConfig
+    from nonstop.experiment.record import RecordConfig
+
     files = p.add_argument_group("run files")
     add_fields(files, TrainConfig, ("seed",))
     add_fields(files, RecordConfig, _RECORD_FIELDS, types={"out": str, "episodes": int})
@@ -165,16 +184,16 @@ class _AlgoHelp(argparse._HelpAction):
     ``--algo sac --help`` shows SAC's and not DQN's."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None) -> None:
-        algo = getattr(namespace, "algo", None)
+        from nonstop.experiment.registry import lookup
+
+        algo = namespace.algo  # argparse sets every flag's default before the first action runs
         if algo is not None:
             readers = _setting_readers()
             for action in parser._actions:
                 if action.dest in readers and algo not in readers[action.dest]:
                     action.help = argparse.SUPPRESS
-            if algo != "dqn":
-                for action in parser._actions:
-                    if action.dest == "preset":  # the paper's DQN settings
-                        action.help = argparse.SUPPRESS
+                if action.dest == "preset" and not lookup("algo", algo).presets:  # no named settings of its own
+                    action.help = argparse.SUPPRESS
         parser.print_help()
         parser.exit()
 
@@ -190,42 +209,11 @@ def _setting_readers() -> dict[str, set[str]]:
     return readers
 
 
-def add_dqn_arguments(p: argparse.ArgumentParser) -> None:
-    """One flag per ``DQNConfig`` field, its help and default taken from the dataclass (one source of truth).
-
-    A flag left out keeps the env family's value (``DQNConfig.for_family``), so the parsed default is None.
-
-    >>> p = argparse.ArgumentParser()
-    >>> add_dqn_arguments(p)
-    >>> a = p.parse_args(["--gamma", "0.9", "--no-double", "--hidden", "64", "64"])
-    >>> (a.gamma, a.double, a.hidden, a.target_update)
-    (0.9, False, [64, 64], None)
-    """
-    from nonstop.learning.dqn import FAMILY_DEFAULTS, PAPER_PRESETS, DQNConfig
-
-    group = p.add_argument_group(
-        "DQN settings (defaults: the paper's; the env family may override, see DQNConfig.for_family)"
-    )
-    group.add_argument(
-        "--preset",
-        choices=sorted(PAPER_PRESETS),
-        default=None,
-        help="the paper's stated DQN settings (γ, batch, Adam step, replay, k); flags given beside it win "
-        "(default: none)",
-    )
-    for f in fields(DQNConfig):
-        by_family = ", ".join(
-            f"{family} {values[f.name]!r}"
-            for family, values in FAMILY_DEFAULTS.items()
-            if f.name in values and values[f.name] != f.default
-        )
-        _add_setting(group, f, f.default, by_family)
-
-
 def add_algo_arguments(p: argparse.ArgumentParser) -> None:
-    """``--algo`` (the registry's algorithms) and one flag per setting of each algorithm's config: DQN's
-    group first (`add_dqn_arguments`), then each other algorithm's settings that no group before it has.
-    A flag left out keeps the env family's value, so every setting's parsed default is None.
+    """``--algo`` (the registry's algorithms) and one flag per setting of each algorithm's config, its help
+    and default taken from the dataclass: a group per algorithm, in the registry's order, with the settings
+    no group before it has (and ``--preset``, in the first group whose algorithm names some). A flag left out
+    keeps the env family's value, so every setting's parsed default is None.
 
     >>> p = argparse.ArgumentParser()
     >>> add_algo_arguments(p)
@@ -248,26 +236,52 @@ def add_algo_arguments(p: argparse.ArgumentParser) -> None:
         "(a world id, then its settings): read instead of the shipped file; flags typed win over it "
         "(default: the shipped file)",
     )
-    add_dqn_arguments(p)
     taken = {a.dest for a in p._actions}
     for name in names("algo"):
-        cls = lookup("algo", name).config_class
+        algo = lookup("algo", name)
+        cls = algo.config_class
         mine = [f for f in fields(cls) if f.name not in taken]
         shared = [f for f in fields(cls) if f.name in taken and f.name != "algo"]
         if not mine and not shared:
             continue
         defaults = ", ".join(f"{f.name} {shown(f.default)}" for f in shared if f.default is not None)
         group = p.add_argument_group(
-            f"{name.upper()} settings (--algo {name}; the flags above that it shares take "
-            f"its own defaults: {defaults})".replace("%", "%%")
+            f"{name.upper()} settings (--algo {name}; defaults: its own, the env family may override, see "
+            f"{cls.__name__}.for_family" + (f"; the flags above that it shares take {defaults})" if defaults else ")")
         )
+        if algo.presets and "preset" not in taken:
+            _add_preset(group)
+            taken.add("preset")
         for f in mine:
-            _add_setting(group, f, f.default, "")
+            _add_setting(group, f, f.default, _by_family(cls, f.name, f.default))
             taken.add(f.name)
     readers = _setting_readers()
     for action in p._actions:
         if action.dest in readers and action.help:
             action.help += f" [--algo {', '.join(sorted(readers[action.dest]))}]"
+
+
+def _add_preset(group: Any) -> None:
+    """``--preset``: named settings an algorithm declares (`Algorithm.presets`: DQN's are the paper's)."""
+    from nonstop.experiment.registry import lookup, names
+
+    presets = sorted({preset for name in names("algo") for preset in lookup("algo", name).presets})
+    group.add_argument(
+        "--preset",
+        choices=presets,
+        default=None,
+        help="named settings of the --algo (the paper's stated ones: γ, batch, Adam step, replay, k); flags given "
+        "beside it win (default: none)",
+    )
+
+
+def _by_family(cls: Any, name: str, default: Any) -> str:
+    """What each world family changes of setting ``name`` (``family_defaults``), in words."""
+    return ", ".join(
+        f"{family} {values[name]!r}"
+        for family, values in cls.family_defaults.items()
+        if name in values and values[name] != default
+    )
 
 
 def _add_setting(group: Any, f: Any, default: Any, by_family: str) -> None:
@@ -280,8 +294,8 @@ def _add_setting(group: Any, f: Any, default: Any, by_family: str) -> None:
     elif isinstance(default, tuple):
         group.add_argument(flag, type=int, nargs="+", default=None, metavar="N", help=text)
     else:
-        type_name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-        kind = {"float": float, "int": int, "str": str}[type_name]
+        type_name = f.type if isinstance(f.type, str) else f.type.__name__
+        kind = {"float": float, "int": int, "str": str}[type_name.replace(" | None", "")]
         group.add_argument(flag, type=kind, default=None, metavar=kind.__name__.upper(), help=text)
 
 
@@ -295,18 +309,15 @@ def _setting_names() -> set[str]:
 def settings_from_args(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
     """The run the flags describe: its `TrainConfig`, its `RecordConfig` and, under ``--resume``, a line per
     saved setting that a flag typed now overrides (``seconds: 4 → 10``; whether an override is allowed is
-    the run log's check, `check_compatible`). A resumed run keeps its saved config and its algorithm.
+    the run log's check, `check_compatible`). A resumed run keeps its saved config and its algorithm
+    (`nonstop.experiment.resume`).
 
     ``args`` is read here and nowhere below: the flags become plain values first (`_read_flags`), then each
-    lower layer is asked once, in a straight line, and hands back a value: the trackers, the saved config,
-    the algorithm, the world's arguments and id, its family."""
-    from nonstop.envs import env_info
-    from nonstop.envs.registry import import_file_module, parse_env_args, qualify_env_id, split_env_id
-    from nonstop.experiment.config import TrainConfig, default_env_kwargs
+    lower layer is asked once, in a straight line, and hands back a value."""
+    import dataclasses
+
     from nonstop.experiment.record import RecordConfig
-    from nonstop.experiment.registry import lookup
-    from nonstop.learning.dqn import PAPER_PRESETS, DQNConfig
-    from nonstop.learning.hyperparams import world_entry
+    from nonstop.experiment.resume import Typed, resume_config, saved_algorithm
     from nonstop.learning.runlog import read_config
     from nonstop.learning.tracking import parse_track
 
@@ -317,91 +328,102 @@ def settings_from_args(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
             "(a world typed as --env MODULE:ID is imported as it is)"
         )
     rec = RecordConfig(**f.record, track=parse_track(f.track), resume=f.resume, tensorboard=f.tensorboard)
-    saved = read_config(rec.out) if rec.resume and rec.out is not None else None  # RecordConfig asks for RUN
-    algo = lookup("algo", (saved.get("algo", "dqn") if saved is not None else f.algo) or "dqn")  # an old run is DQN
-    if saved is not None and "algo" in f.typed and f.algo != algo.name:
+    if not rec.resume or rec.out is None:  # RecordConfig asks for RUN
+        return _config(f, f.algo, known=True), rec, []
+    saved = read_config(rec.out)
+    if f.hyperparams is not None:
         raise ValueError(
-            f"{rec.out} is a --algo {algo.name} run: it resumes as one (start a new run for --algo {f.algo})"
+            f"--hyperparams {f.hyperparams} sets a new run's settings: {rec.out} resumes with its saved ones"
         )
+    algo = saved_algorithm(saved, f.algo if "algo" in f.typed else None, str(rec.out))
+    fresh = _config(f, algo, known=False)
+    run_keys = {name for name in (*_RUN_FIELDS, *_DELAY_FIELDS, *_SELF_PLAY_FIELDS, *_TEAM_FIELDS, "self_play", "seed")}
+    typed = Typed(
+        run={name for name in run_keys if name in f.typed}
+        | ({"env_kwargs"} if f.typed & {"env_arg", "pixels"} else set())
+        | ({"scheduler_args"} if "scheduler_arg" in f.typed else set()),
+        settings={x.name for x in dataclasses.fields(fresh.algo_settings) if x.name in f.typed or "preset" in f.typed},
+    )
+    env = _resumed_env(f, str(saved.get("env", fresh.env)), rec.out)
+    if env is not None:  # the saved world, its module named now
+        fresh = dataclasses.replace(fresh, env=env)
+        typed.run.add("env")
+    cfg, lines = resume_config(saved, fresh, typed, where=str(rec.out))
+    return cfg, rec, lines
+
+
+def _config(f: "_Flags", algo_name: str, *, known: bool) -> Any:
+    """The `TrainConfig` the flags describe for ``--algo algo_name``; ``known``: under the world's known
+    settings (`nonstop.learning.hyperparams`, a new run's), then the preset and the flags typed."""
+    from nonstop.envs.registry import parse_env_args, qualify_env_id
+    from nonstop.experiment.config import TrainConfig, default_env_kwargs
+    from nonstop.experiment.registry import lookup
+    from nonstop.learning.hyperparams import world_entry
+
+    algo = lookup("algo", algo_name)
     given_env = parse_env_args(f.env_args)
     if f.pixels:
         given_env["pixels"] = True
     env = qualify_env_id(f.env, f.env_module)  # MODULE:ID: the module travels with the id to every process
-    try:
-        family = env_info(env, **given_env).family  # with its arguments: a Game Boy world finds its ROM by rom=PATH
-    except TypeError as exc:  # an argument the world does not take: bad input, said as the flag
-        if f.pixels and "'pixels'" in str(exc):
-            raise ValueError(
-                f"--pixels: {env} does not offer its frames (the continuous family does: `nonstop envs`)"
-            ) from None
-        raise ValueError(f"--env-arg: {exc}") from None
+    family = _family(env, given_env, f.pixels)
     cls = algo.config_class
     foreign = [n for n in f.settings if n not in {x.name for x in fields(cls)}]
     if foreign:
         flags = ", ".join("--" + n.replace("_", "-") for n in foreign)
         raise ValueError(f"{flags}: not a setting of --algo {algo.name} (its settings: {cls.__name__})")
-    if f.preset and cls is not DQNConfig:
-        raise ValueError(f"--preset {f.preset} is the paper's DQN settings: it does not apply to --algo {algo.name}")
-    if saved is not None and f.hyperparams is not None:
+    if f.preset and f.preset not in algo.presets:
         raise ValueError(
-            f"--hyperparams {f.hyperparams} sets a new run's settings: {rec.out} resumes with its saved ones"
+            f"--preset {f.preset} is not one of --algo {algo.name}'s (its presets: {', '.join(algo.presets) or 'none'})"
         )
-    # the world's known settings (`nonstop.learning.hyperparams`), under the preset and the flags typed
-    known = world_entry(algo.name, env, f.hyperparams, cls) if saved is None else None
+    entry = world_entry(algo.name, env, f.hyperparams, cls) if known else None
     settings = cls.for_family(
-        family,
-        **{**(known.settings if known else {}), **(PAPER_PRESETS[f.preset] if f.preset else {}), **f.settings},
+        family, **{**(entry.settings if entry else {}), **algo.presets.get(f.preset or "", {}), **f.settings}
     )
     try:
         scheduler_args = parse_env_args(f.scheduler_args)  # KEY=VALUE, values read as JSON
     except ValueError as exc:
         raise ValueError(str(exc).replace("--env-arg", "--scheduler-arg")) from None
-    cfg = TrainConfig(
+    return TrainConfig(
         **{**f.run, "env": env},
         env_kwargs={**default_env_kwargs(family), **given_env},
         algo=algo.name,
-        **{algo.settings_field: settings},
+        algo_settings=settings,
         seed=f.seed,
         scheduler_args=scheduler_args,
         **f.self_play,
         **f.trim,
     )
-    if saved is None:
-        return cfg, rec, []
-    fresh = cfg.to_dict()
-    keys = {name for name in (*_RUN_FIELDS, *_DELAY_FIELDS, *_SELF_PLAY_FIELDS, "self_play", "seed") if name in f.typed}
-    keys |= {"env_kwargs"} if f.typed & {"env_arg", "pixels"} else set()
-    keys |= {"scheduler_args"} if "scheduler_arg" in f.typed else set()
-    if "agent_id" in f.typed and fresh.get("agent_id", "none") != saved.get("agent_id", "none"):
-        raise ValueError(
-            f"--agent-id {fresh.get('agent_id', 'none')}: the run was trained with --agent-id "
-            f"{saved.get('agent_id', 'none')}, which its network's input depends on"
-        )
-    merged = {**saved, **{k: fresh[k] for k in keys if k in fresh}}
-    if "env_module" in f.typed and "env" not in f.typed:  # the saved world, its module named now
-        keys.add("env")
-        merged["env"] = qualify_env_id(saved.get("env", fresh["env"]), f.env_module)
-    elif "env" not in f.typed:  # the world the file names: its module is imported only if trusted
-        module = split_env_id(str(merged.get("env", "")))[0]
-        import_file_module(
-            str(merged.get("env", "")),
-            f"{rec.out}/config.json",
-            trust=f.trust_module,
-            instead=f", or name it yourself: --env-module {module}",
-        )
-    field_name = algo.settings_field  # where the algorithm's settings are saved ("dqn" for DQN)
-    setting_keys = {x.name for x in fields(cls) if x.name in f.typed or "preset" in f.typed}
-    saved_settings = saved.get(field_name) or {}
-    merged[field_name] = {**saved_settings, **{k: fresh[field_name][k] for k in setting_keys}}
-    resumed = TrainConfig(**merged)
-    now = resumed.to_dict()
-    lines = [f"{k}: {saved.get(k)!r} → {now.get(k)!r}" for k in sorted(keys) if saved.get(k) != now.get(k)]
-    lines += [
-        f"{algo.name}.{k}: {saved_settings.get(k)!r} → {now[field_name][k]!r}"
-        for k in sorted(setting_keys)
-        if saved_settings.get(k) != now[field_name][k]
-    ]
-    return resumed, rec, lines
+
+
+def _family(env: str, given_env: dict[str, Any], pixels: bool) -> str:
+    """``env``'s family, built with its arguments (a Game Boy world finds its ROM by rom=PATH); an argument
+    the world does not take is bad input, said as the flag."""
+    from nonstop.envs import env_info
+
+    try:
+        return str(env_info(env, **given_env).family)
+    except TypeError as exc:
+        if pixels and "'pixels'" in str(exc):
+            raise ValueError(
+                f"--pixels: {env} does not offer its frames (the continuous family does: `nonstop envs`)"
+            ) from None
+        raise ValueError(f"--env-arg: {exc}") from None
+
+
+def _resumed_env(f: "_Flags", saved_env: str, out: Any) -> str | None:
+    """The world of a resumed run when ``--env`` was not typed: the saved id qualified by ``--env-module``
+    typed now (returned), else the saved id, whose module is imported only if trusted (None: as saved)."""
+    from nonstop.envs.registry import import_file_module, qualify_env_id, split_env_id
+
+    if "env" in f.typed:
+        return None
+    if "env_module" in f.typed:
+        return qualify_env_id(saved_env, f.env_module)
+    module = split_env_id(saved_env)[0]
+    import_file_module(
+        saved_env, f"{out}/config.json", trust=f.trust_module, instead=f", or name it yourself: --env-module {module}"
+    )
+    return None
 
 
 @dataclass(frozen=True)
@@ -413,7 +435,7 @@ class _Flags:
     resume: bool
     tensorboard: bool
     typed: set[str]  # the flags typed (under --resume, where they override the saved config; else empty)
-    algo: str | None
+    algo: str  # --algo, typed or its default
     preset: str | None
     settings: dict[str, Any]  # every algorithm setting given (which algorithm's is checked once it is known)
     env: str

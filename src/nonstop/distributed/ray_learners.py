@@ -109,7 +109,7 @@ class _LearnerActor:
     ) -> tuple[np.ndarray, float, int, float]:
         """The algorithm's gradient of ``batch`` at version ``version``; the parameters (and the
         target network) are fetched from the object store only when their version is new."""
-        from nonstop.learning.dqn import flat_gradient
+        from nonstop.learning.optim import flat_gradient
         from nonstop.learning.weights import load_flat
 
         t0 = stopwatch()
@@ -191,6 +191,7 @@ class RayLearners:
         self.state, self.weights, self.replay, self.broadcast = state, weights, replay, broadcast
         #: the algorithm, here for how it draws a batch (DCAC: runs of consecutive transitions)
         self.algo = algorithm_of(cfg, self.obs_shape, n_actions)
+        self.rule = self.algo.update_rule()  # how the gradients are applied (`nonstop.learning.optim`)
         self.num_cpus, self.torch_threads, self.start_timeout, self.tau_m = (
             num_cpus,
             torch_threads,
@@ -477,7 +478,7 @@ class RayLearners:
 
     def _apply(self, i: int, grad: np.ndarray, loss: float, updates_at: int) -> None:
         self.max_staleness = max(self.max_staleness, self.state.updates - updates_at)
-        apply(self.state, self.weights, grad, loss, self.cfg)
+        apply(self.state, self.weights, grad, loss, self.rule)
         self.applied += 1
         self.applied_by.append(i)
 

@@ -1,6 +1,6 @@
 """One copy of θ per host: inference workers that compute straight from `SharedWeights` (docs/design.md §5).
 
-An actor (`DQNPolicy`, `SACPolicy`) copies every published version into its own model, so N_I process workers hold
+An actor (`nonstop.learning.algos.ActorPolicy`) copies every published version into its own model, so N_I process workers hold
 N_I copies of θ. `SharedParameters` instead points a model's parameters at the shared-memory
 buffer that holds the newest complete version (a view, no copy), so every worker on a host reads
 the same physical pages and memory grows with |θ|, not N_I·|θ|.
@@ -30,20 +30,15 @@ from typing import Any
 import numpy as np
 
 from nonstop.learning.algos import Algorithm, make_policy
-from nonstop.learning.dqn import DQNConfig, DQNPolicy
 from nonstop.learning.weights import SharedWeights
 from nonstop.policies.base import Policy
 
 __all__ = [
     "SharedParameters",
     "SharedForward",
-    "SharedDQNPolicy",
     "make_shared_policy",
-    "make_shared_dqn_policy",
     "ObjectStoreParameters",
-    "ObjectStoreDQNPolicy",
     "make_object_store_policy",
-    "make_object_store_dqn_policy",
 ]
 
 
@@ -108,12 +103,8 @@ class SharedForward:
                 return out.float()
 
 
-class SharedDQNPolicy(SharedForward, DQNPolicy):
-    """A `DQNPolicy` whose Q-network computes from the host's one shared copy of θ."""
-
-
-#: each actor class's shared-θ variant (made once, on first use)
-_SHARED: dict[type, type] = {DQNPolicy: SharedDQNPolicy}
+#: each actor class's shared-θ variant (``Shared`` + its name, made once, on first use in a process)
+_SHARED: dict[type, type] = {}
 
 
 def _variant(table: dict[type, type], mixin: type, cls: type, prefix: str) -> type:
@@ -159,22 +150,6 @@ def make_shared_policy(
     return out
 
 
-def make_shared_dqn_policy(
-    obs_shape: tuple[int, ...],
-    action_space: Any,
-    cfg_dict: dict[str, Any],
-    weights: SharedWeights,
-    seed: int | None = None,
-    latency: Any = None,
-    *,
-    device: str = "cpu",
-    dtype: str | None = None,
-) -> Policy:
-    """`make_shared_policy` for DQN from its settings' dict."""
-    algo = DQNConfig.from_dict(cfg_dict).algorithm(obs_shape, action_space)
-    return make_shared_policy(algo, weights, seed, latency, device=device, dtype=dtype)
-
-
 def _bind(params: list[Any], flat: Any) -> None:
     """Point each parameter at its slice of the flat tensor (``flat_parameters`` order), no copy."""
     offset = 0
@@ -196,7 +171,7 @@ class ObjectStoreParameters:
     def __init__(self, model: Any, weights: Any, action_space: Any, **kwargs: Any) -> None:
         if not hasattr(weights, "current"):
             raise TypeError(
-                f"ObjectStoreDQNPolicy reads ObjectStoreWeights (a Ray actor's), got {type(weights).__name__}"
+                f"{type(self).__name__} reads ObjectStoreWeights (a Ray actor's), got {type(weights).__name__}"
             )
         super().__init__(model, weights, action_space, **kwargs)  # type: ignore[call-arg]
         self._flat = np.empty(0, np.float32)  # the base class's private copy is not needed
@@ -218,11 +193,8 @@ class ObjectStoreParameters:
             self.version = version
 
 
-class ObjectStoreDQNPolicy(ObjectStoreParameters, DQNPolicy):
-    """A `DQNPolicy` in a Ray actor computing from the node's object store (`ObjectStoreParameters`)."""
-
-
-_OBJECT_STORE: dict[type, type] = {DQNPolicy: ObjectStoreDQNPolicy}
+#: each actor class's object-store variant (``ObjectStore`` + its name, made once, on first use in a process)
+_OBJECT_STORE: dict[type, type] = {}
 
 
 def make_object_store_policy(algo: Algorithm, seed: int | None = None, latency: Any = None, *, weights: Any) -> Policy:
@@ -241,17 +213,3 @@ def make_object_store_policy(algo: Algorithm, seed: int | None = None, latency: 
 
         policy = LatencyPolicy(policy, latency, seed=seed)
     return policy
-
-
-def make_object_store_dqn_policy(
-    obs_shape: tuple[int, ...],
-    action_space: Any,
-    cfg_dict: dict[str, Any],
-    seed: int | None = None,
-    latency: Any = None,
-    *,
-    weights: Any,
-) -> Policy:
-    """`make_object_store_policy` for DQN from its settings' dict."""
-    algo = DQNConfig.from_dict(cfg_dict).algorithm(obs_shape, action_space)
-    return make_object_store_policy(algo, seed, latency, weights=weights)

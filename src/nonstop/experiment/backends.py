@@ -45,7 +45,7 @@ def placement_of(run: "Run") -> dict[str, Any]:
 
 
 def thread_policy(run: "Run", i: int) -> Any:
-    """Worker ``i``'s actor in this process (DQN: ε-greedy; SAC: a sampled action), reading the shared weights."""
+    """Worker ``i``'s actor in this process (`Algorithm.policy`), reading the shared weights."""
     from nonstop.learning.algos import make_policy
 
     algo, seed, latency = policy_recipe(run, i)

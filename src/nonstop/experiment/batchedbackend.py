@@ -140,7 +140,7 @@ def _refresh(run: "Run") -> Any:
 def _curve(run: "Run") -> "LatencyCurve":
     from nonstop.inference.batchsize import LatencyCurve, parse_curve
 
-    spec = getattr(run.cfg, "batch_curve", None)
+    spec = run.cfg.batch_curve
     if spec:
         return parse_curve(spec, tick_hz=run.tick_hz)
     return LatencyCurve.linear(run.latency.mean, 0.0)
@@ -171,7 +171,7 @@ def served_forward(run: "Run", params: np.ndarray | None = None, *, seed: int = 
     model = run.algorithm.build_model()
     if params is not None:
         load_flat(model, params)
-    max_batch = int(getattr(run.cfg, "max_batch", DEFAULT_MAX_BATCH))
+    max_batch = int(run.cfg.max_batch)
     device, _ = placement(run.cfg.device, run.cfg.dtype)
     q_argmax = torch_forward(
         model,
@@ -180,7 +180,7 @@ def served_forward(run: "Run", params: np.ndarray | None = None, *, seed: int = 
         graph_sizes=default_graph_sizes(device, max_batch),
         refresh=_refresh(run) if params is None else None,
     )
-    # the algorithm's answers from that forward pass: DQN's greedy action (its space's start added), SAC's sampled one
+    # the algorithm's answers from that forward pass (`Algorithm.serve`: a greedy index, a sampled vector)
     return _Served(q_argmax, run.algorithm.serve(q_argmax, seed=run.cfg.seed * 1000 + seed)), q_argmax
 
 
@@ -191,7 +191,7 @@ def _build_server(run: "Run", forward: Any = None) -> tuple["BatchingServer", An
     q_argmax = None
     if forward is None:
         forward, q_argmax = served_forward(run)
-    max_batch = int(getattr(run.cfg, "max_batch", DEFAULT_MAX_BATCH))
+    max_batch = int(run.cfg.max_batch)
     # overlap: the next batch's frames are staged while a forward runs (wall clock; a no-op on the virtual one);
     # example: every CUDA graph is captured on the server's thread as it starts, before any batch
     example = np.zeros(run.spec.obs_shape, run.spec.obs_space.dtype)
@@ -202,7 +202,7 @@ def _build_server(run: "Run", forward: Any = None) -> tuple["BatchingServer", An
         max_batch=max_batch,
         overlap=True,
         example=example,
-        action_shape=run.algorithm.action_shape,  # SAC's (d,) float vectors; DQN's ints: ()
+        action_shape=run.algorithm.action_shape,  # (d,) float vectors for a Box, () ints for Discrete
     )
     return server, q_argmax
 

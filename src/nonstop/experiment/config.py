@@ -22,12 +22,11 @@ ValueError: interaction must be one of staggered, infer_then_learn, learn_then_i
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Final
 
 from nonstop.experiment import registry
 from nonstop.experiment.registry import lookup, names
-from nonstop.learning.dqn import DQNConfig
 from nonstop.policies.agentid import AGENT_ID_MODES
 
 __all__ = [
@@ -36,6 +35,7 @@ __all__ = [
     "SELF_PLAY_KEYS",
     "OPPONENT_WEIGHTINGS",
     "default_env_kwargs",
+    "current_form",
     "parse_n_workers",
 ]
 
@@ -159,19 +159,13 @@ class TrainConfig:
     restart_window: float = field(
         default=60.0, metadata=_help("the window of --max-restarts, in the run's clock seconds", metavar="SECONDS")
     )
-    dqn: DQNConfig | None = field(default=None, metadata=_help("DQN settings (None: the env family's)"))
     algo: str = field(
-        default="dqn",
-        metadata=_help(
-            "the learning algorithm: dqn (Discrete actions), sac (Box actions); see `nonstop.learning.algos`"
-        ),
+        default=names("algo")[0],  # the registry's first
+        metadata=_help("the learning algorithm, an `nonstop.learning.algos.Algorithm` registered by name"),
     )
     algo_settings: Any = field(
         default=None,
-        metadata=_help(
-            "the settings of an --algo other than dqn, whose are `dqn` (its config dataclass, or its dict; None: the env "
-            "family's)"
-        ),
+        metadata=_help("the algorithm's settings (its config dataclass, or its dict; None: the env family's)"),
     )
     delay_aware: bool = field(
         default=False,
@@ -239,6 +233,20 @@ class TrainConfig:
     )
 
     def __post_init__(self) -> None:
+        self._check_parts_named()
+        self._check_run_numbers()
+        self._check_algorithm()
+        self._check_seats()
+        _check_placement(self)
+        if not isinstance(self.scheduler_args, dict) or not all(isinstance(k, str) for k in self.scheduler_args):
+            raise ValueError(f"scheduler_args must be a dict of setting names, got {self.scheduler_args!r}")
+        if not isinstance(self.max_batch, int) or isinstance(self.max_batch, bool) or self.max_batch < 1:
+            raise ValueError(f"max_batch must be an integer >= 1, got {self.max_batch!r}")
+        for kind, name in self._parts():  # what goes with what is each chosen part's to say
+            registry.check(kind, name, self.facts())
+
+    def _check_parts_named(self) -> None:
+        """Each part is one its registry offers."""
         _one_of("clock", self.clock, _CLOCKS)
         _one_of("interaction", self.interaction, tuple(names("driver")))
         _one_of("learner_mode", self.learner_mode, _LEARNER_MODES)
@@ -254,6 +262,9 @@ class TrainConfig:
             tuple(names("learners")),
             what="unknown learner backend {value!r}: use one of {names}",
         )
+
+    def _check_run_numbers(self) -> None:
+        """The run's length, worker counts, restart budget, trim threshold and τ_L are in range."""
         if not (isinstance(self.seconds, (int, float)) and self.seconds > 0 and math.isfinite(self.seconds)):
             raise ValueError(f"seconds must be a positive number, got {self.seconds!r}")
         if self.n_inference == "auto":
@@ -262,11 +273,10 @@ class TrainConfig:
             raise ValueError(
                 f"the sequential scheduler runs exactly 1 inference worker, got n_inference={self.n_inference!r}"
             )
-        for name in ("n_inference", "n_learners"):
-            v = getattr(self, name)
-            if name == "n_inference" and v == "auto":
+        for name, v in (("n_inference", self.n_inference), ("n_learners", self.n_learners)):
+            if v is None or (name == "n_inference" and v == "auto"):
                 continue
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
         if self.default is not None and self.default not in ("noop", "repeat", "random"):
             raise ValueError(f"default must be one of noop, repeat, random, got {self.default!r}")
@@ -286,22 +296,21 @@ class TrainConfig:
             )
         if self.tau_l is not None and not (self.tau_l >= 0 and math.isfinite(self.tau_l)):
             raise ValueError(f"tau_l must be a finite number of seconds >= 0, got {self.tau_l!r}")
-        if isinstance(self.dqn, dict):
-            self.dqn = DQNConfig.from_dict(self.dqn)
+
+    def _check_algorithm(self) -> None:
+        """``algo`` is registered, and its settings (a dict read from config.json) are its own config's."""
         _one_of("algo", self.algo, tuple(names("algo")), what="unknown --algo {value!r}: use one of {names}")
         if isinstance(self.algo_settings, dict):  # read from config.json: the algorithm's own config checks it
             self.algo_settings = lookup("algo", self.algo).config_class.from_dict(self.algo_settings)
-        if not isinstance(self.self_play, bool):
-            raise TypeError(f"self_play must be True or False, got {self.self_play!r}")
         if not isinstance(self.delay_aware, bool):
             raise TypeError(f"delay_aware must be True or False, got {self.delay_aware!r}")
+
+    def _check_seats(self) -> None:
+        """Self-play's settings and the seats' identities are well formed and go together."""
+        if not isinstance(self.self_play, bool):
+            raise TypeError(f"self_play must be True or False, got {self.self_play!r}")
         _one_of("opponents", self.opponents, OPPONENT_WEIGHTINGS)
-        _one_of(
-            "agent_id",
-            self.agent_id,
-            AGENT_ID_MODES,
-            what="--agent-id must be one of {names}, got {value!r}",
-        )
+        _one_of("agent_id", self.agent_id, AGENT_ID_MODES, what="--agent-id must be one of {names}, got {value!r}")
         if self.agent_id != "none" and self.facts()["delay_aware"]:
             raise ValueError(
                 f"--agent-id {self.agent_id} does not combine with an actor that sees the actions in flight"
@@ -314,13 +323,6 @@ class TrainConfig:
             raise ValueError(f"snapshot_every must be a positive number of world seconds, got {self.snapshot_every!r}")
         if not isinstance(self.pool_size, int) or isinstance(self.pool_size, bool) or self.pool_size < 1:
             raise ValueError(f"pool_size must be an integer >= 1, got {self.pool_size!r}")
-        _check_placement(self)
-        if not isinstance(self.scheduler_args, dict) or not all(isinstance(k, str) for k in self.scheduler_args):
-            raise ValueError(f"scheduler_args must be a dict of setting names, got {self.scheduler_args!r}")
-        if not isinstance(self.max_batch, int) or isinstance(self.max_batch, bool) or self.max_batch < 1:
-            raise ValueError(f"max_batch must be an integer >= 1, got {self.max_batch!r}")
-        for kind, name in self._parts():  # what goes with what is each chosen part's to say
-            registry.check(kind, name, self.facts())
 
     # ------------------------------------------------------------------ the keys the parts are chosen by
     def _parts(self) -> list[tuple[str, str]]:
@@ -349,7 +351,7 @@ class TrainConfig:
             "seating": self.seating,
             "scheduler": self.scheduler,
             # the actor sees the actions in flight: --delay-aware, or an algorithm that always does (RTAC, DCAC)
-            "delay_aware": self.delay_aware or bool(getattr(lookup("algo", self.algo), "needs_action_buffer", False)),
+            "delay_aware": self.delay_aware or lookup("algo", self.algo).needs_action_buffer,
         }
 
     @property
@@ -382,13 +384,17 @@ class TrainConfig:
         return registry.required("learning", [("driver", self.interaction)], "core")
 
     # ------------------------------------------------------------------ plain data
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
+        """A config from its saved form (a run's config.json). A run saved before algorithms were parts names
+        no ``algo`` and keeps its settings under its algorithm's old key (`Algorithm.legacy_settings_key`):
+        read as ``algo`` and ``algo_settings``. An unknown key is one line naming it."""
+        return cls(**current_form(d))
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["dqn"] = self.dqn.to_dict() if self.dqn is not None else None
         if self.algo_settings is not None and not isinstance(self.algo_settings, dict):
             d["algo_settings"] = self.algo_settings.to_dict()
-        if self.algo == "dqn" and self.algo_settings is None:  # a DQN run keeps the config of runs before --algo
-            del d["algo"], d["algo_settings"]
         if not self.self_play:  # a run without self-play keeps the config (and resumes) of runs before it existed
             for name in SELF_PLAY_KEYS:
                 del d[name]
@@ -408,6 +414,23 @@ class TrainConfig:
             if d[name] == default and name not in used:
                 del d[name]
         return d
+
+
+def current_form(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved config's keys as `TrainConfig` names them now (`TrainConfig.from_dict`): an older run's
+    algorithm settings, under its algorithm's old key (`Algorithm.legacy_settings_key`) and with no
+    ``algo``, become ``algo_settings``; a key `TrainConfig` lacks is one line naming it."""
+    d = dict(saved)
+    algo = d.get("algo", TrainConfig.algo)
+    old = lookup("algo", algo).legacy_settings_key
+    if old is not None and old in d:
+        settings = d.pop(old)
+        if d.get("algo_settings") is None:
+            d["algo"], d["algo_settings"] = algo, settings
+    unknown = sorted(set(d) - {f.name for f in fields(TrainConfig)})
+    if unknown:
+        raise ValueError(f"unknown config keys {unknown}: not settings of `nonstop train` (TrainConfig)")
+    return d
 
 
 def _check_placement(cfg: TrainConfig) -> None:

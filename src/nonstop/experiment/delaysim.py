@@ -8,8 +8,9 @@ nonstop's own cells run the world on the virtual clock instead: ``d`` staggered 
 are dropped as stale), and transitions formed in the induced delayed semi-MDP. Either can be argued;
 the paper's figures used the authors', so ``nonstop paper`` runs its staggered cells this way.
 
-This module is that loop (a DQN with the cell's settings: `DQNConfig`, `build_q_network`, Huber loss,
-a target network, Adam, ε annealed per step), written to a run directory the sweep reads like a
+This module is that loop, a study rather than a training run: DQN's own part (`nonstop.learning.dqn.DQN`
+with the cell's settings: its network, Huber loss and clip, its ε annealed per step) with an Adam and a
+target network of its own, stepped inline, written to a run directory the sweep reads like a
 ``nonstop train`` one: ``episodes.csv`` (episode, return, ticks) and ``summary.json``. Every step is
 an agent step (no β, no inaction), each ``d`` ticks late. Run it as
 ``python -m nonstop.experiment.delaysim --env ENV --delay D --episodes N --out DIR [train's DQN flags]``.
@@ -57,36 +58,88 @@ class ZeroStartHistory:
 
 
 def _dqn_settings(argv: list[str], family: str) -> Any:
-    """`DQNConfig` from ``nonstop train``'s DQN flags among ``argv`` (the cell's), the rest ignored."""
-    from nonstop.learning.dqn import PAPER_PRESETS, DQNConfig
+    """`DQNConfig` from ``nonstop train``'s DQN flags among ``argv`` (the cell's: one per number-valued
+    field, and ``--preset``), the rest ignored."""
+    from dataclasses import fields
+
+    from nonstop.learning.dqn import DQN, DQNConfig
 
     p = argparse.ArgumentParser(add_help=False)
-    names = {
-        "--lr": float,
-        "--batch-size": int,
-        "--epsilon-ticks": int,
-        "--epsilon-start": float,
-        "--epsilon-end": float,
-        "--learning-starts": int,
-        "--target-update": int,
-        "--replay-capacity": int,
-        "--gamma": float,
-        "--updates-per-transition": float,
-        "--k": float,
-    }
-    for flag, kind in names.items():
-        p.add_argument(flag, type=kind, default=None)
+    kinds = {"float": float, "int": int}
+    names = [f.name for f in fields(DQNConfig) if f.type in kinds]
+    for f in fields(DQNConfig):
+        if f.type in kinds:
+            p.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kinds[str(f.type)], default=None)
     p.add_argument("--preset", default=None)
     args, _ = p.parse_known_args(argv)
-    overrides: dict[str, Any] = dict(PAPER_PRESETS.get(args.preset or "", {}))
-    overrides.update(
-        {
-            flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_"))
-            for flag in names
-            if getattr(args, flag[2:].replace("-", "_")) is not None
-        }
-    )
+    given = vars(args)  # every flag this parser defines is set, typed or not
+    overrides: dict[str, Any] = dict(DQN.presets.get(args.preset or "", {}))
+    overrides.update({name: given[name] for name in names if given[name] is not None})
     return DQNConfig.for_family(family, **overrides)
+
+
+class _Replay:
+    """The authors' ring of ``(o_{t−d}, a_t, r_t, o_{t+1}, done)``, sampled as a `Batch` for DQN's update."""
+
+    def __init__(self, capacity: int, obs: np.ndarray, gamma: float) -> None:
+        self.capacity, self.gamma = capacity, gamma
+        self.obs = np.zeros((capacity, *obs.shape), obs.dtype)
+        self.next = np.zeros((capacity, *obs.shape), obs.dtype)
+        self.action = np.zeros(capacity, np.int64)
+        self.reward = np.zeros(capacity, np.float32)
+        self.done = np.zeros(capacity, np.float32)
+        self.size = self.head = 0
+
+    def add(self, seen: np.ndarray, action: int, reward: float, nxt: np.ndarray, terminated: bool) -> None:
+        i = self.head
+        self.obs[i], self.next[i], self.action[i], self.reward[i], self.done[i] = seen, nxt, action, reward, terminated
+        self.head, self.size = (i + 1) % self.capacity, min(self.size + 1, self.capacity)
+
+    def sample(self, n: int, rng: np.random.Generator) -> Any:
+        from nonstop.learning.replay import Batch
+
+        idx = rng.integers(self.size, size=n)
+        discount = (self.gamma * (1.0 - self.done[idx])).astype(np.float32)  # one step; 0 at a terminal
+        return Batch(self.obs[idx], self.action[idx], self.reward[idx], discount, self.next[idx], np.ones(n, np.int64))
+
+
+class _Learner:
+    """DQN's part (`nonstop.learning.dqn.DQN`: its network, loss and clip, its ε) with its own Adam and target
+    copy, stepped inline as the authors' script does."""
+
+    def __init__(self, cfg: Any, obs: np.ndarray, action_space: Any, every: int) -> None:
+        import torch
+
+        self.algo = cfg.algorithm(tuple(obs.shape), action_space)
+        self.online = self.algo.build_model()
+        self.target = copy.deepcopy(self.online)
+        self.optimiser = torch.optim.Adam(self.online.parameters(), lr=cfg.lr)
+        self.replay = _Replay(cfg.replay_capacity, obs, cfg.gamma)
+        self.cfg, self.every, self.steps, self.updates = cfg, every, 0, 0
+
+    def act(self, seen: np.ndarray, rng: np.random.Generator) -> int:
+        """ε-greedy on ``seen`` (ε the algorithm's, after this many steps)."""
+        import torch
+
+        from nonstop.learning.algos import to_tensor
+
+        if rng.random() < self.algo.exploration(self.steps, np.empty(0, np.float32)):
+            return int(rng.integers(int(self.algo.action_space.n)))
+        with torch.no_grad():
+            return int(self.online(to_tensor(seen[None])).argmax(1).item())
+
+    def step(self, seen: np.ndarray, action: int, reward: float, nxt: np.ndarray, terminated: bool, rng: Any) -> None:
+        """Store the step's transition; every ``every`` steps once learning starts, one update."""
+        self.replay.add(seen, action, reward, nxt, terminated)
+        self.steps += 1
+        cfg = self.cfg
+        if self.replay.size < max(cfg.learning_starts, cfg.batch_size) or self.steps % self.every:
+            return
+        self.algo.backward(self.online, self.target, self.replay.sample(cfg.batch_size, rng))
+        self.optimiser.step()
+        self.updates += 1
+        if self.updates % cfg.target_update == 0:
+            self.target.load_state_dict(self.online.state_dict())
 
 
 def simulate(
@@ -106,81 +159,41 @@ def simulate(
     import torch
 
     from nonstop.envs.registry import env_info, make_env
-    from nonstop.learning.dqn import build_q_network, epsilon_at
 
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"--episodes must be an int >= 1, got {episodes!r}")
-    info = env_info(env_id, **env_kwargs)
-    cfg = _dqn_settings(list(dqn_argv), info.family)
+    cfg = _dqn_settings(list(dqn_argv), env_info(env_id, **env_kwargs).family)
     every = learn_every or (max(1, round(1 / cfg.updates_per_transition)) if cfg.updates_per_transition > 0 else 1)
     env = make_env(env_id, **env_kwargs)
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
-    space: Any = env.action_space
-    n_actions = int(space.n)
-    obs, _ = env.reset(seed=seed)
-    obs = np.asarray(obs)
-    online = build_q_network(tuple(obs.shape), n_actions, cfg)
-    target = copy.deepcopy(online)
-    optimiser = torch.optim.Adam(online.parameters(), lr=cfg.lr)
-    capacity = cfg.replay_capacity
-    store = {
-        "obs": np.zeros((capacity, *obs.shape), obs.dtype),
-        "next": np.zeros((capacity, *obs.shape), obs.dtype),
-        "action": np.zeros(capacity, np.int64),
-        "reward": np.zeros(capacity, np.float32),
-        "done": np.zeros(capacity, np.float32),
-    }
-    size = head = steps = updates = 0
+    obs = np.asarray(env.reset(seed=seed)[0])
+    learner = _Learner(cfg, obs, env.action_space, every)
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     t0 = time.monotonic()
-
-    def q_of(x: np.ndarray, net: Any) -> Any:
-        t = torch.as_tensor(x, dtype=torch.float32)
-        return net(t / 255.0 if x.dtype == np.uint8 else t)
-
     try:
         for episode in range(episodes):
             if episode:
-                obs, _ = env.reset()
-                obs = np.asarray(obs)
+                obs = np.asarray(env.reset()[0])
             frames, total, ticks, over = ZeroStartHistory(delay, obs), 0.0, 0, False
             while not over:
                 seen = frames.oldest()  # o_{t−d}: zeros for the first d steps
-                if rng.random() < epsilon_at(steps, cfg):
-                    action = int(rng.integers(n_actions))
-                else:
-                    with torch.no_grad():
-                        action = int(q_of(seen[None], online).argmax(1).item())
+                action = learner.act(seen, rng)
                 nxt, reward, terminated, truncated, _ = env.step(action)
                 nxt = np.asarray(nxt)
                 over = bool(terminated or truncated)
-                store["obs"][head], store["next"][head], store["action"][head] = seen, nxt, action
-                store["reward"][head], store["done"][head] = float(reward), float(terminated)
-                head, size = (head + 1) % capacity, min(size + 1, capacity)
+                learner.step(seen, action, float(reward), nxt, bool(terminated), rng)
                 frames.push(nxt)
-                total, ticks, steps = total + float(reward), ticks + 1, steps + 1
-                if size >= max(cfg.learning_starts, cfg.batch_size) and steps % every == 0:
-                    idx = rng.integers(size, size=cfg.batch_size)
-                    q = q_of(store["obs"][idx], online).gather(1, torch.as_tensor(store["action"][idx])[:, None])[:, 0]
-                    with torch.no_grad():
-                        best = q_of(store["next"][idx], target).max(1).values
-                        goal = (
-                            torch.as_tensor(store["reward"][idx])
-                            + cfg.gamma * (1 - torch.as_tensor(store["done"][idx])) * best
-                        )
-                    loss = torch.nn.functional.smooth_l1_loss(q, goal)
-                    optimiser.zero_grad()
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(online.parameters(), cfg.max_grad_norm)
-                    optimiser.step()
-                    updates += 1
-                    if updates % cfg.target_update == 0:
-                        target.load_state_dict(online.state_dict())
+                total, ticks = total + float(reward), ticks + 1
             rows.append({"episode": episode, "return": total, "ticks": ticks})
     finally:
         env.close()
+    return _write(out, rows, delay, learner.updates, learner.steps, time.monotonic() - t0)
+
+
+def _write(out: Path, rows: list[dict[str, Any]], delay: int, updates: int, steps: int, wall: float) -> dict[str, Any]:
+    """``episodes.csv`` and ``summary.json``, as a ``nonstop train`` run writes them; returns the summary."""
     with (out / "episodes.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["episode", "return", "ticks"])
         writer.writeheader()
@@ -192,7 +205,7 @@ def simulate(
         "n_inference": None,
         "updates": updates,
         "ticks": steps,
-        "wall_s": round(time.monotonic() - t0, 2),
+        "wall_s": round(wall, 2),
         "complete": True,
         "episodes": len(rows),
     }

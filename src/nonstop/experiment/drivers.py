@@ -227,7 +227,7 @@ class SequentialLearningAgent:
         learner, run, clock = self.learner, self.run, self.run.world.clock
         out = learner.gradient() if learner.ready else None
         if out is not None:
-            apply(run.state, run.weights, out[0], out[1], run.settings)
+            apply(run.state, run.weights, out[0], out[1], learner.rule)
         # an update takes what it took (the wall clock's time; none of the virtual clock's), then ``tau_l``;
         # with none given, τ_M stands in for an update the virtual clock cannot measure
         t = _caught_up(clock, t) + (

@@ -3,7 +3,7 @@
 Built before the world (the host's recorder writes the learner's seat into the replay), it owns
 the shared memory that learners and inference workers read: `ReplayBuffer`, `TrainingState`
 (master parameters, Adam moments, target network) and `SharedWeights` (the published version and
-the algorithm's exploration figure: DQN's ε, SAC's α). It knows the algorithm only through
+the algorithm's exploration figure, `Algorithm.exploration`). It knows the algorithm only through
 `nonstop.learning.algos.Algorithm`. Its checkpoint state (flat vectors, whatever the algorithm) is the ``nonstop.train/1`` format's learning keys, unchanged since
 that format was introduced, so runs written before the composition resume after it.
 """
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from nonstop.experiment.run import Part
-from nonstop.learning.dqn import init_training
+from nonstop.learning.optim import init_training
 from nonstop.learning.learners import Learner
 from nonstop.learning.inflight import in_flight_recorder
 from nonstop.learning.replay import ReplayBuffer
@@ -38,7 +38,7 @@ class LearningCore(Part):
         import torch
 
         cfg, spec = run.cfg, run.spec
-        #: what learns, and its settings (`TrainConfig.dqn` for DQN)
+        #: what learns, and its settings (`TrainConfig.algo_settings`, resolved)
         self.algorithm = run.algorithm
         self.settings: Any = run.settings
         #: what the learner's network takes (the world's observation, widened under ``--agent-id``)
@@ -80,7 +80,7 @@ class LearningCore(Part):
             gamma=self.settings.gamma,
             history=history,
             action_start=self.algorithm.action_start,
-            framing=getattr(self.algorithm, "reward_framing", "action"),
+            framing=self.algorithm.reward_framing,
         )
         #: whether `load_state_dict` found the replay in the checkpoint
         self.replay_restored = False
@@ -97,11 +97,6 @@ class LearningCore(Part):
     def sync_host(self) -> None:
         for sync in self._host_syncs:
             sync()
-
-    @property
-    def dqn(self) -> Any:
-        """The learner's settings (`settings`), by their name from before algorithms were parts."""
-        return self.settings
 
     def learner(self, i: int) -> Learner:
         """Learner ``i`` of this run (each with its own sampling seed)."""
@@ -158,7 +153,7 @@ class LearningCore(Part):
         return {"no_updates_reason": why}
 
     def before_slice(self, run: "Run") -> None:
-        # DQN's ε anneals over the run's ticks, resumes included; SAC's α is read from θ
+        # the figure follows the run's ticks (an annealed ε, resumes included) or θ (a learned α)
         self.weights.exploration = self.algorithm.exploration(run.env_ticks, self.state.params)
 
     def close(self) -> None:
@@ -187,11 +182,16 @@ class LearningCore(Part):
 
     def load_state_dict(self, snap: dict[str, Any]) -> None:
         state = self.state
-        for name in ("params", "adam_m", "adam_v", "target"):
+        for name, into in (
+            ("params", state.params),
+            ("adam_m", state.adam_m),
+            ("adam_v", state.adam_v),
+            ("target", state.target),
+        ):
             src = snap[name].numpy()
             if src.shape != state.params.shape:
                 raise ValueError(f"checkpoint {name} has {src.shape[0]} numbers, this model {state.params.shape[0]}")
-            getattr(state, name)[:] = src
+            into[:] = src
         state.restore_counts(updates=int(snap["updates"]), target_version=int(snap["target_version"]))
         self.weights.publish(state.params)
         replay = snap.get("replay")

@@ -4,8 +4,7 @@
 each: the API's `train` (here) collects rows there, and a run directory (`nonstop.experiment.record`,
 through `Run.execute`) logs, draws and checkpoints there. Both use that one loop.
 
->>> from nonstop.learning.dqn import DQNConfig
->>> cfg = TrainConfig(env="CartPole", seconds=4.0, dqn=DQNConfig.for_family("classic", learning_starts=50))
+>>> cfg = TrainConfig(env="CartPole", seconds=4.0, algo_settings={"learning_starts": 50, "replay_capacity": 10_000})
 >>> result = train(cfg)
 >>> result["ticks"], result["updates"] > 100, result["summary"]["inaction_ticks"] < 5
 (200, True, True)
@@ -127,7 +126,7 @@ class ProgressRows:
             "updates_per_s": (updates - p_updates) / (now - p_wall) if now > p_wall else nan,
             "transitions": run.replay.transitions_written,
             "recent_return": float(np.mean(self.returns[-20:])) if self.returns else nan,
-            # the algorithm's exploration figure under its own name: DQN's ε, SAC's α
+            # the algorithm's exploration figure under its own name (`Algorithm.exploration_name`)
             run.algorithm.exploration_name: run.weights.exploration,
             "loss": run.state.loss if updates else nan,
         }

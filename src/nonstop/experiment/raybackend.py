@@ -99,9 +99,8 @@ class RayCluster(Part):
             if len(run.spec.obs_shape) > 1 and (inference_cpus or learner_cpus):  # a ResNet each actor builds
                 from nonstop.policies.models import ARCH_OPTIONS
 
-                outputs = int(
-                    getattr(run.spec.action_space, "n", 256)
-                )  # a Box's actor: about one ResNet of 256 features
+                # a Box's actor: about one ResNet of 256 features
+                outputs = int(run.spec.action_space.n) if run.algorithm.action_kind == "discrete" else 256
                 check_model_fits_nodes(
                     run.settings.k,
                     n_actions=outputs,

@@ -81,8 +81,8 @@ class RecordConfig:
     tensorboard: bool = field(default=True, metadata={"help": "write TensorBoard events to RUN/tb"})
 
     def __post_init__(self) -> None:
-        for name in ("progress_every", "checkpoint_every"):
-            _positive(name, getattr(self, name))
+        _positive("progress_every", self.progress_every)
+        _positive("checkpoint_every", self.checkpoint_every)
         if self.episodes is not None and (not isinstance(self.episodes, int) or self.episodes < 1):
             raise ValueError(f"--episodes must be a whole number >= 1, got {self.episodes}")
         if not isinstance(self.keep_checkpoints, int) or self.keep_checkpoints < 1:
@@ -121,6 +121,20 @@ def train_in_directory(
     return recorders[0].summary, end, out
 
 
+def _current_config_file(out: Path, saved: dict[str, Any]) -> None:
+    """An older run's config.json in today's keys (`nonstop.experiment.config.current_form`: its algorithm's
+    settings as ``algo_settings``), written back before the run log compares it with the resumed config."""
+    import json
+
+    from nonstop._io import write_atomic
+    from nonstop.experiment.config import current_form
+    from nonstop.learning.runlog import RunPaths
+
+    current = current_form(saved)
+    if current != saved:
+        write_atomic(RunPaths(out).config, (json.dumps(current, indent=2, default=str) + "\n").encode())
+
+
 class RunDirectory(Recorder):
     """A run's directory (`nonstop.learning.runlog`): config, progress and episode rows (and what the
     parts derive from episodes: self-play's matches), checkpoints on their cadence and at the end,
@@ -140,7 +154,7 @@ class RunDirectory(Recorder):
         require_trackers(rec.track)  # a missing tracker library is named before anything runs or is written
         self.ckpt: Any = None
         if rec.resume:
-            read_config(out)  # a clear error if RUN is not a run directory
+            _current_config_file(out, read_config(out))  # a clear error if RUN is not a run directory
             self.ckpt = latest_checkpoint(out, warn=lambda msg: self.say(msg, "yellow"))
             if self.ckpt is None:
                 raise FileNotFoundError(f"{out} has no checkpoint to resume from")
@@ -211,7 +225,7 @@ class RunDirectory(Recorder):
         run.restore(state)
         self.say(f"resumed from {self.ckpt.path.name}: {run.state.updates:,} updates, {run.tick_offset:,} env ticks")
         if not run.replay_restored:
-            self.say(empty_replay_line(run.dqn.learning_starts, run.dqn.replay_capacity, run.tau_m), "yellow")
+            self.say(empty_replay_line(run.settings.learning_starts, run.settings.replay_capacity, run.tau_m), "yellow")
 
     def started(self, run: Run) -> None:
         from nonstop.learning.runlog import Progress

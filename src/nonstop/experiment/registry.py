@@ -98,10 +98,12 @@ _BUILTIN: dict[str, dict[str, Any]] = {
         # one learner whose parameters, Adam moments and target live on --device (either clock)
         "device": "nonstop.experiment.devicelearners:device_learners",
     },
-    # what learns: an `nonstop.learning.algos.Algorithm` class (its config, model, update, actor, export)
+    # what learns: an `nonstop.learning.algos.Algorithm` class (its config, model, update, actor, export);
+    # the first is `TrainConfig.algo`'s default
     "algo": {
         "dqn": "nonstop.learning.dqn:DQN",
         "sac": "nonstop.learning.sac:SAC",
+        "td3": "nonstop.learning.td3:TD3",
         # learning that pays for delay: the actions in flight in the state (nonstop.inference.inflight)
         "rtac": "nonstop.learning.rtac:RTAC",
         "dcac": "nonstop.learning.dcac:DCAC",

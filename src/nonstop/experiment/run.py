@@ -12,8 +12,7 @@ can stand in for a large one honestly: its actions arrive as late as the large m
 virtual clock an update *takes* ``tau_l`` seconds (default τ_M); on the wall clock it takes what it takes.
 
 >>> from nonstop.experiment.config import TrainConfig
->>> from nonstop.learning.dqn import DQNConfig
->>> run = Run(TrainConfig(env="CartPole", seconds=1.0, dqn=DQNConfig.for_family("classic", learning_starts=20)))
+>>> run = Run(TrainConfig(env="CartPole", seconds=1.0, algo_settings={"learning_starts": 20, "replay_capacity": 10_000}))
 >>> run.n_inference, run.tau_m
 (1, 0.02)
 >>> try:
@@ -150,7 +149,7 @@ class Run:
         self.algorithm: Algorithm = self.spec.algorithm
         self.settings: Any = self.spec.settings
         # saved resolved: a resumed run keeps the family's values it ran with
-        setattr(cfg, self.algorithm.settings_field, self.settings)
+        cfg.algo_settings = self.settings
         self.latency = self.spec.latency
         self.n_inference: int | str = self.spec.n_inference
         self.cluster: Any = lookup("cluster", cfg.cluster)(self)
@@ -167,11 +166,6 @@ class Run:
         self._closed = False
 
     # ------------------------------------------------------------------ what the run is made of
-    @property
-    def dqn(self) -> Any:
-        """The learner's settings (`settings`), by their name from before algorithms were parts."""
-        return self.settings
-
     @property
     def tau_m(self) -> float:
         return self.spec.tau_m

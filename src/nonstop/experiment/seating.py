@@ -88,6 +88,8 @@ class WorldSpec:
     env_source: Any
     #: the learner's algorithm (`nonstop.learning.algos.Algorithm`) and its settings (the config's, else the
     #: env family's), declared latency and N_I
+    #: what learns: the `nonstop.learning.algos.Algorithm` class ``--algo`` names, then the one built for the world
+    algorithm_class: Any = None
     algorithm: Any = None
     settings: Any = None
     latency: Any = None
@@ -97,11 +99,6 @@ class WorldSpec:
     #: ``--agent-id``: each seat's identity that a team's shared network sees (None: off); ``obs_space`` stays
     #: the world's, the network's input is ``model_obs_shape``
     agent_id: Any = None
-
-    @property
-    def dqn(self) -> Any:
-        """The learner's settings, by their name from before algorithms were parts."""
-        return self.settings
 
     @property
     def tau_m(self) -> float:
@@ -143,7 +140,8 @@ def probe_world(
             obs_space, action_space = probe.observation_space, probe.action_space
     finally:
         probe.close()
-    lookup("algo", cfg.algo).check_spaces(obs_space, action_space, cfg.env)  # one line naming the --algo that fits
+    algorithm_class = lookup("algo", cfg.algo)
+    algorithm_class.check_spaces(obs_space, action_space, cfg.env)  # one line naming the --algo that fits
     spec = WorldSpec(
         tick_hz=info.tick_hz,
         family=info.family,
@@ -151,8 +149,9 @@ def probe_world(
         action_space=action_space,
         seats=seats,
         env_source=source,
+        algorithm_class=algorithm_class,
     )
-    spec.agent_id = agent_ids(getattr(cfg, "agent_id", "none"), seats, cfg.env)
+    spec.agent_id = agent_ids(cfg.agent_id, seats, cfg.env)
     if spec.agent_id is not None:
         spec.agent_id.obs_shape(spec.obs_shape)  # a shape that takes no id is said now
     _learner_settings(cfg, spec, settings)
@@ -160,24 +159,17 @@ def probe_world(
 
 
 def many_seat_settings(spec: WorldSpec, settings: Any) -> Any:
-    """A world of more than two seats whose agents see small (H, W, C) windows (MAgent2's 13×13×5): each
-    seat's window through GridConv (``arch`` ``grid``) where the default IMPALA ResNet was left in place."""
-    import dataclasses
-
-    if (
-        spec.seats is None
-        or len(spec.seats) <= 2
-        or len(spec.obs_shape) != 3
-        or getattr(settings, "arch", None) != "impala"
-    ):
+    """A world of more than two seats: the learner's settings as its algorithm reads such a world's
+    observations (`Algorithm.for_many_seats`)."""
+    if spec.seats is None or len(spec.seats) <= 2:
         return settings
-    return dataclasses.replace(settings, arch="grid")
+    return spec.algorithm_class.for_many_seats(settings, spec.obs_shape)
 
 
 def _learner_settings(
     cfg: "TrainConfig", spec: WorldSpec, adjust: Callable[[WorldSpec, Any], Any] | None = None
 ) -> None:
-    """The learner's DQN settings, declared latency and N_I, in ``spec``; a model that cannot fit, or
+    """The learner's settings, declared latency and N_I, in ``spec``; a model that cannot fit, or
     a latency that does not parse, fails here, before anything is built."""
     import math
 
@@ -188,22 +180,21 @@ def _learner_settings(
     # a model is placed and sized only where something learns: a run of stand-ins (compare's) needs no torch
     learns = cfg.learning != "none"
     device = placement(cfg.device, cfg.dtype)[0] if learns else None  # a device this machine lacks is said now
-    algo = lookup("algo", cfg.algo)
-    spec.settings = algo.settings(getattr(cfg, algo.settings_field), spec.family)
+    algo = spec.algorithm_class
+    spec.settings = algo.settings(cfg.algo_settings, spec.family)
     if adjust is not None:
         spec.settings = adjust(spec, spec.settings)
-    if hasattr(spec.settings, "for_run"):  # a setting left to the run's length (SAC's learning_starts)
-        spec.settings = spec.settings.for_run(round(cfg.seconds * spec.tick_hz))
+    spec.settings = spec.settings.for_run(round(cfg.seconds * spec.tick_hz))  # a setting left to the run's length
     spec.latency = parse_latency(cfg.latency, tick_hz=spec.tick_hz)
     algo.check_timing(spec.latency.mean / spec.tau_m, cfg.scheduler)  # RTAC refuses a delay under 2 ticks
-    # the actor and critic see the actions in flight (RTAC and DCAC always do)
-    if getattr(cfg, "delay_aware", False) or getattr(algo, "needs_action_buffer", False):
+    # the actor and critic see the actions in flight (an algorithm that needs them always does)
+    if cfg.delay_aware or algo.needs_action_buffer:
         from nonstop.learning.inflight import delay_aware_space
 
         spec.obs_space, spec.inflight_k = delay_aware_space(
             spec.obs_space, spec.action_space, spec.latency.max_hint, spec.tau_m
         )
-        if hasattr(spec.settings, "buffer_slots"):  # RTAC, DCAC: where the buffer sits in their observations
+        if algo.needs_action_buffer:  # its settings say where the buffer sits in its observations
             import dataclasses
 
             spec.settings = dataclasses.replace(spec.settings, buffer_slots=spec.inflight_k)

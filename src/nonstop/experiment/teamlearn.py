@@ -14,9 +14,9 @@ replay for every agent's transitions, n-step returns per agent, and the update.
   team, observations as float16 (MAgent2's windows hold 0/1, hit-point fractions and densities), and
   each transition's agent (its seat's place in the team): under ``--agent-id`` the Q-network sees the
   agent's identity (`nonstop.policies.agentid.AgentId`), added to the frames as they are sampled.
-* **Update** (`TeamLearner.update`): Huber loss on ``return + discount · max_a Q̄(next_obs, a)``
-  (double DQN: Q̄ of the online net's argmax), Adam, a target network synced every
-  ``target_update`` updates.
+* **Update** (`TeamLearner.update`): DQN's own (`nonstop.learning.dqn.DQN.backward`: Huber loss on
+  ``return + discount · max_a Q̄(next_obs, a)``, double DQN: Q̄ of the online net's argmax, the gradient
+  clipped), then Adam and a target network synced every ``target_update`` updates.
 
 >>> out = []
 >>> nstep = NStepReturns(2, 0.5, lambda o, a, ret, o2, disc: out.append((int(o[0]), a, ret, int(o2[0]), disc)))
@@ -34,6 +34,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from nonstop.learning.algos import algorithm_of
+from nonstop.learning.dqn import DQNConfig
 
 __all__ = ["ARCHS", "build_qnet", "TeamReplay", "NStepReturns", "TeamLearner"]
 
@@ -173,6 +176,8 @@ class TeamLearner:
         self.target = build_qnet(self.net_shape, n_actions, cfg.hidden, cfg.arch)
         self.target.load_state_dict(self.q.state_dict())
         self.opt = torch.optim.Adam(self.q.parameters(), lr=cfg.lr, foreach=True)
+        #: DQN's update (its Huber loss on the n-step target, double or not, and its clip) on the team's networks
+        self.dqn = algorithm_of(DQNConfig(double=bool(cfg.double)), self.net_shape, n_actions)
         self.replay = TeamReplay(cfg.replay_capacity, obs_shape, agent_id)
         self._agent = 0  # whose window NStepReturns is folding (it emits only inside add and end)
         self.nstep = NStepReturns(cfg.n_step, cfg.gamma, self._store)
@@ -213,26 +218,16 @@ class TeamLearner:
         return actions
 
     def update(self) -> None:
-        import torch
-        import torch.nn.functional as F
+        """One DQN update on a batch of the team's replay: DQN's own loss and clip (`DQN.backward`), then
+        this learner's Adam step and, every ``target_update`` updates, the target copy."""
+        from nonstop.learning.replay import Batch
 
         c = self.cfg
         if self.replay.size < max(c.learning_starts, c.batch_size):
             return
-        obs, action, ret, next_obs, discount = (torch.as_tensor(x) for x in self.replay.sample(c.batch_size, self.rng))
-        obs, next_obs = obs.float(), next_obs.float()
-        with torch.no_grad():
-            if c.double:
-                best = self.q(next_obs).argmax(1, keepdim=True)
-                bootstrap = self.target(next_obs).gather(1, best).squeeze(1)
-            else:
-                bootstrap = self.target(next_obs).max(1).values
-            target = ret + discount * bootstrap
-        q = self.q(obs).gather(1, action[:, None]).squeeze(1)
-        loss = F.smooth_l1_loss(q, target)
-        self.opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.q.parameters(), 10.0)
+        obs, action, ret, next_obs, discount = self.replay.sample(c.batch_size, self.rng)
+        batch = Batch(obs, action, ret, discount, next_obs, np.ones(len(action), np.int64))
+        loss = self.dqn.backward(self.q, self.target, batch)
         self.opt.step()
         self.updates += 1
         self.losses.append(float(loss.detach()))

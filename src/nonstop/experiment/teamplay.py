@@ -104,7 +104,7 @@ class TeamPlayConfig:
 
         latency = parse_latency(cfg.latency, tick_hz=tick_hz)
         ticks = max(1, math.ceil(float(latency.mean) * tick_hz - 1e-9))
-        dqn = cfg.dqn
+        dqn = cfg.algo_settings  # a DQNConfig: the team_self_play seating is offered for --algo dqn only
         return cls(
             env=cfg.env,
             env_kwargs=dict(cfg.env_kwargs),
@@ -125,7 +125,7 @@ class TeamPlayConfig:
             replay_capacity=min(dqn.replay_capacity, cls.replay_capacity),  # float16 windows: 50k of 13×13×5 is 170 MB
             hidden=int(dqn.hidden[0]) if dqn.hidden else 128,
             double=bool(dqn.double),
-            agent_id=getattr(cfg, "agent_id", "none"),
+            agent_id=cfg.agent_id,
         )
 
 
@@ -242,18 +242,38 @@ def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], N
     """Team self-play for ``cfg.seconds`` world seconds, then ``cfg.judge_episodes`` episodes against
     a uniformly random team; writes the run directory ``out`` and returns its summary."""
     import torch
-    from torch.nn.utils import vector_to_parameters
-
-    from nonstop.envs import make_env
-    from nonstop.realtime.host import Session
 
     torch.set_num_threads(1)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps({"team_self_play": True, **cfg.__dict__}, indent=2, default=str))
-    teams_file = out / TEAMS_FILE
-    if teams_file.exists():
-        teams_file.unlink()
+    if (out / TEAMS_FILE).exists():
+        (out / TEAMS_FILE).unlink()
+    world, tallies, tick_hz = _team_world(cfg, out)
+    started = time.perf_counter()
+    with world:
+        match = _TeamMatch(cfg, world, tallies, tick_hz, out / TEAMS_FILE, echo)
+        match.play()
+    summary = match.summary(len(world.tick_log), time.perf_counter() - started)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    ids = match.ids
+    torch.save(
+        {
+            "q": match.learner.q.state_dict(),
+            "pool": match.pool.state(),
+            "agent_id": None if ids is None else ids.to_dict(),
+        },
+        out / "team_q.pt",
+    )
+    return summary
+
+
+def _team_world(cfg: TeamPlayConfig, out: Path) -> tuple[Any, list[TeamTally], float]:
+    """The world on the virtual clock, each episode's env wrapped in a `TeamTally` (the list grows as the
+    session builds them), and its tick rate."""
+    from nonstop.envs import env_info, make_env
+    from nonstop.realtime.host import Session
+
     tallies: list[TeamTally] = []
 
     def build(**kwargs: Any) -> Any:  # a seat world (Session's EnvSource names gymnasium's Env)
@@ -262,144 +282,167 @@ def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], N
         return tally
 
     build.__name__ = cfg.env  # the tick log's env id
-    from nonstop.envs import env_info
-
     kwargs = dict(cfg.env_kwargs)
     tick_hz = float(kwargs.pop("tick_hz", None) or env_info(cfg.env, **cfg.env_kwargs).tick_hz)
     world = Session(build, clock="virtual", seed=cfg.seed, env_kwargs=kwargs, tick_hz=tick_hz, log_dir=out / "ticklog")
-    started = time.perf_counter()
-    with world:
+    return world, tallies, tick_hz
+
+
+class _TeamMatch:
+    """One team self-play run inside its world: the learning team against the pool's snapshots, then, once
+    ``judge_from`` is set, against a random team with learning frozen (see the module docstring)."""
+
+    def __init__(
+        self, cfg: TeamPlayConfig, world: Any, tallies: list[TeamTally], tick_hz: float, teams_file: Path, echo: Any
+    ) -> None:
+        self.cfg, self.world, self.tallies, self.teams_file, self.echo = cfg, world, tallies, teams_file, echo
+        self.tick_hz = tick_hz
         seats = list(world.seats or [])
-        teams = team_seats(seats)
-        if len(teams) < 2:
+        self.teams = team_seats(seats)
+        if len(self.teams) < 2:
             raise ValueError(f"--self-play on a team world needs two teams; {cfg.env}'s seats are all {seats[0]}'s")
-        names = list(teams)
-        mine, theirs = names[0], names[1]
-        space: Any = world.action_spaces[seats[teams[mine][0]]]
-        obs_shape = tuple(world.observation_spaces[seats[teams[mine][0]]].shape or ())
-        ids = agent_ids(cfg.agent_id, seats, cfg.env)  # each seat's place in its team, where --agent-id asks
-        learner = TeamLearner(cfg, obs_shape, int(space.n), agent_id=ids)
-        opponent_net = build_qnet(learner.net_shape, int(space.n), cfg.hidden, cfg.arch)
-        pool = SnapshotPool(cfg.pool_size, cfg.opponents, seed=cfg.seed)
-        pool.add(learner.flat(), env_tick=0, updates=0)
-        # judge_from: the first world episode played against a random team (set when self-play ends)
-        state: dict[str, Any] = {"judge_from": None, "loaded": -1, "episode": 0}
-        players: dict[int, str] = {}  # world episode -> who played the other team
-        snapshot_ticks = max(1, round(cfg.snapshot_every * tick_hz))
-        rows: list[dict[str, Any]] = []
+        self.names = list(self.teams)
+        self.mine, self.theirs = self.names[0], self.names[1]
+        first = seats[self.teams[self.mine][0]]
+        n_actions = int(world.action_spaces[first].n)
+        obs_shape = tuple(world.observation_spaces[first].shape or ())
+        self.ids = agent_ids(cfg.agent_id, seats, cfg.env)  # each seat's place in its team, where --agent-id asks
+        self.learner = TeamLearner(cfg, obs_shape, n_actions, agent_id=self.ids)
+        self.opponent_net = build_qnet(self.learner.net_shape, n_actions, cfg.hidden, cfg.arch)
+        self.pool = SnapshotPool(cfg.pool_size, cfg.opponents, seed=cfg.seed)
+        self.pool.add(self.learner.flat(), env_tick=0, updates=0)
+        #: the first world episode played against a random team (set when self-play ends)
+        self.judge_from: int | None = None
+        self.loaded, self.episode, self.self_play_episodes = -1, 0, 0
+        self.players: dict[int, str] = {}  # world episode -> who played the other team
+        self.snapshot_ticks = max(1, round(cfg.snapshot_every * tick_hz))
+        self.rows: list[dict[str, Any]] = []
+        self.started = time.perf_counter()
 
-        def judged(episode: int) -> bool:
-            return state["judge_from"] is not None and episode >= state["judge_from"]
-
-        def choose_mine(obs: np.ndarray, episode: int) -> np.ndarray:
-            return learner.act(obs, cfg.epsilon_end if judged(episode) else learner.epsilon())
-
-        def choose_theirs(obs: np.ndarray, episode: int) -> np.ndarray:
-            if judged(episode):
-                players[episode] = "random"
-                return learner.rng.integers(0, learner.n_actions, len(obs))
-            snap = pool.opponent_for(episode)
-            if state["loaded"] != snap.id:
-                vector_to_parameters(torch.as_tensor(snap.params), opponent_net.parameters())
-                state["loaded"] = snap.id
-            players[episode] = f"snapshot {snap.id}"
-            actions = learner.greedy(opponent_net, obs)
-            explore = learner.rng.random(len(actions)) < cfg.epsilon_end
-            actions[explore] = learner.rng.integers(0, learner.n_actions, int(explore.sum()))
-            return actions
-
-        def learning() -> bool:  # self-play only: the judged episodes measure what it learned, frozen
-            return state["judge_from"] is None
-
-        def record(seat: int, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray, died: bool) -> None:
-            if learning():
-                learner.add(seat, obs, action, reward, next_obs, died)
-
-        def seat_end(seat: int, died: bool) -> None:
-            if learning():
-                learner.end(seat, died)
-
-        def on_tick(tick: int) -> None:
-            if learning():
-                learner.ticks = tick
-                if tick % cfg.update_every == 0:
-                    learner.update()
-            if state["judge_from"] is None and tick and tick % snapshot_ticks == 0:
-                pool.add(learner.flat(), env_tick=tick, updates=learner.updates)
-            for deaths, returns in tallies[-1].take_finished():
-                kills = tallies[-1].kills(deaths)
-                who = {mine: "learner", theirs: players.pop(state["episode"], "β")}
-                new = [
-                    team_row(
-                        state["episode"],
-                        tick,
-                        time.perf_counter() - started,
-                        team,
-                        who.get(team, "β"),
-                        seats=len(teams[team]),
-                        deaths=deaths[team],
-                        kills=kills[team],
-                        score=returns[team],
-                    )
-                    for team in names
-                ]
-                write_team_rows(teams_file, new)
-                rows.extend(new)
-                state["episode"] += 1
-                me = new[0]
-                echo(
-                    f"episode {me['episode']}: {mine} (learner) {me['kills']} kills, {me['deaths']} deaths against "
-                    f"{who[theirs]}; ε {learner.epsilon():.2f}, {learner.updates:,} updates, "
-                    f"{time.perf_counter() - started:.0f} s"
-                )
-
+    def play(self) -> None:
+        """Self-play for ``seconds``, then the judged episodes (a world that never ends one still stops)."""
+        cfg, world = self.cfg, self.world
         actors = [
             TeamActor(
                 world,
-                teams[mine],
-                choose_mine,
+                self.teams[self.mine],
+                self.choose_mine,
                 cfg.latency_ticks,
-                on_transition=record,
-                on_seat_end=seat_end,
-                on_tick=on_tick,
-                agent_id=ids,
+                on_transition=self.record,
+                on_seat_end=self.seat_end,
+                on_tick=self.on_tick,
+                agent_id=self.ids,
             ),
-            TeamActor(world, teams[theirs], choose_theirs, cfg.latency_ticks, agent_id=ids),
+            TeamActor(world, self.teams[self.theirs], self.choose_theirs, cfg.latency_ticks, agent_id=self.ids),
         ]
-        for actor, name in zip(actors, (mine, theirs)):
+        for actor, name in zip(actors, (self.mine, self.theirs)):
             world.clock.spawn(actor.process(), name=f"team {name}", priority=READ_PRIORITY)
         world.run_for(cfg.seconds)
-        self_play_episodes = state["episode"]
-        state["judge_from"] = world.slots[0].read().episode + 1  # the episode under way ends as it began
-        budget = world.now() + 3600.0  # a world that never ends an episode still ends the run
-        while state["episode"] < state["judge_from"] + cfg.judge_episodes and world.now() < budget:
+        self.self_play_episodes = self.episode
+        self.judge_from = world.slots[0].read().episode + 1  # the episode under way ends as it began
+        budget = world.now() + 3600.0
+        while self.episode < self.judge_from + cfg.judge_episodes and world.now() < budget:
             world.run_for(10.0)
-    log = world.tick_log
-    wall = time.perf_counter() - started
-    random_episodes = {r["episode"] for r in rows if r["team"] == theirs and r["player"] == "random"}
-    judged_rows = [r for r in rows if r["team"] == mine and r["episode"] in random_episodes][-cfg.judge_episodes :]
-    summary = {
-        "finished": True,
-        "wall_s": round(wall, 1),
-        "world_s": round(len(log) / tick_hz, 1),
-        "env_ticks_total": len(log),
-        "episodes": state["episode"],
-        "self_play_episodes": self_play_episodes,
-        "updates": learner.updates,
-        "transitions": learner.replay.written,
-        "snapshots": pool.next_id,
-        "learning_team": mine,
-        "judged_episodes": len(judged_rows),
-        "judged_win_rate": float(np.mean([r["won"] for r in judged_rows])) if judged_rows else None,
-        "judged_kills_mean": float(np.mean([r["kills"] for r in judged_rows])) if judged_rows else None,
-        "judged_deaths_mean": float(np.mean([r["deaths"] for r in judged_rows])) if judged_rows else None,
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    torch.save(
-        {"q": learner.q.state_dict(), "pool": pool.state(), "agent_id": None if ids is None else ids.to_dict()},
-        out / "team_q.pt",
-    )
-    return summary
+
+    def judged(self, episode: int) -> bool:
+        return self.judge_from is not None and episode >= self.judge_from
+
+    def learning(self) -> bool:  # self-play only: the judged episodes measure what it learned, frozen
+        return self.judge_from is None
+
+    def choose_mine(self, obs: np.ndarray, episode: int) -> np.ndarray:
+        return self.learner.act(obs, self.cfg.epsilon_end if self.judged(episode) else self.learner.epsilon())
+
+    def choose_theirs(self, obs: np.ndarray, episode: int) -> np.ndarray:
+        import torch
+        from torch.nn.utils import vector_to_parameters
+
+        learner = self.learner
+        if self.judged(episode):
+            self.players[episode] = "random"
+            return learner.rng.integers(0, learner.n_actions, len(obs))
+        snap = self.pool.opponent_for(episode)
+        if self.loaded != snap.id:
+            vector_to_parameters(torch.as_tensor(snap.params), self.opponent_net.parameters())
+            self.loaded = snap.id
+        self.players[episode] = f"snapshot {snap.id}"
+        actions = learner.greedy(self.opponent_net, obs)
+        explore = learner.rng.random(len(actions)) < self.cfg.epsilon_end
+        actions[explore] = learner.rng.integers(0, learner.n_actions, int(explore.sum()))
+        return actions
+
+    def record(self, seat: int, obs: np.ndarray, action: int, reward: float, next_obs: np.ndarray, died: bool) -> None:
+        if self.learning():
+            self.learner.add(seat, obs, action, reward, next_obs, died)
+
+    def seat_end(self, seat: int, died: bool) -> None:
+        if self.learning():
+            self.learner.end(seat, died)
+
+    def on_tick(self, tick: int) -> None:
+        """Learn (every ``update_every`` ticks), snapshot, and write each finished episode's rows."""
+        learner = self.learner
+        if self.learning():
+            learner.ticks = tick
+            if tick % self.cfg.update_every == 0:
+                learner.update()
+        if self.judge_from is None and tick and tick % self.snapshot_ticks == 0:
+            self.pool.add(learner.flat(), env_tick=tick, updates=learner.updates)
+        for deaths, returns in self.tallies[-1].take_finished():
+            self._episode_ended(tick, deaths, returns)
+
+    def _episode_ended(self, tick: int, deaths: dict[str, int], returns: dict[str, float]) -> None:
+        kills = self.tallies[-1].kills(deaths)
+        who = {self.mine: "learner", self.theirs: self.players.pop(self.episode, "β")}
+        wall = time.perf_counter() - self.started
+        new = [
+            team_row(
+                self.episode,
+                tick,
+                wall,
+                team,
+                who.get(team, "β"),
+                seats=len(self.teams[team]),
+                deaths=deaths[team],
+                kills=kills[team],
+                score=returns[team],
+            )
+            for team in self.names
+        ]
+        write_team_rows(self.teams_file, new)
+        self.rows.extend(new)
+        self.episode += 1
+        me, learner = new[0], self.learner
+        self.echo(
+            f"episode {me['episode']}: {self.mine} (learner) {me['kills']} kills, {me['deaths']} deaths against "
+            f"{who[self.theirs]}; ε {learner.epsilon():.2f}, {learner.updates:,} updates, {wall:.0f} s"
+        )
+
+    def summary(self, ticks: int, wall: float) -> dict[str, Any]:
+        """``summary.json``: the run's counts and the judged episodes' win rate, kills and deaths."""
+        rows, mine, theirs = self.rows, self.mine, self.theirs
+        random_episodes = {r["episode"] for r in rows if r["team"] == theirs and r["player"] == "random"}
+        judged = [r for r in rows if r["team"] == mine and r["episode"] in random_episodes][-self.cfg.judge_episodes :]
+
+        def mean(key: str) -> float | None:
+            return float(np.mean([r[key] for r in judged])) if judged else None
+
+        return {
+            "finished": True,
+            "wall_s": round(wall, 1),
+            "world_s": round(ticks / self.tick_hz, 1),
+            "env_ticks_total": ticks,
+            "episodes": self.episode,
+            "self_play_episodes": self.self_play_episodes,
+            "updates": self.learner.updates,
+            "transitions": self.learner.replay.written,
+            "snapshots": self.pool.next_id,
+            "learning_team": mine,
+            "judged_episodes": len(judged),
+            "judged_win_rate": mean("won"),
+            "judged_kills_mean": mean("kills"),
+            "judged_deaths_mean": mean("deaths"),
+        }
 
 
 class TeamSelfPlaySeating:

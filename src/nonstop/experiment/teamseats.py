@@ -117,7 +117,7 @@ class FrozenTeams(Part):
     def __init__(self, run: "Run", teams: list[str]) -> None:
         self.teams = teams
         self.params: np.ndarray | None = None
-        self.epsilon = float(getattr(run.settings, "epsilon_end", 0.0))
+        self.epsilon = run.algorithm.opponent_exploration()  # what a frozen copy of the learner explores with
         self._run = run
 
     def parameters(self) -> np.ndarray:

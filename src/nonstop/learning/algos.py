@@ -41,6 +41,7 @@ from nonstop.policies.base import Decision, Policy
 if TYPE_CHECKING:
     import torch
 
+    from nonstop.learning.optim import UpdateRule
     from nonstop.learning.replay import Batch
 
 __all__ = [
@@ -78,6 +79,10 @@ class AlgoConfig(Protocol):
     replay_capacity: int
 
     def to_dict(self) -> dict[str, Any]: ...
+
+    def for_run(self, ticks: int) -> Any: ...
+
+    def target_rule(self) -> tuple[int, float]: ...
 
     def algorithm(self, obs_shape: tuple[int, ...], action_space: Any) -> "Algorithm": ...
 
@@ -160,7 +165,26 @@ class Algorithm:
     #: what its exploration figure is called in progress rows and lines: ``epsilon`` or ``alpha``, each a
     #: column of progress.csv (`nonstop.learning.runlog.PROGRESS_COLUMNS`: a new name needs a new column)
     exploration_name: ClassVar[str] = "epsilon"
-    #: the `TrainConfig` field its settings are saved in (DQN's: ``dqn``, as before algorithms were parts)
+
+    # ------------------------------------------------------------------ what it declares it needs
+    #: the actions it takes: ``discrete`` (a ``Discrete`` space) or ``box`` (a bounded ``Box`` of one axis)
+    action_kind: ClassVar[str] = "discrete"
+    #: the ``--algo`` a refused world is pointed to (one for the other kind of actions)
+    instead: ClassVar[str] = ""
+    #: whether it can learn from frames (an image encoder); if not, vector observations only
+    takes_frames: ClassVar[bool] = True
+    #: whether its actor and critic always see the actions in flight (RTAC, DCAC: their premise). Such an
+    #: algorithm's config has ``buffer_slots``, the run's K (`nonstop.experiment.seating` sets it)
+    needs_action_buffer: ClassVar[bool] = False
+    #: what a transition's reward is framed by: ``action`` (the decision's, at its landing) or ``observation``
+    #: (each observation's own step: RTAC's and DCAC's; `nonstop.learning.inflight.in_flight_recorder`)
+    reward_framing: ClassVar[str] = "action"
+    #: named settings a run may start from (``--preset``): the paper's, per world family
+    presets: ClassVar[dict[str, dict[str, Any]]] = {}
+    #: the key its settings were saved under in a run's config.json before algorithms were parts (None: none)
+    legacy_settings_key: ClassVar[str | None] = None
+    #: the `TrainConfig` field its settings are in: the same for every algorithm (named for callers that
+    #: build a config by field name)
     settings_field: ClassVar[str] = "algo_settings"
 
     def __init__(self, cfg: Any, obs_shape: tuple[int, ...], action_space: gymnasium.Space) -> None:
@@ -176,8 +200,23 @@ class Algorithm:
     # ------------------------------------------------------------------ the world it acts in
     @classmethod
     def check_spaces(cls, obs_space: gymnasium.Space, action_space: gymnasium.Space, env: str) -> None:
-        """Refuse, in one line naming the ``--algo`` that fits, a world this algorithm cannot act in."""
-        raise NotImplementedError
+        """Refuse, in one line naming the ``--algo`` that fits, a world this algorithm cannot act in (its
+        declared ``action_kind`` and ``takes_frames``)."""
+        me, hint = cls.name.upper(), f": use --algo {cls.instead}" if cls.instead else ""
+        if cls.action_kind == "discrete":
+            if not isinstance(action_space, gymnasium.spaces.Discrete):
+                raise ValueError(f"{me} needs a Discrete action space; {env} has {action_space}{hint}")
+        else:
+            if not isinstance(action_space, gymnasium.spaces.Box) or len(action_space.shape or ()) != 1:
+                raise ValueError(f"{me} needs a Box action space of one axis; {env} has {action_space}{hint}")
+            if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+                raise ValueError(
+                    f"{me} rescales its actions to the Box's bounds; {env}'s are unbounded: {action_space}"
+                )
+        if obs_space.shape is None:
+            raise ValueError(f"{me} needs array observations; {env} has {obs_space}")
+        if not cls.takes_frames and len(obs_space.shape) != 1:
+            raise ValueError(f"{me} learns from vector observations; {env}'s are {tuple(obs_space.shape)}{hint}")
 
     @classmethod
     def settings(cls, cfg: Any, family: str) -> Any:
@@ -191,6 +230,12 @@ class Algorithm:
         return cfg
 
     @classmethod
+    def for_many_seats(cls, settings: Any, obs_shape: tuple[int, ...]) -> Any:
+        """``settings`` for a world of more than two seats whose agents see ``obs_shape`` (DQN reads a grid
+        window through GridConv); as they are by default."""
+        return settings
+
+    @classmethod
     def check_timing(cls, delay_ticks: float, scheduler: str) -> None:
         """Refuse, in one line, a run whose timing breaks this algorithm's premise: ``delay_ticks`` is the
         model's mean latency in ticks, ``scheduler`` the run's (`nonstop.learning.rtac.RTAC` needs the
@@ -202,12 +247,12 @@ class Algorithm:
     @property
     def action_shape(self) -> tuple[int, ...]:
         """One action as the replay stores it: ``()`` an int64 index, ``(d,)`` a float32 vector."""
-        return ()
+        return () if self.action_kind == "discrete" else (int(self.action_space.shape[0]),)
 
     @property
     def action_start(self) -> int:
         """The first action of a ``Discrete(n, start=s)`` space (the replay stores indices from 0)."""
-        return int(getattr(self.action_space, "start", 0))
+        return int(self.action_space.start) if self.action_kind == "discrete" else 0
 
     # ------------------------------------------------------------------ learning
     def build_model(self) -> "torch.nn.Module":
@@ -235,6 +280,13 @@ class Algorithm:
         """ρ of the target rule ``θ_target ← (1 − ρ)·θ_target + ρ·θ`` (1: a copy; the config's ``target_rule()``)."""
         rho: float = self.cfg.target_rule()[1]
         return rho
+
+    def update_rule(self) -> "UpdateRule":
+        """How the learners apply this algorithm's gradient (`nonstop.learning.optim.UpdateRule`): Adam with
+        the config's ``lr`` and ``adam_eps``, its target rule; TD3 holds its actor's block back."""
+        from nonstop.learning.optim import UpdateRule
+
+        return UpdateRule.of(self.cfg)
 
     def exploration(self, env_ticks: int, params: np.ndarray) -> float:
         """The exploration figure after ``env_ticks`` ticks with parameters ``params`` (published in the

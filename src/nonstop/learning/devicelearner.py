@@ -6,9 +6,9 @@ reloads `SharedWeights` once per version. For a 1B-parameter model that is ~4 GB
 per update. A device learner keeps all of it where the update runs::
 
     batch  <- replay.sample(B)                      # host shared memory, pinned, sent without blocking
-    loss   <- the algorithm's loss at θ; backward   # `Algorithm.backward` (DQN: clipped)
+    loss   <- the algorithm's loss at θ; backward   # `Algorithm.backward`
     θ,m,v  <- Adam(θ, g) on the device              # `adam_step`: the host's numbers, bias correction included
-    θ_target <- the algorithm's target rule         # DQN: θ every `target_update` updates; SAC: Polyak, on the device
+    θ_target <- the algorithm's target rule         # `Algorithm.update_rule`: a copy or Polyak, on the device
     version += 1                                    # the batching server's model copies θ once per version
 
 `DeviceTrainingState` owns the device's θ, Adam moments and target (flat float32 tensors: the
@@ -38,7 +38,7 @@ import numpy as np
 from nonstop.inference.cudaops import HostOps, VersionHandoff, device_ops
 from nonstop.inference.device import flat_parameters
 from nonstop.learning.algos import AlgoConfig, algorithm_of
-from nonstop.learning.dqn import adam_step
+from nonstop.learning.optim import adam_step, step_target
 from nonstop.learning.learners import IDLE_WAIT, ready_to_learn, updates_ahead
 from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import SharedWeights, TrainingState
@@ -224,6 +224,7 @@ class DeviceLearner:
         #: the algorithm (``n_actions``: the action space, or n of a Discrete one; ``cfg`` names the algorithm)
         self.algo = algorithm_of(cfg, obs_shape, n_actions)
         self.cfg, self.dstate, self.state, self.weights, self.replay = self.algo.cfg, dstate, state, weights, replay
+        self.rule = self.algo.update_rule()  # how a gradient is applied (`nonstop.learning.optim`)
         self.publish_host = publish_host
         self.online = self.algo.build_model().to(dstate.device).train()
         self.target = self.algo.build_model().to(dstate.device).eval()
@@ -286,13 +287,9 @@ class DeviceLearner:
         with d.lock:
             step = self.state.claim_update()
             d.handoff.before_write()  # every reader done with the last version
-            adam_step(d.theta, d.adam_m, d.adam_v, self._flat_grad(), step, self.cfg)
-            every, polyak = self.cfg.target_rule()
-            if step % every == 0:
-                if polyak == 1.0:
-                    d.target.copy_(d.theta)
-                else:
-                    d.target.lerp_(d.theta, polyak)  # θ_target ← θ_target + ρ·(θ − θ_target), as the host's
+            adam_step(d.theta, d.adam_m, d.adam_v, self._flat_grad(), step, self.rule)
+            if self.rule.syncs_target(step):
+                step_target(d.target, d.theta, self.rule.target_polyak)  # as the host's `write_target`
                 d.target_syncs += 1
             d.handoff.after_write()
             d.version += 1

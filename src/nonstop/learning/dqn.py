@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 import numpy as np
 
 from nonstop.learning.algos import ActorPolicy, Algorithm, ConfigBase, to_tensor
-from nonstop.learning.weights import SharedWeights, TrainingState, flat_parameters
+from nonstop.learning.optim import adam_step, apply_gradient, flat_gradient, init_training
+from nonstop.learning.weights import SharedWeights
 from nonstop.policies.base import Policy
 
 if TYPE_CHECKING:
@@ -43,8 +44,11 @@ __all__ = [
     "apply_gradient",
     "epsilon_at",
     "dqn_backward",
+    # what every learner shares lives in `nonstop.learning.optim`; named here for the callers that import it from here
     "adam_step",
+    "apply_gradient",
     "flat_gradient",
+    "init_training",
 ]
 
 
@@ -227,67 +231,6 @@ def compute_gradient(
     return flat_gradient(online), float(loss)
 
 
-def flat_gradient(model: "torch.nn.Module") -> np.ndarray:
-    """The ``.grad`` of every parameter of ``model`` as one new float32 vector on the host (in
-    ``parameters()`` order; a parameter no loss reached contributes zeros, as the flat layout needs)."""
-    import torch
-
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
-    return torch.cat([g.reshape(-1) for g in grads]).float().cpu().numpy().copy()  # to the host's master θ
-
-
-#: Adam's decay rates (Kingma & Ba's defaults, the paper's)
-ADAM_BETAS: Final = (0.9, 0.999)
-
-
-def adam_step(p: "torch.Tensor", m: "torch.Tensor", v: "torch.Tensor", g: "torch.Tensor", step: int, cfg: Any) -> None:
-    """One Adam step of update number ``step`` (1, 2, …) on flat float32 tensors, in place, wherever
-    they live: the host's shared master parameters (`apply_gradient`) or a device learner's
-    (`nonstop.learning.devicelearner`), so both compute the same numbers (``cfg``: any algorithm's
-    config, for its ``lr`` and ``adam_eps``)::
-
-        m ← β1·m + (1−β1)·g;   v ← β2·v + (1−β2)·g²
-        θ ← θ − lr/(1−β1^t) · m / (√v/√(1−β2^t) + ε)
-    """
-    b1, b2 = ADAM_BETAS
-    m.mul_(b1).add_(g, alpha=1 - b1)
-    v.mul_(b2).addcmul_(g, g, value=1 - b2)
-    denom = v.sqrt().div_(math.sqrt(1 - b2**step)).add_(cfg.adam_eps)
-    p.addcdiv_(m, denom, value=-cfg.lr / (1 - b1**step))
-
-
-def apply_gradient(state: TrainingState, weights: SharedWeights, grad: np.ndarray, cfg: Any) -> int:
-    """One Adam step on the master parameters, the target rule, publish to workers. ``cfg``: any
-    algorithm's config (its ``lr``, ``adam_eps`` and ``target_rule()``: DQN's hard copy every
-    ``target_update`` updates, SAC's Polyak averaging after each).
-
-    The caller either guarantees exclusive access (round-robin turn) or, for Hogwild,
-    deliberately does not: the update number is then still claimed by an atomic fetch-add
-    (no update is lost from the count, and each target sync happens once), and the target
-    copy and the publish take their own locks. Returns this update's number.
-    """
-    import torch
-
-    step = state.claim_update()
-    p, m, v = (torch.from_numpy(a) for a in (state.params, state.adam_m, state.adam_v))
-    adam_step(p, m, v, torch.from_numpy(grad), step, cfg)
-    every, polyak = cfg.target_rule()
-    if step % every == 0:
-        state.write_target(polyak)
-    weights.publish(state.params)
-    return step
-
-
-def init_training(model: "torch.nn.Module", state: TrainingState, weights: SharedWeights) -> None:
-    """Start a run from ``model``'s initial parameters."""
-    flat = flat_parameters(model)
-    state.params[:] = flat
-    state.target[:] = flat
-    state.adam_m[:] = 0
-    state.adam_v[:] = 0
-    weights.publish(flat)
-
-
 class DQNPolicy(ActorPolicy):
     """ε-greedy over a Q-network whose weights come from `SharedWeights`.
 
@@ -356,21 +299,25 @@ class DQN(Algorithm):
     name = "dqn"
     config_class = DQNConfig
     exploration_name = "epsilon"
-    settings_field = "dqn"
+    action_kind = "discrete"
+    instead = "sac"
+    presets = PAPER_PRESETS
+    legacy_settings_key = "dqn"  # runs saved before algorithms were parts keep their settings under "dqn"
     policy_class = DQNPolicy
     cfg: DQNConfig
 
-    @classmethod
-    def check_spaces(cls, obs_space: Any, action_space: Any, env: str) -> None:
-        import gymnasium
-
-        if not isinstance(action_space, gymnasium.spaces.Discrete):
-            raise ValueError(f"DQN needs a Discrete action space; {env} has {action_space}: use --algo sac")
-        if obs_space.shape is None:
-            raise ValueError(f"DQN needs array observations; {env} has {obs_space}")
-
     def build_model(self) -> "torch.nn.Module":
         return build_q_network(self.obs_shape, int(self.action_space.n), self.cfg)
+
+    @classmethod
+    def for_many_seats(cls, settings: DQNConfig, obs_shape: tuple[int, ...]) -> DQNConfig:
+        """A many-seat world's small (H, W, C) windows (MAgent2's 13×13×5) through GridConv (``arch``
+        ``grid``) where the default IMPALA ResNet was left in place."""
+        import dataclasses
+
+        if len(obs_shape) != 3 or settings.arch != "impala":
+            return settings
+        return dataclasses.replace(settings, arch="grid")
 
     def check_fits(self, device: str) -> None:
         if len(self.obs_shape) > 1 and self.cfg.arch != "grid":  # a ResNet each worker and learner builds

@@ -9,7 +9,8 @@ Every learner loops::
     then publish θ_{v'}
 
 Learners know no algorithm: an `nonstop.learning.algos.Algorithm` builds their networks and writes
-the gradient; the target rule is its data (``target_rule()``).
+the gradient; how the gradient is applied (Adam, the target rule, a block held back) is its data
+(`Algorithm.update_rule`, applied by `nonstop.learning.optim`).
 
 Modes:
 
@@ -48,7 +49,7 @@ from typing import Any, Final
 import numpy as np
 
 from nonstop.learning.algos import AlgoConfig, algorithm_of
-from nonstop.learning.dqn import apply_gradient, flat_gradient
+from nonstop.learning.optim import UpdateRule, apply_gradient, flat_gradient
 from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import _HDR, SharedWeights, TrainingState, _Segment, load_flat
 from nonstop.realtime.clock import WallClock
@@ -160,7 +161,7 @@ class Learner:
     """One learner's own networks and random stream (lives in the learner's process).
 
     ``action_space``: the world's (an int ``n``: ``Discrete(n)``); ``cfg``: the algorithm's config
-    (`DQNConfig`, `SACConfig`), which names the algorithm."""
+    (or the `nonstop.learning.algos.Algorithm` itself), which names the algorithm."""
 
     def __init__(
         self,
@@ -179,6 +180,8 @@ class Learner:
 
         self.algo = algorithm_of(cfg, obs_shape, action_space)
         self.index, self.cfg = index, self.algo.cfg
+        #: how this learner's gradients are applied (`nonstop.learning.optim.UpdateRule`)
+        self.rule = self.algo.update_rule()
         self.state, self.weights, self.replay = state, weights, replay
         #: where the update runs: its online and target networks live there, batches go there from host replay
         self.device = resolve_device(device)
@@ -228,9 +231,10 @@ class Learner:
             self.state.wait_for_target(left)
 
 
-def apply(state: TrainingState, weights: SharedWeights, grad: np.ndarray, loss: float, cfg: AlgoConfig) -> int:
+def apply(state: TrainingState, weights: SharedWeights, grad: np.ndarray, loss: float, rule: Any) -> int:
+    """Record ``loss`` and apply ``grad`` by ``rule`` (an `UpdateRule`, or an algorithm's config)."""
     state.loss = loss
-    return apply_gradient(state, weights, grad, cfg)
+    return apply_gradient(state, weights, grad, UpdateRule.of(rule))
 
 
 # ----------------------------------------------------------------------------- virtual clock
@@ -357,7 +361,7 @@ class VirtualLearners:
                     yield t
             self.losses.append(out[1])
             self.applied_by.append(learner.index)
-            apply(self.state, self.weights, out[0], out[1], self.cfg)
+            apply(self.state, self.weights, out[0], out[1], learner.rule)
             self.state.advance_turn()
 
     def _parallel(self) -> Iterator[float]:
@@ -375,7 +379,7 @@ class VirtualLearners:
                 grad = np.mean([g for g, _ in outs], axis=0).astype(np.float32)
                 loss = float(np.mean([part for _, part in outs]))
                 self.losses.append(loss)
-                apply(self.state, self.weights, grad, loss, self.cfg)
+                apply(self.state, self.weights, grad, loss, self.learners[0].rule)
 
 
 # ----------------------------------------------------------------------------- wall clock
@@ -410,7 +414,7 @@ def _learner_main(
                 continue
             if mode == "parallel":
                 assert grads is not None, "the parallel mode's learners are given gradient slots"
-                _parallel_step(learner, index, n, state, weights, grads, cfg)
+                _parallel_step(learner, index, n, state, weights, grads)
                 continue
             out = learner.gradient()
             if out is None:  # no batch to draw (its frames recycled meanwhile): a new transition may bring one
@@ -421,10 +425,10 @@ def _learner_main(
                     state.wait_turn(t, IDLE_WAIT)  # whoever passes the turn on wakes this learner
                 if state.stop_requested:
                     break
-                apply(state, weights, out[0], out[1], cfg)
+                apply(state, weights, out[0], out[1], learner.rule)
                 state.pass_turn(t)  # a release: the next learner sees this update
             else:  # hogwild: no order, no lock on the master; the publish takes the weights' own lock
-                apply(state, weights, out[0], out[1], cfg)
+                apply(state, weights, out[0], out[1], learner.rule)
     finally:
         for seg in (state, weights, replay, grads):
             if seg is not None:
@@ -442,7 +446,6 @@ def _parallel_step(
     state: TrainingState,
     weights: SharedWeights,
     grads: GradientSlots,
-    cfg: AlgoConfig,
 ) -> None:
     """All learners compute at the same version; learner 0 averages and applies."""
     round_ = state.turn  # counts finished rounds
@@ -459,7 +462,7 @@ def _parallel_step(
         if state.stop_requested:
             return  # never apply an average that mixes rounds
         grad = grads.average(grads.handed_in(round_, n), weights.n_params)
-        apply(state, weights, grad, out[1], cfg)
+        apply(state, weights, grad, out[1], learner.rule)
         state.finish_round(round_)
     else:
         while not state.stop_requested and state.turn == round_:

@@ -331,19 +331,10 @@ class SAC(Algorithm):
     name = "sac"
     config_class = SACConfig
     exploration_name = "alpha"
+    action_kind = "box"
+    instead = "dqn"
     policy_class = SACPolicy
     cfg: SACConfig
-
-    @classmethod
-    def check_spaces(cls, obs_space: Any, action_space: Any, env: str) -> None:
-        import gymnasium
-
-        if not isinstance(action_space, gymnasium.spaces.Box) or len(action_space.shape or ()) != 1:
-            raise ValueError(f"SAC needs a Box action space of one axis; {env} has {action_space}: use --algo dqn")
-        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-            raise ValueError(f"SAC rescales its actions to the Box's bounds; {env}'s are unbounded: {action_space}")
-        if obs_space.shape is None:
-            raise ValueError(f"SAC needs array observations; {env} has {obs_space}")
 
     @property
     def action_dim(self) -> int:
