@@ -104,7 +104,7 @@ class TeamPlayConfig:
 
         latency = parse_latency(cfg.latency, tick_hz=tick_hz)
         ticks = max(1, math.ceil(float(latency.mean) * tick_hz - 1e-9))
-        dqn = cfg.dqn
+        dqn = cfg.dqn.for_run(round(float(cfg.seconds) * tick_hz))  # an unset ε schedule: a share of the run
         return cls(
             env=cfg.env,
             env_kwargs=dict(cfg.env_kwargs),
