@@ -309,6 +309,11 @@ NOT_RUN = {
     "directory off sys.path",
     "nonstop train --env Target1D-v0 --env-module mypkg.worlds --seconds 20 --out runs/target-again": "needs mypkg beside the command: tests/test_userworld.py runs it (2 s) beside tests/data/userworld/mypkg",
     "nonstop train --resume runs/target --env-module mypkg.worlds --seconds 40": "resumes the run above: tests/test_userworld.py resumes its runs on both clocks beside mypkg",
+    "nonstop train --env myworlds:Target-v0 --seconds 30 --out runs/target-30s": "needs examples/ as the current "
+    "directory (myworlds.py beside the command): tests/test_learnability.py runs it there and checks the lines "
+    "docs/your-model.md shows",
+    "nonstop train --env myworlds:Target-v0 --seconds 600 --out runs/target": "needs examples/ as the current directory "
+    "(myworlds.py beside the command) and 4-10 minutes: tests/test_readme_figures.py runs it there and checks its figure",
 }
 
 #: The commands above that need a GPU → what runs where there is one.

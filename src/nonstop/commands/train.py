@@ -295,7 +295,7 @@ def _add_setting(group: Any, f: Any, default: Any, by_family: str) -> None:
         group.add_argument(flag, type=int, nargs="+", default=None, metavar="N", help=text)
     else:
         type_name = f.type if isinstance(f.type, str) else f.type.__name__
-        kind = {"float": float, "int": int, "str": str}[type_name.replace(" | None", "")]
+        kind = {"float": float, "int": int, "str": str}[type_name.removesuffix(" | None")]  # None: sized to the run
         group.add_argument(flag, type=kind, default=None, metavar=kind.__name__.upper(), help=text)
 
 
@@ -535,6 +535,17 @@ def given_flags(args: argparse.Namespace) -> set[str]:
     return set(vars(typed)) - {"tensorboard", "argv"}  # the parser's own defaults, never typed
 
 
+def _sized(cfg: Any) -> tuple[str, ...]:
+    """The line saying what the run sizes to its length (`nonstop.learning.hyperparams.sized_line`), if any."""
+    from nonstop.envs import env_info
+    from nonstop.experiment.registry import lookup
+    from nonstop.learning.hyperparams import sized_line
+
+    settings = getattr(cfg, lookup("algo", cfg.algo).settings_field)
+    line = sized_line(settings, round(cfg.seconds * env_info(cfg.env, **cfg.env_kwargs).tick_hz))
+    return () if line is None else (line,)
+
+
 def run(args: argparse.Namespace) -> int:
     from nonstop._console import Console
     from nonstop.experiment.record import train_in_directory
@@ -548,6 +559,7 @@ def run(args: argparse.Namespace) -> int:
         known = world_entry(cfg.algo, cfg.env, args.hyperparams)
         if known is not None:
             intro = (known.line() + " (a flag typed wins over it)",)
+        intro += _sized(cfg)
     if rec.resume:  # the run goes on as it was: only the flags typed now change it, each said
         console.print(
             f"resuming {rec.out} with its saved config" + (f"; overriding {', '.join(overrides)}" if overrides else ""),

@@ -13,14 +13,16 @@ the double-DQN target)::
 
 `DQNPolicy` is the ε-greedy actor that inference workers run: it reloads the
 newest published weights (`SharedWeights`) before acting, and reads ε from the
-same header, which the trainer anneals 1.0 → 0.05 over the first 100k env ticks.
+same header, which the trainer anneals 1.0 → 0.05 over the first tenth of the run's env ticks
+(``epsilon_fraction``; ``epsilon_ticks`` when given: `DQNConfig.for_run`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
 
 import numpy as np
 
@@ -84,7 +86,17 @@ class DQNConfig(ConfigBase):
     adam_eps: float = field(default=1.5e-4, metadata={"help": "Adam epsilon"})
     epsilon_start: float = field(default=1.0, metadata={"help": "exploration rate at tick 0"})
     epsilon_end: float = field(default=0.05, metadata={"help": "exploration rate after the anneal"})
-    epsilon_ticks: int = field(default=100_000, metadata={"help": "env ticks of linear ε anneal"})
+    epsilon_ticks: int | None = field(
+        default=None,
+        metadata={"help": "env ticks of the linear ε anneal (none: --epsilon-fraction of the run's ticks)"},
+    )
+    epsilon_fraction: float = field(
+        default=0.1,
+        metadata={
+            "help": "the share of the run's ticks ε anneals over where --epsilon-ticks is not given "
+            "(SB3's exploration_fraction)"
+        },
+    )
     target_update: int = field(default=1000, metadata={"help": "updates between target-network syncs"})
     max_grad_norm: float = field(default=10.0, metadata={"help": "global gradient-norm clip"})
     double: bool = field(default=False, metadata={"help": "double DQN target"})
@@ -112,8 +124,11 @@ class DQNConfig(ConfigBase):
     def __post_init__(self) -> None:
         need = self._need
         need(0.0 <= self.gamma <= 1.0, "gamma", "in [0, 1]")
-        for name in ("batch_size", "target_update", "replay_capacity", "epsilon_ticks"):
+        for name in ("batch_size", "target_update", "replay_capacity"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "a positive integer")
+        ticks = self.epsilon_ticks
+        need(ticks is None or (isinstance(ticks, int) and ticks >= 1), "epsilon_ticks", "a positive integer (or None)")
+        need(0.0 < self.epsilon_fraction <= 1.0, "epsilon_fraction", "in (0, 1]")
         need(isinstance(self.learning_starts, int) and self.learning_starts >= 0, "learning_starts", "an integer >= 0")
         need(self.lr > 0 and math.isfinite(self.lr), "lr", "a positive number")
         need(self.max_grad_norm > 0, "max_grad_norm", "positive")
@@ -121,6 +136,17 @@ class DQNConfig(ConfigBase):
         need(0.0 <= self.epsilon_end <= self.epsilon_start <= 1.0, "epsilon_end", "<= epsilon_start, both in [0, 1]")
         self.hidden = tuple(int(h) for h in self.hidden)
         need(self.arch in ARCHS, "arch", "impala, impala_padded, 2xdeep or grid")
+
+    def for_run(self, ticks: int) -> Self:
+        """These settings for a run of ``ticks`` ticks: ``epsilon_ticks`` unset is ``epsilon_fraction`` of
+        them (at least one), as SB3's ``exploration_fraction`` sizes its schedule to ``total_timesteps``.
+
+        >>> DQNConfig().for_run(900).epsilon_ticks, DQNConfig(epsilon_ticks=5000).for_run(900).epsilon_ticks
+        (90, 5000)
+        """
+        if self.epsilon_ticks is not None:
+            return self
+        return dataclasses.replace(self, epsilon_ticks=max(1, round(self.epsilon_fraction * int(ticks))))
 
     def target_rule(self) -> tuple[int, float]:
         """``(every, ρ)``: the target network is a copy of θ (ρ = 1) every ``target_update`` updates."""
@@ -132,11 +158,28 @@ class DQNConfig(ConfigBase):
 
 
 #: The settings the paper states (§5 Implementation Details, Appendix A); everything it leaves unsaid
-#: (ε schedule, target period, Adam ε, learning starts) keeps nonstop's default. Tetris: "one update on
-#: the replay buffer for each action taken".
+#: (target period, Adam ε, learning starts) keeps nonstop's default, and its ε schedule stays the one
+#: nonstop's paper runs have always used, 1 → 0.05 over the first 100,000 ticks, whatever the run's length
+#: (not a tenth of it, as a run without a preset has: `DQNConfig.for_run`). Tetris: "one update on the
+#: replay buffer for each action taken".
+PAPER_EPSILON_TICKS: Final = 100_000
 PAPER_PRESETS: dict[str, dict[str, Any]] = {
-    "paper-atari": {"gamma": 0.99, "batch_size": 16, "lr": 1e-5, "replay_capacity": 1_000_000, "k": 1},
-    "paper-pokemon": {"gamma": 0.99, "batch_size": 16, "lr": 1e-3, "replay_capacity": 1_000_000, "k": 1},
+    "paper-atari": {
+        "gamma": 0.99,
+        "batch_size": 16,
+        "lr": 1e-5,
+        "replay_capacity": 1_000_000,
+        "k": 1,
+        "epsilon_ticks": PAPER_EPSILON_TICKS,
+    },
+    "paper-pokemon": {
+        "gamma": 0.99,
+        "batch_size": 16,
+        "lr": 1e-3,
+        "replay_capacity": 1_000_000,
+        "k": 1,
+        "epsilon_ticks": PAPER_EPSILON_TICKS,
+    },
     "paper-tetris": {
         "gamma": 0.99,
         "batch_size": 16,
@@ -144,20 +187,25 @@ PAPER_PRESETS: dict[str, dict[str, Any]] = {
         "replay_capacity": 1_000_000,
         "k": 1,
         "updates_per_transition": 1.0,
+        "epsilon_ticks": PAPER_EPSILON_TICKS,
     },
 }
 
 
 def epsilon_at(tick: int, cfg: DQNConfig) -> float:
-    """Linear anneal ``epsilon_start → epsilon_end`` over ``epsilon_ticks`` env ticks.
+    """Linear anneal ``epsilon_start → epsilon_end`` over ``epsilon_ticks`` env ticks (a run's settings:
+    `DQNConfig.for_run` sizes an unset schedule to the run).
 
-    >>> cfg = DQNConfig()
+    >>> cfg = DQNConfig().for_run(1_000_000)
     >>> [round(epsilon_at(t, cfg), 3) for t in (0, 50_000, 10**6)]
     [1.0, 0.525, 0.05]
     """
-    if tick >= cfg.epsilon_ticks:
+    span = cfg.epsilon_ticks
+    if span is None:
+        raise ValueError("DQNConfig.epsilon_ticks is unset: size it to the run with DQNConfig.for_run(ticks)")
+    if tick >= span:
         return cfg.epsilon_end
-    return cfg.epsilon_start + max(0, tick) / cfg.epsilon_ticks * (cfg.epsilon_end - cfg.epsilon_start)
+    return cfg.epsilon_start + max(0, tick) / span * (cfg.epsilon_end - cfg.epsilon_start)
 
 
 def build_q_network(obs_shape: tuple[int, ...], n_actions: int, cfg: DQNConfig) -> "torch.nn.Module":
@@ -336,13 +384,14 @@ class DQN(Algorithm):
         return epsilon_at(env_ticks, self.cfg)
 
     def budget_notes(self, ticks: int) -> list[str]:
-        cfg = self.cfg
-        if cfg.epsilon_ticks <= ticks or epsilon_at(ticks, cfg) == cfg.epsilon_end:
+        cfg = self.cfg.for_run(ticks)  # the run's settings (an unset schedule is a share of these ticks)
+        end = epsilon_at(ticks, cfg)
+        if end == cfg.epsilon_end:
             return []
         return [
             f"ε anneals over {cfg.epsilon_ticks:,} ticks but this run has {ticks:,}: it ends at ε "
-            f"{epsilon_at(ticks, cfg):.3f}, not {cfg.epsilon_end:g}; --epsilon-ticks {max(1, ticks // 10):,} anneals "
-            f"over a tenth of the run"
+            f"{end:.3f}, not {cfg.epsilon_end:g}; --epsilon-ticks {max(1, ticks // 10):,} anneals "
+            f"over a tenth of the run (the default where no --epsilon-ticks, world entry or --preset names one)"
         ]
 
     def act_batch(self, output: np.ndarray, rng: np.random.Generator, *, explore: bool) -> np.ndarray:

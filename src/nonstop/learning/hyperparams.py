@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["WorldEntry", "world_entry", "read_file", "shipped_file"]
+__all__ = ["WorldEntry", "world_entry", "read_file", "shipped_file", "sized_line"]
 
 #: the keys of an entry that are not settings
 _ABOUT = ("reached", "command")
@@ -100,3 +100,21 @@ def world_entry(algo: str, env: str, path: str | Path | None = None, config_clas
     if isinstance(settings.get("hidden"), list):
         settings["hidden"] = tuple(settings["hidden"])
     return WorldEntry(env, settings, source, entry.get("reached"), entry.get("command"))
+
+
+def sized_line(settings: Any, ticks: int) -> str | None:
+    """What a run of ``ticks`` ticks sizes to its length in ``settings`` (`ConfigBase.for_run`: DQN's ε
+    schedule, SAC's learning starts), as the run's first lines say it; None where nothing was left to it.
+
+    >>> from nonstop.learning.dqn import DQNConfig
+    >>> sized_line(DQNConfig(), 18_000)
+    "sized to this run's 18,000 ticks (no flag, world entry or preset sets them): --epsilon-ticks 1,800"
+    >>> sized_line(DQNConfig(epsilon_ticks=5000), 18_000) is None
+    True
+    """
+    sized = settings.for_run(ticks)
+    given, now = settings.to_dict(), sized.to_dict()
+    changed = [f"--{name.replace('_', '-')} {value:,}" for name, value in now.items() if given[name] != value]
+    if not changed:
+        return None
+    return f"sized to this run's {ticks:,} ticks (no flag, world entry or preset sets them): {', '.join(changed)}"
