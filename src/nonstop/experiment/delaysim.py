@@ -25,6 +25,7 @@ an agent step (no β, no inaction), each ``d`` ticks late. Run it as
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import copy
 import csv
 import json
@@ -62,20 +63,22 @@ def _dqn_settings(argv: list[str], family: str) -> Any:
     field, and ``--preset``), the rest ignored."""
     from dataclasses import fields
 
-    from nonstop.learning.dqn import DQN, DQNConfig
+    from nonstop.learning.dqn import DQN, PAPER_EPSILON_TICKS, DQNConfig
 
     p = argparse.ArgumentParser(add_help=False)
-    kinds = {"float": float, "int": int}
-    names = [f.name for f in fields(DQNConfig) if f.type in kinds]
-    for f in fields(DQNConfig):
-        if f.type in kinds:
-            p.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=kinds[str(f.type)], default=None)
+    kinds = {"float": float, "int": int}  # a field typed "int | None" is an int flag too (--epsilon-ticks)
+    names = [f.name for f in fields(DQNConfig) if str(f.type).removesuffix(" | None") in kinds]
+    for name in names:
+        kind = kinds[str(next(f.type for f in fields(DQNConfig) if f.name == name)).removesuffix(" | None")]
+        p.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None)
     p.add_argument("--preset", default=None)
     args, _ = p.parse_known_args(argv)
     given = vars(args)  # every flag this parser defines is set, typed or not
     overrides: dict[str, Any] = dict(DQN.presets.get(args.preset or "", {}))
     overrides.update({name: given[name] for name in names if given[name] is not None})
-    return DQNConfig.for_family(family, **overrides)
+    # the simulation runs by episodes, so no run length sizes an unset ε span: the paper's 100,000 steps
+    cfg = DQNConfig.for_family(family, **overrides)
+    return cfg if cfg.epsilon_ticks is not None else dataclasses.replace(cfg, epsilon_ticks=PAPER_EPSILON_TICKS)
 
 
 class _Replay:
