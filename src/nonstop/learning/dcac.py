@@ -152,11 +152,12 @@ def dcac_horizon(
 
 
 def resample(
-    obs: "torch.Tensor", layout: BufferLayout, n: int, sample: Sampler, *, first: int = 0
+    obs: "torch.Tensor", layout: BufferLayout, n: int, sample: Sampler, *, first: int = 0, last_action: bool = True
 ) -> tuple[list["torch.Tensor"], list["torch.Tensor"], list["torch.Tensor"]]:
     """``(x̃_first … x̃_n, ã_first … ã_n, log π(ã_j|x̃_j))``: each ``x_j`` with ``a_first … a_{j−1}`` replaced
     in its buffer by the current policy's ``ã_first … ã_{j−1}``, and the policy's action and log-probability
-    at it. Gradients flow from each ``ã_j`` into every later state that holds it."""
+    at it (``last_action`` False: none at ``x̃_n``, which a state value does not need). Gradients flow from
+    each ``ã_j`` into every later state that holds it."""
     states: list[torch.Tensor] = []
     actions: list[torch.Tensor] = []
     log_probs: list[torch.Tensor] = []
@@ -164,8 +165,10 @@ def resample(
         x = obs[:, j]
         for m, a in enumerate(actions, start=first):  # ã_m sits in slot j − 1 − m of x_j
             x = with_own_action(x, a, layout, slot=j - 1 - m)
-        a_j, logp_j = sample(x)
         states.append(x)
+        if j == n and not last_action:
+            break
+        a_j, logp_j = sample(x)
         actions.append(a_j)
         log_probs.append(logp_j.reshape(-1))
     return states, actions, log_probs
@@ -203,7 +206,8 @@ def dcac_losses(
     import torch
 
     n_max = int(n.max())
-    states, _, log_probs = resample(obs, layout, n_max, sample, first=0)  # x̃_0 … x̃_n, log π(ã_j|x̃_j)
+    # x̃_0 … x̃_n and log π(ã_j|x̃_j), j < n
+    states, _, log_probs = resample(obs, layout, n_max, sample, first=0, last_action=False)
     used = n >= 1
     weight = used.float() / used.sum().clamp(min=1)  # the mean over the runs that gave a target
     zero = torch.zeros_like(reward[:, 0])
