@@ -1,4 +1,5 @@
-"""RTAC's losses and DCAC's resampled targets, against computations worked by hand."""
+"""DCAC-Q's resampled targets against computations worked by hand, the replay's runs, and RTAC, DCAC and
+DCAC-Q trained end to end (the paper's RTAC and DCAC losses by hand: tests/test_rtac_dcac_by_hand.py)."""
 
 from __future__ import annotations
 
@@ -7,56 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from nonstop.learning.dcac import dcac_horizon, dcac_target, resample, sample_subtrajectories
-from nonstop.learning.rtac import BufferLayout, rtac_losses
-
-
-def test_rtac_losses_on_a_tiny_net_by_hand() -> None:
-    # augmented state: 1 world number, then one slot (action, ticks to apply, age)
-    layout = BufferLayout(obs_dim=1, action_width=1, k=1)
-    w = torch.tensor([0.5, 1.0, 0.0, 0.0], requires_grad=True)  # V(x) = w·x
-    w_bar = torch.tensor([0.4, 2.0, 0.0, 0.0])  # the target V̄
-    theta = torch.tensor(0.3, requires_grad=True)  # the actor: a = θ · observation, log π = −0.5
-
-    def sample(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return theta * x[:, :1], torch.full((x.shape[0],), -0.5)
-
-    x = torch.tensor([[1.0, 0.2, 1.0, 1.0]])
-    x_next = torch.tensor([[2.0, 0.7, 1.0, 1.0]])  # its newest slot holds the behaviour's action, 0.7
-    critic, actor = rtac_losses(
-        x,
-        torch.tensor([1.0]),
-        torch.tensor([0.9]),
-        x_next,
-        sample=sample,
-        value=lambda v: v @ w,
-        value_target=lambda v: v @ w_bar,
-        alpha=0.1,
-        layout=layout,
-    )
-    # a = 0.3; x'(a) = [2, 0.3, 1, 1]; V̄(x'(a)) = 0.8 + 0.6 = 1.4; y = 1 + 0.9·1.4 − 0.1·(−0.5) = 2.31
-    # V(x) = 0.5 + 0.2 = 0.7: L_V = ½ (0.7 − 2.31)² = 1.29605
-    assert critic.item() == pytest.approx(1.29605, abs=1e-6)
-    # L_π = α log π − γ V(x'(a)) = −0.05 − 0.9·(1.0 + 0.3) = −1.22
-    assert actor.item() == pytest.approx(-1.22, abs=1e-6)
-    (g_theta,) = torch.autograd.grad(actor, theta, retain_graph=True)
-    assert g_theta.item() == pytest.approx(-0.9, abs=1e-6)  # −γ · ∂V/∂a · ∂a/∂θ = −0.9 · 1.0 · 1.0
-    (g_w,) = torch.autograd.grad(critic, w)
-    assert g_w.tolist() == pytest.approx([-1.61, -0.322, -1.61, -1.61], abs=1e-6)  # (V − y) · x
-    # the target takes no gradient, and scaling rewards scales only the reward term
-    critic5, _ = rtac_losses(
-        x,
-        torch.tensor([1.0]),
-        torch.tensor([0.9]),
-        x_next,
-        sample=sample,
-        value=lambda v: v @ w,
-        value_target=lambda v: v @ w_bar,
-        alpha=0.1,
-        layout=layout,
-        reward_scale=5.0,
-    )
-    assert critic5.item() == pytest.approx(0.5 * (0.7 - 6.31) ** 2, abs=1e-5)
+from nonstop.learning.dcac import dcac_horizon, resample, sample_subtrajectories
+from nonstop.learning.dcacq import dcac_target
+from nonstop.learning.rtac import BufferLayout
 
 
 # the two-tick example: one world number, K = 2 slots of (action, ticks to apply, age), newest first
@@ -80,12 +34,12 @@ def q_bar(x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     return x.sum(dim=1) + a[:, 0]
 
 
-def test_dcac_resamples_a_two_tick_example_by_hand() -> None:
+def test_dcac_q_resamples_a_two_tick_example_by_hand() -> None:
     obs = two_ticks()
     actions = torch.tensor([[[A0], [A1]]])
-    n = dcac_horizon(obs, actions, torch.ones(1, 2, dtype=torch.bool), LAYOUT, n_max=2)
+    n = dcac_horizon(obs, actions, torch.ones(1, 2, dtype=torch.bool), LAYOUT, n_max=2, first=1)
     assert n.tolist() == [2]  # a_1 is still 2 ticks from landing at x_2: both ticks are usable
-    states, acts, logps = resample(obs, LAYOUT, 2, policy)
+    states, acts, logps = resample(obs, LAYOUT, 2, policy, first=1)
     # x̃_1 = x_1; ã_1 = 0.1 · 1 = 0.1, log π = −1
     assert states[0].tolist() == obs[:, 1].tolist() and acts[0].item() == pytest.approx(0.1)
     # x̃_2: a_1 (slot 0) replaced by ã_1, a_0 (slot 1) kept; ã_2 = 0.2, log π = −2
@@ -106,12 +60,12 @@ def test_dcac_resamples_a_two_tick_example_by_hand() -> None:
     assert y.item() == pytest.approx(11.206, abs=1e-5)
 
 
-def test_dcac_stops_where_resampling_would_be_wrong() -> None:
+def test_dcac_q_stops_where_resampling_would_be_wrong() -> None:
     actions = torch.tensor([[[A0], [A1]]])
     links = torch.ones(1, 2, dtype=torch.bool)
     # a_1 lands at x_2's tick (0 ticks to apply): x_2's observation already felt it, so n = 1
     landed = two_ticks(a1_due_in_x2=0.0)
-    assert dcac_horizon(landed, actions, links, LAYOUT, n_max=2).tolist() == [1]
+    assert dcac_horizon(landed, actions, links, LAYOUT, n_max=2, first=1).tolist() == [1]
     y = dcac_target(
         landed,
         torch.tensor([[1.0, 3.0]]),
@@ -125,10 +79,11 @@ def test_dcac_stops_where_resampling_would_be_wrong() -> None:
     # y = r_0 + D_1 (Q̄(x_1, ã_1) − α log π_1) = 1 + 0.9·((4.5 + 0.1) + 0.5) = 5.59
     assert y.item() == pytest.approx(5.59, abs=1e-5)
     # x_2's buffer does not hold a_0 where the chain says (another decision came between): n = 1
-    assert dcac_horizon(two_ticks(slot1_of_x2=0.25), actions, links, LAYOUT, n_max=2).tolist() == [1]
+    assert dcac_horizon(two_ticks(slot1_of_x2=0.25), actions, links, LAYOUT, n_max=2, first=1).tolist() == [1]
     # the chain is broken (an episode ended): n = 1; and n_max = 1 is one step whatever the buffer says
-    assert dcac_horizon(two_ticks(), actions, torch.tensor([[True, False]]), LAYOUT, n_max=2).tolist() == [1]
-    assert dcac_horizon(two_ticks(), actions, links, LAYOUT, n_max=1).tolist() == [1]
+    broken = torch.tensor([[True, False]])
+    assert dcac_horizon(two_ticks(), actions, broken, LAYOUT, n_max=2, first=1).tolist() == [1]
+    assert dcac_horizon(two_ticks(), actions, links, LAYOUT, n_max=1, first=1).tolist() == [1]
 
 
 def test_subtrajectories_follow_the_replay_chain() -> None:
@@ -185,7 +140,7 @@ def _train(algo: str, run, capsys, seconds: str, *more: str) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("algo", ["rtac", "dcac"])
+@pytest.mark.parametrize("algo", ["rtac", "dcac", "dcac-q"])
 def test_rtac_and_dcac_train_resume_and_export(algo, tmp_path, capsys, no_shm_leak) -> None:
     import json
 
@@ -213,12 +168,13 @@ def test_rtac_and_dcac_train_resume_and_export(algo, tmp_path, capsys, no_shm_le
     assert space.shape == (3 + 3 * 3,)
 
 
-def test_dcac_resamples_as_far_as_the_staggered_delay_allows(no_shm_leak) -> None:
+@pytest.mark.parametrize(("algo", "reach"), [("dcac", 2.0), ("dcac-q", 3.0)])
+def test_dcac_resamples_as_far_as_the_staggered_delay_allows(algo, reach, no_shm_leak) -> None:
     from nonstop.experiment.config import TrainConfig
+    from nonstop.experiment.registry import lookup
     from nonstop.experiment.run import Run
-    from nonstop.learning.dcac import DCACConfig
 
-    settings = DCACConfig(learning_starts=10**6, hidden=(8,), replay_capacity=4000)  # collect only
+    settings = lookup("algo", algo).config_class(learning_starts=10**6, hidden=(8,), replay_capacity=4000)
     cfg = TrainConfig(
         env="Pendulum-v1",
         clock="virtual",
@@ -226,26 +182,27 @@ def test_dcac_resamples_as_far_as_the_staggered_delay_allows(no_shm_leak) -> Non
         latency="3t",
         n_inference=3,
         scheduler="max_time",
-        algo="dcac",
-        algo_settings=settings,
+        algo=algo,
+        algo_settings=settings,  # collect only
     )
     run = Run(cfg)
     try:
         run.build().start()
         run.advance(30.0)
-        algo = run.algorithm
-        runs = algo.sample(run.learning.replay, 64, np.random.default_rng(0))
-        model, target = algo.build_model(), algo.build_model()
-        loss = algo.backward(model, target, runs)
+        algo_ = run.algorithm
+        runs = algo_.sample(run.learning.replay, 64, np.random.default_rng(0))
+        model, target = algo_.build_model(), algo_.build_model()
+        loss = algo_.backward(model, target, runs)
         plain = run.learning.replay.sample(4, np.random.default_rng(0))
     finally:
         run.teardown()
     assert runs.obs.shape[1] == 4 and np.isfinite(float(loss))  # runs of K = 3 transitions
-    # one decision per tick, each landing 3 ticks after its observation: a_1 and a_2 are still in flight at x_3
-    assert algo.last_horizon > 2.8
-    assert all(p.grad is not None for p in model.critic_parameters())
+    # one decision per tick, each landing 3 ticks after its observation. DCAC resamples a_0 too, which lands
+    # at x_3's tick: r_2 felt it, so n = 2; DCAC-Q keeps a_0, and a_1, a_2 are still in flight at x_3: n = 3
+    assert reach - 0.2 < algo_.last_horizon <= reach
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.actor.parameters())
     with pytest.raises(TypeError, match="runs of consecutive transitions"):
-        algo.backward(model, target, plain)
+        algo_.backward(model, target, plain)
 
 
 @pytest.mark.parametrize("algo", ["rtac", "dcac"])

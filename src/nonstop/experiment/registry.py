@@ -107,6 +107,7 @@ _BUILTIN: dict[str, dict[str, Any]] = {
         # learning that pays for delay: the actions in flight in the state (nonstop.inference.inflight)
         "rtac": "nonstop.learning.rtac:RTAC",
         "dcac": "nonstop.learning.dcac:DCAC",
+        "dcac-q": "nonstop.learning.dcacq:DCACQ",
     },
     # what the run connects to before it starts anything
     "cluster": {
