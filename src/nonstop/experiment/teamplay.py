@@ -104,9 +104,7 @@ class TeamPlayConfig:
 
         latency = parse_latency(cfg.latency, tick_hz=tick_hz)
         ticks = max(1, math.ceil(float(latency.mean) * tick_hz - 1e-9))
-        dqn = cfg.algo_settings.for_run(
-            round(float(cfg.seconds) * tick_hz)
-        )  # a DQNConfig; unset ε: a share of the run
+        dqn = cfg.algo_settings.for_run(round(float(cfg.seconds) * tick_hz))  # a DQNConfig; unset ε: a share of the run
         return cls(
             env=cfg.env,
             env_kwargs=dict(cfg.env_kwargs),
