@@ -46,7 +46,7 @@ def test_help_is_grouped_in_order_and_each_flag_sits_in_its_group(capsys):
     assert "--agent-id" in _section(text, "self-play and seats (")
     assert "--resume" in _section(text, "run files:")
     flat = re.sub(r"\s+", " ", text)
-    assert "env ticks of linear ε anneal" in flat and "[--algo dqn]" in flat  # whose setting it is
+    assert "linear ε anneal" in flat and "[--algo dqn]" in flat  # whose setting it is
     assert "[--algo dcac, dcac-q, dqn, rtac, sac, td3]" in flat  # --lr is read by every algorithm
 
 
