@@ -190,11 +190,10 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "--seeds 0 --jobs 1",
         "six runs of 10,000 steps take ~10 min on 2 cores; one quick run of 400 steps a side, in turn",
     ),
-    "nonstop bench reference --algo sac --env HalfCheetah-v5 --steps 30000 --seeds 0 1 2 --jobs 2 --checkpoints 6 "
-    "--algo-arg learning_starts=10000": (
-        "nonstop bench reference --algo sac --env HalfCheetah-v5 --steps 30000 --seeds 0 1 2 --jobs 2 --checkpoints 6 "
-        "--algo-arg learning_starts=10000 --quick --steps 400 --seeds 0 --algo-arg learning_starts=200 --jobs 1",
-        "six runs of 30,000 HalfCheetah steps take ~30 min on 2 cores; 400 quick steps a side, one seed, in turn",
+    "nonstop bench reference --algo sac --env HalfCheetah-v5 --steps 100000 --seeds 0 1 2 --jobs 2": (
+        "nonstop bench reference --algo sac --env HalfCheetah-v5 --steps 100000 --seeds 0 1 2 --jobs 2 --quick "
+        "--steps 400 --seeds 0 --algo-arg learning_starts=200 --jobs 1",
+        "six runs of 100,000 HalfCheetah steps take ~70 min on 2 cores; 400 quick steps a side, one seed, in turn",
     ),
     "nonstop bench delay --budget small --json --plot runs/delay.png": (
         "nonstop bench delay --budget small --json --plot runs/delay.png --envs CartPole --algos dqn,dqn+delay "
