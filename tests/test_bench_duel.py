@@ -12,7 +12,7 @@ from gymnasium import spaces
 
 pytest.importorskip("multi_agent_ale_py")
 
-from nonstop.bench.duel import play, render, run
+from nonstop.bench.duel import DuelSetup, play, render, run
 from nonstop.envs.atari_multi import TwoPlayerAtari
 from nonstop.policies import RandomPolicy
 from nonstop.policies.scripted import ScriptedBoxer, boxer_positions
@@ -91,11 +91,11 @@ def test_scripted_boxer_is_reproducible_under_its_seed():
 
 
 def test_boxing_pairings_slow_side_loses_and_staggering_trades_inaction_for_delay():
-    even = play(0, False, env="multi/Boxing", matches=2, match_ticks=300)
+    even = play(0, False, DuelSetup(env="multi/Boxing", matches=2, match_ticks=300))
     assert even["inaction_fraction"] == 0 and even["delay_mean_ticks"] == 1 and even["n_inference"] == 1
     assert even["world_seconds"] == pytest.approx(2 * 300 / 60)
-    seq = play(30, False, env="multi/Boxing", matches=2, match_ticks=300)
-    stag = play(30, True, env="multi/Boxing", matches=2, match_ticks=300)
+    seq = play(30, False, DuelSetup(env="multi/Boxing", matches=2, match_ticks=300))
+    stag = play(30, True, DuelSetup(env="multi/Boxing", matches=2, match_ticks=300))
     assert seq["score_differential"] < 0 and seq["win_rate"] < 0.5  # half a second of latency loses
     assert seq["inaction_fraction"] == pytest.approx(30 / 31, abs=0.02) and seq["delay_mean_ticks"] == 31
     # staggered: β only at a world's start, while the 31 workers' first cycles (max_time learning
@@ -108,7 +108,7 @@ def test_boxing_pairings_slow_side_loses_and_staggering_trades_inaction_for_dela
 def test_the_slowed_side_plays_both_seats():
     """With two matches the slowed side is second_0 in one and first_0 in the other: a 0-tick
     pairing then has the same two matches mirrored, so their differentials cancel."""
-    even = play(0, False, env="multi/Boxing", matches=2, match_ticks=240, epsilon=0.0)
+    even = play(0, False, DuelSetup(env="multi/Boxing", matches=2, match_ticks=240, epsilon=0.0))
     first, second = even["differentials"]
     assert first == -second and even["score_differential"] == 0 and even["win_rate"] == 0.5
 
@@ -143,11 +143,11 @@ def test_bench_duel_run_writes_a_table_and_a_plot(tmp_path, capsys):
 
 def test_play_validates_its_arguments():
     with pytest.raises(ValueError, match="bench duel plays"):
-        play(0, True, env="multi/Pong")
+        play(0, True, DuelSetup(env="multi/Pong"))
     with pytest.raises(ValueError, match="match_ticks is out of range: 0"):
-        play(0, True, env="multi/Boxing", match_ticks=0)
+        play(0, True, DuelSetup(env="multi/Boxing", match_ticks=0))
     with pytest.raises(ValueError, match="epsilon must be a probability"):
-        play(0, True, env="multi/Boxing", epsilon=-0.1)
+        play(0, True, DuelSetup(env="multi/Boxing", epsilon=-0.1))
 
 
 def test_bench_duel_help_renders():

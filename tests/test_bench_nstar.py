@@ -4,6 +4,7 @@ The wall-clock figures live in the benchmark's own output, never in timed unit t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 import pytest
@@ -199,10 +200,10 @@ def test_a_failed_ray_trial_keeps_the_rows_trials(monkeypatch):
     the exception ended the run and every measured trial was lost)."""
     real_trial = nstar.trial
 
-    def fake_trial(**kw):
-        assert kw["backend"] == "ray"
-        if kw["n_workers"] == 3:  # the first trial runs (one worker short of theory: it fails)
-            return real_trial(**{**kw, "n_workers": 1, "backend": "thread", "warm": None})
+    def fake_trial(spec, warm=None):
+        assert spec.backend == "ray"
+        if spec.n_workers == 3:  # the first trial runs (one worker short of theory: it fails)
+            return real_trial(dataclasses.replace(spec, n_workers=1, backend="thread"))
         raise RuntimeError("Ray actor did not start within 120s: node out of memory")
 
     monkeypatch.setattr(nstar, "trial", fake_trial)
@@ -227,8 +228,8 @@ def test_wall_formula_counts_the_tau_theta_the_world_saw(monkeypatch):
     tau_m = 1 / 60
     seen = 70 * tau_m + np.linspace(0.1, 1.05, 400) * tau_m  # 70.1 .. 71.05 ticks: 5 % past 71
 
-    def fake_trial(**kw):
-        n = kw["n_workers"]
+    def fake_trial(spec, warm=None):
+        n = spec.n_workers
         return {
             "inaction_fraction": 0.0 if n >= 72 else 0.01,
             "tau_i_mean_ticks": 1.0,

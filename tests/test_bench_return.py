@@ -58,14 +58,16 @@ def test_equation_1_from_three_measured_runs():
     a = returns.undelayed_rate(0.97, seed=seed, window_ticks=window)
     runs = {
         n: returns.measure_return(
-            env=env,
-            env_kwargs=kwargs,
-            scheduler="max_time",
-            n_workers=n,
-            latency=Constant(4 / 60),
-            seed=seed,
-            warmup_ticks=60,
-            window_ticks=window,
+            returns.ReturnRun(
+                env=env,
+                env_kwargs=kwargs,
+                scheduler="max_time",
+                n_workers=n,
+                latency=Constant(4 / 60),
+                seed=seed,
+                warmup_ticks=60,
+                window_ticks=window,
+            )
         )
         for n in (4, 2)
     }

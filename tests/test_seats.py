@@ -329,11 +329,11 @@ def test_two_player_boxing_gives_each_seat_its_own_actions_and_score():
 
 
 def test_bench_duel_pairings_show_inaction_removed_and_delay_kept():
-    from nonstop.bench.duel import play
+    from nonstop.bench.duel import DuelSetup, play
 
-    even = play(0, False, matches=3, rounds=3)
+    even = play(0, False, DuelSetup(matches=3, rounds=3))
     assert even["score_differential"] == 0 and even["win_rate"] == 0.5
-    seq, stag = play(4, False, matches=3, rounds=3), play(4, True, matches=3, rounds=3)
+    seq, stag = play(4, False, DuelSetup(matches=3, rounds=3)), play(4, True, DuelSetup(matches=3, rounds=3))
     assert seq["score_differential"] == stag["score_differential"] == -3 and seq["win_rate"] == stag["win_rate"] == 0
     assert (
         seq["inaction_fraction"] == pytest.approx(4 / 5, abs=0.02) and stag["inaction_fraction"] < 0.05
@@ -341,7 +341,7 @@ def test_bench_duel_pairings_show_inaction_removed_and_delay_kept():
     assert seq["delay_mean_ticks"] == 5 and stag["delay_mean_ticks"] == pytest.approx(5, abs=0.05)
     assert stag["n_inference"] == 5
     with pytest.raises(ValueError, match="matches"):
-        play(1, True, matches=0)
+        play(1, True, DuelSetup(matches=0))
 
 
 def test_bench_host_steps_a_seat_world():

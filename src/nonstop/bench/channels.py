@@ -224,16 +224,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    global _peer, _stall_deadline
     sizes = run_sizes(args, _QUICK, _FULL)
     count, rounds = int(sizes["round_trips"]), int(sizes["rounds"])
     warmup = max(int(getattr(args, "warmup", 200)), 0)
     phase = warmup + count
     schedule = [(kind, phase) for _ in range(rounds) for kind in KINDS]
-
-    ctx = mp.get_context("spawn")
     obs = np.zeros(OBS_SHAPE, np.uint8)
-    small = (0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # an ActionQueue entry: action, obs_tick, episode, ...
+    samples, errors = _round_trips(schedule, obs, warmup)
+    stats = {kind: percentiles(np.concatenate(samples[kind]), 1e6) for kind in KINDS}
+    return _result(stats, obs, count, rounds, warmup, errors)
+
+
+#: an ActionQueue entry as a tuple: action, obs_tick, episode, ...
+_SMALL = (0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def _round_trips(
+    schedule: list[tuple[str, int]], obs: np.ndarray, warmup: int
+) -> tuple[dict[str, list[np.ndarray]], int]:
+    """Each (channel, count) of ``schedule`` pinged through the echo process in turn: the round
+    trips after ``warmup`` per channel (seconds), and how many replies carried the wrong payload."""
+    global _peer, _stall_deadline
+    ctx = mp.get_context("spawn")
     samples: dict[str, list[np.ndarray]] = {kind: [] for kind in KINDS}
     errors = 0
     sent = dict.fromkeys(KINDS, 0)
@@ -268,7 +280,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             elif kind == "queue":
                 times, bad = _ping_queue(queues[0], queues[1], n, sent[kind])
             else:
-                times, bad = _ping_mp(*channels[kind], n, sent[kind], small if kind == "mp_queue_small" else obs)
+                times, bad = _ping_mp(*channels[kind], n, sent[kind], _SMALL if kind == "mp_queue_small" else obs)
             sent[kind] += n
             errors += int(bad)
             samples[kind].append(times[warmup:])
@@ -287,8 +299,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for mq in mp_queues:
             mq.cancel_join_thread()  # never hang at exit on a message the dead peer will not read
             mq.close()
+    return samples, errors
 
-    stats = {kind: percentiles(np.concatenate(samples[kind]), 1e6) for kind in KINDS}
+
+def _result(
+    stats: dict[str, dict[str, float]], obs: np.ndarray, count: int, rounds: int, warmup: int, errors: int
+) -> dict[str, Any]:
+    """The round-trip percentiles per channel, the speed-ups over multiprocessing and the targets."""
     result: dict[str, Any] = {"bench": "channels"}
     for kind in KINDS:
         result[f"{kind}_roundtrip_p50_us"] = stats[kind]["p50"]
@@ -307,7 +324,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "slot": int(obs.nbytes),
                 "queue": _QUEUE_ENTRY_BYTES,
                 "mp_queue": int(obs.nbytes),
-                "mp_queue_small": 8 * len(small),
+                "mp_queue_small": 8 * len(_SMALL),
             },
             "round_trips": count,
             "rounds": rounds,

@@ -33,6 +33,7 @@ import argparse
 import multiprocessing as mp
 import os
 import signal
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -255,7 +256,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+@dataclass(frozen=True)
+class _Settings:
+    """What one clock bench measures, from the flags."""
+
+    env_id: str
+    seconds: float  # wall seconds per mode, over all rounds
+    rounds: int
+    hz: float
+    spin: float
+    readers: int
+    host_sched: str
+
+
+@dataclass
+class _Gathered:
+    """What every round of both modes measured so far."""
+
+    lateness: dict[str, list[np.ndarray]] = field(default_factory=lambda: {mode: [] for mode in MODES})
+    per_round: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {mode: [] for mode in MODES})
+    step_us: list[np.ndarray] = field(default_factory=list)
+    worst: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {mode: [] for mode in MODES})
+    leftovers: int = 0
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    cfg = _settings(args)
+    got = _Gathered()
+    load_before = os.getloadavg()[0]
+    for r in range(cfg.rounds):
+        order = MODES if r % 2 == 0 else MODES[::-1]  # ABBA: neither mode always goes first
+        for mode in order:
+            _one_round(cfg, got, r, mode)
+    return _result(cfg, got, load_before)
+
+
+def _settings(args: argparse.Namespace) -> _Settings:
     sizes = run_sizes(args, _QUICK, _FULL)
     env_id = getattr(args, "env", "Boxing") or "Boxing"
     seconds, rounds = float(sizes["seconds"]), int(sizes["rounds"])
@@ -270,48 +306,52 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"need --seconds > 0, --rounds ≥ 1, --hz > 0, --spin > 0 and --readers ≥ 0; "
             f"got {seconds}, {rounds}, {hz}, {spin}, {readers}"
         )
-    spins = {"wall": spin, "plain_sleep": 0.0}
-    lateness: dict[str, list[np.ndarray]] = {mode: [] for mode in MODES}
-    per_round: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
-    step_us: list[np.ndarray] = []
-    worst: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
-    leftovers = 0
-    load_before = os.getloadavg()[0]
-    for r in range(rounds):
-        order = MODES if r % 2 == 0 else MODES[::-1]  # ABBA: neither mode always goes first
-        for mode in order:
-            out = _one_session(
-                env_id, spin=spins[mode], seconds=seconds / rounds, hz=hz, readers=readers, host_sched=host_sched
-            )
-            leftovers += len(our_segments())
-            log, skip = out["log"], out["skip"]
-            keep = log["tick"] > skip
-            lateness[mode].append(log["lateness"][keep])
-            step_us.append(log["step_s"][keep] * 1e6)
-            s = summarize(log, warmup_ticks=skip)
-            reads = sum(x["reads"] for x in out["readers"])
-            seen = sum(x["ticks_seen"] for x in out["readers"])
-            per_round[mode].append(
-                {
-                    "round": r,
-                    "ticks": s["ticks"],
-                    "lateness_p50_us": s["lateness_p50_us"],
-                    "lateness_p99_us": s["lateness_p99_us"],
-                    "lateness_max_us": s["lateness_max_us"],
-                    "overruns": s["overruns"],
-                    "resets": int((log["reset_s"][keep] > 0).sum()),
-                    "reset_ms_max": float(log["reset_s"][keep].max() * 1e3) if keep.any() else 0.0,
-                    "reader_reads_per_s": reads / out["measured_s"] if out["measured_s"] > 0 else 0.0,
-                    # a fast reader should see every tick the host published while it was polling
-                    "reader_ticks_seen": seen,
-                    **out["sched"],
-                    "loadavg_1min": os.getloadavg()[0],
-                }
-            )
-            worst[mode].extend(_worst_ticks(log, skip))
+    return _Settings(env_id, seconds, rounds, hz, spin, readers, host_sched)
 
-    result: dict[str, Any] = {"bench": "clock", "env": env_id, "env_source": env_source(env_id)}
-    pooled = {mode: np.concatenate(lateness[mode]) for mode in MODES}
+
+def _one_round(cfg: _Settings, got: _Gathered, r: int, mode: str) -> None:
+    """Round ``r`` of ``mode`` (wall: sleep then spin; plain_sleep: sleep only), added to ``got``."""
+    spins = {"wall": cfg.spin, "plain_sleep": 0.0}
+    out = _one_session(
+        cfg.env_id,
+        spin=spins[mode],
+        seconds=cfg.seconds / cfg.rounds,
+        hz=cfg.hz,
+        readers=cfg.readers,
+        host_sched=cfg.host_sched,
+    )
+    got.leftovers += len(our_segments())
+    log, skip = out["log"], out["skip"]
+    keep = log["tick"] > skip
+    got.lateness[mode].append(log["lateness"][keep])
+    got.step_us.append(log["step_s"][keep] * 1e6)
+    s = summarize(log, warmup_ticks=skip)
+    reads = sum(x["reads"] for x in out["readers"])
+    seen = sum(x["ticks_seen"] for x in out["readers"])
+    got.per_round[mode].append(
+        {
+            "round": r,
+            "ticks": s["ticks"],
+            "lateness_p50_us": s["lateness_p50_us"],
+            "lateness_p99_us": s["lateness_p99_us"],
+            "lateness_max_us": s["lateness_max_us"],
+            "overruns": s["overruns"],
+            "resets": int((log["reset_s"][keep] > 0).sum()),
+            "reset_ms_max": float(log["reset_s"][keep].max() * 1e3) if keep.any() else 0.0,
+            "reader_reads_per_s": reads / out["measured_s"] if out["measured_s"] > 0 else 0.0,
+            # a fast reader should see every tick the host published while it was polling
+            "reader_ticks_seen": seen,
+            **out["sched"],
+            "loadavg_1min": os.getloadavg()[0],
+        }
+    )
+    got.worst[mode].extend(_worst_ticks(log, skip))
+
+
+def _result(cfg: _Settings, got: _Gathered, load_before: float) -> dict[str, Any]:
+    """Lateness percentiles per mode, pooled over rounds, against the target."""
+    result: dict[str, Any] = {"bench": "clock", "env": cfg.env_id, "env_source": env_source(cfg.env_id)}
+    pooled = {mode: np.concatenate(got.lateness[mode]) for mode in MODES}
     stats = {mode: percentiles(pooled[mode], 1e6) for mode in MODES}
     for mode in MODES:
         result[f"{mode}_p50_lateness_us"] = stats[mode]["p50"]
@@ -321,25 +361,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result[f"{mode}_ticks"] = int(pooled[mode].size)
         result[f"{mode}_over_target_fraction"] = float((pooled[mode] * 1e6 > TARGET_P99_US).mean())
     wall_p99 = stats["wall"]["p99"]
+    per_round, step_us = got.per_round, got.step_us
     result.update(
         {
             # how many times smaller our p99 is than plain sleep's
             "p99_ratio": stats["plain_sleep"]["p99"] / max(wall_p99, 1e-3),
             "target_p99_us": TARGET_P99_US,
             "meets_target": bool(wall_p99 <= TARGET_P99_US),
-            "tick_hz": hz,
-            "spin_s": spin,
-            "readers": readers,
-            "host_sched": host_sched,
-            "seconds_per_mode": seconds,
-            "rounds": rounds,
+            "tick_hz": cfg.hz,
+            "spin_s": cfg.spin,
+            "readers": cfg.readers,
+            "host_sched": cfg.host_sched,
+            "seconds_per_mode": cfg.seconds,
+            "rounds": cfg.rounds,
             "warmup_ticks": WARMUP_TICKS,
             "env_step_p50_us": float(np.percentile(np.concatenate(step_us), 50)),
             "env_step_p99_us": float(np.percentile(np.concatenate(step_us), 99)),
             "stats_us": stats,
             "per_round": per_round,
-            "worst_ticks": {mode: sorted(worst[mode], key=lambda w: -w["lateness_us"])[:5] for mode in MODES},
-            "shm_leftovers": leftovers,
+            "worst_ticks": {mode: sorted(got.worst[mode], key=lambda w: -w["lateness_us"])[:5] for mode in MODES},
+            "shm_leftovers": got.leftovers,
             # other work on the machine: with 2 cores, one spinning host and one spinning reader,
             # any third runnable process takes a core from one of them
             "loadavg_1min": [load_before, os.getloadavg()[0]],

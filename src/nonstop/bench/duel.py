@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -44,7 +45,7 @@ from nonstop.inference.workers import InferencePool
 from nonstop.policies import Constant, LatencyPolicy, Policy
 from nonstop.realtime.host import Session
 
-__all__ = ["DESCRIPTION", "RESULT_KEYS", "ENVS", "add_arguments", "run", "render", "play"]
+__all__ = ["DESCRIPTION", "RESULT_KEYS", "ENVS", "DuelSetup", "add_arguments", "run", "render", "play"]
 
 DESCRIPTION = (
     "same policy both seats (scripted Boxing, or the quick-draw duel), one slowed by 0..30 ticks: "
@@ -128,25 +129,49 @@ def _pool(world: Session, env: str, seat: str, ticks: int, staggered: bool, epsi
     return InferencePool(world, factory, make_scheduler("max_time" if staggered else "sequential", n), seat=seat)
 
 
+@dataclass(frozen=True)
+class DuelSetup:
+    """The matches of one pairing: ``matches`` matches of ``env`` on the virtual clock, the reference
+    seat declaring ``base_ticks`` ticks per inference; checked when made."""
+
+    env: str = "multi/duel"
+    base_ticks: int = 1
+    matches: int = 12
+    rounds: int = 10  # duel: rounds per match
+    match_ticks: int = DEFAULT_MATCH_TICKS  # Boxing: a match is cut after this many ticks
+    epsilon: float = DEFAULT_EPSILON  # Boxing: the scripted boxers' random-action probability
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.env not in ENVS:
+            raise ValueError(f"bench duel plays {list(ENVS)}, not {self.env!r}")
+        for name, value in (
+            ("base_ticks", self.base_ticks),
+            ("matches", self.matches),
+            ("rounds", self.rounds),
+            ("match_ticks", self.match_ticks),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} is out of range: {value!r}")
+        if not isinstance(self.epsilon, (int, float)) or not 0.0 <= self.epsilon <= 1.0:
+            raise ValueError(f"epsilon must be a probability in [0, 1], got {self.epsilon!r}")
+
+    @property
+    def env_kwargs(self) -> dict[str, Any]:
+        return {"rounds": self.rounds} if self.env == "multi/duel" else {"max_frames": self.match_ticks}
+
+
 def _matches(
-    env: str,
-    slowed: str,
-    matches: int,
-    *,
-    base_ticks: int,
-    slow_ticks: int,
-    staggered: bool,
-    env_kwargs: dict[str, Any],
-    epsilon: float,
-    seed: int,
+    setup: DuelSetup, slowed: str, matches: int, slow_ticks: int, staggered: bool
 ) -> tuple[np.ndarray, dict[str, Any], float]:
     """``matches`` matches with ``slowed`` as the slowed seat: the slowed side's score differential
     per match, its tick-log summary over those matches, and the world seconds they took."""
+    env, env_kwargs, epsilon, seed = setup.env, setup.env_kwargs, setup.epsilon, setup.seed
     reference = SEATS[1 - SEATS.index(slowed)]
     match_ticks = env_kwargs.get("max_frames") or env_kwargs.get("rounds", 10) * 150
     with Session(env, clock="virtual", seed=seed, env_kwargs=env_kwargs) as world:
         with (
-            _pool(world, env, reference, base_ticks, True, epsilon, seed).start(),
+            _pool(world, env, reference, setup.base_ticks, True, epsilon, seed).start(),
             _pool(world, env, slowed, slow_ticks, staggered, epsilon, seed).start(),
         ):
             while world.slots[0].read().episode < matches:
@@ -160,50 +185,18 @@ def _matches(
     return differential, log.seat(slowed).summary(end_tick=last), float(window.sum() * log.tau_m)
 
 
-def play(
-    extra: int,
-    staggered: bool,
-    *,
-    env: str = "multi/duel",
-    base_ticks: int = 1,
-    matches: int = 12,
-    rounds: int = 10,
-    match_ticks: int = DEFAULT_MATCH_TICKS,
-    epsilon: float = DEFAULT_EPSILON,
-    seed: int = 0,
-) -> dict[str, Any]:
-    """One pairing: ``matches`` matches of the slowed side (``base_ticks + extra`` ticks per
+def play(extra: int, staggered: bool, setup: DuelSetup = DuelSetup()) -> dict[str, Any]:
+    """One pairing: ``setup.matches`` matches of the slowed side (``base_ticks + extra`` ticks per
     inference) against the reference, the slowed side on ``second_0`` in the first ⌈matches/2⌉
     and on ``first_0`` in the rest."""
-    if env not in ENVS:
-        raise ValueError(f"bench duel plays {list(ENVS)}, not {env!r}")
-    for name, value in (
-        ("extra", extra),
-        ("base_ticks", base_ticks - 1),
-        ("matches", matches - 1),
-        ("rounds", rounds - 1),
-        ("match_ticks", match_ticks - 1),
-    ):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"{name} is out of range: {value + (0 if name == 'extra' else 1)!r}")
-    if not isinstance(epsilon, (int, float)) or not 0.0 <= epsilon <= 1.0:
-        raise ValueError(f"epsilon must be a probability in [0, 1], got {epsilon!r}")
-    slow_ticks = base_ticks + extra
-    env_kwargs: dict[str, Any] = {"rounds": rounds} if env == "multi/duel" else {"max_frames": match_ticks}
+    if not isinstance(extra, int) or isinstance(extra, bool) or extra < 0:
+        raise ValueError(f"extra is out of range: {extra!r}")
+    matches = setup.matches
+    slow_ticks = setup.base_ticks + extra
     parts = [(seat, n) for seat, n in (("second_0", (matches + 1) // 2), ("first_0", matches // 2)) if n]
     differentials, summaries, seconds = [], [], 0.0
     for seat, n in parts:
-        d, summary, t = _matches(
-            env,
-            seat,
-            n,
-            base_ticks=base_ticks,
-            slow_ticks=slow_ticks,
-            staggered=staggered,
-            env_kwargs=env_kwargs,
-            epsilon=epsilon,
-            seed=seed,
-        )
+        d, summary, t = _matches(setup, seat, n, slow_ticks, staggered)
         differentials.append(d)
         summaries.append(summary)
         seconds += t
@@ -246,21 +239,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     env = getattr(args, "env", "multi/Boxing")
     extras = [int(x) for x in (args.extra or _EXTRA[quick]).split(",") if x.strip()]
     matches = args.matches or _MATCHES[quick][env]
-    pairings = [
-        play(
-            extra,
-            staggered,
-            env=env,
-            base_ticks=args.base_ticks,
-            matches=matches,
-            rounds=args.rounds,
-            match_ticks=args.match_ticks,
-            epsilon=args.epsilon,
-            seed=args.seed,
-        )
-        for extra in extras
-        for staggered in (False, True)
-    ]
+    setup = DuelSetup(
+        env=env,
+        base_ticks=args.base_ticks,
+        matches=matches,
+        rounds=args.rounds,
+        match_ticks=args.match_ticks,
+        epsilon=args.epsilon,
+        seed=args.seed,
+    )
+    pairings = [play(extra, staggered, setup) for extra in extras for staggered in (False, True)]
     result: dict[str, Any] = {
         "env": env,
         "base_ticks": args.base_ticks,

@@ -34,9 +34,7 @@ def learner_effect(device: Any, k: float, dtype: str, b: int, seconds: float) ->
     state, weights = TrainingState.create(n), SharedWeights.create(n)
     stop, updates = threading.Event(), [0]
     try:
-        ids = [replay.add_frame(rng.integers(0, 256, (84, 84), dtype=np.uint8)) for _ in range(129)]
-        for i in range(128):
-            replay.add_transition(ids[i], int(rng.integers(18)), float(rng.normal()), 0.99, 1, ids[i + 1])
+        _fill(replay, rng)
         init_training(model, state, weights)
         dstate = DeviceTrainingState.from_host(state, device)
         learner = DeviceLearner((84, 84), 18, cfg, dstate, state, weights, replay, seed=0)
@@ -50,27 +48,12 @@ def learner_effect(device: Any, k: float, dtype: str, b: int, seconds: float) ->
         )
         forward.prepare(frames[0])
 
-        def timed() -> list[float]:
-            took: list[float] = []
-            end = time.perf_counter() + seconds
-            while time.perf_counter() < end or len(took) < 5:
-                t0 = time.perf_counter()
-                forward(frames)
-                took.append(time.perf_counter() - t0)
-            return took[1:]
-
-        def learn() -> None:
-            with learner.on_stream():
-                while not stop.is_set():
-                    loss = learner.gradient()
-                    if loss is not None:
-                        learner.apply(loss)
-                        updates[0] += 1
-
-        alone = timed()
-        thread = threading.Thread(target=learn, name="nonstop-bench-learner", daemon=True)
+        alone = _timed(forward, frames, seconds)
+        thread = threading.Thread(
+            target=_learn, args=(learner, stop, updates), name="nonstop-bench-learner", daemon=True
+        )
         thread.start()
-        beside = timed()
+        beside = _timed(forward, frames, seconds)
         stop.set()
         thread.join(30)
     finally:
@@ -78,14 +61,7 @@ def learner_effect(device: Any, k: float, dtype: str, b: int, seconds: float) ->
         for seg in (replay, state, weights):
             seg.unlink()
 
-    def ms(took: list[float]) -> dict[str, float]:
-        return {
-            "p50_ms": float(np.percentile(took, 50) * 1e3),
-            "p99_ms": float(np.percentile(took, 99) * 1e3),
-            "passes": len(took),
-        }
-
-    a, w = ms(alone), ms(beside)
+    a, w = _ms(alone), _ms(beside)
     return {
         "k": k,
         "dtype": dtype,
@@ -97,4 +73,40 @@ def learner_effect(device: Any, k: float, dtype: str, b: int, seconds: float) ->
         "p99_ratio": w["p99_ms"] / a["p99_ms"] if a["p99_ms"] > 0 else None,
         "learner_updates_per_s": updates[0] / seconds,
         "versions_taken": len(refresh.loaded),
+    }
+
+
+def _fill(replay: Any, rng: np.random.Generator) -> None:
+    """128 random transitions, enough for the learner's batches."""
+    ids = [replay.add_frame(rng.integers(0, 256, (84, 84), dtype=np.uint8)) for _ in range(129)]
+    for i in range(128):
+        replay.add_transition(ids[i], int(rng.integers(18)), float(rng.normal()), 0.99, 1, ids[i + 1])
+
+
+def _timed(forward: Any, frames: np.ndarray, seconds: float) -> list[float]:
+    """The forward's wall seconds per pass over ``seconds`` (5 passes at least; the first dropped)."""
+    took: list[float] = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end or len(took) < 5:
+        t0 = time.perf_counter()
+        forward(frames)
+        took.append(time.perf_counter() - t0)
+    return took[1:]
+
+
+def _learn(learner: Any, stop: threading.Event, updates: list[int]) -> None:
+    """Device-learner updates back to back on its own stream until ``stop``, counted in ``updates``."""
+    with learner.on_stream():
+        while not stop.is_set():
+            loss = learner.gradient()
+            if loss is not None:
+                learner.apply(loss)
+                updates[0] += 1
+
+
+def _ms(took: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": float(np.percentile(took, 50) * 1e3),
+        "p99_ms": float(np.percentile(took, 99) * 1e3),
+        "passes": len(took),
     }

@@ -293,31 +293,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sizes = run_sizes(args, _QUICK, _FULL)
     env_id = getattr(args, "env", "Boxing") or "Boxing"
     steps, repeats = int(sizes["steps"]), int(sizes["repeats"])
-
-    warm = min(steps, 200)
-    raw_loop(env_id, warm)  # imports, ROM load, first-call costs: not timed
-    host_loop(env_id, warm)
-    raw_runs: list[dict[str, float]] = []
-    host_runs: list[dict[str, float]] = []
-    pyboy_runs: list[dict[str, float]] = []
-    ale_runs: list[dict[str, float]] = []
-    gameboy = env_id.startswith("GameBoy/")
-    atari_seats = _two_player_atari(env_id)
-    if atari_seats:
-        _plain_ale(env_id, warm)
-    for _ in range(repeats):  # interleaved, so slow phases of a shared machine hit both loops
-        raw_runs.append(raw_loop(env_id, steps))
-        host_runs.append(host_loop(env_id, steps))
-        if gameboy:
-            pyboy_runs.append(_plain_pyboy(env_id, steps))
-        if atari_seats:
-            ale_runs.append(_plain_ale(env_id, steps))
-
-    def median(runs: list[dict[str, float]], key: str) -> float:
-        return float(np.median([r[key] for r in runs]))
-
-    raw_sps, host_sps = median(raw_runs, "steps_per_s"), median(host_runs, "steps_per_s")
-    raw_cpu, host_cpu = median(raw_runs, "cpu_steps_per_s"), median(host_runs, "cpu_steps_per_s")
+    runs = _timed_runs(env_id, steps, repeats)
+    raw_runs, host_runs = runs["raw"], runs["host"]
+    raw_sps, host_sps = _median(raw_runs, "steps_per_s"), _median(host_runs, "steps_per_s")
+    raw_cpu, host_cpu = _median(raw_runs, "cpu_steps_per_s"), _median(host_runs, "cpu_steps_per_s")
     ratio = host_sps / raw_sps
     pair_ratios = [h["steps_per_s"] / r["steps_per_s"] for h, r in zip(host_runs, raw_runs)]
     result: dict[str, Any] = {
@@ -339,43 +318,74 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # what the host adds per tick, as seen from outside (1/host - 1/raw), wall and CPU
         "host_overhead_us_per_tick": (1.0 / host_sps - 1.0 / raw_sps) * 1e6,
         "host_overhead_cpu_us_per_tick": (1.0 / host_cpu - 1.0 / raw_cpu) * 1e6,
-        "env_step_p50_us": median(host_runs, "env_step_p50_us"),
-        "host_loop_us_per_tick": median(host_runs, "host_loop_us_per_tick"),
+        "env_step_p50_us": _median(host_runs, "env_step_p50_us"),
+        "host_loop_us_per_tick": _median(host_runs, "host_loop_us_per_tick"),
         "raw_runs": percentiles([r["steps_per_s"] for r in raw_runs]),
         "host_runs": percentiles([r["steps_per_s"] for r in host_runs]),
         "machine": machine_info(),
     }
-    if pyboy_runs:
-        pyboy_sps = median(pyboy_runs, "steps_per_s")
-        result.update(
-            {
-                "pyboy_steps_per_s": pyboy_sps,
-                "pyboy_cpu_steps_per_s": median(pyboy_runs, "cpu_steps_per_s"),
-                "pyboy_tick_only_steps_per_s": median(pyboy_runs, "tick_only_steps_per_s"),
-                "ratio_vs_pyboy": host_sps / pyboy_sps,
-                "ratio_cpu_vs_pyboy": host_cpu / median(pyboy_runs, "cpu_steps_per_s"),
-                "meets_target_vs_pyboy": bool(host_sps / pyboy_sps >= TARGET_RATIO),
-                "pyboy_runs": percentiles([r["steps_per_s"] for r in pyboy_runs]),
-            }
-        )
-    if ale_runs:
-        ale_sps, ale_cpu = median(ale_runs, "steps_per_s"), median(ale_runs, "cpu_steps_per_s")
-        result.update(
-            {
-                "ale_steps_per_s": ale_sps,
-                "ale_cpu_steps_per_s": ale_cpu,
-                "ratio_vs_ale": host_sps / ale_sps,
-                "ratio_cpu_vs_ale": host_cpu / ale_cpu,
-                "meets_target_vs_ale": bool(host_sps / ale_sps >= TARGET_RATIO),
-                "ratio_pairs_vs_ale": percentiles(
-                    [h["steps_per_s"] / a["steps_per_s"] for h, a in zip(host_runs, ale_runs)]
-                ),
-                "ale_runs": percentiles([r["steps_per_s"] for r in ale_runs]),
-            }
-        )
+    if runs["pyboy"]:
+        result.update(_versus_pyboy(runs["pyboy"], host_sps, host_cpu))
+    if runs["ale"]:
+        result.update(_versus_ale(runs["ale"], host_runs, host_sps, host_cpu))
     if getattr(args, "profile", False):
         result["profile_top"] = _profile_host(env_id, steps)
     return result
+
+
+def _median(runs: list[dict[str, float]], key: str) -> float:
+    return float(np.median([r[key] for r in runs]))
+
+
+def _timed_runs(env_id: str, steps: int, repeats: int) -> dict[str, list[dict[str, float]]]:
+    """``repeats`` timed runs of each loop (raw, host, and the plain PyBoy or two-player ALE loop where
+    the env has one), interleaved so that slow phases of a shared machine hit every loop."""
+    warm = min(steps, 200)
+    raw_loop(env_id, warm)  # imports, ROM load, first-call costs: not timed
+    host_loop(env_id, warm)
+    runs: dict[str, list[dict[str, float]]] = {"raw": [], "host": [], "pyboy": [], "ale": []}
+    gameboy = env_id.startswith("GameBoy/")
+    atari_seats = _two_player_atari(env_id)
+    if atari_seats:
+        _plain_ale(env_id, warm)
+    for _ in range(repeats):
+        runs["raw"].append(raw_loop(env_id, steps))
+        runs["host"].append(host_loop(env_id, steps))
+        if gameboy:
+            runs["pyboy"].append(_plain_pyboy(env_id, steps))
+        if atari_seats:
+            runs["ale"].append(_plain_ale(env_id, steps))
+    return runs
+
+
+def _versus_pyboy(pyboy_runs: list[dict[str, float]], host_sps: float, host_cpu: float) -> dict[str, Any]:
+    """The host against PyBoy's own loop (a Game Boy env)."""
+    pyboy_sps = _median(pyboy_runs, "steps_per_s")
+    return {
+        "pyboy_steps_per_s": pyboy_sps,
+        "pyboy_cpu_steps_per_s": _median(pyboy_runs, "cpu_steps_per_s"),
+        "pyboy_tick_only_steps_per_s": _median(pyboy_runs, "tick_only_steps_per_s"),
+        "ratio_vs_pyboy": host_sps / pyboy_sps,
+        "ratio_cpu_vs_pyboy": host_cpu / _median(pyboy_runs, "cpu_steps_per_s"),
+        "meets_target_vs_pyboy": bool(host_sps / pyboy_sps >= TARGET_RATIO),
+        "pyboy_runs": percentiles([r["steps_per_s"] for r in pyboy_runs]),
+    }
+
+
+def _versus_ale(
+    ale_runs: list[dict[str, float]], host_runs: list[dict[str, float]], host_sps: float, host_cpu: float
+) -> dict[str, Any]:
+    """The host against the plain two-player ALE loop."""
+    ale_sps, ale_cpu = _median(ale_runs, "steps_per_s"), _median(ale_runs, "cpu_steps_per_s")
+    return {
+        "ale_steps_per_s": ale_sps,
+        "ale_cpu_steps_per_s": ale_cpu,
+        "ratio_vs_ale": host_sps / ale_sps,
+        "ratio_cpu_vs_ale": host_cpu / ale_cpu,
+        "meets_target_vs_ale": bool(host_sps / ale_sps >= TARGET_RATIO),
+        "ratio_pairs_vs_ale": percentiles([h["steps_per_s"] / a["steps_per_s"] for h, a in zip(host_runs, ale_runs)]),
+        "ale_runs": percentiles([r["steps_per_s"] for r in ale_runs]),
+    }
 
 
 def _plain_pyboy(env_id: str, steps: int) -> dict[str, float]:

@@ -185,74 +185,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     keeps_up = steady is not None
     rows: list[dict[str, Any]] = []
     for name in schedulers:
-        trials: dict[int, dict[str, Any]] = {}
-        nstar = None
-        for n in range(1, max_lanes + 1):
-            trials[n] = trial(
-                scheduler=name,
-                n=n,
-                curve_spec=args.batch_curve,
-                worlds=args.worlds,
-                max_batch=args.max_batch,
-                seed=args.seed,
-                warmup_ticks=warmup,
-                window_ticks=window,
-            )
-            if trials[n]["inaction_max"] <= args.max_inaction:
-                nstar = n
-                break
-        if nstar is not None:  # does zero hold one lane on?
-            trials[nstar + 1] = trial(
-                scheduler=name,
-                n=nstar + 1,
-                curve_spec=args.batch_curve,
-                worlds=args.worlds,
-                max_batch=args.max_batch,
-                seed=args.seed,
-                warmup_ticks=warmup,
-                window_ticks=window,
-            )
-        at = trials[nstar] if nstar is not None else trials[max_lanes]
-        b_mean = at["batch_size_mean"] or 1.0
-        formula_batch = _ceil_ticks(curve(max(1, math.ceil(b_mean - 1e-9))) / tau_m)
-        formula_tau = _ceil_ticks(at["tau_theta_max_ticks"]) if at["tau_theta_max_ticks"] is not None else None
-        formula_mean = _ceil_ticks(at["tau_theta_mean_ticks"]) if at["tau_theta_mean_ticks"] is not None else None
-        above = trials.get(nstar + 1) if nstar is not None else None
-        rows.append(
-            {
-                "scheduler": name,
-                "nstar_lanes": nstar,
-                "nstar_above": None if nstar is not None else max_lanes,  # still inaction at this many lanes
-                "formula_batch": formula_batch,
-                "formula_tau": formula_tau,
-                "formula_tau_mean": formula_mean,
-                "matches_formula_tau": nstar is not None and nstar == formula_tau,
-                "between_formulas": nstar is not None
-                and formula_mean is not None
-                and formula_tau is not None
-                and formula_mean <= nstar <= formula_tau,
-                "holds_at_n_plus_1": None if above is None else above["inaction_max"] <= args.max_inaction,
-                "inaction_at_nstar": at["inaction_max"],
-                "inaction_at_nstar_minus_1": trials[nstar - 1]["inaction_max"]
-                if nstar is not None and nstar > 1
-                else None,
-                "delay_mean_ticks": at["delay_mean_ticks"],
-                "delay_p99_ticks": at["delay_p99_ticks"],
-                "tau_theta_mean_ticks": at["tau_theta_mean_ticks"],
-                "tau_theta_max_ticks": at["tau_theta_max_ticks"],
-                "late": at["late"],
-                "late_fraction": at["late_fraction"],
-                "requests": at["requests"],
-                "batch_size_mean": at["batch_size_mean"],
-                "batch_sizes": at["batch_sizes"],
-                "deaths": at["deaths"],
-                "trials": {str(n): r["inaction_max"] for n, r in sorted(trials.items())},
-                # the most worlds held at --max-inaction at one N of the scan (all of them where nstar_lanes is set)
-                "worlds_served": max(
-                    sum(x <= args.max_inaction for x in r["inaction_by_world"]) for r in trials.values()
-                ),
-            }
-        )
+        nstar, trials = _scan(args, name, max_lanes, warmup, window)
+        rows.append(_row(args, name, nstar, trials, max_lanes, curve, tau_m))
     by = {r["scheduler"]: r for r in rows}
     hold = by.get("quantile_hold")
     reached = [r for r in rows if r["nstar_lanes"] is not None]
@@ -284,6 +218,83 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "meets_target": bool(reached),
         "worlds_served": max(r["worlds_served"] for r in rows),
         "machine": machine_info(),
+    }
+
+
+def _scan(
+    args: argparse.Namespace, name: str, max_lanes: int, warmup: int, window: int
+) -> tuple[int | None, dict[int, dict[str, Any]]]:
+    """The fewest lanes (1, 2, ... up to ``max_lanes``) at which ``name`` holds every world at
+    --max-inaction, and each trial's figures (one more lane past it: does zero hold?)."""
+
+    def one(n: int) -> dict[str, Any]:
+        return trial(
+            scheduler=name,
+            n=n,
+            curve_spec=args.batch_curve,
+            worlds=args.worlds,
+            max_batch=args.max_batch,
+            seed=args.seed,
+            warmup_ticks=warmup,
+            window_ticks=window,
+        )
+
+    trials: dict[int, dict[str, Any]] = {}
+    nstar = None
+    for n in range(1, max_lanes + 1):
+        trials[n] = one(n)
+        if trials[n]["inaction_max"] <= args.max_inaction:
+            nstar = n
+            break
+    if nstar is not None:  # does zero hold one lane on?
+        trials[nstar + 1] = one(nstar + 1)
+    return nstar, trials
+
+
+def _row(
+    args: argparse.Namespace,
+    name: str,
+    nstar: int | None,
+    trials: dict[int, dict[str, Any]],
+    max_lanes: int,
+    curve: Any,
+    tau_m: float,
+) -> dict[str, Any]:
+    """One scheduler's lanes needed beside the two formulas (the batch's latency, the τ_θ seen)."""
+    at = trials[nstar] if nstar is not None else trials[max_lanes]
+    b_mean = at["batch_size_mean"] or 1.0
+    formula_batch = _ceil_ticks(curve(max(1, math.ceil(b_mean - 1e-9))) / tau_m)
+    formula_tau = _ceil_ticks(at["tau_theta_max_ticks"]) if at["tau_theta_max_ticks"] is not None else None
+    formula_mean = _ceil_ticks(at["tau_theta_mean_ticks"]) if at["tau_theta_mean_ticks"] is not None else None
+    above = trials.get(nstar + 1) if nstar is not None else None
+    return {
+        "scheduler": name,
+        "nstar_lanes": nstar,
+        "nstar_above": None if nstar is not None else max_lanes,  # still inaction at this many lanes
+        "formula_batch": formula_batch,
+        "formula_tau": formula_tau,
+        "formula_tau_mean": formula_mean,
+        "matches_formula_tau": nstar is not None and nstar == formula_tau,
+        "between_formulas": nstar is not None
+        and formula_mean is not None
+        and formula_tau is not None
+        and formula_mean <= nstar <= formula_tau,
+        "holds_at_n_plus_1": None if above is None else above["inaction_max"] <= args.max_inaction,
+        "inaction_at_nstar": at["inaction_max"],
+        "inaction_at_nstar_minus_1": trials[nstar - 1]["inaction_max"] if nstar is not None and nstar > 1 else None,
+        "delay_mean_ticks": at["delay_mean_ticks"],
+        "delay_p99_ticks": at["delay_p99_ticks"],
+        "tau_theta_mean_ticks": at["tau_theta_mean_ticks"],
+        "tau_theta_max_ticks": at["tau_theta_max_ticks"],
+        "late": at["late"],
+        "late_fraction": at["late_fraction"],
+        "requests": at["requests"],
+        "batch_size_mean": at["batch_size_mean"],
+        "batch_sizes": at["batch_sizes"],
+        "deaths": at["deaths"],
+        "trials": {str(n): r["inaction_max"] for n, r in sorted(trials.items())},
+        # the most worlds held at --max-inaction at one N of the scan (all of them where nstar_lanes is set)
+        "worlds_served": max(sum(x <= args.max_inaction for x in r["inaction_by_world"]) for r in trials.values()),
     }
 
 

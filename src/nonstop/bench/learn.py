@@ -116,7 +116,6 @@ def update_rates(k: float, device: str, count: int, *, batch_size: int = 16, see
     ``count`` timed updates each, interleaved, after two untimed), on the same replay of random 84×84 uint8
     frames, from the same initial θ. On CUDA each timed update ends with a synchronise: what it measures is
     an update's whole time, not the rate of updates queued without waiting."""
-    import time
 
     import torch
 
@@ -138,9 +137,7 @@ def update_rates(k: float, device: str, count: int, *, batch_size: int = 16, see
     replay = ReplayBuffer.create(capacity=512, obs_shape=(84, 84), dtype=np.uint8)
     segments: list[Any] = [replay]
     try:
-        frames = [replay.add_frame(rng.integers(0, 256, (84, 84), dtype=np.uint8)) for _ in range(257)]
-        for i in range(256):
-            replay.add_transition(frames[i], int(rng.integers(18)), float(rng.normal()), 0.99, 1, frames[i + 1])
+        _fill(replay, rng, 256)
         for _ in range(4):
             segments.append(TrainingState.create(n) if len(segments) % 2 else SharedWeights.create(n))
         host_state, host_weights, dev_state, dev_weights = segments[1:]
@@ -161,24 +158,7 @@ def update_rates(k: float, device: str, count: int, *, batch_size: int = 16, see
             assert loss is not None
             learner.apply(loss)
 
-        def timed(update: Any) -> float:
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-            t0 = time.perf_counter()
-            update()
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-            return time.perf_counter() - t0
-
-        for _ in range(2):  # untimed: allocations, cuDNN's choices
-            host_update()
-            device_update()
-        # interleaved, one update of each in turn, and the median kept: a busy machine slows both alike
-        host_s, device_s = [], []
-        for _ in range(count):
-            host_s.append(timed(host_update))
-            device_s.append(timed(device_update))
-        host_rate, device_rate = 1 / float(np.median(host_s)), 1 / float(np.median(device_s))
+        host_rate, device_rate = _interleaved_rates(host_update, device_update, dev, count)
     finally:
         for seg in segments:
             seg.unlink()
@@ -192,6 +172,39 @@ def update_rates(k: float, device: str, count: int, *, batch_size: int = 16, see
         "device_learner_updates_per_s": round(device_rate, 2),
         "device_over_host": round(device_rate / host_rate, 3),
     }
+
+
+def _fill(replay: Any, rng: np.random.Generator, n: int) -> None:
+    """``n`` transitions between random 84×84 frames."""
+    frames = [replay.add_frame(rng.integers(0, 256, (84, 84), dtype=np.uint8)) for _ in range(n + 1)]
+    for i in range(n):
+        replay.add_transition(frames[i], int(rng.integers(18)), float(rng.normal()), 0.99, 1, frames[i + 1])
+
+
+def _interleaved_rates(host_update: Any, device_update: Any, dev: Any, count: int) -> tuple[float, float]:
+    """Updates per second of each, over ``count`` timed updates after two untimed: interleaved, one
+    update of each in turn, and the median kept (a busy machine slows both alike)."""
+    import time
+
+    import torch
+
+    def timed(update: Any) -> float:
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        t0 = time.perf_counter()
+        update()
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        return time.perf_counter() - t0
+
+    for _ in range(2):  # untimed: allocations, cuDNN's choices
+        host_update()
+        device_update()
+    host_s, device_s = [], []
+    for _ in range(count):
+        host_s.append(timed(host_update))
+        device_s.append(timed(device_update))
+    return 1 / float(np.median(host_s)), 1 / float(np.median(device_s))
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

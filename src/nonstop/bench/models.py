@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import gc
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -98,15 +98,7 @@ def _write_samples(path: Path, seconds: list[float], header: list[str]) -> None:
 def run(args: argparse.Namespace) -> dict:
     import torch
 
-    from nonstop.policies.models import (
-        ModelTooLargeError,
-        count_flops,
-        count_parameters,
-        ensure_fits,
-        impala_channels,
-        impala_resnet,
-        module_parameters,
-    )
+    from nonstop.policies.models import count_parameters
 
     quick = bool(getattr(args, "quick", False))
     ks = args.k if args.k else ([1] if quick else [1, 7])
@@ -125,7 +117,7 @@ def run(args: argparse.Namespace) -> dict:
         "repeats": repeats,
         "warmup": warmup,
     }
-    from nonstop.inference.device import autocast, parse_device, resolve_dtype
+    from nonstop.inference.device import parse_device, resolve_dtype
 
     args.device = parse_device(args.device)
     if args.device == "auto":
@@ -149,72 +141,98 @@ def run(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     try:
         for k in ks:
-            row: dict = {
-                "k": k,
-                "params": count_parameters(k, args.n_actions, **arch),
-                "channels": list(impala_channels(k)),
-                "flops": count_flops(k, args.n_actions, **arch),
-            }
-            row["flops_per_param"] = row["flops"] / row["params"]  # 2xDeep: more work per parameter (Figure 6)
-            try:
-                row["memory_bytes_estimate"] = ensure_fits(k, device, n_actions=args.n_actions, **arch)
-            except ModelTooLargeError as exc:
-                row["skipped"] = str(exc)
-                result["models"].append(row)
-                continue
-            torch.manual_seed(0)
-            try:
-                model = impala_resnet(k, args.n_actions, device=device, check_memory=False, **arch)
-            except (RuntimeError, MemoryError) as exc:  # the estimate was too optimistic after all
-                row["skipped"] = f"building k={k} failed: {exc}"
-                result["models"].append(row)
-                continue
-            row["params_actual"] = module_parameters(model)
-            x = torch.rand(1, 1, 84, 84, device=device)
-            with autocast(device, dtype):
-                seconds = time_forward(model, x, device, warmup, repeats, args.max_seconds)
-            ms = percentiles(seconds, 1e3)
-            row.update(
-                {
-                    "n": ms["n"],
-                    "forward_ms_p50": ms["p50"],
-                    "forward_ms_p90": ms["p90"],
-                    "forward_ms_min": ms["min"],
-                    "forward_ms_max": ms["max"],
-                    "forward_ms_mean": float(np.mean(seconds) * 1e3),
-                    "forward_ticks_p50": ms["p50"] / 1e3 * args.tick_hz,
-                    "forward_ticks_p90": ms["p90"] / 1e3 * args.tick_hz,
-                    "forward_ticks_max": ms["max"] / 1e3 * args.tick_hz,
-                    "forward_us_per_mparam": ms["p50"]
-                    * 1e3
-                    / (row["params"] / 1e6),  # deeper is slower at the same size
-                }
-            )
-            first = next((m for m in result["models"] if "forward_ms_p50" in m), None)
-            if first is not None:  # a ratio within one run survives a noisy machine
-                row["p50_vs_k" + str(first["k"])] = ms["p50"] / first["forward_ms_p50"]
-            if args.save:
-                path = _save_path(args.save, k, len(ks) > 1)
-                _write_samples(
-                    path,
-                    seconds,
-                    [
-                        f"nonstop bench models: IMPALA ResNet k={k} ({row['params']} parameters, "
-                        f"construction {args.construction}), batch-1 forward on 1x84x84",
-                        f"device {result['device']}, {args.threads} torch thread(s), {len(seconds)} passes "
-                        f"after {warmup} warm-up; seconds, one per line (Empirical.from_file)",
-                    ],
-                )
-                row["saved"] = str(path)
-                saved.append(str(path))
+            row, seconds = _measure_width(args, k, arch, device, dtype, warmup, repeats)
+            if seconds is not None:
+                first = next((m for m in result["models"] if "forward_ms_p50" in m), None)
+                if first is not None:  # a ratio within one run survives a noisy machine
+                    row["p50_vs_k" + str(first["k"])] = row["forward_ms_p50"] / first["forward_ms_p50"]
+                if args.save:
+                    row["saved"] = _save_width(args, k, len(ks) > 1, row, seconds, result["device"], warmup)
+                    saved.append(row["saved"])
             result["models"].append(row)
-            del model, x
-            gc.collect()
+            if seconds is not None:
+                gc.collect()
     finally:
         torch.set_num_threads(previous_threads)
     if saved:
         result["saved"] = saved
     return result
+
+
+def _measure_width(
+    args: argparse.Namespace, k: float, arch: ImpalaArch, device: Any, dtype: Any, warmup: int, repeats: int
+) -> tuple[dict, list[float] | None]:
+    """Width ``k``'s size, work and batch-1 forward times; the times are None where the model does
+    not fit the device (the row then says why it was skipped)."""
+    import torch
+
+    from nonstop.inference.device import autocast
+    from nonstop.policies.models import (
+        ModelTooLargeError,
+        count_flops,
+        count_parameters,
+        ensure_fits,
+        impala_channels,
+        impala_resnet,
+        module_parameters,
+    )
+
+    row: dict = {
+        "k": k,
+        "params": count_parameters(k, args.n_actions, **arch),
+        "channels": list(impala_channels(k)),
+        "flops": count_flops(k, args.n_actions, **arch),
+    }
+    row["flops_per_param"] = row["flops"] / row["params"]  # 2xDeep: more work per parameter (Figure 6)
+    try:
+        row["memory_bytes_estimate"] = ensure_fits(k, device, n_actions=args.n_actions, **arch)
+    except ModelTooLargeError as exc:
+        row["skipped"] = str(exc)
+        return row, None
+    torch.manual_seed(0)
+    try:
+        model = impala_resnet(k, args.n_actions, device=device, check_memory=False, **arch)
+    except (RuntimeError, MemoryError) as exc:  # the estimate was too optimistic after all
+        row["skipped"] = f"building k={k} failed: {exc}"
+        return row, None
+    row["params_actual"] = module_parameters(model)
+    x = torch.rand(1, 1, 84, 84, device=device)
+    with autocast(device, dtype):
+        seconds = time_forward(model, x, device, warmup, repeats, args.max_seconds)
+    ms = percentiles(seconds, 1e3)
+    row.update(
+        {
+            "n": ms["n"],
+            "forward_ms_p50": ms["p50"],
+            "forward_ms_p90": ms["p90"],
+            "forward_ms_min": ms["min"],
+            "forward_ms_max": ms["max"],
+            "forward_ms_mean": float(np.mean(seconds) * 1e3),
+            "forward_ticks_p50": ms["p50"] / 1e3 * args.tick_hz,
+            "forward_ticks_p90": ms["p90"] / 1e3 * args.tick_hz,
+            "forward_ticks_max": ms["max"] / 1e3 * args.tick_hz,
+            "forward_us_per_mparam": ms["p50"] * 1e3 / (row["params"] / 1e6),  # deeper is slower at the same size
+        }
+    )
+    return row, seconds
+
+
+def _save_width(
+    args: argparse.Namespace, k: float, several: bool, row: dict, seconds: list[float], device: str, warmup: int
+) -> str:
+    """Width ``k``'s forward times written as an empirical latency file (`--save`); its path."""
+    path = _save_path(args.save, k, several)
+    _write_samples(
+        path,
+        seconds,
+        [
+            f"nonstop bench models: IMPALA ResNet k={k} ({row['params']} parameters, "
+            f"construction {args.construction}), batch-1 forward on 1x84x84",
+            f"device {device}, {args.threads} torch thread(s), {len(seconds)} passes "
+            f"after {warmup} warm-up; seconds, one per line (Empirical.from_file)",
+        ],
+    )
+    return str(path)
 
 
 def render(result: dict) -> None:

@@ -48,6 +48,7 @@ import argparse
 import math
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ from typing import Any
 from nonstop.bench.common import machine_info, parse_positive_list
 from nonstop.bench.nstarparts import (
     FORWARD_JITTER,
+    InFlight,
     STARTED,
     parse_epsilons,
     parse_jitters,
@@ -65,7 +67,9 @@ from nonstop.bench.nstarparts import (
     start_label,
     workers_for_inaction,
 )
-from nonstop.bench.nstartrial import TRIAL_ENV, WarmRayActors, trial
+from nonstop.bench.nstartrial import TRIAL_ENV, TrialSpec, WarmRayActors, trial
+from nonstop.bench.nstarview import plot, plot_sigma
+from nonstop.bench.nstarview import render as render  # the bench's table: `nonstop bench` calls nstar.render
 from nonstop.metrics.nstar import NStarAboveLimit, find_nstar, max_inaction_threshold, theoretical_nstar
 
 DESCRIPTION = (
@@ -83,6 +87,15 @@ DEFAULT_SCHEDULERS = "max_time,exp_time,quantile_hold"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_search_arguments(parser)
+    _add_start_arguments(parser)
+    _add_ray_arguments(parser)
+    _add_return_arguments(parser)
+    parser.add_argument("--plot", default="runs/nstar.png", help="where to write the figure ('' for none)")
+
+
+def _add_search_arguments(parser: argparse.ArgumentParser) -> None:
+    """The clock, the schedulers, the latencies searched and what a trial measures."""
     parser.add_argument("--clock", choices=("virtual", "wall"), default="virtual")
     parser.add_argument(
         "--scheduler",
@@ -133,6 +146,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "a scheduler that still leaves inaction there is reported as needing more (Algorithm 1 under "
         "heavy tails needs thousands)",
     )
+
+
+def _add_start_arguments(parser: argparse.ArgumentParser) -> None:
+    """How Algorithms 1 and 2 start, the forward pass's jitter, fixed worker counts and the seed."""
     parser.add_argument(
         "--tau-theta-max",
         default="declared",
@@ -156,6 +173,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Algorithms 1 and 2 at the same N on both clocks",
     )
     parser.add_argument("--seed", type=int, default=0)
+
+
+def _add_ray_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the workers run (threads or Ray actors) and the search's wall-time budget."""
     parser.add_argument(
         "--backend",
         default="thread",
@@ -179,6 +200,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="wall seconds for the whole search: past it no new trial starts (default: 120 quick, "
         "1200 full with --backend ray, where every worker is an actor to start; none for threads)",
     )
+
+
+def _add_return_arguments(parser: argparse.ArgumentParser) -> None:
+    """The return each row earns, measured on the virtual clock (`nonstop.bench.returns`)."""
     parser.add_argument(
         "--return-p",
         type=float,
@@ -197,7 +222,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="measured world seconds per return run (default 60; quick 20)",
     )
-    parser.add_argument("--plot", default="runs/nstar.png", help="where to write the figure ('' for none)")
 
 
 def _returns(
@@ -300,21 +324,51 @@ def _local_actor_cap() -> int | None:
     return max(1, int(0.8 * available / RAY_ACTOR_BYTES))
 
 
-def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = None) -> dict[str, Any]:
-    from nonstop.envs.theory import THEORY_TICK_HZ
-    from nonstop.inference.schedulers import make_scheduler
-    from nonstop.policies import Empirical
-    from nonstop.realtime.clock import stopwatch
+@dataclass(frozen=True)
+class _Plan:
+    """What the flags ask of one search, checked before any trial runs."""
 
+    backend: str
+    clock: str
+    budget: float | None  # wall seconds for the whole search (None: no limit)
+    started: float  # stopwatch reading when the budget began
+    deadline: float  # past it no new trial starts (each row still gets its first)
+    schedulers: list[str]
+    kind: str  # latency kind: constant, normal, lognormal, egreedy, empirical
+    empirical: Any  # the `Empirical` latency read from --latency empirical:FILE, else None
+    starts: list[Any]
+    at_workers: list[int]  # --at-workers: no search, the inaction at each N
+    jitters: list[float]
+    sigmas: list[float]
+    taus: list[float]  # mean τ_θ in ticks
+    window: float  # cycles of τ_θ measured, constant latency
+    quick: bool
+    tau_m: float  # one tick, seconds
+    actor_cap: int | None  # Ray actors this machine's memory holds (a local Ray), else None
+
+    @property
+    def variable(self) -> bool:
+        return self.kind != "constant"
+
+    @property
+    def exact(self) -> bool:
+        """The virtual clock with constant latency: inaction must be exactly 0."""
+        return self.clock == "virtual" and not self.variable
+
+
+def _time_budget(args: argparse.Namespace, backend: str) -> float | None:
     budget = getattr(args, "time_budget", None)
     if budget is None and backend == "ray":
         budget = 120.0 if getattr(args, "quick", False) else 1200.0
     if budget is not None and not (budget > 0 and math.isfinite(budget)):
         raise ValueError(f"--time-budget must be a positive number of seconds, got {budget}")
-    started = stopwatch()
-    deadline = started + budget if budget is not None else math.inf
+    return budget
 
-    schedulers = [s.strip() for s in args.scheduler.split(",") if s.strip()]
+
+def _check_schedulers_and_return(args: argparse.Namespace, schedulers: list[str]) -> None:
+    """Unknown schedulers and a bad return world fail here, before any run."""
+    from nonstop.inference.schedulers import make_scheduler
+
     return_seeds = getattr(args, "return_seeds", None)
     if return_seeds is not None and (
         isinstance(return_seeds, bool) or not isinstance(return_seeds, int) or return_seeds < 0
@@ -326,19 +380,33 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
         check_delay_cycle_args(64, getattr(args, "return_p", 0.97))  # the return's world: fails before any run
     for name in schedulers:
         make_scheduler(name, 1 if name == "sequential" else 2)  # unknown names fail here, before any run
+
+
+def _latency_kind(args: argparse.Namespace) -> tuple[str, Any]:
+    """``--latency``'s kind, and the `Empirical` latency its FILE holds (None for the others)."""
+    from nonstop.policies import Empirical
+
     kind, empirical = args.latency.strip(), None
     if kind.startswith("empirical:"):
         empirical = Empirical.from_file(kind.partition(":")[2].strip())
         kind = "empirical"
     elif kind not in ("constant", "normal", "lognormal", "egreedy"):
         raise ValueError(f"--latency must be one of {', '.join(LATENCY_KINDS)}, got {args.latency!r}")
-    starts = parse_starts(getattr(args, "tau_theta_max", "declared"))
+    return kind, empirical
+
+
+def _at_workers(args: argparse.Namespace) -> list[int]:
     at_text = getattr(args, "at_workers", None)
     at_workers = [] if at_text is None else [int(n) for n in parse_positive_list(str(at_text), "--at-workers")]
     if at_text is not None and any(
         n != float(x) for n, x in zip(at_workers, parse_positive_list(str(at_text), "--at-workers"))
     ):
         raise ValueError(f"--at-workers takes worker counts >= 1, got {at_text!r}")
+    return at_workers
+
+
+def _spreads(args: argparse.Namespace, kind: str) -> tuple[list[float], list[float]]:
+    """The forward pass's jitters (egreedy) and the spreads ``--sigma`` sweeps."""
     jitter_text = getattr(args, "jitter", None)
     if jitter_text is not None and kind != "egreedy":
         raise ValueError(f"--jitter is the forward pass's spread of --latency egreedy, not of {kind!r}")
@@ -347,223 +415,313 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
         sigmas = parse_epsilons(str(args.sigma))
     else:
         sigmas = parse_positive_list(str(args.sigma), "--sigma") if kind in ("normal", "lognormal") else [0.0]
-    variable = kind != "constant"
+    return jitters, sigmas
+
+
+def _taus(args: argparse.Namespace, empirical: Any, variable: bool, quick: bool, tau_m: float) -> list[float]:
+    """The mean inference times searched, in ticks: ``--tau-theta``, else the defaults per clock and kind."""
+    if args.tau_theta is not None:
+        return parse_positive_list(args.tau_theta, "--tau-theta")
+    if empirical is not None:
+        return [empirical.mean / tau_m]
+    if variable:
+        return [5] if quick else [5, 8, 20, 70]
+    if quick:
+        return [1, 2, 5, 8] if args.clock == "virtual" else [1, 5]
+    return [1, 2, 5, 8, 70, 600] if args.clock == "virtual" else [1, 5, 8, 70]
+
+
+def _plan(args: argparse.Namespace, backend: str) -> _Plan:
+    from nonstop.envs.theory import THEORY_TICK_HZ
+    from nonstop.realtime.clock import stopwatch
+
+    budget = _time_budget(args, backend)
+    started = stopwatch()
+    schedulers = [s.strip() for s in args.scheduler.split(",") if s.strip()]
+    _check_schedulers_and_return(args, schedulers)
+    kind, empirical = _latency_kind(args)
+    starts = parse_starts(getattr(args, "tau_theta_max", "declared"))
+    at_workers = _at_workers(args)
+    jitters, sigmas = _spreads(args, kind)
     tau_m = 1.0 / THEORY_TICK_HZ
     quick = bool(getattr(args, "quick", False))
-    if args.tau_theta is not None:
-        taus = parse_positive_list(args.tau_theta, "--tau-theta")
-    elif empirical is not None:
-        taus = [empirical.mean / tau_m]
-    elif variable:
-        taus = [5] if quick else [5, 8, 20, 70]
-    elif quick:
-        taus = [1, 2, 5, 8] if args.clock == "virtual" else [1, 5]
-    else:
-        taus = [1, 2, 5, 8, 70, 600] if args.clock == "virtual" else [1, 5, 8, 70]
+    taus = _taus(args, empirical, kind != "constant", quick, tau_m)
     window = args.window if args.window is not None else (2.0 if quick else 4.0)
-    exact = args.clock == "virtual" and not variable
-    rows = []
     # Ray actors started on this machine (a local Ray or --nodes): the search never starts more than
     # its memory holds (a doubling from 70 to 140 actors ran a 24 GB machine out of memory)
     local_ray = backend == "ray" and getattr(args, "ray_address", None) in (None, "local")
-    actor_cap = _local_actor_cap() if local_ray else None
+    return _Plan(
+        backend=backend,
+        clock=args.clock,
+        budget=budget,
+        started=started,
+        deadline=started + budget if budget is not None else math.inf,
+        schedulers=schedulers,
+        kind=kind,
+        empirical=empirical,
+        starts=starts,
+        at_workers=at_workers,
+        jitters=jitters,
+        sigmas=sigmas,
+        taus=taus,
+        window=window,
+        quick=quick,
+        tau_m=tau_m,
+        actor_cap=_local_actor_cap() if local_ray else None,
+    )
+
+
+@dataclass(frozen=True)
+class _Cell:
+    """One latency of the sweep (σ, jitter, τ̄_θ) and how its trials are measured."""
+
+    sigma: float
+    jitter: float
+    tau: float  # τ̄_θ, ticks
+    latency: Any
+    bound: int  # ⌈τ̄_θ/τ_M⌉: no scheduler does better
+    flight: InFlight | None  # quantile_hold's in-flight target (variable latency)
+    warmup: int
+    window_ticks: int
+    threshold: float  # inaction fraction a trial may leave
+
+
+def _cell(args: argparse.Namespace, plan: _Plan, sigma: float, jitter: float, tau: float) -> _Cell:
+    tau_m, quick = plan.tau_m, plan.quick
+    latency = make_latency(plan.kind, tau * tau_m, sigma, plan.empirical, jitter=jitter)
+    bound = theoretical_nstar(latency.mean, tau_m)  # ⌈τ̄_θ/τ_M⌉: no scheduler does better
+    flight = in_flight_workers(latency, tau_m, seed=args.seed) if plan.variable else None
+    if plan.variable:
+        warmup = math.ceil(3 * latency.max_hint / tau_m) + 30 + _SETTLE_TICKS[quick]
+        window_ticks = _WINDOW_TICKS[quick]
+    else:
+        warmup = int(math.ceil(3 * tau)) + 30
+        window_ticks = int(max(plan.window * tau, 240))
+    if args.max_inaction is not None:
+        threshold = args.max_inaction
+    elif plan.exact:
+        threshold = 0.0
+    else:
+        threshold = min(0.005, max_inaction_threshold(bound) / 2)
+    if not plan.variable and not quick and args.window is None and threshold > 0:
+        # a window where one missed tick is under a third of the threshold: in 280 ticks (τ_θ = 70)
+        # one tick was 0.36 %, the threshold itself, so a single late call decided a trial
+        window_ticks = max(window_ticks, math.ceil(3 / threshold))
+    return _Cell(sigma, jitter, tau, latency, bound, flight, warmup, window_ticks, threshold)
+
+
+def _spec(
+    args: argparse.Namespace, plan: _Plan, cell: _Cell, n: int | str, scheduler: str, initial: float | None
+) -> TrialSpec:
+    """A trial of ``n`` workers (or ``"auto"``) at the cell's latency, warm-up and window."""
+    return TrialSpec(
+        n_workers=n,
+        scheduler=scheduler,
+        clock=args.clock,
+        latency=cell.latency,
+        seed=args.seed,
+        warmup_ticks=cell.warmup,
+        window_ticks=cell.window_ticks,
+        backend=plan.backend,
+        initial=initial,
+    )
+
+
+@dataclass(frozen=True)
+class _Searched:
+    """What one scheduler's search at one cell found."""
+
+    initial: float | None  # the estimate it started from, seconds (None: cold)
+    cap: int  # the most workers the search may try
+    nstar: int | None
+    results: dict[int, Any]  # each trial's measures, by worker count
+    out_of_time: bool
+    stopped_by: str | None  # why a failed Ray trial stopped it (None: the budget, or not stopped)
+
+
+def _search(
+    args: argparse.Namespace, plan: _Plan, cell: _Cell, name: str, start: Any, warm: WarmRayActors | None
+) -> _Searched:
+    """The smallest N_I whose inaction is at most the cell's threshold (or the inaction at each
+    ``--at-workers``), galloping from the formula and bisecting, under the time budget."""
+    from nonstop.realtime.clock import stopwatch
+
+    tried: dict[int, Any] = {}
+    initial = initial_estimate(name, start, cell.latency, plan.tau_m)
+
+    def run_n(n: int) -> dict[str, Any]:
+        if tried and stopwatch() > plan.deadline:  # every row gets its first trial, then the budget rules
+            raise _OutOfTime(dict(tried))
+        began = stopwatch()
+        try:
+            tried[n] = trial(_spec(args, plan, cell, n, name, initial), warm)
+        except Exception as exc:
+            # a Ray trial can fail for the cluster's reasons (an actor that does not start, a node
+            # out of memory): keep what the row's trials measured instead of losing the whole run
+            if plan.backend != "ray" or not tried:
+                raise
+            print(
+                f"nstar: {name} τ̄_θ={cell.tau:g} ticks, N_I={n}: trial failed ({exc}); the row keeps "
+                f"its {len(tried)} trial(s)",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise _OutOfTime(dict(tried), f"trial of {n} workers failed: {exc}") from exc
+        if args.clock == "wall":  # a long search shows where it is (stderr: stdout ends with the JSON)
+            print(
+                f"nstar: {name} τ̄_θ={cell.tau:g} ticks, N_I={n}: inaction {tried[n]['inaction_fraction']:.2%} "
+                f"({stopwatch() - began:.0f} s; {stopwatch() - plan.started:.0f} s in all)",
+                file=sys.stderr,
+                flush=True,
+            )
+        return tried[n]
+
+    guess = cell.flight["target"] if (name == "quantile_hold" and cell.flight) else cell.bound
+    cap = max(256, math.ceil(args.max_workers * cell.bound), guess)
+    if plan.actor_cap is not None:  # Ray actors on this machine: no more than its memory holds
+        cap = max(guess, min(cap, plan.actor_cap))
+
+    def passes(s: dict[str, Any]) -> bool:
+        return s["inaction_fraction"] <= cell.threshold
+
+    try:
+        if plan.at_workers:  # no search: the inaction at each of these N (the two clocks' table)
+            return _Searched(initial, cap, None, {n: run_n(n) for n in plan.at_workers}, False, None)
+        nstar, results = find_nstar(run_n, guess=guess, passes=passes, limit=cap)
+        return _Searched(initial, cap, nstar, results, False, None)
+    except NStarAboveLimit as above:  # honest: more than the cap, with what each trial measured
+        return _Searched(initial, cap, None, above.results, False, None)
+    except _OutOfTime as late:  # the search stopped early: what the trials showed so far
+        return _Searched(initial, cap, None, late.results, True, late.reason)
+
+
+def _formula(plan: _Plan, cell: _Cell, name: str, at: dict[str, Any]) -> int:
+    """The paper's N_I* for ``name`` at the trial ``at``: from the τ_θ measured where it varies (a Ray
+    actor's remote overhead varies too); on the wall clock as the world sees it, from the start the
+    schedule counts (a publish, a grid slot) to the action in hand, wake-up lag included."""
+    tau_m, measured = plan.tau_m, plan.variable or plan.backend == "ray"
+    taus_of = "tau_theta_world" if plan.clock == "wall" else "tau_theta"
+    if name == "max_time":  # Algorithm 1 pads to the largest τ_θ seen
+        return theoretical_nstar(at[f"{taus_of}_max_ticks"] * tau_m, tau_m) if measured else cell.bound
+    if name == "quantile_hold" and measured and plan.clock == "wall" and at["world_taus_s"].size:
+        # one start per tick: enough workers in flight for the τ_θ they really took (the declared
+        # ones plus the calls' overhead), at the inaction this search accepts
+        return workers_for_inaction(at["world_taus_s"], tau_m, cell.threshold)
+    if name == "quantile_hold" and cell.flight:
+        return cell.flight["target"]
+    # Algorithm 2 (and the rest): the mean
+    return theoretical_nstar(at[f"{taus_of}_mean_ticks"] * tau_m, tau_m) if measured else cell.bound
+
+
+def _row(args: argparse.Namespace, plan: _Plan, cell: _Cell, name: str, start: Any, found: _Searched) -> dict[str, Any]:
+    """One scheduler's row: N_I* measured beside the formula and the bound, and its return."""
+    nstar, results, at_workers, flight = found.nstar, found.results, plan.at_workers, cell.flight
+    at = results[nstar if nstar is not None else max(results)]
+    formula = _formula(plan, cell, name, at)
+    measured = plan.variable or plan.backend == "ray"
+    row = {
+        "scheduler": name,
+        "start": start_label(name, start),
+        # the estimate it started from, in ticks (None: cold, from 0 with no stagger)
+        "initial_estimate_ticks": None if found.initial is None else found.initial / plan.tau_m,
+        "latency": plan.kind,
+        "sigma": cell.sigma if plan.kind in _SPREAD_KINDS else None,
+        "jitter": cell.jitter if plan.kind == "egreedy" else None,
+        "tau_theta_ticks": cell.tau,
+        "nstar_measured": nstar,
+        # None above: still inaction at this many workers (the search cap)
+        "nstar_above": None if nstar is not None or at_workers else max(results),
+        "nstar_formula": formula,
+        "nstar_theory": formula,  # the name earlier results used
+        "lower_bound": cell.bound,
+        "ratio_to_bound": nstar / cell.bound if nstar is not None else None,
+        "matches_theory": nstar == formula,
+        "within_theory_plus_1": nstar is not None and nstar <= formula + 1,
+        "max_inaction": cell.threshold,
+        "inaction_at_nstar": at["inaction_fraction"],
+        "inaction_at_nstar_minus_1": results[nstar - 1]["inaction_fraction"]
+        if nstar is not None and nstar > 1
+        else None,
+        "tau_i_mean_ticks": _finite(at["tau_i_mean_ticks"]),
+        "tau_i_cv": _finite(at["tau_i_cv"]),
+        "delay_mean_ticks": _finite(at["delay_mean_ticks"]),
+        "delay_p99_ticks": _finite(at["delay_p99_ticks"]),
+        "tau_theta_max_ticks": _finite(at["tau_theta_max_ticks"]),
+        "tau_theta_mean_ticks": _finite(at["tau_theta_mean_ticks"]),
+        "tau_theta_world_max_ticks": _finite(at["tau_theta_world_max_ticks"]),
+        "tau_theta_world_mean_ticks": _finite(at["tau_theta_world_mean_ticks"]),
+        "formula_tau": ("world" if args.clock == "wall" else "sampled") if measured else "declared",
+        "in_flight_mean": flight["mean"] if flight else None,
+        "in_flight_sd": flight["sd"] if flight else None,
+        "warmup_ticks": cell.warmup,
+        "window_ticks": cell.window_ticks,
+        "trials": {str(n): r["inaction_fraction"] for n, r in sorted(results.items())},
+        "fixed_workers": bool(at_workers),  # --at-workers: inaction at given N, no search
+        "remote_overhead_s": at.get("remote_overhead_s"),
+        "tick_cycle": at.get("tick_cycle"),  # C in ticks where workers held phases (wall clock)
+    }
+    if found.out_of_time:
+        ok = [n for n, r in results.items() if r["inaction_fraction"] <= cell.threshold]
+        failed = [n for n, r in results.items() if r["inaction_fraction"] > cell.threshold]
+        row.update(
+            budget_exhausted=found.stopped_by is None,
+            nstar_above=max(failed, default=None),
+            nstar_at_most=min(ok, default=None),
+            stopped_by=found.stopped_by or "time budget",
+        )
+    row["search_cap"] = found.cap
+    row["return"] = _returns(args, name, nstar, cell.latency, cell.warmup)
+    return row
+
+
+def _auto_row(args: argparse.Namespace, plan: _Plan, cell: _Cell, warm: WarmRayActors | None) -> dict[str, Any]:
+    """`AutoScheduler` (quantile_hold sizing N_I itself): the workers it chose and what it paid."""
+    auto = trial(_spec(args, plan, cell, "auto", "auto", None), warm)
+    return {
+        "scheduler": "auto",
+        "latency": plan.kind,
+        "sigma": cell.sigma if plan.kind in _SPREAD_KINDS else None,
+        "tau_theta_ticks": cell.tau,
+        "nstar_measured": None,
+        "n_workers_chosen": auto["n_workers_final"],
+        "nstar_formula": cell.flight["target"] if cell.flight else None,
+        "lower_bound": cell.bound,
+        "ratio_to_bound": auto["n_workers_final"] / cell.bound,
+        "max_inaction": cell.threshold,
+        "inaction_at_nstar": auto["inaction_fraction"],
+        "delay_mean_ticks": _finite(auto["delay_mean_ticks"]),
+        "delay_p99_ticks": _finite(auto["delay_p99_ticks"]),
+        "warmup_ticks": cell.warmup,
+        "window_ticks": cell.window_ticks,
+        "return": _returns(args, "auto", "auto", cell.latency, cell.warmup),
+    }
+
+
+def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = None) -> dict[str, Any]:
+    """Every cell of the sweep (σ, jitter, τ̄_θ), each scheduler's search in it, and the summary."""
+    plan = _plan(args, backend)
+    rows = []
     load_before = os.getloadavg()
-    for sigma, jitter in ((sg, j) for sg in sigmas for j in jitters):
-        for tau in taus:
-            latency = make_latency(kind, tau * tau_m, sigma, empirical, jitter=jitter)
-            bound = theoretical_nstar(latency.mean, tau_m)  # ⌈τ̄_θ/τ_M⌉: no scheduler does better
-            flight = in_flight_workers(latency, tau_m, seed=args.seed) if variable else None
-            if variable:
-                warmup = math.ceil(3 * latency.max_hint / tau_m) + 30 + _SETTLE_TICKS[quick]
-                window_ticks = _WINDOW_TICKS[quick]
-            else:
-                warmup = int(math.ceil(3 * tau)) + 30
-                window_ticks = int(max(window * tau, 240))
-            if args.max_inaction is not None:
-                threshold = args.max_inaction
-            elif exact:
-                threshold = 0.0
-            else:
-                threshold = min(0.005, max_inaction_threshold(bound) / 2)
-            if not variable and not quick and args.window is None and threshold > 0:
-                # a window where one missed tick is under a third of the threshold: in 280 ticks (τ_θ = 70)
-                # one tick was 0.36 %, the threshold itself, so a single late call decided a trial
-                window_ticks = max(window_ticks, math.ceil(3 / threshold))
-            for name, start in ((nm, st) for nm in schedulers for st in (starts if nm in STARTED else [None])):
-                tried: dict[int, Any] = {}
-                initial = initial_estimate(name, start, latency, tau_m)
+    for sigma, jitter in ((sg, j) for sg in plan.sigmas for j in plan.jitters):
+        for tau in plan.taus:
+            cell = _cell(args, plan, sigma, jitter, tau)
+            for name in plan.schedulers:
+                for start in plan.starts if name in STARTED else [None]:
+                    rows.append(_row(args, plan, cell, name, start, _search(args, plan, cell, name, start, warm)))
+            if plan.variable and "quantile_hold" in plan.schedulers and not plan.at_workers:
+                rows.append(_auto_row(args, plan, cell, warm))  # the same scheduler, sizing N_I itself
+    return _summary(args, plan, rows, load_before)
 
-                def run_n(
-                    n: int | str,
-                    name: str = name,
-                    latency: Any = latency,
-                    tau: float = tau,
-                    warmup: int = warmup,
-                    window_ticks: int = window_ticks,
-                    tried: dict = tried,
-                    initial: float | None = initial,
-                ) -> dict[str, Any]:
-                    if tried and stopwatch() > deadline:  # every row gets its first trial, then the budget rules
-                        raise _OutOfTime(dict(tried))
-                    began = stopwatch()
-                    try:
-                        tried[n] = trial(
-                            tau_ticks=tau,
-                            n_workers=n,
-                            scheduler=name,
-                            clock=args.clock,
-                            latency=latency,
-                            seed=args.seed,
-                            warmup_ticks=warmup,
-                            window_ticks=window_ticks,
-                            backend=backend,
-                            warm=warm,
-                            initial=initial,
-                        )
-                    except Exception as exc:
-                        # a Ray trial can fail for the cluster's reasons (an actor that does not start, a node
-                        # out of memory): keep what the row's trials measured instead of losing the whole run
-                        if backend != "ray" or not tried:
-                            raise
-                        print(
-                            f"nstar: {name} τ̄_θ={tau:g} ticks, N_I={n}: trial failed ({exc}); the row keeps "
-                            f"its {len(tried)} trial(s)",
-                            file=sys.stderr,
-                            flush=True,
-                        )
-                        raise _OutOfTime(dict(tried), f"trial of {n} workers failed: {exc}") from exc
-                    if args.clock == "wall":  # a long search shows where it is (stderr: stdout ends with the JSON)
-                        print(
-                            f"nstar: {name} τ̄_θ={tau:g} ticks, N_I={n}: inaction {tried[n]['inaction_fraction']:.2%} "
-                            f"({stopwatch() - began:.0f} s; {stopwatch() - started:.0f} s in all)",
-                            file=sys.stderr,
-                            flush=True,
-                        )
-                    return tried[n]
 
-                guess = flight["target"] if (name == "quantile_hold" and flight) else bound
-                cap = max(256, math.ceil(args.max_workers * bound), guess)
-                if actor_cap is not None:  # Ray actors on this machine: no more than its memory holds
-                    cap = max(guess, min(cap, actor_cap))
+def _brief(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    return [{k: r[k] for k in keys} for r in rows]
 
-                def passes(s: dict[str, Any], th: float = threshold) -> bool:
-                    return s["inaction_fraction"] <= th
 
-                out_of_time, stopped_by = False, None
-                try:
-                    if at_workers:  # no search: the inaction at each of these N (the two clocks' table)
-                        nstar, results = None, {n: run_n(n) for n in at_workers}
-                    else:
-                        nstar, results = find_nstar(run_n, guess=guess, passes=passes, limit=cap)
-                except NStarAboveLimit as above:  # honest: more than the cap, with what each trial measured
-                    nstar, results = None, above.results
-                except _OutOfTime as late:  # the search stopped early: what the trials showed so far
-                    nstar, results, out_of_time, stopped_by = None, late.results, True, late.reason
-                at = results[nstar if nstar is not None else max(results)]
-                # measured τ_θ where it varies (a Ray actor's remote overhead varies too); on the wall clock
-                # as the world sees it, from the start the schedule counts (a publish, a grid slot) to the
-                # action in hand: a worker is busy for that long, wake-up lag included
-                measured = variable or backend == "ray"
-                taus_of = "tau_theta_world" if args.clock == "wall" else "tau_theta"
-                if name == "max_time":  # Algorithm 1 pads to the largest τ_θ seen
-                    formula = theoretical_nstar(at[f"{taus_of}_max_ticks"] * tau_m, tau_m) if measured else bound
-                elif name == "quantile_hold" and measured and args.clock == "wall" and at["world_taus_s"].size:
-                    # one start per tick: enough workers in flight for the τ_θ they really took (the declared
-                    # ones plus the calls' overhead), at the inaction this search accepts
-                    formula = workers_for_inaction(at["world_taus_s"], tau_m, threshold)
-                elif name == "quantile_hold" and flight:
-                    formula = flight["target"]
-                else:  # Algorithm 2 (and the rest): the mean
-                    formula = theoretical_nstar(at[f"{taus_of}_mean_ticks"] * tau_m, tau_m) if measured else bound
-                rows.append(
-                    {
-                        "scheduler": name,
-                        "start": start_label(name, start),
-                        # the estimate it started from, in ticks (None: cold, from 0 with no stagger)
-                        "initial_estimate_ticks": None if initial is None else initial / tau_m,
-                        "latency": kind,
-                        "sigma": sigma if kind in _SPREAD_KINDS else None,
-                        "jitter": jitter if kind == "egreedy" else None,
-                        "tau_theta_ticks": tau,
-                        "nstar_measured": nstar,
-                        # None above: still inaction at this many workers (the search cap)
-                        "nstar_above": None if nstar is not None or at_workers else max(results),
-                        "nstar_formula": formula,
-                        "nstar_theory": formula,  # the name earlier results used
-                        "lower_bound": bound,
-                        "ratio_to_bound": nstar / bound if nstar is not None else None,
-                        "matches_theory": nstar == formula,
-                        "within_theory_plus_1": nstar is not None and nstar <= formula + 1,
-                        "max_inaction": threshold,
-                        "inaction_at_nstar": at["inaction_fraction"],
-                        "inaction_at_nstar_minus_1": results[nstar - 1]["inaction_fraction"]
-                        if nstar is not None and nstar > 1
-                        else None,
-                        "tau_i_mean_ticks": _finite(at["tau_i_mean_ticks"]),
-                        "tau_i_cv": _finite(at["tau_i_cv"]),
-                        "delay_mean_ticks": _finite(at["delay_mean_ticks"]),
-                        "delay_p99_ticks": _finite(at["delay_p99_ticks"]),
-                        "tau_theta_max_ticks": _finite(at["tau_theta_max_ticks"]),
-                        "tau_theta_mean_ticks": _finite(at["tau_theta_mean_ticks"]),
-                        "tau_theta_world_max_ticks": _finite(at["tau_theta_world_max_ticks"]),
-                        "tau_theta_world_mean_ticks": _finite(at["tau_theta_world_mean_ticks"]),
-                        "formula_tau": ("world" if args.clock == "wall" else "sampled") if measured else "declared",
-                        "in_flight_mean": flight["mean"] if flight else None,
-                        "in_flight_sd": flight["sd"] if flight else None,
-                        "warmup_ticks": warmup,
-                        "window_ticks": window_ticks,
-                        "trials": {str(n): r["inaction_fraction"] for n, r in sorted(results.items())},
-                        "fixed_workers": bool(at_workers),  # --at-workers: inaction at given N, no search
-                        "remote_overhead_s": at.get("remote_overhead_s"),
-                        "tick_cycle": at.get("tick_cycle"),  # C in ticks where workers held phases (wall clock)
-                    }
-                )
-                if out_of_time:
-                    ok = [n for n, r in results.items() if r["inaction_fraction"] <= threshold]
-                    failed = [n for n, r in results.items() if r["inaction_fraction"] > threshold]
-                    rows[-1].update(
-                        budget_exhausted=stopped_by is None,
-                        nstar_above=max(failed, default=None),
-                        nstar_at_most=min(ok, default=None),
-                        stopped_by=stopped_by or "time budget",
-                    )
-                rows[-1]["search_cap"] = cap
-                rows[-1]["return"] = _returns(args, name, nstar, latency, warmup)
-            if (
-                variable and "quantile_hold" in schedulers and not at_workers
-            ):  # auto: the same scheduler, sizing N_I itself
-                auto = trial(
-                    tau_ticks=tau,
-                    n_workers="auto",
-                    scheduler="auto",
-                    clock=args.clock,
-                    latency=latency,
-                    seed=args.seed,
-                    warmup_ticks=warmup,
-                    window_ticks=window_ticks,
-                    backend=backend,
-                    warm=warm,
-                )
-                rows.append(
-                    {
-                        "scheduler": "auto",
-                        "latency": kind,
-                        "sigma": sigma if kind in _SPREAD_KINDS else None,
-                        "tau_theta_ticks": tau,
-                        "nstar_measured": None,
-                        "n_workers_chosen": auto["n_workers_final"],
-                        "nstar_formula": flight["target"] if flight else None,
-                        "lower_bound": bound,
-                        "ratio_to_bound": auto["n_workers_final"] / bound,
-                        "max_inaction": threshold,
-                        "inaction_at_nstar": auto["inaction_fraction"],
-                        "delay_mean_ticks": _finite(auto["delay_mean_ticks"]),
-                        "delay_p99_ticks": _finite(auto["delay_p99_ticks"]),
-                        "warmup_ticks": warmup,
-                        "window_ticks": window_ticks,
-                        "return": _returns(args, "auto", "auto", latency, warmup),
-                    }
-                )
+def _summary(
+    args: argparse.Namespace, plan: _Plan, rows: list[dict[str, Any]], load_before: tuple[float, ...]
+) -> dict[str, Any]:
+    """The rows with what they add up to: theory matched, rows above the cap or cut short, the plots."""
+    kind, where = plan.kind, ("scheduler", "tau_theta_ticks", "sigma")
     # every searched row counts: one whose search hit the cap or the time budget has no N_I* and so
     # does not match (all() over no rows would say True)
     searched = [r for r in rows if r["scheduler"] != "auto"]
@@ -571,49 +729,26 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
     result: dict[str, Any] = {
         "clock": args.clock,
         "latency": kind,
-        "empirical_source": empirical.source if empirical is not None else None,
-        "sigma": sigmas if kind in _SPREAD_KINDS else None,
+        "empirical_source": plan.empirical.source if plan.empirical is not None else None,
+        "sigma": plan.sigmas if kind in _SPREAD_KINDS else None,
         "env": ENV,
         "rows": rows,
         "all_match_theory": all(r["matches_theory"] for r in searched) if searched else None,
         "all_within_theory_plus_1": all(r["within_theory_plus_1"] for r in searched) if searched else None,
         # rows whose scheduler still left inaction at the search cap (--max-workers): N_I* is above it
-        "above_cap": [
-            {
-                "scheduler": r["scheduler"],
-                "tau_theta_ticks": r["tau_theta_ticks"],
-                "sigma": r["sigma"],
-                "nstar_above": r["nstar_above"],
-            }
-            for r in rows
-            if r.get("nstar_above") is not None and not r.get("stopped_by")
-        ],
+        "above_cap": _brief(
+            [r for r in rows if r.get("nstar_above") is not None and not r.get("stopped_by")], (*where, "nstar_above")
+        ),
         # rows whose search the --time-budget cut short (what their trials showed is in the row)
-        "time_budget_s": budget,
-        "budget_exhausted": [
-            {
-                "scheduler": r["scheduler"],
-                "tau_theta_ticks": r["tau_theta_ticks"],
-                "sigma": r["sigma"],
-                "nstar_above": r["nstar_above"],
-                "nstar_at_most": r["nstar_at_most"],
-            }
-            for r in rows
-            if r.get("budget_exhausted")
-        ],
+        "time_budget_s": plan.budget,
+        "budget_exhausted": _brief(
+            [r for r in rows if r.get("budget_exhausted")], (*where, "nstar_above", "nstar_at_most")
+        ),
         # rows whose search a failed Ray trial stopped (the reason, and what the trials before it showed)
-        "stopped": [
-            {
-                "scheduler": r["scheduler"],
-                "tau_theta_ticks": r["tau_theta_ticks"],
-                "sigma": r["sigma"],
-                "stopped_by": r["stopped_by"],
-                "nstar_above": r["nstar_above"],
-                "nstar_at_most": r["nstar_at_most"],
-            }
-            for r in rows
-            if r.get("stopped_by") and not r.get("budget_exhausted")
-        ],
+        "stopped": _brief(
+            [r for r in rows if r.get("stopped_by") and not r.get("budget_exhausted")],
+            (*where, "stopped_by", "nstar_above", "nstar_at_most"),
+        ),
         # issue 10's target: the new scheduler within 2× the bound, inaction held
         "quantile_hold_within_2x_bound": all(r["ratio_to_bound"] is not None and r["ratio_to_bound"] <= 2 for r in hold)
         if hold
@@ -627,156 +762,7 @@ def _run(args: argparse.Namespace, backend: str, warm: WarmRayActors | None = No
         "machine": machine_info(),
     }
     if args.plot and searched:  # nothing measured (every row above the cap or out of time): nothing to draw
-        result["plot"] = str(_plot(searched, Path(args.plot), args, kind))
-        if len(sigmas) > 1:
-            result["plot_sigma"] = str(_plot_sigma(rows, Path(args.plot), kind))
+        result["plot"] = str(plot(searched, Path(args.plot), args, kind))
+        if len(plan.sigmas) > 1:
+            result["plot_sigma"] = str(plot_sigma(rows, Path(args.plot), kind))
     return result
-
-
-def _plot(rows: list[dict[str, Any]], path: Path, args: argparse.Namespace, kind: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6, 4.2))
-    sigma0 = rows[0]["sigma"] if rows else None
-    jitter0 = rows[0].get("jitter") if rows else None
-    rows = [r for r in rows if r["sigma"] == sigma0 and r.get("jitter") == jitter0]
-    for name, start in dict.fromkeys((r["scheduler"], r.get("start")) for r in rows):
-        # rows without a measured N_I* (above the cap, or cut short by the time budget) have no point
-        sub = [r for r in rows if (r["scheduler"], r.get("start")) == (name, start) and r["nstar_measured"] is not None]
-        if sub:
-            label = f"{name}, {start}" if start else name
-            ax.plot(
-                [r["tau_theta_ticks"] for r in sub],
-                [r["nstar_measured"] for r in sub],
-                "o-",
-                label=f"{label} (measured)",
-            )
-    taus = sorted({r["tau_theta_ticks"] for r in rows})
-    ax.plot(taus, [r["lower_bound"] for r in rows[: len(taus)]], "k--", alpha=0.6, label="⌈τ̄_θ/τ_M⌉ (bound)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("τ̄_θ (ticks)")
-    ax.set_ylabel("N_I* (workers)")
-    spread = "" if sigma0 is None else f", σ={sigma0:g}"
-    ax.set_title(f"N_I* vs inference time — {args.clock} clock, {kind}{spread}")
-    ax.legend()
-    ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
-def _plot_sigma(rows: list[dict[str, Any]], path: Path, kind: str) -> Path:
-    """N_I*/bound against σ, one panel per τ̄_θ, Algorithms 1 and 2 beside quantile_hold."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = path.with_name(path.stem + "_sigma" + path.suffix)
-    taus = sorted({r["tau_theta_ticks"] for r in rows})
-    fig, axes = plt.subplots(1, len(taus), figsize=(4.2 * len(taus), 4.0), squeeze=False)
-    jitter0 = rows[0].get("jitter") if rows else None
-    for ax, tau in zip(axes[0], taus):
-        sub = [
-            r
-            for r in rows
-            if r["tau_theta_ticks"] == tau and r["nstar_measured"] is not None and r.get("jitter") == jitter0
-        ]
-        for name, start in dict.fromkeys((r["scheduler"], r.get("start")) for r in sub):
-            mine = sorted(
-                (r["sigma"], r["nstar_measured"]) for r in sub if (r["scheduler"], r.get("start")) == (name, start)
-            )
-            ax.plot([m[0] for m in mine], [m[1] for m in mine], "o-", label=f"{name}, {start}" if start else name)
-        bound = sorted({(r["sigma"], r["lower_bound"]) for r in sub})
-        ax.plot([b[0] for b in bound], [b[1] for b in bound], "k--", label="⌈τ̄_θ/τ_M⌉ bound")
-        ax.plot([b[0] for b in bound], [2 * b[1] for b in bound], "k:", alpha=0.5, label="2 × bound")
-        ax.set_yscale("log")
-        ax.set_xlabel(f"σ ({kind})")
-        ax.set_ylabel("N_I* (workers)")
-        ax.set_title(f"τ̄_θ = {tau:g} ticks")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
-
-
-def render(result: dict[str, Any]) -> None:
-    from nonstop._console import Console
-    from rich.table import Table
-
-    def num(v: Any, fmt: str) -> str:
-        return "—" if v is None else format(v, fmt)
-
-    table = Table(title=f"N_I* — {result['clock']} clock, {result['latency']} latency")
-    p_ret = next((r["return"]["delay_world"]["p_minimax"] for r in result["rows"] if r.get("return")), None)
-    for col in (
-        "scheduler",
-        "start",
-        "σ",
-        "jitter",
-        "τ̄_θ (ticks)",
-        "N_I* measured",
-        "formula",
-        "bound",
-        "×bound",
-        "inaction at N_I*",
-        "at N_I*−1",
-        "delay mean",
-        "delay p99",
-        "threshold",
-        f"return, p {p_ret:g}" if p_ret is not None else "return",
-        "return, still",
-    ):
-        table.add_column(col, justify="right")
-
-    def ret(r: dict[str, Any], world: str) -> str:
-        got = (r.get("return") or {}).get(world)
-        if not got:
-            return "—"
-        spread = got["return_sd"] if got["return_sd"] is not None else got["return_se"]
-        return f"{got['return_mean']:.3f}" + ("" if spread is None else f" ± {spread:.3f}")
-
-    for r in result["rows"]:
-        if r["nstar_measured"] is not None:
-            measured, ratio = str(r["nstar_measured"]), f"{r['ratio_to_bound']:.2f}"
-        elif r.get("stopped_by"):  # cut short by --time-budget or a failed trial: the bracket its trials gave
-            low = "" if r["nstar_above"] is None else f"> {r['nstar_above']}"
-            high = "" if r["nstar_at_most"] is None else f"≤ {r['nstar_at_most']}"
-            why = "time" if r.get("budget_exhausted") else "stopped"
-            measured, ratio = " ".join(part for part in (low, high, f"({why})") if part), "—"
-        elif r.get("fixed_workers"):  # --at-workers: the inaction at each N
-            measured, ratio = " ".join(f"{n}: {v:.1%}" for n, v in r["trials"].items()), "—"
-        elif r.get("nstar_above") is not None:  # still inaction at the search cap
-            measured, ratio = f"> {r['nstar_above']}", f"> {r['nstar_above'] / r['lower_bound']:.0f}"
-        else:
-            measured, ratio = f"auto: {r['n_workers_chosen']}", f"{r['ratio_to_bound']:.2f}"
-        table.add_row(
-            r["scheduler"],
-            r.get("start") or "—",
-            num(r.get("sigma"), "g"),
-            num(r.get("jitter"), "g"),
-            f"{r['tau_theta_ticks']:g}",
-            measured,
-            num(r["nstar_formula"], "d"),
-            str(r["lower_bound"]),
-            ratio,
-            f"{r['inaction_at_nstar']:.2%}",
-            "—" if r.get("inaction_at_nstar_minus_1") is None else f"{r['inaction_at_nstar_minus_1']:.2%}",
-            num(r["delay_mean_ticks"], ".1f"),
-            num(r["delay_p99_ticks"], ".0f"),
-            f"{r['max_inaction']:.2%}",
-            ret(r, "delay_world"),
-            ret(r, "still_world"),
-        )
-    Console().print(table)
-    for key in ("plot", "plot_sigma"):
-        if result.get(key):
-            print(f"{key}: {result[key]}")

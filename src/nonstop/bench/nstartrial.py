@@ -3,12 +3,13 @@ either clock, its tick-log summary after warm-up; on Ray, the actors kept warm a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
 
 import numpy as np
 
-__all__ = ["TRIAL_ENV", "WarmRayActors", "trial"]
+__all__ = ["TRIAL_ENV", "TrialSpec", "WarmRayActors", "trial"]
 
 #: the cheapest world: the env does not matter for N_I*, only the tick rate
 TRIAL_ENV: Final = "theory/inaction"
@@ -70,29 +71,35 @@ class WarmRayActors:
         self.actors.clear()
 
 
-def trial(
-    *,
-    tau_ticks: float,
-    n_workers: int | str,
-    scheduler: str,
-    clock: str,
-    latency: Any,
-    seed: int,
-    warmup_ticks: int,
-    window_ticks: int,
-    backend: str = "thread",
-    warm: WarmRayActors | None = None,
-    initial: float | None = None,
-) -> dict[str, Any]:
-    """One run with ``n_workers`` (or ``"auto"``); returns the tick-log summary after warm-up
-    (counted from when the workers started: Ray actors take seconds to start). With ``warm`` a
-    Ray trial borrows kept actors instead of starting its own. ``initial``: the estimate (seconds)
-    Algorithm 1 or 2 starts from, staggering the first inferences by it over N (`initial_estimate`)."""
+@dataclass(frozen=True)
+class TrialSpec:
+    """What one trial runs: ``n_workers`` latency-declaring workers (or ``"auto"``) under ``scheduler``
+    on ``clock``, measured over ``window_ticks`` after ``warmup_ticks``."""
+
+    n_workers: int | str
+    scheduler: str
+    clock: str
+    latency: Any
+    seed: int
+    warmup_ticks: int
+    window_ticks: int
+    backend: str = "thread"
+    #: the estimate (seconds) Algorithm 1 or 2 starts from, staggering the first inferences by it
+    #: over N (`initial_estimate`); None: the scheduler's own start
+    initial: float | None = None
+
+
+def trial(spec: TrialSpec, warm: WarmRayActors | None = None) -> dict[str, Any]:
+    """One run of ``spec``; returns the tick-log summary after warm-up (counted from when the workers
+    started: Ray actors take seconds to start). With ``warm`` a Ray trial borrows kept actors instead
+    of starting its own."""
     from nonstop.inference.schedulers import make_scheduler
     from nonstop.inference.workers import InferencePool
     from nonstop.realtime.host import Session
 
-    with Session(TRIAL_ENV, clock=clock, seed=seed) as world:
+    n_workers, latency, seed, backend = spec.n_workers, spec.latency, spec.seed, spec.backend
+    warmup_ticks, window_ticks = spec.warmup_ticks, spec.window_ticks
+    with Session(TRIAL_ENV, clock=spec.clock, seed=seed) as world:
         tau_m = world.tau_m
 
         space = world.action_space
@@ -114,9 +121,9 @@ def trial(
             return factory(i)()
 
         # by name: the pool binds a grid scheduler's period to τ_M and its origin to the tick grid
-        chosen: Any = scheduler
-        if initial is not None and isinstance(n_workers, int):
-            chosen = make_scheduler(scheduler, n_workers, initial_estimate=initial)
+        chosen: Any = spec.scheduler
+        if spec.initial is not None and isinstance(n_workers, int):
+            chosen = make_scheduler(spec.scheduler, n_workers, initial_estimate=spec.initial)
         pool = InferencePool(world, policy, chosen, n_inference=n_workers).start()
         if backend == "ray":  # the warm-up counts from when the actors are up
             warmup_ticks += int(world.slot.read().tick)

@@ -362,8 +362,6 @@ def _quiet_probe(policies: list[Any], obs: Any, calls: int) -> dict[str, list[fl
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from nonstop.distributed.backends import check_backend
-    from nonstop.distributed.ray_backend import RayPolicy, local_cluster, ray_session
-    from nonstop.inference.workers import ProcessPolicy
 
     sizes = run_sizes(args, _QUICK, _FULL)
     calls, seconds, passes, probe_calls = (
@@ -372,15 +370,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         int(sizes["passes"]),
         int(sizes["probe_calls"]),
     )
-    for name in ("forward_ticks", "tick_hz") + (("k",) if args.k is not None else ()):
-        value = getattr(args, name)
-        if not (value > 0 and math.isfinite(value)):
-            raise ValueError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
-    for name in ("nodes", "actors_per_node"):
-        value = getattr(args, name)
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
-    per_node = args.actors_per_node
+    _check_numbers(args)
     check_backend("ray", ray_address=args.ray_address, clock="wall")  # Ray installed, the address answers
     from nonstop.realtime.clock import stopwatch
 
@@ -402,71 +392,122 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     phases["calibration"] = stopwatch() - t0
 
     with ExitStack() as stack:
-        if args.ray_address is None:
-            cluster = stack.enter_context(local_cluster(args.nodes, num_cpus=per_node))
-            result["cluster"] = {
-                "local": True,
-                "nodes": args.nodes,
-                "cpus_per_node": per_node,
-                "address": cluster.address,
-            }
-        else:
-            ray = stack.enter_context(ray_session(args.ray_address))
-            alive = [n for n in ray.nodes() if n.get("Alive")]
-            result["cluster"] = {"local": False, "nodes": len(alive), "address": args.ray_address}
-        n_actors = min(args.nodes, result["cluster"]["nodes"]) * per_node
+        result["cluster"] = _cluster(stack, args)
+        n_actors = min(args.nodes, result["cluster"]["nodes"]) * args.actors_per_node
         phases["cluster_start"] = stopwatch() - t0 - sum(phases.values())
-
-        # 1. overhead per action, k=1
-        result["overhead"] = {"k": 1}
-        factory = partial(_resnet_policy, 18, 1.0, 0, True)
-        for name, make in (
-            ("process", lambda: ProcessPolicy(factory)),
-            ("ray", lambda: RayPolicy(factory, num_cpus=1)),
-        ):
-            policy = make()
-            try:
-                result["overhead"][name] = _overhead(policy, calls, tau_m)
-            finally:
-                policy.close()
+        result["overhead"] = _overheads(calls, tau_m)  # 1. overhead per action, k=1
         phases["overhead"] = stopwatch() - t0 - sum(phases.values())
-
         # 2. the slow model at tick_hz: one process, then --actors-per-node actors on each node
-        from nonstop.envs import make_env
-
-        probe = make_env(_ENV)
-        n_actions = int(probe.action_space.n)  # type: ignore[attr-defined]  # Boxing: Discrete(18)
-        obs = probe.reset(seed=0)[0]  # the quiet probe sends what the world will
-        probe.close()
-        slow_factory = partial(_resnet_policy, n_actions, slow["k"], 0, False)
-        result["one_process"] = _act_in_world(
-            lambda i: ProcessPolicy(slow_factory), 1, args.scheduler, seconds, args.tick_hz
-        )
-        if not args.quick:  # the same staggering without Ray, on this host's cores: what the calls themselves cost
-            result["processes_on_this_host"] = _act_in_world(
-                lambda i: ProcessPolicy(slow_factory), n_actors, args.scheduler, seconds, args.tick_hz
-            )
-        # the actors start first (the least filled node each: actors_per_node per node), and each is
-        # timed quietly, alone, before the world starts; the world's workers take them over
-        actors = RayPolicy.start_many([slow_factory] * n_actors, num_cpus=1)
-        made: list[Any] = []
-        for policy in actors:
-            stack.callback(policy.close)
-        quiet = _quiet_probe(actors, obs, probe_calls)
-
-        def actor(i: int) -> Any:
-            fresh = i >= len(actors) or any(p is actors[i] for p in made)  # a restart builds a new one
-            policy = RayPolicy(slow_factory, num_cpus=1) if fresh else actors[i]
-            made.append(policy)
-            return policy
-
-        world = _act_in_world(actor, n_actors, args.scheduler, seconds, args.tick_hz)
-        world["actors_per_node"] = per_node
-        world["nodes_used"] = len({str(p.node_id) for p in made})
-        result["ray_actor_per_node"] = world
+        made, quiet = _slow_worlds(stack, args, result, slow["k"], n_actors, seconds, probe_calls)
         phases["worlds"] = stopwatch() - t0 - sum(phases.values())
     result["phase_s"] = {**phases, "total": stopwatch() - t0}
+    _split_tau_theta(result, made, quiet, tau_m)
+    ray_inaction = result["ray_actor_per_node"]["inaction_fraction"]
+    one_inaction = result["one_process"]["inaction_fraction"]
+    result["meets_target"] = {
+        # issue 12: the 2-tick model acts at every tick (inaction <= 1 %) on one actor per node, where one process cannot
+        "actor_per_node_acts_every_tick": bool(ray_inaction <= 0.01 and one_inaction > 0.01),
+    }
+    found = diagnose_result(result, n_actors, local=args.ray_address is None)
+    result["diagnosis"], result["machine_limit"] = found.causes, found.machine_limit
+    return result
 
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    for name in ("forward_ticks", "tick_hz") + (("k",) if args.k is not None else ()):
+        value = getattr(args, name)
+        if not (value > 0 and math.isfinite(value)):
+            raise ValueError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
+    for name in ("nodes", "actors_per_node"):
+        value = getattr(args, name)
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
+
+
+def _cluster(stack: ExitStack, args: argparse.Namespace) -> dict[str, Any]:
+    """A local cluster of ``--nodes`` (``--actors-per-node`` CPUs each), or the session of
+    ``--ray-address``, held open by ``stack``; what it is."""
+    from nonstop.distributed.ray_backend import local_cluster, ray_session
+
+    per_node = args.actors_per_node
+    if args.ray_address is None:
+        cluster = stack.enter_context(local_cluster(args.nodes, num_cpus=per_node))
+        return {"local": True, "nodes": args.nodes, "cpus_per_node": per_node, "address": cluster.address}
+    ray = stack.enter_context(ray_session(args.ray_address))
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    return {"local": False, "nodes": len(alive), "address": args.ray_address}
+
+
+def _overheads(calls: int, tau_m: float) -> dict[str, Any]:
+    """Per action, outside the forward pass of a k=1 ResNet: a process policy and a Ray actor."""
+    from nonstop.distributed.ray_backend import RayPolicy
+    from nonstop.inference.workers import ProcessPolicy
+
+    overhead: dict[str, Any] = {"k": 1}
+    factory = partial(_resnet_policy, 18, 1.0, 0, True)
+    for name, make in (
+        ("process", lambda: ProcessPolicy(factory)),
+        ("ray", lambda: RayPolicy(factory, num_cpus=1)),
+    ):
+        policy = make()
+        try:
+            overhead[name] = _overhead(policy, calls, tau_m)
+        finally:
+            policy.close()
+    return overhead
+
+
+def _slow_worlds(
+    stack: ExitStack,
+    args: argparse.Namespace,
+    result: dict[str, Any],
+    k: float,
+    n_actors: int,
+    seconds: float,
+    probe_calls: int,
+) -> tuple[list[Any], dict[str, Any]]:
+    """The slow model (width ``k``) acting in the world at --tick-hz: one process, (full runs) as many
+    processes on this host as there are actors, then the Ray actors; each world's figures go into
+    ``result``. Returns the actors the world used and their quiet probe."""
+    from nonstop.distributed.ray_backend import RayPolicy
+    from nonstop.envs import make_env
+    from nonstop.inference.workers import ProcessPolicy
+
+    probe = make_env(_ENV)
+    n_actions = int(probe.action_space.n)  # type: ignore[attr-defined]  # Boxing: Discrete(18)
+    obs = probe.reset(seed=0)[0]  # the quiet probe sends what the world will
+    probe.close()
+    slow_factory = partial(_resnet_policy, n_actions, k, 0, False)
+    result["one_process"] = _act_in_world(
+        lambda i: ProcessPolicy(slow_factory), 1, args.scheduler, seconds, args.tick_hz
+    )
+    if not args.quick:  # the same staggering without Ray, on this host's cores: what the calls themselves cost
+        result["processes_on_this_host"] = _act_in_world(
+            lambda i: ProcessPolicy(slow_factory), n_actors, args.scheduler, seconds, args.tick_hz
+        )
+    # the actors start first (the least filled node each: actors_per_node per node), and each is
+    # timed quietly, alone, before the world starts; the world's workers take them over
+    actors = RayPolicy.start_many([slow_factory] * n_actors, num_cpus=1)
+    made: list[Any] = []
+    for policy in actors:
+        stack.callback(policy.close)
+    quiet = _quiet_probe(actors, obs, probe_calls)
+
+    def actor(i: int) -> Any:
+        fresh = i >= len(actors) or any(p is actors[i] for p in made)  # a restart builds a new one
+        policy = RayPolicy(slow_factory, num_cpus=1) if fresh else actors[i]
+        made.append(policy)
+        return policy
+
+    world = _act_in_world(actor, n_actors, args.scheduler, seconds, args.tick_hz)
+    world["actors_per_node"] = args.actors_per_node
+    world["nodes_used"] = len({str(p.node_id) for p in made})
+    result["ray_actor_per_node"] = world
+    return made, quiet
+
+
+def _split_tau_theta(result: dict[str, Any], made: list[Any], quiet: dict[str, Any], tau_m: float) -> None:
+    """Each world's wait before a call, and the Ray actors' τ_θ split into its parts, into ``result``."""
     samples = {
         name: result[name].pop("_samples")
         for name in ("one_process", "processes_on_this_host", "ray_actor_per_node")
@@ -485,15 +526,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         tau_m=tau_m,
     )
     result["ray_actor_per_node"]["actor_niceness"] = sorted({p.niceness for p in made if p.niceness is not None})
-    ray_inaction = result["ray_actor_per_node"]["inaction_fraction"]
-    one_inaction = result["one_process"]["inaction_fraction"]
-    result["meets_target"] = {
-        # issue 12: the 2-tick model acts at every tick (inaction <= 1 %) on one actor per node, where one process cannot
-        "actor_per_node_acts_every_tick": bool(ray_inaction <= 0.01 and one_inaction > 0.01),
-    }
-    found = diagnose_result(result, n_actors, local=args.ray_address is None)
-    result["diagnosis"], result["machine_limit"] = found.causes, found.machine_limit
-    return result
 
 
 def diagnose_result(result: dict[str, Any], n_actors: int, *, local: bool) -> Diagnosis:
@@ -529,9 +561,32 @@ def diagnose_result(result: dict[str, Any], n_actors: int, *, local: bool) -> Di
 
 def render(result: dict[str, Any]) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     console = Console()
+    console.print(_overhead_table(result))
+    console.print(_worlds_table(result))
+    console.print(_parts_table(result))
+    cpu = result["ray_actor_per_node"].get("cpu") or {}
+    if cpu.get("idle_cores") is not None:
+        console.print(
+            f"CPU during the actors' world: {cpu['busy_cores']:.2f} of {cpu['cores']} cores busy, "
+            f"{cpu['idle_cores']:.2f} idle ({cpu['source']})",
+            markup=False,
+        )
+    ok = result["meets_target"]["actor_per_node_acts_every_tick"]
+    console.print(
+        f"one actor per node acts at every tick (inaction ≤ 1 %) where one process cannot: {verdict(ok, result.get('quick', False))}"
+    )
+    for cause in result.get("diagnosis") or []:
+        console.print(f"- {cause['text']}", markup=False)
+    if result.get("machine_limit"):
+        console.print(result["machine_limit"], style="yellow", markup=False)
+
+
+def _overhead_table(result: dict[str, Any]) -> Any:
+    """Per action, outside the forward pass: process against Ray actor."""
+    from rich.table import Table
+
     hz = result["tick_hz"]
     t = Table(title=f"per-action overhead outside the forward pass, k=1 ResNet, ticks at {hz:g} Hz")
     for col in (
@@ -555,7 +610,14 @@ def render(result: dict[str, Any]) -> None:
             f"{r['overhead_ticks']['p50']:.3f}",
             f"{r['overhead_ticks']['p99']:.3f}",
         )
-    console.print(t)
+    return t
+
+
+def _worlds_table(result: dict[str, Any]) -> Any:
+    """The slow model in the world: one process, processes on this host, one Ray actor per node."""
+    from rich.table import Table
+
+    hz = result["tick_hz"]
     slow = result["slow_model"]
     t = Table(
         title=f"k={slow['k']:g} ResNet: forward {slow['forward_ms']:.1f} ms = {slow['forward_ticks']:.2f} ticks on one core, "
@@ -579,7 +641,13 @@ def render(result: dict[str, Any]) -> None:
             f"{tau:.2f}",
             f"{r['tau_i_mean_ticks'] or float('nan'):.2f}",
         )
-    console.print(t)
+    return t
+
+
+def _parts_table(result: dict[str, Any]) -> Any:
+    """The Ray actors' τ_θ in the world split into its parts, beside the quiet probe's."""
+    from rich.table import Table
+
     parts = result["tau_theta_parts"]
     per_node = result["ray_actor_per_node"].get("actors_per_node", 1)
     t = Table(title=f"τ_θ of the Ray actors ({per_node} per node) in the world, per action, and quiet before it")
@@ -612,19 +680,4 @@ def render(result: dict[str, Any]) -> None:
             f"{r['mean_ticks']:.2f}",
             share,
         )
-    console.print(t)
-    cpu = result["ray_actor_per_node"].get("cpu") or {}
-    if cpu.get("idle_cores") is not None:
-        console.print(
-            f"CPU during the actors' world: {cpu['busy_cores']:.2f} of {cpu['cores']} cores busy, "
-            f"{cpu['idle_cores']:.2f} idle ({cpu['source']})",
-            markup=False,
-        )
-    ok = result["meets_target"]["actor_per_node_acts_every_tick"]
-    console.print(
-        f"one actor per node acts at every tick (inaction ≤ 1 %) where one process cannot: {verdict(ok, result.get('quick', False))}"
-    )
-    for cause in result.get("diagnosis") or []:
-        console.print(f"- {cause['text']}", markup=False)
-    if result.get("machine_limit"):
-        console.print(result["machine_limit"], style="yellow", markup=False)
+    return t

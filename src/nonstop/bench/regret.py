@@ -220,7 +220,6 @@ def measure(
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from nonstop.envs.theory import THEORY_TICK_HZ, check_delay_cycle_args
-    from nonstop.metrics.nstar import theoretical_nstar
 
     quick = bool(getattr(args, "quick", False))
     taus = parse_positive_list(args.ticks, "--ticks") if args.ticks else list(_QUICK_TICKS if quick else _DEFAULT_TICKS)
@@ -238,85 +237,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"--n-states ({n_states}) must exceed the largest τ_θ in ticks ({max(taus):g}): Equation 4's worst "
             f"case needs a cycle longer than the delay"
         )
-    tau_m = 1.0 / THEORY_TICK_HZ
-    cycle = {"n": n_states, "p_minimax": p}
     rows = []
     for row_index, tau in enumerate(taus):
         # One env seed per τ_θ: rows sharing one random trajectory would share its luck (a cycle
         # that happens to move less makes every row's delay regret low together). Sequential and
         # staggered runs of one τ_θ do share it: that comparison is paired.
         seed = args.seed + row_index
-        n_stag = theoretical_nstar(tau * tau_m, tau_m)
-        warm = warmup_ticks(tau)
-        seq_i = measure(
-            "theory/inaction", tau_ticks=tau, scheduler="sequential", n_workers=1, seconds=inaction_s, seed=seed
-        )
-        stag_i = measure(
-            "theory/inaction", tau_ticks=tau, scheduler="max_time", n_workers=n_stag, seconds=inaction_s, seed=seed
-        )
-        stag_d = measure(
-            "theory/delay-cycle",
-            tau_ticks=tau,
-            scheduler="max_time",
-            n_workers=n_stag,
-            seconds=delay_s,
-            seed=seed,
-            env_kwargs=cycle,
-        )
-        seq_d = measure(
-            "theory/delay-cycle",
-            tau_ticks=tau,
-            scheduler="sequential",
-            n_workers=1,
-            seconds=delay_s,
-            seed=seed,
-            env_kwargs=cycle,
-        )
-        seq_est = inaction_regret_estimate(seq_i, 1.0, warmup_ticks=warm)
-        stag_est = inaction_regret_estimate(stag_i, 1.0, warmup_ticks=warm)
-        stag_sum = stag_i.summary(warmup_ticks=warm)
-        eq3 = eq3_inaction_regret_rate(tau * tau_m, tau_m)
-        seq_inaction = seq_i.summary(warmup_ticks=warm)["inaction_fraction"]
-        continuous, ceil_form = 1.0 - 1.0 / tau if tau >= 1 else 0.0, 1.0 - 1.0 / math.ceil(tau - 1e-9)
-        delay_est = delay_regret_estimate(stag_d, 1.0, warmup_ticks=warm)
-        seq_delay_est = delay_regret_estimate(seq_d, 1.0, warmup_ticks=warm)
-        eq4 = eq4_delay_regret_per_step(p, theoretical_nstar(tau * tau_m, tau_m))
-        predicted = predicted_delay_regret_per_step(stag_d, p, warmup_ticks=warm)
-        rows.append(
-            {
-                "tau_theta_ticks": tau,
-                "n_workers_staggered": n_stag,
-                "sequential_inaction_regret_rate": seq_est.value,
-                "sequential_inaction_regret_rate_se": _finite(seq_est.stderr),
-                "sequential_inaction_fraction": seq_inaction,
-                "eq3_inaction_regret_rate": eq3,
-                "sequential_ratio_to_eq3": _ratio(seq_est.value, eq3),
-                "staggered_inaction_regret_rate": stag_est.value,
-                "staggered_inaction_regret_rate_se": _finite(stag_est.stderr),
-                "staggered_inaction_fraction": stag_sum["inaction_fraction"],
-                "staggered_tau_i_mean_ticks": _finite(stag_sum["tau_i_mean_ticks"]),
-                # Remark 1 for a sequential agent: 1 − τ_M/τ_θ (it restarts at once after each submit)
-                # or 1 − 1/⌈τ_θ/τ_M⌉ (it would wait for a fresh tick); equal at integer ratios
-                "remark1_inaction_continuous": continuous,
-                "remark1_inaction_ceil": ceil_form,
-                "remark1_form_realised": _closest(seq_inaction, {"continuous": continuous, "ceil": ceil_form}),
-                "staggered_delay_regret_per_step": delay_est.value,
-                "staggered_delay_regret_per_step_se": _finite(delay_est.stderr),
-                "staggered_delay_mean_ticks": _finite(stag_d.summary(warmup_ticks=warm)["delay_mean_ticks"]),
-                "staggered_agent_steps": delay_est.n,
-                "eq4_delay_regret_per_step": eq4,
-                "staggered_ratio_to_eq4": _ratio(delay_est.value, eq4),
-                "predicted_delay_regret_per_step": predicted,
-                "staggered_ratio_to_predicted": _ratio(delay_est.value, predicted),
-                "eq4_paper_convention_pass": agrees(delay_est.value, eq4, delay_est.stderr),
-                "eq4_host_convention_pass": agrees(delay_est.value, predicted, delay_est.stderr),
-                "eq4_paper_lower_bound_holds": bool(
-                    delay_est.value >= eq4 - PASS_Z * (_finite(delay_est.stderr) or 0.0) - 1e-9
-                ),
-                "sequential_delay_regret_per_step": seq_delay_est.value,
-                "sequential_delay_regret_per_step_se": _finite(seq_delay_est.stderr),
-            }
-        )
+        rows.append(_row(tau, seed, p, n_states, inaction_s, delay_s))
     result: dict[str, Any] = {
         "rows": rows,
         "p_minimax": p,
@@ -342,6 +269,93 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ),
     }
     result["eq4_account"] = eq4_account(rows, p)
+    result["eq2"] = _learning(args, quick)
+    if args.plot:
+        result["plot"] = str(_plot(result, Path(args.plot)))
+    return result
+
+
+def _row(tau: float, seed: int, p: float, n_states: int, inaction_s: float, delay_s: float) -> dict[str, Any]:
+    """One τ_θ: sequential and staggered runs on the inaction world and on the delay cycle, their
+    measured regrets beside Equations 3 and 4 and Remark 1."""
+    from nonstop.envs.theory import THEORY_TICK_HZ
+    from nonstop.metrics.nstar import theoretical_nstar
+
+    tau_m = 1.0 / THEORY_TICK_HZ
+    cycle = {"n": n_states, "p_minimax": p}
+    n_stag = theoretical_nstar(tau * tau_m, tau_m)
+    warm = warmup_ticks(tau)
+    seq_i = measure(
+        "theory/inaction", tau_ticks=tau, scheduler="sequential", n_workers=1, seconds=inaction_s, seed=seed
+    )
+    stag_i = measure(
+        "theory/inaction", tau_ticks=tau, scheduler="max_time", n_workers=n_stag, seconds=inaction_s, seed=seed
+    )
+    stag_d = measure(
+        "theory/delay-cycle",
+        tau_ticks=tau,
+        scheduler="max_time",
+        n_workers=n_stag,
+        seconds=delay_s,
+        seed=seed,
+        env_kwargs=cycle,
+    )
+    seq_d = measure(
+        "theory/delay-cycle",
+        tau_ticks=tau,
+        scheduler="sequential",
+        n_workers=1,
+        seconds=delay_s,
+        seed=seed,
+        env_kwargs=cycle,
+    )
+    seq_est = inaction_regret_estimate(seq_i, 1.0, warmup_ticks=warm)
+    stag_est = inaction_regret_estimate(stag_i, 1.0, warmup_ticks=warm)
+    stag_sum = stag_i.summary(warmup_ticks=warm)
+    eq3 = eq3_inaction_regret_rate(tau * tau_m, tau_m)
+    seq_inaction = seq_i.summary(warmup_ticks=warm)["inaction_fraction"]
+    continuous, ceil_form = 1.0 - 1.0 / tau if tau >= 1 else 0.0, 1.0 - 1.0 / math.ceil(tau - 1e-9)
+    delay_est = delay_regret_estimate(stag_d, 1.0, warmup_ticks=warm)
+    seq_delay_est = delay_regret_estimate(seq_d, 1.0, warmup_ticks=warm)
+    eq4 = eq4_delay_regret_per_step(p, theoretical_nstar(tau * tau_m, tau_m))
+    predicted = predicted_delay_regret_per_step(stag_d, p, warmup_ticks=warm)
+    return {
+        "tau_theta_ticks": tau,
+        "n_workers_staggered": n_stag,
+        "sequential_inaction_regret_rate": seq_est.value,
+        "sequential_inaction_regret_rate_se": _finite(seq_est.stderr),
+        "sequential_inaction_fraction": seq_inaction,
+        "eq3_inaction_regret_rate": eq3,
+        "sequential_ratio_to_eq3": _ratio(seq_est.value, eq3),
+        "staggered_inaction_regret_rate": stag_est.value,
+        "staggered_inaction_regret_rate_se": _finite(stag_est.stderr),
+        "staggered_inaction_fraction": stag_sum["inaction_fraction"],
+        "staggered_tau_i_mean_ticks": _finite(stag_sum["tau_i_mean_ticks"]),
+        # Remark 1 for a sequential agent: 1 − τ_M/τ_θ (it restarts at once after each submit)
+        # or 1 − 1/⌈τ_θ/τ_M⌉ (it would wait for a fresh tick); equal at integer ratios
+        "remark1_inaction_continuous": continuous,
+        "remark1_inaction_ceil": ceil_form,
+        "remark1_form_realised": _closest(seq_inaction, {"continuous": continuous, "ceil": ceil_form}),
+        "staggered_delay_regret_per_step": delay_est.value,
+        "staggered_delay_regret_per_step_se": _finite(delay_est.stderr),
+        "staggered_delay_mean_ticks": _finite(stag_d.summary(warmup_ticks=warm)["delay_mean_ticks"]),
+        "staggered_agent_steps": delay_est.n,
+        "eq4_delay_regret_per_step": eq4,
+        "staggered_ratio_to_eq4": _ratio(delay_est.value, eq4),
+        "predicted_delay_regret_per_step": predicted,
+        "staggered_ratio_to_predicted": _ratio(delay_est.value, predicted),
+        "eq4_paper_convention_pass": agrees(delay_est.value, eq4, delay_est.stderr),
+        "eq4_host_convention_pass": agrees(delay_est.value, predicted, delay_est.stderr),
+        "eq4_paper_lower_bound_holds": bool(
+            delay_est.value >= eq4 - PASS_Z * (_finite(delay_est.stderr) or 0.0) - 1e-9
+        ),
+        "sequential_delay_regret_per_step": seq_delay_est.value,
+        "sequential_delay_regret_per_step_se": _finite(seq_delay_est.stderr),
+    }
+
+
+def _learning(args: argparse.Namespace, quick: bool) -> dict[str, Any]:
+    """Equation 2 on the bandit (`learning_rows`), and on CartPole where asked (``--real-env``)."""
     steps = args.learn_steps if args.learn_steps is not None else (6000 if quick else 20000)
     n_seeds = args.learn_seeds if args.learn_seeds is not None else (4 if quick else 8)
     for name, value, low in (("--learn-steps", steps, 100), ("--learn-seeds", n_seeds, 2)):
@@ -350,13 +364,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from nonstop.envs.theory import check_bandit_args
 
     check_bandit_args(args.arms, args.epsilon)
-    result["eq2"] = learning_rows(arms=args.arms, epsilon=args.epsilon, steps=steps, seeds=n_seeds, seed=args.seed)
+    eq2 = learning_rows(arms=args.arms, epsilon=args.epsilon, steps=steps, seeds=n_seeds, seed=args.seed)
     real = getattr(args, "real_env", "auto")
     if real == "on" or (real == "auto" and not quick):
-        result["eq2"]["real_env"] = real_env_learning(seconds=300.0, seed=args.seed)
-    if args.plot:
-        result["plot"] = str(_plot(result, Path(args.plot)))
-    return result
+        eq2["real_env"] = real_env_learning(seconds=300.0, seed=args.seed)
+    return eq2
 
 
 def eq4_account(rows: list[dict[str, Any]], p: float) -> dict[str, Any]:
@@ -478,12 +490,29 @@ def _plot(result: dict[str, Any], path: Path) -> Path:
 
 def render(result: dict[str, Any]) -> None:
     from nonstop._console import Console
-    from rich.table import Table
-
-    def num(v: Any, fmt: str) -> str:
-        return "—" if v is None else format(v, fmt)
 
     console = Console()
+    console.print(_inaction_table(result))
+    console.print(_delay_table(result))
+    print(result["convention"])
+    acc = result.get("eq4_account")
+    if acc:
+        print(_eq4_trust(acc))
+    eq2 = result.get("eq2")
+    if eq2:
+        _render_learning(console, eq2)
+    if result.get("plot"):
+        print(f"plot: {result['plot']}")
+
+
+def _num(v: Any, fmt: str) -> str:
+    return "—" if v is None else format(v, fmt)
+
+
+def _inaction_table(result: dict[str, Any]) -> Any:
+    """Equation 3 against the measured inaction regret, sequential and staggered."""
+    from rich.table import Table
+
     inaction = Table(title=f"Inaction regret (reward/s) on InactionMDP — virtual clock, {result['tick_hz']:g} Hz")
     for col in ("τ_θ (ticks)", "sequential", "Eq 3", "ratio", "max_time", "N_I"):
         inaction.add_column(col, justify="right")
@@ -492,11 +521,17 @@ def render(result: dict[str, Any]) -> None:
             f"{r['tau_theta_ticks']:g}",
             f"{r['sequential_inaction_regret_rate']:.3f}",
             f"{r['eq3_inaction_regret_rate']:.3f}",
-            num(r["sequential_ratio_to_eq3"], ".4f"),
+            _num(r["sequential_ratio_to_eq3"], ".4f"),
             f"{r['staggered_inaction_regret_rate']:.3f}",
             str(r["n_workers_staggered"]),
         )
-    console.print(inaction)
+    return inaction
+
+
+def _delay_table(result: dict[str, Any]) -> Any:
+    """Equation 4 (the paper's timing and the host's) against the measured delay regret."""
+    from rich.table import Table
+
     delay = Table(
         title=f"Delay regret (per agent step) on DelayCycleMDP, n={result['n_states']}, "
         f"p_minimax={result['p_minimax']:g}"
@@ -516,88 +551,91 @@ def render(result: dict[str, Any]) -> None:
     for r in result["rows"]:
         delay.add_row(
             f"{r['tau_theta_ticks']:g}",
-            f"{r['staggered_delay_regret_per_step']:.4f} ± {num(r['staggered_delay_regret_per_step_se'], '.4f')}",
+            f"{r['staggered_delay_regret_per_step']:.4f} ± {_num(r['staggered_delay_regret_per_step_se'], '.4f')}",
             f"{r['eq4_delay_regret_per_step']:.4f}",
-            num(r["staggered_ratio_to_eq4"], ".3f"),
+            _num(r["staggered_ratio_to_eq4"], ".3f"),
             "yes" if r["eq4_paper_convention_pass"] else "no",
             f"{r['predicted_delay_regret_per_step']:.4f}",
-            num(r["staggered_ratio_to_predicted"], ".3f"),
+            _num(r["staggered_ratio_to_predicted"], ".3f"),
             "yes" if r["eq4_host_convention_pass"] else "no",
-            f"{r['sequential_delay_regret_per_step']:.4f} ± {num(r['sequential_delay_regret_per_step_se'], '.4f')}",
+            f"{r['sequential_delay_regret_per_step']:.4f} ± {_num(r['sequential_delay_regret_per_step_se'], '.4f')}",
         )
-    console.print(delay)
-    print(result["convention"])
-    acc = result.get("eq4_account")
-    if acc:
-        case = acc["separating_case"]
-        decided = (
-            ""
-            if case is None
-            else (
-                f" The case that separates them, τ_θ = {case['tau_theta_ticks']:g} tick: paper {case['paper']:.4f}, host "
-                f"{case['host']:.4f}, measured {case['measured']:.4f}."
+    return delay
+
+
+def _eq4_trust(acc: dict[str, Any]) -> str:
+    """Which reading of Equation 4 to trust, in one paragraph (`eq4_account`)."""
+    case = acc["separating_case"]
+    decided = (
+        ""
+        if case is None
+        else (
+            f" The case that separates them, τ_θ = {case['tau_theta_ticks']:g} tick: paper {case['paper']:.4f}, host "
+            f"{case['host']:.4f}, measured {case['measured']:.4f}."
+        )
+    )
+    return (
+        f"Which Eq. 4 to trust: the host's 1 − p^(d−1) (passes {acc['host_passes']}/{acc['rows']} rows; the paper's "
+        f"k = ⌈τ_θ/τ_M⌉ passes {acc['paper_passes']}/{acc['rows']} and fails as a lower bound in "
+        f"{acc['paper_lower_bound_fails']}).{decided} The paper's world moves on the tick the observation is "
+        "taken; the host's does not (docs/paper.md#equation-4-the-papers-timing-and-the-hosts)."
+    )
+
+
+def _render_learning(console: Any, eq2: dict[str, Any]) -> None:
+    """Equation 2 on the bandit per N_L, its hard instance, and CartPole where it ran."""
+    from rich.table import Table
+
+    learn = Table(
+        title=f"Learning regret (Eq. 2) on BanditMDP, K={eq2['arms']}, ε={eq2['epsilon']:g}, "
+        f"{eq2['steps']} steps × {eq2['seeds']} seeds (UCB1; one action per tick)"
+    )
+    for col in (
+        "N_L",
+        "τ_L (ticks)",
+        "f predicted",
+        "f measured",
+        "pass",
+        "Δ_learn ± SE",
+        "Δ_pace(f·T)/f",
+        "error ± SE",
+        "pass",
+        "gap to pace ± SE",
+        "√ law",
+    ):
+        learn.add_column(col, justify="right")
+    for r in eq2["rows"]:
+        learn.add_row(
+            str(r["n_learners"]),
+            f"{r['tau_l_ticks']:g}",
+            f"{r['learned_fraction_predicted']:.3f}",
+            f"{r['learned_fraction_measured']:.3f}",
+            "yes" if r["learned_fraction_pass"] else "no",
+            f"{r['learning_regret']:.1f} ± {_num(r['learning_regret_se'], '.1f')}",
+            _num(r["predicted_regret"], ".1f"),
+            "reference"
+            if r["prediction_error"] is None
+            else f"{r['prediction_error']:+.1f} ± {_num(r['prediction_error_se'], '.1f')}",
+            "—" if r["prediction_pass"] is None else ("yes" if r["prediction_pass"] else "no"),
+            "—"
+            if r["gap_to_keep_pace"] is None
+            else f"{r['gap_to_keep_pace']:+.1f} ± {_num(r['gap_to_keep_pace_se'], '.1f')}",
+            f"{r['sqrt_law_regret']:.1f}",
+        )
+    console.print(learn)
+    h = eq2["hard_instance"]
+    print(
+        f"Eq. 2's hard instance (ε = ¼√(K/T) = {h['epsilon']:.4f}): Δ_learn = {h['learning_regret']:.1f} ± "
+        f"{_num(h['learning_regret_se'], '.1f')} ≥ √(KT)/20 = {h['lower_bound']:.1f}: "
+        f"{'holds' if h['lower_bound_holds'] else 'FAILS'}"
+    )
+    real = eq2.get("real_env")
+    if real:
+        for name in ("keep_pace", "behind"):
+            x = real[name]
+            print(
+                f"CartPole DQN {name}: τ_L = {x['tau_l_ticks']} ticks, updates/transition "
+                f"{x['updates_per_transition']:.3f} (predicted {x['learned_fraction_predicted']:.3f}, "
+                f"{'pass' if x['learned_fraction_pass'] else 'FAIL'}), last-quarter mean return "
+                f"{_num(x['last_quarter_mean_return'], '.1f')} over {x['last_quarter_episodes']} episodes"
             )
-        )
-        print(
-            f"Which Eq. 4 to trust: the host's 1 − p^(d−1) (passes {acc['host_passes']}/{acc['rows']} rows; the paper's "
-            f"k = ⌈τ_θ/τ_M⌉ passes {acc['paper_passes']}/{acc['rows']} and fails as a lower bound in "
-            f"{acc['paper_lower_bound_fails']}).{decided} The paper's world moves on the tick the observation is "
-            "taken; the host's does not (docs/paper.md#equation-4-the-papers-timing-and-the-hosts)."
-        )
-    eq2 = result.get("eq2")
-    if eq2:
-        learn = Table(
-            title=f"Learning regret (Eq. 2) on BanditMDP, K={eq2['arms']}, ε={eq2['epsilon']:g}, "
-            f"{eq2['steps']} steps × {eq2['seeds']} seeds (UCB1; one action per tick)"
-        )
-        for col in (
-            "N_L",
-            "τ_L (ticks)",
-            "f predicted",
-            "f measured",
-            "pass",
-            "Δ_learn ± SE",
-            "Δ_pace(f·T)/f",
-            "error ± SE",
-            "pass",
-            "gap to pace ± SE",
-            "√ law",
-        ):
-            learn.add_column(col, justify="right")
-        for r in eq2["rows"]:
-            learn.add_row(
-                str(r["n_learners"]),
-                f"{r['tau_l_ticks']:g}",
-                f"{r['learned_fraction_predicted']:.3f}",
-                f"{r['learned_fraction_measured']:.3f}",
-                "yes" if r["learned_fraction_pass"] else "no",
-                f"{r['learning_regret']:.1f} ± {num(r['learning_regret_se'], '.1f')}",
-                num(r["predicted_regret"], ".1f"),
-                "reference"
-                if r["prediction_error"] is None
-                else f"{r['prediction_error']:+.1f} ± {num(r['prediction_error_se'], '.1f')}",
-                "—" if r["prediction_pass"] is None else ("yes" if r["prediction_pass"] else "no"),
-                "—"
-                if r["gap_to_keep_pace"] is None
-                else f"{r['gap_to_keep_pace']:+.1f} ± {num(r['gap_to_keep_pace_se'], '.1f')}",
-                f"{r['sqrt_law_regret']:.1f}",
-            )
-        console.print(learn)
-        h = eq2["hard_instance"]
-        print(
-            f"Eq. 2's hard instance (ε = ¼√(K/T) = {h['epsilon']:.4f}): Δ_learn = {h['learning_regret']:.1f} ± "
-            f"{num(h['learning_regret_se'], '.1f')} ≥ √(KT)/20 = {h['lower_bound']:.1f}: "
-            f"{'holds' if h['lower_bound_holds'] else 'FAILS'}"
-        )
-        real = eq2.get("real_env")
-        if real:
-            for name in ("keep_pace", "behind"):
-                x = real[name]
-                print(
-                    f"CartPole DQN {name}: τ_L = {x['tau_l_ticks']} ticks, updates/transition "
-                    f"{x['updates_per_transition']:.3f} (predicted {x['learned_fraction_predicted']:.3f}, "
-                    f"{'pass' if x['learned_fraction_pass'] else 'FAIL'}), last-quarter mean return "
-                    f"{num(x['last_quarter_mean_return'], '.1f')} over {x['last_quarter_episodes']} episodes"
-                )
-    if result.get("plot"):
-        print(f"plot: {result['plot']}")

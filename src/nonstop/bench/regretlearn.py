@@ -249,9 +249,8 @@ def _mean_se(values: list[float]) -> tuple[float, float | None]:
 def learning_rows(*, arms: int, epsilon: float, steps: int, seeds: int, seed: int) -> dict[str, Any]:
     """Equation 2 on `BanditMDP`: one row per learner setting of `EQ2_SETTINGS`, paired over seeds,
     and the Ω(√T) bound on its own hard instance (see the module docstring)."""
-    from nonstop.metrics.regret import eq2_hard_epsilon, eq2_lower_bound, learned_fraction, rescaled_regret
+    from nonstop.metrics.regret import eq2_hard_epsilon, eq2_lower_bound
 
-    tau_m = 1.0 / 60.0
     runs = {
         cfg: [
             measure_learning(
@@ -265,52 +264,9 @@ def learning_rows(*, arms: int, epsilon: float, steps: int, seeds: int, seed: in
     rows = []
     for (n_l, tau_l), outs in runs.items():
         reference = (n_l, tau_l) == EQ2_SETTINGS[0]  # compared with itself: no check, no gap
-        f = learned_fraction(n_l, tau_l * tau_m, tau_m)
-        taken, skipped = sum(o["taken"] for o in outs), sum(o["skipped"] for o in outs)
-        measured_f = taken / (taken + skipped)
-        final = [float(o["curve"][-1]) for o in outs]
-        predicted = [rescaled_regret(c, f, steps) for c in pace]
-        err, err_se = _mean_se([a - b for a, b in zip(final, predicted)])
-        gap, gap_se = _mean_se([a - float(c[-1]) for a, c in zip(final, pace)])
-        reg, reg_se = _mean_se(final)
-        rows.append(
-            {
-                "n_learners": n_l,
-                "tau_l_ticks": tau_l,
-                "nl_star": math.ceil(tau_l - 1e-9),
-                "learned_fraction_predicted": f,
-                "learned_fraction_measured": measured_f,
-                "never_learned_fraction": skipped / (taken + skipped),
-                # the last transition or two may still be in a learner's hands when the run ends
-                "learned_fraction_pass": bool(abs(measured_f - f) <= 2.0 * n_l * seeds / (taken + skipped) + 1e-9),
-                "steps": steps,
-                "seeds": seeds,
-                "inaction_fraction": float(np.mean([o["inaction_fraction"] for o in outs])),
-                "delay_mean_ticks": float(np.mean([o["delay_mean_ticks"] for o in outs])),
-                "learning_regret": reg,
-                "learning_regret_se": reg_se,
-                "predicted_regret": None if reference else float(np.mean(predicted)),
-                "prediction_error": None if reference else err,
-                "prediction_error_se": None if reference else err_se,
-                "prediction_pass": None
-                if reference
-                else agrees(err, 0.0, err_se if err_se is not None else float("nan")),
-                "gap_to_keep_pace": None if reference else gap,
-                "gap_to_keep_pace_se": None if reference else gap_se,
-                "gap_z": (gap / gap_se) if gap_se and not reference else None,
-                "sqrt_law_regret": float(np.mean([c[-1] for c in pace])) / math.sqrt(f),
-            }
-        )
+        rows.append(_row(n_l, tau_l, outs, pace, steps, reference))
     hard_eps = eq2_hard_epsilon(arms, steps)
-    hard = [
-        float(
-            measure_learning(
-                arms=arms, epsilon=hard_eps, n_learners=1, tau_l_ticks=1.0, steps=steps, seed=seed + 1000 + k
-            )["curve"][-1]
-        )
-        for k in range(seeds)
-    ]
-    hard_mean, hard_se = _mean_se(hard)
+    hard_mean, hard_se = _hard_instance(arms, hard_eps, steps, seeds, seed)
     bound = eq2_lower_bound(arms, steps)
     return {
         "rows": rows,
@@ -330,6 +286,62 @@ def learning_rows(*, arms: int, epsilon: float, steps: int, seeds: int, seed: in
             "regret_over_sqrt_steps": hard_mean / math.sqrt(steps),
         },
     }
+
+
+def _row(
+    n_l: int, tau_l: float, outs: list[dict[str, Any]], pace: list[Any], steps: int, reference: bool
+) -> dict[str, Any]:
+    """``n_l`` learners of ``tau_l`` ticks over the seeds' runs ``outs``: the fraction of transitions
+    learned against Equation 2's, and the regret against the keep-pace curves ``pace`` rescaled."""
+    from nonstop.metrics.regret import learned_fraction, rescaled_regret
+
+    tau_m = 1.0 / 60.0
+    seeds = len(outs)
+    f = learned_fraction(n_l, tau_l * tau_m, tau_m)
+    taken, skipped = sum(o["taken"] for o in outs), sum(o["skipped"] for o in outs)
+    measured_f = taken / (taken + skipped)
+    final = [float(o["curve"][-1]) for o in outs]
+    predicted = [rescaled_regret(c, f, steps) for c in pace]
+    err, err_se = _mean_se([a - b for a, b in zip(final, predicted)])
+    gap, gap_se = _mean_se([a - float(c[-1]) for a, c in zip(final, pace)])
+    reg, reg_se = _mean_se(final)
+    return {
+        "n_learners": n_l,
+        "tau_l_ticks": tau_l,
+        "nl_star": math.ceil(tau_l - 1e-9),
+        "learned_fraction_predicted": f,
+        "learned_fraction_measured": measured_f,
+        "never_learned_fraction": skipped / (taken + skipped),
+        # the last transition or two may still be in a learner's hands when the run ends
+        "learned_fraction_pass": bool(abs(measured_f - f) <= 2.0 * n_l * seeds / (taken + skipped) + 1e-9),
+        "steps": steps,
+        "seeds": seeds,
+        "inaction_fraction": float(np.mean([o["inaction_fraction"] for o in outs])),
+        "delay_mean_ticks": float(np.mean([o["delay_mean_ticks"] for o in outs])),
+        "learning_regret": reg,
+        "learning_regret_se": reg_se,
+        "predicted_regret": None if reference else float(np.mean(predicted)),
+        "prediction_error": None if reference else err,
+        "prediction_error_se": None if reference else err_se,
+        "prediction_pass": None if reference else agrees(err, 0.0, err_se if err_se is not None else float("nan")),
+        "gap_to_keep_pace": None if reference else gap,
+        "gap_to_keep_pace_se": None if reference else gap_se,
+        "gap_z": (gap / gap_se) if gap_se and not reference else None,
+        "sqrt_law_regret": float(np.mean([c[-1] for c in pace])) / math.sqrt(f),
+    }
+
+
+def _hard_instance(arms: int, epsilon: float, steps: int, seeds: int, seed: int) -> tuple[float, float | None]:
+    """The learning regret (mean, SE over seeds) of one learner on Equation 2's hard instance."""
+    hard = [
+        float(
+            measure_learning(
+                arms=arms, epsilon=epsilon, n_learners=1, tau_l_ticks=1.0, steps=steps, seed=seed + 1000 + k
+            )["curve"][-1]
+        )
+        for k in range(seeds)
+    ]
+    return _mean_se(hard)
 
 
 def real_env_learning(*, seconds: float, seed: int) -> dict[str, Any]:

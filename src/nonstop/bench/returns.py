@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,8 @@ __all__ = [
     "add_arguments",
     "run",
     "render",
+    "CellSettings",
+    "ReturnRun",
     "measure_return",
     "return_at",
     "returns_in_two_worlds",
@@ -166,25 +169,31 @@ def world_for(p_minimax: float, n_states: int) -> tuple[str, dict[str, Any]]:
     return "theory/delay-cycle", {"n": n_states, "p_minimax": p_minimax, "max_steps": 10**12}
 
 
-def measure_return(
-    *,
-    env: str,
-    env_kwargs: dict[str, Any],
-    scheduler: str,
-    n_workers: int | str,
-    latency: Any,
-    seed: int,
-    warmup_ticks: int,
-    window_ticks: int,
-    fill_p: float | None = None,
-    show_rewards: bool = True,
-    options: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """One virtual-clock run: ``n_workers`` workers of ``scheduler`` running `ObservedStatePolicy` behind
-    ``latency``; the rewards and agent flags of the ``window_ticks`` ticks after ``warmup_ticks``, the
-    window's tick-log summary and, for a scheduler with a tuned cap, its end state. ``fill_p``: the
-    cost of delay ``fill`` is given (else it fits one to the rewards it is shown, with ``show_rewards``,
-    or keeps its prior, as in ``nonstop train``). ``options``: the scheduler's own (`parse_spec`)."""
+@dataclass(frozen=True)
+class ReturnRun:
+    """One virtual-clock run of `measure_return`: ``n_workers`` workers (or ``"auto"``) of ``scheduler``
+    running `ObservedStatePolicy` behind ``latency`` on ``env``, measured over the ``window_ticks`` ticks
+    after ``warmup_ticks``."""
+
+    env: str
+    env_kwargs: dict[str, Any]
+    scheduler: str
+    n_workers: int | str
+    latency: Any
+    seed: int
+    warmup_ticks: int
+    window_ticks: int
+    #: the cost of delay ``fill`` is given (else it fits one to the rewards it is shown, with
+    #: ``show_rewards``, or keeps its prior, as in ``nonstop train``)
+    fill_p: float | None = None
+    show_rewards: bool = True
+    #: the scheduler's own settings (`parse_spec`)
+    options: dict[str, Any] | None = None
+
+
+def measure_return(run: ReturnRun) -> dict[str, Any]:
+    """One run (`ReturnRun`): the rewards and agent flags of its window's ticks, the window's tick-log
+    summary and, for a scheduler with a tuned cap, its end state."""
     from nonstop.inference.schedulers import make_scheduler
     from nonstop.inference.workers import InferencePool
     from nonstop.metrics.regret import ObservedStatePolicy
@@ -193,16 +202,17 @@ def measure_return(
     from nonstop.realtime.ticklog import SOURCE_AGENT
 
     # "auto" sizes N_I itself, from one worker (as `InferencePool` does for n_inference="auto")
+    n_workers, latency, seed = run.n_workers, run.latency, run.seed
+    warmup_ticks, window_ticks = run.warmup_ticks, run.window_ticks
     if isinstance(n_workers, str):
         if n_workers != "auto":
             raise ValueError(f"n_workers must be an int or 'auto', got {n_workers!r}")
         sched = make_scheduler("auto", 1, max_workers=512)
     else:
-        given = {"p_minimax": fill_p} if scheduler == "fill" and fill_p is not None else {}
-        sched = make_scheduler(scheduler, n_workers, **given, **(options or {}))
-    with Session(
-        env, clock="virtual", seed=seed, env_kwargs=env_kwargs, recorder=RewardFeed(sched) if show_rewards else None
-    ) as world:
+        given = {"p_minimax": run.fill_p} if run.scheduler == "fill" and run.fill_p is not None else {}
+        sched = make_scheduler(run.scheduler, n_workers, **given, **(run.options or {}))
+    recorder = RewardFeed(sched) if run.show_rewards else None
+    with Session(run.env, clock="virtual", seed=seed, env_kwargs=run.env_kwargs, recorder=recorder) as world:
         space = world.action_space
         pool = InferencePool(
             world, lambda i: LatencyPolicy(ObservedStatePolicy(space), latency, seed=seed * 100_003 + i), sched
@@ -231,6 +241,21 @@ def _pooled_se(series: list[np.ndarray]) -> float:
     return float(math.sqrt(sum(se * se for se in ses)) / len(ses)) if ses and all(map(math.isfinite, ses)) else math.nan
 
 
+@dataclass(frozen=True)
+class CellSettings:
+    """What the cells of one `return_at` sweep share."""
+
+    #: states of the delay-cycle world
+    n_states: int = 64
+    #: the same policy's reward per tick acting every tick with no delay on each seed's world
+    #: (measured by `return_at` where a seed is missing)
+    undelayed: dict[int, float] | None = None
+    #: where ``fill`` gets the world's cost of delay: ``"tolerance"``, the world's p̂ as ``nonstop
+    #: tolerance`` measures it (`world_tolerance`), ``"rewards"``, fitted as it runs, or ``"prior"``,
+    #: neither (its prior, 0.99: what ``nonstop train --scheduler fill`` runs with)
+    fill_p: str = "tolerance"
+
+
 def return_at(
     scheduler: str,
     n_workers: int | str,
@@ -240,48 +265,42 @@ def return_at(
     seeds: list[int],
     warmup_ticks: int,
     window_ticks: int,
-    n_states: int = 64,
-    undelayed: dict[int, float] | None = None,
-    fill_p: str = "tolerance",
+    settings: CellSettings = CellSettings(),
 ) -> dict[str, Any]:
     """``scheduler``'s return with ``n_workers`` over ``seeds`` (`measure_return`), with Equation 1's split.
     ``scheduler`` may carry a setting (`parse_spec`: ``quantile_hold@0.9``, ``exp_hold@1.5``, ``fill@prior``;
-    a fill@FROM overrides ``fill_p``).
-
-    ``fill_p``: where ``fill`` gets the world's cost of delay: ``"tolerance"``, the world's p̂ as
-    ``nonstop tolerance`` measures it (`world_tolerance`), ``"rewards"``, fitted as it runs, or
-    ``"prior"``, neither (its prior, 0.99: what ``nonstop train --scheduler fill`` runs with).
-
-    ``undelayed[seed]``: the same policy's reward per tick acting every tick with no delay on that seed's
-    world (measured here when not given). Returns the mean, spread (sd over seeds) and pooled standard
+    a fill@FROM overrides ``settings.fill_p``). Returns the mean, spread (sd over seeds) and pooled standard
     error of the reward per tick, the split against the optimum (1 per tick on these worlds) and against
     the undelayed rate, the inaction fraction and delay, and the per-seed reward series (``_series``,
     for paired comparisons; not JSON)."""
     from nonstop.metrics.regret import regret_split
 
+    n_states = settings.n_states
     env, kwargs = world_for(p_minimax, n_states)
     from nonstop.envs.theory import THEORY_TICK_HZ
 
     name, options, source = parse_spec(scheduler, latency.mean * THEORY_TICK_HZ)
-    fill_p = source or fill_p
-    undelayed = dict(undelayed or {})
+    fill_p = source or settings.fill_p
+    undelayed = dict(settings.undelayed or {})
     runs, splits = [], []
     for seed in seeds:
         if seed not in undelayed:
             undelayed[seed] = undelayed_rate(p_minimax, seed=seed, window_ticks=window_ticks, n_states=n_states)
         p_given = world_tolerance(p_minimax, n_states) if fill_p == "tolerance" else None
         got = measure_return(
-            env=env,
-            env_kwargs=kwargs,
-            scheduler=name,
-            n_workers=n_workers,
-            latency=latency,
-            seed=seed,
-            warmup_ticks=warmup_ticks,
-            window_ticks=window_ticks,
-            fill_p=p_given,
-            show_rewards=fill_p != "prior",
-            options=options,
+            ReturnRun(
+                env=env,
+                env_kwargs=kwargs,
+                scheduler=name,
+                n_workers=n_workers,
+                latency=latency,
+                seed=seed,
+                warmup_ticks=warmup_ticks,
+                window_ticks=window_ticks,
+                fill_p=p_given,
+                show_rewards=fill_p != "prior",
+                options=options,
+            )
         )
         runs.append(got)
         # Equation 1 against the optimum (1 per tick on these worlds), the undelayed rate between
@@ -384,14 +403,16 @@ def undelayed_rate(p_minimax: float, *, seed: int, window_ticks: int, n_states: 
 
     env, kwargs = world_for(p_minimax, n_states)
     got = measure_return(
-        env=env,
-        env_kwargs=kwargs,
-        scheduler="sequential",
-        n_workers=1,
-        latency=Constant(1 / 60),
-        seed=seed,
-        warmup_ticks=30,
-        window_ticks=window_ticks,
+        ReturnRun(
+            env=env,
+            env_kwargs=kwargs,
+            scheduler="sequential",
+            n_workers=1,
+            latency=Constant(1 / 60),
+            seed=seed,
+            warmup_ticks=30,
+            window_ticks=window_ticks,
+        )
     )
     return float(got["rewards"].mean())
 
@@ -554,15 +575,29 @@ def compare(candidate: str, here: dict[str, dict[str, Any]], z: float = PASS_Z) 
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from nonstop.envs.theory import THEORY_TICK_HZ, check_delay_cycle_args
-    from nonstop.inference.schedulers import make_scheduler
-    from nonstop.metrics.nstar import theoretical_nstar
-    from nonstop.policies import LogNormal
+    from nonstop.envs.theory import check_delay_cycle_args
 
     quick = bool(getattr(args, "quick", False))
     groups = _groups(args, quick)
     for g in groups:
         check_delay_cycle_args(args.n_states, min(g["p"], 1.0))
+    names, candidate = _schedulers(args, quick)
+    seconds = args.seconds if args.seconds is not None else (20.0 if quick else None)
+    if seconds is not None and not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"--seconds must be a positive number of world seconds, got {seconds!r}")
+    if not 0.0 < args.sigma < 3.0:
+        raise ValueError(f"--sigma must be in (0, 3), got {args.sigma!r}")
+    cells: list[dict[str, Any]] = []
+    comparisons: list[dict[str, Any]] = []
+    for g in groups:
+        _group(args, g, names, candidate, seconds, cells, comparisons)
+    return _summary(args, groups, names, candidate, cells, comparisons)
+
+
+def _schedulers(args: argparse.Namespace, quick: bool) -> tuple[list[str], str]:
+    """The schedulers compared (each checked before any run) and the candidate among them."""
+    from nonstop.inference.schedulers import make_scheduler
+
     names = [
         s.strip() for s in (args.schedulers or (QUICK_SCHEDULERS if quick else FULL_SCHEDULERS)).split(",") if s.strip()
     ]
@@ -575,69 +610,86 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(
             "--schedulers needs at least one rival that is not fill (exp_time, quantile_hold@Q, exp_hold@H)"
         )
+    return names, candidate
+
+
+def _group(
+    args: argparse.Namespace,
+    g: dict[str, Any],
+    names: list[str],
+    candidate: str,
+    seconds: float | None,
+    cells: list[dict[str, Any]],
+    comparisons: list[dict[str, Any]],
+) -> None:
+    """One group's cells (τ̄_θ, σ, p; each N of workers), every scheduler in each, added to ``cells``
+    and the candidate's comparison with its rivals to ``comparisons``."""
+    from nonstop.envs.theory import THEORY_TICK_HZ
+    from nonstop.metrics.nstar import theoretical_nstar
+    from nonstop.policies import LogNormal
+
+    quick = bool(getattr(args, "quick", False))
     fills = [n for n in names if n.startswith("fill")]
-    seconds = args.seconds if args.seconds is not None else (20.0 if quick else None)
-    if seconds is not None and not (seconds > 0 and math.isfinite(seconds)):
-        raise ValueError(f"--seconds must be a positive number of world seconds, got {seconds!r}")
-    if not 0.0 < args.sigma < 3.0:
-        raise ValueError(f"--sigma must be in (0, 3), got {args.sigma!r}")
     tau_m = 1.0 / THEORY_TICK_HZ
-    cells, comparisons = [], []
-    for g in groups:
-        tau, sigma, p, seeds = g["tau"], g["sigma"], g["p"], g["seeds"]
-        held = g["set"] == "held-out"
-        window = int(round((seconds or (60.0 if held else 120.0)) * THEORY_TICK_HZ))
-        latency = LogNormal(tau * tau_m / math.exp(sigma**2 / 2), sigma)
-        bound = theoretical_nstar(latency.mean, tau_m)
-        if args.n_workers:
-            ns = [int(n) for n in parse_positive_list(args.n_workers, "--n-workers")]
-        elif quick:
-            ns = sorted({bound, 2 * bound})
-        else:  # every N from the bound to twice it: --n-workers
-            ns = sorted({bound, math.ceil(1.5 * bound), 2 * bound})
-        warm = (
-            args.warmup_ticks
-            if args.warmup_ticks is not None
-            else WARMUP_TICKS + 3 * math.ceil(latency.max_hint / tau_m)
-        )
-        undelayed = {s: undelayed_rate(p, seed=s, window_ticks=window, n_states=args.n_states) for s in seeds}
-        for n in ns:
-            here = {
-                name: return_at(
-                    name,
-                    n,
-                    latency,
-                    p_minimax=p,
-                    seeds=seeds,
-                    warmup_ticks=warm,
-                    window_ticks=window,
-                    n_states=args.n_states,
-                    undelayed=undelayed,
-                    fill_p=args.fill_p,
-                )
-                for name in names
-            }
-            key = {
-                "set": g["set"],
-                "tau_theta_ticks": tau,
-                "sigma": sigma,
-                "p_minimax": p,
-                "n_workers": n,
-                "bound": bound,
-                "seeds": seeds,
-            }
-            for cell in here.values():
-                cells.append({**key, **public(cell), "scheduler": cell["scheduler"]})
-            row = {**key, **compare(candidate, here)}
-            row["fills"] = {f: compare(f, here) for f in fills if f != candidate}  # fill with p, and fitted, beside it
-            comparisons.append(row)
-            print(
-                f"return: {g['set']} τ̄_θ {tau:g} σ {sigma:g} p {p:g} N {n}: {candidate} {row['candidate_return']:.3f}, "
-                f"{row['best_rival']} {row['best_rival_return']:.3f}, diff {row['difference']:+.3f} ± "
-                f"{row['difference_se'] or 0:.3f}",
-                file=sys.stderr,
-                flush=True,
+    tau, sigma, p, seeds = g["tau"], g["sigma"], g["p"], g["seeds"]
+    held = g["set"] == "held-out"
+    window = int(round((seconds or (60.0 if held else 120.0)) * THEORY_TICK_HZ))
+    latency = LogNormal(tau * tau_m / math.exp(sigma**2 / 2), sigma)
+    bound = theoretical_nstar(latency.mean, tau_m)
+    if args.n_workers:
+        ns = [int(n) for n in parse_positive_list(args.n_workers, "--n-workers")]
+    elif quick:
+        ns = sorted({bound, 2 * bound})
+    else:  # every N from the bound to twice it: --n-workers
+        ns = sorted({bound, math.ceil(1.5 * bound), 2 * bound})
+    warm = (
+        args.warmup_ticks if args.warmup_ticks is not None else WARMUP_TICKS + 3 * math.ceil(latency.max_hint / tau_m)
+    )
+    undelayed = {s: undelayed_rate(p, seed=s, window_ticks=window, n_states=args.n_states) for s in seeds}
+    settings = CellSettings(n_states=args.n_states, undelayed=undelayed, fill_p=args.fill_p)
+    for n in ns:
+        here = {
+            name: return_at(
+                name, n, latency, p_minimax=p, seeds=seeds, warmup_ticks=warm, window_ticks=window, settings=settings
             )
+            for name in names
+        }
+        key = {
+            "set": g["set"],
+            "tau_theta_ticks": tau,
+            "sigma": sigma,
+            "p_minimax": p,
+            "n_workers": n,
+            "bound": bound,
+            "seeds": seeds,
+        }
+        for cell in here.values():
+            cells.append({**key, **public(cell), "scheduler": cell["scheduler"]})
+        row = {**key, **compare(candidate, here)}
+        row["fills"] = {f: compare(f, here) for f in fills if f != candidate}  # fill with p, and fitted, beside it
+        comparisons.append(row)
+        print(
+            f"return: {g['set']} τ̄_θ {tau:g} σ {sigma:g} p {p:g} N {n}: {candidate} {row['candidate_return']:.3f}, "
+            f"{row['best_rival']} {row['best_rival_return']:.3f}, diff {row['difference']:+.3f} ± "
+            f"{row['difference_se'] or 0:.3f}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+#: what `run`'s ``candidate_short_of_best`` says of each cell where the candidate falls short
+_SHORT_KEYS = ("set", "tau_theta_ticks", "sigma", "p_minimax", "n_workers", "best_rival", "difference", "difference_se")
+
+
+def _summary(
+    args: argparse.Namespace,
+    groups: list[dict[str, Any]],
+    names: list[str],
+    candidate: str,
+    cells: list[dict[str, Any]],
+    comparisons: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Every cell and comparison, and whether the candidate meets the best tuned rival everywhere."""
     margins = [c["margin"] for c in comparisons if c["margin"] is not None]
     all_meet = all(c["meets"] for c in comparisons) if comparisons else None
     held_rows = [c for c in comparisons if c["set"] == "held-out"]
@@ -658,23 +710,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "comparisons": comparisons,
         "candidate_meets_everywhere": all_meet,
         # where the candidate (fill without p, by default) does not meet the best tuned rival
-        "candidate_short_of_best": [
-            {
-                k: c[k]
-                for k in (
-                    "set",
-                    "tau_theta_ticks",
-                    "sigma",
-                    "p_minimax",
-                    "n_workers",
-                    "best_rival",
-                    "difference",
-                    "difference_se",
-                )
-            }
-            for c in comparisons
-            if not c["meets"]
-        ],
+        "candidate_short_of_best": [{k: c[k] for k in _SHORT_KEYS} for c in comparisons if not c["meets"]],
         "held_out_meets": all(c["meets"] for c in held_rows) if held_rows else None,
         "candidate_leads_in": sum(c["leads"] for c in comparisons),
         "candidate_max_margin": max(margins) if margins else None,

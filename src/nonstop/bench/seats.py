@@ -274,12 +274,24 @@ def _always(policy: Any) -> Any:
     return make
 
 
+class _Agents:
+    """What drives the seats in one run: the pools or lanes, and the batching server they share."""
+
+    def __init__(self) -> None:
+        self.parts: list[Any] = []
+        self.server: Any = None
+        self.batches: Any = None
+
+    def stop(self) -> None:
+        for part in self.parts:
+            part.stop()
+        if self.server is not None:
+            self.server.close()
+
+
 def _one_run(mode: str, n: int, args: argparse.Namespace, seconds: float, warmup: float) -> dict[str, Any]:
-    from nonstop.inference.batching import BatchingServer
-    from nonstop.inference.batchsize import parse_curve
-    from nonstop.inference.seatlanes import SeatLanes, TeamForward, team_of
     from nonstop.envs.magent import battle_map_for
-    from nonstop.inference.workers import InferencePool
+    from nonstop.inference.batchsize import parse_curve
     from nonstop.realtime.clock import stopwatch
     from nonstop.realtime.host import Session
 
@@ -296,9 +308,7 @@ def _one_run(mode: str, n: int, args: argparse.Namespace, seconds: float, warmup
         env_kwargs={"map_size": map_size, "max_cycles": 1_000_000, "tick_hz": args.tick_hz},
         default="noop",
     ).start()
-    parts: list[Any] = []
-    server = None
-    batches = None
+    agents = _Agents()
     host = getattr(getattr(world, "_process", None), "pid", None)  # the host's process (None: it runs here)
     try:
         assert world.seats is not None
@@ -310,29 +320,7 @@ def _one_run(mode: str, n: int, args: argparse.Namespace, seconds: float, warmup
         curve = parse_curve(args.batch_curve, tick_hz=args.tick_hz) if virtual else None
         if len(world.seats) < n:
             raise ValueError(f"--seats {n}: battle on a {map_size}x{map_size} map has {len(world.seats)} agents")
-        if mode == "server":
-            team_forward = TeamForward(timed)
-            batches = _TimedBatches(team_forward, stopwatch)
-            server = BatchingServer(
-                batches,
-                curve if curve is not None else _measured_curve(timed, n, stopwatch),
-                clock=world.clock,
-                # on this CPU a batch a team at most: the same passes as one batch of both (a θ each), and
-                # red's actions go to their seats while blue's pass runs (torch releases the GIL); the
-                # declared device of the virtual clock takes every seat in one batch
-                max_batch=(n if virtual else max(-(-n // 2), 1)) * args.lanes_per_seat,
-            )
-            lanes = SeatLanes(
-                world, server, seats=seats, forward=team_forward, n_inference=args.lanes_per_seat, seed=args.seed
-            )
-            parts.append(lanes.start())
-        else:
-            for seat in seats:
-                forward = timed[team_of(seat)]
-                policy = (
-                    _DeclaredPolicy(forward, curve(1)) if curve is not None else _ModelPolicy(forward)
-                )  # one model a team, called by every worker of the team's pools
-                parts.append(InferencePool(world, _always(policy), "sequential", seat=seat).start())
+        _start_agents(agents, world, mode, seats, n, timed, curve, args)
         started = int(world.slots[-1].read().tick)  # the world ticked (β) while the agents started
         gc.freeze()  # what exists now (torch's objects, the world's) is never scanned again by the collector
         world.run_for(warmup)
@@ -340,41 +328,21 @@ def _one_run(mode: str, n: int, args: argparse.Namespace, seconds: float, warmup
         world.run_for(seconds)
         cpu_s, host1 = time.process_time() - cpu0, _cpu_seconds(host)
         cpu_ticks = int(world.slots[-1].read().tick) - ticks0
-        for part in parts:
-            part.stop()
-        if server is not None:
-            server.close()
+        agents.stop()
         log = world.stop()
     finally:
-        for part in parts:
-            part.stop()
-        if server is not None:
-            server.close()
+        agents.stop()
         world.stop()
     assert log is not None
     warm_ticks = started + int(round(warmup * args.tick_hz))
     summary = log.summary(warmup_ticks=warm_ticks)
-    per_seat = [summary["seats"][s] for s in seats]
-    inaction = [s["inaction_fraction"] for s in per_seat if s["agent_ticks"] + s["inaction_ticks"]]
-    delays: dict[int, int] = {}
-    for s in per_seat:
-        for d, c in s["delay_histogram"].items():
-            delays[int(d)] = delays.get(int(d), 0) + int(c)
-    delay_values = np.repeat(np.array(sorted(delays), float), [delays[d] for d in sorted(delays)])
-    ticks = summary["ticks"]
     lateness = log["lateness"][log["tick"] > warm_ticks]
     out: dict[str, Any] = {
         "mode": mode,
         "seats": n,
         "map_size": map_size,
         "agents": len(world.seats),
-        "ticks": ticks,
-        "seats_acted_every_tick": sum(1 for s in per_seat if s["inaction_ticks"] == 0 and s["agent_ticks"]),
-        "seats_died": sum(1 for s in per_seat if s["absent_ticks"]),
-        "inaction_max": max(inaction) if inaction else float("nan"),
-        "inaction_mean": float(np.mean(inaction)) if inaction else float("nan"),
-        "delay_mean_ticks": float(delay_values.mean()) if delay_values.size else float("nan"),
-        "delay_p99_ticks": float(np.percentile(delay_values, 99)) if delay_values.size else float("nan"),
+        **_seat_figures(summary, seats),
         "forward_ms_per_tick": 1e3 * sum(f.seconds for f in timed.values()) / max(len(log), 1),
         "forward_calls_per_tick": sum(f.calls for f in timed.values()) / max(len(log), 1),
         "lateness_ms": percentiles(lateness, 1e3),
@@ -386,14 +354,86 @@ def _one_run(mode: str, n: int, args: argparse.Namespace, seconds: float, warmup
         "host_cpu_ms_per_tick": None if host0 is None or host1 is None else 1e3 * (host1 - host0) / max(cpu_ticks, 1),
         "load_average": list(os.getloadavg()),  # the machine's, at the run's end: how much else ran beside it
     }
+    _add_forward_figures(out, curve, agents, timed, args, len(log))
+    return out
+
+
+def _start_agents(
+    agents: _Agents,
+    world: Any,
+    mode: str,
+    seats: list[str],
+    n: int,
+    timed: dict[str, Any],
+    curve: Any,
+    args: argparse.Namespace,
+) -> None:
+    """Start what drives ``seats`` into ``agents``: in ``server`` mode lanes of one batching server over
+    both teams' models, else a sequential pool a seat (one model a team, called by each of its pools).
+    ``curve``: the declared device of the virtual clock (None on the wall clock)."""
+    from nonstop.inference.batching import BatchingServer
+    from nonstop.inference.seatlanes import SeatLanes, TeamForward, team_of
+    from nonstop.inference.workers import InferencePool
+    from nonstop.realtime.clock import stopwatch
+
+    if mode == "server":
+        team_forward = TeamForward(timed)
+        agents.batches = _TimedBatches(team_forward, stopwatch)
+        agents.server = BatchingServer(
+            agents.batches,
+            curve if curve is not None else _measured_curve(timed, n, stopwatch),
+            clock=world.clock,
+            # on this CPU a batch a team at most: the same passes as one batch of both (a θ each), and
+            # red's actions go to their seats while blue's pass runs (torch releases the GIL); the
+            # declared device of the virtual clock takes every seat in one batch
+            max_batch=(n if curve is not None else max(-(-n // 2), 1)) * args.lanes_per_seat,
+        )
+        lanes = SeatLanes(
+            world, agents.server, seats=seats, forward=team_forward, n_inference=args.lanes_per_seat, seed=args.seed
+        )
+        agents.parts.append(lanes.start())
+        return
+    for seat in seats:
+        forward = timed[team_of(seat)]
+        policy = (
+            _DeclaredPolicy(forward, curve(1)) if curve is not None else _ModelPolicy(forward)
+        )  # one model a team, called by every worker of the team's pools
+        agents.parts.append(InferencePool(world, _always(policy), "sequential", seat=seat).start())
+
+
+def _seat_figures(summary: dict[str, Any], seats: list[str]) -> dict[str, Any]:
+    """The driven seats' actions after warm-up: who acted every tick, who died, inaction and delay."""
+    per_seat = [summary["seats"][s] for s in seats]
+    inaction = [s["inaction_fraction"] for s in per_seat if s["agent_ticks"] + s["inaction_ticks"]]
+    delays: dict[int, int] = {}
+    for s in per_seat:
+        for d, c in s["delay_histogram"].items():
+            delays[int(d)] = delays.get(int(d), 0) + int(c)
+    delay_values = np.repeat(np.array(sorted(delays), float), [delays[d] for d in sorted(delays)])
+    return {
+        "ticks": summary["ticks"],
+        "seats_acted_every_tick": sum(1 for s in per_seat if s["inaction_ticks"] == 0 and s["agent_ticks"]),
+        "seats_died": sum(1 for s in per_seat if s["absent_ticks"]),
+        "inaction_max": max(inaction) if inaction else float("nan"),
+        "inaction_mean": float(np.mean(inaction)) if inaction else float("nan"),
+        "delay_mean_ticks": float(delay_values.mean()) if delay_values.size else float("nan"),
+        "delay_p99_ticks": float(np.percentile(delay_values, 99)) if delay_values.size else float("nan"),
+    }
+
+
+def _add_forward_figures(
+    out: dict[str, Any], curve: Any, agents: _Agents, timed: dict[str, Any], args: argparse.Namespace, ticks: int
+) -> None:
+    """The forward passes' share of a tick (declared on the virtual clock) and the server's batches."""
+    server, batches = agents.server, agents.batches
     if curve is not None:  # virtual: the forward's time is the declared one, the stand-in's CPU time beside it
         out["forward_cpu_ms_per_tick"] = out["forward_ms_per_tick"]
         passes = server.report()["batch_sizes"] if server is not None else {1: sum(f.calls for f in timed.values())}
-        out["forward_ms_per_tick"] = 1e3 * sum(curve(b) * c for b, c in passes.items()) / max(len(log), 1)
+        out["forward_ms_per_tick"] = 1e3 * sum(curve(b) * c for b, c in passes.items()) / max(ticks, 1)
     # the share of each tick one device (or one core) spends in forward passes: above 1, one cannot serve them
     out["device_busy_fraction"] = out["forward_ms_per_tick"] * args.tick_hz / 1e3
-    if batches is not None and not virtual:
-        out["forward_fit"] = _forward_fit(batches, 1 / args.tick_hz, len(log))
+    if batches is not None and curve is None:
+        out["forward_fit"] = _forward_fit(batches, 1 / args.tick_hz, ticks)
     if server is not None:
         report = server.report()
         out["batch_size_mean"] = report["batch_size_mean"]
@@ -401,7 +441,6 @@ def _one_run(mode: str, n: int, args: argparse.Namespace, seconds: float, warmup
         out["late_answers"] = report["late"]
     else:
         out["batch_size_mean"] = 1.0 if out["forward_calls_per_tick"] else None
-    return out
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -275,20 +275,9 @@ def _measure(
 ) -> None:
     """Child process: append ``rows`` rows to one log, timing each; send the figures back."""
     from nonstop.realtime.host import raise_priority
-    from nonstop.realtime.ticklog import RowLayout, TickLog
 
     costs = np.full(rows, -1, np.int64)  # touched now, so it does not grow the memory readings
-    width = RowLayout(seats).width
-    if variant == "doubling":
-        log: Any = _DoublingLog(width)
-        grows = log.grows_at(rows)
-    elif variant == "floor":
-        log = _Floor(width)
-        grows = log.grows_at(rows)
-    else:
-        meta = {"seats": _seat_names(seats)} if seats > 1 else {}
-        log = TickLog(1 / 60, directory=directory if variant == "streamed" else None, seats=seats, meta=meta)
-        grows = np.arange(log.chunk_rows + 1, rows + 1, log.chunk_rows)  # the appends that seal a chunk
+    log, grows = _new_log(variant, rows, seats, directory)
     values = _seat_values(seats)
     policy = raise_priority(sched) if sched != "normal" else "normal"  # after the writer thread started
     append, clock, sleep = log.append_tick, time.perf_counter_ns, time.sleep
@@ -335,26 +324,12 @@ def _measure(
     wall = time.perf_counter() - t_start
     gc.callbacks.remove(on_gc)
     rss_end = _rss_bytes()
-    backlog = log.writer_backlog if variant == "streamed" else 0
-    fresh = log._writer.fresh_blocks if variant == "streamed" else 0
-    busy = list(log._writer.busy) if variant == "streamed" else []  # read before close() drops the writer
-    report_s = None
-    if variant == "streamed":
-        log.close()
-        assert directory is not None
-        report_s = _report_seconds(directory)
-    worst = np.argsort(costs)[-5:][::-1]
-    stats = percentiles(costs, 1e-3)  # ns -> µs
+    backlog, fresh, busy, report_s = _close_streamed(log, variant, directory)
     grows = grows[grows <= rows]
     conn.send(
         {
             "sched": policy,
-            "append_us": stats,
-            "max_ms": stats["max"] / 1e3,
-            "seal_max_ms": float(costs[grows - 1].max()) / 1e6 if grows.size else 0.0,
-            "seals": int(grows.size),
-            "over_1ms": int((costs > 1_000_000).sum()),
-            "worst": [{"row": int(i) + 1, "ms": float(costs[i]) / 1e6} for i in worst],
+            **_append_figures(costs, grows),
             "rss_mb_at_first": rss_first / 2**20,
             "rss_mb_at_end": rss_end / 2**20,
             "rss_growth": (rss_end - rss_first) / rss_first if rss_first else None,
@@ -368,6 +343,48 @@ def _measure(
         }
     )
     conn.close()
+
+
+def _new_log(variant: str, rows: int, seats: int, directory: str | None) -> tuple[Any, np.ndarray]:
+    """The log ``variant`` names (``doubling``, ``floor``, or a `TickLog`, ``streamed`` to ``directory``),
+    and the appends of ``rows`` that grow or seal it."""
+    from nonstop.realtime.ticklog import RowLayout, TickLog
+
+    width = RowLayout(seats).width
+    if variant == "doubling":
+        log: Any = _DoublingLog(width)
+        return log, log.grows_at(rows)
+    if variant == "floor":
+        log = _Floor(width)
+        return log, log.grows_at(rows)
+    meta = {"seats": _seat_names(seats)} if seats > 1 else {}
+    log = TickLog(1 / 60, directory=directory if variant == "streamed" else None, seats=seats, meta=meta)
+    return log, np.arange(log.chunk_rows + 1, rows + 1, log.chunk_rows)  # the appends that seal a chunk
+
+
+def _close_streamed(log: Any, variant: str, directory: str | None) -> tuple[int, int, list[Any], float | None]:
+    """A streamed log's writer backlog, fresh blocks and busy spells (read before close() drops the
+    writer), then the seconds ``nonstop report`` takes on it; zeros and None for the others."""
+    if variant != "streamed":
+        return 0, 0, [], None
+    backlog, fresh, busy = log.writer_backlog, log._writer.fresh_blocks, list(log._writer.busy)
+    log.close()
+    assert directory is not None
+    return backlog, fresh, busy, _report_seconds(directory)
+
+
+def _append_figures(costs: np.ndarray, grows: np.ndarray) -> dict[str, Any]:
+    """The appends' costs (ns): percentiles in µs, the worst, and the worst of those that sealed a chunk."""
+    worst = np.argsort(costs)[-5:][::-1]
+    stats = percentiles(costs, 1e-3)  # ns -> µs
+    return {
+        "append_us": stats,
+        "max_ms": stats["max"] / 1e3,
+        "seal_max_ms": float(costs[grows - 1].max()) / 1e6 if grows.size else 0.0,
+        "seals": int(grows.size),
+        "over_1ms": int((costs > 1_000_000).sum()),
+        "worst": [{"row": int(i) + 1, "ms": float(costs[i]) / 1e6} for i in worst],
+    }
 
 
 def _attribute(
