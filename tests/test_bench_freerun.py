@@ -113,6 +113,7 @@ def test_bench_freerun_renders_a_one_sided_result(capsys: pytest.CaptureFixture)
     assert "1,000" in shown and "not compared" in shown
 
 
+@pytest.mark.slow  # both sides, each spawning its workers: ~20 s quiet, minutes on a loaded machine
 def test_bench_freerun_compares_against_pufferlib_in_the_same_run() -> None:
     pytest.importorskip("pufferlib.vector", reason="CI installs it with: " + freerun.PUFFERLIB_INSTALL)
     result = _bench("--workers", "2")
