@@ -113,14 +113,15 @@ def test_bench_freerun_renders_a_one_sided_result(capsys: pytest.CaptureFixture)
     assert "1,000" in shown and "not compared" in shown
 
 
-@pytest.mark.slow  # both sides, each spawning its workers: ~20 s quiet, minutes on a loaded machine
+@pytest.mark.slow  # every side, each starting its workers: seconds quiet, a minute or two on a loaded machine
 def test_bench_freerun_compares_against_pufferlib_in_the_same_run() -> None:
     pytest.importorskip("pufferlib.vector", reason="CI installs it with: " + freerun.PUFFERLIB_INSTALL)
-    result = _bench("--workers", "2")
-    assert result["sides"] == ["nonstop", "pufferlib"] and result["pufferlib_version"]
-    for side in ("nonstop", "pufferlib"):
+    # 40 steps: PufferLib's lockstep steps take ~0.25 s each on a loaded 2-core machine
+    result = _bench("--workers", "2", "--sides", "nonstop,pufferlib,pufferlib-serial", "--steps", "40")
+    assert result["sides"] == ["nonstop", "pufferlib", "pufferlib-serial"] and result["pufferlib_version"]
+    for side in result["sides"]:
         _check_side(result[side], result["steps"], result["repeats"], 2 * 162)
-    assert "workers_cpu_us_per_agent_step" in result["pufferlib"]
+    assert "workers_cpu_us_per_agent_step" in result["pufferlib"] and result["ratio_cpu_serial"] > 0
     ratio = result["nonstop"]["agent_steps_per_s"] / result["pufferlib"]["agent_steps_per_s"]
     assert result["ratio"] == pytest.approx(ratio) and len(result["ratio_per_repeat"]) == result["repeats"]
     assert isinstance(result["meets_target"], bool)

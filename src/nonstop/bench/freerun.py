@@ -17,13 +17,18 @@ battle's stay, 6, so every agent stays in the world; ``random``: uniform over th
 * ``pufferlib``: ``pufferlib.vector.make(PettingZooPufferEnv over battle, backend=Multiprocessing,
   num_envs=workers, num_workers=workers)``, its main process sending every agent's action
   (``send``) and taking every agent's observation (``recv``) at each step, as a trainer does:
-  timed from the reset's ``recv`` to the last step's.
+  timed from the first ``send`` to the last ``recv`` (its worlds are reset once and run on, resetting
+  as episodes end: see `_PufferSide`).
+* ``pufferlib-serial`` (asked for by ``--sides``): the same emulated worlds on PufferLib's ``Serial``
+  backend, all in this process, no handoff: what PufferLib's own per-step work costs on the CPU
+  (``ratio_cpu_serial``: its CPU an agent-step over nonstop's), free of the scheduling waits that
+  lockstep handoffs meet on a loaded machine.
 
 The repeats alternate (nonstop, pufferlib; the next repeat the other way round) after one untimed
 warm-up of each. Reported: each side's median agent-steps per second (steps × agents × workers over
 the wall time), CPU µs an agent-step (every process of the side: PufferLib's main process, which
-spins while it waits, included), the agent-steps of agents still alive (fewer than all with
-``--actions random``, as agents die), and ``ratio`` (nonstop's median over PufferLib's). The judged
+spins while it waits, included), the agent-steps of agents still in the world (all of them here:
+random play kills nobody in battle's 1,000 cycles), and ``ratio`` (nonstop's median over PufferLib's). The judged
 figure: ``ratio`` ≥ 0.5 at 162 agents, measured in the same run (``meets_target``).
 
 PufferLib is optional (``pip install --no-deps pufferlib-core==3.0.23``: its wheel pins an older torch
@@ -48,7 +53,7 @@ __all__ = ["DESCRIPTION", "TARGET_RATIO", "RESULT_KEYS", "add_arguments", "run",
 
 DESCRIPTION = "battle free-running (no clock): agent-steps/s of nonstop's view against PufferLib's Multiprocessing"
 ENV = "multi/battle"
-SIDES = ("nonstop", "pufferlib")
+SIDES = ("nonstop", "pufferlib", "pufferlib-serial")
 #: nonstop keeps at least this share of PufferLib's free-run agent-steps per second (issue 43)
 TARGET_RATIO = 0.5
 BATTLE_NOOP = 6  # stay: `nonstop.envs.magent.BATTLE_NOOP`
@@ -76,7 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--actions", choices=("noop", "random"), default="noop", help="every agent's action (default noop: stay)"
     )
     parser.add_argument(
-        "--sides", default="nonstop,pufferlib", help="what runs: nonstop, pufferlib or both (default both)"
+        "--sides",
+        default="nonstop,pufferlib",
+        help="what runs, comma-separated: nonstop, pufferlib, pufferlib-serial (default nonstop,pufferlib)",
     )
     parser.add_argument("--map-size", type=int, default=45, help="battle's map (default 45: 162 agents)")
     parser.add_argument("--seed", type=int, default=0)
@@ -231,27 +238,32 @@ def _cpu_s(pids: list[int]) -> float:
 
 
 class _PufferSide:
-    """``pufferlib.vector.Multiprocessing``: a world a worker, driven from this process."""
+    """``pufferlib.vector.Multiprocessing``: a world a worker, driven from this process (``serial``: PufferLib's
+    ``Serial`` backend, every world stepped in this process, no handoff: the emulated worlds' own cost)."""
 
-    name = "pufferlib"
-
-    def __init__(self, workers: int, map_size: int, actions: str, seed: int) -> None:
+    def __init__(self, workers: int, map_size: int, actions: str, seed: int, serial: bool = False) -> None:
         import psutil
         import pufferlib.vector
 
         self.vector = pufferlib.vector
         self.overwork = workers > (psutil.cpu_count(logical=False) or 1)  # PufferLib refuses it otherwise
-        self.vecenv = pufferlib.vector.make(
-            partial(_puffer_battle, map_size),
-            backend=pufferlib.vector.Multiprocessing,
-            num_envs=workers,
-            num_workers=workers,
-            batch_size=workers,
-            overwork=self.overwork,
-            seed=seed,
-        )
+        if serial:
+            self.vecenv = pufferlib.vector.make(
+                partial(_puffer_battle, map_size), backend=pufferlib.vector.Serial, num_envs=workers, seed=seed
+            )
+        else:
+            self.vecenv = pufferlib.vector.make(
+                partial(_puffer_battle, map_size),
+                backend=pufferlib.vector.Multiprocessing,
+                num_envs=workers,
+                num_workers=workers,
+                batch_size=workers,
+                overwork=self.overwork,
+                seed=seed,
+            )
         self.agents = int(self.vecenv.num_agents)
-        self.pids = [os.getpid(), *(p.pid for p in self.vecenv.processes)]
+        self.processes = list(getattr(self.vecenv, "processes", []))
+        self.pids = [os.getpid(), *(p.pid for p in self.processes)]
         self.actions, self.rng = actions, np.random.default_rng(seed)
         # once: a second reset after a step waits forever in 3.0.23 (its flush receives again the infos
         # `recv` already took), so the worlds run on from one repeat to the next, reset as episodes end
@@ -268,13 +280,13 @@ class _PufferSide:
             live += int(np.count_nonzero(masks))
         wall, cpu = time.perf_counter() - start, _cpu_s(self.pids) - cpu0
         figures = _figures(steps * n, live, wall, cpu)
-        # its workers alone (the env, its emulation, their waits for the next action), not the main's spinning
-        figures["workers_cpu_us_per_agent_step"] = 1e6 * (_cpu_s(self.pids[1:]) - workers0) / (steps * n)
+        if self.processes:  # its workers alone (the env, its emulation, their waits for the next action)
+            figures["workers_cpu_us_per_agent_step"] = 1e6 * (_cpu_s(self.pids[1:]) - workers0) / (steps * n)
         return figures
 
     def close(self) -> None:
         self.vecenv.close()
-        for p in self.vecenv.processes:
+        for p in self.processes:
             p.join(timeout=10)
 
 
@@ -298,7 +310,7 @@ def _median(runs: list[dict[str, Any]], key: str) -> float:
 def _sides(text: str) -> list[str]:
     sides = [s.strip() for s in text.split(",") if s.strip()]
     if not sides or any(s not in SIDES for s in sides) or len(set(sides)) != len(sides):
-        raise ValueError(f"--sides takes nonstop, pufferlib or both (comma-separated), got {text!r}")
+        raise ValueError(f"--sides takes any of {', '.join(SIDES)} (comma-separated), got {text!r}")
     return sides
 
 
@@ -335,12 +347,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"--workers must be a positive integer, got {workers!r}")
     sizes = run_sizes(args, _QUICK, _FULL)
     steps, repeats = int(sizes["steps"]), int(sizes["repeats"])
-    puffer_version = _require_pufferlib() if "pufferlib" in sides else None
+    puffer_version = _require_pufferlib() if set(sides) - {"nonstop"} else None
     made: dict[str, Any] = {}
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     try:
         if "pufferlib" in sides:  # first: its workers fork from this process before any other starts
             made["pufferlib"] = _PufferSide(workers, args.map_size, args.actions, args.seed)
+        if "pufferlib-serial" in sides:
+            made["pufferlib-serial"] = _PufferSide(workers, args.map_size, args.actions, args.seed, serial=True)
         if "nonstop" in sides:
             made["nonstop"] = _NonstopSide(workers, args.map_size, args.actions)
         for side in sides:  # untimed: each side's first steps pay its warm-up
@@ -368,11 +382,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result[side] = {key: _median(runs[side], key) for key in runs[side][0] if key not in ("agent_steps", "wall_s")}
         result[side]["runs"] = runs[side]
     ratio = None
-    if len(sides) == 2:
+    if "nonstop" in sides and "pufferlib" in sides:
         ratio = result["nonstop"]["agent_steps_per_s"] / result["pufferlib"]["agent_steps_per_s"]
         pairs = zip(runs["nonstop"], runs["pufferlib"])
         result["ratio_per_repeat"] = [a["agent_steps_per_s"] / b["agent_steps_per_s"] for a, b in pairs]
         result["ratio_cpu"] = result["pufferlib"]["cpu_us_per_agent_step"] / result["nonstop"]["cpu_us_per_agent_step"]
+    if "nonstop" in sides and "pufferlib-serial" in sides:  # CPU against the emulated worlds' own, no handoff
+        serial = result["pufferlib-serial"]["cpu_us_per_agent_step"]
+        result["ratio_cpu_serial"] = serial / result["nonstop"]["cpu_us_per_agent_step"]
     result["ratio"] = ratio
     result["target"] = f"nonstop's agent-steps/s ≥ {TARGET_RATIO}× PufferLib's, in the same run"
     result["meets_target"] = None if ratio is None else bool(math.isfinite(ratio) and ratio >= TARGET_RATIO)
@@ -387,11 +404,11 @@ def render(result: dict[str, Any]) -> None:
         f"{result['workers']} worker(s) a side, {result['steps']} steps x {result['repeats']} repeats, "
         f"actions {result['actions']} (load average {result['load_average'][0]:.1f})"
     )
-    print(f"{'side':>10} {'agent-steps/s':>14} {'alive/s':>12} {'CPU us/agent-step':>18}")
+    print(f"{'side':>16} {'agent-steps/s':>14} {'alive/s':>12} {'CPU us/agent-step':>18}")
     for side in result["sides"]:
         r = result[side]
         print(
-            f"{side:>10} {r['agent_steps_per_s']:>14,.0f} {r['live_agent_steps_per_s']:>12,.0f} "
+            f"{side:>16} {r['agent_steps_per_s']:>14,.0f} {r['live_agent_steps_per_s']:>12,.0f} "
             f"{r['cpu_us_per_agent_step']:>18.2f}"
         )
     if result["ratio"] is None:
