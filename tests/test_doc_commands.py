@@ -341,6 +341,7 @@ BENCH_TESTS = {
     "delay": "test_bench_delay.py",
     "seats": "test_bench_seats.py",
     "reference": "test_bench_reference.py",
+    "freerun": "test_bench_freerun.py",
 }
 
 #: A placeholder's sample value, for parsing a synopsis.

@@ -35,6 +35,7 @@ BENCHMARKS = {
     "delay": "nonstop.bench.delay",
     "seats": "nonstop.bench.seats",
     "reference": "nonstop.bench.reference",
+    "freerun": "nonstop.bench.freerun",
 }
 
 #: The optional packages (top-level modules) a benchmark needs beyond the base install.
@@ -46,6 +47,7 @@ REQUIRES = {
     "weights": ("torch",),
     "delay": ("torch",),
     "seats": ("torch", "magent2"),
+    "freerun": ("magent2",),  # and PufferLib for the comparison: `freerun` says how to install it
     "reference": ("torch", "stable_baselines3"),
     "server": ("fastapi", "uvicorn", "websockets", "pydantic"),
 }
