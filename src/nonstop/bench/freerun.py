@@ -59,7 +59,7 @@ TARGET_RATIO = 0.5
 BATTLE_NOOP = 6  # stay: `nonstop.envs.magent.BATTLE_NOOP`
 BATTLE_ACTIONS = 21
 #: how to install what the comparison needs (its wheel pins torch 2.9; nothing here uses torch)
-PUFFERLIB_INSTALL = "pip install --no-deps pufferlib-core==3.0.23"
+PUFFERLIB_INSTALL = "pip install --no-deps pufferlib-core==3.0.23 psutil"
 #: the figures every side's result carries
 RESULT_KEYS = ("agent_steps_per_s", "cpu_us_per_agent_step", "live_agent_steps_per_s", "runs")
 _QUICK = {"steps": 100, "repeats": 2}
