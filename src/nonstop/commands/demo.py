@@ -113,14 +113,14 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def _check_and_cap(args: argparse.Namespace) -> None:
     """Refuse non-positive durations, then apply ``--quick``'s caps."""
-    for name in ("seconds", "slow_ticks"):
-        if not getattr(args, name) > 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    for flag, value in (("--seconds", args.seconds), ("--slow-ticks", args.slow_ticks)):
+        if not value > 0:
+            raise ValueError(f"{flag} must be positive, got {value}")
     if args.train_seconds < 0:
         raise ValueError(f"--train-seconds must be >= 0, got {args.train_seconds}")
-    if getattr(args, "quick", False):
-        for name, cap in QUICK.items():
-            setattr(args, name, min(getattr(args, name), cap))
+    if args.quick:
+        given = vars(args)  # the flags QUICK caps, by their parsed names
+        given.update({name: min(given[name], cap) for name, cap in QUICK.items()})
 
 
 def _compare_part(args: argparse.Namespace, console: Console, out: Path) -> None:

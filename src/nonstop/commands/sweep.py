@@ -205,7 +205,7 @@ def _placement_args(args: argparse.Namespace) -> tuple[str, ...]:
     torch cannot find is refused here, in one line, before any cell starts."""
     from nonstop.inference.device import resolve_device
 
-    device, dtype = getattr(args, "device", "cpu"), getattr(args, "dtype", None)
+    device, dtype = args.device, args.dtype  # add_device_arguments always sets both
     if device != "cpu":
         resolve_device(device)
     return (*(("--device", device) if device != "cpu" else ()), *(("--dtype", dtype) if dtype else ()))

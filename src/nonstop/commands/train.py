@@ -538,11 +538,9 @@ def given_flags(args: argparse.Namespace) -> set[str]:
 def _sized(cfg: Any) -> tuple[str, ...]:
     """The line saying what the run sizes to its length (`nonstop.learning.hyperparams.sized_line`), if any."""
     from nonstop.envs import env_info
-    from nonstop.experiment.registry import lookup
     from nonstop.learning.hyperparams import sized_line
 
-    settings = getattr(cfg, lookup("algo", cfg.algo).settings_field)
-    line = sized_line(settings, round(cfg.seconds * env_info(cfg.env, **cfg.env_kwargs).tick_hz))
+    line = sized_line(cfg.algo_settings, round(cfg.seconds * env_info(cfg.env, **cfg.env_kwargs).tick_hz))
     return () if line is None else (line,)
 
 
