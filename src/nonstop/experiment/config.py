@@ -430,7 +430,17 @@ def current_form(saved: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(d) - {f.name for f in fields(TrainConfig)})
     if unknown:
         raise ValueError(f"unknown config keys {unknown}: not settings of `nonstop train` (TrainConfig)")
+    if isinstance(d.get("algo_settings"), dict):  # a setting added since the run was written: its default
+        d["algo_settings"] = {**_setting_defaults(lookup("algo", algo).config_class), **d["algo_settings"]}
     return d
+
+
+def _setting_defaults(config_class: Any) -> dict[str, Any]:
+    """The settings of ``config_class`` that have a plain default, as its ``to_dict`` writes them."""
+    import dataclasses
+
+    plain = {f.name: f.default for f in fields(config_class) if f.default is not dataclasses.MISSING}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in plain.items()}
 
 
 def _check_placement(cfg: TrainConfig) -> None:
