@@ -390,22 +390,13 @@ def _learned(setup: _SacSetup, before: float) -> None:
 def test_sac_learns_through_the_process_learners(no_shm_leak):
     import time
 
-    from nonstop.learning.learners import LearnerProcesses
+    from nonstop.learning.learners import LearnerProcesses, LearnerSettings, Segments
 
     setup = _SacSetup()
     try:
         before = setup.critic_loss(setup.start)
-        group = LearnerProcesses(
-            n_learners=2,
-            mode="round_robin",
-            obs_shape=(3,),
-            n_actions=BOX,
-            cfg=setup.cfg,
-            state=setup.state,
-            weights=setup.weights,
-            replay=setup.replay,
-            seed=0,
-        ).start()
+        settings = LearnerSettings((3,), BOX, setup.cfg, n_learners=2, seed=0)
+        group = LearnerProcesses(settings, Segments(setup.state, setup.weights, setup.replay)).start()
         try:
             deadline = time.monotonic() + 120
             while setup.state.updates < 150 and time.monotonic() < deadline:
@@ -420,12 +411,14 @@ def test_sac_learns_through_the_process_learners(no_shm_leak):
 
 def test_sac_learns_through_the_device_learner(no_shm_leak):
     from nonstop.learning.devicelearner import DeviceLearner, DeviceTrainingState
+    from nonstop.learning.learners import LearnerSettings, Segments
 
     setup = _SacSetup()
     try:
         before = setup.critic_loss(setup.start)
         dstate = DeviceTrainingState.from_host(setup.state, "cpu")
-        learner = DeviceLearner((3,), BOX, setup.cfg, dstate, setup.state, setup.weights, setup.replay, seed=0)
+        segments = Segments(setup.state, setup.weights, setup.replay)
+        learner = DeviceLearner(LearnerSettings((3,), BOX, setup.cfg), dstate, segments, seed=0)
         for _ in range(150):
             learner.apply(learner.gradient())
         learner.close()  # the newest version reaches the host
@@ -445,22 +438,16 @@ def test_sac_learns_through_ray_learners(no_shm_leak):
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     from nonstop.distributed.ray_backend import WeightBroadcast, local_cluster, ray_session
     from nonstop.distributed.ray_learners import RayLearners
+    from nonstop.learning.learners import LearnerSettings, Segments
 
     setup = _SacSetup()
     try:
         before = setup.critic_loss(setup.start)
         with local_cluster(1, num_cpus=2) as c, ray_session(c.address):
             learners = RayLearners(
-                n_learners=2,
-                mode="round_robin",
-                obs_shape=(3,),
-                n_actions=BOX,
-                cfg=setup.cfg,
-                state=setup.state,
-                weights=setup.weights,
-                replay=setup.replay,
+                LearnerSettings((3,), BOX, setup.cfg, n_learners=2, seed=0),
+                Segments(setup.state, setup.weights, setup.replay),
                 broadcast=WeightBroadcast(setup.weights),
-                seed=0,
             ).start()
             try:
                 deadline = time.monotonic() + 120

@@ -25,7 +25,7 @@ from nonstop.inference.device import (
     uses_pinned,
 )
 from nonstop.learning.dqn import DQNConfig, DQNPolicy, build_q_network, compute_gradient, init_training, make_dqn_policy
-from nonstop.learning.learners import Learner
+from nonstop.learning.learners import Learner, LearnerSettings, Segments
 from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import SharedWeights, TrainingState
 
@@ -198,8 +198,8 @@ def frame_parts(no_shm_leak):
 
 def test_a_learner_given_the_cpu_explicitly_computes_the_default_gradient(frame_parts):
     cfg, state, weights, replay = frame_parts
-    default = Learner(0, (84, 84), 3, cfg, state, weights, replay, seed=5)
-    explicit = Learner(0, (84, 84), 3, cfg, state, weights, replay, seed=5, device="cpu")
+    default = Learner(0, LearnerSettings((84, 84), 3, cfg), Segments(state, weights, replay), seed=5)
+    explicit = Learner(0, LearnerSettings((84, 84), 3, cfg, device="cpu"), Segments(state, weights, replay), seed=5)
     assert explicit.device == torch.device("cpu") and next(explicit.online.parameters()).device.type == "cpu"
     g1, loss1 = default.gradient()
     g2, loss2 = explicit.gradient()
@@ -222,9 +222,10 @@ def test_a_learner_on_cuda_matches_the_cpu_gradient(frame_parts):
     cfg, state, weights, replay = frame_parts
     from nonstop.inference.cudaops import ieee_fp32
 
-    cpu = Learner(0, (84, 84), 3, cfg, state, weights, replay, seed=5).gradient()
+    cpu = Learner(0, LearnerSettings((84, 84), 3, cfg), Segments(state, weights, replay), seed=5).gradient()
     with ieee_fp32():  # TF32 convolutions would round the gradient past 1e-4: compared as IEEE fp32
-        gpu = Learner(0, (84, 84), 3, cfg, state, weights, replay, seed=5, device="cuda").gradient()
+        on_cuda = LearnerSettings((84, 84), 3, cfg, device="cuda")
+        gpu = Learner(0, on_cuda, Segments(state, weights, replay), seed=5).gradient()
     assert np.allclose(cpu[0], gpu[0], atol=1e-4) and abs(cpu[1] - gpu[1]) < 1e-4
 
 

@@ -14,7 +14,7 @@ from nonstop.inference.cudaops import ieee_fp32
 from nonstop.learning import weights as weights_module
 from nonstop.learning.devicelearner import DeviceLearner, DeviceTrainingState
 from nonstop.learning.dqn import DQNConfig, build_q_network, init_training
-from nonstop.learning.learners import Learner, apply
+from nonstop.learning.learners import Learner, LearnerSettings, Segments, apply
 from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import SharedWeights, TrainingState
 from nonstop.metrics.timing import episode_returns
@@ -40,9 +40,10 @@ def _host_and_device(cfg: DQNConfig, replay: ReplayBuffer, device: str) -> tuple
     segs = [TrainingState.create(n), SharedWeights.create(n), TrainingState.create(n), SharedWeights.create(n)]
     init_training(model, segs[0], segs[1])
     init_training(model, segs[2], segs[3])
-    host = Learner(0, (4,), 2, cfg, segs[0], segs[1], replay, seed=5)
+    settings = LearnerSettings((4,), 2, cfg)
+    host = Learner(0, settings, Segments(segs[0], segs[1], replay), seed=5)
     dstate = DeviceTrainingState.from_host(segs[2], device)
-    dev = DeviceLearner((4,), 2, cfg, dstate, segs[2], segs[3], replay, seed=5)
+    dev = DeviceLearner(settings, dstate, Segments(segs[2], segs[3], replay), seed=5)
     return segs, host, dev
 
 

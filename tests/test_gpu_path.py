@@ -20,6 +20,7 @@ from nonstop.inference.batchsize import LatencyCurve
 from nonstop.inference.cudaops import CudaOps
 from nonstop.inference.device import GraphOutOfMemory, TorchForward, flat_parameters
 from nonstop.learning.devicelearner import DeviceLearner, DeviceTrainingState
+from nonstop.learning.learners import LearnerSettings, Segments
 from nonstop.learning.dqn import DQNConfig, build_q_network, init_training
 from nonstop.realtime.clock import WallClock
 
@@ -324,7 +325,9 @@ def _learner_parts(ops: FakeCudaOps | None = None) -> tuple[list, DeviceLearner]
     state, weights = TrainingState.create(n), SharedWeights.create(n)
     init_training(model, state, weights)
     dstate = DeviceTrainingState.from_host(state, "cpu", ops=ops)
-    return [state, weights, replay], DeviceLearner((4,), 2, cfg, dstate, state, weights, replay, seed=5)
+    return [state, weights, replay], DeviceLearner(
+        LearnerSettings((4,), 2, cfg), dstate, Segments(state, weights, replay), seed=5
+    )
 
 
 def test_the_learner_writes_on_its_own_stream_and_the_server_waits_for_its_version_event(no_shm_leak):
@@ -653,7 +656,7 @@ def test_policies_and_host_learners_set_their_device_in_each_thread_that_acts_or
     replay = ReplayBuffer.create(capacity=16, obs_shape=(4,), dtype=np.float32)
     try:
         entered.clear()
-        Learner(0, (4,), gymnasium.spaces.Discrete(2), cfg, state, weights, replay, seed=0)
+        Learner(0, LearnerSettings((4,), gymnasium.spaces.Discrete(2), cfg), Segments(state, weights, replay), seed=0)
         assert [d for d, _ in entered] == ["cpu"]
     finally:
         for segment in (state, weights, replay):

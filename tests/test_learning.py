@@ -14,7 +14,14 @@ import torch
 from nonstop.learning.dqn import DQNConfig, compute_gradient, epsilon_at
 from nonstop.learning.optim import apply_gradient, init_training
 from nonstop.learning import weights as weights_module
-from nonstop.learning.learners import GradientSlots, Learner, LearnerProcesses, VirtualLearners
+from nonstop.learning.learners import (
+    GradientSlots,
+    Learner,
+    LearnerProcesses,
+    LearnerSettings,
+    Segments,
+    VirtualLearners,
+)
 from nonstop.learning.replay import Batch, ReplayBuffer
 from nonstop.learning.weights import SharedWeights, TrainingState, flat_parameters, load_flat
 from nonstop.policies.models import MLP
@@ -200,11 +207,9 @@ def parts(no_shm_leak):
 
 
 @contextlib.contextmanager
-def _learner_processes(parts, cfg: DQNConfig, **kw):
-    state, weights, replay = parts
-    group = LearnerProcesses(
-        obs_shape=(4,), n_actions=2, cfg=cfg, state=state, weights=weights, replay=replay, seed=0, **kw
-    )
+def _learner_processes(parts, cfg: DQNConfig, *, n_learners: int, mode: str, **kw):
+    settings = LearnerSettings((4,), 2, cfg, n_learners=n_learners, mode=mode, seed=0)
+    group = LearnerProcesses(settings, Segments(*parts), **kw)
     try:
         yield group.start()
     finally:
@@ -226,10 +231,9 @@ TINY = DQNConfig.for_family("classic", learning_starts=10, batch_size=8, hidden=
 def test_virtual_learners_apply_in_the_mode_order(mode, parts):
     state, weights, replay = parts
     clock = VirtualClock()
-    learners = [Learner(i, (4,), 2, TINY, state, weights, replay, seed=i) for i in range(3)]
-    group = VirtualLearners(
-        clock, 1 / 60, n_learners=3, mode=mode, tau_l=0.05, learners=learners, state=state, weights=weights, cfg=TINY
-    ).start()
+    settings = LearnerSettings((4,), 2, TINY, n_learners=3, mode=mode, tau_l=0.05)
+    learners = [Learner(i, settings, Segments(*parts), seed=i) for i in range(3)]
+    group = VirtualLearners(clock, 1 / 60, settings, learners=learners, segments=Segments(*parts)).start()
     clock.run_until(1.04)  # learner i applies at i·τ_L/3 + τ_L·j: 20 updates each by now
     if mode == "parallel":  # one averaged update per τ_L, all learners contributing
         assert state.updates == 20 and all(lr.gradients == 21 for lr in learners)
@@ -267,7 +271,7 @@ def test_learner_processes_make_progress_in_every_mode(mode, parts):
 def test_after_a_resume_without_replay_learners_pace_from_the_new_transitions(parts):
     state, weights, replay = parts
     cfg = DQNConfig.for_family("classic", learning_starts=10, hidden=(8,))  # one update per transition
-    learner = Learner(0, (4,), 2, cfg, state, weights, replay, seed=0)
+    learner = Learner(0, LearnerSettings((4,), 2, cfg), Segments(state, weights, replay), seed=0)
     state.restore_counts(updates=5000, target_version=0)  # restored from a checkpoint...
     assert learner.ahead  # ...without its replay: 5000 updates for 190 fresh transitions
     state.mark_update_base(5000)  # what TrainingRun.restore records then
@@ -483,19 +487,11 @@ def test_nlstar_formula_matches_a_measured_sweep_of_learners(tau_l_ticks, batch,
 
     def learned_share(n: int) -> float:
         clock, made = VirtualClock(), [0]
-        learners = [Learner(i, (4,), 2, cfg, state, weights, replay, seed=i) for i in range(n)]
+        settings = LearnerSettings((4,), 2, cfg, n_learners=n, mode="hogwild", tau_l=tau_l)
+        segments = Segments(state, weights, replay)
+        learners = [Learner(i, settings, segments, seed=i) for i in range(n)]
         clock.spawn(producer(clock, made), name="producer", priority=1)
-        group = VirtualLearners(
-            clock,
-            tau_m,
-            n_learners=n,
-            mode="hogwild",
-            tau_l=tau_l,
-            learners=learners,
-            state=state,
-            weights=weights,
-            cfg=cfg,
-        ).start()
+        group = VirtualLearners(clock, tau_m, settings, learners=learners, segments=segments).start()
         clock.run_until(start)
         updates, transitions = state.updates, made[0]
         clock.run_until(start + window)
@@ -509,3 +505,28 @@ def test_nlstar_formula_matches_a_measured_sweep_of_learners(tau_l_ticks, batch,
         assert trials[nstar - 1] < 0.95  # one learner fewer learns from visibly fewer transitions
     for n, share in trials.items():
         assert share == pytest.approx(n * batch / tau_l_ticks, rel=edge)
+
+
+@pytest.mark.parametrize(
+    ("field", "bad"),
+    [
+        ("n_learners", 0),
+        ("mode", "lockstep"),
+        ("obs_shape", (4, 0)),
+        ("torch_threads", 0),
+        ("tau_l", -1.0),
+        ("seed", 1.5),
+    ],
+)
+def test_learner_settings_refuse_a_bad_field_in_one_line_that_names_it(field, bad):
+    with pytest.raises(ValueError) as err:
+        LearnerSettings(**{"obs_shape": (4,), "action_space": 2, "cfg": TINY, field: bad})
+    line = str(err.value)
+    assert "\n" not in line and (field in line or repr(bad) in line)
+
+
+def test_learner_settings_are_frozen_and_hold_the_shape_as_a_tuple():
+    settings = LearnerSettings([84, 84], 18, TINY)
+    assert settings.obs_shape == (84, 84)
+    with pytest.raises(AttributeError):
+        settings.mode = "hogwild"  # type: ignore[misc]

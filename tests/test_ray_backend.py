@@ -320,18 +320,12 @@ class _LearningSetup:
     def learners(self, n, mode, **kwargs):
         from nonstop.distributed.ray_backend import WeightBroadcast
         from nonstop.distributed.ray_learners import RayLearners
+        from nonstop.learning.learners import LearnerSettings, Segments
 
         return RayLearners(
-            n_learners=n,
-            mode=mode,
-            obs_shape=(4,),
-            n_actions=2,
-            cfg=self.cfg,
-            state=self.state,
-            weights=self.weights,
-            replay=self.replay,
+            LearnerSettings((4,), 2, self.cfg, n_learners=n, mode=mode, seed=0),
+            Segments(self.state, self.weights, self.replay),
             broadcast=WeightBroadcast(self.weights),
-            seed=0,
             **kwargs,
         )
 

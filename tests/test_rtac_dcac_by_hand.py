@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from nonstop.learning.dcac import dcac_horizon, dcac_losses
-from nonstop.learning.rtac import BufferLayout, rtac_losses
+from nonstop.learning.rtac import ActorCritic, BufferLayout, rtac_losses
 
 # ----------------------------------------------------------------------------- RTAC
 
@@ -36,11 +36,13 @@ def test_rtac_one_loss_with_the_twin_min_and_the_weighting_by_hand() -> None:
         torch.tensor([1.0]),
         torch.tensor([0.9]),
         x_next,
-        sample=lambda v: (theta * v[:, :1], torch.full((v.shape[0],), -0.5)),
-        values=lambda v: values(v, w1, w2),
-        values_frozen=lambda v: values(v, w1.detach(), w2.detach()),
-        values_target=lambda v: values(v, w1_bar, w2_bar),
-        alpha=0.1,
+        nets=ActorCritic(
+            sample=lambda v: (theta * v[:, :1], torch.full((v.shape[0],), -0.5)),
+            values=lambda v: values(v, w1, w2),
+            values_frozen=lambda v: values(v, w1.detach(), w2.detach()),
+            values_target=lambda v: values(v, w1_bar, w2_bar),
+            alpha=0.1,
+        ),
         layout=RTAC_LAYOUT,
         reward_scale=2.0,
         actor_weight=0.2,
@@ -155,11 +157,13 @@ def test_dcac_critic_and_actor_on_a_two_tick_example_by_hand() -> None:
         torch.tensor([[0.9, 0.8]]),
         n,
         layout=LAYOUT,
-        sample=pi,
-        values=lambda x: twin(x, w1, w2),
-        values_frozen=lambda x: twin(x, w1.detach(), w2.detach()),
-        values_target=lambda x: twin(x, w1_bar, w2_bar),
-        alpha=0.5,
+        nets=ActorCritic(
+            sample=pi,
+            values=lambda x: twin(x, w1, w2),
+            values_frozen=lambda x: twin(x, w1.detach(), w2.detach()),
+            values_target=lambda x: twin(x, w1_bar, w2_bar),
+            alpha=0.5,
+        ),
         reward_scale=1.0,
         actor_weight=0.2,
     )
@@ -204,16 +208,16 @@ def test_dcac_leaves_out_a_run_whose_own_action_had_landed() -> None:
     n = dcac_horizon(obs, actions.expand(2, 2, 1), links.expand(2, 2), LAYOUT, n_max=2, first=0)
     assert n.tolist() == [2, 0]
     w = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0], requires_grad=True)
-    kwargs = {
-        "layout": LAYOUT,
-        "values": lambda x: twin(x, w, w),
-        "values_frozen": lambda x: twin(x, w.detach(), w.detach()),
-        "values_target": lambda x: twin(x, w.detach(), w.detach()),
-        "alpha": 0.5,
-    }
+
+    def fixed(x: torch.Tensor) -> torch.Tensor:
+        return twin(x, w.detach(), w.detach())
+
+    def nets() -> ActorCritic:  # a fresh actor each call: the same noise for both
+        return ActorCritic(LinearGaussian([0.2, -0.4, 0.0]), lambda x: twin(x, w, w), fixed, fixed, 0.5)
+
     reward, discount = torch.tensor([[1.0, 3.0], [1.0, 3.0]]), torch.tensor([[0.9, 0.8], [0.9, 0.8]])
-    both = dcac_losses(obs, reward, discount, n, sample=LinearGaussian([0.2, -0.4, 0.0]), **kwargs)
-    alone = dcac_losses(obs[:1], reward[:1], discount[:1], n[:1], sample=LinearGaussian([0.2, -0.4, 0.0]), **kwargs)
+    both = dcac_losses(obs, reward, discount, n, layout=LAYOUT, nets=nets())
+    alone = dcac_losses(obs[:1], reward[:1], discount[:1], n[:1], layout=LAYOUT, nets=nets())
     # the landed run gives no target: the means run over the first run alone
     assert both.used.tolist() == [True, False] and both.target[1].item() == 0.0
     assert both.critic.item() == pytest.approx(alone.critic.item()) and both.actor.item() == pytest.approx(

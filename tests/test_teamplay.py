@@ -107,10 +107,18 @@ def test_tally_and_team_figures_round_trip(tmp_path) -> None:
     ((deaths, returns),) = tally.take_finished()
     assert deaths == {"a": 1, "b": 0} and tally.kills(deaths) == {"a": 0, "b": 1}
     assert returns == {"a": 40.0 + DEATH_TICK, "b": 80.0}
-    from nonstop.experiment.teamstats import team_row
+    from nonstop.experiment.teamstats import EpisodeEnd, team_row
 
     rows = [
-        team_row(e, 40 * (e + 1), 1.0, t, "learner" if t == "a" else "random", seats=2, deaths=d, kills=k, score=0.0)
+        team_row(
+            EpisodeEnd(e, 40 * (e + 1), 1.0),
+            t,
+            "learner" if t == "a" else "random",
+            seats=2,
+            deaths=d,
+            kills=k,
+            score=0.0,
+        )
         for e in range(4)
         for t, d, k in (("a", e % 2, 1), ("b", 1, e % 2))
     ]

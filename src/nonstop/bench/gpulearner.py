@@ -21,6 +21,7 @@ def learner_effect(device: Any, k: float, dtype: str, b: int, seconds: float) ->
     from nonstop.experiment.devicelearners import DeviceRefresh
     from nonstop.inference.device import TorchForward, default_graph_sizes
     from nonstop.learning.devicelearner import DeviceLearner, DeviceTrainingState
+    from nonstop.learning.learners import LearnerSettings, Segments
     from nonstop.learning.dqn import DQNConfig, build_q_network, init_training
     from nonstop.learning.replay import ReplayBuffer
     from nonstop.learning.weights import SharedWeights, TrainingState
@@ -37,7 +38,7 @@ def learner_effect(device: Any, k: float, dtype: str, b: int, seconds: float) ->
         _fill(replay, rng)
         init_training(model, state, weights)
         dstate = DeviceTrainingState.from_host(state, device)
-        learner = DeviceLearner((84, 84), 18, cfg, dstate, state, weights, replay, seed=0)
+        learner = DeviceLearner(LearnerSettings((84, 84), 18, cfg), dstate, Segments(state, weights, replay), seed=0)
         refresh = DeviceRefresh(dstate)
         forward = TorchForward(
             build_q_network((84, 84), 18, cfg),

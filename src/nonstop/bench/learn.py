@@ -122,7 +122,7 @@ def update_rates(k: float, device: str, count: int, *, batch_size: int = 16, see
     from nonstop.inference.device import resolve_device
     from nonstop.learning.devicelearner import DeviceLearner, DeviceTrainingState
     from nonstop.learning.dqn import DQNConfig, build_q_network, init_training
-    from nonstop.learning.learners import Learner, apply
+    from nonstop.learning.learners import Learner, LearnerSettings, Segments, apply
     from nonstop.learning.replay import ReplayBuffer
     from nonstop.learning.weights import SharedWeights, TrainingState
 
@@ -143,10 +143,10 @@ def update_rates(k: float, device: str, count: int, *, batch_size: int = 16, see
         host_state, host_weights, dev_state, dev_weights = segments[1:]
         for state, weights in ((host_state, host_weights), (dev_state, dev_weights)):
             init_training(model, state, weights)
-        host = Learner(0, (84, 84), 18, cfg, host_state, host_weights, replay, seed, device=str(dev))
-        learner = DeviceLearner(
-            (84, 84), 18, cfg, DeviceTrainingState.from_host(dev_state, dev), dev_state, dev_weights, replay, seed
-        )
+        settings = LearnerSettings((84, 84), 18, cfg, device=str(dev))
+        host = Learner(0, settings, Segments(host_state, host_weights, replay), seed)
+        dstate = DeviceTrainingState.from_host(dev_state, dev)
+        learner = DeviceLearner(settings, dstate, Segments(dev_state, dev_weights, replay), seed)
 
         def host_update() -> None:
             out = host.gradient()

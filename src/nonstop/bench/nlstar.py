@@ -118,12 +118,14 @@ def _update_time(k: float, batch: int, repeats: int, device: str = "cpu") -> tup
     """Median seconds of one update in this process (one torch thread), and the parameter count."""
     import torch
 
-    from nonstop.learning.learners import Learner, apply
+    from nonstop.learning.learners import Learner, LearnerSettings, Segments, apply
 
     torch.set_num_threads(1)
     cfg, _, n, state, weights, replay = _parts(k, batch)
     try:
-        learner = Learner(0, (84, 84), 18, cfg, state, weights, replay, seed=0, device=device)
+        learner = Learner(
+            0, LearnerSettings((84, 84), 18, cfg, device=device), Segments(state, weights, replay), seed=0
+        )
         times = []
         for _ in range(repeats + 1):
             t0 = time.perf_counter()
@@ -140,23 +142,13 @@ def _update_time(k: float, batch: int, repeats: int, device: str = "cpu") -> tup
 
 def _throughput(k: float, batch: int, n_learners: int, window: float, device: str = "cpu") -> float:
     """Transitions learned per second by ``n_learners`` round-robin learner processes."""
-    from nonstop.learning.learners import LearnerProcesses
+    from nonstop.learning.learners import LearnerProcesses, LearnerSettings, Segments
 
     cfg, _, _, state, weights, replay = _parts(k, batch)
     group = None
     try:
-        group = LearnerProcesses(
-            n_learners=n_learners,
-            mode="round_robin",
-            obs_shape=(84, 84),
-            n_actions=18,
-            cfg=cfg,
-            state=state,
-            weights=weights,
-            replay=replay,
-            seed=0,
-            device=device,
-        ).start()
+        settings = LearnerSettings((84, 84), 18, cfg, n_learners=n_learners, seed=0, device=device)
+        group = LearnerProcesses(settings, Segments(state, weights, replay)).start()
         return _learned_per_s(state, n_learners, batch, window)
     finally:
         if group is not None:
@@ -169,21 +161,15 @@ def _throughput_ray(k: float, batch: int, n_learners: int, window: float, device
     """Transitions learned per second by ``n_learners`` round-robin Ray learner actors (Ray connected)."""
     from nonstop.distributed.ray_backend import WeightBroadcast
     from nonstop.distributed.ray_learners import RayLearners
+    from nonstop.learning.learners import LearnerSettings, Segments
 
     cfg, _, _, state, weights, replay = _parts(k, batch)
     group = None
     try:
         group = RayLearners(
-            n_learners=n_learners,
-            mode="round_robin",
-            obs_shape=(84, 84),
-            n_actions=18,
-            cfg=cfg,
-            state=state,
-            weights=weights,
-            replay=replay,
+            LearnerSettings((84, 84), 18, cfg, n_learners=n_learners, seed=0),
+            Segments(state, weights, replay),
             broadcast=WeightBroadcast(weights),
-            seed=0,
             start_timeout=300.0,
         ).start()
         return _learned_per_s(state, n_learners, batch, window, failure=lambda: group.failure)

@@ -52,9 +52,7 @@ import numpy as np
 from nonstop.distributed.backends import BackendUnavailable
 from nonstop.distributed.ray_backend import WeightBroadcast, _placement, _ray, overhead_summary, pinned_to
 from nonstop.learning.algos import AlgoConfig, algorithm_of
-from nonstop.learning.learners import apply, check_mode, ready_to_learn, updates_ahead
-from nonstop.learning.replay import ReplayBuffer
-from nonstop.learning.weights import SharedWeights, TrainingState
+from nonstop.learning.learners import LearnerSettings, Segments, apply, ready_to_learn, updates_ahead
 from nonstop.realtime.clock import WallClock, stopwatch
 from nonstop.realtime.deaths import Death
 from nonstop.realtime.lifeline import PartFailed, RestartBudget
@@ -161,36 +159,27 @@ class RayLearners:
 
     def __init__(
         self,
+        settings: LearnerSettings,
+        segments: Segments,
         *,
-        n_learners: int,
-        mode: str,
-        obs_shape: tuple[int, ...],
-        n_actions: Any,
-        cfg: AlgoConfig,
-        state: TrainingState,
-        weights: SharedWeights,
-        replay: ReplayBuffer,
         broadcast: WeightBroadcast,
-        seed: int | None = None,
-        num_cpus: float = 1,
-        torch_threads: int = 1,
         restart_budget: RestartBudget | None = None,
         clock: Any = None,
         start_timeout: float = 120.0,
         tau_m: float = 1 / 60,
         say: Callable[[str], None] | None = None,
     ) -> None:
-        check_mode(mode, n_learners)
-        if not (num_cpus >= 0):
-            raise ValueError(f"num_cpus must be >= 0, got {num_cpus!r}")
         if not isinstance(broadcast, WeightBroadcast):
             raise TypeError(f"broadcast must be the run's WeightBroadcast, got {type(broadcast).__name__}")
-        self.n, self.mode = n_learners, mode
+        n_learners, seed, n_actions = settings.n_learners, settings.seed, settings.action_space
+        self.n, self.mode = n_learners, settings.mode
         #: ``n_actions``: the action space (or n of a Discrete one); ``cfg``: the algorithm's config
-        self.obs_shape, self.n_actions, self.cfg = tuple(obs_shape), n_actions, cfg
-        self.state, self.weights, self.replay, self.broadcast = state, weights, replay, broadcast
+        self.obs_shape, self.n_actions, self.cfg = settings.obs_shape, n_actions, settings.cfg
+        self.state, self.weights, self.replay = segments
+        self.broadcast = broadcast
+        num_cpus, torch_threads, weights = settings.num_cpus, settings.torch_threads, segments.weights
         #: the algorithm, here for how it draws a batch (DCAC: runs of consecutive transitions)
-        self.algo = algorithm_of(cfg, self.obs_shape, n_actions)
+        self.algo = algorithm_of(self.cfg, self.obs_shape, n_actions)
         self.rule = self.algo.update_rule()  # how the gradients are applied (`nonstop.learning.optim`)
         self.num_cpus, self.torch_threads, self.start_timeout, self.tau_m = (
             num_cpus,

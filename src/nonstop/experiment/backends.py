@@ -17,6 +17,7 @@ from nonstop.experiment.run import Part
 
 if TYPE_CHECKING:
     from nonstop.experiment.run import Run
+    from nonstop.learning.learners import LearnerSettings, Segments
     from nonstop.realtime.lifeline import RestartBudget
 
 __all__ = [
@@ -75,39 +76,40 @@ def in_process(run: "Run", factory: Callable[[], Any]) -> Any:
     return ProcessPolicy(factory, trim_above=run.cfg.trim_above, wait=False)
 
 
-def _learner_args(run: "Run", budget: "RestartBudget") -> dict[str, Any]:
+def learner_settings(run: "Run") -> "LearnerSettings":
+    """The run's `LearnerSettings`, which every learner backend is built from."""
+    from nonstop.learning.learners import LearnerSettings
+
     cfg = run.cfg
-    return {
-        "n_learners": cfg.n_learners,
-        "mode": cfg.learner_mode,
-        "obs_shape": run.spec.model_obs_shape,
-        "n_actions": run.spec.action_space,
-        "cfg": run.settings,
-        "state": run.state,
-        "weights": run.weights,
-        "replay": run.replay,
-        "seed": cfg.seed,
-        "restart_budget": budget,
-        "clock": run.world.clock,
-        "device": cfg.device,
-    }
+    return LearnerSettings(
+        run.spec.model_obs_shape,
+        run.spec.action_space,
+        run.settings,
+        n_learners=cfg.n_learners,
+        mode=cfg.learner_mode,
+        seed=cfg.seed,
+        device=cfg.device,
+        tau_l=cfg.tau_l,
+    )
+
+
+def segments_of(run: "Run") -> "Segments":
+    """The run's shared segments its learners read and write."""
+    from nonstop.learning.learners import Segments
+
+    return Segments(run.state, run.weights, run.replay)
 
 
 def virtual_learners(run: "Run", budget: "RestartBudget") -> Any:
     """N_L learners as timed processes of the virtual clock: an update takes ``tau_l`` (default τ_M)."""
     from nonstop.learning.learners import VirtualLearners
 
-    cfg = run.cfg
     return VirtualLearners(
         run.world.clock,
         run.tau_m,
-        n_learners=cfg.n_learners,
-        mode=cfg.learner_mode,
-        tau_l=cfg.tau_l if cfg.tau_l is not None else run.tau_m,
-        learners=[run.learning.learner(i) for i in range(cfg.n_learners)],
-        state=run.state,
-        weights=run.weights,
-        cfg=run.settings,
+        learner_settings(run),
+        learners=[run.learning.learner(i) for i in range(run.cfg.n_learners)],
+        segments=segments_of(run),
         restart_budget=budget,
     )
 
@@ -116,7 +118,7 @@ def process_learners(run: "Run", budget: "RestartBudget") -> Any:
     """N_L supervised learner processes on this host (wall clock)."""
     from nonstop.learning.learners import LearnerProcesses
 
-    return LearnerProcesses(**_learner_args(run, budget))
+    return LearnerProcesses(learner_settings(run), segments_of(run), restart_budget=budget, clock=run.world.clock)
 
 
 class NoCluster(Part):

@@ -81,17 +81,14 @@ class DeviceRefresh:
 
 def device_learners(run: "Run", budget: "RestartBudget") -> "DeviceLearners":
     """One learner on ``--device`` (N_L = 1: `TrainConfig` refuses more), on the run's clock."""
+    from nonstop.experiment.backends import learner_settings, segments_of
     from nonstop.learning.devicelearner import DeviceLearner, DeviceLearners
 
     cfg = run.cfg
     learner = DeviceLearner(
-        run.spec.model_obs_shape,
-        run.spec.action_space,
-        run.settings,
+        learner_settings(run),
         device_state_of(run),
-        run.state,
-        run.weights,
-        run.replay,
+        segments_of(run),
         seed=cfg.seed * 7,  # learner 0's sampling seed, as on the host
         publish_host=not constraint("policy_backend", cfg.inference_backend).takes_device_weights,
     )

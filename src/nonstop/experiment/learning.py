@@ -18,7 +18,7 @@ import numpy as np
 
 from nonstop.experiment.run import Part
 from nonstop.learning.optim import init_training
-from nonstop.learning.learners import Learner
+from nonstop.learning.learners import Learner, LearnerSettings, Segments
 from nonstop.learning.inflight import in_flight_recorder
 from nonstop.learning.replay import ReplayBuffer
 from nonstop.learning.weights import SharedWeights, TrainingState
@@ -100,17 +100,8 @@ class LearningCore(Part):
 
     def learner(self, i: int) -> Learner:
         """Learner ``i`` of this run (each with its own sampling seed)."""
-        return Learner(
-            i,
-            self.obs_shape,
-            self.action_space,
-            self.settings,
-            self.state,
-            self.weights,
-            self.replay,
-            seed=self.seed * 7 + i,
-            device=self.device,
-        )
+        settings = LearnerSettings(self.obs_shape, self.action_space, self.settings, device=self.device)
+        return Learner(i, settings, Segments(self.state, self.weights, self.replay), seed=self.seed * 7 + i)
 
     def current_params(self) -> np.ndarray:
         """One whole published version of the parameters, even while learners publish."""

@@ -12,7 +12,7 @@ from contextlib import ExitStack
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from nonstop.experiment.backends import _learner_args, policy_recipe
+from nonstop.experiment.backends import learner_settings, policy_recipe, segments_of
 from nonstop.experiment.run import Part
 
 if TYPE_CHECKING:
@@ -52,9 +52,15 @@ def ray_learners(run: "Run", budget: "RestartBudget") -> Any:
     """N_L learners as Ray actors; the replay and the master parameters stay on this host."""
     from nonstop.distributed.ray_learners import RayLearners
 
-    kw = _learner_args(run, budget)
-    kw.pop("device")  # Ray learners run on their nodes' CPUs (TrainConfig refuses another device with Ray)
-    return RayLearners(**kw, broadcast=run.cluster.broadcast, tau_m=run.tau_m)
+    # Ray learners run on their nodes' CPUs (TrainConfig refuses another device with Ray)
+    return RayLearners(
+        learner_settings(run),
+        segments_of(run),
+        broadcast=run.cluster.broadcast,
+        restart_budget=budget,
+        clock=run.world.clock,
+        tau_m=run.tau_m,
+    )
 
 
 def _on_ray(kind: str, name: str) -> bool:

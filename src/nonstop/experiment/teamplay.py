@@ -47,7 +47,14 @@ import numpy as np
 from nonstop.experiment.seating import agent_ids, is_team_world, team_seats
 from nonstop.experiment.selfplay import SnapshotPool
 from nonstop.experiment.teamlearn import TeamLearner, TeamReplay, build_qnet
-from nonstop.experiment.teamstats import RECENT_MATCHES, TEAMS_FILE, TeamTally, team_row, write_team_rows
+from nonstop.experiment.teamstats import (
+    RECENT_MATCHES,
+    TEAMS_FILE,
+    EpisodeEnd,
+    TeamTally,
+    team_row,
+    write_team_rows,
+)
 
 __all__ = [
     "TeamPlayConfig",
@@ -394,12 +401,10 @@ class _TeamMatch:
     def _episode_ended(self, tick: int, deaths: dict[str, int], returns: dict[str, float]) -> None:
         kills = self.tallies[-1].kills(deaths)
         who = {self.mine: "learner", self.theirs: self.players.pop(self.episode, "β")}
-        wall = time.perf_counter() - self.started
+        end = EpisodeEnd(self.episode, tick, time.perf_counter() - self.started)
         new = [
             team_row(
-                self.episode,
-                tick,
-                wall,
+                end,
                 team,
                 who.get(team, "β"),
                 seats=len(self.teams[team]),
@@ -415,7 +420,7 @@ class _TeamMatch:
         me, learner = new[0], self.learner
         self.echo(
             f"episode {me['episode']}: {self.mine} (learner) {me['kills']} kills, {me['deaths']} deaths against "
-            f"{who[self.theirs]}; ε {learner.epsilon():.2f}, {learner.updates:,} updates, {wall:.0f} s"
+            f"{who[self.theirs]}; ε {learner.epsilon():.2f}, {learner.updates:,} updates, {end.wall_s:.0f} s"
         )
 
     def summary(self, ticks: int, wall: float) -> dict[str, Any]:

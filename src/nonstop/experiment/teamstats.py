@@ -16,8 +16,9 @@ What counts (docs/multi-agent.md, "Team self-play"):
 row per team and episode (`TEAM_COLUMNS`), written by team self-play (`nonstop.experiment.teamplay`);
 `team_figures` and `plot_team_rates` are what ``nonstop report`` shows of it.
 
->>> rows = [team_row(0, 100, 1.0, "red", "snapshot 0", seats=3, deaths=1, kills=2, score=1.5),
-...         team_row(0, 100, 1.0, "blue", "learner", seats=3, deaths=2, kills=1, score=-0.5)]
+>>> end = EpisodeEnd(episode=0, end_tick=100, wall_s=1.0)
+>>> rows = [team_row(end, "red", "snapshot 0", seats=3, deaths=1, kills=2, score=1.5),
+...         team_row(end, "blue", "learner", seats=3, deaths=2, kills=1, score=-0.5)]
 >>> [(r["team"], r["survivors"], r["won"]) for r in rows]
 [('red', 2, 1), ('blue', 1, 0)]
 >>> team_figures(rows)["red"]["win_rate"], team_figures(rows)["blue"]["survival_rate"]
@@ -30,7 +31,7 @@ import csv
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 
@@ -41,6 +42,7 @@ __all__ = [
     "TEAMS_FILE",
     "RECENT_MATCHES",
     "TeamTally",
+    "EpisodeEnd",
     "team_row",
     "read_team_rows",
     "team_figures",
@@ -70,23 +72,22 @@ TEAM_COLUMNS: Final = (
 RECENT_MATCHES: Final = 20
 
 
+class EpisodeEnd(NamedTuple):
+    """When an episode ended: its number, the world's tick, the seconds since the run began."""
+
+    episode: int
+    end_tick: int
+    wall_s: float
+
+
 def team_row(
-    episode: int,
-    end_tick: int,
-    wall_s: float,
-    team: str,
-    player: str,
-    *,
-    seats: int,
-    deaths: int,
-    kills: int,
-    score: float,
+    end: EpisodeEnd, team: str, player: str, *, seats: int, deaths: int, kills: int, score: float
 ) -> dict[str, Any]:
-    """One row of RUN/teams.csv (`TEAM_COLUMNS`)."""
+    """One row of RUN/teams.csv (`TEAM_COLUMNS`): ``team``'s (played by ``player``) in the episode ``end`` ends."""
     return {
-        "episode": int(episode),
-        "end_tick": int(end_tick),
-        "wall_s": round(float(wall_s), 3),
+        "episode": int(end.episode),
+        "end_tick": int(end.end_tick),
+        "wall_s": round(float(end.wall_s), 3),
         "team": team,
         "player": player,
         "seats": int(seats),

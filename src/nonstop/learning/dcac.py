@@ -44,10 +44,10 @@ import numpy as np
 
 from nonstop.learning.rtac import (
     RTAC,
+    ActorCritic,
     BufferLayout,
     RTACConfig,
     Sampler,
-    Values,
     frozen_values,
     layout_of,
     refuse_undelayed,
@@ -191,19 +191,16 @@ def dcac_losses(
     n: "torch.Tensor",
     *,
     layout: BufferLayout,
-    sample: Sampler,
-    values: Values,
-    values_frozen: Values,
-    values_target: Values,
-    alpha: float,
+    nets: ActorCritic,
     reward_scale: float = 1.0,
     actor_weight: float = 0.2,
 ) -> DCACLosses:
     """The module docstring's losses for runs ``obs`` ``(B, n_max + 1, D)``, ``reward`` and ``discount``
-    ``(B, n_max)``, with ``n`` per run from `dcac_horizon` (``first = 0``). ``sample`` draws reparameterised
-    actions in the world's units; ``values``, ``values_frozen`` (weights held fixed) and ``values_target``
-    map ``(B, D)`` to the twin values ``(B, 2)``. ``total``'s gradient is the update."""
+    ``(B, n_max)``, with ``n`` per run from `dcac_horizon` (``first = 0``), of ``nets`` (`ActorCritic`:
+    its ``sample`` draws reparameterised actions in the world's units). ``total``'s gradient is the update."""
     import torch
+
+    sample, values, values_frozen, values_target, alpha = nets
 
     n_max = int(n.max())
     # x̃_0 … x̃_n and log π(ã_j|x̃_j), j < n
@@ -335,11 +332,13 @@ class DCAC(RTAC):
             discount,
             n,
             layout=layout,
-            sample=sample,
-            values=online.values,
-            values_frozen=lambda x: frozen_values(online, x),
-            values_target=target.values,
-            alpha=float(online.log_alpha.detach().exp()),
+            nets=ActorCritic(
+                sample=sample,
+                values=online.values,
+                values_frozen=lambda x: frozen_values(online, x),
+                values_target=target.values,
+                alpha=float(online.log_alpha.detach().exp()),
+            ),
             reward_scale=self.cfg.reward_scale,
             actor_weight=self.cfg.actor_weight,
         )

@@ -37,10 +37,9 @@ import numpy as np
 
 from nonstop.inference.cudaops import HostOps, VersionHandoff, device_ops
 from nonstop.inference.device import flat_parameters
-from nonstop.learning.algos import AlgoConfig, algorithm_of
+from nonstop.learning.algos import algorithm_of
 from nonstop.learning.optim import adam_step, step_target
-from nonstop.learning.learners import IDLE_WAIT, ready_to_learn, updates_ahead
-from nonstop.learning.replay import ReplayBuffer
+from nonstop.learning.learners import IDLE_WAIT, LearnerSettings, Segments, ready_to_learn, updates_ahead
 from nonstop.learning.weights import SharedWeights, TrainingState
 from nonstop.realtime.clock import Clock, TimedProcess
 from nonstop.realtime.deaths import Death, in_this_process, tell
@@ -208,22 +207,19 @@ class DeviceLearner:
 
     def __init__(
         self,
-        obs_shape: tuple[int, ...],
-        n_actions: Any,
-        cfg: AlgoConfig,
+        settings: LearnerSettings,
         dstate: DeviceTrainingState,
-        state: TrainingState,
-        weights: SharedWeights,
-        replay: ReplayBuffer,
-        seed: int | None,
+        segments: Segments,
+        seed: int | None = None,
         *,
         publish_host: bool = False,
     ) -> None:
         import torch
 
-        #: the algorithm (``n_actions``: the action space, or n of a Discrete one; ``cfg`` names the algorithm)
-        self.algo = algorithm_of(cfg, obs_shape, n_actions)
-        self.cfg, self.dstate, self.state, self.weights, self.replay = self.algo.cfg, dstate, state, weights, replay
+        #: the algorithm (``settings`` name it, the world's shapes; ``dstate``'s device, not theirs, is where it runs)
+        self.algo = algorithm_of(settings.cfg, settings.obs_shape, settings.action_space)
+        self.cfg, self.dstate = self.algo.cfg, dstate
+        self.state, self.weights, self.replay = segments
         self.rule = self.algo.update_rule()  # how a gradient is applied (`nonstop.learning.optim`)
         self.publish_host = publish_host
         self.online = self.algo.build_model().to(dstate.device).train()

@@ -44,7 +44,8 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 
@@ -56,7 +57,7 @@ from nonstop.realtime.clock import WallClock
 from nonstop.realtime.deaths import Death, exit_cause, in_this_process, tell
 from nonstop.realtime.lifeline import PartFailed, RestartBudget, hold_lifeline, reap
 
-__all__ = ["LEARNER_MODES", "Learner", "VirtualLearners", "LearnerProcesses"]
+__all__ = ["LEARNER_MODES", "LearnerSettings", "Segments", "Learner", "VirtualLearners", "LearnerProcesses"]
 
 LEARNER_MODES: Final = ("round_robin", "hogwild", "parallel")
 DEAD: Final = -1  # a parallel-mode gradient slot whose learner died and will not come back
@@ -74,6 +75,58 @@ def check_mode(mode: str, n_learners: int) -> None:
         raise ValueError(f"unknown learner mode {mode!r}; choose one of {', '.join(LEARNER_MODES)}")
     if not isinstance(n_learners, int) or isinstance(n_learners, bool) or n_learners < 1:
         raise ValueError(f"n_learners must be an integer >= 1, got {n_learners!r}")
+
+
+@dataclass(frozen=True)
+class LearnerSettings:
+    """What every learner of a run is built from, built once by the run and checked here.
+
+    ``obs_shape`` and ``action_space`` are the world's (an int ``n``: ``Discrete(n)``); ``cfg`` is the
+    algorithm's config (or the `nonstop.learning.algos.Algorithm` itself), which names the algorithm.
+    ``seed`` is the run's (each learner derives its own stream from it); ``tau_l`` is the time an update
+    takes on the virtual clock (``None``: τ_M); ``num_cpus`` is what each Ray learner actor reserves.
+
+    >>> LearnerSettings((4,), 2, None, n_learners=2).mode
+    'round_robin'
+    >>> LearnerSettings((4,), 2, None, torch_threads=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: LearnerSettings.torch_threads must be an integer >= 1, got 0
+    """
+
+    obs_shape: tuple[int, ...]
+    action_space: Any
+    cfg: AlgoConfig
+    n_learners: int = 1
+    mode: str = "round_robin"
+    seed: int | None = None
+    device: str = "cpu"
+    torch_threads: int = 1
+    tau_l: float | None = None
+    num_cpus: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_mode(self.mode, self.n_learners)
+        shape = tuple(self.obs_shape)
+        if not all(isinstance(d, (int, np.integer)) and d > 0 for d in shape):
+            raise ValueError(f"LearnerSettings.obs_shape must be positive integers, got {self.obs_shape!r}")
+        object.__setattr__(self, "obs_shape", tuple(int(d) for d in shape))
+        if not isinstance(self.torch_threads, int) or isinstance(self.torch_threads, bool) or self.torch_threads < 1:
+            raise ValueError(f"LearnerSettings.torch_threads must be an integer >= 1, got {self.torch_threads!r}")
+        if self.tau_l is not None and not (self.tau_l >= 0 and np.isfinite(self.tau_l)):
+            raise ValueError(f"LearnerSettings.tau_l must be a finite number of seconds >= 0, got {self.tau_l!r}")
+        if not (self.num_cpus >= 0):
+            raise ValueError(f"LearnerSettings.num_cpus must be >= 0, got {self.num_cpus!r}")
+        if self.seed is not None and (not isinstance(self.seed, (int, np.integer)) or isinstance(self.seed, bool)):
+            raise ValueError(f"LearnerSettings.seed must be an integer or None, got {self.seed!r}")
+
+
+class Segments(NamedTuple):
+    """The shared segments learners read and write: the training state, the master weights, the replay."""
+
+    state: TrainingState
+    weights: SharedWeights
+    replay: ReplayBuffer
 
 
 def ready_to_learn(replay: ReplayBuffer, cfg: AlgoConfig) -> bool:
@@ -160,35 +213,24 @@ class GradientSlots(_Segment):
 class Learner:
     """One learner's own networks and random stream (lives in the learner's process).
 
-    ``action_space``: the world's (an int ``n``: ``Discrete(n)``); ``cfg``: the algorithm's config
-    (or the `nonstop.learning.algos.Algorithm` itself), which names the algorithm."""
+    ``settings``: the run's (`LearnerSettings`: the world's shapes, the algorithm, the device);
+    ``segments``: the shared ones it learns from and publishes to; ``seed``: its own sampling stream's."""
 
-    def __init__(
-        self,
-        index: int,
-        obs_shape: tuple[int, ...],
-        action_space: Any,
-        cfg: AlgoConfig,
-        state: TrainingState,
-        weights: SharedWeights,
-        replay: ReplayBuffer,
-        seed: int | None,
-        device: str = "cpu",
-    ) -> None:
+    def __init__(self, index: int, settings: LearnerSettings, segments: Segments, seed: int | None = None) -> None:
         from nonstop.inference.device import resolve_device
         from nonstop.policies.placement import enter_device
 
-        self.algo = algorithm_of(cfg, obs_shape, action_space)
+        self.algo = algorithm_of(settings.cfg, settings.obs_shape, settings.action_space)
         self.index, self.cfg = index, self.algo.cfg
         #: how this learner's gradients are applied (`nonstop.learning.optim.UpdateRule`)
         self.rule = self.algo.update_rule()
-        self.state, self.weights, self.replay = state, weights, replay
+        self.state, self.weights, self.replay = segments
         #: where the update runs: its online and target networks live there, batches go there from host replay
-        self.device = resolve_device(device)
+        self.device = resolve_device(settings.device)
         enter_device(self.device)  # cuda:N: this learner's process (or thread) makes its CUDA calls on N
         self.online = self.algo.build_model().to(self.device).train()
         self.target = self.algo.build_model().to(self.device).eval()
-        self._flat = np.empty(weights.n_params, np.float32)
+        self._flat = np.empty(self.weights.n_params, np.float32)
         self._target_version = -1
         self.rng = np.random.default_rng(seed)
         self.version = 0
@@ -243,29 +285,24 @@ def apply(state: TrainingState, weights: SharedWeights, grad: np.ndarray, loss: 
 class VirtualLearners:
     """N_L learners as timed processes on a `VirtualClock`: each update takes
     ``tau_l`` seconds of virtual time (0: as fast as the env ticks, one update per
-    learner per tick). Learner i starts ``i·tau_l/N_L`` late, so updates interleave."""
+    learner per tick). Learner i starts ``i·tau_l/N_L`` late, so updates interleave.
+    ``settings`` gives N_L, the mode, the algorithm and ``tau_l`` (``None``: τ_M)."""
 
     def __init__(
         self,
         clock: Any,
         tau_m: float,
+        settings: LearnerSettings,
         *,
-        n_learners: int,
-        mode: str,
-        tau_l: float,
         learners: list[Learner],
-        state: TrainingState,
-        weights: SharedWeights,
-        cfg: AlgoConfig,
+        segments: Segments,
         restart_budget: RestartBudget | None = None,
         say: Callable[[str], None] = tell,
     ) -> None:
-        check_mode(mode, n_learners)
-        if not (tau_l >= 0 and np.isfinite(tau_l)):
-            raise ValueError(f"tau_l must be a finite number of seconds >= 0, got {tau_l!r}")
-        self.clock, self.tau_m, self.n, self.mode = clock, tau_m, n_learners, mode
+        n_learners, tau_l = settings.n_learners, settings.tau_l if settings.tau_l is not None else tau_m
+        self.clock, self.tau_m, self.n, self.mode = clock, tau_m, n_learners, settings.mode
         self.period = tau_l if tau_l > 0 else tau_m
-        self.learners, self.state, self.weights, self.cfg = learners, state, weights, cfg
+        self.learners, self.state, self.weights, self.cfg = learners, segments.state, segments.weights, settings.cfg
         self.losses: list[float] = []
         self.applied_by: list[int] = []  # which learner applied each update, in order
         self._stop = False
@@ -386,26 +423,16 @@ class VirtualLearners:
 
 
 def _learner_main(
-    index: int,
-    n: int,
-    mode: str,
-    obs_shape: tuple[int, ...],
-    action_space: Any,
-    cfg: AlgoConfig,
-    state: TrainingState,
-    weights: SharedWeights,
-    replay: ReplayBuffer,
-    grads: GradientSlots | None,
-    seed: int | None,
-    torch_threads: int,
-    device: str = "cpu",
+    index: int, settings: LearnerSettings, segments: Segments, grads: GradientSlots | None, seed: int | None
 ) -> None:
     hold_lifeline()  # a learner never outlives its trainer (it would pin every shared segment)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer decides when learners stop
     import torch
 
-    torch.set_num_threads(torch_threads)
-    learner = Learner(index, obs_shape, action_space, cfg, state, weights, replay, seed, device=device)
+    torch.set_num_threads(settings.torch_threads)
+    n, mode = settings.n_learners, settings.mode
+    state, weights, replay = segments
+    learner = Learner(index, settings, segments, seed)
     try:
         while not state.stop_requested:
             seen = replay.transitions_written  # before the checks: a transition after them ends the wait
@@ -479,32 +506,24 @@ class LearnerProcesses:
 
     def __init__(
         self,
+        settings: LearnerSettings,
+        segments: Segments,
         *,
-        n_learners: int,
-        mode: str,
-        obs_shape: tuple[int, ...],
-        n_actions: Any,
-        cfg: AlgoConfig,
-        state: TrainingState,
-        weights: SharedWeights,
-        replay: ReplayBuffer,
-        seed: int | None = None,
-        torch_threads: int = 1,
         restart: bool = True,
         restart_budget: RestartBudget | None = None,
         clock: Any = None,
-        device: str = "cpu",
         say: Callable[[str], None] = tell,
     ) -> None:
-        check_mode(mode, n_learners)
-        self.device = device  # each learner process's device (cpu, cuda, cuda:N, auto)
+        n_learners, mode = settings.n_learners, settings.mode
+        self.settings, self.segments = settings, segments
+        self.device = settings.device  # each learner process's device (cpu, cuda, cuda:N, auto)
         if mode == "parallel" and n_learners > GradientSlots.MAX_LEARNERS:
             raise ValueError(f"parallel mode supports at most {GradientSlots.MAX_LEARNERS} learners, got {n_learners}")
         self.n, self.mode = n_learners, mode
-        self.obs_shape, self.n_actions, self.cfg = tuple(obs_shape), n_actions, cfg
-        self.state, self.weights, self.replay = state, weights, replay
-        self.seed, self.torch_threads, self.restart = seed, torch_threads, restart
-        self.grads = GradientSlots.create(n_learners * weights.n_params) if mode == "parallel" else None
+        self.obs_shape, self.n_actions, self.cfg = settings.obs_shape, settings.action_space, settings.cfg
+        self.state, self.weights, self.replay = segments
+        self.seed, self.torch_threads, self.restart = settings.seed, settings.torch_threads, restart
+        self.grads = GradientSlots.create(n_learners * self.weights.n_params) if mode == "parallel" else None
         self._ctx = mp.get_context("spawn")
         self.processes: list[Any] = [None] * n_learners
         self.restarts = [0] * n_learners
@@ -526,22 +545,7 @@ class LearnerProcesses:
 
     def _spawn(self, i: int) -> None:
         seed = None if self.seed is None else self.seed * 1000 + i + 7919 * self.restarts[i]
-        target = functools.partial(
-            _learner_main,
-            i,
-            self.n,
-            self.mode,
-            self.obs_shape,
-            self.n_actions,
-            self.cfg,
-            self.state,
-            self.weights,
-            self.replay,
-            self.grads,
-            seed,
-            self.torch_threads,
-            self.device,
-        )
+        target = functools.partial(_learner_main, i, self.settings, self.segments, self.grads, seed)
         p = self._ctx.Process(target=target, name=f"nonstop-learner-{i}", daemon=True)
         p.start()
         self.processes[i] = p

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from nonstop.learning.rtacnets import RTACNetworks, TwinValues
 
 __all__ = [
+    "ActorCritic",
     "BufferLayout",
     "with_own_action",
     "RTACLosses",
@@ -71,6 +72,18 @@ __all__ = [
 Sampler = Callable[["torch.Tensor"], tuple["torch.Tensor", "torch.Tensor"]]
 #: ``values(x) -> (B, 2)``: the twin state values V_1(x), V_2(x)
 Values = Callable[["torch.Tensor"], "torch.Tensor"]
+
+
+class ActorCritic(NamedTuple):
+    """The actor-critic a loss reads, as functions: ``sample`` draws the actor's reparameterised actions;
+    ``values``, ``values_frozen`` (the same weights, held fixed: gradients flow only into the input) and
+    ``values_target`` map ``(B, D)`` to the twin values ``(B, 2)``; ``alpha`` is the entropy temperature α."""
+
+    sample: Sampler
+    values: Values
+    values_frozen: Values
+    values_target: Values
+    alpha: float
 
 
 @dataclass(frozen=True)
@@ -120,19 +133,16 @@ def rtac_losses(
     discount: "torch.Tensor",
     next_obs: "torch.Tensor",
     *,
-    sample: Sampler,
-    values: Values,
-    values_frozen: Values,
-    values_target: Values,
-    alpha: float,
+    nets: ActorCritic,
     layout: BufferLayout,
     reward_scale: float = 1.0,
     actor_weight: float = 0.2,
 ) -> RTACLosses:
-    """The module docstring's losses for one batch. ``sample`` draws the actor's reparameterised actions;
-    ``values``, ``values_frozen`` (the same weights, held fixed: gradients flow only into the input) and
-    ``values_target`` map ``(B, D)`` to the twin values ``(B, 2)``. ``total``'s gradient is the update."""
+    """The module docstring's losses for one batch of ``nets`` (`ActorCritic`). ``total``'s gradient is
+    the update."""
     import torch
+
+    sample, values, values_frozen, values_target, alpha = nets
 
     action, log_prob = sample(obs)  # a ~ π(·|x)
     log_prob = log_prob.reshape(-1)
@@ -287,11 +297,13 @@ class RTAC(SAC):
             reward,
             discount,
             next_obs,
-            sample=lambda x: sample_action(online, x, noise),
-            values=online.values,
-            values_frozen=lambda x: frozen_values(online, x),
-            values_target=target.values,
-            alpha=float(online.log_alpha.detach().exp()),
+            nets=ActorCritic(
+                sample=lambda x: sample_action(online, x, noise),
+                values=online.values,
+                values_frozen=lambda x: frozen_values(online, x),
+                values_target=target.values,
+                alpha=float(online.log_alpha.detach().exp()),
+            ),
             layout=self.layout,
             reward_scale=self.cfg.reward_scale,
             actor_weight=self.cfg.actor_weight,

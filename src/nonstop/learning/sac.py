@@ -269,7 +269,8 @@ def sac_backward(
 
 class SACPolicy(ActorPolicy):
     """SAC's actor for a worker: a sampled action ``tanh(μ + σ·ξ)·scale + bias`` while training (ξ from the
-    policy's own generator), ``tanh(μ)·scale + bias`` when ``deterministic``. Returns a float32 vector."""
+    policy's own generator), ``tanh(μ)·scale + bias`` when ``deterministic``. Returns a float32 vector.
+    ``placement``: `ActorPolicy`'s keywords (``seed``, ``num_threads``, ``device``, ``dtype``)."""
 
     def __init__(
         self,
@@ -277,14 +278,11 @@ class SACPolicy(ActorPolicy):
         weights: Any,
         action_space: Any,
         *,
-        seed: int | None = None,
-        num_threads: int | None = 1,
-        device: str = "cpu",
-        dtype: str | None = None,
         deterministic: bool = False,
         random_start: bool = False,
+        **placement: Any,
     ) -> None:
-        super().__init__(model, weights, action_space, seed=seed, num_threads=num_threads, device=device, dtype=dtype)
+        super().__init__(model, weights, action_space, **placement)
         self.deterministic = bool(deterministic)
         #: act uniformly over the Box until the learners' first update (`SACConfig.random_start`)
         self.random_start = bool(random_start)
