@@ -62,6 +62,7 @@ def probe(out_path: str, device: str = "cuda") -> int:
         from nonstop.inference.batchsize import LatencyCurve
         from nonstop.inference.device import TorchForward
         from nonstop.learning.devicelearner import DeviceLearner, DeviceTrainingState
+        from nonstop.learning.learners import LearnerSettings, Segments
         from nonstop.learning.dqn import DQNConfig, build_q_network, init_training
         from nonstop.learning.replay import ReplayBuffer
         from nonstop.learning.weights import SharedWeights, TrainingState
@@ -80,7 +81,7 @@ def probe(out_path: str, device: str = "cuda") -> int:
             replay.add_transition(ids[i], int(rng.integers(18)), float(rng.normal()), 0.99, 1, ids[i + 1])
         init_training(model, state, weights)
         dstate = DeviceTrainingState.from_host(state, device)
-        learner = DeviceLearner((84, 84), 18, cfg, dstate, state, weights, replay, seed=0)
+        learner = DeviceLearner(LearnerSettings((84, 84), 18, cfg), dstate, Segments(state, weights, replay), seed=0)
         stop, errors, updates = threading.Event(), [], [0]
 
         def learn() -> None:

@@ -61,7 +61,7 @@ def test_docs_your_model_s_own_world_is_told_at_the_door_as_the_page_shows(tmp_p
         said = line.removesuffix("…").rstrip()
         assert any(got.startswith(said) for got in lines), (said, done.stderr)
     assert re.search(r"recent return -\d", shown[-1])
-    saved = json.loads((tmp_path / "run" / "config.json").read_text())["dqn"]
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())["algo_settings"]
     assert (saved["epsilon_ticks"], saved["epsilon_fraction"]) == (90, 0.1)
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["updates"] == 0
 
@@ -105,6 +105,6 @@ def test_a_run_long_enough_learns_with_no_flag_and_says_what_it_sized(tmp_path) 
     first = done.stderr.splitlines()[0]
     assert first == "sized to this run's 1,200 ticks (no flag, world entry or preset sets them): --epsilon-ticks 120"
     assert "learning waits for" not in done.stderr and "ε anneals" not in done.stderr, done.stderr
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["dqn"]["epsilon_ticks"] == 120
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["algo_settings"]["epsilon_ticks"] == 120
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["updates"] > 0 and "no_updates_reason" not in summary
