@@ -44,6 +44,8 @@ ARGS = [
     "2",
     "--checkpoint-every",
     "4",
+    "--epsilon-ticks",  # the schedule these pool checks were written with, not one sized to each run
+    "100000",
 ]
 
 
