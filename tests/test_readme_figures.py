@@ -26,7 +26,7 @@ tolerance where it is not (the wall clock, and counts that grow as tests are add
   module is, and docs/your-model.md quotes the same run);
 * the LLM and the bot (`examples/two_speeds.py`, the wall clock): the slow agent's inaction within 1
   point, run once more where a load spike puts it outside; the bot's between the floor a 40 ms call
-  allows at 60 Hz (it can act at most every third tick: 66.7 %) and the page's "up to" figure for a
+  allows at 60 Hz (one action per 40 ms, on at most 41.7 % of the ticks: 58.3 %; CI's run gave 60.4 %) and the page's "up to" figure for a
   loaded machine (72.4 % quiet, 89.8 % at a load average of 18 on this 2-core machine).
 """
 
@@ -285,12 +285,12 @@ def test_an_llms_pace_and_a_bots_on_the_server_leave_the_rows_ticks_to_beta() ->
     )
     assert m, reached
     slow, bot, loaded = float(m[1]), float(m[2]), float(m[3])
-    assert 100 * (1 - 1 / 3) <= bot <= loaded < slow
+    # the floor: a 40 ms decision acts at most once per 40 ms, so on at most (1/60 s)/(40 ms) of 60 Hz ticks
+    floor = 100 * (1 - (1 / 60) / 0.040)
+    assert floor <= bot <= loaded < slow
 
     def agrees(run: dict[str, tuple[float, float]]) -> bool:
-        return (
-            abs(run["slow agent"][0] - slow) <= 1.0 and 100 * (1 - 1 / 3) - 0.5 <= run["fast scripted bot"][0] <= loaded
-        )
+        return abs(run["slow agent"][0] - slow) <= 1.0 and floor - 0.5 <= run["fast scripted bot"][0] <= loaded
 
     run = _two_speeds()
     if not agrees(run):
