@@ -284,19 +284,10 @@ class DCAC(RTAC):
     def sample(self, replay: Any, batch_size: int, rng: np.random.Generator) -> Any:
         return sample_subtrajectories(replay, batch_size, self.n_max, rng)
 
-    def build_model(self) -> "torch.nn.Module":
+    def _networks_class(self) -> Any:
         from nonstop.learning.rtacnets import DCACNetworks
 
-        encoder, features = self._encoder()
-        return DCACNetworks(
-            features,
-            self.action_dim,
-            self.cfg.hidden,
-            low=self.action_space.low.tolist(),
-            high=self.action_space.high.tolist(),
-            encoder=encoder,
-            alpha=self.cfg.alpha,
-        )
+        return DCACNetworks
 
     def losses(  # type: ignore[override]
         self,

@@ -269,19 +269,10 @@ class RTAC(SAC):
     def layout(self) -> BufferLayout:
         return layout_of(self.obs_shape, self.action_dim, self.cfg.buffer_slots, "RTAC")
 
-    def build_model(self) -> "torch.nn.Module":
+    def _networks_class(self) -> Any:
         from nonstop.learning.rtacnets import RTACNetworks
 
-        encoder, features = self._encoder()
-        return RTACNetworks(
-            features,
-            self.action_dim,
-            self.cfg.hidden,
-            low=self.action_space.low.tolist(),
-            high=self.action_space.high.tolist(),
-            encoder=encoder,
-            alpha=self.cfg.alpha,
-        )
+        return RTACNetworks
 
     def losses(
         self, online: "RTACNetworks", target: "RTACNetworks", batch: "Batch", noise: "torch.Tensor | None" = None

@@ -367,11 +367,15 @@ class SAC(Algorithm):
             return net, self.cfg.features
         raise ValueError(f"SAC has no encoder for observations of shape {shape}")
 
-    def build_model(self) -> "torch.nn.Module":
+    def _networks_class(self) -> Any:
+        """The module that holds this algorithm's networks (RTAC and DCAC name theirs; the build is shared)."""
         from nonstop.learning.sacnets import SACNetworks
 
+        return SACNetworks
+
+    def build_model(self) -> "torch.nn.Module":
         encoder, features = self._encoder()
-        return SACNetworks(
+        return self._networks_class()(
             features,
             self.action_dim,
             self.cfg.hidden,
