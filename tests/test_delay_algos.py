@@ -140,7 +140,7 @@ def _train(algo: str, run, capsys, seconds: str, *more: str) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("algo", ["rtac", "dcac", "dcac-q"])
+@pytest.mark.parametrize("algo", ["rtac", "dcac", "dcac-q", "bpql"])
 def test_rtac_and_dcac_train_resume_and_export(algo, tmp_path, capsys, no_shm_leak) -> None:
     import json
 

@@ -60,6 +60,7 @@ class LearningCore(Part):
                 dtype=spec.obs_space.dtype,
                 action_shape=self.algorithm.action_shape,
                 agent_id=spec.agent_id,
+                landing_states=self.algorithm.needs_landing_states,  # BPQL's critic: each action's own state
             )
             self._unlink.append(self.replay.unlink)
             self.state = TrainingState.create(n_params)

@@ -108,6 +108,7 @@ _BUILTIN: dict[str, dict[str, Any]] = {
         "rtac": "nonstop.learning.rtac:RTAC",
         "dcac": "nonstop.learning.dcac:DCAC",
         "dcac-q": "nonstop.learning.dcacq:DCACQ",
+        "bpql": "nonstop.learning.bpql:BPQL",
     },
     # what the run connects to before it starts anything
     "cluster": {

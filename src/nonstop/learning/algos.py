@@ -179,6 +179,9 @@ class Algorithm:
     #: what a transition's reward is framed by: ``action`` (the decision's, at its landing) or ``observation``
     #: (each observation's own step: RTAC's and DCAC's; `nonstop.learning.inflight.in_flight_recorder`)
     reward_framing: ClassVar[str] = "action"
+    #: whether its critic learns on the observation each action acted on, known in hindsight (BPQL): the
+    #: replay keeps those frames (`nonstop.learning.replay.ReplayBuffer.create`'s ``landing_states``)
+    needs_landing_states: ClassVar[bool] = False
     #: named settings a run may start from (``--preset``): the paper's, per world family
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
     #: the key its settings were saved under in a run's config.json before algorithms were parts (None: none)

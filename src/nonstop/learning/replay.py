@@ -26,6 +26,11 @@ value learned at a decision observation counts the rewards from when its action 
 that one continues exactly where the transition's rewards stop (``obs(T)`` would skip ``d − 1``
 ticks of reward and discount).
 
+Where an algorithm's critic learns in hindsight on the world's own state (BPQL, `nonstop.learning.bpql`),
+each transition also names the observation its action acted on, ``obs(t_i − 1)`` (the host applies
+tick ``t_i``'s action to the state tick ``t_i − 1`` left), and the next decision's, ``obs(t_{i+1} − 1)``
+(the terminal observation at an episode end): ``ReplayBuffer.create(landing_states=True)``.
+
 Actions are stored as the algorithm acts: a ``Discrete`` action as its int64 index (from 0), a ``Box``
 action as a float32 vector of the Box's shape (``ReplayBuffer.create(action_shape=...)``); the
 semi-MDP is the same for both.
@@ -86,6 +91,10 @@ class Transition(NamedTuple):
     n_ticks: int
     next_tick: int
     episode: int
+    #: the tick whose observation the action acted on (the one before it landed), and the same for the next
+    #: decision's action (``TERMINAL``: the episode's terminal observation); -1 where a builder does not know it
+    state_tick: int = -1
+    next_state_tick: int = -1
 
 
 class SemiMDPBuilder:
@@ -117,8 +126,8 @@ class SemiMDPBuilder:
         pending = self._open
         if agent:
             if pending is not None:  # the decision before this one ends here; this action's obs is its s'
-                s, a, ret, n, _ = pending
-                out.append(Transition(s, a, ret, self.gamma**n, n, obs_tick, self.episode))
+                s, a, ret, n, delay = pending
+                out.append(Transition(s, a, ret, self.gamma**n, n, obs_tick, self.episode, s + delay - 1, tick - 1))
             self._open = pending = [obs_tick, action, float(reward), 1, tick - obs_tick]
         elif pending is not None:  # β tick inside a decision: its reward belongs to that decision
             pending[2] += self.gamma ** pending[3] * float(reward)
@@ -126,13 +135,15 @@ class SemiMDPBuilder:
         if terminated or truncated:
             if pending is not None:
                 s, a, ret, n, delay = pending
+                state = s + delay - 1
                 if terminated:
-                    out.append(Transition(s, a, ret, 0.0, n, TERMINAL, self.episode))
+                    out.append(Transition(s, a, ret, 0.0, n, TERMINAL, self.episode, state, TERMINAL))
                 else:
                     # A time limit is not a terminal state: the value goes on from tick+1, which the action
-                    # decided on obs(tick + 1 − delay) would have reached (obs(T) itself for a 1-tick delay)
+                    # decided on obs(tick + 1 − delay) would have reached (obs(T) itself for a 1-tick delay);
+                    # that action would have acted on obs(T)
                     nxt = TERMINAL if delay <= 1 else tick + 1 - delay
-                    out.append(Transition(s, a, ret, self.gamma**n, n, nxt, self.episode))
+                    out.append(Transition(s, a, ret, self.gamma**n, n, nxt, self.episode, state, TERMINAL))
             self._open = None
             self.episode += 1
         return out
@@ -153,7 +164,10 @@ _T_COLS: Final = (
     ("discount", np.float32),
     ("n_ticks", np.int32),
     ("agent", np.int16),  # which seat of a team recorded it (`nonstop.learning.seatreplay`): its id, added as sampled
+    ("state_frame", np.int64),  # the observation the action acted on (only with ``landing_states``)
+    ("next_state_frame", np.int64),  # the next decision's
 )
+_STATE_COLS: Final = ("state_frame", "next_state_frame")
 _HDR: Final = 8  # int64 words: transitions, frames, episodes; ticks, agent ticks, delay sum; waiters; spare
 _COUNT, _FRAMES, _EPISODES, _TICKS, _AGENT, _DELAY_SUM, _WAITERS = 0, 1, 2, 3, 4, 5, 6
 #: byte offset of the transition count's low 32 bits: the futex word samplers sleep on
@@ -169,8 +183,18 @@ def _action_column(action_shape: tuple[int, ...]) -> tuple[np.dtype, int]:
     return np.dtype(np.float32), int(np.prod(action_shape, dtype=np.int64))
 
 
+def _columns(landing_states: bool) -> tuple[tuple[str, Any], ...]:
+    """The transition columns a replay keeps (the landing states' two only where asked for)."""
+    return tuple((n, dt) for n, dt in _T_COLS if landing_states or n not in _STATE_COLS)
+
+
 def _layout(
-    capacity: int, frame_capacity: int, obs_shape: tuple[int, ...], dtype: np.dtype, action_shape: tuple[int, ...] = ()
+    capacity: int,
+    frame_capacity: int,
+    obs_shape: tuple[int, ...],
+    dtype: np.dtype,
+    action_shape: tuple[int, ...] = (),
+    landing_states: bool = False,
 ) -> tuple[dict, int]:
     offsets, off = {}, _HDR * 8
     frame_bytes = int(np.prod(obs_shape, dtype=np.int64)) * dtype.itemsize
@@ -183,7 +207,7 @@ def _layout(
     put("episodes", EPISODE_RING * 3 * 8)
     put("frames", frame_capacity * frame_bytes)
     put("frame_id", frame_capacity * 8)
-    for name, dt in _T_COLS:
+    for name, dt in _columns(landing_states):
         if name == "action":
             adt, per_row = _action_column(action_shape)
             put(name, capacity * per_row * adt.itemsize)
@@ -193,19 +217,25 @@ def _layout(
 
 
 def replay_bytes(
-    capacity: int, obs_shape: tuple[int, ...], dtype: Any = np.uint8, action_shape: tuple[int, ...] = ()
+    capacity: int,
+    obs_shape: tuple[int, ...],
+    dtype: Any = np.uint8,
+    action_shape: tuple[int, ...] = (),
+    landing_states: bool = False,
 ) -> int:
     """Shared memory a replay of ``capacity`` transitions needs (frames stored once).
 
     >>> round(replay_bytes(1_000_000, (84, 84)) / 2**30, 2)  # the paper's 1M transitions of 84x84x1 frames
     7.44
     """
-    return _layout(capacity, _frame_capacity(capacity), tuple(obs_shape), np.dtype(dtype), tuple(action_shape))[1]
+    frames = _frame_capacity(capacity, landing_states)
+    return _layout(capacity, frames, tuple(obs_shape), np.dtype(dtype), tuple(action_shape), landing_states)[1]
 
 
-def _frame_capacity(capacity: int) -> int:
-    # each decision stores about one new frame, plus one terminal frame per episode
-    return capacity + max(64, capacity // 8)
+def _frame_capacity(capacity: int, landing_states: bool = False) -> int:
+    # each decision stores about one new frame, plus one terminal frame per episode; with the states its
+    # action landed on, up to one more (none more when a decision is taken every tick)
+    return (2 if landing_states else 1) * capacity + max(64, capacity // 8)
 
 
 def _available_bytes() -> tuple[int, str]:
@@ -226,11 +256,17 @@ def _available_bytes() -> tuple[int, str]:
     return min(limits) if limits else (1 << 62, "unknown")
 
 
-def check_replay_fits(capacity: int, obs_shape: tuple[int, ...], dtype: Any, action_shape: tuple[int, ...] = ()) -> int:
+def check_replay_fits(
+    capacity: int,
+    obs_shape: tuple[int, ...],
+    dtype: Any,
+    action_shape: tuple[int, ...] = (),
+    landing_states: bool = False,
+) -> int:
     """The replay's size in bytes, or `ReplayTooLargeError` (with the capacity that would fit)
     when it cannot fit in shared memory or RAM on this machine."""
     dtype = np.dtype(dtype)
-    need = replay_bytes(capacity, tuple(obs_shape), dtype, tuple(action_shape))
+    need = replay_bytes(capacity, tuple(obs_shape), dtype, tuple(action_shape), landing_states)
     have, where = _available_bytes()
     if need > have * 0.9:
         raise ReplayTooLargeError(
@@ -248,6 +284,9 @@ class Batch(NamedTuple):
     discount: np.ndarray
     next_obs: np.ndarray
     n_ticks: np.ndarray
+    #: the observations the actions acted on and the next decisions' (``sample(states=True)``; else None)
+    state: np.ndarray | None = None
+    next_state: np.ndarray | None = None
 
 
 class ReplayBuffer(SharedSegment):
@@ -283,17 +322,20 @@ class ReplayBuffer(SharedSegment):
         _shm: Any = None,
         action_shape: tuple[int, ...] = (),
         agent_id: Any = None,
+        landing_states: bool = False,
     ) -> None:
+        #: whether each transition names the observations its action and the next one acted on (BPQL's critic)
+        self.landing_states = bool(landing_states)
         #: adds each sampled transition's agent identity to its frames (an `AgentId`; None: frames as stored)
         self.agent_id = agent_id if agent_id is not None and agent_id.active else None
         self.name, self.capacity, self.obs_shape, self.dtype = name, int(capacity), tuple(obs_shape), np.dtype(dtype)
         #: one action's shape: ``()`` an int64 index (Discrete), ``(d,)`` a float32 vector (Box)
         self.action_shape = tuple(int(d) for d in action_shape)
-        self.frame_capacity = _frame_capacity(self.capacity)
+        self.frame_capacity = _frame_capacity(self.capacity, self.landing_states)
         self._shm = _shm if _shm is not None else _attach(name)
         self._owner = _shm is not None
         offsets, self.nbytes = _layout(
-            self.capacity, self.frame_capacity, self.obs_shape, self.dtype, self.action_shape
+            self.capacity, self.frame_capacity, self.obs_shape, self.dtype, self.action_shape, self.landing_states
         )
         buf = self._shm.buf
         self._hdr = np.ndarray((_HDR,), np.int64, buf, 0)  # bulk access (checkpoints); ordering goes through _words
@@ -301,7 +343,11 @@ class ReplayBuffer(SharedSegment):
         self.frames = np.ndarray((self.frame_capacity, *self.obs_shape), self.dtype, buf, offsets["frames"])
         self.frame_id = np.ndarray((self.frame_capacity,), np.int64, buf, offsets["frame_id"])
         self._ids = SharedWords(buf, offsets["frame_id"], self.frame_capacity)
-        self.cols = {n: np.ndarray((self.capacity,), dt, buf, offsets[n]) for n, dt in _T_COLS if n != "action"}
+        self.cols = {
+            n: np.ndarray((self.capacity,), dt, buf, offsets[n])
+            for n, dt in _columns(self.landing_states)
+            if n != "action"
+        }
         self.cols["action"] = np.ndarray(
             (self.capacity, *self.action_shape), _action_column(self.action_shape)[0], buf, offsets["action"]
         )
@@ -320,24 +366,32 @@ class ReplayBuffer(SharedSegment):
         check_memory: bool = True,
         action_shape: tuple[int, ...] = (),
         agent_id: Any = None,
+        landing_states: bool = False,
     ) -> "ReplayBuffer":
         """A new replay (the caller owns it: ``unlink``). ``action_shape``: ``()`` for Discrete actions
         (int64 indices), a Box's shape for continuous ones (float32 vectors). ``agent_id``: an
-        `nonstop.policies.agentid.AgentId` whose identity `sample` adds to each transition's frames."""
+        `nonstop.policies.agentid.AgentId` whose identity `sample` adds to each transition's frames.
+        ``landing_states``: each transition also keeps the observations its action and the next one acted
+        on (the module docstring), and ``sample(states=True)`` returns them."""
         if not isinstance(capacity, (int, np.integer)) or isinstance(capacity, bool) or capacity < 1:
             raise ValueError(f"replay capacity must be a positive integer, got {capacity!r}")
         dtype = np.dtype(dtype)
         if dtype.kind not in "biuf":
             raise TypeError(f"replay frames must be numeric, got dtype {dtype}")
         action_shape = tuple(action_shape)
-        need = (
-            check_replay_fits(int(capacity), tuple(obs_shape), dtype, action_shape)
-            if check_memory
-            else replay_bytes(int(capacity), tuple(obs_shape), dtype, action_shape)
+        size = (check_replay_fits if check_memory else replay_bytes)(
+            int(capacity), tuple(obs_shape), dtype, action_shape, landing_states
         )
-        shm = _new_segment(need, "replay")
+        shm = _new_segment(size, "replay")
         rb = cls(
-            shm.name, int(capacity), tuple(obs_shape), dtype.str, _shm=shm, action_shape=action_shape, agent_id=agent_id
+            shm.name,
+            int(capacity),
+            tuple(obs_shape),
+            dtype.str,
+            _shm=shm,
+            action_shape=action_shape,
+            agent_id=agent_id,
+            landing_states=landing_states,
         )
         rb._hdr[:] = 0
         rb.frame_id[:] = -1
@@ -345,7 +399,10 @@ class ReplayBuffer(SharedSegment):
 
     def __reduce__(self) -> tuple:
         ids = None if self.agent_id is None else self.agent_id.to_dict()
-        return (_attach_replay, (self.name, self.capacity, self.obs_shape, self.dtype.str, self.action_shape, ids))
+        return (
+            _attach_replay,
+            (self.name, self.capacity, self.obs_shape, self.dtype.str, self.action_shape, ids, self.landing_states),
+        )
 
     # ---------------------------------------------------------------- writer side
     @property
@@ -401,14 +458,26 @@ class ReplayBuffer(SharedSegment):
         ]
 
     def add_transition(
-        self, s_frame: int, action: Any, reward: float, discount: float, n_ticks: int, next_frame: int, agent: int = 0
+        self,
+        s_frame: int,
+        action: Any,
+        reward: float,
+        discount: float,
+        n_ticks: int,
+        next_frame: int,
+        agent: int = 0,
+        states: tuple[int, int] = (-1, -1),
     ) -> None:
+        """One transition, its frames by id; ``states``: the frames of the observations its action and the
+        next decision's acted on (``landing_states``)."""
         count = self._words.load(_COUNT, RELAXED)  # the one writer's own word
         i = count % self.capacity
         c = self.cols
         fence(RELEASE)  # the count that retires this slot's old transition is seen before the new one lands
         c["s_frame"][i], c["next_frame"][i], c["action"][i] = s_frame, next_frame, action
         c["reward"][i], c["discount"][i], c["n_ticks"][i], c["agent"][i] = reward, discount, n_ticks, agent
+        if self.landing_states:
+            c["state_frame"][i], c["next_state_frame"][i] = states
         # sequentially consistent store, then load: with the waiter's own pair (`wait_for_transitions`)
         # either it sees this count or this sees it waiting; no system call while nobody waits
         words = self._words
@@ -441,10 +510,13 @@ class ReplayBuffer(SharedSegment):
             futex_wake(self._count_address)
 
     # ---------------------------------------------------------------- sampler side
-    def sample(self, batch_size: int, rng: np.random.Generator) -> Batch | None:
+    def sample(self, batch_size: int, rng: np.random.Generator, *, states: bool = False) -> Batch | None:
         """``batch_size`` transitions drawn uniformly from the newest ``capacity``
         (``None`` while the replay is empty). Samples whose frames were recycled
-        mid-copy are redrawn a few times, then dropped (counted)."""
+        mid-copy are dropped (counted). ``states``: with the observations each action and
+        the next one acted on (a replay made with ``landing_states``)."""
+        if states and not self.landing_states:
+            raise ValueError("this replay keeps no landing states: create it with landing_states=True")
         count = self._words.load(_COUNT, ACQUIRE)
         size = min(count, self.capacity - 1)  # once full, leave out the slot the writer fills next
         if size < 1:
@@ -457,22 +529,22 @@ class ReplayBuffer(SharedSegment):
         s_f, n_f = c["s_frame"][idx], c["next_frame"][idx]
         action, reward = c["action"][idx], c["reward"][idx]
         discount, n_ticks, agent = c["discount"][idx], c["n_ticks"][idx], c["agent"][idx]
-        obs = self.frames[s_f % self.frame_capacity]
-        next_obs = self.frames[n_f % self.frame_capacity]
+        ids = [s_f, n_f, *((c["state_frame"][idx], c["next_state_frame"][idx]) if states else ())]
+        frames = [self.frames[f % self.frame_capacity] for f in ids]
         fence(ACQUIRE)  # the copies are complete before the ids and the count are checked
-        ok = (self.frame_id[s_f % self.frame_capacity] == s_f) & (self.frame_id[n_f % self.frame_capacity] == n_f)
-        ok &= nums >= self._words.load(_COUNT, RELAXED) - self.capacity + 1  # slot not rewritten by a newer transition
+        ok = nums >= self._words.load(_COUNT, RELAXED) - self.capacity + 1  # slot not rewritten by a newer transition
+        for f in ids:
+            ok &= self.frame_id[f % self.frame_capacity] == f
         if not ok.all():
             self.dropped_recycled += int((~ok).sum())
             keep = np.flatnonzero(ok)
             if keep.size == 0:
                 return None
-            obs, next_obs, action, reward, discount, n_ticks, agent = (
-                a[keep] for a in (obs, next_obs, action, reward, discount, n_ticks, agent)
-            )
+            frames = [a[keep] for a in frames]
+            action, reward, discount, n_ticks, agent = (a[keep] for a in (action, reward, discount, n_ticks, agent))
         if self.agent_id is not None:  # the network of a team's seats sees whose transition it is
-            obs, next_obs = self.agent_id(obs, agent), self.agent_id(next_obs, agent)
-        return Batch(obs, action, reward, discount, next_obs, n_ticks)
+            frames = [self.agent_id(f, agent) for f in frames]
+        return Batch(frames[0], action, reward, discount, frames[1], n_ticks, *frames[2:])
 
     # ---------------------------------------------------------------- checkpoints
     def snapshot(self) -> dict[str, np.ndarray]:
@@ -517,12 +589,15 @@ def _attach_replay(
     dtype: str,
     action_shape: tuple[int, ...],
     agent_id: dict[str, Any] | None = None,
+    landing_states: bool = False,
 ) -> ReplayBuffer:
     """A `ReplayBuffer` attached by name in another process (what unpickling one does)."""
     from nonstop.policies.agentid import AgentId
 
     ids = None if agent_id is None else AgentId.from_dict(agent_id)
-    return ReplayBuffer(name, capacity, obs_shape, dtype, action_shape=action_shape, agent_id=ids)
+    return ReplayBuffer(
+        name, capacity, obs_shape, dtype, action_shape=action_shape, agent_id=ids, landing_states=landing_states
+    )
 
 
 # ----------------------------------------------------------------------------- host side
@@ -628,10 +703,11 @@ class ReplayRecorder:
         for tr in done:
             s = self._frame(tr.s_tick, tr.episode)
             nxt = self._frame(tr.next_tick, tr.episode)
-            if s is None or nxt is None:
+            states = self._landing(tr, nxt) if self.replay.landing_states else (-1, -1)
+            if s is None or nxt is None or states is None:
                 self.skipped_old += 1
                 continue
-            self.replay.add_transition(s, tr.action, tr.reward, tr.discount, tr.n_ticks, nxt, self.agent)
+            self.replay.add_transition(s, tr.action, tr.reward, tr.discount, tr.n_ticks, nxt, self.agent, states)
             self.transitions += 1
         if terminated or truncated:
             self._stored.clear()
@@ -639,6 +715,16 @@ class ReplayRecorder:
         elif len(self._stored) > 2 * self.history:
             lo = tick - self.history
             self._stored = {k: v for k, v in self._stored.items() if k >= lo}
+
+    def _landing(self, tr: Transition, next_frame: int | None) -> tuple[int, int] | None:
+        """The frames of the observations ``tr``'s action and the next decision's acted on (None: lost)."""
+        if tr.state_tick < 0 or next_frame is None:
+            return None
+        state = self._frame(tr.state_tick, tr.episode)
+        # a terminal frame is added each time it is asked for: the next decision's is the one just stored
+        same = tr.next_state_tick == tr.next_tick
+        next_state = next_frame if same else self._frame(tr.next_state_tick, tr.episode)
+        return None if state is None or next_state is None else (state, next_state)
 
     def _stored_action(self, action: Any) -> Any:
         """The applied action as the replay stores it (a copy: the host may reuse its array)."""

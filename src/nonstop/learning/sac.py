@@ -383,7 +383,12 @@ class SAC(Algorithm):
             high=self.action_space.high.tolist(),
             encoder=encoder,
             alpha=self.cfg.alpha,
+            critic_features=self._critic_features(),
         )
+
+    def _critic_features(self) -> int | None:
+        """The critics' input width where it is not the actor's features (None: the same)."""
+        return None
 
     def check_fits(self, device: str) -> None:
         if len(self.obs_shape) > 1:  # the IMPALA encoder each worker and learner builds

@@ -120,11 +120,13 @@ class GaussianHead(nn.Module):
         high: Sequence[float],
         encoder: nn.Module | None = None,
         alpha: float = 1.0,
+        critic_features: int | None = None,
     ) -> None:
         super().__init__()
         self.encoder = encoder if encoder is not None else nn.Flatten()
         self.actor = GaussianActor(features, action_dim, hidden)
-        self.add_critics(features, action_dim, hidden)
+        # the critics' input width: the actor's features, or fewer where they see less (BPQL's, the world's state)
+        self.add_critics(features if critic_features is None else critic_features, action_dim, hidden)
         self.temperature = Temperature(alpha)  # a submodule, so that log α comes last in parameters()
         lo, hi = torch.as_tensor(low, dtype=torch.float32), torch.as_tensor(high, dtype=torch.float32)
         self.register_buffer("scale", (hi - lo) / 2)  # the world's action = a · scale + bias
