@@ -205,13 +205,13 @@ def test_dcac_resamples_as_far_as_the_staggered_delay_allows(algo, reach, no_shm
         algo_.backward(model, target, plain)
 
 
-@pytest.mark.parametrize("algo", ["rtac", "dcac"])
+@pytest.mark.parametrize("algo", ["rtac", "dcac", "bpql"])
 def test_algorithms_that_see_the_actions_in_flight_are_refused_where_delay_aware_is(algo) -> None:
     """RTAC and DCAC always see the buffer, so they go where --delay-aware goes: thread or process workers
     (on batching lanes the pool's due ticks were measured a tick off the tick log), and no self-play."""
     from nonstop.experiment.config import TrainConfig
 
     for kwargs in ({"backend": "batched"}, {"backend": "batched_process", "clock": "wall"}, {"self_play": True}):
-        with pytest.raises(ValueError, match=r"^--delay-aware \(and --algo rtac or dcac"):
+        with pytest.raises(ValueError, match=r"^--delay-aware \(and --algo rtac, dcac or bpql"):
             TrainConfig(env="Pendulum-v1", algo=algo, latency="3t", **kwargs)
     assert TrainConfig(env="Pendulum-v1", algo=algo, latency="3t", backend="process").inference_backend == "thread"

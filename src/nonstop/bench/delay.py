@@ -3,7 +3,7 @@
 Staggering removes inaction, not delay: with a model of ``τ`` ticks staggered over ``τ`` workers the
 agent acts at every tick, yet every action lands ``τ`` ticks after the observation it was computed
 on. Per world (``--envs``), model latency (``--taus``, ticks, staggered: N_I = τ, Algorithm 1) and
-algorithm (``--algos``: ``sac``, ``sac+delay`` for SAC with ``--delay-aware``, ``rtac``, ``dcac``,
+algorithm (``--algos``: ``sac``, ``sac+delay`` for SAC with ``--delay-aware``, ``bpql``, ``rtac``, ``dcac``,
 any registered ``--algo`` with or without ``+delay``), ``nonstop train`` runs on the virtual clock
 for ``--ticks`` agent ticks, for each seed of ``--seeds``. A run's return is the mean of its last
 ``--last`` finished training episodes (the policy as it trains, exploring); per cell the bench
@@ -12,8 +12,8 @@ tick log's inaction and delay. A cell whose algorithm refuses its τ (`Algorithm
 needs 2 ticks or more) is not run, and the output says so (``skipped``).
 
 The judged figure, per delay-paying algorithm at the largest τ: the share of plain SAC's loss it
-recovers, ``(R_algo(τ) − R_sac(τ)) / (R_sac(τ_min) − R_sac(τ))`` (target: ≥ 85 % for ``sac+delay`` or
-``dcac``). Plain SAC must show the loss: its interval at τ_min lies above its interval at τ_max, or the
+recovers, ``(R_algo(τ) − R_sac(τ)) / (R_sac(τ_min) − R_sac(τ))`` (target: ≥ 85 % for ``sac+delay``,
+``bpql`` or ``dcac``). Plain SAC must show the loss: its interval at τ_min lies above its interval at τ_max, or the
 bench says it cannot judge. Beside the shares of the means, the loss and each share come with a 95 %
 interval over seeds paired by seed (the same seed runs every cell: its loss ``R_sac,s(τ_min) − R_sac,s(τ)``
 and its share, Student's t over the seeds that ran all three). ``--budget`` sizes the whole grid as ``nonstop paper`` does (tiny: a CI
@@ -36,7 +36,7 @@ from nonstop.bench.common import interval
 
 __all__ = ["DESCRIPTION", "BUDGETS", "add_arguments", "run", "render", "run_cell", "interval", "recovered"]
 
-DESCRIPTION = "return with 95-percent intervals, inaction and delay of SAC, delay-aware SAC, RTAC and DCAC at model latencies of 1-6 ticks (virtual clock)"
+DESCRIPTION = "return with 95-percent intervals, inaction and delay of SAC, delay-aware SAC, BPQL, RTAC and DCAC at model latencies of 1-6 ticks (virtual clock)"
 
 #: each budget's grid (a flag given beside ``--budget`` wins)
 BUDGETS: dict[str, dict[str, Any]] = {
@@ -44,7 +44,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
     "small": {
         "envs": "Pendulum-v1",
         "taus": "1,3,6",
-        "algos": "sac,sac+delay,rtac,dcac",
+        "algos": "sac,sac+delay,bpql,rtac,dcac",
         "seeds": 3,
         "ticks": 15_000,
         "last": 10,
@@ -52,7 +52,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
     "full": {
         "envs": "Pendulum-v1,HalfCheetah-v5",
         "taus": "1,3,6",
-        "algos": "sac,sac+delay,rtac,dcac",
+        "algos": "sac,sac+delay,bpql,rtac,dcac",
         "seeds": 5,
         "ticks": 100_000,
         "last": 10,

@@ -248,7 +248,7 @@ _BATCHED_SETTINGS: Final = ("batch_curve", "max_batch", "device")
 _NO_DELAY_AWARE = refuses(
     "delay_aware",
     True,
-    why="--delay-aware (and --algo rtac or dcac, whose actors always see the actions in flight) runs the "
+    why="--delay-aware (and --algo rtac, dcac or bpql, whose actors always see the actions in flight) runs the "
     "learner's own pool with thread or process workers (its action buffer is exact there, tested against the "
     "tick log): use --backend thread or process, and no --self-play",
 )
@@ -288,7 +288,7 @@ _CONSTRAINTS: dict[str, dict[str, Constraint]] = {
                 refuses(
                     "delay_aware",
                     True,
-                    why="--delay-aware (and --algo rtac or dcac) reads one seat's actions in flight: on a "
+                    why="--delay-aware (and --algo rtac, dcac or bpql) reads one seat's actions in flight: on a "
                     "world of many seats train without it",
                 ),
             ),
