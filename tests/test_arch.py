@@ -145,6 +145,6 @@ def test_2xdeep_is_the_authors_deep_impala_cnn_at_every_width_of_the_appendix(k)
 
 
 def test_2xdeeps_declared_delays_scale_against_the_authors_network():
-    from nonstop.experiment.sweep import deep_paper_ticks
+    from nonstop.studies.sweep import deep_paper_ticks
 
     assert [deep_paper_ticks(k, game_boy=False) for k in (0.75, 4.75, 18.5, 63)] == [13, 17, 129, 1119]

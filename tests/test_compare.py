@@ -8,7 +8,7 @@ import json
 import pytest
 
 from nonstop.commands.compare import add_arguments, run_compare
-from nonstop.experiment.compare import (
+from nonstop.studies.compare import (
     SCHEDULERS,
     compare,
     default_plot_path,
@@ -241,7 +241,7 @@ def test_compare_composes_one_run_per_scheduler_on_one_seed_and_latency(monkeypa
     world seed and latency for all, and a backend that cannot host stand-ins is refused before any runs."""
     from pathlib import Path
 
-    import nonstop.experiment.compare as compare_module
+    import nonstop.studies.compare as compare_module
     import nonstop.experiment.run as run_module
 
     built = []

@@ -14,7 +14,7 @@ import pytest
 
 import nonstop.commands.compare as compare_module
 from nonstop.commands.demo import LESSON_INACTION, QUICK, add_arguments, lesson_kept, run_demo
-from nonstop.experiment.compare import compare, machine_diagnosis
+from nonstop.studies.compare import compare, machine_diagnosis
 
 ENV = "theory/inaction"
 

@@ -146,7 +146,7 @@ def test_trust_module_without_resume_is_one_line(capsys):
 
 
 def test_report_builds_no_world_a_config_names(downloads):
-    from nonstop.experiment.report import _tau_m
+    from nonstop.studies.report import _tau_m
 
     _, marker = downloads
     assert _tau_m(None, {"env": "evil:Env-v0"}) is None  # no tick log: the plots fall back to wall time

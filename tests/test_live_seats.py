@@ -24,7 +24,8 @@ pytest.importorskip("uvicorn")
 from nonstop.envs import register
 from nonstop.server.app import ServerThread
 from nonstop.server.client import Client, http_get
-from nonstop.server.liveworld import team_of, team_rows, world_view
+from nonstop.envs.seats import team_of
+from nonstop.server.liveworld import team_rows, world_view
 
 pytestmark = pytest.mark.wall
 GRID_WORLD = "test/seat-grid"

@@ -8,7 +8,7 @@ import pytest
 from conftest import run_ticks
 
 from nonstop.envs import env_info, list_envs, make_env
-from nonstop.envs.magent import team_of, teams_of
+from nonstop.envs.seats import team_of, teams_of
 from nonstop.realtime.host import Session
 from nonstop.realtime.tickcolumns import SOURCE_ABSENT, SOURCE_AGENT, SOURCE_DEFAULT
 

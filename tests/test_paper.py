@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from nonstop.cli import build_parser, main
-from nonstop.experiment.paper import BUDGET_NAMES, FIGURES, beta_returns, encounter_series, figure_listing
+from nonstop.studies.paper import BUDGET_NAMES, FIGURES, beta_returns, encounter_series, figure_listing
 
 pytest.importorskip("torch")
 
@@ -195,7 +195,7 @@ def test_figure_8s_bench_measures_on_ray_actors_past_the_cores(tmp_path, capsys)
 @pytest.mark.parametrize("number", [4, 13])
 def test_encounters_over_time_are_averaged_over_seeds_per_interaction(number, tmp_path, monkeypatch):
     """Figures 4 and 13 from their cells' encounters (the cells stand in: no ROM here)."""
-    from nonstop.experiment import paper
+    from nonstop.studies import paper
 
     cells = tmp_path / f"fig{number}-sweep" / "cells"
     wins = {"staggered": [True, True, False, True], "infer_then_learn": [False, True, False, False]}
@@ -244,7 +244,7 @@ def test_a_cuda_figure_without_cuda_is_one_line_before_anything_runs(capsys, tmp
 def test_figure_6_draws_the_published_human_score_on_each_atari_panel(tmp_path, monkeypatch):
     """The paper's Figure 6 marks human performance (Mnih et al. 2015) on Boxing, Krull and
     NameThisGame; the delay world, which has no such score, gets none."""
-    from nonstop.experiment import paper
+    from nonstop.studies import paper
 
     monkeypatch.setattr(paper, "beta_returns", lambda game, **kw: {"noop": 0.0, "random": 1.0})
     results = [

@@ -14,7 +14,7 @@ from nonstop.cli import main
 from nonstop.learning.runlog import RunLog, RunPaths
 from nonstop.metrics.plots import plot_delay_histogram, rolling_mean, windowed_ticks
 from nonstop.realtime.ticklog import SOURCE_AGENT, SOURCE_DEFAULT, TickLog
-from nonstop.experiment.report import build_report, render_summary, write_markdown
+from nonstop.studies.report import build_report, render_summary, write_markdown
 
 TAU_M = 1 / 60
 N_TICKS = 600

@@ -12,7 +12,7 @@ from test_live import CHROMIUM, CHROMIUM_ARGS, _browser_or_reason
 from test_report import make_run
 
 from nonstop.cli import main
-from nonstop.experiment.report import HEADLINE, build_report, headline
+from nonstop.studies.report import HEADLINE, build_report, headline
 
 
 def test_the_first_screen_of_report_html_shows_the_headline_and_the_first_plot(tmp_path, capsys) -> None:

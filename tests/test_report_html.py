@@ -10,7 +10,7 @@ from pathlib import Path
 from test_report import RETURNS, make_run
 
 from nonstop.cli import main
-from nonstop.experiment.report import _rows, build_report, write_html
+from nonstop.studies.report import _rows, build_report, write_html
 
 
 class _Page(HTMLParser):

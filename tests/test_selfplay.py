@@ -218,7 +218,7 @@ def test_the_learners_transitions_come_from_its_own_seat_only(no_shm_leak):
 
 @pytest.mark.slow
 def test_self_play_run_writes_matches_resumes_its_pool_and_reports_the_win_rate(tmp_path, capsys, no_shm_leak):
-    from nonstop.experiment.report import build_report
+    from nonstop.studies.report import build_report
 
     out = tmp_path / "run"
     assert main([*ARGS, "--seconds", "8", "--out", str(out)]) == 0

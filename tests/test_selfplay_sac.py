@@ -141,7 +141,7 @@ def test_sac_self_play_opponent_acts_with_floats_from_its_snapshot_not_the_learn
 def test_sac_self_play_from_the_command_line_writes_matches_and_a_self_play_report(
     tmp_path, capsys, no_shm_leak
 ) -> None:
-    from nonstop.experiment.report import build_report
+    from nonstop.studies.report import build_report
 
     out = tmp_path / "run"
     args = [

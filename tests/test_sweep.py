@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nonstop.experiment.sweep import (
+from nonstop.studies.sweep import (
     BUDGETS,
     GAMES,
     PAPER_SIZES,
@@ -29,7 +29,7 @@ from nonstop.experiment.sweep import (
     plan_cells,
     t_quantile_95,
 )
-from nonstop.experiment.cellrun import cell_state
+from nonstop.studies.cellrun import cell_state
 
 pytest.importorskip("torch")
 
@@ -105,7 +105,7 @@ def test_bad_plans_are_refused(kw, match):
 
 def test_pokemon_needs_a_start_state(monkeypatch):
     import nonstop.envs.gameboy as gb
-    from nonstop.experiment import sweep
+    from nonstop.studies import sweep
 
     monkeypatch.setattr(gb, "find_rom", lambda game, rom=None: "/roms/red.gb")
     monkeypatch.setattr(gb, "pyboy_problem", lambda: "")
@@ -119,7 +119,7 @@ def test_pokemon_needs_a_start_state(monkeypatch):
 
 
 def test_a_rom_given_as_a_game_arg_is_the_one_checked(tmp_path):
-    from nonstop.experiment import sweep
+    from nonstop.studies import sweep
 
     ok, why = sweep.env_available("Tetris", [f"rom={tmp_path / 'tetris.gb'}"])
     assert not ok and "tetris.gb" in why and "--game-arg Tetris:rom=PATH" in why
@@ -172,7 +172,7 @@ def test_t_quantiles_match_published_values_with_or_without_scipy(scipy_installe
 
 def test_the_t_quantile_without_scipy_is_scipys():
     stats = pytest.importorskip("scipy.stats")
-    from nonstop.experiment.tquantile import _t_quantile_exact
+    from nonstop.metrics.tquantile import _t_quantile_exact
 
     for p in (0.6, 0.9, 0.975, 0.999):
         for df in (1, 2, 3, 7, 31, 59, 200, 10_000):
@@ -334,8 +334,8 @@ def test_delay_start_zeros_runs_the_authors_simulation(tmp_path):
     cell keeps nonstop's realtime cell; the cells are named apart."""
     import subprocess
 
-    from nonstop.experiment.delaysim import ZeroStartHistory
-    from nonstop.experiment.sweep import BUDGETS, SweepPlan, cell_result, plan_cells
+    from nonstop.studies.delaysim import ZeroStartHistory
+    from nonstop.studies.sweep import BUDGETS, SweepPlan, cell_result, plan_cells
 
     cells, _ = plan_cells(
         BUDGETS["tiny"],
@@ -347,7 +347,7 @@ def test_delay_start_zeros_runs_the_authors_simulation(tmp_path):
         stag.delay_start == "zeros" and seq.delay_start == "beta" and "zeros" in stag.name and "zeros" not in seq.name
     )
     argv = stag.argv(tmp_path / "cell")
-    assert argv[1:3] == ["-m", "nonstop.experiment.delaysim"] and argv[argv.index("--delay") + 1] == "5"
+    assert argv[1:3] == ["-m", "nonstop.studies.delaysim"] and argv[argv.index("--delay") + 1] == "5"
     argv[argv.index("p_minimax=0.97") + 2] = "max_steps=300"  # a short episode
     subprocess.run(argv, check=True, timeout=300)
     got = cell_result(stag, tmp_path / "cell")

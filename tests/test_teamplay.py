@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from nonstop.experiment.report import build_report
+from nonstop.studies.report import build_report
 from nonstop.experiment.teamplay import TeamActor, TeamPlayConfig, is_team_world, team_seats, train_teams
 from nonstop.experiment.teamstats import TEAMS_FILE, TeamTally, read_team_rows, team_figures, write_team_rows
 from nonstop.realtime.host import Session

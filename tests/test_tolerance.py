@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from nonstop.metrics.tolerance import cycle_mode_probability, estimate_predictability, tolerable_delay
+from nonstop.studies.tolerance import cycle_mode_probability, estimate_predictability, tolerable_delay
 
 
 @pytest.mark.parametrize("n,p", [(64, 0.9), (64, 0.6), (4, 0.5)])
@@ -80,7 +80,7 @@ def test_tolerance_command(capsys):
 def test_module_doctests():
     import doctest
 
-    from nonstop.metrics import tolerance
+    from nonstop.studies import tolerance
 
     failures, tried = doctest.testmod(tolerance, verbose=False, report=False)
     assert tried >= 4 and failures == 0

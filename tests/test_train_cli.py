@@ -368,7 +368,7 @@ def test_the_batching_server_is_a_backend_of_train_and_a_device_is_checked_at_th
     summary = json.loads((out / "summary.json").read_text())
     assert summary["batch_server"]["requests"] > 150 and summary["batch_server"]["clock"] == "virtual"
     assert json.loads((out / "config.json").read_text())["batch_curve"] == "linear:0.5t,0.05t"
-    from nonstop.experiment.report import build_report
+    from nonstop.studies.report import build_report
 
     shown = build_report(out, tmp_path / "report").summary["batch_server"]  # `nonstop report` shows the batches
     assert shown["applied_batch_size_mean"] >= 1 and sum(shown["applied_batch_sizes"].values()) > 150

@@ -105,7 +105,7 @@ def interval(values: list[float | None]) -> dict[str, Any]:
     >>> {k: round(v, 3) for k, v in interval([1.0, 2.0, 3.0]).items()}
     {'mean': 2.0, 'low': -0.484, 'high': 4.484, 'n': 3}
     """
-    from nonstop.experiment.tquantile import t_quantile_95
+    from nonstop.metrics.tquantile import t_quantile_95
 
     arr = np.asarray([v for v in values if v is not None and math.isfinite(v)], np.float64)
     n = int(arr.size)

@@ -383,9 +383,9 @@ _TOLERANCE: dict[tuple[float, int], float] = {}
 
 def world_tolerance(p_minimax: float, n_states: int = 64, horizon: int = 8) -> float:
     """The world's per-tick stay probability as ``nonstop tolerance`` measures it from copies of the env
-    (`nonstop.metrics.tolerance.estimate_predictability`: ``q_k**(1/k)`` at k = ``horizon``, 50 start
+    (`nonstop.studies.tolerance.estimate_predictability`: ``q_k**(1/k)`` at k = ``horizon``, 50 start
     states × 32 copies), what a user hands ``fill`` as ``p_minimax``. Cached per world."""
-    from nonstop.metrics.tolerance import estimate_predictability
+    from nonstop.studies.tolerance import estimate_predictability
 
     key = (float(p_minimax), int(n_states))
     if key not in _TOLERANCE:

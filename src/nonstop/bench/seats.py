@@ -372,7 +372,8 @@ def _start_agents(
     both teams' models, else a sequential pool a seat (one model a team, called by each of its pools).
     ``curve``: the declared device of the virtual clock (None on the wall clock)."""
     from nonstop.inference.batching import BatchingServer
-    from nonstop.inference.seatlanes import SeatLanes, TeamForward, team_of
+    from nonstop.envs.seats import team_of
+    from nonstop.inference.seatlanes import SeatLanes, TeamForward
     from nonstop.inference.workers import InferencePool
     from nonstop.realtime.clock import stopwatch
 

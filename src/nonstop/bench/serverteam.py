@@ -33,6 +33,7 @@ import numpy as np
 
 from nonstop.bench.common import machine_info, percentiles
 from nonstop.bench.serverproc import closed_sessions, cpu_s, launch, rss_mb, server_health
+from nonstop.envs.seats import team_of
 from nonstop.realtime.lifeline import reap
 
 __all__ = ["run_team", "TEAM_RESULT_KEYS", "render_team", "TEAM_ENV", "TEAM_SEATS"]
@@ -63,10 +64,6 @@ TEAM_RESULT_KEYS = (
 )
 
 
-def _team_of(seat: str) -> str:
-    return seat.rsplit("_", 1)[0]
-
-
 def _plan(url: str, args: argparse.Namespace) -> tuple[str, list[str], int]:
     """The team to hold (the world's first), its seats and its actions' count, checked against ``--seats``."""
     from nonstop.server.client import http_get
@@ -75,8 +72,8 @@ def _plan(url: str, args: argparse.Namespace) -> tuple[str, list[str], int]:
     seats = desc.get("seats")
     if not seats:
         raise ValueError(f"--team: {args.env} has one seat; pass a many-seat world (e.g. {TEAM_ENV})")
-    team = _team_of(next(iter(seats)))
-    held = [name for name in seats if _team_of(name) == team]
+    team = team_of(next(iter(seats)))
+    held = [name for name in seats if team_of(name) == team]
     if len(held) < args.seats:
         raise ValueError(f"--team --seats {args.seats}: {args.env}'s team {team} has {len(held)} seats")
     return team, held, int(seats[held[0]]["action"].get("n", 2))

@@ -261,7 +261,7 @@ def _seat_names(seats: int) -> list[str]:
 
 def _report_seconds(directory: str) -> float:
     """What `nonstop report` spends on a log's seat and team sections: reopen it, summarize every seat and team."""
-    from nonstop.envs.magent import teams_of
+    from nonstop.envs.seats import teams_of
     from nonstop.realtime.ticklog import TickLog
 
     t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""``nonstop compare``: schedulers side by side on one env and latency (`nonstop.experiment.compare` runs them)."""
+"""``nonstop compare``: schedulers side by side on one env and latency (`nonstop.studies.compare` runs them)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 
-from nonstop.experiment.compare import (
+from nonstop.studies.compare import (
     SCHEDULERS,
     CLOCKS,
     default_plot_path,

@@ -276,7 +276,7 @@ def _show_learning(args: argparse.Namespace, console: Console, out: Path, names:
         f"Both agents learn the world; staggering makes the slow model act at every tick, so it earns its return "
         f"on every tick instead of one in {args.slow_ticks:g}. Picture: {picture}"
     )
-    from nonstop.experiment.report import build_report, render_headline, write_html, write_markdown
+    from nonstop.studies.report import build_report, render_headline, write_html, write_markdown
 
     staggered = build_report(out / "train-staggered")
     write_markdown(staggered)

@@ -1,4 +1,4 @@
-"""``nonstop paper FIG``: one of the paper's figures behind one command (`nonstop.experiment.paper`
+"""``nonstop paper FIG``: one of the paper's figures behind one command (`nonstop.studies.paper`
 maps each figure to a sweep or a bench, runs it and derives the figure; this module parses and prints)."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from nonstop.commands.sweep import _game_args
-    from nonstop.experiment.paper import MissingInput, NotOffered, figure, figure_listing, run_figure
+    from nonstop.studies.paper import MissingInput, NotOffered, figure, figure_listing, run_figure
 
     if args.list:
         return _print_listing(figure_listing(), as_json=args.json)

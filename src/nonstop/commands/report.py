@@ -1,11 +1,11 @@
-"""``nonstop report RUN``: plots and a summary of a training run directory (`nonstop.experiment.report`)."""
+"""``nonstop report RUN``: plots and a summary of a training run directory (`nonstop.studies.report`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from nonstop.experiment.report import build_report, render_summary, write_html, write_markdown
+from nonstop.studies.report import build_report, render_summary, write_html, write_markdown
 
 __all__ = ["HELP", "add_arguments", "run"]
 

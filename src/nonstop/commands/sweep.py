@@ -1,4 +1,4 @@
-"""``nonstop sweep``: the paper's learning experiments as one command (`nonstop.experiment.sweep` holds the cells,
+"""``nonstop sweep``: the paper's learning experiments as one command (`nonstop.studies.sweep` holds the cells,
 their budgets, the aggregation and the plot; this module parses, runs and prints)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nonstop.experiment.sweep import (
+from nonstop.studies.sweep import (
     ARCHS,
     INTERACTIONS,
     GAMES,
@@ -26,7 +26,7 @@ from nonstop.experiment.sweep import (
     BUDGET_HELP,
     write_tables,
 )
-from nonstop.experiment.cellrun import cell_state, children_cpu_s, run_cells
+from nonstop.studies.cellrun import cell_state, children_cpu_s, run_cells
 
 __all__ = ["HELP", "add_arguments", "run"]
 

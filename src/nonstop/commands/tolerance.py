@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0.0 <= args.max_regret <= 1.0:
         raise ValueError(f"--max-regret must be a fraction in [0, 1], got {args.max_regret}")
-    from nonstop.metrics.tolerance import estimate_predictability, tolerable_delay
+    from nonstop.studies.tolerance import estimate_predictability, tolerable_delay
 
     est = estimate_predictability(
         args.env,

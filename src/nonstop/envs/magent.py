@@ -12,8 +12,8 @@ inaction and delay. An agent that dies is terminated and leaves its seat while t
 (``--env-arg tick_hz=60``, ``Session(..., env_kwargs={"tick_hz": 60})``) wins. β's no-op is the
 move to the agent's own cell (index 6 in battle, 14 in gather: the centre of the move range).
 
-A seat's team is its name up to the last ``_`` (`team_of`), so teams read from any PettingZoo
-seat names alike. magent2 is imported only when a world is built (``pip install nonstop[magent]``).
+A seat's team is its name up to the last ``_`` (`nonstop.envs.seats.team_of`), as in any PettingZoo
+world. magent2 is imported only when a world is built (``pip install nonstop[magent]``).
 
 >>> from nonstop.envs import env_info
 >>> info = env_info("multi/battle", map_size=12)
@@ -21,8 +21,6 @@ seat names alike. magent2 is imported only when a world is built (``pip install 
 (20.0, 6)
 >>> env_info("multi/battle", map_size=12, tick_hz=60).tick_hz
 60.0
->>> team_of("red_17"), team_of("first_0")
-('red', 'first')
 >>> battle_agents(45), battle_agents(110), battle_map_for(1000), battle_agents(battle_map_for(1000))
 (162, 968, 115, 1058)
 """
@@ -42,8 +40,6 @@ __all__ = [
     "battle_map_for",
     "make_battle",
     "make_gather",
-    "team_of",
-    "teams_of",
 ]
 
 MAGENT_TICK_HZ: Final = 20.0
@@ -87,16 +83,6 @@ def battle_map_for(agents: int) -> int:
 
 #: the map of ``multi/battle-1000``: the smallest with a thousand agents (1,058, 529 a team)
 BATTLE_1000_MAP: Final = 115
-
-
-def team_of(seat: str) -> str:
-    """A seat's team: its name up to the last ``_`` (``red_17`` → ``red``); a name without one is its own team."""
-    return seat.rsplit("_", 1)[0] if "_" in seat else seat
-
-
-def teams_of(seats: list[str]) -> dict[str, str]:
-    """``{seat: team}`` for every seat (`team_of`)."""
-    return {seat: team_of(seat) for seat in seats}
 
 
 def _magent() -> Any:

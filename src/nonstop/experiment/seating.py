@@ -28,8 +28,8 @@ __all__ = ["WorldSpec", "probe_world", "SoloSeating", "team_world", "team_seats"
 
 
 def team_seats(seats: list[str]) -> dict[str, list[int]]:
-    """Each team's seat indices, teams in order of first seat (`nonstop.envs.magent.team_of`)."""
-    from nonstop.envs.magent import team_of
+    """Each team's seat indices, teams in order of first seat (`nonstop.envs.seats.team_of`)."""
+    from nonstop.envs.seats import team_of
 
     out: dict[str, list[int]] = {}
     for i, seat in enumerate(seats):

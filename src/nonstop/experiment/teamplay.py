@@ -1,7 +1,7 @@
 """Team self-play: a learning team against snapshots of itself in a many-seat world (issue 32, item 4).
 
 ``nonstop train --self-play`` on a world of more than two seats in teams (``multi/battle``: ``red_*``
-against ``blue_*``; a seat's team is `nonstop.envs.magent.team_of`) runs here, on the virtual clock:
+against ``blue_*``; a seat's team is `nonstop.envs.seats.team_of`) runs here, on the virtual clock:
 
 * **One θ per team, one forward pass per tick for the team.** The learning team (the first team) is
   acted for by one `TeamActor`: at every tick it reads every living seat's newest observation,

@@ -3,7 +3,7 @@
 ``nonstop train --env multi/battle`` (any seat world of more than two seats) seats every team:
 
 * **The learning team** is the first (a seat's team is its name up to the last ``_``,
-  `nonstop.envs.magent.team_of`). One θ for the whole team: the run's parameters, learned by the
+  `nonstop.envs.seats.team_of`). One θ for the whole team: the run's parameters, learned by the
   run's own learners from every seat's transitions in one replay, each seat its own induced delayed
   semi-MDP (`nonstop.learning.seatreplay.SeatsRecorder`).
 * **The other teams** each play a θ of their own that does not learn: the learner's initial
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nonstop.envs.magent import team_of
+from nonstop.envs.seats import team_of
 from nonstop.experiment.drivers import InferencePart, LearnersPart
 from nonstop.experiment.run import Part
 from nonstop.experiment.registry import check, constraint, lookup

@@ -35,7 +35,7 @@ from typing import Any, Final, NamedTuple
 
 import numpy as np
 
-from nonstop.envs.magent import team_of
+from nonstop.envs.seats import team_of
 
 __all__ = [
     "TEAM_COLUMNS",

@@ -50,12 +50,12 @@ from typing import Any, Final
 import gymnasium
 import numpy as np
 
-from nonstop.envs.magent import team_of  # a seat's team: its name up to the last "_"
+from nonstop.envs.seats import team_of
 from nonstop.inference.batching import BatchedPolicy, BatchingServer, Request
 from nonstop.realtime.clock import Wake
 from nonstop.realtime.deaths import Death, in_this_process, tell
 
-__all__ = ["SeatLanes", "TeamForward", "team_of"]
+__all__ = ["SeatLanes", "TeamForward"]
 
 _AFTER_TICK: Final = 2  # virtual priority: wake after the host's tick at the same instant
 _NEXT_OBSERVATION: Final = 2e-4  # on the wall clock, how long after a deadline its observation is surely out

@@ -58,7 +58,8 @@ from fastapi.staticfiles import StaticFiles
 from nonstop.server.auth import authorized, refuse_socket
 from nonstop.server.connection import Connection
 from nonstop.server.livefeed import MAX_SEAT_FEEDS, FeedPacer, SnapshotCache, serve_seats
-from nonstop.server.liveworld import team_of, team_rows
+from nonstop.envs.seats import team_of
+from nonstop.server.liveworld import team_rows
 from nonstop.server.protocol import (
     MAX_WAIT_TICKS,
     ActMessage,

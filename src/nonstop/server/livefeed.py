@@ -49,7 +49,8 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 from fastapi import WebSocket, WebSocketDisconnect
 
-from nonstop.server.liveworld import team_of, team_rows
+from nonstop.envs.seats import team_names, team_of
+from nonstop.server.liveworld import team_rows
 from nonstop.server.protocol import ErrorCode, ProtocolError
 from nonstop.server.sessions import Lifecycle
 
@@ -166,7 +167,7 @@ class SeatsSnapshot:
 def hello(session: ServerSession) -> dict[str, Any]:
     """The feed's first message: the seats' names and teams, and the feed's bounds."""
     seats = list(session.seat_names)
-    teams = list(dict.fromkeys(team_of(s) for s in seats))
+    teams = team_names(seats)
     index = {team: i for i, team in enumerate(teams)}
     return {
         "type": "hello",

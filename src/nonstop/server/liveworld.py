@@ -2,7 +2,7 @@
 summary, and the world's frame with its agents marked (docs/multi-agent.md, "The live page").
 
 A seat's **team** is its name up to the last ``_`` (PettingZoo's convention: ``red_3`` plays for
-``red``, ``first_0`` for ``first``); a name without one is a team of its own.
+``red``, ``first_0`` for ``first``; `nonstop.envs.seats.team_of`); a name without one is a team of its own.
 
 The **frame** is what the world offers, asked in this order: ``live_frame()`` (a uint8 image,
 (H, W) or (H, W, 3)); PettingZoo's ``state()`` when it is an array of 2 or 3 dimensions (values
@@ -11,8 +11,6 @@ channel). The **positions** are the world's ``seat_positions()`` (``{seat: (row,
 frame's pixels), or, for a MAgent2 world, read from its grid (``get_pos``, agent ids as PettingZoo
 numbers them). A world that offers neither has a view without frame or marks: its seats still show.
 
->>> team_of("red_12"), team_of("first_0"), team_of("agent")
-('red', 'first', 'agent')
 >>> rows = [{"seat": "red_0", "agent_ticks": 9, "inaction_ticks": 1, "last_delay": 2, "total_reward": 1.0},
 ...         {"seat": "red_1", "agent_ticks": 5, "inaction_ticks": 5, "last_delay": 4, "total_reward": -1.0}]
 >>> team_rows(rows, alive={"red_0": True, "red_1": False})
@@ -26,9 +24,9 @@ from typing import Any, Final
 
 import numpy as np
 
-from nonstop.envs.magent import team_of
+from nonstop.envs.seats import team_of
 
-__all__ = ["team_of", "team_rows", "world_frame", "seat_positions", "world_view", "encode_frame"]
+__all__ = ["team_rows", "world_frame", "seat_positions", "world_view", "encode_frame"]
 
 #: the largest frame side sent to the page (bigger frames are subsampled: the page wants a map, not pixels)
 MAX_FRAME_SIDE: Final = 256

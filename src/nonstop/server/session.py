@@ -28,7 +28,7 @@ from typing import Any, Final, Protocol
 
 import numpy as np
 
-from nonstop.envs.magent import team_of
+from nonstop.envs.seats import team_names, team_of
 from nonstop.realtime.channels import ActionQueue, LatestSlot, Observation
 from nonstop.realtime.clock import WallClock
 from nonstop.realtime.defaults import make_default
@@ -199,7 +199,7 @@ class ServerSession:
     def team_seats(self, team: str) -> list[int]:
         """The indices of the seats of ``team`` (a seat's team: its name up to the last ``_``);
         ``UNKNOWN_TEAM`` for a team the env lacks (a one-seat world has none)."""
-        teams = list(dict.fromkeys(team_of(name) for name in self.seat_names)) if self.spec.seats is not None else []
+        teams = team_names(self.seat_names) if self.spec.seats is not None else []
         if team not in teams:
             where = f"its teams are {teams}" if teams else "it is a one-seat world"
             raise ProtocolError(

@@ -75,8 +75,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from nonstop.experiment.delays import DEEP_SIZES, PAPER_SIZES, declared_delays, deep_paper_ticks, delay_ticks, fmt_k
-from nonstop.experiment.tquantile import t_quantile_95
+from nonstop.studies.delays import DEEP_SIZES, PAPER_SIZES, declared_delays, deep_paper_ticks, delay_ticks, fmt_k
+from nonstop.metrics.tquantile import t_quantile_95
 
 __all__ = [
     "ARCHS",
@@ -271,7 +271,7 @@ class Cell:
     #: an update per this many transitions (None: the game's own cadence, `Game.learn_every`)
     learn_every: int | None = field(default=None, compare=False)
     #: how an episode's first τ_θ ticks are acted on: ``beta`` (nonstop's realtime cell: β's, the actions in
-    #: flight dropped as stale) or ``zeros`` (the authors' simulation, `nonstop.experiment.delaysim`: the
+    #: flight dropped as stale) or ``zeros`` (the authors' simulation, `nonstop.studies.delaysim`: the
     #: policy on zero frames; staggered cells only, the others have no such start)
     delay_start: str = "beta"
     #: a staggered cell's scheduler (``--schedulers``; ``quantile_hold@0.9``), empty: the interaction's own
@@ -302,7 +302,7 @@ class Cell:
 
     def argv(self, out: Path) -> list[str]:
         """The command that runs this cell into ``out``: ``nonstop train``, or the authors' delay
-        simulation (``python -m nonstop.experiment.delaysim``) for a ``zeros`` cell."""
+        simulation (``python -m nonstop.studies.delaysim``) for a ``zeros`` cell."""
         if self.delay_start != "zeros":
             return [sys.executable, "-m", "nonstop.cli", *self.train_argv(out)]
         game = GAMES[self.game]
@@ -310,7 +310,7 @@ class Cell:
         return [
             sys.executable,
             "-m",
-            "nonstop.experiment.delaysim",
+            "nonstop.studies.delaysim",
             "--env",
             game.env,
             *game.train_args,

@@ -54,7 +54,7 @@ from nonstop.learning.runlog import (
     read_config,
     read_ticklog,
 )
-from nonstop.envs.magent import teams_of
+from nonstop.envs.seats import teams_of
 
 __all__ = ["Report", "build_report", "headline", "render_headline", "render_summary", "write_html", "write_markdown"]
 

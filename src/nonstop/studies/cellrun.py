@@ -1,6 +1,6 @@
 """Running a sweep's cells: each `nonstop train` (or the authors' delay simulation) in a process of its own,
 ``jobs`` at a time with a live view, resumed from its checkpoint, stopped with one SIGTERM
-(`nonstop.experiment.sweep` holds what the cells are and what they measure)."""
+(`nonstop.studies.sweep` holds what the cells are and what they measure)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nonstop.experiment.sweep import Cell, cell_result
+from nonstop.studies.sweep import Cell, cell_result
 
 __all__ = ["cell_state", "children_cpu_s", "run_cells"]
 

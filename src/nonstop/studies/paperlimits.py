@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
-from nonstop.experiment.delays import PAPER_SIZES
+from nonstop.studies.delays import PAPER_SIZES
 
 __all__ = ["nlstar_figure", "nstar_figure"]
 

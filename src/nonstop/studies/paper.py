@@ -1,7 +1,7 @@
 """The paper's figures, each behind one command (what ``nonstop paper FIG`` runs).
 
 Every figure of Riemer et al. (ICLR 2025) that nonstop can make maps to machinery the project
-already has: the learning figures to `nonstop sweep` cells (`nonstop.experiment.sweep`), Figure 7 to
+already has: the learning figures to `nonstop sweep` cells (`nonstop.studies.sweep`), Figure 7 to
 ``nonstop bench nstar`` and Figure 8 to ``nonstop bench nlstar`` (past this machine's cores through
 Ray). A figure here is that command at one of three budgets, then what the paper plots derived from
 its output, written to ``OUT`` as ``figN.png``, ``figN.csv`` and ``figN.json``:
@@ -27,7 +27,7 @@ The ``tiny`` budget is a smoke test of each pipeline (Figure 6 then runs on the 
 ``theory/delay-cycle``, where DQN learns in a minute; Figure 5 is Tetris at every budget and, like the
 other Game Boy figures, needs the user's ROM); ``small`` runs the real games briefly; ``paper`` runs the
 paper's settings (a cluster's work). Figures 5 and 6 run their staggered cells as the authors simulated
-delay (``sweep --delay-start zeros``: zero frames for the first d steps, `nonstop.experiment.delaysim`);
+delay (``sweep --delay-start zeros``: zero frames for the first d steps, `nonstop.studies.delaysim`);
 the Pokémon figures ran in realtime in the paper and run as nonstop's realtime cells. Figure 7 starts
 Algorithms 1 and 2 as the authors' scripts start them (``bench nstar --tau-theta-max declared``) and
 reports the cold start (τ̂ = 0, no stagger) as its own rows, beside a jitter sweep and both clocks.
@@ -50,8 +50,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from nonstop.experiment.paperlimits import nlstar_figure, nstar_figure
-from nonstop.experiment.sweep import GAMES, INTERACTIONS, env_available, plot, t_quantile_95
+from nonstop.studies.paperlimits import nlstar_figure, nstar_figure
+from nonstop.studies.sweep import GAMES, INTERACTIONS, env_available, plot, t_quantile_95
 
 __all__ = [
     "BUDGET_NAMES",

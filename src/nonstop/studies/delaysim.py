@@ -13,7 +13,7 @@ with the cell's settings: its network, Huber loss and clip, its ε annealed per 
 target network of its own, stepped inline, written to a run directory the sweep reads like a
 ``nonstop train`` one: ``episodes.csv`` (episode, return, ticks) and ``summary.json``. Every step is
 an agent step (no β, no inaction), each ``d`` ticks late. Run it as
-``python -m nonstop.experiment.delaysim --env ENV --delay D --episodes N --out DIR [train's DQN flags]``.
+``python -m nonstop.studies.delaysim --env ENV --delay D --episodes N --out DIR [train's DQN flags]``.
 
 >>> h, seen = ZeroStartHistory(2, np.ones(1)), []     # d = 2: steps 0 and 1 act on zero frames
 >>> for x in (2.0, 3.0, 4.0):
@@ -222,7 +222,7 @@ def _write(out: Path, rows: list[dict[str, Any]], delay: int, updates: int, step
 def main(argv: list[str] | None = None) -> int:
     from nonstop.envs.registry import parse_env_args
 
-    p = argparse.ArgumentParser(prog="python -m nonstop.experiment.delaysim", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m nonstop.studies.delaysim", description=__doc__.splitlines()[0])
     p.add_argument("--env", required=True)
     p.add_argument("--env-arg", action="append", default=[])
     p.add_argument("--delay", type=int, required=True, help="steps of delay d (the declared inference ticks)")
