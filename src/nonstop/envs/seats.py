@@ -12,13 +12,15 @@ server, the composition and the benches to share it.
 {'red_0': 'red', 'red_1': 'red', 'blue_0': 'blue'}
 >>> team_names(["red_0", "blue_0", "red_1"])
 ['red', 'blue']
+>>> team_seats(["red_0", "blue_0", "red_1"])
+{'red': [0, 2], 'blue': [1]}
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["team_of", "teams_of", "team_names"]
+__all__ = ["team_of", "teams_of", "team_names", "team_seats"]
 
 
 def team_of(seat: str) -> str:
@@ -34,3 +36,11 @@ def teams_of(seats: Iterable[str]) -> dict[str, str]:
 def team_names(seats: Iterable[str]) -> list[str]:
     """The teams of ``seats``, each once, in the order of its first seat."""
     return list(dict.fromkeys(team_of(seat) for seat in seats))
+
+
+def team_seats(seats: list[str]) -> dict[str, list[int]]:
+    """Each team's seat indices, teams in the order of their first seat."""
+    out: dict[str, list[int]] = {}
+    for i, seat in enumerate(seats):
+        out.setdefault(team_of(seat), []).append(i)
+    return out

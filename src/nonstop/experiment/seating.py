@@ -18,23 +18,14 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 
 from nonstop.experiment.registry import lookup
+from nonstop.envs.seats import team_seats
 
 if TYPE_CHECKING:
     from nonstop.experiment.config import TrainConfig
     from nonstop.experiment.run import Part
     from nonstop.experiment.run import Run
 
-__all__ = ["WorldSpec", "probe_world", "SoloSeating", "team_world", "team_seats", "is_team_world", "agent_ids"]
-
-
-def team_seats(seats: list[str]) -> dict[str, list[int]]:
-    """Each team's seat indices, teams in order of first seat (`nonstop.envs.seats.team_of`)."""
-    from nonstop.envs.seats import team_of
-
-    out: dict[str, list[int]] = {}
-    for i, seat in enumerate(seats):
-        out.setdefault(team_of(seat), []).append(i)
-    return out
+__all__ = ["WorldSpec", "probe_world", "SoloSeating", "team_world", "is_team_world", "agent_ids"]
 
 
 def agent_ids(mode: str, seats: list[str] | None, env: str) -> Any:

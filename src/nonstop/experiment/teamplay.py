@@ -44,7 +44,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from nonstop.experiment.seating import agent_ids, is_team_world, team_seats
+from nonstop.envs.seats import team_seats
+from nonstop.experiment.seating import agent_ids, is_team_world
 from nonstop.experiment.selfplay import SnapshotPool
 from nonstop.experiment.teamlearn import TeamLearner, TeamReplay, build_qnet
 from nonstop.experiment.teamstats import (
