@@ -181,6 +181,7 @@ def test_the_table_is_one_screen_of_one_command_a_row() -> None:
         "a slow model on Atari",
         "DQN on CartPole",
         "SAC on HalfCheetah",
+        "HalfCheetah behind a slow model",
         "team self-play in a battle",
         "an LLM and a bot on the server",
         "your own world",
@@ -233,6 +234,22 @@ def test_the_sac_row_is_the_shipped_halfcheetah_entry() -> None:
     m = re.search(_SAC_FIGURE, reached)
     assert m, reached
     assert f"{m[1]} at {m[2]} ticks" in entry.reached and f"reached {m[3]}" in entry.reached, entry.reached
+
+
+def test_the_delay_row_is_the_shipped_bpql_entry() -> None:
+    """The delay row quotes what `nonstop/learning/hyperparams/bpql.yml` ships for HalfCheetah-v5: its command
+    and figure (3 runs of 100,000 ticks: about 40 minutes on 2 quiet cores, too long for CI), and its share
+    is that figure over the SAC row's."""
+    from nonstop.learning.hyperparams import world_entry
+
+    command, reached = _row("HalfCheetah behind a slow model")
+    entry = world_entry("bpql", "HalfCheetah-v5")
+    assert entry is not None and entry.command == command and entry.reached
+    m = re.search(r"return of (([\d,]+) \[.+?\]) over 3 seeds at ([\d,]+) ticks, (\d+) % of", reached)
+    assert m, reached
+    assert f"{m[1]} at {m[3]} ticks" in entry.reached, entry.reached
+    sac = re.search(r"return of ([\d,]+) ", _row("SAC on HalfCheetah")[1])
+    assert sac and round(100 * _number(m[2]) / _number(sac[1])) == int(m[4])
 
 
 @pytest.mark.slow
