@@ -320,8 +320,9 @@ def request_from_args(args: argparse.Namespace) -> TrainRequest:
     from nonstop.learning.tracking import parse_track
     from nonstop.policies.memory import parse_min_free
 
+    given = vars(args)  # the flags named by the configs' fields (every one set by the parser, typed or not)
     typed = _as_config_names(given_flags(args)) if args.resume else frozenset()
-    record = {name: value for name in _RECORD_FIELDS if (value := vars(args)[name]) is not None}
+    record = {name: given[name] for name in _RECORD_FIELDS if given[name] is not None}
     if isinstance(args.resume, str):  # --resume RUN
         if record.get("out") not in (None, args.resume):
             raise ValueError(f"--resume {args.resume} and --out {record['out']} name two runs: give one")
@@ -334,14 +335,14 @@ def request_from_args(args: argparse.Namespace) -> TrainRequest:
             "(a world typed as --env MODULE:ID is imported as it is)"
         )
     run = {  # the world and the size of a trimmed heap are texts, read below
-        n: v
+        n: given[n]
         for n in (*_RUN_FIELDS, *_DELAY_FIELDS, *_TEAM_FIELDS)
-        if n not in ("env", "trim_above") and (v := vars(args)[n]) is not None
+        if n not in ("env", "trim_above") and given[n] is not None
     }
-    settings = {name: value for name in sorted(_setting_names()) if (value := vars(args)[name]) is not None}
+    settings = {name: given[name] for name in sorted(_setting_names()) if given[name] is not None}
     if isinstance(settings.get("hidden"), list):
         settings["hidden"] = tuple(settings["hidden"])
-    self_play = _self_play(args)
+    self_play = _self_play(args.self_play, {name: given[name] for name in _SELF_PLAY_FIELDS if given[name] is not None})
     # the texts, each read by the part that defines it (trackers, worlds, sizes)
     track = parse_track(args.track)
     env = qualify_env_id(args.env, args.env_module)  # MODULE:ID: the module travels with the id everywhere
@@ -374,10 +375,9 @@ def request_from_args(args: argparse.Namespace) -> TrainRequest:
     )
 
 
-def _self_play(args: argparse.Namespace) -> dict[str, Any]:
-    """``--self-play`` and its settings given; a setting without it is refused."""
-    given = {name: value for name in _SELF_PLAY_FIELDS if (value := vars(args)[name]) is not None}
-    if not args.self_play:
+def _self_play(self_play: bool, given: dict[str, Any]) -> dict[str, Any]:
+    """``--self-play`` and its settings ``given``; a setting without it is refused."""
+    if not self_play:
         if given:
             flags = ", ".join("--" + n.replace("_", "-") for n in given)
             raise ValueError(f"{flags} set{'s' if len(given) == 1 else ''} up self-play: add --self-play")
