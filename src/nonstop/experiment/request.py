@@ -88,11 +88,11 @@ def resolve(request: TrainRequest) -> Resolved:
     if not rec.resume or rec.out is None:  # RecordConfig asks for RUN
         cfg, intro = _config(request, request.algo, known=True)
         return Resolved(cfg, rec, intro=intro)
+    saved = read_config(rec.out)
     if request.hyperparams is not None:
         raise ValueError(
             f"--hyperparams {request.hyperparams} sets a new run's settings: {rec.out} resumes with its saved ones"
         )
-    saved = read_config(rec.out)
     # its world: the saved id, with --env-module typed now its module, else imported only if trusted
     world = str(saved.get("env", request.env))
     renamed = "env" not in request.typed and "env_module" in request.typed
