@@ -2,8 +2,9 @@
 
 The flags are `TrainConfig`'s and `RecordConfig`'s fields (`nonstop.experiment.config`,
 `nonstop.experiment.record`) and each algorithm's config's (``--algo``: its ``config_class``), defaults
-and help taken from them; a resumed run's saved config is merged with the flags typed in the library
-(`nonstop.experiment.resume`); the work is `nonstop.experiment.record.train_in_directory`. ``nonstop report RUN`` plots a run.
+and help taken from them. The command reads its flags once into a `TrainRequest` and hands it down
+(`nonstop.experiment.request.train`): the library resolves the world, the settings (hyperparameter file,
+preset, flags) and a resumed run's saved config, and runs it. ``nonstop report RUN`` plots a run.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nonstop.commands._flags import add_env_module_argument, add_fields, arg_type, shown
 
@@ -21,10 +22,14 @@ __all__ = [
     "HELP",
     "add_arguments",
     "run",
+    "request_from_args",
     "settings_from_args",
     "config_from_args",
     "add_algo_arguments",
 ]
+
+if TYPE_CHECKING:
+    from nonstop.experiment.request import TrainRequest
 
 HELP = "train an algorithm (--algo) in a realtime world: staggered inference, asynchronous learners"
 
@@ -306,198 +311,73 @@ def _setting_names() -> set[str]:
     return {f.name for name in names("algo") for f in fields(lookup("algo", name).config_class)}
 
 
-def settings_from_args(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
-    """The run the flags describe: its `TrainConfig`, its `RecordConfig` and, under ``--resume``, a line per
-    saved setting that a flag typed now overrides (``seconds: 4 → 10``; whether an override is allowed is
-    the run log's check, `check_compatible`). A resumed run keeps its saved config and its algorithm
-    (`nonstop.experiment.resume`).
-
-    ``args`` is read here and nowhere below: the flags become plain values first (`_read_flags`), then each
-    lower layer is asked once, in a straight line, and hands back a value."""
-    import dataclasses
-
-    from nonstop.experiment.record import RecordConfig
-    from nonstop.experiment.resume import Typed, resume_config, saved_algorithm
-    from nonstop.learning.runlog import read_config
+def request_from_args(args: argparse.Namespace) -> TrainRequest:
+    """The `TrainRequest` the flags make (`nonstop.experiment.request`): each flag read once, its text
+    parsed (the world's id with its module, KEY=VALUE items, trackers, sizes), and the checks that need
+    no lower layer. ``args`` is read here and nowhere below."""
+    from nonstop.envs.registry import parse_env_args, qualify_env_id
+    from nonstop.experiment.request import TrainRequest
     from nonstop.learning.tracking import parse_track
+    from nonstop.policies.memory import parse_min_free
 
-    f = _read_flags(args)
-    if f.trust_module and not f.resume:
+    given = vars(args)  # the flags named by the configs' fields (every one set by the parser, typed or not)
+    typed = _as_config_names(given_flags(args)) if args.resume else frozenset()
+    record = {name: given[name] for name in _RECORD_FIELDS if given[name] is not None}
+    if isinstance(args.resume, str):  # --resume RUN
+        if record.get("out") not in (None, args.resume):
+            raise ValueError(f"--resume {args.resume} and --out {record['out']} name two runs: give one")
+        record["out"] = args.resume
+    if not (args.seconds > 0 and math.isfinite(args.seconds)):  # named as the flag, before anything is built
+        raise ValueError(f"--seconds must be a positive number of seconds, got {args.seconds}")
+    if args.trust_module and not args.resume:
         raise ValueError(
             "--trust-module trusts the module a resumed run's config.json names: it goes with --resume "
             "(a world typed as --env MODULE:ID is imported as it is)"
         )
-    rec = RecordConfig(**f.record, track=parse_track(f.track), resume=f.resume, tensorboard=f.tensorboard)
-    if not rec.resume or rec.out is None:  # RecordConfig asks for RUN
-        return _config(f, f.algo, known=True), rec, []
-    saved = read_config(rec.out)
-    if f.hyperparams is not None:
-        raise ValueError(
-            f"--hyperparams {f.hyperparams} sets a new run's settings: {rec.out} resumes with its saved ones"
-        )
-    algo = saved_algorithm(saved, f.algo if "algo" in f.typed else None, str(rec.out))
-    fresh = _config(f, algo, known=False)
-    run_keys = {name for name in (*_RUN_FIELDS, *_DELAY_FIELDS, *_SELF_PLAY_FIELDS, *_TEAM_FIELDS, "self_play", "seed")}
-    typed = Typed(
-        run={name for name in run_keys if name in f.typed}
-        | ({"env_kwargs"} if f.typed & {"env_arg", "pixels"} else set())
-        | ({"scheduler_args"} if "scheduler_arg" in f.typed else set()),
-        settings={x.name for x in dataclasses.fields(fresh.algo_settings) if x.name in f.typed or "preset" in f.typed},
-    )
-    env = _resumed_env(f, str(saved.get("env", fresh.env)), rec.out)
-    if env is not None:  # the saved world, its module named now
-        fresh = dataclasses.replace(fresh, env=env)
-        typed.run.add("env")
-    cfg, lines = resume_config(saved, fresh, typed, where=str(rec.out))
-    return cfg, rec, lines
-
-
-def _config(f: "_Flags", algo_name: str, *, known: bool) -> Any:
-    """The `TrainConfig` the flags describe for ``--algo algo_name``; ``known``: under the world's known
-    settings (`nonstop.learning.hyperparams`, a new run's), then the preset and the flags typed."""
-    from nonstop.envs.registry import parse_env_args, qualify_env_id
-    from nonstop.experiment.config import TrainConfig, default_env_kwargs
-    from nonstop.experiment.registry import lookup
-    from nonstop.learning.hyperparams import world_entry
-
-    algo = lookup("algo", algo_name)
-    given_env = parse_env_args(f.env_args)
-    if f.pixels:
-        given_env["pixels"] = True
-    env = qualify_env_id(f.env, f.env_module)  # MODULE:ID: the module travels with the id to every process
-    family = _family(env, given_env, f.pixels)
-    cls = algo.config_class
-    foreign = [n for n in f.settings if n not in {x.name for x in fields(cls)}]
-    if foreign:
-        flags = ", ".join("--" + n.replace("_", "-") for n in foreign)
-        raise ValueError(f"{flags}: not a setting of --algo {algo.name} (its settings: {cls.__name__})")
-    if f.preset and f.preset not in algo.presets:
-        raise ValueError(
-            f"--preset {f.preset} is not one of --algo {algo.name}'s (its presets: {', '.join(algo.presets) or 'none'})"
-        )
-    entry = world_entry(algo.name, env, f.hyperparams, cls) if known else None
-    settings = cls.for_family(
-        family, **{**(entry.settings if entry else {}), **algo.presets.get(f.preset or "", {}), **f.settings}
-    )
-    try:
-        scheduler_args = parse_env_args(f.scheduler_args)  # KEY=VALUE, values read as JSON
-    except ValueError as exc:
-        raise ValueError(str(exc).replace("--env-arg", "--scheduler-arg")) from None
-    return TrainConfig(
-        **{**f.run, "env": env},
-        env_kwargs={**default_env_kwargs(family), **given_env},
-        algo=algo.name,
-        algo_settings=settings,
-        seed=f.seed,
-        scheduler_args=scheduler_args,
-        **f.self_play,
-        **f.trim,
-    )
-
-
-def _family(env: str, given_env: dict[str, Any], pixels: bool) -> str:
-    """``env``'s family, built with its arguments (a Game Boy world finds its ROM by rom=PATH); an argument
-    the world does not take is bad input, said as the flag."""
-    from nonstop.envs import env_info
-
-    try:
-        return str(env_info(env, **given_env).family)
-    except TypeError as exc:
-        if pixels and "'pixels'" in str(exc):
-            raise ValueError(
-                f"--pixels: {env} does not offer its frames (the continuous family does: `nonstop envs`)"
-            ) from None
-        raise ValueError(f"--env-arg: {exc}") from None
-
-
-def _resumed_env(f: "_Flags", saved_env: str, out: Any) -> str | None:
-    """The world of a resumed run when ``--env`` was not typed: the saved id qualified by ``--env-module``
-    typed now (returned), else the saved id, whose module is imported only if trusted (None: as saved)."""
-    from nonstop.envs.registry import import_file_module, qualify_env_id, split_env_id
-
-    if "env" in f.typed:
-        return None
-    if "env_module" in f.typed:
-        return qualify_env_id(saved_env, f.env_module)
-    module = split_env_id(saved_env)[0]
-    import_file_module(
-        saved_env, f"{out}/config.json", trust=f.trust_module, instead=f", or name it yourself: --env-module {module}"
-    )
-    return None
-
-
-@dataclass(frozen=True)
-class _Flags:
-    """The flags of one `nonstop train`, as plain values (`_read_flags`)."""
-
-    record: dict[str, Any]  # RecordConfig's fields given, --out resolved with --resume RUN
-    track: Any  # --track as typed (the trackers are learning.tracking's to parse)
-    resume: bool
-    tensorboard: bool
-    typed: set[str]  # the flags typed (under --resume, where they override the saved config; else empty)
-    algo: str  # --algo, typed or its default
-    preset: str | None
-    settings: dict[str, Any]  # every algorithm setting given (which algorithm's is checked once it is known)
-    env: str
-    env_module: str | None
-    trust_module: bool  # --trust-module: a resumed config's module:Id may be imported
-    env_args: Any  # --env-arg's KEY=VALUE items
-    pixels: bool
-    scheduler_args: Any  # --scheduler-arg's KEY=VALUE items
-    run: dict[str, Any]  # TrainConfig's run fields given
-    seed: int
-    self_play: dict[str, Any]
-    trim: dict[str, Any]
-    hyperparams: str | None  # --hyperparams FILE: the user's known settings per world
-
-
-def _read_flags(args: argparse.Namespace) -> _Flags:
-    """Every flag of ``args`` as a plain value, and the checks that need no lower layer."""
-    given = vars(args)  # every flag the parser defines is set (add_arguments), typed or not
-    record = {name: given[name] for name in _RECORD_FIELDS if given[name] is not None}
-    resume = args.resume
-    if isinstance(resume, str):  # --resume RUN
-        if record.get("out") not in (None, resume):
-            raise ValueError(f"--resume {resume} and --out {record['out']} name two runs: give one")
-        record["out"] = resume
-    if not (args.seconds > 0 and math.isfinite(args.seconds)):  # named as the flag, before anything is built
-        raise ValueError(f"--seconds must be a positive number of seconds, got {args.seconds}")
-    settings = {n: given[n] for n in sorted(_setting_names()) if given[n] is not None}
+    run = {  # the world and the size of a trimmed heap are texts, read below
+        n: given[n]
+        for n in (*_RUN_FIELDS, *_DELAY_FIELDS, *_TEAM_FIELDS)
+        if n not in ("env", "trim_above") and given[n] is not None
+    }
+    settings = {name: given[name] for name in sorted(_setting_names()) if given[name] is not None}
     if isinstance(settings.get("hidden"), list):
         settings["hidden"] = tuple(settings["hidden"])
-    run = {name: given[name] for name in (*_RUN_FIELDS, *_DELAY_FIELDS, *_TEAM_FIELDS) if given[name] is not None}
-    run.pop("trim_above", None)
-    return _Flags(
-        record=record,
-        track=args.track,
-        resume=bool(resume),
-        tensorboard=args.tensorboard,
-        typed=given_flags(args) if resume else set(),
+    self_play = _self_play(args.self_play, {name: given[name] for name in _SELF_PLAY_FIELDS if given[name] is not None})
+    # the texts, each read by the part that defines it (trackers, worlds, sizes)
+    track = parse_track(args.track)
+    env = qualify_env_id(args.env, args.env_module)  # MODULE:ID: the module travels with the id everywhere
+    env_kwargs = parse_env_args(args.env_arg)  # KEY=VALUE, values read as JSON
+    try:
+        scheduler_args = parse_env_args(args.scheduler_arg)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("--env-arg", "--scheduler-arg")) from None
+    if args.trim_above is not None:
+        run["trim_above"] = parse_min_free(args.trim_above)
+        if args.clock != "wall" or args.backend not in ("process", "ray"):
+            raise ValueError(
+                f"--trim-above {args.trim_above} trims worker processes: it needs --clock wall and --backend "
+                "process or ray (these workers are threads of this process, which keeps its heap)"
+            )
+    return TrainRequest(
         algo=args.algo,
-        preset=args.preset,
-        settings=settings,
-        env=args.env,
+        env=env,
         env_module=args.env_module,
-        trust_module=args.trust_module,
-        env_args=args.env_arg,
+        env_kwargs=env_kwargs,
         pixels=args.pixels,
-        scheduler_args=args.scheduler_arg,
-        run=run,
-        seed=args.seed,
-        self_play=_self_play_settings(args),
-        trim=_trim_setting(args),
+        run={**run, **self_play, "seed": args.seed, "scheduler_args": scheduler_args},
+        settings=settings,
+        preset=args.preset,
         hyperparams=args.hyperparams,
+        record={**record, "track": track, "tensorboard": args.tensorboard},
+        resume=bool(args.resume),
+        trust_module=args.trust_module,
+        typed=typed,
     )
 
 
-def config_from_args(args: argparse.Namespace) -> Any:
-    """The `TrainConfig` the flags describe, as a new run (`settings_from_args` without ``--resume``)."""
-    return settings_from_args(argparse.Namespace(**{**vars(args), "resume": False}))[0]
-
-
-def _self_play_settings(args: argparse.Namespace) -> dict[str, Any]:
-    given = {n: vars(args)[n] for n in _SELF_PLAY_FIELDS if vars(args)[n] is not None}
-    if not args.self_play:
+def _self_play(self_play: bool, given: dict[str, Any]) -> dict[str, Any]:
+    """``--self-play`` and its settings ``given``; a setting without it is refused."""
+    if not self_play:
         if given:
             flags = ", ".join("--" + n.replace("_", "-") for n in given)
             raise ValueError(f"{flags} set{'s' if len(given) == 1 else ''} up self-play: add --self-play")
@@ -505,20 +385,25 @@ def _self_play_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {"self_play": True, **given}
 
 
-def _trim_setting(args: argparse.Namespace) -> dict[str, Any]:
-    """``trim_above`` from ``--trim-above``, refused where no worker process exists to trim."""
-    from nonstop.policies.memory import parse_min_free
+def _as_config_names(flags: set[str]) -> frozenset[str]:
+    """The flags typed, by the config's names: ``--env-arg`` and ``--pixels`` set ``env_kwargs``,
+    ``--scheduler-arg`` ``scheduler_args``; the others are named as their fields."""
+    renamed = {"env_arg": "env_kwargs", "pixels": "env_kwargs", "scheduler_arg": "scheduler_args"}
+    return frozenset(renamed.get(flag, flag) for flag in flags)
 
-    text = args.trim_above
-    if text is None:
-        return {}
-    value = parse_min_free(text)
-    if args.clock != "wall" or args.backend not in ("process", "ray"):
-        raise ValueError(
-            f"--trim-above {text} trims worker processes: it needs --clock wall and --backend process or ray "
-            f"(these workers are threads of this process, which keeps its heap)"
-        )
-    return {"trim_above": value}
+
+def settings_from_args(args: argparse.Namespace) -> tuple[Any, Any, list[str]]:
+    """The run the flags describe: its `TrainConfig`, its `RecordConfig` and, under ``--resume``, a line per
+    saved setting that a flag typed now overrides (`nonstop.experiment.request.resolve`)."""
+    from nonstop.experiment.request import resolve
+
+    plan = resolve(request_from_args(args))
+    return plan.cfg, plan.rec, plan.overrides
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    """The `TrainConfig` the flags describe, as a new run (`settings_from_args` without ``--resume``)."""
+    return settings_from_args(argparse.Namespace(**{**vars(args), "resume": False}))[0]
 
 
 def given_flags(args: argparse.Namespace) -> set[str]:
@@ -535,35 +420,13 @@ def given_flags(args: argparse.Namespace) -> set[str]:
     return set(vars(typed)) - {"tensorboard", "argv"}  # the parser's own defaults, never typed
 
 
-def _sized(cfg: Any) -> tuple[str, ...]:
-    """The line saying what the run sizes to its length (`nonstop.learning.hyperparams.sized_line`), if any."""
-    from nonstop.envs import env_info
-    from nonstop.learning.hyperparams import sized_line
-
-    line = sized_line(cfg.algo_settings, round(cfg.seconds * env_info(cfg.env, **cfg.env_kwargs).tick_hz))
-    return () if line is None else (line,)
-
-
 def run(args: argparse.Namespace) -> int:
     from nonstop._console import Console
-    from nonstop.experiment.record import train_in_directory
+    from nonstop.experiment.request import train
 
+    request = request_from_args(args)
     console = Console(stderr=True)
-    cfg, rec, overrides = settings_from_args(args)
-    intro: tuple[str, ...] = ()
-    if not rec.resume:
-        from nonstop.learning.hyperparams import world_entry
-
-        known = world_entry(cfg.algo, cfg.env, args.hyperparams)
-        if known is not None:
-            intro = (known.line() + " (a flag typed wins over it)",)
-        intro += _sized(cfg)
-    if rec.resume:  # the run goes on as it was: only the flags typed now change it, each said
-        console.print(
-            f"resuming {rec.out} with its saved config" + (f"; overriding {', '.join(overrides)}" if overrides else ""),
-            markup=False,
-        )
-    summary, end, out = train_in_directory(cfg, rec, console=console, intro=intro)
+    summary, end, out = train(request, console=console)
     if summary.get("inaction_fraction") is not None:
         recent = "—" if summary["recent_return"] is None else f"{summary['recent_return']:.2f}"
         segment = summary.get("this_segment", summary)  # start-up belongs to this segment

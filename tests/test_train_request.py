@@ -1,0 +1,52 @@
+"""`nonstop train` hands one typed request down (issue 41): the library resolves it without argparse."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from nonstop.commands.train import add_arguments, request_from_args, settings_from_args
+from nonstop.experiment.config import TrainConfig
+from nonstop.experiment.request import TrainRequest, resolve
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(list(argv))
+    args.argv = ["train", *argv]  # what the CLI sets: the flags typed
+    return args
+
+
+def test_the_command_reads_its_texts_into_typed_values():
+    request = request_from_args(
+        _args("--env", "Target1D-v0", "--env-module", "mypkg.worlds", "--env-arg", "tick_hz=20", "--track", "wandb")
+    )
+    assert request.env == "mypkg.worlds:Target1D-v0" and request.env_kwargs == {"tick_hz": 20}
+    assert request.record["track"] == ("wandb",) and request.typed == frozenset()
+
+
+def test_a_new_run_resolves_from_a_request_alone():
+    """No argparse below the command: the world's entry, the preset and the settings typed, in that order."""
+    plan = resolve(TrainRequest(env="CartPole", run={"seconds": 3.0}, settings={"batch_size": 8}))
+    assert (plan.cfg.env, plan.cfg.seconds, plan.cfg.algo_settings.batch_size) == ("CartPole", 3.0, 8)
+    assert plan.intro[0].startswith("settings for CartPole from nonstop/learning/hyperparams/dqn.yml")
+    assert plan.overrides == [] and not plan.rec.resume
+    with pytest.raises(ValueError, match="not a setting of --algo dqn"):
+        resolve(TrainRequest(env="CartPole", settings={"no_such_setting": 1}))
+
+
+def test_a_resumed_request_keeps_the_saved_config_and_takes_only_what_was_typed(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(TrainConfig(env="CartPole", seconds=4.0, seed=5).to_dict()))
+    request = request_from_args(_args("--resume", str(run), "--seconds", "10", "--seed", "0"))
+    assert request.typed >= {"seconds", "seed"} and request.record["out"] == str(run)
+    plan = resolve(request)
+    assert (plan.cfg.seconds, plan.cfg.seed, plan.rec.resume) == (10.0, 0, True)
+    assert plan.overrides == ["seconds: 4.0 → 10.0", "seed: 5 → 0"] and plan.intro == ()
+    assert settings_from_args(_args("--resume", str(run)))[2] == []  # nothing typed: the saved config as it was
+    with pytest.raises(ValueError, match="is a --algo dqn run"):
+        resolve(request_from_args(_args("--resume", str(run), "--algo", "sac")))
