@@ -206,6 +206,21 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "--jobs 3 --json --plot runs/delay.png --seeds 1 --ticks 300 --last 1 --jobs 2",
         "the judged grid: 9 runs of 15,000 ticks (an hour on a loaded 2-core machine); one seed of 300 ticks, 2 at once",
     ),
+    "nonstop bench delay --envs Pendulum-v1 --taus 1,6 --algos sac,bpql --judged-cells --seeds 3 --ticks 15000 --json": (
+        "nonstop bench delay --envs Pendulum-v1 --taus 1,6 --algos sac,bpql --judged-cells --seeds 3 --ticks 15000 --json "
+        "--seeds 1 --ticks 300 --last 1",
+        "BPQL's judged Pendulum grid: 9 runs of 15,000 ticks (50 minutes on a loaded 2-core machine); one seed of 300",
+    ),
+    "nonstop bench delay --envs HalfCheetah-v5 --taus 6 --algos bpql --seeds 3 --ticks 100000 --jobs 3 --json": (
+        "nonstop bench delay --envs HalfCheetah-v5 --taus 6 --algos bpql --seeds 3 --ticks 100000 --jobs 3 --json "
+        "--seeds 1 --ticks 100 --last 1 --jobs 1",
+        "3 runs of 100,000 HalfCheetah ticks take 40 minutes on 2 quiet cores; 100 ticks start the world and BPQL",
+    ),
+    "nonstop bench delay --envs HalfCheetah-v5 --taus 6 --algos bpql --seeds 3 --ticks 100000 --jobs 3": (
+        "nonstop bench delay --envs HalfCheetah-v5 --taus 6 --algos bpql --seeds 3 --ticks 100000 --jobs 3 "
+        "--seeds 1 --ticks 100 --last 1 --jobs 1",
+        "the README's delay row: 3 runs of 100,000 HalfCheetah ticks (40 minutes on 2 quiet cores); 100 ticks",
+    ),
     "nonstop train --algo sac --delay-aware --env HalfCheetah-v5 --latency 1t --scheduler max_time --n-inference 1 "
     "--seconds 5000 --out runs/cheetah": (
         "nonstop train --algo sac --delay-aware --env HalfCheetah-v5 --latency 1t --scheduler max_time --n-inference 1 "
