@@ -21,7 +21,7 @@ How it fits the learners' contract (one flat gradient per update, applied in tur
 
 * the gradient holds both blocks at the same θ: J_Q's into the critics, J_μ's (the critics held fixed)
   into the actor. The actor's loss sees the critic before this update's critic step, where the paper's
-  sees it after: the actor lags the critic by one Adam step (as SAC's does here, `nonstop.learning.sac`);
+  sees it after: the actor lags the critic by one Adam step (as SAC's does here, `nonstop.learning.sacupdate`);
 * the delay is data: `TD3.update_rule` holds the actor's block back (`UpdateRule.delayed`), so on the
   updates in between its θ, Adam moments and step count stay as they are. Feeding Adam a zero gradient
   instead would not do: its first moment m decays but stays non-zero, so θ_μ would keep moving on the
