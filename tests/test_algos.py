@@ -16,7 +16,8 @@ from nonstop.cli import main
 from nonstop.learning.dqn import DQNConfig
 from nonstop.learning.optim import apply_gradient, init_training
 from nonstop.learning.replay import Batch, ReplayBuffer, ReplayRecorder
-from nonstop.learning.sac import SACConfig, sac_backward, sac_losses
+from nonstop.learning.sac import SACConfig
+from nonstop.learning.sacupdate import sac_backward, sac_losses
 from nonstop.learning.weights import SharedWeights, TrainingState
 
 BOX = gymnasium.spaces.Box(-2.0, 2.0, (1,), np.float32)

@@ -66,7 +66,7 @@ def test_the_replay_samples_the_states_with_their_transitions(terminated: bool) 
 
 
 def _nets(obs_dim: int, width: int) -> torch.nn.Module:
-    from nonstop.learning.sacnets import SACNetworks
+    from nonstop.learning.sacupdate import SACNetworks
 
     torch.manual_seed(0)
     return SACNetworks(width, 1, (8,), low=[-2.0], high=[2.0], critic_features=obs_dim)

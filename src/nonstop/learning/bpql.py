@@ -21,9 +21,9 @@ One update, as the learners run it; γ_n the semi-MDP's discount of the decision
     J_α = −α·(log π(ã|x) + H̄),  H̄ = −|A|                   # → log α
     θ_targ ← (1 − τ)·θ_targ + τ·θ   after every update
 
-Everything else is SAC's (`nonstop.learning.sac`): the networks (the critics read the world's observation,
-the first ``obs_dim`` numbers of each stored frame), the optimiser, the uniformly random start and the
-actor a worker runs. With a 1-tick model ``s_i = obs(o_i)``, the observation itself, and BPQL is SAC.
+Everything else is SAC's (`nonstop.learning.sac`, `sacupdate`, `sacact`): the networks (the critics
+read the world's observation, the first ``obs_dim`` numbers of each stored frame), the optimiser, the
+uniformly random start and the actor a worker runs. With a 1-tick model ``s_i = obs(o_i)``, the observation itself, and BPQL is SAC.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from nonstop.learning.rtac import BufferLayout
     from nonstop.learning.replay import Batch
-    from nonstop.learning.sacnets import SACNetworks
+    from nonstop.learning.sacupdate import SACNetworks
 
 __all__ = ["BPQLConfig", "BPQL", "BPQLLosses", "bpql_losses"]
 

@@ -29,12 +29,12 @@ import numpy as np
 
 from nonstop.learning.dcac import SubTrajectories, dcac_horizon, resample, sample_subtrajectories
 from nonstop.learning.rtac import BufferLayout, layout_of
-from nonstop.learning.sac import SAC, SACConfig, soft_actor_losses, twin_critic_loss, write_gradients
+from nonstop.learning.sac import SAC, SACConfig, write_gradients
 
 if TYPE_CHECKING:
     import torch
 
-    from nonstop.learning.sacnets import SACNetworks
+    from nonstop.learning.sacupdate import SACNetworks
 
 __all__ = ["dcac_target", "DCACQ", "DCACQConfig"]
 
@@ -126,6 +126,7 @@ class DCACQ(SAC):
         import torch
 
         from nonstop.learning.algos import to_tensor
+        from nonstop.learning.sacupdate import soft_actor_losses, twin_critic_loss
 
         if not isinstance(batch, SubTrajectories):
             raise TypeError(

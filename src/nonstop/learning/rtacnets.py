@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from nonstop.learning.sacnets import GaussianHead, mlp
+from nonstop.learning.sacupdate import GaussianHead, mlp
 
 __all__ = ["RTACNetworks", "DCACNetworks", "TwinValues", "ValuesOf"]
 

@@ -1,34 +1,11 @@
 """Soft Actor-Critic on the induced delayed semi-MDP (Haarnoja et al. 2018, "Soft Actor-Critic
 Algorithms and Applications"), for Box action spaces.
 
-One update, as the learners run it; every line is the paper's, γ_n the semi-MDP's discount of the
-decision's n ticks (`nonstop.learning.replay`: γ^n, 0 at a terminal)::
-
-    (s, a, R, γ_n, s') ~ replay
-    ã' ~ π(·|s')                                           # the current actor, reparameterised
-    y   = R + γ_n · (min_i Q_targ,i(s', ã') − α·log π(ã'|s'))   # clipped double-Q soft target (eq. 3, 5)
-    J_Q = ½·Σ_i (Q_i(s, a) − y)²                           # → the critics' block (eq. 5)
-    ã ~ π(·|s)
-    J_π = α·log π(ã|s) − min_i Q_i(s, ã)                   # critics held fixed → the actor's block (eq. 7)
-    J_α = −α·(log π(ã|s) + H̄),  H̄ = −|A|                   # → log α (eq. 18)
-    θ   ← Adam(θ, [∇J_Q, ∇J_π, ∇J_α])                      # one flat gradient, applied by the learners
-    θ_targ ← (1 − τ)·θ_targ + τ·θ   after every update     # Polyak averaging, τ = 0.005
-
-The three losses are taken at the same θ and applied as one Adam step on the flat θ: the learners'
-contract is one gradient per update (round-robin learners compute theirs elsewhere and apply them in
-turn), and the blocks are disjoint, so each block's Adam is its own. SB3 and CleanRL step the critic
-first and take the actor's loss against the freshly stepped critic; here the actor's loss at update k
-sees the critic after k critic steps where theirs sees k + 1, so the actor lags the critic by one Adam
-step (a change of about ``lr`` in each weight). `nonstop bench reference` shows no gap from it.
-
-Acting: until the learners' first update (``learning_starts`` transitions) the actor draws its actions
-uniformly over the Box (``random_start``), as CleanRL, SB3 and Tianshou do: a fresh actor's samples
-(σ ≈ 0.22 of the half-width, log σ starting mid-range) cover a sliver of the Box. Every backend's actor sees it the same way:
-its weights are still the first version it loaded (`SACPolicy`, and the batching server's `SAC.serve`).
-
-The actor is a Gaussian squashed by tanh and rescaled to the Box's bounds, ``a = tanh(u)·scale + bias``,
-with log π corrected for the squash and the scale (appendix C). It samples while training and acts
-``tanh(μ)`` for evaluation and export. The networks are in `nonstop.learning.sacnets`.
+Here are its settings (`SACConfig`, the paper's and CleanRL's defaults) and its place in a run (`SAC`:
+the model it builds, the gradient it hands the learners, the figure the workers read); its networks,
+losses and update, top to bottom, are `nonstop.learning.sacupdate`, and how it acts (the worker's
+sampled or ``tanh(μ)`` action, the batching server's, random steps first) `nonstop.learning.sacact`.
+This module imports no torch: `nonstop train` reads `SACConfig` to build its flags without it.
 """
 
 from __future__ import annotations
@@ -36,30 +13,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
-from nonstop.learning.algos import ActorPolicy, Algorithm, ConfigBase, to_tensor
+from nonstop.learning.algos import Algorithm, ConfigBase
+from nonstop.learning.sacact import SACPolicy, box_export_meta, sampled_server, squash
 
 if TYPE_CHECKING:
     import torch
 
     from nonstop.learning.replay import Batch
-    from nonstop.learning.sacnets import SACNetworks
 
-__all__ = [
-    "SACConfig",
-    "SAC",
-    "SACPolicy",
-    "SACLosses",
-    "sac_losses",
-    "twin_critic_loss",
-    "soft_actor_losses",
-    "write_gradients",
-    "FAMILY_DEFAULTS",
-    "learning_starts_for",
-]
+__all__ = ["SACConfig", "SAC", "SACPolicy", "write_gradients", "FAMILY_DEFAULTS", "learning_starts_for"]
 
 #: What each world family changes in `SACConfig`'s defaults (`SACConfig.for_family`); none so far: the defaults
 #: are Tianshou's for MuJoCo and the RL Zoo's for Pendulum (Adam 1e-3 everywhere; α from 1, learned, as SB3's
@@ -67,9 +33,6 @@ __all__ = [
 #: uniformly random steps first, a tenth
 #: of the run's ticks up to the RL Zoo's and Tianshou's 10,000 (HalfCheetah, Hopper, Walker2d: 100k ticks and
 #: more), so a 10,000-tick Pendulum run starts learning at 1,000 (`learning_starts_for`)
-#: the version of a run's weights that holds its initial θ (`init_training` publishes it first); a resumed
-#: run publishes its restored θ next, so an actor that first sees a later version acts from its weights
-_INITIAL_VERSION: Final = 1
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {}
 
 
@@ -165,69 +128,6 @@ def learning_starts_for(ticks: int, batch_size: int = 1) -> int:
     return max(int(batch_size), min(MAX_LEARNING_STARTS, int(ticks) // 10))
 
 
-class SACLosses(NamedTuple):
-    """One batch's three losses (scalars) and what the progress line reports."""
-
-    critic: "torch.Tensor"
-    actor: "torch.Tensor"
-    alpha: "torch.Tensor"
-    target: "torch.Tensor"  # y, per transition (for tests)
-
-
-def sac_losses(
-    online: "SACNetworks",
-    target: "SACNetworks",
-    batch: "Batch",
-    *,
-    target_entropy: float,
-    noise_next: "torch.Tensor | None" = None,
-    noise: "torch.Tensor | None" = None,
-) -> SACLosses:
-    """The module docstring's losses for one batch. ``noise_next``, ``noise``: the ξ of ã' and ã (None:
-    drawn; a test passes its own to compute the same numbers by hand)."""
-    import torch
-
-    device = online.log_alpha.device  # the learner's device: the batch goes there from host replay
-    obs, next_obs = to_tensor(batch.obs, device), to_tensor(batch.next_obs, device)
-    a = (to_tensor(batch.action, device) - online.bias) / online.scale  # the world's action, normalised to [-1, 1]
-    reward, discount = to_tensor(batch.reward, device), to_tensor(batch.discount, device)
-    log_scale = online.scale.log().sum()  # log π of the world's action = log π of the normalised one − Σ log scale
-    alpha = online.log_alpha.exp().detach()
-
-    with torch.no_grad():
-        a_next, logp_next = online.actor.sample(online.encoder(next_obs), noise_next)  # ã' ~ π(·|s')
-        f_next = target.encoder(next_obs)
-        q_next = torch.min(target.q1(f_next, a_next), target.q2(f_next, a_next))
-        y = reward + discount * (q_next - alpha * (logp_next - log_scale))  # γ_n = 0 at a terminal: done masking
-
-    f = online.encoder(obs)
-    critic = twin_critic_loss(online, f, a, y)  # J_Q
-    actor, temperature = soft_actor_losses(online, f, target_entropy, noise)  # J_π, J_α
-    return SACLosses(critic, actor, temperature, y)
-
-
-def twin_critic_loss(online: "SACNetworks", f: "torch.Tensor", a: "torch.Tensor", y: "torch.Tensor") -> "torch.Tensor":
-    """J_Q: both critics' squared error to the target ``y`` at features ``f`` and normalised actions ``a``
-    (SAC's one-step ``y``, DCAC's resampled n-step one)."""
-    return 0.5 * ((online.q1(f, a) - y).pow(2).mean() + (online.q2(f, a) - y).pow(2).mean())
-
-
-def soft_actor_losses(
-    online: "SACNetworks", f: "torch.Tensor", target_entropy: float, noise: "torch.Tensor | None" = None
-) -> tuple["torch.Tensor", "torch.Tensor"]:
-    """``(J_π, J_α)`` at features ``f``: the actor against the smaller critic (the features held fixed:
-    the actor never trains the encoder), and α toward the target entropy. ``noise``: ξ of ã (None: drawn)."""
-    import torch
-
-    f_fixed = f.detach()
-    a_pi, logp = online.actor.sample(f_fixed, noise)  # ã ~ π(·|s)
-    logp = logp - online.scale.log().sum()  # in the world's units
-    alpha = online.log_alpha.exp().detach()
-    actor = (alpha * logp - torch.min(online.q1(f_fixed, a_pi), online.q2(f_fixed, a_pi))).mean()
-    temperature = (-online.log_alpha.exp() * (logp.detach() + target_entropy)).mean()
-    return actor, temperature
-
-
 def write_gradients(online: "torch.nn.Module", blocks: list[tuple["torch.Tensor", list[Any]]]) -> None:
     """Each loss's gradient into its own parameters' ``.grad`` (zeroed first, written in place: a device
     learner's ``.grad`` are views of its flat gradient); a parameter no loss reaches keeps zero."""
@@ -245,86 +145,8 @@ def write_gradients(online: "torch.nn.Module", blocks: list[tuple["torch.Tensor"
                 p.grad.copy_(g)
 
 
-def sac_backward(
-    online: "SACNetworks",
-    target: "SACNetworks",
-    batch: "Batch",
-    cfg: SACConfig,
-    target_entropy: float,
-    *,
-    noise_next: "torch.Tensor | None" = None,
-    noise: "torch.Tensor | None" = None,
-) -> "torch.Tensor":
-    """One batch's gradient into each parameter's ``.grad``, each block from its own loss:
-    ∇J_Q into the encoder and critics, ∇J_π into the actor, ∇J_α into log α (zero without autotune).
-    Returns the critic loss (what the progress line shows as the loss). ``noise_next``, ``noise``: as
-    `sac_losses`."""
-    losses = sac_losses(online, target, batch, target_entropy=target_entropy, noise_next=noise_next, noise=noise)
-    blocks = [(losses.critic, online.critic_parameters()), (losses.actor, list(online.actor.parameters()))]
-    if cfg.autotune:
-        blocks.append((losses.alpha, [online.log_alpha]))
-    write_gradients(online, blocks)
-    return losses.critic.detach()
-
-
-class SACPolicy(ActorPolicy):
-    """SAC's actor for a worker: a sampled action ``tanh(μ + σ·ξ)·scale + bias`` while training (ξ from the
-    policy's own generator), ``tanh(μ)·scale + bias`` when ``deterministic``. Returns a float32 vector.
-    ``placement``: `ActorPolicy`'s keywords (``seed``, ``num_threads``, ``device``, ``dtype``)."""
-
-    def __init__(
-        self,
-        model: "torch.nn.Module",
-        weights: Any,
-        action_space: Any,
-        *,
-        deterministic: bool = False,
-        random_start: bool = False,
-        **placement: Any,
-    ) -> None:
-        super().__init__(model, weights, action_space, **placement)
-        self.deterministic = bool(deterministic)
-        #: act uniformly over the Box until the learners' first update (`SACConfig.random_start`)
-        self.random_start = bool(random_start)
-        self._first_version: int | None = None
-        self._low, self._high = np.asarray(action_space.low, np.float32), np.asarray(action_space.high, np.float32)
-
-    def _decide(self, obs: np.ndarray) -> np.ndarray:
-        out = self._forward(to_tensor(obs[None], self.device)).cpu().numpy()  # also brings `version` up to date
-        if self.random_start and not self.deterministic and self._untrained():
-            return self._rng.uniform(self._low, self._high).astype(np.float32)
-        return squash(out, self._low, self._high, None if self.deterministic else self._rng)[0]
-
-    def _untrained(self) -> bool:
-        """Whether the weights are still the first version this actor loaded, in a run that learns (the
-        header's figure is α > 0; a frozen opponent's is 0: `Algorithm.opponent_exploration`). A fresh run
-        publishes its initial θ once, and its learners publish the next version only after their first
-        update, which waits for ``learning_starts`` transitions; so until then the actor acts uniformly. A
-        resumed run republishes its trained θ at once (version 2 of its weights), so it acts from it."""
-        if self._first_version is None:
-            self._first_version = self.version
-        return (
-            self._first_version <= _INITIAL_VERSION
-            and self.version == self._first_version
-            and float(getattr(self.weights, "epsilon", 0.0)) > 0.0
-        )
-
-
-def squash(output: np.ndarray, low: np.ndarray, high: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
-    """Actions from the actor's ``(B, 2·|A|)`` outputs (mean, log std): sampled with ``rng``, or ``tanh(μ)``
-    without one, rescaled to ``[low, high]``.
-
-    >>> squash(np.array([[0.0, -1.0]]), np.array([-2.0]), np.array([2.0]), None).tolist()
-    [[0.0]]
-    """
-    mean, log_std = np.split(np.asarray(output, np.float64), 2, axis=-1)
-    u = mean if rng is None else mean + np.exp(log_std) * rng.standard_normal(mean.shape)
-    scale, bias = (high - low) / 2, (high + low) / 2
-    return np.clip(np.tanh(u) * scale + bias, low, high).astype(np.float32)
-
-
 class SAC(Algorithm):
-    """Soft Actor-Critic for Box actions (the module docstring's update), on vectors or frames."""
+    """Soft Actor-Critic for Box actions (`nonstop.learning.sacupdate`'s update), on vectors or frames."""
 
     name = "sac"
     config_class = SACConfig
@@ -369,7 +191,7 @@ class SAC(Algorithm):
 
     def _networks_class(self) -> Any:
         """The module that holds this algorithm's networks (RTAC and DCAC name theirs; the build is shared)."""
-        from nonstop.learning.sacnets import SACNetworks
+        from nonstop.learning.sacupdate import SACNetworks
 
         return SACNetworks
 
@@ -397,6 +219,8 @@ class SAC(Algorithm):
             ensure_fits(self.cfg.k, device, n_actions=self.cfg.features, depth=ARCH_DEPTHS[self.cfg.arch])
 
     def backward(self, online: "torch.nn.Module", target: "torch.nn.Module", batch: "Batch") -> "torch.Tensor":
+        from nonstop.learning.sacupdate import sac_backward
+
         return sac_backward(online, target, batch, self.cfg, self.target_entropy)  # type: ignore[arg-type]
 
     def exploration(self, env_ticks: int, params: np.ndarray) -> float:
@@ -409,43 +233,16 @@ class SAC(Algorithm):
         )
 
     def serve(self, forward: Any, *, seed: int | None = None) -> Any:
-        rng = np.random.default_rng(seed)
-        refresh = getattr(forward, "refresh", None)  # how the learner's versions reach it (None: fixed θ)
-        first: list[int] = []
-
-        def sampled(batch: np.ndarray) -> np.ndarray:
-            out = forward.q_values(batch).numpy()  # refreshes first: the version is current
-            if self.cfg.random_start and refresh is not None:
-                first[:] = first or [refresh.version]
-                if first[0] <= _INITIAL_VERSION and refresh.version == first[0]:  # no update yet: uniform over the Box
-                    space = self.action_space
-                    return rng.uniform(space.low, space.high, (len(out), self.action_dim)).astype(np.float32)
-            return self.act_batch(out, rng, explore=True)  # (b, d) float32
-
-        return sampled
+        return sampled_server(self, forward, seed=seed)
 
     def policy_kwargs(self) -> dict[str, Any]:
         return {"random_start": self.cfg.random_start}
 
     def export_module(self, model: "torch.nn.Module") -> "torch.nn.Module":
-        from nonstop.learning.sacnets import DeterministicActor
+        from nonstop.learning.sacupdate import DeterministicActor
         from nonstop.policies.models import FromObservations
 
         return FromObservations(DeterministicActor(model), self.obs_shape)  # type: ignore[arg-type]
 
     def export_meta(self, model: "torch.nn.Module") -> dict[str, Any]:
-        space = self.action_space
-        return {
-            "output": {
-                "name": "action",
-                "shape": ["B", self.action_dim],
-                "dtype": "float32",
-                "action": "the output itself: tanh(μ(s)) · scale + bias, deterministic, inside the Box",
-            },
-            "action_space": {
-                "type": "Box",
-                "shape": [self.action_dim],
-                "low": space.low.tolist(),
-                "high": space.high.tolist(),
-            },
-        }
+        return box_export_meta(self.action_space)

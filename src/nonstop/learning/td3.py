@@ -21,7 +21,7 @@ How it fits the learners' contract (one flat gradient per update, applied in tur
 
 * the gradient holds both blocks at the same θ: J_Q's into the critics, J_μ's (the critics held fixed)
   into the actor. The actor's loss sees the critic before this update's critic step, where the paper's
-  sees it after: the actor lags the critic by one Adam step (as SAC's does here, `nonstop.learning.sac`);
+  sees it after: the actor lags the critic by one Adam step (as SAC's does here, `nonstop.learning.sacupdate`);
 * the delay is data: `TD3.update_rule` holds the actor's block back (`UpdateRule.delayed`), so on the
   updates in between its θ, Adam moments and step count stay as they are. Feeding Adam a zero gradient
   instead would not do: its first moment m decays but stays non-zero, so θ_μ would keep moving on the
@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 
 from nonstop.learning.algos import Algorithm, ConfigBase, to_tensor
-from nonstop.learning.sac import _INITIAL_VERSION, SACPolicy, learning_starts_for, write_gradients
+from nonstop.learning.sac import learning_starts_for, write_gradients
+from nonstop.learning.sacact import SACPolicy, sampled_server
 
 if TYPE_CHECKING:
     import torch
@@ -134,7 +135,7 @@ def build_td3_networks(
     import torch
     from torch import nn
 
-    from nonstop.learning.sacnets import QNetwork, mlp
+    from nonstop.learning.sacupdate import QNetwork, mlp
 
     class TD3Networks(nn.Module):
         scale: torch.Tensor
@@ -272,20 +273,7 @@ class TD3(Algorithm):
         return to_box(output, np.asarray(space.low, np.float32), np.asarray(space.high, np.float32), sigma, rng)
 
     def serve(self, forward: Any, *, seed: int | None = None) -> Any:
-        rng = np.random.default_rng(seed)
-        refresh = getattr(forward, "refresh", None)  # how the learner's versions reach it (None: fixed θ)
-        first: list[int] = []
-
-        def noisy(batch: np.ndarray) -> np.ndarray:
-            out = forward.q_values(batch).numpy()  # refreshes first: the version is current
-            if self.cfg.random_start and refresh is not None:
-                first[:] = first or [refresh.version]
-                if first[0] <= _INITIAL_VERSION and refresh.version == first[0]:  # no update yet: uniform
-                    space = self.action_space
-                    return rng.uniform(space.low, space.high, (len(out), self.action_dim)).astype(np.float32)
-            return self.act_batch(out, rng, explore=True)
-
-        return noisy
+        return sampled_server(self, forward, seed=seed)  # SAC's: uniform until the first update, then noisy μ
 
     def export_module(self, model: "torch.nn.Module") -> "torch.nn.Module":
         from nonstop.policies.models import FromObservations

@@ -1,4 +1,26 @@
-"""SAC's networks (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications"), as one module.
+"""Soft Actor-Critic's networks, losses and update (Haarnoja et al. 2018, "Soft Actor-Critic Algorithms
+and Applications"), for Box actions; its settings and its place in a run are `nonstop.learning.sac`, how
+it acts `nonstop.learning.sacact`.
+
+One update, as the learners run it; every line is the paper's, γ_n the semi-MDP's discount of the
+decision's n ticks (`nonstop.learning.replay`: γ^n, 0 at a terminal)::
+
+    (s, a, R, γ_n, s') ~ replay
+    ã' ~ π(·|s')                                           # the current actor, reparameterised
+    y   = R + γ_n · (min_i Q_targ,i(s', ã') − α·log π(ã'|s'))   # clipped double-Q soft target (eq. 3, 5)
+    J_Q = ½·Σ_i (Q_i(s, a) − y)²                           # → the critics' block (eq. 5)
+    ã ~ π(·|s)
+    J_π = α·log π(ã|s) − min_i Q_i(s, ã)                   # critics held fixed → the actor's block (eq. 7)
+    J_α = −α·(log π(ã|s) + H̄),  H̄ = −|A|                   # → log α (eq. 18)
+    θ   ← Adam(θ, [∇J_Q, ∇J_π, ∇J_α])                      # one flat gradient, applied by the learners
+    θ_targ ← (1 − τ)·θ_targ + τ·θ   after every update     # Polyak averaging, τ = 0.005
+
+The three losses are taken at the same θ and applied as one Adam step on the flat θ: the learners'
+contract is one gradient per update (round-robin learners compute theirs elsewhere and apply them in
+turn), and the blocks are disjoint, so each block's Adam is its own. SB3 and CleanRL step the critic
+first and take the actor's loss against the freshly stepped critic; here the actor's loss at update k
+sees the critic after k critic steps where theirs sees k + 1, so the actor lags the critic by one Adam
+step (a change of about ``lr`` in each weight). `nonstop bench reference` shows no gap from it.
 
 `SACNetworks` holds everything SAC learns, in this ``parameters()`` order (the flat θ's blocks):
 
@@ -10,18 +32,27 @@
 * ``temperature.log_alpha`` — log of the entropy coefficient α, learned (it is θ's last number).
 
 Actions inside the networks are normalised to [-1, 1]: ``a = tanh(u)``; the world's action is
-``a · scale + bias`` with the Box's bounds (`SACNetworks.scale`, `bias`: buffers, not parameters).
+``a · scale + bias`` with the Box's bounds (`SACNetworks.scale`, `bias`: buffers, not parameters), and
+log π is corrected for the squash and the scale (appendix C). RTAC, DCAC and BPQL build on
+`GaussianHead` and these losses; TD3 on `QNetwork`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from nonstop.learning.algos import to_tensor
+from nonstop.learning.sac import write_gradients
+
+if TYPE_CHECKING:
+    from nonstop.learning.replay import Batch
+    from nonstop.learning.sac import SACConfig
 
 __all__ = [
     "SACNetworks",
@@ -31,7 +62,14 @@ __all__ = [
     "DeterministicActor",
     "LOG_STD_MIN",
     "LOG_STD_MAX",
+    "SACLosses",
+    "sac_losses",
+    "twin_critic_loss",
+    "soft_actor_losses",
+    "sac_backward",
 ]
+
+# ------------------------------------------------------------------ the networks
 
 #: the range a log standard deviation is squashed into (as CleanRL and Yarats et al. do)
 LOG_STD_MIN: Final = -5.0
@@ -168,6 +206,96 @@ class SACNetworks(GaussianHead):
     def critic_parameters(self) -> list[nn.Parameter]:
         """The critics' block: the encoder and the twin Q-functions."""
         return [*self.encoder.parameters(), *self.q1.parameters(), *self.q2.parameters()]
+
+
+# ------------------------------------------------------------------ the losses
+
+
+class SACLosses(NamedTuple):
+    """One batch's three losses (scalars) and what the progress line reports."""
+
+    critic: torch.Tensor
+    actor: torch.Tensor
+    alpha: torch.Tensor
+    target: torch.Tensor  # y, per transition (for tests)
+
+
+def sac_losses(
+    online: SACNetworks,
+    target: SACNetworks,
+    batch: Batch,
+    *,
+    target_entropy: float,
+    noise_next: torch.Tensor | None = None,
+    noise: torch.Tensor | None = None,
+) -> SACLosses:
+    """The module docstring's losses for one batch. ``noise_next``, ``noise``: the ξ of ã' and ã (None:
+    drawn; a test passes its own to compute the same numbers by hand)."""
+    device = online.log_alpha.device  # the learner's device: the batch goes there from host replay
+    obs, next_obs = to_tensor(batch.obs, device), to_tensor(batch.next_obs, device)
+    a = (to_tensor(batch.action, device) - online.bias) / online.scale  # the world's action, normalised to [-1, 1]
+    reward, discount = to_tensor(batch.reward, device), to_tensor(batch.discount, device)
+    log_scale = online.scale.log().sum()  # log π of the world's action = log π of the normalised one − Σ log scale
+    alpha = online.log_alpha.exp().detach()
+
+    with torch.no_grad():
+        a_next, logp_next = online.actor.sample(online.encoder(next_obs), noise_next)  # ã' ~ π(·|s')
+        f_next = target.encoder(next_obs)
+        q_next = torch.min(target.q1(f_next, a_next), target.q2(f_next, a_next))
+        y = reward + discount * (q_next - alpha * (logp_next - log_scale))  # γ_n = 0 at a terminal: done masking
+
+    f = online.encoder(obs)
+    critic = twin_critic_loss(online, f, a, y)  # J_Q
+    actor, temperature = soft_actor_losses(online, f, target_entropy, noise)  # J_π, J_α
+    return SACLosses(critic, actor, temperature, y)
+
+
+def twin_critic_loss(online: SACNetworks, f: torch.Tensor, a: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """J_Q: both critics' squared error to the target ``y`` at features ``f`` and normalised actions ``a``
+    (SAC's one-step ``y``, DCAC's resampled n-step one)."""
+    return 0.5 * ((online.q1(f, a) - y).pow(2).mean() + (online.q2(f, a) - y).pow(2).mean())
+
+
+def soft_actor_losses(
+    online: SACNetworks, f: torch.Tensor, target_entropy: float, noise: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(J_π, J_α)`` at features ``f``: the actor against the smaller critic (the features held fixed:
+    the actor never trains the encoder), and α toward the target entropy. ``noise``: ξ of ã (None: drawn)."""
+    f_fixed = f.detach()
+    a_pi, logp = online.actor.sample(f_fixed, noise)  # ã ~ π(·|s)
+    logp = logp - online.scale.log().sum()  # in the world's units
+    alpha = online.log_alpha.exp().detach()
+    actor = (alpha * logp - torch.min(online.q1(f_fixed, a_pi), online.q2(f_fixed, a_pi))).mean()
+    temperature = (-online.log_alpha.exp() * (logp.detach() + target_entropy)).mean()
+    return actor, temperature
+
+
+# ------------------------------------------------------------------ the update
+
+
+def sac_backward(
+    online: SACNetworks,
+    target: SACNetworks,
+    batch: Batch,
+    cfg: SACConfig,
+    target_entropy: float,
+    *,
+    noise_next: torch.Tensor | None = None,
+    noise: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """One batch's gradient into each parameter's ``.grad``, each block from its own loss:
+    ∇J_Q into the encoder and critics, ∇J_π into the actor, ∇J_α into log α (zero without autotune).
+    Returns the critic loss (what the progress line shows as the loss). ``noise_next``, ``noise``: as
+    `sac_losses`."""
+    losses = sac_losses(online, target, batch, target_entropy=target_entropy, noise_next=noise_next, noise=noise)
+    blocks = [(losses.critic, online.critic_parameters()), (losses.actor, list(online.actor.parameters()))]
+    if cfg.autotune:
+        blocks.append((losses.alpha, [online.log_alpha]))
+    write_gradients(online, blocks)
+    return losses.critic.detach()
+
+
+# ------------------------------------------------------------------ the evaluation actor
 
 
 class DeterministicActor(nn.Module):
