@@ -28,6 +28,12 @@ target (≥ 0.9); ``ratio`` (host / the env's own PettingZoo loop) says what the
 nonstop's env adapter, which calls the ALE's C library directly and so steps faster than the plain
 loop.
 
+``--env null`` (`NullEnv`) hosts a world whose step costs next to nothing and returns one fixed
+Boxing-shaped frame (210 × 160 × 3 uint8, so publishing it costs what Boxing's does), truncating every
+1,000 steps: with the ALE's ~90 µs step and its noise gone, ``host_overhead_us_per_tick`` (and, per
+interleaved pair, ``overhead_pairs_us`` and ``overhead_cpu_pairs_us``: their p50 is the figure to quote on
+a loaded machine) is the host's own cost per tick. Its ``ratio`` means nothing there (a few percent).
+
 The module also holds the env factory the realtime benchmarks share (`make_bench_env`).
 """
 
