@@ -28,6 +28,12 @@ target (≥ 0.9); ``ratio`` (host / the env's own PettingZoo loop) says what the
 nonstop's env adapter, which calls the ALE's C library directly and so steps faster than the plain
 loop.
 
+``--env null`` (`NullEnv`) hosts a world whose step costs next to nothing and returns one fixed
+Boxing-shaped frame (210 × 160 × 3 uint8, so publishing it costs what Boxing's does), truncating every
+1,000 steps: with the ALE's ~90 µs step and its noise gone, ``host_overhead_us_per_tick`` (and, per
+interleaved pair, ``overhead_pairs_us`` and ``overhead_cpu_pairs_us``: their p50 is the figure to quote on
+a loaded machine) is the host's own cost per tick. Its ``ratio`` means nothing there (a few percent).
+
 The module also holds the env factory the realtime benchmarks share (`make_bench_env`).
 """
 
@@ -128,6 +134,8 @@ def bench_env_factory(env_id: str = "Boxing") -> functools.partial:
 
 def env_source(env_id: str = "Boxing") -> str:
     """How `make_bench_env` builds ``env_id`` right now (reported with every result)."""
+    if env_id == NULL_ENV:
+        return "nonstop.bench.host.NullEnv (no env cost: the host's own)"
     return "nonstop.envs.make_env" if _registry_make_env() is not None else "gymnasium.make (registry not available)"
 
 
@@ -174,7 +182,45 @@ class _SeatResetStamp:
         self.env.close()
 
 
+#: ``--env null``: a world whose step costs next to nothing, so the host's own per-tick cost shows
+NULL_ENV = "null"
+
+
+class NullEnv(gymnasium.Env):
+    """A world that does nothing: ``step`` returns one fixed Boxing-shaped frame (210 × 160 × 3 uint8),
+    reward 0, and truncates every ``episode_steps`` steps, so raw and host loops both pay resets.
+
+    With the ALE's ~100 µs step and its noise gone, ``1/host − 1/raw`` is the host's own cost per tick.
+
+    >>> env = NullEnv(episode_steps=2)
+    >>> obs, _ = env.reset(seed=0)
+    >>> obs.shape, obs.dtype.name, env.step(0)[3], env.step(0)[3]
+    ((210, 160, 3), 'uint8', False, True)
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, episode_steps: int = 1000) -> None:
+        if episode_steps < 1:
+            raise ValueError(f"episode_steps must be at least 1, got {episode_steps!r}")
+        self.observation_space = gymnasium.spaces.Box(0, 255, (210, 160, 3), np.uint8)
+        self.action_space = gymnasium.spaces.Discrete(18)
+        self._obs = np.zeros((210, 160, 3), np.uint8)
+        self._episode_steps, self._t = episode_steps, 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        return self._obs, {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self._t += 1
+        return self._obs, 0.0, False, self._t >= self._episode_steps, {}
+
+
 def _stamped_env(env_id: str, profile: cProfile.Profile | None = None) -> Any:
+    if env_id == NULL_ENV:
+        return _ResetStamp(NullEnv(), profile)
     if env_id.startswith("multi/"):  # a seat world: the host steps every seat at once
         from nonstop.envs import make_env
 
@@ -269,7 +315,11 @@ def _profile_host(env_id: str, steps: int, top: int = 15) -> list[dict[str, Any]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--env", default="Boxing", help="env id (default Boxing)")
+    parser.add_argument(
+        "--env",
+        default="Boxing",
+        help="env id (default Boxing); 'null': a world whose step costs nothing, to measure the host's own µs per tick",
+    )
     parser.add_argument(
         "--steps",
         type=int,
@@ -315,6 +365,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "host_cpu_steps_per_s": host_cpu,
         "ratio_cpu": host_cpu / raw_cpu,
         "ratio_pairs": percentiles(pair_ratios),
+        # per pair (raw and host back to back, so a slow phase hits both): what the host adds per tick, µs
+        "overhead_pairs_us": percentiles(
+            [(1.0 / h["steps_per_s"] - 1.0 / r["steps_per_s"]) * 1e6 for h, r in zip(host_runs, raw_runs)]
+        ),
+        "overhead_cpu_pairs_us": percentiles(
+            [(1.0 / h["cpu_steps_per_s"] - 1.0 / r["cpu_steps_per_s"]) * 1e6 for h, r in zip(host_runs, raw_runs)]
+        ),
         # what the host adds per tick, as seen from outside (1/host - 1/raw), wall and CPU
         "host_overhead_us_per_tick": (1.0 / host_sps - 1.0 / raw_sps) * 1e6,
         "host_overhead_cpu_us_per_tick": (1.0 / host_cpu - 1.0 / raw_cpu) * 1e6,

@@ -21,6 +21,7 @@ from typing import Any, Final
 import gymnasium as gym
 import numpy as np
 
+from nonstop.realtime.atomics import ACQUIRE, RELAXED
 from nonstop.realtime.channels import ActionQueue, LatestSlot
 from nonstop.realtime.clock import Clock, stopwatch
 from nonstop.realtime.defaults import DefaultBehaviour
@@ -101,7 +102,10 @@ class SeatArrays:
         self.values = np.zeros((len(SEAT_COLUMNS), n))
         #: ``values`` as one row of the log's per-seat blocks (a view: what `TickLog.append_tick` copies)
         self.flat = self.values.reshape(-1)
-        rows: list[Any] = [self.flat.data[k * n : (k + 1) * n] for k in range(len(SEAT_COLUMNS))]  # format "d": Any
+        #: ``flat``'s memoryview: what the host hands the log each tick (a view copies into a view at half
+        #: the cost of an ndarray)
+        self.flat_view: Any = self.flat.data
+        rows: list[Any] = [self.flat_view[k * n : (k + 1) * n] for k in range(len(SEAT_COLUMNS))]  # format "d": Any
         (
             self.source,
             self.worker,
@@ -122,12 +126,13 @@ class SeatArrays:
         self._rows = tuple(rows)
         self._betas_row = [False] * n  # whether seat i's source … tau_theta hold β's values already
         self._writes, self._betas = [s.write for s in slots], defaults
-        # what `act` reads of each seat, in one tuple a seat: its index, its queue's take, its β, its β as the
-        # loop calls it (a callable β's action is checked against its seat's space; a built-in β's is
-        # right by construction), its counts, and whether the log holds its action (one number)
+        # what `act` reads of each seat, in one tuple a seat: its index, its queue's two sequence loads and its
+        # take, its β, its β as the loop calls it (a callable β's action is checked against its seat's space; a
+        # built-in β's is right by construction), its counts, and whether the log holds its action (one number)
         self._per_seat = [
             (
                 i,
+                *q.pending_polls(),
                 q.take,
                 b,
                 _checked(b, q.codec.validate) if b.kind == "callable" else b,
@@ -143,8 +148,12 @@ class SeatArrays:
         ``tick − obs_tick``) or, with none ready, its β's (inaction); this tick's log values with it."""
         source, worker, delay, obs_tick, action, tau_theta, _, superseded, stale = self._rows
         actions, present, obs, betas_row = self.actions, self.present, self.obs, self._betas_row
-        for i, take, beta, choose, counts, logged in self._per_seat:
-            record, superseded[i], stale[i] = take(episode=episode)
+        for i, written, read, take, beta, choose, counts, logged in self._per_seat:
+            if written(ACQUIRE) == read(RELAXED):  # nothing pending: `take`'s own fast path, without its call
+                record = None
+                superseded[i] = stale[i] = 0
+            else:
+                record, superseded[i], stale[i] = take(episode=episode)
             if not present[i]:  # its agent has left: what it still sends is dropped, and counted
                 stale[i] += superseded[i] + (record is not None)
                 superseded[i] = 0
@@ -370,25 +379,28 @@ class Host:
         tau_m, grace, unthrottled = self.tau_m, clock.tick_grace, self.unthrottled
         max_ticks = self.max_ticks if self.max_ticks is not None else float("inf")
         frames = self.render_slot is not None
+        # the per-tick calls, bound once (an attribute lookup each saved a tick; docs/design.md §1's budget)
+        act, step, append_tick, publish, now_of = seats.act, world.step, log.append_tick, seats.publish, clock.now
+        stop_poll, resets_poll = control.control_polls()
+        values = seats.flat_view
         world.start(seats, self.seed)
         if recorder is not None:
             self._record_observation(0)
         self.origin = origin = clock.now()
         last_end, resets_seen = END_NONE, control.reset_requests
-        seats.publish(0, origin, 0, last_end)
+        publish(0, origin, 0, last_end)
         if frames:
             self._publish_frame(0, origin, 0)
         for s in self.slots:
             s.host_state = STATE_RUNNING
-        tick = 0
-        while not control.stop_requested and tick < max_ticks:
+        tick, episode = 0, self.episode
+        while not stop_poll(ACQUIRE) and tick < max_ticks:
             tick += 1
             deadline = origin + tick * tau_m
-            now = clock.now() if unthrottled else (yield deadline + grace) - grace
-            episode = self.episode
-            seats.act(tick, episode)
-            terminated, truncated, step_s = world.step(seats)
-            log.append_tick(
+            now = now_of() if unthrottled else (yield deadline + grace) - grace
+            act(tick, episode)
+            terminated, truncated, step_s = step(seats)
+            append_tick(
                 tick,
                 deadline,
                 now,
@@ -396,9 +408,9 @@ class Host:
                 terminated=terminated,
                 truncated=truncated,
                 step_s=step_s,
-                seats=seats.flat,
+                seats=values,
             )
-            if control.reset_requests != resets_seen:  # a Gymnasium reset() asked to end the episode
+            if resets_poll(ACQUIRE) != resets_seen:  # a Gymnasium reset() asked to end the episode
                 resets_seen, truncated = control.reset_requests, True
                 log.set_last("truncated", 1)
             if recorder is not None:
@@ -407,11 +419,11 @@ class Host:
                 last_end = END_TERMINATED if terminated else END_TRUNCATED
                 # the terminal observation first, so a reader polling now sees how it ended; marked
                 # final, so it stays readable (`LatestSlot.read_final`) after the reset below
-                seats.publish(tick, deadline, episode, last_end, (terminated, truncated))
+                publish(tick, deadline, episode, last_end, (terminated, truncated))
                 if frames:
                     self._publish_frame(tick, deadline, episode, final=True)
                 episode = self._new_episode()  # the world does not wait: reset at once, log its cost
-            seats.publish(tick, deadline, episode, last_end)
+            publish(tick, deadline, episode, last_end)
             if frames:
                 self._publish_frame(tick, deadline, episode)
             if recorder is not None:

@@ -337,12 +337,13 @@ class TickLog:
         terminated: bool,
         truncated: bool,
         step_s: float,
-        seats: np.ndarray,
+        seats: np.ndarray | memoryview,
     ) -> None:
         """One tick of a world of any seat count: the shared columns, and ``seats``, every seat's
         values of this tick as one float64 array of ``len(SEAT_COLUMNS) × seats`` values, quantity by
-        quantity (`RowLayout`; the host's `SeatArrays.values`, flattened). One `struct` pack and one
-        array copy into the open block, whatever the seat count (~1 µs at one seat and at 162).
+        quantity (`RowLayout`; the host's `SeatArrays.values`, flattened, passed as its memoryview
+        ``flat_view``, which copies faster than the array). One `struct` pack and one copy into the open
+        block, whatever the seat count (~1 µs at one seat and at 162).
 
         >>> log = TickLog(1 / 60, seats=2)
         >>> values = np.zeros((len(SEAT_COLUMNS), 2))
