@@ -293,7 +293,7 @@ def _replay_fits(cfg: TeamPlayConfig) -> None:
     built once (not reset) before the run's directory is made."""
     from nonstop.envs import make_env
 
-    env = make_env(cfg.env, **{k: v for k, v in cfg.env_kwargs.items() if k != "tick_hz"})
+    env: Any = make_env(cfg.env, **{k: v for k, v in cfg.env_kwargs.items() if k != "tick_hz"})  # a seat world
     try:
         shape = tuple(env.observation_space(env.possible_agents[0]).shape or ())
     finally:
