@@ -37,8 +37,17 @@ import numpy as np
 
 from nonstop.learning.algos import algorithm_of
 from nonstop.learning.dqn import DQNConfig
+from nonstop.learning.replay import ReplayTooLargeError
 
-__all__ = ["ARCHS", "build_qnet", "TeamReplay", "NStepReturns", "TeamLearner"]
+__all__ = [
+    "ARCHS",
+    "build_qnet",
+    "TeamReplay",
+    "team_replay_bytes",
+    "check_team_replay_fits",
+    "NStepReturns",
+    "TeamLearner",
+]
 
 #: the Q-networks `build_qnet` offers
 ARCHS = ("mlp", "conv", "gridconv")
@@ -82,12 +91,61 @@ def build_qnet(obs_shape: tuple[int, ...], n_actions: int, hidden: int, arch: st
     return nn.Sequential(nn.Flatten(), nn.Linear(n, hidden), nn.ReLU(), nn.Linear(hidden, n_actions))
 
 
+def team_replay_bytes(capacity: int, obs_shape: tuple[int, ...]) -> int:
+    """The bytes a `TeamReplay` of ``capacity`` transitions holds: two float16 windows a transition (``obs``
+    and ``next_obs``), its action (int64), return and discount (float32) and agent (int16).
+
+    >>> team_replay_bytes(50_000, (13, 13, 5))  # the default capacity over MAgent2's battle windows
+    169900000
+    """
+    if capacity < 1:
+        raise ValueError(f"the team replay's capacity must be >= 1, got {capacity}")
+    window = int(np.prod(obs_shape, dtype=np.int64)) * np.dtype(np.float16).itemsize
+    return int(capacity) * (2 * window + 8 + 4 + 4 + 2)
+
+
+def check_team_replay_fits(capacity: int, obs_shape: tuple[int, ...], available: int | None = None) -> int:
+    """`team_replay_bytes`, or `nonstop.learning.replay.ReplayTooLargeError` naming the capacity that would
+    fit when it exceeds 90 % of ``available`` bytes (by default this machine's MemAvailable: the team's replay
+    is this process's memory, not shared memory).
+
+    >>> check_team_replay_fits(1_000_000, (13, 13, 5), available=2**30)
+    Traceback (most recent call last):
+    ...
+    nonstop.learning.replay.ReplayTooLargeError: team self-play's replay of 1,000,000 transitions of (13, 13, 5) \
+float16 windows needs 3.16 GiB, but MemAvailable is 1.00 GiB: lower --replay-capacity to about 252,793
+    """
+    need = team_replay_bytes(capacity, obs_shape)
+    have = _mem_available() if available is None else int(available)
+    if need > have * 0.9:
+        raise ReplayTooLargeError(
+            f"team self-play's replay of {capacity:,} transitions of {tuple(obs_shape)} float16 windows needs "
+            f"{need / 2**30:.2f} GiB, but MemAvailable is {have / 2**30:.2f} GiB: lower --replay-capacity to about "
+            f"{int(capacity * have * 0.8 / need):,}"
+        )
+    return need
+
+
+def _mem_available() -> int:
+    """This machine's MemAvailable in bytes (no limit known: a very large number)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62
+
+
 class TeamReplay:
     """Every agent's transitions of one team in one ring: ``(obs, action, return, next_obs, discount)``,
     the discount 0 where the agent died (observations as float16), and the agent's index; with
     ``agent_id``, `sample` adds each agent's identity to its observations."""
 
     def __init__(self, capacity: int, obs_shape: tuple[int, ...], agent_id: Any = None) -> None:
+        #: what the ring holds, in bytes; a ring that would not fit in this machine's memory is refused here
+        self.nbytes = check_team_replay_fits(capacity, obs_shape)
         self.capacity = int(capacity)
         self.agent_id = agent_id if agent_id is not None and agent_id.active else None
         self.agent = np.zeros(capacity, np.int16)

@@ -47,7 +47,7 @@ import numpy as np
 from nonstop.envs.seats import team_seats
 from nonstop.experiment.seating import agent_ids, is_team_world
 from nonstop.experiment.selfplay import SnapshotPool
-from nonstop.experiment.teamlearn import TeamLearner, TeamReplay, build_qnet
+from nonstop.experiment.teamlearn import TeamLearner, TeamReplay, build_qnet, check_team_replay_fits
 from nonstop.experiment.teamstats import (
     RECENT_MATCHES,
     TEAMS_FILE,
@@ -172,21 +172,28 @@ class TeamActor:
         self.forwards = 0
 
     def process(self) -> Generator[Any, float, None]:
+        """Each tick: read every seat, settle the decisions that landed, one forward pass for the living seats,
+        and one clock event that submits all their actions when they are due (the seats in order)."""
         world, tau_m = self.world, self.world.tau_m
         slots = [world.slots[i] for i in self.seats]
         queues = [world.queues[i] for i in self.seats]
         clock = world.clock
+        keep = self.on_transition is not None  # a team that records nothing keeps no pending decisions
         wake = clock.now()
         last_tick = -1
         while True:
             woke = yield (wake, READ_PRIORITY)
             wake = woke + tau_m
-            reads = [slot.read() for slot in slots]
-            if reads[0].tick == last_tick:  # no tick since the last read (the world has not started)
+            first = slots[0].read()
+            if first.tick == last_tick:  # no tick since the last read (the world has not started)
                 continue
-            last_tick = reads[0].tick
-            now_tick = reads[0].tick
-            episode = reads[0].episode
+            # this tick's windows in one fresh array: the batch, and the rows the pending decisions keep
+            frame = np.empty((len(slots), *first.obs.shape), first.obs.dtype)
+            frame[0] = first.obs
+            reads = [first] + [slot.read(frame[j]) for j, slot in enumerate(slots[1:], 1)]
+            reads[0] = first._replace(obs=frame[0])
+            last_tick = now_tick = first.tick
+            episode = first.episode
             if episode != self.episode:  # a new world: whatever was pending belonged to the last one
                 self.episode = episode
                 for j, p in enumerate(self.pending):
@@ -195,50 +202,54 @@ class TeamActor:
                         self.on_seat_end(j, False)
                 self.totals = [r.total_reward for r in reads]
             live = []
+            totals = self.totals
             for j, r in enumerate(reads):
-                reward = r.total_reward - self.totals[j]
-                self.totals[j] = r.total_reward
                 gone = r.terminated or r.truncated
-                self._settle(j, r, reward, gone)
+                if keep:
+                    self._settle(j, r, r.total_reward - totals[j], gone)
+                totals[j] = r.total_reward
                 if not gone:
                     live.append(j)
             if live:
-                batch = np.stack([reads[j].obs for j in live])
+                rows = np.array(live)
+                batch = frame if len(live) == len(reads) else frame[rows]
                 if self.agent_id is not None:  # the team's one network told which seat each row is
-                    batch = self.agent_id(batch, np.array(live))
-                actions = self.choose(batch, episode)
+                    batch = self.agent_id(batch, rows)
+                actions = [int(a) for a in self.choose(batch, episode)]
                 self.forwards += 1
+                if keep:
+                    for j, a in zip(live, actions):
+                        self.pending[j].append((now_tick, frame[j], a))
                 # tick j is stepped at origin + j·τ_M, after submissions due then: applied at tick now_tick + d
                 due = max(clock.now(), world.origin + (now_tick + self.d) * tau_m)
-                for j, a in zip(live, actions):
-                    self.pending[j].append((now_tick, reads[j].obs, int(a)))
-                    clock.call_at(
-                        due, _submitter(queues[j], int(a), now_tick, episode, self.d * tau_m), priority=SUBMIT_PRIORITY
-                    )
+                submit = _submitter([queues[j] for j in live], actions, now_tick, episode, self.d * tau_m)
+                clock.call_at(due, submit, priority=SUBMIT_PRIORITY)
             if self.on_tick is not None:
                 self.on_tick(now_tick)
 
     def _settle(self, j: int, read: Any, reward: float, gone: bool) -> None:
         """Seat ``j``'s decision whose action was applied at this tick gets this tick's reward."""
         pending = self.pending[j]
-        if self.on_transition is None:
-            pending.clear()
-            return
         while pending and pending[0][0] + self.d < read.tick:
             pending.popleft()  # applied before this tick without a read between (cannot happen at one read a tick)
         if pending and pending[0][0] + self.d == read.tick:
             _, obs, action = pending.popleft()
             next_obs = pending[0][1] if pending else read.obs
-            self.on_transition(j, obs, action, reward, next_obs, bool(read.terminated))
+            self.on_transition(j, obs, action, reward, next_obs, bool(read.terminated))  # type: ignore[misc]
         if gone:
             pending.clear()
             if self.on_seat_end is not None:
                 self.on_seat_end(j, bool(read.terminated))
 
 
-def _submitter(queue: Any, action: int, obs_tick: int, episode: int, tau_theta: float) -> Callable[[], None]:
+def _submitter(
+    queues: list[Any], actions: list[int], obs_tick: int, episode: int, tau_theta: float
+) -> Callable[[], None]:
+    """One clock event for a team's tick: each living seat's action into its queue, the seats in order."""
+
     def submit() -> None:
-        queue.submit(action, obs_tick=obs_tick, episode=episode, tau_theta=tau_theta)
+        for queue, action in zip(queues, actions):
+            queue.submit(action, obs_tick=obs_tick, episode=episode, tau_theta=tau_theta)
 
     return submit
 
@@ -252,6 +263,7 @@ def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], N
     import torch
 
     torch.set_num_threads(1)
+    _replay_fits(cfg)  # a replay too large is refused before anything is written
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps({"team_self_play": True, **cfg.__dict__}, indent=2, default=str))
@@ -274,6 +286,19 @@ def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], N
         out / "team_q.pt",
     )
     return summary
+
+
+def _replay_fits(cfg: TeamPlayConfig) -> None:
+    """`nonstop.experiment.teamlearn.check_team_replay_fits` on the learning team's windows, read off the world
+    built once (not reset) before the run's directory is made."""
+    from nonstop.envs import make_env
+
+    env: Any = make_env(cfg.env, **{k: v for k, v in cfg.env_kwargs.items() if k != "tick_hz"})  # a seat world
+    try:
+        shape = tuple(env.observation_space(env.possible_agents[0]).shape or ())
+    finally:
+        env.close()
+    check_team_replay_fits(cfg.replay_capacity, shape)
 
 
 def _team_world(cfg: TeamPlayConfig, out: Path) -> tuple[Any, list[TeamTally], float]:
@@ -315,7 +340,13 @@ class _TeamMatch:
         n_actions = int(world.action_spaces[first].n)
         obs_shape = tuple(world.observation_spaces[first].shape or ())
         self.ids = agent_ids(cfg.agent_id, seats, cfg.env)  # each seat's place in its team, where --agent-id asks
-        self.learner = TeamLearner(cfg, obs_shape, n_actions, agent_id=self.ids)
+        self.learner = TeamLearner(cfg, obs_shape, n_actions, agent_id=self.ids)  # refuses a replay too large
+        agents, replay = len(self.teams[self.mine]), self.learner.replay
+        echo(
+            f"{len(seats)} agents, {self.mine} learning ({agents} agents); its replay: {replay.capacity:,} transitions "
+            f"of {obs_shape} float16 windows, {replay.nbytes / 2**20:,.0f} MiB (about {replay.capacity / agents:,.0f} "
+            f"ticks of its agents' experience)"
+        )
         self.opponent_net = build_qnet(self.learner.net_shape, n_actions, cfg.hidden, cfg.arch)
         self.pool = SnapshotPool(cfg.pool_size, cfg.opponents, seed=cfg.seed)
         self.pool.add(self.learner.flat(), env_tick=0, updates=0)
