@@ -130,3 +130,17 @@ def test_team_self_play_says_its_replay_first_and_refuses_one_that_would_not_fit
         f"4 agents, red learning (2 agents); its replay: 2,000 transitions of (13, 13, 5) float16 windows, "
         f"{size / 2**20:,.0f} MiB (about 1,000 ticks of its agents' experience)"
     )
+
+
+def test_a_chosen_replay_capacity_is_the_teams_and_the_default_is_the_teams_own() -> None:
+    """--replay-capacity (or a file's) is honoured, larger than 50,000 too; unset, the team's 50,000, not DQN's 1M."""
+    from nonstop.experiment.config import TrainConfig
+    from nonstop.learning.dqn import DQNConfig
+
+    base = dict(env="multi/battle", clock="virtual", seconds=10.0, self_play=True)
+    chosen = TeamPlayConfig.from_train_config(
+        TrainConfig(**base, algo_settings=DQNConfig(replay_capacity=200_000)), tick_hz=20.0
+    )
+    assert chosen.replay_capacity == 200_000
+    unset = TrainConfig(**base, algo_settings=DQNConfig())
+    assert TeamPlayConfig.from_train_config(unset, tick_hz=20.0).replay_capacity == 50_000

@@ -130,11 +130,21 @@ class TeamPlayConfig:
             epsilon_ticks=dqn.epsilon_ticks,
             target_update=dqn.target_update,
             learning_starts=dqn.learning_starts,
-            replay_capacity=min(dqn.replay_capacity, cls.replay_capacity),  # float16 windows: 50k of 13×13×5 is 170 MB
+            replay_capacity=_team_replay_capacity(dqn, cls.replay_capacity),
             hidden=int(dqn.hidden[0]) if dqn.hidden else 128,
             double=bool(dqn.double),
             agent_id=cfg.agent_id,
         )
+
+
+def _team_replay_capacity(dqn: Any, team_default: int) -> int:
+    """The team replay's capacity: the one chosen (``--replay-capacity``, a hyperparameter file, a preset),
+    else the team's own default (float16 windows: 50,000 of 13×13×5 are 162 MiB, where DQN's default of 1M
+    would be 3.2 GiB); the door checks that it fits (`check_team_replay_fits`)."""
+    import dataclasses
+
+    default = {f.name: f.default for f in dataclasses.fields(dqn)}["replay_capacity"]
+    return int(dqn.replay_capacity) if dqn.replay_capacity != default else int(team_default)
 
 
 class TeamActor:
