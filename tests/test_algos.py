@@ -98,7 +98,9 @@ def test_sac_losses_and_each_blocks_gradient_match_a_hand_computation():
         assert getattr(got, name).item() == pytest.approx(want[name], rel=1e-5, abs=1e-6), name
     assert got.target[0].item() == pytest.approx(want["y"], rel=1e-5)
 
-    sac_backward(online, target, batch, algo.cfg, algo.target_entropy, noise_next=xi2, noise=xi)
+    sac_backward(
+        online, target, batch, autotune=algo.cfg.autotune, target_entropy=algo.target_entropy, noise_next=xi2, noise=xi
+    )
     # J_Q's gradient reaches only the critics: ∂J_Q/∂(w_s, w_a, b) of Q1 is (Q1 − y)·(s, a, 1)
     err = want["q1_err"]
     np.testing.assert_allclose(online.q1.net[0].weight.grad.numpy(), [[err * 0.5, err * want["a"]]], rtol=1e-5)
@@ -126,7 +128,9 @@ def test_sac_without_autotune_keeps_alpha_and_the_critics_take_no_actor_gradient
     from nonstop.learning.optim import flat_gradient
 
     xi2, xi = torch.tensor([[0.7]]), torch.tensor([[-1.1]])
-    sac_backward(online, target, batch, algo.cfg, algo.target_entropy, noise_next=xi2, noise=xi)
+    sac_backward(
+        online, target, batch, autotune=algo.cfg.autotune, target_entropy=algo.target_entropy, noise_next=xi2, noise=xi
+    )
     assert flat_gradient(online)[-1] == 0.0  # log α (θ's last number) takes no step
     # the critics' gradient is J_Q's alone: J_π (which reads the critics) adds nothing to it
     losses = sac_losses(online, target, batch, target_entropy=-1.0, noise_next=xi2, noise=xi)

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from nonstop.learning.algos import to_tensor
-from nonstop.learning.sac import SAC, SACConfig, write_gradients
+from nonstop.learning.optim import write_gradients
+from nonstop.learning.sac import SAC, SACConfig
 
 if TYPE_CHECKING:
     import torch

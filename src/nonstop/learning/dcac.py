@@ -54,7 +54,7 @@ from nonstop.learning.rtac import (
     sample_action,
     with_own_action,
 )
-from nonstop.learning.sac import write_gradients
+from nonstop.learning.optim import write_gradients
 
 if TYPE_CHECKING:
     import torch

@@ -29,7 +29,8 @@ import numpy as np
 
 from nonstop.learning.dcac import SubTrajectories, dcac_horizon, resample, sample_subtrajectories
 from nonstop.learning.rtac import BufferLayout, layout_of
-from nonstop.learning.sac import SAC, SACConfig, write_gradients
+from nonstop.learning.optim import write_gradients
+from nonstop.learning.sac import SAC, SACConfig
 
 if TYPE_CHECKING:
     import torch

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ADAM_BETAS",
+    "write_gradients",
     "UpdateRule",
     "adam_step",
     "apply_gradient",
@@ -165,3 +166,20 @@ def init_training(model: "torch.nn.Module", state: TrainingState, weights: Share
     state.adam_m[:] = 0
     state.adam_v[:] = 0
     weights.publish(flat)
+
+
+def write_gradients(online: "torch.nn.Module", blocks: list[tuple["torch.Tensor", list[Any]]]) -> None:
+    """Each loss's gradient into its own parameters' ``.grad`` (zeroed first, written in place: a device
+    learner's ``.grad`` are views of its flat gradient); a parameter no loss reaches keeps zero."""
+    import torch
+
+    online.zero_grad(set_to_none=False)
+    for loss, params in blocks:
+        grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+        for p, g in zip(params, grads):
+            if g is None:
+                continue
+            if p.grad is None:
+                p.grad = g.detach().clone()
+            else:
+                p.grad.copy_(g)

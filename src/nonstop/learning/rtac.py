@@ -46,7 +46,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
-from nonstop.learning.sac import SAC, SACConfig, write_gradients
+from nonstop.learning.optim import write_gradients
+from nonstop.learning.sac import SAC, SACConfig
 
 if TYPE_CHECKING:
     import torch

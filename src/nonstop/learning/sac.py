@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from nonstop.learning.replay import Batch
 
-__all__ = ["SACConfig", "SAC", "SACPolicy", "write_gradients", "FAMILY_DEFAULTS", "learning_starts_for"]
+__all__ = ["SACConfig", "SAC", "SACPolicy", "FAMILY_DEFAULTS", "learning_starts_for"]
 
 #: What each world family changes in `SACConfig`'s defaults (`SACConfig.for_family`); none so far: the defaults
 #: are Tianshou's for MuJoCo and the RL Zoo's for Pendulum (Adam 1e-3 everywhere; α from 1, learned, as SB3's
@@ -128,23 +128,6 @@ def learning_starts_for(ticks: int, batch_size: int = 1) -> int:
     return max(int(batch_size), min(MAX_LEARNING_STARTS, int(ticks) // 10))
 
 
-def write_gradients(online: "torch.nn.Module", blocks: list[tuple["torch.Tensor", list[Any]]]) -> None:
-    """Each loss's gradient into its own parameters' ``.grad`` (zeroed first, written in place: a device
-    learner's ``.grad`` are views of its flat gradient); a parameter no loss reaches keeps zero."""
-    import torch
-
-    online.zero_grad(set_to_none=False)
-    for loss, params in blocks:
-        grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
-        for p, g in zip(params, grads):
-            if g is None:
-                continue
-            if p.grad is None:
-                p.grad = g.detach().clone()
-            else:
-                p.grad.copy_(g)
-
-
 class SAC(Algorithm):
     """Soft Actor-Critic for Box actions (`nonstop.learning.sacupdate`'s update), on vectors or frames."""
 
@@ -221,7 +204,7 @@ class SAC(Algorithm):
     def backward(self, online: "torch.nn.Module", target: "torch.nn.Module", batch: "Batch") -> "torch.Tensor":
         from nonstop.learning.sacupdate import sac_backward
 
-        return sac_backward(online, target, batch, self.cfg, self.target_entropy)  # type: ignore[arg-type]
+        return sac_backward(online, target, batch, autotune=self.cfg.autotune, target_entropy=self.target_entropy)  # type: ignore[arg-type]
 
     def exploration(self, env_ticks: int, params: np.ndarray) -> float:
         return float(np.exp(params[-1]))  # α = exp(log α), θ's last number

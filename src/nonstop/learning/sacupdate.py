@@ -48,11 +48,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from nonstop.learning.algos import to_tensor
-from nonstop.learning.sac import write_gradients
+from nonstop.learning.optim import write_gradients
 
 if TYPE_CHECKING:
     from nonstop.learning.replay import Batch
-    from nonstop.learning.sac import SACConfig
 
 __all__ = [
     "SACNetworks",
@@ -277,9 +276,9 @@ def sac_backward(
     online: SACNetworks,
     target: SACNetworks,
     batch: Batch,
-    cfg: SACConfig,
-    target_entropy: float,
     *,
+    autotune: bool,
+    target_entropy: float,
     noise_next: torch.Tensor | None = None,
     noise: torch.Tensor | None = None,
 ) -> torch.Tensor:
@@ -289,7 +288,7 @@ def sac_backward(
     `sac_losses`."""
     losses = sac_losses(online, target, batch, target_entropy=target_entropy, noise_next=noise_next, noise=noise)
     blocks = [(losses.critic, online.critic_parameters()), (losses.actor, list(online.actor.parameters()))]
-    if cfg.autotune:
+    if autotune:  # else α is fixed: log α's gradient stays zero
         blocks.append((losses.alpha, [online.log_alpha]))
     write_gradients(online, blocks)
     return losses.critic.detach()

@@ -41,7 +41,8 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 
 from nonstop.learning.algos import Algorithm, ConfigBase, to_tensor
-from nonstop.learning.sac import learning_starts_for, write_gradients
+from nonstop.learning.optim import write_gradients
+from nonstop.learning.sac import learning_starts_for
 from nonstop.learning.sacact import SACPolicy, sampled_server
 
 if TYPE_CHECKING:
