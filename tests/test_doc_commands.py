@@ -257,7 +257,6 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "nonstop bench server --team --env multi/battle --seats 80 --seconds 2 --json --quick",
         "529 seats of the 1,058-agent battle for 20 s; the 162-agent battle's team of 81 for 2 s",
     ),
-    "nonstop bench regret --quick": ("nonstop bench regret --quick --json", "as written, plus the JSON line checked"),
     "nonstop bench models --arch 2xdeep": (
         "nonstop bench models --arch 2xdeep --quick",
         "every width up to 1B parameters takes minutes; quick times the smallest",
@@ -269,11 +268,13 @@ SHORTENED: dict[str, tuple[str, str]] = {
     ),
 }
 
-#: Run as written (plus --json) by the test file named, which checks what they make: a figure that takes
-#: minutes is not run a second time here only to see it exit 0. Each file holds the command's text.
+#: Run as written (plus --json, and a --plot where the test looks at it) by the test file named, which checks
+#: what they make: a run of minutes is not run a second time here only to see it exit 0. Each file holds the
+#: command's text.
 CHECKED_HERE = {
     "nonstop paper 6 --budget tiny": "test_paper.py",
     "nonstop paper 7": "test_paper.py",
+    "nonstop bench regret --quick": "test_regret.py",
 }
 
 #: Served: started, asked once for /health, /metadata and the live page, stopped with Ctrl-C (exit 130,

@@ -113,13 +113,32 @@ def test_the_demo_prints_what_the_readme_says(tmp_path) -> None:
     )
     assert m, "the README's sentence on the demo's learning moved: update this test"
     assert "and run the default job (about half a minute after the install" in README
-    stdout, took, problems = _run_the_demo(tmp_path / "d", shown)
+    out = tmp_path / "d"
+    stdout, took, problems = _run_the_demo(out, shown)
     if problems:
-        stdout, took, problems = _run_the_demo(tmp_path / "again", shown)
+        out = tmp_path / "again"
+        stdout, took, problems = _run_the_demo(out, shown)
     assert not problems, problems
     got = {name: (a, b) for name, a, b in re.findall(r"(staggered|sequential): episode return (\d+) → (\d+)", stdout)}
     assert got == {"staggered": (m[1], m[2]), "sequential": (m[3], m[4])}, (got, m.groups())
     assert took <= 6 * 30, took
+    _shows_learning(out, stdout)
+
+
+def _shows_learning(out: Path, stdout: str) -> None:
+    """Within its training budget the demo's return curves rise, the staggered one far above the
+    sequential one (it acts at every tick, the sequential agent at one in six): the curves of the
+    run above, so no second demo trains only to draw them."""
+    from nonstop.commands.demo import learning_curve
+
+    assert "Both agents learn" in stdout
+    _, stag = learning_curve(out / "train-staggered")
+    _, seq = learning_curve(out / "train-sequential")
+    assert len(stag) >= 6 and len(seq) >= 6
+    first, last = stag[:2], stag[-3:]
+    assert min(last) > 2 * max(first), stag  # staggered: learned, not just acting more
+    assert sum(seq[-3:]) / 3 > 1.5 * sum(seq[:2]) / 2, seq  # sequential learns too, slowly
+    assert sum(last) / 3 > 2.5 * sum(seq[-3:]) / 3, (stag, seq)
 
 
 def _run_the_demo(out: Path, shown: dict[str, list[str]]) -> tuple[str, float, list[str]]:
