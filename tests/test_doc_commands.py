@@ -90,10 +90,6 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "--seconds 5 --replay-capacity 100000 --out runs/battle-pools",
         "60 world s are ~50 s of this machine; 5 run every part",
     ),
-    "nonstop demo": (
-        "nonstop demo --quick",
-        "the full demo takes ~30 s; --quick (documented) runs both parts in ~10 s",
-    ),
     "nonstop train --env CartPole --seconds 2000 --out runs/cartpole": (
         "nonstop train --env CartPole --seconds 30 --out runs/cartpole",
         "2000 world seconds take ~2.5 min; 30 take 5 s",
@@ -275,6 +271,8 @@ CHECKED_HERE = {
     "nonstop paper 6 --budget tiny": "test_paper.py",
     "nonstop paper 7": "test_paper.py",
     "nonstop bench regret --quick": "test_regret.py",
+    # the README's table and learning figures, compared with the page (`--quick` runs in tests/test_install.py)
+    "nonstop demo": "test_readme_figures.py",
 }
 
 #: Served: started, asked once for /health, /metadata and the live page, stopped with Ctrl-C (exit 130,
