@@ -4,8 +4,8 @@ a deterministic virtual clock and on the wall clock."""
 from __future__ import annotations
 
 import doctest
-import math
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -248,35 +248,54 @@ def test_each_clock_says_what_it_offers_a_part():
 @pytest.mark.wall
 @pytest.mark.parametrize("spin", [0.0, 0.001])
 def test_wall_sleep_until_never_early_and_on_time(spin):
-    clock = WallClock(spin=spin)
-    lateness = []
-    start = clock.now()
-    for t in range(1, 41):
-        target = start + t * 0.005
-        woke = clock.sleep_until(target)
-        assert woke >= target
-        lateness.append(woke - target)
-    assert float(np.median(lateness)) < 0.005
+    """Never early, every time; on time: its median lateness over 40 sleeps of 5 ms is within 5 ms of a
+    plain ``time.sleep``'s to the same kind of target, the two taken in turn so that both see the same
+    load (a shared machine wakes every sleeper late for a while: an absolute bound fails there, a clock
+    that sleeps 5 ms too long still fails this one). One more try where a load spike hits one side."""
+
+    def late_by() -> tuple[float, float]:
+        clock = WallClock(spin=spin)
+        ours, plain = [], []
+        for _ in range(40):
+            target = clock.now() + 0.005
+            woke = clock.sleep_until(target)
+            assert woke >= target
+            ours.append(woke - target)
+            target = clock.now() + 0.005
+            time.sleep(max(0.0, target - clock.now()))
+            plain.append(clock.now() - target)
+        return float(np.median(ours)), float(np.median(plain))
+
+    ours, plain = late_by()
+    if ours >= plain + 0.005:
+        ours, plain = late_by()
+    assert ours < plain + 0.005, (ours, plain)
 
 
 @pytest.mark.wall
 def test_wall_clock_drives_the_same_timed_process():
-    """Rule 7: the same generator runs on the wall clock (on a thread)."""
-    clock = WallClock(spin=0.0)
-    seen: list = []
-    base = clock.now()
+    """Rule 7: the same generator runs on the wall clock (on a thread): every wake in order and never
+    early, every time; the last within 50 ms of its time in one of two tries (a load spike on a shared
+    machine can hold a thread that long once; a clock that drifts or sleeps too long is late in both)."""
 
-    def proc():
-        for t in range(1, 11):
-            woke = yield base + t * 0.01
-            seen.append((t, woke - base))
+    def last_wake() -> float:
+        clock = WallClock(spin=0.0)
+        seen: list = []
+        base = clock.now()
 
-    thread = clock.spawn(proc(), name="ticker")
-    thread.join(timeout=5)
-    assert not thread.is_alive() and thread.error is None
-    assert [t for t, _ in seen] == list(range(1, 11))
-    assert all(w >= t * 0.01 for t, w in seen)
-    assert seen[-1][1] < 10 * 0.01 + 0.05
+        def proc():
+            for t in range(1, 11):
+                woke = yield base + t * 0.01
+                seen.append((t, woke - base))
+
+        thread = clock.spawn(proc(), name="ticker")
+        thread.join(timeout=5)
+        assert not thread.is_alive() and thread.error is None
+        assert [t for t, _ in seen] == list(range(1, 11))
+        assert all(w >= t * 0.01 for t, w in seen)
+        return seen[-1][1]
+
+    assert last_wake() < 10 * 0.01 + 0.05 or last_wake() < 10 * 0.01 + 0.05
 
 
 @pytest.mark.wall
@@ -294,6 +313,11 @@ def test_wall_clock_keeps_process_errors_on_the_thread():
 
 @pytest.mark.wall
 def test_wall_clocks_with_same_origin_agree():
+    """b's reading lies between two of a's (no tolerance, so no preemption between the reads can fail
+    it); a clock with another origin does not."""
     a = WallClock()
-    b = WallClock(origin=a.origin)
-    assert math.isclose(a.now(), b.now(), abs_tol=1e-3)
+    b, other = WallClock(origin=a.origin), WallClock(origin=a.origin - 1.0)
+    before, between, after = a.now(), b.now(), a.now()
+    assert before <= between <= after
+    before, between, after = a.now(), other.now(), a.now()
+    assert not before <= between <= after

@@ -69,8 +69,6 @@ AS_WRITTEN = {
     "nonstop train --help",
     "nonstop bench --help",
     "nonstop paper --list",
-    "nonstop paper 6 --budget tiny",
-    "nonstop paper 7",
     "nonstop bench gpu --device cpu --k 1 --quick",
     "nonstop train --env CartPole --backend batched --latency 0.6t --n-inference 2 --scheduler quantile_hold "
     "--learner-backend device --seconds 30",
@@ -91,10 +89,6 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "nonstop train --env multi/battle --env-arg map_size=20 --clock virtual --backend thread --latency 2t "
         "--seconds 5 --replay-capacity 100000 --out runs/battle-pools",
         "60 world s are ~50 s of this machine; 5 run every part",
-    ),
-    "nonstop demo": (
-        "nonstop demo --quick",
-        "the full demo takes ~30 s; --quick (documented) runs both parts in ~10 s",
     ),
     "nonstop train --env CartPole --seconds 2000 --out runs/cartpole": (
         "nonstop train --env CartPole --seconds 30 --out runs/cartpole",
@@ -274,7 +268,6 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "nonstop bench server --team --env multi/battle --seats 80 --seconds 2 --json --quick",
         "529 seats of the 1,058-agent battle for 20 s; the 162-agent battle's team of 81 for 2 s",
     ),
-    "nonstop bench regret --quick": ("nonstop bench regret --quick --json", "as written, plus the JSON line checked"),
     "nonstop bench models --arch 2xdeep": (
         "nonstop bench models --arch 2xdeep --quick",
         "every width up to 1B parameters takes minutes; quick times the smallest",
@@ -284,6 +277,17 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "nonstop plan --batch-curve h100=linear:0.862ms,0.238ms --batch-curve cpu=runs/cpu.curve --worlds 64",
         "the page's runs/cpu.curve comes from its bench gpu line above; a quick fp32 curve of 2 worlds stands in",
     ),
+}
+
+#: Run as written (plus --json, and a --plot where the test looks at it) by the test file named, which checks
+#: what they make: a run of minutes is not run a second time here only to see it exit 0. Each file holds the
+#: command's text.
+CHECKED_HERE = {
+    "nonstop paper 6 --budget tiny": "test_paper.py",
+    "nonstop paper 7": "test_paper.py",
+    "nonstop bench regret --quick": "test_regret.py",
+    # the README's table and learning figures, compared with the page (`--quick` runs in tests/test_install.py)
+    "nonstop demo": "test_readme_figures.py",
 }
 
 #: Served: started, asked once for /health, /metadata and the live page, stopped with Ctrl-C (exit 130,
@@ -311,7 +315,8 @@ NOT_RUN = {
     "'state': 'battle1.state'})\"": "needs a Pokémon Blue ROM, which nonstop cannot ship",
     "nonstop bench gpu --k 29 --dtypes bf16 --save-curve runs/h100-k29.curve --worlds 32,64,72": "a GPU's measurement (its default device is auto: on a CPU k = 29 takes ~1 s a pass): run by "
     "test_each_gpu_command_runs_where_there_is_one",
-    "nonstop paper 6": "the same run as `nonstop paper 6 --budget tiny` (tiny is the default budget), which runs",
+    "nonstop paper 6": "the same run as `nonstop paper 6 --budget tiny` (tiny is the default budget), which "
+    "tests/test_paper.py runs",
     "nonstop paper 4": "needs the user's Pokémon Blue ROM and save states; without them it exits 2 in the one line "
     "tests/test_paper.py checks",
     "nonstop paper 5": "needs the user's Tetris ROM; without it it exits 2 in the one line tests/test_paper.py checks",
@@ -423,8 +428,8 @@ def _takes_a_value(path: list[str], flag: str) -> bool:
 
 
 def kind(c: DocCommand) -> str:
-    """How a command is checked: mention, flag, synopsis, pip, as_written, shortened, served, not_run, bench, or
-    unlisted."""
+    """How a command is checked: mention, flag, synopsis, pip, as_written, shortened, checked, served, not_run,
+    bench, or unlisted."""
     argv = c.argv
     if argv[:2] == ["pip", "install"]:
         return "pip"
@@ -432,7 +437,14 @@ def kind(c: DocCommand) -> str:
         return "example"  # docs/your-model.md's scripts: tests/test_your_model.py runs each as the page shows it
     if is_synopsis(c.text):
         return "synopsis"
-    for table, name in ((AS_WRITTEN, "as_written"), (SHORTENED, "shortened"), (SERVED, "served"), (NOT_RUN, "not_run")):
+    tables = (
+        (AS_WRITTEN, "as_written"),
+        (SHORTENED, "shortened"),
+        (CHECKED_HERE, "checked"),
+        (SERVED, "served"),
+        (NOT_RUN, "not_run"),
+    )
+    for table, name in tables:
         if c.text in table:
             return name
     if argv[0] == "nonstop" and c.where == "inline":  # a shell block's command is always run or listed
@@ -463,13 +475,13 @@ def test_every_command_is_run_or_listed():
     unlisted = [f"{c.at()}: {c.text}" for c in _unique(COMMANDS).values() if kind(c) == "unlisted"]
     assert not unlisted, (
         "commands in the docs that this test neither runs nor lists (add each to AS_WRITTEN, SHORTENED, "
-        "SERVED or NOT_RUN with its reason):\n" + "\n".join(unlisted)
+        "CHECKED_HERE, SERVED or NOT_RUN with its reason):\n" + "\n".join(unlisted)
     )
 
 
 def test_no_listed_command_is_stale():
     texts = {c.text for c in COMMANDS}
-    stale = [t for t in (*AS_WRITTEN, *SHORTENED, *SERVED, *NOT_RUN) if t not in texts]
+    stale = [t for t in (*AS_WRITTEN, *SHORTENED, *CHECKED_HERE, *SERVED, *NOT_RUN) if t not in texts]
     assert not stale, f"listed here but on no page any more (remove them): {stale}"
 
 
@@ -518,6 +530,13 @@ def test_a_shortened_command_keeps_every_flag(command: DocCommand):
     assert flags <= kept, f"{command.at()}: the stand-in drops {flags - kept}"
     assert _verb_path(command.argv[1:])[0] == _verb_path(stand_in[1:])[0]
     assert _parse(stand_in[1:]) is None
+
+
+def test_each_command_checked_elsewhere_is_run_there_as_written():
+    """A CHECKED_HERE command's test file runs its very text (a figure test that drifted to other flags
+    would leave the page's command unrun)."""
+    for text, name in CHECKED_HERE.items():
+        assert f'"{text}"' in (ROOT / "tests" / name).read_text(), f"tests/{name} should run `{text}` as written"
 
 
 def test_every_benchmark_a_page_shows_is_run_by_a_test():

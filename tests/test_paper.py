@@ -98,10 +98,24 @@ def _csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+#: docs/commands.md's and docs/paper.md's figure commands, run here as written (plus --json) from a scratch
+#: directory, their output checked; tests/test_doc_commands.py lists them as run here (CHECKED_HERE)
+#: rather than running the same minutes-long figure a second time
+FIGURE_6 = "nonstop paper 6 --budget tiny"
+FIGURE_7 = "nonstop paper 7"
+
+
+def _run_as_written(command: str, cwd: Path, monkeypatch, capsys) -> tuple[dict, Path]:
+    """``command`` (plus --json) in-process from ``cwd``: its JSON document and its default --out."""
+    monkeypatch.chdir(cwd)
+    assert main([*command.split()[1:], "--json"]) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1]), cwd / "runs" / "paper"
+
+
 @pytest.mark.slow
-def test_figure_6_tiny_shows_staggered_beating_sequential_and_2xdeep_slower(tmp_path, capsys):
-    assert main(["paper", "6", "--out", str(tmp_path), "--json"]) == 0
-    document = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+def test_figure_6_tiny_shows_staggered_beating_sequential_and_2xdeep_slower(tmp_path, capsys, monkeypatch):
+    document, tmp_path = _run_as_written(FIGURE_6, tmp_path, monkeypatch, capsys)
+    assert document["budget"] == "tiny"
     for name in ("fig6.png", "fig6.csv", "fig6.json"):
         assert (tmp_path / name).stat().st_size > 0
     rows = [r for r in _csv(tmp_path / "fig6.csv") if r["interaction"] in ("staggered", "sequential")]
@@ -127,10 +141,10 @@ def test_figure_6_tiny_shows_staggered_beating_sequential_and_2xdeep_slower(tmp_
 
 
 @pytest.mark.slow
-def test_figure_7_tiny_starts_algorithm_1_as_the_authors_do_and_labels_the_cold_start(tmp_path, capsys):
-    assert main(["paper", "7", "--out", str(tmp_path), "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"]
-    assert (tmp_path / "fig7.png").exists()
+def test_figure_7_tiny_starts_algorithm_1_as_the_authors_do_and_labels_the_cold_start(tmp_path, capsys, monkeypatch):
+    document, out = _run_as_written(FIGURE_7, tmp_path, monkeypatch, capsys)
+    rows = document["rows"]
+    assert (out / "fig7.png").exists() and document["budget"] == "tiny"  # the default budget
     search = [r for r in rows if r["part"] == "search"]
     assert {r["epsilon"] for r in search} == {0.0, 0.5} and {r["tau_theta_ticks"] for r in search} == {5.0, 5.5, 8.0}
     assert {r["start"] for r in search} == {"authors (declared)", "cold (0)"}  # the cold start: its own rows

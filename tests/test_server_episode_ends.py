@@ -5,7 +5,8 @@ virtual-clock Gymnasium view (`nonstop.make`) and through a server (`RemoteEnv`)
 compared step by step: observations, rewards, ``terminated``, ``truncated``, and the observation
 ``reset()`` returns after each end. The server ticks on the wall clock, so its worlds here tick at
 10 Hz: an agent on loopback acts well within each 100 ms tick, which the test checks (every tick
-was the agent's) before comparing, so a slow machine shows up as a clear failure, not a mismatch.
+was the agent's, in one of two tries: a load spike can hold the client past one tick) before
+comparing, so a slow machine shows up as a clear failure, not a mismatch.
 """
 
 from __future__ import annotations
@@ -91,14 +92,20 @@ def test_remote_env_matches_the_local_view_at_episode_ends(env_id, actions, no_s
         local.close()
     ends = [e for e in expected if e[3] or e[4]]
     assert len(ends) >= 3, "the sequence must cross several episode ends"
-    with ServerThread(envs=[env_id], idle_timeout=30.0) as server:
-        remote = RemoteEnv(server.url, env=env_id)
-        try:
-            got = _play(remote, 5, actions)
-        finally:
-            remote.close()
+
+    def remote_play() -> list[tuple]:
+        with ServerThread(envs=[env_id], idle_timeout=30.0) as server:
+            remote = RemoteEnv(server.url, env=env_id)
+            try:
+                return _play(remote, 5, actions)
+            finally:
+                remote.close()
+
+    got = remote_play()
+    if any(not g[5] for g in got):  # a load spike held the client past a tick: one more try
+        got = remote_play()
     late = [i for i, g in enumerate(got) if not g[5]]
-    assert not late, f"the client missed a 100 ms tick at steps {late}: the machine is too loaded to compare"
+    assert not late, f"the client missed a 100 ms tick at steps {late} twice: the machine is too loaded to compare"
     assert [g[0] for g in got] == [e[0] for e in expected]
     for i, (g, e) in enumerate(zip(got, expected)):
         assert g[2:5] == e[2:5], f"entry {i} ({g[0]}): reward/terminated/truncated {g[2:5]} != {e[2:5]}"
