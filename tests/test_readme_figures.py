@@ -294,8 +294,9 @@ def test_the_delay_row_is_the_shipped_bpql_entry() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # about 2 minutes on a quiet 2-core machine, more under load
 def test_team_self_play_in_a_battle_wins_what_the_row_and_docs_multi_agent_say(tmp_path) -> None:
-    """The row's run is docs/multi-agent.md's (map 20: 12 against 12; 162 agents on the default map
-    take over a second a tick on this 2-core machine, hours for a run that learns)."""
+    """The row's run is docs/multi-agent.md's (map 20: 12 against 12, about 2 minutes; the default map's 162
+    agents cost about 10 ms a tick of self-play, but a run that learns there and its 20 judged episodes of
+    1,000 ticks take hours on this 2-core machine)."""
     command, reached = _row("team self-play in a battle")
     assert "--env multi/battle" in command and "--self-play" in command
     assert command in (ROOT / "docs" / "multi-agent.md").read_text().replace(" \\\n  ", " ")
