@@ -288,6 +288,8 @@ CHECKED_HERE = {
     "nonstop bench regret --quick": "test_regret.py",
     # the README's table and learning figures, compared with the page (`--quick` runs in tests/test_install.py)
     "nonstop demo": "test_readme_figures.py",
+    # the README's team self-play row, 81 against 81 agents (docs/multi-agent.md shows the same run)
+    "nonstop train --env multi/battle --env-arg max_cycles=300 --env-arg minimap_mode=true --self-play --clock virtual --latency 2t --seconds 1200 --lr 1e-3 --batch-size 64 --epsilon-ticks 6000 --learning-starts 1000 --target-update 250 --out runs/battle162": "test_readme_figures.py",
 }
 
 #: Served: started, asked once for /health, /metadata and the live page, stopped with Ctrl-C (exit 130,
