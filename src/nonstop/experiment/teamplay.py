@@ -140,7 +140,8 @@ class TeamPlayConfig:
 def _team_replay_capacity(dqn: Any, team_default: int) -> int:
     """The team replay's capacity: the one chosen (``--replay-capacity``, a hyperparameter file, a preset),
     else the team's own default (float16 windows: 50,000 of 13×13×5 are 162 MiB, where DQN's default of 1M
-    would be 3.2 GiB); the door checks that it fits (`check_team_replay_fits`)."""
+    would be 3.2 GiB); the door checks that it fits (`check_team_replay_fits`). DQN's default itself,
+    1,000,000, reads as unset (the settings do not say who chose it): the run's first line shows the size."""
     import dataclasses
 
     default = {f.name: f.default for f in dataclasses.fields(dqn)}["replay_capacity"]
