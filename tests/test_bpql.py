@@ -47,13 +47,15 @@ def _recorded(*, terminated: bool) -> ReplayBuffer:
 
 
 @pytest.mark.parametrize("terminated", [True, False])
-def test_the_replay_samples_the_states_with_their_transitions(terminated: bool) -> None:
-    rb = _recorded(terminated=terminated)
+def test_the_replay_samples_the_states_with_their_transitions(terminated: bool, no_shm_leak) -> None:
+    plain = ReplayBuffer.create(capacity=4, obs_shape=(2,), dtype=np.float32)
     try:
         with pytest.raises(ValueError, match="landing_states=True"):
-            ReplayBuffer.create(capacity=4, obs_shape=(2,), dtype=np.float32).sample(
-                1, np.random.default_rng(0), states=True
-            )
+            plain.sample(1, np.random.default_rng(0), states=True)
+    finally:
+        plain.unlink()
+    rb = _recorded(terminated=terminated)
+    try:
         batch = rb.sample(256, np.random.default_rng(0), states=True)
         assert batch is not None and batch.state is not None and batch.next_state is not None
         rows = sorted(set(zip(batch.obs[:, 0], batch.state[:, 0], batch.next_obs[:, 0], batch.next_state[:, 0])))
