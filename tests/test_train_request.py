@@ -9,7 +9,7 @@ import pytest
 
 from nonstop.commands.train import add_arguments, request_from_args, settings_from_args
 from nonstop.experiment.config import TrainConfig
-from nonstop.experiment.request import TrainRequest, resolve
+from nonstop.experiment.request import TrainRequest, Typed, resolve, resume_config, saved_algorithm
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -50,3 +50,16 @@ def test_a_resumed_request_keeps_the_saved_config_and_takes_only_what_was_typed(
     assert settings_from_args(_args("--resume", str(run)))[2] == []  # nothing typed: the saved config as it was
     with pytest.raises(ValueError, match="is a --algo dqn run"):
         resolve(request_from_args(_args("--resume", str(run), "--algo", "sac")))
+
+
+def test_a_resumed_config_takes_only_what_was_typed_and_says_each_change():
+    """The merge a resumed request comes to sits beside its resolution (`request.resume_config`): a setting
+    typed now goes over the saved one, named with its algorithm; what was not typed keeps the saved value."""
+    saved = resolve(TrainRequest(env="CartPole", run={"seconds": 4.0, "seed": 5})).cfg.to_dict()
+    fresh = resolve(TrainRequest(env="CartPole", run={"seconds": 9.0, "seed": 3}, settings={"batch_size": 8})).cfg
+    cfg, lines = resume_config(saved, fresh, Typed(run={"seconds"}, settings={"batch_size"}), where="runs/x")
+    assert (cfg.seconds, cfg.seed, cfg.algo_settings.batch_size, cfg.algo_settings.gamma) == (9.0, 5, 8, 0.99)
+    assert lines == ["seconds: 4.0 → 9.0", "dqn.batch_size: 64 → 8"]
+    assert saved_algorithm(saved, None, "runs/x") == "dqn"
+    with pytest.raises(ValueError, match=r"^runs/x is a --algo dqn run: it resumes as one \(start a new run"):
+        saved_algorithm(saved, "sac", "runs/x")

@@ -2,16 +2,27 @@
 
 The command reads its flags once into a `TrainRequest`: typed values (its texts read: the world's id with
 its module, KEY=VALUE items, trackers, sizes), named as the config's fields. Everything else is decided
-here, in one place: the algorithm (a resumed run keeps its own), the world's family, the settings in their order (the algorithm's defaults, its world family's, the
-world's entry in the hyperparameter file, ``--preset``, the settings typed: `nonstop.learning.hyperparams`),
-a resumed run's saved config with only what was typed now put over it (`nonstop.experiment.resume`),
-and the lines the run says first.
+here, in one place: the algorithm (a resumed run keeps its own), the world's family, the settings in their
+order (the algorithm's defaults, its world family's, the world's entry in the hyperparameter file,
+``--preset``, the settings typed: `nonstop.learning.hyperparams`), a resumed run's saved config with only
+what was typed now put over it (`resume_config`), and the lines the run says first.
 
 >>> plan = resolve(TrainRequest(env="CartPole", run={"seconds": 3.0}))
 >>> plan.cfg.env, plan.cfg.seconds, plan.cfg.algo_settings.batch_size, plan.rec.resume
 ('CartPole', 3.0, 64, False)
 >>> plan.intro[0].startswith("settings for CartPole from nonstop/learning/hyperparams/dqn.yml")
 True
+
+A resumed run (``nonstop train --resume RUN``) keeps RUN's saved config (read in today's keys:
+`nonstop.experiment.config.current_form`) and its algorithm; a setting typed now overrides the saved one
+and is said at the start. Whether an override is allowed at all is the run log's check
+(`nonstop.learning.checkpoint.check_compatible`), made when the run directory opens.
+
+>>> saved = TrainConfig(env="CartPole", seconds=4.0).to_dict()
+>>> fresh = TrainConfig(env="CartPole", seconds=10.0, seed=3)
+>>> cfg, lines = resume_config(saved, fresh, Typed(run={"seconds"}), where="runs/cartpole")
+>>> cfg.seconds, cfg.seed, lines
+(10.0, 0, ['seconds: 4.0 → 10.0'])
 """
 
 from __future__ import annotations
@@ -21,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nonstop.experiment.config import TrainConfig
+from nonstop.experiment.config import TrainConfig, current_form
 from nonstop.experiment.record import RecordConfig
 
-__all__ = ["TrainRequest", "Resolved", "resolve", "train"]
+__all__ = ["TrainRequest", "Resolved", "resolve", "train", "Typed", "resume_config", "saved_algorithm"]
 
 
 @dataclass(frozen=True)
@@ -81,7 +92,6 @@ def resolve(request: TrainRequest) -> Resolved:
     taken from the flags, and a line per change (``seconds: 4 → 10``; whether a change is allowed is the
     run log's check, `check_compatible`)."""
     from nonstop.envs.registry import import_file_module, qualify_env_id, split_env_id
-    from nonstop.experiment.resume import Typed, resume_config, saved_algorithm
     from nonstop.learning.runlog import read_config
 
     rec = RecordConfig(**request.record, resume=request.resume)
@@ -170,3 +180,50 @@ def _config(request: TrainRequest, algo_name: str, *, known: bool) -> tuple[Trai
     said = () if entry is None else (entry.line() + " (a flag typed wins over it)",)
     sized = sized_line(settings, round(cfg.seconds * env_info(cfg.env, **cfg.env_kwargs).tick_hz))
     return cfg, said + (() if sized is None else (sized,))
+
+
+@dataclass(frozen=True)
+class Typed:
+    """What the user typed now, by the config's names: ``run``, `TrainConfig` fields (``env_kwargs`` for
+    ``--env-arg``/``--pixels``, ``scheduler_args`` for ``--scheduler-arg``); ``settings``, the algorithm's
+    settings (all of them under ``--preset``)."""
+
+    run: set[str] = field(default_factory=set)
+    settings: set[str] = field(default_factory=set)
+
+
+def saved_algorithm(saved: dict[str, Any], typed_algo: str | None, where: str) -> str:
+    """The algorithm a resumed run goes on with: its own (an older run's, read in today's keys); another typed
+    now is one line saying so."""
+    algo = str(current_form(saved).get("algo", TrainConfig.algo))
+    if typed_algo is not None and typed_algo != algo:
+        raise ValueError(f"{where} is a --algo {algo} run: it resumes as one (start a new run for --algo {typed_algo})")
+    return algo
+
+
+def resume_config(
+    saved: dict[str, Any], fresh: TrainConfig, typed: Typed, *, where: str
+) -> tuple[TrainConfig, list[str]]:
+    """The config ``saved`` (a run's config.json) with what ``typed`` names taken from ``fresh`` (the config
+    the flags describe), and a line per setting that changed. ``where``: the run, for messages."""
+    saved = current_form(saved)
+    now = fresh.to_dict()
+    if "agent_id" in typed.run and now.get("agent_id", "none") != saved.get("agent_id", "none"):
+        raise ValueError(
+            f"--agent-id {now.get('agent_id', 'none')}: the run was trained with --agent-id "
+            f"{saved.get('agent_id', 'none')}, which its network's input depends on"
+        )
+    keys = {k for k in typed.run if k in now and k != "agent_id"}
+    merged = {**saved, **{k: now[k] for k in keys}}
+    saved_settings = saved.get("algo_settings") or {}
+    fresh_settings = now["algo_settings"] or {}
+    merged["algo_settings"] = {**saved_settings, **{k: fresh_settings[k] for k in typed.settings}}
+    resumed = TrainConfig.from_dict(merged)
+    after = resumed.to_dict()
+    lines = [f"{k}: {saved.get(k)!r} → {after.get(k)!r}" for k in sorted(keys) if saved.get(k) != after.get(k)]
+    lines += [
+        f"{resumed.algo}.{k}: {saved_settings.get(k)!r} → {after['algo_settings'][k]!r}"
+        for k in sorted(typed.settings)
+        if saved_settings.get(k) != after["algo_settings"][k]
+    ]
+    return resumed, lines
