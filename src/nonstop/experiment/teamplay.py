@@ -442,30 +442,26 @@ class _TeamMatch:
         learner = self.learner
         if not self.against_random(episode):
             return learner.act(obs, learner.epsilon())
-        theta = self._theta_for(episode)
-        if theta is None:  # the last θ, the learner's own
-            return learner.act(obs, self.cfg.epsilon_end)
-        if self.player_holds != theta.id:
-            import torch
-            from torch.nn.utils import vector_to_parameters
-
-            vector_to_parameters(torch.as_tensor(theta.params), self.player_net.parameters())
-            self.player_holds = theta.id
-        actions = learner.greedy(self.player_net, obs)
+        net = self._net_for(self._theta_for(episode))
+        actions = learner.greedy(net, obs)
         explore = learner.rng.random(len(actions)) < self.cfg.epsilon_end
         actions[explore] = learner.rng.integers(0, learner.n_actions, int(explore.sum()))
         return actions
 
     def judged_net(self) -> Any:
         """The Q-network holding the judged θ (the learner's own where that is the last θ)."""
-        theta = self.judged_theta
+        return self._net_for(self.judged_theta)
+
+    def _net_for(self, theta: Snapshot | None) -> Any:
+        """The learner's Q-network for the last θ (None), else the player's net holding ``theta``."""
         if theta is None or theta.updates == self.learner.updates:
             return self.learner.q
-        import torch
-        from torch.nn.utils import vector_to_parameters
+        if self.player_holds != theta.id:
+            import torch
+            from torch.nn.utils import vector_to_parameters
 
-        vector_to_parameters(torch.as_tensor(theta.params), self.player_net.parameters())
-        self.player_holds = theta.id
+            vector_to_parameters(torch.as_tensor(theta.params), self.player_net.parameters())
+            self.player_holds = theta.id
         return self.player_net
 
     def _theta_for(self, episode: int) -> Snapshot | None:
@@ -476,14 +472,12 @@ class _TeamMatch:
         if self.trials and self.judged_theta is None:
             self._take_finished()  # the last trial ended as this episode began: its row first
             results = [self.trial_results.get(self.trial_from + i, (0, 1 << 30)) for i in range(len(self.trials))]
-            self.judged_theta = self.trials[best_trial(results)]
-            kills, deaths = results[self.trials.index(self.judged_theta)]
+            best = best_trial(results)
+            self.judged_theta, (kills, deaths) = self.trials[best], results[best]
             self.echo(
                 f"judged θ: {_theta_name(self.judged_theta, self.learner.updates)} ({self.judged_theta.updates:,} "
                 f"updates), the best of {len(self.trials)} trials against a random team ({kills} kills, {deaths} deaths)"
             )
-        if self.judged_theta is not None and self.judged_theta.updates == self.learner.updates:
-            return None
         return self.judged_theta
 
     def choose_theirs(self, obs: np.ndarray, episode: int) -> np.ndarray:
