@@ -12,9 +12,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from nonstop.studies.report import build_report
 from nonstop.experiment.teamplay import TeamActor, TeamPlayConfig, is_team_world, team_seats, train_teams
+from nonstop.experiment.teamtrials import MIN_REPLAY_RATIO, best_trial, team_batch_size, trial_picks
 from nonstop.experiment.teamstats import TEAMS_FILE, TeamTally, read_team_rows, team_figures, write_team_rows
 from nonstop.realtime.host import Session
 from nonstop.realtime.ticklog import SOURCE_AGENT
@@ -172,7 +175,11 @@ def test_team_self_play_on_battle_writes_teams_csv_and_report(tmp_path) -> None:
     rows = read_team_rows(tmp_path / TEAMS_FILE)
     assert {r["team"] for r in rows} == {"red", "blue"}
     assert [r["player"] for r in rows if r["team"] == "blue"][-3:] == ["random"] * 3
-    assert all(r["player"] == "learner" for r in rows if r["team"] == "red")
+    red = [r["player"] for r in rows if r["team"] == "red"]
+    first = next(i for i, p in enumerate(red) if p != "learner")
+    trials = summary["trial_episodes"]  # self-play, the trials of candidate θs, then the judged θ
+    assert trials >= 1 and all(p.startswith("trial ") for p in red[first : first + trials])
+    assert set(red[:first] + red[first + trials :]) == {"learner"} and len(red) - first - trials >= 3
     report = build_report(tmp_path)
     assert set(report.summary["seats"]) == {"red_0", "red_1", "blue_0", "blue_1"}
     assert set(report.summary["teams"]) == {"red", "blue"}
@@ -220,3 +227,83 @@ def test_team_self_play_is_the_registered_seating_that_stands_in_for_self_play_i
     assert 0.0 <= out["judged_win_rate"] <= 1.0 and (tmp_path / "run" / TEAMS_FILE).is_file()
     assert main([*argv, "--out", str(tmp_path / "run")]) != 0  # a second run into it is refused in one line
     assert "already holds a run: choose a new --out" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ the judged θ and the team's batch
+
+
+@given(candidates=st.integers(0, 200), trials=st.integers(0, 40))
+def test_trials_spread_over_the_run_and_always_try_the_last_theta(candidates: int, trials: int) -> None:
+    picks = trial_picks(candidates, trials)
+    assert picks == sorted(set(picks)) and all(0 <= i < candidates for i in picks)
+    assert len(picks) == min(candidates, trials)
+    if picks:
+        assert picks[-1] == candidates - 1  # the last θ is always a candidate
+    if 2 <= trials < candidates:  # evenly spaced: no gap more than one step wider than another
+        gaps = np.diff([-1, *picks])
+        assert gaps.max() - gaps.min() <= 1
+
+
+def test_the_best_trial_killed_the_most_beyond_its_deaths_ties_to_the_newer() -> None:
+    assert best_trial([(66, 91), (138, 12), (0, 0)]) == 1  # a passive last θ is not the one judged
+    assert best_trial([(5, 0), (6, 1), (0, 9)]) == 1
+    with pytest.raises(ValueError, match="no trial"):
+        best_trial([])
+
+
+def test_the_batch_grows_with_the_learning_team_and_keeps_the_162_seat_run_as_it_was() -> None:
+    assert team_batch_size(64, 4, 81) == 64  # the README's 81 learning agents: unchanged
+    assert team_batch_size(64, 4, 12) == 64  # a small team never gets less than it asked for
+    big = team_batch_size(64, 4, 484)  # map 110: 484 learning agents
+    assert big / (4 * 484) >= MIN_REPLAY_RATIO > 64 / (4 * 484) * 5  # each transition sampled 6× as often as before
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+        team_batch_size(0, 4, 81)
+
+
+def test_the_judged_episodes_play_the_best_trials_theta_tried_on_episodes_of_their_own(tmp_path, monkeypatch) -> None:
+    """The trials play candidate θs against a random team, frozen, before the judged episodes; the judged
+    ones play the candidate `best_trial` picks from the trials' own rows (here: forced to the oldest,
+    not the last θ), and none of them is a trial."""
+    pytest.importorskip("magent2")
+    torch = pytest.importorskip("torch")
+    from nonstop.experiment import teamplay
+
+    seen: list[list[tuple[int, int]]] = []
+
+    def oldest(results: list[tuple[int, int]]) -> int:
+        seen.append(list(results))
+        return 0
+
+    monkeypatch.setattr(teamplay, "best_trial", oldest)
+    cfg = TeamPlayConfig(
+        env="multi/battle",
+        env_kwargs={"map_size": 12, "max_cycles": 20},
+        seconds=5.0,
+        judge_episodes=3,
+        trial_episodes=3,
+        learning_starts=20,
+        batch_size=1,  # 2 learning agents, a batch every 8 ticks: the team's batch is 4 (the floor on samples)
+        update_every=8,
+        latency_ticks=2,
+        snapshot_every=1.0,
+    )
+    lines: list[str] = []
+    summary = train_teams(cfg, tmp_path, echo=lines.append)
+    assert summary["batch_size"] == 4 and "batches of 4 every 8 ticks" in lines[0]
+    rows = read_team_rows(tmp_path / TEAMS_FILE)
+    red = {r["episode"]: r for r in rows if r["team"] == "red"}
+    blue = {r["episode"]: r for r in rows if r["team"] == "blue"}
+    trials = sorted(e for e, r in red.items() if r["player"].startswith("trial "))
+    assert summary["trial_episodes"] == len(trials) == 3 and trials == list(range(trials[0], trials[0] + 3))
+    assert all(blue[e]["player"] == "random" for e in trials)
+    assert seen == [[(red[e]["kills"], red[e]["deaths"]) for e in trials]]  # chosen on the trials' own rows
+    judged = [e for e in red if e > trials[-1]]
+    assert len(judged) >= 3 and all(red[e]["player"] == "learner" and blue[e]["player"] == "random" for e in judged)
+    oldest_trial = red[trials[0]]["player"]
+    assert oldest_trial.startswith("trial snapshot ") and trials[0] not in judged
+    chosen = summary["judged_theta"]
+    assert f"trial snapshot {chosen['snapshot']}" == oldest_trial and chosen["updates"] < summary["updates"]
+    assert f"judged θ: snapshot {chosen['snapshot']}" in "\n".join(lines)
+    saved = torch.load(tmp_path / "team_q.pt", weights_only=False)
+    differs = [not torch.equal(saved["q"][k], saved["last_q"][k]) for k in saved["q"]]
+    assert any(differs)  # the judged θ saved is the chosen snapshot, not the last θ

@@ -128,7 +128,7 @@ def test_team_self_play_says_its_replay_first_and_refuses_one_that_would_not_fit
     size = team_replay_bytes(2_000, (13, 13, 5))
     assert lines[0] == (
         f"4 agents, red learning (2 agents); its replay: 2,000 transitions of (13, 13, 5) float16 windows, "
-        f"{size / 2**20:,.0f} MiB (about 1,000 ticks of its agents' experience)"
+        f"{size / 2**20:,.0f} MiB (about 1,000 ticks of its agents' experience); batches of 64 every 4 ticks"
     )
 
 

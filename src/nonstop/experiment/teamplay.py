@@ -21,10 +21,14 @@ against ``blue_*``; a seat's team is `nonstop.envs.seats.team_of`) runs here, on
   newest ``pool_size`` (snapshot 0: the untrained network); each episode the other team is played
   by one snapshot, drawn ``uniform`` or ``latest`` (`nonstop.experiment.selfplay.SnapshotPool`),
   acting ε-greedily (the learner's final ε) with the same latency.
-* **Judged against a random team.** After ``seconds`` of self-play the run plays
-  `nonstop.experiment.teamstats.RECENT_MATCHES` more episodes against a uniformly random team
-  (the learner greedy but for ε_end, and frozen: nothing it sees of the random team reaches the
-  replay or an update), so the report's last figures are the bar.
+* **Tried, then judged against a random team.** After ``seconds`` of self-play, learning stops: the
+  run plays ``trial_episodes`` trial episodes against a uniformly random team, one a candidate θ
+  (snapshots spread over the run and the last θ, `nonstop.experiment.teamtrials`), and then
+  `nonstop.experiment.teamstats.RECENT_MATCHES` more, the judged ones, with the candidate that did
+  best in its trial (greedy but for ε_end; nothing either kind of episode sees reaches the replay or
+  an update). The judged episodes are never the trials, so the report's last figures are the bar.
+* **The batch grows with the team** (`nonstop.experiment.teamtrials.team_batch_size`): at least a
+  fixed share of the transitions a tick of many agents makes is sampled.
 
 ``RUN/teams.csv`` (`nonstop.experiment.teamstats`) gets a row per team and episode: kills, deaths,
 survivors, return, won; ``RUN/ticklog/`` the tick log (every seat's inaction and delay);
@@ -33,6 +37,7 @@ survivors, return, won; ``RUN/ticklog/`` the tick log (every seat's inaction and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -46,8 +51,9 @@ import numpy as np
 
 from nonstop.envs.seats import team_seats
 from nonstop.experiment.seating import agent_ids, is_team_world
-from nonstop.experiment.selfplay import SnapshotPool
+from nonstop.experiment.selfplay import Snapshot, SnapshotPool
 from nonstop.experiment.teamlearn import TeamLearner, TeamReplay, build_qnet, check_team_replay_fits
+from nonstop.experiment.teamtrials import best_trial, team_batch_size, trial_picks
 from nonstop.experiment.teamstats import (
     RECENT_MATCHES,
     TEAMS_FILE,
@@ -102,6 +108,8 @@ class TeamPlayConfig:
     n_step: int = 3  #: each agent's returns over n ticks (`nonstop.experiment.teamlearn.NStepReturns`)
     double: bool = False  #: double DQN targets
     judge_episodes: int = RECENT_MATCHES
+    #: trial episodes before the judged ones, one a candidate θ (`nonstop.experiment.teamtrials`); 0: judge the last θ
+    trial_episodes: int = RECENT_MATCHES
     agent_id: str = "none"  #: ``--agent-id``: each seat's identity beside its observation (none, index, onehot)
 
     @classmethod
@@ -290,7 +298,8 @@ def train_teams(cfg: TeamPlayConfig, out: str | Path, *, echo: Callable[[str], N
     ids = match.ids
     torch.save(
         {
-            "q": match.learner.q.state_dict(),
+            "q": match.judged_net().state_dict(),  # the θ the judged episodes played
+            "last_q": match.learner.q.state_dict(),
             "pool": match.pool.state(),
             "agent_id": None if ids is None else ids.to_dict(),
         },
@@ -351,18 +360,31 @@ class _TeamMatch:
         n_actions = int(world.action_spaces[first].n)
         obs_shape = tuple(world.observation_spaces[first].shape or ())
         self.ids = agent_ids(cfg.agent_id, seats, cfg.env)  # each seat's place in its team, where --agent-id asks
-        self.learner = TeamLearner(cfg, obs_shape, n_actions, agent_id=self.ids)  # refuses a replay too large
-        agents, replay = len(self.teams[self.mine]), self.learner.replay
+        agents = len(self.teams[self.mine])
+        #: the learner's batch: ``batch_size``, larger for a team whose ticks make many transitions
+        self.batch_size = team_batch_size(cfg.batch_size, cfg.update_every, agents)
+        learner_cfg = dataclasses.replace(cfg, batch_size=self.batch_size)
+        self.learner = TeamLearner(learner_cfg, obs_shape, n_actions, agent_id=self.ids)  # refuses a replay too large
+        replay = self.learner.replay
         echo(
             f"{len(seats)} agents, {self.mine} learning ({agents} agents); its replay: {replay.capacity:,} transitions "
             f"of {obs_shape} float16 windows, {replay.nbytes / 2**20:,.0f} MiB (about {replay.capacity / agents:,.0f} "
-            f"ticks of its agents' experience)"
+            f"ticks of its agents' experience); batches of {self.batch_size:,} every {cfg.update_every} ticks"
         )
         self.opponent_net = build_qnet(self.learner.net_shape, n_actions, cfg.hidden, cfg.arch)
         self.pool = SnapshotPool(cfg.pool_size, cfg.opponents, seed=cfg.seed)
-        self.pool.add(self.learner.flat(), env_tick=0, updates=0)
-        #: the first world episode played against a random team (set when self-play ends)
+        #: every snapshot taken, the pool's and those it let go: the trials' candidates
+        self.archive = [self.pool.add(self.learner.flat(), env_tick=0, updates=0)]
+        #: the net the learning team plays a trial or the judged episodes with, and which θ it holds
+        self.player_net = build_qnet(self.learner.net_shape, n_actions, cfg.hidden, cfg.arch)
+        self.player_holds: int | None = None
+        #: the first world episode played against a random team, and the first judged one (set when self-play ends)
+        self.trial_from: int | None = None
         self.judge_from: int | None = None
+        self.trials: list[Snapshot] = []  # each trial episode's candidate, in order
+        self.trial_results: dict[int, tuple[int, int]] = {}  # trial episode -> (kills, deaths)
+        self.judged_theta: Snapshot | None = None  # the candidate the judged episodes play (None: the last θ)
+        self.tick = 0
         self.loaded, self.episode, self.self_play_episodes = -1, 0, 0
         self.players: dict[int, str] = {}  # world episode -> who played the other team
         self.snapshot_ticks = max(1, round(cfg.snapshot_every * tick_hz))
@@ -389,26 +411,81 @@ class _TeamMatch:
             world.clock.spawn(actor.process(), name=f"team {name}", priority=READ_PRIORITY)
         world.run_for(cfg.seconds)
         self.self_play_episodes = self.episode
-        self.judge_from = world.slots[0].read().episode + 1  # the episode under way ends as it began
-        budget = world.now() + 3600.0
+        self.trial_from = world.slots[0].read().episode + 1  # the episode under way ends as it began
+        self.trials = self._candidates()
+        self.judge_from = self.trial_from + len(self.trials)
+        budget = world.now() + 3600.0 + 60.0 * len(self.trials)
         while self.episode < self.judge_from + cfg.judge_episodes and world.now() < budget:
             world.run_for(10.0)
+
+    def _candidates(self) -> list[Snapshot]:
+        """The trial episodes' θs: up to ``trial_episodes`` of the snapshots that learned something and the
+        last θ, spread over the run (`nonstop.experiment.teamtrials.trial_picks`)."""
+        if self.cfg.trial_episodes < 1:
+            return []
+        learner = self.learner
+        learned = [s for s in self.archive if s.updates > 0]
+        if not learned or learned[-1].updates != learner.updates:  # the last θ, unless the newest snapshot is it
+            learned.append(Snapshot(self.pool.next_id, self.tick, learner.updates, learner.flat()))
+        return [learned[i] for i in trial_picks(len(learned), self.cfg.trial_episodes)]
 
     def judged(self, episode: int) -> bool:
         return self.judge_from is not None and episode >= self.judge_from
 
-    def learning(self) -> bool:  # self-play only: the judged episodes measure what it learned, frozen
-        return self.judge_from is None
+    def against_random(self, episode: int) -> bool:  # a trial or a judged episode
+        return self.trial_from is not None and episode >= self.trial_from
+
+    def learning(self) -> bool:  # self-play only: the trials and judged episodes measure what it learned, frozen
+        return self.trial_from is None
 
     def choose_mine(self, obs: np.ndarray, episode: int) -> np.ndarray:
-        return self.learner.act(obs, self.cfg.epsilon_end if self.judged(episode) else self.learner.epsilon())
+        learner = self.learner
+        if not self.against_random(episode):
+            return learner.act(obs, learner.epsilon())
+        net = self._net_for(self._theta_for(episode))
+        actions = learner.greedy(net, obs)
+        explore = learner.rng.random(len(actions)) < self.cfg.epsilon_end
+        actions[explore] = learner.rng.integers(0, learner.n_actions, int(explore.sum()))
+        return actions
+
+    def judged_net(self) -> Any:
+        """The Q-network holding the judged θ (the learner's own where that is the last θ)."""
+        return self._net_for(self.judged_theta)
+
+    def _net_for(self, theta: Snapshot | None) -> Any:
+        """The learner's Q-network for the last θ (None), else the player's net holding ``theta``."""
+        if theta is None or theta.updates == self.learner.updates:
+            return self.learner.q
+        if self.player_holds != theta.id:
+            import torch
+            from torch.nn.utils import vector_to_parameters
+
+            vector_to_parameters(torch.as_tensor(theta.params), self.player_net.parameters())
+            self.player_holds = theta.id
+        return self.player_net
+
+    def _theta_for(self, episode: int) -> Snapshot | None:
+        """The θ the learning team plays ``episode`` (a trial or judged one) with; None: the last θ."""
+        assert self.trial_from is not None and self.judge_from is not None
+        if episode < self.judge_from:
+            return self.trials[episode - self.trial_from]
+        if self.trials and self.judged_theta is None:
+            self._take_finished()  # the last trial ended as this episode began: its row first
+            results = [self.trial_results.get(self.trial_from + i, (0, 1 << 30)) for i in range(len(self.trials))]
+            best = best_trial(results)
+            self.judged_theta, (kills, deaths) = self.trials[best], results[best]
+            self.echo(
+                f"judged θ: {_theta_name(self.judged_theta, self.learner.updates)} ({self.judged_theta.updates:,} "
+                f"updates), the best of {len(self.trials)} trials against a random team ({kills} kills, {deaths} deaths)"
+            )
+        return self.judged_theta
 
     def choose_theirs(self, obs: np.ndarray, episode: int) -> np.ndarray:
         import torch
         from torch.nn.utils import vector_to_parameters
 
         learner = self.learner
-        if self.judged(episode):
+        if self.against_random(episode):
             self.players[episode] = "random"
             return learner.rng.integers(0, learner.n_actions, len(obs))
         snap = self.pool.opponent_for(episode)
@@ -432,18 +509,27 @@ class _TeamMatch:
     def on_tick(self, tick: int) -> None:
         """Learn (every ``update_every`` ticks), snapshot, and write each finished episode's rows."""
         learner = self.learner
+        self.tick = tick
         if self.learning():
             learner.ticks = tick
             if tick % self.cfg.update_every == 0:
                 learner.update()
-        if self.judge_from is None and tick and tick % self.snapshot_ticks == 0:
-            self.pool.add(learner.flat(), env_tick=tick, updates=learner.updates)
+            if tick and tick % self.snapshot_ticks == 0:
+                self.archive.append(self.pool.add(learner.flat(), env_tick=tick, updates=learner.updates))
+        self._take_finished()
+
+    def _take_finished(self) -> None:
         for deaths, returns in self.tallies[-1].take_finished():
-            self._episode_ended(tick, deaths, returns)
+            self._episode_ended(self.tick, deaths, returns)
 
     def _episode_ended(self, tick: int, deaths: dict[str, int], returns: dict[str, float]) -> None:
         kills = self.tallies[-1].kills(deaths)
-        who = {self.mine: "learner", self.theirs: self.players.pop(self.episode, "β")}
+        mine = "learner"
+        if self.against_random(self.episode) and not self.judged(self.episode):  # a trial: its θ and result
+            self.trial_results[self.episode] = (kills[self.mine], deaths[self.mine])
+            theta = self.trials[self.episode - (self.trial_from or 0)]
+            mine = f"trial {_theta_name(theta, self.learner.updates)}"
+        who = {self.mine: mine, self.theirs: self.players.pop(self.episode, "β")}
         end = EpisodeEnd(self.episode, tick, time.perf_counter() - self.started)
         new = [
             team_row(
@@ -462,7 +548,7 @@ class _TeamMatch:
         self.episode += 1
         me, learner = new[0], self.learner
         self.echo(
-            f"episode {me['episode']}: {self.mine} (learner) {me['kills']} kills, {me['deaths']} deaths against "
+            f"episode {me['episode']}: {self.mine} ({mine}) {me['kills']} kills, {me['deaths']} deaths against "
             f"{who[self.theirs]}; ε {learner.epsilon():.2f}, {learner.updates:,} updates, {end.wall_s:.0f} s"
         )
 
@@ -470,7 +556,9 @@ class _TeamMatch:
         """``summary.json``: the run's counts and the judged episodes' win rate, kills and deaths."""
         rows, mine, theirs = self.rows, self.mine, self.theirs
         random_episodes = {r["episode"] for r in rows if r["team"] == theirs and r["player"] == "random"}
-        judged = [r for r in rows if r["team"] == mine and r["episode"] in random_episodes][-self.cfg.judge_episodes :]
+        judged = [r for r in rows if r["team"] == mine and r["player"] == "learner" and r["episode"] in random_episodes]
+        judged = judged[-self.cfg.judge_episodes :]
+        theta = self.judged_theta
 
         def mean(key: str) -> float | None:
             return float(np.mean([r[key] for r in judged])) if judged else None
@@ -490,7 +578,18 @@ class _TeamMatch:
             "judged_win_rate": mean("won"),
             "judged_kills_mean": mean("kills"),
             "judged_deaths_mean": mean("deaths"),
+            "batch_size": self.batch_size,
+            "trial_episodes": len(self.trial_results),
+            "judged_theta": {
+                "snapshot": None if theta is None or theta.updates == self.learner.updates else theta.id,
+                "updates": self.learner.updates if theta is None else theta.updates,
+                "env_tick": self.tick if theta is None else theta.env_tick,
+            },
         }
+
+
+def _theta_name(theta: Snapshot, last_updates: int) -> str:
+    return "the last θ" if theta.updates == last_updates else f"snapshot {theta.id}"
 
 
 class TeamSelfPlaySeating:
