@@ -144,3 +144,26 @@ def test_a_chosen_replay_capacity_is_the_teams_and_the_default_is_the_teams_own(
     assert chosen.replay_capacity == 200_000
     unset = TrainConfig(**base, algo_settings=DQNConfig())
     assert TeamPlayConfig.from_train_config(unset, tick_hz=20.0).replay_capacity == 50_000
+
+
+def test_trials_is_a_flag_of_team_self_play_and_refused_where_nothing_reads_it(tmp_path, capsys) -> None:
+    """--trials N sets the trial episodes (0: the last θ is judged); unset, 20; a two-seat world refuses it."""
+    from nonstop.cli import main
+    from nonstop.experiment.config import TrainConfig
+    from nonstop.learning.dqn import DQNConfig
+
+    base = dict(env="multi/battle", clock="virtual", seconds=10.0, self_play=True, algo_settings=DQNConfig())
+    assert TeamPlayConfig.from_train_config(TrainConfig(**base), tick_hz=20.0).trial_episodes == 20
+    assert TeamPlayConfig.from_train_config(TrainConfig(**base, trials=0), tick_hz=20.0).trial_episodes == 0
+    assert TeamPlayConfig.from_train_config(TrainConfig(**base, trials=3), tick_hz=20.0).trial_episodes == 3
+    with pytest.raises(ValueError, match="trials must be an integer >= 0, got -1"):
+        TrainConfig(**base, trials=-1)
+    saved = TrainConfig(**base, trials=3).to_dict()
+    assert saved["trials"] == 3 and TrainConfig.from_dict(saved).trials == 3
+    out = tmp_path / "run"
+    assert main(["train", "--env", "multi/duel", "--trials", "3", "--out", str(out)]) == 2
+    assert "--trials sets up self-play: add --self-play" in capsys.readouterr().err
+    duel = ["train", "--env", "multi/duel", "--self-play", "--clock", "virtual", "--seconds", "1", "--trials", "3"]
+    assert main([*duel, "--out", str(out)]) == 2
+    assert "--trials chooses the judged θ of team self-play" in capsys.readouterr().err
+    assert not out.exists()  # refused at the door

@@ -60,7 +60,7 @@ _RUN_FIELDS = (
 _DELAY_FIELDS = ("delay_aware",)
 #: a team's seats sharing one θ: who each is, in what its network sees
 _TEAM_FIELDS = ("agent_id",)
-_SELF_PLAY_FIELDS = ("opponents", "snapshot_every", "pool_size", "opponent_latency")
+_SELF_PLAY_FIELDS = ("opponents", "snapshot_every", "pool_size", "opponent_latency", "trials")
 _RECORD_FIELDS = ("out", "episodes", "progress_every", "checkpoint_every", "keep_checkpoints", "checkpoint_replay")
 
 

@@ -43,7 +43,7 @@ INTERACTIONS: Final = ("staggered", "infer_then_learn", "learn_then_infer")
 #: how a self-play match's snapshot is drawn from the pool (`nonstop.experiment.selfplay.SnapshotPool`)
 OPPONENT_WEIGHTINGS: Final = ("uniform", "latest")
 #: TrainConfig's self-play settings (left out of a saved config without self-play)
-SELF_PLAY_KEYS: Final = ("self_play", "opponents", "snapshot_every", "pool_size", "opponent_latency")
+SELF_PLAY_KEYS: Final = ("self_play", "opponents", "snapshot_every", "pool_size", "opponent_latency", "trials")
 _CLOCKS: Final = ("virtual", "wall")
 #: settings some part alone reads (left out of a saved config whose parts do not: `registry.Constraint.settings`)
 _PART_SETTINGS: Final = ("batch_curve", "max_batch")
@@ -203,6 +203,14 @@ class TrainConfig:
         default=30.0, metadata=_help("self-play: world seconds between snapshots of the learner", metavar="SECONDS")
     )
     pool_size: int = field(default=8, metadata=_help("self-play: snapshots kept, the newest"))
+    trials: int | None = field(
+        default=None,
+        metadata=_help(
+            "team self-play: trial episodes against a random team after learning, one a candidate θ (snapshots over "
+            "the run and the last θ); the best plays the judged episodes. 0 judges the last θ (default 20)",
+            metavar="N",
+        ),
+    )
     device: str = field(
         default="cpu",
         metadata=_help(
@@ -323,6 +331,8 @@ class TrainConfig:
             raise ValueError(f"snapshot_every must be a positive number of world seconds, got {self.snapshot_every!r}")
         if not isinstance(self.pool_size, int) or isinstance(self.pool_size, bool) or self.pool_size < 1:
             raise ValueError(f"pool_size must be an integer >= 1, got {self.pool_size!r}")
+        if self.trials is not None and (not isinstance(self.trials, int) or isinstance(self.trials, bool) or self.trials < 0):
+            raise ValueError(f"trials must be an integer >= 0, got {self.trials!r}")
 
     # ------------------------------------------------------------------ the keys the parts are chosen by
     def _parts(self) -> list[tuple[str, str]]:

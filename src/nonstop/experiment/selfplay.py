@@ -519,6 +519,8 @@ class SelfPlaySeating:
     """The learner on the first seat of a two-seat world, a pool of its past snapshots on the second."""
 
     def __init__(self, cfg: Any) -> None:
+        if cfg.trials is not None:
+            raise ValueError("--trials chooses the judged θ of team self-play: a two-seat world judges its last θ")
         self.cfg = cfg
         self.learner_seat: str | None = None
 

@@ -128,6 +128,7 @@ class TeamPlayConfig:
             latency_ticks=ticks,
             opponents=cfg.opponents,
             pool_size=cfg.pool_size,
+            trial_episodes=RECENT_MATCHES if cfg.trials is None else cfg.trials,
             snapshot_every=cfg.snapshot_every,
             seed=int(cfg.seed),
             gamma=dqn.gamma,
