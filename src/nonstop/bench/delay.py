@@ -385,7 +385,9 @@ def _verdicts(
                         if (env, slow, algo, s) in seeded
                     ]
                 )
-        judged = [v for a, v in row["recovered"].items() if a in ("sac+delay", "dcac", "bpql") and v is not None]
+        judged = [
+            v for a, v in row["recovered"].items() if a in ("sac+delay", "dcac", "bpql", "dmsac") and v is not None
+        ]
         row["meets_target"] = bool(shows_loss and judged and max(judged) >= TARGET_RECOVERY)
         out.append(row)
     return out
