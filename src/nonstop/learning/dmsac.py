@@ -29,7 +29,7 @@ learn on the undelayed world. One update; γ_n the semi-MDP's discount of the de
 A transition with ``n = 1`` is one tick of the world: the next decision's action landed on the tick after,
 so ``s'`` is what ``a`` made of ``s``; the others span β's ticks or a hold and are masked out of ``J_f``. Each
 dimension's error is measured in units of its change's spread in the batch, so the fast joints do not drown the
-slow ones. With a 1-tick model nothing is in flight, ``ŝ = obs(t)``, and DMSAC is SAC. φ is a block of θ (after
+slow ones; the model takes ``a`` in the world's units, as the action buffer holds it. With a 1-tick model nothing is in flight, ``ŝ = obs(t)``, and DMSAC is SAC. φ is a block of θ (after
 the critics, before log α): it reaches the workers with the actor.
 """
 
