@@ -133,6 +133,36 @@ def test_the_losses_by_hand() -> None:
         dmsac_losses(online, target, batch._replace(state=None), target_entropy=-1.0)
 
 
+def test_the_actor_on_the_prediction_by_hand() -> None:
+    """``actor_on_prediction``: the actor reads ŝ(x), the model's rollout of the observation the action was decided
+    on, as a worker does, and is valued at the true state s; the target's ã' likewise comes from π(·|ŝ(x'))."""
+    obs_dim, k = 2, 2
+    torch.manual_seed(2)
+    online = DMSACNetworks(obs_dim, 1, k, (8,), low=[-2.0], high=[2.0])
+    target = DMSACNetworks(obs_dim, 1, k, (8,), low=[-2.0], high=[2.0])
+    batch = _batch(np.random.default_rng(4), obs_dim + k * 3, [1, 1, 1, 1])
+    buffers = np.array([[0.5, 1.0, 1.0, -0.5, 0.0, 2.0]] * 4, np.float32)  # one action due next tick, one landed
+    batch = batch._replace(obs=np.concatenate([batch.obs[:, :2], buffers], 1))
+    batch = batch._replace(next_obs=np.concatenate([batch.next_obs[:, :2], buffers], 1))
+    xi_next, xi = torch.randn(4, 1), torch.randn(4, 1)
+    out = dmsac_losses(online, target, batch, target_entropy=-1.0, on_prediction=True, noise_next=xi_next, noise=xi)
+    t = torch.as_tensor
+    s, s_next = t(batch.state[:, :obs_dim]), t(batch.next_state[:, :obs_dim])
+    alpha, log_scale = online.log_alpha.exp().item(), online.scale.log().sum().item()
+    with torch.no_grad():
+        seen = online.rollout.step(t(batch.obs[:, :2]), t([[0.5]] * 4))  # the slot due next tick acts
+        seen_next = online.rollout.step(t(batch.next_obs[:, :2]), t([[0.5]] * 4))
+        a_next, logp_next = online.actor.sample(seen_next, xi_next)
+        q_next = torch.min(target.q1(s_next, a_next), target.q2(s_next, a_next))
+        y = t(batch.reward) + t(batch.discount) * (q_next - alpha * (logp_next - log_scale))
+        a_pi, logp = online.actor.sample(seen, xi)
+        actor = (alpha * (logp - log_scale) - torch.min(online.q1(s, a_pi), online.q2(s, a_pi))).mean()
+    assert torch.allclose(out.target, y, atol=1e-6)
+    assert out.actor.item() == pytest.approx(actor.item(), rel=1e-5)
+    plain = dmsac_losses(online, target, batch, target_entropy=-1.0, noise_next=xi_next, noise=xi)
+    assert plain.actor.item() != pytest.approx(actor.item(), rel=1e-3)  # the actor read another state there
+
+
 def test_at_a_one_tick_model_it_is_sac() -> None:
     """Behind a 1-tick model nothing is in flight when a worker decides and the landing state is the observation:
     DMSAC acts and learns exactly as SAC with the same weights."""

@@ -29,7 +29,10 @@ learn on the undelayed world. One update; γ_n the semi-MDP's discount of the de
 A transition with ``n = 1`` is one tick of the world: the next decision's action landed on the tick after,
 so ``s'`` is what ``a`` made of ``s``; the others span β's ticks or a hold and are masked out of ``J_f``. Each
 dimension's error is measured in units of its change's spread in the batch, so the fast joints do not drown the
-slow ones; the model takes ``a`` in the world's units, as the action buffer holds it. With a 1-tick model nothing is in flight, ``ŝ = obs(t)``, and DMSAC is SAC. φ is a block of θ (after
+slow ones; the model takes ``a`` in the world's units, as the action buffer holds it. With ``actor_on_prediction`` the actor
+reads what it will act on, ŝ(x), the model's rollout of the observation each action was decided on: ``ã ~ π(·|ŝ(x))``
+in ``J_π`` and ``J_α`` and ``ã' ~ π(·|ŝ(x'))`` in ``y``, still valued at the true ``s`` and ``s'`` (BPQL's projection,
+with the model between the observation and the actor). With a 1-tick model nothing is in flight, ``ŝ = obs(t)``, and DMSAC is SAC. φ is a block of θ (after
 the critics, before log α): it reaches the workers with the actor.
 """
 
@@ -59,6 +62,14 @@ class DMSACConfig(SACConfig):
     buffer_slots: int = field(
         default=0,
         metadata={"help": "K, the action buffer's slots in the observation (the run sets it from the latency)"},
+    )
+
+    actor_on_prediction: bool = field(
+        default=False,
+        metadata={
+            "help": "train the actor on the state the model predicts from the observation each action was "
+            "decided on, as it acts (valued at the true state), rather than on the true state"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -108,7 +119,13 @@ class DMSAC(SAC):
         from nonstop.learning.dmsacnets import dmsac_losses
 
         nets: Any = online  # `DMSACNetworks`
-        losses = dmsac_losses(nets, target, batch, target_entropy=self.target_entropy)  # type: ignore[arg-type]
+        losses = dmsac_losses(
+            nets,
+            target,  # type: ignore[arg-type]
+            batch,
+            target_entropy=self.target_entropy,
+            on_prediction=self.cfg.actor_on_prediction,
+        )
         blocks = [
             (losses.critic, nets.critic_parameters()),
             (losses.actor, list(nets.actor.parameters())),

@@ -135,26 +135,41 @@ def dmsac_losses(
     batch: Batch,
     *,
     target_entropy: float,
+    on_prediction: bool = False,
     noise_next: torch.Tensor | None = None,
     noise: torch.Tensor | None = None,
 ) -> DMSACLosses:
-    """`nonstop.learning.dmsac`'s losses for one batch sampled with its landing states. ``noise_next``,
-    ``noise``: ξ of ã', ã (None: drawn)."""
+    """`nonstop.learning.dmsac`'s losses for one batch sampled with its landing states. ``on_prediction``: the
+    actor reads the state the model predicts from the observation each action was decided on, ŝ(x), as it
+    acts, and is valued at the true state (else it reads the true state). ``noise_next``, ``noise``: ξ of
+    ã', ã (None: drawn)."""
     if batch.state is None or batch.next_state is None:
         raise ValueError("DMSAC learns on batches with their landing states: sample(states=True)")
     device, obs_dim = online.log_alpha.device, online.obs_dim
     s, s_next = to_tensor(batch.state[:, :obs_dim], device), to_tensor(batch.next_state[:, :obs_dim], device)
     a = (to_tensor(batch.action, device) - online.bias) / online.scale  # normalised to [-1, 1]
     reward, discount = to_tensor(batch.reward, device), to_tensor(batch.discount, device)
+    log_scale = online.scale.log().sum()  # log π in the world's units = normalised log π − Σ log scale
     alpha = online.log_alpha.exp().detach()
 
     with torch.no_grad():
-        a_next, logp_next = online.actor.sample(s_next, noise_next)  # ã' ~ π(·|s')
+        if on_prediction:  # what the actor reads: ŝ(x), ŝ(x')
+            seen = online.rollout(to_tensor(batch.obs, device))
+            seen_next = online.rollout(to_tensor(batch.next_obs, device))
+        else:
+            seen, seen_next = s, s_next
+        a_next, logp_next = online.actor.sample(seen_next, noise_next)  # ã' ~ π(·|s') (or π(·|ŝ(x')))
         q_next = torch.min(target.q1(s_next, a_next), target.q2(s_next, a_next))
-        y = reward + discount * (q_next - alpha * (logp_next - online.scale.log().sum()))
+        y = reward + discount * (q_next - alpha * (logp_next - log_scale))
 
     critic = twin_critic_loss(online, s, a, y)  # J_Q
-    actor, temperature = soft_actor_losses(online, s, target_entropy, noise)  # J_π, J_α
+    if on_prediction:
+        a_pi, logp = online.actor.sample(seen, noise)  # ã ~ π(·|ŝ(x)), valued at s
+        logp = logp - log_scale
+        actor = (alpha * logp - torch.min(online.q1(s, a_pi), online.q2(s, a_pi))).mean()
+        temperature = (-online.log_alpha.exp() * (logp.detach() + target_entropy)).mean()
+    else:
+        actor, temperature = soft_actor_losses(online, s, target_entropy, noise)  # J_π, J_α
     one_tick = to_tensor(batch.n_ticks, device) == 1  # the next action landed a tick later: s' is f(s, a)
     change = (s_next - s)[one_tick]
     predicted = online.rollout.dynamics(torch.cat([s, to_tensor(batch.action, device)], dim=1))[one_tick]
