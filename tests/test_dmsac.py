@@ -218,8 +218,8 @@ def test_what_it_cannot_do_is_refused_at_the_door() -> None:
 
 @pytest.mark.slow
 def test_dmsac_learns_pendulum_behind_a_six_tick_model(no_shm_leak) -> None:
-    """Behind a 6-tick model staggered over 6 workers, DMSAC swings Pendulum up in 6,000 ticks (seed 0, its last 10 episodes: −231,
-    where BPQL reached −247 in the same bench; random play about −1,200)."""
+    """Behind a 6-tick model staggered over 6 workers, DMSAC swings Pendulum up in 6,000 ticks (seed 0, its last
+    10 episodes: −231, where BPQL reached −247 in the same bench; random play about −1,200)."""
     from nonstop.bench.delay import run_cell
 
     out = run_cell("Pendulum-v1", 6, "dmsac", 0, 6000, 5)
