@@ -140,7 +140,7 @@ def _train(algo: str, run, capsys, seconds: str, *more: str) -> dict:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("algo", ["rtac", "dcac", "dcac-q", "bpql"])
+@pytest.mark.parametrize("algo", ["rtac", "dcac", "dcac-q", "bpql", "dmsac"])
 def test_rtac_and_dcac_train_resume_and_export(algo, tmp_path, capsys, no_shm_leak) -> None:
     import json
 
@@ -205,7 +205,7 @@ def test_dcac_resamples_as_far_as_the_staggered_delay_allows(algo, reach, no_shm
         algo_.backward(model, target, plain)
 
 
-@pytest.mark.parametrize("algo", ["rtac", "dcac", "bpql"])
+@pytest.mark.parametrize("algo", ["rtac", "dcac", "bpql", "dmsac"])
 def test_algorithms_that_see_the_actions_in_flight_are_refused_where_delay_aware_is(algo) -> None:
     """RTAC and DCAC always see the buffer, so they go where --delay-aware goes: thread or process workers
     (on batching lanes the pool's due ticks were measured a tick off the tick log), and no self-play."""

@@ -210,6 +210,11 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "--seeds 1 --ticks 100 --last 1 --jobs 1",
         "3 runs of 100,000 HalfCheetah ticks take 40 minutes on 2 quiet cores; 100 ticks start the world and BPQL",
     ),
+    "nonstop bench delay --envs HalfCheetah-v5 --taus 6 --algos dmsac --seeds 3 --ticks 100000 --jobs 3 --json": (
+        "nonstop bench delay --envs HalfCheetah-v5 --taus 6 --algos dmsac --seeds 3 --ticks 100000 --jobs 3 --json "
+        "--seeds 1 --ticks 100 --last 1 --jobs 1",
+        "3 runs of 100,000 HalfCheetah ticks take over an hour on 2 shared cores; 100 ticks start the world and DMSAC",
+    ),
     "nonstop bench delay --envs HalfCheetah-v5 --taus 6 --algos bpql --seeds 3 --ticks 100000 --jobs 3": (
         "nonstop bench delay --envs HalfCheetah-v5 --taus 6 --algos bpql --seeds 3 --ticks 100000 --jobs 3 "
         "--seeds 1 --ticks 100 --last 1 --jobs 1",

@@ -47,7 +47,7 @@ def test_help_is_grouped_in_order_and_each_flag_sits_in_its_group(capsys):
     assert "--resume" in _section(text, "run files:")
     flat = re.sub(r"\s+", " ", text)
     assert "linear ε anneal" in flat and "[--algo dqn]" in flat  # whose setting it is
-    assert "[--algo bpql, dcac, dcac-q, dqn, rtac, sac, td3]" in flat  # --lr is read by every algorithm
+    assert "[--algo bpql, dcac, dcac-q, dmsac, dqn, rtac, sac, td3]" in flat  # --lr is read by every algorithm
 
 
 def test_help_after_algo_shows_that_algorithms_settings_only(capsys):

@@ -13,7 +13,7 @@ needs 2 ticks or more) is not run, and the output says so (``skipped``).
 
 The judged figure, per delay-paying algorithm at the largest τ: the share of plain SAC's loss it
 recovers, ``(R_algo(τ) − R_sac(τ)) / (R_sac(τ_min) − R_sac(τ))`` (target: ≥ 85 % for ``sac+delay``,
-``bpql`` or ``dcac``). Plain SAC must show the loss: its interval at τ_min lies above its interval at τ_max, or the
+``bpql``, ``dmsac`` or ``dcac``). Plain SAC must show the loss: its interval at τ_min lies above its interval at τ_max, or the
 bench says it cannot judge. Beside the shares of the means, the loss and each share come with a 95 %
 interval over seeds paired by seed (the same seed runs every cell: its loss ``R_sac,s(τ_min) − R_sac,s(τ)``
 and its share, Student's t over the seeds that ran all three). ``--budget`` sizes the whole grid as ``nonstop paper`` does (tiny: a CI
@@ -385,7 +385,9 @@ def _verdicts(
                         if (env, slow, algo, s) in seeded
                     ]
                 )
-        judged = [v for a, v in row["recovered"].items() if a in ("sac+delay", "dcac", "bpql") and v is not None]
+        judged = [
+            v for a, v in row["recovered"].items() if a in ("sac+delay", "dcac", "bpql", "dmsac") and v is not None
+        ]
         row["meets_target"] = bool(shows_loss and judged and max(judged) >= TARGET_RECOVERY)
         out.append(row)
     return out

@@ -109,6 +109,7 @@ _BUILTIN: dict[str, dict[str, Any]] = {
         "dcac": "nonstop.learning.dcac:DCAC",
         "dcac-q": "nonstop.learning.dcacq:DCACQ",
         "bpql": "nonstop.learning.bpql:BPQL",
+        "dmsac": "nonstop.learning.dmsac:DMSAC",
     },
     # what the run connects to before it starts anything
     "cluster": {
