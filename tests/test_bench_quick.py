@@ -78,6 +78,7 @@ def test_channels_quick(no_leftover_segments) -> None:
     assert result["stats_us"]["slot"]["n"] == 300
 
 
+@pytest.mark.wall  # health_after: the server's sessions kept within half a second of real time (CI's wall pass)
 def test_server_quick(no_leftover_segments) -> None:
     """Quick `nonstop bench server`: a real server process, 4 sessions, one client each."""
     pytest.importorskip("fastapi")
