@@ -29,6 +29,14 @@ SHM_DIR = Path("/dev/shm")
 DESELECTED = pytest.StashKey[list[pytest.Item]]()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """xdist's workers start with COLUMNS=80 and LINES=24 in their environment, which pytest alone never sets:
+    nonstop's Console reads COLUMNS as a width the user chose and wraps its wide tables at 80 columns there, and
+    nowhere else. The worker's own defaults are dropped (a user's COLUMNS other than 80 is kept)."""
+    if hasattr(config, "workerinput") and os.environ.get("COLUMNS") == "80" and os.environ.get("LINES") == "24":
+        del os.environ["COLUMNS"], os.environ["LINES"]
+
+
 def pytest_deselected(items: list[pytest.Item]) -> None:
     if items:
         items[0].config.stash.setdefault(DESELECTED, []).extend(items)
