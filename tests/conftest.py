@@ -24,6 +24,31 @@ from nonstop.realtime.channels import SEGMENT_PREFIX
 
 SHM_DIR = Path("/dev/shm")
 
+#: the items `-m` left out of this session (CI runs the suite in two passes, `-m "not wall"` and `-m wall`:
+#: tests/test_readme_figures.py counts the whole suite from either pass's own collection)
+DESELECTED = pytest.StashKey[list[pytest.Item]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """xdist's workers start with COLUMNS=80 and LINES=24 in their environment, which pytest alone never sets:
+    nonstop's Console reads COLUMNS as a width the user chose and wraps its wide tables at 80 columns there, and
+    nowhere else. The worker's own defaults are dropped (a user's COLUMNS other than 80 is kept)."""
+    if hasattr(config, "workerinput") and os.environ.get("COLUMNS") == "80" and os.environ.get("LINES") == "24":
+        del os.environ["COLUMNS"], os.environ["LINES"]
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    if items:
+        items[0].config.stash.setdefault(DESELECTED, []).extend(items)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On xdist's workers (CI's parallel pass, `-n 2`) the slow tests go first, in their order: started last, a
+    minutes-long test would leave the other worker idle at the end, while at the start the many short tests
+    fill the other worker around it. (Every worker sorts alike: xdist requires the same collection.)"""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
 
 class ScriptedEnv(gymnasium.Env):
     """A deterministic world whose observation tells which tick produced it.

@@ -435,6 +435,7 @@ def test_sac_learns_through_the_device_learner(no_shm_leak):
 
 @pytest.mark.slow
 @pytest.mark.wall
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time (tests/test_ray_backend.py)
 def test_sac_learns_through_ray_learners(no_shm_leak):
     pytest.importorskip("ray", reason="the Ray backend needs the [ray] extra")
     import os

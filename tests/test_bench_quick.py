@@ -78,6 +78,7 @@ def test_channels_quick(no_leftover_segments) -> None:
     assert result["stats_us"]["slot"]["n"] == 300
 
 
+@pytest.mark.wall  # health_after: the server's sessions kept within half a second of real time (CI's wall pass)
 def test_server_quick(no_leftover_segments) -> None:
     """Quick `nonstop bench server`: a real server process, 4 sessions, one client each."""
     pytest.importorskip("fastapi")
@@ -115,6 +116,7 @@ def test_ticklog_quick_with_many_seats(tmp_path, monkeypatch) -> None:
 
 
 @pytest.mark.wall
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time (tests/test_ray_backend.py)
 def test_ray_quick_breaks_tau_theta_down(monkeypatch) -> None:
     """`nonstop bench ray` on a small local cluster: each part of the actors' τ_θ, the machine's CPU use
     during their world, and a diagnosis whose every cause carries its figure (issue 23)."""

@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import httpx
@@ -93,6 +95,10 @@ def install_openenv(target: Path, *pip_args: str, env: dict[str, str] | None = N
     raise AssertionError(f"could not install openenv {OPENENV_VERSION}: {done.stderr[-2000:]}")
 
 
+def _installed(target: Path) -> bool:
+    return (target / "openenv" / "core" / "mcp_client.py").exists()
+
+
 @pytest.fixture(scope="session")
 def openenv_010(request, tmp_path_factory) -> Path:
     """A directory holding ``openenv`` 0.10.0 as published (installed once per pytest cache, from the
@@ -101,12 +107,23 @@ def openenv_010(request, tmp_path_factory) -> Path:
     cache = getattr(request.config, "cache", None)  # absent under -p no:cacheprovider
     name = f"openenv-{OPENENV_VERSION}"
     target = Path(cache.mkdir(name)) if cache is not None else tmp_path_factory.mktemp(name)
-    if not (target / "openenv" / "core" / "mcp_client.py").exists():
-        unreachable = install_openenv(target)
+    if not _installed(target):
+        # installed beside the cache's directory and moved in whole: another pytest process (an xdist worker)
+        # may be installing it at the same time, and neither may see half of the other's
+        staging = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=target.parent))
+        unreachable = install_openenv(staging)
         if unreachable is not None:
+            shutil.rmtree(staging, ignore_errors=True)
             if os.environ.get("CI") == "true":
                 pytest.fail(f"CI must run the OpenEnv compatibility tests: {unreachable}")
             pytest.skip(unreachable)
+        try:
+            staging.rename(target)  # over the cache's empty directory
+        except OSError:  # not empty: another process's whole install (kept), or a killed pytest's half (replaced)
+            if not _installed(target):
+                shutil.rmtree(target)
+                staging.rename(target)
+        shutil.rmtree(staging, ignore_errors=True)
     return target
 
 

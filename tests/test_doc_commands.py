@@ -314,7 +314,10 @@ NOT_RUN = {
         "command itself) on a 12-cell battle map"
     ),
     "nonstop report runs/battle": "reports the run above, which is not run here (tests/test_teamplay.py reports its own)",
-    "python -m pytest -q": "the suite itself: .ci/run runs the README's line verbatim",
+    'python -m pytest -q -n 2 -m "not wall"': "the suite but its wall-clock tests, on two workers: .ci/run runs the "
+    "README's line verbatim",
+    "python -m pytest -q -n 2 -m wall": "the suite's wall-clock tests, on two workers once the rest are done: .ci/run "
+    "runs the README's line verbatim",
     "MLFLOW_TRACKING_URI=http://127.0.0.1:5000 nonstop train --env CartPole --seconds 600 --out runs/cartpole-server --track mlflow": "needs an MLflow tracking server on 127.0.0.1:5000 (mlflow-skinny has none); the run to MLflow's file store "
     "is the tracking block above",
     "nonstop gameboy record-state --game PokemonBattle --rom pokemon_blue.gb --from pokemon_blue.gb.state --out battle1.state": "needs a Pokémon Blue ROM, which nonstop cannot ship (tests/test_gameboy.py records a state from its test ROM)",
@@ -468,11 +471,12 @@ def kind(c: DocCommand) -> str:
 def test_the_pages_have_commands():
     """The collector sees what a reader sees: the README's two set-up lines and its first train."""
     readme = [c.text for c in shell_commands(ROOT / "README.md")]
-    assert readme[:4] == [
+    assert readme[:5] == [
         'pip install torch==2.13.0 -e ".[learn,plot,train]"',
         "nonstop demo",
         'pip install torch==2.13.0 -e ".[test]"',
-        "python -m pytest -q",
+        'python -m pytest -q -n 2 -m "not wall"',
+        "python -m pytest -q -n 2 -m wall",
     ]
     assert "nonstop train --env CartPole --seconds 2000 --out runs/cartpole" in readme
     assert len(_unique(COMMANDS)) >= 60
@@ -565,6 +569,18 @@ def test_the_readme_test_line_is_what_ci_runs():
     assert line in (ROOT / ".ci" / "run").read_text().splitlines(), (
         f"README.md:{install.line}: .ci/run should run `{line}`"
     )
+
+
+def test_the_readme_runs_the_wall_clock_tests_apart_from_the_rest():
+    """The README's test line (CI's) runs the suite on two workers in two passes: first every test but the
+    wall-clock ones, then the wall-clock ones (marker ``wall``: real-time bounds), so that a test bounding a
+    real time shares the cores with at most one other such test (sleep-bound, mostly), never with a learning
+    run or a figure's sweep; together the two passes run every test."""
+    passes = [c.argv for c in shell_commands(ROOT / "README.md") if c.argv[:3] == ["python", "-m", "pytest"]][:2]
+    assert len(passes) == 2, passes
+    marks = [argv[argv.index("-m", 3) + 1] for argv in passes]  # pytest's -m, after `python -m pytest`
+    assert marks == ["not wall", "wall"], passes
+    assert [argv[: argv.index("-m", 3)] for argv in passes] == [["python", "-m", "pytest", "-q", "-n", "2"]] * 2, passes
 
 
 # -- running them -----------------------------------------------------------------------------------

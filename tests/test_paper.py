@@ -170,6 +170,7 @@ def test_nlstar_refuses_learner_processes_past_the_cores(capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")  # one local Ray cluster at a time (tests/test_ray_backend.py)
 def test_figure_8s_bench_measures_on_ray_actors_past_the_cores(tmp_path, capsys):
     """Figure 8's cheapest subset: N_L* of the k = 1 net on Ray actors of a local 127.0.0.1 cluster,
     the search allowed past this machine's cores; a 1M net keeps up with 60 Hz on one learner."""

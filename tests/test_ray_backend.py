@@ -19,7 +19,9 @@ import pytest
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 ray = pytest.importorskip("ray", reason="the Ray backend needs the [ray] extra")
 
-pytestmark = [pytest.mark.wall, pytest.mark.slow]  # a local Ray cluster: ~3 min on 2 cores
+# a local Ray cluster: ~3 min on 2 cores. xdist_group: under xdist (`-n 2`, with pyproject's --dist loadgroup) every
+# Ray test runs on one worker, in order: one cluster at a time, this module's started once
+pytestmark = [pytest.mark.wall, pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 
 @pytest.fixture(scope="module")
@@ -521,6 +523,9 @@ def test_a_train_whose_ray_learners_all_die_stops_and_exits_1(cluster, tmp_path,
 
     monkeypatch.setattr(record, "RECORDERS", (*record.RECORDERS, KillTheLearners))
     before = _alive_actors()
+    # segments this pytest process held before the run are not the run's (under xdist any test of the suite
+    # may have run here before this one)
+    segments_before = set(segments_of(os.getpid()))
     out = tmp_path / "run"
     args = ["train", "--env", "CartPole", "--clock", "wall", "--seconds", "120", "--backend", "thread"]
     args += ["--learner-backend", "ray", "--n-learners", "2", "--max-restarts", "0", "--learning-starts", "32"]
@@ -545,7 +550,7 @@ def test_a_train_whose_ray_learners_all_die_stops_and_exits_1(cluster, tmp_path,
     assert sorted(d["part"] for d in deaths) == ["Ray learner 0", "Ray learner 1"], deaths
     assert all(not d["restarted"] and "ray.kill" in d["cause"] and " on node " in d["where"] for d in deaths), deaths
     assert not (_alive_actors() - before), "the run left actors alive"
-    assert not segments_of(os.getpid())
+    assert not set(segments_of(os.getpid())) - segments_before, "the run left shared memory behind"
 
 
 def test_too_many_ray_learners_for_the_cluster_is_one_line(cluster):

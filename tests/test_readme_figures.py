@@ -54,11 +54,17 @@ def _number(text: str) -> float:
     return float(text.replace(",", ""))
 
 
-def _whole_suite(config: pytest.Config) -> bool:
-    """Whether this session collected the whole suite, nothing deselected (`python -m pytest -q`, as CI runs it)."""
-    o = config.option
-    chosen = o.markexpr or o.keyword or o.deselect or o.ignore or o.ignore_glob or getattr(o, "lf", False)
-    return config.args_source == pytest.Config.ArgsSource.TESTPATHS and not chosen
+def _whole_collection(request: pytest.FixtureRequest) -> list[pytest.Item] | None:
+    """Every test of the suite as this session collected it, those `-m` left out included, where the
+    session collected the whole suite (`python -m pytest -q`, or either of CI's two passes, `-m "not wall"`
+    and `-m wall`); None where it was given paths, names, deselections or last failures."""
+    from conftest import DESELECTED
+
+    o = request.config.option
+    chosen = o.keyword or o.deselect or o.ignore or o.ignore_glob or getattr(o, "lf", False)
+    if request.config.args_source != pytest.Config.ArgsSource.TESTPATHS or chosen:
+        return None
+    return [*request.session.items, *request.config.stash.get(DESELECTED, [])]
 
 
 @pytest.mark.slow
@@ -68,8 +74,8 @@ def test_the_test_counts_are_about_what_collection_finds(request) -> None:
     m = re.search(r"leaves\s+out\s+the\s+~([\d,]+)\s+slowest\s+tests\s+and\s+runs\s+the\s+other\s+~([\d,]+)", README)
     assert m, "the README's sentence on the test counts moved: update this test"
     said_slow, said_other = _number(m[1]), _number(m[2])
-    if _whole_suite(request.config):
-        items = request.session.items
+    items = _whole_collection(request)
+    if items is not None:
         slow = sum(1 for item in items if item.get_closest_marker("slow") is not None)
         other = len(items) - slow
     else:
