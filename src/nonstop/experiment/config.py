@@ -331,7 +331,9 @@ class TrainConfig:
             raise ValueError(f"snapshot_every must be a positive number of world seconds, got {self.snapshot_every!r}")
         if not isinstance(self.pool_size, int) or isinstance(self.pool_size, bool) or self.pool_size < 1:
             raise ValueError(f"pool_size must be an integer >= 1, got {self.pool_size!r}")
-        if self.trials is not None and (not isinstance(self.trials, int) or isinstance(self.trials, bool) or self.trials < 0):
+        if self.trials is not None and (
+            not isinstance(self.trials, int) or isinstance(self.trials, bool) or self.trials < 0
+        ):
             raise ValueError(f"trials must be an integer >= 0, got {self.trials!r}")
 
     # ------------------------------------------------------------------ the keys the parts are chosen by
