@@ -281,20 +281,24 @@ def test_the_sac_row_is_the_shipped_halfcheetah_entry() -> None:
     assert f"{m[1]} at {m[2]} ticks" in entry.reached and f"reached {m[3]}" in entry.reached, entry.reached
 
 
-def test_the_delay_row_is_the_shipped_bpql_entry() -> None:
-    """The delay row quotes what `nonstop/learning/hyperparams/bpql.yml` ships for HalfCheetah-v5: its command
+def test_the_delay_row_is_the_shipped_dmsac_entry() -> None:
+    """The delay row quotes what `nonstop/learning/hyperparams/dmsac.yml` ships for HalfCheetah-v5: its command
     and figure (3 runs of 100,000 ticks: about 40 minutes on 2 quiet cores, too long for CI), and its share
     is that figure over the SAC row's."""
     from nonstop.learning.hyperparams import world_entry
 
     command, reached = _row("HalfCheetah behind a slow model")
-    entry = world_entry("bpql", "HalfCheetah-v5")
+    entry = world_entry("dmsac", "HalfCheetah-v5")
     assert entry is not None and entry.command == command and entry.reached
     m = re.search(r"return of (([\d,]+) \[.+?\]) over 3 seeds at ([\d,]+) ticks, (\d+) % of", reached)
     assert m, reached
     assert f"{m[1]} at {m[3]} ticks" in entry.reached, entry.reached
     sac = re.search(r"return of ([\d,]+) ", _row("SAC on HalfCheetah")[1])
     assert sac and round(100 * _number(m[2]) / _number(sac[1])) == int(m[4])
+    bpql = world_entry("bpql", "HalfCheetah-v5")  # the row's aside: BPQL's shipped figure, and its share
+    b = re.search(r"BPQL: ([\d,]+), (\d+) %", reached)
+    assert bpql is not None and b and f"of {b[1]} [" in bpql.reached
+    assert round(100 * _number(b[1]) / _number(sac[1])) == int(b[2])
 
 
 @pytest.mark.slow
