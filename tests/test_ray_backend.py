@@ -490,7 +490,10 @@ def test_round_robin_sees_another_learners_death_before_its_turn(cluster):
         assert learners._wait_turn(0, slow) is False  # the run failed meanwhile
         waited = time.monotonic() - t0
     finally:
-        ray.cancel(slow, force=True)
+        # `slow` ends by itself (it holds no CPU). Never ray.cancel(force=True) a running task here: in Ray 2.60 the
+        # kill can race the task's own reply and abort the driver, the test process itself (task_manager.cc:
+        # "Tried to complete task that was not pending"), as it did once under CI's second xdist worker.
+        del slow
         learners.stop()
         setup.close()
     assert waited < 10, waited
