@@ -85,15 +85,11 @@ def bpql_losses(
     leading numbers of a stored frame are the world's observation. ``noise_next``, ``noise``: ξ of ã', ã."""
     import torch
 
-    if batch.state is None or batch.next_state is None:
-        raise ValueError("BPQL learns on batches with their landing states: sample(states=True)")
+    from nonstop.learning.sacupdate import landing_batch
+
+    s, s_next, a, reward, discount, log_scale, alpha = landing_batch(online, batch, obs_dim, "BPQL")
     device = online.log_alpha.device
     x, x_next = to_tensor(batch.obs, device), to_tensor(batch.next_obs, device)
-    s, s_next = to_tensor(batch.state[:, :obs_dim], device), to_tensor(batch.next_state[:, :obs_dim], device)
-    a = (to_tensor(batch.action, device) - online.bias) / online.scale  # normalised to [-1, 1]
-    reward, discount = to_tensor(batch.reward, device), to_tensor(batch.discount, device)
-    log_scale = online.scale.log().sum()  # log π in the world's units = normalised log π − Σ log scale
-    alpha = online.log_alpha.exp().detach()
 
     with torch.no_grad():
         a_next, logp_next = online.actor.sample(online.encoder(x_next), noise_next)  # ã' ~ π(·|x')

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from nonstop.learning.algos import to_tensor
-from nonstop.learning.sacupdate import SACNetworks, mlp, soft_actor_losses, twin_critic_loss
+from nonstop.learning.sacupdate import SACNetworks, landing_batch, mlp, soft_actor_losses, twin_critic_loss
 
 if TYPE_CHECKING:
     from nonstop.learning.replay import Batch
@@ -143,14 +143,8 @@ def dmsac_losses(
     actor reads the state the model predicts from the observation each action was decided on, ŝ(x), as it
     acts, and is valued at the true state (else it reads the true state). ``noise_next``, ``noise``: ξ of
     ã', ã (None: drawn)."""
-    if batch.state is None or batch.next_state is None:
-        raise ValueError("DMSAC learns on batches with their landing states: sample(states=True)")
-    device, obs_dim = online.log_alpha.device, online.obs_dim
-    s, s_next = to_tensor(batch.state[:, :obs_dim], device), to_tensor(batch.next_state[:, :obs_dim], device)
-    a = (to_tensor(batch.action, device) - online.bias) / online.scale  # normalised to [-1, 1]
-    reward, discount = to_tensor(batch.reward, device), to_tensor(batch.discount, device)
-    log_scale = online.scale.log().sum()  # log π in the world's units = normalised log π − Σ log scale
-    alpha = online.log_alpha.exp().detach()
+    s, s_next, a, reward, discount, log_scale, alpha = landing_batch(online, batch, online.obs_dim, "DMSAC")
+    device = online.log_alpha.device
 
     with torch.no_grad():
         if on_prediction:  # what the actor reads: ŝ(x), ŝ(x')

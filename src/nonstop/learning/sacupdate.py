@@ -63,6 +63,8 @@ __all__ = [
     "LOG_STD_MAX",
     "SACLosses",
     "sac_losses",
+    "LandingBatch",
+    "landing_batch",
     "twin_critic_loss",
     "soft_actor_losses",
     "sac_backward",
@@ -247,6 +249,37 @@ def sac_losses(
     critic = twin_critic_loss(online, f, a, y)  # J_Q
     actor, temperature = soft_actor_losses(online, f, target_entropy, noise)  # J_π, J_α
     return SACLosses(critic, actor, temperature, y)
+
+
+class LandingBatch(NamedTuple):
+    """A batch sampled with its landing states, on the learner's device: ``s`` and ``s'`` (the world's states,
+    the first ``obs_dim`` numbers of a stored frame), ``a`` normalised to [-1, 1], ``R``, ``γ_n``, Σ log scale
+    (log π in the world's units = normalised log π − Σ log scale) and α, held fixed."""
+
+    s: torch.Tensor
+    s_next: torch.Tensor
+    a: torch.Tensor
+    reward: torch.Tensor
+    discount: torch.Tensor
+    log_scale: torch.Tensor
+    alpha: torch.Tensor
+
+
+def landing_batch(online: SACNetworks, batch: Batch, obs_dim: int, algo: str) -> LandingBatch:
+    """``batch``'s tensors for the learners that value the states actions acted on (BPQL, DMSAC); ``algo``
+    names the learner in the one-line refusal of a batch sampled without its states."""
+    if batch.state is None or batch.next_state is None:
+        raise ValueError(f"{algo} learns on batches with their landing states: sample(states=True)")
+    device = online.log_alpha.device
+    return LandingBatch(
+        to_tensor(batch.state[:, :obs_dim], device),
+        to_tensor(batch.next_state[:, :obs_dim], device),
+        (to_tensor(batch.action, device) - online.bias) / online.scale,
+        to_tensor(batch.reward, device),
+        to_tensor(batch.discount, device),
+        online.scale.log().sum(),
+        online.log_alpha.exp().detach(),
+    )
 
 
 def twin_critic_loss(online: SACNetworks, f: torch.Tensor, a: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
