@@ -205,13 +205,24 @@ def test_dcac_resamples_as_far_as_the_staggered_delay_allows(algo, reach, no_shm
         algo_.backward(model, target, plain)
 
 
-@pytest.mark.parametrize("algo", ["rtac", "dcac", "bpql", "dmsac"])
+_SEE_THE_BUFFER = "rtac, dcac, dcac-q, bpql or dmsac"  # as the refusals name them
+
+
+def test_the_refusals_name_every_algorithm_that_sees_the_actions_in_flight() -> None:
+    """The two refusals list the algorithms by name: a new one with an action buffer must be added to them."""
+    from nonstop.experiment.registry import lookup, names
+
+    seeing = [n for n in names("algo") if lookup("algo", n).needs_action_buffer]
+    assert ", ".join(seeing[:-1]) + " or " + seeing[-1] == _SEE_THE_BUFFER
+
+
+@pytest.mark.parametrize("algo", ["rtac", "dcac", "dcac-q", "bpql", "dmsac"])
 def test_algorithms_that_see_the_actions_in_flight_are_refused_where_delay_aware_is(algo) -> None:
     """RTAC and DCAC always see the buffer, so they go where --delay-aware goes: thread or process workers
     (on batching lanes the pool's due ticks were measured a tick off the tick log), and no self-play."""
     from nonstop.experiment.config import TrainConfig
 
     for kwargs in ({"backend": "batched"}, {"backend": "batched_process", "clock": "wall"}, {"self_play": True}):
-        with pytest.raises(ValueError, match=r"^--delay-aware \(and --algo rtac, dcac or bpql"):
+        with pytest.raises(ValueError, match=r"^--delay-aware \(and --algo " + _SEE_THE_BUFFER):
             TrainConfig(env="Pendulum-v1", algo=algo, latency="3t", **kwargs)
     assert TrainConfig(env="Pendulum-v1", algo=algo, latency="3t", backend="process").inference_backend == "thread"

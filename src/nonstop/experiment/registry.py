@@ -249,7 +249,8 @@ _BATCHED_SETTINGS: Final = ("batch_curve", "max_batch", "device")
 _NO_DELAY_AWARE = refuses(
     "delay_aware",
     True,
-    why="--delay-aware (and --algo rtac, dcac or bpql, whose actors always see the actions in flight) runs the "
+    why="--delay-aware (and --algo rtac, dcac, dcac-q, bpql or dmsac, whose actors always see the actions in flight) "
+    "runs the "
     "learner's own pool with thread or process workers (its action buffer is exact there, tested against the "
     "tick log): use --backend thread or process, and no --self-play",
 )
@@ -289,7 +290,7 @@ _CONSTRAINTS: dict[str, dict[str, Constraint]] = {
                 refuses(
                     "delay_aware",
                     True,
-                    why="--delay-aware (and --algo rtac, dcac or bpql) reads one seat's actions in flight: on a "
+                    why="--delay-aware (and --algo rtac, dcac, dcac-q, bpql or dmsac) reads one seat's actions in flight: on a "
                     "world of many seats train without it",
                 ),
             ),
