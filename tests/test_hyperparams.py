@@ -53,6 +53,23 @@ def test_a_users_file_replaces_the_shipped_one_and_a_typed_flag_wins_over_both(t
     assert (shipped.lr, shipped.batch_size) == (5e-4, 64)
 
 
+def test_an_entry_keyed_module_id_applies_however_the_world_is_named(tmp_path):
+    """``--env ID --env-module MOD`` names the world ``MOD:ID``, as ``--env MOD:ID`` does: the entry keyed so
+    applies to both, and the bare id's entry to neither (`world_entry` looks the world up by the run's name)."""
+    mine = tmp_path / "mine.yml"
+    mine.write_text('"nonstop.envs.duel:CartPole":\n  batch_size: 8\nCartPole:\n  batch_size: 16\n')
+    apart = _config("--env", "CartPole", "--env-module", "nonstop.envs.duel", "--hyperparams", str(mine))
+    joined = _config("--env", "nonstop.envs.duel:CartPole", "--hyperparams", str(mine))
+    bare = _config("--env", "CartPole", "--hyperparams", str(mine))
+    assert (apart.env, apart.algo_settings.batch_size) == ("nonstop.envs.duel:CartPole", 8)
+    assert (joined.env, joined.algo_settings.batch_size) == ("nonstop.envs.duel:CartPole", 8)
+    assert (bare.env, bare.algo_settings.batch_size) == ("CartPole", 16)
+    entry = world_entry("dqn", "CartPole", str(mine), env_module="nonstop.envs.duel")
+    assert entry is not None and entry.env == "nonstop.envs.duel:CartPole" and entry.settings == {"batch_size": 8}
+    with pytest.raises(ValueError, match="name two modules"):
+        world_entry("dqn", "other:CartPole", str(mine), env_module="nonstop.envs.duel")
+
+
 def test_a_bad_file_is_one_line_naming_it_and_what_is_wrong(tmp_path):
     bad = tmp_path / "bad.yml"
     bad.write_text("CartPole:\n  learning_rate: 0.01\n")

@@ -9,7 +9,7 @@ import pytest
 
 from nonstop.commands.train import add_arguments, request_from_args, settings_from_args
 from nonstop.experiment.config import TrainConfig
-from nonstop.experiment.request import TrainRequest, Typed, resolve, resume_config, saved_algorithm
+from nonstop.experiment.request import TrainRequest, Typed, resolve, resume_config, saved_algorithm, train
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -20,12 +20,50 @@ def _args(*argv: str) -> argparse.Namespace:
     return args
 
 
-def test_the_command_reads_its_texts_into_typed_values():
+def test_the_command_hands_its_texts_down_and_the_library_reads_each_with_its_part():
+    """The command names each flag as the config's field and keeps the texts another part defines as typed;
+    `resolve` reads them (the world's id with its module, KEY=VALUE items, trackers, a size)."""
     request = request_from_args(
         _args("--env", "Target1D-v0", "--env-module", "mypkg.worlds", "--env-arg", "tick_hz=20", "--track", "wandb")
     )
-    assert request.env == "mypkg.worlds:Target1D-v0" and request.env_kwargs == {"tick_hz": 20}
-    assert request.record["track"] == ("wandb",) and request.typed == frozenset()
+    assert (request.env, request.env_module, request.env_args, request.track) == (
+        "Target1D-v0",
+        "mypkg.worlds",
+        ("tick_hz=20",),
+        ("wandb",),
+    )
+    assert "track" not in request.record and request.typed == frozenset()
+    plan = resolve(
+        TrainRequest(
+            env="CartPole",
+            env_module="nonstop.envs.duel",  # a module that imports cleanly; CartPole stays nonstop's
+            env_args=("max_episode_steps=50",),
+            scheduler_args=("cap=8",),
+            trim_above="1MiB",
+            run={"seconds": 3.0, "clock": "wall", "backend": "process", "scheduler": "fill"},
+            track=("wandb,mlflow", "wandb"),
+        )
+    )
+    assert plan.cfg.env == "nonstop.envs.duel:CartPole" and plan.cfg.env_kwargs["max_episode_steps"] == 50
+    assert (plan.cfg.scheduler_args, plan.cfg.trim_above, plan.rec.track) == ({"cap": 8}, 2**20, ("wandb", "mlflow"))
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ({"env_args": ("tick_hz",)}, r"^--env-arg takes KEY=VALUE, got 'tick_hz'$"),
+        ({"scheduler_args": ("cap",)}, r"^--scheduler-arg takes KEY=VALUE, got 'cap'$"),
+        ({"track": ("tb",)}, r"^--track 'tb' is not a tracker: choose from wandb, mlflow \(TensorBoard is always on"),
+        ({"trim_above": "lots"}, r"^--trim-above takes bytes with an optional unit"),
+        ({"trim_above": "4MiB"}, r"^--trim-above 4MiB trims worker processes: it needs --clock wall and --backend"),
+        ({"env": "x:Y", "env_module": "z"}, r"^--env x:Y and --env-module z name two modules: give one"),
+    ],
+)
+def test_a_text_the_library_cannot_read_is_the_flags_own_line_before_any_run_directory(tmp_path, text, said):
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match=said):
+        train(TrainRequest(**text, record={"out": str(out)}), console=None)
+    assert not out.exists()
 
 
 def test_a_new_run_resolves_from_a_request_alone():

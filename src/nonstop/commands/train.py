@@ -312,13 +312,11 @@ def _setting_names() -> set[str]:
 
 
 def request_from_args(args: argparse.Namespace) -> TrainRequest:
-    """The `TrainRequest` the flags make (`nonstop.experiment.request`): each flag read once, its text
-    parsed (the world's id with its module, KEY=VALUE items, trackers, sizes), and the checks that need
-    no lower layer. ``args`` is read here and nowhere below."""
-    from nonstop.envs.registry import parse_env_args, qualify_env_id
+    """The `TrainRequest` the flags make (`nonstop.experiment.request`): each flag read once, named as the
+    config's field, and the checks that need no lower layer; the texts another part defines (the world's id
+    and module, KEY=VALUE items, trackers, a size) go down as typed, for the library to read. ``args`` is read
+    here and nowhere below."""
     from nonstop.experiment.request import TrainRequest
-    from nonstop.learning.tracking import parse_track
-    from nonstop.policies.memory import parse_min_free
 
     given = vars(args)  # the flags named by the configs' fields (every one set by the parser, typed or not)
     typed = _as_config_names(given_flags(args)) if args.resume else frozenset()
@@ -334,7 +332,7 @@ def request_from_args(args: argparse.Namespace) -> TrainRequest:
             "--trust-module trusts the module a resumed run's config.json names: it goes with --resume "
             "(a world typed as --env MODULE:ID is imported as it is)"
         )
-    run = {  # the world and the size of a trimmed heap are texts, read below
+    run = {  # the world and the size of a trimmed heap are texts, handed down as typed
         n: given[n]
         for n in (*_RUN_FIELDS, *_DELAY_FIELDS, *_TEAM_FIELDS)
         if n not in ("env", "trim_above") and given[n] is not None
@@ -343,32 +341,20 @@ def request_from_args(args: argparse.Namespace) -> TrainRequest:
     if isinstance(settings.get("hidden"), list):
         settings["hidden"] = tuple(settings["hidden"])
     self_play = _self_play(args.self_play, {name: given[name] for name in _SELF_PLAY_FIELDS if given[name] is not None})
-    # the texts, each read by the part that defines it (trackers, worlds, sizes)
-    track = parse_track(args.track)
-    env = qualify_env_id(args.env, args.env_module)  # MODULE:ID: the module travels with the id everywhere
-    env_kwargs = parse_env_args(args.env_arg)  # KEY=VALUE, values read as JSON
-    try:
-        scheduler_args = parse_env_args(args.scheduler_arg)
-    except ValueError as exc:
-        raise ValueError(str(exc).replace("--env-arg", "--scheduler-arg")) from None
-    if args.trim_above is not None:
-        run["trim_above"] = parse_min_free(args.trim_above)
-        if args.clock != "wall" or args.backend not in ("process", "ray"):
-            raise ValueError(
-                f"--trim-above {args.trim_above} trims worker processes: it needs --clock wall and --backend "
-                "process or ray (these workers are threads of this process, which keeps its heap)"
-            )
     return TrainRequest(
         algo=args.algo,
-        env=env,
+        env=args.env,
         env_module=args.env_module,
-        env_kwargs=env_kwargs,
+        env_args=tuple(args.env_arg or ()),
         pixels=args.pixels,
-        run={**run, **self_play, "seed": args.seed, "scheduler_args": scheduler_args},
+        scheduler_args=tuple(args.scheduler_arg or ()),
+        trim_above=args.trim_above,
+        run={**run, **self_play, "seed": args.seed},
         settings=settings,
         preset=args.preset,
         hyperparams=args.hyperparams,
-        record={**record, "track": track, "tensorboard": args.tensorboard},
+        record={**record, "tensorboard": args.tensorboard},
+        track=tuple(args.track or ()),
         resume=bool(args.resume),
         trust_module=args.trust_module,
         typed=typed,

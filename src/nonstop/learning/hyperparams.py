@@ -72,10 +72,19 @@ def read_file(text: str, source: str, *, shipped: bool) -> dict[str, dict[str, A
     return {str(env): entry for env, entry in data.items()}
 
 
-def world_entry(algo: str, env: str, path: str | Path | None = None, config_class: Any = None) -> WorldEntry | None:
+def world_entry(
+    algo: str, env: str, path: str | Path | None = None, config_class: Any = None, *, env_module: str | None = None
+) -> WorldEntry | None:
     """``env``'s entry for ``algo``: from ``path`` (the user's ``--hyperparams``) or the shipped file;
-    None where the file has none. With ``config_class``, a key that is not one of its settings is one
-    line naming the file and the key."""
+    None where the file has none. The entry is the one keyed as the run names its world: with ``env_module``
+    (``--env-module``), ``MODULE:ID`` (`nonstop.envs.registry.qualify_env_id`, whose refusals it makes).
+    With ``config_class``, a key that is not one of its settings is one line naming the file and the key.
+
+    >>> world_entry("dqn", "CartPole", env_module="nonstop.envs.duel") is None  # no entry keyed that way
+    True
+    """
+    from nonstop.envs.registry import qualify_env_id
+
     if path is not None:
         try:
             text = Path(path).read_text(encoding="utf-8")
@@ -88,6 +97,7 @@ def world_entry(algo: str, env: str, path: str | Path | None = None, config_clas
             return None
         source = f"nonstop/learning/hyperparams/{algo}.yml"
         entries = read_file(file.read_text(encoding="utf-8"), source, shipped=True)
+    env = qualify_env_id(env, env_module)  # the key the run's world is named by
     entry = entries.get(env)
     if entry is None:
         return None
