@@ -15,25 +15,29 @@ at ``t + 1 … t + τ − 1``, each slot carrying its ticks to apply, ``due − 
     a ~ π(·|ŝ)                                                  # the actor of the undelayed world
 
 The replay knows each action's state in hindsight (`nonstop.learning.replay`, ``landing_states``: ``s`` the
-state ``a`` acted on, ``s'`` the one the next decision's action met), so the actor, the critics and the model all
-learn on the undelayed world. One update; γ_n the semi-MDP's discount of the decision's n ticks::
+state ``a`` acted on, ``s'`` the one the next decision's action met), so the critics and the model learn on the
+undelayed world, and the actor reads what it will act on: ŝ(x), the model's rollout of the observation ``x``
+each action was decided on, as a worker computes it. One update; γ_n the semi-MDP's discount of the decision's
+n ticks::
 
-    (s, a, R, γ_n, n, s') ~ replay
-    ã' ~ π(·|s')
-    y   = R + γ_n · (min_i Q_targ,i(s', ã') − α·log π(ã'|s'))  # SAC's (`nonstop.learning.sacupdate`), on states
-    J_Q = ½·Σ_i (Q_i(s, a) − y)²                               # → the critics
-    J_π = α·log π(ã|s) − min_i Q_i(s, ã),   ã ~ π(·|s)         # → the actor
-    J_α = −α·(log π(ã|s) + H̄),  H̄ = −|A|                       # → log α
+    (x, s, a, R, γ_n, n, x', s') ~ replay
+    ã' ~ π(·|ŝ(x'))
+    y   = R + γ_n · (min_i Q_targ,i(s', ã') − α·log π(ã'|ŝ(x')))  # SAC's target (`sacupdate`), valued at states
+    J_Q = ½·Σ_i (Q_i(s, a) − y)²                                   # → the critics
+    J_π = α·log π(ã|ŝ(x)) − min_i Q_i(s, ã),   ã ~ π(·|ŝ(x))         # → the actor
+    J_α = −α·(log π(ã|ŝ(x)) + H̄),  H̄ = −|A|                          # → log α
     J_f = mean over n = 1, dims d of (Δ_φ(s, a)_d − (s' − s)_d)² / Var_batch[(s' − s)_d]   # → φ
 
 A transition with ``n = 1`` is one tick of the world: the next decision's action landed on the tick after,
 so ``s'`` is what ``a`` made of ``s``; the others span β's ticks or a hold and are masked out of ``J_f``. Each
 dimension's error is measured in units of its change's spread in the batch, so the fast joints do not drown the
-slow ones; the model takes ``a`` in the world's units, as the action buffer holds it. With ``actor_on_prediction`` the actor
-reads what it will act on, ŝ(x), the model's rollout of the observation each action was decided on: ``ã ~ π(·|ŝ(x))``
-in ``J_π`` and ``J_α`` and ``ã' ~ π(·|ŝ(x'))`` in ``y``, still valued at the true ``s`` and ``s'`` (BPQL's projection,
-with the model between the observation and the actor). With a 1-tick model nothing is in flight, ``ŝ = obs(t)``, and DMSAC is SAC. φ is a block of θ (after
-the critics, before log α): it reaches the workers with the actor.
+slow ones; the model takes ``a`` in the world's units, as the action buffer holds it. The actor learns on
+ŝ(x), not on ``s``, so that it learns around the model's error where it acts (BPQL's projection, with the model
+between the observation and the actor; ŝ is held fixed: J_π does not train φ). ``actor_on_prediction=False``
+(``--no-actor-on-prediction``) reads ``s`` and ``s'`` instead: on HalfCheetah-v5 behind a 6-tick model, over
+seeds 0-2 at 100,000 ticks, 4,144 against 4,746 with the prediction, lower on every seed. With a 1-tick model
+nothing is in flight, ``ŝ = obs(t)``, and DMSAC is SAC. φ is a block of θ (after the critics, before log α): it
+reaches the workers with the actor.
 """
 
 from __future__ import annotations
@@ -65,10 +69,11 @@ class DMSACConfig(SACConfig):
     )
 
     actor_on_prediction: bool = field(
-        default=False,
+        default=True,
         metadata={
             "help": "train the actor on the state the model predicts from the observation each action was "
-            "decided on, as it acts (valued at the true state), rather than on the true state"
+            "decided on, as it acts (valued at the true state); --no-actor-on-prediction trains it on the true "
+            "state (on HalfCheetah behind a 6-tick model: 4,746 against 4,144 over the same 3 seeds)"
         },
     )
 
