@@ -210,6 +210,12 @@ SHORTENED: dict[str, tuple[str, str]] = {
         "--seeds 1 --ticks 100 --last 1 --jobs 1",
         "3 runs of 100,000 HalfCheetah ticks take 40 minutes on 2 quiet cores; 100 ticks start the world and BPQL",
     ),
+    "nonstop bench delay --envs Pendulum-v1 --taus 1,6 --algos sac,dmsac --judged-cells --seeds 3 --ticks 15000 "
+    "--jobs 2 --json": (
+        "nonstop bench delay --envs Pendulum-v1 --taus 1,6 --algos sac,dmsac --judged-cells --seeds 3 --ticks 15000 "
+        "--jobs 2 --json --seeds 1 --ticks 300 --last 1 --jobs 1",
+        "DMSAC's judged Pendulum grid: 9 runs of 15,000 ticks (22 minutes, 2 at once on 2 cores); one seed of 300",
+    ),
     "nonstop bench delay --envs HalfCheetah-v5 --taus 6 --algos dmsac --seeds 3 --ticks 100000 --jobs 3 --json": (
         "nonstop bench delay --envs HalfCheetah-v5 --taus 6 --algos dmsac --seeds 3 --ticks 100000 --jobs 3 --json "
         "--seeds 1 --ticks 100 --last 1 --jobs 1",

@@ -41,6 +41,8 @@ def test_every_shipped_entry_says_what_it_reached_and_how_and_builds_its_algorit
         entry = world_entry(algo, env, config_class=cls)
         assert entry is not None and entry.reached and entry.command.startswith("nonstop ") and env in entry.command
         cls.for_family("classic", **entry.settings)  # each value is one its config accepts
+        said = entry.line()  # the run's first line: what it sets, never an empty list
+        assert f"from {entry.source}: " in said and f"from {entry.source}: ;" not in said, said
 
 
 def test_a_users_file_replaces_the_shipped_one_and_a_typed_flag_wins_over_both(tmp_path):

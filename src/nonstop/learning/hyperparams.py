@@ -40,7 +40,7 @@ class WorldEntry:
 
     def line(self) -> str:
         """How the run's first lines say where its settings came from."""
-        said = ", ".join(f"{k} {v}" for k, v in self.settings.items())
+        said = ", ".join(f"{k} {v}" for k, v in self.settings.items()) or "the algorithm's own defaults"
         known = f"; reached {self.reached} with `{self.command}`" if self.reached else ""
         return f"settings for {self.env} from {self.source}: {said}{known}"
 
