@@ -577,6 +577,26 @@ def test_the_readme_test_line_is_what_ci_runs():
     )
 
 
+def test_ci_stops_when_any_step_of_the_readme_test_line_fails(tmp_path):
+    """Under ``set -e`` bash does not stop at a failing command that is not the last of an ``&&`` list: a failing
+    first pass would go on to the lint gates and could end green. .ci/run keeps the README's line in a group
+    of its own; here that group runs with the line's first pass failing, and the script must stop there."""
+    install = next(
+        c for c in shell_commands(ROOT / "README.md") if c.argv[:2] == ["pip", "install"] and ".[test]" in c.argv
+    )
+    line = (ROOT / "README.md").read_text().splitlines()[install.line - 1].strip()
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    at = lines.index(line)
+    assert lines[at - 1] == "(" and lines[at + 1] == ")", lines[at - 1 : at + 2]
+    assert "set -euo pipefail" in lines
+    failing = "true && false && true"  # the install passes, the first pass fails, the wall pass would pass
+    for group, stops in ((["(", failing, ")"], True), ([failing], False)):  # the group, and the bare line
+        script = tmp_path / "ci"
+        script.write_text("\n".join(["set -euo pipefail", *group, "echo the-gates-ran"]) + "\n")
+        done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
+        assert (done.returncode != 0 and "the-gates-ran" not in done.stdout) is stops, (group, done)
+
+
 def test_the_readme_runs_the_wall_clock_tests_apart_from_the_rest():
     """The README's test line (CI's) runs the suite in two passes on two workers: first every test but the
     wall-clock ones, then the wall-clock ones (marker ``wall``: real-time bounds), so that a test bounding a
