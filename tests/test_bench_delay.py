@@ -127,3 +127,22 @@ def test_judged_cells_in_parallel_runs_plain_sac_at_every_tau_and_the_others_at_
     assert [(c["tau"], c["algo"]) for c in result["cells"]] == [(1, "sac"), (6, "sac"), (6, "sac+delay")]
     assert "sac+delay" in result["verdicts"][0]["recovered"]
     assert len(out.stderr.strip().splitlines()) >= 3  # a line per run, as each ends
+
+
+@pytest.mark.slow  # two runs of 1,000 Pendulum ticks, about 20 s
+def test_a_run_says_how_far_it_is_without_moving_its_figures(capsys, monkeypatch) -> None:
+    """Each run prints about ten progress lines on stderr (a grid of hour-long runs shows its way), the last
+    at its whole length; the lines fall on the run's own 50-tick slices, so its figures are those of a run
+    that says nothing until it ends (the virtual clock)."""
+    from nonstop.bench import delay
+
+    spoken = delay.run_cell("Pendulum-v1", 3, "sac", 0, 1000, 3)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("bench delay: Pendulum-v1 τ 3")]
+    ticks = [int(line.split(": ")[2].split(" of ")[0].replace(",", "")) for line in lines]
+    assert ticks == list(range(100, 1001, 100)), lines
+    assert lines[-1].startswith("bench delay: Pendulum-v1 τ 3 sac seed 0: 1,000 of 1,000 ticks, recent return ")
+    monkeypatch.setattr(delay, "_tenth", lambda ticks, tick_hz: (ticks + 0.5) / tick_hz)  # one slice: the end
+    quiet = delay.run_cell("Pendulum-v1", 3, "sac", 0, 1000, 3)
+    keys = ("return", "episodes", "updates", "inaction", "delay_ticks")
+    assert spoken["updates"] > 500 and spoken["episodes"] == 5, spoken  # it learned, so the figures say something
+    assert {k: spoken[k] for k in keys} == {k: quiet[k] for k in keys}

@@ -209,7 +209,11 @@ def run_cell(
         **settings,
     )
     started = time.monotonic()
-    out = train(cfg, progress_every=max(1.0, cfg.seconds))
+    out = train(
+        cfg,
+        on_progress=_say_progress(f"{env} τ {tau} {algo} seed {seed}", ticks, started),
+        progress_every=_tenth(ticks, tick_hz),
+    )
     returns = [float(r) for r in out["episode_returns"]]
     summary = out["summary"]
     return {
@@ -224,6 +228,38 @@ def run_cell(
         "updates": int(out["updates"] or 0),
         "wall_s": time.monotonic() - started,
     }
+
+
+#: progress slices are whole multiples of this many ticks, the run's own slice (`Run.advance`), so that
+#: saying how far a run is does not move where its slices fall (the virtual clock's figures stay the same)
+_SLICE_TICKS = 50
+
+
+def _tenth(ticks: int, tick_hz: float) -> float:
+    """World seconds between a run's progress lines: about a tenth of its ``ticks``, in whole slices."""
+    slices = max(1, round(ticks / 10 / _SLICE_TICKS))
+    return slices * _SLICE_TICKS / tick_hz
+
+
+def _say_progress(label: str, ticks: int, started: float) -> Any:
+    """A line on stderr per progress row of one run (a long grid shows its way between runs' ends)."""
+
+    said = [-1]  # the ticks of the last line: the run's last half-tick slice says nothing new
+
+    def say(row: dict[str, Any]) -> None:
+        if row["env_ticks"] == said[0]:
+            return
+        said[0] = row["env_ticks"]
+        recent = row["recent_return"]
+        shown = "—" if recent != recent else f"{recent:,.1f}"  # NaN: no episode finished yet
+        print(
+            f"bench delay: {label}: {min(row['env_ticks'], ticks):,} of {ticks:,} ticks, recent return {shown}, "
+            f"{row['updates']:,} updates, {time.monotonic() - started:,.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return say
 
 
 def recovered(plain_fast: float, plain_slow: float, other_slow: float) -> float | None:
