@@ -230,15 +230,14 @@ def run_cell(
     }
 
 
-#: progress slices are whole multiples of this many ticks, the run's own slice (`Run.advance`), so that
-#: saying how far a run is does not move where its slices fall (the virtual clock's figures stay the same)
-_SLICE_TICKS = 50
-
-
 def _tenth(ticks: int, tick_hz: float) -> float:
-    """World seconds between a run's progress lines: about a tenth of its ``ticks``, in whole slices."""
-    slices = max(1, round(ticks / 10 / _SLICE_TICKS))
-    return slices * _SLICE_TICKS / tick_hz
+    """World seconds between a run's progress lines: about a tenth of its ``ticks``, in whole slices of the run
+    (`SLICE_TICKS`), so that saying how far a run is does not move where its slices fall (the virtual clock's
+    figures stay the same)."""
+    from nonstop.experiment.run import SLICE_TICKS
+
+    slices = max(1, round(ticks / 10 / SLICE_TICKS))
+    return slices * SLICE_TICKS / tick_hz
 
 
 def _say_progress(label: str, ticks: int, started: float) -> Any:

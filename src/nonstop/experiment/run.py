@@ -36,7 +36,10 @@ from nonstop.learning.algos import Algorithm
 from nonstop.realtime.deaths import Death
 from nonstop.realtime.lifeline import RestartBudget
 
-__all__ = ["Run", "Part", "Recorder", "CHECKPOINT_FORMAT"]
+__all__ = ["Run", "Part", "Recorder", "CHECKPOINT_FORMAT", "SLICE_TICKS"]
+
+#: the most ticks `Run.advance` lets the world run before every part may act again
+SLICE_TICKS = 50
 
 #: the checkpoint format a run writes and reads (unchanged since the first training runs)
 CHECKPOINT_FORMAT: Final = "nonstop.train/1"
@@ -256,7 +259,7 @@ class Run:
         """Let the world run ``seconds`` more, in slices between which every part may act. Raises
         `PartFailed` once a part has died more often than its restart budget allows."""
         end = self.world.now() + seconds
-        step = min(seconds, 50 * self.tau_m)
+        step = min(seconds, SLICE_TICKS * self.tau_m)
         self.seconds_run += seconds
         while self.world.now() < end - 1e-12:
             until = min(end, self.world.now() + step)
